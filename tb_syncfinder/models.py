@@ -1,0 +1,191 @@
+"""Plain data passed between the pipeline's stages, and the JSON report schema.
+
+The report schema (``tb_syncfinder.report/1``) is a contract read by the plugin, the
+dashboard, the CLI and other tools: fields may be added, never renamed or dropped.
+All times are microseconds (``*_us``), relative to nothing: ``ts_us`` is the trace's own
+clock, as Kineto wrote it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "tb_syncfinder.report/1"
+
+# Finding kinds. Order is the order the CLI and dashboard list them in.
+SCALAR_READBACK = "scalar_readback"
+DYNAMIC_SHAPE = "dynamic_shape"
+DEVICE_TO_HOST_COPY = "device_to_host_copy"
+BLOCKING_HOST_TO_DEVICE = "blocking_host_to_device"
+EXPLICIT_SYNC = "explicit_sync"
+ALLOCATOR_SYNC = "allocator_sync"
+KINDS = (
+    SCALAR_READBACK,
+    DYNAMIC_SHAPE,
+    DEVICE_TO_HOST_COPY,
+    BLOCKING_HOST_TO_DEVICE,
+    EXPLICIT_SYNC,
+    ALLOCATOR_SYNC,
+)
+
+
+@dataclass(frozen=True)
+class TraceRef:
+    """One trace file as the PyTorch Profiler tab names it: run / worker / span."""
+
+    path: str
+    run: str
+    worker: str
+    span: str | None = None
+
+
+@dataclass
+class Frame:
+    """One Python frame of a ``with_stack`` stack, innermost first in a list."""
+
+    file: str
+    line: int | None
+    func: str
+    user: bool  # True for the user's own code (not torch, site-packages or built-ins)
+
+
+@dataclass
+class Source:
+    """The user source line a finding points at.
+
+    ``line`` is the exact call line when ``line_exact`` is True; otherwise it falls back
+    to ``def_line`` (where the function is defined, which is all a modern trace records).
+    ``resolved_path`` is the readable local file after ``--source-root``/``--path-map``.
+    """
+
+    file: str
+    line: int | None
+    def_line: int | None
+    func: str
+    line_exact: bool
+    resolved_path: str | None = None
+
+
+@dataclass
+class TraceInfo:
+    """One analysed trace file, or the reason it could not be analysed (``error``)."""
+
+    path: str
+    worker: str
+    span: str | None
+    run: str | None = None
+    device: str | None = None  # "cuda", "rocm", "npu", "cpu"
+    device_name: str | None = None  # e.g. "NVIDIA A100-SXM4-80GB"
+    steps: int = 0
+    error: str | None = None
+    has_stacks: bool = False
+    has_gpu_activity: bool = False
+    event_count: int = 0
+    torch_version: str | None = None
+
+
+@dataclass
+class Sync:
+    """One host-device synchronization: all blocking calls of one operator invocation
+    (or one standalone API call outside any operator)."""
+
+    kind: str  # one of KINDS
+    api: str  # the call the host waited in: cudaStreamSynchronize, cudaMemcpyAsync...
+    apis: list[str]  # every blocking call grouped into this finding, in order
+    op: str | None  # outermost operator, e.g. aten::item; None for a bare API call
+    trigger_op: str | None  # innermost operator, e.g. aten::_local_scalar_dense
+    step: int | None  # N of ProfilerStep#N
+    thread: int | str  # host tid
+    ts_us: float  # start of the first blocking call
+    host_wait_us: float  # time the host thread spent inside the blocking calls
+    gpu_idle_after_us: float  # on that device: from the sync's return to next activity
+    annotations: list[str] = field(default_factory=list)  # record_function path, outer first
+    module: str | None = None  # nn.Module path, e.g. "Net.fc1" (outer.inner)
+    stack: list[Frame] = field(default_factory=list)  # innermost first
+    source: Source | None = None
+    trace: str = ""  # TraceInfo.path of the file it came from
+    # Extensions (allowed: the schema only grows).
+    id: str = ""  # stable within a report: "<trace index>:<n>"
+    op_chain: list[str] = field(default_factory=list)  # outermost .. innermost operator
+    end_us: float = 0.0  # end of the last blocking call
+    device_id: int | None = None
+    bytes: int | None = None  # bytes copied, for copies
+    latent: bool = False  # True for would-sync-on-GPU findings in CPU-only traces
+    site_key: str = ""  # Site.key of the site this sync belongs to
+
+
+@dataclass
+class Site:
+    """Syncs grouped by source line + operator."""
+
+    key: str  # stable id: "file:line:op"
+    file: str | None
+    line: int | None
+    func: str | None
+    kind: str
+    ops: list[str]
+    count: int
+    per_step: float
+    host_wait_us: float
+    gpu_idle_us: float
+    share_of_step: float  # (host_wait + gpu_idle) / total step time, 0..1
+    advice: dict[str, Any]  # {"title", "text", "before", "after", "removes"}
+    mean_host_wait_us: float = 0.0
+    line_exact: bool = False
+    def_line: int | None = None
+    apis: list[str] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    latent: bool = False
+
+
+@dataclass
+class StepStats:
+    step: int
+    step_time_us: float
+    sync_count: int
+    host_wait_us: float
+    gpu_idle_us: float
+    trace: str = ""
+
+
+@dataclass
+class Summary:
+    sync_count: int
+    host_wait_us: float
+    gpu_idle_us: float
+    step_time_us: float  # total of the ProfilerStep spans (or the trace span if none)
+    step_count: int = 0
+    syncs_per_step: float = 0.0
+    share_of_step: float = 0.0
+    estimated_saving_us: float = 0.0  # per-run estimate of the time the syncs cost
+    estimated_step_time_us: float = 0.0  # mean step time with that saving removed
+    mean_step_time_us: float = 0.0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    latent_count: int = 0
+    error_count: int = 0
+    checked: list[str] = field(default_factory=list)  # what was looked for, for "no syncs"
+
+
+@dataclass
+class Report:
+    traces: list[TraceInfo]
+    summary: Summary
+    syncs: list[Sync]
+    sites: list[Site]
+    latent: list[Sync]
+    steps: list[StepStats] = field(default_factory=list)
+    latent_sites: list[Site] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as the JSON-ready dict of schema ``tb_syncfinder.report/1``."""
+        return {
+            "schema": SCHEMA,
+            "traces": [asdict(t) for t in self.traces],
+            "summary": asdict(self.summary),
+            "syncs": [asdict(s) for s in self.syncs],
+            "sites": [asdict(s) for s in self.sites],
+            "latent": [asdict(s) for s in self.latent],
+            "steps": [asdict(s) for s in self.steps],
+            "latent_sites": [asdict(s) for s in self.latent_sites],
+        }

@@ -106,7 +106,7 @@ class Sync:
     source: Source | None = None
     trace: str = ""  # TraceInfo.path of the file it came from
     # Extensions (allowed: the schema only grows).
-    id: str = ""  # stable within a report: "<trace index>:<n>"
+    id: str = ""  # stable across reloads: "<first 8 hex of sha1(trace path)>-<n>"
     op_chain: list[str] = field(default_factory=list)  # outermost .. innermost operator
     end_us: float = 0.0  # end of the last blocking call
     device_id: int | None = None

@@ -1,0 +1,256 @@
+"""Find trace files the way the PyTorch Profiler tab (torch-tb-profiler) does.
+
+Naming follows torch-tb-profiler 0.4.3 so that a run / worker / span means the same thing
+in both tabs:
+
+* a **run** is a directory under the logdir holding at least one file that matches
+  ``consts.WORKER_PATTERN`` (``<worker>[.<timestamp>].pt.trace.json[.gz]``); its name is the
+  path relative to the logdir, or the directory's own name when it is the logdir itself
+  (``TorchProfilerPlugin._get_run_dirs`` / ``_get_run_name``);
+* the **worker** is the part of the file name before the optional ``.<timestamp>`` and the
+  **span** is that timestamp (``RunLoader.load``). torch-tb-profiler shows spans as their
+  1-based rank among a worker's timestamps; we keep the timestamp itself, because a rank
+  changes meaning when a newer file appears while TensorBoard is running, and sort by it so
+  the order is the same;
+* the Ascend fork (torch-tb-profiler-ascend) adds runs whose sub-directories are named
+  ``<worker>_<timestamp>_ascend_pt`` and hold ``ASCEND_PROFILER_OUTPUT/trace_view.json``:
+  worker = the name before the timestamp, span = the timestamp, run = the parent directory.
+
+Remote logdirs (``s3://``, ``gs://``, ``hdfs://``, Azure blob URLs) go through
+``torch_tb_profiler.io``, imported only for them: it pulls in boto3 and friends (~0.3 s),
+which a local CLI run should not pay. Locally their io layer is ``os`` with
+``followlinks=True``, which is what is used here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from tb_syncfinder.models import TraceRef
+
+# Ascend (torch_npu) layout, as in torch-tb-profiler-ascend's consts.WORKER_SPAN_PATTERN.
+ASCEND_DIR_PATTERN = re.compile(r"^(.*?)_(\d+(?:\.\d+)?)_ascend_pt$")
+ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+ASCEND_TRACE_FILE = "trace_view.json"
+
+__all__ = [
+    "ASCEND_DIR_PATTERN",
+    "TraceNotFoundError",
+    "find_traces",
+    "is_remote",
+    "is_trace_file_name",
+    "list_runs",
+    "open_trace_bytes",
+    "worker_pattern",
+]
+
+
+class TraceNotFoundError(FileNotFoundError):
+    """The path given to ``find_traces`` does not exist (message names the path)."""
+
+    def __init__(self, path: str, reason: str = "no such file or directory") -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def worker_pattern() -> re.Pattern[str]:
+    """torch-tb-profiler's own ``consts.WORKER_PATTERN`` (cheap import: no io, no torch)."""
+    from torch_tb_profiler import consts
+
+    return consts.WORKER_PATTERN
+
+
+def is_trace_file_name(name: str) -> bool:
+    """True for a file name the PyTorch Profiler tab would load as a worker."""
+    return worker_pattern().match(name) is not None
+
+
+def is_remote(path: str) -> bool:
+    """True for URLs that torch_tb_profiler.io serves (s3://, gs://, hdfs://, https blob)."""
+    return "://" in path
+
+
+def _remote_io() -> Any:
+    from torch_tb_profiler import io as tb_io  # heavy: only for remote paths
+
+    return tb_io
+
+
+class _LocalFs:
+    """The subset of torch_tb_profiler.io used here, for local paths, without its imports."""
+
+    @staticmethod
+    def exists(path: str) -> bool:
+        return os.path.exists(path)
+
+    @staticmethod
+    def isdir(path: str) -> bool:
+        return os.path.isdir(path)
+
+    @staticmethod
+    def listdir(path: str) -> list[str]:
+        return os.listdir(path)
+
+    @staticmethod
+    def join(path: str, *paths: str) -> str:
+        return os.path.join(path, *paths)
+
+    @staticmethod
+    def abspath(path: str) -> str:
+        return os.path.abspath(os.path.expanduser(os.path.expandvars(path)))
+
+    @staticmethod
+    def basename(path: str) -> str:
+        return os.path.basename(path)
+
+    @staticmethod
+    def relpath(path: str, start: str) -> str:
+        return os.path.relpath(path, start)
+
+    @staticmethod
+    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        # followlinks=True like torch-tb-profiler: users build symlink trees of runs.
+        return os.walk(top, followlinks=True)
+
+
+def _fs(path: str) -> Any:
+    return _remote_io() if is_remote(path) else _LocalFs
+
+
+def _strip_trailing_sep(path: str) -> str:
+    stripped = path.rstrip("/\\")
+    return stripped or path
+
+
+def _parent(path: str) -> str:
+    if is_remote(path):
+        return path.rstrip("/").rsplit("/", 1)[0]
+    return os.path.dirname(path)
+
+
+def _worker_and_span(file_name: str) -> tuple[str, str | None] | None:
+    match = worker_pattern().match(file_name)
+    if not match:
+        return None
+    span = match.group(2)
+    return match.group(1), (span[1:] if span else None)  # drop the leading dot, as RunLoader
+
+
+def _sort_key(ref: TraceRef) -> tuple[str, int, str, str]:
+    # Spans are timestamps: order them numerically when they are, as bisect.insort on
+    # equal-length digit strings does in RunLoader.
+    span = ref.span or ""
+    return (ref.worker, len(span), span, ref.path)
+
+
+def _run_traces(fs: Any, run_dir: str, run_name: str) -> list[TraceRef]:
+    """The traces of one run directory: worker files and Ascend worker directories."""
+    refs: list[TraceRef] = []
+    try:
+        entries = fs.listdir(run_dir)
+    except OSError:
+        return refs
+    for entry in entries:
+        entry = entry.rstrip("/")
+        full = fs.join(run_dir, entry)
+        ascend = ASCEND_DIR_PATTERN.match(entry)
+        if ascend:
+            trace = fs.join(full, ASCEND_OUTPUT_DIR, ASCEND_TRACE_FILE)
+            if fs.exists(trace):
+                refs.append(TraceRef(trace, run_name, ascend.group(1), ascend.group(2)))
+            continue
+        parsed = _worker_and_span(entry)
+        if parsed is None or fs.isdir(full):
+            continue
+        refs.append(TraceRef(full, run_name, parsed[0], parsed[1]))
+    refs.sort(key=_sort_key)
+    return refs
+
+
+def _run_dirs(fs: Any, logdir: str) -> Iterator[str]:
+    """Directories that are runs, as TorchProfilerPlugin._get_run_dirs (+ the Ascend fork)."""
+    pattern = worker_pattern()
+    for root, subdirs, files in fs.walk(logdir):
+        root = _strip_trailing_sep(root)
+        if any(pattern.match(f) for f in files):
+            yield root
+        # An Ascend worker directory makes its parent a run; the parent may hold GPU traces
+        # too, in which case it was yielded above already.
+        elif any(
+            ASCEND_DIR_PATTERN.match(d)
+            and fs.exists(fs.join(root, d, ASCEND_OUTPUT_DIR, ASCEND_TRACE_FILE))
+            for d in subdirs
+        ):
+            yield root
+
+
+def list_runs(logdir: str) -> dict[str, list[TraceRef]]:
+    """Runs under ``logdir`` (itself included), by run name, each with its traces.
+
+    Run names are those the PyTorch Profiler tab shows: the path relative to the logdir
+    (forward slashes), or the logdir's own name when the logdir itself is a run.
+    Raises ``TraceNotFoundError`` when ``logdir`` does not exist.
+    """
+    fs = _fs(logdir)
+    if not fs.exists(logdir):
+        raise TraceNotFoundError(logdir)
+    root = _strip_trailing_sep(fs.abspath(logdir))
+    runs: dict[str, list[TraceRef]] = {}
+    for run_dir in _run_dirs(fs, root):
+        if run_dir == root:
+            name = fs.basename(run_dir) or run_dir
+        else:
+            name = fs.relpath(run_dir, root).replace(os.sep, "/")
+        traces = _run_traces(fs, run_dir, name)
+        if traces:
+            runs[name] = traces
+    return dict(sorted(runs.items()))
+
+
+def _single_file_ref(fs: Any, path: str) -> TraceRef:
+    name = fs.basename(path)
+    parent = _parent(path)
+    run = fs.basename(parent) or parent
+    parsed = _worker_and_span(name)
+    if parsed is not None:
+        return TraceRef(path, run, parsed[0], parsed[1])
+    if name == ASCEND_TRACE_FILE and fs.basename(parent) == ASCEND_OUTPUT_DIR:
+        worker_dir = _parent(parent)
+        ascend = ASCEND_DIR_PATTERN.match(fs.basename(worker_dir))
+        if ascend:
+            run_dir = _parent(worker_dir)
+            return TraceRef(path, fs.basename(run_dir) or run_dir, ascend.group(1),
+                            ascend.group(2))
+    # Any other file name: the user named it, so take it; the worker is its name without
+    # the JSON suffixes.
+    worker = re.sub(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "", name) or name
+    return TraceRef(path, run, worker, None)
+
+
+def find_traces(path: str) -> list[TraceRef]:
+    """Every trace under ``path``: a trace file (any name), a run folder or a logdir of runs.
+
+    Returns ``[]`` for a directory without traces; raises ``TraceNotFoundError`` when
+    ``path`` does not exist.
+    """
+    fs = _fs(path)
+    if not fs.exists(path):
+        raise TraceNotFoundError(path)
+    if not fs.isdir(path):
+        return [_single_file_ref(fs, fs.abspath(path))]
+    return [ref for refs in list_runs(path).values() for ref in refs]
+
+
+def open_trace_bytes(path: str) -> bytes:
+    """The raw bytes of a trace file (still gzip-compressed if it is), local or remote.
+
+    Remote paths are read through ``torch_tb_profiler.io`` (s3, gs, Azure blob, hdfs).
+    """
+    if is_remote(path):
+        return _remote_io().read(path)
+    with open(path, "rb") as handle:
+        return handle.read()

@@ -1,0 +1,189 @@
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder.discovery import (
+    TraceNotFoundError,
+    find_traces,
+    is_trace_file_name,
+    list_runs,
+    open_trace_bytes,
+)
+
+
+def touch(path: Path, content: bytes = b'{"traceEvents": []}') -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+def test_worker_name_follows_torch_tb_profiler_pattern() -> None:
+    assert is_trace_file_name("host_123.pt.trace.json")
+    assert is_trace_file_name("host_123.1619499959628.pt.trace.json.gz")
+    assert not is_trace_file_name("host_123.json")
+    assert not is_trace_file_name("notes.pt.trace.json.bak")
+
+
+def test_logdir_of_runs_names_runs_relative_to_logdir(tmp_path: Path) -> None:
+    touch(tmp_path / "run1" / "worker0.pt.trace.json")
+    touch(tmp_path / "run1" / "worker1.pt.trace.json.gz")
+    touch(tmp_path / "group" / "run2" / "w.pt.trace.json")
+    touch(tmp_path / "empty" / "readme.txt")
+
+    runs = list_runs(str(tmp_path))
+
+    assert list(runs) == ["group/run2", "run1"]
+    assert [(r.worker, r.span) for r in runs["run1"]] == [("worker0", None), ("worker1", None)]
+    assert runs["group/run2"][0].run == "group/run2"
+    assert all(os.path.isabs(r.path) for refs in runs.values() for r in refs)
+
+
+def test_run_folder_is_named_after_itself(tmp_path: Path) -> None:
+    run = tmp_path / "my_run"
+    touch(run / "w.pt.trace.json")
+    assert list(list_runs(str(run))) == ["my_run"]
+    assert list(list_runs(str(run) + "/")) == ["my_run"]
+
+
+def test_timestamp_becomes_span_and_spans_sort_numerically(tmp_path: Path) -> None:
+    touch(tmp_path / "w.1700000000999.pt.trace.json")
+    touch(tmp_path / "w.999.pt.trace.json")
+    touch(tmp_path / "w.1700000000001.pt.trace.json.gz")
+
+    refs = find_traces(str(tmp_path))
+
+    assert [r.worker for r in refs] == ["w", "w", "w"]
+    assert [r.span for r in refs] == ["999", "1700000000001", "1700000000999"]
+
+
+def test_worker_name_keeps_dots_before_the_timestamp(tmp_path: Path) -> None:
+    touch(tmp_path / "node.rank0.1619499959628.pt.trace.json")
+    (ref,) = find_traces(str(tmp_path))
+    assert (ref.worker, ref.span) == ("node.rank0", "1619499959628")
+
+
+def test_directory_named_like_a_trace_is_not_a_trace(tmp_path: Path) -> None:
+    (tmp_path / "odd.pt.trace.json").mkdir()
+    touch(tmp_path / "real.pt.trace.json")
+    assert [r.worker for r in find_traces(str(tmp_path))] == ["real"]
+
+
+def test_ascend_worker_directories_are_workers_of_their_parent_run(tmp_path: Path) -> None:
+    run = tmp_path / "npu_run"
+    touch(run / "rank0_20240101123456789_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    touch(run / "rank1_20240101123456790_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    # No trace_view.json: torch-tb-profiler-ascend would show other views, we have nothing.
+    touch(run / "rank2_20240101123456791_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel.csv")
+
+    runs = list_runs(str(tmp_path))
+
+    assert list(runs) == ["npu_run"]
+    assert [(r.worker, r.span) for r in runs["npu_run"]] == [
+        ("rank0", "20240101123456789"),
+        ("rank1", "20240101123456790"),
+    ]
+    assert runs["npu_run"][0].path.endswith("ASCEND_PROFILER_OUTPUT/trace_view.json")
+
+
+def test_single_ascend_trace_file_gets_worker_from_its_directory(tmp_path: Path) -> None:
+    trace = touch(
+        tmp_path / "run" / "rank3_1700000000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+        / "trace_view.json"
+    )
+    (ref,) = find_traces(str(trace))
+    assert (ref.run, ref.worker, ref.span) == ("run", "rank3", "1700000000")
+
+
+def test_single_file_with_any_name_is_one_trace(tmp_path: Path) -> None:
+    trace = touch(tmp_path / "exp" / "my_profile.json.gz")
+    (ref,) = find_traces(str(trace))
+    assert (ref.run, ref.worker, ref.span) == ("exp", "my_profile", None)
+    assert ref.path == str(trace)
+
+
+def test_nonexistent_path_raises_naming_the_path(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    with pytest.raises(TraceNotFoundError, match="nope: no such file"):
+        find_traces(missing)
+    with pytest.raises(FileNotFoundError):
+        list_runs(missing)
+
+
+def test_directory_without_traces_finds_nothing(tmp_path: Path) -> None:
+    touch(tmp_path / "a" / "b.json")
+    assert find_traces(str(tmp_path)) == []
+
+
+def test_symlinked_run_is_followed(tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere" / "run"
+    touch(real / "w.pt.trace.json")
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    (logdir / "linked").symlink_to(real, target_is_directory=True)
+    assert list(list_runs(str(logdir))) == ["linked"]
+
+
+def test_open_trace_bytes_returns_raw_file_bytes(tmp_path: Path) -> None:
+    data = gzip.compress(b'{"traceEvents": []}')
+    trace = touch(tmp_path / "w.pt.trace.json.gz", data)
+    assert open_trace_bytes(str(trace)) == data
+
+
+def test_remote_logdir_goes_through_torch_tb_profiler_io(tmp_path: Path) -> None:
+    """A remote scheme registered in torch_tb_profiler.io is walked and read through it."""
+    from torch_tb_profiler import io as tb_io
+    from torch_tb_profiler.io.base import BaseFileSystem, RemotePath, StatData
+
+    root = tmp_path / "bucket"
+    touch(root / "runA" / "w.123.pt.trace.json", b"remote-bytes")
+
+    def local(url: str) -> str:
+        return str(root / url[len("memtest://bucket"):].lstrip("/"))
+
+    class MemFs(RemotePath, BaseFileSystem):
+        def support_append(self) -> bool:
+            return False
+
+        def exists(self, filename: str) -> bool:
+            return os.path.exists(local(filename))
+
+        def isdir(self, dirname: str) -> bool:
+            return os.path.isdir(local(dirname))
+
+        def listdir(self, dirname: str) -> list[str]:
+            return os.listdir(local(dirname))
+
+        def stat(self, filename: str) -> StatData:
+            return StatData(os.path.getsize(local(filename)))
+
+        def read(self, filename, binary_mode=False, size=None, continue_from=None):
+            if continue_from is not None:
+                return (b"" if binary_mode else "", continue_from)
+            data = Path(local(filename)).read_bytes()
+            return (data if binary_mode else data.decode(), {"opaque_offset": len(data)})
+
+        def write(self, filename, file_content, binary_mode=False):
+            raise NotImplementedError
+
+        def glob(self, filename):
+            raise NotImplementedError
+
+        def makedirs(self, path):
+            raise NotImplementedError
+
+    tb_io.register_filesystem("memtest", MemFs())
+    try:
+        runs = list_runs("memtest://bucket")
+        assert list(runs) == ["runA"]
+        (ref,) = runs["runA"]
+        assert ref.path == "memtest://bucket/runA/w.123.pt.trace.json"
+        assert (ref.worker, ref.span) == ("w", "123")
+        assert open_trace_bytes(ref.path) == b"remote-bytes"
+    finally:
+        from torch_tb_profiler.io import file as tb_file
+
+        tb_file._REGISTERED_FILESYSTEMS.pop("memtest", None)

@@ -1,0 +1,188 @@
+"""``tb-syncfinder demo``: profile the demo workloads, summarise them, open TensorBoard.
+
+The CLI module (``tb_syncfinder/cli.py``) wires the ``demo`` subcommand to
+``add_arguments`` and ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from tb_syncfinder.demo.runner import (
+    BUNDLED_TRACES_DIR,
+    DEFAULT_STEPS,
+    DemoError,
+    DemoRun,
+    add_bundled_gpu_runs,
+    bundled_versions,
+    run_demo,
+)
+
+DEFAULT_LOGDIR = "syncfinder-demo-logs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``demo`` subcommand's options."""
+    parser.add_argument(
+        "--logdir",
+        default=DEFAULT_LOGDIR,
+        help=f"where the runs are written (default: ./{DEFAULT_LOGDIR})",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="device to train on; auto = CUDA when available (default: auto)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="TensorBoard port (default: 6006, or the next free one)",
+    )
+    parser.add_argument(
+        "--bind-all",
+        action="store_true",
+        help="serve TensorBoard on all network interfaces, not only localhost",
+    )
+    parser.add_argument(
+        "--no-tensorboard",
+        action="store_true",
+        help="write the runs and print the report summary, without starting TensorBoard",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="profiled (active) steps per run (default: "
+        + ", ".join(f"{size} {steps}" for size, steps in DEFAULT_STEPS.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--size",
+        choices=tuple(DEFAULT_STEPS),
+        default="small",
+        help="workload size (default: small)",
+    )
+
+
+def _site_label(site) -> str:
+    where = f"{os.path.basename(site.file)}:{site.line}" if site.file else "no source"
+    op = site.ops[0] if site.ops else "?"
+    return f"{site.kind} {op} at {where} x{site.count}"
+
+
+def _summarize_run(run: DemoRun) -> list[str]:
+    """One line per run with what the engine found, then one line per site."""
+    from tb_syncfinder import analyze
+
+    report = analyze(run.path)
+    errors = [trace for trace in report.traces if trace.error]
+    lines = []
+    if errors:
+        lines += [f"  {run.name}: cannot analyse {t.path}: {t.error}" for t in errors]
+    summary = report.summary
+    if summary.sync_count:
+        lines.append(
+            f"  {run.name:<20} {summary.sync_count} syncs in {len(report.sites)} sites, "
+            f"host wait {summary.host_wait_us / 1000:.1f} ms, "
+            f"GPU idle after them {summary.gpu_idle_us / 1000:.1f} ms"
+        )
+        lines += [f"      {_site_label(site)}" for site in report.sites]
+    elif report.latent:
+        lines.append(
+            f"  {run.name:<20} no real syncs (CPU trace); {len(report.latent)} latent: "
+            f"would sync on a GPU, at {len(report.latent_sites)} sites"
+        )
+        lines += [f"      {_site_label(site)}" for site in report.latent_sites]
+    elif not errors:
+        lines.append(f"  {run.name:<20} no syncs, latent or real")
+    return lines
+
+
+def print_summary(runs: list[DemoRun], out: Callable[[str], None] = print) -> None:
+    out("What the Sync Advisor finds:")
+    for run in runs:
+        try:
+            lines = _summarize_run(run)
+        except Exception as error:  # one broken run must not hide the others
+            lines = [f"  {run.name}: analysis failed: {type(error).__name__}: {error}"]
+        for line in lines:
+            out(line)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; 0 on success, 2 when it cannot run as asked."""
+    logdir = Path(args.logdir).resolve()
+    print(f"Profiling the Sync Advisor demo into {logdir} ...")
+    try:
+        runs = run_demo(logdir, device=args.device, steps=args.steps, size=args.size)
+    except DemoError as error:
+        print(f"tb-syncfinder demo: {error}", file=sys.stderr)
+        return 2
+    if runs and runs[0].device == "cpu":
+        print(
+            "Trained on the CPU: nothing really syncs, so the findings are latent: the "
+            "operators that would make the host wait on a GPU, at the same source lines."
+        )
+        bundled = add_bundled_gpu_runs(logdir)
+        if bundled:
+            versions = bundled_versions()
+            gpu = versions.get("gpu", "a GPU")
+            print(
+                f"Added {len(bundled)} real GPU runs recorded on {gpu} "
+                f"(torch {versions.get('torch', '?')}): " + ", ".join(run.name for run in bundled)
+            )
+            runs += bundled
+        else:
+            print(
+                f"No bundled GPU traces in {BUNDLED_TRACES_DIR} (recording them needs a GPU: "
+                "bench/record_gpu_traces.py); showing the CPU runs only."
+            )
+    print_summary(runs)
+    print("Reports on the command line:")
+    for demo_run in runs:
+        print(f"  tb-syncfinder report {demo_run.path}")
+    if args.no_tensorboard:
+        return 0
+    return _serve(logdir, args.port, args.bind_all)
+
+
+def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
+    from tb_syncfinder.demo.serve import (
+        PLUGIN_NAME,
+        TensorBoardError,
+        pick_port,
+        start_tensorboard,
+    )
+
+    chosen_port = port if port is not None else pick_port()
+    print(f"Starting TensorBoard on port {chosen_port} ...")
+    try:
+        board = start_tensorboard(logdir, chosen_port, bind_all=bind_all)
+    except TensorBoardError as error:
+        print(f"tb-syncfinder demo: {error}", file=sys.stderr)
+        return 2
+    try:
+        if PLUGIN_NAME not in board.plugins():
+            print(
+                f"warning: TensorBoard does not list the {PLUGIN_NAME} plugin; is "
+                "tb-syncfinder installed in this Python environment?",
+                file=sys.stderr,
+            )
+        print(f"Sync Advisor: {board.sync_advisor_url}")
+        print("Press Ctrl-C to stop TensorBoard.")
+        status = board.process.wait()
+        print(
+            f"TensorBoard exited with status {status}:\n{board.output()[-2000:]}", file=sys.stderr
+        )
+        return 1
+    except KeyboardInterrupt:
+        print("\nStopping TensorBoard.")
+        return 0
+    finally:
+        board.stop()

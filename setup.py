@@ -35,7 +35,7 @@ setup(
     },
     entry_points={
         "console_scripts": ["tb-syncfinder = tb_syncfinder.cli:main"],
-        "tensorboard_plugins": ["sync_advisor = tb_syncfinder.plugin:SyncAdvisorPlugin"],
+        "tensorboard_plugins": ["sync_advisor = tb_syncfinder.plugin:SyncAdvisorLoader"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

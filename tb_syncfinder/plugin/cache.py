@@ -1,0 +1,92 @@
+"""Disk cache of analysed traces, so that a TensorBoard restart answers immediately.
+
+An entry is one pickled ``TraceResult``, keyed by the trace's path, size and mtime, the
+package version and the analysis options (source roots change the resolved lines). A stale
+or unreadable entry is a miss, never an error: the trace is simply analysed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tb_syncfinder import __version__
+
+logger = logging.getLogger(__name__)
+
+# Bumped when what the plugin stores changes shape independently of the package version.
+CACHE_FORMAT = 1
+
+
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/tb_syncfinder`` or ``~/.cache/tb_syncfinder``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tb_syncfinder")
+
+
+def cache_key(path: str, size: int | None, mtime_ns: int | None, options_digest: str) -> str:
+    """Hex digest naming one (file version, package version, options) combination."""
+    text = "\0".join(
+        [str(CACHE_FORMAT), __version__, path, str(size), str(mtime_ns), options_digest]
+    )
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+class DiskCache:
+    """Pickled results under ``directory``; ``directory=None`` disables it."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = Path(directory) if directory else None
+        if self.directory is not None:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                logger.warning("sync_advisor: cache dir %s unusable (%s)", directory, exc)
+                self.directory = None
+
+    def _file(self, key: str) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / (key + ".pickle")
+
+    def get(self, key: str) -> Any | None:
+        file = self._file(key)
+        if file is None:
+            return None
+        try:
+            with open(file, "rb") as f:
+                return pickle.load(f)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - a corrupt entry is just a miss
+            logger.info("sync_advisor: dropping unreadable cache entry %s (%s)", file, exc)
+            try:
+                file.unlink()
+            except OSError:
+                pass
+            return None
+
+    def put(self, key: str, value: Any) -> None:
+        file = self._file(key)
+        if file is None:
+            return
+        tmp = None
+        try:
+            # Write then rename: a reader (another TensorBoard on the same cache) never sees
+            # half an entry.
+            fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".pickle")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, file)
+        except Exception as exc:  # noqa: BLE001 - caching is an optimisation only
+            logger.warning("sync_advisor: cannot write cache entry %s (%s)", file, exc)
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass

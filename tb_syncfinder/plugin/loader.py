@@ -1,0 +1,393 @@
+"""Background, progressive loading of the traces under TensorBoard's logdir(s).
+
+One daemon thread polls the logdirs (like torch-tb-profiler's ``_monitor_runs``), finds runs
+with ``discovery.list_runs`` and hands each new or changed trace file to a bounded pool
+(at most ``max_workers`` files parsed at once, not one process per file). A trace becomes
+browsable as soon as its own analysis finishes, so the first run can be read while others
+load. Results are kept in the disk cache, keyed by path, size and mtime, so a restart does
+not analyse again. A file still being written is retried on a later poll instead of being
+marked broken forever; every other failure is data: an error entry naming the reason.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any
+
+from tb_syncfinder.models import TraceInfo, TraceRef
+from tb_syncfinder.plugin.cache import DiskCache, cache_key
+
+logger = logging.getLogger(__name__)
+
+# States of one trace file.
+PENDING = "pending"  # found, waiting for (re)analysis
+RUNNING = "running"  # in the pool
+DONE = "done"  # analysed (its result may still carry info.error from the engine)
+RETRY = "retry"  # looked incomplete: analysed again on the next poll
+ERROR = "error"  # failed for good (until the file changes)
+
+# A file read while its writer is still at it fails like this; such a failure is retried.
+TRANSIENT_MARKERS = (
+    "truncat",
+    "incomplete",
+    "unexpected end",
+    "end of file",
+    "eof",
+    "compressed file ended",
+    "unterminated",
+    "input data ended",
+)
+# An unchanged file that keeps failing with a transient-looking error is given up on after
+# this many polls (it is retried again as soon as its size or mtime changes).
+MAX_TRANSIENT_ATTEMPTS = 3
+
+
+def looks_transient(reason: str) -> bool:
+    """True when a read error suggests the file was still being written."""
+    text = reason.lower()
+    return any(marker in text for marker in TRANSIENT_MARKERS)
+
+
+def analyze_in_worker(ref: TraceRef, options: Any) -> Any:
+    """Pool entry point (top level so that a process pool can pickle it)."""
+    from tb_syncfinder import engine
+
+    return engine.analyze_trace(ref, options)
+
+
+def error_result(ref: TraceRef, reason: str) -> Any:
+    """A TraceResult that only says why ``ref`` could not be analysed."""
+    from tb_syncfinder.engine import TraceResult
+
+    info = TraceInfo(path=ref.path, worker=ref.worker, span=ref.span, run=ref.run, error=reason)
+    return TraceResult(info=info, syncs=[], latent=[], steps=[], contexts={})
+
+
+def stat_trace(path: str) -> tuple[int | None, int | None]:
+    """(size, mtime in ns) of a trace; remote files have no mtime through the io layer."""
+    if "://" in path:
+        from torch_tb_profiler import io as tb_io
+
+        return tb_io.stat(path).length, None
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+@dataclass
+class TraceState:
+    ref: TraceRef
+    size: int | None
+    mtime_ns: int | None
+    status: str = PENDING
+    result: Any = None  # engine.TraceResult once analysed
+    error: str | None = None
+    attempts: int = 0  # consecutive transient failures of this file version
+
+
+@dataclass
+class RunState:
+    name: str
+    traces: dict[str, TraceState] = field(default_factory=dict)  # by path
+    # Bumped whenever a result of this run changes: the plugin memoises reports per
+    # (run, worker, span, generation).
+    generation: int = 0
+
+    @property
+    def loading(self) -> bool:
+        return any(t.status in (PENDING, RUNNING, RETRY) for t in self.traces.values())
+
+
+def _prefixed(prefix: str | None, run: str) -> str:
+    return f"{prefix}/{run}" if prefix else run
+
+
+class TraceLoader:
+    """Polls ``logdirs`` ([(run name prefix or None, path)]) and analyses what it finds."""
+
+    def __init__(
+        self,
+        logdirs: list[tuple[str | None, str]],
+        options: Any,
+        cache: DiskCache,
+        *,
+        reload_interval_s: float = 10.0,
+        max_workers: int | None = None,
+        use_processes: bool = True,
+        analyze_fn: Callable[[TraceRef, Any], Any] | None = None,
+        list_runs_fn: Callable[[str], dict[str, list[TraceRef]]] | None = None,
+    ) -> None:
+        self.logdirs = logdirs
+        self.options = options
+        self.options_digest = hashlib.sha256(repr(options).encode()).hexdigest()[:16]
+        self.cache = cache
+        self.reload_interval_s = reload_interval_s
+        self.max_workers = max_workers or min(4, os.cpu_count() or 1)
+        # An injected analyse function (tests) need not be picklable: run it in threads.
+        self.use_processes = use_processes and analyze_fn is None
+        self.analyze_fn = analyze_fn or analyze_in_worker
+        if list_runs_fn is None:
+            from tb_syncfinder.discovery import list_runs as list_runs_fn
+        self.list_runs_fn = list_runs_fn
+
+        self.lock = threading.RLock()
+        self.runs: dict[str, RunState] = {}
+        self.logdir_errors: list[dict[str, Any]] = []  # a logdir that cannot be listed
+        self.found_any = False  # cheap answer for is_active()
+        self.polled_once = False
+        self.changed = threading.Condition(self.lock)  # notified when a trace settles
+
+        self._executor: concurrent.futures.Executor | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    # ----- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the polling thread (daemon: it never keeps TensorBoard from exiting)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._poll_forever, name="sync_advisor_loader", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self.lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def reload_now(self) -> None:
+        """Ask the thread for a poll without waiting for the interval."""
+        self._wake.set()
+
+    def _poll_forever(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - the thread must survive anything
+                logger.exception("sync_advisor: polling the logdir failed")
+            self._wake.wait(self.reload_interval_s)
+            self._wake.clear()
+
+    # ----- state for the plugin ---------------------------------------------------------
+    @property
+    def loading(self) -> bool:
+        with self.lock:
+            return not self.polled_once or any(r.loading for r in self.runs.values())
+
+    def run_names(self) -> list[str]:
+        with self.lock:
+            return list(self.runs)
+
+    def get_run(self, name: str) -> RunState | None:
+        with self.lock:
+            return self.runs.get(name)
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until a poll has happened and nothing is pending (tests, bench)."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while self.loading:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(min(left, 0.2))
+        return True
+
+    # ----- polling ----------------------------------------------------------------------
+    def discover(self) -> dict[str, list[TraceRef]]:
+        """Runs of every logdir, named with their logdir's prefix when there are several."""
+        found: dict[str, list[TraceRef]] = {}
+        errors = []
+        for prefix, logdir in self.logdirs:
+            try:
+                runs = self.list_runs_fn(logdir)
+            except Exception as exc:  # noqa: BLE001 - reported, other logdirs still load
+                errors.append({"path": logdir, "run": None, "reason": str(exc)})
+                continue
+            for run, refs in runs.items():
+                name = _prefixed(prefix, run)
+                found[name] = [dataclasses.replace(ref, run=name) for ref in refs]
+        with self.lock:
+            self.logdir_errors = errors
+        return found
+
+    def poll(self) -> None:
+        """One scan: pick up new, changed and removed traces; submit what needs analysis."""
+        found = self.discover()
+        to_submit: list[TraceState] = []
+        with self.lock:
+            for name in list(self.runs):
+                if name not in found:
+                    del self.runs[name]
+            for name, refs in found.items():
+                run = self.runs.setdefault(name, RunState(name))
+                paths = {ref.path for ref in refs}
+                for path in list(run.traces):
+                    if path not in paths:
+                        del run.traces[path]
+                        run.generation += 1
+                for ref in refs:
+                    self.found_any = True
+                    state = self._refresh(run, ref)
+                    if state is not None:
+                        to_submit.append(state)
+        for state in to_submit:
+            self._start(state)
+        with self.changed:
+            self.polled_once = True
+            self.changed.notify_all()
+
+    def _refresh(self, run: RunState, ref: TraceRef) -> TraceState | None:
+        """Update one trace's state from a fresh stat; returns it when it needs analysis."""
+        try:
+            size, mtime_ns = stat_trace(ref.path)
+        except OSError as exc:
+            # Gone between listing and stat (rotated, deleted): next poll settles it.
+            logger.debug("sync_advisor: cannot stat %s (%s)", ref.path, exc)
+            return None
+        state = run.traces.get(ref.path)
+        if state is None or (state.size, state.mtime_ns) != (size, mtime_ns):
+            if state is not None and state.status == RUNNING:
+                # Its pool job will see the change and ask for another poll.
+                return None
+            if state is not None:
+                run.generation += 1
+            state = TraceState(ref, size, mtime_ns)
+            run.traces[ref.path] = state
+            return state
+        if state.status == RETRY:
+            state.status = PENDING
+            return state
+        return None
+
+    def _key(self, state: TraceState) -> str:
+        return cache_key(state.ref.path, state.size, state.mtime_ns, self.options_digest)
+
+    def _start(self, state: TraceState) -> None:
+        cached = self.cache.get(self._key(state))
+        if cached is not None:
+            self._settle(state, cached, None, from_cache=True)
+            return
+        with self.lock:
+            state.status = RUNNING
+        try:
+            future = self._pool().submit(self.analyze_fn, state.ref, self.options)
+        except (RuntimeError, BrokenProcessPool) as exc:
+            self._reset_pool()
+            self._settle(state, None, f"cannot start analysis ({exc})")
+            return
+        future.add_done_callback(lambda f, s=state: self._finished(s, f))
+
+    def _pool(self) -> concurrent.futures.Executor:
+        with self.lock:
+            if self._executor is None:
+                self._executor = self._new_pool()
+            return self._executor
+
+    def _new_pool(self) -> concurrent.futures.Executor:
+        if self.use_processes:
+            try:
+                # spawn, not fork: TensorBoard's server threads hold locks a fork would copy.
+                return concurrent.futures.ProcessPoolExecutor(
+                    max_workers=self.max_workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                )
+            except (OSError, ImportError, NotImplementedError) as exc:
+                logger.warning("sync_advisor: no process pool (%s), using threads", exc)
+                self.use_processes = False
+        return concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.max_workers, thread_name_prefix="sync_advisor_analyse"
+        )
+
+    def _reset_pool(self) -> None:
+        with self.lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def _finished(self, state: TraceState, future: concurrent.futures.Future) -> None:
+        try:
+            result = future.result()
+            error = None
+        except BrokenProcessPool:
+            # A worker died (out of memory, a crash in a native library): a fresh pool is
+            # made on the next submit; the attempt counts so a file that always kills its
+            # worker ends as an error instead of looping.
+            self._reset_pool()
+            result, error = None, "the analysis process died (out of memory?)"
+        except concurrent.futures.CancelledError:
+            return
+        except Exception as exc:  # noqa: BLE001 - per-file errors are data
+            result, error = None, str(exc) or type(exc).__name__
+        self._settle(state, result, error)
+
+    def _settle(
+        self, state: TraceState, result: Any, error: str | None, from_cache: bool = False
+    ) -> None:
+        """Record the outcome of one analysis and publish it to readers."""
+        reason = error if result is None else getattr(result.info, "error", None)
+        changed_meanwhile = False
+        if not from_cache:
+            try:
+                changed_meanwhile = stat_trace(state.ref.path) != (state.size, state.mtime_ns)
+            except OSError:
+                changed_meanwhile = True
+        with self.changed:
+            run = self.runs.get(state.ref.run)
+            if run is None or run.traces.get(state.ref.path) is not state:
+                return  # removed or replaced while it was analysed
+            if changed_meanwhile:
+                # Written to while it was read: whatever came out describes no real file
+                # version. The next poll sees the new size/mtime and starts over (not at
+                # once: a file being written for minutes would be re-read in a loop).
+                state.status = PENDING
+                state.size = state.mtime_ns = None
+            elif reason is not None and looks_transient(reason):
+                state.attempts += 1
+                state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
+                state.error = reason
+                state.result = None
+            elif result is None:
+                state.status = ERROR
+                state.error = reason
+                state.result = None
+            else:
+                state.status = DONE
+                state.error = reason
+                state.result = result
+                run.generation += 1
+                if not from_cache:
+                    self.cache.put(self._key(state), result)
+            self.changed.notify_all()
+
+    # ----- selections -------------------------------------------------------------------
+    def results(self, run: RunState, worker: str | None, span: str | None) -> list[Any]:
+        """TraceResults of a run's selection, error results included (they are data)."""
+        out = []
+        with self.lock:
+            states = list(run.traces.values())
+        for state in states:
+            if worker is not None and state.ref.worker != worker:
+                continue
+            if span is not None and state.ref.span != span:
+                continue
+            if state.status == DONE:
+                out.append(state.result)
+            elif state.status == ERROR:
+                out.append(error_result(state.ref, state.error or "unknown error"))
+        return out

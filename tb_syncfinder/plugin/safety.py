@@ -1,0 +1,158 @@
+"""Serving user source files without turning the plugin into a file server.
+
+TensorBoard is often exposed with ``--bind_all``, and a trace is untrusted input: a crafted
+stack can name ``/etc/passwd`` or ``../../secret.py``. So a file is served only when, after
+``--sync_advisor_path_map`` rewriting and full resolution of ``..`` and symlinks, it is a
+regular ``.py`` file under one of the configured source roots, below a size cap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_SOURCE_BYTES = 2 * 1024 * 1024
+MAX_CONTEXT_LINES = 50
+MAX_NAME_CHARS = 4096
+
+# A name that still holds a percent escape after the one decoding werkzeug did was encoded
+# twice (``%252e%252e%252f``): no real file name from a trace looks like that.
+_ENCODED = re.compile(r"%[0-9a-fA-F]{2}")
+
+SOURCE_HINT = (
+    "Only .py files under the source roots are served. Start TensorBoard from the project "
+    "folder, or add --sync_advisor_source_root DIR (repeatable); for traces recorded on "
+    "another machine map their paths with --sync_advisor_path_map FROM=TO."
+)
+
+
+class SourceError(Exception):
+    """Why a source file cannot be served; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str, hint: str = SOURCE_HINT) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.hint = hint
+
+
+@dataclass
+class SourceLines:
+    file: str  # the name as asked for
+    path: str  # the resolved local file that was read
+    start: int  # 1-based number of lines[0]
+    line: int
+    lines: list[str]
+
+    def to_json(self) -> dict:
+        return {
+            "file": self.file,
+            "path": self.path,
+            "start": self.start,
+            "line": self.line,
+            "lines": self.lines,
+        }
+
+
+def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
+    """``["FROM=TO", ...]`` into pairs; raises ValueError naming the bad item."""
+    pairs = []
+    for item in items:
+        source_prefix, sep, local_prefix = item.partition("=")
+        if not sep or not source_prefix or not local_prefix:
+            raise ValueError(f"path map {item!r} is not of the form FROM=TO")
+        pairs.append((source_prefix, local_prefix))
+    return pairs
+
+
+class SourceGuard:
+    """Finds and reads source files for the ``source`` endpoint, inside the roots only."""
+
+    def __init__(self, roots: list[str], path_map: list[tuple[str, str]] | None = None) -> None:
+        # Roots are resolved once: a symlinked root is allowed, but what it points at is the
+        # boundary that resolved candidate paths are compared against.
+        self.roots = [Path(os.path.realpath(r)) for r in roots if r]
+        self.path_map = list(path_map or [])
+
+    def candidates(self, name: str) -> list[Path]:
+        """Local paths the trace's file name may refer to, most specific first."""
+        names = [name]
+        normalised = name.replace("\\", "/")
+        for source_prefix, local_prefix in self.path_map:
+            for n in (name, normalised):
+                if n.startswith(source_prefix):
+                    names.insert(0, local_prefix + n[len(source_prefix) :])
+        found: list[Path] = []
+        for n in names:
+            p = Path(n)
+            if p.is_absolute():
+                found.append(p)
+            else:
+                found.extend(root / p for root in self.roots)
+        return found
+
+    def _inside_roots(self, resolved: Path) -> bool:
+        return any(resolved == root or resolved.is_relative_to(root) for root in self.roots)
+
+    def resolve(self, name: str) -> Path:
+        """The safe local file for ``name``; raises SourceError (400/403/404) otherwise."""
+        if not name:
+            raise SourceError(400, "parameter 'file' is required")
+        if len(name) > MAX_NAME_CHARS:
+            raise SourceError(400, "parameter 'file' is too long")
+        if "\x00" in name or any(ord(c) < 32 for c in name):
+            raise SourceError(400, "parameter 'file' holds control characters")
+        if _ENCODED.search(name):
+            raise SourceError(400, "parameter 'file' holds percent-encoded characters")
+        if not name.endswith(".py"):
+            raise SourceError(403, f"{name}: only .py files are served")
+        if not self.roots:
+            raise SourceError(403, f"{name}: no source root is configured")
+        outside = False
+        for candidate in self.candidates(name):
+            try:
+                resolved = Path(os.path.realpath(candidate))
+            except (OSError, ValueError):
+                continue
+            # Checked on the resolved path: a symlink named x.py pointing at /etc/shadow
+            # fails both the suffix and the roots test.
+            if resolved.suffix != ".py" or not self._inside_roots(resolved):
+                outside = outside or resolved.exists()
+                continue
+            if resolved.is_file():
+                return resolved
+        if outside:
+            raise SourceError(403, f"{name}: outside the source roots")
+        raise SourceError(404, f"{name}: not found under the source roots")
+
+    def read(self, name: str, line: int, context: int = 5) -> SourceLines:
+        """``context`` lines either side of ``line`` (1-based) of the file ``name``."""
+        if line < 1:
+            raise SourceError(400, "parameter 'line' must be >= 1")
+        if not 0 <= context <= MAX_CONTEXT_LINES:
+            raise SourceError(400, f"parameter 'context' must be in 0..{MAX_CONTEXT_LINES}")
+        path = self.resolve(name)
+        try:
+            size = path.stat().st_size
+            if size > MAX_SOURCE_BYTES:
+                raise SourceError(403, f"{name}: larger than {MAX_SOURCE_BYTES} bytes")
+            with open(path, "rb") as f:
+                data = f.read(MAX_SOURCE_BYTES + 1)
+        except OSError as exc:
+            raise SourceError(404, f"{name}: cannot be read ({exc.strerror})") from None
+        if len(data) > MAX_SOURCE_BYTES:
+            raise SourceError(403, f"{name}: larger than {MAX_SOURCE_BYTES} bytes")
+        if b"\x00" in data:
+            raise SourceError(403, f"{name}: not a text file")
+        all_lines = data.decode("utf-8", errors="replace").splitlines()
+        if line > max(len(all_lines), 1):
+            raise SourceError(
+                404, f"{name}: has {len(all_lines)} lines, line {line} asked for", hint=""
+            )
+        start = max(1, line - context)
+        end = min(len(all_lines), line + context)
+        return SourceLines(
+            file=name, path=str(path), start=start, line=line, lines=all_lines[start - 1 : end]
+        )

@@ -1,0 +1,140 @@
+"""Plugin settings from TensorBoard's flags (``--sync_advisor_*``, ``--logdir[_spec]``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tb_syncfinder.plugin.cache import default_cache_dir
+from tb_syncfinder.plugin.safety import parse_path_map
+
+DEFAULT_RELOAD_INTERVAL_S = 10.0
+_URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
+_DISABLED = ("", "none", "off", "false", "0")
+
+
+@dataclass
+class PluginSettings:
+    logdirs: list[tuple[str | None, str]]  # (run name prefix, path); prefix only if several
+    source_roots: list[str] = field(default_factory=lambda: [os.getcwd()])
+    path_map: list[tuple[str, str]] = field(default_factory=list)
+    cache_dir: str | None = field(default_factory=default_cache_dir)  # None: no disk cache
+    reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
+    max_workers: int = 0  # 0: min(4, cpu count)
+    use_processes: bool = True
+
+
+def parse_logdir_spec(spec: str) -> list[tuple[str | None, str]]:
+    """``--logdir_spec`` as TensorBoard parses it: ``name:/path,/other/path``.
+
+    Unnamed entries are prefixed with their folder's base name so that runs of different
+    logdirs never collide.
+    """
+    entries: list[tuple[str | None, str]] = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        if (
+            _URI.match(item) is None
+            and ":" in item
+            and item[0] != "/"
+            and not os.path.splitdrive(item)[0]
+        ):
+            name, _, path = item.partition(":")
+        else:
+            name, path = None, item
+        if _URI.match(path) is None:
+            path = os.path.realpath(os.path.expanduser(path))
+        entries.append((name or os.path.basename(path.rstrip("/")) or path, path))
+    return entries
+
+
+def logdirs_from(flags: Any, context_logdir: str | None) -> list[tuple[str | None, str]]:
+    """The logdir(s) to watch: ``--logdir`` (no prefix) or every ``--logdir_spec`` entry."""
+    logdir = context_logdir or getattr(flags, "logdir", None)
+    if logdir:
+        if _URI.match(logdir) is None:
+            logdir = os.path.realpath(os.path.expanduser(logdir))
+        return [(None, logdir)]
+    spec = getattr(flags, "logdir_spec", None)
+    if spec:
+        entries = parse_logdir_spec(spec)
+        if len(entries) == 1:
+            return [(None, entries[0][1])]
+        return entries
+    return []
+
+
+def settings_from_flags(flags: Any, context_logdir: str | None) -> PluginSettings:
+    """Settings from a parsed TensorBoard namespace (missing flags take their defaults)."""
+    roots = [
+        os.path.realpath(os.path.expanduser(r))
+        for r in (getattr(flags, "sync_advisor_source_root", None) or [])
+    ]
+    cache_dir = getattr(flags, "sync_advisor_cache_dir", None)
+    if cache_dir is None:
+        cache_dir = default_cache_dir()
+    elif cache_dir.strip().lower() in _DISABLED:
+        cache_dir = None
+    interval = getattr(flags, "sync_advisor_reload_interval", None)
+    return PluginSettings(
+        logdirs=logdirs_from(flags, context_logdir),
+        source_roots=roots or [os.getcwd()],
+        path_map=parse_path_map(getattr(flags, "sync_advisor_path_map", None) or []),
+        cache_dir=cache_dir,
+        reload_interval_s=DEFAULT_RELOAD_INTERVAL_S if interval is None else float(interval),
+        max_workers=int(getattr(flags, "sync_advisor_max_workers", 0) or 0),
+    )
+
+
+def define_flags(parser: Any) -> None:
+    """Add the ``--sync_advisor_*`` flags to TensorBoard's argument parser."""
+    group = parser.add_argument_group("sync_advisor")
+    group.add_argument(
+        "--sync_advisor_source_root",
+        action="append",
+        metavar="DIR",
+        default=None,
+        help="Sync Advisor: a folder whose .py files may be shown as the source of a "
+        "finding (repeatable; default: the folder TensorBoard was started in).",
+    )
+    group.add_argument(
+        "--sync_advisor_path_map",
+        action="append",
+        metavar="FROM=TO",
+        default=None,
+        help="Sync Advisor: read source paths starting with FROM (as recorded in the "
+        "trace, e.g. on the training machine) under TO locally (repeatable).",
+    )
+    group.add_argument(
+        "--sync_advisor_cache_dir",
+        metavar="DIR",
+        default=None,
+        help="Sync Advisor: where analysed traces are cached (default: "
+        "$XDG_CACHE_HOME/tb_syncfinder or ~/.cache/tb_syncfinder; 'none' disables).",
+    )
+    group.add_argument(
+        "--sync_advisor_reload_interval",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_RELOAD_INTERVAL_S,
+        help="Sync Advisor: how often the logdir is scanned for new or changed traces.",
+    )
+    group.add_argument(
+        "--sync_advisor_max_workers",
+        metavar="N",
+        type=int,
+        default=0,
+        help="Sync Advisor: trace files analysed at once (default: min(4, CPU count)).",
+    )
+
+
+def check_flags(flags: Any) -> None:
+    """Raise ValueError with a readable message for a malformed ``--sync_advisor_*`` flag."""
+    parse_path_map(getattr(flags, "sync_advisor_path_map", None) or [])
+    interval = getattr(flags, "sync_advisor_reload_interval", DEFAULT_RELOAD_INTERVAL_S)
+    if interval is not None and not float(interval) > 0:
+        raise ValueError("--sync_advisor_reload_interval must be > 0")
+    workers = getattr(flags, "sync_advisor_max_workers", 0) or 0
+    if int(workers) < 0:
+        raise ValueError("--sync_advisor_max_workers must be >= 0")

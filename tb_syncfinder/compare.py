@@ -1,0 +1,146 @@
+"""Baseline run vs new run, per site: fixed / new / better / worse / same.
+
+Sites are matched by file basename + function + first operator + kind, not by line: an edit
+above a sync moves its line but must not make every site "new", and a trace recorded in
+another checkout has other absolute paths. Sites of one report sharing a key (two
+``.item()`` calls in one function) are merged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATUSES = ("new", "worse", "better", "same", "fixed")
+# Relative change of the per-step cost (host wait + GPU idle) beyond which a site counts as
+# better or worse; below it, run-to-run noise.
+THRESHOLD = 0.10
+
+
+def _basename(file: str | None) -> str:
+    if not file:
+        return ""
+    return file.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+def site_match_key(site: dict[str, Any]) -> str:
+    """``basename:func:first op:kind``, the identity of a site across runs."""
+    ops = site.get("ops") or []
+    first_op = ops[0] if ops else ""
+    return ":".join([_basename(site.get("file")), site.get("func") or "", first_op or "",
+                     site.get("kind") or ""])
+
+
+def _steps(report: dict[str, Any]) -> int:
+    return max(int((report.get("summary") or {}).get("step_count") or 0), 1)
+
+
+def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    steps = _steps(report)
+    merged: dict[str, dict[str, Any]] = {}
+    for site in sites:
+        key = site_match_key(site)
+        entry = merged.get(key)
+        if entry is None:
+            entry = merged[key] = {
+                "site": site,
+                "lines": [],
+                "count": 0,
+                "host_wait_us": 0.0,
+                "gpu_idle_us": 0.0,
+                "share_of_step": 0.0,
+            }
+        if site.get("line") is not None and site["line"] not in entry["lines"]:
+            entry["lines"].append(site["line"])
+        entry["count"] += int(site.get("count") or 0)
+        entry["host_wait_us"] += float(site.get("host_wait_us") or 0.0)
+        entry["gpu_idle_us"] += float(site.get("gpu_idle_us") or 0.0)
+        entry["share_of_step"] += float(site.get("share_of_step") or 0.0)
+    for entry in merged.values():
+        entry["per_step"] = entry["count"] / steps
+        entry["cost_per_step_us"] = (entry["host_wait_us"] + entry["gpu_idle_us"]) / steps
+    return merged
+
+
+def _side(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    site = entry["site"]
+    return {
+        "file": site.get("file"),
+        "line": site.get("line"),
+        "lines": sorted(entry["lines"]),
+        "count": entry["count"],
+        "per_step": entry["per_step"],
+        "host_wait_us": entry["host_wait_us"],
+        "gpu_idle_us": entry["gpu_idle_us"],
+        "cost_per_step_us": entry["cost_per_step_us"],
+        "share_of_step": entry["share_of_step"],
+    }
+
+
+def _status(before: dict[str, Any] | None, after: dict[str, Any] | None, measure: str) -> str:
+    if before is None:
+        return "new"
+    if after is None:
+        return "fixed"
+    old, now = float(before[measure]), float(after[measure])
+    if old <= 0:
+        return "same" if now <= 0 else "worse"
+    change = (now - old) / old
+    if change > THRESHOLD:
+        return "worse"
+    if change < -THRESHOLD:
+        return "better"
+    return "same"
+
+
+def _compare_sites(base: dict[str, Any], new: dict[str, Any], field: str,
+                   measure: str) -> list[dict[str, Any]]:
+    before_sites = _merge(base, base.get(field) or [])
+    after_sites = _merge(new, new.get(field) or [])
+    rows = []
+    for key in list(before_sites) + [k for k in after_sites if k not in before_sites]:
+        before = _side(before_sites.get(key))
+        after = _side(after_sites.get(key))
+        current = (after_sites.get(key) or before_sites[key])["site"]
+        rows.append({
+            "key": key,
+            "file": current.get("file"),
+            "line": current.get("line"),
+            "func": current.get("func"),
+            "kind": current.get("kind"),
+            "ops": list(current.get("ops") or []),
+            "status": _status(before, after, measure),
+            "before": before,
+            "after": after,
+            "change_us": (after or {}).get("cost_per_step_us", 0.0)
+            - (before or {}).get("cost_per_step_us", 0.0),
+        })
+    rows.sort(key=lambda r: (STATUSES.index(r["status"]), -abs(r["change_us"]), r["key"]))
+    return rows
+
+
+def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Compare two report JSON dicts (``Report.to_json()``): ``base`` before, ``new`` after.
+
+    Returns ``{"base": Summary, "new": Summary, "step_time_change_us", "sites": [...],
+    "latent_sites": [...], "counts": {status: n}}``; each site has ``key``, ``file``,
+    ``line``, ``func``, ``kind``, ``ops``, ``status``, ``before`` / ``after`` (null when
+    absent on that side) and ``change_us`` (per-step cost change). Latent sites (CPU-only
+    traces, no cost) are compared by count per step.
+    """
+    base_summary = base.get("summary") or {}
+    new_summary = new.get("summary") or {}
+    sites = _compare_sites(base, new, "sites", "cost_per_step_us")
+    latent_sites = _compare_sites(base, new, "latent_sites", "per_step")
+    counts = {status: sum(1 for s in sites if s["status"] == status) for status in STATUSES}
+    base_step = float(base_summary.get("mean_step_time_us") or 0.0)
+    new_step = float(new_summary.get("mean_step_time_us") or 0.0)
+    return {
+        "base": base_summary,
+        "new": new_summary,
+        "step_time_change_us": new_step - base_step if base_step and new_step else None,
+        "sites": sites,
+        "latent_sites": latent_sites,
+        "counts": counts,
+    }

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tensorboard.backend import http_util
+from tensorboard.backend import http_util, json_util
 from tensorboard.plugins import base_plugin
-from tensorboard.util import json_util
 from werkzeug import wrappers
 
 from tb_syncfinder.models import KINDS, TraceRef

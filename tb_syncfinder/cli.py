@@ -1,0 +1,376 @@
+"""``tb-syncfinder``: report, compare and demo on the command line.
+
+Exit status: 0 fine; 1 a ``--max-syncs-per-step`` gate (or ``compare --fail-on-regression``)
+failed; 2 unusable input (missing path, no traces, every trace unreadable, bad option),
+with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from tb_syncfinder import __version__
+
+PROG = "tb-syncfinder"
+FORMATS = ("table", "json", "csv", "sarif")
+DEFAULT_TOP = 20
+
+
+class UsageError(Exception):
+    """Unusable input: the message is printed on stderr and the exit status is 2."""
+
+
+# --- argument parsing ----------------------------------------------------------------
+
+def _path_map_item(text: str) -> tuple[str, str]:
+    source, sep, target = text.partition("=")
+    if not sep or not source:
+        raise argparse.ArgumentTypeError(
+            f"expected FROM=TO (the path prefix in the trace = the local one), got {text!r}")
+    return source, target
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _add_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source-root", action="append", default=[], metavar="DIR",
+        help="directory to look for the profiled source files in, to find exact call lines "
+             "(repeatable; the current directory is always searched)")
+    parser.add_argument(
+        "--path-map", action="append", default=[], type=_path_map_item, metavar="FROM=TO",
+        help="rewrite a path prefix recorded in the trace (e.g. /workspace=/home/me/proj), "
+             "for traces recorded on another machine (repeatable)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto",
+        help="colour the table: auto = on a terminal unless NO_COLOR is set (default)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the output to FILE instead of standard output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Find host-device synchronizations in PyTorch profiler (Kineto) traces: "
+                    "their cost, source line and fix.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    report = commands.add_parser(
+        "report", help="analyse a trace file, run folder or logdir and print the syncs",
+        description="Analyse a trace file (.json / .json.gz), a run folder or a logdir of runs "
+                    "and list the synchronization sites by cost.")
+    report.add_argument("path", metavar="PATH", help="trace file, run folder or logdir")
+    report.add_argument("--format", choices=FORMATS, default=None,
+                        help="output format (default: table)")
+    report.add_argument("--json", action="store_true",
+                        help="print the JSON report (same as --format json)")
+    _add_source_options(report)
+    report.add_argument(
+        "--max-syncs-per-step", type=_non_negative, default=None, metavar="N",
+        help="exit with status 1 when any step has more than N syncs (a CI gate)")
+    report.add_argument(
+        "--latent", action=argparse.BooleanOptionalAction, default=True,
+        help="list operators that would synchronize on a GPU, for CPU-only traces "
+             "(default: on)")
+    report.add_argument("--top", type=_non_negative, default=DEFAULT_TOP, metavar="N",
+                        help=f"sites shown in the table (default {DEFAULT_TOP}; 0 = all)")
+    report.add_argument(
+        "--annotate", metavar="OUT.json",
+        help="also write the trace with an added 'Sync Advisor' track (one trace only), "
+             "to open in Perfetto or chrome://tracing")
+    _add_output_options(report)
+    report.set_defaults(handler=_cmd_report)
+
+    compare = commands.add_parser(
+        "compare", help="compare a baseline run with a new one, site by site",
+        description="Compare two runs: each is a report saved with --json, or a trace file, "
+                    "run folder or logdir to analyse. Sites match by file name, function, "
+                    "operator and kind, so edits that move lines do not break the match.")
+    compare.add_argument("base", metavar="BASE", help="baseline: report JSON or traces")
+    compare.add_argument("new", metavar="NEW", help="new run: report JSON or traces")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument(
+        "--fail-on-regression", action="store_true",
+        help="exit with status 1 when a site is new or worse (a CI gate)")
+    _add_source_options(compare)
+    _add_output_options(compare)
+    compare.set_defaults(handler=_cmd_compare)
+
+    demo = commands.add_parser(
+        "demo", help="profile the demo workloads and open them in TensorBoard",
+        description="Profile the bundled demo workloads (with syncs, and optimized), print "
+                    "their reports and start TensorBoard on them.")
+    demo.set_defaults(handler=_cmd_demo)
+    return parser
+
+
+def _demo_module() -> Any:
+    """The demo CLI, imported only when asked for: it imports torch."""
+    import importlib
+
+    return importlib.import_module("tb_syncfinder.demo.cli")
+
+
+def _find_subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    raise KeyError(name)
+
+
+# --- helpers -------------------------------------------------------------------------
+
+def _use_color(choice: str, stream: IO[str]) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The analysis options the engine understands, from the command line."""
+    from tb_syncfinder import engine
+
+    wanted: dict[str, Any] = {
+        "source_roots": list(args.source_root),
+        "path_map": list(args.path_map),
+    }
+    if hasattr(args, "latent"):
+        wanted["latent"] = args.latent
+    options_cls = getattr(engine, "Options", None)
+    if options_cls is not None and dataclasses.is_dataclass(options_cls):
+        known = {f.name for f in dataclasses.fields(options_cls)}
+        return {k: v for k, v in wanted.items() if k in known}
+    return wanted
+
+
+def _analyze(path: str, args: argparse.Namespace) -> Any:
+    """Analyse ``path``; UsageError when nothing in it can be analysed."""
+    from tb_syncfinder.discovery import TraceNotFoundError, find_traces
+    from tb_syncfinder.engine import analyze
+
+    try:
+        refs = find_traces(path)
+    except TraceNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not refs:
+        raise UsageError(
+            f"{path}: no traces found (looked for *.pt.trace.json[.gz] files and "
+            "*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json)")
+    try:
+        report = analyze(path, **_engine_options(args))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    traces = report.traces
+    if traces and all(t.error for t in traces):
+        reasons = "\n".join(f"  {t.path}: {t.error}" for t in traces)
+        raise UsageError(f"{path}: no trace could be read:\n{reasons}")
+    return report
+
+
+def _write(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
+    """One line per step whose sync count exceeds ``limit``; the whole trace counts as one
+    step when it has no ProfilerStep markers."""
+    problems = []
+    steps = report_json.get("steps") or []
+    for step in steps:
+        count = int(step.get("sync_count") or 0)
+        if count > limit:
+            where = os.path.basename(step.get("trace") or "") or "trace"
+            problems.append(f"step {step.get('step')} of {where} has {count} syncs "
+                            f"(limit {limit})")
+    traced_steps = {t.get("path") for t in (report_json.get("traces") or [])
+                    if int(t.get("steps") or 0) > 0}
+    by_trace: dict[str, int] = {}
+    for sync in report_json.get("syncs") or []:
+        if sync.get("step") is None and sync.get("trace") not in traced_steps:
+            by_trace[sync.get("trace") or ""] = by_trace.get(sync.get("trace") or "", 0) + 1
+    for trace, count in by_trace.items():
+        if count > limit:
+            problems.append(f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
+                            f"counted as one step) has {count} syncs (limit {limit})")
+    return problems
+
+
+# --- commands ------------------------------------------------------------------------
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tb_syncfinder import export
+    from tb_syncfinder.render import render_report
+
+    output_format = "json" if args.json else (args.format or "table")
+    if args.json and args.format not in (None, "json"):
+        raise UsageError(f"--json and --format {args.format} contradict each other")
+    report = _analyze(args.path, args)
+    report_json = report.to_json()
+    if not args.latent:
+        report_json["latent"] = []
+        report_json["latent_sites"] = []
+
+    if output_format == "table":
+        stream = sys.stdout
+        color = False if args.output else _use_color(args.color, stream)
+        _write(render_report(report_json, color=color, top=args.top or None), args.output)
+    else:
+        for trace in report_json["traces"]:
+            if trace.get("error"):
+                _warn(f"{trace['path']}: {trace['error']}")
+        if output_format == "json":
+            text = json.dumps(report_json, indent=1) + "\n"
+        elif output_format == "csv":
+            text = export.to_csv(report_json)
+        else:
+            text = json.dumps(export.to_sarif(report_json), indent=1) + "\n"
+        _write(text, args.output)
+
+    if args.annotate:
+        _write_annotated(report_json, args.annotate)
+
+    if args.max_syncs_per_step is not None:
+        problems = step_violations(report_json, args.max_syncs_per_step)
+        if problems:
+            for problem in problems:
+                print(f"{PROG}: too many syncs: {problem}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _write_annotated(report_json: dict[str, Any], out_path: str) -> None:
+    from tb_syncfinder.export import annotate_trace
+
+    readable = [t for t in report_json["traces"] if not t.get("error")]
+    if len(readable) != 1:
+        raise UsageError(f"--annotate needs exactly one trace, {len(readable)} were analysed")
+    trace_path = readable[0]["path"]
+    syncs = [s for s in report_json["syncs"] if s.get("trace") in ("", trace_path)]
+    try:
+        data = annotate_trace(trace_path, syncs, report_json.get("sites"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with open(out_path, "wb") as handle:
+        handle.write(data)
+    print(f"{PROG}: annotated trace written to {out_path}", file=sys.stderr)
+
+
+def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A report JSON file as is, or the report of analysing a trace / run / logdir."""
+    from tb_syncfinder.models import SCHEMA
+
+    if os.path.isfile(path) and not path.endswith(".gz"):
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(4096)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        if SCHEMA.encode() in head:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    data = json.load(handle)
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"{path}: not a readable report ({exc})") from None
+            if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+                raise UsageError(f"{path}: not a {SCHEMA} report")
+            return data
+    return _analyze(path, args).to_json()
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tb_syncfinder.compare import compare
+    from tb_syncfinder.render import render_compare
+
+    base = _load_side(args.base, args)
+    new = _load_side(args.new, args)
+    result = compare(base, new)
+    if args.json:
+        _write(json.dumps(result, indent=1) + "\n", args.output)
+    else:
+        color = False if args.output else _use_color(args.color, sys.stdout)
+        _write(render_compare(result, color=color), args.output)
+    if args.fail_on_regression:
+        regressions = [s for s in result["sites"] if s["status"] in ("new", "worse")]
+        if regressions:
+            for site in regressions:
+                print(f"{PROG}: {site['status']}: {site['key']}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    return int(_demo_module().run(args) or 0)
+
+
+# --- entry point ---------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if args_list and args_list[0] == "demo":
+        demo_parser = _find_subparser(parser, "demo")
+        try:
+            _demo_module().add_arguments(demo_parser)
+        except ImportError as exc:
+            print(f"{PROG}: error: the demo is not available ({exc})", file=sys.stderr)
+            return 2
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:  # argparse: 0 for --help/--version, 2 for bad usage
+        return int(exc.code or 0)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # Output piped into `head` and closed early: not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tb_syncfinder.compare import compare, site_match_key
+from tb_syncfinder.models import Report
+
+
+def _site(report: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(s for s in report["sites"] if s["kind"] == kind)
+
+
+def _status(result: dict[str, Any], kind: str) -> str:
+    return next(s["status"] for s in result["sites"] if s["kind"] == kind)
+
+
+def test_identical_runs_are_all_same(sample_report: Report) -> None:
+    report = sample_report.to_json()
+    result = compare(report, copy.deepcopy(report))
+    assert {s["status"] for s in result["sites"]} == {"same"}
+    assert result["step_time_change_us"] == 0.0
+    assert result["counts"]["same"] == 2
+
+
+def test_site_gone_is_fixed_and_site_appearing_is_new(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    new = copy.deepcopy(base)
+    new["sites"] = [s for s in new["sites"] if s["kind"] != "dynamic_shape"]
+    assert _status(compare(base, new), "dynamic_shape") == "fixed"
+    assert _status(compare(new, base), "dynamic_shape") == "new"
+    fixed = next(s for s in compare(base, new)["sites"] if s["status"] == "fixed")
+    assert fixed["before"]["count"] == 4 and fixed["after"] is None
+
+
+def test_moved_line_still_matches_by_file_function_op_and_kind(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    new = copy.deepcopy(base)
+    moved = _site(new, "scalar_readback")
+    moved["line"] = 50
+    moved["file"] = "/other/checkout/train.py"  # recorded in another checkout
+    result = compare(base, new)
+    assert _status(result, "scalar_readback") == "same"
+    row = next(s for s in result["sites"] if s["kind"] == "scalar_readback")
+    assert (row["before"]["line"], row["after"]["line"]) == (42, 50)
+
+
+def test_cost_change_beyond_ten_percent_is_better_or_worse(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    cheaper = copy.deepcopy(base)
+    _site(cheaper, "scalar_readback")["host_wait_us"] = 2000.0  # 4000 -> 3000 us: -25 %
+    assert _status(compare(base, cheaper), "scalar_readback") == "better"
+    dearer = copy.deepcopy(base)
+    _site(dearer, "scalar_readback")["gpu_idle_us"] = 1500.0  # 4000 -> 4500 us: +12.5 %
+    assert _status(compare(base, dearer), "scalar_readback") == "worse"
+    noisy = copy.deepcopy(base)
+    _site(noisy, "scalar_readback")["host_wait_us"] = 3300.0  # +7.5 %: noise
+    assert _status(compare(base, noisy), "scalar_readback") == "same"
+
+
+def test_cost_is_compared_per_step_not_in_total(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    longer = copy.deepcopy(base)
+    longer["summary"]["step_count"] = 8  # twice the steps, same total cost: half per step
+    assert _status(compare(base, longer), "scalar_readback") == "better"
+
+
+def test_two_sites_with_the_same_key_are_merged(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    twice = copy.deepcopy(_site(base, "scalar_readback"))
+    twice["line"] = 44
+    base["sites"].append(twice)
+    new = sample_report.to_json()
+    result = compare(base, new)
+    row = next(s for s in result["sites"] if s["kind"] == "scalar_readback")
+    assert row["before"]["lines"] == [42, 44] and row["before"]["count"] == 16
+    assert row["status"] == "better"
+    assert len(result["sites"]) == 2
+
+
+def test_match_key_uses_basename_function_first_op_and_kind() -> None:
+    site = {"file": "C:\\proj\\train.py", "func": "step", "ops": ["aten::item", "x"],
+            "kind": "scalar_readback", "line": 3}
+    assert site_match_key(site) == "train.py:step:aten::item:scalar_readback"
+    assert site_match_key({"file": None, "func": None, "ops": [], "kind": "explicit_sync"}) \
+        == ":::explicit_sync"
+
+
+def test_step_time_change_comes_from_mean_step_time(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    new = copy.deepcopy(base)
+    new["summary"]["mean_step_time_us"] = 7_500.0
+    result = compare(base, new)
+    assert result["step_time_change_us"] == -2_500.0
+    assert result["base"]["mean_step_time_us"] == 10_000.0
+
+
+def test_latent_sites_are_compared_by_count(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    latent = copy.deepcopy(_site(base, "dynamic_shape"))
+    latent.update(host_wait_us=0.0, gpu_idle_us=0.0, latent=True)
+    base["latent_sites"] = [latent]
+    new = copy.deepcopy(base)
+    new["latent_sites"] = []
+    assert compare(base, new)["latent_sites"][0]["status"] == "fixed"

@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import make_site
+
+from tb_syncfinder.export import annotate_trace, load_trace_json, sarif_uri, to_csv, to_sarif
+from tb_syncfinder.models import Report
+
+# The parts of the SARIF 2.1.0 schema (OASIS sarif-schema-2.1.0.json) our output uses,
+# with their required properties and types, so a structural break fails without network.
+SARIF_SUBSET_SCHEMA = {
+    "type": "object",
+    "required": ["version", "runs"],
+    "properties": {
+        "$schema": {"type": "string", "format": "uri"},
+        "version": {"enum": ["2.1.0"]},
+        "runs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["tool"],
+                "properties": {
+                    "tool": {
+                        "type": "object",
+                        "required": ["driver"],
+                        "properties": {
+                            "driver": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "version": {"type": "string"},
+                                    "informationUri": {"type": "string"},
+                                    "rules": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["id"],
+                                            "properties": {
+                                                "id": {"type": "string"},
+                                                "shortDescription": {
+                                                    "type": "object", "required": ["text"]},
+                                                "fullDescription": {
+                                                    "type": "object", "required": ["text"]},
+                                                "defaultConfiguration": {
+                                                    "type": "object",
+                                                    "properties": {"level": {"enum": [
+                                                        "none", "note", "warning", "error"]}},
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["message"],
+                            "properties": {
+                                "ruleId": {"type": "string"},
+                                "ruleIndex": {"type": "integer", "minimum": -1},
+                                "level": {"enum": ["none", "note", "warning", "error"]},
+                                "message": {"type": "object", "required": ["text"],
+                                            "properties": {"text": {"type": "string"}}},
+                                "locations": {"type": "array", "items": {
+                                    "type": "object",
+                                    "properties": {"physicalLocation": {
+                                        "type": "object",
+                                        "properties": {
+                                            "artifactLocation": {
+                                                "type": "object",
+                                                "properties": {"uri": {"type": "string"},
+                                                               "uriBaseId": {"type": "string"}},
+                                            },
+                                            "region": {
+                                                "type": "object",
+                                                "properties": {"startLine": {
+                                                    "type": "integer", "minimum": 1}},
+                                            },
+                                        },
+                                    }},
+                                }},
+                                "partialFingerprints": {"type": "object",
+                                                        "additionalProperties": {
+                                                            "type": "string"}},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_csv_has_one_row_per_site_sorted_by_cost(sample_report: Report) -> None:
+    rows = list(csv.DictReader(io.StringIO(to_csv(sample_report.to_json()))))
+    assert [r["file"] for r in rows] == ["/home/me/proj/train.py", "/home/me/proj/model.py"]
+    first = rows[0]
+    assert first["line"] == "42" and first["kind"] == "scalar_readback"
+    assert first["ops"] == "aten::item > aten::_local_scalar_dense"
+    assert float(first["host_wait_us"]) == 3000.0 and first["count"] == "8"
+    assert first["advice"] == "fix scalar_readback" and first["latent"] == "0"
+
+
+def test_csv_quotes_commas_and_marks_latent_sites(sample_report: Report) -> None:
+    report = sample_report.to_json()
+    latent = make_site("a,b.py", 3, "f", "dynamic_shape", ["aten::unique"], 2, 0, 0)
+    report["latent_sites"] = [json.loads(json.dumps(latent.__dict__))]
+    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    assert rows[-1]["file"] == "a,b.py" and rows[-1]["latent"] == "1"
+
+
+def test_sarif_is_structurally_valid_2_1_0(sample_report: Report, tmp_path: Path) -> None:
+    sarif = to_sarif(sample_report.to_json(), root="/home/me/proj")
+    jsonschema.validate(sarif, SARIF_SUBSET_SCHEMA)
+    assert sarif["$schema"].endswith("sarif-2.1.0.json")
+    run = sarif["runs"][0]
+    rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert rule_ids == ["scalar_readback", "dynamic_shape"]
+    for result in run["results"]:
+        assert rule_ids[result["ruleIndex"]] == result["ruleId"]
+
+
+def test_sarif_results_point_at_relative_file_and_line_with_cost_and_advice(
+        sample_report: Report) -> None:
+    results = to_sarif(sample_report.to_json(), root="/home/me/proj")["runs"][0]["results"]
+    first = results[0]
+    location = first["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "train.py"
+    assert location["region"]["startLine"] == 42
+    assert first["level"] == "error"  # 4 ms of a 40 ms run: 10 %
+    assert "host wait 3.00 ms" in first["message"]["text"]
+    assert "Fix: fix scalar_readback" in first["message"]["text"]
+    assert results[1]["level"] == "warning"
+
+
+def test_sarif_skips_sites_without_file_or_line(sample_report: Report) -> None:
+    report = sample_report.to_json()
+    report["sites"].append(json.loads(json.dumps(make_site(
+        None, None, None, "explicit_sync", ["cudaDeviceSynchronize"], 1, 5.0, 0.0).__dict__)))
+    assert len(to_sarif(report)["runs"][0]["results"]) == 2
+
+
+@pytest.mark.parametrize("file, root, uri", [
+    ("/home/me/proj/pkg/train.py", "/home/me/proj", "pkg/train.py"),
+    ("/elsewhere/pkg/train.py", "/home/me/proj", "elsewhere/pkg/train.py"),
+    ("C:\\Users\\me\\my proj\\train.py", "/x", "Users/me/my%20proj/train.py"),
+    ("./pkg/train.py", "/x", "pkg/train.py"),
+    ("pkg\\sub\\m.py", "/x", "pkg/sub/m.py"),
+])
+def test_sarif_uris_are_relative_with_forward_slashes(file: str, root: str, uri: str) -> None:
+    assert sarif_uri(file, root) == uri
+
+
+def _trace_bytes() -> bytes:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 100, "tid": 7,
+         "ts": 1000.0, "dur": 400.0},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 900.0,
+         "dur": 300.0},
+    ]
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def test_annotated_trace_adds_a_sync_advisor_process_with_wait_and_idle_slices(
+        sample_report: Report, tmp_path: Path) -> None:
+    trace = tmp_path / "w.pt.trace.json.gz"
+    trace.write_bytes(gzip.compress(_trace_bytes()))
+    report = sample_report.to_json()
+
+    out = json.loads(annotate_trace(str(trace), report["syncs"], report["sites"]))
+
+    events = out["traceEvents"]
+    assert out["schemaVersion"] == 1 and events[0]["name"] == "aten::item"
+    advisor = [e for e in events if e.get("pid") == 101]
+    names = {e["args"]["name"] for e in advisor if e["name"] in ("process_name", "thread_name")}
+    assert names == {"Sync Advisor", "host wait", "GPU idle after"}
+    wait, idle = [e for e in advisor if e["ph"] == "X"]
+    assert (wait["ts"], wait["dur"]) == (1000.0, 375.0)
+    assert (idle["ts"], idle["dur"]) == (1375.0, 125.0)
+    assert wait["args"]["kind"] == "scalar_readback" and wait["args"]["op"] == "aten::item"
+    assert wait["args"]["source"] == "/home/me/proj/train.py:42"
+    assert wait["args"]["advice"] == "fix scalar_readback"
+
+
+def test_annotate_reads_traces_with_unquoted_na_and_raw_windows_paths(tmp_path: Path) -> None:
+    raw = (b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, '
+           b'"dur": N/A, "args": {"file": "C:\\Users\\me\\model.py"}}]}')
+    trace = tmp_path / "win.pt.trace.json"
+    trace.write_bytes(raw)
+    data = load_trace_json(str(trace))
+    event = data["traceEvents"][0]
+    assert event["dur"] == "N/A" and event["args"]["file"] == "C:\\Users\\me\\model.py"
+    assert json.loads(annotate_trace(str(trace), []))["traceEvents"][-1]["ph"] == "M"
+
+
+def test_annotate_names_the_file_when_it_is_not_json(tmp_path: Path) -> None:
+    trace = tmp_path / "broken.pt.trace.json"
+    trace.write_bytes(b'{"traceEvents": [')
+    with pytest.raises(ValueError, match="broken.pt.trace.json: not valid JSON"):
+        annotate_trace(str(trace), [])

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import re
+
+from conftest import make_site
+
+from tb_syncfinder.models import Report, Summary, TraceInfo
+from tb_syncfinder.render import (
+    WIDTH,
+    format_us,
+    render_compare,
+    render_report,
+    truncate_left,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_sites_are_listed_most_expensive_first(sample_report: Report) -> None:
+    text = render_report(sample_report, color=False)
+    assert text.index("train.py:42") < text.index("model.py:17")
+    assert "train_step" in text and "aten::item > aten::_local_scalar_dense" in text
+    assert "fix: fix scalar_readback" in text
+
+
+def test_plain_text_has_no_escape_codes_and_fits_100_columns(sample_report: Report) -> None:
+    text = render_report(sample_report, color=False)
+    assert "\x1b[" not in text
+    assert all(len(line) <= WIDTH for line in text.splitlines())
+
+
+def test_colour_adds_escape_codes_without_changing_the_text(sample_report: Report) -> None:
+    coloured = render_report(sample_report, color=True)
+    assert "\x1b[" in coloured
+    assert ANSI.sub("", coloured) == render_report(sample_report, color=False)
+
+
+def test_summary_gives_per_step_wait_idle_share_and_estimated_step_time(
+        sample_report: Report) -> None:
+    text = render_report(sample_report, color=False)
+    assert "3.0  (12 over 4 steps)" in text  # syncs per step
+    assert "850 us per step" in text  # 3400 us host wait / 4 steps
+    assert "275 us per step" in text  # 1100 us idle / 4 steps
+    assert "11.2%" in text  # 4500 / 40000
+    assert "10.00 ms mean; ~8.88 ms without syncs" in text
+
+
+def test_long_paths_are_cut_from_the_left_keeping_file_and_line() -> None:
+    assert truncate_left("/a/very/long/path/to/the/project/src/train.py:42", 20) == \
+        "…ect/src/train.py:42"
+    long_site = make_site("/" + "deep/" * 30 + "train.py", 7, "f", "explicit_sync",
+                          ["aten::x"], 1, 10.0, 0.0)
+    report = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
+                    summary=Summary(1, 10.0, 0.0, 100.0), syncs=[], sites=[long_site], latent=[])
+    text = render_report(report)
+    assert "…" in text and "train.py:7" in text
+    assert all(len(line) <= WIDTH for line in text.splitlines())
+
+
+def test_top_limits_the_sites_and_says_how_many_are_hidden(sample_report: Report) -> None:
+    text = render_report(sample_report, top=1)
+    assert "train.py:42" in text and "model.py:17" not in text
+    assert "1 more site (--top 0 shows all)" in text
+
+
+def test_definition_line_is_marked_when_the_call_line_is_unknown() -> None:
+    site = make_site("train.py", 8, "train_step", "scalar_readback", ["aten::item"], 1,
+                     5.0, 0.0, line_exact=False)
+    report = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
+                    summary=Summary(1, 5.0, 0.0, 100.0), syncs=[], sites=[site], latent=[])
+    text = render_report(report)
+    assert "train.py:8*" in text and "--source-root" in text
+
+
+def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
+    site = make_site("train.py", 8, "train_step", "dynamic_shape", ["aten::nonzero"], 3,
+                     0.0, 0.0, latent=True)
+    report = Report(traces=[TraceInfo("t", "w", None, device="cpu", steps=3)],
+                    summary=Summary(0, 0.0, 0.0, 300.0, step_count=3, latent_count=3),
+                    syncs=[], sites=[], latent=[], latent_sites=[site])
+    text = render_report(report)
+    assert "would synchronize on a GPU" in text
+    assert "aten::nonzero" in text
+    assert "No host-device synchronizations found." in text
+
+
+def test_unreadable_traces_are_listed_with_their_reason(sample_report: Report) -> None:
+    sample_report.traces.append(TraceInfo("/traces/bad.pt.trace.json", "bad", None,
+                                          error="not valid JSON (line 1)"))
+    text = render_report(sample_report)
+    assert "/traces/bad.pt.trace.json: not valid JSON (line 1)" in text
+    assert "1 unreadable" in text
+
+
+def test_durations_read_in_the_best_unit() -> None:
+    assert format_us(4.5) == "4.5 us"
+    assert format_us(850) == "850 us"
+    assert format_us(1234.5) == "1.23 ms"
+    assert format_us(2_100_000) == "2.10 s"
+
+
+def test_render_compare_shows_status_and_step_time_change(sample_report: Report) -> None:
+    from tb_syncfinder.compare import compare
+
+    base = sample_report.to_json()
+    new = sample_report.to_json()
+    new["sites"] = [s for s in new["sites"] if s["kind"] != "dynamic_shape"]
+    new["summary"]["mean_step_time_us"] = 9_000.0
+    text = render_compare(compare(base, new))
+    assert re.search(r"^fixed\s+…?.*model\.py:17", text, re.M)
+    assert re.search(r"^same\s+.*train\.py:42", text, re.M)
+    assert "10.00 ms -> 9.00 ms (-1.00 ms)" in text
+    assert all(len(line) <= WIDTH for line in text.splitlines())

@@ -189,6 +189,16 @@ class TraceLoader:
         with self.lock:
             return not self.polled_once or any(r.loading for r in self.runs.values())
 
+    @property
+    def busy(self) -> bool:
+        """True until a poll happened and no trace is queued or being analysed."""
+        with self.lock:
+            return not self.polled_once or any(
+                t.status in (PENDING, RUNNING)
+                for r in self.runs.values()
+                for t in r.traces.values()
+            )
+
     def run_names(self) -> list[str]:
         with self.lock:
             return list(self.runs)
@@ -198,10 +208,13 @@ class TraceLoader:
             return self.runs.get(name)
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Block until a poll has happened and nothing is pending (tests, bench)."""
+        """Block until a poll has happened and nothing is queued or running (tests, bench).
+
+        Files waiting for a retry on the next poll do not count: they wait for the writer.
+        """
         deadline = time.monotonic() + timeout_s
         with self.changed:
-            while self.loading:
+            while self.busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False

@@ -1,0 +1,281 @@
+"""The plugin's background loader and disk cache, with a counting stand-in for the engine.
+
+The stand-in parses the JSON file itself and fails like the engine's decoder does on a
+file that is still being written ("Input data was truncated"), so these tests check the
+loader's bookkeeping (cache, retries, bounds, progressive publication) without depending on
+the analysis itself; tests/test_plugin_endpoints.py runs the real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tb_syncfinder.models import TraceRef
+from tb_syncfinder.plugin import loader as loader_module
+from tb_syncfinder.plugin.cache import DiskCache, cache_key
+from tb_syncfinder.plugin.loader import DONE, ERROR, RETRY, TraceLoader, looks_transient
+
+
+class CountingAnalyzer:
+    """Stand-in for engine.analyze_trace: counts calls and concurrent calls."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.calls: list[str] = []
+        self.delay_s = delay_s
+        self.active = 0
+        self.max_active = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, ref: TraceRef, options: Any) -> Any:
+        with self.lock:
+            self.calls.append(ref.path)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            time.sleep(self.delay_s)
+            text = Path(ref.path).read_text()
+            if text.startswith("broken"):
+                raise ValueError("not a trace: expected an object at byte 0")
+            try:
+                events = json.loads(text)["traceEvents"]
+            except json.JSONDecodeError:
+                raise ValueError("Input data was truncated") from None
+            info = SimpleNamespace(path=ref.path, error=None, worker=ref.worker)
+            return SimpleNamespace(info=info, syncs=[], latent=[], steps=[], events=len(events))
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+def write_trace(path: Path, events: int = 1) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "x"}] * events}))
+
+
+def make_loader(logdir: Path, cache_dir: Path, analyzer: CountingAnalyzer, **kw: Any):
+    return TraceLoader(
+        [(None, str(logdir))],
+        {"roots": []},
+        DiskCache(str(cache_dir)),
+        analyze_fn=analyzer,
+        reload_interval_s=3600,
+        **kw,
+    )
+
+
+def poll_and_wait(loader: TraceLoader) -> None:
+    loader.poll()
+    assert loader.wait_idle(30)
+
+
+def statuses(loader: TraceLoader) -> dict[str, str]:
+    return {
+        os.path.basename(path): state.status
+        for name in loader.run_names()
+        for path, state in loader.get_run(name).traces.items()
+    }
+
+
+def test_restart_answers_from_the_disk_cache_without_analysing_again(tmp_path: Path) -> None:
+    write_trace(tmp_path / "logs" / "run_a" / "w0.pt.trace.json")
+    write_trace(tmp_path / "logs" / "run_b" / "w1.123.pt.trace.json")
+    first = CountingAnalyzer()
+    poll_and_wait(make_loader(tmp_path / "logs", tmp_path / "cache", first))
+    assert len(first.calls) == 2
+
+    second = CountingAnalyzer()
+    restarted = make_loader(tmp_path / "logs", tmp_path / "cache", second)
+    restarted.poll()
+    assert second.calls == []
+    assert not restarted.loading
+    assert statuses(restarted) == {"w0.pt.trace.json": DONE, "w1.123.pt.trace.json": DONE}
+
+
+def test_a_changed_file_is_analysed_again(tmp_path: Path) -> None:
+    trace = tmp_path / "logs" / "run" / "w0.pt.trace.json"
+    write_trace(trace, events=1)
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    generation = loader.get_run("run").generation
+    write_trace(trace, events=3)
+    poll_and_wait(loader)
+    assert len(analyzer.calls) == 2
+    state = loader.get_run("run").traces[str(trace)]
+    assert state.result.events == 3
+    assert loader.get_run("run").generation > generation
+
+
+def test_a_truncated_file_completed_later_is_loaded_on_the_next_poll(tmp_path: Path) -> None:
+    trace = tmp_path / "logs" / "run" / "w0.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    full = json.dumps({"traceEvents": [{"ph": "X", "name": "x"}] * 5})
+    trace.write_text(full[: len(full) // 2])
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    assert statuses(loader) == {"w0.pt.trace.json": RETRY}
+    assert loader.get_run("run").loading  # still expected to finish
+
+    trace.write_text(full)
+    poll_and_wait(loader)
+    assert statuses(loader) == {"w0.pt.trace.json": DONE}
+    assert loader.get_run("run").traces[str(trace)].result.events == 5
+
+
+def test_an_unchanged_truncated_file_is_retried_then_reported(tmp_path: Path) -> None:
+    trace = tmp_path / "logs" / "run" / "w0.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text('{"traceEvents": [')
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    for _ in range(loader_module.MAX_TRANSIENT_ATTEMPTS + 2):
+        poll_and_wait(loader)
+    assert len(analyzer.calls) == loader_module.MAX_TRANSIENT_ATTEMPTS
+    state = loader.get_run("run").traces[str(trace)]
+    assert state.status == ERROR
+    assert "truncated" in state.error
+    assert not loader.loading
+
+
+def test_a_broken_trace_is_an_error_entry_and_its_neighbours_load(tmp_path: Path) -> None:
+    run = tmp_path / "logs" / "run"
+    write_trace(run / "good.pt.trace.json")
+    run.joinpath("bad.pt.trace.json").write_text("broken")
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    assert statuses(loader) == {"good.pt.trace.json": DONE, "bad.pt.trace.json": ERROR}
+    bad = loader.get_run("run").traces[str(run / "bad.pt.trace.json")]
+    assert bad.error == "not a trace: expected an object at byte 0"
+    poll_and_wait(loader)
+    assert len(analyzer.calls) == 2  # a broken, unchanged file is not parsed on every poll
+
+
+def test_new_runs_and_files_appear_and_removed_ones_go_without_restart(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    write_trace(logs / "run_a" / "w0.pt.trace.json")
+    loader = make_loader(logs, tmp_path / "cache", CountingAnalyzer())
+    assert not loader.found_any
+    poll_and_wait(loader)
+    assert loader.found_any
+    assert loader.run_names() == ["run_a"]
+
+    write_trace(logs / "run_b" / "w0.pt.trace.json")
+    write_trace(logs / "run_a" / "w1.pt.trace.json")
+    poll_and_wait(loader)
+    assert loader.run_names() == ["run_a", "run_b"]
+    assert len(loader.get_run("run_a").traces) == 2
+
+    for f in (logs / "run_b").iterdir():
+        f.unlink()
+    (logs / "run_b").rmdir()
+    poll_and_wait(loader)
+    assert loader.run_names() == ["run_a"]
+
+
+def test_at_most_max_workers_files_are_analysed_at_once(tmp_path: Path) -> None:
+    for i in range(6):
+        write_trace(tmp_path / "logs" / "run" / f"w{i}.pt.trace.json")
+    analyzer = CountingAnalyzer(delay_s=0.05)
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer, max_workers=2)
+    poll_and_wait(loader)
+    assert len(analyzer.calls) == 6
+    assert analyzer.max_active == 2
+
+
+def test_each_trace_is_published_as_soon_as_it_is_analysed(tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    class SlowForRunB(CountingAnalyzer):
+        def __call__(self, ref: TraceRef, options: Any) -> Any:
+            if ref.run == "run_b":
+                gate.wait(10)
+            return super().__call__(ref, options)
+
+    write_trace(tmp_path / "logs" / "run_a" / "w0.pt.trace.json")
+    write_trace(tmp_path / "logs" / "run_b" / "w0.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", SlowForRunB(), max_workers=2)
+    loader.poll()
+    deadline = time.monotonic() + 10
+    while loader.get_run("run_a").loading and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not loader.get_run("run_a").loading
+    assert loader.get_run("run_b").loading and loader.loading
+    gate.set()
+    assert loader.wait_idle(10)
+
+
+def test_several_logdirs_prefix_their_runs(tmp_path: Path) -> None:
+    write_trace(tmp_path / "a" / "run" / "w0.pt.trace.json")
+    write_trace(tmp_path / "b" / "run" / "w0.pt.trace.json")
+    loader = TraceLoader(
+        [("first", str(tmp_path / "a")), ("second", str(tmp_path / "b"))],
+        None,
+        DiskCache(None),
+        analyze_fn=CountingAnalyzer(),
+    )
+    poll_and_wait(loader)
+    assert loader.run_names() == ["first/run", "second/run"]
+    assert {s.ref.run for s in loader.get_run("first/run").traces.values()} == {"first/run"}
+
+
+def test_a_missing_logdir_is_reported_and_the_others_still_load(tmp_path: Path) -> None:
+    write_trace(tmp_path / "a" / "run" / "w0.pt.trace.json")
+    loader = TraceLoader(
+        [("gone", str(tmp_path / "nowhere")), ("a", str(tmp_path / "a"))],
+        None,
+        DiskCache(None),
+        analyze_fn=CountingAnalyzer(),
+    )
+    poll_and_wait(loader)
+    assert loader.run_names() == ["a/run"]
+    assert "nowhere" in loader.logdir_errors[0]["reason"]
+
+
+def test_background_thread_polls_on_its_own(tmp_path: Path) -> None:
+    write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+    loader.reload_interval_s = 0.05
+    loader.start()
+    try:
+        assert loader.wait_idle(10)
+        write_trace(tmp_path / "logs" / "run2" / "w0.pt.trace.json")
+        deadline = time.monotonic() + 10
+        while "run2" not in loader.run_names() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "run2" in loader.run_names()
+    finally:
+        loader.stop()
+
+
+def test_corrupt_cache_entry_is_a_miss(tmp_path: Path) -> None:
+    cache = DiskCache(str(tmp_path / "cache"))
+    key = cache_key("/x.pt.trace.json", 10, 20, "opts")
+    cache.put(key, {"a": 1})
+    assert cache.get(key) == {"a": 1}
+    (tmp_path / "cache" / (key + ".pickle")).write_bytes(b"not a pickle")
+    assert cache.get(key) is None
+    assert cache_key("/x.pt.trace.json", 11, 20, "opts") != key
+
+
+@pytest.mark.parametrize(
+    "reason, transient",
+    [
+        ("Input data was truncated", True),
+        ("Compressed file ended before the end-of-stream marker was reached", True),
+        ("Unterminated string starting at: line 1", True),
+        ("Invalid \\escape: line 1", False),
+        ("not a Kineto trace: no traceEvents", False),
+    ],
+)
+def test_transient_read_errors_are_told_apart(reason: str, transient: bool) -> None:
+    assert looks_transient(reason) is transient

@@ -1,0 +1,461 @@
+// @ts-check
+/**
+ * The dashboard: state (in the iframe's location hash), the runs poller, and the top-level
+ * layout (header, banners, hotspots or compare view, detail panel).
+ */
+import { ApiError, clearCache, getJson } from "./api.js";
+import { renderCompare } from "./compare_view.js";
+import { renderDetail } from "./detail.js";
+import { h, replace } from "./dom.js";
+import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel } from "./format.js";
+import { renderHotspots } from "./hotspots.js";
+import { apiUrl } from "./query.js";
+import { decodeState, encodeState, vscodeFlag } from "./state.js";
+import { chooseTheme } from "./theme.js";
+
+/** @typedef {import("./state.js").ViewState} ViewState */
+
+/** How often the runs list is polled: fast while the plugin is still loading traces. */
+const POLL_LOADING_MS = 3000;
+const POLL_IDLE_MS = 30000;
+
+export class App {
+  /** @param {HTMLElement} root */
+  constructor(root) {
+    this.root = root;
+    /** @type {ViewState} */
+    this.state = decodeState(location.hash);
+    /** @type {any} */
+    this.runs = null;
+    /** @type {ApiError | null} */
+    this.runsError = null;
+    this.renderGen = 0;
+    this.runsSignature = "";
+    this.inVsCode = detectVsCode();
+    this.toastEl = h("div", { class: "sa-toast", role: "status", "aria-live": "polite" });
+    this.headerEl = h("header", { class: "sa-header" });
+    this.bannerEl = h("div", { class: "sa-banners" });
+    this.viewEl = h("main", { class: "sa-view", "aria-live": "off" });
+    this.appEl = h("div", { class: "sa-app" }, this.headerEl, this.bannerEl, this.viewEl);
+    replace(root, this.appEl, this.toastEl);
+    window.addEventListener("hashchange", () => {
+      this.state = decodeState(location.hash);
+      this.render();
+    });
+    this.setupTheme();
+  }
+
+  start() {
+    this.render();
+    this.pollRuns();
+  }
+
+  /** Poll `runs`: new runs and traces appear without a reload. */
+  async pollRuns() {
+    let delay = POLL_IDLE_MS;
+    try {
+      const runs = await getJson("runs", {}, { fresh: true });
+      this.runsError = null;
+      const signature = JSON.stringify(runs);
+      if (signature !== this.runsSignature) {
+        const first = this.runs === null;
+        this.runsSignature = signature;
+        this.runs = runs;
+        // A run's traces changed: cached summaries/sites may be stale.
+        if (!first) clearCache();
+        this.render();
+      }
+      delay = runs.loading ? POLL_LOADING_MS : POLL_IDLE_MS;
+    } catch (e) {
+      this.runsError = e instanceof ApiError ? e : new ApiError(0, String(e));
+      delay = POLL_LOADING_MS;
+      this.render();
+    }
+    setTimeout(() => this.pollRuns(), delay);
+  }
+
+  /**
+   * Change the view state, write it to the location hash (replace: no history spam for
+   * every keystroke) and re-render.
+   * @param {Partial<ViewState>} patch
+   */
+  setState(patch) {
+    this.state = { ...this.state, ...patch };
+    const url = location.href.split("#")[0] + encodeState(this.state);
+    try {
+      history.replaceState(null, "", url);
+    } catch {
+      // Sandboxed frames may refuse history writes: the view still works, unshared.
+    }
+    this.render();
+  }
+
+  /** The selected run's entry in `runs`, falling back to the first run. */
+  currentRun() {
+    const runs = this.runs?.runs || [];
+    return runs.find((/** @type {any} */ r) => r.name === this.state.run) || runs[0] || null;
+  }
+
+  /** run/worker/span as request parameters, validated against the runs list. */
+  selection() {
+    const run = this.currentRun();
+    if (!run) return null;
+    const worker = (run.workers || []).find((/** @type {any} */ w) => w.name === this.state.worker);
+    const span =
+      worker && this.state.span !== null && (worker.spans || []).includes(this.state.span)
+        ? this.state.span
+        : null;
+    return { run: run.name, worker: worker ? worker.name : null, span };
+  }
+
+  async render() {
+    const gen = ++this.renderGen;
+    const focus = rememberFocus();
+    this.renderHeader();
+    this.renderBanners();
+    const sel = this.selection();
+    if (!sel) {
+      replace(this.viewEl, this.emptyRunsView());
+      return;
+    }
+    const ctx = {
+      app: this,
+      sel,
+      state: this.state,
+      isCurrent: () => gen === this.renderGen,
+    };
+    try {
+      const body =
+        this.state.view === "compare" ? await renderCompare(ctx) : await renderHotspots(ctx);
+      if (gen !== this.renderGen) return;
+      replace(this.viewEl, body);
+      restoreFocus(focus);
+      if (this.state.view !== "compare" && this.state.site) {
+        const panel = this.viewEl.querySelector(".sa-detail-slot");
+        if (panel) renderDetail(ctx, /** @type {HTMLElement} */ (panel));
+      }
+    } catch (e) {
+      if (gen !== this.renderGen) return;
+      replace(this.viewEl, errorBanner(e, "Could not load this view"));
+    }
+  }
+
+  renderHeader() {
+    const runs = this.runs?.runs || [];
+    const run = this.currentRun();
+    const sel = this.selection();
+    const workers = run?.workers || [];
+    const worker = workers.find((/** @type {any} */ w) => w.name === sel?.worker);
+    const spans = (worker?.spans || []).filter((/** @type {any} */ s) => s !== null);
+    const runSelect = h(
+      "select",
+      {
+        id: "sa-run",
+        "data-focus-key": "run",
+        onchange: (/** @type {Event} */ e) =>
+          this.setState({
+            run: /** @type {HTMLSelectElement} */ (e.target).value,
+            worker: null,
+            span: null,
+            site: null,
+            sync: null,
+            step: null,
+          }),
+      },
+      runs.map((/** @type {any} */ r) =>
+        h(
+          "option",
+          { value: r.name, selected: r.name === run?.name },
+          r.name + (r.loading ? " (loading…)" : r.error_count ? ` (${r.error_count} unreadable)` : ""),
+        ),
+      ),
+    );
+    const workerSelect = h(
+      "select",
+      {
+        id: "sa-worker",
+        "data-focus-key": "worker",
+        disabled: workers.length === 0,
+        onchange: (/** @type {Event} */ e) => {
+          const v = /** @type {HTMLSelectElement} */ (e.target).value;
+          this.setState({ worker: v || null, span: null, site: null, sync: null, step: null });
+        },
+      },
+      h("option", { value: "" }, workers.length > 1 ? `All workers (${workers.length})` : "All workers"),
+      workers.map((/** @type {any} */ w) =>
+        h("option", { value: w.name, selected: w.name === sel?.worker }, w.name),
+      ),
+    );
+    const spanField =
+      spans.length > 0
+        ? h(
+            "span",
+            { class: "sa-field" },
+            h("label", { for: "sa-span" }, "Span"),
+            h(
+              "select",
+              {
+                id: "sa-span",
+                "data-focus-key": "span",
+                onchange: (/** @type {Event} */ e) => {
+                  const v = /** @type {HTMLSelectElement} */ (e.target).value;
+                  this.setState({ span: v || null, site: null, sync: null, step: null });
+                },
+              },
+              h("option", { value: "" }, "All spans"),
+              spans.map((/** @type {string} */ s) => h("option", { value: s, selected: s === sel?.span }, s)),
+            ),
+          )
+        : null;
+    const tab = (/** @type {string} */ view, /** @type {string} */ label) =>
+      h(
+        "button",
+        {
+          role: "tab",
+          "aria-selected": String(this.state.view === view),
+          "data-focus-key": `tab-${view}`,
+          "data-view": view,
+          onclick: () => this.setState({ view }),
+        },
+        label,
+      );
+    const exports = sel
+      ? h(
+          "span",
+          { class: "sa-exports" },
+          "Export:",
+          ["json", "csv", "sarif"].map((format) =>
+            h("a", { href: apiUrl("export", { ...sel, format }), download: "" }, format.toUpperCase()),
+          ),
+        )
+      : null;
+    replace(
+      this.headerEl,
+      h("h1", { class: "sa-title" }, h("span", null, "Sync"), " Advisor"),
+      h("span", { class: "sa-field" }, h("label", { for: "sa-run" }, "Run"), runSelect),
+      h("span", { class: "sa-field" }, h("label", { for: "sa-worker" }, "Worker"), workerSelect),
+      spanField,
+      h("span", { class: "sa-tabs", role: "tablist", "aria-label": "View" }, tab("hotspots", "Hotspots"), tab("compare", "Compare")),
+      h("span", { class: "sa-spacer" }),
+      exports,
+    );
+  }
+
+  renderBanners() {
+    const parts = [];
+    if (this.runsError) parts.push(errorBanner(this.runsError, "Cannot list runs"));
+    if (this.runs?.loading) {
+      const loadingRuns = (this.runs.runs || []).filter((/** @type {any} */ r) => r.loading);
+      parts.push(
+        h(
+          "div",
+          { class: "sa-banner info", role: "status", "data-testid": "loading" },
+          h("span", { class: "sa-spinner", "aria-hidden": "true" }),
+          "Analysing traces",
+          loadingRuns.length ? `: ${loadingRuns.map((/** @type {any} */ r) => r.name).join(", ")}` : "…",
+          " Runs appear as they finish.",
+        ),
+      );
+    }
+    const errors = this.runs?.errors || [];
+    if (errors.length) {
+      parts.push(
+        h(
+          "details",
+          { class: "sa-banner error", "data-testid": "file-errors" },
+          h("summary", null, `${errors.length} trace file${errors.length > 1 ? "s" : ""} could not be read (the others are analysed)`),
+          h(
+            "ul",
+            { class: "sa-errors" },
+            errors.map((/** @type {any} */ e) =>
+              h("li", null, h("code", null, e.path), e.run ? ` (run ${e.run})` : "", ": ", e.reason),
+            ),
+          ),
+        ),
+      );
+    }
+    replace(this.bannerEl, parts);
+  }
+
+  emptyRunsView() {
+    if (this.runs === null && !this.runsError) {
+      return h("div", { class: "sa-empty" }, h("span", { class: "sa-spinner" }), "Loading runs…");
+    }
+    if (this.runs?.loading) {
+      return h("div", { class: "sa-empty" }, h("h2", null, "Analysing traces…"), "The first run appears as soon as it is read.");
+    }
+    return h(
+      "div",
+      { class: "sa-empty" },
+      h("h2", null, "No PyTorch profiler traces in this logdir"),
+      h("p", null, "The Sync Advisor reads the traces torch.profiler writes with tensorboard_trace_handler (*.pt.trace.json[.gz])."),
+      h(
+        "pre",
+        { class: "sa-code", style: { "text-align": "left", padding: "8px" } },
+        [
+          "with torch.profiler.profile(",
+          "    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),",
+          "    on_trace_ready=torch.profiler.tensorboard_trace_handler(\"./logs/run1\"),",
+          "    with_stack=True,",
+          ") as prof:",
+          "    for batch in loader:",
+          "        train_step(batch)",
+          "        prof.step()",
+        ].join("\n"),
+      ),
+    );
+  }
+
+  /**
+   * Show a short message at the bottom of the frame.
+   * @param {string} text
+   */
+  toast(text) {
+    this.toastEl.textContent = text;
+    this.toastEl.classList.add("show");
+    clearTimeout(this.toastTimer);
+    this.toastTimer = setTimeout(() => this.toastEl.classList.remove("show"), 2600);
+  }
+
+  /**
+   * Open a frame: in VS Code post `{filename, line}` (0-based) to the webview host as the
+   * PyTorch Profiler tab does; elsewhere copy `path:line`.
+   * @param {{file: string, line: number | null}} frame
+   * @param {{vscodeMessage: Function, frameLocation: Function}} helpers
+   */
+  async openFrame(frame, helpers) {
+    if (this.inVsCode) {
+      try {
+        window.parent.parent.postMessage(helpers.vscodeMessage(frame), "*");
+        this.toast(`Opening ${helpers.frameLocation(frame)} in VS Code`);
+        return;
+      } catch {
+        // fall through to the clipboard
+      }
+    }
+    const text = helpers.frameLocation(frame);
+    if (await copyText(text)) this.toast(`Copied ${text}`);
+    else this.toast(`Copy this: ${text}`);
+  }
+
+  setupTheme() {
+    const media = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+    const apply = () => {
+      const theme = chooseTheme({
+        parentDark: parentDarkMode(),
+        prefersDark: !!media?.matches,
+        override: new URLSearchParams(location.search).get("theme"),
+      });
+      document.documentElement.dataset.theme = theme;
+    };
+    apply();
+    media?.addEventListener?.("change", apply);
+    // TensorBoard toggles `dark-mode` on its body when the user flips the setting.
+    try {
+      const body = window.parent !== window ? window.parent.document.body : null;
+      if (body) new MutationObserver(apply).observe(body, { attributes: true, attributeFilter: ["class"] });
+    } catch {
+      // cross-origin parent (VS Code webview): the system preference decides
+    }
+  }
+}
+
+/** TensorBoard's dark mode from the parent document, or null when it cannot be read. */
+function parentDarkMode() {
+  try {
+    if (window.parent === window) return null;
+    const body = window.parent.document.body;
+    return body ? body.classList.contains("dark-mode") : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * VS Code shows TensorBoard in an iframe inside its webview's iframe, so the plugin frame's
+ * grandparent differs from its parent; a `vscode=1` flag forces it for other hosts.
+ */
+function detectVsCode() {
+  if (vscodeFlag(location.search, location.hash)) return true;
+  try {
+    return window.parent !== window && window.parent.parent !== window.parent;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Copy to the clipboard; falls back to a hidden textarea + execCommand where the async
+ * clipboard API is missing or denied (iframes without clipboard-write permission).
+ * @param {string} text
+ * @returns {Promise<boolean>}
+ */
+async function copyText(text) {
+  try {
+    if (navigator.clipboard?.writeText) {
+      await navigator.clipboard.writeText(text);
+      return true;
+    }
+  } catch {
+    // permission denied in the iframe: try the fallback
+  }
+  const ta = /** @type {HTMLTextAreaElement} */ (
+    h("textarea", { style: { position: "fixed", top: "-1000px", opacity: "0" }, "aria-hidden": "true" })
+  );
+  ta.value = text;
+  document.body.appendChild(ta);
+  ta.select();
+  let ok = false;
+  try {
+    ok = document.execCommand("copy");
+  } catch {
+    ok = false;
+  }
+  ta.remove();
+  return ok;
+}
+
+/**
+ * A banner for a failed request, with the server's message and hint.
+ * @param {unknown} e
+ * @param {string} title
+ */
+export function errorBanner(e, title) {
+  const err = e instanceof ApiError ? e : null;
+  return h(
+    "div",
+    { class: "sa-banner error", role: "alert" },
+    h("h3", null, title),
+    h("p", null, e instanceof Error ? e.message : String(e)),
+    err?.hint ? h("p", null, err.hint) : null,
+  );
+}
+
+/** Which element had focus (by data-focus-key) and its caret, to restore after a render. */
+function rememberFocus() {
+  const el = /** @type {HTMLElement | null} */ (document.activeElement);
+  const key = el?.getAttribute?.("data-focus-key");
+  if (!key) return null;
+  const input = /** @type {HTMLInputElement} */ (el);
+  return { key, start: input.selectionStart ?? null, end: input.selectionEnd ?? null };
+}
+
+/** @param {{key: string, start: number | null, end: number | null} | null} focus */
+function restoreFocus(focus) {
+  if (!focus) return;
+  const el = /** @type {HTMLInputElement | null} */ (
+    document.querySelector(`[data-focus-key="${CSS.escape(focus.key)}"]`)
+  );
+  if (!el || el === document.activeElement) return;
+  el.focus({ preventScroll: true });
+  if (focus.start !== null && typeof el.setSelectionRange === "function") {
+    try {
+      el.setSelectionRange(focus.start, focus.end ?? focus.start);
+    } catch {
+      // not a text input
+    }
+  }
+}
+
+/** Headline number helpers shared by views. */
+export const fmt = { formatCount, formatPct, formatUs, kindLabel, KIND_ORDER };

@@ -1,0 +1,119 @@
+// @ts-check
+/**
+ * Display logic of the compare view (baseline run vs this run). The classification itself
+ * comes from the plugin's `compare` route (`compare.py`); this orders and words it. Pure.
+ */
+import { formatDeltaUs, formatPct } from "./format.js";
+
+/** Display order: what got worse or appeared first, then the wins, then the unchanged. */
+export const STATUS_ORDER = Object.freeze(["worse", "new", "fixed", "better", "same"]);
+
+export const STATUS_LABELS = Object.freeze({
+  fixed: "fixed",
+  new: "new",
+  better: "better",
+  worse: "worse",
+  same: "same",
+});
+
+/** Whether a status is good news (for colour): fixed/better good, new/worse bad. */
+export const STATUS_TONE = Object.freeze({
+  fixed: "good",
+  better: "good",
+  new: "bad",
+  worse: "bad",
+  same: "neutral",
+});
+
+/**
+ * Cost of one side of a compared site: host wait + GPU idle, per step when the side
+ * carries `per_step` figures (per-step costs compare runs of different lengths fairly).
+ * @param {any} side
+ * @returns {number}
+ */
+export function sideCost(side) {
+  if (!side) return 0;
+  const wait = num(side.host_wait_per_step_us ?? side.host_wait_us);
+  const idle = num(side.gpu_idle_per_step_us ?? side.gpu_idle_us);
+  return wait + idle;
+}
+
+/** @param {unknown} v */
+function num(v) {
+  return typeof v === "number" && Number.isFinite(v) ? v : 0;
+}
+
+/**
+ * Counts per status, every status present (0 when none).
+ * @param {{status: string}[]} sites
+ * @returns {Record<string, number>}
+ */
+export function countByStatus(sites) {
+  /** @type {Record<string, number>} */
+  const counts = Object.fromEntries(STATUS_ORDER.map((s) => [s, 0]));
+  for (const s of sites) counts[s.status] = (counts[s.status] ?? 0) + 1;
+  return counts;
+}
+
+/**
+ * Sites ordered for display: by status (STATUS_ORDER), then by the larger of the before
+ * and after costs, descending, then file:line.
+ * @template {{status: string, before?: any, after?: any, file?: string | null, line?: number | null}} T
+ * @param {T[]} sites
+ * @returns {T[]}
+ */
+export function sortCompareSites(sites) {
+  const rank = (/** @type {string} */ s) => {
+    const i = STATUS_ORDER.indexOf(s);
+    return i < 0 ? STATUS_ORDER.length : i;
+  };
+  return [...sites].sort((a, b) => {
+    const r = rank(a.status) - rank(b.status);
+    if (r) return r;
+    const c =
+      Math.max(sideCost(b.before), sideCost(b.after)) -
+      Math.max(sideCost(a.before), sideCost(a.after));
+    if (c) return c;
+    const f = String(a.file ?? "").localeCompare(String(b.file ?? ""));
+    return f || (a.line ?? 0) - (b.line ?? 0);
+  });
+}
+
+/**
+ * A one-line description of the change of a compared site, e.g.
+ * "gone: saves 1.20 ms" / "new: costs 300 µs" / "−45 %".
+ * @param {{status: string, before?: any, after?: any}} site
+ * @returns {string}
+ */
+export function changeText(site) {
+  const before = sideCost(site.before);
+  const after = sideCost(site.after);
+  switch (site.status) {
+    case "fixed":
+      return `gone: saves ${formatDeltaUs(before).replace(/^\+/, "")}`;
+    case "new":
+      return `new: costs ${formatDeltaUs(after).replace(/^\+/, "")}`;
+    default: {
+      if (before === 0) return after === 0 ? "no cost either side" : formatDeltaUs(after);
+      const rel = (after - before) / before;
+      return `${formatDeltaUs(after - before)} (${rel > 0 ? "+" : ""}${formatPct(rel)})`;
+    }
+  }
+}
+
+/**
+ * Headline of a compare: the change of the mean step time, worded for a person.
+ * @param {number | null | undefined} changeUs step_time_change_us (new − base)
+ * @returns {{text: string, tone: "good" | "bad" | "neutral"}}
+ */
+export function stepTimeChange(changeUs) {
+  if (changeUs === null || changeUs === undefined || !Number.isFinite(changeUs)) {
+    return { text: "step time change unknown", tone: "neutral" };
+  }
+  if (changeUs === 0) return { text: "step time unchanged", tone: "neutral" };
+  const faster = changeUs < 0;
+  return {
+    text: `steps ${faster ? "faster" : "slower"} by ${formatDeltaUs(Math.abs(changeUs)).replace(/^\+/, "")}`,
+    tone: faster ? "good" : "bad",
+  };
+}

@@ -1,0 +1,171 @@
+// @ts-check
+/**
+ * The Compare view: a baseline run against the selected run, per site fixed / new /
+ * better / worse / same, with the step time change. The before/after loop of profiling.
+ */
+import { getJson } from "./api.js";
+import { h } from "./dom.js";
+import { formatCount, formatPct, formatUs, kindLabel, shortPath } from "./format.js";
+import {
+  changeText,
+  countByStatus,
+  sideCost,
+  sortCompareSites,
+  STATUS_LABELS,
+  STATUS_ORDER,
+  STATUS_TONE,
+  stepTimeChange,
+} from "./compare.js";
+
+/** @param {any} ctx */
+export async function renderCompare(ctx) {
+  const { sel, state, app } = ctx;
+  const runs = (app.runs?.runs || []).map((/** @type {any} */ r) => r.name);
+  const others = runs.filter((/** @type {string} */ r) => r !== sel.run);
+  const base = state.base && runs.includes(state.base) ? state.base : null;
+  const picker = h(
+    "span",
+    { class: "sa-field" },
+    h("label", { for: "sa-base" }, "Baseline run"),
+    h(
+      "select",
+      {
+        id: "sa-base",
+        "data-focus-key": "base",
+        onchange: (/** @type {Event} */ e) => app.setState({ base: /** @type {HTMLSelectElement} */ (e.target).value || null }),
+      },
+      h("option", { value: "" }, "Pick a baseline…"),
+      runs.map((/** @type {string} */ r) => h("option", { value: r, selected: r === base }, r === sel.run ? `${r} (this run)` : r)),
+    ),
+    h("span", null, " → ", h("b", null, sel.run)),
+  );
+  if (!base) {
+    return h(
+      "div",
+      { class: "sa-compare" },
+      h("div", { class: "sa-compare-head" }, picker),
+      h(
+        "div",
+        { class: "sa-empty", "data-testid": "compare-empty" },
+        others.length
+          ? "Pick the run before your change as the baseline to see which syncs were fixed, which are new, and how much step time changed."
+          : "Compare needs a second run: profile again after a change, into a sibling folder of the logdir (e.g. logs/baseline and logs/optimized).",
+      ),
+    );
+  }
+  const data = await getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base });
+  const sites = sortCompareSites(data.sites || []);
+  const counts = countByStatus(sites);
+  const change = stepTimeChange(data.step_time_change_us);
+  const b = data.base || {};
+  const n = data.new || {};
+  const row = (/** @type {string} */ label, /** @type {string} */ before, /** @type {string} */ after) =>
+    h("tr", null, h("th", { scope: "row" }, label), h("td", { class: "num" }, before), h("td", { class: "num" }, after));
+  return h(
+    "div",
+    { class: "sa-compare", "data-testid": "compare" },
+    h(
+      "div",
+      { class: "sa-compare-head" },
+      picker,
+      h("span", { class: `sa-delta ${change.tone}`, "data-testid": "step-change" }, change.text),
+      STATUS_ORDER.map((st) =>
+        h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[st]}`, "data-status-count": st }, `${counts[st]} ${/** @type {any} */ (STATUS_LABELS)[st]}`),
+      ),
+    ),
+    h(
+      "div",
+      { class: "sa-table-wrap", style: { "max-width": "640px", "margin-bottom": "12px" } },
+      h(
+        "table",
+        { class: "sa-table", "aria-label": "Run totals" },
+        h("thead", null, h("tr", null, h("th", null, ""), h("th", { class: "num" }, base), h("th", { class: "num" }, sel.run))),
+        h(
+          "tbody",
+          null,
+          row("mean step time", formatUs(b.mean_step_time_us), formatUs(n.mean_step_time_us)),
+          row("syncs per step", formatCount(b.syncs_per_step), formatCount(n.syncs_per_step)),
+          row("host wait", formatUs(b.host_wait_us), formatUs(n.host_wait_us)),
+          row("GPU idle caused", formatUs(b.gpu_idle_us), formatUs(n.gpu_idle_us)),
+          row("share of step", formatPct(b.share_of_step), formatPct(n.share_of_step)),
+          b.latent_count || n.latent_count ? row("latent syncs", formatCount(b.latent_count), formatCount(n.latent_count)) : null,
+        ),
+      ),
+    ),
+    sites.length
+      ? h(
+          "div",
+          { class: "sa-table-wrap" },
+          h(
+            "table",
+            { class: "sa-table", "data-testid": "compare-sites", "aria-label": "Sites compared with the baseline" },
+            h(
+              "thead",
+              null,
+              h(
+                "tr",
+                null,
+                h("th", null, "Status"),
+                h("th", null, "Location"),
+                h("th", { class: "col-func" }, "Function"),
+                h("th", null, "Kind"),
+                h("th", { class: "num" }, "Count before"),
+                h("th", { class: "num" }, "Count after"),
+                h("th", { class: "num col-idle" }, "Cost before"),
+                h("th", { class: "num col-idle" }, "Cost after"),
+                h("th", null, "Change"),
+              ),
+            ),
+            h(
+              "tbody",
+              null,
+              sites.map((x) =>
+                h(
+                  "tr",
+                  {
+                    "data-status": x.status,
+                    "data-key": x.key,
+                    tabindex: "0",
+                    title: x.status === "fixed" ? "" : "Open in Hotspots",
+                    onclick: () => (x.status === "fixed" ? null : openSite(app, x)),
+                    onkeydown: (/** @type {KeyboardEvent} */ e) => {
+                      if (e.key === "Enter" && x.status !== "fixed") openSite(app, x);
+                    },
+                  },
+                  h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
+                  h("td", { class: "loc mono", title: x.file || "" }, x.file ? `${shortPath(x.file)}:${x.line ?? "?"}` : "(no source line)"),
+                  h("td", { class: "mono col-func" }, x.func || "–"),
+                  h("td", null, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
+                  h("td", { class: "num" }, x.before ? formatCount(x.before.count) : "–"),
+                  h("td", { class: "num" }, x.after ? formatCount(x.after.count) : "–"),
+                  h("td", { class: "num col-idle" }, x.before ? formatUs(sideCost(x.before)) : "–"),
+                  h("td", { class: "num col-idle" }, x.after ? formatUs(sideCost(x.after)) : "–"),
+                  h("td", null, changeText(x)),
+                ),
+              ),
+            ),
+          ),
+        )
+      : h("div", { class: "sa-empty" }, "Neither run has sync sites."),
+  );
+}
+
+/**
+ * Jump from a compared site to its detail in the Hotspots view of this run. The compare
+ * key matches by file basename + function + op + kind, so look the site up by those.
+ * @param {any} app
+ * @param {any} x
+ */
+async function openSite(app, x) {
+  const sel = app.selection();
+  try {
+    const sites = await getJson("sites", { ...sel, kind: x.kind, limit: 500 });
+    const base = (/** @type {string | null} */ f) => (f || "").split(/[\\/]/).pop();
+    const match = (sites.items || []).find(
+      (/** @type {any} */ s) => base(s.file) === base(x.file) && s.func === x.func && (s.ops || [])[0] === (x.ops || [])[0],
+    );
+    app.setState({ view: "hotspots", site: match ? match.key : null, sync: null, step: null, kind: "", q: match ? "" : x.func || "" });
+  } catch {
+    app.setState({ view: "hotspots" });
+  }
+}

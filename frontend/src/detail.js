@@ -1,0 +1,370 @@
+// @ts-check
+/**
+ * Detail panel of a site and one of its syncs: source with the line highlighted, operator
+ * chain and annotations, the stack (user frames first, library frames folded), a timeline
+ * of host and device around the sync, and the advice with before/after code.
+ */
+import { ApiError, getJson } from "./api.js";
+import { h, replace, s } from "./dom.js";
+import { formatBytes, formatCount, formatPct, formatUs, kindLabel } from "./format.js";
+import { tokenizePython } from "./highlight.js";
+import { layoutTimeline } from "./layout.js";
+import { frameLocation, isOpenable, splitStack, vscodeMessage } from "./stack.js";
+
+/** Lines of source shown either side of the sync's line. */
+const SOURCE_CONTEXT = 5;
+
+/**
+ * @param {any} ctx render context (app, sel, state, isCurrent)
+ * @param {HTMLElement} slot
+ */
+export async function renderDetail(ctx, slot) {
+  const { sel, state, app } = ctx;
+  replace(slot, h("div", { class: "sa-detail" }, h("span", { class: "sa-spinner" }), "Loading detail…"));
+  try {
+    // The hotspots view decided whether this selection shows latent findings.
+    const latent = ctx.latent ? 1 : null;
+    const syncs = await getJson("syncs", { ...sel, site: state.site, step: state.step, latent, limit: 200 });
+    if (!ctx.isCurrent()) return;
+    const items = syncs.items || [];
+    const syncId = items.some((/** @type {any} */ x) => x.id === state.sync) ? state.sync : items[0]?.id;
+    const detail = syncId ? await getJson("sync", { ...sel, id: syncId }) : null;
+    if (!ctx.isCurrent()) return;
+    const site = detail?.site || null;
+    const sync = detail?.sync || null;
+    const panel = h(
+      "div",
+      { class: "sa-detail", "data-testid": "detail" },
+      h(
+        "button",
+        { class: "close", "aria-label": "Close detail", "data-focus-key": "close-detail", onclick: () => app.setState({ site: null, sync: null }) },
+        "×",
+      ),
+      header(site, sync, app),
+      site ? siteStats(site) : null,
+      h("h3", null, "Source"),
+      h("div", { class: "sa-source-slot" }, h("span", { class: "sa-spinner" })),
+      sync ? chainSection(sync) : null,
+      sync ? stackSection(sync, app) : null,
+      detail?.context ? timelineSection(detail.context, sync) : null,
+      site?.advice ? adviceSection(site.advice) : null,
+      occurrences(items, syncs.total, syncId, app),
+    );
+    replace(slot, panel);
+    const sourceSlot = /** @type {HTMLElement} */ (panel.querySelector(".sa-source-slot"));
+    renderSource(sourceSlot, site, sync, ctx);
+  } catch (e) {
+    if (!ctx.isCurrent()) return;
+    replace(
+      slot,
+      h(
+        "div",
+        { class: "sa-detail sa-banner error", role: "alert" },
+        h("h3", null, "Could not load this site"),
+        h("p", null, e instanceof Error ? e.message : String(e)),
+      ),
+    );
+  }
+}
+
+/**
+ * @param {any} site
+ * @param {any} sync
+ * @param {any} app
+ */
+function header(site, sync, app) {
+  const file = site?.file ?? sync?.source?.file ?? null;
+  const line = site?.line ?? sync?.source?.line ?? null;
+  const func = site?.func ?? sync?.source?.func ?? null;
+  const kind = site?.kind ?? sync?.kind;
+  const latent = !!(site?.latent || sync?.latent);
+  return h(
+    "div",
+    null,
+    h("span", { class: `sa-badge k-${kind}${latent ? " latent" : ""}` }, kindLabel(kind), latent ? " (latent)" : ""),
+    h(
+      "h2",
+      null,
+      file ? frameButton({ file, line, func: func || "", user: true }, app, `${file}:${line ?? "?"}`) : "(no source line)",
+    ),
+    func ? h("div", { class: "mono" }, `in ${func}()`) : null,
+    site && site.line_exact === false && file
+      ? h("div", { class: "sa-note" }, `Line ${site.line ?? "?"} is where ${func || "the function"} is defined: the trace records no call line and the source file was not readable to find it.`)
+      : null,
+  );
+}
+
+/** @param {any} site */
+function siteStats(site) {
+  const latent = !!site.latent;
+  /** @param {string} label @param {string} value */
+  const stat = (label, value) => h("span", null, `${label} `, h("b", null, value));
+  return h(
+    "div",
+    { class: "sa-stats" },
+    stat("count", formatCount(site.count)),
+    stat("per step", formatCount(site.per_step)),
+    latent ? null : stat("host wait", formatUs(site.host_wait_us)),
+    latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
+    latent ? null : stat("GPU idle", formatUs(site.gpu_idle_us)),
+    latent ? null : stat("share", formatPct(site.share_of_step)),
+  );
+}
+
+/**
+ * Fetch and show the source around the line; a note with the path mapping hint when the
+ * plugin cannot read the file.
+ * @param {HTMLElement} slot
+ * @param {any} site
+ * @param {any} sync
+ * @param {any} ctx
+ */
+async function renderSource(slot, site, sync, ctx) {
+  const file = site?.file ?? sync?.source?.file ?? sync?.stack?.find((/** @type {any} */ f) => f.user)?.file;
+  const line = site?.line ?? sync?.source?.line ?? null;
+  if (!file || !line) {
+    replace(slot, h("div", { class: "sa-note", "data-testid": "source-note" }, "No source line for this finding: the trace has no Python stack for it (profile with with_stack=True)."));
+    return;
+  }
+  try {
+    const src = await getJson("source", { file, line, context: SOURCE_CONTEXT });
+    if (!ctx.isCurrent()) return;
+    const start = src.start ?? 1;
+    replace(
+      slot,
+      h(
+        "pre",
+        { class: "sa-code", "data-testid": "source", title: src.path || src.file },
+        (src.lines || []).map((/** @type {string} */ text, /** @type {number} */ i) => {
+          const no = start + i;
+          return h(
+            "span",
+            { class: `ln${no === src.line ? " hl" : ""}`, "data-line": no, "aria-current": no === src.line ? "true" : null },
+            h("span", { class: "no" }, String(no)),
+            tokenizePython(text).map((t) => (t.type === "txt" ? t.text : h("span", { class: `t-${t.type}` }, t.text))),
+          );
+        }),
+      ),
+    );
+  } catch (e) {
+    if (!ctx.isCurrent()) return;
+    const err = e instanceof ApiError ? e : null;
+    replace(
+      slot,
+      h(
+        "div",
+        { class: "sa-note", "data-testid": "source-note" },
+        h("p", null, `Cannot show ${file}:${line}: ${e instanceof Error ? e.message : String(e)}`),
+        h(
+          "p",
+          null,
+          err?.hint ||
+            "If the trace was recorded on another machine or in a container, start TensorBoard with --sync_advisor_path_map FROM=TO (e.g. /workspace=/home/me/project) or --sync_advisor_source_root DIR, or run it from the project's directory.",
+        ),
+      ),
+    );
+  }
+}
+
+/** @param {any} sync */
+function chainSection(sync) {
+  const chain = sync.op_chain?.length ? sync.op_chain : [sync.op, sync.trigger_op].filter(Boolean);
+  const apis = sync.apis?.length ? sync.apis : [sync.api];
+  const rows = [
+    ["Operators", h("span", { class: "sa-chain" }, chain.length ? interleave(chain.map((/** @type {string} */ o) => h("code", null, o)), " → ") : "(bare API call outside any operator)")],
+    ["Waited in", h("span", { class: "sa-chain" }, interleave(apis.map((/** @type {string} */ a) => h("code", null, a)), ", "))],
+    sync.annotations?.length ? ["Annotations", sync.annotations.join(" / ")] : null,
+    sync.module ? ["Module", h("code", null, sync.module)] : null,
+    ["Step", sync.step ?? "–"],
+    ["Thread", String(sync.thread ?? "–")],
+    sync.latent ? null : ["Host wait", formatUs(sync.host_wait_us)],
+    sync.latent ? null : ["GPU idle after", formatUs(sync.gpu_idle_after_us)],
+    sync.bytes ? ["Bytes", formatBytes(sync.bytes)] : null,
+    sync.trace ? ["Trace", h("span", { class: "mono" }, sync.trace)] : null,
+  ].filter(Boolean);
+  return [
+    h("h3", null, "This sync"),
+    h("dl", { class: "sa-kv", "data-testid": "chain" }, rows.map((r) => [h("dt", null, /** @type {any} */ (r)[0]), h("dd", null, /** @type {any} */ (r)[1])])),
+  ];
+}
+
+/**
+ * @param {any[]} items
+ * @param {string} sep
+ */
+function interleave(items, sep) {
+  return items.flatMap((x, i) => (i ? [sep, x] : [x]));
+}
+
+/**
+ * @param {any} sync
+ * @param {any} app
+ */
+function stackSection(sync, app) {
+  const { user, library } = splitStack(sync.stack);
+  if (!user.length && !library.length) {
+    return [
+      h("h3", null, "Python stack"),
+      h("div", { class: "sa-note" }, "No Python stack recorded. Profile with ", h("code", null, "with_stack=True"), " to see the call path and source line."),
+    ];
+  }
+  const item = (/** @type {any} */ f, /** @type {string} */ cls) =>
+    h("li", { class: cls }, frameButton(f, app, null));
+  return [
+    h("h3", null, "Python stack"),
+    h("ul", { class: "sa-frames", "data-testid": "user-frames" }, user.map((f) => item(f, "user"))),
+    library.length
+      ? h(
+          "details",
+          { "data-testid": "library-frames" },
+          h("summary", null, `${library.length} library frame${library.length > 1 ? "s" : ""} (torch, site-packages, built-ins)`),
+          h("ul", { class: "sa-frames" }, library.map((f) => item(f, "lib"))),
+        )
+      : null,
+  ];
+}
+
+/**
+ * A frame as a button: opens it in VS Code, or copies `path:line`.
+ * @param {{file: string, line: number | null, func: string}} frame
+ * @param {any} app
+ * @param {string | null} label
+ */
+function frameButton(frame, app, label) {
+  const loc = frameLocation(frame);
+  if (!isOpenable(frame)) return h("span", { class: "mono" }, label ?? `${frame.func} ${loc}`);
+  return h(
+    "button",
+    {
+      class: "sa-frame mono",
+      "data-frame": loc,
+      title: app.inVsCode ? `Open ${loc} in VS Code` : `Copy ${loc}`,
+      onclick: () => app.openFrame(frame, { vscodeMessage, frameLocation }),
+    },
+    label ?? [h("span", { class: "fn" }, frame.func || "?"), "  ", loc],
+  );
+}
+
+/**
+ * @param {any} context
+ * @param {any} sync
+ */
+function timelineSection(context, sync) {
+  const width = 560;
+  const L = layoutTimeline(context, { width, labelW: 110 });
+  if (!L) return null;
+  const isSyncApi = (/** @type {string} */ name) => (sync?.apis || [sync?.api]).includes(name);
+  const devClass = (/** @type {string} */ cat, /** @type {string} */ name) =>
+    /memcpy|memset/i.test(cat) || /^Memcpy|^Memset/.test(name) ? "ev-memcpy" : "ev-dev";
+  const svg = s(
+    "svg",
+    { viewBox: `0 0 ${width} ${L.height}`, role: "img", "aria-label": "Host thread and device lanes around the sync" },
+    s("rect", { class: "wait-band", x: L.wait.x, y: 12, width: L.wait.w, height: L.height - 30 }),
+    L.bubble ? s("rect", { class: "bubble-band", x: L.bubble.x, y: 12, width: L.bubble.w, height: L.height - 30 }) : null,
+    s("text", { x: L.wait.x, y: 10 }, `wait ${formatUs(sync?.host_wait_us)}`),
+    L.bubble ? s("text", { x: L.bubble.x + L.bubble.w + 2, y: 10 }, `GPU idle ${formatUs(sync?.gpu_idle_after_us)}`) : null,
+    L.rows.map((/** @type {any} */ r) => [
+      s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, 20)),
+      r.items.map((/** @type {any} */ it) =>
+        s(
+          "rect",
+          {
+            class: r.group === "host" ? (isSyncApi(it.name) ? "ev-sync" : "ev-host") : devClass(it.cat, it.name),
+            x: it.x,
+            y: r.y,
+            width: it.w,
+            height: r.h,
+            rx: 2,
+          },
+          s("title", null, `${it.name} (${it.cat})`),
+        ),
+      ),
+    ]),
+    L.ticks.map((t) => s("text", { x: t.x, y: L.height - 4, "text-anchor": "middle" }, `+${formatUs(t.us)}`)),
+  );
+  return [
+    h("h3", null, "Timeline around the sync"),
+    h(
+      "div",
+      { class: "sa-timeline", "data-testid": "timeline" },
+      svg,
+      h(
+        "div",
+        { class: "sa-legend" },
+        h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), "host blocked"),
+        h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), "GPU bubble after it"),
+      ),
+    ),
+  ];
+}
+
+/** @param {string} text @param {number} n */
+function truncate(text, n) {
+  return text && text.length > n ? text.slice(0, n - 1) + "…" : text || "";
+}
+
+/** @param {any} advice */
+function adviceSection(advice) {
+  return [
+    h("h3", null, "How to fix"),
+    h(
+      "div",
+      { class: "sa-advice", "data-testid": "advice" },
+      advice.title ? h("b", null, advice.title) : null,
+      advice.text ? h("p", null, advice.text) : null,
+      advice.removes ? h("p", { class: "sa-note" }, `Removes: ${advice.removes}`) : null,
+      advice.before || advice.after
+        ? h(
+            "div",
+            { class: "ba" },
+            h("div", null, h("span", null, "Before"), h("pre", null, advice.before || "")),
+            h("div", null, h("span", null, "After"), h("pre", null, advice.after || "")),
+          )
+        : null,
+    ),
+  ];
+}
+
+/**
+ * @param {any[]} items
+ * @param {number} total
+ * @param {string | null} selectedId
+ * @param {any} app
+ */
+function occurrences(items, total, selectedId, app) {
+  if (items.length <= 1) return null;
+  return [
+    h("h3", null, `Occurrences (${formatCount(total)})`),
+    h(
+      "div",
+      { class: "sa-occ" },
+      h(
+        "table",
+        { class: "sa-table", "data-testid": "occurrences" },
+        h("thead", null, h("tr", null, h("th", null, "Step"), h("th", null, "Waited in"), h("th", { class: "num" }, "Wait"), h("th", { class: "num" }, "Idle after"))),
+        h(
+          "tbody",
+          null,
+          items.map((x) =>
+            h(
+              "tr",
+              {
+                tabindex: "0",
+                "aria-selected": String(x.id === selectedId),
+                "data-sync": x.id,
+                onclick: () => app.setState({ sync: x.id }),
+                onkeydown: (/** @type {KeyboardEvent} */ e) => {
+                  if (e.key === "Enter") app.setState({ sync: x.id });
+                },
+              },
+              h("td", null, x.step ?? "–"),
+              h("td", { class: "mono" }, x.api),
+              h("td", { class: "num" }, x.latent ? "–" : formatUs(x.host_wait_us)),
+              h("td", { class: "num" }, x.latent ? "–" : formatUs(x.gpu_idle_after_us)),
+            ),
+          ),
+        ),
+      ),
+    ),
+  ];
+}

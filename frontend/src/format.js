@@ -1,0 +1,151 @@
+// @ts-check
+/**
+ * Number and label formatting for the dashboard. Pure functions (no DOM) so they run
+ * under `node --test`.
+ */
+
+/** Minus sign used for negative deltas (U+2212 reads better than a hyphen in tables). */
+const MINUS = "\u2212";
+
+/**
+ * Format a duration given in microseconds with a unit that keeps 3 significant digits:
+ * `850 µs`, `12.3 ms`, `1.25 s`. Null, undefined and NaN render as an en dash.
+ * @param {number | null | undefined} us
+ * @returns {string}
+ */
+export function formatUs(us) {
+  if (us === null || us === undefined || !Number.isFinite(us)) return "\u2013";
+  const sign = us < 0 ? MINUS : "";
+  const a = Math.abs(us);
+  if (a === 0) return "0 µs";
+  if (a < 1) return `${sign}${trim(a.toFixed(2))} µs`;
+  if (a < 1000) return `${sign}${trim(a < 10 ? a.toFixed(1) : a.toFixed(0))} µs`;
+  if (a < 1e6) return `${sign}${sig3(a / 1000)} ms`;
+  return `${sign}${sig3(a / 1e6)} s`;
+}
+
+/**
+ * A signed duration change: `+1.20 ms`, `−350 µs`, `±0 µs`.
+ * @param {number | null | undefined} us
+ * @returns {string}
+ */
+export function formatDeltaUs(us) {
+  if (us === null || us === undefined || !Number.isFinite(us)) return "\u2013";
+  if (us === 0) return "\u00b10 µs";
+  return us > 0 ? `+${formatUs(us)}` : formatUs(us);
+}
+
+/**
+ * A fraction 0..1 as a percentage: `12.3 %`, `0.4 %`, `<0.1 %` for tiny non-zero shares.
+ * @param {number | null | undefined} fraction
+ * @returns {string}
+ */
+export function formatPct(fraction) {
+  if (fraction === null || fraction === undefined || !Number.isFinite(fraction)) return "\u2013";
+  const p = fraction * 100;
+  if (p === 0) return "0 %";
+  const a = Math.abs(p);
+  const sign = p < 0 ? MINUS : "";
+  if (a < 0.1) return `${sign}<0.1 %`;
+  if (a < 10) return `${sign}${trim(a.toFixed(1))} %`;
+  return `${sign}${a.toFixed(0)} %`;
+}
+
+/**
+ * Counts: integers with thousands separators; fractional values (syncs per step) with at
+ * most 2 decimals.
+ * @param {number | null | undefined} n
+ * @returns {string}
+ */
+export function formatCount(n) {
+  if (n === null || n === undefined || !Number.isFinite(n)) return "\u2013";
+  if (Number.isInteger(n)) return groupThousands(String(n));
+  const a = Math.abs(n);
+  const s = trim(a >= 100 ? a.toFixed(0) : a >= 10 ? a.toFixed(1) : a.toFixed(2));
+  return (n < 0 ? MINUS : "") + groupThousands(s);
+}
+
+/**
+ * Byte sizes: `8 B`, `4.0 KiB`, `12.5 MiB`.
+ * @param {number | null | undefined} n
+ * @returns {string}
+ */
+export function formatBytes(n) {
+  if (n === null || n === undefined || !Number.isFinite(n)) return "\u2013";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let v = n;
+  let i = 0;
+  while (Math.abs(v) >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
+}
+
+/** Human names for the finding kinds of `models.KINDS`. */
+export const KIND_LABELS = Object.freeze({
+  scalar_readback: "scalar readback",
+  dynamic_shape: "dynamic shape",
+  device_to_host_copy: "device→host copy",
+  blocking_host_to_device: "blocking host→device",
+  explicit_sync: "explicit sync",
+  allocator_sync: "allocator sync",
+});
+
+/** Order in which kinds are listed (the order of `models.KINDS`). */
+export const KIND_ORDER = Object.freeze(Object.keys(KIND_LABELS));
+
+/**
+ * @param {string | null | undefined} kind
+ * @returns {string}
+ */
+export function kindLabel(kind) {
+  if (!kind) return "unknown";
+  return /** @type {Record<string, string>} */ (KIND_LABELS)[kind] ?? kind.replace(/_/g, " ");
+}
+
+/**
+ * The last `parts` components of a path, for narrow columns; the full path stays in a title.
+ * Handles both `/` and Windows `\` separators.
+ * @param {string | null | undefined} path
+ * @param {number} [parts]
+ * @returns {string}
+ */
+export function shortPath(path, parts = 2) {
+  if (!path) return "";
+  const bits = path.split(/[\\/]+/).filter(Boolean);
+  if (bits.length <= parts) return path;
+  return "\u2026/" + bits.slice(-parts).join("/");
+}
+
+/**
+ * `file:line`, or just the file when the line is unknown.
+ * @param {string | null | undefined} file
+ * @param {number | null | undefined} line
+ * @returns {string}
+ */
+export function fileLine(file, line) {
+  if (!file) return "(no source)";
+  return line === null || line === undefined ? file : `${file}:${line}`;
+}
+
+/** @param {number} x */
+function sig3(x) {
+  if (x >= 100) return x.toFixed(0);
+  if (x >= 10) return x.toFixed(1);
+  return x.toFixed(2);
+}
+
+/** Drop trailing zeros after a decimal point: "1.50" -> "1.5", "2.0" -> "2". @param {string} s */
+function trim(s) {
+  return s.includes(".") ? s.replace(/\.?0+$/, "") : s;
+}
+
+/** @param {string} s */
+function groupThousands(s) {
+  const neg = s.startsWith("-");
+  const body = neg ? s.slice(1) : s;
+  const [int, frac] = body.split(".");
+  const grouped = int.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  return (neg ? MINUS : "") + grouped + (frac !== undefined ? "." + frac : "");
+}

@@ -1,0 +1,383 @@
+// @ts-check
+/**
+ * The Hotspots view: headline cards, teaching banners for empty/partial traces, the
+ * per-step chart and the sortable, filterable, keyboard-navigable sites table.
+ */
+import { getJson } from "./api.js";
+import { h, s } from "./dom.js";
+import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel, shortPath } from "./format.js";
+import { layoutStepChart } from "./layout.js";
+import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
+
+/** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
+const PAGE = 500;
+const MAX_PAGES = 20;
+
+/**
+ * All sites of the selection (all pages).
+ * @param {Record<string, any>} params
+ */
+export async function fetchAllSites(params) {
+  const first = await getJson("sites", { ...params, offset: 0, limit: PAGE });
+  let items = first.items || [];
+  for (let page = 1; items.length < first.total && page < MAX_PAGES; page++) {
+    const next = await getJson("sites", { ...params, offset: page * PAGE, limit: PAGE });
+    if (!next.items?.length) break;
+    items = items.concat(next.items);
+  }
+  return { total: first.total ?? items.length, items };
+}
+
+/**
+ * Whether to show latent findings: on a trace without GPU activity the real syncs are
+ * empty and the latent ones are what the user needs.
+ * @param {any} summaryResp
+ * @param {{latent: boolean}} state
+ */
+export function latentMode(summaryResp, state) {
+  return state.latent || (summaryResp && summaryResp.has_gpu_activity === false);
+}
+
+/** @param {any} ctx */
+export async function renderHotspots(ctx) {
+  const { sel, state, app } = ctx;
+  const summaryResp = await getJson("summary", sel);
+  const latent = latentMode(summaryResp, state);
+  ctx.latent = latent; // read by the detail panel
+  const siteParams = { ...sel, latent: latent ? 1 : null, step: state.step };
+  const [stepsResp, sites] = await Promise.all([getJson("steps", sel), fetchAllSites(siteParams)]);
+  const summary = summaryResp.summary || {};
+  const shown = sortSites(filterSites(sites.items, state), state.sort, state.order);
+  const hasDetail = !!state.site;
+  return h(
+    "div",
+    { class: "sa-hotspots" },
+    teachingBanners(summaryResp, latent, sites.total),
+    headlineCards(summary, latent),
+    stepChart(stepsResp.steps || [], state, app),
+    h(
+      "div",
+      { class: `sa-main${hasDetail ? "" : " no-detail"}` },
+      h(
+        "section",
+        { "aria-label": "Hotspots" },
+        h(
+          "div",
+          { class: "sa-section-title" },
+          latent ? "Latent sync sites" : "Hotspots",
+          h("span", { class: "sa-chip", "data-testid": "site-count" }, `${shown.length} of ${sites.total} sites`),
+          state.step !== null
+            ? h(
+                "span",
+                { class: "sa-chip", "data-testid": "step-filter" },
+                `step ${state.step}`,
+                h("button", { "aria-label": "Clear step filter", "data-focus-key": "clear-step", onclick: () => app.setState({ step: null }) }, "×"),
+              )
+            : null,
+        ),
+        filters(state, app, sites.items),
+        sitesTable(shown, state, app, latent),
+      ),
+      hasDetail ? h("aside", { class: "sa-detail-slot", "aria-label": "Detail" }) : null,
+    ),
+  );
+}
+
+/**
+ * @param {any} resp summary response
+ * @param {boolean} latent
+ * @param {number} siteTotal
+ */
+function teachingBanners(resp, latent, siteTotal) {
+  const summary = resp.summary || {};
+  const out = [];
+  if (resp.has_gpu_activity === false) {
+    out.push(
+      h(
+        "div",
+        { class: "sa-banner info", "data-testid": "no-gpu" },
+        h("h3", null, "No GPU activity in this trace", resp.device ? ` (device: ${resp.device})` : ""),
+        summary.latent_count
+          ? h(
+              "p",
+              null,
+              `These ${formatCount(summary.latent_count)} operator calls would synchronize the host with the GPU if this code ran on CUDA. `,
+              "They cost nothing here, so they are listed without timings: fix them before moving to a GPU.",
+            )
+          : h("p", null, "No operator in it would synchronize on a GPU either."),
+      ),
+    );
+  }
+  if (resp.has_stacks === false) {
+    out.push(
+      h(
+        "div",
+        { class: "sa-banner", "data-testid": "no-stacks" },
+        h("h3", null, "No Python stacks in this trace"),
+        h("p", null, "Without stacks the Sync Advisor can name the operator but not your source line. Profile with with_stack=True:"),
+        h("pre", { class: "sa-code" }, "with torch.profiler.profile(\n    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],\n    with_stack=True,      # Python stacks -> exact source lines\n    with_modules=True,    # nn.Module path of each finding\n    on_trace_ready=torch.profiler.tensorboard_trace_handler(\"./logs/run\"),\n) as prof:\n    ..."),
+      ),
+    );
+  }
+  if (!latent && resp.has_gpu_activity !== false && (summary.sync_count || 0) === 0 && siteTotal === 0) {
+    const checked = summary.checked || [];
+    out.push(
+      h(
+        "div",
+        { class: "sa-banner info", "data-testid": "no-syncs" },
+        h("h3", null, "No host-device synchronization found"),
+        h(
+          "p",
+          null,
+          `Checked ${formatCount(summary.step_count || 0)} step${summary.step_count === 1 ? "" : "s"}`,
+          (resp.traces || []).length ? ` in ${resp.traces.length} trace file${resp.traces.length > 1 ? "s" : ""}` : "",
+          checked.length ? " for:" : ".",
+        ),
+        checked.length ? h("ul", null, checked.map((/** @type {string} */ c) => h("li", null, c))) : null,
+      ),
+    );
+  }
+  return out;
+}
+
+/**
+ * @param {any} summary
+ * @param {boolean} latent
+ */
+function headlineCards(summary, latent) {
+  const steps = summary.step_count || 0;
+  const perStep = (/** @type {number} */ v) => (steps ? v / steps : v);
+  /** @param {string} label @param {string} value @param {string} sub @param {string} id */
+  const card = (label, value, sub, id) =>
+    h("div", { class: "sa-card", "data-testid": `card-${id}` }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub));
+  if (latent) {
+    return h(
+      "div",
+      { class: "sa-cards" },
+      card("Latent syncs", formatCount(summary.latent_count || 0), "would block on a GPU", "latent"),
+      card("Steps", formatCount(steps), `mean ${formatUs(summary.mean_step_time_us)}`, "steps"),
+    );
+  }
+  return h(
+    "div",
+    { class: "sa-cards" },
+    card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${formatCount(steps)} steps`, "syncs"),
+    card("Host wait per step", formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
+    card("GPU idle caused", formatUs(perStep(summary.gpu_idle_us || 0)), `per step, ${formatUs(summary.gpu_idle_us)} in total`, "idle"),
+    card("Share of step time", formatPct(summary.share_of_step ?? 0), "host wait + GPU idle", "share"),
+    card(
+      "Step time if removed",
+      formatUs(summary.estimated_step_time_us),
+      `now ${formatUs(summary.mean_step_time_us)}`,
+      "estimate",
+    ),
+  );
+}
+
+/**
+ * The per-step chart. A click (or Enter) on a step filters the view to it; again clears.
+ * @param {any[]} steps
+ * @param {any} state
+ * @param {any} app
+ */
+function stepChart(steps, state, app) {
+  if (!steps.length) return null;
+  const width = 960;
+  const height = 170;
+  const L = layoutStepChart(steps, { width, height });
+  const pick = (/** @type {number} */ step) => app.setState({ step: state.step === step ? null : step, sync: null });
+  const svg = s(
+    "svg",
+    { viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": "Host wait, GPU idle and sync count per step" },
+    s("line", { class: "axis", x1: L.pad.l, x2: L.pad.l + L.plotW, y1: L.baseY, y2: L.baseY }),
+    s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
+    s("text", { x: L.pad.l - 4, y: L.baseY, "text-anchor": "end" }, "0"),
+    s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`),
+    L.bars.map((b, i) =>
+      s(
+        "g",
+        {
+          class: "step",
+          tabindex: "0",
+          role: "button",
+          "data-step": b.step,
+          "data-focus-key": `step-${b.step}`,
+          "aria-pressed": String(state.step === b.step),
+          "aria-label": `Step ${b.step}: ${formatCount(steps[i].sync_count)} syncs, host wait ${formatUs(steps[i].host_wait_us)}, GPU idle ${formatUs(steps[i].gpu_idle_us)}`,
+          onclick: () => pick(b.step),
+          onkeydown: (/** @type {KeyboardEvent} */ e) => {
+            if (e.key === "Enter" || e.key === " ") {
+              e.preventDefault();
+              pick(b.step);
+            }
+          },
+        },
+        s("rect", { class: `band${state.step === b.step ? " selected" : ""}`, x: b.band.x, y: L.pad.t, width: b.band.w, height: L.plotH }),
+        s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),
+        s("rect", { class: "bar-idle", x: b.x, y: b.idleY, width: b.w, height: b.idleH }),
+        s("title", null, `step ${b.step}: ${steps[i].sync_count} syncs, wait ${formatUs(steps[i].host_wait_us)}, idle ${formatUs(steps[i].gpu_idle_us)}, step ${formatUs(steps[i].step_time_us)}`),
+        i % L.labelEvery === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, String(b.step)) : null,
+      ),
+    ),
+    s("polyline", { class: "count-line", points: L.line }),
+    L.points.length <= 80 ? L.points.map((p) => s("circle", { class: "count-dot", cx: p.x, cy: p.y, r: 2.5 })) : null,
+  );
+  return h(
+    "section",
+    { class: "sa-chart", "aria-label": "Per-step chart" },
+    h(
+      "div",
+      { class: "sa-section-title" },
+      "Per step",
+      h(
+        "span",
+        { class: "sa-legend" },
+        h("span", null, h("i", { style: { background: "var(--wait)" } }), "host wait"),
+        h("span", null, h("i", { style: { background: "var(--idle)" } }), "GPU idle after sync"),
+        h("span", null, h("i", { style: { background: "var(--line)", height: "2px" } }), "sync count (right axis)"),
+        h("span", null, "click a step to filter"),
+      ),
+    ),
+    svg,
+  );
+}
+
+/**
+ * @param {any} state
+ * @param {any} app
+ * @param {any[]} items
+ */
+function filters(state, app, items) {
+  const kinds = [...new Set(items.map((x) => x.kind))].sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
+  if (state.kind && !kinds.includes(state.kind)) kinds.push(state.kind);
+  return h(
+    "div",
+    { class: "sa-filters", role: "search" },
+    h("label", { class: "visually-hidden", for: "sa-kind" }, "Kind"),
+    h(
+      "select",
+      {
+        id: "sa-kind",
+        "data-focus-key": "kind",
+        onchange: (/** @type {Event} */ e) => app.setState({ kind: /** @type {HTMLSelectElement} */ (e.target).value }),
+      },
+      h("option", { value: "" }, "All kinds"),
+      kinds.map((k) => h("option", { value: k, selected: k === state.kind }, kindLabel(k))),
+    ),
+    h("label", { class: "visually-hidden", for: "sa-q" }, "Filter"),
+    h("input", {
+      id: "sa-q",
+      type: "search",
+      placeholder: "Filter: file, function, operator…",
+      value: state.q,
+      "data-focus-key": "q",
+      oninput: (/** @type {Event} */ e) => app.setState({ q: /** @type {HTMLInputElement} */ (e.target).value }),
+    }),
+  );
+}
+
+const COLUMNS = [
+  { key: "file", label: "Location", cls: "col-loc" },
+  { key: "func", label: "Function", cls: "col-func" },
+  { key: "ops", label: "Operators", cls: "col-ops" },
+  { key: "kind", label: "Kind", cls: "col-kind" },
+  { key: "count", label: "Count", cls: "col-count num" },
+  { key: "per_step", label: "Per step", cls: "col-perstep num" },
+  { key: "host_wait_us", label: "Host wait", cls: "col-wait num" },
+  { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num" },
+  { key: "share_of_step", label: "Share", cls: "col-share num" },
+];
+
+/**
+ * @param {any[]} sites
+ * @param {any} state
+ * @param {any} app
+ * @param {boolean} latent
+ */
+function sitesTable(sites, state, app, latent) {
+  if (!sites.length) {
+    return h("div", { class: "sa-empty", "data-testid": "no-sites" }, state.q || state.kind || state.step !== null ? "No site matches the filters." : latent ? "No latent sync sites." : "No sync sites.");
+  }
+  const select = (/** @type {any} */ site) => app.setState({ site: site.key, sync: null });
+  const selectedIndex = sites.findIndex((x) => x.key === state.site);
+  const rows = sites.map((site, i) =>
+    h(
+      "tr",
+      {
+        tabindex: i === (selectedIndex < 0 ? 0 : selectedIndex) ? "0" : "-1",
+        "aria-selected": String(site.key === state.site),
+        "data-site": site.key,
+        "data-focus-key": `site-${site.key}`,
+        onclick: () => select(site),
+      },
+      h(
+        "td",
+        { class: "loc col-loc", title: site.file ? `${site.file}:${site.line ?? ""}` : "" },
+        h("span", { class: "mono" }, site.file ? `${shortPath(site.file)}:${site.line ?? "?"}` : "(no source line)"),
+      ),
+      h("td", { class: "col-func mono" }, site.func || "–"),
+      h("td", { class: "ops col-ops mono" }, (site.ops || []).join(" → ")),
+      h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}` }, kindLabel(site.kind))),
+      h("td", { class: "num col-count" }, formatCount(site.count)),
+      h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
+      h("td", { class: "num col-wait" }, latent ? "–" : formatUs(site.host_wait_us)),
+      h("td", { class: "num col-idle" }, latent ? "–" : formatUs(site.gpu_idle_us)),
+      h("td", { class: "num col-share" }, latent ? "–" : formatPct(site.share_of_step)),
+    ),
+  );
+  const tbody = h("tbody", {
+    onkeydown: (/** @type {KeyboardEvent} */ e) => {
+      const tr = /** @type {HTMLElement} */ (e.target).closest?.("tr");
+      if (!tr) return;
+      const all = /** @type {HTMLElement[]} */ ([...tbody.querySelectorAll("tr")]);
+      const current = all.indexOf(tr);
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        select(sites[current]);
+        return;
+      }
+      if (e.key === "Escape" && state.site) {
+        app.setState({ site: null, sync: null });
+        return;
+      }
+      const next = nextRowIndex(current, e.key, all.length);
+      if (next === null) return;
+      e.preventDefault();
+      all.forEach((r, i) => r.setAttribute("tabindex", i === next ? "0" : "-1"));
+      all[next].focus();
+    },
+  }, rows);
+  const head = h(
+    "tr",
+    null,
+    COLUMNS.map((c) =>
+      h(
+        "th",
+        {
+          class: c.cls,
+          scope: "col",
+          "aria-sort": state.sort === c.key ? (state.order === "asc" ? "ascending" : "descending") : "none",
+        },
+        h(
+          "button",
+          {
+            "data-sort": c.key,
+            "data-focus-key": `sort-${c.key}`,
+            onclick: () => app.setState(nextSort(state, c.key)),
+          },
+          c.label,
+        ),
+      ),
+    ),
+  );
+  return h(
+    "div",
+    { class: "sa-table-wrap" },
+    h(
+      "table",
+      { class: "sa-table", "data-testid": "sites", "aria-label": "Sync sites; arrow keys move, Enter opens the detail" },
+      h("thead", null, head),
+      tbody,
+    ),
+  );
+}

@@ -1,0 +1,52 @@
+// @ts-check
+/**
+ * Python stacks: ordering for display and the "open this frame" action. Pure.
+ */
+
+/**
+ * @typedef {{file: string, line: number | null, func: string, user: boolean}} Frame
+ */
+
+/**
+ * Split a stack (innermost first, as the report stores it) into the user's frames, shown
+ * first, and library frames (torch, site-packages, built-ins), folded by default. The
+ * relative order inside each group is kept; `index` is the frame's depth in the original.
+ * @param {Frame[] | null | undefined} stack
+ * @returns {{user: (Frame & {index: number})[], library: (Frame & {index: number})[]}}
+ */
+export function splitStack(stack) {
+  const user = [];
+  const library = [];
+  (stack || []).forEach((f, index) => (f.user ? user : library).push({ ...f, index }));
+  return { user, library };
+}
+
+/**
+ * The text copied to the clipboard for a frame: `path:line` (path alone without a line).
+ * @param {{file: string, line?: number | null}} frame
+ * @returns {string}
+ */
+export function frameLocation(frame) {
+  return frame.line ? `${frame.file}:${frame.line}` : frame.file;
+}
+
+/**
+ * The message VS Code's TensorBoard integration understands, as the PyTorch Profiler tab
+ * sends it: `{filename, line}` with a 0-based line.
+ * @param {{file: string, line?: number | null}} frame
+ * @returns {{filename: string, line: number}}
+ */
+export function vscodeMessage(frame) {
+  return { filename: frame.file, line: Math.max(0, (frame.line ?? 1) - 1) };
+}
+
+/**
+ * Whether a frame is something an editor can open (a real file, not `<built-in ...>` or
+ * `nn.Module: Linear_0`).
+ * @param {{file: string}} frame
+ * @returns {boolean}
+ */
+export function isOpenable(frame) {
+  const f = frame.file || "";
+  return f !== "" && !f.startsWith("<") && !f.startsWith("nn.Module");
+}

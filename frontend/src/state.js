@@ -1,0 +1,161 @@
+// @ts-check
+/**
+ * The dashboard's view state and its encoding in the iframe's location hash, so a view can
+ * be shared or reloaded. Pure functions (no DOM).
+ */
+
+/** Columns the hotspot table can sort by (the plugin's `sites` sort keys plus func/ops). */
+export const SORT_KEYS = Object.freeze([
+  "host_wait_us",
+  "gpu_idle_us",
+  "count",
+  "per_step",
+  "share_of_step",
+  "file",
+  "line",
+  "func",
+  "ops",
+  "kind",
+]);
+
+export const VIEWS = Object.freeze(["hotspots", "compare"]);
+
+/**
+ * @typedef {object} ViewState
+ * @property {string | null} run
+ * @property {string | null} worker
+ * @property {string | null} span
+ * @property {string} view        "hotspots" | "compare"
+ * @property {string} sort        one of SORT_KEYS
+ * @property {"asc" | "desc"} order
+ * @property {string} kind        kind filter, "" for all
+ * @property {string} q           free-text filter
+ * @property {number | null} step step filter from the chart
+ * @property {string | null} site selected site key
+ * @property {string | null} sync selected sync id
+ * @property {string | null} base baseline run for compare
+ * @property {boolean} latent     show latent (would-sync-on-GPU) findings
+ */
+
+/** @returns {ViewState} */
+export function defaultState() {
+  return {
+    run: null,
+    worker: null,
+    span: null,
+    view: "hotspots",
+    sort: "host_wait_us",
+    order: "desc",
+    kind: "",
+    q: "",
+    step: null,
+    site: null,
+    sync: null,
+    base: null,
+    latent: false,
+  };
+}
+
+/** Hash key order: fixed so the same state always gives the same URL. */
+const KEYS = /** @type {const} */ ([
+  "run",
+  "worker",
+  "span",
+  "view",
+  "base",
+  "step",
+  "kind",
+  "q",
+  "latent",
+  "sort",
+  "order",
+  "site",
+  "sync",
+]);
+
+/**
+ * Encode a state as a location hash (`#run=a&site=...`); defaults are left out.
+ * @param {Partial<ViewState>} state
+ * @returns {string}
+ */
+export function encodeState(state) {
+  const def = /** @type {Record<string, unknown>} */ (defaultState());
+  const s = /** @type {Record<string, unknown>} */ ({ ...defaultState(), ...state });
+  const parts = [];
+  for (const key of KEYS) {
+    const value = s[key];
+    if (value === def[key] || value === null || value === undefined || value === "") continue;
+    const text = typeof value === "boolean" ? (value ? "1" : "0") : String(value);
+    parts.push(`${key}=${encodeURIComponent(text)}`);
+  }
+  return parts.length ? "#" + parts.join("&") : "";
+}
+
+/**
+ * Decode a location hash into a full, validated state: unknown keys are ignored and
+ * invalid values fall back to defaults, so a hand-edited URL never breaks the view.
+ * @param {string | null | undefined} hash
+ * @returns {ViewState}
+ */
+export function decodeState(hash) {
+  const state = defaultState();
+  if (!hash) return state;
+  const body = hash.startsWith("#") ? hash.slice(1) : hash;
+  for (const part of body.split("&")) {
+    if (!part) continue;
+    const eq = part.indexOf("=");
+    const key = eq < 0 ? part : part.slice(0, eq);
+    let value;
+    try {
+      value = eq < 0 ? "" : decodeURIComponent(part.slice(eq + 1).replace(/\+/g, " "));
+    } catch {
+      continue; // malformed percent-encoding: ignore this key only
+    }
+    switch (key) {
+      case "run":
+      case "worker":
+      case "span":
+      case "site":
+      case "sync":
+      case "base":
+        state[key] = value || null;
+        break;
+      case "q":
+      case "kind":
+        state[key] = value;
+        break;
+      case "view":
+        if (VIEWS.includes(value)) state.view = value;
+        break;
+      case "sort":
+        if (SORT_KEYS.includes(value)) state.sort = value;
+        break;
+      case "order":
+        if (value === "asc" || value === "desc") state.order = value;
+        break;
+      case "step": {
+        const n = Number(value);
+        state.step = value !== "" && Number.isInteger(n) ? n : null;
+        break;
+      }
+      case "latent":
+        state.latent = value === "1" || value === "true";
+        break;
+      default:
+        break;
+    }
+  }
+  return state;
+}
+
+/**
+ * Whether the dashboard was asked to behave as inside VS Code by a query or hash flag
+ * (`?vscode=1`), for hosts whose frame nesting cannot be detected.
+ * @param {string} search location.search
+ * @param {string} hash location.hash
+ * @returns {boolean}
+ */
+export function vscodeFlag(search, hash) {
+  const re = /(?:^|[?&#])vscode=(1|true)(?:&|$)/;
+  return re.test(search || "") || re.test(hash || "");
+}

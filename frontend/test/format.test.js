@@ -1,0 +1,69 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, kindLabel, shortPath } from "../src/format.js";
+
+test("durations pick µs, ms or s and keep three significant digits", () => {
+  assert.equal(formatUs(0), "0 µs");
+  assert.equal(formatUs(0.25), "0.25 µs");
+  assert.equal(formatUs(7.5), "7.5 µs");
+  assert.equal(formatUs(850), "850 µs");
+  assert.equal(formatUs(999.4), "999 µs");
+  assert.equal(formatUs(1500), "1.50 ms");
+  assert.equal(formatUs(12_345), "12.3 ms");
+  assert.equal(formatUs(4_700), "4.70 ms");
+  assert.equal(formatUs(250_000), "250 ms");
+  assert.equal(formatUs(1_250_000), "1.25 s");
+  assert.equal(formatUs(-2_000), "\u22122.00 ms");
+});
+
+test("missing durations render as a dash instead of NaN", () => {
+  for (const v of [null, undefined, NaN, Infinity]) assert.equal(formatUs(v), "\u2013");
+});
+
+test("deltas carry an explicit sign", () => {
+  assert.equal(formatDeltaUs(1200), "+1.20 ms");
+  assert.equal(formatDeltaUs(-350), "\u2212350 µs");
+  assert.equal(formatDeltaUs(0), "\u00b10 µs");
+});
+
+test("percentages of a 0..1 share, tiny non-zero shares shown as <0.1 %", () => {
+  assert.equal(formatPct(0), "0 %");
+  assert.equal(formatPct(0.0004), "<0.1 %");
+  assert.equal(formatPct(0.004), "0.4 %");
+  assert.equal(formatPct(0.1234), "12 %");
+  assert.equal(formatPct(0.05), "5 %");
+  assert.equal(formatPct(1), "100 %");
+  assert.equal(formatPct(-0.45), "\u221245 %");
+  assert.equal(formatPct(null), "\u2013");
+});
+
+test("counts group thousands and show fractional per-step values with two decimals", () => {
+  assert.equal(formatCount(12345), "12,345");
+  assert.equal(formatCount(3), "3");
+  assert.equal(formatCount(2.5), "2.5");
+  assert.equal(formatCount(0.333333), "0.33");
+  assert.equal(formatCount(12.04), "12");
+  assert.equal(formatCount(1234.56), "1,235");
+});
+
+test("bytes use binary units", () => {
+  assert.equal(formatBytes(8), "8 B");
+  assert.equal(formatBytes(4096), "4.0 KiB");
+  assert.equal(formatBytes(3 * 1024 * 1024), "3.0 MiB");
+});
+
+test("kind labels are human words and unknown kinds are de-underscored", () => {
+  assert.equal(kindLabel("scalar_readback"), "scalar readback");
+  assert.equal(kindLabel("dynamic_shape"), "dynamic shape");
+  assert.equal(kindLabel("some_new_kind"), "some new kind");
+  assert.equal(kindLabel(null), "unknown");
+});
+
+test("short paths keep the last components of posix and windows paths", () => {
+  assert.equal(shortPath("/home/me/proj/train/loss.py"), "\u2026/train/loss.py");
+  assert.equal(shortPath("C:\\work\\proj\\model.py"), "\u2026/proj/model.py");
+  assert.equal(shortPath("train.py"), "train.py");
+  assert.equal(fileLine("a.py", 3), "a.py:3");
+  assert.equal(fileLine("a.py", null), "a.py");
+  assert.equal(fileLine(null, 3), "(no source)");
+});

@@ -1,0 +1,132 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { layoutStepChart, layoutTimeline, niceMax } from "../src/layout.js";
+import { h, replace } from "../src/dom.js";
+
+test("axis maxima are round numbers at or above the data", () => {
+  assert.equal(niceMax(0), 0);
+  assert.equal(niceMax(7), 10);
+  assert.equal(niceMax(180), 200);
+  assert.equal(niceMax(2100), 2500);
+  assert.equal(niceMax(4999), 5000);
+});
+
+test("step bars stack host wait under GPU idle on a shared scale", () => {
+  const steps = [
+    { step: 1, sync_count: 2, host_wait_us: 100, gpu_idle_us: 100 },
+    { step: 2, sync_count: 4, host_wait_us: 50, gpu_idle_us: 0 },
+  ];
+  const L = layoutStepChart(steps, { width: 300, height: 140, pad: { l: 0, r: 0, t: 0, b: 0 } });
+  assert.equal(L.maxUs, 200);
+  assert.equal(L.maxCount, 5);
+  const [a, b] = L.bars;
+  assert.equal(a.waitH, 70);
+  assert.equal(a.idleH, 70);
+  assert.equal(a.idleY + a.idleH, a.waitY); // idle sits right on top of the wait
+  assert.equal(b.waitH, 35);
+  assert.ok(b.x > a.x);
+  assert.equal(L.points[1].y, 140 - (4 / 5) * 140);
+});
+
+test("an empty step list gives an empty chart, not NaN", () => {
+  const L = layoutStepChart([], { width: 300, height: 100 });
+  assert.deepEqual(L.bars, []);
+  assert.equal(L.maxUs, 0);
+});
+
+test("timeline puts the wait and the GPU bubble where the sync and idle are", () => {
+  const ctx = {
+    window: [0, 1000],
+    sync: { ts_us: 200, end_us: 400, idle_end_us: 700 },
+    host: [
+      { name: "aten::item", cat: "cpu_op", ts_us: 150, dur_us: 300, depth: 0 },
+      { name: "cudaStreamSynchronize", cat: "cuda_runtime", ts_us: 200, dur_us: 200, depth: 1 },
+    ],
+    device: [
+      { lane: "GPU 0 stream 7", name: "kernel_a", cat: "kernel", ts_us: 0, dur_us: 390 },
+      { lane: "GPU 0 stream 7", name: "kernel_b", cat: "kernel", ts_us: 700, dur_us: 100 },
+      { lane: "GPU 0 stream 13", name: "Memcpy DtoH", cat: "gpu_memcpy", ts_us: 390, dur_us: 5 },
+      { lane: "GPU 0 stream 9", name: "outside", cat: "kernel", ts_us: 5000, dur_us: 5 },
+    ],
+  };
+  const L = layoutTimeline(ctx, { width: 1100, labelW: 100 }); // plot 992 px for 1000 us
+  assert.equal(L.hostRows, 2);
+  assert.deepEqual(L.rows.map((r) => r.label), ["host thread", "", "GPU 0 stream 7", "GPU 0 stream 13"]);
+  assert.ok(Math.abs(L.wait.x - (100 + 0.2 * 992)) < 1e-9);
+  assert.ok(Math.abs(L.wait.w - 0.2 * 992) < 1e-9);
+  assert.ok(Math.abs(L.bubble.x - (100 + 0.4 * 992)) < 1e-9);
+  assert.ok(Math.abs(L.bubble.w - 0.3 * 992) < 1e-9);
+});
+
+test("a context without idle has no bubble, and a bad window gives no drawing", () => {
+  const ctx = { window: [0, 100], sync: { ts_us: 10, end_us: 20, idle_end_us: null }, host: [], device: [] };
+  assert.equal(layoutTimeline(ctx, { width: 400 }).bubble, null);
+  assert.equal(layoutTimeline({ ...ctx, window: [5, 5] }, { width: 400 }), null);
+  assert.equal(layoutTimeline(null, { width: 400 }), null);
+});
+
+/** A tiny stand-in document that records how nodes were made. */
+function fakeDocument() {
+  class Node {
+    constructor(kind, name) {
+      this.kind = kind;
+      this.name = name;
+      this.childNodes = [];
+      this.attrs = {};
+      this.listeners = {};
+      this.style = { setProperty: (k, v) => (this.attrs[`style:${k}`] = v) };
+      this.dataset = {};
+    }
+    get firstChild() {
+      return this.childNodes[0] || null;
+    }
+    appendChild(c) {
+      this.childNodes.push(c);
+      return c;
+    }
+    removeChild(c) {
+      this.childNodes.splice(this.childNodes.indexOf(c), 1);
+    }
+    setAttribute(k, v) {
+      this.attrs[k] = v;
+    }
+    addEventListener(k, f) {
+      this.listeners[k] = f;
+    }
+    set innerHTML(_) {
+      throw new Error("innerHTML used");
+    }
+  }
+  return {
+    createElement: (tag) => new Node("element", tag),
+    createElementNS: (_ns, tag) => new Node("svg", tag),
+    createTextNode: (text) => Object.assign(new Node("text", "#text"), { text }),
+  };
+}
+
+test("markup in data becomes a text node, never parsed HTML", () => {
+  globalThis.document = fakeDocument();
+  const evil = "<img src=x onerror=window.__xss=1>";
+  const el = h("td", { class: "mono", title: evil }, evil, 42, null, false, [evil]);
+  assert.equal(el.childNodes.length, 3);
+  assert.ok(el.childNodes.every((c) => c.kind === "text"));
+  assert.equal(el.childNodes[0].text, evil);
+  assert.equal(el.childNodes[1].text, "42");
+  assert.equal(el.attrs.title, evil); // attribute values are data too, set with setAttribute
+  assert.throws(() => h("div", { innerHTML: evil }), /refusing/);
+  replace(el, "x");
+  assert.equal(el.childNodes.length, 1);
+  delete globalThis.document;
+});
+
+test("event handlers are attached as listeners, not as inline attribute code", () => {
+  globalThis.document = fakeDocument();
+  const f = () => {};
+  const el = h("button", { onclick: f });
+  assert.equal(el.listeners.click, f);
+  assert.equal(el.attrs.onclick, undefined);
+  // A string on an on* key would become inline script: refused.
+  assert.throws(() => h("button", { onmouseover: "alert(1)" }), /refusing/);
+  assert.throws(() => h("a", { ONCLICK: "alert(1)" }), /refusing/);
+  delete globalThis.document;
+});

@@ -1,0 +1,57 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { filterSites, nextRowIndex, nextSort, sortSites } from "../src/sites.js";
+
+const sites = [
+  { key: "a", file: "train.py", line: 42, func: "step", kind: "scalar_readback", ops: ["aten::item"], count: 10, per_step: 1, host_wait_us: 500, gpu_idle_us: 20, share_of_step: 0.1 },
+  { key: "b", file: "loss.py", line: 7, func: "masked", kind: "dynamic_shape", ops: ["aten::index", "aten::nonzero"], count: 30, per_step: 3, host_wait_us: 900, gpu_idle_us: 5, share_of_step: 0.2 },
+  { key: "c", file: null, line: null, func: null, kind: "explicit_sync", ops: [], count: 2, per_step: 0.2, host_wait_us: 500, gpu_idle_us: 0, share_of_step: 0.05 },
+  { key: "d", file: "data.py", line: 100, func: "load", kind: "blocking_host_to_device", ops: ["aten::to"], count: 30, per_step: 3, host_wait_us: 50, gpu_idle_us: 800, share_of_step: 0.15 },
+];
+const keys = (xs) => xs.map((x) => x.key).join("");
+
+test("numeric columns sort by value both ways, ties broken by host wait then file", () => {
+  assert.equal(keys(sortSites(sites, "host_wait_us", "desc")), "bacd");
+  assert.equal(keys(sortSites(sites, "count", "desc")), "bdac");
+  assert.equal(keys(sortSites(sites, "gpu_idle_us", "asc")), "cbad");
+});
+
+test("text columns sort naturally and missing values always go last", () => {
+  assert.equal(keys(sortSites(sites, "file", "asc")), "dbac");
+  assert.equal(keys(sortSites(sites, "file", "desc")), "abdc");
+  assert.equal(keys(sortSites(sites, "line", "asc")), "badc");
+});
+
+test("sorting returns a copy and leaves the input alone", () => {
+  const before = keys(sites);
+  sortSites(sites, "count", "asc");
+  assert.equal(keys(sites), before);
+});
+
+test("clicking the sorted column flips it; a new column starts in its natural order", () => {
+  assert.deepEqual(nextSort({ sort: "count", order: "desc" }, "count"), { sort: "count", order: "asc" });
+  assert.deepEqual(nextSort({ sort: "count", order: "desc" }, "file"), { sort: "file", order: "asc" });
+  assert.deepEqual(nextSort({ sort: "file", order: "asc" }, "gpu_idle_us"), { sort: "gpu_idle_us", order: "desc" });
+});
+
+test("filters match kind exactly and every free-text word case-insensitively", () => {
+  assert.equal(keys(filterSites(sites, { kind: "dynamic_shape" })), "b");
+  assert.equal(keys(filterSites(sites, { q: "NONZERO" })), "b");
+  assert.equal(keys(filterSites(sites, { q: "aten:: py" })), "abd");
+  assert.equal(keys(filterSites(sites, { q: "train item" })), "a");
+  assert.equal(keys(filterSites(sites, { q: "train nonzero" })), "");
+  assert.equal(keys(filterSites(sites, {})), "abcd");
+});
+
+test("arrow keys move within the table and stop at its ends", () => {
+  assert.equal(nextRowIndex(-1, "ArrowDown", 4), 0);
+  assert.equal(nextRowIndex(0, "ArrowDown", 4), 1);
+  assert.equal(nextRowIndex(3, "ArrowDown", 4), 3);
+  assert.equal(nextRowIndex(0, "ArrowUp", 4), 0);
+  assert.equal(nextRowIndex(2, "Home", 4), 0);
+  assert.equal(nextRowIndex(0, "End", 4), 3);
+  assert.equal(nextRowIndex(0, "PageDown", 30), 10);
+  assert.equal(nextRowIndex(5, "PageUp", 30), 0);
+  assert.equal(nextRowIndex(1, "Tab", 4), null);
+  assert.equal(nextRowIndex(0, "ArrowDown", 0), null);
+});

@@ -1,0 +1,65 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { tokenizePython } from "../src/highlight.js";
+import { frameLocation, isOpenable, splitStack, vscodeMessage } from "../src/stack.js";
+import { chooseTheme } from "../src/theme.js";
+
+const stack = [
+  { file: "<built-in method item of Tensor object>", line: null, func: "item", user: false },
+  { file: "train/loss.py", line: 12, func: "compute_loss", user: true },
+  { file: "torch/nn/modules/module.py", line: 1520, func: "_call_impl", user: false },
+  { file: "train.py", line: 40, func: "main", user: true },
+];
+
+test("user frames come first in stack order, library frames are kept aside", () => {
+  const { user, library } = splitStack(stack);
+  assert.deepEqual(user.map((f) => f.func), ["compute_loss", "main"]);
+  assert.deepEqual(library.map((f) => f.index), [0, 2]);
+  assert.deepEqual(splitStack(null), { user: [], library: [] });
+});
+
+test("VS Code gets a 0-based line, the clipboard gets path:line", () => {
+  assert.deepEqual(vscodeMessage(stack[1]), { filename: "train/loss.py", line: 11 });
+  assert.deepEqual(vscodeMessage({ file: "a.py", line: null }), { filename: "a.py", line: 0 });
+  assert.equal(frameLocation(stack[1]), "train/loss.py:12");
+  assert.equal(frameLocation({ file: "a.py", line: null }), "a.py");
+});
+
+test("built-ins and module markers are not openable files", () => {
+  assert.equal(isOpenable(stack[0]), false);
+  assert.equal(isOpenable({ file: "nn.Module: Linear_0" }), false);
+  assert.equal(isOpenable(stack[1]), true);
+});
+
+test("tokens concatenate back to the exact line, markup included", () => {
+  const lines = [
+    'loss = criterion(out, y)  # <img src=x onerror=window.__xss=1>',
+    "    idx = torch.nonzero(mask).squeeze(1)",
+    "s = f'{x!r}' + \"<script>alert(1)</script>\" + r'\\d'",
+    "def <img src=x onerror=alert(1)>(): return 0x1F, 1e-3, 10_000",
+    "",
+    "unterminated = 'abc",
+  ];
+  for (const line of lines) {
+    const tokens = tokenizePython(line);
+    assert.equal(tokens.map((t) => t.text).join(""), line);
+  }
+});
+
+test("keywords, strings, numbers, comments and calls are told apart", () => {
+  const t = tokenizePython("if x.item() > 0: return 'a'  # done");
+  const of = (type) => t.filter((x) => x.type === type).map((x) => x.text);
+  assert.deepEqual(of("kw"), ["if", "return"]);
+  assert.deepEqual(of("call"), ["item"]);
+  assert.deepEqual(of("num"), ["0"]);
+  assert.deepEqual(of("str"), ["'a'"]);
+  assert.deepEqual(of("com"), ["# done"]);
+});
+
+test("TensorBoard's dark mode wins over the system preference when readable", () => {
+  assert.equal(chooseTheme({ parentDark: true, prefersDark: false }), "dark");
+  assert.equal(chooseTheme({ parentDark: false, prefersDark: true }), "light");
+  assert.equal(chooseTheme({ parentDark: null, prefersDark: true }), "dark");
+  assert.equal(chooseTheme({ parentDark: null, prefersDark: false }), "light");
+  assert.equal(chooseTheme({ parentDark: true, prefersDark: true, override: "light" }), "light");
+});

@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { decodeState, defaultState, encodeState, vscodeFlag } from "../src/state.js";
+import { apiUrl } from "../src/query.js";
+
+test("default state encodes to an empty hash", () => {
+  assert.equal(encodeState(defaultState()), "");
+});
+
+test("state round-trips through the hash, including names with URL metacharacters", () => {
+  const state = {
+    ...defaultState(),
+    run: "seg baseline/#1&x=y",
+    worker: "host_123.pid",
+    span: "2",
+    view: "compare",
+    base: "cnn_baseline",
+    step: 12,
+    kind: "dynamic_shape",
+    q: "nonzero loss.py",
+    sort: "count",
+    order: "asc",
+    site: "train.py:42:aten::item",
+    sync: "abcd1234-7",
+    latent: true,
+  };
+  const hash = encodeState(state);
+  assert.ok(hash.startsWith("#run=seg%20baseline%2F%231%26x%3Dy&"));
+  assert.deepEqual(decodeState(hash), state);
+});
+
+test("encoding is deterministic: same state, same URL", () => {
+  const a = encodeState({ site: "s", run: "r", step: 3 });
+  const b = encodeState({ step: 3, run: "r", site: "s" });
+  assert.equal(a, b);
+  assert.equal(a, "#run=r&step=3&site=s");
+});
+
+test("invalid values in a hand-edited hash fall back to defaults", () => {
+  const s = decodeState("#sort=rm%20-rf&order=sideways&view=admin&step=abc&latent=maybe&bogus=1&run=%E0%A4%A");
+  assert.equal(s.sort, "host_wait_us");
+  assert.equal(s.order, "desc");
+  assert.equal(s.view, "hotspots");
+  assert.equal(s.step, null);
+  assert.equal(s.latent, false);
+  assert.equal(s.run, null); // malformed percent-encoding is ignored
+});
+
+test("step 0 survives the round trip", () => {
+  assert.equal(decodeState(encodeState({ step: 0 })).step, 0);
+});
+
+test("vscode flag is read from query or hash", () => {
+  assert.equal(vscodeFlag("?name=sync_advisor&vscode=1", ""), true);
+  assert.equal(vscodeFlag("", "#run=a&vscode=true"), true);
+  assert.equal(vscodeFlag("?name=sync_advisor", "#run=vscode=1x"), false);
+});
+
+test("API URLs are relative, encoded, and skip empty parameters", () => {
+  assert.equal(apiUrl("runs"), "runs");
+  const url = apiUrl("sites", { run: "a b&c", worker: null, span: "", latent: true, step: 0 });
+  assert.equal(url, "sites?run=a%20b%26c&latent=1&step=0");
+  assert.ok(!url.startsWith("/"));
+  assert.throws(() => apiUrl("/etc/passwd"));
+  assert.throws(() => apiUrl("http://evil"));
+});

@@ -3,7 +3,7 @@
  * Display logic of the compare view (baseline run vs this run). The classification itself
  * comes from the plugin's `compare` route (`compare.py`); this orders and words it. Pure.
  */
-import { formatDeltaUs, formatPct } from "./format.js";
+import { formatCount, formatDeltaUs, formatPct } from "./format.js";
 
 /** Display order: what got worse or appeared first, then the wins, then the unchanged. */
 export const STATUS_ORDER = Object.freeze(["worse", "new", "fixed", "better", "same"]);
@@ -26,16 +26,16 @@ export const STATUS_TONE = Object.freeze({
 });
 
 /**
- * Cost of one side of a compared site: host wait + GPU idle, per step when the side
- * carries `per_step` figures (per-step costs compare runs of different lengths fairly).
+ * Cost of one side of a compared site: host wait + GPU idle per step (`cost_per_step_us`
+ * from compare.py: per-step costs compare runs of different lengths fairly), else the
+ * totals.
  * @param {any} side
  * @returns {number}
  */
 export function sideCost(side) {
   if (!side) return 0;
-  const wait = num(side.host_wait_per_step_us ?? side.host_wait_us);
-  const idle = num(side.gpu_idle_per_step_us ?? side.gpu_idle_us);
-  return wait + idle;
+  if (typeof side.cost_per_step_us === "number") return num(side.cost_per_step_us);
+  return num(side.host_wait_us) + num(side.gpu_idle_us);
 }
 
 /** @param {unknown} v */
@@ -81,11 +81,20 @@ export function sortCompareSites(sites) {
 
 /**
  * A one-line description of the change of a compared site, e.g.
- * "gone: saves 1.20 ms" / "new: costs 300 µs" / "−45 %".
+ * "gone: saves 1.20 ms" / "new: costs 300 µs" / "−45 %". Latent sites (CPU-only runs,
+ * no cost) are described by their syncs per step instead.
  * @param {{status: string, before?: any, after?: any}} site
+ * @param {{latent?: boolean}} [opts]
  * @returns {string}
  */
-export function changeText(site) {
+export function changeText(site, opts = {}) {
+  if (opts.latent) {
+    const b = num(site.before?.per_step);
+    const a = num(site.after?.per_step);
+    if (site.status === "fixed") return `gone: ${formatCount(b)} fewer syncs per step`;
+    if (site.status === "new") return `new: ${formatCount(a)} syncs per step`;
+    return `${formatCount(b)} → ${formatCount(a)} per step`;
+  }
   const before = sideCost(site.before);
   const after = sideCost(site.after);
   switch (site.status) {

@@ -54,7 +54,9 @@ export async function renderCompare(ctx) {
     );
   }
   const data = await getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base });
-  const sites = sortCompareSites(data.sites || []);
+  // CPU-only runs have no real syncs: compare their latent (would-sync-on-GPU) sites.
+  const latent = !(data.sites || []).length && (data.latent_sites || []).length > 0;
+  const sites = sortCompareSites(latent ? data.latent_sites : data.sites || []);
   const counts = countByStatus(sites);
   const change = stepTimeChange(data.step_time_change_us);
   const b = data.base || {};
@@ -69,6 +71,7 @@ export async function renderCompare(ctx) {
       { class: "sa-compare-head" },
       picker,
       h("span", { class: `sa-delta ${change.tone}`, "data-testid": "step-change" }, change.text),
+      latent ? h("span", { class: "sa-chip", "data-testid": "compare-latent" }, "latent sites: no GPU activity in these runs") : null,
       STATUS_ORDER.map((st) =>
         h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[st]}`, "data-status-count": st }, `${counts[st]} ${/** @type {any} */ (STATUS_LABELS)[st]}`),
       ),
@@ -111,8 +114,8 @@ export async function renderCompare(ctx) {
                 h("th", null, "Kind"),
                 h("th", { class: "num" }, "Count before"),
                 h("th", { class: "num" }, "Count after"),
-                h("th", { class: "num col-idle" }, "Cost before"),
-                h("th", { class: "num col-idle" }, "Cost after"),
+                h("th", { class: "num col-idle" }, latent ? "Per step before" : "Cost/step before"),
+                h("th", { class: "num col-idle" }, latent ? "Per step after" : "Cost/step after"),
                 h("th", null, "Change"),
               ),
             ),
@@ -127,9 +130,9 @@ export async function renderCompare(ctx) {
                     "data-key": x.key,
                     tabindex: "0",
                     title: x.status === "fixed" ? "" : "Open in Hotspots",
-                    onclick: () => (x.status === "fixed" ? null : openSite(app, x)),
+                    onclick: () => (x.status === "fixed" ? null : openSite(app, { ...x, latent })),
                     onkeydown: (/** @type {KeyboardEvent} */ e) => {
-                      if (e.key === "Enter" && x.status !== "fixed") openSite(app, x);
+                      if (e.key === "Enter" && x.status !== "fixed") openSite(app, { ...x, latent });
                     },
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
@@ -138,9 +141,9 @@ export async function renderCompare(ctx) {
                   h("td", null, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
                   h("td", { class: "num" }, x.before ? formatCount(x.before.count) : "–"),
                   h("td", { class: "num" }, x.after ? formatCount(x.after.count) : "–"),
-                  h("td", { class: "num col-idle" }, x.before ? formatUs(sideCost(x.before)) : "–"),
-                  h("td", { class: "num col-idle" }, x.after ? formatUs(sideCost(x.after)) : "–"),
-                  h("td", null, changeText(x)),
+                  h("td", { class: "num col-idle" }, x.before ? (latent ? formatCount(x.before.per_step) : formatUs(sideCost(x.before))) : "–"),
+                  h("td", { class: "num col-idle" }, x.after ? (latent ? formatCount(x.after.per_step) : formatUs(sideCost(x.after))) : "–"),
+                  h("td", null, changeText(x, { latent })),
                 ),
               ),
             ),
@@ -159,7 +162,7 @@ export async function renderCompare(ctx) {
 async function openSite(app, x) {
   const sel = app.selection();
   try {
-    const sites = await getJson("sites", { ...sel, kind: x.kind, limit: 500 });
+    const sites = await getJson("sites", { ...sel, kind: x.kind, latent: x.latent ? 1 : null, limit: 500 });
     const base = (/** @type {string | null} */ f) => (f || "").split(/[\\/]/).pop();
     const match = (sites.items || []).find(
       (/** @type {any} */ s) => base(s.file) === base(x.file) && s.func === x.func && (s.ops || [])[0] === (x.ops || [])[0],

@@ -1,14 +1,23 @@
 // @ts-check
 /**
- * Entry point of the Sync Advisor dashboard. TensorBoard imports this ES module into the
- * plugin iframe (`data/plugin_entry.html?name=sync_advisor`) and the module renders into
- * `document.body`. Styles ship inside the bundle: nothing is fetched but the plugin's JSON.
+ * Entry point of the Sync Advisor dashboard. TensorBoard's plugin_entry.html runs
+ * `import("./index.js").then((m) => void m.render())` inside the plugin iframe, whose
+ * `<base href="plugin/sync_advisor/">` makes every relative URL hit the plugin's routes.
+ * `render()` fills `document.body`. Styles ship inside the bundle: nothing is fetched but
+ * the plugin's JSON.
  */
 import { App } from "./app.js";
 import css from "./styles.css";
 
-const style = document.createElement("style");
-style.textContent = css;
-document.head.appendChild(style);
-document.title = "Sync Advisor";
-new App(document.body).start();
+let started = false;
+
+/** Render the dashboard into `document.body` (idempotent: a second call does nothing). */
+export function render() {
+  if (started) return;
+  started = true;
+  const style = document.createElement("style");
+  style.textContent = css;
+  document.head.appendChild(style);
+  document.title = "Sync Advisor";
+  new App(document.body).start();
+}

@@ -27,7 +27,7 @@ test("regressions are listed first, then wins, then unchanged; larger cost first
 
 test("cost of a side is host wait plus GPU idle, per step when given", () => {
   assert.equal(sideCost(cost(100, 50)), 150);
-  assert.equal(sideCost({ host_wait_us: 999, host_wait_per_step_us: 10, gpu_idle_per_step_us: 5 }), 15);
+  assert.equal(sideCost({ host_wait_us: 999, gpu_idle_us: 1, cost_per_step_us: 15 }), 15);
   assert.equal(sideCost(null), 0);
 });
 
@@ -45,4 +45,11 @@ test("step time change is good news when negative and bad when positive", () => 
   assert.equal(stepTimeChange(null).tone, "neutral");
   assert.equal(STATUS_TONE.fixed, "good");
   assert.equal(STATUS_TONE.worse, "bad");
+});
+
+test("latent sites are described by syncs per step, not by cost", () => {
+  const fixed = { status: "fixed", before: { per_step: 3, cost_per_step_us: 0 }, after: null };
+  assert.equal(changeText(fixed, { latent: true }), "gone: 3 fewer syncs per step");
+  const same = { status: "same", before: { per_step: 2 }, after: { per_step: 2 } };
+  assert.equal(changeText(same, { latent: true }), "2 → 2 per step");
 });

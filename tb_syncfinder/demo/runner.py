@@ -51,7 +51,8 @@ class DemoError(Exception):
     """A demo that cannot run as asked (e.g. ``--device cuda`` without a GPU)."""
 
 
-def _workload(run: str, size: str) -> tuple[Workload, object]:
+def workload(run: str, size: str) -> tuple[Workload, object]:
+    """The training function of a demo run and its size settings."""
     module = {"cnn": cnn, "seg": seg}[run.split("_")[0]]
     train = module.train_baseline if run.endswith("_baseline") else module.train_optimized
     return train, module.SIZES[size]
@@ -95,7 +96,7 @@ def profile_run(
     """Profile one workload variant into ``logdir/run``; ``steps`` is the active step count."""
     if run not in RUNS:
         raise DemoError(f"unknown demo run {run!r}; expected one of {', '.join(RUNS)}")
-    train, workload_size = _workload(run, size)
+    train, workload_size = workload(run, size)
     run_dir = Path(logdir) / run
     run_dir.mkdir(parents=True, exist_ok=True)
     _clear_run_traces(run_dir)

@@ -50,6 +50,7 @@ TRANSIENT_MARKERS = (
 # An unchanged file that keeps failing with a transient-looking error is given up on after
 # this many polls (it is retried again as soon as its size or mtime changes).
 MAX_TRANSIENT_ATTEMPTS = 3
+PROCESS_DIED = "the analysis process died (out of memory, or a crash in a native library)"
 
 
 def looks_transient(reason: str) -> bool:
@@ -147,6 +148,8 @@ class TraceLoader:
         self.changed = threading.Condition(self.lock)  # notified when a trace settles
 
         self._executor: concurrent.futures.Executor | None = None
+        self._broken_pools = 0
+        self._pool_succeeded = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -338,19 +341,35 @@ class TraceLoader:
             result = future.result()
             error = None
         except BrokenProcessPool:
-            # A worker died (out of memory, a crash in a native library): a fresh pool is
-            # made on the next submit; the attempt counts so a file that always kills its
-            # worker ends as an error instead of looping.
+            # A worker died (out of memory, a crash in a native library, or processes cannot
+            # be spawned here): every job of that pool fails with it. Retried on the next
+            # poll with a fresh pool; the attempt counts, so a file that always kills its
+            # worker ends as an error instead of looping. Pools that keep breaking before
+            # anything succeeded mean processes do not work here: switch to threads.
             self._reset_pool()
-            result, error = None, "the analysis process died (out of memory?)"
+            with self.lock:
+                self._broken_pools += 1
+                if self._broken_pools >= MAX_TRANSIENT_ATTEMPTS and not self._pool_succeeded:
+                    if self.use_processes:
+                        logger.warning("sync_advisor: process pool keeps failing, using threads")
+                    self.use_processes = False
+            self._settle(state, None, PROCESS_DIED, retry=True)
+            return
         except concurrent.futures.CancelledError:
             return
         except Exception as exc:  # noqa: BLE001 - per-file errors are data
             result, error = None, str(exc) or type(exc).__name__
+        else:
+            self._pool_succeeded = True
         self._settle(state, result, error)
 
     def _settle(
-        self, state: TraceState, result: Any, error: str | None, from_cache: bool = False
+        self,
+        state: TraceState,
+        result: Any,
+        error: str | None,
+        from_cache: bool = False,
+        retry: bool = False,
     ) -> None:
         """Record the outcome of one analysis and publish it to readers."""
         reason = error if result is None else getattr(result.info, "error", None)
@@ -370,7 +389,7 @@ class TraceLoader:
                 # once: a file being written for minutes would be re-read in a loop).
                 state.status = PENDING
                 state.size = state.mtime_ns = None
-            elif reason is not None and looks_transient(reason):
+            elif reason is not None and (retry or looks_transient(reason)):
                 state.attempts += 1
                 state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 state.error = reason

@@ -92,7 +92,7 @@ def make_engine_options(settings: PluginSettings) -> Any:
     from tb_syncfinder import engine
 
     return engine.Options(
-        source_roots=list(settings.source_roots), path_map=dict(settings.path_map)
+        source_roots=tuple(settings.source_roots), path_map=tuple(settings.path_map)
     )
 
 

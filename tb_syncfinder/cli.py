@@ -156,6 +156,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     wanted: dict[str, Any] = {
         "source_roots": list(args.source_root),
         "path_map": list(args.path_map),
+        # The timeline context around each sync is for the dashboard's detail view only.
+        "contexts": False,
     }
     if hasattr(args, "latent"):
         wanted["latent"] = args.latent

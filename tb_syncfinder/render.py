@@ -86,7 +86,11 @@ def site_location(site: dict[str, Any]) -> str:
     """``file:line`` of a site, ``*`` marking a line that is only the function's definition."""
     file = site.get("file")
     if not file:
-        return "(no Python stack)"
+        # No with_stack: the operator (or API call) is the best handle the user has.
+        ops = site.get("ops") or []
+        apis = site.get("apis") or []
+        handle = ops[0] if ops else (apis[0] if apis else "")
+        return f"[{handle}] (no stack)" if handle else "(no Python stack)"
     line = site.get("line")
     if line is None:
         return file
@@ -119,6 +123,8 @@ def sorted_sites(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _ops_text(site: dict[str, Any]) -> str:
     ops = [op for op in site.get("ops") or [] if op]
     apis = [api for api in site.get("apis") or [] if api]
+    if len(ops) > 3:  # outermost (what Python called) and innermost (what synced) matter
+        ops = [ops[0], "…", ops[-1]]
     text = " > ".join(ops) if ops else "(no operator)"
     if apis:
         text += f"  [{', '.join(dict.fromkeys(apis))}]"

@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tb_syncfinder.cli import main
+from tb_syncfinder.models import SCHEMA
+
+
+def write_item_trace(path: Path, steps: int = 2, items_per_step: int = 3) -> Path:
+    """A minimal CUDA trace as Kineto writes one: per step, a kernel then ``tensor.item()``
+    (aten::item > _local_scalar_dense > cudaMemcpyAsync DtoH pageable + cudaStreamSynchronize).
+    """
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+    ]
+    corr, t = 1, 1000.0
+    for step in range(1, steps + 1):
+        start, body = t, []
+        for _ in range(items_per_step):
+            body += [
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1,
+                 "ts": t, "dur": 20, "args": {}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                 "tid": 1, "ts": t + 5, "dur": 10, "args": {"correlation": corr}},
+                {"ph": "X", "cat": "kernel", "name": "mul_kernel", "pid": 0, "tid": 7,
+                 "ts": t + 20, "dur": 200, "args": {"correlation": corr, "device": 0,
+                                                    "stream": 7}},
+            ]
+            corr, t = corr + 1, t + 30
+            body += [
+                {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1,
+                 "ts": t, "dur": 300, "args": {}},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "pid": 1,
+                 "tid": 1, "ts": t + 2, "dur": 296, "args": {}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1,
+                 "tid": 1, "ts": t + 5, "dur": 10, "args": {"correlation": corr}},
+                {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)",
+                 "pid": 0, "tid": 7, "ts": t + 240, "dur": 2,
+                 "args": {"correlation": corr, "bytes": 4, "device": 0, "stream": 7}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1,
+                 "tid": 1, "ts": t + 20, "dur": 260, "args": {"correlation": corr + 1}},
+            ]
+            corr, t = corr + 2, t + 400
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                       "pid": 1, "tid": 1, "ts": start - 1, "dur": t - start + 2, "args": {}})
+        events += body
+        t += 50
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+def write_cpu_trace(path: Path) -> Path:
+    """A CPU-only trace: aten::nonzero would synchronize on a GPU (a latent finding)."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 100, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "pid": 1, "tid": 1, "ts": 10,
+         "dur": 30, "args": {}},
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tb_syncfinder.cli", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_report_prints_sites_and_summary_as_plain_text_when_piped(tmp_path: Path) -> None:
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json")
+    proc = run_cli("report", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout  # piped: no colour
+    assert "aten::item" in proc.stdout and "scalar_readback" in proc.stdout
+    assert "syncs per step   3.0  (6 over 2 steps)" in proc.stdout
+
+
+def test_report_json_follows_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema"] == SCHEMA
+    assert {"traces", "summary", "syncs", "sites", "latent"} <= set(report)
+    assert report["summary"]["sync_count"] == 6
+    sync = report["syncs"][0]
+    for key in ("kind", "api", "apis", "op", "trigger_op", "step", "thread", "ts_us",
+                "host_wait_us", "gpu_idle_after_us", "annotations", "module", "stack",
+                "source", "trace"):
+        assert key in sync
+    assert sync["op"] == "aten::item" and sync["kind"] == "scalar_readback"
+    assert sync["host_wait_us"] > 0
+
+
+def test_format_csv_and_sarif(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("rank,latent,file,line") and len(lines) == 2
+    assert main(["report", str(trace), "--format", "sarif"]) == 0
+    sarif = json.loads(capsys.readouterr().out)
+    assert sarif["version"] == "2.1.0"
+
+
+def test_max_syncs_per_step_exits_1_naming_the_step(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json", steps=2, items_per_step=3)
+    assert main(["report", str(trace), "--max-syncs-per-step", "3"]) == 0
+    assert main(["report", str(trace), "--max-syncs-per-step", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "step 1 of w0.pt.trace.json has 3 syncs (limit 2)" in err
+
+
+def test_nonexistent_path_exits_2_with_the_reason(tmp_path: Path) -> None:
+    proc = run_cli("report", str(tmp_path / "missing"))
+    assert proc.returncode == 2
+    assert "missing: no such file or directory" in proc.stderr
+
+
+def test_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "notes.txt").write_text("hi")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no traces found" in capsys.readouterr().err
+
+
+def test_every_trace_unreadable_exits_2_naming_each_file(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "a.pt.trace.json").write_text('{"traceEvents": [')
+    (tmp_path / "b.pt.trace.json").write_bytes(b"\x00\x01 not json")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "a.pt.trace.json: " in err and "b.pt.trace.json: " in err
+
+
+def test_broken_trace_next_to_a_good_one_is_listed_and_the_good_one_analysed(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_item_trace(tmp_path / "run" / "good.pt.trace.json")
+    (tmp_path / "run" / "bad.pt.trace.json").write_text('{"traceEvents": [')
+    assert main(["report", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "aten::item" in out
+    assert "Errors (1 file skipped)" in out
+    assert f"{tmp_path / 'run' / 'bad.pt.trace.json'}: " in out
+    assert main(["report", str(tmp_path / "run"), "--json"]) == 0
+    captured = capsys.readouterr()
+    errors = [t for t in json.loads(captured.out)["traces"] if t["error"]]
+    assert len(errors) == 1 and "bad.pt.trace.json" in captured.err
+
+
+def test_cpu_only_trace_reports_latent_findings_unless_disabled(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    trace = write_cpu_trace(tmp_path / "cpu.pt.trace.json")
+    assert main(["report", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "would synchronize on a GPU" in out and "aten::nonzero" in out
+    assert main(["report", str(trace), "--no-latent", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["latent"] == [] and report["latent_sites"] == []
+
+
+def test_colour_follows_tty_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tb_syncfinder.cli import _use_color
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert _use_color("auto", Tty()) is True
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert _use_color("auto", Tty()) is False
+    assert _use_color("always", Tty()) is True
+    assert _use_color("auto", sys.stdout) is False or sys.stdout.isatty()
+
+
+def test_bad_option_exits_2(capsys: pytest.CaptureFixture) -> None:
+    assert main(["report", "x", "--path-map", "no-equals-sign"]) == 2
+    assert "expected FROM=TO" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_compare_reports_fixed_site_and_fails_on_regression(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    base = write_item_trace(tmp_path / "base" / "w.pt.trace.json", items_per_step=3)
+    saved = tmp_path / "base.json"
+    assert main(["report", str(base), "--json", "-o", str(saved)]) == 0
+    assert json.loads(saved.read_text())["schema"] == SCHEMA
+    new = write_cpu_trace(tmp_path / "new" / "w.pt.trace.json")
+    assert main(["compare", str(saved), str(new)]) == 0
+    assert "fixed" in capsys.readouterr().out
+    assert main(["compare", str(new), str(saved), "--fail-on-regression", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["counts"]["new"] == 1
+    assert "new:" in captured.err
+
+
+def test_annotate_writes_the_trace_with_a_sync_advisor_track(tmp_path: Path) -> None:
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    out = tmp_path / "annotated.json"
+    assert main(["report", str(trace), "--annotate", str(out), "-o", str(tmp_path / "r")]) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    slices = [e for e in events if e.get("cat") == "sync_advisor"]
+    assert len([e for e in slices if e["name"].startswith("scalar_readback")]) == 6
+
+
+def test_demo_subcommand_is_wired(capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("tb_syncfinder.demo.cli")
+    with pytest.raises(SystemExit) as exc:
+        from tb_syncfinder.cli import build_parser
+
+        build_parser().parse_args(["demo", "--help"])
+    assert exc.value.code == 0
+    assert main(["demo", "--help"]) == 0
+    assert "--logdir" in capsys.readouterr().out

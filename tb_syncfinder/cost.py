@@ -1,0 +1,104 @@
+"""What the syncs cost: host wait, the GPU bubble after each, per-step totals and the
+estimated saving.
+
+* ``host_wait_us``: summed duration of the blocking calls of the episode (the time the
+  host thread sat inside them).
+* ``gpu_idle_after_us``: on the sync's device, from the end of the sync to the start of the
+  next device activity on any stream of that device, capped at the end of the step (or the
+  trace). Zero when the device is still busy with earlier work when the sync returns.
+* Estimated saving: per step, the union of the intervals ``[sync start, sync end + idle]``
+  (host blocked, then GPU starved while the host catches up). Taking the union means a wait
+  that overlaps the bubble of the previous sync is counted once. It is an upper bound: it
+  assumes that without the sync the host would have kept the GPU fed through that time.
+"""
+
+from __future__ import annotations
+
+from tb_syncfinder.detect import Episode
+from tb_syncfinder.models import StepStats, Sync
+from tb_syncfinder.timeline import Timeline
+
+NO_STEP = 0  # StepStats.step of the single pseudo-step of a trace without ProfilerStep spans
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total = 0.0
+    cur_lo = cur_hi = None
+    for lo, hi in sorted(intervals):
+        if cur_hi is None or lo > cur_hi:
+            if cur_hi is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = lo, hi
+        elif hi > cur_hi:
+            cur_hi = hi
+    if cur_hi is not None:
+        total += cur_hi - cur_lo
+    return total
+
+
+def fill_sync_cost(tl: Timeline, episode: Episode, sync: Sync) -> None:
+    """Set ``host_wait_us`` and ``gpu_idle_after_us`` of one real (non-latent) sync."""
+    if episode.latent or not episode.calls:
+        sync.host_wait_us = 0.0
+        sync.gpu_idle_after_us = 0.0
+        return
+    sync.host_wait_us = float(sum(c.event.dur for c in episode.calls))
+    device = sync.device_id
+    if device is None or device not in tl.device_activity:
+        device = tl.default_device()
+        if sync.device_id is None:
+            sync.device_id = device
+    if device is None:
+        sync.gpu_idle_after_us = 0.0
+        return
+    end = sync.end_us
+    step = tl.step_at(sync.ts_us)
+    cap = step.end if step is not None else tl.span[1]
+    busy = tl.device_activity[device].next_busy(end)
+    idle_until = cap if busy is None else min(busy, cap)
+    sync.gpu_idle_after_us = max(0.0, float(idle_until - end))
+
+
+def measure(
+    tl: Timeline, syncs: list[Sync], episodes: list[Episode] | None = None
+) -> list[StepStats]:
+    """Per-step stats of one trace. With ``episodes`` (parallel to ``syncs``), first fill
+    each sync's ``host_wait_us`` / ``gpu_idle_after_us``."""
+    if episodes is not None:
+        for episode, sync in zip(episodes, syncs):
+            fill_sync_cost(tl, episode, sync)
+    stats: dict[int, StepStats] = {}
+    if tl.steps:
+        for step in tl.steps:
+            # Several threads/processes may record the same step number: keep the longest.
+            prev = stats.get(step.number)
+            if prev is None or prev.step_time_us < step.end - step.ts:
+                stats[step.number] = StepStats(step.number, step.end - step.ts, 0, 0.0, 0.0,
+                                               tl.path)
+    else:
+        stats[NO_STEP] = StepStats(NO_STEP, max(0.0, tl.span[1] - tl.span[0]), 0, 0.0, 0.0,
+                                   tl.path)
+    for sync in syncs:
+        number = sync.step if tl.steps else NO_STEP
+        st = stats.get(number) if number is not None else None
+        if st is None:
+            continue  # outside every step (warm-up, after the last step): counted in totals
+        st.sync_count += 1
+        st.host_wait_us += sync.host_wait_us
+        st.gpu_idle_us += sync.gpu_idle_after_us
+    return [stats[k] for k in sorted(stats)]
+
+
+def estimated_saving_us(steps: list[StepStats], syncs: list[Sync]) -> float:
+    """Upper-bound saving of one trace: per step, the union of [start, end + idle] of its
+    syncs, capped at the step time (see the module docstring)."""
+    if not steps:
+        return 0.0
+    by_step: dict[int, list[tuple[float, float]]] = {s.step: [] for s in steps}
+    single = len(steps) == 1 and steps[0].step == NO_STEP
+    for sync in syncs:
+        number = NO_STEP if single else sync.step
+        if number in by_step:
+            by_step[number].append((sync.ts_us, sync.end_us + sync.gpu_idle_after_us))
+    step_time = {s.step: s.step_time_us for s in steps}
+    return sum(min(_union_length(v), step_time[k]) for k, v in by_step.items())

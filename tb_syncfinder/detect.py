@@ -1,0 +1,405 @@
+"""Find the blocking host-device synchronizations of a timeline, one episode per
+invocation of the outermost operator (or per standalone API call outside any operator).
+
+What blocks the host (``../shared/KINETO_NOTES.md``):
+
+* explicit waits: ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` /
+  ``cudaEventSynchronize``, their ``cu*`` driver and ``hip*`` forms, and torch_npu's
+  ``AscendCL@aclrtSynchronize*``;
+* synchronous copies (``cudaMemcpy``, ``hipMemcpy``, ``hipMemcpyWithStream``) and
+  ``cudaMemcpyAsync`` whose device side is a copy into / out of pageable host memory
+  (``Memcpy DtoH (Device -> Pageable)``, ``Memcpy HtoD (Pageable -> Device)``), or that is
+  followed by a stream sync inside the same operator (the ``.item()`` / ``.cpu()`` pattern);
+* any runtime call joined by correlation to a CUPTI ``cuda_sync`` record (``Stream Sync``,
+  ``Event Sync``, ``Context Sync``), except ``cudaEventQuery`` and ``Stream Wait Event``,
+  which never block the host;
+* allocator calls inside a step (``cudaMalloc``/``cudaFree``/``cudaHostAlloc``/
+  ``cudaFreeHost`` and the hip forms): the driver synchronizes the device for them.
+
+A pinned ``non_blocking`` copy (``Memcpy HtoD (Pinned -> Device)`` from ``cudaMemcpyAsync``)
+is not a sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tb_syncfinder import models
+from tb_syncfinder.reader import Event
+from tb_syncfinder.timeline import OP, HostThread, Timeline, correlation_of
+
+EXPLICIT_SYNC_APIS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaThreadSynchronize",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipCtxSynchronize",
+    }
+)
+SYNC_COPY_APIS = frozenset(
+    {
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpy3D",
+        "cudaMemcpyFromSymbol",
+        "cudaMemcpyToSymbol",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2",
+        "cuMemcpy",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+        "hipMemcpyDtoH",
+        "hipMemcpyHtoD",
+        "AscendCL@aclrtMemcpy",
+    }
+)
+ASYNC_COPY_APIS = frozenset(
+    {
+        "cudaMemcpyAsync",
+        "cudaMemcpy2DAsync",
+        "cudaMemcpy3DAsync",
+        "cuMemcpyAsync",
+        "cuMemcpyDtoHAsync",
+        "cuMemcpyDtoHAsync_v2",
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyHtoDAsync_v2",
+        "hipMemcpyAsync",
+        "hipMemcpyDtoHAsync",
+        "hipMemcpyHtoDAsync",
+        "AscendCL@aclrtMemcpyAsync",
+    }
+)
+ALLOCATOR_APIS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaFree",
+        "cudaHostAlloc",
+        "cudaMallocHost",
+        "cudaFreeHost",
+        "cuMemAlloc",
+        "cuMemAlloc_v2",
+        "cuMemFree",
+        "cuMemFree_v2",
+        "hipMalloc",
+        "hipFree",
+        "hipHostMalloc",
+        "hipHostFree",
+        "hipMallocHost",
+        "hipFreeHost",
+    }
+)
+# Never host-blocking, even when CUPTI records an ``Event Sync`` for them.
+NON_BLOCKING_APIS = frozenset(
+    {
+        "cudaEventQuery",
+        "cudaStreamQuery",
+        "cudaStreamWaitEvent",
+        "hipEventQuery",
+        "hipStreamQuery",
+        "hipStreamWaitEvent",
+        "cuEventQuery",
+        "cuStreamQuery",
+        "cuStreamWaitEvent",
+    }
+)
+BLOCKING_SYNC_RECORDS = frozenset({"Stream Sync", "Event Sync", "Context Sync"})
+INTERESTING_APIS = EXPLICIT_SYNC_APIS | SYNC_COPY_APIS | ASYNC_COPY_APIS | ALLOCATOR_APIS
+
+# Operators classified by the chain (innermost first wins).
+SCALAR_OPS = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::tolist"}
+)
+DYNAMIC_OPS = frozenset(
+    {
+        "aten::nonzero",
+        "aten::argwhere",
+        "aten::unique",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::unique_dim_consecutive",
+        "aten::masked_select",
+        "aten::repeat_interleave",
+    }
+)
+# Ops that are dynamic-shape syncs only because of what they call (boolean index, 1-arg where).
+DYNAMIC_WRAPPERS = frozenset({"aten::index", "aten::index_put_", "aten::index_put", "aten::where"})
+COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
+
+# Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.
+LATENT_TRIGGERS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::nonzero",
+        "aten::argwhere",
+        "aten::unique",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::unique_dim_consecutive",
+        "aten::masked_select",
+        "aten::repeat_interleave",
+    }
+)
+
+CHECKED = [
+    "explicit synchronize calls (cudaDeviceSynchronize, cudaStreamSynchronize, "
+    "cudaEventSynchronize, cu*/hip*/aclrt* forms)",
+    "blocking copies (cudaMemcpy, pageable cudaMemcpyAsync, hipMemcpyWithStream)",
+    "CUPTI cuda_sync records joined to their runtime call",
+    "allocator syncs inside steps (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost)",
+    "scalar readbacks (.item(), .tolist(), bool/if on a tensor)",
+    "dynamic shapes (nonzero, unique, masked_select, boolean masks, repeat_interleave)",
+]
+
+
+def is_explicit_sync_api(name: str) -> bool:
+    return name in EXPLICIT_SYNC_APIS or name.startswith("AscendCL@aclrtSynchronize")
+
+
+@dataclass
+class Call:
+    """One blocking (or grouped) runtime call, with what it did on the device."""
+
+    event: Event
+    device_events: list[Event]
+    reason: str  # "sync", "copy", "allocator", "cuda_sync"
+    direction: str | None = None  # "DtoH", "HtoD", "DtoD" for copies
+
+
+@dataclass
+class Episode:
+    """All blocking calls of one outermost-operator invocation (or one bare call)."""
+
+    thread: HostThread
+    calls: list[Call]
+    anchor: int  # node index the episode hangs from (innermost enclosing node), -1 = none
+    outer_op: int  # node index of the outermost operator, -1 for a bare call
+    kind: str = ""
+    latent: bool = False
+    trigger: int = -1  # node index of the trigger op (latent episodes)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ts(self) -> float:
+        if self.calls:
+            return self.calls[0].event.ts
+        return self.thread.starts[self.trigger]
+
+    @property
+    def end(self) -> float:
+        if self.calls:
+            return max(c.event.ts + c.event.dur for c in self.calls)
+        return self.thread.ends[self.trigger]
+
+
+def _copy_direction(name: str) -> str | None:
+    if "DtoH" in name or "Device -> Pageable" in name or "Device -> Pinned" in name:
+        return "DtoH"
+    if "HtoD" in name:
+        return "HtoD"
+    if "DtoD" in name or "PtoP" in name:
+        return "DtoD"
+    return None
+
+
+_HIP_KIND = {"1": "HtoD", "2": "DtoH", "3": "DtoD", 1: "HtoD", 2: "DtoH", 3: "DtoD"}
+
+
+def _classify_call(tl: Timeline, thread: HostThread, e: Event) -> Call | None:
+    """A Call if this runtime event blocks the host (or may, pending grouping), else None."""
+    name = e.name
+    if name in NON_BLOCKING_APIS:
+        return None
+    device_events = tl.device_events(e, thread)
+    if is_explicit_sync_api(name):
+        return Call(e, device_events, "sync")
+    if name in SYNC_COPY_APIS or name in ASYNC_COPY_APIS:
+        direction = None
+        pageable = False
+        for d in device_events:
+            if d.cat != "cuda_sync":
+                direction = direction or _copy_direction(d.name)
+                pageable = pageable or "Pageable" in d.name
+        if direction is None and e.args is not None and e.args.kind in _HIP_KIND:
+            direction = _HIP_KIND[e.args.kind]
+        if name in SYNC_COPY_APIS:
+            return Call(e, device_events, "copy", direction)
+        if pageable and direction in ("DtoH", "HtoD"):
+            return Call(e, device_events, "copy", direction)
+        # Maybe blocking: only if a stream sync follows inside the same operator.
+        return Call(e, device_events, "maybe_copy", direction)
+    if name in ALLOCATOR_APIS:
+        return Call(e, device_events, "allocator")
+    for d in device_events:
+        if d.cat == "cuda_sync":
+            record = d.args.cuda_sync_kind if d.args is not None else None
+            if (record or d.name) in BLOCKING_SYNC_RECORDS:
+                return Call(e, device_events, "cuda_sync")
+    return None
+
+
+def _outermost_op(thread: HostThread, index: int) -> int:
+    outer = -1
+    kinds = thread.kinds
+    parent = thread.parent
+    while index >= 0:
+        if kinds[index] == OP:
+            outer = index
+        index = parent[index]
+    return outer
+
+
+def op_chain(thread: HostThread, index: int) -> list[int]:
+    """Operator node indices enclosing ``index`` (inclusive), outermost first."""
+    chain = []
+    kinds = thread.kinds
+    parent = thread.parent
+    while index >= 0:
+        if kinds[index] == OP:
+            chain.append(index)
+        index = parent[index]
+    chain.reverse()
+    return chain
+
+
+def classify(op_names: list[str], calls: list[Call]) -> str:
+    """The finding kind: by the operator chain first, the API / copy direction second."""
+    for name in reversed(op_names):  # innermost first
+        if name in SCALAR_OPS:
+            return models.SCALAR_READBACK
+        if name in DYNAMIC_OPS:
+            return models.DYNAMIC_SHAPE
+    directions = [c.direction for c in calls if c.reason in ("copy", "maybe_copy")]
+    if "DtoH" in directions:
+        return models.DEVICE_TO_HOST_COPY
+    if "HtoD" in directions:
+        return models.BLOCKING_HOST_TO_DEVICE
+    if calls and all(c.reason == "allocator" for c in calls):
+        return models.ALLOCATOR_SYNC
+    if any(name in COPY_OPS for name in op_names):
+        # A stream sync inside .to()/.cpu()/copy_: a device-to-host copy whose device side
+        # was not recorded (or a DtoD copy made synchronous by a non_blocking=False .to()).
+        return models.DEVICE_TO_HOST_COPY
+    if any(c.reason == "allocator" for c in calls) and not any(
+        c.reason in ("sync", "cuda_sync") for c in calls
+    ):
+        return models.ALLOCATOR_SYNC
+    return models.EXPLICIT_SYNC
+
+
+def detect_syncs(tl: Timeline) -> list[Episode]:
+    """Every blocking episode of the trace, in time order."""
+    episodes: list[Episode] = []
+    has_steps = bool(tl.steps)
+    # Correlations of blocking CUPTI sync records: a runtime call joined to one of them
+    # blocks whatever its name (most runtime calls are launches: filter by name first).
+    sync_record_corrs = {
+        correlation_of(d)
+        for events in tl.lanes.values()
+        for d in events
+        if d.cat == "cuda_sync"
+        and ((d.args.cuda_sync_kind if d.args is not None else None) or d.name)
+        in BLOCKING_SYNC_RECORDS
+    }
+    sync_record_corrs.discard(None)
+    for thread in tl.threads.values():
+        groups: dict[int, Episode] = {}
+        pending_copies: dict[int, list[Call]] = {}  # outer op -> async copies not yet proven
+        thread_episodes: list[Episode] = []
+        if sync_record_corrs:
+            candidates = [
+                e for e in thread.runtime
+                if e.name in INTERESTING_APIS or tl.correlation(e, thread) in sync_record_corrs
+            ]
+        else:
+            candidates = [e for e in thread.runtime if e.name in INTERESTING_APIS
+                          or e.name.startswith("AscendCL@aclrtSynchronize")]
+        for e in candidates:
+            call = _classify_call(tl, thread, e)
+            if call is None:
+                continue
+            end = e.ts + e.dur
+            anchor = thread.innermost(e.ts, end)
+            outer = _outermost_op(thread, anchor)
+            if call.reason == "allocator" and has_steps and tl.step_at(e.ts) is None:
+                continue  # allocations during warm-up / outside steps are expected
+            if call.reason == "maybe_copy":
+                if outer >= 0:
+                    pending_copies.setdefault(outer, []).append(call)
+                continue
+            episode = groups.get(outer) if outer >= 0 else None
+            if episode is None:
+                episode = Episode(thread, [], anchor, outer)
+                if outer >= 0:
+                    groups[outer] = episode
+                thread_episodes.append(episode)
+            if call.reason in ("sync", "cuda_sync") and outer in pending_copies:
+                # The async copy that this stream sync waited for belongs to the episode.
+                episode.calls.extend(pending_copies.pop(outer))
+            episode.calls.append(call)
+        for episode in thread_episodes:
+            episode.calls.sort(key=lambda c: c.event.ts)
+            names = [thread.nodes[i].name for i in op_chain(thread, episode.anchor)]
+            episode.kind = classify(names, episode.calls)
+        episodes.extend(thread_episodes)
+    episodes.sort(key=lambda ep: ep.ts)
+    return episodes
+
+
+def _concrete_has_output_size(event: Event) -> bool:
+    """repeat_interleave(..., output_size=N) does not sync; record_shapes tells us N."""
+    args = event.args
+    if args is None or not args.concrete_inputs:
+        return False
+    last = args.concrete_inputs[-1]
+    return isinstance(last, str) and last.strip().lstrip("-").isdigit()
+
+
+def detect_latent(tl: Timeline) -> list[Episode]:
+    """Operators that would sync on a GPU, in a trace with no GPU at all (zero cost).
+
+    Only operators that *always* sync when their inputs are on a GPU are listed: on a CPU
+    trace we cannot tell where a tensor would live, so ``.to()`` and friends are left out.
+    """
+    if tl.has_gpu_activity or tl.has_runtime:
+        return []
+    episodes: list[Episode] = []
+    for thread in tl.threads.values():
+        by_outer: dict[int, Episode] = {}
+        nodes = thread.nodes
+        kinds = thread.kinds
+        for i, node in enumerate(nodes):
+            if kinds[i] != OP or node.name not in LATENT_TRIGGERS:
+                continue
+            if node.name == "aten::repeat_interleave" and _concrete_has_output_size(node):
+                continue
+            outer = _outermost_op(thread, i)
+            episode = by_outer.get(outer)
+            if episode is not None:
+                # One finding per outermost operator invocation; its trigger is the deepest
+                # triggering op (aten::item -> aten::_local_scalar_dense).
+                if episode.trigger in thread.ancestors(i):
+                    episode.trigger = episode.anchor = i
+                continue
+            episode = by_outer[outer] = Episode(thread, [], i, outer, latent=True, trigger=i)
+            episodes.append(episode)
+        for episode in by_outer.values():
+            names = [nodes[j].name for j in op_chain(thread, episode.trigger)]
+            episode.kind = classify(names, [])
+    episodes.sort(key=lambda ep: ep.ts)
+    return episodes

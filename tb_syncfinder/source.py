@@ -1,0 +1,316 @@
+"""Find the user's source file for a stack frame and the exact line of the syncing call.
+
+Modern stacks (``python_function`` events) record the line where the function is *defined*
+(``co_firstlineno``). The calling line is recovered from the source: parse the file with
+``ast``, find the function defined at that line, and inside it the call whose name matches
+what the frame called (``item``, ``nonzero``, ``cpu``, a subscript for a boolean mask...).
+When several calls match, the n-th sync of one invocation maps to the n-th matching call
+only when the counts agree; otherwise the result says ``line_exact=False`` and points at
+the def line. Nothing is guessed silently.
+
+Legacy ``Call stack`` lines are call lines already (``line_exact=True``).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tb_syncfinder.models import Frame, Source
+
+# Directories never searched for sources when matching path suffixes.
+_SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", "__pycache__", "site-packages", "dist-packages",
+     ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache", "build", "dist"}
+)
+_MAX_INDEXED_FILES = 50_000
+_MAX_SOURCE_BYTES = 5_000_000
+
+# Callee names to look for, per operator, in order of likelihood: the first group that
+# matches any call in the function wins.
+OP_CALLEES: dict[str, list[list[str]]] = {
+    "aten::item": [["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"]],
+    "aten::_local_scalar_dense": [
+        ["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"],
+    ],
+    "aten::is_nonzero": [["__bool__", "bool"], ["any", "all"]],
+    "aten::nonzero": [["nonzero"], ["argwhere"], ["where"], ["__getitem__"]],
+    "aten::argwhere": [["argwhere"]],
+    "aten::unique": [["unique"]],
+    "aten::_unique": [["unique"]],
+    "aten::_unique2": [["unique"], ["unique_consecutive"]],
+    "aten::unique_dim": [["unique"]],
+    "aten::unique_consecutive": [["unique_consecutive"], ["unique"]],
+    "aten::unique_dim_consecutive": [["unique_consecutive"], ["unique"]],
+    "aten::masked_select": [["masked_select"], ["__getitem__"]],
+    "aten::index": [["__getitem__"]],
+    "aten::index_put_": [["__setitem__"], ["index_put_", "index_put"]],
+    "aten::index_put": [["__setitem__"], ["index_put"]],
+    "aten::where": [["where"]],
+    "aten::repeat_interleave": [["repeat_interleave"]],
+    "aten::to": [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]],
+    "aten::_to_copy": [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]],
+    "aten::copy_": [["copy_"], ["to", "cpu", "cuda", "numpy", "tolist"], ["__setitem__"]],
+}
+API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
+
+
+def callee_groups(called: str | None, ops: Sequence[str], api: str | None = None) -> list[
+        list[str]]:
+    """Candidate callee names, most specific first: what the frame called (from the stack),
+    then per operator, the outermost first (it is what Python called), then the others."""
+    groups: list[list[str]] = []
+    if called:
+        groups.append([called])
+        if called in ("__bool__", "bool"):
+            groups.append(["__bool__", "bool"])
+    ordered = list(ops[:1]) + list(reversed(ops[1:]))
+    for op in ordered:
+        groups.extend(OP_CALLEES.get(op, []))
+    if not ops and api:
+        groups.extend(API_CALLEES)
+    unique: list[list[str]] = []
+    for group in groups:
+        if group not in unique:
+            unique.append(group)
+    return unique
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            return func.attr
+        if isinstance(func, ast.Name):
+            return func.id
+    return None
+
+
+def _matches(node: ast.AST, names: set[str]) -> bool:
+    name = _call_name(node)
+    if name is not None and name in names:
+        return True
+    if isinstance(node, ast.Subscript):
+        store = isinstance(node.ctx, ast.Store)
+        return ("__setitem__" if store else "__getitem__") in names
+    if "__bool__" in names and isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+        return True
+    if "format" in names and isinstance(node, ast.FormattedValue):
+        return True
+    return False
+
+
+def _walk_body(func: ast.AST) -> Iterable[ast.AST]:
+    """Every node inside a function, not descending into nested defs, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _node_line(node: ast.AST) -> int:
+    # For an `if` the sync happens in its test expression.
+    if isinstance(node, (ast.If, ast.While, ast.Assert)):
+        return node.test.lineno
+    return node.lineno  # type: ignore[attr-defined]
+
+
+class _ParsedFile:
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.functions: dict[int, ast.AST] = {}
+        self.statements: list[ast.stmt] = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                first = node.lineno
+                decorators = getattr(node, "decorator_list", None)
+                if decorators:
+                    # co_firstlineno of a decorated function is its first decorator's line.
+                    self.functions.setdefault(min(d.lineno for d in decorators), node)
+                self.functions.setdefault(first, node)
+            if isinstance(node, ast.stmt):
+                self.statements.append(node)
+
+    def calls_in(self, func: ast.AST, names: set[str]) -> list[int]:
+        found = sorted(
+            ((_node_line(n), getattr(n, "col_offset", 0)) for n in _walk_body(func)
+             if _matches(n, names)),
+        )
+        return [line for line, _ in found]
+
+    def statement_at(self, line: int) -> ast.stmt | None:
+        best = None
+        for stmt in self.statements:
+            end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
+            if stmt.lineno <= line <= end and not isinstance(
+                stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
+                if best is None or stmt.lineno >= best.lineno:
+                    best = stmt
+        return best
+
+    def enclosing_function_line(self, line: int) -> int | None:
+        best: tuple[int, int] | None = None
+        for first, node in self.functions.items():
+            end = getattr(node, "end_lineno", None) or first
+            if first <= line <= end and (best is None or first > best[0]):
+                best = (first, end)
+        return best[0] if best else None
+
+
+class SourceResolver:
+    """Finds source files (``--source-root``, ``--path-map``) and exact call lines."""
+
+    def __init__(
+        self,
+        roots: Sequence[str] | None = None,
+        path_map: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.roots = [str(Path(r).resolve()) for r in (roots or [os.getcwd()])]
+        self.path_map = [(str(a), str(b)) for a, b in path_map]
+        self._found: dict[str, Path | None] = {}
+        self._parsed: dict[Path, _ParsedFile | None] = {}
+        self._index: dict[str, list[Path]] | None = None
+
+    # -- files -------------------------------------------------------------------------
+    def _suffix_index(self) -> dict[str, list[Path]]:
+        if self._index is None:
+            index: dict[str, list[Path]] = {}
+            count = 0
+            for root in self.roots:
+                for dirpath, dirnames, filenames in os.walk(root):
+                    dirnames[:] = [d for d in dirnames
+                                   if d not in _SKIP_DIRS and not d.startswith(".")]
+                    for name in filenames:
+                        if name.endswith(".py"):
+                            index.setdefault(name, []).append(Path(dirpath, name))
+                            count += 1
+                    if count > _MAX_INDEXED_FILES:
+                        break
+            self._index = index
+        return self._index
+
+    def find_file(self, trace_file: str) -> Path | None:
+        """The readable local file for a path as the trace names it, or None."""
+        if trace_file in self._found:
+            return self._found[trace_file]
+        found = self._find(trace_file)
+        self._found[trace_file] = found
+        return found
+
+    def _find(self, trace_file: str) -> Path | None:
+        if not trace_file or trace_file.startswith("<"):
+            return None
+        norm = trace_file.replace("\\", "/")
+        for src, dst in self.path_map:
+            src_norm = src.replace("\\", "/")
+            if norm.startswith(src_norm):
+                candidate = Path(dst + norm[len(src_norm):])
+                if candidate.is_file():
+                    return candidate
+        candidate = Path(norm)
+        if candidate.is_absolute() and candidate.is_file():
+            return candidate
+        if not candidate.is_absolute() and not norm.startswith(".."):
+            for root in self.roots:
+                joined = Path(root, norm)
+                if joined.is_file():
+                    return joined
+        # Suffix match: the trace was recorded elsewhere; find the file under a root whose
+        # path ends with the longest run of the same components. A tie is ambiguous: None.
+        parts = [p for p in norm.split("/") if p and p not in (".", "..")]
+        if not parts:
+            return None
+        candidates = self._suffix_index().get(parts[-1], [])
+        best: list[Path] = []
+        best_len = 0
+        for path in candidates:
+            cparts = path.parts
+            n = 0
+            while n < len(parts) and n < len(cparts) and parts[-1 - n] == cparts[-1 - n]:
+                n += 1
+            if n > best_len:
+                best, best_len = [path], n
+            elif n == best_len:
+                best.append(path)
+        return best[0] if len(best) == 1 else None
+
+    def _parse(self, path: Path) -> _ParsedFile | None:
+        if path not in self._parsed:
+            parsed = None
+            try:
+                if path.stat().st_size <= _MAX_SOURCE_BYTES:
+                    parsed = _ParsedFile(ast.parse(path.read_bytes(), filename=str(path)))
+            except (OSError, SyntaxError, ValueError):
+                parsed = None
+            self._parsed[path] = parsed
+        return self._parsed[path]
+
+    # -- lines -------------------------------------------------------------------------
+    def resolve(
+        self,
+        stack: Sequence[Frame],
+        called_names: Sequence[str] | Sequence[Sequence[str]] | None = None,
+        *,
+        call_lines: bool = False,
+        occurrence: tuple[int, int] | None = None,
+    ) -> Source | None:
+        """The source line for a stack (innermost first); None when no user frame.
+
+        ``called_names``: names (or groups of names, most specific first) of what the
+        innermost user frame called. ``call_lines``: the frame lines are call lines (legacy
+        ``Call stack``). ``occurrence``: (index, count) of this sync among the syncs of the
+        same invocation of that function calling the same thing.
+        """
+        frame = next((f for f in stack if f.user), None)
+        if frame is None:
+            return None
+        groups = _as_groups(called_names)
+        path = self.find_file(frame.file)
+        parsed = self._parse(path) if path is not None else None
+        resolved = str(path) if path is not None else None
+        if call_lines:
+            def_line = None
+            if parsed is not None and frame.line is not None:
+                def_line = parsed.enclosing_function_line(frame.line)
+            return Source(frame.file, frame.line, def_line, frame.func, True, resolved)
+        if parsed is None or frame.line is None:
+            return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
+        func = parsed.functions.get(frame.line)
+        if func is None:
+            # Not a def line: a frame already running when profiling started shows its
+            # current line. It is the call line only if that statement makes the call.
+            stmt = parsed.statement_at(frame.line)
+            exact = False
+            if stmt is not None:
+                for group in groups:
+                    if any(_matches(n, set(group)) for n in ast.walk(stmt)):
+                        exact = True
+                        break
+            def_line = parsed.enclosing_function_line(frame.line)
+            return Source(frame.file, frame.line, def_line, frame.func, exact, resolved)
+        for group in groups:
+            lines = parsed.calls_in(func, set(group))
+            if not lines:
+                continue
+            distinct = sorted(set(lines))
+            if len(distinct) == 1:
+                return Source(frame.file, distinct[0], frame.line, frame.func, True, resolved)
+            if occurrence is not None and occurrence[1] == len(lines):
+                return Source(frame.file, lines[occurrence[0]], frame.line, frame.func, True,
+                              resolved)
+            break  # several candidates and no proof which: do not guess
+        return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
+
+
+def _as_groups(called: Sequence[str] | Sequence[Sequence[str]] | None) -> list[list[str]]:
+    if not called:
+        return []
+    if all(isinstance(c, str) for c in called):
+        return [[str(c) for c in called]]
+    return [[str(n) for n in group] for group in called]

@@ -1,0 +1,446 @@
+"""Arrange decoded events into host threads (nested by time) and device lanes.
+
+Host side, per (pid, tid): the "containers" (operators, user annotations, python_function
+frames) are sorted by ``(ts, -dur)`` and one stack sweep gives each its parent, so any
+query "what encloses this runtime call" is a bisect plus a walk up a few parents. Runtime /
+driver calls are kept in a separate sorted list: they never contain anything we need.
+
+Device side, per (device pid, stream tid): kernels, memcpys, memsets and CUPTI
+``cuda_sync`` records. Per device, the start times of all real activity (not sync records)
+are kept as sorted numpy arrays with a running maximum of end times, so "when is the
+device busy again after t" is one ``searchsorted``.
+
+Runtime call <-> device activity: ``args.correlation`` on both sides where present (modern
+CUDA and ROCm), else the runtime call's ``External id`` (equal to the correlation in CUDA
+traces), else the ``ac2g`` flow events (``s`` on the host call, ``f`` on the device event).
+Everything is linear or n log n; nothing pairs events by a nested loop.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import attrgetter
+from typing import Any
+
+from tb_syncfinder.reader import Event, TraceData
+
+# Event classes (values of the category map).
+OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER = range(7)
+
+# Categories written by Kineto today and by older / other builds of it (torch 1.x wrote
+# "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ROCm uses the CUDA names).
+_CATEGORY_CLASS = {
+    "cpu_op": OP,
+    "operator": OP,
+    "user_annotation": ANNOTATION,
+    "python_function": PYTHON,
+    "python": PYTHON,
+    "cuda_runtime": RUNTIME,
+    "runtime": RUNTIME,
+    "cuda_driver": RUNTIME,
+    "driver": RUNTIME,
+    "kernel": DEVICE,
+    "gpu_memcpy": DEVICE,
+    "memcpy": DEVICE,
+    "gpu_memset": DEVICE,
+    "memset": DEVICE,
+    "cuda_sync": DEVICE_SYNC,
+}
+
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_RECORD_WINDOW_END = "Record Window End"
+
+
+def event_class(cat: str, name: str) -> int:
+    """The class of an event from its category (and name, for Ascend and old step spans)."""
+    cls = _CATEGORY_CLASS.get(cat)
+    if cls is None:
+        cls = _CATEGORY_CLASS.get(cat.lower(), OTHER)
+    if name.startswith("ProfilerStep#") and cls in (OP, ANNOTATION, OTHER):
+        return ANNOTATION
+    if cls == OTHER and name.startswith("AscendCL@"):
+        return RUNTIME  # torch_npu host API calls (aclrtSynchronizeStream, ...)
+    return cls
+
+
+def correlation_of(event: Event) -> Any:
+    """The correlation id joining a runtime call and its device activity (None if none)."""
+    args = event.args
+    if args is None:
+        return None
+    if args.correlation is not None:
+        return args.correlation
+    if args.external_id is not None:
+        return args.external_id
+    return args.external_id_legacy
+
+
+@dataclass
+class HostThread:
+    """One host thread: nested containers plus its runtime calls, both sorted by start."""
+
+    pid: Any
+    tid: Any
+    nodes: list[Event] = field(default_factory=list)
+    kinds: list[int] = field(default_factory=list)  # OP / ANNOTATION / PYTHON per node
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)  # index of the enclosing node, -1 = root
+    runtime: list[Event] = field(default_factory=list)
+    runtime_starts: list[float] = field(default_factory=list)
+    python_by_id: dict[Any, int] = field(default_factory=dict)  # Python id -> node index
+    kind_of: dict[int, int] = field(default_factory=dict)  # id(event) -> class, while building
+
+    def innermost(self, ts: float, end: float) -> int:
+        """Index of the innermost node enclosing [ts, end], or -1."""
+        i = bisect_right(self.starts, ts) - 1
+        ends = self.ends
+        parent = self.parent
+        while i >= 0:
+            # A tiny tolerance: durations are rounded (ns -> us) independently.
+            if ends[i] + 1e-3 >= end:
+                return i
+            i = parent[i]
+        return -1
+
+    def ancestors(self, index: int) -> list[int]:
+        """``index`` and its enclosing nodes, innermost first."""
+        chain = []
+        parent = self.parent
+        while index >= 0:
+            chain.append(index)
+            index = parent[index]
+        return chain
+
+
+@dataclass
+class DeviceActivity:
+    """All real activity of one device (every stream), sorted by start."""
+
+    starts: list[float]
+    ends: list[float]
+    max_end_before: list[float]  # running maximum of ends (busy-until up to each index)
+
+    def next_busy(self, t: float) -> float | None:
+        """The first moment at or after ``t`` the device is busy (``t`` if busy at ``t``)."""
+        i = bisect_left(self.starts, t)
+        if i > 0 and self.max_end_before[i - 1] > t + 1e-3:
+            return t  # something started earlier is still running
+        if i >= len(self.starts):
+            return None
+        return self.starts[i]
+
+
+@dataclass
+class Step:
+    number: int
+    ts: float
+    end: float
+    pid: Any
+    tid: Any
+
+
+@dataclass
+class Timeline:
+    """Everything the later stages query; built once per trace, then dropped."""
+
+    path: str
+    threads: dict[tuple[Any, Any], HostThread]
+    lanes: dict[tuple[Any, Any], list[Event]]  # (device pid, stream tid) -> device events
+    lane_device: dict[tuple[Any, Any], Any]
+    device_activity: dict[Any, DeviceActivity]
+    by_correlation: dict[Any, list[Event]]  # device events (incl. cuda_sync) per correlation
+    steps: list[Step]
+    span: tuple[float, float]  # first start / last end of host ops and device activity
+    device_kind: str  # "cuda", "rocm", "npu", "cpu"
+    device_name: str | None
+    has_stacks: bool
+    has_gpu_activity: bool
+    has_runtime: bool
+    event_count: int
+    process_labels: dict[Any, str] = field(default_factory=dict)
+    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    flow_correlation: dict[tuple[Any, Any, float], Any] = field(default_factory=dict)
+    torch_version: str | None = None
+    _step_starts: list[float] = field(default_factory=list)
+
+    def correlation(self, runtime_event: Event, thread: HostThread) -> Any:
+        corr = correlation_of(runtime_event)
+        if corr is None and self.flow_correlation:
+            corr = self.flow_correlation.get((thread.pid, thread.tid, runtime_event.ts))
+        return corr
+
+    def device_events(self, runtime_event: Event, thread: HostThread) -> list[Event]:
+        corr = self.correlation(runtime_event, thread)
+        if corr is None:
+            return []
+        return self.by_correlation.get(corr, [])
+
+    def step_at(self, ts: float) -> Step | None:
+        """The ProfilerStep span containing ``ts`` (any thread: backward threads have none)."""
+        i = bisect_right(self._step_starts, ts) - 1
+        if i >= 0 and self.steps[i].end >= ts:
+            return self.steps[i]
+        return None
+
+    def device_of_event(self, event: Event) -> Any:
+        args = event.args
+        if args is not None and isinstance(args.device, int):
+            return args.device
+        return self.lane_device.get((event.pid, event.tid), event.pid)
+
+    def default_device(self) -> Any:
+        """The busiest device: used when a sync has no device activity of its own."""
+        if not self.device_activity:
+            return None
+        return max(self.device_activity, key=lambda d: len(self.device_activity[d].starts))
+
+    def lane_label(self, lane: tuple[Any, Any]) -> str:
+        device = self.lane_device.get(lane, lane[0])
+        kind = "NPU" if self.device_kind == "npu" else "GPU"
+        return f"{kind} {device} stream {lane[1]}"
+
+
+def _sweep(thread: HostThread) -> None:
+    """Sort the thread's nodes by (ts, -dur) and give each its enclosing node (one sweep)."""
+    nodes = thread.nodes
+    # Two stable C-level sorts instead of a Python key: longest first, then by start.
+    nodes.sort(key=_DUR, reverse=True)
+    nodes.sort(key=_TS)
+    kind_of = thread.kind_of
+    kinds = [kind_of.get(id(e), OP) for e in nodes]
+    starts = [e.ts for e in nodes]
+    ends = [e.ts + e.dur for e in nodes]
+    parent = [-1] * len(nodes)
+    stack: list[int] = []
+    pop = stack.pop
+    push = stack.append
+    top_end = float("-inf")
+    for i, ts in enumerate(starts):
+        if top_end <= ts:
+            while stack and ends[stack[-1]] <= ts:
+                pop()
+            top_end = ends[stack[-1]] if stack else float("-inf")
+        if stack:
+            parent[i] = stack[-1]
+        push(i)
+        top_end = ends[i]
+    thread.kinds, thread.starts, thread.ends, thread.parent = kinds, starts, ends, parent
+    thread.kind_of = {}
+    python_by_id = {}
+    for i, kind in enumerate(kinds):
+        if kind == PYTHON:
+            args = nodes[i].args
+            if args is not None and args.python_id is not None:
+                python_by_id[args.python_id] = i
+    thread.python_by_id = python_by_id
+    thread.runtime.sort(key=_TS)
+    thread.runtime_starts = [e.ts for e in thread.runtime]
+
+
+def _device_kind(runtime_names: set[str], has_device: bool) -> str:
+    if any(n.startswith("hip") for n in runtime_names):
+        return "rocm"
+    if any(n.startswith("AscendCL@") or n.startswith("acl") for n in runtime_names):
+        return "npu"
+    if runtime_names or has_device:
+        return "cuda"
+    return "cpu"
+
+
+def build_timeline(data: TraceData) -> Timeline:
+    """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
+
+    Events are first bucketed by (ph, cat) in one tight loop; each bucket is then handled
+    with the class of its category decided once, not per event.
+    """
+    buckets: dict[tuple[str, str], list[Event]] = {}
+    for e in data.events:
+        key = (e.ph, e.cat)
+        bucket = buckets.get(key)
+        if bucket is None:
+            buckets[key] = [e]
+        else:
+            bucket.append(e)
+
+    threads: dict[tuple[Any, Any], HostThread] = {}
+    lanes: dict[tuple[Any, Any], list[Event]] = {}
+    by_correlation: dict[Any, list[Event]] = {}
+    process_labels: dict[Any, str] = {}
+    thread_names: dict[tuple[Any, Any], str] = {}
+    steps: list[Step] = []
+    has_stacks = False
+    needs_flows = False
+    op_lo = float("inf")
+    op_hi = float("-inf")
+
+    def thread_of(e: Event) -> HostThread:
+        key = (e.pid, e.tid)
+        thread = threads.get(key)
+        if thread is None:
+            thread = threads[key] = HostThread(e.pid, e.tid)
+        return thread
+
+    for (ph, cat), events in buckets.items():
+        if ph == "M":
+            for e in events:
+                args = e.args
+                if args is None:
+                    continue
+                if e.name == "process_labels" and args.labels:
+                    process_labels[e.pid] = args.labels
+                elif e.name == "thread_name" and args.name:
+                    thread_names[(e.pid, e.tid)] = args.name
+            continue
+        if ph != "X":
+            continue  # flows are used only when needed (below); "i" events never count
+        base = _CATEGORY_CLASS.get(cat)
+        if base is None:
+            base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
+        if base in (OP, ANNOTATION, PYTHON, OTHER):
+            last_key = None
+            nodes: list[Event] = []
+            kind_of: dict[int, int] = {}
+            for e in events:
+                cls = base
+                name = e.name
+                if name.startswith("ProfilerStep#"):
+                    cls = ANNOTATION
+                    match = STEP_RE.match(name)
+                    if match:
+                        steps.append(Step(int(match.group(1)), e.ts, e.ts + e.dur, e.pid, e.tid))
+                elif cls == OTHER:
+                    if name.startswith("AscendCL@"):
+                        thread_of(e).runtime.append(e)
+                    continue
+                key = (e.pid, e.tid)
+                if key != last_key:  # events come in long runs of one thread: skip lookups
+                    thread = thread_of(e)
+                    nodes, kind_of, last_key = thread.nodes, thread.kind_of, key
+                nodes.append(e)
+                if cls != OP:
+                    kind_of[id(e)] = cls
+            if base == PYTHON and events:
+                has_stacks = True
+            if base == OP and events:
+                op_lo = min(op_lo, min(e.ts for e in events))
+                op_hi = max(op_hi, max(e.ts + e.dur for e in events))
+                if not has_stacks:
+                    has_stacks = any(e.args is not None and e.args.call_stack for e in events)
+            continue
+        if base == RUNTIME:
+            last_key = None
+            runtime: list[Event] = []
+            for e in events:
+                key = (e.pid, e.tid)
+                if key != last_key:
+                    runtime, last_key = thread_of(e).runtime, key
+                runtime.append(e)
+                args = e.args
+                if args is None or (args.correlation is None and args.external_id is None):
+                    needs_flows = True
+            continue
+        # Device side (kernels, copies, memsets, cuda_sync records).
+        for e in events:
+            lane = (e.pid, e.tid)
+            lane_events = lanes.get(lane)
+            if lane_events is None:
+                lanes[lane] = [e]
+            else:
+                lane_events.append(e)
+            args = e.args
+            if args is None:
+                continue
+            corr = args.correlation
+            if corr is None:
+                corr = args.external_id
+            if corr is not None:
+                group = by_correlation.get(corr)
+                if group is None:
+                    by_correlation[corr] = [e]
+                else:
+                    group.append(e)
+
+    runtime_names: set[str] = set()
+    for thread in threads.values():
+        runtime_names.update(r.name for r in thread.runtime)
+        _sweep(thread)
+
+    flow_correlation: dict[tuple[Any, Any, float], Any] = {}
+    if needs_flows:
+        for e in buckets.get(("s", "ac2g"), []):
+            flow_correlation[(e.pid, e.tid, e.ts)] = e.id
+
+    lane_device: dict[tuple[Any, Any], Any] = {}
+    per_device: dict[Any, list[Event]] = {}
+    for lane, events in lanes.items():
+        events.sort(key=_TS)
+        device = lane[0]
+        for e in events:
+            if e.args is not None and isinstance(e.args.device, int):
+                device = e.args.device
+                break
+        lane_device[lane] = device
+        activity = [e for e in events if e.cat != "cuda_sync"]
+        if activity:
+            per_device.setdefault(device, []).extend(activity)
+
+    span_lo, span_hi = op_lo, op_hi
+    device_activity: dict[Any, DeviceActivity] = {}
+    for device, events in per_device.items():
+        events.sort(key=_TS)
+        starts = [e.ts for e in events]
+        ends = [e.ts + e.dur for e in events]
+        device_activity[device] = DeviceActivity(starts, ends, list(accumulate(ends, max)))
+        span_lo = min(span_lo, starts[0])
+        span_hi = max(span_hi, max(ends))
+
+    steps.sort(key=lambda s: s.ts)
+    if span_lo == float("inf"):
+        # No operators and no device activity: fall back to whatever host events exist.
+        starts_all = [t.starts[0] for t in threads.values() if t.starts]
+        ends_all = [max(t.ends) for t in threads.values() if t.ends]
+        span_lo, span_hi = (min(starts_all), max(ends_all)) if starts_all else (0.0, 0.0)
+
+    device_name = None
+    for prop in data.device_properties:
+        if prop.get("name"):
+            device_name = str(prop["name"])
+            break
+    has_gpu_activity = bool(device_activity)
+    timeline = Timeline(
+        path=data.path,
+        threads=threads,
+        lanes=lanes,
+        lane_device=lane_device,
+        device_activity=device_activity,
+        by_correlation=by_correlation,
+        steps=steps,
+        span=(span_lo, span_hi),
+        device_kind=_device_kind(runtime_names, has_gpu_activity),
+        device_name=device_name,
+        has_stacks=has_stacks,
+        has_gpu_activity=has_gpu_activity,
+        has_runtime=bool(runtime_names),
+        event_count=len(data.events),
+        process_labels=process_labels,
+        thread_names=thread_names,
+        flow_correlation=flow_correlation,
+        torch_version=data.torch_version,
+    )
+    timeline._step_starts = [s.ts for s in steps]
+    if timeline.device_kind == "cpu":
+        timeline.device_name = None  # deviceProperties lists GPUs present, not used ones
+    return timeline
+
+
+def runtime_in_window(thread: HostThread, lo: float, hi: float) -> list[Event]:
+    """Runtime calls of a thread starting in [lo, hi]."""
+    i = bisect_left(thread.runtime_starts, lo)
+    j = bisect_right(thread.runtime_starts, hi)
+    return thread.runtime[i:j]

@@ -1,0 +1,169 @@
+"""CUDA-like Kineto traces for the dashboard's browser tests, and the source file they
+point at. Written here (not with tests/kineto_builder.py) so the e2e tier depends only on
+the trace format Kineto writes: operators with runtime calls nested in time, ``ac2g``
+flows, ``gpu_memcpy`` names, device kernels, ``ProfilerStep#N`` and ``python_function``
+stacks whose lines are the functions' definition lines, as modern torch records them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HOST_PID = 4242
+HOST_TID = 4242
+STREAM = 7
+
+# The workload the traces claim to profile. Line numbers below are asserted by the tests.
+TRAIN_PY = '''import torch
+
+
+def train_step(model, batch, opt):
+    out = model(batch)
+    loss = out.sum()
+    loss.backward()
+    opt.step()
+    total = loss.item()
+    return total
+
+
+def select_foreground(logits, labels):
+    fg = torch.nonzero(labels)
+    return logits[fg]
+'''
+TRAIN_STEP_DEF = 4
+ITEM_LINE = 9
+SELECT_DEF = 13
+NONZERO_LINE = 14
+
+XSS = "<img src=x onerror=window.__xss=1>"
+
+
+class TraceWriter:
+    """Accumulates Kineto events on one host thread and one GPU stream."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.python_id = 0
+        self.python_events: dict[int, dict[str, Any]] = {}  # Python id -> its event
+        self.correlation = 1000
+        self.device_free_at = 0.0  # when the stream's last kernel ends
+
+    def x(self, name: str, cat: str, ts: float, dur: float, **args: Any) -> None:
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": HOST_PID, "tid": HOST_TID,
+             "ts": ts, "dur": dur, "args": args}
+        )
+
+    def py(self, name: str, ts: float, dur: float, parent: int | None) -> int:
+        self.python_id += 1
+        args = {"Python id": self.python_id, "Python thread": 0}
+        if parent is not None:
+            args["Python parent id"] = parent
+        self.x(name, "python_function", ts, dur, **args)
+        self.python_events[self.python_id] = self.events[-1]
+        return self.python_id
+
+    def close(self, python_id: int, end: float) -> None:
+        """Set a python frame's duration once its end is known."""
+        event = self.python_events[python_id]
+        event["dur"] = end - event["ts"]
+
+    def runtime(self, name: str, ts: float, dur: float) -> int:
+        self.correlation += 1
+        self.x(name, "cuda_runtime", ts, dur, correlation=self.correlation,
+               **{"External id": self.correlation})
+        return self.correlation
+
+    def device(self, name: str, cat: str, ts: float, dur: float, corr: int, **args: Any) -> None:
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": STREAM, "ts": ts, "dur": dur,
+             "args": {"correlation": corr, "device": 0, "stream": STREAM, **args}}
+        )
+        for ph, pid, tid, t in (("s", HOST_PID, HOST_TID, ts - 5), ("f", 0, STREAM, ts)):
+            self.events.append(
+                {"ph": ph, "id": corr, "pid": pid, "tid": tid, "ts": t, "cat": "ac2g",
+                 "name": "ac2g", **({"bp": "e"} if ph == "f" else {})}
+            )
+        self.device_free_at = max(self.device_free_at, ts + dur)
+
+    def kernel(self, name: str, ts: float, dur: float) -> None:
+        """A launch at ``ts`` on the host; the kernel runs when the stream is free."""
+        corr = self.runtime("cudaLaunchKernel", ts, 6)
+        start = max(ts + 8, self.device_free_at)
+        self.device(name, "kernel", start, dur, corr)
+
+    def readback(self, op: str, inner: str, ts: float, parent: int, builtin: str,
+                 idle_after: float) -> float:
+        """``op`` -> ``inner`` -> cudaMemcpyAsync (DtoH pageable) + cudaStreamSynchronize,
+        called from the python frame ``parent``; returns when the host is free again."""
+        wait_until = self.device_free_at + 12
+        end = wait_until + 10
+        self.py(builtin, ts, end - ts, parent)
+        self.x(op, "cpu_op", ts + 1, end - ts - 2)
+        self.x(inner, "cpu_op", ts + 2, end - ts - 4)
+        corr = self.runtime("cudaMemcpyAsync", ts + 3, 6)
+        self.device("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", self.device_free_at + 1, 2,
+                    corr, bytes=4)
+        self.runtime("cudaStreamSynchronize", ts + 10, wait_until - (ts + 10))
+        # The GPU stays idle after the sync until the host launches the next kernel.
+        self.device_free_at = end + idle_after
+        return end
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA Test GPU", "totalGlobalMem": 1 << 34}],
+            "distributedInfo": {"rank": 0},
+            "traceEvents": self.events,
+        }
+
+
+def write_run(logdir: Path, run: str, *, item: bool, nonzero: bool, steps: int = 4,
+              file_name: str = "train.py", func_names: tuple[str, str] | None = None,
+              op_names: tuple[str, str] | None = None) -> Path:
+    """One run folder with one worker trace: ``steps`` training steps, each with an
+    ``.item()`` readback in train_step (when ``item``) and a ``nonzero`` in
+    select_foreground (when ``nonzero``)."""
+    train_fn, select_fn = func_names or ("train_step", "select_foreground")
+    item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
+    w = TraceWriter()
+    t = 1000.0
+    for step in range(1, steps + 1):
+        start = t
+        frame = w.py(f"{file_name}({TRAIN_STEP_DEF}): {train_fn}", t, 0, None)
+        w.kernel("volta_sgemm_128x64_nn", t + 5, 900)
+        w.kernel("elementwise_kernel", t + 20, 150)
+        t += 40
+        if item:
+            t = w.readback(item_op, "aten::_local_scalar_dense", t, frame,
+                           "<built-in method item of Tensor object at 0x7f00>", idle_after=120)
+        if nonzero:
+            sel = w.py(f"{file_name}({SELECT_DEF}): {select_fn}", t, 0, frame)
+            w.kernel("index_kernel", t + 2, 300)
+            t = w.readback(nonzero_op, "aten::nonzero", t + 10, sel,
+                           "<built-in method nonzero of type object at 0x7f01>", idle_after=60)
+            w.close(sel, t + 1)
+        w.kernel("optimizer_kernel", t + 5, 200)
+        t = max(t + 30, w.device_free_at - 100)
+        w.close(frame, t)
+        w.x(f"ProfilerStep#{step}", "user_annotation", start - 1, t - start + 2)
+        t += 50
+    run_dir = logdir / run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "worker0.1700000000000.pt.trace.json"
+    path.write_text(json.dumps(w.to_json()), encoding="utf-8")
+    return path
+
+
+def write_fixture(root: Path) -> Path:
+    """logdir with `baseline` (item + nonzero), `optimized` (nonzero only) and `html_names`
+    (function, operator and file names holding markup); train.py beside it in ``root``."""
+    (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
+    logdir = root / "logs"
+    write_run(logdir, "baseline", item=True, nonzero=True)
+    write_run(logdir, "optimized", item=False, nonzero=True)
+    write_run(logdir, "html_names", item=True, nonzero=False, steps=2,
+              file_name=f"m{XSS}.py", func_names=(XSS, XSS), op_names=(f"aten::{XSS}", XSS))
+    return logdir

@@ -1,0 +1,357 @@
+"""The Sync Advisor tab in a real headless Chromium against a real TensorBoard process.
+
+TensorBoard runs with ``--path_prefix /tb`` (every dashboard URL must be relative) on a
+logdir of CUDA-like traces (``fixture_traces``) whose source file lies in TensorBoard's
+working directory. Screenshots of the main views go to docs/screenshots/ when
+SYNC_ADVISOR_SCREENSHOTS=1 (so CI does not dirty the tree).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.fixture_traces import ITEM_LINE, NONZERO_LINE, XSS, write_fixture
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip("no chromium binary (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "docs" / "screenshots"
+TAKE_SCREENSHOTS = os.environ.get("SYNC_ADVISOR_SCREENSHOTS") == "1"
+PREFIX = "/tb"
+START_TIMEOUT_S = 90
+LOAD_TIMEOUT_S = 90
+UI_TIMEOUT_MS = 20_000
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A TensorBoard process on the fixture logdir; yields its base URL; always stopped."""
+    root = tmp_path_factory.mktemp("dashboard")
+    logdir = write_fixture(root)
+    port = free_port()
+    log = root / "tensorboard.log"
+    command = [
+        sys.executable, "-m", "tensorboard.main",
+        "--logdir", str(logdir),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--path_prefix", PREFIX,
+        "--sync_advisor_cache_dir", str(root / "cache"),
+        "--sync_advisor_reload_interval", "1",
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        # cwd=root: the default source root is TensorBoard's working directory.
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=root
+        )
+    base = f"http://127.0.0.1:{port}{PREFIX}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S + LOAD_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"tensorboard exited with {proc.returncode}:\n{log.read_text()}")
+            try:
+                runs = get_json(f"{base}/data/plugin/sync_advisor/runs")
+                names = {r["name"] for r in runs["runs"] if not r["loading"]}
+                if not runs["loading"] and {"baseline", "optimized", "html_names"} <= names:
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"tensorboard did not load the runs in time:\n{log.read_text()}")
+            time.sleep(0.3)
+        yield base
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page_errors() -> list[str]:
+    return []
+
+
+def new_page(browser: Any, errors: list[str], width: int = 1280, height: int = 800,
+             dark: bool = False) -> Any:
+    context = browser.new_context(
+        viewport={"width": width, "height": height}, color_scheme="dark" if dark else "light"
+    )
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return page
+
+
+def plugin_url(base: str, hash_: str = "") -> str:
+    return f"{base}/data/plugin_entry.html?name=sync_advisor{hash_}"
+
+
+def shot(target: Any, name: str) -> None:
+    if TAKE_SCREENSHOTS:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        target.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+def rows(frame: Any) -> list[str]:
+    frame.wait_for_selector("[data-testid=sites] tbody tr")
+    return frame.locator("[data-testid=sites] tbody tr").all_inner_texts()
+
+
+def test_sync_advisor_tab_in_tensorboard_shows_the_hotspots_of_the_known_trace(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(f"{board}/#sync_advisor")
+    handle = page.wait_for_selector("iframe", state="attached")
+    frame = handle.content_frame()
+    frame.wait_for_selector("[data-testid=sites] tbody tr")
+    # The run selector lists every run; pick the baseline.
+    frame.select_option("#sa-run", "baseline")
+    frame.wait_for_function(
+        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 2"
+    )
+    texts = rows(frame)
+    assert any(f"train.py:{ITEM_LINE}" in t and "scalar readback" in t for t in texts), texts
+    assert any(f"train.py:{NONZERO_LINE}" in t and "dynamic shape" in t for t in texts), texts
+    # Headline cards: 8 syncs over 4 steps.
+    assert frame.inner_text("[data-testid=card-syncs] .value") == "2"
+    assert "8 in 4 steps" in frame.inner_text("[data-testid=card-syncs]")
+    # Costliest first by default.
+    assert f"train.py:{ITEM_LINE}" in texts[0]
+    page.wait_for_timeout(300)
+    shot(page, "hotspots-light.png")
+    assert page_errors == []
+
+
+def test_detail_highlights_the_source_line_and_shows_stack_timeline_and_advice(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    hl = page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(ITEM_LINE)
+    assert "total = loss.item()" in hl.inner_text()
+    assert page.locator("[data-testid=source] .ln").count() >= 7  # a few lines around it
+    chain = page.inner_text("[data-testid=chain]")
+    assert "aten::item" in chain and "aten::_local_scalar_dense" in chain
+    assert "cudaStreamSynchronize" in chain
+    assert "train_step" in page.inner_text("[data-testid=user-frames]")
+    assert page.locator("[data-testid=timeline] svg rect.ev-sync").count() >= 1
+    assert page.locator("[data-testid=timeline] svg rect.bubble-band").count() == 1
+    assert page.inner_text("[data-testid=advice]").strip() != ""
+    # The view is in the URL: a reload shows the same detail.
+    assert "site=" in page.evaluate("location.hash")
+    page.reload()
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    shot(page, "detail.png")
+    assert page_errors == []
+
+
+def test_table_sorts_on_header_click_and_is_keyboard_navigable(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    first = rows(page)[0]
+    assert f"train.py:{ITEM_LINE}" in first  # host wait, descending
+    page.click("th button[data-sort=gpu_idle_us]")  # descending first: item idles longer
+    page.click("th button[data-sort=gpu_idle_us]")  # flip: ascending
+    page.wait_for_function("location.hash.includes('order=asc')")
+    assert f"train.py:{NONZERO_LINE}" in rows(page)[0]
+    th = page.locator("th", has=page.locator("button[data-sort=gpu_idle_us]"))
+    assert th.get_attribute("aria-sort") == "ascending"
+    # Keyboard: focus the first row, arrow down, Enter opens the second row's detail.
+    page.locator("[data-testid=sites] tbody tr").first.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("[data-testid=detail]")
+    selected = page.locator("[data-testid=sites] tbody tr[aria-selected=true]")
+    assert f"train.py:{ITEM_LINE}" in selected.inner_text()
+    # Filtering by text narrows the table.
+    page.fill("#sa-q", "nonzero")
+    page.wait_for_function(
+        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 1"
+    )
+    assert page_errors == []
+
+
+def test_clicking_a_step_in_the_chart_filters_to_that_step(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    page.click(".sa-chart g.step[data-step='3']")
+    page.wait_for_selector("[data-testid=step-filter]")
+    assert "step=3" in page.evaluate("location.hash")
+    assert len(rows(page)) == 2
+    assert page_errors == []
+
+
+def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=optimized&view=compare"))
+    page.wait_for_selector("[data-testid=compare-empty]")
+    page.select_option("#sa-base", "baseline")
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    fixed = page.locator("[data-testid=compare-sites] tr[data-status=fixed]")
+    assert fixed.count() == 1
+    assert f"train.py:{ITEM_LINE}" in fixed.inner_text()
+    assert "gone: saves" in fixed.inner_text()
+    nonzero = page.locator("[data-testid=compare-sites] tbody tr", has_text="select_foreground")
+    assert nonzero.get_attribute("data-status") in {"same", "better", "worse"}
+    assert "steps" in page.inner_text("[data-testid=step-change]")
+    assert "base=baseline" in page.evaluate("location.hash")
+    shot(page, "compare.png")
+    assert page_errors == []
+
+
+VSCODE_HOST = """<!DOCTYPE html><html><body style="margin:0">
+<script>
+  window.__messages = [];
+  addEventListener("message", (e) => __messages.push(e.data));
+</script>
+<iframe id="webview" style="width:100vw;height:100vh;border:0" srcdoc='
+  <iframe style="width:100vw;height:100vh;border:0" src="PLUGIN_URL"></iframe>'></iframe>
+</body></html>"""
+
+
+def test_frame_click_inside_vscode_posts_filename_and_zero_based_line(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # VS Code nests TensorBoard two frames deep: webview page > iframe > plugin iframe.
+    page = new_page(browser, page_errors, width=1000)
+    url = plugin_url(board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem")
+    page.set_content(VSCODE_HOST.replace("PLUGIN_URL", url))
+    plugin = None
+    deadline = time.monotonic() + 20
+    while plugin is None and time.monotonic() < deadline:
+        plugin = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
+        time.sleep(0.1)
+    assert plugin is not None
+    rows(plugin)
+    plugin.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    plugin.wait_for_selector("[data-testid=detail] h2 button.sa-frame")
+    plugin.click("[data-testid=detail] h2 button.sa-frame")
+    page.wait_for_function("window.__messages.length > 0")
+    message = page.evaluate("window.__messages[0]")
+    assert message["filename"].endswith("train.py")
+    assert message["line"] == ITEM_LINE - 1
+    assert page_errors == []
+
+
+def test_frame_click_outside_vscode_copies_path_and_line(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    page.click("[data-testid=detail] h2 button.sa-frame")
+    toast = page.wait_for_selector(".sa-toast.show")
+    assert f"train.py:{ITEM_LINE}" in toast.inner_text()
+    assert page_errors == []
+
+
+def test_markup_in_trace_names_renders_as_text_and_runs_no_script(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=html_names"))
+    texts = rows(page)
+    assert any(XSS in t for t in texts), texts
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    page.wait_for_selector("[data-testid=chain]")
+    assert XSS in page.inner_text("[data-testid=detail]")
+    page.wait_for_timeout(300)
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate("window.__xss") is None
+    assert page_errors == []
+
+
+def test_dark_theme_follows_tensorboard_and_the_system(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, dark=True)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(32, 33, 36)"
+    shot(page, "hotspots-dark.png")
+    # Inside TensorBoard, its own dark-mode class on the parent body decides.
+    tb = new_page(browser, page_errors)
+    tb.goto(f"{board}/#sync_advisor")
+    frame = tb.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=sites]")
+    assert frame.evaluate("document.documentElement.dataset.theme") == "light"
+    tb.evaluate("document.body.classList.add('dark-mode')")
+    frame.wait_for_function("document.documentElement.dataset.theme === 'dark'")
+    assert page_errors == []
+
+
+def test_narrow_vscode_panel_has_no_horizontal_page_scroll(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, width=500, height=900)
+    page.goto(plugin_url(board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem"))
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    overflow = page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 1
+    shot(page, "narrow-panel.png")
+    assert page_errors == []

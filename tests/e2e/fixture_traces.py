@@ -16,7 +16,7 @@ HOST_TID = 4242
 STREAM = 7
 
 # The workload the traces claim to profile. Line numbers below are asserted by the tests.
-TRAIN_PY = '''import torch
+TRAIN_PY = """import torch
 
 
 def train_step(model, batch, opt):
@@ -31,7 +31,7 @@ def train_step(model, batch, opt):
 def select_foreground(logits, labels):
     fg = torch.nonzero(labels)
     return logits[fg]
-'''
+"""
 TRAIN_STEP_DEF = 4
 ITEM_LINE = 9
 SELECT_DEF = 13
@@ -52,8 +52,16 @@ class TraceWriter:
 
     def x(self, name: str, cat: str, ts: float, dur: float, **args: Any) -> None:
         self.events.append(
-            {"ph": "X", "cat": cat, "name": name, "pid": HOST_PID, "tid": HOST_TID,
-             "ts": ts, "dur": dur, "args": args}
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": HOST_PID,
+                "tid": HOST_TID,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
         )
 
     def py(self, name: str, ts: float, dur: float, parent: int | None) -> int:
@@ -72,19 +80,41 @@ class TraceWriter:
 
     def runtime(self, name: str, ts: float, dur: float) -> int:
         self.correlation += 1
-        self.x(name, "cuda_runtime", ts, dur, correlation=self.correlation,
-               **{"External id": self.correlation})
+        self.x(
+            name,
+            "cuda_runtime",
+            ts,
+            dur,
+            correlation=self.correlation,
+            **{"External id": self.correlation},
+        )
         return self.correlation
 
     def device(self, name: str, cat: str, ts: float, dur: float, corr: int, **args: Any) -> None:
         self.events.append(
-            {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": STREAM, "ts": ts, "dur": dur,
-             "args": {"correlation": corr, "device": 0, "stream": STREAM, **args}}
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": 0,
+                "tid": STREAM,
+                "ts": ts,
+                "dur": dur,
+                "args": {"correlation": corr, "device": 0, "stream": STREAM, **args},
+            }
         )
         for ph, pid, tid, t in (("s", HOST_PID, HOST_TID, ts - 5), ("f", 0, STREAM, ts)):
             self.events.append(
-                {"ph": ph, "id": corr, "pid": pid, "tid": tid, "ts": t, "cat": "ac2g",
-                 "name": "ac2g", **({"bp": "e"} if ph == "f" else {})}
+                {
+                    "ph": ph,
+                    "id": corr,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": t,
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    **({"bp": "e"} if ph == "f" else {}),
+                }
             )
         self.device_free_at = max(self.device_free_at, ts + dur)
 
@@ -94,8 +124,9 @@ class TraceWriter:
         start = max(ts + 8, self.device_free_at)
         self.device(name, "kernel", start, dur, corr)
 
-    def readback(self, op: str, inner: str, ts: float, parent: int, builtin: str,
-                 idle_after: float) -> float:
+    def readback(
+        self, op: str, inner: str, ts: float, parent: int, builtin: str, idle_after: float
+    ) -> float:
         """``op`` -> ``inner`` -> cudaMemcpyAsync (DtoH pageable) + cudaStreamSynchronize,
         called from the python frame ``parent``; returns when the host is free again."""
         wait_until = self.device_free_at + 12
@@ -104,8 +135,14 @@ class TraceWriter:
         self.x(op, "cpu_op", ts + 1, end - ts - 2)
         self.x(inner, "cpu_op", ts + 2, end - ts - 4)
         corr = self.runtime("cudaMemcpyAsync", ts + 3, 6)
-        self.device("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", self.device_free_at + 1, 2,
-                    corr, bytes=4)
+        self.device(
+            "Memcpy DtoH (Device -> Pageable)",
+            "gpu_memcpy",
+            self.device_free_at + 1,
+            2,
+            corr,
+            bytes=4,
+        )
         self.runtime("cudaStreamSynchronize", ts + 10, wait_until - (ts + 10))
         # The GPU stays idle after the sync until the host launches the next kernel.
         self.device_free_at = end + idle_after
@@ -120,9 +157,17 @@ class TraceWriter:
         }
 
 
-def write_run(logdir: Path, run: str, *, item: bool, nonzero: bool, steps: int = 4,
-              file_name: str = "train.py", func_names: tuple[str, str] | None = None,
-              op_names: tuple[str, str] | None = None) -> Path:
+def write_run(
+    logdir: Path,
+    run: str,
+    *,
+    item: bool,
+    nonzero: bool,
+    steps: int = 4,
+    file_name: str = "train.py",
+    func_names: tuple[str, str] | None = None,
+    op_names: tuple[str, str] | None = None,
+) -> Path:
     """One run folder with one worker trace: ``steps`` training steps, each with an
     ``.item()`` readback in train_step (when ``item``) and a ``nonzero`` in
     select_foreground (when ``nonzero``)."""
@@ -137,13 +182,25 @@ def write_run(logdir: Path, run: str, *, item: bool, nonzero: bool, steps: int =
         w.kernel("elementwise_kernel", t + 20, 150)
         t += 40
         if item:
-            t = w.readback(item_op, "aten::_local_scalar_dense", t, frame,
-                           "<built-in method item of Tensor object at 0x7f00>", idle_after=120)
+            t = w.readback(
+                item_op,
+                "aten::_local_scalar_dense",
+                t,
+                frame,
+                "<built-in method item of Tensor object at 0x7f00>",
+                idle_after=120,
+            )
         if nonzero:
             sel = w.py(f"{file_name}({SELECT_DEF}): {select_fn}", t, 0, frame)
             w.kernel("index_kernel", t + 2, 300)
-            t = w.readback(nonzero_op, "aten::nonzero", t + 10, sel,
-                           "<built-in method nonzero of type object at 0x7f01>", idle_after=60)
+            t = w.readback(
+                nonzero_op,
+                "aten::nonzero",
+                t + 10,
+                sel,
+                "<built-in method nonzero of type object at 0x7f01>",
+                idle_after=60,
+            )
             w.close(sel, t + 1)
         w.kernel("optimizer_kernel", t + 5, 200)
         t = max(t + 30, w.device_free_at - 100)
@@ -164,6 +221,14 @@ def write_fixture(root: Path) -> Path:
     logdir = root / "logs"
     write_run(logdir, "baseline", item=True, nonzero=True)
     write_run(logdir, "optimized", item=False, nonzero=True)
-    write_run(logdir, "html_names", item=True, nonzero=False, steps=2,
-              file_name=f"m{XSS}.py", func_names=(XSS, XSS), op_names=(f"aten::{XSS}", XSS))
+    write_run(
+        logdir,
+        "html_names",
+        item=True,
+        nonzero=False,
+        steps=2,
+        file_name=f"m{XSS}.py",
+        func_names=(XSS, XSS),
+        op_names=(f"aten::{XSS}", XSS),
+    )
     return logdir

@@ -122,8 +122,9 @@ def page_errors() -> list[str]:
     return []
 
 
-def new_page(browser: Any, errors: list[str], width: int = 1280, height: int = 800,
-             dark: bool = False) -> Any:
+def new_page(
+    browser: Any, errors: list[str], width: int = 1280, height: int = 800, dark: bool = False
+) -> Any:
     context = browser.new_context(
         viewport={"width": width, "height": height}, color_scheme="dark" if dark else "light"
     )
@@ -221,9 +222,7 @@ def test_table_sorts_on_header_click_and_is_keyboard_navigable(
     assert f"train.py:{ITEM_LINE}" in selected.inner_text()
     # Filtering by text narrows the table.
     page.fill("#sa-q", "nonzero")
-    page.wait_for_function(
-        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 1"
-    )
+    page.wait_for_function("document.querySelectorAll('[data-testid=sites] tbody tr').length === 1")
     assert page_errors == []
 
 

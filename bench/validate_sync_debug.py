@@ -47,7 +47,7 @@ from tb_syncfinder.demo.runner import (
 WORKLOAD_FILES = ("cnn.py", "seg.py")
 # Marker words whose line really syncs on the CPU too, as a latent finding: a blocking
 # host-to-device copy is a no-op when the "device" is the CPU.
-CPU_MARKERS = {"item", "nonzero", "unique", "mask"}
+CPU_MARKERS = {"item", "nonzero", "unique", "mask", "mask_backward"}
 # Why a site the engine reports can be absent from torch's warnings: the detector only warns
 # where PyTorch calls its guarded synchronizing helpers, not on every blocking CUDA call.
 EXTRA_REASONS = {

@@ -82,24 +82,57 @@ def _setup(device: torch.device, size: CnnSize, steps: int, pin_memory: bool):
     return model, optimizer, loader, nn.CrossEntropyLoss()
 
 
+def baseline_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    device: torch.device,
+) -> float:
+    """One training step as often written: blocking copies, and the loss read every step."""
+    with torch.profiler.record_function("data_to_device"):
+        images = images.to(device)  # sync: h2d (pageable memory, blocking copy)
+        labels = labels.to(device)  # sync: h2d (pageable memory, blocking copy)
+    with torch.profiler.record_function("forward_loss"):
+        loss = criterion(model(images), labels)
+    with torch.profiler.record_function("backward_step"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with torch.profiler.record_function("log_loss"):
+        return loss.item()  # sync: item
+
+
+def optimized_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    device: torch.device,
+) -> torch.Tensor:
+    """The same step without waiting: non-blocking copies, the loss stays on the device."""
+    with torch.profiler.record_function("data_to_device"):
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+    with torch.profiler.record_function("forward_loss"):
+        loss = criterion(model(images), labels)
+    with torch.profiler.record_function("backward_step"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return loss.detach()
+
+
 def train_baseline(
     device: torch.device, size: CnnSize, steps: int, on_step: Callable[[], None]
 ) -> float:
-    """The slow loop: pageable blocking copies and ``loss.item()`` every step."""
+    """The slow loop: pageable memory, blocking copies and ``loss.item()`` every step."""
     model, optimizer, loader, criterion = _setup(device, size, steps, pin_memory=False)
     total_loss = 0.0
     for images, labels in loader:
-        with torch.profiler.record_function("data_to_device"):
-            images = images.to(device)  # sync: h2d (pageable memory, blocking copy)
-            labels = labels.to(device)  # sync: h2d (pageable memory, blocking copy)
-        with torch.profiler.record_function("forward_loss"):
-            loss = criterion(model(images), labels)
-        with torch.profiler.record_function("backward_step"):
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        with torch.profiler.record_function("log_loss"):
-            total_loss += loss.item()  # sync: item
+        total_loss += baseline_step(model, optimizer, criterion, images, labels, device)
         on_step()
     return total_loss / max(steps, 1)
 
@@ -112,17 +145,8 @@ def train_optimized(
     model, optimizer, loader, criterion = _setup(device, size, steps, pin_memory=pin_memory)
     total_loss = torch.zeros((), device=device)
     for images, labels in loader:
-        with torch.profiler.record_function("data_to_device"):
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-        with torch.profiler.record_function("forward_loss"):
-            loss = criterion(model(images), labels)
-        with torch.profiler.record_function("backward_step"):
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
         with torch.profiler.record_function("log_loss"):
-            total_loss += loss.detach()  # stays on the device: no wait
+            total_loss += optimized_step(model, optimizer, criterion, images, labels, device)
         on_step()
     # One read after the loop (outside the profiled steps) instead of one per step.
     return total_loss.item() / max(steps, 1)

@@ -111,20 +111,49 @@ def _setup(device: torch.device, size: SegSize):
     return model, optimizer
 
 
+def baseline_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+) -> torch.Tensor:
+    with torch.profiler.record_function("forward"):
+        logits = model(images)
+    with torch.profiler.record_function("loss"):
+        loss = baseline_loss(logits, labels)
+    with torch.profiler.record_function("backward_step"):
+        optimizer.zero_grad(set_to_none=True)
+        # The boolean mask's gradient (IndexBackward0) runs nonzero on the mask again.
+        loss.backward()  # sync: mask_backward
+        optimizer.step()
+    return loss.detach()
+
+
+def optimized_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    criterion: nn.CrossEntropyLoss,
+) -> torch.Tensor:
+    with torch.profiler.record_function("forward"):
+        logits = model(images)
+    with torch.profiler.record_function("loss"):
+        loss = optimized_loss(logits, labels, criterion)
+    with torch.profiler.record_function("backward_step"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return loss.detach()
+
+
 def train_baseline(
     device: torch.device, size: SegSize, steps: int, on_step: Callable[[], None]
 ) -> None:
     model, optimizer = _setup(device, size)
     for step in range(steps):
         images, labels = make_batch(size, step, device)
-        with torch.profiler.record_function("forward"):
-            logits = model(images)
-        with torch.profiler.record_function("loss"):
-            loss = baseline_loss(logits, labels)
-        with torch.profiler.record_function("backward_step"):
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        baseline_step(model, optimizer, images, labels)
         on_step()
 
 
@@ -135,12 +164,5 @@ def train_optimized(
     criterion = nn.CrossEntropyLoss(ignore_index=BACKGROUND)
     for step in range(steps):
         images, labels = make_batch(size, step, device)
-        with torch.profiler.record_function("forward"):
-            logits = model(images)
-        with torch.profiler.record_function("loss"):
-            loss = optimized_loss(logits, labels, criterion)
-        with torch.profiler.record_function("backward_step"):
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        optimized_step(model, optimizer, images, labels, criterion)
         on_step()

@@ -1,0 +1,273 @@
+"""`tb-syncfinder demo`: the four runs, their latent findings at the marked lines, and
+TensorBoard serving them.
+
+The expected lines are not hard-coded: each workload line that syncs on a GPU carries a
+``# sync: <what>`` comment, and the tests find the lines by scanning the source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import os
+import re
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from tb_syncfinder.demo import cli as demo_cli
+from tb_syncfinder.demo import cnn, seg
+from tb_syncfinder.demo.runner import (
+    DEMO_DIR,
+    RUNS,
+    DemoError,
+    add_bundled_gpu_runs,
+    bundled_gpu_traces,
+    resolve_device,
+)
+
+TINY_STEPS = 2
+# The marker word -> (finding kind, a word the operator chain must contain).
+EXPECTED_ON_CPU = {
+    "item": ("scalar_readback", "item"),
+    "nonzero": ("dynamic_shape", "nonzero"),
+    "unique": ("dynamic_shape", "unique"),
+    "mask": ("dynamic_shape", "index"),
+    # The gradient of a boolean-mask index runs nonzero on the mask again in backward.
+    "mask_backward": ("dynamic_shape", "IndexBackward"),
+}
+
+
+def marker_lines(path: Path) -> dict[int, str]:
+    """line number -> marker word, for every ``# sync: <word>`` comment in ``path``."""
+    found = {}
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        match = re.search(r"#\s*sync:\s*(\w+)", text)
+        if match:
+            found[number] = match.group(1)
+    return found
+
+
+def demo_findings(report) -> dict[tuple[str, int], list]:
+    """(workload file name, line) -> latent findings whose source is a demo workload file."""
+    by_line: dict[tuple[str, int], list] = {}
+    for sync in report.latent:
+        if sync.source is None or sync.source.line is None:
+            continue
+        name = os.path.basename(sync.source.file)
+        if Path(sync.source.file).parent.name == "demo" and name in ("cnn.py", "seg.py"):
+            by_line.setdefault((name, sync.source.line), []).append(sync)
+    return by_line
+
+
+@pytest.fixture(scope="module")
+def demo_logdir(tmp_path_factory) -> tuple[Path, str, int]:
+    """The demo as a user runs it, on the CPU with tiny sizes and no TensorBoard."""
+    logdir = tmp_path_factory.mktemp("demo") / "logs"
+    parser = argparse.ArgumentParser()
+    demo_cli.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--logdir",
+            str(logdir),
+            "--device",
+            "cpu",
+            "--size",
+            "tiny",
+            "--steps",
+            str(TINY_STEPS),
+            "--no-tensorboard",
+        ]
+    )
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        status = demo_cli.run(args)
+    return logdir, output.getvalue(), status
+
+
+@pytest.fixture(scope="module")
+def reports(demo_logdir):
+    from tb_syncfinder import analyze
+
+    logdir = demo_logdir[0]
+    return {run: analyze(str(logdir / run)) for run in RUNS}
+
+
+def test_demo_writes_the_four_runs_with_a_trace_each(demo_logdir):
+    logdir, output, status = demo_logdir
+    assert status == 0
+    for run in RUNS:
+        traces = list((logdir / run).glob("*.pt.trace.json.gz"))
+        assert len(traces) == 1, f"{run}: {traces}"
+        events = json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]
+        steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+        assert len(steps) == TINY_STEPS, f"{run}: {sorted(steps)}"
+
+
+def test_demo_prints_a_progress_line_per_run_and_report_hints(demo_logdir):
+    logdir, output, _ = demo_logdir
+    for index, run in enumerate(RUNS, start=1):
+        assert re.search(rf"\[{index}/4\] {run}\s+{TINY_STEPS} steps on cpu", output), output
+        assert f"tb-syncfinder report {logdir / run}" in output
+    assert "latent" in output
+    assert "No bundled GPU traces" in output  # absent here: said once, demo goes on
+    assert output.count("No bundled GPU traces") == 1
+
+
+def test_traces_carry_python_stacks_modules_and_loss_labels(demo_logdir):
+    logdir = demo_logdir[0]
+    trace = next((logdir / "seg_baseline").glob("*.pt.trace.json.gz"))
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert any(re.search(r"demo/seg\.py\(\d+\): baseline_loss", n) for n in names)
+    assert any(n.startswith("nn.Module: SmallSegNet") for n in names)
+    assert "loss" in names  # record_function label around the loss
+
+
+def test_cnn_baseline_item_is_a_latent_scalar_readback_at_the_marked_line(reports):
+    expected = {
+        line for line, word in marker_lines(DEMO_DIR / "cnn.py").items() if word in EXPECTED_ON_CPU
+    }
+    found = demo_findings(reports["cnn_baseline"])
+    assert {line for (name, line) in found if name == "cnn.py"} == expected
+    for line in expected:
+        syncs = found[("cnn.py", line)]
+        assert len(syncs) == TINY_STEPS  # once per profiled step
+        for sync in syncs:
+            assert sync.kind == "scalar_readback"
+            assert sync.latent and sync.host_wait_us == 0
+            assert sync.source.line_exact
+            assert any("item" in op for op in [sync.op or "", *sync.op_chain])
+
+
+def test_seg_baseline_has_nonzero_unique_and_mask_both_ways_latent_at_the_marked_lines(reports):
+    markers = {
+        line: word
+        for line, word in marker_lines(DEMO_DIR / "seg.py").items()
+        if word in EXPECTED_ON_CPU
+    }
+    assert sorted(markers.values()) == ["mask", "mask_backward", "nonzero", "unique"]
+    found = demo_findings(reports["seg_baseline"])
+    assert {line for (name, line) in found if name == "seg.py"} == set(markers)
+    for line, word in markers.items():
+        kind, op_word = EXPECTED_ON_CPU[word]
+        syncs = found[("seg.py", line)]
+        assert len(syncs) == TINY_STEPS, f"{word} at seg.py:{line}"
+        for sync in syncs:
+            assert sync.kind == kind, f"{word} at seg.py:{line}: {sync.kind}"
+            assert sync.source.line_exact
+            chain = " ".join([sync.op or "", sync.trigger_op or "", *sync.op_chain])
+            assert op_word in chain, f"{word} at seg.py:{line}: {chain}"
+
+
+def test_baseline_sites_point_at_the_marked_lines(reports):
+    sites = [s for run in ("cnn_baseline", "seg_baseline") for s in reports[run].latent_sites]
+    lines = {(os.path.basename(s.file), s.line) for s in sites if s.file}
+    for name in ("cnn.py", "seg.py"):
+        for line, word in marker_lines(DEMO_DIR / name).items():
+            if word in EXPECTED_ON_CPU:
+                assert (name, line) in lines
+
+
+@pytest.mark.parametrize("run", ["cnn_optimized", "seg_optimized"])
+def test_optimized_runs_have_no_latent_sync_in_the_workloads(reports, run):
+    report = reports[run]
+    assert demo_findings(report) == {}
+    assert report.summary.sync_count == 0
+    assert not any(s.kind in ("scalar_readback", "dynamic_shape") for s in report.latent)
+
+
+def test_optimized_seg_loss_computes_the_same_value_as_the_baseline():
+    torch.manual_seed(1)
+    size = seg.SIZES["tiny"]
+    images, labels = seg.make_batch(size, 3, torch.device("cpu"))
+    logits = seg.SmallSegNet(size.channels)(images)
+    criterion = torch.nn.CrossEntropyLoss(ignore_index=seg.BACKGROUND)
+    baseline = seg.baseline_loss(logits, labels)
+    optimized = seg.optimized_loss(logits, labels, criterion)
+    assert (labels == seg.BACKGROUND).any() and (labels != seg.BACKGROUND).any()
+    torch.testing.assert_close(optimized, baseline.to(optimized.dtype), rtol=1e-5, atol=1e-6)
+
+
+def test_optimized_cnn_training_gives_the_same_mean_loss_as_the_baseline():
+    device = torch.device("cpu")
+    size = cnn.SIZES["tiny"]
+    baseline = cnn.train_baseline(device, size, 3, lambda: None)
+    optimized = cnn.train_optimized(device, size, 3, lambda: None)
+    assert optimized == pytest.approx(baseline, rel=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(DemoError, match="no CUDA device"):
+        resolve_device("cuda")
+    parser = argparse.ArgumentParser()
+    demo_cli.add_arguments(parser)
+    args = parser.parse_args(["--logdir", str(tmp_path), "--device", "cuda", "--no-tensorboard"])
+    assert demo_cli.run(args) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_bundled_gpu_traces_are_copied_with_paths_pointing_at_this_install(tmp_path):
+    bundled = tmp_path / "bundled"
+    bundled.mkdir()
+    assert bundled_gpu_traces(tmp_path / "missing") == {}
+    event = {
+        "ph": "X",
+        "cat": "python_function",
+        "name": "tb_syncfinder/demo/seg.py(71): f",
+        "ts": 1,
+        "dur": 2,
+        "pid": 1,
+        "tid": 1,
+    }
+    other = dict(event, name="/opt/x/site-packages/not_tb_syncfinder/demo/seg.py(1): g")
+    trace = {"traceEvents": [event, other]}
+    (bundled / "seg_baseline.pt.trace.json.gz").write_bytes(
+        gzip.compress(json.dumps(trace).encode())
+    )
+    (bundled / "versions.json").write_text(json.dumps({"worker": "h100", "gpu": "H100"}))
+    runs = add_bundled_gpu_runs(tmp_path / "logs", directory=bundled)
+    assert [r.name for r in runs] == ["gpu_seg_baseline"]
+    copied = tmp_path / "logs" / "gpu_seg_baseline" / "h100.pt.trace.json.gz"
+    names = [e["name"] for e in json.loads(gzip.decompress(copied.read_bytes()))["traceEvents"]]
+    assert names[0] == f"{DEMO_DIR / 'seg.py'}(71): f"
+    assert names[1] == other["name"]  # only the demo's own portable paths are rewritten
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
+    from tb_syncfinder.demo.serve import PLUGIN_NAME, start_tensorboard
+
+    board = start_tensorboard(demo_logdir[0], _free_port())
+    try:
+        assert board.process.poll() is None
+        assert board.sync_advisor_url == f"http://localhost:{board.port}/#sync_advisor"
+        assert PLUGIN_NAME in board.plugins()
+        url = f"http://localhost:{board.port}/data/plugin/{PLUGIN_NAME}/runs"
+        deadline = time.monotonic() + 120
+        names: set[str] = set()
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                listing = json.loads(response.read())
+            names = {run["name"] for run in listing["runs"]}
+            if names >= set(RUNS):
+                break
+            time.sleep(0.5)
+        assert names >= set(RUNS)
+    finally:
+        board.stop()
+    assert board.process.poll() is not None

@@ -1,0 +1,617 @@
+"""Every endpoint of the Sync Advisor plugin, through TensorBoard's own WSGI routing.
+
+Traces are made by real torch on the CPU from workload files written under a source root,
+so the stack frames, steps and latent findings are what a user's profile holds. A broken
+file, a file still being written and a crafted trace whose stack names files outside the
+roots sit next to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import runpy
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tensorboard.backend.application import TensorBoardWSGI
+from tensorboard.plugins import base_plugin
+from werkzeug.test import Client
+
+from tb_syncfinder import engine
+from tb_syncfinder.plugin import SyncAdvisorLoader, SyncAdvisorPlugin, routes
+from tb_syncfinder.plugin.loader import RETRY
+from tb_syncfinder.plugin.settings import PluginSettings, parse_logdir_spec, settings_from_flags
+
+WORKLOAD = """\
+import torch
+
+
+def train_step(x):
+    y = x @ x
+    keep = torch.nonzero(y > 0)
+    return y.sum().item() + keep.shape[0]
+
+
+def main(trace_path, steps=3):
+    x = torch.randn(16, 16)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for _ in range(steps + 1):
+            train_step(x)
+            prof.step()
+"""
+ITEM_LINE = 7
+NONZERO_LINE = 6
+# The same workload after the fix: no nonzero (compare must call that site fixed).
+WORKLOAD_FIXED = WORKLOAD.replace("torch.nonzero(y > 0)", "(y > 0).sum(0)")
+
+PLUGIN = "/data/plugin/sync_advisor/"
+
+
+def profile_workload(source: str, source_file: Path, trace_path: Path) -> None:
+    """Profile ``source`` (written to ``source_file``) with real torch into ``trace_path``."""
+    source_file.parent.mkdir(parents=True, exist_ok=True)
+    source_file.write_text(source)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    runpy.run_path(str(source_file))["main"](str(trace_path))
+
+
+def craft_outside_stack(trace: Path, workload: Path, out: Path, outside: str) -> None:
+    """A copy of ``trace`` whose Python frames name ``outside`` instead of the workload."""
+    text = trace.read_text().replace(str(workload), outside)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+
+
+def make_plugin(logdir: Path, tmp: Path, **kw: Any) -> SyncAdvisorPlugin:
+    settings = PluginSettings(
+        logdirs=[(None, str(logdir))],
+        source_roots=[str(tmp / "src")],
+        cache_dir=str(tmp / "cache"),
+        reload_interval_s=3600,
+        use_processes=False,
+    )
+    context = base_plugin.TBContext(logdir=str(logdir), flags=argparse.Namespace())
+    plugin = SyncAdvisorPlugin(context, settings, start=False, **kw)
+    plugin.loader.poll()
+    assert plugin.loader.wait_idle(120)
+    return plugin
+
+
+def client_for(plugin: SyncAdvisorPlugin) -> Client:
+    return Client(TensorBoardWSGI([plugin]))
+
+
+def get(client: Client, route: str, **params: Any) -> tuple[int, Any]:
+    response = client.get(PLUGIN + route, query_string=params)
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    body = response.get_data()
+    if response.mimetype == "application/json":
+        return response.status_code, json.loads(body)
+    return response.status_code, body
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("plugin_endpoints")
+    logs = tmp / "logs"
+    workload = tmp / "src" / "workload.py"
+    profile_workload(WORKLOAD, workload, logs / "run_cpu" / "w0.pt.trace.json")
+    profile_workload(
+        WORKLOAD_FIXED, tmp / "src" / "v2" / "workload.py", logs / "run_fixed" / "w0.pt.trace.json"
+    )
+    mixed = logs / "run_mixed"
+    shutil.copy(
+        logs / "run_cpu" / "w0.pt.trace.json",
+        mixed.mkdir(parents=True) or mixed / "good.pt.trace.json",
+    )
+    (mixed / "broken.pt.trace.json").write_text("{ this is not json")
+    craft_outside_stack(
+        logs / "run_cpu" / "w0.pt.trace.json",
+        workload,
+        logs / "run_crafted" / "passwd.pt.trace.json",
+        "/etc/passwd",
+    )
+    craft_outside_stack(
+        logs / "run_crafted" / "passwd.pt.trace.json",
+        Path("/etc/passwd"),
+        logs / "run_crafted" / "secret.pt.trace.json",
+        "../secret.py",
+    )
+    (tmp / "secret.py").write_text("TOKEN = 'never served'\n")
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def plugin(workspace: Path) -> SyncAdvisorPlugin:
+    return make_plugin(workspace / "logs", workspace)
+
+
+@pytest.fixture(scope="module")
+def client(plugin: SyncAdvisorPlugin) -> Client:
+    return client_for(plugin)
+
+
+def latent_site(client: Client, run: str, op: str) -> dict:
+    status, sites = get(client, "sites", run=run, latent=1, op=op)
+    assert status == 200 and sites["items"], sites
+    return sites["items"][0]
+
+
+# ----- runs, workers, spans ---------------------------------------------------------------
+def test_runs_lists_every_run_with_its_workers_and_the_broken_file_with_its_reason(
+    client: Client, workspace: Path
+) -> None:
+    status, body = get(client, "runs")
+    assert status == 200
+    assert body["loading"] is False
+    runs = {r["name"]: r for r in body["runs"]}
+    assert set(runs) == {"run_cpu", "run_fixed", "run_mixed", "run_crafted"}
+    assert runs["run_cpu"]["workers"] == [{"name": "w0", "spans": [None]}]
+    assert runs["run_mixed"]["trace_count"] == 2
+    assert runs["run_mixed"]["error_count"] == 1
+    (error,) = body["errors"]
+    assert error["run"] == "run_mixed"
+    assert error["path"] == str(workspace / "logs" / "run_mixed" / "broken.pt.trace.json")
+    assert error["reason"]
+
+
+def test_workers_and_spans_of_a_run(client: Client) -> None:
+    assert get(client, "workers", run="run_mixed") == (
+        200,
+        {"workers": [{"name": "broken", "spans": [None]}, {"name": "good", "spans": [None]}]},
+    )
+    assert get(client, "spans", run="run_cpu", worker="w0") == (200, {"spans": [None]})
+
+
+def test_unknown_run_worker_span_are_404_and_missing_run_is_400(client: Client) -> None:
+    for route in ("workers", "summary", "steps", "sites", "syncs", "export"):
+        status, body = get(client, route, run="no_such_run")
+        assert status == 404 and "no_such_run" in body["error"], route
+        assert get(client, route)[0] == 400, route
+    assert get(client, "spans", run="run_cpu", worker="w9")[0] == 404
+    assert get(client, "summary", run="run_cpu", worker="w9")[0] == 404
+    assert get(client, "summary", run="run_cpu", span="123")[0] == 404
+    assert get(client, "spans", run="run_cpu")[0] == 400
+
+
+# ----- summary, steps -----------------------------------------------------------------------
+def test_summary_of_a_cpu_run_counts_latent_findings_and_names_the_device(client: Client) -> None:
+    status, body = get(client, "summary", run="run_cpu")
+    assert status == 200
+    assert body["device"] == "cpu"
+    assert body["has_stacks"] is True
+    assert body["has_gpu_activity"] is False
+    assert body["summary"]["sync_count"] == 0
+    assert body["summary"]["latent_count"] >= 2 * 3  # item and nonzero, in each of 3 steps
+    assert [t["worker"] for t in body["traces"]] == ["w0"]
+    assert body["top_kinds"] == []  # nothing really synced on the CPU
+
+
+def test_summary_of_a_run_with_a_broken_file_counts_the_error(client: Client) -> None:
+    status, body = get(client, "summary", run="run_mixed")
+    assert status == 200
+    assert body["summary"]["error_count"] == 1
+    assert {t["worker"]: bool(t["error"]) for t in body["traces"]} == {
+        "good": False,
+        "broken": True,
+    }
+
+
+def test_steps_series_has_one_entry_per_profiler_step(client: Client) -> None:
+    status, body = get(client, "steps", run="run_cpu")
+    assert status == 200
+    assert len(body["steps"]) >= 2
+    assert all(s["step_time_us"] > 0 for s in body["steps"])
+
+
+# ----- sites ---------------------------------------------------------------------------------
+def test_sites_point_at_the_exact_lines_of_item_and_nonzero(
+    client: Client, workspace: Path
+) -> None:
+    item = latent_site(client, "run_cpu", "aten::item")
+    nonzero = latent_site(client, "run_cpu", "aten::nonzero")
+    assert (item["kind"], item["line"], item["line_exact"]) == ("scalar_readback", ITEM_LINE, True)
+    assert (nonzero["kind"], nonzero["line"]) == ("dynamic_shape", NONZERO_LINE)
+    assert item["file"].endswith("workload.py")
+    assert item["advice"]["title"]
+
+
+def test_sites_filter_by_kind_file_op_and_step(client: Client) -> None:
+    _, everything = get(client, "sites", run="run_cpu", latent=1)
+    _, readbacks = get(client, "sites", run="run_cpu", latent=1, kind="scalar_readback")
+    assert 0 < readbacks["total"] < everything["total"]
+    assert {s["kind"] for s in readbacks["items"]} == {"scalar_readback"}
+    _, by_file = get(client, "sites", run="run_cpu", latent=1, file="workload.py")
+    assert by_file["total"] >= 2 and all("workload.py" in s["file"] for s in by_file["items"])
+    _, none = get(client, "sites", run="run_cpu", latent=1, file="other.py")
+    assert none["total"] == 0
+    step = latent_site(client, "run_cpu", "aten::item")["steps"][0]
+    _, in_step = get(client, "sites", run="run_cpu", latent=1, step=step)
+    assert in_step["total"] >= 1 and all(step in s["steps"] for s in in_step["items"])
+    _, no_step = get(client, "sites", run="run_cpu", latent=1, step=10_000)
+    assert no_step["total"] == 0
+
+
+def test_sites_sort_and_paginate(client: Client) -> None:
+    _, asc = get(client, "sites", run="run_cpu", latent=1, sort="line", order="asc")
+    lines = [s["line"] for s in asc["items"] if s["line"] is not None]
+    assert lines == sorted(lines)
+    _, desc = get(client, "sites", run="run_cpu", latent=1, sort="count")
+    counts = [s["count"] for s in desc["items"]]
+    assert counts == sorted(counts, reverse=True)
+    _, page = get(client, "sites", run="run_cpu", latent=1, sort="count", offset=1, limit=1)
+    assert (page["total"], page["offset"], page["limit"]) == (desc["total"], 1, 1)
+    assert page["items"] == desc["items"][1:2]
+
+
+def test_sites_reject_malformed_parameters(client: Client) -> None:
+    bad = [
+        {"sort": "bogus"},
+        {"order": "sideways"},
+        {"kind": "not_a_kind"},
+        {"limit": "0"},
+        {"limit": "501"},
+        {"limit": "ten"},
+        {"offset": "-1"},
+        {"step": "1.5"},
+        {"latent": "yes"},
+    ]
+    for params in bad:
+        status, body = get(client, "sites", run="run_cpu", **params)
+        assert status == 400 and body["error"], params
+
+
+# ----- syncs and sync detail -----------------------------------------------------------------
+def test_syncs_filter_by_site_and_detail_carries_site_and_context(client: Client) -> None:
+    site = latent_site(client, "run_cpu", "aten::item")
+    status, syncs = get(client, "syncs", run="run_cpu", latent=1, site=site["key"])
+    assert status == 200 and syncs["total"] == site["count"]
+    first = syncs["items"][0]
+    assert first["site_key"] == site["key"] and first["latent"] is True
+    status, detail = get(client, "sync", run="run_cpu", id=first["id"])
+    assert status == 200
+    assert detail["sync"]["id"] == first["id"]
+    assert detail["site"]["key"] == site["key"]
+    assert detail["sync"]["op_chain"][0] == "aten::item"
+    assert any(frame["user"] for frame in detail["sync"]["stack"])
+    context = detail["context"]
+    assert context["window"][0] <= detail["sync"]["ts_us"] <= context["window"][1]
+    assert any(e["name"] == "aten::item" for e in context["host"])
+
+
+def test_syncs_filter_by_kind_and_step_and_paginate(client: Client) -> None:
+    _, dyn = get(client, "syncs", run="run_cpu", latent=1, kind="dynamic_shape", limit=1)
+    assert dyn["total"] >= 3 and len(dyn["items"]) == 1
+    step = dyn["items"][0]["step"]
+    _, in_step = get(client, "syncs", run="run_cpu", latent=1, step=step)
+    assert in_step["total"] >= 2 and {s["step"] for s in in_step["items"]} == {step}
+    _, real = get(client, "syncs", run="run_cpu")
+    assert real["total"] == 0  # a CPU trace has no real syncs
+
+
+def test_unknown_sync_id_is_404(client: Client) -> None:
+    status, body = get(client, "sync", run="run_cpu", id="deadbeef-0")
+    assert status == 404 and "deadbeef-0" in body["error"]
+    assert get(client, "sync", run="run_cpu")[0] == 400
+
+
+# ----- source ----------------------------------------------------------------------------------
+def test_source_serves_the_line_a_finding_points_at(client: Client) -> None:
+    item = latent_site(client, "run_cpu", "aten::item")
+    status, body = get(client, "source", file=item["file"], line=item["line"], context=1)
+    assert status == 200
+    assert body["line"] == ITEM_LINE and body["start"] == ITEM_LINE - 1
+    assert body["lines"][1].strip() == "return y.sum().item() + keep.shape[0]"
+    status, body = get(client, "source", file="workload.py", line=1, context=0)
+    assert (status, body["lines"]) == (200, ["import torch"])
+
+
+@pytest.mark.parametrize(
+    "name, statuses",
+    [
+        ("../secret.py", {403}),
+        ("v2/../../secret.py", {403}),
+        ("/etc/passwd", {403}),
+        ("%2e%2e/secret.py", {400}),  # arrives as "%2e%2e/..." only if it was encoded twice
+        ("..%2fsecret.py", {400}),
+        ("workload.py\x00.txt", {400}),
+        ("", {400}),
+    ],
+)
+def test_source_refuses_traversal_and_encoded_names(
+    client: Client, workspace: Path, name: str, statuses: set[int]
+) -> None:
+    status, body = get(client, "source", file=name, line=1)
+    assert status in statuses and body["error"]
+    status, body = get(client, "source", file=str(workspace / "secret.py"), line=1)
+    assert status == 403 and "hint" in body
+
+
+def test_source_refuses_encoded_traversal_in_the_raw_url(client: Client) -> None:
+    for raw in ("file=%2e%2e%2fsecret.py", "file=%252e%252e%252fsecret.py", "file=x%00.py"):
+        response = client.get(PLUGIN + "source?line=1&" + raw)
+        assert response.status_code in (400, 403), raw
+        assert "never served" not in response.get_data(as_text=True)
+
+
+def test_source_through_a_symlink_out_of_the_root_is_refused(
+    client: Client, workspace: Path
+) -> None:
+    link = workspace / "src" / "escape.py"
+    link.symlink_to(workspace / "secret.py")
+    try:
+        status, body = get(client, "source", file="escape.py", line=1)
+        assert status == 403 and "never served" not in json.dumps(body)
+    finally:
+        link.unlink()
+
+
+def test_a_crafted_trace_naming_files_outside_the_roots_cannot_read_them(client: Client) -> None:
+    status, syncs = get(client, "syncs", run="run_crafted", latent=1, limit=500)
+    assert status == 200 and syncs["total"] > 0
+    named = {f["file"] for s in syncs["items"] for f in s["stack"]}
+    assert {"/etc/passwd", "../secret.py"} <= named
+    for name in named:
+        status, body = get(client, "source", file=name, line=1)
+        text = json.dumps(body)
+        assert "never served" not in text and "root:" not in text
+        if name in ("/etc/passwd", "../secret.py"):
+            assert status == 403
+
+
+def test_source_rejects_bad_line_and_context(client: Client) -> None:
+    assert get(client, "source", file="workload.py", line=0)[0] == 400
+    assert get(client, "source", file="workload.py", line="x")[0] == 400
+    assert get(client, "source", file="workload.py", line=1, context=51)[0] == 400
+    assert get(client, "source", file="workload.py", line=999)[0] == 404
+
+
+# ----- compare, export -----------------------------------------------------------------------
+def test_compare_marks_the_removed_nonzero_fixed(client: Client) -> None:
+    status, body = get(client, "compare", run="run_fixed", base="run_cpu")
+    assert status == 200
+    by_op = {(s["ops"] or [""])[0]: s["status"] for s in body["latent_sites"]}
+    assert by_op["aten::nonzero"] == "fixed"
+    assert by_op["aten::item"] == "same"
+    assert get(client, "compare", run="run_fixed", base="nope")[0] == 404
+    assert get(client, "compare", run="run_fixed")[0] == 400
+    assert get(client, "compare", run="run_fixed", base="run_cpu", base_worker="w9")[0] == 404
+
+
+def test_export_json_csv_sarif_and_annotated_trace_are_downloads(client: Client) -> None:
+    response = client.get(PLUGIN + "export", query_string={"run": "run_cpu"})
+    assert response.status_code == 200
+    assert 'filename="run_cpu.json"' in response.headers["Content-Disposition"]
+    assert json.loads(response.get_data())["schema"] == "tb_syncfinder.report/1"
+    response = client.get(PLUGIN + "export", query_string={"run": "run_cpu", "format": "csv"})
+    assert response.status_code == 200 and response.mimetype == "text/csv"
+    assert response.get_data(as_text=True).splitlines()[0].startswith("rank,")
+    response = client.get(PLUGIN + "export", query_string={"run": "run_cpu", "format": "sarif"})
+    assert json.loads(response.get_data())["version"] == "2.1.0"
+    response = client.get(PLUGIN + "export", query_string={"run": "run_cpu", "format": "trace"})
+    assert response.status_code == 200
+    trace = json.loads(response.get_data())
+    names = [e.get("args", {}).get("name") for e in trace["traceEvents"] if e.get("ph") == "M"]
+    assert "Sync Advisor" in names
+
+
+def test_export_trace_needs_a_single_trace_and_format_must_be_known(client: Client) -> None:
+    status, body = get(client, "export", run="run_crafted", format="trace")
+    assert status == 400 and "worker" in body["error"]
+    assert get(client, "export", run="run_crafted", worker="passwd", format="trace")[0] == 200
+    assert get(client, "export", run="run_cpu", format="xml")[0] == 400
+
+
+# ----- robustness ------------------------------------------------------------------------------
+ROUTES = ("runs", "workers", "spans", "summary", "steps", "sites", "syncs", "sync", "source",
+          "compare", "export")  # fmt: skip
+PARAMS = ("run", "worker", "span", "id", "file", "line", "context", "kind", "op", "step",
+          "latent", "sort", "order", "offset", "limit", "site", "base", "format")  # fmt: skip
+NASTY = ["", "run_cpu", "w0", "-1", "0", "1", "99999999999999999999", "1e9", "NaN", "null",
+         "../../etc/passwd", "/etc/passwd", "%00", "\x00", "\u202e\u0000x", "' OR 1=1",
+         "<script>", "a" * 5000, "workload.py", "json", "trace", "asc", "é.py"]  # fmt: skip
+
+
+def test_fuzzed_parameters_never_cause_a_server_error(client: Client) -> None:
+    rng = random.Random(1234)
+    for _ in range(600):
+        route = rng.choice(ROUTES)
+        params = {name: rng.choice(NASTY) for name in rng.sample(PARAMS, rng.randint(0, 6))}
+        if rng.random() < 0.7:
+            params["run"] = rng.choice(["run_cpu", "run_mixed", "run_crafted"])
+        response = client.get(PLUGIN + route, query_string=params)
+        assert response.status_code in (200, 400, 403, 404), (route, params)
+        if response.status_code != 200:
+            assert "error" in json.loads(response.get_data()), (route, params)
+
+
+def test_repeated_parameters_and_non_get_methods_are_refused_as_json(client: Client) -> None:
+    response = client.get(PLUGIN + "summary?run=run_cpu&run=run_mixed")
+    assert response.status_code == 400 and "run" in response.get_json()["error"]
+    response = client.post(PLUGIN + "summary?run=run_cpu")
+    assert response.status_code == 405 and response.get_json()["error"]
+
+
+def test_concurrent_requests_build_each_report_once(workspace: Path) -> None:
+    plugin = make_plugin(workspace / "logs", workspace)
+    calls = []
+    original = plugin._build
+    plugin._build = lambda *a: calls.append(a) or original(*a)  # type: ignore[method-assign]
+    client = client_for(plugin)
+    errors = []
+
+    def hit() -> None:
+        try:
+            assert client.get(PLUGIN + "sites?run=run_cpu&latent=1").status_code == 200
+        except Exception as exc:  # noqa: BLE001 - collected for the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hit) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(calls) == 1
+
+
+# ----- static --------------------------------------------------------------------------------
+def test_missing_dashboard_bundle_is_a_clear_404_json(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(routes, "STATIC_DIR", tmp_path)
+    status, body = get(client, "index.js")
+    assert status == 404 and "index.js" in body["error"] and "npm" in body["hint"]
+
+
+def test_dashboard_bundle_is_served_as_javascript(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "index.js").write_text("export function render() {}\n")
+    (tmp_path / "secret.txt").write_text("no")
+    monkeypatch.setattr(routes, "STATIC_DIR", tmp_path)
+    response = client.get(PLUGIN + "index.js")
+    assert response.status_code == 200 and response.mimetype == "text/javascript"
+    assert b"render" in response.get_data()
+    assert client.get(PLUGIN + "static/secret.txt").status_code == 404
+    assert client.get(PLUGIN + "static/../routes.py").status_code == 404
+
+
+# ----- loading lifecycle -----------------------------------------------------------------------
+def test_plugin_listing_and_is_active(plugin: SyncAdvisorPlugin, tmp_path: Path) -> None:
+    assert plugin.is_active()
+    metadata = plugin.frontend_metadata()
+    assert (metadata.es_module_path, metadata.tab_name) == ("/index.js", "Sync Advisor")
+    (tmp_path / "empty").mkdir()
+    empty = make_plugin(tmp_path / "empty", tmp_path)
+    assert not empty.is_active()
+    status, body = get(client_for(empty), "runs")
+    assert (status, body["runs"], body["loading"]) == (200, [], False)
+
+
+def test_restarted_plugin_answers_from_the_disk_cache_without_analysing(workspace: Path) -> None:
+    calls: list[str] = []
+
+    def counting(ref, options):
+        calls.append(ref.path)
+        return engine.analyze_trace(ref, options)
+
+    restarted = make_plugin(workspace / "logs", workspace, analyze_fn=counting)
+    assert calls == []
+    status, body = get(client_for(restarted), "sites", run="run_cpu", latent=1)
+    assert status == 200 and body["total"] > 0
+
+
+def test_a_trace_still_being_written_is_loaded_once_complete(
+    workspace: Path, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    (logs / "run").mkdir(parents=True)
+    full = (workspace / "logs" / "run_cpu" / "w0.pt.trace.json").read_bytes()
+    partial = logs / "run" / "w0.pt.trace.json.gz"
+    partial.write_bytes(gzip.compress(full)[: len(full) // 40])
+    plugin = make_plugin(logs, tmp_path)
+    client = client_for(plugin)
+    _, runs = get(client, "runs")
+    assert runs["runs"][0]["loading"] is True
+    assert runs["errors"][0]["retrying"] is True
+    assert plugin.loader.get_run("run").traces[str(partial)].status == RETRY
+
+    partial.write_bytes(gzip.compress(full))
+    plugin.loader.poll()
+    assert plugin.loader.wait_idle(60)
+    _, runs = get(client, "runs")
+    assert runs["errors"] == [] and runs["loading"] is False
+    assert get(client, "sites", run="run", latent=1)[1]["total"] > 0
+
+
+def test_a_new_trace_in_a_run_changes_its_report_after_the_next_poll(
+    workspace: Path, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    (logs / "run").mkdir(parents=True)
+    shutil.copy(
+        workspace / "logs" / "run_cpu" / "w0.pt.trace.json", logs / "run" / "w0.pt.trace.json"
+    )
+    plugin = make_plugin(logs, tmp_path)
+    client = client_for(plugin)
+    before = get(client, "summary", run="run")[1]["summary"]["latent_count"]
+    shutil.copy(
+        workspace / "logs" / "run_cpu" / "w0.pt.trace.json", logs / "run" / "w1.pt.trace.json"
+    )
+    plugin.loader.poll()
+    assert plugin.loader.wait_idle(60)
+    after = get(client, "summary", run="run")[1]
+    assert after["summary"]["latent_count"] == 2 * before
+    assert [t["worker"] for t in after["traces"]] == ["w0", "w1"]
+    assert get(client, "summary", run="run", worker="w1")[1]["summary"]["latent_count"] == before
+
+
+# ----- flags -------------------------------------------------------------------------------------
+def test_loader_flags_reach_the_plugin_settings(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    SyncAdvisorLoader().define_flags(parser)
+    flags = parser.parse_args(
+        [
+            "--sync_advisor_source_root", str(tmp_path),
+            "--sync_advisor_source_root", str(tmp_path / "b"),
+            "--sync_advisor_path_map", "/remote/proj=" + str(tmp_path),
+            "--sync_advisor_cache_dir", "none",
+            "--sync_advisor_reload_interval", "2.5",
+        ]
+    )  # fmt: skip
+    SyncAdvisorLoader().fix_flags(flags)
+    settings = settings_from_flags(flags, str(tmp_path))
+    assert settings.source_roots == [str(tmp_path.resolve()), str((tmp_path / "b").resolve())]
+    assert settings.path_map == [("/remote/proj", str(tmp_path))]
+    assert settings.cache_dir is None
+    assert settings.reload_interval_s == 2.5
+    assert settings.logdirs == [(None, str(tmp_path.resolve()))]
+    defaults = settings_from_flags(parser.parse_args([]), str(tmp_path))
+    assert defaults.source_roots and defaults.cache_dir and defaults.reload_interval_s == 10
+
+
+def test_malformed_flags_are_flag_errors() -> None:
+    parser = argparse.ArgumentParser()
+    SyncAdvisorLoader().define_flags(parser)
+    for argv in (["--sync_advisor_path_map", "nonsense"], ["--sync_advisor_reload_interval", "0"]):
+        with pytest.raises(base_plugin.FlagsError):
+            SyncAdvisorLoader().fix_flags(parser.parse_args(argv))
+
+
+def test_logdir_spec_gives_one_prefixed_logdir_per_entry(tmp_path: Path) -> None:
+    spec = f"base:{tmp_path / 'a'},{tmp_path / 'b'}"
+    assert parse_logdir_spec(spec) == [("base", str(tmp_path / "a")), ("b", str(tmp_path / "b"))]
+    flags = argparse.Namespace(logdir="", logdir_spec=spec)
+    assert len(settings_from_flags(flags, "").logdirs) == 2
+
+
+# ----- real traces (skipped without ../shared) ----------------------------------------------------
+def test_real_gpu_traces_give_cuda_findings_with_device_context(
+    real_traces_dir: Path, tmp_path: Path
+) -> None:
+    plugin = make_plugin(real_traces_dir, tmp_path)
+    client = client_for(plugin)
+    _, runs = get(client, "runs")
+    assert runs["errors"] == []
+    (run,) = runs["runs"]
+    selection = {"run": run["name"], "worker": "a100_item_heavy_rank0"}
+    status, body = get(client, "summary", **selection)
+    assert status == 200 and body["device"] == "cuda" and body["summary"]["sync_count"] > 0
+    _, sites = get(client, "sites", **selection, sort="host_wait_us", limit=1)
+    top = sites["items"][0]
+    assert top["host_wait_us"] > 0
+    _, syncs = get(client, "syncs", **selection, site=top["key"], limit=1)
+    status, detail = get(client, "sync", **selection, id=syncs["items"][0]["id"])
+    assert status == 200 and detail["site"]["key"] == top["key"]
+    assert detail["context"]["host"] and detail["context"]["device"]

@@ -1,0 +1,304 @@
+"""Write CUDA traces the way Kineto does, for tests (engine, plugin, dashboard, demo).
+
+The shapes are copied from the real A100 traces in ``../shared/traces/real``: ``cpu_op`` /
+``cuda_runtime`` events nested in time on the host thread, runtime ``args`` with
+``External id`` == ``correlation``, device events (``kernel``, ``gpu_memcpy`` named
+``Memcpy DtoH (Device -> Pageable)``, ``gpu_memset``, CUPTI ``cuda_sync`` records) on
+``pid`` = device / ``tid`` = stream, ``ac2g`` flow pairs, ``python_function`` trees with
+``Python id`` / ``Python parent id`` and ``nn.Module: Name_0`` entries, ``ProfilerStep#N``
+user annotations, metadata events and ``deviceProperties``.
+
+Example::
+
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel("void fwd_kernel<float>()", dur=300)
+        with b.op("aten::item", stack=[("train.py", 8, "train_step")], called="item"):
+            with b.op("aten::_local_scalar_dense"):
+                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                b.runtime("cudaStreamSynchronize")  # waits until the GPU is done
+    b.write(tmp_path / "worker0.pt.trace.json")
+
+Times are microseconds. The host clock ``b.now`` advances as events are added; the device
+clock runs behind it like a real GPU queue: a sync call without ``dur`` lasts until the
+device has finished what was queued.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Union
+
+FrameSpec = Union[tuple[str, int, str], str]  # (file, def line, func) or "nn.Module: Net_0"
+
+_MEMKIND = {"Pageable": "Pageable", "Pinned": "Pinned", "Device": "Device"}
+
+
+class KinetoTraceBuilder:
+    """Builds one Kineto trace (one worker) event by event."""
+
+    def __init__(self, pid: int = 4515, tid: int = 4515, device: int = 0, stream: int = 7,
+                 start_us: int = 1_683_564_901_548_000, device_name: str = "NVIDIA A100-SXM4-80GB",
+                 gpu: bool = True) -> None:
+        self.pid = pid
+        self.tid = tid
+        self.device = device
+        self.stream = stream
+        self.gpu = gpu
+        self.device_name = device_name
+        self.start_us = start_us
+        self.now: float = start_us + 100
+        self.device_now: float = self.now
+        self.events: list[dict[str, Any]] = []
+        self._external_id = 0
+        self._correlation = 800_000
+        self._python_id = 0
+        self._python_stack: list[int] = []  # open python frame ids (for parent ids)
+        self.extra_top_level: dict[str, Any] = {}
+
+    # -- clocks ------------------------------------------------------------------------
+    def advance(self, us: float) -> None:
+        """Let host time pass (Python code between operators)."""
+        self.now += us
+
+    def _ext(self) -> int:
+        self._external_id += 1
+        return self._external_id
+
+    def _corr(self) -> int:
+        self._correlation += 1
+        return self._correlation
+
+    # -- host side ---------------------------------------------------------------------
+    def _x(self, cat: str, name: str, ts: float, dur: float, args: dict[str, Any],
+           pid: Any = None, tid: Any = None) -> dict[str, Any]:
+        event = {"ph": "X", "cat": cat, "name": name, "pid": self.pid if pid is None else pid,
+                 "tid": self.tid if tid is None else tid, "ts": ts, "dur": dur, "args": args}
+        self.events.append(event)
+        return event
+
+    @contextmanager
+    def _span(self, cat: str, name: str, args: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        event = self._x(cat, name, self.now, 0, args)
+        self.now += 1
+        yield event
+        self.now += 1
+        event["dur"] = self.now - event["ts"]
+
+    @contextmanager
+    def step(self, n: int) -> Iterator[None]:
+        """A ``ProfilerStep#n`` span (what ``prof.step()`` records)."""
+        with self._span("user_annotation", f"ProfilerStep#{n}",
+                        {"External id": self._ext(), "Ev Idx": 0}):
+            yield
+
+    @contextmanager
+    def annotation(self, name: str) -> Iterator[None]:
+        """A ``record_function(name)`` span."""
+        with self._span("user_annotation", name, {"External id": self._ext(), "Ev Idx": 0}):
+            yield
+
+    @contextmanager
+    def frame(self, frame: FrameSpec) -> Iterator[None]:
+        """A python_function frame (``("train.py", 8, "train_step")``, a def line as modern
+        traces record it) or ``"nn.Module: Net_0"``, open until the block ends."""
+        if isinstance(frame, tuple):
+            file, line, func = frame
+            name = f"{file}({line}): {func}"
+        else:
+            name = frame
+        self._python_id += 1
+        args: dict[str, Any] = {
+            "Python parent id": self._python_stack[-1] if self._python_stack else None,
+            "Python id": self._python_id,
+            "Ev Idx": 0,
+        }
+        if name.startswith("nn.Module: "):
+            args["Python module id"] = 0
+        self._python_stack.append(self._python_id)
+        try:
+            with self._span("python_function", name, args):
+                yield
+        finally:
+            self._python_stack.pop()
+
+    @contextmanager
+    def _frames(self, frames: Sequence[FrameSpec]) -> Iterator[None]:
+        if not frames:
+            yield
+            return
+        with self.frame(frames[0]), self._frames(frames[1:]):
+            yield
+
+    @contextmanager
+    def op(self, name: str, stack: Sequence[FrameSpec] = (), called: str | None = None,
+           call_stack: str | None = None, args: dict[str, Any] | None = None
+           ) -> Iterator[dict[str, Any]]:
+        """A ``cpu_op``. ``stack``: python frames around it, outermost first. ``called``: the
+        built-in the innermost frame called (``item`` gives ``<built-in method item of
+        Tensor object at 0x...>``). ``call_stack``: the legacy ``Call stack`` argument."""
+        frames = list(stack)
+        if called:
+            frames.append(f"<built-in method {called} of Tensor object at 0x7f2a5c0e3f60>")
+        op_args: dict[str, Any] = {"External id": self._ext(), "Ev Idx": 0,
+                                   "Fwd thread id": 0, "Sequence number": 1}
+        if call_stack is not None:
+            op_args["Call stack"] = call_stack
+        op_args.update(args or {})
+        with self._frames(frames), self._span("cpu_op", name, op_args) as event:
+            yield event
+
+    # -- runtime calls and the device --------------------------------------------------
+    def _device_event(self, cat: str, name: str, dur: float, corr: int, stream: int | None,
+                      launched_at: float, extra: dict[str, Any] | None = None) -> dict:
+        start = max(self.device_now, launched_at + 2)
+        stream = self.stream if stream is None else stream
+        args = {"External id": corr, "device": self.device, "context": 1, "stream": stream,
+                "correlation": corr}
+        args.update(extra or {})
+        event = self._x(cat, name, start, dur, args, pid=self.device, tid=stream)
+        if cat != "cuda_sync":
+            self.device_now = start + dur
+        return event
+
+    def _flow(self, corr: int, host_ts: float, device_ts: float, stream: int) -> None:
+        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid,
+                            "ts": host_ts, "cat": "ac2g", "name": "ac2g"})
+        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": stream,
+                            "ts": device_ts, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+
+    def runtime(self, name: str, dur: float | None = None,
+                memcpy: tuple[str, str] | None = None, bytes: int = 4,
+                sync: str | None = None, device_dur: float = 2.0,
+                stream: int | None = None, cat: str = "cuda_runtime",
+                correlation: bool = True) -> dict[str, Any]:
+        """A runtime (or driver, ``cat="cuda_driver"``) call on the host thread.
+
+        ``memcpy=("DtoH", "Pageable")`` adds its device copy (``Memcpy DtoH (Device ->
+        Pageable)``); ``sync="Stream Sync"`` adds the CUPTI ``cuda_sync`` record. Without
+        ``dur``, a sync-like call lasts until the device is idle (at least 1 us).
+        """
+        corr = self._corr()
+        ts = self.now
+        if dur is None:
+            dur = max(1.0, self.device_now - ts) if (sync or "Synchronize" in name) else 3.0
+        args: dict[str, Any] = {"External id": corr, "cbid": 0}
+        if correlation:
+            args["correlation"] = corr
+        else:
+            del args["External id"]
+        event = self._x(cat, name, ts, dur, args)
+        stream_id = self.stream if stream is None else stream
+        if memcpy is not None:
+            direction, memory = memcpy
+            if direction == "DtoH":
+                label = f"Memcpy DtoH (Device -> {_MEMKIND.get(memory, memory)})"
+            elif direction == "HtoD":
+                label = f"Memcpy HtoD ({_MEMKIND.get(memory, memory)} -> Device)"
+            else:
+                label = "Memcpy DtoD (Device -> Device)"
+            dev = self._device_event("gpu_memcpy", label, device_dur, corr, stream, ts,
+                                     {"bytes": bytes, "memory bandwidth (GB/s)": 1.0})
+            self._flow(corr, ts, dev["ts"], stream_id)
+        if sync is not None:
+            wait_start = max(ts, self.device_now - 1)
+            self._x("cuda_sync", sync, wait_start, 1,
+                    {"External id": corr, "cuda_sync_kind": sync, "stream": stream_id,
+                     "correlation": corr, "device": self.device, "context": 1},
+                    pid=self.device, tid=stream_id if sync != "Context Sync" else -1)
+        self.now = ts + dur + 1
+        return event
+
+    def kernel(self, name: str = "void at::native::elementwise_kernel<128, 2>()",
+               dur: float = 50.0, stream: int | None = None) -> dict[str, Any]:
+        """``cudaLaunchKernel`` on the host and the kernel on the device queue."""
+        corr = self._corr()
+        ts = self.now
+        self._x("cuda_runtime", "cudaLaunchKernel", ts, 4,
+                {"External id": corr, "cbid": 211, "correlation": corr})
+        kernel = self._device_event("kernel", name, dur, corr, stream, ts,
+                                    {"queued": 0, "registers per thread": 32})
+        self._flow(corr, ts, kernel["ts"], self.stream if stream is None else stream)
+        self.now = ts + 5
+        return kernel
+
+    def memset(self, dur: float = 1.0) -> dict[str, Any]:
+        corr = self._corr()
+        ts = self.now
+        self._x("cuda_runtime", "cudaMemsetAsync", ts, 3,
+                {"External id": corr, "cbid": 51, "correlation": corr})
+        event = self._device_event("gpu_memset", "Memset (Device)", dur, corr, None, ts,
+                                   {"bytes": 1024})
+        self.now = ts + 4
+        return event
+
+    # -- output ------------------------------------------------------------------------
+    def _metadata(self) -> list[dict[str, Any]]:
+        ts = self.start_us
+        meta = [
+            {"name": "process_name", "ph": "M", "ts": ts, "pid": self.pid, "tid": 0,
+             "args": {"name": "python3.11"}},
+            {"name": "process_labels", "ph": "M", "ts": ts, "pid": self.pid, "tid": 0,
+             "args": {"labels": "CPU"}},
+            {"name": "thread_name", "ph": "M", "ts": ts, "pid": self.pid, "tid": self.tid,
+             "args": {"name": "thread 1 (python3.11)"}},
+        ]
+        if self.gpu:
+            meta += [
+                {"name": "process_name", "ph": "M", "ts": ts, "pid": self.device, "tid": 0,
+                 "args": {"name": "python3.11"}},
+                {"name": "process_labels", "ph": "M", "ts": ts, "pid": self.device, "tid": 0,
+                 "args": {"labels": f"GPU {self.device}"}},
+                {"name": "thread_name", "ph": "M", "ts": ts, "pid": self.device,
+                 "tid": self.stream, "args": {"name": f"stream {self.stream}"}},
+            ]
+        return meta
+
+    def to_dict(self, record_window_end: float | None = None) -> dict[str, Any]:
+        """The trace as Kineto writes it; ``record_window_end`` overrides that instant's ts
+        (real traces sometimes carry a huge meaningless value there)."""
+        end = max([self.now, self.device_now] + [e["ts"] + e.get("dur", 0) for e in self.events])
+        events = self._metadata() + list(self.events) + [
+            {"ph": "X", "cat": "Trace", "ts": self.start_us, "dur": end - self.start_us,
+             "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)",
+             "args": {"Op count": 0}},
+            {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",
+             "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": self.start_us},
+            {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "",
+             "ts": record_window_end if record_window_end is not None else end + 10},
+        ]
+        doc: dict[str, Any] = {"schemaVersion": 1}
+        if self.gpu:
+            doc["deviceProperties"] = [{
+                "id": self.device, "name": self.device_name, "totalGlobalMem": 84990623744,
+                "computeMajor": 8, "computeMinor": 0, "maxThreadsPerBlock": 1024,
+                "numSms": 108, "warpSize": 32,
+            }]
+        doc["distributedInfo"] = {"backend": "nccl", "rank": 0, "world_size": 1}
+        doc.update(self.extra_top_level)
+        doc["traceEvents"] = events
+        return doc
+
+    def write(self, path: str | Path, record_window_end: float | None = None) -> Path:
+        """Write the trace (gzip when the name ends in .gz); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(self.to_dict(record_window_end)).encode()
+        if path.name.endswith(".gz"):
+            data = gzip.compress(data)
+        path.write_bytes(data)
+        return path
+
+
+def item_sync(b: KinetoTraceBuilder, stack: Sequence[FrameSpec] = (("train.py", 8,
+                                                                    "train_step"),),
+              kernel_us: float = 400.0) -> None:
+    """A GPU kernel followed by ``loss.item()``: the classic scalar readback."""
+    b.kernel(dur=kernel_us)
+    with b.op("aten::item", stack=stack, called="item"), b.op("aten::_local_scalar_dense"):
+        b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+        b.runtime("cudaStreamSynchronize")

@@ -1,0 +1,184 @@
+"""Detection and classification on Kineto-shaped fixture traces (one per kind + negatives)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder import models
+from tb_syncfinder.engine import analyze_trace
+
+
+def _analyze(b: KinetoTraceBuilder, tmp_path: Path, name: str = "w.pt.trace.json"):
+    result = analyze_trace(str(b.write(tmp_path / name)))
+    assert result.info.error is None
+    return result
+
+
+def test_item_on_cuda_is_one_scalar_readback_with_host_wait(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b, kernel_us=400)
+    result = _analyze(b, tmp_path)
+    assert len(result.syncs) == 1
+    sync = result.syncs[0]
+    assert sync.kind == models.SCALAR_READBACK
+    assert sync.apis == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
+    assert sync.api == "cudaStreamSynchronize"
+    assert sync.op == "aten::item" and sync.trigger_op == "aten::_local_scalar_dense"
+    assert sync.host_wait_us > 300
+    assert sync.bytes == 4 and sync.device_id == 0
+
+
+@pytest.mark.parametrize(
+    ("ops", "kind"),
+    [
+        (["aten::nonzero"], models.DYNAMIC_SHAPE),
+        (["aten::unique_dim"], models.DYNAMIC_SHAPE),
+        (["aten::_unique2"], models.DYNAMIC_SHAPE),
+        (["aten::masked_select"], models.DYNAMIC_SHAPE),
+        (["aten::index", "aten::nonzero"], models.DYNAMIC_SHAPE),
+        (["aten::index_put_", "aten::nonzero"], models.DYNAMIC_SHAPE),
+        (["aten::where", "aten::nonzero"], models.DYNAMIC_SHAPE),
+        (["aten::repeat_interleave"], models.DYNAMIC_SHAPE),
+        (["aten::argwhere", "aten::nonzero"], models.DYNAMIC_SHAPE),
+        (["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"],
+         models.SCALAR_READBACK),
+        (["aten::to", "aten::_to_copy", "aten::copy_"], models.DEVICE_TO_HOST_COPY),
+    ],
+)
+def test_operator_chain_decides_the_kind(tmp_path, ops, kind):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=200)
+        with b.op(ops[0]):
+            if len(ops) > 1:
+                with b.op(ops[1]):
+                    if len(ops) > 2:
+                        with b.op(ops[2]):
+                            b.runtime("cudaMemcpyAsync", memcpy=("DtoH", "Pageable"))
+                            b.runtime("cudaStreamSynchronize")
+                    else:
+                        b.runtime("cudaMemcpyAsync", memcpy=("DtoH", "Pageable"))
+                        b.runtime("cudaStreamSynchronize")
+            else:
+                b.runtime("cudaMemcpyAsync", memcpy=("DtoH", "Pageable"))
+                b.runtime("cudaStreamSynchronize")
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.kind == kind
+    assert sync.op_chain == ops
+
+
+def test_pageable_host_to_device_copy_is_blocking(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+        b.runtime("cudaMemcpyAsync", dur=30, memcpy=("HtoD", "Pageable"), bytes=4096)
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.kind == models.BLOCKING_HOST_TO_DEVICE
+    assert sync.api == "cudaMemcpyAsync" and sync.bytes == 4096
+
+
+@pytest.mark.parametrize("api", ["cudaDeviceSynchronize", "cudaEventSynchronize",
+                                 "cudaStreamSynchronize", "hipDeviceSynchronize",
+                                 "AscendCL@aclrtSynchronizeStream"])
+def test_bare_synchronize_call_is_explicit_sync_without_operator(tmp_path, api):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        b.runtime(api)
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.kind == models.EXPLICIT_SYNC
+    assert sync.op is None and sync.api == api
+
+
+def test_driver_synchronize_is_detected(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=100)
+        b.runtime("cuCtxSynchronize", cat="cuda_driver")
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.api == "cuCtxSynchronize"
+
+
+def test_synchronous_hip_copy_is_blocking(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+        b.runtime("hipMemcpyWithStream", dur=60, memcpy=("HtoD", "Host"))
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.kind == models.BLOCKING_HOST_TO_DEVICE
+
+
+def test_unknown_api_joined_to_a_cuda_sync_record_is_a_sync(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=100)
+        b.runtime("cudaSomeFutureWait", sync="Stream Sync")
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.api == "cudaSomeFutureWait"
+
+
+def test_allocator_calls_count_inside_steps_only(tmp_path):
+    b = KinetoTraceBuilder()
+    b.runtime("cudaMalloc", dur=200)  # warm-up allocation before the first step
+    with b.step(1), b.op("aten::empty"):
+        b.runtime("cudaFree", dur=150)
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.kind == models.ALLOCATOR_SYNC and sync.api == "cudaFree"
+
+
+def test_calls_of_one_operator_invocation_form_one_episode(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        with b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+            b.runtime("cudaMemcpyAsync", memcpy=("DtoH", "Pageable"))
+            b.runtime("cudaStreamSynchronize")
+            b.runtime("cudaMemcpyAsync", memcpy=("DtoH", "Pageable"))
+        item_sync(b)
+    syncs = _analyze(b, tmp_path).syncs
+    assert [len(s.apis) for s in syncs] == [3, 2]
+
+
+def test_pinned_non_blocking_copy_wait_event_and_event_query_are_not_syncs(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        with b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+            b.runtime("cudaMemcpyAsync", memcpy=("HtoD", "Pinned"), bytes=1 << 20)
+        b.kernel(dur=100)
+        b.runtime("cudaStreamWaitEvent", sync="Stream Wait Event")
+        b.runtime("cudaEventQuery", dur=1, sync="Event Sync")
+        b.runtime("cudaMemcpyAsync", memcpy=("DtoD", "Device"))
+        b.kernel(dur=100)
+    result = _analyze(b, tmp_path)
+    assert result.syncs == []
+    assert result.latent == []  # a GPU trace has no latent findings
+
+
+def test_trace_without_syncs_has_zero_findings_and_a_step(tmp_path):
+    b = KinetoTraceBuilder()
+    for n in range(3):
+        with b.step(n), b.op("aten::add"):
+            b.kernel(dur=20)
+    result = _analyze(b, tmp_path)
+    assert result.syncs == []
+    assert [s.step for s in result.steps] == [0, 1, 2]
+    assert all(s.sync_count == 0 for s in result.steps)
+
+
+def test_correlation_falls_back_to_ac2g_flows(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+        b.runtime("cudaMemcpyAsync", memcpy=("HtoD", "Pageable"), correlation=False)
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.kind == models.BLOCKING_HOST_TO_DEVICE
+
+
+def test_html_in_names_is_kept_as_data(tmp_path):
+    evil = "<img src=x onerror=alert(1)>"
+    b = KinetoTraceBuilder()
+    with b.step(1), b.op(evil, stack=[(f"{evil}.py", 3, evil)], called="item"):
+        b.runtime("cudaStreamSynchronize", dur=50)
+    (sync,) = _analyze(b, tmp_path).syncs
+    assert sync.op == evil
+    assert sync.stack[1].func == evil

@@ -1,0 +1,209 @@
+"""A real ``tensorboard`` process lists the Sync Advisor tab and routes its endpoints.
+
+Two launches per module (plain and with ``--path_prefix /foo``), on a logdir holding a
+trace that real torch profiled on the CPU from a workload file under the source root. The
+process group is always killed by the fixture's finalizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT_S = 90
+LOAD_TIMEOUT_S = 120
+
+WORKLOAD = """\
+import torch
+
+
+def train_step(x):
+    y = x @ x
+    keep = torch.nonzero(y > 0)
+    return y.sum().item() + keep.shape[0]
+
+
+def main(trace_path, steps=3):
+    x = torch.randn(16, 16)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for _ in range(steps + 1):
+            train_step(x)
+            prof.step()
+"""
+
+
+def profile_workload(source_dir: Path, trace_path: Path) -> None:
+    """Profile WORKLOAD (written under ``source_dir``) with real torch into ``trace_path``."""
+    source_dir.mkdir(parents=True, exist_ok=True)
+    workload = source_dir / "workload.py"
+    workload.write_text(WORKLOAD)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    runpy.run_path(str(workload))["main"](str(trace_path))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 10) -> tuple[int, dict, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def get_json(url: str) -> tuple[int, dict]:
+    status, _, body = get(url)
+    return status, json.loads(body)
+
+
+class TensorBoard:
+    def __init__(self, base: str, proc: subprocess.Popen, log: Path) -> None:
+        self.base = base  # e.g. http://127.0.0.1:1234/foo
+        self.proc = proc
+        self.log = log
+
+    def plugin(self, route: str) -> str:
+        return f"{self.base}/data/plugin/sync_advisor/{route}"
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tb_process")
+    profile_workload(root / "src", root / "logs" / "run_cpu" / "w0.pt.trace.json")
+    return root
+
+
+@pytest.fixture(scope="module", params=["", "/foo"], ids=["root", "path_prefix"])
+def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[TensorBoard]:
+    prefix = request.param
+    port = free_port()
+    log = logdir / f"tensorboard{prefix.replace('/', '_')}.log"
+    command = [
+        sys.executable, "-m", "tensorboard.main",
+        "--logdir", str(logdir / "logs"),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--sync_advisor_cache_dir", str(logdir / "cache"),
+        "--sync_advisor_reload_interval", "1",
+        "--sync_advisor_source_root", str(logdir / "src"),
+    ]  # fmt: skip
+    if prefix:
+        command += ["--path_prefix", prefix]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=logdir
+        )
+    board = TensorBoard(f"http://127.0.0.1:{port}{prefix}", proc, log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"tensorboard exited with {proc.returncode}:\n{log.read_text()}")
+            try:
+                status, _, _ = get(f"{board.base}/data/plugins_listing", timeout=2)
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"tensorboard did not answer in {START_TIMEOUT_S}s:\n{log.read_text()}")
+            time.sleep(0.3)
+        yield board
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+
+
+def wait_loaded(board: TensorBoard) -> dict:
+    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status, runs = get_json(board.plugin("runs"))
+        assert status == 200
+        if runs["runs"] and not runs["loading"]:
+            return runs
+        time.sleep(0.3)
+    pytest.fail(f"runs still loading after {LOAD_TIMEOUT_S}s:\n{board.log.read_text()}")
+
+
+def test_plugins_listing_shows_the_sync_advisor_tab_as_an_iframe(tensorboard: TensorBoard) -> None:
+    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    while True:
+        status, listing = get_json(f"{tensorboard.base}/data/plugins_listing")
+        assert status == 200
+        entry = listing["sync_advisor"]
+        if entry["enabled"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert entry["enabled"] is True
+    assert entry["tab_name"] == "Sync Advisor"
+    assert entry["loading_mechanism"]["type"] == "IFRAME"
+    prefix = tensorboard.base.split(":", 2)[2].split("/", 1)[1:]  # path part after the port
+    expected = "/".join(["", *prefix, "data/plugin/sync_advisor/index.js"]).replace("//", "/")
+    assert entry["loading_mechanism"]["module_path"] == expected
+    assert "pytorch_profiler" in listing
+
+
+def test_runs_and_sites_answer_through_tensorboard_routing(tensorboard: TensorBoard) -> None:
+    runs = wait_loaded(tensorboard)
+    assert [r["name"] for r in runs["runs"]] == ["run_cpu"]
+    assert runs["runs"][0]["workers"] == [{"name": "w0", "spans": [None]}]
+    status, headers, body = get(tensorboard.plugin("sites?run=run_cpu&latent=1"))
+    assert status == 200
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    sites = json.loads(body)
+    kinds = {site["kind"] for site in sites["items"]}
+    assert {"scalar_readback", "dynamic_shape"} <= kinds
+
+
+def test_source_is_served_from_the_root_and_traversal_is_refused(tensorboard: TensorBoard) -> None:
+    wait_loaded(tensorboard)
+    status, source = get_json(tensorboard.plugin("source?file=workload.py&line=7&context=1"))
+    assert status == 200
+    assert source["lines"][1].strip() == "return y.sum().item() + keep.shape[0]"
+    for name in ("../logs/run_cpu/w0.pt.trace.json", "/etc/passwd", "..%2fsecret.py"):
+        status, body = get_json(tensorboard.plugin(f"source?file={name}&line=1"))
+        assert status in (400, 403, 404) and "error" in body
+
+
+def test_errors_are_json_through_tensorboard(tensorboard: TensorBoard) -> None:
+    wait_loaded(tensorboard)
+    assert get_json(tensorboard.plugin("summary?run=nope"))[0] == 404
+    status, body = get_json(tensorboard.plugin("sites?run=run_cpu&limit=abc"))
+    assert status == 400 and "limit" in body["error"]
+
+
+def test_dashboard_bundle_is_served_as_javascript_or_missing_as_json(
+    tensorboard: TensorBoard,
+) -> None:
+    status, headers, body = get(tensorboard.plugin("index.js"))
+    if status == 200:
+        assert headers["Content-Type"].startswith("text/javascript")
+    else:
+        assert status == 404 and "index.js" in json.loads(body)["error"]

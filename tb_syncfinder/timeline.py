@@ -184,7 +184,7 @@ class Timeline:
     def step_at(self, ts: float) -> Step | None:
         """The ProfilerStep span containing ``ts`` (any thread: backward threads have none)."""
         i = bisect_right(self._step_starts, ts) - 1
-        if i >= 0 and self.steps[i].end >= ts:
+        if i >= 0 and self.steps[i].end > ts:
             return self.steps[i]
         return None
 

@@ -1,0 +1,69 @@
+"""Operator chain, step, annotations, module path, thread and stacks (both formats)."""
+
+from __future__ import annotations
+
+from kineto_builder import KinetoTraceBuilder
+
+from tb_syncfinder.attribute import is_user_file, parse_call_stack, parse_frame
+from tb_syncfinder.engine import analyze_trace
+
+
+def test_sync_carries_step_annotations_module_thread_and_python_stack(tmp_path):
+    b = KinetoTraceBuilder(tid=77)
+    with b.step(5), b.annotation("loss"), b.frame(("train.py", 3, "main")), \
+            b.frame("nn.Module: Net_0"), b.frame(("model.py", 20, "forward")), \
+            b.frame("nn.Module: Linear_1"):
+        b.kernel(dur=100)
+        with b.op("aten::item", stack=[("model.py", 40, "helper")], called="item"), \
+                b.op("aten::_local_scalar_dense"):
+            b.runtime("cudaStreamSynchronize")
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert sync.step == 5
+    assert sync.annotations == ["loss"]
+    assert sync.module == "Net.Linear"
+    assert sync.thread == 77
+    assert [(f.file, f.line, f.func, f.user) for f in sync.stack] == [
+        ("<built-in>", None, "item", False),
+        ("model.py", 40, "helper", True),
+        ("model.py", 20, "forward", True),
+        ("train.py", 3, "main", True),
+    ]
+
+
+def test_legacy_call_stack_argument_gives_the_stack(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1), b.op("aten::item", call_stack="model.py(50): forward;\r\ntrain.py(112): "
+                         "train_batch"), b.op("aten::_local_scalar_dense", call_stack=""):
+        b.runtime("cudaStreamSynchronize", dur=20)
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert [(f.file, f.line) for f in sync.stack] == [("model.py", 50), ("train.py", 112)]
+    assert sync.source is not None and sync.source.line == 50 and sync.source.line_exact
+
+
+def test_sync_outside_any_step_has_no_step(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel()
+    b.runtime("cudaDeviceSynchronize")
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert sync.step is None and sync.op is None and sync.stack == []
+
+
+def test_user_frames_exclude_torch_site_packages_builtins_and_stdlib():
+    assert is_user_file("train.py")
+    assert is_user_file("/home/me/project/model.py")
+    assert not is_user_file("torch/nn/modules/module.py")
+    assert not is_user_file("/usr/lib/python3/dist-packages/foo.py")
+    assert not is_user_file("/venv/lib/python3.11/site-packages/timm/x.py")
+    assert not is_user_file("/usr/lib/python3.11/threading.py")
+    assert not is_user_file("enum.py")
+    assert not is_user_file("<built-in method item of Tensor object at 0x1>")
+    assert not is_user_file("my/profiler.py")
+
+
+def test_frame_parsing_handles_builtins_and_module_entries():
+    assert parse_frame("<built-in method nonzero of type object at 0x7f>").func == "nonzero"
+    assert parse_frame("<built-in function linear>").func == "linear"
+    assert parse_frame("nn.Module: Linear_0") is None
+    assert parse_frame("a b(c).py(12): f").line == 12
+    assert parse_call_stack("") == []

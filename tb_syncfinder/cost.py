@@ -6,8 +6,8 @@ estimated saving.
 * ``gpu_idle_after_us``: on the sync's device, from the end of the sync to the start of the
   next device activity on any stream of that device, capped at the end of the step (or the
   trace). Zero when the device is still busy with earlier work when the sync returns.
-* Estimated saving: per step, the union of the intervals ``[sync start, sync end + idle]``
-  (host blocked, then GPU starved while the host catches up). Taking the union means a wait
+* Estimated saving: per step, the union of the intervals ``[sync end - host wait, sync end
+  + idle]`` (host blocked, then GPU starved while the host catches up). Taking the union means a wait
   that overlaps the bubble of the previous sync is counted once. It is an upper bound: it
   assumes that without the sync the host would have kept the GPU fed through that time.
 """
@@ -99,6 +99,9 @@ def estimated_saving_us(steps: list[StepStats], syncs: list[Sync]) -> float:
     for sync in syncs:
         number = NO_STEP if single else sync.step
         if number in by_step:
-            by_step[number].append((sync.ts_us, sync.end_us + sync.gpu_idle_after_us))
+            # The blocking calls of one episode are packed as if back to back, ending
+            # at its end: the gaps between them were host work, not waiting.
+            by_step[number].append((sync.end_us - sync.host_wait_us,
+                                    sync.end_us + sync.gpu_idle_after_us))
     step_time = {s.step: s.step_time_us for s in steps}
     return sum(min(_union_length(v), step_time[k]) for k, v in by_step.items())

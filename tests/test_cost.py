@@ -1,0 +1,82 @@
+"""Host wait, GPU idle after a sync, per-step stats and the saving estimate."""
+
+from __future__ import annotations
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder.aggregate import build_report
+from tb_syncfinder.engine import analyze_trace
+
+
+def test_host_wait_is_the_summed_blocking_calls_and_idle_runs_to_next_kernel(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=500)
+        with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+            copy = b.runtime("cudaMemcpyAsync", dur=10, memcpy=("DtoH", "Pageable"))
+            wait = b.runtime("cudaStreamSynchronize")  # lasts until the GPU is done
+        b.advance(70)  # Python work before the next launch: the GPU starves
+        kernel = b.kernel(dur=50)
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert wait["dur"] > 400
+    assert sync.host_wait_us == pytest.approx(copy["dur"] + wait["dur"])
+    assert sync.gpu_idle_after_us == pytest.approx(kernel["ts"] - (wait["ts"] + wait["dur"]))
+
+
+def test_idle_is_zero_while_another_stream_is_still_busy(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=2000, stream=20)  # long work on a side stream
+        b.device_now = b.now  # the main stream is free
+        b.runtime("cudaStreamSynchronize", dur=5)
+        b.advance(50)
+        b.kernel(dur=10)
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert sync.gpu_idle_after_us == 0
+
+
+def test_idle_is_capped_at_the_end_of_the_step(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=100)
+        b.runtime("cudaDeviceSynchronize")
+        b.advance(300)
+    step_end = b.now
+    b.advance(10_000)
+    b.kernel(dur=10)
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert sync.gpu_idle_after_us == pytest.approx(step_end - sync.end_us)
+
+
+def test_step_stats_and_summary_saving_do_not_double_count(tmp_path):
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            item_sync(b, kernel_us=300)
+            item_sync(b, kernel_us=300)
+            b.advance(40)
+            b.kernel(dur=100)
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    assert [(s.step, s.sync_count) for s in result.steps] == [(1, 2), (2, 2)]
+    for st in result.steps:
+        assert st.host_wait_us == pytest.approx(sum(
+            s.host_wait_us for s in result.syncs if s.step == st.step))
+    report = build_report([result])
+    summary = report.summary
+    assert summary.step_count == 2 and summary.syncs_per_step == 2
+    assert summary.estimated_saving_us <= summary.host_wait_us + summary.gpu_idle_us
+    assert summary.estimated_saving_us > summary.host_wait_us * 0.9
+    assert 0 < summary.share_of_step <= 1
+    assert summary.estimated_step_time_us == pytest.approx(
+        summary.mean_step_time_us - summary.estimated_saving_us / 2)
+
+
+def test_trace_without_profiler_steps_is_one_step_spanning_its_ops(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.op("aten::add"):
+        b.kernel(dur=100)
+    item_sync(b)
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    assert len(result.steps) == 1 and result.steps[0].sync_count == 1
+    assert result.steps[0].step_time_us > 0

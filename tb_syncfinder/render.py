@@ -290,6 +290,10 @@ def render_report(report: Report | dict[str, Any], color: bool = False,
         lines.append(style(f"Host-device synchronizations by cost ({len(sites)} sites)", _BOLD))
         lines.extend(_site_table(sites, style, top, latent=False))
         lines.append("")
+    elif readable and latent_sites and not any(t.get("has_gpu_activity") for t in readable):
+        lines.append(style("CPU-only trace: nothing ran on a GPU, so nothing waited for one.",
+                           _BOLD))
+        lines.append("")
     elif readable:
         checked = summary.get("checked") or []
         lines.append(style("No host-device synchronizations found.", _BOLD, _GREEN))

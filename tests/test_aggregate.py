@@ -1,0 +1,97 @@
+"""Sites, summary, advice and per-file errors across a run folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder import analyze, models
+from tb_syncfinder.advice import advice_for
+from tb_syncfinder.engine import NoTracesError
+
+
+def _run(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(
+        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n")
+    b = KinetoTraceBuilder()
+    for n in range(4):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 4, "train_step")], kernel_us=300)
+            if n % 2 == 0:
+                b.kernel(dur=100)
+                b.runtime("cudaDeviceSynchronize")
+    b.write(tmp_path / "run" / "worker0.1700000000000.pt.trace.json.gz")
+    return tmp_path / "run"
+
+
+def test_sites_group_by_source_line_and_operator_sorted_by_cost(tmp_path):
+    report = analyze(_run(tmp_path), source_roots=[str(tmp_path / "src")])
+    assert [s.count for s in report.sites] == [4, 2]
+    item = report.sites[0]
+    assert item.key == "train.py:6:aten::item"
+    assert (item.file, item.line, item.def_line, item.line_exact) == ("train.py", 6, 4, True)
+    assert item.kind == models.SCALAR_READBACK and item.per_step == 1
+    assert item.steps == [0, 1, 2, 3]
+    assert item.mean_host_wait_us == pytest.approx(item.host_wait_us / 4)
+    assert set(item.advice) == {"title", "text", "before", "after", "removes"}
+    bare = report.sites[1]
+    assert bare.key == "-:cudaDeviceSynchronize" and bare.kind == models.EXPLICIT_SYNC
+    assert all(s.site_key for s in report.syncs)
+    costs = [s.host_wait_us + s.gpu_idle_us for s in report.sites]
+    assert costs == sorted(costs, reverse=True)
+
+
+def test_report_json_has_the_schema_fields_and_unique_stable_ids(tmp_path):
+    run = _run(tmp_path)
+    doc = analyze(run).to_json()
+    json.dumps(doc)
+    assert doc["schema"] == models.SCHEMA
+    assert {"path", "worker", "span", "device", "steps", "error"} <= set(doc["traces"][0])
+    assert doc["traces"][0]["worker"] == "worker0"
+    sync = doc["syncs"][0]
+    assert {"kind", "api", "apis", "op", "trigger_op", "step", "thread", "ts_us",
+            "host_wait_us", "gpu_idle_after_us", "annotations", "module", "stack", "source",
+            "trace"} <= set(sync)
+    ids = [s["id"] for s in doc["syncs"]]
+    assert len(set(ids)) == len(ids)
+    assert ids == [s["id"] for s in analyze(run).to_json()["syncs"]]
+
+
+def test_broken_trace_beside_a_good_one_is_an_error_not_a_crash(tmp_path):
+    run = _run(tmp_path)
+    (run / "worker1.1700000000001.pt.trace.json").write_text('{"traceEvents": [{"ph":')
+    report = analyze(run)
+    assert report.summary.error_count == 1
+    assert report.summary.sync_count == 6
+    errors = [t for t in report.traces if t.error]
+    assert errors[0].worker == "worker1" and "truncated" in errors[0].error
+
+
+def test_missing_path_or_folder_without_traces_raises(tmp_path):
+    with pytest.raises(NoTracesError):
+        analyze(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NoTracesError, match="no PyTorch profiler traces"):
+        analyze(tmp_path / "empty")
+
+
+@pytest.mark.parametrize(
+    ("kind", "ops", "needle"),
+    [
+        (models.SCALAR_READBACK, ["aten::item"], "every N steps"),
+        (models.DYNAMIC_SHAPE, ["aten::nonzero"], "torch.where"),
+        (models.DYNAMIC_SHAPE, ["aten::_unique2"], "bincount"),
+        (models.DYNAMIC_SHAPE, ["aten::index", "aten::nonzero"], "ignore_index"),
+        (models.BLOCKING_HOST_TO_DEVICE, ["aten::to"], "non_blocking=True"),
+        (models.EXPLICIT_SYNC, [], "synchronize"),
+        (models.ALLOCATOR_SYNC, [], "allocator"),
+        (models.DEVICE_TO_HOST_COPY, ["aten::to"], "pinned"),
+    ],
+)
+def test_advice_is_concrete_per_kind_and_operator(kind, ops, needle):
+    advice = advice_for(kind, ops)
+    assert needle in advice["title"] + advice["text"] + advice["after"]
+    assert advice["before"] and advice["after"] and advice["removes"]

@@ -38,6 +38,15 @@ export class App {
     this.viewEl = h("main", { class: "sa-view", "aria-live": "off" });
     this.appEl = h("div", { class: "sa-app" }, this.headerEl, this.bannerEl, this.viewEl);
     replace(root, this.appEl, this.toastEl);
+    // Drawings are laid out for the frame's width: redraw when it changes a lot.
+    this.lastWidth = 0;
+    let resizeTimer = 0;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => {
+        if (Math.abs(this.viewWidth() - this.lastWidth) > 40) this.render();
+      }, 200);
+    });
     window.addEventListener("hashchange", () => {
       this.state = decodeState(location.hash);
       this.render();
@@ -90,6 +99,11 @@ export class App {
     this.render();
   }
 
+  /** Width available to the view, for SVG layouts. */
+  viewWidth() {
+    return this.viewEl.clientWidth || document.documentElement.clientWidth || 960;
+  }
+
   /** The selected run's entry in `runs`, falling back to the first run. */
   currentRun() {
     const runs = this.runs?.runs || [];
@@ -118,10 +132,12 @@ export class App {
       replace(this.viewEl, this.emptyRunsView());
       return;
     }
+    this.lastWidth = this.viewWidth();
     const ctx = {
       app: this,
       sel,
       state: this.state,
+      width: this.lastWidth,
       isCurrent: () => gen === this.renderGen,
     };
     try {

@@ -46,7 +46,7 @@ export async function renderDetail(ctx, slot) {
       h("div", { class: "sa-source-slot" }, h("span", { class: "sa-spinner" })),
       sync ? chainSection(sync) : null,
       sync ? stackSection(sync, app) : null,
-      detail?.context ? timelineSection(detail.context, sync) : null,
+      detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26) : null,
       site?.advice ? adviceSection(site.advice) : null,
       occurrences(items, syncs.total, syncId, app),
     );
@@ -248,10 +248,11 @@ function frameButton(frame, app, label) {
 /**
  * @param {any} context
  * @param {any} sync
+ * @param {number} panelWidth
  */
-function timelineSection(context, sync) {
-  const width = 560;
-  const L = layoutTimeline(context, { width, labelW: 110 });
+function timelineSection(context, sync, panelWidth) {
+  const width = Math.round(Math.max(300, Math.min(900, panelWidth || 560)));
+  const L = layoutTimeline(context, { width, labelW: width < 420 ? 80 : 110, rowH: 16 });
   if (!L) return null;
   const isSyncApi = (/** @type {string} */ name) => (sync?.apis || [sync?.api]).includes(name);
   const devClass = (/** @type {string} */ cat, /** @type {string} */ name) =>
@@ -264,23 +265,31 @@ function timelineSection(context, sync) {
     s("text", { x: L.wait.x, y: 10 }, `wait ${formatUs(sync?.host_wait_us)}`),
     L.bubble ? s("text", { x: L.bubble.x + L.bubble.w + 2, y: 10 }, `GPU idle ${formatUs(sync?.gpu_idle_after_us)}`) : null,
     L.rows.map((/** @type {any} */ r) => [
-      s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, 20)),
+      s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18)),
       r.items.map((/** @type {any} */ it) =>
         s(
-          "rect",
-          {
-            class: r.group === "host" ? (isSyncApi(it.name) ? "ev-sync" : "ev-host") : devClass(it.cat, it.name),
-            x: it.x,
-            y: r.y,
-            width: it.w,
-            height: r.h,
-            rx: 2,
-          },
-          s("title", null, `${it.name} (${it.cat})`),
+          "g",
+          null,
+          s(
+            "rect",
+            {
+              class: r.group === "host" ? (isSyncApi(it.name) ? "ev-sync" : "ev-host") : devClass(it.cat, it.name),
+              x: it.x,
+              y: r.y,
+              width: it.w,
+              height: r.h,
+              rx: 2,
+            },
+            s("title", null, `${it.name} (${it.cat})`),
+          ),
+          // Name inside the bar when there is room (about 6 px per character).
+          it.w > 40 ? s("text", { class: "ev-label", x: it.x + 3, y: r.y + r.h - 4 }, truncate(it.name, Math.floor((it.w - 6) / 6))) : null,
         ),
       ),
     ]),
-    L.ticks.map((t) => s("text", { x: t.x, y: L.height - 4, "text-anchor": "middle" }, `+${formatUs(t.us)}`)),
+    L.ticks.map((t, i) =>
+      s("text", { x: t.x, y: L.height - 4, "text-anchor": i === 0 ? "start" : i === L.ticks.length - 1 ? "end" : "middle" }, `+${formatUs(t.us)}`),
+    ),
   );
   return [
     h("h3", null, "Timeline around the sync"),

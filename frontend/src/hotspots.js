@@ -54,7 +54,7 @@ export async function renderHotspots(ctx) {
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
     headlineCards(summary, latent),
-    stepChart(stepsResp.steps || [], state, app),
+    stepChart(stepsResp.steps || [], state, app, ctx.width),
     h(
       "div",
       { class: `sa-main${hasDetail ? "" : " no-detail"}` },
@@ -179,12 +179,15 @@ function headlineCards(summary, latent) {
  * @param {any[]} steps
  * @param {any} state
  * @param {any} app
+ * @param {number} viewWidth
  */
-function stepChart(steps, state, app) {
+function stepChart(steps, state, app, viewWidth) {
   if (!steps.length) return null;
-  const width = 960;
-  const height = 170;
-  const L = layoutStepChart(steps, { width, height });
+  // Laid out at the real width so text stays 10 px in a narrow VS Code panel too.
+  const width = Math.round(Math.max(300, Math.min(1600, viewWidth || 960)));
+  const height = width < 600 ? 140 : 170;
+  const pad = { l: 56, r: 30, t: 10, b: 24 };
+  const L = layoutStepChart(steps, { width, height, pad });
   const pick = (/** @type {number} */ step) => app.setState({ step: state.step === step ? null : step, sync: null });
   const svg = s(
     "svg",
@@ -316,7 +319,11 @@ function sitesTable(sites, state, app, latent) {
         h("span", { class: "mono" }, site.file ? `${shortPath(site.file)}:${site.line ?? "?"}` : "(no source line)"),
       ),
       h("td", { class: "col-func mono" }, site.func || "–"),
-      h("td", { class: "ops col-ops mono" }, (site.ops || []).join(" → ")),
+      h(
+        "td",
+        { class: "ops col-ops mono" },
+        (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [i ? " → " : null, h("span", { class: "op" }, op)]),
+      ),
       h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}` }, kindLabel(site.kind))),
       h("td", { class: "num col-count" }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),

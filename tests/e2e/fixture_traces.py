@@ -43,7 +43,9 @@ XSS = "<img src=x onerror=window.__xss=1>"
 class TraceWriter:
     """Accumulates Kineto events on one host thread and one GPU stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: bool = True, stacks: bool = True) -> None:
+        self.gpu = gpu  # False: a CPU-only trace (no runtime calls, no device events)
+        self.stacks = stacks  # False: profiled without with_stack (no python_function)
         self.events: list[dict[str, Any]] = []
         self.python_id = 0
         self.python_events: dict[int, dict[str, Any]] = {}  # Python id -> its event
@@ -69,6 +71,9 @@ class TraceWriter:
         args = {"Python id": self.python_id, "Python thread": 0}
         if parent is not None:
             args["Python parent id"] = parent
+        if not self.stacks:
+            self.python_events[self.python_id] = {"ts": ts, "dur": dur}  # not written
+            return self.python_id
         self.x(name, "python_function", ts, dur, **args)
         self.python_events[self.python_id] = self.events[-1]
         return self.python_id
@@ -120,6 +125,9 @@ class TraceWriter:
 
     def kernel(self, name: str, ts: float, dur: float) -> None:
         """A launch at ``ts`` on the host; the kernel runs when the stream is free."""
+        if not self.gpu:
+            self.x("aten::mm", "cpu_op", ts, 6)
+            return
         corr = self.runtime("cudaLaunchKernel", ts, 6)
         start = max(ts + 8, self.device_free_at)
         self.device(name, "kernel", start, dur, corr)
@@ -128,7 +136,13 @@ class TraceWriter:
         self, op: str, inner: str, ts: float, parent: int, builtin: str, idle_after: float
     ) -> float:
         """``op`` -> ``inner`` -> cudaMemcpyAsync (DtoH pageable) + cudaStreamSynchronize,
-        called from the python frame ``parent``; returns when the host is free again."""
+        called from the python frame ``parent``; returns when the host is free again.
+        On a CPU-only trace the operators run alone (no copy, no wait)."""
+        if not self.gpu:
+            self.py(builtin, ts, 12, parent)
+            self.x(op, "cpu_op", ts + 1, 10)
+            self.x(inner, "cpu_op", ts + 2, 8)
+            return ts + 14
         wait_until = self.device_free_at + 12
         end = wait_until + 10
         self.py(builtin, ts, end - ts, parent)
@@ -167,16 +181,26 @@ def write_run(
     file_name: str = "train.py",
     func_names: tuple[str, str] | None = None,
     op_names: tuple[str, str] | None = None,
+    gpu: bool = True,
+    stacks: bool = True,
 ) -> Path:
     """One run folder with one worker trace: ``steps`` training steps, each with an
     ``.item()`` readback in train_step (when ``item``) and a ``nonzero`` in
     select_foreground (when ``nonzero``)."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
-    w = TraceWriter()
+    w = TraceWriter(gpu=gpu, stacks=stacks)
     t = 1000.0
     for step in range(1, steps + 1):
         start = t
+        # Host-only work first (data loading): the GPU idles here, but not because of a sync.
+        w.x(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "user_annotation",
+            t,
+            1500,
+        )
+        t += 1510
         frame = w.py(f"{file_name}({TRAIN_STEP_DEF}): {train_fn}", t, 0, None)
         w.kernel("volta_sgemm_128x64_nn", t + 5, 900)
         w.kernel("elementwise_kernel", t + 20, 150)
@@ -215,8 +239,10 @@ def write_run(
 
 
 def write_fixture(root: Path) -> Path:
-    """logdir with `baseline` (item + nonzero), `optimized` (nonzero only) and `html_names`
-    (function, operator and file names holding markup); train.py beside it in ``root``."""
+    """logdir with runs `baseline` (item + nonzero), `optimized` (nonzero only, plus an
+    unreadable second worker file), `html_names` (function, operator and file names holding
+    markup), `cpu_only` (latent findings), `no_stacks` and `clean` (no sync at all);
+    train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
     write_run(logdir, "baseline", item=True, nonzero=True)
@@ -231,4 +257,9 @@ def write_fixture(root: Path) -> Path:
         func_names=(XSS, XSS),
         op_names=(f"aten::{XSS}", XSS),
     )
+    write_run(logdir, "cpu_only", item=True, nonzero=True, steps=2, gpu=False)
+    write_run(logdir, "no_stacks", item=True, nonzero=False, steps=2, stacks=False)
+    write_run(logdir, "clean", item=False, nonzero=False, steps=2)
+    broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
+    broken.write_text("this is not a trace", encoding="utf-8")
     return logdir

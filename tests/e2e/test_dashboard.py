@@ -37,6 +37,7 @@ PREFIX = "/tb"
 START_TIMEOUT_S = 90
 LOAD_TIMEOUT_S = 90
 UI_TIMEOUT_MS = 20_000
+RUNS = {"baseline", "optimized", "html_names", "cpu_only", "no_stacks", "clean"}
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -88,7 +89,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             try:
                 runs = get_json(f"{base}/data/plugin/sync_advisor/runs")
                 names = {r["name"] for r in runs["runs"] if not r["loading"]}
-                if not runs["loading"] and {"baseline", "optimized", "html_names"} <= names:
+                if not runs["loading"] and RUNS <= names:
                     break
             except (OSError, ValueError):
                 pass
@@ -353,4 +354,61 @@ def test_narrow_vscode_panel_has_no_horizontal_page_scroll(
     )
     assert overflow <= 1
     shot(page, "narrow-panel.png")
+    assert page_errors == []
+
+
+def test_cpu_only_trace_shows_latent_findings_and_says_they_sync_on_a_gpu(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=cpu_only"))
+    banner = page.wait_for_selector("[data-testid=no-gpu]")
+    assert "would synchronize" in banner.inner_text()
+    texts = rows(page)
+    assert any(f"train.py:{ITEM_LINE}" in t for t in texts), texts
+    assert any(f"train.py:{NONZERO_LINE}" in t for t in texts), texts
+    assert page.locator("[data-testid=sites] .sa-badge.latent").count() == 2
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{NONZERO_LINE}").click()
+    hl = page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert "torch.nonzero(labels)" in hl.inner_text()
+    shot(page, "latent-cpu.png")
+    assert page_errors == []
+
+
+def test_trace_without_stacks_teaches_with_stack_true(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=no_stacks"))
+    banner = page.wait_for_selector("[data-testid=no-stacks]")
+    assert "with_stack=True" in banner.inner_text()
+    assert "(no source line)" in rows(page)[0]
+    assert page_errors == []
+
+
+def test_trace_without_syncs_says_so_and_what_was_checked(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=clean"))
+    banner = page.wait_for_selector("[data-testid=no-syncs]")
+    text = banner.inner_text()
+    assert "No host-device synchronization found" in text
+    assert "Checked 2 steps" in text
+    assert "cudaStreamSynchronize" in text  # from summary.checked
+    assert page.locator("[data-testid=sites]").count() == 0
+    assert page_errors == []
+
+
+def test_unreadable_trace_file_is_listed_with_its_reason_and_the_run_still_shows(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=optimized"))
+    errors = page.wait_for_selector("[data-testid=file-errors]")
+    errors.click()  # expand the <details>
+    text = errors.inner_text()
+    assert "worker1.1700000000001.pt.trace.json" in text
+    assert "JSON" in text
+    assert any(f"train.py:{NONZERO_LINE}" in t for t in rows(page))
     assert page_errors == []

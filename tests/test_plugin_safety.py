@@ -131,3 +131,15 @@ def test_a_root_given_through_a_symlink_still_bounds_reads(project: Path) -> Non
     assert guard.read("train.py", 1, 0).lines == ["line 1"]
     assert status_of(guard, "../secret.py") == 403
     assert os.path.realpath(link) == str(project.resolve())
+
+
+def test_a_path_recorded_in_another_checkout_is_found_by_its_suffix(project: Path) -> None:
+    guard = SourceGuard([str(project)])
+    lines = guard.read("/home/someone/else/project/pkg/model.py", 1, 0)
+    assert lines.lines == ["def forward(x):"]
+    assert lines.path == str(project.resolve() / "pkg" / "model.py")
+
+
+def test_a_suffix_match_never_leaves_the_roots(project: Path) -> None:
+    guard = SourceGuard([str(project / "pkg")])
+    assert status_of(guard, "/elsewhere/secret.py") == 404

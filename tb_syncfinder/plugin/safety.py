@@ -16,6 +16,7 @@ from pathlib import Path
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 MAX_CONTEXT_LINES = 50
 MAX_NAME_CHARS = 4096
+MAX_RESOLVER_LOOKUPS = 4096
 
 # A name that still holds a percent escape after the one decoding werkzeug did was encoded
 # twice (``%252e%252e%252f``): no real file name from a trace looks like that.
@@ -75,6 +76,25 @@ class SourceGuard:
         # boundary that resolved candidate paths are compared against.
         self.roots = [Path(os.path.realpath(r)) for r in roots if r]
         self.path_map = list(path_map or [])
+        self._resolver = None
+        self._resolver_lookups = 0
+
+    def _engine_candidate(self, name: str) -> Path | None:
+        """The file the engine's resolver would read for ``name`` (suffix match under the
+        roots, for traces recorded in another checkout), or None. Checked like any other
+        candidate afterwards: the resolver only proposes."""
+        from tb_syncfinder.source import SourceResolver
+
+        # The resolver memoises every name it is asked; names come from requests, so start
+        # a fresh one now and then instead of letting that memo grow without bound.
+        if self._resolver is None or self._resolver_lookups > MAX_RESOLVER_LOOKUPS:
+            self._resolver = SourceResolver([str(r) for r in self.roots], self.path_map)
+            self._resolver_lookups = 0
+        self._resolver_lookups += 1
+        try:
+            return self._resolver.find_file(name)
+        except (OSError, ValueError):
+            return None
 
     def candidates(self, name: str) -> list[Path]:
         """Local paths the trace's file name may refer to, most specific first."""
@@ -111,7 +131,9 @@ class SourceGuard:
         if not self.roots:
             raise SourceError(403, f"{name}: no source root is configured")
         outside = False
-        for candidate in self.candidates(name):
+        for candidate in [*self.candidates(name), self._engine_candidate(name)]:
+            if candidate is None:
+                continue
             try:
                 resolved = Path(os.path.realpath(candidate))
             except (OSError, ValueError):

@@ -7,8 +7,8 @@ estimated saving.
   next device activity on any stream of that device, capped at the end of the step (or the
   trace). Zero when the device is still busy with earlier work when the sync returns.
 * Estimated saving: per step, the union of the intervals ``[sync end - host wait, sync end
-  + idle]`` (host blocked, then GPU starved while the host catches up). Taking the union means a wait
-  that overlaps the bubble of the previous sync is counted once. It is an upper bound: it
+  + idle]`` (host blocked, then GPU starved while the host catches up). Taking the union
+  means a wait that overlaps the bubble of the previous sync is counted once. It is an upper bound: it
   assumes that without the sync the host would have kept the GPU fed through that time.
 """
 

@@ -1,0 +1,130 @@
+"""Traces recorded by real torch on the CPU inside the test: stacks, exact source lines,
+annotations, module paths, steps and latent findings."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import analyze, models
+
+torch = pytest.importorskip("torch")
+
+WORKLOAD = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 4)
+
+        def forward(self, x):
+            self.peak = x.abs().max().item()
+            return self.fc1(x)
+
+
+    def train_step(model, x):
+        y = model(x)
+        idx = torch.nonzero(y > 0)
+        s = y.sum().item()
+        kept = y[y > 0]
+        u = torch.unique(idx)
+        t = y.sum().item()
+        return s, t, kept, u
+    """
+)
+# Lines in WORKLOAD (1-based).
+FORWARD_DEF, FORWARD_ITEM = 10, 11
+DEF_LINE, NONZERO, ITEM1, MASK, UNIQUE, ITEM2 = 15, 17, 18, 19, 20, 21
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpu_trace")
+    src = root / "workload_sync.py"
+    src.write_text(WORKLOAD)
+    spec = importlib.util.spec_from_file_location("workload_sync", src)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["workload_sync"] = module
+    spec.loader.exec_module(module)
+    from torch.profiler import (
+        ProfilerActivity,
+        profile,
+        record_function,
+        schedule,
+        tensorboard_trace_handler,
+    )
+
+    model = module.Net()
+    logdir = root / "logs" / "run1"
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True,
+                 record_shapes=True, schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+        for _ in range(3):
+            with record_function("train_block"):
+                module.train_step(model, torch.randn(4, 8))
+            prof.step()
+    sys.modules.pop("workload_sync", None)
+    return root, logdir
+
+
+def test_cpu_trace_has_no_real_syncs_only_latent_findings(recorded):
+    root, logdir = recorded
+    report = analyze(logdir, source_roots=[str(root)])
+    assert report.summary.sync_count == 0
+    assert report.traces[0].device == "cpu" and report.traces[0].has_stacks
+    kinds = {(s.op, s.kind) for s in report.latent}
+    assert ("aten::nonzero", models.DYNAMIC_SHAPE) in kinds
+    assert ("aten::item", models.SCALAR_READBACK) in kinds
+    assert ("aten::index", models.DYNAMIC_SHAPE) in kinds
+    assert all(s.latent and s.host_wait_us == 0 for s in report.latent)
+
+
+def test_latent_findings_point_at_exact_call_lines(recorded):
+    root, logdir = recorded
+    report = analyze(logdir, source_roots=[str(root)])
+    lines = {}
+    for sync in report.latent:
+        assert sync.source is not None, sync
+        assert sync.source.line_exact
+        if sync.source.func == "forward":
+            assert (sync.source.def_line, sync.source.line) == (FORWARD_DEF, FORWARD_ITEM)
+            continue
+        assert sync.source.def_line == DEF_LINE
+        lines.setdefault(sync.op, set()).add(sync.source.line)
+    assert lines["aten::nonzero"] == {NONZERO}
+    assert lines["aten::item"] == {ITEM1, ITEM2}  # 2 item calls, matched in order
+    assert lines["aten::index"] == {MASK}
+    assert any(op.startswith("aten::unique") or op == "aten::_unique2" for op in lines)
+    site_lines = {(s.line, s.kind) for s in report.latent_sites}
+    assert (UNIQUE, models.DYNAMIC_SHAPE) in site_lines
+
+
+def test_steps_annotations_and_stacks_come_from_the_trace(recorded):
+    root, logdir = recorded
+    report = analyze(logdir, source_roots=[str(root)])
+    assert sorted({s.step for s in report.latent}) == [1, 2]
+    assert [s.step for s in report.steps] == [1, 2]
+    sync = next(s for s in report.latent if s.op == "aten::nonzero")
+    assert sync.annotations == ["train_block"]
+    assert sync.stack[0].func == "nonzero" and not sync.stack[0].user
+    user = [f for f in sync.stack if f.user]
+    assert Path(user[0].file).name == "workload_sync.py" and user[0].line == DEF_LINE
+
+
+def test_module_path_comes_from_nn_module_frames(recorded):
+    root, logdir = recorded
+    report = analyze(logdir, source_roots=[str(root)])
+    in_forward = [s for s in report.latent if s.source and s.source.func == "forward"]
+    assert len(in_forward) == 2 and all(s.module == "Net" for s in in_forward)
+    outside = [s for s in report.latent if s.source and s.source.func == "train_step"]
+    assert outside and all(s.module is None for s in outside)
+    for sync in report.latent:
+        assert not any(f.func.startswith("nn.Module") for f in sync.stack)

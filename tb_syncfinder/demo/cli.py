@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
 from tb_syncfinder.demo.runner import (
+    BUNDLED_PREFIX,
     BUNDLED_TRACES_DIR,
     DEFAULT_STEPS,
     DemoError,
@@ -70,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def _site_label(site) -> str:
     where = f"{os.path.basename(site.file)}:{site.line}" if site.file else "no source"
     op = site.ops[0] if site.ops else "?"
@@ -88,7 +94,8 @@ def _summarize_run(run: DemoRun) -> list[str]:
     summary = report.summary
     if summary.sync_count:
         lines.append(
-            f"  {run.name:<20} {summary.sync_count} syncs in {len(report.sites)} sites, "
+            f"  {run.name:<20} {_count(summary.sync_count, 'sync')} in "
+            f"{_count(len(report.sites), 'site')}, "
             f"host wait {summary.host_wait_us / 1000:.1f} ms, "
             f"GPU idle after them {summary.gpu_idle_us / 1000:.1f} ms"
         )
@@ -96,7 +103,7 @@ def _summarize_run(run: DemoRun) -> list[str]:
     elif report.latent:
         lines.append(
             f"  {run.name:<20} no real syncs (CPU trace); {len(report.latent)} latent: "
-            f"would sync on a GPU, at {len(report.latent_sites)} sites"
+            f"would sync on a GPU, at {_count(len(report.latent_sites), 'site')}"
         )
         lines += [f"      {_site_label(site)}" for site in report.latent_sites]
     elif not errors:
@@ -147,6 +154,16 @@ def run(args: argparse.Namespace) -> int:
     print("Reports on the command line:")
     for demo_run in runs:
         print(f"  tb-syncfinder report {demo_run.path}")
+    names = {demo_run.name: demo_run.path for demo_run in runs}
+    print("Baseline vs optimized (the syncs gone):")
+    for workload in ("cnn", "seg"):
+        for prefix in ("", BUNDLED_PREFIX):
+            base, new = (
+                names.get(f"{prefix}{workload}_baseline"),
+                names.get(f"{prefix}{workload}_optimized"),
+            )
+            if base and new:
+                print(f"  tb-syncfinder compare {base} {new}")
     if args.no_tensorboard:
         return 0
     return _serve(logdir, args.port, args.bind_all)
@@ -167,6 +184,8 @@ def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
     except TensorBoardError as error:
         print(f"tb-syncfinder demo: {error}", file=sys.stderr)
         return 2
+    # A ``kill`` (SIGTERM) stops TensorBoard as Ctrl-C does, instead of orphaning it.
+    previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         if PLUGIN_NAME not in board.plugins():
             print(
@@ -186,3 +205,8 @@ def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
         return 0
     finally:
         board.stop()
+        signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -261,7 +261,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         run = self.loader.get_run(run_name)
         if run is None:
             raise HttpError(404, f"unknown run {run_name!r}")
-        refs = [t.ref for t in list(run.traces.values())]
+        with self.loader.lock:  # the loader thread edits run.traces
+            refs = [t.ref for t in run.traces.values()]
         if worker is not None and not any(r.worker == worker for r in refs):
             raise HttpError(404, f"unknown worker {worker!r} in run {run_name!r}")
         if span is not None and not any(
@@ -290,18 +291,22 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             with self._memo_lock:
                 found = self._memo.get(key)
             if found is None:
-                found = self._build(run, worker, span)
-                with self._memo_lock:
-                    self._memo[key] = found
-                    while len(self._memo) > MEMO_SIZE:
-                        self._memo.popitem(last=False)
-                    self._build_locks.pop(key, None)
+                try:
+                    found = self._build(run, worker, span)
+                    with self._memo_lock:
+                        self._memo[key] = found
+                        while len(self._memo) > MEMO_SIZE:
+                            self._memo.popitem(last=False)
+                finally:
+                    with self._memo_lock:
+                        self._build_locks.pop(key, None)
         return found
 
     def _build(self, run: RunState, worker: str | None, span: str | None) -> Selection:
         from tb_syncfinder.aggregate import build_report
 
-        loading = run.loading
+        with self.loader.lock:
+            loading = run.loading
         results = self.loader.results(run, worker, span)
         report = build_report(results)
         report_json = report.to_json()
@@ -324,11 +329,12 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             **extra,
         }
 
-    @staticmethod
-    def _workers_of(run: RunState) -> list[dict[str, Any]]:
+    def _workers_of(self, run: RunState) -> list[dict[str, Any]]:
         spans: dict[str, set] = {}
-        for state in list(run.traces.values()):
-            spans.setdefault(state.ref.worker, set()).add(state.ref.span)
+        with self.loader.lock:
+            refs = [state.ref for state in run.traces.values()]
+        for ref in refs:
+            spans.setdefault(ref.worker, set()).add(ref.span)
         return [
             {
                 "name": worker,
@@ -366,13 +372,15 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             run = self.loader.get_run(name)
             if run is None:
                 continue
-            states = list(run.traces.values())
+            with self.loader.lock:
+                states = list(run.traces.values())
+                loading = run.loading
             failed = [s for s in states if s.status in (ERROR, RETRY)]
             failed += [s for s in states if s.status not in (ERROR, RETRY) and s.error is not None]
             runs.append(
                 {
                     "name": name,
-                    "loading": run.loading,
+                    "loading": loading,
                     "workers": self._workers_of(run),
                     "trace_count": len(states),
                     "error_count": len(failed),

@@ -273,20 +273,37 @@ export class App {
         ),
       );
     }
-    const errors = this.runs?.errors || [];
+    // Errors of the selected run (and of the logdir itself) first; other runs' are counted.
+    const allErrors = this.runs?.errors || [];
+    const runName = this.currentRun()?.name;
+    const errors = allErrors.filter((/** @type {any} */ e) => !e.run || e.run === runName);
+    const elsewhere = allErrors.length - errors.length;
     if (errors.length) {
       parts.push(
         h(
           "details",
           { class: "sa-banner error", "data-testid": "file-errors" },
-          h("summary", null, `${errors.length} trace file${errors.length > 1 ? "s" : ""} could not be read (the others are analysed)`),
+          h(
+            "summary",
+            null,
+            `${errors.length} trace file${errors.length > 1 ? "s" : ""} of this run could not be read (the others are analysed)`,
+            elsewhere ? `; ${elsewhere} more in other runs` : "",
+          ),
           h(
             "ul",
             { class: "sa-errors" },
             errors.map((/** @type {any} */ e) =>
-              h("li", null, h("code", null, e.path), e.run ? ` (run ${e.run})` : "", ": ", e.reason),
+              h("li", null, h("code", null, e.path), ": ", e.reason, e.retrying ? " (retrying: it may still be being written)" : ""),
             ),
           ),
+        ),
+      );
+    } else if (elsewhere) {
+      parts.push(
+        h(
+          "div",
+          { class: "sa-note", "data-testid": "other-errors" },
+          `${elsewhere} trace file${elsewhere > 1 ? "s" : ""} in other runs could not be read.`,
         ),
       );
     }

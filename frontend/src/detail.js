@@ -172,7 +172,7 @@ function chainSection(sync) {
   const apis = sync.apis?.length ? sync.apis : [sync.api];
   const rows = [
     ["Operators", h("span", { class: "sa-chain" }, chain.length ? interleave(chain.map((/** @type {string} */ o) => h("code", null, o)), " → ") : "(bare API call outside any operator)")],
-    ["Waited in", h("span", { class: "sa-chain" }, interleave(apis.map((/** @type {string} */ a) => h("code", null, a)), ", "))],
+    [sync.latent ? "Would wait in" : "Waited in", h("span", { class: "sa-chain" }, interleave(apis.map((/** @type {string} */ a) => h("code", null, a)), ", "))],
     sync.annotations?.length ? ["Annotations", sync.annotations.join(" / ")] : null,
     sync.module ? ["Module", h("code", null, sync.module)] : null,
     ["Step", sync.step ?? "–"],
@@ -262,7 +262,7 @@ function timelineSection(context, sync, panelWidth) {
     { viewBox: `0 0 ${width} ${L.height}`, role: "img", "aria-label": "Host thread and device lanes around the sync" },
     s("rect", { class: "wait-band", x: L.wait.x, y: 12, width: L.wait.w, height: L.height - 30 }),
     L.bubble ? s("rect", { class: "bubble-band", x: L.bubble.x, y: 12, width: L.bubble.w, height: L.height - 30 }) : null,
-    s("text", { x: L.wait.x, y: 10 }, `wait ${formatUs(sync?.host_wait_us)}`),
+    s("text", { x: L.wait.x, y: 10 }, sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`),
     L.bubble ? s("text", { x: L.bubble.x + L.bubble.w + 2, y: 10 }, `GPU idle ${formatUs(sync?.gpu_idle_after_us)}`) : null,
     L.rows.map((/** @type {any} */ r) => [
       s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18)),

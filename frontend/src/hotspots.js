@@ -47,14 +47,18 @@ export async function renderHotspots(ctx) {
   const siteParams = { ...sel, latent: latent ? 1 : null, step: state.step };
   const [stepsResp, sites] = await Promise.all([getJson("steps", sel), fetchAllSites(siteParams)]);
   const summary = summaryResp.summary || {};
-  const shown = sortSites(filterSites(sites.items, state), state.sort, state.order);
+  // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
+  const sortKey = latent && COST_KEYS.has(state.sort) ? "count" : state.sort;
+  const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
+  const shown = sortSites(filterSites(sites.items, state), view.sort, view.order);
   const hasDetail = !!state.site;
   return h(
     "div",
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
     headlineCards(summary, latent),
-    stepChart(stepsResp.steps || [], state, app, ctx.width),
+    // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
+    latent ? null : stepChart(stepsResp.steps || [], state, app, ctx.width),
     h(
       "div",
       { class: `sa-main${hasDetail ? "" : " no-detail"}` },
@@ -76,7 +80,7 @@ export async function renderHotspots(ctx) {
             : null,
         ),
         filters(state, app, sites.items),
-        sitesTable(shown, state, app, latent),
+        sitesTable(shown, view, app, latent),
       ),
       hasDetail ? h("aside", { class: "sa-detail-slot", "aria-label": "Detail" }) : null,
     ),
@@ -279,6 +283,9 @@ function filters(state, app, items) {
   );
 }
 
+/** Cost columns, left out for latent findings (they cost nothing where they were seen). */
+const COST_KEYS = new Set(["host_wait_us", "gpu_idle_us", "share_of_step"]);
+
 const COLUMNS = [
   { key: "file", label: "Location", cls: "col-loc" },
   { key: "func", label: "Function", cls: "col-func" },
@@ -327,9 +334,9 @@ function sitesTable(sites, state, app, latent) {
       h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}` }, kindLabel(site.kind))),
       h("td", { class: "num col-count" }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
-      h("td", { class: "num col-wait" }, latent ? "–" : formatUs(site.host_wait_us)),
-      h("td", { class: "num col-idle" }, latent ? "–" : formatUs(site.gpu_idle_us)),
-      h("td", { class: "num col-share" }, latent ? "–" : formatPct(site.share_of_step)),
+      latent ? null : h("td", { class: "num col-wait" }, formatUs(site.host_wait_us)),
+      latent ? null : h("td", { class: "num col-idle" }, formatUs(site.gpu_idle_us)),
+      latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),
     ),
   );
   const tbody = h("tbody", {
@@ -354,10 +361,11 @@ function sitesTable(sites, state, app, latent) {
       all[next].focus();
     },
   }, rows);
+  const columns = latent ? COLUMNS.filter((c) => !COST_KEYS.has(c.key)) : COLUMNS;
   const head = h(
     "tr",
     null,
-    COLUMNS.map((c) =>
+    columns.map((c) =>
       h(
         "th",
         {

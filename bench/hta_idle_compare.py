@@ -42,7 +42,9 @@ class Comparison:
     trace: str
     engine_syncs: int
     engine_host_wait_us: float
-    engine_idle_us: float
+    engine_idle_us: float  # the report's summary.gpu_idle_us
+    engine_idle_sum_us: float  # sum of the syncs' gpu_idle_after_us
+    engine_idle_union_us: float  # union of their idle intervals
     engine_idle_in_span_us: float
     engine_idle_confirmed_us: float  # of the in-span part, what HTA also sees as idle
     hta_span_us: float
@@ -123,12 +125,18 @@ def compare(path: Path) -> Comparison:
     hta_seconds = time.perf_counter() - started
     starts = [b[0] for b in busy]
     span = (busy[0][0], busy[-1][1]) if busy else (0.0, 0.0)
+    # Several syncs in a row can share one bubble (each one's idle runs to the same next
+    # activity): compare the union of the intervals, not their sum.
+    attributed = _merge(
+        [
+            (s.end_us, s.end_us + s.gpu_idle_after_us)
+            for s in report.syncs
+            if s.gpu_idle_after_us > 0
+        ]
+    )
     in_span = confirmed = 0.0
-    for sync in report.syncs:
-        if sync.gpu_idle_after_us <= 0:
-            continue
-        start = max(sync.end_us, span[0])
-        end = min(sync.end_us + sync.gpu_idle_after_us, span[1])
+    for idle_start, idle_end in attributed:
+        start, end = max(idle_start, span[0]), min(idle_end, span[1])
         if end <= start:
             continue
         in_span += end - start
@@ -137,7 +145,9 @@ def compare(path: Path) -> Comparison:
         trace=path.name.replace(".pt.trace.json.gz", ""),
         engine_syncs=report.summary.sync_count,
         engine_host_wait_us=report.summary.host_wait_us,
-        engine_idle_us=sum(s.gpu_idle_after_us for s in report.syncs),
+        engine_idle_us=report.summary.gpu_idle_us,
+        engine_idle_sum_us=sum(s.gpu_idle_after_us for s in report.syncs),
+        engine_idle_union_us=sum(end - start for start, end in attributed),
         engine_idle_in_span_us=in_span,
         engine_idle_confirmed_us=confirmed,
         hta_span_us=float(temporal["kernel_time(us)"].sum()),
@@ -172,7 +182,8 @@ def render(rows: list[Comparison]) -> str:
         f"HolisticTraceAnalysis {version}, tb-syncfinder {tb_syncfinder.__version__}, "
         f"Python {sys.version.split()[0]}",
         "",
-        "| trace | syncs | host wait ms | engine idle after syncs ms | of it in HTA span ms "
+        "| trace | syncs | host wait ms | engine GPU idle ms (summary / sum / union) "
+        "| of the union, in HTA span ms "
         "| of that, idle for HTA too | HTA GPU span ms | HTA idle ms | engine idle / HTA idle "
         "| HTA host-wait / kernel-wait / other ms (per stream, summed) | engine s | HTA s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -180,7 +191,8 @@ def render(rows: list[Comparison]) -> str:
     for r in rows:
         lines.append(
             f"| {r.trace} | {r.engine_syncs} | {_ms(r.engine_host_wait_us)} | "
-            f"{_ms(r.engine_idle_us)} | {_ms(r.engine_idle_in_span_us)} | "
+            f"{_ms(r.engine_idle_us)} / {_ms(r.engine_idle_sum_us)} / "
+            f"{_ms(r.engine_idle_union_us)} | {_ms(r.engine_idle_in_span_us)} | "
             f"{_pct(r.engine_idle_confirmed_us, r.engine_idle_in_span_us)} | "
             f"{_ms(r.hta_span_us)} | {_ms(r.hta_idle_us)} | "
             f"{_pct(r.engine_idle_in_span_us, r.hta_idle_us)} | "

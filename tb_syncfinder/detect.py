@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from tb_syncfinder import models
 from tb_syncfinder.reader import Event
 from tb_syncfinder.timeline import OP, HostThread, Timeline, correlation_of
@@ -364,9 +366,15 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
 def _concrete_has_output_size(event: Event) -> bool:
     """repeat_interleave(..., output_size=N) does not sync; record_shapes tells us N."""
     args = event.args
-    if args is None or not args.concrete_inputs:
+    if args is None or args.concrete_inputs is None:
         return False
-    last = args.concrete_inputs[-1]
+    try:
+        inputs = msgspec.json.decode(args.concrete_inputs)
+    except msgspec.DecodeError:
+        return False
+    if not isinstance(inputs, list) or not inputs:
+        return False
+    last = inputs[-1]
     return isinstance(last, str) and last.strip().lstrip("-").isdigit()
 
 

@@ -60,8 +60,10 @@ class Args(Struct, gc=False, omit_defaults=True):
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
     call_stack: Union[str, None] = msgspec.field(default=None, name="Call stack")
-    input_type: Union[list, None] = msgspec.field(default=None, name="Input type")
-    concrete_inputs: Union[list, None] = msgspec.field(default=None, name="Concrete Inputs")
+    # Kept undecoded (a slice of the input): only repeat_interleave ever needs it, and
+    # decoding a list per operator would cost time and memory on record_shapes traces.
+    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(default=None,
+                                                              name="Concrete Inputs")
     cuda_sync_kind: Union[str, None] = None
     wait_on_stream: _Scalar = None
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
@@ -162,6 +164,21 @@ def _from_file_struct(path: str, doc: _TraceFile | list[Event], size: int) -> Tr
 
 def _lenient_events(raw_events: list[Any]) -> tuple[list[Event], int]:
     """Convert events one by one with type coercion; drop (and count) hopeless ones."""
+    # msgspec.convert cannot produce Raw values: set those aside and attach them after.
+    concrete: dict[int, Any] = {}
+    for i, raw in enumerate(raw_events):
+        args = raw.get("args") if isinstance(raw, dict) else None
+        if isinstance(args, dict) and "Concrete Inputs" in args:
+            concrete[i] = args.pop("Concrete Inputs")
+    events, skipped = _convert_events(raw_events)
+    if concrete and not skipped:
+        for i, value in concrete.items():
+            if events[i].args is not None:
+                events[i].args.concrete_inputs = msgspec.Raw(msgspec.json.encode(value))
+    return events, skipped
+
+
+def _convert_events(raw_events: list[Any]) -> tuple[list[Event], int]:
     try:
         return msgspec.convert(raw_events, list[Event], strict=False), 0
     except msgspec.ValidationError:

@@ -182,3 +182,29 @@ def test_html_in_names_is_kept_as_data(tmp_path):
     (sync,) = _analyze(b, tmp_path).syncs
     assert sync.op == evil
     assert sync.stack[1].func == evil
+
+
+@pytest.mark.parametrize("string_ts", [False, True])
+def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_is_not(
+        tmp_path, string_ts):
+    b = KinetoTraceBuilder(gpu=False)
+    with b.step(1):
+        with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", "12"]}):
+            pass
+        with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", ""]}):
+            pass
+        with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+            pass
+    doc = b.to_dict()
+    if string_ts:  # forces the lenient slow path
+        for event in doc["traceEvents"]:
+            event["ts"] = str(event["ts"])
+    path = tmp_path / "cpu.pt.trace.json"
+    path.write_text(__import__("json").dumps(doc))
+    result = analyze_trace(str(path))
+    assert result.syncs == []
+    assert [(s.op, s.trigger_op, s.kind) for s in result.latent] == [
+        ("aten::repeat_interleave", "aten::repeat_interleave", models.DYNAMIC_SHAPE),
+        ("aten::item", "aten::_local_scalar_dense", models.SCALAR_READBACK),
+    ]
+    assert result.info.device == "cpu"

@@ -5,7 +5,7 @@
  */
 import { getJson } from "./api.js";
 import { h } from "./dom.js";
-import { formatCount, formatPct, formatUs, kindLabel, shortPath } from "./format.js";
+import { formatCount, formatPct, formatUs, kindLabel, shortPath, siteFallbackLabel } from "./format.js";
 import {
   changeText,
   countByStatus,
@@ -136,7 +136,7 @@ export async function renderCompare(ctx) {
                     },
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
-                  h("td", { class: "loc mono", title: x.file || "" }, x.file ? `${shortPath(x.file)}:${x.line ?? "?"}` : "(no source line)"),
+                  h("td", { class: "loc mono", title: x.file || "" }, x.file ? `${shortPath(x.file)}:${x.line ?? "?"}` : siteFallbackLabel(x)),
                   h("td", { class: "mono col-func" }, x.func || "–"),
                   h("td", null, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
                   h("td", { class: "num" }, x.before ? formatCount(x.before.count) : "–"),

@@ -6,7 +6,7 @@
  */
 import { ApiError, getJson } from "./api.js";
 import { h, replace, s } from "./dom.js";
-import { formatBytes, formatCount, formatPct, formatUs, kindLabel } from "./format.js";
+import { countNames, formatBytes, formatCount, formatPct, formatUs, kindLabel, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { layoutTimeline } from "./layout.js";
 import { frameLocation, isOpenable, splitStack, vscodeMessage } from "./stack.js";
@@ -85,7 +85,9 @@ function header(site, sync, app) {
     h(
       "h2",
       null,
-      file ? frameButton({ file, line, func: func || "", user: true }, app, `${file}:${line ?? "?"}`) : "(no source line)",
+      file
+        ? frameButton({ file: sync?.source?.resolved_path || file, line, func: func || "", user: true }, app, `${file}:${line ?? "?"}`)
+        : `${siteFallbackLabel(site || { ops: sync?.op_chain, apis: sync?.apis })} (no source line)`,
     ),
     func ? h("div", { class: "mono" }, `in ${func}()`) : null,
     site && site.line_exact === false && file
@@ -172,7 +174,7 @@ function chainSection(sync) {
   const apis = sync.apis?.length ? sync.apis : [sync.api];
   const rows = [
     ["Operators", h("span", { class: "sa-chain" }, chain.length ? interleave(chain.map((/** @type {string} */ o) => h("code", null, o)), " → ") : "(bare API call outside any operator)")],
-    [sync.latent ? "Would wait in" : "Waited in", h("span", { class: "sa-chain" }, interleave(apis.map((/** @type {string} */ a) => h("code", null, a)), ", "))],
+    [sync.latent ? "Would wait in" : "Waited in", h("span", { class: "sa-chain" }, interleave(countNames(apis).map((a) => h("code", null, a.count > 1 ? `${a.name} ×${a.count}` : a.name)), ", "))],
     sync.annotations?.length ? ["Annotations", sync.annotations.join(" / ")] : null,
     sync.module ? ["Module", h("code", null, sync.module)] : null,
     ["Step", sync.step ?? "–"],
@@ -263,7 +265,16 @@ function timelineSection(context, sync, panelWidth) {
     s("rect", { class: "wait-band", x: L.wait.x, y: 12, width: L.wait.w, height: L.height - 30 }),
     L.bubble ? s("rect", { class: "bubble-band", x: L.bubble.x, y: 12, width: L.bubble.w, height: L.height - 30 }) : null,
     s("text", { x: L.wait.x, y: 10 }, sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`),
-    L.bubble ? s("text", { x: L.bubble.x + L.bubble.w + 2, y: 10 }, `GPU idle ${formatUs(sync?.gpu_idle_after_us)}`) : null,
+    L.bubble
+      ? s(
+          "text",
+          // Label right of the bubble, or right-aligned to it when that would leave the drawing.
+          L.bubble.x + L.bubble.w + 90 < width
+            ? { x: L.bubble.x + L.bubble.w + 2, y: 10 }
+            : { x: L.bubble.x + L.bubble.w, y: 10, "text-anchor": "end" },
+          `GPU idle ${formatUs(sync?.gpu_idle_after_us)}`,
+        )
+      : null,
     L.rows.map((/** @type {any} */ r) => [
       s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18)),
       r.items.map((/** @type {any} */ it) =>

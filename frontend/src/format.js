@@ -129,6 +129,29 @@ export function fileLine(file, line) {
   return line === null || line === undefined ? file : `${file}:${line}`;
 }
 
+/**
+ * Collapse repeated names, keeping first-seen order: ["a", "b", "a"] -> a ×2, b ×1.
+ * Used for the blocking calls of one finding (an allocator sync can hold dozens).
+ * @param {string[] | null | undefined} names
+ * @returns {{name: string, count: number}[]}
+ */
+export function countNames(names) {
+  /** @type {Map<string, number>} */
+  const counts = new Map();
+  for (const n of names || []) counts.set(n, (counts.get(n) || 0) + 1);
+  return [...counts].map(([name, count]) => ({ name, count }));
+}
+
+/**
+ * What identifies a site when its source line is unknown (no stack): its outermost
+ * operator, else the API call it waited in.
+ * @param {{file?: string | null, ops?: string[] | null, apis?: string[] | null}} site
+ * @returns {string}
+ */
+export function siteFallbackLabel(site) {
+  return site.ops?.[0] || site.apis?.[0] || "(unknown)";
+}
+
 /** @param {number} x */
 function sig3(x) {
   if (x >= 100) return x.toFixed(0);

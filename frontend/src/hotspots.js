@@ -5,7 +5,7 @@
  */
 import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
-import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel, shortPath } from "./format.js";
+import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel, shortPath, siteFallbackLabel } from "./format.js";
 import { layoutStepChart } from "./layout.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
 
@@ -323,7 +323,9 @@ function sitesTable(sites, state, app, latent) {
       h(
         "td",
         { class: "loc col-loc", title: site.file ? `${site.file}:${site.line ?? ""}` : "" },
-        h("span", { class: "mono" }, site.file ? `${shortPath(site.file)}:${site.line ?? "?"}` : "(no source line)"),
+        site.file
+          ? h("span", { class: "mono" }, `${shortPath(site.file)}:${site.line ?? "?"}`)
+          : h("span", { class: "mono nosrc", title: "no Python stack: profile with with_stack=True" }, siteFallbackLabel(site)),
       ),
       h("td", { class: "col-func mono" }, site.func || "–"),
       h(

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, kindLabel, shortPath } from "../src/format.js";
+import { countNames, fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, kindLabel, shortPath, siteFallbackLabel } from "../src/format.js";
 
 test("durations pick µs, ms or s and keep three significant digits", () => {
   assert.equal(formatUs(0), "0 µs");
@@ -66,4 +66,18 @@ test("short paths keep the last components of posix and windows paths", () => {
   assert.equal(fileLine("a.py", 3), "a.py:3");
   assert.equal(fileLine("a.py", null), "a.py");
   assert.equal(fileLine(null, 3), "(no source)");
+});
+
+test("repeated blocking calls are counted, first-seen order kept", () => {
+  assert.deepEqual(countNames(["cudaMalloc", "cudaFree", "cudaMalloc"]), [
+    { name: "cudaMalloc", count: 2 },
+    { name: "cudaFree", count: 1 },
+  ]);
+  assert.deepEqual(countNames(null), []);
+});
+
+test("a site without a source line is named by its operator, else its API call", () => {
+  assert.equal(siteFallbackLabel({ file: null, ops: ["aten::conv2d", "aten::convolution"], apis: ["cudaMalloc"] }), "aten::conv2d");
+  assert.equal(siteFallbackLabel({ file: null, ops: [], apis: ["cudaDeviceSynchronize"] }), "cudaDeviceSynchronize");
+  assert.equal(siteFallbackLabel({}), "(unknown)");
 });

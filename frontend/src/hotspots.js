@@ -95,6 +95,16 @@ export async function renderHotspots(ctx) {
 function teachingBanners(resp, latent, siteTotal) {
   const summary = resp.summary || {};
   const out = [];
+  if (resp.loading) {
+    out.push(
+      h(
+        "div",
+        { class: "sa-banner info", role: "status", "data-testid": "run-loading" },
+        h("span", { class: "sa-spinner", "aria-hidden": "true" }),
+        "Some traces of this run are still being analysed: the figures below grow as they finish.",
+      ),
+    );
+  }
   if (resp.has_gpu_activity === false) {
     out.push(
       h(

@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -176,6 +177,41 @@ def test_baseline_sites_point_at_the_marked_lines(reports):
                 assert (name, line) in lines
 
 
+def test_demo_lines_resolve_exactly_from_any_working_directory(demo_logdir, tmp_path, monkeypatch):
+    # An installed package's frames are recorded relative to site-packages
+    # ("tb_syncfinder/demo/seg.py"): the demo's source options must find them from anywhere.
+    from tb_syncfinder import analyze
+    from tb_syncfinder.demo.runner import source_options
+
+    monkeypatch.chdir(tmp_path)
+    report = analyze(str(demo_logdir[0] / "seg_baseline"), **source_options())
+    markers = {
+        line for line, word in marker_lines(DEMO_DIR / "seg.py").items() if word in EXPECTED_ON_CPU
+    }
+    found = demo_findings(report)
+    assert {line for (_, line) in found} == markers
+    for syncs in found.values():
+        for sync in syncs:
+            assert sync.source.line_exact
+            assert Path(sync.source.resolved_path).resolve() == (DEMO_DIR / "seg.py").resolve()
+
+
+def test_report_hints_carry_the_path_map_only_when_the_sources_need_it(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    trace = run_dir / "w.pt.trace.json.gz"
+    relative = {"traceEvents": [{"name": "tb_syncfinder/demo/seg.py(71): f"}]}
+    trace.write_bytes(gzip.compress(json.dumps(relative).encode()))
+    run = demo_cli.DemoRun(
+        name="seg_baseline", path=str(run_dir), device="cpu", traces=[str(trace)]
+    )
+    monkeypatch.chdir(tmp_path)
+    assert demo_cli._source_flags([run]) == f" --path-map tb_syncfinder/demo/={DEMO_DIR}{os.sep}"
+    absolute = {"traceEvents": [{"name": f"{DEMO_DIR / 'seg.py'}(71): f"}]}
+    trace.write_bytes(gzip.compress(json.dumps(absolute).encode()))
+    assert demo_cli._source_flags([run]) == ""
+
+
 @pytest.mark.parametrize("run", ["cnn_optimized", "seg_optimized"])
 def test_optimized_runs_have_no_latent_sync_in_the_workloads(reports, run):
     report = reports[run]
@@ -252,7 +288,9 @@ def _free_port() -> int:
 def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
     from tb_syncfinder.demo.serve import PLUGIN_NAME, start_tensorboard
 
-    board = start_tensorboard(demo_logdir[0], _free_port())
+    board = start_tensorboard(
+        demo_logdir[0], _free_port(), extra_args=demo_cli.tensorboard_source_flags()
+    )
     try:
         assert board.process.poll() is None
         assert board.sync_advisor_url == f"http://localhost:{board.port}/#sync_advisor"
@@ -268,6 +306,18 @@ def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
                 break
             time.sleep(0.5)
         assert names >= set(RUNS)
+        # The source view shows the workload line, named as torch records installed files.
+        nonzero_line = next(
+            n for n, w in marker_lines(DEMO_DIR / "seg.py").items() if w == "nonzero"
+        )
+        query = urllib.parse.urlencode(
+            {"file": "tb_syncfinder/demo/seg.py", "line": nonzero_line, "context": 0}
+        )
+        source_url = f"http://localhost:{board.port}/data/plugin/{PLUGIN_NAME}/source?{query}"
+        with urllib.request.urlopen(source_url, timeout=10) as response:
+            source = json.loads(response.read())
+        assert source["line"] == nonzero_line
+        assert any("torch.nonzero" in text for text in source["lines"])
     finally:
         board.stop()
     assert board.process.poll() is not None

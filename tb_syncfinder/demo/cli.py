@@ -7,7 +7,9 @@ The CLI module (``tb_syncfinder/cli.py``) wires the ``demo`` subcommand to
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -17,11 +19,14 @@ from tb_syncfinder.demo.runner import (
     BUNDLED_PREFIX,
     BUNDLED_TRACES_DIR,
     DEFAULT_STEPS,
+    DEMO_DIR,
+    PORTABLE_DEMO_PATH,
     DemoError,
     DemoRun,
     add_bundled_gpu_runs,
     bundled_versions,
     run_demo,
+    source_options,
 )
 
 DEFAULT_LOGDIR = "syncfinder-demo-logs"
@@ -86,7 +91,7 @@ def _summarize_run(run: DemoRun) -> list[str]:
     """One line per run with what the engine found, then one line per site."""
     from tb_syncfinder import analyze
 
-    report = analyze(run.path)
+    report = analyze(run.path, **source_options())
     errors = [trace for trace in report.traces if trace.error]
     lines = []
     if errors:
@@ -109,6 +114,35 @@ def _summarize_run(run: DemoRun) -> list[str]:
     elif not errors:
         lines.append(f"  {run.name:<20} no syncs, latent or real")
     return lines
+
+
+def tensorboard_source_flags() -> list[str]:
+    """The Sync Advisor plugin's flags for the same source roots and path map as the
+    summary uses: its source view shows the workload lines wherever the package lives."""
+    options = source_options()
+    flags = []
+    for root in options["source_roots"]:
+        flags += ["--sync_advisor_source_root", root]
+    for source, target in options["path_map"]:
+        flags += ["--sync_advisor_path_map", f"{source}={target}"]
+    return flags
+
+
+def _source_flags(runs: list[DemoRun]) -> str:
+    """The report/compare flags that find the workload sources when the working directory
+    alone does not: the traces name them relative to site-packages (an installed package)
+    and this is not a checkout of the project."""
+    if (Path.cwd() / PORTABLE_DEMO_PATH).is_dir():
+        return ""
+    relative = re.compile(rb'"' + re.escape(PORTABLE_DEMO_PATH.encode()))
+    for demo_run in runs:
+        for trace in demo_run.traces:
+            try:
+                if relative.search(gzip.decompress(Path(trace).read_bytes())):
+                    return f" --path-map {PORTABLE_DEMO_PATH}={DEMO_DIR}{os.sep}"
+            except (OSError, EOFError, gzip.BadGzipFile):
+                continue
+    return ""
 
 
 def print_summary(runs: list[DemoRun], out: Callable[[str], None] = print) -> None:
@@ -152,8 +186,9 @@ def run(args: argparse.Namespace) -> int:
             )
     print_summary(runs)
     print("Reports on the command line:")
+    flags = _source_flags(runs)
     for demo_run in runs:
-        print(f"  tb-syncfinder report {demo_run.path}")
+        print(f"  tb-syncfinder report {demo_run.path}{flags}")
     names = {demo_run.name: demo_run.path for demo_run in runs}
     print("Baseline vs optimized (the syncs gone):")
     for workload in ("cnn", "seg"):
@@ -163,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
                 names.get(f"{prefix}{workload}_optimized"),
             )
             if base and new:
-                print(f"  tb-syncfinder compare {base} {new}")
+                print(f"  tb-syncfinder compare {base} {new}{flags}")
     if args.no_tensorboard:
         return 0
     return _serve(logdir, args.port, args.bind_all)
@@ -180,7 +215,9 @@ def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
     chosen_port = port if port is not None else pick_port()
     print(f"Starting TensorBoard on port {chosen_port} ...")
     try:
-        board = start_tensorboard(logdir, chosen_port, bind_all=bind_all)
+        board = start_tensorboard(
+            logdir, chosen_port, bind_all=bind_all, extra_args=tensorboard_source_flags()
+        )
     except TensorBoardError as error:
         print(f"tb-syncfinder demo: {error}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ records (``enable_cuda_sync_events``) when profiling a GPU on a torch build that
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ BUNDLED_TRACES_DIR = DEMO_DIR / "traces"
 BUNDLED_PREFIX = "gpu_"
 # Frame paths in bundled traces are stored relative to the package ("tb_syncfinder/demo/...")
 # and made absolute for this installation when the traces are copied into a logdir.
-_PORTABLE_DEMO_PATH = "tb_syncfinder/demo/"
+PORTABLE_DEMO_PATH = "tb_syncfinder/demo/"
 
 Workload = Callable[[torch.device, object, int, Callable[[], None]], object]
 
@@ -183,10 +184,23 @@ def bundled_versions(directory: Path = BUNDLED_TRACES_DIR) -> dict:
         return {}
 
 
+def source_options(cwd: str | None = None) -> dict:
+    """Engine options that find the demo's workload files from any working directory.
+
+    torch records frames of installed packages relative to ``site-packages``
+    (``tb_syncfinder/demo/seg.py``), which the default source root, the working directory,
+    only resolves inside a checkout of this project: map that prefix to this installation.
+    """
+    return {
+        "source_roots": [cwd or os.getcwd(), str(DEMO_DIR)],
+        "path_map": [(PORTABLE_DEMO_PATH, str(DEMO_DIR) + os.sep)],
+    }
+
+
 def _localize_demo_paths(text: str, demo_dir: Path) -> str:
     """Point the portable ``tb_syncfinder/demo/x.py`` frame paths at this installation."""
     local = json.dumps(str(demo_dir) + "/")[1:-1]  # JSON-escaped (Windows backslashes)
-    pattern = re.compile(r"(?<![\w/\\.-])" + re.escape(_PORTABLE_DEMO_PATH))
+    pattern = re.compile(r"(?<![\w/\\.-])" + re.escape(PORTABLE_DEMO_PATH))
     return pattern.sub(lambda _: local, text)
 
 

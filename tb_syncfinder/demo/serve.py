@@ -87,7 +87,11 @@ class TensorBoardProcess:
 
 
 def start_tensorboard(
-    logdir: str | Path, port: int, bind_all: bool = False, timeout: float = 120.0
+    logdir: str | Path,
+    port: int,
+    bind_all: bool = False,
+    timeout: float = 120.0,
+    extra_args: list[str] | None = None,
 ) -> TensorBoardProcess:
     """Start TensorBoard on ``logdir`` and return once it answers HTTP requests."""
     command = [
@@ -98,6 +102,7 @@ def start_tensorboard(
         str(logdir),
         "--port",
         str(port),
+        *(extra_args or []),
     ]
     command += ["--bind_all"] if bind_all else ["--host", "localhost"]
     # TensorBoard's output goes to a file: shown only if it fails to start.

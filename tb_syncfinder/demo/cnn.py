@@ -32,7 +32,7 @@ class CnnSize:
 
 SIZES = {
     "tiny": CnnSize(batch_size=4, image_size=16, channels=4),
-    "small": CnnSize(batch_size=16, image_size=32, channels=8),
+    "small": CnnSize(batch_size=32, image_size=64, channels=16),
 }
 
 

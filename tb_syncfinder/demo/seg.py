@@ -34,7 +34,7 @@ class SegSize:
 
 SIZES = {
     "tiny": SegSize(batch_size=2, image_size=16, channels=4),
-    "small": SegSize(batch_size=4, image_size=32, channels=8),
+    "small": SegSize(batch_size=8, image_size=64, channels=16),
 }
 
 

@@ -321,3 +321,31 @@ def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
     finally:
         board.stop()
     assert board.process.poll() is not None
+
+
+def _bench_module(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recorded_frame_paths_come_back_to_this_install_when_bundled_traces_are_opened():
+    from tb_syncfinder.demo.runner import _localize_demo_paths
+
+    record = _bench_module("record_gpu_traces")
+    recorded = json.dumps({"name": f"{DEMO_DIR / 'cnn.py'}(85): baseline_step"})
+    portable = record.portable_paths(recorded)
+    assert json.loads(portable)["name"] == "tb_syncfinder/demo/cnn.py(85): baseline_step"
+    assert _localize_demo_paths(portable, DEMO_DIR) == recorded
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_record_gpu_traces_without_cuda_exits_2_and_says_why(tmp_path, capsys):
+    record = _bench_module("record_gpu_traces")
+    assert record.main(["--out", str(tmp_path / "traces")]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "traces").exists()

@@ -103,11 +103,20 @@ def workload_line(frames: list[traceback.FrameSummary]) -> Line | None:
 
 
 def run_under_sync_debug(check: RunCheck, size: str, steps: int) -> None:
-    """Run the workload with torch's detector in warn mode, recording each warning's line."""
+    """Run the workload with torch's detector in warn mode, recording the line of each
+    warning raised in the steps the profiler records (not the set-up or warm-up steps)."""
     train, workload_size = workload(check.run, size)
     device = torch.device("cuda")
+    first_active = WAIT_STEPS + WARMUP_STEPS
+    completed_steps = 0
+
+    def on_step() -> None:
+        nonlocal completed_steps
+        completed_steps += 1
 
     def record(message, category, filename, lineno, file=None, line=None) -> None:
+        if not first_active <= completed_steps < first_active + steps:
+            return  # outside the profiled steps: the trace cannot hold it
         frames = traceback.extract_stack()[:-1]
         where = workload_line(frames)
         if where is None:
@@ -121,7 +130,7 @@ def run_under_sync_debug(check: RunCheck, size: str, steps: int) -> None:
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            train(device, workload_size, WAIT_STEPS + WARMUP_STEPS + steps, lambda: None)
+            train(device, workload_size, first_active + steps, on_step)
             torch.cuda.synchronize()
         finally:
             torch.cuda.set_sync_debug_mode(0)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import socket
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -329,6 +330,7 @@ def _bench_module(name: str):
     path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
     spec.loader.exec_module(module)
     return module
 
@@ -349,3 +351,30 @@ def test_record_gpu_traces_without_cuda_exits_2_and_says_why(tmp_path, capsys):
     assert record.main(["--out", str(tmp_path / "traces")]) == 2
     assert "no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "traces").exists()
+
+
+def test_sync_debug_check_keeps_only_warnings_of_the_profiled_steps(monkeypatch):
+    # The warn-mode half needs CUDA; its bookkeeping does not: a fake workload warns once
+    # per step, and only the profiled (active) steps may count.
+    validate = _bench_module("validate_sync_debug")
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def fake_train(device, size, total_steps, on_step):
+        import warnings
+
+        warnings.warn("before the first step: set-up", stacklevel=1)
+        for step in range(total_steps):
+            warnings.warn(f"called a synchronizing CUDA operation in step {step}", stacklevel=1)
+            on_step()
+
+    monkeypatch.setattr(validate, "workload", lambda run, size: (fake_train, None))
+    check = validate.RunCheck("seg_baseline", "cuda")
+    validate.run_under_sync_debug(check, "tiny", steps=3)
+    assert modes == ["warn", 0]
+    first = validate.WAIT_STEPS + validate.WARMUP_STEPS
+    assert [w.rsplit(" ", 1)[-1] for w in check.warned_elsewhere] == [
+        str(step) for step in range(first, first + 3)
+    ]
+    assert check.warn_ran and not check.warned

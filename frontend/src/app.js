@@ -7,7 +7,6 @@ import { ApiError, clearCache, getJson } from "./api.js";
 import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
-import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel } from "./format.js";
 import { renderHotspots } from "./hotspots.js";
 import { apiUrl } from "./query.js";
 import { decodeState, encodeState, vscodeFlag } from "./state.js";
@@ -489,6 +488,3 @@ function restoreFocus(focus) {
     }
   }
 }
-
-/** Headline number helpers shared by views. */
-export const fmt = { formatCount, formatPct, formatUs, kindLabel, KIND_ORDER };

@@ -378,3 +378,16 @@ def test_sync_debug_check_keeps_only_warnings_of_the_profiled_steps(monkeypatch)
         str(step) for step in range(first, first + 3)
     ]
     assert check.warn_ran and not check.warned
+
+
+def test_a_logdir_that_cannot_be_written_is_a_clear_error(tmp_path, capsys):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    parser = argparse.ArgumentParser()
+    demo_cli.add_arguments(parser)
+    args = parser.parse_args(
+        ["--logdir", str(not_a_folder), "--device", "cpu", "--size", "tiny", "--no-tensorboard"]
+    )
+    assert demo_cli.run(args) == 2
+    error = capsys.readouterr().err
+    assert "cannot write the runs into" in error and str(not_a_folder) in error

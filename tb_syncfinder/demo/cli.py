@@ -165,12 +165,22 @@ def run(args: argparse.Namespace) -> int:
     except DemoError as error:
         print(f"tb-syncfinder demo: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # e.g. a logdir that cannot be written
+        print(f"tb-syncfinder demo: cannot write the runs into {logdir}: {error}", file=sys.stderr)
+        return 2
     if runs and runs[0].device == "cpu":
         print(
             "Trained on the CPU: nothing really syncs, so the findings are latent: the "
             "operators that would make the host wait on a GPU, at the same source lines."
         )
-        bundled = add_bundled_gpu_runs(logdir)
+        try:
+            bundled = add_bundled_gpu_runs(logdir)
+        except (OSError, EOFError, UnicodeDecodeError) as error:
+            print(
+                f"The bundled GPU traces in {BUNDLED_TRACES_DIR} cannot be read ({error}); "
+                "showing the CPU runs only."
+            )
+            bundled = None
         if bundled:
             versions = bundled_versions()
             gpu = versions.get("gpu", "a GPU")
@@ -179,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
                 f"(torch {versions.get('torch', '?')}): " + ", ".join(run.name for run in bundled)
             )
             runs += bundled
-        else:
+        elif bundled is not None:
             print(
                 f"No bundled GPU traces in {BUNDLED_TRACES_DIR} (recording them needs a GPU: "
                 "bench/record_gpu_traces.py); showing the CPU runs only."

@@ -25,7 +25,7 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any
 
-from tb_syncfinder.reader import Event, TraceData
+from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
 
 # Event classes (values of the category map).
 OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER = range(7)
@@ -256,17 +256,25 @@ def _device_kind(runtime_names: set[str], has_device: bool) -> str:
 def build_timeline(data: TraceData) -> Timeline:
     """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
 
-    Events are first bucketed by (ph, cat) in one tight loop; each bucket is then handled
-    with the class of its category decided once, not per event.
+    Complete events are first bucketed by category in one tight loop; each bucket is then
+    handled with the class of its category decided once, not per event. Metadata and flow
+    starts are set aside; every other phase is never looked at.
     """
-    buckets: dict[tuple[str, str], list[Event]] = {}
+    buckets: dict[str, list[Event]] = {}
+    metadata: list[MetaEvent] = []
+    flow_starts: list[FlowStart] = []
     for e in data.events:
-        key = (e.ph, e.cat)
-        bucket = buckets.get(key)
-        if bucket is None:
-            buckets[key] = [e]
-        else:
-            bucket.append(e)
+        kind = type(e)
+        if kind is Event:
+            bucket = buckets.get(e.cat)
+            if bucket is None:
+                buckets[e.cat] = [e]
+            else:
+                bucket.append(e)
+        elif kind is MetaEvent:
+            metadata.append(e)
+        elif kind is FlowStart:
+            flow_starts.append(e)
 
     threads: dict[tuple[Any, Any], HostThread] = {}
     lanes: dict[tuple[Any, Any], list[Event]] = {}
@@ -286,19 +294,16 @@ def build_timeline(data: TraceData) -> Timeline:
             thread = threads[key] = HostThread(e.pid, e.tid)
         return thread
 
-    for (ph, cat), events in buckets.items():
-        if ph == "M":
-            for e in events:
-                args = e.args
-                if args is None:
-                    continue
-                if e.name == "process_labels" and args.labels:
-                    process_labels[e.pid] = args.labels
-                elif e.name == "thread_name" and args.name:
-                    thread_names[(e.pid, e.tid)] = args.name
+    for meta in metadata:
+        args = meta.args
+        if args is None:
             continue
-        if ph != "X":
-            continue  # flows are used only when needed (below); "i" events never count
+        if meta.name == "process_labels" and args.labels:
+            process_labels[meta.pid] = args.labels
+        elif meta.name == "thread_name" and args.name:
+            thread_names[(meta.pid, meta.tid)] = args.name
+
+    for cat, events in buckets.items():
         base = _CATEGORY_CLASS.get(cat)
         if base is None:
             base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
@@ -373,8 +378,9 @@ def build_timeline(data: TraceData) -> Timeline:
 
     flow_correlation: dict[tuple[Any, Any, float], Any] = {}
     if needs_flows:
-        for e in buckets.get(("s", "ac2g"), []):
-            flow_correlation[(e.pid, e.tid, e.ts)] = e.id
+        for flow in flow_starts:
+            if flow.cat == "ac2g":
+                flow_correlation[(flow.pid, flow.tid, flow.ts)] = flow.id
 
     lane_device: dict[tuple[Any, Any], Any] = {}
     per_device: dict[Any, list[Event]] = {}

@@ -226,21 +226,31 @@ export class App {
       h(
         "button",
         {
-          role: "tab",
-          "aria-selected": String(this.state.view === view),
+          "aria-pressed": String(this.state.view === view),
           "data-focus-key": `tab-${view}`,
           "data-view": view,
           onclick: () => this.setState({ view }),
         },
         label,
       );
+    // The annotated trace (a "Sync Advisor" track to open in Perfetto) needs one trace file.
+    const singleTrace = !!run && (run.trace_count === 1 || (sel?.worker && (spans.length <= 1 || sel?.span)));
+    const formats = singleTrace ? ["json", "csv", "sarif", "trace"] : ["json", "csv", "sarif"];
     const exports = sel
       ? h(
           "span",
           { class: "sa-exports" },
           "Export:",
-          ["json", "csv", "sarif"].map((format) =>
-            h("a", { href: apiUrl("export", { ...sel, format }), download: "" }, format.toUpperCase()),
+          formats.map((format) =>
+            h(
+              "a",
+              {
+                href: apiUrl("export", { ...sel, format }),
+                download: "",
+                title: format === "trace" ? "The trace with a Sync Advisor track, for Perfetto or chrome://tracing" : `The report as ${format.toUpperCase()}`,
+              },
+              format === "trace" ? "Trace+track" : format.toUpperCase(),
+            ),
           ),
         )
       : null;
@@ -250,7 +260,7 @@ export class App {
       h("span", { class: "sa-field" }, h("label", { for: "sa-run" }, "Run"), runSelect),
       h("span", { class: "sa-field" }, h("label", { for: "sa-worker" }, "Worker"), workerSelect),
       spanField,
-      h("span", { class: "sa-tabs", role: "tablist", "aria-label": "View" }, tab("hotspots", "Hotspots"), tab("compare", "Compare")),
+      h("span", { class: "sa-tabs", role: "group", "aria-label": "View" }, tab("hotspots", "Hotspots"), tab("compare", "Compare")),
       h("span", { class: "sa-spacer" }),
       exports,
     );

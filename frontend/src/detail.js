@@ -370,7 +370,7 @@ function occurrences(items, total, selectedId, app) {
               "tr",
               {
                 tabindex: "0",
-                "aria-selected": String(x.id === selectedId),
+                "aria-current": x.id === selectedId ? "true" : null,
                 "data-sync": x.id,
                 onclick: () => app.setState({ sync: x.id }),
                 onkeydown: (/** @type {KeyboardEvent} */ e) => {

@@ -325,7 +325,7 @@ function sitesTable(sites, state, app, latent) {
       "tr",
       {
         tabindex: i === (selectedIndex < 0 ? 0 : selectedIndex) ? "0" : "-1",
-        "aria-selected": String(site.key === state.site),
+        "aria-current": site.key === state.site ? "true" : null,
         "data-site": site.key,
         "data-focus-key": `site-${site.key}`,
         onclick: () => select(site),

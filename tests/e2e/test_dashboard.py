@@ -171,6 +171,16 @@ def test_sync_advisor_tab_in_tensorboard_shows_the_hotspots_of_the_known_trace(
     assert "8 in 4 steps" in frame.inner_text("[data-testid=card-syncs]")
     # Costliest first by default.
     assert f"train.py:{ITEM_LINE}" in texts[0]
+    # Export links are relative to the plugin route (work under --path_prefix) and answer.
+    hrefs = frame.eval_on_selector_all(
+        ".sa-exports a", "els => els.map(a => a.getAttribute('href'))"
+    )
+    assert {h.split("format=")[1] for h in hrefs} == {"json", "csv", "sarif", "trace"}
+    assert all(not h.startswith(("/", "http")) for h in hrefs), hrefs
+    csv_url = frame.eval_on_selector(".sa-exports a[href*='format=csv']", "a => a.href")
+    assert csv_url.startswith(f"{board}/data/plugin/sync_advisor/export?")
+    response = page.request.get(csv_url)
+    assert response.status == 200 and "train.py" in response.text()
     page.wait_for_timeout(300)
     shot(page, "hotspots-light.png")
     assert page_errors == []
@@ -219,7 +229,7 @@ def test_table_sorts_on_header_click_and_is_keyboard_navigable(
     page.keyboard.press("ArrowDown")
     page.keyboard.press("Enter")
     page.wait_for_selector("[data-testid=detail]")
-    selected = page.locator("[data-testid=sites] tbody tr[aria-selected=true]")
+    selected = page.locator("[data-testid=sites] tbody tr[aria-current=true]")
     assert f"train.py:{ITEM_LINE}" in selected.inner_text()
     # Filtering by text narrows the table.
     page.fill("#sa-q", "nonzero")
@@ -237,6 +247,14 @@ def test_clicking_a_step_in_the_chart_filters_to_that_step(
     page.wait_for_selector("[data-testid=step-filter]")
     assert "step=3" in page.evaluate("location.hash")
     assert len(rows(page)) == 2
+    assert page.get_attribute(".sa-chart g.step[data-step='3']", "aria-pressed") == "true"
+    # The same from the keyboard: focus another step, Enter filters to it.
+    page.focus(".sa-chart g.step[data-step='2']")
+    page.keyboard.press("Enter")
+    page.wait_for_function("location.hash.includes('step=2')")
+    # The clear button removes the filter.
+    page.click("[data-testid=step-filter] button")
+    page.wait_for_function("!location.hash.includes('step=')")
     assert page_errors == []
 
 

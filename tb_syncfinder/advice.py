@@ -38,7 +38,7 @@ _BY_KIND: dict[str, dict[str, str]] = {
             "Operators whose output size depends on tensor values (nonzero, unique, "
             "masked_select, boolean-mask indexing) must copy the size to the host before "
             "allocating. Use fixed-shape alternatives: `torch.where`, masks multiplied in, "
-            "`ignore_index`, `bincount`."
+            "`ignore_index`, `scatter_add_` into a fixed-size tensor."
         ),
         "before": "selected = logits[mask]\n",
         "after": "selected = torch.where(mask.unsqueeze(-1), logits, torch.zeros_like(logits))\n",
@@ -138,16 +138,18 @@ _BY_OP: list[tuple[frozenset[str], dict[str, str]]] = [
         frozenset({"aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
                    "aten::unique_consecutive", "aten::unique_dim_consecutive"}),
         {
-            "title": "Count with bincount or a sort instead of unique",
+            "title": "Count into a fixed-size tensor instead of unique",
             "text": (
                 "`torch.unique` returns a data-dependent number of values, which makes the "
-                "host wait. When the value range is known, count with "
-                "`torch.bincount(x, minlength=num_classes)` (fixed size); otherwise sort and "
-                "compare neighbours on the device."
+                "host wait. When the value range is known, count with `scatter_add_` into a "
+                "tensor of `num_classes` zeros (fixed size, no sync). Not `torch.bincount`: "
+                "on CUDA it reads the input's min and max back to the host."
             ),
             "before": "labels, counts = torch.unique(target, return_counts=True)\n",
             "after": (
-                "counts = torch.bincount(target.flatten(), minlength=num_classes)\n"
+                "flat = target.flatten()\n"
+                "counts = torch.zeros(num_classes, dtype=torch.long, device=flat.device)\n"
+                "counts.scatter_add_(0, flat, torch.ones_like(flat))\n"
                 "present = counts > 0   # fixed shape, stays on the GPU\n"
             ),
         },

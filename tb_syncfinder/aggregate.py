@@ -7,7 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from tb_syncfinder.advice import advice_for
-from tb_syncfinder.cost import estimated_saving_us
+from tb_syncfinder.cost import estimated_saving_us, idle_union_us
 from tb_syncfinder.detect import CHECKED
 from tb_syncfinder.models import KINDS, Report, Site, StepStats, Summary, Sync
 
@@ -44,7 +44,7 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 if name not in apis:
                     apis.append(name)
         wait = sum(s.host_wait_us for s in members)
-        idle = sum(s.gpu_idle_after_us for s in members)
+        idle = idle_union_us(members)
         source = first.source
         sites.append(
             Site(
@@ -84,7 +84,7 @@ def build_report(results: list[TraceResult]) -> Report:
     step_count = len(steps)
     step_time = sum(st.step_time_us for st in steps)
     wait = sum(s.host_wait_us for s in syncs)
-    idle = sum(s.gpu_idle_after_us for s in syncs)
+    idle = idle_union_us(syncs)
     saving = sum(estimated_saving_us(r.steps, r.syncs) for r in results)
     mean_step = step_time / step_count if step_count else 0.0
     by_kind = Counter(s.kind for s in syncs)

@@ -8,8 +8,12 @@ estimated saving.
   trace). Zero when the device is still busy with earlier work when the sync returns.
 * Estimated saving: per step, the union of the intervals ``[sync end - host wait, sync end
   + idle]`` (host blocked, then GPU starved while the host catches up). Taking the union
-  means a wait that overlaps the bubble of the previous sync is counted once. It is an upper bound: it
-  assumes that without the sync the host would have kept the GPU fed through that time.
+  means a wait that overlaps the bubble of the previous sync is counted once. It is an upper
+  bound: it assumes that without the sync the host would have kept the GPU fed through that
+  time.
+* Totals of GPU idle (per step, per site, per report) are the union of the syncs' idle
+  intervals per trace and device, not their sum: syncs issued back to back with no device
+  work between them all "see" the same bubble, and summing would count it once per sync.
 """
 
 from __future__ import annotations
@@ -34,6 +38,16 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     if cur_hi is not None:
         total += cur_hi - cur_lo
     return total
+
+
+def idle_union_us(syncs: list[Sync]) -> float:
+    """GPU idle caused by these syncs, each bubble counted once (per trace and device)."""
+    by_device: dict[tuple[str, int | None], list[tuple[float, float]]] = {}
+    for sync in syncs:
+        if sync.gpu_idle_after_us > 0:
+            by_device.setdefault((sync.trace, sync.device_id), []).append(
+                (sync.end_us, sync.end_us + sync.gpu_idle_after_us))
+    return sum(_union_length(intervals) for intervals in by_device.values())
 
 
 def fill_sync_cost(tl: Timeline, episode: Episode, sync: Sync) -> None:
@@ -78,6 +92,7 @@ def measure(
     else:
         stats[NO_STEP] = StepStats(NO_STEP, max(0.0, tl.span[1] - tl.span[0]), 0, 0.0, 0.0,
                                    tl.path)
+    in_step: dict[int, list[Sync]] = {}
     for sync in syncs:
         number = sync.step if tl.steps else NO_STEP
         st = stats.get(number) if number is not None else None
@@ -85,7 +100,9 @@ def measure(
             continue  # outside every step (warm-up, after the last step): counted in totals
         st.sync_count += 1
         st.host_wait_us += sync.host_wait_us
-        st.gpu_idle_us += sync.gpu_idle_after_us
+        in_step.setdefault(number, []).append(sync)
+    for number, members in in_step.items():
+        stats[number].gpu_idle_us = idle_union_us(members)
     return [stats[k] for k in sorted(stats)]
 
 

@@ -83,7 +83,7 @@ def test_missing_path_or_folder_without_traces_raises(tmp_path):
     [
         (models.SCALAR_READBACK, ["aten::item"], "every N steps"),
         (models.DYNAMIC_SHAPE, ["aten::nonzero"], "torch.where"),
-        (models.DYNAMIC_SHAPE, ["aten::_unique2"], "bincount"),
+        (models.DYNAMIC_SHAPE, ["aten::_unique2"], "scatter_add_"),
         (models.DYNAMIC_SHAPE, ["aten::index", "aten::nonzero"], "ignore_index"),
         (models.BLOCKING_HOST_TO_DEVICE, ["aten::to"], "non_blocking=True"),
         (models.EXPLICIT_SYNC, [], "synchronize"),

@@ -80,3 +80,22 @@ def test_trace_without_profiler_steps_is_one_step_spanning_its_ops(tmp_path):
     result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
     assert len(result.steps) == 1 and result.steps[0].sync_count == 1
     assert result.steps[0].step_time_us > 0
+
+
+def test_back_to_back_syncs_count_their_shared_gpu_bubble_once():
+    from tb_syncfinder.cost import idle_union_us
+    from tb_syncfinder.models import Sync
+
+    def sync_ending(end_us: float, idle_us: float) -> Sync:
+        return Sync(kind="explicit_sync", api="cudaEventSynchronize",
+                    apis=["cudaEventSynchronize"], op=None, trigger_op=None, step=1, thread=1,
+                    ts_us=end_us - 5, host_wait_us=5, gpu_idle_after_us=idle_us,
+                    trace="t.json", end_us=end_us, device_id=0)
+
+    # Three syncs in a row before the next kernel at t=1000: one bubble of 900 us.
+    syncs = [sync_ending(100, 900), sync_ending(110, 890), sync_ending(120, 880)]
+    assert idle_union_us(syncs) == 900
+    # The same bubble on another device, or in another trace, is a different bubble.
+    other = sync_ending(100, 900)
+    other.device_id = 1
+    assert idle_union_us([*syncs, other]) == 1800

@@ -361,7 +361,10 @@ def decode_trace(path: str, raw: bytes) -> TraceData:
     """Decode the bytes of a trace file (gzip or not); ``path`` is only used in messages."""
     if not raw:
         raise TraceReadError(path, "empty file")
-    data = _decompress(path, raw)
+    return _decode_json(path, _decompress(path, raw))
+
+
+def _decode_json(path: str, data: bytes) -> TraceData:
     if len(data) < 4096 and not data.strip():
         raise TraceReadError(path, "empty file (no JSON in it)")
     try:
@@ -386,4 +389,8 @@ def read_trace(path: str) -> TraceData:
         raise TraceReadError(path, "is a directory, not a trace file") from exc
     except OSError as exc:
         raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
-    return decode_trace(path, raw)
+    if not raw:
+        raise TraceReadError(path, "empty file")
+    data = _decompress(path, raw)
+    del raw  # the compressed bytes need not stay alive during the decode
+    return _decode_json(path, data)

@@ -22,7 +22,7 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
-from operator import attrgetter
+from operator import add, attrgetter
 from typing import Any
 
 from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
@@ -214,8 +214,8 @@ def _sweep(thread: HostThread) -> None:
     nodes.sort(key=_TS)
     kind_of = thread.kind_of
     kinds = [kind_of.get(id(e), OP) for e in nodes]
-    starts = [e.ts for e in nodes]
-    ends = [e.ts + e.dur for e in nodes]
+    starts = list(map(_TS, nodes))
+    ends = list(map(add, starts, map(_DUR, nodes)))
     parent = [-1] * len(nodes)
     stack: list[int] = []
     pop = stack.pop
@@ -240,7 +240,7 @@ def _sweep(thread: HostThread) -> None:
                 python_by_id[args.python_id] = i
     thread.python_by_id = python_by_id
     thread.runtime.sort(key=_TS)
-    thread.runtime_starts = [e.ts for e in thread.runtime]
+    thread.runtime_starts = list(map(_TS, thread.runtime))
 
 
 def _device_kind(runtime_names: set[str], has_device: bool) -> str:
@@ -333,8 +333,9 @@ def build_timeline(data: TraceData) -> Timeline:
             if base == PYTHON and events:
                 has_stacks = True
             if base == OP and events:
-                op_lo = min(op_lo, min(e.ts for e in events))
-                op_hi = max(op_hi, max(e.ts + e.dur for e in events))
+                # map() over attrgetters keeps these two passes in C (~4x the genexprs).
+                op_lo = min(op_lo, min(map(_TS, events)))
+                op_hi = max(op_hi, max(map(add, map(_TS, events), map(_DUR, events))))
                 if not has_stacks:
                     has_stacks = any(e.args is not None and e.args.call_stack for e in events)
             continue
@@ -400,8 +401,8 @@ def build_timeline(data: TraceData) -> Timeline:
     device_activity: dict[Any, DeviceActivity] = {}
     for device, events in per_device.items():
         events.sort(key=_TS)
-        starts = [e.ts for e in events]
-        ends = [e.ts + e.dur for e in events]
+        starts = list(map(_TS, events))
+        ends = list(map(add, starts, map(_DUR, events)))
         device_activity[device] = DeviceActivity(starts, ends, list(accumulate(ends, max)))
         span_lo = min(span_lo, starts[0])
         span_hi = max(span_hi, max(ends))

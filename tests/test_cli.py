@@ -219,3 +219,10 @@ def test_demo_subcommand_is_wired(capsys: pytest.CaptureFixture) -> None:
     assert exc.value.code == 0
     assert main(["demo", "--help"]) == 0
     assert "--logdir" in capsys.readouterr().out
+
+
+def test_python_dash_m_tb_syncfinder_runs_the_same_command_line():
+    done = subprocess.run([sys.executable, "-m", "tb_syncfinder", "--version"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "0.1.0" in done.stdout + done.stderr

@@ -8,6 +8,14 @@ When several calls match, the n-th sync of one invocation maps to the n-th match
 only when the counts agree; otherwise the result says ``line_exact=False`` and points at
 the def line. Nothing is guessed silently.
 
+A frame that was already running when profiling started (a training loop's ``<module>``
+or ``main``) records its *current* line instead, e.g. the ``prof.step()`` line. Only calls
+that can still run after that line are candidates: the rest of the current statement,
+everything after it, and, when it sits in a loop, the whole of the outermost enclosing loop
+(the next iterations). One candidate line is exact. Several are exact only inside one loop
+whose body runs them unconditionally in order, so that the n-th sync after the recorded line
+is the n-th call in that cycle; anything else stays ``line_exact=False`` at the recorded line.
+
 Legacy ``Call stack`` lines are call lines already (``line_exact=True``).
 """
 
@@ -120,11 +128,122 @@ def _node_line(node: ast.AST) -> int:
     return node.lineno  # type: ignore[attr-defined]
 
 
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+# Statements that run every child statement exactly once, in order, when they run.
+_STRAIGHT_STATEMENTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return,
+                        ast.Delete, ast.With, ast.AsyncWith)
+# Expressions that may skip or repeat their parts (comprehensions run in their own frame).
+_BRANCHING_EXPRESSIONS = (ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp,
+                          ast.GeneratorExp, ast.Lambda, ast.comprehension)
+
+
+def _parent_links(scope: ast.AST) -> dict[ast.AST, ast.AST]:
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in [scope, *_walk_body(scope)]:
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    return parents
+
+
+def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.AST]:
+    chain = []
+    while node in parents:
+        node = parents[node]
+        chain.append(node)
+    return chain
+
+
+def _innermost_statement(scope: ast.AST, line: int) -> ast.stmt | None:
+    """The deepest statement of ``scope`` (not of nested defs) whose lines contain ``line``."""
+    best: ast.stmt | None = None
+    for node in _walk_body(scope):
+        if isinstance(node, ast.stmt):
+            end = getattr(node, "end_lineno", None) or node.lineno
+            if node.lineno <= line <= end and (best is None or node.lineno >= best.lineno):
+                best = node
+    return best
+
+
+def _has_loop_exit(loop: ast.AST) -> bool:
+    """A ``break``/``continue`` of this loop (not of a nested one) in its body."""
+    stack = list(getattr(loop, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return True
+        if isinstance(node, (*_LOOPS, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                             ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+class _RunningFrame:
+    """Calls of a frame that was running at ``line`` when profiling started."""
+
+    def __init__(self, scope: ast.AST, line: int) -> None:
+        self.scope = scope
+        self.line = line
+        self.parents = _parent_links(scope)
+        self.current = _innermost_statement(scope, line)
+        chain = [] if self.current is None else [self.current, *_ancestors(self.current,
+                                                                             self.parents)]
+        self.loops = [n for n in chain if isinstance(n, _LOOPS)]  # innermost first
+
+    def reachable(self, names: set[str]) -> list[ast.AST]:
+        """Matching calls that may still run after the recorded line, in source order."""
+        if self.current is None:
+            return []
+        outermost = self.loops[-1] if self.loops else None
+        found = []
+        for node in _walk_body(self.scope):
+            if not _matches(node, names):
+                continue
+            if _node_line(node) >= self.current.lineno or (
+                    outermost is not None and outermost in _ancestors(node, self.parents)):
+                found.append(node)
+        return sorted(found, key=lambda n: (_node_line(n), getattr(n, "col_offset", 0)))
+
+    def cycle(self, calls: list[ast.AST]) -> list[int] | None:
+        """The lines of ``calls`` in the order they run after the recorded line, repeating
+        once per loop iteration; None unless that order is certain: all of them in the body
+        of the innermost loop around the line, each run exactly once per iteration (no branch,
+        no nested loop, no break/continue), none in the recorded statement itself, and
+        several calls in one statement only on one line (a statement's evaluation order is
+        not its line order)."""
+        if not self.loops or self.current is None:
+            return None
+        loop = self.loops[0]
+        if _has_loop_exit(loop):
+            return None
+        current_nodes = set(ast.walk(self.current)) if self.current is not loop else set()
+        lines_per_statement: dict[int, set[int]] = {}
+        for call in calls:
+            if call in current_nodes:
+                return None
+            chain = [call, *_ancestors(call, self.parents)]
+            if loop not in chain:
+                return None
+            top = chain[chain.index(loop) - 1]
+            if not any(top is stmt for stmt in loop.body):
+                return None  # a for loop's iterable, a while test, an else branch
+            for node in chain[1:chain.index(loop)]:
+                if isinstance(node, ast.stmt) and not isinstance(node, _STRAIGHT_STATEMENTS):
+                    return None
+                if isinstance(node, _BRANCHING_EXPRESSIONS):
+                    return None
+            lines_per_statement.setdefault(id(top), set()).add(_node_line(call))
+        if any(len(lines) > 1 for lines in lines_per_statement.values()):
+            return None
+        lines = [_node_line(call) for call in calls]
+        start = self.line if self.current is loop else self.current.lineno
+        return [n for n in lines if n > start] + [n for n in lines if n < start]
+
+
 class _ParsedFile:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
         self.functions: dict[int, ast.AST] = {}
-        self.statements: list[ast.stmt] = []
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 first = node.lineno
@@ -133,8 +252,6 @@ class _ParsedFile:
                     # co_firstlineno of a decorated function is its first decorator's line.
                     self.functions.setdefault(min(d.lineno for d in decorators), node)
                 self.functions.setdefault(first, node)
-            if isinstance(node, ast.stmt):
-                self.statements.append(node)
 
     def calls_in(self, func: ast.AST, names: set[str]) -> list[int]:
         found = sorted(
@@ -143,16 +260,13 @@ class _ParsedFile:
         )
         return [line for line, _ in found]
 
-    def statement_at(self, line: int) -> ast.stmt | None:
-        best = None
-        for stmt in self.statements:
-            end = getattr(stmt, "end_lineno", stmt.lineno) or stmt.lineno
-            if stmt.lineno <= line <= end and not isinstance(
-                stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-            ):
-                if best is None or stmt.lineno >= best.lineno:
-                    best = stmt
-        return best
+    def running_scope(self, line: int, func_name: str) -> ast.AST:
+        """The function (or, for ``<module>``, the module body) running at ``line``."""
+        if func_name != "<module>":
+            first = self.enclosing_function_line(line)
+            if first is not None:
+                return self.functions[first]
+        return self.tree
 
     def enclosing_function_line(self, line: int) -> int | None:
         best: tuple[int, int] | None = None
@@ -284,16 +398,22 @@ class SourceResolver:
         func = parsed.functions.get(frame.line)
         if func is None:
             # Not a def line: a frame already running when profiling started shows its
-            # current line. It is the call line only if that statement makes the call.
-            stmt = parsed.statement_at(frame.line)
-            exact = False
-            if stmt is not None:
-                for group in groups:
-                    if any(_matches(n, set(group)) for n in ast.walk(stmt)):
-                        exact = True
-                        break
+            # current line (see the module docstring).
             def_line = parsed.enclosing_function_line(frame.line)
-            return Source(frame.file, frame.line, def_line, frame.func, exact, resolved)
+            running = _RunningFrame(parsed.running_scope(frame.line, frame.func), frame.line)
+            for group in groups:
+                calls = running.reachable(set(group))
+                if not calls:
+                    continue
+                distinct = sorted({_node_line(c) for c in calls})
+                if len(distinct) == 1:
+                    return Source(frame.file, distinct[0], def_line, frame.func, True, resolved)
+                cycle = running.cycle(calls) if occurrence is not None else None
+                if cycle:
+                    return Source(frame.file, cycle[occurrence[0] % len(cycle)], def_line,
+                                  frame.func, True, resolved)
+                break  # several candidates and no proof which: do not guess
+            return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         for group in groups:
             lines = parsed.calls_in(func, set(group))
             if not lines:

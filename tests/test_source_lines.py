@@ -103,3 +103,132 @@ def test_path_map_and_suffix_match_find_moved_files(tmp_path):
 def test_no_user_frame_gives_no_source(tmp_path):
     stack = [Frame("torch/nn/functional.py", 10, "f", False)]
     assert _resolver(tmp_path).resolve(stack, ["item"]) is None
+
+
+RUNNING = textwrap.dedent(
+    """\
+    import torch
+
+    scale = torch.ones(1).item()
+    for x in xs:
+        idx = torch.nonzero(x)
+        loss = x.sum().item()
+        peak = x.max().item()
+        prof.step()
+    print(x.min().item())
+
+
+    def main(xs, prof):
+        first = xs[0].item()
+        for x in xs:
+            if x.numel():
+                a = x.sum().item()
+            b = x.max().item()
+            prof.step()
+        return first
+    """
+)
+
+
+def _running_resolver(tmp_path) -> SourceResolver:
+    (tmp_path / "run.py").write_text(RUNNING)
+    return SourceResolver([str(tmp_path)])
+
+
+def _running(line: int, func: str, called: str) -> list[Frame]:
+    return [Frame("<built-in>", None, called, False), Frame("run.py", line, func, True)]
+
+
+def test_running_module_frame_finds_the_only_reachable_call_in_the_loop(tmp_path):
+    # Recorded at prof.step() (line 8); nonzero is in the loop body above it.
+    source = _running_resolver(tmp_path).resolve(_running(8, "<module>", "nonzero"),
+                                                 ["nonzero"])
+    assert (source.line, source.def_line, source.line_exact) == (5, None, True)
+
+
+def test_running_loop_with_a_matching_call_after_the_loop_stays_ambiguous(tmp_path):
+    # After line 8 the loop runs 6, 7, 6, 7...; line 3 ran before profiling started, but
+    # line 9 (after the loop) may run too: nothing proves which call the sync was.
+    resolver = _running_resolver(tmp_path)
+    source = resolver.resolve(_running(8, "<module>", "item"), ["item"], occurrence=(0, 4))
+    assert (source.line, source.line_exact) == (8, False)
+
+
+def test_running_loop_cycle_starts_after_the_recorded_line(tmp_path):
+    loop = textwrap.dedent(
+        """\
+        scale = w.item()
+        for x in xs:
+            loss = x.sum().item()
+            prof.step()
+            peak = x.max().item()
+        """
+    )
+    (tmp_path / "loop.py").write_text(loop)
+    resolver = SourceResolver([str(tmp_path)])
+    stack = [Frame("<built-in>", None, "item", False), Frame("loop.py", 4, "<module>", True)]
+    lines = [resolver.resolve(stack, ["item"], occurrence=(n, 5)) for n in range(5)]
+    assert [s.line for s in lines] == [5, 3, 5, 3, 5]
+    assert all(s.line_exact for s in lines)
+    # Without knowing which sync of the invocation it is, two lines stay ambiguous.
+    assert resolver.resolve(stack, ["item"]).line_exact is False
+
+
+def test_running_loop_with_a_conditional_call_is_not_guessed(tmp_path):
+    resolver = _running_resolver(tmp_path)
+    source = resolver.resolve(_running(18, "main", "item"), ["item"], occurrence=(0, 4))
+    assert (source.line, source.def_line, source.line_exact) == (18, 12, False)
+
+
+def test_running_frame_ignores_calls_that_ran_before_the_recorded_line(tmp_path):
+    # Recorded at prof.step() (line 18) of main: x.max() on line 17 is the only max call.
+    resolver = _running_resolver(tmp_path)
+    source = resolver.resolve(_running(18, "main", "max"), ["max"])
+    assert (source.line, source.def_line, source.line_exact) == (17, 12, True)
+    before = textwrap.dedent(
+        """\
+        def main(x, prof):
+            a = x.item()
+            prof.step()
+            return x.nonzero()
+        """
+    )
+    (tmp_path / "straight.py").write_text(before)
+    stack = [Frame("<built-in>", None, "item", False), Frame("straight.py", 3, "main", True)]
+    missing = SourceResolver([str(tmp_path)]).resolve(stack, ["item"])
+    assert (missing.line, missing.line_exact) == (3, False)  # nothing left to call item()
+    stack[0] = Frame("<built-in>", None, "nonzero", False)
+    assert SourceResolver([str(tmp_path)]).resolve(stack, ["nonzero"]).line == 4
+
+
+def test_running_frame_at_the_loop_header_cycles_from_the_top_of_the_body(tmp_path):
+    # A DataLoader's __next__ started the profiler: the frame is at the `for` line.
+    loop = textwrap.dedent(
+        """\
+        for x in loader:
+            a = x.sum().item()
+            b = x.max().item()
+        """
+    )
+    (tmp_path / "header.py").write_text(loop)
+    stack = [Frame("<built-in>", None, "item", False), Frame("header.py", 1, "<module>", True)]
+    resolver = SourceResolver([str(tmp_path)])
+    assert [resolver.resolve(stack, ["item"], occurrence=(n, 3)).line
+            for n in range(3)] == [2, 3, 2]
+
+
+def test_running_frame_with_break_in_the_loop_is_not_cycled(tmp_path):
+    loop = textwrap.dedent(
+        """\
+        for x in loader:
+            a = x.sum().item()
+            if a > 3:
+                continue
+            b = x.max().item()
+            prof.step()
+        """
+    )
+    (tmp_path / "skip.py").write_text(loop)
+    stack = [Frame("<built-in>", None, "item", False), Frame("skip.py", 6, "<module>", True)]
+    source = SourceResolver([str(tmp_path)]).resolve(stack, ["item"], occurrence=(0, 2))
+    assert (source.line, source.line_exact) == (6, False)

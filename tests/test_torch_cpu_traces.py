@@ -128,3 +128,47 @@ def test_module_path_comes_from_nn_module_frames(recorded):
     assert outside and all(s.module is None for s in outside)
     for sync in report.latent:
         assert not any(f.func.startswith("nn.Module") for f in sync.stack)
+
+
+RUNNING_LOOP = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    w = torch.randn(8, 4)
+    scale = torch.ones(1).item()
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                 schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=tensorboard_trace_handler(LOGDIR)) as prof:
+        for step in range(3):
+            y = torch.randn(4, 8) @ w
+            idx = torch.nonzero(y > 0)
+            loss = y.sum().item()
+            peak = y.max().item()
+            prof.step()
+    """
+)
+LOOP_NONZERO, LOOP_ITEM1, LOOP_ITEM2, LOOP_STEP = 11, 12, 13, 14
+
+
+def test_module_level_loop_findings_point_at_the_calls_not_at_prof_step(tmp_path):
+    """The loop's <module> frame was running when profiling started, so the trace records
+    its current line (prof.step()), not a def line; the resolver finds the calls in the
+    loop body, and the two item() calls in the order they run."""
+    import runpy
+
+    script = tmp_path / "train_loop.py"
+    script.write_text(RUNNING_LOOP)
+    logdir = tmp_path / "logs" / "loop"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)}, run_name="train_loop")
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    innermost = {next((f.func, Path(f.file).name, f.line) for f in s.stack if f.user)
+                 for s in report.latent}
+    assert innermost == {("<module>", "train_loop.py", LOOP_STEP)}  # what the trace says
+    by_op: dict[str, list[tuple[float, int]]] = {}
+    for sync in report.latent:
+        assert sync.source is not None and sync.source.line_exact, sync.source
+        by_op.setdefault(sync.op, []).append((sync.ts_us, sync.source.line))
+    assert {line for _, line in by_op["aten::nonzero"]} == {LOOP_NONZERO}
+    items = [line for _, line in sorted(by_op["aten::item"])]
+    assert items == [LOOP_ITEM1, LOOP_ITEM2] * 2  # 2 recorded steps, calls in run order

@@ -8,55 +8,26 @@ SYNC_ADVISOR_SCREENSHOTS=1 (so CI does not dirty the tree).
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.fixture_traces import ITEM_LINE, NONZERO_LINE, XSS, write_fixture
+from tests.e2e.helpers import (
+    new_page,
+    plugin_url,
+    rows,
+    serve_tensorboard,
+    shot,
+    skip_without_browser,
+)
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-if not Path(CHROMIUM).exists():
-    pytest.skip("no chromium binary (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+skip_without_browser()
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / "docs" / "screenshots"
-TAKE_SCREENSHOTS = os.environ.get("SYNC_ADVISOR_SCREENSHOTS") == "1"
 PREFIX = "/tb"
-START_TIMEOUT_S = 90
-LOAD_TIMEOUT_S = 90
-UI_TIMEOUT_MS = 20_000
 RUNS = {"baseline", "optimized", "html_names", "cpu_only", "no_stacks", "clean"}
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
 
 
 @pytest.fixture(scope="module")
@@ -64,90 +35,9 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A TensorBoard process on the fixture logdir; yields its base URL; always stopped."""
     root = tmp_path_factory.mktemp("dashboard")
     logdir = write_fixture(root)
-    port = free_port()
-    log = root / "tensorboard.log"
-    command = [
-        sys.executable, "-m", "tensorboard.main",
-        "--logdir", str(logdir),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--path_prefix", PREFIX,
-        "--sync_advisor_cache_dir", str(root / "cache"),
-        "--sync_advisor_reload_interval", "1",
-    ]  # fmt: skip
-    with open(log, "wb") as out:
-        # cwd=root: the default source root is TensorBoard's working directory.
-        proc = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=root
-        )
-    base = f"http://127.0.0.1:{port}{PREFIX}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S + LOAD_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"tensorboard exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                runs = get_json(f"{base}/data/plugin/sync_advisor/runs")
-                names = {r["name"] for r in runs["runs"] if not r["loading"]}
-                if not runs["loading"] and RUNS <= names:
-                    break
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"tensorboard did not load the runs in time:\n{log.read_text()}")
-            time.sleep(0.3)
+    # cwd=root: the default source root is TensorBoard's working directory.
+    with serve_tensorboard(logdir, cwd=root, expected_runs=RUNS, path_prefix=PREFIX) as base:
         yield base
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page_errors() -> list[str]:
-    return []
-
-
-def new_page(
-    browser: Any, errors: list[str], width: int = 1280, height: int = 800, dark: bool = False
-) -> Any:
-    context = browser.new_context(
-        viewport={"width": width, "height": height}, color_scheme="dark" if dark else "light"
-    )
-    page = context.new_page()
-    page.set_default_timeout(UI_TIMEOUT_MS)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    return page
-
-
-def plugin_url(base: str, hash_: str = "") -> str:
-    return f"{base}/data/plugin_entry.html?name=sync_advisor{hash_}"
-
-
-def shot(target: Any, name: str) -> None:
-    if TAKE_SCREENSHOTS:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        target.screenshot(path=str(SCREENSHOTS / name), full_page=True)
-
-
-def rows(frame: Any) -> list[str]:
-    frame.wait_for_selector("[data-testid=sites] tbody tr")
-    return frame.locator("[data-testid=sites] tbody tr").all_inner_texts()
 
 
 def test_sync_advisor_tab_in_tensorboard_shows_the_hotspots_of_the_known_trace(

@@ -1,0 +1,193 @@
+"""What a new user sees after ``tb-syncfinder demo``: the Sync Advisor tab in a real headless
+Chromium against a real TensorBoard process on the logdir the demo wrote.
+
+The demo runs as a user runs it (the console script's entry point, in a subprocess) and
+TensorBoard starts from a temporary folder that is not this checkout, so the source view
+must find the installed workload files by itself, whatever the user's working directory.
+On this machine (no GPU) the demo trains on the CPU: its findings are latent syncs, the
+operators that would make the host wait on a GPU, at the lines ``tb_syncfinder/demo/seg.py``
+marks with ``# sync: <what>``. The expected lines are read from that file, never written here.
+
+With SYNC_ADVISOR_SCREENSHOTS=1 the views are saved as docs/screenshots/demo-*.png.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import (
+    checkout_env,
+    new_page,
+    plugin_url,
+    rows,
+    serve_tensorboard,
+    shot,
+    skip_without_browser,
+)
+
+skip_without_browser()
+
+DEMO_RUNS = {"cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized"}
+# The installed workload file (the one the demo profiles), located without importing torch.
+SEG_SOURCE = Path(importlib.util.find_spec("tb_syncfinder.demo.seg").origin)
+# What the ``tb-syncfinder`` console script runs.
+CLI = "import sys; from tb_syncfinder.cli import main; sys.exit(main())"
+DEMO_TIMEOUT_S = 300
+# The sites of the forward loss; mask_backward (the mask's gradient) is marked too.
+LOSS_MARKS = ("unique", "nonzero", "mask")
+
+
+def sync_marks(path: Path) -> dict[str, int]:
+    """``# sync: <what>`` comment -> its 1-based line number."""
+    marks = {}
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        found = re.search(r"#\s*sync:\s*(\w+)", text)
+        if found:
+            marks[found.group(1)] = number
+    return marks
+
+
+MARKS = sync_marks(SEG_SOURCE)
+
+
+def row_at(page: Any, line: int) -> Any:
+    """The sites-table row of seg.py:<line>."""
+    return page.locator("[data-testid=sites] tbody tr", has_text=f"seg.py:{line}")
+
+
+def demo_tensorboard_flags(user_dir: Path) -> list[str]:
+    """The ``--sync_advisor_*`` flags ``tb-syncfinder demo`` passes to the TensorBoard it
+    starts, as computed when run from ``user_dir``."""
+    code = (
+        "import json; from tb_syncfinder.demo.cli import tensorboard_source_flags; "
+        "print(json.dumps(tensorboard_source_flags()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=user_dir, env=checkout_env(),
+        capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def demo_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``tb-syncfinder demo --no-tensorboard --size tiny`` into a temporary logdir, then a
+    TensorBoard on it, both run from a folder outside the checkout; yields TensorBoard's URL."""
+    user_dir = tmp_path_factory.mktemp("demo_user")
+    logdir = user_dir / "logs"
+    demo = subprocess.run(
+        [sys.executable, "-c", CLI, "demo", "--no-tensorboard", "--size", "tiny",
+         "--logdir", str(logdir)],
+        cwd=user_dir, env=checkout_env(), capture_output=True, text=True,
+        timeout=DEMO_TIMEOUT_S,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    # TensorBoard as ``tb-syncfinder demo`` starts it: with the demo's source flags (a source
+    # root at the installed demo folder). A plain ``tensorboard --logdir logs`` from
+    # ``user_dir`` answers "outside the source roots" for the workload files until the
+    # plugin resolves the demo's sources by itself (tb_syncfinder/source.py and plugin/,
+    # in progress elsewhere); once it does, pass ``extra_args=[]`` here so this test proves
+    # that path too.
+    extra_args = demo_tensorboard_flags(user_dir)
+    with serve_tensorboard(
+        logdir, cwd=user_dir, expected_runs=DEMO_RUNS, extra_args=extra_args
+    ) as base:
+        yield base
+
+
+def test_demo_source_marks_the_loss_syncs_this_test_expects() -> None:
+    # Guards the test itself: a renamed or dropped marker must fail here, not pass vacuously.
+    assert set(LOSS_MARKS) <= set(MARKS), MARKS
+    assert len({MARKS[m] for m in LOSS_MARKS}) == len(LOSS_MARKS)
+
+
+def test_seg_baseline_in_the_tab_shows_latent_unique_nonzero_and_mask_at_their_lines(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(f"{demo_board}/#sync_advisor")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("#sa-run")
+    runs = frame.eval_on_selector_all("#sa-run option", "els => els.map(o => o.value)")
+    assert DEMO_RUNS <= set(runs), runs
+    frame.select_option("#sa-run", "seg_baseline")
+    banner = frame.wait_for_selector("[data-testid=no-gpu]")
+    assert "would synchronize the host with the GPU" in banner.inner_text()
+    frame.wait_for_function(
+        "[...document.querySelectorAll('[data-testid=sites] tbody tr')]"
+        ".some(r => r.innerText.includes('seg.py:'))"
+    )
+    texts = rows(frame)
+    expected_ops = {"unique": "unique", "nonzero": "aten::nonzero", "mask": "aten::index"}
+    for mark in LOSS_MARKS:
+        line = MARKS[mark]
+        matching = [t for t in texts if f"seg.py:{line}" in t]
+        assert matching, f"no row at seg.py:{line} (# sync: {mark}) in {texts}"
+        assert expected_ops[mark] in matching[0], matching
+        assert "baseline_loss" in matching[0], matching
+    # The Location cell's tooltip names the demo's workload file (torch records it relative
+    # to its sys.path entry, as for any installed package), not some other seg.py.
+    title = row_at(frame, MARKS["nonzero"]).locator("td.loc").get_attribute("title")
+    assert title.endswith(f"tb_syncfinder/demo/seg.py:{MARKS['nonzero']}"), title
+    # Every row is a latent finding: this CPU trace cannot have real syncs.
+    assert frame.locator("[data-testid=sites] .sa-badge.latent").count() == len(texts)
+    assert len(texts) >= len(LOSS_MARKS)
+    page.wait_for_timeout(300)
+    shot(page, "demo-hotspots.png", full_page=False)
+    assert page_errors == []
+
+
+def test_nonzero_detail_highlights_its_source_line_from_a_foreign_working_directory(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    line = MARKS["nonzero"]
+    # Wider than the default: the detail column then shows the whole highlighted line,
+    # ``# sync: nonzero`` marker included, without scrolling the source sideways.
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(demo_board, "#run=seg_baseline"))
+    row_at(page, line).click()
+    page.wait_for_selector("[data-testid=source], [data-testid=source-note]")
+    notes = page.locator("[data-testid=source-note]")
+    assert notes.count() == 0, notes.first.inner_text()
+    hl = page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(line)
+    assert "torch.nonzero(" in hl.inner_text()
+    assert "(latent)" in page.inner_text("[data-testid=detail]")
+    assert "aten::nonzero" in page.inner_text("[data-testid=chain]")
+    assert "baseline_loss" in page.inner_text("[data-testid=user-frames]")
+    assert page.inner_text("[data-testid=advice]").strip() != ""
+    page.locator("[data-testid=detail]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    shot(page, "demo-detail.png")
+    assert page_errors == []
+
+
+def test_compare_of_seg_runs_shows_every_marked_loss_site_fixed(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(demo_board, "#run=seg_optimized&view=compare"))
+    page.wait_for_selector("[data-testid=compare-empty]")
+    page.select_option("#sa-base", "seg_baseline")
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert page.locator("[data-testid=compare-latent]").count() == 1
+    fixed = page.locator("[data-testid=compare-sites] tr[data-status=fixed]").all_inner_texts()
+    for mark in LOSS_MARKS:
+        line = MARKS[mark]
+        assert any(f"seg.py:{line}" in t and "gone" in t for t in fixed), (mark, fixed)
+    # The optimized loss has no data-dependent shape left: nothing is still there or new.
+    others = page.locator("[data-testid=compare-sites] tbody tr:not([data-status=fixed])")
+    assert others.count() == 0, others.all_inner_texts()
+    assert "base=seg_baseline" in page.evaluate("location.hash")
+    page.wait_for_timeout(300)
+    shot(page, "demo-compare.png")
+    assert page_errors == []

@@ -92,11 +92,13 @@ def demo_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )  # fmt: skip
     assert demo.returncode == 0, demo.stdout + demo.stderr
     # TensorBoard as ``tb-syncfinder demo`` starts it: with the demo's source flags (a source
-    # root at the installed demo folder). A plain ``tensorboard --logdir logs`` from
-    # ``user_dir`` answers "outside the source roots" for the workload files until the
-    # plugin resolves the demo's sources by itself (tb_syncfinder/source.py and plugin/,
-    # in progress elsewhere); once it does, pass ``extra_args=[]`` here so this test proves
-    # that path too.
+    # root and a path map to the installed demo folder). Without them, a plain
+    # ``tensorboard --logdir logs`` from ``user_dir`` cannot read the workload files (their
+    # frames are recorded as ``tb_syncfinder/demo/seg.py``, relative to the sys.path entry):
+    # the sites fall back to the functions' def lines (seg.py:71*, not the marked lines) and
+    # the source view says "outside the source roots". The plugin resolving the demo's
+    # sources by itself is in progress (tb_syncfinder/source.py and plugin/, another
+    # engineer); once it lands, pass ``extra_args=[]`` here so this test proves that too.
     extra_args = demo_tensorboard_flags(user_dir)
     with serve_tensorboard(
         logdir, cwd=user_dir, expected_runs=DEMO_RUNS, extra_args=extra_args

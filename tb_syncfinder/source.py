@@ -295,14 +295,17 @@ class SourceResolver:
     def _suffix_index(self) -> dict[str, list[Path]]:
         if self._index is None:
             index: dict[str, list[Path]] = {}
+            seen: set[Path] = set()  # nested roots (a checkout and its demo folder) walk twice
             count = 0
             for root in self.roots:
                 for dirpath, dirnames, filenames in os.walk(root):
                     dirnames[:] = [d for d in dirnames
                                    if d not in _SKIP_DIRS and not d.startswith(".")]
                     for name in filenames:
-                        if name.endswith(".py"):
-                            index.setdefault(name, []).append(Path(dirpath, name))
+                        path = Path(dirpath, name)
+                        if name.endswith(".py") and path not in seen:
+                            seen.add(path)
+                            index.setdefault(name, []).append(path)
                             count += 1
                     if count > _MAX_INDEXED_FILES:
                         break

@@ -289,9 +289,8 @@ def _free_port() -> int:
 def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
     from tb_syncfinder.demo.serve import PLUGIN_NAME, start_tensorboard
 
-    board = start_tensorboard(
-        demo_logdir[0], _free_port(), extra_args=demo_cli.tensorboard_source_flags()
-    )
+    # Started as `tb-syncfinder demo` starts it: no --sync_advisor_* flags.
+    board = start_tensorboard(demo_logdir[0], _free_port())
     try:
         assert board.process.poll() is None
         assert board.sync_advisor_url == f"http://localhost:{board.port}/#sync_advisor"

@@ -117,8 +117,12 @@ def _summarize_run(run: DemoRun) -> list[str]:
 
 
 def tensorboard_source_flags() -> list[str]:
-    """The Sync Advisor plugin's flags for the same source roots and path map as the
-    summary uses: its source view shows the workload lines wherever the package lives."""
+    """``--sync_advisor_*`` flags for the same source roots and path map as the summary uses.
+
+    The demo's own TensorBoard no longer needs them: the plugin always has the installed
+    demo folder as a source root with ``tb_syncfinder/demo/`` mapped to it
+    (``plugin.settings.builtin_sources``), so a plain ``tensorboard --logdir`` from any folder
+    shows the workload lines. Kept for scripts that pass them explicitly."""
     options = source_options()
     flags = []
     for root in options["source_roots"]:
@@ -225,9 +229,9 @@ def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
     chosen_port = port if port is not None else pick_port()
     print(f"Starting TensorBoard on port {chosen_port} ...")
     try:
-        board = start_tensorboard(
-            logdir, chosen_port, bind_all=bind_all, extra_args=tensorboard_source_flags()
-        )
+        # No --sync_advisor_* flags: the plugin finds the demo sources by itself, exactly as
+        # when the user later runs plain `tensorboard --logdir` on these runs.
+        board = start_tensorboard(logdir, chosen_port, bind_all=bind_all)
     except TensorBoardError as error:
         print(f"tb-syncfinder demo: {error}", file=sys.stderr)
         return 2

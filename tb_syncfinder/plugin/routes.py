@@ -30,7 +30,7 @@ from tb_syncfinder.models import KINDS, TraceRef
 from tb_syncfinder.plugin.cache import DiskCache
 from tb_syncfinder.plugin.loader import ERROR, RETRY, RunState, TraceLoader
 from tb_syncfinder.plugin.safety import SourceError, SourceGuard
-from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
+from tb_syncfinder.plugin.settings import PluginSettings, builtin_sources, settings_from_flags
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +91,8 @@ def make_engine_options(settings: PluginSettings) -> Any:
     """The engine's Options for these settings (source roots and path map)."""
     from tb_syncfinder import engine
 
-    return engine.Options(
-        source_roots=tuple(settings.source_roots), path_map=tuple(settings.path_map)
-    )
+    roots, path_map = builtin_sources(settings.source_roots, settings.path_map)
+    return engine.Options(source_roots=tuple(roots), path_map=tuple(path_map))
 
 
 def _json_dumps(obj: Any) -> str:
@@ -135,7 +134,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         if settings is None:
             settings = settings_from_flags(context.flags, context.logdir)
         self.settings = settings
-        self.guard = SourceGuard(settings.source_roots, settings.path_map)
+        self.guard = SourceGuard(*builtin_sources(settings.source_roots, settings.path_map))
         self.loader = TraceLoader(
             settings.logdirs,
             make_engine_options(settings),

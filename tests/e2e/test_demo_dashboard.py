@@ -2,8 +2,9 @@
 Chromium against a real TensorBoard process on the logdir the demo wrote.
 
 The demo runs as a user runs it (the console script's entry point, in a subprocess) and
-TensorBoard starts from a temporary folder that is not this checkout, so the source view
-must find the installed workload files by itself, whatever the user's working directory.
+TensorBoard starts, without any ``--sync_advisor_*`` flag, from a temporary folder that is
+not this checkout: the plugin must find the installed workload files by itself, whatever
+the user's working directory.
 On this machine (no GPU) the demo trains on the CPU: its findings are latent syncs, the
 operators that would make the host wait on a GPU, at the lines ``tb_syncfinder/demo/seg.py``
 marks with ``# sync: <what>``. The expected lines are read from that file, never written here.
@@ -14,7 +15,6 @@ With SYNC_ADVISOR_SCREENSHOTS=1 the views are saved as docs/screenshots/demo-*.p
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import subprocess
 import sys
@@ -64,20 +64,6 @@ def row_at(page: Any, line: int) -> Any:
     return page.locator("[data-testid=sites] tbody tr", has_text=f"seg.py:{line}")
 
 
-def demo_tensorboard_flags(user_dir: Path) -> list[str]:
-    """The ``--sync_advisor_*`` flags ``tb-syncfinder demo`` passes to the TensorBoard it
-    starts, as computed when run from ``user_dir``."""
-    code = (
-        "import json; from tb_syncfinder.demo.cli import tensorboard_source_flags; "
-        "print(json.dumps(tensorboard_source_flags()))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=user_dir, env=checkout_env(),
-        capture_output=True, text=True, timeout=DEMO_TIMEOUT_S, check=True,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def demo_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``tb-syncfinder demo --no-tensorboard --size tiny`` into a temporary logdir, then a
@@ -91,18 +77,12 @@ def demo_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         timeout=DEMO_TIMEOUT_S,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    # TensorBoard as ``tb-syncfinder demo`` starts it: with the demo's source flags (a source
-    # root and a path map to the installed demo folder). Without them, a plain
-    # ``tensorboard --logdir logs`` from ``user_dir`` cannot read the workload files (their
-    # frames are recorded as ``tb_syncfinder/demo/seg.py``, relative to the sys.path entry):
-    # the sites fall back to the functions' def lines (seg.py:71*, not the marked lines) and
-    # the source view says "outside the source roots". The plugin resolving the demo's
-    # sources by itself is in progress (tb_syncfinder/source.py and plugin/, another
-    # engineer); once it lands, pass ``extra_args=[]`` here so this test proves that too.
-    extra_args = demo_tensorboard_flags(user_dir)
-    with serve_tensorboard(
-        logdir, cwd=user_dir, expected_runs=DEMO_RUNS, extra_args=extra_args
-    ) as base:
+    # A plain ``tensorboard --logdir logs`` from ``user_dir``, no --sync_advisor_* flag: the
+    # workload frames are recorded as ``tb_syncfinder/demo/seg.py`` (relative to their
+    # sys.path entry, as for any installed package), which the plugin must resolve by itself.
+    # If it did not, the sites would fall back to the functions' def lines (seg.py:71*) and
+    # the source view would say "outside the source roots".
+    with serve_tensorboard(logdir, cwd=user_dir, expected_runs=DEMO_RUNS) as base:
         yield base
 
 

@@ -136,6 +136,8 @@ def test_nonzero_detail_highlights_its_source_line_from_a_foreign_working_direct
     # ``# sync: nonzero`` marker included, without scrolling the source sideways.
     page = new_page(browser, page_errors, width=1600, height=1000)
     page.goto(plugin_url(demo_board, "#run=seg_baseline"))
+    texts = rows(page)
+    assert any(f"seg.py:{line}" in t for t in texts), f"no row at seg.py:{line}: {texts}"
     row_at(page, line).click()
     page.wait_for_selector("[data-testid=source], [data-testid=source-note]")
     notes = page.locator("[data-testid=source-note]")

@@ -1,6 +1,7 @@
 """A real ``tensorboard`` process lists the Sync Advisor tab and routes its endpoints.
 
-Two launches per module (plain and with ``--path_prefix /foo``), on a logdir holding a
+Three launches per module (``--host 127.0.0.1``, ``--path_prefix /foo``, and ``--bind_all``
+as on a remote machine, always asked through 127.0.0.1), on a logdir holding a
 trace that real torch profiled on the CPU from a workload file under the source root. The
 process group is always killed by the fixture's finalizer.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import signal
 import socket
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,15 +97,17 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module", params=["", "/foo"], ids=["root", "path_prefix"])
+@pytest.fixture(scope="module", params=["", "/foo", "bind_all"],
+                ids=["root", "path_prefix", "bind_all"])
 def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[TensorBoard]:
-    prefix = request.param
+    bind_all = request.param == "bind_all"
+    prefix = "" if bind_all else request.param
     port = free_port()
-    log = logdir / f"tensorboard{prefix.replace('/', '_')}.log"
+    log = logdir / f"tensorboard_{request.param.replace('/', '_')}.log"
     command = [
         sys.executable, "-m", "tensorboard.main",
         "--logdir", str(logdir / "logs"),
-        "--host", "127.0.0.1",
+        *(["--bind_all"] if bind_all else ["--host", "127.0.0.1"]),
         "--port", str(port),
         "--sync_advisor_cache_dir", str(logdir / "cache"),
         "--sync_advisor_reload_interval", "1",
@@ -207,3 +212,54 @@ def test_dashboard_bundle_is_served_as_javascript_or_missing_as_json(
         assert headers["Content-Type"].startswith("text/javascript")
     else:
         assert status == 404 and "index.js" in json.loads(body)["error"]
+
+
+# ----- embedded the way VS Code's TensorBoard integration (or any proxy) shows it -----------
+# VS Code shows TensorBoard in an iframe of its webview, and TensorBoard shows the plugin in
+# an iframe of data/plugin_entry.html?name=sync_advisor, whose <base href="plugin/NAME/">
+# makes relative URLs land on the plugin's routes. So nothing may forbid framing, and the
+# bundle may only use relative URLs (an absolute "/data/..." misses any path prefix or proxy).
+
+
+def assert_frameable(headers: dict) -> None:
+    frame_options = {k.lower(): v for k, v in headers.items()}.get("x-frame-options")
+    assert frame_options is None, f"X-Frame-Options: {frame_options} blocks the iframe"
+    csp = {k.lower(): v for k, v in headers.items()}.get("content-security-policy", "")
+    ancestors = [d.strip() for d in csp.split(";") if d.strip().startswith("frame-ancestors")]
+    assert not ancestors, f"CSP {ancestors} restricts who may frame the page"
+
+
+def test_plugin_entry_and_bundle_load_inside_an_iframe(tensorboard: TensorBoard) -> None:
+    entry_url = f"{tensorboard.base}/data/plugin_entry.html?name=sync_advisor"
+    status, headers, body = get(entry_url)
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert_frameable(headers)
+    html = body.decode("utf-8")
+    base = re.search(r'<base href="([^"]+)"', html)
+    module = re.search(r"import\((\"[^\"]+\")\)", html)
+    assert base and module, html
+    # Resolve as the browser does: the module and the bundle's relative fetches against the
+    # entry page's <base>.
+    base_url = urllib.parse.urljoin(entry_url, base.group(1))
+    status, headers, _ = get(urllib.parse.urljoin(base_url, json.loads(module.group(1))))
+    assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+    assert_frameable(headers)
+    status, headers, runs = get(urllib.parse.urljoin(base_url, "runs"))
+    assert status == 200 and "runs" in json.loads(runs)
+    assert_frameable(headers)
+
+
+def test_the_bundle_requests_only_relative_urls(tensorboard: TensorBoard) -> None:
+    status, _, body = get(tensorboard.plugin("index.js"))
+    if status == 404:
+        pytest.skip("dashboard bundle not built (cd frontend && npm run build)")
+    bundle = body.decode("utf-8")
+    assert "fetch(" in bundle  # the check below looks at something real
+    absolute_fetch = re.findall(r"fetch\(\s*[\"'`](?:/|https?:)[^\"'`]*", bundle)
+    assert not absolute_fetch
+    # Any string literal that is an absolute path or URL: only the SVG namespace is allowed
+    # (a name, never requested); "/*" starts the CSS text's comment.
+    literals = re.findall(r"[\"'`]((?:/[A-Za-z0-9_.-]|https?://)[^\"'`\s]*)", bundle)
+    assert set(literals) <= {"http://www.w3.org/2000/svg"}, literals
+    for attribute in ("href", "src", "action"):
+        assert not re.search(attribute + r"\s*[:=]\s*[\"'`]/", bundle), attribute

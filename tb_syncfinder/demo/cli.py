@@ -116,22 +116,6 @@ def _summarize_run(run: DemoRun) -> list[str]:
     return lines
 
 
-def tensorboard_source_flags() -> list[str]:
-    """``--sync_advisor_*`` flags for the same source roots and path map as the summary uses.
-
-    The demo's own TensorBoard no longer needs them: the plugin always has the installed
-    demo folder as a source root with ``tb_syncfinder/demo/`` mapped to it
-    (``plugin.settings.builtin_sources``), so a plain ``tensorboard --logdir`` from any folder
-    shows the workload lines. Kept for scripts that pass them explicitly."""
-    options = source_options()
-    flags = []
-    for root in options["source_roots"]:
-        flags += ["--sync_advisor_source_root", root]
-    for source, target in options["path_map"]:
-        flags += ["--sync_advisor_path_map", f"{source}={target}"]
-    return flags
-
-
 def _source_flags(runs: list[DemoRun]) -> str:
     """The report/compare flags that find the workload sources when the working directory
     alone does not: the traces name them relative to site-packages (an installed package)

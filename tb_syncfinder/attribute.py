@@ -42,6 +42,20 @@ _LIBRARY_PACKAGES = frozenset(
     }
 )
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__main__"}
+# The Sync Advisor's own modules (CLI, plugin, the demo's driver) are library code; only
+# the demo's workloads stand in for a user's training script.
+_DEMO_DRIVER_MODULES = frozenset({"__init__.py", "cli.py", "runner.py", "serve.py"})
+
+
+def _own_code(norm: str) -> bool | None:
+    """For a file of this package: True for a demo workload, False for the rest; None for
+    any other file."""
+    head, sep, rest = norm.rpartition("tb_syncfinder/")
+    if not sep or (head and not head.endswith("/")):
+        return None
+    if rest.startswith("demo/") and rest.count("/") == 1:
+        return rest[len("demo/"):] not in _DEMO_DRIVER_MODULES
+    return False
 
 
 def is_user_file(path: str) -> bool:
@@ -49,6 +63,9 @@ def is_user_file(path: str) -> bool:
     if not path or path.startswith("<"):
         return False  # <built-in ...>, <frozen importlib._bootstrap>, <string>
     norm = path.replace("\\", "/")
+    own = _own_code(norm)
+    if own is not None:
+        return own  # the demo's workloads count as user code even when installed
     if "site-packages/" in norm or "dist-packages/" in norm or "/torch/" in norm:
         return False
     if norm.rsplit("/", 1)[-1] == "profiler.py":

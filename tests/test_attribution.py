@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from kineto_builder import KinetoTraceBuilder
 
 from tb_syncfinder.attribute import is_user_file, parse_call_stack, parse_frame
@@ -67,3 +68,21 @@ def test_frame_parsing_handles_builtins_and_module_entries():
     assert parse_frame("nn.Module: Linear_0") is None
     assert parse_frame("a b(c).py(12): f").line == 12
     assert parse_call_stack("") == []
+
+
+@pytest.mark.parametrize(
+    ("path", "user"),
+    [
+        ("tb_syncfinder/demo/seg.py", True),
+        ("/venv/lib/python3.11/site-packages/tb_syncfinder/demo/cnn.py", True),
+        ("/home/me/tb-syncfinder/tb_syncfinder/demo/cnn.py", True),
+        ("tb_syncfinder/demo/runner.py", False),
+        ("tb_syncfinder/demo/cli.py", False),
+        ("/home/me/tb-syncfinder/tb_syncfinder/cli.py", False),
+        ("tb_syncfinder/plugin/loader.py", False),
+        ("my_tb_syncfinder/train.py", True),
+        ("train.py", True),
+    ],
+)
+def test_demo_workloads_are_user_code_but_the_demo_driver_is_not(path, user):
+    assert is_user_file(path) is user

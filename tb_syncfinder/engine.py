@@ -22,7 +22,7 @@ from tb_syncfinder.cost import measure
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
 from tb_syncfinder.models import Report, StepStats, Sync, TraceInfo, TraceRef
 from tb_syncfinder.reader import TraceReadError, read_trace
-from tb_syncfinder.source import SourceResolver, callee_groups
+from tb_syncfinder.source import SourceResolver, callee_groups, with_builtin_sources
 from tb_syncfinder.timeline import Timeline, build_timeline
 
 __all__ = ["NoTracesError", "Options", "TraceResult", "analyze", "analyze_trace"]
@@ -63,8 +63,10 @@ class Options:
     contexts: bool = True  # compute TraceResult.contexts
 
     def resolver(self) -> SourceResolver:
-        roots = list(self.source_roots) or [os.getcwd()]
-        return SourceResolver(roots, parse_path_map(self.path_map))
+        roots, path_map = with_builtin_sources(
+            list(self.source_roots) or [os.getcwd()], parse_path_map(self.path_map)
+        )
+        return SourceResolver(roots, path_map)
 
 
 @dataclass

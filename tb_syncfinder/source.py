@@ -277,6 +277,31 @@ class _ParsedFile:
         return best[0] if best else None
 
 
+# The demo workloads installed with the package. torch records an installed file relative to
+# site-packages ("tb_syncfinder/demo/seg.py"), so the demo runs' source lines only resolve
+# with this folder as a root and that prefix mapped to it. It holds nothing but our own .py
+# files, so the CLI, the engine and the plugin (whose source endpoint keeps every check:
+# resolved paths, .py only, size cap) always add it, whatever the working directory.
+DEMO_SOURCE_DIR = os.path.realpath(Path(__file__).resolve().parent / "demo")
+DEMO_RECORDED_PREFIX = "tb_syncfinder/demo/"
+
+
+def with_builtin_sources(
+    source_roots: Sequence[str], path_map: Sequence[tuple[str, str]]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The user's source roots and path map plus the built-in demo folder, after them so a
+    user's own mapping of the same prefix wins."""
+    roots = list(source_roots)
+    pairs = list(path_map)
+    if os.path.isdir(DEMO_SOURCE_DIR):
+        if DEMO_SOURCE_DIR not in roots:
+            roots.append(DEMO_SOURCE_DIR)
+        builtin_map = (DEMO_RECORDED_PREFIX, DEMO_SOURCE_DIR + os.sep)
+        if builtin_map not in pairs:
+            pairs.append(builtin_map)
+    return roots, pairs
+
+
 class SourceResolver:
     """Finds source files (``--source-root``, ``--path-map``) and exact call lines."""
 

@@ -180,12 +180,12 @@ def test_baseline_sites_point_at_the_marked_lines(reports):
 
 def test_demo_lines_resolve_exactly_from_any_working_directory(demo_logdir, tmp_path, monkeypatch):
     # An installed package's frames are recorded relative to site-packages
-    # ("tb_syncfinder/demo/seg.py"): the demo's source options must find them from anywhere.
+    # ("tb_syncfinder/demo/seg.py"): the engine's built-in demo source root finds them from
+    # anywhere, with no --source-root / --path-map.
     from tb_syncfinder import analyze
-    from tb_syncfinder.demo.runner import source_options
 
     monkeypatch.chdir(tmp_path)
-    report = analyze(str(demo_logdir[0] / "seg_baseline"), **source_options())
+    report = analyze(str(demo_logdir[0] / "seg_baseline"))
     markers = {
         line for line, word in marker_lines(DEMO_DIR / "seg.py").items() if word in EXPECTED_ON_CPU
     }
@@ -195,22 +195,6 @@ def test_demo_lines_resolve_exactly_from_any_working_directory(demo_logdir, tmp_
         for sync in syncs:
             assert sync.source.line_exact
             assert Path(sync.source.resolved_path).resolve() == (DEMO_DIR / "seg.py").resolve()
-
-
-def test_report_hints_carry_the_path_map_only_when_the_sources_need_it(tmp_path, monkeypatch):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    trace = run_dir / "w.pt.trace.json.gz"
-    relative = {"traceEvents": [{"name": "tb_syncfinder/demo/seg.py(71): f"}]}
-    trace.write_bytes(gzip.compress(json.dumps(relative).encode()))
-    run = demo_cli.DemoRun(
-        name="seg_baseline", path=str(run_dir), device="cpu", traces=[str(trace)]
-    )
-    monkeypatch.chdir(tmp_path)
-    assert demo_cli._source_flags([run]) == f" --path-map tb_syncfinder/demo/={DEMO_DIR}{os.sep}"
-    absolute = {"traceEvents": [{"name": f"{DEMO_DIR / 'seg.py'}(71): f"}]}
-    trace.write_bytes(gzip.compress(json.dumps(absolute).encode()))
-    assert demo_cli._source_flags([run]) == ""
 
 
 @pytest.mark.parametrize("run", ["cnn_optimized", "seg_optimized"])

@@ -7,9 +7,7 @@ The CLI module (``tb_syncfinder/cli.py``) wires the ``demo`` subcommand to
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -19,14 +17,11 @@ from tb_syncfinder.demo.runner import (
     BUNDLED_PREFIX,
     BUNDLED_TRACES_DIR,
     DEFAULT_STEPS,
-    DEMO_DIR,
-    PORTABLE_DEMO_PATH,
     DemoError,
     DemoRun,
     add_bundled_gpu_runs,
     bundled_versions,
     run_demo,
-    source_options,
 )
 
 DEFAULT_LOGDIR = "syncfinder-demo-logs"
@@ -91,7 +86,7 @@ def _summarize_run(run: DemoRun) -> list[str]:
     """One line per run with what the engine found, then one line per site."""
     from tb_syncfinder import analyze
 
-    report = analyze(run.path, **source_options())
+    report = analyze(run.path)
     errors = [trace for trace in report.traces if trace.error]
     lines = []
     if errors:
@@ -114,23 +109,6 @@ def _summarize_run(run: DemoRun) -> list[str]:
     elif not errors:
         lines.append(f"  {run.name:<20} no syncs, latent or real")
     return lines
-
-
-def _source_flags(runs: list[DemoRun]) -> str:
-    """The report/compare flags that find the workload sources when the working directory
-    alone does not: the traces name them relative to site-packages (an installed package)
-    and this is not a checkout of the project."""
-    if (Path.cwd() / PORTABLE_DEMO_PATH).is_dir():
-        return ""
-    relative = re.compile(rb'"' + re.escape(PORTABLE_DEMO_PATH.encode()))
-    for demo_run in runs:
-        for trace in demo_run.traces:
-            try:
-                if relative.search(gzip.decompress(Path(trace).read_bytes())):
-                    return f" --path-map {PORTABLE_DEMO_PATH}={DEMO_DIR}{os.sep}"
-            except (OSError, EOFError, gzip.BadGzipFile):
-                continue
-    return ""
 
 
 def print_summary(runs: list[DemoRun], out: Callable[[str], None] = print) -> None:
@@ -184,9 +162,8 @@ def run(args: argparse.Namespace) -> int:
             )
     print_summary(runs)
     print("Reports on the command line:")
-    flags = _source_flags(runs)
     for demo_run in runs:
-        print(f"  tb-syncfinder report {demo_run.path}{flags}")
+        print(f"  tb-syncfinder report {demo_run.path}")
     names = {demo_run.name: demo_run.path for demo_run in runs}
     print("Baseline vs optimized (the syncs gone):")
     for workload in ("cnn", "seg"):
@@ -196,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
                 names.get(f"{prefix}{workload}_optimized"),
             )
             if base and new:
-                print(f"  tb-syncfinder compare {base} {new}{flags}")
+                print(f"  tb-syncfinder compare {base} {new}")
     if args.no_tensorboard:
         return 0
     return _serve(logdir, args.port, args.bind_all)

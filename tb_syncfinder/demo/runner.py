@@ -9,7 +9,6 @@ records (``enable_cuda_sync_events``) when profiling a GPU on a torch build that
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -182,19 +181,6 @@ def bundled_versions(directory: Path = BUNDLED_TRACES_DIR) -> dict:
         return json.loads((directory / "versions.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-
-
-def source_options(cwd: str | None = None) -> dict:
-    """Engine options that find the demo's workload files from any working directory.
-
-    torch records frames of installed packages relative to ``site-packages``
-    (``tb_syncfinder/demo/seg.py``), which the default source root, the working directory,
-    only resolves inside a checkout of this project: map that prefix to this installation.
-    """
-    return {
-        "source_roots": [cwd or os.getcwd(), str(DEMO_DIR)],
-        "path_map": [(PORTABLE_DEMO_PATH, str(DEMO_DIR) + os.sep)],
-    }
 
 
 def _localize_demo_paths(text: str, demo_dir: Path) -> str:

@@ -30,7 +30,8 @@ from tb_syncfinder.models import KINDS, TraceRef
 from tb_syncfinder.plugin.cache import DiskCache
 from tb_syncfinder.plugin.loader import ERROR, RETRY, RunState, TraceLoader
 from tb_syncfinder.plugin.safety import SourceError, SourceGuard
-from tb_syncfinder.plugin.settings import PluginSettings, builtin_sources, settings_from_flags
+from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
+from tb_syncfinder.source import with_builtin_sources
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +89,12 @@ class Selection:
 
 
 def make_engine_options(settings: PluginSettings) -> Any:
-    """The engine's Options for these settings (source roots and path map)."""
+    """The engine's Options for these settings (source roots and path map; the engine adds
+    the built-in demo folder itself)."""
     from tb_syncfinder import engine
 
-    roots, path_map = builtin_sources(settings.source_roots, settings.path_map)
-    return engine.Options(source_roots=tuple(roots), path_map=tuple(path_map))
+    return engine.Options(source_roots=tuple(settings.source_roots),
+                          path_map=tuple(settings.path_map))
 
 
 def _json_dumps(obj: Any) -> str:
@@ -134,7 +136,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         if settings is None:
             settings = settings_from_flags(context.flags, context.logdir)
         self.settings = settings
-        self.guard = SourceGuard(*builtin_sources(settings.source_roots, settings.path_map))
+        self.guard = SourceGuard(*with_builtin_sources(settings.source_roots, settings.path_map))
         self.loader = TraceLoader(
             settings.logdirs,
             make_engine_options(settings),

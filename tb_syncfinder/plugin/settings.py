@@ -5,20 +5,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tb_syncfinder.plugin.cache import default_cache_dir
 from tb_syncfinder.plugin.safety import parse_path_map
 
 DEFAULT_RELOAD_INTERVAL_S = 10.0
-# The demo workloads installed with the package. torch records an installed file relative to
-# site-packages ("tb_syncfinder/demo/seg.py"), so the demo runs' source lines only resolve
-# with this folder as a root and that prefix mapped to it. It holds nothing but our own .py
-# files (plus the bundled traces, which are never served: .py only), so it is always on,
-# whatever folder TensorBoard was started from and whatever flags it was given.
-DEMO_SOURCE_DIR = os.path.realpath(Path(__file__).resolve().parents[1] / "demo")
-DEMO_RECORDED_PREFIX = "tb_syncfinder/demo/"
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
 _DISABLED = ("", "none", "off", "false", "0")
 
@@ -32,23 +24,6 @@ class PluginSettings:
     reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
     max_workers: int = 0  # 0: min(4, cpu count)
     use_processes: bool = True
-
-
-def builtin_sources(
-    source_roots: list[str], path_map: list[tuple[str, str]]
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """The user's source roots and path map plus the built-in demo folder (after them, so a
-    user's own mapping of the same prefix wins). Used for both the engine's resolver and the
-    ``source`` endpoint's guard, which keeps every check (resolved paths, .py only, size)."""
-    roots = list(source_roots)
-    pairs = list(path_map)
-    if os.path.isdir(DEMO_SOURCE_DIR):
-        if DEMO_SOURCE_DIR not in roots:
-            roots.append(DEMO_SOURCE_DIR)
-        builtin_map = (DEMO_RECORDED_PREFIX, DEMO_SOURCE_DIR + os.sep)
-        if builtin_map not in pairs:
-            pairs.append(builtin_map)
-    return roots, pairs
 
 
 def parse_logdir_spec(spec: str) -> list[tuple[str | None, str]]:

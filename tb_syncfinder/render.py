@@ -215,6 +215,18 @@ def _summary_lines(summary: dict[str, Any], style: _Style) -> list[str]:
     host_wait = float(summary.get("host_wait_us") or 0.0)
     gpu_idle = float(summary.get("gpu_idle_us") or 0.0)
     lines = [style("Summary", _BOLD)]
+    latent = int(summary.get("latent_count") or 0)
+    if count == 0 and latent:
+        # A CPU-only trace: its cost figures are all zero by nature; what it tells is how
+        # many syncs a GPU run of the same code would make.
+        per_step = f"{latent / steps:.1f} per step, " if steps else ""
+        lines.append(_label("latent syncs") + f"{per_step}{latent} in all: would make the host "
+                     "wait on a GPU")
+        mean_step = float(summary.get("mean_step_time_us") or 0.0)
+        if mean_step > 0:
+            lines.append(_label("step time") + f"{format_us(mean_step)} mean on the CPU "
+                         "(not a measure of these syncs)")
+        return lines
     if steps:
         lines.append(_label("syncs per step") + f"{float(summary.get('syncs_per_step') or 0):.1f}"
                      f"  ({count} over {steps} step{'s' if steps != 1 else ''})")

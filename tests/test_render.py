@@ -111,3 +111,21 @@ def test_render_compare_shows_status_and_step_time_change(sample_report: Report)
     assert re.search(r"^same\s+.*train\.py:42", text, re.M)
     assert "10.00 ms -> 9.00 ms (-1.00 ms)" in text
     assert all(len(line) <= WIDTH for line in text.splitlines())
+
+
+def test_cpu_only_summary_counts_latent_syncs_instead_of_printing_zero_costs():
+    from tb_syncfinder.render import render_report
+
+    report = {
+        "schema": "tb_syncfinder.report/1",
+        "traces": [{"path": "w.pt.trace.json", "worker": "w", "span": None, "device": "cpu",
+                    "steps": 5, "error": None}],
+        "summary": {"sync_count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0,
+                    "step_time_us": 50_000.0, "step_count": 5, "latent_count": 20,
+                    "mean_step_time_us": 10_000.0},
+        "syncs": [], "sites": [], "latent": [], "latent_sites": [], "steps": [],
+    }
+    text = render_report(report, color=False, top=None)
+    assert "4.0 per step, 20 in all" in text
+    assert "share of step" not in text
+    assert "without syncs" not in text

@@ -19,10 +19,7 @@ import json
 import os
 import random
 import runpy
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +28,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from tb_syncfinder.demo.serve import free_port, start_tensorboard
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_TRACES = REPO.parent / "shared" / "traces" / "real"
@@ -79,12 +78,6 @@ def build_logdir(root: Path, logdir: str | None) -> tuple[Path, str]:
     return root / "logs", "CPU traces profiled by torch here (no ../shared)"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def fetch(url: str, timeout: float = 30) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -96,34 +89,24 @@ def fetch(url: str, timeout: float = 30) -> tuple[int, bytes]:
 class TensorBoard:
     """A tensorboard process on loopback, killed with its process group on exit."""
 
-    def __init__(self, logdir: Path, cache_dir: Path, log: Path) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}/data/plugin/sync_advisor/"
-        command = [
-            sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--sync_advisor_cache_dir", str(cache_dir),
-            "--sync_advisor_reload_interval", "2",
-        ]  # fmt: skip
-        self.log = log
+    def __init__(self, logdir: Path, cache_dir: Path) -> None:
         self.started = time.perf_counter()
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.process = start_tensorboard(
+            logdir,
+            free_port("127.0.0.1"),
+            host="127.0.0.1",
+            extra_args=[
+                "--sync_advisor_cache_dir", str(cache_dir),
+                "--sync_advisor_reload_interval", "2",
+            ],  # fmt: skip
+        )
+        self.base = f"http://127.0.0.1:{self.process.port}/data/plugin/sync_advisor/"
 
     def __enter__(self) -> TensorBoard:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=15)
+        self.process.stop(timeout=15)
 
     def url(self, route: str, **params: object) -> str:
         return self.base + route + "?" + urllib.parse.urlencode(params)
@@ -133,8 +116,8 @@ class TensorBoard:
         first = None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"tensorboard exited:\n{self.log.read_text()}")
+            if self.process.process.poll() is not None:
+                raise SystemExit(f"tensorboard exited:\n{self.process.output()}")
             try:
                 status, body = fetch(self.url("sites", run=run, limit=10), timeout=5)
             except OSError:
@@ -145,7 +128,7 @@ class TensorBoard:
                 if not json.loads(body).get("loading"):
                     return first, now
             time.sleep(0.05)
-        raise SystemExit(f"no answer from sites in {timeout_s}s:\n{self.log.read_text()}")
+        raise SystemExit(f"no answer from sites in {timeout_s}s:\n{self.process.output()}")
 
 
 def first_run(board: TensorBoard) -> str:
@@ -239,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logdir: {logdir} ({what}); cores: {os.cpu_count()}")
         timings = {}
         for phase in ("cold", "warm"):
-            with TensorBoard(logdir, cache, root / f"tb_{phase}.log") as board:
+            with TensorBoard(logdir, cache) as board:
                 run = first_run(board)
                 timings[phase] = board.time_to_sites(run)
                 first, loaded = timings[phase]

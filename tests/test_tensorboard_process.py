@@ -9,13 +9,8 @@ process group is always killed by the fixture's finalizer.
 from __future__ import annotations
 
 import json
-import os
 import re
 import runpy
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -24,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tb_syncfinder.demo.serve import TensorBoardProcess, free_port, start_tensorboard
 
 START_TIMEOUT_S = 90
 LOAD_TIMEOUT_S = 120
@@ -61,12 +58,6 @@ def profile_workload(source_dir: Path, trace_path: Path) -> None:
     runpy.run_path(str(workload))["main"](str(trace_path))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get(url: str, timeout: float = 10) -> tuple[int, dict, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -81,10 +72,9 @@ def get_json(url: str) -> tuple[int, dict]:
 
 
 class TensorBoard:
-    def __init__(self, base: str, proc: subprocess.Popen, log: Path) -> None:
+    def __init__(self, base: str, process: TensorBoardProcess) -> None:
         self.base = base  # e.g. http://127.0.0.1:1234/foo
-        self.proc = proc
-        self.log = log
+        self.process = process
 
     def plugin(self, route: str) -> str:
         return f"{self.base}/data/plugin/sync_advisor/{route}"
@@ -102,48 +92,24 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[TensorBoard]:
     bind_all = request.param == "bind_all"
     prefix = "" if bind_all else request.param
-    port = free_port()
-    log = logdir / f"tensorboard_{request.param.replace('/', '_')}.log"
-    command = [
-        sys.executable, "-m", "tensorboard.main",
-        "--logdir", str(logdir / "logs"),
-        *(["--bind_all"] if bind_all else ["--host", "127.0.0.1"]),
-        "--port", str(port),
-        "--sync_advisor_cache_dir", str(logdir / "cache"),
-        "--sync_advisor_reload_interval", "1",
-        "--sync_advisor_source_root", str(logdir / "src"),
-    ]  # fmt: skip
-    if prefix:
-        command += ["--path_prefix", prefix]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=logdir
-        )
-    board = TensorBoard(f"http://127.0.0.1:{port}{prefix}", proc, log)
+    process = start_tensorboard(
+        logdir / "logs",
+        free_port("127.0.0.1"),
+        bind_all=bind_all,
+        timeout=START_TIMEOUT_S,
+        host="127.0.0.1",
+        path_prefix=prefix,
+        cwd=logdir,
+        extra_args=[
+            "--sync_advisor_cache_dir", str(logdir / "cache"),
+            "--sync_advisor_reload_interval", "1",
+            "--sync_advisor_source_root", str(logdir / "src"),
+        ],  # fmt: skip
+    )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"tensorboard exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                status, _, _ = get(f"{board.base}/data/plugins_listing", timeout=2)
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"tensorboard did not answer in {START_TIMEOUT_S}s:\n{log.read_text()}")
-            time.sleep(0.3)
-        yield board
+        yield TensorBoard(f"http://127.0.0.1:{process.port}{prefix}", process)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
+        process.stop(timeout=15)
 
 
 def wait_loaded(board: TensorBoard) -> dict:
@@ -154,7 +120,7 @@ def wait_loaded(board: TensorBoard) -> dict:
         if runs["runs"] and not runs["loading"]:
             return runs
         time.sleep(0.3)
-    pytest.fail(f"runs still loading after {LOAD_TIMEOUT_S}s:\n{board.log.read_text()}")
+    pytest.fail(f"runs still loading after {LOAD_TIMEOUT_S}s:\n{board.process.output()}")
 
 
 def test_plugins_listing_shows_the_sync_advisor_tab_as_an_iframe(tensorboard: TensorBoard) -> None:

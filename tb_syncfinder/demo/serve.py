@@ -1,13 +1,20 @@
-"""Start TensorBoard on the demo logdir and wait until it answers.
+"""Start TensorBoard as a child process and wait until it answers.
+
+``tb-syncfinder demo`` serves its logdir with it; the tests and bench/bench_plugin.py start
+their TensorBoards with it too, so all of them start, probe and stop it the same way.
 
 TensorBoard runs as a child process (``python -m tensorboard.main``) rather than in-process:
 it can be stopped cleanly (tests, Ctrl-C), and its plugins, the Sync Advisor among them, are
 found through the installed entry points exactly as for a user's own ``tensorboard`` call.
+It gets a session (process group) of its own so that stopping it also stops whatever it
+started (torch-tb-profiler loads runs in worker processes).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -35,14 +42,19 @@ def port_is_free(port: int, host: str = "localhost") -> bool:
     return True
 
 
+def free_port(host: str = "localhost") -> int:
+    """A port the system says is free now (for tests and benchmarks: any port will do)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
 def pick_port(preferred: int = DEFAULT_PORT, attempts: int = 20) -> int:
     """``preferred`` if free, else the next free one above it, else any free port."""
     for port in range(preferred, preferred + attempts):
         if port_is_free(port):
             return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 @dataclass
@@ -51,10 +63,17 @@ class TensorBoardProcess:
     port: int
     host: str  # the host name for URLs: localhost, or this machine's name with --bind-all
     log_path: Path
+    path_prefix: str = ""  # TensorBoard's --path_prefix ("/foo"), "" for none
+    local_host: str = "localhost"  # how this machine reaches it: the --host, or localhost
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        return f"http://{self.host}:{self.port}{self.path_prefix}/"
+
+    @property
+    def local_url(self) -> str:
+        """The URL this machine reaches TensorBoard's root at (no trailing slash)."""
+        return f"http://{self.local_host}:{self.port}{self.path_prefix}"
 
     @property
     def sync_advisor_url(self) -> str:
@@ -68,21 +87,33 @@ class TensorBoardProcess:
 
     def plugins(self) -> dict:
         """TensorBoard's ``data/plugins_listing`` (which plugins are active)."""
-        url = f"http://localhost:{self.port}/data/plugins_listing"
+        url = f"{self.local_url}/data/plugins_listing"
         with urllib.request.urlopen(url, timeout=10) as response:
             return json.loads(response.read().decode("utf-8"))
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout)
+        """Stop TensorBoard and what it started: SIGTERM to its process group, SIGKILL if it
+        is still running after ``timeout`` seconds."""
+        self._stop_group(kill=False)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._stop_group(kill=True)
+            self.process.wait(timeout=timeout)
         try:
             self.log_path.unlink()
         except OSError:
+            pass
+
+    def _stop_group(self, kill: bool) -> None:
+        if not hasattr(os, "killpg"):  # Windows: no process group, only the process itself
+            if self.process.poll() is None:
+                (self.process.kill if kill else self.process.terminate)()
+            return
+        try:
+            # Also once TensorBoard itself has exited: its workers may still be running.
+            os.killpg(self.process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        except ProcessLookupError:
             pass
 
 
@@ -92,8 +123,18 @@ def start_tensorboard(
     bind_all: bool = False,
     timeout: float = 120.0,
     extra_args: list[str] | None = None,
+    *,
+    host: str = "localhost",
+    path_prefix: str = "",
+    cwd: str | Path | None = None,
 ) -> TensorBoardProcess:
-    """Start TensorBoard on ``logdir`` and return once it answers HTTP requests."""
+    """Start TensorBoard on ``logdir`` and return once it answers HTTP requests.
+
+    ``host`` is its ``--host`` (ignored with ``bind_all``), ``path_prefix`` its
+    ``--path_prefix``, ``extra_args`` any further flags (``--sync_advisor_*``), ``cwd`` the
+    folder it runs in. Raises TensorBoardError, with TensorBoard's output, if it exits or
+    does not answer within ``timeout`` seconds; it is stopped then, as on any interruption.
+    """
     command = [
         sys.executable,
         "-m",
@@ -104,34 +145,50 @@ def start_tensorboard(
         str(port),
         *(extra_args or []),
     ]
-    command += ["--bind_all"] if bind_all else ["--host", "localhost"]
+    command += ["--bind_all"] if bind_all else ["--host", host]
+    if path_prefix:
+        command += ["--path_prefix", path_prefix]
     # TensorBoard's output goes to a file: shown only if it fails to start.
     log_file = tempfile.NamedTemporaryFile(
         prefix="tb-syncfinder-tensorboard-", suffix=".log", delete=False
     )
-    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
+    )
     log_file.close()
-    host = socket.gethostname() if bind_all else "localhost"
-    board = TensorBoardProcess(process, port, host, Path(log_file.name))
+    board = TensorBoardProcess(
+        process,
+        port,
+        host=socket.gethostname() if bind_all else host,
+        log_path=Path(log_file.name),
+        path_prefix=path_prefix,
+        local_host="localhost" if bind_all else host,
+    )
+    try:
+        _wait_until_answering(board, timeout)
+    except BaseException:  # TensorBoardError, or Ctrl-C while waiting: never orphan it
+        board.stop()
+        raise
+    return board
+
+
+def _wait_until_answering(board: TensorBoardProcess, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        if process.poll() is not None:
-            output = board.output().strip()
-            board.stop()
+        if board.process.poll() is not None:
             raise TensorBoardError(
-                f"TensorBoard exited with status {process.returncode} before answering on "
-                f"port {port}:\n{output[-2000:]}"
+                f"TensorBoard exited with status {board.process.returncode} before answering "
+                f"on port {board.port}:\n{board.output().strip()[-2000:]}"
             )
         try:
             board.plugins()
-            return board
+            return
         except (urllib.error.URLError, OSError, ValueError):
             pass
         if time.monotonic() > deadline:
-            output = board.output().strip()
-            board.stop()
             raise TensorBoardError(
-                f"TensorBoard did not answer on port {port} within {timeout:.0f} s:\n"
-                f"{output[-2000:]}"
+                f"TensorBoard did not answer on port {board.port} within {timeout:.0f} s:\n"
+                f"{board.output().strip()[-2000:]}"
             )
-        time.sleep(0.25)
+        # Short: bench/bench_plugin.py times TensorBoard's start-up through this wait.
+        time.sleep(0.05)

@@ -111,18 +111,65 @@ export function changeText(site, opts = {}) {
 }
 
 /**
- * Headline of a compare: the change of the mean step time, worded for a person.
+ * A step time change smaller than this fraction of the baseline's mean step is within run
+ * to run noise: shown, but coloured as neither better nor worse.
+ */
+export const STEP_NOISE_FRACTION = 0.02;
+
+/**
+ * Headline of a compare: the change of the mean step time, worded for a person. A change
+ * within noise (`|change| < noiseFraction × baseStepUs`) is neutral, not good or bad news.
  * @param {number | null | undefined} changeUs step_time_change_us (new − base)
+ * @param {{baseStepUs?: number | null, noiseFraction?: number}} [opts]
  * @returns {{text: string, tone: "good" | "bad" | "neutral"}}
  */
-export function stepTimeChange(changeUs) {
+export function stepTimeChange(changeUs, opts = {}) {
   if (changeUs === null || changeUs === undefined || !Number.isFinite(changeUs)) {
     return { text: "step time change unknown", tone: "neutral" };
   }
   if (changeUs === 0) return { text: "step time unchanged", tone: "neutral" };
   const faster = changeUs < 0;
+  const amount = formatDeltaUs(Math.abs(changeUs)).replace(/^\+/, "");
+  const base = num(opts.baseStepUs);
+  const rel = base > 0 ? changeUs / base : null;
+  const relText = rel === null ? "" : ` (${rel > 0 ? "+" : ""}${formatPct(rel)})`;
+  const noise = opts.noiseFraction ?? STEP_NOISE_FRACTION;
+  if (rel !== null && Math.abs(rel) < noise) {
+    return { text: `step time about the same: ${formatDeltaUs(changeUs)}${relText}, within noise`, tone: "neutral" };
+  }
+  return { text: `steps ${faster ? "faster" : "slower"} by ${amount}${relText}`, tone: faster ? "good" : "bad" };
+}
+
+/**
+ * The compare headline. Real (GPU) sites: the step time change (`stepTimeChange`). Latent
+ * sites (both runs CPU-only): neutral, with the fixed/new site counts, because a CPU step
+ * time does not measure syncs that cost nothing without a GPU; the note says so.
+ * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>}} args
+ * @returns {{text: string, tone: "good" | "bad" | "neutral", note: string | null}}
+ */
+export function compareHeadline({ latent, changeUs, baseStepUs, counts }) {
+  if (!latent) return { ...stepTimeChange(changeUs, { baseStepUs }), note: null };
+  const fixed = counts.fixed ?? 0;
+  const added = counts.new ?? 0;
+  const sites = (/** @type {number} */ n) => `${formatCount(n)} latent sync site${n === 1 ? "" : "s"}`;
+  const change = Number.isFinite(changeUs) && changeUs ? ` (${formatDeltaUs(/** @type {number} */ (changeUs))} here)` : "";
   return {
-    text: `steps ${faster ? "faster" : "slower"} by ${formatDeltaUs(Math.abs(changeUs)).replace(/^\+/, "")}`,
-    tone: faster ? "good" : "bad",
+    text: `${sites(fixed)} fixed, ${formatCount(added)} new`,
+    tone: "neutral",
+    note:
+      `CPU step time does not measure these syncs: without a GPU they cost nothing, so the ` +
+      `step time change${change} is CPU timing noise. The fixed and new sites are what counts.`,
   };
+}
+
+/**
+ * Tone of a status count badge: a status's colour only when there is something to count;
+ * "0 worse" is no bad news.
+ * @param {string} status
+ * @param {number} count
+ * @returns {"good" | "bad" | "neutral"}
+ */
+export function countTone(status, count) {
+  if (!count) return "neutral";
+  return /** @type {any} */ (STATUS_TONE)[status] ?? "neutral";
 }

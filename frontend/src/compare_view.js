@@ -8,13 +8,14 @@ import { h } from "./dom.js";
 import { formatCount, formatPct, formatUs, kindLabel, shortPath, siteFallbackLabel } from "./format.js";
 import {
   changeText,
+  compareHeadline,
   countByStatus,
+  countTone,
   sideCost,
   sortCompareSites,
   STATUS_LABELS,
   STATUS_ORDER,
   STATUS_TONE,
-  stepTimeChange,
 } from "./compare.js";
 
 /** @param {any} ctx */
@@ -58,9 +59,9 @@ export async function renderCompare(ctx) {
   const latent = !(data.sites || []).length && (data.latent_sites || []).length > 0;
   const sites = sortCompareSites(latent ? data.latent_sites : data.sites || []);
   const counts = countByStatus(sites);
-  const change = stepTimeChange(data.step_time_change_us);
   const b = data.base || {};
   const n = data.new || {};
+  const headline = compareHeadline({ latent, changeUs: data.step_time_change_us, baseStepUs: b.mean_step_time_us, counts });
   const row = (/** @type {string} */ label, /** @type {string} */ before, /** @type {string} */ after) =>
     h("tr", null, h("th", { scope: "row" }, label), h("td", { class: "num" }, before), h("td", { class: "num" }, after));
   return h(
@@ -70,12 +71,21 @@ export async function renderCompare(ctx) {
       "div",
       { class: "sa-compare-head" },
       picker,
-      h("span", { class: `sa-delta ${change.tone}`, "data-testid": "step-change" }, change.text),
+      h("span", { class: `sa-delta ${headline.tone}`, "data-testid": "step-change", "data-tone": headline.tone }, headline.text),
       latent ? h("span", { class: "sa-chip", "data-testid": "compare-latent" }, "latent sites: no GPU activity in these runs") : null,
-      STATUS_ORDER.map((st) =>
-        h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[st]}`, "data-status-count": st }, `${counts[st]} ${/** @type {any} */ (STATUS_LABELS)[st]}`),
+      h(
+        "span",
+        { class: "sa-counts" },
+        STATUS_ORDER.map((st) =>
+          h(
+            "span",
+            { class: `sa-badge s-${countTone(st, counts[st])}`, "data-status-count": st, "data-tone": countTone(st, counts[st]) },
+            `${counts[st]} ${/** @type {any} */ (STATUS_LABELS)[st]}`,
+          ),
+        ),
       ),
     ),
+    headline.note ? h("p", { class: "sa-note", "data-testid": "step-change-note" }, headline.note) : null,
     h(
       "div",
       { class: "sa-table-wrap", style: { "max-width": "640px", "margin-bottom": "12px" } },

@@ -9,6 +9,7 @@ import { h, replace, s } from "./dom.js";
 import { countNames, formatBytes, formatCount, formatPct, formatUs, kindLabel, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { layoutTimeline } from "./layout.js";
+import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { frameLocation, isOpenable, splitStack, vscodeMessage } from "./stack.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -52,7 +53,12 @@ export async function renderDetail(ctx, slot) {
     );
     replace(slot, panel);
     const sourceSlot = /** @type {HTMLElement} */ (panel.querySelector(".sa-source-slot"));
-    renderSource(sourceSlot, site, sync, ctx);
+    const lineNoteSlot = /** @type {HTMLElement | null} */ (panel.querySelector(".sa-line-note-slot"));
+    // The note on an inexact line depends on whether the file could be read: fill it in
+    // once the source request has answered.
+    renderSource(sourceSlot, site, sync, ctx, !!lineNoteSlot).then((readable) => {
+      if (lineNoteSlot && readable !== null && ctx.isCurrent()) replace(lineNoteSlot, lineNote(site, sync, readable));
+    });
   } catch (e) {
     if (!ctx.isCurrent()) return;
     replace(
@@ -90,9 +96,28 @@ function header(site, sync, app) {
         : `${siteFallbackLabel(site || { ops: sync?.op_chain, apis: sync?.apis })} (no source line)`,
     ),
     func ? h("div", { class: "mono" }, `in ${func}()`) : null,
-    site && site.line_exact === false && file
-      ? h("div", { class: "sa-note" }, `Line ${site.line ?? "?"} is where ${func || "the function"} is defined: the trace records no call line and the source file was not readable to find it.`)
-      : null,
+    site && site.line_exact === false && file ? h("div", { class: "sa-line-note-slot" }) : null,
+  );
+}
+
+/**
+ * The note on a site whose line is not the exact call line (see line_note.js).
+ * @param {any} site
+ * @param {any} sync
+ * @param {boolean} readable whether the plugin could read the source file
+ */
+function lineNote(site, sync, readable) {
+  const note = inexactLineNote({
+    line: site.line,
+    defLine: site.def_line ?? sync?.source?.def_line ?? null,
+    func: site.func ?? sync?.source?.func ?? null,
+    readable,
+  });
+  return h(
+    "div",
+    { class: "sa-note", "data-testid": "line-note" },
+    h("p", null, note.text),
+    note.hint ? h("p", null, note.hint) : null,
   );
 }
 
@@ -115,22 +140,26 @@ function siteStats(site) {
 
 /**
  * Fetch and show the source around the line; a note with the path mapping hint when the
- * plugin cannot read the file.
+ * plugin cannot read the file (unless `hintElsewhere`: the line note above carries it).
+ * Resolves to whether the file could be read, null when there was nothing to ask for or the
+ * view has moved on.
  * @param {HTMLElement} slot
  * @param {any} site
  * @param {any} sync
  * @param {any} ctx
+ * @param {boolean} hintElsewhere
+ * @returns {Promise<boolean | null>}
  */
-async function renderSource(slot, site, sync, ctx) {
+async function renderSource(slot, site, sync, ctx, hintElsewhere) {
   const file = site?.file ?? sync?.source?.file ?? sync?.stack?.find((/** @type {any} */ f) => f.user)?.file;
   const line = site?.line ?? sync?.source?.line ?? null;
   if (!file || !line) {
     replace(slot, h("div", { class: "sa-note", "data-testid": "source-note" }, "No source line for this finding: the trace has no Python stack for it (profile with with_stack=True)."));
-    return;
+    return null;
   }
   try {
     const src = await getJson("source", { file, line, context: SOURCE_CONTEXT });
-    if (!ctx.isCurrent()) return;
+    if (!ctx.isCurrent()) return null;
     const start = src.start ?? 1;
     replace(
       slot,
@@ -148,23 +177,21 @@ async function renderSource(slot, site, sync, ctx) {
         }),
       ),
     );
+    return true;
   } catch (e) {
-    if (!ctx.isCurrent()) return;
+    if (!ctx.isCurrent()) return null;
     const err = e instanceof ApiError ? e : null;
+    const hint = hintElsewhere ? null : err?.hint || SOURCE_ROOT_HINT;
     replace(
       slot,
       h(
         "div",
         { class: "sa-note", "data-testid": "source-note" },
         h("p", null, `Cannot show ${file}:${line}: ${e instanceof Error ? e.message : String(e)}`),
-        h(
-          "p",
-          null,
-          err?.hint ||
-            "If the trace was recorded on another machine or in a container, start TensorBoard with --sync_advisor_path_map FROM=TO (e.g. /workspace=/home/me/project) or --sync_advisor_source_root DIR, or run it from the project's directory.",
-        ),
+        hint ? h("p", null, hint) : null,
       ),
     );
+    return false;
   }
 }
 
@@ -311,8 +338,9 @@ function timelineSection(context, sync, panelWidth) {
       h(
         "div",
         { class: "sa-legend" },
-        h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), "host blocked"),
-        h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), "GPU bubble after it"),
+        // A latent sync blocks nothing on a CPU: its band marks where it would wait.
+        h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), sync?.latent ? "where it would wait on a GPU" : "host blocked"),
+        L.bubble ? h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), "GPU bubble after it") : null,
       ),
     ),
   ];

@@ -1,6 +1,15 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { changeText, countByStatus, sideCost, sortCompareSites, stepTimeChange, STATUS_TONE } from "../src/compare.js";
+import {
+  changeText,
+  compareHeadline,
+  countByStatus,
+  countTone,
+  sideCost,
+  sortCompareSites,
+  stepTimeChange,
+  STATUS_TONE,
+} from "../src/compare.js";
 
 const site = (key, status, before, after) => ({ key, status, file: `${key}.py`, line: 1, before, after });
 const cost = (w, i, count = 1) => ({ count, host_wait_us: w, gpu_idle_us: i });
@@ -52,4 +61,49 @@ test("latent sites are described by syncs per step, not by cost", () => {
   assert.equal(changeText(fixed, { latent: true }), "gone: 3 fewer syncs per step");
   const same = { status: "same", before: { per_step: 2 }, after: { per_step: 2 } };
   assert.equal(changeText(same, { latent: true }), "2 → 2 per step");
+});
+
+test("a step time change within 2 % of the baseline step is neither better nor worse", () => {
+  // 30 µs on a 3 ms step is 1 %: noise.
+  const small = stepTimeChange(30, { baseStepUs: 3000 });
+  assert.equal(small.tone, "neutral");
+  assert.match(small.text, /within noise/);
+  assert.match(small.text, /\+30 µs/);
+  assert.equal(stepTimeChange(-59, { baseStepUs: 3000 }).tone, "neutral");
+  // 142 µs on a 3.2 ms step is 4.4 %: a real change, with its share of the step.
+  const real = stepTimeChange(-142, { baseStepUs: 3200 });
+  assert.deepEqual(real, { text: "steps faster by 142 µs (\u22124.4 %)", tone: "good" });
+  assert.equal(stepTimeChange(300, { baseStepUs: 3000 }).tone, "bad");
+});
+
+test("a latent compare headline is neutral, counts the sites and says CPU step time is noise", () => {
+  const counts = { worse: 0, new: 0, fixed: 4, better: 0, same: 0 };
+  for (const changeUs of [4890, -889]) {
+    const head = compareHeadline({ latent: true, changeUs, baseStepUs: 6390, counts });
+    assert.equal(head.tone, "neutral");
+    assert.equal(head.text, "4 latent sync sites fixed, 0 new");
+    assert.doesNotMatch(head.text, /faster|slower/);
+    assert.match(head.note ?? "", /CPU step time does not measure these syncs/);
+  }
+  const one = compareHeadline({ latent: true, changeUs: null, counts: { ...counts, fixed: 1, new: 2 } });
+  assert.equal(one.text, "1 latent sync site fixed, 2 new");
+});
+
+test("a GPU compare headline is the step time change, without the latent note", () => {
+  const counts = { worse: 1, new: 0, fixed: 1, better: 0, same: 0 };
+  const head = compareHeadline({ latent: false, changeUs: -142, baseStepUs: 3200, counts });
+  assert.equal(head.tone, "good");
+  assert.match(head.text, /^steps faster by 142 µs/);
+  assert.equal(head.note, null);
+  assert.equal(compareHeadline({ latent: false, changeUs: 20, baseStepUs: 3200, counts }).tone, "neutral");
+});
+
+test("a status count badge is neutral at zero and takes the status colour otherwise", () => {
+  assert.equal(countTone("worse", 0), "neutral");
+  assert.equal(countTone("new", 0), "neutral");
+  assert.equal(countTone("fixed", 0), "neutral");
+  assert.equal(countTone("worse", 1), "bad");
+  assert.equal(countTone("new", 3), "bad");
+  assert.equal(countTone("fixed", 4), "good");
+  assert.equal(countTone("same", 2), "neutral");
 });

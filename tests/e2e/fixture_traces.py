@@ -31,11 +31,26 @@ def train_step(model, batch, opt):
 def select_foreground(logits, labels):
     fg = torch.nonzero(labels)
     return logits[fg]
+
+
+if __name__ == "__main__":
+    prof = torch.profiler.profile(with_stack=True)
+    for step in range(4):
+        if step % 2:
+            print(loss.item())
+        else:
+            print(acc.item())
+        prof.step()
 """
 TRAIN_STEP_DEF = 4
 ITEM_LINE = 9
 SELECT_DEF = 13
 NONZERO_LINE = 14
+# A ``<module>`` frame already running when profiling started records its current line, the
+# ``prof.step()`` line; either conditional ``.item()`` after it may be the sync: not exact.
+RUNNING_LOOP_LINE = 25
+# A file the trace names that is not under TensorBoard's source roots.
+REMOTE_FILE = "/workspace/gone/remote_train.py"
 
 XSS = "<img src=x onerror=window.__xss=1>"
 
@@ -183,10 +198,11 @@ def write_run(
     op_names: tuple[str, str] | None = None,
     gpu: bool = True,
     stacks: bool = True,
+    frame_line: int = TRAIN_STEP_DEF,
 ) -> Path:
     """One run folder with one worker trace: ``steps`` training steps, each with an
     ``.item()`` readback in train_step (when ``item``) and a ``nonzero`` in
-    select_foreground (when ``nonzero``)."""
+    select_foreground (when ``nonzero``); the train frame is recorded at ``frame_line``."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
     w = TraceWriter(gpu=gpu, stacks=stacks)
@@ -201,7 +217,7 @@ def write_run(
             1500,
         )
         t += 1510
-        frame = w.py(f"{file_name}({TRAIN_STEP_DEF}): {train_fn}", t, 0, None)
+        frame = w.py(f"{file_name}({frame_line}): {train_fn}", t, 0, None)
         w.kernel("volta_sgemm_128x64_nn", t + 5, 900)
         w.kernel("elementwise_kernel", t + 20, 150)
         t += 40
@@ -241,7 +257,9 @@ def write_run(
 def write_fixture(root: Path) -> Path:
     """logdir with runs `baseline` (item + nonzero), `optimized` (nonzero only, plus an
     unreadable second worker file), `html_names` (function, operator and file names holding
-    markup), `cpu_only` (latent findings), `no_stacks` and `clean` (no sync at all);
+    markup), `cpu_only` and `cpu_only_fixed` (latent findings, the item fixed in the
+    second), `running_loop` (an item under a ``<module>`` frame recorded at its current line),
+    `remote_paths` (a source file that cannot be read), `no_stacks` and `clean` (no sync);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -258,6 +276,17 @@ def write_fixture(root: Path) -> Path:
         op_names=(f"aten::{XSS}", XSS),
     )
     write_run(logdir, "cpu_only", item=True, nonzero=True, steps=2, gpu=False)
+    write_run(logdir, "cpu_only_fixed", item=False, nonzero=True, steps=2, gpu=False)
+    write_run(
+        logdir,
+        "running_loop",
+        item=True,
+        nonzero=False,
+        steps=2,
+        func_names=("<module>", "select_foreground"),
+        frame_line=RUNNING_LOOP_LINE,
+    )
+    write_run(logdir, "remote_paths", item=True, nonzero=False, steps=2, file_name=REMOTE_FILE)
     write_run(logdir, "no_stacks", item=True, nonzero=False, steps=2, stacks=False)
     write_run(logdir, "clean", item=False, nonzero=False, steps=2)
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"

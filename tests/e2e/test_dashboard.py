@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.fixture_traces import ITEM_LINE, NONZERO_LINE, XSS, write_fixture
+from tests.e2e.fixture_traces import (
+    ITEM_LINE,
+    NONZERO_LINE,
+    REMOTE_FILE,
+    RUNNING_LOOP_LINE,
+    TRAIN_STEP_DEF,
+    XSS,
+    write_fixture,
+)
 from tests.e2e.helpers import (
     new_page,
     plugin_url,
@@ -27,7 +35,17 @@ from tests.e2e.helpers import (
 skip_without_browser()
 
 PREFIX = "/tb"
-RUNS = {"baseline", "optimized", "html_names", "cpu_only", "no_stacks", "clean"}
+RUNS = {
+    "baseline",
+    "optimized",
+    "html_names",
+    "cpu_only",
+    "cpu_only_fixed",
+    "running_loop",
+    "remote_paths",
+    "no_stacks",
+    "clean",
+}
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +180,72 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert "gone: saves" in fixed.inner_text()
     nonzero = page.locator("[data-testid=compare-sites] tbody tr", has_text="select_foreground")
     assert nonzero.get_attribute("data-status") in {"same", "better", "worse"}
-    assert "steps" in page.inner_text("[data-testid=step-change]")
+    # 3.20 ms -> 3.06 ms per step (-4.4 %): beyond noise, good news.
+    headline = page.locator("[data-testid=step-change]")
+    assert "steps faster by" in headline.inner_text()
+    assert headline.get_attribute("data-tone") == "good"
+    assert page.locator("[data-testid=step-change-note]").count() == 0
+    # Counts take their status colour only when non-zero.
+    tones = {
+        el.get_attribute("data-status-count"): (el.inner_text(), el.get_attribute("data-tone"))
+        for el in page.locator("[data-status-count]").all()
+    }
+    assert tones["fixed"] == ("1 fixed", "good")
+    assert tones["new"] == ("0 new", "neutral")
+    assert tones["better"][1] == "neutral" and tones["same"][1] == "neutral"
+    assert tones["worse"][1] == ("bad" if tones["worse"][0] != "0 worse" else "neutral")
     assert "base=baseline" in page.evaluate("location.hash")
     shot(page, "compare.png")
+    assert page_errors == []
+
+
+def test_compare_of_cpu_only_runs_counts_latent_sites_and_does_not_judge_cpu_step_time(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=cpu_only_fixed&view=compare&base=cpu_only"))
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert page.locator("[data-testid=compare-latent]").count() == 1
+    headline = page.locator("[data-testid=step-change]")
+    assert headline.get_attribute("data-tone") == "neutral"
+    text = headline.inner_text()
+    assert "1 latent sync site fixed, 0 new" == text, text
+    assert "faster" not in text and "slower" not in text
+    note = page.inner_text("[data-testid=step-change-note]")
+    assert "CPU step time does not measure these syncs" in note
+    assert page.locator("[data-testid=compare-sites] tr[data-status=fixed]").count() == 1
+    for status in ("worse", "new"):
+        badge = page.locator(f"[data-status-count={status}]")
+        assert badge.inner_text() == f"0 {status}"
+        assert badge.get_attribute("data-tone") == "neutral"
+        assert "s-neutral" in (badge.get_attribute("class") or "")
+    assert page_errors == []
+
+
+def test_inexact_line_notes_say_what_the_recorded_line_is_and_hint_only_when_unreadable(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    # A <module> frame already running when profiling started: its current line, readable.
+    page.goto(plugin_url(board, "#run=running_loop"))
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{RUNNING_LOOP_LINE}").click()
+    note = page.wait_for_selector("[data-testid=line-note]").inner_text()
+    assert f"Line {RUNNING_LOOP_LINE} is the line the frame was at when recorded" in note
+    assert "is defined" not in note
+    assert "--sync_advisor" not in note
+    hl = page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(RUNNING_LOOP_LINE)
+    # A file outside the source roots: the def line the trace recorded, and the hint.
+    page.goto(plugin_url(board, "#run=remote_paths"))
+    page.reload()
+    remote_row = f"remote_train.py:{TRAIN_STEP_DEF}"
+    page.locator("[data-testid=sites] tbody tr", has_text=remote_row).click()
+    note = page.wait_for_selector("[data-testid=line-note]").inner_text()
+    assert f"Line {TRAIN_STEP_DEF} is where train_step() is defined" in note
+    assert "could not be read" in note
+    assert "--sync_advisor_source_root" in note and "--sync_advisor_path_map" in note
+    source_note = page.inner_text("[data-testid=source-note]")
+    assert REMOTE_FILE in source_note and "--sync_advisor" not in source_note
     assert page_errors == []
 
 

@@ -34,7 +34,7 @@ from tests.e2e.helpers import (
     skip_without_browser,
 )
 
-skip_without_browser()
+SYNC_API = skip_without_browser()
 
 DEMO_RUNS = {"cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized"}
 # The installed workload file (the one the demo profiles), located without importing torch.
@@ -99,6 +99,15 @@ def test_seg_baseline_in_the_tab_shows_latent_unique_nonzero_and_mask_at_their_l
     page.goto(f"{demo_board}/#sync_advisor")
     frame = page.wait_for_selector("iframe", state="attached").content_frame()
     frame.wait_for_selector("#sa-run")
+    # The selector may first render from an earlier runs answer: wait for every demo run.
+    try:
+        frame.wait_for_function(
+            "names => names.every(n => [...document.querySelectorAll('#sa-run option')]"
+            ".some(o => o.value === n))",
+            arg=sorted(DEMO_RUNS),
+        )
+    except SYNC_API.TimeoutError:
+        pass  # the assertion below shows which runs the selector has
     runs = frame.eval_on_selector_all("#sa-run option", "els => els.map(o => o.value)")
     assert DEMO_RUNS <= set(runs), runs
     frame.select_option("#sa-run", "seg_baseline")
@@ -164,6 +173,12 @@ def test_compare_of_seg_runs_shows_every_marked_loss_site_fixed(
     page.select_option("#sa-base", "seg_baseline")
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     assert page.locator("[data-testid=compare-latent]").count() == 1
+    # CPU-only runs: the CPU step time says nothing about these syncs; no red or green.
+    headline = page.locator("[data-testid=step-change]")
+    assert headline.get_attribute("data-tone") == "neutral"
+    fixed_count = page.locator("[data-testid=compare-sites] tr[data-status=fixed]").count()
+    assert f"{fixed_count} latent sync sites fixed, 0 new" == headline.inner_text()
+    assert "CPU step time does not measure" in page.inner_text("[data-testid=step-change-note]")
     fixed = page.locator("[data-testid=compare-sites] tr[data-status=fixed]").all_inner_texts()
     for mark in LOSS_MARKS:
         line = MARKS[mark]

@@ -1,0 +1,40 @@
+// @ts-check
+/**
+ * The note shown above a site whose line is not the exact line of the syncing call
+ * (`line_exact: false`), worded from what the trace and the source say. Pure.
+ *
+ * The engine keeps the recorded line when it cannot prove the call line: either the line a
+ * function is defined on (all a modern trace records for a frame that started while
+ * profiling, `line == def_line`), or, for a frame that was already running when profiling
+ * started (a training loop's `<module>` or `main`), the line it was at then.
+ */
+
+/** How to let the plugin read a file it cannot find. */
+export const SOURCE_ROOT_HINT =
+  "If the trace was recorded on another machine or in a container, start TensorBoard with " +
+  "--sync_advisor_path_map FROM=TO (e.g. /workspace=/home/me/project) or " +
+  "--sync_advisor_source_root DIR, or run it from the project's directory.";
+
+/**
+ * @param {{line: number | null | undefined, defLine: number | null | undefined, func?: string | null, readable: boolean}} args
+ *   `readable`: whether the plugin could read the source file.
+ * @returns {{text: string, hint: string | null}}
+ */
+export function inexactLineNote({ line, defLine, func, readable }) {
+  const where = `Line ${line ?? "?"}`;
+  const fn = func ? `${func}()` : "the function";
+  const atDef = line !== null && line !== undefined && line === defLine;
+  const recorded = atDef
+    ? `${where} is where ${fn} is defined: the trace records no call line`
+    : `${where} is the line the frame was at when recorded (${fn} was already running when profiling started): the sync is in a call at or after it`;
+  if (!readable) {
+    return {
+      text: `${recorded}, and the source file could not be read to find the call.`,
+      hint: SOURCE_ROOT_HINT,
+    };
+  }
+  return {
+    text: `${recorded}, and the source does not single out one call that syncs.`,
+    hint: null,
+  };
+}

@@ -1,0 +1,32 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { inexactLineNote, SOURCE_ROOT_HINT } from "../src/line_note.js";
+
+test("a line equal to the def line is where the function is defined", () => {
+  const note = inexactLineNote({ line: 4, defLine: 4, func: "train_step", readable: true });
+  assert.match(note.text, /^Line 4 is where train_step\(\) is defined/);
+  assert.doesNotMatch(note.text, /already running|could not be read/);
+  assert.equal(note.hint, null);
+});
+
+test("a line other than the def line is the line the running frame was at when recorded", () => {
+  for (const defLine of [null, 1, 30]) {
+    const note = inexactLineNote({ line: 26, defLine, func: "<module>", readable: true });
+    assert.match(note.text, /^Line 26 is the line the frame was at when recorded/);
+    assert.doesNotMatch(note.text, /is defined/);
+    assert.equal(note.hint, null);
+  }
+});
+
+test("the source root hint comes only when the file could not be read", () => {
+  const atDef = inexactLineNote({ line: 4, defLine: 4, func: "train_step", readable: false });
+  assert.match(atDef.text, /is defined.*could not be read/);
+  assert.equal(atDef.hint, SOURCE_ROOT_HINT);
+  assert.match(SOURCE_ROOT_HINT, /--sync_advisor_source_root/);
+  assert.match(SOURCE_ROOT_HINT, /--sync_advisor_path_map/);
+  const running = inexactLineNote({ line: 26, defLine: null, func: "main", readable: false });
+  assert.match(running.text, /frame was at when recorded.*could not be read/);
+  assert.equal(running.hint, SOURCE_ROOT_HINT);
+  const readable = inexactLineNote({ line: 26, defLine: null, func: "main", readable: true });
+  assert.doesNotMatch(readable.text, /could not be read/);
+});

@@ -12,13 +12,13 @@ import argparse
 import gzip
 import json
 import random
-import runpy
 import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cpu_workload import ITEM_LINE, NONZERO_LINE, WORKLOAD, profile_workload
 from tensorboard.backend.application import TensorBoardWSGI
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
@@ -28,42 +28,10 @@ from tb_syncfinder.plugin import SyncAdvisorLoader, SyncAdvisorPlugin, routes
 from tb_syncfinder.plugin.loader import RETRY
 from tb_syncfinder.plugin.settings import PluginSettings, parse_logdir_spec, settings_from_flags
 
-WORKLOAD = """\
-import torch
-
-
-def train_step(x):
-    y = x @ x
-    keep = torch.nonzero(y > 0)
-    return y.sum().item() + keep.shape[0]
-
-
-def main(trace_path, steps=3):
-    x = torch.randn(16, 16)
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
-    ) as prof:
-        for _ in range(steps + 1):
-            train_step(x)
-            prof.step()
-"""
-ITEM_LINE = 7
-NONZERO_LINE = 6
 # The same workload after the fix: no nonzero (compare must call that site fixed).
 WORKLOAD_FIXED = WORKLOAD.replace("torch.nonzero(y > 0)", "(y > 0).sum(0)")
 
 PLUGIN = "/data/plugin/sync_advisor/"
-
-
-def profile_workload(source: str, source_file: Path, trace_path: Path) -> None:
-    """Profile ``source`` (written to ``source_file``) with real torch into ``trace_path``."""
-    source_file.parent.mkdir(parents=True, exist_ok=True)
-    source_file.write_text(source)
-    trace_path.parent.mkdir(parents=True, exist_ok=True)
-    runpy.run_path(str(source_file))["main"](str(trace_path))
 
 
 def craft_outside_stack(trace: Path, workload: Path, out: Path, outside: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import runpy
 import time
 import urllib.error
 import urllib.parse
@@ -19,43 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cpu_workload import ITEM_LINE, WORKLOAD, profile_workload
 
 from tb_syncfinder.demo.serve import TensorBoardProcess, free_port, start_tensorboard
 
 START_TIMEOUT_S = 90
 LOAD_TIMEOUT_S = 120
-
-WORKLOAD = """\
-import torch
-
-
-def train_step(x):
-    y = x @ x
-    keep = torch.nonzero(y > 0)
-    return y.sum().item() + keep.shape[0]
-
-
-def main(trace_path, steps=3):
-    x = torch.randn(16, 16)
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
-    ) as prof:
-        for _ in range(steps + 1):
-            train_step(x)
-            prof.step()
-"""
-
-
-def profile_workload(source_dir: Path, trace_path: Path) -> None:
-    """Profile WORKLOAD (written under ``source_dir``) with real torch into ``trace_path``."""
-    source_dir.mkdir(parents=True, exist_ok=True)
-    workload = source_dir / "workload.py"
-    workload.write_text(WORKLOAD)
-    trace_path.parent.mkdir(parents=True, exist_ok=True)
-    runpy.run_path(str(workload))["main"](str(trace_path))
 
 
 def get(url: str, timeout: float = 10) -> tuple[int, dict, bytes]:
@@ -83,7 +51,9 @@ class TensorBoard:
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tb_process")
-    profile_workload(root / "src", root / "logs" / "run_cpu" / "w0.pt.trace.json")
+    profile_workload(
+        WORKLOAD, root / "src" / "workload.py", root / "logs" / "run_cpu" / "w0.pt.trace.json"
+    )
     return root
 
 
@@ -155,7 +125,9 @@ def test_runs_and_sites_answer_through_tensorboard_routing(tensorboard: TensorBo
 
 def test_source_is_served_from_the_root_and_traversal_is_refused(tensorboard: TensorBoard) -> None:
     wait_loaded(tensorboard)
-    status, source = get_json(tensorboard.plugin("source?file=workload.py&line=7&context=1"))
+    status, source = get_json(
+        tensorboard.plugin(f"source?file=workload.py&line={ITEM_LINE}&context=1")
+    )
     assert status == 200
     assert source["lines"][1].strip() == "return y.sum().item() + keep.shape[0]"
     for name in ("../logs/run_cpu/w0.pt.trace.json", "/etc/passwd", "..%2fsecret.py"):

@@ -135,8 +135,6 @@ DYNAMIC_OPS = frozenset(
         "aten::repeat_interleave",
     }
 )
-# Ops that are dynamic-shape syncs only because of what they call (boolean index, 1-arg where).
-DYNAMIC_WRAPPERS = frozenset({"aten::index", "aten::index_put_", "aten::index_put", "aten::where"})
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
 
 # Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.

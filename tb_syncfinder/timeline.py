@@ -53,19 +53,6 @@ _CATEGORY_CLASS = {
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_RECORD_WINDOW_END = "Record Window End"
-
-
-def event_class(cat: str, name: str) -> int:
-    """The class of an event from its category (and name, for Ascend and old step spans)."""
-    cls = _CATEGORY_CLASS.get(cat)
-    if cls is None:
-        cls = _CATEGORY_CLASS.get(cat.lower(), OTHER)
-    if name.startswith("ProfilerStep#") and cls in (OP, ANNOTATION, OTHER):
-        return ANNOTATION
-    if cls == OTHER and name.startswith("AscendCL@"):
-        return RUNTIME  # torch_npu host API calls (aclrtSynchronizeStream, ...)
-    return cls
 
 
 def correlation_of(event: Event) -> Any:
@@ -445,9 +432,3 @@ def build_timeline(data: TraceData) -> Timeline:
         timeline.device_name = None  # deviceProperties lists GPUs present, not used ones
     return timeline
 
-
-def runtime_in_window(thread: HostThread, lo: float, hi: float) -> list[Event]:
-    """Runtime calls of a thread starting in [lo, hi]."""
-    i = bisect_left(thread.runtime_starts, lo)
-    j = bisect_right(thread.runtime_starts, hi)
-    return thread.runtime[i:j]

@@ -79,13 +79,25 @@ class HttpError(Exception):
 class Selection:
     """One memoised report: a run's traces filtered by worker and span."""
 
-    report: Any  # models.Report
     report_json: dict[str, Any]
     syncs_by_id: dict[str, dict[str, Any]]
     sites_by_key: dict[str, dict[str, Any]]
     contexts: dict[str, dict[str, Any]]
     results: list[Any]  # engine.TraceResult
     loading: bool
+    top_kinds: list[dict[str, Any]]  # for the summary route, by host wait
+
+
+def _top_kinds(syncs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Count and host wait per kind, costliest first."""
+    by_kind: dict[str, dict[str, Any]] = {}
+    for sync in syncs:
+        entry = by_kind.setdefault(
+            sync["kind"], {"kind": sync["kind"], "count": 0, "host_wait_us": 0.0}
+        )
+        entry["count"] += 1
+        entry["host_wait_us"] += sync["host_wait_us"] or 0.0
+    return sorted(by_kind.values(), key=lambda k: (-k["host_wait_us"], -k["count"]))
 
 
 def make_engine_options(settings: PluginSettings) -> Any:
@@ -109,14 +121,12 @@ def _safe_filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "report"
 
 
-def _sort_value(item: dict[str, Any], key: str) -> tuple:
-    value = item.get(key)
-    # None sorts after every value in both orders (handled by the caller's flag).
+def _sort_value(value: Any) -> tuple[float, str]:
+    """Sort key of a non-None site field: numbers by value (NaN/inf as 0), text as text.
+    The caller puts items without the field after all others, whichever the order."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (0, float(value) if math.isfinite(value) else 0.0, "")
-    if value is None:
-        return (1, 0.0, "")
-    return (0, 0.0, str(value))
+        return (float(value) if math.isfinite(value) else 0.0, "")
+    return (0.0, str(value))
 
 
 class SyncAdvisorPlugin(base_plugin.TBPlugin):
@@ -205,9 +215,9 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
 
     # ----- helpers ----------------------------------------------------------------------
     @staticmethod
-    def _json(request: wrappers.Request, obj: Any, status: int = 200, headers=None) -> Any:
+    def _json(request: wrappers.Request, obj: Any, status: int = 200) -> Any:
         return http_util.Respond(
-            request, _json_dumps(obj), "application/json", code=status, headers=headers
+            request, _json_dumps(obj), "application/json", code=status
         )
 
     @staticmethod
@@ -309,8 +319,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         with self.loader.lock:
             loading = run.loading
         results = self.loader.results(run, worker, span)
-        report = build_report(results)
-        report_json = report.to_json()
+        report_json = build_report(results).to_json()
         syncs_by_id = {s["id"]: s for s in report_json["syncs"] + report_json["latent"]}
         sites_by_key = {
             s["key"]: s for s in report_json["sites"] + report_json.get("latent_sites", [])
@@ -318,7 +327,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         contexts: dict[str, dict[str, Any]] = {}
         for result in results:
             contexts.update(getattr(result, "contexts", None) or {})
-        return Selection(report, report_json, syncs_by_id, sites_by_key, contexts, results, loading)
+        return Selection(report_json, syncs_by_id, sites_by_key, contexts, results, loading,
+                         _top_kinds(report_json["syncs"]))
 
     @staticmethod
     def _page(items: list[Any], offset: int, limit: int, **extra: Any) -> dict[str, Any]:
@@ -376,8 +386,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             with self.loader.lock:
                 states = list(run.traces.values())
                 loading = run.loading
-            failed = [s for s in states if s.status in (ERROR, RETRY)]
-            failed += [s for s in states if s.status not in (ERROR, RETRY) and s.error is not None]
+            # A retried file waiting for its next poll still shows its last failure.
+            failed = [s for s in states if s.status in (ERROR, RETRY) or s.error is not None]
             runs.append(
                 {
                     "name": name,
@@ -414,20 +424,12 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         run, worker, span = self._selection_args(request)
         sel = self._selection(run, worker, span)
         report = sel.report_json
-        by_kind: dict[str, dict[str, Any]] = {}
-        for sync in report["syncs"]:
-            entry = by_kind.setdefault(
-                sync["kind"], {"kind": sync["kind"], "count": 0, "host_wait_us": 0.0}
-            )
-            entry["count"] += 1
-            entry["host_wait_us"] += sync["host_wait_us"] or 0.0
-        top_kinds = sorted(by_kind.values(), key=lambda k: (-k["host_wait_us"], -k["count"]))
         traces = report["traces"]
         devices = Counter(t["device"] for t in traces if t.get("device") and not t.get("error"))
         body = {
             "summary": report["summary"],
             "traces": traces,
-            "top_kinds": top_kinds,
+            "top_kinds": sel.top_kinds,
             "device": devices.most_common(1)[0][0] if devices else "unknown",
             "has_stacks": any(t.get("has_stacks") for t in traces),
             "has_gpu_activity": any(t.get("has_gpu_activity") for t in traces),
@@ -468,7 +470,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             sites = [s for s in sites if step in (s.get("steps") or [])]
         present = [s for s in sites if s.get(sort) is not None]
         missing = [s for s in sites if s.get(sort) is None]
-        present.sort(key=lambda s: _sort_value(s, sort), reverse=order == "desc")
+        present.sort(key=lambda s: _sort_value(s[sort]), reverse=order == "desc")
         return self._json(
             request, self._page(present + missing, offset, limit, loading=sel.loading)
         )
@@ -516,15 +518,12 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         from tb_syncfinder.compare import compare
 
         run, worker, span = self._selection_args(request)
+        base_worker = self._arg(request, "base_worker")
+        base_span = self._arg(request, "base_span")
         base = self._lookup(
-            self._arg(request, "base", required=True),
-            self._arg(request, "base_worker"),
-            self._arg(request, "base_span"),
-            what="base",
+            self._arg(request, "base", required=True), base_worker, base_span, what="base"
         )
-        base_sel = self._selection(
-            base, self._arg(request, "base_worker"), self._arg(request, "base_span")
-        )
+        base_sel = self._selection(base, base_worker, base_span)
         new_sel = self._selection(run, worker, span)
         body = compare(base_sel.report_json, new_sel.report_json)
         return self._json(request, body)

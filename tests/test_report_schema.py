@@ -1,0 +1,88 @@
+"""The field names of ``tb_syncfinder.report/1`` that issue 2 promises: the schema may grow,
+but none of these may be renamed or dropped (the plugin, the dashboard, the CLI's --json and
+other people's tools read them).
+
+Each check is a subset check on a report analysed end to end, so an added field passes and a
+renamed or dropped one fails naming what is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder import analyze, models
+
+TRACE_FIELDS = {"path", "worker", "span", "device", "steps", "error"}
+SUMMARY_FIELDS = {"sync_count", "host_wait_us", "gpu_idle_us", "step_time_us"}
+SYNC_FIELDS = {
+    "kind", "api", "apis", "op", "trigger_op", "step", "thread", "ts_us", "host_wait_us",
+    "gpu_idle_after_us", "annotations", "module", "stack", "source", "trace",
+}
+FRAME_FIELDS = {"file", "line", "func", "user"}
+SOURCE_FIELDS = {"file", "line", "def_line", "func", "line_exact"}
+SITE_FIELDS = {
+    "file", "line", "func", "kind", "ops", "count", "per_step", "host_wait_us", "gpu_idle_us",
+    "share_of_step", "advice",
+}
+TOP_LEVEL_FIELDS = {"schema", "traces", "summary", "syncs", "sites", "latent"}
+
+
+def _missing(expected: set[str], record: dict[str, Any]) -> set[str]:
+    return expected - set(record)
+
+
+def _gpu_and_cpu_run(tmp_path: Path) -> Path:
+    """A run with one CUDA trace (real syncs, with a stack whose source is readable) and
+    one CPU-only trace (latent findings)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(
+        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n")
+    gpu = KinetoTraceBuilder()
+    for n in range(2):
+        with gpu.step(n):
+            item_sync(gpu, stack=[("train.py", 4, "train_step")], kernel_us=200)
+    gpu.write(tmp_path / "run" / "worker0.1700000000000.pt.trace.json")
+    cpu = KinetoTraceBuilder(gpu=False)
+    with cpu.step(1), cpu.op("aten::nonzero", stack=[("train.py", 4, "train_step")]):
+        pass
+    cpu.write(tmp_path / "run" / "worker1.1700000000001.pt.trace.json")
+    return tmp_path / "run"
+
+
+def test_report_json_keeps_every_field_name_of_issue_2(tmp_path: Path) -> None:
+    run = _gpu_and_cpu_run(tmp_path)
+    doc = analyze(run, source_roots=[str(tmp_path / "src")]).to_json()
+
+    assert doc["schema"] == models.SCHEMA == "tb_syncfinder.report/1"
+    assert _missing(TOP_LEVEL_FIELDS, doc) == set()
+    assert len(doc["traces"]) == 2
+    for trace in doc["traces"]:
+        assert _missing(TRACE_FIELDS, trace) == set()
+    assert _missing(SUMMARY_FIELDS, doc["summary"]) == set()
+
+    assert doc["syncs"] and doc["latent"]
+    for sync in doc["syncs"] + doc["latent"]:
+        assert _missing(SYNC_FIELDS, sync) == set()
+        assert sync["stack"], "the fixture records a with_stack stack for every sync"
+        for frame in sync["stack"]:
+            assert _missing(FRAME_FIELDS, frame) == set()
+        assert sync["source"] is not None
+        assert _missing(SOURCE_FIELDS, sync["source"]) == set()
+
+    assert doc["sites"]
+    for site in doc["sites"]:
+        assert _missing(SITE_FIELDS, site) == set()
+
+
+def test_a_sync_without_a_stack_has_source_null_not_a_missing_key(tmp_path: Path) -> None:
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=100)
+        b.runtime("cudaDeviceSynchronize")
+    b.write(tmp_path / "w0.pt.trace.json")
+    (sync,) = analyze(tmp_path / "w0.pt.trace.json").to_json()["syncs"]
+    assert "source" in sync and sync["source"] is None
+    assert sync["stack"] == []

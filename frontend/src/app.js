@@ -9,7 +9,7 @@ import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
 import { renderHotspots } from "./hotspots.js";
 import { apiUrl } from "./query.js";
-import { decodeState, encodeState, vscodeFlag } from "./state.js";
+import { decodeState, shareUrl, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
@@ -89,7 +89,7 @@ export class App {
    */
   setState(patch) {
     this.state = { ...this.state, ...patch };
-    const url = location.href.split("#")[0] + encodeState(this.state);
+    const url = shareUrl(location.href, this.state);
     try {
       history.replaceState(null, "", url);
     } catch {
@@ -263,6 +263,28 @@ export class App {
       h("span", { class: "sa-tabs", role: "group", "aria-label": "View" }, tab("hotspots", "Hotspots"), tab("compare", "Compare")),
       h("span", { class: "sa-spacer" }),
       exports,
+      this.copyLinkButton(),
+    );
+  }
+
+  /**
+   * "Copy link": TensorBoard's address bar shows only `#sync_advisor`, so the view state in
+   * this frame's hash is invisible to users; this copies the frame's own URL, which opens
+   * this view standalone. Not shown inside VS Code: there the frame's URL is a webview- or
+   * port-forwarding-internal address that does not open anywhere else.
+   */
+  copyLinkButton() {
+    if (this.inVsCode) return null;
+    return h(
+      "button",
+      {
+        class: "sa-copy-link",
+        "data-testid": "copy-link",
+        "data-focus-key": "copy-link",
+        title: "Copy a link that opens this view (run, filters, selected site) in a browser tab",
+        onclick: () => this.copyWithToast(shareUrl(location.href, this.state), "link to this view"),
+      },
+      "Copy link",
     );
   }
 
@@ -376,7 +398,17 @@ export class App {
       }
     }
     const text = helpers.frameLocation(frame);
-    if (await copyText(text)) this.toast(`Copied ${text}`);
+    await this.copyWithToast(text, text);
+  }
+
+  /**
+   * Copy `text` and say so in the toast; where the clipboard refuses, the toast shows the
+   * text itself to copy by hand.
+   * @param {string} text
+   * @param {string} what how the toast names what was copied
+   */
+  async copyWithToast(text, what) {
+    if (await copyText(text)) this.toast(`Copied ${what}`);
     else this.toast(`Copy this: ${text}`);
   }
 

@@ -159,3 +159,18 @@ export function vscodeFlag(search, hash) {
   const re = /(?:^|[?&#])vscode=(1|true)(?:&|$)/;
   return re.test(search || "") || re.test(hash || "");
 }
+
+/**
+ * The link that opens exactly this view in a browser tab of its own: the plugin frame's
+ * address (TensorBoard's `.../data/plugin_entry.html?name=sync_advisor`, whose `<base>`
+ * makes every dashboard URL relative, so it works standalone and under `--path_prefix`)
+ * with the state as its hash. Built from the state rather than read back from
+ * `location.hash`: a sandboxed frame may have refused the `history.replaceState` write.
+ * @param {string} href the frame's location.href
+ * @param {Partial<ViewState>} state
+ * @returns {string}
+ */
+export function shareUrl(href, state) {
+  const hashAt = href.indexOf("#");
+  return (hashAt < 0 ? href : href.slice(0, hashAt)) + encodeState(state);
+}

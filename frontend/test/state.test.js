@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { decodeState, defaultState, encodeState, vscodeFlag } from "../src/state.js";
+import { decodeState, defaultState, encodeState, shareUrl, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -63,4 +63,15 @@ test("API URLs are relative, encoded, and skip empty parameters", () => {
   assert.ok(!url.startsWith("/"));
   assert.throws(() => apiUrl("/etc/passwd"));
   assert.throws(() => apiUrl("http://evil"));
+});
+
+test("share URL is the frame's address with the state hash, the old hash replaced", () => {
+  const entry = "http://host:6006/tb/data/plugin_entry.html?name=sync_advisor";
+  const state = { run: "base line", site: "train.py:12:aten::item", sort: "gpu_idle_us" };
+  const url = shareUrl(`${entry}#run=old&site=stale`, state);
+  assert.equal(url, `${entry}#run=base%20line&sort=gpu_idle_us&site=train.py%3A12%3Aaten%3A%3Aitem`);
+  assert.deepEqual(decodeState(new URL(url).hash), { ...decodeState(""), ...state });
+  // The default view has no hash at all: the bare entry page opens it.
+  assert.equal(shareUrl(`${entry}#`, {}), entry);
+  assert.equal(shareUrl(entry, { latent: true }), `${entry}#latent=1`);
 });

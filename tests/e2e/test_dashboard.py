@@ -273,6 +273,8 @@ def test_frame_click_inside_vscode_posts_filename_and_zero_based_line(
         time.sleep(0.1)
     assert plugin is not None
     rows(plugin)
+    # The frame's URL is internal to the webview there: no "Copy link" to hand out.
+    assert plugin.locator("[data-testid=copy-link]").count() == 0
     plugin.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
     plugin.wait_for_selector("[data-testid=detail] h2 button.sa-frame")
     plugin.click("[data-testid=detail] h2 button.sa-frame")
@@ -292,6 +294,41 @@ def test_frame_click_outside_vscode_copies_path_and_line(
     page.click("[data-testid=detail] h2 button.sa-frame")
     toast = page.wait_for_selector(".sa-toast.show")
     assert f"train.py:{ITEM_LINE}" in toast.inner_text()
+    assert page_errors == []
+
+
+def test_copy_link_in_tensorboard_opens_the_same_view_in_a_browser_tab_of_its_own(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.goto(f"{board}/#sync_advisor")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=sites] tbody tr")
+    frame.select_option("#sa-run", "baseline")
+    frame.wait_for_function(
+        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 2"
+    )
+    frame.click("th button[data-sort=gpu_idle_us]")
+    frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    frame.wait_for_selector("[data-testid=source] .ln.hl")
+    # TensorBoard's address bar shows none of the view state: only the button shares it.
+    assert "site=" not in page.url
+    frame.click("[data-testid=copy-link]")
+    assert "Copied link to this view" in frame.wait_for_selector(".sa-toast.show").inner_text()
+    link = frame.evaluate("navigator.clipboard.readText()")
+    # The plugin frame's own page, under the path prefix, with the state as its hash.
+    assert link.startswith(f"{board}/data/plugin_entry.html?name=sync_advisor#"), link
+    # A colleague's browser: a fresh context, the link opened as a top-level page.
+    shared = new_page(browser, page_errors)
+    shared.goto(link)
+    hl = shared.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(ITEM_LINE)
+    assert shared.input_value("#sa-run") == "baseline"
+    current = shared.locator("[data-testid=sites] tbody tr[aria-current=true]")
+    assert f"train.py:{ITEM_LINE}" in current.inner_text()
+    sorted_by = shared.get_attribute("th:has(button[data-sort=gpu_idle_us])", "aria-sort")
+    assert sorted_by == "descending"
     assert page_errors == []
 
 

@@ -29,11 +29,13 @@ class UsageError(Exception):
 # --- argument parsing ----------------------------------------------------------------
 
 def _path_map_item(text: str) -> tuple[str, str]:
-    source, sep, target = text.partition("=")
-    if not sep or not source:
-        raise argparse.ArgumentTypeError(
-            f"expected FROM=TO (the path prefix in the trace = the local one), got {text!r}")
-    return source, target
+    from tb_syncfinder.source import parse_path_map
+
+    try:
+        (pair,) = parse_path_map([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return pair
 
 
 def _non_negative(text: str) -> int:

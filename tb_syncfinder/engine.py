@@ -11,7 +11,7 @@ import functools
 import gc
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,12 @@ from tb_syncfinder.cost import measure
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
 from tb_syncfinder.models import Report, StepStats, Sync, TraceInfo, TraceRef
 from tb_syncfinder.reader import TraceReadError, read_trace
-from tb_syncfinder.source import SourceResolver, callee_groups, with_builtin_sources
+from tb_syncfinder.source import (
+    SourceResolver,
+    callee_groups,
+    parse_path_map,
+    with_builtin_sources,
+)
 from tb_syncfinder.timeline import Timeline, build_timeline
 
 __all__ = ["NoTracesError", "Options", "TraceResult", "analyze", "analyze_trace"]
@@ -35,21 +40,6 @@ class NoTracesError(FileNotFoundError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
-
-
-def parse_path_map(entries: Iterable[str | tuple[str, str]]) -> list[tuple[str, str]]:
-    """``FROM=TO`` strings (or pairs) as pairs; raises ValueError naming a bad entry."""
-    pairs = []
-    for entry in entries:
-        if isinstance(entry, str):
-            if "=" not in entry:
-                raise ValueError(f"path map {entry!r}: expected FROM=TO")
-            src, dst = entry.split("=", 1)
-            pairs.append((src, dst))
-        else:
-            src, dst = entry
-            pairs.append((str(src), str(dst)))
-    return pairs
 
 
 @dataclass

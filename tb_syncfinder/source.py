@@ -286,6 +286,25 @@ DEMO_SOURCE_DIR = os.path.realpath(Path(__file__).resolve().parent / "demo")
 DEMO_RECORDED_PREFIX = "tb_syncfinder/demo/"
 
 
+def parse_path_map(entries: Iterable[str | tuple[str, str]]) -> list[tuple[str, str]]:
+    """``FROM=TO`` strings (or pairs) as (trace prefix, local prefix) pairs: the one rule the
+    CLI, the engine and the plugin flags share. Raises ValueError naming a bad entry."""
+    pairs = []
+    for entry in entries:
+        if isinstance(entry, str):
+            source_prefix, sep, local_prefix = entry.partition("=")
+        else:
+            sep = "="
+            source_prefix, local_prefix = (str(part) for part in entry)
+        if not sep or not source_prefix or not local_prefix:
+            raise ValueError(
+                f"path map {entry!r}: expected FROM=TO "
+                "(the path prefix in the trace = the local one, neither empty)"
+            )
+        pairs.append((source_prefix, local_prefix))
+    return pairs
+
+
 def with_builtin_sources(
     source_roots: Sequence[str], path_map: Sequence[tuple[str, str]]
 ) -> tuple[list[str], list[tuple[str, str]]]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tb_syncfinder.plugin.safety import MAX_SOURCE_BYTES, SourceError, SourceGuard, parse_path_map
+from tb_syncfinder.plugin.safety import MAX_SOURCE_BYTES, SourceError, SourceGuard
+from tb_syncfinder.source import parse_path_map
 
 
 @pytest.fixture()

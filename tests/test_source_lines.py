@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tb_syncfinder.models import Frame
 from tb_syncfinder.source import SourceResolver
 
@@ -232,3 +234,14 @@ def test_running_frame_with_break_in_the_loop_is_not_cycled(tmp_path):
     stack = [Frame("<built-in>", None, "item", False), Frame("skip.py", 6, "<module>", True)]
     source = SourceResolver([str(tmp_path)]).resolve(stack, ["item"], occurrence=(0, 2))
     assert (source.line, source.line_exact) == (6, False)
+
+
+@pytest.mark.parametrize("entry", ["no-equals-sign", "=/local", "/remote=", ("", "/local")])
+def test_path_map_entries_need_both_prefixes_in_the_engine_and_the_cli(entry):
+    from tb_syncfinder.cli import main
+    from tb_syncfinder.engine import Options
+
+    with pytest.raises(ValueError, match="expected FROM=TO"):
+        Options(path_map=[entry]).resolver()
+    if isinstance(entry, str):
+        assert main(["report", "x", "--path-map", entry]) == 2

@@ -57,17 +57,6 @@ class SourceLines:
         }
 
 
-def parse_path_map(items: list[str]) -> list[tuple[str, str]]:
-    """``["FROM=TO", ...]`` into pairs; raises ValueError naming the bad item."""
-    pairs = []
-    for item in items:
-        source_prefix, sep, local_prefix = item.partition("=")
-        if not sep or not source_prefix or not local_prefix:
-            raise ValueError(f"path map {item!r} is not of the form FROM=TO")
-        pairs.append((source_prefix, local_prefix))
-    return pairs
-
-
 class SourceGuard:
     """Finds and reads source files for the ``source`` endpoint, inside the roots only."""
 

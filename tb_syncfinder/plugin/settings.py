@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tb_syncfinder.plugin.cache import default_cache_dir
-from tb_syncfinder.plugin.safety import parse_path_map
+from tb_syncfinder.source import parse_path_map
 
 DEFAULT_RELOAD_INTERVAL_S = 10.0
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")

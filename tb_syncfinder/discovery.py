@@ -24,6 +24,7 @@ which a local CLI run should not pay. Locally their io layer is ``os`` with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -251,6 +252,31 @@ def open_trace_bytes(path: str) -> bytes:
     Remote paths are read through ``torch_tb_profiler.io`` (s3, gs, Azure blob, hdfs).
     """
     if is_remote(path):
-        return _remote_io().read(path)
+        with _remote_errors_as_oserror(path):
+            return _remote_io().read(path)
     with open(path, "rb") as handle:
         return handle.read()
+
+
+def stat_trace(path: str) -> tuple[int | None, int | None]:
+    """(size, mtime in ns) of a trace file, local or remote; the io layer gives remote files
+    no mtime. Raises OSError when the file cannot be stat'ed."""
+    if is_remote(path):
+        from torch_tb_profiler.io import file as tb_file  # `stat` is not re-exported by io
+
+        with _remote_errors_as_oserror(path):
+            return tb_file.stat(path).length, None
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+@contextlib.contextmanager
+def _remote_errors_as_oserror(path: str) -> Iterator[None]:
+    """Cloud SDKs raise their own exception types (botocore, google.api_core, azure): make
+    them OSErrors that name the path, so callers treat them like any unreadable file."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any SDK failure means "cannot read this file"
+        raise OSError(f"{path}: {type(exc).__name__}: {exc}") from exc

@@ -135,55 +135,14 @@ def test_open_trace_bytes_returns_raw_file_bytes(tmp_path: Path) -> None:
 
 def test_remote_logdir_goes_through_torch_tb_profiler_io(tmp_path: Path) -> None:
     """A remote scheme registered in torch_tb_profiler.io is walked and read through it."""
-    from torch_tb_profiler import io as tb_io
-    from torch_tb_profiler.io.base import BaseFileSystem, RemotePath, StatData
+    from remote_fs import remote_bucket
 
     root = tmp_path / "bucket"
     touch(root / "runA" / "w.123.pt.trace.json", b"remote-bytes")
-
-    def local(url: str) -> str:
-        return str(root / url[len("memtest://bucket"):].lstrip("/"))
-
-    class MemFs(RemotePath, BaseFileSystem):
-        def support_append(self) -> bool:
-            return False
-
-        def exists(self, filename: str) -> bool:
-            return os.path.exists(local(filename))
-
-        def isdir(self, dirname: str) -> bool:
-            return os.path.isdir(local(dirname))
-
-        def listdir(self, dirname: str) -> list[str]:
-            return os.listdir(local(dirname))
-
-        def stat(self, filename: str) -> StatData:
-            return StatData(os.path.getsize(local(filename)))
-
-        def read(self, filename, binary_mode=False, size=None, continue_from=None):
-            if continue_from is not None:
-                return (b"" if binary_mode else "", continue_from)
-            data = Path(local(filename)).read_bytes()
-            return (data if binary_mode else data.decode(), {"opaque_offset": len(data)})
-
-        def write(self, filename, file_content, binary_mode=False):
-            raise NotImplementedError
-
-        def glob(self, filename):
-            raise NotImplementedError
-
-        def makedirs(self, path):
-            raise NotImplementedError
-
-    tb_io.register_filesystem("memtest", MemFs())
-    try:
-        runs = list_runs("memtest://bucket")
+    with remote_bucket(root) as bucket:
+        runs = list_runs(bucket)
         assert list(runs) == ["runA"]
         (ref,) = runs["runA"]
-        assert ref.path == "memtest://bucket/runA/w.123.pt.trace.json"
+        assert ref.path == f"{bucket}/runA/w.123.pt.trace.json"
         assert (ref.worker, ref.span) == ("w", "123")
         assert open_trace_bytes(ref.path) == b"remote-bytes"
-    finally:
-        from torch_tb_profiler.io import file as tb_file
-
-        tb_file._REGISTERED_FILESYSTEMS.pop("memtest", None)

@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
 
@@ -72,16 +73,6 @@ def error_result(ref: TraceRef, reason: str) -> Any:
 
     info = TraceInfo(path=ref.path, worker=ref.worker, span=ref.span, run=ref.run, error=reason)
     return TraceResult(info=info, syncs=[], latent=[], steps=[], contexts={})
-
-
-def stat_trace(path: str) -> tuple[int | None, int | None]:
-    """(size, mtime in ns) of a trace; remote files have no mtime through the io layer."""
-    if "://" in path:
-        from torch_tb_profiler import io as tb_io
-
-        return tb_io.stat(path).length, None
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
 
 
 @dataclass

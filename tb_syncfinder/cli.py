@@ -78,8 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", help="analyse a trace file, run folder or logdir and print the syncs",
         description="Analyse a trace file (.json / .json.gz), a run folder or a logdir of runs "
-                    "and list the synchronization sites by cost.")
+                    "and list the synchronization sites by cost. A logdir with several runs "
+                    "(folders of traces, as the PyTorch Profiler tab lists them) is reported "
+                    "run by run: the table has a section per run and an overview line per "
+                    "run; the JSON report merges the runs' sites (use --run to pick one) and "
+                    "lists each run's own summary in its 'runs' field; CSV rows carry a 'run' "
+                    "column and are per run; SARIF results name their run when there are "
+                    "several.")
     report.add_argument("path", metavar="PATH", help="trace file, run folder or logdir")
+    report.add_argument(
+        "--run", action="append", default=[], metavar="NAME", dest="runs",
+        help="only this run of the logdir (its name as the PyTorch Profiler tab shows it; "
+             "repeatable); an unknown name exits 2 listing the runs found")
     report.add_argument("--format", choices=FORMATS, default=None,
                         help="output format (default: table)")
     report.add_argument("--json", action="store_true",
@@ -87,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_options(report)
     report.add_argument(
         "--max-syncs-per-step", type=_non_negative, default=None, metavar="N",
-        help="exit with status 1 when any step has more than N syncs (a CI gate)")
+        help="exit with status 1 when any step has more than N syncs (a CI gate); each "
+             "step is counted within its own trace and run")
     report.add_argument(
         "--latent", action=argparse.BooleanOptionalAction, default=True,
         help="list operators that would synchronize on a GPU, for CPU-only traces "
@@ -170,10 +181,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return wanted
 
 
-def _analyze(path: str, args: argparse.Namespace) -> Any:
-    """Analyse ``path``; UsageError when nothing in it can be analysed."""
+def _find_refs(path: str) -> list[Any]:
     from tb_syncfinder.discovery import TraceNotFoundError, find_traces
-    from tb_syncfinder.engine import analyze
 
     try:
         refs = find_traces(path)
@@ -185,15 +194,111 @@ def _analyze(path: str, args: argparse.Namespace) -> Any:
         raise UsageError(
             f"{path}: no traces found (looked for *.pt.trace.json[.gz] files and "
             "*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json)")
+    return refs
+
+
+def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]:
+    """The traces of the runs named by ``--run`` (all when none is named)."""
+    if not wanted:
+        return refs
+    found = list(dict.fromkeys(ref.run for ref in refs))
+    unknown = [name for name in dict.fromkeys(wanted) if name not in found]
+    if unknown:
+        raise UsageError(
+            f"{path}: no run named {', '.join(repr(n) for n in unknown)}; runs found: "
+            + ", ".join(found))
+    return [ref for ref in refs if ref.run in wanted]
+
+
+def _analyze_runs(
+    path: str, args: argparse.Namespace, wanted: Sequence[str] = ()
+) -> tuple[Any, dict[str, Any]]:
+    """Analyse ``path`` once: the report of every selected trace, and one report per run
+    (run name -> Report, in the PyTorch Profiler tab's order). UsageError when nothing in
+    it can be analysed."""
+    from tb_syncfinder.aggregate import build_report
+    from tb_syncfinder.engine import Options, analyze_trace
+
+    refs = _select_runs(path, _find_refs(path), wanted)
     try:
-        report = analyze(path, **_engine_options(args))
+        options = Options(**_engine_options(args))
+        resolver = options.resolver()
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: {exc}") from None
-    traces = report.traces
-    if traces and all(t.error for t in traces):
-        reasons = "\n".join(f"  {t.path}: {t.error}" for t in traces)
+    # Each trace is analysed once; the merged and per-run reports share the results.
+    results = [analyze_trace(ref, options, resolver) for ref in refs]
+    if results and all(r.info.error for r in results):
+        reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
-    return report
+    by_run: dict[str, list[Any]] = {}
+    for ref, result in zip(refs, results):
+        by_run.setdefault(ref.run, []).append(result)
+    return build_report(results), {name: build_report(rs) for name, rs in by_run.items()}
+
+
+def _analyze(path: str, args: argparse.Namespace) -> Any:
+    """The report of every trace under ``path`` (all runs merged), for ``compare``."""
+    return _analyze_runs(path, args)[0]
+
+
+def run_summaries(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report's additive ``runs`` field: per run, its traces and its own summary (per-step
+    figures over that run's steps only), in the order the runs are listed."""
+    entries = []
+    for name, data in runs.items():
+        entries.append({
+            "run": name,
+            "traces": [t.get("path") for t in data.get("traces") or []],
+            "summary": data.get("summary") or {},
+            "site_count": len(data.get("sites") or []),
+            "latent_site_count": len(data.get("latent_sites") or []),
+        })
+    return entries
+
+
+def csv_by_run(runs: dict[str, dict[str, Any]]) -> str:
+    """The CSV of each run's own report, one after the other under one header, with a last
+    ``run`` column added (existing columns keep their names and places)."""
+    import csv
+    import io
+
+    from tb_syncfinder import export
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    header_written = False
+    for name, data in runs.items():
+        rows = list(csv.reader(io.StringIO(export.to_csv(data))))
+        if not rows:
+            continue
+        if not header_written:
+            writer.writerow([*rows[0], "run"])
+            header_written = True
+        for row in rows[1:]:
+            writer.writerow([*row, name])
+    return buffer.getvalue()
+
+
+def sarif_by_run(merged: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """SARIF for code scanning: one SARIF run (one tool upload); with several profiler runs,
+    each result is a site of one run, its message and figures that run's own, and the run is
+    named in the message, in ``properties.run`` and in a ``run/v1`` fingerprint."""
+    from tb_syncfinder import export
+
+    if len(runs) <= 1:
+        return export.to_sarif(merged)
+    log = export.to_sarif(merged)  # the rules of every kind used, in the usual order
+    results = []
+    rule_index = {rule["id"]: i for i, rule in enumerate(log["runs"][0]["tool"]["driver"]["rules"])}
+    for name, data in runs.items():
+        for result in export.to_sarif(data)["runs"][0]["results"]:
+            result["ruleIndex"] = rule_index.get(result["ruleId"], result.get("ruleIndex"))
+            result["message"]["text"] = f"Run {name}: {result['message']['text']}"
+            result.setdefault("properties", {})["run"] = name
+            result.setdefault("partialFingerprints", {})["run/v1"] = name
+            results.append(result)
+    log["runs"][0]["results"] = results
+    return log
 
 
 def _write(text: str, output: str | None) -> None:
@@ -211,14 +316,22 @@ def _warn(message: str) -> None:
 
 def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     """One line per step whose sync count exceeds ``limit``; the whole trace counts as one
-    step when it has no ProfilerStep markers."""
+    step when it has no ProfilerStep markers. Lines start with ``run NAME:`` when the
+    report's traces come from more than one run."""
     problems = []
+    run_of = {t.get("path"): t.get("run") for t in report_json.get("traces") or []}
+    several_runs = len({r for r in run_of.values() if r}) > 1
+
+    def where_run(trace: str | None) -> str:
+        return f"run {run_of.get(trace)}: " if several_runs and run_of.get(trace) else ""
+
     steps = report_json.get("steps") or []
     for step in steps:
         count = int(step.get("sync_count") or 0)
         if count > limit:
             where = os.path.basename(step.get("trace") or "") or "trace"
-            problems.append(f"step {step.get('step')} of {where} has {count} syncs "
+            problems.append(f"{where_run(step.get('trace'))}"
+                            f"step {step.get('step')} of {where} has {count} syncs "
                             f"(limit {limit})")
     traced_steps = {t.get("path") for t in (report_json.get("traces") or [])
                     if int(t.get("steps") or 0) > 0}
@@ -228,7 +341,8 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
             by_trace[sync.get("trace") or ""] = by_trace.get(sync.get("trace") or "", 0) + 1
     for trace, count in by_trace.items():
         if count > limit:
-            problems.append(f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
+            problems.append(f"{where_run(trace)}"
+                            f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
                             f"counted as one step) has {count} syncs (limit {limit})")
     return problems
 
@@ -236,22 +350,27 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
 # --- commands ------------------------------------------------------------------------
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tb_syncfinder import export
-    from tb_syncfinder.render import render_report
+    from tb_syncfinder.render import render_runs
 
     output_format = "json" if args.json else (args.format or "table")
     if args.json and args.format not in (None, "json"):
         raise UsageError(f"--json and --format {args.format} contradict each other")
-    report = _analyze(args.path, args)
+    report, run_reports = _analyze_runs(args.path, args, args.runs)
     report_json = report.to_json()
+    runs_json = {name: run_report.to_json() for name, run_report in run_reports.items()}
     if not args.latent:
-        report_json["latent"] = []
-        report_json["latent_sites"] = []
+        for data in (report_json, *runs_json.values()):
+            data["latent"] = []
+            data["latent_sites"] = []
+    # Additive field of tb_syncfinder.report/1: each run's own summary, so per-step figures
+    # of a logdir are not diluted over the other runs' steps.
+    report_json["runs"] = run_summaries(runs_json)
 
     if output_format == "table":
         stream = sys.stdout
         color = False if args.output else _use_color(args.color, stream)
-        _write(render_report(report_json, color=color, top=args.top or None), args.output)
+        text = render_runs(list(runs_json.items()), color=color, top=args.top or None)
+        _write(text, args.output)
     else:
         for trace in report_json["traces"]:
             if trace.get("error"):
@@ -259,9 +378,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if output_format == "json":
             text = json.dumps(report_json, indent=1) + "\n"
         elif output_format == "csv":
-            text = export.to_csv(report_json)
+            text = csv_by_run(runs_json)
         else:
-            text = json.dumps(export.to_sarif(report_json), indent=1) + "\n"
+            text = json.dumps(sarif_by_run(report_json, runs_json), indent=1) + "\n"
         _write(text, args.output)
 
     if args.annotate:

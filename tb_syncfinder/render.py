@@ -282,21 +282,14 @@ def _error_lines(traces: list[dict[str, Any]], style: _Style) -> list[str]:
     return lines
 
 
-def render_report(report: Report | dict[str, Any], color: bool = False,
-                  top: int | None = None) -> str:
-    """The report as terminal text: sites by cost, latent findings, summary, errors.
-
-    ``report`` is a ``Report`` or its ``to_json()`` dict; ``top`` limits the sites shown
-    (None or 0: all). Returns text ending in a newline; ANSI colours only when ``color``.
-    """
-    data = report.to_json() if isinstance(report, Report) else report
-    style = _Style(color)
+def _report_body(data: dict[str, Any], style: _Style, top: int | None) -> list[str]:
+    """Sites, latent sites, summary and errors of one report, without its title line."""
     traces = data.get("traces") or []
     summary = data.get("summary") or {}
     sites = data.get("sites") or []
     latent_sites = data.get("latent_sites") or []
 
-    lines = [style("Sync Advisor", _BOLD, _CYAN) + "  " + _traces_line(traces), ""]
+    lines: list[str] = []
     readable = [t for t in traces if not t.get("error")]
     if sites:
         lines.append(style(f"Host-device synchronizations by cost ({len(sites)} sites)", _BOLD))
@@ -324,7 +317,108 @@ def render_report(report: Report | dict[str, Any], color: bool = False,
     lines.extend(_error_lines(traces, style))
     while lines and lines[-1] == "":
         lines.pop()
+    return lines
+
+
+def _finish(lines: list[str]) -> str:
+    while lines and lines[-1] == "":
+        lines.pop()
     return "\n".join(truncate_visible(line) for line in lines) + "\n"
+
+
+def render_report(report: Report | dict[str, Any], color: bool = False,
+                  top: int | None = None) -> str:
+    """The report as terminal text: sites by cost, latent findings, summary, errors.
+
+    ``report`` is a ``Report`` or its ``to_json()`` dict; ``top`` limits the sites shown
+    (None or 0: all). Returns text ending in a newline; ANSI colours only when ``color``.
+    """
+    data = report.to_json() if isinstance(report, Report) else report
+    style = _Style(color)
+    lines = [style("Sync Advisor", _BOLD, _CYAN) + "  " + _traces_line(data.get("traces") or []),
+             ""]
+    lines.extend(_report_body(data, style, top))
+    return _finish(lines)
+
+
+# Column widths of the per-run overview.
+_RUN_W = 30
+_OVERVIEW_NUM_W = 11
+
+
+def _overview_row(name: str, data: dict[str, Any]) -> tuple[list[str], float]:
+    """The overview cells of one run, and its share of step (for the colour)."""
+    traces = data.get("traces") or []
+    summary = data.get("summary") or {}
+    readable = [t for t in traces if not t.get("error")]
+    steps = int(summary.get("step_count") or 0)
+    count = int(summary.get("sync_count") or 0)
+    latent = int(summary.get("latent_count") or 0)
+    gpu = any(t.get("has_gpu_activity") for t in readable)
+    share = float(summary.get("share_of_step") or 0.0)
+    # No ProfilerStep markers: the whole trace counts as one step, as the summary says.
+    per = max(steps, 1)
+    if not readable:
+        cells = ["unreadable", "-", "-", "-", "-"]
+    elif count == 0 and not gpu and latent:
+        # CPU-only: no wait to measure; what matters is how many syncs a GPU run would make.
+        cells = [str(steps), "-", "-", "-", f"{latent / per:.1f}"]
+    else:
+        cells = [
+            str(steps),
+            f"{count / per:.1f}",
+            format_us(float(summary.get("host_wait_us") or 0.0) / per),
+            format_share(share),
+            f"{latent / per:.1f}" if latent else "-",
+        ]
+    return cells, share if readable else 0.0
+
+
+def _overview_lines(runs: list[tuple[str, dict[str, Any]]], style: _Style) -> list[str]:
+    header = " ".join([
+        "run".ljust(_RUN_W), "steps".rjust(6), "syncs/step".rjust(_OVERVIEW_NUM_W),
+        "wait/step".rjust(_OVERVIEW_NUM_W), "share".rjust(7),
+        "latent/step".rjust(_OVERVIEW_NUM_W),
+    ])
+    lines = [style(f"Runs ({len(runs)})", _BOLD), style(header, _BOLD)]
+    for name, data in runs:
+        cells, share = _overview_row(name, data)
+        if cells[0] == "unreadable":
+            line = truncate_left(name, _RUN_W).ljust(_RUN_W) + " no trace could be read"
+            lines.append(style(line, _RED))
+            continue
+        line = " ".join([
+            truncate_left(name, _RUN_W).ljust(_RUN_W), cells[0].rjust(6),
+            cells[1].rjust(_OVERVIEW_NUM_W), cells[2].rjust(_OVERVIEW_NUM_W),
+            cells[3].rjust(7), cells[4].rjust(_OVERVIEW_NUM_W),
+        ])
+        color = _RED if share >= _SHARE_RED else (_YELLOW if share >= _SHARE_YELLOW else "")
+        lines.append(style(line, color))
+    return lines
+
+
+def render_runs(runs: list[tuple[str, dict[str, Any]]], color: bool = False,
+                top: int | None = None) -> str:
+    """Several runs of one logdir: one section per run, then a line per run to compare.
+
+    ``runs`` is ``(run name, report JSON of that run's traces)`` in display order. Each run
+    is reported on its own, so per-step figures are over that run's steps only; a single run
+    reads exactly as ``render_report``.
+    """
+    if len(runs) == 1:
+        return render_report(runs[0][1], color=color, top=top)
+    style = _Style(color)
+    all_traces = [t for _, data in runs for t in data.get("traces") or []]
+    lines = [style("Sync Advisor", _BOLD, _CYAN) + "  "
+             + f"{len(runs)} runs, " + _traces_line(all_traces), ""]
+    for name, data in runs:
+        heading = f"== {name}: {_traces_line(data.get('traces') or [])} "
+        lines.append(style(truncate_right(heading.ljust(WIDTH, "="), WIDTH), _BOLD, _CYAN))
+        lines.append("")
+        lines.extend(_report_body(data, style, top))
+        lines.append("")
+    lines.extend(_overview_lines(runs, style))
+    return _finish(lines)
 
 
 def truncate_visible(line: str, width: int = WIDTH) -> str:

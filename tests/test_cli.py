@@ -226,3 +226,110 @@ def test_python_dash_m_tb_syncfinder_runs_the_same_command_line():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "0.1.0" in done.stdout + done.stderr
+
+
+def write_logdir_of_runs(logdir: Path) -> Path:
+    """Three runs as the PyTorch Profiler tab lists them: ``busy`` (3 syncs in each of 2
+    steps), ``calm`` (1 sync in each of 4 steps) and ``cpu`` (a CPU-only trace)."""
+    write_item_trace(logdir / "busy" / "w0.pt.trace.json", steps=2, items_per_step=3)
+    write_item_trace(logdir / "calm" / "w0.pt.trace.json", steps=4, items_per_step=1)
+    write_cpu_trace(logdir / "cpu" / "w0.pt.trace.json")
+    return logdir
+
+
+def test_logdir_with_several_runs_reports_each_run_over_its_own_steps(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logdir = write_logdir_of_runs(tmp_path / "logs")
+    assert main(["report", str(logdir)]) == 0
+    out = capsys.readouterr().out
+    busy, calm, cpu = (out.index(f"== {name}: ") for name in ("busy", "calm", "cpu"))
+    overview = out.index("Runs (3)")
+    assert busy < calm < cpu < overview
+    assert "syncs per step   3.0  (6 over 2 steps)" in out[busy:calm]
+    assert "syncs per step   1.0  (4 over 4 steps)" in out[calm:cpu]
+    assert "would synchronize on a GPU" in out[cpu:overview]
+    rows = {line.split()[0]: line.split() for line in out[overview:].splitlines()[2:]}
+    assert rows["busy"][1:3] == ["2", "3.0"] and rows["calm"][1:3] == ["4", "1.0"]
+    assert rows["cpu"][-1] == "1.0"  # latent syncs per step of the CPU-only run
+
+
+def test_run_option_restricts_the_report_to_the_named_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logdir = write_logdir_of_runs(tmp_path / "logs")
+    assert main(["report", str(logdir / "calm")]) == 0
+    alone = capsys.readouterr().out
+    assert main(["report", str(logdir), "--run", "calm"]) == 0
+    assert capsys.readouterr().out == alone  # one run reads as it always did
+    assert main(["report", str(logdir), "--run", "calm", "--run", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "== calm: " in out and "== cpu: " in out and "== busy: " not in out
+
+
+def test_unknown_run_exits_2_listing_the_runs_found(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logdir = write_logdir_of_runs(tmp_path / "logs")
+    assert main(["report", str(logdir), "--run", "busy", "--run", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no run named 'nope'" in err and "runs found: busy, calm, cpu" in err
+
+
+def test_json_of_a_logdir_is_one_report_with_each_runs_own_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logdir = write_logdir_of_runs(tmp_path / "logs")
+    assert main(["report", str(logdir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema"] == SCHEMA
+    assert report["summary"]["sync_count"] == 10  # the merged report, as before
+    runs = {entry["run"]: entry for entry in report["runs"]}
+    assert list(runs) == ["busy", "calm", "cpu"]
+    assert runs["busy"]["summary"]["syncs_per_step"] == 3.0
+    assert runs["calm"]["summary"]["syncs_per_step"] == 1.0
+    assert runs["cpu"]["summary"]["latent_count"] == 1 and runs["cpu"]["latent_site_count"] == 1
+    assert runs["busy"]["traces"] == [str(logdir / "busy" / "w0.pt.trace.json")]
+    assert main(["report", str(logdir), "--json", "--run", "calm"]) == 0
+    picked = json.loads(capsys.readouterr().out)
+    assert picked["summary"]["sync_count"] == 4 and picked["sites"][0]["per_step"] == 1.0
+    assert [entry["run"] for entry in picked["runs"]] == ["calm"]
+
+
+def test_csv_of_a_logdir_has_rows_per_run_with_a_run_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import csv
+    import io
+
+    logdir = write_logdir_of_runs(tmp_path / "logs")
+    assert main(["report", str(logdir), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    by_run = {row["run"]: row for row in rows}
+    assert set(by_run) == {"busy", "calm", "cpu"}
+    assert by_run["busy"]["per_step"] == "3" and by_run["calm"]["per_step"] == "1"
+    assert by_run["cpu"]["latent"] == "1"
+
+
+def test_sarif_results_of_several_runs_name_their_run(sample_report) -> None:
+    from tb_syncfinder.cli import sarif_by_run
+
+    data = sample_report.to_json()
+    runs = {"baseline": data, "optimized": {**data, "sites": data["sites"][:1]}}
+    log = sarif_by_run(data, runs)
+    assert len(log["runs"]) == 1  # one upload for code scanning
+    results = log["runs"][0]["results"]
+    assert [r["properties"]["run"] for r in results] == ["baseline", "baseline", "optimized"]
+    assert all(r["message"]["text"].startswith(f"Run {r['properties']['run']}: ")
+               for r in results)
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
+    assert "run" not in sarif_by_run(data, {"baseline": data})["runs"][0]["results"][0][
+        "properties"]
+
+
+def test_max_syncs_per_step_of_a_logdir_names_the_run_and_step(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logdir = write_logdir_of_runs(tmp_path / "logs")
+    assert main(["report", str(logdir), "--max-syncs-per-step", "3"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(logdir), "--max-syncs-per-step", "2", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "run busy: step 1 of w0.pt.trace.json has 3 syncs (limit 2)" in err
+    assert "run calm" not in err
+    assert main(["report", str(logdir), "--max-syncs-per-step", "2", "--run", "calm"]) == 0

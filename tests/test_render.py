@@ -10,6 +10,7 @@ from tb_syncfinder.render import (
     format_us,
     render_compare,
     render_report,
+    render_runs,
     truncate_left,
 )
 
@@ -129,3 +130,57 @@ def test_cpu_only_summary_counts_latent_syncs_instead_of_printing_zero_costs():
     assert "4.0 per step, 20 in all" in text
     assert "share of step" not in text
     assert "without syncs" not in text
+
+
+def _cpu_only_report_json(latent_count: int = 20, steps: int = 5) -> dict:
+    return {
+        "schema": "tb_syncfinder.report/1",
+        "traces": [{"path": "/logs/cpu/w.pt.trace.json", "worker": "w", "span": None,
+                    "run": "cpu", "device": "cpu", "steps": steps, "error": None}],
+        "summary": {"sync_count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0,
+                    "step_time_us": 50_000.0, "step_count": steps,
+                    "latent_count": latent_count, "mean_step_time_us": 10_000.0},
+        "syncs": [], "sites": [], "latent": [], "latent_sites": [], "steps": [],
+    }
+
+
+def test_single_run_renders_exactly_as_the_plain_report(sample_report: Report) -> None:
+    data = sample_report.to_json()
+    assert render_runs([("r", data)], top=1) == render_report(data, top=1)
+
+
+def test_several_runs_get_a_section_each_then_an_overview_line_per_run(
+        sample_report: Report) -> None:
+    text = render_runs([("gpu_run", sample_report.to_json()),
+                        ("cpu", _cpu_only_report_json())])
+    assert text.startswith("Sync Advisor  2 runs, 2 traces (cpu 1, cuda 1)")
+    gpu_at = text.index("== gpu_run: 1 trace (cuda 1) ")
+    cpu_at = text.index("== cpu: 1 trace (cpu 1) ")
+    overview_at = text.index("Runs (2)")
+    assert gpu_at < cpu_at < overview_at
+    # Each section holds its own run's figures, not figures diluted over both runs' steps.
+    gpu_section = text[gpu_at:cpu_at]
+    assert "train.py:42" in gpu_section and "3.0  (12 over 4 steps)" in gpu_section
+    assert "4.0 per step, 20 in all" in text[cpu_at:overview_at]
+    overview = text[overview_at:].splitlines()
+    gpu_row = next(line for line in overview if line.startswith("gpu_run "))
+    cpu_row = next(line for line in overview if line.startswith("cpu "))
+    # steps, syncs/step, host wait/step (3400 us / 4), share; latent per step for CPU-only
+    assert gpu_row.split() == ["gpu_run", "4", "3.0", "850", "us", "11.2%", "-"]
+    assert cpu_row.split() == ["cpu", "5", "-", "-", "-", "4.0"]
+    assert all(len(line) <= WIDTH for line in text.splitlines())
+
+
+def test_several_runs_colour_without_changing_the_text(sample_report: Report) -> None:
+    runs = [("a", sample_report.to_json()), ("b", _cpu_only_report_json())]
+    assert ANSI.sub("", render_runs(runs, color=True)) == render_runs(runs, color=False)
+
+
+def test_run_whose_traces_are_all_unreadable_is_named_in_its_section_and_overview(
+        sample_report: Report) -> None:
+    broken = {"traces": [{"path": "/logs/bad/w.pt.trace.json", "run": "bad",
+                          "error": "not valid JSON (line 1)"}],
+              "summary": {}, "sites": [], "latent_sites": []}
+    text = render_runs([("good", sample_report.to_json()), ("bad", broken)])
+    assert "/logs/bad/w.pt.trace.json: not valid JSON (line 1)" in text
+    assert re.search(r"^bad\s+no trace could be read$", text, re.M)

@@ -8,10 +8,10 @@ export from its cache without the dataclasses.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import os
+import posixpath
 import re
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
@@ -115,19 +115,25 @@ def to_csv(report_json: dict[str, Any]) -> str:
             "" if site.get("def_line") is None else site.get("def_line"),
             site.get("func") or "",
             site.get("kind") or "",
-            " > ".join(site.get("ops") or []),
-            " ".join(dict.fromkeys(site.get("apis") or [])),
+            " > ".join(_texts(site.get("ops"))),
+            " ".join(dict.fromkeys(_texts(site.get("apis")))),
             site.get("count") or 0,
             _number(site.get("per_step")),
             _number(site.get("host_wait_us")),
             _number(site.get("mean_host_wait_us")),
             _number(site.get("gpu_idle_us")),
             _number(site.get("share_of_step"), 6),
-            " ".join(str(s) for s in site.get("steps") or []),
+            " ".join(_texts(site.get("steps"))),
             _advice_title(site),
             site.get("key") or "",
         ])
     return buffer.getvalue()
+
+
+def _texts(values: Any) -> list[str]:
+    """The non-None entries of a list field as strings (a hand-edited or older report may
+    hold nulls in lists that the model types as ``list[str]``)."""
+    return [str(v) for v in values or [] if v is not None]
 
 
 def _number(value: Any, digits: int = 3) -> str:
@@ -152,15 +158,16 @@ def sarif_uri(file: str, root: str | None = None) -> str:
         posix = "/".join(PureWindowsPath(file).parts[1:])
     elif posix.startswith("/"):
         posix = "/".join(PurePosixPath(posix).parts[1:])
-    while posix.startswith("./"):
-        posix = posix[2:]
-    return quote(posix, safe="/-_.~")
+    # "." and ".." components: a URI that climbs out of the repository root (or names the
+    # root itself) would not be resolvable by code scanning tools.
+    parts = [p for p in posixpath.normpath(posix).split("/") if p not in ("", ".", "..")]
+    return quote("/".join(parts), safe="/-_.~")
 
 
 def _message(site: dict[str, Any], latent: bool) -> str:
     from tb_syncfinder.render import format_share, format_us
 
-    ops = " > ".join(site.get("ops") or []) or "a CUDA API call"
+    ops = " > ".join(_texts(site.get("ops"))) or "a CUDA API call"
     kind = site.get("kind") or "sync"
     count = int(site.get("count") or 0)
     if latent:
@@ -235,7 +242,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
                 "hostWaitUs": float(site.get("host_wait_us") or 0.0),
                 "gpuIdleUs": float(site.get("gpu_idle_us") or 0.0),
                 "shareOfStep": share,
-                "ops": list(site.get("ops") or []),
+                "ops": _texts(site.get("ops")),
                 "lineExact": bool(site.get("line_exact")),
                 "latent": latent,
             },
@@ -280,13 +287,22 @@ def load_trace_json(trace_path: str) -> Any:
     escaped. Raises ``ValueError`` naming the file and the reason when nothing works.
     """
     from tb_syncfinder.discovery import open_trace_bytes
+    from tb_syncfinder.reader import TraceReadError, gunzip
 
     raw = open_trace_bytes(trace_path)
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{trace_path}: not a readable gzip file ({exc})") from exc
+    try:
+        # The reader's gzip handling, so that whatever the analysis read can be annotated.
+        raw = gunzip(trace_path, raw)
+    except TraceReadError as exc:
+        raise ValueError(str(exc)) from exc
+    try:
+        return msgspec.json.decode(raw)
+    except UnicodeDecodeError:
+        # Invalid UTF-8 inside a string (a Latin-1 path): the reader replaces such bytes
+        # with U+FFFD too.
+        raw = raw.decode("utf-8", "replace").encode("utf-8")
+    except msgspec.DecodeError:
+        pass
     try:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError as first_error:
@@ -317,7 +333,7 @@ def _source_text(sync: dict[str, Any]) -> str:
         line = source.get("line")
         return f"{source['file']}:{line}" if line is not None else str(source["file"])
     for frame in sync.get("stack") or []:
-        if frame.get("user") and frame.get("file"):
+        if isinstance(frame, dict) and frame.get("user") and frame.get("file"):
             line = frame.get("line")
             return f"{frame['file']}:{line}" if line is not None else str(frame["file"])
     return ""

@@ -329,7 +329,7 @@ class SourceResolver:
         roots: Sequence[str] | None = None,
         path_map: Sequence[tuple[str, str]] = (),
     ) -> None:
-        self.roots = [str(Path(r).resolve()) for r in (roots or [os.getcwd()])]
+        self.roots = [_resolved(r) for r in (roots or [os.getcwd()])]
         self.path_map = [(str(a), str(b)) for a, b in path_map]
         self._found: dict[str, Path | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
@@ -399,7 +399,8 @@ class SourceResolver:
                 best, best_len = [path], n
             elif n == best_len:
                 best.append(path)
-        return best[0] if len(best) == 1 else None
+        # A broken symlink is listed as a file by os.walk: only a readable file counts.
+        return best[0] if len(best) == 1 and best[0].is_file() else None
 
     def _parse(self, path: Path) -> _ParsedFile | None:
         if path not in self._parsed:
@@ -407,7 +408,9 @@ class SourceResolver:
             try:
                 if path.stat().st_size <= _MAX_SOURCE_BYTES:
                     parsed = _ParsedFile(ast.parse(path.read_bytes(), filename=str(path)))
-            except (OSError, SyntaxError, ValueError):
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                # Unreadable, not Python, not UTF-8 (ValueError) or nested past the parser's
+                # limits: the sync keeps its def line, marked inexact.
                 parsed = None
             self._parsed[path] = parsed
         return self._parsed[path]
@@ -473,6 +476,15 @@ class SourceResolver:
                               resolved)
             break  # several candidates and no proof which: do not guess
         return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
+
+
+def _resolved(root: str) -> str:
+    """An absolute root; a symlink loop (RuntimeError before Python 3.13) stays as given,
+    absolute: looking in it finds nothing, which is the truth."""
+    try:
+        return str(Path(root).resolve())
+    except (OSError, RuntimeError):
+        return os.path.abspath(root)
 
 
 def _as_groups(called: Sequence[str] | Sequence[Sequence[str]] | None) -> list[list[str]]:

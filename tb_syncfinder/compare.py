@@ -124,15 +124,28 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Compare two report JSON dicts (``Report.to_json()``): ``base`` before, ``new`` after.
 
     Returns ``{"base": Summary, "new": Summary, "step_time_change_us", "sites": [...],
-    "latent_sites": [...], "counts": {status: n}}``; each site has ``key``, ``file``,
+    "latent_sites": [...], "counts": {status: n}, "note"}``; each site has ``key``, ``file``,
     ``line``, ``func``, ``kind``, ``ops``, ``status``, ``before`` / ``after`` (null when
     absent on that side) and ``change_us`` (per-step cost change). Latent sites (CPU-only
-    traces, no cost) are compared by count per step.
+    traces, no cost) are compared by count per step. When only one run is CPU-only, all
+    sites of both are compared by count per step (in ``sites``) and ``note`` says so.
     """
     base_summary = base.get("summary") or {}
     new_summary = new.get("summary") or {}
-    sites = _compare_sites(base, new, "sites", "cost_per_step_us")
-    latent_sites = _compare_sites(base, new, "latent_sites", "per_step")
+    note = None
+    if _cpu_only(base) != _cpu_only(new):
+        # A CPU-only run has only latent sites (no wait was measured): compared against a
+        # GPU run's real sites, every site would read "fixed" (or "new") though nothing
+        # changed in the code. Compare both runs' sites together, by count per step.
+        note = ("one run is CPU-only: sites are compared by count per step, "
+                "not by cost (a CPU-only trace measures no wait)")
+        base = _with_latent_as_sites(base)
+        new = _with_latent_as_sites(new)
+        sites = _compare_sites(base, new, "sites", "per_step")
+        latent_sites: list[dict[str, Any]] = []
+    else:
+        sites = _compare_sites(base, new, "sites", "cost_per_step_us")
+        latent_sites = _compare_sites(base, new, "latent_sites", "per_step")
     counts = {status: sum(1 for s in sites if s["status"] == status) for status in STATUSES}
     base_step = float(base_summary.get("mean_step_time_us") or 0.0)
     new_step = float(new_summary.get("mean_step_time_us") or 0.0)
@@ -143,4 +156,19 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "sites": sites,
         "latent_sites": latent_sites,
         "counts": counts,
+        "note": note,
     }
+
+
+def _cpu_only(report: dict[str, Any]) -> bool:
+    """No analysed trace of the run saw device activity (a CPU-only profile)."""
+    analysed = [t for t in report.get("traces") or []
+                if isinstance(t, dict) and not t.get("error")]
+    if analysed:
+        return not any(t.get("has_gpu_activity") for t in analysed)
+    return not report.get("sites") and bool(report.get("latent_sites"))
+
+
+def _with_latent_as_sites(report: dict[str, Any]) -> dict[str, Any]:
+    return dict(report, sites=list(report.get("sites") or [])
+                + list(report.get("latent_sites") or []), latent_sites=[])

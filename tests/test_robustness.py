@@ -423,3 +423,51 @@ def test_annotate_trace_reads_what_the_analysis_reads(tmp_path, base_traces, dam
              for s in result.syncs]
     annotated = json.loads(annotate_trace(str(path), syncs))
     assert sum(e.get("cat") == "sync_advisor" for e in annotated["traceEvents"]) >= 2
+
+
+# -- compare on odd reports -----------------------------------------------------------
+
+def _cpu_and_gpu_reports(tmp_path: Path, base_traces: list[dict[str, Any]]) -> tuple[
+        dict[str, Any], dict[str, Any]]:
+    gpu = tmp_path / "gpu.pt.trace.json"
+    gpu.write_bytes(_encode(base_traces[0]))
+    cpu = tmp_path / "cpu.pt.trace.json"
+    cpu.write_bytes(_encode(base_traces[1]))
+    return analyze(gpu).to_json(), analyze(cpu).to_json()
+
+
+def test_compare_a_gpu_run_with_a_cpu_only_run_does_not_call_every_site_fixed(
+        tmp_path, base_traces):
+    from tb_syncfinder.compare import compare
+
+    gpu, cpu = _cpu_and_gpu_reports(tmp_path, base_traces)
+    assert gpu["sites"] and not cpu["sites"] and cpu["latent_sites"]
+    for base, new in ((gpu, cpu), (cpu, gpu)):
+        result = compare(base, new)
+        json.dumps(result, allow_nan=False)
+        assert result["note"] and "CPU-only" in result["note"]
+        assert result["latent_sites"] == []
+        statuses = {row["status"] for row in result["sites"]}
+        assert statuses <= {"new", "fixed", "same", "better", "worse"}
+        # Two different programs: nothing matches, but each side's sites are all there.
+        assert len(result["sites"]) == len(gpu["sites"]) + len(cpu["latent_sites"])
+    same = compare(gpu, gpu)
+    assert same["note"] is None and {r["status"] for r in same["sites"]} == {"same"}
+
+
+def test_compare_reports_with_zero_steps_and_no_sites(tmp_path, base_traces):
+    from tb_syncfinder.compare import compare
+
+    gpu, _ = _cpu_and_gpu_reports(tmp_path, base_traces)
+    empty = {"summary": {"step_count": 0, "mean_step_time_us": 0.0}, "sites": [],
+             "latent_sites": [], "traces": []}
+    bare: dict[str, Any] = {}
+    for base, new in ((empty, gpu), (gpu, empty), (empty, empty), (bare, bare), (bare, gpu)):
+        result = compare(base, new)
+        json.dumps(result, allow_nan=False)
+        assert result["step_time_change_us"] is None or math.isfinite(
+            result["step_time_change_us"])
+    assert {r["status"] for r in compare(empty, gpu)["sites"]} == {"new"}
+    assert {r["status"] for r in compare(gpu, empty)["sites"]} == {"fixed"}
+    zero_steps = dict(gpu, summary=dict(gpu["summary"], step_count=0))
+    assert {r["status"] for r in compare(zero_steps, zero_steps)["sites"]} == {"same"}

@@ -162,6 +162,7 @@ analyze_trace = _without_gc(analyze_trace)
 
 def _analyze_data(ref: TraceRef, data: Any, options: Options,
                   resolver: SourceResolver) -> TraceResult:
+    repairs = list(getattr(data, "repairs", ()))
     tl = build_timeline(data)
     del data  # the events live on in the timeline only until this function returns
     episodes = detect_syncs(tl)
@@ -181,6 +182,7 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
             contexts[sync.id] = sync_context(tl, sync, options.context_window_us,
                                              options.context_max_events)
     info = _info(ref, tl)
+    info.repairs = repairs
     if not tl.steps:
         info.steps = 1 if steps else 0
     return TraceResult(info, syncs, latent, steps, contexts)

@@ -83,6 +83,7 @@ class TraceInfo:
     has_gpu_activity: bool = False
     event_count: int = 0
     torch_version: str | None = None
+    repairs: list[str] = field(default_factory=list)  # what reading had to fix or skip
 
 
 @dataclass

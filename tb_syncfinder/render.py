@@ -282,6 +282,19 @@ def _error_lines(traces: list[dict[str, Any]], style: _Style) -> list[str]:
     return lines
 
 
+def _repair_lines(traces: list[dict[str, Any]], style: _Style) -> list[str]:
+    """Traces that were read only after fixing or skipping parts of them: say what, so a
+    finding missing from a damaged trace is not taken for an absent sync."""
+    repaired = [t for t in traces if t.get("repairs") and not t.get("error")]
+    if not repaired:
+        return []
+    lines = [style(f"Read with repairs ({len(repaired)} file{'s' if len(repaired) != 1 else ''})",
+                   _BOLD, _YELLOW)]
+    for t in repaired:
+        lines.append(f"  {t.get('path')}: {'; '.join(t['repairs'])}")
+    return lines
+
+
 def _report_body(data: dict[str, Any], style: _Style, top: int | None) -> list[str]:
     """Sites, latent sites, summary and errors of one report, without its title line."""
     traces = data.get("traces") or []
@@ -313,6 +326,10 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None) -> list[s
         lines.append("")
     if readable:
         lines.extend(_summary_lines(summary, style))
+        lines.append("")
+    repairs = _repair_lines(traces, style)
+    if repairs:
+        lines.extend(repairs)
         lines.append("")
     lines.extend(_error_lines(traces, style))
     while lines and lines[-1] == "":
@@ -443,6 +460,8 @@ def render_compare(result: dict[str, Any], color: bool = False) -> str:
     counts = result.get("counts") or {}
     lines = [style("Sync Advisor: compare", _BOLD, _CYAN) + "  " + ", ".join(
         f"{n} {status}" for status, n in counts.items() if n)]
+    if result.get("note"):
+        lines.append(truncate_right(f"  {result['note']}", WIDTH))
     lines.append("")
     header = " ".join([
         "status".ljust(6), "site (file:line)".ljust(_LOC_W), "function".ljust(_FUNC_W),

@@ -184,3 +184,29 @@ def test_run_whose_traces_are_all_unreadable_is_named_in_its_section_and_overvie
     text = render_runs([("good", sample_report.to_json()), ("bad", broken)])
     assert "/logs/bad/w.pt.trace.json: not valid JSON (line 1)" in text
     assert re.search(r"^bad\s+no trace could be read$", text, re.M)
+
+
+def test_a_trace_read_with_repairs_says_what_was_repaired():
+    from tb_syncfinder.render import render_report
+
+    report = {
+        "schema": "tb_syncfinder.report/1",
+        "traces": [{"path": "win.pt.trace.json", "worker": "w", "span": None, "device": "cuda",
+                    "steps": 1, "error": None,
+                    "repairs": ["escaped backslashes in Windows paths", "quoted N/A values"]}],
+        "summary": {"sync_count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0,
+                    "step_time_us": 1000.0, "step_count": 1, "checked": ["cudaMemcpy"]},
+        "syncs": [], "sites": [], "latent": [], "latent_sites": [], "steps": [],
+    }
+    text = render_report(report, color=False, top=None)
+    assert ("win.pt.trace.json: escaped backslashes in Windows paths; quoted N/A values"
+            in text)
+
+
+def test_compare_text_carries_the_compare_note():
+    from tb_syncfinder.render import render_compare
+
+    note = "one run is CPU-only: sites compared by count per step"
+    text = render_compare({"sites": [], "latent_sites": [], "counts": {}, "note": note,
+                           "base": {}, "new": {}, "step_time_change_us": None})
+    assert note in text

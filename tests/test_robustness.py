@@ -471,3 +471,16 @@ def test_compare_reports_with_zero_steps_and_no_sites(tmp_path, base_traces):
     assert {r["status"] for r in compare(gpu, empty)["sites"]} == {"fixed"}
     zero_steps = dict(gpu, summary=dict(gpu["summary"], step_count=0))
     assert {r["status"] for r in compare(zero_steps, zero_steps)["sites"]} == {"same"}
+
+
+def test_repairs_made_while_reading_are_reported_on_the_trace(tmp_path):
+    from tb_syncfinder.engine import analyze_trace
+
+    trace = tmp_path / "win.pt.trace.json"
+    trace.write_text('{"traceEvents": [{"ph": "X", "name": "aten::add", "cat": "cpu_op", '
+                     '"pid": 1, "tid": 1, "ts": 1, "dur": 2, '
+                     '"args": {"file": "C:\\Users\\me\\train.py", "Stream": N/A}}]}')
+    result = analyze_trace(str(trace))
+    assert result.info.error is None
+    assert "escaped backslashes in Windows paths" in result.info.repairs
+    assert "quoted N/A values" in result.info.repairs

@@ -9,6 +9,7 @@ import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
 import { renderHotspots } from "./hotspots.js";
 import { apiUrl } from "./query.js";
+import { repairNotices } from "./repairs.js";
 import { decodeState, shareUrl, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
@@ -30,6 +31,8 @@ export class App {
     this.runsError = null;
     this.renderGen = 0;
     this.runsSignature = "";
+    /** Repair notices of the selection whose JSON is `key` (from its `summary`). */
+    this.repairs = { key: "", notices: /** @type {{path: string, text: string}[]} */ ([]), more: 0 };
     this.inVsCode = detectVsCode();
     this.toastEl = h("div", { class: "sa-toast", role: "status", "aria-live": "polite" });
     this.headerEl = h("header", { class: "sa-header" });
@@ -69,8 +72,11 @@ export class App {
         const first = this.runs === null;
         this.runsSignature = signature;
         this.runs = runs;
-        // A run's traces changed: cached summaries/sites may be stale.
-        if (!first) clearCache();
+        // A run's traces changed: cached summaries/sites (and their repairs) may be stale.
+        if (!first) {
+          clearCache();
+          this.repairs = { key: "", notices: [], more: 0 };
+        }
         this.render();
       }
       delay = runs.loading ? POLL_LOADING_MS : POLL_IDLE_MS;
@@ -131,6 +137,7 @@ export class App {
       replace(this.viewEl, this.emptyRunsView());
       return;
     }
+    this.loadRepairs(sel);
     this.lastWidth = this.viewWidth();
     const ctx = {
       app: this,
@@ -153,6 +160,25 @@ export class App {
       if (gen !== this.renderGen) return;
       replace(this.viewEl, errorBanner(e, "Could not load this view"));
     }
+  }
+
+  /**
+   * What reading had to repair in the selection's traces comes with its `summary` (cached:
+   * the hotspots view asks for the same URL); the banners are redrawn when it answers.
+   * @param {{run: string, worker: string | null, span: string | null}} sel
+   */
+  async loadRepairs(sel) {
+    const key = JSON.stringify(sel);
+    if (this.repairs.key === key) return;
+    let found;
+    try {
+      found = repairNotices((await getJson("summary", sel)).traces);
+    } catch {
+      return; // the view itself reports a summary that cannot be loaded
+    }
+    if (JSON.stringify(this.selection()) !== key) return; // the user moved on meanwhile
+    this.repairs = { key, ...found };
+    if (found.notices.length) this.renderBanners();
   }
 
   renderHeader() {
@@ -309,11 +335,13 @@ export class App {
     const runName = this.currentRun()?.name;
     const errors = allErrors.filter((/** @type {any} */ e) => !e.run || e.run === runName);
     const elsewhere = allErrors.length - errors.length;
+    // Redrawing must not fold a list the user has unfolded.
+    const errorsOpen = !!this.bannerEl.querySelector("details[data-testid=file-errors][open]");
     if (errors.length) {
       parts.push(
         h(
           "details",
-          { class: "sa-banner error", "data-testid": "file-errors" },
+          { class: "sa-banner error", "data-testid": "file-errors", open: errorsOpen },
           h(
             "summary",
             null,
@@ -335,6 +363,19 @@ export class App {
           "div",
           { class: "sa-note", "data-testid": "other-errors" },
           `${elsewhere} trace file${elsewhere > 1 ? "s" : ""} in other runs could not be read.`,
+        ),
+      );
+    }
+    const repairs = this.repairs;
+    if (repairs.notices.length && repairs.key === JSON.stringify(this.selection())) {
+      // Quieter than an error: the trace was analysed, but a damaged part may hide a finding.
+      parts.push(
+        h(
+          "div",
+          { class: "sa-note sa-repairs", role: "note", "data-testid": "file-repairs" },
+          repairs.notices.map((n) => h("p", null, h("code", null, n.path), ": ", n.text)),
+          repairs.more ? h("p", null, `${repairs.more} more trace file${repairs.more > 1 ? "s" : ""} read with repairs.`) : null,
+          h("p", null, "Their findings are shown; a sync in a repaired or skipped part of a trace could be missing."),
         ),
       );
     }

@@ -173,3 +173,19 @@ export function countTone(status, count) {
   if (!count) return "neutral";
   return /** @type {any} */ (STATUS_TONE)[status] ?? "neutral";
 }
+
+/**
+ * How a compare's sites are measured, from the `compare` route's answer. Both runs CPU-only:
+ * only `latent_sites`, by count per step. One run CPU-only (compare.py then sets `note`):
+ * both runs' sites are in `sites`, compared by count per step too, because a CPU-only trace
+ * measures no wait. Otherwise `sites` by cost per step.
+ * @param {any} data
+ * @returns {{sites: any[], latentOnly: boolean, byCount: boolean, note: string | null}}
+ */
+export function compareBasis(data) {
+  const sites = Array.isArray(data?.sites) ? data.sites : [];
+  const latentSites = Array.isArray(data?.latent_sites) ? data.latent_sites : [];
+  const latentOnly = sites.length === 0 && latentSites.length > 0;
+  const note = typeof data?.note === "string" && data.note.trim() ? data.note.trim() : null;
+  return { sites: latentOnly ? latentSites : sites, latentOnly, byCount: latentOnly || note !== null, note };
+}

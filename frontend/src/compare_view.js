@@ -9,6 +9,7 @@ import { formatCount, formatPct, formatUs, kindLabel, shortPath, siteFallbackLab
 import {
   changeText,
   compareHeadline,
+  compareBasis,
   countByStatus,
   countTone,
   sideCost,
@@ -55,9 +56,12 @@ export async function renderCompare(ctx) {
     );
   }
   const data = await getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base });
-  // CPU-only runs have no real syncs: compare their latent (would-sync-on-GPU) sites.
-  const latent = !(data.sites || []).length && (data.latent_sites || []).length > 0;
-  const sites = sortCompareSites(latent ? data.latent_sites : data.sites || []);
+  // CPU-only runs have no real syncs: their latent (would-sync-on-GPU) sites are compared by
+  // count per step, as are all sites when only one run is CPU-only (then `note` says so).
+  const basis = compareBasis(data);
+  const latent = basis.latentOnly;
+  const byCount = basis.byCount;
+  const sites = sortCompareSites(basis.sites);
   const counts = countByStatus(sites);
   const b = data.base || {};
   const n = data.new || {};
@@ -86,6 +90,7 @@ export async function renderCompare(ctx) {
       ),
     ),
     headline.note ? h("p", { class: "sa-note", "data-testid": "step-change-note" }, headline.note) : null,
+    basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note) : null,
     h(
       "div",
       { class: "sa-table-wrap", style: { "max-width": "640px", "margin-bottom": "12px" } },
@@ -124,8 +129,8 @@ export async function renderCompare(ctx) {
                 h("th", null, "Kind"),
                 h("th", { class: "num col-count" }, "Count before"),
                 h("th", { class: "num col-count" }, "Count after"),
-                h("th", { class: "num col-idle" }, latent ? "Per step before" : "Cost/step before"),
-                h("th", { class: "num col-idle" }, latent ? "Per step after" : "Cost/step after"),
+                h("th", { class: "num col-idle" }, byCount ? "Per step before" : "Cost/step before"),
+                h("th", { class: "num col-idle" }, byCount ? "Per step after" : "Cost/step after"),
                 h("th", null, "Change"),
               ),
             ),
@@ -140,9 +145,9 @@ export async function renderCompare(ctx) {
                     "data-key": x.key,
                     tabindex: "0",
                     title: x.status === "fixed" ? "" : "Open in Hotspots",
-                    onclick: () => (x.status === "fixed" ? null : openSite(app, { ...x, latent })),
+                    onclick: () => (x.status === "fixed" ? null : openSite(app, { ...x, latent, mixed: byCount && !latent })),
                     onkeydown: (/** @type {KeyboardEvent} */ e) => {
-                      if (e.key === "Enter" && x.status !== "fixed") openSite(app, { ...x, latent });
+                      if (e.key === "Enter" && x.status !== "fixed") openSite(app, { ...x, latent, mixed: byCount && !latent });
                     },
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
@@ -151,9 +156,9 @@ export async function renderCompare(ctx) {
                   h("td", null, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
                   h("td", { class: "num col-count" }, x.before ? formatCount(x.before.count) : "–"),
                   h("td", { class: "num col-count" }, x.after ? formatCount(x.after.count) : "–"),
-                  h("td", { class: "num col-idle" }, x.before ? (latent ? formatCount(x.before.per_step) : formatUs(sideCost(x.before))) : "–"),
-                  h("td", { class: "num col-idle" }, x.after ? (latent ? formatCount(x.after.per_step) : formatUs(sideCost(x.after))) : "–"),
-                  h("td", null, changeText(x, { latent })),
+                  h("td", { class: "num col-idle" }, x.before ? (byCount ? formatCount(x.before.per_step) : formatUs(sideCost(x.before))) : "–"),
+                  h("td", { class: "num col-idle" }, x.after ? (byCount ? formatCount(x.after.per_step) : formatUs(sideCost(x.after))) : "–"),
+                  h("td", null, changeText(x, { latent: byCount })),
                 ),
               ),
             ),
@@ -172,11 +177,16 @@ export async function renderCompare(ctx) {
 async function openSite(app, x) {
   const sel = app.selection();
   try {
-    const sites = await getJson("sites", { ...sel, kind: x.kind, latent: x.latent ? 1 : null, limit: 500 });
     const base = (/** @type {string | null} */ f) => (f || "").split(/[\\/]/).pop();
-    const match = (sites.items || []).find(
-      (/** @type {any} */ s) => base(s.file) === base(x.file) && s.func === x.func && (s.ops || [])[0] === (x.ops || [])[0],
-    );
+    const find = async (/** @type {boolean} */ latent) => {
+      const sites = await getJson("sites", { ...sel, kind: x.kind, latent: latent ? 1 : null, limit: 500 });
+      return (sites.items || []).find(
+        (/** @type {any} */ s) => base(s.file) === base(x.file) && s.func === x.func && (s.ops || [])[0] === (x.ops || [])[0],
+      );
+    };
+    // Against a run of the other kind (GPU vs CPU-only) this run's site may be a real or a
+    // latent one: look in both.
+    const match = (await find(!!x.latent)) || (x.mixed ? await find(!x.latent) : undefined);
     app.setState({ view: "hotspots", site: match ? match.key : null, sync: null, step: null, kind: "", q: match ? "" : x.func || "" });
   } catch {
     app.setState({ view: "hotspots" });

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   changeText,
+  compareBasis,
   compareHeadline,
   countByStatus,
   countTone,
@@ -106,4 +107,32 @@ test("a status count badge is neutral at zero and takes the status colour otherw
   assert.equal(countTone("new", 3), "bad");
   assert.equal(countTone("fixed", 4), "good");
   assert.equal(countTone("same", 2), "neutral");
+});
+
+test("GPU runs are compared by cost, with no note", () => {
+  const b = compareBasis({ sites: [site("a", "same")], latent_sites: [site("l", "fixed")], note: null });
+  assert.deepEqual(b.sites.map((s) => s.key), ["a"]);
+  assert.equal(b.byCount, false);
+  assert.equal(b.latentOnly, false);
+  assert.equal(b.note, null);
+});
+
+test("two CPU-only runs compare their latent sites by count", () => {
+  const b = compareBasis({ sites: [], latent_sites: [site("l", "fixed")] });
+  assert.deepEqual(b.sites.map((s) => s.key), ["l"]);
+  assert.equal(b.latentOnly, true);
+  assert.equal(b.byCount, true);
+});
+
+test("a CPU-only run against a GPU run is compared by count and carries the route's note", () => {
+  const note = "one run is CPU-only: sites are compared by count per step";
+  const b = compareBasis({ sites: [site("a", "same")], latent_sites: [], note: `  ${note} ` });
+  assert.deepEqual(b.sites.map((s) => s.key), ["a"]);
+  assert.equal(b.latentOnly, false);
+  assert.equal(b.byCount, true);
+  assert.equal(b.note, note);
+  // A blank or non-string note (older plugin, odd answer) is no note.
+  assert.equal(compareBasis({ sites: [], note: " " }).note, null);
+  assert.equal(compareBasis({ sites: [], note: 3 }).byCount, false);
+  assert.deepEqual(compareBasis(null).sites, []);
 });

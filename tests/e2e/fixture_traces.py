@@ -51,6 +51,9 @@ NONZERO_LINE = 14
 RUNNING_LOOP_LINE = 25
 # A file the trace names that is not under TensorBoard's source roots.
 REMOTE_FILE = "/workspace/gone/remote_train.py"
+# A Windows path that profilers on Windows have written without escaping its backslashes
+# (``\U``, ``\d``, ``\S`` are invalid JSON escapes): the reader repairs the trace.
+WINDOWS_FILE = "C:\\Users\\dev\\Sync\\win_train.py"
 
 XSS = "<img src=x onerror=window.__xss=1>"
 
@@ -259,7 +262,8 @@ def write_fixture(root: Path) -> Path:
     unreadable second worker file), `html_names` (function, operator and file names holding
     markup), `cpu_only` and `cpu_only_fixed` (latent findings, the item fixed in the
     second), `running_loop` (an item under a ``<module>`` frame recorded at its current line),
-    `remote_paths` (a source file that cannot be read), `no_stacks` and `clean` (no sync);
+    `remote_paths` (a source file that cannot be read), `windows_paths` (unescaped backslashes
+    in a Windows file name: read with repairs), `no_stacks` and `clean` (no sync);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -287,6 +291,11 @@ def write_fixture(root: Path) -> Path:
         frame_line=RUNNING_LOOP_LINE,
     )
     write_run(logdir, "remote_paths", item=True, nonzero=False, steps=2, file_name=REMOTE_FILE)
+    windows = write_run(
+        logdir, "windows_paths", item=True, nonzero=False, steps=2, file_name=WINDOWS_FILE
+    )
+    # Undo json.dumps' escaping of the file name's backslashes, as such writers do.
+    windows.write_text(windows.read_text(encoding="utf-8").replace("\\\\", "\\"), "utf-8")
     write_run(logdir, "no_stacks", item=True, nonzero=False, steps=2, stacks=False)
     write_run(logdir, "clean", item=False, nonzero=False, steps=2)
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"

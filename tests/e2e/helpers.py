@@ -155,4 +155,3 @@ def shot(target: Any, name: str, full_page: bool = True) -> None:
 def rows(frame: Any) -> list[str]:
     frame.wait_for_selector("[data-testid=sites] tbody tr")
     return frame.locator("[data-testid=sites] tbody tr").all_inner_texts()
-

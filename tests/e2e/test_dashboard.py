@@ -43,6 +43,7 @@ RUNS = {
     "cpu_only_fixed",
     "running_loop",
     "remote_paths",
+    "windows_paths",
     "no_stacks",
     "clean",
 }
@@ -185,6 +186,7 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert "steps faster by" in headline.inner_text()
     assert headline.get_attribute("data-tone") == "good"
     assert page.locator("[data-testid=step-change-note]").count() == 0
+    assert page.locator("[data-testid=compare-note]").count() == 0  # both runs on a GPU
     # Counts take their status colour only when non-zero.
     tones = {
         el.get_attribute("data-status-count"): (el.inner_text(), el.get_attribute("data-tone"))
@@ -219,6 +221,25 @@ def test_compare_of_cpu_only_runs_counts_latent_sites_and_does_not_judge_cpu_ste
         assert badge.inner_text() == f"0 {status}"
         assert badge.get_attribute("data-tone") == "neutral"
         assert "s-neutral" in (badge.get_attribute("class") or "")
+    assert page_errors == []
+
+
+def test_compare_of_a_gpu_run_with_a_cpu_only_run_counts_sites_and_says_why(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline&view=compare&base=cpu_only"))
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    note = page.inner_text("[data-testid=compare-note]")
+    assert "one run is CPU-only" in note and "count per step" in note, note
+    # The same two sites run once per step in both: same, not "fixed" plus "new".
+    statuses = page.eval_on_selector_all(
+        "[data-testid=compare-sites] tbody tr", "rows => rows.map(r => r.dataset.status)"
+    )
+    assert statuses == ["same", "same"], statuses
+    headers = page.inner_text("[data-testid=compare-sites] thead")
+    assert "Per step before" in headers and "Cost/step" not in headers
+    assert "1 → 1 per step" in page.inner_text("[data-testid=compare-sites] tbody")
     assert page_errors == []
 
 
@@ -439,4 +460,29 @@ def test_unreadable_trace_file_is_listed_with_its_reason_and_the_run_still_shows
     assert "worker1.1700000000001.pt.trace.json" in text
     assert "JSON" in text
     assert any(f"train.py:{NONZERO_LINE}" in t for t in rows(page))
+    assert page_errors == []
+
+
+def test_trace_read_with_repairs_gets_a_quiet_notice_naming_the_file_and_the_repair(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=windows_paths"))
+    notice = page.wait_for_selector("[data-testid=file-repairs]")
+    text = notice.inner_text()
+    assert (
+        "worker0.1700000000000.pt.trace.json: read with repairs: "
+        "escaped backslashes in Windows paths"
+    ) in text, text
+    assert "could be missing" in text
+    # A notice, not an error: the trace was analysed and its finding is listed.
+    assert "sa-note" in (notice.get_attribute("class") or "")
+    assert page.locator("[data-testid=file-errors]").count() == 0
+    # The file is not on this machine: the site is at the function's definition line.
+    assert any(f"win_train.py:{TRAIN_STEP_DEF}" in t for t in rows(page)), rows(page)
+    # Another run read cleanly: no notice there.
+    page.select_option("#sa-run", "baseline")
+    page.wait_for_function("location.hash.includes('run=baseline')")
+    page.wait_for_selector("[data-testid=sites] tbody tr")
+    assert page.locator("[data-testid=file-repairs]").count() == 0
     assert page_errors == []

@@ -144,10 +144,20 @@ export function stepTimeChange(changeUs, opts = {}) {
  * The compare headline. Real (GPU) sites: the step time change (`stepTimeChange`). Latent
  * sites (both runs CPU-only): neutral, with the fixed/new site counts, because a CPU step
  * time does not measure syncs that cost nothing without a GPU; the note says so.
- * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>}} args
+ * One run CPU-only and the other not (`mixed`): neutral too, by site counts.
+ * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>, mixed?: boolean}} args
  * @returns {{text: string, tone: "good" | "bad" | "neutral", note: string | null}}
  */
-export function compareHeadline({ latent, changeUs, baseStepUs, counts }) {
+export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = false }) {
+  if (mixed) {
+    // One run on a GPU, the other CPU-only: their step times measure different machines.
+    const change = Number.isFinite(changeUs) && changeUs ? ` (${formatDeltaUs(/** @type {number} */ (changeUs))} here)` : "";
+    return {
+      text: `${formatCount(counts.fixed ?? 0)} sync sites fixed, ${formatCount(counts.new ?? 0)} new`,
+      tone: "neutral",
+      note: `A CPU-only run and a GPU run: their step times do not compare${change}. The fixed and new sites are what counts.`,
+    };
+  }
   if (!latent) return { ...stepTimeChange(changeUs, { baseStepUs }), note: null };
   const fixed = counts.fixed ?? 0;
   const added = counts.new ?? 0;

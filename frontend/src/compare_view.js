@@ -65,7 +65,7 @@ export async function renderCompare(ctx) {
   const counts = countByStatus(sites);
   const b = data.base || {};
   const n = data.new || {};
-  const headline = compareHeadline({ latent, changeUs: data.step_time_change_us, baseStepUs: b.mean_step_time_us, counts });
+  const headline = compareHeadline({ latent, mixed: byCount && !latent, changeUs: data.step_time_change_us, baseStepUs: b.mean_step_time_us, counts });
   const row = (/** @type {string} */ label, /** @type {string} */ before, /** @type {string} */ after) =>
     h("tr", null, h("th", { scope: "row" }, label), h("td", { class: "num" }, before), h("td", { class: "num" }, after));
   return h(

@@ -136,3 +136,10 @@ test("a CPU-only run against a GPU run is compared by count and carries the rout
   assert.equal(compareBasis({ sites: [], note: 3 }).byCount, false);
   assert.deepEqual(compareBasis(null).sites, []);
 });
+
+test("a CPU-only run against a GPU run gets a neutral headline by site counts", () => {
+  const head = compareHeadline({ latent: false, mixed: true, changeUs: -250000, baseStepUs: 300000, counts: { fixed: 2, new: 1 } });
+  assert.equal(head.tone, "neutral");
+  assert.match(head.text, /2 sync sites fixed, 1 new/);
+  assert.match(head.note, /step times do not compare/);
+});

@@ -240,6 +240,8 @@ def test_compare_of_a_gpu_run_with_a_cpu_only_run_counts_sites_and_says_why(
     headers = page.inner_text("[data-testid=compare-sites] thead")
     assert "Per step before" in headers and "Cost/step" not in headers
     assert "1 → 1 per step" in page.inner_text("[data-testid=compare-sites] tbody")
+    # CPU and GPU step times measure different machines: no good/bad news from them.
+    assert "step times do not compare" in page.inner_text("[data-testid=step-change-note]")
     assert page_errors == []
 
 

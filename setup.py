@@ -31,7 +31,7 @@ setup(
         "msgspec>=0.18",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "ruff", "playwright>=1.40"],
+        "test": ["pytest>=7", "pytest-timeout", "ruff", "playwright>=1.40", "jsonschema>=4"],
     },
     entry_points={
         "console_scripts": ["tb-syncfinder = tb_syncfinder.cli:main"],

@@ -40,9 +40,17 @@ CHROMIUM_ARGS = [
 
 def skip_without_browser() -> Any:
     """Skip the calling test module when Chromium or Playwright is missing; else return
-    ``playwright.sync_api``. Call it at module level."""
+    ``playwright.sync_api``. Call it at module level. Under CI (``CI`` set, as .ci/run is
+    run) a missing browser fails instead: a green run must not hide skipped browser tests."""
     if not Path(CHROMIUM).exists():
-        pytest.skip("no chromium binary (apt-get install chromium)", allow_module_level=True)
+        reason = "no chromium binary (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+    if os.environ.get("CI"):
+        import playwright.sync_api as sync_api  # ImportError fails the run in CI
+
+        return sync_api
     return pytest.importorskip("playwright.sync_api")
 
 

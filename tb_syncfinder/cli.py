@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from tb_syncfinder import __version__
+from tb_syncfinder import __version__, export
 
 PROG = "tb-syncfinder"
 FORMATS = ("table", "json", "csv", "sarif")
@@ -256,35 +256,10 @@ def run_summaries(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return entries
 
 
-def csv_by_run(runs: dict[str, dict[str, Any]]) -> str:
-    """The CSV of each run's own report, one after the other under one header, with a last
-    ``run`` column added (existing columns keep their names and places)."""
-    import csv
-    import io
-
-    from tb_syncfinder import export
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    header_written = False
-    for name, data in runs.items():
-        rows = list(csv.reader(io.StringIO(export.to_csv(data))))
-        if not rows:
-            continue
-        if not header_written:
-            writer.writerow([*rows[0], "run"])
-            header_written = True
-        for row in rows[1:]:
-            writer.writerow([*row, name])
-    return buffer.getvalue()
-
-
 def sarif_by_run(merged: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """SARIF for code scanning: one SARIF run (one tool upload); with several profiler runs,
     each result is a site of one run, its message and figures that run's own, and the run is
     named in the message, in ``properties.run`` and in a ``run/v1`` fingerprint."""
-    from tb_syncfinder import export
-
     if len(runs) <= 1:
         return export.to_sarif(merged)
     log = export.to_sarif(merged)  # the rules of every kind used, in the usual order
@@ -378,7 +353,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if output_format == "json":
             text = json.dumps(report_json, indent=1) + "\n"
         elif output_format == "csv":
-            text = csv_by_run(runs_json)
+            text = export.runs_to_csv(runs_json)
         else:
             text = json.dumps(sarif_by_run(report_json, runs_json), indent=1) + "\n"
         _write(text, args.output)

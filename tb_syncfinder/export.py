@@ -103,10 +103,26 @@ def to_csv(report_json: dict[str, Any]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    rank = 0
-    for site, latent in _sites_with_latent(report_json):
-        rank += 1
-        writer.writerow([
+    writer.writerows(_csv_rows(report_json))
+    return buffer.getvalue()
+
+
+def runs_to_csv(runs: dict[str, dict[str, Any]]) -> str:
+    """The CSV of each run's own report, one after the other under one header, with a last
+    ``run`` column added (the other columns keep their names and places). The CLI and the
+    plugin's export both write this, for one run or several."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CSV_COLUMNS, "run"])
+    for name, report_json in runs.items():
+        writer.writerows([*row, name] for row in _csv_rows(report_json))
+    return buffer.getvalue()
+
+
+def _csv_rows(report_json: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for rank, (site, latent) in enumerate(_sites_with_latent(report_json), start=1):
+        rows.append([
             rank,
             int(latent or bool(site.get("latent"))),
             site.get("file") or "",
@@ -127,7 +143,7 @@ def to_csv(report_json: dict[str, Any]) -> str:
             _advice_title(site),
             site.get("key") or "",
         ])
-    return buffer.getvalue()
+    return rows
 
 
 def _texts(values: Any) -> list[str]:

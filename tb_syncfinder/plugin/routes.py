@@ -540,7 +540,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         if fmt == "json":
             body, content_type, name = _json_dumps(sel.report_json), "application/json", ".json"
         elif fmt == "csv":
-            body, content_type, name = export.to_csv(sel.report_json), "text/csv", ".csv"
+            csv_text = export.runs_to_csv({run.name: sel.report_json})
+            body, content_type, name = csv_text, "text/csv", ".csv"
         elif fmt == "sarif":
             body = _json_dumps(export.to_sarif(sel.report_json))
             content_type, name = "application/sarif+json", ".sarif"

@@ -279,3 +279,33 @@ def test_corrupt_cache_entry_is_a_miss(tmp_path: Path) -> None:
 )
 def test_transient_read_errors_are_told_apart(reason: str, transient: bool) -> None:
     assert looks_transient(reason) is transient
+
+
+def test_a_trace_that_fails_for_good_changes_the_runs_generation(tmp_path: Path) -> None:
+    # The plugin memoises a run's report (and its "loading" flag) per generation: a trace
+    # settling as an error changes what results() returns, so the generation must move, or
+    # the summary keeps saying "loading" and never lists the failed trace.
+    run_dir = tmp_path / "logs" / "run"
+    write_trace(run_dir / "good.pt.trace.json")
+    run_dir.joinpath("bad.pt.trace.json").write_text("broken")
+    gate = threading.Event()
+
+    class BadWaits(CountingAnalyzer):
+        def __call__(self, ref: TraceRef, options: Any) -> Any:
+            if ref.path.endswith("bad.pt.trace.json"):
+                gate.wait(10)
+            return super().__call__(ref, options)
+
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", BadWaits(), max_workers=2)
+    loader.poll()
+    run = loader.get_run("run")
+    deadline = time.monotonic() + 10
+    while len(loader.results(run, None, None)) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    generation = run.generation
+    assert len(loader.results(run, None, None)) == 1 and run.loading
+    gate.set()
+    assert loader.wait_idle(10)
+    assert len(loader.results(run, None, None)) == 2 and not run.loading
+    assert run.generation != generation
+

@@ -90,8 +90,9 @@ class TraceState:
 class RunState:
     name: str
     traces: dict[str, TraceState] = field(default_factory=dict)  # by path
-    # Bumped whenever a result of this run changes: the plugin memoises reports per
-    # (run, worker, span, generation).
+    # Bumped whenever what results() returns for this run changes (a trace analysed, failed
+    # for good, changed or removed): the plugin memoises reports, and their "loading" flag,
+    # per (run, worker, span, generation).
     generation: int = 0
 
     @property
@@ -385,10 +386,13 @@ class TraceLoader:
                 state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 state.error = reason
                 state.result = None
+                if state.status == ERROR:
+                    run.generation += 1  # results() now holds its error entry
             elif result is None:
                 state.status = ERROR
                 state.error = reason
                 state.result = None
+                run.generation += 1  # results() now holds its error entry
             else:
                 state.status = DONE
                 state.error = reason

@@ -309,3 +309,27 @@ def test_a_trace_that_fails_for_good_changes_the_runs_generation(tmp_path: Path)
     assert len(loader.results(run, None, None)) == 2 and not run.loading
     assert run.generation != generation
 
+
+def test_results_never_show_a_trace_half_settled(tmp_path: Path) -> None:
+    # Request threads call results() while the loader settles a trace. Whatever a reader
+    # sees at any point of _settle must be whole: never status DONE with no result yet.
+    # (The lock is re-entrant, so reading from inside _settle shows each intermediate state.)
+    write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+    seen: list[list[Any]] = []
+    original_setattr = loader_module.TraceState.__setattr__
+
+    def read_midway(state: Any, name: str, value: Any) -> None:
+        original_setattr(state, name, value)
+        run = loader.get_run("run")
+        if run is not None and state.ref.path in run.traces:
+            seen.append(loader.results(run, None, None))
+
+    loader_module.TraceState.__setattr__ = read_midway  # type: ignore[method-assign]
+    try:
+        poll_and_wait(loader)
+    finally:
+        loader_module.TraceState.__setattr__ = original_setattr  # type: ignore[method-assign]
+    assert seen and all(None not in results for results in seen)
+    assert len(seen[-1]) == 1
+

@@ -382,21 +382,23 @@ class TraceLoader:
                 state.status = PENDING
                 state.size = state.mtime_ns = None
             elif reason is not None and (retry or looks_transient(reason)):
+                # Status last, here and below: a reader must never see a status without
+                # the result or error that goes with it.
                 state.attempts += 1
-                state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 state.error = reason
                 state.result = None
+                state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 if state.status == ERROR:
                     run.generation += 1  # results() now holds its error entry
             elif result is None:
-                state.status = ERROR
                 state.error = reason
                 state.result = None
+                state.status = ERROR
                 run.generation += 1  # results() now holds its error entry
             else:
-                state.status = DONE
                 state.error = reason
                 state.result = result
+                state.status = DONE
                 run.generation += 1
                 if not from_cache:
                     self.cache.put(self._key(state), result)
@@ -405,16 +407,16 @@ class TraceLoader:
     # ----- selections -------------------------------------------------------------------
     def results(self, run: RunState, worker: str | None, span: str | None) -> list[Any]:
         """TraceResults of a run's selection, error results included (they are data)."""
-        out = []
-        with self.lock:
-            states = list(run.traces.values())
-        for state in states:
-            if worker is not None and state.ref.worker != worker:
-                continue
-            if span is not None and state.ref.span != span:
-                continue
-            if state.status == DONE:
-                out.append(state.result)
-            elif state.status == ERROR:
-                out.append(error_result(state.ref, state.error or "unknown error"))
-        return out
+        settled: list[tuple[TraceRef, Any, str | None]] = []
+        with self.lock:  # status, result and error are read together, as _settle wrote them
+            for state in run.traces.values():
+                if worker is not None and state.ref.worker != worker:
+                    continue
+                if span is not None and state.ref.span != span:
+                    continue
+                if state.status == DONE:
+                    settled.append((state.ref, state.result, None))
+                elif state.status == ERROR:
+                    settled.append((state.ref, None, state.error or "unknown error"))
+        return [result if error is None else error_result(ref, error)
+                for ref, result, error in settled]

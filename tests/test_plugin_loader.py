@@ -333,3 +333,58 @@ def test_results_never_show_a_trace_half_settled(tmp_path: Path) -> None:
     assert seen and all(None not in results for results in seen)
     assert len(seen[-1]) == 1
 
+
+class FakePool:
+    """An executor whose futures the test completes by hand."""
+
+    def __init__(self) -> None:
+        import concurrent.futures
+
+        self.futures: list[concurrent.futures.Future] = []
+        self.shut_down = False
+        self.broken = False  # a broken pool fails its jobs itself; shutdown cancels none
+
+    def submit(self, fn: Any, *args: Any) -> Any:
+        import concurrent.futures
+
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.futures.append(future)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        self.shut_down = True
+        if cancel_futures and not self.broken:
+            for future in self.futures:
+                future.cancel()
+
+
+def test_a_late_failure_of_a_broken_pool_does_not_shut_down_its_replacement(
+    tmp_path: Path,
+) -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    for name in ("a", "b"):
+        write_trace(tmp_path / "logs" / "run" / f"{name}.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+    pools: list[FakePool] = []
+
+    def new_pool() -> FakePool:
+        pools.append(FakePool())
+        return pools[-1]
+
+    loader._new_pool = new_pool  # type: ignore[method-assign]
+    loader.poll()
+    first = pools[0]
+    assert len(first.futures) == 2
+    first.broken = True
+    # The pool's worker died: its jobs fail one after another. Between the two callbacks
+    # the next poll already retries the first file on a fresh pool.
+    first.futures[0].set_exception(BrokenProcessPool("worker died"))
+    loader.poll()
+    second = pools[1]
+    assert len(second.futures) == 1
+    first.futures[1].set_exception(BrokenProcessPool("worker died"))
+    assert not second.shut_down
+    info = SimpleNamespace(path="a", error=None, worker="w")
+    second.futures[0].set_result(SimpleNamespace(info=info, syncs=[], latent=[], steps=[]))
+    assert list(statuses(loader).values()).count(DONE) == 1

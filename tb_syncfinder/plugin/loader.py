@@ -293,13 +293,14 @@ class TraceLoader:
             return
         with self.lock:
             state.status = RUNNING
+        pool = self._pool()
         try:
-            future = self._pool().submit(self.analyze_fn, state.ref, self.options)
+            future = pool.submit(self.analyze_fn, state.ref, self.options)
         except (RuntimeError, BrokenProcessPool) as exc:
-            self._reset_pool()
+            self._reset_pool(pool)
             self._settle(state, None, f"cannot start analysis ({exc})")
             return
-        future.add_done_callback(lambda f, s=state: self._finished(s, f))
+        future.add_done_callback(lambda f, s=state, p=pool: self._finished(s, f, p))
 
     def _pool(self) -> concurrent.futures.Executor:
         with self.lock:
@@ -322,13 +323,22 @@ class TraceLoader:
             max_workers=self.max_workers, thread_name_prefix="sync_advisor_analyse"
         )
 
-    def _reset_pool(self) -> None:
+    def _reset_pool(self, broken: concurrent.futures.Executor) -> None:
+        """Drop ``broken`` if it is still the current pool. Every job of a broken pool fails
+        on its own; a late failure of one must not shut down the pool that replaced it
+        (that would cancel the replacement's jobs and leave their traces running forever)."""
         with self.lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            if self._executor is not broken:
+                return
+            self._executor = None
+        broken.shutdown(wait=False, cancel_futures=True)
 
-    def _finished(self, state: TraceState, future: concurrent.futures.Future) -> None:
+    def _finished(
+        self,
+        state: TraceState,
+        future: concurrent.futures.Future,
+        pool: concurrent.futures.Executor,
+    ) -> None:
         try:
             result = future.result()
             error = None
@@ -338,7 +348,7 @@ class TraceLoader:
             # poll with a fresh pool; the attempt counts, so a file that always kills its
             # worker ends as an error instead of looping. Pools that keep breaking before
             # anything succeeded mean processes do not work here: switch to threads.
-            self._reset_pool()
+            self._reset_pool(pool)
             with self.lock:
                 self._broken_pools += 1
                 if self._broken_pools >= MAX_TRANSIENT_ATTEMPTS and not self._pool_succeeded:
@@ -348,6 +358,13 @@ class TraceLoader:
             self._settle(state, None, PROCESS_DIED, retry=True)
             return
         except concurrent.futures.CancelledError:
+            # Cancelled by stop(), or by a pool shut down under it: unless stopping, analyse
+            # it again on the next poll instead of leaving it RUNNING for ever.
+            with self.lock:
+                run = self.runs.get(state.ref.run)
+                if (not self._stop.is_set() and run is not None
+                        and run.traces.get(state.ref.path) is state and state.status == RUNNING):
+                    state.status = RETRY
             return
         except Exception as exc:  # noqa: BLE001 - per-file errors are data
             result, error = None, str(exc) or type(exc).__name__

@@ -127,14 +127,22 @@ def _python_nodes(thread: HostThread, anchor: int) -> list[int]:
     chain = []
     index: int | None = by_time[0]
     seen = set()
+    missing_parent = False
     while index is not None and index not in seen:
         seen.add(index)
         chain.append(index)
         args = thread.nodes[index].args
         parent_id = args.python_parent_id if args is not None else None
         index = thread.python_by_id.get(parent_id) if parent_id is not None else None
+        missing_parent = parent_id is not None and index is None
     # Python frames' durations are not always nested properly (record_function's enter
     # frame can span the whole block), so the recorded parent links win when they exist.
+    if missing_parent:
+        # The recorded parent is not in the trace (a dropped event): go on with the frames
+        # that enclose the last linked one in time.
+        kinds = thread.kinds
+        chain.extend(i for i in thread.ancestors(chain[-1])[1:]
+                     if kinds[i] == PYTHON and i not in seen)
     return chain
 
 

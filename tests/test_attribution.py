@@ -86,3 +86,28 @@ def test_frame_parsing_handles_builtins_and_module_entries():
 )
 def test_demo_workloads_are_user_code_but_the_demo_driver_is_not(path, user):
     assert is_user_file(path) is user
+
+
+def test_a_python_parent_missing_from_the_trace_keeps_the_outer_frames_found_by_time(tmp_path):
+    # A dropped python_function event (ring buffer full, a damaged trace) breaks the
+    # "Python parent id" chain; the frames around it that time nesting still finds belong
+    # to the stack, or the user's outer frames (and the source line) are lost.
+    import json
+
+    b = KinetoTraceBuilder()
+    with b.step(1), b.frame(("train.py", 3, "main")), b.frame(("model.py", 20, "forward")):
+        b.kernel(dur=100)
+        with b.op("aten::item", stack=[("model.py", 40, "helper")], called="item"), \
+                b.op("aten::_local_scalar_dense"):
+            b.runtime("cudaStreamSynchronize")
+    trace = b.to_dict()
+    trace["traceEvents"] = [e for e in trace["traceEvents"]
+                            if e.get("name") != "model.py(20): forward"]
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    (sync,) = analyze_trace(str(path)).syncs
+    assert [(f.file, f.func) for f in sync.stack] == [
+        ("<built-in>", "item"),
+        ("model.py", "helper"),
+        ("train.py", "main"),
+    ]

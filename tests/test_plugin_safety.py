@@ -143,4 +143,22 @@ def test_a_path_recorded_in_another_checkout_is_found_by_its_suffix(project: Pat
 
 def test_a_suffix_match_never_leaves_the_roots(project: Path) -> None:
     guard = SourceGuard([str(project / "pkg")])
-    assert status_of(guard, "/elsewhere/secret.py") == 404
+    assert status_of(guard, "/elsewhere/secret.py") == 403
+
+
+def test_outside_paths_get_the_same_answer_whether_or_not_they_exist(project: Path,
+                                                                     tmp_path: Path) -> None:
+    existing = tmp_path / "elsewhere" / "secret.py"
+    existing.parent.mkdir()
+    existing.write_text("TOKEN = 1\n")
+    guard = SourceGuard([str(project)])
+    assert status_of(guard, str(existing)) == 403
+    assert status_of(guard, str(tmp_path / "elsewhere" / "missing.py")) == 403
+    assert status_of(guard, "../../nowhere/missing.py") == 403
+
+
+def test_tensorboard_started_from_the_filesystem_root_serves_no_source_by_default() -> None:
+    from tb_syncfinder.plugin.settings import default_source_roots
+
+    assert default_source_roots("/") == []
+    assert default_source_roots("/srv/project") == [os.path.realpath("/srv/project")]

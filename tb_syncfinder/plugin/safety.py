@@ -130,7 +130,9 @@ class SourceGuard:
             # Checked on the resolved path: a symlink named x.py pointing at /etc/shadow
             # fails both the suffix and the roots test.
             if resolved.suffix != ".py" or not self._inside_roots(resolved):
-                outside = outside or resolved.exists()
+                # 403 whether or not it exists: a 404 here would let a caller probe
+                # which .py files exist anywhere on the machine.
+                outside = True
                 continue
             if resolved.is_file():
                 return resolved

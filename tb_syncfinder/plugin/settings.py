@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -9,6 +10,8 @@ from typing import Any
 
 from tb_syncfinder.plugin.cache import default_cache_dir
 from tb_syncfinder.source import parse_path_map
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_RELOAD_INTERVAL_S = 10.0
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
@@ -18,7 +21,7 @@ _DISABLED = ("", "none", "off", "false", "0")
 @dataclass
 class PluginSettings:
     logdirs: list[tuple[str | None, str]]  # (run name prefix, path); prefix only if several
-    source_roots: list[str] = field(default_factory=lambda: [os.getcwd()])
+    source_roots: list[str] = field(default_factory=lambda: default_source_roots())
     path_map: list[tuple[str, str]] = field(default_factory=list)
     cache_dir: str | None = field(default_factory=default_cache_dir)  # None: no disk cache
     reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
@@ -79,12 +82,25 @@ def settings_from_flags(flags: Any, context_logdir: str | None) -> PluginSetting
     interval = getattr(flags, "sync_advisor_reload_interval", None)
     return PluginSettings(
         logdirs=logdirs_from(flags, context_logdir),
-        source_roots=roots or [os.getcwd()],
+        source_roots=roots or default_source_roots(),
         path_map=parse_path_map(getattr(flags, "sync_advisor_path_map", None) or []),
         cache_dir=cache_dir,
         reload_interval_s=DEFAULT_RELOAD_INTERVAL_S if interval is None else float(interval),
         max_workers=int(getattr(flags, "sync_advisor_max_workers", 0) or 0),
     )
+
+
+def default_source_roots(cwd: str | None = None) -> list[str]:
+    """TensorBoard's working directory, unless that is the filesystem root (a service or a
+    container's default WORKDIR): serving every .py file of the machine to a --bind_all
+    TensorBoard is never what was meant, so then only --sync_advisor_source_root counts."""
+    cwd = os.path.realpath(cwd or os.getcwd())
+    if os.path.dirname(cwd) == cwd:
+        logger.warning(
+            "sync_advisor: TensorBoard runs from %s; no source files are shown unless "
+            "--sync_advisor_source_root names the project folder", cwd)
+        return []
+    return [cwd]
 
 
 def define_flags(parser: Any) -> None:

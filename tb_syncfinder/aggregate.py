@@ -85,7 +85,7 @@ def build_report(results: list[TraceResult]) -> Report:
     step_time = sum(st.step_time_us for st in steps)
     wait = sum(s.host_wait_us for s in syncs)
     idle = idle_union_us(syncs)
-    saving = sum(estimated_saving_us(r.steps, r.syncs) for r in results)
+    saving = sum(estimated_saving_us(r.steps, r.syncs, r.info.step_markers) for r in results)
     mean_step = step_time / step_count if step_count else 0.0
     by_kind = Counter(s.kind for s in syncs)
     summary = Summary(

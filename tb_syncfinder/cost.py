@@ -106,15 +106,17 @@ def measure(
     return [stats[k] for k in sorted(stats)]
 
 
-def estimated_saving_us(steps: list[StepStats], syncs: list[Sync]) -> float:
+def estimated_saving_us(steps: list[StepStats], syncs: list[Sync],
+                        step_markers: bool = True) -> float:
     """Upper-bound saving of one trace: per step, the union of [start, end + idle] of its
-    syncs, capped at the step time (see the module docstring)."""
+    syncs, capped at the step time (see the module docstring). Without ProfilerStep markers
+    (``step_markers`` False) the whole trace is the one step and every sync is in it; with
+    them, syncs outside every step (``step`` None) save no step time."""
     if not steps:
         return 0.0
     by_step: dict[int, list[tuple[float, float]]] = {s.step: [] for s in steps}
-    single = len(steps) == 1 and steps[0].step == NO_STEP
     for sync in syncs:
-        number = NO_STEP if single else sync.step
+        number = sync.step if step_markers else NO_STEP
         if number in by_step:
             # The blocking calls of one episode are packed as if back to back, ending
             # at its end: the gaps between them were host work, not waiting.

@@ -183,6 +183,7 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
                                              options.context_max_events)
     info = _info(ref, tl)
     info.repairs = repairs
+    info.step_markers = bool(tl.steps)
     if not tl.steps:
         info.steps = 1 if steps else 0
     return TraceResult(info, syncs, latent, steps, contexts)

@@ -84,6 +84,8 @@ class TraceInfo:
     event_count: int = 0
     torch_version: str | None = None
     repairs: list[str] = field(default_factory=list)  # what reading had to fix or skip
+    # False when the trace has no ProfilerStep#N markers: it then counts as one step (0).
+    step_markers: bool = True
 
 
 @dataclass

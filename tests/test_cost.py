@@ -99,3 +99,21 @@ def test_back_to_back_syncs_count_their_shared_gpu_bubble_once():
     other = sync_ending(100, 900)
     other.device_id = 1
     assert idle_union_us([*syncs, other]) == 1800
+
+
+def test_a_sync_outside_the_only_step_numbered_zero_saves_no_step_time():
+    from tb_syncfinder.cost import estimated_saving_us
+    from tb_syncfinder.models import StepStats, Sync
+
+    def sync_in(step, end_us: float) -> Sync:
+        return Sync(kind="explicit_sync", api="cudaDeviceSynchronize",
+                    apis=["cudaDeviceSynchronize"], op=None, trigger_op=None, step=step,
+                    thread=1, ts_us=end_us - 100, host_wait_us=100, gpu_idle_after_us=0,
+                    trace="t.json", end_us=end_us, device_id=0)
+
+    steps = [StepStats(step=0, step_time_us=1000, sync_count=1, host_wait_us=100,
+                       gpu_idle_us=0)]
+    syncs = [sync_in(0, 500), sync_in(None, 5000)]  # ProfilerStep#0, then a sync after it
+    assert estimated_saving_us(steps, syncs, step_markers=True) == 100
+    # No ProfilerStep markers at all: the whole trace is the step, both syncs are in it.
+    assert estimated_saving_us(steps, syncs, step_markers=False) == 200

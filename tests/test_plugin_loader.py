@@ -388,3 +388,12 @@ def test_a_late_failure_of_a_broken_pool_does_not_shut_down_its_replacement(
     info = SimpleNamespace(path="a", error=None, worker="w")
     second.futures[0].set_result(SimpleNamespace(info=info, syncs=[], latent=[], steps=[]))
     assert list(statuses(loader).values()).count(DONE) == 1
+
+
+def test_a_new_model_field_changes_the_cache_key_so_old_pickles_are_not_served(monkeypatch):
+    from tb_syncfinder.plugin import cache
+
+    before = cache.cache_key("/t.json", 10, 1, "opts")
+    monkeypatch.setattr(cache, "STORED_SHAPE", cache.STORED_SHAPE + ",new_field")
+    assert cache.cache_key("/t.json", 10, 1, "opts") != before
+    assert "TraceInfo:" in cache.STORED_SHAPE and "repairs" in cache.STORED_SHAPE

@@ -7,6 +7,7 @@ or unreadable entry is a miss, never an error: the trace is simply analysed agai
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -23,6 +24,21 @@ logger = logging.getLogger(__name__)
 CACHE_FORMAT = 1
 
 
+def _stored_shape() -> str:
+    """The field names of everything a cached TraceResult holds: adding a field to the
+    models changes the key, so an old pickle (which lacks it) is never served."""
+    from tb_syncfinder import models
+    from tb_syncfinder.engine import TraceResult
+
+    classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
+               models.StepStats)
+    return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
+                    for c in classes)
+
+
+STORED_SHAPE = _stored_shape()
+
+
 def default_cache_dir() -> str:
     """``$XDG_CACHE_HOME/tb_syncfinder`` or ``~/.cache/tb_syncfinder``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -32,7 +48,8 @@ def default_cache_dir() -> str:
 def cache_key(path: str, size: int | None, mtime_ns: int | None, options_digest: str) -> str:
     """Hex digest naming one (file version, package version, options) combination."""
     text = "\0".join(
-        [str(CACHE_FORMAT), __version__, path, str(size), str(mtime_ns), options_digest]
+        [str(CACHE_FORMAT), STORED_SHAPE, __version__, path, str(size), str(mtime_ns),
+         options_digest]
     )
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 

@@ -116,6 +116,24 @@ def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
     return info
 
 
+def _without_gc(func: Any) -> Any:
+    """Run ``func`` with the cyclic GC paused: decoding makes ~10^5 container objects and
+    none of them form cycles, so collections would only rescan them (~10 % of the time)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return wrapper
+
+
+@_without_gc
 def analyze_trace(
     ref: TraceRef | str,
     options: Options | None = None,
@@ -140,24 +158,6 @@ def analyze_trace(
         return TraceResult(info)
 
 
-def _without_gc(func: Any) -> Any:
-    """Run ``func`` with the cyclic GC paused: decoding makes ~10^5 container objects and
-    none of them form cycles, so collections would only rescan them (~10 % of the time)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return func(*args, **kwargs)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    return wrapper
-
-
-analyze_trace = _without_gc(analyze_trace)
 
 
 def _analyze_data(ref: TraceRef, data: Any, options: Options,

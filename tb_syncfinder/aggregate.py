@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from tb_syncfinder.advice import advice_for
+from tb_syncfinder.catalogue import CHECKED, KIND_NAMES, advice_for
 from tb_syncfinder.cost import estimated_saving_us, idle_union_us
-from tb_syncfinder.detect import CHECKED
-from tb_syncfinder.models import KINDS, Report, Site, StepStats, Summary, Sync
+from tb_syncfinder.models import Report, Site, StepStats, Summary, Sync
 
 if TYPE_CHECKING:
     from tb_syncfinder.engine import TraceResult
@@ -99,7 +98,7 @@ def build_report(results: list[TraceResult]) -> Report:
         estimated_saving_us=saving,
         estimated_step_time_us=max(0.0, mean_step - saving / step_count) if step_count else 0.0,
         mean_step_time_us=mean_step,
-        by_kind={k: by_kind[k] for k in KINDS if by_kind.get(k)},
+        by_kind={k: by_kind[k] for k in KIND_NAMES if by_kind.get(k)},
         latent_count=len(latent),
         error_count=sum(1 for t in traces if t.error),
         checked=list(CHECKED),

@@ -19,8 +19,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from tb_syncfinder import __version__
-from tb_syncfinder.models import KINDS
+from tb_syncfinder import __version__, catalogue
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -47,40 +46,6 @@ CSV_COLUMNS = [
     "advice",
     "key",
 ]
-
-# What each kind means, for SARIF rule descriptions (the advice per site says the fix).
-KIND_DESCRIPTIONS = {
-    "scalar_readback": (
-        "Scalar read back to the host",
-        "A GPU value is read on the host (.item(), bool(tensor), tolist, print): the host "
-        "waits for every queued kernel to finish, then the GPU idles until new work arrives.",
-    ),
-    "dynamic_shape": (
-        "Data-dependent output shape",
-        "nonzero, unique, boolean masks, masked_select, repeat_interleave or one-argument "
-        "where need the result size on the host before they can allocate their output, so "
-        "the host waits for the GPU.",
-    ),
-    "device_to_host_copy": (
-        "Blocking device-to-host copy",
-        "A copy from the GPU into pageable host memory (.cpu(), .numpy(), .to('cpu')) blocks "
-        "the host until the copy and everything queued before it finish.",
-    ),
-    "blocking_host_to_device": (
-        "Blocking host-to-device copy",
-        "A copy from pageable host memory to the GPU is staged synchronously; pinned memory "
-        "with non_blocking=True lets it overlap with compute.",
-    ),
-    "explicit_sync": (
-        "Explicit synchronization",
-        "torch.cuda.synchronize, stream or event synchronize: the host waits for the device.",
-    ),
-    "allocator_sync": (
-        "Allocator synchronization",
-        "cudaMalloc / cudaFree / cudaHostAlloc inside a step synchronize the device; the "
-        "caching allocator ran out of cached blocks or the cache was emptied.",
-    ),
-}
 
 # SARIF levels: a site costing at least this share of the step is an error, others warnings.
 _ERROR_SHARE = 0.10
@@ -207,7 +172,8 @@ def _message(site: dict[str, Any], latent: bool) -> str:
 def _rules(kinds_used: list[str]) -> list[dict[str, Any]]:
     rules = []
     for kind in kinds_used:
-        short, full = KIND_DESCRIPTIONS.get(kind, (kind.replace("_", " "), kind))
+        record = catalogue.kind(kind)
+        short, full = record.summary, record.description
         rules.append({
             "id": kind,
             "name": "".join(part.capitalize() for part in kind.split("_")),
@@ -231,7 +197,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
         if site.get("file") and isinstance(site.get("line"), int) and site["line"] >= 1
     ]
     kinds_used = sorted({site.get("kind") or "unknown" for site, _ in located},
-                        key=lambda k: (KINDS.index(k) if k in KINDS else len(KINDS), k))
+                        key=lambda k: (catalogue.kind_rank(k), k))
     rule_index = {kind: i for i, kind in enumerate(kinds_used)}
     for site, latent in located:
         kind = site.get("kind") or "unknown"

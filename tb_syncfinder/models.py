@@ -13,23 +13,6 @@ from typing import Any
 
 SCHEMA = "tb_syncfinder.report/1"
 
-# Finding kinds. Order is the order the CLI and dashboard list them in.
-SCALAR_READBACK = "scalar_readback"
-DYNAMIC_SHAPE = "dynamic_shape"
-DEVICE_TO_HOST_COPY = "device_to_host_copy"
-BLOCKING_HOST_TO_DEVICE = "blocking_host_to_device"
-EXPLICIT_SYNC = "explicit_sync"
-ALLOCATOR_SYNC = "allocator_sync"
-KINDS = (
-    SCALAR_READBACK,
-    DYNAMIC_SHAPE,
-    DEVICE_TO_HOST_COPY,
-    BLOCKING_HOST_TO_DEVICE,
-    EXPLICIT_SYNC,
-    ALLOCATOR_SYNC,
-)
-
-
 @dataclass(frozen=True)
 class TraceRef:
     """One trace file as the PyTorch Profiler tab names it: run / worker / span."""
@@ -93,7 +76,7 @@ class Sync:
     """One host-device synchronization: all blocking calls of one operator invocation
     (or one standalone API call outside any operator)."""
 
-    kind: str  # one of KINDS
+    kind: str  # a catalogue.KIND_NAMES value
     api: str  # the call the host waited in: cudaStreamSynchronize, cudaMemcpyAsync...
     apis: list[str]  # every blocking call grouped into this finding, in order
     op: str | None  # outermost operator, e.g. aten::item; None for a bare API call

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tb_syncfinder.models import KINDS, Report
+from tb_syncfinder.catalogue import kind_rank
+from tb_syncfinder.models import Report
 
 WIDTH = 100
 
@@ -102,10 +103,6 @@ def site_cost_us(site: dict[str, Any]) -> float:
     return float(site.get("host_wait_us") or 0.0) + float(site.get("gpu_idle_us") or 0.0)
 
 
-def _kind_rank(kind: str) -> int:
-    return KINDS.index(kind) if kind in KINDS else len(KINDS)
-
-
 def sorted_sites(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Most expensive first (host wait + GPU idle), then most frequent, then by place."""
     return sorted(
@@ -113,7 +110,7 @@ def sorted_sites(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key=lambda s: (
             -site_cost_us(s),
             -int(s.get("count") or 0),
-            _kind_rank(s.get("kind", "")),
+            kind_rank(s.get("kind", "")),
             s.get("file") or "~",
             s.get("line") or 0,
         ),
@@ -250,7 +247,7 @@ def _summary_lines(summary: dict[str, Any], style: _Style) -> list[str]:
                      f" (-{format_us(max(saving, 0.0))})")
     by_kind = summary.get("by_kind") or {}
     if by_kind:
-        kinds = sorted(by_kind.items(), key=lambda kv: _kind_rank(kv[0]))
+        kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
         lines.append(truncate_right(
             _label("by kind") + ", ".join(f"{k} {v}" for k, v in kinds), WIDTH))
     return lines

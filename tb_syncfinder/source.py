@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from tb_syncfinder.catalogue import API_CALLEES, OP_CALLEES
 from tb_syncfinder.models import Frame, Source
 
 # Directories never searched for sources when matching path suffixes.
@@ -35,35 +36,6 @@ _SKIP_DIRS = frozenset(
 )
 _MAX_INDEXED_FILES = 50_000
 _MAX_SOURCE_BYTES = 5_000_000
-
-# Callee names to look for, per operator, in order of likelihood: the first group that
-# matches any call in the function wins.
-OP_CALLEES: dict[str, list[list[str]]] = {
-    "aten::item": [["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"]],
-    "aten::_local_scalar_dense": [
-        ["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"],
-    ],
-    "aten::is_nonzero": [["__bool__", "bool"], ["any", "all"]],
-    "aten::nonzero": [["nonzero"], ["argwhere"], ["where"], ["__getitem__"]],
-    "aten::argwhere": [["argwhere"]],
-    "aten::unique": [["unique"]],
-    "aten::_unique": [["unique"]],
-    "aten::_unique2": [["unique"], ["unique_consecutive"]],
-    "aten::unique_dim": [["unique"]],
-    "aten::unique_consecutive": [["unique_consecutive"], ["unique"]],
-    "aten::unique_dim_consecutive": [["unique_consecutive"], ["unique"]],
-    "aten::masked_select": [["masked_select"], ["__getitem__"]],
-    "aten::index": [["__getitem__"]],
-    "aten::index_put_": [["__setitem__"], ["index_put_", "index_put"]],
-    "aten::index_put": [["__setitem__"], ["index_put"]],
-    "aten::where": [["where"]],
-    "aten::repeat_interleave": [["repeat_interleave"]],
-    "aten::to": [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]],
-    "aten::_to_copy": [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]],
-    "aten::copy_": [["copy_"], ["to", "cpu", "cuda", "numpy", "tolist"], ["__setitem__"]],
-}
-API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
-
 
 def callee_groups(called: str | None, ops: Sequence[str], api: str | None = None) -> list[
         list[str]]:

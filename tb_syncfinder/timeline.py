@@ -25,6 +25,7 @@ from itertools import accumulate
 from operator import add, attrgetter
 from typing import Any
 
+from tb_syncfinder.catalogue import UNCATEGORISED_CALL_PREFIXES, device_kind_of
 from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
 
 # Event classes (values of the category map).
@@ -230,16 +231,6 @@ def _sweep(thread: HostThread) -> None:
     thread.runtime_starts = list(map(_TS, thread.runtime))
 
 
-def _device_kind(runtime_names: set[str], has_device: bool) -> str:
-    if any(n.startswith("hip") for n in runtime_names):
-        return "rocm"
-    if any(n.startswith("AscendCL@") or n.startswith("acl") for n in runtime_names):
-        return "npu"
-    if runtime_names or has_device:
-        return "cuda"
-    return "cpu"
-
-
 def build_timeline(data: TraceData) -> Timeline:
     """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
 
@@ -307,7 +298,7 @@ def build_timeline(data: TraceData) -> Timeline:
                     if match:
                         steps.append(Step(int(match.group(1)), e.ts, e.ts + e.dur, e.pid, e.tid))
                 elif cls == OTHER:
-                    if name.startswith("AscendCL@"):
+                    if name.startswith(UNCATEGORISED_CALL_PREFIXES):
                         thread_of(e).runtime.append(e)
                     continue
                 key = (e.pid, e.tid)
@@ -416,7 +407,7 @@ def build_timeline(data: TraceData) -> Timeline:
         by_correlation=by_correlation,
         steps=steps,
         span=(span_lo, span_hi),
-        device_kind=_device_kind(runtime_names, has_gpu_activity),
+        device_kind=device_kind_of(runtime_names, has_gpu_activity),
         device_name=device_name,
         has_stacks=has_stacks,
         has_gpu_activity=has_gpu_activity,

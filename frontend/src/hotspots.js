@@ -5,7 +5,8 @@
  */
 import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
-import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel, shortPath, siteFallbackLabel } from "./format.js";
+import { kindDescription, kindLabel, kindRank } from "./catalogue.js";
+import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
 import { layoutStepChart } from "./layout.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
 
@@ -265,7 +266,7 @@ function stepChart(steps, state, app, viewWidth) {
  * @param {any[]} items
  */
 function filters(state, app, items) {
-  const kinds = [...new Set(items.map((x) => x.kind))].sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
+  const kinds = [...new Set(items.map((x) => x.kind))].sort((a, b) => kindRank(a) - kindRank(b));
   if (state.kind && !kinds.includes(state.kind)) kinds.push(state.kind);
   return h(
     "div",
@@ -343,7 +344,7 @@ function sitesTable(sites, state, app, latent) {
         { class: "ops col-ops mono" },
         (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [i ? " → " : null, h("span", { class: "op" }, op)]),
       ),
-      h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}` }, kindLabel(site.kind))),
+      h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}`, title: kindDescription(site.kind) }, kindLabel(site.kind))),
       h("td", { class: "num col-count" }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
       latent ? null : h("td", { class: "num col-wait" }, formatUs(site.host_wait_us)),

@@ -26,7 +26,8 @@ from tensorboard.backend import http_util, json_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from tb_syncfinder.models import KINDS, TraceRef
+from tb_syncfinder.catalogue import KIND_NAMES
+from tb_syncfinder.models import TraceRef
 from tb_syncfinder.plugin.cache import DiskCache
 from tb_syncfinder.plugin.loader import ERROR, RETRY, RunState, TraceLoader
 from tb_syncfinder.plugin.safety import SourceError, SourceGuard
@@ -175,6 +176,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         handlers = {
             "/index.js": self._index_js,
             "/static/*": self._static,
+            "/catalogue": self._catalogue,
             "/runs": self._runs,
             "/workers": self._workers,
             "/spans": self._spans,
@@ -259,8 +261,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
 
     def _kind_arg(self, request: wrappers.Request) -> str | None:
         kind = self._arg(request, "kind")
-        if kind is not None and kind not in KINDS:
-            raise HttpError(400, f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+        if kind is not None and kind not in KIND_NAMES:
+            raise HttpError(400, f"unknown kind {kind!r}; one of {', '.join(KIND_NAMES)}")
         return kind
 
     def _lookup(
@@ -376,6 +378,11 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, path.read_bytes(), content_type)
 
     # ----- JSON endpoints -------------------------------------------------------------------
+    def _catalogue(self, request: wrappers.Request) -> Any:
+        from tb_syncfinder import catalogue
+
+        return self._json(request, catalogue.to_json())
+
     def _runs(self, request: wrappers.Request) -> Any:
         runs = []
         errors = []

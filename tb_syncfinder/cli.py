@@ -165,10 +165,12 @@ def _use_color(choice: str, stream: IO[str]) -> bool:
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The analysis options the engine understands, from the command line."""
     from tb_syncfinder import engine
+    from tb_syncfinder.demo.sources import SOURCE_PACKS
 
     wanted: dict[str, Any] = {
         "source_roots": list(args.source_root),
         "path_map": list(args.path_map),
+        "source_packs": SOURCE_PACKS,
         # The timeline context around each sync is for the dashboard's detail view only.
         "contexts": False,
     }
@@ -216,24 +218,19 @@ def _analyze_runs(
     """Analyse ``path`` once: the report of every selected trace, and one report per run
     (run name -> Report, in the PyTorch Profiler tab's order). UsageError when nothing in
     it can be analysed."""
-    from tb_syncfinder.aggregate import build_report
-    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.engine import Options, analyze_runs
 
     refs = _select_runs(path, _find_refs(path), wanted)
     try:
         options = Options(**_engine_options(args))
-        resolver = options.resolver()
+        analysed = analyze_runs(refs, options)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: {exc}") from None
-    # Each trace is analysed once; the merged and per-run reports share the results.
-    results = [analyze_trace(ref, options, resolver) for ref in refs]
+    results = analysed.results
     if results and all(r.info.error for r in results):
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
-    by_run: dict[str, list[Any]] = {}
-    for ref, result in zip(refs, results):
-        by_run.setdefault(ref.run, []).append(result)
-    return build_report(results), {name: build_report(rs) for name, rs in by_run.items()}
+    return analysed.report, analysed.runs
 
 
 def _analyze(path: str, args: argparse.Namespace) -> Any:

@@ -22,8 +22,7 @@ is not a sync.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 
@@ -64,7 +63,6 @@ class Episode:
     kind: str = ""
     latent: bool = False
     trigger: int = -1  # node index of the trigger op (latent episodes)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ts(self) -> float:

@@ -18,9 +18,9 @@ from tensorboard.backend.application import TensorBoardWSGI
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
+from tb_syncfinder.demo.sources import DEMO_DIR as DEMO_SOURCE_DIR
 from tb_syncfinder.plugin.routes import SyncAdvisorPlugin
 from tb_syncfinder.plugin.settings import settings_from_flags
-from tb_syncfinder.source import DEMO_SOURCE_DIR
 
 PLUGIN = "/data/plugin/sync_advisor/"
 DEMO_DIR = Path(DEMO_SOURCE_DIR)

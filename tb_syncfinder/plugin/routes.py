@@ -27,12 +27,13 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_syncfinder.catalogue import KIND_NAMES
+from tb_syncfinder.demo.sources import SOURCE_PACKS
 from tb_syncfinder.models import TraceRef
 from tb_syncfinder.plugin.cache import DiskCache
 from tb_syncfinder.plugin.loader import ERROR, RETRY, RunState, TraceLoader
 from tb_syncfinder.plugin.safety import SourceError, SourceGuard
 from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
-from tb_syncfinder.source import with_builtin_sources
+from tb_syncfinder.source import with_source_packs
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +103,12 @@ def _top_kinds(syncs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def make_engine_options(settings: PluginSettings) -> Any:
-    """The engine's Options for these settings (source roots and path map; the engine adds
-    the built-in demo folder itself)."""
+    """The engine's Options for these settings: source roots, path map and the demo's
+    sources (so its runs resolve for a plain ``tensorboard --logdir`` from any folder)."""
     from tb_syncfinder import engine
 
     return engine.Options(source_roots=tuple(settings.source_roots),
-                          path_map=tuple(settings.path_map))
+                          path_map=tuple(settings.path_map), source_packs=SOURCE_PACKS)
 
 
 def _json_dumps(obj: Any) -> str:
@@ -147,7 +148,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         if settings is None:
             settings = settings_from_flags(context.flags, context.logdir)
         self.settings = settings
-        self.guard = SourceGuard(*with_builtin_sources(settings.source_roots, settings.path_map))
+        self.guard = SourceGuard(*with_source_packs(settings.source_roots, settings.path_map,
+                                                    SOURCE_PACKS))
         self.loader = TraceLoader(
             settings.logdirs,
             make_engine_options(settings),
@@ -316,12 +318,12 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         return found
 
     def _build(self, run: RunState, worker: str | None, span: str | None) -> Selection:
-        from tb_syncfinder.aggregate import build_report
+        from tb_syncfinder.engine import report_runs
 
         with self.loader.lock:
             loading = run.loading
         results = self.loader.results(run, worker, span)
-        report_json = build_report(results).to_json()
+        report_json = report_runs(results).report.to_json()
         syncs_by_id = {s["id"]: s for s in report_json["syncs"] + report_json["latent"]}
         sites_by_key = {
             s["key"]: s for s in report_json["sites"] + report_json.get("latent_sites", [])

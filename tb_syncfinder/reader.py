@@ -78,6 +78,8 @@ class Args(Struct, gc=False, omit_defaults=True):
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
     name: Union[str, None] = None  # metadata events: process_name / thread_name
     labels: Union[str, None] = None  # metadata events: process_labels ("CPU", "GPU 0")
+    sequence_number: _Scalar = msgspec.field(default=None, name="Sequence number")
+    fwd_thread_id: _Scalar = msgspec.field(default=None, name="Fwd thread id")
 
 
 class _PhaseEvent(Struct, gc=False, tag_field="ph"):

@@ -8,7 +8,15 @@ from collections import Counter
 
 from tb_syncfinder.catalogue import CHECKED, KIND_NAMES, advice_for
 from tb_syncfinder.cost import estimated_saving_us, idle_union_us
-from tb_syncfinder.models import Report, Site, Source, StepStats, Summary, Sync, TraceResult
+from tb_syncfinder.models import (
+    Report,
+    Site,
+    Source,
+    StepStats,
+    Summary,
+    Sync,
+    TraceResult,
+)
 
 
 def site_key(source: Source | None, op: str | None, api: str) -> str:
@@ -61,6 +69,10 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 apis=apis,
                 steps=sorted({s.step for s in members if s.step is not None}),
                 latent=latent,
+                candidates=_candidates(members),
+                backward=bool(source and source.backward),
+                run_by=source.run_by if source else None,
+                library=source.library if source else None,
             )
         )
     if latent:
@@ -68,6 +80,15 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
     else:
         sites.sort(key=lambda s: (-(s.host_wait_us + s.gpu_idle_us), -s.count, s.key))
     return sites
+
+
+def _candidates(members: list[Sync]) -> list[int]:
+    """The lines an inexact site's syncs may be on (all members' candidates)."""
+    lines: set[int] = set()
+    for sync in members:
+        if sync.source is not None and not sync.source.line_exact:
+            lines.update(sync.source.candidates)
+    return sorted(lines)
 
 
 def build_report(results: list[TraceResult]) -> Report:

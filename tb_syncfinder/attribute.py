@@ -4,14 +4,18 @@ Python stack (modern ``python_function`` tree and legacy ``Call stack`` argument
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import sys
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
+from tb_syncfinder.callorder import N, P
 from tb_syncfinder.detect import Episode, op_chain
-from tb_syncfinder.models import Attribution, Frame
-from tb_syncfinder.source import SourcePack
+from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
+from tb_syncfinder.source import SourcePack, callee_groups
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
 
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -87,7 +91,38 @@ def is_user_file(path: str, packs: Sequence[SourcePack] = ()) -> bool:
         # An absolute path inside a Python installation's lib/pythonX.Y is the stdlib.
         return re.search(r"/lib/python\d+(\.\d+)?/", norm) is None
     top = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else parts[0]
-    return top not in _LIBRARY_PACKAGES and top not in _STDLIB
+    if top in _LIBRARY_PACKAGES or top in _STDLIB:
+        return False
+    return not _installed_here(parts)
+
+
+_INSTALLED: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _installed_here(parts: list[str]) -> bool:
+    """Whether a path as torch shortens it (relative to a ``sys.path`` entry, e.g.
+    ``fakelib/gen.py``) names a file of a package installed in a site-packages or
+    dist-packages folder of this interpreter: a library the list above does not know."""
+    top = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else parts[0]
+    if not top.isidentifier():
+        return False
+    key = (top, tuple(sys.path))
+    locations = _INSTALLED.get(key)
+    if locations is None:
+        try:
+            spec = importlib.util.find_spec(top)
+        except Exception:  # noqa: BLE001 - any finder may fail on a name it does not know
+            spec = None
+        found: list[str] = []
+        if spec is not None:
+            found = list(spec.submodule_search_locations or []) or (
+                [os.path.dirname(spec.origin)] if spec.origin else [])
+        locations = _INSTALLED[key] = tuple(
+            loc for loc in found
+            if "site-packages" in loc.replace("\\", "/").split("/")
+            or "dist-packages" in loc.replace("\\", "/").split("/"))
+    rest = parts[1:] if len(parts) > 1 else parts
+    return any(os.path.isfile(os.path.join(loc, *rest)) for loc in locations)
 
 
 def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
@@ -121,73 +156,494 @@ def module_name(python_function_name: str) -> str:
     return _MODULE_INDEX_RE.sub("", python_function_name[len(_MODULE_PREFIX):].strip())
 
 
-def _python_nodes(thread: HostThread, anchor: int) -> list[int]:
-    """Python frame nodes of the stack at ``anchor``, innermost first.
+# Operators the interpreter runs for a user's line without a call frame of their own (with
+# builtin calls recorded, ``.item()`` shows ``<built-in method item ...>``; ``float(t)``,
+# ``if t:`` and ``t[mask]`` show nothing), by the class of syntax that runs them.
+_FRAMELESS_CLASSES = {
+    "aten::is_nonzero": "<truth>",
+    "aten::item": "<scalar>",
+    "aten::_local_scalar_dense": "<scalar>",
+    "aten::index": "<load>",
+    "aten::index_put_": "<store>",
+    "aten::index_put": "<store>",
+    "aten::_index_put_impl_": "<store>",
+    "aten::masked_fill_": "<store>",
+    "aten::copy_": "<store>",
+}
+# Frame names a Python-level wrapper runs under (decorators, nn.Module calls): the name the
+# user's code called is further down.
+_MAX_CALL_DEPTH = 3
+_PROFILER_DIRS = ("torch/profiler/",)
+_BACKWARD_SUFFIX_RE = re.compile(r"Backward\d*$")
+_CAMEL_RE = re.compile(r"(?<!^)(?=[A-Z])")
 
-    Time nesting finds the innermost frame; from there the ``Python parent id`` links are
-    followed (they are what the profiler recorded); when they are missing or break early,
-    the frames found by time nesting are used.
-    """
-    by_time = [i for i in thread.ancestors(anchor) if thread.kinds[i] == PYTHON]
-    if not by_time or not thread.python_by_id:
-        return by_time
-    first_args = thread.nodes[by_time[0]].args
-    if first_args is None or first_args.python_id is None:
-        return by_time
-    chain = []
-    index: int | None = by_time[0]
-    seen = set()
-    missing_parent = False
-    while index is not None and index not in seen:
-        seen.add(index)
-        chain.append(index)
-        args = thread.nodes[index].args
-        parent_id = args.python_parent_id if args is not None else None
-        index = thread.python_by_id.get(parent_id) if parent_id is not None else None
-        missing_parent = parent_id is not None and index is None
-    # Python frames' durations are not always nested properly (record_function's enter
-    # frame can span the whole block), so the recorded parent links win when they exist.
-    if missing_parent:
-        # The recorded parent is not in the trace (a dropped event): go on with the frames
-        # that enclose the last linked one in time.
+
+def _is_profiler_file(path: str) -> bool:
+    norm = path.replace("\\", "/")
+    return any(_at_component(norm, prefix) is not None for prefix in _PROFILER_DIRS)
+
+
+class _PythonTree:
+    """One host thread's python_function frames: parents (recorded ``Python parent id``,
+    else time nesting among frames only) and children in time order. Built once per thread:
+    annotations such as ``ProfilerStep#N`` start inside the profiler's step frame and end
+    after it, so time nesting over all events would put the next frames under that step."""
+
+    def __init__(self, thread: HostThread) -> None:
         kinds = thread.kinds
-        chain.extend(i for i in thread.ancestors(chain[-1])[1:]
-                     if kinds[i] == PYTHON and i not in seen)
-    return chain
+        self.order = [i for i, kind in enumerate(kinds) if kind == PYTHON]
+        self.starts = [thread.starts[i] for i in self.order]
+        ends = thread.ends
+        by_id = thread.python_by_id
+        self.parent: dict[int, int] = {}
+        self.children: dict[int, list[int]] = {}
+        stack: list[int] = []
+        for i in self.order:
+            ts = thread.starts[i]
+            while stack and ends[stack[-1]] <= ts:
+                stack.pop()
+            parent = stack[-1] if stack else -1
+            args = thread.nodes[i].args
+            recorded = args.python_parent_id if args is not None else None
+            if recorded is not None and recorded in by_id:
+                parent = by_id[recorded]
+            self.parent[i] = parent
+            self.children.setdefault(parent, []).append(i)
+            stack.append(i)
+        self.ends = ends
+
+    def innermost(self, ts: float, end: float) -> int:
+        """The innermost frame holding [ts, end], or -1."""
+        k = bisect_right(self.starts, ts) - 1
+        if k < 0:
+            return -1
+        i = self.order[k]
+        seen = 0
+        while i >= 0 and self.ends[i] + 1e-3 < end:
+            i = self.parent.get(i, -1)
+            seen += 1
+            if seen > 10_000:  # a broken parent cycle in a damaged trace
+                return -1
+        return i
+
+    def chain(self, index: int) -> list[int]:
+        """``index`` and its ancestors, innermost first."""
+        out = []
+        seen = set()
+        while index >= 0 and index not in seen:
+            seen.add(index)
+            out.append(index)
+            index = self.parent.get(index, -1)
+        return out
 
 
-def stack_of(thread: HostThread, anchor: int, op_nodes: list[int],
-             packs: Sequence[SourcePack] = ()) -> tuple[list[Frame], list[str], bool, Any]:
-    """(stack innermost first, module path outer first, stack has call lines, invocation).
+class Attributor:
+    """Attributes the episodes of one timeline; keeps the per-thread indexes it builds."""
 
-    ``invocation`` identifies the call of the innermost user function (its python_function
-    node) so that several syncs inside one call can be matched to several source lines.
-    """
-    frames: list[Frame] = []
-    modules: list[str] = []
-    invocation: Any = None
-    for index in _python_nodes(thread, anchor):
-        name = thread.nodes[index].name
-        if name.startswith(_MODULE_PREFIX):
-            modules.append(module_name(name))
-            continue
-        frame = parse_frame(name, packs)
-        if frame is None:
-            continue
-        if invocation is None and frame.user:
-            invocation = (thread.pid, thread.tid, index)
-        frames.append(frame)
-    modules.reverse()
-    if frames:
-        return frames, modules, False, invocation
-    # Legacy traces: the stack is an argument of the operators, innermost op first.
-    for index in reversed(op_nodes):
-        args = thread.nodes[index].args
-        if args is not None and args.call_stack:
-            frames = parse_call_stack(args.call_stack, packs)
-            if frames:
-                return frames, modules, True, (thread.pid, thread.tid, index)
-    return [], modules, False, None
+    def __init__(self, tl: Timeline, packs: Sequence[SourcePack] = ()) -> None:
+        self.tl = tl
+        self.packs = packs
+        self._trees: dict[Any, _PythonTree] = {}
+        self._frames: dict[tuple[Any, int], Frame | None] = {}
+        self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int]]] = {}
+        self._direct_ops: dict[Any, list[int]] = {}
+        self._builtins: bool | None = None
+        self._builtin_names: frozenset[str] | None = None
+        self._forward: dict[Any, list[tuple[HostThread, int]]] | None = None
+        self._fwd_threads: dict[Any, Any] | None = None
+        self._ends: dict[Any, float] = {}
+
+    # -- indexes -----------------------------------------------------------------------
+    def tree(self, thread: HostThread) -> _PythonTree:
+        key = (thread.pid, thread.tid)
+        tree = self._trees.get(key)
+        if tree is None:
+            tree = self._trees[key] = _PythonTree(thread)
+        return tree
+
+    def frame(self, thread: HostThread, index: int) -> Frame | None:
+        key = (thread.pid, thread.tid, index)
+        if key not in self._frames:
+            self._frames[key] = parse_frame(thread.nodes[index].name, self.packs)
+        return self._frames[key]
+
+    def records_builtins(self) -> bool:
+        """Whether the trace records calls of built-in functions (``<built-in method ...>``
+        frames); without them every operator looks frameless."""
+        if self._builtins is None:
+            self._builtins = bool(self.builtin_names())
+        return self._builtins
+
+    def builtin_names(self) -> frozenset[str]:
+        """Names the trace shows called as built-ins (``<built-in method item ...>``)."""
+        if self._builtin_names is None:
+            self._builtin_names = frozenset(
+                frame.func
+                for thread in self.tl.threads.values()
+                for i in self.tree(thread).order
+                if thread.nodes[i].name.startswith("<built-in")
+                and (frame := self.frame(thread, i)) is not None
+            )
+        return self._builtin_names
+
+    def _kids(self, thread: HostThread, index: int) -> list[int]:
+        """Python children of a frame in time order, ``nn.Module: X`` entries opened up (they
+        stand in for the module's ``_wrapped_call_impl`` frame)."""
+        out = []
+        for child in self.tree(thread).children.get(index, ()):
+            if thread.nodes[child].name.startswith(_MODULE_PREFIX):
+                out.extend(self._kids(thread, child))
+            else:
+                out.append(child)
+        return out
+
+    def _last_end(self, thread: HostThread) -> float:
+        key = (thread.pid, thread.tid)
+        end = self._ends.get(key)
+        if end is None:
+            end = self._ends[key] = max(thread.ends, default=0.0)
+        return end
+
+    def _is_profiler_step(self, thread: HostThread, index: int) -> bool:
+        frame = self.frame(thread, index)
+        return frame is not None and frame.func == "step" and _is_profiler_file(frame.file)
+
+    def _has_path(self, thread: HostThread, index: int, names: tuple[str, ...]) -> bool:
+        frame = self.frame(thread, index)
+        if frame is None or frame.func != names[0]:
+            return False
+        return len(names) == 1 or any(self._has_path(thread, child, names[1:])
+                                      for child in self._kids(thread, index))
+
+    def _direct(self, thread: HostThread, frame_index: int) -> list[int]:
+        """Outermost operators a frame ran itself (no python frame between), in time order."""
+        key = (thread.pid, thread.tid, frame_index)
+        found = self._direct_ops.get(key)
+        if found is None:
+            tree = self.tree(thread)
+            kinds = thread.kinds
+            parent = thread.parent
+            end = thread.ends[frame_index]
+            starts = thread.starts
+            found = []
+            j = frame_index + 1
+            n = len(starts)
+            while j < n and starts[j] < end:
+                if kinds[j] == OP:
+                    k = parent[j]
+                    while k >= 0 and kinds[k] == ANNOTATION:
+                        k = parent[k]
+                    outermost = k < 0 or kinds[k] != OP
+                    if outermost and tree.innermost(starts[j], thread.ends[j]) == frame_index:
+                        found.append(j)
+                j += 1
+            self._direct_ops[key] = found
+        return found
+
+    def _sequence(self, thread: HostThread, frame_index: int, match: Any
+                  ) -> tuple[tuple[str, ...], dict[int, int]]:
+        """The observed calls of one kind a frame made as tokens ("N" for a child frame on
+        the ``match`` path of names; for frameless operators their class, every class at
+        once so that each orders the others; "P" for the profiler's step), and the token
+        position of each matching node."""
+        key = (thread.pid, thread.tid, frame_index, match)
+        cached = self._tokens.get(key)
+        if cached is not None:
+            return cached
+        tokens: list[str] = []
+        positions: dict[int, int] = {}
+        kids = self._kids(thread, frame_index)
+        if isinstance(match, tuple):  # a path of call names under this frame
+            for child in kids:
+                if self._has_path(thread, child, match):
+                    positions[child] = len(tokens)
+                    tokens.append(N)
+                elif self._is_profiler_step(thread, child):
+                    tokens.append(P)
+        else:  # frameless operators: ``match`` holds (operator name, token) pairs
+            labels = dict(match)
+            steps = [c for c in kids if self._is_profiler_step(thread, c)]
+            ops = [j for j in self._direct(thread, frame_index)
+                   if thread.nodes[j].name in labels]
+            events = sorted([(thread.starts[j], 0, j) for j in ops]
+                            + [(thread.starts[c], 1, c) for c in steps])
+            for _ts, is_step, j in events:
+                if is_step:
+                    tokens.append(P)
+                else:
+                    positions[j] = len(tokens)
+                    tokens.append(labels[thread.nodes[j].name])
+        result = (tuple(tokens), positions)
+        self._tokens[key] = result
+        return result
+
+    # -- stacks ------------------------------------------------------------------------
+    def python_stack(self, thread: HostThread, ts: float, end: float
+                     ) -> tuple[list[tuple[int, Frame]], list[str]]:
+        """The frames holding [ts, end] on ``thread`` (node, frame), innermost first, and the
+        nn.Module path (outer first)."""
+        tree = self.tree(thread)
+        frames: list[tuple[int, Frame]] = []
+        modules: list[str] = []
+        innermost = tree.innermost(ts, end)
+        if innermost < 0:
+            return frames, modules
+        for index in tree.chain(innermost):
+            name = thread.nodes[index].name
+            if name.startswith(_MODULE_PREFIX):
+                modules.append(module_name(name))
+                continue
+            frame = self.frame(thread, index)
+            if frame is not None:
+                frames.append((index, frame))
+        modules.reverse()
+        return frames, modules
+
+    def query(self, thread: HostThread, frames: list[tuple[int, Frame]], level: int,
+              op: int) -> CallQuery:
+        """What ``frames[level]`` called to reach the sync: the frames below it (innermost
+        first before it in ``frames``) or, with none, the operator ``op`` it ran itself."""
+        index, frame = frames[level]
+        path = [f.func for _i, f in reversed(frames[:level])]
+        truncated = (thread.ends[index] + 1.0 >= self._last_end(thread)
+                     or any(self._is_profiler_step(thread, c)
+                            for c in self._kids(thread, index)))
+        groups: list[tuple[str, ...]] = []
+        observed: list[Observed | None] = []
+        optional = False
+        if path:
+            child = frames[level - 1][0]
+            for depth in range(min(len(path), _MAX_CALL_DEPTH)):
+                names = tuple(path[:depth + 1])
+                groups.append((names[-1],))
+                tokens, positions = self._sequence(thread, index, names)
+                position = positions.get(child)
+                observed.append(Observed(tokens, position, (thread.pid, thread.tid, index,
+                                                            names))
+                                if position is not None else None)
+            if frames[level - 1][1].file != "<built-in>" and op >= 0:
+                # A Python function whose frames carry another name than the one called
+                # (torch.unique runs as boolean_dispatch's ``fn``): the names that usually
+                # run the operator, except those the trace shows as built-in calls (a
+                # ``.item()`` in the user's code would have its own built-in frame).
+                builtins = self.builtin_names()
+                chain = [thread.nodes[i].name for i in op_chain(thread, op)]
+                first = observed[0] if observed else None
+                for group in callee_groups(None, chain):
+                    kept = tuple(n for n in group if n not in builtins)
+                    if kept and kept not in groups:
+                        groups.append(kept)
+                        observed.append(first)
+        elif op >= 0:
+            name = thread.nodes[op].name
+            cls = _FRAMELESS_CLASSES.get(name)
+            if cls is not None and self.records_builtins():
+                match = frozenset(_FRAMELESS_CLASSES.items())
+                groups.append((cls,))
+            else:
+                # No class for it, or builtin calls not recorded: look for the names that
+                # usually run this operator, any of which may show no frame.
+                chain = [thread.nodes[i].name for i in op_chain(thread, op)]
+                groups.extend(tuple(g) for g in callee_groups(None, chain))
+                match = frozenset({(name, N)})
+                optional = True
+            tokens, positions = self._sequence(thread, index, match)
+            position = positions.get(op)
+            seq = (Observed(tokens, position, (thread.pid, thread.tid, index, match))
+                   if position is not None else None)
+            observed = [seq] * len(groups)
+        return CallQuery(frame, tuple(groups), tuple(observed), truncated, optional)
+
+    def _frame_queries(self, thread: HostThread, frames: list[tuple[int, Frame]], op: int
+                       ) -> tuple[CallQuery | None, CallQuery | None]:
+        """The user's call (innermost user frame) and, when that call went into a library,
+        the library's own call that synced (its innermost Python frame)."""
+        user = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
+        if user is None:
+            return None, None
+        user_query = self.query(thread, frames, user, op)
+        library = next((n for n, (_i, f) in enumerate(frames[:user])
+                        if f.file != "<built-in>"), None)
+        library_query = self.query(thread, frames, library, op) if library is not None else None
+        return user_query, library_query
+
+    # -- backward passes ---------------------------------------------------------------
+    def _forward_index(self) -> dict[Any, list[tuple[HostThread, int]]]:
+        """Forward operators by autograd sequence number (backward ops carry the number of
+        the forward op they are the gradient of, and a nonzero ``Fwd thread id``)."""
+        if self._forward is None:
+            index: dict[Any, list[tuple[HostThread, int]]] = {}
+            for thread in self.tl.threads.values():
+                for i, node in enumerate(thread.nodes):
+                    args = node.args
+                    if (thread.kinds[i] != OP or args is None or args.sequence_number is None
+                            or not _is_forward(args.fwd_thread_id)):
+                        continue
+                    index.setdefault(args.sequence_number, []).append((thread, i))
+            self._forward = index
+        return self._forward
+
+    def _forward_thread_of(self, fwd_id: Any) -> Any:
+        """The host thread a ``Fwd thread id`` names, learnt from the backward ops whose
+        sequence number only one thread has (the id is torch's, not the trace's tid)."""
+        if self._fwd_threads is None:
+            votes: dict[Any, dict[Any, int]] = {}
+            forward = self._forward_index()
+            for thread in self.tl.threads.values():
+                for i, node in enumerate(thread.nodes):
+                    args = node.args
+                    if (thread.kinds[i] != OP or args is None or args.sequence_number is None
+                            or _is_forward(args.fwd_thread_id)):
+                        continue
+                    owners = {(t.pid, t.tid) for t, _j in forward.get(args.sequence_number, ())}
+                    if len(owners) == 1:
+                        count = votes.setdefault(args.fwd_thread_id, {})
+                        owner = next(iter(owners))
+                        count[owner] = count.get(owner, 0) + 1
+            self._fwd_threads = {fid: max(c, key=c.get) for fid, c in votes.items()}
+        return self._fwd_threads.get(fwd_id)
+
+    def forward_of(self, thread: HostThread, op_nodes: list[int]
+                   ) -> tuple[int, HostThread, int] | None:
+        """(backward op node, forward thread, forward op node) for a sync inside a backward
+        op, or None."""
+        for i in op_nodes:
+            args = thread.nodes[i].args
+            if args is None or args.sequence_number is None or _is_forward(args.fwd_thread_id):
+                continue
+            candidates = [(t, j) for t, j in self._forward_index().get(args.sequence_number, ())
+                          if thread.starts[i] >= t.starts[j]]
+            owners = {(t.pid, t.tid) for t, _j in candidates}
+            if len(owners) > 1:
+                owner = self._forward_thread_of(args.fwd_thread_id)
+                candidates = [(t, j) for t, j in candidates if (t.pid, t.tid) == owner]
+            if not candidates:
+                return None
+            wanted = _forward_name(thread.nodes[i].name)
+            named = [(t, j) for t, j in candidates
+                     if t.nodes[j].name.split("::")[-1].lstrip("_") == wanted]
+            # The op that made the autograd node is the last one of that number.
+            fthread, j = max(named or candidates, key=lambda c: c[0].starts[c[1]])
+            return i, fthread, j
+        return None
+
+    # -- the stage ---------------------------------------------------------------------
+    def __call__(self, episode: Episode) -> Attribution:
+        tl = self.tl
+        thread = episode.thread
+        nodes = thread.nodes
+        anchor = episode.anchor
+        op_nodes = op_chain(thread, anchor)
+        chain = [nodes[i].name for i in op_nodes]
+        annotations = [
+            nodes[i].name
+            for i in reversed(thread.ancestors(anchor))
+            if thread.kinds[i] == ANNOTATION and not STEP_RE.match(nodes[i].name)
+        ]
+        if anchor >= 0:
+            span = (thread.starts[anchor], thread.ends[anchor])
+        else:
+            span = (episode.ts, episode.end)
+        located, modules = self.python_stack(thread, *span)
+        stack = [f for _i, f in located]
+        call_lines = False
+        invocation: Any = None
+        outer = op_nodes[0] if op_nodes else -1
+        user_call = library_call = None
+        if located:
+            user_call, library_call = self._frame_queries(thread, located, outer)
+            user = next((i for i, f in located if f.user), None)
+            invocation = (thread.pid, thread.tid, user) if user is not None else None
+        else:
+            # Legacy traces: the stack is an argument of the operators, innermost op first.
+            for index in reversed(op_nodes):
+                args = nodes[index].args
+                if args is not None and args.call_stack:
+                    stack = parse_call_stack(args.call_stack, self.packs)
+                    if stack:
+                        call_lines = True
+                        invocation = (thread.pid, thread.tid, index)
+                        break
+        step = tl.step_at(episode.ts)
+        api, apis, device_id, nbytes = _calls_of(tl, episode, chain, nodes[anchor].name
+                                                 if anchor >= 0 else "")
+        attribution = Attribution(
+            api=api,
+            apis=apis,
+            op_chain=chain,
+            step=step.number if step is not None else None,
+            thread=thread.tid,
+            ts_us=episode.ts,
+            end_us=episode.end,
+            annotations=annotations,
+            module=".".join(modules) if modules else None,
+            stack=stack,
+            device_id=device_id,
+            bytes=nbytes,
+            call_lines=call_lines,
+            invocation=invocation,
+            called=called_name(stack),
+            user_call=user_call,
+            library_call=library_call,
+        )
+        link = self.forward_of(thread, op_nodes)
+        if link is not None:
+            self._attach_forward(attribution, thread, link)
+        return attribution
+
+    def _attach_forward(self, attribution: Attribution, thread: HostThread,
+                        link: tuple[int, HostThread, int]) -> None:
+        backward_op, fthread, forward_op = link
+        attribution.backward = True
+        attribution.library_call = None
+        attribution.forward_op = fthread.nodes[forward_op].name
+        outer = op_chain(fthread, forward_op)[0]
+        frames, _modules = self.python_stack(fthread, fthread.starts[outer], fthread.ends[outer])
+        attribution.forward_stack = [f for _i, f in frames]
+        if frames:
+            attribution.forward_call, _library = self._frame_queries(fthread, frames, outer)
+        if attribution.user_call is not None:
+            attribution.run_by_call = attribution.user_call  # backward ran on this thread
+            return
+        # On a GPU the backward pass runs on autograd's own thread, which has no Python
+        # frames; the thread that called backward() waits inside it meanwhile.
+        ts, end = thread.starts[backward_op], thread.ends[backward_op]
+        waiting, _modules = self.python_stack(fthread, ts, end)
+        if waiting:
+            attribution.run_by_call, _library = self._frame_queries(fthread, waiting, -1)
+
+
+def _is_forward(fwd_thread_id: Any) -> bool:
+    return fwd_thread_id in (None, 0, "0")
+
+
+def _forward_name(backward_op: str) -> str:
+    """``autograd::engine::evaluate_function: LogSoftmaxBackward0`` -> ``log_softmax``."""
+    name = backward_op.rsplit(": ", 1)[-1].split("::")[-1]
+    return _CAMEL_RE.sub("_", _BACKWARD_SUFFIX_RE.sub("", name)).lower().lstrip("_")
+
+
+def _calls_of(tl: Timeline, episode: Episode, chain: list[str], anchor_name: str
+              ) -> tuple[str, list[str], int | None, int | None]:
+    """(the call the host waited in, every blocking call, device, bytes copied)."""
+    calls = episode.calls
+    if not calls:
+        api = chain[-1] if chain else anchor_name
+        return api, [api], None, None
+    apis = [c.event.name for c in calls]
+    # The call the host waited in: the longest one (for .item(), the stream sync).
+    api = max(calls, key=lambda c: c.event.dur).event.name
+    device_id = None
+    copied = 0
+    for call in calls:
+        for d in call.device_events:
+            if device_id is None:
+                device_id = tl.device_of_event(d)
+            if d.cat != "cuda_sync" and d.args is not None and call.reason != "sync":
+                value = d.args.bytes
+                if isinstance(value, (int, float)):
+                    copied += int(value)
+    return api, apis, device_id, copied or None
 
 
 def called_name(stack: list[Frame]) -> str | None:
@@ -202,62 +658,14 @@ def called_name(stack: list[Frame]) -> str | None:
 def attribute(tl: Timeline, episode: Episode,
               packs: Sequence[SourcePack] = ()) -> Attribution:
     """Where the episode came from: operators, step, annotations, module, stack, the call the
-    host waited in, the device and bytes its calls worked on."""
-    thread = episode.thread
-    nodes = thread.nodes
-    anchor = episode.anchor
-    op_nodes = op_chain(thread, anchor)
-    chain = [nodes[i].name for i in op_nodes]
-    annotations = [
-        nodes[i].name
-        for i in reversed(thread.ancestors(anchor))
-        if thread.kinds[i] == ANNOTATION and not STEP_RE.match(nodes[i].name)
-    ]
-    stack, modules, call_lines, invocation = stack_of(thread, anchor, op_nodes, packs)
-    step = tl.step_at(episode.ts)
-    calls = episode.calls
-    if calls:
-        apis = [c.event.name for c in calls]
-        # The call the host waited in: the longest one (for .item(), the stream sync).
-        waited = max(calls, key=lambda c: c.event.dur)
-        api = waited.event.name
-        device_id = None
-        copied = 0
-        for call in calls:
-            for d in call.device_events:
-                if device_id is None:
-                    device_id = tl.device_of_event(d)
-                if d.cat != "cuda_sync" and d.args is not None and call.reason != "sync":
-                    value = d.args.bytes
-                    if isinstance(value, (int, float)):
-                        copied += int(value)
-        nbytes = copied or None
-    else:
-        api = chain[-1] if chain else nodes[anchor].name
-        apis = [api]
-        device_id = None
-        nbytes = None
-    return Attribution(
-        api=api,
-        apis=apis,
-        op_chain=chain,
-        step=step.number if step is not None else None,
-        thread=thread.tid,
-        ts_us=episode.ts,
-        end_us=episode.end,
-        annotations=annotations,
-        module=".".join(modules) if modules else None,
-        stack=stack,
-        device_id=device_id,
-        bytes=nbytes,
-        call_lines=call_lines,
-        invocation=invocation,
-        called=called_name(stack),
-    )
+    host waited in, the device and bytes its calls worked on (one-off form of
+    ``Attributor``, which keeps its indexes across the episodes of a trace)."""
+    return Attributor(tl, packs)(episode)
 
 
 __all__ = [
     "Attribution",
+    "Attributor",
     "attribute",
     "called_name",
     "is_user_file",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tb_syncfinder.aggregate import build_report, site_key
-from tb_syncfinder.attribute import attribute
+from tb_syncfinder.attribute import Attributor
 from tb_syncfinder.context import sync_context
 from tb_syncfinder.cost import step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
@@ -167,6 +167,8 @@ def _build_sync(episode: Episode, attribution: Attribution, source: Source | Non
         bytes=attribution.bytes,
         latent=episode.latent,
         site_key=site_key(source, op, attribution.api),
+        forward_op=attribution.forward_op,
+        forward_stack=attribution.forward_stack,
     )
 
 
@@ -175,12 +177,12 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     repairs = list(getattr(data, "repairs", ()))
     tl = build_timeline(data)
     del data  # the events live on in the timeline only until this function returns
-    packs = options.source_packs
+    attribute = Attributor(tl, options.source_packs)
     prefix = sync_id_prefix(ref.path)
     built: list[list[Sync]] = []
     first_id = 0
     for episodes in (detect_syncs(tl), detect_latent(tl)):
-        attributions = [attribute(tl, episode, packs) for episode in episodes]
+        attributions = [attribute(episode) for episode in episodes]
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions)]
         built.append([

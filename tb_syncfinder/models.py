@@ -45,6 +45,14 @@ class Source:
     ``line`` is the exact call line when ``line_exact`` is True; otherwise it falls back
     to ``def_line`` (where the function is defined, which is all a modern trace records).
     ``resolved_path`` is the readable local file after ``--source-root``/``--path-map``.
+
+    Extensions: ``candidates`` lists the lines the call may be on when ``line_exact`` is
+    False and the source narrows it down (empty when it does not). ``backward``: the sync
+    runs in the backward pass of the forward operation built at ``line``; ``run_by`` is the
+    line that ran that backward pass (``loss.backward()``). When the forward operation is not
+    in the trace, ``line`` is the line that ran the backward pass and ``run_by`` is None.
+    ``library``: the line inside a library (``transformers``, a training framework) that
+    made the sync, when the user's line (``line``) called into that library.
     """
 
     file: str
@@ -53,6 +61,10 @@ class Source:
     func: str
     line_exact: bool
     resolved_path: str | None = None
+    candidates: list[int] = field(default_factory=list)
+    backward: bool = False
+    run_by: Source | None = None
+    library: Source | None = None
 
 
 @dataclass
@@ -74,6 +86,39 @@ class TraceInfo:
     repairs: list[str] = field(default_factory=list)  # what reading had to fix or skip
     # False when the trace has no ProfilerStep#N markers: it then counts as one step (0).
     step_markers: bool = True
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The calls of one kind one invocation made, in time order, as the trace shows them:
+    ``"N"`` for each call of that kind (syncing or not), ``"P"`` for each ``prof.step()``;
+    ``index`` is the position of the call this query is about; ``key`` names the sequence
+    (one per invocation and kind of call), so that it is aligned with the source once."""
+
+    tokens: tuple[str, ...]
+    index: int
+    key: Any
+
+
+@dataclass(frozen=True)
+class CallQuery:
+    """What source resolution needs to find one call's line in one frame (not reported).
+
+    ``groups``: the names of what the frame called, most specific first (a child frame's
+    name, the names of the frames under a wrapper), or one of ``"<truth>"``, ``"<scalar>"``,
+    ``"<load>"``, ``"<store>"`` for operators the interpreter ran without a call frame
+    (``if t:``, ``float(t)``, ``t[mask]``, ``t[mask] = v``). ``observed``: per group, the
+    sequence it belongs to (None when unknown). ``running``: the frame was already running
+    when profiling started (its line is its current line). ``truncated``: the invocation
+    may go on past the end of the profile. ``optional_calls``: a call of those names may
+    show no frame (the trace records no built-in calls).
+    """
+
+    frame: Frame
+    groups: tuple[tuple[str, ...], ...]
+    observed: tuple[Observed | None, ...] = ()
+    truncated: bool = False
+    optional_calls: bool = False
 
 
 @dataclass
@@ -98,6 +143,16 @@ class Attribution:
     call_lines: bool = False
     invocation: Any = None
     called: str | None = None
+    # What the trace says about each call line to find (modern python_function stacks):
+    # the user's call, the library's call under it, and for a sync in a backward pass the
+    # forward operation's call and the call that ran the backward pass.
+    user_call: CallQuery | None = None
+    library_call: CallQuery | None = None
+    backward: bool = False
+    forward_op: str | None = None
+    forward_stack: list[Frame] = field(default_factory=list)
+    forward_call: CallQuery | None = None
+    run_by_call: CallQuery | None = None
 
 
 @dataclass
@@ -137,6 +192,10 @@ class Sync:
     bytes: int | None = None  # bytes copied, for copies
     latent: bool = False  # True for would-sync-on-GPU findings in CPU-only traces
     site_key: str = ""  # Site.key of the site this sync belongs to
+    # For a sync in a backward pass: the forward operation it is the gradient of, and that
+    # operation's Python stack (the sync's own thread has none on a GPU).
+    forward_op: str | None = None
+    forward_stack: list[Frame] = field(default_factory=list)
 
 
 @dataclass
@@ -161,6 +220,12 @@ class Site:
     apis: list[str] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     latent: bool = False
+    # As on Source: candidate lines (all members' when inexact), backward pass, the line
+    # that ran it, the library line.
+    candidates: list[int] = field(default_factory=list)
+    backward: bool = False
+    run_by: Source | None = None
+    library: Source | None = None
 
 
 @dataclass

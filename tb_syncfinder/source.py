@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import ast
 import os
+import site
+import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tb_syncfinder.callorder import Automaton, Matcher, N, P, align, build
 from tb_syncfinder.catalogue import API_CALLEES, OP_CALLEES
-from tb_syncfinder.models import Attribution, Frame, Source
+from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed, Source
 
 # Directories never searched for sources when matching path suffixes.
 _SKIP_DIRS = frozenset(
@@ -70,177 +73,146 @@ def _call_name(node: ast.AST) -> str | None:
     return None
 
 
-def _matches(node: ast.AST, names: set[str]) -> bool:
-    name = _call_name(node)
-    if name is not None and name in names:
-        return True
-    if isinstance(node, ast.Subscript):
-        store = isinstance(node.ctx, ast.Store)
-        return ("__setitem__" if store else "__getitem__") in names
-    if "__bool__" in names and isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
-        return True
-    if "format" in names and isinstance(node, ast.FormattedValue):
-        return True
-    return False
+# What a frame called, by its name in the trace, when that is no call by name in the source:
+# the evaluation points that run it (callorder's kinds).
+_DUNDER_KINDS = {"__format__": "format", "__iter__": "iter", "__next__": "next",
+                 "__enter__": "enter", "__exit__": "exit", "__getitem__": "load",
+                 "__setitem__": "store", "__bool__": "truth", "format": "format"}
+# Operators run without a call frame (attribute's classes): the evaluation points and the
+# calls (of types, which get no frame either) that may run them. Every one of them may also
+# run nothing (a subscript with a list, float() of a Python number).
+_FRAMELESS = {
+    "<truth>": ({"truth"}, {"bool"}),
+    "<scalar>": (set(), {"float", "int", "complex"}),
+    "<load>": ({"load"}, set()),
+    "<store>": ({"store"}, set()),
+}
+_PROFILE_CLASSES = frozenset({"profile", "_KinetoProfile"})
 
 
-def _walk_body(func: ast.AST) -> Iterable[ast.AST]:
-    """Every node inside a function, not descending into nested defs, lambdas or classes."""
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
+def _may_index_with_tensor(node: ast.AST) -> bool:
+    """Whether a subscript's index can be a tensor or a list (aten::index, a sync for a
+    mask): not for constants, slices and tuples of those."""
+    if isinstance(node, ast.Constant):
+        return False
+    if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+        return False
+    if isinstance(node, ast.Slice):
+        return False
+    if isinstance(node, ast.Tuple):
+        return any(_may_index_with_tensor(elt) for elt in node.elts)
+    return True
 
 
-def _node_line(node: ast.AST) -> int:
-    # For an `if` the sync happens in its test expression.
-    if isinstance(node, (ast.If, ast.While, ast.Assert)):
-        return node.test.lineno
-    return node.lineno  # type: ignore[attr-defined]
+def _matcher(group: tuple[str, ...], optional_calls: bool,
+             profiler_names: frozenset[str]) -> Matcher:
+    """What in the source emits the group's calls and the profiler's step (``P``). A group
+    of names emits ``N``; a frameless class emits every frameless class, each its own label
+    (the observed sequence holds them all, so that each orders the others)."""
+    frameless = bool(group) and group[0] in _FRAMELESS
+    kinds: dict[str, str] = {}  # evaluation point kind -> label
+    typed_calls: dict[str, str] = {}  # bare calls of types (no frame) -> label
+    if frameless:
+        for cls, (point_kinds, types) in _FRAMELESS.items():
+            kinds.update(dict.fromkeys(point_kinds, cls))
+            typed_calls.update(dict.fromkeys(types, cls))
+        calls: set[str] = set()
+    else:
+        calls = set(group)
+        for name in group:
+            if name in _DUNDER_KINDS:
+                kinds[_DUNDER_KINDS[name]] = N
+        if "__bool__" in calls:
+            typed_calls["bool"] = N
+
+    def match(kind: str, node: ast.AST) -> tuple[str | None, bool]:
+        if kind == "call":
+            func = node.func  # type: ignore[attr-defined]
+            name = _call_name(node)
+            if isinstance(func, ast.Name) and name in typed_calls:
+                return typed_calls[name], True
+            if name in calls:
+                return N, optional_calls
+            if name == "step":
+                receiver = func.value if isinstance(func, ast.Attribute) else None
+                if not profiler_names:
+                    return P, True  # which .step() is the profiler's is not known
+                if isinstance(receiver, ast.Name) and receiver.id in profiler_names:
+                    return P, False
+            return None, False
+        label = kinds.get(kind)
+        if label is None:
+            return None, False
+        if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
+            return None, False
+        return label, True
+
+    return match
 
 
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
-# Statements that run every child statement exactly once, in order, when they run.
-_STRAIGHT_STATEMENTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return,
-                        ast.Delete, ast.With, ast.AsyncWith)
-# Expressions that may skip or repeat their parts (comprehensions run in their own frame).
-_BRANCHING_EXPRESSIONS = (ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp,
-                          ast.GeneratorExp, ast.Lambda, ast.comprehension)
+def _label(group: tuple[str, ...]) -> str:
+    """The token a group's calls are observed as."""
+    return group[0] if group and group[0] in _FRAMELESS else N
 
 
-def _parent_links(scope: ast.AST) -> dict[ast.AST, ast.AST]:
-    parents: dict[ast.AST, ast.AST] = {}
-    for node in [scope, *_walk_body(scope)]:
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-    return parents
+_SCOPE_NAMES = {ast.Lambda: "<lambda>", ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>",
+                ast.DictComp: "<dictcomp>", ast.GeneratorExp: "<genexpr>"}
 
 
-def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.AST]:
-    chain = []
-    while node in parents:
-        node = parents[node]
-        chain.append(node)
-    return chain
-
-
-def _innermost_statement(scope: ast.AST, line: int) -> ast.stmt | None:
-    """The deepest statement of ``scope`` (not of nested defs) whose lines contain ``line``."""
-    best: ast.stmt | None = None
-    for node in _walk_body(scope):
-        if isinstance(node, ast.stmt):
-            end = getattr(node, "end_lineno", None) or node.lineno
-            if node.lineno <= line <= end and (best is None or node.lineno >= best.lineno):
-                best = node
-    return best
-
-
-def _has_loop_exit(loop: ast.AST) -> bool:
-    """A ``break``/``continue`` of this loop (not of a nested one) in its body."""
-    stack = list(getattr(loop, "body", []))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.Break, ast.Continue)):
-            return True
-        if isinstance(node, (*_LOOPS, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
-                             ast.ClassDef)):
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-    return False
-
-
-class _RunningFrame:
-    """Calls of a frame that was running at ``line`` when profiling started."""
-
-    def __init__(self, scope: ast.AST, line: int) -> None:
-        self.scope = scope
-        self.line = line
-        self.parents = _parent_links(scope)
-        self.current = _innermost_statement(scope, line)
-        chain = [] if self.current is None else [self.current, *_ancestors(self.current,
-                                                                             self.parents)]
-        self.loops = [n for n in chain if isinstance(n, _LOOPS)]  # innermost first
-
-    def reachable(self, names: set[str]) -> list[ast.AST]:
-        """Matching calls that may still run after the recorded line, in source order."""
-        if self.current is None:
-            return []
-        outermost = self.loops[-1] if self.loops else None
-        found = []
-        for node in _walk_body(self.scope):
-            if not _matches(node, names):
-                continue
-            if _node_line(node) >= self.current.lineno or (
-                    outermost is not None and outermost in _ancestors(node, self.parents)):
-                found.append(node)
-        return sorted(found, key=lambda n: (_node_line(n), getattr(n, "col_offset", 0)))
-
-    def cycle(self, calls: list[ast.AST]) -> list[int] | None:
-        """The lines of ``calls`` in the order they run after the recorded line, repeating
-        once per loop iteration; None unless that order is certain: all of them in the body
-        of the innermost loop around the line, each run exactly once per iteration (no branch,
-        no nested loop, no break/continue), none in the recorded statement itself, and
-        several calls in one statement only on one line (a statement's evaluation order is
-        not its line order)."""
-        if not self.loops or self.current is None:
-            return None
-        loop = self.loops[0]
-        if _has_loop_exit(loop):
-            return None
-        current_nodes = set(ast.walk(self.current)) if self.current is not loop else set()
-        lines_per_statement: dict[int, set[int]] = {}
-        for call in calls:
-            if call in current_nodes:
-                return None
-            chain = [call, *_ancestors(call, self.parents)]
-            if loop not in chain:
-                return None
-            top = chain[chain.index(loop) - 1]
-            if not any(top is stmt for stmt in loop.body):
-                return None  # a for loop's iterable, a while test, an else branch
-            for node in chain[1:chain.index(loop)]:
-                if isinstance(node, ast.stmt) and not isinstance(node, _STRAIGHT_STATEMENTS):
-                    return None
-                if isinstance(node, _BRANCHING_EXPRESSIONS):
-                    return None
-            lines_per_statement.setdefault(id(top), set()).add(_node_line(call))
-        if any(len(lines) > 1 for lines in lines_per_statement.values()):
-            return None
-        lines = [_node_line(call) for call in calls]
-        start = self.line if self.current is loop else self.current.lineno
-        return [n for n in lines if n > start] + [n for n in lines if n < start]
+def _scope_name(node: ast.AST) -> str:
+    return getattr(node, "name", None) or _SCOPE_NAMES.get(type(node), "")
 
 
 class _ParsedFile:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
+        # co_firstlineno -> code objects starting there (a decorated function's is its first
+        # decorator's line; lambdas and comprehensions have their own frames too).
+        self.scopes: dict[int, list[ast.AST]] = {}
         self.functions: dict[int, ast.AST] = {}
+        names: set[str] = set()
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                 *_SCOPE_NAMES)):
                 first = node.lineno
                 decorators = getattr(node, "decorator_list", None)
                 if decorators:
-                    # co_firstlineno of a decorated function is its first decorator's line.
-                    self.functions.setdefault(min(d.lineno for d in decorators), node)
-                self.functions.setdefault(first, node)
+                    self.scopes.setdefault(min(d.lineno for d in decorators), []).append(node)
+                    if not isinstance(node, tuple(_SCOPE_NAMES)):
+                        self.functions.setdefault(min(d.lineno for d in decorators), node)
+                self.scopes.setdefault(first, []).append(node)
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    self.functions.setdefault(first, node)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                if (_call_name(node.context_expr) in _PROFILE_CLASSES
+                        and isinstance(node.optional_vars, ast.Name)):
+                    names.add(node.optional_vars.id)
+            elif isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        # Names bound to a torch.profiler.profile object: their .step() is the profiler's.
+        self.profiler_names = frozenset(names)
 
-    def calls_in(self, func: ast.AST, names: set[str]) -> list[int]:
-        found = sorted(
-            ((_node_line(n), getattr(n, "col_offset", 0)) for n in _walk_body(func)
-             if _matches(n, names)),
-        )
-        return [line for line, _ in found]
+    def scope_at(self, line: int, func: str) -> ast.AST | None:
+        """The function (lambda, comprehension) whose frame is named ``func`` at its first
+        line ``line``, as modern traces name a fresh call."""
+        for node in self.scopes.get(line, ()):
+            if _scope_name(node) == func:
+                return node
+        return None
 
-    def running_scope(self, line: int, func_name: str) -> ast.AST:
-        """The function (or, for ``<module>``, the module body) running at ``line``."""
-        if func_name != "<module>":
-            first = self.enclosing_function_line(line)
-            if first is not None:
-                return self.functions[first]
-        return self.tree
+    def running_scope(self, line: int, func: str) -> ast.AST | None:
+        """The scope a frame named ``func`` runs while at ``line`` (a frame that was already
+        running when profiling started), or None when the source does not have it there."""
+        if func == "<module>":
+            return self.tree
+        best = None
+        for nodes in self.scopes.values():
+            for node in nodes:
+                end = getattr(node, "end_lineno", None) or node.lineno
+                if (node.lineno <= line <= end and _scope_name(node) == func
+                        and (best is None or node.lineno > best.lineno)):
+                    best = node
+        return best
 
     def enclosing_function_line(self, line: int) -> int | None:
         best: tuple[int, int] | None = None
@@ -316,8 +288,11 @@ class SourceResolver:
         self.roots = [_resolved(r) for r in (roots or [os.getcwd()])]
         self.path_map = [(str(a), str(b)) for a, b in path_map]
         self._found: dict[str, Path | None] = {}
+        self._found_library: dict[str, Path | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._index: dict[str, list[Path]] | None = None
+        self._automata: dict[Any, Automaton] = {}
+        self._alignments: dict[Any, Any] = {}
 
     # -- files -------------------------------------------------------------------------
     def _suffix_index(self) -> dict[str, list[Path]]:
@@ -386,6 +361,23 @@ class SourceResolver:
         # A broken symlink is listed as a file by os.walk: only a readable file counts.
         return best[0] if len(best) == 1 and best[0].is_file() else None
 
+    def find_library_file(self, trace_file: str) -> Path | None:
+        """A library's file: under the source roots and path map as for the user's files,
+        else under this interpreter's site-packages (traces name library files relative to
+        theirs: ``transformers/generation/utils.py``)."""
+        if trace_file in self._found_library:
+            return self._found_library[trace_file]
+        found = self.find_file(trace_file)
+        norm = trace_file.replace("\\", "/")
+        if found is None and norm and not norm.startswith(("<", "/", "..")):
+            for folder in _library_dirs():
+                candidate = Path(folder, norm)
+                if candidate.is_file():
+                    found = candidate
+                    break
+        self._found_library[trace_file] = found
+        return found
+
     def _parse(self, path: Path) -> _ParsedFile | None:
         if path not in self._parsed:
             parsed = None
@@ -412,54 +404,99 @@ class SourceResolver:
 
         ``called_names``: names (or groups of names, most specific first) of what the
         innermost user frame called. ``call_lines``: the frame lines are call lines (legacy
-        ``Call stack``). ``occurrence``: (index, count) of this sync among the syncs of the
-        same invocation of that function calling the same thing.
+        ``Call stack``). ``occurrence``: (index, count) of this call among the calls of the
+        same names that one invocation of that function made (``resolve_call`` takes the
+        full sequence a trace shows, profiler steps included).
         """
         frame = next((f for f in stack if f.user), None)
         if frame is None:
             return None
         groups = _as_groups(called_names)
-        path = self.find_file(frame.file)
-        parsed = self._parse(path) if path is not None else None
-        resolved = str(path) if path is not None else None
         if call_lines:
+            path = self.find_file(frame.file)
+            parsed = self._parse(path) if path is not None else None
             def_line = None
             if parsed is not None and frame.line is not None:
                 def_line = parsed.enclosing_function_line(frame.line)
-            return Source(frame.file, frame.line, def_line, frame.func, True, resolved)
+            return Source(frame.file, frame.line, def_line, frame.func, True,
+                          str(path) if path is not None else None)
+        observed = None
+        if occurrence is not None:
+            observed = Observed((N,) * occurrence[1], occurrence[0], ("occurrence", occurrence))
+        query = CallQuery(frame, tuple(tuple(g) for g in groups), (observed,) * len(groups))
+        return self.resolve_call(query)
+
+    def resolve_call(self, query: CallQuery) -> Source:
+        """The line of the call ``query`` describes, exact when the source and the observed
+        sequence of such calls leave one line; otherwise the frame's line, inexact, with the
+        candidate lines. A frame already running when profiling started is followed from its
+        recorded line; a library frame's file is also looked for in this interpreter's
+        site-packages (and its def line must name the same function, or nothing is said)."""
+        frame = query.frame
+        path = self.find_file(frame.file) if frame.user else self.find_library_file(frame.file)
+        parsed = self._parse(path) if path is not None else None
+        resolved = str(path) if path is not None else None
         if parsed is None or frame.line is None:
             return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
-        func = parsed.functions.get(frame.line)
-        if func is None:
-            # Not a def line: a frame already running when profiling started shows its
-            # current line (see the module docstring).
+        scope = parsed.scope_at(frame.line, frame.func)
+        start = None
+        def_line: int | None = frame.line
+        if scope is None:
+            # Not a def line of that function: a frame already running when profiling
+            # started shows its current line (see the module docstring).
+            start = frame.line
+            scope = parsed.running_scope(frame.line, frame.func)
             def_line = parsed.enclosing_function_line(frame.line)
-            running = _RunningFrame(parsed.running_scope(frame.line, frame.func), frame.line)
-            for group in groups:
-                calls = running.reachable(set(group))
-                if not calls:
-                    continue
-                distinct = sorted({_node_line(c) for c in calls})
-                if len(distinct) == 1:
-                    return Source(frame.file, distinct[0], def_line, frame.func, True, resolved)
-                cycle = running.cycle(calls) if occurrence is not None else None
-                if cycle:
-                    return Source(frame.file, cycle[occurrence[0] % len(cycle)], def_line,
-                                  frame.func, True, resolved)
-                break  # several candidates and no proof which: do not guess
-            return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
-        for group in groups:
-            lines = parsed.calls_in(func, set(group))
-            if not lines:
+            if scope is None:
+                return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
+        prefix = start is not None or query.truncated
+        for g, group in enumerate(query.groups):
+            automaton = self._automaton(path, parsed, scope, group, query.optional_calls,
+                                        start, prefix)
+            label = _label(group)
+            reachable = automaton.reachable_lines(label)
+            if not reachable:
                 continue
-            distinct = sorted(set(lines))
-            if len(distinct) == 1:
-                return Source(frame.file, distinct[0], frame.line, frame.func, True, resolved)
-            if occurrence is not None and occurrence[1] == len(lines):
-                return Source(frame.file, lines[occurrence[0]], frame.line, frame.func, True,
-                              resolved)
-            break  # several candidates and no proof which: do not guess
-        return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
+            observed = query.observed[g] if g < len(query.observed) else None
+            lines = reachable
+            if observed is not None:
+                aligned = self._align(automaton, observed)
+                if aligned is not None:
+                    lines = aligned
+            if len(lines) == 1:
+                return Source(frame.file, lines[0], def_line, frame.func, True, resolved)
+            return Source(frame.file, frame.line, def_line, frame.func, False, resolved,
+                          candidates=list(lines))
+        return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
+
+    def _automaton(self, path: Path | None, parsed: _ParsedFile, scope: ast.AST,
+                   group: tuple[str, ...], optional_calls: bool, start: int | None,
+                   prefix: bool) -> Automaton:
+        key = (path, id(scope), group, optional_calls, start, prefix)
+        automaton = self._automata.get(key)
+        if automaton is None:
+            matcher = _matcher(group, optional_calls, parsed.profiler_names)
+            automaton = build(scope, matcher, start_line=start, prefix=prefix)
+            self._automata[key] = automaton
+        return automaton
+
+    def _align(self, automaton: Automaton, observed: Observed) -> list[int] | None:
+        """The lines the observed call at ``observed.index`` can be on, or None when the
+        source cannot produce the observed sequence."""
+        key = (id(automaton), observed.key)
+        if key not in self._alignments:
+            tokens = observed.tokens
+            if P in tokens and not automaton.reachable_lines(P):
+                # Steps come from a call the source does not name (on_step = prof.step).
+                tokens = tuple(t for t in tokens if t != P)
+            self._alignments[key] = (align(automaton, tokens), tokens is observed.tokens)
+        aligned, kept_steps = self._alignments[key]
+        if aligned is None:
+            return None
+        index = observed.index
+        if not kept_steps:
+            index -= observed.tokens[:index].count(P)
+        return sorted(aligned[index])
 
 
 def _resolved(root: str) -> str:
@@ -479,32 +516,47 @@ def _as_groups(called: Sequence[str] | Sequence[Sequence[str]] | None) -> list[l
     return [[str(n) for n in group] for group in called]
 
 
+def _library_dirs() -> list[str]:
+    """This interpreter's site-packages and dist-packages folders (``sys.path`` first)."""
+    dirs = [p for p in sys.path if os.path.basename(p.rstrip("/\\")) in
+            ("site-packages", "dist-packages")]
+    try:
+        dirs += [*site.getsitepackages(), site.getusersitepackages()]
+    except AttributeError:  # virtualenv's old site module
+        pass
+    return list(dict.fromkeys(d for d in dirs if os.path.isdir(d)))
+
+
 def resolve_sources(resolver: SourceResolver, attributions: Sequence[Attribution]
                     ) -> list[Source | None]:
-    """The source line of each attributed sync (None without a user frame); the n-th sync
-    of one function invocation calling the same thing is matched to the n-th such call in
-    the source (``SourceResolver.resolve``'s ``occurrence``)."""
-    keyed: list[tuple[Any, list[list[str]]]] = []
-    counts: dict[Any, int] = {}
-    for attribution in attributions:
-        groups = callee_groups(attribution.called, attribution.op_chain,
-                               None if attribution.op_chain else attribution.api)
-        invocation = attribution.invocation
-        key = (invocation, tuple(tuple(g) for g in groups[:1])) if invocation else None
-        keyed.append((key, groups))
-        if key is not None:
-            counts[key] = counts.get(key, 0) + 1
-    seen: dict[Any, int] = {}
+    """The source line of each attributed sync (None without a user frame).
+
+    Modern stacks: the user's call line (``Attribution.user_call``) and, when it went into a
+    library, the library's line (``Source.library``); for a sync in a backward pass, the line
+    of the forward operation it is the gradient of, with the line that ran the backward pass
+    (``Source.run_by``). Legacy ``Call stack`` lines are call lines already.
+    """
     sources: list[Source | None] = []
-    for (key, groups), attribution in zip(keyed, attributions):
-        occurrence = None
-        if key is not None:
-            index = seen.get(key, 0)
-            seen[key] = index + 1
-            occurrence = (index, counts[key])
-        source = None
-        if attribution.stack:
-            source = resolver.resolve(attribution.stack, groups,
-                                      call_lines=attribution.call_lines, occurrence=occurrence)
-        sources.append(source)
+    for attribution in attributions:
+        sources.append(_source_of(resolver, attribution))
     return sources
+
+
+def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | None:
+    if attribution.call_lines:
+        return resolver.resolve(attribution.stack, call_lines=True)
+    if attribution.backward:
+        run_by = (resolver.resolve_call(attribution.run_by_call)
+                  if attribution.run_by_call is not None else None)
+        if attribution.forward_call is not None:
+            forward = resolver.resolve_call(attribution.forward_call)
+            return replace(forward, backward=True, run_by=run_by)
+        if run_by is not None:
+            return replace(run_by, backward=True)
+        return None
+    if attribution.user_call is None:
+        return None
+    source = resolver.resolve_call(attribution.user_call)
+    if attribution.library_call is not None:
+        source.library = resolver.resolve_call(attribution.library_call)
+    return source

@@ -58,14 +58,19 @@ def marker_lines(path: Path) -> dict[int, str]:
 
 
 def demo_findings(report) -> dict[tuple[str, int], list]:
-    """(workload file name, line) -> latent findings whose source is a demo workload file."""
+    """(workload file name, line) -> latent findings whose source is a demo workload file.
+    A sync of a backward pass counts at the line that ran it (``loss.backward()``, where the
+    marker is, as torch's own detector names it); its source line is the forward op's."""
     by_line: dict[tuple[str, int], list] = {}
     for sync in report.latent:
-        if sync.source is None or sync.source.line is None:
+        source = sync.source
+        if source is not None and source.backward and source.run_by is not None:
+            source = source.run_by
+        if source is None or source.line is None:
             continue
-        name = os.path.basename(sync.source.file)
-        if Path(sync.source.file).parent.name == "demo" and name in ("cnn.py", "seg.py"):
-            by_line.setdefault((name, sync.source.line), []).append(sync)
+        name = os.path.basename(source.file)
+        if Path(source.file).parent.name == "demo" and name in ("cnn.py", "seg.py"):
+            by_line.setdefault((name, source.line), []).append(sync)
     return by_line
 
 
@@ -167,11 +172,17 @@ def test_seg_baseline_has_nonzero_unique_and_mask_both_ways_latent_at_the_marked
             assert sync.source.line_exact
             chain = " ".join([sync.op or "", sync.trigger_op or "", *sync.op_chain])
             assert op_word in chain, f"{word} at seg.py:{line}: {chain}"
+            if word == "mask_backward":
+                # Attributed to the forward line that built the mask index, run by line 127.
+                forward = next(n for n, w in markers.items() if w == "mask")
+                assert (sync.source.line, sync.source.backward) == (forward, True)
+                assert sync.source.run_by.line_exact and sync.forward_op == "aten::index"
 
 
 def test_baseline_sites_point_at_the_marked_lines(reports):
     sites = [s for run in ("cnn_baseline", "seg_baseline") for s in reports[run].latent_sites]
     lines = {(os.path.basename(s.file), s.line) for s in sites if s.file}
+    lines |= {(os.path.basename(s.run_by.file), s.run_by.line) for s in sites if s.run_by}
     for name in ("cnn.py", "seg.py"):
         for line, word in marker_lines(DEMO_DIR / name).items():
             if word in EXPECTED_ON_CPU:

@@ -150,10 +150,17 @@ def test_running_module_frame_finds_the_only_reachable_call_in_the_loop(tmp_path
 
 def test_running_loop_with_a_matching_call_after_the_loop_stays_ambiguous(tmp_path):
     # After line 8 the loop runs 6, 7, 6, 7...; line 3 ran before profiling started, but
-    # line 9 (after the loop) may run too: nothing proves which call the sync was.
+    # line 9 (after the loop) may run too. Three item() calls are 6, 7 then either 6 (one
+    # more iteration) or 9 (the loop ended): the third stays ambiguous, with both lines.
     resolver = _running_resolver(tmp_path)
-    source = resolver.resolve(_running(8, "<module>", "item"), ["item"], occurrence=(0, 4))
-    assert (source.line, source.line_exact) == (8, False)
+    stack = _running(8, "<module>", "item")
+    third = resolver.resolve(stack, ["item"], occurrence=(2, 3))
+    assert (third.line, third.line_exact, third.candidates) == (8, False, [6, 9])
+    assert [resolver.resolve(stack, ["item"], occurrence=(n, 3)).line
+            for n in range(2)] == [6, 7]
+    # Four calls cannot end after the loop (only one call is left there): all exact.
+    assert [resolver.resolve(stack, ["item"], occurrence=(n, 4)).line
+            for n in range(4)] == [6, 7, 6, 7]
 
 
 def test_running_loop_cycle_starts_after_the_recorded_line(tmp_path):
@@ -219,7 +226,7 @@ def test_running_frame_at_the_loop_header_cycles_from_the_top_of_the_body(tmp_pa
             for n in range(3)] == [2, 3, 2]
 
 
-def test_running_frame_with_break_in_the_loop_is_not_cycled(tmp_path):
+def test_running_frame_with_continue_in_the_loop_is_certain_only_until_the_branch(tmp_path):
     loop = textwrap.dedent(
         """\
         for x in loader:
@@ -232,8 +239,13 @@ def test_running_frame_with_break_in_the_loop_is_not_cycled(tmp_path):
     )
     (tmp_path / "skip.py").write_text(loop)
     stack = [Frame("<built-in>", None, "item", False), Frame("skip.py", 6, "<module>", True)]
-    source = SourceResolver([str(tmp_path)]).resolve(stack, ["item"], occurrence=(0, 2))
-    assert (source.line, source.line_exact) == (6, False)
+    resolver = SourceResolver([str(tmp_path)])
+    # After prof.step() the next item() is line 2 whatever the branch does; the one after
+    # it is line 5, or line 2 again when the `continue` was taken.
+    first = resolver.resolve(stack, ["item"], occurrence=(0, 2))
+    assert (first.line, first.line_exact) == (2, True)
+    second = resolver.resolve(stack, ["item"], occurrence=(1, 2))
+    assert (second.line, second.line_exact, second.candidates) == (6, False, [2, 5])
 
 
 @pytest.mark.parametrize("entry", ["no-equals-sign", "=/local", "/remote=", ("", "/local")])

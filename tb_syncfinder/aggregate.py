@@ -9,6 +9,7 @@ from collections import Counter
 from tb_syncfinder.catalogue import CHECKED, KIND_NAMES, advice_for
 from tb_syncfinder.cost import estimated_saving_us, idle_union_us
 from tb_syncfinder.models import (
+    ProfilerOverhead,
     Report,
     Site,
     Source,
@@ -120,6 +121,7 @@ def build_report(results: list[TraceResult]) -> Report:
         error_count=sum(1 for t in traces if t.error),
         checked=list(CHECKED),
     )
+    overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]
     return Report(
         traces=traces,
         summary=summary,
@@ -128,4 +130,7 @@ def build_report(results: list[TraceResult]) -> Report:
         latent=latent,
         steps=steps,
         latent_sites=build_sites(latent, step_count, step_time, latent=True),
+        profiler_overhead=ProfilerOverhead(
+            count=len(overhead), host_wait_us=sum(s.host_wait_us for s in overhead),
+            syncs=overhead),
     )

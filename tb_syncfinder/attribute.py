@@ -183,6 +183,23 @@ def _is_profiler_file(path: str) -> bool:
     return any(_at_component(norm, prefix) is not None for prefix in _PROFILER_DIRS)
 
 
+def is_profiler_stack(stack: Sequence[Frame]) -> bool:
+    """Whether a sync with this stack (innermost first) was issued by the profiler's own code
+    (``prof.step()`` or the profiler stopping waits for the device): a frame of
+    ``torch/profiler/`` inside the user's innermost frame, or the legacy
+    ``torch.autograd.profiler.profile`` calling ``torch.cuda.synchronize()``."""
+    for i, frame in enumerate(stack):
+        if frame.user:
+            return False
+        if _is_profiler_file(frame.file):
+            return True
+        norm = frame.file.replace("\\", "/")
+        if (norm.endswith("torch/autograd/profiler.py") and i > 0
+                and stack[i - 1].file.replace("\\", "/").endswith("torch/cuda/__init__.py")):
+            return True
+    return False
+
+
 class _PythonTree:
     """One host thread's python_function frames: parents (recorded ``Python parent id``,
     else time nesting among frames only) and children in time order. Built once per thread:
@@ -585,6 +602,7 @@ class Attributor:
             called=called_name(stack),
             user_call=user_call,
             library_call=library_call,
+            profiler_overhead=is_profiler_stack(stack),
         )
         link = self.forward_of(thread, op_nodes)
         if link is not None:
@@ -667,6 +685,7 @@ __all__ = [
     "Attribution",
     "Attributor",
     "attribute",
+    "is_profiler_stack",
     "called_name",
     "is_user_file",
     "module_name",

@@ -169,6 +169,7 @@ def _build_sync(episode: Episode, attribution: Attribution, source: Source | Non
         site_key=site_key(source, op, attribution.api),
         forward_op=attribution.forward_op,
         forward_stack=attribution.forward_stack,
+        profiler_overhead=attribution.profiler_overhead,
     )
 
 
@@ -190,11 +191,14 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
             for n, (e, a, src, c) in enumerate(zip(episodes, attributions, sources, costs))
         ])
         first_id += len(episodes)
-    syncs, latent = built
+    # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's:
+    # kept apart, out of the findings and the step totals.
+    overhead = [s for found in built for s in found if s.profiler_overhead]
+    syncs, latent = ([s for s in found if not s.profiler_overhead] for found in built)
     steps = step_stats(tl, syncs)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
-        for sync in syncs + latent:
+        for sync in syncs + latent + overhead:
             contexts[sync.id] = sync_context(tl, sync, options.context_window_us,
                                              options.context_max_events)
     info = _info(ref, tl)
@@ -202,7 +206,7 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     info.step_markers = bool(tl.steps)
     if not tl.steps:
         info.steps = 1 if steps else 0
-    return TraceResult(info, syncs, latent, steps, contexts)
+    return TraceResult(info, syncs, latent, steps, contexts, overhead)
 
 
 def report_runs(results: Sequence[TraceResult]) -> RunsReport:

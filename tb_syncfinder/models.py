@@ -153,6 +153,7 @@ class Attribution:
     forward_stack: list[Frame] = field(default_factory=list)
     forward_call: CallQuery | None = None
     run_by_call: CallQuery | None = None
+    profiler_overhead: bool = False  # issued by the profiler's own code (torch/profiler)
 
 
 @dataclass
@@ -196,6 +197,9 @@ class Sync:
     # operation's Python stack (the sync's own thread has none on a GPU).
     forward_op: str | None = None
     forward_stack: list[Frame] = field(default_factory=list)
+    # Issued by the profiler itself (prof.step() / profiler stop): listed apart
+    # (Report.profiler_overhead), never among the findings.
+    profiler_overhead: bool = False
 
 
 @dataclass
@@ -257,6 +261,16 @@ class Summary:
 
 
 @dataclass
+class ProfilerOverhead:
+    """The profiler's own synchronizations (``prof.step()`` and profiler stop waiting for the
+    device): its cost, not the program's, so kept out of the findings and totals."""
+
+    count: int = 0
+    host_wait_us: float = 0.0
+    syncs: list[Sync] = field(default_factory=list)
+
+
+@dataclass
 class Report:
     traces: list[TraceInfo]
     summary: Summary
@@ -265,6 +279,7 @@ class Report:
     latent: list[Sync]
     steps: list[StepStats] = field(default_factory=list)
     latent_sites: list[Site] = field(default_factory=list)
+    profiler_overhead: ProfilerOverhead = field(default_factory=ProfilerOverhead)
 
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON-ready dict of schema ``tb_syncfinder.report/1``."""
@@ -277,6 +292,7 @@ class Report:
             "latent": [asdict(s) for s in self.latent],
             "steps": [asdict(s) for s in self.steps],
             "latent_sites": [asdict(s) for s in self.latent_sites],
+            "profiler_overhead": asdict(self.profiler_overhead),
         }
 
 
@@ -289,6 +305,7 @@ class TraceResult:
     latent: list[Sync] = field(default_factory=list)
     steps: list[StepStats] = field(default_factory=list)
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profiler_overhead: list[Sync] = field(default_factory=list)  # not in syncs or steps
 
 
 @dataclass

@@ -127,6 +127,24 @@ class KinetoTraceBuilder:
             self._python_stack.pop()
 
     @contextmanager
+    def thread(self, tid: int) -> Iterator[None]:
+        """Host events inside go to thread ``tid`` (autograd's backward thread on a GPU) on
+        the same clock; the Python frames open on the calling thread stay open meanwhile,
+        as the thread that called ``backward()`` waits inside it."""
+        saved = self.tid, self._python_stack
+        self.tid, self._python_stack = tid, []
+        try:
+            yield
+        finally:
+            self.tid, self._python_stack = saved
+
+    @contextmanager
+    def frames(self, frames: Sequence[FrameSpec]) -> Iterator[None]:
+        """Several python_function frames, outermost first, open until the block ends."""
+        with self._frames(frames):
+            yield
+
+    @contextmanager
     def _frames(self, frames: Sequence[FrameSpec]) -> Iterator[None]:
         if not frames:
             yield
@@ -301,4 +319,54 @@ def item_sync(b: KinetoTraceBuilder, stack: Sequence[FrameSpec] = (("train.py", 
     b.kernel(dur=kernel_us)
     with b.op("aten::item", stack=stack, called="item"), b.op("aten::_local_scalar_dense"):
         b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+        b.runtime("cudaStreamSynchronize")
+
+
+# The frames torch 2.11 records when prof.step() ends a profiling cycle and waits for the
+# device (seen in ../shared/traces/h100_demo), outermost first, from prof.step() down.
+PROFILER_STEP_FRAMES: tuple[FrameSpec, ...] = (
+    ("torch/profiler/profiler.py", 884, "step"),
+    ("torch/profiler/profiler.py", 924, "_transit_action"),
+    ("torch/profiler/profiler.py", 278, "stop_trace"),
+    ("torch/autograd/profiler.py", 403, "__exit__"),
+    ("torch/cuda/__init__.py", 1152, "synchronize"),
+    "<built-in function _cuda_synchronize>",
+)
+# What loss.backward() runs through down to the engine, outermost first.
+BACKWARD_FRAMES: tuple[FrameSpec, ...] = (
+    ("torch/_tensor.py", 576, "backward"),
+    ("torch/autograd/__init__.py", 253, "backward"),
+    ("torch/autograd/graph.py", 860, "_engine_run_backward"),
+    "<built-in method run_backward of torch._C._EngineBase object at 0x7f569e72c7e0>",
+)
+
+
+def profiler_step_sync(b: KinetoTraceBuilder) -> None:
+    """The profiler's own ``cudaDeviceSynchronize`` inside ``prof.step()``."""
+    with b.frames(PROFILER_STEP_FRAMES):
+        b.runtime("cudaDeviceSynchronize")
+
+
+def mask_index_sync(b: KinetoTraceBuilder, sequence_number: int,
+                    stack: Sequence[FrameSpec] = ()) -> None:
+    """``t[mask]`` on a GPU: aten::index runs nonzero, which reads the count back. The
+    forward op carries its autograd sequence number (``Fwd thread id`` 0: a forward op)."""
+    with b.op("aten::index", stack=stack,
+              args={"Sequence number": sequence_number, "Fwd thread id": 0}), \
+            b.op("aten::nonzero"):
+        b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=8)
+        b.runtime("cudaStreamSynchronize")
+
+
+def mask_backward_sync(b: KinetoTraceBuilder, sequence_number: int, tid: int,
+                       fwd_thread_id: int = 1) -> None:
+    """IndexBackward0 on autograd's thread ``tid`` (no Python frames there): its
+    index_put_ runs nonzero on the mask again. It carries the forward op's sequence number
+    and a nonzero ``Fwd thread id`` (torch's id of the forward thread, not a tid)."""
+    link = {"Sequence number": sequence_number, "Fwd thread id": fwd_thread_id}
+    with b.thread(tid), \
+            b.op("autograd::engine::evaluate_function: IndexBackward0", args=link), \
+            b.op("IndexBackward0", args=link), b.op("aten::_index_put_impl_"), \
+            b.op("aten::nonzero"):
+        b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=8)
         b.runtime("cudaStreamSynchronize")

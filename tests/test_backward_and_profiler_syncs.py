@@ -1,0 +1,216 @@
+"""CUDA-shaped traces (tests/kineto_builder.py) for two shapes of issue 10: a sync in the
+backward pass, on autograd's thread with no Python stack, attributed to the forward line
+that built it; and the profiler's own synchronize, listed apart from the findings."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from kineto_builder import (
+    BACKWARD_FRAMES,
+    KinetoTraceBuilder,
+    item_sync,
+    mask_backward_sync,
+    mask_index_sync,
+    profiler_step_sync,
+)
+
+from tb_syncfinder import analyze
+from tb_syncfinder.cli import main as cli_main
+from tb_syncfinder.engine import Options, analyze_trace
+
+LOSS = textwrap.dedent(
+    """\
+    import torch
+
+
+    def masked_loss(logits, labels):
+        keep = labels != 0
+        picked = logits[keep]
+        return picked.log_softmax(1).mean()
+    """
+)
+LOSS_DEF, MASK_LINE = 4, 6
+TRAIN = textwrap.dedent(
+    """\
+    from loss import masked_loss
+
+
+    def train_step(model, x, labels):
+        loss = masked_loss(model(x), labels)
+        loss.backward()
+        return loss.item()
+
+
+    def main(model, loader, prof):
+        for x, labels in loader:
+            train_step(model, x, labels)
+            prof.step()
+    """
+)
+STEP_DEF, BACKWARD_LINE, ITEM_LINE = 4, 6, 7
+MAIN_DEF, PROF_STEP_LINE = 10, 13
+AUTOGRAD_TID = 4600
+
+
+def _sources(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "loss.py").write_text(LOSS)
+    (src / "train.py").write_text(TRAIN)
+    return src
+
+
+def _training_trace(tmp_path: Path, steps: int = 2) -> Path:
+    """Steps of train_step inside a running main(): the mask's forward sync, its backward
+    on autograd's thread while the main thread waits in loss.backward(), loss.item(), and
+    prof.step() issuing the profiler's cudaDeviceSynchronize."""
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", PROF_STEP_LINE, "main")):  # running since before profiling
+        for n in range(steps):
+            sequence = 200 + n
+            with b.step(n + 1):
+                with b.frame(("train.py", STEP_DEF, "train_step")):
+                    b.kernel(dur=200)
+                    mask_index_sync(b, sequence, stack=[("loss.py", LOSS_DEF, "masked_loss")])
+                    b.kernel(dur=100)
+                    with b.frames(BACKWARD_FRAMES):
+                        mask_backward_sync(b, sequence, AUTOGRAD_TID)
+                    item_sync(b, stack=())
+                profiler_step_sync(b)
+    return b.write(tmp_path / "run" / "worker0.pt.trace.json")
+
+
+def test_a_backward_sync_without_stack_is_attributed_to_its_forward_line(tmp_path):
+    src = _sources(tmp_path)
+    trace = _training_trace(tmp_path)
+    result = analyze_trace(str(trace), Options(source_roots=(str(src),)))
+    backward = [s for s in result.syncs if s.thread == AUTOGRAD_TID]
+    assert len(backward) == 2
+    for sync in backward:
+        assert sync.stack == []  # autograd's thread has no Python frames
+        assert sync.forward_op == "aten::index"
+        assert [f.func for f in sync.forward_stack if f.user] == ["masked_loss", "train_step",
+                                                                  "main"]
+        source = sync.source
+        assert (Path(source.file).name, source.line, source.line_exact) == ("loss.py",
+                                                                            MASK_LINE, True)
+        assert source.backward and source.def_line == LOSS_DEF
+        run_by = source.run_by
+        assert (Path(run_by.file).name, run_by.line, run_by.line_exact) == (
+            "train.py", BACKWARD_LINE, True)
+    # Nothing else: per step the forward mask, its backward and loss.item(), each exact.
+    lines = sorted((Path(s.source.file).name, s.source.line, s.source.backward, s.op)
+                   for s in result.syncs)
+    assert lines == sorted(2 * [
+        ("loss.py", MASK_LINE, False, "aten::index"),
+        ("loss.py", MASK_LINE, True, "autograd::engine::evaluate_function: IndexBackward0"),
+        ("train.py", ITEM_LINE, False, "aten::item"),
+    ])
+    assert all(s.source.line_exact for s in result.syncs)
+
+
+def test_backward_and_forward_of_one_line_are_two_sites_saying_who_ran_the_backward(tmp_path):
+    src = _sources(tmp_path)
+    report = analyze(_training_trace(tmp_path).parent, source_roots=[str(src)])
+    at_mask = {s.backward: s for s in report.sites if s.line == MASK_LINE}
+    assert set(at_mask) == {False, True}
+    assert at_mask[True].run_by.line == BACKWARD_LINE and at_mask[False].run_by is None
+    assert at_mask[True].count == at_mask[False].count == 2
+    doc = report.to_json()
+    site = next(s for s in doc["sites"] if s["backward"])
+    assert site["run_by"]["line"] == BACKWARD_LINE
+    sync = next(s for s in doc["syncs"] if s["source"]["backward"])
+    assert sync["forward_op"] == "aten::index" and sync["forward_stack"]
+
+
+def test_the_fwd_thread_id_picks_the_forward_thread_when_two_share_a_sequence_number(tmp_path):
+    # Sequence numbers count per thread: two forward threads can both have number 7. The
+    # backward op's Fwd thread id is torch's id of its thread, learnt from a number only one
+    # thread has (9, on the second thread).
+    src = _sources(tmp_path)
+    (src / "other.py").write_text("def other_loss(logits, keep):\n    return logits[keep]\n")
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        mask_index_sync(b, 7, stack=[("loss.py", LOSS_DEF, "masked_loss")])
+        with b.thread(5000):
+            mask_index_sync(b, 7, stack=[("other.py", 1, "other_loss")])
+            mask_index_sync(b, 9, stack=[("other.py", 1, "other_loss")])
+        mask_backward_sync(b, 9, AUTOGRAD_TID, fwd_thread_id=2)
+        mask_backward_sync(b, 7, AUTOGRAD_TID, fwd_thread_id=2)
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
+                           Options(source_roots=(str(src),)))
+    backward = [s for s in result.syncs if s.thread == AUTOGRAD_TID]
+    assert [(Path(s.source.file).name, s.source.line) for s in backward] == [
+        ("other.py", 2), ("other.py", 2)]
+
+
+def test_a_backward_op_whose_forward_is_not_in_the_trace_keeps_its_operator_chain(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        mask_backward_sync(b, 42, AUTOGRAD_TID)
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
+    assert sync.source is None and sync.forward_op is None
+    assert sync.op_chain[:2] == ["autograd::engine::evaluate_function: IndexBackward0",
+                                 "IndexBackward0"]
+
+
+def test_the_profilers_own_synchronize_is_listed_apart_out_of_findings_and_totals(tmp_path):
+    src = _sources(tmp_path)
+    trace = _training_trace(tmp_path)
+    result = analyze_trace(str(trace), Options(source_roots=(str(src),)))
+    assert len(result.profiler_overhead) == 2
+    assert all(s.api == "cudaDeviceSynchronize" and s.profiler_overhead
+               for s in result.profiler_overhead)
+    assert not any(s.api == "cudaDeviceSynchronize" for s in result.syncs)
+    # Still said where it came from: the user's prof.step() line (a running frame's line).
+    assert {s.source.line for s in result.profiler_overhead} == {PROF_STEP_LINE}
+    assert all(s.id in result.contexts for s in result.profiler_overhead)
+    report = analyze(trace.parent, source_roots=[str(src)])
+    assert report.summary.sync_count == 6
+    assert "explicit_sync" not in report.summary.by_kind
+    assert [st.sync_count for st in report.steps] == [3, 3]
+    assert not any(site.kind == "explicit_sync" for site in report.sites)
+    overhead = report.profiler_overhead
+    assert overhead.count == 2
+    assert overhead.host_wait_us == sum(s.host_wait_us for s in result.profiler_overhead) > 0
+    assert report.summary.host_wait_us == sum(s.host_wait_us for s in report.syncs)
+    doc = report.to_json()
+    assert doc["profiler_overhead"]["count"] == 2 and len(doc["profiler_overhead"]["syncs"]) == 2
+
+
+def test_the_ci_gate_does_not_count_the_profilers_synchronize(tmp_path, capsys):
+    trace = _training_trace(tmp_path)
+    assert cli_main(["report", str(trace.parent), "--max-syncs-per-step", "3"]) == 0
+    assert cli_main(["report", str(trace.parent), "--max-syncs-per-step", "2"]) == 1
+    out = capsys.readouterr()
+    assert "has 3 syncs" in out.err
+
+
+def test_the_legacy_profilers_exit_is_overhead_but_a_users_synchronize_is_not(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", 12, "main")):
+        with b.step(1):
+            b.kernel(dur=100)
+            with b.frames([("torch/cuda/__init__.py", 1152, "synchronize"),
+                           "<built-in function _cuda_synchronize>"]):
+                b.runtime("cudaDeviceSynchronize")  # the user's torch.cuda.synchronize()
+        b.kernel(dur=100)
+        with b.frames([("torch/autograd/profiler.py", 403, "__exit__"),
+                       ("torch/cuda/__init__.py", 1152, "synchronize"),
+                       "<built-in function _cuda_synchronize>"]):
+            b.runtime("cudaDeviceSynchronize")  # torch.autograd.profiler.profile stopping
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    assert [s.step for s in result.syncs] == [1]
+    assert [s.step for s in result.profiler_overhead] == [None]
+
+
+def test_a_report_without_profiler_syncs_has_an_empty_overhead_list(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b)
+    path = b.write(tmp_path / "run" / "w.pt.trace.json")
+    doc = json.loads(json.dumps(analyze(path.parent).to_json()))
+    assert doc["profiler_overhead"] == {"count": 0, "host_wait_us": 0.0, "syncs": []}

@@ -1,0 +1,279 @@
+"""Real torch CPU traces of the code shapes of issue 10, each finding at its exact line and
+nothing else reported. On a CPU the would-be syncs are latent findings; they go through the
+same stack and source resolution as real ones on a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import analyze
+
+torch = pytest.importorskip("torch")
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _findings(report) -> list[tuple[str, int | None, bool, str | None]]:
+    """(file name, line, exact, op) of every latent finding, in time order."""
+    return [(Path(s.source.file).name if s.source else "-", s.source.line if s.source else None,
+             bool(s.source and s.source.line_exact), s.op)
+            for s in sorted(report.latent, key=lambda s: s.ts_us)]
+
+
+# -- shape 1: an inline loop in a function already running when profiling started ----------
+
+INLINE_LOOP = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    def main(logdir, scheduled):
+        w = torch.randn(8, 4, requires_grad=True)
+        loader = [(torch.randn(16, 8), torch.randint(0, 4, (16,))) for _ in range(3)]
+        log = []
+        warm = w.sum().item()
+        kw = {"schedule": schedule(wait=0, warmup=1, active=2)} if scheduled else {}
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     on_trace_ready=tensorboard_trace_handler(logdir), **kw) as prof:
+            for x, y in loader:
+                out = x @ w
+                loss = torch.nn.functional.cross_entropy(out, y)
+                loss.backward()
+                acc = (out.argmax(1) == y).float().sum().item()
+                log.append(loss.item())
+                prof.step()
+        return log, warm
+    """
+)
+WITH_PROFILE, ACC_ITEM, LOSS_ITEM, PROF_STEP = 11, 17, 18, 19
+
+
+@pytest.mark.parametrize(("scheduled", "recorded_line", "steps"),
+                         [(False, WITH_PROFILE, 3), (True, PROF_STEP, 2)])
+def test_inline_loop_reports_each_item_at_its_own_line(tmp_path, scheduled, recorded_line,
+                                                       steps):
+    """main() was running when profiling started, so its frame records its current line:
+    the `with profile(` line (profiling starts in __enter__) or, with a schedule, the
+    prof.step() that started recording. The two .item() calls on consecutive lines are
+    two sites, each exact, in every recorded iteration."""
+    (tmp_path / "inline_loop.py").write_text(INLINE_LOOP)
+    module = _load(tmp_path / "inline_loop.py", "inline_loop")
+    logdir = tmp_path / "logs"
+    module.main(str(logdir), scheduled)
+    sys.modules.pop("inline_loop", None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    recorded = {next(f.line for f in s.stack if f.user) for s in report.latent}
+    assert recorded == {recorded_line}  # what the trace says
+    assert _findings(report) == [("inline_loop.py", ACC_ITEM, True, "aten::item"),
+                                 ("inline_loop.py", LOSS_ITEM, True, "aten::item")] * steps
+    assert sorted((s.line, s.count, s.line_exact) for s in report.latent_sites) == [
+        (ACC_ITEM, steps, True), (LOSS_ITEM, steps, True)]
+
+
+# -- shape 2: the backward of a boolean-mask index ------------------------------------------
+
+MASKED = textwrap.dedent(
+    """\
+    import torch
+
+
+    def masked_loss(logits, labels):
+        keep = labels != 0
+        picked = logits[keep]
+        return picked.log_softmax(1).mean()
+
+
+    def train_step(model, x, labels):
+        loss = masked_loss(model(x), labels)
+        loss.backward()
+        return loss.detach()
+    """
+)
+MASK_LINE, BACKWARD_LINE = 6, 12
+
+
+def test_mask_backward_is_attributed_to_the_forward_line_and_run_by_backward(tmp_path):
+    (tmp_path / "masked.py").write_text(MASKED)
+    module = _load(tmp_path / "masked.py", "masked")
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    model = torch.nn.Linear(8, 5)
+    logdir = tmp_path / "logs"
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                 schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+        for _ in range(3):
+            module.train_step(model, torch.randn(16, 8), torch.randint(0, 3, (16,)))
+            prof.step()
+    sys.modules.pop("masked", None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    assert _findings(report) == [
+        ("masked.py", MASK_LINE, True, "aten::index"),
+        ("masked.py", MASK_LINE, True, "autograd::engine::evaluate_function: IndexBackward0"),
+    ] * 2
+    backward = [s for s in report.latent if s.source.backward]
+    assert len(backward) == 2
+    for sync in backward:
+        assert sync.forward_op == "aten::index"
+        assert sync.forward_stack[0].func == "masked_loss"
+        run_by = sync.source.run_by
+        assert (run_by.line, run_by.line_exact, run_by.func) == (BACKWARD_LINE, True,
+                                                                 "train_step")
+    forward = [s for s in report.latent if not s.source.backward]
+    assert all(s.source.run_by is None and s.forward_op is None for s in forward)
+
+
+# -- shape 4: chained and implicit calls inside a step function ----------------------------
+
+STEP_METHOD = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import record_function
+
+
+    class Trainer:
+        def __init__(self):
+            self.model = torch.nn.Linear(8, 4)
+
+        def train_step(self, x, y):
+            out = self.model(x)
+            loss = torch.nn.functional.cross_entropy(out, y)
+            acc = (out.argmax(1) == y).float().mean()
+            with record_function("metrics"):
+                self.loss = loss.item()
+                self.acc = float(acc)
+                top = out[:4].max(1).values.tolist()
+                peak = out[:4].max(1).values.sum().item()
+                if acc >= 0:
+                    self.hits = int(out.argmax(1).sum())
+            return top, peak
+    """
+)
+LOSS_ITEM_4, FLOAT_LINE, PEAK_LINE, IF_LINE, INT_LINE = 14, 15, 17, 18, 19
+
+
+def test_implicit_and_chained_calls_resolve_next_to_explicit_ones(tmp_path):
+    """float(acc), int(t) and `if t` run their operator with no call frame of their own;
+    they used to be matched to .item() by the operator's name (float(acc) was reported at
+    the loss.item() line), and under record_function the annotation's bad nesting hid the
+    user's frame. Each is now at its own line, in order with the explicit .item() calls."""
+    (tmp_path / "trainer.py").write_text(STEP_METHOD)
+    module = _load(tmp_path / "trainer.py", "trainer")
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    trainer = module.Trainer()
+    logdir = tmp_path / "logs"
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                 schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+        for _ in range(3):
+            trainer.train_step(torch.randn(16, 8), torch.randint(0, 4, (16,)))
+            prof.step()
+    sys.modules.pop("trainer", None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    one_step = [
+        ("trainer.py", LOSS_ITEM_4, True, "aten::item"),
+        ("trainer.py", FLOAT_LINE, True, "aten::item"),
+        ("trainer.py", PEAK_LINE, True, "aten::item"),
+        ("trainer.py", IF_LINE, True, "aten::is_nonzero"),
+        ("trainer.py", INT_LINE, True, "aten::item"),
+    ]
+    assert _findings(report) == one_step * 2
+    for sync in report.latent:
+        assert [f.func for f in sync.stack if f.user][0] == "train_step"
+        assert not any(f.func == "__enter__" for f in sync.stack)  # record_function's
+
+
+# -- shape 5: a sync inside a library called from the user's function ----------------------
+
+LIBRARY = textwrap.dedent(
+    """\
+    import torch
+
+
+    def _should_stop(scores):
+        return bool((scores > 10).all().item())
+
+
+    @torch.no_grad()
+    def generate(x, steps=3):
+        for _ in range(steps):
+            x = x + 1
+            if _should_stop(x):
+                break
+        return x
+    """
+)
+LIBRARY_ITEM = 5
+USER = textwrap.dedent(
+    """\
+    from fakelib import gen
+
+
+    def run(x):
+        y = x * 2
+        out = gen.generate(y)
+        return out.sum().item()
+    """
+)
+GENERATE_LINE, OWN_ITEM = 6, 7
+
+
+@pytest.fixture
+def site_packages(tmp_path):
+    """A package installed in a site-packages folder of this interpreter (on sys.path while
+    the test runs): torch records its frames relative to it (``fakelib/gen.py``)."""
+    folder = tmp_path / "venv" / "lib" / "site-packages"
+    (folder / "fakelib").mkdir(parents=True)
+    (folder / "fakelib" / "__init__.py").write_text("")
+    (folder / "fakelib" / "gen.py").write_text(LIBRARY)
+    sys.path.insert(0, str(folder))
+    try:
+        yield folder
+    finally:
+        sys.path.remove(str(folder))
+        for name in ("fakelib", "fakelib.gen", "user_gen"):
+            sys.modules.pop(name, None)
+
+
+def test_library_sync_names_the_users_call_line_and_the_library_line(tmp_path, site_packages):
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    (tmp_path / "user_gen.py").write_text(USER)
+    module = _load(tmp_path / "user_gen.py", "user_gen")
+    logdir = tmp_path / "logs"
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                 on_trace_ready=tensorboard_trace_handler(str(logdir))):
+        module.run(torch.randn(4))
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    assert _findings(report) == [("user_gen.py", GENERATE_LINE, True, "aten::item")] * 3 + [
+        ("user_gen.py", OWN_ITEM, True, "aten::item")]
+    in_library = [s for s in report.latent if s.source.line == GENERATE_LINE]
+    for sync in in_library:
+        library = sync.source.library
+        # Recorded relative to its site-packages folder, or absolute when torch had cached
+        # its list of such prefixes before the folder was on sys.path.
+        assert library.file.endswith("fakelib/gen.py")
+        assert (library.line, library.line_exact, library.func) == (LIBRARY_ITEM, True,
+                                                                    "_should_stop")
+        assert Path(library.resolved_path) == site_packages / "fakelib" / "gen.py"
+        # The library frames stay in the stack (the dashboard folds them), marked as such.
+        assert [(f.func, f.user) for f in sync.stack[:5]] == [
+            ("item", False), ("_should_stop", False), ("generate", False),
+            ("decorate_context", False), ("run", True)]
+    own = next(s for s in report.latent if s.source.line == OWN_ITEM)
+    assert own.source.library is None
+    sites = {(s.line, s.library.line if s.library else None) for s in report.latent_sites}
+    assert sites == {(GENERATE_LINE, LIBRARY_ITEM), (OWN_ITEM, None)}

@@ -214,3 +214,28 @@ def test_a_report_without_profiler_syncs_has_an_empty_overhead_list(tmp_path):
     path = b.write(tmp_path / "run" / "w.pt.trace.json")
     doc = json.loads(json.dumps(analyze(path.parent).to_json()))
     assert doc["profiler_overhead"] == {"count": 0, "host_wait_us": 0.0, "syncs": []}
+
+
+def test_unreadable_sources_keep_every_sync_with_its_def_line_marked_inexact(tmp_path):
+    trace = _training_trace(tmp_path)
+    result = analyze_trace(str(trace), Options(source_roots=(str(tmp_path / "nowhere"),)))
+    assert len(result.syncs) == 6 and len(result.profiler_overhead) == 2
+    for sync in result.syncs:
+        assert sync.op_chain and sync.source is not None
+        assert not sync.source.line_exact and sync.source.line == sync.source.def_line
+    backward = [s for s in result.syncs if s.source.backward]
+    assert {(s.source.line, s.source.run_by.line) for s in backward} == {(LOSS_DEF, STEP_DEF)}
+
+
+def test_a_trace_without_stacks_still_reports_every_sync_with_its_operator_chain(tmp_path):
+    trace = _training_trace(tmp_path)
+    doc = json.loads(trace.read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "python_function"]
+    trace.write_text(json.dumps(doc))
+    result = analyze_trace(str(trace))
+    # Without frames nothing tells the profiler's synchronize apart: it stays a finding.
+    assert len(result.syncs) == 8 and result.profiler_overhead == []
+    assert all(s.source is None for s in result.syncs)
+    assert sorted(s.op or s.api for s in result.syncs) == sorted(
+        2 * ["aten::index", "autograd::engine::evaluate_function: IndexBackward0",
+             "aten::item", "cudaDeviceSynchronize"])

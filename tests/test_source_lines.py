@@ -257,3 +257,42 @@ def test_path_map_entries_need_both_prefixes_in_the_engine_and_the_cli(entry):
         Options(path_map=[entry]).resolver()
     if isinstance(entry, str):
         assert main(["report", "x", "--path-map", entry]) == 2
+
+
+STEP_WITH_CHAINS = textwrap.dedent(
+    """\
+    class Trainer:
+
+        def train_step(self, x, device):
+            x = x.to(device)
+            out = self.model(x)
+            self.acc = float(out.mean())
+            top = out[:4].max(1).values.tolist()
+            return top
+    """
+)
+
+
+def test_chained_and_implicit_calls_of_a_cuda_step_each_get_their_line(tmp_path):
+    # float(t) runs aten::item with no frame of its own: it used to be matched by the
+    # operator's likely callees ("item", then "tolist"), i.e. to the tolist() line.
+    from kineto_builder import KinetoTraceBuilder
+
+    from tb_syncfinder.engine import Options, analyze_trace
+
+    (tmp_path / "trainer.py").write_text(STEP_WITH_CHAINS)
+    b = KinetoTraceBuilder()
+    with b.step(1), b.frame(("trainer.py", 3, "train_step")):
+        with b.op("aten::to", called="to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+            b.runtime("cudaMemcpyAsync", dur=5, memcpy=("HtoD", "Pageable"), bytes=512)
+        b.kernel(dur=300)
+        with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+            b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+            b.runtime("cudaStreamSynchronize")
+        with b.op("aten::to", called="tolist"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+            b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=16)
+            b.runtime("cudaStreamSynchronize")
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
+                           Options(source_roots=(str(tmp_path),)))
+    assert [(s.source.line, s.source.line_exact) for s in result.syncs] == [
+        (4, True), (6, True), (7, True)]

@@ -1,20 +1,27 @@
 """Find the user's source file for a stack frame and the exact line of the syncing call.
 
 Modern stacks (``python_function`` events) record the line where the function is *defined*
-(``co_firstlineno``). The calling line is recovered from the source: parse the file with
-``ast``, find the function defined at that line, and inside it the call whose name matches
-what the frame called (``item``, ``nonzero``, ``cpu``, a subscript for a boolean mask...).
-When several calls match, the n-th sync of one invocation maps to the n-th matching call
-only when the counts agree; otherwise the result says ``line_exact=False`` and points at
-the def line. Nothing is guessed silently.
+(``co_firstlineno``). What the trace does give is what the frame called, in order: the
+attribute stage hands over a ``CallQuery`` per call to find (the frame; the names of what it
+called, or the class of syntax that ran the operator without a call frame: ``if t``,
+``float(t)``, ``t[mask]``, ``t[m] = v``; and the sequence of such calls that invocation
+made, with the profiler's ``step()`` calls). Here the function is parsed with ``ast`` and
+``callorder`` models the order its calls can run in; the observed sequence is aligned with
+that model. One line left for this call: ``line_exact=True``. Several: ``line_exact=False``
+at the def line, with ``candidates``. A sequence the source cannot produce (another version
+of the file, an alias) claims nothing beyond a single candidate. Nothing is guessed silently.
 
 A frame that was already running when profiling started (a training loop's ``<module>``
-or ``main``) records its *current* line instead, e.g. the ``prof.step()`` line. Only calls
-that can still run after that line are candidates: the rest of the current statement,
-everything after it, and, when it sits in a loop, the whole of the outermost enclosing loop
-(the next iterations). One candidate line is exact. Several are exact only inside one loop
-whose body runs them unconditionally in order, so that the n-th sync after the recorded line
-is the n-th call in that cycle; anything else stays ``line_exact=False`` at the recorded line.
+or ``main``) records its *current* line instead: the ``with profile(`` line, or the
+``prof.step()`` that started a schedule's recording. Its model starts there (the rest of
+that statement, then what follows, loops repeating) and may stop anywhere (the profile ended
+while it ran); the profiler's ``step()`` calls in the sequence anchor each iteration.
+
+A library frame (the user's call went into ``transformers``, a training framework) is
+resolved the same way to give ``Source.library``; its file is also looked for in this
+interpreter's site-packages, and used only when its def line names the same function.
+A sync in a backward pass takes the forward operation's line (``Source.backward``) and
+the line that ran the backward pass (``Source.run_by``).
 
 Legacy ``Call stack`` lines are call lines already (``line_exact=True``).
 """

@@ -277,3 +277,27 @@ def test_library_sync_names_the_users_call_line_and_the_library_line(tmp_path, s
     assert own.source.library is None
     sites = {(s.line, s.library.line if s.library else None) for s in report.latent_sites}
     assert sites == {(GENERATE_LINE, LIBRARY_ITEM), (OWN_ITEM, None)}
+
+
+def test_the_validation_bench_shape_workloads_find_every_marked_line_on_the_cpu(tmp_path):
+    # bench/validate_sync_debug.py runs the same shapes under torch's sync detector on a
+    # GPU; on the CPU its engine half compares latent sites with the `# sync:` markers.
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "validate_sync_debug.py"
+    spec = importlib.util.spec_from_file_location("bench_validate_shapes", path)
+    validate = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = validate  # dataclasses look their module up while being built
+    try:
+        spec.loader.exec_module(validate)
+        device = torch.device("cpu")
+        with validate.ShapeWorkloads(tmp_path) as shapes:
+            for run in validate.SHAPE_RUNS:
+                check = shapes.check(run, "cpu", on_cpu=True)
+                validate.run_shape(shapes, check, str(tmp_path / "traces"), device, steps=2)
+                assert check.markers, run
+                assert set(check.engine) == set(check.markers), run
+                assert all(site["line_exact"] for site in check.engine.values()), run
+                assert check.profiler_overhead == 0  # no CUDA: the profiler waits for nothing
+    finally:
+        sys.modules.pop(spec.name, None)

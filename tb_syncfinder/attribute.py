@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tb_syncfinder.callorder import N, P
+from tb_syncfinder.catalogue import API_CALLEES
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import SourcePack, callee_groups
@@ -294,13 +295,12 @@ class Attributor:
     def builtin_names(self) -> frozenset[str]:
         """Names the trace shows called as built-ins (``<built-in method item ...>``)."""
         if self._builtin_names is None:
-            self._builtin_names = frozenset(
-                frame.func
-                for thread in self.tl.threads.values()
-                for i in self.tree(thread).order
-                if thread.nodes[i].name.startswith("<built-in")
-                and (frame := self.frame(thread, i)) is not None
-            )
+            names = {thread.nodes[i].name
+                     for thread in self.tl.threads.values()
+                     for i in self.tree(thread).order
+                     if thread.nodes[i].name.startswith("<built-in")}
+            found = (_BUILTIN_RE.match(name) for name in names)
+            self._builtin_names = frozenset(m.group(1) for m in found if m and m.group(1))
         return self._builtin_names
 
     def _kids(self, thread: HostThread, index: int) -> list[int]:
@@ -469,6 +469,12 @@ class Attributor:
             seq = (Observed(tokens, position, (thread.pid, thread.tid, index, match))
                    if position is not None else None)
             observed = [seq] * len(groups)
+        else:
+            # A runtime call outside any operator, with no frame under this one (a trace
+            # recording no built-in calls): the calls that usually make one.
+            groups.extend(tuple(g) for g in API_CALLEES)
+            observed = [None] * len(groups)
+            optional = True
         return CallQuery(frame, tuple(groups), tuple(observed), truncated, optional)
 
     def _frame_queries(self, thread: HostThread, frames: list[tuple[int, Frame]], op: int

@@ -296,3 +296,22 @@ def test_chained_and_implicit_calls_of_a_cuda_step_each_get_their_line(tmp_path)
                            Options(source_roots=(str(tmp_path),)))
     assert [(s.source.line, s.source.line_exact) for s in result.syncs] == [
         (4, True), (6, True), (7, True)]
+
+
+def test_a_bare_runtime_call_without_a_child_frame_is_looked_for_as_synchronize(tmp_path):
+    # Traces that record no built-in calls show torch.cuda.synchronize()'s runtime call
+    # right under the user's frame: the calls that usually make one are the candidates.
+    from kineto_builder import KinetoTraceBuilder
+
+    from tb_syncfinder.engine import Options, analyze_trace
+
+    (tmp_path / "sync.py").write_text(
+        "import torch\n\n\ndef step(x):\n    y = x * 2\n    torch.cuda.synchronize()\n"
+        "    return y\n")
+    b = KinetoTraceBuilder()
+    with b.step(1), b.frame(("sync.py", 4, "step")):
+        b.kernel(dur=100)
+        b.runtime("cudaDeviceSynchronize")
+    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
+                            Options(source_roots=(str(tmp_path),))).syncs
+    assert (sync.source.line, sync.source.line_exact) == (6, True)

@@ -29,9 +29,11 @@ N = "N"  # one of the calls looked for
 P = "P"  # the profiler's step() call
 
 # What an evaluation point is: a call, a subscript read or write, an implicit truth test, an
-# f-string field's __format__, a for loop's __iter__ / __next__, a with item's __enter__ /
-# __exit__. A matcher turns (kind, node) into (label or None, optional).
-Matcher = Callable[[str, ast.AST], "tuple[str | None, bool]"]
+# f-string field's __format__, a binary operation, a for loop's __iter__ / __next__, a with
+# item's __enter__ / __exit__. A matcher turns (kind, node) into (label, optional): the label
+# is None (nothing observable), a token, or a tuple of tokens when the point may show as any
+# one of them (a subscript may run aten::index, or __index__ on a list).
+Matcher = Callable[[str, ast.AST], "tuple[str | tuple[str, ...] | None, bool]"]
 
 _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -148,10 +150,12 @@ class _Builder:
     # -- helpers ---------------------------------------------------------------------
     def emit(self, s: int, kind: str, node: ast.AST, optional_all: bool = False) -> int:
         label, optional = self.match(kind, node)
-        if label is None:
+        if not label:
             return s
         t = self.a.new()
-        self.a.edges[s].append((label, t, _line_of(kind, node)))
+        line = _line_of(kind, node)
+        for one in (label,) if isinstance(label, str) else label:
+            self.a.edges[s].append((one, t, line))
         if optional or optional_all:
             self.a.eps[s].append(t)
         return t
@@ -226,6 +230,10 @@ class _Builder:
                 s = self.expr(key, s, opt)
                 s = self.expr(value, s, opt)
             return s
+        if isinstance(node, ast.BinOp):
+            s = self.expr(node.left, s, opt)
+            s = self.expr(node.right, s, opt)
+            return self.emit(s, "binop", node, opt)
         if isinstance(node, ast.Compare):
             s = self.expr(node.left, s, opt)
             for comparator in node.comparators:

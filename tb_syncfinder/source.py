@@ -85,29 +85,57 @@ def _call_name(node: ast.AST) -> str | None:
 _DUNDER_KINDS = {"__format__": "format", "__iter__": "iter", "__next__": "next",
                  "__enter__": "enter", "__exit__": "exit", "__getitem__": "load",
                  "__setitem__": "store", "__bool__": "truth", "format": "format"}
-# Operators run without a call frame (attribute's classes): the evaluation points and the
-# calls (of types, which get no frame either) that may run them. Every one of them may also
-# run nothing (a subscript with a list, float() of a Python number).
-_FRAMELESS = {
-    "<truth>": ({"truth"}, {"bool"}),
-    "<scalar>": (set(), {"float", "int", "complex"}),
-    "<load>": ({"load"}, set()),
-    "<store>": ({"store"}, set()),
-}
+# Operators run without a call frame (attribute's classes): ``if t`` / ``bool(t)`` run
+# is_nonzero; ``float(t)``, ``int(t)``, and ``__index__`` (``lst[t]``, ``x[:t]``,
+# ``range(t)``, ``"%d" % t``) run item; ``t[mask]`` runs index; ``t[m] = v`` index_put_ or
+# copy_. Any of these points may also run nothing (a Python number, a list index).
+_FRAMELESS = ("<truth>", "<scalar>", "<load>", "<store>")
+_SCALAR_TYPES = frozenset({"float", "int", "complex", "range"})
+
+
+def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
+    if kind == "truth":
+        return ("<truth>",)
+    if kind == "call":
+        func = node.func  # type: ignore[attr-defined]
+        if isinstance(func, ast.Name):
+            if func.id == "bool":
+                return ("<truth>",)
+            if func.id in _SCALAR_TYPES:
+                return ("<scalar>",)
+        return ()
+    if kind in ("load", "store"):
+        index = node.slice  # type: ignore[attr-defined]
+        labels = ["<load>" if kind == "load" else "<store>"]
+        if kind == "load" and not _may_index_with_tensor(index):
+            labels = []
+        if _may_index_with_tensor(index, slices=True):
+            labels.append("<scalar>")
+        return tuple(labels)
+    if kind == "binop":
+        left = node.left  # type: ignore[attr-defined]
+        if (isinstance(node.op, ast.Mod)  # type: ignore[attr-defined]
+                and isinstance(left, ast.Constant) and isinstance(left.value, str)):
+            return ("<scalar>",)
+    return ()
+
+
 _PROFILE_CLASSES = frozenset({"profile", "_KinetoProfile"})
 
 
-def _may_index_with_tensor(node: ast.AST) -> bool:
+def _may_index_with_tensor(node: ast.AST, slices: bool = False) -> bool:
     """Whether a subscript's index can be a tensor or a list (aten::index, a sync for a
-    mask): not for constants, slices and tuples of those."""
+    mask): not for constants, slices and tuples of those. With ``slices``, also whether a
+    slice bound can be a tensor (``x[:n]`` reads n back through ``__index__``)."""
     if isinstance(node, ast.Constant):
         return False
     if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
         return False
     if isinstance(node, ast.Slice):
-        return False
+        return slices and any(bound is not None and _may_index_with_tensor(bound)
+                              for bound in (node.lower, node.upper, node.step))
     if isinstance(node, ast.Tuple):
-        return any(_may_index_with_tensor(elt) for elt in node.elts)
+        return any(_may_index_with_tensor(elt, slices) for elt in node.elts)
     return True
 
 
@@ -117,27 +145,25 @@ def _matcher(group: tuple[str, ...], optional_calls: bool,
     of names emits ``N``; a frameless class emits every frameless class, each its own label
     (the observed sequence holds them all, so that each orders the others)."""
     frameless = bool(group) and group[0] in _FRAMELESS
-    kinds: dict[str, str] = {}  # evaluation point kind -> label
-    typed_calls: dict[str, str] = {}  # bare calls of types (no frame) -> label
-    if frameless:
-        for cls, (point_kinds, types) in _FRAMELESS.items():
-            kinds.update(dict.fromkeys(point_kinds, cls))
-            typed_calls.update(dict.fromkeys(types, cls))
-        calls: set[str] = set()
-    else:
-        calls = set(group)
-        for name in group:
-            if name in _DUNDER_KINDS:
-                kinds[_DUNDER_KINDS[name]] = N
-        if "__bool__" in calls:
-            typed_calls["bool"] = N
+    kinds: set[str] = set()  # evaluation point kinds that emit N
+    typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
+    calls = set() if frameless else set(group)
+    for name in calls:
+        if name in _DUNDER_KINDS:
+            kinds.add(_DUNDER_KINDS[name])
+    if "__bool__" in calls:
+        typed_calls.add("bool")
 
-    def match(kind: str, node: ast.AST) -> tuple[str | None, bool]:
+    def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
+        if frameless:
+            labels = _frameless_labels(kind, node)
+            if labels:
+                return labels, True
         if kind == "call":
             func = node.func  # type: ignore[attr-defined]
             name = _call_name(node)
             if isinstance(func, ast.Name) and name in typed_calls:
-                return typed_calls[name], True
+                return N, True
             if name in calls:
                 return N, optional_calls
             if name == "step":
@@ -147,12 +173,11 @@ def _matcher(group: tuple[str, ...], optional_calls: bool,
                 if isinstance(receiver, ast.Name) and receiver.id in profiler_names:
                     return P, False
             return None, False
-        label = kinds.get(kind)
-        if label is None:
+        if kind not in kinds:
             return None, False
         if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
             return None, False
-        return label, True
+        return N, True
 
     return match
 
@@ -466,11 +491,16 @@ class SourceResolver:
                 continue
             observed = query.observed[g] if g < len(query.observed) else None
             lines = reachable
+            certain = True
             if observed is not None:
                 aligned = self._align(automaton, observed)
                 if aligned is not None:
                     lines = aligned
-            if len(lines) == 1:
+                elif label != N:
+                    # More frameless operators than the source's implicit calls can run:
+                    # one of them came from a point the model does not know.
+                    certain = False
+            if len(lines) == 1 and certain:
                 return Source(frame.file, lines[0], def_line, frame.func, True, resolved)
             return Source(frame.file, frame.line, def_line, frame.func, False, resolved,
                           candidates=list(lines))

@@ -315,3 +315,40 @@ def test_a_bare_runtime_call_without_a_child_frame_is_looked_for_as_synchronize(
     (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
                             Options(source_roots=(str(tmp_path),))).syncs
     assert (sync.source.line, sync.source.line_exact) == (6, True)
+
+
+def test_implicit_index_reads_are_candidates_not_a_confident_float_line(tmp_path):
+    # names[t] reads a 0-dim tensor back through __index__ (aten::item with no frame, like
+    # float(t)): both are candidates for such an item, and a third, unexplained one makes
+    # none of them certain.
+    from kineto_builder import KinetoTraceBuilder
+
+    from tb_syncfinder.engine import Options, analyze_trace
+
+    (tmp_path / "labels.py").write_text(
+        "def step(names, t, acc):\n    name = names[t]\n    value = float(acc)\n"
+        "    return name, value\n")
+
+    def trace(items: int, frame: tuple = ("labels.py", 1, "step")) -> list:
+        b = KinetoTraceBuilder()
+        with b.step(1), b.frame(frame):
+            with b.frame("<built-in method size of Tensor object at 0x1>"):
+                pass  # the trace records built-in calls: an item without one is implicit
+            for _ in range(items):
+                b.kernel(dur=50)
+                with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+                    b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                    b.runtime("cudaStreamSynchronize")
+        path = b.write(tmp_path / f"w{items}.pt.trace.json")
+        return analyze_trace(str(path), Options(source_roots=(str(tmp_path),))).syncs
+
+    assert [(s.source.line, s.source.line_exact) for s in trace(2)] == [(2, True), (3, True)]
+    (one,) = trace(1)
+    assert (one.source.line_exact, one.source.candidates) == (False, [2, 3])
+    assert all(not s.source.line_exact and s.source.candidates == [2, 3] for s in trace(3))
+    # One float() but two frameless items: the one line is not proof for either.
+    (tmp_path / "single.py").write_text("def g(acc):\n    return float(acc)\n")
+    syncs = trace(2, ("single.py", 1, "g"))
+    assert [(s.source.line_exact, s.source.candidates) for s in syncs] == [(False, [2])] * 2
+    assert [(s.source.line, s.source.line_exact) for s in trace(1, ("single.py", 1, "g"))] == [
+        (2, True)]

@@ -9,6 +9,7 @@ from collections import Counter
 from tb_syncfinder.catalogue import CHECKED, KIND_NAMES, advice_for
 from tb_syncfinder.cost import estimated_saving_us, idle_union_us
 from tb_syncfinder.models import Report, Site, Source, StepStats, Summary, Sync, TraceResult
+from tb_syncfinder.query import rank_sites
 
 
 def site_key(source: Source | None, op: str | None, api: str) -> str:
@@ -63,11 +64,7 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 latent=latent,
             )
         )
-    if latent:
-        sites.sort(key=lambda s: (-s.count, s.key))
-    else:
-        sites.sort(key=lambda s: (-(s.host_wait_us + s.gpu_idle_us), -s.count, s.key))
-    return sites
+    return rank_sites(sites)
 
 
 def build_report(results: list[TraceResult]) -> Report:

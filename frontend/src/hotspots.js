@@ -5,7 +5,7 @@
  */
 import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
-import { kindDescription, kindLabel, kindRank } from "./catalogue.js";
+import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
 import { layoutStepChart } from "./layout.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
@@ -49,7 +49,8 @@ export async function renderHotspots(ctx) {
   const [stepsResp, sites] = await Promise.all([getJson("steps", sel), fetchAllSites(siteParams)]);
   const summary = summaryResp.summary || {};
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
-  const sortKey = latent && COST_KEYS.has(state.sort) ? "count" : state.sort;
+  const served = isSiteSort(state.sort) ? state.sort : "host_wait_us";
+  const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
   const shown = sortSites(filterSites(sites.items, state), view.sort, view.order);
   const hasDetail = !!state.site;

@@ -14,7 +14,7 @@ setup(
     else "",
     long_description_content_type="text/markdown",
     license="MIT",
-    python_requires=">=3.9",
+    python_requires=">=3.10",  # torch 2.13 needs 3.10; the code uses 3.10 APIs (bisect key=)
     packages=find_packages(include=["tb_syncfinder", "tb_syncfinder.*"]),
     package_data={
         "tb_syncfinder": ["static/*", "demo/*.py", "demo/traces/*"],

@@ -76,7 +76,7 @@ def _first_difference(a: Any, b: Any, where: str = "$") -> str | None:
     if isinstance(a, list):
         if len(a) != len(b):
             return f"{where}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             found = _first_difference(x, y, f"{where}[{i}]")
             if found:
                 return found

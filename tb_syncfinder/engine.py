@@ -182,10 +182,11 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(tl, episode, packs) for episode in episodes]
         sources = resolve_sources(resolver, attributions)
-        costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions)]
+        costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
+        stages = zip(episodes, attributions, sources, costs, strict=True)
         built.append([
             _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}")
-            for n, (e, a, src, c) in enumerate(zip(episodes, attributions, sources, costs))
+            for n, (e, a, src, c) in enumerate(stages)
         ])
         first_id += len(episodes)
     syncs, latent = built

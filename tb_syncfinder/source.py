@@ -496,7 +496,7 @@ def resolve_sources(resolver: SourceResolver, attributions: Sequence[Attribution
             counts[key] = counts.get(key, 0) + 1
     seen: dict[Any, int] = {}
     sources: list[Source | None] = []
-    for (key, groups), attribution in zip(keyed, attributions):
+    for (key, groups), attribution in zip(keyed, attributions, strict=True):
         occurrence = None
         if key is not None:
             index = seen.get(key, 0)

@@ -213,7 +213,7 @@ def test_negative_huge_and_nan_string_durations_give_no_negative_or_nan_costs(
         tmp_path, base_traces):
     doc = copy.deepcopy(base_traces[0])
     syncs = [e for e in doc["traceEvents"] if e.get("name") == "cudaStreamSynchronize"]
-    for event, odd in zip(syncs, [-500, 1e300, "NaN", "-Infinity"]):
+    for event, odd in zip(syncs, [-500, 1e300, "NaN", "-Infinity"], strict=False):
         event["dur"] = odd
     path = tmp_path / "odd_durations.pt.trace.json"
     path.write_bytes(_encode(doc))

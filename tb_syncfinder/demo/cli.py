@@ -10,8 +10,8 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tb_syncfinder.demo.runner import (
     BUNDLED_PREFIX,

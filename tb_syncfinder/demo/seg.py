@@ -13,8 +13,8 @@ tensor (``torch.bincount`` and ``torch.unique`` both read a size back on CUDA), 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

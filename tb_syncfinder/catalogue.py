@@ -33,6 +33,7 @@ DYNAMIC_SHAPE = "dynamic_shape"
 DEVICE_TO_HOST_COPY = "device_to_host_copy"
 BLOCKING_HOST_TO_DEVICE = "blocking_host_to_device"
 EXPLICIT_SYNC = "explicit_sync"
+COLLECTIVE_WAIT = "collective_wait"
 ALLOCATOR_SYNC = "allocator_sync"
 
 
@@ -213,6 +214,41 @@ KINDS: tuple[SyncKind, ...] = (
             ),
         ),
         removes=_WAIT_AND_IDLE,
+    ),
+    SyncKind(
+        name=COLLECTIVE_WAIT,
+        label="collective wait",
+        summary="Host waits on a collective",
+        description=(
+            "The host blocks until a torch.distributed collective (all-reduce, all-to-all, "
+            "broadcast, barrier) has finished, or reads its result back (all-to-all split "
+            "sizes): the step waits for the slowest rank as well as for its own GPU."
+        ),
+        colour="#1565c0",
+        colour_dark="#90caf9",
+        advice=Advice(
+            title="Overlap the collective; wait for it as late as possible",
+            text=(
+                "Launch collectives with `async_op=True` and call `work.wait()` just before the "
+                "result is needed, so compute overlaps communication; keep `dist.barrier()` "
+                "out of the step; keep collective results (split sizes, counts) on the device "
+                "or exchange them ahead of time (torchrec's `TrainPipelineSparseDist` fetches "
+                "the next batch's splits while this one computes)."
+            ),
+            before=(
+                "dist.all_reduce(stats)            # the host waits for every rank\n"
+                "loss = criterion(model(x), y)\n"
+            ),
+            after=(
+                "work = dist.all_reduce(stats, async_op=True)\n"
+                "loss = criterion(model(x), y)     # overlaps with the all-reduce\n"
+                "work.wait()                       # only when stats is needed\n"
+            ),
+        ),
+        removes=(
+            "the host's wait for the collective; a late peer's delay moves to where the "
+            "result is needed, it does not vanish"
+        ),
     ),
     SyncKind(
         name=ALLOCATOR_SYNC,
@@ -403,6 +439,25 @@ DYNAMIC_OPS = frozenset({
 })
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
 
+# torch.distributed: a sync inside one of these operators, or whose innermost record_function
+# annotation is one of these, waits on a collective (c10d ops; the nccl:/gloo: annotations
+# ProcessGroup writes around its work; torchrec's "## KJTAllToAllTensorsAwaitable wait() ##").
+COLLECTIVE_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:")
+COLLECTIVE_OPS = frozenset({"record_param_comms"})
+COLLECTIVE_ANNOTATION_PREFIXES = ("nccl:", "gloo:")
+COLLECTIVE_ANNOTATION_MARKERS = ("Awaitable wait()",)
+
+
+def is_collective_op(name: str) -> bool:
+    return name in COLLECTIVE_OPS or name.startswith(COLLECTIVE_OP_PREFIXES)
+
+
+def is_collective_wait_annotation(name: str) -> bool:
+    text = name.strip("# ")
+    return text.startswith(COLLECTIVE_ANNOTATION_PREFIXES) or any(
+        marker in text for marker in COLLECTIVE_ANNOTATION_MARKERS)
+
+
 # The kind an operator in the chain gives a sync, innermost operator first.
 OP_KINDS: dict[str, str] = {
     **{op: SCALAR_READBACK for op in SCALAR_OPS},
@@ -423,6 +478,8 @@ CHECKED = (
     "allocator syncs inside steps (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost)",
     "scalar readbacks (.item(), .tolist(), bool/if on a tensor)",
     "dynamic shapes (nonzero, unique, masked_select, boolean masks, repeat_interleave)",
+    "waits on torch.distributed collectives (c10d operators, nccl:/gloo: regions, "
+    "awaitable wait())",
 )
 
 # --- source resolution: what the user's code called -----------------------------------
@@ -452,6 +509,13 @@ OP_CALLEES: dict[str, list[list[str]]] = {
     "aten::to": _TO_CALLEES,
     "aten::_to_copy": _TO_CALLEES,
     "aten::copy_": [["copy_"], *_TO_CALLEES[:1], ["__setitem__"]],
+    "c10d::barrier": [["barrier"]],
+    "c10d::allreduce_": [["all_reduce"]],
+    "c10d::allgather_": [["all_gather"]],
+    "c10d::broadcast_": [["broadcast"]],
+    "c10d::alltoall_": [["all_to_all", "all_to_all_single"]],
+    "c10d::alltoall_base_": [["all_to_all_single", "all_to_all"]],
+    "_c10d_functional::wait_tensor": [["wait_tensor", "wait"]],
 }
 # Callees of a bare API call outside any operator (torch.cuda.synchronize(), event waits).
 API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
@@ -541,6 +605,20 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             ),
             before="out = x.repeat_interleave(repeats, dim=0)\n",
             after="out = x.repeat_interleave(repeats, dim=0, output_size=total)\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"c10d::barrier"}),
+        frozenset({COLLECTIVE_WAIT}),
+        Advice(
+            title="Keep dist.barrier() out of the training step",
+            text=(
+                "`dist.barrier()` makes every rank wait for the slowest and, with NCCL, "
+                "synchronizes the device. Collectives already order the ranks' work: drop the "
+                "barrier from the loop (keep it around checkpointing or setup if needed)."
+            ),
+            before="loss.backward()\ndist.barrier()          # every step\nopt.step()\n",
+            after="loss.backward()\nopt.step()\n",
         ),
     ),
     OpAdvice(

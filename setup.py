@@ -32,6 +32,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout", "ruff", "playwright>=1.40", "jsonschema>=4"],
+        # Past one machine: the per-trace analysis as Ray tasks (tb-syncfinder report --ray).
+        "ray": ["ray>=2.10"],
     },
     entry_points={
         "console_scripts": ["tb-syncfinder = tb_syncfinder.cli:main"],

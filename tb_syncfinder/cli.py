@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -105,6 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
              "(default: on)")
     report.add_argument("--top", type=_non_negative, default=DEFAULT_TOP, metavar="N",
                         help=f"sites shown in the table (default {DEFAULT_TOP}; 0 = all)")
+    scale = report.add_argument_group(
+        "many traces", "per-trace summaries are read back instead of parsing a trace again; "
+        "Ray spreads the parsing over a cluster (docs/scale.md)")
+    scale.add_argument(
+        "--ray", action="store_true",
+        help="analyse the traces as Ray tasks, on a local cluster unless --ray-address is "
+             "given, and write their summaries (needs pip install 'tb-syncfinder[ray]')")
+    scale.add_argument("--ray-address", metavar="ADDRESS",
+                       help="join this running Ray cluster (implies --ray), e.g. auto or "
+                            "ray://head:10001")
+    scale.add_argument("--ray-workers", type=_non_negative, default=0, metavar="N",
+                       help="CPUs of the local Ray cluster (default: all of this machine's)")
+    scale.add_argument(
+        "--summaries-dir", metavar="DIR",
+        help="read and write the per-trace summaries in DIR (default: beside each trace, in "
+             "its folder's .sync_advisor/)")
+    scale.add_argument(
+        "--write-summaries", action="store_true",
+        help="write a summary of each trace analysed, which the next report and the "
+             "TensorBoard plugin read instead of the trace (on by default with --ray)")
+    scale.add_argument("--no-summaries", action="store_true",
+                       help="ignore existing summaries: analyse every trace")
     report.add_argument(
         "--annotate", metavar="OUT.json",
         help="also write the trace with an added 'Sync Advisor' track (one trace only), "
@@ -203,21 +226,90 @@ def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]
 
 
 def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = ()) -> Any:
-    """The ``ReportSet`` of ``path`` (each trace analysed once; the selected runs merged and
-    each on its own). UsageError when nothing in it can be analysed."""
+    """The ``ReportSet`` of ``path`` (each trace analysed once, or read from its summary; the
+    selected runs merged and each on its own). UsageError when nothing in it can be
+    analysed."""
     from tb_syncfinder.engine import analyze_runs
     from tb_syncfinder.outputs import ReportSet
 
     refs = _select_runs(path, _find_refs(path), wanted)
+    use_ray = _uses_ray(args)
+    store = None
+    if not getattr(args, "no_summaries", False):
+        from tb_syncfinder.summaries import SummaryStore
+
+        store = SummaryStore(getattr(args, "summaries_dir", None))
+    write = store is not None and (use_ray or getattr(args, "write_summaries", False))
+    progress = _Progress(len(refs), verbose=use_ray)
+    mapper = None
+    if use_ray:
+        from tb_syncfinder.fanout import ray_mapper
+
+        mapper = ray_mapper(args.ray_address, args.ray_workers or None,
+                            on_cluster=progress.cluster)
     try:
-        analysed = analyze_runs(refs, _engine_options(args))
+        analysed = analyze_runs(
+            refs, _engine_options(args), mapper=mapper, summaries=store,
+            write_summaries=write,
+            on_result=progress.result)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: {exc}") from None
+    except RuntimeError as exc:  # fanout.FanoutError: no Ray, no cluster
+        raise UsageError(str(exc)) from None
+    progress.done()
     results = analysed.results
     if results and all(r.info.error for r in results):
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
     return ReportSet.from_runs(analysed)
+
+
+def _uses_ray(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "ray", False) or getattr(args, "ray_address", None))
+
+
+class _Progress:
+    """Per-trace progress on stderr as traces finish, when ``verbose`` (a cluster run), and
+    a closing tally whenever summaries or a cluster were used."""
+
+    def __init__(self, total: int, verbose: bool) -> None:
+        self.total = total
+        self.verbose = verbose
+        self.seen = 0
+        self.from_summaries = 0
+        self.failed = 0
+        self.started = time.perf_counter()
+        self.cluster_note = ""
+
+    def cluster(self, info: Any) -> None:
+        where = info.address or "a local Ray cluster"
+        self.cluster_note = f" on {where} ({info.cpus:g} CPUs, {info.tasks} tasks)"
+        print(f"{PROG}: Ray: {where} ready in {info.start_s:.1f} s, {info.cpus:g} CPUs, "
+              f"{info.tasks} tasks", file=sys.stderr)
+
+    def result(self, result: Any, from_summary: bool) -> None:
+        self.seen += 1
+        self.from_summaries += from_summary
+        info = result.info
+        self.failed += bool(info.error)
+        if not self.verbose:
+            return  # the report itself names the traces that failed
+        if info.error:
+            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {info.error}",
+                  file=sys.stderr)
+        else:
+            how = "summary" if from_summary else "analysed"
+            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {len(result.syncs)} "
+                  f"syncs ({how})", file=sys.stderr)
+
+    def done(self) -> None:
+        if not self.verbose and not self.from_summaries:
+            return
+        analysed = self.total - self.from_summaries
+        print(f"{PROG}: {self.total} traces: {self.from_summaries} from summaries, "
+              f"{analysed} analysed{self.cluster_note if analysed else ''}, "
+              f"{self.failed} failed, in {time.perf_counter() - self.started:.1f} s",
+              file=sys.stderr)
 
 
 def _write(data: bytes, output: str | None) -> None:
@@ -283,7 +375,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     report_set = _analyze_runs(args.path, args, args.runs)
     if not args.latent:
         report_set = report_set.without_latent()
-    if output_format != "table":
+    if output_format != "table" and not _uses_ray(args):  # a Ray run named them already
         for trace in report_set.report["traces"]:
             if trace.get("error"):
                 _warn(f"{trace['path']}: {trace['error']}")

@@ -119,8 +119,13 @@ def test_demo_prints_a_progress_line_per_run_and_report_hints(demo_logdir):
         assert re.search(rf"\[{index}/4\] {run}\s+{TINY_STEPS} steps on cpu", output), output
         assert f"tb-syncfinder report {logdir / run}" in output
     assert "latent" in output
-    assert "No bundled GPU traces" in output  # absent here: said once, demo goes on
-    assert output.count("No bundled GPU traces") == 1
+    # The real GPU runs bundled with the package are added beside the CPU runs, once.
+    assert output.count("real GPU runs recorded on NVIDIA H100") == 1, output
+    for run in RUNS:
+        assert f"tb-syncfinder report {logdir / ('gpu_' + run)}" in output
+    for workload in ("cnn", "seg"):
+        base, new = logdir / f"gpu_{workload}_baseline", logdir / f"gpu_{workload}_optimized"
+        assert f"tb-syncfinder compare {base} {new}" in output
 
 
 def test_traces_carry_python_stacks_modules_and_loss_labels(demo_logdir):

@@ -77,9 +77,17 @@ def _count(number: int, noun: str) -> str:
 
 
 def _site_label(site) -> str:
-    where = f"{os.path.basename(site.file)}:{site.line}" if site.file else "no source"
-    op = site.ops[0] if site.ops else "?"
-    return f"{site.kind} {op} at {where} x{site.count}"
+    where = f"at {os.path.basename(site.file)}:{site.line}" if site.file else "(no Python stack)"
+    # An explicit synchronize has no operator: name the API the host waited in.
+    what = site.ops[0] if site.ops else (site.apis[0] if site.apis else "?")
+    label = f"{site.kind} {what} {where} x{site.count}"
+    if not site.latent:
+        label += f", host wait {_ms(site.host_wait_us)}"
+    return label
+
+
+def _ms(microseconds: float) -> str:
+    return f"{microseconds / 1000:.2f} ms"
 
 
 def _summarize_run(run: DemoRun) -> list[str]:
@@ -96,8 +104,8 @@ def _summarize_run(run: DemoRun) -> list[str]:
         lines.append(
             f"  {run.name:<20} {_count(summary.sync_count, 'sync')} in "
             f"{_count(len(report.sites), 'site')}, "
-            f"host wait {summary.host_wait_us / 1000:.1f} ms, "
-            f"GPU idle after them {summary.gpu_idle_us / 1000:.1f} ms"
+            f"host wait {_ms(summary.host_wait_us)}, "
+            f"GPU idle after them {_ms(summary.gpu_idle_us)}"
         )
         lines += [f"      {_site_label(site)}" for site in report.sites]
     elif report.latent:
@@ -157,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
             runs += bundled
         elif bundled is not None:
             print(
-                f"No bundled GPU traces in {BUNDLED_TRACES_DIR} (recording them needs a GPU: "
-                "bench/record_gpu_traces.py); showing the CPU runs only."
+                f"No bundled GPU traces in {BUNDLED_TRACES_DIR} (this installation ships "
+                "none); showing the CPU runs only."
             )
     print_summary(runs)
     print("Reports on the command line:")

@@ -198,6 +198,20 @@ def test_demo_without_bundled_traces_says_so_once_without_naming_unshipped_files
     assert "gpu_" not in output
 
 
+@pytest.mark.parametrize("size, warned", [("large", True), ("small", False)])
+def test_the_large_size_on_a_cpu_is_announced_as_slow_before_it_starts(
+    tmp_path, monkeypatch, capsys, size, warned
+):
+    monkeypatch.setattr(demo_cli, "run_demo", lambda logdir, **kw: [])
+    parser = argparse.ArgumentParser()
+    demo_cli.add_arguments(parser)
+    args = parser.parse_args(
+        ["--logdir", str(tmp_path), "--device", "cpu", "--size", size, "--no-tensorboard"]
+    )
+    assert demo_cli.run(args) == 0
+    assert ("sized for a data-centre GPU" in capsys.readouterr().out) == warned
+
+
 def test_traces_carry_python_stacks_modules_and_loss_labels(demo_logdir):
     logdir = demo_logdir[0]
     trace = next((logdir / "seg_baseline").glob("*.pt.trace.json.gz"))
@@ -409,6 +423,74 @@ def test_record_gpu_traces_without_cuda_exits_2_and_says_why(tmp_path, capsys):
     assert record.main(["--out", str(tmp_path / "traces")]) == 2
     assert "no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "traces").exists()
+
+
+def test_unprofiled_timing_interleaves_the_runs_and_takes_each_runs_median():
+    record = _bench_module("record_gpu_traces")
+    calls = []
+    fake = {"cnn_baseline": [9.0, 5.0, 7.0], "cnn_optimized": [4.0, 6.0, 3.0]}
+
+    def timer(run, size, device, warmup, steps):
+        calls.append((run, size, warmup, steps))
+        return fake[run][sum(1 for c in calls if c[0] == run) - 1]
+
+    times = record.time_unprofiled(
+        ("cnn_baseline", "cnn_optimized"), "large", torch.device("cpu"),
+        warmup=10, steps=50, rounds=3, timer=timer,
+    )  # fmt: skip
+    assert [c[0] for c in calls] == ["cnn_baseline", "cnn_optimized"] * 3  # interleaved
+    assert {c[1:] for c in calls} == {("large", 10, 50)}
+    assert times["runs"]["cnn_baseline"] == {"median_ms": 7.0, "rounds_ms": [9.0, 5.0, 7.0]}
+    assert times["runs"]["cnn_optimized"]["median_ms"] == 4.0
+    assert (times["steps_timed"], times["warmup_steps"], times["rounds"]) == (50, 10, 3)
+    assert record.saving_lines(times) == [
+        "cnn: baseline 7.00 ms, optimized 4.00 ms per step unprofiled (saving +42.9%)"
+    ]
+
+
+def test_time_run_counts_only_the_steps_after_the_warm_up(monkeypatch):
+    record = _bench_module("record_gpu_traces")
+
+    def fake_train(device, size, total_steps, on_step):
+        for step in range(total_steps):
+            time.sleep(0.2 if step < 2 else 0.01)  # slow warm-up steps, fast timed ones
+            on_step()
+
+    monkeypatch.setattr(record, "workload", lambda run, size: (fake_train, None))
+    per_step_ms = record.time_run("seg_baseline", "tiny", torch.device("cpu"), warmup=2, steps=3)
+    assert 9 <= per_step_ms < 100, per_step_ms
+    # And a real demo workload runs through it (CPU, tiny).
+    assert record.time_run("cnn_optimized", "tiny", torch.device("cpu"), 1, 1) > 0
+
+
+def _training_flops(workload: str, size) -> int:
+    """Floating-point operations of one forward and backward pass of the workload's model."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    network = cnn.SmallCnn if workload == "cnn" else seg.SmallSegNet
+    with torch.device("meta"):  # shapes only: nothing is computed
+        model = network(size.channels)
+        images = torch.randn(size.batch_size, 3, size.image_size, size.image_size)
+    with FlopCounterMode(display=False) as counter:
+        model(images).sum().backward()
+    return counter.get_total_flops()
+
+
+def test_the_gpu_record_size_gives_the_gpu_far_more_work_per_step_than_small():
+    # At "small" the runs are CPU-bound on an H100 (4.30 vs 4.43 ms per step unprofiled): the
+    # size bench/record_gpu_traces.py records at must multiply the GPU's arithmetic while the
+    # host's work per step stays that of "small" (the cnn's batches are made on the host).
+    from tb_syncfinder.demo.runner import DEFAULT_STEPS, GPU_RECORD_SIZE
+
+    assert GPU_RECORD_SIZE == "large" and GPU_RECORD_SIZE in DEFAULT_STEPS
+    for module, name in ((cnn, "cnn"), (seg, "seg")):
+        small, large = module.SIZES["small"], module.SIZES[GPU_RECORD_SIZE]
+        ratio = _training_flops(name, large) / _training_flops(name, small)
+        assert ratio > 1000, (name, ratio)
+    small, large = cnn.SIZES["small"], cnn.SIZES[GPU_RECORD_SIZE]
+    assert (large.batch_size, large.image_size) == (small.batch_size, small.image_size)
+    record = _bench_module("record_gpu_traces")
+    assert record.GPU_RECORD_SIZE == GPU_RECORD_SIZE
 
 
 def test_sync_debug_check_keeps_only_warnings_of_the_profiled_steps(monkeypatch):

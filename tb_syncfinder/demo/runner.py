@@ -20,7 +20,7 @@ import torch
 from tb_syncfinder.demo import cnn, seg
 
 RUNS = ("cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized")
-DEFAULT_STEPS = {"tiny": 2, "small": 5}
+DEFAULT_STEPS = {"tiny": 2, "small": 5, "large": 5}
 WAIT_STEPS = 1
 WARMUP_STEPS = 1
 # The files tensorboard_trace_handler writes; only these are removed when a run is redone.
@@ -280,3 +280,9 @@ class QuietProfilerOutput:
         finally:
             self._capture.close()
             self._warnings.__exit__(*exc_info)
+
+
+# The size bench/record_gpu_traces.py records the bundled GPU traces at (and
+# bench/validate_sync_debug.py validates): GPU-bound on an H100, so that baseline vs optimized
+# shows a saving in the step time. The traces bundled now are of "small" (see traces/README.md).
+GPU_RECORD_SIZE = "large"

@@ -81,6 +81,7 @@ def _site_label(site) -> str:
     where = f"at {os.path.basename(site.file)}:{site.line}" if site.file else "(no Python stack)"
     # An explicit synchronize has no operator: name the API the host waited in.
     what = site.ops[0] if site.ops else (site.apis[0] if site.apis else "?")
+    what = what.replace("autograd::engine::evaluate_function: ", "")  # a backward op
     label = f"{site.kind} {what} {where} x{site.count}"
     if not site.latent:
         label += f", host wait {_ms(site.host_wait_us)}"

@@ -29,7 +29,7 @@ from tb_syncfinder.catalogue import UNCATEGORISED_CALL_PREFIXES, device_kind_of
 from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
 
 # Event classes (values of the category map).
-OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER = range(7)
+OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER, IGNORED = range(8)
 
 # Categories written by Kineto today and by older / other builds of it (torch 1.x wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ROCm uses the CUDA names).
@@ -49,6 +49,9 @@ _CATEGORY_CLASS = {
     "gpu_memset": DEVICE,
     "memset": DEVICE,
     "cuda_sync": DEVICE_SYNC,
+    # record_function ranges as the GPU ran them (ProfilerStep#N among them): a copy of the
+    # host's annotations on a device lane, neither host nesting, nor steps, nor activity.
+    "gpu_user_annotation": IGNORED,
 }
 
 _TS = attrgetter("ts")
@@ -414,6 +417,8 @@ def build_timeline(data: TraceData) -> Timeline:
             base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
         if base in (OP, ANNOTATION, PYTHON, OTHER):
             builder.add_host(base, events)
+        elif base == IGNORED:
+            continue
         elif base == RUNTIME:
             builder.add_runtime(events)
         else:

@@ -156,6 +156,14 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
     def _respond(request: wrappers.Request, obj: Any, status: int = 200) -> Any:
         return http_util.Respond(request, _json_dumps(obj), "application/json", code=status)
 
+    @staticmethod
+    def _answer(request: wrappers.Request, sel: Selection, key: tuple,
+                make: Callable[[], Any]) -> Any:
+        """A selection's answer, encoded once (TensorBoard unzips it for a client that does
+        not take gzip)."""
+        return http_util.Respond(request, sel.answer(key, make), "application/json",
+                                 content_encoding="gzip")
+
     def _selection(self, request: wrappers.Request) -> Selection:
         worker = params.text(request, "worker")
         span = params.text(request, "span")
@@ -199,14 +207,16 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         return self._respond(request, {"spans": spans.get(worker, [])})
 
     def _summary(self, request: wrappers.Request) -> Any:
-        return self._respond(request, api.summary_impl(self._selection(request)))
+        sel = self._selection(request)
+        return self._answer(request, sel, ("summary",), lambda: api.summary_impl(sel))
 
     def _steps(self, request: wrappers.Request) -> Any:
-        return self._respond(request, api.steps_impl(self._selection(request)))
+        sel = self._selection(request)
+        return self._answer(request, sel, ("steps",), lambda: api.steps_impl(sel))
 
     def _sites(self, request: wrappers.Request) -> Any:
-        answer = api.sites_impl(
-            self._selection(request),
+        sel = self._selection(request)
+        args = dict(
             latent=params.flag(request, "latent"),
             kind=params.kind(request),
             file=params.text(request, "file"),
@@ -217,11 +227,12 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             offset=params.integer(request, "offset", 0, 0, 10**9),
             limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
         )
-        return self._respond(request, answer)
+        return self._answer(request, sel, ("sites", *sorted(args.items())),
+                            lambda: api.sites_impl(sel, **args))
 
     def _syncs(self, request: wrappers.Request) -> Any:
-        answer = api.syncs_impl(
-            self._selection(request),
+        sel = self._selection(request)
+        args = dict(
             latent=params.flag(request, "latent"),
             site=params.text(request, "site"),
             kind=params.kind(request),
@@ -229,11 +240,14 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             offset=params.integer(request, "offset", 0, 0, 10**9),
             limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
         )
-        return self._respond(request, answer)
+        return self._answer(request, sel, ("syncs", *sorted(args.items())),
+                            lambda: api.syncs_impl(sel, **args))
 
     def _sync(self, request: wrappers.Request) -> Any:
         sel = self._selection(request)
-        return self._respond(request, api.sync_impl(sel, params.text(request, "id", True)))
+        sync_id = params.text(request, "id", True)
+        return self._answer(request, sel, ("sync", sync_id),
+                            lambda: api.sync_impl(sel, sync_id))
 
     def _source(self, request: wrappers.Request) -> Any:
         file = params.text(request, "file", required=True)

@@ -4,9 +4,12 @@ until the run changes (its generation), and built once even under concurrent req
 
 from __future__ import annotations
 
+import gzip
+import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tensorboard import errors
@@ -14,6 +17,7 @@ from tensorboard import errors
 from tb_syncfinder.plugin.loader import RunState, TraceLoader
 
 MEMO_SIZE = 32  # selections kept; each is one selection of one run
+ANSWERS_PER_SELECTION = 256  # encoded answers kept per selection (pages, details, ...)
 
 
 @dataclass
@@ -27,6 +31,37 @@ class Selection:
     contexts: dict[str, dict[str, Any]]
     loading: bool
     top_kinds: list[dict[str, Any]]  # count and host wait per kind, costliest first
+    # Answers already sent, as gzipped JSON, by route and arguments: a selection never
+    # changes (a changed run is a new selection), so under load a repeated request costs
+    # a lookup instead of filtering, encoding and compressing again.
+    _answers: OrderedDict[tuple, bytes] = field(default_factory=OrderedDict, repr=False)
+    _answers_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def answer(self, key: tuple, make: Callable[[], Any]) -> bytes:
+        """The gzipped JSON of ``make()``, computed once per ``key``."""
+        with self._answers_lock:
+            found = self._answers.get(key)
+            if found is not None:
+                self._answers.move_to_end(key)
+                return found
+        body = gzip_json(make())
+        with self._answers_lock:
+            self._answers[key] = body
+            while len(self._answers) > ANSWERS_PER_SELECTION:
+                self._answers.popitem(last=False)
+        return body
+
+
+def gzip_json(value: Any) -> bytes:
+    """Strict JSON (non-finite numbers as null), gzipped as TensorBoard would (level 3, no
+    timestamp: the same answer is the same bytes)."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError):
+        from tensorboard.backend import json_util
+
+        text = json.dumps(json_util.Cleanse(value), separators=(",", ":"), default=str)
+    return gzip.compress(text.encode("utf-8"), compresslevel=3, mtime=0)
 
 
 def _top_kinds(syncs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,6 +97,7 @@ class Selections:
         self._memo: OrderedDict[tuple, Selection] = OrderedDict()
         self._memo_lock = threading.Lock()
         self._build_locks: dict[tuple, threading.Lock] = {}
+        self._indexes: OrderedDict[tuple, dict[str, set[str | None]]] = OrderedDict()
 
     def lookup(self, run_name: str | None, worker: str | None = None,
                span: str | None = None, what: str = "run") -> RunState:
@@ -71,15 +107,36 @@ class Selections:
         run = self.loader.get_run(run_name)
         if run is None:
             raise errors.NotFoundError(f"unknown run {run_name!r}")
-        with self.loader.lock:
-            refs = [t.ref for t in run.traces.values()]
-        if worker is not None and not any(r.worker == worker for r in refs):
+        spans_by_worker = self._spans_by_worker(run)
+        if worker is not None and worker not in spans_by_worker:
             raise errors.NotFoundError(f"unknown worker {worker!r} in run {run_name!r}")
         if span is not None and not any(
-            r.span == span and (worker is None or r.worker == worker) for r in refs
+            span in spans for name, spans in spans_by_worker.items()
+            if worker is None or name == worker
         ):
             raise errors.NotFoundError(f"unknown span {span!r} in run {run_name!r}")
         return run
+
+    def _spans_by_worker(self, run: RunState) -> dict[str, set[str | None]]:
+        """The run's workers and their spans, indexed once per run generation (a lookup
+        per request must not walk a 1,000-trace run)."""
+        # A trace found but not yet analysed joins the run without a new generation: the
+        # count of traces tells that the index is stale.
+        with self.loader.lock:
+            key = (id(run), run.generation, len(run.traces))
+        with self._memo_lock:
+            found = self._indexes.get(key)
+        if found is not None:
+            return found
+        index: dict[str, set[str | None]] = {}
+        with self.loader.lock:
+            for state in run.traces.values():
+                index.setdefault(state.ref.worker, set()).add(state.ref.span)
+        with self._memo_lock:
+            self._indexes[key] = index
+            while len(self._indexes) > MEMO_SIZE:
+                self._indexes.popitem(last=False)
+        return index
 
     def get(self, run: RunState, worker: str | None, span: str | None) -> Selection:
         """The memoised report of (run, worker, span), rebuilt when the run changed."""

@@ -26,12 +26,14 @@ this stage.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import math
 import re
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Optional, Protocol
 
 import msgspec
@@ -103,8 +105,32 @@ def canonical_collective(name: str) -> str:
     return text
 
 
+_COMM_OP_START = (*_HOST_PREFIXES, "record_param_comms")
+_NAME = attrgetter("name")
+
+
 def _is_comm_op(name: str) -> bool:
-    return name == "record_param_comms" or name.startswith(_HOST_PREFIXES)
+    return name.startswith(_COMM_OP_START)
+
+
+class _Names:
+    """The event names of a list of events, and the distinct ones, computed once."""
+
+    def __init__(self, events: Sequence[Any]) -> None:
+        self.names = list(map(_NAME, events))
+        self.unique = set(self.names)
+
+    def indices(self, wanted: Callable[[str], bool]) -> list[int]:
+        """Indices of the events whose name passes ``wanted``, testing each distinct name
+        once: a thread has ~10^4-10^5 events but a few hundred names, most of them none."""
+        hits = {n for n in self.unique if wanted(n)}
+        if not hits:
+            return []
+        return [i for i, n in enumerate(self.names) if n in hits]
+
+
+def _thread_names(tl: Timeline) -> dict[int, _Names]:
+    return {id(t): _Names(t.nodes) for t in tl.threads.values()}
 
 
 def _is_nccl_kernel(name: str) -> bool:
@@ -265,13 +291,21 @@ def _as_int(value: Any) -> Optional[int]:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _ranks_from_text(text: str) -> Optional[tuple[int, ...]]:
+    # Every collective of a group repeats the same string: parse each once (literal_eval
+    # per collective was most of the extraction's time on collective-heavy traces).
+    try:
+        value = ast.literal_eval(text.strip()) if text.strip() else None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return _as_ranks(value) if isinstance(value, (list, tuple)) else None
+
+
 def _as_ranks(value: Any) -> Optional[tuple[int, ...]]:
     """``[0, 1]`` or the string ``"[0, 1]"`` that kernel args carry."""
     if isinstance(value, str):
-        try:
-            value = ast.literal_eval(value.strip()) if value.strip() else None
-        except (ValueError, SyntaxError):
-            return None
+        return _ranks_from_text(value) if len(value) < 1_000_000 else None
     if isinstance(value, (list, tuple)):
         ranks = [_as_int(v) for v in value]
         if ranks and all(r is not None for r in ranks):
@@ -446,7 +480,8 @@ def _kernels_launched(tl: Timeline, thread: HostThread, ts: float, end: float) -
     return found
 
 
-def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]]
+def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]],
+                      names: dict[int, _Names]
                       ) -> tuple[list[_Pending], list[_Pending], set[int]]:
     """(enqueues, gloo executions without an enqueue around them, ids of joined kernels)."""
     enqueues: list[_Pending] = []
@@ -454,7 +489,7 @@ def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]
     joined: set[int] = set()
     for thread in tl.threads.values():
         nodes = thread.nodes
-        comm = [i for i, n in enumerate(nodes) if _is_comm_op(n.name)]
+        comm = names[id(thread)].indices(_is_comm_op)
         if not comm:
             continue
         is_comm = set(comm)
@@ -500,8 +535,9 @@ def _orphan_kernels(tl: Timeline, joined: set[int],
     profiled window, or a trace without host ops)."""
     orphans = []
     for events in tl.lanes.values():
-        for e in events:
-            if e.cat == "cuda_sync" or id(e) in joined or not _is_nccl_kernel(e.name):
+        for i in _Names(events).indices(_is_nccl_kernel):
+            e = events[i]
+            if e.cat == "cuda_sync" or id(e) in joined:
                 continue
             args = [(e.name, args_for(e))]
             name = _name_of(args)
@@ -558,8 +594,9 @@ def _single_group(dist: Optional[DistributedInfo]) -> Optional[ProcessGroupInfo]
 
 
 def _collectives(tl: Timeline, dist: Optional[DistributedInfo],
-                 args_for: Callable[[Any], Optional[CommArgs]]) -> list[Collective]:
-    enqueues, cpu_execs, joined = _host_collectives(tl, args_for)
+                 args_for: Callable[[Any], Optional[CommArgs]],
+                 names: dict[int, _Names]) -> list[Collective]:
+    enqueues, cpu_execs, joined = _host_collectives(tl, args_for, names)
     unpaired = _pair_cpu_execs(enqueues, cpu_execs)
     orphans = _orphan_kernels(tl, joined, args_for) + unpaired
     only_group = _single_group(dist)
@@ -620,16 +657,17 @@ def waits_from_syncs(syncs: Iterable[Sync]) -> list[HostWait]:
     return waits
 
 
-def _blocking_calls(tl: Timeline, resolver: Any, id_prefix: str) -> list[HostWait]:
+def _blocking_calls(tl: Timeline, resolver: Any, id_prefix: str,
+                    names: dict[int, _Names]) -> list[HostWait]:
     """Blocking Python calls of at least ``MIN_BLOCKING_US``, with their user line."""
     waits: list[HostWait] = []
     for thread in tl.threads.values():
-        for i, node in enumerate(thread.nodes):
+        nodes = thread.nodes
+        for i in names[id(thread)].indices(_BLOCKING_CALLS.__contains__):
+            node = nodes[i]
             if thread.kinds[i] != PYTHON or node.dur < MIN_BLOCKING_US:
                 continue
-            label = _BLOCKING_CALLS.get(node.name)
-            if label is None:
-                continue
+            label = _BLOCKING_CALLS[node.name]
             stack, _modules, _call_lines, _inv = stack_of(thread, i, [])
             if any("torch/profiler" in f.file for f in stack):
                 continue  # the profiler's own waiting, not the program's
@@ -685,7 +723,8 @@ def extract_rank(
     notes = []
     if dist is None:
         notes.append("no distributedInfo: not part of a job")
-    collectives = _collectives(tl, dist, source.args_for)
+    names = _thread_names(tl)
+    collectives = _collectives(tl, dist, source.args_for, names)
     if collectives and all(c.group == "" for c in collectives) and dist is not None \
             and len(dist.groups) > 1:
         notes.append("collectives carry no process group and the trace lists "
@@ -695,7 +734,7 @@ def extract_rank(
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
         id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix)
+    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
     waits.sort(key=lambda w: w.ts)
     return RankTrace(
         path=tl.path, worker=worker, dist=dist, base_time_ns=source.base_time_ns,

@@ -53,7 +53,7 @@ def within(measured: float, expected: float, share: float = 0.2) -> bool:
 
 # -- a real gloo job on the CPU ---------------------------------------------------------------
 
-DELAY_S = 0.05
+DELAY_S = 0.08  # long against scheduling noise on two busy cores, short for the test
 GLOO_WORLD = 3
 GLOO_LATE = 1
 GLOO_STEPS = 4
@@ -116,8 +116,11 @@ def test_gloo_cause_is_the_late_rank_at_the_line_of_its_host_wait(gloo_job):
 
 def test_gloo_ranks_share_one_host_clock_and_its_residual_is_reported(gloo_job):
     _folder, job = gloo_job
+    if not all(rt.host_name for rt in job.ranks.values()):
+        pytest.skip("this torch writes no host_name: each rank is a clock of its own")
     (clock,) = job.clocks
     assert clock.method == "reference" and clock.ranks == [0, 1, 2]
+    # The exits of one all-reduce on one host: within a few ms even on two busy cores.
     assert clock.residual_us is not None and clock.residual_us < 5_000
     assert job.noise_us >= R.MIN_NOISE_US
 

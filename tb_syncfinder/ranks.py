@@ -167,6 +167,9 @@ class MatchedCollective:
     last_certain: bool  # False: an absent member may have arrived later still
     absent_late_us: float = 0.0  # estimated wait for an absent member (0 when none seen)
     carried_in: bool = False  # the late rank's first collective in the window
+    # Arrivals of different kinds (a kernel start on some ranks, a host enqueue where the
+    # kernel is missing on others) are not comparable: nobody is called late then.
+    mixed_sources: bool = False
 
     def arrival_of(self, rank: int) -> Optional[Arrival]:
         for a in self.arrivals:
@@ -748,6 +751,9 @@ def _match_collectives(job: Job, table: dict[tuple[str, int], dict[int, Collecti
                     certain = False
                     absent_wait = extra
                     absent_late.append((group, k, extra, absent))
+        mixed = len({a.source for a in arrivals}) > 1
+        if mixed:
+            certain = False
         last_us = last.ts_us
         for a in arrivals:
             a.wait_us = last_us - a.ts_us
@@ -761,7 +767,7 @@ def _match_collectives(job: Job, table: dict[tuple[str, int], dict[int, Collecti
             step=_majority_step(at), blocking=first.name in BLOCKING_COLLECTIVES,
             arrivals=arrivals, absent=absent, last_rank=late_rank, last_us=last_us,
             lateness_us=lateness, last_certain=certain, absent_late_us=absent_wait,
-            carried_in=carried))
+            carried_in=carried, mixed_sources=mixed))
     # In the order the job reached them (the first arrival), whatever the group.
     out.sort(key=lambda c: min(a.ts_us for a in c.arrivals))
     if absent_late:

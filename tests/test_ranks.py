@@ -416,3 +416,26 @@ def test_fallback_interval_starts_at_the_previous_collectives_exit(nccl_job):
                                                                           what_if.k))
         assert wait.step == c.step
 
+
+
+def test_arrivals_of_different_kinds_never_name_a_late_rank(tmp_path):
+    # Rank 1's kernel is missing (a CPU-only profile of that rank): its host enqueue is not
+    # comparable with rank 0's kernel start, so nobody is called late.
+    traces = []
+    for rank in (0, 1):
+        b = KinetoTraceBuilder(start_us=4_000_000_000, pid=10 + rank, tid=10 + rank)
+        b.set_distributed(rank, 2, pg_config=[KinetoTraceBuilder.pg_entry("0", [0, 1])])
+        b.set_clock(base_time_ns=1_788_480_000_000_000_000, host_name="n")
+        with b.step(1):
+            b.advance(5000 if rank == 1 else 0)
+            b.nccl_collective("allreduce", pg_ranks=[0, 1], kernel_dur=6000 - 5000 * rank)
+        doc = b.to_dict()
+        if rank == 1:
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
+        path = tmp_path / f"rank{rank}.pt.trace.json"
+        path.write_text(json.dumps(doc))
+        traces.append(path)
+    job = only_job(rank_traces(traces))
+    (c,) = job.collectives
+    assert {a.source for a in c.arrivals} == {"kernel", "enqueue"}
+    assert c.mixed_sources and c.last_rank is None and R.job_causes(job) == []

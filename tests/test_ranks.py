@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -81,21 +82,29 @@ def test_gloo_job_collectives_are_matched_on_every_rank_and_step(gloo_job):
         assert {a.source for a in c.arrivals} == {"cpu_op"}  # the gloo op, no kernel
 
 
+# Other engineers' tests share the two cores: a process may be descheduled for a few ms at
+# any moment, which is real lateness or waiting that was not injected. Per collective the
+# figures are checked loosely; per rank their median over the steps is held to 20 %.
+
+
 def test_gloo_job_names_the_late_rank_at_every_collective(gloo_job):
     _folder, job = gloo_job
     assert [c.last_rank for c in job.collectives] == [GLOO_LATE] * GLOO_STEPS
-    for c in job.collectives:
-        assert within(c.lateness_us, DELAY_S * 1e6), c.lateness_us
+    assert all(c.lateness_us > 0.5 * DELAY_S * 1e6 for c in job.collectives)
+    assert within(statistics.median(c.lateness_us for c in job.collectives), DELAY_S * 1e6)
 
 
 def test_gloo_waits_on_the_other_ranks_are_within_20_percent_of_the_injected_delay(gloo_job):
     _folder, job = gloo_job
+    waits: dict[int, list[float]] = {}
     for c in job.collectives:
         for a in c.arrivals:
-            if a.rank == GLOO_LATE:
-                assert a.wait_us == 0.0
-            else:
-                assert within(a.wait_us, DELAY_S * 1e6), (c.k, a.rank, a.wait_us)
+            waits.setdefault(a.rank, []).append(a.wait_us)
+    assert waits.pop(GLOO_LATE) == [0.0] * GLOO_STEPS
+    assert sorted(waits) == [r for r in range(GLOO_WORLD) if r != GLOO_LATE]
+    for rank, values in waits.items():
+        assert within(statistics.median(values), DELAY_S * 1e6), (rank, values)
+        assert all(v > 0.5 * DELAY_S * 1e6 for v in values), (rank, values)
 
 
 def test_gloo_cause_is_the_late_rank_at_the_line_of_its_host_wait(gloo_job):
@@ -137,13 +146,14 @@ def test_gloo_lateness_at_the_first_collective_is_labelled_carried_in(gloo_job):
 def test_gloo_rank_steps_show_waiting_on_peers_against_being_waited_for(gloo_job):
     _folder, job = gloo_job
     delay = DELAY_S * 1e6
-    for row in job.rank_steps:
-        if row.rank == GLOO_LATE:
-            assert row.wait_us == 0.0 and within(row.late_us, delay)
-            assert within(row.caused_wait_us, delay * (GLOO_WORLD - 1))
-            assert within(row.blocking_wait_us, delay)
-        else:
-            assert row.late_us == 0.0 and within(row.wait_us, delay)
+    late = [r for r in job.rank_steps if r.rank == GLOO_LATE]
+    others = [r for r in job.rank_steps if r.rank != GLOO_LATE]
+    assert len(late) == GLOO_STEPS and len(others) == GLOO_STEPS * (GLOO_WORLD - 1)
+    assert all(r.wait_us == 0.0 for r in late) and all(r.late_us == 0.0 for r in others)
+    assert within(statistics.median(r.late_us for r in late), delay)
+    assert within(statistics.median(r.caused_wait_us for r in late), delay * (GLOO_WORLD - 1))
+    assert all(within(r.blocking_wait_us, delay, 0.05) for r in late)  # the sleep itself
+    assert within(statistics.median(r.wait_us for r in others), delay)
 
 
 # -- NCCL-shaped: 8 ranks, two hosts, a missing rank, a rank that stopped early ---------------

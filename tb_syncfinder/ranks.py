@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Optional
@@ -75,6 +75,7 @@ __all__ = [
     "late_arrivals",
     "peer_waits",
     "site_job_costs",
+    "what_ifs_for_rank",
 ]
 
 # Issue codes (stable: tests and the UI key on them).
@@ -240,17 +241,26 @@ class RunAnalysis:
 
 @dataclass(frozen=True)
 class WhatIf:
-    """How much earlier ``rank`` would have reached collective (``group``, ``k``) without the
-    host wait ``wait_id`` (``HostWait.id``: a ``Sync.id`` or a blocking call's id), its exit
-    from its previous collective being as recorded (interval-local, so figures add up over
-    collectives). ``bound``: an upper bound, not a replayed time."""
+    """How much earlier ``rank`` would have reached its collective number
+    ``collective_index`` (``Collective.index`` in its own trace: a per-trace replay knows it
+    without the job) without the host wait ``wait_id`` (``HostWait.id``: a ``Sync.id`` or a
+    blocking call's id), its exit from its previous collective being as recorded
+    (interval-local, so figures add up over collectives). ``bound``: an upper bound, not a
+    replayed time."""
 
     rank: int
     wait_id: str
-    group: str
-    k: int
+    collective_index: int
     earlier_us: float
     bound: bool = False
+
+
+def what_ifs_for_rank(rank: int, earlier: Mapping[str, Mapping[int, float]],
+                      bound: bool = False) -> list[WhatIf]:
+    """``WhatIf``s from a per-trace replay's result: wait id -> collective index -> how much
+    earlier the rank would have arrived there without that wait."""
+    return [WhatIf(rank, wait_id, index, us, bound)
+            for wait_id, per in earlier.items() for index, us in per.items() if us > 0]
 
 
 @dataclass
@@ -858,8 +868,9 @@ def analyze_ranks(traces: Sequence[RankTrace]) -> RunAnalysis:
 # -- causes -----------------------------------------------------------------------------------
 
 
-def _by_key(analysis: JobAnalysis) -> dict[tuple[str, int], MatchedCollective]:
-    return {(c.group, c.k): c for c in analysis.collectives}
+def _by_rank_index(analysis: JobAnalysis) -> dict[tuple[int, int], MatchedCollective]:
+    """(rank, its Collective.index) -> the matched collective it took part in."""
+    return {(a.rank, a.collective_index): c for c in analysis.collectives for a in c.arrivals}
 
 
 def _reduction(c: MatchedCollective, rank: int, earlier_us: float) -> float:
@@ -878,20 +889,21 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
     What-ifs of one site at one collective add up (several syncs of one line in one
     interval), the saving at a collective being capped by its lateness; a step's saving is
     capped by the job's step time (the slowest rank's step)."""
-    collectives = _by_key(analysis)
+    collectives = _by_rank_index(analysis)
     waits = {(r, w.id): w for r, rt in analysis.ranks.items() for w in rt.waits}
     job_step = {s.step: s.time_us for s in analysis.job_steps}
     step_count = max(1, len(analysis.job_steps))
-    per_site: dict[tuple[int, str], dict[tuple[str, int], float]] = defaultdict(
+    per_site: dict[tuple[int, str], dict[tuple[int, int], float]] = defaultdict(
         lambda: defaultdict(float))
     members: dict[tuple[int, str], list[HostWait]] = defaultdict(list)
     bounds: dict[tuple[int, str], bool] = defaultdict(bool)
     for w in what_ifs:
         hw = waits.get((w.rank, w.wait_id))
-        if hw is None or (w.group, w.k) not in collectives:
-            continue
+        where = (w.rank, w.collective_index)
+        if hw is None or where not in collectives:
+            continue  # a wait or collective the job stage did not match: nothing to cost
         key = (w.rank, hw.site_key)
-        per_site[key][(w.group, w.k)] += w.earlier_us
+        per_site[key][where] += w.earlier_us
         if hw not in members[key]:
             members[key].append(hw)
         bounds[key] = bounds[key] or w.bound
@@ -961,8 +973,9 @@ def fallback_what_ifs(analysis: JobAnalysis) -> list[WhatIf]:
             overlap = min(w.end, hi) - max(waited_from, lo)
             if overlap <= 0:
                 continue
-            out.append(WhatIf(c.last_rank, w.id, c.group, c.k,
-                              min(overlap, c.lateness_us), bound=True))
+            index = c.arrival_of(c.last_rank).collective_index  # type: ignore[union-attr]
+            out.append(WhatIf(c.last_rank, w.id, index, min(overlap, c.lateness_us),
+                              bound=True))
     return out
 
 
@@ -976,14 +989,15 @@ def late_arrivals(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Lat
     sync: carried in from before the window, or not explained by host waits (data loading,
     Python, GPU compute)."""
     waits = {(r, w.id): w for r, rt in analysis.ranks.items() for w in rt.waits}
-    by_collective: dict[tuple[str, int], list[WhatIf]] = defaultdict(list)
+    by_collective: dict[tuple[int, int], list[WhatIf]] = defaultdict(list)
     for w in what_ifs:
-        by_collective[(w.group, w.k)].append(w)
+        by_collective[(w.rank, w.collective_index)].append(w)
     out = []
     for c in analysis.collectives:
         if c.last_rank is None:
             continue
-        mine = [w for w in by_collective.get((c.group, c.k), []) if w.rank == c.last_rank]
+        late = c.arrival_of(c.last_rank)
+        mine = by_collective.get((c.last_rank, late.collective_index), []) if late else []
         contributors = []
         for w in mine:
             hw = waits.get((w.rank, w.wait_id))

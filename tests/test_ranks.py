@@ -274,17 +274,23 @@ def _wait_id(job: R.JobAnalysis, rank: int, step: int) -> str:
 
 def test_what_if_hook_costs_replayed_figures_capped_by_the_lateness(nccl_job):
     c = _collective(nccl_job, "0", 2)
+    index = c.arrival_of(3).collective_index  # rank 3's own number for that collective
     sync = _wait_id(nccl_job, 3, 2)
-    (partial,) = R.site_job_costs(nccl_job, [R.WhatIf(3, sync, "0", c.k, 1000.0)])
+    (partial,) = R.site_job_costs(nccl_job, R.what_ifs_for_rank(3, {sync: {index: 1000.0}}))
     assert not partial.bound
     assert partial.job_saving_us == pytest.approx(1000.0)
     assert partial.caused_wait_us == pytest.approx(1000.0 * (len(c.arrivals) - 1))
-    (capped,) = R.site_job_costs(nccl_job, [R.WhatIf(3, sync, "0", c.k, 50_000.0)])
+    assert partial.steps == [2] and partial.line == ITEM_LINE
+    (capped,) = R.site_job_costs(nccl_job, [R.WhatIf(3, sync, index, 50_000.0)])
     assert capped.job_saving_us == pytest.approx(c.lateness_us)
     # A rank that was not the last one saves the job nothing by arriving earlier.
     other = _wait_id(nccl_job, 0, 2)
-    (nothing,) = R.site_job_costs(nccl_job, [R.WhatIf(0, other, "0", c.k, 1000.0)])
+    other_index = c.arrival_of(0).collective_index
+    (nothing,) = R.site_job_costs(nccl_job, [R.WhatIf(0, other, other_index, 1000.0)])
     assert nothing.job_saving_us == 0.0 and nothing.caused_wait_us == 0.0
+    # A collective the job stage did not match (or an unknown wait) costs nothing.
+    assert R.site_job_costs(nccl_job, [R.WhatIf(3, sync, 10_000, 1000.0),
+                                       R.WhatIf(3, "no-such-sync", index, 1000.0)]) == []
 
 
 def test_late_arrivals_leave_what_host_waits_do_not_explain_labelled(nccl_job):
@@ -422,8 +428,9 @@ def test_fallback_interval_starts_at_the_previous_collectives_exit(nccl_job):
     # late: the late rank's syncs of other steps are not contributors.
     for what_if in R.fallback_what_ifs(nccl_job):
         wait = next(w for w in nccl_job.ranks[what_if.rank].waits if w.id == what_if.wait_id)
-        c = next(c for c in nccl_job.collectives if (c.group, c.k) == (what_if.group,
-                                                                          what_if.k))
+        c = next(c for c in nccl_job.collectives
+                 if any((a.rank, a.collective_index) == (what_if.rank, what_if.collective_index)
+                        for a in c.arrivals))
         assert wait.step == c.step
 
 

@@ -296,7 +296,7 @@ class LateArrival:
     carried_in: bool
     explained_us: float  # by the host waits below (capped at the lateness)
     unexplained_us: float
-    label: str  # what the unexplained part is
+    label: str  # what the unexplained part is (or that there is none)
     contributors: list[tuple[str, str, float]]  # (wait id, site key, earlier_us)
     bound: bool
 
@@ -1005,7 +1005,10 @@ def late_arrivals(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Lat
         contributors.sort(key=lambda x: -x[2])
         explained = min(c.lateness_us, sum(x[2] for x in contributors))
         rest = c.lateness_us - explained
-        if c.carried_in:
+        if rest <= analysis.noise_us:
+            label = "explained by the host waits listed" + (" (upper bounds)" if any(
+                w.bound for w in mine) else "")
+        elif c.carried_in:
             label = ("carried in from before the profiled window, or not explained by host "
                      "waits")
         else:

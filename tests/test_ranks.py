@@ -82,43 +82,60 @@ def test_gloo_job_collectives_are_matched_on_every_rank_and_step(gloo_job):
         assert {a.source for a in c.arrivals} == {"cpu_op"}  # the gloo op, no kernel
 
 
-# Other engineers' tests share the two cores: a process may be descheduled for a few ms at
-# any moment, which is real lateness or waiting that was not injected. Per collective the
-# figures are checked loosely; per rank their median over the steps is held to 20 %.
+# Other engineers' tests share the two cores (load averages of 10-20 seen): a process may be
+# descheduled at any moment, which is real lateness or waiting that was not injected, and
+# time.sleep(0.08) itself once lasted 207 ms. So the injected delay is what the deliberate
+# wait lasted in the late rank's own trace (never less than asked), and per rank the median
+# over the steps of what the other ranks measured is held to 20 % of it.
+
+
+def injected_us(job: R.JobAnalysis) -> dict[int, float]:
+    """Per step, how long the late rank's deliberate host wait lasted (its own trace)."""
+    sleeps = {w.step: w.wait_us for w in job.ranks[GLOO_LATE].waits
+              if w.kind == "blocking_call" and w.line == SLEEP_LINE}
+    assert sorted(sleeps) == list(range(1, GLOO_STEPS + 1))
+    assert all(us >= 0.99 * DELAY_S * 1e6 for us in sleeps.values())
+    return sleeps
 
 
 def test_gloo_job_names_the_late_rank_at_every_collective(gloo_job):
     _folder, job = gloo_job
+    injected = injected_us(job)
     assert [c.last_rank for c in job.collectives] == [GLOO_LATE] * GLOO_STEPS
-    assert all(c.lateness_us > 0.5 * DELAY_S * 1e6 for c in job.collectives)
-    assert within(statistics.median(c.lateness_us for c in job.collectives), DELAY_S * 1e6)
+    assert all(c.lateness_us > 0.5 * injected[c.step] for c in job.collectives)
+    assert within(statistics.median(c.lateness_us for c in job.collectives),
+                  statistics.median(injected.values()))
 
 
 def test_gloo_waits_on_the_other_ranks_are_within_20_percent_of_the_injected_delay(gloo_job):
     _folder, job = gloo_job
-    waits: dict[int, list[float]] = {}
+    injected = injected_us(job)
+    waits: dict[int, list[tuple[float, float]]] = {}
     for c in job.collectives:
         for a in c.arrivals:
-            waits.setdefault(a.rank, []).append(a.wait_us)
-    assert waits.pop(GLOO_LATE) == [0.0] * GLOO_STEPS
+            waits.setdefault(a.rank, []).append((a.wait_us, injected[c.step]))
+    assert [w for w, _ in waits.pop(GLOO_LATE)] == [0.0] * GLOO_STEPS
     assert sorted(waits) == [r for r in range(GLOO_WORLD) if r != GLOO_LATE]
-    for rank, values in waits.items():
-        assert within(statistics.median(values), DELAY_S * 1e6), (rank, values)
-        assert all(v > 0.5 * DELAY_S * 1e6 for v in values), (rank, values)
+    for rank, pairs in waits.items():
+        measured = statistics.median(w for w, _ in pairs)
+        assert within(measured, statistics.median(d for _, d in pairs)), (rank, pairs)
+        assert all(w > 0.5 * d for w, d in pairs), (rank, pairs)
 
 
 def test_gloo_cause_is_the_late_rank_at_the_line_of_its_host_wait(gloo_job):
     _folder, job = gloo_job
+    injected = injected_us(job)
     causes = R.job_causes(job)
     top = causes[0]
     assert top.rank == GLOO_LATE
     assert top.file.endswith(SCRIPT) and top.line == SLEEP_LINE and top.kind == "blocking_call"
     assert top.bound  # the fallback gives bounds, said so
-    per_step = DELAY_S * 1e6
-    assert within(top.job_saving_per_step_us, per_step)
-    assert within(top.caused_wait_us, per_step * GLOO_STEPS * (GLOO_WORLD - 1))
+    total = sum(injected.values())
+    assert within(top.job_saving_us, total)
+    assert top.job_saving_us <= total + 1.0  # a bound never exceeds the wait itself
+    assert within(top.caused_wait_us, total * (GLOO_WORLD - 1))
     # The CPU readback on the next line waited for nothing: it is not blamed.
-    assert all(c.line != READBACK_LINE or c.job_saving_us < 0.05 * per_step for c in causes)
+    assert all(c.line != READBACK_LINE or c.job_saving_us < 0.05 * total for c in causes)
     readbacks = [w for w in job.ranks[GLOO_LATE].waits if w.line == READBACK_LINE]
     assert readbacks and all(w.is_sync and w.latent for w in readbacks)
 
@@ -147,14 +164,15 @@ def test_gloo_lateness_at_the_first_collective_is_labelled_carried_in(gloo_job):
 
 def test_gloo_rank_steps_show_waiting_on_peers_against_being_waited_for(gloo_job):
     _folder, job = gloo_job
-    delay = DELAY_S * 1e6
+    injected = injected_us(job)
+    delay = statistics.median(injected.values())
     late = [r for r in job.rank_steps if r.rank == GLOO_LATE]
     others = [r for r in job.rank_steps if r.rank != GLOO_LATE]
     assert len(late) == GLOO_STEPS and len(others) == GLOO_STEPS * (GLOO_WORLD - 1)
     assert all(r.wait_us == 0.0 for r in late) and all(r.late_us == 0.0 for r in others)
+    assert all(r.blocking_wait_us == pytest.approx(injected[r.step]) for r in late)
     assert within(statistics.median(r.late_us for r in late), delay)
     assert within(statistics.median(r.caused_wait_us for r in late), delay * (GLOO_WORLD - 1))
-    assert all(within(r.blocking_wait_us, delay, 0.05) for r in late)  # the sleep itself
     assert within(statistics.median(r.wait_us for r in others), delay)
 
 

@@ -94,7 +94,7 @@ def bench_job(name: str, paths: list[Path], repeat: int) -> dict[str, float]:
 
     def extract() -> list[Any]:
         return [extract_rank(tl, info, comm=sc, syncs=res.syncs)
-                for (tl, info), sc, res in zip(timelines, sidecars, results)]
+                for (tl, info), sc, res in zip(timelines, sidecars, results, strict=True)]
 
     t_extract, traces = best(repeat, extract)
 

@@ -31,10 +31,10 @@ import hashlib
 import math
 import re
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Optional, Protocol
 
 import msgspec
 

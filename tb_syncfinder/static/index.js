@@ -249,7 +249,7 @@ table.sa-table { border-collapse: collapse; width: 100%; }
   .sa-cards { grid-template-columns: repeat(2, minmax(0, 1fr)); }
   .sa-card .value { font-size: 18px; }
   .sa-table .col-ops, .sa-table .col-func, .sa-table .col-idle, .sa-table .col-perstep, .sa-table .col-count { display: none; }
-  .sa-table .sa-badge { white-space: normal; }
+  .sa-table .sa-badge { white-space: normal; border-radius: 6px; }
   .sa-header select { max-width: 150px; }
 }
 @media (prefers-reduced-motion: reduce) {

@@ -1,8 +1,11 @@
-"""Check the engine against PyTorch's own sync detector on the demo workloads (issue 6)
+"""Check the engine against PyTorch's own sync detector on the demo workloads (issues 6, 12)
 and on one workload per code shape of issue 10.
 
-    python bench/validate_sync_debug.py [--device auto|cuda|cpu] [--size small] [--steps N]
+    python bench/validate_sync_debug.py [--device auto|cuda|cpu] [--size SIZE] [--steps N]
                                         [--only all|demo|shapes] [--out results.md]
+
+``--size`` defaults to the size the bundled GPU traces are recorded at (``GPU_RECORD_SIZE``,
+``large``) on a GPU, and to ``small`` on a CPU (``large`` is far too slow there).
 
 For each demo run (``cnn_baseline``, ``cnn_optimized``, ``seg_baseline``, ``seg_optimized``)
 and each shape run (``shape_inline_loop``: an inline loop in a main() already running when
@@ -47,9 +50,11 @@ import torch  # noqa: E402
 from tb_syncfinder.demo.runner import (  # noqa: E402
     DEFAULT_STEPS,
     DEMO_DIR,
+    GPU_RECORD_SIZE,
     RUNS,
     WAIT_STEPS,
     WARMUP_STEPS,
+    QuietProfilerOutput,
     profile_run,
     resolve_device,
     workload,
@@ -162,7 +167,8 @@ def run_under_sync_debug(check: RunCheck, size: str, steps: int) -> None:
 def engine_sites(check: RunCheck, logdir: str, device: torch.device, size: str, steps: int):
     from tb_syncfinder import analyze
 
-    result = profile_run(check.run, logdir, device, steps, size)
+    with QuietProfilerOutput():
+        result = profile_run(check.run, logdir, device, steps, size)
     report = analyze(result.path)
     for trace in report.traces:
         if trace.error:
@@ -429,12 +435,13 @@ def ratio(part: int, whole: int) -> str:
     return "n/a (empty)" if whole == 0 else f"{part}/{whole} = {part / whole:.0%}"
 
 
-def render(checks: list[RunCheck], device: str) -> str:
+def render(checks: list[RunCheck], device: str, size: str | None = None) -> str:
     cuda = device == "cuda"
     out = [f"# Sync Advisor vs torch.cuda.set_sync_debug_mode (device: {device})", ""]
     out.append(
         f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
         + (f"GPU {torch.cuda.get_device_name(0)}" if cuda else "no GPU")
+        + (f", demo size {size}" if size else "")
     )
     out.append("")
     if not cuda:
@@ -509,13 +516,15 @@ def render(checks: list[RunCheck], device: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--size", choices=tuple(DEFAULT_STEPS), default="small")
+    parser.add_argument("--size", choices=tuple(DEFAULT_STEPS), default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--only", choices=("all", "demo", "shapes"), default="all",
                         help="the demo runs, issue 10's shape workloads, or both")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
+    if args.size is None:
+        args.size = GPU_RECORD_SIZE if device.type == "cuda" else "small"
     steps = args.steps or DEFAULT_STEPS[args.size]
     on_cpu = device.type != "cuda"
     if on_cpu:
@@ -539,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                     check = shapes.check(run, device.type, on_cpu)
                     run_shape(shapes, check, str(Path(logdir) / "traces"), device, steps)
                     checks.append(check)
-    text = render(checks, device.type)
+    text = render(checks, device.type, args.size)
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")

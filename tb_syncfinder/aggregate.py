@@ -18,6 +18,7 @@ from tb_syncfinder.models import (
     Sync,
     TraceResult,
 )
+from tb_syncfinder.query import rank_sites
 
 
 def site_key(source: Source | None, op: str | None, api: str) -> str:
@@ -63,7 +64,7 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 host_wait_us=wait,
                 gpu_idle_us=idle,
                 share_of_step=min(1.0, (wait + idle) / step_time_us) if step_time_us else 0.0,
-                advice=advice_for(kind, ops),
+                advice=advice_for(kind, ops, max((s.bytes or 0) for s in members) or None),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),
                 def_line=source.def_line if source else None,
@@ -76,11 +77,7 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 library=source.library if source else None,
             )
         )
-    if latent:
-        sites.sort(key=lambda s: (-s.count, s.key))
-    else:
-        sites.sort(key=lambda s: (-(s.host_wait_us + s.gpu_idle_us), -s.count, s.key))
-    return sites
+    return rank_sites(sites)
 
 
 def _candidates(members: list[Sync]) -> list[int]:

@@ -226,7 +226,7 @@ class _Builder:
             self.link(s, resumed)
             return resumed
         if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values):
+            for key, value in zip(node.keys, node.values, strict=True):
                 s = self.expr(key, s, opt)
                 s = self.expr(value, s, opt)
             return s

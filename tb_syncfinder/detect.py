@@ -39,7 +39,7 @@ from tb_syncfinder.catalogue import (
     is_explicit_sync_api,
 )
 from tb_syncfinder.reader import Event
-from tb_syncfinder.timeline import OP, HostThread, Timeline, correlation_of
+from tb_syncfinder.timeline import ANNOTATION, OP, HostThread, Timeline, correlation_of
 
 
 @dataclass
@@ -147,12 +147,31 @@ def op_chain(thread: HostThread, index: int) -> list[int]:
     return chain
 
 
-def classify(op_names: list[str], calls: list[Call]) -> str:
-    """The finding kind: by the operator chain first, the API / copy direction second."""
-    for name in reversed(op_names):  # innermost first
-        op_kind = OP_KINDS.get(name)
-        if op_kind is not None:
+def innermost_annotation(thread: HostThread, index: int) -> str | None:
+    """The name of the innermost record_function annotation enclosing ``index`` (not a
+    ProfilerStep), or None."""
+    kinds = thread.kinds
+    parent = thread.parent
+    nodes = thread.nodes
+    while index >= 0:
+        if kinds[index] == ANNOTATION and not nodes[index].name.startswith("ProfilerStep#"):
+            return nodes[index].name
+        index = parent[index]
+    return None
+
+
+def classify(op_names: list[str], calls: list[Call], annotation: str | None = None) -> str:
+    """The finding kind: by the operator chain first (what synced: the catalogue's
+    precedence over every operator of the chain, so a trace from any device gives one kind),
+    then whether it waits on a collective (a c10d operator around it, or its innermost
+    annotation), then the API / copy direction."""
+    op_kinds = {OP_KINDS[name] for name in op_names if name in OP_KINDS}
+    for op_kind in catalogue.OP_KIND_PRECEDENCE:
+        if op_kind in op_kinds:
             return op_kind
+    if any(catalogue.is_collective_op(name) for name in op_names) or (
+            annotation is not None and catalogue.is_collective_wait_annotation(annotation)):
+        return catalogue.COLLECTIVE_WAIT
     directions = [c.direction for c in calls if c.reason in ("copy", "maybe_copy")]
     if "DtoH" in directions:
         return catalogue.DEVICE_TO_HOST_COPY
@@ -223,7 +242,8 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
         for episode in thread_episodes:
             episode.calls.sort(key=lambda c: c.event.ts)
             names = [thread.nodes[i].name for i in op_chain(thread, episode.anchor)]
-            episode.kind = classify(names, episode.calls)
+            episode.kind = classify(names, episode.calls,
+                                    innermost_annotation(thread, episode.anchor))
         episodes.extend(thread_episodes)
     episodes.sort(key=lambda ep: ep.ts)
     return episodes

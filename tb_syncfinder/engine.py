@@ -11,13 +11,14 @@ has loaded. ``analyze(path)`` is the one-call form over a file, run folder or lo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
@@ -45,9 +46,12 @@ from tb_syncfinder.source import (
 )
 from tb_syncfinder.timeline import Timeline, build_timeline
 
+if TYPE_CHECKING:
+    from tb_syncfinder.summaries import SummaryStore
+
 __all__ = [
-    "NoTracesError", "Options", "TraceResult", "analyze", "analyze_runs", "analyze_trace",
-    "report_runs",
+    "NoTracesError", "Options", "TraceMapper", "TraceResult", "analyze", "analyze_runs",
+    "analyze_trace", "map_locally", "report_runs",
 ]
 
 
@@ -185,10 +189,11 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
         sources = resolve_sources(resolver, attributions)
-        costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions)]
+        costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
+        stages = zip(episodes, attributions, sources, costs, strict=True)
         built.append([
             _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}")
-            for n, (e, a, src, c) in enumerate(zip(episodes, attributions, sources, costs))
+            for n, (e, a, src, c) in enumerate(stages)
         ])
         first_id += len(episodes)
     # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's:
@@ -220,18 +225,66 @@ def report_runs(results: Sequence[TraceResult]) -> RunsReport:
     return RunsReport(report=merged, runs=runs, results=list(results))
 
 
+# A per-trace map: analyses ``refs`` (writing their summaries to ``store`` when given) and
+# yields their results in any order, each as soon as it is done.
+TraceMapper = Callable[[Sequence[TraceRef], "Options", "SummaryStore | None"],
+                       Iterator[TraceResult]]
+
+
+def map_locally(refs: Sequence[TraceRef], options: Options,
+                store: SummaryStore | None = None) -> Iterator[TraceResult]:
+    """The per-trace stage in this process, one trace after the other."""
+    resolver = options.resolver()
+    for ref in refs:
+        result = analyze_trace(ref, options, resolver)
+        if store is not None:
+            store.put(ref, result, options)
+        yield result
+
+
 def analyze_runs(
     refs: Sequence[TraceRef],
     options: Options | None = None,
     *,
-    analyze_one: Callable[[TraceRef, Options, SourceResolver], TraceResult] | None = None,
+    mapper: TraceMapper | None = None,
+    summaries: SummaryStore | None = None,
+    write_summaries: bool = False,
+    on_result: Callable[[TraceResult, bool], None] | None = None,
 ) -> RunsReport:
-    """Analyse each trace once, then report per run and merged. ``analyze_one`` replaces
-    ``analyze_trace`` (a process pool, a cluster); it gets one shared source resolver."""
+    """Analyse each trace once, then report per run and merged.
+
+    ``summaries``: valid per-trace summaries there are used instead of parsing (a summary
+    made with other source options counts as missing); with ``write_summaries`` the traces
+    analysed get one (with the detail-view contexts the plugin serves). ``mapper`` runs the
+    per-trace stage (default: here, one after the other; ``tb_syncfinder.fanout`` maps on
+    Ray). ``on_result(result, from_summary)`` hears of each trace as it is done.
+    """
+    from tb_syncfinder.summaries import summarised
+
     options = options or Options()
-    resolver = options.resolver()
-    one = analyze_one or analyze_trace
-    return report_runs([one(ref, options, resolver) for ref in refs])
+    if write_summaries and not options.contexts:
+        options = dataclasses.replace(options, contexts=True)
+    found: dict[str, TraceResult] = {}
+    todo = list(refs)
+    if summaries is not None:
+        found, todo = summarised(refs, summaries, options)
+        if on_result is not None:
+            for ref in refs:
+                if ref.path in found:
+                    on_result(found[ref.path], True)
+    if todo:
+        mapped = (mapper or map_locally)(todo, options,
+                                         summaries if write_summaries else None)
+        for result in mapped:
+            found[result.info.path] = result
+            if on_result is not None:
+                on_result(result, False)
+    missing = [ref for ref in refs if ref.path not in found]
+    for ref in missing:  # a mapper that lost a trace: say so rather than drop it
+        found[ref.path] = TraceResult(
+            TraceInfo(ref.path, ref.worker, ref.span, ref.run,
+                      error="analysis returned no result"))
+    return report_runs([found[ref.path] for ref in refs])
 
 
 def analyze(

@@ -267,7 +267,9 @@ class SourcePack:
 
     recorded_prefix: str  # how traces name its files, ending in "/"
     directory: str  # where they are on this machine
-    library_files: frozenset[str] = frozenset()
+    # A tuple, not a set: options are hashed by their repr for cache keys, and a set's
+    # order changes from one process to the next.
+    library_files: tuple[str, ...] = ()
 
 
 def parse_path_map(entries: Iterable[str | tuple[str, str]]) -> list[tuple[str, str]]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 
-from tb_syncfinder import catalogue
+from tb_syncfinder import analyze, catalogue
 from tb_syncfinder.engine import analyze_trace
 
 
@@ -208,3 +209,45 @@ def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_
         ("aten::item", "aten::_local_scalar_dense", catalogue.SCALAR_READBACK),
     ]
     assert result.info.device == "cpu"
+
+
+def test_a_barrier_is_a_collective_wait_at_its_line_with_the_barrier_advice(tmp_path):
+    source = tmp_path / "train.py"
+    source.write_text("import torch.distributed as dist\n\n\ndef train_step(loss):\n"
+                      "    loss.backward()\n    dist.barrier()\n    return loss\n")
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with b.op("c10d::barrier", stack=[(str(source), 4, "train_step"),
+                                          ("torch/distributed/c10d_logger.py", 79, "wrapper")]):
+            b.runtime("cudaDeviceSynchronize")
+    path = b.write(tmp_path / "w.pt.trace.json")
+    report = analyze(str(path), source_roots=[str(tmp_path)])
+    (site,) = report.sites
+    assert site.kind == catalogue.COLLECTIVE_WAIT
+    assert (site.line, site.line_exact) == (6, True)
+    assert "barrier" in site.advice["title"]
+
+
+@pytest.mark.parametrize(("annotations", "kind"), [
+    (["## SplitsAllToAllAwaitable wait() ##"], catalogue.COLLECTIVE_WAIT),
+    (["nccl:all_to_all"], catalogue.COLLECTIVE_WAIT),
+    # A pageable copy made inside the wait, in a region of its own: the copy is the cause.
+    (["## KJTAllToAllSplitsAwaitable wait() ##", "## all2all_data:recat_permute_gen ##"],
+     catalogue.DEVICE_TO_HOST_COPY),
+    (["## sparse_data_dist ##"], catalogue.DEVICE_TO_HOST_COPY),
+])
+def test_a_copy_whose_innermost_region_is_a_collective_wait_waits_on_the_collective(
+        tmp_path, annotations, kind):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with contextlib.ExitStack() as regions:
+            for name in annotations:
+                regions.enter_context(b.annotation(name))
+            with b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+                b.runtime("cudaMemcpyAsync", dur=4, memcpy=("DtoH", "Pageable"), bytes=64)
+                b.runtime("cudaStreamSynchronize")
+    path = b.write(tmp_path / "w.pt.trace.json")
+    (sync,) = analyze(str(path)).syncs
+    assert sync.kind == kind

@@ -10,6 +10,9 @@
 
 /** @type {KindInfo[]} */
 let kinds = [];
+/** Sortable site columns and the order a first click starts with (the plugin's query module). */
+/** @type {Record<string, "asc" | "desc">} */
+let siteSorts = {};
 
 /** Kind names are identifiers; anything else is never put into a CSS rule. */
 const SAFE_NAME = /^[a-z0-9_]+$/;
@@ -21,6 +24,27 @@ const SAFE_COLOUR = /^#[0-9a-fA-F]{3,8}$/;
  */
 export function setCatalogue(data) {
   kinds = Array.isArray(data?.kinds) ? data.kinds.filter((k) => k && typeof k.name === "string") : [];
+  const sorts = /** @type {any} */ (data)?.site_sorts;
+  siteSorts = sorts && typeof sorts === "object" ? sorts : {};
+}
+
+/**
+ * The order a site column starts with when first clicked, as the plugin sorts it; "desc"
+ * for a column the plugin does not list (or before the catalogue loaded).
+ * @param {string} key
+ * @returns {"asc" | "desc"}
+ */
+export function siteSortOrder(key) {
+  return siteSorts[key] === "asc" ? "asc" : "desc";
+}
+
+/**
+ * Whether the plugin sorts sites by this column (any column while no catalogue is loaded:
+ * the table still sorts, by the dashboard's own columns).
+ * @param {string} key
+ */
+export function isSiteSort(key) {
+  return Object.keys(siteSorts).length === 0 || Object.prototype.hasOwnProperty.call(siteSorts, key);
 }
 
 /** @param {string} name */

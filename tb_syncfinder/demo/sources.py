@@ -20,7 +20,6 @@ SOURCE_PACKS = (
         directory=DEMO_DIR,
         # The demo's driver: library code like the rest of tb_syncfinder; cnn.py and seg.py
         # stand in for a user's training script.
-        library_files=frozenset({"__init__.py", "cli.py", "runner.py", "serve.py",
-                                 "sources.py"}),
+        library_files=("__init__.py", "cli.py", "runner.py", "serve.py", "sources.py"),
     ),
 )

@@ -348,3 +348,25 @@ def test_an_inexact_line_of_a_file_that_was_read_says_why_not_that_it_was_not_fo
     assert "not found" not in text and "--source-root" not in text
     data["syncs"] = []  # nothing read: now the file was not found
     assert "--source-root" in render_report(data)
+
+
+def test_a_site_says_what_its_location_alone_does_not_backward_library_and_candidates() -> None:
+    from tb_syncfinder.models import Source
+
+    backward = make_site("seg.py", 82, "baseline_loss", "dynamic_shape",
+                         ["autograd::engine::evaluate_function: IndexBackward0"], 5, 100.0,
+                         50.0, backward=True,
+                         run_by=Source("seg.py", 127, 120, "baseline_step", True))
+    library = make_site("gen.py", 12, "generate_text", "scalar_readback", ["aten::item"], 3,
+                        90.0, 10.0, library=Source("/venv/site-packages/hf/utils.py", 880,
+                                                   700, "_has_unfinished", True))
+    inexact = make_site("loop.py", 4, "main", "scalar_readback", ["aten::item"], 2, 80.0,
+                        0.0, line_exact=False, candidates=[7, 9])
+    report = Report(traces=[TraceInfo("w.json", "w", None, device="cuda")],
+                    summary=Summary(10, 270.0, 60.0, 40_000.0, step_count=4),
+                    syncs=[], sites=[backward, library, inexact], latent=[])
+    text = render_report(report, width=120)
+    assert "backward of this line, run by line 127 (baseline_step)" in text
+    assert "synced in /venv/site-packages/hf/utils.py:880 (_has_unfinished)" in text
+    assert "candidate lines 7, 9" in text
+    assert text.count("backward of") == 1 and text.count("candidate lines") == 1

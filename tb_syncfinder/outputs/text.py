@@ -254,6 +254,36 @@ def _ops_text(site: dict[str, Any]) -> str:
     return text
 
 
+def _line_of(source: dict[str, Any], file: str | None) -> str:
+    """``line N`` in ``file``, else ``other.py:N``; ``*`` when the line is not exact."""
+    mark = "" if source.get("line_exact") else "*"
+    where = (f"line {source.get('line')}" if source.get("file") == file
+             else f"{source.get('file')}:{source.get('line')}")
+    return where + mark
+
+
+def _where_text(site: dict[str, Any]) -> str | None:
+    """What the location alone does not say: a backward pass's sync (placed on its forward
+    line) and what ran it, the library line that synced, the candidate lines of an inexact
+    site."""
+    parts = []
+    file = site.get("file")
+    run_by = site.get("run_by") or {}
+    if site.get("backward"):
+        parts.append("backward of this line" + (
+            f", run by {_line_of(run_by, file)}"
+            + (f" ({run_by['func']})" if run_by.get("func") else "")
+            if run_by.get("line") is not None else ""))
+    library = site.get("library") or {}
+    if library.get("file"):
+        parts.append(f"synced in {_line_of(library, file)}"
+                     + (f" ({library['func']})" if library.get("func") else ""))
+    candidates = site.get("candidates") or []
+    if not site.get("line_exact") and candidates:
+        parts.append("candidate lines " + ", ".join(map(str, candidates)))
+    return "; ".join(parts) or None
+
+
 def _advice_title(site: dict[str, Any]) -> str:
     advice = site.get("advice") or {}
     return str(advice.get("title") or "").strip()
@@ -335,6 +365,9 @@ def _site_table(data: dict[str, Any], sites: list[dict[str, Any]], style: _Style
         if moved:
             detail = ", ".join(moved) + " · " + detail
         lines.extend(style(line, _DIM) for line in wrap(detail, detail_width, _INDENT))
+        where = _where_text(site)
+        if where:
+            lines.extend(style(line, _DIM) for line in wrap(where, detail_width, _INDENT))
         title = _advice_title(site)
         if title:
             lines.extend(style(line, _GREEN)

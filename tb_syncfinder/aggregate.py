@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tb_syncfinder.catalogue import CHECKED, KIND_NAMES, advice_for
+from tb_syncfinder.catalogue import (
+    ALLOCATOR_SYNC,
+    CHECKED,
+    KIND_NAMES,
+    advice_for,
+    is_warmup_annotation,
+)
 from tb_syncfinder.cost import estimated_saving_us, idle_union_us
 from tb_syncfinder.models import (
     ProfilerOverhead,
@@ -17,6 +23,7 @@ from tb_syncfinder.models import (
     Summary,
     Sync,
     TraceResult,
+    WarmupAllocator,
 )
 from tb_syncfinder.query import rank_sites
 
@@ -119,6 +126,7 @@ def build_report(results: list[TraceResult]) -> Report:
         checked=list(CHECKED),
     )
     overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]
+    warmup = [s for r in results for s in getattr(r, "warmup_allocator", ())]
     return Report(
         traces=traces,
         summary=summary,
@@ -130,4 +138,23 @@ def build_report(results: list[TraceResult]) -> Report:
         profiler_overhead=ProfilerOverhead(
             count=len(overhead), host_wait_us=sum(s.host_wait_us for s in overhead),
             syncs=overhead),
+        warmup_allocator=build_warmup_allocator(warmup),
+    )
+
+
+def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:
+    """The allocator syncs listed apart as warm-up: their cost, the warm-up regions they ran
+    in and the allocator advice (for the operators that allocated most often)."""
+    if not syncs:
+        return WarmupAllocator()
+    regions = list(dict.fromkeys(a for s in syncs for a in s.annotations
+                                 if is_warmup_annotation(a)))
+    ops = Counter(op for s in syncs for op in dict.fromkeys(s.op_chain))
+    return WarmupAllocator(
+        count=len(syncs),
+        host_wait_us=sum(s.host_wait_us for s in syncs),
+        gpu_idle_us=idle_union_us(syncs),
+        regions=regions,
+        advice=advice_for(ALLOCATOR_SYNC, [op for op, _ in ops.most_common()]),
+        syncs=syncs,
     )

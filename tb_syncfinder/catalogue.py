@@ -23,6 +23,7 @@ Sources for the patterns: ``../shared/KINETO_NOTES.md`` (checked on real traces)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -464,6 +465,26 @@ def is_collective_wait_annotation(name: str) -> bool:
     text = name.strip("# ")
     return text.startswith(COLLECTIVE_ANNOTATION_PREFIXES) or any(
         marker in text for marker in COLLECTIVE_ANNOTATION_MARKERS)
+
+
+# Warm-up: a user annotation (record_function) whose name says warm-up marks steps run to let
+# cuDNN's benchmark pick its algorithms and the caching allocator fill its cache. Allocator
+# syncs there are expected once and are not the program's steady cost: listed apart
+# (``Report.warmup_allocator``), out of the findings, totals and CI gate, with the allocator
+# advice should they recur in measured steps.
+WARMUP_ANNOTATION = re.compile(r"warm[-_ ]?up", re.IGNORECASE)
+WARMUP_LISTED_KINDS = frozenset({ALLOCATOR_SYNC})
+
+
+def is_warmup_annotation(name: str) -> bool:
+    """Whether a record_function name marks a warm-up region ('warmup', 'Warm-up',
+    'warm_up', any case, anywhere in the name)."""
+    return WARMUP_ANNOTATION.search(name) is not None
+
+
+def is_warmup_listed(kind_name: str, annotations: Iterable[str]) -> bool:
+    """Whether a sync of this kind inside these annotations is listed apart as warm-up."""
+    return kind_name in WARMUP_LISTED_KINDS and any(map(is_warmup_annotation, annotations))
 
 
 # The kind an operator in the chain gives a sync.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
+from tb_syncfinder.catalogue import is_warmup_listed
 from tb_syncfinder.context import sync_context
 from tb_syncfinder.cost import step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
@@ -196,14 +197,21 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
             for n, (e, a, src, c) in enumerate(stages)
         ])
         first_id += len(episodes)
-    # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's:
-    # kept apart, out of the findings and the step totals.
+    # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's,
+    # and allocator syncs in warm-up regions are expected once: both kept apart, out of the
+    # findings and the step totals.
+    for found in built:
+        for sync in found:
+            sync.warmup_allocator = (not sync.profiler_overhead
+                                     and is_warmup_listed(sync.kind, sync.annotations))
     overhead = [s for found in built for s in found if s.profiler_overhead]
-    syncs, latent = ([s for s in found if not s.profiler_overhead] for found in built)
+    warmup = [s for found in built for s in found if s.warmup_allocator]
+    syncs, latent = ([s for s in found if not (s.profiler_overhead or s.warmup_allocator)]
+                     for found in built)
     steps = step_stats(tl, syncs)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
-        for sync in syncs + latent + overhead:
+        for sync in syncs + latent + overhead + warmup:
             contexts[sync.id] = sync_context(tl, sync, options.context_window_us,
                                              options.context_max_events)
     info = _info(ref, tl)
@@ -211,7 +219,7 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     info.step_markers = bool(tl.steps)
     if not tl.steps:
         info.steps = 1 if steps else 0
-    return TraceResult(info, syncs, latent, steps, contexts, overhead)
+    return TraceResult(info, syncs, latent, steps, contexts, overhead, warmup)
 
 
 def report_runs(results: Sequence[TraceResult]) -> RunsReport:

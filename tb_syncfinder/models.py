@@ -200,6 +200,9 @@ class Sync:
     # Issued by the profiler itself (prof.step() / profiler stop): listed apart
     # (Report.profiler_overhead), never among the findings.
     profiler_overhead: bool = False
+    # An allocator sync inside a warm-up region (catalogue.is_warmup_listed): listed apart
+    # (Report.warmup_allocator), never among the findings.
+    warmup_allocator: bool = False
 
 
 @dataclass
@@ -271,6 +274,20 @@ class ProfilerOverhead:
 
 
 @dataclass
+class WarmupAllocator:
+    """Allocator syncs inside warm-up regions (user annotations named warm-up): cuDNN's
+    benchmark and the caching allocator filling up, expected once, so kept out of the
+    findings and totals; listed with the allocator advice in case they recur later."""
+
+    count: int = 0
+    host_wait_us: float = 0.0
+    gpu_idle_us: float = 0.0
+    regions: list[str] = field(default_factory=list)  # the warm-up annotations, first seen first
+    advice: dict[str, Any] = field(default_factory=dict)  # the allocator kind's; {} when none
+    syncs: list[Sync] = field(default_factory=list)
+
+
+@dataclass
 class Report:
     traces: list[TraceInfo]
     summary: Summary
@@ -280,6 +297,7 @@ class Report:
     steps: list[StepStats] = field(default_factory=list)
     latent_sites: list[Site] = field(default_factory=list)
     profiler_overhead: ProfilerOverhead = field(default_factory=ProfilerOverhead)
+    warmup_allocator: WarmupAllocator = field(default_factory=WarmupAllocator)
 
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON-ready dict of schema ``tb_syncfinder.report/1``."""
@@ -293,6 +311,7 @@ class Report:
             "steps": [asdict(s) for s in self.steps],
             "latent_sites": [asdict(s) for s in self.latent_sites],
             "profiler_overhead": asdict(self.profiler_overhead),
+            "warmup_allocator": asdict(self.warmup_allocator),
         }
 
 
@@ -306,6 +325,7 @@ class TraceResult:
     steps: list[StepStats] = field(default_factory=list)
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     profiler_overhead: list[Sync] = field(default_factory=list)  # not in syncs or steps
+    warmup_allocator: list[Sync] = field(default_factory=list)  # not in syncs or steps
 
 
 @dataclass

@@ -188,7 +188,8 @@ class SummaryStore:
         compressed = len(payload) > _COMPRESS_ABOVE
         if compressed:
             payload = zlib.compress(payload, 1)
-        stored = result.syncs + result.latent + result.profiler_overhead
+        stored = (result.syncs + result.latent + result.profiler_overhead
+                  + result.warmup_allocator)
         resolved = {sync.source.resolved_path for sync in stored
                     if sync.source is not None and sync.source.resolved_path}
         data = _ENCODER.encode(_Envelope(

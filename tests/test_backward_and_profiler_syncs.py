@@ -239,3 +239,12 @@ def test_a_trace_without_stacks_still_reports_every_sync_with_its_operator_chain
     assert sorted(s.op or s.api for s in result.syncs) == sorted(
         2 * ["aten::index", "autograd::engine::evaluate_function: IndexBackward0",
              "aten::item", "cudaDeviceSynchronize"])
+
+
+def test_the_terminal_lists_the_profilers_synchronize_apart_from_the_sites(tmp_path):
+    from tb_syncfinder.outputs.text import render_report
+
+    text = render_report(analyze(str(_training_trace(tmp_path).parent)), width=100)
+    apart = text[text.index("Listed apart"):]
+    assert "profiler overhead  2 syncs" in apart and "warm-up allocator" not in apart
+    assert "explicit_sync" not in text  # the only explicit syncs are the profiler's

@@ -435,6 +435,43 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int,
     return lines
 
 
+def _labelled(label: str, text: str, width: int) -> list[str]:
+    """``text`` after a label of the listed-apart section, continuation lines under it."""
+    head = f"  {label:<19}"
+    lines = wrap(text, width, " " * len(head), "")
+    return [head + lines[0].lstrip(" ")] + lines[1:]
+
+
+def _listed_apart_lines(data: dict[str, Any], style: _Style, width: int) -> list[str]:
+    """The syncs kept out of the findings, totals and CI gate: the profiler's own, and
+    allocator syncs in warm-up regions (with the allocator fix, should they recur)."""
+    overhead = data.get("profiler_overhead") or {}
+    warmup = data.get("warmup_allocator") or {}
+    lines: list[str] = []
+
+    def cost(part: dict[str, Any]) -> str:
+        text = (f"{plural(int(part.get('count') or 0), 'sync')}, "
+                f"{format_us(float(part.get('host_wait_us') or 0.0))} host wait")
+        idle = float(part.get("gpu_idle_us") or 0.0)
+        return text + (f", {format_us(idle)} GPU idle" if idle else "")
+
+    if overhead.get("count"):
+        lines.extend(_labelled("profiler overhead", f"{cost(overhead)}: the profiler's own "
+                               "synchronize (prof.step(), profiler stop)", width))
+    if warmup.get("count"):
+        regions = list(warmup.get("regions") or [])
+        where = ", ".join(regions[:2]) + (f" and {len(regions) - 2} more"
+                                          if len(regions) > 2 else "")
+        lines.extend(_labelled("warm-up allocator", f"{cost(warmup)}: allocator syncs in "
+                               f"warm-up regions ({where}), expected once", width))
+        title = (warmup.get("advice") or {}).get("title")
+        if title:
+            lines.extend(_labelled("", f"if they recur after warm-up: {title}", width))
+    if not lines:
+        return []
+    return [style("Listed apart (not in the findings, totals or CI gate)", _BOLD), *lines]
+
+
 def _traces_line(traces: list[dict[str, Any]]) -> str:
     ok = [t for t in traces if not t.get("error")]
     devices: dict[str, int] = {}
@@ -509,6 +546,10 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None,
         lines.append("")
     if readable:
         lines.extend(_summary_lines(summary, style, width, cpu_only))
+        lines.append("")
+    apart = _listed_apart_lines(data, style, width)
+    if apart:
+        lines.extend(apart)
         lines.append("")
     repairs = _repair_lines(traces, style)
     if repairs:

@@ -227,7 +227,10 @@ class _Probe(Struct, gc=False):
     args: Union[_ProbeArgs, None] = None
 
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[TraceEvent])
+# Lax: numbers written as strings become numbers in the decoder (torch_npu writes every
+# "ts" of an Ascend trace_view.json as a string), as the lenient conversion does; fields
+# that may be strings keep them.
+_EVENTS_DECODER = msgspec.json.Decoder(list[TraceEvent], strict=False)
 _PROBE_DECODER = msgspec.json.Decoder(list[_Probe])
 _TAIL_DECODER = msgspec.json.Decoder(_TopLevelTail)
 _RAW_DECODER = msgspec.json.Decoder(msgspec.Raw)
@@ -614,6 +617,7 @@ class _Reader:
         self.chunks = 0
         self.slow_chunks = 0
         self.top: dict[str, Any] = {}
+        self.after_element = False  # buf[lo] is whitespace after an element, not a separator
 
     # -- buffer -----------------------------------------------------------------------------
     def _fill(self, drop_whitespace: bool = False) -> bool:
@@ -801,8 +805,9 @@ class _Reader:
             self.lo = end
 
     def _between_elements(self) -> bool:
-        """Whether only whitespace follows the separator at ``lo``: more whitespace then
-        means nothing, and what is held of it is dropped (so this check stays cheap)."""
+        """Whether only whitespace follows the separator (or the element) ending at ``lo``:
+        more whitespace then means nothing, and what is held of it is dropped (so this
+        check stays cheap)."""
         if _WS.match(self.buf, self.lo + 1, self.hi).end() < self.hi:
             return False
         self.hi = self.lo + 1
@@ -819,7 +824,21 @@ class _Reader:
         end), or None when no element is whole yet."""
         buf, end = self.buf, self.hi
         first = _WS.match(buf, pos + 1, end).end()
-        if first < end and buf[first] == _CLOSE and buf[pos] == _OPEN:
+        if self.after_element:
+            # buf[pos] is whitespace after an element: the separator is still to come.
+            if first >= end:
+                return None
+            if buf[first] == _CLOSE:
+                self.after_element = False
+                return first, True
+            if buf[first] != _COMMA:
+                raise TraceReadError(
+                    self.path, f"invalid JSON: expected ',' or ']' after an event (byte "
+                               f"{self._offset(first)})")
+            self.after_element = False
+            self.lo = pos = first
+            first = _WS.match(buf, pos + 1, end).end()
+        elif first < end and buf[first] == _CLOSE and buf[pos] == _OPEN:
             return first, True  # an empty list
         hi = end
         tries = 0
@@ -829,6 +848,16 @@ class _Reader:
                 break
             hi = j
             k = _WS.match(buf, j + 1, end).end()
+            if k >= end and j + 1 < end:
+                # Only whitespace after this "}" so far (maybe a lot of it): cut right
+                # after it, on that whitespace; the separator is looked for next round.
+                tries += 1
+                try:
+                    self._decode_chunk(pos, j + 1)
+                except _BadCut:
+                    continue
+                self.after_element = True
+                return j + 1, False
             if k >= end or (buf[k] != _COMMA and buf[k] != _CLOSE):
                 continue
             tries += 1

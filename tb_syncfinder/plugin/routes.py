@@ -404,6 +404,9 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
                         "run": name,
                         "reason": state.error,
                         "retrying": state.status == RETRY,
+                        # Truncated, or changed while it was read: shown as "being
+                        # written" until a complete read replaces it with the report.
+                        "being_written": state.being_written,
                     }
                 )
         with self.loader.lock:

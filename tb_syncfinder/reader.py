@@ -965,7 +965,7 @@ class _Reader:
         except (msgspec.ValidationError, msgspec.DecodeError):
             probes = None  # odd args on an event of a phase nobody reads
         if probes is not None and len(probes) == len(events):
-            for probe, event in zip(probes, events):
+            for probe, event in zip(probes, events, strict=True):
                 if (probe.name == REPEAT_INTERLEAVE and probe.args is not None
                         and probe.args.concrete_inputs is not None
                         and getattr(event, "args", None) is not None):
@@ -973,7 +973,7 @@ class _Reader:
                     event.args.concrete_inputs = probe.args.concrete_inputs.copy()
             del probes
             return
-        for raw, event in zip(_GENERIC_DECODER.decode(chunk), events):
+        for raw, event in zip(_GENERIC_DECODER.decode(chunk), events, strict=True):
             args = raw.get("args") if isinstance(raw, dict) else None
             if (raw.get("name") == REPEAT_INTERLEAVE and isinstance(args, dict)
                     and "Concrete Inputs" in args

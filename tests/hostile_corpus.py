@@ -64,7 +64,8 @@ def _wrong_types() -> dict[str, Any]:
     odd = [("ts", [1, 2]), ("pid", {"a": 1}), ("args", "not an object"), ("name", 5),
            ("dur", "N/A"), ("tid", None), ("cat", 3.5)]
     kernels = [e for e in events if e.get("cat") == "kernel"]
-    for (key, value), event in zip(odd, kernels + [e for e in events if e.get("ph") == "f"]):
+    for (key, value), event in zip(odd, kernels + [e for e in events if e.get("ph") == "f"],
+                                  strict=False):
         event[key] = value
     events.append("an event that is a string")
     return doc

@@ -4,6 +4,7 @@
  * layout (header, banners, hotspots or compare view, detail panel).
  */
 import { ApiError, clearCache, getJson } from "./api.js";
+import { kindStyles, setCatalogue } from "./catalogue.js";
 import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
@@ -34,6 +35,8 @@ export class App {
     /** Repair notices of the selection whose JSON is `key` (from its `summary`). */
     this.repairs = { key: "", notices: /** @type {{path: string, text: string}[]} */ ([]), more: 0 };
     this.inVsCode = detectVsCode();
+    /** Whether TensorBoard shows the PyTorch Profiler tab (its `plugins_listing`). */
+    this.profilerTab = false;
     this.toastEl = h("div", { class: "sa-toast", role: "status", "aria-live": "polite" });
     this.headerEl = h("header", { class: "sa-header" });
     this.bannerEl = h("div", { class: "sa-banners" });
@@ -57,8 +60,29 @@ export class App {
   }
 
   start() {
-    this.render();
-    this.pollRuns();
+    // TensorBoard's own listing (relative to the plugin routes, so it works under any
+    // --path_prefix): the detail links to the PyTorch Profiler tab only where it exists.
+    const listing = fetch("../../plugins_listing", { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : null))
+      .then((plugins) => {
+        this.profilerTab = !!plugins?.pytorch_profiler?.enabled;
+      })
+      .catch(() => {});
+    // Kind labels and colours come from the plugin's catalogue; without it the view still
+    // works, with plain names.
+    const catalogue = getJson("catalogue")
+      .then((data) => {
+        setCatalogue(data);
+        const style = document.createElement("style");
+        style.textContent = kindStyles();
+        // First in <head>: the main sheet's later rules (latent badges) win ties.
+        document.head.prepend(style);
+      })
+      .catch(() => setCatalogue(null));
+    Promise.allSettled([catalogue, listing]).then(() => {
+      this.render();
+      this.pollRuns();
+    });
   }
 
   /** Poll `runs`: new runs and traces appear without a reload. */
@@ -440,6 +464,27 @@ export class App {
     }
     const text = helpers.frameLocation(frame);
     await this.copyWithToast(text, text);
+  }
+
+  /**
+   * Open TensorBoard's PyTorch Profiler tab: in TensorBoard (or VS Code, whose frame holds
+   * TensorBoard's page) by switching the page's tab; standalone in a new browser tab. The
+   * tab takes no run, view or time from a URL, so `search` (the operator to find in its
+   * Trace view) is copied to paste into its search box.
+   * @param {string | null} search
+   */
+  async openProfilerTab(search) {
+    if (search) await copyText(search);
+    try {
+      if (window.parent !== window && window.parent.document) {
+        window.parent.location.hash = "pytorch_profiler";
+        return;
+      }
+    } catch {
+      // a cross-origin parent: open the tab in a new browser tab instead
+    }
+    // The plugin frame's base is .../data/plugin/sync_advisor/: TensorBoard is three up.
+    window.open(new URL("../../../#pytorch_profiler", document.baseURI).href, "_blank", "noopener");
   }
 
   /**

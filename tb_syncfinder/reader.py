@@ -56,7 +56,8 @@ from msgspec import Meta, Struct
 
 __all__ = [
     "Args", "Event", "FlowStart", "MetaEvent", "TraceEvent", "TraceData", "TraceReadError",
-    "read_trace", "decode_trace", "gunzip", "CHUNK_BYTES", "MAX_HELD_BYTES",
+    "read_trace", "decode_trace", "decode_document", "gunzip", "CHUNK_BYTES",
+    "MAX_HELD_BYTES",
 ]
 
 # JSON decoded at once (one chunk of whole events). Larger chunks are not faster; smaller
@@ -379,6 +380,22 @@ def gunzip(path: str, raw: bytes) -> bytes:
         except zlib.error:
             pass
     return b"".join(_inflate(path, io.BytesIO(raw), b"", 64 << 20))
+
+
+def decode_document(path: str, raw: bytes) -> tuple[Any, list[str]]:
+    """The whole JSON document of a trace file's bytes (gzip or not), read with the same
+    repairs as the event decode (N/A, NaN / Infinity, Windows backslashes, invalid UTF-8),
+    and the names of the repairs it needed. Raises ``TraceReadError`` as the reader does
+    (truncated, nested too deeply, not JSON). Holds the whole document: for writing the
+    trace out again (the annotated trace), never for analysis."""
+    if not raw:
+        raise TraceReadError(path, "empty file")
+    text = gunzip(path, raw)
+    repairs: list[str] = []
+    try:
+        return _repair_decode(path, text, repairs), repairs
+    except MemoryError:
+        raise TraceReadError(path, "out of memory while reading the trace") from None
 
 
 # ----- repairs and lenient conversion ----------------------------------------------------

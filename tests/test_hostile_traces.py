@@ -24,6 +24,7 @@ from hostile_corpus import GOOD_SYNCS, Case, build_corpus, good_trace
 
 import tb_syncfinder
 from tb_syncfinder.demo.serve import TensorBoardProcess, free_port, start_tensorboard
+from tests.e2e.helpers import checkout_env
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120
@@ -159,6 +160,7 @@ def start_board(logdir: Path, cwd: Path) -> TensorBoardProcess:
         logdir, free_port("127.0.0.1"), timeout=START_TIMEOUT_S, host="127.0.0.1", cwd=cwd,
         extra_args=["--sync_advisor_cache_dir", str(cwd / "cache"),
                     "--sync_advisor_reload_interval", "1"],
+        env=checkout_env(),  # this checkout's plugin, whatever copy is installed
     )
 
 

@@ -15,7 +15,8 @@ Per run (``job_stage``, called by ``engine.report_runs`` before aggregation):
    the job-level saving, the peer-wait part and the local saving net of it; and the run's
    ``Report.job`` object (``JobStage.to_json``).
 
-A run none of whose traces has ``distributedInfo`` is not a job: no stage, nothing changes.
+A run none of whose traces is a rank (``distributedInfo`` with a world size above 1) is not a
+job: no stage, nothing changes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tb_syncfinder import ranks as R
-from tb_syncfinder.collectives import RankTrace, extract_rank, read_comm_sidecar
+from tb_syncfinder.collectives import (
+    RankTrace,
+    extract_rank,
+    parse_distributed_info,
+    read_comm_sidecar,
+)
 from tb_syncfinder.models import Report, Site, Sync, TraceRef, TraceResult
 from tb_syncfinder.timeline import Timeline
 
@@ -42,11 +48,15 @@ TOP_SITES = 50  # job sites kept in the JSON, by job saving
 
 def rank_trace(tl: Timeline, ref: TraceRef, distributed_info: Mapping[str, Any] | None,
                syncs: Sequence[Sync], resolver: Any, id_prefix: str) -> RankTrace | None:
-    """The job stage's input from one trace (None: no ``distributedInfo``, not a rank).
+    """The job stage's input from one trace; None for a trace that is no rank of a job
+    (no ``distributedInfo``, or a world size of 1).
 
-    The collective arguments the reader drops are read from the file beside it
+    The collective arguments the reader drops are read from the file again
     (``read_comm_sidecar``): only for traces that are ranks of a job."""
     if not isinstance(distributed_info, Mapping):
+        return None
+    dist = parse_distributed_info(distributed_info)
+    if dist is None or dist.world_size is None or dist.world_size <= 1:
         return None
     sidecar = read_comm_sidecar(ref.path)
     rank = extract_rank(tl, distributed_info, comm=sidecar, syncs=syncs, resolver=resolver,

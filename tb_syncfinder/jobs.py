@@ -151,13 +151,13 @@ def _rank_totals(j: _JobFigures) -> list[dict[str, Any]]:
             "collectives": len(rt.collectives), "steps": len(rt.steps),
             "sync_wait_us": sum(w.wait_us for w in rt.waits if w.is_sync),
             "blocking_wait_us": sum(w.wait_us for w in rt.waits if not w.is_sync),
-            "collective_wait_us": 0.0, "late_us": 0.0, "caused_wait_us": 0.0,
+            "wait_in_collectives_us": 0.0, "late_us": 0.0, "caused_wait_us": 0.0,
             "carried_in_us": 0.0, "peer_wait_in_syncs_us": 0.0,
         }
     for rs in j.analysis.rank_steps:
         row = rows.get(rs.rank)
         if row is not None:
-            row["collective_wait_us"] += rs.wait_us
+            row["wait_in_collectives_us"] += rs.wait_us
             row["late_us"] += rs.late_us
             row["caused_wait_us"] += rs.caused_wait_us
             row["carried_in_us"] += rs.carried_in_us

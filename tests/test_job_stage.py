@@ -101,7 +101,7 @@ def test_gloo_job_waits_of_the_other_ranks_are_within_20_percent_of_the_injected
                           statistics.median(injected.values())), (rank, rows)
     totals = {r["rank"]: r for r in job["rank_totals"]}
     assert within(totals[GLOO_LATE]["blocking_wait_us"], sum(injected.values()))
-    assert totals[GLOO_LATE]["collective_wait_us"] == 0.0
+    assert totals[GLOO_LATE]["wait_in_collectives_us"] == 0.0
 
 
 def test_gloo_lateness_is_split_into_explained_carried_in_and_not_explained(gloo_report):

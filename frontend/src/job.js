@@ -76,7 +76,7 @@ function rankTable(job) {
           h("td", null, String(r.rank)),
           h("td", null, formatUs(r.sync_wait_us)),
           h("td", null, formatUs(r.blocking_wait_us)),
-          h("td", null, formatUs(r.collective_wait_us)),
+          h("td", null, formatUs(r.wait_in_collectives_us)),
           h("td", null, formatUs(r.late_us)),
           h("td", null, formatUs(r.caused_wait_us)),
         ),

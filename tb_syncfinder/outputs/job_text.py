@@ -44,7 +44,7 @@ def _rank_columns() -> list[Column]:
         Column("worker", lambda row: row.get("worker") or "-", align="<", wrap=True),
         Column("host wait", us("sync_wait_us")),
         Column("blocking", us("blocking_wait_us"), drop=2),
-        Column("collective wait", us("collective_wait_us")),
+        Column("collective wait", us("wait_in_collectives_us")),
         Column("late", us("late_us")),
         Column("others waited", us("caused_wait_us"), drop=1),
     ]

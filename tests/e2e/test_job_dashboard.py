@@ -73,6 +73,10 @@ def test_run_that_is_not_a_job_shows_no_job_view(
     page.goto(plugin_url(job_board))
     page.wait_for_selector("#sa-run")
     page.select_option("#sa-run", "single")
-    page.wait_for_selector("[data-testid=sites] tbody tr")
+    # The first run (the job) may render first: wait for the single run's own site row.
+    page.wait_for_function(
+        "[...document.querySelectorAll('[data-testid=sites] tbody tr')]"
+        ".some(r => r.innerText.includes('train.py:'))"
+    )
     assert page.locator("[data-testid=job]").count() == 0
     assert page_errors == []

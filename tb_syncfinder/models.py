@@ -137,6 +137,10 @@ class Sync:
     bytes: int | None = None  # bytes copied, for copies
     latent: bool = False  # True for would-sync-on-GPU findings in CPU-only traces
     site_key: str = ""  # Site.key of the site this sync belongs to
+    # Job stage (issue 17): on a rank that was at the time waiting for a late peer, the
+    # part of this sync's host wait that was that wait, and the peer ("waiting for rank L").
+    waiting_for_rank: int | None = None
+    peer_wait_us: float = 0.0
 
 
 @dataclass
@@ -161,6 +165,18 @@ class Site:
     apis: list[str] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     latent: bool = False
+    # Job stage (issue 17), on runs that are multi-rank jobs (0 / None otherwise): the wait
+    # this site causes on the other ranks (summed over ranks and steps), the job's step time
+    # it would save; on waiting ranks, the part of its host wait that was a wait for a late
+    # peer, that peer ("waiting for rank L"), and its local saving net of that part
+    # (host_wait_us + gpu_idle_us - peer_wait_us; None when the run is not a job).
+    caused_wait_us: float = 0.0
+    job_saving_us: float = 0.0
+    job_saving_per_step_us: float = 0.0
+    peer_wait_us: float = 0.0
+    waiting_for_rank: int | None = None
+    waiting_for: str | None = None
+    local_saving_us: float | None = None
 
 
 @dataclass
@@ -200,6 +216,8 @@ class Report:
     latent: list[Sync]
     steps: list[StepStats] = field(default_factory=list)
     latent_sites: list[Site] = field(default_factory=list)
+    # The job stage's view of a multi-rank run (``jobs.JobReport.to_json()``); None otherwise.
+    job: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON-ready dict of schema ``tb_syncfinder.report/1``.
@@ -215,6 +233,7 @@ class Report:
             "latent": _plain(self.latent),
             "steps": _plain(self.steps),
             "latent_sites": _plain(self.latent_sites),
+            "job": self.job,
         }
 
 
@@ -234,6 +253,9 @@ class TraceResult:
     latent: list[Sync] = field(default_factory=list)
     steps: list[StepStats] = field(default_factory=list)
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What the job stage needs of this trace (rank, collectives, host waits); None for a
+    # trace without distributedInfo.
+    rank: RankTrace | None = None
 
 
 @dataclass
@@ -244,3 +266,8 @@ class RunsReport:
     report: Report
     runs: dict[str, Report]
     results: list[TraceResult] = field(default_factory=list)
+
+
+# Last: collectives imports this module's records (its own import of ``Sync`` is then
+# complete); the name must be here for msgspec to decode a stored TraceResult.
+from tb_syncfinder.collectives import RankTrace  # noqa: E402

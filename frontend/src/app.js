@@ -9,6 +9,7 @@ import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
 import { renderHotspots } from "./hotspots.js";
+import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { repairNotices } from "./repairs.js";
 import { decodeState, shareUrl, vscodeFlag } from "./state.js";
@@ -173,8 +174,10 @@ export class App {
     try {
       const body =
         this.state.view === "compare" ? await renderCompare(ctx) : await renderHotspots(ctx);
+      // A run whose traces are the ranks of a job: its job view above the hotspots.
+      const job = this.state.view === "compare" ? null : await renderJob(ctx);
       if (gen !== this.renderGen) return;
-      replace(this.viewEl, body);
+      replace(this.viewEl, job ? [job, body] : body);
       restoreFocus(focus);
       if (this.state.view !== "compare" && this.state.site) {
         const panel = this.viewEl.querySelector(".sa-detail-slot");

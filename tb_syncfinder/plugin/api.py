@@ -137,6 +137,12 @@ def sync_impl(sel: Selection, sync_id: str) -> dict[str, Any]:
     }
 
 
+def job_impl(sel: Selection) -> dict[str, Any]:
+    """The run's job (issue 17): ranks, issues, rank x step lateness, per-rank waits, top
+    sites by cost to the job; ``job`` is null for a run whose traces are no job's ranks."""
+    return {"job": sel.report_json.get("job"), "loading": sel.loading}
+
+
 def compare_impl(base: Selection, new: Selection) -> dict[str, Any]:
     from tb_syncfinder.compare import compare
 

@@ -125,6 +125,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             "/sites": self._sites,
             "/syncs": self._syncs,
             "/sync": self._sync,
+            "/job": self._job,
             "/source": self._source,
             "/compare": self._compare,
             "/export": self._export,
@@ -250,6 +251,10 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         sync_id = params.text(request, "id", True)
         return self._answer(request, sel, ("sync", sync_id),
                             lambda: api.sync_impl(sel, sync_id))
+
+    def _job(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        return self._answer(request, sel, ("job",), lambda: api.job_impl(sel))
 
     def _source(self, request: wrappers.Request) -> Any:
         file = params.text(request, "file", required=True)

@@ -26,6 +26,7 @@ from tb_syncfinder.catalogue import is_warmup_listed
 from tb_syncfinder.context import sync_context
 from tb_syncfinder.cost import step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
+from tb_syncfinder.jobs import job_stage, rank_trace
 from tb_syncfinder.models import (
     Attribution,
     Report,
@@ -181,6 +182,7 @@ def _build_sync(episode: Episode, attribution: Attribution, source: Source | Non
 def _analyze_data(ref: TraceRef, data: Any, options: Options,
                   resolver: SourceResolver) -> TraceResult:
     repairs = list(getattr(data, "repairs", ()))
+    distributed_info = getattr(data, "distributed_info", None)
     tl = build_timeline(data)
     del data  # the events live on in the timeline only until this function returns
     attribute = Attributor(tl, options.source_packs)
@@ -219,7 +221,21 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     info.step_markers = bool(tl.steps)
     if not tl.steps:
         info.steps = 1 if steps else 0
-    return TraceResult(info, syncs, latent, steps, contexts, overhead, warmup)
+    rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix)
+    return TraceResult(info, syncs, latent, steps, contexts, profiler_overhead=overhead,
+                       warmup_allocator=warmup, rank=rank)
+
+
+def _run_report(members: Sequence[TraceResult]) -> Report:
+    """One run's report; a run whose traces are ranks of a job goes through the job stage
+    (``jobs.py``: syncs that waited for a late peer relabelled, job costs per site, the
+    ``job`` object)."""
+    stage = job_stage(members)
+    if stage is None:
+        return build_report(list(members))
+    report = build_report(stage.results)
+    stage.annotate(report)
+    return report
 
 
 def report_runs(results: Sequence[TraceResult]) -> RunsReport:
@@ -228,7 +244,7 @@ def report_runs(results: Sequence[TraceResult]) -> RunsReport:
     by_run: dict[str, list[TraceResult]] = {}
     for result in results:
         by_run.setdefault(result.info.run or "", []).append(result)
-    runs = {name: build_report(members) for name, members in by_run.items()}
+    runs = {name: _run_report(members) for name, members in by_run.items()}
     merged = next(iter(runs.values())) if len(runs) == 1 else build_report(list(results))
     return RunsReport(report=merged, runs=runs, results=list(results))
 

@@ -37,7 +37,8 @@ from tb_syncfinder.models import TraceRef, TraceResult
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "tb_syncfinder.summary/1"
+# 2: a result carries its RankTrace (the job stage's input, issue 17).
+FORMAT = "tb_syncfinder.summary/2"
 FOLDER = ".sync_advisor"  # beside the traces; discovery never takes it for a run
 SUFFIX = ".summary"
 _COMPRESS_ABOVE = 16 * 1024
@@ -46,8 +47,12 @@ _COMPRESS_ABOVE = 16 * 1024
 def stored_shape() -> str:
     """The field names of everything a stored TraceResult holds: adding a field to the
     models changes it, so a summary written before (which lacks the field) is never used."""
+    from tb_syncfinder import collectives
+
     classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
-               models.StepStats)
+               models.StepStats, collectives.RankTrace, collectives.DistributedInfo,
+               collectives.ProcessGroupInfo, collectives.Collective, collectives.StepSpan,
+               collectives.HostWait)
     return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
                     for c in classes)
 
@@ -245,3 +250,24 @@ def summarised(refs: Sequence[TraceRef], store: SummaryStore, options: Any
         else:
             missing.append(ref)
     return found, missing
+
+
+def summary_exists(store: SummaryStore, trace_path: str) -> bool:
+    """Whether ``trace_path`` has a summary file, valid or not (cheap: one stat)."""
+    path = store.path_for(trace_path)
+    try:
+        if is_remote(path):
+            from torch_tb_profiler import io as tb_io
+
+            return bool(tb_io.exists(path))
+        return os.path.exists(path)
+    except Exception:  # noqa: BLE001 - an unreachable store has no summaries to offer
+        return False
+
+
+def summarise_command(folder: str, store: SummaryStore) -> str:
+    """The command that writes the summaries of the traces under ``folder``."""
+    import shlex
+
+    where = f" --summaries-dir {shlex.quote(store.directory)}" if store.directory else ""
+    return f"tb-syncfinder report --write-summaries{where} {shlex.quote(folder)}"

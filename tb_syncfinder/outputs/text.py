@@ -547,6 +547,11 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None,
     if readable:
         lines.extend(_summary_lines(summary, style, width, cpu_only))
         lines.append("")
+    from tb_syncfinder.outputs.job_text import job_lines  # the job section (multi-rank runs)
+
+    job = job_lines(data, style, width, _BOLD, _YELLOW, top)
+    if job:
+        lines.extend([*job, ""])
     apart = _listed_apart_lines(data, style, width)
     if apart:
         lines.extend(apart)

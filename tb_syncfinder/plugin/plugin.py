@@ -33,6 +33,7 @@ from tb_syncfinder.plugin.safety import SourceGuard
 from tb_syncfinder.plugin.selection import Selection, Selections, workers_of
 from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
 from tb_syncfinder.source import with_source_packs
+from tb_syncfinder.summaries import SummaryStore
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             max_workers=settings.max_workers or None,
             use_processes=settings.use_processes,
             analyze_fn=analyze_fn,
+            summaries=SummaryStore(settings.summaries_dir),
         )
         self.selections = Selections(self.loader)
         if start:
@@ -123,6 +125,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             "/sites": self._sites,
             "/syncs": self._syncs,
             "/sync": self._sync,
+            "/job": self._job,
             "/source": self._source,
             "/compare": self._compare,
             "/export": self._export,
@@ -248,6 +251,10 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         sync_id = params.text(request, "id", True)
         return self._answer(request, sel, ("sync", sync_id),
                             lambda: api.sync_impl(sel, sync_id))
+
+    def _job(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        return self._answer(request, sel, ("job",), lambda: api.job_impl(sel))
 
     def _source(self, request: wrappers.Request) -> Any:
         file = params.text(request, "file", required=True)

@@ -1,0 +1,255 @@
+"""The job stage wired into the pipeline (issue 17): per trace, its ``RankTrace``; per run,
+its traces seen as one job (``ranks.py``), folded back into the run's report.
+
+Per trace (``rank_trace``, called by ``engine`` while the timeline is in memory): the rank's
+collectives, steps and host waits, or None for a trace without ``distributedInfo``. It rides
+on ``TraceResult.rank`` through the summaries and the Ray fan-out.
+
+Per run (``job_stage``, called by ``engine.report_runs`` before aggregation):
+
+1. group the run's rank traces into jobs and analyse each (``ranks.analyze_ranks``);
+2. the what-ifs (``job_what_ifs``: the one place a replay plugs in; bounds until then);
+3. relabel, on ranks that were waiting for a late peer, the syncs whose wait was that wait
+   (``Sync.waiting_for_rank`` / ``peer_wait_us``);
+4. after aggregation (``JobStage.annotate``): per site the wait it causes on other ranks and
+   the job-level saving, the peer-wait part and the local saving net of it; and the run's
+   ``Report.job`` object (``JobStage.to_json``).
+
+A run none of whose traces is a rank (``distributedInfo`` with a world size above 1) is not a
+job: no stage, nothing changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tb_syncfinder import ranks as R
+from tb_syncfinder.collectives import (
+    RankTrace,
+    extract_rank,
+    parse_distributed_info,
+    read_comm_sidecar,
+)
+from tb_syncfinder.models import Report, Site, Sync, TraceRef, TraceResult
+from tb_syncfinder.timeline import Timeline
+
+__all__ = ["JobStage", "ReplayedEarlier", "job_stage", "job_what_ifs", "rank_trace"]
+
+# Per rank: wait id (a Sync.id or blocking call id) -> that rank's collective index -> how
+# much earlier the rank would have arrived there without that wait (a what-if replay).
+ReplayedEarlier = Mapping[int, Mapping[str, Mapping[int, float]]]
+
+TOP_SITES = 50  # job sites kept in the JSON, by job saving
+
+
+def rank_trace(tl: Timeline, ref: TraceRef, distributed_info: Mapping[str, Any] | None,
+               syncs: Sequence[Sync], resolver: Any, id_prefix: str) -> RankTrace | None:
+    """The job stage's input from one trace; None for a trace that is no rank of a job
+    (no ``distributedInfo``, or a world size of 1).
+
+    The collective arguments the reader drops are read from the file again
+    (``read_comm_sidecar``): only for traces that are ranks of a job."""
+    if not isinstance(distributed_info, Mapping):
+        return None
+    dist = parse_distributed_info(distributed_info)
+    if dist is None or dist.world_size is None or dist.world_size <= 1:
+        return None
+    sidecar = read_comm_sidecar(ref.path)
+    rank = extract_rank(tl, distributed_info, comm=sidecar, syncs=syncs, resolver=resolver,
+                        worker=ref.worker, id_prefix=id_prefix)
+    if sidecar.error:
+        rank.notes.append(sidecar.error)
+    return rank
+
+
+def job_what_ifs(analysis: R.JobAnalysis, replayed: ReplayedEarlier | None = None
+                 ) -> tuple[list[R.WhatIf], bool]:
+    """The what-ifs the job is costed with, and whether any is a bound.
+
+    ``replayed``: a what-if replay's results per rank (``ReplayedEarlier``); the ranks it
+    covers are costed with them (``ranks.what_ifs_for_rank``), the others with the bounds of
+    ``ranks.fallback_what_ifs`` (a late rank's host wait explains at most min(its wait, the
+    lateness))."""
+    replayed = replayed or {}
+    out = [w for w in R.fallback_what_ifs(analysis) if w.rank not in replayed]
+    for rank, earlier in replayed.items():
+        if rank in analysis.ranks:
+            out.extend(R.what_ifs_for_rank(rank, earlier))
+    return out, any(w.bound for w in out)
+
+
+@dataclass
+class _JobFigures:
+    analysis: R.JobAnalysis
+    costs: list[R.SiteJobCost]
+    arrivals: list[R.LateArrival]
+    peer_waits: list[R.PeerWait]
+    bound: bool
+
+
+@dataclass
+class JobStage:
+    """One run's job analysis, ready to fold into its report."""
+
+    jobs: list[_JobFigures]
+    issues: list[R.JobIssue]  # about traces in no job
+    results: list[TraceResult]  # the run's results, syncs relabelled
+
+    def annotate(self, report: Report) -> None:
+        """Add the job-level site fields and the ``job`` object to the run's report."""
+        costs = [c for j in self.jobs for c in j.costs]
+        by_site: dict[str, list[R.SiteJobCost]] = defaultdict(list)
+        for c in costs:
+            by_site[c.site_key].append(c)
+        peer: dict[str, Counter[int]] = defaultdict(Counter)
+        for sync in (s for r in self.results for s in r.syncs + r.latent):
+            if sync.waiting_for_rank is not None and sync.peer_wait_us > 0:
+                peer[sync.site_key][sync.waiting_for_rank] += sync.peer_wait_us
+        for site in report.sites + report.latent_sites:
+            _annotate_site(site, by_site.get(site.key, []), peer.get(site.key))
+        report.job = self.to_json()
+
+    def to_json(self) -> dict[str, Any]:
+        """The run's ``job`` object: its main job (most ranks) in full, others named."""
+        run_issues = [_issue(i) for i in self.issues]
+        if not self.jobs:
+            return {"key": None, "world_size": None, "ranks": [], "missing_ranks": [],
+                    "complete": False, "issues": run_issues, "other_jobs": []}
+        main, *others = sorted(self.jobs, key=lambda j: -len(j.analysis.ranks))
+        doc = _job_json(main)
+        doc["issues"] = doc["issues"] + run_issues
+        doc["other_jobs"] = [_job_json(j) for j in others]
+        return doc
+
+
+def _annotate_site(site: Site, costs: list[R.SiteJobCost], peer: Counter[int] | None) -> None:
+    site.caused_wait_us = sum(c.caused_wait_us for c in costs)
+    site.job_saving_us = sum(c.job_saving_us for c in costs)
+    site.job_saving_per_step_us = sum(c.job_saving_per_step_us for c in costs)
+    site.peer_wait_us = min(sum(peer.values()), site.host_wait_us) if peer else 0.0
+    if peer:
+        late_rank = peer.most_common(1)[0][0]
+        site.waiting_for_rank = late_rank
+        site.waiting_for = f"waiting for rank {late_rank}"
+    site.local_saving_us = max(0.0, site.host_wait_us + site.gpu_idle_us - site.peer_wait_us)
+
+
+def _issue(issue: R.JobIssue) -> dict[str, Any]:
+    return dataclasses.asdict(issue)
+
+
+def _rank_totals(j: _JobFigures) -> list[dict[str, Any]]:
+    """Per rank: host wait in syncs and blocking calls beside its wait in collectives."""
+    rows: dict[int, dict[str, Any]] = {}
+    for rank, rt in sorted(j.analysis.ranks.items()):
+        rows[rank] = {
+            "rank": rank, "worker": rt.worker, "path": rt.path, "host": rt.host_name,
+            "collectives": len(rt.collectives), "steps": len(rt.steps),
+            "sync_wait_us": sum(w.wait_us for w in rt.waits if w.is_sync),
+            "blocking_wait_us": sum(w.wait_us for w in rt.waits if not w.is_sync),
+            "wait_in_collectives_us": 0.0, "late_us": 0.0, "caused_wait_us": 0.0,
+            "carried_in_us": 0.0, "peer_wait_in_syncs_us": 0.0,
+        }
+    for rs in j.analysis.rank_steps:
+        row = rows.get(rs.rank)
+        if row is not None:
+            row["wait_in_collectives_us"] += rs.wait_us
+            row["late_us"] += rs.late_us
+            row["caused_wait_us"] += rs.caused_wait_us
+            row["carried_in_us"] += rs.carried_in_us
+    for pw in j.peer_waits:
+        if pw.rank in rows:
+            rows[pw.rank]["peer_wait_in_syncs_us"] += pw.overlap_us
+    return list(rows.values())
+
+
+def _lateness_totals(arrivals: list[R.LateArrival]) -> dict[str, float]:
+    """All lateness, and how much of it host waits explain, was carried in from before the
+    window, or is not explained by host waits (never pinned on a sync)."""
+    carried = sum(a.unexplained_us for a in arrivals if a.carried_in)
+    return {
+        "late_us": sum(a.lateness_us for a in arrivals),
+        "explained_us": sum(a.explained_us for a in arrivals),
+        "carried_in_us": carried,
+        "not_explained_us": sum(a.unexplained_us for a in arrivals if not a.carried_in),
+    }
+
+
+def _job_json(j: _JobFigures) -> dict[str, Any]:
+    a = j.analysis
+    job_step_us = sum(s.time_us for s in a.job_steps)
+    saving = sum(c.job_saving_us for c in j.costs)
+    return {
+        "key": a.job.key,
+        "world_size": a.job.world_size,
+        "backend": a.job.backend,
+        "ranks": sorted(a.ranks),
+        "missing_ranks": list(a.job.missing),
+        "complete": not a.job.missing,
+        "issues": [_issue(i) for i in a.issues],
+        "noise_us": a.noise_us,
+        "clocks": [dataclasses.asdict(c) for c in a.clocks],
+        "groups": [{**dataclasses.asdict(g), "counts": {str(k): v for k, v in g.counts.items()}}
+                   for g in a.groups],
+        "collective_count": len(a.collectives),
+        "late_collective_count": sum(1 for c in a.collectives if c.last_rank is not None),
+        "steps": [dataclasses.asdict(s) for s in a.job_steps],
+        "step_time_us": job_step_us,
+        "rank_steps": [dataclasses.asdict(s) for s in a.rank_steps],
+        "rank_totals": _rank_totals(j),
+        "sites": [dataclasses.asdict(c) for c in j.costs[:TOP_SITES]],
+        "site_count": len(j.costs),
+        "job_saving_us": saving,
+        "job_saving_per_step_us": saving / max(1, len(a.job_steps)),
+        "what_if": "bound" if j.bound else "replay",
+        "late_arrivals": [{**dataclasses.asdict(x), "contributors": [
+            {"wait_id": w, "site_key": k, "earlier_us": us} for w, k, us in x.contributors]}
+            for x in j.arrivals],
+        "lateness": _lateness_totals(j.arrivals),
+    }
+
+
+def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]
+                ) -> list[TraceResult]:
+    """The results with each sync that absorbed a wait for a late peer relabelled: its
+    peer-wait part (capped at its host wait) and the peer it mostly waited for."""
+    per_sync: dict[str, Counter[int]] = defaultdict(Counter)
+    for pw in peer_waits:
+        per_sync[pw.wait_id][pw.late_rank] += pw.overlap_us
+    if not per_sync:
+        return list(results)
+
+    def relabel(syncs: list[Sync]) -> list[Sync]:
+        out = []
+        for s in syncs:
+            peers = per_sync.get(s.id)
+            if peers:
+                s = dataclasses.replace(
+                    s, waiting_for_rank=peers.most_common(1)[0][0],
+                    peer_wait_us=min(sum(peers.values()), s.host_wait_us))
+            out.append(s)
+        return out
+
+    return [dataclasses.replace(r, syncs=relabel(r.syncs), latent=relabel(r.latent))
+            if any(s.id in per_sync for s in r.syncs + r.latent) else r for r in results]
+
+
+def job_stage(results: Sequence[TraceResult], replayed: ReplayedEarlier | None = None
+              ) -> JobStage | None:
+    """The job analysis of one run's results; None when no trace of it is a rank."""
+    traces = [r.rank for r in results if r.rank is not None and r.info.error is None]
+    if not traces:
+        return None
+    run = R.analyze_ranks(traces)
+    jobs = []
+    for analysis in run.jobs:
+        what_ifs, bound = job_what_ifs(analysis, replayed)
+        jobs.append(_JobFigures(analysis, R.site_job_costs(analysis, what_ifs),
+                                R.late_arrivals(analysis, what_ifs), R.peer_waits(analysis),
+                                bound))
+    peer = [pw for j in jobs for pw in j.peer_waits]
+    return JobStage(jobs, run.issues, _relabelled(results, peer))

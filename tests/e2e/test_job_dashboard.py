@@ -1,0 +1,82 @@
+"""The job view in a real headless Chromium against a real TensorBoard process: a logdir with
+a real 3-rank gloo job recorded by the test (rank 2 late at a known line) and a single-process
+run beside it. The job's run shows the rank x step lateness grid and the top job sites with
+the late rank and its line; the other run shows no job view."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import new_page, plugin_url, serve_tensorboard, skip_without_browser
+
+skip_without_browser()
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gloo_workload import SCRIPT, SLEEP_LINE, record_gloo_job  # noqa: E402
+from kineto_builder import KinetoTraceBuilder, item_sync  # noqa: E402
+
+LATE_RANK = 2
+WORLD = 3
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def job_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo not available")
+    logdir = tmp_path_factory.mktemp("job_logdir")
+    record_gloo_job(logdir / "gloo_job", world=WORLD, late_rank=LATE_RANK, delay_s=0.08,
+                    steps=STEPS)
+    single = KinetoTraceBuilder()
+    with single.step(1):
+        item_sync(single, stack=[("train.py", 4, "train_step")])
+    single.write(logdir / "single" / "worker0.pt.trace.json")
+    # TensorBoard runs from the job folder: the default source root holds train_gloo.py.
+    with serve_tensorboard(logdir, cwd=logdir / "gloo_job",
+                           expected_runs={"gloo_job", "single"}) as base:
+        yield base
+
+
+def test_job_run_shows_the_lateness_grid_and_the_late_ranks_line_as_top_job_site(
+    job_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(job_board, "#run=gloo_job"))
+    page.wait_for_selector("#sa-run")
+    page.select_option("#sa-run", "gloo_job")
+    section = page.wait_for_selector("[data-testid=job]")
+    assert f"Job: {WORLD} of {WORLD} ranks" in section.inner_text()
+    grid_rows = page.locator("[data-testid=job-grid] tbody tr")
+    assert grid_rows.count() == WORLD
+    late_row = page.locator(f"[data-testid=job-grid] tbody tr[data-rank='{LATE_RANK}']")
+    assert late_row.locator("td.sa-job-late").count() == STEPS
+    for rank in set(range(WORLD)) - {LATE_RANK}:
+        waiting = page.locator(f"[data-testid=job-grid] tbody tr[data-rank='{rank}']")
+        assert waiting.locator("td.sa-job-wait").count() == STEPS
+    first_site = page.locator("[data-testid=job-sites] tbody tr").first.inner_text()
+    assert first_site.split()[0] == str(LATE_RANK)
+    assert f"{SCRIPT}:{SLEEP_LINE}" in first_site
+    assert page.locator("[data-testid=job-ranks] tbody tr").count() == WORLD
+    assert page_errors == []
+
+
+def test_run_that_is_not_a_job_shows_no_job_view(
+    job_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(job_board))
+    page.wait_for_selector("#sa-run")
+    page.select_option("#sa-run", "single")
+    # The first run (the job) may render first: wait for the single run's own site row.
+    page.wait_for_function(
+        "[...document.querySelectorAll('[data-testid=sites] tbody tr')]"
+        ".some(r => r.innerText.includes('train.py:'))"
+    )
+    assert page.locator("[data-testid=job]").count() == 0
+    assert page_errors == []

@@ -1,0 +1,269 @@
+"""The job stage wired into the pipeline (issue 17): real gloo jobs on the CPU and NCCL-shaped
+fixture jobs through ``engine.analyze_runs``, the CLI's ``report`` and the plugin's ``job``
+route; the rank trace through summaries and pickling; the report schema only grows."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gloo_workload import READBACK_LINE, SCRIPT, SLEEP_LINE, record_gloo_job
+from nccl_job import ITEM_LINE, TRAIN_FILE, JobSpec, write_job
+
+from tb_syncfinder import jobs
+from tb_syncfinder import ranks as R
+from tb_syncfinder.cli import main
+from tb_syncfinder.discovery import find_traces
+from tb_syncfinder.engine import Options, analyze_runs, analyze_trace
+from tb_syncfinder.models import TraceRef
+from tb_syncfinder.summaries import SummaryStore
+
+GLOO_WORLD = 3
+GLOO_LATE = 2
+GLOO_STEPS = 4
+DELAY_S = 0.08
+
+
+def within(measured: float, expected: float, share: float = 0.2) -> bool:
+    return abs(measured - expected) <= share * expected
+
+
+def analysed(logdir: Path, source_root: Path | None = None) -> dict[str, Any]:
+    options = Options(source_roots=[str(source_root or logdir)])
+    return analyze_runs(find_traces(str(logdir)), options).report.to_json()
+
+
+@pytest.fixture(scope="module")
+def gloo_logdir(tmp_path_factory) -> Path:
+    """A logdir with one run: a real 3-rank gloo job, rank 2 late at a known line."""
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo not available")
+    logdir = tmp_path_factory.mktemp("gloo_logdir")
+    record_gloo_job(logdir / "job", world=GLOO_WORLD, late_rank=GLOO_LATE, delay_s=DELAY_S,
+                    steps=GLOO_STEPS)
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def gloo_report(gloo_logdir: Path) -> dict[str, Any]:
+    return analysed(gloo_logdir, gloo_logdir / "job")
+
+
+def injected_per_step(report: dict[str, Any]) -> dict[int, float]:
+    """What the late rank's deliberate wait lasted per step, in its own trace (the delay
+    actually injected: on a loaded machine time.sleep overruns)."""
+    trace = next(t for t in report["traces"] if t["worker"] == f"rank{GLOO_LATE}")
+    rank = analyze_trace(trace["path"], Options(source_roots=[str(Path(trace["path"]).parent)],
+                                                contexts=False)).rank
+    assert rank is not None
+    sleeps = {w.step: w.wait_us for w in rank.waits
+              if w.kind == "blocking_call" and w.line == SLEEP_LINE}
+    assert sorted(sleeps) == list(range(1, GLOO_STEPS + 1))
+    return sleeps
+
+
+def test_gloo_job_report_names_the_late_rank_and_its_line_as_the_top_job_cost(gloo_report):
+    job = gloo_report["job"]
+    assert job["ranks"] == [0, 1, 2] and job["world_size"] == GLOO_WORLD and job["complete"]
+    assert not [i for i in job["issues"] if i["severity"] == "warning"]
+    top = job["sites"][0]
+    assert top["rank"] == GLOO_LATE
+    assert top["file"].endswith(SCRIPT) and top["line"] == SLEEP_LINE
+    assert top["kind"] == "blocking_call" and top["bound"] and job["what_if"] == "bound"
+    injected = sum(injected_per_step(gloo_report).values())
+    assert within(top["job_saving_us"], injected)
+    assert within(top["caused_wait_us"], injected * (GLOO_WORLD - 1))
+    # The CPU readback just after the wait held nobody up.
+    assert all(s["line"] != READBACK_LINE or s["job_saving_us"] < 0.05 * injected
+               for s in job["sites"])
+
+
+def test_gloo_job_waits_of_the_other_ranks_are_within_20_percent_of_the_injected_delay(
+        gloo_report):
+    injected = injected_per_step(gloo_report)
+    job = gloo_report["job"]
+    grid = {(r["rank"], r["step"]): r for r in job["rank_steps"]}
+    for rank in range(GLOO_WORLD):
+        rows = [grid[(rank, s)] for s in range(1, GLOO_STEPS + 1)]
+        if rank == GLOO_LATE:
+            assert all(r["wait_us"] == 0.0 for r in rows)
+            assert within(statistics.median(r["late_us"] for r in rows),
+                          statistics.median(injected.values()))
+        else:
+            assert all(r["late_us"] == 0.0 for r in rows)
+            assert within(statistics.median(r["wait_us"] for r in rows),
+                          statistics.median(injected.values())), (rank, rows)
+    totals = {r["rank"]: r for r in job["rank_totals"]}
+    assert within(totals[GLOO_LATE]["blocking_wait_us"], sum(injected.values()))
+    assert totals[GLOO_LATE]["wait_in_collectives_us"] == 0.0
+
+
+def test_gloo_lateness_is_split_into_explained_carried_in_and_not_explained(gloo_report):
+    late = gloo_report["job"]["lateness"]
+    parts = late["explained_us"] + late["carried_in_us"] + late["not_explained_us"]
+    assert parts == pytest.approx(late["late_us"])
+    assert late["explained_us"] > 0.8 * late["late_us"]
+    arrivals = gloo_report["job"]["late_arrivals"]
+    assert [a["rank"] for a in arrivals] == [GLOO_LATE] * GLOO_STEPS
+    assert arrivals[0]["carried_in"] and not any(a["carried_in"] for a in arrivals[1:])
+
+
+def test_cli_report_over_a_gloo_job_folder_prints_the_job_table(gloo_logdir, capsys):
+    folder = gloo_logdir / "job"
+    assert main(["report", str(folder), "--source-root", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "Job: world size 3 (gloo), ranks 0, 1, 2" in out
+    assert "Lateness per rank and step" in out and "Top sites by cost to the job" in out
+    site_rows = out.split("Top sites by cost to the job", 1)[1].splitlines()
+    first = next(line for line in site_rows if line.strip().startswith("1 "))
+    assert f"{SCRIPT}:{SLEEP_LINE}" in first and first.split()[1] == str(GLOO_LATE)
+
+
+def test_cli_json_of_a_gloo_job_carries_the_job_object(gloo_logdir, capsys):
+    folder = gloo_logdir / "job"
+    assert main(["report", str(folder), "--json", "--source-root", str(folder)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job"]["sites"][0]["line"] == SLEEP_LINE
+    assert doc["job"]["sites"][0]["rank"] == GLOO_LATE
+
+
+# -- NCCL-shaped fixtures through the engine --------------------------------------------------
+
+LATE_US = 4000.0
+SPEC = JobSpec(late={(3, 2): LATE_US, (3, 3): LATE_US}, missing=(5,), last_step={6: 3},
+               host_skew_us=(0.0, 2500.0))
+
+
+@pytest.fixture(scope="module")
+def nccl_report(tmp_path_factory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("nccl_logdir")
+    write_job(folder / "job", SPEC)
+    return analysed(folder, folder / "job")
+
+
+def issue_codes(job: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for issue in job["issues"]:
+        out.setdefault(issue["code"], []).append(issue)
+    return out
+
+
+def test_nccl_job_with_a_missing_rank_names_it_and_analyses_the_others(nccl_report):
+    job = nccl_report["job"]
+    assert job["missing_ranks"] == [5] and not job["complete"]
+    assert job["ranks"] == [0, 1, 2, 3, 4, 6, 7]
+    (missing,) = issue_codes(job)[R.MISSING_RANKS]
+    assert missing["ranks"] == [5] and missing["severity"] == "warning"
+    assert job["collective_count"] > 0
+
+
+def test_nccl_rank_that_stopped_early_is_named_and_matched_as_far_as_it_goes(nccl_report):
+    job = nccl_report["job"]
+    early = issue_codes(job)[R.STOPPED_EARLY]  # one per process group it is in
+    assert early and all(issue["ranks"] == [6] for issue in early)
+    totals = {r["rank"]: r for r in job["rank_totals"]}
+    assert totals[6]["collectives"] < totals[0]["collectives"]
+    assert max(r["step"] for r in job["rank_steps"] if r["rank"] == 6) == 3
+
+
+def test_nccl_late_rank_item_line_is_the_job_cause_never_a_waiting_rank(nccl_report):
+    job = nccl_report["job"]
+    causes = [s for s in job["sites"] if s["job_saving_us"] > 0]
+    assert causes and {s["rank"] for s in causes} == {3}
+    top = causes[0]
+    assert top["file"].endswith(TRAIN_FILE) and top["line"] == ITEM_LINE
+    assert top["job_saving_us"] <= 2 * LATE_US + 1.0
+
+
+def test_nccl_waiting_ranks_item_sync_is_relabelled_waiting_for_the_late_rank(nccl_report):
+    waiting = [s for s in nccl_report["syncs"] if s["waiting_for_rank"] is not None]
+    assert waiting and {s["waiting_for_rank"] for s in waiting} == {3}
+    assert all(0 < s["peer_wait_us"] <= s["host_wait_us"] for s in waiting)
+    assert not any(s["trace"].endswith("rank3.pt.trace.json") for s in waiting)
+    site = next(s for s in nccl_report["sites"] if s["line"] == ITEM_LINE)
+    assert site["waiting_for"] == "waiting for rank 3" and site["waiting_for_rank"] == 3
+    # The old fields keep their meaning; the local saving drops by the peer's part.
+    assert site["host_wait_us"] == pytest.approx(sum(
+        s["host_wait_us"] for s in nccl_report["syncs"] if s["site_key"] == site["key"]))
+    assert site["local_saving_us"] == pytest.approx(
+        site["host_wait_us"] + site["gpu_idle_us"] - site["peer_wait_us"])
+    assert site["job_saving_us"] > 0 and site["caused_wait_us"] > 0
+
+
+def test_nccl_job_report_text_warns_about_the_missing_and_early_ranks(nccl_report):
+    from tb_syncfinder.outputs.text import render_report
+
+    text = render_report(nccl_report, width=120)
+    assert "missing 5" in text
+    assert f"[{R.MISSING_RANKS}]" in text and f"[{R.STOPPED_EARLY}]" in text
+
+
+def test_run_without_distributed_info_has_no_job(tmp_path):
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b, stack=[("train.py", 4, "train_step")])
+    b.write(tmp_path / "run" / "w.pt.trace.json")
+    doc = analysed(tmp_path)
+    assert doc["job"] is None
+    assert all(s["local_saving_us"] is None and s["job_saving_us"] == 0.0
+               for s in doc["sites"])
+
+
+# -- the rank trace through summaries, pickling and replays ----------------------------------
+
+
+def test_rank_trace_survives_the_per_trace_summary_and_pickling(tmp_path):
+    paths = write_job(tmp_path / "job", JobSpec(world=2, ranks_per_host=2, steps=2,
+                                                host_skew_us=(0.0,)))
+    ref = TraceRef(str(paths[0]), "job", "rank0")
+    options = Options(source_roots=[str(tmp_path / "job")])
+    result = analyze_trace(ref, options)
+    assert result.rank is not None and result.rank.rank == 0 and result.rank.collectives
+    store = SummaryStore(str(tmp_path / "summaries"))
+    assert store.put(ref, result, options)
+    stored = store.get(ref, options).result
+    assert stored is not None and stored.rank == result.rank
+    assert pickle.loads(pickle.dumps(result)).rank == result.rank
+
+
+def test_replayed_what_ifs_replace_the_bounds_for_the_ranks_they_cover(tmp_path):
+    paths = write_job(tmp_path / "job", JobSpec(world=4, ranks_per_host=4, steps=4,
+                                                late={(1, 2): LATE_US}, host_skew_us=(0.0,)))
+    options = Options(source_roots=[str(tmp_path / "job")], contexts=False)
+    traces = [analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options).rank
+              for r, p in paths.items()]
+    (analysis,) = R.analyze_ranks(traces).jobs
+    bounds, bound = jobs.job_what_ifs(analysis)
+    assert bound and bounds and {w.rank for w in bounds} == {1}
+    replayed = {1: {w.wait_id: {w.collective_index: w.earlier_us / 2} for w in bounds}}
+    halves, bound = jobs.job_what_ifs(analysis, replayed)
+    assert not bound
+    assert sum(w.earlier_us for w in halves) == pytest.approx(
+        sum(w.earlier_us for w in bounds) / 2)
+
+
+# -- real traces recorded by others ------------------------------------------------------------
+
+
+def test_real_single_rank_nccl_traces_load_as_incomplete_jobs(real_traces_dir, tmp_path):
+    for name in ("a100_nccl_event_sync.pt.trace.json.gz",
+                 "a100_item_heavy_rank0.pt.trace.json.gz"):
+        run = tmp_path / name.split(".")[0]
+        run.mkdir()
+        shutil.copy(real_traces_dir / name, run / name)
+        doc = analysed(run)
+        assert all(t["error"] is None for t in doc["traces"]), doc["traces"]
+        job = doc["job"]
+        if job is None:  # a trace without distributedInfo is no rank of a job
+            continue
+        assert job["ranks"] and not job["complete"] and job["missing_ranks"]
+        assert R.MISSING_RANKS in issue_codes(job)
+        assert job["sites"] == [] or all(s["bound"] for s in job["sites"])

@@ -611,7 +611,9 @@ def test_the_detail_opens_the_pytorch_profiler_tab_and_says_where_the_sync_is(
     # The operator to search for in its Trace view is on the clipboard (read from the top
     # page: the plugin's frame is hidden now).
     assert page.evaluate("navigator.clipboard.readText()") == "aten::item"
-    assert page_errors == []
+    # The PyTorch Profiler tab loads Google Charts from gstatic.com; offline its own page
+    # fails with "google is not defined" whenever it gets that far before the test ends.
+    assert [e for e in page_errors if "google is not defined" not in e] == []
 
 
 def test_cpu_only_trace_shows_latent_findings_and_says_they_sync_on_a_gpu(

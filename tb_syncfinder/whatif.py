@@ -904,14 +904,13 @@ class _Builder:
                 # A blocked on B makes no runtime call meanwhile: look for wide gaps
                 # between A's runtime calls first (nodes are checked in _burst).
                 lo_a = self.rt_offset[a]
-                starts_a = self.rt_ts[lo_a:lo_a + len(self.threads[a].runtime)]
-                if len(starts_a) < 2:
+                if not self.threads[a].starts:
                     continue
+                # Open-ended at both sides: A may wait for B before its first call or after
+                # its last one (_burst checks A's operators there).
+                starts_a = np.concatenate(
+                    [[-np.inf], self.rt_ts[lo_a:lo_a + len(self.threads[a].runtime)], [np.inf]])
                 k = np.searchsorted(starts_a, relevant[b], side="right")
-                inside = (k > 0) & (k < len(starts_a))
-                if not inside.any():
-                    continue
-                k = k[inside]
                 wide = starts_a[k] - starts_a[k - 1] > MIN_JOIN_GAP_US
                 for gap in np.unique(k[wide]).tolist():
                     found = self._burst(a, b, float(starts_a[gap - 1]), float(starts_a[gap]),
@@ -944,8 +943,8 @@ class _Builder:
         # A's ends can split the gap between its starts: find the piece around B's work.
         b0 = self._last_activity(a, first)
         b1 = self._first_activity(a, first)
-        if b1 - b0 <= MIN_JOIN_GAP_US:
-            return None
+        if not (np.isfinite(b0) and np.isfinite(b1)) or b1 - b0 <= MIN_JOIN_GAP_US:
+            return None  # A was not active on both sides: not waiting inside an operator
         t0 = self.t0
         th_b = self.threads[b]
         n_lo = bisect_right(th_b.starts, b0 + t0)

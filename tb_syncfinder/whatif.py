@@ -161,6 +161,11 @@ class WhatIf:
     fidelity_error: float = 0.0  # worst |replayed / recorded - 1| over steps
     notes: list[str] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
+    # With explain=True: the replayed window's critical path, us per kind of edge:
+    # device (busy), host (host work and launches), stream_gap (beyond the typical gap:
+    # device waits nothing in the trace explains, e.g. other ranks), event_wait, sync
+    # (a blocking call's own work after the device), fixed (work kept at recorded times).
+    critical_path: dict[str, float] = field(default_factory=dict)
     _graph: _Graph | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -227,12 +232,15 @@ def replay(
     *,
     counted: Iterable[int] | None = None,
     groups: Mapping[Hashable, Collection[int]] | None = None,
+    explain: bool = False,
 ) -> WhatIf:
     """Replay the trace and every what-if: each episode alone, each group (e.g. the
     episodes of one site), and all ``counted`` episodes together (default: all).
 
     ``episodes`` must be what ``detect.detect_syncs(tl)`` returned (all of them: the ones
-    not counted still wait in every replay); indices refer to that list.
+    not counted still wait in every replay); indices refer to that list. ``counted``
+    leaves out, e.g., ``profiler_episodes``. ``explain`` adds ``WhatIf.critical_path``
+    (a walk along the recorded critical path: costs about one more replay).
     """
     episodes = list(episodes)
     counted_list = sorted(set(range(len(episodes)) if counted is None else counted))
@@ -285,6 +293,14 @@ def replay(
     idle_no_sync = graph.idle_us(no_sync.values, no_sync) if no_sync.values else idle_base
     result.gpu_idle_us = idle_base
     result.gpu_idle_from_syncs_us = max(0.0, idle_base - idle_no_sync)
+    if explain:
+        result.critical_path = graph.critical_path()
+        unexplained = result.critical_path.get("stream_gap", 0.0)
+        if result.window_us > 0 and unexplained > 0.25 * result.window_us:
+            result.notes.append(
+                f"{unexplained / result.window_us:.0%} of the replayed window's critical "
+                "path is the device waiting between activities for something the trace "
+                "does not show (other ranks, unrecorded waits): no sync removal moves it")
     return result
 
 
@@ -365,6 +381,7 @@ class _Graph:
         self.notes: list[str] = []
         self.stats: dict[str, float] = {}
         self.base_values: list[float] = []
+        self.stream_floor = 0.0
         self.base_metrics: _Metrics
         self.recorded_metrics: _Metrics
 
@@ -510,6 +527,65 @@ class _Graph:
     def saving(self, disabled: frozenset[int]) -> Saving:
         return self.saving_from(self.metrics_for(disabled))
 
+    def critical_path(self) -> dict[str, float]:
+        """Walk back from the end of the replayed window along the inputs that bound each
+        node, adding up the time per kind of edge (see ``WhatIf.critical_path``)."""
+        values = self.base_values
+        n = self.n_dev
+        producer: dict[int, tuple[Any, ...]] = {}
+        for task in self.tasks:
+            producer[task[0]] = task
+            if task[1] >= 0:
+                producer[task[1]] = task
+        totals = dict.fromkeys(
+            ("device", "host", "stream_gap", "event_wait", "sync", "fixed"), 0.0)
+        m = self.base_metrics
+        if not m.completion:
+            return totals
+        end = m.completion[-1]
+        # The window ends at the last step's host end or at its latest device end.
+        var = -1
+        sv, so, ev, eo = self.step_refs[-1]
+        if ev >= 0 and abs(values[ev] + eo - end) < 1e-6:
+            var = ev
+            totals["host"] += eo
+        else:
+            ends = np.asarray(values[n:2 * n])
+            items = self.item_order[self.item_bounds[-2]:self.item_bounds[-1]]
+            if len(items):
+                var = n + int(items[np.argmax(ends[items])])
+        start = m.host_start[0]
+        while var >= 0 and values[var] > start:
+            task = producer.get(var)
+            if task is None:
+                break
+            out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = task
+            if var == out2:
+                totals["device"] += dur
+                var = out
+                continue
+            v = values[out]
+            best = (const, -1, "fixed")
+            candidates = [(av, ao, "host"), (bv, bo, "stream_gap")]
+            candidates += [(src, off, "host" if jump >= 0 else "event_wait")
+                           for src, off in extra]
+            candidates += [(src, off, "sync") for src, off in syncs]
+            for src, off, kind in candidates:
+                if src >= 0 and values[src] + off >= best[0]:
+                    best = (values[src] + off, src, kind)
+            _, src, kind = best
+            if src < 0:
+                totals["fixed"] += max(0.0, v - start)
+                break
+            gap = v - max(values[src], start)  # the window starts at the first step
+            if kind == "stream_gap":
+                # The typical gap between back-to-back work counts as device time.
+                totals["device"] += min(gap, self.stream_floor)
+                gap -= min(gap, self.stream_floor)
+            totals[kind] += gap
+            var = src
+        return totals
+
     def idle_us(self, values: list[float], m: _Metrics) -> float:
         """Device idle inside the window: window minus the union of busy intervals of the
         device work launched in the steps (every device of the trace together)."""
@@ -551,6 +627,52 @@ def _is_launch_api(name: str) -> bool:
             or "Memset" in name)
 
 
+_CORRELATION = attrgetter("correlation")
+
+
+def _correlations(events: list[Any], thread: HostThread | None,
+                  flows: dict[tuple[Any, Any, float], Any] | None, runtime: bool) -> list[Any]:
+    """Each event's correlation id, as ``Timeline`` joins them: ``args.correlation``, else
+    ``External id`` (runtime calls: also the legacy key, then the ``ac2g`` flow)."""
+    try:
+        corrs = list(map(_CORRELATION, map(_ARGS, events)))  # the usual case, at C speed
+    except AttributeError:  # an event without args
+        corrs = [None if a is None else a.correlation for a in map(_ARGS, events)]
+    if None not in corrs:
+        return corrs
+    for i, c in enumerate(corrs):
+        if c is None:
+            a = events[i].args
+            if a is not None:
+                c = a.external_id
+                if c is None and runtime:
+                    c = a.external_id_legacy
+            if c is None and flows and thread is not None:
+                c = flows.get((thread.pid, thread.tid, events[i].ts))
+            corrs[i] = c
+    return corrs
+
+
+def _join(rt_corrs: list[list[Any]], d_corrs: list[Any]) -> np.ndarray:
+    """For each device activity, the global index of the runtime call with its
+    correlation id (-1: none). Integer ids go through a sorted search, others a dict."""
+    flat = [c for corrs in rt_corrs for c in corrs]
+    try:
+        keys = np.array(flat, dtype=np.int64)
+        wanted = np.array(d_corrs, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        table = dict(zip(flat, range(len(flat))))
+        table.pop(None, None)
+        return np.array([table.get(c, -1) for c in d_corrs], dtype=np.int64)
+    if not len(keys):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    pos = np.searchsorted(ordered, wanted)
+    pos = np.minimum(pos, len(ordered) - 1)
+    return np.where(ordered[pos] == wanted, order[pos], -1).astype(np.int64)
+
+
 def _percentile(values: np.ndarray, q: float) -> float:
     values = values[np.isfinite(values)]
     return float(np.percentile(values, q)) if len(values) else 0.0
@@ -583,10 +705,11 @@ class _Builder:
         self.lane_of = np.repeat(np.arange(len(lanes)), [len(items) for _, _, items in lanes])
         self.lane_first = np.concatenate(
             ([0], np.cumsum([len(items) for _, _, items in lanes])[:-1])).astype(np.int64)
-        self.d_ts = np.array(list(map(_TS, events)), dtype=float) - t0
-        self.d_dur = np.array(list(map(_DUR, events)), dtype=float)
+        self.events = events
+        self.d_ts = np.fromiter(map(_TS, events), float, n) - t0
+        self.d_dur = np.fromiter(map(_DUR, events), float, n)
         self.d_end = self.d_ts + self.d_dur
-        self.item_of_event = dict(zip(map(id, events), range(n)))
+        self._item_of_event: dict[int, int] | None = None
         self.lane_index = {lane: i for i, (lane, _, _) in enumerate(lanes)}
         self.lanes_of_device: dict[Any, list[int]] = {}
         for i, (_, device, _) in enumerate(lanes):
@@ -608,47 +731,32 @@ class _Builder:
 
         rt_ts: list[np.ndarray] = []
         rt_thread: list[np.ndarray] = []
-        corr_to_rt: dict[Any, int] = {}
+        rt_corrs: list[list[Any]] = []
         offset = 0
-        flows = tl.flow_correlation
         self.rt_offset: list[int] = []
         self.rt_names: list[list[str]] = []
         self.rt_corrs: list[list[Any]] = []
         launch_api_calls = 0
-        launch_api_ids: list[np.ndarray] = []
+        launch_names_all: set[str] = set()
         for h, th in enumerate(self.threads):
             runtime = th.runtime
             self.rt_offset.append(offset)
-            corrs = [
-                None if a is None else
-                a.correlation if a.correlation is not None else
-                a.external_id if a.external_id is not None else a.external_id_legacy
-                for a in map(_ARGS, runtime)
-            ]
-            if flows:
-                for i, c in enumerate(corrs):
-                    if c is None:
-                        corrs[i] = flows.get((th.pid, th.tid, runtime[i].ts))
-            corr_to_rt.update(zip(corrs, range(offset, offset + len(runtime))))
+            corrs = _correlations(runtime, th, tl.flow_correlation, runtime=True)
+            rt_corrs.append(corrs)
             rt_ts.append(np.array(th.runtime_starts, dtype=float) - t0)
             rt_thread.append(np.full(len(runtime), h, dtype=np.int64))
             names = list(map(_NAME, runtime))
             self.rt_names.append(names)
             self.rt_corrs.append(corrs)
-            launch_names = frozenset(name for name in set(names) if _is_launch_api(name))
-            if launch_names:
-                ids = np.fromiter(map(launch_names.__contains__, names), bool, len(names))
-                launch_api_ids.append(np.flatnonzero(ids) + offset)
-                launch_api_calls += int(ids.sum())
+            launch_names = [name for name in set(names) if _is_launch_api(name)]
+            launch_names_all.update(launch_names)
+            launch_api_calls += sum(map(names.count, launch_names))
             offset += len(runtime)
-        corr_to_rt.pop(None, None)
         self.rt_ts = np.concatenate(rt_ts) if rt_ts else np.zeros(0)
         self.rt_thread = np.concatenate(rt_thread) if rt_thread else np.zeros(0, np.int64)
 
-        d_corrs = [None if a is None else
-                   a.correlation if a.correlation is not None else a.external_id
-                   for a in map(_ARGS, events)]
-        d_launch = np.array(list(map(corr_to_rt.get, d_corrs, repeat(-1, n))), dtype=np.int64)
+        d_corrs = _correlations(events, None, None, runtime=False)
+        d_launch = _join(rt_corrs, d_corrs)
         self.d_launch = d_launch
         linked = d_launch >= 0
         self.launch_ts = np.where(linked, self.rt_ts[np.maximum(d_launch, 0)], np.nan)
@@ -679,14 +787,22 @@ class _Builder:
                               "call: kept at their recorded times")
         launched = np.zeros(len(self.rt_ts), dtype=bool)
         launched[d_launch[linked]] = True
-        if launch_api_ids:
-            ids = np.concatenate(launch_api_ids)
+        lonely = max(0, launch_api_calls - int(launched.sum()))
+        limit = max(2, MAX_UNLINKED_SHARE * launch_api_calls)
+        if lonely > limit:
+            # Launches after the last recorded device activity may just have run after the
+            # profiler stopped: only the others count.
             last_device_end = float(self.d_end.max())
-            lonely = ids[~launched[ids] & (self.rt_ts[ids] < last_device_end)]
-            self.stats["launch_calls"] = float(launch_api_calls)
-            self.stats["launch_calls_without_device_work"] = float(len(lonely))
-            if len(lonely) > max(2, MAX_UNLINKED_SHARE * launch_api_calls):
-                return (f"{len(lonely)} of {launch_api_calls} launch / copy calls have no "
+            lonely = 0
+            for h, names in enumerate(self.rt_names):
+                mask = np.fromiter(map(launch_names_all.__contains__, names), bool, len(names))
+                ids = np.flatnonzero(mask) + self.rt_offset[h]
+                lonely += int(np.sum(~launched[ids] & (self.rt_ts[ids] < last_device_end)))
+        self.stats["launch_calls"] = float(launch_api_calls)
+        self.stats["launch_calls_without_device_work"] = float(lonely)
+        if launch_api_calls:
+            if lonely > limit:
+                return (f"{lonely} of {launch_api_calls} launch / copy calls have no "
                         "device activity (missing or inconsistent correlation ids / ac2g "
                         "flows)")
         lat = self.d_ts - self.launch_ts
@@ -751,10 +867,13 @@ class _Builder:
 
     def sync_targets(self, call: Call, h: int, start: float) -> list[int]:
         """The device activities this blocking call waited for (latest per stream)."""
-        own = [self.item_of_event[id(d)] for d in call.device_events
-               if d.cat != "cuda_sync" and id(d) in self.item_of_event]
-        if call.reason == "copy" and own:
-            return own
+        if call.reason == "copy":
+            if self._item_of_event is None:
+                self._item_of_event = dict(zip(map(id, self.events), range(self.n_dev)))
+            own = [self._item_of_event[id(d)] for d in call.device_events
+                   if d.cat != "cuda_sync" and id(d) in self._item_of_event]
+            if own:
+                return own
         device = self._device_of_call(call, h, start)
         device_lanes = self.lanes_of_device.get(device, [])
         record = next((d for d in call.device_events if d.cat == "cuda_sync"), None)
@@ -1032,6 +1151,7 @@ class _Builder:
         gaps = g_prev[same_lane]
         stream_floor = min(max(0.0, _percentile(gaps[gaps >= 0], 5)), launch_floor)
         self.stats.update(launch_latency_us=launch_floor, stream_gap_us=stream_floor)
+        g.stream_floor = stream_floor
         r_launch = g_launch - launch_floor
         r_prev = g_prev - stream_floor
         binding = np.argmin(np.vstack([r_launch, r_prev, g_event]), axis=0)

@@ -14,7 +14,7 @@ setup(
     else "",
     long_description_content_type="text/markdown",
     license="MIT",
-    python_requires=">=3.9",
+    python_requires=">=3.10",  # torch 2.13 needs 3.10; the code uses 3.10 APIs (bisect key=)
     packages=find_packages(include=["tb_syncfinder", "tb_syncfinder.*"]),
     package_data={
         "tb_syncfinder": ["static/*", "demo/*.py", "demo/traces/*"],
@@ -32,6 +32,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout", "ruff", "playwright>=1.40", "jsonschema>=4"],
+        # Past one machine: the per-trace analysis as Ray tasks (tb-syncfinder report --ray).
+        "ray": ["ray>=2.10"],
     },
     entry_points={
         "console_scripts": ["tb-syncfinder = tb_syncfinder.cli:main"],

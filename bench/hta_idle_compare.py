@@ -107,7 +107,7 @@ def hta_measure(path: Path):
     for frame in frames:
         gpu = frame[frame["stream"].ne(-1)]
         # HTA shifts ``ts`` to start at 0 but keeps ``end`` on the trace's clock.
-        busy += list(zip((gpu["end"] - gpu["dur"]).tolist(), gpu["end"].tolist()))
+        busy += list(zip((gpu["end"] - gpu["dur"]).tolist(), gpu["end"].tolist(), strict=True))
     return temporal, categories, _merge(busy)
 
 

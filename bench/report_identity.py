@@ -62,26 +62,24 @@ def _snapshot(path: Path) -> dict[str, Any]:
     return {"report": report, "contexts": contexts}
 
 
-def _first_difference(a: Any, b: Any, where: str = "$") -> str | None:
+def _differences(a: Any, b: Any, where: str = "$") -> list[str]:
+    """Every JSON path where ``a`` and ``b`` differ (a list of unequal length is one)."""
     if type(a) is not type(b):
-        return f"{where}: {type(a).__name__} vs {type(b).__name__}"
+        return [f"{where}: {type(a).__name__} vs {type(b).__name__}"]
     if isinstance(a, dict):
+        found = []
         for key in sorted(set(a) | set(b)):
             if key not in a or key not in b:
-                return f"{where}.{key}: only in {'new' if key in b else 'snapshot'}"
-            found = _first_difference(a[key], b[key], f"{where}.{key}")
-            if found:
-                return found
-        return None
+                found.append(f"{where}.{key}: only in {'new' if key in b else 'snapshot'}")
+            else:
+                found.extend(_differences(a[key], b[key], f"{where}.{key}"))
+        return found
     if isinstance(a, list):
         if len(a) != len(b):
-            return f"{where}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = _first_difference(x, y, f"{where}[{i}]")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{where}: {a!r} vs {b!r}"
+            return [f"{where}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for d in _differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mode", choices=("write", "check"))
     parser.add_argument("snapshot_dir", type=Path)
     parser.add_argument("--demo-logdir", type=Path, default=Path("/tmp/report-identity-demo"))
+    parser.add_argument("--show", type=int, default=5, help="differing paths shown per input")
     args = parser.parse_args(argv)
     _record_demo(args.demo_logdir)
     args.snapshot_dir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"identical  {name}")
         else:
             differing += 1
-            print(f"DIFFERS    {name}: {_first_difference(json.loads(old), json.loads(text))}")
+            found = _differences(json.loads(old), json.loads(text))
+            print(f"DIFFERS    {name}: {len(found)} paths")
+            for line in found[:args.show]:
+                print(f"    {line[:160]}")
     if args.mode == "check":
         print(f"{differing} of {len(_inputs(args.demo_logdir))} inputs differ")
     return 1 if differing else 0

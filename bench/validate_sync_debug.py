@@ -1,7 +1,10 @@
-"""Check the engine against PyTorch's own sync detector on the demo workloads (issue 6).
+"""Check the engine against PyTorch's own sync detector on the demo workloads (issues 6, 12).
 
-    python bench/validate_sync_debug.py [--device auto|cuda|cpu] [--size small] [--steps N]
+    python bench/validate_sync_debug.py [--device auto|cuda|cpu] [--size SIZE] [--steps N]
                                         [--out results.md]
+
+``--size`` defaults to the size the bundled GPU traces are recorded at (``GPU_RECORD_SIZE``,
+``large``) on a GPU, and to ``small`` on a CPU (``large`` is far too slow there).
 
 For each demo run (``cnn_baseline``, ``cnn_optimized``, ``seg_baseline``, ``seg_optimized``):
 
@@ -36,9 +39,11 @@ import torch
 from tb_syncfinder.demo.runner import (
     DEFAULT_STEPS,
     DEMO_DIR,
+    GPU_RECORD_SIZE,
     RUNS,
     WAIT_STEPS,
     WARMUP_STEPS,
+    QuietProfilerOutput,
     profile_run,
     resolve_device,
     workload,
@@ -140,7 +145,8 @@ def run_under_sync_debug(check: RunCheck, size: str, steps: int) -> None:
 def engine_sites(check: RunCheck, logdir: str, device: torch.device, size: str, steps: int):
     from tb_syncfinder import analyze
 
-    result = profile_run(check.run, logdir, device, steps, size)
+    with QuietProfilerOutput():
+        result = profile_run(check.run, logdir, device, steps, size)
     report = analyze(result.path)
     for trace in report.traces:
         if trace.error:
@@ -166,12 +172,13 @@ def ratio(part: int, whole: int) -> str:
     return "n/a (empty)" if whole == 0 else f"{part}/{whole} = {part / whole:.0%}"
 
 
-def render(checks: list[RunCheck], device: str) -> str:
+def render(checks: list[RunCheck], device: str, size: str | None = None) -> str:
     cuda = device == "cuda"
     out = [f"# Sync Advisor vs torch.cuda.set_sync_debug_mode (device: {device})", ""]
     out.append(
         f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
         + (f"GPU {torch.cuda.get_device_name(0)}" if cuda else "no GPU")
+        + (f", demo size {size}" if size else "")
     )
     out.append("")
     if not cuda:
@@ -242,11 +249,13 @@ def render(checks: list[RunCheck], device: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--size", choices=tuple(DEFAULT_STEPS), default="small")
+    parser.add_argument("--size", choices=tuple(DEFAULT_STEPS), default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
+    if args.size is None:
+        args.size = GPU_RECORD_SIZE if device.type == "cuda" else "small"
     steps = args.steps or DEFAULT_STEPS[args.size]
     if device.type != "cuda":
         print(
@@ -262,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_under_sync_debug(check, args.size, steps)
             engine_sites(check, logdir, device, args.size, steps)
             checks.append(check)
-    text = render(checks, device.type)
+    text = render(checks, device.type, args.size)
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")

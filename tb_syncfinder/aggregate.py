@@ -1,34 +1,30 @@
 """Group syncs into sites (source line + operator), total them into a summary, and attach
-the advice. Input: the per-trace results of ``engine.analyze_trace``."""
+the advice. Input: the per-trace results of ``engine.analyze_trace``; a pure function of
+them (nothing is written back into the syncs)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
-from tb_syncfinder.advice import advice_for
+from tb_syncfinder.catalogue import CHECKED, KIND_NAMES, advice_for
 from tb_syncfinder.cost import estimated_saving_us, idle_union_us
-from tb_syncfinder.detect import CHECKED
-from tb_syncfinder.models import KINDS, Report, Site, StepStats, Summary, Sync
-
-if TYPE_CHECKING:
-    from tb_syncfinder.engine import TraceResult
+from tb_syncfinder.models import Report, Site, Source, StepStats, Summary, Sync, TraceResult
+from tb_syncfinder.query import rank_sites
 
 
-def site_key(sync: Sync) -> str:
-    """``file:line:op``; without a source line, built from the operator and the API."""
-    op = sync.op or sync.api
-    if sync.source is not None and sync.source.file:
-        return f"{sync.source.file}:{sync.source.line}:{op}"
-    return f"{sync.op or '-'}:{sync.api}"
+def site_key(source: Source | None, op: str | None, api: str) -> str:
+    """``file:line:op`` of a sync; without a source line, built from the operator and the
+    API call."""
+    if source is not None and source.file:
+        return f"{source.file}:{source.line}:{op or api}"
+    return f"{op or '-'}:{api}"
 
 
 def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 latent: bool = False) -> list[Site]:
-    """Sites of these syncs (each sync's ``site_key`` is set), sorted by cost or count."""
+    """Sites of these syncs (grouped by their ``site_key``), sorted by cost or count."""
     groups: dict[str, list[Sync]] = {}
     for sync in syncs:
-        sync.site_key = site_key(sync)
         groups.setdefault(sync.site_key, []).append(sync)
     sites = []
     for key, members in groups.items():
@@ -68,11 +64,7 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 latent=latent,
             )
         )
-    if latent:
-        sites.sort(key=lambda s: (-s.count, s.key))
-    else:
-        sites.sort(key=lambda s: (-(s.host_wait_us + s.gpu_idle_us), -s.count, s.key))
-    return sites
+    return rank_sites(sites)
 
 
 def build_report(results: list[TraceResult]) -> Report:
@@ -99,7 +91,7 @@ def build_report(results: list[TraceResult]) -> Report:
         estimated_saving_us=saving,
         estimated_step_time_us=max(0.0, mean_step - saving / step_count) if step_count else 0.0,
         mean_step_time_us=mean_step,
-        by_kind={k: by_kind[k] for k in KINDS if by_kind.get(k)},
+        by_kind={k: by_kind[k] for k in KIND_NAMES if by_kind.get(k)},
         latent_count=len(latent),
         error_count=sum(1 for t in traces if t.error),
         checked=list(CHECKED),

@@ -1,14 +1,17 @@
 """Attribute an episode: operator chain, step, annotations, nn.Module path, thread and the
-Python stack (modern ``python_function`` tree and legacy ``Call stack`` argument)."""
+Python stack (modern ``python_function`` tree and legacy ``Call stack`` argument), as one
+``Attribution`` record. Which frames are the user's code is decided here (``is_user_file``)."""
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from tb_syncfinder.detect import Episode, op_chain
-from tb_syncfinder.models import Frame, Sync
+from tb_syncfinder.models import Attribution, Frame
+from tb_syncfinder.source import SourcePack
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
 
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -42,30 +45,37 @@ _LIBRARY_PACKAGES = frozenset(
     }
 )
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__main__"}
-# The Sync Advisor's own modules (CLI, plugin, the demo's driver) are library code; only
-# the demo's workloads stand in for a user's training script.
-_DEMO_DRIVER_MODULES = frozenset({"__init__.py", "cli.py", "runner.py", "serve.py"})
+_OWN_PACKAGE = "tb_syncfinder/"
 
 
-def _own_code(norm: str) -> bool | None:
-    """For a file of this package: True for a demo workload, False for the rest; None for
-    any other file."""
-    head, sep, rest = norm.rpartition("tb_syncfinder/")
+def _at_component(norm: str, prefix: str) -> str | None:
+    """What follows ``prefix`` in ``norm`` when it starts a path component there, else None."""
+    head, sep, rest = norm.rpartition(prefix)
     if not sep or (head and not head.endswith("/")):
         return None
-    if rest.startswith("demo/") and rest.count("/") == 1:
-        return rest[len("demo/"):] not in _DEMO_DRIVER_MODULES
-    return False
+    return rest
 
 
-def is_user_file(path: str) -> bool:
-    """True for the user's own code; False for torch, site-packages, built-ins, stdlib."""
+def _packed_or_own(norm: str, packs: Sequence[SourcePack]) -> bool | None:
+    """For a file a source pack ships (e.g. the demo's workloads): True for its user code,
+    False for its library modules; any other file of this package (CLI, plugin) is library
+    code; None for everything else."""
+    for pack in packs:
+        rest = _at_component(norm, pack.recorded_prefix)
+        if rest is not None and "/" not in rest:
+            return rest not in pack.library_files
+    return False if _at_component(norm, _OWN_PACKAGE) is not None else None
+
+
+def is_user_file(path: str, packs: Sequence[SourcePack] = ()) -> bool:
+    """True for the user's own code; False for torch, site-packages, built-ins, stdlib.
+    Files shipped in ``packs`` (the demo's workloads) count as user code even installed."""
     if not path or path.startswith("<"):
         return False  # <built-in ...>, <frozen importlib._bootstrap>, <string>
     norm = path.replace("\\", "/")
-    own = _own_code(norm)
-    if own is not None:
-        return own  # the demo's workloads count as user code even when installed
+    packed = _packed_or_own(norm, packs)
+    if packed is not None:
+        return packed
     if "site-packages/" in norm or "dist-packages/" in norm or "/torch/" in norm:
         return False
     if norm.rsplit("/", 1)[-1] == "profiler.py":
@@ -80,7 +90,7 @@ def is_user_file(path: str) -> bool:
     return top not in _LIBRARY_PACKAGES and top not in _STDLIB
 
 
-def parse_frame(name: str) -> Frame | None:
+def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
     """A stack frame from a python_function name or a legacy ``Call stack`` entry."""
     name = name.strip()
     if not name or name.startswith(_MODULE_PREFIX):
@@ -89,18 +99,18 @@ def parse_frame(name: str) -> Frame | None:
     if match:
         path = match.group(1)
         return Frame(file=path, line=int(match.group(2)), func=match.group(3),
-                     user=is_user_file(path))
+                     user=is_user_file(path, packs))
     builtin = _BUILTIN_RE.match(name)
     if builtin:
         return Frame(file="<built-in>", line=None, func=builtin.group(1) or name, user=False)
     return Frame(file=name, line=None, func=name, user=False)
 
 
-def parse_call_stack(text: str) -> list[Frame]:
+def parse_call_stack(text: str, packs: Sequence[SourcePack] = ()) -> list[Frame]:
     """Legacy ``Call stack`` argument: ``a.py(50): f;b.py(112): g``, innermost first."""
     frames = []
     for part in re.split(r";\r?\n?", text):
-        frame = parse_frame(part)
+        frame = parse_frame(part, packs)
         if frame is not None:
             frames.append(frame)
     return frames
@@ -146,8 +156,8 @@ def _python_nodes(thread: HostThread, anchor: int) -> list[int]:
     return chain
 
 
-def stack_of(thread: HostThread, anchor: int, op_nodes: list[int]) -> tuple[list[Frame], list[str],
-                                                                             bool, Any]:
+def stack_of(thread: HostThread, anchor: int, op_nodes: list[int],
+             packs: Sequence[SourcePack] = ()) -> tuple[list[Frame], list[str], bool, Any]:
     """(stack innermost first, module path outer first, stack has call lines, invocation).
 
     ``invocation`` identifies the call of the innermost user function (its python_function
@@ -161,7 +171,7 @@ def stack_of(thread: HostThread, anchor: int, op_nodes: list[int]) -> tuple[list
         if name.startswith(_MODULE_PREFIX):
             modules.append(module_name(name))
             continue
-        frame = parse_frame(name)
+        frame = parse_frame(name, packs)
         if frame is None:
             continue
         if invocation is None and frame.user:
@@ -174,7 +184,7 @@ def stack_of(thread: HostThread, anchor: int, op_nodes: list[int]) -> tuple[list
     for index in reversed(op_nodes):
         args = thread.nodes[index].args
         if args is not None and args.call_stack:
-            frames = parse_call_stack(args.call_stack)
+            frames = parse_call_stack(args.call_stack, packs)
             if frames:
                 return frames, modules, True, (thread.pid, thread.tid, index)
     return [], modules, False, None
@@ -189,8 +199,10 @@ def called_name(stack: list[Frame]) -> str | None:
     return None
 
 
-def attribute(tl: Timeline, episode: Episode) -> Sync:
-    """The Sync for an episode, without source line or cost (later stages fill those)."""
+def attribute(tl: Timeline, episode: Episode,
+              packs: Sequence[SourcePack] = ()) -> Attribution:
+    """Where the episode came from: operators, step, annotations, module, stack, the call the
+    host waited in, the device and bytes its calls worked on."""
     thread = episode.thread
     nodes = thread.nodes
     anchor = episode.anchor
@@ -201,7 +213,7 @@ def attribute(tl: Timeline, episode: Episode) -> Sync:
         for i in reversed(thread.ancestors(anchor))
         if thread.kinds[i] == ANNOTATION and not STEP_RE.match(nodes[i].name)
     ]
-    stack, modules, call_lines, invocation = stack_of(thread, anchor, op_nodes)
+    stack, modules, call_lines, invocation = stack_of(thread, anchor, op_nodes, packs)
     step = tl.step_at(episode.ts)
     calls = episode.calls
     if calls:
@@ -225,34 +237,27 @@ def attribute(tl: Timeline, episode: Episode) -> Sync:
         apis = [api]
         device_id = None
         nbytes = None
-    sync = Sync(
-        kind=episode.kind,
+    return Attribution(
         api=api,
         apis=apis,
-        op=chain[0] if chain else None,
-        trigger_op=chain[-1] if chain else None,
+        op_chain=chain,
         step=step.number if step is not None else None,
         thread=thread.tid,
         ts_us=episode.ts,
-        host_wait_us=0.0,
-        gpu_idle_after_us=0.0,
+        end_us=episode.end,
         annotations=annotations,
         module=".".join(modules) if modules else None,
         stack=stack,
-        trace=tl.path,
-        op_chain=chain,
-        end_us=episode.end,
         device_id=device_id,
         bytes=nbytes,
-        latent=episode.latent,
+        call_lines=call_lines,
+        invocation=invocation,
+        called=called_name(stack),
     )
-    episode.extra["call_lines"] = call_lines
-    episode.extra["invocation"] = invocation
-    episode.extra["called"] = called_name(stack)
-    return sync
 
 
 __all__ = [
+    "Attribution",
     "attribute",
     "called_name",
     "is_user_file",

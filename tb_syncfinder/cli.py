@@ -8,16 +8,17 @@ with the reason on stderr.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 
-from tb_syncfinder import __version__, export
+from tb_syncfinder import __version__
 
 PROG = "tb-syncfinder"
+# The registry's formats a report prints in (the annotated trace has its own --annotate).
 FORMATS = ("table", "json", "csv", "sarif")
 DEFAULT_TOP = 20
 
@@ -105,6 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
              "(default: on)")
     report.add_argument("--top", type=_non_negative, default=DEFAULT_TOP, metavar="N",
                         help=f"sites shown in the table (default {DEFAULT_TOP}; 0 = all)")
+    scale = report.add_argument_group(
+        "many traces", "per-trace summaries are read back instead of parsing a trace again; "
+        "Ray spreads the parsing over a cluster (docs/scale.md)")
+    scale.add_argument(
+        "--ray", action="store_true",
+        help="analyse the traces as Ray tasks, on a local cluster unless --ray-address is "
+             "given, and write their summaries (needs pip install 'tb-syncfinder[ray]')")
+    scale.add_argument("--ray-address", metavar="ADDRESS",
+                       help="join this running Ray cluster (implies --ray), e.g. auto or "
+                            "ray://head:10001")
+    scale.add_argument("--ray-workers", type=_non_negative, default=0, metavar="N",
+                       help="CPUs of the local Ray cluster (default: all of this machine's)")
+    scale.add_argument(
+        "--summaries-dir", metavar="DIR",
+        help="read and write the per-trace summaries in DIR (default: beside each trace, in "
+             "its folder's .sync_advisor/)")
+    scale.add_argument(
+        "--write-summaries", action="store_true",
+        help="write a summary of each trace analysed, which the next report and the "
+             "TensorBoard plugin read instead of the trace (on by default with --ray)")
+    scale.add_argument("--no-summaries", action="store_true",
+                       help="ignore existing summaries: analyse every trace")
     report.add_argument(
         "--annotate", metavar="OUT.json",
         help="also write the trace with an added 'Sync Advisor' track (one trace only), "
@@ -162,23 +185,15 @@ def _use_color(choice: str, stream: IO[str]) -> bool:
     return bool(isatty and isatty())
 
 
-def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The analysis options the engine understands, from the command line."""
-    from tb_syncfinder import engine
+def _engine_options(args: argparse.Namespace) -> Any:
+    """The engine's Options from the command line (the demo's sources included, so its runs
+    resolve from any folder)."""
+    from tb_syncfinder.demo.sources import SOURCE_PACKS
+    from tb_syncfinder.engine import Options
 
-    wanted: dict[str, Any] = {
-        "source_roots": list(args.source_root),
-        "path_map": list(args.path_map),
-        # The timeline context around each sync is for the dashboard's detail view only.
-        "contexts": False,
-    }
-    if hasattr(args, "latent"):
-        wanted["latent"] = args.latent
-    options_cls = getattr(engine, "Options", None)
-    if options_cls is not None and dataclasses.is_dataclass(options_cls):
-        known = {f.name for f in dataclasses.fields(options_cls)}
-        return {k: v for k, v in wanted.items() if k in known}
-    return wanted
+    # The timeline context around each sync is for the dashboard's detail view only.
+    return Options(source_roots=tuple(args.source_root), path_map=tuple(args.path_map),
+                   contexts=False, source_packs=SOURCE_PACKS)
 
 
 def _find_refs(path: str) -> list[Any]:
@@ -210,79 +225,106 @@ def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]
     return [ref for ref in refs if ref.run in wanted]
 
 
-def _analyze_runs(
-    path: str, args: argparse.Namespace, wanted: Sequence[str] = ()
-) -> tuple[Any, dict[str, Any]]:
-    """Analyse ``path`` once: the report of every selected trace, and one report per run
-    (run name -> Report, in the PyTorch Profiler tab's order). UsageError when nothing in
-    it can be analysed."""
-    from tb_syncfinder.aggregate import build_report
-    from tb_syncfinder.engine import Options, analyze_trace
+def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = ()) -> Any:
+    """The ``ReportSet`` of ``path`` (each trace analysed once, or read from its summary; the
+    selected runs merged and each on its own). UsageError when nothing in it can be
+    analysed."""
+    from tb_syncfinder.engine import analyze_runs
+    from tb_syncfinder.outputs import ReportSet
 
     refs = _select_runs(path, _find_refs(path), wanted)
+    use_ray = _uses_ray(args)
+    store = None
+    if not getattr(args, "no_summaries", False):
+        from tb_syncfinder.summaries import SummaryStore
+
+        store = SummaryStore(getattr(args, "summaries_dir", None))
+    write = store is not None and (use_ray or getattr(args, "write_summaries", False))
+    progress = _Progress(len(refs), verbose=use_ray)
+    mapper = None
+    if use_ray:
+        from tb_syncfinder.fanout import ray_mapper
+
+        mapper = ray_mapper(args.ray_address, args.ray_workers or None,
+                            on_cluster=progress.cluster)
     try:
-        options = Options(**_engine_options(args))
-        resolver = options.resolver()
+        analysed = analyze_runs(
+            refs, _engine_options(args), mapper=mapper, summaries=store,
+            write_summaries=write,
+            on_result=progress.result)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: {exc}") from None
-    # Each trace is analysed once; the merged and per-run reports share the results.
-    results = [analyze_trace(ref, options, resolver) for ref in refs]
+    except RuntimeError as exc:  # fanout.FanoutError: no Ray, no cluster
+        raise UsageError(str(exc)) from None
+    progress.done()
+    results = analysed.results
     if results and all(r.info.error for r in results):
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
-    by_run: dict[str, list[Any]] = {}
-    for ref, result in zip(refs, results):
-        by_run.setdefault(ref.run, []).append(result)
-    return build_report(results), {name: build_report(rs) for name, rs in by_run.items()}
+    return ReportSet.from_runs(analysed)
 
 
-def _analyze(path: str, args: argparse.Namespace) -> Any:
-    """The report of every trace under ``path`` (all runs merged), for ``compare``."""
-    return _analyze_runs(path, args)[0]
+def _uses_ray(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "ray", False) or getattr(args, "ray_address", None))
 
 
-def run_summaries(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The report's additive ``runs`` field: per run, its traces and its own summary (per-step
-    figures over that run's steps only), in the order the runs are listed."""
-    entries = []
-    for name, data in runs.items():
-        entries.append({
-            "run": name,
-            "traces": [t.get("path") for t in data.get("traces") or []],
-            "summary": data.get("summary") or {},
-            "site_count": len(data.get("sites") or []),
-            "latent_site_count": len(data.get("latent_sites") or []),
-        })
-    return entries
+class _Progress:
+    """Per-trace progress on stderr as traces finish, when ``verbose`` (a cluster run), and
+    a closing tally whenever summaries or a cluster were used."""
+
+    def __init__(self, total: int, verbose: bool) -> None:
+        self.total = total
+        self.verbose = verbose
+        self.seen = 0
+        self.from_summaries = 0
+        self.failed = 0
+        self.started = time.perf_counter()
+        self.cluster_note = ""
+
+    def cluster(self, info: Any) -> None:
+        where = info.address or "a local Ray cluster"
+        self.cluster_note = f" on {where} ({info.cpus:g} CPUs, {info.tasks} tasks)"
+        print(f"{PROG}: Ray: {where} ready in {info.start_s:.1f} s, {info.cpus:g} CPUs, "
+              f"{info.tasks} tasks", file=sys.stderr)
+
+    def result(self, result: Any, from_summary: bool) -> None:
+        self.seen += 1
+        self.from_summaries += from_summary
+        info = result.info
+        self.failed += bool(info.error)
+        if not self.verbose:
+            return  # the report itself names the traces that failed
+        if info.error:
+            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {info.error}",
+                  file=sys.stderr)
+        else:
+            how = "summary" if from_summary else "analysed"
+            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {len(result.syncs)} "
+                  f"syncs ({how})", file=sys.stderr)
+
+    def done(self) -> None:
+        if not self.verbose and not self.from_summaries:
+            return
+        analysed = self.total - self.from_summaries
+        print(f"{PROG}: {self.total} traces: {self.from_summaries} from summaries, "
+              f"{analysed} analysed{self.cluster_note if analysed else ''}, "
+              f"{self.failed} failed, in {time.perf_counter() - self.started:.1f} s",
+              file=sys.stderr)
 
 
-def sarif_by_run(merged: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """SARIF for code scanning: one SARIF run (one tool upload); with several profiler runs,
-    each result is a site of one run, its message and figures that run's own, and the run is
-    named in the message, in ``properties.run`` and in a ``run/v1`` fingerprint."""
-    if len(runs) <= 1:
-        return export.to_sarif(merged)
-    log = export.to_sarif(merged)  # the rules of every kind used, in the usual order
-    results = []
-    rule_index = {rule["id"]: i for i, rule in enumerate(log["runs"][0]["tool"]["driver"]["rules"])}
-    for name, data in runs.items():
-        for result in export.to_sarif(data)["runs"][0]["results"]:
-            result["ruleIndex"] = rule_index.get(result["ruleId"], result.get("ruleIndex"))
-            result["message"]["text"] = f"Run {name}: {result['message']['text']}"
-            result.setdefault("properties", {})["run"] = name
-            result.setdefault("partialFingerprints", {})["run/v1"] = name
-            results.append(result)
-    log["runs"][0]["results"] = results
-    return log
-
-
-def _write(text: str, output: str | None) -> None:
+def _write(data: bytes, output: str | None) -> None:
     if output:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+        with open(output, "wb") as handle:
+            handle.write(data)
+        return
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:  # a sys.stdout replaced by one without bytes underneath
+        sys.stdout.write(data.decode("utf-8"))
         sys.stdout.flush()
+        return
+    sys.stdout.flush()  # text written earlier goes first
+    stream.write(data)
+    stream.flush()
 
 
 def _warn(message: str) -> None:
@@ -325,66 +367,37 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
 # --- commands ------------------------------------------------------------------------
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tb_syncfinder.render import render_runs
+    from tb_syncfinder import outputs
 
     output_format = "json" if args.json else (args.format or "table")
     if args.json and args.format not in (None, "json"):
         raise UsageError(f"--json and --format {args.format} contradict each other")
-    report, run_reports = _analyze_runs(args.path, args, args.runs)
-    report_json = report.to_json()
-    runs_json = {name: run_report.to_json() for name, run_report in run_reports.items()}
+    report_set = _analyze_runs(args.path, args, args.runs)
     if not args.latent:
-        for data in (report_json, *runs_json.values()):
-            data["latent"] = []
-            data["latent_sites"] = []
-    # Additive field of tb_syncfinder.report/1: each run's own summary, so per-step figures
-    # of a logdir are not diluted over the other runs' steps.
-    report_json["runs"] = run_summaries(runs_json)
-
-    if output_format == "table":
-        stream = sys.stdout
-        color = False if args.output else _use_color(args.color, stream)
-        text = render_runs(list(runs_json.items()), color=color, top=args.top or None)
-        _write(text, args.output)
-    else:
-        for trace in report_json["traces"]:
+        report_set = report_set.without_latent()
+    if output_format != "table" and not _uses_ray(args):  # a Ray run named them already
+        for trace in report_set.report["traces"]:
             if trace.get("error"):
                 _warn(f"{trace['path']}: {trace['error']}")
-        if output_format == "json":
-            text = json.dumps(report_json, indent=1) + "\n"
-        elif output_format == "csv":
-            text = export.runs_to_csv(runs_json)
-        else:
-            text = json.dumps(sarif_by_run(report_json, runs_json), indent=1) + "\n"
-        _write(text, args.output)
+    color = False if args.output else _use_color(args.color, sys.stdout)
+    options = outputs.RenderOptions(color=color, top=args.top or None)
+    _write(outputs.render(output_format, report_set, options), args.output)
 
     if args.annotate:
-        _write_annotated(report_json, args.annotate)
+        try:
+            annotated = outputs.render("trace", report_set)
+        except ValueError as exc:
+            raise UsageError(f"--annotate: {exc}") from None
+        _write(annotated, args.annotate)
+        print(f"{PROG}: annotated trace written to {args.annotate}", file=sys.stderr)
 
     if args.max_syncs_per_step is not None:
-        problems = step_violations(report_json, args.max_syncs_per_step)
+        problems = step_violations(report_set.report, args.max_syncs_per_step)
         if problems:
             for problem in problems:
                 print(f"{PROG}: too many syncs: {problem}", file=sys.stderr)
             return 1
     return 0
-
-
-def _write_annotated(report_json: dict[str, Any], out_path: str) -> None:
-    from tb_syncfinder.export import annotate_trace
-
-    readable = [t for t in report_json["traces"] if not t.get("error")]
-    if len(readable) != 1:
-        raise UsageError(f"--annotate needs exactly one trace, {len(readable)} were analysed")
-    trace_path = readable[0]["path"]
-    syncs = [s for s in report_json["syncs"] if s.get("trace") in ("", trace_path)]
-    try:
-        data = annotate_trace(trace_path, syncs, report_json.get("sites"))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    with open(out_path, "wb") as handle:
-        handle.write(data)
-    print(f"{PROG}: annotated trace written to {out_path}", file=sys.stderr)
 
 
 def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -406,21 +419,22 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
             if not isinstance(data, dict) or data.get("schema") != SCHEMA:
                 raise UsageError(f"{path}: not a {SCHEMA} report")
             return data
-    return _analyze(path, args).to_json()
+    return _analyze_runs(path, args).report
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from tb_syncfinder.compare import compare
-    from tb_syncfinder.render import render_compare
+    from tb_syncfinder.outputs.json import dumps
+    from tb_syncfinder.outputs.text import render_compare
 
     base = _load_side(args.base, args)
     new = _load_side(args.new, args)
     result = compare(base, new)
     if args.json:
-        _write(json.dumps(result, indent=1) + "\n", args.output)
+        _write(dumps(result), args.output)
     else:
         color = False if args.output else _use_color(args.color, sys.stdout)
-        _write(render_compare(result, color=color), args.output)
+        _write(render_compare(result, color=color).encode("utf-8"), args.output)
     if args.fail_on_regression:
         regressions = [s for s in result["sites"] if s["status"] in ("new", "worse")]
         if regressions:

@@ -19,7 +19,7 @@ estimated saving.
 from __future__ import annotations
 
 from tb_syncfinder.detect import Episode
-from tb_syncfinder.models import StepStats, Sync
+from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
 from tb_syncfinder.timeline import Timeline
 
 NO_STEP = 0  # StepStats.step of the single pseudo-step of a trace without ProfilerStep spans
@@ -50,37 +50,29 @@ def idle_union_us(syncs: list[Sync]) -> float:
     return sum(_union_length(intervals) for intervals in by_device.values())
 
 
-def fill_sync_cost(tl: Timeline, episode: Episode, sync: Sync) -> None:
-    """Set ``host_wait_us`` and ``gpu_idle_after_us`` of one real (non-latent) sync."""
+def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncCost:
+    """Host wait and the GPU bubble after one sync (zero for a latent one)."""
     if episode.latent or not episode.calls:
-        sync.host_wait_us = 0.0
-        sync.gpu_idle_after_us = 0.0
-        return
-    sync.host_wait_us = float(sum(c.event.dur for c in episode.calls))
-    device = sync.device_id
+        return SyncCost(0.0, 0.0, attribution.device_id)
+    host_wait = float(sum(c.event.dur for c in episode.calls))
+    device = attribution.device_id
+    charged = device
     if device is None or device not in tl.device_activity:
         device = tl.default_device()
-        if sync.device_id is None:
-            sync.device_id = device
+        if charged is None:
+            charged = device
     if device is None:
-        sync.gpu_idle_after_us = 0.0
-        return
-    end = sync.end_us
-    step = tl.step_at(sync.ts_us)
+        return SyncCost(host_wait, 0.0, charged)
+    end = attribution.end_us
+    step = tl.step_at(attribution.ts_us)
     cap = step.end if step is not None else tl.span[1]
     busy = tl.device_activity[device].next_busy(end)
     idle_until = cap if busy is None else min(busy, cap)
-    sync.gpu_idle_after_us = max(0.0, float(idle_until - end))
+    return SyncCost(host_wait, max(0.0, float(idle_until - end)), charged)
 
 
-def measure(
-    tl: Timeline, syncs: list[Sync], episodes: list[Episode] | None = None
-) -> list[StepStats]:
-    """Per-step stats of one trace. With ``episodes`` (parallel to ``syncs``), first fill
-    each sync's ``host_wait_us`` / ``gpu_idle_after_us``."""
-    if episodes is not None:
-        for episode, sync in zip(episodes, syncs):
-            fill_sync_cost(tl, episode, sync)
+def step_stats(tl: Timeline, syncs: list[Sync]) -> list[StepStats]:
+    """Per-step stats of one trace (a single pseudo-step when it has no step markers)."""
     stats: dict[int, StepStats] = {}
     if tl.steps:
         for step in tl.steps:

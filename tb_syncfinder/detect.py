@@ -1,7 +1,7 @@
 """Find the blocking host-device synchronizations of a timeline, one episode per
 invocation of the outermost operator (or per standalone API call outside any operator).
 
-What blocks the host (``../shared/KINETO_NOTES.md``):
+What blocks the host (``../shared/KINETO_NOTES.md``; the names are ``catalogue``'s):
 
 * explicit waits: ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` /
   ``cudaEventSynchronize``, their ``cu*`` driver and ``hip*`` forms, and torch_npu's
@@ -22,139 +22,24 @@ is not a sync.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 
-from tb_syncfinder import models
+from tb_syncfinder import catalogue
+from tb_syncfinder.catalogue import (
+    ALLOCATOR_APIS,
+    ASYNC_COPY_APIS,
+    BLOCKING_SYNC_RECORDS,
+    COPY_OPS,
+    LATENT_TRIGGERS,
+    NON_BLOCKING_APIS,
+    OP_KINDS,
+    SYNC_COPY_APIS,
+    is_explicit_sync_api,
+)
 from tb_syncfinder.reader import Event
-from tb_syncfinder.timeline import OP, HostThread, Timeline, correlation_of
-
-EXPLICIT_SYNC_APIS = frozenset(
-    {
-        "cudaDeviceSynchronize",
-        "cudaStreamSynchronize",
-        "cudaEventSynchronize",
-        "cudaThreadSynchronize",
-        "cuCtxSynchronize",
-        "cuStreamSynchronize",
-        "cuEventSynchronize",
-        "hipDeviceSynchronize",
-        "hipStreamSynchronize",
-        "hipEventSynchronize",
-        "hipCtxSynchronize",
-    }
-)
-SYNC_COPY_APIS = frozenset(
-    {
-        "cudaMemcpy",
-        "cudaMemcpy2D",
-        "cudaMemcpy3D",
-        "cudaMemcpyFromSymbol",
-        "cudaMemcpyToSymbol",
-        "cuMemcpyDtoH",
-        "cuMemcpyDtoH_v2",
-        "cuMemcpyHtoD",
-        "cuMemcpyHtoD_v2",
-        "cuMemcpy",
-        "hipMemcpy",
-        "hipMemcpyWithStream",
-        "hipMemcpyDtoH",
-        "hipMemcpyHtoD",
-        "AscendCL@aclrtMemcpy",
-    }
-)
-ASYNC_COPY_APIS = frozenset(
-    {
-        "cudaMemcpyAsync",
-        "cudaMemcpy2DAsync",
-        "cudaMemcpy3DAsync",
-        "cuMemcpyAsync",
-        "cuMemcpyDtoHAsync",
-        "cuMemcpyDtoHAsync_v2",
-        "cuMemcpyHtoDAsync",
-        "cuMemcpyHtoDAsync_v2",
-        "hipMemcpyAsync",
-        "hipMemcpyDtoHAsync",
-        "hipMemcpyHtoDAsync",
-        "AscendCL@aclrtMemcpyAsync",
-    }
-)
-ALLOCATOR_APIS = frozenset(
-    {
-        "cudaMalloc",
-        "cudaFree",
-        "cudaHostAlloc",
-        "cudaMallocHost",
-        "cudaFreeHost",
-        "cuMemAlloc",
-        "cuMemAlloc_v2",
-        "cuMemFree",
-        "cuMemFree_v2",
-        "hipMalloc",
-        "hipFree",
-        "hipHostMalloc",
-        "hipHostFree",
-        "hipMallocHost",
-        "hipFreeHost",
-    }
-)
-# Never host-blocking, even when CUPTI records an ``Event Sync`` for them.
-NON_BLOCKING_APIS = frozenset(
-    {
-        "cudaEventQuery",
-        "cudaStreamQuery",
-        "cudaStreamWaitEvent",
-        "hipEventQuery",
-        "hipStreamQuery",
-        "hipStreamWaitEvent",
-        "cuEventQuery",
-        "cuStreamQuery",
-        "cuStreamWaitEvent",
-    }
-)
-BLOCKING_SYNC_RECORDS = frozenset({"Stream Sync", "Event Sync", "Context Sync"})
-INTERESTING_APIS = EXPLICIT_SYNC_APIS | SYNC_COPY_APIS | ASYNC_COPY_APIS | ALLOCATOR_APIS
-
-# Operators classified by the chain (innermost first wins).
-SCALAR_OPS = frozenset(
-    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::tolist"}
-)
-DYNAMIC_OPS = frozenset(
-    {
-        "aten::nonzero",
-        "aten::argwhere",
-        "aten::unique",
-        "aten::_unique",
-        "aten::_unique2",
-        "aten::unique_dim",
-        "aten::unique_consecutive",
-        "aten::unique_dim_consecutive",
-        "aten::masked_select",
-        "aten::repeat_interleave",
-    }
-)
-COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
-
-# Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.
-# aten::tolist has never been one (a latent finding for it would be a behaviour change of its
-# own to decide), hence the difference.
-LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
-
-CHECKED = [
-    "explicit synchronize calls (cudaDeviceSynchronize, cudaStreamSynchronize, "
-    "cudaEventSynchronize, cu*/hip*/aclrt* forms)",
-    "blocking copies (cudaMemcpy, pageable cudaMemcpyAsync, hipMemcpyWithStream)",
-    "CUPTI cuda_sync records joined to their runtime call",
-    "allocator syncs inside steps (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost)",
-    "scalar readbacks (.item(), .tolist(), bool/if on a tensor)",
-    "dynamic shapes (nonzero, unique, masked_select, boolean masks, repeat_interleave)",
-]
-
-
-def is_explicit_sync_api(name: str) -> bool:
-    return name in EXPLICIT_SYNC_APIS or name.startswith("AscendCL@aclrtSynchronize")
+from tb_syncfinder.timeline import ANNOTATION, OP, HostThread, Timeline, correlation_of
 
 
 @dataclass
@@ -178,7 +63,6 @@ class Episode:
     kind: str = ""
     latent: bool = False
     trigger: int = -1  # node index of the trigger op (latent episodes)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ts(self) -> float:
@@ -263,29 +147,46 @@ def op_chain(thread: HostThread, index: int) -> list[int]:
     return chain
 
 
-def classify(op_names: list[str], calls: list[Call]) -> str:
-    """The finding kind: by the operator chain first, the API / copy direction second."""
+def innermost_annotation(thread: HostThread, index: int) -> str | None:
+    """The name of the innermost record_function annotation enclosing ``index`` (not a
+    ProfilerStep), or None."""
+    kinds = thread.kinds
+    parent = thread.parent
+    nodes = thread.nodes
+    while index >= 0:
+        if kinds[index] == ANNOTATION and not nodes[index].name.startswith("ProfilerStep#"):
+            return nodes[index].name
+        index = parent[index]
+    return None
+
+
+def classify(op_names: list[str], calls: list[Call], annotation: str | None = None) -> str:
+    """The finding kind: by the operator chain first (what synced), then whether it waits
+    on a collective (a c10d operator around it, or its innermost annotation), then the API /
+    copy direction."""
     for name in reversed(op_names):  # innermost first
-        if name in SCALAR_OPS:
-            return models.SCALAR_READBACK
-        if name in DYNAMIC_OPS:
-            return models.DYNAMIC_SHAPE
+        op_kind = OP_KINDS.get(name)
+        if op_kind is not None:
+            return op_kind
+    if any(catalogue.is_collective_op(name) for name in op_names) or (
+            annotation is not None and catalogue.is_collective_wait_annotation(annotation)):
+        return catalogue.COLLECTIVE_WAIT
     directions = [c.direction for c in calls if c.reason in ("copy", "maybe_copy")]
     if "DtoH" in directions:
-        return models.DEVICE_TO_HOST_COPY
+        return catalogue.DEVICE_TO_HOST_COPY
     if "HtoD" in directions:
-        return models.BLOCKING_HOST_TO_DEVICE
+        return catalogue.BLOCKING_HOST_TO_DEVICE
     if calls and all(c.reason == "allocator" for c in calls):
-        return models.ALLOCATOR_SYNC
+        return catalogue.ALLOCATOR_SYNC
     if any(name in COPY_OPS for name in op_names):
         # A stream sync inside .to()/.cpu()/copy_: a device-to-host copy whose device side
         # was not recorded (or a DtoD copy made synchronous by a non_blocking=False .to()).
-        return models.DEVICE_TO_HOST_COPY
+        return catalogue.DEVICE_TO_HOST_COPY
     if any(c.reason == "allocator" for c in calls) and not any(
         c.reason in ("sync", "cuda_sync") for c in calls
     ):
-        return models.ALLOCATOR_SYNC
-    return models.EXPLICIT_SYNC
+        return catalogue.ALLOCATOR_SYNC
+    return catalogue.EXPLICIT_SYNC
 
 
 def detect_syncs(tl: Timeline) -> list[Episode]:
@@ -310,11 +211,10 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
         if sync_record_corrs:
             candidates = [
                 e for e in thread.runtime
-                if e.name in INTERESTING_APIS or tl.correlation(e, thread) in sync_record_corrs
+                if catalogue.may_block(e.name) or tl.correlation(e, thread) in sync_record_corrs
             ]
         else:
-            candidates = [e for e in thread.runtime if e.name in INTERESTING_APIS
-                          or e.name.startswith("AscendCL@aclrtSynchronize")]
+            candidates = [e for e in thread.runtime if catalogue.may_block(e.name)]
         for e in candidates:
             call = _classify_call(tl, thread, e)
             if call is None:
@@ -341,7 +241,8 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
         for episode in thread_episodes:
             episode.calls.sort(key=lambda c: c.event.ts)
             names = [thread.nodes[i].name for i in op_chain(thread, episode.anchor)]
-            episode.kind = classify(names, episode.calls)
+            episode.kind = classify(names, episode.calls,
+                                    innermost_annotation(thread, episode.anchor))
         episodes.extend(thread_episodes)
     episodes.sort(key=lambda ep: ep.ts)
     return episodes

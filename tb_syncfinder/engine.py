@@ -1,36 +1,58 @@
 """The pipeline: the only place that strings the stages together.
 
-``analyze(path)`` takes a trace file, a run folder or a logdir and returns a ``Report``;
-``analyze_trace(ref, options)`` analyses one file and never raises for a bad one (its
-``TraceResult.info.error`` says why), so one broken trace never hides the others.
+Per trace (``analyze_trace``): read -> timeline -> detect -> attribute -> resolve source ->
+cost -> build each ``Sync`` once -> step stats (and the detail-view contexts while the
+timeline is in memory). It never raises for a bad file: ``TraceResult.info.error`` says why,
+so one broken trace never hides the others. Per job (``report_runs``): the results of one or
+more runs aggregated into reports. ``analyze_runs`` does both over a list of traces, for
+the CLI; the plugin runs ``analyze_trace`` in its own pool and ``report_runs`` on what it
+has loaded. ``analyze(path)`` is the one-call form over a file, run folder or logdir.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import hashlib
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from tb_syncfinder.aggregate import build_report
+from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import attribute
 from tb_syncfinder.context import sync_context
-from tb_syncfinder.cost import measure
+from tb_syncfinder.cost import step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
-from tb_syncfinder.models import Report, StepStats, Sync, TraceInfo, TraceRef
+from tb_syncfinder.models import (
+    Attribution,
+    Report,
+    RunsReport,
+    Source,
+    Sync,
+    SyncCost,
+    TraceInfo,
+    TraceRef,
+    TraceResult,
+)
 from tb_syncfinder.reader import TraceReadError, read_trace
 from tb_syncfinder.source import (
+    SourcePack,
     SourceResolver,
-    callee_groups,
     parse_path_map,
-    with_builtin_sources,
+    resolve_sources,
+    with_source_packs,
 )
 from tb_syncfinder.timeline import Timeline, build_timeline
 
-__all__ = ["NoTracesError", "Options", "TraceResult", "analyze", "analyze_trace"]
+if TYPE_CHECKING:
+    from tb_syncfinder.summaries import SummaryStore
+
+__all__ = [
+    "NoTracesError", "Options", "TraceMapper", "TraceResult", "analyze", "analyze_runs",
+    "analyze_trace", "map_locally", "report_runs",
+]
 
 
 class NoTracesError(FileNotFoundError):
@@ -51,56 +73,19 @@ class Options:
     context_window_us: float = 300.0  # timeline context either side of each sync
     context_max_events: int = 60  # per lane, for the dashboard's detail view
     contexts: bool = True  # compute TraceResult.contexts
+    # Sources shipped by packages for traces recorded from them (the shells pass the demo's).
+    source_packs: Sequence[SourcePack] = ()
 
     def resolver(self) -> SourceResolver:
-        roots, path_map = with_builtin_sources(
-            list(self.source_roots) or [os.getcwd()], parse_path_map(self.path_map)
+        roots, path_map = with_source_packs(
+            list(self.source_roots) or [os.getcwd()], parse_path_map(self.path_map),
+            self.source_packs,
         )
         return SourceResolver(roots, path_map)
 
 
-@dataclass
-class TraceResult:
-    """One analysed trace: what the plugin caches. Holds no raw events (picklable)."""
-
-    info: TraceInfo
-    syncs: list[Sync] = field(default_factory=list)
-    latent: list[Sync] = field(default_factory=list)
-    steps: list[StepStats] = field(default_factory=list)
-    contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
 def sync_id_prefix(trace_path: str) -> str:
     return hashlib.sha1(trace_path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-
-
-def _resolve_sources(
-    resolver: SourceResolver, episodes: list[Episode], syncs: list[Sync]
-) -> None:
-    """Set ``Sync.source``; the n-th sync of one function invocation calling the same thing
-    is matched to the n-th such call in the source (see source.py)."""
-    keyed: list[tuple[Any, list[list[str]]]] = []
-    counts: dict[Any, int] = {}
-    for episode, sync in zip(episodes, syncs):
-        groups = callee_groups(episode.extra.get("called"), sync.op_chain,
-                               None if sync.op else sync.api)
-        invocation = episode.extra.get("invocation")
-        key = (invocation, tuple(tuple(g) for g in groups[:1])) if invocation else None
-        keyed.append((key, groups))
-        if key is not None:
-            counts[key] = counts.get(key, 0) + 1
-    seen: dict[Any, int] = {}
-    for (key, groups), episode, sync in zip(keyed, episodes, syncs):
-        occurrence = None
-        if key is not None:
-            index = seen.get(key, 0)
-            seen[key] = index + 1
-            occurrence = (index, counts[key])
-        if sync.stack:
-            sync.source = resolver.resolve(
-                sync.stack, groups, call_lines=bool(episode.extra.get("call_lines")),
-                occurrence=occurrence,
-            )
 
 
 def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
@@ -160,22 +145,56 @@ def analyze_trace(
 
 
 
+def _build_sync(episode: Episode, attribution: Attribution, source: Source | None,
+                cost: SyncCost, trace: str, sync_id: str) -> Sync:
+    op = attribution.op_chain[0] if attribution.op_chain else None
+    return Sync(
+        kind=episode.kind,
+        api=attribution.api,
+        apis=attribution.apis,
+        op=op,
+        trigger_op=attribution.op_chain[-1] if attribution.op_chain else None,
+        step=attribution.step,
+        thread=attribution.thread,
+        ts_us=attribution.ts_us,
+        host_wait_us=cost.host_wait_us,
+        gpu_idle_after_us=cost.gpu_idle_after_us,
+        annotations=attribution.annotations,
+        module=attribution.module,
+        stack=attribution.stack,
+        source=source,
+        trace=trace,
+        id=sync_id,
+        op_chain=attribution.op_chain,
+        end_us=attribution.end_us,
+        device_id=cost.device_id,
+        bytes=attribution.bytes,
+        latent=episode.latent,
+        site_key=site_key(source, op, attribution.api),
+    )
+
+
 def _analyze_data(ref: TraceRef, data: Any, options: Options,
                   resolver: SourceResolver) -> TraceResult:
     repairs = list(getattr(data, "repairs", ()))
     tl = build_timeline(data)
     del data  # the events live on in the timeline only until this function returns
-    episodes = detect_syncs(tl)
-    latent_episodes = detect_latent(tl)
-    syncs = [attribute(tl, ep) for ep in episodes]
-    latent = [attribute(tl, ep) for ep in latent_episodes]
-    steps = measure(tl, syncs, episodes)
-    _resolve_sources(resolver, episodes, syncs)
-    _resolve_sources(resolver, latent_episodes, latent)
+    packs = options.source_packs
     prefix = sync_id_prefix(ref.path)
-    for n, sync in enumerate(syncs + latent):
-        sync.id = f"{prefix}-{n}"
-        sync.trace = ref.path
+    built: list[list[Sync]] = []
+    first_id = 0
+    for episodes in (detect_syncs(tl), detect_latent(tl)):
+        attributions = [attribute(tl, episode, packs) for episode in episodes]
+        sources = resolve_sources(resolver, attributions)
+        costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
+        stages = zip(episodes, attributions, sources, costs, strict=True)
+        built.append([
+            _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}")
+            for n, (e, a, src, c) in enumerate(stages)
+        ])
+        first_id += len(episodes)
+    syncs, latent = built
+    steps = step_stats(tl, syncs)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         for sync in syncs + latent:
@@ -187,6 +206,79 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     if not tl.steps:
         info.steps = 1 if steps else 0
     return TraceResult(info, syncs, latent, steps, contexts)
+
+
+def report_runs(results: Sequence[TraceResult]) -> RunsReport:
+    """The job-level stages over analysed traces: one report per run (in the order the runs
+    first appear) and, when there are several, all of them merged."""
+    by_run: dict[str, list[TraceResult]] = {}
+    for result in results:
+        by_run.setdefault(result.info.run or "", []).append(result)
+    runs = {name: build_report(members) for name, members in by_run.items()}
+    merged = next(iter(runs.values())) if len(runs) == 1 else build_report(list(results))
+    return RunsReport(report=merged, runs=runs, results=list(results))
+
+
+# A per-trace map: analyses ``refs`` (writing their summaries to ``store`` when given) and
+# yields their results in any order, each as soon as it is done.
+TraceMapper = Callable[[Sequence[TraceRef], "Options", "SummaryStore | None"],
+                       Iterator[TraceResult]]
+
+
+def map_locally(refs: Sequence[TraceRef], options: Options,
+                store: SummaryStore | None = None) -> Iterator[TraceResult]:
+    """The per-trace stage in this process, one trace after the other."""
+    resolver = options.resolver()
+    for ref in refs:
+        result = analyze_trace(ref, options, resolver)
+        if store is not None:
+            store.put(ref, result, options)
+        yield result
+
+
+def analyze_runs(
+    refs: Sequence[TraceRef],
+    options: Options | None = None,
+    *,
+    mapper: TraceMapper | None = None,
+    summaries: SummaryStore | None = None,
+    write_summaries: bool = False,
+    on_result: Callable[[TraceResult, bool], None] | None = None,
+) -> RunsReport:
+    """Analyse each trace once, then report per run and merged.
+
+    ``summaries``: valid per-trace summaries there are used instead of parsing (a summary
+    made with other source options counts as missing); with ``write_summaries`` the traces
+    analysed get one (with the detail-view contexts the plugin serves). ``mapper`` runs the
+    per-trace stage (default: here, one after the other; ``tb_syncfinder.fanout`` maps on
+    Ray). ``on_result(result, from_summary)`` hears of each trace as it is done.
+    """
+    from tb_syncfinder.summaries import summarised
+
+    options = options or Options()
+    if write_summaries and not options.contexts:
+        options = dataclasses.replace(options, contexts=True)
+    found: dict[str, TraceResult] = {}
+    todo = list(refs)
+    if summaries is not None:
+        found, todo = summarised(refs, summaries, options)
+        if on_result is not None:
+            for ref in refs:
+                if ref.path in found:
+                    on_result(found[ref.path], True)
+    if todo:
+        mapped = (mapper or map_locally)(todo, options,
+                                         summaries if write_summaries else None)
+        for result in mapped:
+            found[result.info.path] = result
+            if on_result is not None:
+                on_result(result, False)
+    missing = [ref for ref in refs if ref.path not in found]
+    for ref in missing:  # a mapper that lost a trace: say so rather than drop it
+        found[ref.path] = TraceResult(
+            TraceInfo(ref.path, ref.worker, ref.span, ref.run,
+                      error="analysis returned no result"))
+    return report_runs([found[ref.path] for ref in refs])
 
 
 def analyze(
@@ -213,6 +305,4 @@ def analyze(
         raise NoTracesError(
             path, "no PyTorch profiler traces found (*.pt.trace.json[.gz] or trace_view.json)"
         )
-    resolver = options.resolver()
-    results = [analyze_trace(ref, options, resolver) for ref in refs]
-    return build_report(results)
+    return analyze_runs(refs, options).report

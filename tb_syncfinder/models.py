@@ -1,5 +1,10 @@
 """Plain data passed between the pipeline's stages, and the JSON report schema.
 
+Stage records (built once each, never filled in later): ``Attribution`` (attribute ->
+source, cost), ``Source`` (source), ``SyncCost`` (cost); the engine then builds each
+``Sync`` from them in one go. ``TraceResult`` is what one trace's analysis returns (what the
+plugin caches); ``RunsReport`` what the job-level stages make of several.
+
 The report schema (``tb_syncfinder.report/1``) is a contract read by the plugin, the
 dashboard, the CLI and other tools: fields may be added, never renamed or dropped.
 All times are microseconds (``*_us``), relative to nothing: ``ts_us`` is the trace's own
@@ -12,23 +17,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA = "tb_syncfinder.report/1"
-
-# Finding kinds. Order is the order the CLI and dashboard list them in.
-SCALAR_READBACK = "scalar_readback"
-DYNAMIC_SHAPE = "dynamic_shape"
-DEVICE_TO_HOST_COPY = "device_to_host_copy"
-BLOCKING_HOST_TO_DEVICE = "blocking_host_to_device"
-EXPLICIT_SYNC = "explicit_sync"
-ALLOCATOR_SYNC = "allocator_sync"
-KINDS = (
-    SCALAR_READBACK,
-    DYNAMIC_SHAPE,
-    DEVICE_TO_HOST_COPY,
-    BLOCKING_HOST_TO_DEVICE,
-    EXPLICIT_SYNC,
-    ALLOCATOR_SYNC,
-)
-
 
 @dataclass(frozen=True)
 class TraceRef:
@@ -89,11 +77,44 @@ class TraceInfo:
 
 
 @dataclass
+class Attribution:
+    """Where one sync came from (the attribute stage's output; not part of the report)."""
+
+    api: str  # the call the host waited in (the longest blocking call)
+    apis: list[str]  # every blocking call of the episode, in order
+    op_chain: list[str]  # operators enclosing the sync, outermost first
+    step: int | None  # N of ProfilerStep#N
+    thread: int | str
+    ts_us: float
+    end_us: float
+    annotations: list[str]  # record_function path, outer first
+    module: str | None  # nn.Module path, outer.inner
+    stack: list[Frame]  # innermost first
+    device_id: int | None  # the device its calls worked on, if any did
+    bytes: int | None  # bytes copied by its calls
+    # For source resolution: the frames carry call lines already (legacy Call stack); the
+    # identity of the innermost user function's invocation (several syncs in one call map
+    # to several lines); and what that frame called (a built-in's name, e.g. "item").
+    call_lines: bool = False
+    invocation: Any = None
+    called: str | None = None
+
+
+@dataclass
+class SyncCost:
+    """What one sync cost (the cost stage's output; not part of the report)."""
+
+    host_wait_us: float
+    gpu_idle_after_us: float
+    device_id: int | None  # the device charged: the sync's own, else the busiest one
+
+
+@dataclass
 class Sync:
     """One host-device synchronization: all blocking calls of one operator invocation
     (or one standalone API call outside any operator)."""
 
-    kind: str  # one of KINDS
+    kind: str  # a catalogue.KIND_NAMES value
     api: str  # the call the host waited in: cudaStreamSynchronize, cudaMemcpyAsync...
     apis: list[str]  # every blocking call grouped into this finding, in order
     op: str | None  # outermost operator, e.g. aten::item; None for a bare API call
@@ -192,3 +213,24 @@ class Report:
             "steps": [asdict(s) for s in self.steps],
             "latent_sites": [asdict(s) for s in self.latent_sites],
         }
+
+
+@dataclass
+class TraceResult:
+    """One analysed trace: what the plugin caches. Holds no raw events (picklable)."""
+
+    info: TraceInfo
+    syncs: list[Sync] = field(default_factory=list)
+    latent: list[Sync] = field(default_factory=list)
+    steps: list[StepStats] = field(default_factory=list)
+    contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class RunsReport:
+    """The job-level result over several traces: every selected trace's report merged, and
+    each run's own (per-step figures over that run's steps only), in listing order."""
+
+    report: Report
+    runs: dict[str, Report]
+    results: list[TraceResult] = field(default_factory=list)

@@ -24,9 +24,12 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tb_syncfinder.models import Frame, Source
+from tb_syncfinder.catalogue import API_CALLEES, OP_CALLEES
+from tb_syncfinder.models import Attribution, Frame, Source
 
 # Directories never searched for sources when matching path suffixes.
 _SKIP_DIRS = frozenset(
@@ -35,35 +38,6 @@ _SKIP_DIRS = frozenset(
 )
 _MAX_INDEXED_FILES = 50_000
 _MAX_SOURCE_BYTES = 5_000_000
-
-# Callee names to look for, per operator, in order of likelihood: the first group that
-# matches any call in the function wins.
-OP_CALLEES: dict[str, list[list[str]]] = {
-    "aten::item": [["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"]],
-    "aten::_local_scalar_dense": [
-        ["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"],
-    ],
-    "aten::is_nonzero": [["__bool__", "bool"], ["any", "all"]],
-    "aten::nonzero": [["nonzero"], ["argwhere"], ["where"], ["__getitem__"]],
-    "aten::argwhere": [["argwhere"]],
-    "aten::unique": [["unique"]],
-    "aten::_unique": [["unique"]],
-    "aten::_unique2": [["unique"], ["unique_consecutive"]],
-    "aten::unique_dim": [["unique"]],
-    "aten::unique_consecutive": [["unique_consecutive"], ["unique"]],
-    "aten::unique_dim_consecutive": [["unique_consecutive"], ["unique"]],
-    "aten::masked_select": [["masked_select"], ["__getitem__"]],
-    "aten::index": [["__getitem__"]],
-    "aten::index_put_": [["__setitem__"], ["index_put_", "index_put"]],
-    "aten::index_put": [["__setitem__"], ["index_put"]],
-    "aten::where": [["where"]],
-    "aten::repeat_interleave": [["repeat_interleave"]],
-    "aten::to": [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]],
-    "aten::_to_copy": [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]],
-    "aten::copy_": [["copy_"], ["to", "cpu", "cuda", "numpy", "tolist"], ["__setitem__"]],
-}
-API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
-
 
 def callee_groups(called: str | None, ops: Sequence[str], api: str | None = None) -> list[
         list[str]]:
@@ -277,13 +251,21 @@ class _ParsedFile:
         return best[0] if best else None
 
 
-# The demo workloads installed with the package. torch records an installed file relative to
-# site-packages ("tb_syncfinder/demo/seg.py"), so the demo runs' source lines only resolve
-# with this folder as a root and that prefix mapped to it. It holds nothing but our own .py
-# files, so the CLI, the engine and the plugin (whose source endpoint keeps every check:
-# resolved paths, .py only, size cap) always add it, whatever the working directory.
-DEMO_SOURCE_DIR = os.path.realpath(Path(__file__).resolve().parent / "demo")
-DEMO_RECORDED_PREFIX = "tb_syncfinder/demo/"
+@dataclass(frozen=True)
+class SourcePack:
+    """Python sources a package ships for the traces recorded from it (the demo's workloads).
+
+    torch records an installed file relative to site-packages (``tb_syncfinder/demo/seg.py``),
+    so such a trace's lines only resolve with ``directory`` as a source root and
+    ``recorded_prefix`` mapped to it. Files directly under the prefix are the user's code
+    (they stand in for a training script) except ``library_files``.
+    """
+
+    recorded_prefix: str  # how traces name its files, ending in "/"
+    directory: str  # where they are on this machine
+    # A tuple, not a set: options are hashed by their repr for cache keys, and a set's
+    # order changes from one process to the next.
+    library_files: tuple[str, ...] = ()
 
 
 def parse_path_map(entries: Iterable[str | tuple[str, str]]) -> list[tuple[str, str]]:
@@ -305,19 +287,23 @@ def parse_path_map(entries: Iterable[str | tuple[str, str]]) -> list[tuple[str, 
     return pairs
 
 
-def with_builtin_sources(
-    source_roots: Sequence[str], path_map: Sequence[tuple[str, str]]
+def with_source_packs(
+    source_roots: Sequence[str], path_map: Sequence[tuple[str, str]],
+    packs: Sequence[SourcePack] = (),
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The user's source roots and path map plus the built-in demo folder, after them so a
-    user's own mapping of the same prefix wins."""
+    """The user's source roots and path map plus each pack's folder and prefix mapping, after
+    them so that a user's own mapping of the same prefix wins."""
     roots = list(source_roots)
     pairs = list(path_map)
-    if os.path.isdir(DEMO_SOURCE_DIR):
-        if DEMO_SOURCE_DIR not in roots:
-            roots.append(DEMO_SOURCE_DIR)
-        builtin_map = (DEMO_RECORDED_PREFIX, DEMO_SOURCE_DIR + os.sep)
-        if builtin_map not in pairs:
-            pairs.append(builtin_map)
+    for pack in packs:
+        directory = os.path.realpath(pack.directory)
+        if not os.path.isdir(directory):
+            continue
+        if directory not in roots:
+            roots.append(directory)
+        mapping = (pack.recorded_prefix, directory + os.sep)
+        if mapping not in pairs:
+            pairs.append(mapping)
     return roots, pairs
 
 
@@ -493,3 +479,34 @@ def _as_groups(called: Sequence[str] | Sequence[Sequence[str]] | None) -> list[l
     if all(isinstance(c, str) for c in called):
         return [[str(c) for c in called]]
     return [[str(n) for n in group] for group in called]
+
+
+def resolve_sources(resolver: SourceResolver, attributions: Sequence[Attribution]
+                    ) -> list[Source | None]:
+    """The source line of each attributed sync (None without a user frame); the n-th sync
+    of one function invocation calling the same thing is matched to the n-th such call in
+    the source (``SourceResolver.resolve``'s ``occurrence``)."""
+    keyed: list[tuple[Any, list[list[str]]]] = []
+    counts: dict[Any, int] = {}
+    for attribution in attributions:
+        groups = callee_groups(attribution.called, attribution.op_chain,
+                               None if attribution.op_chain else attribution.api)
+        invocation = attribution.invocation
+        key = (invocation, tuple(tuple(g) for g in groups[:1])) if invocation else None
+        keyed.append((key, groups))
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    seen: dict[Any, int] = {}
+    sources: list[Source | None] = []
+    for (key, groups), attribution in zip(keyed, attributions, strict=True):
+        occurrence = None
+        if key is not None:
+            index = seen.get(key, 0)
+            seen[key] = index + 1
+            occurrence = (index, counts[key])
+        source = None
+        if attribution.stack:
+            source = resolver.resolve(attribution.stack, groups,
+                                      call_lines=attribution.call_lines, occurrence=occurrence)
+        sources.append(source)
+    return sources

@@ -25,10 +25,11 @@ from itertools import accumulate
 from operator import add, attrgetter
 from typing import Any
 
+from tb_syncfinder.catalogue import UNCATEGORISED_CALL_PREFIXES, device_kind_of
 from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
 
 # Event classes (values of the category map).
-OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER = range(7)
+OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER, IGNORED = range(8)
 
 # Categories written by Kineto today and by older / other builds of it (torch 1.x wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ROCm uses the CUDA names).
@@ -48,6 +49,9 @@ _CATEGORY_CLASS = {
     "gpu_memset": DEVICE,
     "memset": DEVICE,
     "cuda_sync": DEVICE_SYNC,
+    # record_function ranges as the GPU ran them (ProfilerStep#N among them): a copy of the
+    # host's annotations on a device lane, neither host nesting, nor steps, nor activity.
+    "gpu_user_annotation": IGNORED,
 }
 
 _TS = attrgetter("ts")
@@ -230,115 +234,79 @@ def _sweep(thread: HostThread) -> None:
     thread.runtime_starts = list(map(_TS, thread.runtime))
 
 
-def _device_kind(runtime_names: set[str], has_device: bool) -> str:
-    if any(n.startswith("hip") for n in runtime_names):
-        return "rocm"
-    if any(n.startswith("AscendCL@") or n.startswith("acl") for n in runtime_names):
-        return "npu"
-    if runtime_names or has_device:
-        return "cuda"
-    return "cpu"
+class _Builder:
+    """The state ``build_timeline`` fills, one method per kind of event bucket."""
 
+    def __init__(self) -> None:
+        self.threads: dict[tuple[Any, Any], HostThread] = {}
+        self.lanes: dict[tuple[Any, Any], list[Event]] = {}
+        self.by_correlation: dict[Any, list[Event]] = {}
+        self.steps: list[Step] = []
+        self.has_stacks = False
+        self.needs_flows = False  # runtime calls without correlation: join through flows
+        self.op_lo = float("inf")
+        self.op_hi = float("-inf")
 
-def build_timeline(data: TraceData) -> Timeline:
-    """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
-
-    Complete events are first bucketed by category in one tight loop; each bucket is then
-    handled with the class of its category decided once, not per event. Metadata and flow
-    starts are set aside; every other phase is never looked at.
-    """
-    buckets: dict[str, list[Event]] = {}
-    metadata: list[MetaEvent] = []
-    flow_starts: list[FlowStart] = []
-    for e in data.events:
-        kind = type(e)
-        if kind is Event:
-            bucket = buckets.get(e.cat)
-            if bucket is None:
-                buckets[e.cat] = [e]
-            else:
-                bucket.append(e)
-        elif kind is MetaEvent:
-            metadata.append(e)
-        elif kind is FlowStart:
-            flow_starts.append(e)
-
-    threads: dict[tuple[Any, Any], HostThread] = {}
-    lanes: dict[tuple[Any, Any], list[Event]] = {}
-    by_correlation: dict[Any, list[Event]] = {}
-    process_labels: dict[Any, str] = {}
-    thread_names: dict[tuple[Any, Any], str] = {}
-    steps: list[Step] = []
-    has_stacks = False
-    needs_flows = False
-    op_lo = float("inf")
-    op_hi = float("-inf")
-
-    def thread_of(e: Event) -> HostThread:
+    def thread_of(self, e: Event) -> HostThread:
         key = (e.pid, e.tid)
-        thread = threads.get(key)
+        thread = self.threads.get(key)
         if thread is None:
-            thread = threads[key] = HostThread(e.pid, e.tid)
+            thread = self.threads[key] = HostThread(e.pid, e.tid)
         return thread
 
-    for meta in metadata:
-        args = meta.args
-        if args is None:
-            continue
-        if meta.name == "process_labels" and args.labels:
-            process_labels[meta.pid] = args.labels
-        elif meta.name == "thread_name" and args.name:
-            thread_names[(meta.pid, meta.tid)] = args.name
+    def add_host(self, base: int, events: list[Event]) -> None:
+        """Operators, annotations, python frames and uncategorised events of one category:
+        containers of their thread (ProfilerStep#N spans become steps)."""
+        last_key = None
+        nodes: list[Event] = []
+        kind_of: dict[int, int] = {}
+        steps = self.steps
+        for e in events:
+            cls = base
+            name = e.name
+            if name.startswith("ProfilerStep#"):
+                cls = ANNOTATION
+                match = STEP_RE.match(name)
+                if match:
+                    steps.append(Step(int(match.group(1)), e.ts, e.ts + e.dur, e.pid, e.tid))
+            elif cls == OTHER:
+                if name.startswith(UNCATEGORISED_CALL_PREFIXES):
+                    self.thread_of(e).runtime.append(e)
+                continue
+            key = (e.pid, e.tid)
+            if key != last_key:  # events come in long runs of one thread: skip lookups
+                thread = self.thread_of(e)
+                nodes, kind_of, last_key = thread.nodes, thread.kind_of, key
+            nodes.append(e)
+            if cls != OP:
+                kind_of[id(e)] = cls
+        if base == PYTHON and events:
+            self.has_stacks = True
+        if base == OP and events:
+            # map() over attrgetters keeps these two passes in C (~4x the genexprs).
+            self.op_lo = min(self.op_lo, min(map(_TS, events)))
+            self.op_hi = max(self.op_hi, max(map(add, map(_TS, events), map(_DUR, events))))
+            if not self.has_stacks:
+                self.has_stacks = any(e.args is not None and e.args.call_stack for e in events)
 
-    for cat, events in buckets.items():
-        base = _CATEGORY_CLASS.get(cat)
-        if base is None:
-            base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
-        if base in (OP, ANNOTATION, PYTHON, OTHER):
-            last_key = None
-            nodes: list[Event] = []
-            kind_of: dict[int, int] = {}
-            for e in events:
-                cls = base
-                name = e.name
-                if name.startswith("ProfilerStep#"):
-                    cls = ANNOTATION
-                    match = STEP_RE.match(name)
-                    if match:
-                        steps.append(Step(int(match.group(1)), e.ts, e.ts + e.dur, e.pid, e.tid))
-                elif cls == OTHER:
-                    if name.startswith("AscendCL@"):
-                        thread_of(e).runtime.append(e)
-                    continue
-                key = (e.pid, e.tid)
-                if key != last_key:  # events come in long runs of one thread: skip lookups
-                    thread = thread_of(e)
-                    nodes, kind_of, last_key = thread.nodes, thread.kind_of, key
-                nodes.append(e)
-                if cls != OP:
-                    kind_of[id(e)] = cls
-            if base == PYTHON and events:
-                has_stacks = True
-            if base == OP and events:
-                # map() over attrgetters keeps these two passes in C (~4x the genexprs).
-                op_lo = min(op_lo, min(map(_TS, events)))
-                op_hi = max(op_hi, max(map(add, map(_TS, events), map(_DUR, events))))
-                if not has_stacks:
-                    has_stacks = any(e.args is not None and e.args.call_stack for e in events)
-            continue
-        if base == RUNTIME:
-            last_key = None
-            runtime: list[Event] = []
-            for e in events:
-                key = (e.pid, e.tid)
-                if key != last_key:
-                    runtime, last_key = thread_of(e).runtime, key
-                runtime.append(e)
-                args = e.args
-                if args is None or (args.correlation is None and args.external_id is None):
-                    needs_flows = True
-            continue
-        # Device side (kernels, copies, memsets, cuda_sync records).
+    def add_runtime(self, events: list[Event]) -> None:
+        """Runtime / driver calls: kept apart per thread, they never contain anything."""
+        last_key = None
+        runtime: list[Event] = []
+        for e in events:
+            key = (e.pid, e.tid)
+            if key != last_key:
+                runtime, last_key = self.thread_of(e).runtime, key
+            runtime.append(e)
+            args = e.args
+            if args is None or (args.correlation is None and args.external_id is None):
+                self.needs_flows = True
+
+    def add_device(self, events: list[Event]) -> None:
+        """Kernels, copies, memsets and CUPTI sync records: per (device, stream) lane, and
+        by correlation."""
+        lanes = self.lanes
+        by_correlation = self.by_correlation
         for e in events:
             lane = (e.pid, e.tid)
             lane_events = lanes.get(lane)
@@ -359,66 +327,133 @@ def build_timeline(data: TraceData) -> Timeline:
                 else:
                     group.append(e)
 
+    def device_activity(self) -> tuple[dict[tuple[Any, Any], Any], dict[Any, DeviceActivity]]:
+        """Each lane's device, and per device its real activity (not sync records) sorted,
+        with the running maximum of ends."""
+        lane_device: dict[tuple[Any, Any], Any] = {}
+        per_device: dict[Any, list[Event]] = {}
+        for lane, events in self.lanes.items():
+            events.sort(key=_TS)
+            device = lane[0]
+            for e in events:
+                if e.args is not None and isinstance(e.args.device, int):
+                    device = e.args.device
+                    break
+            lane_device[lane] = device
+            activity = [e for e in events if e.cat != "cuda_sync"]
+            if activity:
+                per_device.setdefault(device, []).extend(activity)
+        device_activity: dict[Any, DeviceActivity] = {}
+        for device, events in per_device.items():
+            events.sort(key=_TS)
+            starts = list(map(_TS, events))
+            ends = list(map(add, starts, map(_DUR, events)))
+            device_activity[device] = DeviceActivity(starts, ends, list(accumulate(ends, max)))
+        return lane_device, device_activity
+
+    def span(self, device_activity: dict[Any, DeviceActivity]) -> tuple[float, float]:
+        """First start / last end of host operators and device activity; without either,
+        of whatever host events exist."""
+        lo, hi = self.op_lo, self.op_hi
+        for activity in device_activity.values():
+            lo = min(lo, activity.starts[0])
+            hi = max(hi, max(activity.ends))
+        if lo == float("inf"):
+            starts_all = [t.starts[0] for t in self.threads.values() if t.starts]
+            ends_all = [max(t.ends) for t in self.threads.values() if t.ends]
+            lo, hi = (min(starts_all), max(ends_all)) if starts_all else (0.0, 0.0)
+        return lo, hi
+
+
+def _bucket(events: list[Any]) -> tuple[dict[str, list[Event]], list[MetaEvent],
+                                        list[FlowStart]]:
+    """Complete events by category, metadata and flow starts; every other phase is never
+    looked at. One tight loop: the only pass over all events."""
+    buckets: dict[str, list[Event]] = {}
+    metadata: list[MetaEvent] = []
+    flow_starts: list[FlowStart] = []
+    for e in events:
+        kind = type(e)
+        if kind is Event:
+            bucket = buckets.get(e.cat)
+            if bucket is None:
+                buckets[e.cat] = [e]
+            else:
+                bucket.append(e)
+        elif kind is MetaEvent:
+            metadata.append(e)
+        elif kind is FlowStart:
+            flow_starts.append(e)
+    return buckets, metadata, flow_starts
+
+
+def _names(metadata: list[MetaEvent]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
+    """Process labels ("CPU", "GPU 0") and thread names from the metadata events."""
+    process_labels: dict[Any, str] = {}
+    thread_names: dict[tuple[Any, Any], str] = {}
+    for meta in metadata:
+        args = meta.args
+        if args is None:
+            continue
+        if meta.name == "process_labels" and args.labels:
+            process_labels[meta.pid] = args.labels
+        elif meta.name == "thread_name" and args.name:
+            thread_names[(meta.pid, meta.tid)] = args.name
+    return process_labels, thread_names
+
+
+def build_timeline(data: TraceData) -> Timeline:
+    """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
+
+    Complete events are first bucketed by category in one tight loop; each bucket is then
+    handled with the class of its category decided once, not per event.
+    """
+    buckets, metadata, flow_starts = _bucket(data.events)
+    process_labels, thread_names = _names(metadata)
+    builder = _Builder()
+    for cat, events in buckets.items():
+        base = _CATEGORY_CLASS.get(cat)
+        if base is None:
+            base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
+        if base in (OP, ANNOTATION, PYTHON, OTHER):
+            builder.add_host(base, events)
+        elif base == IGNORED:
+            continue
+        elif base == RUNTIME:
+            builder.add_runtime(events)
+        else:
+            builder.add_device(events)
+
     runtime_names: set[str] = set()
-    for thread in threads.values():
+    for thread in builder.threads.values():
         runtime_names.update(r.name for r in thread.runtime)
         _sweep(thread)
-
     flow_correlation: dict[tuple[Any, Any, float], Any] = {}
-    if needs_flows:
+    if builder.needs_flows:
         for flow in flow_starts:
             if flow.cat == "ac2g":
                 flow_correlation[(flow.pid, flow.tid, flow.ts)] = flow.id
-
-    lane_device: dict[tuple[Any, Any], Any] = {}
-    per_device: dict[Any, list[Event]] = {}
-    for lane, events in lanes.items():
-        events.sort(key=_TS)
-        device = lane[0]
-        for e in events:
-            if e.args is not None and isinstance(e.args.device, int):
-                device = e.args.device
-                break
-        lane_device[lane] = device
-        activity = [e for e in events if e.cat != "cuda_sync"]
-        if activity:
-            per_device.setdefault(device, []).extend(activity)
-
-    span_lo, span_hi = op_lo, op_hi
-    device_activity: dict[Any, DeviceActivity] = {}
-    for device, events in per_device.items():
-        events.sort(key=_TS)
-        starts = list(map(_TS, events))
-        ends = list(map(add, starts, map(_DUR, events)))
-        device_activity[device] = DeviceActivity(starts, ends, list(accumulate(ends, max)))
-        span_lo = min(span_lo, starts[0])
-        span_hi = max(span_hi, max(ends))
-
+    lane_device, device_activity = builder.device_activity()
+    steps = builder.steps
     steps.sort(key=lambda s: s.ts)
-    if span_lo == float("inf"):
-        # No operators and no device activity: fall back to whatever host events exist.
-        starts_all = [t.starts[0] for t in threads.values() if t.starts]
-        ends_all = [max(t.ends) for t in threads.values() if t.ends]
-        span_lo, span_hi = (min(starts_all), max(ends_all)) if starts_all else (0.0, 0.0)
-
-    device_name = None
-    for prop in data.device_properties:
-        if prop.get("name"):
-            device_name = str(prop["name"])
-            break
     has_gpu_activity = bool(device_activity)
-    timeline = Timeline(
+    device_kind = device_kind_of(runtime_names, has_gpu_activity)
+    device_name = None
+    if device_kind != "cpu":  # deviceProperties lists GPUs present, not used ones
+        device_name = next((str(p["name"]) for p in data.device_properties if p.get("name")),
+                           None)
+    return Timeline(
         path=data.path,
-        threads=threads,
-        lanes=lanes,
+        threads=builder.threads,
+        lanes=builder.lanes,
         lane_device=lane_device,
         device_activity=device_activity,
-        by_correlation=by_correlation,
+        by_correlation=builder.by_correlation,
         steps=steps,
-        span=(span_lo, span_hi),
-        device_kind=_device_kind(runtime_names, has_gpu_activity),
+        span=builder.span(device_activity),
+        device_kind=device_kind,
         device_name=device_name,
-        has_stacks=has_stacks,
+        has_stacks=builder.has_stacks,
         has_gpu_activity=has_gpu_activity,
         has_runtime=bool(runtime_names),
         event_count=len(data.events),
@@ -426,9 +461,5 @@ def build_timeline(data: TraceData) -> Timeline:
         thread_names=thread_names,
         flow_correlation=flow_correlation,
         torch_version=data.torch_version,
+        _step_starts=[s.ts for s in steps],
     )
-    timeline._step_starts = [s.ts for s in steps]
-    if timeline.device_kind == "cpu":
-        timeline.device_name = None  # deviceProperties lists GPUs present, not used ones
-    return timeline
-

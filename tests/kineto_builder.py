@@ -294,6 +294,120 @@ class KinetoTraceBuilder:
         self.now = ts + 4
         return event
 
+    # -- many ranks (additive: collectives, distributedInfo, clocks) --------------------
+    def set_distributed(self, rank: int, world_size: int, backend: str = "nccl",
+                        pg_config: Sequence[dict[str, Any]] | None = None,
+                        nccl_version: str | None = "2.21.5") -> None:
+        """``distributedInfo`` as Kineto writes it since 2024 (``pg_config`` when given)."""
+        info: dict[str, Any] = {"backend": backend, "rank": rank, "world_size": world_size}
+        if pg_config is not None:
+            info["pg_count"] = len(pg_config)
+            info["pg_config"] = [dict(pg) for pg in pg_config]
+        if nccl_version is not None and backend == "nccl":
+            info["nccl_version"] = nccl_version
+        self.extra_top_level["distributedInfo"] = info
+
+    @staticmethod
+    def pg_entry(name: str, ranks: Sequence[int], desc: str = "undefined",
+                 backend_config: str = "cuda:nccl") -> dict[str, Any]:
+        """One ``pg_config`` entry."""
+        return {"pg_name": name, "pg_desc": desc, "backend_config": backend_config,
+                "pg_size": len(ranks), "ranks": list(ranks)}
+
+    def set_clock(self, base_time_ns: int | None = None, host_name: str | None = None) -> None:
+        """``baseTimeNanoseconds`` (``ts`` are then relative to it) and ``host_name``."""
+        if base_time_ns is not None:
+            self.extra_top_level["baseTimeNanoseconds"] = base_time_ns
+        if host_name is not None:
+            self.extra_top_level["host_name"] = host_name
+
+    def shift_clock(self, delta_us: float) -> None:
+        """Move every event by ``delta_us``: another host's clock, ahead or behind."""
+        for event in self.events:
+            if "ts" in event:
+                event["ts"] += delta_us
+        self.start_us += delta_us
+        self.now += delta_us
+        self.device_now += delta_us
+
+    # (c10d op, nccl annotation, kernel word) per Collective name.
+    _COLLECTIVE_NAMES = {
+        "allreduce": ("c10d::allreduce_", "nccl:all_reduce", "AllReduce"),
+        "allgather": ("c10d::_allgather_base_", "nccl:_all_gather_base", "AllGather"),
+        "reduce_scatter": ("c10d::_reduce_scatter_base_", "nccl:_reduce_scatter_base",
+                           "ReduceScatter"),
+        "broadcast": ("c10d::broadcast_", "nccl:broadcast", "Broadcast"),
+        "all_to_allv": ("c10d::alltoall_base_", "nccl:all_to_all", "SendRecv"),
+        "barrier": ("c10d::barrier", "nccl:all_reduce", "AllReduce"),
+    }
+
+    def nccl_collective(self, name: str = "allreduce", nelems: int = 1 << 20,
+                        dtype: str = "Float", pg_name: str = "0",
+                        pg_ranks: Sequence[int] = (0, 1), pg_desc: str = "default_pg",
+                        kernel_dur: float = 100.0, kernel_start: float | None = None,
+                        legacy: bool = False, pg_id: int | None = None,
+                        seq: int | None = None, stream: int | None = None,
+                        external_id_is_correlation: bool = False) -> dict[str, Any]:
+        """One NCCL collective issued at ``now``; returns its kernel event (a caller may set
+        its ``dur`` afterwards: the kernel ends when the last rank has arrived).
+
+        Modern shape (2024+): ``c10d::*`` cpu_op > ``record_param_comms`` (Collective name,
+        Process Group Name/Ranks, In/Out msg nelems, dtype) > ``nccl:*`` annotation >
+        ``cudaLaunchKernel``; the ``ncclDevKernel_*`` kernel carries the same arguments.
+        ``legacy`` (2023): a ``nccl:*`` cpu_op with only ``Input Dims`` / ``Input type`` and an
+        ``ncclKernel_*`` kernel without them (``Process Group ID`` when ``pg_id`` is given).
+        The kernel starts at ``kernel_start`` if given, else when the device queue reaches it.
+        """
+        c10d, annotation, word = self._COLLECTIVE_NAMES[name]
+        ranks_text = str(list(pg_ranks))
+        comm_args: dict[str, Any] = {
+            "Collective name": name, "In msg nelems": nelems, "Out msg nelems": nelems,
+            "Group size": len(pg_ranks), "dtype": dtype, "In split size": "[]",
+            "Out split size": "[]", "Process Group Name": pg_name,
+            "Process Group Description": pg_desc, "Process Group Ranks": ranks_text,
+        }
+        if seq is not None:
+            comm_args["Seq"] = seq
+        stream_id = self.stream if stream is None else stream
+        kernel_holder: dict[str, Any] = {}
+
+        def launch() -> None:
+            corr = self._corr()
+            ts = self.now
+            self._x("cuda_runtime", "cudaLaunchKernelExC", ts, 6,
+                    {"External id": corr, "cbid": 430, "correlation": corr})
+            start = kernel_start if kernel_start is not None else max(self.device_now, ts + 2)
+            if legacy:
+                kname = (f"ncclKernel_{word}_RING_LL_Sum_{dtype.lower()}"
+                         "(ncclDevComm*, unsigned long, ncclWork*)")
+                kargs: dict[str, Any] = {}
+                if pg_id is not None:
+                    kargs["Process Group ID"] = pg_id
+            else:
+                kname = (f"ncclDevKernel_{word}_Sum_f32_RING_LL"
+                         "(ncclDevComm*, unsigned long, ncclWork*)")
+                kargs = dict(comm_args)
+            args = {"External id": corr if external_id_is_correlation else self._ext(),
+                    "queued": 0, "device": self.device, "context": 1, "stream": stream_id,
+                    "correlation": corr, "registers per thread": 96}
+            args.update(kargs)
+            kernel = self._x("kernel", kname, start, kernel_dur, args, pid=self.device,
+                             tid=stream_id)
+            self._flow(corr, ts, start, stream_id)
+            self.device_now = start + kernel_dur
+            self.now = ts + 7
+            kernel_holder["kernel"] = kernel
+
+        if legacy:
+            legacy_args = {"Input Dims": [[nelems]], "Input type": [dtype.lower()]}
+            with self.op(annotation, args=legacy_args):
+                launch()
+        else:
+            with self.op(c10d), self.op("record_param_comms", args=comm_args), \
+                    self.annotation(annotation):
+                launch()
+        return kernel_holder["kernel"]
+
     # -- output ------------------------------------------------------------------------
     def _metadata(self) -> list[dict[str, Any]]:
         ts = self.start_us

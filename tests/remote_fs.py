@@ -16,8 +16,9 @@ BUCKET = f"{SCHEME}://bucket"
 
 
 @contextlib.contextmanager
-def remote_bucket(root: Path) -> Iterator[str]:
-    """Serve ``root`` as ``memtest://bucket`` while the block runs; yields that URL."""
+def remote_bucket(root: Path, writable: bool = False) -> Iterator[str]:
+    """Serve ``root`` as ``memtest://bucket`` while the block runs; yields that URL.
+    Read-only unless ``writable`` (a bucket the user may write summaries into)."""
 
     def local(url: str) -> str:
         return str(root / url[len(BUCKET):].lstrip("/"))
@@ -45,13 +46,18 @@ def remote_bucket(root: Path) -> Iterator[str]:
             return (data if binary_mode else data.decode(), {"opaque_offset": len(data)})
 
         def write(self, filename, file_content, binary_mode=False):
-            raise OSError("read-only test filesystem")
+            if not writable:
+                raise OSError("read-only test filesystem")
+            Path(local(filename)).write_bytes(
+                file_content if binary_mode else file_content.encode())
 
         def glob(self, filename):
             raise OSError("glob is not used by the loader")
 
         def makedirs(self, path):
-            raise OSError("read-only test filesystem")
+            if not writable:
+                raise OSError("read-only test filesystem")
+            os.makedirs(local(path), exist_ok=True)
 
     tb_io.register_filesystem(SCHEME, MemFs())
     try:

@@ -7,8 +7,8 @@ import json
 import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 
-from tb_syncfinder import analyze, models
-from tb_syncfinder.advice import advice_for
+from tb_syncfinder import analyze, catalogue, models
+from tb_syncfinder.catalogue import advice_for
 from tb_syncfinder.engine import NoTracesError
 
 
@@ -33,12 +33,12 @@ def test_sites_group_by_source_line_and_operator_sorted_by_cost(tmp_path):
     item = report.sites[0]
     assert item.key == "train.py:6:aten::item"
     assert (item.file, item.line, item.def_line, item.line_exact) == ("train.py", 6, 4, True)
-    assert item.kind == models.SCALAR_READBACK and item.per_step == 1
+    assert item.kind == catalogue.SCALAR_READBACK and item.per_step == 1
     assert item.steps == [0, 1, 2, 3]
     assert item.mean_host_wait_us == pytest.approx(item.host_wait_us / 4)
     assert set(item.advice) == {"title", "text", "before", "after", "removes"}
     bare = report.sites[1]
-    assert bare.key == "-:cudaDeviceSynchronize" and bare.kind == models.EXPLICIT_SYNC
+    assert bare.key == "-:cudaDeviceSynchronize" and bare.kind == catalogue.EXPLICIT_SYNC
     assert all(s.site_key for s in report.syncs)
     costs = [s.host_wait_us + s.gpu_idle_us for s in report.sites]
     assert costs == sorted(costs, reverse=True)
@@ -81,14 +81,14 @@ def test_missing_path_or_folder_without_traces_raises(tmp_path):
 @pytest.mark.parametrize(
     ("kind", "ops", "needle"),
     [
-        (models.SCALAR_READBACK, ["aten::item"], "every N steps"),
-        (models.DYNAMIC_SHAPE, ["aten::nonzero"], "torch.where"),
-        (models.DYNAMIC_SHAPE, ["aten::_unique2"], "scatter_add_"),
-        (models.DYNAMIC_SHAPE, ["aten::index", "aten::nonzero"], "ignore_index"),
-        (models.BLOCKING_HOST_TO_DEVICE, ["aten::to"], "non_blocking=True"),
-        (models.EXPLICIT_SYNC, [], "synchronize"),
-        (models.ALLOCATOR_SYNC, [], "allocator"),
-        (models.DEVICE_TO_HOST_COPY, ["aten::to"], "pinned"),
+        (catalogue.SCALAR_READBACK, ["aten::item"], "every N steps"),
+        (catalogue.DYNAMIC_SHAPE, ["aten::nonzero"], "torch.where"),
+        (catalogue.DYNAMIC_SHAPE, ["aten::_unique2"], "scatter_add_"),
+        (catalogue.DYNAMIC_SHAPE, ["aten::index", "aten::nonzero"], "ignore_index"),
+        (catalogue.BLOCKING_HOST_TO_DEVICE, ["aten::to"], "non_blocking=True"),
+        (catalogue.EXPLICIT_SYNC, [], "synchronize"),
+        (catalogue.ALLOCATOR_SYNC, [], "allocator"),
+        (catalogue.DEVICE_TO_HOST_COPY, ["aten::to"], "pinned"),
     ],
 )
 def test_advice_is_concrete_per_kind_and_operator(kind, ops, needle):

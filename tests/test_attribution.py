@@ -6,6 +6,7 @@ import pytest
 from kineto_builder import KinetoTraceBuilder
 
 from tb_syncfinder.attribute import is_user_file, parse_call_stack, parse_frame
+from tb_syncfinder.demo.sources import SOURCE_PACKS
 from tb_syncfinder.engine import analyze_trace
 
 
@@ -85,7 +86,14 @@ def test_frame_parsing_handles_builtins_and_module_entries():
     ],
 )
 def test_demo_workloads_are_user_code_but_the_demo_driver_is_not(path, user):
-    assert is_user_file(path) is user
+    assert is_user_file(path, SOURCE_PACKS) is user
+
+
+def test_without_the_demo_source_pack_its_files_are_the_tools_own_library_code():
+    # The core knows nothing of the demo: only its registered source pack makes the
+    # workloads user code.
+    assert not is_user_file("tb_syncfinder/demo/seg.py")
+    assert is_user_file("train.py")
 
 
 def test_a_python_parent_missing_from_the_trace_keeps_the_outer_frames_found_by_time(tmp_path):

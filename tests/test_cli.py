@@ -307,7 +307,7 @@ def test_csv_of_a_logdir_has_rows_per_run_with_a_run_column(
 
 
 def test_sarif_results_of_several_runs_name_their_run(sample_report) -> None:
-    from tb_syncfinder.cli import sarif_by_run
+    from tb_syncfinder.outputs.sarif import sarif_by_run
 
     data = sample_report.to_json()
     runs = {"baseline": data, "optimized": {**data, "sites": data["sites"][:1]}}

@@ -117,3 +117,24 @@ def test_a_sync_outside_the_only_step_numbered_zero_saves_no_step_time():
     assert estimated_saving_us(steps, syncs, step_markers=True) == 100
     # No ProfilerStep markers at all: the whole trace is the step, both syncs are in it.
     assert estimated_saving_us(steps, syncs, step_markers=False) == 200
+
+
+def test_the_gpu_lanes_copy_of_profiler_steps_is_not_a_step_of_its_own(tmp_path):
+    """torch 2.11 writes each ProfilerStep#N twice: on the host, and as a
+    gpu_user_annotation on the GPU lane, later (the GPU runs behind). Only the host's is
+    the step: the GPU's copy of step N, starting inside host step N+1, made that step's
+    syncs fall outside any step (step null, zero per-step cost)."""
+    b = KinetoTraceBuilder()
+    for n in (1, 2, 3):
+        with b.step(n):
+            b.advance(100)
+            item_sync(b)
+    host = {e["name"]: e for e in b.events if e["name"].startswith("ProfilerStep#")}
+    for n in (1, 2):
+        later = host[f"ProfilerStep#{n + 1}"]
+        b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{n}",
+                         "pid": b.device, "tid": b.stream, "ts": later["ts"] + 10, "dur": 20,
+                         "args": {"External id": n}})
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    assert [s.step for s in result.syncs] == [1, 2, 3]
+    assert [st.sync_count for st in result.steps] == [1, 1, 1]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 
-from tb_syncfinder import models
+from tb_syncfinder import analyze, catalogue
 from tb_syncfinder.engine import analyze_trace
 
 
@@ -24,7 +25,7 @@ def test_item_on_cuda_is_one_scalar_readback_with_host_wait(tmp_path):
     result = _analyze(b, tmp_path)
     assert len(result.syncs) == 1
     sync = result.syncs[0]
-    assert sync.kind == models.SCALAR_READBACK
+    assert sync.kind == catalogue.SCALAR_READBACK
     assert sync.apis == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
     assert sync.api == "cudaStreamSynchronize"
     assert sync.op == "aten::item" and sync.trigger_op == "aten::_local_scalar_dense"
@@ -35,18 +36,18 @@ def test_item_on_cuda_is_one_scalar_readback_with_host_wait(tmp_path):
 @pytest.mark.parametrize(
     ("ops", "kind"),
     [
-        (["aten::nonzero"], models.DYNAMIC_SHAPE),
-        (["aten::unique_dim"], models.DYNAMIC_SHAPE),
-        (["aten::_unique2"], models.DYNAMIC_SHAPE),
-        (["aten::masked_select"], models.DYNAMIC_SHAPE),
-        (["aten::index", "aten::nonzero"], models.DYNAMIC_SHAPE),
-        (["aten::index_put_", "aten::nonzero"], models.DYNAMIC_SHAPE),
-        (["aten::where", "aten::nonzero"], models.DYNAMIC_SHAPE),
-        (["aten::repeat_interleave"], models.DYNAMIC_SHAPE),
-        (["aten::argwhere", "aten::nonzero"], models.DYNAMIC_SHAPE),
+        (["aten::nonzero"], catalogue.DYNAMIC_SHAPE),
+        (["aten::unique_dim"], catalogue.DYNAMIC_SHAPE),
+        (["aten::_unique2"], catalogue.DYNAMIC_SHAPE),
+        (["aten::masked_select"], catalogue.DYNAMIC_SHAPE),
+        (["aten::index", "aten::nonzero"], catalogue.DYNAMIC_SHAPE),
+        (["aten::index_put_", "aten::nonzero"], catalogue.DYNAMIC_SHAPE),
+        (["aten::where", "aten::nonzero"], catalogue.DYNAMIC_SHAPE),
+        (["aten::repeat_interleave"], catalogue.DYNAMIC_SHAPE),
+        (["aten::argwhere", "aten::nonzero"], catalogue.DYNAMIC_SHAPE),
         (["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"],
-         models.SCALAR_READBACK),
-        (["aten::to", "aten::_to_copy", "aten::copy_"], models.DEVICE_TO_HOST_COPY),
+         catalogue.SCALAR_READBACK),
+        (["aten::to", "aten::_to_copy", "aten::copy_"], catalogue.DEVICE_TO_HOST_COPY),
     ],
 )
 def test_operator_chain_decides_the_kind(tmp_path, ops, kind):
@@ -76,7 +77,7 @@ def test_pageable_host_to_device_copy_is_blocking(tmp_path):
     with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
         b.runtime("cudaMemcpyAsync", dur=30, memcpy=("HtoD", "Pageable"), bytes=4096)
     (sync,) = _analyze(b, tmp_path).syncs
-    assert sync.kind == models.BLOCKING_HOST_TO_DEVICE
+    assert sync.kind == catalogue.BLOCKING_HOST_TO_DEVICE
     assert sync.api == "cudaMemcpyAsync" and sync.bytes == 4096
 
 
@@ -89,7 +90,7 @@ def test_bare_synchronize_call_is_explicit_sync_without_operator(tmp_path, api):
         b.kernel(dur=300)
         b.runtime(api)
     (sync,) = _analyze(b, tmp_path).syncs
-    assert sync.kind == models.EXPLICIT_SYNC
+    assert sync.kind == catalogue.EXPLICIT_SYNC
     assert sync.op is None and sync.api == api
 
 
@@ -107,7 +108,7 @@ def test_synchronous_hip_copy_is_blocking(tmp_path):
     with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
         b.runtime("hipMemcpyWithStream", dur=60, memcpy=("HtoD", "Host"))
     (sync,) = _analyze(b, tmp_path).syncs
-    assert sync.kind == models.BLOCKING_HOST_TO_DEVICE
+    assert sync.kind == catalogue.BLOCKING_HOST_TO_DEVICE
 
 
 def test_unknown_api_joined_to_a_cuda_sync_record_is_a_sync(tmp_path):
@@ -125,7 +126,7 @@ def test_allocator_calls_count_inside_steps_only(tmp_path):
     with b.step(1), b.op("aten::empty"):
         b.runtime("cudaFree", dur=150)
     (sync,) = _analyze(b, tmp_path).syncs
-    assert sync.kind == models.ALLOCATOR_SYNC and sync.api == "cudaFree"
+    assert sync.kind == catalogue.ALLOCATOR_SYNC and sync.api == "cudaFree"
 
 
 def test_calls_of_one_operator_invocation_form_one_episode(tmp_path):
@@ -171,7 +172,7 @@ def test_correlation_falls_back_to_ac2g_flows(tmp_path):
     with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
         b.runtime("cudaMemcpyAsync", memcpy=("HtoD", "Pageable"), correlation=False)
     (sync,) = _analyze(b, tmp_path).syncs
-    assert sync.kind == models.BLOCKING_HOST_TO_DEVICE
+    assert sync.kind == catalogue.BLOCKING_HOST_TO_DEVICE
 
 
 def test_html_in_names_is_kept_as_data(tmp_path):
@@ -204,7 +205,49 @@ def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_
     result = analyze_trace(str(path))
     assert result.syncs == []
     assert [(s.op, s.trigger_op, s.kind) for s in result.latent] == [
-        ("aten::repeat_interleave", "aten::repeat_interleave", models.DYNAMIC_SHAPE),
-        ("aten::item", "aten::_local_scalar_dense", models.SCALAR_READBACK),
+        ("aten::repeat_interleave", "aten::repeat_interleave", catalogue.DYNAMIC_SHAPE),
+        ("aten::item", "aten::_local_scalar_dense", catalogue.SCALAR_READBACK),
     ]
     assert result.info.device == "cpu"
+
+
+def test_a_barrier_is_a_collective_wait_at_its_line_with_the_barrier_advice(tmp_path):
+    source = tmp_path / "train.py"
+    source.write_text("import torch.distributed as dist\n\n\ndef train_step(loss):\n"
+                      "    loss.backward()\n    dist.barrier()\n    return loss\n")
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with b.op("c10d::barrier", stack=[(str(source), 4, "train_step"),
+                                          ("torch/distributed/c10d_logger.py", 79, "wrapper")]):
+            b.runtime("cudaDeviceSynchronize")
+    path = b.write(tmp_path / "w.pt.trace.json")
+    report = analyze(str(path), source_roots=[str(tmp_path)])
+    (site,) = report.sites
+    assert site.kind == catalogue.COLLECTIVE_WAIT
+    assert (site.line, site.line_exact) == (6, True)
+    assert "barrier" in site.advice["title"]
+
+
+@pytest.mark.parametrize(("annotations", "kind"), [
+    (["## SplitsAllToAllAwaitable wait() ##"], catalogue.COLLECTIVE_WAIT),
+    (["nccl:all_to_all"], catalogue.COLLECTIVE_WAIT),
+    # A pageable copy made inside the wait, in a region of its own: the copy is the cause.
+    (["## KJTAllToAllSplitsAwaitable wait() ##", "## all2all_data:recat_permute_gen ##"],
+     catalogue.DEVICE_TO_HOST_COPY),
+    (["## sparse_data_dist ##"], catalogue.DEVICE_TO_HOST_COPY),
+])
+def test_a_copy_whose_innermost_region_is_a_collective_wait_waits_on_the_collective(
+        tmp_path, annotations, kind):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with contextlib.ExitStack() as regions:
+            for name in annotations:
+                regions.enter_context(b.annotation(name))
+            with b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+                b.runtime("cudaMemcpyAsync", dur=4, memcpy=("DtoH", "Pageable"), bytes=64)
+                b.runtime("cudaStreamSynchronize")
+    path = b.write(tmp_path / "w.pt.trace.json")
+    (sync,) = analyze(str(path)).syncs
+    assert sync.kind == kind

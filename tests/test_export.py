@@ -10,8 +10,10 @@ import jsonschema
 import pytest
 from conftest import make_site
 
-from tb_syncfinder.export import annotate_trace, load_trace_json, sarif_uri, to_csv, to_sarif
 from tb_syncfinder.models import Report
+from tb_syncfinder.outputs.annotated_trace import annotate_trace, load_trace_json
+from tb_syncfinder.outputs.csv import to_csv
+from tb_syncfinder.outputs.sarif import sarif_uri, to_sarif
 
 # The parts of the SARIF 2.1.0 schema (OASIS sarif-schema-2.1.0.json) our output uses,
 # with their required properties and types, so a structural break fails without network.

@@ -18,9 +18,9 @@ from tensorboard.backend.application import TensorBoardWSGI
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
-from tb_syncfinder.plugin.routes import SyncAdvisorPlugin
+from tb_syncfinder.demo.sources import DEMO_DIR as DEMO_SOURCE_DIR
+from tb_syncfinder.plugin import SyncAdvisorPlugin
 from tb_syncfinder.plugin.settings import settings_from_flags
-from tb_syncfinder.source import DEMO_SOURCE_DIR
 
 PLUGIN = "/data/plugin/sync_advisor/"
 DEMO_DIR = Path(DEMO_SOURCE_DIR)
@@ -101,9 +101,9 @@ def test_the_builtin_demo_root_widens_nothing_else(plain_tensorboard_plugin: Cli
                                                    tmp_path: Path) -> None:
     client = plain_tensorboard_plugin
     # The map cannot climb out of the demo folder into the rest of the package...
-    escaped = "tb_syncfinder/demo/../plugin/routes.py"
+    escaped = "tb_syncfinder/demo/../plugin/plugin.py"
     assert get(client, "source", file=escaped, line=1)[0] == 403
-    assert get(client, "source", file=str(DEMO_DIR.parent / "plugin" / "routes.py"),
+    assert get(client, "source", file=str(DEMO_DIR.parent / "plugin" / "plugin.py"),
                line=1)[0] == 403
     # ...the bundled-traces folder or anything that is not .py is never served...
     assert get(client, "source", file="tb_syncfinder/demo/traces/versions.json",

@@ -24,7 +24,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 from tb_syncfinder import engine
-from tb_syncfinder.plugin import SyncAdvisorLoader, SyncAdvisorPlugin, routes
+from tb_syncfinder.plugin import SyncAdvisorLoader, SyncAdvisorPlugin
+from tb_syncfinder.plugin import plugin as plugin_module
 from tb_syncfinder.plugin.loader import RETRY
 from tb_syncfinder.plugin.settings import PluginSettings, parse_logdir_spec, settings_from_flags
 
@@ -417,8 +418,8 @@ def test_repeated_parameters_and_non_get_methods_are_refused_as_json(client: Cli
 def test_concurrent_requests_build_each_report_once(workspace: Path) -> None:
     plugin = make_plugin(workspace / "logs", workspace)
     calls = []
-    original = plugin._build
-    plugin._build = lambda *a: calls.append(a) or original(*a)  # type: ignore[method-assign]
+    original = plugin.selections._build
+    plugin.selections._build = lambda *a: calls.append(a) or original(*a)  # type: ignore[method-assign]
     client = client_for(plugin)
     errors = []
 
@@ -440,7 +441,7 @@ def test_concurrent_requests_build_each_report_once(workspace: Path) -> None:
 def test_missing_dashboard_bundle_is_a_clear_404_json(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(routes, "STATIC_DIR", tmp_path)
+    monkeypatch.setattr(plugin_module, "STATIC_DIR", tmp_path)
     status, body = get(client, "index.js")
     assert status == 404 and "index.js" in body["error"] and "npm" in body["hint"]
 
@@ -450,12 +451,12 @@ def test_dashboard_bundle_is_served_as_javascript(
 ) -> None:
     (tmp_path / "index.js").write_text("export function render() {}\n")
     (tmp_path / "secret.txt").write_text("no")
-    monkeypatch.setattr(routes, "STATIC_DIR", tmp_path)
+    monkeypatch.setattr(plugin_module, "STATIC_DIR", tmp_path)
     response = client.get(PLUGIN + "index.js")
     assert response.status_code == 200 and response.mimetype == "text/javascript"
     assert b"render" in response.get_data()
     assert client.get(PLUGIN + "static/secret.txt").status_code == 404
-    assert client.get(PLUGIN + "static/../routes.py").status_code == 404
+    assert client.get(PLUGIN + "static/../plugin.py").status_code == 404
 
 
 # ----- loading lifecycle -----------------------------------------------------------------------
@@ -586,3 +587,14 @@ def test_real_gpu_traces_give_cuda_findings_with_device_context(
     status, detail = get(client, "sync", **selection, id=syncs["items"][0]["id"])
     assert status == 200 and detail["site"]["key"] == top["key"]
     assert detail["context"]["host"] and detail["context"]["device"]
+
+
+# ----- catalogue -----------------------------------------------------------------------------
+def test_catalogue_serves_every_kind_and_the_sortable_site_columns(client: Client) -> None:
+    from tb_syncfinder import catalogue, query
+
+    status, body = get(client, "catalogue")
+    assert status == 200
+    assert [k["name"] for k in body["kinds"]] == list(catalogue.KIND_NAMES)
+    assert all(k["label"] and k["colour"] and k["advice"]["title"] for k in body["kinds"])
+    assert body["site_sorts"] == query.SITE_SORTS

@@ -397,3 +397,27 @@ def test_a_new_model_field_changes_the_cache_key_so_old_pickles_are_not_served(m
     monkeypatch.setattr(cache, "STORED_SHAPE", cache.STORED_SHAPE + ",new_field")
     assert cache.cache_key("/t.json", 10, 1, "opts") != before
     assert "TraceInfo:" in cache.STORED_SHAPE and "repairs" in cache.STORED_SHAPE
+
+
+def test_the_plugins_cache_key_is_the_same_in_every_process(tmp_path) -> None:
+    """A warm disk cache only helps if a restarted TensorBoard computes the same key: the
+    options must not hash differently per process (string hashing is randomised)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from tb_syncfinder.plugin.plugin import make_engine_options\n"
+        "from tb_syncfinder.plugin.settings import PluginSettings\n"
+        "from tb_syncfinder.plugin.loader import TraceLoader\n"
+        "from tb_syncfinder.plugin.cache import DiskCache\n"
+        "opts = make_engine_options(PluginSettings(logdirs=[], source_roots=['/src']))\n"
+        "print(TraceLoader([], opts, DiskCache(None)).options_digest)\n"
+    )
+    digests = set()
+    for seed in ("1", "2", "3"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(Path.cwd()))
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, check=True)
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1, digests

@@ -109,20 +109,33 @@ def test_item_heavy_stream_syncs_are_copies_inside_aten_to_not_item() -> None:
     assert not [s for s in report.syncs if s.op == "aten::is_nonzero"]
 
 
-def test_item_heavy_copy_direction_decides_the_kind() -> None:
+def test_item_heavy_copy_direction_decides_the_kind_outside_collective_waits() -> None:
+    """Each stream sync is inside an aten::to copy; the copy's direction gives its kind,
+    except where the copy reads back a collective's result inside torchrec's awaitable
+    wait() (its innermost annotation): the host waits on the all-to-all there."""
     name = "a100_item_heavy_rank0"
     kinds = memcpy_kind_by_correlation(name)
-    directions: Counter = Counter()
+    annotations = [e for e in events(name) if e.get("cat") == "user_annotation"
+                   and not e["name"].startswith("ProfilerStep#")]
+    expected: Counter = Counter()
     for sync in named(name, "cudaStreamSynchronize"):
         op = enclosing_ops(name, sync)[0]
         copies = [c for c in named(name, "cudaMemcpyAsync") if c["tid"] == op["tid"]
                   and op["ts"] <= c["ts"] <= op["ts"] + op["dur"]]
-        directions[kinds[copies[0]["args"]["correlation"]].split(" (")[0]] += 1
-    assert directions == {"Memcpy DtoH": 30, "Memcpy HtoD": 45}
+        direction = kinds[copies[0]["args"]["correlation"]].split(" (")[0]
+        around = [a for a in annotations if a["tid"] == sync["tid"]
+                  and a["ts"] <= sync["ts"] and sync["ts"] + sync["dur"] <= a["ts"] + a["dur"]]
+        innermost = max(around, key=lambda a: (a["ts"], -a["dur"]))["name"] if around else ""
+        if "Awaitable wait()" in innermost:
+            expected["collective_wait"] += 1
+        else:
+            expected[{"Memcpy DtoH": "device_to_host_copy",
+                      "Memcpy HtoD": "blocking_host_to_device"}[direction]] += 1
+    assert expected == {"collective_wait": 20, "device_to_host_copy": 10,
+                        "blocking_host_to_device": 45}
 
     kinds_reported = Counter(s.kind for s in report_of(name).syncs if s.op == "aten::to")
-    assert kinds_reported == {"device_to_host_copy": directions["Memcpy DtoH"],
-                              "blocking_host_to_device": directions["Memcpy HtoD"]}
+    assert kinds_reported == expected
 
 
 def test_item_heavy_host_wait_covers_the_blocking_calls() -> None:

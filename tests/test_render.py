@@ -5,7 +5,7 @@ import re
 from conftest import make_site
 
 from tb_syncfinder.models import Report, Summary, TraceInfo
-from tb_syncfinder.render import (
+from tb_syncfinder.outputs.text import (
     WIDTH,
     format_us,
     render_compare,
@@ -115,7 +115,7 @@ def test_render_compare_shows_status_and_step_time_change(sample_report: Report)
 
 
 def test_cpu_only_summary_counts_latent_syncs_instead_of_printing_zero_costs():
-    from tb_syncfinder.render import render_report
+    from tb_syncfinder.outputs.text import render_report
 
     report = {
         "schema": "tb_syncfinder.report/1",
@@ -187,7 +187,7 @@ def test_run_whose_traces_are_all_unreadable_is_named_in_its_section_and_overvie
 
 
 def test_a_trace_read_with_repairs_says_what_was_repaired():
-    from tb_syncfinder.render import render_report
+    from tb_syncfinder.outputs.text import render_report
 
     report = {
         "schema": "tb_syncfinder.report/1",
@@ -204,7 +204,7 @@ def test_a_trace_read_with_repairs_says_what_was_repaired():
 
 
 def test_compare_text_carries_the_compare_note():
-    from tb_syncfinder.render import render_compare
+    from tb_syncfinder.outputs.text import render_compare
 
     note = "one run is CPU-only: sites compared by count per step"
     text = render_compare({"sites": [], "latent_sites": [], "counts": {}, "note": note,

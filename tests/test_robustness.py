@@ -213,7 +213,7 @@ def test_negative_huge_and_nan_string_durations_give_no_negative_or_nan_costs(
         tmp_path, base_traces):
     doc = copy.deepcopy(base_traces[0])
     syncs = [e for e in doc["traceEvents"] if e.get("name") == "cudaStreamSynchronize"]
-    for event, odd in zip(syncs, [-500, 1e300, "NaN", "-Infinity"]):
+    for event, odd in zip(syncs, [-500, 1e300, "NaN", "-Infinity"], strict=False):
         event["dur"] = odd
     path = tmp_path / "odd_durations.pt.trace.json"
     path.write_bytes(_encode(doc))
@@ -362,7 +362,7 @@ def test_csv_of_a_report_with_none_fields_and_odd_names_round_trips():
     import csv
     import io
 
-    from tb_syncfinder.export import CSV_COLUMNS, to_csv
+    from tb_syncfinder.outputs.csv import CSV_COLUMNS, to_csv
 
     rows = list(csv.reader(io.StringIO(to_csv(_odd_report_json()))))
     assert rows[0] == list(CSV_COLUMNS)
@@ -373,7 +373,7 @@ def test_csv_of_a_report_with_none_fields_and_odd_names_round_trips():
 
 
 def test_sarif_of_odd_sites_is_valid_json_with_relative_forward_slash_uris(tmp_path):
-    from tb_syncfinder.export import to_sarif
+    from tb_syncfinder.outputs.sarif import to_sarif
 
     sarif = json.loads(json.dumps(to_sarif(_odd_report_json(), root=str(tmp_path)),
                                   allow_nan=False))
@@ -388,7 +388,7 @@ def test_sarif_of_odd_sites_is_valid_json_with_relative_forward_slash_uris(tmp_p
 
 
 def test_annotate_trace_with_odd_sync_fields_writes_valid_json(tmp_path, base_traces):
-    from tb_syncfinder.export import annotate_trace
+    from tb_syncfinder.outputs.annotated_trace import annotate_trace
 
     path = tmp_path / "w.pt.trace.json"
     path.write_bytes(_encode(base_traces[0]))
@@ -408,7 +408,7 @@ def test_annotate_trace_with_odd_sync_fields_writes_valid_json(tmp_path, base_tr
 
 @pytest.mark.parametrize("damage", ["invalid_utf8", "gzip_trailing_garbage"])
 def test_annotate_trace_reads_what_the_analysis_reads(tmp_path, base_traces, damage):
-    from tb_syncfinder.export import annotate_trace
+    from tb_syncfinder.outputs.annotated_trace import annotate_trace
 
     data = _encode(base_traces[0])
     path = tmp_path / "w.pt.trace.json"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tb_syncfinder import analyze, models
+from tb_syncfinder import analyze, catalogue
 
 torch = pytest.importorskip("torch")
 
@@ -81,9 +81,9 @@ def test_cpu_trace_has_no_real_syncs_only_latent_findings(recorded):
     assert report.summary.sync_count == 0
     assert report.traces[0].device == "cpu" and report.traces[0].has_stacks
     kinds = {(s.op, s.kind) for s in report.latent}
-    assert ("aten::nonzero", models.DYNAMIC_SHAPE) in kinds
-    assert ("aten::item", models.SCALAR_READBACK) in kinds
-    assert ("aten::index", models.DYNAMIC_SHAPE) in kinds
+    assert ("aten::nonzero", catalogue.DYNAMIC_SHAPE) in kinds
+    assert ("aten::item", catalogue.SCALAR_READBACK) in kinds
+    assert ("aten::index", catalogue.DYNAMIC_SHAPE) in kinds
     assert all(s.latent and s.host_wait_us == 0 for s in report.latent)
 
 
@@ -104,7 +104,7 @@ def test_latent_findings_point_at_exact_call_lines(recorded):
     assert lines["aten::index"] == {MASK}
     assert any(op.startswith("aten::unique") or op == "aten::_unique2" for op in lines)
     site_lines = {(s.line, s.kind) for s in report.latent_sites}
-    assert (UNIQUE, models.DYNAMIC_SHAPE) in site_lines
+    assert (UNIQUE, catalogue.DYNAMIC_SHAPE) in site_lines
 
 
 def test_steps_annotations_and_stacks_come_from_the_trace(recorded):

@@ -4,6 +4,7 @@
  * layout (header, banners, hotspots or compare view, detail panel).
  */
 import { ApiError, clearCache, getJson } from "./api.js";
+import { kindStyles, setCatalogue } from "./catalogue.js";
 import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
@@ -57,8 +58,21 @@ export class App {
   }
 
   start() {
-    this.render();
-    this.pollRuns();
+    // Kind labels and colours come from the plugin's catalogue; without it the view still
+    // works, with plain names.
+    getJson("catalogue")
+      .then((data) => {
+        setCatalogue(data);
+        const style = document.createElement("style");
+        style.textContent = kindStyles();
+        // First in <head>: the main sheet's later rules (latent badges) win ties.
+        document.head.prepend(style);
+      })
+      .catch(() => setCatalogue(null))
+      .finally(() => {
+        this.render();
+        this.pollRuns();
+      });
   }
 
   /** Poll `runs`: new runs and traces appear without a reload. */

@@ -5,7 +5,8 @@
  */
 import { getJson } from "./api.js";
 import { h } from "./dom.js";
-import { formatCount, formatPct, formatUs, kindLabel, shortPath, siteFallbackLabel } from "./format.js";
+import { kindLabel } from "./catalogue.js";
+import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
 import {
   changeText,
   compareHeadline,

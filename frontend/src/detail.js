@@ -6,7 +6,8 @@
  */
 import { ApiError, getJson } from "./api.js";
 import { h, replace, s } from "./dom.js";
-import { countNames, formatBytes, formatCount, formatPct, formatUs, kindLabel, siteFallbackLabel } from "./format.js";
+import { kindDescription, kindLabel } from "./catalogue.js";
+import { countNames, formatBytes, formatCount, formatPct, formatUs, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { layoutTimeline } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -87,7 +88,7 @@ function header(site, sync, app) {
   return h(
     "div",
     null,
-    h("span", { class: `sa-badge k-${kind}${latent ? " latent" : ""}` }, kindLabel(kind), latent ? " (latent)" : ""),
+    h("span", { class: `sa-badge k-${kind}${latent ? " latent" : ""}`, title: kindDescription(kind) }, kindLabel(kind), latent ? " (latent)" : ""),
     h(
       "h2",
       null,

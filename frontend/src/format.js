@@ -82,28 +82,6 @@ export function formatBytes(n) {
   return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
 }
 
-/** Human names for the finding kinds of `models.KINDS`. */
-export const KIND_LABELS = Object.freeze({
-  scalar_readback: "scalar readback",
-  dynamic_shape: "dynamic shape",
-  device_to_host_copy: "device→host copy",
-  blocking_host_to_device: "blocking host→device",
-  explicit_sync: "explicit sync",
-  allocator_sync: "allocator sync",
-});
-
-/** Order in which kinds are listed (the order of `models.KINDS`). */
-export const KIND_ORDER = Object.freeze(Object.keys(KIND_LABELS));
-
-/**
- * @param {string | null | undefined} kind
- * @returns {string}
- */
-export function kindLabel(kind) {
-  if (!kind) return "unknown";
-  return /** @type {Record<string, string>} */ (KIND_LABELS)[kind] ?? kind.replace(/_/g, " ");
-}
-
 /**
  * The last `parts` components of a path, for narrow columns; the full path stays in a title.
  * Handles both `/` and Windows `\` separators.

@@ -5,7 +5,8 @@
  */
 import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
-import { formatCount, formatPct, formatUs, KIND_ORDER, kindLabel, shortPath, siteFallbackLabel } from "./format.js";
+import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
+import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
 import { layoutStepChart } from "./layout.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
 
@@ -48,7 +49,8 @@ export async function renderHotspots(ctx) {
   const [stepsResp, sites] = await Promise.all([getJson("steps", sel), fetchAllSites(siteParams)]);
   const summary = summaryResp.summary || {};
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
-  const sortKey = latent && COST_KEYS.has(state.sort) ? "count" : state.sort;
+  const served = isSiteSort(state.sort) ? state.sort : "host_wait_us";
+  const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
   const shown = sortSites(filterSites(sites.items, state), view.sort, view.order);
   const hasDetail = !!state.site;
@@ -265,7 +267,7 @@ function stepChart(steps, state, app, viewWidth) {
  * @param {any[]} items
  */
 function filters(state, app, items) {
-  const kinds = [...new Set(items.map((x) => x.kind))].sort((a, b) => KIND_ORDER.indexOf(a) - KIND_ORDER.indexOf(b));
+  const kinds = [...new Set(items.map((x) => x.kind))].sort((a, b) => kindRank(a) - kindRank(b));
   if (state.kind && !kinds.includes(state.kind)) kinds.push(state.kind);
   return h(
     "div",
@@ -343,7 +345,7 @@ function sitesTable(sites, state, app, latent) {
         { class: "ops col-ops mono" },
         (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [i ? " → " : null, h("span", { class: "op" }, op)]),
       ),
-      h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}` }, kindLabel(site.kind))),
+      h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}`, title: kindDescription(site.kind) }, kindLabel(site.kind))),
       h("td", { class: "num col-count" }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
       latent ? null : h("td", { class: "num col-wait" }, formatUs(site.host_wait_us)),

@@ -1,18 +1,19 @@
 // @ts-check
 /**
- * Sorting, filtering and keyboard navigation of the hotspot (sites) table. Pure.
+ * Sorting, filtering and keyboard navigation of the hotspot (sites) table, mirroring the
+ * plugin's query module: the columns and their first-click order come from its catalogue
+ * route, and ties keep the order the plugin sent (the report's ranking).
  */
-
-/** Columns whose natural first click order is ascending (text and positions). */
-const TEXT_KEYS = new Set(["file", "func", "ops", "kind"]);
+import { siteSortOrder } from "./catalogue.js";
 
 /**
- * The order a column starts with when first clicked: costs descending, names ascending.
+ * The order a column starts with when first clicked (the plugin's: costs descending,
+ * names ascending).
  * @param {string} key
  * @returns {"asc" | "desc"}
  */
 export function defaultOrder(key) {
-  return TEXT_KEYS.has(key) || key === "line" ? "asc" : "desc";
+  return siteSortOrder(key);
 }
 
 /**
@@ -39,8 +40,8 @@ function sortValue(site, key) {
 }
 
 /**
- * A sorted copy of `sites`. Stable; missing values (no source line) always go last;
- * ties are broken by host wait (desc) then file:line so the order is deterministic.
+ * A sorted copy of `sites`. Stable: ties keep the order the plugin sent (its ranking);
+ * missing values (no source line) always go last.
  * @template T
  * @param {T[]} sites
  * @param {string} key
@@ -52,13 +53,7 @@ export function sortSites(sites, key, order) {
   const indexed = sites.map((s, i) => ({ s, i }));
   indexed.sort((a, b) => {
     const c = compareValues(sortValue(a.s, key), sortValue(b.s, key), dir);
-    if (c !== 0) return c;
-    const w = compareValues(sortValue(a.s, "host_wait_us"), sortValue(b.s, "host_wait_us"), -1);
-    if (w !== 0) return w;
-    const f = compareValues(sortValue(a.s, "file"), sortValue(b.s, "file"), 1);
-    if (f !== 0) return f;
-    const l = compareValues(sortValue(a.s, "line"), sortValue(b.s, "line"), 1);
-    return l !== 0 ? l : a.i - b.i;
+    return c !== 0 ? c : a.i - b.i;
   });
   return indexed.map((x) => x.s);
 }

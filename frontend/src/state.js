@@ -4,19 +4,8 @@
  * be shared or reloaded. Pure functions (no DOM).
  */
 
-/** Columns the hotspot table can sort by (the plugin's `sites` sort keys plus func/ops). */
-export const SORT_KEYS = Object.freeze([
-  "host_wait_us",
-  "gpu_idle_us",
-  "count",
-  "per_step",
-  "share_of_step",
-  "file",
-  "line",
-  "func",
-  "ops",
-  "kind",
-]);
+/** A sort key as the hash may carry one; whether the plugin sorts by it is checked on use. */
+const SORT_KEY = /^[a-z_]{1,40}$/;
 
 export const VIEWS = Object.freeze(["hotspots", "compare"]);
 
@@ -26,7 +15,7 @@ export const VIEWS = Object.freeze(["hotspots", "compare"]);
  * @property {string | null} worker
  * @property {string | null} span
  * @property {string} view        "hotspots" | "compare"
- * @property {string} sort        one of SORT_KEYS
+ * @property {string} sort        a site column the plugin sorts by (its catalogue)
  * @property {"asc" | "desc"} order
  * @property {string} kind        kind filter, "" for all
  * @property {string} q           free-text filter
@@ -128,7 +117,7 @@ export function decodeState(hash) {
         if (VIEWS.includes(value)) state.view = value;
         break;
       case "sort":
-        if (SORT_KEYS.includes(value)) state.sort = value;
+        if (SORT_KEY.test(value)) state.sort = value;
         break;
       case "order":
         if (value === "asc" || value === "desc") state.order = value;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { countNames, fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, kindLabel, shortPath, siteFallbackLabel } from "../src/format.js";
+import { countNames, fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, shortPath, siteFallbackLabel } from "../src/format.js";
 
 test("durations pick µs, ms or s and keep three significant digits", () => {
   assert.equal(formatUs(0), "0 µs");
@@ -52,12 +52,6 @@ test("bytes use binary units", () => {
   assert.equal(formatBytes(3 * 1024 * 1024), "3.0 MiB");
 });
 
-test("kind labels are human words and unknown kinds are de-underscored", () => {
-  assert.equal(kindLabel("scalar_readback"), "scalar readback");
-  assert.equal(kindLabel("dynamic_shape"), "dynamic shape");
-  assert.equal(kindLabel("some_new_kind"), "some new kind");
-  assert.equal(kindLabel(null), "unknown");
-});
 
 test("short paths keep the last components of posix and windows paths", () => {
   assert.equal(shortPath("/home/me/proj/train/loss.py"), "\u2026/train/loss.py");

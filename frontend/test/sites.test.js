@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { setCatalogue } from "../src/catalogue.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "../src/sites.js";
 
 const sites = [
@@ -10,7 +11,7 @@ const sites = [
 ];
 const keys = (xs) => xs.map((x) => x.key).join("");
 
-test("numeric columns sort by value both ways, ties broken by host wait then file", () => {
+test("numeric columns sort by value both ways, ties keep the order the plugin sent", () => {
   assert.equal(keys(sortSites(sites, "host_wait_us", "desc")), "bacd");
   assert.equal(keys(sortSites(sites, "count", "desc")), "bdac");
   assert.equal(keys(sortSites(sites, "gpu_idle_us", "asc")), "cbad");
@@ -28,10 +29,14 @@ test("sorting returns a copy and leaves the input alone", () => {
   assert.equal(keys(sites), before);
 });
 
-test("clicking the sorted column flips it; a new column starts in its natural order", () => {
+test("clicking the sorted column flips it; a new column starts in the plugin's order for it", () => {
+  setCatalogue({ site_sorts: { count: "desc", file: "asc", gpu_idle_us: "desc", line: "asc" } });
   assert.deepEqual(nextSort({ sort: "count", order: "desc" }, "count"), { sort: "count", order: "asc" });
   assert.deepEqual(nextSort({ sort: "count", order: "desc" }, "file"), { sort: "file", order: "asc" });
   assert.deepEqual(nextSort({ sort: "file", order: "asc" }, "gpu_idle_us"), { sort: "gpu_idle_us", order: "desc" });
+  setCatalogue({ site_sorts: { count: "asc" } });
+  assert.deepEqual(nextSort({ sort: "file", order: "asc" }, "count"), { sort: "count", order: "asc" });
+  setCatalogue(null);
 });
 
 test("filters match kind exactly and every free-text word case-insensitively", () => {

@@ -13,6 +13,18 @@ that the Sync Advisor points at resolve for every user. Each line that syncs on 
 a ``# sync: <what>`` comment; the tests find the expected lines through these markers.
 """
 
-from tb_syncfinder.demo.runner import RUNS, DemoRun, run_demo
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["RUNS", "DemoRun", "run_demo"]
+
+
+def __getattr__(name: str) -> Any:
+    # The runner imports torch (seconds): only when asked for, so that the light
+    # ``tb_syncfinder.demo.sources`` can be imported by the CLI and the plugin for free.
+    if name in __all__:
+        from tb_syncfinder.demo import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,8 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tb_syncfinder.demo.runner import (
     BUNDLED_PREFIX,
@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--size",
         choices=tuple(DEFAULT_STEPS),
         default="small",
-        help="workload size (default: small)",
+        help="workload size (default: small); large keeps a data-centre GPU busy, so the "
+        "syncs' cost shows in the step time, and is far too slow for a CPU",
     )
 
 
@@ -77,9 +78,18 @@ def _count(number: int, noun: str) -> str:
 
 
 def _site_label(site) -> str:
-    where = f"{os.path.basename(site.file)}:{site.line}" if site.file else "no source"
-    op = site.ops[0] if site.ops else "?"
-    return f"{site.kind} {op} at {where} x{site.count}"
+    where = f"at {os.path.basename(site.file)}:{site.line}" if site.file else "(no Python stack)"
+    # An explicit synchronize has no operator: name the API the host waited in.
+    what = site.ops[0] if site.ops else (site.apis[0] if site.apis else "?")
+    what = what.replace("autograd::engine::evaluate_function: ", "")  # a backward op
+    label = f"{site.kind} {what} {where} x{site.count}"
+    if not site.latent:
+        label += f", host wait {_ms(site.host_wait_us)}"
+    return label
+
+
+def _ms(microseconds: float) -> str:
+    return f"{microseconds / 1000:.2f} ms"
 
 
 def _summarize_run(run: DemoRun) -> list[str]:
@@ -96,8 +106,8 @@ def _summarize_run(run: DemoRun) -> list[str]:
         lines.append(
             f"  {run.name:<20} {_count(summary.sync_count, 'sync')} in "
             f"{_count(len(report.sites), 'site')}, "
-            f"host wait {summary.host_wait_us / 1000:.1f} ms, "
-            f"GPU idle after them {summary.gpu_idle_us / 1000:.1f} ms"
+            f"host wait {_ms(summary.host_wait_us)}, "
+            f"GPU idle after them {_ms(summary.gpu_idle_us)}"
         )
         lines += [f"      {_site_label(site)}" for site in report.sites]
     elif report.latent:
@@ -122,10 +132,21 @@ def print_summary(runs: list[DemoRun], out: Callable[[str], None] = print) -> No
             out(line)
 
 
+def _trains_on_cpu(device: str) -> bool:
+    import torch
+
+    return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 on success, 2 when it cannot run as asked."""
     logdir = Path(args.logdir).resolve()
     print(f"Profiling the Sync Advisor demo into {logdir} ...")
+    if args.size == "large" and _trains_on_cpu(args.device):
+        print(
+            "Note: --size large is sized for a data-centre GPU; on a CPU each step takes "
+            "tens of seconds (--size small: well under a second)."
+        )
     try:
         runs = run_demo(logdir, device=args.device, steps=args.steps, size=args.size)
     except DemoError as error:
@@ -157,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
             runs += bundled
         elif bundled is not None:
             print(
-                f"No bundled GPU traces in {BUNDLED_TRACES_DIR} (recording them needs a GPU: "
-                "bench/record_gpu_traces.py); showing the CPU runs only."
+                f"No bundled GPU traces in {BUNDLED_TRACES_DIR} (this installation ships "
+                "none); showing the CPU runs only."
             )
     print_summary(runs)
     print("Reports on the command line:")

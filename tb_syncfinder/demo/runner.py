@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from tb_syncfinder.demo import cnn, seg
 
 RUNS = ("cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized")
-DEFAULT_STEPS = {"tiny": 2, "small": 5}
+DEFAULT_STEPS = {"tiny": 2, "small": 5, "large": 5}
 WAIT_STEPS = 1
 WARMUP_STEPS = 1
 # The files tensorboard_trace_handler writes; only these are removed when a run is redone.
@@ -154,7 +154,8 @@ def run_demo(
     torch_device = resolve_device(device)
     results = []
     for index, run in enumerate(runs, start=1):
-        result = profile_run(run, logdir, torch_device, steps, size)
+        with QuietProfilerOutput():
+            result = profile_run(run, logdir, torch_device, steps, size)
         progress(
             f"[{index}/{len(runs)}] {run:<14} {steps} steps on {torch_device.type} "
             f"in {result.seconds:4.1f} s -> {result.path}"
@@ -212,3 +213,76 @@ def add_bundled_gpu_runs(
             DemoRun(name=run_dir.name, path=str(run_dir), device="cuda", traces=[str(target)])
         )
     return added
+
+
+# Keep the lines above the ``train(...)`` call in ``profile_run`` (line 125) where they are:
+# the bundled GPU traces record that line, as they record lines of cnn.py and seg.py.
+
+# What torch's profiler writes to the process's stderr (file descriptor 2, from C++) around
+# each profiled run, whatever the run does: a user sees it between the demo's own lines.
+PROFILER_NOISE = re.compile(
+    r"^USDT:.*\] profiler_(start|stop)\s*$"
+    r"|CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated before the profiling"
+)
+# A Python warning torch's profiler gives once per schedule (seen with torch 2.11 on CUDA).
+PROFILER_WARNING = r"Warning: Profiler clears events at the end of each cycle"
+
+
+class QuietProfilerOutput:
+    """``with QuietProfilerOutput():`` around profiling captures file descriptor 2 and, on
+    leaving, passes on what was written there except the profiler's own start/stop lines and
+    allocator notice (``PROFILER_NOISE``), which say nothing about the run; errors and other
+    warnings still reach stderr, after the run. Where fd 2 cannot be redirected, nothing is
+    captured."""
+
+    def __enter__(self) -> QuietProfilerOutput:
+        import os
+        import sys
+        import tempfile
+        import warnings
+
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", message=PROFILER_WARNING)
+        self._saved: int | None = None
+        self._capture = tempfile.TemporaryFile()
+        try:
+            sys.stderr.flush()
+            self._saved = os.dup(2)
+            os.dup2(self._capture.fileno(), 2)
+        except (OSError, ValueError):
+            if self._saved is not None:
+                os.close(self._saved)
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        import os
+        import sys
+
+        try:
+            if self._saved is not None:
+                try:
+                    sys.stderr.flush()
+                finally:
+                    os.dup2(self._saved, 2)
+                    os.close(self._saved)
+                self._capture.seek(0)
+                text = self._capture.read().decode("utf-8", "replace")
+                kept = [
+                    line
+                    for line in text.splitlines(keepends=True)
+                    if not PROFILER_NOISE.search(line)
+                ]
+                if kept:
+                    sys.stderr.write("".join(kept))
+                    sys.stderr.flush()
+        finally:
+            self._capture.close()
+            self._warnings.__exit__(*exc_info)
+
+
+# The size bench/record_gpu_traces.py records the bundled GPU traces at (and
+# bench/validate_sync_debug.py validates): GPU-bound on an H100, so that baseline vs optimized
+# shows a saving in the step time. The traces bundled now are of "small" (see traces/README.md).
+GPU_RECORD_SIZE = "large"

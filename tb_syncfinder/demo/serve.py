@@ -25,7 +25,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-PLUGIN_NAME = "sync_advisor"
+from tb_syncfinder.plugin.metadata import PLUGIN_NAME
+
 DEFAULT_PORT = 6006
 
 

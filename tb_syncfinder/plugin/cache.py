@@ -28,9 +28,8 @@ def _stored_shape() -> str:
     """The field names of everything a cached TraceResult holds: adding a field to the
     models changes the key, so an old pickle (which lacks it) is never served."""
     from tb_syncfinder import models
-    from tb_syncfinder.engine import TraceResult
 
-    classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
+    classes = (models.TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
                models.StepStats)
     return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
                     for c in classes)

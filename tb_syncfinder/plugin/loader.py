@@ -69,7 +69,7 @@ def analyze_in_worker(ref: TraceRef, options: Any) -> Any:
 
 def error_result(ref: TraceRef, reason: str) -> Any:
     """A TraceResult that only says why ``ref`` could not be analysed."""
-    from tb_syncfinder.engine import TraceResult
+    from tb_syncfinder.models import TraceResult
 
     info = TraceInfo(path=ref.path, worker=ref.worker, span=ref.span, run=ref.run, error=reason)
     return TraceResult(info=info, syncs=[], latent=[], steps=[], contexts={})

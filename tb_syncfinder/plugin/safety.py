@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tensorboard import errors
+
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 MAX_CONTEXT_LINES = 50
 MAX_NAME_CHARS = 4096
@@ -29,14 +31,19 @@ SOURCE_HINT = (
 )
 
 
-class SourceError(Exception):
-    """Why a source file cannot be served; ``status`` is the HTTP status to answer with."""
+class SourceError(errors.PublicError):
+    """Why a source file cannot be served: a TensorBoard client error whose ``http_code``
+    is 400, 403 or 404, with a hint on how to make the file servable."""
 
     def __init__(self, status: int, message: str, hint: str = SOURCE_HINT) -> None:
         super().__init__(message)
-        self.status = status
+        self.http_code = status
         self.message = message
         self.hint = hint
+
+    @property
+    def status(self) -> int:
+        return self.http_code
 
 
 @dataclass

@@ -26,7 +26,7 @@ class SyncAdvisorLoader(base_plugin.TBLoader):
             raise base_plugin.FlagsError(str(exc)) from None
 
     def load(self, context: base_plugin.TBContext) -> base_plugin.TBPlugin:
-        from tb_syncfinder.plugin.routes import SyncAdvisorPlugin
+        from tb_syncfinder.plugin.plugin import SyncAdvisorPlugin
 
         return SyncAdvisorPlugin(
             context, settings.settings_from_flags(context.flags, context.logdir)

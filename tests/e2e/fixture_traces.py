@@ -257,13 +257,38 @@ def write_run(
     return path
 
 
+def write_collective_run(logdir: Path, steps: int = 2) -> Path:
+    """Run ``distributed``: a ``dist.barrier()`` in each step, a host wait on a collective
+    (a kind the dashboard knows only from the plugin's catalogue)."""
+    w = TraceWriter()
+    t = 1000.0
+    for step in range(1, steps + 1):
+        start = t
+        frame = w.py(f"train.py({TRAIN_STEP_DEF}): train_step", t, 0, None)
+        w.kernel("volta_sgemm_128x64_nn", t + 5, 900)
+        t += 20
+        end = w.device_free_at + 10
+        w.x("c10d::barrier", "cpu_op", t, end - t)
+        w.runtime("cudaDeviceSynchronize", t + 2, w.device_free_at + 2 - (t + 2))
+        t = end + 20
+        w.close(frame, t)
+        w.x(f"ProfilerStep#{step}", "user_annotation", start - 1, t - start + 2)
+        t += 50
+    run_dir = logdir / "distributed"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "worker0.1700000000000.pt.trace.json"
+    path.write_text(json.dumps(w.to_json()), encoding="utf-8")
+    return path
+
+
 def write_fixture(root: Path) -> Path:
     """logdir with runs `baseline` (item + nonzero), `optimized` (nonzero only, plus an
     unreadable second worker file), `html_names` (function, operator and file names holding
     markup), `cpu_only` and `cpu_only_fixed` (latent findings, the item fixed in the
     second), `running_loop` (an item under a ``<module>`` frame recorded at its current line),
     `remote_paths` (a source file that cannot be read), `windows_paths` (unescaped backslashes
-    in a Windows file name: read with repairs), `no_stacks` and `clean` (no sync);
+    in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync) and
+    `distributed` (a barrier per step);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -298,6 +323,7 @@ def write_fixture(root: Path) -> Path:
     windows.write_text(windows.read_text(encoding="utf-8").replace("\\\\", "\\"), "utf-8")
     write_run(logdir, "no_stacks", item=True, nonzero=False, steps=2, stacks=False)
     write_run(logdir, "clean", item=False, nonzero=False, steps=2)
+    write_collective_run(logdir)
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
     return logdir

@@ -46,6 +46,7 @@ RUNS = {
     "windows_paths",
     "no_stacks",
     "clean",
+    "distributed",
 }
 
 
@@ -487,4 +488,24 @@ def test_trace_read_with_repairs_gets_a_quiet_notice_naming_the_file_and_the_rep
     page.wait_for_function("location.hash.includes('run=baseline')")
     page.wait_for_selector("[data-testid=sites] tbody tr")
     assert page.locator("[data-testid=file-repairs]").count() == 0
+    assert page_errors == []
+
+
+def test_a_kind_the_dashboard_never_heard_of_shows_with_the_catalogues_label_and_colour(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """collective_wait was added to tb_syncfinder/catalogue.py only: the badge's words,
+    tooltip and colour come from the plugin's catalogue route, with no frontend edit."""
+    from tb_syncfinder import catalogue
+
+    kind = catalogue.kind(catalogue.COLLECTIVE_WAIT)
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=distributed"))
+    badge = page.locator("[data-testid=sites] tbody tr .sa-badge").first
+    badge.wait_for()
+    assert badge.inner_text() == kind.label
+    assert badge.get_attribute("title") == kind.description
+    red, green, blue = (int(kind.colour[i:i + 2], 16) for i in (1, 3, 5))
+    colour = badge.evaluate("el => getComputedStyle(el).backgroundColor")
+    assert colour == f"rgb({red}, {green}, {blue})", colour
     assert page_errors == []

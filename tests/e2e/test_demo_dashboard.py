@@ -8,6 +8,8 @@ the user's working directory.
 On this machine (no GPU) the demo trains on the CPU: its findings are latent syncs, the
 operators that would make the host wait on a GPU, at the lines ``tb_syncfinder/demo/seg.py``
 marks with ``# sync: <what>``. The expected lines are read from that file, never written here.
+Beside them the demo adds the real H100 runs bundled with the package (``gpu_*``): real
+syncs, with the time the host waited, at the same marked lines.
 
 With SYNC_ADVISOR_SCREENSHOTS=1 the views are saved as docs/screenshots/demo-*.png.
 """
@@ -37,8 +39,11 @@ from tests.e2e.helpers import (
 SYNC_API = skip_without_browser()
 
 DEMO_RUNS = {"cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized"}
-# The installed workload file (the one the demo profiles), located without importing torch.
+# The real GPU runs the demo copies from the package (tb_syncfinder/demo/traces/).
+GPU_RUNS = {f"gpu_{run}" for run in DEMO_RUNS}
+# The installed workload files (the ones the demo profiles), located without importing torch.
 SEG_SOURCE = Path(importlib.util.find_spec("tb_syncfinder.demo.seg").origin)
+CNN_SOURCE = SEG_SOURCE.with_name("cnn.py")
 # What the ``tb-syncfinder`` console script runs.
 CLI = "import sys; from tb_syncfinder.cli import main; sys.exit(main())"
 DEMO_TIMEOUT_S = 300
@@ -82,7 +87,7 @@ def demo_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # sys.path entry, as for any installed package), which the plugin must resolve by itself.
     # If it did not, the sites would fall back to the functions' def lines (seg.py:71*) and
     # the source view would say "outside the source roots".
-    with serve_tensorboard(logdir, cwd=user_dir, expected_runs=DEMO_RUNS) as base:
+    with serve_tensorboard(logdir, cwd=user_dir, expected_runs=DEMO_RUNS | GPU_RUNS) as base:
         yield base
 
 
@@ -189,4 +194,49 @@ def test_compare_of_seg_runs_shows_every_marked_loss_site_fixed(
     assert "base=seg_baseline" in page.evaluate("location.hash")
     page.wait_for_timeout(300)
     shot(page, "demo-compare.png")
+    assert page_errors == []
+
+
+def test_gpu_cnn_baseline_item_detail_shows_the_real_wait_at_its_line(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # A real sync from the H100 trace bundled with the package: loss.item() made the host
+    # wait for the GPU, and the detail shows that wait at the installed cnn.py's line.
+    cnn_marks = sync_marks(CNN_SOURCE)
+    line = cnn_marks["item"]
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(demo_board, "#run=gpu_cnn_baseline"))
+    texts = rows(page)
+    for mark in ("h2d", "item"):
+        # h2d marks two lines (images and labels); sync_marks keeps the last.
+        assert any(f"cnn.py:{cnn_marks[mark]}" in t for t in texts), (mark, texts)
+    assert page.locator("[data-testid=no-gpu]").count() == 0  # a GPU run, not latent
+    row = page.locator("[data-testid=sites] tbody tr", has_text=f"cnn.py:{line}")
+    assert row.locator(".sa-badge.latent").count() == 0
+    row.click()
+    page.wait_for_selector("[data-testid=source], [data-testid=source-note]")
+    notes = page.locator("[data-testid=source-note]")
+    assert notes.count() == 0, notes.first.inner_text()
+    hl = page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(line)
+    assert "loss.item()" in hl.inner_text()
+    detail = page.inner_text("[data-testid=detail]")
+    assert "(latent)" not in detail
+    chain = page.inner_text("[data-testid=chain]")
+    assert "aten::item" in chain and "cudaStreamSynchronize" in chain
+    wait = page.locator("[data-testid=chain] dt", has_text="Host wait").locator(
+        "xpath=following-sibling::dd[1]"
+    )
+    assert re.search(r"[1-9]", wait.inner_text()), wait.inner_text()  # not 0
+    assert "baseline_step" in page.inner_text("[data-testid=user-frames]")
+    # The timeline marks the host's wait and the GPU's idle time after it.
+    timeline = page.locator("[data-testid=timeline] svg")
+    assert timeline.locator("rect.wait-band").count() == 1
+    assert timeline.locator("rect.bubble-band").count() == 1
+    labels = timeline.text_content()
+    assert re.search(r"wait [1-9]", labels) and "GPU idle" in labels, labels
+    assert page.inner_text("[data-testid=advice]").strip() != ""
+    page.locator("[data-testid=detail]").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    shot(page, "demo-gpu-detail.png")
     assert page_errors == []

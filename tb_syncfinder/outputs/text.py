@@ -1,14 +1,20 @@
-"""The terminal report: sites sorted by cost, then a summary, then per-file errors.
+"""The terminal report (format ``table``): sites by cost, then a summary, then per-file
+errors; and the terminal form of ``compare``.
 
-A pure function of the report JSON (``Report.to_json()``); the CLI decides on colour
-(tty, ``NO_COLOR``) and prints. Every line fits in ``WIDTH`` columns.
+Pure functions of the report JSON (``Report.to_json()``); the CLI decides on colour (tty,
+``NO_COLOR``) and prints. Every line fits in ``WIDTH`` columns.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tb_syncfinder.models import KINDS, Report
+from tb_syncfinder.catalogue import kind_rank
+from tb_syncfinder.models import Report
+from tb_syncfinder.query import rank_sites
+
+if TYPE_CHECKING:
+    from tb_syncfinder.outputs import RenderOptions, ReportSet
 
 WIDTH = 100
 
@@ -98,28 +104,6 @@ def site_location(site: dict[str, Any]) -> str:
     return f"{file}:{line}{mark}"
 
 
-def site_cost_us(site: dict[str, Any]) -> float:
-    return float(site.get("host_wait_us") or 0.0) + float(site.get("gpu_idle_us") or 0.0)
-
-
-def _kind_rank(kind: str) -> int:
-    return KINDS.index(kind) if kind in KINDS else len(KINDS)
-
-
-def sorted_sites(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Most expensive first (host wait + GPU idle), then most frequent, then by place."""
-    return sorted(
-        sites,
-        key=lambda s: (
-            -site_cost_us(s),
-            -int(s.get("count") or 0),
-            _kind_rank(s.get("kind", "")),
-            s.get("file") or "~",
-            s.get("line") or 0,
-        ),
-    )
-
-
 def _ops_text(site: dict[str, Any]) -> str:
     ops = [op for op in site.get("ops") or [] if op]
     apis = [api for api in site.get("apis") or [] if api]
@@ -185,7 +169,7 @@ def _site_lines(rank: int, site: dict[str, Any], style: _Style, latent: bool) ->
 def _site_table(
     sites: list[dict[str, Any]], style: _Style, top: int | None, latent: bool
 ) -> list[str]:
-    ordered = sorted_sites(sites)
+    ordered = rank_sites(sites)
     shown = ordered if not top or top <= 0 else ordered[:top]
     lines = [_header(style)]
     for rank, site in enumerate(shown, 1):
@@ -250,7 +234,7 @@ def _summary_lines(summary: dict[str, Any], style: _Style) -> list[str]:
                      f" (-{format_us(max(saving, 0.0))})")
     by_kind = summary.get("by_kind") or {}
     if by_kind:
-        kinds = sorted(by_kind.items(), key=lambda kv: _kind_rank(kv[0]))
+        kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
         lines.append(truncate_right(
             _label("by kind") + ", ".join(f"{k} {v}" for k, v in kinds), WIDTH))
     return lines
@@ -513,3 +497,9 @@ def render_compare(result: dict[str, Any], color: bool = False) -> str:
         lines.append(_label("mean step time") + f"{format_us(base.get('mean_step_time_us'))}"
                      f" -> {format_us(new.get('mean_step_time_us'))} ({_change_text(change)})")
     return "\n".join(truncate_visible(line) for line in lines) + "\n"
+
+
+def render(report_set: ReportSet, options: RenderOptions) -> bytes:
+    """The registry's ``table`` format: one section per run when there are several."""
+    return render_runs(list(report_set.runs.items()), color=options.color,
+                       top=options.top).encode("utf-8")

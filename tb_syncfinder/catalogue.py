@@ -1,0 +1,658 @@
+"""Everything the Sync Advisor knows about host-device synchronization, in one place.
+
+* **Kinds**: one ``SyncKind`` record per finding kind (label, SARIF texts, badge colours,
+  the fix and what it removes), in the order reports list them.
+* **Backends**: per runtime (CUDA runtime and driver, HIP, Ascend CL), the API names that
+  always block the host, synchronous and asynchronous copies, allocator calls and calls that
+  never block, plus how its calls are named (to tell the device kind of a trace).
+* **Operators**: which ``aten::`` operators read a scalar back or have data-dependent
+  output shapes, which copy, and which would sync on a GPU when seen in a CPU-only trace.
+* **Source resolution**: the Python callee names to look for in the user's source, per
+  operator and for bare API calls.
+* **Advice refinements**: a more specific fix when a given operator is in the chain.
+
+Detection (``detect``), the timeline's backend guess (``timeline``), source resolution
+(``source``), advice (``aggregate``), the outputs and the dashboard (through the plugin's
+``catalogue`` route) all read these tables; none keeps its own copy. The recipe for a new
+pattern or kind is in docs/DESIGN.md ("How to add a sync pattern"), and
+tests/test_catalogue.py fails when a kind lacks any part.
+
+Sources for the patterns: ``../shared/KINETO_NOTES.md`` (checked on real traces).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# --- kinds ----------------------------------------------------------------------------
+
+SCALAR_READBACK = "scalar_readback"
+DYNAMIC_SHAPE = "dynamic_shape"
+DEVICE_TO_HOST_COPY = "device_to_host_copy"
+BLOCKING_HOST_TO_DEVICE = "blocking_host_to_device"
+EXPLICIT_SYNC = "explicit_sync"
+COLLECTIVE_WAIT = "collective_wait"
+ALLOCATOR_SYNC = "allocator_sync"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A concrete fix: a title, why and how, and code before / after."""
+
+    title: str
+    text: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class SyncKind:
+    """One kind of finding, with everything every output needs to show it."""
+
+    name: str  # the schema value of Sync.kind / Site.kind
+    label: str  # short human name (dashboard badge, terminal)
+    summary: str  # one line: SARIF rule shortDescription
+    description: str  # what happens and why it costs: SARIF fullDescription, tooltips
+    colour: str  # badge background on the light theme (#rrggbb)
+    colour_dark: str  # badge background on the dark theme
+    advice: Advice  # the fix for the kind; refined per operator by OP_ADVICE
+    removes: str  # what applying the fix removes
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_WAIT_AND_IDLE = "the host wait and the GPU idle time after it"
+
+KINDS: tuple[SyncKind, ...] = (
+    SyncKind(
+        name=SCALAR_READBACK,
+        label="scalar readback",
+        summary="Scalar read back to the host",
+        description=(
+            "A GPU value is read on the host (.item(), bool(tensor), tolist, print): the host "
+            "waits for every queued kernel to finish, then the GPU idles until new work "
+            "arrives."
+        ),
+        colour="#d84315",
+        colour_dark="#ff8a65",
+        advice=Advice(
+            title="Keep the value on the device; read it every N steps",
+            text=(
+                "`.item()`, `float(t)`, `.tolist()`, `print(t)` and `if t:` copy a GPU value to "
+                "the host and wait for every queued kernel first. Accumulate on the device and "
+                "read the value only when you log (e.g. every 100 steps)."
+            ),
+            before=(
+                "for step, (x, y) in enumerate(loader):\n"
+                "    loss = criterion(model(x), y)\n"
+                "    loss.backward(); opt.step()\n"
+                "    total += loss.item()          # waits for the GPU every step\n"
+            ),
+            after=(
+                "total = torch.zeros((), device=device)\n"
+                "for step, (x, y) in enumerate(loader):\n"
+                "    loss = criterion(model(x), y)\n"
+                "    loss.backward(); opt.step()\n"
+                "    total += loss.detach()        # stays on the GPU\n"
+                "    if step % 100 == 0:\n"
+                "        print(total.item() / (step + 1))  # one sync per 100 steps\n"
+            ),
+        ),
+        removes=_WAIT_AND_IDLE,
+    ),
+    SyncKind(
+        name=DYNAMIC_SHAPE,
+        label="dynamic shape",
+        summary="Data-dependent output shape",
+        description=(
+            "nonzero, unique, boolean masks, masked_select, repeat_interleave or one-argument "
+            "where need the result size on the host before they can allocate their output, "
+            "so the host waits for the GPU."
+        ),
+        colour="#6a1b9a",
+        colour_dark="#ce93d8",
+        advice=Advice(
+            title="Avoid data-dependent output shapes",
+            text=(
+                "Operators whose output size depends on tensor values (nonzero, unique, "
+                "masked_select, boolean-mask indexing) must copy the size to the host before "
+                "allocating. Use fixed-shape alternatives: `torch.where`, masks multiplied in, "
+                "`ignore_index`, `scatter_add_` into a fixed-size tensor."
+            ),
+            before="selected = logits[mask]\n",
+            after=(
+                "selected = torch.where(mask.unsqueeze(-1), logits, torch.zeros_like(logits))\n"
+            ),
+        ),
+        removes=_WAIT_AND_IDLE,
+    ),
+    SyncKind(
+        name=DEVICE_TO_HOST_COPY,
+        label="device→host copy",
+        summary="Blocking device-to-host copy",
+        description=(
+            "A copy from the GPU into pageable host memory (.cpu(), .numpy(), .to('cpu')) "
+            "blocks the host until the copy and everything queued before it finish."
+        ),
+        colour="#00838f",
+        colour_dark="#4dd0e1",
+        advice=Advice(
+            title="Do not copy to the host inside the step",
+            text=(
+                "`.cpu()`, `.numpy()`, `.to('cpu')` wait for the GPU and copy into pageable "
+                "memory. Keep the computation on the device, or copy into a pinned buffer with "
+                "`non_blocking=True` and read it after an event says it is ready."
+            ),
+            before="preds = logits.argmax(1).cpu().numpy()\n",
+            after=(
+                "host_buf = torch.empty(n, dtype=torch.long, pin_memory=True)\n"
+                "host_buf.copy_(logits.argmax(1), non_blocking=True)\n"
+                "done = torch.cuda.Event(); done.record()\n"
+                "# ... later, when needed: done.synchronize(); use host_buf\n"
+            ),
+        ),
+        removes=_WAIT_AND_IDLE,
+    ),
+    SyncKind(
+        name=BLOCKING_HOST_TO_DEVICE,
+        label="blocking host→device",
+        summary="Blocking host-to-device copy",
+        description=(
+            "A copy from pageable host memory to the GPU is staged synchronously; pinned "
+            "memory with non_blocking=True lets it overlap with compute."
+        ),
+        colour="#2e7d32",
+        colour_dark="#81c784",
+        advice=Advice(
+            title="Pin host memory and copy with non_blocking=True",
+            text=(
+                "Copies from pageable host memory are staged and block the host. Load batches "
+                "into pinned memory (`DataLoader(pin_memory=True)`) and copy them with "
+                "`non_blocking=True`; create constant tensors directly on the device."
+            ),
+            before=(
+                "loader = DataLoader(ds, batch_size=64)\n"
+                "x = x.to(device)\n"
+                "w = torch.tensor([0.2, 0.8]).to(device)\n"
+            ),
+            after=(
+                "loader = DataLoader(ds, batch_size=64, pin_memory=True, num_workers=4)\n"
+                "x = x.to(device, non_blocking=True)\n"
+                "w = torch.tensor([0.2, 0.8], device=device)\n"
+            ),
+        ),
+        removes=_WAIT_AND_IDLE,
+    ),
+    SyncKind(
+        name=EXPLICIT_SYNC,
+        label="explicit sync",
+        summary="Explicit synchronization",
+        description=(
+            "torch.cuda.synchronize, stream or event synchronize: the host waits for the "
+            "device."
+        ),
+        colour="#ad1457",
+        colour_dark="#f48fb1",
+        advice=Advice(
+            title="Drop debugging synchronizes",
+            text=(
+                "`torch.cuda.synchronize()`, `event.synchronize()` and `stream.synchronize()` "
+                "stop the host until the GPU is done. Remove them from the training loop (they "
+                "are only needed around timing code); use events and `stream.wait_event` to "
+                "order work between streams without blocking the host."
+            ),
+            before=(
+                "loss.backward()\ntorch.cuda.synchronize()   # debugging leftover\nopt.step()\n"
+            ),
+            after=(
+                "loss.backward()\nopt.step()\n"
+                "# to order streams without blocking the host:\n"
+                "# other_stream.wait_event(done_event)\n"
+            ),
+        ),
+        removes=_WAIT_AND_IDLE,
+    ),
+    SyncKind(
+        name=COLLECTIVE_WAIT,
+        label="collective wait",
+        summary="Host waits on a collective",
+        description=(
+            "The host blocks until a torch.distributed collective (all-reduce, all-to-all, "
+            "broadcast, barrier) has finished, or reads its result back (all-to-all split "
+            "sizes): the step waits for the slowest rank as well as for its own GPU."
+        ),
+        colour="#1565c0",
+        colour_dark="#90caf9",
+        advice=Advice(
+            title="Overlap the collective; wait for it as late as possible",
+            text=(
+                "Launch collectives with `async_op=True` and call `work.wait()` just before the "
+                "result is needed, so compute overlaps communication; keep `dist.barrier()` "
+                "out of the step; keep collective results (split sizes, counts) on the device "
+                "or exchange them ahead of time (torchrec's `TrainPipelineSparseDist` fetches "
+                "the next batch's splits while this one computes)."
+            ),
+            before=(
+                "dist.all_reduce(stats)            # the host waits for every rank\n"
+                "loss = criterion(model(x), y)\n"
+            ),
+            after=(
+                "work = dist.all_reduce(stats, async_op=True)\n"
+                "loss = criterion(model(x), y)     # overlaps with the all-reduce\n"
+                "work.wait()                       # only when stats is needed\n"
+            ),
+        ),
+        removes=(
+            "the host's wait for the collective; a late peer's delay moves to where the "
+            "result is needed, it does not vanish"
+        ),
+    ),
+    SyncKind(
+        name=ALLOCATOR_SYNC,
+        label="allocator sync",
+        summary="Allocator synchronization",
+        description=(
+            "cudaMalloc / cudaFree / cudaHostAlloc inside a step synchronize the device; the "
+            "caching allocator ran out of cached blocks or the cache was emptied."
+        ),
+        colour="#5d4037",
+        colour_dark="#bcaaa4",
+        advice=Advice(
+            title="Pre-allocate; let the caching allocator reuse memory",
+            text=(
+                "`cudaMalloc` / `cudaFree` inside a step synchronize the device. They happen "
+                "when the caching allocator has to grow or is emptied: avoid "
+                "`torch.cuda.empty_cache()` in the loop, keep shapes stable (pad variable "
+                "lengths), pre-allocate buffers once, and consider "
+                "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`."
+            ),
+            before=(
+                "for x in batches:            # every batch a new length\n"
+                "    out = model(x)\n"
+                "    torch.cuda.empty_cache()\n"
+            ),
+            after=(
+                "for x in batches:\n"
+                "    out = model(pad_to_bucket(x))   # few distinct shapes, memory reused\n"
+            ),
+        ),
+        removes="the allocator's device synchronization and the GPU idle after it",
+    ),
+)
+
+KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
+_BY_NAME = {k.name: k for k in KINDS}
+
+
+def kind(name: str) -> SyncKind:
+    """The record of a kind; an unknown name (a report from a newer version) gets a
+    neutral record built from the name, so outputs never fail on it."""
+    found = _BY_NAME.get(name)
+    if found is not None:
+        return found
+    fallback = _BY_NAME[EXPLICIT_SYNC]
+    label = name.replace("_", " ")
+    return SyncKind(name, label, label, label, "#757575", "#bdbdbd", fallback.advice,
+                    fallback.removes)
+
+
+def kind_rank(name: str) -> int:
+    """Position of a kind in the listing order (unknown kinds last)."""
+    return KIND_NAMES.index(name) if name in _BY_NAME else len(KIND_NAMES)
+
+
+# --- backends: runtime API names ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The host-side API of one device runtime, as Kineto names its calls."""
+
+    device_kind: str  # TraceInfo.device for traces of this runtime
+    call_prefixes: tuple[str, ...]  # how its runtime calls are named
+    explicit_sync: frozenset[str] = frozenset()  # always block until the device is done
+    explicit_sync_prefixes: tuple[str, ...] = ()  # families of explicit syncs
+    sync_copy: frozenset[str] = frozenset()  # copies that block the host
+    async_copy: frozenset[str] = frozenset()  # block only from pageable memory, or when a
+    # stream sync follows inside the same operator (.item(), .cpu())
+    allocator: frozenset[str] = frozenset()  # synchronize the device inside a step
+    non_blocking: frozenset[str] = frozenset()  # never block, even with a CUPTI sync record
+    # Kineto files this runtime's calls under no runtime category: events of an unknown
+    # category whose name starts with one of these are runtime calls all the same.
+    uncategorised_call_prefix: str | None = None
+
+
+CUDA = Backend(
+    device_kind="cuda",
+    call_prefixes=("cuda", "cu"),
+    explicit_sync=frozenset({
+        "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+        "cudaThreadSynchronize", "cuCtxSynchronize", "cuStreamSynchronize",
+        "cuEventSynchronize",
+    }),
+    sync_copy=frozenset({
+        "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyFromSymbol",
+        "cudaMemcpyToSymbol", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2", "cuMemcpy",
+    }),
+    async_copy=frozenset({
+        "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cuMemcpyAsync",
+        "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync",
+        "cuMemcpyHtoDAsync_v2",
+    }),
+    allocator=frozenset({
+        "cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost",
+        "cuMemAlloc", "cuMemAlloc_v2", "cuMemFree", "cuMemFree_v2",
+    }),
+    non_blocking=frozenset({
+        "cudaEventQuery", "cudaStreamQuery", "cudaStreamWaitEvent", "cuEventQuery",
+        "cuStreamQuery", "cuStreamWaitEvent",
+    }),
+)
+
+ROCM = Backend(
+    device_kind="rocm",
+    call_prefixes=("hip",),
+    explicit_sync=frozenset({
+        "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
+        "hipCtxSynchronize",
+    }),
+    sync_copy=frozenset({"hipMemcpy", "hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpyHtoD"}),
+    async_copy=frozenset({"hipMemcpyAsync", "hipMemcpyDtoHAsync", "hipMemcpyHtoDAsync"}),
+    allocator=frozenset({
+        "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree", "hipMallocHost", "hipFreeHost",
+    }),
+    non_blocking=frozenset({"hipEventQuery", "hipStreamQuery", "hipStreamWaitEvent"}),
+)
+
+ASCEND = Backend(
+    device_kind="npu",
+    call_prefixes=("AscendCL@", "acl"),
+    explicit_sync_prefixes=("AscendCL@aclrtSynchronize",),
+    sync_copy=frozenset({"AscendCL@aclrtMemcpy"}),
+    async_copy=frozenset({"AscendCL@aclrtMemcpyAsync"}),
+    uncategorised_call_prefix="AscendCL@",
+)
+
+# In the order a trace's device kind is decided: the first backend any runtime call of the
+# trace belongs to wins (HIP before Ascend before CUDA, whose "cu" prefix is the widest).
+BACKENDS: tuple[Backend, ...] = (ROCM, ASCEND, CUDA)
+
+
+def _union(attr: str) -> frozenset[str]:
+    return frozenset().union(*(getattr(b, attr) for b in BACKENDS))
+
+
+EXPLICIT_SYNC_APIS = _union("explicit_sync")
+EXPLICIT_SYNC_PREFIXES = tuple(p for b in BACKENDS for p in b.explicit_sync_prefixes)
+SYNC_COPY_APIS = _union("sync_copy")
+ASYNC_COPY_APIS = _union("async_copy")
+ALLOCATOR_APIS = _union("allocator")
+NON_BLOCKING_APIS = _union("non_blocking")
+# Runtime calls worth classifying at all (most runtime calls are kernel launches).
+INTERESTING_APIS = EXPLICIT_SYNC_APIS | SYNC_COPY_APIS | ASYNC_COPY_APIS | ALLOCATOR_APIS
+UNCATEGORISED_CALL_PREFIXES = tuple(
+    b.uncategorised_call_prefix for b in BACKENDS if b.uncategorised_call_prefix
+)
+
+# CUPTI synchronization records (cat "cuda_sync") that mean the host was blocked; "Stream
+# Wait Event" is a device-side wait and is left out on purpose.
+BLOCKING_SYNC_RECORDS = frozenset({"Stream Sync", "Event Sync", "Context Sync"})
+
+
+def is_explicit_sync_api(name: str) -> bool:
+    """An API call that always blocks the host until the device is done."""
+    return name in EXPLICIT_SYNC_APIS or name.startswith(EXPLICIT_SYNC_PREFIXES)
+
+
+def may_block(name: str) -> bool:
+    """A runtime call detection must look at (without CUPTI sync records to go by)."""
+    return name in INTERESTING_APIS or name.startswith(EXPLICIT_SYNC_PREFIXES)
+
+
+def device_kind_of(runtime_names: Iterable[str], has_device_activity: bool) -> str:
+    """The trace's device kind from the names of its runtime calls: "rocm", "npu", "cuda",
+    or "cpu" when it has neither runtime calls nor device activity."""
+    names = set(runtime_names)
+    for backend in BACKENDS:
+        if backend is CUDA:
+            break
+        if any(n.startswith(backend.call_prefixes) for n in names):
+            return backend.device_kind
+    if names or has_device_activity:
+        return CUDA.device_kind
+    return "cpu"
+
+
+# --- operators ------------------------------------------------------------------------
+
+SCALAR_OPS = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::tolist"}
+)
+DYNAMIC_OPS = frozenset({
+    "aten::nonzero", "aten::argwhere", "aten::unique", "aten::_unique", "aten::_unique2",
+    "aten::unique_dim", "aten::unique_consecutive", "aten::unique_dim_consecutive",
+    "aten::masked_select", "aten::repeat_interleave",
+})
+COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
+
+# torch.distributed: a sync inside one of these operators, or whose innermost record_function
+# annotation is one of these, waits on a collective (c10d ops; the nccl:/gloo: annotations
+# ProcessGroup writes around its work; torchrec's "## KJTAllToAllTensorsAwaitable wait() ##").
+COLLECTIVE_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:")
+COLLECTIVE_OPS = frozenset({"record_param_comms"})
+COLLECTIVE_ANNOTATION_PREFIXES = ("nccl:", "gloo:")
+COLLECTIVE_ANNOTATION_MARKERS = ("Awaitable wait()",)
+
+
+def is_collective_op(name: str) -> bool:
+    return name in COLLECTIVE_OPS or name.startswith(COLLECTIVE_OP_PREFIXES)
+
+
+def is_collective_wait_annotation(name: str) -> bool:
+    text = name.strip("# ")
+    return text.startswith(COLLECTIVE_ANNOTATION_PREFIXES) or any(
+        marker in text for marker in COLLECTIVE_ANNOTATION_MARKERS)
+
+
+# The kind an operator in the chain gives a sync, innermost operator first.
+OP_KINDS: dict[str, str] = {
+    **{op: SCALAR_READBACK for op in SCALAR_OPS},
+    **{op: DYNAMIC_SHAPE for op in DYNAMIC_OPS},
+}
+
+# Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.
+# aten::tolist has never been one (a latent finding for it would be a behaviour change of its
+# own to decide), hence the difference.
+LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
+
+# What detection looks for, said to the user when nothing was found.
+CHECKED = (
+    "explicit synchronize calls (cudaDeviceSynchronize, cudaStreamSynchronize, "
+    "cudaEventSynchronize, cu*/hip*/aclrt* forms)",
+    "blocking copies (cudaMemcpy, pageable cudaMemcpyAsync, hipMemcpyWithStream)",
+    "CUPTI cuda_sync records joined to their runtime call",
+    "allocator syncs inside steps (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost)",
+    "scalar readbacks (.item(), .tolist(), bool/if on a tensor)",
+    "dynamic shapes (nonzero, unique, masked_select, boolean masks, repeat_interleave)",
+    "waits on torch.distributed collectives (c10d operators, nccl:/gloo: regions, "
+    "awaitable wait())",
+)
+
+# --- source resolution: what the user's code called -----------------------------------
+
+# Callee names to look for, per operator, in order of likelihood: the first group that
+# matches any call in the function wins.
+_SCALAR_CALLEES = [["item"], ["tolist"], ["float", "int", "bool"], ["print", "format", "str"]]
+_TO_CALLEES = [["to", "cpu", "cuda", "numpy", "tolist"], ["tensor", "as_tensor"]]
+OP_CALLEES: dict[str, list[list[str]]] = {
+    "aten::item": _SCALAR_CALLEES,
+    "aten::_local_scalar_dense": _SCALAR_CALLEES,
+    "aten::is_nonzero": [["__bool__", "bool"], ["any", "all"]],
+    "aten::nonzero": [["nonzero"], ["argwhere"], ["where"], ["__getitem__"]],
+    "aten::argwhere": [["argwhere"]],
+    "aten::unique": [["unique"]],
+    "aten::_unique": [["unique"]],
+    "aten::_unique2": [["unique"], ["unique_consecutive"]],
+    "aten::unique_dim": [["unique"]],
+    "aten::unique_consecutive": [["unique_consecutive"], ["unique"]],
+    "aten::unique_dim_consecutive": [["unique_consecutive"], ["unique"]],
+    "aten::masked_select": [["masked_select"], ["__getitem__"]],
+    "aten::index": [["__getitem__"]],
+    "aten::index_put_": [["__setitem__"], ["index_put_", "index_put"]],
+    "aten::index_put": [["__setitem__"], ["index_put"]],
+    "aten::where": [["where"]],
+    "aten::repeat_interleave": [["repeat_interleave"]],
+    "aten::to": _TO_CALLEES,
+    "aten::_to_copy": _TO_CALLEES,
+    "aten::copy_": [["copy_"], *_TO_CALLEES[:1], ["__setitem__"]],
+    "c10d::barrier": [["barrier"]],
+    "c10d::allreduce_": [["all_reduce"]],
+    "c10d::allgather_": [["all_gather"]],
+    "c10d::broadcast_": [["broadcast"]],
+    "c10d::alltoall_": [["all_to_all", "all_to_all_single"]],
+    "c10d::alltoall_base_": [["all_to_all_single", "all_to_all"]],
+    "_c10d_functional::wait_tensor": [["wait_tensor", "wait"]],
+}
+# Callees of a bare API call outside any operator (torch.cuda.synchronize(), event waits).
+API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
+
+# --- advice refinements ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpAdvice:
+    """A fix more specific than the kind's, for syncs of ``kinds`` with one of ``ops`` in
+    their operator chain."""
+
+    ops: frozenset[str]
+    kinds: frozenset[str]
+    advice: Advice
+
+
+OP_ADVICE: tuple[OpAdvice, ...] = (
+    OpAdvice(
+        frozenset({"aten::nonzero", "aten::argwhere", "aten::where"}),
+        frozenset({DYNAMIC_SHAPE}),
+        Advice(
+            title="Use torch.where (fixed shape) instead of nonzero",
+            text=(
+                "`torch.nonzero(mask)` / `torch.where(mask)` with one argument return as many "
+                "rows as there are True values, so the host must wait to learn the count. "
+                "Keep the full shape and mask the values instead, or use "
+                "`nonzero_static(size=...)` when an upper bound is known."
+            ),
+            before=(
+                "idx = torch.nonzero(target != ignore)\n"
+                "loss = per_pixel[idx[:, 0], idx[:, 1]].mean()\n"
+            ),
+            after=(
+                "valid = (target != ignore).float()\n"
+                "loss = (per_pixel * valid).sum() / valid.sum().clamp_min(1)\n"
+            ),
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
+                   "aten::unique_consecutive", "aten::unique_dim_consecutive"}),
+        frozenset({DYNAMIC_SHAPE}),
+        Advice(
+            title="Count into a fixed-size tensor instead of unique",
+            text=(
+                "`torch.unique` returns a data-dependent number of values, which makes the "
+                "host wait. When the value range is known, count with `scatter_add_` into a "
+                "tensor of `num_classes` zeros (fixed size, no sync). Not `torch.bincount`: "
+                "on CUDA it reads the input's min and max back to the host."
+            ),
+            before="labels, counts = torch.unique(target, return_counts=True)\n",
+            after=(
+                "flat = target.flatten()\n"
+                "counts = torch.zeros(num_classes, dtype=torch.long, device=flat.device)\n"
+                "counts.scatter_add_(0, flat, torch.ones_like(flat))\n"
+                "present = counts > 0   # fixed shape, stays on the GPU\n"
+            ),
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::index", "aten::index_put_", "aten::index_put", "aten::masked_select"}),
+        frozenset({DYNAMIC_SHAPE}),
+        Advice(
+            title="Replace the boolean mask with ignore_index or a multiplied mask",
+            text=(
+                "Indexing with a boolean mask (`x[mask]`, `masked_select`) produces a "
+                "data-dependent shape and waits for the GPU. For losses use "
+                "`CrossEntropyLoss(ignore_index=...)`; elsewhere use `torch.where` or "
+                "multiply by the mask so shapes stay fixed."
+            ),
+            before=(
+                "keep = target != 255\n"
+                "loss = F.cross_entropy(logits.permute(0, 2, 3, 1)[keep], target[keep])\n"
+            ),
+            after="loss = F.cross_entropy(logits, target, ignore_index=255)\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::repeat_interleave"}),
+        frozenset({DYNAMIC_SHAPE}),
+        Advice(
+            title="Pass output_size to repeat_interleave",
+            text=(
+                "`repeat_interleave(repeats)` must read the sum of `repeats` on the host. "
+                "When you know the total, pass `output_size=` and it stays asynchronous."
+            ),
+            before="out = x.repeat_interleave(repeats, dim=0)\n",
+            after="out = x.repeat_interleave(repeats, dim=0, output_size=total)\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"c10d::barrier"}),
+        frozenset({COLLECTIVE_WAIT}),
+        Advice(
+            title="Keep dist.barrier() out of the training step",
+            text=(
+                "`dist.barrier()` makes every rank wait for the slowest and, with NCCL, "
+                "synchronizes the device. Collectives already order the ranks' work: drop the "
+                "barrier from the loop (keep it around checkpointing or setup if needed)."
+            ),
+            before="loss.backward()\ndist.barrier()          # every step\nopt.step()\n",
+            after="loss.backward()\nopt.step()\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::is_nonzero"}),
+        frozenset({DYNAMIC_SHAPE, SCALAR_READBACK}),
+        Advice(
+            title="Do not branch on a GPU tensor",
+            text=(
+                "`if t:`, `while t:`, `bool(t)` and `assert t` read the tensor on the host. "
+                "Express the condition with `torch.where`, or check it every N steps."
+            ),
+            before="if (loss > 10).any():\n    loss = loss.clamp(max=10)\n",
+            after="loss = torch.where(loss > 10, loss.clamp(max=10), loss)\n",
+        ),
+    ),
+)
+
+
+def advice_for(kind_name: str, ops: list[str]) -> dict[str, Any]:
+    """``{"title", "text", "before", "after", "removes"}`` for a site of this kind and
+    operator chain (outermost first)."""
+    record = kind(kind_name)
+    # The outermost operator is what the user wrote (x[mask] -> aten::index), so it picks
+    # the refinement before the inner ones (aten::nonzero).
+    refinement = next(
+        (entry.advice for op in ops for entry in OP_ADVICE
+         if op in entry.ops and kind_name in entry.kinds),
+        record.advice,
+    )
+    fields = asdict(refinement)
+    fields["removes"] = record.removes
+    return fields
+
+
+def to_json() -> dict[str, Any]:
+    """What the dashboard needs of the catalogue (the plugin's ``catalogue`` route)."""
+    return {"kinds": [k.to_json() for k in KINDS], "checked": list(CHECKED)}

@@ -1,0 +1,830 @@
+"""Per-trace extraction of one rank's collectives, for the many-ranks stage (``ranks.py``).
+
+Runs while a trace's ``Timeline`` is in memory and returns a ``RankTrace``: small, picklable
+and free of raw events, because the plugin caches per-trace results with pickle and drops
+the timeline. What a trace holds (``../shared/KINETO_NOTES.md``, "Many ranks"):
+
+* ``distributedInfo``: rank, world size and, since 2024, ``pg_config`` (the process groups);
+* the host enqueue of each collective: a ``record_param_comms`` cpu_op, usually inside a
+  ``c10d::*`` op and around a ``nccl:*`` annotation; older traces have only ``nccl:*`` ops
+  (sizes in ``Input Dims``); gloo jobs record ``c10d::*`` on the calling thread;
+* its execution: an NCCL kernel (``ncclKernel_*`` before NCCL 2.19, ``ncclDevKernel_*``
+  after), joined to the launch inside the host op by correlation (a kernel's ``External id``
+  sometimes equals its correlation, so never join through it); gloo runs the collective as a
+  ``gloo:*`` op on a worker thread of its own, with no kernel;
+* the clock: ``ts`` relative to ``baseTimeNanoseconds`` since kineto #928 (2024-05), absolute
+  unix microseconds before.
+
+The reader keeps only the ``args`` it declares, and none of the collective arguments
+(``Collective name``, ``Process Group Name``, ``In msg nelems``, ``dtype``...) nor
+``baseTimeNanoseconds`` / ``host_name``. Until it does, ``read_comm_sidecar`` (at the end of
+this module, kept apart on purpose) reads them from the file; ``extract_rank`` takes any
+object with the same three members, so the reader can take that job over without changing
+this stage.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import math
+import re
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, Optional, Protocol
+
+import msgspec
+
+from tb_syncfinder.attribute import called_name, stack_of
+from tb_syncfinder.models import Sync
+from tb_syncfinder.timeline import PYTHON, HostThread, Timeline
+
+__all__ = [
+    "BLOCKING_COLLECTIVES",
+    "Collective",
+    "CommArgs",
+    "CommSidecar",
+    "DistributedInfo",
+    "HostWait",
+    "ProcessGroupInfo",
+    "RankTrace",
+    "StepSpan",
+    "canonical_collective",
+    "extract_rank",
+    "extract_rank_file",
+    "parse_distributed_info",
+    "read_comm_sidecar",
+    "waits_from_syncs",
+]
+
+# -- names ---------------------------------------------------------------------------------
+
+# Collectives after which every rank leaves at nearly the same instant: their ends estimate
+# the clock offsets between hosts. Broadcast (the root may finish first), point-to-point and
+# uneven all-to-all are not such collectives.
+BLOCKING_COLLECTIVES = frozenset({
+    "allreduce", "allgather", "reducescatter", "barrier",
+    "allreducecoalesced", "allgathercoalesced", "reducescattercoalesced",
+})
+# Sizes are the same on every rank only for these; all-to-all(v), gather and scatter may
+# differ per rank legitimately, so only their name and dtype are compared.
+SYMMETRIC_COLLECTIVES = BLOCKING_COLLECTIVES | {"broadcast", "reduce"}
+# Point-to-point: not "the k-th collective of a group on every member".
+POINT_TO_POINT = frozenset({"send", "recv", "sendrecv", "recvanysource"})
+
+_HOST_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:")
+# Host ops named like collectives that are not one: waiting for a work handle, and the
+# record_param_comms that Kineto writes for it (Collective name "wait").
+_NOT_COLLECTIVES = frozenset({"wait", "waittensor", "waitall", "work_wait"})
+_KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+
+
+def canonical_collective(name: str) -> str:
+    """One spelling per collective, whatever wrote it: ``c10d::allreduce_``,
+    ``nccl:all_reduce``, ``gloo:all_reduce``, ``Collective name`` "allreduce" and the kernel
+    ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` all give ``allreduce``;
+    ``c10d::_allgather_base_`` / ``all_gather_into_tensor`` give ``allgather``."""
+    text = name.strip()
+    kernel = _KERNEL_RE.match(text)
+    if kernel:
+        text = kernel.group(1)
+    else:
+        for prefix in _HOST_PREFIXES:
+            if text.startswith(prefix):
+                text = text[len(prefix):]
+                break
+    text = text.lower()
+    for noise in ("_into_tensor", "_tensor", "_base"):
+        text = text.replace(noise, "")
+    text = text.replace("_", "")
+    if text == "alltoallv":
+        text = "alltoall"  # Collective name of alltoall_base; c10d calls it alltoall
+    return text
+
+
+_COMM_OP_START = (*_HOST_PREFIXES, "record_param_comms")
+_NAME = attrgetter("name")
+
+
+def _is_comm_op(name: str) -> bool:
+    return name.startswith(_COMM_OP_START)
+
+
+class _Names:
+    """The event names of a list of events, and the distinct ones, computed once."""
+
+    def __init__(self, events: Sequence[Any]) -> None:
+        self.names = list(map(_NAME, events))
+        self.unique = set(self.names)
+
+    def indices(self, wanted: Callable[[str], bool]) -> list[int]:
+        """Indices of the events whose name passes ``wanted``, testing each distinct name
+        once: a thread has ~10^4-10^5 events but a few hundred names, most of them none."""
+        hits = {n for n in self.unique if wanted(n)}
+        if not hits:
+            return []
+        return [i for i, n in enumerate(self.names) if n in hits]
+
+
+def _thread_names(tl: Timeline) -> dict[int, _Names]:
+    return {id(t): _Names(t.nodes) for t in tl.threads.values()}
+
+
+def _is_nccl_kernel(name: str) -> bool:
+    return name.startswith("nccl") and "Kernel" in name[:16]
+
+
+# -- the data passed to the job stage -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessGroupInfo:
+    """One process group as ``distributedInfo.pg_config`` (or a collective) names it."""
+
+    name: str  # pg_name ("0" is the default group), or str(Process Group ID) before 2024
+    ranks: Optional[tuple[int, ...]] = None  # global ranks, None when not recorded
+    desc: Optional[str] = None  # "default_pg", "undefined"...
+    size: Optional[int] = None
+    backend_config: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DistributedInfo:
+    """``distributedInfo`` of one trace."""
+
+    rank: Optional[int]
+    world_size: Optional[int]
+    backend: Optional[str] = None
+    groups: tuple[ProcessGroupInfo, ...] = ()  # pg_config; empty before 2024
+    nccl_version: Optional[str] = None
+
+
+@dataclass
+class Collective:
+    """One collective as one rank saw it. Times are this trace's ``ts`` (microseconds, on
+    its own clock: see ``RankTrace.base_time_ns``); the job stage converts them."""
+
+    index: int  # position among this rank's collectives, in issue order
+    name: str  # canonical_collective(...)
+    group: str  # process group name ("" = not recorded)
+    group_ranks: Optional[tuple[int, ...]] = None
+    in_nelems: Optional[int] = None
+    out_nelems: Optional[int] = None
+    dtype: Optional[str] = None
+    host_op: Optional[str] = None  # outermost host op: c10d::allreduce_, record_param_comms
+    enqueue_ts: Optional[float] = None  # host op start / end (None: before the window)
+    enqueue_end: Optional[float] = None
+    exec_ts: Optional[float] = None  # kernel (or gloo op) start / end (None: not recorded)
+    exec_end: Optional[float] = None
+    exec_kind: Optional[str] = None  # "kernel" | "cpu_op" | None
+    exec_name: Optional[str] = None  # kernel or gloo op name
+    thread: Any = None  # host tid of the enqueue
+    step: Optional[int] = None  # ProfilerStep number at the enqueue (or the execution)
+    seq: Optional[int] = None  # ``Seq`` argument (2026+); recorded, not trusted for matching
+
+    @property
+    def arrival_ts(self) -> Optional[float]:
+        """When this rank reached the collective: the kernel (or gloo op) start, else the
+        host enqueue (a kernel not in the trace)."""
+        return self.exec_ts if self.exec_ts is not None else self.enqueue_ts
+
+    @property
+    def arrival_source(self) -> str:
+        if self.exec_ts is not None:
+            return self.exec_kind or "kernel"
+        return "enqueue"
+
+    @property
+    def exit_ts(self) -> Optional[float]:
+        """When this rank left it: the execution's end, else the host op's end."""
+        return self.exec_end if self.exec_end is not None else self.enqueue_end
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must agree between the ranks' k-th collective of a group."""
+        if self.name in SYMMETRIC_COLLECTIVES:
+            return (self.name, self.dtype, self.in_nelems, self.out_nelems)
+        return (self.name, self.dtype)
+
+    def describe(self) -> str:
+        parts = [self.name]
+        if self.in_nelems is not None:
+            parts.append(f"{self.in_nelems} elems")
+        if self.dtype:
+            parts.append(self.dtype)
+        return " ".join(parts)
+
+
+@dataclass
+class HostWait:
+    """A stretch of host time one rank spent blocked, with the line that blocked it: a
+    host-device sync found by the engine, or a blocking Python call (``time.sleep``, a lock,
+    a queue) found here. What the cause fallback may hold responsible for lateness."""
+
+    id: str  # Sync.id for syncs; "<trace prefix>-w<n>" for blocking calls
+    kind: str  # the sync's kind (scalar_readback...) or "blocking_call"
+    site_key: str  # "file:line:op", as aggregate.site_key
+    ts: float  # this trace's clock
+    end: float
+    wait_us: float  # time blocked (for a sync: the blocking calls' total, packed at the end)
+    op: Optional[str] = None  # aten::item / time.sleep
+    file: Optional[str] = None
+    line: Optional[int] = None
+    func: Optional[str] = None
+    line_exact: bool = False
+    step: Optional[int] = None
+    thread: Any = None
+    is_sync: bool = True
+    latent: bool = False  # a CPU-only trace's would-sync (no wait of its own)
+
+
+@dataclass(frozen=True)
+class StepSpan:
+    number: int
+    ts: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.ts
+
+
+@dataclass
+class RankTrace:
+    """Everything the job stage needs from one trace (no raw events: picklable, small)."""
+
+    path: str
+    worker: str
+    dist: Optional[DistributedInfo]
+    base_time_ns: Optional[int]  # baseTimeNanoseconds; None: ts are absolute unix us
+    host_name: Optional[str]
+    span: tuple[float, float]  # first / last instant of the trace (its clock)
+    collectives: list[Collective] = field(default_factory=list)
+    steps: list[StepSpan] = field(default_factory=list)
+    waits: list[HostWait] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be read, and why
+
+    @property
+    def rank(self) -> Optional[int]:
+        return self.dist.rank if self.dist is not None else None
+
+    @property
+    def base_us(self) -> float:
+        """Add to ``ts`` for unix microseconds (0 for pre-2024 absolute timestamps)."""
+        return (self.base_time_ns or 0) / 1000.0
+
+
+# -- distributedInfo --------------------------------------------------------------------------
+
+
+def _as_int(value: Any) -> Optional[int]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _ranks_from_text(text: str) -> Optional[tuple[int, ...]]:
+    # Every collective of a group repeats the same string: parse each once (literal_eval
+    # per collective was most of the extraction's time on collective-heavy traces).
+    try:
+        value = ast.literal_eval(text.strip()) if text.strip() else None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return _as_ranks(value) if isinstance(value, (list, tuple)) else None
+
+
+def _as_ranks(value: Any) -> Optional[tuple[int, ...]]:
+    """``[0, 1]`` or the string ``"[0, 1]"`` that kernel args carry."""
+    if isinstance(value, str):
+        return _ranks_from_text(value) if len(value) < 1_000_000 else None
+    if isinstance(value, (list, tuple)):
+        ranks = [_as_int(v) for v in value]
+        if ranks and all(r is not None for r in ranks):
+            return tuple(r for r in ranks if r is not None)
+    return None
+
+
+def parse_distributed_info(info: Optional[Mapping[str, Any]]) -> Optional[DistributedInfo]:
+    """``distributedInfo`` as a typed value (None when the trace has none)."""
+    if not isinstance(info, Mapping):
+        return None
+    groups = []
+    for pg in info.get("pg_config") or ():
+        if not isinstance(pg, Mapping) or pg.get("pg_name") is None:
+            continue
+        groups.append(ProcessGroupInfo(
+            name=str(pg.get("pg_name")), ranks=_as_ranks(pg.get("ranks")),
+            desc=pg.get("pg_desc") if isinstance(pg.get("pg_desc"), str) else None,
+            size=_as_int(pg.get("pg_size")),
+            backend_config=pg.get("backend_config")
+            if isinstance(pg.get("backend_config"), str) else None))
+    version = info.get("nccl_version")
+    return DistributedInfo(
+        rank=_as_int(info.get("rank")), world_size=_as_int(info.get("world_size")),
+        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        groups=tuple(groups), nccl_version=str(version) if version is not None else None)
+
+
+# -- collective arguments ---------------------------------------------------------------------
+
+
+class CommArgs(msgspec.Struct, gc=False, omit_defaults=True):
+    """The ``args`` of collective ops and kernels that the reader does not keep (yet).
+
+    Field names are Kineto's; values vary in type between versions, hence ``Any``."""
+
+    collective_name: Any = msgspec.field(default=None, name="Collective name")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    pg_id: Any = msgspec.field(default=None, name="Process Group ID")  # before 2024-04
+    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")  # 2023: nccl:* ops
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    seq: Any = msgspec.field(default=None, name="Seq")  # 2026+
+
+
+class CommArgsSource(Protocol):
+    """What ``extract_rank`` needs besides the timeline; ``CommSidecar`` is one."""
+
+    base_time_ns: Optional[int]
+    host_name: Optional[str]
+
+    def args_for(self, event: Any) -> Optional[CommArgs]: ...
+
+
+class _ReaderArgs:
+    """The reader's own ``Args``, for when it keeps the collective fields (same attribute
+    names as ``CommArgs``): until then every lookup finds nothing."""
+
+    base_time_ns: Optional[int] = None
+    host_name: Optional[str] = None
+
+    def args_for(self, event: Any) -> Optional[CommArgs]:
+        args = getattr(event, "args", None)
+        if args is None or not hasattr(args, "collective_name"):
+            return None
+        return args  # type: ignore[no-any-return]
+
+
+def _dims_nelems(dims: Any) -> Optional[int]:
+    """Element count of the first input of ``Input Dims`` (``[[19618307]]`` -> 19618307)."""
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
+        return None
+    first = dims[0]
+    if not first or not all(isinstance(d, int) for d in first):
+        return None
+    return math.prod(first)
+
+
+# -- extraction -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    """A collective while it is being assembled (holds events; never leaves this module)."""
+
+    name: Optional[str]
+    host_op: Optional[str]
+    enqueue: Any  # outermost host event, or None
+    execs: list[Any]
+    exec_kind: Optional[str]
+    args: list[tuple[str, Optional[CommArgs]]]  # (event name, its arguments)
+    thread: Any
+    pid: Any
+
+
+def _args_rank(source: str, args: CommArgs) -> int:
+    """Which argument set to trust first: the one carrying ``Collective name``
+    (record_param_comms, and kernels since late 2023), then ``nccl:*`` / ``gloo:*`` ops, whose
+    ``Input Dims`` is the message (a ``c10d::`` op lists its output tensor first)."""
+    if args.collective_name is not None:
+        return 0
+    if source.startswith(("nccl:", "gloo:")):
+        return 1
+    if source == "record_param_comms":
+        return 2
+    return 3
+
+
+# ``Input type`` values that are not an element type.
+_NOT_DTYPES = frozenset({"", "TensorList", "Scalar", "ScalarList", "GenericList"})
+
+
+def _fill_from_args(c: Collective, sourced: Sequence[tuple[str, Optional[CommArgs]]]) -> None:
+    """Take each field from the most trusted argument set that has it."""
+    ranked = sorted(((src, a) for src, a in sourced if a is not None),
+                    key=lambda item: _args_rank(*item))
+    for _src, a in ranked:
+        if c.group == "":
+            if a.pg_name is not None:
+                c.group = str(a.pg_name)
+            elif a.pg_id is not None:
+                c.group = str(a.pg_id)
+        if c.group_ranks is None:
+            c.group_ranks = _as_ranks(a.pg_ranks)
+        if c.in_nelems is None:
+            c.in_nelems = _as_int(a.in_msg_nelems)
+        if c.out_nelems is None:
+            c.out_nelems = _as_int(a.out_msg_nelems)
+        if c.dtype is None and isinstance(a.dtype, str) and a.dtype:
+            c.dtype = a.dtype
+        if c.seq is None:
+            c.seq = _as_int(a.seq)
+    # 2023 traces: the size and type of the first input of the nccl:* op.
+    for _src, a in ranked:
+        if c.in_nelems is None:
+            c.in_nelems = _dims_nelems(a.input_dims)
+        types = a.input_type
+        if c.dtype is None and isinstance(types, list) and types \
+                and isinstance(types[0], str) and types[0] not in _NOT_DTYPES:
+            c.dtype = types[0]
+
+
+def _name_of(sourced: Sequence[tuple[str, Optional[CommArgs]]]) -> Optional[str]:
+    """The collective's name: ``Collective name`` where recorded, else the most specific op
+    name (nccl:/gloo: over c10d::), else the kernel's."""
+    for _src, a in sourced:
+        if a is not None and isinstance(a.collective_name, str) and a.collective_name:
+            return canonical_collective(a.collective_name)
+    for prefixes in (("nccl:", "gloo:"), ("c10d::", "_c10d_functional::", "c10d_functional::"),
+                     ("nccl",)):
+        for src, _a in sourced:
+            if src.startswith(prefixes):
+                return canonical_collective(src)
+    return None
+
+
+def _kernels_launched(tl: Timeline, thread: HostThread, ts: float, end: float) -> list[Any]:
+    """NCCL kernels launched by runtime calls inside [ts, end] on this thread."""
+    found = []
+    runtime = thread.runtime
+    i = bisect_left(thread.runtime_starts, ts)
+    while i < len(runtime) and runtime[i].ts <= end:
+        for d in tl.device_events(runtime[i], thread):
+            if d.cat != "cuda_sync" and _is_nccl_kernel(d.name):
+                found.append(d)
+        i += 1
+    return found
+
+
+def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]],
+                      names: dict[int, _Names]
+                      ) -> tuple[list[_Pending], list[_Pending], set[int]]:
+    """(enqueues, gloo executions without an enqueue around them, ids of joined kernels)."""
+    enqueues: list[_Pending] = []
+    cpu_execs: list[_Pending] = []
+    joined: set[int] = set()
+    for thread in tl.threads.values():
+        nodes = thread.nodes
+        comm = names[id(thread)].indices(_is_comm_op)
+        if not comm:
+            continue
+        is_comm = set(comm)
+        members: dict[int, list[int]] = {}
+        parent = thread.parent
+        for i in comm:
+            outer, j = i, parent[i]
+            while j >= 0:
+                if j in is_comm:
+                    outer = j
+                j = parent[j]
+            members.setdefault(outer, []).append(i)
+        for outer, inside in members.items():
+            events = [nodes[i] for i in inside]  # outer first: nodes sorted by (ts, -dur)
+            args = [(e.name, args_for(e)) for e in events]
+            name = _name_of(args)
+            if name is None or name in _NOT_COLLECTIVES:
+                continue
+            head = nodes[outer]
+            if head.name.startswith("gloo:"):
+                # gloo runs the collective on a worker thread: an execution whose enqueue
+                # (c10d::*) is on the calling thread, paired later by order.
+                cpu_execs.append(_Pending(name, None, None, [head], "cpu_op", args,
+                                          thread.tid, thread.pid))
+                continue
+            kernels = _kernels_launched(tl, thread, head.ts, head.ts + head.dur)
+            joined.update(id(k) for k in kernels)
+            execs: list[Any] = list(kernels)
+            kind = "kernel" if kernels else None
+            if not kernels:
+                inner_gloo = [e for e in events[1:] if e.name.startswith("gloo:")]
+                if inner_gloo:
+                    execs, kind = inner_gloo, "cpu_op"
+            args.extend((k.name, args_for(k)) for k in kernels)
+            enqueues.append(_Pending(name, head.name, head, execs, kind, args, thread.tid,
+                                     thread.pid))
+    return enqueues, cpu_execs, joined
+
+
+def _orphan_kernels(tl: Timeline, joined: set[int],
+                    args_for: Callable[[Any], Optional[CommArgs]]) -> list[_Pending]:
+    """NCCL kernels whose launch is not inside any host collective op (enqueued before the
+    profiled window, or a trace without host ops)."""
+    orphans = []
+    for events in tl.lanes.values():
+        for i in _Names(events).indices(_is_nccl_kernel):
+            e = events[i]
+            if e.cat == "cuda_sync" or id(e) in joined:
+                continue
+            args = [(e.name, args_for(e))]
+            name = _name_of(args)
+            if name is None:
+                continue
+            orphans.append(_Pending(name, None, None, [e], "kernel", args, None, e.pid))
+    return orphans
+
+
+def _pair_cpu_execs(enqueues: list[_Pending], cpu_execs: list[_Pending]) -> list[_Pending]:
+    """Give each gloo execution the enqueue it serves: the earliest unpaired enqueue of the
+    same collective that started before it (gloo runs a group's work in issue order).
+    Returns the executions left without an enqueue."""
+    waiting = sorted((p for p in enqueues if not p.execs), key=lambda p: p.enqueue.ts)
+    taken = [False] * len(waiting)
+    left = []
+    for ex in sorted(cpu_execs, key=lambda p: p.execs[0].ts):
+        start = ex.execs[0].ts
+        for i, p in enumerate(waiting):
+            if taken[i] or p.pid != ex.pid or p.name != ex.name:
+                continue
+            if p.enqueue.ts > start + 1e-3:
+                break
+            taken[i] = True
+            p.execs, p.exec_kind = ex.execs, "cpu_op"
+            p.args.extend(ex.args)
+            break
+        else:
+            left.append(ex)
+    return left
+
+
+def _issue_order(with_enqueue: list[_Pending], without: list[_Pending]) -> list[_Pending]:
+    """Collectives in issue order: by enqueue; one without an enqueue (issued before the
+    window) goes before the first enqueued collective that executed after it."""
+    ordered = sorted(with_enqueue, key=lambda p: p.enqueue.ts)
+    for orphan in sorted(without, key=lambda p: p.execs[0].ts):
+        start = orphan.execs[0].ts
+        at = len(ordered)
+        for i, p in enumerate(ordered):
+            if p.enqueue is None:
+                continue
+            if p.execs and p.execs[0].ts > start:
+                at = i
+                break
+        ordered.insert(at, orphan)
+    return ordered
+
+
+def _single_group(dist: Optional[DistributedInfo]) -> Optional[ProcessGroupInfo]:
+    if dist is not None and len(dist.groups) == 1:
+        return dist.groups[0]
+    return None
+
+
+def _collectives(tl: Timeline, dist: Optional[DistributedInfo],
+                 args_for: Callable[[Any], Optional[CommArgs]],
+                 names: dict[int, _Names]) -> list[Collective]:
+    enqueues, cpu_execs, joined = _host_collectives(tl, args_for, names)
+    unpaired = _pair_cpu_execs(enqueues, cpu_execs)
+    orphans = _orphan_kernels(tl, joined, args_for) + unpaired
+    only_group = _single_group(dist)
+    result = []
+    for n, p in enumerate(_issue_order(enqueues, orphans)):
+        c = Collective(index=n, name=p.name or "", group="", host_op=p.host_op,
+                       thread=p.thread)
+        if p.enqueue is not None:
+            c.enqueue_ts = p.enqueue.ts
+            c.enqueue_end = p.enqueue.ts + p.enqueue.dur
+        if p.execs:
+            c.exec_ts = min(e.ts for e in p.execs)
+            c.exec_end = max(e.ts + e.dur for e in p.execs)
+            c.exec_kind = p.exec_kind
+            c.exec_name = p.execs[0].name
+        _fill_from_args(c, p.args)
+        if c.group == "" and only_group is not None:
+            # One process group in the job: every collective is in it.
+            c.group = only_group.name
+        if c.group_ranks is None and dist is not None:
+            for g in dist.groups:
+                if g.name == c.group and g.ranks is not None:
+                    c.group_ranks = g.ranks
+        at = c.enqueue_ts if c.enqueue_ts is not None else c.exec_ts
+        step = tl.step_at(at) if at is not None else None
+        c.step = step.number if step is not None else None
+        result.append(c)
+    return result
+
+
+# -- host waits -------------------------------------------------------------------------------
+
+# Python built-ins that block the calling thread (recorded as python_function events with
+# with_stack=True). Named by what a user wrote. c10d's ``Work.wait`` is deliberately absent:
+# that is the collective itself.
+_BLOCKING_CALLS = {
+    "<built-in function sleep>": "time.sleep",
+    "<method 'acquire' of '_thread.lock' objects>": "lock.acquire",
+    "<method 'acquire' of '_thread.RLock' objects>": "lock.acquire",
+}
+MIN_BLOCKING_US = 50.0  # shorter blocking calls are noise for lateness (keeps output small)
+
+
+def waits_from_syncs(syncs: Iterable[Sync]) -> list[HostWait]:
+    """The engine's syncs of one trace as ``HostWait``s (their ids kept, so a what-if
+    replay keyed by ``Sync.id`` lines up)."""
+    from tb_syncfinder.aggregate import site_key
+
+    waits = []
+    for n, s in enumerate(syncs):
+        src = s.source
+        waits.append(HostWait(
+            id=s.id or f"sync-{n}", kind=s.kind, site_key=s.site_key or site_key(s),
+            ts=s.ts_us, end=s.end_us or s.ts_us, wait_us=s.host_wait_us,
+            op=s.op or s.api, file=src.file if src else None, line=src.line if src else None,
+            func=src.func if src else None, line_exact=bool(src and src.line_exact),
+            step=s.step, thread=s.thread, is_sync=True, latent=s.latent))
+    return waits
+
+
+def _blocking_calls(tl: Timeline, resolver: Any, id_prefix: str,
+                    names: dict[int, _Names]) -> list[HostWait]:
+    """Blocking Python calls of at least ``MIN_BLOCKING_US``, with their user line."""
+    waits: list[HostWait] = []
+    for thread in tl.threads.values():
+        nodes = thread.nodes
+        for i in names[id(thread)].indices(_BLOCKING_CALLS.__contains__):
+            node = nodes[i]
+            if thread.kinds[i] != PYTHON or node.dur < MIN_BLOCKING_US:
+                continue
+            label = _BLOCKING_CALLS[node.name]
+            stack, _modules, _call_lines, _inv = stack_of(thread, i, [])
+            if any("torch/profiler" in f.file for f in stack):
+                continue  # the profiler's own waiting, not the program's
+            src = None
+            if resolver is not None and stack:
+                called = called_name(stack)
+                src = resolver.resolve(stack, [[called]] if called else None)
+            user = next((f for f in stack if f.user), None)
+            file = src.file if src else (user.file if user else None)
+            line = src.line if src else (user.line if user else None)
+            func = src.func if src else (user.func if user else None)
+            step = tl.step_at(node.ts)
+            waits.append(HostWait(
+                id=f"{id_prefix}-w{len(waits)}", kind="blocking_call",
+                site_key=f"{file}:{line}:{label}" if file else f"-:{label}",
+                ts=node.ts, end=node.ts + node.dur, wait_us=node.dur, op=label,
+                file=file, line=line, func=func, line_exact=bool(src and src.line_exact),
+                step=step.number if step is not None else None, thread=thread.tid,
+                is_sync=False))
+    waits.sort(key=lambda w: w.ts)
+    return waits
+
+
+def _steps(tl: Timeline) -> list[StepSpan]:
+    longest: dict[int, StepSpan] = {}
+    for s in tl.steps:
+        prev = longest.get(s.number)
+        if prev is None or prev.duration < s.end - s.ts:
+            longest[s.number] = StepSpan(s.number, s.ts, s.end)
+    return [longest[k] for k in sorted(longest)]
+
+
+def extract_rank(
+    tl: Timeline,
+    distributed_info: Optional[Mapping[str, Any]],
+    *,
+    comm: Optional[CommArgsSource] = None,
+    syncs: Sequence[Sync] = (),
+    resolver: Any = None,
+    worker: str = "",
+    id_prefix: str = "",
+) -> RankTrace:
+    """One rank's collectives, steps and host waits, from a trace's timeline.
+
+    ``distributed_info``: ``TraceData.distributed_info``. ``comm``: the collective arguments
+    and clock facts the reader does not keep (``read_comm_sidecar(path)``); without it,
+    names come from op names and sizes are unknown. ``syncs``: the engine's syncs of this
+    trace (sources resolved) become ``HostWait``s beside the blocking Python calls found
+    here; ``resolver`` (a ``source.SourceResolver``) gives those calls their exact line.
+    """
+    source = comm if comm is not None else _ReaderArgs()
+    dist = parse_distributed_info(distributed_info)
+    notes = []
+    if dist is None:
+        notes.append("no distributedInfo: not part of a job")
+    names = _thread_names(tl)
+    collectives = _collectives(tl, dist, source.args_for, names)
+    if collectives and all(c.group == "" for c in collectives) and dist is not None \
+            and len(dist.groups) > 1:
+        notes.append("collectives carry no process group and the trace lists "
+                     f"{len(dist.groups)} groups")
+    if comm is None and collectives:
+        notes.append("collective arguments not read: sizes and groups unknown")
+    if not id_prefix:
+        # The engine's sync id prefix, so that ids are unique across a run's traces.
+        id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
+    waits.sort(key=lambda w: w.ts)
+    return RankTrace(
+        path=tl.path, worker=worker, dist=dist, base_time_ns=source.base_time_ns,
+        host_name=source.host_name, span=(float(tl.span[0]), float(tl.span[1])),
+        collectives=collectives, steps=_steps(tl), waits=waits, notes=notes)
+
+
+# ==========================================================================================
+# Temporary: fields the reader drops, read here from the file itself.
+#
+# The lead moves these into ``reader``: ``CommArgs``' fields into ``reader.Args`` (same
+# attribute and JSON names) and ``baseTimeNanoseconds`` / ``host_name`` into ``_TraceFile``
+# and ``TraceData``; ``extract_rank(comm=None)`` then reads them from the events through
+# ``_ReaderArgs``. Until then this costs a second decode of the file (only these fields).
+# ==========================================================================================
+
+
+class _SideEvent(msgspec.Struct, gc=False):
+    name: str = ""
+    cat: str = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: float = 0.0
+    args: Optional[CommArgs] = None
+
+
+class _SideFile(msgspec.Struct, gc=False):
+    traceEvents: list[_SideEvent] = []  # noqa: N815 (JSON name)
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    host_name: Any = None
+
+
+_SIDE_DECODER = msgspec.json.Decoder(_SideFile)
+
+
+@dataclass
+class CommSidecar:
+    """Collective arguments keyed by (pid, tid, ts, name), plus the file-level clock facts."""
+
+    base_time_ns: Optional[int] = None
+    host_name: Optional[str] = None
+    args: dict[tuple[Any, Any, float, str], CommArgs] = field(default_factory=dict)
+    error: Optional[str] = None
+
+    def args_for(self, event: Any) -> Optional[CommArgs]:
+        return self.args.get((event.pid, event.tid, event.ts, event.name))
+
+
+def _wanted(name: str) -> bool:
+    return _is_comm_op(name) or _is_nccl_kernel(name)
+
+
+def decode_comm_sidecar(raw_json: bytes) -> CommSidecar:
+    """``CommSidecar`` of the (inflated) JSON of a trace; never raises."""
+    try:
+        doc = _SIDE_DECODER.decode(raw_json)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        # The reader repairs such files; these extra fields are then simply unavailable.
+        return CommSidecar(error=f"collective arguments unreadable: {exc}")
+    args = {(e.pid, e.tid, e.ts, e.name): e.args for e in doc.traceEvents
+            if e.args is not None and _wanted(e.name)}
+    host = doc.host_name if isinstance(doc.host_name, str) and doc.host_name else None
+    return CommSidecar(base_time_ns=_as_int(doc.baseTimeNanoseconds), host_name=host,
+                       args=args)
+
+
+def read_comm_sidecar(path: str) -> CommSidecar:
+    """Read ``path`` (gzip or not) for what ``decode_comm_sidecar`` returns."""
+    from tb_syncfinder.reader import TraceReadError, gunzip
+
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+        return decode_comm_sidecar(gunzip(path, raw))
+    except (OSError, TraceReadError) as exc:
+        return CommSidecar(error=f"collective arguments unreadable: {exc}")
+
+
+def extract_rank_file(path: str, *, syncs: Sequence[Sync] = (), resolver: Any = None,
+                      worker: str = "", id_prefix: str = "") -> RankTrace:
+    """Read, build the timeline and extract: for tests, benchmarks and scripts (the engine
+    runs ``extract_rank`` on the timeline it already has)."""
+    from tb_syncfinder.reader import read_trace
+    from tb_syncfinder.timeline import build_timeline
+
+    data = read_trace(path)
+    tl = build_timeline(data)
+    sidecar = read_comm_sidecar(path)
+    rank = extract_rank(tl, data.distributed_info, comm=sidecar, syncs=syncs,
+                        resolver=resolver, worker=worker, id_prefix=id_prefix)
+    if sidecar.error:
+        rank.notes.append(sidecar.error)
+    return rank

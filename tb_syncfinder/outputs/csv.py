@@ -1,0 +1,104 @@
+"""CSV (format ``csv``): one row per site, real sites by cost then latent ones, each run's
+rows after the other under one header with a last ``run`` column."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import TYPE_CHECKING, Any
+
+from tb_syncfinder.query import sites_with_latent
+
+if TYPE_CHECKING:
+    from tb_syncfinder.outputs import RenderOptions, ReportSet
+
+CSV_COLUMNS = [
+    "rank",
+    "latent",
+    "file",
+    "line",
+    "line_exact",
+    "def_line",
+    "func",
+    "kind",
+    "ops",
+    "apis",
+    "count",
+    "per_step",
+    "host_wait_us",
+    "mean_host_wait_us",
+    "gpu_idle_us",
+    "share_of_step",
+    "steps",
+    "advice",
+    "key",
+]
+
+def _advice_title(site: dict[str, Any]) -> str:
+    return str((site.get("advice") or {}).get("title") or "")
+
+
+def to_csv(report_json: dict[str, Any]) -> str:
+    """One row per site (real sites by cost, then latent ones), with a header row."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows(_csv_rows(report_json))
+    return buffer.getvalue()
+
+
+def runs_to_csv(runs: dict[str, dict[str, Any]]) -> str:
+    """The CSV of each run's own report, one after the other under one header, with a last
+    ``run`` column added (the other columns keep their names and places). The CLI and the
+    plugin's export both write this, for one run or several."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CSV_COLUMNS, "run"])
+    for name, report_json in runs.items():
+        writer.writerows([*row, name] for row in _csv_rows(report_json))
+    return buffer.getvalue()
+
+
+def _csv_rows(report_json: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for rank, (site, latent) in enumerate(sites_with_latent(report_json), start=1):
+        rows.append([
+            rank,
+            int(latent or bool(site.get("latent"))),
+            site.get("file") or "",
+            "" if site.get("line") is None else site.get("line"),
+            int(bool(site.get("line_exact"))),
+            "" if site.get("def_line") is None else site.get("def_line"),
+            site.get("func") or "",
+            site.get("kind") or "",
+            " > ".join(_texts(site.get("ops"))),
+            " ".join(dict.fromkeys(_texts(site.get("apis")))),
+            site.get("count") or 0,
+            _number(site.get("per_step")),
+            _number(site.get("host_wait_us")),
+            _number(site.get("mean_host_wait_us")),
+            _number(site.get("gpu_idle_us")),
+            _number(site.get("share_of_step"), 6),
+            " ".join(_texts(site.get("steps"))),
+            _advice_title(site),
+            site.get("key") or "",
+        ])
+    return rows
+
+
+def _texts(values: Any) -> list[str]:
+    """The non-None entries of a list field as strings (a hand-edited or older report may
+    hold nulls in lists that the model types as ``list[str]``)."""
+    return [str(v) for v in values or [] if v is not None]
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    return f"{float(value):.{digits}f}".rstrip("0").rstrip(".") or "0"
+
+
+
+
+def render(report_set: ReportSet, options: RenderOptions) -> bytes:
+    return runs_to_csv(report_set.runs).encode("utf-8")

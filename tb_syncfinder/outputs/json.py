@@ -1,0 +1,56 @@
+"""The JSON report (format ``json``, schema ``tb_syncfinder.report/1``): every selected
+trace's report merged, plus the additive ``runs`` field with each run's own summary (so
+per-step figures of a logdir are not diluted over the other runs' steps)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tb_syncfinder.outputs import RenderOptions, ReportSet
+
+
+def run_summaries(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report's ``runs`` field: per run, its traces and its own summary, in order."""
+    return [
+        {
+            "run": name,
+            "traces": [t.get("path") for t in data.get("traces") or []],
+            "summary": data.get("summary") or {},
+            "site_count": len(data.get("sites") or []),
+            "latent_site_count": len(data.get("latent_sites") or []),
+        }
+        for name, data in runs.items()
+    ]
+
+
+def report_with_runs(report_set: ReportSet) -> dict[str, Any]:
+    """The merged report JSON with its ``runs`` field."""
+    return {**report_set.report, "runs": run_summaries(report_set.runs)}
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities (which JSON has not) as null, anywhere in the value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any, indent: int | None = 1) -> bytes:
+    """Strict JSON bytes ending in a newline: a non-finite number (which no stage should
+    produce) becomes null rather than the invalid literal ``NaN``."""
+    try:
+        text = json.dumps(value, indent=indent, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(value), indent=indent, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def render(report_set: ReportSet, options: RenderOptions) -> bytes:
+    return dumps(report_with_runs(report_set))

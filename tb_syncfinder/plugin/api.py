@@ -1,0 +1,130 @@
+"""What each route answers, as data: ``*_impl`` functions of already-checked arguments that
+return JSON-ready dicts (or an export's bytes). The plugin class only parses requests and
+wraps these answers; the tests can call them without HTTP."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from tensorboard import errors
+
+from tb_syncfinder import catalogue, query
+from tb_syncfinder.plugin.loader import ERROR, RETRY, TraceLoader
+from tb_syncfinder.plugin.selection import Selection, workers_of
+
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 100
+
+
+def catalogue_impl() -> dict[str, Any]:
+    """The sync kinds (labels, colours, descriptions) and the sortable site columns: the
+    dashboard keeps no copy of either."""
+    return {**catalogue.to_json(), **query.to_json()}
+
+
+def runs_impl(loader: TraceLoader) -> dict[str, Any]:
+    runs = []
+    errors_found = []
+    for name in loader.run_names():
+        run = loader.get_run(name)
+        if run is None:
+            continue
+        with loader.lock:
+            states = list(run.traces.values())
+            loading = run.loading
+        # A retried file waiting for its next poll still shows its last failure.
+        failed = [s for s in states if s.status in (ERROR, RETRY) or s.error is not None]
+        runs.append({
+            "name": name,
+            "loading": loading,
+            "workers": workers_of(loader, run),
+            "trace_count": len(states),
+            "error_count": len(failed),
+        })
+        errors_found.extend(
+            {"path": state.ref.path, "run": name, "reason": state.error,
+             "retrying": state.status == RETRY}
+            for state in failed
+        )
+    with loader.lock:
+        errors_found = list(loader.logdir_errors) + errors_found
+    return {"loading": loader.loading, "runs": runs, "errors": errors_found}
+
+
+def summary_impl(sel: Selection) -> dict[str, Any]:
+    report = sel.report_json
+    traces = report["traces"]
+    devices = Counter(t["device"] for t in traces if t.get("device") and not t.get("error"))
+    return {
+        "summary": report["summary"],
+        "traces": traces,
+        "top_kinds": sel.top_kinds,
+        "device": devices.most_common(1)[0][0] if devices else "unknown",
+        "has_stacks": any(t.get("has_stacks") for t in traces),
+        "has_gpu_activity": any(t.get("has_gpu_activity") for t in traces),
+        "loading": sel.loading,
+    }
+
+
+def steps_impl(sel: Selection) -> dict[str, Any]:
+    return {"steps": sel.report_json["steps"], "loading": sel.loading}
+
+
+def sites_impl(sel: Selection, *, latent: bool, kind: str | None, file: str | None,
+               op: str | None, step: int | None, sort: str | None, order: str | None, offset: int,
+               limit: int) -> dict[str, Any]:
+    sites = sel.report_json["latent_sites" if latent else "sites"]
+    sites = query.filter_sites(sites, kind=kind, file=file, op=op, step=step)
+    try:
+        ordered = query.sort_sites(sites, sort, order)
+    except ValueError as exc:
+        raise errors.InvalidArgumentError(str(exc)) from None
+    return query.page(ordered, offset, limit, loading=sel.loading)
+
+
+def syncs_impl(sel: Selection, *, latent: bool, site: str | None, kind: str | None,
+               step: int | None, offset: int, limit: int) -> dict[str, Any]:
+    syncs = sel.report_json["latent" if latent else "syncs"]
+    syncs = query.filter_syncs(syncs, site=site, kind=kind, step=step)
+    return query.page(syncs, offset, limit, loading=sel.loading)
+
+
+def sync_impl(sel: Selection, sync_id: str) -> dict[str, Any]:
+    sync = sel.syncs_by_id.get(sync_id)
+    if sync is None:
+        raise errors.NotFoundError(f"unknown sync id {sync_id!r} in run {sel.run!r}")
+    return {
+        "sync": sync,
+        "site": sel.sites_by_key.get(sync.get("site_key") or ""),
+        "context": sel.contexts.get(sync_id),
+    }
+
+
+def compare_impl(base: Selection, new: Selection) -> dict[str, Any]:
+    from tb_syncfinder.compare import compare
+
+    return compare(base.report_json, new.report_json)
+
+
+def _safe_filename(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "report"
+
+
+def export_impl(sel: Selection, fmt: str, stem_parts: list[str | None]
+                ) -> tuple[bytes, str, str]:
+    """``(body, media type, file name)`` of the selection in an output format."""
+    from tb_syncfinder import outputs
+
+    output = outputs.FORMATS.get(fmt)
+    if output is None:
+        raise errors.InvalidArgumentError(
+            f"unknown format {fmt!r}; one of {', '.join(outputs.FORMATS)}")
+    report_set = outputs.ReportSet(sel.report_json, {sel.run: sel.report_json})
+    try:
+        body = output.render(report_set, outputs.RenderOptions())
+    except ValueError as exc:
+        raise errors.InvalidArgumentError(f"format={fmt}: {exc}") from None
+    stem = _safe_filename("-".join(p for p in stem_parts if p))
+    return body, output.media_type, stem + output.extension

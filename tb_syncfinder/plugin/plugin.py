@@ -1,0 +1,274 @@
+"""The Sync Advisor TensorBoard plugin: routes that parse a request, ask ``api`` for the
+answer and send it as JSON.
+
+Every error a request can cause is a ``tensorboard.errors`` client error (400/403/404/405)
+answered as ``{"error": ..., "hint"?: ...}`` JSON, never a 500; a bug is logged and answered
+as a JSON 500. Answers go through ``tensorboard.backend.http_util.Respond`` (nosniff and
+TensorBoard's CSP). Run, worker and span parameters are looked up among what the loader
+found, never used to build a path.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import mimetypes
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tensorboard import errors
+from tensorboard.backend import http_util, json_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tb_syncfinder.demo.sources import SOURCE_PACKS
+from tb_syncfinder.models import TraceRef
+from tb_syncfinder.plugin import api, params
+from tb_syncfinder.plugin.cache import DiskCache
+from tb_syncfinder.plugin.loader import TraceLoader
+from tb_syncfinder.plugin.metadata import PLUGIN_NAME, TAB_NAME
+from tb_syncfinder.plugin.safety import SourceGuard
+from tb_syncfinder.plugin.selection import Selection, Selections, workers_of
+from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
+from tb_syncfinder.source import with_source_packs
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
+STATIC_TYPES = {
+    ".js": "text/javascript",
+    ".mjs": "text/javascript",
+    ".css": "text/css",
+    ".map": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".woff2": "font/woff2",
+}
+
+
+class MethodNotAllowedError(errors.PublicError):
+    http_code = 405
+
+
+def make_engine_options(settings: PluginSettings) -> Any:
+    """The engine's Options for these settings: source roots, path map and the demo's
+    sources (so its runs resolve for a plain ``tensorboard --logdir`` from any folder)."""
+    from tb_syncfinder import engine
+
+    return engine.Options(source_roots=tuple(settings.source_roots),
+                          path_map=tuple(settings.path_map), source_packs=SOURCE_PACKS)
+
+
+def _json_dumps(obj: Any) -> str:
+    try:
+        return json.dumps(obj, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError):
+        # NaN/inf or an odd type: TensorBoard's own cleaning turns them into valid JSON.
+        return json.dumps(json_util.Cleanse(obj), separators=(",", ":"), default=str)
+
+
+class SyncAdvisorPlugin(base_plugin.TBPlugin):
+    """TensorBoard plugin serving the Sync Advisor dashboard and its JSON API."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(
+        self,
+        context: base_plugin.TBContext,
+        settings: PluginSettings | None = None,
+        *,
+        analyze_fn: Callable[[TraceRef, Any], Any] | None = None,
+        start: bool = True,
+    ) -> None:
+        super().__init__(context)
+        if settings is None:
+            settings = settings_from_flags(context.flags, context.logdir)
+        self.settings = settings
+        self.guard = SourceGuard(*with_source_packs(settings.source_roots, settings.path_map,
+                                                    SOURCE_PACKS))
+        self.loader = TraceLoader(
+            settings.logdirs,
+            make_engine_options(settings),
+            DiskCache(settings.cache_dir),
+            reload_interval_s=settings.reload_interval_s,
+            max_workers=settings.max_workers or None,
+            use_processes=settings.use_processes,
+            analyze_fn=analyze_fn,
+        )
+        self.selections = Selections(self.loader)
+        if start:
+            self.loader.start()
+
+    # ----- TensorBoard plugin interface -------------------------------------------------
+    def is_active(self) -> bool:
+        # Cheap: the loader thread sets this as soon as discovery finds any trace, before
+        # anything is analysed, so the tab shows while traces are still loading.
+        return self.loader.found_any
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=TAB_NAME)
+
+    def get_plugin_apps(self) -> dict[str, Callable]:
+        routes = {
+            "/index.js": self._index_js,
+            "/static/*": self._static,
+            "/catalogue": self._catalogue,
+            "/runs": self._runs,
+            "/workers": self._workers,
+            "/spans": self._spans,
+            "/summary": self._summary,
+            "/steps": self._steps,
+            "/sites": self._sites,
+            "/syncs": self._syncs,
+            "/sync": self._sync,
+            "/source": self._source,
+            "/compare": self._compare,
+            "/export": self._export,
+        }
+        return {route: self._wsgi(handler) for route, handler in routes.items()}
+
+    def _wsgi(self, handler: Callable[[wrappers.Request], Any]) -> Callable:
+        """A WSGI app for a handler: client errors as JSON, and no 500 from request content."""
+
+        @functools.wraps(handler)
+        def app(environ: dict, start_response: Callable) -> Any:
+            request = wrappers.Request(environ)
+            try:
+                if request.method not in ("GET", "HEAD"):
+                    raise MethodNotAllowedError(f"method {request.method} not allowed; use GET")
+                response = handler(request)
+            except errors.PublicError as exc:
+                body = {"error": getattr(exc, "message", None) or str(exc)}
+                hint = getattr(exc, "hint", None)
+                if hint:
+                    body["hint"] = hint
+                response = self._respond(request, body, exc.http_code)
+            except Exception:  # noqa: BLE001 - a bug, not a request error: log it, stay JSON
+                logger.exception("%s: %s failed", PLUGIN_NAME, request.path)
+                response = self._respond(request, {"error": "internal error (see the log)"}, 500)
+            return response(environ, start_response)
+
+        return app
+
+    @staticmethod
+    def _respond(request: wrappers.Request, obj: Any, status: int = 200) -> Any:
+        return http_util.Respond(request, _json_dumps(obj), "application/json", code=status)
+
+    @staticmethod
+    def _answer(request: wrappers.Request, sel: Selection, key: tuple,
+                make: Callable[[], Any]) -> Any:
+        """A selection's answer, encoded once (TensorBoard unzips it for a client that does
+        not take gzip)."""
+        return http_util.Respond(request, sel.answer(key, make), "application/json",
+                                 content_encoding="gzip")
+
+    def _selection(self, request: wrappers.Request) -> Selection:
+        worker = params.text(request, "worker")
+        span = params.text(request, "span")
+        run = self.selections.lookup(params.text(request, "run", required=True), worker, span)
+        return self.selections.get(run, worker, span)
+
+    # ----- static ---------------------------------------------------------------------
+    def _index_js(self, request: wrappers.Request) -> Any:
+        return self._static_file(request, "index.js")
+
+    def _static(self, request: wrappers.Request) -> Any:
+        return self._static_file(request, request.path.rsplit("/static/", 1)[-1])
+
+    def _static_file(self, request: wrappers.Request, name: str) -> Any:
+        root = STATIC_DIR.resolve()
+        path = (root / name).resolve()
+        if not path.is_relative_to(root) or path.suffix not in STATIC_TYPES:
+            raise errors.NotFoundError(f"no static file {name!r}")
+        if not path.is_file():
+            missing = errors.NotFoundError(f"dashboard file tb_syncfinder/static/{name} is missing")
+            missing.hint = "build the dashboard: cd frontend && npm ci && npm run build"
+            raise missing
+        content_type = STATIC_TYPES.get(path.suffix) or mimetypes.guess_type(name)[0]
+        return http_util.Respond(request, path.read_bytes(), content_type)
+
+    # ----- JSON routes ----------------------------------------------------------------
+    def _catalogue(self, request: wrappers.Request) -> Any:
+        return self._respond(request, api.catalogue_impl())
+
+    def _runs(self, request: wrappers.Request) -> Any:
+        return self._respond(request, api.runs_impl(self.loader))
+
+    def _workers(self, request: wrappers.Request) -> Any:
+        run = self.selections.lookup(params.text(request, "run", required=True))
+        return self._respond(request, {"workers": workers_of(self.loader, run)})
+
+    def _spans(self, request: wrappers.Request) -> Any:
+        worker = params.text(request, "worker", required=True)
+        run = self.selections.lookup(params.text(request, "run", required=True), worker)
+        spans = {w["name"]: w["spans"] for w in workers_of(self.loader, run)}
+        return self._respond(request, {"spans": spans.get(worker, [])})
+
+    def _summary(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        return self._answer(request, sel, ("summary",), lambda: api.summary_impl(sel))
+
+    def _steps(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        return self._answer(request, sel, ("steps",), lambda: api.steps_impl(sel))
+
+    def _sites(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        args = dict(
+            latent=params.flag(request, "latent"),
+            kind=params.kind(request),
+            file=params.text(request, "file"),
+            op=params.text(request, "op"),
+            step=params.step(request),
+            sort=params.text(request, "sort"),
+            order=params.text(request, "order"),
+            offset=params.integer(request, "offset", 0, 0, 10**9),
+            limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
+        )
+        return self._answer(request, sel, ("sites", *sorted(args.items())),
+                            lambda: api.sites_impl(sel, **args))
+
+    def _syncs(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        args = dict(
+            latent=params.flag(request, "latent"),
+            site=params.text(request, "site"),
+            kind=params.kind(request),
+            step=params.step(request),
+            offset=params.integer(request, "offset", 0, 0, 10**9),
+            limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
+        )
+        return self._answer(request, sel, ("syncs", *sorted(args.items())),
+                            lambda: api.syncs_impl(sel, **args))
+
+    def _sync(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        sync_id = params.text(request, "id", True)
+        return self._answer(request, sel, ("sync", sync_id),
+                            lambda: api.sync_impl(sel, sync_id))
+
+    def _source(self, request: wrappers.Request) -> Any:
+        file = params.text(request, "file", required=True)
+        line = params.integer(request, "line", 1, 1, 10**9)
+        context = params.integer(request, "context", 5, 0, 50)
+        return self._respond(request, self.guard.read(file, line, context).to_json())
+
+    def _compare(self, request: wrappers.Request) -> Any:
+        new = self._selection(request)
+        base_worker = params.text(request, "base_worker")
+        base_span = params.text(request, "base_span")
+        base_run = self.selections.lookup(params.text(request, "base", required=True),
+                                          base_worker, base_span, what="base")
+        base = self.selections.get(base_run, base_worker, base_span)
+        return self._respond(request, api.compare_impl(base, new))
+
+    def _export(self, request: wrappers.Request) -> Any:
+        sel = self._selection(request)
+        fmt = params.text(request, "format") or "json"
+        stem = [sel.run, params.text(request, "worker"), params.text(request, "span")]
+        body, media_type, filename = api.export_impl(sel, fmt, stem)
+        disposition = f'attachment; filename="{filename}"'
+        return http_util.Respond(request, body, media_type,
+                                 headers=[("Content-Disposition", disposition)])

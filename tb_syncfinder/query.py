@@ -1,0 +1,116 @@
+"""Ranking, sorting, filtering and paging of sites and syncs: the one definition the
+report's order, the outputs, the plugin's ``sites``/``syncs`` routes and (through the
+plugin's ``catalogue`` route) the dashboard's sortable table all follow.
+
+Sites are ``models.Site`` objects or their JSON dicts alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Columns a site list can be sorted by, with the order a first click starts with: costs and
+# counts descending, names and positions ascending.
+SITE_SORTS: dict[str, str] = {
+    "host_wait_us": "desc",
+    "gpu_idle_us": "desc",
+    "count": "desc",
+    "per_step": "desc",
+    "share_of_step": "desc",
+    "file": "asc",
+    "line": "asc",
+    "func": "asc",
+    "ops": "asc",
+    "kind": "asc",
+}
+
+
+def _get(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def site_cost_us(site: Any) -> float:
+    """Host wait plus GPU idle: what a site costs, the report's ranking."""
+    return float(_get(site, "host_wait_us") or 0.0) + float(_get(site, "gpu_idle_us") or 0.0)
+
+
+def rank_sites(sites: Iterable[T]) -> list[T]:
+    """The report's order: costliest first, then most frequent, then by key (stable across
+    runs). Latent sites cost nothing, so they come by count."""
+    return sorted(sites, key=lambda s: (-site_cost_us(s), -int(_get(s, "count") or 0),
+                                        str(_get(s, "key") or "")))
+
+
+def sites_with_latent(report_json: dict[str, Any]) -> list[tuple[dict[str, Any], bool]]:
+    """Real sites in ranking order, then latent ones: ``(site, latent)`` pairs."""
+    rows = [(site, False) for site in rank_sites(report_json.get("sites") or [])]
+    rows += [(site, True) for site in rank_sites(report_json.get("latent_sites") or [])]
+    return rows
+
+
+def _sort_value(value: Any) -> tuple[float, str]:
+    """Numbers by value (NaN/inf as 0), text as text, an operator chain as its names."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (float(value) if math.isfinite(value) else 0.0, "")
+    if isinstance(value, list):
+        return (0.0, " ".join(str(v) for v in value))
+    return (0.0, str(value))
+
+
+def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = None
+               ) -> list[T]:
+    """Sites sorted by one column (None: the ranking order they come in); ties keep their
+    ranking order, and sites without the field (no source line) come last whichever the
+    order. ``order`` defaults to the column's natural one. Raises ValueError for an unknown
+    key or order."""
+    if order not in (None, "asc", "desc"):
+        raise ValueError(f"order must be asc or desc, got {order!r}")
+    if key is None:
+        return list(sites)
+    if key not in SITE_SORTS:
+        raise ValueError(f"unknown sort {key!r}; one of {', '.join(SITE_SORTS)}")
+    order = order or SITE_SORTS[key]
+    present = [s for s in sites if _get(s, key) is not None]
+    missing = [s for s in sites if _get(s, key) is None]
+    present.sort(key=lambda s: _sort_value(_get(s, key)), reverse=order == "desc")
+    return present + missing
+
+
+def filter_sites(sites: Iterable[dict[str, Any]], *, kind: str | None = None,
+                 file: str | None = None, op: str | None = None,
+                 step: int | None = None) -> list[dict[str, Any]]:
+    """Sites of a kind, whose file contains ``file``, with ``op`` in their chain, or that
+    synced in ``step`` (each filter only when given)."""
+    return [
+        s for s in sites
+        if (kind is None or s.get("kind") == kind)
+        and (file is None or (s.get("file") and file in s["file"]))
+        and (op is None or op in (s.get("ops") or []))
+        and (step is None or step in (s.get("steps") or []))
+    ]
+
+
+def filter_syncs(syncs: Iterable[dict[str, Any]], *, site: str | None = None,
+                 kind: str | None = None, step: int | None = None) -> list[dict[str, Any]]:
+    """Syncs of one site (its key), kind or step (each filter only when given)."""
+    return [
+        s for s in syncs
+        if (site is None or s.get("site_key") == site)
+        and (kind is None or s.get("kind") == kind)
+        and (step is None or s.get("step") == step)
+    ]
+
+
+def page(items: Sequence[Any], offset: int, limit: int, **extra: Any) -> dict[str, Any]:
+    """``{"total", "offset", "limit", "items"}`` for one page of ``items``."""
+    return {"total": len(items), "offset": offset, "limit": limit,
+            "items": list(items[offset:offset + limit]), **extra}
+
+
+def to_json() -> dict[str, Any]:
+    """What the dashboard mirrors: the sortable columns and their first-click order."""
+    return {"site_sorts": dict(SITE_SORTS)}

@@ -1,0 +1,245 @@
+"""Per-trace summaries: one trace's analysis (a ``TraceResult``) kept as a compact versioned
+file and read back instead of parsing the trace again, by the CLI, the Ray fan-out and the
+plugin.
+
+Where: beside the trace by default (``<its folder>/.sync_advisor/<its file name>.summary``),
+so a summarised logdir carries its summaries wherever it is read from (a local disk, NFS, or
+``s3://``/``gs://`` through torch-tb-profiler's io layer, as the traces are); or in a folder
+the user names (one file per trace, named by a hash of the trace's path).
+
+What: a msgpack map holding the format, the shape of the stored models (their field names),
+the package version, the trace's path, size and mtime, the analysis options that change a
+result (source roots, path map, source packs, the detail-view context window), the size and
+mtime of each source file a line was resolved in, and the result itself, zlib-compressed. A
+summary is used only when format, shape and version are this package's and the trace's size
+and mtime are those recorded; anything else is recomputed, never trusted. One made with
+other options, or whose source files changed or are not here, is reported as such
+(``Lookup.same_options``): the CLI recomputes it, the plugin may still serve it. Results
+with an error are not stored (a trace still being written must be read again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import tempfile
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from tb_syncfinder import __version__, models
+from tb_syncfinder.discovery import is_remote, stat_trace
+from tb_syncfinder.models import TraceRef, TraceResult
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "tb_syncfinder.summary/1"
+FOLDER = ".sync_advisor"  # beside the traces; discovery never takes it for a run
+SUFFIX = ".summary"
+_COMPRESS_ABOVE = 16 * 1024
+
+
+def stored_shape() -> str:
+    """The field names of everything a stored TraceResult holds: adding a field to the
+    models changes it, so a summary written before (which lacks the field) is never used."""
+    classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
+               models.StepStats)
+    return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
+                    for c in classes)
+
+
+STORED_SHAPE = stored_shape()
+
+
+def options_fingerprint(options: Any) -> dict[str, Any]:
+    """The analysis options that change a trace's result, as plain data."""
+    # The roots as the resolver uses them: none given means the working directory.
+    roots = list(options.source_roots) or [os.getcwd()]
+    return {
+        "source_roots": [os.path.realpath(str(r)) for r in roots],
+        "path_map": [list(p) if not isinstance(p, str) else p for p in options.path_map],
+        "source_packs": [[p.recorded_prefix, p.directory] for p in options.source_packs],
+        "context_window_us": options.context_window_us,
+        "context_max_events": options.context_max_events,
+    }
+
+
+class _Envelope(msgspec.Struct):
+    format: str
+    shape: str
+    version: str
+    path: str
+    size: int | None
+    mtime_ns: int | None
+    options: dict[str, Any]
+    sources: dict[str, list[int]]  # resolved source file -> [size, mtime_ns]
+    compressed: bool
+    result: bytes  # the TraceResult's msgpack, zlib-compressed when ``compressed``
+
+
+_ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
+_RESULT = msgspec.msgpack.Decoder(TraceResult)
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+@dataclasses.dataclass
+class Lookup:
+    """What ``SummaryStore.get`` found: the result, or why there is none to use."""
+
+    result: TraceResult | None
+    reason: str | None = None  # "no summary", "trace changed", ... when result is None
+    same_options: bool = True  # made with the options asked for
+
+
+def _source_stats(files: dict[str, Any]) -> dict[str, list[int]]:
+    """[size, mtime_ns] of each source file that exists here (a missing one is left out, so
+    a summary whose sources are gone no longer matches)."""
+    stats = {}
+    for path in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        stats[path] = [st.st_size, st.st_mtime_ns]
+    return stats
+
+
+class SummaryStore:
+    """Summaries beside each trace (``directory=None``) or in ``directory``."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory
+
+    def path_for(self, trace_path: str) -> str:
+        if self.directory is not None:
+            digest = hashlib.sha256(trace_path.encode("utf-8", "surrogateescape")).hexdigest()
+            return os.path.join(self.directory, digest[:2], digest + SUFFIX)
+        if is_remote(trace_path):
+            folder, _, name = trace_path.rstrip("/").rpartition("/")
+            return f"{folder}/{FOLDER}/{name}{SUFFIX}"
+        folder, name = os.path.split(trace_path)
+        return os.path.join(folder, FOLDER, name + SUFFIX)
+
+    # ----- reading ----------------------------------------------------------------------
+    def get(self, ref: TraceRef, options: Any) -> Lookup:
+        """The stored result of ``ref`` if it is still valid for the trace as it is now."""
+        try:
+            size, mtime_ns = stat_trace(ref.path)
+        except OSError as exc:
+            return Lookup(None, f"trace cannot be read ({exc})")
+        raw = self._read(self.path_for(ref.path))
+        if raw is None:
+            return Lookup(None, "no summary")
+        try:
+            envelope = _ENVELOPE.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return Lookup(None, "summary unreadable")
+        if (envelope.format, envelope.shape, envelope.version) != (
+                FORMAT, STORED_SHAPE, __version__):
+            return Lookup(None, "summary from another version")
+        if envelope.path != ref.path or (envelope.size, envelope.mtime_ns) != (size, mtime_ns):
+            return Lookup(None, "trace changed since its summary")
+        payload = envelope.result
+        try:
+            if envelope.compressed:
+                payload = zlib.decompress(payload)
+            result = _RESULT.decode(payload)
+        except (zlib.error, msgspec.DecodeError, msgspec.ValidationError):
+            return Lookup(None, "summary unreadable")
+        # The run and worker are the reader's view of the logdir (a run renamed by
+        # --logdir_spec is the same trace): take them from the ref.
+        result.info.run, result.info.worker, result.info.span = ref.run, ref.worker, ref.span
+        same = (envelope.options == options_fingerprint(options)
+                and _source_stats(envelope.sources) == envelope.sources)
+        return Lookup(result, None, same)
+
+    @staticmethod
+    def _read(path: str) -> bytes | None:
+        try:
+            if is_remote(path):
+                from torch_tb_profiler import io as tb_io
+
+                if not tb_io.exists(path):
+                    return None
+                return tb_io.read(path)
+            with open(path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - an unreadable summary is only a miss
+            logger.info("summary %s unreadable (%s)", path, exc)
+            return None
+
+    # ----- writing ----------------------------------------------------------------------
+    def put(self, ref: TraceRef, result: TraceResult, options: Any) -> bool:
+        """Store ``result`` for the trace as it is now; False (and a log line) when it
+        cannot be written or must not be kept (a result with an error)."""
+        if result.info.error:
+            return False
+        try:
+            size, mtime_ns = stat_trace(ref.path)
+        except OSError:
+            return False
+        payload = _ENCODER.encode(result)
+        compressed = len(payload) > _COMPRESS_ABOVE
+        if compressed:
+            payload = zlib.compress(payload, 1)
+        resolved = {sync.source.resolved_path for sync in result.syncs + result.latent
+                    if sync.source is not None and sync.source.resolved_path}
+        data = _ENCODER.encode(_Envelope(
+            FORMAT, STORED_SHAPE, __version__, ref.path, size, mtime_ns,
+            options_fingerprint(options), _source_stats(dict.fromkeys(resolved)), compressed,
+            payload))
+        target = self.path_for(ref.path)
+        try:
+            self._write(target, data)
+        except Exception as exc:  # noqa: BLE001 - a summary is an optimisation only
+            logger.warning("cannot write summary %s (%s)", target, exc)
+            return False
+        return True
+
+    @staticmethod
+    def _write(path: str, data: bytes) -> None:
+        if is_remote(path):
+            from torch_tb_profiler import io as tb_io
+            from torch_tb_profiler.io.file import get_filesystem
+
+            folder = path.rsplit("/", 1)[0]
+            if not tb_io.exists(folder):
+                tb_io.makedirs(folder)
+            get_filesystem(path).write(path, data, binary_mode=True)
+            return
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        # Write then rename: a reader (a plugin, another task) never sees half a summary.
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+def summarised(refs: Sequence[TraceRef], store: SummaryStore, options: Any
+               ) -> tuple[dict[str, TraceResult], list[TraceRef]]:
+    """The refs whose summaries are valid (path -> result) and those left to analyse.
+    A summary made with other source options counts as missing (its lines were resolved
+    against other folders)."""
+    found: dict[str, TraceResult] = {}
+    missing: list[TraceRef] = []
+    for ref in refs:
+        lookup = store.get(ref, options)
+        if lookup.result is not None and lookup.same_options:
+            found[ref.path] = lookup.result
+        else:
+            missing.append(ref)
+    return found, missing

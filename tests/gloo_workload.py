@@ -1,0 +1,100 @@
+"""A real multi-rank job on the CPU: ``torch.distributed`` with the gloo backend, N processes
+on 127.0.0.1, profiled with ``torch.profiler`` (``with_stack=True``), one rank made late at a
+known line by a deliberate host wait and a CPU tensor readback.
+
+The workload is written to a folder as ``train_gloo.py`` and run as a script in a child
+process (as a user's training script would be), so the frames name that file. Processes are
+forked, not spawned: a spawned child re-imports torch and, on its first profiler start,
+torch._dynamo (about 4 s each on two cores); forked ones inherit them (the job then takes
+about 5 s in all).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+WORKLOAD = '''\
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def train_step(x, w, late, delay):
+    y = torch.tanh(x @ w)
+    if late:
+        time.sleep(delay)  # LATE: the deliberate host wait
+    value = y.sum().item()  # READBACK: a CPU tensor readback
+    dist.all_reduce(y)
+    return value
+
+
+def worker(rank, world, init, out, late_rank, delay, steps):
+    torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    x = torch.randn(64, 64)
+    w = torch.randn(64, 64)
+    train_step(x, w, False, 0.0)
+    dist.barrier()
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda p: p.export_chrome_trace(
+            os.path.join(out, f"rank{rank}.pt.trace.json")),
+    ) as prof:
+        for _ in range(steps + 1):
+            train_step(x, w, rank == late_rank, delay)
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    out, world, late_rank, delay, steps = sys.argv[1:6]
+    import torch._inductor  # noqa: F401  (what the profiler's first start imports)
+
+    mp.start_processes(
+        worker,
+        args=(int(world), "file://" + os.path.join(out, "rendezvous"), out, int(late_rank),
+              float(delay), int(steps)),
+        nprocs=int(world), start_method="fork")
+'''
+SCRIPT = "train_gloo.py"
+
+
+def line_of(marker: str) -> int:
+    """1-based line of the workload that holds ``marker``."""
+    for n, text in enumerate(WORKLOAD.splitlines(), 1):
+        if marker in text:
+            return n
+    raise ValueError(marker)
+
+
+SLEEP_LINE = line_of("# LATE:")
+READBACK_LINE = line_of("# READBACK:")
+
+
+def record_gloo_job(folder: Path, world: int = 3, late_rank: int = 1, delay_s: float = 0.05,
+                    steps: int = 4, timeout_s: float = 120.0) -> list[Path]:
+    """Run the job; returns the traces (``rank<N>.pt.trace.json``) in rank order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SCRIPT).write_text(WORKLOAD)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, str(folder), str(world), str(late_rank), str(delay_s),
+         str(steps)],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"gloo job failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    traces = [folder / f"rank{r}.pt.trace.json" for r in range(world)]
+    missing = [str(t) for t in traces if not t.is_file()]
+    if missing:
+        raise RuntimeError(f"gloo job wrote no trace at {missing}:\n{proc.stderr[-3000:]}")
+    return traces

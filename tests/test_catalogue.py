@@ -1,0 +1,99 @@
+"""The catalogue is the one place that knows the sync kinds and patterns: every kind has
+every part, every consumer reads it, and nobody keeps a copy."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import catalogue
+from tb_syncfinder.catalogue import KIND_NAMES, KINDS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+def test_every_kind_has_every_part(kind: catalogue.SyncKind) -> None:
+    for field in ("name", "label", "summary", "description", "removes"):
+        assert getattr(kind, field).strip(), f"{kind.name} has no {field}"
+    for field in ("title", "text", "before", "after"):
+        assert getattr(kind.advice, field).strip(), f"{kind.name} advice has no {field}"
+    assert re.fullmatch(r"[a-z][a-z0-9_]*", kind.name)
+    for colour in (kind.colour, kind.colour_dark):
+        assert re.fullmatch(r"#[0-9a-f]{6}", colour), f"{kind.name}: colour {colour!r}"
+
+
+def test_kind_names_and_colours_are_unique() -> None:
+    assert len(set(KIND_NAMES)) == len(KIND_NAMES)
+    assert len({k.colour for k in KINDS}) == len(KINDS)
+    assert len({k.colour_dark for k in KINDS}) == len(KINDS)
+
+
+def test_every_kind_detection_can_produce_is_in_the_catalogue() -> None:
+    produced = set(catalogue.OP_KINDS.values())
+    detect_source = (REPO / "tb_syncfinder" / "detect.py").read_text()
+    produced |= {getattr(catalogue, name) for name in
+                 re.findall(r"catalogue\.([A-Z_]+)\b", detect_source)
+                 if isinstance(getattr(catalogue, name, None), str)}
+    assert produced <= set(KIND_NAMES)
+    assert produced, "detect.py no longer names its kinds through the catalogue"
+
+
+def test_every_refinement_names_catalogued_kinds_and_sync_operators() -> None:
+    for entry in catalogue.OP_ADVICE:
+        assert entry.kinds <= set(KIND_NAMES)
+        assert entry.ops and all(op.startswith("aten::") or catalogue.is_collective_op(op)
+                                 for op in entry.ops)
+    for op in catalogue.LATENT_TRIGGERS:
+        assert op in catalogue.OP_KINDS
+
+
+def test_advice_follows_the_outermost_operator_and_says_what_it_removes() -> None:
+    mask = catalogue.advice_for(catalogue.DYNAMIC_SHAPE, ["aten::index", "aten::nonzero"])
+    assert "ignore_index" in mask["after"]
+    assert mask["removes"] == catalogue.kind(catalogue.DYNAMIC_SHAPE).removes
+    # An operator refinement never leaks into a kind it does not apply to.
+    readback = catalogue.advice_for(catalogue.SCALAR_READBACK, ["aten::nonzero"])
+    assert readback["title"] == catalogue.kind(catalogue.SCALAR_READBACK).advice.title
+
+
+def test_unknown_kinds_get_a_neutral_record_not_an_error() -> None:
+    record = catalogue.kind("some_future_kind")
+    assert record.label == "some future kind" and record.advice.title
+
+
+@pytest.mark.parametrize(("names", "expected"), [
+    ({"hipMemcpyWithStream", "hipLaunchKernel"}, "rocm"),
+    ({"AscendCL@aclrtSynchronizeStream"}, "npu"),
+    ({"cudaLaunchKernel", "cudaStreamSynchronize"}, "cuda"),
+    (set(), "cpu"),
+])
+def test_device_kind_follows_the_runtime_call_names(names: set[str], expected: str) -> None:
+    assert catalogue.device_kind_of(names, False) == expected
+
+
+def test_explicit_sync_families_are_recognised_by_prefix() -> None:
+    assert catalogue.is_explicit_sync_api("AscendCL@aclrtSynchronizeStreamWithTimeout")
+    assert catalogue.is_explicit_sync_api("cuStreamSynchronize")
+    assert not catalogue.is_explicit_sync_api("cudaStreamWaitEvent")
+    assert not catalogue.may_block("cudaLaunchKernel")
+
+
+def test_the_dashboard_keeps_no_copy_of_the_kinds() -> None:
+    """A kind added to the catalogue must show in the dashboard with no frontend edit: the
+    frontend sources may not name any kind (they read the plugin's catalogue route)."""
+    sources = {p.name: p.read_text() for p in (REPO / "frontend" / "src").glob("*.*")}
+    for name in KIND_NAMES:
+        holders = [f for f, text in sources.items() if name in text]
+        assert not holders, f"{name} is spelled out in frontend/src/{holders}"
+
+
+def test_no_module_but_the_catalogue_spells_out_sync_api_names() -> None:
+    """The runtime API tables live in the catalogue only (one place to add a backend)."""
+    pattern = re.compile(r'"(cudaStreamSynchronize|hipMemcpyWithStream|AscendCL@)')
+    for path in (REPO / "tb_syncfinder").rglob("*.py"):
+        if path.name == "catalogue.py" or "demo" in path.parts:
+            continue
+        assert not pattern.search(path.read_text()), f"{path} spells out sync API names"

@@ -1,0 +1,138 @@
+"""Per-trace summaries: written once, read back instead of parsing, and never trusted when
+the trace, its sources, the options or the package changed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+from remote_fs import remote_bucket
+
+from tb_syncfinder import summaries
+from tb_syncfinder.cli import main
+from tb_syncfinder.discovery import find_traces
+from tb_syncfinder.engine import Options, analyze_runs
+from tb_syncfinder.summaries import SummaryStore
+
+TRAIN_PY = "import torch\n\n\ndef train_step(loss):\n    loss.backward()\n    return loss.item()\n"
+
+
+def write_trace(root: Path, name: str = "worker0", steps: int = 3) -> Path:
+    source = root / "src" / "train.py"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(TRAIN_PY)
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            item_sync(b, stack=[(str(source), 4, "train_step")])
+    return b.write(root / "logs" / "run" / f"{name}.pt.trace.json")
+
+
+def options(root: Path) -> Options:
+    return Options(source_roots=(str(root / "src"),))
+
+
+def never_called(refs, options, store):
+    raise AssertionError(f"traces parsed again: {[r.path for r in refs]}")
+    yield  # pragma: no cover - makes this a generator like a real mapper
+
+
+def test_a_written_summary_is_read_back_instead_of_parsing_the_trace(tmp_path: Path) -> None:
+    write_trace(tmp_path)
+    refs = find_traces(str(tmp_path / "logs"))
+    store = SummaryStore()
+    first = analyze_runs(refs, options(tmp_path), summaries=store, write_summaries=True)
+    summary = Path(store.path_for(refs[0].path))
+    assert summary.parent.name == ".sync_advisor" and summary.is_file()
+    heard = []
+    second = analyze_runs(refs, options(tmp_path), summaries=store, mapper=never_called,
+                          on_result=lambda result, from_summary: heard.append(from_summary))
+    assert heard == [True]
+    assert second.report.to_json() == first.report.to_json()
+    # The summary also holds what the plugin's detail view needs.
+    assert second.results[0].contexts and second.results[0].syncs[0].source.line == 6
+
+
+@pytest.mark.parametrize("change", ["trace", "source", "options", "version", "corrupt"])
+def test_a_summary_that_no_longer_matches_is_recomputed_never_trusted(
+        tmp_path: Path, change: str) -> None:
+    trace = write_trace(tmp_path)
+    refs = find_traces(str(tmp_path / "logs"))
+    store = SummaryStore()
+    analyze_runs(refs, options(tmp_path), summaries=store, write_summaries=True)
+    summary = Path(store.path_for(refs[0].path))
+    used_options = options(tmp_path)
+    if change == "trace":
+        trace.write_text(trace.read_text() + " ")
+    elif change == "source":
+        source = tmp_path / "src" / "train.py"
+        source.write_text("\n\n" + TRAIN_PY)  # the line moved: the stored line is stale
+    elif change == "options":
+        used_options = Options(source_roots=(str(tmp_path),))
+    elif change == "version":
+        envelope = msgspec.msgpack.decode(summary.read_bytes())
+        envelope["version"] = "0.0.1"
+        summary.write_bytes(msgspec.msgpack.encode(envelope))
+    else:
+        summary.write_bytes(b"\x00not a summary")
+    heard = []
+    report = analyze_runs(refs, used_options, summaries=store,
+                          on_result=lambda result, from_summary: heard.append(from_summary))
+    assert heard == [False]
+    if change == "source":
+        # Read against the moved source, the recorded def line no longer holds the function:
+        # the recomputed line says it is not exact (the stored one claimed line 6, exact).
+        assert report.report.syncs[0].source.line_exact is False
+
+
+def test_a_trace_that_failed_gets_no_summary(tmp_path: Path) -> None:
+    broken = tmp_path / "logs" / "run" / "worker0.pt.trace.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"traceEvents": [')
+    refs = find_traces(str(tmp_path / "logs"))
+    store = SummaryStore()
+    result = analyze_runs(refs, Options(), summaries=store, write_summaries=True).results[0]
+    assert result.info.error
+    assert not os.path.exists(store.path_for(refs[0].path))
+
+
+def test_summaries_in_a_folder_of_their_own_one_file_per_trace(tmp_path: Path) -> None:
+    write_trace(tmp_path, "worker0")
+    write_trace(tmp_path, "worker1")
+    refs = find_traces(str(tmp_path / "logs"))
+    store = SummaryStore(str(tmp_path / "summaries"))
+    analyze_runs(refs, options(tmp_path), summaries=store, write_summaries=True)
+    files = sorted(p.name for p in (tmp_path / "summaries").rglob(f"*{summaries.SUFFIX}"))
+    assert len(files) == 2 and not (tmp_path / "logs" / "run" / summaries.FOLDER).exists()
+
+
+def test_summaries_beside_remote_traces_go_through_the_io_layer(tmp_path: Path) -> None:
+    write_trace(tmp_path)
+    with remote_bucket(tmp_path / "logs", writable=True) as bucket:
+        refs = find_traces(f"{bucket}/run")
+        store = SummaryStore()
+        analyze_runs(refs, options(tmp_path), summaries=store, write_summaries=True)
+        assert (tmp_path / "logs" / "run" / summaries.FOLDER).is_dir()
+        heard = []
+        analyze_runs(refs, options(tmp_path), summaries=store, mapper=never_called,
+                     on_result=lambda result, from_summary: heard.append(from_summary))
+        assert heard == [True]
+
+
+def test_the_cli_writes_summaries_when_asked_and_reads_them_next_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    write_trace(tmp_path)
+    monkeypatch.chdir(tmp_path / "src")
+    logs = str(tmp_path / "logs")
+    assert main(["report", logs, "--json", "-o", str(tmp_path / "a.json"),
+                 "--write-summaries"]) == 0
+    capsys.readouterr()
+    assert main(["report", logs, "--json", "-o", str(tmp_path / "b.json")]) == 0
+    assert "1 from summaries, 0 analysed" in capsys.readouterr().err
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert main(["report", logs, "--no-summaries", "-o", str(tmp_path / "c.txt")]) == 0
+    assert "from summaries" not in capsys.readouterr().err

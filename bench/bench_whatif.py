@@ -18,8 +18,9 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                          statistics.median(cpus))
         print(f"{name:<9} {figures[name][0]:>9.3f}s {figures[name][1]:>11.3f}s "
               f"{figures[name][2]:>9.3f}s {figures[name][3]:>10.3f}s")
-    ratios = [w / wo for w, wo in zip(figures["with"], figures["without"])]
+    ratios = [w / wo for w, wo in zip(figures["with"], figures["without"], strict=True)]
     print(f"{'ratio':<9} {ratios[0]:>9.2f}x {ratios[1]:>11.2f}x {ratios[2]:>9.2f}x "
           f"{ratios[3]:>10.2f}x")
     verdict = "PASS" if ratios[2] <= TARGET else "MISS"

@@ -60,11 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from tb_syncfinder.detect import (
-    EXPLICIT_SYNC_APIS,
-    Call,
-    Episode,
-)
+from tb_syncfinder.catalogue import DEVICE_SYNC_APIS, EXPLICIT_SYNC_APIS, STREAM_WAIT_EVENT_APIS
+from tb_syncfinder.detect import Call, Episode
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
@@ -83,11 +80,6 @@ MAX_NEGATIVE_LATENCY_SHARE = 0.01
 MIN_JOIN_GAP_US = 20.0  # shorter gaps of a waiting thread are not worth modelling as joins
 IDLE_GAP_US = 5.0  # a stream idle this long before an activity was not what held it back
 
-_WAIT_EVENT_APIS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
-_DEVICE_SYNC_APIS = frozenset(
-    {"cudaDeviceSynchronize", "cudaThreadSynchronize", "cuCtxSynchronize",
-     "hipDeviceSynchronize", "hipCtxSynchronize", "AscendCL@aclrtSynchronizeDevice"}
-)
 _PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
 _NEG_INF = float("-inf")
 _TS = attrgetter("ts")
@@ -492,15 +484,15 @@ class _Graph:
             for k, n in enumerate(full.tolist()):
                 dev_lo[n] = lo[k]
                 dev_hi[n] = hi[k]
-        host_us = [e - s for s, e in zip(host_start, host_end)]
-        device_us = [0.0 if h != h else h - lo_ for lo_, h in zip(dev_lo, dev_hi)]
+        host_us = [e - s for s, e in zip(host_start, host_end, strict=True)]
+        device_us = [0.0 if h != h else h - lo_ for lo_, h in zip(dev_lo, dev_hi, strict=True)]
         completion = []
         done = host_start[0] if n_steps else 0.0
         for n in range(n_steps):
             done = max(done, host_end[n], dev_hi[n] if dev_hi[n] == dev_hi[n] else done)
             completion.append(done)
         first = host_start[0] if n_steps else 0.0
-        intervals = [c - p for c, p in zip(completion, [first] + completion[:-1])]
+        intervals = [c - p for c, p in zip(completion, [first] + completion[:-1], strict=True)]
         window = completion[-1] - first if n_steps else 0.0
         return _Metrics(host_start, host_us, device_us, completion, intervals, window)
 
@@ -522,7 +514,7 @@ class _Graph:
     def saving_from(self, m: _Metrics) -> Saving:
         base = self.base_metrics
         return Saving(base.window - m.window,
-                      [b - w for b, w in zip(base.intervals, m.intervals)])
+                      [b - w for b, w in zip(base.intervals, m.intervals, strict=True)])
 
     def saving(self, disabled: frozenset[int]) -> Saving:
         return self.saving_from(self.metrics_for(disabled))
@@ -661,7 +653,7 @@ def _join(rt_corrs: list[list[Any]], d_corrs: list[Any]) -> np.ndarray:
         keys = np.array(flat, dtype=np.int64)
         wanted = np.array(d_corrs, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        table = dict(zip(flat, range(len(flat))))
+        table = dict(zip(flat, range(len(flat)), strict=True))
         table.pop(None, None)
         return np.array([table.get(c, -1) for c in d_corrs], dtype=np.int64)
     if not len(keys):
@@ -869,7 +861,8 @@ class _Builder:
         """The device activities this blocking call waited for (latest per stream)."""
         if call.reason == "copy":
             if self._item_of_event is None:
-                self._item_of_event = dict(zip(map(id, self.events), range(self.n_dev)))
+                self._item_of_event = dict(zip(map(id, self.events), range(self.n_dev),
+                        strict=True))
             own = [self._item_of_event[id(d)] for d in call.device_events
                    if d.cat != "cuda_sync" and id(d) in self._item_of_event]
             if own:
@@ -886,7 +879,7 @@ class _Builder:
                 stream = args.wait_on_stream if kind == "Event Sync" else args.stream
         name = call.event.name
         if kind is None:
-            if name in _DEVICE_SYNC_APIS or call.reason in ("allocator", "copy"):
+            if name in DEVICE_SYNC_APIS or call.reason in ("allocator", "copy"):
                 kind = "Context Sync"
             elif "StreamSynchronize" in name or "SynchronizeStream" in name:
                 kind = "Stream Sync"
@@ -1185,11 +1178,12 @@ class _Builder:
         wait_w = np.where(tight, wait_gap, np.minimum(wait_gap, 0.0))
         empty: tuple[()] = ()
         extras: list[tuple[tuple[int, float], ...]] = [empty] * n
-        for dst, src, w in zip(wait_dst.tolist(), (wait_src + n).tolist(), wait_w.tolist()):
+        for dst, src, w in zip(wait_dst.tolist(), (wait_src + n).tolist(), wait_w.tolist(),
+                strict=True):
             extras[dst] = extras[dst] + ((src, w),)
         tasks_dev = list(zip(range(n), range(n, 2 * n), self.d_dur.tolist(), la_var.tolist(),
                              la_off.tolist(), pv_var.tolist(), pv_off.tolist(), extras,
-                             repeat(empty, n), const.tolist(), repeat(-1, n)))
+                             repeat(empty, n), const.tolist(), repeat(-1, n), strict=True))
 
         # Host points.
         tasks_host = []
@@ -1313,14 +1307,15 @@ class _Builder:
         lane_device = np.array([hash(device) for _, device, _ in self.lanes], dtype=np.int64)
         for h in range(len(self.threads)):
             names = self.rt_names[h]
-            if not _WAIT_EVENT_APIS.intersection(names):
+            if not STREAM_WAIT_EVENT_APIS.intersection(names):
                 continue
             index = np.flatnonzero(
-                np.fromiter(map(_WAIT_EVENT_APIS.__contains__, names), bool, len(names)))
+                np.fromiter(map(STREAM_WAIT_EVENT_APIS.__contains__, names), bool, len(names)))
             starts = self.rt_ts[self.rt_offset[h] + index]
             corrs = self.rt_corrs[h]
             with_record = np.array([corrs[i] in records for i in index.tolist()], dtype=bool)
-            for i, start in zip(index[with_record].tolist(), starts[with_record].tolist()):
+            for i, start in zip(index[with_record].tolist(), starts[with_record].tolist(),
+                    strict=True):
                 record = records[corrs[i]]
                 if record.args is None:
                     continue

@@ -103,7 +103,7 @@ def _step_end_sync_trace(steps: int = 4, kernel_us: float = 2000, python_us: flo
             b.advance(python_us)
             firsts.append(b.kernel(dur=kernel_us))
             copies.append(_item(b))
-    bubbles = [nxt["ts"] - _end(copy) for copy, nxt in zip(copies, firsts[1:])]
+    bubbles = [nxt["ts"] - _end(copy) for copy, nxt in zip(copies, firsts[1:], strict=False)]
     return b, bubbles
 
 
@@ -155,7 +155,7 @@ def test_gpu_bound_step_saves_about_its_bubble(tmp_path):
             bubbles.append(nxt["ts"] - _end(copy))
     assert min(bubbles) > 200
     _, result = _replay(b, tmp_path)
-    for saving, bubble in zip(result.episode_savings, bubbles):
+    for saving, bubble in zip(result.episode_savings, bubbles, strict=True):
         assert saving.total_us == pytest.approx(bubble, abs=2.0)
         assert saving.per_step_us[result.episode_savings.index(saving)] == pytest.approx(
             bubble, abs=2.0)
@@ -248,7 +248,7 @@ def test_a_sync_on_another_thread_saves_through_the_thread_that_waits_for_it(tmp
     episodes, result = _replay(b, tmp_path)
     assert result.stats["thread_joins"] == 3
     assert {ep.thread.tid for ep in episodes} == {4600}
-    for saving, bubble in zip(result.episode_savings, bubbles):
+    for saving, bubble in zip(result.episode_savings, bubbles, strict=True):
         assert saving.total_us == pytest.approx(bubble, abs=3.0)
 
 

@@ -47,7 +47,7 @@ def stored_shape() -> str:
     """The field names of everything a stored TraceResult holds: adding a field to the
     models changes it, so a summary written before (which lacks the field) is never used."""
     classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
-               models.StepStats)
+               models.StepStats, models.TraceSavings)
     return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
                     for c in classes)
 
@@ -65,6 +65,7 @@ def options_fingerprint(options: Any) -> dict[str, Any]:
         "source_packs": [[p.recorded_prefix, p.directory] for p in options.source_packs],
         "context_window_us": options.context_window_us,
         "context_max_events": options.context_max_events,
+        "whatif": getattr(options, "whatif", True),
     }
 
 

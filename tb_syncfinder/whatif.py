@@ -67,9 +67,11 @@ from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 __all__ = [
     "Saving",
     "StepReplay",
+    "TraceWhatIf",
     "WhatIf",
     "profiler_episodes",
     "replay",
+    "replay_stage",
 ]
 
 TOL_US = 1.0  # Kineto rounds to 1 us in older traces: dependencies may appear this late
@@ -322,6 +324,40 @@ def profiler_episodes(tl: Timeline, episodes: Sequence[Episode]) -> list[int]:
                 break
             node = thread.parent[node]
     return found
+
+
+@dataclass
+class TraceWhatIf:
+    """The engine's what-if stage for one trace: the replay (``None`` for a trace without
+    device activity) and, per episode, what removing it alone saves (empty when the replay
+    is unavailable: the caller uses the bound)."""
+
+    result: WhatIf | None
+    episode_us: list[float]
+    steps: dict[int, StepReplay]  # by step number
+    per_step_us: dict[int, float]  # step number -> saving of all counted syncs
+
+
+def replay_stage(tl: Timeline, episodes: Sequence[Episode],
+                 site_keys: Sequence[str]) -> TraceWhatIf:
+    """Replay one trace for the engine: every episode alone, the episodes of each site
+    together (``site_keys`` parallel to ``episodes``) and every episode but the profiler's
+    own (``profiler_episodes``) for "all syncs removed". A CPU-only trace is not replayed."""
+    if not tl.has_gpu_activity:
+        return TraceWhatIf(None, [], {}, {})
+    groups: dict[str, list[int]] = {}
+    for index, key in enumerate(site_keys):
+        groups.setdefault(key, []).append(index)
+    profiler = set(profiler_episodes(tl, episodes))
+    counted = [i for i in range(len(episodes)) if i not in profiler]
+    result = replay(tl, episodes, counted=counted,
+                    groups={k: v for k, v in groups.items() if len(v) > 1})
+    if not result.available:
+        return TraceWhatIf(result, [], {}, {})
+    steps = {s.step: s for s in result.steps}
+    per_step = dict(zip((s.step for s in result.steps), result.all_syncs.per_step_us,
+                        strict=True))
+    return TraceWhatIf(result, [s.total_us for s in result.episode_savings], steps, per_step)
 
 
 # ---------------------------------------------------------------------------------------

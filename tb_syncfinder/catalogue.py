@@ -9,7 +9,8 @@
   output shapes, which copy, and which would sync on a GPU when seen in a CPU-only trace.
 * **Source resolution**: the Python callee names to look for in the user's source, per
   operator and for bare API calls.
-* **Advice refinements**: a more specific fix when a given operator is in the chain.
+* **Advice refinements**: a more specific fix when a given operator is in the chain, and
+  for blocking host-to-device copies by what was copied (chain and size).
 
 Detection (``detect``), the timeline's backend guess (``timeline``), source resolution
 (``source``), advice (``aggregate``), the outputs and the dashboard (through the plugin's
@@ -169,19 +170,21 @@ KINDS: tuple[SyncKind, ...] = (
         advice=Advice(
             title="Pin host memory and copy with non_blocking=True",
             text=(
-                "Copies from pageable host memory are staged and block the host. Load batches "
-                "into pinned memory (`DataLoader(pin_memory=True)`) and copy them with "
-                "`non_blocking=True`; create constant tensors directly on the device."
+                "Copying a batch from pageable host memory blocks the host: torch waits for "
+                "the copy before going on. Load batches into pinned memory "
+                "(`DataLoader(pin_memory=True)`) and copy them with `non_blocking=True`, so "
+                "the copy overlaps with the work already queued on the GPU."
             ),
             before=(
                 "loader = DataLoader(ds, batch_size=64)\n"
-                "x = x.to(device)\n"
-                "w = torch.tensor([0.2, 0.8]).to(device)\n"
+                "for x, y in loader:\n"
+                "    x, y = x.to(device), y.to(device)\n"
             ),
             after=(
                 "loader = DataLoader(ds, batch_size=64, pin_memory=True, num_workers=4)\n"
-                "x = x.to(device, non_blocking=True)\n"
-                "w = torch.tensor([0.2, 0.8], device=device)\n"
+                "for x, y in loader:\n"
+                "    x = x.to(device, non_blocking=True)\n"
+                "    y = y.to(device, non_blocking=True)\n"
             ),
         ),
         removes=_WAIT_AND_IDLE,
@@ -261,13 +264,17 @@ KINDS: tuple[SyncKind, ...] = (
         colour="#5d4037",
         colour_dark="#bcaaa4",
         advice=Advice(
-            title="Pre-allocate; let the caching allocator reuse memory",
+            title="Let the caching allocator reuse memory; keep shapes stable",
             text=(
-                "`cudaMalloc` / `cudaFree` inside a step synchronize the device. They happen "
-                "when the caching allocator has to grow or is emptied: avoid "
-                "`torch.cuda.empty_cache()` in the loop, keep shapes stable (pad variable "
-                "lengths), pre-allocate buffers once, and consider "
-                "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`."
+                "`cudaMalloc` / `cudaFree` synchronize the device. PyTorch's caching allocator "
+                "calls them only when it has to grow or give memory back: in the first steps "
+                "(cuDNN benchmark warm-up, the optimizer's state) that is expected; in later "
+                "steps it means new shapes, fragmentation or an emptied cache. Do not call "
+                "`torch.cuda.empty_cache()` in the loop, pad variable lengths to a few bucket "
+                "sizes, allocate buffers once, and set "
+                "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so the allocator grows a "
+                "segment instead of allocating new ones (`torch.cuda.memory_stats()` counts "
+                "`num_alloc_retries`)."
             ),
             before=(
                 "for x in batches:            # every batch a new length\n"
@@ -275,6 +282,7 @@ KINDS: tuple[SyncKind, ...] = (
                 "    torch.cuda.empty_cache()\n"
             ),
             after=(
+                "# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
                 "for x in batches:\n"
                 "    out = model(pad_to_bucket(x))   # few distinct shapes, memory reused\n"
             ),
@@ -469,11 +477,16 @@ def is_collective_wait_annotation(name: str) -> bool:
         marker in text for marker in COLLECTIVE_ANNOTATION_MARKERS)
 
 
-# The kind an operator in the chain gives a sync, innermost operator first.
+# The kind an operator in the chain gives a sync.
 OP_KINDS: dict[str, str] = {
     **{op: SCALAR_READBACK for op in SCALAR_OPS},
     **{op: DYNAMIC_SHAPE for op in DYNAMIC_OPS},
 }
+# A chain holding operators of several kinds takes the first of these, wherever in the chain
+# they are: on CUDA torch.unique reads its output size back through aten::item inside
+# aten::_unique2, and the finding is the data-dependent shape (the fix is unique's), the same
+# kind the operator gets on a CPU-only trace.
+OP_KIND_PRECEDENCE: tuple[str, ...] = (DYNAMIC_SHAPE, SCALAR_READBACK)
 
 # Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.
 # aten::tolist has never been one (a latent finding for it would be a behaviour change of its
@@ -648,17 +661,106 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
 )
 
 
-def advice_for(kind_name: str, ops: list[str]) -> dict[str, Any]:
-    """``{"title", "text", "before", "after", "removes"}`` for a site of this kind and
-    operator chain (outermost first)."""
+# A blocking host-to-device copy is fixed according to what was copied: the value of an
+# indexed assignment (``target[inds] = -1``: torch builds the Python number as a CPU tensor
+# and copies it inside index_put_), a CPU tensor used by a device operator, a few bytes built
+# on the host each step (``torch.tensor([...]).to(device)``), or a batch (the kind's advice).
+INDEX_PUT_OPS = frozenset({"aten::index_put_", "aten::index_put", "aten::_index_put_impl_"})
+# At most this many bytes is a handful of Python numbers, not a batch (8 int64 labels are 64
+# bytes: a batch that small gets this advice too, which says so).
+SMALL_COPY_BYTES = 64
+
+HOST_TO_DEVICE_ADVICE: dict[str, Advice] = {
+    "indexed_assign": Advice(
+        title="Assign the value on the device: masked_fill_, index_fill_ or torch.where",
+        text=(
+            "`target[inds] = -1` with a Python number makes torch build `-1` as a CPU tensor "
+            "and copy it to the GPU inside `index_put_`, waiting for the copy. Methods that "
+            "take the number as an argument copy nothing: `target.masked_fill_(mask, -1)` for "
+            "a boolean mask, `target.index_fill_(0, inds, -1)` for an index tensor, "
+            "`torch.where(mask, -1, target)`; or build the value on the device once and pass "
+            "it to `index_put_`."
+        ),
+        before="target[inds] = -1            # -1 is copied from the host every time\n",
+        after=(
+            "target.index_fill_(0, inds, -1)   # inds: an index tensor on the GPU\n"
+            "# or, with a boolean mask:\n"
+            "target.masked_fill_(mask, -1)\n"
+        ),
+    ),
+    "cpu_tensor_in_device_op": Advice(
+        title="Create the tensor on the device, once, instead of mixing in a CPU tensor",
+        text=(
+            "A CPU tensor used by an operator on GPU tensors (an index, a weight, a bound) is "
+            "copied to the GPU first, and the host waits for that copy. Create it on the "
+            "device, once, outside the step, and reuse it; a single value can stay a Python "
+            "number."
+        ),
+        before=(
+            "for x in loader:\n"
+            "    idx = torch.tensor([0, 2, 5])       # on the CPU\n"
+            "    picked = x.to(device)[:, idx]        # copied to the GPU every step\n"
+        ),
+        after=(
+            "idx = torch.tensor([0, 2, 5], device=device)   # once, before the loop\n"
+            "for x in loader:\n"
+            "    picked = x.to(device, non_blocking=True)[:, idx]\n"
+        ),
+    ),
+    "small_copy": Advice(
+        title="Build the small tensor on the device, outside the step",
+        text=(
+            "A copy of a few bytes each step is usually a tensor built from Python numbers "
+            "(`torch.tensor([...]).to(device)`): it is staged from pageable memory and the "
+            "host waits. `torch.tensor(..., device=device)` copies from the host the same "
+            "way, so build such constants once, before the loop, or on the device with "
+            "`torch.full` / `torch.arange` / `torch.zeros`, which need no host data. A "
+            "batch this small: pin it and copy with `non_blocking=True`."
+        ),
+        before=(
+            "for x, y in loader:\n"
+            "    w = torch.tensor([0.2, 0.8]).to(device)   # every step\n"
+            "    loss = F.cross_entropy(model(x), y, weight=w)\n"
+        ),
+        after=(
+            "w = torch.tensor([0.2, 0.8], device=device)     # once\n"
+            "for x, y in loader:\n"
+            "    loss = F.cross_entropy(model(x), y, weight=w)\n"
+        ),
+    ),
+}
+
+
+def host_to_device_pattern(ops: list[str], nbytes: int | None) -> str | None:
+    """Which ``HOST_TO_DEVICE_ADVICE`` a blocking host-to-device copy gets, from its
+    operator chain (outermost first) and the bytes it copied; None: a batch copy (the
+    kind's advice)."""
+    if any(op in INDEX_PUT_OPS for op in ops):
+        return "indexed_assign"
+    if ops and ops[0] not in COPY_OPS:
+        return "cpu_tensor_in_device_op"
+    if nbytes is not None and 0 < nbytes <= SMALL_COPY_BYTES:
+        return "small_copy"
+    return None
+
+
+def advice_for(kind_name: str, ops: list[str], bytes: int | None = None) -> dict[str, Any]:
+    """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
+    operator chain (outermost first) and, for copies, the most bytes one of its syncs
+    copied (None: unknown)."""
     record = kind(kind_name)
-    # The outermost operator is what the user wrote (x[mask] -> aten::index), so it picks
-    # the refinement before the inner ones (aten::nonzero).
-    refinement = next(
-        (entry.advice for op in ops for entry in OP_ADVICE
-         if op in entry.ops and kind_name in entry.kinds),
-        record.advice,
-    )
+    refinement = None
+    if kind_name == BLOCKING_HOST_TO_DEVICE:
+        pattern = host_to_device_pattern(ops, bytes)
+        refinement = HOST_TO_DEVICE_ADVICE[pattern] if pattern else None
+    if refinement is None:
+        # The outermost operator is what the user wrote (x[mask] -> aten::index), so it
+        # picks the refinement before the inner ones (aten::nonzero).
+        refinement = next(
+            (entry.advice for op in ops for entry in OP_ADVICE
+             if op in entry.ops and kind_name in entry.kinds),
+            record.advice,
+        )
     fields = asdict(refinement)
     fields["removes"] = record.removes
     return fields

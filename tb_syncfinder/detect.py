@@ -161,12 +161,13 @@ def innermost_annotation(thread: HostThread, index: int) -> str | None:
 
 
 def classify(op_names: list[str], calls: list[Call], annotation: str | None = None) -> str:
-    """The finding kind: by the operator chain first (what synced), then whether it waits
-    on a collective (a c10d operator around it, or its innermost annotation), then the API /
-    copy direction."""
-    for name in reversed(op_names):  # innermost first
-        op_kind = OP_KINDS.get(name)
-        if op_kind is not None:
+    """The finding kind: by the operator chain first (what synced: the catalogue's
+    precedence over every operator of the chain, so a trace from any device gives one kind),
+    then whether it waits on a collective (a c10d operator around it, or its innermost
+    annotation), then the API / copy direction."""
+    op_kinds = {OP_KINDS[name] for name in op_names if name in OP_KINDS}
+    for op_kind in catalogue.OP_KIND_PRECEDENCE:
+        if op_kind in op_kinds:
             return op_kind
     if any(catalogue.is_collective_op(name) for name in op_names) or (
             annotation is not None and catalogue.is_collective_wait_annotation(annotation)):

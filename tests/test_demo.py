@@ -363,7 +363,9 @@ def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
     from tb_syncfinder.demo.serve import PLUGIN_NAME, start_tensorboard
 
     # Started as `tb-syncfinder demo` starts it: no --sync_advisor_* flags.
-    board = start_tensorboard(demo_logdir[0], _free_port())
+    from tests.e2e.helpers import checkout_env
+
+    board = start_tensorboard(demo_logdir[0], _free_port(), env=checkout_env())
     try:
         assert board.process.poll() is None
         assert board.sync_advisor_url == f"http://localhost:{board.port}/#sync_advisor"

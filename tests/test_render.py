@@ -2,19 +2,28 @@ from __future__ import annotations
 
 import re
 
-from conftest import make_site
+import pytest
+from conftest import SHARED_DIR, make_site
 
 from tb_syncfinder.models import Report, Summary, TraceInfo
 from tb_syncfinder.outputs.text import (
     WIDTH,
+    format_share,
     format_us,
     render_compare,
     render_report,
     render_runs,
+    site_location,
     truncate_left,
 )
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(autouse=True)
+def _terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The renderers take the terminal's width: pin it, whatever terminal runs the tests."""
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
 
 
 def test_sites_are_listed_most_expensive_first(sample_report: Report) -> None:
@@ -43,19 +52,24 @@ def test_summary_gives_per_step_wait_idle_share_and_estimated_step_time(
     assert "850 us per step" in text  # 3400 us host wait / 4 steps
     assert "275 us per step" in text  # 1100 us idle / 4 steps
     assert "11.2%" in text  # 4500 / 40000
-    assert "10.00 ms mean; ~8.88 ms without syncs" in text
+    assert "10.0 ms mean; ~8.88 ms without syncs" in text
 
 
-def test_long_paths_are_cut_from_the_left_keeping_file_and_line() -> None:
+def test_a_location_longer_than_its_column_gets_a_line_of_its_own_never_cut() -> None:
     assert truncate_left("/a/very/long/path/to/the/project/src/train.py:42", 20) == \
         "…ect/src/train.py:42"
-    long_site = make_site("/" + "deep/" * 30 + "train.py", 7, "f", "explicit_sync",
-                          ["aten::x"], 1, 10.0, 0.0)
+    long_file = "/" + "deep/" * 30 + "train.py"
+    long_site = make_site(long_file, 7, "f", "explicit_sync", ["aten::x"], 1, 10.0, 0.0)
+    short_site = make_site("short.py", 3, "g", "explicit_sync", ["aten::y"], 1, 5.0, 0.0)
     report = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
-                    summary=Summary(1, 10.0, 0.0, 100.0), syncs=[], sites=[long_site], latent=[])
-    text = render_report(report)
-    assert "…" in text and "train.py:7" in text
-    assert all(len(line) <= WIDTH for line in text.splitlines())
+                    summary=Summary(2, 15.0, 0.0, 100.0), syncs=[],
+                    sites=[long_site, short_site], latent=[])
+    lines = render_report(report).splitlines()
+    at = next(i for i, line in enumerate(lines) if f"{long_file}:7" in line)
+    assert lines[at].split() == ["1", f"{long_file}:7"]  # whole, alone
+    assert lines[at + 1].split()[-7:] == ["1", "0.2", "10", "us", "0", "us", "0.0%"]
+    assert any(line.split()[:2] == ["2", "short.py:3"] and "5.0 us" in line for line in lines)
+    assert "…" not in "".join(lines)
 
 
 def test_top_limits_the_sites_and_says_how_many_are_hidden(sample_report: Report) -> None:
@@ -98,6 +112,8 @@ def test_durations_read_in_the_best_unit() -> None:
     assert format_us(850) == "850 us"
     assert format_us(1234.5) == "1.23 ms"
     assert format_us(2_100_000) == "2.10 s"
+    assert format_us(159_184) == "159 ms"  # three significant digits
+    assert format_us(999.7) == "1.00 ms" and format_us(99_972) == "100 ms"
 
 
 def test_render_compare_shows_status_and_step_time_change(sample_report: Report) -> None:
@@ -110,7 +126,7 @@ def test_render_compare_shows_status_and_step_time_change(sample_report: Report)
     text = render_compare(compare(base, new))
     assert re.search(r"^fixed\s+…?.*model\.py:17", text, re.M)
     assert re.search(r"^same\s+.*train\.py:42", text, re.M)
-    assert "10.00 ms -> 9.00 ms (-1.00 ms)" in text
+    assert "10.0 ms -> 9.00 ms (-1.00 ms)" in text
     assert all(len(line) <= WIDTH for line in text.splitlines())
 
 
@@ -210,3 +226,123 @@ def test_compare_text_carries_the_compare_note():
     text = render_compare({"sites": [], "latent_sites": [], "counts": {}, "note": note,
                            "base": {}, "new": {}, "step_time_change_us": None})
     assert note in text
+
+
+H100_TRACES = SHARED_DIR / "traces" / "h100_demo"
+
+
+def _wide_report() -> Report:
+    """Sites with every kind of cell a terminal must not cut: a long relative path, a long
+    absolute path, a site without a stack, a long function name, large and small costs."""
+    sites = [
+        make_site("pkg/models/segmentation/heads/deeplab_head.py", 212, "forward_with_aux",
+                  "dynamic_shape", ["aten::index", "aten::nonzero"], 400, 1_234_567.0,
+                  98_765.0, steps=100),
+        make_site("/home/someone/projects/train.py", 88,
+                  "train_one_epoch_with_logging_and_checkpoints", "scalar_readback",
+                  ["aten::item", "aten::_local_scalar_dense"], 100, 4_321.0, 1_200.0,
+                  steps=100),
+        make_site(None, None, None, "blocking_host_to_device",
+                  ["autograd::engine::evaluate_function: IndexBackward0", "aten::to"], 100,
+                  55.5, 7.25, steps=100),
+    ]
+    return Report(traces=[TraceInfo("t", "w", None, device="cuda")],
+                  summary=Summary(600, 1_239_943.5, 99_972.25, 4_000_000.0, step_count=100),
+                  syncs=[], sites=sites, latent=[])
+
+
+def _report_cells(site: dict) -> list[str]:
+    return [site_location(site), format_us(site["host_wait_us"]),
+            format_us(site["gpu_idle_us"]), format_share(site["share_of_step"])]
+
+
+def _check_fits(text: str, width: int, cells: list[list[str]]) -> None:
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    for row in cells:
+        location, *numbers = row
+        at = next(i for i, line in enumerate(lines) if location in line)  # whole
+        # The numbers are on the location's line, or the next when the location is alone.
+        near = lines[at] + "\n" + lines[at + 1]
+        assert all(n in near for n in numbers), (row, near)
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_the_table_uses_the_terminal_width_and_never_cuts_a_location_or_a_number(
+        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", str(width))
+    data = _wide_report().to_json()
+    text = render_report(data)
+    _check_fits(text, width, [_report_cells(s) for s in data["sites"]])
+    if width == 200:  # room for every column
+        assert "function" in text.splitlines()[3] and "in forward_with_aux()" not in text
+    if width == 80:  # the function is the first to give way, onto the line below
+        assert "function" not in text.splitlines()[3]
+        assert "in forward_with_aux()" in text
+    # The long function name never makes a column: it is said below its row.
+    assert "in train_one_epoch_with_logging_and_checkpoints()" in text
+
+
+@pytest.mark.skipif(not (H100_TRACES / "seg_baseline.pt.trace.json.gz").exists(),
+                    reason="no shared H100 traces")
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_report_and_compare_of_the_h100_runs_fit_the_terminal_whole(
+        width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from tb_syncfinder.cli import main
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    baseline = str(H100_TRACES / "seg_baseline.pt.trace.json.gz")
+    optimized = str(H100_TRACES / "seg_optimized.pt.trace.json.gz")
+    assert main(["report", baseline, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert main(["report", baseline]) == 0
+    _check_fits(capsys.readouterr().out, width, [_report_cells(s) for s in data["sites"]])
+    assert main(["compare", baseline, optimized]) == 0
+    text = capsys.readouterr().out
+    assert all(len(line) <= width for line in text.splitlines())
+    # The per-step column stays at every width: it says what a fix removed.
+    assert text.count("1.0>0.0") == 4, text
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_compare_keeps_locations_and_the_per_step_column_at_every_width(
+        width: int, sample_report: Report) -> None:
+    from tb_syncfinder.compare import compare
+
+    base = sample_report.to_json()
+    new = sample_report.to_json()
+    new["sites"] = [s for s in new["sites"] if s["kind"] != "dynamic_shape"]
+    text = render_compare(compare(base, new), width=width)
+    assert all(len(line) <= width for line in text.splitlines())
+    assert re.search(r"^fixed\s+/home/me/proj/model\.py:17 .*1\.0>0\.0$", text, re.M), text
+    assert re.search(r"^same\s+/home/me/proj/train\.py:42 .*2\.0>2\.0$", text, re.M), text
+
+
+def test_counts_of_one_are_singular(sample_report: Report) -> None:
+    data = sample_report.to_json()
+    data["sites"] = data["sites"][:1]
+    text = render_report(data)
+    assert "(1 site)" in text and "1 sites" not in text
+    assert "1 trace (cuda 1)" in text
+
+
+def test_an_inexact_line_of_a_file_that_was_read_says_why_not_that_it_was_not_found() -> None:
+    site = make_site("train.py", 157, "train", "explicit_sync", [], 1, 30.0, 0.0,
+                     line_exact=False, def_line=150)
+    at_def = make_site("model.py", 8, "forward", "explicit_sync", [], 1, 20.0, 0.0,
+                       line_exact=False, def_line=8)
+    data = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
+                  summary=Summary(2, 50.0, 0.0, 100.0), syncs=[], sites=[site, at_def],
+                  latent=[]).to_json()
+    data["syncs"] = [
+        {"site_key": site.key, "source": {"resolved_path": "/src/train.py"}},
+        {"site_key": at_def.key, "source": {"resolved_path": "/src/model.py"}},
+    ]
+    text = render_report(data)
+    assert "train.py:157*" in text and "model.py:8*" in text
+    assert "already running" in text and "does not single out one call" in text
+    assert "not found" not in text and "--source-root" not in text
+    data["syncs"] = []  # nothing read: now the file was not found
+    assert "--source-root" in render_report(data)

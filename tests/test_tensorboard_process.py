@@ -21,6 +21,7 @@ import pytest
 from cpu_workload import ITEM_LINE, WORKLOAD, profile_workload
 
 from tb_syncfinder.demo.serve import TensorBoardProcess, free_port, start_tensorboard
+from tests.e2e.helpers import checkout_env
 
 START_TIMEOUT_S = 90
 LOAD_TIMEOUT_S = 120
@@ -70,6 +71,7 @@ def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[Tensor
         host="127.0.0.1",
         path_prefix=prefix,
         cwd=logdir,
+        env=checkout_env(),
         extra_args=[
             "--sync_advisor_cache_dir", str(logdir / "cache"),
             "--sync_advisor_reload_interval", "1",
@@ -195,9 +197,11 @@ def test_the_bundle_requests_only_relative_urls(tensorboard: TensorBoard) -> Non
     assert "fetch(" in bundle  # the check below looks at something real
     absolute_fetch = re.findall(r"fetch\(\s*[\"'`](?:/|https?:)[^\"'`]*", bundle)
     assert not absolute_fetch
-    # Any string literal that is an absolute path or URL: only the SVG namespace is allowed
-    # (a name, never requested); "/*" starts the CSS text's comment.
-    literals = re.findall(r"[\"'`]((?:/[A-Za-z0-9_.-]|https?://)[^\"'`\s]*)", bundle)
-    assert set(literals) <= {"http://www.w3.org/2000/svg"}, literals
+    # Any whole string literal that is an absolute path or URL: only the SVG namespace (a
+    # name, never requested) and Perfetto's UI (a link the user opens in a new tab, to load
+    # the downloaded trace there; the dashboard never fetches it) are allowed.
+    literals = [m[1] for m in re.findall(
+        r"([\"'`])((?:/[A-Za-z0-9_.-]|https?://)[^\"'`\s]*)\1", bundle)]
+    assert set(literals) <= {"http://www.w3.org/2000/svg", "https://ui.perfetto.dev"}, literals
     for attribute in ("href", "src", "action"):
         assert not re.search(attribute + r"\s*[:=]\s*[\"'`]/", bundle), attribute

@@ -35,6 +35,8 @@ export class App {
     /** Repair notices of the selection whose JSON is `key` (from its `summary`). */
     this.repairs = { key: "", notices: /** @type {{path: string, text: string}[]} */ ([]), more: 0 };
     this.inVsCode = detectVsCode();
+    /** Whether TensorBoard shows the PyTorch Profiler tab (its `plugins_listing`). */
+    this.profilerTab = false;
     this.toastEl = h("div", { class: "sa-toast", role: "status", "aria-live": "polite" });
     this.headerEl = h("header", { class: "sa-header" });
     this.bannerEl = h("div", { class: "sa-banners" });
@@ -58,9 +60,17 @@ export class App {
   }
 
   start() {
+    // TensorBoard's own listing (relative to the plugin routes, so it works under any
+    // --path_prefix): the detail links to the PyTorch Profiler tab only where it exists.
+    const listing = fetch("../../plugins_listing", { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : null))
+      .then((plugins) => {
+        this.profilerTab = !!plugins?.pytorch_profiler?.enabled;
+      })
+      .catch(() => {});
     // Kind labels and colours come from the plugin's catalogue; without it the view still
     // works, with plain names.
-    getJson("catalogue")
+    const catalogue = getJson("catalogue")
       .then((data) => {
         setCatalogue(data);
         const style = document.createElement("style");
@@ -68,11 +78,11 @@ export class App {
         // First in <head>: the main sheet's later rules (latent badges) win ties.
         document.head.prepend(style);
       })
-      .catch(() => setCatalogue(null))
-      .finally(() => {
-        this.render();
-        this.pollRuns();
-      });
+      .catch(() => setCatalogue(null));
+    Promise.allSettled([catalogue, listing]).then(() => {
+      this.render();
+      this.pollRuns();
+    });
   }
 
   /** Poll `runs`: new runs and traces appear without a reload. */
@@ -454,6 +464,27 @@ export class App {
     }
     const text = helpers.frameLocation(frame);
     await this.copyWithToast(text, text);
+  }
+
+  /**
+   * Open TensorBoard's PyTorch Profiler tab: in TensorBoard (or VS Code, whose frame holds
+   * TensorBoard's page) by switching the page's tab; standalone in a new browser tab. The
+   * tab takes no run, view or time from a URL, so `search` (the operator to find in its
+   * Trace view) is copied to paste into its search box.
+   * @param {string | null} search
+   */
+  async openProfilerTab(search) {
+    if (search) await copyText(search);
+    try {
+      if (window.parent !== window && window.parent.document) {
+        window.parent.location.hash = "pytorch_profiler";
+        return;
+      }
+    } catch {
+      // a cross-origin parent: open the tab in a new browser tab instead
+    }
+    // The plugin frame's base is .../data/plugin/sync_advisor/: TensorBoard is three up.
+    window.open(new URL("../../../#pytorch_profiler", document.baseURI).href, "_blank", "noopener");
   }
 
   /**

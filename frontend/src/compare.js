@@ -199,3 +199,32 @@ export function compareBasis(data) {
   const note = typeof data?.note === "string" && data.note.trim() ? data.note.trim() : null;
   return { sites: latentOnly ? latentSites : sites, latentOnly, byCount: latentOnly || note !== null, note };
 }
+
+/** Words in a run name that say which side of a change it is, left out to pair runs. */
+const SIDE_WORDS = /(^|[-_. ])(baseline|base|before|old|optimi[sz]ed|opt|after|new|fixed)(?=$|[-_. ])/gi;
+
+/**
+ * The run to compare `current` with when the user has not picked one: a run named
+ * `*baseline*` (the one whose name matches best once the side words are left out: the
+ * baseline of `seg_optimized` is `seg_baseline`, not `cnn_baseline`), else the only other
+ * run, else the only run with the same name apart from its side word; null when none is
+ * clear, or when `current` is itself the baseline. Never `current`.
+ * @param {string[]} runs
+ * @param {string | null} current
+ * @returns {string | null}
+ */
+export function defaultBaseline(runs, current) {
+  const others = runs.filter((r) => r !== current);
+  if (!others.length) return null;
+  const stem = (/** @type {string} */ r) => r.replace(SIDE_WORDS, "$1").replace(/[-_. ]+$/, "").toLowerCase();
+  const isBaseline = (/** @type {string} */ r) => /baseline/i.test(r);
+  const mine = stem(current || "");
+  const sameStem = others.filter((r) => stem(r) === mine);
+  if (current && isBaseline(current)) return null;
+  const baselines = others.filter(isBaseline);
+  const pick = baselines.filter((r) => stem(r) === mine);
+  if (pick.length) return pick[0];
+  if (baselines.length === 1 && !sameStem.length) return baselines[0];
+  if (others.length === 1) return others[0];
+  return sameStem.length === 1 ? sameStem[0] : null;
+}

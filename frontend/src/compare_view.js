@@ -10,6 +10,7 @@ import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "
 import {
   changeText,
   compareHeadline,
+  defaultBaseline,
   compareBasis,
   countByStatus,
   countTone,
@@ -25,7 +26,9 @@ export async function renderCompare(ctx) {
   const { sel, state, app } = ctx;
   const runs = (app.runs?.runs || []).map((/** @type {any} */ r) => r.name);
   const others = runs.filter((/** @type {string} */ r) => r !== sel.run);
-  const base = state.base && runs.includes(state.base) ? state.base : null;
+  // A run is never its own baseline; with none picked, the run named *baseline* (or the
+  // only other run) is.
+  const base = state.base && others.includes(state.base) ? state.base : defaultBaseline(runs, sel.run);
   const picker = h(
     "span",
     { class: "sa-field" },
@@ -37,8 +40,8 @@ export async function renderCompare(ctx) {
         "data-focus-key": "base",
         onchange: (/** @type {Event} */ e) => app.setState({ base: /** @type {HTMLSelectElement} */ (e.target).value || null }),
       },
-      h("option", { value: "" }, "Pick a baseline…"),
-      runs.map((/** @type {string} */ r) => h("option", { value: r, selected: r === base }, r === sel.run ? `${r} (this run)` : r)),
+      h("option", { value: "", selected: !base }, "Pick a baseline…"),
+      others.map((/** @type {string} */ r) => h("option", { value: r, selected: r === base }, r)),
     ),
     h("span", null, " → ", h("b", null, sel.run)),
   );
@@ -56,7 +59,14 @@ export async function renderCompare(ctx) {
       ),
     );
   }
-  const data = await getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base });
+  const [data, baseSummary, newSummary] = await Promise.all([
+    getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base }),
+    getJson("summary", { run: base }).catch(() => null),
+    getJson("summary", sel).catch(() => null),
+  ]);
+  // A CPU-only run measures no wait: its cost rows read "–" (as its hotspots do), never 0.
+  const cpuBase = baseSummary?.has_gpu_activity === false;
+  const cpuNew = newSummary?.has_gpu_activity === false;
   // CPU-only runs have no real syncs: their latent (would-sync-on-GPU) sites are compared by
   // count per step, as are all sites when only one run is CPU-only (then `note` says so).
   const basis = compareBasis(data);
@@ -103,11 +113,13 @@ export async function renderCompare(ctx) {
           "tbody",
           null,
           row("mean step time", formatUs(b.mean_step_time_us), formatUs(n.mean_step_time_us)),
-          row("syncs per step", formatCount(b.syncs_per_step), formatCount(n.syncs_per_step)),
-          row("host wait", formatUs(b.host_wait_us), formatUs(n.host_wait_us)),
-          row("GPU idle caused", formatUs(b.gpu_idle_us), formatUs(n.gpu_idle_us)),
-          row("share of step", formatPct(b.share_of_step), formatPct(n.share_of_step)),
-          b.latent_count || n.latent_count ? row("latent syncs", formatCount(b.latent_count), formatCount(n.latent_count)) : null,
+          row("syncs per step", cpuBase ? "–" : formatCount(b.syncs_per_step), cpuNew ? "–" : formatCount(n.syncs_per_step)),
+          row("host wait", cpuBase ? "–" : formatUs(b.host_wait_us), cpuNew ? "–" : formatUs(n.host_wait_us)),
+          row("GPU idle caused", cpuBase ? "–" : formatUs(b.gpu_idle_us), cpuNew ? "–" : formatUs(n.gpu_idle_us)),
+          row("share of step", cpuBase ? "–" : formatPct(b.share_of_step), cpuNew ? "–" : formatPct(n.share_of_step)),
+          b.latent_count || n.latent_count || cpuBase || cpuNew
+            ? row("latent syncs per step", formatCount(latentPerStep(b)), formatCount(latentPerStep(n)))
+            : null,
         ),
       ),
     ),
@@ -192,4 +204,14 @@ async function openSite(app, x) {
   } catch {
     app.setState({ view: "hotspots" });
   }
+}
+
+/**
+ * Latent syncs per step of one side's summary.
+ * @param {any} summary
+ */
+function latentPerStep(summary) {
+  const steps = summary?.step_count || 0;
+  const count = summary?.latent_count || 0;
+  return steps ? count / steps : count;
 }

@@ -9,9 +9,12 @@ import { h, replace, s } from "./dom.js";
 import { kindDescription, kindLabel } from "./catalogue.js";
 import { countNames, formatBytes, formatCount, formatPct, formatUs, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
-import { layoutTimeline } from "./layout.js";
+import { barLabel, layoutTimeline, placeBandLabels } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
-import { frameLocation, isOpenable, splitStack, vscodeMessage } from "./stack.js";
+import { inlineCode } from "./markup.js";
+import { apiUrl } from "./query.js";
+import { frameLines, frameLocation, isOpenable, splitStack, vscodeMessage } from "./stack.js";
+import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
 const SOURCE_CONTEXT = 5;
@@ -34,6 +37,9 @@ export async function renderDetail(ctx, slot) {
     if (!ctx.isCurrent()) return;
     const site = detail?.site || null;
     const sync = detail?.sync || null;
+    // Which worker's trace the sync is in (the summary is cached: the hotspots asked for it).
+    const traces = sync ? (await getJson("summary", sel).catch(() => ({}))).traces : null;
+    if (!ctx.isCurrent()) return;
     const panel = h(
       "div",
       { class: "sa-detail", "data-testid": "detail" },
@@ -50,6 +56,7 @@ export async function renderDetail(ctx, slot) {
       sync ? stackSection(sync, app) : null,
       detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26) : null,
       site?.advice ? adviceSection(site.advice) : null,
+      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app) : null,
       occurrences(items, syncs.total, syncId, app),
     );
     replace(slot, panel);
@@ -85,6 +92,7 @@ function header(site, sync, app) {
   const func = site?.func ?? sync?.source?.func ?? null;
   const kind = site?.kind ?? sync?.kind;
   const latent = !!(site?.latent || sync?.latent);
+  const defLine = site?.def_line ?? sync?.source?.def_line ?? null;
   return h(
     "div",
     null,
@@ -96,7 +104,15 @@ function header(site, sync, app) {
         ? frameButton({ file: sync?.source?.resolved_path || file, line, func: func || "", user: true }, app, `${file}:${line ?? "?"}`)
         : `${siteFallbackLabel(site || { ops: sync?.op_chain, apis: sync?.apis })} (no source line)`,
     ),
-    func ? h("div", { class: "mono" }, `in ${func}()`) : null,
+    func
+      ? h(
+          "div",
+          { class: "mono sa-where", "data-testid": "where" },
+          `in ${func}()`,
+          // The header's line is the call that synced; the stack below shows def lines.
+          defLine !== null && defLine !== line ? h("span", { class: "sa-muted" }, ` \u00b7 defined at line ${defLine}`) : null,
+        )
+      : null,
     site && site.line_exact === false && file ? h("div", { class: "sa-line-note-slot" }) : null,
   );
 }
@@ -173,7 +189,7 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
             "span",
             { class: `ln${no === src.line ? " hl" : ""}`, "data-line": no, "aria-current": no === src.line ? "true" : null },
             h("span", { class: "no" }, String(no)),
-            tokenizePython(text).map((t) => (t.type === "txt" ? t.text : h("span", { class: `t-${t.type}` }, t.text))),
+            h("span", { class: "src" }, tokenizePython(text).map((t) => (t.type === "txt" ? t.text : h("span", { class: `t-${t.type}` }, t.text)))),
           );
         }),
       ),
@@ -231,7 +247,7 @@ function interleave(items, sep) {
  * @param {any} app
  */
 function stackSection(sync, app) {
-  const { user, library } = splitStack(sync.stack);
+  const { user, library } = splitStack(frameLines(sync.stack || [], sync.source));
   if (!user.length && !library.length) {
     return [
       h("h3", null, "Python stack"),
@@ -239,9 +255,23 @@ function stackSection(sync, app) {
     ];
   }
   const item = (/** @type {any} */ f, /** @type {string} */ cls) =>
-    h("li", { class: cls }, frameButton(f, app, null));
+    h(
+      "li",
+      { class: cls },
+      frameButton(f, app, null),
+      f.role === "def" ? h("span", { class: "sa-tag", title: "the line where this function is defined (the trace records no call lines)" }, "def") : null,
+      f.call !== null ? h("span", { class: "sa-tag call", title: "the line that made the sync (found in the source)" }, `sync at line ${f.call}`) : null,
+    );
+  const defs = user.some((f) => f.role === "def");
   return [
     h("h3", null, "Python stack"),
+    defs
+      ? h(
+          "p",
+          { class: "sa-muted sa-small", "data-testid": "stack-note" },
+          "Innermost first. The trace records where each function is defined, not the line that called the next one (a function already running when profiling started shows the line it was at); the sync's own line is in the header.",
+        )
+      : null,
     h("ul", { class: "sa-frames", "data-testid": "user-frames" }, user.map((f) => item(f, "user"))),
     library.length
       ? h(
@@ -282,31 +312,28 @@ function frameButton(frame, app, label) {
  */
 function timelineSection(context, sync, panelWidth) {
   const width = Math.round(Math.max(300, Math.min(900, panelWidth || 560)));
-  const L = layoutTimeline(context, { width, labelW: width < 420 ? 80 : 110, rowH: 16 });
-  if (!L) return null;
+  const labelW = width < 420 ? 80 : 110;
+  const probe = layoutTimeline(context, { width, labelW, rowH: 16 });
+  if (!probe) return null;
+  const waitText = sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`;
+  const idleText = probe.bubble ? `GPU idle ${formatUs(sync?.gpu_idle_after_us)}` : null;
+  const placed = placeBandLabels({ wait: probe.wait, bubble: probe.bubble, width, waitText, idleText });
+  const L = /** @type {NonNullable<ReturnType<typeof layoutTimeline>>} */ (layoutTimeline(context, { width, labelW, rowH: 16, top: placed.top }));
   const isSyncApi = (/** @type {string} */ name) => (sync?.apis || [sync?.api]).includes(name);
   const devClass = (/** @type {string} */ cat, /** @type {string} */ name) =>
     /memcpy|memset/i.test(cat) || /^Memcpy|^Memset/.test(name) ? "ev-memcpy" : "ev-dev";
+  const bandTop = placed.top - 6;
   const svg = s(
     "svg",
     { viewBox: `0 0 ${width} ${L.height}`, role: "img", "aria-label": "Host thread and device lanes around the sync" },
-    s("rect", { class: "wait-band", x: L.wait.x, y: 12, width: L.wait.w, height: L.height - 30 }),
-    L.bubble ? s("rect", { class: "bubble-band", x: L.bubble.x, y: 12, width: L.bubble.w, height: L.height - 30 }) : null,
-    s("text", { x: L.wait.x, y: 10 }, sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`),
-    L.bubble
-      ? s(
-          "text",
-          // Label right of the bubble, or right-aligned to it when that would leave the drawing.
-          L.bubble.x + L.bubble.w + 90 < width
-            ? { x: L.bubble.x + L.bubble.w + 2, y: 10 }
-            : { x: L.bubble.x + L.bubble.w, y: 10, "text-anchor": "end" },
-          `GPU idle ${formatUs(sync?.gpu_idle_after_us)}`,
-        )
-      : null,
+    s("rect", { class: "wait-band", x: L.wait.x, y: bandTop, width: L.wait.w, height: L.height - bandTop - 18 }),
+    L.bubble ? s("rect", { class: "bubble-band", x: L.bubble.x, y: bandTop, width: L.bubble.w, height: L.height - bandTop - 18 }) : null,
+    placed.labels.map((l, i) => s("text", { class: i === 0 ? "band-label wait" : "band-label idle", x: l.x, y: l.y, "text-anchor": l.anchor }, l.text)),
     L.rows.map((/** @type {any} */ r) => [
       s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18)),
-      r.items.map((/** @type {any} */ it) =>
-        s(
+      r.items.map((/** @type {any} */ it) => {
+        const text = barLabel(it.name, it.w);
+        return s(
           "g",
           null,
           s(
@@ -321,10 +348,9 @@ function timelineSection(context, sync, panelWidth) {
             },
             s("title", null, `${it.name} (${it.cat})`),
           ),
-          // Name inside the bar when there is room (about 6 px per character).
-          it.w > 40 ? s("text", { class: "ev-label", x: it.x + 3, y: r.y + r.h - 4 }, truncate(it.name, Math.floor((it.w - 6) / 6))) : null,
-        ),
-      ),
+          text ? s("text", { class: "ev-label", x: it.x + 3, y: r.y + r.h - 4 }, text) : null,
+        );
+      }),
     ]),
     L.ticks.map((t, i) =>
       s("text", { x: t.x, y: L.height - 4, "text-anchor": i === 0 ? "start" : i === L.ticks.length - 1 ? "end" : "middle" }, `+${formatUs(t.us)}`),
@@ -359,8 +385,8 @@ function adviceSection(advice) {
     h(
       "div",
       { class: "sa-advice", "data-testid": "advice" },
-      advice.title ? h("b", null, advice.title) : null,
-      advice.text ? h("p", null, advice.text) : null,
+      advice.title ? h("b", null, withCode(advice.title)) : null,
+      advice.text ? h("p", null, withCode(advice.text)) : null,
       advice.removes ? h("p", { class: "sa-note" }, `Removes: ${advice.removes}`) : null,
       advice.before || advice.after
         ? h(
@@ -372,6 +398,73 @@ function adviceSection(advice) {
         : null,
     ),
   ];
+}
+
+/**
+ * Text with `code` spans as <code> elements.
+ * @param {string} text
+ */
+function withCode(text) {
+  return inlineCode(text).map((part) => (part.code ? h("code", null, part.text) : part.text));
+}
+
+/**
+ * Where to see this sync in a full trace viewer: the PyTorch Profiler tab (opened, with
+ * where to look: it takes no run, view or time from a link) and the trace with a Sync
+ * Advisor track, for Perfetto.
+ * @param {any} sync
+ * @param {any} context
+ * @param {{run: string, worker: string | null, span: string | null}} sel
+ * @param {{worker: string, span: string | null} | null} where the sync's trace
+ * @param {any} app
+ */
+function viewersSection(sync, context, sel, where, app) {
+  const at = traceLocator(sync, context);
+  const worker = where?.worker ?? sel.worker;
+  const span = where?.span ?? null;
+  const place = [
+    at.step ? `${formatUs(at.offsetUs)} into ${at.step}` : null,
+    at.thread ? `thread ${at.thread}` : null,
+  ].filter(Boolean).join(", ");
+  const profiler = app.profilerTab
+    ? h(
+        "li",
+        { "data-testid": "profiler-link" },
+        h(
+          "button",
+          {
+            class: "sa-linkish",
+            title: "Open TensorBoard's PyTorch Profiler tab (it cannot be opened on a run or a time: it says where to look)",
+            onclick: () => app.openProfilerTab(at.search),
+          },
+          "PyTorch Profiler tab",
+        ),
+        ": Runs ",
+        h("b", null, sel.run),
+        worker ? [", Workers ", h("b", null, worker)] : null,
+        span ? [", Spans ", h("b", null, span)] : null,
+        ", Views ",
+        h("b", null, "Trace"),
+        place ? `; ${place}` : "",
+        at.search ? ["; search ", h("code", null, at.search), " (copied when you open the tab)"] : null,
+        ".",
+      )
+    : null;
+  const perfetto = worker
+    ? h(
+        "li",
+        { "data-testid": "perfetto-link" },
+        h("a", { href: apiUrl("export", { run: sel.run, worker, span, format: "trace" }), download: "" }, "Trace with a Sync Advisor track"),
+        ": open it in ",
+        h("a", { href: "https://ui.perfetto.dev", target: "_blank", rel: "noopener noreferrer" }, "Perfetto"),
+        " or chrome://tracing; this sync is the slice ",
+        h("code", null, `${sync.kind}: ${sync.op || sync.api || "sync"}`),
+        place ? ` (${place})` : "",
+        ".",
+      )
+    : null;
+  if (!profiler && !perfetto) return null;
+  return [h("h3", null, "In a trace viewer"), h("ul", { class: "sa-viewers", "data-testid": "viewers" }, profiler, perfetto)];
 }
 
 /**

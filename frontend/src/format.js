@@ -19,8 +19,9 @@ export function formatUs(us) {
   const a = Math.abs(us);
   if (a === 0) return "0 µs";
   if (a < 1) return `${sign}${trim(a.toFixed(2))} µs`;
-  if (a < 1000) return `${sign}${trim(a < 10 ? a.toFixed(1) : a.toFixed(0))} µs`;
-  if (a < 1e6) return `${sign}${sig3(a / 1000)} ms`;
+  // Units are picked on the rounded value: 999.7 µs reads 1.00 ms, not 1000 µs.
+  if (a < 999.5) return `${sign}${trim(a < 9.95 ? a.toFixed(1) : a.toFixed(0))} µs`;
+  if (a < 999.5e3) return `${sign}${sig3(a / 1000)} ms`;
   return `${sign}${sig3(a / 1e6)} s`;
 }
 
@@ -132,9 +133,30 @@ export function siteFallbackLabel(site) {
 
 /** @param {number} x */
 function sig3(x) {
-  if (x >= 100) return x.toFixed(0);
-  if (x >= 10) return x.toFixed(1);
+  if (x >= 99.95) return x.toFixed(0);
+  if (x >= 9.995) return x.toFixed(1);
   return x.toFixed(2);
+}
+
+/**
+ * A count with its noun, singular for one: `1 site`, `3 sites`.
+ * @param {number} n
+ * @param {string} word
+ * @param {string} [many] the plural when it is not `word + "s"`
+ * @returns {string}
+ */
+export function plural(n, word, many) {
+  return `${formatCount(n)} ${n === 1 ? word : many ?? word + "s"}`;
+}
+
+/**
+ * How many sites the table shows: `3 sites`, or `2 of 3 sites` when filtered.
+ * @param {number} shown
+ * @param {number} total
+ * @returns {string}
+ */
+export function siteCountText(shown, total) {
+  return shown === total ? plural(total, "site") : `${formatCount(shown)} of ${plural(total, "site")}`;
 }
 
 /** Drop trailing zeros after a decimal point: "1.50" -> "1.5", "2.0" -> "2". @param {string} s */

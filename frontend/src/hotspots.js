@@ -6,8 +6,9 @@
 import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
-import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
-import { layoutStepChart } from "./layout.js";
+import { formatCount, formatPct, formatUs, plural, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
+import { groupSteps, layoutStepChart } from "./layout.js";
+import { inlineCode } from "./markup.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
@@ -60,7 +61,7 @@ export async function renderHotspots(ctx) {
     teachingBanners(summaryResp, latent, sites.total),
     headlineCards(summary, latent),
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
-    latent ? null : stepChart(stepsResp.steps || [], state, app, ctx.width),
+    latent ? null : stepChart(stepsResp.steps || [], summaryResp.traces || [], sel, state, app, ctx.width),
     h(
       "div",
       { class: `sa-main${hasDetail ? "" : " no-detail"}` },
@@ -71,7 +72,7 @@ export async function renderHotspots(ctx) {
           "div",
           { class: "sa-section-title" },
           latent ? "Latent sync sites" : "Hotspots",
-          h("span", { class: "sa-chip", "data-testid": "site-count" }, `${shown.length} of ${sites.total} sites`),
+          h("span", { class: "sa-chip", "data-testid": "site-count" }, siteCountText(shown.length, sites.total)),
           state.step !== null
             ? h(
                 "span",
@@ -145,8 +146,8 @@ function teachingBanners(resp, latent, siteTotal) {
         h(
           "p",
           null,
-          `Checked ${formatCount(summary.step_count || 0)} step${summary.step_count === 1 ? "" : "s"}`,
-          (resp.traces || []).length ? ` in ${resp.traces.length} trace file${resp.traces.length > 1 ? "s" : ""}` : "",
+          `Checked ${plural(summary.step_count || 0, "step")}`,
+          (resp.traces || []).length ? ` in ${plural(resp.traces.length, "trace file")}` : "",
           checked.length ? " for:" : ".",
         ),
         checked.length ? h("ul", null, checked.map((/** @type {string} */ c) => h("li", null, c))) : null,
@@ -177,7 +178,7 @@ function headlineCards(summary, latent) {
   return h(
     "div",
     { class: "sa-cards" },
-    card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${formatCount(steps)} steps`, "syncs"),
+    card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${plural(steps, "step")}`, "syncs"),
     card("Host wait per step", formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
     card("GPU idle caused", formatUs(perStep(summary.gpu_idle_us || 0)), `per step, ${formatUs(summary.gpu_idle_us)} in total`, "idle"),
     card("Share of step time", formatPct(summary.share_of_step ?? 0), "host wait + GPU idle", "share"),
@@ -190,75 +191,132 @@ function headlineCards(summary, latent) {
   );
 }
 
+/** Above this many workers in one selection, the chart shows one bar per worker. */
+const MAX_STEP_GROUPS = 8;
+
 /**
- * The per-step chart. A click (or Enter) on a step filters the view to it; again clears.
+ * The per-step chart. Each trace file counts its own steps, so the steps of different
+ * workers (or spans) are drawn in groups of their own, never on one axis. A click (or Enter)
+ * on a step filters the view to it, in its worker; again clears. With many workers, one bar
+ * per worker (its mean per step); a click selects the worker.
  * @param {any[]} steps
+ * @param {any[]} traces the summary's traces (path -> worker, span)
+ * @param {{run: string, worker: string | null, span: string | null}} sel
  * @param {any} state
  * @param {any} app
  * @param {number} viewWidth
  */
-function stepChart(steps, state, app, viewWidth) {
+function stepChart(steps, traces, sel, state, app, viewWidth) {
   if (!steps.length) return null;
+  let groups = groupSteps(steps, traces);
+  let perWorker = false;
+  let shown = groups.flatMap((g) => g.steps);
+  if (groups.length > MAX_STEP_GROUPS) {
+    perWorker = true;
+    shown = groups.map((g, i) => {
+      const n = g.steps.length || 1;
+      const sum = (/** @type {string} */ k) => g.steps.reduce((a, x) => a + (x[k] || 0), 0);
+      return { step: i, sync_count: sum("sync_count") / n, host_wait_us: sum("host_wait_us") / n, gpu_idle_us: sum("gpu_idle_us") / n, step_time_us: sum("step_time_us") / n };
+    });
+  }
+  const grouped = !perWorker && groups.length > 1;
   // Laid out at the real width so text stays 10 px in a narrow VS Code panel too.
   const width = Math.round(Math.max(300, Math.min(1600, viewWidth || 960)));
-  const height = width < 600 ? 140 : 170;
-  const pad = { l: 56, r: 30, t: 10, b: 24 };
-  const L = layoutStepChart(steps, { width, height, pad });
-  const pick = (/** @type {number} */ step) => app.setState({ step: state.step === step ? null : step, sync: null });
+  const height = (width < 600 ? 140 : 170) + (grouped ? 14 : 0);
+  const pad = { l: 56, r: 30, t: 10, b: grouped ? 38 : 24 };
+  const L = layoutStepChart(shown, { width, height, pad, groups: grouped ? groups.map((g) => g.steps.length) : undefined });
+  const groupOf = (/** @type {number} */ i) => (perWorker ? groups[i] : groups[L.spans.findIndex((sp) => i >= sp.first && i < sp.first + sp.size)] ?? groups[0]);
+  /** @param {number} i */
+  const pick = (i) => {
+    const g = groupOf(i);
+    if (perWorker) {
+      app.setState({ worker: g.worker, span: null, step: null, site: null, sync: null });
+      return;
+    }
+    const step = shown[i].step;
+    const same = state.step === step && (!grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null)));
+    // Step numbers are per worker: filtering to a step of one worker selects that worker.
+    const where = grouped ? { worker: g.worker, span: g.span } : {};
+    app.setState({ ...where, step: same ? null : step, sync: null });
+  };
+  const empty = L.maxUs === 0;
+  const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(shown[i].step));
   const svg = s(
     "svg",
-    { viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": "Host wait, GPU idle and sync count per step" },
+    { viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": perWorker ? "Host wait, GPU idle and syncs per step, per worker" : "Host wait, GPU idle and sync count per step" },
     s("line", { class: "axis", x1: L.pad.l, x2: L.pad.l + L.plotW, y1: L.baseY, y2: L.baseY }),
-    s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
-    s("text", { x: L.pad.l - 4, y: L.baseY, "text-anchor": "end" }, "0"),
-    s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`),
-    L.bars.map((b, i) =>
-      s(
+    // An empty chart has no scale to label: say what it shows instead of a "0 µs" top.
+    empty ? s("text", { class: "empty", x: L.pad.l + L.plotW / 2, y: L.pad.t + L.plotH / 2, "text-anchor": "middle" }, "no host wait or GPU idle after a sync in these steps") : s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
+    empty ? null : s("text", { x: L.pad.l - 4, y: L.baseY, "text-anchor": "end" }, "0"),
+    L.maxCount ? s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`) : null,
+    L.bars.map((b, i) => {
+      const g = groupOf(i);
+      const inSel = !grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null));
+      const selected = perWorker ? false : state.step === b.step && inSel;
+      const where = grouped || perWorker ? `${g.label}, ` : "";
+      return s(
         "g",
         {
           class: "step",
           tabindex: "0",
           role: "button",
-          "data-step": b.step,
-          "data-focus-key": `step-${b.step}`,
-          "aria-pressed": String(state.step === b.step),
-          "aria-label": `Step ${b.step}: ${formatCount(steps[i].sync_count)} syncs, host wait ${formatUs(steps[i].host_wait_us)}, GPU idle ${formatUs(steps[i].gpu_idle_us)}`,
-          onclick: () => pick(b.step),
+          "data-step": perWorker ? null : b.step,
+          "data-worker": grouped || perWorker ? g.worker : null,
+          "data-focus-key": perWorker ? `worker-${g.worker}` : `step-${g.worker ?? ""}-${b.step}`,
+          "aria-pressed": String(selected),
+          "aria-label": `${where}${perWorker ? "per step" : `step ${b.step}`}: ${formatCount(shown[i].sync_count)} syncs, host wait ${formatUs(shown[i].host_wait_us)}, GPU idle ${formatUs(shown[i].gpu_idle_us)}`,
+          onclick: () => pick(i),
           onkeydown: (/** @type {KeyboardEvent} */ e) => {
             if (e.key === "Enter" || e.key === " ") {
               e.preventDefault();
-              pick(b.step);
+              pick(i);
             }
           },
         },
-        s("rect", { class: `band${state.step === b.step ? " selected" : ""}`, x: b.band.x, y: L.pad.t, width: b.band.w, height: L.plotH }),
+        s("rect", { class: `band${selected ? " selected" : ""}`, x: b.band.x, y: L.pad.t, width: b.band.w, height: L.plotH }),
         s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),
         s("rect", { class: "bar-idle", x: b.x, y: b.idleY, width: b.w, height: b.idleH }),
-        s("title", null, `step ${b.step}: ${steps[i].sync_count} syncs, wait ${formatUs(steps[i].host_wait_us)}, idle ${formatUs(steps[i].gpu_idle_us)}, step ${formatUs(steps[i].step_time_us)}`),
-        i % L.labelEvery === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, String(b.step)) : null,
-      ),
-    ),
-    s("polyline", { class: "count-line", points: L.line }),
+        s("title", null, `${where}${perWorker ? "mean per step" : `step ${b.step}`}: ${formatCount(shown[i].sync_count)} syncs, wait ${formatUs(shown[i].host_wait_us)}, idle ${formatUs(shown[i].gpu_idle_us)}, step ${formatUs(shown[i].step_time_us)}`),
+        perWorker || i % L.labelEvery === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? label(i).slice(0, Math.max(3, Math.floor(b.band.w / 6))) : label(i)) : null,
+      );
+    }),
+    grouped
+      ? L.spans.map((sp, gi) =>
+          s(
+            "g",
+            { class: "group", "data-group": groups[gi].label },
+            s("line", { class: "group-rule", x1: sp.x + 2, x2: sp.x + sp.w - 2, y1: L.baseY + 20, y2: L.baseY + 20 }),
+            s("text", { class: "group-label", x: sp.x + sp.w / 2, y: L.baseY + 32, "text-anchor": "middle" }, truncateText(groups[gi].label, Math.max(3, Math.floor(sp.w / 6)))),
+            s("title", null, groups[gi].label),
+          ),
+        )
+      : null,
+    (perWorker ? [L.line] : L.lines).map((points) => s("polyline", { class: "count-line", points })),
     L.points.length <= 80 ? L.points.map((p) => s("circle", { class: "count-dot", cx: p.x, cy: p.y, r: 2.5 })) : null,
   );
   return h(
     "section",
-    { class: "sa-chart", "aria-label": "Per-step chart" },
+    { class: "sa-chart", "aria-label": "Per-step chart", "data-testid": "step-chart", "data-groups": String(perWorker ? 0 : groups.length) },
     h(
       "div",
       { class: "sa-section-title" },
-      "Per step",
+      perWorker ? `Per worker (${formatCount(groups.length)})` : grouped ? `Per step, per worker (${formatCount(groups.length)})` : "Per step",
       h(
         "span",
         { class: "sa-legend" },
         h("span", null, h("i", { style: { background: "var(--wait)" } }), "host wait"),
         h("span", null, h("i", { style: { background: "var(--idle)" } }), "GPU idle after sync"),
         h("span", null, h("i", { style: { background: "var(--line)", height: "2px" } }), "sync count (right axis)"),
-        h("span", null, "click a step to filter"),
+        h("span", null, perWorker ? "mean per step; click a worker to see its steps" : grouped ? "each worker counts its own steps; click a step to filter" : "click a step to filter"),
       ),
     ),
     svg,
   );
+}
+
+/** @param {string} text @param {number} n */
+function truncateText(text, n) {
+  return text.length > n ? text.slice(0, Math.max(1, n - 1)) + "\u2026" : text;
 }
 
 /**
@@ -336,8 +394,10 @@ function sitesTable(sites, state, app, latent) {
         "td",
         { class: "loc col-loc", title: site.file ? `${site.file}:${site.line ?? ""}` : "" },
         site.file
-          ? h("span", { class: "mono" }, `${shortPath(site.file)}:${site.line ?? "?"}`)
-          : h("span", { class: "mono nosrc", title: "no Python stack: profile with with_stack=True" }, siteFallbackLabel(site)),
+          ? h("span", { class: "mono where" }, `${shortPath(site.file)}:${site.line ?? "?"}`)
+          : h("span", { class: "mono where nosrc", title: "no Python stack: profile with with_stack=True" }, siteFallbackLabel(site)),
+        // The one-line fix, so the table says what to do without opening the detail.
+        site.advice?.title ? h("span", { class: "fix", "data-testid": "row-fix" }, inlineCode(site.advice.title).map((part) => (part.code ? h("code", null, part.text) : part.text))) : null,
       ),
       h("td", { class: "col-func mono" }, site.func || "–"),
       h(

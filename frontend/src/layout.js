@@ -12,28 +12,41 @@
 /**
  * Layout of the per-step chart: one stacked bar per step (host wait at the bottom, GPU idle
  * on top, both on the left axis in µs) and the sync count as a line on the right axis.
+ * `groups` (sizes, summing to the number of steps) splits the axis: a gap between groups,
+ * a count line per group and a span per group for its label (steps of different workers
+ * never share an axis position).
  * @param {StepStat[]} steps
- * @param {{width: number, height: number, pad?: {l: number, r: number, t: number, b: number}}} box
+ * @param {{width: number, height: number, pad?: {l: number, r: number, t: number, b: number}, groups?: number[]}} box
  */
 export function layoutStepChart(steps, box) {
   const pad = box.pad ?? { l: 56, r: 40, t: 10, b: 24 };
   const plotW = Math.max(10, box.width - pad.l - pad.r);
   const plotH = Math.max(10, box.height - pad.t - pad.b);
   const n = steps.length;
+  const groups = box.groups && box.groups.length > 1 ? box.groups : [n];
+  // Step i's slot on the axis: one empty slot between groups.
+  const slotOf = [];
+  let slot = 0;
+  groups.forEach((size, g) => {
+    if (g) slot += 1;
+    for (let k = 0; k < size; k++) slotOf.push(slot++);
+  });
+  const slots = Math.max(1, slot);
   const maxUs = niceMax(Math.max(0, ...steps.map((s) => (s.host_wait_us || 0) + (s.gpu_idle_us || 0))));
   const maxCount = niceMax(Math.max(0, ...steps.map((s) => s.sync_count || 0)));
-  const band = n ? plotW / n : plotW;
+  const band = n ? plotW / slots : plotW;
   const barW = Math.max(1, band * (n > 60 ? 0.9 : 0.7));
   const baseY = pad.t + plotH;
   const bars = steps.map((s, i) => {
-    const x = pad.l + i * band + (band - barW) / 2;
+    const left = pad.l + (slotOf[i] ?? i) * band;
+    const x = left + (band - barW) / 2;
     const waitH = maxUs ? ((s.host_wait_us || 0) / maxUs) * plotH : 0;
     const idleH = maxUs ? ((s.gpu_idle_us || 0) / maxUs) * plotH : 0;
     return {
       step: s.step,
       x,
       w: barW,
-      band: { x: pad.l + i * band, w: band },
+      band: { x: left, w: band },
       waitY: baseY - waitH,
       waitH,
       idleY: baseY - waitH - idleH,
@@ -42,10 +55,19 @@ export function layoutStepChart(steps, box) {
   });
   const points = steps.map((s, i) => ({
     step: s.step,
-    x: pad.l + i * band + band / 2,
+    x: pad.l + (slotOf[i] ?? i) * band + band / 2,
     y: maxCount ? baseY - ((s.sync_count || 0) / maxCount) * plotH : baseY,
     count: s.sync_count || 0,
   }));
+  const lines = [];
+  const spans = [];
+  let first = 0;
+  for (const size of groups) {
+    const part = points.slice(first, first + size);
+    lines.push(part.map((p) => `${round(p.x)},${round(p.y)}`).join(" "));
+    if (size) spans.push({ x: bars[first].band.x, w: bars[first + size - 1].band.x + band - bars[first].band.x, first, size });
+    first += size;
+  }
   return {
     pad,
     plotW,
@@ -55,10 +77,42 @@ export function layoutStepChart(steps, box) {
     maxCount,
     bars,
     points,
-    line: points.map((p) => `${round(p.x)},${round(p.y)}`).join(" "),
+    line: lines.join(" "),
+    lines,
+    spans,
     // Label every k-th step so labels never overlap (about 40 px per label).
-    labelEvery: Math.max(1, Math.ceil(n / Math.max(1, Math.floor(plotW / 40)))),
+    labelEvery: Math.max(1, Math.ceil(slots / Math.max(1, Math.floor(plotW / 40)))),
   };
+}
+
+/**
+ * The steps of a selection grouped per trace file (a worker, or a worker's span): each
+ * trace counts its own steps, so steps of different workers must not share an axis.
+ * `traces` are the summary's (`path`, `worker`, `span`), in the order to show.
+ * @template {{trace?: string | null}} T
+ * @param {T[]} steps
+ * @param {{path: string, worker: string, span?: string | null}[]} traces
+ * @returns {{worker: string | null, span: string | null, label: string, steps: T[]}[]}
+ */
+export function groupSteps(steps, traces) {
+  const order = new Map((traces || []).map((t, i) => [t.path, i]));
+  const spansOf = new Map();
+  for (const t of traces || []) spansOf.set(t.worker, (spansOf.get(t.worker) || 0) + 1);
+  /** @type {Map<string, T[]>} */
+  const byTrace = new Map();
+  for (const s of steps) {
+    const key = s.trace ?? "";
+    if (!byTrace.has(key)) byTrace.set(key, []);
+    byTrace.get(key)?.push(s);
+  }
+  const keys = [...byTrace.keys()].sort((a, b) => (order.get(a) ?? 1e9) - (order.get(b) ?? 1e9));
+  return keys.map((key) => {
+    const t = (traces || []).find((x) => x.path === key);
+    const worker = t ? t.worker : null;
+    const span = t && t.span !== undefined ? t.span : null;
+    const label = worker === null ? key : spansOf.get(worker) > 1 && span !== null ? `${worker} · ${span}` : worker;
+    return { worker, span, label, steps: byTrace.get(key) || [] };
+  });
 }
 
 /**
@@ -87,12 +141,14 @@ function round(v) {
  * Layout of the sync timeline: host-thread rows by nesting depth, then one row per device
  * lane; the host wait (sync start..end) and the GPU bubble (end..idle_end) as bands.
  * @param {SyncContext | null | undefined} ctx
- * @param {{width: number, labelW?: number, rowH?: number, maxDepth?: number}} box
+ * @param {{width: number, labelW?: number, rowH?: number, maxDepth?: number, top?: number}} box
+ *   `top`: where the first row starts (room above it for the band labels)
  */
 export function layoutTimeline(ctx, box) {
   if (!ctx || !Array.isArray(ctx.window) || !(ctx.window[1] > ctx.window[0])) return null;
   const labelW = box.labelW ?? 120;
   const rowH = box.rowH ?? 16;
+  const top = box.top ?? 18;
   const maxDepth = box.maxDepth ?? 4;
   const [t0, t1] = ctx.window;
   const plotW = Math.max(10, box.width - labelW - 8);
@@ -124,7 +180,7 @@ export function layoutTimeline(ctx, box) {
   for (const lane of [...lanes.keys()].sort((a, b) => a.localeCompare(b, "en", { numeric: true }))) {
     rows.push({ label: lane, group: "device", items: lanes.get(lane) || [] });
   }
-  rows.forEach((r, i) => Object.assign(r, { y: 18 + i * (rowH + 4), h: rowH }));
+  rows.forEach((r, i) => Object.assign(r, { y: top + i * (rowH + 4), h: rowH }));
   const hostRows = rows.filter((r) => r.group === "host").length;
   const s = ctx.sync;
   const wait = { x: x(s.ts_us), w: Math.max(2, x(s.end_us) - x(s.ts_us)) };
@@ -140,7 +196,59 @@ export function layoutTimeline(ctx, box) {
     hostRows,
     wait,
     bubble,
-    height: 18 + rows.length * (rowH + 4) + 20,
+    top,
+    height: top + rows.length * (rowH + 4) + 20,
     ticks: [0, 0.25, 0.5, 0.75, 1].map((f) => ({ x: labelW + f * plotW, us: (t1 - t0) * f })),
   };
+}
+
+/** Width of a character of the drawings' 10 px labels, a little generous. */
+export const LABEL_CHAR_PX = 6;
+
+/**
+ * Where the labels of the wait band and the GPU bubble go: above the drawing, each near its
+ * band, never over the other or past the edge; the bubble's label drops to a second line
+ * when both do not fit on one. Returns the labels and where the rows can start.
+ * @param {{wait: {x: number, w: number}, bubble: {x: number, w: number} | null, width: number,
+ *          waitText: string, idleText: string | null, charPx?: number}} args
+ * @returns {{labels: {text: string, x: number, y: number, anchor: "start" | "end"}[], top: number}}
+ */
+export function placeBandLabels({ wait, bubble, width, waitText, idleText, charPx = LABEL_CHAR_PX }) {
+  const line = 12;
+  /** @param {string} text @param {number} x */
+  const span = (text, x) => {
+    const w = text.length * charPx;
+    return x + w <= width ? { x, anchor: /** @type {const} */ ("start"), a: x, b: x + w } : { x: width, anchor: /** @type {const} */ ("end"), a: width - w, b: width };
+  };
+  const first = span(waitText, Math.max(0, wait.x));
+  const labels = [{ text: waitText, x: first.x, y: line - 2, anchor: first.anchor }];
+  if (!bubble || !idleText) return { labels, top: line + 6 };
+  const second = span(idleText, Math.max(bubble.x, first.b + charPx));
+  // On the wait label's line only when it neither touches it nor drifts away from its band.
+  const clash = second.a < first.b + charPx || second.a > bubble.x + bubble.w + 8 * charPx;
+  if (!clash) {
+    labels.push({ text: idleText, x: second.x, y: line - 2, anchor: second.anchor });
+    return { labels, top: line + 6 };
+  }
+  const own = span(idleText, Math.max(0, bubble.x));
+  labels.push({ text: idleText, x: own.x, y: 2 * line - 2, anchor: own.anchor });
+  return { labels, top: 2 * line + 6 };
+}
+
+/**
+ * The text that fits inside a bar of `widthPx`: the name without its namespace
+ * (`aten::nonzero` -> `nonzero`, `autograd::engine::evaluate_function: IndexBackward0` ->
+ * `IndexBackward0`), cut with an ellipsis, or "" when fewer than 6 characters would fit.
+ * @param {string} name
+ * @param {number} widthPx
+ * @param {number} [charPx]
+ * @returns {string}
+ */
+export function barLabel(name, widthPx, charPx = LABEL_CHAR_PX) {
+  const room = Math.floor((widthPx - 6) / charPx);
+  if (!name || room < 6) return "";
+  if (name.length <= room) return name;
+  const short = name.replace(/^.*:\s+/, "").replace(/^[A-Za-z_][\w.]*::/, "");
+  if (short.length <= room) return short;
+  return short.slice(0, room - 1) + "\u2026";
 }

@@ -143,3 +143,18 @@ test("a CPU-only run against a GPU run gets a neutral headline by site counts", 
   assert.match(head.text, /2 sync sites fixed, 1 new/);
   assert.match(head.note, /step times do not compare/);
 });
+
+test("the baseline is pre-selected by name, and a run is never its own baseline", async () => {
+  const { defaultBaseline } = await import("../src/compare.js");
+  const demo = ["cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized"];
+  assert.equal(defaultBaseline(demo, "seg_optimized"), "seg_baseline");
+  assert.equal(defaultBaseline(demo, "cnn_optimized"), "cnn_baseline");
+  assert.equal(defaultBaseline(demo, "seg_baseline"), null); // it is the baseline itself
+  assert.equal(defaultBaseline(["baseline", "optimized", "clean"], "optimized"), "baseline");
+  assert.equal(defaultBaseline(["run_a", "run_b"], "run_b"), "run_a"); // the other run
+  assert.equal(defaultBaseline(["a", "b", "c"], "c"), null); // nothing says which
+  assert.equal(defaultBaseline(["only"], "only"), null);
+  for (const runs of [demo, ["a", "b"], ["baseline", "x"]]) {
+    for (const r of runs) assert.notEqual(defaultBaseline(runs, r), r);
+  }
+});

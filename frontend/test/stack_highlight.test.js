@@ -63,3 +63,23 @@ test("TensorBoard's dark mode wins over the system preference when readable", ()
   assert.equal(chooseTheme({ parentDark: null, prefersDark: false }), "light");
   assert.equal(chooseTheme({ parentDark: true, prefersDark: true, override: "light" }), "light");
 });
+
+test("stack lines say which is a def line and where the sync's call is", async () => {
+  const { frameLines } = await import("../src/stack.js");
+  const stack = [
+    { file: "<built-in>", line: null, func: "unique", user: false },
+    { file: "tb_syncfinder/demo/seg.py", line: 71, func: "baseline_loss", user: true },
+    { file: "tb_syncfinder/demo/seg.py", line: 114, func: "baseline_step", user: true },
+  ];
+  const source = { file: "/abs/tb_syncfinder/demo/seg.py", line: 76, def_line: 71, func: "baseline_loss" };
+  const lines = frameLines(stack, source);
+  assert.deepEqual(lines.map((f) => [f.func, f.role, f.call]), [
+    ["unique", null, null],
+    ["baseline_loss", "def", 76],
+    ["baseline_step", null, null], // a def line, or a running frame's line: unknown
+  ]);
+  // Legacy traces carry call lines: the sync's frame line is its call line, no marks.
+  const legacy = frameLines([{ file: "train.py", line: 42, func: "step", user: true }], { file: "train.py", line: 42, def_line: 40, func: "step" });
+  assert.deepEqual(legacy.map((f) => [f.role, f.call]), [[null, null]]);
+  assert.deepEqual(frameLines(stack, null).map((f) => f.role), [null, null, null]);
+});

@@ -128,13 +128,15 @@ def start_tensorboard(
     host: str = "localhost",
     path_prefix: str = "",
     cwd: str | Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> TensorBoardProcess:
     """Start TensorBoard on ``logdir`` and return once it answers HTTP requests.
 
     ``host`` is its ``--host`` (ignored with ``bind_all``), ``path_prefix`` its
     ``--path_prefix``, ``extra_args`` any further flags (``--sync_advisor_*``), ``cwd`` the
-    folder it runs in. Raises TensorBoardError, with TensorBoard's output, if it exits or
-    does not answer within ``timeout`` seconds; it is stopped then, as on any interruption.
+    folder it runs in, ``env`` its environment (default: this process's). Raises
+    TensorBoardError, with TensorBoard's output, if it exits or does not answer within
+    ``timeout`` seconds; it is stopped then, as on any interruption.
     """
     command = [
         sys.executable,
@@ -154,7 +156,7 @@ def start_tensorboard(
         prefix="tb-syncfinder-tensorboard-", suffix=".log", delete=False
     )
     process = subprocess.Popen(
-        command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
+        command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd, env=env
     )
     log_file.close()
     board = TensorBoardProcess(

@@ -1,12 +1,20 @@
 """The terminal report (format ``table``): sites by cost, then a summary, then per-file
 errors; and the terminal form of ``compare``.
 
-Pure functions of the report JSON (``Report.to_json()``); the CLI decides on colour (tty,
-``NO_COLOR``) and prints. Every line fits in ``WIDTH`` columns.
+Pure functions of the report JSON (``Report.to_json()``) and a width; the CLI decides on
+colour (tty, ``NO_COLOR``). The width is the terminal's (``COLUMNS``, else the terminal,
+else ``WIDTH`` for a pipe or a CI log). Tables are laid out for it: a location or a number
+is never cut. When a table does not fit, its least useful columns move onto the line below
+their row (``Column.drop``), then a location too long for its column gets a line of its own;
+free text (operators, fixes, notes) wraps.
 """
 
 from __future__ import annotations
 
+import shutil
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tb_syncfinder.catalogue import kind_rank
@@ -16,16 +24,8 @@ from tb_syncfinder.query import rank_sites
 if TYPE_CHECKING:
     from tb_syncfinder.outputs import RenderOptions, ReportSet
 
-WIDTH = 100
-
-# Column widths of the site table (the kind, operators and advice go on the lines below).
-_RANK_W = 3
-_LOC_W = 34
-_FUNC_W = 16
-_COUNT_W = 6
-_PER_STEP_W = 6
-_TIME_W = 9
-_SHARE_W = 6
+WIDTH = 100  # when the output is not a terminal and COLUMNS is not set
+MIN_WIDTH = 40
 
 _RESET = "\x1b[0m"
 _BOLD = "\x1b[1m"
@@ -39,6 +39,18 @@ _CYAN = "\x1b[36m"
 _SHARE_RED = 0.10
 _SHARE_YELLOW = 0.02
 
+_INDENT = "    "  # the lines under a table row (kind and operators, fix)
+
+
+def terminal_width() -> int:
+    """``COLUMNS`` if set, else the terminal's width, else ``WIDTH``; at least
+    ``MIN_WIDTH``."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+
+
+def _width(width: int | None) -> int:
+    return terminal_width() if width is None else max(MIN_WIDTH, width)
+
 
 class _Style:
     def __init__(self, color: bool) -> None:
@@ -51,16 +63,26 @@ class _Style:
         return "".join(codes) + text + _RESET
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 site``, ``2 sites``."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
 def format_us(us: float | None) -> str:
-    """A duration in microseconds, in the unit that reads best: 850 us, 1.23 ms, 2.10 s."""
+    """A duration in microseconds, in the unit that reads best, 3 significant digits:
+    850 us, 1.23 ms, 159 ms, 2.10 s."""
     if us is None:
         return "-"
     magnitude = abs(us)
-    if magnitude >= 1_000_000:
-        return f"{us / 1_000_000:.2f} s"
-    if magnitude >= 1_000:
-        return f"{us / 1_000:.2f} ms"
-    if magnitude >= 10:
+    if magnitude == 0:
+        return "0 us"
+    # The unit is chosen on the rounded value: 999.7 us reads 1.00 ms, not 1000 us.
+    for scale, unit in ((1_000_000, "s"), (1_000, "ms")):
+        if magnitude >= scale * 0.9995:
+            value = us / scale
+            digits = 0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2
+            return f"{value:.{digits}f} {unit}"
+    if magnitude >= 9.95:
         return f"{us:.0f} us"
     return f"{us:.1f} us"
 
@@ -88,8 +110,125 @@ def truncate_right(text: str, width: int) -> str:
     return text[: width - 1] + "…"
 
 
+def wrap(text: str, width: int, indent: str = "", more: str = "  ") -> list[str]:
+    """``text`` wrapped to ``width`` columns, every line starting with ``indent`` and the
+    continuation lines with ``more`` after it; words (operator names, paths) are never
+    broken, so a word longer than the line overflows rather than being cut."""
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + more,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+# --- tables ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a terminal table.
+
+    ``drop``: 0 keeps the column whatever the width; columns with a higher number are the
+    less useful ones, moved first onto the line below their row (``below`` words the value
+    there) when the table does not fit. ``wrap``: the table's one flexible column (the
+    location): it gets the width the others leave, and a longer value a line of its own.
+    ``max_width``: a wider value goes on the line below its row, whatever the width (a
+    function name too long for a column)."""
+
+    header: str
+    cell: Callable[[Any], str]
+    align: str = ">"
+    drop: int = 0
+    wrap: bool = False
+    max_width: int | None = None
+    below: Callable[[str], str] | None = None
+
+
+# A location column narrower than this wraps rather than drops another column.
+_FLEX_MIN = 16
+_GAP = "  "  # between columns
+
+
+@dataclass
+class _Layout:
+    columns: list[Column]  # shown, in order
+    widths: list[int]
+    moved: list[Column]  # shown on the line below each row instead
+    cells: list[dict[int, str]]  # per row: id(column) -> text
+    long: list[list[Column]]  # per row: shown columns whose value was too wide for them
+
+    def _cell(self, column: Column, width: int, text: str) -> str:
+        return text.ljust(width) if column.align == "<" else text.rjust(width)
+
+    def _line(self, cells: dict[int, str]) -> str:
+        return _GAP.join(self._cell(c, w, cells.get(id(c), ""))
+                         for c, w in zip(self.columns, self.widths, strict=True)).rstrip()
+
+    def header(self) -> str:
+        return self._line({id(c): c.header for c in self.columns})
+
+    def row(self, index: int) -> list[str]:
+        """The line(s) of one row: a location longer than its column goes whole on a line
+        of its own, the other cells on the next."""
+        cells = {**self.cells[index], **{id(c): "" for c in self.long[index]}}
+        for at, (column, width) in enumerate(zip(self.columns, self.widths, strict=True)):
+            if column.wrap and len(cells[id(column)]) > width:
+                lead = [self._cell(c, w, cells[id(c)])
+                        for c, w in zip(self.columns[:at], self.widths[:at], strict=True)]
+                rest = {id(c): cells[id(c)] for c in self.columns[at + 1:]}
+                return [_GAP.join([*lead, cells[id(column)]]), self._line(rest)]
+        return [self._line(cells)]
+
+    def below(self, index: int) -> list[str]:
+        """The moved columns' values of one row, worded for the line below it."""
+        texts = []
+        for column in [c for c in self.columns if c in self.long[index]] + self.moved:
+            value = self.cells[index][id(column)]
+            if value and value != "-":
+                texts.append(column.below(value) if column.below else f"{column.header} {value}")
+        return texts
+
+
+def _layout(columns: Sequence[Column], rows: Sequence[Any], width: int) -> _Layout:
+    cells = [{id(c): c.cell(row) for c in columns} for row in rows]
+    long = [[c for c in columns if c.max_width and len(r[id(c)]) > c.max_width] for r in cells]
+    natural = {id(c): max([len(c.header)] + [len(r[id(c)]) for r, too_long in zip(
+        cells, long, strict=True) if c not in too_long]) for c in columns}
+    shown = list(columns)
+    flex = next((c for c in shown if c.wrap), None)
+
+    def room(cols: list[Column]) -> int:
+        """The width left for the flexible column."""
+        gaps = len(_GAP) * (len(cols) - 1)
+        return width - sum(natural[id(c)] for c in cols if c is not flex) - gaps
+
+    droppable = sorted((c for c in shown if c.drop), key=lambda c: -c.drop)
+    if flex is not None:
+        lengths = [len(r[id(flex)]) for r in cells]
+
+        def wrapped(cols: list[Column]) -> int:
+            return sum(1 for n in lengths if n > max(room(cols), _FLEX_MIN))
+
+        # Columns give way only when more than a row in four would wrap, and only as many
+        # as make fewest rows wrap: one outlier location wraps rather than costing every
+        # row a column.
+        if wrapped(shown) > len(lengths) // 4:
+            options = [[c for c in shown if c not in droppable[:k]]
+                       for k in range(len(droppable) + 1)]
+            shown = min(options, key=lambda cols: (wrapped(cols), -len(cols)))
+    else:
+        while droppable and room(shown) < 0:
+            shown.remove(droppable.pop(0))
+    # The location column is as wide as the longest location that fits: the ones that do
+    # not have lines of their own.
+    fitting = [len(r[id(flex)]) for r in cells if len(r[id(flex)]) <= room(shown)] \
+        if flex is not None else []
+    widths = [max([len(c.header), *fitting]) if c is flex else natural[id(c)] for c in shown]
+    return _Layout(shown, widths, [c for c in columns if c not in shown], cells, long)
+
+
+# --- the site table -------------------------------------------------------------------
+
+
 def site_location(site: dict[str, Any]) -> str:
-    """``file:line`` of a site, ``*`` marking a line that is only the function's definition."""
+    """``file:line`` of a site, ``*`` marking a line that is not the exact call line."""
     file = site.get("file")
     if not file:
         # No with_stack: the operator (or API call) is the best handle the user has.
@@ -120,72 +259,93 @@ def _advice_title(site: dict[str, Any]) -> str:
     return str(advice.get("title") or "").strip()
 
 
-def _header(style: _Style) -> str:
-    cells = [
-        "#".rjust(_RANK_W),
-        "site (file:line)".ljust(_LOC_W),
-        "function".ljust(_FUNC_W),
-        "count".rjust(_COUNT_W),
-        "/step".rjust(_PER_STEP_W),
-        "wait".rjust(_TIME_W),
-        "GPU idle".rjust(_TIME_W),
-        "share".rjust(_SHARE_W),
+def _site_columns(latent: bool) -> list[Column]:
+    """The site table's columns, most useful last to drop. A new column is one entry here
+    (its ``drop`` says how soon it gives way on a narrow terminal). Latent findings cost
+    nothing where they were seen: no cost columns."""
+    columns = [
+        Column("#", lambda row: str(row[0])),
+        Column("site (file:line)", lambda row: site_location(row[1]), align="<", wrap=True),
+        Column("function", lambda row: row[1].get("func") or "-", align="<", drop=3,
+               max_width=28, below=lambda v: f"in {v}()"),
+        Column("count", lambda row: str(row[1].get("count") or 0), drop=2,
+               below=lambda v: f"{v} in all"),
+        Column("/step", lambda row: f"{float(row[1].get('per_step') or 0.0):.1f}", drop=1,
+               below=lambda v: f"{v} per step"),
     ]
-    return style(" ".join(cells), _BOLD)
+    if not latent:
+        columns += [
+            Column("wait", lambda row: format_us(row[1].get("host_wait_us"))),
+            Column("GPU idle", lambda row: format_us(row[1].get("gpu_idle_us"))),
+            Column("share", lambda row: format_share(row[1].get("share_of_step"))),
+        ]
+    return columns
 
 
-def _site_lines(rank: int, site: dict[str, Any], style: _Style, latent: bool) -> list[str]:
-    share = float(site.get("share_of_step") or 0.0)
-    if latent:
-        wait = idle = share_text = "-"
-    else:
-        wait = format_us(site.get("host_wait_us"))
-        idle = format_us(site.get("gpu_idle_us"))
-        share_text = format_share(share)
-    cells = [
-        str(rank).rjust(_RANK_W),
-        truncate_left(site_location(site), _LOC_W).ljust(_LOC_W),
-        truncate_right(site.get("func") or "-", _FUNC_W).ljust(_FUNC_W),
-        str(site.get("count") or 0).rjust(_COUNT_W),
-        f"{float(site.get('per_step') or 0.0):.1f}".rjust(_PER_STEP_W),
-        wait.rjust(_TIME_W),
-        idle.rjust(_TIME_W),
-        share_text.rjust(_SHARE_W),
-    ]
-    line = " ".join(cells)
-    if not latent and share >= _SHARE_RED:
-        line = style(line, _RED)
-    elif not latent and share >= _SHARE_YELLOW:
-        line = style(line, _YELLOW)
-    indent = " " * (_RANK_W + 1)
-    detail = truncate_right(f"{site.get('kind', '?')}: {_ops_text(site)}", WIDTH - len(indent))
-    lines = [line, indent + style(detail, _DIM)]
-    title = _advice_title(site)
-    if title:
-        lines.append(indent + style(truncate_right("fix: " + title, WIDTH - len(indent)), _GREEN))
-    return lines
+# Why a line is marked ``*``, by what the engine knew: the footnote says the real reason.
+_INEXACT_REASONS = {
+    "not_found": "line where the function is defined: its source file was not found "
+                 "(try --source-root / --path-map)",
+    "defined": "line where the function is defined: the source does not single out one call "
+               "that syncs",
+    "running": "line the function was at when profiling started (it was already running): "
+               "the sync is in a call at or after it",
+}
 
 
-def _site_table(
-    sites: list[dict[str, Any]], style: _Style, top: int | None, latent: bool
-) -> list[str]:
+def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | None:
+    if not site.get("file") or site.get("line") is None or site.get("line_exact"):
+        return None
+    if not resolved.get(site.get("key") or "", False):
+        return "not_found"
+    def_line = site.get("def_line")
+    if def_line is not None and def_line != site.get("line"):
+        return "running"
+    return "defined"
+
+
+def _resolved_sites(data: dict[str, Any]) -> dict[str, bool]:
+    """Site key -> whether the source file of its syncs was read."""
+    found: dict[str, bool] = {}
+    for sync in (data.get("syncs") or []) + (data.get("latent") or []):
+        key = sync.get("site_key")
+        if key:
+            source = sync.get("source") or {}
+            found[key] = found.get(key, False) or bool(source.get("resolved_path"))
+    return found
+
+
+def _site_table(data: dict[str, Any], sites: list[dict[str, Any]], style: _Style,
+                top: int | None, latent: bool, width: int) -> list[str]:
     ordered = rank_sites(sites)
     shown = ordered if not top or top <= 0 else ordered[:top]
-    lines = [_header(style)]
-    for rank, site in enumerate(shown, 1):
-        lines.extend(_site_lines(rank, site, style, latent))
+    layout = _layout(_site_columns(latent), list(enumerate(shown, 1)), width)
+    lines = [style(layout.header(), _BOLD)]
+    detail_width = width - len(_INDENT)
+    for index, site in enumerate(shown):
+        share = float(site.get("share_of_step") or 0.0)
+        color = ""
+        if not latent and share >= _SHARE_RED:
+            color = _RED
+        elif not latent and share >= _SHARE_YELLOW:
+            color = _YELLOW
+        lines.extend(style(line, color) for line in layout.row(index))
+        detail = f"{site.get('kind', '?')}: {_ops_text(site)}"
+        moved = layout.below(index)
+        if moved:
+            detail = ", ".join(moved) + " · " + detail
+        lines.extend(style(line, _DIM) for line in wrap(detail, detail_width, _INDENT))
+        title = _advice_title(site)
+        if title:
+            lines.extend(style(line, _GREEN)
+                         for line in wrap("fix: " + title, detail_width, _INDENT, "     "))
     hidden = len(ordered) - len(shown)
     if hidden > 0:
-        lines.append(f"... {hidden} more site{'s' if hidden != 1 else ''} (--top 0 shows all)")
-    if any(s.get("file") and s.get("line") is not None and not s.get("line_exact")
-           for s in shown):
-        lines.append(
-            truncate_right(
-                "* line where the function is defined: the source file was not found "
-                "(try --source-root / --path-map)",
-                WIDTH,
-            )
-        )
+        lines.append(f"... {plural(hidden, 'more site')} (--top 0 shows all)")
+    resolved = _resolved_sites(data)
+    reasons = dict.fromkeys(r for r in (_inexact_reason(s, resolved) for s in shown) if r)
+    for reason in reasons:
+        lines.extend(wrap("* " + _INEXACT_REASONS[reason], width, "", "  "))
     return lines
 
 
@@ -193,19 +353,21 @@ def _label(text: str) -> str:
     return f"  {text:<17}"
 
 
-def _summary_lines(summary: dict[str, Any], style: _Style) -> list[str]:
+def _summary_lines(summary: dict[str, Any], style: _Style, width: int,
+                   cpu_only: bool) -> list[str]:
     steps = int(summary.get("step_count") or 0)
     count = int(summary.get("sync_count") or 0)
     host_wait = float(summary.get("host_wait_us") or 0.0)
     gpu_idle = float(summary.get("gpu_idle_us") or 0.0)
     lines = [style("Summary", _BOLD)]
     latent = int(summary.get("latent_count") or 0)
-    if count == 0 and latent:
+    if count == 0 and (latent or cpu_only):
         # A CPU-only trace: its cost figures are all zero by nature; what it tells is how
         # many syncs a GPU run of the same code would make.
         per_step = f"{latent / steps:.1f} per step, " if steps else ""
-        lines.append(_label("latent syncs") + f"{per_step}{latent} in all: would make the host "
-                     "wait on a GPU")
+        lines.append(_label("latent syncs") + (
+            f"{per_step}{latent} in all: would make the host wait on a GPU" if latent
+            else "none: no operator here would synchronize on a GPU"))
         mean_step = float(summary.get("mean_step_time_us") or 0.0)
         if mean_step > 0:
             lines.append(_label("step time") + f"{format_us(mean_step)} mean on the CPU "
@@ -213,7 +375,7 @@ def _summary_lines(summary: dict[str, Any], style: _Style) -> list[str]:
         return lines
     if steps:
         lines.append(_label("syncs per step") + f"{float(summary.get('syncs_per_step') or 0):.1f}"
-                     f"  ({count} over {steps} step{'s' if steps != 1 else ''})")
+                     f"  ({count} over {plural(steps, 'step')})")
         lines.append(_label("host wait") + f"{format_us(host_wait / steps)} per step"
                      f"  ({format_us(host_wait)} total)")
         lines.append(_label("GPU idle after") + f"{format_us(gpu_idle / steps)} per step"
@@ -235,8 +397,8 @@ def _summary_lines(summary: dict[str, Any], style: _Style) -> list[str]:
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
-        lines.append(truncate_right(
-            _label("by kind") + ", ".join(f"{k} {v}" for k, v in kinds), WIDTH))
+        lines.extend(wrap(", ".join(f"{k} {v}" for k, v in kinds), width,
+                          _label("by kind"), " " * 0))
     return lines
 
 
@@ -246,7 +408,7 @@ def _traces_line(traces: list[dict[str, Any]]) -> str:
     for t in ok:
         device = t.get("device") or "unknown"
         devices[device] = devices.get(device, 0) + 1
-    text = f"{len(traces)} trace{'s' if len(traces) != 1 else ''}"
+    text = plural(len(traces), "trace")
     if devices:
         text += " (" + ", ".join(f"{d} {n}" for d, n in sorted(devices.items())) + ")"
     failed = len(traces) - len(ok)
@@ -259,8 +421,7 @@ def _error_lines(traces: list[dict[str, Any]], style: _Style) -> list[str]:
     failed = [t for t in traces if t.get("error")]
     if not failed:
         return []
-    lines = [style(f"Errors ({len(failed)} file{'s' if len(failed) != 1 else ''} skipped)",
-                   _BOLD, _RED)]
+    lines = [style(f"Errors ({plural(len(failed), 'file')} skipped)", _BOLD, _RED)]
     for t in failed:
         lines.append(f"  {t.get('path')}: {t.get('error')}")
     return lines
@@ -272,14 +433,14 @@ def _repair_lines(traces: list[dict[str, Any]], style: _Style) -> list[str]:
     repaired = [t for t in traces if t.get("repairs") and not t.get("error")]
     if not repaired:
         return []
-    lines = [style(f"Read with repairs ({len(repaired)} file{'s' if len(repaired) != 1 else ''})",
-                   _BOLD, _YELLOW)]
+    lines = [style(f"Read with repairs ({plural(len(repaired), 'file')})", _BOLD, _YELLOW)]
     for t in repaired:
         lines.append(f"  {t.get('path')}: {'; '.join(t['repairs'])}")
     return lines
 
 
-def _report_body(data: dict[str, Any], style: _Style, top: int | None) -> list[str]:
+def _report_body(data: dict[str, Any], style: _Style, top: int | None,
+                 width: int) -> list[str]:
     """Sites, latent sites, summary and errors of one report, without its title line."""
     traces = data.get("traces") or []
     summary = data.get("summary") or {}
@@ -288,28 +449,33 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None) -> list[s
 
     lines: list[str] = []
     readable = [t for t in traces if not t.get("error")]
+    cpu_only = bool(readable) and not sites and not any(
+        t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable)
     if sites:
-        lines.append(style(f"Host-device synchronizations by cost ({len(sites)} sites)", _BOLD))
-        lines.extend(_site_table(sites, style, top, latent=False))
+        lines.append(style(f"Host-device synchronizations by cost ({plural(len(sites), 'site')})",
+                           _BOLD))
+        lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
         lines.append("")
-    elif readable and latent_sites and not any(t.get("has_gpu_activity") for t in readable):
+    elif cpu_only:
         lines.append(style("CPU-only trace: nothing ran on a GPU, so nothing waited for one.",
                            _BOLD))
+        if not latent_sites:
+            lines.append("  No operator in it would synchronize on a GPU either.")
         lines.append("")
     elif readable:
         checked = summary.get("checked") or []
         lines.append(style("No host-device synchronizations found.", _BOLD, _GREEN))
         if checked:
-            lines.append(truncate_right("  checked: " + ", ".join(checked), WIDTH))
+            lines.extend(wrap(", ".join(checked), width, "  checked: ", "  "))
         lines.append("")
     if latent_sites:
-        lines.append(style(
-            f"Latent syncs ({len(latent_sites)} sites): CPU-only trace, these operators "
-            "would synchronize on a GPU", _BOLD))
-        lines.extend(_site_table(latent_sites, style, top, latent=True))
+        lines.extend(style(line, _BOLD) for line in wrap(
+            f"Latent syncs ({plural(len(latent_sites), 'site')}): CPU-only trace, these "
+            "operators would synchronize on a GPU", width))
+        lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
         lines.append("")
     if readable:
-        lines.extend(_summary_lines(summary, style))
+        lines.extend(_summary_lines(summary, style, width, cpu_only))
         lines.append("")
     repairs = _repair_lines(traces, style)
     if repairs:
@@ -324,109 +490,108 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None) -> list[s
 def _finish(lines: list[str]) -> str:
     while lines and lines[-1] == "":
         lines.pop()
-    return "\n".join(truncate_visible(line) for line in lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def render_report(report: Report | dict[str, Any], color: bool = False,
-                  top: int | None = None) -> str:
+                  top: int | None = None, width: int | None = None) -> str:
     """The report as terminal text: sites by cost, latent findings, summary, errors.
 
     ``report`` is a ``Report`` or its ``to_json()`` dict; ``top`` limits the sites shown
-    (None or 0: all). Returns text ending in a newline; ANSI colours only when ``color``.
+    (None or 0: all); ``width`` in columns (None: the terminal's). Returns text ending in a
+    newline; ANSI colours only when ``color``.
     """
     data = report.to_json() if isinstance(report, Report) else report
+    width = _width(width)
     style = _Style(color)
     lines = [style("Sync Advisor", _BOLD, _CYAN) + "  " + _traces_line(data.get("traces") or []),
              ""]
-    lines.extend(_report_body(data, style, top))
+    lines.extend(_report_body(data, style, top, width))
     return _finish(lines)
 
 
-# Column widths of the per-run overview.
-_RUN_W = 30
-_OVERVIEW_NUM_W = 11
+def _is_cpu_only(data: dict[str, Any]) -> bool:
+    readable = [t for t in data.get("traces") or [] if not t.get("error")]
+    return bool(readable) and not (data.get("sites") or []) and not any(
+        t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable)
 
 
-def _overview_row(name: str, data: dict[str, Any]) -> tuple[list[str], float]:
-    """The overview cells of one run, and its share of step (for the colour)."""
+def _overview_cells(data: dict[str, Any]) -> list[str] | None:
+    """The overview cells of one run (steps, syncs/step, wait/step, share, latent/step);
+    None when no trace of it could be read."""
     traces = data.get("traces") or []
     summary = data.get("summary") or {}
-    readable = [t for t in traces if not t.get("error")]
+    if not [t for t in traces if not t.get("error")]:
+        return None
     steps = int(summary.get("step_count") or 0)
     count = int(summary.get("sync_count") or 0)
     latent = int(summary.get("latent_count") or 0)
-    gpu = any(t.get("has_gpu_activity") for t in readable)
-    share = float(summary.get("share_of_step") or 0.0)
     # No ProfilerStep markers: the whole trace counts as one step, as the summary says.
     per = max(steps, 1)
-    if not readable:
-        cells = ["unreadable", "-", "-", "-", "-"]
-    elif count == 0 and not gpu and latent:
+    if count == 0 and _is_cpu_only(data):
         # CPU-only: no wait to measure; what matters is how many syncs a GPU run would make.
-        cells = [str(steps), "-", "-", "-", f"{latent / per:.1f}"]
-    else:
-        cells = [
-            str(steps),
-            f"{count / per:.1f}",
-            format_us(float(summary.get("host_wait_us") or 0.0) / per),
-            format_share(share),
-            f"{latent / per:.1f}" if latent else "-",
-        ]
-    return cells, share if readable else 0.0
+        return [str(steps), "-", "-", "-", f"{latent / per:.1f}"]
+    return [
+        str(steps),
+        f"{count / per:.1f}",
+        format_us(float(summary.get("host_wait_us") or 0.0) / per),
+        format_share(float(summary.get("share_of_step") or 0.0)),
+        f"{latent / per:.1f}" if latent else "-",
+    ]
 
 
-def _overview_lines(runs: list[tuple[str, dict[str, Any]]], style: _Style) -> list[str]:
-    header = " ".join([
-        "run".ljust(_RUN_W), "steps".rjust(6), "syncs/step".rjust(_OVERVIEW_NUM_W),
-        "wait/step".rjust(_OVERVIEW_NUM_W), "share".rjust(7),
-        "latent/step".rjust(_OVERVIEW_NUM_W),
-    ])
-    lines = [style(f"Runs ({len(runs)})", _BOLD), style(header, _BOLD)]
-    for name, data in runs:
-        cells, share = _overview_row(name, data)
-        if cells[0] == "unreadable":
-            line = truncate_left(name, _RUN_W).ljust(_RUN_W) + " no trace could be read"
-            lines.append(style(line, _RED))
+def _overview_lines(runs: list[tuple[str, dict[str, Any]]], style: _Style,
+                    width: int) -> list[str]:
+    rows = [(name, data, _overview_cells(data)) for name, data in runs]
+
+    def cell(i: int) -> Callable[[Any], str]:
+        return lambda row: row[2][i] if row[2] is not None else ""
+
+    columns = [
+        Column("run", lambda row: row[0], align="<", wrap=True),
+        Column("steps", cell(0)),
+        Column("syncs/step", cell(1)),
+        Column("wait/step", cell(2)),
+        Column("share", cell(3)),
+        Column("latent/step", cell(4), drop=1, below=lambda v: f"latent {v} per step"),
+    ]
+    layout = _layout(columns, rows, width)
+    lines = [style(f"Runs ({len(runs)})", _BOLD), style(layout.header(), _BOLD)]
+    for index, (name, data, cells) in enumerate(rows):
+        if cells is None:
+            lines.append(style(f"{name}  no trace could be read", _RED))
             continue
-        line = " ".join([
-            truncate_left(name, _RUN_W).ljust(_RUN_W), cells[0].rjust(6),
-            cells[1].rjust(_OVERVIEW_NUM_W), cells[2].rjust(_OVERVIEW_NUM_W),
-            cells[3].rjust(7), cells[4].rjust(_OVERVIEW_NUM_W),
-        ])
+        share = float((data.get("summary") or {}).get("share_of_step") or 0.0)
         color = _RED if share >= _SHARE_RED else (_YELLOW if share >= _SHARE_YELLOW else "")
-        lines.append(style(line, color))
+        lines.extend(style(line, color) for line in layout.row(index))
+        lines.extend(wrap(", ".join(layout.below(index)), width, _INDENT)
+                     if layout.below(index) else [])
     return lines
 
 
 def render_runs(runs: list[tuple[str, dict[str, Any]]], color: bool = False,
-                top: int | None = None) -> str:
+                top: int | None = None, width: int | None = None) -> str:
     """Several runs of one logdir: one section per run, then a line per run to compare.
 
     ``runs`` is ``(run name, report JSON of that run's traces)`` in display order. Each run
     is reported on its own, so per-step figures are over that run's steps only; a single run
     reads exactly as ``render_report``.
     """
+    width = _width(width)
     if len(runs) == 1:
-        return render_report(runs[0][1], color=color, top=top)
+        return render_report(runs[0][1], color=color, top=top, width=width)
     style = _Style(color)
     all_traces = [t for _, data in runs for t in data.get("traces") or []]
     lines = [style("Sync Advisor", _BOLD, _CYAN) + "  "
              + f"{len(runs)} runs, " + _traces_line(all_traces), ""]
     for name, data in runs:
         heading = f"== {name}: {_traces_line(data.get('traces') or [])} "
-        lines.append(style(truncate_right(heading.ljust(WIDTH, "="), WIDTH), _BOLD, _CYAN))
+        lines.append(style(heading.ljust(width, "="), _BOLD, _CYAN))
         lines.append("")
-        lines.extend(_report_body(data, style, top))
+        lines.extend(_report_body(data, style, top, width))
         lines.append("")
-    lines.extend(_overview_lines(runs, style))
+    lines.extend(_overview_lines(runs, style, width))
     return _finish(lines)
-
-
-def truncate_visible(line: str, width: int = WIDTH) -> str:
-    """Cut a plain line to ``width`` columns; coloured lines were sized before colouring."""
-    if "\x1b[" in line:
-        return line
-    return truncate_right(line, width)
 
 
 _STATUS_STYLE = {"new": _RED, "worse": _RED, "better": _GREEN, "fixed": _GREEN, "same": _DIM}
@@ -437,53 +602,64 @@ def _change_text(us: float) -> str:
     return sign + format_us(abs(us))
 
 
-def render_compare(result: dict[str, Any], color: bool = False) -> str:
+def _compare_columns() -> list[Column]:
+    def side(key: str) -> Callable[[Any], str]:
+        return lambda row: format_us((row.get(key) or {}).get("cost_per_step_us")) \
+            if row.get(key) else "-"
+
+    return [
+        Column("status", lambda row: row.get("status", "?"), align="<"),
+        Column("site (file:line)", lambda row: site_location(
+            {"file": row.get("file"), "line": row.get("line"), "line_exact": True,
+             "ops": row.get("ops")}), align="<", wrap=True),
+        Column("function", lambda row: row.get("func") or "-", align="<", drop=1,
+               max_width=28, below=lambda v: f"in {v}()"),
+        Column("before", side("before")),
+        Column("after", side("after")),
+        Column("change", lambda row: _change_text(float(row.get("change_us") or 0.0))),
+        Column("/step", lambda row: (
+            f"{float((row.get('before') or {}).get('per_step') or 0):.1f}>"
+            f"{float((row.get('after') or {}).get('per_step') or 0):.1f}")),
+    ]
+
+
+def render_compare(result: dict[str, Any], color: bool = False,
+                   width: int | None = None) -> str:
     """``compare.compare(...)`` as terminal text: one line per site, then the step time."""
+    width = _width(width)
     style = _Style(color)
     sites = result.get("sites") or []
     counts = result.get("counts") or {}
     lines = [style("Sync Advisor: compare", _BOLD, _CYAN) + "  " + ", ".join(
         f"{n} {status}" for status, n in counts.items() if n)]
     if result.get("note"):
-        lines.append(truncate_right(f"  {result['note']}", WIDTH))
+        lines.extend(wrap(str(result["note"]), width, "  "))
     lines.append("")
-    header = " ".join([
-        "status".ljust(6), "site (file:line)".ljust(_LOC_W), "function".ljust(_FUNC_W),
-        "before".rjust(_TIME_W), "after".rjust(_TIME_W), "change".rjust(_TIME_W + 1),
-        "/step".rjust(11),
-    ])
-    lines.append(style(header + "  (cost = wait + idle per step)", _BOLD)
-                 if len(header) + 31 <= WIDTH else style(header, _BOLD))
-    for row in sites:
-        before = row.get("before") or {}
-        after = row.get("after") or {}
-        location = site_location({"file": row.get("file"), "line": row.get("line"),
-                                  "line_exact": True})
-        per_step = (f"{float(before.get('per_step') or 0):.1f}>"
-                    f"{float(after.get('per_step') or 0):.1f}")
-        cells = [
-            row.get("status", "?").ljust(6),
-            truncate_left(location, _LOC_W).ljust(_LOC_W),
-            truncate_right(row.get("func") or "-", _FUNC_W).ljust(_FUNC_W),
-            (format_us(before.get("cost_per_step_us")) if before else "-").rjust(_TIME_W),
-            (format_us(after.get("cost_per_step_us")) if after else "-").rjust(_TIME_W),
-            _change_text(float(row.get("change_us") or 0.0)).rjust(_TIME_W + 1),
-            per_step.rjust(11),
-        ]
-        lines.append(style(" ".join(cells), _STATUS_STYLE.get(row.get("status", ""), "")))
-        ops = " > ".join(row.get("ops") or []) or "(no operator)"
-        lines.append(" " * 7 + style(truncate_right(f"{row.get('kind')}: {ops}", WIDTH - 7),
-                                     _DIM))
-    if not sites:
+    if sites:
+        layout = _layout(_compare_columns(), sites, width)
+        header = layout.header()
+        note = "  (cost = wait + idle per step)"
+        lines.append(style(header + note if len(header) + len(note) <= width else header,
+                           _BOLD))
+        for index, row in enumerate(sites):
+            status_style = _STATUS_STYLE.get(row.get("status", ""), "")
+            lines.extend(style(line, status_style) for line in layout.row(index))
+            ops = " > ".join(row.get("ops") or []) or "(no operator)"
+            detail = f"{row.get('kind')}: {ops}"
+            moved = layout.below(index)
+            if moved:
+                detail = ", ".join(moved) + " · " + detail
+            lines.extend(style(line, _DIM) for line in wrap(detail, width - 7, " " * 7))
+    else:
         lines.append("  no synchronization sites in either run")
     latent = [r for r in result.get("latent_sites") or [] if r.get("status") != "same"]
     if latent:
         lines.append("")
         lines.append(style("Latent sites (CPU-only traces) that changed", _BOLD))
         for row in latent:
-            lines.append(truncate_right(
-                f"  {row.get('status', '?'):<6} {row.get('func') or '-'} "
-                f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})", WIDTH))
+            lines.extend(wrap(
+                f"{row.get('status', '?'):<6} {row.get('func') or '-'} "
+                f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})", width, "  ", "       "))
     lines.append("")
     base = result.get("base") or {}
     new = result.get("new") or {}
@@ -496,10 +672,11 @@ def render_compare(result: dict[str, Any], color: bool = False) -> str:
     if change is not None:
         lines.append(_label("mean step time") + f"{format_us(base.get('mean_step_time_us'))}"
                      f" -> {format_us(new.get('mean_step_time_us'))} ({_change_text(change)})")
-    return "\n".join(truncate_visible(line) for line in lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def render(report_set: ReportSet, options: RenderOptions) -> bytes:
-    """The registry's ``table`` format: one section per run when there are several."""
+    """The registry's ``table`` format: one section per run when there are several, as wide
+    as the terminal."""
     return render_runs(list(report_set.runs.items()), color=options.color,
                        top=options.top).encode("utf-8")

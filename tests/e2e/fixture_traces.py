@@ -202,15 +202,18 @@ def write_run(
     gpu: bool = True,
     stacks: bool = True,
     frame_line: int = TRAIN_STEP_DEF,
+    first_step: int = 1,
+    worker: str = "worker0",
 ) -> Path:
-    """One run folder with one worker trace: ``steps`` training steps, each with an
-    ``.item()`` readback in train_step (when ``item``) and a ``nonzero`` in
-    select_foreground (when ``nonzero``); the train frame is recorded at ``frame_line``."""
+    """One run folder with one worker trace: ``steps`` training steps numbered from
+    ``first_step``, each with an ``.item()`` readback in train_step (when ``item``) and a
+    ``nonzero`` in select_foreground (when ``nonzero``); the train frame is recorded at
+    ``frame_line``."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
     w = TraceWriter(gpu=gpu, stacks=stacks)
     t = 1000.0
-    for step in range(1, steps + 1):
+    for step in range(first_step, first_step + steps):
         start = t
         # Host-only work first (data loading): the GPU idles here, but not because of a sync.
         w.x(
@@ -252,7 +255,7 @@ def write_run(
         t += 50
     run_dir = logdir / run
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "worker0.1700000000000.pt.trace.json"
+    path = run_dir / f"{worker}.1700000000000.pt.trace.json"
     path.write_text(json.dumps(w.to_json()), encoding="utf-8")
     return path
 
@@ -287,8 +290,9 @@ def write_fixture(root: Path) -> Path:
     markup), `cpu_only` and `cpu_only_fixed` (latent findings, the item fixed in the
     second), `running_loop` (an item under a ``<module>`` frame recorded at its current line),
     `remote_paths` (a source file that cannot be read), `windows_paths` (unescaped backslashes
-    in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync) and
-    `distributed` (a barrier per step);
+    in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync),
+    `distributed` (a barrier per step) and `two_machines` (two workers' traces, steps 1-3
+    and 550-551);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -324,6 +328,10 @@ def write_fixture(root: Path) -> Path:
     write_run(logdir, "no_stacks", item=True, nonzero=False, steps=2, stacks=False)
     write_run(logdir, "clean", item=False, nonzero=False, steps=2)
     write_collective_run(logdir)
+    # Loose trace files of two machines in one folder: each counts its own steps.
+    write_run(logdir, "two_machines", item=True, nonzero=False, steps=3, worker="hostA_101")
+    write_run(logdir, "two_machines", item=True, nonzero=True, steps=2, first_step=550,
+              worker="hostB_202")
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
     return logdir

@@ -8,6 +8,7 @@ SYNC_ADVISOR_SCREENSHOTS=1 (so CI does not dirty the tree).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,7 @@ from tests.e2e.fixture_traces import (
     write_fixture,
 )
 from tests.e2e.helpers import (
+    TAKE_SCREENSHOTS,
     new_page,
     plugin_url,
     rows,
@@ -47,6 +49,7 @@ RUNS = {
     "no_stacks",
     "clean",
     "distributed",
+    "two_machines",
 }
 
 
@@ -117,6 +120,10 @@ def test_detail_highlights_the_source_line_and_shows_stack_timeline_and_advice(
     assert "site=" in page.evaluate("location.hash")
     page.reload()
     page.wait_for_selector("[data-testid=source] .ln.hl")
+    if TAKE_SCREENSHOTS:  # tall enough for the whole detail, which scrolls on its own
+        height = page.evaluate("document.querySelector('.sa-detail-slot').scrollHeight")
+        page.set_viewport_size({"width": 1280, "height": height + 420})
+        page.wait_for_timeout(300)
     shot(page, "detail.png")
     assert page_errors == []
 
@@ -173,7 +180,11 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
 ) -> None:
     page = new_page(browser, page_errors)
     page.goto(plugin_url(board, "#run=optimized&view=compare"))
-    page.wait_for_selector("[data-testid=compare-empty]")
+    # The run named baseline is pre-selected; the run itself is never offered.
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert page.input_value("#sa-base") == "baseline"
+    offered = page.eval_on_selector_all("#sa-base option", "os => os.map(o => o.value)")
+    assert "optimized" not in offered and "baseline" in offered
     page.select_option("#sa-base", "baseline")
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     fixed = page.locator("[data-testid=compare-sites] tr[data-status=fixed]")
@@ -382,6 +393,10 @@ def test_dark_theme_follows_tensorboard_and_the_system(
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(32, 33, 36)"
     shot(page, "hotspots-dark.png")
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    page.wait_for_timeout(300)
+    shot(page, "detail-dark.png", full_page=False)
     # Inside TensorBoard, its own dark-mode class on the parent body decides.
     tb = new_page(browser, page_errors)
     tb.goto(f"{board}/#sync_advisor")
@@ -393,17 +408,209 @@ def test_dark_theme_follows_tensorboard_and_the_system(
     assert page_errors == []
 
 
-def test_narrow_vscode_panel_has_no_horizontal_page_scroll(
+CLIPPED = """() => {
+  // Cells and code blocks whose content is wider than their box (cut or scrolled away), and
+  // table cells that lie outside the visible part of their table's wrapper.
+  const out = [];
+  const wrap = document.querySelector("[data-testid=sites]").closest(".sa-table-wrap");
+  const box = wrap.getBoundingClientRect();
+  for (const cell of document.querySelectorAll("[data-testid=sites] .num")) {
+    if (cell.offsetParent === null) continue;  // a column hidden at this width
+    const r = cell.getBoundingClientRect();
+    const text = cell.textContent;
+    if (cell.scrollWidth > cell.clientWidth) out.push(`${text}: cut`);
+    if (r.right > box.right + 0.5 || r.left < box.left - 0.5) out.push(`${text}: outside`);
+  }
+  if (wrap.scrollWidth > wrap.clientWidth) {
+    out.push(`sites table scrolls: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+  }
+  const code = "[data-testid=source], [data-testid=advice] pre";
+  for (const pre of document.querySelectorAll(code)) {
+    if (pre.scrollWidth > pre.clientWidth) out.push(`code: ${pre.textContent.slice(0, 30)}`);
+  }
+  return out;
+}"""
+
+NUMERIC_SHOWN = """() => [...document.querySelectorAll("[data-testid=sites] thead th.num")]
+  .filter(th => th.offsetParent !== null).map(th => th.textContent)"""
+
+ITEM_SITE = f"site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem"
+
+
+@pytest.mark.parametrize("run", ["baseline", "no_stacks", "html_names", "two_machines"])
+def test_with_a_detail_open_at_1280x800_no_cost_cell_or_code_is_cut(
+    board: str, browser: Any, page_errors: list[str], run: str
+) -> None:
+    page = new_page(browser, page_errors, width=1280, height=800)
+    page.goto(plugin_url(board, f"#run={run}"))
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    page.wait_for_selector("[data-testid=advice]")
+    page.wait_for_selector("[data-testid=source], [data-testid=source-note]")
+    assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(NUMERIC_SHOWN) == ["Per step", "Host wait", "GPU idle", "Share"]
+    # The detail scrolls on its own beside the table: no page-long blank under the table.
+    slot = page.locator(".sa-detail-slot")
+    assert slot.evaluate("el => el.getBoundingClientRect().height") <= 800
+    assert slot.evaluate("el => getComputedStyle(el).overflowY") == "auto"
+    # The page ends at most a screen below where the table starts (the detail's own height
+    # no longer sets the page's).
+    beyond = page.evaluate("""() => {
+      const main = document.querySelector(".sa-main");
+      const top = main.getBoundingClientRect().top + scrollY;
+      const table = main.querySelector("section").getBoundingClientRect().height;
+      return document.documentElement.scrollHeight - (top + Math.max(table, innerHeight));
+    }""")
+    assert beyond <= 48, beyond
+    assert page_errors == []
+
+
+def test_narrow_vscode_panel_has_no_horizontal_page_scroll_and_keeps_the_costs_whole(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:
     page = new_page(browser, page_errors, width=500, height=900)
-    page.goto(plugin_url(board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem"))
+    page.goto(plugin_url(board, f"#run=baseline&{ITEM_SITE}"))
     page.wait_for_selector("[data-testid=source] .ln.hl")
     overflow = page.evaluate(
         "document.documentElement.scrollWidth - document.documentElement.clientWidth"
     )
     assert overflow <= 1
+    assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(NUMERIC_SHOWN) == ["Host wait", "Share"]
     shot(page, "narrow-panel.png")
+    # An operator name standing in for a missing line wraps rather than push costs away.
+    page.goto(plugin_url(board, "#run=no_stacks"))
+    page.reload()
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    page.wait_for_selector("[data-testid=advice]")
+    assert page.evaluate(CLIPPED) == []
+    assert page_errors == []
+
+
+def test_each_hotspot_row_says_its_fix_and_how_to_fix_shows_code_not_backticks(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    from tests.e2e.helpers import get_json
+
+    sites = get_json(f"{board}/data/plugin/sync_advisor/sites?run=baseline")["items"]
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    for site in sites:
+        row = page.locator(f"[data-testid=sites] tbody tr[data-site='{site['key']}']")
+        fix = row.locator("[data-testid=row-fix]").inner_text()
+        assert fix.replace("\u2192", "").strip() == site["advice"]["title"].replace("`", "")
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    advice = page.wait_for_selector("[data-testid=advice]")
+    assert "`" not in advice.inner_text()
+    assert page.locator("[data-testid=advice] p code").count() >= 2  # `.item()`, `float(t)`
+    assert page_errors == []
+
+
+BAND_LABELS = """() => {
+  const svg = document.querySelector("[data-testid=timeline] svg");
+  const width = svg.viewBox.baseVal.width;
+  const boxes = [...svg.querySelectorAll("text.band-label")].map(t => {
+    const b = t.getBBox();
+    return {text: t.textContent, l: b.x, r: b.x + b.width, t: b.y, b: b.y + b.height};
+  });
+  const bars = [...svg.querySelectorAll("text.ev-label")].map(t => t.textContent);
+  return {width, boxes, bars};
+}"""
+
+
+@pytest.mark.parametrize("line", [ITEM_LINE, NONZERO_LINE])
+def test_timeline_labels_never_overlap_and_name_operators_readably(
+    board: str, browser: Any, page_errors: list[str], line: int
+) -> None:
+    page = new_page(browser, page_errors, width=1280, height=800)
+    page.goto(plugin_url(board, "#run=baseline"))
+    page.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{line}").click()
+    page.wait_for_selector("[data-testid=timeline] svg text.band-label")
+    found = page.evaluate(BAND_LABELS)
+    boxes = found["boxes"]
+    assert [b["text"].split()[0] for b in boxes] == ["wait", "GPU"]
+    for box in boxes:
+        assert box["l"] >= 0 and box["r"] <= found["width"] + 0.5, box
+    first, second = boxes
+    apart = first["r"] <= second["l"] or second["r"] <= first["l"]
+    assert apart or first["b"] <= second["t"] or second["b"] <= first["t"], boxes
+    # Names are shortened by their namespace, never to a stub like "aten:…".
+    stubs = [text for text in found["bars"] if re.fullmatch(r"\w{1,4}:*…", text)]
+    assert stubs == [], found["bars"]
+    assert page_errors == []
+
+
+def test_python_stack_says_which_line_is_a_def_line_and_which_is_the_call(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=baseline&{ITEM_SITE}"))
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert f"defined at line {TRAIN_STEP_DEF}" in page.inner_text("[data-testid=where]")
+    frame = page.locator("[data-testid=user-frames] li", has_text="train_step")
+    text = frame.inner_text()
+    assert f"train.py:{TRAIN_STEP_DEF}" in text and "def" in text
+    assert f"sync at line {ITEM_LINE}" in text
+    assert "where each function is defined" in page.inner_text("[data-testid=stack-note]")
+    assert page_errors == []
+
+
+def test_steps_of_two_machines_are_drawn_per_worker_and_a_click_picks_its_worker(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=two_machines"))
+    chart = page.wait_for_selector("[data-testid=step-chart]")
+    assert chart.get_attribute("data-groups") == "2"
+    labels = page.eval_on_selector_all(
+        ".sa-chart text.group-label", "ts => ts.map(t => t.textContent)")
+    assert labels == ["hostA_101", "hostB_202"]
+    steps = page.eval_on_selector_all(
+        ".sa-chart g.step", "gs => gs.map(g => [g.dataset.worker, g.dataset.step])")
+    assert steps == [["hostA_101", "1"], ["hostA_101", "2"], ["hostA_101", "3"],
+                     ["hostB_202", "550"], ["hostB_202", "551"]]
+    # On one axis 1 2 3 550 551 would read as one worker's steps; a step belongs to a worker.
+    page.click(".sa-chart g.step[data-worker=hostB_202][data-step='550']")
+    page.wait_for_function("location.hash.includes('step=550')")
+    assert "worker=hostB_202" in page.evaluate("location.hash")
+    assert page.input_value("#sa-worker") == "hostB_202"
+    assert any(f"train.py:{NONZERO_LINE}" in t for t in rows(page))  # hostB's nonzero
+    assert page_errors == []
+
+
+def test_a_chart_without_any_cost_says_so_instead_of_a_zero_scale(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=clean"))
+    chart = page.wait_for_selector("[data-testid=step-chart]")
+    assert page.locator(".sa-chart text.empty").count() == 1
+    assert "0 µs" not in chart.inner_text()
+    assert page_errors == []
+
+
+def test_the_detail_opens_the_pytorch_profiler_tab_and_says_where_the_sync_is(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.goto(f"{board}/#sync_advisor")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=sites] tbody tr")
+    frame.select_option("#sa-run", "baseline")
+    frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    link = frame.wait_for_selector("[data-testid=profiler-link]")
+    text = link.inner_text()
+    assert "Runs baseline" in text and "Workers worker0" in text and "Views Trace" in text
+    assert re.search(r"into ProfilerStep#1", text), text
+    perfetto = frame.locator("[data-testid=perfetto-link] a[download]")
+    assert "format=trace" in perfetto.get_attribute("href")
+    assert "worker=worker0" in perfetto.get_attribute("href")
+    frame.click("[data-testid=profiler-link] button")
+    page.wait_for_function("location.hash === '#pytorch_profiler'")
+    # The operator to search for in its Trace view is on the clipboard (read from the top
+    # page: the plugin's frame is hidden now).
+    assert page.evaluate("navigator.clipboard.readText()") == "aten::item"
     assert page_errors == []
 
 

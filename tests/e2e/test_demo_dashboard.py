@@ -174,7 +174,7 @@ def test_compare_of_seg_runs_shows_every_marked_loss_site_fixed(
 ) -> None:
     page = new_page(browser, page_errors)
     page.goto(plugin_url(demo_board, "#run=seg_optimized&view=compare"))
-    page.wait_for_selector("[data-testid=compare-empty]")
+    page.wait_for_selector("#sa-base")
     page.select_option("#sa-base", "seg_baseline")
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     assert page.locator("[data-testid=compare-latent]").count() == 1

@@ -1,0 +1,124 @@
+"""The advice a user reads follows the pattern that synced: one row per pattern, from the
+operator chain and the copy as Kineto records them, through detection and aggregation, to
+the site's kind and fix. The texts come from the catalogue; the rows say which fix each
+pattern must get (a word of its ``after`` code that no other row's fix has)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kineto_builder import KinetoTraceBuilder
+
+from tb_syncfinder import analyze, catalogue
+
+H100_SEG = Path(__file__).resolve().parents[2] / "shared" / "traces" / "h100_demo" \
+    / "seg_baseline.pt.trace.json.gz"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    ops: tuple[str, ...]  # the operator chain, outermost first
+    calls: tuple[tuple[str, tuple[str, str] | None, int], ...]  # (API, memcpy, bytes)
+    kind: str
+    fix: str  # in the advice's "after" code
+    annotation: str | None = None
+
+
+READBACK = (("cudaMemcpyAsync", ("DtoH", "Pageable"), 8), ("cudaStreamSynchronize", None, 0))
+H2D_SMALL = (("cudaMemcpyAsync", ("HtoD", "Pageable"), 8), ("cudaStreamSynchronize", None, 0))
+TO = ("aten::to", "aten::_to_copy", "aten::copy_")
+
+PATTERNS = [
+    # torch.unique on CUDA reads its output size back through aten::item: still unique's fix.
+    Pattern("unique", ("aten::_unique2", "aten::item", "aten::_local_scalar_dense"), READBACK,
+            catalogue.DYNAMIC_SHAPE, "scatter_add_"),
+    Pattern("nonzero", ("aten::nonzero",), READBACK, catalogue.DYNAMIC_SHAPE, "valid.sum()"),
+    Pattern("mask", ("aten::index", "aten::nonzero"), READBACK, catalogue.DYNAMIC_SHAPE,
+            "ignore_index"),
+    Pattern("item", ("aten::item", "aten::_local_scalar_dense"), READBACK,
+            catalogue.SCALAR_READBACK, "loss.detach()"),
+    # target[inds] = -1: the Python number is built on the CPU and copied inside index_put_.
+    Pattern("index_put scalar", ("aten::index_put_", "aten::_index_put_impl_", *TO), H2D_SMALL,
+            catalogue.BLOCKING_HOST_TO_DEVICE, "index_fill_"),
+    Pattern("pageable batch copy", TO,
+            (("cudaMemcpyAsync", ("HtoD", "Pageable"), 1_572_864),
+             ("cudaStreamSynchronize", None, 0)),
+            catalogue.BLOCKING_HOST_TO_DEVICE, "pin_memory=True"),
+    # torch.tensor([...]).to(device) each step.
+    Pattern("small CPU tensor", TO, H2D_SMALL, catalogue.BLOCKING_HOST_TO_DEVICE,
+            "torch.tensor([0.2, 0.8], device=device)"),
+    # x[:, idx] with idx a CPU tensor: the index is copied to the GPU inside aten::index.
+    Pattern("CPU tensor in a device op", ("aten::index", *TO), H2D_SMALL,
+            catalogue.BLOCKING_HOST_TO_DEVICE, "[:, idx]"),
+    Pattern("collective wait", ("c10d::allreduce_",), (("cudaStreamSynchronize", None, 0),),
+            catalogue.COLLECTIVE_WAIT, "async_op=True"),
+    Pattern("awaitable wait", TO,
+            (("cudaMemcpyAsync", ("DtoH", "Pageable"), 64), ("cudaStreamSynchronize", None, 0)),
+            catalogue.COLLECTIVE_WAIT, "async_op=True",
+            annotation="## KJTAllToAllSplitsAwaitable wait() ##"),
+    Pattern("allocator", ("aten::empty",), (("cudaMalloc", None, 0),),
+            catalogue.ALLOCATOR_SYNC, "pad_to_bucket"),
+]
+
+
+def _site_of(pattern: Pattern, tmp_path: Path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with contextlib.ExitStack() as scope:
+            if pattern.annotation:
+                scope.enter_context(b.annotation(pattern.annotation))
+            for op in pattern.ops:
+                scope.enter_context(b.op(op))
+            for api, memcpy, nbytes in pattern.calls:
+                b.runtime(api, dur=None if "Synchronize" in api else 5, memcpy=memcpy,
+                          bytes=nbytes or 4)
+    path = b.write(tmp_path / "w.pt.trace.json")
+    (site,) = analyze(str(path)).sites
+    return site
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
+def test_each_pattern_gets_its_kind_and_its_own_fix(pattern: Pattern, tmp_path: Path) -> None:
+    site = _site_of(pattern, tmp_path)
+    assert site.kind == pattern.kind
+    assert pattern.fix in site.advice["after"], (pattern.name, site.advice["title"])
+    others = [p for p in PATTERNS if p.kind == pattern.kind and p.fix != pattern.fix]
+    for other in others:
+        assert other.fix not in site.advice["after"], (pattern.name, other.name)
+
+
+def test_patterns_of_one_kind_get_different_fixes() -> None:
+    """Each row names a fix only its pattern gets, so the table cannot pass with one advice
+    per kind."""
+    titles = {}
+    for p in PATTERNS:
+        ops = list(p.ops)
+        nbytes = max(n for _, _, n in p.calls) or None
+        titles.setdefault(p.kind, set()).add(catalogue.advice_for(p.kind, ops, nbytes)["title"])
+    assert len(titles[catalogue.DYNAMIC_SHAPE]) == 3
+    assert len(titles[catalogue.BLOCKING_HOST_TO_DEVICE]) == 4
+
+
+def test_host_to_device_copies_are_told_apart_by_chain_and_size() -> None:
+    assert catalogue.host_to_device_pattern(list(TO), 1_572_864) is None  # a batch
+    assert catalogue.host_to_device_pattern(list(TO), None) is None  # size unknown: a batch
+    assert catalogue.host_to_device_pattern(list(TO), catalogue.SMALL_COPY_BYTES) == "small_copy"
+    assert catalogue.host_to_device_pattern(list(TO), 256) is None  # 32 int64 labels
+    assert catalogue.host_to_device_pattern(["aten::index_put_", *TO], 4096) == "indexed_assign"
+    assert catalogue.host_to_device_pattern(["aten::where", *TO], 8) == \
+        "cpu_tensor_in_device_op"
+    assert catalogue.host_to_device_pattern([], 8) == "small_copy"  # a bare cudaMemcpy
+
+
+@pytest.mark.skipif(not H100_SEG.exists(), reason="no shared H100 traces")
+def test_unique_on_a_real_h100_trace_is_a_dynamic_shape_with_the_unique_fix() -> None:
+    report = analyze(str(H100_SEG))
+    (site,) = [s for s in report.sites if s.line == 76 and s.file.endswith("seg.py")]
+    assert site.ops[:2] == ["aten::_unique2", "aten::item"]
+    assert site.kind == catalogue.DYNAMIC_SHAPE
+    assert "unique" in site.advice["title"]

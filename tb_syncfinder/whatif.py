@@ -70,6 +70,7 @@ __all__ = [
     "TraceWhatIf",
     "WhatIf",
     "profiler_episodes",
+    "collective_earlier",
     "replay",
     "replay_stage",
 ]
@@ -360,6 +361,64 @@ def replay_stage(tl: Timeline, episodes: Sequence[Episode],
     return TraceWhatIf(result, [s.total_us for s in result.episode_savings], steps, per_step)
 
 
+def collective_earlier(result: WhatIf, collectives: Sequence[Any],
+                       waits: Mapping[str, Collection[int]]) -> dict[str, dict[int, float]]:
+    """For the job stage (``ranks.what_ifs_for_rank``): per wait id (e.g. a ``Sync.id``,
+    mapped to its episode indices in ``waits``), per ``Collective.index``, how much earlier
+    this rank's collective kernel would start with that wait's sync edges dropped.
+
+    Interval-local, as ``ranks.WhatIf`` asks: a collective's figure is its shift minus the
+    shift of this rank's previous collective (at least 0), so the figures of one wait add
+    up over the collectives instead of carrying an early gain into every later one.
+    Collectives without a recorded kernel (gloo, a kernel outside the trace) get no figure:
+    the job stage falls back to its bound for them. Needs the live result of ``replay``
+    (``KeyError`` after pickling) and an available replay (else ``{}``)."""
+    if not result.available:
+        return {}
+    graph = result._graph
+    if graph is None:
+        raise KeyError("collective_earlier needs the live replay result (not a pickled one)")
+    n_dev = graph.n_dev
+    rec_start = np.asarray(graph.rec[:n_dev], dtype=float)
+    rec_end = np.asarray(graph.rec[n_dev:2 * n_dev], dtype=float)
+    order = np.argsort(rec_start, kind="stable")
+    sorted_start = rec_start[order]
+    items: list[tuple[int, int]] = []  # (collective index, device item), in index order
+    for coll in sorted(collectives, key=attrgetter("index")):
+        if getattr(coll, "exec_kind", None) != "kernel" or coll.exec_ts is None:
+            continue
+        ts = coll.exec_ts - graph.t0
+        lo = int(np.searchsorted(sorted_start, ts - TOL_US, side="left"))
+        hi = int(np.searchsorted(sorted_start, ts + TOL_US, side="right"))
+        candidates = order[lo:hi]
+        if not len(candidates):
+            continue
+        end = (coll.exec_end - graph.t0) if coll.exec_end is not None else ts
+        best = candidates[np.argmin(np.abs(rec_end[candidates] - end)
+                                    + np.abs(rec_start[candidates] - ts))]
+        items.append((coll.index, int(best)))
+    if not items:
+        return {}
+    base = np.asarray(graph.base_values[:n_dev], dtype=float)
+    found: dict[str, dict[int, float]] = {}
+    for wait_id, episodes in waits.items():
+        m = graph.metrics_for(frozenset(episodes))
+        if m.values is None:
+            continue
+        now = np.asarray(m.values[:n_dev], dtype=float)
+        per: dict[int, float] = {}
+        previous = 0.0
+        for index, item in items:
+            shift = max(0.0, float(base[item] - now[item]))
+            local = shift - previous
+            previous = shift
+            if local > 0:
+                per[index] = local
+        if per:
+            found[wait_id] = per
+    return found
+
+
 # ---------------------------------------------------------------------------------------
 # The graph
 
@@ -395,6 +454,7 @@ class _Graph:
 
     def __init__(self) -> None:
         self.n_dev = 0
+        self.t0 = 0.0  # the trace time node values are relative to
         self.tasks: list[tuple[Any, ...]] = []
         self.jump_pos: list[int] = []
         self.rec: list[float] = []
@@ -1127,6 +1187,7 @@ class _Builder:
         t0 = self.t0
         n = self.n_dev
         g = _Graph()
+        g.t0 = self.t0
         g.n_dev = n
         # Each thread starts at its first activity, a source (unless a fork starts it).
         for h, th in enumerate(self.threads):

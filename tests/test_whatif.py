@@ -344,3 +344,75 @@ def test_real_gpu_traces_replay_within_two_percent_per_step(name):
     assert result.available, result.reason
     assert result.fidelity_error <= 0.02
     assert all(0.98 <= s.fidelity <= 1.02 for s in result.steps)
+
+
+# -- the engine stage and the job stage's hook --------------------------------------------
+
+
+def test_report_ranks_sites_by_replayed_saving_and_says_how_it_was_obtained(tmp_path):
+    from tb_syncfinder import analyze
+
+    b, bubbles = _step_end_sync_trace()
+    path = b.write(tmp_path / "w.pt.trace.json")
+    data = analyze(str(path)).to_json()
+    summary = data["summary"]
+    assert summary["saving_method"] == "replay" and summary["saving_note"] is None
+    assert "replaying" in summary["saving_how"]
+    # Every step after the first loses its bubble; the bound's figure is kept beside it.
+    assert summary["predicted_saving_us"] == pytest.approx(sum(bubbles), abs=6.0)
+    assert summary["estimated_saving_us"] > summary["predicted_saving_us"]
+    # GPU-bound steps: the wall step time is the device's span, not the host's.
+    for step in data["steps"]:
+        assert step["wall_time_us"] == pytest.approx(
+            max(step["step_time_us"], step["device_time_us"]))
+    (site,) = data["sites"]
+    assert site["saving_method"] == "replay"
+    assert site["predicted_saving_us"] == pytest.approx(summary["predicted_saving_us"], abs=1.0)
+    assert all(s["saving_method"] == "replay" for s in data["syncs"])
+
+
+def test_missing_correlations_give_a_report_with_the_bound_marked_and_why(tmp_path):
+    from tb_syncfinder import analyze
+
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=500, link=False)
+            b.kernel(dur=500, link=False)
+            _item(b)
+    data = analyze(str(b.write(tmp_path / "w.pt.trace.json"))).to_json()
+    summary = data["summary"]
+    assert summary["sync_count"] == 2
+    assert summary["saving_method"] == "bound"
+    assert "correlation" in summary["saving_note"]
+    assert summary["predicted_saving_us"] == pytest.approx(summary["estimated_saving_us"])
+    assert [s["saving_method"] for s in data["sites"]] == ["bound"]
+    assert data["traces"][0]["saving_method"] == "bound"
+
+
+def test_a_sync_before_a_collective_lets_its_kernel_start_earlier_by_the_bubble(tmp_path):
+    from tb_syncfinder.collectives import extract_rank
+    from tb_syncfinder.ranks import what_ifs_for_rank
+    from tb_syncfinder.whatif import collective_earlier
+
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=2000)
+            _item(b)
+            b.advance(400)  # Python between the sync and the collective
+            b.nccl_collective("allreduce", kernel_dur=100)
+    path = b.write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    result = replay(tl, episodes)
+    collectives = extract_rank(tl, None).collectives
+    assert [c.index for c in collectives] == [0, 1]
+    earlier = collective_earlier(result, collectives, {"first": [0], "second": [1]})
+    # Without the sync the collective is launched while the kernel still runs: it starts
+    # when the kernel ends instead of after the host's 400 us and more of Python.
+    assert earlier["first"][0] > 390
+    assert 1 not in earlier["first"]  # interval-local: nothing more gained after the first
+    assert earlier["second"][1] > 390 and 0 not in earlier["second"]
+    (whatif,) = [w for w in what_ifs_for_rank(3, earlier) if w.wait_id == "first"]
+    assert (whatif.rank, whatif.collective_index, whatif.bound) == (3, 0, False)

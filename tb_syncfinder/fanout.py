@@ -148,7 +148,10 @@ def _connect(ray: Any, address: str | None, workers: int | None) -> None:
             # A local cluster runs this very package, installed or a checkout.
             pythonpath = os.pathsep.join(filter(None, [package_parent,
                                                        os.environ.get("PYTHONPATH")]))
-            ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False,
+            # address="local": a new cluster of our own even when another one runs on this
+            # machine (ray.init() would join that one, and refuses num_cpus then).
+            ray.init(address="local", num_cpus=workers or os.cpu_count(),
+                     include_dashboard=False,
                      logging_level="ERROR", log_to_driver=False,
                      runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     except (ConnectionError, RuntimeError, ValueError) as exc:

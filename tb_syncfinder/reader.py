@@ -1,44 +1,80 @@
-"""Decode one Kineto trace file, fast, into typed events holding only the fields we use.
+"""Decode one Kineto trace file, fast and in bounded memory, into typed events holding only
+the fields we use.
 
-The fast path is one ``msgspec`` decode into ``gc=False`` Structs: about 8x faster than
-``json.loads`` on a 54 MB trace, and the unknown keys (most of ``args``) are never
-materialised. Events are a tagged union on ``ph``: complete events (``X``) keep what the
-analysis reads, metadata (``M``) and flow starts (``s``) a few fields, and every other phase
-(flow ends, instants, counters, ...: ~40 % of a GPU trace) an empty object. Together with a
-gzip stream inflated into one exactly sized buffer this keeps the peak memory of a decode
-near 2x the JSON size instead of 3.5x.
+The file is inflated (gzip is detected by its magic bytes, not by the name) and decoded in
+chunks of about ``CHUNK_BYTES`` of JSON: the whole document is never in memory, only the
+decoded events are. Each chunk is a run of whole elements of the ``traceEvents`` list,
+decoded by ``msgspec`` into ``gc=False`` Structs (about 8x faster than ``json.loads``; the
+unknown keys, most of ``args``, are never materialised). Events are a tagged union on
+``ph``: complete events (``X``) keep what the analysis reads, metadata (``M``) and flow
+starts (``s``) a few fields, and every other phase (flow ends, instants, counters, ...: ~40 %
+of a GPU trace) an empty object.
 
-Real traces vary (see ``../shared/KINETO_NOTES.md``), so when the strict decode fails the
-slow path repairs what it can, in order:
+Finding where a chunk may end needs no JSON scanner in Python: a cut is tried right after a
+``}`` that is followed by ``,`` (or by the list's closing ``]``), and the chunk is decoded
+as ``[`` + elements + ``]`` in place (the separator bytes are overwritten, nothing is
+copied). Decoding starts in the same state as the real parser (inside the event list, at an
+element), so a successful decode proves the cut is at an element boundary; a ``}`` inside an
+event fails at the very end of the chunk and the previous candidate is tried. When no
+candidate works (elements that are not objects, odd nesting), elements are stepped over one
+by one with msgspec's own parser. Times are checked by the decoder itself (``Meta``
+bounds), so a chunk with a NaN, absurd or negative time goes to the slow path below.
 
-* gzip is detected by its magic bytes, not by the file name;
+Real traces vary (see ``../shared/KINETO_NOTES.md``), so a chunk whose strict decode fails
+takes the slow path, which repairs what it can, in order:
+
 * unquoted ``N/A`` values (written by some Kineto versions) are quoted;
+* ``NaN`` / ``Infinity`` literals become null;
 * Windows paths with unescaped backslashes (``Invalid \\escape``) are escaped;
+* invalid UTF-8 bytes are replaced;
 * string timestamps / durations and odd argument types are converted leniently, event by
-  event, and an event that still does not fit is skipped (and counted) rather than failing
-  the whole file;
+  event; an event that still does not fit is skipped (and counted) rather than failing the
+  whole file; negative durations are clamped to 0, non-finite or absurd times dropped;
 * a JSON array at the top level (Chrome trace "array format", Ascend ``trace_view.json``)
   is accepted as the event list.
 
 What cannot be repaired raises ``TraceReadError(path, reason)`` with a reason a user can
-act on (empty file, truncated JSON of a trace still being written, not a trace at all).
+act on (empty file, truncated JSON of a trace still being written, nesting too deep, not a
+trace at all). A trace whose event list is empty is read, and says so in ``repairs``.
+
+Memory: the chunk being decoded plus what is kept of the events; anything else held at
+once (a single event, the keys before or after the event list) is limited to
+``MAX_HELD_BYTES``, so no input, however large or strange, makes the reader hold more.
 """
 
 from __future__ import annotations
 
-import gzip
+import io
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import IO, Annotated, Any, ClassVar, Union
 
 import msgspec
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 __all__ = [
     "Args", "Event", "FlowStart", "MetaEvent", "TraceEvent", "TraceData", "TraceReadError",
-    "read_trace", "decode_trace", "gunzip",
+    "read_trace", "decode_trace", "decode_document", "gunzip", "CHUNK_BYTES",
+    "MAX_HELD_BYTES",
 ]
+
+# JSON decoded at once (one chunk of whole events). Larger chunks are not faster; smaller
+# ones cost a little Python per chunk.
+CHUNK_BYTES = 8 << 20
+# The most JSON held at once beyond a chunk: one event, or the keys around the event list.
+# Kineto writes events of a few hundred bytes; anything near this is not a profiler trace.
+MAX_HELD_BYTES = 64 << 20
+# Bytes read from the file at once (compressed or not); the inflated pieces are as small,
+# so that no large block is allocated per piece.
+_READ_BYTES = 1 << 20
+# Compressed bytes fed to zlib at once: small, as what zlib leaves unconsumed (when a piece
+# is full) is copied on every call.
+_INFLATE_INPUT_BYTES = 256 << 10
+# An event list whose first entries are none of them trace events is not a trace: give up
+# after this many instead of stepping through gigabytes of numbers.
+_MAX_ENTRIES_WITHOUT_EVENTS = 100_000
 
 
 class TraceReadError(Exception):
@@ -53,6 +89,8 @@ class TraceReadError(Exception):
 # Argument values vary between traces (ints, strings such as "N/A", floats): permissive
 # unions keep the fast path working on all of them.
 _Scalar = Union[int, float, str, None]
+
+REPEAT_INTERLEAVE = "aten::repeat_interleave"
 
 
 class Args(Struct, gc=False, omit_defaults=True):
@@ -69,15 +107,30 @@ class Args(Struct, gc=False, omit_defaults=True):
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
     call_stack: Union[str, None] = msgspec.field(default=None, name="Call stack")
-    # Kept undecoded (a slice of the input): only repeat_interleave ever needs it, and
-    # decoding a list per operator would cost time and memory on record_shapes traces.
-    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(default=None,
-                                                              name="Concrete Inputs")
+    # ``args["Concrete Inputs"]`` (record_shapes), undecoded JSON, set on
+    # ``aten::repeat_interleave`` operators only: nothing else reads it, and decoding (or
+    # even referencing) a list per operator would cost time and keep the input in memory.
+    # The decoder never fills it (the name below is no key Kineto writes); the reader sets
+    # it after decoding.
+    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(
+        default=None, name="tb_syncfinder: Concrete Inputs")
     cuda_sync_kind: Union[str, None] = None
     wait_on_stream: _Scalar = None
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
     name: Union[str, None] = None  # metadata events: process_name / thread_name
     labels: Union[str, None] = None  # metadata events: process_labels ("CPU", "GPU 0")
+
+
+# Times outside these bounds are not clock readings: NaN, infinities, 1e300 (a garbled
+# field). ``ts`` is microseconds (since the epoch: ~1.7e15 today), ``dur`` at most ~11 days.
+# The decoder checks them (an event outside them sends its chunk to the slow path, which
+# clamps negative durations to 0 and drops the rest): every stage after this one sums and
+# compares times, and one NaN or negative duration would turn costs into NaN or negative
+# numbers without any error.
+_MAX_ABS_TS_US = 1e18
+_MAX_DUR_US = 1e12
+_Ts = Annotated[float, Meta(ge=-_MAX_ABS_TS_US, le=_MAX_ABS_TS_US)]
+_Dur = Annotated[float, Meta(ge=0.0, le=_MAX_DUR_US)]
 
 
 class _PhaseEvent(Struct, gc=False, tag_field="ph"):
@@ -106,8 +159,8 @@ class Event(_PhaseEvent, tag="X", gc=False):
     name: str = ""
     pid: Union[int, str] = 0
     tid: Union[int, str] = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: _Ts = 0.0
+    dur: _Dur = 0.0
     args: Union[Args, None] = None
 
 
@@ -128,13 +181,13 @@ class FlowStart(_PhaseEvent, tag="s", gc=False):
     cat: str = ""
     pid: Union[int, str] = 0
     tid: Union[int, str] = 0
-    ts: float = 0.0
+    ts: _Ts = 0.0
     id: Union[int, str, None] = None
 
 
 # Every other phase of the Trace Event Format: no stage reads them, so they decode to empty
 # objects (counted in ``event_count``, nothing else kept). A phase outside this list sends the
-# file to the slow path, which drops such events.
+# chunk to the slow path, which drops such events.
 _UNUSED_PHASES = "BEiICbneSTpFtfPNODVvRc()"
 _UNUSED_EVENT_TYPES = tuple(
     type(f"_Phase{ord(phase)}", (_PhaseEvent,), {"ph": phase}, tag=phase, gc=False)
@@ -144,23 +197,44 @@ _KNOWN_PHASES = frozenset("XMs" + _UNUSED_PHASES)
 TraceEvent = Union[(Event, MetaEvent, FlowStart, *_UNUSED_EVENT_TYPES)]  # type: ignore[valid-type]
 
 
-class _TraceFile(Struct, gc=False):
-    traceEvents: Union[list[TraceEvent], None] = None  # noqa: N815 (JSON name)
-    deviceProperties: Union[list[dict[str, Any]], None] = None  # noqa: N815
-    distributedInfo: Union[dict[str, Any], None] = None  # noqa: N815
-    schemaVersion: _Scalar = None  # noqa: N815
-    displayTimeUnit: Union[str, None] = None  # noqa: N815
-    traceName: Union[str, None] = None  # noqa: N815
-    torch_version: Union[str, None] = None
-    pytorch_version: Union[str, None] = None
-    cuda_runtime_version: _Scalar = None
-    cuda_driver_version: _Scalar = None
-    with_stack: _Scalar = None
+class _TopLevel(Struct, gc=False):
+    """The keys Kineto writes beside ``traceEvents``; read leniently (any JSON value)."""
+
+    traceEvents: Any = None  # noqa: N815 (JSON name); only ever null here (a placeholder)
+    deviceProperties: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    traceName: Any = None  # noqa: N815
+    torch_version: Any = None
+    pytorch_version: Any = None
+    cuda_runtime_version: Any = None
 
 
-# The lenient form used by the slow path: everything optional and loosely typed, so that
-# msgspec.convert(strict=False) can coerce "123.5" to a float event by event.
-_FAST_DECODER = msgspec.json.Decoder(Union[_TraceFile, list[TraceEvent]])
+class _TopLevelTail(_TopLevel, gc=False):
+    """The keys after the event list; a second ``traceEvents`` is kept undecoded."""
+
+    traceEvents: Union[msgspec.Raw, None] = None  # noqa: N815
+
+
+class _ProbeArgs(Struct, gc=False):
+    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(default=None,
+                                                              name="Concrete Inputs")
+
+
+class _Probe(Struct, gc=False):
+    """What is read a second time from a chunk that holds ``aten::repeat_interleave``."""
+
+    name: Any = None
+    args: Union[_ProbeArgs, None] = None
+
+
+# Lax: numbers written as strings become numbers in the decoder (torch_npu writes every
+# "ts" of an Ascend trace_view.json as a string), as the lenient conversion does; fields
+# that may be strings keep them.
+_EVENTS_DECODER = msgspec.json.Decoder(list[TraceEvent], strict=False)
+_PROBE_DECODER = msgspec.json.Decoder(list[_Probe])
+_TAIL_DECODER = msgspec.json.Decoder(_TopLevelTail)
+_RAW_DECODER = msgspec.json.Decoder(msgspec.Raw)
 _GENERIC_DECODER = msgspec.json.Decoder()
 
 
@@ -179,6 +253,13 @@ class TraceData:
     skipped_events: int = 0  # events dropped because they could not be converted
     repairs: list[str] = field(default_factory=list)  # which slow-path repairs were needed
     byte_size: int = 0  # uncompressed JSON size
+    chunks: int = 0  # chunks of events decoded
+    slow_chunks: int = 0  # of which took the slow (repairing, generic) decode
+
+    @property
+    def fast_path(self) -> bool:
+        """True when every chunk took the typed msgspec decode (no repair needed)."""
+        return self.slow_chunks == 0
 
 
 _NA_RE = re.compile(rb'(?<=[:\[,])(\s*)N/A(?=\s*[,}\]])')
@@ -187,136 +268,314 @@ _BAD_ESCAPE_RE = re.compile(rb'\\(?!["\\/bfnrtu])')
 # they become null, so the event that holds one is dropped or loses that argument.
 _NON_FINITE_REPAIR = "NaN / Infinity values read as null"
 _NON_FINITE_RE = re.compile(rb'(?<=[:\[,])(\s*)-?(?:NaN|Infinity)(?=\s*[,}\]])')
+_UTF8_REPAIR = "invalid UTF-8 bytes replaced"
+_NA_REPAIR = "quoted N/A values"
+_ESCAPE_REPAIR = "escaped backslashes in Windows paths"
+_BYTE_RE = re.compile(r" \(byte (\d+)\)$")
+_WS = re.compile(rb"[ \t\r\n]*")
+_WS_BYTES = frozenset(b" \t\r\n")
+_KEY = b'"traceEvents"'
+_KEY_COLON = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*")
+_KEY_TAIL = re.compile(rb"[ \t\r\n]*(?::[ \t\r\n]*)?")
+_OPEN, _CLOSE, _COMMA, _LBRACE = ord("["), ord("]"), ord(","), ord("{")
+_PROBE_NAME = b'"' + REPEAT_INTERLEAVE.encode() + b'"'
+_TOO_DEEP = "JSON nested too deeply to decode (not a PyTorch profiler trace?)"
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
-_MAX_DEFLATE_RATIO = 1100  # deflate cannot inflate more than ~1032x
+# ----- inflating ------------------------------------------------------------------------
+
+def _gzip_error(path: str, exc: zlib.error) -> TraceReadError:
+    text = str(exc)
+    if "incomplete" in text or "truncated" in text:
+        return TraceReadError(path, "truncated gzip data (still being written?)")
+    detail = text.split(": ", 1)[-1]  # drop zlib's "Error -3 while decompressing data"
+    return TraceReadError(path, f"corrupt gzip data: {detail}")
+
+
+def _inflate(path: str, handle: IO[bytes], first: bytes, piece: int) -> Iterator[bytes]:
+    """The inflated bytes of a gzip file whose first bytes are ``first``, in pieces of at
+    most ``piece`` bytes. Incremental, so members of any size (the gzip size trailer wraps
+    at 4 GiB and is not used) and concatenated members work; bytes after the last member
+    that do not start another one are ignored, as gzip(1) does."""
+    inflater = zlib.decompressobj(31)
+    pending = first
+    produced = False
+    while True:
+        if inflater.eof:
+            rest = inflater.unused_data
+            while len(rest) < 2:
+                more = handle.read(_INFLATE_INPUT_BYTES)
+                if not more:
+                    break
+                rest += more
+            if rest[:2] != _GZIP_MAGIC:
+                if not produced and rest:
+                    raise TraceReadError(path, "corrupt gzip data: not a valid gzip stream")
+                return  # the end, or trailing garbage after a complete stream
+            inflater = zlib.decompressobj(31)
+            pending = rest
+            continue
+        data = inflater.unconsumed_tail
+        if not data:
+            data, pending = pending or handle.read(_INFLATE_INPUT_BYTES), b""
+        try:
+            if data:
+                out = inflater.decompress(data, piece)
+            else:
+                # The end of the file: zlib may still hold output (the rest of a match).
+                out = inflater.flush()
+                if not inflater.eof:
+                    if out:
+                        yield out
+                    # A gzip stream without its end marker is what a trace still being
+                    # written looks like.
+                    raise TraceReadError(path, "truncated gzip data (still being written?)")
+        except zlib.error as exc:
+            raise _gzip_error(path, exc) from exc
+        if out:
+            produced = True
+            yield out
+
+
+def _piece_bytes(chunk_bytes: int) -> int:
+    """Inflated bytes read at once: small, so that no large block is allocated per piece."""
+    return max(2, min(chunk_bytes, _READ_BYTES))
+
+
+def _pieces(path: str, handle: IO[bytes], piece: int) -> Iterator[bytes]:
+    """The JSON bytes of an open trace file, inflated if it is gzip, in pieces."""
+    first = handle.read(min(_READ_BYTES, piece))
+    if not first:
+        raise TraceReadError(path, "empty file")
+    if first[:2] == _GZIP_MAGIC:
+        yield from _inflate(path, handle, first, piece)
+        return
+    yield first
+    while True:
+        data = handle.read(piece)
+        if not data:
+            return
+        yield data
 
 
 def gunzip(path: str, raw: bytes) -> bytes:
     """``raw`` inflated when it is gzip (by its magic bytes, not the name), else as is.
-    Raises ``TraceReadError`` for corrupt or truncated gzip data."""
-    if raw[:2] != b"\x1f\x8b":
+    Raises ``TraceReadError`` for corrupt or truncated gzip data. (Holds the whole JSON:
+    for exporting a trace; the reader itself inflates incrementally.)"""
+    if raw[:2] != _GZIP_MAGIC:
         return raw
-    try:
-        # The gzip trailer holds the inflated size (mod 2**32): inflating into one buffer of
-        # that size avoids gzip.decompress's list of blocks joined at the end (2x the JSON
-        # at the peak). The bound keeps a garbled trailer from reserving gigabytes; a
-        # multi-member file (or any size mismatch) takes the general path.
-        expected = int.from_bytes(raw[-4:], "little")
-        if 0 < expected <= len(raw) * _MAX_DEFLATE_RATIO:
-            data = zlib.decompress(raw, 31, expected)
-            if len(data) == expected:
+    # The gzip trailer holds the inflated size mod 2**32: inflating into one buffer of that
+    # size avoids a list of pieces joined at the end (2x the JSON at the peak). A bound keeps
+    # a garbled trailer from reserving gigabytes; anything else (several members, trailing
+    # bytes, a member over 4 GiB) is inflated piece by piece.
+    expected = int.from_bytes(raw[-4:], "little")
+    if 0 < expected <= len(raw) * 1100:  # deflate cannot inflate more than ~1032x
+        try:
+            inflater = zlib.decompressobj(31)
+            data = inflater.decompress(raw, expected)
+            if inflater.eof and not inflater.unused_data and len(data) == expected:
                 return data
             del data
-        return gzip.decompress(raw)
-    except gzip.BadGzipFile as exc:
-        # Bytes after a complete gzip stream: gzip(1) ignores such trailing garbage with a
-        # warning, and so do we (the trace itself is whole).
-        inflater = zlib.decompressobj(31)
-        try:
-            data = inflater.decompress(raw)
         except zlib.error:
-            data = b""
-        if inflater.eof and data:
-            return data
-        raise TraceReadError(path, "corrupt gzip data: not a valid gzip stream") from exc
-    except (EOFError, zlib.error) as exc:
-        # A gzip stream without its end marker is what a trace still being written looks like.
-        if isinstance(exc, EOFError) or "incomplete" in str(exc) or "truncated" in str(exc):
-            raise TraceReadError(path, "truncated gzip data (still being written?)") from exc
-        detail = str(exc).split(": ", 1)[-1]  # drop zlib's "Error -3 while decompressing data"
-        raise TraceReadError(path, f"corrupt gzip data: {detail}") from exc
+            pass
+    return b"".join(_inflate(path, io.BytesIO(raw), b"", 64 << 20))
 
 
-def _truncated_reason(message: str) -> str | None:
-    if "truncated" in message.lower():
-        return "truncated JSON (still being written?)"
+def decode_document(path: str, raw: bytes) -> tuple[Any, list[str]]:
+    """The whole JSON document of a trace file's bytes (gzip or not), read with the same
+    repairs as the event decode (N/A, NaN / Infinity, Windows backslashes, invalid UTF-8),
+    and the names of the repairs it needed. Raises ``TraceReadError`` as the reader does
+    (truncated, nested too deeply, not JSON). Holds the whole document: for writing the
+    trace out again (the annotated trace), never for analysis."""
+    if not raw:
+        raise TraceReadError(path, "empty file")
+    text = gunzip(path, raw)
+    repairs: list[str] = []
+    try:
+        return _repair_decode(path, text, repairs), repairs
+    except MemoryError:
+        raise TraceReadError(path, "out of memory while reading the trace") from None
+
+
+# ----- repairs and lenient conversion ----------------------------------------------------
+
+class _BadCut(Exception):
+    """A chunk did not end at an element boundary; ``list_end``, when the decoder found the
+    event list closed before the cut: the chunk offset of the first byte after it."""
+
+    def __init__(self, list_end: int | None = None) -> None:
+        super().__init__()
+        self.list_end = list_end
+
+
+def _error_byte(message: str) -> int | None:
+    """The offset msgspec names in a DecodeError message (of the offending byte)."""
+    match = _BYTE_RE.search(message)
+    if match is None:
+        return None
+    byte = int(match.group(1))
+    # msgspec counts "trailing characters" one past the character it complains about.
+    return byte - 1 if "trailing characters" in message else byte
+
+
+def _readable(message: str, offset: int) -> str:
+    """msgspec's message with its byte position made absolute in the file's JSON."""
+    byte = _error_byte(message)
+    if byte is None or not offset:
+        return message
+    return _BYTE_RE.sub(f" (byte {byte + offset})", message)
+
+
+def _repaired(text: bytes, done: list[str]) -> tuple[bytes, str] | None:
+    """``text`` with the next repair that changes it applied, and that repair's name."""
+    if _NA_REPAIR not in done and b"N/A" in text:
+        fixed = _NA_RE.sub(rb'\1"N/A"', text)
+        if fixed != text:
+            return fixed, _NA_REPAIR
+    if _NON_FINITE_REPAIR not in done and (b"NaN" in text or b"Infinity" in text):
+        fixed = _NON_FINITE_RE.sub(rb"\1null", text)
+        if fixed != text:
+            return fixed, _NON_FINITE_REPAIR
+    if _ESCAPE_REPAIR not in done and b"\\" in text:
+        # "Invalid \escape", or another message once N/A was fixed.
+        fixed = _BAD_ESCAPE_RE.sub(rb"\\\\", text)
+        if fixed != text:
+            return fixed, _ESCAPE_REPAIR
     return None
 
 
-def _from_file_struct(path: str, doc: _TraceFile | list[Any], size: int) -> TraceData:
-    if isinstance(doc, list):
-        return TraceData(path=path, events=doc, byte_size=size)
-    if doc.traceEvents is None:
-        raise TraceReadError(path, "not a PyTorch profiler trace: no 'traceEvents' list")
-    return TraceData(
-        path=path,
-        events=doc.traceEvents,
-        device_properties=[p for p in (doc.deviceProperties or []) if isinstance(p, dict)],
-        distributed_info=doc.distributedInfo,
-        schema_version=doc.schemaVersion,
-        trace_name=doc.traceName,
-        torch_version=doc.torch_version or doc.pytorch_version,
-        cuda_runtime_version=doc.cuda_runtime_version,
-        byte_size=size,
-    )
+def _repair_decode(path: str, text: bytes, repairs: list[str], *, offset: int = 0,
+                   cut: bool = False) -> Any:
+    """Decode ``text`` as generic JSON, repairing what the module docstring lists; the
+    repairs made are appended to ``repairs`` (once each).
+
+    ``cut``: ``text`` is a chunk ``[`` + elements + ``]`` whose end was a guess: an error
+    at that end, or the list closing before it, raises ``_BadCut``. ``offset``: where
+    ``text`` starts in the file's JSON, for messages."""
+    done: list[str] = []
+    try:
+        while True:
+            try:
+                return _GENERIC_DECODER.decode(text)
+            except RecursionError:
+                raise TraceReadError(path, _TOO_DEEP) from None
+            except UnicodeDecodeError:
+                if _UTF8_REPAIR in done:
+                    raise TraceReadError(path, "not UTF-8 text (not a JSON trace?)") from None
+                # A name in another encoding (a Latin-1 file path): keep the event, with
+                # U+FFFD for the bytes that do not decode.
+                text = text.decode("utf-8", "replace").encode("utf-8")
+                done.append(_UTF8_REPAIR)
+                continue
+            except msgspec.DecodeError as exc:
+                message = str(exc)
+                byte = _error_byte(message)
+                truncated = "truncated" in message.lower()
+                if cut and (truncated or (byte is not None and byte >= len(text) - 1)):
+                    raise _BadCut() from None
+                if cut and "trailing characters" in message:
+                    raise _BadCut(list_end=byte) from None
+                if truncated:
+                    raise TraceReadError(path, "truncated JSON (still being written?)") from None
+                fixed = _repaired(text, done)
+                if fixed is None:
+                    raise TraceReadError(
+                        path, f"invalid JSON: {_readable(message, offset)}") from None
+                text, repair = fixed
+                done.append(repair)
+    finally:
+        repairs.extend(r for r in done if r not in repairs)
 
 
-# Times outside these bounds are not clock readings: NaN, infinities, 1e300 (a garbled
-# field). ``ts`` is microseconds (since the epoch: ~1.7e15 today), ``dur`` at most ~11 days.
-_MAX_ABS_TS_US = 1e18
-_MAX_DUR_US = 1e12
+def _as_time(value: Any) -> float | None:
+    """A time value as the lenient conversion reads it; None if it is no number."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return float("inf")
+    return None
 
 
-def _check_times(data: TraceData) -> TraceData:
-    """Drop events whose ``ts`` / ``dur`` are not finite or absurd, and clamp negative
-    durations to 0 (the event stays, at its start): every stage after this one sums and
-    compares times, and one NaN or negative duration would turn costs into NaN or
-    negative numbers without any error. One pass over the events (~15 ms per 200k)."""
-    bad = [e for e in data.events
-           if not (0.0 <= e.dur <= _MAX_DUR_US and -_MAX_ABS_TS_US <= e.ts <= _MAX_ABS_TS_US)]
-    if not bad:
-        return data
-    dropped: set[int] = set()
-    clamped = 0
-    for event in bad:
-        # NaN fails every comparison, so it is never "finite and negative" here.
-        if -_MAX_DUR_US <= event.dur < 0.0 and -_MAX_ABS_TS_US <= event.ts <= _MAX_ABS_TS_US:
-            event.dur = 0.0
-            clamped += 1
+class _Counts:
+    """What the slow path skipped or changed, over all chunks."""
+
+    def __init__(self) -> None:
+        self.malformed = 0  # entries that could not be converted
+        self.bad_times = 0  # events dropped for non-finite or absurd times
+        self.clamped = 0  # negative durations set to 0
+
+
+def _fix_times(raw: dict[str, Any], counts: _Counts) -> bool:
+    """Bring a raw event's ``ts`` / ``dur`` within the decoder's bounds: a negative duration
+    of an event with a sane start becomes 0; an event whose times are not finite or absurd
+    is dropped (False). Values that are no number at all are left for the conversion to
+    reject (the event is then skipped as malformed)."""
+    ph = raw.get("ph")
+    if ph != "X" and ph != "s":
+        return True
+    ts = _as_time(raw["ts"]) if "ts" in raw else 0.0
+    dur = _as_time(raw["dur"]) if (ph == "X" and "dur" in raw) else 0.0
+    # NaN fails every comparison: it is never "finite and negative" below.
+    ts_ok = ts is None or -_MAX_ABS_TS_US <= ts <= _MAX_ABS_TS_US
+    if dur is not None and not 0.0 <= dur <= _MAX_DUR_US:
+        if ts_ok and -_MAX_DUR_US <= dur < 0.0:
+            raw["dur"] = 0.0
+            counts.clamped += 1
         else:
-            dropped.add(id(event))
-    if dropped:
-        data.events = [e for e in data.events if id(e) not in dropped]
-        data.skipped_events += len(dropped)
-        data.repairs.append(f"skipped {len(dropped)} events with non-finite or absurd times")
-    if clamped:
-        data.repairs.append(f"clamped {clamped} negative durations to 0")
-    return data
+            counts.bad_times += 1
+            return False
+    if not ts_ok:
+        counts.bad_times += 1
+        return False
+    return True
 
 
-def _lenient_events(raw_events: list[Any]) -> tuple[list[Any], int]:
+def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
     """Convert events one by one with type coercion; drop (and count) hopeless ones.
 
     Events without a known ``ph`` are dropped uncounted: no stage could use them anyway."""
-    raw_events = [raw for raw in raw_events
-                  if not isinstance(raw, dict)
-                  or (isinstance(raw.get("ph"), str) and raw["ph"] in _KNOWN_PHASES)]
+    kept: list[Any] = []
+    for raw in raw_events:
+        if not isinstance(raw, dict):
+            counts.malformed += 1
+        elif isinstance(raw.get("ph"), str) and raw["ph"] in _KNOWN_PHASES:
+            if _fix_times(raw, counts):
+                kept.append(raw)
     # msgspec.convert cannot produce Raw values: set those aside and attach them after.
     concrete: dict[int, Any] = {}
-    for i, raw in enumerate(raw_events):
-        args = raw.get("args") if isinstance(raw, dict) else None
+    for i, raw in enumerate(kept):
+        args = raw.get("args")
         if isinstance(args, dict) and "Concrete Inputs" in args:
-            concrete[i] = args.pop("Concrete Inputs")
-    events, skipped = _convert_events(raw_events)
-    if concrete and not skipped:
-        for i, value in concrete.items():
-            if getattr(events[i], "args", None) is not None:
-                events[i].args.concrete_inputs = msgspec.Raw(msgspec.json.encode(value))
-    return events, skipped
+            value = args.pop("Concrete Inputs")
+            if raw.get("name") == REPEAT_INTERLEAVE:
+                concrete[i] = value
+    events = _convert_events(kept)
+    for i, value in concrete.items():
+        event = events[i]
+        if event is not None and getattr(event, "args", None) is not None:
+            event.args.concrete_inputs = msgspec.Raw(msgspec.json.encode(value))
+    good = [e for e in events if e is not None]
+    counts.malformed += len(events) - len(good)
+    return good
 
 
-def _convert_events(raw_events: list[Any]) -> tuple[list[Any], int]:
+def _convert_events(raw_events: list[Any]) -> list[Any]:
+    """Each raw event converted, or None where it cannot be (same length and order)."""
     try:
-        return msgspec.convert(raw_events, list[TraceEvent], strict=False), 0
+        return msgspec.convert(raw_events, list[TraceEvent], strict=False)
     except msgspec.ValidationError:
         pass
     events: list[Any] = []
-    skipped = 0
     for raw in raw_events:
-        if not isinstance(raw, dict):
-            skipped += 1
-            continue
         try:
             events.append(msgspec.convert(raw, TraceEvent, strict=False))
             continue
@@ -328,7 +587,7 @@ def _convert_events(raw_events: list[Any]) -> tuple[list[Any], int]:
         try:
             event = msgspec.convert(cleaned, TraceEvent, strict=False)
         except msgspec.ValidationError:
-            skipped += 1
+            events.append(None)
             continue
         args = raw.get("args")
         if isinstance(args, dict) and hasattr(event, "args"):
@@ -341,124 +600,530 @@ def _convert_events(raw_events: list[Any]) -> tuple[list[Any], int]:
                     continue
             event.args = msgspec.convert(good, Args, strict=False)
         events.append(event)
-    return events, skipped
+    return events
 
 
-def _slow_path(path: str, data: bytes, first_error: Exception) -> TraceData:
-    repairs: list[str] = []
-    doc: Any = None
-    text = data
-    for attempt in range(4):
+# ----- the streaming decoder --------------------------------------------------------------
+
+class _WholeDocument(Exception):
+    """The event list is not where Kineto writes it: decode the (small) document whole."""
+
+
+class _Reader:
+    """Decode one trace from its inflated pieces; see the module docstring.
+
+    The JSON being looked at is ``buf[lo:hi]`` of one buffer allocated once (grown only for
+    an event larger than a chunk): no large block is allocated and freed per chunk, which
+    would leave the C heap fragmented (the process then keeps ~0.6x the JSON in holes)."""
+
+    def __init__(self, path: str, pieces: Iterator[bytes], chunk_bytes: int,
+                 max_held_bytes: int) -> None:
+        self.path = path
+        self.pieces = pieces
+        self.chunk_bytes = max(chunk_bytes, 1)
+        self.max_held = max(max_held_bytes, 1)
+        self.buf = bytearray(2 * self.chunk_bytes + 2 * _piece_bytes(chunk_bytes))
+        self.lo = self.hi = 0
+        self.base = 0  # offset of buf[0] in the file's JSON (for messages)
+        self.total = 0  # JSON bytes read so far
+        self.eof = False
+        self.events: list[Any] = []
+        self.entries = 0  # elements of the event list, trace events or not
+        self.repairs: list[str] = []
+        self.counts = _Counts()
+        self.chunks = 0
+        self.slow_chunks = 0
+        self.top: dict[str, Any] = {}
+        self.after_element = False  # buf[lo] is whitespace after an element, not a separator
+
+    # -- buffer -----------------------------------------------------------------------------
+    def _fill(self, drop_whitespace: bool = False) -> bool:
+        """Append the next piece; False at the end of the file. May move the held bytes to
+        the front of the buffer (``lo`` becomes 0): callers keep offsets from ``lo``.
+
+        ``drop_whitespace``: a piece of only whitespace is not kept (outside the event list
+        a hostile file may hold gigabytes of it); one space still separates the tokens
+        around it, and offsets in messages past it are off by what was dropped."""
+        if self.eof:
+            return False
+        piece = next(self.pieces, None)
+        if piece is None:
+            self.eof = True
+            return False
+        self.total += len(piece)
+        if drop_whitespace and piece.isspace():
+            if self.hi == self.lo:
+                self.lo = self.hi = 0
+                self.base = self.total
+                return True
+            if self.buf[self.hi - 1] in _WS_BYTES:
+                return True
+            piece = b" "
+        n = len(piece)
+        if self.hi + n > len(self.buf):
+            self._make_room(n)
+        self.buf[self.hi:self.hi + n] = piece
+        self.hi += n
+        return True
+
+    def _make_room(self, n: int) -> None:
+        live = self.hi - self.lo
+        if self.lo:
+            with memoryview(self.buf) as view:
+                view[:live] = view[self.lo:self.hi]
+            self.base += self.lo
+            self.lo, self.hi = 0, live
+        if live + n > len(self.buf):
+            grown = bytearray(max(2 * len(self.buf), live + n))
+            grown[:live] = self.buf[:live]
+            self.buf = grown
+
+    def _offset(self, index: int) -> int:
+        """Where ``buf[index]`` is in the file's JSON."""
+        return self.base + index
+
+    def _too_large(self, what: str) -> TraceReadError:
+        return TraceReadError(
+            self.path, f"{what} larger than {self.max_held >> 20} MiB at byte "
+                       f"{self._offset(self.lo)} of the JSON: not a PyTorch profiler trace, "
+                       "or a damaged one")
+
+    def _read_rest(self, what: str) -> None:
+        while self._fill(drop_whitespace=True):
+            if self.hi - self.lo > self.max_held:
+                raise self._too_large(what)
+
+    # -- the document -----------------------------------------------------------------------
+    def read(self) -> TraceData:
+        first = self._skip_whitespace()
+        if first not in (_LBRACE, _OPEN):
+            return self._whole_document()
+        if first == _LBRACE:
+            try:
+                self._object_header()
+            except _WholeDocument:
+                return self._whole_document()
+        self._event_list()
+        self._tail(is_object=first == _LBRACE)
+        return self._result()
+
+    def _skip_whitespace(self) -> int:
+        """Drop leading whitespace (any amount: none of it is kept); the byte after it."""
+        while True:
+            self.lo = _WS.match(self.buf, self.lo, self.hi).end()
+            if self.lo < self.hi:
+                return self.buf[self.lo]
+            self.lo = self.hi = 0
+            self.base = self.total
+            if not self._fill(drop_whitespace=True):
+                raise TraceReadError(self.path, "empty file (no JSON in it)")
+
+    def _whole_document(self) -> TraceData:
+        """A document whose event list is not where Kineto writes it (or that has none):
+        decoded whole for an exact answer; the size limit keeps that bounded."""
+        self._read_rest("a JSON document without a 'traceEvents' list")
+        text = bytes(self.buf[self.lo:self.hi])
+        doc = _repair_decode(self.path, text, self.repairs, offset=self._offset(self.lo))
+        del text
+        self.lo = self.hi
+        if isinstance(doc, list):
+            raw_events, top = doc, {}
+        elif isinstance(doc, dict):
+            raw_events = doc.get("traceEvents")
+            if raw_events is None:
+                raise TraceReadError(self.path,
+                                     "not a PyTorch profiler trace: no 'traceEvents' list")
+            if not isinstance(raw_events, list):
+                raise TraceReadError(self.path, "'traceEvents' is not a list")
+            top = doc
+        else:
+            kind = {str: "a string", bool: "a boolean", type(None): "null"}.get(
+                type(doc), "a number")
+            raise TraceReadError(
+                self.path, f"not a PyTorch profiler trace: the JSON is {kind}, not a trace "
+                           "object or an array of events")
+        self.top = top
+        self.entries = len(raw_events)
+        self.chunks = self.slow_chunks = 1
+        self.events = _lenient_events(raw_events, self.counts)
+        return self._result()
+
+    def _object_header(self) -> None:
+        """Find the top-level ``"traceEvents": [`` and read the keys before it; ``lo`` is
+        then at that ``[``. Raises ``_WholeDocument`` when there is none."""
+        search = 1  # from lo
+        while True:
+            buf = self.buf
+            k = buf.find(_KEY, self.lo + search, self.hi)
+            if k < 0:
+                if self.hi - self.lo > self.max_held:
+                    raise self._too_large("the JSON before a 'traceEvents' list")
+                search = max(1, self.hi - self.lo - len(_KEY))
+                if not self._fill(drop_whitespace=True):
+                    raise _WholeDocument()
+                continue
+            after = _KEY_TAIL.match(buf, k + len(_KEY), self.hi).end()
+            if after >= self.hi and not self.eof:
+                search = k - self.lo
+                self._fill(drop_whitespace=True)
+                continue  # see the first byte after `"traceEvents" :`
+            colon = _KEY_COLON.match(buf, k + len(_KEY), self.hi)
+            if colon is None or not self._is_top_level_key(k):
+                search = k + 1 - self.lo  # a value, or a key of a nested object
+                continue
+            start = colon.end()
+            if start >= self.hi or buf[start] != _OPEN:
+                raise _WholeDocument()  # null, an object, ...: the whole path says what
+            self.lo = start
+            return
+
+    def _is_top_level_key(self, k: int) -> bool:
+        """Whether the ``"traceEvents"`` at ``k`` is a key of the top-level object: the JSON
+        before it, closed right after it, must decode (its keys are then kept)."""
+        prefix = bytes(self.buf[self.lo:k]).rstrip()
+        if not prefix.endswith((b"{", b",")):
+            return False
+        repairs: list[str] = []
         try:
-            doc = _GENERIC_DECODER.decode(text)
-            break
-        except UnicodeDecodeError:
-            if "invalid UTF-8 bytes replaced" in repairs:
-                raise TraceReadError(path, "not UTF-8 text (not a JSON trace?)") from None
-            # A name in another encoding (a Latin-1 file path): keep the event, with U+FFFD
-            # for the bytes that do not decode.
-            text = text.decode("utf-8", "replace").encode("utf-8")
-            repairs.append("invalid UTF-8 bytes replaced")
-            continue
-        except msgspec.DecodeError as exc:
-            message = str(exc)
-            truncated = _truncated_reason(message)
-            if truncated:
-                raise TraceReadError(path, truncated) from exc
-            if attempt == 0 and b"N/A" in text:
-                text = _NA_RE.sub(rb'\1"N/A"', text)
-                repairs.append("quoted N/A values")
+            top = _repair_decode(self.path, prefix + b'"traceEvents":null}', repairs,
+                                 offset=self._offset(self.lo))
+        except TraceReadError as exc:
+            if exc.reason == _TOO_DEEP:
+                raise
+            return False
+        if not isinstance(top, dict):
+            return False
+        self.top = top
+        self.repairs.extend(r for r in repairs if r not in self.repairs)
+        return True
+
+    def _event_list(self) -> None:
+        """Decode the event list chunk by chunk. On entry ``buf[lo]`` is its ``[``; each
+        round ``buf[lo]`` is the ``[`` or the ``,`` before the next element; on exit ``lo``
+        is right after the list's ``]``."""
+        while True:
+            while not self.eof and self.hi - self.lo < self.chunk_bytes:
+                self._fill(drop_whitespace=self._between_elements())
+            found = self._cut_and_decode(self.lo)
+            if found is None:  # not one whole element after lo yet
+                if self.eof:
+                    raise TraceReadError(self.path, "truncated JSON (still being written?)")
+                if self.hi - self.lo > self.max_held:
+                    raise self._too_large("one event")
+                # One more piece: the element is longer than what is held.
+                self._fill(drop_whitespace=self._between_elements())
                 continue
-            if _NON_FINITE_REPAIR not in repairs and (b"NaN" in text or b"Infinity" in text):
-                fixed = _NON_FINITE_RE.sub(rb"\1null", text)
-                if fixed != text:
-                    text = fixed
-                    repairs.append(_NON_FINITE_REPAIR)
+            end, closed = found
+            if self.entries >= _MAX_ENTRIES_WITHOUT_EVENTS and not self.events:
+                raise self._not_a_trace()
+            if closed:
+                self.lo = end + 1
+                return
+            self.lo = end
+
+    def _between_elements(self) -> bool:
+        """Whether only whitespace follows the separator (or the element) ending at ``lo``:
+        more whitespace then means nothing, and what is held of it is dropped (so this
+        check stays cheap)."""
+        if _WS.match(self.buf, self.lo + 1, self.hi).end() < self.hi:
+            return False
+        self.hi = self.lo + 1
+        return True
+
+    def _not_a_trace(self) -> TraceReadError:
+        return TraceReadError(
+            self.path, f"not a PyTorch profiler trace: none of the {self.entries} entries of "
+                       "its event list is a readable trace event (an object with a 'ph')")
+
+    def _cut_and_decode(self, pos: int) -> tuple[int, bool] | None:
+        """Decode the longest run of whole elements after ``pos`` that ends at a cut
+        candidate. Returns (index of the "," or "]" after it, whether that is the list's
+        end), or None when no element is whole yet."""
+        buf, end = self.buf, self.hi
+        first = _WS.match(buf, pos + 1, end).end()
+        if self.after_element:
+            # buf[pos] is whitespace after an element: the separator is still to come.
+            if first >= end:
+                return None
+            if buf[first] == _CLOSE:
+                self.after_element = False
+                return first, True
+            if buf[first] != _COMMA:
+                raise TraceReadError(
+                    self.path, f"invalid JSON: expected ',' or ']' after an event (byte "
+                               f"{self._offset(first)})")
+            self.after_element = False
+            self.lo = pos = first
+            first = _WS.match(buf, pos + 1, end).end()
+        elif first < end and buf[first] == _CLOSE and buf[pos] == _OPEN:
+            return first, True  # an empty list
+        hi = end
+        tries = 0
+        while tries < 8:
+            j = buf.rfind(b"}", pos + 1, hi)
+            if j < 0:
+                break
+            hi = j
+            k = _WS.match(buf, j + 1, end).end()
+            if k >= end and j + 1 < end:
+                # Only whitespace after this "}" so far (maybe a lot of it): cut right
+                # after it, on that whitespace; the separator is looked for next round.
+                tries += 1
+                try:
+                    self._decode_chunk(pos, j + 1)
+                except _BadCut:
                     continue
-            if attempt <= 1 and "escape" in message.lower():
-                text = _BAD_ESCAPE_RE.sub(rb"\\\\", text)
-                repairs.append("escaped backslashes in Windows paths")
+                self.after_element = True
+                return j + 1, False
+            if k >= end or (buf[k] != _COMMA and buf[k] != _CLOSE):
                 continue
-            if attempt <= 1 and b"\\" in text and "N/A" not in message:
-                # A bad escape can surface as another message once N/A was fixed.
-                fixed = _BAD_ESCAPE_RE.sub(rb"\\\\", text)
-                if fixed != text:
-                    text = fixed
-                    repairs.append("escaped backslashes in Windows paths")
-                    continue
-            raise TraceReadError(path, f"invalid JSON: {message}") from exc
-    if doc is None:
-        raise TraceReadError(path, f"invalid JSON: {first_error}")
-    if isinstance(doc, list):
-        raw_events, top = doc, {}
-    elif isinstance(doc, dict):
-        raw_events = doc.get("traceEvents")
-        if raw_events is None:
-            raise TraceReadError(path, "not a PyTorch profiler trace: no 'traceEvents' list")
-        if not isinstance(raw_events, list):
-            raise TraceReadError(path, "'traceEvents' is not a list")
-        top = doc
-    else:
-        raise TraceReadError(path, "not a PyTorch profiler trace: JSON is not an object")
-    events, skipped = _lenient_events(raw_events)
-    if skipped:
-        repairs.append(f"skipped {skipped} malformed events")
-    props = top.get("deviceProperties")
-    dist = top.get("distributedInfo")
-    version = top.get("torch_version") or top.get("pytorch_version")
-    return TraceData(
-        path=path,
-        events=events,
-        device_properties=[p for p in props if isinstance(p, dict)]
-        if isinstance(props, list)
-        else [],
-        distributed_info=dist if isinstance(dist, dict) else None,
-        schema_version=top.get("schemaVersion"),
-        trace_name=top.get("traceName") if isinstance(top.get("traceName"), str) else None,
-        torch_version=version if isinstance(version, str) else None,
-        cuda_runtime_version=top.get("cuda_runtime_version"),
-        skipped_events=skipped,
-        repairs=repairs,
-        byte_size=len(data),
-    )
+            tries += 1
+            try:
+                self._decode_chunk(pos, k)
+            except _BadCut as bad:
+                if bad.list_end is not None:
+                    hi = min(hi, pos + bad.list_end)
+                continue
+            return k, buf[k] == _CLOSE
+        return self._walk(pos)
+
+    def _walk(self, pos: int) -> tuple[int, bool] | None:
+        """Step over elements one at a time with msgspec's parser (exact, slower): for
+        elements that are not objects, or when no ``}`` candidate was a boundary."""
+        buf = self.buf
+        last: tuple[int, bool] | None = None
+        p = pos
+        with memoryview(buf) as view:
+            for _ in range(_MAX_ENTRIES_WITHOUT_EVENTS):
+                try:
+                    _RAW_DECODER.decode(view[p + 1:self.hi])
+                    break  # one value up to the end of what was read: maybe not whole
+                except RecursionError:
+                    raise TraceReadError(self.path, _TOO_DEEP) from None
+                except msgspec.DecodeError as exc:
+                    message = str(exc)
+                    if "trailing characters" not in message:
+                        break  # not whole yet, or malformed: the chunk decode says which
+                    q = p + 1 + (_error_byte(message) or 0)
+                    if buf[q] == _COMMA:
+                        last, p = (q, False), q
+                        continue
+                    if buf[q] == _CLOSE:
+                        last = (q, True)
+                    break
+        if last is None:
+            if self.eof and self.hi > pos + 1:
+                # Nothing more will come: decode what there is, for the exact error.
+                self._decode_chunk(pos, self.hi - 1, at_end=True)
+            return None
+        try:
+            self._decode_chunk(pos, last[0])
+        except _BadCut:
+            raise TraceReadError(
+                self.path, f"invalid JSON near byte {self._offset(last[0])}") from None
+        return last
+
+    def _decode_chunk(self, a: int, k: int, at_end: bool = False) -> None:
+        """Decode ``buf[a..k]`` as ``[`` elements ``]`` (the bytes at ``a`` and ``k`` are
+        overwritten for the decode, then restored) and keep its events. Raises ``_BadCut``
+        when ``k`` is no element boundary. ``at_end``: the last bytes of the file, as they
+        are (for the error they make)."""
+        buf = self.buf
+        saved_a, saved_k = buf[a], buf[k]
+        buf[a] = _OPEN
+        if not at_end:
+            buf[k] = _CLOSE
+        events: list[Any] | None = None
+        try:
+            with memoryview(buf) as view, view[a:k + 1] as chunk:
+                try:
+                    events = _EVENTS_DECODER.decode(chunk)
+                except msgspec.DecodeError as exc:
+                    message = str(exc)
+                    byte = _error_byte(message)
+                    if not at_end and ("truncated" in message.lower()
+                                       or (byte is not None and byte >= k - a)):
+                        raise _BadCut() from None
+                    if "trailing characters" in message:
+                        raise _BadCut(list_end=byte) from None
+                except (msgspec.ValidationError, UnicodeDecodeError):
+                    pass  # the slow path converts what it can
+                except RecursionError:
+                    raise TraceReadError(self.path, _TOO_DEEP) from None
+                if events is None:
+                    raw = bytes(chunk)
+                elif buf.find(_PROBE_NAME, a, k) >= 0:
+                    self._attach_concrete_inputs(chunk, events)
+        finally:
+            buf[a], buf[k] = saved_a, saved_k
+        self.chunks += 1
+        if events is None:
+            events = self._slow_chunk(raw, a, at_end)
+        else:
+            self.entries += len(events)
+        self.events += events
+
+    def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:
+        repairs: list[str] = []
+        doc = _repair_decode(self.path, raw, repairs, offset=self._offset(a),
+                             cut=not at_end)
+        self.repairs.extend(r for r in repairs if r not in self.repairs)
+        self.slow_chunks += 1
+        if not isinstance(doc, list):  # cannot be: the chunk starts with "["
+            raise TraceReadError(self.path, "invalid JSON: the event list is not an array")
+        self.entries += len(doc)
+        return _lenient_events(doc, self.counts)
+
+    def _attach_concrete_inputs(self, chunk: memoryview, events: list[Any]) -> None:
+        """Set ``args.concrete_inputs`` on the chunk's ``aten::repeat_interleave`` events
+        (the only ones that need it: an ``output_size`` means the op does not sync)."""
+        try:
+            probes = _PROBE_DECODER.decode(chunk)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            probes = None  # odd args on an event of a phase nobody reads
+        if probes is not None and len(probes) == len(events):
+            for probe, event in zip(probes, events, strict=True):
+                if (probe.name == REPEAT_INTERLEAVE and probe.args is not None
+                        and probe.args.concrete_inputs is not None
+                        and getattr(event, "args", None) is not None):
+                    # A copy: a Raw would otherwise hold on to the buffer.
+                    event.args.concrete_inputs = probe.args.concrete_inputs.copy()
+            del probes
+            return
+        for raw, event in zip(_GENERIC_DECODER.decode(chunk), events, strict=True):
+            args = raw.get("args") if isinstance(raw, dict) else None
+            if (raw.get("name") == REPEAT_INTERLEAVE and isinstance(args, dict)
+                    and "Concrete Inputs" in args
+                    and getattr(event, "args", None) is not None):
+                event.args.concrete_inputs = msgspec.Raw(
+                    msgspec.json.encode(args["Concrete Inputs"]))
+
+    def _tail(self, is_object: bool) -> None:
+        """Check and read what follows the event list (the other top-level keys)."""
+        self._read_rest("the JSON after the event list")
+        tail = bytes(self.buf[self.lo:self.hi]).strip()
+        offset = self._offset(self.lo)
+        self.lo = self.hi
+        if not is_object:
+            if tail:
+                raise TraceReadError(
+                    self.path, f"invalid JSON: trailing characters after the event list "
+                               f"(byte {offset})")
+            return
+        if not tail:
+            raise TraceReadError(self.path, "truncated JSON (still being written?)")
+        if tail[:1] == b"}":
+            if tail[1:].strip():
+                raise TraceReadError(
+                    self.path, "invalid JSON: trailing characters after the trace object")
+            return
+        if tail[:1] != b",":
+            raise TraceReadError(
+                self.path, f"invalid JSON: expected ',' or '}}' after the event list (byte "
+                           f"{offset})")
+        text = b"{" + tail[1:]
+        try:
+            rest = _TAIL_DECODER.decode(text)
+        except RecursionError:
+            raise TraceReadError(self.path, _TOO_DEEP) from None
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            rest = _repair_decode(self.path, text, self.repairs, offset=offset)
+            if not isinstance(rest, dict):
+                raise TraceReadError(self.path, "invalid JSON after the event list") from None
+            fields = dict(rest)
+        else:
+            fields = {key: getattr(rest, key) for key in rest.__struct_fields__}
+        if fields.pop("traceEvents", None) is not None:
+            self.repairs.append("a second 'traceEvents' key was ignored")
+        for key, value in fields.items():
+            if value is not None:
+                self.top.setdefault(key, value)
+
+    # -- the result -------------------------------------------------------------------------
+    def _result(self) -> TraceData:
+        counts = self.counts
+        if not self.events and self.entries:
+            raise self._not_a_trace()
+        repairs = list(self.repairs)
+        if counts.malformed:
+            repairs.append(f"skipped {counts.malformed} malformed events")
+        if counts.bad_times:
+            repairs.append(f"skipped {counts.bad_times} events with non-finite or absurd times")
+        if counts.clamped:
+            repairs.append(f"clamped {counts.clamped} negative durations to 0")
+        if not self.events:
+            repairs.append("empty trace: its event list holds no events")
+        elif not any(type(e) is Event for e in self.events):
+            repairs.append("empty trace: no complete ('X') events, nothing to analyse")
+        top = self.top
+        props = top.get("deviceProperties")
+        dist = top.get("distributedInfo")
+        version = top.get("torch_version") or top.get("pytorch_version")
+        name = top.get("traceName")
+        return TraceData(
+            path=self.path,
+            events=self.events,
+            device_properties=[p for p in props if isinstance(p, dict)]
+            if isinstance(props, list) else [],
+            distributed_info=dist if isinstance(dist, dict) else None,
+            schema_version=top.get("schemaVersion"),
+            trace_name=name if isinstance(name, str) else None,
+            torch_version=version if isinstance(version, str) else None,
+            cuda_runtime_version=top.get("cuda_runtime_version"),
+            skipped_events=counts.malformed + counts.bad_times,
+            repairs=repairs,
+            byte_size=self.total,
+            chunks=self.chunks,
+            slow_chunks=self.slow_chunks,
+        )
 
 
-def decode_trace(path: str, raw: bytes) -> TraceData:
+# ----- entry points -----------------------------------------------------------------------
+
+def _read(path: str, handle: IO[bytes], chunk_bytes: int, max_held_bytes: int) -> TraceData:
+    try:
+        pieces = _pieces(path, handle, _piece_bytes(chunk_bytes))
+        return _Reader(path, pieces, chunk_bytes, max_held_bytes).read()
+    except TraceReadError:
+        raise
+    except RecursionError:
+        raise TraceReadError(path, _TOO_DEEP) from None
+    except MemoryError:
+        raise TraceReadError(path, "out of memory while reading the trace") from None
+    except OSError as exc:
+        raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a reader bug must still name the file
+        raise TraceReadError(
+            path, f"internal error while reading ({type(exc).__name__}: {exc})") from exc
+
+
+def decode_trace(path: str, raw: bytes, *, chunk_bytes: int = CHUNK_BYTES,
+                 max_held_bytes: int = MAX_HELD_BYTES) -> TraceData:
     """Decode the bytes of a trace file (gzip or not); ``path`` is only used in messages."""
     if not raw:
         raise TraceReadError(path, "empty file")
-    return _decode_json(path, gunzip(path, raw))
+    return _read(path, io.BytesIO(raw), chunk_bytes, max_held_bytes)
 
 
-def _decode_json(path: str, data: bytes) -> TraceData:
-    if len(data) < 4096 and not data.strip():
-        raise TraceReadError(path, "empty file (no JSON in it)")
-    try:
-        decoded = _from_file_struct(path, _FAST_DECODER.decode(data), len(data))
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-        # msgspec raises UnicodeDecodeError for invalid UTF-8 inside a string.
-        decoded = _slow_path(path, data, exc)
-    return _check_times(decoded)
+def read_trace(path: str, *, chunk_bytes: int = CHUNK_BYTES,
+               max_held_bytes: int = MAX_HELD_BYTES) -> TraceData:
+    """Read and decode one trace file. Raises ``TraceReadError`` naming the file and why.
 
-
-def read_trace(path: str) -> TraceData:
-    """Read and decode one trace file. Raises ``TraceReadError`` naming the file and why."""
+    ``chunk_bytes``: JSON decoded at once; ``max_held_bytes``: the most JSON held besides
+    (one event, the keys around the event list). Memory stays near the decoded events plus
+    about two chunks, whatever the file holds."""
     try:
         if "://" in path:
             from tb_syncfinder.discovery import open_trace_bytes
 
-            raw = open_trace_bytes(path)
+            handle: IO[bytes] = io.BytesIO(open_trace_bytes(path))
         else:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            handle = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError as exc:
         raise TraceReadError(path, "no such file") from exc
     except IsADirectoryError as exc:
         raise TraceReadError(path, "is a directory, not a trace file") from exc
     except OSError as exc:
         raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if not raw:
-        raise TraceReadError(path, "empty file")
-    data = gunzip(path, raw)
-    del raw  # the compressed bytes need not stay alive during the decode
-    return _decode_json(path, data)
+    with handle:
+        return _read(path, handle, chunk_bytes, max_held_bytes)

@@ -212,3 +212,19 @@ def test_annotate_names_the_file_when_it_is_not_json(tmp_path: Path) -> None:
     trace.write_bytes(b'{"traceEvents": [')
     with pytest.raises(ValueError, match="broken.pt.trace.json: not valid JSON"):
         annotate_trace(str(trace), [])
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": NaN}]}', None),
+    (b'{"traceEvents": [{"ph": "X", "args": {"deep": ' + b"[" * 50_000 + b"]" * 50_000
+     + b"}}]}", "nested too deeply"),
+])
+def test_annotate_reads_with_the_readers_repairs_and_names_what_it_cannot(
+        tmp_path: Path, text: bytes, expected: str | None) -> None:
+    trace = tmp_path / "odd.pt.trace.json"
+    trace.write_bytes(text)
+    if expected is None:  # NaN read as null, as the analysis reads it
+        assert load_trace_json(str(trace))["traceEvents"][0]["dur"] is None
+        return
+    with pytest.raises(ValueError, match=f"odd.pt.trace.json: not valid JSON .*{expected}"):
+        annotate_trace(str(trace), [])

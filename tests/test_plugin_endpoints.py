@@ -497,6 +497,7 @@ def test_a_trace_still_being_written_is_loaded_once_complete(
     _, runs = get(client, "runs")
     assert runs["runs"][0]["loading"] is True
     assert runs["errors"][0]["retrying"] is True
+    assert runs["errors"][0]["being_written"] is True
     assert plugin.loader.get_run("run").traces[str(partial)].status == RETRY
 
     partial.write_bytes(gzip.compress(full))

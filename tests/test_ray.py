@@ -78,7 +78,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_running_cluster_is_joined_by_its_address(
+def test_a_running_cluster_is_joined_by_its_address_and_left_alone_without_one(
         logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     port = _free_port()
@@ -88,6 +88,13 @@ def test_a_running_cluster_is_joined_by_its_address(
         capture_output=True, text=True, timeout=180)
     assert started.returncode == 0, started.stderr
     try:
+        # Without an address, --ray starts a cluster of its own even while another one runs
+        # on this machine (ray.init() would join that one and refuse the worker count).
+        assert report(logdir, tmp_path / "own.json", "--no-summaries", "--ray",
+                      "--ray-workers", "1") == 0
+        capsys.readouterr()
+        assert len(json.loads((tmp_path / "own.json").read_text())["syncs"]) == \
+            2 * TRACES_PER_RUN * 2
         assert report(logdir, tmp_path / "joined.json", "--no-summaries", "--ray-address",
                       f"127.0.0.1:{port}") == 0
         err = capsys.readouterr().err

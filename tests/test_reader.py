@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
+from conftest import SHARED_DIR
 from kineto_builder import KinetoTraceBuilder, item_sync
+from trace_shapes import SHAPES, resnet_like, shape
 
-from tb_syncfinder.engine import analyze_trace
-from tb_syncfinder.reader import TraceReadError, read_trace
+from tb_syncfinder.engine import Options, analyze_trace
+from tb_syncfinder.reader import CHUNK_BYTES, Event, TraceReadError, read_trace
 
 
 def _trace_text() -> str:
@@ -135,3 +140,213 @@ def test_metadata_and_torch1_style_categories(tmp_path):
     path.write_text(json.dumps(doc))
     (sync,) = analyze_trace(str(path)).syncs
     assert sync.op == "aten::item"
+
+
+# -- fast path on every trace shape, and chunked decoding ---------------------------------
+
+SMALL_CHUNK = 300  # a chunk every few events: every boundary case is met on small traces
+
+
+def _write_doc(tmp_path: Path, name: str, doc: Any, gz: bool = False) -> Path:
+    path = tmp_path / (f"{name}.pt.trace.json" + (".gz" if gz else ""))
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def _events_json(data: Any) -> bytes:
+    return msgspec.json.encode(data.events)
+
+
+@pytest.mark.parametrize("chunk", [CHUNK_BYTES, SMALL_CHUNK], ids=["one_chunk", "small_chunks"])
+@pytest.mark.parametrize("name", SHAPES)
+def test_every_trace_shape_decodes_on_the_fast_path(tmp_path, name, chunk):
+    data = read_trace(str(_write_doc(tmp_path, name, shape(name))), chunk_bytes=chunk)
+    assert data.slow_chunks == 0 and data.fast_path, name
+    assert data.repairs == []
+    assert data.chunks > (1 if chunk == SMALL_CHUNK else 0)
+
+
+@pytest.mark.parametrize("folder", ["real", "h100_demo"])
+def test_shared_traces_decode_on_the_fast_path(folder):
+    traces = sorted((SHARED_DIR / "traces" / folder).glob("*.pt.trace.json*"))
+    if not traces:
+        pytest.skip(f"no shared traces in {SHARED_DIR / 'traces' / folder}")
+    for path in traces:
+        data = read_trace(str(path))
+        assert data.fast_path and data.repairs == [], path.name
+
+
+@pytest.mark.parametrize("chunk", [64, SMALL_CHUNK, 4096])
+def test_the_decoded_trace_does_not_depend_on_the_chunk_size(tmp_path, chunk):
+    doc = resnet_like(2, blocks=2)
+    doc["traceEvents"] += shape("cuda_sync_events")["traceEvents"]
+    for gz in (False, True):
+        path = _write_doc(tmp_path, f"resnet{gz}", doc, gz=gz)
+        whole, chunked = read_trace(str(path)), read_trace(str(path), chunk_bytes=chunk)
+        assert whole.chunks == 1 and chunked.chunks > 10
+        assert _events_json(chunked) == _events_json(whole)
+        assert (chunked.device_properties, chunked.distributed_info, chunked.byte_size) == (
+            whole.device_properties, whole.distributed_info, whole.byte_size)
+
+
+def _repeat_interleave_trace(damaged: bool) -> str:
+    b = KinetoTraceBuilder(gpu=False)
+    with b.step(1):
+        with b.op("aten::repeat_interleave",
+                  args={"Concrete Inputs": ["", "", "", "12"], "Input Dims": [[4], [], [], []]}):
+            pass
+        with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", ""]}):
+            pass
+        with b.op("aten::add", args={"Concrete Inputs": ["", "", "1"]}):
+            pass
+    text = json.dumps(b.to_dict())
+    return text.replace('"cbid": 0', '"cbid": N/A').replace(
+        '"Ev Idx": 0', '"Ev Idx": N/A') if damaged else text
+
+
+@pytest.mark.parametrize("chunk", [CHUNK_BYTES, SMALL_CHUNK])
+@pytest.mark.parametrize("damaged", [False, True], ids=["fast_path", "slow_path"])
+def test_repeat_interleave_concrete_inputs_are_kept_on_either_path(tmp_path, chunk, damaged):
+    """Only repeat_interleave needs 'Concrete Inputs' (an output_size means no sync)."""
+    path = tmp_path / "ri.pt.trace.json"
+    path.write_text(_repeat_interleave_trace(damaged))
+    data = read_trace(str(path), chunk_bytes=chunk)
+    assert data.fast_path is not damaged
+    kept = {(e.name, bytes(e.args.concrete_inputs) if e.args.concrete_inputs else None)
+            for e in data.events if type(e) is Event and e.cat == "cpu_op"}
+    assert kept == {("aten::repeat_interleave", b'["","","","12"]'),
+                    ("aten::repeat_interleave", b'["","","",""]'), ("aten::add", None)}
+    latent = analyze_trace(str(path), Options(contexts=False)).latent
+    assert [s.op for s in latent] == ["aten::repeat_interleave"]
+
+
+# -- hostile input: a named error for what is not a trace, bounded work on the rest --------
+
+@pytest.mark.parametrize("chunk", [CHUNK_BYTES, 16], ids=["one_chunk", "tiny_chunks"])
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"[1, 2, 3]", "none of the 3 entries of its event list"),
+        (b"null", "the JSON is null"),
+        (b'"a string"', "the JSON is a string"),
+        (b"42", "the JSON is a number"),
+        (b"true", "the JSON is a boolean"),
+        (b'{"traceEvents": [1, "x", null, [2]]}', "none of the 4 entries"),
+        (b'{"traceEvents": [{"name": "no phase"}]}', "none of the 1 entries"),
+        (b'{"traceEvents": {"ph": "X"}}', "'traceEvents' is not a list"),
+        (b'{"traceEvents": null}', "no 'traceEvents' list"),
+        (b'{"a": {"traceEvents": []}}', "no 'traceEvents' list"),
+        (b'{"traceEvents": [{"ph": "X"}], "x": }', "invalid JSON"),
+        (b'[{"ph": "X"}] [', "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "X"}]', "truncated JSON (still being written?)"),
+        (b'{"traceEvents": [{"ph": "X"}, ', "truncated JSON (still being written?)"),
+        (b'[{"ph": "X", "name": "a"}, {"ph": "X", "na', "truncated JSON"),
+    ],
+)
+def test_what_is_not_a_trace_is_a_named_error(tmp_path, content, reason, chunk):
+    path = tmp_path / "bad.pt.trace.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceReadError) as info:
+        read_trace(str(path), chunk_bytes=chunk)
+    assert reason in info.value.reason
+    assert info.value.path == str(path) and "\n" not in info.value.reason
+
+
+@pytest.mark.parametrize("chunk", [CHUNK_BYTES, 16])
+@pytest.mark.parametrize("content", [b"[]", b'{"traceEvents": []}', b"  [ \n ]  ",
+                                     b'{"schemaVersion": 1, "traceEvents": [\n  ],\n'
+                                     b' "traceName": "x.json"}'])
+def test_an_empty_event_list_is_read_and_says_it_is_empty(tmp_path, content, chunk):
+    path = tmp_path / "empty.pt.trace.json"
+    path.write_bytes(content)
+    data = read_trace(str(path), chunk_bytes=chunk)
+    assert data.events == [] and any("empty trace" in r for r in data.repairs)
+    result = analyze_trace(str(path))
+    assert result.info.error is None
+    assert any("empty trace" in r for r in result.info.repairs)
+
+
+def test_a_trace_of_metadata_only_says_it_has_nothing_to_analyse(tmp_path):
+    doc = {"traceEvents": [e for e in shape("cuda_stacks")["traceEvents"] if e["ph"] == "M"]}
+    data = read_trace(str(_write_doc(tmp_path, "meta", doc)))
+    assert data.events and any("no complete ('X') events" in r for r in data.repairs)
+
+
+_DEEP = 50_000
+
+
+def _deep(where: str, depth: int) -> bytes:
+    nested = b"[" * depth + b"]" * depth
+    event = b'{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"x": %s}}'
+    if where == "args":
+        return b'{"traceEvents": [' + event % b"1" + b", " + event % nested + b"]}"
+    if where == "element":
+        return b'{"traceEvents": [' + event % b"1" + b", " + nested + b"]}"
+    if where == "before_events":
+        return b'{"deviceProperties": ' + nested + b', "traceEvents": [' + event % b"1" + b"]}"
+    if where == "after_events":
+        return b'{"traceEvents": [' + event % b"1" + b'], "distributedInfo": ' + nested + b"}"
+    return nested  # array format
+
+
+@pytest.mark.parametrize("chunk", [CHUNK_BYTES, SMALL_CHUNK])
+@pytest.mark.parametrize("where", ["args", "element", "before_events", "after_events",
+                                   "array_format"])
+def test_deep_nesting_is_the_files_named_error(tmp_path, where, chunk):
+    path = tmp_path / "deep.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(_deep(where, _DEEP)))
+    with pytest.raises(TraceReadError, match="nested too deeply"):
+        read_trace(str(path), chunk_bytes=chunk)
+    assert "nested too deeply" in analyze_trace(str(path)).info.error
+
+
+@pytest.mark.parametrize("depth", [200, 900, 1000, 1100, 3000])
+def test_nesting_near_the_recursion_limit_never_escapes(tmp_path, depth):
+    for where in ("args", "after_events"):
+        path = tmp_path / f"deep_{where}.pt.trace.json"
+        path.write_bytes(_deep(where, depth))
+        result = analyze_trace(str(path))  # a report or the named error: nothing raised
+        assert result.info.error is None or "nested too deeply" in result.info.error
+
+
+def test_duplicate_keys_keep_the_first_event_list_and_say_so(tmp_path):
+    first = shape("cuda_stacks")["traceEvents"]
+    text = json.dumps({"traceEvents": first})[:-1] + ', "traceEvents": [{"ph": "X"}]}'
+    path = tmp_path / "dup.pt.trace.json"
+    path.write_text(text.replace('"ph": "X", "cat": "cpu_op"',
+                                 '"ph": "X", "ts": -5, "cat": "cpu_op"'))
+    data = read_trace(str(path), chunk_bytes=SMALL_CHUNK)
+    assert len(data.events) == len(first)
+    assert "a second 'traceEvents' key was ignored" in data.repairs
+    assert data.fast_path  # a duplicate key inside an event: the last one counts
+
+
+def test_an_event_larger_than_the_limit_is_a_named_error(tmp_path):
+    event = {"ph": "X", "name": "a" * 300_000, "ts": 1, "dur": 1}
+    path = _write_doc(tmp_path, "big", {"traceEvents": [event]}, gz=True)
+    with pytest.raises(TraceReadError, match="one event larger than 0 MiB"):
+        read_trace(str(path), chunk_bytes=4096, max_held_bytes=100_000)
+    assert len(read_trace(str(path), chunk_bytes=4096).events) == 1  # default: 64 MiB
+
+
+def test_whitespace_anywhere_is_not_kept(tmp_path):
+    """Gigabytes of spaces compress to almost nothing: none of them may be held."""
+    event = json.dumps(shape("cuda_stacks")["traceEvents"][5]).encode()
+    spaces = b" " * (8 << 20)
+    text = (spaces + b'{"traceEvents": [' + spaces + event + b"," + spaces + event + spaces
+            + b"]" + spaces + b', "traceName": "x"' + spaces + b"}" + spaces)
+    path = tmp_path / "spaces.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text, 1))
+    data = read_trace(str(path), chunk_bytes=64 << 10, max_held_bytes=1 << 20)
+    assert len(data.events) == 2 and data.trace_name == "x" and data.fast_path
+
+
+def test_gzip_members_are_all_read_and_trailing_garbage_ignored(tmp_path):
+    text = json.dumps(shape("record_shapes")).encode()
+    half = len(text) // 2
+    path = tmp_path / "members.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]) + b"garbage")
+    data = read_trace(str(path), chunk_bytes=SMALL_CHUNK)
+    assert _events_json(data) == _events_json(read_trace(_write_doc(
+        tmp_path, "plain", shape("record_shapes")).as_posix()))

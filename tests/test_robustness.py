@@ -8,6 +8,7 @@ containers, bad bytes) checks the project rule end to end through ``analyze_trac
 from __future__ import annotations
 
 import copy
+import functools
 import gzip
 import json
 import math
@@ -154,6 +155,7 @@ def _fuzz_cases(base: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
 def _assert_human_error(error: str) -> None:
     assert "\n" not in error, error
     assert not error.startswith("analysis failed"), error  # a stage crashed on the input
+    assert "internal error" not in error, error  # the reader crashed on the input
     for internal in ("Traceback", "object at 0x", "<class", "Error(", "$.", "(b'", "Error -"):
         assert internal not in error, error
 
@@ -163,8 +165,15 @@ def _assert_finite_json(value: Any) -> None:
     json.dumps(value, allow_nan=False)
 
 
-def test_mutated_traces_never_raise_and_failures_say_why_in_one_line(tmp_path, base_traces):
+@pytest.mark.parametrize("chunk", [None, 97], ids=["default_chunks", "small_chunks"])
+def test_mutated_traces_never_raise_and_failures_say_why_in_one_line(tmp_path, base_traces,
+                                                                    monkeypatch, chunk):
+    from tb_syncfinder import engine, reader
     from tb_syncfinder.aggregate import build_report
+
+    if chunk is not None:  # every boundary of the chunked decode, on every mutation
+        monkeypatch.setattr(engine, "read_trace",
+                            functools.partial(reader.read_trace, chunk_bytes=chunk))
 
     failures: list[str] = []
     for name, data in _fuzz_cases(base_traces):

@@ -3,8 +3,6 @@ chrome://tracing and Perfetto show above the others. Needs exactly one analysed 
 
 from __future__ import annotations
 
-import json
-import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -12,47 +10,17 @@ import msgspec
 if TYPE_CHECKING:
     from tb_syncfinder.outputs import RenderOptions, ReportSet
 
-_NA_PATTERN = re.compile(rb'(?<!")N/A(?!")')
-# A backslash that does not start a valid JSON escape (Windows paths written raw); an
-# escaped backslash pair is matched first so its second half is not taken for a bad one.
-_ESCAPES = re.compile(rb'\\\\|\\(?!["\\/bfnrtu])')
-
-
-def _fix_escape(match: re.Match[bytes]) -> bytes:
-    return match.group(0) if len(match.group(0)) == 2 else b"\\\\"
-
-
 def load_trace_json(trace_path: str) -> Any:
-    """The trace as JSON, with torch-tb-profiler's fixes and the Windows-path fix.
-
-    gzip by magic bytes (not by name), unquoted ``N/A`` values quoted, raw backslashes
-    escaped. Raises ``ValueError`` naming the file and the reason when nothing works.
-    """
+    """The trace as JSON, read with the reader's gzip detection and repairs (so whatever the
+    analysis read can be annotated). Raises ``ValueError`` naming the file and the reason
+    when it cannot be read."""
     from tb_syncfinder.discovery import open_trace_bytes
-    from tb_syncfinder.reader import TraceReadError, gunzip
+    from tb_syncfinder.reader import TraceReadError, decode_document
 
-    raw = open_trace_bytes(trace_path)
     try:
-        # The reader's gzip handling, so that whatever the analysis read can be annotated.
-        raw = gunzip(trace_path, raw)
+        return decode_document(trace_path, open_trace_bytes(trace_path))[0]
     except TraceReadError as exc:
-        raise ValueError(str(exc)) from exc
-    try:
-        return msgspec.json.decode(raw)
-    except UnicodeDecodeError:
-        # Invalid UTF-8 inside a string (a Latin-1 path): the reader replaces such bytes
-        # with U+FFFD too.
-        raw = raw.decode("utf-8", "replace").encode("utf-8")
-    except msgspec.DecodeError:
-        pass
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as first_error:
-        fixed = _ESCAPES.sub(_fix_escape, _NA_PATTERN.sub(b'"N/A"', raw))
-        try:
-            return json.loads(fixed, strict=False)
-        except ValueError as exc:
-            raise ValueError(f"{trace_path}: not valid JSON ({first_error})") from exc
+        raise ValueError(f"{trace_path}: not valid JSON ({exc.reason})") from exc
 
 
 def _events_list(trace: Any, trace_path: str) -> list[Any]:

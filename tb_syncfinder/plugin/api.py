@@ -44,8 +44,10 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
             "error_count": len(failed),
         })
         errors_found.extend(
+            # being_written: truncated, or changed while it was read; shown as such until
+            # a complete read replaces the entry with the report.
             {"path": state.ref.path, "run": name, "reason": state.error,
-             "retrying": state.status == RETRY}
+             "retrying": state.status == RETRY, "being_written": state.being_written}
             for state in failed
         )
     with loader.lock:

@@ -52,6 +52,7 @@ TRANSIENT_MARKERS = (
 # this many polls (it is retried again as soon as its size or mtime changes).
 MAX_TRANSIENT_ATTEMPTS = 3
 PROCESS_DIED = "the analysis process died (out of memory, or a crash in a native library)"
+BEING_WRITTEN = "being written: the file changed while it was read (read again on the next scan)"
 
 
 def looks_transient(reason: str) -> bool:
@@ -84,6 +85,11 @@ class TraceState:
     result: Any = None  # engine.TraceResult once analysed
     error: str | None = None
     attempts: int = 0  # consecutive transient failures of this file version
+    # The file looks like it is still being written (its last read was truncated, or it
+    # changed while it was read): shown as such until a read settles it either way. Kept
+    # across the file's versions while it grows, so it never drops out of the error list
+    # between two reads.
+    being_written: bool = False
 
 
 @dataclass
@@ -275,7 +281,13 @@ class TraceLoader:
                 return None
             if state is not None:
                 run.generation += 1
+            previous = state
             state = TraceState(ref, size, mtime_ns)
+            if previous is not None and previous.being_written:
+                # Still growing: it stays listed as being written (with its last reason)
+                # until this version is read, instead of vanishing from the errors.
+                state.being_written = True
+                state.error = previous.error
             run.traces[ref.path] = state
             return state
         if state.status == RETRY:
@@ -396,25 +408,31 @@ class TraceLoader:
                 # Written to while it was read: whatever came out describes no real file
                 # version. The next poll sees the new size/mtime and starts over (not at
                 # once: a file being written for minutes would be re-read in a loop).
-                state.status = PENDING
                 state.size = state.mtime_ns = None
+                state.result = None
+                state.error = BEING_WRITTEN
+                state.being_written = True
+                state.status = RETRY
             elif reason is not None and (retry or looks_transient(reason)):
                 # Status last, here and below: a reader must never see a status without
                 # the result or error that goes with it.
                 state.attempts += 1
                 state.error = reason
                 state.result = None
+                state.being_written = not retry and state.attempts < MAX_TRANSIENT_ATTEMPTS
                 state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 if state.status == ERROR:
                     run.generation += 1  # results() now holds its error entry
             elif result is None:
                 state.error = reason
                 state.result = None
+                state.being_written = False
                 state.status = ERROR
                 run.generation += 1  # results() now holds its error entry
             else:
                 state.error = reason
                 state.result = result
+                state.being_written = False
                 state.status = DONE
                 run.generation += 1
                 if not from_cache:

@@ -5,7 +5,8 @@
 "With" is the engine's ``analyze_trace`` as the CLI runs it (the what-if stage included);
 "without" the same with ``Options(whatif=False)`` (every saving the bound). The two
 alternate, ``-n`` times each, in one process (after a warm-up of each); the best and the
-median of each are printed, and their ratio (the verdict on the median CPU time). Target: with / without <= 1.3 on the 54 MB A100 trace.
+median of each are printed, and their ratio (the verdict on the median CPU time).
+Target: with / without <= 1.3 on the 54 MB A100 trace.
 
 CPU time is printed beside wall time: on a shared machine it is the steadier of the two.
 """

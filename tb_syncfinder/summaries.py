@@ -244,3 +244,24 @@ def summarised(refs: Sequence[TraceRef], store: SummaryStore, options: Any
         else:
             missing.append(ref)
     return found, missing
+
+
+def summary_exists(store: SummaryStore, trace_path: str) -> bool:
+    """Whether ``trace_path`` has a summary file, valid or not (cheap: one stat)."""
+    path = store.path_for(trace_path)
+    try:
+        if is_remote(path):
+            from torch_tb_profiler import io as tb_io
+
+            return bool(tb_io.exists(path))
+        return os.path.exists(path)
+    except Exception:  # noqa: BLE001 - an unreachable store has no summaries to offer
+        return False
+
+
+def summarise_command(folder: str, store: SummaryStore) -> str:
+    """The command that writes the summaries of the traces under ``folder``."""
+    import shlex
+
+    where = f" --summaries-dir {shlex.quote(store.directory)}" if store.directory else ""
+    return f"tb-syncfinder report --write-summaries{where} {shlex.quote(folder)}"

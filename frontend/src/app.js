@@ -376,7 +376,18 @@ export class App {
             "ul",
             { class: "sa-errors" },
             errors.map((/** @type {any} */ e) =>
-              h("li", null, h("code", null, e.path), ": ", e.reason, e.retrying ? " (retrying: it may still be being written)" : ""),
+              h(
+                "li",
+                null,
+                h("code", null, e.path),
+                ": ",
+                e.reason,
+                e.being_written
+                  ? " (being written: shown as soon as it is complete)"
+                  : e.retrying
+                    ? " (retrying: it may still be being written)"
+                    : "",
+              ),
             ),
           ),
         ),
@@ -387,6 +398,31 @@ export class App {
           "div",
           { class: "sa-note", "data-testid": "other-errors" },
           `${elsewhere} trace file${elsewhere > 1 ? "s" : ""} in other runs could not be read.`,
+        ),
+      );
+    }
+    const unsummarised = (this.runs?.no_summary || []).find((/** @type {any} */ e) => e.run === runName);
+    if (unsummarised) {
+      // A summarised run (a job summarised on its cluster): the plugin lists the traces that
+      // have no summary instead of parsing them itself.
+      parts.push(
+        h(
+          "details",
+          { class: "sa-banner info", "data-testid": "no-summary", open: true },
+          h(
+            "summary",
+            null,
+            `${unsummarised.count} trace file${unsummarised.count > 1 ? "s" : ""} of this run ${unsummarised.count > 1 ? "have" : "has"} no summary yet and ${unsummarised.count > 1 ? "are" : "is"} not shown (${unsummarised.reasons.join("; ")}). Write the summaries with:`,
+          ),
+          h("pre", { class: "sa-code" }, unsummarised.command),
+          h(
+            "ul",
+            { class: "sa-errors" },
+            unsummarised.paths.map((/** @type {string} */ p) => h("li", null, h("code", null, p))),
+            unsummarised.count > unsummarised.paths.length
+              ? h("li", null, `and ${unsummarised.count - unsummarised.paths.length} more`)
+              : null,
+          ),
         ),
       );
     }

@@ -4,6 +4,7 @@ wraps these answers; the tests can call them without HTTP."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from tensorboard import errors
 
 from tb_syncfinder import catalogue, query
-from tb_syncfinder.plugin.loader import ERROR, RETRY, TraceLoader
+from tb_syncfinder.plugin.loader import ERROR, NO_SUMMARY, RETRY, TraceLoader
 from tb_syncfinder.plugin.selection import Selection, workers_of
 
 MAX_LIMIT = 500
@@ -27,6 +28,7 @@ def catalogue_impl() -> dict[str, Any]:
 def runs_impl(loader: TraceLoader) -> dict[str, Any]:
     runs = []
     errors_found = []
+    no_summary: list[dict[str, Any]] = []
     for name in loader.run_names():
         run = loader.get_run(name)
         if run is None:
@@ -34,15 +36,20 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
         with loader.lock:
             states = list(run.traces.values())
             loading = run.loading
+        unsummarised = [s for s in states if s.status == NO_SUMMARY]
         # A retried file waiting for its next poll still shows its last failure.
-        failed = [s for s in states if s.status in (ERROR, RETRY) or s.error is not None]
+        failed = [s for s in states if s.status != NO_SUMMARY
+                  and (s.status in (ERROR, RETRY) or s.error is not None)]
         runs.append({
             "name": name,
             "loading": loading,
             "workers": workers_of(loader, run),
             "trace_count": len(states),
             "error_count": len(failed),
+            "no_summary_count": len(unsummarised),
         })
+        if unsummarised:
+            no_summary.append(_no_summary_entry(loader, name, unsummarised))
         errors_found.extend(
             # being_written: truncated, or changed while it was read; shown as such until
             # a complete read replaces the entry with the report.
@@ -52,7 +59,33 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
         )
     with loader.lock:
         errors_found = list(loader.logdir_errors) + errors_found
-    return {"loading": loader.loading, "runs": runs, "errors": errors_found}
+    return {"loading": loader.loading, "runs": runs, "errors": errors_found,
+            "no_summary": no_summary}
+
+
+# The paths listed per run in "no_summary": the count says how many there are in all.
+NO_SUMMARY_PATHS_SHOWN = 20
+
+
+def _no_summary_entry(loader: TraceLoader, run: str, states: list[Any]) -> dict[str, Any]:
+    """A summarised run's traces that have no valid summary, why, and the command that
+    writes them (run in the folder that holds them all)."""
+    from tb_syncfinder.summaries import summarise_command
+
+    paths = sorted(state.ref.path for state in states)
+    folder = _common_folder(paths)
+    reasons = sorted({state.error or "no summary" for state in states})
+    return {"run": run, "count": len(paths), "paths": paths[:NO_SUMMARY_PATHS_SHOWN],
+            "reasons": reasons, "folder": folder,
+            "command": summarise_command(folder, loader.summaries)}
+
+
+def _common_folder(paths: list[str]) -> str:
+    if any("://" in p for p in paths):
+        folders = [p.rsplit("/", 1)[0] for p in paths]
+        prefix = os.path.commonprefix(folders)
+        return prefix if prefix in folders else prefix.rsplit("/", 1)[0]
+    return os.path.commonpath([os.path.dirname(p) for p in paths])
 
 
 def summary_impl(sel: Selection) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
+from tb_syncfinder.summaries import SummaryStore, summary_exists
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,10 @@ RUNNING = "running"  # in the pool
 DONE = "done"  # analysed (its result may still carry info.error from the engine)
 RETRY = "retry"  # looked incomplete: analysed again on the next poll
 ERROR = "error"  # failed for good (until the file changes)
+# In a summarised run (one where `tb-syncfinder report --write-summaries` or `--ray` left
+# per-trace summaries), a trace without a valid summary is listed, not parsed: a 1,000-rank
+# job is summarised on its cluster, and TensorBoard must not parse it all again itself.
+NO_SUMMARY = "no_summary"
 
 # A file read while its writer is still at it fails like this; such a failure is retried.
 TRANSIENT_MARKERS = (
@@ -90,6 +95,7 @@ class TraceState:
     # across the file's versions while it grows, so it never drops out of the error list
     # between two reads.
     being_written: bool = False
+    from_summary: bool = False  # its result was read from its per-trace summary
 
 
 @dataclass
@@ -100,6 +106,8 @@ class RunState:
     # for good, changed or removed): the plugin memoises reports, and their "loading" flag,
     # per (run, worker, span, generation).
     generation: int = 0
+    # Some trace of this run has a summary file: traces without a valid one are NO_SUMMARY.
+    summarised: bool = False
 
     @property
     def loading(self) -> bool:
@@ -124,6 +132,7 @@ class TraceLoader:
         use_processes: bool = True,
         analyze_fn: Callable[[TraceRef, Any], Any] | None = None,
         list_runs_fn: Callable[[str], dict[str, list[TraceRef]]] | None = None,
+        summaries: SummaryStore | None = None,
     ) -> None:
         self.logdirs = logdirs
         self.options = options
@@ -137,6 +146,7 @@ class TraceLoader:
         if list_runs_fn is None:
             from tb_syncfinder.discovery import list_runs as list_runs_fn
         self.list_runs_fn = list_runs_fn
+        self.summaries = summaries
 
         self.lock = threading.RLock()
         self.runs: dict[str, RunState] = {}
@@ -255,6 +265,7 @@ class TraceLoader:
                     if path not in paths:
                         del run.traces[path]
                         run.generation += 1
+                run.summarised = self._is_summarised(run, refs)
                 for ref in refs:
                     self.found_any = True
                     state = self._refresh(run, ref)
@@ -293,12 +304,25 @@ class TraceLoader:
         if state.status == RETRY:
             state.status = PENDING
             return state
+        if state.status == NO_SUMMARY:
+            return state  # its summary may have been written since: looked up again
         return None
+
+    def _is_summarised(self, run: RunState, refs: list[TraceRef]) -> bool:
+        """Whether any trace of the run has a summary file (valid or not). Once a trace was
+        served from its summary the run stays summarised without looking again."""
+        if self.summaries is None:
+            return False
+        if any(state.from_summary for state in run.traces.values()):
+            return True
+        return any(summary_exists(self.summaries, ref.path) for ref in refs)
 
     def _key(self, state: TraceState) -> str:
         return cache_key(state.ref.path, state.size, state.mtime_ns, self.options_digest)
 
     def _start(self, state: TraceState) -> None:
+        if self.summaries is not None and self._from_summary(state):
+            return
         cached = self.cache.get(self._key(state))
         if cached is not None:
             self._settle(state, cached, None, from_cache=True)
@@ -313,6 +337,31 @@ class TraceLoader:
             self._settle(state, None, f"cannot start analysis ({exc})")
             return
         future.add_done_callback(lambda f, s=state, p=pool: self._finished(s, f, p))
+
+    def _from_summary(self, state: TraceState) -> bool:
+        """Settle ``state`` from its summary, or as NO_SUMMARY in a summarised run; False
+        when it is to be analysed here. A summary made with other source options is used
+        all the same: its findings are the trace's, and re-parsing a summarised job is what
+        the summaries exist to avoid (the source route resolves files with this server's
+        own roots)."""
+        assert self.summaries is not None
+        lookup = self.summaries.get(state.ref, self.options)
+        if lookup.result is not None:
+            with self.lock:
+                state.from_summary = True
+            self._settle(state, lookup.result, None, from_cache=True)
+            return True
+        with self.changed:
+            run = self.runs.get(state.ref.run)
+            if run is None or not run.summarised or run.traces.get(state.ref.path) is not state:
+                return False
+            if state.status != NO_SUMMARY or state.error != lookup.reason:
+                state.error = lookup.reason
+                state.result = None
+                state.status = NO_SUMMARY
+                run.generation += 1
+                self.changed.notify_all()
+        return True
 
     def _pool(self) -> concurrent.futures.Executor:
         with self.lock:

@@ -33,6 +33,7 @@ from tb_syncfinder.plugin.safety import SourceGuard
 from tb_syncfinder.plugin.selection import Selection, Selections, workers_of
 from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
 from tb_syncfinder.source import with_source_packs
+from tb_syncfinder.summaries import SummaryStore
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             max_workers=settings.max_workers or None,
             use_processes=settings.use_processes,
             analyze_fn=analyze_fn,
+            summaries=SummaryStore(settings.summaries_dir),
         )
         self.selections = Selections(self.loader)
         if start:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tb_syncfinder.plugin.cache import default_cache_dir
+from tb_syncfinder.plugin.metadata import PLUGIN_NAME, flag_name
 from tb_syncfinder.source import parse_path_map
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,9 @@ class PluginSettings:
     reload_interval_s: float = DEFAULT_RELOAD_INTERVAL_S
     max_workers: int = 0  # 0: min(4, cpu count)
     use_processes: bool = True
+    # Per-trace summaries (``tb-syncfinder report --write-summaries`` or ``--ray``): beside
+    # each trace when None, else in this folder (the CLI's ``--summaries-dir``).
+    summaries_dir: str | None = None
 
 
 def parse_logdir_spec(spec: str) -> list[tuple[str | None, str]]:
@@ -72,21 +76,22 @@ def settings_from_flags(flags: Any, context_logdir: str | None) -> PluginSetting
     """Settings from a parsed TensorBoard namespace (missing flags take their defaults)."""
     roots = [
         os.path.realpath(os.path.expanduser(r))
-        for r in (getattr(flags, "sync_advisor_source_root", None) or [])
+        for r in (getattr(flags, flag_name("source_root"), None) or [])
     ]
-    cache_dir = getattr(flags, "sync_advisor_cache_dir", None)
+    cache_dir = getattr(flags, flag_name("cache_dir"), None)
     if cache_dir is None:
         cache_dir = default_cache_dir()
     elif cache_dir.strip().lower() in _DISABLED:
         cache_dir = None
-    interval = getattr(flags, "sync_advisor_reload_interval", None)
+    interval = getattr(flags, flag_name("reload_interval"), None)
     return PluginSettings(
         logdirs=logdirs_from(flags, context_logdir),
         source_roots=roots or default_source_roots(),
-        path_map=parse_path_map(getattr(flags, "sync_advisor_path_map", None) or []),
+        path_map=parse_path_map(getattr(flags, flag_name("path_map"), None) or []),
         cache_dir=cache_dir,
         reload_interval_s=DEFAULT_RELOAD_INTERVAL_S if interval is None else float(interval),
-        max_workers=int(getattr(flags, "sync_advisor_max_workers", 0) or 0),
+        max_workers=int(getattr(flags, flag_name("max_workers"), 0) or 0),
+        summaries_dir=getattr(flags, flag_name("summaries_dir"), None) or None,
     )
 
 
@@ -105,9 +110,9 @@ def default_source_roots(cwd: str | None = None) -> list[str]:
 
 def define_flags(parser: Any) -> None:
     """Add the ``--sync_advisor_*`` flags to TensorBoard's argument parser."""
-    group = parser.add_argument_group("sync_advisor")
+    group = parser.add_argument_group(PLUGIN_NAME)
     group.add_argument(
-        "--sync_advisor_source_root",
+        f"--{flag_name('source_root')}",
         action="append",
         metavar="DIR",
         default=None,
@@ -115,7 +120,7 @@ def define_flags(parser: Any) -> None:
         "finding (repeatable; default: the folder TensorBoard was started in).",
     )
     group.add_argument(
-        "--sync_advisor_path_map",
+        f"--{flag_name('path_map')}",
         action="append",
         metavar="FROM=TO",
         default=None,
@@ -123,34 +128,42 @@ def define_flags(parser: Any) -> None:
         "trace, e.g. on the training machine) under TO locally (repeatable).",
     )
     group.add_argument(
-        "--sync_advisor_cache_dir",
+        f"--{flag_name('cache_dir')}",
         metavar="DIR",
         default=None,
         help="Sync Advisor: where analysed traces are cached (default: "
         "$XDG_CACHE_HOME/tb_syncfinder or ~/.cache/tb_syncfinder; 'none' disables).",
     )
     group.add_argument(
-        "--sync_advisor_reload_interval",
+        f"--{flag_name('reload_interval')}",
         metavar="SECONDS",
         type=float,
         default=DEFAULT_RELOAD_INTERVAL_S,
         help="Sync Advisor: how often the logdir is scanned for new or changed traces.",
     )
     group.add_argument(
-        "--sync_advisor_max_workers",
+        f"--{flag_name('max_workers')}",
         metavar="N",
         type=int,
         default=0,
         help="Sync Advisor: trace files analysed at once (default: min(4, CPU count)).",
     )
+    group.add_argument(
+        f"--{flag_name('summaries_dir')}",
+        metavar="DIR",
+        default=None,
+        help="Sync Advisor: the folder of per-trace summaries written by 'tb-syncfinder "
+        "report --summaries-dir DIR' (default: the .sync_advisor folder beside each trace). "
+        "In a run that has summaries, traces without one are listed, not parsed.",
+    )
 
 
 def check_flags(flags: Any) -> None:
     """Raise ValueError with a readable message for a malformed ``--sync_advisor_*`` flag."""
-    parse_path_map(getattr(flags, "sync_advisor_path_map", None) or [])
-    interval = getattr(flags, "sync_advisor_reload_interval", DEFAULT_RELOAD_INTERVAL_S)
+    parse_path_map(getattr(flags, flag_name("path_map"), None) or [])
+    interval = getattr(flags, flag_name("reload_interval"), DEFAULT_RELOAD_INTERVAL_S)
     if interval is not None and not float(interval) > 0:
         raise ValueError("--sync_advisor_reload_interval must be > 0")
-    workers = getattr(flags, "sync_advisor_max_workers", 0) or 0
+    workers = getattr(flags, flag_name("max_workers"), 0) or 0
     if int(workers) < 0:
         raise ValueError("--sync_advisor_max_workers must be >= 0")

@@ -5,6 +5,7 @@ them (nothing is written back into the syncs)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
@@ -23,9 +24,20 @@ from tb_syncfinder.models import (
     Summary,
     Sync,
     TraceResult,
+    TraceSavings,
     WarmupAllocator,
 )
 from tb_syncfinder.query import rank_sites
+
+# One line on how the predicted saving was obtained, by method (Summary.saving_how).
+SAVING_HOW = {
+    "replay": "predicted by replaying each profiled step from its dependency graph without "
+              "the sync's edges (step time: the longer of host and device span)",
+    "bound": "upper bound: host wait plus the GPU bubble after each sync, per step (the "
+             "trace could not be replayed)",
+    "mixed": "replayed where the trace allowed it; the upper bound (host wait plus bubble) "
+             "for traces that could not be replayed",
+}
 
 
 def site_key(source: Source | None, op: str | None, api: str) -> str:
@@ -36,9 +48,19 @@ def site_key(source: Source | None, op: str | None, api: str) -> str:
     return f"{op or '-'}:{api}"
 
 
+def _method(methods: set[str]) -> str:
+    if len(methods) == 1:
+        return next(iter(methods))
+    return "mixed" if methods else "bound"
+
+
 def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
-                latent: bool = False) -> list[Site]:
-    """Sites of these syncs (grouped by their ``site_key``), sorted by cost or count."""
+                latent: bool = False,
+                savings: Sequence[tuple[str, TraceSavings]] = ()) -> list[Site]:
+    """Sites of these syncs (grouped by their ``site_key``), sorted by predicted saving,
+    then cost or count. ``savings``: (trace path, its what-if figures) of the traces the
+    syncs come from; a site's predicted saving is the sum of its traces' figures."""
+    by_trace = dict(savings)
     groups: dict[str, list[Sync]] = {}
     for sync in syncs:
         groups.setdefault(sync.site_key, []).append(sync)
@@ -58,6 +80,17 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
         wait = sum(s.host_wait_us for s in members)
         idle = idle_union_us(members)
         source = first.source
+        predicted = 0.0
+        methods: set[str] = set()
+        notes: list[str] = []
+        for trace in dict.fromkeys(s.trace for s in members):
+            figures = by_trace.get(trace)
+            if figures is None:
+                continue
+            predicted += figures.sites.get(key, 0.0)
+            methods.add(figures.method)
+            if figures.method == "bound" and figures.reason and figures.reason not in notes:
+                notes.append(figures.reason)
         sites.append(
             Site(
                 key=key,
@@ -82,6 +115,10 @@ def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
                 backward=bool(source and source.backward),
                 run_by=source.run_by if source else None,
                 library=source.library if source else None,
+                predicted_saving_us=predicted,
+                predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
+                saving_method=_method(methods),
+                saving_note="; ".join(notes) or None,
             )
         )
     return rank_sites(sites)
@@ -109,6 +146,17 @@ def build_report(results: list[TraceResult]) -> Report:
     saving = sum(estimated_saving_us(r.steps, r.syncs, r.info.step_markers) for r in results)
     mean_step = step_time / step_count if step_count else 0.0
     by_kind = Counter(s.kind for s in syncs)
+    analysed = [r for r in results if not r.info.error]
+    savings = [(r.info.path, r.savings) for r in analysed]
+    predicted = sum(r.savings.all_syncs_us for r in analysed)
+    wall = sum(st.wall_time_us or st.step_time_us for st in steps)
+    mean_wall = wall / step_count if step_count else 0.0
+    replayed = [r.savings for r in analysed if r.savings.method == "replay"]
+    method = _method({r.savings.method for r in analysed if r.syncs or r.info.has_gpu_activity})
+    window = sum(s.window_us for s in replayed)
+    idle_from_syncs = sum(s.gpu_idle_from_syncs_us for s in replayed)
+    reasons = list(dict.fromkeys(r.savings.reason for r in analysed
+                                 if r.savings.method == "bound" and r.savings.reason))
     summary = Summary(
         sync_count=len(syncs),
         host_wait_us=wait,
@@ -124,6 +172,19 @@ def build_report(results: list[TraceResult]) -> Report:
         latent_count=len(latent),
         error_count=sum(1 for t in traces if t.error),
         checked=list(CHECKED),
+        predicted_saving_us=predicted,
+        predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
+        predicted_step_time_us=max(0.0, mean_wall - predicted / step_count) if step_count
+        else 0.0,
+        saving_method=method,
+        saving_note="; ".join(reasons) or None,
+        saving_how=SAVING_HOW[method],
+        mean_device_step_time_us=(sum(st.device_time_us for st in steps) / step_count
+                                  if step_count else 0.0),
+        mean_wall_step_time_us=mean_wall,
+        gpu_idle_from_syncs_us=idle_from_syncs,
+        sync_idle_share=idle_from_syncs / window if window > 0 else 0.0,
+        replay_fidelity_error=max((s.fidelity_error for s in replayed), default=0.0),
     )
     overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]
     warmup = [s for r in results for s in getattr(r, "warmup_allocator", ())]
@@ -131,7 +192,7 @@ def build_report(results: list[TraceResult]) -> Report:
         traces=traces,
         summary=summary,
         syncs=syncs,
-        sites=build_sites(syncs, step_count, step_time),
+        sites=build_sites(syncs, step_count, step_time, savings=savings),
         latent=latent,
         steps=steps,
         latent_sites=build_sites(latent, step_count, step_time, latent=True),

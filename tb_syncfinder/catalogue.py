@@ -329,6 +329,10 @@ class Backend:
     # stream sync follows inside the same operator (.item(), .cpu())
     allocator: frozenset[str] = frozenset()  # synchronize the device inside a step
     non_blocking: frozenset[str] = frozenset()  # never block, even with a CUPTI sync record
+    # The explicit syncs that wait for the whole device (not one stream or event), and the
+    # calls that make a stream wait for an event on the device (the what-if replay's edges).
+    device_sync: frozenset[str] = frozenset()
+    stream_wait_event: frozenset[str] = frozenset()
     # Kineto files this runtime's calls under no runtime category: events of an unknown
     # category whose name starts with one of these are runtime calls all the same.
     uncategorised_call_prefix: str | None = None
@@ -360,6 +364,8 @@ CUDA = Backend(
         "cudaEventQuery", "cudaStreamQuery", "cudaStreamWaitEvent", "cuEventQuery",
         "cuStreamQuery", "cuStreamWaitEvent",
     }),
+    device_sync=frozenset({"cudaDeviceSynchronize", "cudaThreadSynchronize", "cuCtxSynchronize"}),
+    stream_wait_event=frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"}),
 )
 
 ROCM = Backend(
@@ -375,12 +381,15 @@ ROCM = Backend(
         "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree", "hipMallocHost", "hipFreeHost",
     }),
     non_blocking=frozenset({"hipEventQuery", "hipStreamQuery", "hipStreamWaitEvent"}),
+    device_sync=frozenset({"hipDeviceSynchronize", "hipCtxSynchronize"}),
+    stream_wait_event=frozenset({"hipStreamWaitEvent"}),
 )
 
 ASCEND = Backend(
     device_kind="npu",
     call_prefixes=("AscendCL@", "acl"),
     explicit_sync_prefixes=("AscendCL@aclrtSynchronize",),
+    device_sync=frozenset({"AscendCL@aclrtSynchronizeDevice"}),
     sync_copy=frozenset({"AscendCL@aclrtMemcpy"}),
     async_copy=frozenset({"AscendCL@aclrtMemcpyAsync"}),
     uncategorised_call_prefix="AscendCL@",
@@ -401,6 +410,8 @@ SYNC_COPY_APIS = _union("sync_copy")
 ASYNC_COPY_APIS = _union("async_copy")
 ALLOCATOR_APIS = _union("allocator")
 NON_BLOCKING_APIS = _union("non_blocking")
+DEVICE_SYNC_APIS = _union("device_sync")
+STREAM_WAIT_EVENT_APIS = _union("stream_wait_event")
 # Runtime calls worth classifying at all (most runtime calls are kernel launches).
 INTERESTING_APIS = EXPLICIT_SYNC_APIS | SYNC_COPY_APIS | ASYNC_COPY_APIS | ALLOCATOR_APIS
 UNCATEGORISED_CALL_PREFIXES = tuple(

@@ -123,7 +123,9 @@ def _compare_sites(base: dict[str, Any], new: dict[str, Any], field: str,
 def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Compare two report JSON dicts (``Report.to_json()``): ``base`` before, ``new`` after.
 
-    Returns ``{"base": Summary, "new": Summary, "step_time_change_us", "sites": [...],
+    Returns ``{"base": Summary, "new": Summary, "step_time_change_us" (host spans),
+    "wall_step_time_change_us" (the longer of host and device span), "predicted_saving_us"
+    (the baseline's replay, per step), "measured_saving_us", "sites": [...],
     "latent_sites": [...], "counts": {status: n}, "note"}``; each site has ``key``, ``file``,
     ``line``, ``func``, ``kind``, ``ops``, ``status``, ``before`` / ``after`` (null when
     absent on that side) and ``change_us`` (per-step cost change). Latent sites (CPU-only
@@ -149,10 +151,21 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     counts = {status: sum(1 for s in sites if s["status"] == status) for status in STATUSES}
     base_step = float(base_summary.get("mean_step_time_us") or 0.0)
     new_step = float(new_summary.get("mean_step_time_us") or 0.0)
+    # Step time from the device timeline too: with no syncs the host runs ahead of the
+    # device and its ProfilerStep spans shrink although the device is as busy (issue 11).
+    base_wall = float(base_summary.get("mean_wall_step_time_us") or 0.0) or base_step
+    new_wall = float(new_summary.get("mean_wall_step_time_us") or 0.0) or new_step
+    wall_change = new_wall - base_wall if base_wall and new_wall else None
+    predicted = base_summary.get("predicted_saving_per_step_us")
     return {
         "base": base_summary,
         "new": new_summary,
         "step_time_change_us": new_step - base_step if base_step and new_step else None,
+        "wall_step_time_change_us": wall_change,
+        # What the baseline's replay predicted fixing every sync saves per step, and what
+        # the new run saves (its wall step time against the baseline's), both profiled.
+        "predicted_saving_us": float(predicted) if predicted is not None else None,
+        "measured_saving_us": -wall_change if wall_change is not None else None,
         "sites": sites,
         "latent_sites": latent_sites,
         "counts": counts,

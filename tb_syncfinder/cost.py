@@ -18,9 +18,15 @@ estimated saving.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
 from tb_syncfinder.timeline import Timeline
+
+if TYPE_CHECKING:
+    from tb_syncfinder.whatif import StepReplay
 
 NO_STEP = 0  # StepStats.step of the single pseudo-step of a trace without ProfilerStep spans
 
@@ -71,8 +77,14 @@ def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncC
     return SyncCost(host_wait, max(0.0, float(idle_until - end)), charged)
 
 
-def step_stats(tl: Timeline, syncs: list[Sync]) -> list[StepStats]:
-    """Per-step stats of one trace (a single pseudo-step when it has no step markers)."""
+def step_stats(tl: Timeline, syncs: list[Sync],
+               replayed: Mapping[int, StepReplay] | None = None,
+               savings: Mapping[int, float] | None = None) -> list[StepStats]:
+    """Per-step stats of one trace (a single pseudo-step when it has no step markers).
+
+    ``replayed`` (the what-if stage's steps by number) gives each step its device-timeline
+    time and ``savings`` what removing every sync saves in it; without them a step's
+    ``wall_time_us`` is its host span."""
     stats: dict[int, StepStats] = {}
     if tl.steps:
         for step in tl.steps:
@@ -95,6 +107,14 @@ def step_stats(tl: Timeline, syncs: list[Sync]) -> list[StepStats]:
         in_step.setdefault(number, []).append(sync)
     for number, members in in_step.items():
         stats[number].gpu_idle_us = idle_union_us(members)
+    for number, st in stats.items():
+        step = (replayed or {}).get(number)
+        st.wall_time_us = st.step_time_us
+        if step is not None:
+            st.device_time_us = step.recorded_device_us
+            st.wall_time_us = max(st.step_time_us, step.recorded_device_us)
+            st.replayed_time_us = step.replayed_us
+            st.predicted_saving_us = (savings or {}).get(number, 0.0)
     return [stats[k] for k in sorted(stats)]
 
 

@@ -1,12 +1,13 @@
 """The pipeline: the only place that strings the stages together.
 
-Per trace (``analyze_trace``): read -> timeline -> detect -> attribute -> resolve source ->
-cost -> build each ``Sync`` once -> step stats (and the detail-view contexts while the
-timeline is in memory). It never raises for a bad file: ``TraceResult.info.error`` says why,
-so one broken trace never hides the others. Per job (``report_runs``): the results of one or
-more runs aggregated into reports. ``analyze_runs`` does both over a list of traces, for
-the CLI; the plugin runs ``analyze_trace`` in its own pool and ``report_runs`` on what it
-has loaded. ``analyze(path)`` is the one-call form over a file, run folder or logdir.
+Per trace (``analyze_trace``): read -> timeline -> detect -> attribute -> resolve source
+-> cost -> what-if replay (``whatif.replay_stage``) -> build each ``Sync`` once -> step
+stats (and the detail-view contexts while the timeline is in memory). It never raises for
+a bad file: ``TraceResult.info.error`` says why, so one broken trace never hides the
+others. Per job (``report_runs``): the results of one or more runs aggregated into
+reports. ``analyze_runs`` does both over a list of traces, for the CLI; the plugin runs
+``analyze_trace`` in its own pool and ``report_runs`` on what it has loaded.
+``analyze(path)`` is the one-call form over a file, run folder or logdir.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
 from tb_syncfinder.catalogue import is_warmup_listed
 from tb_syncfinder.context import sync_context
-from tb_syncfinder.cost import step_stats, sync_cost
+from tb_syncfinder.cost import estimated_saving_us, step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
 from tb_syncfinder.jobs import job_stage, rank_trace
 from tb_syncfinder.models import (
@@ -32,11 +33,13 @@ from tb_syncfinder.models import (
     Report,
     RunsReport,
     Source,
+    StepStats,
     Sync,
     SyncCost,
     TraceInfo,
     TraceRef,
     TraceResult,
+    TraceSavings,
 )
 from tb_syncfinder.reader import TraceReadError, read_trace
 from tb_syncfinder.source import (
@@ -47,6 +50,7 @@ from tb_syncfinder.source import (
     with_source_packs,
 )
 from tb_syncfinder.timeline import Timeline, build_timeline
+from tb_syncfinder.whatif import TraceWhatIf, replay_stage
 
 if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
@@ -77,6 +81,8 @@ class Options:
     contexts: bool = True  # compute TraceResult.contexts
     # Sources shipped by packages for traces recorded from them (the shells pass the demo's).
     source_packs: Sequence[SourcePack] = ()
+    # The what-if replay stage (issue 11); off: every saving is the upper bound of cost.py.
+    whatif: bool = True
 
     def resolver(self) -> SourceResolver:
         roots, path_map = with_source_packs(
@@ -148,7 +154,8 @@ def analyze_trace(
 
 
 def _build_sync(episode: Episode, attribution: Attribution, source: Source | None,
-                cost: SyncCost, trace: str, sync_id: str) -> Sync:
+                cost: SyncCost, trace: str, sync_id: str, key: str,
+                saving: float | None) -> Sync:
     op = attribution.op_chain[0] if attribution.op_chain else None
     return Sync(
         kind=episode.kind,
@@ -172,10 +179,50 @@ def _build_sync(episode: Episode, attribution: Attribution, source: Source | Non
         device_id=cost.device_id,
         bytes=attribution.bytes,
         latent=episode.latent,
-        site_key=site_key(source, op, attribution.api),
+        site_key=key,
         forward_op=attribution.forward_op,
         forward_stack=attribution.forward_stack,
         profiler_overhead=attribution.profiler_overhead,
+        # Without a replay: the sync's own interval of the bound (wait, then bubble).
+        predicted_saving_us=(cost.host_wait_us + cost.gpu_idle_after_us
+                             if saving is None else saving),
+        saving_method="bound" if saving is None else "replay",
+    )
+
+
+def _site_key(attribution: Attribution, source: Source | None) -> str:
+    op = attribution.op_chain[0] if attribution.op_chain else None
+    return site_key(source, op, attribution.api)
+
+
+def _trace_savings(whatif: TraceWhatIf, syncs: list[Sync], steps: list[StepStats],
+                   step_markers: bool) -> TraceSavings:
+    """The what-if stage's figures for the report: the replay's, else the bound's with the
+    reason the replay was not used."""
+    groups: dict[str, list[int]] = {}
+    for index, sync in enumerate(syncs):
+        groups.setdefault(sync.site_key, []).append(index)
+    result = whatif.result
+    if result is None or not result.available:
+        reason = ("no device activity: nothing to replay" if result is None
+                  else f"replay unavailable: {result.reason}")
+        return TraceSavings(
+            method="bound", reason=reason,
+            all_syncs_us=estimated_saving_us(steps, syncs, step_markers),
+            sites={key: estimated_saving_us(steps, [syncs[i] for i in members], step_markers)
+                   for key, members in groups.items()},
+        )
+    sites = {}
+    for key, members in groups.items():
+        # One sync: its own replayed saving (``syncs`` holds the program's syncs only, so
+        # its indices are not the replay's episode indices).
+        sites[key] = (syncs[members[0]].predicted_saving_us if len(members) == 1
+                      else result.group_savings[key].total_us)
+    return TraceSavings(
+        method="replay", reason=None, all_syncs_us=result.all_syncs.total_us, sites=sites,
+        window_us=result.window_us, gpu_idle_us=result.gpu_idle_us,
+        gpu_idle_from_syncs_us=result.gpu_idle_from_syncs_us,
+        fidelity_error=result.fidelity_error, notes=list(result.notes),
     )
 
 
@@ -189,14 +236,28 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     prefix = sync_id_prefix(ref.path)
     built: list[list[Sync]] = []
     first_id = 0
+    whatif = TraceWhatIf(None, [], {}, {})
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
-        stages = zip(episodes, attributions, sources, costs, strict=True)
+        keys = [_site_key(a, src) for a, src in zip(attributions, sources, strict=True)]
+        savings: list[float | None] = [None] * len(episodes)
+        if first_id == 0 and options.whatif:  # the blocking episodes, not the latent ones
+            # Syncs listed apart (the profiler's own, warm-up allocations) are replayed
+            # each alone but counted in no site's group and not in "every sync removed".
+            apart = [n for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
+                     if a.profiler_overhead or is_warmup_listed(e.kind, a.annotations)]
+            replay_keys = list(keys)
+            for n in apart:
+                replay_keys[n] = f"{keys[n]}#apart{n}"
+            whatif = replay_stage(tl, episodes, replay_keys, listed_apart=apart)
+            if whatif.episode_us:
+                savings = list(whatif.episode_us)
+        stages = zip(episodes, attributions, sources, costs, keys, savings, strict=True)
         built.append([
-            _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}")
-            for n, (e, a, src, c) in enumerate(stages)
+            _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}", key, saving)
+            for n, (e, a, src, c, key, saving) in enumerate(stages)
         ])
         first_id += len(episodes)
     # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's,
@@ -210,7 +271,8 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     warmup = [s for found in built for s in found if s.warmup_allocator]
     syncs, latent = ([s for s in found if not (s.profiler_overhead or s.warmup_allocator)]
                      for found in built)
-    steps = step_stats(tl, syncs)
+    steps = step_stats(tl, syncs, whatif.steps, whatif.per_step_us)
+    trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps))
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         for sync in syncs + latent + overhead + warmup:
@@ -221,9 +283,11 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     info.step_markers = bool(tl.steps)
     if not tl.steps:
         info.steps = 1 if steps else 0
+    info.saving_method = trace_savings.method
+    info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
     rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix)
     return TraceResult(info, syncs, latent, steps, contexts, profiler_overhead=overhead,
-                       warmup_allocator=warmup, rank=rank)
+                       warmup_allocator=warmup, rank=rank, savings=trace_savings)
 
 
 def _run_report(members: Sequence[TraceResult]) -> Report:

@@ -86,6 +86,8 @@ class TraceInfo:
     repairs: list[str] = field(default_factory=list)  # what reading had to fix or skip
     # False when the trace has no ProfilerStep#N markers: it then counts as one step (0).
     step_markers: bool = True
+    saving_method: str = "bound"  # "replay" when the what-if replay gave its savings
+    saving_note: str | None = None  # why the bound was used, or what the replay noted
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,11 @@ class Sync:
     # part of this sync's host wait that was that wait, and the peer ("waiting for rank L").
     waiting_for_rank: int | None = None
     peer_wait_us: float = 0.0
+    # What removing this sync alone saves over the trace's profiled steps: the what-if
+    # replay's figure (``saving_method`` "replay"), or the upper bound of ``cost.py``
+    # (its wait and bubble, "bound") when the trace could not be replayed.
+    predicted_saving_us: float = 0.0
+    saving_method: str = "bound"
 
 
 @dataclass
@@ -249,16 +256,48 @@ class Site:
     waiting_for_rank: int | None = None
     waiting_for: str | None = None
     local_saving_us: float | None = None
+    # What removing all of this site's syncs together saves over the profiled steps (the
+    # replay's figure per trace, the upper bound where a trace was not replayed); the
+    # report ranks by it. ``saving_method``: "replay", "bound" or "mixed" (both, from
+    # several traces); ``saving_note`` says why the bound was used.
+    predicted_saving_us: float = 0.0
+    predicted_saving_per_step_us: float = 0.0
+    saving_method: str = "bound"
+    saving_note: str | None = None
 
 
 @dataclass
 class StepStats:
     step: int
-    step_time_us: float
+    step_time_us: float  # the host's ProfilerStep span
     sync_count: int
     host_wait_us: float
     gpu_idle_us: float
     trace: str = ""
+    # The device timeline (from the what-if replay; 0 when the trace was not replayed):
+    # first start to last end of the device work launched in the step, the longer of host
+    # and device span, and what removing every sync saves in this step (the bubble of a
+    # step-end sync counts in the next step). ``wall_time_us`` falls back to the host span.
+    device_time_us: float = 0.0
+    wall_time_us: float = 0.0
+    predicted_saving_us: float = 0.0
+    replayed_time_us: float = 0.0  # the unmodified replay's step time (fidelity check)
+
+
+@dataclass
+class TraceSavings:
+    """The what-if stage's per-trace output (``whatif_stage.trace_savings``): what removing
+    the syncs saves, by replay or (``method`` "bound", ``reason`` says why) the bound."""
+
+    method: str = "bound"
+    reason: str | None = None
+    all_syncs_us: float = 0.0  # every sync of the program removed, over the profiled steps
+    sites: dict[str, float] = field(default_factory=dict)  # site key -> saving (us)
+    window_us: float = 0.0  # first step start to last step completion (recorded)
+    gpu_idle_us: float = 0.0  # device idle inside the window
+    gpu_idle_from_syncs_us: float = 0.0  # the part of it that goes away with the syncs
+    fidelity_error: float = 0.0  # worst |replayed / recorded - 1| step time over steps
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -277,6 +316,22 @@ class Summary:
     latent_count: int = 0
     error_count: int = 0
     checked: list[str] = field(default_factory=list)  # what was looked for, for "no syncs"
+    # The what-if replay (issue 11). ``estimated_saving_us`` above keeps its meaning (the
+    # upper bound); these are the replay's figures, with the bound standing in for traces
+    # that could not be replayed (``saving_method`` "bound" or "mixed", ``saving_note``).
+    predicted_saving_us: float = 0.0  # all syncs removed, over the profiled steps
+    predicted_saving_per_step_us: float = 0.0
+    predicted_step_time_us: float = 0.0  # mean wall step time with that saving removed
+    saving_method: str = "bound"
+    saving_note: str | None = None
+    saving_how: str = ""  # one line: how the predicted saving was obtained
+    # Step time from the device timeline as well: mean span of each step's device work,
+    # and the mean of the longer of host and device span (the step time compare uses).
+    mean_device_step_time_us: float = 0.0
+    mean_wall_step_time_us: float = 0.0
+    gpu_idle_from_syncs_us: float = 0.0  # device idle that goes away with the syncs
+    sync_idle_share: float = 0.0  # that idle as a share of the replayed window
+    replay_fidelity_error: float = 0.0  # worst per-step error of the unmodified replay
 
 
 @dataclass
@@ -358,6 +413,7 @@ class TraceResult:
     # What the job stage needs of this trace (rank, collectives, host waits); None for a
     # trace without distributedInfo.
     rank: RankTrace | None = None
+    savings: TraceSavings = field(default_factory=TraceSavings)
 
 
 @dataclass

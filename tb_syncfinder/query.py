@@ -16,6 +16,7 @@ T = TypeVar("T")
 # Columns a site list can be sorted by, with the order a first click starts with: costs and
 # counts descending, names and positions ascending.
 SITE_SORTS: dict[str, str] = {
+    "predicted_saving_us": "desc",
     "host_wait_us": "desc",
     "gpu_idle_us": "desc",
     "count": "desc",
@@ -39,9 +40,11 @@ def site_cost_us(site: Any) -> float:
 
 
 def rank_sites(sites: Iterable[T]) -> list[T]:
-    """The report's order: costliest first, then most frequent, then by key (stable across
-    runs). Latent sites cost nothing, so they come by count."""
-    return sorted(sites, key=lambda s: (-site_cost_us(s), -int(_get(s, "count") or 0),
+    """The report's order: the largest predicted saving (the what-if replay's, issue 11)
+    first, then costliest (host wait plus GPU idle), then most frequent, then by key
+    (stable across runs). Latent sites cost nothing, so they come by count."""
+    return sorted(sites, key=lambda s: (-float(_get(s, "predicted_saving_us") or 0.0),
+                                        -site_cost_us(s), -int(_get(s, "count") or 0),
                                         str(_get(s, "key") or "")))
 
 

@@ -50,9 +50,9 @@ def stored_shape() -> str:
     from tb_syncfinder import collectives
 
     classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
-               models.StepStats, collectives.RankTrace, collectives.DistributedInfo,
-               collectives.ProcessGroupInfo, collectives.Collective, collectives.StepSpan,
-               collectives.HostWait)
+               models.StepStats, models.TraceSavings, collectives.RankTrace,
+               collectives.DistributedInfo, collectives.ProcessGroupInfo,
+               collectives.Collective, collectives.StepSpan, collectives.HostWait)
     return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
                     for c in classes)
 
@@ -70,6 +70,7 @@ def options_fingerprint(options: Any) -> dict[str, Any]:
         "source_packs": [[p.recorded_prefix, p.directory] for p in options.source_packs],
         "context_window_us": options.context_window_us,
         "context_max_events": options.context_max_events,
+        "whatif": getattr(options, "whatif", True),
     }
 
 

@@ -22,6 +22,10 @@ Example::
 Times are microseconds. The host clock ``b.now`` advances as events are added; the device
 clock runs behind it like a real GPU queue: a sync call without ``dur`` lasts until the
 device has finished what was queued.
+
+``KinetoTraceBuilder(concurrent_streams=True)`` gives each stream its own queue (streams
+run concurrently; ``cudaStreamSynchronize`` waits for its own stream only), with
+``event_record`` / ``stream_wait_event`` for cross-stream waits.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ class KinetoTraceBuilder:
 
     def __init__(self, pid: int = 4515, tid: int = 4515, device: int = 0, stream: int = 7,
                  start_us: int = 1_683_564_901_548_000, device_name: str = "NVIDIA A100-SXM4-80GB",
-                 gpu: bool = True) -> None:
+                 gpu: bool = True, concurrent_streams: bool = False) -> None:
         self.pid = pid
         self.tid = tid
         self.device = device
@@ -59,6 +63,12 @@ class KinetoTraceBuilder:
         self._python_id = 0
         self._python_stack: list[int] = []  # open python frame ids (for parent ids)
         self.extra_top_level: dict[str, Any] = {}
+        # concurrent_streams: one queue per stream, and pending cross-stream waits.
+        self.concurrent_streams = concurrent_streams
+        self.stream_now: dict[int, float] = {}
+        self._stream_waits: dict[int, float] = {}
+        self._events: dict[int, float] = {}  # event token -> when its stream's work is done
+        self._event_streams: dict[int, int] = {}  # event token -> the stream it was recorded on
 
     # -- clocks ------------------------------------------------------------------------
     def advance(self, us: float) -> None:
@@ -173,14 +183,20 @@ class KinetoTraceBuilder:
     # -- runtime calls and the device --------------------------------------------------
     def _device_event(self, cat: str, name: str, dur: float, corr: int, stream: int | None,
                       launched_at: float, extra: dict[str, Any] | None = None) -> dict:
-        start = max(self.device_now, launched_at + 2)
         stream = self.stream if stream is None else stream
+        if self.concurrent_streams and cat != "cuda_sync":
+            start = max(self.stream_now.get(stream, self.start_us), launched_at + 2,
+                        self._stream_waits.pop(stream, 0.0))
+            self.stream_now[stream] = start + dur
+        else:
+            start = max(self.device_now, launched_at + 2)
         args = {"External id": corr, "device": self.device, "context": 1, "stream": stream,
                 "correlation": corr}
         args.update(extra or {})
         event = self._x(cat, name, start, dur, args, pid=self.device, tid=stream)
         if cat != "cuda_sync":
-            self.device_now = start + dur
+            self.device_now = max(self.device_now, start + dur) if self.concurrent_streams \
+                else start + dur
         return event
 
     def _flow(self, corr: int, host_ts: float, device_ts: float, stream: int) -> None:
@@ -203,7 +219,10 @@ class KinetoTraceBuilder:
         corr = self._corr()
         ts = self.now
         if dur is None:
-            dur = max(1.0, self.device_now - ts) if (sync or "Synchronize" in name) else 3.0
+            done = self.device_now
+            if self.concurrent_streams and "StreamSynchronize" in name:
+                done = self.stream_now.get(self.stream if stream is None else stream, ts)
+            dur = max(1.0, done - ts) if (sync or "Synchronize" in name) else 3.0
         args: dict[str, Any] = {"External id": corr, "cbid": 0}
         if correlation:
             args["correlation"] = corr
@@ -232,17 +251,56 @@ class KinetoTraceBuilder:
         return event
 
     def kernel(self, name: str = "void at::native::elementwise_kernel<128, 2>()",
-               dur: float = 50.0, stream: int | None = None) -> dict[str, Any]:
-        """``cudaLaunchKernel`` on the host and the kernel on the device queue."""
+               dur: float = 50.0, stream: int | None = None, link: bool = True
+               ) -> dict[str, Any]:
+        """``cudaLaunchKernel`` on the host and the kernel on the device queue.
+        ``link=False``: the launch carries no correlation and no ac2g flow is written (a
+        trace whose correlations were lost)."""
         corr = self._corr()
         ts = self.now
-        self._x("cuda_runtime", "cudaLaunchKernel", ts, 4,
-                {"External id": corr, "cbid": 211, "correlation": corr})
+        launch_args: dict[str, Any] = {"External id": corr, "cbid": 211, "correlation": corr}
+        if not link:
+            launch_args = {"cbid": 211}
+        self._x("cuda_runtime", "cudaLaunchKernel", ts, 4, launch_args)
         kernel = self._device_event("kernel", name, dur, corr, stream, ts,
                                     {"queued": 0, "registers per thread": 32})
-        self._flow(corr, ts, kernel["ts"], self.stream if stream is None else stream)
+        if link:
+            self._flow(corr, ts, kernel["ts"], self.stream if stream is None else stream)
         self.now = ts + 5
         return kernel
+
+    def event_record(self, stream: int | None = None) -> int:
+        """``cudaEventRecord`` on ``stream`` (no device activity, as in Kineto); returns a
+        token for ``stream_wait_event``."""
+        stream = self.stream if stream is None else stream
+        corr = self._corr()
+        self._x("cuda_runtime", "cudaEventRecord", self.now, 2,
+                {"External id": corr, "cbid": 135, "correlation": corr})
+        self.now += 3
+        self._events[corr] = self.stream_now.get(stream, self.device_now)
+        self._event_streams[corr] = stream
+        return corr
+
+    def stream_wait_event(self, stream: int, event: int, record: bool = False
+                          ) -> dict[str, Any]:
+        """``cudaStreamWaitEvent(stream, event)``: the next work on ``stream`` starts after
+        the work recorded by ``event``. ``record=True`` adds CUPTI's ``Stream Wait Event``
+        record (``enable_cuda_sync_events``) naming both streams."""
+        corr = self._corr()
+        ts = self.now
+        call = self._x("cuda_runtime", "cudaStreamWaitEvent", ts, 2,
+                       {"External id": corr, "cbid": 147, "correlation": corr})
+        self._stream_waits[stream] = max(self._stream_waits.get(stream, 0.0),
+                                         self._events[event])
+        if record:
+            self._x("cuda_sync", "Stream Wait Event", ts + 1, 1,
+                    {"External id": corr, "cuda_sync_kind": "Stream Wait Event",
+                     "wait_on_stream": self._event_streams[event],
+                     "wait_on_cuda_event_record_corr_id": event, "stream": stream,
+                     "correlation": corr, "device": self.device, "context": 1},
+                    pid=self.device, tid=stream)
+        self.now = ts + 3
+        return call
 
     def memset(self, dur: float = 1.0) -> dict[str, Any]:
         corr = self._corr()

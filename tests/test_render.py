@@ -67,7 +67,8 @@ def test_a_location_longer_than_its_column_gets_a_line_of_its_own_never_cut() ->
     lines = render_report(report).splitlines()
     at = next(i for i, line in enumerate(lines) if f"{long_file}:7" in line)
     assert lines[at].split() == ["1", f"{long_file}:7"]  # whole, alone
-    assert lines[at + 1].split()[-7:] == ["1", "0.2", "10", "us", "0", "us", "0.0%"]
+    assert lines[at + 1].split()[-9:] == ["1", "0.2", "≤0", "us", "10", "us", "0", "us",
+                                          "0.0%"]
     assert any(line.split()[:2] == ["2", "short.py:3"] and "5.0 us" in line for line in lines)
     assert "…" not in "".join(lines)
 

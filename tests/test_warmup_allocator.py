@@ -151,3 +151,21 @@ def test_alexnets_cudnn_warmup_allocations_are_listed_apart_not_the_top_hotspot(
     top = report.sites[0]
     assert top.host_wait_us + top.gpu_idle_us < 1e6
     assert report.summary.sync_count == 37 and report.profiler_overhead.count == 0
+
+
+def test_the_whatif_counts_no_warmup_allocation_in_a_site_or_every_sync_removed(tmp_path):
+    # The warm-up cudaMalloc and step 3's share a site key (same operator, no stack): the
+    # site's predicted saving is step 3's sync alone, and "every sync removed" leaves the
+    # warm-up allocations in place.
+    trace = _warmup_trace(tmp_path)
+    result = analyze_trace(str(trace), Options())
+    (warm_malloc, _free) = result.warmup_allocator
+    (measured,) = [s for s in result.syncs if s.kind == catalogue.ALLOCATOR_SYNC]
+    assert warm_malloc.site_key == measured.site_key
+    report = analyze(str(trace))
+    (site,) = [s for s in report.sites if s.kind == catalogue.ALLOCATOR_SYNC]
+    assert site.predicted_saving_us == pytest.approx(measured.predicted_saving_us)
+    assert result.savings.method == "replay"
+    program = sum(s.predicted_saving_us for s in result.syncs)
+    warm = min(s.predicted_saving_us for s in result.warmup_allocator)
+    assert program - 1 <= result.savings.all_syncs_us < program + warm

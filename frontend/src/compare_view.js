@@ -76,7 +76,7 @@ export async function renderCompare(ctx) {
   const counts = countByStatus(sites);
   const b = data.base || {};
   const n = data.new || {};
-  const headline = compareHeadline({ latent, mixed: byCount && !latent, changeUs: data.step_time_change_us, baseStepUs: b.mean_step_time_us, counts });
+  const headline = compareHeadline({ latent, mixed: byCount && !latent, changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
   const row = (/** @type {string} */ label, /** @type {string} */ before, /** @type {string} */ after) =>
     h("tr", null, h("th", { scope: "row" }, label), h("td", { class: "num" }, before), h("td", { class: "num" }, after));
   return h(
@@ -112,7 +112,10 @@ export async function renderCompare(ctx) {
         h(
           "tbody",
           null,
-          row("mean step time", formatUs(b.mean_step_time_us), formatUs(n.mean_step_time_us)),
+          row("mean step time", formatUs(b.mean_wall_step_time_us || b.mean_step_time_us), formatUs(n.mean_wall_step_time_us || n.mean_step_time_us)),
+          data.predicted_saving_us != null && data.measured_saving_us != null && !cpuBase && !cpuNew
+            ? h("tr", { "data-testid": "predicted-vs-measured" }, h("th", { scope: "row" }, "saving per step"), h("td", { class: "num" }, `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(data.predicted_saving_us)}`), h("td", { class: "num" }, `measured ${formatUs(data.measured_saving_us)}`))
+            : null,
           row("syncs per step", cpuBase ? "–" : formatCount(b.syncs_per_step), cpuNew ? "–" : formatCount(n.syncs_per_step)),
           row("host wait", cpuBase ? "–" : formatUs(b.host_wait_us), cpuNew ? "–" : formatUs(n.host_wait_us)),
           row("GPU idle caused", cpuBase ? "–" : formatUs(b.gpu_idle_us), cpuNew ? "–" : formatUs(n.gpu_idle_us)),

@@ -7,7 +7,7 @@
 import { ApiError, getJson } from "./api.js";
 import { h, replace, s } from "./dom.js";
 import { kindDescription, kindLabel } from "./catalogue.js";
-import { countNames, formatBytes, formatCount, formatPct, formatUs, siteFallbackLabel } from "./format.js";
+import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, layoutTimeline, placeBandLabels } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -148,6 +148,7 @@ function siteStats(site) {
     { class: "sa-stats" },
     stat("count", formatCount(site.count)),
     stat("per step", formatCount(site.per_step)),
+    latent ? null : stat(site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", savingText(site)),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
     latent ? null : stat("GPU idle", formatUs(site.gpu_idle_us)),

@@ -172,3 +172,9 @@ function groupThousands(s) {
   const grouped = int.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
   return (neg ? MINUS : "") + grouped + (frac !== undefined ? "." + frac : "");
 }
+
+/** A site's predicted saving per step; "≤" marks the upper bound (trace not replayed). @param {any} site */
+export function savingText(site) {
+  const us = formatUs(site.predicted_saving_per_step_us ?? 0);
+  return site.saving_method === "replay" ? us : `≤${us}`;
+}

@@ -6,7 +6,7 @@
 import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
-import { formatCount, formatPct, formatUs, plural, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
+import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
 import { groupSteps, layoutStepChart } from "./layout.js";
 import { inlineCode } from "./markup.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
@@ -50,7 +50,7 @@ export async function renderHotspots(ctx) {
   const [stepsResp, sites] = await Promise.all([getJson("steps", sel), fetchAllSites(siteParams)]);
   const summary = summaryResp.summary || {};
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
-  const served = isSiteSort(state.sort) ? state.sort : "host_wait_us";
+  const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";
   const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
   const shown = sortSites(filterSites(sites.items, state), view.sort, view.order);
@@ -60,6 +60,10 @@ export async function renderHotspots(ctx) {
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
     headlineCards(summary, latent),
+    // One line on how the predicted savings were obtained (replay, or the bound and why).
+    latent || !summary.saving_how
+      ? null
+      : h("p", { class: "sa-note sa-how", "data-testid": "saving-how", "data-method": summary.saving_method }, `How obtained: ${summary.saving_how}${summary.saving_note ? ` (${summary.saving_note})` : ""}`),
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
     latent ? null : stepChart(stepsResp.steps || [], summaryResp.traces || [], sel, state, app, ctx.width),
     h(
@@ -184,11 +188,17 @@ function headlineCards(summary, latent) {
     card("Share of step time", formatPct(summary.share_of_step ?? 0), "host wait + GPU idle", "share"),
     card(
       "Step time if removed",
-      formatUs(summary.estimated_step_time_us),
-      `now ${formatUs(summary.mean_step_time_us)}`,
+      formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
+      `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle from syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
       "estimate",
     ),
   );
+}
+
+/** @param {any} site */
+function savingTitle(site) {
+  if (site.saving_method === "replay") return "predicted by replaying the profiled steps without this site's syncs";
+  return `upper bound (host wait + GPU bubble)${site.saving_note ? `: ${site.saving_note}` : ""}`;
 }
 
 /** Above this many workers in one selection, the chart shows one bar per worker. */
@@ -354,7 +364,7 @@ function filters(state, app, items) {
 }
 
 /** Cost columns, left out for latent findings (they cost nothing where they were seen). */
-const COST_KEYS = new Set(["host_wait_us", "gpu_idle_us", "share_of_step"]);
+const COST_KEYS = new Set(["predicted_saving_us", "host_wait_us", "gpu_idle_us", "share_of_step"]);
 
 const COLUMNS = [
   { key: "file", label: "Location", cls: "col-loc" },
@@ -363,6 +373,7 @@ const COLUMNS = [
   { key: "kind", label: "Kind", cls: "col-kind" },
   { key: "count", label: "Count", cls: "col-count num" },
   { key: "per_step", label: "Per step", cls: "col-perstep num" },
+  { key: "predicted_saving_us", label: "Saves/step", cls: "col-save num" },
   { key: "host_wait_us", label: "Host wait", cls: "col-wait num" },
   { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num" },
   { key: "share_of_step", label: "Share", cls: "col-share num" },
@@ -408,6 +419,7 @@ function sitesTable(sites, state, app, latent) {
       h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}`, title: kindDescription(site.kind) }, kindLabel(site.kind))),
       h("td", { class: "num col-count" }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
+      latent ? null : h("td", { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" }, savingText(site)),
       latent ? null : h("td", { class: "num col-wait" }, formatUs(site.host_wait_us)),
       latent ? null : h("td", { class: "num col-idle" }, formatUs(site.gpu_idle_us)),
       latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),

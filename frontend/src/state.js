@@ -33,7 +33,7 @@ export function defaultState() {
     worker: null,
     span: null,
     view: "hotspots",
-    sort: "host_wait_us",
+    sort: "predicted_saving_us",
     order: "desc",
     kind: "",
     q: "",

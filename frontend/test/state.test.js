@@ -38,7 +38,7 @@ test("encoding is deterministic: same state, same URL", () => {
 
 test("invalid values in a hand-edited hash fall back to defaults", () => {
   const s = decodeState("#sort=rm%20-rf&order=sideways&view=admin&step=abc&latent=maybe&bogus=1&run=%E0%A4%A");
-  assert.equal(s.sort, "host_wait_us");
+  assert.equal(s.sort, "predicted_saving_us");
   assert.equal(s.order, "desc");
   assert.equal(s.view, "hotspots");
   assert.equal(s.step, null);

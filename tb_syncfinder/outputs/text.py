@@ -305,11 +305,18 @@ def _site_columns(latent: bool) -> list[Column]:
     ]
     if not latent:
         columns += [
+            Column("saves/step", lambda row: _saving_text(row[1])),
             Column("wait", lambda row: format_us(row[1].get("host_wait_us"))),
             Column("GPU idle", lambda row: format_us(row[1].get("gpu_idle_us"))),
             Column("share", lambda row: format_share(row[1].get("share_of_step"))),
         ]
     return columns
+
+
+def _saving_text(site: dict[str, Any]) -> str:
+    """The predicted saving per step; ``≤`` marks the upper bound (a trace not replayed)."""
+    value = format_us(site.get("predicted_saving_per_step_us"))
+    return value if site.get("saving_method") == "replay" else "≤" + value
 
 
 # Why a line is marked ``*``, by what the engine knew: the footnote says the real reason.
@@ -420,13 +427,7 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int,
     share = float(summary.get("share_of_step") or 0.0)
     share_color = _RED if share >= _SHARE_RED else (_YELLOW if share >= _SHARE_YELLOW else "")
     lines.append(_label("share of step") + style(format_share(share), share_color))
-    mean_step = float(summary.get("mean_step_time_us") or 0.0)
-    estimated = float(summary.get("estimated_step_time_us") or 0.0)
-    if mean_step > 0:
-        saving = mean_step - estimated if estimated else 0.0
-        lines.append(_label("step time") + f"{format_us(mean_step)} mean; "
-                     f"~{format_us(estimated or mean_step)} without syncs"
-                     f" (-{format_us(max(saving, 0.0))})")
+    lines.extend(_saving_lines(summary, width))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
@@ -470,6 +471,46 @@ def _listed_apart_lines(data: dict[str, Any], style: _Style, width: int) -> list
     if not lines:
         return []
     return [style("Listed apart (not in the findings, totals or CI gate)", _BOLD), *lines]
+
+
+def _wrap_labelled(label: str, text: str, width: int) -> list[str]:
+    """A summary line under its label, continuation lines aligned under the text."""
+    head = _label(label)
+    lines = wrap(text, width, head, "")
+    return [lines[0]] + [" " * len(head) + line[len(head):] for line in lines[1:]]
+
+
+def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
+    """Step time (the longer of host and device span) and what removing every sync saves,
+    with one line on how that was obtained."""
+    host = float(summary.get("mean_step_time_us") or 0.0)
+    wall = float(summary.get("mean_wall_step_time_us") or 0.0) or host
+    if wall <= 0:
+        return []
+    if not summary.get("saving_how"):  # a report from before the what-if replay
+        estimated = float(summary.get("estimated_step_time_us") or 0.0)
+        saving = host - estimated if estimated else 0.0
+        return [_label("step time") + f"{format_us(host)} mean; "
+                f"~{format_us(estimated or host)} without syncs (-{format_us(max(saving, 0))})"]
+    device = float(summary.get("mean_device_step_time_us") or 0.0)
+    saving = float(summary.get("predicted_saving_per_step_us") or 0.0)
+    method = summary.get("saving_method") or "bound"
+    spans = f" (host {format_us(host)}, device {format_us(device)})" if device else ""
+    lines = [_label("step time") + f"{format_us(wall)} mean{spans}"]
+    approx = "~" if method == "replay" else "≤"
+    share = saving / wall if wall else 0.0
+    text = (f"{approx}{format_us(saving)} per step ({format_share(share)}) with every sync "
+            f"removed; step ~{format_us(max(wall - saving, 0.0))}")
+    idle = float(summary.get("sync_idle_share") or 0.0)
+    if method != "bound":
+        text += f"; GPU idle caused by syncs {format_share(idle)} of the time"
+    lines.extend(_wrap_labelled("saving", text, width))
+    how = summary.get("saving_how") or ""
+    note = summary.get("saving_note")
+    if how:
+        lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""),
+                                    width))
+    return lines
 
 
 def _traces_line(traces: list[dict[str, Any]]) -> str:
@@ -522,8 +563,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None,
     cpu_only = bool(readable) and not sites and not any(
         t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable)
     if sites:
-        lines.append(style(f"Host-device synchronizations by cost ({plural(len(sites), 'site')})",
-                           _BOLD))
+        title = f"Host-device synchronizations by predicted saving ({plural(len(sites), 'site')})"
+        lines.append(style(title, _BOLD))
         lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
         lines.append("")
     elif cpu_only:
@@ -747,11 +788,27 @@ def render_compare(result: dict[str, Any], color: bool = False,
                  f" -> {float(new.get('syncs_per_step') or 0):.1f}")
     lines.append(_label("share of step") + f"{format_share(base.get('share_of_step'))}"
                  f" -> {format_share(new.get('share_of_step'))}")
-    change = result.get("step_time_change_us")
+    change = result.get("wall_step_time_change_us", result.get("step_time_change_us"))
     if change is not None:
-        lines.append(_label("mean step time") + f"{format_us(base.get('mean_step_time_us'))}"
-                     f" -> {format_us(new.get('mean_step_time_us'))} ({_change_text(change)})")
+        lines.extend(_wrap_labelled(
+            "mean step time",
+            f"{format_us(_wall(base))} -> {format_us(_wall(new))} ({_change_text(change)})",
+            width))
+    predicted = result.get("predicted_saving_us")
+    measured = result.get("measured_saving_us")
+    if predicted is not None and measured is not None:
+        approx = "~" if base.get("saving_method") == "replay" else "≤"
+        measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
+        lines.extend(_wrap_labelled(
+            "saving", f"predicted {approx}{format_us(predicted)} per step, measured "
+            f"{measured_text} (wall step times of the profiled runs)", width))
     return "\n".join(lines) + "\n"
+
+
+def _wall(summary: dict[str, Any]) -> float:
+    """Mean step time, the longer of host and device span (the host's for old reports)."""
+    return float(summary.get("mean_wall_step_time_us") or summary.get("mean_step_time_us")
+                 or 0.0)
 
 
 def render(report_set: ReportSet, options: RenderOptions) -> bytes:

@@ -82,8 +82,10 @@ def test_sync_advisor_tab_in_tensorboard_shows_the_hotspots_of_the_known_trace(
     # Headline cards: 8 syncs over 4 steps.
     assert frame.inner_text("[data-testid=card-syncs] .value") == "2"
     assert "8 in 4 steps" in frame.inner_text("[data-testid=card-syncs]")
-    # Costliest first by default.
-    assert f"train.py:{ITEM_LINE}" in texts[0]
+    # Largest predicted saving first by default: the replay gives the mask's site more
+    # than the item's (whose host wait is the longer).
+    assert f"train.py:{NONZERO_LINE}" in texts[0]
+    assert "How obtained: predicted by replaying" in frame.inner_text("[data-testid=saving-how]")
     # Export links are relative to the plugin route (work under --path_prefix) and answer.
     hrefs = frame.eval_on_selector_all(
         ".sa-exports a", "els => els.map(a => a.getAttribute('href'))"
@@ -133,8 +135,10 @@ def test_table_sorts_on_header_click_and_is_keyboard_navigable(
 ) -> None:
     page = new_page(browser, page_errors)
     page.goto(plugin_url(board, "#run=baseline"))
+    page.click("th button[data-sort=host_wait_us]")  # descending first: item waits longer
+    page.wait_for_function("location.hash.includes('sort=host_wait_us')")
     first = rows(page)[0]
-    assert f"train.py:{ITEM_LINE}" in first  # host wait, descending
+    assert f"train.py:{ITEM_LINE}" in first
     page.click("th button[data-sort=gpu_idle_us]")  # descending first: item idles longer
     page.click("th button[data-sort=gpu_idle_us]")  # flip: ascending
     page.wait_for_function("location.hash.includes('order=asc')")
@@ -447,7 +451,7 @@ def test_with_a_detail_open_at_1280x800_no_cost_cell_or_code_is_cut(
     page.wait_for_selector("[data-testid=advice]")
     page.wait_for_selector("[data-testid=source], [data-testid=source-note]")
     assert page.evaluate(CLIPPED) == []
-    assert page.evaluate(NUMERIC_SHOWN) == ["Per step", "Host wait", "GPU idle", "Share"]
+    assert page.evaluate(NUMERIC_SHOWN) == ["Per step", "Saves/step", "Host wait", "Share"]
     # The detail scrolls on its own beside the table: no page-long blank under the table.
     slot = page.locator(".sa-detail-slot")
     assert slot.evaluate("el => el.getBoundingClientRect().height") <= 800
@@ -475,7 +479,7 @@ def test_narrow_vscode_panel_has_no_horizontal_page_scroll_and_keeps_the_costs_w
     )
     assert overflow <= 1
     assert page.evaluate(CLIPPED) == []
-    assert page.evaluate(NUMERIC_SHOWN) == ["Host wait", "Share"]
+    assert page.evaluate(NUMERIC_SHOWN) == ["Saves/step", "Share"]
     shot(page, "narrow-panel.png")
     # An operator name standing in for a missing line wraps rather than push costs away.
     page.goto(plugin_url(board, "#run=no_stacks"))
@@ -611,7 +615,9 @@ def test_the_detail_opens_the_pytorch_profiler_tab_and_says_where_the_sync_is(
     # The operator to search for in its Trace view is on the clipboard (read from the top
     # page: the plugin's frame is hidden now).
     assert page.evaluate("navigator.clipboard.readText()") == "aten::item"
-    assert page_errors == []
+    # The PyTorch Profiler tab loads Google Charts from gstatic.com; offline its own page
+    # fails with "google is not defined" whenever it gets that far before the test ends.
+    assert [e for e in page_errors if "google is not defined" not in e] == []
 
 
 def test_cpu_only_trace_shows_latent_findings_and_says_they_sync_on_a_gpu(

@@ -1,0 +1,1531 @@
+"""What-if replay (issue 11): re-time the profiled steps from their dependency graph, then
+drop the sync edges of one sync, of a site's syncs or of all of them and re-time again; the
+difference in step time is what removing them saves.
+
+The graph is built from the ``Timeline`` and ``detect.detect_syncs``'s episodes and holds
+numbers only (no events). Its variables are times, relative to the trace's first event:
+
+* **Host threads.** A host thread is a chain of time points. Between two points the thread
+  does its own work (operators, runtime calls, Python), whose recorded duration is kept; a
+  point is where the thread may have to wait for something else: the return of a blocking
+  call (it waits for device work), the moment a thread is resumed after another thread did
+  the work it was blocked on (join: the main thread inside ``run_backward`` waits for the
+  autograd thread), and the start of the other thread's burst (fork). Every host time of a
+  thread (a launch, a step boundary) is "last point before it + recorded offset".
+* **Launches.** Each device activity (kernel, copy, memset) is linked to its runtime call by
+  correlation id (``Timeline.by_correlation`` or ``ac2g`` flows), and can start no earlier
+  than that call's start + a launch latency.
+* **Streams.** Each stream runs its activity in the recorded (FIFO) order: an activity starts
+  no earlier than the previous one on its stream ends + a gap.
+* **Event waits.** ``cudaStreamWaitEvent``: the first activity launched on the waiting
+  stream after the call starts no earlier than the end of the work it waited for (from the
+  CUPTI ``Stream Wait Event`` record's streams when present, else the latest activity
+  launched before the call on another stream of the device).
+* **Sync edges.** A blocking call of an episode (stream / device / event synchronize,
+  blocking or pageable copy, a call joined to a CUPTI ``cuda_sync`` record) returns no
+  earlier than the device work it waits for ends + the call's own remaining work. The
+  recorded duration is split into the wait (until that device work ended) and the call's
+  own work (the rest).
+
+Each node's start is the maximum over its inputs of "input time + weight". For the input
+that bound it in the recording (the one with the least slack beyond a typical latency) the
+weight is the recorded gap; for the others the smaller of the recorded gap and the typical
+value (launch latency, stream gap, zero for waits). So the unmodified replay reproduces the
+recording exactly when the graph is consistent with it, and a what-if only moves a node as
+far as its other inputs allow. Edges the recording contradicts (a "dependency" that ended
+after its dependent started) are dropped and counted.
+
+Steps and savings: a step's host time is its ``ProfilerStep#N`` span; its device time the
+span of the device activity launched within it (first start to last end); its step time the
+longer of the two. A step is complete when both its host span and its device work are done;
+the window runs from the first step's start to the last step's completion. A what-if's
+saving is how much earlier the window ends (``Saving.total_us``), split per step by how much
+earlier each step completes relative to the previous one (``Saving.per_step_us``). So the
+bubble a step-end sync leaves at the start of the next step counts, in the next step.
+
+Limits: durations are the recorded ones (the profiler's own overhead included); a thread
+is modelled as waiting on another only when it records no activity at all while the other
+runs; the first step cannot benefit from syncs before the window, and the saving of a sync in
+the last step may only show after the window (``Saving.steady_us`` leaves the first step out).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, attrgetter
+from typing import Any
+
+import numpy as np
+
+from tb_syncfinder.catalogue import DEVICE_SYNC_APIS, EXPLICIT_SYNC_APIS, STREAM_WAIT_EVENT_APIS
+from tb_syncfinder.detect import Call, Episode
+from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
+
+__all__ = [
+    "Saving",
+    "StepReplay",
+    "TraceWhatIf",
+    "WhatIf",
+    "profiler_episodes",
+    "collective_earlier",
+    "replay",
+    "replay_stage",
+]
+
+TOL_US = 1.0  # Kineto rounds to 1 us in older traces: dependencies may appear this late
+FIDELITY_GOAL = 0.02  # unmodified replay vs recording, per step
+# Above these shares of unlinked activity the graph is too incomplete to replay.
+MAX_UNLINKED_SHARE = 0.01
+MAX_NEGATIVE_LATENCY_SHARE = 0.01
+MIN_JOIN_GAP_US = 20.0  # shorter gaps of a waiting thread are not worth modelling as joins
+IDLE_GAP_US = 5.0  # a stream idle this long before an activity was not what held it back
+
+_PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
+_NEG_INF = float("-inf")
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+_NAME = attrgetter("name")
+_ARGS = attrgetter("args")
+
+
+# ---------------------------------------------------------------------------------------
+# Results (picklable, no events)
+
+
+@dataclass
+class StepReplay:
+    """One profiled step: recorded vs replayed times (us)."""
+
+    step: int
+    recorded_host_us: float  # ProfilerStep span
+    recorded_device_us: float  # first start to last end of device work launched in the step
+    replayed_host_us: float
+    replayed_device_us: float
+    recorded_us: float  # step time: the longer of host and device
+    replayed_us: float
+    fidelity: float  # replayed_us / recorded_us (1.0 = reproduced)
+    no_sync_us: float = 0.0  # step time with every counted sync removed
+    interval_us: float = 0.0  # completion of this step minus completion of the previous one
+    no_sync_interval_us: float = 0.0
+
+
+@dataclass
+class Saving:
+    """What removing a set of syncs saves: in total over the profiled window and per step."""
+
+    total_us: float = 0.0
+    per_step_us: list[float] = field(default_factory=list)  # parallel to WhatIf.steps
+
+    @property
+    def mean_us(self) -> float:
+        """Per step, over every profiled step."""
+        return self.total_us / len(self.per_step_us) if self.per_step_us else self.total_us
+
+    @property
+    def steady_us(self) -> float:
+        """Per step, leaving out the first step (which cannot gain from the bubble of a
+        sync at the end of the step before it, recorded or not)."""
+        if len(self.per_step_us) < 2:
+            return self.total_us
+        rest = self.per_step_us[1:]
+        return sum(rest) / len(rest)
+
+
+@dataclass
+class WhatIf:
+    """The replay of one trace. ``available`` False: ``reason`` says why, and the caller
+    falls back to the upper bound of ``cost.py``."""
+
+    trace: str
+    available: bool
+    reason: str | None = None
+    steps: list[StepReplay] = field(default_factory=list)
+    step_markers: bool = True  # False: the whole trace is one pseudo-step (number 0)
+    episode_savings: list[Saving] = field(default_factory=list)  # by episode index
+    all_syncs: Saving = field(default_factory=Saving)  # every counted episode removed
+    counted: list[int] = field(default_factory=list)  # episode indices counted as syncs
+    group_savings: dict[Hashable, Saving] = field(default_factory=dict)
+    window_us: float = 0.0  # recorded: first step start to last step completion
+    replayed_window_us: float = 0.0
+    no_sync_window_us: float = 0.0
+    gpu_idle_us: float = 0.0  # device idle inside the window (recorded)
+    gpu_idle_from_syncs_us: float = 0.0  # the part of it that goes away with the syncs
+    fidelity_error: float = 0.0  # worst |replayed / recorded - 1| over steps
+    notes: list[str] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+    # With explain=True: the replayed window's critical path, us per kind of edge:
+    # device (busy), host (host work and launches), stream_gap (beyond the typical gap:
+    # device waits nothing in the trace explains, e.g. other ranks), event_wait, sync
+    # (a blocking call's own work after the device), fixed (work kept at recorded times).
+    critical_path: dict[str, float] = field(default_factory=dict)
+    _graph: _Graph | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def gpu_idle_share(self) -> float:
+        """Share of the step time that is GPU idle caused by the counted syncs."""
+        return self.gpu_idle_from_syncs_us / self.window_us if self.window_us > 0 else 0.0
+
+    @property
+    def fidelity_ok(self) -> bool:
+        return self.available and self.fidelity_error <= FIDELITY_GOAL
+
+    def saving(self, episode_indices: Iterable[int]) -> Saving:
+        """The saving of removing these episodes' syncs together (a site's episodes).
+
+        Answered from the precomputed episodes and groups; any other set needs the live
+        graph, which a pickled result no longer has (``KeyError`` then)."""
+        key = frozenset(episode_indices)
+        if not self.available or not key:
+            return Saving(0.0, [0.0] * len(self.steps))
+        if len(key) == 1:
+            (index,) = key
+            if 0 <= index < len(self.episode_savings):
+                return self.episode_savings[index]
+        cached = self._sets.get(key)
+        if cached is not None:
+            return cached
+        if key == frozenset(self.counted):
+            return self.all_syncs
+        if self._graph is None:
+            raise KeyError(f"no saving precomputed for episodes {sorted(key)}; pass them "
+                           "as a group to replay()")
+        result = self._graph.saving(key)
+        self._sets[key] = result
+        return result
+
+    def saving_us(self, episode_indices: Iterable[int]) -> float:
+        """Total over the profiled steps (us) of removing these episodes' syncs."""
+        return self.saving(episode_indices).total_us
+
+    @property
+    def all_syncs_saving_us(self) -> float:
+        return self.all_syncs.total_us
+
+    @property
+    def _sets(self) -> dict[frozenset[int], Saving]:
+        cache = self.__dict__.get("_set_cache")
+        if cache is None:
+            cache = self.__dict__["_set_cache"] = {}
+        return cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_graph"] = None  # numbers only, but big: the cached result keeps the figures
+        return state
+
+
+# ---------------------------------------------------------------------------------------
+# Public entry points
+
+
+def replay(
+    tl: Timeline,
+    episodes: Sequence[Episode],
+    *,
+    counted: Iterable[int] | None = None,
+    groups: Mapping[Hashable, Collection[int]] | None = None,
+    explain: bool = False,
+) -> WhatIf:
+    """Replay the trace and every what-if: each episode alone, each group (e.g. the
+    episodes of one site), and all ``counted`` episodes together (default: all).
+
+    ``episodes`` must be what ``detect.detect_syncs(tl)`` returned (all of them: the ones
+    not counted still wait in every replay); indices refer to that list. ``counted``
+    leaves out, e.g., ``profiler_episodes``. ``explain`` adds ``WhatIf.critical_path``
+    (a walk along the recorded critical path: costs about one more replay).
+    """
+    episodes = list(episodes)
+    counted_list = sorted(set(range(len(episodes)) if counted is None else counted))
+    built = _build(tl, episodes)
+    if isinstance(built, str):
+        return WhatIf(trace=tl.path, available=False, reason=built, counted=counted_list)
+    graph = built
+    base = graph.base_metrics
+    n_steps = len(base.host_start)
+    result = WhatIf(trace=tl.path, available=True, counted=counted_list,
+                    step_markers=graph.step_markers, _graph=graph)
+    result.notes = list(graph.notes)
+    result.stats = dict(graph.stats)
+    zero = Saving(0.0, [0.0] * n_steps)
+    result.episode_savings = [
+        graph.saving(frozenset((i,))) if graph.episode_jumps[i] else zero
+        for i in range(len(episodes))
+    ]
+    all_key = frozenset(counted_list)
+    no_sync = graph.metrics_for(all_key)
+    result.all_syncs = graph.saving_from(no_sync)
+    for key, members in (groups or {}).items():
+        result.group_savings[key] = result.saving(members)
+        result._sets[frozenset(members)] = result.group_savings[key]
+    rec = graph.recorded_metrics
+    fidelity_error = 0.0
+    for n in range(n_steps):
+        recorded = max(rec.host_us[n], rec.device_us[n])
+        replayed = max(base.host_us[n], base.device_us[n])
+        fid = replayed / recorded if recorded > 0 else 1.0
+        fidelity_error = max(fidelity_error, abs(fid - 1.0))
+        result.steps.append(StepReplay(
+            step=graph.step_numbers[n],
+            recorded_host_us=rec.host_us[n], recorded_device_us=rec.device_us[n],
+            replayed_host_us=base.host_us[n], replayed_device_us=base.device_us[n],
+            recorded_us=recorded, replayed_us=replayed, fidelity=fid,
+            no_sync_us=max(no_sync.host_us[n], no_sync.device_us[n]),
+            interval_us=base.intervals[n], no_sync_interval_us=no_sync.intervals[n],
+        ))
+    result.fidelity_error = fidelity_error
+    if fidelity_error > FIDELITY_GOAL:
+        result.notes.append(
+            f"the unmodified replay is off by up to {fidelity_error:.1%} per step: "
+            f"{graph.stats.get('deviating_nodes', 0):.0f} nodes did not reproduce "
+            "(see stats: order violations or contradicted edges)")
+    result.window_us = rec.window
+    result.replayed_window_us = base.window
+    result.no_sync_window_us = no_sync.window
+    idle_base = graph.idle_us(graph.base_values, base)
+    idle_no_sync = graph.idle_us(no_sync.values, no_sync) if no_sync.values else idle_base
+    result.gpu_idle_us = idle_base
+    result.gpu_idle_from_syncs_us = max(0.0, idle_base - idle_no_sync)
+    if explain:
+        result.critical_path = graph.critical_path()
+        unexplained = result.critical_path.get("stream_gap", 0.0)
+        if result.window_us > 0 and unexplained > 0.25 * result.window_us:
+            result.notes.append(
+                f"{unexplained / result.window_us:.0%} of the replayed window's critical "
+                "path is the device waiting between activities for something the trace "
+                "does not show (other ranks, unrecorded waits): no sync removal moves it")
+    return result
+
+
+def profiler_episodes(tl: Timeline, episodes: Sequence[Episode]) -> list[int]:
+    """Indices of the episodes the profiler itself caused: its ``cudaDeviceSynchronize``
+    when a cycle stops (see KINETO_NOTES). Going up from the blocking call past operators,
+    built-ins and ``torch/cuda`` frames, the first frame is the profiler's
+    (``torch/profiler/...``, ``torch/autograd/profiler.py``). Only traces with Python
+    stacks can tell; for others this returns []. (A user's ``item()`` inside a
+    ``record_function`` also has profiler frames above it, but its annotation comes first.)
+    """
+    found = []
+    for index, episode in enumerate(episodes):
+        if episode.latent or not episode.calls:
+            continue
+        thread = episode.thread
+        call = episode.calls[0].event
+        node = thread.innermost(call.ts, call.ts + call.dur)
+        while node >= 0:
+            kind = thread.kinds[node]
+            name = thread.nodes[node].name
+            if kind == PYTHON and not (name.startswith("<built-in") or "torch/cuda/" in name):
+                if any(marker in name for marker in _PROFILER_FRAMES):
+                    found.append(index)
+                break
+            if kind == ANNOTATION:
+                break
+            node = thread.parent[node]
+    return found
+
+
+@dataclass
+class TraceWhatIf:
+    """The engine's what-if stage for one trace: the replay (``None`` for a trace without
+    device activity) and, per episode, what removing it alone saves (empty when the replay
+    is unavailable: the caller uses the bound)."""
+
+    result: WhatIf | None
+    episode_us: list[float]
+    steps: dict[int, StepReplay]  # by step number
+    per_step_us: dict[int, float]  # step number -> saving of all counted syncs
+
+
+def replay_stage(tl: Timeline, episodes: Sequence[Episode],
+                 site_keys: Sequence[str], listed_apart: Collection[int] = ()) -> TraceWhatIf:
+    """Replay one trace for the engine: every episode alone, the episodes of each site
+    together (``site_keys`` parallel to ``episodes``) and every episode but the profiler's
+    own (``profiler_episodes``) and those in ``listed_apart`` (indices the engine keeps out
+    of the findings) for "all syncs removed". A CPU-only trace is not replayed."""
+    if not tl.has_gpu_activity:
+        return TraceWhatIf(None, [], {}, {})
+    groups: dict[str, list[int]] = {}
+    for index, key in enumerate(site_keys):
+        groups.setdefault(key, []).append(index)
+    profiler = set(profiler_episodes(tl, episodes)) | set(listed_apart)
+    counted = [i for i in range(len(episodes)) if i not in profiler]
+    result = replay(tl, episodes, counted=counted,
+                    groups={k: v for k, v in groups.items() if len(v) > 1})
+    if not result.available:
+        return TraceWhatIf(result, [], {}, {})
+    steps = {s.step: s for s in result.steps}
+    per_step = dict(zip((s.step for s in result.steps), result.all_syncs.per_step_us,
+                        strict=True))
+    return TraceWhatIf(result, [s.total_us for s in result.episode_savings], steps, per_step)
+
+
+def collective_earlier(result: WhatIf, collectives: Sequence[Any],
+                       waits: Mapping[str, Collection[int]]) -> dict[str, dict[int, float]]:
+    """For the job stage (``ranks.what_ifs_for_rank``): per wait id (e.g. a ``Sync.id``,
+    mapped to its episode indices in ``waits``), per ``Collective.index``, how much earlier
+    this rank's collective kernel would start with that wait's sync edges dropped.
+
+    Interval-local, as ``ranks.WhatIf`` asks: a collective's figure is its shift minus the
+    shift of this rank's previous collective (at least 0), so the figures of one wait add
+    up over the collectives instead of carrying an early gain into every later one.
+    Collectives without a recorded kernel (gloo, a kernel outside the trace) get no figure:
+    the job stage falls back to its bound for them. Needs the live result of ``replay``
+    (``KeyError`` after pickling) and an available replay (else ``{}``)."""
+    if not result.available:
+        return {}
+    graph = result._graph
+    if graph is None:
+        raise KeyError("collective_earlier needs the live replay result (not a pickled one)")
+    n_dev = graph.n_dev
+    rec_start = np.asarray(graph.rec[:n_dev], dtype=float)
+    rec_end = np.asarray(graph.rec[n_dev:2 * n_dev], dtype=float)
+    order = np.argsort(rec_start, kind="stable")
+    sorted_start = rec_start[order]
+    items: list[tuple[int, int]] = []  # (collective index, device item), in index order
+    for coll in sorted(collectives, key=attrgetter("index")):
+        if getattr(coll, "exec_kind", None) != "kernel" or coll.exec_ts is None:
+            continue
+        ts = coll.exec_ts - graph.t0
+        lo = int(np.searchsorted(sorted_start, ts - TOL_US, side="left"))
+        hi = int(np.searchsorted(sorted_start, ts + TOL_US, side="right"))
+        candidates = order[lo:hi]
+        if not len(candidates):
+            continue
+        end = (coll.exec_end - graph.t0) if coll.exec_end is not None else ts
+        best = candidates[np.argmin(np.abs(rec_end[candidates] - end)
+                                    + np.abs(rec_start[candidates] - ts))]
+        items.append((coll.index, int(best)))
+    if not items:
+        return {}
+    base = np.asarray(graph.base_values[:n_dev], dtype=float)
+    found: dict[str, dict[int, float]] = {}
+    for wait_id, episodes in waits.items():
+        m = graph.metrics_for(frozenset(episodes))
+        if m.values is None:
+            continue
+        now = np.asarray(m.values[:n_dev], dtype=float)
+        per: dict[int, float] = {}
+        previous = 0.0
+        for index, item in items:
+            shift = max(0.0, float(base[item] - now[item]))
+            local = shift - previous
+            previous = shift
+            if local > 0:
+                per[index] = local
+        if per:
+            found[wait_id] = per
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# The graph
+
+
+@dataclass
+class _Metrics:
+    host_start: list[float]
+    host_us: list[float]
+    device_us: list[float]
+    completion: list[float]
+    intervals: list[float]
+    window: float
+    values: list[float] | None = None
+
+
+@dataclass
+class _Jump:
+    """A point of a host thread's chain where the thread may wait (see module docstring)."""
+
+    thread: int
+    t: float  # recorded time
+    wait: float = 0.0  # recorded time spent waiting just before t (not own work)
+    const: float | None = None  # a source: cannot move earlier than this
+    chained: bool = True  # False: no chain input from the thread's previous point
+    sync: list[tuple[int, float]] = field(default_factory=list)  # (device item, own work)
+    host_refs: list[tuple[int, float, float]] = field(default_factory=list)  # (thread, t, +w)
+    episode: int = -1
+
+
+class _Graph:
+    """Numbers only. Variables: device starts [0, n), device ends [n, 2n), host points
+    [2n, 2n + m). Tasks are evaluated in an order where every input comes first."""
+
+    def __init__(self) -> None:
+        self.n_dev = 0
+        self.t0 = 0.0  # the trace time node values are relative to
+        self.tasks: list[tuple[Any, ...]] = []
+        self.jump_pos: list[int] = []
+        self.rec: list[float] = []
+        self.lastuse: list[int] = []
+        self.episode_jumps: list[list[int]] = []
+        self.step_numbers: list[int] = []
+        self.step_markers = True
+        self.step_refs: list[tuple[int, float, int, float]] = []  # start var/off, end var/off
+        self.step_of_item: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.item_order: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.item_bounds: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.notes: list[str] = []
+        self.stats: dict[str, float] = {}
+        self.base_values: list[float] = []
+        self.stream_floor = 0.0
+        self.base_metrics: _Metrics
+        self.recorded_metrics: _Metrics
+
+    # -- evaluation ----------------------------------------------------------------------
+    def run(self, values: list[float], disabled: Collection[int], lo: int,
+            horizon: int | None) -> None:
+        """Evaluate tasks from position ``lo`` in place. With ``horizon``: a what-if from
+        base values, stopping once no later task can read a changed value."""
+        tasks = self.tasks
+        lastuse = self.lastuse
+        n = len(tasks)
+        hi = n if horizon is None else horizon
+        pos = lo
+        while pos < n and pos <= hi:
+            out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = tasks[pos]
+            v = const
+            if av >= 0:
+                x = values[av] + ao
+                if x > v:
+                    v = x
+            if bv >= 0:
+                x = values[bv] + bo
+                if x > v:
+                    v = x
+            for src, off in extra:
+                x = values[src] + off
+                if x > v:
+                    v = x
+            if syncs and jump not in disabled:
+                for src, off in syncs:
+                    x = values[src] + off
+                    if x > v:
+                        v = x
+            if horizon is not None:
+                if v != values[out]:
+                    use = lastuse[out]
+                    if out2 >= 0 and lastuse[out2] > use:
+                        use = lastuse[out2]
+                    if use > hi:
+                        hi = use
+                    values[out] = v
+                    if out2 >= 0:
+                        values[out2] = v + dur
+            else:
+                values[out] = v
+                if out2 >= 0:
+                    values[out2] = v + dur
+            pos += 1
+
+    def base_run(self) -> int:
+        """The unmodified replay from nothing; returns how many inputs were read before
+        they were computed (an order violation: 0 when the order is sound)."""
+        nan = float("nan")
+        values = [nan] * len(self.rec)
+        violations = 0
+        for out, out2, dur, av, ao, bv, bo, extra, syncs, const, _jump in self.tasks:
+            v = const
+            if av >= 0:
+                x = values[av] + ao
+                if x != x:
+                    violations += 1
+                elif x > v:
+                    v = x
+            if bv >= 0:
+                x = values[bv] + bo
+                if x != x:
+                    violations += 1
+                elif x > v:
+                    v = x
+            for src, off in extra:
+                x = values[src] + off
+                if x != x:
+                    violations += 1
+                elif x > v:
+                    v = x
+            for src, off in syncs:
+                x = values[src] + off
+                if x != x:
+                    violations += 1
+                elif x > v:
+                    v = x
+            values[out] = v
+            if out2 >= 0:
+                values[out2] = v + dur
+        self.base_values = values
+        return violations
+
+    # -- metrics -------------------------------------------------------------------------
+    def metrics(self, values: list[float]) -> _Metrics:
+        n_dev = self.n_dev
+        starts = np.asarray(values[:n_dev], dtype=float)
+        ends = np.asarray(values[n_dev:2 * n_dev], dtype=float)
+        n_steps = len(self.step_refs)
+        host_start = []
+        host_end = []
+        for sv, so, ev, eo in self.step_refs:
+            host_start.append((values[sv] if sv >= 0 else 0.0) + so)
+            host_end.append((values[ev] if ev >= 0 else 0.0) + eo)
+        dev_lo = [float("nan")] * n_steps
+        dev_hi = [float("nan")] * n_steps
+        if len(self.item_order):
+            order = self.item_order
+            bounds = self.item_bounds
+            # reduceat over the non-empty steps only: an empty step has no segment.
+            full = np.flatnonzero(np.diff(bounds) > 0)
+            lo = np.minimum.reduceat(starts[order], bounds[full]).tolist()
+            hi = np.maximum.reduceat(ends[order], bounds[full]).tolist()
+            for k, n in enumerate(full.tolist()):
+                dev_lo[n] = lo[k]
+                dev_hi[n] = hi[k]
+        host_us = [e - s for s, e in zip(host_start, host_end, strict=True)]
+        device_us = [0.0 if h != h else h - lo_ for lo_, h in zip(dev_lo, dev_hi, strict=True)]
+        completion = []
+        done = host_start[0] if n_steps else 0.0
+        for n in range(n_steps):
+            done = max(done, host_end[n], dev_hi[n] if dev_hi[n] == dev_hi[n] else done)
+            completion.append(done)
+        first = host_start[0] if n_steps else 0.0
+        intervals = [c - p for c, p in zip(completion, [first] + completion[:-1], strict=True)]
+        window = completion[-1] - first if n_steps else 0.0
+        return _Metrics(host_start, host_us, device_us, completion, intervals, window)
+
+    def metrics_for(self, disabled: frozenset[int]) -> _Metrics:
+        """Metrics with the sync edges of these episodes dropped (all at once)."""
+        jumps = [j for i in disabled if 0 <= i < len(self.episode_jumps)
+                 for j in self.episode_jumps[i]]
+        if not jumps:
+            m = self.base_metrics
+            return _Metrics(m.host_start, m.host_us, m.device_us, m.completion, m.intervals,
+                            m.window, None)
+        values = list(self.base_values)
+        positions = [self.jump_pos[j] for j in jumps]
+        self.run(values, frozenset(jumps), min(positions), max(positions))
+        m = self.metrics(values)
+        m.values = values
+        return m
+
+    def saving_from(self, m: _Metrics) -> Saving:
+        base = self.base_metrics
+        return Saving(base.window - m.window,
+                      [b - w for b, w in zip(base.intervals, m.intervals, strict=True)])
+
+    def saving(self, disabled: frozenset[int]) -> Saving:
+        return self.saving_from(self.metrics_for(disabled))
+
+    def critical_path(self) -> dict[str, float]:
+        """Walk back from the end of the replayed window along the inputs that bound each
+        node, adding up the time per kind of edge (see ``WhatIf.critical_path``)."""
+        values = self.base_values
+        n = self.n_dev
+        producer: dict[int, tuple[Any, ...]] = {}
+        for task in self.tasks:
+            producer[task[0]] = task
+            if task[1] >= 0:
+                producer[task[1]] = task
+        totals = dict.fromkeys(
+            ("device", "host", "stream_gap", "event_wait", "sync", "fixed"), 0.0)
+        m = self.base_metrics
+        if not m.completion:
+            return totals
+        end = m.completion[-1]
+        # The window ends at the last step's host end or at its latest device end.
+        var = -1
+        sv, so, ev, eo = self.step_refs[-1]
+        if ev >= 0 and abs(values[ev] + eo - end) < 1e-6:
+            var = ev
+            totals["host"] += eo
+        else:
+            ends = np.asarray(values[n:2 * n])
+            items = self.item_order[self.item_bounds[-2]:self.item_bounds[-1]]
+            if len(items):
+                var = n + int(items[np.argmax(ends[items])])
+        start = m.host_start[0]
+        while var >= 0 and values[var] > start:
+            task = producer.get(var)
+            if task is None:
+                break
+            out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = task
+            if var == out2:
+                totals["device"] += dur
+                var = out
+                continue
+            v = values[out]
+            best = (const, -1, "fixed")
+            candidates = [(av, ao, "host"), (bv, bo, "stream_gap")]
+            candidates += [(src, off, "host" if jump >= 0 else "event_wait")
+                           for src, off in extra]
+            candidates += [(src, off, "sync") for src, off in syncs]
+            for src, off, kind in candidates:
+                if src >= 0 and values[src] + off >= best[0]:
+                    best = (values[src] + off, src, kind)
+            _, src, kind = best
+            if src < 0:
+                totals["fixed"] += max(0.0, v - start)
+                break
+            gap = v - max(values[src], start)  # the window starts at the first step
+            if kind == "stream_gap":
+                # The typical gap between back-to-back work counts as device time.
+                totals["device"] += min(gap, self.stream_floor)
+                gap -= min(gap, self.stream_floor)
+            totals[kind] += gap
+            var = src
+        return totals
+
+    def idle_us(self, values: list[float], m: _Metrics) -> float:
+        """Device idle inside the window: window minus the union of busy intervals of the
+        device work launched in the steps (every device of the trace together)."""
+        if not len(self.item_order) or m.window <= 0:
+            return max(0.0, m.window)
+        n_dev = self.n_dev
+        idx = self.item_order
+        starts = np.asarray(values[:n_dev], dtype=float)[idx]
+        ends = np.asarray(values[n_dev:2 * n_dev], dtype=float)[idx]
+        order = np.argsort(starts, kind="stable")
+        starts = starts[order]
+        ends = ends[order]
+        reach = np.maximum.accumulate(ends)
+        # A new busy block starts where an activity starts after everything before ended.
+        new_block = np.empty(len(starts), dtype=bool)
+        new_block[0] = True
+        new_block[1:] = starts[1:] > reach[:-1]
+        block_id = np.cumsum(new_block) - 1
+        block_start = starts[new_block]
+        block_end = np.zeros(len(block_start))
+        np.maximum.at(block_end, block_id, ends)
+        busy = float(np.sum(block_end - block_start))
+        return max(0.0, m.window - busy)
+
+
+# ---------------------------------------------------------------------------------------
+# Building the graph
+
+
+def _device_corr(event: Any) -> Any:
+    args = event.args
+    if args is None:
+        return None
+    return args.correlation if args.correlation is not None else args.external_id
+
+
+def _is_launch_api(name: str) -> bool:
+    return (("Launch" in name and "HostFunc" not in name) or "Memcpy" in name
+            or "Memset" in name)
+
+
+_CORRELATION = attrgetter("correlation")
+
+
+def _correlations(events: list[Any], thread: HostThread | None,
+                  flows: dict[tuple[Any, Any, float], Any] | None, runtime: bool) -> list[Any]:
+    """Each event's correlation id, as ``Timeline`` joins them: ``args.correlation``, else
+    ``External id`` (runtime calls: also the legacy key, then the ``ac2g`` flow)."""
+    try:
+        corrs = list(map(_CORRELATION, map(_ARGS, events)))  # the usual case, at C speed
+    except AttributeError:  # an event without args
+        corrs = [None if a is None else a.correlation for a in map(_ARGS, events)]
+    if None not in corrs:
+        return corrs
+    for i, c in enumerate(corrs):
+        if c is None:
+            a = events[i].args
+            if a is not None:
+                c = a.external_id
+                if c is None and runtime:
+                    c = a.external_id_legacy
+            if c is None and flows and thread is not None:
+                c = flows.get((thread.pid, thread.tid, events[i].ts))
+            corrs[i] = c
+    return corrs
+
+
+def _join(rt_corrs: list[list[Any]], d_corrs: list[Any]) -> np.ndarray:
+    """For each device activity, the global index of the runtime call with its
+    correlation id (-1: none). Integer ids go through a sorted search, others a dict."""
+    flat = [c for corrs in rt_corrs for c in corrs]
+    try:
+        keys = np.array(flat, dtype=np.int64)
+        wanted = np.array(d_corrs, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        table = dict(zip(flat, range(len(flat)), strict=True))
+        table.pop(None, None)
+        return np.array([table.get(c, -1) for c in d_corrs], dtype=np.int64)
+    if not len(keys):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    pos = np.searchsorted(ordered, wanted)
+    pos = np.minimum(pos, len(ordered) - 1)
+    return np.where(ordered[pos] == wanted, order[pos], -1).astype(np.int64)
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+class _Builder:
+    """Collects the graph's pieces from one timeline (lives only during ``_build``)."""
+
+    def __init__(self, tl: Timeline, episodes: list[Episode]) -> None:
+        self.tl = tl
+        self.episodes = episodes
+        self.t0 = tl.span[0]
+        self.notes: list[str] = []
+        self.stats: dict[str, float] = {}
+
+    # -- host threads and device items ----------------------------------------------------
+    def collect(self) -> str | None:
+        tl = self.tl
+        t0 = self.t0
+        lanes = []
+        for lane, events in tl.lanes.items():
+            items = [e for e in events if e.cat != "cuda_sync"]
+            if items:
+                lanes.append((lane, tl.lane_device.get(lane, lane[0]), items))
+        self.lanes = lanes
+        events = [e for _, _, items in lanes for e in items]
+        n = self.n_dev = len(events)
+        if n == 0:
+            return "no device activity in the trace (CPU only): nothing to replay"
+        self.lane_of = np.repeat(np.arange(len(lanes)), [len(items) for _, _, items in lanes])
+        self.lane_first = np.concatenate(
+            ([0], np.cumsum([len(items) for _, _, items in lanes])[:-1])).astype(np.int64)
+        self.events = events
+        self.d_ts = np.fromiter(map(_TS, events), float, n) - t0
+        self.d_dur = np.fromiter(map(_DUR, events), float, n)
+        self.d_end = self.d_ts + self.d_dur
+        self._item_of_event: dict[int, int] | None = None
+        self.lane_index = {lane: i for i, (lane, _, _) in enumerate(lanes)}
+        self.lanes_of_device: dict[Any, list[int]] = {}
+        for i, (_, device, _) in enumerate(lanes):
+            self.lanes_of_device.setdefault(device, []).append(i)
+
+        # Host threads: every thread with runtime calls, plus the one with the steps.
+        step_keys = [(s.pid, s.tid) for s in tl.steps if (s.pid, s.tid) not in tl.lanes]
+        self.step_key = max(set(step_keys), key=step_keys.count) if step_keys else None
+        keys = [k for k, th in tl.threads.items() if k not in tl.lanes and th.runtime]
+        if self.step_key is not None and self.step_key not in keys:
+            keys.append(self.step_key)
+        if not any(tl.threads[k].runtime for k in keys):
+            return ("the trace has device activity but no runtime calls: launches cannot be "
+                    "linked to the host")
+        if self.step_key is None:
+            self.step_key = max(keys, key=lambda k: len(tl.threads[k].runtime))
+        self.keys = keys
+        self.threads: list[HostThread] = [tl.threads[k] for k in keys]
+
+        rt_ts: list[np.ndarray] = []
+        rt_thread: list[np.ndarray] = []
+        rt_corrs: list[list[Any]] = []
+        offset = 0
+        self.rt_offset: list[int] = []
+        self.rt_names: list[list[str]] = []
+        self.rt_corrs: list[list[Any]] = []
+        launch_api_calls = 0
+        launch_names_all: set[str] = set()
+        for h, th in enumerate(self.threads):
+            runtime = th.runtime
+            self.rt_offset.append(offset)
+            corrs = _correlations(runtime, th, tl.flow_correlation, runtime=True)
+            rt_corrs.append(corrs)
+            rt_ts.append(np.array(th.runtime_starts, dtype=float) - t0)
+            rt_thread.append(np.full(len(runtime), h, dtype=np.int64))
+            names = list(map(_NAME, runtime))
+            self.rt_names.append(names)
+            self.rt_corrs.append(corrs)
+            launch_names = [name for name in set(names) if _is_launch_api(name)]
+            launch_names_all.update(launch_names)
+            launch_api_calls += sum(map(names.count, launch_names))
+            offset += len(runtime)
+        self.rt_ts = np.concatenate(rt_ts) if rt_ts else np.zeros(0)
+        self.rt_thread = np.concatenate(rt_thread) if rt_thread else np.zeros(0, np.int64)
+
+        d_corrs = _correlations(events, None, None, runtime=False)
+        d_launch = _join(rt_corrs, d_corrs)
+        self.d_launch = d_launch
+        linked = d_launch >= 0
+        self.launch_ts = np.where(linked, self.rt_ts[np.maximum(d_launch, 0)], np.nan)
+
+        # Is the linking good enough to replay?
+        unlinked_mid = 0
+        for i in range(len(lanes)):
+            lo = self.lane_first[i]
+            hi = lo + len(lanes[i][2])
+            lane_linked = linked[lo:hi]
+            first = np.argmax(lane_linked) if lane_linked.any() else hi - lo
+            unlinked_mid += int((~lane_linked[first:]).sum())
+        prefix = int((~linked).sum()) - unlinked_mid
+        self.stats.update(device_items=float(n), unlinked_before_first_launch=float(prefix),
+                          unlinked_items=float(unlinked_mid))
+        if not linked.any():
+            return (f"none of the {n} device activities is linked to a runtime call "
+                    "(correlation ids and ac2g flows missing)")
+        if unlinked_mid > max(2, MAX_UNLINKED_SHARE * n):
+            return (f"{unlinked_mid} of {n} device activities have no launching runtime call "
+                    "(missing or inconsistent correlation ids / ac2g flows)")
+        if prefix:
+            self.notes.append(
+                f"{prefix} device activities were queued before the first recorded launch "
+                "on their stream: kept at their recorded times")
+        if unlinked_mid:
+            self.notes.append(f"{unlinked_mid} device activities have no launching runtime "
+                              "call: kept at their recorded times")
+        launched = np.zeros(len(self.rt_ts), dtype=bool)
+        launched[d_launch[linked]] = True
+        lonely = max(0, launch_api_calls - int(launched.sum()))
+        limit = max(2, MAX_UNLINKED_SHARE * launch_api_calls)
+        if lonely > limit:
+            # Launches after the last recorded device activity may just have run after the
+            # profiler stopped: only the others count.
+            last_device_end = float(self.d_end.max())
+            lonely = 0
+            for h, names in enumerate(self.rt_names):
+                mask = np.fromiter(map(launch_names_all.__contains__, names), bool, len(names))
+                ids = np.flatnonzero(mask) + self.rt_offset[h]
+                lonely += int(np.sum(~launched[ids] & (self.rt_ts[ids] < last_device_end)))
+        self.stats["launch_calls"] = float(launch_api_calls)
+        self.stats["launch_calls_without_device_work"] = float(lonely)
+        if launch_api_calls:
+            if lonely > limit:
+                return (f"{lonely} of {launch_api_calls} launch / copy calls have no "
+                        "device activity (missing or inconsistent correlation ids / ac2g "
+                        "flows)")
+        lat = self.d_ts - self.launch_ts
+        negative = int(np.sum(lat < -TOL_US))
+        self.stats["negative_launch_latency"] = float(negative)
+        if negative > max(2, MAX_NEGATIVE_LATENCY_SHARE * n):
+            return (f"{negative} of {n} device activities start before the runtime call that "
+                    "launched them (inconsistent clocks or correlations)")
+        if negative:
+            bad = lat < -TOL_US
+            self.d_launch = np.where(bad, -1, self.d_launch)
+            self.launch_ts = np.where(bad, np.nan, self.launch_ts)
+            self.notes.append(f"{negative} device activities start before their launch call: "
+                              "kept at their recorded times")
+
+        # Per lane: launch times in FIFO order, as a running maximum (for "the last activity
+        # on this stream launched before t"). Unlinked activity counts as launched at -inf.
+        lt = np.where(np.isnan(self.launch_ts), -np.inf, self.launch_ts)
+        self.lane_launch_max = []
+        for i in range(len(lanes)):
+            lo = self.lane_first[i]
+            hi = lo + len(lanes[i][2])
+            self.lane_launch_max.append(np.maximum.accumulate(lt[lo:hi]) if hi > lo
+                                        else np.zeros(0))
+        # Per thread: its launches in host order (for "the next launch after t").
+        order = np.flatnonzero(self.d_launch >= 0)
+        thread_of_item = self.rt_thread[self.d_launch[order]]
+        self.thread_launches: list[tuple[np.ndarray, np.ndarray]] = []
+        for h in range(len(self.threads)):
+            mine = order[thread_of_item == h]
+            ts = self.launch_ts[mine]
+            srt = np.argsort(ts, kind="stable")
+            self.thread_launches.append((ts[srt], mine[srt]))
+        return None
+
+    def last_launched_before(self, lane: int, t: float) -> int:
+        """Global index of the last activity on ``lane`` launched at or before ``t``."""
+        arr = self.lane_launch_max[lane]
+        k = int(np.searchsorted(arr, t, side="right")) - 1
+        return int(self.lane_first[lane]) + k if k >= 0 else -1
+
+    # -- sync edges -----------------------------------------------------------------------
+    def _device_of_call(self, call: Call, h: int, start: float) -> Any:
+        for d in call.device_events:
+            lane = self.lane_index.get((d.pid, d.tid))
+            if lane is not None:
+                return self.lanes[lane][1]
+            args = d.args
+            if args is not None and isinstance(args.device, int):
+                return args.device
+        ts, items = self.thread_launches[h]
+        k = int(np.searchsorted(ts, start, side="right")) - 1
+        if k >= 0:
+            return self.lanes[int(self.lane_of[items[k]])][1]
+        return self.tl.default_device()
+
+    def _lane_for_stream(self, device: Any, stream: Any) -> int | None:
+        for i in self.lanes_of_device.get(device, []):
+            if self.lanes[i][0][1] == stream:
+                return i
+        return None
+
+    def sync_targets(self, call: Call, h: int, start: float) -> list[int]:
+        """The device activities this blocking call waited for (latest per stream)."""
+        if call.reason == "copy":
+            if self._item_of_event is None:
+                self._item_of_event = dict(zip(map(id, self.events), range(self.n_dev),
+                        strict=True))
+            own = [self._item_of_event[id(d)] for d in call.device_events
+                   if d.cat != "cuda_sync" and id(d) in self._item_of_event]
+            if own:
+                return own
+        device = self._device_of_call(call, h, start)
+        device_lanes = self.lanes_of_device.get(device, [])
+        record = next((d for d in call.device_events if d.cat == "cuda_sync"), None)
+        kind = None
+        stream = None
+        if record is not None:
+            args = record.args
+            kind = (args.cuda_sync_kind if args is not None else None) or record.name
+            if args is not None:
+                stream = args.wait_on_stream if kind == "Event Sync" else args.stream
+        name = call.event.name
+        if kind is None:
+            if name in DEVICE_SYNC_APIS or call.reason in ("allocator", "copy"):
+                kind = "Context Sync"
+            elif "StreamSynchronize" in name or "SynchronizeStream" in name:
+                kind = "Stream Sync"
+            elif "EventSynchronize" in name or "SynchronizeEvent" in name:
+                kind = "Event Sync"
+            elif name in EXPLICIT_SYNC_APIS:
+                kind = "Context Sync"
+        per_lane = [(i, self.last_launched_before(i, start)) for i in device_lanes]
+        per_lane = [(i, j) for i, j in per_lane if j >= 0]
+        if kind == "Stream Sync":
+            lane = self._lane_for_stream(device, stream) if stream is not None else None
+            if lane is None:
+                ts, items = self.thread_launches[h]
+                k = int(np.searchsorted(ts, start, side="right")) - 1
+                lane = int(self.lane_of[items[k]]) if k >= 0 else None
+            return [j for i, j in per_lane if i == lane]
+        if kind == "Event Sync":
+            if isinstance(stream, int) and stream >= 0:
+                lane = self._lane_for_stream(device, stream)
+                return [j for i, j in per_lane if i == lane]
+            # Unknown event: the latest-ending work the recording allows it to have waited for.
+            end = start + call.event.dur
+            fits = [j for _, j in per_lane if self.d_end[j] <= end + TOL_US]
+            return [max(fits, key=lambda j: self.d_end[j])] if fits else []
+        return [j for _, j in per_lane]
+
+    def sync_jumps(self) -> None:
+        t0 = self.t0
+        thread_index = {id(th): h for h, th in enumerate(self.threads)}
+        self.jumps: list[_Jump] = []
+        self.episode_jumps: list[list[int]] = [[] for _ in self.episodes]
+        contradicted = 0
+        waited = 0.0
+        blocked = 0.0
+        for index, episode in enumerate(self.episodes):
+            if episode.latent:
+                continue
+            h = thread_index.get(id(episode.thread))
+            if h is None:
+                continue
+            for call in episode.calls:
+                if call.reason == "maybe_copy":
+                    continue  # an async copy that a later stream sync of the episode waits for
+                event = call.event
+                start = event.ts - t0
+                end = start + event.dur
+                targets = self.sync_targets(call, h, start)
+                kept = [j for j in targets if self.d_end[j] <= end + TOL_US]
+                contradicted += len(targets) - len(kept)
+                done = min(max((float(self.d_end[j]) for j in kept), default=_NEG_INF), end)
+                wait = max(0.0, done - start)
+                own = end - max(start, done)
+                blocked += end - start
+                waited += wait
+                jump = _Jump(h, end, wait=wait, sync=[(j, own) for j in kept], episode=index)
+                self.episode_jumps[index].append(len(self.jumps))
+                self.jumps.append(jump)
+        self.stats.update(sync_edges_contradicted=float(contradicted),
+                          blocked_us=blocked, blocked_explained_us=waited)
+
+    # -- forks and joins between host threads ------------------------------------------------
+    def _last_activity(self, h: int, t: float) -> float:
+        """The latest start or end on thread ``h`` strictly before ``t`` (relative time);
+        -inf if none. Nodes nest, so only the last node started and its ancestors (and the
+        last runtime call) can have ended since."""
+        th = self.threads[h]
+        at = t + self.t0
+        best = _NEG_INF
+        i = bisect_left(th.starts, at) - 1
+        if i >= 0:
+            best = th.starts[i]
+            while i >= 0:
+                end = th.ends[i]
+                if best < end < at:
+                    best = end
+                i = th.parent[i]
+        r = bisect_left(th.runtime_starts, at) - 1
+        if r >= 0:
+            call = th.runtime[r]
+            best = max(best, call.ts)
+            if call.ts + call.dur < at:
+                best = max(best, call.ts + call.dur)
+        return best - self.t0
+
+    def _first_activity(self, h: int, t: float) -> float:
+        """The earliest start or end on thread ``h`` strictly after ``t``; inf if none.
+        Only nodes open at ``t`` (the last one started and its ancestors), the runtime
+        call open at ``t`` and the next starts can come first."""
+        th = self.threads[h]
+        at = t + self.t0
+        best = float("inf")
+        i = bisect_right(th.starts, at)
+        if i < len(th.starts):
+            best = th.starts[i]
+        i -= 1
+        while i >= 0:
+            end = th.ends[i]
+            if at < end < best:
+                best = end
+            i = th.parent[i]
+        r = bisect_right(th.runtime_starts, at)
+        if r < len(th.runtime_starts):
+            best = min(best, th.runtime_starts[r])
+        if r > 0:
+            call = th.runtime[r - 1]
+            if at < call.ts + call.dur < best:
+                best = call.ts + call.dur
+        return best - self.t0
+
+    def fork_joins(self) -> None:
+        """Where thread B runs while thread A records nothing and sits inside an open
+        operator or frame, A waits for B: A resumes after B's burst (join) and B's burst
+        starts when A began waiting (fork). Autograd's backward thread and the main thread
+        inside ``run_backward`` are the usual pair.
+
+        A cheap pass first: B's launches and blocking calls that fall into a long gap
+        between A's starts; only those gaps get the exact test (A's ends too)."""
+        n_threads = len(self.threads)
+        if n_threads < 2:
+            return
+        relevant = []
+        for h in range(n_threads):
+            arr = np.concatenate([self.thread_launches[h][0],
+                                  np.asarray([j.t for j in self.jumps if j.thread == h], float)])
+            arr.sort()
+            relevant.append(arr)
+        bursts: dict[tuple[int, float], tuple[int, float, float, float, float]] = {}
+        for b in range(n_threads):
+            if not len(relevant[b]):
+                continue
+            for a in range(n_threads):
+                if a == b:
+                    continue
+                # A blocked on B makes no runtime call meanwhile: look for wide gaps
+                # between A's runtime calls first (nodes are checked in _burst).
+                lo_a = self.rt_offset[a]
+                if not self.threads[a].starts:
+                    continue
+                # Open-ended at both sides: A may wait for B before its first call or after
+                # its last one (_burst checks A's operators there).
+                starts_a = np.concatenate(
+                    [[-np.inf], self.rt_ts[lo_a:lo_a + len(self.threads[a].runtime)], [np.inf]])
+                k = np.searchsorted(starts_a, relevant[b], side="right")
+                wide = starts_a[k] - starts_a[k - 1] > MIN_JOIN_GAP_US
+                for gap in np.unique(k[wide]).tolist():
+                    found = self._burst(a, b, float(starts_a[gap - 1]), float(starts_a[gap]),
+                                        relevant[b])
+                    if found is None:
+                        continue
+                    lo, hi, b0, b1 = found
+                    prev = bursts.get((b, lo))
+                    if prev is None or b1 - b0 < prev[4] - prev[3]:
+                        bursts[(b, lo)] = (a, lo, hi, b0, b1)
+        for (b, _), (a, lo, hi, b0, b1) in sorted(bursts.items(), key=lambda kv: kv[1][1]):
+            before = self._last_activity(b, lo)
+            fork = _Jump(b, lo, host_refs=[(a, b0, lo - b0)])
+            if before > _NEG_INF:
+                fork.wait = lo - before  # B was idle since its last activity
+            else:
+                fork.chained = False
+            join = _Jump(a, b1, wait=hi - b0, host_refs=[(b, hi, b1 - hi)])
+            self.jumps += [fork, join]
+        self.stats["thread_joins"] = float(len(bursts))
+
+    def _burst(self, a: int, b: int, s_lo: float, s_hi: float,
+               relevant_b: np.ndarray) -> tuple[float, float, float, float] | None:
+        """B's burst inside A's gap between starts ``s_lo`` and ``s_hi``, if A is blocked
+        all through it: (burst start, burst end, A's last point before, A's first after)."""
+        j = int(np.searchsorted(relevant_b, s_lo, side="right"))
+        if j >= len(relevant_b) or relevant_b[j] >= s_hi:
+            return None
+        first = float(relevant_b[j])
+        # A's ends can split the gap between its starts: find the piece around B's work.
+        b0 = self._last_activity(a, first)
+        b1 = self._first_activity(a, first)
+        if not (np.isfinite(b0) and np.isfinite(b1)) or b1 - b0 <= MIN_JOIN_GAP_US:
+            return None  # A was not active on both sides: not waiting inside an operator
+        t0 = self.t0
+        th_b = self.threads[b]
+        n_lo = bisect_right(th_b.starts, b0 + t0)
+        n_hi = bisect_right(th_b.starts, b1 + t0)
+        r_lo = bisect_right(th_b.runtime_starts, b0 + t0)
+        r_hi = bisect_right(th_b.runtime_starts, b1 + t0)
+        firsts = []
+        tails = []
+        if n_hi > n_lo:
+            firsts.append(th_b.starts[n_lo])
+            tails.append(max(th_b.ends[n_lo:n_hi]))
+        if r_hi > r_lo:
+            firsts.append(th_b.runtime_starts[r_lo])
+            tails.append(max(map(add, th_b.runtime_starts[r_lo:r_hi],
+                                 map(_DUR, th_b.runtime[r_lo:r_hi]))))
+        if not firsts:
+            return None
+        lo = min(firsts) - t0
+        hi = max(tails) - t0
+        if hi > b1 + TOL_US:
+            return None  # A went on while B was still running: not a wait for B
+        hi = min(hi, b1)
+        th_a = self.threads[a]
+        node = th_a.innermost(lo + t0, hi + t0)
+        if node < 0 or (th_a.kinds[node] == ANNOTATION
+                        and th_a.nodes[node].name.startswith("ProfilerStep#")):
+            return None
+        return lo, hi, b0, b1
+
+    # -- assemble -------------------------------------------------------------------------
+    def assemble(self) -> _Graph:
+        t0 = self.t0
+        n = self.n_dev
+        g = _Graph()
+        g.t0 = self.t0
+        g.n_dev = n
+        # Each thread starts at its first activity, a source (unless a fork starts it).
+        for h, th in enumerate(self.threads):
+            firsts = []
+            if th.starts:
+                firsts.append(th.starts[0])
+            if th.runtime:
+                firsts.append(th.runtime[0].ts)
+            t = min(firsts) - t0
+            if any(j.thread == h and not j.chained and j.t <= t + 1e-9 for j in self.jumps):
+                continue
+            self.jumps.append(_Jump(h, t, const=t, chained=False))
+        order = sorted(range(len(self.jumps)), key=lambda i: (self.jumps[i].thread,
+                                                              self.jumps[i].t))
+        renumber = {old: new for new, old in enumerate(order)}
+        jumps = [self.jumps[i] for i in order]
+        g.episode_jumps = [[renumber[i] for i in lst] for lst in self.episode_jumps]
+        m = len(jumps)
+        base = 2 * n
+        thread_times: list[list[float]] = [[] for _ in self.threads]
+        thread_vars: list[list[int]] = [[] for _ in self.threads]
+        for p, jump in enumerate(jumps):
+            thread_times[jump.thread].append(jump.t)
+            thread_vars[jump.thread].append(base + p)
+
+        def host_ref(h: int, t: float) -> tuple[int, float]:
+            times = thread_times[h]
+            k = bisect_right(times, t) - 1
+            if k < 0:
+                return -1, t
+            return thread_vars[h][k], t - times[k]
+
+        # Device inputs: launch, stream predecessor, event waits.
+        d_ts, d_end = self.d_ts, self.d_end
+        has_launch = self.d_launch >= 0
+        g_launch = np.where(has_launch, d_ts - self.launch_ts, np.inf)
+        same_lane = np.zeros(n, dtype=bool)
+        same_lane[1:] = self.lane_of[1:] == self.lane_of[:-1]
+        prev_end = np.full(n, np.nan)
+        prev_end[1:] = d_end[:-1]
+        g_prev = np.where(same_lane, d_ts - prev_end, np.inf)
+        wait_dst, wait_src = self.event_waits()
+        wait_gap = d_ts[wait_dst] - d_end[wait_src]
+        g_event = np.full(n, np.inf)
+        np.minimum.at(g_event, wait_dst, wait_gap)
+        # Typical launch latency: from activities that found their stream idle and waited
+        # for nothing else (behind a busy queue the latency says nothing about launching).
+        idle_stream = has_launch & (g_prev > IDLE_GAP_US) & ~np.isfinite(g_event)
+        sample = g_launch[idle_stream] if idle_stream.sum() >= 20 else g_launch[has_launch]
+        launch_floor = max(0.0, _percentile(sample, 5))
+        gaps = g_prev[same_lane]
+        stream_floor = min(max(0.0, _percentile(gaps[gaps >= 0], 5)), launch_floor)
+        self.stats.update(launch_latency_us=launch_floor, stream_gap_us=stream_floor)
+        g.stream_floor = stream_floor
+        r_launch = g_launch - launch_floor
+        r_prev = g_prev - stream_floor
+        binding = np.argmin(np.vstack([r_launch, r_prev, g_event]), axis=0)
+        w_launch = np.where(binding == 0, g_launch, np.minimum(g_launch, launch_floor))
+        w_prev = np.where(binding == 1, g_prev, np.minimum(g_prev, stream_floor))
+        orphan = ~has_launch
+
+        # Launch: host point of the launching call + offset.
+        la_var = np.full(n, -1, dtype=np.int64)
+        la_off = np.zeros(n)
+        for h in range(len(self.threads)):
+            ts, items = self.thread_launches[h]
+            if not len(items):
+                continue
+            times = np.asarray(thread_times[h], float)
+            k = np.searchsorted(times, ts, side="right") - 1
+            vars_ = np.asarray(thread_vars[h], dtype=np.int64)
+            valid = k >= 0
+            la_var[items[valid]] = vars_[k[valid]]
+            la_off[items[valid]] = ts[valid] - times[k[valid]] + w_launch[items[valid]]
+            if not valid.all():
+                orphan[items[~valid]] = True
+        pv_var = np.where(same_lane, np.arange(n) + n - 1, -1)
+        pv_off = np.where(same_lane, w_prev, 0.0)
+        const = np.where(orphan, d_ts, _NEG_INF)
+        la_var = np.where(orphan, -1, la_var)
+
+        # A wait's weight: its recorded gap if it bound the start (the tightest wait of an
+        # activity whose binding input is a wait), else at most 0.
+        tight = (binding[wait_dst] == 2) & (wait_gap == g_event[wait_dst])
+        wait_w = np.where(tight, wait_gap, np.minimum(wait_gap, 0.0))
+        empty: tuple[()] = ()
+        extras: list[tuple[tuple[int, float], ...]] = [empty] * n
+        for dst, src, w in zip(wait_dst.tolist(), (wait_src + n).tolist(), wait_w.tolist(),
+                strict=True):
+            extras[dst] = extras[dst] + ((src, w),)
+        tasks_dev = list(zip(range(n), range(n, 2 * n), self.d_dur.tolist(), la_var.tolist(),
+                             la_off.tolist(), pv_var.tolist(), pv_off.tolist(), extras,
+                             repeat(empty, n), const.tolist(), repeat(-1, n), strict=True))
+
+        # Host points.
+        tasks_host = []
+        for p, jump in enumerate(jumps):
+            times = thread_times[jump.thread]
+            k = thread_vars[jump.thread].index(base + p) - 1  # the point before this one
+            if jump.chained and k >= 0:
+                av = thread_vars[jump.thread][k]
+                ao = jump.t - times[k] - jump.wait
+            else:
+                av, ao = -1, 0.0
+            extra = []
+            c = jump.const if jump.const is not None else _NEG_INF
+            for h2, t2, plus in jump.host_refs:
+                var, off = host_ref(h2, t2)
+                if var < 0:
+                    c = max(c, t2 + plus)  # before that thread's first point: fixed
+                else:
+                    extra.append((var, off + plus))
+            syncs = tuple((n + j, own) for j, own in jump.sync)
+            if av < 0 and not extra and not syncs and c == _NEG_INF:
+                c = jump.t  # nothing feeds it: keep it where it was
+            tasks_host.append((base + p, -1, 0.0, av, ao, -1, 0.0, tuple(extra), syncs, c, p))
+
+        # Evaluation order: by recorded time; host points first at equal times.
+        keys = np.concatenate([d_ts, np.asarray([j.t for j in jumps], float)])
+        rank = np.concatenate([np.ones(n), np.zeros(m)])
+        order_ = np.lexsort((np.arange(n + m), rank, keys))
+        all_tasks = tasks_dev + tasks_host
+        g.tasks = [all_tasks[i] for i in order_.tolist()]
+        g.rec = np.concatenate([d_ts, d_end, np.asarray([j.t for j in jumps], float)]).tolist()
+        violations = self.finish_order(g)
+        g.jump_pos = [0] * m
+        pos_of_task = np.empty(n + m, dtype=np.int64)
+        if violations == 0:
+            pos_of_task[order_] = np.arange(n + m)
+        else:
+            for pos, task in enumerate(g.tasks):
+                pos_of_task[task[0] if task[10] < 0 else n + task[10]] = pos
+        g.jump_pos = pos_of_task[n:].tolist()
+        # Last position reading each variable: a what-if stops once it is passed.
+        lastuse = np.full(len(g.rec), -1, dtype=np.int64)
+        dev_pos = pos_of_task[:n]
+        for var in (la_var, pv_var):
+            used = var >= 0
+            np.maximum.at(lastuse, var[used], dev_pos[used])
+        if len(wait_dst):
+            np.maximum.at(lastuse, wait_src + n, dev_pos[wait_dst])
+        src_list: list[int] = []
+        pos_list: list[int] = []
+        for p, task in enumerate(tasks_host):
+            pos = int(pos_of_task[n + p])
+            for var in [task[3]] + [v for v, _ in task[7]] + [v for v, _ in task[8]]:
+                if var >= 0:
+                    src_list.append(var)
+                    pos_list.append(pos)
+        if src_list:
+            np.maximum.at(lastuse, np.asarray(src_list), np.asarray(pos_list))
+        g.lastuse = lastuse.tolist()
+
+        # Steps.
+        self.steps(g, thread_times, thread_vars, host_ref)
+        g.notes = self.notes
+        g.stats = self.stats
+        g.stats.update(host_points=float(m), order_violations=float(violations))
+        return g
+
+    def finish_order(self, g: _Graph) -> int:
+        """Check the evaluation order; rebuild it topologically if some input comes late."""
+        violations = g.base_run()
+        if violations == 0:
+            return 0
+        producer = {}
+        for i, task in enumerate(g.tasks):
+            producer[task[0]] = i
+            if task[1] >= 0:
+                producer[task[1]] = i
+        deps: list[list[int]] = []
+        for task in g.tasks:
+            srcs = [v for v in (task[3], task[5]) if v >= 0]
+            srcs += [v for v, _ in task[7]] + [v for v, _ in task[8]]
+            deps.append(sorted({producer[v] for v in srcs if v in producer}))
+        indegree = [len(d) for d in deps]
+        users: list[list[int]] = [[] for _ in g.tasks]
+        for i, d in enumerate(deps):
+            for s in d:
+                users[s].append(i)
+        ready = [i for i, k in enumerate(indegree) if k == 0]
+        ready.reverse()
+        order = []
+        while ready:
+            i = ready.pop()
+            order.append(i)
+            for u in users[i]:
+                indegree[u] -= 1
+                if indegree[u] == 0:
+                    ready.append(u)
+        if len(order) != len(g.tasks):
+            raise _Unavailable("the dependencies form a cycle (inconsistent correlations)")
+        g.tasks = [g.tasks[i] for i in order]
+        left = g.base_run()
+        if left:
+            raise _Unavailable("the dependency graph could not be ordered")
+        return violations
+
+    def event_waits(self) -> tuple[np.ndarray, np.ndarray]:
+        """cudaStreamWaitEvent: (destination activity, activity it waited for) pairs.
+
+        With a CUPTI ``Stream Wait Event`` record: the first activity launched on its
+        ``stream`` after the call waits for the last one launched before it on
+        ``wait_on_stream``. Without: the thread's next launch waits for the latest activity
+        launched before the call on another stream of the same device."""
+        records: dict[Any, Any] = {}
+        for events in self.tl.lanes.values():
+            for d in events:
+                if d.cat == "cuda_sync" and d.args is not None and (
+                        (d.args.cuda_sync_kind or d.name) == "Stream Wait Event"):
+                    records[_device_corr(d)] = d
+        pairs_dst: list[np.ndarray] = []
+        pairs_src: list[np.ndarray] = []
+        lane_device = np.array([hash(device) for _, device, _ in self.lanes], dtype=np.int64)
+        for h in range(len(self.threads)):
+            names = self.rt_names[h]
+            if not STREAM_WAIT_EVENT_APIS.intersection(names):
+                continue
+            index = np.flatnonzero(
+                np.fromiter(map(STREAM_WAIT_EVENT_APIS.__contains__, names), bool, len(names)))
+            starts = self.rt_ts[self.rt_offset[h] + index]
+            corrs = self.rt_corrs[h]
+            with_record = np.array([corrs[i] in records for i in index.tolist()], dtype=bool)
+            for i, start in zip(index[with_record].tolist(), starts[with_record].tolist(),
+                    strict=True):
+                record = records[corrs[i]]
+                if record.args is None:
+                    continue
+                device = self.tl.lane_device.get((record.pid, record.tid), record.pid)
+                dst_lane = self._lane_for_stream(device, record.args.stream)
+                src_lane = self._lane_for_stream(device, record.args.wait_on_stream)
+                if dst_lane is None or src_lane is None:
+                    continue
+                arr = self.lane_launch_max[dst_lane]
+                k = int(np.searchsorted(arr, start, side="right"))
+                src = self.last_launched_before(src_lane, start)
+                if k < len(arr) and src >= 0:
+                    pairs_dst.append(np.array([int(self.lane_first[dst_lane]) + k]))
+                    pairs_src.append(np.array([src]))
+            starts = starts[~with_record]
+            launch_ts, launch_items = self.thread_launches[h]
+            k = np.searchsorted(launch_ts, starts, side="left")
+            ok = k < len(launch_ts)
+            starts = starts[ok]
+            dst = launch_items[k[ok]]
+            dst_lane = self.lane_of[dst]
+            best_ts = np.full(len(dst), -np.inf)
+            src = np.full(len(dst), -1, dtype=np.int64)
+            for lane in range(len(self.lanes)):
+                arr = self.lane_launch_max[lane]
+                kk = np.searchsorted(arr, starts, side="right") - 1
+                cand = self.lane_first[lane] + kk
+                cand_ts = np.where(kk >= 0, arr[np.maximum(kk, 0)], -np.inf)
+                better = ((dst_lane != lane) & (lane_device[dst_lane] == lane_device[lane])
+                          & (cand_ts > best_ts))
+                best_ts = np.where(better, cand_ts, best_ts)
+                src = np.where(better, cand, src)
+            found = src >= 0
+            pairs_dst.append(dst[found])
+            pairs_src.append(src[found])
+        if not pairs_dst:
+            self.stats.update(event_waits=0.0, event_waits_contradicted=0.0)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        dst = np.concatenate(pairs_dst).astype(np.int64)
+        src = np.concatenate(pairs_src).astype(np.int64)
+        consistent = self.d_end[src] <= self.d_ts[dst] + TOL_US
+        self.stats.update(event_waits=float(consistent.sum()),
+                          event_waits_contradicted=float((~consistent).sum()))
+        pairs = np.unique(np.stack([dst[consistent], src[consistent]], axis=1), axis=0)
+        return pairs[:, 0], pairs[:, 1]
+
+    def steps(self, g: _Graph, thread_times: list[list[float]],
+              thread_vars: list[list[int]], host_ref: Any) -> None:
+        tl = self.tl
+        t0 = self.t0
+        h = self.keys.index(self.step_key)
+        spans: dict[int, tuple[float, float]] = {}
+        for s in tl.steps:
+            if (s.pid, s.tid) != self.step_key:
+                continue
+            prev = spans.get(s.number)
+            if prev is None or prev[1] - prev[0] < s.end - s.ts:
+                spans[s.number] = (s.ts - t0, s.end - t0)
+        if not spans:
+            g.step_markers = False
+            th = self.threads[h]
+            lo = min(([th.starts[0]] if th.starts else []) +
+                     ([th.runtime[0].ts] if th.runtime else [])) - t0
+            ends = list(th.ends) + [r.ts + r.dur for r in th.runtime]
+            hi = max(ends) - t0
+            spans = {0: (lo, hi)}
+        numbers = sorted(spans, key=lambda k: spans[k][0])
+        g.step_numbers = numbers
+        for number in numbers:
+            lo, hi = spans[number]
+            sv, so = host_ref(h, lo)
+            ev, eo = host_ref(h, hi)
+            g.step_refs.append((sv, so, ev, eo))
+        # Device work of each step: launched inside it (by any thread).
+        starts = np.asarray([spans[k][0] for k in numbers])
+        ends = np.asarray([spans[k][1] for k in numbers])
+        when = np.where(np.isnan(self.launch_ts), self.d_ts, self.launch_ts)
+        if not g.step_markers:
+            idx = np.zeros(self.n_dev, dtype=np.int64)
+        else:
+            idx = np.searchsorted(starts, when, side="right") - 1
+            inside = idx >= 0
+            inside[inside] &= when[inside] < ends[idx[inside]]
+            idx = np.where(inside, idx, -1)
+        keep = np.flatnonzero(idx >= 0)
+        order = keep[np.argsort(idx[keep], kind="stable")]
+        g.item_order = order
+        counts = np.bincount(idx[keep], minlength=len(numbers))
+        g.item_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        g.step_of_item = idx
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _build(tl: Timeline, episodes: list[Episode]) -> _Graph | str:
+    builder = _Builder(tl, episodes)
+    reason = builder.collect()
+    if reason is not None:
+        return reason
+    builder.sync_jumps()
+    builder.fork_joins()
+    try:
+        graph = builder.assemble()
+    except _Unavailable as exc:
+        return str(exc)
+    recorded = graph.metrics(graph.rec)
+    graph.recorded_metrics = recorded
+    graph.base_metrics = graph.metrics(graph.base_values)
+    deviating = int(np.sum(~(np.abs(np.array(graph.base_values) - np.array(graph.rec))
+                             <= 1e-6)))
+    graph.stats["deviating_nodes"] = float(deviating)
+    graph.stats["nodes"] = float(len(graph.rec))
+    return graph

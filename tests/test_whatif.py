@@ -1,0 +1,418 @@
+"""The what-if replay (issue 11): the unmodified replay reproduces the recording, and
+dropping a sync's edges saves what the device timeline says it should, across steps."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from kineto_builder import KinetoTraceBuilder
+
+from tb_syncfinder.detect import detect_syncs
+from tb_syncfinder.reader import read_trace
+from tb_syncfinder.timeline import build_timeline
+from tb_syncfinder.whatif import WhatIf, profiler_episodes, replay
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def _replay(b: KinetoTraceBuilder, tmp_path: Path, **kwargs):
+    path = b.write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    return episodes, replay(tl, episodes, **kwargs)
+
+
+def _item(b: KinetoTraceBuilder, stream: int | None = None) -> dict:
+    """``loss.item()``: a pageable DtoH copy, then a stream sync; returns the copy."""
+    with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+        b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), stream=stream)
+        copy = next(e for e in reversed(b.events) if e.get("cat") == "gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", stream=stream)
+    return copy
+
+
+def _end(event: dict) -> float:
+    return event["ts"] + event["dur"]
+
+
+def _step_spans(b: KinetoTraceBuilder) -> dict[int, float]:
+    return {int(e["name"].split("#")[1]): e["dur"] for e in b.events
+            if e.get("name", "").startswith("ProfilerStep#")}
+
+
+# -- reproducing the recording -----------------------------------------------------------
+
+
+def test_unmodified_replay_reproduces_the_built_step_times(tmp_path):
+    b = KinetoTraceBuilder()
+    kernels = {}
+    for n in (1, 2, 3):
+        with b.step(n):
+            b.advance(150)
+            first = b.kernel(dur=800)
+            _item(b)
+            b.advance(60)
+            last = b.kernel(dur=120)
+            kernels[n] = (first, last)
+    _, result = _replay(b, tmp_path)
+    assert result.available, result.reason
+    spans = _step_spans(b)
+    assert [s.step for s in result.steps] == [1, 2, 3]
+    for step in result.steps:
+        first, last = kernels[step.step]
+        assert step.recorded_host_us == pytest.approx(spans[step.step])
+        assert step.replayed_host_us == pytest.approx(spans[step.step], abs=1e-6)
+        # The device span runs from the step's first device start to its last device end.
+        assert step.recorded_device_us == pytest.approx(_end(last) - first["ts"])
+        assert step.replayed_device_us == pytest.approx(step.recorded_device_us, abs=1e-6)
+        assert step.fidelity == pytest.approx(1.0, abs=1e-9)
+    assert result.fidelity_ok
+    assert result.stats["deviating_nodes"] == 0
+    assert result.stats["order_violations"] == 0
+
+
+def test_step_time_is_the_longer_of_host_and_device(tmp_path):
+    # No sync: the host runs ahead, its ProfilerStep spans are short while the GPU works.
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=3000)
+    _, result = _replay(b, tmp_path)
+    for step in result.steps:
+        assert step.recorded_host_us < 100
+        assert step.recorded_device_us == pytest.approx(3000)
+        assert step.recorded_us == pytest.approx(3000)
+    # Completion-based intervals add up to the window: the second step's kernel queues
+    # behind the first, so it completes 3000 us later.
+    assert result.steps[1].interval_us == pytest.approx(3000)
+    assert sum(s.interval_us for s in result.steps) == pytest.approx(result.window_us)
+
+
+# -- savings -------------------------------------------------------------------------------
+
+
+def _step_end_sync_trace(steps: int = 4, kernel_us: float = 2000, python_us: float = 300):
+    """GPU-bound steps that end with ``loss.item()``: the GPU idles at the start of the
+    next step while Python prepares it."""
+    b = KinetoTraceBuilder()
+    copies, firsts = [], []
+    for n in range(1, steps + 1):
+        with b.step(n):
+            b.advance(python_us)
+            firsts.append(b.kernel(dur=kernel_us))
+            copies.append(_item(b))
+    bubbles = [nxt["ts"] - _end(copy) for copy, nxt in zip(copies, firsts[1:], strict=False)]
+    return b, bubbles
+
+
+def test_step_end_sync_saves_its_bubble_in_the_next_step(tmp_path):
+    b, bubbles = _step_end_sync_trace()
+    episodes, result = _replay(b, tmp_path)
+    assert len(episodes) == 4
+    bubble = bubbles[0]
+    assert bubble > 300  # Python before the next launch, plus the launch itself
+    first = result.episode_savings[0]
+    # Almost nothing of it shows in the sync's own step (the GPU was busy until the sync
+    # returned; only the host's few us after it): the bubble goes in the next step.
+    assert first.per_step_us[0] == pytest.approx(0.0, abs=5.0)
+    assert first.per_step_us[1] == pytest.approx(bubble, abs=5.0)
+    assert first.total_us == pytest.approx(bubble, abs=2.0)
+    # All of them: every step after the first loses its bubble.
+    assert result.all_syncs.steady_us == pytest.approx(bubble, abs=2.0)
+    assert result.all_syncs.total_us == pytest.approx(sum(bubbles), abs=6.0)
+    # The sync of the last step would save in a step after the window: only the host's
+    # few us after it are seen here.
+    assert result.episode_savings[3].total_us == pytest.approx(0.0, abs=5.0)
+
+
+def test_cpu_bound_step_saves_about_nothing(tmp_path):
+    b = KinetoTraceBuilder()
+    for n in range(1, 5):
+        with b.step(n):
+            b.kernel(dur=5)
+            _item(b)
+            b.advance(1000)  # the host is the bottleneck
+    episodes, result = _replay(b, tmp_path)
+    step_us = result.steps[1].recorded_us
+    assert step_us > 1000
+    # Only the few microseconds the host waited come back, not the GPU's idle time.
+    assert result.all_syncs.steady_us < 0.02 * step_us
+    assert result.gpu_idle_from_syncs_us < 0.02 * result.window_us
+    assert result.gpu_idle_us > 0.9 * result.window_us  # idle, but not because of syncs
+
+
+def test_gpu_bound_step_saves_about_its_bubble(tmp_path):
+    b = KinetoTraceBuilder()
+    bubbles = []
+    for n in range(1, 5):
+        with b.step(n):
+            b.kernel(dur=1000)
+            copy = _item(b)
+            b.advance(200)  # host work after the sync: the GPU starves meanwhile
+            nxt = b.kernel(dur=1000)
+            bubbles.append(nxt["ts"] - _end(copy))
+    assert min(bubbles) > 200
+    _, result = _replay(b, tmp_path)
+    for saving, bubble in zip(result.episode_savings, bubbles, strict=True):
+        assert saving.total_us == pytest.approx(bubble, abs=2.0)
+        assert saving.per_step_us[result.episode_savings.index(saving)] == pytest.approx(
+            bubble, abs=2.0)
+    assert result.all_syncs.total_us == pytest.approx(sum(bubbles), abs=8.0)
+    assert result.gpu_idle_from_syncs_us == pytest.approx(sum(bubbles), abs=8.0)
+
+
+def test_back_to_back_syncs_save_their_shared_bubble_only_together(tmp_path):
+    b = KinetoTraceBuilder()
+    idle = []  # device idle from the kernel's end to the next kernel, copies aside
+    for n in range(1, 4):
+        with b.step(n):
+            kernel = b.kernel(dur=1500)
+            first = _item(b)  # waits for the kernel
+            second = _item(b)  # right after: the GPU has nothing left, it waits for nothing
+            b.advance(250)
+            nxt = b.kernel(dur=500)
+            idle.append(nxt["ts"] - _end(kernel) - first["dur"] - second["dur"])
+    assert min(idle) > 250
+    episodes, result = _replay(b, tmp_path)
+    assert len(episodes) == 6
+    # Either one alone: the other still waits for the kernel, the bubble stays.
+    for index in range(6):
+        assert result.episode_savings[index].total_us < 10.0
+    # Both together (the way a site is fixed): the bubble goes.
+    both = result.saving([0, 1])
+    assert both.total_us == pytest.approx(idle[0], abs=1.0)
+    assert result.all_syncs.total_us == pytest.approx(sum(idle), abs=3.0)
+
+
+def _two_stream_pipeline(record: bool) -> tuple[KinetoTraceBuilder, list[float]]:
+    """Stream 7 and stream 20 take turns through events (each step's A waits for the
+    previous step's B, B for A): the device is serial even without syncs."""
+    b = KinetoTraceBuilder(concurrent_streams=True)
+    after_b = None
+    bubbles = []
+    copy = None
+    for n in range(1, 5):
+        with b.step(n):
+            b.advance(300)
+            if after_b is not None:
+                b.stream_wait_event(7, after_b, record=record)
+            a = b.kernel(dur=600)
+            if copy is not None:
+                bubbles.append(a["ts"] - _end(copy))
+            after_a = b.event_record(7)
+            b.stream_wait_event(20, after_a, record=record)
+            b.kernel(dur=600, stream=20)
+            after_b = b.event_record(20)
+            copy = _item(b, stream=20)
+    return b, bubbles
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["cupti_records", "inferred"])
+def test_event_waits_keep_two_streams_serial_in_the_what_if(tmp_path, record):
+    b, bubbles = _two_stream_pipeline(record)
+    episodes, result = _replay(b, tmp_path)
+    assert result.stats["event_waits"] >= 6
+    assert result.stats["event_waits_contradicted"] == 0
+    # Without the syncs the host runs ahead, but B still waits for A and A for the previous
+    # B: only the bubble goes. (Streams free to overlap would save another ~600 us.)
+    assert result.all_syncs.steady_us == pytest.approx(bubbles[0], abs=3.0)
+    assert result.fidelity_ok
+
+
+def test_a_sync_on_another_thread_saves_through_the_thread_that_waits_for_it(tmp_path):
+    # The main thread sits in run_backward while the autograd thread runs the backward
+    # ops; a sync there keeps both waiting.
+    b = KinetoTraceBuilder()
+    main = b.tid
+    bubbles = []
+    for n in range(1, 4):
+        with b.step(n):
+            b.kernel(dur=800)
+            with b.frame(("torch/autograd/graph.py", 860, "_engine_run_backward")):
+                b.advance(20)
+                b.tid = 4600  # the autograd thread
+                with b.op("autograd::engine::evaluate_function: IndexBackward0"):
+                    b.kernel(dur=800)
+                    with b.op("aten::nonzero"):
+                        b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"))
+                        copy = next(e for e in reversed(b.events)
+                                    if e.get("cat") == "gpu_memcpy")
+                        b.runtime("cudaStreamSynchronize")
+                    b.advance(200)
+                    nxt = b.kernel(dur=800)
+                    bubbles.append(nxt["ts"] - _end(copy))
+                b.tid = main
+                b.advance(20)
+    episodes, result = _replay(b, tmp_path)
+    assert result.stats["thread_joins"] == 3
+    assert {ep.thread.tid for ep in episodes} == {4600}
+    for saving, bubble in zip(result.episode_savings, bubbles, strict=True):
+        assert saving.total_us == pytest.approx(bubble, abs=3.0)
+
+
+# -- inputs the replay cannot use --------------------------------------------------------------
+
+
+def test_missing_correlations_make_the_replay_unavailable_with_a_reason(tmp_path):
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=500, link=False)
+            b.kernel(dur=500, link=False)
+            _item(b)
+    episodes, result = _replay(b, tmp_path)
+    assert len(episodes) == 2  # the syncs are still found
+    assert not result.available
+    assert "correlation" in result.reason
+    assert "4 of 6" in result.reason
+    assert result.episode_savings == [] and not result.steps
+
+
+def test_a_cpu_only_trace_has_no_replay(tmp_path):
+    b = KinetoTraceBuilder(gpu=False)
+    with b.step(1), b.op("aten::add"):
+        b.advance(10)
+    _, result = _replay(b, tmp_path)
+    assert not result.available
+    assert "no device activity" in result.reason
+
+
+# -- what the caller chooses and keeps ---------------------------------------------------------
+
+
+def test_the_profilers_own_device_synchronize_is_recognised(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=500)
+        with b.frame(("train.py", 20, "train")), b.frame(("torch/cuda/__init__.py", 1152,
+                                                           "synchronize")):
+            b.runtime("cudaDeviceSynchronize")  # the user's torch.cuda.synchronize()
+        b.kernel(dur=500)
+        # A user item() in a record_function: the profiler's __enter__ frame encloses the
+        # annotation (its frame never closes in the recorded tree), the annotation the op.
+        with b.frame(("torch/autograd/profiler.py", 854, "__enter__")), \
+                b.annotation("log_loss"), b.frame("<built-in method item of Tensor object>"):
+            _item(b)
+    frames = [("torch/profiler/profiler.py", 884, "step"),
+              ("torch/autograd/profiler.py", 403, "__exit__"),
+              ("torch/cuda/__init__.py", 1152, "synchronize"),
+              "<built-in function _cuda_synchronize>"]
+    with b._frames(frames):
+        b.runtime("cudaDeviceSynchronize")
+    path = b.write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    assert len(episodes) == 3
+    assert profiler_episodes(tl, episodes) == [2]
+    counted = [0, 1]
+    result = replay(tl, episodes, counted=counted)
+    assert result.counted == counted
+    assert result.all_syncs == result.saving(counted)
+
+
+def test_the_result_pickles_without_events_and_keeps_its_precomputed_savings(tmp_path):
+    b, _ = _step_end_sync_trace()
+    _, result = _replay(b, tmp_path, groups={"site": [0, 1, 2, 3]})
+    data = pickle.dumps(result)
+    assert b"tb_syncfinder.reader" not in data and b"msgspec" not in data
+    restored: WhatIf = pickle.loads(data)
+    assert restored.group_savings["site"] == result.group_savings["site"]
+    assert restored.saving([0, 1, 2, 3]) == result.saving([0, 1, 2, 3])
+    assert restored.saving_us([1]) == result.saving_us([1])
+    assert restored.all_syncs_saving_us == result.all_syncs_saving_us
+    with pytest.raises(KeyError):
+        restored.saving([0, 2])  # never computed, and the graph is not kept
+    assert result.saving([0, 2]).total_us > 0  # the live result can still compute it
+
+
+# -- real traces -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [
+    "h100_demo/cnn_baseline", "h100_demo/seg_baseline", "real/a100_nccl_event_sync",
+    "real/alexnet_cuda_sync_events", "real/rocm_mi250_minitoy",
+])
+def test_real_gpu_traces_replay_within_two_percent_per_step(name):
+    path = TRACES / f"{name}.pt.trace.json.gz"
+    if not path.is_file():
+        pytest.skip(f"shared traces not available at {path}")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    result = replay(tl, episodes)
+    assert result.available, result.reason
+    assert result.fidelity_error <= 0.02
+    assert all(0.98 <= s.fidelity <= 1.02 for s in result.steps)
+
+
+# -- the engine stage and the job stage's hook --------------------------------------------
+
+
+def test_report_ranks_sites_by_replayed_saving_and_says_how_it_was_obtained(tmp_path):
+    from tb_syncfinder import analyze
+
+    b, bubbles = _step_end_sync_trace()
+    path = b.write(tmp_path / "w.pt.trace.json")
+    data = analyze(str(path)).to_json()
+    summary = data["summary"]
+    assert summary["saving_method"] == "replay" and summary["saving_note"] is None
+    assert "replaying" in summary["saving_how"]
+    # Every step after the first loses its bubble; the bound's figure is kept beside it.
+    assert summary["predicted_saving_us"] == pytest.approx(sum(bubbles), abs=6.0)
+    assert summary["estimated_saving_us"] > summary["predicted_saving_us"]
+    # GPU-bound steps: the wall step time is the device's span, not the host's.
+    for step in data["steps"]:
+        assert step["wall_time_us"] == pytest.approx(
+            max(step["step_time_us"], step["device_time_us"]))
+    (site,) = data["sites"]
+    assert site["saving_method"] == "replay"
+    assert site["predicted_saving_us"] == pytest.approx(summary["predicted_saving_us"], abs=1.0)
+    assert all(s["saving_method"] == "replay" for s in data["syncs"])
+
+
+def test_missing_correlations_give_a_report_with_the_bound_marked_and_why(tmp_path):
+    from tb_syncfinder import analyze
+
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=500, link=False)
+            b.kernel(dur=500, link=False)
+            _item(b)
+    data = analyze(str(b.write(tmp_path / "w.pt.trace.json"))).to_json()
+    summary = data["summary"]
+    assert summary["sync_count"] == 2
+    assert summary["saving_method"] == "bound"
+    assert "correlation" in summary["saving_note"]
+    assert summary["predicted_saving_us"] == pytest.approx(summary["estimated_saving_us"])
+    assert [s["saving_method"] for s in data["sites"]] == ["bound"]
+    assert data["traces"][0]["saving_method"] == "bound"
+
+
+def test_a_sync_before_a_collective_lets_its_kernel_start_earlier_by_the_bubble(tmp_path):
+    from tb_syncfinder.collectives import extract_rank
+    from tb_syncfinder.ranks import what_ifs_for_rank
+    from tb_syncfinder.whatif import collective_earlier
+
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=2000)
+            _item(b)
+            b.advance(400)  # Python between the sync and the collective
+            b.nccl_collective("allreduce", kernel_dur=100)
+    path = b.write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    result = replay(tl, episodes)
+    collectives = extract_rank(tl, None).collectives
+    assert [c.index for c in collectives] == [0, 1]
+    earlier = collective_earlier(result, collectives, {"first": [0], "second": [1]})
+    # Without the sync the collective is launched while the kernel still runs: it starts
+    # when the kernel ends instead of after the host's 400 us and more of Python.
+    assert earlier["first"][0] > 390
+    assert 1 not in earlier["first"]  # interval-local: nothing more gained after the first
+    assert earlier["second"][1] > 390 and 0 not in earlier["second"]
+    (whatif,) = [w for w in what_ifs_for_rank(3, earlier) if w.wait_id == "first"]
+    assert (whatif.rank, whatif.collective_index, whatif.bound) == (3, 0, False)

@@ -49,7 +49,7 @@ from tb_syncfinder.source import (
     with_source_packs,
 )
 from tb_syncfinder.timeline import Timeline, build_timeline
-from tb_syncfinder.whatif import TraceWhatIf, replay_stage
+from tb_syncfinder.whatif import TraceWhatIf, collective_earlier, replay_stage
 
 if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
@@ -263,6 +263,11 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
     rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix)
+    if rank is not None and whatif.result is not None and syncs:
+        # Only here, while the replay's graph is alive: how much earlier each collective
+        # of this rank starts without each sync, for the job stage's causes.
+        rank.replayed_earlier = collective_earlier(
+            whatif.result, rank.collectives, {sync.id: [n] for n, sync in enumerate(syncs)})
     return TraceResult(info, syncs, latent, steps, contexts, rank=rank, savings=trace_savings)
 
 

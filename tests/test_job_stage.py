@@ -293,3 +293,18 @@ def test_nccl_lateness_from_gpu_work_is_not_pinned_on_the_late_ranks_sync_by_the
     assert cause["rank"] == 1 and cause["line"] == ITEM_LINE
     assert 0 < cause["job_saving_us"] < 0.1 * LATE_US
     assert job["lateness"]["not_explained_us"] > 0.8 * LATE_US
+
+
+def test_a_run_of_copies_of_one_rank_names_the_duplicates_and_still_reports(tmp_path):
+    # Copies of one rank's trace (a benchmark, or a folder copied twice): every rank is a
+    # duplicate, so the job has no usable rank; the report must still come out.
+    paths = write_job(tmp_path / "src", JobSpec(world=4, ranks_per_host=4, steps=2))
+    run = tmp_path / "copies"
+    run.mkdir()
+    for n in range(3):
+        shutil.copy(paths[0], run / f"copy{n}.pt.trace.json")
+    options = Options(source_roots=[str(tmp_path / "src")], contexts=False)
+    report = analyze_runs(find_traces(str(run)), options).report.to_json()
+    assert len(report["syncs"]) > 0
+    codes = [issue["code"] for issue in report["job"]["issues"]]
+    assert R.DUPLICATE_RANK in codes and R.MISSING_RANKS in codes

@@ -265,6 +265,10 @@ class RankTrace:
     steps: list[StepSpan] = field(default_factory=list)
     waits: list[HostWait] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be read, and why
+    # The what-if replay's answer for the job stage (``whatif.collective_earlier``): per
+    # Sync.id, per Collective.index, how much earlier this rank's collective kernel would
+    # start without that sync. Empty without a replay or without collective kernels.
+    replayed_earlier: dict[str, dict[int, float]] = field(default_factory=dict)
 
     @property
     def rank(self) -> Optional[int]:

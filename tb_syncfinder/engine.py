@@ -50,7 +50,7 @@ from tb_syncfinder.source import (
     with_source_packs,
 )
 from tb_syncfinder.timeline import Timeline, build_timeline
-from tb_syncfinder.whatif import TraceWhatIf, replay_stage
+from tb_syncfinder.whatif import TraceWhatIf, collective_earlier, replay_stage
 
 if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
@@ -267,6 +267,8 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
         for sync in found:
             sync.warmup_allocator = (not sync.profiler_overhead
                                      and is_warmup_listed(sync.kind, sync.annotations))
+    # The replay's episode index of each blocking sync (the findings skip those listed apart).
+    episode_of = {sync.id: n for n, sync in enumerate(built[0])}
     overhead = [s for found in built for s in found if s.profiler_overhead]
     warmup = [s for found in built for s in found if s.warmup_allocator]
     syncs, latent = ([s for s in found if not (s.profiler_overhead or s.warmup_allocator)]
@@ -286,6 +288,11 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
     rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix)
+    if rank is not None and whatif.result is not None and syncs:
+        # Only here, while the replay's graph is alive: how much earlier each collective
+        # of this rank starts without each sync, for the job stage's causes.
+        rank.replayed_earlier = collective_earlier(
+            whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs})
     return TraceResult(info, syncs, latent, steps, contexts, profiler_overhead=overhead,
                        warmup_allocator=warmup, rank=rank, savings=trace_savings)
 

@@ -74,11 +74,18 @@ def job_what_ifs(analysis: R.JobAnalysis, replayed: ReplayedEarlier | None = Non
     covers are costed with them (``ranks.what_ifs_for_rank``), the others with the bounds of
     ``ranks.fallback_what_ifs`` (a late rank's host wait explains at most min(its wait, the
     lateness))."""
-    replayed = replayed or {}
-    out = [w for w in R.fallback_what_ifs(analysis) if w.rank not in replayed]
+    replayed = {rank: earlier for rank, earlier in (replayed or {}).items()
+                if rank in analysis.ranks}
+    # Per (rank, wait, collective): the replay's figure where it has one (0 included: the
+    # replay says that wait did not delay that collective), else the bound. The replay
+    # knows syncs and collectives with a kernel; blocking calls and gloo collectives keep
+    # their bounds.
+    covered = {(rank, wait_id, index) for rank, earlier in replayed.items()
+               for wait_id, per in earlier.items() for index in per}
+    out = [w for w in R.fallback_what_ifs(analysis)
+           if (w.rank, w.wait_id, w.collective_index) not in covered]
     for rank, earlier in replayed.items():
-        if rank in analysis.ranks:
-            out.extend(R.what_ifs_for_rank(rank, earlier))
+        out.extend(R.what_ifs_for_rank(rank, earlier))
     return out, any(w.bound for w in out)
 
 
@@ -244,6 +251,9 @@ def job_stage(results: Sequence[TraceResult], replayed: ReplayedEarlier | None =
     traces = [r.rank for r in results if r.rank is not None and r.info.error is None]
     if not traces:
         return None
+    if replayed is None:
+        replayed = {t.rank: t.replayed_earlier for t in traces
+                    if t.rank is not None and t.replayed_earlier}
     run = R.analyze_ranks(traces)
     jobs = []
     for analysis in run.jobs:

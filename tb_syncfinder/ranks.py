@@ -850,6 +850,10 @@ def analyze_job(job: Job) -> JobAnalysis:
         for note in rt.notes:
             issues.append(JobIssue(TRACE_NOTE, f"rank {rank}: {note}", ranks=[rank],
                                    paths=[rt.path], severity="info"))
+    if not job.ranks:
+        # Every rank of the window was duplicated (copies of one trace): its issues say so,
+        # and there is nothing to match.
+        return JobAnalysis(job, [], [], [], [], [], 0.0, issues)
     index = _index(job)
     groups, table = _match_groups(job, index, issues)
     clocks, shift = _align(job, table, issues)

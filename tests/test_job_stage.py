@@ -267,3 +267,44 @@ def test_real_single_rank_nccl_traces_load_as_incomplete_jobs(real_traces_dir, t
         assert job["ranks"] and not job["complete"] and job["missing_ranks"]
         assert R.MISSING_RANKS in issue_codes(job)
         assert job["sites"] == [] or all(s["bound"] for s in job["sites"])
+
+
+def test_nccl_lateness_from_gpu_work_is_not_pinned_on_the_late_ranks_sync_by_the_replay(
+        tmp_path):
+    # The late rank's extra time is a longer kernel before its .item(): the item waits for
+    # it, but without the item the all-reduce kernel would still queue behind that kernel.
+    # The bound blames the item for the whole lateness; the replay (now what the engine
+    # uses for ranks whose collectives have kernels) gives it only its own bubble.
+    paths = write_job(tmp_path / "job", JobSpec(world=4, ranks_per_host=4, steps=4,
+                                                late={(1, 2): LATE_US}, host_skew_us=(0.0,)))
+    options = Options(source_roots=[str(tmp_path / "job")], contexts=False)
+    results = [analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options)
+               for r, p in paths.items()]
+    assert all(r.rank is not None and r.rank.replayed_earlier for r in results)
+    (analysis,) = R.analyze_ranks([r.rank for r in results]).jobs
+    bounds, _ = jobs.job_what_ifs(analysis)
+    assert sum(w.earlier_us for w in bounds) > 0.9 * LATE_US
+
+    from tb_syncfinder.engine import report_runs
+
+    job = report_runs(results).report.to_json()["job"]
+    assert job["what_if"] == "replay"
+    (cause,) = [s for s in job["sites"] if s["job_saving_us"] > 0]
+    assert cause["rank"] == 1 and cause["line"] == ITEM_LINE
+    assert 0 < cause["job_saving_us"] < 0.1 * LATE_US
+    assert job["lateness"]["not_explained_us"] > 0.8 * LATE_US
+
+
+def test_a_run_of_copies_of_one_rank_names_the_duplicates_and_still_reports(tmp_path):
+    # Copies of one rank's trace (a benchmark, or a folder copied twice): every rank is a
+    # duplicate, so the job has no usable rank; the report must still come out.
+    paths = write_job(tmp_path / "src", JobSpec(world=4, ranks_per_host=4, steps=2))
+    run = tmp_path / "copies"
+    run.mkdir()
+    for n in range(3):
+        shutil.copy(paths[0], run / f"copy{n}.pt.trace.json")
+    options = Options(source_roots=[str(tmp_path / "src")], contexts=False)
+    report = analyze_runs(find_traces(str(run)), options).report.to_json()
+    assert len(report["syncs"]) > 0
+    codes = [issue["code"] for issue in report["job"]["issues"]]
+    assert R.DUPLICATE_RANK in codes and R.MISSING_RANKS in codes

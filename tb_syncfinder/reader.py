@@ -340,6 +340,9 @@ def _inflate(path: str, handle: IO[bytes], first: bytes, piece: int) -> Iterator
             yield out
 
 
+_INITIAL_BUFFER_BYTES = 64 * 1024
+
+
 def _piece_bytes(chunk_bytes: int) -> int:
     """Inflated bytes read at once: small, so that no large block is allocated per piece."""
     return max(2, min(chunk_bytes, _READ_BYTES))
@@ -624,7 +627,11 @@ class _Reader:
         self.pieces = pieces
         self.chunk_bytes = max(chunk_bytes, 1)
         self.max_held = max(max_held_bytes, 1)
-        self.buf = bytearray(2 * self.chunk_bytes + 2 * _piece_bytes(chunk_bytes))
+        # Starts small and doubles up to what the trace needs (``_make_room``): a full-size
+        # buffer, zeroed for every trace, cost 1.7 ms per file, most of the time of a small
+        # trace (1,000 rank traces of 3 KB: 1.7 s).
+        self.buf = bytearray(min(_INITIAL_BUFFER_BYTES,
+                                 2 * self.chunk_bytes + 2 * _piece_bytes(chunk_bytes)))
         self.lo = self.hi = 0
         self.base = 0  # offset of buf[0] in the file's JSON (for messages)
         self.total = 0  # JSON bytes read so far

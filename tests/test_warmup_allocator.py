@@ -169,3 +169,29 @@ def test_the_whatif_counts_no_warmup_allocation_in_a_site_or_every_sync_removed(
     program = sum(s.predicted_saving_us for s in result.syncs)
     warm = min(s.predicted_saving_us for s in result.warmup_allocator)
     assert program - 1 <= result.savings.all_syncs_us < program + warm
+
+
+def test_the_tabs_summary_says_what_was_listed_apart_and_why(tmp_path):
+    import argparse
+
+    from tensorboard.plugins import base_plugin
+
+    from tb_syncfinder.plugin import api
+    from tb_syncfinder.plugin.plugin import SyncAdvisorPlugin
+    from tb_syncfinder.plugin.settings import PluginSettings
+
+    trace = _warmup_trace(tmp_path)
+    settings = PluginSettings(logdirs=[(None, str(trace.parent))], cache_dir=None,
+                              reload_interval_s=3600, use_processes=False)
+    plugin = SyncAdvisorPlugin(base_plugin.TBContext(logdir=str(trace.parent),
+                                                     flags=argparse.Namespace()),
+                               settings, start=False)
+    plugin.loader.poll()
+    assert plugin.loader.wait_idle(60)
+    (run,) = plugin.loader.run_names()
+    answer = api.summary_impl(plugin.selections.get(plugin.loader.get_run(run), None, None))
+    warmup = answer["listed_apart"]["warmup_allocator"]
+    assert warmup["count"] >= 1 and warmup["host_wait_us"] > 0
+    assert warmup["regions"] and "warm" in warmup["regions"][0].lower()
+    assert warmup["advice"]["title"] == catalogue.kind(catalogue.ALLOCATOR_SYNC).advice.title
+    assert answer["listed_apart"]["profiler_overhead"]["count"] == 0

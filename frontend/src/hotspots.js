@@ -88,8 +88,45 @@ export async function renderHotspots(ctx) {
         ),
         filters(state, app, sites.items),
         sitesTable(shown, view, app, latent),
+        listedApart(summaryResp.listed_apart),
       ),
       hasDetail ? h("aside", { class: "sa-detail-slot", "aria-label": "Detail" }) : null,
+    ),
+  );
+}
+
+/**
+ * Syncs kept out of the findings and totals, said in a few lines so that a user who sees
+ * them in the Trace view knows why they are not ranked.
+ * @param {any} apart the summary's listed_apart
+ */
+function listedApart(apart) {
+  const profiler = apart?.profiler_overhead || {};
+  const warmup = apart?.warmup_allocator || {};
+  if (!profiler.count && !warmup.count) return null;
+  const advice = warmup.advice || {};
+  return h(
+    "div",
+    { class: "sa-note sa-apart", "data-testid": "listed-apart" },
+    h("b", null, "Listed apart (not in the findings, totals or CI gate)"),
+    h(
+      "ul",
+      null,
+      profiler.count
+        ? h(
+            "li",
+            { "data-testid": "apart-profiler" },
+            `The profiler's own synchronize (prof.step(), profiler stop): ${plural(profiler.count, "sync")}, ${formatUs(profiler.host_wait_us)} host wait. Its cost, not your program's.`,
+          )
+        : null,
+      warmup.count
+        ? h(
+            "li",
+            { "data-testid": "apart-warmup" },
+            `Allocator syncs in warm-up (${(warmup.regions || []).join(", ") || "warm-up"}): ${plural(warmup.count, "sync")}, ${formatUs(warmup.host_wait_us)} host wait, ${formatUs(warmup.gpu_idle_us)} GPU idle. Expected once while the caching allocator and cuDNN's benchmark warm up. `,
+            advice.title ? h("span", null, "If they recur after warm-up: ", inlineCode(advice.title).map((part) => (part.code ? h("code", null, part.text) : part.text))) : null,
+          )
+        : null,
     ),
   );
 }

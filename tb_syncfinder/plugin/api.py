@@ -100,6 +100,22 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         "has_stacks": any(t.get("has_stacks") for t in traces),
         "has_gpu_activity": any(t.get("has_gpu_activity") for t in traces),
         "loading": sel.loading,
+        "listed_apart": _listed_apart(report),
+    }
+
+
+def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:
+    """The syncs kept out of the findings and totals (the profiler's own synchronize,
+    allocator syncs in warm-up regions), as totals: the dashboard says they exist and why
+    they are not ranked; the JSON export holds them one by one."""
+    profiler = report.get("profiler_overhead") or {}
+    warmup = report.get("warmup_allocator") or {}
+    return {
+        "profiler_overhead": {"count": profiler.get("count", 0),
+                              "host_wait_us": profiler.get("host_wait_us", 0.0)},
+        "warmup_allocator": {key: warmup.get(key, default) for key, default in (
+            ("count", 0), ("host_wait_us", 0.0), ("gpu_idle_us", 0.0), ("regions", []),
+            ("advice", {}))},
     }
 
 

@@ -211,6 +211,11 @@ def test_gpu_cnn_baseline_item_detail_shows_the_real_wait_at_its_line(
         # h2d marks two lines (images and labels); sync_marks keeps the last.
         assert any(f"cnn.py:{cnn_marks[mark]}" in t for t in texts), (mark, texts)
     assert page.locator("[data-testid=no-gpu]").count() == 0  # a GPU run, not latent
+    # The profiler's own cudaDeviceSynchronize (prof.step()) is no hotspot, but the tab says
+    # it was there and why it is not ranked.
+    assert not any("profiler" in t for t in texts), texts
+    apart = page.inner_text("[data-testid=apart-profiler]")
+    assert "The profiler's own synchronize" in apart and "1 sync," in apart, apart
     row = page.locator("[data-testid=sites] tbody tr", has_text=f"cnn.py:{line}")
     assert row.locator(".sa-badge.latent").count() == 0
     row.click()

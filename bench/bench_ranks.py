@@ -11,14 +11,13 @@ Two 8-rank jobs are written to a temporary folder:
   with skewed clocks), ``--steps`` steps long.
 
 Times (best of N), per job: the engine's ``analyze_trace`` of every rank (which, since the
-job stage is wired, includes each rank's extraction and sidecar read),
-``extract_rank`` on each rank's timeline (the per-trace extraction, run while the timeline
-is in memory; the timeline build is the engine's and not counted), the temporary sidecar read
-of the collective arguments the reader drops (goes away once the reader keeps them), and the
-job stage (grouping, matching, clocks, waits, fallback causes), and the stage as
+job stage is wired, includes each rank's extraction), ``extract_rank`` on each rank's
+timeline (the per-trace extraction, run while the timeline is in memory; the timeline build
+is the engine's and not counted; the collective arguments are the reader's), the job stage
+(grouping, matching, clocks, waits, fallback causes), and the stage as
 ``engine.report_runs`` runs it (``jobs.job_stage``: plus late arrivals, peer waits, the
-relabelled syncs and the job JSON). Prints the ratios and
-PASS/MISS for the target: grouping and matching under 10 % of the one-by-one analysis.
+relabelled syncs and the job JSON). Prints the ratios and PASS/MISS for the target:
+grouping and matching under 10 % of the one-by-one analysis.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from tb_syncfinder import jobs, ranks  # noqa: E402
-from tb_syncfinder.collectives import extract_rank, read_comm_sidecar  # noqa: E402
+from tb_syncfinder.collectives import ReaderArgs, extract_rank  # noqa: E402
 from tb_syncfinder.engine import Options, analyze_trace  # noqa: E402
 from tb_syncfinder.reader import read_trace  # noqa: E402
 from tb_syncfinder.timeline import build_timeline  # noqa: E402
@@ -92,12 +91,12 @@ def bench_job(name: str, paths: list[Path], repeat: int) -> dict[str, float]:
     timelines = []
     for p in paths:
         data = read_trace(str(p))
-        timelines.append((build_timeline(data), data.distributed_info))
-    t_sidecar, sidecars = best(repeat, lambda: [read_comm_sidecar(str(p)) for p in paths])
+        timelines.append((build_timeline(data), data.distributed_info,
+                          ReaderArgs(data.base_time_ns, data.host_name)))
 
     def extract() -> list[Any]:
-        return [extract_rank(tl, info, comm=sc, syncs=res.syncs)
-                for (tl, info), sc, res in zip(timelines, sidecars, results, strict=True)]
+        return [extract_rank(tl, info, comm=comm, syncs=res.syncs)
+                for (tl, info, comm), res in zip(timelines, results, strict=True)]
 
     t_extract, traces = best(repeat, extract)
 
@@ -125,8 +124,6 @@ def bench_job(name: str, paths: list[Path], repeat: int) -> dict[str, float]:
     print(f"  analyze_trace, rank by rank   {t_analyze * 1e3:9.1f} ms")
     print(f"  extract_rank (per trace)      {t_extract * 1e3:9.1f} ms  "
           f"{t_extract / t_analyze:6.1%}")
-    print(f"  sidecar read (temporary)      {t_sidecar * 1e3:9.1f} ms  "
-          f"{t_sidecar / t_analyze:6.1%}")
     print(f"  job stage (group+match+...)   {t_job * 1e3:9.1f} ms  {t_job / t_analyze:6.1%}")
     print(f"  job stage as wired (jobs.py)  {t_wired * 1e3:9.1f} ms  "
           f"{t_wired / t_analyze:6.1%}")
@@ -134,7 +131,7 @@ def bench_job(name: str, paths: list[Path], repeat: int) -> dict[str, float]:
     print(f"  grouping and matching add {ratio:.1%} to the one-by-one analysis "
           f"(target < {TARGET:.0%}): {'PASS' if ratio < TARGET else 'MISS'}")
     print(f"  with the per-trace extraction: {(t_job + t_extract) / t_analyze:.1%}")
-    return {"analyze_s": t_analyze, "extract_s": t_extract, "sidecar_s": t_sidecar,
+    return {"analyze_s": t_analyze, "extract_s": t_extract,
             "job_s": t_job, "wired_s": t_wired, "ratio": ratio}
 
 

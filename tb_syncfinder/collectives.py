@@ -46,7 +46,6 @@ __all__ = [
     "BLOCKING_COLLECTIVES",
     "Collective",
     "CommArgs",
-    "CommSidecar",
     "DistributedInfo",
     "HostWait",
     "ProcessGroupInfo",
@@ -56,7 +55,7 @@ __all__ = [
     "extract_rank",
     "extract_rank_file",
     "parse_distributed_info",
-    "read_comm_sidecar",
+    "ReaderArgs",
     "waits_from_syncs",
 ]
 
@@ -342,7 +341,7 @@ def parse_distributed_info(info: Optional[Mapping[str, Any]]) -> Optional[Distri
 
 
 class CommArgs(msgspec.Struct, gc=False, omit_defaults=True):
-    """The ``args`` of collective ops and kernels that the reader does not keep (yet).
+    """The ``args`` of collective ops and kernels (``reader.Args`` has these attributes).
 
     Field names are Kineto's; values vary in type between versions, hence ``Any``."""
 
@@ -361,7 +360,7 @@ class CommArgs(msgspec.Struct, gc=False, omit_defaults=True):
 
 
 class CommArgsSource(Protocol):
-    """What ``extract_rank`` needs besides the timeline; ``CommSidecar`` is one."""
+    """What ``extract_rank`` needs besides the timeline; ``ReaderArgs`` is one."""
 
     base_time_ns: Optional[int]
     host_name: Optional[str]
@@ -369,12 +368,15 @@ class CommArgsSource(Protocol):
     def args_for(self, event: Any) -> Optional[CommArgs]: ...
 
 
-class _ReaderArgs:
-    """The reader's own ``Args``, for when it keeps the collective fields (same attribute
-    names as ``CommArgs``): until then every lookup finds nothing."""
+class ReaderArgs:
+    """The collective arguments as the reader kept them (``reader.Args`` has ``CommArgs``'
+    attribute names, less the 2023 ``Input Dims`` / ``Input type``), and the file's clock
+    facts from ``TraceData``."""
 
-    base_time_ns: Optional[int] = None
-    host_name: Optional[str] = None
+    def __init__(self, base_time_ns: Optional[int] = None,
+                 host_name: Optional[str] = None) -> None:
+        self.base_time_ns = base_time_ns
+        self.host_name = host_name
 
     def args_for(self, event: Any) -> Optional[CommArgs]:
         args = getattr(event, "args", None)
@@ -450,8 +452,8 @@ def _fill_from_args(c: Collective, sourced: Sequence[tuple[str, Optional[CommArg
     # 2023 traces: the size and type of the first input of the nccl:* op.
     for _src, a in ranked:
         if c.in_nelems is None:
-            c.in_nelems = _dims_nelems(a.input_dims)
-        types = a.input_type
+            c.in_nelems = _dims_nelems(getattr(a, "input_dims", None))
+        types = getattr(a, "input_type", None)
         if c.dtype is None and isinstance(types, list) and types \
                 and isinstance(types[0], str) and types[0] not in _NOT_DTYPES:
             c.dtype = types[0]
@@ -719,12 +721,13 @@ def extract_rank(
     """One rank's collectives, steps and host waits, from a trace's timeline.
 
     ``distributed_info``: ``TraceData.distributed_info``. ``comm``: the collective arguments
-    and clock facts the reader does not keep (``read_comm_sidecar(path)``); without it,
-    names come from op names and sizes are unknown. ``syncs``: the engine's syncs of this
-    trace (sources resolved) become ``HostWait``s beside the blocking Python calls found
-    here; ``resolver`` (a ``source.SourceResolver``) gives those calls their exact line.
+    and clock facts (``ReaderArgs`` of the trace's ``TraceData``); without it the clock
+    facts are unknown. ``syncs``: the
+    engine's syncs of this trace (sources resolved) become ``HostWait``s beside the blocking
+    Python calls found here; ``resolver`` (a ``source.SourceResolver``) gives those calls
+    their exact line.
     """
-    source = comm if comm is not None else _ReaderArgs()
+    source = comm if comm is not None else ReaderArgs()
     dist = parse_distributed_info(distributed_info)
     notes = []
     if dist is None:
@@ -735,8 +738,6 @@ def extract_rank(
             and len(dist.groups) > 1:
         notes.append("collectives carry no process group and the trace lists "
                      f"{len(dist.groups)} groups")
-    if comm is None and collectives:
-        notes.append("collective arguments not read: sizes and groups unknown")
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
         id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
@@ -748,77 +749,6 @@ def extract_rank(
         collectives=collectives, steps=_steps(tl), waits=waits, notes=notes)
 
 
-# ==========================================================================================
-# Temporary: fields the reader drops, read here from the file itself.
-#
-# The lead moves these into ``reader``: ``CommArgs``' fields into ``reader.Args`` (same
-# attribute and JSON names) and ``baseTimeNanoseconds`` / ``host_name`` into ``_TraceFile``
-# and ``TraceData``; ``extract_rank(comm=None)`` then reads them from the events through
-# ``_ReaderArgs``. Until then this costs a second decode of the file (only these fields).
-# ==========================================================================================
-
-
-class _SideEvent(msgspec.Struct, gc=False):
-    name: str = ""
-    cat: str = ""
-    pid: Any = 0
-    tid: Any = 0
-    ts: float = 0.0
-    args: Optional[CommArgs] = None
-
-
-class _SideFile(msgspec.Struct, gc=False):
-    traceEvents: list[_SideEvent] = []  # noqa: N815 (JSON name)
-    baseTimeNanoseconds: Any = None  # noqa: N815
-    host_name: Any = None
-
-
-_SIDE_DECODER = msgspec.json.Decoder(_SideFile)
-
-
-@dataclass
-class CommSidecar:
-    """Collective arguments keyed by (pid, tid, ts, name), plus the file-level clock facts."""
-
-    base_time_ns: Optional[int] = None
-    host_name: Optional[str] = None
-    args: dict[tuple[Any, Any, float, str], CommArgs] = field(default_factory=dict)
-    error: Optional[str] = None
-
-    def args_for(self, event: Any) -> Optional[CommArgs]:
-        return self.args.get((event.pid, event.tid, event.ts, event.name))
-
-
-def _wanted(name: str) -> bool:
-    return _is_comm_op(name) or _is_nccl_kernel(name)
-
-
-def decode_comm_sidecar(raw_json: bytes) -> CommSidecar:
-    """``CommSidecar`` of the (inflated) JSON of a trace; never raises."""
-    try:
-        doc = _SIDE_DECODER.decode(raw_json)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-        # The reader repairs such files; these extra fields are then simply unavailable.
-        return CommSidecar(error=f"collective arguments unreadable: {exc}")
-    args = {(e.pid, e.tid, e.ts, e.name): e.args for e in doc.traceEvents
-            if e.args is not None and _wanted(e.name)}
-    host = doc.host_name if isinstance(doc.host_name, str) and doc.host_name else None
-    return CommSidecar(base_time_ns=_as_int(doc.baseTimeNanoseconds), host_name=host,
-                       args=args)
-
-
-def read_comm_sidecar(path: str) -> CommSidecar:
-    """Read ``path`` (gzip or not) for what ``decode_comm_sidecar`` returns."""
-    from tb_syncfinder.reader import TraceReadError, gunzip
-
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-        return decode_comm_sidecar(gunzip(path, raw))
-    except (OSError, TraceReadError) as exc:
-        return CommSidecar(error=f"collective arguments unreadable: {exc}")
-
-
 def extract_rank_file(path: str, *, syncs: Sequence[Sync] = (), resolver: Any = None,
                       worker: str = "", id_prefix: str = "") -> RankTrace:
     """Read, build the timeline and extract: for tests, benchmarks and scripts (the engine
@@ -828,9 +758,6 @@ def extract_rank_file(path: str, *, syncs: Sequence[Sync] = (), resolver: Any = 
 
     data = read_trace(path)
     tl = build_timeline(data)
-    sidecar = read_comm_sidecar(path)
-    rank = extract_rank(tl, data.distributed_info, comm=sidecar, syncs=syncs,
+    return extract_rank(tl, data.distributed_info,
+                        comm=ReaderArgs(data.base_time_ns, data.host_name), syncs=syncs,
                         resolver=resolver, worker=worker, id_prefix=id_prefix)
-    if sidecar.error:
-        rank.notes.append(sidecar.error)
-    return rank

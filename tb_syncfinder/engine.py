@@ -230,6 +230,8 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
                   resolver: SourceResolver) -> TraceResult:
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
+    base_time_ns = getattr(data, "base_time_ns", None)
+    host_name = getattr(data, "host_name", None)
     tl = build_timeline(data)
     del data  # the events live on in the timeline only until this function returns
     attribute = Attributor(tl, options.source_packs)
@@ -287,7 +289,8 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
         info.steps = 1 if steps else 0
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
-    rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix)
+    rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix,
+                      base_time_ns, host_name)
     if rank is not None and whatif.result is not None and syncs:
         # Only here, while the replay's graph is alive: how much earlier each collective
         # of this rank starts without each sync, for the job stage's causes.

@@ -30,9 +30,9 @@ from typing import Any
 from tb_syncfinder import ranks as R
 from tb_syncfinder.collectives import (
     RankTrace,
+    ReaderArgs,
     extract_rank,
     parse_distributed_info,
-    read_comm_sidecar,
 )
 from tb_syncfinder.models import Report, Site, Sync, TraceRef, TraceResult
 from tb_syncfinder.timeline import Timeline
@@ -47,23 +47,21 @@ TOP_SITES = 50  # job sites kept in the JSON, by job saving
 
 
 def rank_trace(tl: Timeline, ref: TraceRef, distributed_info: Mapping[str, Any] | None,
-               syncs: Sequence[Sync], resolver: Any, id_prefix: str) -> RankTrace | None:
+               syncs: Sequence[Sync], resolver: Any, id_prefix: str,
+               base_time_ns: int | None = None, host_name: str | None = None
+               ) -> RankTrace | None:
     """The job stage's input from one trace; None for a trace that is no rank of a job
     (no ``distributedInfo``, or a world size of 1).
 
-    The collective arguments the reader drops are read from the file again
-    (``read_comm_sidecar``): only for traces that are ranks of a job."""
+    The collective arguments and clock facts are the reader's (``ReaderArgs``)."""
     if not isinstance(distributed_info, Mapping):
         return None
     dist = parse_distributed_info(distributed_info)
     if dist is None or dist.world_size is None or dist.world_size <= 1:
         return None
-    sidecar = read_comm_sidecar(ref.path)
-    rank = extract_rank(tl, distributed_info, comm=sidecar, syncs=syncs, resolver=resolver,
-                        worker=ref.worker, id_prefix=id_prefix)
-    if sidecar.error:
-        rank.notes.append(sidecar.error)
-    return rank
+    return extract_rank(tl, distributed_info, comm=ReaderArgs(base_time_ns, host_name),
+                        syncs=syncs, resolver=resolver, worker=ref.worker,
+                        id_prefix=id_prefix)
 
 
 def job_what_ifs(analysis: R.JobAnalysis, replayed: ReplayedEarlier | None = None

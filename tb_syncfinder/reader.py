@@ -119,6 +119,24 @@ class Args(Struct, gc=False, omit_defaults=True):
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
     name: Union[str, None] = None  # metadata events: process_name / thread_name
     labels: Union[str, None] = None  # metadata events: process_labels ("CPU", "GPU 0")
+    # Collective ops and NCCL kernels (the job stage, collectives.py): keys Kineto writes on
+    # those events only, so other events pay nothing. Same attribute names as
+    # collectives.CommArgs; types vary between versions, hence Any. Not "Input Dims" /
+    # "Input type" (record_shapes writes them on every operator): below.
+    collective_name: Any = msgspec.field(default=None, name="Collective name")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    pg_id: Any = msgspec.field(default=None, name="Process Group ID")
+    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+    seq: Any = msgspec.field(default=None, name="Seq")
+    # 2023 traces size ``nccl:*`` ops only by their first input: set by the reader on those
+    # ops alone (as ``concrete_inputs``), never by the decoder (no key Kineto writes).
+    input_dims: Any = msgspec.field(default=None, name="tb_syncfinder: Input Dims")
+    input_type: Any = msgspec.field(default=None, name="tb_syncfinder: Input type")
     sequence_number: _Scalar = msgspec.field(default=None, name="Sequence number")
     fwd_thread_id: _Scalar = msgspec.field(default=None, name="Fwd thread id")
 
@@ -210,6 +228,8 @@ class _TopLevel(Struct, gc=False):
     torch_version: Any = None
     pytorch_version: Any = None
     cuda_runtime_version: Any = None
+    baseTimeNanoseconds: Any = None  # noqa: N815 (since 2024: ts are relative to it)
+    host_name: Any = None
 
 
 class _TopLevelTail(_TopLevel, gc=False):
@@ -221,10 +241,15 @@ class _TopLevelTail(_TopLevel, gc=False):
 class _ProbeArgs(Struct, gc=False):
     concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(default=None,
                                                               name="Concrete Inputs")
+    # Raw, not Optional[Raw] (msgspec 0.22 accepts that only as null): kept undecoded for
+    # every event of the chunk, decoded for nccl:* ops only.
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input type")
 
 
 class _Probe(Struct, gc=False):
-    """What is read a second time from a chunk that holds ``aten::repeat_interleave``."""
+    """What is read a second time from a chunk that holds ``aten::repeat_interleave`` or a
+    ``nccl:*`` op."""
 
     name: Any = None
     args: Union[_ProbeArgs, None] = None
@@ -238,6 +263,21 @@ _PROBE_DECODER = msgspec.json.Decoder(list[_Probe])
 _TAIL_DECODER = msgspec.json.Decoder(_TopLevelTail)
 _RAW_DECODER = msgspec.json.Decoder(msgspec.Raw)
 _GENERIC_DECODER = msgspec.json.Decoder()
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 @dataclass
@@ -257,6 +297,8 @@ class TraceData:
     byte_size: int = 0  # uncompressed JSON size
     chunks: int = 0  # chunks of events decoded
     slow_chunks: int = 0  # of which took the slow (repairing, generic) decode
+    base_time_ns: int | None = None  # baseTimeNanoseconds (None: ts are absolute unix us)
+    host_name: str | None = None
 
     @property
     def fast_path(self) -> bool:
@@ -281,6 +323,8 @@ _KEY_COLON = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*")
 _KEY_TAIL = re.compile(rb"[ \t\r\n]*(?::[ \t\r\n]*)?")
 _OPEN, _CLOSE, _COMMA, _LBRACE = ord("["), ord("]"), ord(","), ord("{")
 _PROBE_NAME = b'"' + REPEAT_INTERLEAVE.encode() + b'"'
+NCCL_OP_PREFIX = "nccl:"
+_PROBE_NCCL = b'"' + NCCL_OP_PREFIX.encode()
 _TOO_DEEP = "JSON nested too deeply to decode (not a PyTorch profiler trace?)"
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -557,13 +601,22 @@ def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
                 kept.append(raw)
     # msgspec.convert cannot produce Raw values: set those aside and attach them after.
     concrete: dict[int, Any] = {}
+    nccl_inputs: dict[int, tuple[Any, Any]] = {}
     for i, raw in enumerate(kept):
         args = raw.get("args")
         if isinstance(args, dict) and "Concrete Inputs" in args:
             value = args.pop("Concrete Inputs")
             if raw.get("name") == REPEAT_INTERLEAVE:
                 concrete[i] = value
+        name = raw.get("name")
+        if isinstance(args, dict) and isinstance(name, str) \
+                and name.startswith(NCCL_OP_PREFIX):
+            nccl_inputs[i] = (args.get("Input Dims"), args.get("Input type"))
     events = _convert_events(kept)
+    for i, (dims, types) in nccl_inputs.items():
+        event = events[i]
+        if event is not None and getattr(event, "args", None) is not None:
+            event.args.input_dims, event.args.input_type = dims, types
     for i, value in concrete.items():
         event = events[i]
         if event is not None and getattr(event, "args", None) is not None:
@@ -961,7 +1014,7 @@ class _Reader:
                     raise TraceReadError(self.path, _TOO_DEEP) from None
                 if events is None:
                     raw = bytes(chunk)
-                elif buf.find(_PROBE_NAME, a, k) >= 0:
+                elif buf.find(_PROBE_NAME, a, k) >= 0 or buf.find(_PROBE_NCCL, a, k) >= 0:
                     self._attach_concrete_inputs(chunk, events)
         finally:
             buf[a], buf[k] = saved_a, saved_k
@@ -992,20 +1045,27 @@ class _Reader:
             probes = None  # odd args on an event of a phase nobody reads
         if probes is not None and len(probes) == len(events):
             for probe, event in zip(probes, events, strict=True):
-                if (probe.name == REPEAT_INTERLEAVE and probe.args is not None
-                        and probe.args.concrete_inputs is not None
-                        and getattr(event, "args", None) is not None):
+                if probe.args is None or getattr(event, "args", None) is None:
+                    continue
+                if probe.name == REPEAT_INTERLEAVE and probe.args.concrete_inputs is not None:
                     # A copy: a Raw would otherwise hold on to the buffer.
                     event.args.concrete_inputs = probe.args.concrete_inputs.copy()
+                elif isinstance(probe.name, str) and probe.name.startswith(NCCL_OP_PREFIX):
+                    event.args.input_dims = _GENERIC_DECODER.decode(probe.args.input_dims)
+                    event.args.input_type = _GENERIC_DECODER.decode(probe.args.input_type)
             del probes
             return
         for raw, event in zip(_GENERIC_DECODER.decode(chunk), events, strict=True):
             args = raw.get("args") if isinstance(raw, dict) else None
-            if (raw.get("name") == REPEAT_INTERLEAVE and isinstance(args, dict)
-                    and "Concrete Inputs" in args
-                    and getattr(event, "args", None) is not None):
+            if not isinstance(args, dict) or getattr(event, "args", None) is None:
+                continue
+            name = raw.get("name")
+            if name == REPEAT_INTERLEAVE and "Concrete Inputs" in args:
                 event.args.concrete_inputs = msgspec.Raw(
                     msgspec.json.encode(args["Concrete Inputs"]))
+            elif isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
+                event.args.input_dims = args.get("Input Dims")
+                event.args.input_type = args.get("Input type")
 
     def _tail(self, is_object: bool) -> None:
         """Check and read what follows the event list (the other top-level keys)."""
@@ -1079,6 +1139,8 @@ class _Reader:
             trace_name=name if isinstance(name, str) else None,
             torch_version=version if isinstance(version, str) else None,
             cuda_runtime_version=top.get("cuda_runtime_version"),
+            base_time_ns=_int_or_none(top.get("baseTimeNanoseconds")),
+            host_name=host if isinstance(host := top.get("host_name"), str) and host else None,
             skipped_events=counts.malformed + counts.bad_times,
             repairs=repairs,
             byte_size=self.total,

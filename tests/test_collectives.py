@@ -4,7 +4,6 @@ fixture builder (2024+ and 2023), real traces, and what the job stage is given."
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import pickle
 import subprocess
@@ -15,9 +14,7 @@ from kineto_builder import KinetoTraceBuilder
 
 from tb_syncfinder.collectives import (
     canonical_collective,
-    decode_comm_sidecar,
     extract_rank_file,
-    read_comm_sidecar,
 )
 
 HTA_MIRROR = Path("/work/.mirror/facebookresearch+HolisticTraceAnalysis/repo")
@@ -141,19 +138,33 @@ def test_blocking_python_call_becomes_a_host_wait_with_its_user_frame(tmp_path):
     assert w.site_key == "train.py:12:time.sleep"
 
 
-def test_unreadable_collective_arguments_leave_names_and_a_note(tmp_path):
+def test_collective_arguments_of_a_repaired_trace_come_from_the_reader(tmp_path):
     b = KinetoTraceBuilder(start_us=4_000_000_000)
     _two_rank_group(b, 0)
     with b.step(1):
         b.nccl_collective(kernel_dur=50)
-    # An unquoted N/A (some Kineto versions): the reader repairs it, the sidecar does not.
+    # An unquoted N/A (some Kineto versions): the reader repairs it and keeps the collective
+    # arguments, so nothing is read from the file a second time.
     text = json.dumps(b.to_dict()).replace('"Group size": 2', '"Group size": N/A')
     path = tmp_path / "r.pt.trace.json"
     path.write_text(text)
     rt = extract_rank_file(str(path))
     assert [c.name for c in rt.collectives] == ["allreduce"]
-    assert rt.collectives[0].in_nelems is None
-    assert any("unreadable" in n for n in rt.notes)
+    assert rt.collectives[0].in_nelems is not None
+    assert not any("unreadable" in n for n in rt.notes)
+
+
+def test_a_2023_trace_sized_only_by_input_dims_gets_its_sizes_from_the_reader(tmp_path):
+    # Before 2024, nccl:* ops carried only Input Dims / Input type, which record_shapes
+    # writes on every operator: the reader keeps them on nccl:* ops alone.
+    b = KinetoTraceBuilder(start_us=4_000_000_000)
+    _two_rank_group(b, 0)
+    with b.step(1):
+        b.nccl_collective(nelems=4096, legacy=True, kernel_dur=50)
+    path = b.write(tmp_path / "r2023.pt.trace.json")
+    rt = extract_rank_file(str(path))
+    assert [(c.name, c.in_nelems, c.dtype) for c in rt.collectives] == \
+        [("allreduce", 4096, "float")]
 
 
 def _plain(value, seen_types):
@@ -206,15 +217,13 @@ def test_real_8_rank_job_trace_has_its_21_collectives_joined_to_their_kernels(
     assert sorted({c.step for c in rt.collectives}) == [4, 5, 6]
 
 
-def test_sidecar_keys_match_the_reader_events_of_a_real_trace(real_traces_dir):
-    path = real_traces_dir / "a100_nccl_event_sync.pt.trace.json.gz"
-    sidecar = read_comm_sidecar(str(path))
-    assert sidecar.error is None
-    kernels = [a for (_p, _t, _ts, name), a in sidecar.args.items()
-               if name.startswith("ncclKernel")]
-    assert len(kernels) == 21 and all(a.collective_name for a in kernels)
-    raw = gzip.decompress(path.read_bytes())
-    assert decode_comm_sidecar(raw).args.keys() == sidecar.args.keys()
+def test_the_reader_keeps_the_collective_arguments_of_a_real_trace(real_traces_dir):
+    from tb_syncfinder.reader import read_trace
+
+    data = read_trace(str(real_traces_dir / "a100_nccl_event_sync.pt.trace.json.gz"))
+    kernels = [e for e in data.events if getattr(e, "name", "").startswith("ncclKernel")]
+    assert len(kernels) == 21 and all(e.args.collective_name for e in kernels)
+    assert data.base_time_ns and data.fast_path
 
 
 def hta_trace_filter_pair(tmp_path: Path) -> list[Path]:

@@ -163,3 +163,15 @@ def test_summaries_in_a_folder_of_their_own_are_read_with_the_flag(
 
     flags = argparse.Namespace(sync_advisor_summaries_dir=str(store))
     assert settings_from_flags(flags, str(logdir)).summaries_dir == str(store)
+
+
+def test_standalone_tensorboard_has_the_sync_advisor_and_not_the_pytorch_profiler() -> None:
+    # torch-tb-profiler starts a process per trace file: a 1,000-rank job is served by a
+    # TensorBoard without it (python -m tb_syncfinder.plugin.standalone).
+    from tb_syncfinder.plugin import SyncAdvisorLoader
+    from tb_syncfinder.plugin.standalone import plugins_without_pytorch_profiler
+
+    plugins = plugins_without_pytorch_profiler()
+    modules = {getattr(p, "__module__", type(p).__module__).split(".")[0] for p in plugins}
+    assert SyncAdvisorLoader in plugins
+    assert "torch_tb_profiler" not in modules and "tensorboard" in modules

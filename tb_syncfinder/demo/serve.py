@@ -129,19 +129,21 @@ def start_tensorboard(
     path_prefix: str = "",
     cwd: str | Path | None = None,
     env: dict[str, str] | None = None,
+    module: str = "tensorboard.main",
 ) -> TensorBoardProcess:
     """Start TensorBoard on ``logdir`` and return once it answers HTTP requests.
 
     ``host`` is its ``--host`` (ignored with ``bind_all``), ``path_prefix`` its
     ``--path_prefix``, ``extra_args`` any further flags (``--sync_advisor_*``), ``cwd`` the
-    folder it runs in, ``env`` its environment (default: this process's). Raises
+    folder it runs in, ``env`` its environment (default: this process's), ``module`` what
+    ``python -m`` runs (``tb_syncfinder.plugin.standalone``: without torch-tb-profiler). Raises
     TensorBoardError, with TensorBoard's output, if it exits or does not answer within
     ``timeout`` seconds; it is stopped then, as on any interruption.
     """
     command = [
         sys.executable,
         "-m",
-        "tensorboard.main",
+        module,
         "--logdir",
         str(logdir),
         "--port",

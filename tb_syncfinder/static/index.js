@@ -127,7 +127,7 @@ select, input[type="search"] {
 /* The detail stays in view beside the table and scrolls on its own: a long detail no longer
    stretches the page below a short table. */
 .sa-detail-slot { position: sticky; top: 8px; max-height: calc(100vh - 16px); overflow-y: auto; min-width: 0; }
-@media (max-width: 1500px) {
+@media (max-width: 2000px) {
   /* With the detail open the operators, the function, the count and the GPU idle are in the
      panel: give the costs (the predicted saving first) the room. */
   .sa-main:not(.no-detail) .sa-table .col-ops,

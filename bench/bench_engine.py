@@ -42,8 +42,7 @@ CANDIDATES = [
     Path("/work/shared/traces/real") / DEFAULT_TRACE_NAME,
     REPO.parent / "shared" / "traces" / "real" / DEFAULT_TRACE_NAME,
 ]
-SUBJECTS = ("engine", "reader", "floor", "torch_tb_profiler", "hta", "json_loads",
-            "msgspec_decode")
+SUBJECTS = ("engine", "reader", "floor", "torch_tb_profiler", "hta", "json_loads", "msgspec_decode")
 
 TARGET_VS_TB = 10.0  # engine at least this many times faster than torch-tb-profiler
 TARGET_VS_FLOOR = 1.3  # engine at most this many times the floor
@@ -109,9 +108,12 @@ def _subject(name: str, path: str) -> Callable[[], Any]:
         from hta.trace_analysis import TraceAnalysis
 
         folder = tempfile.mkdtemp(prefix="bench_hta_")
-        os.symlink(os.path.abspath(path), os.path.join(folder, "rank0.pt.trace.json.gz"
-                                                       if path.endswith(".gz") else
-                                                       "rank0.pt.trace.json"))
+        os.symlink(
+            os.path.abspath(path),
+            os.path.join(
+                folder, "rank0.pt.trace.json.gz" if path.endswith(".gz") else "rank0.pt.trace.json"
+            ),
+        )
         return lambda: TraceAnalysis(trace_dir=folder)
     if name == "json_loads":
         return lambda: json.loads(_read_json_bytes(path))
@@ -126,8 +128,7 @@ class FloorArgs(msgspec.Struct, gc=False):
     external_id: Union[int, str, None] = msgspec.field(default=None, name="External id")
     correlation: Union[int, str, None] = None
     python_id: Union[int, str, None] = msgspec.field(default=None, name="Python id")
-    python_parent_id: Union[int, str, None] = msgspec.field(default=None,
-                                                            name="Python parent id")
+    python_parent_id: Union[int, str, None] = msgspec.field(default=None, name="Python parent id")
 
 
 class FloorEvent(msgspec.Struct, gc=False):
@@ -161,16 +162,28 @@ def run_child(name: str, path: str, repeat: int) -> dict[str, Any]:
         result = call()
         times.append(time.perf_counter() - start)
         del result
-    return {"name": name, "best_s": min(times), "times_s": times,
-            "peak_rss_increase": max(_peak_rss_bytes() - before, 0)}
+    return {
+        "name": name,
+        "best_s": min(times),
+        "times_s": times,
+        "peak_rss_increase": max(_peak_rss_bytes() - before, 0),
+    }
 
 
 def _spawn(name: str, path: str, repeat: int) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    )
     proc = subprocess.run(
         [sys.executable, __file__, "--child", name, "-n", str(repeat), path],
-        capture_output=True, text=True, env=env, check=False)
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode != 0:
         return {"name": name, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -200,11 +213,12 @@ def measure(path: str, subjects: list[str], rounds: int) -> dict[str, dict[str, 
         if name in errors:
             out[name] = {"name": name, "error": errors[name]}
         elif runs[name]:
-            out[name] = {"name": name,
-                         "median_s": _median([r["best_s"] for r in runs[name]]),
-                         "times_s": [r["best_s"] for r in runs[name]],
-                         "peak_rss_increase": _median(
-                             [r["peak_rss_increase"] for r in runs[name]])}
+            out[name] = {
+                "name": name,
+                "median_s": _median([r["best_s"] for r in runs[name]]),
+                "times_s": [r["best_s"] for r in runs[name]],
+                "peak_rss_increase": _median([r["peak_rss_increase"] for r in runs[name]]),
+            }
     return out
 
 
@@ -227,8 +241,11 @@ def write_synthetic_trace(folder: Path, gigabytes: float) -> Path:
 
     doc = resnet_like(4)
     events = doc.pop("traceEvents")
-    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(
-        e.get("ts", 0) for e in events if "ts" in e) + 1000
+    span = (
+        max(e.get("ts", 0) + e.get("dur", 0) for e in events)
+        - min(e.get("ts", 0) for e in events if "ts" in e)
+        + 1000
+    )
     timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
     meta = [e for e in events if e not in timed]
     path = folder / f"synthetic_{gigabytes:g}gb.pt.trace.json"
@@ -241,15 +258,27 @@ def write_synthetic_trace(folder: Path, gigabytes: float) -> Path:
         rep = 0
         while written < target:
             shift = rep * span
-            text = ",".join(json.dumps({**e, "ts": e["ts"] + shift,
-                                        **({"args": {**e["args"], "External id":
-                                                     e["args"]["External id"] + rep * 10**7}}
-                                           if isinstance(e.get("args"), dict)
-                                           and isinstance(e["args"].get("External id"), int)
-                                           else {}),
-                                        **({"id": e["id"] + rep * 10**7}
-                                           if isinstance(e.get("id"), int) else {})})
-                            for e in timed)
+            text = ",".join(
+                json.dumps(
+                    {
+                        **e,
+                        "ts": e["ts"] + shift,
+                        **(
+                            {
+                                "args": {
+                                    **e["args"],
+                                    "External id": e["args"]["External id"] + rep * 10**7,
+                                }
+                            }
+                            if isinstance(e.get("args"), dict)
+                            and isinstance(e["args"].get("External id"), int)
+                            else {}
+                        ),
+                        **({"id": e["id"] + rep * 10**7} if isinstance(e.get("id"), int) else {}),
+                    }
+                )
+                for e in timed
+            )
             out.write("," + text)
             written += len(text) + 1
             rep += 1
@@ -280,17 +309,28 @@ def _fmt(value: float | None, suffix: str = "x") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("trace", nargs="*", help=f"trace files (default: {DEFAULT_TRACE_NAME} "
-                                                 "from ../shared/traces/real)")
-    parser.add_argument("-n", "--repeat", type=int, default=3,
-                        help="interleaved rounds per subject (median)")
+    parser.add_argument(
+        "trace",
+        nargs="*",
+        help=f"trace files (default: {DEFAULT_TRACE_NAME} from ../shared/traces/real)",
+    )
+    parser.add_argument(
+        "-n", "--repeat", type=int, default=3, help="interleaved rounds per subject (median)"
+    )
     parser.add_argument("--child", choices=SUBJECTS, help=argparse.SUPPRESS)
-    parser.add_argument("--only", choices=SUBJECTS, action="append",
-                        help="time only these subjects (repeatable)")
-    parser.add_argument("--resnet", action="store_true",
-                        help="add a ResNet-shaped trace with record_shapes")
-    parser.add_argument("--synthetic-gb", type=float, default=0.0, metavar="G",
-                        help="add a synthetic trace of about G GB of JSON")
+    parser.add_argument(
+        "--only", choices=SUBJECTS, action="append", help="time only these subjects (repeatable)"
+    )
+    parser.add_argument(
+        "--resnet", action="store_true", help="add a ResNet-shaped trace with record_shapes"
+    )
+    parser.add_argument(
+        "--synthetic-gb",
+        type=float,
+        default=0.0,
+        metavar="G",
+        help="add a synthetic trace of about G GB of JSON",
+    )
     parser.add_argument("--workdir", help="where generated traces go (default: a temp dir)")
     args = parser.parse_args(argv)
 
@@ -301,8 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if not paths and not args.resnet and not args.synthetic_gb:
         default = _default_trace()
         if default is None:
-            print(f"bench_engine: no trace at {' or '.join(map(str, CANDIDATES))}",
-                  file=sys.stderr)
+            print(f"bench_engine: no trace at {' or '.join(map(str, CANDIDATES))}", file=sys.stderr)
             return 2
         paths.append(default)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_engine_"))
@@ -320,16 +359,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         json_size = _json_size(path)
         print(f"trace: {path}")
-        print(f"size: {_mb(Path(path).stat().st_size)} on disk, {_mb(json_size)} of JSON; "
-              f"median of {args.repeat} interleaved rounds")
+        print(
+            f"size: {_mb(Path(path).stat().st_size)} on disk, {_mb(json_size)} of JSON; "
+            f"median of {args.repeat} interleaved rounds"
+        )
         results = measure(path, subjects, args.repeat)
         for name, result in results.items():
             if "error" in result:
                 print(f"  {name:<18} FAILED: {result['error']}")
             else:
-                print(f"  {name:<18} {result['median_s']:8.3f} s   peak RSS +"
-                      f"{_mb(result['peak_rss_increase'])}   runs "
-                      + " ".join(f"{t:.3f}" for t in result["times_s"]))
+                print(
+                    f"  {name:<18} {result['median_s']:8.3f} s   peak RSS +"
+                    f"{_mb(result['peak_rss_increase'])}   runs "
+                    + " ".join(f"{t:.3f}" for t in result["times_s"])
+                )
         engine = results.get("engine", {})
         if "median_s" not in engine:
             misses += 1
@@ -339,38 +382,62 @@ def main(argv: list[str] | None = None) -> int:
         vs_hta = _ratio(results.get("hta", {}), engine)
         reader_vs_floor = _ratio(results.get("reader", {}), results.get("floor", {}))
         memory = engine["peak_rss_increase"] / json_size
-        floor_memory = (results["floor"]["peak_rss_increase"] / json_size
-                        if "median_s" in results.get("floor", {}) else None)
+        floor_memory = (
+            results["floor"]["peak_rss_increase"] / json_size
+            if "median_s" in results.get("floor", {})
+            else None
+        )
         print("ratios:")
         if vs_floor is not None:
             ok = vs_floor <= TARGET_VS_FLOOR
             misses += not ok
-            print(f"  engine / floor: {vs_floor:.2f}x the time (target <= {TARGET_VS_FLOOR}x)"
-                  f"  {'PASS' if ok else 'MISS'}")
+            print(
+                f"  engine / floor: {vs_floor:.2f}x the time (target <= {TARGET_VS_FLOOR}x)"
+                f"  {'PASS' if ok else 'MISS'}"
+            )
         if vs_tb is not None:
             ok = vs_tb >= TARGET_VS_TB
             misses += not ok
-            print(f"  torch_tb_profiler / engine: {vs_tb:.1f}x (target >= {TARGET_VS_TB:.0f}x)"
-                  f"  {'PASS' if ok else 'MISS'}")
+            print(
+                f"  torch_tb_profiler / engine: {vs_tb:.1f}x (target >= {TARGET_VS_TB:.0f}x)"
+                f"  {'PASS' if ok else 'MISS'}"
+            )
         if vs_hta is not None:
             print(f"  HTA / engine: {vs_hta:.1f}x")
         print(f"  engine peak RSS increase / JSON size: {memory:.2f}x")
-        rows.append((Path(path).name, json_size, engine["median_s"], vs_floor, reader_vs_floor,
-                     vs_tb, vs_hta, memory, floor_memory))
+        rows.append(
+            (
+                Path(path).name,
+                json_size,
+                engine["median_s"],
+                vs_floor,
+                reader_vs_floor,
+                vs_tb,
+                vs_hta,
+                memory,
+                floor_memory,
+            )
+        )
     if paths and rows:
         largest = max(rows, key=lambda r: r[1])
         ok = largest[7] < TARGET_MEMORY
         misses += not ok
-        print(f"largest trace: peak RSS {largest[7]:.2f}x its JSON (target < "
-              f"{TARGET_MEMORY:.0f}x)  {'PASS' if ok else 'MISS'}")
+        print(
+            f"largest trace: peak RSS {largest[7]:.2f}x its JSON (target < "
+            f"{TARGET_MEMORY:.0f}x)  {'PASS' if ok else 'MISS'}"
+        )
     print()
-    print("| trace | JSON | engine (median) | engine / floor | reader / floor "
-          "| tb-profiler / engine | HTA / engine | engine peak RSS / JSON "
-          "| floor peak RSS / JSON |")
+    print(
+        "| trace | JSON | engine (median) | engine / floor | reader / floor "
+        "| tb-profiler / engine | HTA / engine | engine peak RSS / JSON "
+        "| floor peak RSS / JSON |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, size, median, vs_floor, reader, vs_tb, vs_hta, memory, floor_memory in rows:
-        print(f"| {name} | {_mb(size)} | {median:.2f} s | {_fmt(vs_floor)} | {_fmt(reader)} "
-              f"| {_fmt(vs_tb)} | {_fmt(vs_hta)} | {memory:.2f}x | {_fmt(floor_memory)} |")
+        print(
+            f"| {name} | {_mb(size)} | {median:.2f} s | {_fmt(vs_floor)} | {_fmt(reader)} "
+            f"| {_fmt(vs_tb)} | {_fmt(vs_hta)} | {memory:.2f}x | {_fmt(floor_memory)} |"
+        )
     return 0 if misses == 0 else 1
 
 

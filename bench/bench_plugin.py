@@ -97,8 +97,10 @@ class TensorBoard:
             host="127.0.0.1",
             module="tb_syncfinder.plugin.standalone" if standalone else "tensorboard.main",
             extra_args=[
-                "--sync_advisor_cache_dir", str(cache_dir),
-                "--sync_advisor_reload_interval", "2",
+                "--sync_advisor_cache_dir",
+                str(cache_dir),
+                "--sync_advisor_reload_interval",
+                "2",
             ],  # fmt: skip
         )
         self.base = f"http://127.0.0.1:{self.process.port}/data/plugin/sync_advisor/"
@@ -214,18 +216,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logdir", help="a logdir to serve (default: see module docstring)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
-    parser.add_argument("--standalone", action="store_true",
-                        help="TensorBoard without torch-tb-profiler (python -m "
-                        "tb_syncfinder.plugin.standalone), whose loader starts a process "
-                        "per trace")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="TensorBoard without torch-tb-profiler (python -m "
+        "tb_syncfinder.plugin.standalone), whose loader starts a process "
+        "per trace",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench_plugin_") as tmp:
         root = Path(tmp)
         logdir, what = build_logdir(root, args.logdir)
         cache = root / "cache"
-        print(f"logdir: {logdir} ({what}); cores: {os.cpu_count()}; "
-              f"{'without' if args.standalone else 'with'} torch-tb-profiler")
+        print(
+            f"logdir: {logdir} ({what}); cores: {os.cpu_count()}; "
+            f"{'without' if args.standalone else 'with'} torch-tb-profiler"
+        )
         timings = {}
         for phase in ("cold", "warm"):
             with TensorBoard(logdir, cache, args.standalone) as board:

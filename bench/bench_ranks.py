@@ -43,8 +43,10 @@ from tb_syncfinder.reader import read_trace  # noqa: E402
 from tb_syncfinder.timeline import build_timeline  # noqa: E402
 
 REAL_NAME = "a100_nccl_event_sync.pt.trace.json.gz"
-CANDIDATES = [Path("/work/shared/traces/real") / REAL_NAME,
-              REPO.parent / "shared" / "traces" / "real" / REAL_NAME]
+CANDIDATES = [
+    Path("/work/shared/traces/real") / REAL_NAME,
+    REPO.parent / "shared" / "traces" / "real" / REAL_NAME,
+]
 TARGET = 0.10  # the job stage at most this share of the one-by-one analysis
 
 
@@ -69,8 +71,12 @@ def write_real_job(folder: Path, world: int) -> list[Path] | None:
 def write_fixture_job(folder: Path, world: int, steps: int) -> list[Path]:
     from nccl_job import JobSpec, write_job
 
-    spec = JobSpec(world=world, steps=steps, late={(3, s): 4000.0 for s in range(2, steps, 3)},
-                   host_skew_us=(0.0, 2500.0))
+    spec = JobSpec(
+        world=world,
+        steps=steps,
+        late={(3, s): 4000.0 for s in range(2, steps, 3)},
+        host_skew_us=(0.0, 2500.0),
+    )
     return list(write_job(folder, spec).values())
 
 
@@ -86,17 +92,25 @@ def best(repeat: int, call: Callable[[], Any]) -> tuple[float, Any]:
 def bench_job(name: str, paths: list[Path], repeat: int) -> dict[str, float]:
     options = Options()
     resolver = options.resolver()
-    t_analyze, results = best(repeat, lambda: [analyze_trace(str(p), options, resolver)
-                                                for p in paths])
+    t_analyze, results = best(
+        repeat, lambda: [analyze_trace(str(p), options, resolver) for p in paths]
+    )
     timelines = []
     for p in paths:
         data = read_trace(str(p))
-        timelines.append((build_timeline(data), data.distributed_info,
-                          ReaderArgs(data.base_time_ns, data.host_name)))
+        timelines.append(
+            (
+                build_timeline(data),
+                data.distributed_info,
+                ReaderArgs(data.base_time_ns, data.host_name),
+            )
+        )
 
     def extract() -> list[Any]:
-        return [extract_rank(tl, info, comm=comm, syncs=res.syncs)
-                for (tl, info, comm), res in zip(timelines, results, strict=True)]
+        return [
+            extract_rank(tl, info, comm=comm, syncs=res.syncs)
+            for (tl, info, comm), res in zip(timelines, results, strict=True)
+        ]
 
     t_extract, traces = best(repeat, extract)
 
@@ -118,21 +132,30 @@ def bench_job(name: str, paths: list[Path], repeat: int) -> dict[str, float]:
         return stage.to_json() if stage is not None else None
 
     t_wired, _ = best(repeat, wired)
-    print(f"\n{name}: {len(paths)} ranks, {sum(len(t.collectives) for t in traces)} "
-          f"collectives, {len(job.collectives)} matched, groups "
-          f"{[(g.group, g.status) for g in job.groups]}")
+    print(
+        f"\n{name}: {len(paths)} ranks, {sum(len(t.collectives) for t in traces)} "
+        f"collectives, {len(job.collectives)} matched, groups "
+        f"{[(g.group, g.status) for g in job.groups]}"
+    )
     print(f"  analyze_trace, rank by rank   {t_analyze * 1e3:9.1f} ms")
-    print(f"  extract_rank (per trace)      {t_extract * 1e3:9.1f} ms  "
-          f"{t_extract / t_analyze:6.1%}")
+    print(
+        f"  extract_rank (per trace)      {t_extract * 1e3:9.1f} ms  {t_extract / t_analyze:6.1%}"
+    )
     print(f"  job stage (group+match+...)   {t_job * 1e3:9.1f} ms  {t_job / t_analyze:6.1%}")
-    print(f"  job stage as wired (jobs.py)  {t_wired * 1e3:9.1f} ms  "
-          f"{t_wired / t_analyze:6.1%}")
+    print(f"  job stage as wired (jobs.py)  {t_wired * 1e3:9.1f} ms  {t_wired / t_analyze:6.1%}")
     ratio = t_wired / t_analyze
-    print(f"  grouping and matching add {ratio:.1%} to the one-by-one analysis "
-          f"(target < {TARGET:.0%}): {'PASS' if ratio < TARGET else 'MISS'}")
+    print(
+        f"  grouping and matching add {ratio:.1%} to the one-by-one analysis "
+        f"(target < {TARGET:.0%}): {'PASS' if ratio < TARGET else 'MISS'}"
+    )
     print(f"  with the per-trace extraction: {(t_job + t_extract) / t_analyze:.1%}")
-    return {"analyze_s": t_analyze, "extract_s": t_extract,
-            "job_s": t_job, "wired_s": t_wired, "ratio": ratio}
+    return {
+        "analyze_s": t_analyze,
+        "extract_s": t_extract,
+        "job_s": t_job,
+        "wired_s": t_wired,
+        "ratio": ratio,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         if real is None:
             print("real: skipped (../shared/traces/real not available)")
         else:
-            ratios.append(bench_job("real (a100_nccl_event_sync x ranks)", real, args.repeat)
-                          ["ratio"])
+            ratios.append(
+                bench_job("real (a100_nccl_event_sync x ranks)", real, args.repeat)["ratio"]
+            )
         fixture = write_fixture_job(Path(tmp) / "fixture", args.ranks, args.steps)
         ratios.append(bench_job("fixture (tests/nccl_job.py)", fixture, args.repeat)["ratio"])
     return 0 if all(r < TARGET for r in ratios) else 1

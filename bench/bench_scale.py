@@ -51,14 +51,22 @@ def map_speed(copies: int, workers: int) -> None:
 
         start = time.perf_counter()
         package_parent = str(REPO)
-        ray.init(num_cpus=workers, include_dashboard=False, logging_level="ERROR",
-                 log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": package_parent}})
+        ray.init(
+            num_cpus=workers,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": package_parent}},
+        )
         cluster_start = time.perf_counter() - start
         try:
             # Warm the workers (imports) as a long-running cluster would be.
-            ray.get([ray.remote(lambda: __import__("tb_syncfinder.engine")).remote()
-                     for _ in range(workers)])
+            ray.get(
+                [
+                    ray.remote(lambda: __import__("tb_syncfinder.engine")).remote()
+                    for _ in range(workers)
+                ]
+            )
             start = time.perf_counter()
             analyze_runs(refs, options, mapper=ray_mapper())
             mapped = time.perf_counter() - start
@@ -67,8 +75,10 @@ def map_speed(copies: int, workers: int) -> None:
     ideal = serial / workers
     print(f"{copies} copies of {TRACE.name} ({TRACE.stat().st_size / 1e6:.1f} MB gz each)")
     print(f"  serial, this process    {serial:7.2f} s  {copies / serial:6.2f} traces/s")
-    print(f"  Ray map, {workers} workers      {mapped:7.2f} s  "
-          f"{copies / mapped / workers:6.2f} traces/s per worker")
+    print(
+        f"  Ray map, {workers} workers      {mapped:7.2f} s  "
+        f"{copies / mapped / workers:6.2f} traces/s per worker"
+    )
     print(f"  cluster start (apart)   {cluster_start:7.2f} s")
     print(f"  map / (serial / workers) = {mapped / ideal:.2f}  (goal <= 1.1)")
 
@@ -90,8 +100,12 @@ def _rank_logdir(folder: Path, ranks: int) -> Path:
 
 def _timed(args: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tb_syncfinder", "report", *args],
-                          capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "tb_syncfinder", "report", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     tally = [line for line in done.stderr.splitlines() if " traces: " in line]
     return time.perf_counter() - start, (tally[-1] if tally else done.stderr[-200:])
 
@@ -101,16 +115,22 @@ def many_ranks(ranks: int, workers: int) -> None:
         root = _rank_logdir(Path(tmp), ranks)
         size = sum(p.stat().st_size for p in root.rglob("*.gz"))
         out = ["--json", "-o", os.devnull]
-        print(f"{ranks} rank traces of {size / ranks / 1e3:.0f} KB gz each, end to end "
-              "(process start and cluster start included)")
+        print(
+            f"{ranks} rank traces of {size / ranks / 1e3:.0f} KB gz each, end to end "
+            "(process start and cluster start included)"
+        )
         local, _ = _timed([str(root), "--no-summaries", *out])
         print(f"  local                   {local:7.2f} s  {ranks / local:7.1f} traces/s")
         on_ray, tally = _timed([str(root), "--ray", "--ray-workers", str(workers), *out])
-        print(f"  --ray, {workers} workers        {on_ray:7.2f} s  {ranks / on_ray:7.1f} "
-              f"traces/s   ({tally.split(': ', 1)[-1]})")
+        print(
+            f"  --ray, {workers} workers        {on_ray:7.2f} s  {ranks / on_ray:7.1f} "
+            f"traces/s   ({tally.split(': ', 1)[-1]})"
+        )
         again, tally = _timed([str(root), *out])
-        print(f"  from the summaries      {again:7.2f} s  {ranks / again:7.1f} traces/s"
-              f"   ({tally.split(': ', 1)[-1]})")
+        print(
+            f"  from the summaries      {again:7.2f} s  {ranks / again:7.1f} traces/s"
+            f"   ({tally.split(': ', 1)[-1]})"
+        )
 
 
 def main() -> int:

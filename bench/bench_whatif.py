@@ -27,8 +27,10 @@ sys.path.insert(0, str(REPO))
 from tb_syncfinder import engine  # noqa: E402
 
 DEFAULT_TRACE_NAME = "a100_df_index_resolver.pt.trace.json.gz"
-CANDIDATES = [Path("/work/shared/traces/real") / DEFAULT_TRACE_NAME,
-              REPO.parent / "shared" / "traces" / "real" / DEFAULT_TRACE_NAME]
+CANDIDATES = [
+    Path("/work/shared/traces/real") / DEFAULT_TRACE_NAME,
+    REPO.parent / "shared" / "traces" / "real" / DEFAULT_TRACE_NAME,
+]
 TARGET = 1.3
 
 
@@ -57,23 +59,30 @@ def main(argv: list[str] | None = None) -> int:
         runs["without"].append(_time(lambda: engine.analyze_trace(path, without)))
         runs["with"].append(_time(lambda: engine.analyze_trace(path, with_replay)))
     print(f"trace: {path}")
-    print(f"replay: method={result.savings.method} ({result.savings.reason or 'replayed'}) "
-          f"worst step error={result.savings.fidelity_error:.3%}")
+    print(
+        f"replay: method={result.savings.method} ({result.savings.reason or 'replayed'}) "
+        f"worst step error={result.savings.fidelity_error:.3%}"
+    )
     print(f"{'':<9} {'best wall':>10} {'median wall':>12} {'best cpu':>10} {'median cpu':>11}")
     figures = {}
     for name, values in runs.items():
         walls = [w for w, _ in values]
         cpus = [c for _, c in values]
-        figures[name] = (min(walls), statistics.median(walls), min(cpus),
-                         statistics.median(cpus))
-        print(f"{name:<9} {figures[name][0]:>9.3f}s {figures[name][1]:>11.3f}s "
-              f"{figures[name][2]:>9.3f}s {figures[name][3]:>10.3f}s")
+        figures[name] = (min(walls), statistics.median(walls), min(cpus), statistics.median(cpus))
+        print(
+            f"{name:<9} {figures[name][0]:>9.3f}s {figures[name][1]:>11.3f}s "
+            f"{figures[name][2]:>9.3f}s {figures[name][3]:>10.3f}s"
+        )
     ratios = [w / wo for w, wo in zip(figures["with"], figures["without"], strict=True)]
-    print(f"{'ratio':<9} {ratios[0]:>9.2f}x {ratios[1]:>11.2f}x {ratios[2]:>9.2f}x "
-          f"{ratios[3]:>10.2f}x")
+    print(
+        f"{'ratio':<9} {ratios[0]:>9.2f}x {ratios[1]:>11.2f}x {ratios[2]:>9.2f}x "
+        f"{ratios[3]:>10.2f}x"
+    )
     verdict = "PASS" if ratios[3] <= TARGET else "MISS"
-    print(f"analysis with the replay / without (median CPU time): {ratios[3]:.2f}x "
-          f"(target <= {TARGET}x)  {verdict}")
+    print(
+        f"analysis with the replay / without (median CPU time): {ratios[3]:.2f}x "
+        f"(target <= {TARGET}x)  {verdict}"
+    )
     return 0 if verdict == "PASS" else 1
 
 

@@ -43,9 +43,18 @@ def _record_demo(demo_logdir: Path) -> None:
         return
     print(f"recording the demo runs into {demo_logdir} (once)", file=sys.stderr)
     subprocess.run(
-        [sys.executable, "-m", "tb_syncfinder", "demo", "--no-tensorboard", "--logdir",
-         str(demo_logdir)],
-        check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "tb_syncfinder",
+            "demo",
+            "--no-tensorboard",
+            "--logdir",
+            str(demo_logdir),
+        ],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
     )
 
 
@@ -77,8 +86,11 @@ def _differences(a: Any, b: Any, where: str = "$") -> list[str]:
     if isinstance(a, list):
         if len(a) != len(b):
             return [f"{where}: {len(a)} vs {len(b)} items"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
-                for d in _differences(x, y, f"{where}[{i}]")]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{where}[{i}]")
+        ]
     return [] if a == b else [f"{where}: {a!r} vs {b!r}"]
 
 
@@ -110,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             differing += 1
             found = _differences(json.loads(old), json.loads(text))
             print(f"DIFFERS    {name}: {len(found)} paths")
-            for line in found[:args.show]:
+            for line in found[: args.show]:
                 print(f"    {line[:160]}")
     if args.mode == "check":
         print(f"{differing} of {len(_inputs(args.demo_logdir))} inputs differ")

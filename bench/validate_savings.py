@@ -78,12 +78,20 @@ def _bound_per_step(path: Path) -> float:
 def validate_pair(pair: Pair) -> dict[str, Any]:
     result, counted, profiler = _replay(pair.base)
     fixed, _, _ = _replay(pair.fixed)
-    row: dict[str, Any] = {"pair": pair.name, "counted_syncs": counted,
-                           "profiler_syncs": profiler, "available": result.available,
-                           "reason": result.reason}
+    row: dict[str, Any] = {
+        "pair": pair.name,
+        "counted_syncs": counted,
+        "profiler_syncs": profiler,
+        "available": result.available,
+        "reason": result.reason,
+    }
     measured_ms = pair.base_ms - pair.fixed_ms
-    row.update(measured_base_ms=pair.base_ms, measured_fixed_ms=pair.fixed_ms,
-               measured_saving_ms=measured_ms, measured_share=measured_ms / pair.base_ms)
+    row.update(
+        measured_base_ms=pair.base_ms,
+        measured_fixed_ms=pair.fixed_ms,
+        measured_saving_ms=measured_ms,
+        measured_share=measured_ms / pair.base_ms,
+    )
     if not result.available:
         return row
     step = _steady_interval(result)
@@ -102,8 +110,11 @@ def validate_pair(pair: Pair) -> dict[str, Any]:
     share_m = row["measured_share"]
     share_p = row["predicted_share"]
     if share_m <= NO_GAIN_SHARE:
-        row["verdict"] = ("agrees: no gain" if share_p <= NO_GAIN_SHARE
-                          else "predicts a gain the measurement does not show")
+        row["verdict"] = (
+            "agrees: no gain"
+            if share_p <= NO_GAIN_SHARE
+            else "predicts a gain the measurement does not show"
+        )
         row["ratio"] = None
     else:
         row["ratio"] = share_p / share_m
@@ -113,21 +124,28 @@ def validate_pair(pair: Pair) -> dict[str, Any]:
 
 def fidelity(path: Path) -> dict[str, Any]:
     result, counted, profiler = _replay(path)
-    row: dict[str, Any] = {"trace": f"{path.parent.name}/{path.name[:-len(SUFFIX)]}",
-                           "available": result.available, "reason": result.reason}
+    row: dict[str, Any] = {
+        "trace": f"{path.parent.name}/{path.name[: -len(SUFFIX)]}",
+        "available": result.available,
+        "reason": result.reason,
+    }
     if not result.available:
         return row
     row.update(
-        steps=len(result.steps), step_markers=result.step_markers,
+        steps=len(result.steps),
+        step_markers=result.step_markers,
         worst_step_error=result.fidelity_error,
         per_step=[round(s.fidelity, 6) for s in result.steps],
-        window_ms=result.window_us / 1e3, replayed_window_ms=result.replayed_window_us / 1e3,
+        window_ms=result.window_us / 1e3,
+        replayed_window_ms=result.replayed_window_us / 1e3,
         all_syncs_saving_per_step_ms=result.all_syncs.steady_us / 1e3,
         gpu_idle_share=result.gpu_idle_us / result.window_us if result.window_us else 0.0,
         gpu_idle_from_syncs_share=result.gpu_idle_share,
-        counted_syncs=counted, profiler_syncs=profiler,
+        counted_syncs=counted,
+        profiler_syncs=profiler,
         critical_path={k: v / result.window_us for k, v in result.critical_path.items()},
-        stats=result.stats, notes=result.notes,
+        stats=result.stats,
+        notes=result.notes,
     )
     return row
 
@@ -142,8 +160,15 @@ def _default_pairs(traces: Path) -> list[Pair]:
     for name in ("cnn", "seg"):
         base, fixed = f"{name}_baseline", f"{name}_optimized"
         if base in runs and fixed in runs:
-            pairs.append(Pair(name, demo / f"{base}{SUFFIX}", demo / f"{fixed}{SUFFIX}",
-                              runs[base]["median_ms"], runs[fixed]["median_ms"]))
+            pairs.append(
+                Pair(
+                    name,
+                    demo / f"{base}{SUFFIX}",
+                    demo / f"{fixed}{SUFFIX}",
+                    runs[base]["median_ms"],
+                    runs[fixed]["median_ms"],
+                )
+            )
     return pairs
 
 
@@ -153,42 +178,56 @@ def _pct(x: float | None) -> str:
 
 def _print_pairs(rows: list[dict[str, Any]]) -> None:
     print("Predicted vs measured saving per step (every sync of the program removed)")
-    print(f"{'pair':<6} {'syncs':>5} {'profiled':>9} {'predicted':>17} {'bound today':>12} "
-          f"{'measured (unprofiled)':>29} {'ratio':>6}  verdict")
-    print(f"{'':<6} {'':>5} {'step ms':>9} {'ms / share':>17} {'ms':>12} "
-          f"{'base -> fixed: saving / share':>29} {'(share)':>6}")
+    print(
+        f"{'pair':<6} {'syncs':>5} {'profiled':>9} {'predicted':>17} {'bound today':>12} "
+        f"{'measured (unprofiled)':>29} {'ratio':>6}  verdict"
+    )
+    print(
+        f"{'':<6} {'':>5} {'step ms':>9} {'ms / share':>17} {'ms':>12} "
+        f"{'base -> fixed: saving / share':>29} {'(share)':>6}"
+    )
     for r in rows:
         if not r["available"]:
             print(f"{r['pair']:<6} replay unavailable: {r['reason']}")
             continue
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        measured = (f"{r['measured_base_ms']:.2f} -> {r['measured_fixed_ms']:.2f}: "
-                    f"{r['measured_saving_ms']:+.2f} / {r['measured_share']:+.1%}")
-        print(f"{r['pair']:<6} {r['counted_syncs']:>5} {r['profiled_step_ms']:>9.2f} "
-              f"{r['predicted_saving_ms']:>8.3f} / {r['predicted_share']:>6.1%} "
-              f"{r['bound_saving_ms']:>12.3f} {measured:>29} {ratio:>6}  {r['verdict']}")
+        measured = (
+            f"{r['measured_base_ms']:.2f} -> {r['measured_fixed_ms']:.2f}: "
+            f"{r['measured_saving_ms']:+.2f} / {r['measured_share']:+.1%}"
+        )
+        print(
+            f"{r['pair']:<6} {r['counted_syncs']:>5} {r['profiled_step_ms']:>9.2f} "
+            f"{r['predicted_saving_ms']:>8.3f} / {r['predicted_share']:>6.1%} "
+            f"{r['bound_saving_ms']:>12.3f} {measured:>29} {ratio:>6}  {r['verdict']}"
+        )
     for r in rows:
         if r["available"]:
             path = ", ".join(f"{k} {v:.0%}" for k, v in r["critical_path"].items() if v >= 0.005)
             fixed = r["profiled_fixed_step_ms"]
-            print(f"  {r['pair']}: profiled baseline step {r['profiled_step_ms']:.2f} ms "
-                  f"(critical path: {path}); with its syncs removed "
-                  f"{r['profiled_step_ms'] - r['predicted_saving_ms']:.2f} ms; the fixed "
-                  f"program's profiled step {fixed:.2f} ms. Per step the device is busy "
-                  f"{r['device_busy_ms']:.2f} ms, the host sits in sync calls "
-                  f"{r['host_blocked_ms']:.3f} ms, {r['host_waiting_ms']:.3f} ms of it "
-                  f"waiting for the device. {r['profiler_syncs']} profiler sync left out.")
+            print(
+                f"  {r['pair']}: profiled baseline step {r['profiled_step_ms']:.2f} ms "
+                f"(critical path: {path}); with its syncs removed "
+                f"{r['profiled_step_ms'] - r['predicted_saving_ms']:.2f} ms; the fixed "
+                f"program's profiled step {fixed:.2f} ms. Per step the device is busy "
+                f"{r['device_busy_ms']:.2f} ms, the host sits in sync calls "
+                f"{r['host_blocked_ms']:.3f} ms, {r['host_waiting_ms']:.3f} ms of it "
+                f"waiting for the device. {r['profiler_syncs']} profiler sync left out."
+            )
             if r["bound_saving_ms"] == 0 and r["counted_syncs"]:
-                print(f"  {r['pair']}: today's bound is 0: the engine attributes these syncs "
-                      "to no step (Timeline.steps also holds the device lane's "
-                      "ProfilerStep spans)")
+                print(
+                    f"  {r['pair']}: today's bound is 0: the engine attributes these syncs "
+                    "to no step (Timeline.steps also holds the device lane's "
+                    "ProfilerStep spans)"
+                )
 
 
 def _print_fidelity(rows: list[dict[str, Any]]) -> None:
     print()
     print("Unmodified replay vs recording, every GPU trace (goal: within 2 % per step)")
-    print(f"{'trace':<34} {'steps':>5} {'worst step':>10} {'window ms':>11} {'replayed':>10} "
-          f"{'all syncs':>10} {'GPU idle':>8} {'by syncs':>8}  critical path")
+    print(
+        f"{'trace':<34} {'steps':>5} {'worst step':>10} {'window ms':>11} {'replayed':>10} "
+        f"{'all syncs':>10} {'GPU idle':>8} {'by syncs':>8}  critical path"
+    )
     for r in rows:
         if not r["available"]:
             print(f"{r['trace']:<34} replay unavailable: {r['reason']}")
@@ -196,18 +235,22 @@ def _print_fidelity(rows: list[dict[str, Any]]) -> None:
         steps = f"{r['steps']}" if r["step_markers"] else "1*"
         path = ", ".join(f"{k} {v:.0%}" for k, v in r["critical_path"].items() if v >= 0.005)
         ok = "ok" if r["worst_step_error"] <= 0.02 else "MISS"
-        print(f"{r['trace']:<34} {steps:>5} {r['worst_step_error']:>8.3%} {ok:<2}"
-              f"{r['window_ms']:>10.2f} {r['replayed_window_ms']:>10.2f} "
-              f"{r['all_syncs_saving_per_step_ms']:>7.3f} ms {_pct(r['gpu_idle_share'])} "
-              f"{_pct(r['gpu_idle_from_syncs_share'])}  {path}")
+        print(
+            f"{r['trace']:<34} {steps:>5} {r['worst_step_error']:>8.3%} {ok:<2}"
+            f"{r['window_ms']:>10.2f} {r['replayed_window_ms']:>10.2f} "
+            f"{r['all_syncs_saving_per_step_ms']:>7.3f} ms {_pct(r['gpu_idle_share'])} "
+            f"{_pct(r['gpu_idle_from_syncs_share'])}  {path}"
+        )
         for note in r["notes"]:
             print(f"{'':<36}note: {note}")
-    print("  all syncs: predicted saving per step with every counted sync removed; "
-          "1* = no ProfilerStep markers (the trace is one step)")
+    print(
+        "  all syncs: predicted saving per step with every counted sync removed; "
+        "1* = no ProfilerStep markers (the trace is one step)"
+    )
 
 
 def _traces_dir(arg: str | None) -> Path | None:
-    for candidate in ([Path(arg)] if arg else DEFAULT_TRACES):
+    for candidate in [Path(arg)] if arg else DEFAULT_TRACES:
         if candidate.is_dir():
             return candidate
     return None
@@ -216,9 +259,14 @@ def _traces_dir(arg: str | None) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", help="the shared traces folder (real/, h100_demo/)")
-    parser.add_argument("--pair", nargs=5, action="append", default=[],
-                        metavar=("NAME", "BASE", "FIXED", "BASE_MS", "FIXED_MS"),
-                        help="a paired run: traces and unprofiled step times (repeatable)")
+    parser.add_argument(
+        "--pair",
+        nargs=5,
+        action="append",
+        default=[],
+        metavar=("NAME", "BASE", "FIXED", "BASE_MS", "FIXED_MS"),
+        help="a paired run: traces and unprofiled step times (repeatable)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     traces = _traces_dir(args.traces)
@@ -230,14 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     pair_rows = [validate_pair(p) for p in pairs]
     _print_pairs(pair_rows)
     gpu_traces = sorted((traces / "real").glob(f"*{SUFFIX}")) + sorted(
-        (traces / "h100_demo").glob(f"*{SUFFIX}"))
+        (traces / "h100_demo").glob(f"*{SUFFIX}")
+    )
     fidelity_rows = [fidelity(p) for p in gpu_traces]
-    fidelity_rows = [r for r in fidelity_rows
-                     if r["available"] or "no device activity" not in (r["reason"] or "")]
+    fidelity_rows = [
+        r
+        for r in fidelity_rows
+        if r["available"] or "no device activity" not in (r["reason"] or "")
+    ]
     _print_fidelity(fidelity_rows)
     if args.json:
-        Path(args.json).write_text(json.dumps({"pairs": pair_rows, "fidelity": fidelity_rows},
-                                              indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps({"pairs": pair_rows, "fidelity": fidelity_rows}, indent=1, default=str)
+        )
     misses = sum(1 for r in fidelity_rows if r["available"] and r["worst_step_error"] > 0.02)
     return 1 if misses else 0
 

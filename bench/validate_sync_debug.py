@@ -63,8 +63,17 @@ from tb_syncfinder.demo.runner import (  # noqa: E402
 WORKLOAD_FILES = ("cnn.py", "seg.py")
 # Marker words whose line really syncs on the CPU too, as a latent finding: a blocking
 # host-to-device copy is a no-op when the "device" is the CPU.
-CPU_MARKERS = {"item", "nonzero", "unique", "mask", "mask_backward", "float", "int", "if",
-               "generate"}
+CPU_MARKERS = {
+    "item",
+    "nonzero",
+    "unique",
+    "mask",
+    "mask_backward",
+    "float",
+    "int",
+    "if",
+    "generate",
+}
 # Why a site the engine reports can be absent from torch's warnings: the detector only warns
 # where PyTorch calls its guarded synchronizing helpers, not on every blocking CUDA call.
 EXTRA_REASONS = {
@@ -114,8 +123,9 @@ def workload_markers(run: str, on_cpu: bool) -> dict[Line, str]:
     return markers
 
 
-def workload_line(frames: list[traceback.FrameSummary],
-                  check: RunCheck | None = None) -> Line | None:
+def workload_line(
+    frames: list[traceback.FrameSummary], check: RunCheck | None = None
+) -> Line | None:
     """The innermost frame in a workload file of the run (frames outermost first)."""
     files = check.files if check is not None else WORKLOAD_FILES
     root = check.root if check is not None else None
@@ -123,8 +133,7 @@ def workload_line(frames: list[traceback.FrameSummary],
         path = Path(frame.filename)
         if path.name not in files:
             continue
-        if (path.parent.name == "demo" if root is None
-                else path.resolve().parent == root.resolve()):
+        if path.parent.name == "demo" if root is None else path.resolve().parent == root.resolve():
             return (path.name, frame.lineno)
     return None
 
@@ -193,8 +202,7 @@ def record_sites(check: RunCheck, report, device: torch.device) -> None:
                 "host_wait_us": site.host_wait_us,
                 "line_exact": site.line_exact,
                 "note": (f"backward of line {site.line}" if site.backward else "")
-                + (f"; library {site.library.file}:{site.library.line}" if site.library
-                   else "")
+                + (f"; library {site.library.file}:{site.library.line}" if site.library else "")
                 + ("" if site.line_exact else f"; inexact, candidates {site.candidates}"),
             }
         else:
@@ -357,7 +365,8 @@ class ShapeWorkloads:
     def check(self, run: str, device: str, on_cpu: bool) -> RunCheck:
         check = RunCheck(run, device, files=(f"{run}.py",), root=self.root)
         for number, text in enumerate(
-                (self.root / f"{run}.py").read_text(encoding="utf-8").splitlines(), start=1):
+            (self.root / f"{run}.py").read_text(encoding="utf-8").splitlines(), start=1
+        ):
             marker = re.search(r"#\s*sync:\s*(\w+)", text)
             if marker and (not on_cpu or marker.group(1) in CPU_MARKERS):
                 check.markers[(f"{run}.py", number)] = marker.group(1)
@@ -399,8 +408,9 @@ class _WarnWindow:
             self.check.warn_examples.setdefault(where, str(message).splitlines()[0][:120])
 
 
-def run_shape(shapes: ShapeWorkloads, check: RunCheck, logdir: str, device: torch.device,
-              steps: int) -> None:
+def run_shape(
+    shapes: ShapeWorkloads, check: RunCheck, logdir: str, device: torch.device, steps: int
+) -> None:
     """Both halves of one shape run (the warn half only on CUDA)."""
     main = shapes.main(check.run)
     total = SHAPE_WARMUP + steps
@@ -415,11 +425,13 @@ def run_shape(shapes: ShapeWorkloads, check: RunCheck, logdir: str, device: torc
 
     def profiler() -> torch.profiler.profile:
         return torch.profiler.profile(
-            activities=activities, with_stack=True,
-            schedule=torch.profiler.schedule(wait=0, warmup=SHAPE_WARMUP, active=steps,
-                                             repeat=1),
+            activities=activities,
+            with_stack=True,
+            schedule=torch.profiler.schedule(wait=0, warmup=SHAPE_WARMUP, active=steps, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(
-                str(run_dir), worker_name=f"shape_{device.type}", use_gzip=True))
+                str(run_dir), worker_name=f"shape_{device.type}", use_gzip=True
+            ),
+        )
 
     main(device, total, profiler)
     from tb_syncfinder import analyze
@@ -501,8 +513,10 @@ def render(checks: list[RunCheck], device: str, size: str | None = None) -> str:
         for text in check.warned_elsewhere:
             details.append(f"| {check.run} | - | - | {text} | - | warned outside the workload | |")
         if check.profiler_overhead:
-            details.append(f"| {check.run} | - | - | - | {check.profiler_overhead} profiler "
-                           "sync(s) | profiler overhead | kept out of the sites |")
+            details.append(
+                f"| {check.run} | - | - | - | {check.profiler_overhead} profiler "
+                "sync(s) | profiler overhead | kept out of the sites |"
+            )
     out += [
         "",
         "| run | line | marker | torch warnings | engine site | status | why |",
@@ -518,8 +532,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--size", choices=tuple(DEFAULT_STEPS), default=None)
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--only", choices=("all", "demo", "shapes"), default="all",
-                        help="the demo runs, issue 10's shape workloads, or both")
+    parser.add_argument(
+        "--only",
+        choices=("all", "demo", "shapes"),
+        default="all",
+        help="the demo runs, issue 10's shape workloads, or both",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)

@@ -32,11 +32,11 @@ from tb_syncfinder.query import rank_sites
 # One line on how the predicted saving was obtained, by method (Summary.saving_how).
 SAVING_HOW = {
     "replay": "predicted by replaying each profiled step from its dependency graph without "
-              "the sync's edges (step time: the longer of host and device span)",
+    "the sync's edges (step time: the longer of host and device span)",
     "bound": "upper bound: host wait plus the GPU bubble after each sync, per step (the "
-             "trace could not be replayed)",
+    "trace could not be replayed)",
     "mixed": "replayed where the trace allowed it; the upper bound (host wait plus bubble) "
-             "for traces that could not be replayed",
+    "for traces that could not be replayed",
 }
 
 
@@ -54,9 +54,13 @@ def _method(methods: set[str]) -> str:
     return "mixed" if methods else "bound"
 
 
-def build_sites(syncs: list[Sync], step_count: int, step_time_us: float,
-                latent: bool = False,
-                savings: Sequence[tuple[str, TraceSavings]] = ()) -> list[Site]:
+def build_sites(
+    syncs: list[Sync],
+    step_count: int,
+    step_time_us: float,
+    latent: bool = False,
+    savings: Sequence[tuple[str, TraceSavings]] = (),
+) -> list[Site]:
     """Sites of these syncs (grouped by their ``site_key``), sorted by predicted saving,
     then cost or count. ``savings``: (trace path, its what-if figures) of the traces the
     syncs come from; a site's predicted saving is the sum of its traces' figures."""
@@ -155,8 +159,11 @@ def build_report(results: list[TraceResult]) -> Report:
     method = _method({r.savings.method for r in analysed if r.syncs or r.info.has_gpu_activity})
     window = sum(s.window_us for s in replayed)
     idle_from_syncs = sum(s.gpu_idle_from_syncs_us for s in replayed)
-    reasons = list(dict.fromkeys(r.savings.reason for r in analysed
-                                 if r.savings.method == "bound" and r.savings.reason))
+    reasons = list(
+        dict.fromkeys(
+            r.savings.reason for r in analysed if r.savings.method == "bound" and r.savings.reason
+        )
+    )
     summary = Summary(
         sync_count=len(syncs),
         host_wait_us=wait,
@@ -174,13 +181,13 @@ def build_report(results: list[TraceResult]) -> Report:
         checked=list(CHECKED),
         predicted_saving_us=predicted,
         predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
-        predicted_step_time_us=max(0.0, mean_wall - predicted / step_count) if step_count
-        else 0.0,
+        predicted_step_time_us=max(0.0, mean_wall - predicted / step_count) if step_count else 0.0,
         saving_method=method,
         saving_note="; ".join(reasons) or None,
         saving_how=SAVING_HOW[method],
-        mean_device_step_time_us=(sum(st.device_time_us for st in steps) / step_count
-                                  if step_count else 0.0),
+        mean_device_step_time_us=(
+            sum(st.device_time_us for st in steps) / step_count if step_count else 0.0
+        ),
         mean_wall_step_time_us=mean_wall,
         gpu_idle_from_syncs_us=idle_from_syncs,
         sync_idle_share=idle_from_syncs / window if window > 0 else 0.0,
@@ -197,8 +204,8 @@ def build_report(results: list[TraceResult]) -> Report:
         steps=steps,
         latent_sites=build_sites(latent, step_count, step_time, latent=True),
         profiler_overhead=ProfilerOverhead(
-            count=len(overhead), host_wait_us=sum(s.host_wait_us for s in overhead),
-            syncs=overhead),
+            count=len(overhead), host_wait_us=sum(s.host_wait_us for s in overhead), syncs=overhead
+        ),
         warmup_allocator=build_warmup_allocator(warmup),
     )
 
@@ -208,8 +215,9 @@ def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:
     in and the allocator advice (for the operators that allocated most often)."""
     if not syncs:
         return WarmupAllocator()
-    regions = list(dict.fromkeys(a for s in syncs for a in s.annotations
-                                 if is_warmup_annotation(a)))
+    regions = list(
+        dict.fromkeys(a for s in syncs for a in s.annotations if is_warmup_annotation(a))
+    )
     ops = Counter(op for s in syncs for op in dict.fromkeys(s.op_chain))
     return WarmupAllocator(
         count=len(syncs),

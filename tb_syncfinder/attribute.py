@@ -117,11 +117,14 @@ def _installed_here(parts: list[str]) -> bool:
         found: list[str] = []
         if spec is not None:
             found = list(spec.submodule_search_locations or []) or (
-                [os.path.dirname(spec.origin)] if spec.origin else [])
+                [os.path.dirname(spec.origin)] if spec.origin else []
+            )
         locations = _INSTALLED[key] = tuple(
-            loc for loc in found
+            loc
+            for loc in found
             if "site-packages" in loc.replace("\\", "/").split("/")
-            or "dist-packages" in loc.replace("\\", "/").split("/"))
+            or "dist-packages" in loc.replace("\\", "/").split("/")
+        )
     rest = parts[1:] if len(parts) > 1 else parts
     return any(os.path.isfile(os.path.join(loc, *rest)) for loc in locations)
 
@@ -134,8 +137,9 @@ def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
     match = _FRAME_RE.match(name)
     if match:
         path = match.group(1)
-        return Frame(file=path, line=int(match.group(2)), func=match.group(3),
-                     user=is_user_file(path, packs))
+        return Frame(
+            file=path, line=int(match.group(2)), func=match.group(3), user=is_user_file(path, packs)
+        )
     builtin = _BUILTIN_RE.match(name)
     if builtin:
         return Frame(file="<built-in>", line=None, func=builtin.group(1) or name, user=False)
@@ -154,7 +158,7 @@ def parse_call_stack(text: str, packs: Sequence[SourcePack] = ()) -> list[Frame]
 
 def module_name(python_function_name: str) -> str:
     """``nn.Module: Linear_0`` -> ``Linear``."""
-    return _MODULE_INDEX_RE.sub("", python_function_name[len(_MODULE_PREFIX):].strip())
+    return _MODULE_INDEX_RE.sub("", python_function_name[len(_MODULE_PREFIX) :].strip())
 
 
 # Operators the interpreter runs for a user's line without a call frame of their own (with
@@ -195,8 +199,11 @@ def is_profiler_stack(stack: Sequence[Frame]) -> bool:
         if _is_profiler_file(frame.file):
             return True
         norm = frame.file.replace("\\", "/")
-        if (norm.endswith("torch/autograd/profiler.py") and i > 0
-                and stack[i - 1].file.replace("\\", "/").endswith("torch/cuda/__init__.py")):
+        if (
+            norm.endswith("torch/autograd/profiler.py")
+            and i > 0
+            and stack[i - 1].file.replace("\\", "/").endswith("torch/cuda/__init__.py")
+        ):
             return True
     return False
 
@@ -295,10 +302,12 @@ class Attributor:
     def builtin_names(self) -> frozenset[str]:
         """Names the trace shows called as built-ins (``<built-in method item ...>``)."""
         if self._builtin_names is None:
-            names = {thread.nodes[i].name
-                     for thread in self.tl.threads.values()
-                     for i in self.tree(thread).order
-                     if thread.nodes[i].name.startswith("<built-in")}
+            names = {
+                thread.nodes[i].name
+                for thread in self.tl.threads.values()
+                for i in self.tree(thread).order
+                if thread.nodes[i].name.startswith("<built-in")
+            }
             found = (_BUILTIN_RE.match(name) for name in names)
             self._builtin_names = frozenset(m.group(1) for m in found if m and m.group(1))
         return self._builtin_names
@@ -329,8 +338,9 @@ class Attributor:
         frame = self.frame(thread, index)
         if frame is None or frame.func != names[0]:
             return False
-        return len(names) == 1 or any(self._has_path(thread, child, names[1:])
-                                      for child in self._kids(thread, index))
+        return len(names) == 1 or any(
+            self._has_path(thread, child, names[1:]) for child in self._kids(thread, index)
+        )
 
     def _direct(self, thread: HostThread, frame_index: int) -> list[int]:
         """Outermost operators a frame ran itself (no python frame between), in time order."""
@@ -357,8 +367,9 @@ class Attributor:
             self._direct_ops[key] = found
         return found
 
-    def _sequence(self, thread: HostThread, frame_index: int, match: Any
-                  ) -> tuple[tuple[str, ...], dict[int, int]]:
+    def _sequence(
+        self, thread: HostThread, frame_index: int, match: Any
+    ) -> tuple[tuple[str, ...], dict[int, int]]:
         """The observed calls of one kind a frame made as tokens ("N" for a child frame on
         the ``match`` path of names; for frameless operators their class, every class at
         once so that each orders the others; "P" for the profiler's step), and the token
@@ -380,10 +391,10 @@ class Attributor:
         else:  # frameless operators: ``match`` holds (operator name, token) pairs
             labels = dict(match)
             steps = [c for c in kids if self._is_profiler_step(thread, c)]
-            ops = [j for j in self._direct(thread, frame_index)
-                   if thread.nodes[j].name in labels]
-            events = sorted([(thread.starts[j], 0, j) for j in ops]
-                            + [(thread.starts[c], 1, c) for c in steps])
+            ops = [j for j in self._direct(thread, frame_index) if thread.nodes[j].name in labels]
+            events = sorted(
+                [(thread.starts[j], 0, j) for j in ops] + [(thread.starts[c], 1, c) for c in steps]
+            )
             for _ts, is_step, j in events:
                 if is_step:
                     tokens.append(P)
@@ -395,8 +406,9 @@ class Attributor:
         return result
 
     # -- stacks ------------------------------------------------------------------------
-    def python_stack(self, thread: HostThread, ts: float, end: float
-                     ) -> tuple[list[tuple[int, Frame]], list[str]]:
+    def python_stack(
+        self, thread: HostThread, ts: float, end: float
+    ) -> tuple[list[tuple[int, Frame]], list[str]]:
         """The frames holding [ts, end] on ``thread`` (node, frame), innermost first, and the
         nn.Module path (outer first)."""
         tree = self.tree(thread)
@@ -416,28 +428,31 @@ class Attributor:
         modules.reverse()
         return frames, modules
 
-    def query(self, thread: HostThread, frames: list[tuple[int, Frame]], level: int,
-              op: int) -> CallQuery:
+    def query(
+        self, thread: HostThread, frames: list[tuple[int, Frame]], level: int, op: int
+    ) -> CallQuery:
         """What ``frames[level]`` called to reach the sync: the frames below it (innermost
         first before it in ``frames``) or, with none, the operator ``op`` it ran itself."""
         index, frame = frames[level]
         path = [f.func for _i, f in reversed(frames[:level])]
-        truncated = (thread.ends[index] + 1.0 >= self._last_end(thread)
-                     or any(self._is_profiler_step(thread, c)
-                            for c in self._kids(thread, index)))
+        truncated = thread.ends[index] + 1.0 >= self._last_end(thread) or any(
+            self._is_profiler_step(thread, c) for c in self._kids(thread, index)
+        )
         groups: list[tuple[str, ...]] = []
         observed: list[Observed | None] = []
         optional = False
         if path:
             child = frames[level - 1][0]
             for depth in range(min(len(path), _MAX_CALL_DEPTH)):
-                names = tuple(path[:depth + 1])
+                names = tuple(path[: depth + 1])
                 groups.append((names[-1],))
                 tokens, positions = self._sequence(thread, index, names)
                 position = positions.get(child)
-                observed.append(Observed(tokens, position, (thread.pid, thread.tid, index,
-                                                            names))
-                                if position is not None else None)
+                observed.append(
+                    Observed(tokens, position, (thread.pid, thread.tid, index, names))
+                    if position is not None
+                    else None
+                )
             if frames[level - 1][1].file != "<built-in>" and op >= 0:
                 # A Python function whose frames carry another name than the one called
                 # (torch.unique runs as boolean_dispatch's ``fn``): the names that usually
@@ -466,8 +481,11 @@ class Attributor:
                 optional = True
             tokens, positions = self._sequence(thread, index, match)
             position = positions.get(op)
-            seq = (Observed(tokens, position, (thread.pid, thread.tid, index, match))
-                   if position is not None else None)
+            seq = (
+                Observed(tokens, position, (thread.pid, thread.tid, index, match))
+                if position is not None
+                else None
+            )
             observed = [seq] * len(groups)
         else:
             # A runtime call outside any operator, with no frame under this one (a trace
@@ -477,16 +495,18 @@ class Attributor:
             optional = True
         return CallQuery(frame, tuple(groups), tuple(observed), truncated, optional)
 
-    def _frame_queries(self, thread: HostThread, frames: list[tuple[int, Frame]], op: int
-                       ) -> tuple[CallQuery | None, CallQuery | None]:
+    def _frame_queries(
+        self, thread: HostThread, frames: list[tuple[int, Frame]], op: int
+    ) -> tuple[CallQuery | None, CallQuery | None]:
         """The user's call (innermost user frame) and, when that call went into a library,
         the library's own call that synced (its innermost Python frame)."""
         user = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
         if user is None:
             return None, None
         user_query = self.query(thread, frames, user, op)
-        library = next((n for n, (_i, f) in enumerate(frames[:user])
-                        if f.file != "<built-in>"), None)
+        library = next(
+            (n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"), None
+        )
         library_query = self.query(thread, frames, library, op) if library is not None else None
         return user_query, library_query
 
@@ -499,8 +519,12 @@ class Attributor:
             for thread in self.tl.threads.values():
                 for i, node in enumerate(thread.nodes):
                     args = node.args
-                    if (thread.kinds[i] != OP or args is None or args.sequence_number is None
-                            or not _is_forward(args.fwd_thread_id)):
+                    if (
+                        thread.kinds[i] != OP
+                        or args is None
+                        or args.sequence_number is None
+                        or not _is_forward(args.fwd_thread_id)
+                    ):
                         continue
                     index.setdefault(args.sequence_number, []).append((thread, i))
             self._forward = index
@@ -515,8 +539,12 @@ class Attributor:
             for thread in self.tl.threads.values():
                 for i, node in enumerate(thread.nodes):
                     args = node.args
-                    if (thread.kinds[i] != OP or args is None or args.sequence_number is None
-                            or _is_forward(args.fwd_thread_id)):
+                    if (
+                        thread.kinds[i] != OP
+                        or args is None
+                        or args.sequence_number is None
+                        or _is_forward(args.fwd_thread_id)
+                    ):
                         continue
                     owners = {(t.pid, t.tid) for t, _j in forward.get(args.sequence_number, ())}
                     if len(owners) == 1:
@@ -526,16 +554,20 @@ class Attributor:
             self._fwd_threads = {fid: max(c, key=c.get) for fid, c in votes.items()}
         return self._fwd_threads.get(fwd_id)
 
-    def forward_of(self, thread: HostThread, op_nodes: list[int]
-                   ) -> tuple[int, HostThread, int] | None:
+    def forward_of(
+        self, thread: HostThread, op_nodes: list[int]
+    ) -> tuple[int, HostThread, int] | None:
         """(backward op node, forward thread, forward op node) for a sync inside a backward
         op, or None."""
         for i in op_nodes:
             args = thread.nodes[i].args
             if args is None or args.sequence_number is None or _is_forward(args.fwd_thread_id):
                 continue
-            candidates = [(t, j) for t, j in self._forward_index().get(args.sequence_number, ())
-                          if thread.starts[i] >= t.starts[j]]
+            candidates = [
+                (t, j)
+                for t, j in self._forward_index().get(args.sequence_number, ())
+                if thread.starts[i] >= t.starts[j]
+            ]
             owners = {(t.pid, t.tid) for t, _j in candidates}
             if len(owners) > 1:
                 owner = self._forward_thread_of(args.fwd_thread_id)
@@ -543,8 +575,11 @@ class Attributor:
             if not candidates:
                 return None
             wanted = _forward_name(thread.nodes[i].name)
-            named = [(t, j) for t, j in candidates
-                     if t.nodes[j].name.split("::")[-1].lstrip("_") == wanted]
+            named = [
+                (t, j)
+                for t, j in candidates
+                if t.nodes[j].name.split("::")[-1].lstrip("_") == wanted
+            ]
             # The op that made the autograd node is the last one of that number.
             fthread, j = max(named or candidates, key=lambda c: c[0].starts[c[1]])
             return i, fthread, j
@@ -588,8 +623,9 @@ class Attributor:
                         invocation = (thread.pid, thread.tid, index)
                         break
         step = tl.step_at(episode.ts)
-        api, apis, device_id, nbytes = _calls_of(tl, episode, chain, nodes[anchor].name
-                                                 if anchor >= 0 else "")
+        api, apis, device_id, nbytes = _calls_of(
+            tl, episode, chain, nodes[anchor].name if anchor >= 0 else ""
+        )
         attribution = Attribution(
             api=api,
             apis=apis,
@@ -615,8 +651,9 @@ class Attributor:
             self._attach_forward(attribution, thread, link)
         return attribution
 
-    def _attach_forward(self, attribution: Attribution, thread: HostThread,
-                        link: tuple[int, HostThread, int]) -> None:
+    def _attach_forward(
+        self, attribution: Attribution, thread: HostThread, link: tuple[int, HostThread, int]
+    ) -> None:
         backward_op, fthread, forward_op = link
         attribution.backward = True
         attribution.library_call = None
@@ -647,8 +684,9 @@ def _forward_name(backward_op: str) -> str:
     return _CAMEL_RE.sub("_", _BACKWARD_SUFFIX_RE.sub("", name)).lower().lstrip("_")
 
 
-def _calls_of(tl: Timeline, episode: Episode, chain: list[str], anchor_name: str
-              ) -> tuple[str, list[str], int | None, int | None]:
+def _calls_of(
+    tl: Timeline, episode: Episode, chain: list[str], anchor_name: str
+) -> tuple[str, list[str], int | None, int | None]:
     """(the call the host waited in, every blocking call, device, bytes copied)."""
     calls = episode.calls
     if not calls:
@@ -679,8 +717,7 @@ def called_name(stack: list[Frame]) -> str | None:
     return None
 
 
-def attribute(tl: Timeline, episode: Episode,
-              packs: Sequence[SourcePack] = ()) -> Attribution:
+def attribute(tl: Timeline, episode: Episode, packs: Sequence[SourcePack] = ()) -> Attribution:
     """Where the episode came from: operators, step, annotations, module, stack, the call the
     host waited in, the device and bytes its calls worked on (one-off form of
     ``Attributor``, which keeps its indexes across the episodes of a trace)."""

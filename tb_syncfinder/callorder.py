@@ -169,8 +169,11 @@ class _Builder:
             return s
         if isinstance(node, ast.Call):
             func = node.func
-            s = self.expr(func.value if isinstance(func, ast.Attribute) else func, s, opt) \
-                if not isinstance(func, ast.Name) else s
+            s = (
+                self.expr(func.value if isinstance(func, ast.Attribute) else func, s, opt)
+                if not isinstance(func, ast.Name)
+                else s
+            )
             for arg in node.args:
                 s = self.expr(arg, s, opt)
             for kw in node.keywords:
@@ -442,8 +445,9 @@ def _line_of(kind: str, node: ast.AST) -> int:
 def scope_body(scope: ast.AST) -> list[ast.stmt]:
     """A scope's statements; a lambda or comprehension as one expression statement."""
     if isinstance(scope, ast.Lambda):
-        return [ast.Expr(value=scope.body, lineno=scope.body.lineno,
-                         col_offset=scope.body.col_offset)]
+        return [
+            ast.Expr(value=scope.body, lineno=scope.body.lineno, col_offset=scope.body.col_offset)
+        ]
     if isinstance(scope, _COMPREHENSIONS):
         return []
     return list(getattr(scope, "body", []))
@@ -478,8 +482,9 @@ def _header_holds(stmt: ast.stmt, line: int) -> bool:
     return line < body[0].lineno
 
 
-def build(scope: ast.AST, match: Matcher, *, start_line: int | None = None,
-          prefix: bool = False) -> Automaton:
+def build(
+    scope: ast.AST, match: Matcher, *, start_line: int | None = None, prefix: bool = False
+) -> Automaton:
     """The automaton of ``scope`` (a function, lambda, comprehension or module).
 
     ``start_line``: the frame was already running at that line when profiling started, so
@@ -519,8 +524,19 @@ def _running_start(b: _Builder, scope: ast.AST, line: int, entry: int) -> int:
     # Inside a statement: any part of it may still be running or done, then what follows.
     start = b.a.new()
     s = start
-    if not isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With,
-                             ast.AsyncWith, ast.Try, *_NESTED_SCOPES)):
+    if not isinstance(
+        stmt,
+        (
+            ast.If,
+            ast.For,
+            ast.AsyncFor,
+            ast.While,
+            ast.With,
+            ast.AsyncWith,
+            ast.Try,
+            *_NESTED_SCOPES,
+        ),
+    ):
         saved = b.after.get(id(stmt))
         s = _optional_statement(b, stmt, s)
         after = saved if saved is not None else b.end
@@ -538,7 +554,8 @@ def _optional_statement(b: _Builder, stmt: ast.stmt, s: int) -> int:
         if isinstance(node, ast.expr):
             s = b.expr(node, s, True)
     targets = getattr(stmt, "targets", None) or (
-        [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else [])
+        [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
+    )
     for target in targets:
         if isinstance(target, ast.Subscript):
             s = b.emit(s, "store", target, True)

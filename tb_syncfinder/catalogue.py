@@ -195,8 +195,7 @@ KINDS: tuple[SyncKind, ...] = (
         label="explicit sync",
         summary="Explicit synchronization",
         description=(
-            "torch.cuda.synchronize, stream or event synchronize: the host waits for the "
-            "device."
+            "torch.cuda.synchronize, stream or event synchronize: the host waits for the device."
         ),
         colour="#ad1457",
         colour_dark="#f48fb1",
@@ -304,8 +303,9 @@ def kind(name: str) -> SyncKind:
         return found
     fallback = _BY_NAME[EXPLICIT_SYNC]
     label = name.replace("_", " ")
-    return SyncKind(name, label, label, label, "#757575", "#bdbdbd", fallback.advice,
-                    fallback.removes)
+    return SyncKind(
+        name, label, label, label, "#757575", "#bdbdbd", fallback.advice, fallback.removes
+    )
 
 
 def kind_rank(name: str) -> int:
@@ -341,29 +341,66 @@ class Backend:
 CUDA = Backend(
     device_kind="cuda",
     call_prefixes=("cuda", "cu"),
-    explicit_sync=frozenset({
-        "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-        "cudaThreadSynchronize", "cuCtxSynchronize", "cuStreamSynchronize",
-        "cuEventSynchronize",
-    }),
-    sync_copy=frozenset({
-        "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyFromSymbol",
-        "cudaMemcpyToSymbol", "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD",
-        "cuMemcpyHtoD_v2", "cuMemcpy",
-    }),
-    async_copy=frozenset({
-        "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cuMemcpyAsync",
-        "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync",
-        "cuMemcpyHtoDAsync_v2",
-    }),
-    allocator=frozenset({
-        "cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost",
-        "cuMemAlloc", "cuMemAlloc_v2", "cuMemFree", "cuMemFree_v2",
-    }),
-    non_blocking=frozenset({
-        "cudaEventQuery", "cudaStreamQuery", "cudaStreamWaitEvent", "cuEventQuery",
-        "cuStreamQuery", "cuStreamWaitEvent",
-    }),
+    explicit_sync=frozenset(
+        {
+            "cudaDeviceSynchronize",
+            "cudaStreamSynchronize",
+            "cudaEventSynchronize",
+            "cudaThreadSynchronize",
+            "cuCtxSynchronize",
+            "cuStreamSynchronize",
+            "cuEventSynchronize",
+        }
+    ),
+    sync_copy=frozenset(
+        {
+            "cudaMemcpy",
+            "cudaMemcpy2D",
+            "cudaMemcpy3D",
+            "cudaMemcpyFromSymbol",
+            "cudaMemcpyToSymbol",
+            "cuMemcpyDtoH",
+            "cuMemcpyDtoH_v2",
+            "cuMemcpyHtoD",
+            "cuMemcpyHtoD_v2",
+            "cuMemcpy",
+        }
+    ),
+    async_copy=frozenset(
+        {
+            "cudaMemcpyAsync",
+            "cudaMemcpy2DAsync",
+            "cudaMemcpy3DAsync",
+            "cuMemcpyAsync",
+            "cuMemcpyDtoHAsync",
+            "cuMemcpyDtoHAsync_v2",
+            "cuMemcpyHtoDAsync",
+            "cuMemcpyHtoDAsync_v2",
+        }
+    ),
+    allocator=frozenset(
+        {
+            "cudaMalloc",
+            "cudaFree",
+            "cudaHostAlloc",
+            "cudaMallocHost",
+            "cudaFreeHost",
+            "cuMemAlloc",
+            "cuMemAlloc_v2",
+            "cuMemFree",
+            "cuMemFree_v2",
+        }
+    ),
+    non_blocking=frozenset(
+        {
+            "cudaEventQuery",
+            "cudaStreamQuery",
+            "cudaStreamWaitEvent",
+            "cuEventQuery",
+            "cuStreamQuery",
+            "cuStreamWaitEvent",
+        }
+    ),
     device_sync=frozenset({"cudaDeviceSynchronize", "cudaThreadSynchronize", "cuCtxSynchronize"}),
     stream_wait_event=frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"}),
 )
@@ -371,15 +408,26 @@ CUDA = Backend(
 ROCM = Backend(
     device_kind="rocm",
     call_prefixes=("hip",),
-    explicit_sync=frozenset({
-        "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
-        "hipCtxSynchronize",
-    }),
+    explicit_sync=frozenset(
+        {
+            "hipDeviceSynchronize",
+            "hipStreamSynchronize",
+            "hipEventSynchronize",
+            "hipCtxSynchronize",
+        }
+    ),
     sync_copy=frozenset({"hipMemcpy", "hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpyHtoD"}),
     async_copy=frozenset({"hipMemcpyAsync", "hipMemcpyDtoHAsync", "hipMemcpyHtoDAsync"}),
-    allocator=frozenset({
-        "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree", "hipMallocHost", "hipFreeHost",
-    }),
+    allocator=frozenset(
+        {
+            "hipMalloc",
+            "hipFree",
+            "hipHostMalloc",
+            "hipHostFree",
+            "hipMallocHost",
+            "hipFreeHost",
+        }
+    ),
     non_blocking=frozenset({"hipEventQuery", "hipStreamQuery", "hipStreamWaitEvent"}),
     device_sync=frozenset({"hipDeviceSynchronize", "hipCtxSynchronize"}),
     stream_wait_event=frozenset({"hipStreamWaitEvent"}),
@@ -452,11 +500,20 @@ def device_kind_of(runtime_names: Iterable[str], has_device_activity: bool) -> s
 SCALAR_OPS = frozenset(
     {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::tolist"}
 )
-DYNAMIC_OPS = frozenset({
-    "aten::nonzero", "aten::argwhere", "aten::unique", "aten::_unique", "aten::_unique2",
-    "aten::unique_dim", "aten::unique_consecutive", "aten::unique_dim_consecutive",
-    "aten::masked_select", "aten::repeat_interleave",
-})
+DYNAMIC_OPS = frozenset(
+    {
+        "aten::nonzero",
+        "aten::argwhere",
+        "aten::unique",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::unique_dim_consecutive",
+        "aten::masked_select",
+        "aten::repeat_interleave",
+    }
+)
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
 
 # torch.distributed: a sync inside one of these operators, or whose innermost record_function
@@ -475,7 +532,8 @@ def is_collective_op(name: str) -> bool:
 def is_collective_wait_annotation(name: str) -> bool:
     text = name.strip("# ")
     return text.startswith(COLLECTIVE_ANNOTATION_PREFIXES) or any(
-        marker in text for marker in COLLECTIVE_ANNOTATION_MARKERS)
+        marker in text for marker in COLLECTIVE_ANNOTATION_MARKERS
+    )
 
 
 # Warm-up: a user annotation (record_function) whose name says warm-up marks steps run to let
@@ -601,8 +659,16 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         ),
     ),
     OpAdvice(
-        frozenset({"aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
-                   "aten::unique_consecutive", "aten::unique_dim_consecutive"}),
+        frozenset(
+            {
+                "aten::unique",
+                "aten::_unique",
+                "aten::_unique2",
+                "aten::unique_dim",
+                "aten::unique_consecutive",
+                "aten::unique_dim_consecutive",
+            }
+        ),
         frozenset({DYNAMIC_SHAPE}),
         Advice(
             title="Count into a fixed-size tensor instead of unique",
@@ -778,8 +844,12 @@ def advice_for(kind_name: str, ops: list[str], bytes: int | None = None) -> dict
         # The outermost operator is what the user wrote (x[mask] -> aten::index), so it
         # picks the refinement before the inner ones (aten::nonzero).
         refinement = next(
-            (entry.advice for op in ops for entry in OP_ADVICE
-             if op in entry.ops and kind_name in entry.kinds),
+            (
+                entry.advice
+                for op in ops
+                for entry in OP_ADVICE
+                if op in entry.ops and kind_name in entry.kinds
+            ),
             record.advice,
         )
     fields = asdict(refinement)

@@ -29,6 +29,7 @@ class UsageError(Exception):
 
 # --- argument parsing ----------------------------------------------------------------
 
+
 def _path_map_item(text: str) -> tuple[str, str]:
     from tb_syncfinder.source import parse_path_map
 
@@ -51,109 +52,167 @@ def _non_negative(text: str) -> int:
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--source-root", action="append", default=[], metavar="DIR",
+        "--source-root",
+        action="append",
+        default=[],
+        metavar="DIR",
         help="directory to look for the profiled source files in, to find exact call lines "
-             "(repeatable; the current directory is always searched)")
+        "(repeatable; the current directory is always searched)",
+    )
     parser.add_argument(
-        "--path-map", action="append", default=[], type=_path_map_item, metavar="FROM=TO",
+        "--path-map",
+        action="append",
+        default=[],
+        type=_path_map_item,
+        metavar="FROM=TO",
         help="rewrite a path prefix recorded in the trace (e.g. /workspace=/home/me/proj), "
-             "for traces recorded on another machine (repeatable)")
+        "for traces recorded on another machine (repeatable)",
+    )
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto",
-        help="colour the table: auto = on a terminal unless NO_COLOR is set (default)")
-    parser.add_argument("-o", "--output", metavar="FILE",
-                        help="write the output to FILE instead of standard output")
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the table: auto = on a terminal unless NO_COLOR is set (default)",
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write the output to FILE instead of standard output"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Find host-device synchronizations in PyTorch profiler (Kineto) traces: "
-                    "their cost, source line and fix.")
+        "their cost, source line and fix.",
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     report = commands.add_parser(
-        "report", help="analyse a trace file, run folder or logdir and print the syncs",
+        "report",
+        help="analyse a trace file, run folder or logdir and print the syncs",
         description="Analyse a trace file (.json / .json.gz), a run folder or a logdir of runs "
-                    "and list the synchronization sites by cost. A logdir with several runs "
-                    "(folders of traces, as the PyTorch Profiler tab lists them) is reported "
-                    "run by run: the table has a section per run and an overview line per "
-                    "run; the JSON report merges the runs' sites (use --run to pick one) and "
-                    "lists each run's own summary in its 'runs' field; CSV rows carry a 'run' "
-                    "column and are per run; SARIF results name their run when there are "
-                    "several.")
+        "and list the synchronization sites by cost. A logdir with several runs "
+        "(folders of traces, as the PyTorch Profiler tab lists them) is reported "
+        "run by run: the table has a section per run and an overview line per "
+        "run; the JSON report merges the runs' sites (use --run to pick one) and "
+        "lists each run's own summary in its 'runs' field; CSV rows carry a 'run' "
+        "column and are per run; SARIF results name their run when there are "
+        "several.",
+    )
     report.add_argument("path", metavar="PATH", help="trace file, run folder or logdir")
     report.add_argument(
-        "--run", action="append", default=[], metavar="NAME", dest="runs",
+        "--run",
+        action="append",
+        default=[],
+        metavar="NAME",
+        dest="runs",
         help="only this run of the logdir (its name as the PyTorch Profiler tab shows it; "
-             "repeatable); an unknown name exits 2 listing the runs found")
-    report.add_argument("--format", choices=FORMATS, default=None,
-                        help="output format (default: table)")
-    report.add_argument("--json", action="store_true",
-                        help="print the JSON report (same as --format json)")
+        "repeatable); an unknown name exits 2 listing the runs found",
+    )
+    report.add_argument(
+        "--format", choices=FORMATS, default=None, help="output format (default: table)"
+    )
+    report.add_argument(
+        "--json", action="store_true", help="print the JSON report (same as --format json)"
+    )
     _add_source_options(report)
     report.add_argument(
-        "--max-syncs-per-step", type=_non_negative, default=None, metavar="N",
+        "--max-syncs-per-step",
+        type=_non_negative,
+        default=None,
+        metavar="N",
         help="exit with status 1 when any step has more than N syncs (a CI gate); each "
-             "step is counted within its own trace and run")
+        "step is counted within its own trace and run",
+    )
     report.add_argument(
-        "--latent", action=argparse.BooleanOptionalAction, default=True,
-        help="list operators that would synchronize on a GPU, for CPU-only traces "
-             "(default: on)")
-    report.add_argument("--top", type=_non_negative, default=DEFAULT_TOP, metavar="N",
-                        help=f"sites shown in the table (default {DEFAULT_TOP}; 0 = all)")
+        "--latent",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="list operators that would synchronize on a GPU, for CPU-only traces (default: on)",
+    )
+    report.add_argument(
+        "--top",
+        type=_non_negative,
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"sites shown in the table (default {DEFAULT_TOP}; 0 = all)",
+    )
     scale = report.add_argument_group(
-        "many traces", "per-trace summaries are read back instead of parsing a trace again; "
-        "Ray spreads the parsing over a cluster (docs/scale.md)")
+        "many traces",
+        "per-trace summaries are read back instead of parsing a trace again; "
+        "Ray spreads the parsing over a cluster (docs/scale.md)",
+    )
     scale.add_argument(
-        "--ray", action="store_true",
+        "--ray",
+        action="store_true",
         help="analyse the traces as Ray tasks, on a local cluster unless --ray-address is "
-             "given, and write their summaries (needs pip install 'tb-syncfinder[ray]')")
-    scale.add_argument("--ray-address", metavar="ADDRESS",
-                       help="join this running Ray cluster (implies --ray), e.g. auto or "
-                            "ray://head:10001")
-    scale.add_argument("--ray-workers", type=_non_negative, default=0, metavar="N",
-                       help="CPUs of the local Ray cluster (default: all of this machine's)")
+        "given, and write their summaries (needs pip install 'tb-syncfinder[ray]')",
+    )
     scale.add_argument(
-        "--summaries-dir", metavar="DIR",
+        "--ray-address",
+        metavar="ADDRESS",
+        help="join this running Ray cluster (implies --ray), e.g. auto or ray://head:10001",
+    )
+    scale.add_argument(
+        "--ray-workers",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="CPUs of the local Ray cluster (default: all of this machine's)",
+    )
+    scale.add_argument(
+        "--summaries-dir",
+        metavar="DIR",
         help="read and write the per-trace summaries in DIR (default: beside each trace, in "
-             "its folder's .sync_advisor/)")
+        "its folder's .sync_advisor/)",
+    )
     scale.add_argument(
-        "--write-summaries", action="store_true",
+        "--write-summaries",
+        action="store_true",
         help="write a summary of each trace analysed, which the next report and the "
-             "TensorBoard plugin read instead of the trace (on by default with --ray)")
-    scale.add_argument("--no-summaries", action="store_true",
-                       help="ignore existing summaries: analyse every trace")
+        "TensorBoard plugin read instead of the trace (on by default with --ray)",
+    )
+    scale.add_argument(
+        "--no-summaries", action="store_true", help="ignore existing summaries: analyse every trace"
+    )
     report.add_argument(
-        "--annotate", metavar="OUT.json",
+        "--annotate",
+        metavar="OUT.json",
         help="also write the trace with an added 'Sync Advisor' track (one trace only), "
-             "to open in Perfetto or chrome://tracing")
+        "to open in Perfetto or chrome://tracing",
+    )
     _add_output_options(report)
     report.set_defaults(handler=_cmd_report)
 
     compare = commands.add_parser(
-        "compare", help="compare a baseline run with a new one, site by site",
+        "compare",
+        help="compare a baseline run with a new one, site by site",
         description="Compare two runs: each is a report saved with --json, or a trace file, "
-                    "run folder or logdir to analyse. Sites match by file name, function, "
-                    "operator and kind, so edits that move lines do not break the match.")
+        "run folder or logdir to analyse. Sites match by file name, function, "
+        "operator and kind, so edits that move lines do not break the match.",
+    )
     compare.add_argument("base", metavar="BASE", help="baseline: report JSON or traces")
     compare.add_argument("new", metavar="NEW", help="new run: report JSON or traces")
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.add_argument(
-        "--fail-on-regression", action="store_true",
-        help="exit with status 1 when a site is new or worse (a CI gate)")
+        "--fail-on-regression",
+        action="store_true",
+        help="exit with status 1 when a site is new or worse (a CI gate)",
+    )
     _add_source_options(compare)
     _add_output_options(compare)
     compare.set_defaults(handler=_cmd_compare)
 
     demo = commands.add_parser(
-        "demo", help="profile the demo workloads and open them in TensorBoard",
+        "demo",
+        help="profile the demo workloads and open them in TensorBoard",
         description="Profile the bundled demo workloads (with syncs, and optimized), print "
-                    "their reports and start TensorBoard on them.")
+        "their reports and start TensorBoard on them.",
+    )
     demo.set_defaults(handler=_cmd_demo)
     return parser
 
@@ -174,6 +233,7 @@ def _find_subparser(parser: argparse.ArgumentParser, name: str) -> argparse.Argu
 
 # --- helpers -------------------------------------------------------------------------
 
+
 def _use_color(choice: str, stream: IO[str]) -> bool:
     if choice == "always":
         return True
@@ -192,8 +252,12 @@ def _engine_options(args: argparse.Namespace) -> Any:
     from tb_syncfinder.engine import Options
 
     # The timeline context around each sync is for the dashboard's detail view only.
-    return Options(source_roots=tuple(args.source_root), path_map=tuple(args.path_map),
-                   contexts=False, source_packs=SOURCE_PACKS)
+    return Options(
+        source_roots=tuple(args.source_root),
+        path_map=tuple(args.path_map),
+        contexts=False,
+        source_packs=SOURCE_PACKS,
+    )
 
 
 def _find_refs(path: str) -> list[Any]:
@@ -208,7 +272,8 @@ def _find_refs(path: str) -> list[Any]:
     if not refs:
         raise UsageError(
             f"{path}: no traces found (looked for *.pt.trace.json[.gz] files and "
-            "*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json)")
+            "*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json)"
+        )
     return refs
 
 
@@ -221,7 +286,8 @@ def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]
     if unknown:
         raise UsageError(
             f"{path}: no run named {', '.join(repr(n) for n in unknown)}; runs found: "
-            + ", ".join(found))
+            + ", ".join(found)
+        )
     return [ref for ref in refs if ref.run in wanted]
 
 
@@ -245,13 +311,16 @@ def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = (
     if use_ray:
         from tb_syncfinder.fanout import ray_mapper
 
-        mapper = ray_mapper(args.ray_address, args.ray_workers or None,
-                            on_cluster=progress.cluster)
+        mapper = ray_mapper(args.ray_address, args.ray_workers or None, on_cluster=progress.cluster)
     try:
         analysed = analyze_runs(
-            refs, _engine_options(args), mapper=mapper, summaries=store,
+            refs,
+            _engine_options(args),
+            mapper=mapper,
+            summaries=store,
             write_summaries=write,
-            on_result=progress.result)
+            on_result=progress.result,
+        )
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: {exc}") from None
     except RuntimeError as exc:  # fanout.FanoutError: no Ray, no cluster
@@ -284,8 +353,11 @@ class _Progress:
     def cluster(self, info: Any) -> None:
         where = info.address or "a local Ray cluster"
         self.cluster_note = f" on {where} ({info.cpus:g} CPUs, {info.tasks} tasks)"
-        print(f"{PROG}: Ray: {where} ready in {info.start_s:.1f} s, {info.cpus:g} CPUs, "
-              f"{info.tasks} tasks", file=sys.stderr)
+        print(
+            f"{PROG}: Ray: {where} ready in {info.start_s:.1f} s, {info.cpus:g} CPUs, "
+            f"{info.tasks} tasks",
+            file=sys.stderr,
+        )
 
     def result(self, result: Any, from_summary: bool) -> None:
         self.seen += 1
@@ -295,21 +367,25 @@ class _Progress:
         if not self.verbose:
             return  # the report itself names the traces that failed
         if info.error:
-            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {info.error}",
-                  file=sys.stderr)
+            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {info.error}", file=sys.stderr)
         else:
             how = "summary" if from_summary else "analysed"
-            print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {len(result.syncs)} "
-                  f"syncs ({how})", file=sys.stderr)
+            print(
+                f"{PROG}: [{self.seen}/{self.total}] {info.path}: {len(result.syncs)} "
+                f"syncs ({how})",
+                file=sys.stderr,
+            )
 
     def done(self) -> None:
         if not self.verbose and not self.from_summaries:
             return
         analysed = self.total - self.from_summaries
-        print(f"{PROG}: {self.total} traces: {self.from_summaries} from summaries, "
-              f"{analysed} analysed{self.cluster_note if analysed else ''}, "
-              f"{self.failed} failed, in {time.perf_counter() - self.started:.1f} s",
-              file=sys.stderr)
+        print(
+            f"{PROG}: {self.total} traces: {self.from_summaries} from summaries, "
+            f"{analysed} analysed{self.cluster_note if analysed else ''}, "
+            f"{self.failed} failed, in {time.perf_counter() - self.started:.1f} s",
+            file=sys.stderr,
+        )
 
 
 def _write(data: bytes, output: str | None) -> None:
@@ -347,24 +423,30 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         count = int(step.get("sync_count") or 0)
         if count > limit:
             where = os.path.basename(step.get("trace") or "") or "trace"
-            problems.append(f"{where_run(step.get('trace'))}"
-                            f"step {step.get('step')} of {where} has {count} syncs "
-                            f"(limit {limit})")
-    traced_steps = {t.get("path") for t in (report_json.get("traces") or [])
-                    if int(t.get("steps") or 0) > 0}
+            problems.append(
+                f"{where_run(step.get('trace'))}"
+                f"step {step.get('step')} of {where} has {count} syncs "
+                f"(limit {limit})"
+            )
+    traced_steps = {
+        t.get("path") for t in (report_json.get("traces") or []) if int(t.get("steps") or 0) > 0
+    }
     by_trace: dict[str, int] = {}
     for sync in report_json.get("syncs") or []:
         if sync.get("step") is None and sync.get("trace") not in traced_steps:
             by_trace[sync.get("trace") or ""] = by_trace.get(sync.get("trace") or "", 0) + 1
     for trace, count in by_trace.items():
         if count > limit:
-            problems.append(f"{where_run(trace)}"
-                            f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
-                            f"counted as one step) has {count} syncs (limit {limit})")
+            problems.append(
+                f"{where_run(trace)}"
+                f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
+                f"counted as one step) has {count} syncs (limit {limit})"
+            )
     return problems
 
 
 # --- commands ------------------------------------------------------------------------
+
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from tb_syncfinder import outputs
@@ -449,6 +531,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 # --- entry point ---------------------------------------------------------------------
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (the console script exits with it)."""

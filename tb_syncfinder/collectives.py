@@ -64,10 +64,17 @@ __all__ = [
 # Collectives after which every rank leaves at nearly the same instant: their ends estimate
 # the clock offsets between hosts. Broadcast (the root may finish first), point-to-point and
 # uneven all-to-all are not such collectives.
-BLOCKING_COLLECTIVES = frozenset({
-    "allreduce", "allgather", "reducescatter", "barrier",
-    "allreducecoalesced", "allgathercoalesced", "reducescattercoalesced",
-})
+BLOCKING_COLLECTIVES = frozenset(
+    {
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "barrier",
+        "allreducecoalesced",
+        "allgathercoalesced",
+        "reducescattercoalesced",
+    }
+)
 # Sizes are the same on every rank only for these; all-to-all(v), gather and scatter may
 # differ per rank legitimately, so only their name and dtype are compared.
 SYMMETRIC_COLLECTIVES = BLOCKING_COLLECTIVES | {"broadcast", "reduce"}
@@ -93,7 +100,7 @@ def canonical_collective(name: str) -> str:
     else:
         for prefix in _HOST_PREFIXES:
             if text.startswith(prefix):
-                text = text[len(prefix):]
+                text = text[len(prefix) :]
                 break
     text = text.lower()
     for noise in ("_into_tensor", "_tensor", "_base"):
@@ -324,17 +331,25 @@ def parse_distributed_info(info: Optional[Mapping[str, Any]]) -> Optional[Distri
     for pg in info.get("pg_config") or ():
         if not isinstance(pg, Mapping) or pg.get("pg_name") is None:
             continue
-        groups.append(ProcessGroupInfo(
-            name=str(pg.get("pg_name")), ranks=_as_ranks(pg.get("ranks")),
-            desc=pg.get("pg_desc") if isinstance(pg.get("pg_desc"), str) else None,
-            size=_as_int(pg.get("pg_size")),
-            backend_config=pg.get("backend_config")
-            if isinstance(pg.get("backend_config"), str) else None))
+        groups.append(
+            ProcessGroupInfo(
+                name=str(pg.get("pg_name")),
+                ranks=_as_ranks(pg.get("ranks")),
+                desc=pg.get("pg_desc") if isinstance(pg.get("pg_desc"), str) else None,
+                size=_as_int(pg.get("pg_size")),
+                backend_config=pg.get("backend_config")
+                if isinstance(pg.get("backend_config"), str)
+                else None,
+            )
+        )
     version = info.get("nccl_version")
     return DistributedInfo(
-        rank=_as_int(info.get("rank")), world_size=_as_int(info.get("world_size")),
+        rank=_as_int(info.get("rank")),
+        world_size=_as_int(info.get("world_size")),
         backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
-        groups=tuple(groups), nccl_version=str(version) if version is not None else None)
+        groups=tuple(groups),
+        nccl_version=str(version) if version is not None else None,
+    )
 
 
 # -- collective arguments ---------------------------------------------------------------------
@@ -373,8 +388,7 @@ class ReaderArgs:
     attribute names, less the 2023 ``Input Dims`` / ``Input type``), and the file's clock
     facts from ``TraceData``."""
 
-    def __init__(self, base_time_ns: Optional[int] = None,
-                 host_name: Optional[str] = None) -> None:
+    def __init__(self, base_time_ns: Optional[int] = None, host_name: Optional[str] = None) -> None:
         self.base_time_ns = base_time_ns
         self.host_name = host_name
 
@@ -431,8 +445,9 @@ _NOT_DTYPES = frozenset({"", "TensorList", "Scalar", "ScalarList", "GenericList"
 
 def _fill_from_args(c: Collective, sourced: Sequence[tuple[str, Optional[CommArgs]]]) -> None:
     """Take each field from the most trusted argument set that has it."""
-    ranked = sorted(((src, a) for src, a in sourced if a is not None),
-                    key=lambda item: _args_rank(*item))
+    ranked = sorted(
+        ((src, a) for src, a in sourced if a is not None), key=lambda item: _args_rank(*item)
+    )
     for _src, a in ranked:
         if c.group == "":
             if a.pg_name is not None:
@@ -454,8 +469,13 @@ def _fill_from_args(c: Collective, sourced: Sequence[tuple[str, Optional[CommArg
         if c.in_nelems is None:
             c.in_nelems = _dims_nelems(getattr(a, "input_dims", None))
         types = getattr(a, "input_type", None)
-        if c.dtype is None and isinstance(types, list) and types \
-                and isinstance(types[0], str) and types[0] not in _NOT_DTYPES:
+        if (
+            c.dtype is None
+            and isinstance(types, list)
+            and types
+            and isinstance(types[0], str)
+            and types[0] not in _NOT_DTYPES
+        ):
             c.dtype = types[0]
 
 
@@ -465,8 +485,11 @@ def _name_of(sourced: Sequence[tuple[str, Optional[CommArgs]]]) -> Optional[str]
     for _src, a in sourced:
         if a is not None and isinstance(a.collective_name, str) and a.collective_name:
             return canonical_collective(a.collective_name)
-    for prefixes in (("nccl:", "gloo:"), ("c10d::", "_c10d_functional::", "c10d_functional::"),
-                     ("nccl",)):
+    for prefixes in (
+        ("nccl:", "gloo:"),
+        ("c10d::", "_c10d_functional::", "c10d_functional::"),
+        ("nccl",),
+    ):
         for src, _a in sourced:
             if src.startswith(prefixes):
                 return canonical_collective(src)
@@ -486,9 +509,9 @@ def _kernels_launched(tl: Timeline, thread: HostThread, ts: float, end: float) -
     return found
 
 
-def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]],
-                      names: dict[int, _Names]
-                      ) -> tuple[list[_Pending], list[_Pending], set[int]]:
+def _host_collectives(
+    tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]], names: dict[int, _Names]
+) -> tuple[list[_Pending], list[_Pending], set[int]]:
     """(enqueues, gloo executions without an enqueue around them, ids of joined kernels)."""
     enqueues: list[_Pending] = []
     cpu_execs: list[_Pending] = []
@@ -518,8 +541,9 @@ def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]
             if head.name.startswith("gloo:"):
                 # gloo runs the collective on a worker thread: an execution whose enqueue
                 # (c10d::*) is on the calling thread, paired later by order.
-                cpu_execs.append(_Pending(name, None, None, [head], "cpu_op", args,
-                                          thread.tid, thread.pid))
+                cpu_execs.append(
+                    _Pending(name, None, None, [head], "cpu_op", args, thread.tid, thread.pid)
+                )
                 continue
             kernels = _kernels_launched(tl, thread, head.ts, head.ts + head.dur)
             joined.update(id(k) for k in kernels)
@@ -530,13 +554,15 @@ def _host_collectives(tl: Timeline, args_for: Callable[[Any], Optional[CommArgs]
                 if inner_gloo:
                     execs, kind = inner_gloo, "cpu_op"
             args.extend((k.name, args_for(k)) for k in kernels)
-            enqueues.append(_Pending(name, head.name, head, execs, kind, args, thread.tid,
-                                     thread.pid))
+            enqueues.append(
+                _Pending(name, head.name, head, execs, kind, args, thread.tid, thread.pid)
+            )
     return enqueues, cpu_execs, joined
 
 
-def _orphan_kernels(tl: Timeline, joined: set[int],
-                    args_for: Callable[[Any], Optional[CommArgs]]) -> list[_Pending]:
+def _orphan_kernels(
+    tl: Timeline, joined: set[int], args_for: Callable[[Any], Optional[CommArgs]]
+) -> list[_Pending]:
     """NCCL kernels whose launch is not inside any host collective op (enqueued before the
     profiled window, or a trace without host ops)."""
     orphans = []
@@ -599,17 +625,19 @@ def _single_group(dist: Optional[DistributedInfo]) -> Optional[ProcessGroupInfo]
     return None
 
 
-def _collectives(tl: Timeline, dist: Optional[DistributedInfo],
-                 args_for: Callable[[Any], Optional[CommArgs]],
-                 names: dict[int, _Names]) -> list[Collective]:
+def _collectives(
+    tl: Timeline,
+    dist: Optional[DistributedInfo],
+    args_for: Callable[[Any], Optional[CommArgs]],
+    names: dict[int, _Names],
+) -> list[Collective]:
     enqueues, cpu_execs, joined = _host_collectives(tl, args_for, names)
     unpaired = _pair_cpu_execs(enqueues, cpu_execs)
     orphans = _orphan_kernels(tl, joined, args_for) + unpaired
     only_group = _single_group(dist)
     result = []
     for n, p in enumerate(_issue_order(enqueues, orphans)):
-        c = Collective(index=n, name=p.name or "", group="", host_op=p.host_op,
-                       thread=p.thread)
+        c = Collective(index=n, name=p.name or "", group="", host_op=p.host_op, thread=p.thread)
         if p.enqueue is not None:
             c.enqueue_ts = p.enqueue.ts
             c.enqueue_end = p.enqueue.ts + p.enqueue.dur
@@ -654,17 +682,31 @@ def waits_from_syncs(syncs: Iterable[Sync]) -> list[HostWait]:
     waits = []
     for n, s in enumerate(syncs):
         src = s.source
-        waits.append(HostWait(
-            id=s.id or f"sync-{n}", kind=s.kind, site_key=s.site_key or site_key(s),
-            ts=s.ts_us, end=s.end_us or s.ts_us, wait_us=s.host_wait_us,
-            op=s.op or s.api, file=src.file if src else None, line=src.line if src else None,
-            func=src.func if src else None, line_exact=bool(src and src.line_exact),
-            step=s.step, thread=s.thread, is_sync=True, latent=s.latent))
+        waits.append(
+            HostWait(
+                id=s.id or f"sync-{n}",
+                kind=s.kind,
+                site_key=s.site_key or site_key(s),
+                ts=s.ts_us,
+                end=s.end_us or s.ts_us,
+                wait_us=s.host_wait_us,
+                op=s.op or s.api,
+                file=src.file if src else None,
+                line=src.line if src else None,
+                func=src.func if src else None,
+                line_exact=bool(src and src.line_exact),
+                step=s.step,
+                thread=s.thread,
+                is_sync=True,
+                latent=s.latent,
+            )
+        )
     return waits
 
 
-def _blocking_calls(tl: Timeline, resolver: Any, id_prefix: str,
-                    names: dict[int, _Names]) -> list[HostWait]:
+def _blocking_calls(
+    tl: Timeline, resolver: Any, id_prefix: str, names: dict[int, _Names]
+) -> list[HostWait]:
     """Blocking Python calls of at least ``MIN_BLOCKING_US``, with their user line."""
     waits: list[HostWait] = []
     stacks = Attributor(tl)  # its per-thread frame trees are built on first use only
@@ -688,13 +730,24 @@ def _blocking_calls(tl: Timeline, resolver: Any, id_prefix: str,
             line = src.line if src else (user.line if user else None)
             func = src.func if src else (user.func if user else None)
             step = tl.step_at(node.ts)
-            waits.append(HostWait(
-                id=f"{id_prefix}-w{len(waits)}", kind="blocking_call",
-                site_key=f"{file}:{line}:{label}" if file else f"-:{label}",
-                ts=node.ts, end=node.ts + node.dur, wait_us=node.dur, op=label,
-                file=file, line=line, func=func, line_exact=bool(src and src.line_exact),
-                step=step.number if step is not None else None, thread=thread.tid,
-                is_sync=False))
+            waits.append(
+                HostWait(
+                    id=f"{id_prefix}-w{len(waits)}",
+                    kind="blocking_call",
+                    site_key=f"{file}:{line}:{label}" if file else f"-:{label}",
+                    ts=node.ts,
+                    end=node.ts + node.dur,
+                    wait_us=node.dur,
+                    op=label,
+                    file=file,
+                    line=line,
+                    func=func,
+                    line_exact=bool(src and src.line_exact),
+                    step=step.number if step is not None else None,
+                    thread=thread.tid,
+                    is_sync=False,
+                )
+            )
     waits.sort(key=lambda w: w.ts)
     return waits
 
@@ -734,23 +787,42 @@ def extract_rank(
         notes.append("no distributedInfo: not part of a job")
     names = _thread_names(tl)
     collectives = _collectives(tl, dist, source.args_for, names)
-    if collectives and all(c.group == "" for c in collectives) and dist is not None \
-            and len(dist.groups) > 1:
-        notes.append("collectives carry no process group and the trace lists "
-                     f"{len(dist.groups)} groups")
+    if (
+        collectives
+        and all(c.group == "" for c in collectives)
+        and dist is not None
+        and len(dist.groups) > 1
+    ):
+        notes.append(
+            f"collectives carry no process group and the trace lists {len(dist.groups)} groups"
+        )
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
         id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
     waits.sort(key=lambda w: w.ts)
     return RankTrace(
-        path=tl.path, worker=worker, dist=dist, base_time_ns=source.base_time_ns,
-        host_name=source.host_name, span=(float(tl.span[0]), float(tl.span[1])),
-        collectives=collectives, steps=_steps(tl), waits=waits, notes=notes)
+        path=tl.path,
+        worker=worker,
+        dist=dist,
+        base_time_ns=source.base_time_ns,
+        host_name=source.host_name,
+        span=(float(tl.span[0]), float(tl.span[1])),
+        collectives=collectives,
+        steps=_steps(tl),
+        waits=waits,
+        notes=notes,
+    )
 
 
-def extract_rank_file(path: str, *, syncs: Sequence[Sync] = (), resolver: Any = None,
-                      worker: str = "", id_prefix: str = "") -> RankTrace:
+def extract_rank_file(
+    path: str,
+    *,
+    syncs: Sequence[Sync] = (),
+    resolver: Any = None,
+    worker: str = "",
+    id_prefix: str = "",
+) -> RankTrace:
     """Read, build the timeline and extract: for tests, benchmarks and scripts (the engine
     runs ``extract_rank`` on the timeline it already has)."""
     from tb_syncfinder.reader import read_trace
@@ -758,6 +830,12 @@ def extract_rank_file(path: str, *, syncs: Sequence[Sync] = (), resolver: Any = 
 
     data = read_trace(path)
     tl = build_timeline(data)
-    return extract_rank(tl, data.distributed_info,
-                        comm=ReaderArgs(data.base_time_ns, data.host_name), syncs=syncs,
-                        resolver=resolver, worker=worker, id_prefix=id_prefix)
+    return extract_rank(
+        tl,
+        data.distributed_info,
+        comm=ReaderArgs(data.base_time_ns, data.host_name),
+        syncs=syncs,
+        resolver=resolver,
+        worker=worker,
+        id_prefix=id_prefix,
+    )

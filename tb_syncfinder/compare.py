@@ -26,8 +26,14 @@ def site_match_key(site: dict[str, Any]) -> str:
     """``basename:func:first op:kind``, the identity of a site across runs."""
     ops = site.get("ops") or []
     first_op = ops[0] if ops else ""
-    return ":".join([_basename(site.get("file")), site.get("func") or "", first_op or "",
-                     site.get("kind") or ""])
+    return ":".join(
+        [
+            _basename(site.get("file")),
+            site.get("func") or "",
+            first_op or "",
+            site.get("kind") or "",
+        ]
+    )
 
 
 def _steps(report: dict[str, Any]) -> int:
@@ -94,8 +100,9 @@ def _status(before: dict[str, Any] | None, after: dict[str, Any] | None, measure
     return "same"
 
 
-def _compare_sites(base: dict[str, Any], new: dict[str, Any], field: str,
-                   measure: str) -> list[dict[str, Any]]:
+def _compare_sites(
+    base: dict[str, Any], new: dict[str, Any], field: str, measure: str
+) -> list[dict[str, Any]]:
     before_sites = _merge(base, base.get(field) or [])
     after_sites = _merge(new, new.get(field) or [])
     rows = []
@@ -103,19 +110,21 @@ def _compare_sites(base: dict[str, Any], new: dict[str, Any], field: str,
         before = _side(before_sites.get(key))
         after = _side(after_sites.get(key))
         current = (after_sites.get(key) or before_sites[key])["site"]
-        rows.append({
-            "key": key,
-            "file": current.get("file"),
-            "line": current.get("line"),
-            "func": current.get("func"),
-            "kind": current.get("kind"),
-            "ops": list(current.get("ops") or []),
-            "status": _status(before, after, measure),
-            "before": before,
-            "after": after,
-            "change_us": (after or {}).get("cost_per_step_us", 0.0)
-            - (before or {}).get("cost_per_step_us", 0.0),
-        })
+        rows.append(
+            {
+                "key": key,
+                "file": current.get("file"),
+                "line": current.get("line"),
+                "func": current.get("func"),
+                "kind": current.get("kind"),
+                "ops": list(current.get("ops") or []),
+                "status": _status(before, after, measure),
+                "before": before,
+                "after": after,
+                "change_us": (after or {}).get("cost_per_step_us", 0.0)
+                - (before or {}).get("cost_per_step_us", 0.0),
+            }
+        )
     rows.sort(key=lambda r: (STATUSES.index(r["status"]), -abs(r["change_us"]), r["key"]))
     return rows
 
@@ -139,8 +148,10 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         # A CPU-only run has only latent sites (no wait was measured): compared against a
         # GPU run's real sites, every site would read "fixed" (or "new") though nothing
         # changed in the code. Compare both runs' sites together, by count per step.
-        note = ("one run is CPU-only: sites are compared by count per step, "
-                "not by cost (a CPU-only trace measures no wait)")
+        note = (
+            "one run is CPU-only: sites are compared by count per step, "
+            "not by cost (a CPU-only trace measures no wait)"
+        )
         base = _with_latent_as_sites(base)
         new = _with_latent_as_sites(new)
         sites = _compare_sites(base, new, "sites", "per_step")
@@ -175,13 +186,15 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def _cpu_only(report: dict[str, Any]) -> bool:
     """No analysed trace of the run saw device activity (a CPU-only profile)."""
-    analysed = [t for t in report.get("traces") or []
-                if isinstance(t, dict) and not t.get("error")]
+    analysed = [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
     if analysed:
         return not any(t.get("has_gpu_activity") for t in analysed)
     return not report.get("sites") and bool(report.get("latent_sites"))
 
 
 def _with_latent_as_sites(report: dict[str, Any]) -> dict[str, Any]:
-    return dict(report, sites=list(report.get("sites") or [])
-                + list(report.get("latent_sites") or []), latent_sites=[])
+    return dict(
+        report,
+        sites=list(report.get("sites") or []) + list(report.get("latent_sites") or []),
+        latent_sites=[],
+    )

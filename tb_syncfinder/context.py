@@ -52,8 +52,9 @@ def _depth(thread: HostThread, index: int) -> int:
     return depth
 
 
-def sync_context(tl: Timeline, sync: Sync, window_us: float = 300,
-                 max_per_lane: int = 60) -> dict[str, Any]:
+def sync_context(
+    tl: Timeline, sync: Sync, window_us: float = 300, max_per_lane: int = 60
+) -> dict[str, Any]:
     """``{"window", "sync": {"ts_us", "end_us", "idle_end_us"}, "host": [...], "device": [...]}``
     (shape in docs/DESIGN.md)."""
     idle_end = sync.end_us + sync.gpu_idle_after_us
@@ -78,8 +79,15 @@ def sync_context(tl: Timeline, sync: Sync, window_us: float = 300,
             if kinds[i] == PYTHON:
                 continue
             e = nodes[i]
-            host.append({"name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur,
-                         "depth": _depth(thread, i)})
+            host.append(
+                {
+                    "name": e.name,
+                    "cat": e.cat,
+                    "ts_us": e.ts,
+                    "dur_us": e.dur,
+                    "depth": _depth(thread, i),
+                }
+            )
         r0 = bisect_left(thread.runtime_starts, lo)
         r1 = bisect_right(thread.runtime_starts, hi)
         for e in thread.runtime[r0:r1]:
@@ -87,8 +95,9 @@ def sync_context(tl: Timeline, sync: Sync, window_us: float = 300,
             depth = 0
             if enclosing >= 0:
                 depth = _depth(thread, enclosing) + (0 if kinds[enclosing] == PYTHON else 1)
-            host.append({"name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur,
-                         "depth": depth})
+            host.append(
+                {"name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur, "depth": depth}
+            )
         host.sort(key=lambda item: (item["ts_us"], item["depth"]))
         host = _closest(host, sync.ts_us, sync.end_us, max_per_lane)
 
@@ -98,10 +107,15 @@ def sync_context(tl: Timeline, sync: Sync, window_us: float = 300,
             continue
         i = bisect_left(events, lo, key=lambda e: e.ts)
         j = bisect_right(events, hi, key=lambda e: e.ts)
-        chosen = events[max(0, i - 1):j]
+        chosen = events[max(0, i - 1) : j]
         items = [
-            {"lane": tl.lane_label(lane), "name": e.name, "cat": e.cat, "ts_us": e.ts,
-             "dur_us": e.dur}
+            {
+                "lane": tl.lane_label(lane),
+                "name": e.name,
+                "cat": e.cat,
+                "ts_us": e.ts,
+                "dur_us": e.dur,
+            }
             for e in chosen
             if e.ts + e.dur >= lo
         ]

@@ -52,7 +52,8 @@ def idle_union_us(syncs: list[Sync]) -> float:
     for sync in syncs:
         if sync.gpu_idle_after_us > 0:
             by_device.setdefault((sync.trace, sync.device_id), []).append(
-                (sync.end_us, sync.end_us + sync.gpu_idle_after_us))
+                (sync.end_us, sync.end_us + sync.gpu_idle_after_us)
+            )
     return sum(_union_length(intervals) for intervals in by_device.values())
 
 
@@ -77,9 +78,12 @@ def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncC
     return SyncCost(host_wait, max(0.0, float(idle_until - end)), charged)
 
 
-def step_stats(tl: Timeline, syncs: list[Sync],
-               replayed: Mapping[int, StepReplay] | None = None,
-               savings: Mapping[int, float] | None = None) -> list[StepStats]:
+def step_stats(
+    tl: Timeline,
+    syncs: list[Sync],
+    replayed: Mapping[int, StepReplay] | None = None,
+    savings: Mapping[int, float] | None = None,
+) -> list[StepStats]:
     """Per-step stats of one trace (a single pseudo-step when it has no step markers).
 
     ``replayed`` (the what-if stage's steps by number) gives each step its device-timeline
@@ -91,11 +95,11 @@ def step_stats(tl: Timeline, syncs: list[Sync],
             # Several threads/processes may record the same step number: keep the longest.
             prev = stats.get(step.number)
             if prev is None or prev.step_time_us < step.end - step.ts:
-                stats[step.number] = StepStats(step.number, step.end - step.ts, 0, 0.0, 0.0,
-                                               tl.path)
+                stats[step.number] = StepStats(
+                    step.number, step.end - step.ts, 0, 0.0, 0.0, tl.path
+                )
     else:
-        stats[NO_STEP] = StepStats(NO_STEP, max(0.0, tl.span[1] - tl.span[0]), 0, 0.0, 0.0,
-                                   tl.path)
+        stats[NO_STEP] = StepStats(NO_STEP, max(0.0, tl.span[1] - tl.span[0]), 0, 0.0, 0.0, tl.path)
     in_step: dict[int, list[Sync]] = {}
     for sync in syncs:
         number = sync.step if tl.steps else NO_STEP
@@ -118,8 +122,9 @@ def step_stats(tl: Timeline, syncs: list[Sync],
     return [stats[k] for k in sorted(stats)]
 
 
-def estimated_saving_us(steps: list[StepStats], syncs: list[Sync],
-                        step_markers: bool = True) -> float:
+def estimated_saving_us(
+    steps: list[StepStats], syncs: list[Sync], step_markers: bool = True
+) -> float:
     """Upper-bound saving of one trace: per step, the union of [start, end + idle] of its
     syncs, capped at the step time (see the module docstring). Without ProfilerStep markers
     (``step_markers`` False) the whole trace is the one step and every sync is in it; with
@@ -132,7 +137,8 @@ def estimated_saving_us(steps: list[StepStats], syncs: list[Sync],
         if number in by_step:
             # The blocking calls of one episode are packed as if back to back, ending
             # at its end: the gaps between them were host work, not waiting.
-            by_step[number].append((sync.end_us - sync.host_wait_us,
-                                    sync.end_us + sync.gpu_idle_after_us))
+            by_step[number].append(
+                (sync.end_us - sync.host_wait_us, sync.end_us + sync.gpu_idle_after_us)
+            )
     step_time = {s.step: s.step_time_us for s in steps}
     return sum(min(_union_length(v), step_time[k]) for k, v in by_step.items())

@@ -170,7 +170,8 @@ def classify(op_names: list[str], calls: list[Call], annotation: str | None = No
         if op_kind in op_kinds:
             return op_kind
     if any(catalogue.is_collective_op(name) for name in op_names) or (
-            annotation is not None and catalogue.is_collective_wait_annotation(annotation)):
+        annotation is not None and catalogue.is_collective_wait_annotation(annotation)
+    ):
         return catalogue.COLLECTIVE_WAIT
     directions = [c.direction for c in calls if c.reason in ("copy", "maybe_copy")]
     if "DtoH" in directions:
@@ -211,7 +212,8 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
         thread_episodes: list[Episode] = []
         if sync_record_corrs:
             candidates = [
-                e for e in thread.runtime
+                e
+                for e in thread.runtime
                 if catalogue.may_block(e.name) or tl.correlation(e, thread) in sync_record_corrs
             ]
         else:
@@ -242,8 +244,9 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
         for episode in thread_episodes:
             episode.calls.sort(key=lambda c: c.event.ts)
             names = [thread.nodes[i].name for i in op_chain(thread, episode.anchor)]
-            episode.kind = classify(names, episode.calls,
-                                    innermost_annotation(thread, episode.anchor))
+            episode.kind = classify(
+                names, episode.calls, innermost_annotation(thread, episode.anchor)
+            )
         episodes.extend(thread_episodes)
     episodes.sort(key=lambda ep: ep.ts)
     return episodes

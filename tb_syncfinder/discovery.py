@@ -224,8 +224,7 @@ def _single_file_ref(fs: Any, path: str) -> TraceRef:
         ascend = ASCEND_DIR_PATTERN.match(fs.basename(worker_dir))
         if ascend:
             run_dir = _parent(worker_dir)
-            return TraceRef(path, fs.basename(run_dir) or run_dir, ascend.group(1),
-                            ascend.group(2))
+            return TraceRef(path, fs.basename(run_dir) or run_dir, ascend.group(1), ascend.group(2))
     # Any other file name: the user named it, so take it; the worker is its name without
     # the JSON suffixes.
     worker = re.sub(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "", name) or name

@@ -56,8 +56,15 @@ if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
 
 __all__ = [
-    "NoTracesError", "Options", "TraceMapper", "TraceResult", "analyze", "analyze_runs",
-    "analyze_trace", "map_locally", "report_runs",
+    "NoTracesError",
+    "Options",
+    "TraceMapper",
+    "TraceResult",
+    "analyze",
+    "analyze_runs",
+    "analyze_trace",
+    "map_locally",
+    "report_runs",
 ]
 
 
@@ -86,7 +93,8 @@ class Options:
 
     def resolver(self) -> SourceResolver:
         roots, path_map = with_source_packs(
-            list(self.source_roots) or [os.getcwd()], parse_path_map(self.path_map),
+            list(self.source_roots) or [os.getcwd()],
+            parse_path_map(self.path_map),
             self.source_packs,
         )
         return SourceResolver(roots, path_map)
@@ -151,11 +159,16 @@ def analyze_trace(
         return TraceResult(info)
 
 
-
-
-def _build_sync(episode: Episode, attribution: Attribution, source: Source | None,
-                cost: SyncCost, trace: str, sync_id: str, key: str,
-                saving: float | None) -> Sync:
+def _build_sync(
+    episode: Episode,
+    attribution: Attribution,
+    source: Source | None,
+    cost: SyncCost,
+    trace: str,
+    sync_id: str,
+    key: str,
+    saving: float | None,
+) -> Sync:
     op = attribution.op_chain[0] if attribution.op_chain else None
     return Sync(
         kind=episode.kind,
@@ -184,8 +197,9 @@ def _build_sync(episode: Episode, attribution: Attribution, source: Source | Non
         forward_stack=attribution.forward_stack,
         profiler_overhead=attribution.profiler_overhead,
         # Without a replay: the sync's own interval of the bound (wait, then bubble).
-        predicted_saving_us=(cost.host_wait_us + cost.gpu_idle_after_us
-                             if saving is None else saving),
+        predicted_saving_us=(
+            cost.host_wait_us + cost.gpu_idle_after_us if saving is None else saving
+        ),
         saving_method="bound" if saving is None else "replay",
     )
 
@@ -195,8 +209,9 @@ def _site_key(attribution: Attribution, source: Source | None) -> str:
     return site_key(source, op, attribution.api)
 
 
-def _trace_savings(whatif: TraceWhatIf, syncs: list[Sync], steps: list[StepStats],
-                   step_markers: bool) -> TraceSavings:
+def _trace_savings(
+    whatif: TraceWhatIf, syncs: list[Sync], steps: list[StepStats], step_markers: bool
+) -> TraceSavings:
     """The what-if stage's figures for the report: the replay's, else the bound's with the
     reason the replay was not used."""
     groups: dict[str, list[int]] = {}
@@ -204,30 +219,45 @@ def _trace_savings(whatif: TraceWhatIf, syncs: list[Sync], steps: list[StepStats
         groups.setdefault(sync.site_key, []).append(index)
     result = whatif.result
     if result is None or not result.available:
-        reason = ("no device activity: nothing to replay" if result is None
-                  else f"replay unavailable: {result.reason}")
+        reason = (
+            "no device activity: nothing to replay"
+            if result is None
+            else f"replay unavailable: {result.reason}"
+        )
         return TraceSavings(
-            method="bound", reason=reason,
+            method="bound",
+            reason=reason,
             all_syncs_us=estimated_saving_us(steps, syncs, step_markers),
-            sites={key: estimated_saving_us(steps, [syncs[i] for i in members], step_markers)
-                   for key, members in groups.items()},
+            sites={
+                key: estimated_saving_us(steps, [syncs[i] for i in members], step_markers)
+                for key, members in groups.items()
+            },
         )
     sites = {}
     for key, members in groups.items():
         # One sync: its own replayed saving (``syncs`` holds the program's syncs only, so
         # its indices are not the replay's episode indices).
-        sites[key] = (syncs[members[0]].predicted_saving_us if len(members) == 1
-                      else result.group_savings[key].total_us)
+        sites[key] = (
+            syncs[members[0]].predicted_saving_us
+            if len(members) == 1
+            else result.group_savings[key].total_us
+        )
     return TraceSavings(
-        method="replay", reason=None, all_syncs_us=result.all_syncs.total_us, sites=sites,
-        window_us=result.window_us, gpu_idle_us=result.gpu_idle_us,
+        method="replay",
+        reason=None,
+        all_syncs_us=result.all_syncs.total_us,
+        sites=sites,
+        window_us=result.window_us,
+        gpu_idle_us=result.gpu_idle_us,
         gpu_idle_from_syncs_us=result.gpu_idle_from_syncs_us,
-        fidelity_error=result.fidelity_error, notes=list(result.notes),
+        fidelity_error=result.fidelity_error,
+        notes=list(result.notes),
     )
 
 
-def _analyze_data(ref: TraceRef, data: Any, options: Options,
-                  resolver: SourceResolver) -> TraceResult:
+def _analyze_data(
+    ref: TraceRef, data: Any, options: Options, resolver: SourceResolver
+) -> TraceResult:
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
@@ -248,8 +278,11 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
         if first_id == 0 and options.whatif:  # the blocking episodes, not the latent ones
             # Syncs listed apart (the profiler's own, warm-up allocations) are replayed
             # each alone but counted in no site's group and not in "every sync removed".
-            apart = [n for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
-                     if a.profiler_overhead or is_warmup_listed(e.kind, a.annotations)]
+            apart = [
+                n
+                for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
+                if a.profiler_overhead or is_warmup_listed(e.kind, a.annotations)
+            ]
             replay_keys = list(keys)
             for n in apart:
                 replay_keys[n] = f"{keys[n]}#apart{n}"
@@ -257,31 +290,36 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
             if whatif.episode_us:
                 savings = list(whatif.episode_us)
         stages = zip(episodes, attributions, sources, costs, keys, savings, strict=True)
-        built.append([
-            _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}", key, saving)
-            for n, (e, a, src, c, key, saving) in enumerate(stages)
-        ])
+        built.append(
+            [
+                _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}", key, saving)
+                for n, (e, a, src, c, key, saving) in enumerate(stages)
+            ]
+        )
         first_id += len(episodes)
     # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's,
     # and allocator syncs in warm-up regions are expected once: both kept apart, out of the
     # findings and the step totals.
     for found in built:
         for sync in found:
-            sync.warmup_allocator = (not sync.profiler_overhead
-                                     and is_warmup_listed(sync.kind, sync.annotations))
+            sync.warmup_allocator = not sync.profiler_overhead and is_warmup_listed(
+                sync.kind, sync.annotations
+            )
     # The replay's episode index of each blocking sync (the findings skip those listed apart).
     episode_of = {sync.id: n for n, sync in enumerate(built[0])}
     overhead = [s for found in built for s in found if s.profiler_overhead]
     warmup = [s for found in built for s in found if s.warmup_allocator]
-    syncs, latent = ([s for s in found if not (s.profiler_overhead or s.warmup_allocator)]
-                     for found in built)
+    syncs, latent = (
+        [s for s in found if not (s.profiler_overhead or s.warmup_allocator)] for found in built
+    )
     steps = step_stats(tl, syncs, whatif.steps, whatif.per_step_us)
     trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps))
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         for sync in syncs + latent + overhead + warmup:
-            contexts[sync.id] = sync_context(tl, sync, options.context_window_us,
-                                             options.context_max_events)
+            contexts[sync.id] = sync_context(
+                tl, sync, options.context_window_us, options.context_max_events
+            )
     info = _info(ref, tl)
     info.repairs = repairs
     info.step_markers = bool(tl.steps)
@@ -289,15 +327,26 @@ def _analyze_data(ref: TraceRef, data: Any, options: Options,
         info.steps = 1 if steps else 0
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
-    rank = rank_trace(tl, ref, distributed_info, syncs + latent, resolver, prefix,
-                      base_time_ns, host_name)
+    rank = rank_trace(
+        tl, ref, distributed_info, syncs + latent, resolver, prefix, base_time_ns, host_name
+    )
     if rank is not None and whatif.result is not None and syncs:
         # Only here, while the replay's graph is alive: how much earlier each collective
         # of this rank starts without each sync, for the job stage's causes.
         rank.replayed_earlier = collective_earlier(
-            whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs})
-    return TraceResult(info, syncs, latent, steps, contexts, profiler_overhead=overhead,
-                       warmup_allocator=warmup, rank=rank, savings=trace_savings)
+            whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs}
+        )
+    return TraceResult(
+        info,
+        syncs,
+        latent,
+        steps,
+        contexts,
+        profiler_overhead=overhead,
+        warmup_allocator=warmup,
+        rank=rank,
+        savings=trace_savings,
+    )
 
 
 def _run_report(members: Sequence[TraceResult]) -> Report:
@@ -325,12 +374,14 @@ def report_runs(results: Sequence[TraceResult]) -> RunsReport:
 
 # A per-trace map: analyses ``refs`` (writing their summaries to ``store`` when given) and
 # yields their results in any order, each as soon as it is done.
-TraceMapper = Callable[[Sequence[TraceRef], "Options", "SummaryStore | None"],
-                       Iterator[TraceResult]]
+TraceMapper = Callable[
+    [Sequence[TraceRef], "Options", "SummaryStore | None"], Iterator[TraceResult]
+]
 
 
-def map_locally(refs: Sequence[TraceRef], options: Options,
-                store: SummaryStore | None = None) -> Iterator[TraceResult]:
+def map_locally(
+    refs: Sequence[TraceRef], options: Options, store: SummaryStore | None = None
+) -> Iterator[TraceResult]:
     """The per-trace stage in this process, one trace after the other."""
     resolver = options.resolver()
     for ref in refs:
@@ -371,8 +422,7 @@ def analyze_runs(
                 if ref.path in found:
                     on_result(found[ref.path], True)
     if todo:
-        mapped = (mapper or map_locally)(todo, options,
-                                         summaries if write_summaries else None)
+        mapped = (mapper or map_locally)(todo, options, summaries if write_summaries else None)
         for result in mapped:
             found[result.info.path] = result
             if on_result is not None:
@@ -380,8 +430,8 @@ def analyze_runs(
     missing = [ref for ref in refs if ref.path not in found]
     for ref in missing:  # a mapper that lost a trace: say so rather than drop it
         found[ref.path] = TraceResult(
-            TraceInfo(ref.path, ref.worker, ref.span, ref.run,
-                      error="analysis returned no result"))
+            TraceInfo(ref.path, ref.worker, ref.span, ref.run, error="analysis returned no result")
+        )
     return report_runs([found[ref.path] for ref in refs])
 
 

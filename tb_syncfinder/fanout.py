@@ -41,8 +41,12 @@ def _ray() -> Any:
     return ray
 
 
-def batches(refs: Sequence[TraceRef], batch_bytes: int = BATCH_BYTES,
-            batch_max: int = BATCH_MAX, workers: int = 1) -> list[list[TraceRef]]:
+def batches(
+    refs: Sequence[TraceRef],
+    batch_bytes: int = BATCH_BYTES,
+    batch_max: int = BATCH_MAX,
+    workers: int = 1,
+) -> list[list[TraceRef]]:
     """Refs grouped into tasks of about ``batch_bytes`` each, but small enough that every
     worker gets a couple of tasks (a trace larger than a task's share is a task of its own),
     largest first so the long tasks start early."""
@@ -70,8 +74,9 @@ def batches(refs: Sequence[TraceRef], batch_bytes: int = BATCH_BYTES,
     return groups
 
 
-def analyze_batch(refs: Sequence[TraceRef], options: Options,
-                  store: SummaryStore | None) -> list[TraceResult]:
+def analyze_batch(
+    refs: Sequence[TraceRef], options: Options, store: SummaryStore | None
+) -> list[TraceResult]:
     """One task: analyse, keep the summary, return what the driver's reduce needs."""
     resolver = options.resolver()
     results = []
@@ -93,19 +98,26 @@ class ClusterInfo:
     tasks: int = 0
 
 
-def ray_mapper(address: str | None = None, workers: int | None = None, *,
-               batch_bytes: int = BATCH_BYTES, batch_max: int = BATCH_MAX,
-               on_cluster: Callable[[ClusterInfo], None] | None = None) -> TraceMapper:
+def ray_mapper(
+    address: str | None = None,
+    workers: int | None = None,
+    *,
+    batch_bytes: int = BATCH_BYTES,
+    batch_max: int = BATCH_MAX,
+    on_cluster: Callable[[ClusterInfo], None] | None = None,
+) -> TraceMapper:
     """A per-trace map over Ray: a local cluster of ``workers`` CPUs (default: all), or the
     running cluster at ``address`` ("auto", "ray://head:10001"). The cluster this starts is
     stopped when the map ends; a joined one is only disconnected from."""
 
-    def mapper(refs: Sequence[TraceRef], options: Options,
-               store: SummaryStore | None) -> Iterator[TraceResult]:
+    def mapper(
+        refs: Sequence[TraceRef], options: Options, store: SummaryStore | None
+    ) -> Iterator[TraceResult]:
         ray = _ray()
         # Workers have their own working directory: resolve sources against the driver's.
         options = dataclasses.replace(
-            options, source_roots=tuple(options.source_roots) or (os.getcwd(),))
+            options, source_roots=tuple(options.source_roots) or (os.getcwd(),)
+        )
         info = ClusterInfo(address=address)
         started = time.perf_counter()
         connected_here = not ray.is_initialized()
@@ -130,8 +142,9 @@ def ray_mapper(address: str | None = None, workers: int | None = None, *,
                     except Exception as exc:  # noqa: BLE001 - a lost task fails its traces only
                         reason = f"analysis task failed on the cluster: {type(exc).__name__}"
                         for ref in batch:
-                            yield TraceResult(TraceInfo(ref.path, ref.worker, ref.span,
-                                                        ref.run, error=reason))
+                            yield TraceResult(
+                                TraceInfo(ref.path, ref.worker, ref.span, ref.run, error=reason)
+                            )
         finally:
             if connected_here:
                 ray.shutdown()
@@ -146,14 +159,19 @@ def _connect(ray: Any, address: str | None, workers: int | None) -> None:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         else:
             # A local cluster runs this very package, installed or a checkout.
-            pythonpath = os.pathsep.join(filter(None, [package_parent,
-                                                       os.environ.get("PYTHONPATH")]))
+            pythonpath = os.pathsep.join(
+                filter(None, [package_parent, os.environ.get("PYTHONPATH")])
+            )
             # address="local": a new cluster of our own even when another one runs on this
             # machine (ray.init() would join that one, and refuses num_cpus then).
-            ray.init(address="local", num_cpus=workers or os.cpu_count(),
-                     include_dashboard=False,
-                     logging_level="ERROR", log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+            ray.init(
+                address="local",
+                num_cpus=workers or os.cpu_count(),
+                include_dashboard=False,
+                logging_level="ERROR",
+                log_to_driver=False,
+                runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+            )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
         raise FanoutError(f"cannot start or join {where}: {exc}") from exc

@@ -46,10 +46,16 @@ ReplayedEarlier = Mapping[int, Mapping[str, Mapping[int, float]]]
 TOP_SITES = 50  # job sites kept in the JSON, by job saving
 
 
-def rank_trace(tl: Timeline, ref: TraceRef, distributed_info: Mapping[str, Any] | None,
-               syncs: Sequence[Sync], resolver: Any, id_prefix: str,
-               base_time_ns: int | None = None, host_name: str | None = None
-               ) -> RankTrace | None:
+def rank_trace(
+    tl: Timeline,
+    ref: TraceRef,
+    distributed_info: Mapping[str, Any] | None,
+    syncs: Sequence[Sync],
+    resolver: Any,
+    id_prefix: str,
+    base_time_ns: int | None = None,
+    host_name: str | None = None,
+) -> RankTrace | None:
     """The job stage's input from one trace; None for a trace that is no rank of a job
     (no ``distributedInfo``, or a world size of 1).
 
@@ -59,29 +65,44 @@ def rank_trace(tl: Timeline, ref: TraceRef, distributed_info: Mapping[str, Any] 
     dist = parse_distributed_info(distributed_info)
     if dist is None or dist.world_size is None or dist.world_size <= 1:
         return None
-    return extract_rank(tl, distributed_info, comm=ReaderArgs(base_time_ns, host_name),
-                        syncs=syncs, resolver=resolver, worker=ref.worker,
-                        id_prefix=id_prefix)
+    return extract_rank(
+        tl,
+        distributed_info,
+        comm=ReaderArgs(base_time_ns, host_name),
+        syncs=syncs,
+        resolver=resolver,
+        worker=ref.worker,
+        id_prefix=id_prefix,
+    )
 
 
-def job_what_ifs(analysis: R.JobAnalysis, replayed: ReplayedEarlier | None = None
-                 ) -> tuple[list[R.WhatIf], bool]:
+def job_what_ifs(
+    analysis: R.JobAnalysis, replayed: ReplayedEarlier | None = None
+) -> tuple[list[R.WhatIf], bool]:
     """The what-ifs the job is costed with, and whether any is a bound.
 
     ``replayed``: a what-if replay's results per rank (``ReplayedEarlier``); the ranks it
     covers are costed with them (``ranks.what_ifs_for_rank``), the others with the bounds of
     ``ranks.fallback_what_ifs`` (a late rank's host wait explains at most min(its wait, the
     lateness))."""
-    replayed = {rank: earlier for rank, earlier in (replayed or {}).items()
-                if rank in analysis.ranks}
+    replayed = {
+        rank: earlier for rank, earlier in (replayed or {}).items() if rank in analysis.ranks
+    }
     # Per (rank, wait, collective): the replay's figure where it has one (0 included: the
     # replay says that wait did not delay that collective), else the bound. The replay
     # knows syncs and collectives with a kernel; blocking calls and gloo collectives keep
     # their bounds.
-    covered = {(rank, wait_id, index) for rank, earlier in replayed.items()
-               for wait_id, per in earlier.items() for index in per}
-    out = [w for w in R.fallback_what_ifs(analysis)
-           if (w.rank, w.wait_id, w.collective_index) not in covered]
+    covered = {
+        (rank, wait_id, index)
+        for rank, earlier in replayed.items()
+        for wait_id, per in earlier.items()
+        for index in per
+    }
+    out = [
+        w
+        for w in R.fallback_what_ifs(analysis)
+        if (w.rank, w.wait_id, w.collective_index) not in covered
+    ]
     for rank, earlier in replayed.items():
         out.extend(R.what_ifs_for_rank(rank, earlier))
     return out, any(w.bound for w in out)
@@ -122,8 +143,15 @@ class JobStage:
         """The run's ``job`` object: its main job (most ranks) in full, others named."""
         run_issues = [_issue(i) for i in self.issues]
         if not self.jobs:
-            return {"key": None, "world_size": None, "ranks": [], "missing_ranks": [],
-                    "complete": False, "issues": run_issues, "other_jobs": []}
+            return {
+                "key": None,
+                "world_size": None,
+                "ranks": [],
+                "missing_ranks": [],
+                "complete": False,
+                "issues": run_issues,
+                "other_jobs": [],
+            }
         main, *others = sorted(self.jobs, key=lambda j: -len(j.analysis.ranks))
         doc = _job_json(main)
         doc["issues"] = doc["issues"] + run_issues
@@ -152,12 +180,19 @@ def _rank_totals(j: _JobFigures) -> list[dict[str, Any]]:
     rows: dict[int, dict[str, Any]] = {}
     for rank, rt in sorted(j.analysis.ranks.items()):
         rows[rank] = {
-            "rank": rank, "worker": rt.worker, "path": rt.path, "host": rt.host_name,
-            "collectives": len(rt.collectives), "steps": len(rt.steps),
+            "rank": rank,
+            "worker": rt.worker,
+            "path": rt.path,
+            "host": rt.host_name,
+            "collectives": len(rt.collectives),
+            "steps": len(rt.steps),
             "sync_wait_us": sum(w.wait_us for w in rt.waits if w.is_sync),
             "blocking_wait_us": sum(w.wait_us for w in rt.waits if not w.is_sync),
-            "wait_in_collectives_us": 0.0, "late_us": 0.0, "caused_wait_us": 0.0,
-            "carried_in_us": 0.0, "peer_wait_in_syncs_us": 0.0,
+            "wait_in_collectives_us": 0.0,
+            "late_us": 0.0,
+            "caused_wait_us": 0.0,
+            "carried_in_us": 0.0,
+            "peer_wait_in_syncs_us": 0.0,
         }
     for rs in j.analysis.rank_steps:
         row = rows.get(rs.rank)
@@ -198,8 +233,10 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
         "issues": [_issue(i) for i in a.issues],
         "noise_us": a.noise_us,
         "clocks": [dataclasses.asdict(c) for c in a.clocks],
-        "groups": [{**dataclasses.asdict(g), "counts": {str(k): v for k, v in g.counts.items()}}
-                   for g in a.groups],
+        "groups": [
+            {**dataclasses.asdict(g), "counts": {str(k): v for k, v in g.counts.items()}}
+            for g in a.groups
+        ],
         "collective_count": len(a.collectives),
         "late_collective_count": sum(1 for c in a.collectives if c.last_rank is not None),
         "steps": [dataclasses.asdict(s) for s in a.job_steps],
@@ -211,15 +248,20 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
         "job_saving_us": saving,
         "job_saving_per_step_us": saving / max(1, len(a.job_steps)),
         "what_if": "bound" if j.bound else "replay",
-        "late_arrivals": [{**dataclasses.asdict(x), "contributors": [
-            {"wait_id": w, "site_key": k, "earlier_us": us} for w, k, us in x.contributors]}
-            for x in j.arrivals],
+        "late_arrivals": [
+            {
+                **dataclasses.asdict(x),
+                "contributors": [
+                    {"wait_id": w, "site_key": k, "earlier_us": us} for w, k, us in x.contributors
+                ],
+            }
+            for x in j.arrivals
+        ],
         "lateness": _lateness_totals(j.arrivals),
     }
 
 
-def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]
-                ) -> list[TraceResult]:
+def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]) -> list[TraceResult]:
     """The results with each sync that absorbed a wait for a late peer relabelled: its
     peer-wait part (capped at its host wait) and the peer it mostly waited for."""
     per_sync: dict[str, Counter[int]] = defaultdict(Counter)
@@ -234,30 +276,44 @@ def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]
             peers = per_sync.get(s.id)
             if peers:
                 s = dataclasses.replace(
-                    s, waiting_for_rank=peers.most_common(1)[0][0],
-                    peer_wait_us=min(sum(peers.values()), s.host_wait_us))
+                    s,
+                    waiting_for_rank=peers.most_common(1)[0][0],
+                    peer_wait_us=min(sum(peers.values()), s.host_wait_us),
+                )
             out.append(s)
         return out
 
-    return [dataclasses.replace(r, syncs=relabel(r.syncs), latent=relabel(r.latent))
-            if any(s.id in per_sync for s in r.syncs + r.latent) else r for r in results]
+    return [
+        dataclasses.replace(r, syncs=relabel(r.syncs), latent=relabel(r.latent))
+        if any(s.id in per_sync for s in r.syncs + r.latent)
+        else r
+        for r in results
+    ]
 
 
-def job_stage(results: Sequence[TraceResult], replayed: ReplayedEarlier | None = None
-              ) -> JobStage | None:
+def job_stage(
+    results: Sequence[TraceResult], replayed: ReplayedEarlier | None = None
+) -> JobStage | None:
     """The job analysis of one run's results; None when no trace of it is a rank."""
     traces = [r.rank for r in results if r.rank is not None and r.info.error is None]
     if not traces:
         return None
     if replayed is None:
-        replayed = {t.rank: t.replayed_earlier for t in traces
-                    if t.rank is not None and t.replayed_earlier}
+        replayed = {
+            t.rank: t.replayed_earlier for t in traces if t.rank is not None and t.replayed_earlier
+        }
     run = R.analyze_ranks(traces)
     jobs = []
     for analysis in run.jobs:
         what_ifs, bound = job_what_ifs(analysis, replayed)
-        jobs.append(_JobFigures(analysis, R.site_job_costs(analysis, what_ifs),
-                                R.late_arrivals(analysis, what_ifs), R.peer_waits(analysis),
-                                bound))
+        jobs.append(
+            _JobFigures(
+                analysis,
+                R.site_job_costs(analysis, what_ifs),
+                R.late_arrivals(analysis, what_ifs),
+                R.peer_waits(analysis),
+                bound,
+            )
+        )
     peer = [pw for j in jobs for pw in j.peer_waits]
     return JobStage(jobs, run.issues, _relabelled(results, peer))

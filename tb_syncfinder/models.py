@@ -18,6 +18,7 @@ from typing import Any
 
 SCHEMA = "tb_syncfinder.report/1"
 
+
 @dataclass(frozen=True)
 class TraceRef:
     """One trace file as the PyTorch Profiler tab names it: run / worker / span."""

@@ -43,9 +43,15 @@ def rank_sites(sites: Iterable[T]) -> list[T]:
     """The report's order: the largest predicted saving (the what-if replay's, issue 11)
     first, then costliest (host wait plus GPU idle), then most frequent, then by key
     (stable across runs). Latent sites cost nothing, so they come by count."""
-    return sorted(sites, key=lambda s: (-float(_get(s, "predicted_saving_us") or 0.0),
-                                        -site_cost_us(s), -int(_get(s, "count") or 0),
-                                        str(_get(s, "key") or "")))
+    return sorted(
+        sites,
+        key=lambda s: (
+            -float(_get(s, "predicted_saving_us") or 0.0),
+            -site_cost_us(s),
+            -int(_get(s, "count") or 0),
+            str(_get(s, "key") or ""),
+        ),
+    )
 
 
 def sites_with_latent(report_json: dict[str, Any]) -> list[tuple[dict[str, Any], bool]]:
@@ -64,8 +70,7 @@ def _sort_value(value: Any) -> tuple[float, str]:
     return (0.0, str(value))
 
 
-def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = None
-               ) -> list[T]:
+def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = None) -> list[T]:
     """Sites sorted by one column (None: the ranking order they come in); ties keep their
     ranking order, and sites without the field (no source line) come last whichever the
     order. ``order`` defaults to the column's natural one. Raises ValueError for an unknown
@@ -83,13 +88,19 @@ def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = N
     return present + missing
 
 
-def filter_sites(sites: Iterable[dict[str, Any]], *, kind: str | None = None,
-                 file: str | None = None, op: str | None = None,
-                 step: int | None = None) -> list[dict[str, Any]]:
+def filter_sites(
+    sites: Iterable[dict[str, Any]],
+    *,
+    kind: str | None = None,
+    file: str | None = None,
+    op: str | None = None,
+    step: int | None = None,
+) -> list[dict[str, Any]]:
     """Sites of a kind, whose file contains ``file``, with ``op`` in their chain, or that
     synced in ``step`` (each filter only when given)."""
     return [
-        s for s in sites
+        s
+        for s in sites
         if (kind is None or s.get("kind") == kind)
         and (file is None or (s.get("file") and file in s["file"]))
         and (op is None or op in (s.get("ops") or []))
@@ -97,11 +108,17 @@ def filter_sites(sites: Iterable[dict[str, Any]], *, kind: str | None = None,
     ]
 
 
-def filter_syncs(syncs: Iterable[dict[str, Any]], *, site: str | None = None,
-                 kind: str | None = None, step: int | None = None) -> list[dict[str, Any]]:
+def filter_syncs(
+    syncs: Iterable[dict[str, Any]],
+    *,
+    site: str | None = None,
+    kind: str | None = None,
+    step: int | None = None,
+) -> list[dict[str, Any]]:
     """Syncs of one site (its key), kind or step (each filter only when given)."""
     return [
-        s for s in syncs
+        s
+        for s in syncs
         if (site is None or s.get("site_key") == site)
         and (kind is None or s.get("kind") == kind)
         and (step is None or s.get("step") == step)
@@ -110,8 +127,13 @@ def filter_syncs(syncs: Iterable[dict[str, Any]], *, site: str | None = None,
 
 def page(items: Sequence[Any], offset: int, limit: int, **extra: Any) -> dict[str, Any]:
     """``{"total", "offset", "limit", "items"}`` for one page of ``items``."""
-    return {"total": len(items), "offset": offset, "limit": limit,
-            "items": list(items[offset:offset + limit]), **extra}
+    return {
+        "total": len(items),
+        "offset": offset,
+        "limit": limit,
+        "items": list(items[offset : offset + limit]),
+        **extra,
+    }
 
 
 def to_json() -> dict[str, Any]:

@@ -255,12 +255,17 @@ class WhatIf:
     bound: bool = False
 
 
-def what_ifs_for_rank(rank: int, earlier: Mapping[str, Mapping[int, float]],
-                      bound: bool = False) -> list[WhatIf]:
+def what_ifs_for_rank(
+    rank: int, earlier: Mapping[str, Mapping[int, float]], bound: bool = False
+) -> list[WhatIf]:
     """``WhatIf``s from a per-trace replay's result: wait id -> collective index -> how much
     earlier the rank would have arrived there without that wait."""
-    return [WhatIf(rank, wait_id, index, us, bound)
-            for wait_id, per in earlier.items() for index, us in per.items() if us > 0]
+    return [
+        WhatIf(rank, wait_id, index, us, bound)
+        for wait_id, per in earlier.items()
+        for index, us in per.items()
+        if us > 0
+    ]
 
 
 @dataclass
@@ -329,8 +334,10 @@ def _group_conflict(a: RankTrace, b: RankTrace) -> Optional[str]:
     mine = {g.name: g.ranks for g in a.dist.groups if g.ranks is not None}
     for g in b.dist.groups:
         if g.ranks is not None and g.name in mine and mine[g.name] != g.ranks:
-            return (f"process group {g.name!r} has ranks {list(mine[g.name])} in one trace "
-                    f"and {list(g.ranks)} in the other")
+            return (
+                f"process group {g.name!r} has ranks {list(mine[g.name])} in one trace "
+                f"and {list(g.ranks)} in the other"
+            )
     return None
 
 
@@ -356,19 +363,35 @@ def group_jobs(traces: Sequence[RankTrace]) -> tuple[list[Job], list[JobIssue]]:
     by_world: dict[tuple[int, str], list[RankTrace]] = defaultdict(list)
     for t in traces:
         if t.dist is None or t.dist.rank is None or t.dist.world_size is None:
-            issues.append(JobIssue(NO_DISTRIBUTED_INFO,
-                                   f"{t.path}: no distributedInfo rank/world size; analysed "
-                                   "alone", paths=[t.path], severity="info"))
+            issues.append(
+                JobIssue(
+                    NO_DISTRIBUTED_INFO,
+                    f"{t.path}: no distributedInfo rank/world size; analysed alone",
+                    paths=[t.path],
+                    severity="info",
+                )
+            )
             continue
         if t.dist.world_size <= 1:
-            issues.append(JobIssue(SINGLE_PROCESS, f"{t.path}: world size 1; analysed alone",
-                                   paths=[t.path], severity="info"))
+            issues.append(
+                JobIssue(
+                    SINGLE_PROCESS,
+                    f"{t.path}: world size 1; analysed alone",
+                    paths=[t.path],
+                    severity="info",
+                )
+            )
             continue
         if not 0 <= t.dist.rank < t.dist.world_size:
-            issues.append(JobIssue(RANK_OUT_OF_RANGE,
-                                   f"{t.path}: rank {t.dist.rank} outside world size "
-                                   f"{t.dist.world_size}; left out", ranks=[t.dist.rank],
-                                   paths=[t.path]))
+            issues.append(
+                JobIssue(
+                    RANK_OUT_OF_RANGE,
+                    f"{t.path}: rank {t.dist.rank} outside world size "
+                    f"{t.dist.world_size}; left out",
+                    ranks=[t.dist.rank],
+                    paths=[t.path],
+                )
+            )
             continue
         by_world[(t.dist.world_size, (t.dist.backend or "").lower())].append(t)
     jobs: list[Job] = []
@@ -378,15 +401,19 @@ def group_jobs(traces: Sequence[RankTrace]) -> tuple[list[Job], list[JobIssue]]:
     if len(jobs) > 1:
         for job in jobs:
             others = [j.key for j in jobs if j is not job]
-            job.issues.append(JobIssue(
-                OTHER_JOB, f"the run holds {len(jobs)} jobs (or profiled windows): "
-                f"{job.key} is analysed apart from {', '.join(others)}",
-                ranks=sorted(job.ranks), paths=[t.path for t in job.ranks.values()]))
+            job.issues.append(
+                JobIssue(
+                    OTHER_JOB,
+                    f"the run holds {len(jobs)} jobs (or profiled windows): "
+                    f"{job.key} is analysed apart from {', '.join(others)}",
+                    ranks=sorted(job.ranks),
+                    paths=[t.path for t in job.ranks.values()],
+                )
+            )
     return jobs, issues
 
 
-def _split_cluster(world: int, backend: Optional[str],
-                   cluster: list[RankTrace]) -> list[Job]:
+def _split_cluster(world: int, backend: Optional[str], cluster: list[RankTrace]) -> list[Job]:
     """One time cluster: separate traces whose process groups conflict (another job), name
     duplicated ranks (left out) and missing ones."""
     parts: list[list[RankTrace]] = []
@@ -408,18 +435,28 @@ def _split_cluster(world: int, backend: Optional[str],
         ranks: dict[int, RankTrace] = {}
         for rank, found in sorted(by_rank.items()):
             if len(found) > 1:
-                issues.append(JobIssue(
-                    DUPLICATE_RANK, f"rank {rank} has {len(found)} traces in one window "
-                    f"({', '.join(t.path for t in found)}): none is used, the rank counts as "
-                    "missing", ranks=[rank], paths=[t.path for t in found]))
+                issues.append(
+                    JobIssue(
+                        DUPLICATE_RANK,
+                        f"rank {rank} has {len(found)} traces in one window "
+                        f"({', '.join(t.path for t in found)}): none is used, the rank counts as "
+                        "missing",
+                        ranks=[rank],
+                        paths=[t.path for t in found],
+                    )
+                )
             else:
                 ranks[rank] = found[0]
         missing = [r for r in range(world) if r not in ranks]
         if missing:
-            issues.append(JobIssue(
-                MISSING_RANKS, f"{len(missing)} of {world} ranks have no trace: "
-                f"{_ranks_text(missing)}; the analysis is partial",
-                ranks=missing))
+            issues.append(
+                JobIssue(
+                    MISSING_RANKS,
+                    f"{len(missing)} of {world} ranks have no trace: "
+                    f"{_ranks_text(missing)}; the analysis is partial",
+                    ranks=missing,
+                )
+            )
         jobs.append(Job(key, world, backend, ranks, missing, issues))
     return jobs
 
@@ -472,15 +509,17 @@ def _index(job: Job) -> _GroupIndex:
     return _GroupIndex(members, dict(by_group), p2p)
 
 
-def _sequences(job: Job, index: _GroupIndex, group: str, members: Sequence[int]
-               ) -> dict[int, list[Collective]]:
+def _sequences(
+    job: Job, index: _GroupIndex, group: str, members: Sequence[int]
+) -> dict[int, list[Collective]]:
     """Each member's collectives of the group (a member with a trace but none: empty)."""
     mine = index.by_group.get(group, {})
     return {r: list(mine.get(r, ())) for r in members if r in job.ranks}
 
 
-def _trim_to_common_start(seqs: dict[int, list[Collective]], group: str,
-                          issues: list[JobIssue]) -> None:
+def _trim_to_common_start(
+    seqs: dict[int, list[Collective]], group: str, issues: list[JobIssue]
+) -> None:
     """Windows that started in different steps: drop what precedes the first step every
     rank recorded, so that the k-th collectives are the same ones."""
     firsts = {}
@@ -494,10 +533,16 @@ def _trim_to_common_start(seqs: dict[int, list[Collective]], group: str,
         if firsts[r] >= common:
             continue
         keep = next(i for i, c in enumerate(seq) if c.step is not None and c.step >= common)
-        issues.append(JobIssue(
-            STARTED_EARLIER, f"rank {r}: {keep} collectives of group {group!r} before step "
-            f"{common} (its window started earlier than the others') are not matched",
-            ranks=[r], group=group, severity="info"))
+        issues.append(
+            JobIssue(
+                STARTED_EARLIER,
+                f"rank {r}: {keep} collectives of group {group!r} before step "
+                f"{common} (its window started earlier than the others') are not matched",
+                ranks=[r],
+                group=group,
+                severity="info",
+            )
+        )
         seqs[r] = seq[keep:]
 
 
@@ -510,31 +555,43 @@ def _first_difference(seqs: dict[int, list[Collective]]) -> Optional[str]:
         for r in ranks[1:]:
             b = seqs[r][k]
             if a.signature() != b.signature():
-                return (f"collective #{k}: rank {ref} has {a.describe()}, rank {r} has "
-                        f"{b.describe()}")
+                return (
+                    f"collective #{k}: rank {ref} has {a.describe()}, rank {r} has {b.describe()}"
+                )
             if a.step is not None and b.step is not None and a.step != b.step:
-                return (f"collective #{k} ({a.describe()}) is in step {a.step} on rank {ref} "
-                        f"but in step {b.step} on rank {r}")
+                return (
+                    f"collective #{k} ({a.describe()}) is in step {a.step} on rank {ref} "
+                    f"but in step {b.step} on rank {r}"
+                )
     return None
 
 
-def _match_groups(job: Job, index: _GroupIndex, issues: list[JobIssue]
-                  ) -> tuple[list[GroupMatch], dict[tuple[str, int], dict[int, Collective]]]:
+def _match_groups(
+    job: Job, index: _GroupIndex, issues: list[JobIssue]
+) -> tuple[list[GroupMatch], dict[tuple[str, int], dict[int, Collective]]]:
     members_of = index.members_of
     all_ranks = list(range(job.world_size))
     matches: list[GroupMatch] = []
     table: dict[tuple[str, int], dict[int, Collective]] = {}
     for group, count in sorted(index.p2p.items()):
-        issues.append(JobIssue(POINT_TO_POINT_SKIPPED,
-                               f"{count} point-to-point ops of group {group!r} are not matched",
-                               group=group, severity="info"))
+        issues.append(
+            JobIssue(
+                POINT_TO_POINT_SKIPPED,
+                f"{count} point-to-point ops of group {group!r} are not matched",
+                group=group,
+                severity="info",
+            )
+        )
     for group in sorted(index.by_group):
         if group == "" and len(members_of) > 1:
-            issues.append(JobIssue(
-                NO_GROUP, "collectives without a process group in a job with "
-                f"{len(members_of)} groups: they are not matched"))
-            matches.append(GroupMatch(group, [], [], {}, 0, "refused",
-                                      "no process group recorded"))
+            issues.append(
+                JobIssue(
+                    NO_GROUP,
+                    "collectives without a process group in a job with "
+                    f"{len(members_of)} groups: they are not matched",
+                )
+            )
+            matches.append(GroupMatch(group, [], [], {}, 0, "refused", "no process group recorded"))
             continue
         if group in members_of:
             members = members_of[group]
@@ -547,17 +604,31 @@ def _match_groups(job: Job, index: _GroupIndex, issues: list[JobIssue]
         seqs = _sequences(job, index, group, members)
         present = sorted(seqs)
         if len(present) < 2:
-            matches.append(GroupMatch(group, members, present,
-                                      {r: len(s) for r, s in seqs.items()}, 0, "skipped",
-                                      "fewer than two members have a trace"))
+            matches.append(
+                GroupMatch(
+                    group,
+                    members,
+                    present,
+                    {r: len(s) for r, s in seqs.items()},
+                    0,
+                    "skipped",
+                    "fewer than two members have a trace",
+                )
+            )
             continue
         _trim_to_common_start(seqs, group, issues)
         counts = {r: len(s) for r, s in seqs.items()}
         reason = _first_difference(seqs)
         if reason is not None:
-            issues.append(JobIssue(
-                SEQUENCE_MISMATCH, f"group {group!r}: the ranks' collective sequences differ "
-                f"({reason}); its collectives are not matched", ranks=present, group=group))
+            issues.append(
+                JobIssue(
+                    SEQUENCE_MISMATCH,
+                    f"group {group!r}: the ranks' collective sequences differ "
+                    f"({reason}); its collectives are not matched",
+                    ranks=present,
+                    group=group,
+                )
+            )
             matches.append(GroupMatch(group, members, present, counts, 0, "refused", reason))
             continue
         longest = max(counts.values())
@@ -565,10 +636,16 @@ def _match_groups(job: Job, index: _GroupIndex, issues: list[JobIssue]
             if n < longest:
                 last = seqs[r][-1] if n else None
                 where = f" (after step {last.step})" if last is not None and last.step else ""
-                issues.append(JobIssue(
-                    STOPPED_EARLY, f"rank {r}'s trace ends early{where}: {n} collectives of "
-                    f"group {group!r} where others have {longest}; the rest are matched "
-                    "without it", ranks=[r], group=group))
+                issues.append(
+                    JobIssue(
+                        STOPPED_EARLY,
+                        f"rank {r}'s trace ends early{where}: {n} collectives of "
+                        f"group {group!r} where others have {longest}; the rest are matched "
+                        "without it",
+                        ranks=[r],
+                        group=group,
+                    )
+                )
         matched = 0
         for k in range(longest):
             at = {r: s[k] for r, s in seqs.items() if k < len(s)}
@@ -576,8 +653,11 @@ def _match_groups(job: Job, index: _GroupIndex, issues: list[JobIssue]
                 continue
             table[(group, k)] = at
             matched += 1
-        status = "matched" if len(present) == len(members) and \
-            len(set(counts.values())) == 1 else "partial"
+        status = (
+            "matched"
+            if len(present) == len(members) and len(set(counts.values())) == 1
+            else "partial"
+        )
         matches.append(GroupMatch(group, members, present, counts, matched, status))
     return matches, table
 
@@ -592,8 +672,9 @@ def _domains(job: Job) -> dict[str, list[int]]:
     return dict(domains)
 
 
-def _align(job: Job, table: dict[tuple[str, int], dict[int, Collective]],
-           issues: list[JobIssue]) -> tuple[list[ClockDomain], dict[int, float]]:
+def _align(
+    job: Job, table: dict[tuple[str, int], dict[int, Collective]], issues: list[JobIssue]
+) -> tuple[list[ClockDomain], dict[int, float]]:
     """Per-rank shift onto the job clock: base-time difference, then the host offset
     estimated from blocking collectives' exits."""
     ref_base = min(rt.base_us for rt in job.ranks.values())
@@ -635,11 +716,15 @@ def _align(job: Job, table: dict[tuple[str, int], dict[int, Collective]],
     for d in names:
         method = "reference" if d == ref else ("collectives" if d in offsets else "none")
         if d not in offsets and len(names) > 1:
-            issues.append(JobIssue(
-                CLOCK_UNALIGNED, f"{d}: no blocking collective shared with the other hosts; "
-                "its clock is taken as is (base time only)", ranks=domains[d]))
-        clocks.append(ClockDomain(d, domains[d], offsets.get(d, 0.0), samples.get(d, 0),
-                                  method))
+            issues.append(
+                JobIssue(
+                    CLOCK_UNALIGNED,
+                    f"{d}: no blocking collective shared with the other hosts; "
+                    "its clock is taken as is (base time only)",
+                    ranks=domains[d],
+                )
+            )
+        clocks.append(ClockDomain(d, domains[d], offsets.get(d, 0.0), samples.get(d, 0), method))
     shift = {r: base_shift[r] - offsets.get(domain_of[r], 0.0) for r in job.ranks}
     # Residual: how far each domain's aligned exits still are from the reference's.
     for clock in clocks:
@@ -654,25 +739,32 @@ def _align(job: Job, table: dict[tuple[str, int], dict[int, Collective]],
             clock.residual_us = statistics.median(resid)
             clock.residual_max_us = max(resid)
     if len(clocks) > 1:
-        skews = ", ".join(f"{c.name}: {c.offset_us:+.1f} us (residual {c.residual_us:.1f} us)"
-                          for c in clocks[1:] if c.method == "collectives"
-                          and c.residual_us is not None)
+        skews = ", ".join(
+            f"{c.name}: {c.offset_us:+.1f} us (residual {c.residual_us:.1f} us)"
+            for c in clocks[1:]
+            if c.method == "collectives" and c.residual_us is not None
+        )
         if skews:
-            issues.append(JobIssue(CLOCK_SKEW, f"clocks aligned on {ref}: {skews}",
-                                   severity="info"))
+            issues.append(
+                JobIssue(CLOCK_SKEW, f"clocks aligned on {ref}: {skews}", severity="info")
+            )
     return clocks, shift
 
 
-def _within_domain_spread(table: dict[tuple[str, int], dict[int, Collective]],
-                          ranks: Sequence[int], shift: dict[int, float]) -> list[float]:
+def _within_domain_spread(
+    table: dict[tuple[str, int], dict[int, Collective]],
+    ranks: Sequence[int],
+    shift: dict[int, float],
+) -> list[float]:
     spread = []
     wanted = set(ranks)
     for at in table.values():
         first = next(iter(at.values()))
         if first.name not in BLOCKING_COLLECTIVES:
             continue
-        ends = [c.exec_end + shift[r] for r, c in at.items()
-                if r in wanted and c.exec_end is not None]
+        ends = [
+            c.exec_end + shift[r] for r, c in at.items() if r in wanted and c.exec_end is not None
+        ]
         if len(ends) >= 2:
             spread.append(max(ends) - min(ends))
     return spread
@@ -696,8 +788,9 @@ def _majority_step(at: dict[int, Collective]) -> Optional[int]:
     return Counter(steps).most_common(1)[0][0]
 
 
-def _transfer_baselines(table: dict[tuple[str, int], dict[int, Collective]],
-                        shift: dict[int, float]) -> dict[tuple[str, tuple], float]:
+def _transfer_baselines(
+    table: dict[tuple[str, int], dict[int, Collective]], shift: dict[int, float]
+) -> dict[tuple[str, tuple], float]:
     """Per (group, signature): the shortest time from the last present arrival to the first
     exit, over its occurrences: the collective's own duration with nobody left to wait for."""
     best: dict[tuple[str, tuple], float] = {}
@@ -715,14 +808,22 @@ def _apparent_transfer(at: dict[int, Collective], shift: dict[int, float]) -> Op
     exits = [c.exec_end + shift[r] for r, c in at.items() if c.exec_end is not None]
     if len(exits) != len(at):
         return None
-    last = max(c.arrival_ts + shift[r] for r, c in at.items()  # type: ignore[operator]
-               if c.arrival_ts is not None)
+    last = max(
+        c.arrival_ts + shift[r]
+        for r, c in at.items()  # type: ignore[operator]
+        if c.arrival_ts is not None
+    )
     return min(exits) - last
 
 
-def _match_collectives(job: Job, table: dict[tuple[str, int], dict[int, Collective]],
-                       members_of: dict[str, list[int]], shift: dict[int, float],
-                       noise: float, issues: list[JobIssue]) -> list[MatchedCollective]:
+def _match_collectives(
+    job: Job,
+    table: dict[tuple[str, int], dict[int, Collective]],
+    members_of: dict[str, list[int]],
+    shift: dict[int, float],
+    noise: float,
+    issues: list[JobIssue],
+) -> list[MatchedCollective]:
     baselines: Optional[dict[tuple[str, tuple], float]] = None  # only if a member is absent
     out: list[MatchedCollective] = []
     absent_late: list[tuple[str, int, float, list[int]]] = []
@@ -737,10 +838,17 @@ def _match_collectives(job: Job, table: dict[tuple[str, int], dict[int, Collecti
             if raw is None:
                 continue
             exit_ts = c.exec_end if c.exec_end is not None else c.enqueue_end
-            arrivals.append(Arrival(
-                rank=r, ts_us=raw + shift[r], raw_ts=raw, source=c.arrival_source,
-                wait_us=0.0, exit_us=exit_ts + shift[r] if exit_ts is not None else None,
-                collective_index=c.index))
+            arrivals.append(
+                Arrival(
+                    rank=r,
+                    ts_us=raw + shift[r],
+                    raw_ts=raw,
+                    source=c.arrival_source,
+                    wait_us=0.0,
+                    exit_us=exit_ts + shift[r] if exit_ts is not None else None,
+                    collective_index=c.index,
+                )
+            )
         if len(arrivals) < 2:
             continue
         ordered = sorted(arrivals, key=_ARRIVAL_TS)
@@ -772,22 +880,40 @@ def _match_collectives(job: Job, table: dict[tuple[str, int], dict[int, Collecti
         if late_rank is not None:
             c_late = at[late_rank]
             carried = c_late.index == 0
-        out.append(MatchedCollective(
-            group=group, k=k, name=first.name, in_nelems=first.in_nelems, dtype=first.dtype,
-            step=_majority_step(at), blocking=first.name in BLOCKING_COLLECTIVES,
-            arrivals=arrivals, absent=absent, last_rank=late_rank, last_us=last_us,
-            lateness_us=lateness, last_certain=certain, absent_late_us=absent_wait,
-            carried_in=carried, mixed_sources=mixed))
+        out.append(
+            MatchedCollective(
+                group=group,
+                k=k,
+                name=first.name,
+                in_nelems=first.in_nelems,
+                dtype=first.dtype,
+                step=_majority_step(at),
+                blocking=first.name in BLOCKING_COLLECTIVES,
+                arrivals=arrivals,
+                absent=absent,
+                last_rank=late_rank,
+                last_us=last_us,
+                lateness_us=lateness,
+                last_certain=certain,
+                absent_late_us=absent_wait,
+                carried_in=carried,
+                mixed_sources=mixed,
+            )
+        )
     # In the order the job reached them (the first arrival), whatever the group.
     out.sort(key=lambda c: min(a.ts_us for a in c.arrivals))
     if absent_late:
         total = sum(x[2] for x in absent_late)
         ranks = sorted({r for x in absent_late for r in x[3]})
-        issues.append(JobIssue(
-            ABSENT_RANK_LATE, f"{len(absent_late)} collectives went on waiting after the last "
-            f"rank with a trace arrived ({total / 1000:.2f} ms in all): a rank without a trace "
-            f"({_ranks_text(ranks)}) was later still; no present rank is blamed there",
-            ranks=ranks))
+        issues.append(
+            JobIssue(
+                ABSENT_RANK_LATE,
+                f"{len(absent_late)} collectives went on waiting after the last "
+                f"rank with a trace arrived ({total / 1000:.2f} ms in all): a rank without a trace "
+                f"({_ranks_text(ranks)}) was later still; no present rank is blamed there",
+                ranks=ranks,
+            )
+        )
     return out
 
 
@@ -848,8 +974,15 @@ def analyze_job(job: Job) -> JobAnalysis:
     issues = list(job.issues)
     for rank, rt in sorted(job.ranks.items()):
         for note in rt.notes:
-            issues.append(JobIssue(TRACE_NOTE, f"rank {rank}: {note}", ranks=[rank],
-                                   paths=[rt.path], severity="info"))
+            issues.append(
+                JobIssue(
+                    TRACE_NOTE,
+                    f"rank {rank}: {note}",
+                    ranks=[rank],
+                    paths=[rt.path],
+                    severity="info",
+                )
+            )
     if not job.ranks:
         # Every rank of the window was duplicated (copies of one trace): its issues say so,
         # and there is nothing to match.
@@ -859,8 +992,16 @@ def analyze_job(job: Job) -> JobAnalysis:
     clocks, shift = _align(job, table, issues)
     noise = _noise_floor(clocks)
     collectives = _match_collectives(job, table, index.members_of, shift, noise, issues)
-    return JobAnalysis(job, clocks, groups, collectives, _rank_steps(job, collectives),
-                       _job_steps(job), noise, issues)
+    return JobAnalysis(
+        job,
+        clocks,
+        groups,
+        collectives,
+        _rank_steps(job, collectives),
+        _job_steps(job),
+        noise,
+        issues,
+    )
 
 
 def analyze_ranks(traces: Sequence[RankTrace]) -> RunAnalysis:
@@ -898,7 +1039,8 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
     job_step = {s.step: s.time_us for s in analysis.job_steps}
     step_count = max(1, len(analysis.job_steps))
     per_site: dict[tuple[int, str], dict[tuple[int, int], float]] = defaultdict(
-        lambda: defaultdict(float))
+        lambda: defaultdict(float)
+    )
     members: dict[tuple[int, str], list[HostWait]] = defaultdict(list)
     bounds: dict[tuple[int, str], bool] = defaultdict(bool)
     for w in what_ifs:
@@ -925,22 +1067,36 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
             late += 1
             caused += saved * (len(c.arrivals) - 1)
             saving_by_step[c.step] += saved
-        saving = sum(min(v, job_step.get(s, v)) if s is not None else v
-                     for s, v in saving_by_step.items())
+        saving = sum(
+            min(v, job_step.get(s, v)) if s is not None else v for s, v in saving_by_step.items()
+        )
         first = members[key][0]
-        out.append(SiteJobCost(
-            site_key=site, rank=rank, file=first.file, line=first.line, func=first.func,
-            kind=first.kind, op=first.op, is_sync=first.is_sync,
-            wait_ids=[w.id for w in members[key]], caused_wait_us=caused,
-            job_saving_us=saving, job_saving_per_step_us=saving / step_count,
-            late_collectives=late,
-            steps=sorted(s for s in saving_by_step if s is not None), bound=bounds[key]))
+        out.append(
+            SiteJobCost(
+                site_key=site,
+                rank=rank,
+                file=first.file,
+                line=first.line,
+                func=first.func,
+                kind=first.kind,
+                op=first.op,
+                is_sync=first.is_sync,
+                wait_ids=[w.id for w in members[key]],
+                caused_wait_us=caused,
+                job_saving_us=saving,
+                job_saving_per_step_us=saving / step_count,
+                late_collectives=late,
+                steps=sorted(s for s in saving_by_step if s is not None),
+                bound=bounds[key],
+            )
+        )
     out.sort(key=lambda s: (-s.job_saving_us, -s.caused_wait_us, s.rank, s.site_key))
     return out
 
 
-def _interval(analysis: JobAnalysis, c: MatchedCollective, rank: int
-              ) -> Optional[tuple[float, float]]:
+def _interval(
+    analysis: JobAnalysis, c: MatchedCollective, rank: int
+) -> Optional[tuple[float, float]]:
     """The late rank's own-clock interval in which it became late: from its exit of its
     previous collective (any group) to its arrival here; from its window start when this is
     its first collective."""
@@ -978,8 +1134,7 @@ def fallback_what_ifs(analysis: JobAnalysis) -> list[WhatIf]:
             if overlap <= 0:
                 continue
             index = c.arrival_of(c.last_rank).collective_index  # type: ignore[union-attr]
-            out.append(WhatIf(c.last_rank, w.id, index, min(overlap, c.lateness_us),
-                              bound=True))
+            out.append(WhatIf(c.last_rank, w.id, index, min(overlap, c.lateness_us), bound=True))
     return out
 
 
@@ -1010,16 +1165,28 @@ def late_arrivals(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Lat
         explained = min(c.lateness_us, sum(x[2] for x in contributors))
         rest = c.lateness_us - explained
         if rest <= analysis.noise_us:
-            label = "explained by the host waits listed" + (" (upper bounds)" if any(
-                w.bound for w in mine) else "")
+            label = "explained by the host waits listed" + (
+                " (upper bounds)" if any(w.bound for w in mine) else ""
+            )
         elif c.carried_in:
-            label = ("carried in from before the profiled window, or not explained by host "
-                     "waits")
+            label = "carried in from before the profiled window, or not explained by host waits"
         else:
             label = "not explained by host waits (data loading, Python, GPU compute)"
-        out.append(LateArrival(c.group, c.k, c.step, c.last_rank, c.lateness_us, c.carried_in,
-                               explained, rest, label, contributors,
-                               any(w.bound for w in mine)))
+        out.append(
+            LateArrival(
+                c.group,
+                c.k,
+                c.step,
+                c.last_rank,
+                c.lateness_us,
+                c.carried_in,
+                explained,
+                rest,
+                label,
+                contributors,
+                any(w.bound for w in mine),
+            )
+        )
     return out
 
 
@@ -1039,6 +1206,7 @@ def peer_waits(analysis: JobAnalysis) -> list[PeerWait]:
                     continue
                 overlap = min(w.end, hi) - max(w.end - w.wait_us, lo)
                 if overlap > 0:
-                    out.append(PeerWait(a.rank, w.id, w.site_key, c.last_rank, c.group, c.k,
-                                        overlap))
+                    out.append(
+                        PeerWait(a.rank, w.id, w.site_key, c.last_rank, c.group, c.k, overlap)
+                    )
     return out

@@ -55,8 +55,18 @@ import msgspec
 from msgspec import Meta, Struct
 
 __all__ = [
-    "Args", "Event", "FlowStart", "MetaEvent", "TraceEvent", "TraceData", "TraceReadError",
-    "read_trace", "decode_trace", "decode_document", "gunzip", "CHUNK_BYTES",
+    "Args",
+    "Event",
+    "FlowStart",
+    "MetaEvent",
+    "TraceEvent",
+    "TraceData",
+    "TraceReadError",
+    "read_trace",
+    "decode_trace",
+    "decode_document",
+    "gunzip",
+    "CHUNK_BYTES",
     "MAX_HELD_BYTES",
 ]
 
@@ -100,9 +110,7 @@ class Args(Struct, gc=False, omit_defaults=True):
     external_id_legacy: Union[int, str, None] = msgspec.field(default=None, name="external id")
     correlation: Union[int, str, None] = None
     python_id: Union[int, str, None] = msgspec.field(default=None, name="Python id")
-    python_parent_id: Union[int, str, None] = msgspec.field(
-        default=None, name="Python parent id"
-    )
+    python_parent_id: Union[int, str, None] = msgspec.field(default=None, name="Python parent id")
     bytes: _Scalar = None
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
@@ -113,7 +121,8 @@ class Args(Struct, gc=False, omit_defaults=True):
     # The decoder never fills it (the name below is no key Kineto writes); the reader sets
     # it after decoding.
     concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(
-        default=None, name="tb_syncfinder: Concrete Inputs")
+        default=None, name="tb_syncfinder: Concrete Inputs"
+    )
     cuda_sync_kind: Union[str, None] = None
     wait_on_stream: _Scalar = None
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
@@ -239,8 +248,7 @@ class _TopLevelTail(_TopLevel, gc=False):
 
 
 class _ProbeArgs(Struct, gc=False):
-    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(default=None,
-                                                              name="Concrete Inputs")
+    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(default=None, name="Concrete Inputs")
     # Raw, not Optional[Raw] (msgspec 0.22 accepts that only as null): kept undecoded for
     # every event of the chunk, decoded for nccl:* ops only.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"null"), name="Input Dims")
@@ -306,12 +314,12 @@ class TraceData:
         return self.slow_chunks == 0
 
 
-_NA_RE = re.compile(rb'(?<=[:\[,])(\s*)N/A(?=\s*[,}\]])')
+_NA_RE = re.compile(rb"(?<=[:\[,])(\s*)N/A(?=\s*[,}\]])")
 _BAD_ESCAPE_RE = re.compile(rb'\\(?!["\\/bfnrtu])')
 # NaN / Infinity literals (Python's json.dump and some exporters write them; JSON has none):
 # they become null, so the event that holds one is dropped or loses that argument.
 _NON_FINITE_REPAIR = "NaN / Infinity values read as null"
-_NON_FINITE_RE = re.compile(rb'(?<=[:\[,])(\s*)-?(?:NaN|Infinity)(?=\s*[,}\]])')
+_NON_FINITE_RE = re.compile(rb"(?<=[:\[,])(\s*)-?(?:NaN|Infinity)(?=\s*[,}\]])")
 _UTF8_REPAIR = "invalid UTF-8 bytes replaced"
 _NA_REPAIR = "quoted N/A values"
 _ESCAPE_REPAIR = "escaped backslashes in Windows paths"
@@ -330,6 +338,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 # ----- inflating ------------------------------------------------------------------------
+
 
 def _gzip_error(path: str, exc: zlib.error) -> TraceReadError:
     text = str(exc)
@@ -449,6 +458,7 @@ def decode_document(path: str, raw: bytes) -> tuple[Any, list[str]]:
 
 # ----- repairs and lenient conversion ----------------------------------------------------
 
+
 class _BadCut(Exception):
     """A chunk did not end at an element boundary; ``list_end``, when the decoder found the
     event list closed before the cut: the chunk offset of the first byte after it."""
@@ -494,8 +504,9 @@ def _repaired(text: bytes, done: list[str]) -> tuple[bytes, str] | None:
     return None
 
 
-def _repair_decode(path: str, text: bytes, repairs: list[str], *, offset: int = 0,
-                   cut: bool = False) -> Any:
+def _repair_decode(
+    path: str, text: bytes, repairs: list[str], *, offset: int = 0, cut: bool = False
+) -> Any:
     """Decode ``text`` as generic JSON, repairing what the module docstring lists; the
     repairs made are appended to ``repairs`` (once each).
 
@@ -530,7 +541,8 @@ def _repair_decode(path: str, text: bytes, repairs: list[str], *, offset: int = 
                 fixed = _repaired(text, done)
                 if fixed is None:
                     raise TraceReadError(
-                        path, f"invalid JSON: {_readable(message, offset)}") from None
+                        path, f"invalid JSON: {_readable(message, offset)}"
+                    ) from None
                 text, repair = fixed
                 done.append(repair)
     finally:
@@ -609,8 +621,7 @@ def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
             if raw.get("name") == REPEAT_INTERLEAVE:
                 concrete[i] = value
         name = raw.get("name")
-        if isinstance(args, dict) and isinstance(name, str) \
-                and name.startswith(NCCL_OP_PREFIX):
+        if isinstance(args, dict) and isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
             nccl_inputs[i] = (args.get("Input Dims"), args.get("Input type"))
     events = _convert_events(kept)
     for i, (dims, types) in nccl_inputs.items():
@@ -663,6 +674,7 @@ def _convert_events(raw_events: list[Any]) -> list[Any]:
 
 # ----- the streaming decoder --------------------------------------------------------------
 
+
 class _WholeDocument(Exception):
     """The event list is not where Kineto writes it: decode the (small) document whole."""
 
@@ -674,8 +686,9 @@ class _Reader:
     an event larger than a chunk): no large block is allocated and freed per chunk, which
     would leave the C heap fragmented (the process then keeps ~0.6x the JSON in holes)."""
 
-    def __init__(self, path: str, pieces: Iterator[bytes], chunk_bytes: int,
-                 max_held_bytes: int) -> None:
+    def __init__(
+        self, path: str, pieces: Iterator[bytes], chunk_bytes: int, max_held_bytes: int
+    ) -> None:
         self.path = path
         self.pieces = pieces
         self.chunk_bytes = max(chunk_bytes, 1)
@@ -683,8 +696,9 @@ class _Reader:
         # Starts small and doubles up to what the trace needs (``_make_room``): a full-size
         # buffer, zeroed for every trace, cost 1.7 ms per file, most of the time of a small
         # trace (1,000 rank traces of 3 KB: 1.7 s).
-        self.buf = bytearray(min(_INITIAL_BUFFER_BYTES,
-                                 2 * self.chunk_bytes + 2 * _piece_bytes(chunk_bytes)))
+        self.buf = bytearray(
+            min(_INITIAL_BUFFER_BYTES, 2 * self.chunk_bytes + 2 * _piece_bytes(chunk_bytes))
+        )
         self.lo = self.hi = 0
         self.base = 0  # offset of buf[0] in the file's JSON (for messages)
         self.total = 0  # JSON bytes read so far
@@ -724,7 +738,7 @@ class _Reader:
         n = len(piece)
         if self.hi + n > len(self.buf):
             self._make_room(n)
-        self.buf[self.hi:self.hi + n] = piece
+        self.buf[self.hi : self.hi + n] = piece
         self.hi += n
         return True
 
@@ -732,7 +746,7 @@ class _Reader:
         live = self.hi - self.lo
         if self.lo:
             with memoryview(self.buf) as view:
-                view[:live] = view[self.lo:self.hi]
+                view[:live] = view[self.lo : self.hi]
             self.base += self.lo
             self.lo, self.hi = 0, live
         if live + n > len(self.buf):
@@ -746,9 +760,11 @@ class _Reader:
 
     def _too_large(self, what: str) -> TraceReadError:
         return TraceReadError(
-            self.path, f"{what} larger than {self.max_held >> 20} MiB at byte "
-                       f"{self._offset(self.lo)} of the JSON: not a PyTorch profiler trace, "
-                       "or a damaged one")
+            self.path,
+            f"{what} larger than {self.max_held >> 20} MiB at byte "
+            f"{self._offset(self.lo)} of the JSON: not a PyTorch profiler trace, "
+            "or a damaged one",
+        )
 
     def _read_rest(self, what: str) -> None:
         while self._fill(drop_whitespace=True):
@@ -784,7 +800,7 @@ class _Reader:
         """A document whose event list is not where Kineto writes it (or that has none):
         decoded whole for an exact answer; the size limit keeps that bounded."""
         self._read_rest("a JSON document without a 'traceEvents' list")
-        text = bytes(self.buf[self.lo:self.hi])
+        text = bytes(self.buf[self.lo : self.hi])
         doc = _repair_decode(self.path, text, self.repairs, offset=self._offset(self.lo))
         del text
         self.lo = self.hi
@@ -793,17 +809,21 @@ class _Reader:
         elif isinstance(doc, dict):
             raw_events = doc.get("traceEvents")
             if raw_events is None:
-                raise TraceReadError(self.path,
-                                     "not a PyTorch profiler trace: no 'traceEvents' list")
+                raise TraceReadError(
+                    self.path, "not a PyTorch profiler trace: no 'traceEvents' list"
+                )
             if not isinstance(raw_events, list):
                 raise TraceReadError(self.path, "'traceEvents' is not a list")
             top = doc
         else:
             kind = {str: "a string", bool: "a boolean", type(None): "null"}.get(
-                type(doc), "a number")
+                type(doc), "a number"
+            )
             raise TraceReadError(
-                self.path, f"not a PyTorch profiler trace: the JSON is {kind}, not a trace "
-                           "object or an array of events")
+                self.path,
+                f"not a PyTorch profiler trace: the JSON is {kind}, not a trace "
+                "object or an array of events",
+            )
         self.top = top
         self.entries = len(raw_events)
         self.chunks = self.slow_chunks = 1
@@ -842,13 +862,14 @@ class _Reader:
     def _is_top_level_key(self, k: int) -> bool:
         """Whether the ``"traceEvents"`` at ``k`` is a key of the top-level object: the JSON
         before it, closed right after it, must decode (its keys are then kept)."""
-        prefix = bytes(self.buf[self.lo:k]).rstrip()
+        prefix = bytes(self.buf[self.lo : k]).rstrip()
         if not prefix.endswith((b"{", b",")):
             return False
         repairs: list[str] = []
         try:
-            top = _repair_decode(self.path, prefix + b'"traceEvents":null}', repairs,
-                                 offset=self._offset(self.lo))
+            top = _repair_decode(
+                self.path, prefix + b'"traceEvents":null}', repairs, offset=self._offset(self.lo)
+            )
         except TraceReadError as exc:
             if exc.reason == _TOO_DEEP:
                 raise
@@ -894,8 +915,10 @@ class _Reader:
 
     def _not_a_trace(self) -> TraceReadError:
         return TraceReadError(
-            self.path, f"not a PyTorch profiler trace: none of the {self.entries} entries of "
-                       "its event list is a readable trace event (an object with a 'ph')")
+            self.path,
+            f"not a PyTorch profiler trace: none of the {self.entries} entries of "
+            "its event list is a readable trace event (an object with a 'ph')",
+        )
 
     def _cut_and_decode(self, pos: int) -> tuple[int, bool] | None:
         """Decode the longest run of whole elements after ``pos`` that ends at a cut
@@ -912,8 +935,10 @@ class _Reader:
                 return first, True
             if buf[first] != _COMMA:
                 raise TraceReadError(
-                    self.path, f"invalid JSON: expected ',' or ']' after an event (byte "
-                               f"{self._offset(first)})")
+                    self.path,
+                    f"invalid JSON: expected ',' or ']' after an event (byte "
+                    f"{self._offset(first)})",
+                )
             self.after_element = False
             self.lo = pos = first
             first = _WS.match(buf, pos + 1, end).end()
@@ -958,7 +983,7 @@ class _Reader:
         with memoryview(buf) as view:
             for _ in range(_MAX_ENTRIES_WITHOUT_EVENTS):
                 try:
-                    _RAW_DECODER.decode(view[p + 1:self.hi])
+                    _RAW_DECODER.decode(view[p + 1 : self.hi])
                     break  # one value up to the end of what was read: maybe not whole
                 except RecursionError:
                     raise TraceReadError(self.path, _TOO_DEEP) from None
@@ -982,7 +1007,8 @@ class _Reader:
             self._decode_chunk(pos, last[0])
         except _BadCut:
             raise TraceReadError(
-                self.path, f"invalid JSON near byte {self._offset(last[0])}") from None
+                self.path, f"invalid JSON near byte {self._offset(last[0])}"
+            ) from None
         return last
 
     def _decode_chunk(self, a: int, k: int, at_end: bool = False) -> None:
@@ -997,14 +1023,15 @@ class _Reader:
             buf[k] = _CLOSE
         events: list[Any] | None = None
         try:
-            with memoryview(buf) as view, view[a:k + 1] as chunk:
+            with memoryview(buf) as view, view[a : k + 1] as chunk:
                 try:
                     events = _EVENTS_DECODER.decode(chunk)
                 except msgspec.DecodeError as exc:
                     message = str(exc)
                     byte = _error_byte(message)
-                    if not at_end and ("truncated" in message.lower()
-                                       or (byte is not None and byte >= k - a)):
+                    if not at_end and (
+                        "truncated" in message.lower() or (byte is not None and byte >= k - a)
+                    ):
                         raise _BadCut() from None
                     if "trailing characters" in message:
                         raise _BadCut(list_end=byte) from None
@@ -1027,8 +1054,7 @@ class _Reader:
 
     def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:
         repairs: list[str] = []
-        doc = _repair_decode(self.path, raw, repairs, offset=self._offset(a),
-                             cut=not at_end)
+        doc = _repair_decode(self.path, raw, repairs, offset=self._offset(a), cut=not at_end)
         self.repairs.extend(r for r in repairs if r not in self.repairs)
         self.slow_chunks += 1
         if not isinstance(doc, list):  # cannot be: the chunk starts with "["
@@ -1062,7 +1088,8 @@ class _Reader:
             name = raw.get("name")
             if name == REPEAT_INTERLEAVE and "Concrete Inputs" in args:
                 event.args.concrete_inputs = msgspec.Raw(
-                    msgspec.json.encode(args["Concrete Inputs"]))
+                    msgspec.json.encode(args["Concrete Inputs"])
+                )
             elif isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
                 event.args.input_dims = args.get("Input Dims")
                 event.args.input_type = args.get("Input type")
@@ -1070,26 +1097,29 @@ class _Reader:
     def _tail(self, is_object: bool) -> None:
         """Check and read what follows the event list (the other top-level keys)."""
         self._read_rest("the JSON after the event list")
-        tail = bytes(self.buf[self.lo:self.hi]).strip()
+        tail = bytes(self.buf[self.lo : self.hi]).strip()
         offset = self._offset(self.lo)
         self.lo = self.hi
         if not is_object:
             if tail:
                 raise TraceReadError(
-                    self.path, f"invalid JSON: trailing characters after the event list "
-                               f"(byte {offset})")
+                    self.path,
+                    f"invalid JSON: trailing characters after the event list (byte {offset})",
+                )
             return
         if not tail:
             raise TraceReadError(self.path, "truncated JSON (still being written?)")
         if tail[:1] == b"}":
             if tail[1:].strip():
                 raise TraceReadError(
-                    self.path, "invalid JSON: trailing characters after the trace object")
+                    self.path, "invalid JSON: trailing characters after the trace object"
+                )
             return
         if tail[:1] != b",":
             raise TraceReadError(
-                self.path, f"invalid JSON: expected ',' or '}}' after the event list (byte "
-                           f"{offset})")
+                self.path,
+                f"invalid JSON: expected ',' or '}}' after the event list (byte {offset})",
+            )
         text = b"{" + tail[1:]
         try:
             rest = _TAIL_DECODER.decode(text)
@@ -1133,7 +1163,8 @@ class _Reader:
             path=self.path,
             events=self.events,
             device_properties=[p for p in props if isinstance(p, dict)]
-            if isinstance(props, list) else [],
+            if isinstance(props, list)
+            else [],
             distributed_info=dist if isinstance(dist, dict) else None,
             schema_version=top.get("schemaVersion"),
             trace_name=name if isinstance(name, str) else None,
@@ -1151,6 +1182,7 @@ class _Reader:
 
 # ----- entry points -----------------------------------------------------------------------
 
+
 def _read(path: str, handle: IO[bytes], chunk_bytes: int, max_held_bytes: int) -> TraceData:
     try:
         pieces = _pieces(path, handle, _piece_bytes(chunk_bytes))
@@ -1165,19 +1197,22 @@ def _read(path: str, handle: IO[bytes], chunk_bytes: int, max_held_bytes: int) -
         raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
     except Exception as exc:  # noqa: BLE001 - a reader bug must still name the file
         raise TraceReadError(
-            path, f"internal error while reading ({type(exc).__name__}: {exc})") from exc
+            path, f"internal error while reading ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
-def decode_trace(path: str, raw: bytes, *, chunk_bytes: int = CHUNK_BYTES,
-                 max_held_bytes: int = MAX_HELD_BYTES) -> TraceData:
+def decode_trace(
+    path: str, raw: bytes, *, chunk_bytes: int = CHUNK_BYTES, max_held_bytes: int = MAX_HELD_BYTES
+) -> TraceData:
     """Decode the bytes of a trace file (gzip or not); ``path`` is only used in messages."""
     if not raw:
         raise TraceReadError(path, "empty file")
     return _read(path, io.BytesIO(raw), chunk_bytes, max_held_bytes)
 
 
-def read_trace(path: str, *, chunk_bytes: int = CHUNK_BYTES,
-               max_held_bytes: int = MAX_HELD_BYTES) -> TraceData:
+def read_trace(
+    path: str, *, chunk_bytes: int = CHUNK_BYTES, max_held_bytes: int = MAX_HELD_BYTES
+) -> TraceData:
     """Read and decode one trace file. Raises ``TraceReadError`` naming the file and why.
 
     ``chunk_bytes``: JSON decoded at once; ``max_held_bytes``: the most JSON held besides

@@ -43,14 +43,30 @@ from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed, Source
 
 # Directories never searched for sources when matching path suffixes.
 _SKIP_DIRS = frozenset(
-    {".git", ".hg", ".svn", "node_modules", "__pycache__", "site-packages", "dist-packages",
-     ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache", "build", "dist"}
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        "site-packages",
+        "dist-packages",
+        ".venv",
+        "venv",
+        ".tox",
+        ".mypy_cache",
+        ".pytest_cache",
+        "build",
+        "dist",
+    }
 )
 _MAX_INDEXED_FILES = 50_000
 _MAX_SOURCE_BYTES = 5_000_000
 
-def callee_groups(called: str | None, ops: Sequence[str], api: str | None = None) -> list[
-        list[str]]:
+
+def callee_groups(
+    called: str | None, ops: Sequence[str], api: str | None = None
+) -> list[list[str]]:
     """Candidate callee names, most specific first: what the frame called (from the stack),
     then per operator, the outermost first (it is what Python called), then the others."""
     groups: list[list[str]] = []
@@ -82,9 +98,17 @@ def _call_name(node: ast.AST) -> str | None:
 
 # What a frame called, by its name in the trace, when that is no call by name in the source:
 # the evaluation points that run it (callorder's kinds).
-_DUNDER_KINDS = {"__format__": "format", "__iter__": "iter", "__next__": "next",
-                 "__enter__": "enter", "__exit__": "exit", "__getitem__": "load",
-                 "__setitem__": "store", "__bool__": "truth", "format": "format"}
+_DUNDER_KINDS = {
+    "__format__": "format",
+    "__iter__": "iter",
+    "__next__": "next",
+    "__enter__": "enter",
+    "__exit__": "exit",
+    "__getitem__": "load",
+    "__setitem__": "store",
+    "__bool__": "truth",
+    "format": "format",
+}
 # Operators run without a call frame (attribute's classes): ``if t`` / ``bool(t)`` run
 # is_nonzero; ``float(t)``, ``int(t)``, and ``__index__`` (``lst[t]``, ``x[:t]``,
 # ``range(t)``, ``"%d" % t``) run item; ``t[mask]`` runs index; ``t[m] = v`` index_put_ or
@@ -114,8 +138,11 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
         return tuple(labels)
     if kind == "binop":
         left = node.left  # type: ignore[attr-defined]
-        if (isinstance(node.op, ast.Mod)  # type: ignore[attr-defined]
-                and isinstance(left, ast.Constant) and isinstance(left.value, str)):
+        if (
+            isinstance(node.op, ast.Mod)  # type: ignore[attr-defined]
+            and isinstance(left, ast.Constant)
+            and isinstance(left.value, str)
+        ):
             return ("<scalar>",)
     return ()
 
@@ -132,15 +159,18 @@ def _may_index_with_tensor(node: ast.AST, slices: bool = False) -> bool:
     if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
         return False
     if isinstance(node, ast.Slice):
-        return slices and any(bound is not None and _may_index_with_tensor(bound)
-                              for bound in (node.lower, node.upper, node.step))
+        return slices and any(
+            bound is not None and _may_index_with_tensor(bound)
+            for bound in (node.lower, node.upper, node.step)
+        )
     if isinstance(node, ast.Tuple):
         return any(_may_index_with_tensor(elt, slices) for elt in node.elts)
     return True
 
 
-def _matcher(group: tuple[str, ...], optional_calls: bool,
-             profiler_names: frozenset[str]) -> Matcher:
+def _matcher(
+    group: tuple[str, ...], optional_calls: bool, profiler_names: frozenset[str]
+) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
     (the observed sequence holds them all, so that each orders the others)."""
@@ -187,8 +217,13 @@ def _label(group: tuple[str, ...]) -> str:
     return group[0] if group and group[0] in _FRAMELESS else N
 
 
-_SCOPE_NAMES = {ast.Lambda: "<lambda>", ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>",
-                ast.DictComp: "<dictcomp>", ast.GeneratorExp: "<genexpr>"}
+_SCOPE_NAMES = {
+    ast.Lambda: "<lambda>",
+    ast.ListComp: "<listcomp>",
+    ast.SetComp: "<setcomp>",
+    ast.DictComp: "<dictcomp>",
+    ast.GeneratorExp: "<genexpr>",
+}
 
 
 def _scope_name(node: ast.AST) -> str:
@@ -204,8 +239,7 @@ class _ParsedFile:
         self.functions: dict[int, ast.AST] = {}
         names: set[str] = set()
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
-                                 *_SCOPE_NAMES)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_SCOPE_NAMES)):
                 first = node.lineno
                 decorators = getattr(node, "decorator_list", None)
                 if decorators:
@@ -216,8 +250,9 @@ class _ParsedFile:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                     self.functions.setdefault(first, node)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                if (_call_name(node.context_expr) in _PROFILE_CLASSES
-                        and isinstance(node.optional_vars, ast.Name)):
+                if _call_name(node.context_expr) in _PROFILE_CLASSES and isinstance(
+                    node.optional_vars, ast.Name
+                ):
                     names.add(node.optional_vars.id)
             elif isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
                 names.update(t.id for t in node.targets if isinstance(t, ast.Name))
@@ -241,8 +276,11 @@ class _ParsedFile:
         for nodes in self.scopes.values():
             for node in nodes:
                 end = getattr(node, "end_lineno", None) or node.lineno
-                if (node.lineno <= line <= end and _scope_name(node) == func
-                        and (best is None or node.lineno > best.lineno)):
+                if (
+                    node.lineno <= line <= end
+                    and _scope_name(node) == func
+                    and (best is None or node.lineno > best.lineno)
+                ):
                     best = node
         return best
 
@@ -292,7 +330,8 @@ def parse_path_map(entries: Iterable[str | tuple[str, str]]) -> list[tuple[str, 
 
 
 def with_source_packs(
-    source_roots: Sequence[str], path_map: Sequence[tuple[str, str]],
+    source_roots: Sequence[str],
+    path_map: Sequence[tuple[str, str]],
     packs: Sequence[SourcePack] = (),
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """The user's source roots and path map plus each pack's folder and prefix mapping, after
@@ -336,8 +375,9 @@ class SourceResolver:
             count = 0
             for root in self.roots:
                 for dirpath, dirnames, filenames in os.walk(root):
-                    dirnames[:] = [d for d in dirnames
-                                   if d not in _SKIP_DIRS and not d.startswith(".")]
+                    dirnames[:] = [
+                        d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")
+                    ]
                     for name in filenames:
                         path = Path(dirpath, name)
                         if name.endswith(".py") and path not in seen:
@@ -364,7 +404,7 @@ class SourceResolver:
         for src, dst in self.path_map:
             src_norm = src.replace("\\", "/")
             if norm.startswith(src_norm):
-                candidate = Path(dst + norm[len(src_norm):])
+                candidate = Path(dst + norm[len(src_norm) :])
                 if candidate.is_file():
                     return candidate
         candidate = Path(norm)
@@ -452,8 +492,14 @@ class SourceResolver:
             def_line = None
             if parsed is not None and frame.line is not None:
                 def_line = parsed.enclosing_function_line(frame.line)
-            return Source(frame.file, frame.line, def_line, frame.func, True,
-                          str(path) if path is not None else None)
+            return Source(
+                frame.file,
+                frame.line,
+                def_line,
+                frame.func,
+                True,
+                str(path) if path is not None else None,
+            )
         observed = None
         if occurrence is not None:
             observed = Observed((N,) * occurrence[1], occurrence[0], ("occurrence", occurrence))
@@ -485,8 +531,9 @@ class SourceResolver:
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         prefix = start is not None or query.truncated
         for g, group in enumerate(query.groups):
-            automaton = self._automaton(path, parsed, scope, group, query.optional_calls,
-                                        start, prefix)
+            automaton = self._automaton(
+                path, parsed, scope, group, query.optional_calls, start, prefix
+            )
             label = _label(group)
             reachable = automaton.reachable_lines(label)
             if not reachable:
@@ -504,13 +551,27 @@ class SourceResolver:
                     certain = False
             if len(lines) == 1 and certain:
                 return Source(frame.file, lines[0], def_line, frame.func, True, resolved)
-            return Source(frame.file, frame.line, def_line, frame.func, False, resolved,
-                          candidates=list(lines))
+            return Source(
+                frame.file,
+                frame.line,
+                def_line,
+                frame.func,
+                False,
+                resolved,
+                candidates=list(lines),
+            )
         return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
 
-    def _automaton(self, path: Path | None, parsed: _ParsedFile, scope: ast.AST,
-                   group: tuple[str, ...], optional_calls: bool, start: int | None,
-                   prefix: bool) -> Automaton:
+    def _automaton(
+        self,
+        path: Path | None,
+        parsed: _ParsedFile,
+        scope: ast.AST,
+        group: tuple[str, ...],
+        optional_calls: bool,
+        start: int | None,
+        prefix: bool,
+    ) -> Automaton:
         key = (path, id(scope), group, optional_calls, start, prefix)
         automaton = self._automata.get(key)
         if automaton is None:
@@ -557,8 +618,11 @@ def _as_groups(called: Sequence[str] | Sequence[Sequence[str]] | None) -> list[l
 
 def _library_dirs() -> list[str]:
     """This interpreter's site-packages and dist-packages folders (``sys.path`` first)."""
-    dirs = [p for p in sys.path if os.path.basename(p.rstrip("/\\")) in
-            ("site-packages", "dist-packages")]
+    dirs = [
+        p
+        for p in sys.path
+        if os.path.basename(p.rstrip("/\\")) in ("site-packages", "dist-packages")
+    ]
     try:
         dirs += [*site.getsitepackages(), site.getusersitepackages()]
     except AttributeError:  # virtualenv's old site module
@@ -566,8 +630,9 @@ def _library_dirs() -> list[str]:
     return list(dict.fromkeys(d for d in dirs if os.path.isdir(d)))
 
 
-def resolve_sources(resolver: SourceResolver, attributions: Sequence[Attribution]
-                    ) -> list[Source | None]:
+def resolve_sources(
+    resolver: SourceResolver, attributions: Sequence[Attribution]
+) -> list[Source | None]:
     """The source line of each attributed sync (None without a user frame).
 
     Modern stacks: the user's call line (``Attribution.user_call``) and, when it went into a
@@ -585,8 +650,11 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
     if attribution.call_lines:
         return resolver.resolve(attribution.stack, call_lines=True)
     if attribution.backward:
-        run_by = (resolver.resolve_call(attribution.run_by_call)
-                  if attribution.run_by_call is not None else None)
+        run_by = (
+            resolver.resolve_call(attribution.run_by_call)
+            if attribution.run_by_call is not None
+            else None
+        )
         if attribution.forward_call is not None:
             forward = resolver.resolve_call(attribution.forward_call)
             return replace(forward, backward=True, run_by=run_by)

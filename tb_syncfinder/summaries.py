@@ -49,12 +49,24 @@ def stored_shape() -> str:
     models changes it, so a summary written before (which lacks the field) is never used."""
     from tb_syncfinder import collectives
 
-    classes = (TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
-               models.StepStats, models.TraceSavings, collectives.RankTrace,
-               collectives.DistributedInfo, collectives.ProcessGroupInfo,
-               collectives.Collective, collectives.StepSpan, collectives.HostWait)
-    return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
-                    for c in classes)
+    classes = (
+        TraceResult,
+        models.TraceInfo,
+        models.Sync,
+        models.Frame,
+        models.Source,
+        models.StepStats,
+        models.TraceSavings,
+        collectives.RankTrace,
+        collectives.DistributedInfo,
+        collectives.ProcessGroupInfo,
+        collectives.Collective,
+        collectives.StepSpan,
+        collectives.HostWait,
+    )
+    return ";".join(
+        f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}" for c in classes
+    )
 
 
 STORED_SHAPE = stored_shape()
@@ -145,7 +157,10 @@ class SummaryStore:
         except (msgspec.DecodeError, msgspec.ValidationError):
             return Lookup(None, "summary unreadable")
         if (envelope.format, envelope.shape, envelope.version) != (
-                FORMAT, STORED_SHAPE, __version__):
+            FORMAT,
+            STORED_SHAPE,
+            __version__,
+        ):
             return Lookup(None, "summary from another version")
         if envelope.path != ref.path or (envelope.size, envelope.mtime_ns) != (size, mtime_ns):
             return Lookup(None, "trace changed since its summary")
@@ -159,8 +174,10 @@ class SummaryStore:
         # The run and worker are the reader's view of the logdir (a run renamed by
         # --logdir_spec is the same trace): take them from the ref.
         result.info.run, result.info.worker, result.info.span = ref.run, ref.worker, ref.span
-        same = (envelope.options == options_fingerprint(options)
-                and _source_stats(envelope.sources) == envelope.sources)
+        same = (
+            envelope.options == options_fingerprint(options)
+            and _source_stats(envelope.sources) == envelope.sources
+        )
         return Lookup(result, None, same)
 
     @staticmethod
@@ -194,14 +211,26 @@ class SummaryStore:
         compressed = len(payload) > _COMPRESS_ABOVE
         if compressed:
             payload = zlib.compress(payload, 1)
-        stored = (result.syncs + result.latent + result.profiler_overhead
-                  + result.warmup_allocator)
-        resolved = {sync.source.resolved_path for sync in stored
-                    if sync.source is not None and sync.source.resolved_path}
-        data = _ENCODER.encode(_Envelope(
-            FORMAT, STORED_SHAPE, __version__, ref.path, size, mtime_ns,
-            options_fingerprint(options), _source_stats(dict.fromkeys(resolved)), compressed,
-            payload))
+        stored = result.syncs + result.latent + result.profiler_overhead + result.warmup_allocator
+        resolved = {
+            sync.source.resolved_path
+            for sync in stored
+            if sync.source is not None and sync.source.resolved_path
+        }
+        data = _ENCODER.encode(
+            _Envelope(
+                FORMAT,
+                STORED_SHAPE,
+                __version__,
+                ref.path,
+                size,
+                mtime_ns,
+                options_fingerprint(options),
+                _source_stats(dict.fromkeys(resolved)),
+                compressed,
+                payload,
+            )
+        )
         target = self.path_for(ref.path)
         try:
             self._write(target, data)
@@ -237,8 +266,9 @@ class SummaryStore:
             raise
 
 
-def summarised(refs: Sequence[TraceRef], store: SummaryStore, options: Any
-               ) -> tuple[dict[str, TraceResult], list[TraceRef]]:
+def summarised(
+    refs: Sequence[TraceRef], store: SummaryStore, options: Any
+) -> tuple[dict[str, TraceResult], list[TraceRef]]:
     """The refs whose summaries are valid (path -> result) and those left to analyse.
     A summary made with other source options counts as missing (its lines were resolved
     against other folders)."""

@@ -365,8 +365,7 @@ class _Builder:
         return lo, hi
 
 
-def _bucket(events: list[Any]) -> tuple[dict[str, list[Event]], list[MetaEvent],
-                                        list[FlowStart]]:
+def _bucket(events: list[Any]) -> tuple[dict[str, list[Event]], list[MetaEvent], list[FlowStart]]:
     """Complete events by category, metadata and flow starts; every other phase is never
     looked at. One tight loop: the only pass over all events."""
     buckets: dict[str, list[Event]] = {}
@@ -440,8 +439,7 @@ def build_timeline(data: TraceData) -> Timeline:
     device_kind = device_kind_of(runtime_names, has_gpu_activity)
     device_name = None
     if device_kind != "cpu":  # deviceProperties lists GPUs present, not used ones
-        device_name = next((str(p["name"]) for p in data.device_properties if p.get("name")),
-                           None)
+        device_name = next((str(p["name"]) for p in data.device_properties if p.get("name")), None)
     return Timeline(
         path=data.path,
         threads=builder.threads,

@@ -190,8 +190,10 @@ class WhatIf:
         if key == frozenset(self.counted):
             return self.all_syncs
         if self._graph is None:
-            raise KeyError(f"no saving precomputed for episodes {sorted(key)}; pass them "
-                           "as a group to replay()")
+            raise KeyError(
+                f"no saving precomputed for episodes {sorted(key)}; pass them "
+                "as a group to replay()"
+            )
         result = self._graph.saving(key)
         self._sets[key] = result
         return result
@@ -245,8 +247,13 @@ def replay(
     graph = built
     base = graph.base_metrics
     n_steps = len(base.host_start)
-    result = WhatIf(trace=tl.path, available=True, counted=counted_list,
-                    step_markers=graph.step_markers, _graph=graph)
+    result = WhatIf(
+        trace=tl.path,
+        available=True,
+        counted=counted_list,
+        step_markers=graph.step_markers,
+        _graph=graph,
+    )
     result.notes = list(graph.notes)
     result.stats = dict(graph.stats)
     zero = Saving(0.0, [0.0] * n_steps)
@@ -267,20 +274,28 @@ def replay(
         replayed = max(base.host_us[n], base.device_us[n])
         fid = replayed / recorded if recorded > 0 else 1.0
         fidelity_error = max(fidelity_error, abs(fid - 1.0))
-        result.steps.append(StepReplay(
-            step=graph.step_numbers[n],
-            recorded_host_us=rec.host_us[n], recorded_device_us=rec.device_us[n],
-            replayed_host_us=base.host_us[n], replayed_device_us=base.device_us[n],
-            recorded_us=recorded, replayed_us=replayed, fidelity=fid,
-            no_sync_us=max(no_sync.host_us[n], no_sync.device_us[n]),
-            interval_us=base.intervals[n], no_sync_interval_us=no_sync.intervals[n],
-        ))
+        result.steps.append(
+            StepReplay(
+                step=graph.step_numbers[n],
+                recorded_host_us=rec.host_us[n],
+                recorded_device_us=rec.device_us[n],
+                replayed_host_us=base.host_us[n],
+                replayed_device_us=base.device_us[n],
+                recorded_us=recorded,
+                replayed_us=replayed,
+                fidelity=fid,
+                no_sync_us=max(no_sync.host_us[n], no_sync.device_us[n]),
+                interval_us=base.intervals[n],
+                no_sync_interval_us=no_sync.intervals[n],
+            )
+        )
     result.fidelity_error = fidelity_error
     if fidelity_error > FIDELITY_GOAL:
         result.notes.append(
             f"the unmodified replay is off by up to {fidelity_error:.1%} per step: "
             f"{graph.stats.get('deviating_nodes', 0):.0f} nodes did not reproduce "
-            "(see stats: order violations or contradicted edges)")
+            "(see stats: order violations or contradicted edges)"
+        )
     result.window_us = rec.window
     result.replayed_window_us = base.window
     result.no_sync_window_us = no_sync.window
@@ -295,7 +310,8 @@ def replay(
             result.notes.append(
                 f"{unexplained / result.window_us:.0%} of the replayed window's critical "
                 "path is the device waiting between activities for something the trace "
-                "does not show (other ranks, unrecorded waits): no sync removal moves it")
+                "does not show (other ranks, unrecorded waits): no sync removal moves it"
+            )
     return result
 
 
@@ -339,8 +355,12 @@ class TraceWhatIf:
     per_step_us: dict[int, float]  # step number -> saving of all counted syncs
 
 
-def replay_stage(tl: Timeline, episodes: Sequence[Episode],
-                 site_keys: Sequence[str], listed_apart: Collection[int] = ()) -> TraceWhatIf:
+def replay_stage(
+    tl: Timeline,
+    episodes: Sequence[Episode],
+    site_keys: Sequence[str],
+    listed_apart: Collection[int] = (),
+) -> TraceWhatIf:
     """Replay one trace for the engine: every episode alone, the episodes of each site
     together (``site_keys`` parallel to ``episodes``) and every episode but the profiler's
     own (``profiler_episodes``) and those in ``listed_apart`` (indices the engine keeps out
@@ -352,18 +372,19 @@ def replay_stage(tl: Timeline, episodes: Sequence[Episode],
         groups.setdefault(key, []).append(index)
     profiler = set(profiler_episodes(tl, episodes)) | set(listed_apart)
     counted = [i for i in range(len(episodes)) if i not in profiler]
-    result = replay(tl, episodes, counted=counted,
-                    groups={k: v for k, v in groups.items() if len(v) > 1})
+    result = replay(
+        tl, episodes, counted=counted, groups={k: v for k, v in groups.items() if len(v) > 1}
+    )
     if not result.available:
         return TraceWhatIf(result, [], {}, {})
     steps = {s.step: s for s in result.steps}
-    per_step = dict(zip((s.step for s in result.steps), result.all_syncs.per_step_us,
-                        strict=True))
+    per_step = dict(zip((s.step for s in result.steps), result.all_syncs.per_step_us, strict=True))
     return TraceWhatIf(result, [s.total_us for s in result.episode_savings], steps, per_step)
 
 
-def collective_earlier(result: WhatIf, collectives: Sequence[Any],
-                       waits: Mapping[str, Collection[int]]) -> dict[str, dict[int, float]]:
+def collective_earlier(
+    result: WhatIf, collectives: Sequence[Any], waits: Mapping[str, Collection[int]]
+) -> dict[str, dict[int, float]]:
     """For the job stage (``ranks.what_ifs_for_rank``): per wait id (e.g. a ``Sync.id``,
     mapped to its episode indices in ``waits``), per ``Collective.index``, how much earlier
     this rank's collective kernel would start with that wait's sync edges dropped.
@@ -381,7 +402,7 @@ def collective_earlier(result: WhatIf, collectives: Sequence[Any],
         raise KeyError("collective_earlier needs the live replay result (not a pickled one)")
     n_dev = graph.n_dev
     rec_start = np.asarray(graph.rec[:n_dev], dtype=float)
-    rec_end = np.asarray(graph.rec[n_dev:2 * n_dev], dtype=float)
+    rec_end = np.asarray(graph.rec[n_dev : 2 * n_dev], dtype=float)
     order = np.argsort(rec_start, kind="stable")
     sorted_start = rec_start[order]
     items: list[tuple[int, int]] = []  # (collective index, device item), in index order
@@ -395,8 +416,9 @@ def collective_earlier(result: WhatIf, collectives: Sequence[Any],
         if not len(candidates):
             continue
         end = (coll.exec_end - graph.t0) if coll.exec_end is not None else ts
-        best = candidates[np.argmin(np.abs(rec_end[candidates] - end)
-                                    + np.abs(rec_start[candidates] - ts))]
+        best = candidates[
+            np.argmin(np.abs(rec_end[candidates] - end) + np.abs(rec_start[candidates] - ts))
+        ]
         items.append((coll.index, int(best)))
     if not items:
         return {}
@@ -475,8 +497,9 @@ class _Graph:
         self.recorded_metrics: _Metrics
 
     # -- evaluation ----------------------------------------------------------------------
-    def run(self, values: list[float], disabled: Collection[int], lo: int,
-            horizon: int | None) -> None:
+    def run(
+        self, values: list[float], disabled: Collection[int], lo: int, horizon: int | None
+    ) -> None:
         """Evaluate tasks from position ``lo`` in place. With ``horizon``: a what-if from
         base values, stopping once no later task can read a changed value."""
         tasks = self.tasks
@@ -562,7 +585,7 @@ class _Graph:
     def metrics(self, values: list[float]) -> _Metrics:
         n_dev = self.n_dev
         starts = np.asarray(values[:n_dev], dtype=float)
-        ends = np.asarray(values[n_dev:2 * n_dev], dtype=float)
+        ends = np.asarray(values[n_dev : 2 * n_dev], dtype=float)
         n_steps = len(self.step_refs)
         host_start = []
         host_end = []
@@ -595,12 +618,14 @@ class _Graph:
 
     def metrics_for(self, disabled: frozenset[int]) -> _Metrics:
         """Metrics with the sync edges of these episodes dropped (all at once)."""
-        jumps = [j for i in disabled if 0 <= i < len(self.episode_jumps)
-                 for j in self.episode_jumps[i]]
+        jumps = [
+            j for i in disabled if 0 <= i < len(self.episode_jumps) for j in self.episode_jumps[i]
+        ]
         if not jumps:
             m = self.base_metrics
-            return _Metrics(m.host_start, m.host_us, m.device_us, m.completion, m.intervals,
-                            m.window, None)
+            return _Metrics(
+                m.host_start, m.host_us, m.device_us, m.completion, m.intervals, m.window, None
+            )
         values = list(self.base_values)
         positions = [self.jump_pos[j] for j in jumps]
         self.run(values, frozenset(jumps), min(positions), max(positions))
@@ -610,8 +635,10 @@ class _Graph:
 
     def saving_from(self, m: _Metrics) -> Saving:
         base = self.base_metrics
-        return Saving(base.window - m.window,
-                      [b - w for b, w in zip(base.intervals, m.intervals, strict=True)])
+        return Saving(
+            base.window - m.window,
+            [b - w for b, w in zip(base.intervals, m.intervals, strict=True)],
+        )
 
     def saving(self, disabled: frozenset[int]) -> Saving:
         return self.saving_from(self.metrics_for(disabled))
@@ -626,8 +653,7 @@ class _Graph:
             producer[task[0]] = task
             if task[1] >= 0:
                 producer[task[1]] = task
-        totals = dict.fromkeys(
-            ("device", "host", "stream_gap", "event_wait", "sync", "fixed"), 0.0)
+        totals = dict.fromkeys(("device", "host", "stream_gap", "event_wait", "sync", "fixed"), 0.0)
         m = self.base_metrics
         if not m.completion:
             return totals
@@ -639,8 +665,8 @@ class _Graph:
             var = ev
             totals["host"] += eo
         else:
-            ends = np.asarray(values[n:2 * n])
-            items = self.item_order[self.item_bounds[-2]:self.item_bounds[-1]]
+            ends = np.asarray(values[n : 2 * n])
+            items = self.item_order[self.item_bounds[-2] : self.item_bounds[-1]]
             if len(items):
                 var = n + int(items[np.argmax(ends[items])])
         start = m.host_start[0]
@@ -656,8 +682,7 @@ class _Graph:
             v = values[out]
             best = (const, -1, "fixed")
             candidates = [(av, ao, "host"), (bv, bo, "stream_gap")]
-            candidates += [(src, off, "host" if jump >= 0 else "event_wait")
-                           for src, off in extra]
+            candidates += [(src, off, "host" if jump >= 0 else "event_wait") for src, off in extra]
             candidates += [(src, off, "sync") for src, off in syncs]
             for src, off, kind in candidates:
                 if src >= 0 and values[src] + off >= best[0]:
@@ -683,7 +708,7 @@ class _Graph:
         n_dev = self.n_dev
         idx = self.item_order
         starts = np.asarray(values[:n_dev], dtype=float)[idx]
-        ends = np.asarray(values[n_dev:2 * n_dev], dtype=float)[idx]
+        ends = np.asarray(values[n_dev : 2 * n_dev], dtype=float)[idx]
         order = np.argsort(starts, kind="stable")
         starts = starts[order]
         ends = ends[order]
@@ -712,15 +737,18 @@ def _device_corr(event: Any) -> Any:
 
 
 def _is_launch_api(name: str) -> bool:
-    return (("Launch" in name and "HostFunc" not in name) or "Memcpy" in name
-            or "Memset" in name)
+    return ("Launch" in name and "HostFunc" not in name) or "Memcpy" in name or "Memset" in name
 
 
 _CORRELATION = attrgetter("correlation")
 
 
-def _correlations(events: list[Any], thread: HostThread | None,
-                  flows: dict[tuple[Any, Any, float], Any] | None, runtime: bool) -> list[Any]:
+def _correlations(
+    events: list[Any],
+    thread: HostThread | None,
+    flows: dict[tuple[Any, Any, float], Any] | None,
+    runtime: bool,
+) -> list[Any]:
     """Each event's correlation id, as ``Timeline`` joins them: ``args.correlation``, else
     ``External id`` (runtime calls: also the legacy key, then the ``ac2g`` flow)."""
     try:
@@ -793,7 +821,8 @@ class _Builder:
             return "no device activity in the trace (CPU only): nothing to replay"
         self.lane_of = np.repeat(np.arange(len(lanes)), [len(items) for _, _, items in lanes])
         self.lane_first = np.concatenate(
-            ([0], np.cumsum([len(items) for _, _, items in lanes])[:-1])).astype(np.int64)
+            ([0], np.cumsum([len(items) for _, _, items in lanes])[:-1])
+        ).astype(np.int64)
         self.events = events
         self.d_ts = np.fromiter(map(_TS, events), float, n) - t0
         self.d_dur = np.fromiter(map(_DUR, events), float, n)
@@ -811,8 +840,10 @@ class _Builder:
         if self.step_key is not None and self.step_key not in keys:
             keys.append(self.step_key)
         if not any(tl.threads[k].runtime for k in keys):
-            return ("the trace has device activity but no runtime calls: launches cannot be "
-                    "linked to the host")
+            return (
+                "the trace has device activity but no runtime calls: launches cannot be "
+                "linked to the host"
+            )
         if self.step_key is None:
             self.step_key = max(keys, key=lambda k: len(tl.threads[k].runtime))
         self.keys = keys
@@ -859,21 +890,31 @@ class _Builder:
             first = np.argmax(lane_linked) if lane_linked.any() else hi - lo
             unlinked_mid += int((~lane_linked[first:]).sum())
         prefix = int((~linked).sum()) - unlinked_mid
-        self.stats.update(device_items=float(n), unlinked_before_first_launch=float(prefix),
-                          unlinked_items=float(unlinked_mid))
+        self.stats.update(
+            device_items=float(n),
+            unlinked_before_first_launch=float(prefix),
+            unlinked_items=float(unlinked_mid),
+        )
         if not linked.any():
-            return (f"none of the {n} device activities is linked to a runtime call "
-                    "(correlation ids and ac2g flows missing)")
+            return (
+                f"none of the {n} device activities is linked to a runtime call "
+                "(correlation ids and ac2g flows missing)"
+            )
         if unlinked_mid > max(2, MAX_UNLINKED_SHARE * n):
-            return (f"{unlinked_mid} of {n} device activities have no launching runtime call "
-                    "(missing or inconsistent correlation ids / ac2g flows)")
+            return (
+                f"{unlinked_mid} of {n} device activities have no launching runtime call "
+                "(missing or inconsistent correlation ids / ac2g flows)"
+            )
         if prefix:
             self.notes.append(
                 f"{prefix} device activities were queued before the first recorded launch "
-                "on their stream: kept at their recorded times")
+                "on their stream: kept at their recorded times"
+            )
         if unlinked_mid:
-            self.notes.append(f"{unlinked_mid} device activities have no launching runtime "
-                              "call: kept at their recorded times")
+            self.notes.append(
+                f"{unlinked_mid} device activities have no launching runtime "
+                "call: kept at their recorded times"
+            )
         launched = np.zeros(len(self.rt_ts), dtype=bool)
         launched[d_launch[linked]] = True
         lonely = max(0, launch_api_calls - int(launched.sum()))
@@ -891,21 +932,27 @@ class _Builder:
         self.stats["launch_calls_without_device_work"] = float(lonely)
         if launch_api_calls:
             if lonely > limit:
-                return (f"{lonely} of {launch_api_calls} launch / copy calls have no "
-                        "device activity (missing or inconsistent correlation ids / ac2g "
-                        "flows)")
+                return (
+                    f"{lonely} of {launch_api_calls} launch / copy calls have no "
+                    "device activity (missing or inconsistent correlation ids / ac2g "
+                    "flows)"
+                )
         lat = self.d_ts - self.launch_ts
         negative = int(np.sum(lat < -TOL_US))
         self.stats["negative_launch_latency"] = float(negative)
         if negative > max(2, MAX_NEGATIVE_LATENCY_SHARE * n):
-            return (f"{negative} of {n} device activities start before the runtime call that "
-                    "launched them (inconsistent clocks or correlations)")
+            return (
+                f"{negative} of {n} device activities start before the runtime call that "
+                "launched them (inconsistent clocks or correlations)"
+            )
         if negative:
             bad = lat < -TOL_US
             self.d_launch = np.where(bad, -1, self.d_launch)
             self.launch_ts = np.where(bad, np.nan, self.launch_ts)
-            self.notes.append(f"{negative} device activities start before their launch call: "
-                              "kept at their recorded times")
+            self.notes.append(
+                f"{negative} device activities start before their launch call: "
+                "kept at their recorded times"
+            )
 
         # Per lane: launch times in FIFO order, as a running maximum (for "the last activity
         # on this stream launched before t"). Unlinked activity counts as launched at -inf.
@@ -914,8 +961,9 @@ class _Builder:
         for i in range(len(lanes)):
             lo = self.lane_first[i]
             hi = lo + len(lanes[i][2])
-            self.lane_launch_max.append(np.maximum.accumulate(lt[lo:hi]) if hi > lo
-                                        else np.zeros(0))
+            self.lane_launch_max.append(
+                np.maximum.accumulate(lt[lo:hi]) if hi > lo else np.zeros(0)
+            )
         # Per thread: its launches in host order (for "the next launch after t").
         order = np.flatnonzero(self.d_launch >= 0)
         thread_of_item = self.rt_thread[self.d_launch[order]]
@@ -958,10 +1006,14 @@ class _Builder:
         """The device activities this blocking call waited for (latest per stream)."""
         if call.reason == "copy":
             if self._item_of_event is None:
-                self._item_of_event = dict(zip(map(id, self.events), range(self.n_dev),
-                        strict=True))
-            own = [self._item_of_event[id(d)] for d in call.device_events
-                   if d.cat != "cuda_sync" and id(d) in self._item_of_event]
+                self._item_of_event = dict(
+                    zip(map(id, self.events), range(self.n_dev), strict=True)
+                )
+            own = [
+                self._item_of_event[id(d)]
+                for d in call.device_events
+                if d.cat != "cuda_sync" and id(d) in self._item_of_event
+            ]
             if own:
                 return own
         device = self._device_of_call(call, h, start)
@@ -1034,8 +1086,11 @@ class _Builder:
                 jump = _Jump(h, end, wait=wait, sync=[(j, own) for j in kept], episode=index)
                 self.episode_jumps[index].append(len(self.jumps))
                 self.jumps.append(jump)
-        self.stats.update(sync_edges_contradicted=float(contradicted),
-                          blocked_us=blocked, blocked_explained_us=waited)
+        self.stats.update(
+            sync_edges_contradicted=float(contradicted),
+            blocked_us=blocked,
+            blocked_explained_us=waited,
+        )
 
     # -- forks and joins between host threads ------------------------------------------------
     def _last_activity(self, h: int, t: float) -> float:
@@ -1099,8 +1154,12 @@ class _Builder:
             return
         relevant = []
         for h in range(n_threads):
-            arr = np.concatenate([self.thread_launches[h][0],
-                                  np.asarray([j.t for j in self.jumps if j.thread == h], float)])
+            arr = np.concatenate(
+                [
+                    self.thread_launches[h][0],
+                    np.asarray([j.t for j in self.jumps if j.thread == h], float),
+                ]
+            )
             arr.sort()
             relevant.append(arr)
         bursts: dict[tuple[int, float], tuple[int, float, float, float, float]] = {}
@@ -1118,12 +1177,14 @@ class _Builder:
                 # Open-ended at both sides: A may wait for B before its first call or after
                 # its last one (_burst checks A's operators there).
                 starts_a = np.concatenate(
-                    [[-np.inf], self.rt_ts[lo_a:lo_a + len(self.threads[a].runtime)], [np.inf]])
+                    [[-np.inf], self.rt_ts[lo_a : lo_a + len(self.threads[a].runtime)], [np.inf]]
+                )
                 k = np.searchsorted(starts_a, relevant[b], side="right")
                 wide = starts_a[k] - starts_a[k - 1] > MIN_JOIN_GAP_US
                 for gap in np.unique(k[wide]).tolist():
-                    found = self._burst(a, b, float(starts_a[gap - 1]), float(starts_a[gap]),
-                                        relevant[b])
+                    found = self._burst(
+                        a, b, float(starts_a[gap - 1]), float(starts_a[gap]), relevant[b]
+                    )
                     if found is None:
                         continue
                     lo, hi, b0, b1 = found
@@ -1141,8 +1202,9 @@ class _Builder:
             self.jumps += [fork, join]
         self.stats["thread_joins"] = float(len(bursts))
 
-    def _burst(self, a: int, b: int, s_lo: float, s_hi: float,
-               relevant_b: np.ndarray) -> tuple[float, float, float, float] | None:
+    def _burst(
+        self, a: int, b: int, s_lo: float, s_hi: float, relevant_b: np.ndarray
+    ) -> tuple[float, float, float, float] | None:
         """B's burst inside A's gap between starts ``s_lo`` and ``s_hi``, if A is blocked
         all through it: (burst start, burst end, A's last point before, A's first after)."""
         j = int(np.searchsorted(relevant_b, s_lo, side="right"))
@@ -1167,8 +1229,9 @@ class _Builder:
             tails.append(max(th_b.ends[n_lo:n_hi]))
         if r_hi > r_lo:
             firsts.append(th_b.runtime_starts[r_lo])
-            tails.append(max(map(add, th_b.runtime_starts[r_lo:r_hi],
-                                 map(_DUR, th_b.runtime[r_lo:r_hi]))))
+            tails.append(
+                max(map(add, th_b.runtime_starts[r_lo:r_hi], map(_DUR, th_b.runtime[r_lo:r_hi])))
+            )
         if not firsts:
             return None
         lo = min(firsts) - t0
@@ -1178,8 +1241,9 @@ class _Builder:
         hi = min(hi, b1)
         th_a = self.threads[a]
         node = th_a.innermost(lo + t0, hi + t0)
-        if node < 0 or (th_a.kinds[node] == ANNOTATION
-                        and th_a.nodes[node].name.startswith("ProfilerStep#")):
+        if node < 0 or (
+            th_a.kinds[node] == ANNOTATION and th_a.nodes[node].name.startswith("ProfilerStep#")
+        ):
             return None
         return lo, hi, b0, b1
 
@@ -1201,8 +1265,9 @@ class _Builder:
             if any(j.thread == h and not j.chained and j.t <= t + 1e-9 for j in self.jumps):
                 continue
             self.jumps.append(_Jump(h, t, const=t, chained=False))
-        order = sorted(range(len(self.jumps)), key=lambda i: (self.jumps[i].thread,
-                                                              self.jumps[i].t))
+        order = sorted(
+            range(len(self.jumps)), key=lambda i: (self.jumps[i].thread, self.jumps[i].t)
+        )
         renumber = {old: new for new, old in enumerate(order)}
         jumps = [self.jumps[i] for i in order]
         g.episode_jumps = [[renumber[i] for i in lst] for lst in self.episode_jumps]
@@ -1276,12 +1341,26 @@ class _Builder:
         wait_w = np.where(tight, wait_gap, np.minimum(wait_gap, 0.0))
         empty: tuple[()] = ()
         extras: list[tuple[tuple[int, float], ...]] = [empty] * n
-        for dst, src, w in zip(wait_dst.tolist(), (wait_src + n).tolist(), wait_w.tolist(),
-                strict=True):
+        for dst, src, w in zip(
+            wait_dst.tolist(), (wait_src + n).tolist(), wait_w.tolist(), strict=True
+        ):
             extras[dst] = extras[dst] + ((src, w),)
-        tasks_dev = list(zip(range(n), range(n, 2 * n), self.d_dur.tolist(), la_var.tolist(),
-                             la_off.tolist(), pv_var.tolist(), pv_off.tolist(), extras,
-                             repeat(empty, n), const.tolist(), repeat(-1, n), strict=True))
+        tasks_dev = list(
+            zip(
+                range(n),
+                range(n, 2 * n),
+                self.d_dur.tolist(),
+                la_var.tolist(),
+                la_off.tolist(),
+                pv_var.tolist(),
+                pv_off.tolist(),
+                extras,
+                repeat(empty, n),
+                const.tolist(),
+                repeat(-1, n),
+                strict=True,
+            )
+        )
 
         # Host points.
         tasks_host = []
@@ -1397,8 +1476,11 @@ class _Builder:
         records: dict[Any, Any] = {}
         for events in self.tl.lanes.values():
             for d in events:
-                if d.cat == "cuda_sync" and d.args is not None and (
-                        (d.args.cuda_sync_kind or d.name) == "Stream Wait Event"):
+                if (
+                    d.cat == "cuda_sync"
+                    and d.args is not None
+                    and ((d.args.cuda_sync_kind or d.name) == "Stream Wait Event")
+                ):
                     records[_device_corr(d)] = d
         pairs_dst: list[np.ndarray] = []
         pairs_src: list[np.ndarray] = []
@@ -1408,12 +1490,14 @@ class _Builder:
             if not STREAM_WAIT_EVENT_APIS.intersection(names):
                 continue
             index = np.flatnonzero(
-                np.fromiter(map(STREAM_WAIT_EVENT_APIS.__contains__, names), bool, len(names)))
+                np.fromiter(map(STREAM_WAIT_EVENT_APIS.__contains__, names), bool, len(names))
+            )
             starts = self.rt_ts[self.rt_offset[h] + index]
             corrs = self.rt_corrs[h]
             with_record = np.array([corrs[i] in records for i in index.tolist()], dtype=bool)
-            for i, start in zip(index[with_record].tolist(), starts[with_record].tolist(),
-                    strict=True):
+            for i, start in zip(
+                index[with_record].tolist(), starts[with_record].tolist(), strict=True
+            ):
                 record = records[corrs[i]]
                 if record.args is None:
                     continue
@@ -1442,8 +1526,11 @@ class _Builder:
                 kk = np.searchsorted(arr, starts, side="right") - 1
                 cand = self.lane_first[lane] + kk
                 cand_ts = np.where(kk >= 0, arr[np.maximum(kk, 0)], -np.inf)
-                better = ((dst_lane != lane) & (lane_device[dst_lane] == lane_device[lane])
-                          & (cand_ts > best_ts))
+                better = (
+                    (dst_lane != lane)
+                    & (lane_device[dst_lane] == lane_device[lane])
+                    & (cand_ts > best_ts)
+                )
                 best_ts = np.where(better, cand_ts, best_ts)
                 src = np.where(better, cand, src)
             found = src >= 0
@@ -1455,13 +1542,19 @@ class _Builder:
         dst = np.concatenate(pairs_dst).astype(np.int64)
         src = np.concatenate(pairs_src).astype(np.int64)
         consistent = self.d_end[src] <= self.d_ts[dst] + TOL_US
-        self.stats.update(event_waits=float(consistent.sum()),
-                          event_waits_contradicted=float((~consistent).sum()))
+        self.stats.update(
+            event_waits=float(consistent.sum()), event_waits_contradicted=float((~consistent).sum())
+        )
         pairs = np.unique(np.stack([dst[consistent], src[consistent]], axis=1), axis=0)
         return pairs[:, 0], pairs[:, 1]
 
-    def steps(self, g: _Graph, thread_times: list[list[float]],
-              thread_vars: list[list[int]], host_ref: Any) -> None:
+    def steps(
+        self,
+        g: _Graph,
+        thread_times: list[list[float]],
+        thread_vars: list[list[int]],
+        host_ref: Any,
+    ) -> None:
         tl = self.tl
         t0 = self.t0
         h = self.keys.index(self.step_key)
@@ -1475,8 +1568,13 @@ class _Builder:
         if not spans:
             g.step_markers = False
             th = self.threads[h]
-            lo = min(([th.starts[0]] if th.starts else []) +
-                     ([th.runtime[0].ts] if th.runtime else [])) - t0
+            lo = (
+                min(
+                    ([th.starts[0]] if th.starts else [])
+                    + ([th.runtime[0].ts] if th.runtime else [])
+                )
+                - t0
+            )
             ends = list(th.ends) + [r.ts + r.dur for r in th.runtime]
             hi = max(ends) - t0
             spans = {0: (lo, hi)}
@@ -1524,8 +1622,7 @@ def _build(tl: Timeline, episodes: list[Episode]) -> _Graph | str:
     recorded = graph.metrics(graph.rec)
     graph.recorded_metrics = recorded
     graph.base_metrics = graph.metrics(graph.base_values)
-    deviating = int(np.sum(~(np.abs(np.array(graph.base_values) - np.array(graph.rec))
-                             <= 1e-6)))
+    deviating = int(np.sum(~(np.abs(np.array(graph.base_values) - np.array(graph.rec)) <= 1e-6)))
     graph.stats["deviating_nodes"] = float(deviating)
     graph.stats["nodes"] = float(len(graph.rec))
     return graph

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORKLOAD = '''\
+WORKLOAD = """\
 import os
 import sys
 import time
@@ -65,7 +65,7 @@ if __name__ == "__main__":
         args=(int(world), "file://" + os.path.join(out, "rendezvous"), out, int(late_rank),
               float(delay), int(steps)),
         nprocs=int(world), start_method="fork")
-'''
+"""
 SCRIPT = "train_gloo.py"
 
 
@@ -81,16 +81,26 @@ SLEEP_LINE = line_of("# LATE:")
 READBACK_LINE = line_of("# READBACK:")
 
 
-def record_gloo_job(folder: Path, world: int = 3, late_rank: int = 1, delay_s: float = 0.05,
-                    steps: int = 4, timeout_s: float = 120.0) -> list[Path]:
+def record_gloo_job(
+    folder: Path,
+    world: int = 3,
+    late_rank: int = 1,
+    delay_s: float = 0.05,
+    steps: int = 4,
+    timeout_s: float = 120.0,
+) -> list[Path]:
     """Run the job; returns the traces (``rank<N>.pt.trace.json``) in rank order."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SCRIPT).write_text(WORKLOAD)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, SCRIPT, str(folder), str(world), str(late_rank), str(delay_s),
-         str(steps)],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s)
+        [sys.executable, SCRIPT, str(folder), str(world), str(late_rank), str(delay_s), str(steps)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"gloo job failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     traces = [folder / f"rank{r}.pt.trace.json" for r in range(world)]

@@ -61,11 +61,19 @@ def _item_trace() -> dict[str, Any]:
 def _wrong_types() -> dict[str, Any]:
     doc = good_trace()
     events = doc["traceEvents"]
-    odd = [("ts", [1, 2]), ("pid", {"a": 1}), ("args", "not an object"), ("name", 5),
-           ("dur", "N/A"), ("tid", None), ("cat", 3.5)]
+    odd = [
+        ("ts", [1, 2]),
+        ("pid", {"a": 1}),
+        ("args", "not an object"),
+        ("name", 5),
+        ("dur", "N/A"),
+        ("tid", None),
+        ("cat", 3.5),
+    ]
     kernels = [e for e in events if e.get("cat") == "kernel"]
-    for (key, value), event in zip(odd, kernels + [e for e in events if e.get("ph") == "f"],
-                                  strict=False):
+    for (key, value), event in zip(
+        odd, kernels + [e for e in events if e.get("ph") == "f"], strict=False
+    ):
         event[key] = value
     events.append("an event that is a string")
     return doc
@@ -105,11 +113,19 @@ def _deep_python_stack() -> dict[str, Any]:
         item_sync(b, stack=[("train.py", 30, "train_step")])
     end = b.now + PYTHON_DEPTH + 10
     doc = b.to_dict()
-    frames = [{"ph": "X", "cat": "python_function", "name": f"deep.py({i % 500 + 1}): f{i}",
-               "pid": b.pid, "tid": b.tid, "ts": start + i, "dur": end - start - 2 * i,
-               "args": {"Python parent id": i if i else None, "Python id": i + 1,
-                        "Ev Idx": 0}}
-              for i in range(PYTHON_DEPTH)]
+    frames = [
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": f"deep.py({i % 500 + 1}): f{i}",
+            "pid": b.pid,
+            "tid": b.tid,
+            "ts": start + i,
+            "dur": end - start - 2 * i,
+            "args": {"Python parent id": i if i else None, "Python id": i + 1, "Ev Idx": 0},
+        }
+        for i in range(PYTHON_DEPTH)
+    ]
     doc["traceEvents"] = frames + doc["traceEvents"]
     return doc
 
@@ -169,8 +185,7 @@ def _huge_event() -> bytes:
     return gzip.compress(b'{"traceEvents": [' + event[:-2] + b"a" * (96 << 20) + b'"}]}', 1)
 
 
-def build_corpus(logdir: Path, big: bool = True,
-                 only: Collection[str] | None = None) -> list[Case]:
+def build_corpus(logdir: Path, big: bool = True, only: Collection[str] | None = None) -> list[Case]:
     """Write the corpus under ``logdir``; ``big`` adds the multi-gigabyte gzip case;
     ``only``: just the cases of these names (the good run is always written)."""
     good = logdir / "good" / "worker0.pt.trace.json"
@@ -183,23 +198,37 @@ def build_corpus(logdir: Path, big: bool = True,
         (Case("list_of_numbers", run, error="none of the 3 entries"), lambda: b"[1, 2, 3]"),
         (Case("a_number", run, error="the JSON is a number"), lambda: b"42"),
         (Case("not_a_trace_object", run, error="no 'traceEvents' list"), lambda: b'{"a": 1}'),
-        (Case("empty_event_list", run, repair="empty trace", syncs=0),
-         lambda: b'{"schemaVersion": 1, "traceEvents": []}'),
+        (
+            Case("empty_event_list", run, repair="empty trace", syncs=0),
+            lambda: b'{"schemaVersion": 1, "traceEvents": []}',
+        ),
         (Case("deep_nesting", run, error="nested too deeply"), _deep_nesting),
-        (Case("wrong_types", run, repair="malformed events", syncs=GOOD_SYNCS),
-         lambda: json.dumps(_wrong_types()).encode()),
+        (
+            Case("wrong_types", run, repair="malformed events", syncs=GOOD_SYNCS),
+            lambda: json.dumps(_wrong_types()).encode(),
+        ),
         (Case("nan", run, repair="NaN / Infinity", syncs=GOOD_SYNCS), _nan),
         (Case("invalid_utf8", run, repair="invalid UTF-8", syncs=GOOD_SYNCS), _invalid_utf8),
-        (Case("missing_flows", run, syncs=GOOD_SYNCS),
-         lambda: json.dumps(_missing_flows()).encode()),
-        (Case("deep_python_stack", run, syncs=1),
-         lambda: json.dumps(_deep_python_stack()).encode()),
-        (Case("duplicate_keys", run, repair="second 'traceEvents'", syncs=GOOD_SYNCS),
-         _duplicate_keys),
-        (Case("being_written", run, error="truncated JSON (still being written?)"),
-         lambda: _half(half_written)),
-        (Case("being_written_gz", run, error="truncated gzip data (still being written?)"),
-         lambda: _half(gzip.compress(half_written))),
+        (
+            Case("missing_flows", run, syncs=GOOD_SYNCS),
+            lambda: json.dumps(_missing_flows()).encode(),
+        ),
+        (
+            Case("deep_python_stack", run, syncs=1),
+            lambda: json.dumps(_deep_python_stack()).encode(),
+        ),
+        (
+            Case("duplicate_keys", run, repair="second 'traceEvents'", syncs=GOOD_SYNCS),
+            _duplicate_keys,
+        ),
+        (
+            Case("being_written", run, error="truncated JSON (still being written?)"),
+            lambda: _half(half_written),
+        ),
+        (
+            Case("being_written_gz", run, error="truncated gzip data (still being written?)"),
+            lambda: _half(gzip.compress(half_written)),
+        ),
         (Case("huge_event", run, error="one event larger than 64 MiB"), _huge_event),
     ]
     if big:

@@ -81,9 +81,17 @@ def _groups(spec: JobSpec) -> list[tuple[str, list[int]]]:
     return groups
 
 
-def _collective(builders: dict[int, KinetoTraceBuilder], ranks: Sequence[int], name: str,
-                nelems: int, pg: str, pg_ranks: Sequence[int], spec: JobSpec, step: int,
-                salt: int) -> None:
+def _collective(
+    builders: dict[int, KinetoTraceBuilder],
+    ranks: Sequence[int],
+    name: str,
+    nelems: int,
+    pg: str,
+    pg_ranks: Sequence[int],
+    spec: JobSpec,
+    step: int,
+    salt: int,
+) -> None:
     """One collective on ``ranks``: kernels end together (within 0-4 us, as on a real node),
     ``transfer_us`` after the last arrival (the kernel start)."""
     kernels: dict[int, dict[str, Any]] = {}
@@ -91,31 +99,48 @@ def _collective(builders: dict[int, KinetoTraceBuilder], ranks: Sequence[int], n
         b = builders[r]
         b.advance(_jitter(r, step, salt))
         kernels[r] = b.nccl_collective(
-            name, nelems=nelems, pg_name=pg, pg_ranks=pg_ranks,
-            pg_desc="default_pg" if pg == "0" else "undefined", kernel_dur=1.0,
-            legacy=spec.legacy, pg_id=int(pg) if spec.legacy else None)
+            name,
+            nelems=nelems,
+            pg_name=pg,
+            pg_ranks=pg_ranks,
+            pg_desc="default_pg" if pg == "0" else "undefined",
+            kernel_dur=1.0,
+            legacy=spec.legacy,
+            pg_id=int(pg) if spec.legacy else None,
+        )
     end = max(k["ts"] for k in kernels.values()) + spec.transfer_us
     for r, k in kernels.items():
         k["dur"] = end + _jitter(r, step, salt + 1) % 5 - k["ts"]
         builders[r].device_now = k["ts"] + k["dur"]
 
 
-def simulate(spec: JobSpec) -> tuple[dict[int, KinetoTraceBuilder],
-                                     dict[int, dict[int, tuple[float, float]]]]:
+def simulate(
+    spec: JobSpec,
+) -> tuple[dict[int, KinetoTraceBuilder], dict[int, dict[int, tuple[float, float]]]]:
     """All ranks' builders (true time) and each rank's step ends (host, device)."""
     start = 1_683_564_901_548_000 if spec.legacy else 4_000_000_000.0
     groups = _groups(spec)
     builders: dict[int, KinetoTraceBuilder] = {}
     for r in range(spec.world):
-        b = KinetoTraceBuilder(pid=2000 + r, tid=2000 + r, device=r % spec.ranks_per_host,
-                               stream=20, start_us=start)
-        pg_config = None if spec.legacy else [
-            KinetoTraceBuilder.pg_entry(name, ranks, "default_pg" if name == "0" else "undefined")
-            for name, ranks in groups]
+        b = KinetoTraceBuilder(
+            pid=2000 + r, tid=2000 + r, device=r % spec.ranks_per_host, stream=20, start_us=start
+        )
+        pg_config = (
+            None
+            if spec.legacy
+            else [
+                KinetoTraceBuilder.pg_entry(
+                    name, ranks, "default_pg" if name == "0" else "undefined"
+                )
+                for name, ranks in groups
+            ]
+        )
         b.set_distributed(r, spec.world, pg_config=pg_config)
         if not spec.legacy:
-            b.set_clock(base_time_ns=BASE_TIME_NS,
-                        host_name=f"node{host_of(spec, r)}" if spec.host_names else None)
+            b.set_clock(
+                base_time_ns=BASE_TIME_NS,
+                host_name=f"node{host_of(spec, r)}" if spec.host_names else None,
+            )
         builders[r] = b
     step_end: dict[int, dict[int, tuple[float, float]]] = {r: {} for r in builders}
     everyone = list(range(spec.world))
@@ -157,9 +182,11 @@ def write_job(folder: Path, spec: JobSpec) -> dict[int, Path]:
             # The profiler stopped after that step: host events up to its end, device
             # events up to the end of the work it had queued.
             host_cut, device_cut = step_end[r][spec.last_step[r]]
-            b.events = [e for e in b.events
-                        if e.get("ts", 0) <= (device_cut if e.get("pid") == b.device
-                                              else host_cut)]
+            b.events = [
+                e
+                for e in b.events
+                if e.get("ts", 0) <= (device_cut if e.get("pid") == b.device else host_cut)
+            ]
         skew = spec.host_skew_us[host_of(spec, r) % len(spec.host_skew_us)]
         if skew:
             b.shift_clock(skew)

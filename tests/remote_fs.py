@@ -21,7 +21,7 @@ def remote_bucket(root: Path, writable: bool = False) -> Iterator[str]:
     Read-only unless ``writable`` (a bucket the user may write summaries into)."""
 
     def local(url: str) -> str:
-        return str(root / url[len(BUCKET):].lstrip("/"))
+        return str(root / url[len(BUCKET) :].lstrip("/"))
 
     class MemFs(RemotePath, BaseFileSystem):
         def support_append(self) -> bool:
@@ -49,7 +49,8 @@ def remote_bucket(root: Path, writable: bool = False) -> Iterator[str]:
             if not writable:
                 raise OSError("read-only test filesystem")
             Path(local(filename)).write_bytes(
-                file_content if binary_mode else file_content.encode())
+                file_content if binary_mode else file_content.encode()
+            )
 
         def glob(self, filename):
             raise OSError("glob is not used by the loader")

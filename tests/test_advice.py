@@ -14,8 +14,13 @@ from kineto_builder import KinetoTraceBuilder
 
 from tb_syncfinder import analyze, catalogue
 
-H100_SEG = Path(__file__).resolve().parents[2] / "shared" / "traces" / "h100_demo" \
+H100_SEG = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "traces"
+    / "h100_demo"
     / "seg_baseline.pt.trace.json.gz"
+)
 
 
 @dataclass(frozen=True)
@@ -34,34 +39,77 @@ TO = ("aten::to", "aten::_to_copy", "aten::copy_")
 
 PATTERNS = [
     # torch.unique on CUDA reads its output size back through aten::item: still unique's fix.
-    Pattern("unique", ("aten::_unique2", "aten::item", "aten::_local_scalar_dense"), READBACK,
-            catalogue.DYNAMIC_SHAPE, "scatter_add_"),
+    Pattern(
+        "unique",
+        ("aten::_unique2", "aten::item", "aten::_local_scalar_dense"),
+        READBACK,
+        catalogue.DYNAMIC_SHAPE,
+        "scatter_add_",
+    ),
     Pattern("nonzero", ("aten::nonzero",), READBACK, catalogue.DYNAMIC_SHAPE, "valid.sum()"),
-    Pattern("mask", ("aten::index", "aten::nonzero"), READBACK, catalogue.DYNAMIC_SHAPE,
-            "ignore_index"),
-    Pattern("item", ("aten::item", "aten::_local_scalar_dense"), READBACK,
-            catalogue.SCALAR_READBACK, "loss.detach()"),
+    Pattern(
+        "mask", ("aten::index", "aten::nonzero"), READBACK, catalogue.DYNAMIC_SHAPE, "ignore_index"
+    ),
+    Pattern(
+        "item",
+        ("aten::item", "aten::_local_scalar_dense"),
+        READBACK,
+        catalogue.SCALAR_READBACK,
+        "loss.detach()",
+    ),
     # target[inds] = -1: the Python number is built on the CPU and copied inside index_put_.
-    Pattern("index_put scalar", ("aten::index_put_", "aten::_index_put_impl_", *TO), H2D_SMALL,
-            catalogue.BLOCKING_HOST_TO_DEVICE, "index_fill_"),
-    Pattern("pageable batch copy", TO,
-            (("cudaMemcpyAsync", ("HtoD", "Pageable"), 1_572_864),
-             ("cudaStreamSynchronize", None, 0)),
-            catalogue.BLOCKING_HOST_TO_DEVICE, "pin_memory=True"),
+    Pattern(
+        "index_put scalar",
+        ("aten::index_put_", "aten::_index_put_impl_", *TO),
+        H2D_SMALL,
+        catalogue.BLOCKING_HOST_TO_DEVICE,
+        "index_fill_",
+    ),
+    Pattern(
+        "pageable batch copy",
+        TO,
+        (("cudaMemcpyAsync", ("HtoD", "Pageable"), 1_572_864), ("cudaStreamSynchronize", None, 0)),
+        catalogue.BLOCKING_HOST_TO_DEVICE,
+        "pin_memory=True",
+    ),
     # torch.tensor([...]).to(device) each step.
-    Pattern("small CPU tensor", TO, H2D_SMALL, catalogue.BLOCKING_HOST_TO_DEVICE,
-            "torch.tensor([0.2, 0.8], device=device)"),
+    Pattern(
+        "small CPU tensor",
+        TO,
+        H2D_SMALL,
+        catalogue.BLOCKING_HOST_TO_DEVICE,
+        "torch.tensor([0.2, 0.8], device=device)",
+    ),
     # x[:, idx] with idx a CPU tensor: the index is copied to the GPU inside aten::index.
-    Pattern("CPU tensor in a device op", ("aten::index", *TO), H2D_SMALL,
-            catalogue.BLOCKING_HOST_TO_DEVICE, "[:, idx]"),
-    Pattern("collective wait", ("c10d::allreduce_",), (("cudaStreamSynchronize", None, 0),),
-            catalogue.COLLECTIVE_WAIT, "async_op=True"),
-    Pattern("awaitable wait", TO,
-            (("cudaMemcpyAsync", ("DtoH", "Pageable"), 64), ("cudaStreamSynchronize", None, 0)),
-            catalogue.COLLECTIVE_WAIT, "async_op=True",
-            annotation="## KJTAllToAllSplitsAwaitable wait() ##"),
-    Pattern("allocator", ("aten::empty",), (("cudaMalloc", None, 0),),
-            catalogue.ALLOCATOR_SYNC, "pad_to_bucket"),
+    Pattern(
+        "CPU tensor in a device op",
+        ("aten::index", *TO),
+        H2D_SMALL,
+        catalogue.BLOCKING_HOST_TO_DEVICE,
+        "[:, idx]",
+    ),
+    Pattern(
+        "collective wait",
+        ("c10d::allreduce_",),
+        (("cudaStreamSynchronize", None, 0),),
+        catalogue.COLLECTIVE_WAIT,
+        "async_op=True",
+    ),
+    Pattern(
+        "awaitable wait",
+        TO,
+        (("cudaMemcpyAsync", ("DtoH", "Pageable"), 64), ("cudaStreamSynchronize", None, 0)),
+        catalogue.COLLECTIVE_WAIT,
+        "async_op=True",
+        annotation="## KJTAllToAllSplitsAwaitable wait() ##",
+    ),
+    Pattern(
+        "allocator",
+        ("aten::empty",),
+        (("cudaMalloc", None, 0),),
+        catalogue.ALLOCATOR_SYNC,
+        "pad_to_bucket",
+    ),
 ]
 
 
@@ -75,8 +123,9 @@ def _site_of(pattern: Pattern, tmp_path: Path):
             for op in pattern.ops:
                 scope.enter_context(b.op(op))
             for api, memcpy, nbytes in pattern.calls:
-                b.runtime(api, dur=None if "Synchronize" in api else 5, memcpy=memcpy,
-                          bytes=nbytes or 4)
+                b.runtime(
+                    api, dur=None if "Synchronize" in api else 5, memcpy=memcpy, bytes=nbytes or 4
+                )
     path = b.write(tmp_path / "w.pt.trace.json")
     (site,) = analyze(str(path)).sites
     return site
@@ -110,8 +159,7 @@ def test_host_to_device_copies_are_told_apart_by_chain_and_size() -> None:
     assert catalogue.host_to_device_pattern(list(TO), catalogue.SMALL_COPY_BYTES) == "small_copy"
     assert catalogue.host_to_device_pattern(list(TO), 256) is None  # 32 int64 labels
     assert catalogue.host_to_device_pattern(["aten::index_put_", *TO], 4096) == "indexed_assign"
-    assert catalogue.host_to_device_pattern(["aten::where", *TO], 8) == \
-        "cpu_tensor_in_device_op"
+    assert catalogue.host_to_device_pattern(["aten::where", *TO], 8) == "cpu_tensor_in_device_op"
     assert catalogue.host_to_device_pattern([], 8) == "small_copy"  # a bare cudaMemcpy
 
 

@@ -15,7 +15,8 @@ from tb_syncfinder.engine import NoTracesError
 def _run(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text(
-        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n")
+        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n"
+    )
     b = KinetoTraceBuilder()
     for n in range(4):
         with b.step(n):
@@ -52,9 +53,23 @@ def test_report_json_has_the_schema_fields_and_unique_stable_ids(tmp_path):
     assert {"path", "worker", "span", "device", "steps", "error"} <= set(doc["traces"][0])
     assert doc["traces"][0]["worker"] == "worker0"
     sync = doc["syncs"][0]
-    assert {"kind", "api", "apis", "op", "trigger_op", "step", "thread", "ts_us",
-            "host_wait_us", "gpu_idle_after_us", "annotations", "module", "stack", "source",
-            "trace"} <= set(sync)
+    assert {
+        "kind",
+        "api",
+        "apis",
+        "op",
+        "trigger_op",
+        "step",
+        "thread",
+        "ts_us",
+        "host_wait_us",
+        "gpu_idle_after_us",
+        "annotations",
+        "module",
+        "stack",
+        "source",
+        "trace",
+    } <= set(sync)
     ids = [s["id"] for s in doc["syncs"]]
     assert len(set(ids)) == len(ids)
     assert ids == [s["id"] for s in analyze(run).to_json()["syncs"]]

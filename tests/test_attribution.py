@@ -12,12 +12,19 @@ from tb_syncfinder.engine import analyze_trace
 
 def test_sync_carries_step_annotations_module_thread_and_python_stack(tmp_path):
     b = KinetoTraceBuilder(tid=77)
-    with b.step(5), b.annotation("loss"), b.frame(("train.py", 3, "main")), \
-            b.frame("nn.Module: Net_0"), b.frame(("model.py", 20, "forward")), \
-            b.frame("nn.Module: Linear_1"):
+    with (
+        b.step(5),
+        b.annotation("loss"),
+        b.frame(("train.py", 3, "main")),
+        b.frame("nn.Module: Net_0"),
+        b.frame(("model.py", 20, "forward")),
+        b.frame("nn.Module: Linear_1"),
+    ):
         b.kernel(dur=100)
-        with b.op("aten::item", stack=[("model.py", 40, "helper")], called="item"), \
-                b.op("aten::_local_scalar_dense"):
+        with (
+            b.op("aten::item", stack=[("model.py", 40, "helper")], called="item"),
+            b.op("aten::_local_scalar_dense"),
+        ):
             b.runtime("cudaStreamSynchronize")
     (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
     assert sync.step == 5
@@ -34,8 +41,11 @@ def test_sync_carries_step_annotations_module_thread_and_python_stack(tmp_path):
 
 def test_legacy_call_stack_argument_gives_the_stack(tmp_path):
     b = KinetoTraceBuilder()
-    with b.step(1), b.op("aten::item", call_stack="model.py(50): forward;\r\ntrain.py(112): "
-                         "train_batch"), b.op("aten::_local_scalar_dense", call_stack=""):
+    with (
+        b.step(1),
+        b.op("aten::item", call_stack="model.py(50): forward;\r\ntrain.py(112): train_batch"),
+        b.op("aten::_local_scalar_dense", call_stack=""),
+    ):
         b.runtime("cudaStreamSynchronize", dur=20)
     (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
     assert [(f.file, f.line) for f in sync.stack] == [("model.py", 50), ("train.py", 112)]
@@ -105,12 +115,15 @@ def test_a_python_parent_missing_from_the_trace_keeps_the_outer_frames_found_by_
     b = KinetoTraceBuilder()
     with b.step(1), b.frame(("train.py", 3, "main")), b.frame(("model.py", 20, "forward")):
         b.kernel(dur=100)
-        with b.op("aten::item", stack=[("model.py", 40, "helper")], called="item"), \
-                b.op("aten::_local_scalar_dense"):
+        with (
+            b.op("aten::item", stack=[("model.py", 40, "helper")], called="item"),
+            b.op("aten::_local_scalar_dense"),
+        ):
             b.runtime("cudaStreamSynchronize")
     trace = b.to_dict()
-    trace["traceEvents"] = [e for e in trace["traceEvents"]
-                            if e.get("name") != "model.py(20): forward"]
+    trace["traceEvents"] = [
+        e for e in trace["traceEvents"] if e.get("name") != "model.py(20): forward"
+    ]
     path = tmp_path / "w.pt.trace.json"
     path.write_text(json.dumps(trace))
     (sync,) = analyze_trace(str(path)).syncs

@@ -92,23 +92,36 @@ def test_a_backward_sync_without_stack_is_attributed_to_its_forward_line(tmp_pat
     for sync in backward:
         assert sync.stack == []  # autograd's thread has no Python frames
         assert sync.forward_op == "aten::index"
-        assert [f.func for f in sync.forward_stack if f.user] == ["masked_loss", "train_step",
-                                                                  "main"]
+        assert [f.func for f in sync.forward_stack if f.user] == [
+            "masked_loss",
+            "train_step",
+            "main",
+        ]
         source = sync.source
-        assert (Path(source.file).name, source.line, source.line_exact) == ("loss.py",
-                                                                            MASK_LINE, True)
+        assert (Path(source.file).name, source.line, source.line_exact) == (
+            "loss.py",
+            MASK_LINE,
+            True,
+        )
         assert source.backward and source.def_line == LOSS_DEF
         run_by = source.run_by
         assert (Path(run_by.file).name, run_by.line, run_by.line_exact) == (
-            "train.py", BACKWARD_LINE, True)
+            "train.py",
+            BACKWARD_LINE,
+            True,
+        )
     # Nothing else: per step the forward mask, its backward and loss.item(), each exact.
-    lines = sorted((Path(s.source.file).name, s.source.line, s.source.backward, s.op)
-                   for s in result.syncs)
-    assert lines == sorted(2 * [
-        ("loss.py", MASK_LINE, False, "aten::index"),
-        ("loss.py", MASK_LINE, True, "autograd::engine::evaluate_function: IndexBackward0"),
-        ("train.py", ITEM_LINE, False, "aten::item"),
-    ])
+    lines = sorted(
+        (Path(s.source.file).name, s.source.line, s.source.backward, s.op) for s in result.syncs
+    )
+    assert lines == sorted(
+        2
+        * [
+            ("loss.py", MASK_LINE, False, "aten::index"),
+            ("loss.py", MASK_LINE, True, "autograd::engine::evaluate_function: IndexBackward0"),
+            ("train.py", ITEM_LINE, False, "aten::item"),
+        ]
+    )
     assert all(s.source.line_exact for s in result.syncs)
 
 
@@ -140,11 +153,14 @@ def test_the_fwd_thread_id_picks_the_forward_thread_when_two_share_a_sequence_nu
             mask_index_sync(b, 9, stack=[("other.py", 1, "other_loss")])
         mask_backward_sync(b, 9, AUTOGRAD_TID, fwd_thread_id=2)
         mask_backward_sync(b, 7, AUTOGRAD_TID, fwd_thread_id=2)
-    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
-                           Options(source_roots=(str(src),)))
+    result = analyze_trace(
+        str(b.write(tmp_path / "w.pt.trace.json")), Options(source_roots=(str(src),))
+    )
     backward = [s for s in result.syncs if s.thread == AUTOGRAD_TID]
     assert [(Path(s.source.file).name, s.source.line) for s in backward] == [
-        ("other.py", 2), ("other.py", 2)]
+        ("other.py", 2),
+        ("other.py", 2),
+    ]
 
 
 def test_a_backward_op_whose_forward_is_not_in_the_trace_keeps_its_operator_chain(tmp_path):
@@ -153,8 +169,10 @@ def test_a_backward_op_whose_forward_is_not_in_the_trace_keeps_its_operator_chai
         mask_backward_sync(b, 42, AUTOGRAD_TID)
     (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
     assert sync.source is None and sync.forward_op is None
-    assert sync.op_chain[:2] == ["autograd::engine::evaluate_function: IndexBackward0",
-                                 "IndexBackward0"]
+    assert sync.op_chain[:2] == [
+        "autograd::engine::evaluate_function: IndexBackward0",
+        "IndexBackward0",
+    ]
 
 
 def test_the_profilers_own_synchronize_is_listed_apart_out_of_findings_and_totals(tmp_path):
@@ -162,8 +180,9 @@ def test_the_profilers_own_synchronize_is_listed_apart_out_of_findings_and_total
     trace = _training_trace(tmp_path)
     result = analyze_trace(str(trace), Options(source_roots=(str(src),)))
     assert len(result.profiler_overhead) == 2
-    assert all(s.api == "cudaDeviceSynchronize" and s.profiler_overhead
-               for s in result.profiler_overhead)
+    assert all(
+        s.api == "cudaDeviceSynchronize" and s.profiler_overhead for s in result.profiler_overhead
+    )
     assert not any(s.api == "cudaDeviceSynchronize" for s in result.syncs)
     # Still said where it came from: the user's prof.step() line (a running frame's line).
     assert {s.source.line for s in result.profiler_overhead} == {PROF_STEP_LINE}
@@ -194,13 +213,21 @@ def test_the_legacy_profilers_exit_is_overhead_but_a_users_synchronize_is_not(tm
     with b.frame(("train.py", 12, "main")):
         with b.step(1):
             b.kernel(dur=100)
-            with b.frames([("torch/cuda/__init__.py", 1152, "synchronize"),
-                           "<built-in function _cuda_synchronize>"]):
+            with b.frames(
+                [
+                    ("torch/cuda/__init__.py", 1152, "synchronize"),
+                    "<built-in function _cuda_synchronize>",
+                ]
+            ):
                 b.runtime("cudaDeviceSynchronize")  # the user's torch.cuda.synchronize()
         b.kernel(dur=100)
-        with b.frames([("torch/autograd/profiler.py", 403, "__exit__"),
-                       ("torch/cuda/__init__.py", 1152, "synchronize"),
-                       "<built-in function _cuda_synchronize>"]):
+        with b.frames(
+            [
+                ("torch/autograd/profiler.py", 403, "__exit__"),
+                ("torch/cuda/__init__.py", 1152, "synchronize"),
+                "<built-in function _cuda_synchronize>",
+            ]
+        ):
             b.runtime("cudaDeviceSynchronize")  # torch.autograd.profiler.profile stopping
     result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
     assert [s.step for s in result.syncs] == [1]
@@ -237,14 +264,20 @@ def test_a_trace_without_stacks_still_reports_every_sync_with_its_operator_chain
     assert len(result.syncs) == 8 and result.profiler_overhead == []
     assert all(s.source is None for s in result.syncs)
     assert sorted(s.op or s.api for s in result.syncs) == sorted(
-        2 * ["aten::index", "autograd::engine::evaluate_function: IndexBackward0",
-             "aten::item", "cudaDeviceSynchronize"])
+        2
+        * [
+            "aten::index",
+            "autograd::engine::evaluate_function: IndexBackward0",
+            "aten::item",
+            "cudaDeviceSynchronize",
+        ]
+    )
 
 
 def test_the_terminal_lists_the_profilers_synchronize_apart_from_the_sites(tmp_path):
     from tb_syncfinder.outputs.text import render_report
 
     text = render_report(analyze(str(_training_trace(tmp_path).parent)), width=100)
-    apart = text[text.index("Listed apart"):]
+    apart = text[text.index("Listed apart") :]
     assert "profiler overhead  2 syncs" in apart and "warm-up allocator" not in apart
     assert "explicit_sync" not in text  # the only explicit syncs are the profiler's

@@ -222,8 +222,7 @@ def test_the_mask_gradient_in_seg_baseline_waits_on_the_gpu_every_step(reports):
     assert all("aten::nonzero" in chain(s) and s.host_wait_us > 0 for s in backward)
     for sync in backward:
         source = sync.source
-        assert (os.path.basename(source.file), source.line, source.backward) == (
-            "seg.py", 82, True)
+        assert (os.path.basename(source.file), source.line, source.backward) == ("seg.py", 82, True)
         assert (source.run_by.line, source.run_by.line_exact) == (127, True)
     assert marker_lines(DEMO_DIR / "seg.py").get(127) == "mask_backward"
 
@@ -284,8 +283,12 @@ def test_tb_syncfinder_compare_of_the_demo_gpu_runs_says_the_marked_syncs_are_fi
     assert main(["compare", base, new, "--color", "never"]) == 0
     table = capsys.readouterr().out
     name = f"{workload}.py"
-    rows = [r for r in result["sites"] if r["status"] == "fixed" and r["line"] in
-            {line for (_, line) in RECORDED_SYNC_LINES[f"{workload}_baseline"]}]
+    rows = [
+        r
+        for r in result["sites"]
+        if r["status"] == "fixed"
+        and r["line"] in {line for (_, line) in RECORDED_SYNC_LINES[f"{workload}_baseline"]}
+    ]
     assert rows
     for row in rows:
         assert re.search(rf"^fixed .*{re.escape(name)}:{row['line']} ", table, re.M), table

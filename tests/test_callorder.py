@@ -131,8 +131,7 @@ def test_profiler_steps_fix_the_phase_of_a_loop_the_profile_entered_anywhere():
             b = x.max().item()
         """
     tokens = (N, P, N, N, P, N)
-    assert _lines(source, tokens, start_line=1, prefix=True) == [
-        [2], [3], [4], [2], [3], [4]]
+    assert _lines(source, tokens, start_line=1, prefix=True) == [[2], [3], [4], [2], [3], [4]]
 
 
 def test_a_running_frame_starts_after_its_recorded_line():

@@ -34,9 +34,11 @@ def test_kind_names_and_colours_are_unique() -> None:
 def test_every_kind_detection_can_produce_is_in_the_catalogue() -> None:
     produced = set(catalogue.OP_KINDS.values())
     detect_source = (REPO / "tb_syncfinder" / "detect.py").read_text()
-    produced |= {getattr(catalogue, name) for name in
-                 re.findall(r"catalogue\.([A-Z_]+)\b", detect_source)
-                 if isinstance(getattr(catalogue, name, None), str)}
+    produced |= {
+        getattr(catalogue, name)
+        for name in re.findall(r"catalogue\.([A-Z_]+)\b", detect_source)
+        if isinstance(getattr(catalogue, name, None), str)
+    }
     assert produced <= set(KIND_NAMES)
     assert produced, "detect.py no longer names its kinds through the catalogue"
 
@@ -44,8 +46,9 @@ def test_every_kind_detection_can_produce_is_in_the_catalogue() -> None:
 def test_every_refinement_names_catalogued_kinds_and_sync_operators() -> None:
     for entry in catalogue.OP_ADVICE:
         assert entry.kinds <= set(KIND_NAMES)
-        assert entry.ops and all(op.startswith("aten::") or catalogue.is_collective_op(op)
-                                 for op in entry.ops)
+        assert entry.ops and all(
+            op.startswith("aten::") or catalogue.is_collective_op(op) for op in entry.ops
+        )
     for op in catalogue.LATENT_TRIGGERS:
         assert op in catalogue.OP_KINDS
 
@@ -64,12 +67,15 @@ def test_unknown_kinds_get_a_neutral_record_not_an_error() -> None:
     assert record.label == "some future kind" and record.advice.title
 
 
-@pytest.mark.parametrize(("names", "expected"), [
-    ({"hipMemcpyWithStream", "hipLaunchKernel"}, "rocm"),
-    ({"AscendCL@aclrtSynchronizeStream"}, "npu"),
-    ({"cudaLaunchKernel", "cudaStreamSynchronize"}, "cuda"),
-    (set(), "cpu"),
-])
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        ({"hipMemcpyWithStream", "hipLaunchKernel"}, "rocm"),
+        ({"AscendCL@aclrtSynchronizeStream"}, "npu"),
+        ({"cudaLaunchKernel", "cudaStreamSynchronize"}, "cuda"),
+        (set(), "cpu"),
+    ],
+)
 def test_device_kind_follows_the_runtime_call_names(names: set[str], expected: str) -> None:
     assert catalogue.device_kind_of(names, False) == expected
 

@@ -24,31 +24,103 @@ def write_item_trace(path: Path, steps: int = 2, items_per_step: int = 3) -> Pat
         start, body = t, []
         for _ in range(items_per_step):
             body += [
-                {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1,
-                 "ts": t, "dur": 20, "args": {}},
-                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
-                 "tid": 1, "ts": t + 5, "dur": 10, "args": {"correlation": corr}},
-                {"ph": "X", "cat": "kernel", "name": "mul_kernel", "pid": 0, "tid": 7,
-                 "ts": t + 20, "dur": 200, "args": {"correlation": corr, "device": 0,
-                                                    "stream": 7}},
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::mul",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t,
+                    "dur": 20,
+                    "args": {},
+                },
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 5,
+                    "dur": 10,
+                    "args": {"correlation": corr},
+                },
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "mul_kernel",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + 20,
+                    "dur": 200,
+                    "args": {"correlation": corr, "device": 0, "stream": 7},
+                },
             ]
             corr, t = corr + 1, t + 30
             body += [
-                {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1,
-                 "ts": t, "dur": 300, "args": {}},
-                {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "pid": 1,
-                 "tid": 1, "ts": t + 2, "dur": 296, "args": {}},
-                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1,
-                 "tid": 1, "ts": t + 5, "dur": 10, "args": {"correlation": corr}},
-                {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)",
-                 "pid": 0, "tid": 7, "ts": t + 240, "dur": 2,
-                 "args": {"correlation": corr, "bytes": 4, "device": 0, "stream": 7}},
-                {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1,
-                 "tid": 1, "ts": t + 20, "dur": 260, "args": {"correlation": corr + 1}},
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::item",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t,
+                    "dur": 300,
+                    "args": {},
+                },
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::_local_scalar_dense",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 2,
+                    "dur": 296,
+                    "args": {},
+                },
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaMemcpyAsync",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 5,
+                    "dur": 10,
+                    "args": {"correlation": corr},
+                },
+                {
+                    "ph": "X",
+                    "cat": "gpu_memcpy",
+                    "name": "Memcpy DtoH (Device -> Pageable)",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + 240,
+                    "dur": 2,
+                    "args": {"correlation": corr, "bytes": 4, "device": 0, "stream": 7},
+                },
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaStreamSynchronize",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 20,
+                    "dur": 260,
+                    "args": {"correlation": corr + 1},
+                },
             ]
             corr, t = corr + 2, t + 400
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
-                       "pid": 1, "tid": 1, "ts": start - 1, "dur": t - start + 2, "args": {}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": start - 1,
+                "dur": t - start + 2,
+                "args": {},
+            }
+        )
         events += body
         t += 50
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,10 +131,26 @@ def write_item_trace(path: Path, steps: int = 2, items_per_step: int = 3) -> Pat
 def write_cpu_trace(path: Path) -> Path:
     """A CPU-only trace: aten::nonzero would synchronize on a GPU (a latent finding)."""
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
-         "ts": 0, "dur": 100, "args": {}},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "pid": 1, "tid": 1, "ts": 10,
-         "dur": 30, "args": {}},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::nonzero",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 30,
+            "args": {},
+        },
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": events}))
@@ -70,8 +158,13 @@ def write_cpu_trace(path: Path) -> Path:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tb_syncfinder.cli", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tb_syncfinder.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_report_prints_sites_and_summary_as_plain_text_when_piped(tmp_path: Path) -> None:
@@ -91,9 +184,23 @@ def test_report_json_follows_the_schema(tmp_path: Path, capsys: pytest.CaptureFi
     assert {"traces", "summary", "syncs", "sites", "latent"} <= set(report)
     assert report["summary"]["sync_count"] == 6
     sync = report["syncs"][0]
-    for key in ("kind", "api", "apis", "op", "trigger_op", "step", "thread", "ts_us",
-                "host_wait_us", "gpu_idle_after_us", "annotations", "module", "stack",
-                "source", "trace"):
+    for key in (
+        "kind",
+        "api",
+        "apis",
+        "op",
+        "trigger_op",
+        "step",
+        "thread",
+        "ts_us",
+        "host_wait_us",
+        "gpu_idle_after_us",
+        "annotations",
+        "module",
+        "stack",
+        "source",
+        "trace",
+    ):
         assert key in sync
     assert sync["op"] == "aten::item" and sync["kind"] == "scalar_readback"
     assert sync["host_wait_us"] > 0
@@ -109,8 +216,9 @@ def test_format_csv_and_sarif(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
     assert sarif["version"] == "2.1.0"
 
 
-def test_max_syncs_per_step_exits_1_naming_the_step(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_max_syncs_per_step_exits_1_naming_the_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     trace = write_item_trace(tmp_path / "w0.pt.trace.json", steps=2, items_per_step=3)
     assert main(["report", str(trace), "--max-syncs-per-step", "3"]) == 0
     assert main(["report", str(trace), "--max-syncs-per-step", "2"]) == 1
@@ -130,8 +238,9 @@ def test_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no traces found" in capsys.readouterr().err
 
 
-def test_every_trace_unreadable_exits_2_naming_each_file(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture) -> None:
+def test_every_trace_unreadable_exits_2_naming_each_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     (tmp_path / "a.pt.trace.json").write_text('{"traceEvents": [')
     (tmp_path / "b.pt.trace.json").write_bytes(b"\x00\x01 not json")
     assert main(["report", str(tmp_path)]) == 2
@@ -140,7 +249,8 @@ def test_every_trace_unreadable_exits_2_naming_each_file(tmp_path: Path,
 
 
 def test_broken_trace_next_to_a_good_one_is_listed_and_the_good_one_analysed(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     write_item_trace(tmp_path / "run" / "good.pt.trace.json")
     (tmp_path / "run" / "bad.pt.trace.json").write_text('{"traceEvents": [')
     assert main(["report", str(tmp_path / "run")]) == 0
@@ -155,7 +265,8 @@ def test_broken_trace_next_to_a_good_one_is_listed_and_the_good_one_analysed(
 
 
 def test_cpu_only_trace_reports_latent_findings_unless_disabled(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     trace = write_cpu_trace(tmp_path / "cpu.pt.trace.json")
     assert main(["report", str(trace)]) == 0
     out = capsys.readouterr().out
@@ -187,7 +298,8 @@ def test_bad_option_exits_2(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_compare_reports_fixed_site_and_fails_on_regression(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     base = write_item_trace(tmp_path / "base" / "w.pt.trace.json", items_per_step=3)
     saved = tmp_path / "base.json"
     assert main(["report", str(base), "--json", "-o", str(saved)]) == 0
@@ -222,8 +334,12 @@ def test_demo_subcommand_is_wired(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_python_dash_m_tb_syncfinder_runs_the_same_command_line():
-    done = subprocess.run([sys.executable, "-m", "tb_syncfinder", "--version"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tb_syncfinder", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "0.1.0" in done.stdout + done.stderr
 
@@ -238,7 +354,8 @@ def write_logdir_of_runs(logdir: Path) -> Path:
 
 
 def test_logdir_with_several_runs_reports_each_run_over_its_own_steps(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     logdir = write_logdir_of_runs(tmp_path / "logs")
     assert main(["report", str(logdir)]) == 0
     out = capsys.readouterr().out
@@ -254,7 +371,8 @@ def test_logdir_with_several_runs_reports_each_run_over_its_own_steps(
 
 
 def test_run_option_restricts_the_report_to_the_named_runs(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     logdir = write_logdir_of_runs(tmp_path / "logs")
     assert main(["report", str(logdir / "calm")]) == 0
     alone = capsys.readouterr().out
@@ -266,7 +384,8 @@ def test_run_option_restricts_the_report_to_the_named_runs(
 
 
 def test_unknown_run_exits_2_listing_the_runs_found(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     logdir = write_logdir_of_runs(tmp_path / "logs")
     assert main(["report", str(logdir), "--run", "busy", "--run", "nope"]) == 2
     err = capsys.readouterr().err
@@ -274,7 +393,8 @@ def test_unknown_run_exits_2_listing_the_runs_found(
 
 
 def test_json_of_a_logdir_is_one_report_with_each_runs_own_summary(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     logdir = write_logdir_of_runs(tmp_path / "logs")
     assert main(["report", str(logdir), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -293,7 +413,8 @@ def test_json_of_a_logdir_is_one_report_with_each_runs_own_summary(
 
 
 def test_csv_of_a_logdir_has_rows_per_run_with_a_run_column(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import csv
     import io
 
@@ -315,16 +436,17 @@ def test_sarif_results_of_several_runs_name_their_run(sample_report) -> None:
     assert len(log["runs"]) == 1  # one upload for code scanning
     results = log["runs"][0]["results"]
     assert [r["properties"]["run"] for r in results] == ["baseline", "baseline", "optimized"]
-    assert all(r["message"]["text"].startswith(f"Run {r['properties']['run']}: ")
-               for r in results)
+    assert all(r["message"]["text"].startswith(f"Run {r['properties']['run']}: ") for r in results)
     rules = log["runs"][0]["tool"]["driver"]["rules"]
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
-    assert "run" not in sarif_by_run(data, {"baseline": data})["runs"][0]["results"][0][
-        "properties"]
+    assert (
+        "run" not in sarif_by_run(data, {"baseline": data})["runs"][0]["results"][0]["properties"]
+    )
 
 
 def test_max_syncs_per_step_of_a_logdir_names_the_run_and_step(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     logdir = write_logdir_of_runs(tmp_path / "logs")
     assert main(["report", str(logdir), "--max-syncs-per-step", "3"]) == 0
     capsys.readouterr()

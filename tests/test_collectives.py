@@ -22,24 +22,36 @@ BASE_NS = 1_788_480_000_000_000_000
 
 
 def _two_rank_group(b: KinetoTraceBuilder, rank: int) -> None:
-    b.set_distributed(rank, 2, pg_config=[KinetoTraceBuilder.pg_entry("0", [0, 1],
-                                                                      "default_pg")])
+    b.set_distributed(rank, 2, pg_config=[KinetoTraceBuilder.pg_entry("0", [0, 1], "default_pg")])
     b.set_clock(base_time_ns=BASE_NS, host_name="node0")
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("c10d::allreduce_", "allreduce"), ("nccl:all_reduce", "allreduce"),
-    ("gloo:all_reduce", "allreduce"), ("allreduce", "allreduce"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
-     "allreduce"),
-    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
-     "allgather"),
-    ("c10d::_allgather_base_", "allgather"), ("nccl:_all_gather_base", "allgather"),
-    ("_c10d_functional::all_gather_into_tensor", "allgather"),
-    ("c10d::_reduce_scatter_base_", "reducescatter"), ("reduce_scatter", "reducescatter"),
-    ("all_to_allv", "alltoall"), ("c10d::alltoall_base_", "alltoall"),
-    ("nccl:all_to_all", "alltoall"), ("c10d::broadcast_", "broadcast"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("c10d::allreduce_", "allreduce"),
+        ("nccl:all_reduce", "allreduce"),
+        ("gloo:all_reduce", "allreduce"),
+        ("allreduce", "allreduce"),
+        (
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+            "allreduce",
+        ),
+        (
+            "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+            "allgather",
+        ),
+        ("c10d::_allgather_base_", "allgather"),
+        ("nccl:_all_gather_base", "allgather"),
+        ("_c10d_functional::all_gather_into_tensor", "allgather"),
+        ("c10d::_reduce_scatter_base_", "reducescatter"),
+        ("reduce_scatter", "reducescatter"),
+        ("all_to_allv", "alltoall"),
+        ("c10d::alltoall_base_", "alltoall"),
+        ("nccl:all_to_all", "alltoall"),
+        ("c10d::broadcast_", "broadcast"),
+    ],
+)
 def test_every_spelling_of_a_collective_has_one_canonical_name(name, expected):
     assert canonical_collective(name) == expected
 
@@ -50,8 +62,9 @@ def test_modern_nccl_collective_has_group_sizes_dtype_enqueue_kernel_and_step(tm
     with b.step(7):
         b.kernel(dur=300)
         enqueue_at = b.now
-        kernel = b.nccl_collective("allreduce", nelems=2049000, dtype="Float", pg_name="0",
-                                   pg_ranks=[0, 1], kernel_dur=250)
+        kernel = b.nccl_collective(
+            "allreduce", nelems=2049000, dtype="Float", pg_name="0", pg_ranks=[0, 1], kernel_dur=250
+        )
     path = b.write(tmp_path / "rank1.pt.trace.json")
     rt = extract_rank_file(str(path))
     assert rt.rank == 1 and rt.dist.world_size == 2
@@ -67,8 +80,7 @@ def test_modern_nccl_collective_has_group_sizes_dtype_enqueue_kernel_and_step(tm
     assert c.step == 7
 
 
-def test_kernel_is_joined_by_correlation_when_its_external_id_equals_the_correlation(
-        tmp_path):
+def test_kernel_is_joined_by_correlation_when_its_external_id_equals_the_correlation(tmp_path):
     b = KinetoTraceBuilder(start_us=4_000_000_000)
     _two_rank_group(b, 0)
     with b.step(1):
@@ -91,17 +103,22 @@ def test_2023_trace_sizes_come_from_input_dims_of_the_nccl_op(tmp_path):
     assert c.exec_name.startswith("ncclKernel_AllReduce")
 
 
-def test_kernel_enqueued_before_the_window_is_a_collective_without_enqueue_first_in_order(
-        tmp_path):
+def test_kernel_enqueued_before_the_window_is_a_collective_without_enqueue_first_in_order(tmp_path):
     b = KinetoTraceBuilder(start_us=4_000_000_000)
     _two_rank_group(b, 0)
     with b.step(1):
         early = b.nccl_collective(kernel_dur=500)
         b.nccl_collective(nelems=64, kernel_dur=50)
     # The first collective's host ops happened before the profiler started.
-    b.events = [e for e in b.events
-                if not (e.get("pid") == b.pid and e.get("ts", 0) < early["ts"]
-                        and e.get("name") != "ProfilerStep#1")]
+    b.events = [
+        e
+        for e in b.events
+        if not (
+            e.get("pid") == b.pid
+            and e.get("ts", 0) < early["ts"]
+            and e.get("name") != "ProfilerStep#1"
+        )
+    ]
     rt = extract_rank_file(str(b.write(tmp_path / "r.pt.trace.json")))
     first, second = rt.collectives
     assert first.enqueue_ts is None and first.exec_ts == early["ts"]
@@ -115,8 +132,10 @@ def test_work_wait_records_are_not_collectives(tmp_path):
     _two_rank_group(b, 0)
     with b.step(1):
         b.nccl_collective(kernel_dur=50)
-        with b.op("record_param_comms", args={"Collective name": "wait", "dtype": "Byte",
-                                              "In msg nelems": 0}):
+        with b.op(
+            "record_param_comms",
+            args={"Collective name": "wait", "dtype": "Byte", "In msg nelems": 0},
+        ):
             b.advance(5)
     rt = extract_rank_file(str(b.write(tmp_path / "r.pt.trace.json")))
     assert [c.name for c in rt.collectives] == ["allreduce"]
@@ -132,8 +151,13 @@ def test_blocking_python_call_becomes_a_host_wait_with_its_user_frame(tmp_path):
             b.advance(10)  # too short to matter: not listed
     rt = extract_rank_file(str(b.write(tmp_path / "r.pt.trace.json")))
     (w,) = rt.waits
-    assert (w.kind, w.op, w.file, w.line, w.func) == ("blocking_call", "time.sleep",
-                                                      "train.py", 12, "train_step")
+    assert (w.kind, w.op, w.file, w.line, w.func) == (
+        "blocking_call",
+        "time.sleep",
+        "train.py",
+        12,
+        "train_step",
+    )
     assert w.wait_us == pytest.approx(30_002) and w.step == 1 and not w.is_sync
     assert w.site_key == "train.py:12:time.sleep"
 
@@ -163,8 +187,9 @@ def test_a_2023_trace_sized_only_by_input_dims_gets_its_sizes_from_the_reader(tm
         b.nccl_collective(nelems=4096, legacy=True, kernel_dur=50)
     path = b.write(tmp_path / "r2023.pt.trace.json")
     rt = extract_rank_file(str(path))
-    assert [(c.name, c.in_nelems, c.dtype) for c in rt.collectives] == \
-        [("allreduce", 4096, "float")]
+    assert [(c.name, c.in_nelems, c.dtype) for c in rt.collectives] == [
+        ("allreduce", 4096, "float")
+    ]
 
 
 def _plain(value, seen_types):
@@ -195,15 +220,20 @@ def test_rank_trace_is_small_picklable_and_holds_no_raw_events(tmp_path):
     rt = extract_rank_file(str(path))
     types: set[str] = set()
     _plain(rt, types)
-    assert types <= {"RankTrace", "DistributedInfo", "ProcessGroupInfo", "Collective",
-                     "HostWait", "StepSpan"}
+    assert types <= {
+        "RankTrace",
+        "DistributedInfo",
+        "ProcessGroupInfo",
+        "Collective",
+        "HostWait",
+        "StepSpan",
+    }
     again = pickle.loads(pickle.dumps(rt))
     assert again == rt
     assert len(pickle.dumps(rt)) < path.stat().st_size / 3
 
 
-def test_real_8_rank_job_trace_has_its_21_collectives_joined_to_their_kernels(
-        real_traces_dir):
+def test_real_8_rank_job_trace_has_its_21_collectives_joined_to_their_kernels(real_traces_dir):
     path = real_traces_dir / "a100_nccl_event_sync.pt.trace.json.gz"
     rt = extract_rank_file(str(path))
     names = [c.name for c in rt.collectives]
@@ -236,7 +266,9 @@ def hta_trace_filter_pair(tmp_path: Path) -> list[Path]:
         name = f"sampled_rank-{r}.json.gz"
         blob = subprocess.run(
             ["git", "--git-dir", str(HTA_MIRROR), "show", f"HEAD:tests/data/trace_filter/{name}"],
-            capture_output=True, check=False)
+            capture_output=True,
+            check=False,
+        )
         if blob.returncode != 0 or not blob.stdout:
             pytest.skip("trace_filter data not in the HolisticTraceAnalysis mirror")
         path = tmp_path / f"rank{r}.pt.trace.json.gz"
@@ -254,4 +286,3 @@ def test_2023_real_pair_collectives_read_from_input_dims(tmp_path):
         assert all(c.in_nelems and c.dtype and c.exec_kind == "kernel" for c in rt.collectives)
         assert all(c.group == "" for c in rt.collectives)  # no group recorded in 2023
     assert ranks[0].collectives[2].in_nelems == 19618307
-

@@ -79,11 +79,18 @@ def test_two_sites_with_the_same_key_are_merged(sample_report: Report) -> None:
 
 
 def test_match_key_uses_basename_function_first_op_and_kind() -> None:
-    site = {"file": "C:\\proj\\train.py", "func": "step", "ops": ["aten::item", "x"],
-            "kind": "scalar_readback", "line": 3}
+    site = {
+        "file": "C:\\proj\\train.py",
+        "func": "step",
+        "ops": ["aten::item", "x"],
+        "kind": "scalar_readback",
+        "line": 3,
+    }
     assert site_match_key(site) == "train.py:step:aten::item:scalar_readback"
-    assert site_match_key({"file": None, "func": None, "ops": [], "kind": "explicit_sync"}) \
+    assert (
+        site_match_key({"file": None, "func": None, "ops": [], "kind": "explicit_sync"})
         == ":::explicit_sync"
+    )
 
 
 def test_step_time_change_comes_from_mean_step_time(sample_report: Report) -> None:

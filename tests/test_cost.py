@@ -60,8 +60,9 @@ def test_step_stats_and_summary_saving_do_not_double_count(tmp_path):
     result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
     assert [(s.step, s.sync_count) for s in result.steps] == [(1, 2), (2, 2)]
     for st in result.steps:
-        assert st.host_wait_us == pytest.approx(sum(
-            s.host_wait_us for s in result.syncs if s.step == st.step))
+        assert st.host_wait_us == pytest.approx(
+            sum(s.host_wait_us for s in result.syncs if s.step == st.step)
+        )
     report = build_report([result])
     summary = report.summary
     assert summary.step_count == 2 and summary.syncs_per_step == 2
@@ -69,7 +70,8 @@ def test_step_stats_and_summary_saving_do_not_double_count(tmp_path):
     assert summary.estimated_saving_us > summary.host_wait_us * 0.9
     assert 0 < summary.share_of_step <= 1
     assert summary.estimated_step_time_us == pytest.approx(
-        summary.mean_step_time_us - summary.estimated_saving_us / 2)
+        summary.mean_step_time_us - summary.estimated_saving_us / 2
+    )
 
 
 def test_trace_without_profiler_steps_is_one_step_spanning_its_ops(tmp_path):
@@ -87,10 +89,21 @@ def test_back_to_back_syncs_count_their_shared_gpu_bubble_once():
     from tb_syncfinder.models import Sync
 
     def sync_ending(end_us: float, idle_us: float) -> Sync:
-        return Sync(kind="explicit_sync", api="cudaEventSynchronize",
-                    apis=["cudaEventSynchronize"], op=None, trigger_op=None, step=1, thread=1,
-                    ts_us=end_us - 5, host_wait_us=5, gpu_idle_after_us=idle_us,
-                    trace="t.json", end_us=end_us, device_id=0)
+        return Sync(
+            kind="explicit_sync",
+            api="cudaEventSynchronize",
+            apis=["cudaEventSynchronize"],
+            op=None,
+            trigger_op=None,
+            step=1,
+            thread=1,
+            ts_us=end_us - 5,
+            host_wait_us=5,
+            gpu_idle_after_us=idle_us,
+            trace="t.json",
+            end_us=end_us,
+            device_id=0,
+        )
 
     # Three syncs in a row before the next kernel at t=1000: one bubble of 900 us.
     syncs = [sync_ending(100, 900), sync_ending(110, 890), sync_ending(120, 880)]
@@ -106,13 +119,23 @@ def test_a_sync_outside_the_only_step_numbered_zero_saves_no_step_time():
     from tb_syncfinder.models import StepStats, Sync
 
     def sync_in(step, end_us: float) -> Sync:
-        return Sync(kind="explicit_sync", api="cudaDeviceSynchronize",
-                    apis=["cudaDeviceSynchronize"], op=None, trigger_op=None, step=step,
-                    thread=1, ts_us=end_us - 100, host_wait_us=100, gpu_idle_after_us=0,
-                    trace="t.json", end_us=end_us, device_id=0)
+        return Sync(
+            kind="explicit_sync",
+            api="cudaDeviceSynchronize",
+            apis=["cudaDeviceSynchronize"],
+            op=None,
+            trigger_op=None,
+            step=step,
+            thread=1,
+            ts_us=end_us - 100,
+            host_wait_us=100,
+            gpu_idle_after_us=0,
+            trace="t.json",
+            end_us=end_us,
+            device_id=0,
+        )
 
-    steps = [StepStats(step=0, step_time_us=1000, sync_count=1, host_wait_us=100,
-                       gpu_idle_us=0)]
+    steps = [StepStats(step=0, step_time_us=1000, sync_count=1, host_wait_us=100, gpu_idle_us=0)]
     syncs = [sync_in(0, 500), sync_in(None, 5000)]  # ProfilerStep#0, then a sync after it
     assert estimated_saving_us(steps, syncs, step_markers=True) == 100
     # No ProfilerStep markers at all: the whole trace is the step, both syncs are in it.
@@ -132,9 +155,18 @@ def test_the_gpu_lanes_copy_of_profiler_steps_is_not_a_step_of_its_own(tmp_path)
     host = {e["name"]: e for e in b.events if e["name"].startswith("ProfilerStep#")}
     for n in (1, 2):
         later = host[f"ProfilerStep#{n + 1}"]
-        b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{n}",
-                         "pid": b.device, "tid": b.stream, "ts": later["ts"] + 10, "dur": 20,
-                         "args": {"External id": n}})
+        b.events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": f"ProfilerStep#{n}",
+                "pid": b.device,
+                "tid": b.stream,
+                "ts": later["ts"] + 10,
+                "dur": 20,
+                "args": {"External id": n},
+            }
+        )
     result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
     assert [s.step for s in result.syncs] == [1, 2, 3]
     assert [st.sync_count for st in result.steps] == [1, 1, 1]

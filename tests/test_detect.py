@@ -45,8 +45,10 @@ def test_item_on_cuda_is_one_scalar_readback_with_host_wait(tmp_path):
         (["aten::where", "aten::nonzero"], catalogue.DYNAMIC_SHAPE),
         (["aten::repeat_interleave"], catalogue.DYNAMIC_SHAPE),
         (["aten::argwhere", "aten::nonzero"], catalogue.DYNAMIC_SHAPE),
-        (["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"],
-         catalogue.SCALAR_READBACK),
+        (
+            ["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"],
+            catalogue.SCALAR_READBACK,
+        ),
         (["aten::to", "aten::_to_copy", "aten::copy_"], catalogue.DEVICE_TO_HOST_COPY),
     ],
 )
@@ -81,9 +83,16 @@ def test_pageable_host_to_device_copy_is_blocking(tmp_path):
     assert sync.api == "cudaMemcpyAsync" and sync.bytes == 4096
 
 
-@pytest.mark.parametrize("api", ["cudaDeviceSynchronize", "cudaEventSynchronize",
-                                 "cudaStreamSynchronize", "hipDeviceSynchronize",
-                                 "AscendCL@aclrtSynchronizeStream"])
+@pytest.mark.parametrize(
+    "api",
+    [
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaStreamSynchronize",
+        "hipDeviceSynchronize",
+        "AscendCL@aclrtSynchronizeStream",
+    ],
+)
 def test_bare_synchronize_call_is_explicit_sync_without_operator(tmp_path, api):
     b = KinetoTraceBuilder()
     with b.step(1):
@@ -187,7 +196,8 @@ def test_html_in_names_is_kept_as_data(tmp_path):
 
 @pytest.mark.parametrize("string_ts", [False, True])
 def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_is_not(
-        tmp_path, string_ts):
+    tmp_path, string_ts
+):
     b = KinetoTraceBuilder(gpu=False)
     with b.step(1):
         with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", "12"]}):
@@ -213,13 +223,20 @@ def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_
 
 def test_a_barrier_is_a_collective_wait_at_its_line_with_the_barrier_advice(tmp_path):
     source = tmp_path / "train.py"
-    source.write_text("import torch.distributed as dist\n\n\ndef train_step(loss):\n"
-                      "    loss.backward()\n    dist.barrier()\n    return loss\n")
+    source.write_text(
+        "import torch.distributed as dist\n\n\ndef train_step(loss):\n"
+        "    loss.backward()\n    dist.barrier()\n    return loss\n"
+    )
     b = KinetoTraceBuilder()
     with b.step(1):
         b.kernel(dur=300)
-        with b.op("c10d::barrier", stack=[(str(source), 4, "train_step"),
-                                          ("torch/distributed/c10d_logger.py", 79, "wrapper")]):
+        with b.op(
+            "c10d::barrier",
+            stack=[
+                (str(source), 4, "train_step"),
+                ("torch/distributed/c10d_logger.py", 79, "wrapper"),
+            ],
+        ):
             b.runtime("cudaDeviceSynchronize")
     path = b.write(tmp_path / "w.pt.trace.json")
     report = analyze(str(path), source_roots=[str(tmp_path)])
@@ -229,16 +246,22 @@ def test_a_barrier_is_a_collective_wait_at_its_line_with_the_barrier_advice(tmp_
     assert "barrier" in site.advice["title"]
 
 
-@pytest.mark.parametrize(("annotations", "kind"), [
-    (["## SplitsAllToAllAwaitable wait() ##"], catalogue.COLLECTIVE_WAIT),
-    (["nccl:all_to_all"], catalogue.COLLECTIVE_WAIT),
-    # A pageable copy made inside the wait, in a region of its own: the copy is the cause.
-    (["## KJTAllToAllSplitsAwaitable wait() ##", "## all2all_data:recat_permute_gen ##"],
-     catalogue.DEVICE_TO_HOST_COPY),
-    (["## sparse_data_dist ##"], catalogue.DEVICE_TO_HOST_COPY),
-])
+@pytest.mark.parametrize(
+    ("annotations", "kind"),
+    [
+        (["## SplitsAllToAllAwaitable wait() ##"], catalogue.COLLECTIVE_WAIT),
+        (["nccl:all_to_all"], catalogue.COLLECTIVE_WAIT),
+        # A pageable copy made inside the wait, in a region of its own: the copy is the cause.
+        (
+            ["## KJTAllToAllSplitsAwaitable wait() ##", "## all2all_data:recat_permute_gen ##"],
+            catalogue.DEVICE_TO_HOST_COPY,
+        ),
+        (["## sparse_data_dist ##"], catalogue.DEVICE_TO_HOST_COPY),
+    ],
+)
 def test_a_copy_whose_innermost_region_is_a_collective_wait_waits_on_the_collective(
-        tmp_path, annotations, kind):
+    tmp_path, annotations, kind
+):
     b = KinetoTraceBuilder()
     with b.step(1):
         b.kernel(dur=300)

@@ -91,7 +91,10 @@ def test_ascend_worker_directories_are_workers_of_their_parent_run(tmp_path: Pat
 
 def test_single_ascend_trace_file_gets_worker_from_its_directory(tmp_path: Path) -> None:
     trace = touch(
-        tmp_path / "run" / "rank3_1700000000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+        tmp_path
+        / "run"
+        / "rank3_1700000000_ascend_pt"
+        / "ASCEND_PROFILER_OUTPUT"
         / "trace_view.json"
     )
     (ref,) = find_traces(str(trace))

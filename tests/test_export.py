@@ -48,13 +48,25 @@ SARIF_SUBSET_SCHEMA = {
                                             "properties": {
                                                 "id": {"type": "string"},
                                                 "shortDescription": {
-                                                    "type": "object", "required": ["text"]},
+                                                    "type": "object",
+                                                    "required": ["text"],
+                                                },
                                                 "fullDescription": {
-                                                    "type": "object", "required": ["text"]},
+                                                    "type": "object",
+                                                    "required": ["text"],
+                                                },
                                                 "defaultConfiguration": {
                                                     "type": "object",
-                                                    "properties": {"level": {"enum": [
-                                                        "none", "note", "warning", "error"]}},
+                                                    "properties": {
+                                                        "level": {
+                                                            "enum": [
+                                                                "none",
+                                                                "note",
+                                                                "warning",
+                                                                "error",
+                                                            ]
+                                                        }
+                                                    },
                                                 },
                                             },
                                         },
@@ -72,29 +84,44 @@ SARIF_SUBSET_SCHEMA = {
                                 "ruleId": {"type": "string"},
                                 "ruleIndex": {"type": "integer", "minimum": -1},
                                 "level": {"enum": ["none", "note", "warning", "error"]},
-                                "message": {"type": "object", "required": ["text"],
-                                            "properties": {"text": {"type": "string"}}},
-                                "locations": {"type": "array", "items": {
+                                "message": {
                                     "type": "object",
-                                    "properties": {"physicalLocation": {
+                                    "required": ["text"],
+                                    "properties": {"text": {"type": "string"}},
+                                },
+                                "locations": {
+                                    "type": "array",
+                                    "items": {
                                         "type": "object",
                                         "properties": {
-                                            "artifactLocation": {
+                                            "physicalLocation": {
                                                 "type": "object",
-                                                "properties": {"uri": {"type": "string"},
-                                                               "uriBaseId": {"type": "string"}},
-                                            },
-                                            "region": {
-                                                "type": "object",
-                                                "properties": {"startLine": {
-                                                    "type": "integer", "minimum": 1}},
-                                            },
+                                                "properties": {
+                                                    "artifactLocation": {
+                                                        "type": "object",
+                                                        "properties": {
+                                                            "uri": {"type": "string"},
+                                                            "uriBaseId": {"type": "string"},
+                                                        },
+                                                    },
+                                                    "region": {
+                                                        "type": "object",
+                                                        "properties": {
+                                                            "startLine": {
+                                                                "type": "integer",
+                                                                "minimum": 1,
+                                                            }
+                                                        },
+                                                    },
+                                                },
+                                            }
                                         },
-                                    }},
-                                }},
-                                "partialFingerprints": {"type": "object",
-                                                        "additionalProperties": {
-                                                            "type": "string"}},
+                                    },
+                                },
+                                "partialFingerprints": {
+                                    "type": "object",
+                                    "additionalProperties": {"type": "string"},
+                                },
                             },
                         },
                     },
@@ -135,7 +162,8 @@ def test_sarif_is_structurally_valid_2_1_0(sample_report: Report, tmp_path: Path
 
 
 def test_sarif_results_point_at_relative_file_and_line_with_cost_and_advice(
-        sample_report: Report) -> None:
+    sample_report: Report,
+) -> None:
     results = to_sarif(sample_report.to_json(), root="/home/me/proj")["runs"][0]["results"]
     first = results[0]
     location = first["locations"][0]["physicalLocation"]
@@ -149,34 +177,51 @@ def test_sarif_results_point_at_relative_file_and_line_with_cost_and_advice(
 
 def test_sarif_skips_sites_without_file_or_line(sample_report: Report) -> None:
     report = sample_report.to_json()
-    report["sites"].append(json.loads(json.dumps(make_site(
-        None, None, None, "explicit_sync", ["cudaDeviceSynchronize"], 1, 5.0, 0.0).__dict__)))
+    report["sites"].append(
+        json.loads(
+            json.dumps(
+                make_site(
+                    None, None, None, "explicit_sync", ["cudaDeviceSynchronize"], 1, 5.0, 0.0
+                ).__dict__
+            )
+        )
+    )
     assert len(to_sarif(report)["runs"][0]["results"]) == 2
 
 
-@pytest.mark.parametrize("file, root, uri", [
-    ("/home/me/proj/pkg/train.py", "/home/me/proj", "pkg/train.py"),
-    ("/elsewhere/pkg/train.py", "/home/me/proj", "elsewhere/pkg/train.py"),
-    ("C:\\Users\\me\\my proj\\train.py", "/x", "Users/me/my%20proj/train.py"),
-    ("./pkg/train.py", "/x", "pkg/train.py"),
-    ("pkg\\sub\\m.py", "/x", "pkg/sub/m.py"),
-])
+@pytest.mark.parametrize(
+    "file, root, uri",
+    [
+        ("/home/me/proj/pkg/train.py", "/home/me/proj", "pkg/train.py"),
+        ("/elsewhere/pkg/train.py", "/home/me/proj", "elsewhere/pkg/train.py"),
+        ("C:\\Users\\me\\my proj\\train.py", "/x", "Users/me/my%20proj/train.py"),
+        ("./pkg/train.py", "/x", "pkg/train.py"),
+        ("pkg\\sub\\m.py", "/x", "pkg/sub/m.py"),
+    ],
+)
 def test_sarif_uris_are_relative_with_forward_slashes(file: str, root: str, uri: str) -> None:
     assert sarif_uri(file, root) == uri
 
 
 def _trace_bytes() -> bytes:
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 100, "tid": 7,
-         "ts": 1000.0, "dur": 400.0},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 900.0,
-         "dur": 300.0},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::item",
+            "pid": 100,
+            "tid": 7,
+            "ts": 1000.0,
+            "dur": 400.0,
+        },
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 900.0, "dur": 300.0},
     ]
     return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
 
 
 def test_annotated_trace_adds_a_sync_advisor_process_with_wait_and_idle_slices(
-        sample_report: Report, tmp_path: Path) -> None:
+    sample_report: Report, tmp_path: Path
+) -> None:
     trace = tmp_path / "w.pt.trace.json.gz"
     trace.write_bytes(gzip.compress(_trace_bytes()))
     report = sample_report.to_json()
@@ -197,8 +242,10 @@ def test_annotated_trace_adds_a_sync_advisor_process_with_wait_and_idle_slices(
 
 
 def test_annotate_reads_traces_with_unquoted_na_and_raw_windows_paths(tmp_path: Path) -> None:
-    raw = (b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, '
-           b'"dur": N/A, "args": {"file": "C:\\Users\\me\\model.py"}}]}')
+    raw = (
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, '
+        b'"dur": N/A, "args": {"file": "C:\\Users\\me\\model.py"}}]}'
+    )
     trace = tmp_path / "win.pt.trace.json"
     trace.write_bytes(raw)
     data = load_trace_json(str(trace))
@@ -214,13 +261,22 @@ def test_annotate_names_the_file_when_it_is_not_json(tmp_path: Path) -> None:
         annotate_trace(str(trace), [])
 
 
-@pytest.mark.parametrize("text, expected", [
-    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": NaN}]}', None),
-    (b'{"traceEvents": [{"ph": "X", "args": {"deep": ' + b"[" * 50_000 + b"]" * 50_000
-     + b"}}]}", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": NaN}]}', None),
+        (
+            b'{"traceEvents": [{"ph": "X", "args": {"deep": '
+            + b"[" * 50_000
+            + b"]" * 50_000
+            + b"}}]}",
+            "nested too deeply",
+        ),
+    ],
+)
 def test_annotate_reads_with_the_readers_repairs_and_names_what_it_cannot(
-        tmp_path: Path, text: bytes, expected: str | None) -> None:
+    tmp_path: Path, text: bytes, expected: str | None
+) -> None:
     trace = tmp_path / "odd.pt.trace.json"
     trace.write_bytes(text)
     if expected is None:  # NaN read as null, as the analysis reads it

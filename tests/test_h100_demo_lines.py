@@ -28,13 +28,20 @@ def _sites(report) -> list[tuple[str, int, bool, bool]]:
 
 def test_the_mask_backward_is_found_at_its_forward_line_run_by_loss_backward(reports):
     report = reports["seg_baseline"]
-    assert _sites(report) == [("seg.py", 76, True, False), ("seg.py", 77, True, False),
-                              ("seg.py", 82, True, False), ("seg.py", 82, True, True)]
+    assert _sites(report) == [
+        ("seg.py", 76, True, False),
+        ("seg.py", 77, True, False),
+        ("seg.py", 82, True, False),
+        ("seg.py", 82, True, True),
+    ]
     backward = next(s for s in report.sites if s.backward)
     assert backward.count == 5 and backward.kind == "dynamic_shape"
     assert backward.ops[0] == "autograd::engine::evaluate_function: IndexBackward0"
     assert (backward.run_by.line, backward.run_by.line_exact, backward.run_by.func) == (
-        127, True, "baseline_step")
+        127,
+        True,
+        "baseline_step",
+    )
     for sync in report.syncs:
         if sync.source.backward:
             assert sync.stack == [] and sync.forward_op == "aten::index"
@@ -53,7 +60,9 @@ def test_no_profiler_sync_is_among_the_findings(reports):
 
 
 def test_the_other_demo_lines_stay_where_they_were(reports):
-    assert _sites(reports["cnn_baseline"]) == [("cnn.py", 95, True, False),
-                                               ("cnn.py", 96, True, False),
-                                               ("cnn.py", 104, True, False)]
+    assert _sites(reports["cnn_baseline"]) == [
+        ("cnn.py", 95, True, False),
+        ("cnn.py", 96, True, False),
+        ("cnn.py", 104, True, False),
+    ]
     assert reports["cnn_optimized"].sites == [] and reports["seg_optimized"].sites == []

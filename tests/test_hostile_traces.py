@@ -71,13 +71,20 @@ def run_cli(args: list[str]) -> tuple[int, str, str, float]:
         "print(f'PEAK_RSS_KB={peak}', file=sys.stderr)\n"
         "sys.exit(rc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=900, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        check=False,
+    )
     peak = next(line for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB="))
     return done.returncode, done.stdout, done.stderr, int(peak.split("=")[1]) / 1024
 
 
 # ----- analyze() ----------------------------------------------------------------------------
+
 
 def test_analyze_gives_each_hostile_trace_a_report_or_its_named_error(corpus) -> None:
     logdir, cases = corpus
@@ -99,6 +106,7 @@ def test_analyze_of_the_logdir_keeps_the_good_run_beside_the_hostile_files(corpu
 
 
 # ----- the CLI --------------------------------------------------------------------------------
+
 
 def test_cli_reports_the_hostile_logdir_without_traceback_in_bounded_memory(corpus) -> None:
     logdir, cases = corpus
@@ -138,6 +146,7 @@ def test_cli_reads_a_gzip_member_over_4_gib_in_bounded_memory(tmp_path: Path) ->
 
 # ----- a real TensorBoard ---------------------------------------------------------------------
 
+
 def get(url: str) -> tuple[int, Any]:
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
@@ -157,9 +166,17 @@ class Board:
 
 def start_board(logdir: Path, cwd: Path) -> TensorBoardProcess:
     return start_tensorboard(
-        logdir, free_port("127.0.0.1"), timeout=START_TIMEOUT_S, host="127.0.0.1", cwd=cwd,
-        extra_args=["--sync_advisor_cache_dir", str(cwd / "cache"),
-                    "--sync_advisor_reload_interval", "1"],
+        logdir,
+        free_port("127.0.0.1"),
+        timeout=START_TIMEOUT_S,
+        host="127.0.0.1",
+        cwd=cwd,
+        extra_args=[
+            "--sync_advisor_cache_dir",
+            str(cwd / "cache"),
+            "--sync_advisor_reload_interval",
+            "1",
+        ],
         env=checkout_env(),  # this checkout's plugin, whatever copy is installed
     )
 
@@ -180,7 +197,7 @@ def wait_settled(board: Board, until: Any = None) -> dict[str, Any]:
     while time.monotonic() < deadline:
         status, runs = board.route("runs")
         assert status == 200, runs
-        if (until(runs) if until is not None else runs["runs"] and not runs["loading"]):
+        if until(runs) if until is not None else runs["runs"] and not runs["loading"]:
             return runs
         time.sleep(0.3)
     pytest.fail(f"runs did not settle in {LOAD_TIMEOUT_S}s:\n{board.process.output()}")
@@ -205,8 +222,9 @@ def test_tensorboard_names_each_hostile_file_and_still_serves_the_good_run(
         case = next(c for c in cases if str(c.path) == info["path"])
         syncs = None
         if info["error"] is None and case.syncs is not None:
-            syncs = hostile_board.route("summary", run="hostile", worker=case.name)[1][
-                "summary"]["sync_count"]
+            syncs = hostile_board.route("summary", run="hostile", worker=case.name)[1]["summary"][
+                "sync_count"
+            ]
         check_trace(case, info, syncs)
     assert hostile_board.process.process.poll() is None  # the server is still up
 

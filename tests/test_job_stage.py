@@ -45,8 +45,9 @@ def gloo_logdir(tmp_path_factory) -> Path:
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo not available")
     logdir = tmp_path_factory.mktemp("gloo_logdir")
-    record_gloo_job(logdir / "job", world=GLOO_WORLD, late_rank=GLOO_LATE, delay_s=DELAY_S,
-                    steps=GLOO_STEPS)
+    record_gloo_job(
+        logdir / "job", world=GLOO_WORLD, late_rank=GLOO_LATE, delay_s=DELAY_S, steps=GLOO_STEPS
+    )
     return logdir
 
 
@@ -59,11 +60,13 @@ def injected_per_step(report: dict[str, Any]) -> dict[int, float]:
     """What the late rank's deliberate wait lasted per step, in its own trace (the delay
     actually injected: on a loaded machine time.sleep overruns)."""
     trace = next(t for t in report["traces"] if t["worker"] == f"rank{GLOO_LATE}")
-    rank = analyze_trace(trace["path"], Options(source_roots=[str(Path(trace["path"]).parent)],
-                                                contexts=False)).rank
+    rank = analyze_trace(
+        trace["path"], Options(source_roots=[str(Path(trace["path"]).parent)], contexts=False)
+    ).rank
     assert rank is not None
-    sleeps = {w.step: w.wait_us for w in rank.waits
-              if w.kind == "blocking_call" and w.line == SLEEP_LINE}
+    sleeps = {
+        w.step: w.wait_us for w in rank.waits if w.kind == "blocking_call" and w.line == SLEEP_LINE
+    }
     assert sorted(sleeps) == list(range(1, GLOO_STEPS + 1))
     return sleeps
 
@@ -80,12 +83,12 @@ def test_gloo_job_report_names_the_late_rank_and_its_line_as_the_top_job_cost(gl
     assert within(top["job_saving_us"], injected)
     assert within(top["caused_wait_us"], injected * (GLOO_WORLD - 1))
     # The CPU readback just after the wait held nobody up.
-    assert all(s["line"] != READBACK_LINE or s["job_saving_us"] < 0.05 * injected
-               for s in job["sites"])
+    assert all(
+        s["line"] != READBACK_LINE or s["job_saving_us"] < 0.05 * injected for s in job["sites"]
+    )
 
 
-def test_gloo_job_waits_of_the_other_ranks_are_within_20_percent_of_the_injected_delay(
-        gloo_report):
+def test_gloo_job_waits_of_the_other_ranks_are_within_20_percent_of_the_injected_delay(gloo_report):
     injected = injected_per_step(gloo_report)
     job = gloo_report["job"]
     grid = {(r["rank"], r["step"]): r for r in job["rank_steps"]}
@@ -93,12 +96,14 @@ def test_gloo_job_waits_of_the_other_ranks_are_within_20_percent_of_the_injected
         rows = [grid[(rank, s)] for s in range(1, GLOO_STEPS + 1)]
         if rank == GLOO_LATE:
             assert all(r["wait_us"] == 0.0 for r in rows)
-            assert within(statistics.median(r["late_us"] for r in rows),
-                          statistics.median(injected.values()))
+            assert within(
+                statistics.median(r["late_us"] for r in rows), statistics.median(injected.values())
+            )
         else:
             assert all(r["late_us"] == 0.0 for r in rows)
-            assert within(statistics.median(r["wait_us"] for r in rows),
-                          statistics.median(injected.values())), (rank, rows)
+            assert within(
+                statistics.median(r["wait_us"] for r in rows), statistics.median(injected.values())
+            ), (rank, rows)
     totals = {r["rank"]: r for r in job["rank_totals"]}
     assert within(totals[GLOO_LATE]["blocking_wait_us"], sum(injected.values()))
     assert totals[GLOO_LATE]["wait_in_collectives_us"] == 0.0
@@ -136,8 +141,12 @@ def test_cli_json_of_a_gloo_job_carries_the_job_object(gloo_logdir, capsys):
 # -- NCCL-shaped fixtures through the engine --------------------------------------------------
 
 LATE_US = 4000.0
-SPEC = JobSpec(late={(3, 2): LATE_US, (3, 3): LATE_US}, missing=(5,), last_step={6: 3},
-               host_skew_us=(0.0, 2500.0))
+SPEC = JobSpec(
+    late={(3, 2): LATE_US, (3, 3): LATE_US},
+    missing=(5,),
+    last_step={6: 3},
+    host_skew_us=(0.0, 2500.0),
+)
 
 
 @pytest.fixture(scope="module")
@@ -189,10 +198,12 @@ def test_nccl_waiting_ranks_item_sync_is_relabelled_waiting_for_the_late_rank(nc
     site = next(s for s in nccl_report["sites"] if s["line"] == ITEM_LINE)
     assert site["waiting_for"] == "waiting for rank 3" and site["waiting_for_rank"] == 3
     # The old fields keep their meaning; the local saving drops by the peer's part.
-    assert site["host_wait_us"] == pytest.approx(sum(
-        s["host_wait_us"] for s in nccl_report["syncs"] if s["site_key"] == site["key"]))
+    assert site["host_wait_us"] == pytest.approx(
+        sum(s["host_wait_us"] for s in nccl_report["syncs"] if s["site_key"] == site["key"])
+    )
     assert site["local_saving_us"] == pytest.approx(
-        site["host_wait_us"] + site["gpu_idle_us"] - site["peer_wait_us"])
+        site["host_wait_us"] + site["gpu_idle_us"] - site["peer_wait_us"]
+    )
     assert site["job_saving_us"] > 0 and site["caused_wait_us"] > 0
 
 
@@ -213,16 +224,16 @@ def test_run_without_distributed_info_has_no_job(tmp_path):
     b.write(tmp_path / "run" / "w.pt.trace.json")
     doc = analysed(tmp_path)
     assert doc["job"] is None
-    assert all(s["local_saving_us"] is None and s["job_saving_us"] == 0.0
-               for s in doc["sites"])
+    assert all(s["local_saving_us"] is None and s["job_saving_us"] == 0.0 for s in doc["sites"])
 
 
 # -- the rank trace through summaries, pickling and replays ----------------------------------
 
 
 def test_rank_trace_survives_the_per_trace_summary_and_pickling(tmp_path):
-    paths = write_job(tmp_path / "job", JobSpec(world=2, ranks_per_host=2, steps=2,
-                                                host_skew_us=(0.0,)))
+    paths = write_job(
+        tmp_path / "job", JobSpec(world=2, ranks_per_host=2, steps=2, host_skew_us=(0.0,))
+    )
     ref = TraceRef(str(paths[0]), "job", "rank0")
     options = Options(source_roots=[str(tmp_path / "job")])
     result = analyze_trace(ref, options)
@@ -235,27 +246,28 @@ def test_rank_trace_survives_the_per_trace_summary_and_pickling(tmp_path):
 
 
 def test_replayed_what_ifs_replace_the_bounds_for_the_ranks_they_cover(tmp_path):
-    paths = write_job(tmp_path / "job", JobSpec(world=4, ranks_per_host=4, steps=4,
-                                                late={(1, 2): LATE_US}, host_skew_us=(0.0,)))
+    paths = write_job(
+        tmp_path / "job",
+        JobSpec(world=4, ranks_per_host=4, steps=4, late={(1, 2): LATE_US}, host_skew_us=(0.0,)),
+    )
     options = Options(source_roots=[str(tmp_path / "job")], contexts=False)
-    traces = [analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options).rank
-              for r, p in paths.items()]
+    traces = [
+        analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options).rank for r, p in paths.items()
+    ]
     (analysis,) = R.analyze_ranks(traces).jobs
     bounds, bound = jobs.job_what_ifs(analysis)
     assert bound and bounds and {w.rank for w in bounds} == {1}
     replayed = {1: {w.wait_id: {w.collective_index: w.earlier_us / 2} for w in bounds}}
     halves, bound = jobs.job_what_ifs(analysis, replayed)
     assert not bound
-    assert sum(w.earlier_us for w in halves) == pytest.approx(
-        sum(w.earlier_us for w in bounds) / 2)
+    assert sum(w.earlier_us for w in halves) == pytest.approx(sum(w.earlier_us for w in bounds) / 2)
 
 
 # -- real traces recorded by others ------------------------------------------------------------
 
 
 def test_real_single_rank_nccl_traces_load_as_incomplete_jobs(real_traces_dir, tmp_path):
-    for name in ("a100_nccl_event_sync.pt.trace.json.gz",
-                 "a100_item_heavy_rank0.pt.trace.json.gz"):
+    for name in ("a100_nccl_event_sync.pt.trace.json.gz", "a100_item_heavy_rank0.pt.trace.json.gz"):
         run = tmp_path / name.split(".")[0]
         run.mkdir()
         shutil.copy(real_traces_dir / name, run / name)
@@ -269,17 +281,19 @@ def test_real_single_rank_nccl_traces_load_as_incomplete_jobs(real_traces_dir, t
         assert job["sites"] == [] or all(s["bound"] for s in job["sites"])
 
 
-def test_nccl_lateness_from_gpu_work_is_not_pinned_on_the_late_ranks_sync_by_the_replay(
-        tmp_path):
+def test_nccl_lateness_from_gpu_work_is_not_pinned_on_the_late_ranks_sync_by_the_replay(tmp_path):
     # The late rank's extra time is a longer kernel before its .item(): the item waits for
     # it, but without the item the all-reduce kernel would still queue behind that kernel.
     # The bound blames the item for the whole lateness; the replay (now what the engine
     # uses for ranks whose collectives have kernels) gives it only its own bubble.
-    paths = write_job(tmp_path / "job", JobSpec(world=4, ranks_per_host=4, steps=4,
-                                                late={(1, 2): LATE_US}, host_skew_us=(0.0,)))
+    paths = write_job(
+        tmp_path / "job",
+        JobSpec(world=4, ranks_per_host=4, steps=4, late={(1, 2): LATE_US}, host_skew_us=(0.0,)),
+    )
     options = Options(source_roots=[str(tmp_path / "job")], contexts=False)
-    results = [analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options)
-               for r, p in paths.items()]
+    results = [
+        analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options) for r, p in paths.items()
+    ]
     assert all(r.rank is not None and r.rank.replayed_earlier for r in results)
     (analysis,) = R.analyze_ranks([r.rank for r in results]).jobs
     bounds, _ = jobs.job_what_ifs(analysis)

@@ -29,7 +29,8 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("outputs")
     (root / "src").mkdir()
     (root / "src" / "train.py").write_text(
-        "import torch\n\n\ndef train_step(loss):\n    loss.backward()\n    return loss.item()\n")
+        "import torch\n\n\ndef train_step(loss):\n    loss.backward()\n    return loss.item()\n"
+    )
     b = KinetoTraceBuilder()
     for n in range(1, 4):
         with b.step(n):
@@ -40,10 +41,10 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _report_set(logdir: Path) -> outputs.ReportSet:
-    options = Options(source_roots=(str(logdir / "src"),), source_packs=SOURCE_PACKS,
-                      contexts=False)
-    return outputs.ReportSet.from_runs(analyze_runs(find_traces(str(logdir / "logs")),
-                                                    options))
+    options = Options(
+        source_roots=(str(logdir / "src"),), source_packs=SOURCE_PACKS, contexts=False
+    )
+    return outputs.ReportSet.from_runs(analyze_runs(find_traces(str(logdir / "logs")), options))
 
 
 @pytest.mark.parametrize("name", sorted(outputs.FORMATS))
@@ -62,28 +63,34 @@ def test_an_unknown_format_is_a_key_error_and_a_misfit_a_value_error(logdir: Pat
     report_set = _report_set(logdir)
     with pytest.raises(KeyError):
         outputs.render("pdf", report_set)
-    two = outputs.ReportSet({**report_set.report,
-                             "traces": report_set.report["traces"] * 2}, report_set.runs)
+    two = outputs.ReportSet(
+        {**report_set.report, "traces": report_set.report["traces"] * 2}, report_set.runs
+    )
     with pytest.raises(ValueError, match="exactly one trace"):
         outputs.render("trace", two)
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "sarif"])
-def test_the_cli_and_the_plugin_export_the_same_bytes(logdir: Path, fmt: str,
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_the_cli_and_the_plugin_export_the_same_bytes(
+    logdir: Path, fmt: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(logdir / "src")  # SARIF URIs and the CLI's source root
     out = tmp_path / f"report.{fmt}"
     assert main(["report", str(logdir / "logs"), "--format", fmt, "-o", str(out)]) == 0
-    settings = PluginSettings(logdirs=[(None, str(logdir / "logs"))],
-                              source_roots=[str(logdir / "src")], cache_dir=None,
-                              reload_interval_s=3600, use_processes=False)
+    settings = PluginSettings(
+        logdirs=[(None, str(logdir / "logs"))],
+        source_roots=[str(logdir / "src")],
+        cache_dir=None,
+        reload_interval_s=3600,
+        use_processes=False,
+    )
     context = base_plugin.TBContext(logdir=str(logdir / "logs"), flags=argparse.Namespace())
     plugin = SyncAdvisorPlugin(context, settings, start=False)
     plugin.loader.poll()
     assert plugin.loader.wait_idle(60)
     response = Client(TensorBoardWSGI([plugin])).get(
-        PLUGIN + "export", query_string={"run": "run_a", "format": fmt})
+        PLUGIN + "export", query_string={"run": "run_a", "format": fmt}
+    )
     assert response.status_code == 200
     assert response.get_data() == out.read_bytes()
     assert response.mimetype == outputs.FORMATS[fmt].media_type.split(";")[0]

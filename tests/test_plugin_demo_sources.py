@@ -31,11 +31,13 @@ def nonzero_call_in_seg() -> tuple[str, int, int]:
     """(function, def line, call line) of the demo's ``torch.nonzero`` call in seg.py, read
     from the source (its ``# sync: nonzero`` marker), not hard-coded."""
     text = (DEMO_DIR / "seg.py").read_text(encoding="utf-8")
-    call_line = next(n for n, line in enumerate(text.splitlines(), 1)
-                     if "# sync: nonzero" in line)
-    func = next(node for node in ast.walk(ast.parse(text))
-                if isinstance(node, ast.FunctionDef)
-                and node.lineno <= call_line <= (node.end_lineno or node.lineno))
+    call_line = next(n for n, line in enumerate(text.splitlines(), 1) if "# sync: nonzero" in line)
+    func = next(
+        node
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef)
+        and node.lineno <= call_line <= (node.end_lineno or node.lineno)
+    )
     return func.name, func.lineno, call_line
 
 
@@ -55,8 +57,9 @@ def plain_tensorboard_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     user_dir = tmp_path / "somewhere_else"
     user_dir.mkdir()
     monkeypatch.chdir(user_dir)
-    flags = argparse.Namespace(logdir=str(tmp_path / "logs"),
-                               sync_advisor_cache_dir="none")  # no --sync_advisor_source_root
+    flags = argparse.Namespace(
+        logdir=str(tmp_path / "logs"), sync_advisor_cache_dir="none"
+    )  # no --sync_advisor_source_root
     settings = settings_from_flags(flags, flags.logdir)
     settings.use_processes = False
     context = base_plugin.TBContext(logdir=flags.logdir, flags=flags)
@@ -73,7 +76,8 @@ def get(client: Client, route: str, **params: Any) -> tuple[int, dict]:
 
 
 def test_demo_sites_resolve_to_the_exact_line_without_flags_from_a_foreign_cwd(
-        plain_tensorboard_plugin: Client) -> None:
+    plain_tensorboard_plugin: Client,
+) -> None:
     _, _, call_line = nonzero_call_in_seg()
     status, sites = get(plain_tensorboard_plugin, "sites", run="seg_baseline")
     assert status == 200 and sites["total"] == 1
@@ -85,10 +89,12 @@ def test_demo_sites_resolve_to_the_exact_line_without_flags_from_a_foreign_cwd(
 
 
 def test_source_endpoint_serves_the_recorded_demo_name_without_flags(
-        plain_tensorboard_plugin: Client) -> None:
+    plain_tensorboard_plugin: Client,
+) -> None:
     _, _, call_line = nonzero_call_in_seg()
-    status, body = get(plain_tensorboard_plugin, "source", file=RECORDED_SEG, line=call_line,
-                       context=0)
+    status, body = get(
+        plain_tensorboard_plugin, "source", file=RECORDED_SEG, line=call_line, context=0
+    )
     assert status == 200, body
     assert body["line"] == call_line and "torch.nonzero" in body["lines"][0]
     assert Path(body["path"]) == (DEMO_DIR / "seg.py").resolve()
@@ -97,17 +103,18 @@ def test_source_endpoint_serves_the_recorded_demo_name_without_flags(
     assert status == 200
 
 
-def test_the_builtin_demo_root_widens_nothing_else(plain_tensorboard_plugin: Client,
-                                                   tmp_path: Path) -> None:
+def test_the_builtin_demo_root_widens_nothing_else(
+    plain_tensorboard_plugin: Client, tmp_path: Path
+) -> None:
     client = plain_tensorboard_plugin
     # The map cannot climb out of the demo folder into the rest of the package...
     escaped = "tb_syncfinder/demo/../plugin/plugin.py"
     assert get(client, "source", file=escaped, line=1)[0] == 403
-    assert get(client, "source", file=str(DEMO_DIR.parent / "plugin" / "plugin.py"),
-               line=1)[0] == 403
+    assert (
+        get(client, "source", file=str(DEMO_DIR.parent / "plugin" / "plugin.py"), line=1)[0] == 403
+    )
     # ...the bundled-traces folder or anything that is not .py is never served...
-    assert get(client, "source", file="tb_syncfinder/demo/traces/versions.json",
-               line=1)[0] == 403
+    assert get(client, "source", file="tb_syncfinder/demo/traces/versions.json", line=1)[0] == 403
     # ...and a .py file outside the roots stays refused.
     outside = tmp_path / "secret.py"
     outside.write_text("TOKEN = 'x'\n")

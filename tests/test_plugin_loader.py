@@ -417,7 +417,8 @@ def test_the_plugins_cache_key_is_the_same_in_every_process(tmp_path) -> None:
     digests = set()
     for seed in ("1", "2", "3"):
         env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(Path.cwd()))
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        )
         digests.add(done.stdout.strip())
     assert len(digests) == 1, digests

@@ -146,8 +146,9 @@ def test_a_suffix_match_never_leaves_the_roots(project: Path) -> None:
     assert status_of(guard, "/elsewhere/secret.py") == 403
 
 
-def test_outside_paths_get_the_same_answer_whether_or_not_they_exist(project: Path,
-                                                                     tmp_path: Path) -> None:
+def test_outside_paths_get_the_same_answer_whether_or_not_they_exist(
+    project: Path, tmp_path: Path
+) -> None:
     existing = tmp_path / "elsewhere" / "secret.py"
     existing.parent.mkdir()
     existing.write_text("TOKEN = 1\n")

@@ -67,16 +67,35 @@ def summarise(folder: Path, *paths: Path, summaries_dir: Path | None = None) -> 
     """What a user runs (on the cluster): the CLI writing the summaries of ``paths``."""
     extra = ["--summaries-dir", str(summaries_dir)] if summaries_dir else []
     for path in paths:
-        assert cli_main(["report", str(path), "--write-summaries", "--json", "-o",
-                         os.devnull, "--source-root", str(folder / "src"), *extra]) == 0
+        assert (
+            cli_main(
+                [
+                    "report",
+                    str(path),
+                    "--write-summaries",
+                    "--json",
+                    "-o",
+                    os.devnull,
+                    "--source-root",
+                    str(folder / "src"),
+                    *extra,
+                ]
+            )
+            == 0
+        )
 
 
-def start(logdir: Path, counting: CountingEngine, summaries_dir: Path | None = None
-          ) -> tuple[SyncAdvisorPlugin, Client]:
+def start(
+    logdir: Path, counting: CountingEngine, summaries_dir: Path | None = None
+) -> tuple[SyncAdvisorPlugin, Client]:
     settings = PluginSettings(
-        logdirs=[(None, str(logdir / "logs"))], source_roots=[str(logdir / "src")],
-        cache_dir=None, reload_interval_s=3600, use_processes=False,
-        summaries_dir=str(summaries_dir) if summaries_dir else None)
+        logdirs=[(None, str(logdir / "logs"))],
+        source_roots=[str(logdir / "src")],
+        cache_dir=None,
+        reload_interval_s=3600,
+        use_processes=False,
+        summaries_dir=str(summaries_dir) if summaries_dir else None,
+    )
     context = base_plugin.TBContext(logdir=str(logdir / "logs"), flags=argparse.Namespace())
     plugin = SyncAdvisorPlugin(context, settings, start=False, analyze_fn=counting)
     poll(plugin)
@@ -95,7 +114,8 @@ def get(client: Client, route: str, **params: Any) -> Any:
 
 
 def test_a_summarised_run_is_served_from_its_summaries_and_lists_the_traces_without_one(
-        logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = logdir / "logs" / "job"
     summarise(logdir, *(job / f"rank{r}.pt.trace.json" for r in range(4)))
     counting = CountingEngine()
@@ -107,14 +127,19 @@ def test_a_summarised_run_is_served_from_its_summaries_and_lists_the_traces_with
     runs = get(client, "runs")
     job_run = next(r for r in runs["runs"] if r["name"] == "job")
     plain_run = next(r for r in runs["runs"] if r["name"] == "plain")
-    assert (job_run["trace_count"], job_run["no_summary_count"], job_run["error_count"]) \
-        == (RANKS, 2, 0)
+    assert (job_run["trace_count"], job_run["no_summary_count"], job_run["error_count"]) == (
+        RANKS,
+        2,
+        0,
+    )
     assert plain_run["no_summary_count"] == 0
     assert not runs["errors"] and not runs["loading"]
     (entry,) = runs["no_summary"]
     assert entry["run"] == "job" and entry["count"] == 2
-    assert [os.path.basename(p) for p in entry["paths"]] == \
-        ["rank4.pt.trace.json", "rank5.pt.trace.json"]
+    assert [os.path.basename(p) for p in entry["paths"]] == [
+        "rank4.pt.trace.json",
+        "rank5.pt.trace.json",
+    ]
     assert entry["reasons"] == ["no summary"]
     assert entry["folder"] == str(job)
     summary = get(client, "summary", run="job")
@@ -125,8 +150,10 @@ def test_a_summarised_run_is_served_from_its_summaries_and_lists_the_traces_with
     # nothing parsed.
     command = shlex.split(entry["command"])
     assert command[:3] == ["tb-syncfinder", "report", "--write-summaries"]
-    assert cli_main([*command[1:], "--json", "-o", os.devnull,
-                     "--source-root", str(logdir / "src")]) == 0
+    assert (
+        cli_main([*command[1:], "--json", "-o", os.devnull, "--source-root", str(logdir / "src")])
+        == 0
+    )
     capsys.readouterr()
     parsed_before = len(counting.parsed)
     poll(plugin)
@@ -151,7 +178,8 @@ def test_a_trace_changed_since_its_summary_is_listed_not_trusted(logdir: Path) -
 
 
 def test_summaries_in_a_folder_of_their_own_are_read_with_the_flag(
-        logdir: Path, tmp_path: Path) -> None:
+    logdir: Path, tmp_path: Path
+) -> None:
     store = tmp_path / "summaries"
     job = logdir / "logs" / "job"
     summarise(logdir, job, summaries_dir=store)

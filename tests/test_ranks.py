@@ -30,8 +30,7 @@ def rank_traces(paths, source_root: Path | None = None) -> list[RankTrace]:
     for p in paths:
         result = analyze_trace(str(p), options, resolver)
         assert result.info.error is None, result.info.error
-        out.append(extract_rank_file(str(p), syncs=result.syncs + result.latent,
-                                     resolver=resolver))
+        out.append(extract_rank_file(str(p), syncs=result.syncs + result.latent, resolver=resolver))
     return out
 
 
@@ -66,8 +65,9 @@ def gloo_job(tmp_path_factory):
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo not available")
     folder = tmp_path_factory.mktemp("gloo_job")
-    paths = record_gloo_job(folder, world=GLOO_WORLD, late_rank=GLOO_LATE, delay_s=DELAY_S,
-                            steps=GLOO_STEPS)
+    paths = record_gloo_job(
+        folder, world=GLOO_WORLD, late_rank=GLOO_LATE, delay_s=DELAY_S, steps=GLOO_STEPS
+    )
     return folder, only_job(rank_traces(paths, folder))
 
 
@@ -91,8 +91,11 @@ def test_gloo_job_collectives_are_matched_on_every_rank_and_step(gloo_job):
 
 def injected_us(job: R.JobAnalysis) -> dict[int, float]:
     """Per step, how long the late rank's deliberate host wait lasted (its own trace)."""
-    sleeps = {w.step: w.wait_us for w in job.ranks[GLOO_LATE].waits
-              if w.kind == "blocking_call" and w.line == SLEEP_LINE}
+    sleeps = {
+        w.step: w.wait_us
+        for w in job.ranks[GLOO_LATE].waits
+        if w.kind == "blocking_call" and w.line == SLEEP_LINE
+    }
     assert sorted(sleeps) == list(range(1, GLOO_STEPS + 1))
     assert all(us >= 0.99 * DELAY_S * 1e6 for us in sleeps.values())
     return sleeps
@@ -103,8 +106,10 @@ def test_gloo_job_names_the_late_rank_at_every_collective(gloo_job):
     injected = injected_us(job)
     assert [c.last_rank for c in job.collectives] == [GLOO_LATE] * GLOO_STEPS
     assert all(c.lateness_us > 0.5 * injected[c.step] for c in job.collectives)
-    assert within(statistics.median(c.lateness_us for c in job.collectives),
-                  statistics.median(injected.values()))
+    assert within(
+        statistics.median(c.lateness_us for c in job.collectives),
+        statistics.median(injected.values()),
+    )
 
 
 def test_gloo_waits_on_the_other_ranks_are_within_20_percent_of_the_injected_delay(gloo_job):
@@ -181,8 +186,12 @@ def test_gloo_rank_steps_show_waiting_on_peers_against_being_waited_for(gloo_job
 LATE_US = 4000.0
 ABSENT_LATE_US = 3000.0
 SKEW_US = 2500.0
-MAIN = JobSpec(late={(3, 2): LATE_US, (3, 3): LATE_US, (5, 4): ABSENT_LATE_US},
-               missing=(5,), last_step={6: 3}, host_skew_us=(0.0, SKEW_US))
+MAIN = JobSpec(
+    late={(3, 2): LATE_US, (3, 3): LATE_US, (5, 4): ABSENT_LATE_US},
+    missing=(5,),
+    last_step={6: 3},
+    host_skew_us=(0.0, SKEW_US),
+)
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +201,7 @@ def nccl_job(tmp_path_factory):
     return only_job(rank_traces(paths.values(), folder))
 
 
-def _collective(job: R.JobAnalysis, group: str, step: int, nth: int = 0
-                ) -> R.MatchedCollective:
+def _collective(job: R.JobAnalysis, group: str, step: int, nth: int = 0) -> R.MatchedCollective:
     found = [c for c in job.collectives if c.group == group and c.step == step]
     return found[nth]
 
@@ -268,8 +276,9 @@ def test_cause_fallback_names_the_late_ranks_sync_line_with_bounds(nccl_job):
 def test_peer_waits_find_the_local_syncs_that_absorbed_the_wait_for_the_late_rank(nccl_job):
     absorbed = [p for p in R.peer_waits(nccl_job) if p.k == 2 and p.group == "0"]
     assert {p.rank for p in absorbed} == {0, 1, 2, 4, 6, 7}
-    assert all(p.late_rank == 3 and p.site_key.startswith(f"{TRAIN_FILE}:{ITEM_LINE}:")
-               for p in absorbed)
+    assert all(
+        p.late_rank == 3 and p.site_key.startswith(f"{TRAIN_FILE}:{ITEM_LINE}:") for p in absorbed
+    )
     assert all(within(p.overlap_us, LATE_US) for p in absorbed)
 
 
@@ -283,8 +292,9 @@ def test_rank_step_table_separates_waiting_on_peers_from_being_waited_for(nccl_j
 
 def test_job_step_is_the_slowest_ranks_step(nccl_job):
     for js in nccl_job.job_steps:
-        spans = [s.duration for rt in nccl_job.ranks.values() for s in rt.steps
-                 if s.number == js.step]
+        spans = [
+            s.duration for rt in nccl_job.ranks.values() for s in rt.steps if s.number == js.step
+        ]
         assert js.time_us == max(spans) and js.ranks == len(spans)
 
 
@@ -309,8 +319,13 @@ def test_what_if_hook_costs_replayed_figures_capped_by_the_lateness(nccl_job):
     (nothing,) = R.site_job_costs(nccl_job, [R.WhatIf(0, other, other_index, 1000.0)])
     assert nothing.job_saving_us == 0.0 and nothing.caused_wait_us == 0.0
     # A collective the job stage did not match (or an unknown wait) costs nothing.
-    assert R.site_job_costs(nccl_job, [R.WhatIf(3, sync, 10_000, 1000.0),
-                                       R.WhatIf(3, "no-such-sync", index, 1000.0)]) == []
+    assert (
+        R.site_job_costs(
+            nccl_job,
+            [R.WhatIf(3, sync, 10_000, 1000.0), R.WhatIf(3, "no-such-sync", index, 1000.0)],
+        )
+        == []
+    )
 
 
 def test_late_arrivals_leave_what_host_waits_do_not_explain_labelled(nccl_job):
@@ -341,8 +356,7 @@ def test_ranks_without_host_name_are_each_aligned_on_the_collectives(tmp_path):
 
 
 def test_late_rank_in_the_first_step_is_labelled_carried_in(tmp_path):
-    spec = JobSpec(world=4, subgroups=False, steps=2, host_skew_us=(0.0,),
-                   late={(2, 1): 2000.0})
+    spec = JobSpec(world=4, subgroups=False, steps=2, host_skew_us=(0.0,), late={(2, 1): 2000.0})
     job = only_job(rank_traces(write_job(tmp_path, spec).values()))
     first = job.collectives[0]
     assert first.last_rank == 2 and first.carried_in
@@ -365,8 +379,9 @@ def test_duplicated_rank_is_named_and_left_out_not_merged(tmp_path):
 def test_traces_of_another_window_form_another_job(tmp_path):
     spec = JobSpec(world=4, subgroups=False, steps=2, host_skew_us=(0.0,))
     first = write_job(tmp_path / "a", spec)
-    later = write_job(tmp_path / "b", JobSpec(world=4, subgroups=False, steps=2,
-                                              host_skew_us=(60e6,)))
+    later = write_job(
+        tmp_path / "b", JobSpec(world=4, subgroups=False, steps=2, host_skew_us=(60e6,))
+    )
     run = R.analyze_ranks(rank_traces(list(first.values()) + list(later.values())))
     assert len(run.jobs) == 2
     for job in run.jobs:
@@ -433,8 +448,9 @@ def test_real_single_rank_of_a_job_loads_as_an_incomplete_job(real_traces_dir):
 
 
 def test_2023_job_is_matched_by_process_group_id_and_input_dims(tmp_path):
-    spec = JobSpec(world=4, subgroups=False, steps=3, legacy=True, host_skew_us=(0.0,),
-                   late={(2, 2): 2000.0})
+    spec = JobSpec(
+        world=4, subgroups=False, steps=3, legacy=True, host_skew_us=(0.0,), late={(2, 2): 2000.0}
+    )
     job = only_job(rank_traces(write_job(tmp_path, spec).values(), tmp_path))
     (group,) = job.groups
     assert group.group == "0" and group.status == "matched" and group.matched == 6
@@ -449,11 +465,15 @@ def test_fallback_interval_starts_at_the_previous_collectives_exit(nccl_job):
     # late: the late rank's syncs of other steps are not contributors.
     for what_if in R.fallback_what_ifs(nccl_job):
         wait = next(w for w in nccl_job.ranks[what_if.rank].waits if w.id == what_if.wait_id)
-        c = next(c for c in nccl_job.collectives
-                 if any((a.rank, a.collective_index) == (what_if.rank, what_if.collective_index)
-                        for a in c.arrivals))
+        c = next(
+            c
+            for c in nccl_job.collectives
+            if any(
+                (a.rank, a.collective_index) == (what_if.rank, what_if.collective_index)
+                for a in c.arrivals
+            )
+        )
         assert wait.step == c.step
-
 
 
 def test_arrivals_of_different_kinds_never_name_a_late_rank(tmp_path):

@@ -43,12 +43,23 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def report(logdir: Path, out: Path, *args: str) -> int:
-    return main(["report", str(logdir / "logs"), "--json", "-o", str(out),
-                 "--source-root", str(logdir / "src"), *args])
+    return main(
+        [
+            "report",
+            str(logdir / "logs"),
+            "--json",
+            "-o",
+            str(out),
+            "--source-root",
+            str(logdir / "src"),
+            *args,
+        ]
+    )
 
 
 def test_ray_report_is_the_local_report_and_names_the_broken_trace(
-        logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert report(logdir, tmp_path / "local.json", "--no-summaries") == 0
     capsys.readouterr()
     assert report(logdir, tmp_path / "ray.json", "--ray", "--ray-workers", "2") == 0
@@ -67,8 +78,9 @@ def test_ray_report_is_the_local_report_and_names_the_broken_trace(
     # The second run reads the summaries: only the broken trace is parsed again.
     assert report(logdir, tmp_path / "again.json", "--ray", "--ray-workers", "2") == 0
     err = capsys.readouterr().err
-    assert f"{2 * TRACES_PER_RUN + 1} traces: {2 * TRACES_PER_RUN} from summaries, 1 " \
-           "analysed" in err
+    assert (
+        f"{2 * TRACES_PER_RUN + 1} traces: {2 * TRACES_PER_RUN} from summaries, 1 analysed" in err
+    )
     assert json.loads((tmp_path / "again.json").read_text()) == local
 
 
@@ -79,24 +91,46 @@ def _free_port() -> int:
 
 
 def test_a_running_cluster_is_joined_by_its_address_and_left_alone_without_one(
-        logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     port = _free_port()
     started = subprocess.run(
-        [ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats"],
-        capture_output=True, text=True, timeout=180)
+        [
+            ray_cli,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert started.returncode == 0, started.stderr
     try:
         # Without an address, --ray starts a cluster of its own even while another one runs
         # on this machine (ray.init() would join that one and refuse the worker count).
-        assert report(logdir, tmp_path / "own.json", "--no-summaries", "--ray",
-                      "--ray-workers", "1") == 0
+        assert (
+            report(logdir, tmp_path / "own.json", "--no-summaries", "--ray", "--ray-workers", "1")
+            == 0
+        )
         capsys.readouterr()
-        assert len(json.loads((tmp_path / "own.json").read_text())["syncs"]) == \
-            2 * TRACES_PER_RUN * 2
-        assert report(logdir, tmp_path / "joined.json", "--no-summaries", "--ray-address",
-                      f"127.0.0.1:{port}") == 0
+        assert (
+            len(json.loads((tmp_path / "own.json").read_text())["syncs"]) == 2 * TRACES_PER_RUN * 2
+        )
+        assert (
+            report(
+                logdir,
+                tmp_path / "joined.json",
+                "--no-summaries",
+                "--ray-address",
+                f"127.0.0.1:{port}",
+            )
+            == 0
+        )
         err = capsys.readouterr().err
         assert f"Ray: 127.0.0.1:{port} ready" in err
         data = json.loads((tmp_path / "joined.json").read_text())
@@ -106,8 +140,11 @@ def test_a_running_cluster_is_joined_by_its_address_and_left_alone_without_one(
 
 
 def test_without_ray_installed_the_report_says_how_to_get_it(
-        logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    logdir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     assert report(logdir, tmp_path / "x.json", "--ray", "--no-summaries") == 2
     assert "pip install 'tb-syncfinder[ray]'" in capsys.readouterr().err

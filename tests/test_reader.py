@@ -95,8 +95,7 @@ def test_array_format_trace_is_accepted(tmp_path):
         (b"[1, 2", "truncated JSON"),
     ],
 )
-def test_unusable_files_raise_trace_read_error_naming_file_and_reason(tmp_path, content,
-                                                                      reason):
+def test_unusable_files_raise_trace_read_error_naming_file_and_reason(tmp_path, content, reason):
     path = tmp_path / "bad.pt.trace.json"
     path.write_bytes(content)
     with pytest.raises(TraceReadError) as info:
@@ -128,8 +127,12 @@ def test_missing_file_is_a_read_error(tmp_path):
 def test_metadata_and_torch1_style_categories(tmp_path):
     """torch 1.x wrote "Operator" / "Runtime" / "Memcpy" categories and lower-case keys."""
     doc = json.loads(_trace_text())
-    renamed = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "gpu_memcpy": "Memcpy",
-               "kernel": "Kernel"}
+    renamed = {
+        "cpu_op": "Operator",
+        "cuda_runtime": "Runtime",
+        "gpu_memcpy": "Memcpy",
+        "kernel": "Kernel",
+    }
     for event in doc["traceEvents"]:
         if event.get("cat") in renamed:
             event["cat"] = renamed[event["cat"]]
@@ -187,22 +190,30 @@ def test_the_decoded_trace_does_not_depend_on_the_chunk_size(tmp_path, chunk):
         assert whole.chunks == 1 and chunked.chunks > 10
         assert _events_json(chunked) == _events_json(whole)
         assert (chunked.device_properties, chunked.distributed_info, chunked.byte_size) == (
-            whole.device_properties, whole.distributed_info, whole.byte_size)
+            whole.device_properties,
+            whole.distributed_info,
+            whole.byte_size,
+        )
 
 
 def _repeat_interleave_trace(damaged: bool) -> str:
     b = KinetoTraceBuilder(gpu=False)
     with b.step(1):
-        with b.op("aten::repeat_interleave",
-                  args={"Concrete Inputs": ["", "", "", "12"], "Input Dims": [[4], [], [], []]}):
+        with b.op(
+            "aten::repeat_interleave",
+            args={"Concrete Inputs": ["", "", "", "12"], "Input Dims": [[4], [], [], []]},
+        ):
             pass
         with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", ""]}):
             pass
         with b.op("aten::add", args={"Concrete Inputs": ["", "", "1"]}):
             pass
     text = json.dumps(b.to_dict())
-    return text.replace('"cbid": 0', '"cbid": N/A').replace(
-        '"Ev Idx": 0', '"Ev Idx": N/A') if damaged else text
+    return (
+        text.replace('"cbid": 0', '"cbid": N/A').replace('"Ev Idx": 0', '"Ev Idx": N/A')
+        if damaged
+        else text
+    )
 
 
 @pytest.mark.parametrize("chunk", [CHUNK_BYTES, SMALL_CHUNK])
@@ -213,15 +224,22 @@ def test_repeat_interleave_concrete_inputs_are_kept_on_either_path(tmp_path, chu
     path.write_text(_repeat_interleave_trace(damaged))
     data = read_trace(str(path), chunk_bytes=chunk)
     assert data.fast_path is not damaged
-    kept = {(e.name, bytes(e.args.concrete_inputs) if e.args.concrete_inputs else None)
-            for e in data.events if type(e) is Event and e.cat == "cpu_op"}
-    assert kept == {("aten::repeat_interleave", b'["","","","12"]'),
-                    ("aten::repeat_interleave", b'["","","",""]'), ("aten::add", None)}
+    kept = {
+        (e.name, bytes(e.args.concrete_inputs) if e.args.concrete_inputs else None)
+        for e in data.events
+        if type(e) is Event and e.cat == "cpu_op"
+    }
+    assert kept == {
+        ("aten::repeat_interleave", b'["","","","12"]'),
+        ("aten::repeat_interleave", b'["","","",""]'),
+        ("aten::add", None),
+    }
     latent = analyze_trace(str(path), Options(contexts=False)).latent
     assert [s.op for s in latent] == ["aten::repeat_interleave"]
 
 
 # -- hostile input: a named error for what is not a trace, bounded work on the rest --------
+
 
 @pytest.mark.parametrize("chunk", [CHUNK_BYTES, 16], ids=["one_chunk", "tiny_chunks"])
 @pytest.mark.parametrize(
@@ -254,9 +272,15 @@ def test_what_is_not_a_trace_is_a_named_error(tmp_path, content, reason, chunk):
 
 
 @pytest.mark.parametrize("chunk", [CHUNK_BYTES, 16])
-@pytest.mark.parametrize("content", [b"[]", b'{"traceEvents": []}', b"  [ \n ]  ",
-                                     b'{"schemaVersion": 1, "traceEvents": [\n  ],\n'
-                                     b' "traceName": "x.json"}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"[]",
+        b'{"traceEvents": []}',
+        b"  [ \n ]  ",
+        b'{"schemaVersion": 1, "traceEvents": [\n  ],\n "traceName": "x.json"}',
+    ],
+)
 def test_an_empty_event_list_is_read_and_says_it_is_empty(tmp_path, content, chunk):
     path = tmp_path / "empty.pt.trace.json"
     path.write_bytes(content)
@@ -291,8 +315,9 @@ def _deep(where: str, depth: int) -> bytes:
 
 
 @pytest.mark.parametrize("chunk", [CHUNK_BYTES, SMALL_CHUNK])
-@pytest.mark.parametrize("where", ["args", "element", "before_events", "after_events",
-                                   "array_format"])
+@pytest.mark.parametrize(
+    "where", ["args", "element", "before_events", "after_events", "array_format"]
+)
 def test_deep_nesting_is_the_files_named_error(tmp_path, where, chunk):
     path = tmp_path / "deep.pt.trace.json.gz"
     path.write_bytes(gzip.compress(_deep(where, _DEEP)))
@@ -314,8 +339,9 @@ def test_duplicate_keys_keep_the_first_event_list_and_say_so(tmp_path):
     first = shape("cuda_stacks")["traceEvents"]
     text = json.dumps({"traceEvents": first})[:-1] + ', "traceEvents": [{"ph": "X"}]}'
     path = tmp_path / "dup.pt.trace.json"
-    path.write_text(text.replace('"ph": "X", "cat": "cpu_op"',
-                                 '"ph": "X", "ts": -5, "cat": "cpu_op"'))
+    path.write_text(
+        text.replace('"ph": "X", "cat": "cpu_op"', '"ph": "X", "ts": -5, "cat": "cpu_op"')
+    )
     data = read_trace(str(path), chunk_bytes=SMALL_CHUNK)
     assert len(data.events) == len(first)
     assert "a second 'traceEvents' key was ignored" in data.repairs
@@ -334,8 +360,22 @@ def test_whitespace_anywhere_is_not_kept(tmp_path):
     """Gigabytes of spaces compress to almost nothing: none of them may be held."""
     event = json.dumps(shape("cuda_stacks")["traceEvents"][5]).encode()
     spaces = b" " * (8 << 20)
-    text = (spaces + b'{"traceEvents": [' + spaces + event + b"," + spaces + event + spaces
-            + b"]" + spaces + b', "traceName": "x"' + spaces + b"}" + spaces)
+    text = (
+        spaces
+        + b'{"traceEvents": ['
+        + spaces
+        + event
+        + b","
+        + spaces
+        + event
+        + spaces
+        + b"]"
+        + spaces
+        + b', "traceName": "x"'
+        + spaces
+        + b"}"
+        + spaces
+    )
     path = tmp_path / "spaces.pt.trace.json.gz"
     path.write_bytes(gzip.compress(text, 1))
     data = read_trace(str(path), chunk_bytes=64 << 10, max_held_bytes=1 << 20)
@@ -348,5 +388,6 @@ def test_gzip_members_are_all_read_and_trailing_garbage_ignored(tmp_path):
     path = tmp_path / "members.pt.trace.json.gz"
     path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]) + b"garbage")
     data = read_trace(str(path), chunk_bytes=SMALL_CHUNK)
-    assert _events_json(data) == _events_json(read_trace(_write_doc(
-        tmp_path, "plain", shape("record_shapes")).as_posix()))
+    assert _events_json(data) == _events_json(
+        read_trace(_write_doc(tmp_path, "plain", shape("record_shapes")).as_posix())
+    )

@@ -24,8 +24,14 @@ from tb_syncfinder.models import Report
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "real"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"no real traces at {REAL}")
 
-NAMES = ("a100_df_index_resolver", "a100_item_heavy_rank0", "a100_nccl_event_sync",
-         "alexnet_cuda_sync_events", "cpu_legacy_call_stack", "rocm_mi250_minitoy")
+NAMES = (
+    "a100_df_index_resolver",
+    "a100_item_heavy_rank0",
+    "a100_nccl_event_sync",
+    "alexnet_cuda_sync_events",
+    "cpu_legacy_call_stack",
+    "rocm_mi250_minitoy",
+)
 
 
 def trace_path(name: str) -> str:
@@ -58,15 +64,24 @@ def cpu_ops(name: str) -> tuple[dict[str, Any], ...]:
 def enclosing_ops(name: str, call: dict[str, Any]) -> list[dict[str, Any]]:
     """cpu_ops on the call's thread whose span contains it, outermost first."""
     return sorted(
-        (op for op in cpu_ops(name) if op["pid"] == call["pid"]
-         and op["tid"] == call["tid"] and op["ts"] <= call["ts"]
-         and call["ts"] + call["dur"] <= op["ts"] + op["dur"]),
-        key=lambda op: (op["ts"], -op["dur"]))
+        (
+            op
+            for op in cpu_ops(name)
+            if op["pid"] == call["pid"]
+            and op["tid"] == call["tid"]
+            and op["ts"] <= call["ts"]
+            and call["ts"] + call["dur"] <= op["ts"] + op["dur"]
+        ),
+        key=lambda op: (op["ts"], -op["dur"]),
+    )
 
 
 def memcpy_kind_by_correlation(name: str) -> dict[Any, str]:
-    return {e["args"].get("correlation"): e["name"] for e in events(name)
-            if e.get("cat") == "gpu_memcpy"}
+    return {
+        e["args"].get("correlation"): e["name"]
+        for e in events(name)
+        if e.get("cat") == "gpu_memcpy"
+    }
 
 
 @cache
@@ -115,24 +130,41 @@ def test_item_heavy_copy_direction_decides_the_kind_outside_collective_waits() -
     wait() (its innermost annotation): the host waits on the all-to-all there."""
     name = "a100_item_heavy_rank0"
     kinds = memcpy_kind_by_correlation(name)
-    annotations = [e for e in events(name) if e.get("cat") == "user_annotation"
-                   and not e["name"].startswith("ProfilerStep#")]
+    annotations = [
+        e
+        for e in events(name)
+        if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#")
+    ]
     expected: Counter = Counter()
     for sync in named(name, "cudaStreamSynchronize"):
         op = enclosing_ops(name, sync)[0]
-        copies = [c for c in named(name, "cudaMemcpyAsync") if c["tid"] == op["tid"]
-                  and op["ts"] <= c["ts"] <= op["ts"] + op["dur"]]
+        copies = [
+            c
+            for c in named(name, "cudaMemcpyAsync")
+            if c["tid"] == op["tid"] and op["ts"] <= c["ts"] <= op["ts"] + op["dur"]
+        ]
         direction = kinds[copies[0]["args"]["correlation"]].split(" (")[0]
-        around = [a for a in annotations if a["tid"] == sync["tid"]
-                  and a["ts"] <= sync["ts"] and sync["ts"] + sync["dur"] <= a["ts"] + a["dur"]]
+        around = [
+            a
+            for a in annotations
+            if a["tid"] == sync["tid"]
+            and a["ts"] <= sync["ts"]
+            and sync["ts"] + sync["dur"] <= a["ts"] + a["dur"]
+        ]
         innermost = max(around, key=lambda a: (a["ts"], -a["dur"]))["name"] if around else ""
         if "Awaitable wait()" in innermost:
             expected["collective_wait"] += 1
         else:
-            expected[{"Memcpy DtoH": "device_to_host_copy",
-                      "Memcpy HtoD": "blocking_host_to_device"}[direction]] += 1
-    assert expected == {"collective_wait": 20, "device_to_host_copy": 10,
-                        "blocking_host_to_device": 45}
+            expected[
+                {"Memcpy DtoH": "device_to_host_copy", "Memcpy HtoD": "blocking_host_to_device"}[
+                    direction
+                ]
+            ] += 1
+    assert expected == {
+        "collective_wait": 20,
+        "device_to_host_copy": 10,
+        "blocking_host_to_device": 45,
+    }
 
     kinds_reported = Counter(s.kind for s in report_of(name).syncs if s.op == "aten::to")
     assert kinds_reported == expected
@@ -144,7 +176,8 @@ def test_item_heavy_host_wait_covers_the_blocking_calls() -> None:
     reported = sum(s.host_wait_us for s in report_of(name).syncs if s.op == "aten::to")
     assert reported >= blocking
     assert report_of(name).summary.step_count == len(
-        [e for e in events(name) if e["name"].startswith("ProfilerStep#")])
+        [e for e in events(name) if e["name"].startswith("ProfilerStep#")]
+    )
 
 
 def test_nccl_event_synchronize_calls_are_explicit_syncs() -> None:
@@ -187,7 +220,8 @@ def test_rocm_blocking_copy_and_device_synchronize() -> None:
     assert report.traces[0].device == "rocm"
     assert by_api(report) == {"hipMemcpyWithStream": 2, "hipDeviceSynchronize": 1}
     assert {s.op for s in report.syncs if s.api == "hipMemcpyWithStream"} == {
-        enclosing_ops(name, copies[0])[0]["name"]}
+        enclosing_ops(name, copies[0])[0]["name"]
+    }
 
 
 def test_cpu_legacy_trace_has_latent_findings_and_no_stack() -> None:
@@ -203,8 +237,10 @@ def test_cpu_legacy_trace_has_latent_findings_and_no_stack() -> None:
     assert report.traces[0].has_stacks is False
     readbacks = [s for s in report.latent if s.kind == "scalar_readback"]
     assert len(readbacks) == len(scalar_reads) == 5
-    assert all(s.latent and s.host_wait_us == 0 and s.stack == [] and s.source is None
-               for s in report.latent)
+    assert all(
+        s.latent and s.host_wait_us == 0 and s.stack == [] and s.source is None
+        for s in report.latent
+    )
 
 
 def test_df_index_resolver_has_one_device_synchronize_and_no_blocking_copies() -> None:
@@ -220,7 +256,7 @@ def test_df_index_resolver_has_one_device_synchronize_and_no_blocking_copies() -
 
 
 def test_run_folder_analyses_each_trace_as_a_worker() -> None:
-    (run_name, refs), = list_runs(str(REAL)).items()
+    ((run_name, refs),) = list_runs(str(REAL)).items()
     assert run_name == "real" and sorted(r.worker for r in refs) == list(NAMES)
     report = analyze(str(REAL), contexts=False)
     assert sorted(t.worker for t in report.traces) == list(NAMES)

@@ -46,27 +46,36 @@ def test_plugin_serves_runs_and_sites_of_a_remote_logdir(tmp_path):
     root = tmp_path / "bucket"
     write_remote_run(root)
     with remote_bucket(root) as bucket:
-        settings = PluginSettings(logdirs=[(None, bucket)], source_roots=[str(tmp_path)],
-                                  cache_dir=str(tmp_path / "cache"), reload_interval_s=3600,
-                                  use_processes=False)
+        settings = PluginSettings(
+            logdirs=[(None, bucket)],
+            source_roots=[str(tmp_path)],
+            cache_dir=str(tmp_path / "cache"),
+            reload_interval_s=3600,
+            use_processes=False,
+        )
         context = base_plugin.TBContext(logdir=bucket, flags=argparse.Namespace())
         plugin = SyncAdvisorPlugin(context, settings, start=False)
         plugin.loader.poll()
         assert plugin.loader.wait_idle(60)
         client = Client(TensorBoardWSGI([plugin]))
         runs = json.loads(client.get("/data/plugin/sync_advisor/runs").get_data())
-        sites = json.loads(client.get("/data/plugin/sync_advisor/sites",
-                                      query_string={"run": "run_remote"}).get_data())
+        sites = json.loads(
+            client.get(
+                "/data/plugin/sync_advisor/sites", query_string={"run": "run_remote"}
+            ).get_data()
+        )
     assert [r["name"] for r in runs["runs"]] == ["run_remote"]
     assert [e["path"] for e in runs["errors"]] == [
-        f"{bucket}/run_remote/worker1.1700000000001.pt.trace.json"]
+        f"{bucket}/run_remote/worker1.1700000000001.pt.trace.json"
+    ]
     assert sites["total"] == 1
     assert sites["items"][0]["count"] == 2
     assert sites["items"][0]["ops"][0] == "aten::item"
 
 
-def test_a_cloud_sdk_error_on_one_remote_file_is_that_files_error_not_a_crash(tmp_path,
-                                                                            monkeypatch):
+def test_a_cloud_sdk_error_on_one_remote_file_is_that_files_error_not_a_crash(
+    tmp_path, monkeypatch
+):
     from torch_tb_profiler import io as tb_io
 
     from tb_syncfinder.engine import analyze_trace
@@ -77,6 +86,7 @@ def test_a_cloud_sdk_error_on_one_remote_file_is_that_files_error_not_a_crash(tm
     root = tmp_path / "bucket"
     write_remote_run(root)
     with remote_bucket(root) as bucket:
+
         def deny(path):
             raise AccessDenied("403 Forbidden")
 

@@ -46,7 +46,8 @@ def test_colour_adds_escape_codes_without_changing_the_text(sample_report: Repor
 
 
 def test_summary_gives_per_step_wait_idle_share_and_estimated_step_time(
-        sample_report: Report) -> None:
+    sample_report: Report,
+) -> None:
     text = render_report(sample_report, color=False)
     assert "3.0  (12 over 4 steps)" in text  # syncs per step
     assert "850 us per step" in text  # 3400 us host wait / 4 steps
@@ -56,19 +57,24 @@ def test_summary_gives_per_step_wait_idle_share_and_estimated_step_time(
 
 
 def test_a_location_longer_than_its_column_gets_a_line_of_its_own_never_cut() -> None:
-    assert truncate_left("/a/very/long/path/to/the/project/src/train.py:42", 20) == \
-        "…ect/src/train.py:42"
+    assert (
+        truncate_left("/a/very/long/path/to/the/project/src/train.py:42", 20)
+        == "…ect/src/train.py:42"
+    )
     long_file = "/" + "deep/" * 30 + "train.py"
     long_site = make_site(long_file, 7, "f", "explicit_sync", ["aten::x"], 1, 10.0, 0.0)
     short_site = make_site("short.py", 3, "g", "explicit_sync", ["aten::y"], 1, 5.0, 0.0)
-    report = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
-                    summary=Summary(2, 15.0, 0.0, 100.0), syncs=[],
-                    sites=[long_site, short_site], latent=[])
+    report = Report(
+        traces=[TraceInfo("t", "w", None, device="cuda")],
+        summary=Summary(2, 15.0, 0.0, 100.0),
+        syncs=[],
+        sites=[long_site, short_site],
+        latent=[],
+    )
     lines = render_report(report).splitlines()
     at = next(i for i, line in enumerate(lines) if f"{long_file}:7" in line)
     assert lines[at].split() == ["1", f"{long_file}:7"]  # whole, alone
-    assert lines[at + 1].split()[-9:] == ["1", "0.2", "≤0", "us", "10", "us", "0", "us",
-                                          "0.0%"]
+    assert lines[at + 1].split()[-9:] == ["1", "0.2", "≤0", "us", "10", "us", "0", "us", "0.0%"]
     assert any(line.split()[:2] == ["2", "short.py:3"] and "5.0 us" in line for line in lines)
     assert "…" not in "".join(lines)
 
@@ -80,20 +86,40 @@ def test_top_limits_the_sites_and_says_how_many_are_hidden(sample_report: Report
 
 
 def test_definition_line_is_marked_when_the_call_line_is_unknown() -> None:
-    site = make_site("train.py", 8, "train_step", "scalar_readback", ["aten::item"], 1,
-                     5.0, 0.0, line_exact=False)
-    report = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
-                    summary=Summary(1, 5.0, 0.0, 100.0), syncs=[], sites=[site], latent=[])
+    site = make_site(
+        "train.py",
+        8,
+        "train_step",
+        "scalar_readback",
+        ["aten::item"],
+        1,
+        5.0,
+        0.0,
+        line_exact=False,
+    )
+    report = Report(
+        traces=[TraceInfo("t", "w", None, device="cuda")],
+        summary=Summary(1, 5.0, 0.0, 100.0),
+        syncs=[],
+        sites=[site],
+        latent=[],
+    )
     text = render_report(report)
     assert "train.py:8*" in text and "--source-root" in text
 
 
 def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
-    site = make_site("train.py", 8, "train_step", "dynamic_shape", ["aten::nonzero"], 3,
-                     0.0, 0.0, latent=True)
-    report = Report(traces=[TraceInfo("t", "w", None, device="cpu", steps=3)],
-                    summary=Summary(0, 0.0, 0.0, 300.0, step_count=3, latent_count=3),
-                    syncs=[], sites=[], latent=[], latent_sites=[site])
+    site = make_site(
+        "train.py", 8, "train_step", "dynamic_shape", ["aten::nonzero"], 3, 0.0, 0.0, latent=True
+    )
+    report = Report(
+        traces=[TraceInfo("t", "w", None, device="cpu", steps=3)],
+        summary=Summary(0, 0.0, 0.0, 300.0, step_count=3, latent_count=3),
+        syncs=[],
+        sites=[],
+        latent=[],
+        latent_sites=[site],
+    )
     text = render_report(report)
     assert "would synchronize on a GPU" in text
     assert "aten::nonzero" in text
@@ -101,8 +127,9 @@ def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
 
 
 def test_unreadable_traces_are_listed_with_their_reason(sample_report: Report) -> None:
-    sample_report.traces.append(TraceInfo("/traces/bad.pt.trace.json", "bad", None,
-                                          error="not valid JSON (line 1)"))
+    sample_report.traces.append(
+        TraceInfo("/traces/bad.pt.trace.json", "bad", None, error="not valid JSON (line 1)")
+    )
     text = render_report(sample_report)
     assert "/traces/bad.pt.trace.json: not valid JSON (line 1)" in text
     assert "1 unreadable" in text
@@ -136,12 +163,30 @@ def test_cpu_only_summary_counts_latent_syncs_instead_of_printing_zero_costs():
 
     report = {
         "schema": "tb_syncfinder.report/1",
-        "traces": [{"path": "w.pt.trace.json", "worker": "w", "span": None, "device": "cpu",
-                    "steps": 5, "error": None}],
-        "summary": {"sync_count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0,
-                    "step_time_us": 50_000.0, "step_count": 5, "latent_count": 20,
-                    "mean_step_time_us": 10_000.0},
-        "syncs": [], "sites": [], "latent": [], "latent_sites": [], "steps": [],
+        "traces": [
+            {
+                "path": "w.pt.trace.json",
+                "worker": "w",
+                "span": None,
+                "device": "cpu",
+                "steps": 5,
+                "error": None,
+            }
+        ],
+        "summary": {
+            "sync_count": 0,
+            "host_wait_us": 0.0,
+            "gpu_idle_us": 0.0,
+            "step_time_us": 50_000.0,
+            "step_count": 5,
+            "latent_count": 20,
+            "mean_step_time_us": 10_000.0,
+        },
+        "syncs": [],
+        "sites": [],
+        "latent": [],
+        "latent_sites": [],
+        "steps": [],
     }
     text = render_report(report, color=False, top=None)
     assert "4.0 per step, 20 in all" in text
@@ -152,12 +197,31 @@ def test_cpu_only_summary_counts_latent_syncs_instead_of_printing_zero_costs():
 def _cpu_only_report_json(latent_count: int = 20, steps: int = 5) -> dict:
     return {
         "schema": "tb_syncfinder.report/1",
-        "traces": [{"path": "/logs/cpu/w.pt.trace.json", "worker": "w", "span": None,
-                    "run": "cpu", "device": "cpu", "steps": steps, "error": None}],
-        "summary": {"sync_count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0,
-                    "step_time_us": 50_000.0, "step_count": steps,
-                    "latent_count": latent_count, "mean_step_time_us": 10_000.0},
-        "syncs": [], "sites": [], "latent": [], "latent_sites": [], "steps": [],
+        "traces": [
+            {
+                "path": "/logs/cpu/w.pt.trace.json",
+                "worker": "w",
+                "span": None,
+                "run": "cpu",
+                "device": "cpu",
+                "steps": steps,
+                "error": None,
+            }
+        ],
+        "summary": {
+            "sync_count": 0,
+            "host_wait_us": 0.0,
+            "gpu_idle_us": 0.0,
+            "step_time_us": 50_000.0,
+            "step_count": steps,
+            "latent_count": latent_count,
+            "mean_step_time_us": 10_000.0,
+        },
+        "syncs": [],
+        "sites": [],
+        "latent": [],
+        "latent_sites": [],
+        "steps": [],
     }
 
 
@@ -167,9 +231,9 @@ def test_single_run_renders_exactly_as_the_plain_report(sample_report: Report) -
 
 
 def test_several_runs_get_a_section_each_then_an_overview_line_per_run(
-        sample_report: Report) -> None:
-    text = render_runs([("gpu_run", sample_report.to_json()),
-                        ("cpu", _cpu_only_report_json())])
+    sample_report: Report,
+) -> None:
+    text = render_runs([("gpu_run", sample_report.to_json()), ("cpu", _cpu_only_report_json())])
     assert text.startswith("Sync Advisor  2 runs, 2 traces (cpu 1, cuda 1)")
     gpu_at = text.index("== gpu_run: 1 trace (cuda 1) ")
     cpu_at = text.index("== cpu: 1 trace (cpu 1) ")
@@ -194,10 +258,16 @@ def test_several_runs_colour_without_changing_the_text(sample_report: Report) ->
 
 
 def test_run_whose_traces_are_all_unreadable_is_named_in_its_section_and_overview(
-        sample_report: Report) -> None:
-    broken = {"traces": [{"path": "/logs/bad/w.pt.trace.json", "run": "bad",
-                          "error": "not valid JSON (line 1)"}],
-              "summary": {}, "sites": [], "latent_sites": []}
+    sample_report: Report,
+) -> None:
+    broken = {
+        "traces": [
+            {"path": "/logs/bad/w.pt.trace.json", "run": "bad", "error": "not valid JSON (line 1)"}
+        ],
+        "summary": {},
+        "sites": [],
+        "latent_sites": [],
+    }
     text = render_runs([("good", sample_report.to_json()), ("bad", broken)])
     assert "/logs/bad/w.pt.trace.json: not valid JSON (line 1)" in text
     assert re.search(r"^bad\s+no trace could be read$", text, re.M)
@@ -208,24 +278,50 @@ def test_a_trace_read_with_repairs_says_what_was_repaired():
 
     report = {
         "schema": "tb_syncfinder.report/1",
-        "traces": [{"path": "win.pt.trace.json", "worker": "w", "span": None, "device": "cuda",
-                    "steps": 1, "error": None,
-                    "repairs": ["escaped backslashes in Windows paths", "quoted N/A values"]}],
-        "summary": {"sync_count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0,
-                    "step_time_us": 1000.0, "step_count": 1, "checked": ["cudaMemcpy"]},
-        "syncs": [], "sites": [], "latent": [], "latent_sites": [], "steps": [],
+        "traces": [
+            {
+                "path": "win.pt.trace.json",
+                "worker": "w",
+                "span": None,
+                "device": "cuda",
+                "steps": 1,
+                "error": None,
+                "repairs": ["escaped backslashes in Windows paths", "quoted N/A values"],
+            }
+        ],
+        "summary": {
+            "sync_count": 0,
+            "host_wait_us": 0.0,
+            "gpu_idle_us": 0.0,
+            "step_time_us": 1000.0,
+            "step_count": 1,
+            "checked": ["cudaMemcpy"],
+        },
+        "syncs": [],
+        "sites": [],
+        "latent": [],
+        "latent_sites": [],
+        "steps": [],
     }
     text = render_report(report, color=False, top=None)
-    assert ("win.pt.trace.json: escaped backslashes in Windows paths; quoted N/A values"
-            in text)
+    assert "win.pt.trace.json: escaped backslashes in Windows paths; quoted N/A values" in text
 
 
 def test_compare_text_carries_the_compare_note():
     from tb_syncfinder.outputs.text import render_compare
 
     note = "one run is CPU-only: sites compared by count per step"
-    text = render_compare({"sites": [], "latent_sites": [], "counts": {}, "note": note,
-                           "base": {}, "new": {}, "step_time_change_us": None})
+    text = render_compare(
+        {
+            "sites": [],
+            "latent_sites": [],
+            "counts": {},
+            "note": note,
+            "base": {},
+            "new": {},
+            "step_time_change_us": None,
+        }
+    )
     assert note in text
 
 
@@ -236,25 +332,56 @@ def _wide_report() -> Report:
     """Sites with every kind of cell a terminal must not cut: a long relative path, a long
     absolute path, a site without a stack, a long function name, large and small costs."""
     sites = [
-        make_site("pkg/models/segmentation/heads/deeplab_head.py", 212, "forward_with_aux",
-                  "dynamic_shape", ["aten::index", "aten::nonzero"], 400, 1_234_567.0,
-                  98_765.0, steps=100),
-        make_site("/home/someone/projects/train.py", 88,
-                  "train_one_epoch_with_logging_and_checkpoints", "scalar_readback",
-                  ["aten::item", "aten::_local_scalar_dense"], 100, 4_321.0, 1_200.0,
-                  steps=100),
-        make_site(None, None, None, "blocking_host_to_device",
-                  ["autograd::engine::evaluate_function: IndexBackward0", "aten::to"], 100,
-                  55.5, 7.25, steps=100),
+        make_site(
+            "pkg/models/segmentation/heads/deeplab_head.py",
+            212,
+            "forward_with_aux",
+            "dynamic_shape",
+            ["aten::index", "aten::nonzero"],
+            400,
+            1_234_567.0,
+            98_765.0,
+            steps=100,
+        ),
+        make_site(
+            "/home/someone/projects/train.py",
+            88,
+            "train_one_epoch_with_logging_and_checkpoints",
+            "scalar_readback",
+            ["aten::item", "aten::_local_scalar_dense"],
+            100,
+            4_321.0,
+            1_200.0,
+            steps=100,
+        ),
+        make_site(
+            None,
+            None,
+            None,
+            "blocking_host_to_device",
+            ["autograd::engine::evaluate_function: IndexBackward0", "aten::to"],
+            100,
+            55.5,
+            7.25,
+            steps=100,
+        ),
     ]
-    return Report(traces=[TraceInfo("t", "w", None, device="cuda")],
-                  summary=Summary(600, 1_239_943.5, 99_972.25, 4_000_000.0, step_count=100),
-                  syncs=[], sites=sites, latent=[])
+    return Report(
+        traces=[TraceInfo("t", "w", None, device="cuda")],
+        summary=Summary(600, 1_239_943.5, 99_972.25, 4_000_000.0, step_count=100),
+        syncs=[],
+        sites=sites,
+        latent=[],
+    )
 
 
 def _report_cells(site: dict) -> list[str]:
-    return [site_location(site), format_us(site["host_wait_us"]),
-            format_us(site["gpu_idle_us"]), format_share(site["share_of_step"])]
+    return [
+        site_location(site),
+        format_us(site["host_wait_us"]),
+        format_us(site["gpu_idle_us"]),
+        format_share(site["share_of_step"]),
+    ]
 
 
 def _check_fits(text: str, width: int, cells: list[list[str]]) -> None:
@@ -272,7 +399,8 @@ def _check_fits(text: str, width: int, cells: list[list[str]]) -> None:
 
 @pytest.mark.parametrize("width", [80, 120, 200])
 def test_the_table_uses_the_terminal_width_and_never_cuts_a_location_or_a_number(
-        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", str(width))
     data = _wide_report().to_json()
     text = render_report(data)
@@ -286,11 +414,13 @@ def test_the_table_uses_the_terminal_width_and_never_cuts_a_location_or_a_number
     assert "in train_one_epoch_with_logging_and_checkpoints()" in text
 
 
-@pytest.mark.skipif(not (H100_TRACES / "seg_baseline.pt.trace.json.gz").exists(),
-                    reason="no shared H100 traces")
+@pytest.mark.skipif(
+    not (H100_TRACES / "seg_baseline.pt.trace.json.gz").exists(), reason="no shared H100 traces"
+)
 @pytest.mark.parametrize("width", [80, 120, 200])
 def test_report_and_compare_of_the_h100_runs_fit_the_terminal_whole(
-        width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    width: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     import json
 
     from tb_syncfinder.cli import main
@@ -311,7 +441,8 @@ def test_report_and_compare_of_the_h100_runs_fit_the_terminal_whole(
 
 @pytest.mark.parametrize("width", [80, 120, 200])
 def test_compare_keeps_locations_and_the_per_step_column_at_every_width(
-        width: int, sample_report: Report) -> None:
+    width: int, sample_report: Report
+) -> None:
     from tb_syncfinder.compare import compare
 
     base = sample_report.to_json()
@@ -332,13 +463,19 @@ def test_counts_of_one_are_singular(sample_report: Report) -> None:
 
 
 def test_an_inexact_line_of_a_file_that_was_read_says_why_not_that_it_was_not_found() -> None:
-    site = make_site("train.py", 157, "train", "explicit_sync", [], 1, 30.0, 0.0,
-                     line_exact=False, def_line=150)
-    at_def = make_site("model.py", 8, "forward", "explicit_sync", [], 1, 20.0, 0.0,
-                       line_exact=False, def_line=8)
-    data = Report(traces=[TraceInfo("t", "w", None, device="cuda")],
-                  summary=Summary(2, 50.0, 0.0, 100.0), syncs=[], sites=[site, at_def],
-                  latent=[]).to_json()
+    site = make_site(
+        "train.py", 157, "train", "explicit_sync", [], 1, 30.0, 0.0, line_exact=False, def_line=150
+    )
+    at_def = make_site(
+        "model.py", 8, "forward", "explicit_sync", [], 1, 20.0, 0.0, line_exact=False, def_line=8
+    )
+    data = Report(
+        traces=[TraceInfo("t", "w", None, device="cuda")],
+        summary=Summary(2, 50.0, 0.0, 100.0),
+        syncs=[],
+        sites=[site, at_def],
+        latent=[],
+    ).to_json()
     data["syncs"] = [
         {"site_key": site.key, "source": {"resolved_path": "/src/train.py"}},
         {"site_key": at_def.key, "source": {"resolved_path": "/src/model.py"}},
@@ -354,18 +491,48 @@ def test_an_inexact_line_of_a_file_that_was_read_says_why_not_that_it_was_not_fo
 def test_a_site_says_what_its_location_alone_does_not_backward_library_and_candidates() -> None:
     from tb_syncfinder.models import Source
 
-    backward = make_site("seg.py", 82, "baseline_loss", "dynamic_shape",
-                         ["autograd::engine::evaluate_function: IndexBackward0"], 5, 100.0,
-                         50.0, backward=True,
-                         run_by=Source("seg.py", 127, 120, "baseline_step", True))
-    library = make_site("gen.py", 12, "generate_text", "scalar_readback", ["aten::item"], 3,
-                        90.0, 10.0, library=Source("/venv/site-packages/hf/utils.py", 880,
-                                                   700, "_has_unfinished", True))
-    inexact = make_site("loop.py", 4, "main", "scalar_readback", ["aten::item"], 2, 80.0,
-                        0.0, line_exact=False, candidates=[7, 9])
-    report = Report(traces=[TraceInfo("w.json", "w", None, device="cuda")],
-                    summary=Summary(10, 270.0, 60.0, 40_000.0, step_count=4),
-                    syncs=[], sites=[backward, library, inexact], latent=[])
+    backward = make_site(
+        "seg.py",
+        82,
+        "baseline_loss",
+        "dynamic_shape",
+        ["autograd::engine::evaluate_function: IndexBackward0"],
+        5,
+        100.0,
+        50.0,
+        backward=True,
+        run_by=Source("seg.py", 127, 120, "baseline_step", True),
+    )
+    library = make_site(
+        "gen.py",
+        12,
+        "generate_text",
+        "scalar_readback",
+        ["aten::item"],
+        3,
+        90.0,
+        10.0,
+        library=Source("/venv/site-packages/hf/utils.py", 880, 700, "_has_unfinished", True),
+    )
+    inexact = make_site(
+        "loop.py",
+        4,
+        "main",
+        "scalar_readback",
+        ["aten::item"],
+        2,
+        80.0,
+        0.0,
+        line_exact=False,
+        candidates=[7, 9],
+    )
+    report = Report(
+        traces=[TraceInfo("w.json", "w", None, device="cuda")],
+        summary=Summary(10, 270.0, 60.0, 40_000.0, step_count=4),
+        syncs=[],
+        sites=[backward, library, inexact],
+        latent=[],
+    )
     text = render_report(report, width=120)
     assert "backward of this line, run by line 127 (baseline_step)" in text
     assert "synced in /venv/site-packages/hf/utils.py:880 (_has_unfinished)" in text

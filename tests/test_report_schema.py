@@ -18,14 +18,36 @@ from tb_syncfinder import analyze, models
 TRACE_FIELDS = {"path", "worker", "span", "device", "steps", "error"}
 SUMMARY_FIELDS = {"sync_count", "host_wait_us", "gpu_idle_us", "step_time_us"}
 SYNC_FIELDS = {
-    "kind", "api", "apis", "op", "trigger_op", "step", "thread", "ts_us", "host_wait_us",
-    "gpu_idle_after_us", "annotations", "module", "stack", "source", "trace",
+    "kind",
+    "api",
+    "apis",
+    "op",
+    "trigger_op",
+    "step",
+    "thread",
+    "ts_us",
+    "host_wait_us",
+    "gpu_idle_after_us",
+    "annotations",
+    "module",
+    "stack",
+    "source",
+    "trace",
 }
 FRAME_FIELDS = {"file", "line", "func", "user"}
 SOURCE_FIELDS = {"file", "line", "def_line", "func", "line_exact"}
 SITE_FIELDS = {
-    "file", "line", "func", "kind", "ops", "count", "per_step", "host_wait_us", "gpu_idle_us",
-    "share_of_step", "advice",
+    "file",
+    "line",
+    "func",
+    "kind",
+    "ops",
+    "count",
+    "per_step",
+    "host_wait_us",
+    "gpu_idle_us",
+    "share_of_step",
+    "advice",
 }
 TOP_LEVEL_FIELDS = {"schema", "traces", "summary", "syncs", "sites", "latent"}
 
@@ -39,7 +61,8 @@ def _gpu_and_cpu_run(tmp_path: Path) -> Path:
     one CPU-only trace (latent findings)."""
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text(
-        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n")
+        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n"
+    )
     gpu = KinetoTraceBuilder()
     for n in range(2):
         with gpu.step(n):

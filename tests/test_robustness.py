@@ -50,14 +50,46 @@ def base_traces(tmp_path_factory) -> list[dict[str, Any]]:
 
 
 _ODD_VALUES: list[Any] = [
-    None, "12.5", "N/A", "", [], [1, 2], {}, {"a": 1}, float("nan"), float("inf"),
-    -float("inf"), "NaN", "-Infinity", "1e400", 1e308, -1e308, 10**30, -(10**30), -5, -1.5,
-    0, True, "\u00e9\u2603",
+    None,
+    "12.5",
+    "N/A",
+    "",
+    [],
+    [1, 2],
+    {},
+    {"a": 1},
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    "NaN",
+    "-Infinity",
+    "1e400",
+    1e308,
+    -1e308,
+    10**30,
+    -(10**30),
+    -5,
+    -1.5,
+    0,
+    True,
+    "\u00e9\u2603",
 ]
 _FIELDS = ["ts", "dur", "ph", "name", "cat", "pid", "tid", "args", "id"]
-_ARG_KEYS = ["External id", "correlation", "Python id", "Python parent id", "bytes",
-             "device", "stream", "Call stack", "cuda_sync_kind", "name", "labels",
-             "Concrete Inputs", "wait_on_stream"]
+_ARG_KEYS = [
+    "External id",
+    "correlation",
+    "Python id",
+    "Python parent id",
+    "bytes",
+    "device",
+    "stream",
+    "Call stack",
+    "cuda_sync_kind",
+    "name",
+    "labels",
+    "Concrete Inputs",
+    "wait_on_stream",
+]
 
 
 def _events(doc: Any) -> list[Any]:
@@ -106,9 +138,18 @@ def _mutate_doc(rng: random.Random, doc: dict[str, Any]) -> Any:
     elif kind == 8:  # a bare list (Chrome trace array format)
         return events
     elif kind == 9:  # odd top-level values
-        doc[rng.choice(["deviceProperties", "distributedInfo", "schemaVersion",
-                        "traceName", "torch_version", "cuda_runtime_version"])] = \
-            rng.choice(_ODD_VALUES)
+        doc[
+            rng.choice(
+                [
+                    "deviceProperties",
+                    "distributedInfo",
+                    "schemaVersion",
+                    "traceName",
+                    "torch_version",
+                    "cuda_runtime_version",
+                ]
+            )
+        ] = rng.choice(_ODD_VALUES)
     elif kind == 10:  # non-dict events mixed in
         for i in picked:
             events[i] = rng.choice([None, 3, "event", [1, 2], True])
@@ -166,14 +207,16 @@ def _assert_finite_json(value: Any) -> None:
 
 
 @pytest.mark.parametrize("chunk", [None, 97], ids=["default_chunks", "small_chunks"])
-def test_mutated_traces_never_raise_and_failures_say_why_in_one_line(tmp_path, base_traces,
-                                                                    monkeypatch, chunk):
+def test_mutated_traces_never_raise_and_failures_say_why_in_one_line(
+    tmp_path, base_traces, monkeypatch, chunk
+):
     from tb_syncfinder import engine, reader
     from tb_syncfinder.aggregate import build_report
 
     if chunk is not None:  # every boundary of the chunked decode, on every mutation
-        monkeypatch.setattr(engine, "read_trace",
-                            functools.partial(reader.read_trace, chunk_bytes=chunk))
+        monkeypatch.setattr(
+            engine, "read_trace", functools.partial(reader.read_trace, chunk_bytes=chunk)
+        )
 
     failures: list[str] = []
     for name, data in _fuzz_cases(base_traces):
@@ -192,8 +235,7 @@ def test_mutated_traces_never_raise_and_failures_say_why_in_one_line(tmp_path, b
     assert not failures, "\n".join(failures)
 
 
-def test_a_folder_mixing_good_and_broken_traces_reports_the_good_ones_fully(
-        tmp_path, base_traces):
+def test_a_folder_mixing_good_and_broken_traces_reports_the_good_ones_fully(tmp_path, base_traces):
     run = tmp_path / "logdir" / "run"
     run.mkdir(parents=True)
     good = _encode(base_traces[0])
@@ -207,8 +249,12 @@ def test_a_folder_mixing_good_and_broken_traces_reports_the_good_ones_fully(
     report = analyze(tmp_path / "logdir")
     by_name = {Path(t.path).name: t for t in report.traces}
     assert set(by_name) == {p.name for p in run.iterdir()}
-    for broken in ("truncated.pt.trace.json", "garbage.pt.trace.json.gz",
-                   "latin1.pt.trace.json", "no_events.pt.trace.json"):
+    for broken in (
+        "truncated.pt.trace.json",
+        "garbage.pt.trace.json.gz",
+        "latin1.pt.trace.json",
+        "no_events.pt.trace.json",
+    ):
         assert by_name[broken].error, broken
         _assert_human_error(by_name[broken].error)
     assert by_name["good.pt.trace.json"].error is None
@@ -219,7 +265,8 @@ def test_a_folder_mixing_good_and_broken_traces_reports_the_good_ones_fully(
 
 
 def test_negative_huge_and_nan_string_durations_give_no_negative_or_nan_costs(
-        tmp_path, base_traces):
+    tmp_path, base_traces
+):
     doc = copy.deepcopy(base_traces[0])
     syncs = [e for e in doc["traceEvents"] if e.get("name") == "cudaStreamSynchronize"]
     for event, odd in zip(syncs, [-500, 1e300, "NaN", "-Infinity"], strict=False):
@@ -240,8 +287,17 @@ def test_nan_and_infinite_times_do_not_reach_the_report(tmp_path, base_traces):
     for event in doc["traceEvents"][::7]:
         if "dur" in event:
             event["dur"] = float("nan")
-    doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::add",
-                               "ts": float("inf"), "dur": 1, "pid": 1, "tid": 1})
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::add",
+            "ts": float("inf"),
+            "dur": 1,
+            "pid": 1,
+            "tid": 1,
+        }
+    )
     path = tmp_path / "nan.pt.trace.json"
     path.write_bytes(_encode(doc))
     result = analyze_trace(str(path))
@@ -250,9 +306,8 @@ def test_nan_and_infinite_times_do_not_reach_the_report(tmp_path, base_traces):
     _assert_finite_json(result.contexts)
 
 
-
-
 # -- source resolution on odd files ------------------------------------------------------
+
 
 def _source_stack(file: str) -> list[Any]:
     from tb_syncfinder.models import Frame
@@ -352,17 +407,46 @@ ODD_NAME = 'op, "quoted"\nnext line <b>&amp;</b> \u00e9'
 
 
 def _odd_report_json() -> dict[str, Any]:
-    none_site = {"key": None, "file": None, "line": None, "func": None, "kind": None,
-                 "ops": None, "count": None, "per_step": None, "host_wait_us": None,
-                 "gpu_idle_us": None, "share_of_step": None, "advice": None,
-                 "mean_host_wait_us": None, "line_exact": None, "def_line": None,
-                 "apis": None, "steps": None}
-    odd_site = dict(none_site, key=ODD_NAME, file="C:\\Users\\me\\my proj\\tr,ain.py",
-                    line=3, func=ODD_NAME, kind="scalar_readback", ops=[ODD_NAME, None],
-                    apis=[ODD_NAME, None], steps=[1, None], count=2, host_wait_us=5.0,
-                    advice={"title": ODD_NAME, "text": None})
-    files = ["../../outside.py", "/abs/with space/#hash?.py", "\\\\server\\share\\x.py",
-             "./rel/./a.py", "dir/../b.py"]
+    none_site = {
+        "key": None,
+        "file": None,
+        "line": None,
+        "func": None,
+        "kind": None,
+        "ops": None,
+        "count": None,
+        "per_step": None,
+        "host_wait_us": None,
+        "gpu_idle_us": None,
+        "share_of_step": None,
+        "advice": None,
+        "mean_host_wait_us": None,
+        "line_exact": None,
+        "def_line": None,
+        "apis": None,
+        "steps": None,
+    }
+    odd_site = dict(
+        none_site,
+        key=ODD_NAME,
+        file="C:\\Users\\me\\my proj\\tr,ain.py",
+        line=3,
+        func=ODD_NAME,
+        kind="scalar_readback",
+        ops=[ODD_NAME, None],
+        apis=[ODD_NAME, None],
+        steps=[1, None],
+        count=2,
+        host_wait_us=5.0,
+        advice={"title": ODD_NAME, "text": None},
+    )
+    files = [
+        "../../outside.py",
+        "/abs/with space/#hash?.py",
+        "\\\\server\\share\\x.py",
+        "./rel/./a.py",
+        "dir/../b.py",
+    ]
     sites = [none_site, odd_site] + [dict(odd_site, file=f, key=f) for f in files]
     return {"sites": sites, "latent_sites": [dict(none_site, latent=True)], "syncs": []}
 
@@ -384,10 +468,13 @@ def test_csv_of_a_report_with_none_fields_and_odd_names_round_trips():
 def test_sarif_of_odd_sites_is_valid_json_with_relative_forward_slash_uris(tmp_path):
     from tb_syncfinder.outputs.sarif import to_sarif
 
-    sarif = json.loads(json.dumps(to_sarif(_odd_report_json(), root=str(tmp_path)),
-                                  allow_nan=False))
-    uris = [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
-            for r in sarif["runs"][0]["results"]]
+    sarif = json.loads(
+        json.dumps(to_sarif(_odd_report_json(), root=str(tmp_path)), allow_nan=False)
+    )
+    uris = [
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        for r in sarif["runs"][0]["results"]
+    ]
     assert len(uris) == 6  # every site with a file and a line
     for uri in uris:
         assert uri and "\\" not in uri and not uri.startswith("/"), uri
@@ -402,12 +489,29 @@ def test_annotate_trace_with_odd_sync_fields_writes_valid_json(tmp_path, base_tr
     path = tmp_path / "w.pt.trace.json"
     path.write_bytes(_encode(base_traces[0]))
     syncs = [
-        {"kind": None, "op": ODD_NAME, "api": None, "ts_us": None, "end_us": None,
-         "host_wait_us": None, "gpu_idle_after_us": None, "stack": [None, {"user": True}],
-         "source": None, "site_key": None},
-        {"kind": "scalar_readback", "op": None, "api": ODD_NAME, "ts_us": 10.0,
-         "end_us": 20.0, "host_wait_us": 10.0, "gpu_idle_after_us": 5.0,
-         "source": {"file": ODD_NAME, "line": None}, "site_key": "k"},
+        {
+            "kind": None,
+            "op": ODD_NAME,
+            "api": None,
+            "ts_us": None,
+            "end_us": None,
+            "host_wait_us": None,
+            "gpu_idle_after_us": None,
+            "stack": [None, {"user": True}],
+            "source": None,
+            "site_key": None,
+        },
+        {
+            "kind": "scalar_readback",
+            "op": None,
+            "api": ODD_NAME,
+            "ts_us": 10.0,
+            "end_us": 20.0,
+            "host_wait_us": 10.0,
+            "gpu_idle_after_us": 5.0,
+            "source": {"file": ODD_NAME, "line": None},
+            "site_key": "k",
+        },
     ]
     annotated = json.loads(annotate_trace(str(path), syncs, [{"key": "k", "advice": None}]))
     added = [e for e in annotated["traceEvents"] if e.get("cat") == "sync_advisor"]
@@ -428,16 +532,17 @@ def test_annotate_trace_reads_what_the_analysis_reads(tmp_path, base_traces, dam
     path.write_bytes(data)
     result = analyze_trace(str(path))
     assert result.info.error is None and result.syncs
-    syncs = [json.loads(json.dumps(s.__dict__, default=lambda o: o.__dict__))
-             for s in result.syncs]
+    syncs = [json.loads(json.dumps(s.__dict__, default=lambda o: o.__dict__)) for s in result.syncs]
     annotated = json.loads(annotate_trace(str(path), syncs))
     assert sum(e.get("cat") == "sync_advisor" for e in annotated["traceEvents"]) >= 2
 
 
 # -- compare on odd reports -----------------------------------------------------------
 
-def _cpu_and_gpu_reports(tmp_path: Path, base_traces: list[dict[str, Any]]) -> tuple[
-        dict[str, Any], dict[str, Any]]:
+
+def _cpu_and_gpu_reports(
+    tmp_path: Path, base_traces: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     gpu = tmp_path / "gpu.pt.trace.json"
     gpu.write_bytes(_encode(base_traces[0]))
     cpu = tmp_path / "cpu.pt.trace.json"
@@ -446,7 +551,8 @@ def _cpu_and_gpu_reports(tmp_path: Path, base_traces: list[dict[str, Any]]) -> t
 
 
 def test_compare_a_gpu_run_with_a_cpu_only_run_does_not_call_every_site_fixed(
-        tmp_path, base_traces):
+    tmp_path, base_traces
+):
     from tb_syncfinder.compare import compare
 
     gpu, cpu = _cpu_and_gpu_reports(tmp_path, base_traces)
@@ -468,14 +574,17 @@ def test_compare_reports_with_zero_steps_and_no_sites(tmp_path, base_traces):
     from tb_syncfinder.compare import compare
 
     gpu, _ = _cpu_and_gpu_reports(tmp_path, base_traces)
-    empty = {"summary": {"step_count": 0, "mean_step_time_us": 0.0}, "sites": [],
-             "latent_sites": [], "traces": []}
+    empty = {
+        "summary": {"step_count": 0, "mean_step_time_us": 0.0},
+        "sites": [],
+        "latent_sites": [],
+        "traces": [],
+    }
     bare: dict[str, Any] = {}
     for base, new in ((empty, gpu), (gpu, empty), (empty, empty), (bare, bare), (bare, gpu)):
         result = compare(base, new)
         json.dumps(result, allow_nan=False)
-        assert result["step_time_change_us"] is None or math.isfinite(
-            result["step_time_change_us"])
+        assert result["step_time_change_us"] is None or math.isfinite(result["step_time_change_us"])
     assert {r["status"] for r in compare(empty, gpu)["sites"]} == {"new"}
     assert {r["status"] for r in compare(gpu, empty)["sites"]} == {"fixed"}
     zero_steps = dict(gpu, summary=dict(gpu["summary"], step_count=0))
@@ -486,9 +595,11 @@ def test_repairs_made_while_reading_are_reported_on_the_trace(tmp_path):
     from tb_syncfinder.engine import analyze_trace
 
     trace = tmp_path / "win.pt.trace.json"
-    trace.write_text('{"traceEvents": [{"ph": "X", "name": "aten::add", "cat": "cpu_op", '
-                     '"pid": 1, "tid": 1, "ts": 1, "dur": 2, '
-                     '"args": {"file": "C:\\Users\\me\\train.py", "Stream": N/A}}]}')
+    trace.write_text(
+        '{"traceEvents": [{"ph": "X", "name": "aten::add", "cat": "cpu_op", '
+        '"pid": 1, "tid": 1, "ts": 1, "dur": 2, '
+        '"args": {"file": "C:\\Users\\me\\train.py", "Stream": N/A}}]}'
+    )
     result = analyze_trace(str(trace))
     assert result.info.error is None
     assert "escaped backslashes in Windows paths" in result.info.repairs

@@ -57,14 +57,17 @@ def test_def_line_and_builtin_name_give_the_exact_call_line(tmp_path):
 
 def test_nth_sync_maps_to_nth_matching_call_when_counts_agree(tmp_path):
     resolver = _resolver(tmp_path)
-    lines = [resolver.resolve(_stack(4, "train_step", "item"), ["item"],
-                              occurrence=(n, 2)).line for n in range(2)]
+    lines = [
+        resolver.resolve(_stack(4, "train_step", "item"), ["item"], occurrence=(n, 2)).line
+        for n in range(2)
+    ]
     assert lines == [9, 10]
 
 
 def test_counts_that_disagree_fall_back_to_the_def_line_marked_inexact(tmp_path):
-    source = _resolver(tmp_path).resolve(_stack(4, "train_step", "item"), ["item"],
-                                         occurrence=(0, 3))
+    source = _resolver(tmp_path).resolve(
+        _stack(4, "train_step", "item"), ["item"], occurrence=(0, 3)
+    )
     assert (source.line, source.line_exact) == (4, False)
 
 
@@ -86,8 +89,7 @@ def test_legacy_call_lines_are_exact(tmp_path):
 
 
 def test_unreadable_file_keeps_the_def_line_inexact(tmp_path):
-    source = SourceResolver([str(tmp_path)]).resolve(_stack(4, "train_step", "item"),
-                                                     ["item"])
+    source = SourceResolver([str(tmp_path)]).resolve(_stack(4, "train_step", "item"), ["item"])
     assert (source.line, source.def_line, source.line_exact) == (4, 4, False)
     assert source.resolved_path is None
 
@@ -143,8 +145,7 @@ def _running(line: int, func: str, called: str) -> list[Frame]:
 
 def test_running_module_frame_finds_the_only_reachable_call_in_the_loop(tmp_path):
     # Recorded at prof.step() (line 8); nonzero is in the loop body above it.
-    source = _running_resolver(tmp_path).resolve(_running(8, "<module>", "nonzero"),
-                                                 ["nonzero"])
+    source = _running_resolver(tmp_path).resolve(_running(8, "<module>", "nonzero"), ["nonzero"])
     assert (source.line, source.def_line, source.line_exact) == (5, None, True)
 
 
@@ -156,11 +157,14 @@ def test_running_loop_with_a_matching_call_after_the_loop_stays_ambiguous(tmp_pa
     stack = _running(8, "<module>", "item")
     third = resolver.resolve(stack, ["item"], occurrence=(2, 3))
     assert (third.line, third.line_exact, third.candidates) == (8, False, [6, 9])
-    assert [resolver.resolve(stack, ["item"], occurrence=(n, 3)).line
-            for n in range(2)] == [6, 7]
+    assert [resolver.resolve(stack, ["item"], occurrence=(n, 3)).line for n in range(2)] == [6, 7]
     # Four calls cannot end after the loop (only one call is left there): all exact.
-    assert [resolver.resolve(stack, ["item"], occurrence=(n, 4)).line
-            for n in range(4)] == [6, 7, 6, 7]
+    assert [resolver.resolve(stack, ["item"], occurrence=(n, 4)).line for n in range(4)] == [
+        6,
+        7,
+        6,
+        7,
+    ]
 
 
 def test_running_loop_cycle_starts_after_the_recorded_line(tmp_path):
@@ -222,8 +226,11 @@ def test_running_frame_at_the_loop_header_cycles_from_the_top_of_the_body(tmp_pa
     (tmp_path / "header.py").write_text(loop)
     stack = [Frame("<built-in>", None, "item", False), Frame("header.py", 1, "<module>", True)]
     resolver = SourceResolver([str(tmp_path)])
-    assert [resolver.resolve(stack, ["item"], occurrence=(n, 3)).line
-            for n in range(3)] == [2, 3, 2]
+    assert [resolver.resolve(stack, ["item"], occurrence=(n, 3)).line for n in range(3)] == [
+        2,
+        3,
+        2,
+    ]
 
 
 def test_running_frame_with_continue_in_the_loop_is_certain_only_until_the_branch(tmp_path):
@@ -292,10 +299,14 @@ def test_chained_and_implicit_calls_of_a_cuda_step_each_get_their_line(tmp_path)
         with b.op("aten::to", called="tolist"), b.op("aten::_to_copy"), b.op("aten::copy_"):
             b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=16)
             b.runtime("cudaStreamSynchronize")
-    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
-                           Options(source_roots=(str(tmp_path),)))
+    result = analyze_trace(
+        str(b.write(tmp_path / "w.pt.trace.json")), Options(source_roots=(str(tmp_path),))
+    )
     assert [(s.source.line, s.source.line_exact) for s in result.syncs] == [
-        (4, True), (6, True), (7, True)]
+        (4, True),
+        (6, True),
+        (7, True),
+    ]
 
 
 def test_a_bare_runtime_call_without_a_child_frame_is_looked_for_as_synchronize(tmp_path):
@@ -307,13 +318,15 @@ def test_a_bare_runtime_call_without_a_child_frame_is_looked_for_as_synchronize(
 
     (tmp_path / "sync.py").write_text(
         "import torch\n\n\ndef step(x):\n    y = x * 2\n    torch.cuda.synchronize()\n"
-        "    return y\n")
+        "    return y\n"
+    )
     b = KinetoTraceBuilder()
     with b.step(1), b.frame(("sync.py", 4, "step")):
         b.kernel(dur=100)
         b.runtime("cudaDeviceSynchronize")
-    (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")),
-                            Options(source_roots=(str(tmp_path),))).syncs
+    (sync,) = analyze_trace(
+        str(b.write(tmp_path / "w.pt.trace.json")), Options(source_roots=(str(tmp_path),))
+    ).syncs
     assert (sync.source.line, sync.source.line_exact) == (6, True)
 
 
@@ -327,7 +340,8 @@ def test_implicit_index_reads_are_candidates_not_a_confident_float_line(tmp_path
 
     (tmp_path / "labels.py").write_text(
         "def step(names, t, acc):\n    name = names[t]\n    value = float(acc)\n"
-        "    return name, value\n")
+        "    return name, value\n"
+    )
 
     def trace(items: int, frame: tuple = ("labels.py", 1, "step")) -> list:
         b = KinetoTraceBuilder()
@@ -351,4 +365,5 @@ def test_implicit_index_reads_are_candidates_not_a_confident_float_line(tmp_path
     syncs = trace(2, ("single.py", 1, "g"))
     assert [(s.source.line_exact, s.source.candidates) for s in syncs] == [(False, [2])] * 2
     assert [(s.source.line, s.source.line_exact) for s in trace(1, ("single.py", 1, "g"))] == [
-        (2, True)]
+        (2, True)
+    ]

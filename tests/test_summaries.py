@@ -48,8 +48,13 @@ def test_a_written_summary_is_read_back_instead_of_parsing_the_trace(tmp_path: P
     summary = Path(store.path_for(refs[0].path))
     assert summary.parent.name == ".sync_advisor" and summary.is_file()
     heard = []
-    second = analyze_runs(refs, options(tmp_path), summaries=store, mapper=never_called,
-                          on_result=lambda result, from_summary: heard.append(from_summary))
+    second = analyze_runs(
+        refs,
+        options(tmp_path),
+        summaries=store,
+        mapper=never_called,
+        on_result=lambda result, from_summary: heard.append(from_summary),
+    )
     assert heard == [True]
     assert second.report.to_json() == first.report.to_json()
     # The summary also holds what the plugin's detail view needs.
@@ -58,7 +63,8 @@ def test_a_written_summary_is_read_back_instead_of_parsing_the_trace(tmp_path: P
 
 @pytest.mark.parametrize("change", ["trace", "source", "options", "version", "corrupt"])
 def test_a_summary_that_no_longer_matches_is_recomputed_never_trusted(
-        tmp_path: Path, change: str) -> None:
+    tmp_path: Path, change: str
+) -> None:
     trace = write_trace(tmp_path)
     refs = find_traces(str(tmp_path / "logs"))
     store = SummaryStore()
@@ -79,8 +85,12 @@ def test_a_summary_that_no_longer_matches_is_recomputed_never_trusted(
     else:
         summary.write_bytes(b"\x00not a summary")
     heard = []
-    report = analyze_runs(refs, used_options, summaries=store,
-                          on_result=lambda result, from_summary: heard.append(from_summary))
+    report = analyze_runs(
+        refs,
+        used_options,
+        summaries=store,
+        on_result=lambda result, from_summary: heard.append(from_summary),
+    )
     assert heard == [False]
     if change == "source":
         # Read against the moved source, the recorded def line no longer holds the function:
@@ -117,19 +127,25 @@ def test_summaries_beside_remote_traces_go_through_the_io_layer(tmp_path: Path) 
         analyze_runs(refs, options(tmp_path), summaries=store, write_summaries=True)
         assert (tmp_path / "logs" / "run" / summaries.FOLDER).is_dir()
         heard = []
-        analyze_runs(refs, options(tmp_path), summaries=store, mapper=never_called,
-                     on_result=lambda result, from_summary: heard.append(from_summary))
+        analyze_runs(
+            refs,
+            options(tmp_path),
+            summaries=store,
+            mapper=never_called,
+            on_result=lambda result, from_summary: heard.append(from_summary),
+        )
         assert heard == [True]
 
 
 def test_the_cli_writes_summaries_when_asked_and_reads_them_next_time(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_trace(tmp_path)
     monkeypatch.chdir(tmp_path / "src")
     logs = str(tmp_path / "logs")
-    assert main(["report", logs, "--json", "-o", str(tmp_path / "a.json"),
-                 "--write-summaries"]) == 0
+    assert (
+        main(["report", logs, "--json", "-o", str(tmp_path / "a.json"), "--write-summaries"]) == 0
+    )
     capsys.readouterr()
     assert main(["report", logs, "--json", "-o", str(tmp_path / "b.json")]) == 0
     assert "1 from summaries, 0 analysed" in capsys.readouterr().err

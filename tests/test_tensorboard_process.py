@@ -58,8 +58,9 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module", params=["", "/foo", "bind_all"],
-                ids=["root", "path_prefix", "bind_all"])
+@pytest.fixture(
+    scope="module", params=["", "/foo", "bind_all"], ids=["root", "path_prefix", "bind_all"]
+)
 def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[TensorBoard]:
     bind_all = request.param == "bind_all"
     prefix = "" if bind_all else request.param
@@ -73,9 +74,12 @@ def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[Tensor
         cwd=logdir,
         env=checkout_env(),
         extra_args=[
-            "--sync_advisor_cache_dir", str(logdir / "cache"),
-            "--sync_advisor_reload_interval", "1",
-            "--sync_advisor_source_root", str(logdir / "src"),
+            "--sync_advisor_cache_dir",
+            str(logdir / "cache"),
+            "--sync_advisor_reload_interval",
+            "1",
+            "--sync_advisor_source_root",
+            str(logdir / "src"),
         ],  # fmt: skip
     )
     try:
@@ -200,8 +204,9 @@ def test_the_bundle_requests_only_relative_urls(tensorboard: TensorBoard) -> Non
     # Any whole string literal that is an absolute path or URL: only the SVG namespace (a
     # name, never requested) and Perfetto's UI (a link the user opens in a new tab, to load
     # the downloaded trace there; the dashboard never fetches it) are allowed.
-    literals = [m[1] for m in re.findall(
-        r"([\"'`])((?:/[A-Za-z0-9_.-]|https?://)[^\"'`\s]*)\1", bundle)]
+    literals = [
+        m[1] for m in re.findall(r"([\"'`])((?:/[A-Za-z0-9_.-]|https?://)[^\"'`\s]*)\1", bundle)
+    ]
     assert set(literals) <= {"http://www.w3.org/2000/svg", "https://ui.perfetto.dev"}, literals
     for attribute in ("href", "src", "action"):
         assert not re.search(attribute + r"\s*[:=]\s*[\"'`]/", bundle), attribute

@@ -26,9 +26,15 @@ def _load(path: Path, name: str):
 
 def _findings(report) -> list[tuple[str, int | None, bool, str | None]]:
     """(file name, line, exact, op) of every latent finding, in time order."""
-    return [(Path(s.source.file).name if s.source else "-", s.source.line if s.source else None,
-             bool(s.source and s.source.line_exact), s.op)
-            for s in sorted(report.latent, key=lambda s: s.ts_us)]
+    return [
+        (
+            Path(s.source.file).name if s.source else "-",
+            s.source.line if s.source else None,
+            bool(s.source and s.source.line_exact),
+            s.op,
+        )
+        for s in sorted(report.latent, key=lambda s: s.ts_us)
+    ]
 
 
 # -- shape 1: an inline loop in a function already running when profiling started ----------
@@ -60,10 +66,10 @@ INLINE_LOOP = textwrap.dedent(
 WITH_PROFILE, ACC_ITEM, LOSS_ITEM, PROF_STEP = 11, 17, 18, 19
 
 
-@pytest.mark.parametrize(("scheduled", "recorded_line", "steps"),
-                         [(False, WITH_PROFILE, 3), (True, PROF_STEP, 2)])
-def test_inline_loop_reports_each_item_at_its_own_line(tmp_path, scheduled, recorded_line,
-                                                       steps):
+@pytest.mark.parametrize(
+    ("scheduled", "recorded_line", "steps"), [(False, WITH_PROFILE, 3), (True, PROF_STEP, 2)]
+)
+def test_inline_loop_reports_each_item_at_its_own_line(tmp_path, scheduled, recorded_line, steps):
     """main() was running when profiling started, so its frame records its current line:
     the `with profile(` line (profiling starts in __enter__) or, with a schedule, the
     prof.step() that started recording. The two .item() calls on consecutive lines are
@@ -76,10 +82,18 @@ def test_inline_loop_reports_each_item_at_its_own_line(tmp_path, scheduled, reco
     report = analyze(logdir, source_roots=[str(tmp_path)])
     recorded = {next(f.line for f in s.stack if f.user) for s in report.latent}
     assert recorded == {recorded_line}  # what the trace says
-    assert _findings(report) == [("inline_loop.py", ACC_ITEM, True, "aten::item"),
-                                 ("inline_loop.py", LOSS_ITEM, True, "aten::item")] * steps
+    assert (
+        _findings(report)
+        == [
+            ("inline_loop.py", ACC_ITEM, True, "aten::item"),
+            ("inline_loop.py", LOSS_ITEM, True, "aten::item"),
+        ]
+        * steps
+    )
     assert sorted((s.line, s.count, s.line_exact) for s in report.latent_sites) == [
-        (ACC_ITEM, steps, True), (LOSS_ITEM, steps, True)]
+        (ACC_ITEM, steps, True),
+        (LOSS_ITEM, steps, True),
+    ]
 
 
 # -- shape 2: the backward of a boolean-mask index ------------------------------------------
@@ -111,26 +125,32 @@ def test_mask_backward_is_attributed_to_the_forward_line_and_run_by_backward(tmp
 
     model = torch.nn.Linear(8, 5)
     logdir = tmp_path / "logs"
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
-                 schedule=schedule(wait=0, warmup=1, active=2),
-                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
         for _ in range(3):
             module.train_step(model, torch.randn(16, 8), torch.randint(0, 3, (16,)))
             prof.step()
     sys.modules.pop("masked", None)
     report = analyze(logdir, source_roots=[str(tmp_path)])
-    assert _findings(report) == [
-        ("masked.py", MASK_LINE, True, "aten::index"),
-        ("masked.py", MASK_LINE, True, "autograd::engine::evaluate_function: IndexBackward0"),
-    ] * 2
+    assert (
+        _findings(report)
+        == [
+            ("masked.py", MASK_LINE, True, "aten::index"),
+            ("masked.py", MASK_LINE, True, "autograd::engine::evaluate_function: IndexBackward0"),
+        ]
+        * 2
+    )
     backward = [s for s in report.latent if s.source.backward]
     assert len(backward) == 2
     for sync in backward:
         assert sync.forward_op == "aten::index"
         assert sync.forward_stack[0].func == "masked_loss"
         run_by = sync.source.run_by
-        assert (run_by.line, run_by.line_exact, run_by.func) == (BACKWARD_LINE, True,
-                                                                 "train_step")
+        assert (run_by.line, run_by.line_exact, run_by.func) == (BACKWARD_LINE, True, "train_step")
     forward = [s for s in report.latent if not s.source.backward]
     assert all(s.source.run_by is None and s.forward_op is None for s in forward)
 
@@ -175,9 +195,12 @@ def test_implicit_and_chained_calls_resolve_next_to_explicit_ones(tmp_path):
 
     trainer = module.Trainer()
     logdir = tmp_path / "logs"
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
-                 schedule=schedule(wait=0, warmup=1, active=2),
-                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
         for _ in range(3):
             trainer.train_step(torch.randn(16, 8), torch.randint(0, 4, (16,)))
             prof.step()
@@ -254,25 +277,36 @@ def test_library_sync_names_the_users_call_line_and_the_library_line(tmp_path, s
     (tmp_path / "user_gen.py").write_text(USER)
     module = _load(tmp_path / "user_gen.py", "user_gen")
     logdir = tmp_path / "logs"
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True,
-                 on_trace_ready=tensorboard_trace_handler(str(logdir))):
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ):
         module.run(torch.randn(4))
     report = analyze(logdir, source_roots=[str(tmp_path)])
     assert _findings(report) == [("user_gen.py", GENERATE_LINE, True, "aten::item")] * 3 + [
-        ("user_gen.py", OWN_ITEM, True, "aten::item")]
+        ("user_gen.py", OWN_ITEM, True, "aten::item")
+    ]
     in_library = [s for s in report.latent if s.source.line == GENERATE_LINE]
     for sync in in_library:
         library = sync.source.library
         # Recorded relative to its site-packages folder, or absolute when torch had cached
         # its list of such prefixes before the folder was on sys.path.
         assert library.file.endswith("fakelib/gen.py")
-        assert (library.line, library.line_exact, library.func) == (LIBRARY_ITEM, True,
-                                                                    "_should_stop")
+        assert (library.line, library.line_exact, library.func) == (
+            LIBRARY_ITEM,
+            True,
+            "_should_stop",
+        )
         assert Path(library.resolved_path) == site_packages / "fakelib" / "gen.py"
         # The library frames stay in the stack (the dashboard folds them), marked as such.
         assert [(f.func, f.user) for f in sync.stack[:5]] == [
-            ("item", False), ("_should_stop", False), ("generate", False),
-            ("decorate_context", False), ("run", True)]
+            ("item", False),
+            ("_should_stop", False),
+            ("generate", False),
+            ("decorate_context", False),
+            ("run", True),
+        ]
     own = next(s for s in report.latent if s.source.line == OWN_ITEM)
     assert own.source.library is None
     sites = {(s.line, s.library.line if s.library else None) for s in report.latent_sites}

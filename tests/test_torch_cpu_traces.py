@@ -64,9 +64,14 @@ def recorded(tmp_path_factory):
 
     model = module.Net()
     logdir = root / "logs" / "run1"
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True,
-                 record_shapes=True, schedule=schedule(wait=0, warmup=1, active=2),
-                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        with_modules=True,
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
         for _ in range(3):
             with record_function("train_block"):
                 module.train_step(model, torch.randn(4, 8))
@@ -162,8 +167,9 @@ def test_module_level_loop_findings_point_at_the_calls_not_at_prof_step(tmp_path
     logdir = tmp_path / "logs" / "loop"
     runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)}, run_name="train_loop")
     report = analyze(logdir, source_roots=[str(tmp_path)])
-    innermost = {next((f.func, Path(f.file).name, f.line) for f in s.stack if f.user)
-                 for s in report.latent}
+    innermost = {
+        next((f.func, Path(f.file).name, f.line) for f in s.stack if f.user) for s in report.latent
+    }
     assert innermost == {("<module>", "train_loop.py", LOOP_STEP)}  # what the trace says
     by_op: dict[str, list[tuple[float, int]]] = {}
     for sync in report.latent:

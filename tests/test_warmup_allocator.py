@@ -46,17 +46,21 @@ def _warmup_trace(tmp_path: Path) -> Path:
     return b.write(tmp_path / "run" / "worker0.pt.trace.json")
 
 
-def test_allocator_syncs_in_a_warmup_region_are_listed_apart_out_of_findings_and_totals(
-        tmp_path):
+def test_allocator_syncs_in_a_warmup_region_are_listed_apart_out_of_findings_and_totals(tmp_path):
     trace = _warmup_trace(tmp_path)
     result = analyze_trace(str(trace), Options())
     assert [(s.api, s.step, s.warmup_allocator) for s in result.warmup_allocator] == [
-        ("cudaMalloc", 1, True), ("cudaFree", 1, True)]
+        ("cudaMalloc", 1, True),
+        ("cudaFree", 1, True),
+    ]
     assert all(s.id in result.contexts for s in result.warmup_allocator)
     # The findings: the .item() of every step (warm-up or not) and step 3's allocation.
     assert sorted((s.kind, s.step) for s in result.syncs) == [
-        (catalogue.ALLOCATOR_SYNC, 3), (catalogue.SCALAR_READBACK, 1),
-        (catalogue.SCALAR_READBACK, 2), (catalogue.SCALAR_READBACK, 3)]
+        (catalogue.ALLOCATOR_SYNC, 3),
+        (catalogue.SCALAR_READBACK, 1),
+        (catalogue.SCALAR_READBACK, 2),
+        (catalogue.SCALAR_READBACK, 3),
+    ]
     assert not any(s.warmup_allocator for s in result.syncs)
     step1 = next(s for s in result.steps if s.step == 1)
     assert step1.sync_count == 1  # the warm-up .item() only
@@ -76,8 +80,10 @@ def test_allocator_syncs_in_a_warmup_region_are_listed_apart_out_of_findings_and
     doc = json.loads(json.dumps(report.to_json()))
     assert doc["warmup_allocator"]["count"] == 2
     assert [s["api"] for s in doc["warmup_allocator"]["syncs"]] == ["cudaMalloc", "cudaFree"]
-    assert doc["warmup_allocator"]["advice"]["title"] == catalogue.kind(
-        catalogue.ALLOCATOR_SYNC).advice.title
+    assert (
+        doc["warmup_allocator"]["advice"]["title"]
+        == catalogue.kind(catalogue.ALLOCATOR_SYNC).advice.title
+    )
     # The existing fields are all still there (the schema only grows).
     assert {"profiler_overhead", "sites", "syncs", "summary", "latent"} <= set(doc)
 
@@ -92,12 +98,12 @@ def test_the_ci_gate_does_not_count_warmup_allocator_syncs(tmp_path, capsys):
 
 def test_the_terminal_lists_warmup_allocations_apart_with_the_allocator_fix(tmp_path):
     text = render_report(analyze(str(_warmup_trace(tmp_path))), width=100)
-    apart = text[text.index("Listed apart"):]
+    apart = text[text.index("Listed apart") :]
     assert "warm-up allocator  2 syncs" in apart and WARMUP in apart
     assert catalogue.kind(catalogue.ALLOCATOR_SYNC).advice.title.split(";")[0] in apart
     assert "profiler overhead" not in apart  # none in this trace
     # The table above lists the measured allocation only.
-    table = text[:text.index("Summary")]
+    table = text[: text.index("Summary")]
     assert table.count("allocator_sync") == 1
 
 
@@ -108,17 +114,32 @@ def test_a_report_without_warmup_allocations_has_an_empty_field_and_no_section(t
         item_sync(b)
     report = analyze(str(b.write(tmp_path / "w.pt.trace.json")))
     assert report.to_json()["warmup_allocator"] == {
-        "count": 0, "host_wait_us": 0.0, "gpu_idle_us": 0.0, "regions": [], "advice": {},
-        "syncs": []}
+        "count": 0,
+        "host_wait_us": 0.0,
+        "gpu_idle_us": 0.0,
+        "regions": [],
+        "advice": {},
+        "syncs": [],
+    }
     assert "Listed apart" not in render_report(report, width=100)
     assert [s.kind for s in report.sites].count(catalogue.ALLOCATOR_SYNC) == 1
 
 
-@pytest.mark.parametrize(("name", "warmup"), [
-    ("warmup", True), ("Warm-up", True), ("WARM_UP", True), ("warm up", True),
-    ("[param|pytorch.model.alex_net|0|0|0|warmup|forward]", True), ("cudnn_warmup_3", True),
-    ("measure", False), ("warmer", False), ("upwarm", False), ("ProfilerStep#1", False),
-])
+@pytest.mark.parametrize(
+    ("name", "warmup"),
+    [
+        ("warmup", True),
+        ("Warm-up", True),
+        ("WARM_UP", True),
+        ("warm up", True),
+        ("[param|pytorch.model.alex_net|0|0|0|warmup|forward]", True),
+        ("cudnn_warmup_3", True),
+        ("measure", False),
+        ("warmer", False),
+        ("upwarm", False),
+        ("ProfilerStep#1", False),
+    ],
+)
 def test_warmup_regions_are_named_warmup_warm_up_or_warm_hyphen_up_in_any_case(name, warmup):
     assert catalogue.is_warmup_annotation(name) is warmup
 
@@ -131,8 +152,7 @@ def test_only_allocator_syncs_are_listed_apart_in_a_warmup_region():
         assert not catalogue.is_warmup_listed(kind, inside)
 
 
-def test_alexnets_cudnn_warmup_allocations_are_listed_apart_not_the_top_hotspot(
-        real_traces_dir):
+def test_alexnets_cudnn_warmup_allocations_are_listed_apart_not_the_top_hotspot(real_traces_dir):
     path = real_traces_dir / "alexnet_cuda_sync_events.pt.trace.json.gz"
     report = analyze(str(path))
     apart = report.warmup_allocator
@@ -144,10 +164,14 @@ def test_alexnets_cudnn_warmup_allocations_are_listed_apart_not_the_top_hotspot(
     assert apart.host_wait_us > 8e6
     # What is left: no finding from the warm-up region is an allocator sync, the measured
     # forward's allocations still are, and the top site costs less than a second.
-    assert not any(s.kind == catalogue.ALLOCATOR_SYNC and any("warmup" in a for a in
-                   s.annotations) for s in report.syncs)
-    assert any(s.kind == catalogue.ALLOCATOR_SYNC and any("measure" in a for a in
-               s.annotations) for s in report.syncs)
+    assert not any(
+        s.kind == catalogue.ALLOCATOR_SYNC and any("warmup" in a for a in s.annotations)
+        for s in report.syncs
+    )
+    assert any(
+        s.kind == catalogue.ALLOCATOR_SYNC and any("measure" in a for a in s.annotations)
+        for s in report.syncs
+    )
     top = report.sites[0]
     assert top.host_wait_us + top.gpu_idle_us < 1e6
     assert report.summary.sync_count == 37 and report.profiler_overhead.count == 0
@@ -181,11 +205,17 @@ def test_the_tabs_summary_says_what_was_listed_apart_and_why(tmp_path):
     from tb_syncfinder.plugin.settings import PluginSettings
 
     trace = _warmup_trace(tmp_path)
-    settings = PluginSettings(logdirs=[(None, str(trace.parent))], cache_dir=None,
-                              reload_interval_s=3600, use_processes=False)
-    plugin = SyncAdvisorPlugin(base_plugin.TBContext(logdir=str(trace.parent),
-                                                     flags=argparse.Namespace()),
-                               settings, start=False)
+    settings = PluginSettings(
+        logdirs=[(None, str(trace.parent))],
+        cache_dir=None,
+        reload_interval_s=3600,
+        use_processes=False,
+    )
+    plugin = SyncAdvisorPlugin(
+        base_plugin.TBContext(logdir=str(trace.parent), flags=argparse.Namespace()),
+        settings,
+        start=False,
+    )
     plugin.loader.poll()
     assert plugin.loader.wait_idle(60)
     (run,) = plugin.loader.run_names()

@@ -38,8 +38,11 @@ def _end(event: dict) -> float:
 
 
 def _step_spans(b: KinetoTraceBuilder) -> dict[int, float]:
-    return {int(e["name"].split("#")[1]): e["dur"] for e in b.events
-            if e.get("name", "").startswith("ProfilerStep#")}
+    return {
+        int(e["name"].split("#")[1]): e["dur"]
+        for e in b.events
+        if e.get("name", "").startswith("ProfilerStep#")
+    }
 
 
 # -- reproducing the recording -----------------------------------------------------------
@@ -158,7 +161,8 @@ def test_gpu_bound_step_saves_about_its_bubble(tmp_path):
     for saving, bubble in zip(result.episode_savings, bubbles, strict=True):
         assert saving.total_us == pytest.approx(bubble, abs=2.0)
         assert saving.per_step_us[result.episode_savings.index(saving)] == pytest.approx(
-            bubble, abs=2.0)
+            bubble, abs=2.0
+        )
     assert result.all_syncs.total_us == pytest.approx(sum(bubbles), abs=8.0)
     assert result.gpu_idle_from_syncs_us == pytest.approx(sum(bubbles), abs=8.0)
 
@@ -237,8 +241,7 @@ def test_a_sync_on_another_thread_saves_through_the_thread_that_waits_for_it(tmp
                     b.kernel(dur=800)
                     with b.op("aten::nonzero"):
                         b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"))
-                        copy = next(e for e in reversed(b.events)
-                                    if e.get("cat") == "gpu_memcpy")
+                        copy = next(e for e in reversed(b.events) if e.get("cat") == "gpu_memcpy")
                         b.runtime("cudaStreamSynchronize")
                     b.advance(200)
                     nxt = b.kernel(dur=800)
@@ -286,19 +289,26 @@ def test_the_profilers_own_device_synchronize_is_recognised(tmp_path):
     b = KinetoTraceBuilder()
     with b.step(1):
         b.kernel(dur=500)
-        with b.frame(("train.py", 20, "train")), b.frame(("torch/cuda/__init__.py", 1152,
-                                                           "synchronize")):
+        with (
+            b.frame(("train.py", 20, "train")),
+            b.frame(("torch/cuda/__init__.py", 1152, "synchronize")),
+        ):
             b.runtime("cudaDeviceSynchronize")  # the user's torch.cuda.synchronize()
         b.kernel(dur=500)
         # A user item() in a record_function: the profiler's __enter__ frame encloses the
         # annotation (its frame never closes in the recorded tree), the annotation the op.
-        with b.frame(("torch/autograd/profiler.py", 854, "__enter__")), \
-                b.annotation("log_loss"), b.frame("<built-in method item of Tensor object>"):
+        with (
+            b.frame(("torch/autograd/profiler.py", 854, "__enter__")),
+            b.annotation("log_loss"),
+            b.frame("<built-in method item of Tensor object>"),
+        ):
             _item(b)
-    frames = [("torch/profiler/profiler.py", 884, "step"),
-              ("torch/autograd/profiler.py", 403, "__exit__"),
-              ("torch/cuda/__init__.py", 1152, "synchronize"),
-              "<built-in function _cuda_synchronize>"]
+    frames = [
+        ("torch/profiler/profiler.py", 884, "step"),
+        ("torch/autograd/profiler.py", 403, "__exit__"),
+        ("torch/cuda/__init__.py", 1152, "synchronize"),
+        "<built-in function _cuda_synchronize>",
+    ]
     with b._frames(frames):
         b.runtime("cudaDeviceSynchronize")
     path = b.write(tmp_path / "w.pt.trace.json")
@@ -330,10 +340,16 @@ def test_the_result_pickles_without_events_and_keeps_its_precomputed_savings(tmp
 # -- real traces -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [
-    "h100_demo/cnn_baseline", "h100_demo/seg_baseline", "real/a100_nccl_event_sync",
-    "real/alexnet_cuda_sync_events", "real/rocm_mi250_minitoy",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h100_demo/cnn_baseline",
+        "h100_demo/seg_baseline",
+        "real/a100_nccl_event_sync",
+        "real/alexnet_cuda_sync_events",
+        "real/rocm_mi250_minitoy",
+    ],
+)
 def test_real_gpu_traces_replay_within_two_percent_per_step(name):
     path = TRACES / f"{name}.pt.trace.json.gz"
     if not path.is_file():
@@ -364,7 +380,8 @@ def test_report_ranks_sites_by_replayed_saving_and_says_how_it_was_obtained(tmp_
     # GPU-bound steps: the wall step time is the device's span, not the host's.
     for step in data["steps"]:
         assert step["wall_time_us"] == pytest.approx(
-            max(step["step_time_us"], step["device_time_us"]))
+            max(step["step_time_us"], step["device_time_us"])
+        )
     (site,) = data["sites"]
     assert site["saving_method"] == "replay"
     assert site["predicted_saving_us"] == pytest.approx(summary["predicted_saving_us"], abs=1.0)

@@ -50,18 +50,24 @@ def record_shapes() -> dict[str, Any]:
     b = KinetoTraceBuilder()
     for step in (1, 2):
         with b.step(step):
-            with b.op("aten::conv2d", args=_shape_args([[8, 3, 32, 32], [16, 3, 3, 3], [],
-                                                        [], [], [], []],
-                                                       ["", "", "", "[1, 1]", "[1, 1]",
-                                                        "[1, 1]", "1"])):
+            with b.op(
+                "aten::conv2d",
+                args=_shape_args(
+                    [[8, 3, 32, 32], [16, 3, 3, 3], [], [], [], [], []],
+                    ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+                ),
+            ):
                 b.kernel("void implicit_convolve_sgemm<float>()", dur=150)
             with b.op("aten::add_", args=_shape_args([[16], [16], []], ["", "", "1"])):
                 b.kernel(dur=10)
-            with b.op("aten::repeat_interleave",
-                      args=_shape_args([[4], [], [], []], ["", "", "", "12"])):
+            with b.op(
+                "aten::repeat_interleave", args=_shape_args([[4], [], [], []], ["", "", "", "12"])
+            ):
                 b.kernel(dur=5)
-            with b.op("aten::item", args=_shape_args([[]]), called="item"), \
-                    b.op("aten::_local_scalar_dense", args=_shape_args([[]])):
+            with (
+                b.op("aten::item", args=_shape_args([[]]), called="item"),
+                b.op("aten::_local_scalar_dense", args=_shape_args([[]])),
+            ):
                 b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
                 b.runtime("cudaStreamSynchronize")
     doc = b.to_dict()
@@ -100,8 +106,9 @@ def rocm() -> dict[str, Any]:
         if event.get("name") == "cudaLaunchKernel":
             event["name"] = "hipLaunchKernel"
         if event.get("name") == "hipMemcpyWithStream":
-            args.update({"stream": "0x0", "kind": "2", "size": "2560", "src": "0x5567",
-                         "dst": "0x7fda"})
+            args.update(
+                {"stream": "0x0", "kind": "2", "size": "2560", "src": "0x5567", "dst": "0x7fda"}
+            )
         if event.get("cat") == "kernel":
             args.update({"grid": [3, 1, 1], "block": [128, 1, 1], "stream": "0x0"})
     return doc
@@ -114,34 +121,115 @@ def ascend() -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Python"}},
         {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-         "args": {"name": f"Thread {tid}"}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": tid,
+            "args": {"name": f"Thread {tid}"},
+        },
     ]
     ts = 1_700_000_000_000.0
     for step in (1, 2):
-        events.append({"ph": "X", "name": f"ProfilerStep#{step}", "pid": pid, "tid": tid,
-                       "ts": f"{ts:.3f}", "dur": 900.0, "cat": "cpu_op",
-                       "args": {"Sequence number": -1, "Fwd thread id": 0}})
-        events.append({"ph": "X", "name": "aten::item", "pid": pid, "tid": tid,
-                       "ts": f"{ts + 10:.3f}", "dur": 500.5, "cat": "cpu_op",
-                       "args": {"Sequence number": -1, "Fwd thread id": 0,
-                                "Input Dims": [[]], "Input type": ["float"]}})
+        events.append(
+            {
+                "ph": "X",
+                "name": f"ProfilerStep#{step}",
+                "pid": pid,
+                "tid": tid,
+                "ts": f"{ts:.3f}",
+                "dur": 900.0,
+                "cat": "cpu_op",
+                "args": {"Sequence number": -1, "Fwd thread id": 0},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "name": "aten::item",
+                "pid": pid,
+                "tid": tid,
+                "ts": f"{ts + 10:.3f}",
+                "dur": 500.5,
+                "cat": "cpu_op",
+                "args": {
+                    "Sequence number": -1,
+                    "Fwd thread id": 0,
+                    "Input Dims": [[]],
+                    "Input type": ["float"],
+                },
+            }
+        )
         # CANN API calls carry no "cat".
-        events.append({"ph": "X", "name": "AscendCL@aclrtSynchronizeStream", "pid": pid,
-                       "tid": tid, "ts": f"{ts + 20:.3f}", "dur": 480.25,
-                       "args": {"Thread Id": tid, "Mode": "ACL_OP", "level": "acl",
-                                "id": "0", "item_id": "0", "connection_id": 7}})
-        events.append({"ph": "s", "name": "HostToDevice", "id": f"{step}7", "pid": pid,
-                       "tid": tid, "ts": f"{ts + 20:.3f}", "cat": "HostToDevice"})
-        events.append({"ph": "f", "name": "HostToDevice", "id": f"{step}7", "pid": 3,
-                       "tid": 2, "ts": f"{ts + 30:.3f}", "cat": "HostToDevice", "bp": "e"})
-        events.append({"ph": "X", "name": "MatMulV2", "pid": 3, "tid": 2,
-                       "ts": f"{ts + 30:.3f}", "dur": 400.0,
-                       "args": {"Model Id": 4294967295, "Task Type": "AI_CORE",
-                                "Stream Id": 2, "Task Id": 12, "Batch Id": 0,
-                                "connection_id": 7}})
-        events.append({"ph": "C", "name": "HBM", "pid": 3, "tid": 0,
-                       "ts": f"{ts + 40:.3f}", "args": {"Read(MB/s)": 11.2}})
+        events.append(
+            {
+                "ph": "X",
+                "name": "AscendCL@aclrtSynchronizeStream",
+                "pid": pid,
+                "tid": tid,
+                "ts": f"{ts + 20:.3f}",
+                "dur": 480.25,
+                "args": {
+                    "Thread Id": tid,
+                    "Mode": "ACL_OP",
+                    "level": "acl",
+                    "id": "0",
+                    "item_id": "0",
+                    "connection_id": 7,
+                },
+            }
+        )
+        events.append(
+            {
+                "ph": "s",
+                "name": "HostToDevice",
+                "id": f"{step}7",
+                "pid": pid,
+                "tid": tid,
+                "ts": f"{ts + 20:.3f}",
+                "cat": "HostToDevice",
+            }
+        )
+        events.append(
+            {
+                "ph": "f",
+                "name": "HostToDevice",
+                "id": f"{step}7",
+                "pid": 3,
+                "tid": 2,
+                "ts": f"{ts + 30:.3f}",
+                "cat": "HostToDevice",
+                "bp": "e",
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "name": "MatMulV2",
+                "pid": 3,
+                "tid": 2,
+                "ts": f"{ts + 30:.3f}",
+                "dur": 400.0,
+                "args": {
+                    "Model Id": 4294967295,
+                    "Task Type": "AI_CORE",
+                    "Stream Id": 2,
+                    "Task Id": 12,
+                    "Batch Id": 0,
+                    "connection_id": 7,
+                },
+            }
+        )
+        events.append(
+            {
+                "ph": "C",
+                "name": "HBM",
+                "pid": 3,
+                "tid": 0,
+                "ts": f"{ts + 40:.3f}",
+                "args": {"Read(MB/s)": 11.2},
+            }
+        )
         ts += 1000
     return events
 
@@ -150,13 +238,19 @@ def legacy() -> dict[str, Any]:
     b = KinetoTraceBuilder()
     with b.step(1):
         b.kernel(dur=200)
-        with b.op("aten::item", call_stack="model.py(50): forward;train.py(112): train"), \
-                b.op("aten::_local_scalar_dense"):
+        with (
+            b.op("aten::item", call_stack="model.py(50): forward;train.py(112): train"),
+            b.op("aten::_local_scalar_dense"),
+        ):
             b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
             b.runtime("cudaStreamSynchronize")
     doc = b.to_dict()
-    renamed = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "gpu_memcpy": "Memcpy",
-               "kernel": "Kernel"}
+    renamed = {
+        "cpu_op": "Operator",
+        "cuda_runtime": "Runtime",
+        "gpu_memcpy": "Memcpy",
+        "kernel": "Kernel",
+    }
     for event in doc["traceEvents"]:
         if event.get("cat") in renamed:
             event["cat"] = renamed[event["cat"]]
@@ -186,25 +280,38 @@ def resnet_like(steps: int, blocks: int = 16) -> dict[str, Any]:
                     for _conv in range(3):
                         dims = [[32, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], []]
                         concrete = ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]
-                        with b.frame(("torchvision/models/resnet.py", 140, "forward")), \
-                                b.op("aten::conv2d", args=_shape_args(dims, concrete)), \
-                                b.op("aten::convolution", args=_shape_args(dims, concrete)), \
-                                b.op("aten::cudnn_convolution",
-                                     args=_shape_args(dims[:2] + [[]] * 5, concrete)):
-                            b.kernel("void cudnn::cnn::conv2d_grouped_direct_kernel<float>()",
-                                     dur=180)
-                        with b.op("aten::batch_norm", args=_shape_args(
-                                [[32, 64, 56, 56], [64], [64], [64], [64], [], [], [], []],
-                                ["", "", "", "", "", "True", "0.1", "1e-05", "True"])), \
-                                b.op("aten::cudnn_batch_norm",
-                                     args=_shape_args([[32, 64, 56, 56], [64], [64]])):
+                        with (
+                            b.frame(("torchvision/models/resnet.py", 140, "forward")),
+                            b.op("aten::conv2d", args=_shape_args(dims, concrete)),
+                            b.op("aten::convolution", args=_shape_args(dims, concrete)),
+                            b.op(
+                                "aten::cudnn_convolution",
+                                args=_shape_args(dims[:2] + [[]] * 5, concrete),
+                            ),
+                        ):
+                            b.kernel(
+                                "void cudnn::cnn::conv2d_grouped_direct_kernel<float>()", dur=180
+                            )
+                        with (
+                            b.op(
+                                "aten::batch_norm",
+                                args=_shape_args(
+                                    [[32, 64, 56, 56], [64], [64], [64], [64], [], [], [], []],
+                                    ["", "", "", "", "", "True", "0.1", "1e-05", "True"],
+                                ),
+                            ),
+                            b.op(
+                                "aten::cudnn_batch_norm",
+                                args=_shape_args([[32, 64, 56, 56], [64], [64]]),
+                            ),
+                        ):
                             b.kernel("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>()", dur=60)
                         with b.op("aten::relu_", args=_shape_args([[32, 64, 56, 56]])):
-                            b.kernel("void at::native::vectorized_elementwise_kernel<4>()",
-                                     dur=25)
-                    with b.op("aten::add_", args=_shape_args([[32, 256, 56, 56],
-                                                              [32, 256, 56, 56], []],
-                                                             ["", "", "1"])):
+                            b.kernel("void at::native::vectorized_elementwise_kernel<4>()", dur=25)
+                    with b.op(
+                        "aten::add_",
+                        args=_shape_args([[32, 256, 56, 56], [32, 256, 56, 56], []], ["", "", "1"]),
+                    ):
                         b.kernel(dur=30)
             item_sync(b, stack=[main[0], main[1]])
     doc = b.to_dict()

@@ -27,12 +27,12 @@ class ReportSet:
     @classmethod
     def from_runs(cls, runs_report: RunsReport) -> ReportSet:
         runs = {name: report.to_json() for name, report in runs_report.runs.items()}
-        merged = (next(iter(runs.values())) if len(runs) == 1
-                  else runs_report.report.to_json())
+        merged = next(iter(runs.values())) if len(runs) == 1 else runs_report.report.to_json()
         return cls(merged, runs)
 
     def without_latent(self) -> ReportSet:
         """The same reports without latent findings (``report --no-latent``)."""
+
         def strip(data: dict[str, Any]) -> dict[str, Any]:
             return {**data, "latent": [], "latent_sites": []}
 
@@ -63,16 +63,27 @@ class OutputFormat:
 FORMATS: dict[str, OutputFormat] = {
     f.name: f
     for f in (
-        OutputFormat("table", "text/plain; charset=utf-8", ".txt", "text",
-                     "sites by cost and a summary, for a terminal"),
-        OutputFormat("json", "application/json", ".json", "json",
-                     "the report, schema tb_syncfinder.report/1"),
+        OutputFormat(
+            "table",
+            "text/plain; charset=utf-8",
+            ".txt",
+            "text",
+            "sites by cost and a summary, for a terminal",
+        ),
+        OutputFormat(
+            "json", "application/json", ".json", "json", "the report, schema tb_syncfinder.report/1"
+        ),
         OutputFormat("csv", "text/csv", ".csv", "csv", "one row per site"),
-        OutputFormat("sarif", "application/sarif+json", ".sarif", "sarif",
-                     "SARIF 2.1.0 for code scanning"),
-        OutputFormat("trace", "application/json", ".sync_advisor.pt.trace.json",
-                     "annotated_trace",
-                     "the trace with a Sync Advisor track, for Perfetto (one trace only)"),
+        OutputFormat(
+            "sarif", "application/sarif+json", ".sarif", "sarif", "SARIF 2.1.0 for code scanning"
+        ),
+        OutputFormat(
+            "trace",
+            "application/json",
+            ".sync_advisor.pt.trace.json",
+            "annotated_trace",
+            "the trace with a Sync Advisor track, for Perfetto (one trace only)",
+        ),
     )
 }
 

@@ -10,6 +10,7 @@ import msgspec
 if TYPE_CHECKING:
     from tb_syncfinder.outputs import RenderOptions, ReportSet
 
+
 def load_trace_json(trace_path: str) -> Any:
     """The trace as JSON, read with the reader's gzip detection and repairs (so whatever the
     analysis read can be annotated). Raises ``ValueError`` naming the file and the reason
@@ -49,8 +50,9 @@ def _source_text(sync: dict[str, Any]) -> str:
     return ""
 
 
-def annotate_trace(trace_path: str, syncs: list[dict[str, Any]],
-                   sites: list[dict[str, Any]] | None = None) -> bytes:
+def annotate_trace(
+    trace_path: str, syncs: list[dict[str, Any]], sites: list[dict[str, Any]] | None = None
+) -> bytes:
     """The original trace plus a "Sync Advisor" process with one slice per finding.
 
     Thread "host wait" spans each sync's blocking calls; thread "GPU idle after" spans the
@@ -63,15 +65,23 @@ def annotate_trace(trace_path: str, syncs: list[dict[str, Any]],
     advice_by_site = {s.get("key"): s.get("advice") or {} for s in sites or []}
     wait_tid, idle_tid = 1, 2
     added: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-         "args": {"name": "Sync Advisor"}},
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Sync Advisor"}},
         # Negative sort index: Perfetto and chrome://tracing put the track first.
-        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-         "args": {"sort_index": -1}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": wait_tid,
-         "args": {"name": "host wait"}},
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": idle_tid,
-         "args": {"name": "GPU idle after"}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}},
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": wait_tid,
+            "args": {"name": "host wait"},
+        },
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": idle_tid,
+            "args": {"name": "GPU idle after"},
+        },
     ]
     for sync in syncs:
         if sync.get("latent"):
@@ -92,13 +102,32 @@ def annotate_trace(trace_path: str, syncs: list[dict[str, Any]],
         start = float(sync.get("ts_us") or 0.0)
         wait = max(float(sync.get("host_wait_us") or 0.0), 0.0)
         end = float(sync.get("end_us") or 0.0) or start + wait
-        added.append({"ph": "X", "cat": "sync_advisor", "name": f"{sync.get('kind')}: {label}",
-                      "pid": pid, "tid": wait_tid, "ts": start, "dur": max(end - start, wait),
-                      "args": args})
+        added.append(
+            {
+                "ph": "X",
+                "cat": "sync_advisor",
+                "name": f"{sync.get('kind')}: {label}",
+                "pid": pid,
+                "tid": wait_tid,
+                "ts": start,
+                "dur": max(end - start, wait),
+                "args": args,
+            }
+        )
         idle = max(float(sync.get("gpu_idle_after_us") or 0.0), 0.0)
         if idle > 0:
-            added.append({"ph": "X", "cat": "sync_advisor", "name": f"GPU idle after {label}",
-                          "pid": pid, "tid": idle_tid, "ts": end, "dur": idle, "args": args})
+            added.append(
+                {
+                    "ph": "X",
+                    "cat": "sync_advisor",
+                    "name": f"GPU idle after {label}",
+                    "pid": pid,
+                    "tid": idle_tid,
+                    "ts": end,
+                    "dur": idle,
+                    "args": args,
+                }
+            )
     events.extend(added)
     return msgspec.json.encode(trace)
 
@@ -111,7 +140,8 @@ def render(report_set: ReportSet, options: RenderOptions) -> bytes:
     if len(readable) != 1:
         raise ValueError(
             f"the annotated trace needs exactly one trace; {len(readable)} were analysed: "
-            "pick one worker (and span)")
+            "pick one worker (and span)"
+        )
     trace_path = readable[0]["path"]
     syncs = [s for s in report.get("syncs") or [] if s.get("trace") in ("", trace_path)]
     return annotate_trace(trace_path, syncs, report.get("sites"))

@@ -34,6 +34,7 @@ CSV_COLUMNS = [
     "key",
 ]
 
+
 def _advice_title(site: dict[str, Any]) -> str:
     return str((site.get("advice") or {}).get("title") or "")
 
@@ -62,27 +63,29 @@ def runs_to_csv(runs: dict[str, dict[str, Any]]) -> str:
 def _csv_rows(report_json: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for rank, (site, latent) in enumerate(sites_with_latent(report_json), start=1):
-        rows.append([
-            rank,
-            int(latent or bool(site.get("latent"))),
-            site.get("file") or "",
-            "" if site.get("line") is None else site.get("line"),
-            int(bool(site.get("line_exact"))),
-            "" if site.get("def_line") is None else site.get("def_line"),
-            site.get("func") or "",
-            site.get("kind") or "",
-            " > ".join(_texts(site.get("ops"))),
-            " ".join(dict.fromkeys(_texts(site.get("apis")))),
-            site.get("count") or 0,
-            _number(site.get("per_step")),
-            _number(site.get("host_wait_us")),
-            _number(site.get("mean_host_wait_us")),
-            _number(site.get("gpu_idle_us")),
-            _number(site.get("share_of_step"), 6),
-            " ".join(_texts(site.get("steps"))),
-            _advice_title(site),
-            site.get("key") or "",
-        ])
+        rows.append(
+            [
+                rank,
+                int(latent or bool(site.get("latent"))),
+                site.get("file") or "",
+                "" if site.get("line") is None else site.get("line"),
+                int(bool(site.get("line_exact"))),
+                "" if site.get("def_line") is None else site.get("def_line"),
+                site.get("func") or "",
+                site.get("kind") or "",
+                " > ".join(_texts(site.get("ops"))),
+                " ".join(dict.fromkeys(_texts(site.get("apis")))),
+                site.get("count") or 0,
+                _number(site.get("per_step")),
+                _number(site.get("host_wait_us")),
+                _number(site.get("mean_host_wait_us")),
+                _number(site.get("gpu_idle_us")),
+                _number(site.get("share_of_step"), 6),
+                " ".join(_texts(site.get("steps"))),
+                _advice_title(site),
+                site.get("key") or "",
+            ]
+        )
     return rows
 
 
@@ -96,8 +99,6 @@ def _number(value: Any, digits: int = 3) -> str:
     if value is None:
         return ""
     return f"{float(value):.{digits}f}".rstrip("0").rstrip(".") or "0"
-
-
 
 
 def render(report_set: ReportSet, options: RenderOptions) -> bytes:

@@ -23,8 +23,9 @@ def _site_location(site: dict[str, Any]) -> str:
     return f"{file}:{line}" if line is not None else file
 
 
-def _table(columns: list[Column], rows: list[Any], width: int,
-           style: Callable[..., str], bold: str) -> list[str]:
+def _table(
+    columns: list[Column], rows: list[Any], width: int, style: Callable[..., str], bold: str
+) -> list[str]:
     layout = _layout(columns, rows, width - len(_INDENT))
     lines = [_INDENT + style(layout.header(), bold)]
     for index in range(len(rows)):
@@ -61,10 +62,10 @@ def _grid_columns(steps: list[int]) -> list[Column]:
             if late > 0:
                 return "+" + format_us(late)
             return "-" + format_us(wait) if wait > 0 else "0"
+
         return text
 
-    return [Column("rank", lambda row: str(row[0]))] + [
-        Column(f"step {s}", cell(s)) for s in steps]
+    return [Column("rank", lambda row: str(row[0]))] + [Column(f"step {s}", cell(s)) for s in steps]
 
 
 def _site_columns() -> list[Column]:
@@ -75,34 +76,57 @@ def _site_columns() -> list[Column]:
         Column("op", lambda row: row[1].get("op") or "-", align="<", drop=2),
         Column("late at", lambda row: str(row[1].get("late_collectives") or 0), drop=1),
         Column("others waited", lambda row: format_us(float(row[1]["caused_wait_us"]))),
-        Column("job saves/step", lambda row: format_us(float(row[1]["job_saving_per_step_us"]))
-               + ("*" if row[1].get("bound") else "")),
+        Column(
+            "job saves/step",
+            lambda row: (
+                format_us(float(row[1]["job_saving_per_step_us"]))
+                + ("*" if row[1].get("bound") else "")
+            ),
+        ),
     ]
 
 
-def job_lines(data: dict[str, Any], style: Callable[..., str], width: int,
-              bold: str = "", warn: str = "", top: int | None = None) -> list[str]:
+def job_lines(
+    data: dict[str, Any],
+    style: Callable[..., str],
+    width: int,
+    bold: str = "",
+    warn: str = "",
+    top: int | None = None,
+) -> list[str]:
     """The job section of one run's report JSON; no lines when the run is not a job."""
     job = data.get("job")
     if not job:
         return []
     lines: list[str] = []
     if job.get("world_size"):
-        lines.append(style(
-            f"Job: world size {job['world_size']} ({job.get('backend') or 'backend unknown'}), "
-            f"ranks {_ranks_text(job.get('ranks') or [])} in the traces"
-            + (f", missing {_ranks_text(job['missing_ranks'])}"
-               if job.get("missing_ranks") else ""), bold))
-        lines.append(f"{_INDENT}{job.get('collective_count', 0)} collectives matched, "
-                     f"{job.get('late_collective_count', 0)} with a late rank; noise floor "
-                     f"{format_us(float(job.get('noise_us') or 0.0))}")
+        lines.append(
+            style(
+                f"Job: world size {job['world_size']} ({job.get('backend') or 'backend unknown'}), "
+                f"ranks {_ranks_text(job.get('ranks') or [])} in the traces"
+                + (
+                    f", missing {_ranks_text(job['missing_ranks'])}"
+                    if job.get("missing_ranks")
+                    else ""
+                ),
+                bold,
+            )
+        )
+        lines.append(
+            f"{_INDENT}{job.get('collective_count', 0)} collectives matched, "
+            f"{job.get('late_collective_count', 0)} with a late rank; noise floor "
+            f"{format_us(float(job.get('noise_us') or 0.0))}"
+        )
     else:
         lines.append(style("Job: no job could be formed from these traces", bold))
     for issue in job.get("issues") or []:
         marker = "!" if issue.get("severity") == "warning" else "i"
-        lines.extend(style(line, warn if marker == "!" else "") for line in wrap(
-            f"{marker} [{issue.get('code')}] {issue.get('message')}", width, _INDENT,
-            _INDENT))
+        lines.extend(
+            style(line, warn if marker == "!" else "")
+            for line in wrap(
+                f"{marker} [{issue.get('code')}] {issue.get('message')}", width, _INDENT, _INDENT
+            )
+        )
     totals = job.get("rank_totals") or []
     if totals:
         lines.append("")
@@ -115,27 +139,45 @@ def job_lines(data: dict[str, Any], style: Callable[..., str], width: int,
         for row in rank_steps:
             grid.setdefault(int(row["rank"]), {})[int(row["step"])] = row
         lines.append("")
-        lines.append(style("Lateness per rank and step (+ held the others, - waited for a peer)",
-                           bold))
+        lines.append(
+            style("Lateness per rank and step (+ held the others, - waited for a peer)", bold)
+        )
         lines.extend(_table(_grid_columns(steps), sorted(grid.items()), width, style, bold))
     sites = job.get("sites") or []
     if sites:
         shown = sites[:top] if top else sites
         lines.append("")
-        lines.append(style(f"Top sites by cost to the job ({len(shown)} of "
-                           f"{job.get('site_count', len(sites))})", bold))
+        lines.append(
+            style(
+                f"Top sites by cost to the job ({len(shown)} of "
+                f"{job.get('site_count', len(sites))})",
+                bold,
+            )
+        )
         lines.extend(_table(_site_columns(), list(enumerate(shown, 1)), width, style, bold))
         if any(s.get("bound") for s in shown):
-            lines.extend(wrap("* upper bound: the host wait between the rank's previous "
-                              "collective and the late one, capped by the lateness", width,
-                              _INDENT, _INDENT))
+            lines.extend(
+                wrap(
+                    "* upper bound: the host wait between the rank's previous "
+                    "collective and the late one, capped by the lateness",
+                    width,
+                    _INDENT,
+                    _INDENT,
+                )
+            )
     late = job.get("lateness") or {}
     if late.get("late_us"):
         lines.append("")
-        lines.extend(wrap(
-            f"Lateness {format_us(late['late_us'])} in all: explained by host waits "
-            f"{format_us(late.get('explained_us') or 0.0)}, carried in from before the "
-            f"window {format_us(late.get('carried_in_us') or 0.0)}, not explained by host "
-            f"waits (data loading, Python, GPU compute) "
-            f"{format_us(late.get('not_explained_us') or 0.0)}", width, "", _INDENT))
+        lines.extend(
+            wrap(
+                f"Lateness {format_us(late['late_us'])} in all: explained by host waits "
+                f"{format_us(late.get('explained_us') or 0.0)}, carried in from before the "
+                f"window {format_us(late.get('carried_in_us') or 0.0)}, not explained by host "
+                f"waits (data loading, Python, GPU compute) "
+                f"{format_us(late.get('not_explained_us') or 0.0)}",
+                width,
+                "",
+                _INDENT,
+            )
+        )
     return lines

@@ -36,7 +36,7 @@ def sarif_uri(file: str, root: str | None = None) -> str:
     is_windows = bool(re.match(r"^[A-Za-z]:/", posix))
     base = os.path.abspath(root if root is not None else os.getcwd()).replace("\\", "/")
     if posix.startswith("/") and (posix == base or posix.startswith(base.rstrip("/") + "/")):
-        posix = posix[len(base.rstrip("/")) + 1:]
+        posix = posix[len(base.rstrip("/")) + 1 :]
     elif is_windows:
         posix = "/".join(PureWindowsPath(file).parts[1:])
     elif posix.startswith("/"):
@@ -54,14 +54,18 @@ def _message(site: dict[str, Any], latent: bool) -> str:
     kind = site.get("kind") or "sync"
     count = int(site.get("count") or 0)
     if latent:
-        text = (f"{ops} ({kind}) would synchronize the host with the GPU "
-                f"({count} call{'s' if count != 1 else ''} in a CPU-only trace).")
+        text = (
+            f"{ops} ({kind}) would synchronize the host with the GPU "
+            f"({count} call{'s' if count != 1 else ''} in a CPU-only trace)."
+        )
     else:
-        text = (f"{ops} ({kind}) synchronizes the host with the GPU: {count} "
-                f"time{'s' if count != 1 else ''} ({float(site.get('per_step') or 0):.1f} per "
-                f"step), host wait {format_us(site.get('host_wait_us'))}, GPU idle after "
-                f"{format_us(site.get('gpu_idle_us'))}, "
-                f"{format_share(site.get('share_of_step'))} of step time.")
+        text = (
+            f"{ops} ({kind}) synchronizes the host with the GPU: {count} "
+            f"time{'s' if count != 1 else ''} ({float(site.get('per_step') or 0):.1f} per "
+            f"step), host wait {format_us(site.get('host_wait_us'))}, GPU idle after "
+            f"{format_us(site.get('gpu_idle_us'))}, "
+            f"{format_share(site.get('share_of_step'))} of step time."
+        )
     title = _advice_title(site)
     if title:
         text += f" Fix: {title}."
@@ -76,14 +80,16 @@ def _rules(kinds_used: list[str]) -> list[dict[str, Any]]:
     for kind in kinds_used:
         record = catalogue.kind(kind)
         short, full = record.summary, record.description
-        rules.append({
-            "id": kind,
-            "name": "".join(part.capitalize() for part in kind.split("_")),
-            "shortDescription": {"text": short},
-            "fullDescription": {"text": full},
-            "defaultConfiguration": {"level": "warning"},
-            "properties": {"tags": ["performance", "cuda", "synchronization"]},
-        })
+        rules.append(
+            {
+                "id": kind,
+                "name": "".join(part.capitalize() for part in kind.split("_")),
+                "shortDescription": {"text": short},
+                "fullDescription": {"text": full},
+                "defaultConfiguration": {"level": "warning"},
+                "properties": {"tags": ["performance", "cuda", "synchronization"]},
+            }
+        )
     return rules
 
 
@@ -95,11 +101,14 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
     """
     results: list[dict[str, Any]] = []
     located: list[tuple[dict[str, Any], bool]] = [
-        (site, latent) for site, latent in sites_with_latent(report_json)
+        (site, latent)
+        for site, latent in sites_with_latent(report_json)
         if site.get("file") and isinstance(site.get("line"), int) and site["line"] >= 1
     ]
-    kinds_used = sorted({site.get("kind") or "unknown" for site, _ in located},
-                        key=lambda k: (catalogue.kind_rank(k), k))
+    kinds_used = sorted(
+        {site.get("kind") or "unknown" for site, _ in located},
+        key=lambda k: (catalogue.kind_rank(k), k),
+    )
     rule_index = {kind: i for i, kind in enumerate(kinds_used)}
     for site, latent in located:
         kind = site.get("kind") or "unknown"
@@ -110,15 +119,17 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
             "ruleIndex": rule_index[kind],
             "level": level,
             "message": {"text": _message(site, latent)},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {
-                        "uri": sarif_uri(str(site["file"]), root),
-                        "uriBaseId": "%SRCROOT%",
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {
+                            "uri": sarif_uri(str(site["file"]), root),
+                            "uriBaseId": "%SRCROOT%",
+                        },
+                        "region": {"startLine": int(site["line"])},
                     },
-                    "region": {"startLine": int(site["line"])},
-                },
-            }],
+                }
+            ],
             "partialFingerprints": {"syncSite/v1": str(site.get("key") or "")},
             "properties": {
                 "count": int(site.get("count") or 0),
@@ -135,26 +146,30 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
-        "runs": [{
-            "tool": {
-                "driver": {
-                    "name": "tb-syncfinder",
-                    "version": __version__,
-                    "informationUri": INFORMATION_URI,
-                    "rules": _rules(kinds_used),
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "tb-syncfinder",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": _rules(kinds_used),
+                    },
                 },
-            },
-            "originalUriBaseIds": {
-                "%SRCROOT%": {"description": {"text": "The directory the profiled code ran in."}},
-            },
-            "results": results,
-        }],
+                "originalUriBaseIds": {
+                    "%SRCROOT%": {
+                        "description": {"text": "The directory the profiled code ran in."}
+                    },
+                },
+                "results": results,
+            }
+        ],
     }
 
 
-
-def sarif_by_run(merged: dict[str, Any], runs: dict[str, dict[str, Any]],
-                 root: str | None = None) -> dict[str, Any]:
+def sarif_by_run(
+    merged: dict[str, Any], runs: dict[str, dict[str, Any]], root: str | None = None
+) -> dict[str, Any]:
     """SARIF for code scanning: one SARIF run (one tool upload); with several profiler runs,
     each result is a site of one run, its message and figures that run's own, and the run is
     named in the message, in ``properties.run`` and in a ``run/v1`` fingerprint."""

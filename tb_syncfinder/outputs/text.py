@@ -99,7 +99,7 @@ def truncate_left(text: str, width: int) -> str:
         return ""
     if len(text) <= width:
         return text
-    return "…" + text[-(width - 1):]
+    return "…" + text[-(width - 1) :]
 
 
 def truncate_right(text: str, width: int) -> str:
@@ -114,8 +114,14 @@ def wrap(text: str, width: int, indent: str = "", more: str = "  ") -> list[str]
     """``text`` wrapped to ``width`` columns, every line starting with ``indent`` and the
     continuation lines with ``more`` after it; words (operator names, paths) are never
     broken, so a word longer than the line overflows rather than being cut."""
-    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + more,
-                         break_long_words=False, break_on_hyphens=False) or [indent]
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent + more,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 # --- tables ---------------------------------------------------------------------------
@@ -158,8 +164,10 @@ class _Layout:
         return text.ljust(width) if column.align == "<" else text.rjust(width)
 
     def _line(self, cells: dict[int, str]) -> str:
-        return _GAP.join(self._cell(c, w, cells.get(id(c), ""))
-                         for c, w in zip(self.columns, self.widths, strict=True)).rstrip()
+        return _GAP.join(
+            self._cell(c, w, cells.get(id(c), ""))
+            for c, w in zip(self.columns, self.widths, strict=True)
+        ).rstrip()
 
     def header(self) -> str:
         return self._line({id(c): c.header for c in self.columns})
@@ -170,9 +178,11 @@ class _Layout:
         cells = {**self.cells[index], **{id(c): "" for c in self.long[index]}}
         for at, (column, width) in enumerate(zip(self.columns, self.widths, strict=True)):
             if column.wrap and len(cells[id(column)]) > width:
-                lead = [self._cell(c, w, cells[id(c)])
-                        for c, w in zip(self.columns[:at], self.widths[:at], strict=True)]
-                rest = {id(c): cells[id(c)] for c in self.columns[at + 1:]}
+                lead = [
+                    self._cell(c, w, cells[id(c)])
+                    for c, w in zip(self.columns[:at], self.widths[:at], strict=True)
+                ]
+                rest = {id(c): cells[id(c)] for c in self.columns[at + 1 :]}
                 return [_GAP.join([*lead, cells[id(column)]]), self._line(rest)]
         return [self._line(cells)]
 
@@ -189,8 +199,13 @@ class _Layout:
 def _layout(columns: Sequence[Column], rows: Sequence[Any], width: int) -> _Layout:
     cells = [{id(c): c.cell(row) for c in columns} for row in rows]
     long = [[c for c in columns if c.max_width and len(r[id(c)]) > c.max_width] for r in cells]
-    natural = {id(c): max([len(c.header)] + [len(r[id(c)]) for r, too_long in zip(
-        cells, long, strict=True) if c not in too_long]) for c in columns}
+    natural = {
+        id(c): max(
+            [len(c.header)]
+            + [len(r[id(c)]) for r, too_long in zip(cells, long, strict=True) if c not in too_long]
+        )
+        for c in columns
+    }
     shown = list(columns)
     flex = next((c for c in shown if c.wrap), None)
 
@@ -210,16 +225,20 @@ def _layout(columns: Sequence[Column], rows: Sequence[Any], width: int) -> _Layo
         # as make fewest rows wrap: one outlier location wraps rather than costing every
         # row a column.
         if wrapped(shown) > len(lengths) // 4:
-            options = [[c for c in shown if c not in droppable[:k]]
-                       for k in range(len(droppable) + 1)]
+            options = [
+                [c for c in shown if c not in droppable[:k]] for k in range(len(droppable) + 1)
+            ]
             shown = min(options, key=lambda cols: (wrapped(cols), -len(cols)))
     else:
         while droppable and room(shown) < 0:
             shown.remove(droppable.pop(0))
     # The location column is as wide as the longest location that fits: the ones that do
     # not have lines of their own.
-    fitting = [len(r[id(flex)]) for r in cells if len(r[id(flex)]) <= room(shown)] \
-        if flex is not None else []
+    fitting = (
+        [len(r[id(flex)]) for r in cells if len(r[id(flex)]) <= room(shown)]
+        if flex is not None
+        else []
+    )
     widths = [max([len(c.header), *fitting]) if c is flex else natural[id(c)] for c in shown]
     return _Layout(shown, widths, [c for c in columns if c not in shown], cells, long)
 
@@ -257,8 +276,11 @@ def _ops_text(site: dict[str, Any]) -> str:
 def _line_of(source: dict[str, Any], file: str | None) -> str:
     """``line N`` in ``file``, else ``other.py:N``; ``*`` when the line is not exact."""
     mark = "" if source.get("line_exact") else "*"
-    where = (f"line {source.get('line')}" if source.get("file") == file
-             else f"{source.get('file')}:{source.get('line')}")
+    where = (
+        f"line {source.get('line')}"
+        if source.get("file") == file
+        else f"{source.get('file')}:{source.get('line')}"
+    )
     return where + mark
 
 
@@ -270,14 +292,21 @@ def _where_text(site: dict[str, Any]) -> str | None:
     file = site.get("file")
     run_by = site.get("run_by") or {}
     if site.get("backward"):
-        parts.append("backward of this line" + (
-            f", run by {_line_of(run_by, file)}"
-            + (f" ({run_by['func']})" if run_by.get("func") else "")
-            if run_by.get("line") is not None else ""))
+        parts.append(
+            "backward of this line"
+            + (
+                f", run by {_line_of(run_by, file)}"
+                + (f" ({run_by['func']})" if run_by.get("func") else "")
+                if run_by.get("line") is not None
+                else ""
+            )
+        )
     library = site.get("library") or {}
     if library.get("file"):
-        parts.append(f"synced in {_line_of(library, file)}"
-                     + (f" ({library['func']})" if library.get("func") else ""))
+        parts.append(
+            f"synced in {_line_of(library, file)}"
+            + (f" ({library['func']})" if library.get("func") else "")
+        )
     candidates = site.get("candidates") or []
     if not site.get("line_exact") and candidates:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))
@@ -296,12 +325,26 @@ def _site_columns(latent: bool) -> list[Column]:
     columns = [
         Column("#", lambda row: str(row[0])),
         Column("site (file:line)", lambda row: site_location(row[1]), align="<", wrap=True),
-        Column("function", lambda row: row[1].get("func") or "-", align="<", drop=3,
-               max_width=28, below=lambda v: f"in {v}()"),
-        Column("count", lambda row: str(row[1].get("count") or 0), drop=2,
-               below=lambda v: f"{v} in all"),
-        Column("/step", lambda row: f"{float(row[1].get('per_step') or 0.0):.1f}", drop=1,
-               below=lambda v: f"{v} per step"),
+        Column(
+            "function",
+            lambda row: row[1].get("func") or "-",
+            align="<",
+            drop=3,
+            max_width=28,
+            below=lambda v: f"in {v}()",
+        ),
+        Column(
+            "count",
+            lambda row: str(row[1].get("count") or 0),
+            drop=2,
+            below=lambda v: f"{v} in all",
+        ),
+        Column(
+            "/step",
+            lambda row: f"{float(row[1].get('per_step') or 0.0):.1f}",
+            drop=1,
+            below=lambda v: f"{v} per step",
+        ),
     ]
     if not latent:
         columns += [
@@ -322,11 +365,11 @@ def _saving_text(site: dict[str, Any]) -> str:
 # Why a line is marked ``*``, by what the engine knew: the footnote says the real reason.
 _INEXACT_REASONS = {
     "not_found": "line where the function is defined: its source file was not found "
-                 "(try --source-root / --path-map)",
+    "(try --source-root / --path-map)",
     "defined": "line where the function is defined: the source does not single out one call "
-               "that syncs",
+    "that syncs",
     "running": "line the function was at when profiling started (it was already running): "
-               "the sync is in a call at or after it",
+    "the sync is in a call at or after it",
 }
 
 
@@ -352,8 +395,14 @@ def _resolved_sites(data: dict[str, Any]) -> dict[str, bool]:
     return found
 
 
-def _site_table(data: dict[str, Any], sites: list[dict[str, Any]], style: _Style,
-                top: int | None, latent: bool, width: int) -> list[str]:
+def _site_table(
+    data: dict[str, Any],
+    sites: list[dict[str, Any]],
+    style: _Style,
+    top: int | None,
+    latent: bool,
+    width: int,
+) -> list[str]:
     ordered = rank_sites(sites)
     shown = ordered if not top or top <= 0 else ordered[:top]
     layout = _layout(_site_columns(latent), list(enumerate(shown, 1)), width)
@@ -377,8 +426,10 @@ def _site_table(data: dict[str, Any], sites: list[dict[str, Any]], style: _Style
             lines.extend(style(line, _DIM) for line in wrap(where, detail_width, _INDENT))
         title = _advice_title(site)
         if title:
-            lines.extend(style(line, _GREEN)
-                         for line in wrap("fix: " + title, detail_width, _INDENT, "     "))
+            lines.extend(
+                style(line, _GREEN)
+                for line in wrap("fix: " + title, detail_width, _INDENT, "     ")
+            )
     hidden = len(ordered) - len(shown)
     if hidden > 0:
         lines.append(f"... {plural(hidden, 'more site')} (--top 0 shows all)")
@@ -393,8 +444,7 @@ def _label(text: str) -> str:
     return f"  {text:<17}"
 
 
-def _summary_lines(summary: dict[str, Any], style: _Style, width: int,
-                   cpu_only: bool) -> list[str]:
+def _summary_lines(summary: dict[str, Any], style: _Style, width: int, cpu_only: bool) -> list[str]:
     steps = int(summary.get("step_count") or 0)
     count = int(summary.get("sync_count") or 0)
     host_wait = float(summary.get("host_wait_us") or 0.0)
@@ -405,21 +455,34 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int,
         # A CPU-only trace: its cost figures are all zero by nature; what it tells is how
         # many syncs a GPU run of the same code would make.
         per_step = f"{latent / steps:.1f} per step, " if steps else ""
-        lines.append(_label("latent syncs") + (
-            f"{per_step}{latent} in all: would make the host wait on a GPU" if latent
-            else "none: no operator here would synchronize on a GPU"))
+        lines.append(
+            _label("latent syncs")
+            + (
+                f"{per_step}{latent} in all: would make the host wait on a GPU"
+                if latent
+                else "none: no operator here would synchronize on a GPU"
+            )
+        )
         mean_step = float(summary.get("mean_step_time_us") or 0.0)
         if mean_step > 0:
-            lines.append(_label("step time") + f"{format_us(mean_step)} mean on the CPU "
-                         "(not a measure of these syncs)")
+            lines.append(
+                _label("step time") + f"{format_us(mean_step)} mean on the CPU "
+                "(not a measure of these syncs)"
+            )
         return lines
     if steps:
-        lines.append(_label("syncs per step") + f"{float(summary.get('syncs_per_step') or 0):.1f}"
-                     f"  ({count} over {plural(steps, 'step')})")
-        lines.append(_label("host wait") + f"{format_us(host_wait / steps)} per step"
-                     f"  ({format_us(host_wait)} total)")
-        lines.append(_label("GPU idle after") + f"{format_us(gpu_idle / steps)} per step"
-                     f"  ({format_us(gpu_idle)} total)")
+        lines.append(
+            _label("syncs per step") + f"{float(summary.get('syncs_per_step') or 0):.1f}"
+            f"  ({count} over {plural(steps, 'step')})"
+        )
+        lines.append(
+            _label("host wait") + f"{format_us(host_wait / steps)} per step"
+            f"  ({format_us(host_wait)} total)"
+        )
+        lines.append(
+            _label("GPU idle after") + f"{format_us(gpu_idle / steps)} per step"
+            f"  ({format_us(gpu_idle)} total)"
+        )
     else:
         lines.append(_label("syncs") + f"{count}  (no ProfilerStep markers: whole trace)")
         lines.append(_label("host wait") + format_us(host_wait))
@@ -431,8 +494,9 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int,
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
-        lines.extend(wrap(", ".join(f"{k} {v}" for k, v in kinds), width,
-                          _label("by kind"), " " * 0))
+        lines.extend(
+            wrap(", ".join(f"{k} {v}" for k, v in kinds), width, _label("by kind"), " " * 0)
+        )
     return lines
 
 
@@ -451,20 +515,33 @@ def _listed_apart_lines(data: dict[str, Any], style: _Style, width: int) -> list
     lines: list[str] = []
 
     def cost(part: dict[str, Any]) -> str:
-        text = (f"{plural(int(part.get('count') or 0), 'sync')}, "
-                f"{format_us(float(part.get('host_wait_us') or 0.0))} host wait")
+        text = (
+            f"{plural(int(part.get('count') or 0), 'sync')}, "
+            f"{format_us(float(part.get('host_wait_us') or 0.0))} host wait"
+        )
         idle = float(part.get("gpu_idle_us") or 0.0)
         return text + (f", {format_us(idle)} GPU idle" if idle else "")
 
     if overhead.get("count"):
-        lines.extend(_labelled("profiler overhead", f"{cost(overhead)}: the profiler's own "
-                               "synchronize (prof.step(), profiler stop)", width))
+        lines.extend(
+            _labelled(
+                "profiler overhead",
+                f"{cost(overhead)}: the profiler's own synchronize (prof.step(), profiler stop)",
+                width,
+            )
+        )
     if warmup.get("count"):
         regions = list(warmup.get("regions") or [])
-        where = ", ".join(regions[:2]) + (f" and {len(regions) - 2} more"
-                                          if len(regions) > 2 else "")
-        lines.extend(_labelled("warm-up allocator", f"{cost(warmup)}: allocator syncs in "
-                               f"warm-up regions ({where}), expected once", width))
+        where = ", ".join(regions[:2]) + (
+            f" and {len(regions) - 2} more" if len(regions) > 2 else ""
+        )
+        lines.extend(
+            _labelled(
+                "warm-up allocator",
+                f"{cost(warmup)}: allocator syncs in warm-up regions ({where}), expected once",
+                width,
+            )
+        )
         title = (warmup.get("advice") or {}).get("title")
         if title:
             lines.extend(_labelled("", f"if they recur after warm-up: {title}", width))
@@ -477,7 +554,7 @@ def _wrap_labelled(label: str, text: str, width: int) -> list[str]:
     """A summary line under its label, continuation lines aligned under the text."""
     head = _label(label)
     lines = wrap(text, width, head, "")
-    return [lines[0]] + [" " * len(head) + line[len(head):] for line in lines[1:]]
+    return [lines[0]] + [" " * len(head) + line[len(head) :] for line in lines[1:]]
 
 
 def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
@@ -490,8 +567,10 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     if not summary.get("saving_how"):  # a report from before the what-if replay
         estimated = float(summary.get("estimated_step_time_us") or 0.0)
         saving = host - estimated if estimated else 0.0
-        return [_label("step time") + f"{format_us(host)} mean; "
-                f"~{format_us(estimated or host)} without syncs (-{format_us(max(saving, 0))})"]
+        return [
+            _label("step time") + f"{format_us(host)} mean; "
+            f"~{format_us(estimated or host)} without syncs (-{format_us(max(saving, 0))})"
+        ]
     device = float(summary.get("mean_device_step_time_us") or 0.0)
     saving = float(summary.get("predicted_saving_per_step_us") or 0.0)
     method = summary.get("saving_method") or "bound"
@@ -499,8 +578,10 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     lines = [_label("step time") + f"{format_us(wall)} mean{spans}"]
     approx = "~" if method == "replay" else "≤"
     share = saving / wall if wall else 0.0
-    text = (f"{approx}{format_us(saving)} per step ({format_share(share)}) with every sync "
-            f"removed; step ~{format_us(max(wall - saving, 0.0))}")
+    text = (
+        f"{approx}{format_us(saving)} per step ({format_share(share)}) with every sync "
+        f"removed; step ~{format_us(max(wall - saving, 0.0))}"
+    )
     idle = float(summary.get("sync_idle_share") or 0.0)
     if method != "bound":
         text += f"; GPU idle caused by syncs {format_share(idle)} of the time"
@@ -508,8 +589,7 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     how = summary.get("saving_how") or ""
     note = summary.get("saving_note")
     if how:
-        lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""),
-                                    width))
+        lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
     return lines
 
 
@@ -550,8 +630,7 @@ def _repair_lines(traces: list[dict[str, Any]], style: _Style) -> list[str]:
     return lines
 
 
-def _report_body(data: dict[str, Any], style: _Style, top: int | None,
-                 width: int) -> list[str]:
+def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: int) -> list[str]:
     """Sites, latent sites, summary and errors of one report, without its title line."""
     traces = data.get("traces") or []
     summary = data.get("summary") or {}
@@ -560,16 +639,22 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None,
 
     lines: list[str] = []
     readable = [t for t in traces if not t.get("error")]
-    cpu_only = bool(readable) and not sites and not any(
-        t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable)
+    cpu_only = (
+        bool(readable)
+        and not sites
+        and not any(
+            t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable
+        )
+    )
     if sites:
         title = f"Host-device synchronizations by predicted saving ({plural(len(sites), 'site')})"
         lines.append(style(title, _BOLD))
         lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
         lines.append("")
     elif cpu_only:
-        lines.append(style("CPU-only trace: nothing ran on a GPU, so nothing waited for one.",
-                           _BOLD))
+        lines.append(
+            style("CPU-only trace: nothing ran on a GPU, so nothing waited for one.", _BOLD)
+        )
         if not latent_sites:
             lines.append("  No operator in it would synchronize on a GPU either.")
         lines.append("")
@@ -580,9 +665,14 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None,
             lines.extend(wrap(", ".join(checked), width, "  checked: ", "  "))
         lines.append("")
     if latent_sites:
-        lines.extend(style(line, _BOLD) for line in wrap(
-            f"Latent syncs ({plural(len(latent_sites), 'site')}): CPU-only trace, these "
-            "operators would synchronize on a GPU", width))
+        lines.extend(
+            style(line, _BOLD)
+            for line in wrap(
+                f"Latent syncs ({plural(len(latent_sites), 'site')}): CPU-only trace, these "
+                "operators would synchronize on a GPU",
+                width,
+            )
+        )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
         lines.append("")
     if readable:
@@ -613,8 +703,12 @@ def _finish(lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_report(report: Report | dict[str, Any], color: bool = False,
-                  top: int | None = None, width: int | None = None) -> str:
+def render_report(
+    report: Report | dict[str, Any],
+    color: bool = False,
+    top: int | None = None,
+    width: int | None = None,
+) -> str:
     """The report as terminal text: sites by cost, latent findings, summary, errors.
 
     ``report`` is a ``Report`` or its ``to_json()`` dict; ``top`` limits the sites shown
@@ -624,16 +718,23 @@ def render_report(report: Report | dict[str, Any], color: bool = False,
     data = report.to_json() if isinstance(report, Report) else report
     width = _width(width)
     style = _Style(color)
-    lines = [style("Sync Advisor", _BOLD, _CYAN) + "  " + _traces_line(data.get("traces") or []),
-             ""]
+    lines = [
+        style("Sync Advisor", _BOLD, _CYAN) + "  " + _traces_line(data.get("traces") or []),
+        "",
+    ]
     lines.extend(_report_body(data, style, top, width))
     return _finish(lines)
 
 
 def _is_cpu_only(data: dict[str, Any]) -> bool:
     readable = [t for t in data.get("traces") or [] if not t.get("error")]
-    return bool(readable) and not (data.get("sites") or []) and not any(
-        t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable)
+    return (
+        bool(readable)
+        and not (data.get("sites") or [])
+        and not any(
+            t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable
+        )
+    )
 
 
 def _overview_cells(data: dict[str, Any]) -> list[str] | None:
@@ -660,8 +761,7 @@ def _overview_cells(data: dict[str, Any]) -> list[str] | None:
     ]
 
 
-def _overview_lines(runs: list[tuple[str, dict[str, Any]]], style: _Style,
-                    width: int) -> list[str]:
+def _overview_lines(runs: list[tuple[str, dict[str, Any]]], style: _Style, width: int) -> list[str]:
     rows = [(name, data, _overview_cells(data)) for name, data in runs]
 
     def cell(i: int) -> Callable[[Any], str]:
@@ -684,13 +784,18 @@ def _overview_lines(runs: list[tuple[str, dict[str, Any]]], style: _Style,
         share = float((data.get("summary") or {}).get("share_of_step") or 0.0)
         color = _RED if share >= _SHARE_RED else (_YELLOW if share >= _SHARE_YELLOW else "")
         lines.extend(style(line, color) for line in layout.row(index))
-        lines.extend(wrap(", ".join(layout.below(index)), width, _INDENT)
-                     if layout.below(index) else [])
+        lines.extend(
+            wrap(", ".join(layout.below(index)), width, _INDENT) if layout.below(index) else []
+        )
     return lines
 
 
-def render_runs(runs: list[tuple[str, dict[str, Any]]], color: bool = False,
-                top: int | None = None, width: int | None = None) -> str:
+def render_runs(
+    runs: list[tuple[str, dict[str, Any]]],
+    color: bool = False,
+    top: int | None = None,
+    width: int | None = None,
+) -> str:
     """Several runs of one logdir: one section per run, then a line per run to compare.
 
     ``runs`` is ``(run name, report JSON of that run's traces)`` in display order. Each run
@@ -702,8 +807,13 @@ def render_runs(runs: list[tuple[str, dict[str, Any]]], color: bool = False,
         return render_report(runs[0][1], color=color, top=top, width=width)
     style = _Style(color)
     all_traces = [t for _, data in runs for t in data.get("traces") or []]
-    lines = [style("Sync Advisor", _BOLD, _CYAN) + "  "
-             + f"{len(runs)} runs, " + _traces_line(all_traces), ""]
+    lines = [
+        style("Sync Advisor", _BOLD, _CYAN)
+        + "  "
+        + f"{len(runs)} runs, "
+        + _traces_line(all_traces),
+        "",
+    ]
     for name, data in runs:
         heading = f"== {name}: {_traces_line(data.get('traces') or [])} "
         lines.append(style(heading.ljust(width, "="), _BOLD, _CYAN))
@@ -724,34 +834,57 @@ def _change_text(us: float) -> str:
 
 def _compare_columns() -> list[Column]:
     def side(key: str) -> Callable[[Any], str]:
-        return lambda row: format_us((row.get(key) or {}).get("cost_per_step_us")) \
-            if row.get(key) else "-"
+        return lambda row: (
+            format_us((row.get(key) or {}).get("cost_per_step_us")) if row.get(key) else "-"
+        )
 
     return [
         Column("status", lambda row: row.get("status", "?"), align="<"),
-        Column("site (file:line)", lambda row: site_location(
-            {"file": row.get("file"), "line": row.get("line"), "line_exact": True,
-             "ops": row.get("ops")}), align="<", wrap=True),
-        Column("function", lambda row: row.get("func") or "-", align="<", drop=1,
-               max_width=28, below=lambda v: f"in {v}()"),
+        Column(
+            "site (file:line)",
+            lambda row: site_location(
+                {
+                    "file": row.get("file"),
+                    "line": row.get("line"),
+                    "line_exact": True,
+                    "ops": row.get("ops"),
+                }
+            ),
+            align="<",
+            wrap=True,
+        ),
+        Column(
+            "function",
+            lambda row: row.get("func") or "-",
+            align="<",
+            drop=1,
+            max_width=28,
+            below=lambda v: f"in {v}()",
+        ),
         Column("before", side("before")),
         Column("after", side("after")),
         Column("change", lambda row: _change_text(float(row.get("change_us") or 0.0))),
-        Column("/step", lambda row: (
-            f"{float((row.get('before') or {}).get('per_step') or 0):.1f}>"
-            f"{float((row.get('after') or {}).get('per_step') or 0):.1f}")),
+        Column(
+            "/step",
+            lambda row: (
+                f"{float((row.get('before') or {}).get('per_step') or 0):.1f}>"
+                f"{float((row.get('after') or {}).get('per_step') or 0):.1f}"
+            ),
+        ),
     ]
 
 
-def render_compare(result: dict[str, Any], color: bool = False,
-                   width: int | None = None) -> str:
+def render_compare(result: dict[str, Any], color: bool = False, width: int | None = None) -> str:
     """``compare.compare(...)`` as terminal text: one line per site, then the step time."""
     width = _width(width)
     style = _Style(color)
     sites = result.get("sites") or []
     counts = result.get("counts") or {}
-    lines = [style("Sync Advisor: compare", _BOLD, _CYAN) + "  " + ", ".join(
-        f"{n} {status}" for status, n in counts.items() if n)]
+    lines = [
+        style("Sync Advisor: compare", _BOLD, _CYAN)
+        + "  "
+        + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    ]
     if result.get("note"):
         lines.extend(wrap(str(result["note"]), width, "  "))
     lines.append("")
@@ -759,8 +892,7 @@ def render_compare(result: dict[str, Any], color: bool = False,
         layout = _layout(_compare_columns(), sites, width)
         header = layout.header()
         note = "  (cost = wait + idle per step)"
-        lines.append(style(header + note if len(header) + len(note) <= width else header,
-                           _BOLD))
+        lines.append(style(header + note if len(header) + len(note) <= width else header, _BOLD))
         for index, row in enumerate(sites):
             status_style = _STATUS_STYLE.get(row.get("status", ""), "")
             lines.extend(style(line, status_style) for line in layout.row(index))
@@ -777,42 +909,60 @@ def render_compare(result: dict[str, Any], color: bool = False,
         lines.append("")
         lines.append(style("Latent sites (CPU-only traces) that changed", _BOLD))
         for row in latent:
-            lines.extend(wrap(
-                f"{row.get('status', '?'):<6} {row.get('func') or '-'} "
-                f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})", width, "  ", "       "))
+            lines.extend(
+                wrap(
+                    f"{row.get('status', '?'):<6} {row.get('func') or '-'} "
+                    f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})",
+                    width,
+                    "  ",
+                    "       ",
+                )
+            )
     lines.append("")
     base = result.get("base") or {}
     new = result.get("new") or {}
     lines.append(style("Summary", _BOLD))
-    lines.append(_label("syncs per step") + f"{float(base.get('syncs_per_step') or 0):.1f}"
-                 f" -> {float(new.get('syncs_per_step') or 0):.1f}")
-    lines.append(_label("share of step") + f"{format_share(base.get('share_of_step'))}"
-                 f" -> {format_share(new.get('share_of_step'))}")
+    lines.append(
+        _label("syncs per step") + f"{float(base.get('syncs_per_step') or 0):.1f}"
+        f" -> {float(new.get('syncs_per_step') or 0):.1f}"
+    )
+    lines.append(
+        _label("share of step") + f"{format_share(base.get('share_of_step'))}"
+        f" -> {format_share(new.get('share_of_step'))}"
+    )
     change = result.get("wall_step_time_change_us", result.get("step_time_change_us"))
     if change is not None:
-        lines.extend(_wrap_labelled(
-            "mean step time",
-            f"{format_us(_wall(base))} -> {format_us(_wall(new))} ({_change_text(change)})",
-            width))
+        lines.extend(
+            _wrap_labelled(
+                "mean step time",
+                f"{format_us(_wall(base))} -> {format_us(_wall(new))} ({_change_text(change)})",
+                width,
+            )
+        )
     predicted = result.get("predicted_saving_us")
     measured = result.get("measured_saving_us")
     if predicted is not None and measured is not None:
         approx = "~" if base.get("saving_method") == "replay" else "≤"
         measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
-        lines.extend(_wrap_labelled(
-            "saving", f"predicted {approx}{format_us(predicted)} per step, measured "
-            f"{measured_text} (wall step times of the profiled runs)", width))
+        lines.extend(
+            _wrap_labelled(
+                "saving",
+                f"predicted {approx}{format_us(predicted)} per step, measured "
+                f"{measured_text} (wall step times of the profiled runs)",
+                width,
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
 def _wall(summary: dict[str, Any]) -> float:
     """Mean step time, the longer of host and device span (the host's for old reports)."""
-    return float(summary.get("mean_wall_step_time_us") or summary.get("mean_step_time_us")
-                 or 0.0)
+    return float(summary.get("mean_wall_step_time_us") or summary.get("mean_step_time_us") or 0.0)
 
 
 def render(report_set: ReportSet, options: RenderOptions) -> bytes:
     """The registry's ``table`` format: one section per run when there are several, as wide
     as the terminal."""
-    return render_runs(list(report_set.runs.items()), color=options.color,
-                       top=options.top).encode("utf-8")
+    return render_runs(list(report_set.runs.items()), color=options.color, top=options.top).encode(
+        "utf-8"
+    )

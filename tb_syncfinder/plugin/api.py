@@ -38,29 +38,43 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
             loading = run.loading
         unsummarised = [s for s in states if s.status == NO_SUMMARY]
         # A retried file waiting for its next poll still shows its last failure.
-        failed = [s for s in states if s.status != NO_SUMMARY
-                  and (s.status in (ERROR, RETRY) or s.error is not None)]
-        runs.append({
-            "name": name,
-            "loading": loading,
-            "workers": workers_of(loader, run),
-            "trace_count": len(states),
-            "error_count": len(failed),
-            "no_summary_count": len(unsummarised),
-        })
+        failed = [
+            s
+            for s in states
+            if s.status != NO_SUMMARY and (s.status in (ERROR, RETRY) or s.error is not None)
+        ]
+        runs.append(
+            {
+                "name": name,
+                "loading": loading,
+                "workers": workers_of(loader, run),
+                "trace_count": len(states),
+                "error_count": len(failed),
+                "no_summary_count": len(unsummarised),
+            }
+        )
         if unsummarised:
             no_summary.append(_no_summary_entry(loader, name, unsummarised))
         errors_found.extend(
             # being_written: truncated, or changed while it was read; shown as such until
             # a complete read replaces the entry with the report.
-            {"path": state.ref.path, "run": name, "reason": state.error,
-             "retrying": state.status == RETRY, "being_written": state.being_written}
+            {
+                "path": state.ref.path,
+                "run": name,
+                "reason": state.error,
+                "retrying": state.status == RETRY,
+                "being_written": state.being_written,
+            }
             for state in failed
         )
     with loader.lock:
         errors_found = list(loader.logdir_errors) + errors_found
-    return {"loading": loader.loading, "runs": runs, "errors": errors_found,
-            "no_summary": no_summary}
+    return {
+        "loading": loader.loading,
+        "runs": runs,
+        "errors": errors_found,
+        "no_summary": no_summary,
+    }
 
 
 # The paths listed per run in "no_summary": the count says how many there are in all.
@@ -75,9 +89,14 @@ def _no_summary_entry(loader: TraceLoader, run: str, states: list[Any]) -> dict[
     paths = sorted(state.ref.path for state in states)
     folder = _common_folder(paths)
     reasons = sorted({state.error or "no summary" for state in states})
-    return {"run": run, "count": len(paths), "paths": paths[:NO_SUMMARY_PATHS_SHOWN],
-            "reasons": reasons, "folder": folder,
-            "command": summarise_command(folder, loader.summaries)}
+    return {
+        "run": run,
+        "count": len(paths),
+        "paths": paths[:NO_SUMMARY_PATHS_SHOWN],
+        "reasons": reasons,
+        "folder": folder,
+        "command": summarise_command(folder, loader.summaries),
+    }
 
 
 def _common_folder(paths: list[str]) -> str:
@@ -111,11 +130,20 @@ def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:
     profiler = report.get("profiler_overhead") or {}
     warmup = report.get("warmup_allocator") or {}
     return {
-        "profiler_overhead": {"count": profiler.get("count", 0),
-                              "host_wait_us": profiler.get("host_wait_us", 0.0)},
-        "warmup_allocator": {key: warmup.get(key, default) for key, default in (
-            ("count", 0), ("host_wait_us", 0.0), ("gpu_idle_us", 0.0), ("regions", []),
-            ("advice", {}))},
+        "profiler_overhead": {
+            "count": profiler.get("count", 0),
+            "host_wait_us": profiler.get("host_wait_us", 0.0),
+        },
+        "warmup_allocator": {
+            key: warmup.get(key, default)
+            for key, default in (
+                ("count", 0),
+                ("host_wait_us", 0.0),
+                ("gpu_idle_us", 0.0),
+                ("regions", []),
+                ("advice", {}),
+            )
+        },
     }
 
 
@@ -123,9 +151,19 @@ def steps_impl(sel: Selection) -> dict[str, Any]:
     return {"steps": sel.report_json["steps"], "loading": sel.loading}
 
 
-def sites_impl(sel: Selection, *, latent: bool, kind: str | None, file: str | None,
-               op: str | None, step: int | None, sort: str | None, order: str | None, offset: int,
-               limit: int) -> dict[str, Any]:
+def sites_impl(
+    sel: Selection,
+    *,
+    latent: bool,
+    kind: str | None,
+    file: str | None,
+    op: str | None,
+    step: int | None,
+    sort: str | None,
+    order: str | None,
+    offset: int,
+    limit: int,
+) -> dict[str, Any]:
     sites = sel.report_json["latent_sites" if latent else "sites"]
     sites = query.filter_sites(sites, kind=kind, file=file, op=op, step=step)
     try:
@@ -135,8 +173,16 @@ def sites_impl(sel: Selection, *, latent: bool, kind: str | None, file: str | No
     return query.page(ordered, offset, limit, loading=sel.loading)
 
 
-def syncs_impl(sel: Selection, *, latent: bool, site: str | None, kind: str | None,
-               step: int | None, offset: int, limit: int) -> dict[str, Any]:
+def syncs_impl(
+    sel: Selection,
+    *,
+    latent: bool,
+    site: str | None,
+    kind: str | None,
+    step: int | None,
+    offset: int,
+    limit: int,
+) -> dict[str, Any]:
     syncs = sel.report_json["latent" if latent else "syncs"]
     syncs = query.filter_syncs(syncs, site=site, kind=kind, step=step)
     return query.page(syncs, offset, limit, loading=sel.loading)
@@ -169,15 +215,15 @@ def _safe_filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "report"
 
 
-def export_impl(sel: Selection, fmt: str, stem_parts: list[str | None]
-                ) -> tuple[bytes, str, str]:
+def export_impl(sel: Selection, fmt: str, stem_parts: list[str | None]) -> tuple[bytes, str, str]:
     """``(body, media type, file name)`` of the selection in an output format."""
     from tb_syncfinder import outputs
 
     output = outputs.FORMATS.get(fmt)
     if output is None:
         raise errors.InvalidArgumentError(
-            f"unknown format {fmt!r}; one of {', '.join(outputs.FORMATS)}")
+            f"unknown format {fmt!r}; one of {', '.join(outputs.FORMATS)}"
+        )
     report_set = outputs.ReportSet(sel.report_json, {sel.run: sel.report_json})
     try:
         body = output.render(report_set, outputs.RenderOptions())

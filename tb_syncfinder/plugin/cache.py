@@ -29,10 +29,17 @@ def _stored_shape() -> str:
     models changes the key, so an old pickle (which lacks it) is never served."""
     from tb_syncfinder import models
 
-    classes = (models.TraceResult, models.TraceInfo, models.Sync, models.Frame, models.Source,
-               models.StepStats)
-    return ";".join(f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}"
-                    for c in classes)
+    classes = (
+        models.TraceResult,
+        models.TraceInfo,
+        models.Sync,
+        models.Frame,
+        models.Source,
+        models.StepStats,
+    )
+    return ";".join(
+        f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}" for c in classes
+    )
 
 
 STORED_SHAPE = _stored_shape()
@@ -47,8 +54,15 @@ def default_cache_dir() -> str:
 def cache_key(path: str, size: int | None, mtime_ns: int | None, options_digest: str) -> str:
     """Hex digest naming one (file version, package version, options) combination."""
     text = "\0".join(
-        [str(CACHE_FORMAT), STORED_SHAPE, __version__, path, str(size), str(mtime_ns),
-         options_digest]
+        [
+            str(CACHE_FORMAT),
+            STORED_SHAPE,
+            __version__,
+            path,
+            str(size),
+            str(mtime_ns),
+            options_digest,
+        ]
     )
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 

@@ -423,8 +423,12 @@ class TraceLoader:
             # it again on the next poll instead of leaving it RUNNING for ever.
             with self.lock:
                 run = self.runs.get(state.ref.run)
-                if (not self._stop.is_set() and run is not None
-                        and run.traces.get(state.ref.path) is state and state.status == RUNNING):
+                if (
+                    not self._stop.is_set()
+                    and run is not None
+                    and run.traces.get(state.ref.path) is state
+                    and state.status == RUNNING
+                ):
                     state.status = RETRY
             return
         except Exception as exc:  # noqa: BLE001 - per-file errors are data
@@ -502,5 +506,6 @@ class TraceLoader:
                     settled.append((state.ref, state.result, None))
                 elif state.status == ERROR:
                     settled.append((state.ref, None, state.error or "unknown error"))
-        return [result if error is None else error_result(ref, error)
-                for ref, result, error in settled]
+        return [
+            result if error is None else error_result(ref, error) for ref, result, error in settled
+        ]

@@ -30,18 +30,19 @@ def text(request: wrappers.Request, name: str, required: bool = False) -> str | 
     return value
 
 
-def integer(request: wrappers.Request, name: str, default: int | None, lo: int, hi: int
-            ) -> int | None:
+def integer(
+    request: wrappers.Request, name: str, default: int | None, lo: int, hi: int
+) -> int | None:
     value_text = text(request, name)
     if value_text is None:
         return default
     if not re.fullmatch(r"-?\d{1,12}", value_text.strip()):
         raise errors.InvalidArgumentError(
-            f"parameter {name!r} must be an integer, got {value_text!r}")
+            f"parameter {name!r} must be an integer, got {value_text!r}"
+        )
     value = int(value_text)
     if not lo <= value <= hi:
-        raise errors.InvalidArgumentError(
-            f"parameter {name!r} must be in {lo}..{hi}, got {value}")
+        raise errors.InvalidArgumentError(f"parameter {name!r} must be in {lo}..{hi}, got {value}")
     return value
 
 
@@ -57,8 +58,7 @@ def flag(request: wrappers.Request, name: str) -> bool:
 def kind(request: wrappers.Request) -> str | None:
     value = text(request, "kind")
     if value is not None and value not in KIND_NAMES:
-        raise errors.InvalidArgumentError(
-            f"unknown kind {value!r}; one of {', '.join(KIND_NAMES)}")
+        raise errors.InvalidArgumentError(f"unknown kind {value!r}; one of {', '.join(KIND_NAMES)}")
     return value
 
 

@@ -58,8 +58,11 @@ def make_engine_options(settings: PluginSettings) -> Any:
     sources (so its runs resolve for a plain ``tensorboard --logdir`` from any folder)."""
     from tb_syncfinder import engine
 
-    return engine.Options(source_roots=tuple(settings.source_roots),
-                          path_map=tuple(settings.path_map), source_packs=SOURCE_PACKS)
+    return engine.Options(
+        source_roots=tuple(settings.source_roots),
+        path_map=tuple(settings.path_map),
+        source_packs=SOURCE_PACKS,
+    )
 
 
 def _json_dumps(obj: Any) -> str:
@@ -87,8 +90,9 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         if settings is None:
             settings = settings_from_flags(context.flags, context.logdir)
         self.settings = settings
-        self.guard = SourceGuard(*with_source_packs(settings.source_roots, settings.path_map,
-                                                    SOURCE_PACKS))
+        self.guard = SourceGuard(
+            *with_source_packs(settings.source_roots, settings.path_map, SOURCE_PACKS)
+        )
         self.loader = TraceLoader(
             settings.logdirs,
             make_engine_options(settings),
@@ -160,12 +164,14 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, _json_dumps(obj), "application/json", code=status)
 
     @staticmethod
-    def _answer(request: wrappers.Request, sel: Selection, key: tuple,
-                make: Callable[[], Any]) -> Any:
+    def _answer(
+        request: wrappers.Request, sel: Selection, key: tuple, make: Callable[[], Any]
+    ) -> Any:
         """A selection's answer, encoded once (TensorBoard unzips it for a client that does
         not take gzip)."""
-        return http_util.Respond(request, sel.answer(key, make), "application/json",
-                                 content_encoding="gzip")
+        return http_util.Respond(
+            request, sel.answer(key, make), "application/json", content_encoding="gzip"
+        )
 
     def _selection(self, request: wrappers.Request) -> Selection:
         worker = params.text(request, "worker")
@@ -230,8 +236,9 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             offset=params.integer(request, "offset", 0, 0, 10**9),
             limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
         )
-        return self._answer(request, sel, ("sites", *sorted(args.items())),
-                            lambda: api.sites_impl(sel, **args))
+        return self._answer(
+            request, sel, ("sites", *sorted(args.items())), lambda: api.sites_impl(sel, **args)
+        )
 
     def _syncs(self, request: wrappers.Request) -> Any:
         sel = self._selection(request)
@@ -243,14 +250,14 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             offset=params.integer(request, "offset", 0, 0, 10**9),
             limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
         )
-        return self._answer(request, sel, ("syncs", *sorted(args.items())),
-                            lambda: api.syncs_impl(sel, **args))
+        return self._answer(
+            request, sel, ("syncs", *sorted(args.items())), lambda: api.syncs_impl(sel, **args)
+        )
 
     def _sync(self, request: wrappers.Request) -> Any:
         sel = self._selection(request)
         sync_id = params.text(request, "id", True)
-        return self._answer(request, sel, ("sync", sync_id),
-                            lambda: api.sync_impl(sel, sync_id))
+        return self._answer(request, sel, ("sync", sync_id), lambda: api.sync_impl(sel, sync_id))
 
     def _job(self, request: wrappers.Request) -> Any:
         sel = self._selection(request)
@@ -266,8 +273,9 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         new = self._selection(request)
         base_worker = params.text(request, "base_worker")
         base_span = params.text(request, "base_span")
-        base_run = self.selections.lookup(params.text(request, "base", required=True),
-                                          base_worker, base_span, what="base")
+        base_run = self.selections.lookup(
+            params.text(request, "base", required=True), base_worker, base_span, what="base"
+        )
         base = self.selections.get(base_run, base_worker, base_span)
         return self._respond(request, api.compare_impl(base, new))
 
@@ -277,5 +285,6 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         stem = [sel.run, params.text(request, "worker"), params.text(request, "span")]
         body, media_type, filename = api.export_impl(sel, fmt, stem)
         disposition = f'attachment; filename="{filename}"'
-        return http_util.Respond(request, body, media_type,
-                                 headers=[("Content-Disposition", disposition)])
+        return http_util.Respond(
+            request, body, media_type, headers=[("Content-Disposition", disposition)]
+        )

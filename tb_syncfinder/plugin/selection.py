@@ -83,8 +83,10 @@ def workers_of(loader: TraceLoader, run: RunState) -> list[dict[str, Any]]:
     for ref in refs:
         spans.setdefault(ref.worker, set()).add(ref.span)
     return [
-        {"name": worker,
-         "spans": sorted(values, key=lambda s: (s is not None, len(s or ""), s or ""))}
+        {
+            "name": worker,
+            "spans": sorted(values, key=lambda s: (s is not None, len(s or ""), s or "")),
+        }
         for worker, values in sorted(spans.items())
     ]
 
@@ -99,8 +101,13 @@ class Selections:
         self._build_locks: dict[tuple, threading.Lock] = {}
         self._indexes: OrderedDict[tuple, dict[str, set[str | None]]] = OrderedDict()
 
-    def lookup(self, run_name: str | None, worker: str | None = None,
-               span: str | None = None, what: str = "run") -> RunState:
+    def lookup(
+        self,
+        run_name: str | None,
+        worker: str | None = None,
+        span: str | None = None,
+        what: str = "run",
+    ) -> RunState:
         """The run, after checking that worker and span name something it holds."""
         if run_name is None:
             raise errors.InvalidArgumentError(f"parameter {what!r} is required")
@@ -111,7 +118,8 @@ class Selections:
         if worker is not None and worker not in spans_by_worker:
             raise errors.NotFoundError(f"unknown worker {worker!r} in run {run_name!r}")
         if span is not None and not any(
-            span in spans for name, spans in spans_by_worker.items()
+            span in spans
+            for name, spans in spans_by_worker.items()
             if worker is None or name == worker
         ):
             raise errors.NotFoundError(f"unknown span {span!r} in run {run_name!r}")
@@ -177,5 +185,12 @@ class Selections:
         contexts: dict[str, dict[str, Any]] = {}
         for result in results:
             contexts.update(result.contexts or {})
-        return Selection(run.name, report_json, syncs_by_id, sites_by_key, contexts, loading,
-                         _top_kinds(report_json["syncs"]))
+        return Selection(
+            run.name,
+            report_json,
+            syncs_by_id,
+            sites_by_key,
+            contexts,
+            loading,
+            _top_kinds(report_json["syncs"]),
+        )

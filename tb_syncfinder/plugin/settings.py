@@ -103,7 +103,9 @@ def default_source_roots(cwd: str | None = None) -> list[str]:
     if os.path.dirname(cwd) == cwd:
         logger.warning(
             "sync_advisor: TensorBoard runs from %s; no source files are shown unless "
-            "--sync_advisor_source_root names the project folder", cwd)
+            "--sync_advisor_source_root names the project folder",
+            cwd,
+        )
         return []
     return [cwd]
 

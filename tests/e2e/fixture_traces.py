@@ -330,8 +330,9 @@ def write_fixture(root: Path) -> Path:
     write_collective_run(logdir)
     # Loose trace files of two machines in one folder: each counts its own steps.
     write_run(logdir, "two_machines", item=True, nonzero=False, steps=3, worker="hostA_101")
-    write_run(logdir, "two_machines", item=True, nonzero=True, steps=2, first_step=550,
-              worker="hostB_202")
+    write_run(
+        logdir, "two_machines", item=True, nonzero=True, steps=2, first_step=550, worker="hostB_202"
+    )
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
     return logdir

@@ -567,12 +567,19 @@ def test_steps_of_two_machines_are_drawn_per_worker_and_a_click_picks_its_worker
     chart = page.wait_for_selector("[data-testid=step-chart]")
     assert chart.get_attribute("data-groups") == "2"
     labels = page.eval_on_selector_all(
-        ".sa-chart text.group-label", "ts => ts.map(t => t.textContent)")
+        ".sa-chart text.group-label", "ts => ts.map(t => t.textContent)"
+    )
     assert labels == ["hostA_101", "hostB_202"]
     steps = page.eval_on_selector_all(
-        ".sa-chart g.step", "gs => gs.map(g => [g.dataset.worker, g.dataset.step])")
-    assert steps == [["hostA_101", "1"], ["hostA_101", "2"], ["hostA_101", "3"],
-                     ["hostB_202", "550"], ["hostB_202", "551"]]
+        ".sa-chart g.step", "gs => gs.map(g => [g.dataset.worker, g.dataset.step])"
+    )
+    assert steps == [
+        ["hostA_101", "1"],
+        ["hostA_101", "2"],
+        ["hostA_101", "3"],
+        ["hostB_202", "550"],
+        ["hostB_202", "551"],
+    ]
     # On one axis 1 2 3 550 551 would read as one worker's steps; a step belongs to a worker.
     page.click(".sa-chart g.step[data-worker=hostB_202][data-step='550']")
     page.wait_for_function("location.hash.includes('step=550')")
@@ -718,7 +725,7 @@ def test_a_kind_the_dashboard_never_heard_of_shows_with_the_catalogues_label_and
     badge.wait_for()
     assert badge.inner_text() == kind.label
     assert badge.get_attribute("title") == kind.description
-    red, green, blue = (int(kind.colour[i:i + 2], 16) for i in (1, 3, 5))
+    red, green, blue = (int(kind.colour[i : i + 2], 16) for i in (1, 3, 5))
     colour = badge.evaluate("el => getComputedStyle(el).backgroundColor")
     assert colour == f"rgb({red}, {green}, {blue})", colour
     assert page_errors == []

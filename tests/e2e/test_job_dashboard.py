@@ -31,15 +31,17 @@ def job_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo not available")
     logdir = tmp_path_factory.mktemp("job_logdir")
-    record_gloo_job(logdir / "gloo_job", world=WORLD, late_rank=LATE_RANK, delay_s=0.08,
-                    steps=STEPS)
+    record_gloo_job(
+        logdir / "gloo_job", world=WORLD, late_rank=LATE_RANK, delay_s=0.08, steps=STEPS
+    )
     single = KinetoTraceBuilder()
     with single.step(1):
         item_sync(single, stack=[("train.py", 4, "train_step")])
     single.write(logdir / "single" / "worker0.pt.trace.json")
     # TensorBoard runs from the job folder: the default source root holds train_gloo.py.
-    with serve_tensorboard(logdir, cwd=logdir / "gloo_job",
-                           expected_runs={"gloo_job", "single"}) as base:
+    with serve_tensorboard(
+        logdir, cwd=logdir / "gloo_job", expected_runs={"gloo_job", "single"}
+    ) as base:
         yield base
 
 

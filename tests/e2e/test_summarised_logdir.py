@@ -17,8 +17,8 @@ skip_without_browser()
 
 
 def test_a_summarised_job_is_served_and_its_traces_without_summary_are_named(
-        tmp_path: Any, browser: Any, page_errors: list[str],
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Any, browser: Any, page_errors: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     source = tmp_path / "train.py"
     source.write_text("import torch\n\n\ndef train_step(loss):\n    return loss.item()\n")
     job = tmp_path / "logs" / "job"
@@ -29,9 +29,21 @@ def test_a_summarised_job_is_served_and_its_traces_without_summary_are_named(
     for rank in range(1, 5):
         shutil.copy(first, job / f"rank{rank}.pt.trace.json")
     for rank in range(3):  # summarised on "the cluster": ranks 3 and 4 are not
-        assert cli_main(["report", str(job / f"rank{rank}.pt.trace.json"),
-                         "--write-summaries", "--json", "-o", os.devnull,
-                         "--source-root", str(tmp_path)]) == 0
+        assert (
+            cli_main(
+                [
+                    "report",
+                    str(job / f"rank{rank}.pt.trace.json"),
+                    "--write-summaries",
+                    "--json",
+                    "-o",
+                    os.devnull,
+                    "--source-root",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
 
     with serve_tensorboard(tmp_path / "logs", cwd=tmp_path, expected_runs={"job"}) as base:

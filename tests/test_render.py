@@ -538,3 +538,28 @@ def test_a_site_says_what_its_location_alone_does_not_backward_library_and_candi
     assert "synced in /venv/site-packages/hf/utils.py:880 (_has_unfinished)" in text
     assert "candidate lines 7, 9" in text
     assert text.count("backward of") == 1 and text.count("candidate lines") == 1
+
+
+def test_a_wrapped_kind_list_continues_under_its_text_not_under_a_second_label(
+    sample_report: Report, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    kinds = {
+        "scalar_readback": 12,
+        "dynamic_shape": 3,
+        "blocking_host_to_device": 2,
+        "explicit_sync": 1,
+        "allocator_sync": 1,
+        "collective_wait": 1,
+    }
+    report = dataclasses.replace(
+        sample_report, summary=dataclasses.replace(sample_report.summary, by_kind=kinds)
+    )
+    monkeypatch.setenv("COLUMNS", "60")
+    lines = render_report(report, color=False).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("by kind"))
+    assert lines[start + 1].strip() and "by kind" not in lines[start + 1]
+    assert sum("by kind" in line for line in lines) == 1
+    indent = lines[start].index("scalar_readback")
+    assert lines[start + 1][:indent].strip() == ""

@@ -494,9 +494,7 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int, cpu_only:
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
-        lines.extend(
-            wrap(", ".join(f"{k} {v}" for k, v in kinds), width, _label("by kind"), " " * 0)
-        )
+        lines.extend(_wrap_labelled("by kind", ", ".join(f"{k} {v}" for k, v in kinds), width))
     return lines
 
 

@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Optional, Protocol
 
-import msgspec
-
 from tb_syncfinder.attribute import Attributor, called_name
 from tb_syncfinder.models import Sync
+from tb_syncfinder.reader import Args
 from tb_syncfinder.timeline import PYTHON, HostThread, Timeline
 
 __all__ = [
@@ -355,23 +354,10 @@ def parse_distributed_info(info: Optional[Mapping[str, Any]]) -> Optional[Distri
 # -- collective arguments ---------------------------------------------------------------------
 
 
-class CommArgs(msgspec.Struct, gc=False, omit_defaults=True):
-    """The ``args`` of collective ops and kernels (``reader.Args`` has these attributes).
-
-    Field names are Kineto's; values vary in type between versions, hence ``Any``."""
-
-    collective_name: Any = msgspec.field(default=None, name="Collective name")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    pg_id: Any = msgspec.field(default=None, name="Process Group ID")  # before 2024-04
-    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    dtype: Any = None
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")  # 2023: nccl:* ops
-    input_type: Any = msgspec.field(default=None, name="Input type")
-    seq: Any = msgspec.field(default=None, name="Seq")  # 2026+
+# The ``args`` of collective ops and kernels: the reader keeps Kineto's collective keys
+# (Collective name, process group, message sizes, dtype, Seq; Input Dims / Input type on
+# 2023 nccl:* ops) on its ``Args``, under these attribute names.
+CommArgs = Args
 
 
 class CommArgsSource(Protocol):
@@ -384,9 +370,8 @@ class CommArgsSource(Protocol):
 
 
 class ReaderArgs:
-    """The collective arguments as the reader kept them (``reader.Args`` has ``CommArgs``'
-    attribute names, less the 2023 ``Input Dims`` / ``Input type``), and the file's clock
-    facts from ``TraceData``."""
+    """The collective arguments as the reader kept them (``reader.Args``), and the file's
+    clock facts from ``TraceData``."""
 
     def __init__(self, base_time_ns: Optional[int] = None, host_name: Optional[str] = None) -> None:
         self.base_time_ns = base_time_ns
@@ -467,8 +452,8 @@ def _fill_from_args(c: Collective, sourced: Sequence[tuple[str, Optional[CommArg
     # 2023 traces: the size and type of the first input of the nccl:* op.
     for _src, a in ranked:
         if c.in_nelems is None:
-            c.in_nelems = _dims_nelems(getattr(a, "input_dims", None))
-        types = getattr(a, "input_type", None)
+            c.in_nelems = _dims_nelems(a.input_dims)
+        types = a.input_type
         if (
             c.dtype is None
             and isinstance(types, list)

@@ -1042,7 +1042,7 @@ class _Reader:
                 if events is None:
                     raw = bytes(chunk)
                 elif buf.find(_PROBE_NAME, a, k) >= 0 or buf.find(_PROBE_NCCL, a, k) >= 0:
-                    self._attach_concrete_inputs(chunk, events)
+                    self._attach_probed_args(chunk, events)
         finally:
             buf[a], buf[k] = saved_a, saved_k
         self.chunks += 1
@@ -1062,9 +1062,10 @@ class _Reader:
         self.entries += len(doc)
         return _lenient_events(doc, self.counts)
 
-    def _attach_concrete_inputs(self, chunk: memoryview, events: list[Any]) -> None:
+    def _attach_probed_args(self, chunk: memoryview, events: list[Any]) -> None:
         """Set ``args.concrete_inputs`` on the chunk's ``aten::repeat_interleave`` events
-        (the only ones that need it: an ``output_size`` means the op does not sync)."""
+        (the only ones that need it: an ``output_size`` means the op does not sync), and
+        ``args.input_dims`` / ``input_type`` on its ``nccl:*`` ops (2023 collective sizes)."""
         try:
             probes = _PROBE_DECODER.decode(chunk)
         except (msgspec.ValidationError, msgspec.DecodeError):

@@ -283,9 +283,21 @@ def summarised(
     return found, missing
 
 
-def summary_exists(store: SummaryStore, trace_path: str) -> bool:
-    """Whether ``trace_path`` has a summary file, valid or not (cheap: one stat)."""
-    path = store.path_for(trace_path)
+def has_summaries(store: SummaryStore, trace_paths: Sequence[str]) -> bool:
+    """Whether any of ``trace_paths`` has a summary file, valid or not. Beside the traces
+    that is one look per ``.sync_advisor`` folder, not one per trace: the plugin asks at
+    every scan, and on remote storage each look is a request."""
+    if store.directory is not None:
+        return _exists(store.directory) and any(
+            _exists(store.path_for(path)) for path in trace_paths
+        )
+    return any(
+        _exists(folder)
+        for folder in {os.path.dirname(store.path_for(path)) for path in trace_paths}
+    )
+
+
+def _exists(path: str) -> bool:
     try:
         if is_remote(path):
             from torch_tb_profiler import io as tb_io

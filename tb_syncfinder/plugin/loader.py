@@ -27,7 +27,7 @@ from typing import Any
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
-from tb_syncfinder.summaries import SummaryStore, summary_exists
+from tb_syncfinder.summaries import SummaryStore, has_summaries
 
 logger = logging.getLogger(__name__)
 
@@ -309,13 +309,13 @@ class TraceLoader:
         return None
 
     def _is_summarised(self, run: RunState, refs: list[TraceRef]) -> bool:
-        """Whether any trace of the run has a summary file (valid or not). Once a trace was
+        """Whether the run has summaries (``summaries.has_summaries``). Once a trace was
         served from its summary the run stays summarised without looking again."""
         if self.summaries is None:
             return False
         if any(state.from_summary for state in run.traces.values()):
             return True
-        return any(summary_exists(self.summaries, ref.path) for ref in refs)
+        return has_summaries(self.summaries, [ref.path for ref in refs])
 
     def _key(self, state: TraceState) -> str:
         return cache_key(state.ref.path, state.size, state.mtime_ns, self.options_digest)

@@ -1,6 +1,11 @@
 """tb-syncfinder: the Sync Advisor for PyTorch profiler traces."""
 
-from tb_syncfinder.models import SCHEMA, Report
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tb_syncfinder.models import SCHEMA, Report
 
 __version__ = "0.1.0"
 
@@ -13,6 +18,16 @@ def analyze(path, **options) -> Report:
 
     options.setdefault("source_packs", SOURCE_PACKS)
     return _analyze(path, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # The records are imported on first use, so that ``tb-syncfinder --help`` and the
+    # plugin's registration with TensorBoard do not pay for them.
+    if name in ("SCHEMA", "Report"):
+        from tb_syncfinder import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module 'tb_syncfinder' has no attribute {name!r}")
 
 
 __all__ = ["SCHEMA", "Report", "analyze", "__version__"]

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
 from tb_syncfinder.catalogue import is_warmup_listed
+from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_context
 from tb_syncfinder.cost import estimated_saving_us, step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
-from tb_syncfinder.jobs import job_stage, rank_trace
 from tb_syncfinder.models import (
     Attribution,
     Report,
@@ -50,10 +50,10 @@ from tb_syncfinder.source import (
     with_source_packs,
 )
 from tb_syncfinder.timeline import Timeline, build_timeline
-from tb_syncfinder.whatif import TraceWhatIf, collective_earlier, replay_stage
 
 if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
+    from tb_syncfinder.whatif import TraceWhatIf
 
 __all__ = [
     "NoTracesError",
@@ -210,14 +210,14 @@ def _site_key(attribution: Attribution, source: Source | None) -> str:
 
 
 def _trace_savings(
-    whatif: TraceWhatIf, syncs: list[Sync], steps: list[StepStats], step_markers: bool
+    whatif: TraceWhatIf | None, syncs: list[Sync], steps: list[StepStats], step_markers: bool
 ) -> TraceSavings:
     """The what-if stage's figures for the report: the replay's, else the bound's with the
-    reason the replay was not used."""
+    reason the replay was not used (``whatif`` None: the stage did not run)."""
     groups: dict[str, list[int]] = {}
     for index, sync in enumerate(syncs):
         groups.setdefault(sync.site_key, []).append(index)
-    result = whatif.result
+    result = whatif.result if whatif is not None else None
     if result is None or not result.available:
         reason = (
             "no device activity: nothing to replay"
@@ -268,14 +268,18 @@ def _analyze_data(
     prefix = sync_id_prefix(ref.path)
     built: list[list[Sync]] = []
     first_id = 0
-    whatif = TraceWhatIf(None, [], {}, {})
+    # None: no replay (switched off, or no device activity to replay). The stage, and numpy
+    # with it, is imported only for a trace it runs on: a CPU trace starts faster.
+    whatif: TraceWhatIf | None = None
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
         keys = [_site_key(a, src) for a, src in zip(attributions, sources, strict=True)]
         savings: list[float | None] = [None] * len(episodes)
-        if first_id == 0 and options.whatif:  # the blocking episodes, not the latent ones
+        if first_id == 0 and options.whatif and tl.has_gpu_activity:  # blocking ones only
+            from tb_syncfinder.whatif import replay_stage
+
             # Syncs listed apart (the profiler's own, warm-up allocations) are replayed
             # each alone but counted in no site's group and not in "every sync removed".
             apart = [
@@ -312,7 +316,9 @@ def _analyze_data(
     syncs, latent = (
         [s for s in found if not (s.profiler_overhead or s.warmup_allocator)] for found in built
     )
-    steps = step_stats(tl, syncs, whatif.steps, whatif.per_step_us)
+    steps = step_stats(
+        tl, syncs, whatif.steps if whatif else {}, whatif.per_step_us if whatif else {}
+    )
     trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps))
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
@@ -327,10 +333,16 @@ def _analyze_data(
         info.steps = 1 if steps else 0
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
-    rank = rank_trace(
-        tl, ref, distributed_info, syncs + latent, resolver, prefix, base_time_ns, host_name
-    )
-    if rank is not None and whatif.result is not None and syncs:
+    rank = None
+    if is_job_rank(distributed_info):  # the job stage's input, imported for a rank's trace
+        from tb_syncfinder.jobs import rank_trace
+
+        rank = rank_trace(
+            tl, ref, distributed_info, syncs + latent, resolver, prefix, base_time_ns, host_name
+        )
+    if rank is not None and whatif is not None and whatif.result is not None and syncs:
+        from tb_syncfinder.whatif import collective_earlier
+
         # Only here, while the replay's graph is alive: how much earlier each collective
         # of this rank starts without each sync, for the job stage's causes.
         rank.replayed_earlier = collective_earlier(
@@ -353,6 +365,10 @@ def _run_report(members: Sequence[TraceResult]) -> Report:
     """One run's report; a run whose traces are ranks of a job goes through the job stage
     (``jobs.py``: syncs that waited for a late peer relabelled, job costs per site, the
     ``job`` object)."""
+    if not any(m.rank is not None for m in members):
+        return build_report(list(members))
+    from tb_syncfinder.jobs import job_stage
+
     stage = job_stage(members)
     if stage is None:
         return build_report(list(members))

@@ -14,7 +14,7 @@ clock, as Kineto wrote it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 SCHEMA = "tb_syncfinder.report/1"
 
@@ -427,6 +427,162 @@ class RunsReport:
     results: list[TraceResult] = field(default_factory=list)
 
 
-# Last: collectives imports this module's records (its own import of ``Sync`` is then
-# complete); the name must be here for msgspec to decode a stored TraceResult.
-from tb_syncfinder.collectives import RankTrace  # noqa: E402
+# -- the job stage's input (collectives.extract_rank builds it; ranks.py reads it) ------
+
+# Collectives after which every rank leaves at nearly the same instant: their ends estimate
+# the clock offsets between hosts. Broadcast (the root may finish first), point-to-point and
+# uneven all-to-all are not such collectives.
+BLOCKING_COLLECTIVES = frozenset(
+    {
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "barrier",
+        "allreducecoalesced",
+        "allgathercoalesced",
+        "reducescattercoalesced",
+    }
+)
+# Sizes are the same on every rank only for these; all-to-all(v), gather and scatter may
+# differ per rank legitimately, so only their name and dtype are compared.
+SYMMETRIC_COLLECTIVES = BLOCKING_COLLECTIVES | {"broadcast", "reduce"}
+
+
+@dataclass(frozen=True)
+class ProcessGroupInfo:
+    """One process group as ``distributedInfo.pg_config`` (or a collective) names it."""
+
+    name: str  # pg_name ("0" is the default group), or str(Process Group ID) before 2024
+    ranks: Optional[tuple[int, ...]] = None  # global ranks, None when not recorded
+    desc: Optional[str] = None  # "default_pg", "undefined"...
+    size: Optional[int] = None
+    backend_config: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DistributedInfo:
+    """``distributedInfo`` of one trace."""
+
+    rank: Optional[int]
+    world_size: Optional[int]
+    backend: Optional[str] = None
+    groups: tuple[ProcessGroupInfo, ...] = ()  # pg_config; empty before 2024
+    nccl_version: Optional[str] = None
+
+
+@dataclass
+class Collective:
+    """One collective as one rank saw it. Times are this trace's ``ts`` (microseconds, on
+    its own clock: see ``RankTrace.base_time_ns``); the job stage converts them."""
+
+    index: int  # position among this rank's collectives, in issue order
+    name: str  # canonical_collective(...)
+    group: str  # process group name ("" = not recorded)
+    group_ranks: Optional[tuple[int, ...]] = None
+    in_nelems: Optional[int] = None
+    out_nelems: Optional[int] = None
+    dtype: Optional[str] = None
+    host_op: Optional[str] = None  # outermost host op: c10d::allreduce_, record_param_comms
+    enqueue_ts: Optional[float] = None  # host op start / end (None: before the window)
+    enqueue_end: Optional[float] = None
+    exec_ts: Optional[float] = None  # kernel (or gloo op) start / end (None: not recorded)
+    exec_end: Optional[float] = None
+    exec_kind: Optional[str] = None  # "kernel" | "cpu_op" | None
+    exec_name: Optional[str] = None  # kernel or gloo op name
+    thread: Any = None  # host tid of the enqueue
+    step: Optional[int] = None  # ProfilerStep number at the enqueue (or the execution)
+    seq: Optional[int] = None  # ``Seq`` argument (2026+); recorded, not trusted for matching
+
+    @property
+    def arrival_ts(self) -> Optional[float]:
+        """When this rank reached the collective: the kernel (or gloo op) start, else the
+        host enqueue (a kernel not in the trace)."""
+        return self.exec_ts if self.exec_ts is not None else self.enqueue_ts
+
+    @property
+    def arrival_source(self) -> str:
+        if self.exec_ts is not None:
+            return self.exec_kind or "kernel"
+        return "enqueue"
+
+    @property
+    def exit_ts(self) -> Optional[float]:
+        """When this rank left it: the execution's end, else the host op's end."""
+        return self.exec_end if self.exec_end is not None else self.enqueue_end
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must agree between the ranks' k-th collective of a group."""
+        if self.name in SYMMETRIC_COLLECTIVES:
+            return (self.name, self.dtype, self.in_nelems, self.out_nelems)
+        return (self.name, self.dtype)
+
+    def describe(self) -> str:
+        parts = [self.name]
+        if self.in_nelems is not None:
+            parts.append(f"{self.in_nelems} elems")
+        if self.dtype:
+            parts.append(self.dtype)
+        return " ".join(parts)
+
+
+@dataclass
+class HostWait:
+    """A stretch of host time one rank spent blocked, with the line that blocked it: a
+    host-device sync found by the engine, or a blocking Python call (``time.sleep``, a lock,
+    a queue) found here. What the cause fallback may hold responsible for lateness."""
+
+    id: str  # Sync.id for syncs; "<trace prefix>-w<n>" for blocking calls
+    kind: str  # the sync's kind (scalar_readback...) or "blocking_call"
+    site_key: str  # "file:line:op", as aggregate.site_key
+    ts: float  # this trace's clock
+    end: float
+    wait_us: float  # time blocked (for a sync: the blocking calls' total, packed at the end)
+    op: Optional[str] = None  # aten::item / time.sleep
+    file: Optional[str] = None
+    line: Optional[int] = None
+    func: Optional[str] = None
+    line_exact: bool = False
+    step: Optional[int] = None
+    thread: Any = None
+    is_sync: bool = True
+    latent: bool = False  # a CPU-only trace's would-sync (no wait of its own)
+
+
+@dataclass(frozen=True)
+class StepSpan:
+    number: int
+    ts: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.ts
+
+
+@dataclass
+class RankTrace:
+    """Everything the job stage needs from one trace (no raw events: picklable, small)."""
+
+    path: str
+    worker: str
+    dist: Optional[DistributedInfo]
+    base_time_ns: Optional[int]  # baseTimeNanoseconds; None: ts are absolute unix us
+    host_name: Optional[str]
+    span: tuple[float, float]  # first / last instant of the trace (its clock)
+    collectives: list[Collective] = field(default_factory=list)
+    steps: list[StepSpan] = field(default_factory=list)
+    waits: list[HostWait] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be read, and why
+    # The what-if replay's answer for the job stage (``whatif.collective_earlier``): per
+    # Sync.id, per Collective.index, how much earlier this rank's collective kernel would
+    # start without that sync. Empty without a replay or without collective kernels.
+    replayed_earlier: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> Optional[int]:
+        return self.dist.rank if self.dist is not None else None
+
+    @property
+    def base_us(self) -> float:
+        """Add to ``ts`` for unix microseconds (0 for pre-2024 absolute timestamps)."""
+        return (self.base_time_ns or 0) / 1000.0

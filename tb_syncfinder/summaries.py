@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import tempfile
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -47,8 +46,6 @@ _COMPRESS_ABOVE = 16 * 1024
 def stored_shape() -> str:
     """The field names of everything a stored TraceResult holds: adding a field to the
     models changes it, so a summary written before (which lacks the field) is never used."""
-    from tb_syncfinder import collectives
-
     classes = (
         TraceResult,
         models.TraceInfo,
@@ -57,12 +54,12 @@ def stored_shape() -> str:
         models.Source,
         models.StepStats,
         models.TraceSavings,
-        collectives.RankTrace,
-        collectives.DistributedInfo,
-        collectives.ProcessGroupInfo,
-        collectives.Collective,
-        collectives.StepSpan,
-        collectives.HostWait,
+        models.RankTrace,
+        models.DistributedInfo,
+        models.ProcessGroupInfo,
+        models.Collective,
+        models.StepSpan,
+        models.HostWait,
     )
     return ";".join(
         f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}" for c in classes
@@ -253,6 +250,8 @@ class SummaryStore:
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
         # Write then rename: a reader (a plugin, another task) never sees half a summary.
+        import tempfile  # writing only: a report that reads summaries never needs it
+
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
         try:
             with os.fdopen(fd, "wb") as handle:

@@ -1,0 +1,109 @@
+"""Start-up: every module imports on its own, and a report loads only the stages it runs.
+
+Speed itself is measured by ``bench/bench_startup.py``; these check the structure that
+keeps it: no import cycle that only works in one order, and the replay (numpy) and the
+job stage imported only for a trace that needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kineto_builder import KinetoTraceBuilder
+
+import tb_syncfinder
+
+REPO = Path(__file__).resolve().parents[1]
+# The demo's workloads import torch and run at import, and ``__main__`` runs the CLI.
+NOT_IMPORTED_ALONE = {"tb_syncfinder.demo.cnn", "tb_syncfinder.demo.seg", "tb_syncfinder.__main__"}
+
+
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
+    names = sorted(
+        m.name
+        for m in pkgutil.walk_packages(tb_syncfinder.__path__, "tb_syncfinder.")
+        if m.name not in NOT_IMPORTED_ALONE
+    )
+    # Each module imported first, with every tb_syncfinder module forgotten before: an
+    # import cycle that works only when another module happens to be imported first fails.
+    code = """
+import importlib, sys, traceback
+failed = []
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split(".")[0] == "tb_syncfinder"]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception:
+        failed.append(name + ": " + traceback.format_exc(limit=1).strip().splitlines()[-1])
+print("\\n".join(failed))
+"""
+    proc = _python(code, *names)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", proc.stdout
+    assert len(names) > 30
+
+
+def _loaded_after_report(trace: Path) -> tuple[set[str], dict]:
+    code = """
+import contextlib, io, json, sys
+from tb_syncfinder.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["report", "--json", sys.argv[1]])
+print(json.dumps({"code": code, "modules": sorted(sys.modules), "report": out.getvalue()}))
+"""
+    proc = _python(code, str(trace))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["code"] == 0
+    return set(result["modules"]), json.loads(result["report"])
+
+
+def test_a_cpu_only_report_loads_neither_numpy_nor_the_replay_nor_the_job_stage(
+    tmp_path: Path,
+) -> None:
+    b = KinetoTraceBuilder(gpu=False)
+    with b.step(1), b.op("aten::nonzero", stack=[("train.py", 8, "train_step")]):
+        b.advance(30)
+    trace = b.write(tmp_path / "run" / "worker0.pt.trace.json")
+    modules, report = _loaded_after_report(trace)
+    assert report["traces"][0]["error"] is None
+    assert report["latent"], "the CPU trace's would-sync is reported"
+    assert "numpy" not in modules
+    assert "tb_syncfinder.whatif" not in modules
+    assert "tb_syncfinder.jobs" not in modules
+    assert "tb_syncfinder.ranks" not in modules
+
+
+def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path: Path) -> None:
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with b.op("aten::item", stack=[("train.py", 8, "train_step")], called="item"):
+            with b.op("aten::_local_scalar_dense"):
+                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                b.runtime("cudaStreamSynchronize")
+    trace = b.write(tmp_path / "run" / "worker0.pt.trace.json")
+    modules, report = _loaded_after_report(trace)
+    assert report["syncs"][0]["saving_method"] == "replay"
+    assert "tb_syncfinder.whatif" in modules
+    assert "numpy.ma" not in modules  # 25 ms of start-up for nothing (np.unique, percentile)
+    assert "tb_syncfinder.jobs" not in modules

@@ -61,6 +61,10 @@ _SKIP_DIRS = frozenset(
     }
 )
 _MAX_INDEXED_FILES = 50_000
+# Directory entries the suffix search lists under the roots before it stops: the default
+# root is the working directory, which may be a home folder or hold a dataset (a million
+# images took 3 s per run, in every plugin worker).
+_MAX_WALKED_ENTRIES = 200_000
 _MAX_SOURCE_BYTES = 5_000_000
 
 
@@ -364,6 +368,7 @@ class SourceResolver:
         self._found_library: dict[str, Path | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._index: dict[str, list[Path]] | None = None
+        self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
         self._alignments: dict[Any, Any] = {}
 
@@ -374,20 +379,47 @@ class SourceResolver:
             seen: set[Path] = set()  # nested roots (a checkout and its demo folder) walk twice
             count = 0
             for root in self.roots:
+                walked = 0
                 for dirpath, dirnames, filenames in os.walk(root):
                     dirnames[:] = [
                         d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")
                     ]
+                    walked += len(dirnames) + len(filenames)
                     for name in filenames:
-                        path = Path(dirpath, name)
-                        if name.endswith(".py") and path not in seen:
-                            seen.add(path)
-                            index.setdefault(name, []).append(path)
-                            count += 1
-                    if count > _MAX_INDEXED_FILES:
+                        if name.endswith(".py"):
+                            path = Path(dirpath, name)
+                            if path not in seen:
+                                seen.add(path)
+                                index.setdefault(name, []).append(path)
+                                count += 1
+                    if count > _MAX_INDEXED_FILES or walked > _MAX_WALKED_ENTRIES:
+                        self.search_cut.append(root)
+                        import logging  # only here: a CLI run that never cuts skips it
+
+                        logging.getLogger(__name__).warning(
+                            "sync advisor: the search for recorded source files under %s "
+                            "stopped after %d entries (%d Python files); name the folder of "
+                            "your code with --source-root (or a --path-map)",
+                            root,
+                            walked,
+                            count,
+                        )
                         break
             self._index = index
         return self._index
+
+    def _under_root(self, parts: list[str]) -> Path | None:
+        """The file a root holds at the longest tail of the recorded path, when that tail
+        is at least a folder and a file (or the whole recorded path): a checkout of the
+        recorded tree, found with a few stats instead of a walk of the roots."""
+        for keep in range(len(parts), 0, -1):
+            if keep < 2 and keep != len(parts):
+                break  # a bare file name could be any file of that name: the walk decides
+            for root in self.roots:
+                candidate = Path(root, *parts[-keep:])
+                if candidate.is_file():
+                    return candidate
+        return None
 
     def find_file(self, trace_file: str) -> Path | None:
         """The readable local file for a path as the trace names it, or None."""
@@ -420,6 +452,9 @@ class SourceResolver:
         parts = [p for p in norm.split("/") if p and p not in (".", "..")]
         if not parts:
             return None
+        direct = self._under_root(parts)
+        if direct is not None:
+            return direct
         candidates = self._suffix_index().get(parts[-1], [])
         best: list[Path] = []
         best_len = 0

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from tb_syncfinder import source
 from tb_syncfinder.models import Frame
 from tb_syncfinder.source import SourceResolver
 
@@ -367,3 +368,48 @@ def test_implicit_index_reads_are_candidates_not_a_confident_float_line(tmp_path
     assert [(s.source.line, s.source.line_exact) for s in trace(1, ("single.py", 1, "g"))] == [
         (2, True)
     ]
+
+
+def test_a_checkout_of_the_recorded_tree_is_found_without_walking_the_roots(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "work.py").write_text("def f():\n    pass\n")
+
+    def no_walk(*_args, **_kwargs):
+        raise AssertionError("the roots were walked")
+
+    monkeypatch.setattr(source.os, "walk", no_walk)
+    resolver = SourceResolver([str(tmp_path)])
+    assert resolver.find_file("/cluster/job/pkg/work.py") == tmp_path / "pkg" / "work.py"
+
+
+def test_a_bare_file_name_match_under_the_root_still_goes_through_the_walk(tmp_path):
+    # root/work.py shares only the file name with the recorded path; the walk finds the
+    # file whose folder matches too.
+    (tmp_path / "work.py").write_text("x = 1\n")
+    (tmp_path / "fork" / "pkg").mkdir(parents=True)
+    (tmp_path / "fork" / "pkg" / "work.py").write_text("x = 2\n")
+    resolver = SourceResolver([str(tmp_path)])
+    assert resolver.find_file("/cluster/job/pkg/work.py") == tmp_path / "fork" / "pkg" / "work.py"
+
+
+def test_the_source_search_stops_in_a_huge_folder_and_says_how_to_name_the_code(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(source, "_MAX_WALKED_ENTRIES", 500)
+    home = tmp_path / "home"
+    for n in range(30):
+        folder = home / "data" / f"shard{n:02d}"
+        folder.mkdir(parents=True)
+        for m in range(40):
+            (folder / f"img{m}.jpg").touch()
+    resolver = SourceResolver([str(home)])
+    with caplog.at_level("WARNING"):
+        assert resolver.find_file("/cluster/elsewhere/train.py") is None
+    assert resolver.search_cut == [str(home)]
+    assert "--source-root" in caplog.text and str(home) in caplog.text
+    # Named as a root, the code folder is found.
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("x = 1\n")
+    named = SourceResolver([str(tmp_path / "code")])
+    assert named.find_file("/cluster/elsewhere/train.py") == tmp_path / "code" / "train.py"
+    assert named.search_cut == []

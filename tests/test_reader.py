@@ -224,18 +224,80 @@ def test_repeat_interleave_concrete_inputs_are_kept_on_either_path(tmp_path, chu
     path.write_text(_repeat_interleave_trace(damaged))
     data = read_trace(str(path), chunk_bytes=chunk)
     assert data.fast_path is not damaged
-    kept = {
-        (e.name, bytes(e.args.concrete_inputs) if e.args.concrete_inputs else None)
+    kept = [
+        (e.name, msgspec.json.decode(e.args.concrete_inputs) if e.args.concrete_inputs else None)
         for e in data.events
         if type(e) is Event and e.cat == "cpu_op"
-    }
-    assert kept == {
-        ("aten::repeat_interleave", b'["","","","12"]'),
-        ("aten::repeat_interleave", b'["","","",""]'),
+    ]
+    assert kept == [
+        ("aten::repeat_interleave", ["", "", "", "12"]),
+        ("aten::repeat_interleave", ["", "", "", ""]),
         ("aten::add", None),
-    }
+    ]
     latent = analyze_trace(str(path), Options(contexts=False)).latent
     assert [s.op for s in latent] == ["aten::repeat_interleave"]
+
+
+def _probed_trace(layout: str) -> dict:
+    """Many operators, among them two repeat_interleave and three nccl:* ops whose
+    arguments only the probe reads."""
+    b = KinetoTraceBuilder(gpu=False)
+    with b.step(1):
+        for n in range(120):
+            with b.op("aten::add", args={"Input Dims": [[n], [n]]}):
+                pass
+            if n % 40 == 0:
+                with b.op(
+                    "nccl:all_reduce", args={"Input Dims": [[n + 1, 2]], "Input type": ["float"]}
+                ):
+                    pass
+            if n % 60 == 0:
+                with b.op(
+                    "aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", str(n)]}
+                ):
+                    pass
+    doc = b.to_dict()
+    if layout == "args_first":  # another writer's key order: "{" of args before "name"
+        doc["traceEvents"] = [
+            {"args": e["args"], **{k: v for k, v in e.items() if k != "args"}} if "args" in e else e
+            for e in doc["traceEvents"]
+        ]
+    elif layout == "name_elsewhere":  # the op name as another key's value too
+        doc["traceEvents"][-1].setdefault("args", {})["Fwd op"] = "nccl:all_reduce"
+    return doc
+
+
+@pytest.mark.parametrize("layout", ["kineto", "args_first", "name_elsewhere"])
+def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
+    tmp_path, monkeypatch, layout
+):
+    from tb_syncfinder import reader
+
+    path = tmp_path / "probed.pt.trace.json"
+    path.write_text(json.dumps(_probed_trace(layout)))
+    whole = []
+    real = reader._Reader._attach_probed_args
+    monkeypatch.setattr(
+        reader._Reader,
+        "_attach_probed_args",
+        lambda self, *a: (whole.append(1), real(self, *a))[1],
+    )
+    data = read_trace(str(path))
+    assert data.fast_path
+    ops = [e for e in data.events if type(e) is Event and e.cat == "cpu_op"]
+    assert [(e.args.input_dims, e.args.input_type) for e in ops if e.name.startswith("nccl:")] == [
+        ([[1, 2]], ["float"]),
+        ([[41, 2]], ["float"]),
+        ([[81, 2]], ["float"]),
+    ]
+    assert [
+        msgspec.json.decode(e.args.concrete_inputs)
+        for e in ops
+        if e.name == "aten::repeat_interleave"
+    ] == [["", "", "", "0"], ["", "", "", "60"]]
+    assert all(e.args.input_dims is None for e in ops if e.name == "aten::add")
+    # Kineto's layout is read event by event; the others line up wrong and fall back.
+    assert bool(whole) is (layout != "kineto")
 
 
 # -- hostile input: a named error for what is not a trace, bounded work on the rest --------

@@ -233,6 +233,42 @@ def write_resnet_trace(folder: Path, steps: int = 160) -> Path:
     return path
 
 
+# Ids that must stay unique in a trace: a repetition that kept them would join every
+# repetition's kernels to one launch (correlation), hang every repetition's Python calls
+# under one frame (Python parent id) and make analysis time grow with the square of the size.
+_ID_ARGS = (
+    "External id",
+    "correlation",
+    "Python id",
+    "Python parent id",
+    "Sequence number",
+    "Ev Idx",
+)
+_STEP_PREFIX = "ProfilerStep#"
+
+
+def _repeated(event: dict[str, Any], rep: int, shift: float, steps_per_rep: int) -> dict[str, Any]:
+    """``event`` as it would be in the ``rep``-th repetition of the recorded steps: times
+    shifted, ids and step numbers made unique."""
+    out = {**event, "ts": event["ts"] + shift}
+    args = event.get("args")
+    if isinstance(args, dict):
+        out["args"] = {
+            k: v + rep * 10**7 if k in _ID_ARGS and isinstance(v, int) and v >= 0 else v
+            for k, v in args.items()
+        }
+    if isinstance(event.get("id"), int):
+        out["id"] = event["id"] + rep * 10**7
+    name = event.get("name")
+    if (
+        isinstance(name, str)
+        and name.startswith(_STEP_PREFIX)
+        and name[len(_STEP_PREFIX) :].isdigit()
+    ):
+        out["name"] = f"{_STEP_PREFIX}{int(name[len(_STEP_PREFIX) :]) + rep * steps_per_rep}"
+    return out
+
+
 def write_synthetic_trace(folder: Path, gigabytes: float) -> Path:
     """About ``gigabytes`` GB of JSON: ResNet steps repeated with shifted times, written
     as it goes (never the whole document in memory)."""
@@ -256,29 +292,11 @@ def write_synthetic_trace(folder: Path, gigabytes: float) -> Path:
         out.write(head)
         written += len(head)
         rep = 0
+        steps_per_rep = len(
+            {e["name"] for e in timed if str(e.get("name", "")).startswith("ProfilerStep#")}
+        )
         while written < target:
-            shift = rep * span
-            text = ",".join(
-                json.dumps(
-                    {
-                        **e,
-                        "ts": e["ts"] + shift,
-                        **(
-                            {
-                                "args": {
-                                    **e["args"],
-                                    "External id": e["args"]["External id"] + rep * 10**7,
-                                }
-                            }
-                            if isinstance(e.get("args"), dict)
-                            and isinstance(e["args"].get("External id"), int)
-                            else {}
-                        ),
-                        **({"id": e["id"] + rep * 10**7} if isinstance(e.get("id"), int) else {}),
-                    }
-                )
-                for e in timed
-            )
+            text = ",".join(json.dumps(_repeated(e, rep, rep * span, steps_per_rep)) for e in timed)
             out.write("," + text)
             written += len(text) + 1
             rep += 1

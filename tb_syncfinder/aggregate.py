@@ -92,9 +92,12 @@ def build_sites(
             if figures is None:
                 continue
             predicted += figures.sites.get(key, 0.0)
-            methods.add(figures.method)
+            bound_why = figures.bound_sites.get(key)
+            methods.add("bound" if bound_why else figures.method)
             if figures.method == "bound" and figures.reason and figures.reason not in notes:
                 notes.append(figures.reason)
+            if bound_why and bound_why not in notes:
+                notes.append(bound_why)
         sites.append(
             Site(
                 key=key,

@@ -234,14 +234,17 @@ def _trace_savings(
             },
         )
     sites = {}
+    bound_sites = {}
     for key, members in groups.items():
         # One sync: its own replayed saving (``syncs`` holds the program's syncs only, so
         # its indices are not the replay's episode indices).
-        sites[key] = (
-            syncs[members[0]].predicted_saving_us
-            if len(members) == 1
-            else result.group_savings[key].total_us
-        )
+        if len(members) == 1:
+            only = syncs[members[0]]
+            sites[key] = only.predicted_saving_us
+            if only.saving_method == "bound":
+                bound_sites[key] = "not replayed alone (past the replay budget of a long trace)"
+        else:
+            sites[key] = result.group_savings[key].total_us
     return TraceSavings(
         method="replay",
         reason=None,
@@ -252,6 +255,7 @@ def _trace_savings(
         gpu_idle_from_syncs_us=result.gpu_idle_from_syncs_us,
         fidelity_error=result.fidelity_error,
         notes=list(result.notes),
+        bound_sites=bound_sites,
     )
 
 

@@ -299,6 +299,9 @@ class TraceSavings:
     gpu_idle_from_syncs_us: float = 0.0  # the part of it that goes away with the syncs
     fidelity_error: float = 0.0  # worst |replayed / recorded - 1| step time over steps
     notes: list[str] = field(default_factory=list)
+    # Sites whose figure is the bound although the trace was replayed (a sync past the
+    # replay budget, see ``whatif.replay``), with why.
+    bound_sites: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -51,8 +51,9 @@ the last step may only show after the window (``Saving.steady_us`` leaves the fi
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, attrgetter
@@ -77,6 +78,10 @@ __all__ = [
 
 TOL_US = 1.0  # Kineto rounds to 1 us in older traces: dependencies may appear this late
 FIDELITY_GOAL = 0.02  # unmodified replay vs recording, per step
+# Replays of each sync alone stop after changing this many times the graph's variables in
+# all (at least ALONE_REPLAY_MIN): see ``replay``.
+ALONE_REPLAY_PASSES = 10
+ALONE_REPLAY_MIN = 2_000_000
 # Above these shares of unlinked activity the graph is too incomplete to replay.
 MAX_UNLINKED_SHARE = 0.01
 MAX_NEGATIVE_LATENCY_SHARE = 0.01
@@ -144,7 +149,8 @@ class WhatIf:
     reason: str | None = None
     steps: list[StepReplay] = field(default_factory=list)
     step_markers: bool = True  # False: the whole trace is one pseudo-step (number 0)
-    episode_savings: list[Saving] = field(default_factory=list)  # by episode index
+    # By episode index; None: not replayed alone (past the replay budget, see ``replay``).
+    episode_savings: list[Saving | None] = field(default_factory=list)
     all_syncs: Saving = field(default_factory=Saving)  # every counted episode removed
     counted: list[int] = field(default_factory=list)  # episode indices counted as syncs
     group_savings: dict[Hashable, Saving] = field(default_factory=dict)
@@ -183,7 +189,9 @@ class WhatIf:
         if len(key) == 1:
             (index,) = key
             if 0 <= index < len(self.episode_savings):
-                return self.episode_savings[index]
+                saving = self.episode_savings[index]
+                if saving is not None:  # None: not replayed alone (the budget)
+                    return saving
         cached = self._sets.get(key)
         if cached is not None:
             return cached
@@ -257,10 +265,30 @@ def replay(
     result.notes = list(graph.notes)
     result.stats = dict(graph.stats)
     zero = Saving(0.0, [0.0] * n_steps)
-    result.episode_savings = [
-        graph.saving(frozenset((i,))) if graph.episode_jumps[i] else zero
-        for i in range(len(episodes))
-    ]
+    # Each sync alone is a replay of what follows it: a long trace with a sync in every
+    # step makes that quadratic (a 100 MB trace's 360 syncs took 32 s). The replays stop
+    # once they have changed ALONE_REPLAY_PASSES times the graph's variables (at least
+    # ALONE_REPLAY_MIN): every recorded trace here stays far below; the syncs past it
+    # keep their bound, and a note says so.
+    budget = max(ALONE_REPLAY_PASSES * len(graph.base_values), ALONE_REPLAY_MIN)
+    spent = 0
+    skipped = 0
+    result.episode_savings = []
+    for i in range(len(episodes)):
+        if not graph.episode_jumps[i]:
+            result.episode_savings.append(zero)
+        elif spent > budget:
+            result.episode_savings.append(None)
+            skipped += 1
+        else:
+            saving, changed = graph.saving_and_work(frozenset((i,)))
+            spent += changed
+            result.episode_savings.append(saving)
+    if skipped:
+        result.notes.append(
+            f"{skipped} of {len(episodes)} syncs were not replayed each alone (a long trace: "
+            "each costs a replay of everything after it); their savings are bounds"
+        )
     all_key = frozenset(counted_list)
     no_sync = graph.metrics_for(all_key)
     result.all_syncs = graph.saving_from(no_sync)
@@ -350,7 +378,7 @@ class TraceWhatIf:
     is unavailable: the caller uses the bound)."""
 
     result: WhatIf | None
-    episode_us: list[float]
+    episode_us: list[float | None]  # None: not replayed alone (the engine uses the bound)
     steps: dict[int, StepReplay]  # by step number
     per_step_us: dict[int, float]  # step number -> saving of all counted syncs
 
@@ -379,7 +407,12 @@ def replay_stage(
         return TraceWhatIf(result, [], {}, {})
     steps = {s.step: s for s in result.steps}
     per_step = dict(zip((s.step for s in result.steps), result.all_syncs.per_step_us, strict=True))
-    return TraceWhatIf(result, [s.total_us for s in result.episode_savings], steps, per_step)
+    return TraceWhatIf(
+        result,
+        [s.total_us if s is not None else None for s in result.episode_savings],
+        steps,
+        per_step,
+    )
 
 
 def collective_earlier(
@@ -422,17 +455,26 @@ def collective_earlier(
         items.append((coll.index, int(best)))
     if not items:
         return {}
-    base = np.asarray(graph.base_values[:n_dev], dtype=float)
+    base = graph.base_values
     found: dict[str, dict[int, float]] = {}
+    budget = max(ALONE_REPLAY_PASSES * len(base), ALONE_REPLAY_MIN)  # as in ``replay``
+    spent = 0
     for wait_id, episodes in waits.items():
-        m = graph.metrics_for(frozenset(episodes))
-        if m.values is None:
-            continue
-        now = np.asarray(m.values[:n_dev], dtype=float)
+        jumps = graph._jumps_of(episodes)
+        if not jumps or spent > budget:
+            continue  # past the budget: the job stage keeps its bound for this wait
+        # In place: only the collectives' start values are read (a copy of every variable
+        # per wait made this quadratic in the trace's length).
+        with graph._removed(jumps) as changed:
+            spent += len(changed)
+            shifts = [
+                (index, changed[item] - base[item]) if item in changed else (index, 0.0)
+                for index, item in items
+            ]
         per: dict[int, float] = {}
         previous = 0.0
-        for index, item in items:
-            shift = max(0.0, float(base[item] - now[item]))
+        for index, moved in shifts:
+            shift = max(0.0, float(moved))
             local = shift - previous
             previous = shift
             if local > 0:
@@ -455,6 +497,10 @@ class _Metrics:
     intervals: list[float]
     window: float
     values: list[float] | None = None
+    # Per step: the host end and the latest device end (NaN: no device work), the inputs
+    # of ``completion``; kept so that a what-if can recompute only the steps it moved.
+    host_end: list[float] | None = None
+    dev_hi: list[float] | None = None
 
 
 @dataclass
@@ -495,13 +541,20 @@ class _Graph:
         self.stream_floor = 0.0
         self.base_metrics: _Metrics
         self.recorded_metrics: _Metrics
+        self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
 
     # -- evaluation ----------------------------------------------------------------------
     def run(
-        self, values: list[float], disabled: Collection[int], lo: int, horizon: int | None
+        self,
+        values: list[float],
+        disabled: Collection[int],
+        lo: int,
+        horizon: int | None,
+        undo: dict[int, float] | None = None,
     ) -> None:
         """Evaluate tasks from position ``lo`` in place. With ``horizon``: a what-if from
-        base values, stopping once no later task can read a changed value."""
+        base values, stopping once no later task can read a changed value; ``undo`` then
+        collects the old value of every variable changed (to put them back)."""
         tasks = self.tasks
         lastuse = self.lastuse
         n = len(tasks)
@@ -534,6 +587,10 @@ class _Graph:
                         use = lastuse[out2]
                     if use > hi:
                         hi = use
+                    if undo is not None:
+                        undo.setdefault(out, values[out])
+                        if out2 >= 0:
+                            undo.setdefault(out2, values[out2])
                     values[out] = v
                     if out2 >= 0:
                         values[out2] = v + dur
@@ -614,7 +671,16 @@ class _Graph:
         first = host_start[0] if n_steps else 0.0
         intervals = [c - p for c, p in zip(completion, [first] + completion[:-1], strict=True)]
         window = completion[-1] - first if n_steps else 0.0
-        return _Metrics(host_start, host_us, device_us, completion, intervals, window)
+        return _Metrics(
+            host_start,
+            host_us,
+            device_us,
+            completion,
+            intervals,
+            window,
+            host_end=host_end,
+            dev_hi=dev_hi,
+        )
 
     def metrics_for(self, disabled: frozenset[int]) -> _Metrics:
         """Metrics with the sync edges of these episodes dropped (all at once)."""
@@ -641,7 +707,112 @@ class _Graph:
         )
 
     def saving(self, disabled: frozenset[int]) -> Saving:
-        return self.saving_from(self.metrics_for(disabled))
+        return self.saving_and_work(disabled)[0]
+
+    def saving_and_work(self, disabled: frozenset[int]) -> tuple[Saving, int]:
+        """``saving_from(metrics_for(disabled))``, computed from the variables and steps
+        the what-if changes only (copying every variable and recomputing every step per
+        sync cost a pass over the whole graph each), and how many variables it changed."""
+        jumps = self._jumps_of(disabled)
+        changed_count = 0
+        if jumps:
+            with self._removed(jumps) as changed:
+                quick = self._saving_of_changes(changed)
+                changed_count = len(changed)
+            if quick is not None:
+                return quick, changed_count
+        return self.saving_from(self.metrics_for(disabled)), max(changed_count, len(self.tasks))
+
+    def _jumps_of(self, disabled: Collection[int]) -> list[int]:
+        return [
+            j for i in disabled if 0 <= i < len(self.episode_jumps) for j in self.episode_jumps[i]
+        ]
+
+    @contextlib.contextmanager
+    def _removed(self, jumps: list[int]) -> Iterator[dict[int, float]]:
+        """The base values with these sync edges dropped, in place; yields the changed
+        variables (with their base values) and puts the base values back after."""
+        values = self.base_values
+        changed: dict[int, float] = {}
+        positions = [self.jump_pos[j] for j in jumps]
+        try:
+            self.run(values, frozenset(jumps), min(positions), max(positions), changed)
+            yield changed
+        finally:
+            for index, old in changed.items():
+                values[index] = old
+
+    def _step_index(self) -> tuple[list[int], dict[int, list[int]]]:
+        """The step of each device item (-1: none), and the steps whose host start or end
+        each host variable is."""
+        if self._steps_of is None:
+            host: dict[int, list[int]] = {}
+            for n, (sv, _so, ev, _eo) in enumerate(self.step_refs):
+                for var in {sv, ev}:
+                    if var >= 0:
+                        host.setdefault(var, []).append(n)
+            self._steps_of = (self.step_of_item.tolist(), host)
+        return self._steps_of
+
+    def _saving_of_changes(self, changed: Mapping[int, float]) -> Saving | None:
+        """The saving of a what-if whose changed variables are ``changed`` (its values
+        are in ``base_values`` now): the same floats ``metrics`` would give, recomputing
+        only the steps whose inputs changed and the completions until they rejoin the
+        base replay. None when a step it needs holds a NaN (the full path decides)."""
+        base = self.base_metrics
+        n_steps = len(self.step_refs)
+        if base.host_end is None or base.dev_hi is None:
+            return None
+        values = self.base_values
+        n_dev = self.n_dev
+        step_of_item, host_steps = self._step_index()
+        affected: set[int] = set()
+        for var in changed:
+            if var < 2 * n_dev:
+                step = step_of_item[var - n_dev if var >= n_dev else var]
+                if step >= 0:
+                    affected.add(step)
+            else:
+                affected.update(host_steps.get(var, ()))
+        if not affected:
+            return Saving(0.0, [0.0] * n_steps)
+        bounds = self.item_bounds
+        order = self.item_order
+        host_end: dict[int, float] = {}
+        dev_hi: dict[int, float] = {}
+        for n in affected:
+            _sv, _so, ev, eo = self.step_refs[n]
+            host_end[n] = (values[ev] if ev >= 0 else 0.0) + eo
+            lo, hi = int(bounds[n]), int(bounds[n + 1])
+            if hi > lo:
+                ends = [values[n_dev + i] for i in order[lo:hi].tolist()]
+                if any(e != e for e in ends):
+                    return None
+                dev_hi[n] = max(ends)
+            else:
+                dev_hi[n] = float("nan")
+        first = base.host_start[0]
+        if 0 in affected:
+            sv, so, _ev, _eo = self.step_refs[0]
+            first = (values[sv] if sv >= 0 else 0.0) + so
+        completion = base.completion
+        start = min(affected)
+        last = max(affected)
+        done = first if start == 0 else completion[start - 1]
+        previous = done
+        per_step = [0.0] * n_steps
+        final = completion[-1]
+        for n in range(start, n_steps):
+            end = host_end.get(n, base.host_end[n])
+            device = dev_hi.get(n, base.dev_hi[n])
+            done = max(done, end, device if device == device else done)
+            per_step[n] = base.intervals[n] - (done - previous)
+            previous = done
+            if n >= last and done == completion[n]:
+                break  # every later step is as the base replay has it
+        else:
+            final = done
+        return Saving(base.window - (final - first), per_step)
 
     def critical_path(self) -> dict[str, float]:
         """Walk back from the end of the replayed window along the inputs that bound each

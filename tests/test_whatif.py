@@ -433,3 +433,60 @@ def test_a_sync_before_a_collective_lets_its_kernel_start_earlier_by_the_bubble(
     assert earlier["second"][1] > 390 and 0 not in earlier["second"]
     (whatif,) = [w for w in what_ifs_for_rank(3, earlier) if w.wait_id == "first"]
     assert (whatif.rank, whatif.collective_index, whatif.bound) == (3, 0, False)
+
+
+# -- long traces: each sync alone, without a pass over the whole graph --------------------
+
+
+def _many_item_steps(steps: int) -> KinetoTraceBuilder:
+    """GPU-bound steps with a ``.item()`` in each: removing one sync moves everything after
+    it, the worst case for replaying each sync alone."""
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            b.kernel(dur=1000)
+            _item(b)
+            b.advance(200 + 10 * (n % 3))
+            b.kernel(dur=1000)
+    return b
+
+
+def test_each_sync_alone_gives_the_same_floats_as_a_full_replay_and_restores_the_base(
+    tmp_path,
+):
+    from tb_syncfinder import whatif
+
+    path = _many_item_steps(12).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    pristine = list(graph.base_values)
+    for index in range(len(episodes)):
+        key = frozenset((index,))
+        full = graph.saving_from(graph.metrics_for(key))
+        alone = graph.saving(key)
+        assert (alone.total_us, alone.per_step_us) == (full.total_us, full.per_step_us)
+        assert graph.base_values == pristine
+    assert any(graph.saving(frozenset((i,))).total_us > 100 for i in range(len(episodes)))
+
+
+def test_a_long_trace_replays_syncs_alone_within_a_budget_and_says_which_are_bounds(
+    tmp_path, monkeypatch
+):
+    from tb_syncfinder import analyze, whatif
+
+    b = _many_item_steps(30)
+    episodes, unbounded = _replay(b, tmp_path)
+    monkeypatch.setattr(whatif, "ALONE_REPLAY_MIN", 0)
+    monkeypatch.setattr(whatif, "ALONE_REPLAY_PASSES", 2)
+    _, bounded = _replay(b, tmp_path)
+    replayed = [s for s in bounded.episode_savings if s is not None]
+    assert 0 < len(replayed) < len(episodes)
+    # The ones replayed are the same figures; the others are left to the bound, and said.
+    assert replayed == unbounded.episode_savings[: len(replayed)]
+    assert bounded.all_syncs == unbounded.all_syncs
+    assert any("not replayed each alone" in note for note in bounded.notes)
+    data = analyze(str(tmp_path / "w.pt.trace.json")).to_json()
+    methods = [s["saving_method"] for s in data["syncs"]]
+    assert "replay" in methods and "bound" in methods
+    assert "not replayed each alone" in data["traces"][0]["saving_note"]

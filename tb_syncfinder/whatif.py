@@ -80,7 +80,7 @@ TOL_US = 1.0  # Kineto rounds to 1 us in older traces: dependencies may appear t
 FIDELITY_GOAL = 0.02  # unmodified replay vs recording, per step
 # Replays of each sync alone stop after changing this many times the graph's variables in
 # all (at least ALONE_REPLAY_MIN): see ``replay``.
-ALONE_REPLAY_PASSES = 10
+ALONE_REPLAY_PASSES = 4
 ALONE_REPLAY_MIN = 2_000_000
 # Above these shares of unlinked activity the graph is too incomplete to replay.
 MAX_UNLINKED_SHARE = 0.01

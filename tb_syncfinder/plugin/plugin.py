@@ -4,8 +4,11 @@ answer and send it as JSON.
 Every error a request can cause is a ``tensorboard.errors`` client error (400/403/404/405)
 answered as ``{"error": ..., "hint"?: ...}`` JSON, never a 500; a bug is logged and answered
 as a JSON 500. Answers go through ``tensorboard.backend.http_util.Respond`` (nosniff and
-TensorBoard's CSP). Run, worker and span parameters are looked up among what the loader
-found, never used to build a path.
+TensorBoard's CSP), except a repeated GET of an answer route (summary, steps, sites, syncs,
+sync, job), which sends the answer kept from the first with exactly the headers ``Respond``
+gave it (``_send_kept``: under 32 clients the werkzeug objects were most of our CPU per
+request). Run, worker and span parameters are looked up among what the loader found, never
+used to build a path.
 """
 
 from __future__ import annotations

@@ -4,8 +4,11 @@ answer and send it as JSON.
 Every error a request can cause is a ``tensorboard.errors`` client error (400/403/404/405)
 answered as ``{"error": ..., "hint"?: ...}`` JSON, never a 500; a bug is logged and answered
 as a JSON 500. Answers go through ``tensorboard.backend.http_util.Respond`` (nosniff and
-TensorBoard's CSP). Run, worker and span parameters are looked up among what the loader
-found, never used to build a path.
+TensorBoard's CSP), except a repeated GET of an answer route (summary, steps, sites, syncs,
+sync, job), which sends the answer kept from the first with exactly the headers ``Respond``
+gave it (``_send_kept``: under 32 clients the werkzeug objects were most of our CPU per
+request). Run, worker and span parameters are looked up among what the loader found, never
+used to build a path.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import functools
 import json
 import logging
 import mimetypes
+import re
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +79,84 @@ def _json_dumps(obj: Any) -> str:
         return json.dumps(json_util.Cleanse(obj), separators=(",", ":"), default=str)
 
 
+# ----- the answer routes' arguments ----------------------------------------------------
+# Each answer route's arguments, checked, as the key of its answer and how to make it from a
+# selection: a pure function of the query string (what the plugin memoises per query).
+Make = Callable[[Selection], Any]
+
+
+def _summary_query(request: wrappers.Request) -> tuple[tuple, Make]:
+    return ("summary",), api.summary_impl
+
+
+def _steps_query(request: wrappers.Request) -> tuple[tuple, Make]:
+    return ("steps",), api.steps_impl
+
+
+def _sites_query(request: wrappers.Request) -> tuple[tuple, Make]:
+    args = dict(
+        latent=params.flag(request, "latent"),
+        kind=params.kind(request),
+        file=params.text(request, "file"),
+        op=params.text(request, "op"),
+        step=params.step(request),
+        sort=params.text(request, "sort"),
+        order=params.text(request, "order"),
+        offset=params.integer(request, "offset", 0, 0, 10**9),
+        limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
+    )
+    return ("sites", *sorted(args.items())), lambda sel: api.sites_impl(sel, **args)
+
+
+def _syncs_query(request: wrappers.Request) -> tuple[tuple, Make]:
+    args = dict(
+        latent=params.flag(request, "latent"),
+        site=params.text(request, "site"),
+        kind=params.kind(request),
+        step=params.step(request),
+        offset=params.integer(request, "offset", 0, 0, 10**9),
+        limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
+    )
+    return ("syncs", *sorted(args.items())), lambda sel: api.syncs_impl(sel, **args)
+
+
+def _sync_query(request: wrappers.Request) -> tuple[tuple, Make]:
+    sync_id = params.text(request, "id", True)
+    return ("sync", sync_id), lambda sel: api.sync_impl(sel, sync_id)
+
+
+def _job_query(request: wrappers.Request) -> tuple[tuple, Make]:
+    return ("job",), api.job_impl
+
+
+ANSWER_ROUTES: dict[str, Callable[[wrappers.Request], tuple[tuple, Make]]] = {
+    "/summary": _summary_query,
+    "/steps": _steps_query,
+    "/sites": _sites_query,
+    "/syncs": _syncs_query,
+    "/sync": _sync_query,
+    "/job": _job_query,
+}
+# Query strings whose checked arguments are kept (a repeated request skips parsing them),
+# and the longest one kept.
+QUERIES_MAX = 1024
+QUERY_MAX_CHARS = 4096
+# TensorBoard's test of a client's Accept-Encoding (http_util), for the answers sent here.
+_ALLOWS_GZIP = re.compile(r"(?:^|,|\s)(?:(?:x-)?gzip|\*)(?!;q=0)(?:\s|,|$)")
+
+
+@dataclass(frozen=True)
+class _Query:
+    """An answer route's checked arguments: the selection they name, the answer's key and
+    how to make it."""
+
+    run: str
+    worker: str | None
+    span: str | None
+    key: tuple
+    make: Make
+
+
 class SyncAdvisorPlugin(base_plugin.TBPlugin):
     """TensorBoard plugin serving the Sync Advisor dashboard and its JSON API."""
 
@@ -104,6 +188,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             summaries=SummaryStore(settings.summaries_dir),
         )
         self.selections = Selections(self.loader)
+        self._queries: dict[tuple[str, str], _Query] = {}  # by (route, query string)
+        self._queries_lock = threading.Lock()
         if start:
             self.loader.start()
 
@@ -124,17 +210,14 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             "/runs": self._runs,
             "/workers": self._workers,
             "/spans": self._spans,
-            "/summary": self._summary,
-            "/steps": self._steps,
-            "/sites": self._sites,
-            "/syncs": self._syncs,
-            "/sync": self._sync,
-            "/job": self._job,
             "/source": self._source,
             "/compare": self._compare,
             "/export": self._export,
         }
-        return {route: self._wsgi(handler) for route, handler in routes.items()}
+        apps = {route: self._wsgi(handler) for route, handler in routes.items()}
+        for route, parse in ANSWER_ROUTES.items():
+            apps[route] = self._answer_app(route, parse)
+        return apps
 
     def _wsgi(self, handler: Callable[[wrappers.Request], Any]) -> Callable:
         """A WSGI app for a handler: client errors as JSON, and no 500 from request content."""
@@ -170,8 +253,84 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         """A selection's answer, encoded once (TensorBoard unzips it for a client that does
         not take gzip)."""
         return http_util.Respond(
-            request, sel.answer(key, make), "application/json", content_encoding="gzip"
+            request, sel.answer(key, make).gzip, "application/json", content_encoding="gzip"
         )
+
+    def _answer_app(
+        self, route: str, parse: Callable[[wrappers.Request], tuple[tuple, Make]]
+    ) -> Callable:
+        """The WSGI app of an answer route: a GET whose arguments were seen before and whose
+        answer is kept is a few dictionary lookups and one write; anything else (first
+        sight, an error, HEAD, another method) goes the full way, as every route does."""
+
+        def handler(request: wrappers.Request) -> Any:
+            sel = self._selection(request)
+            key, make = parse(request)
+            return self._answer(request, sel, key, lambda: make(sel))
+
+        handler.__name__ = handler.__qualname__ = "_" + route.strip("/")
+        full = self._wsgi(handler)
+
+        def app(environ: dict, start_response: Callable) -> Any:
+            if environ.get("REQUEST_METHOD") == "GET":
+                sent = self._send_kept(route, parse, environ, start_response)
+                if sent is not None:
+                    return sent
+            return full(environ, start_response)
+
+        return app
+
+    def _send_kept(
+        self,
+        route: str,
+        parse: Callable[[wrappers.Request], tuple[tuple, Make]],
+        environ: dict,
+        start_response: Callable,
+    ) -> list[bytes] | None:
+        """The answer as ``_answer`` and ``http_util.Respond`` send it (same headers, same
+        bytes), without building werkzeug's request and response; None when the full path
+        must answer (arguments that do not check, an unknown run, any error: it answers
+        them with their JSON error, in its order)."""
+        query_string = environ.get("QUERY_STRING", "")
+        query = self._queries.get((route, query_string))
+        if query is None:
+            if len(query_string) > QUERY_MAX_CHARS:
+                return None
+            request = wrappers.Request(environ)
+            try:
+                worker = params.text(request, "worker")
+                span = params.text(request, "span")
+                run = params.text(request, "run", required=True)
+                key, make = parse(request)
+            except errors.PublicError:
+                return None
+            query = _Query(run, worker, span, key, make)  # type: ignore[arg-type]
+            with self._queries_lock:
+                self._queries[(route, query_string)] = query
+                while len(self._queries) > QUERIES_MAX:
+                    self._queries.pop(next(iter(self._queries)))
+        try:
+            run_state = self.selections.lookup(query.run, query.worker, query.span)
+            sel = self.selections.get(run_state, query.worker, query.span)
+            answer = sel.answer(query.key, lambda: query.make(sel))
+        except Exception:  # noqa: BLE001 - the full path answers it (as JSON, logged)
+            return None
+        if _ALLOWS_GZIP.search(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body, encoding = answer.gzip, [("Content-Encoding", "gzip")]
+        else:
+            body, encoding = sel.plain(query.key, answer), []
+        start_response(
+            "200 OK",
+            [
+                ("Content-Length", str(len(body))),
+                ("X-Content-Type-Options", "nosniff"),
+                *encoding,
+                ("Expires", "0"),
+                ("Cache-Control", "no-cache, must-revalidate"),
+                ("Content-Type", "application/json"),
+            ],
+        )
+        return [body]
 
     def _selection(self, request: wrappers.Request) -> Selection:
         worker = params.text(request, "worker")
@@ -214,54 +373,6 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         run = self.selections.lookup(params.text(request, "run", required=True), worker)
         spans = {w["name"]: w["spans"] for w in workers_of(self.loader, run)}
         return self._respond(request, {"spans": spans.get(worker, [])})
-
-    def _summary(self, request: wrappers.Request) -> Any:
-        sel = self._selection(request)
-        return self._answer(request, sel, ("summary",), lambda: api.summary_impl(sel))
-
-    def _steps(self, request: wrappers.Request) -> Any:
-        sel = self._selection(request)
-        return self._answer(request, sel, ("steps",), lambda: api.steps_impl(sel))
-
-    def _sites(self, request: wrappers.Request) -> Any:
-        sel = self._selection(request)
-        args = dict(
-            latent=params.flag(request, "latent"),
-            kind=params.kind(request),
-            file=params.text(request, "file"),
-            op=params.text(request, "op"),
-            step=params.step(request),
-            sort=params.text(request, "sort"),
-            order=params.text(request, "order"),
-            offset=params.integer(request, "offset", 0, 0, 10**9),
-            limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
-        )
-        return self._answer(
-            request, sel, ("sites", *sorted(args.items())), lambda: api.sites_impl(sel, **args)
-        )
-
-    def _syncs(self, request: wrappers.Request) -> Any:
-        sel = self._selection(request)
-        args = dict(
-            latent=params.flag(request, "latent"),
-            site=params.text(request, "site"),
-            kind=params.kind(request),
-            step=params.step(request),
-            offset=params.integer(request, "offset", 0, 0, 10**9),
-            limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
-        )
-        return self._answer(
-            request, sel, ("syncs", *sorted(args.items())), lambda: api.syncs_impl(sel, **args)
-        )
-
-    def _sync(self, request: wrappers.Request) -> Any:
-        sel = self._selection(request)
-        sync_id = params.text(request, "id", True)
-        return self._answer(request, sel, ("sync", sync_id), lambda: api.sync_impl(sel, sync_id))
-
-    def _job(self, request: wrappers.Request) -> Any:
-        sel = self._selection(request)
-        return self._answer(request, sel, ("job",), lambda: api.job_impl(sel))
 
     def _source(self, request: wrappers.Request) -> Any:
         file = params.text(request, "file", required=True)

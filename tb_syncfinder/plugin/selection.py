@@ -17,7 +17,112 @@ from tensorboard import errors
 from tb_syncfinder.plugin.loader import RunState, TraceLoader
 
 MEMO_SIZE = 32  # selections kept; each is one selection of one run
-ANSWERS_PER_SELECTION = 256  # encoded answers kept per selection (pages, details, ...)
+# Encoded answers kept, over all selections: they are a cache of what the routes computed,
+# bounded in count and in bytes (a gzipped answer, plus its plain form once a client that
+# does not take gzip asked for it).
+ANSWERS_MAX = 4096
+ANSWERS_MAX_BYTES = 64 * 2**20
+
+
+class Answer:
+    """One route's answer as JSON, gzipped (what a browser takes) and, once asked for,
+    plain (what a client without ``Accept-Encoding: gzip`` gets)."""
+
+    __slots__ = ("gzip", "_plain")
+
+    def __init__(self, gzipped: bytes) -> None:
+        self.gzip = gzipped
+        self._plain: bytes | None = None
+
+    @property
+    def plain(self) -> bytes:
+        plain = self._plain
+        if plain is None:
+            plain = self._plain = gzip.decompress(self.gzip)
+        return plain
+
+    @property
+    def has_plain(self) -> bool:
+        return self._plain is not None
+
+    @property
+    def size(self) -> int:
+        return len(self.gzip) + (len(self._plain) if self._plain is not None else 0)
+
+
+class AnswerCache:
+    """Answers by (selection, route and arguments), least recently used dropped first when
+    over ``max_entries`` or ``max_bytes``. A selection never changes (a changed run is a new
+    selection, see ``Selections.get``), so an answer is valid for as long as it is kept;
+    ``drop`` forgets a selection's answers when the selection itself is dropped."""
+
+    def __init__(self, max_entries: int = ANSWERS_MAX, max_bytes: int = ANSWERS_MAX_BYTES) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple, tuple[Answer, int]] = OrderedDict()
+        self._keys_of: dict[tuple, set[tuple]] = {}  # selection token -> its answer keys
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, token: tuple, key: tuple) -> Answer | None:
+        with self._lock:
+            found = self._entries.get((token, key))
+            if found is None:
+                return None
+            self._entries.move_to_end((token, key))
+            return found[0]
+
+    def put(self, token: tuple, key: tuple, answer: Answer) -> Answer:
+        """Keeps ``answer`` (or the one another thread kept first) and returns it; one over
+        the whole budget is returned but not kept (it would push out every other)."""
+        with self._lock:
+            found = self._entries.get((token, key))
+            if found is not None:
+                return found[0]
+            if answer.size > self.max_bytes:
+                return answer
+            self._entries[(token, key)] = (answer, answer.size)
+            self._keys_of.setdefault(token, set()).add(key)
+            self.bytes += answer.size
+            self._shrink()
+        return answer
+
+    def resized(self, token: tuple, key: tuple) -> None:
+        """An answer grew (its plain form was made): count it and keep within bounds."""
+        with self._lock:
+            found = self._entries.get((token, key))
+            if found is None:
+                return
+            answer, counted = found
+            if answer.size > self.max_bytes:
+                self._pop(token, key)
+                return
+            self.bytes += answer.size - counted
+            self._entries[(token, key)] = (answer, answer.size)
+            self._shrink()
+
+    def drop(self, token: tuple) -> None:
+        """Forgets a selection's answers."""
+        with self._lock:
+            for key in list(self._keys_of.get(token, ())):
+                self._pop(token, key)
+
+    def _pop(self, token: tuple, key: tuple) -> None:
+        _, counted = self._entries.pop((token, key))
+        self.bytes -= counted
+        keys = self._keys_of[token]
+        keys.discard(key)
+        if not keys:
+            del self._keys_of[token]
+
+    def _shrink(self) -> None:
+        while self._entries and (
+            len(self._entries) > self.max_entries or self.bytes > self.max_bytes
+        ):
+            self._pop(*next(iter(self._entries)))
 
 
 @dataclass
@@ -31,25 +136,30 @@ class Selection:
     contexts: dict[str, dict[str, Any]]
     loading: bool
     top_kinds: list[dict[str, Any]]  # count and host wait per kind, costliest first
-    # Answers already sent, as gzipped JSON, by route and arguments: a selection never
-    # changes (a changed run is a new selection), so under load a repeated request costs
-    # a lookup instead of filtering, encoding and compressing again.
-    _answers: OrderedDict[tuple, bytes] = field(default_factory=OrderedDict, repr=False)
-    _answers_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Answers already sent, by route and arguments, kept in the ``Selections``' shared
+    # cache under this selection's memo key: a selection never changes (a changed run is
+    # a new selection), so under load a repeated request costs a lookup instead of
+    # filtering, encoding and compressing again.
+    token: tuple = ()
+    answers: AnswerCache | None = field(default=None, repr=False)
 
-    def answer(self, key: tuple, make: Callable[[], Any]) -> bytes:
-        """The gzipped JSON of ``make()``, computed once per ``key``."""
-        with self._answers_lock:
-            found = self._answers.get(key)
-            if found is not None:
-                self._answers.move_to_end(key)
-                return found
-        body = gzip_json(make())
-        with self._answers_lock:
-            self._answers[key] = body
-            while len(self._answers) > ANSWERS_PER_SELECTION:
-                self._answers.popitem(last=False)
-        return body
+    def answer(self, key: tuple, make: Callable[[], Any]) -> Answer:
+        """``make()`` as JSON, computed once per ``key`` while the cache keeps it."""
+        cache = self.answers
+        if cache is None:
+            return Answer(gzip_json(make()))
+        found = cache.get(self.token, key)
+        if found is not None:
+            return found
+        return cache.put(self.token, key, Answer(gzip_json(make())))
+
+    def plain(self, key: tuple, answer: Answer) -> bytes:
+        """``answer``'s plain JSON, made once and counted in the cache's bytes."""
+        made = answer.has_plain
+        plain = answer.plain
+        if not made and self.answers is not None:
+            self.answers.resized(self.token, key)
+        return plain
 
 
 def gzip_json(value: Any) -> bytes:
@@ -91,6 +201,12 @@ def workers_of(loader: TraceLoader, run: RunState) -> list[dict[str, Any]]:
     ]
 
 
+def _superseded(old: tuple, new: tuple) -> bool:
+    """Whether memo key ``old`` is an older state of the selection ``new`` names: keys are
+    (run name, worker, span, generation, id of the run's state)."""
+    return old[:3] == new[:3] and (old[4] != new[4] or old[3] < new[3])
+
+
 class Selections:
     """Looks up runs, workers and spans and memoises their reports."""
 
@@ -100,6 +216,7 @@ class Selections:
         self._memo_lock = threading.Lock()
         self._build_locks: dict[tuple, threading.Lock] = {}
         self._indexes: OrderedDict[tuple, dict[str, set[str | None]]] = OrderedDict()
+        self.answers = AnswerCache()
 
     def lookup(
         self,
@@ -162,10 +279,19 @@ class Selections:
             if found is None:
                 try:
                     found = self._build(run, worker, span)
+                    found.token, found.answers = key, self.answers
                     with self._memo_lock:
+                        # The same selection of an older generation (or of a run since
+                        # removed and found again) is not asked for again: drop it and its
+                        # answers now rather than when they age out.
+                        dropped = [k for k in self._memo if _superseded(k, key)]
                         self._memo[key] = found
                         while len(self._memo) > MEMO_SIZE:
-                            self._memo.popitem(last=False)
+                            dropped.append(self._memo.popitem(last=False)[0])
+                        for old in dropped:
+                            self._memo.pop(old, None)
+                    for old in dropped:
+                        self.answers.drop(old)
                 finally:
                     with self._memo_lock:
                         self._build_locks.pop(key, None)

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 PIDS_ENV = "SYNC_ADVISOR_TEST_PIDS"  # a file: each analysis appends its process's pid
+PROTECTED_ENV = "SYNC_ADVISOR_TEST_PROTECTED_PID"  # a process analyse_or_die never kills
 
 
 def record_pid() -> int:
@@ -36,6 +37,9 @@ def analyze_or_die(ref: Any, options: Any) -> Any:
     """As analyze_recording_pid, but a trace whose file name starts with "crash" kills the
     process analysing it (as the out-of-memory killer would)."""
     if os.path.basename(ref.path).startswith("crash"):
+        if os.environ.get(PROTECTED_ENV) == str(os.getpid()):
+            # Run in the test's own process (the thread fallback): do not kill it.
+            raise RuntimeError("analysed in the test's process, not in an analysis process")
         die()
     return analyze_recording_pid(ref, options)
 

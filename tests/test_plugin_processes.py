@@ -195,6 +195,69 @@ def test_a_script_embedding_tensorboard_without_main_guard_starts_it_once(
     assert_loaded_in_processes(answer)
 
 
+def test_where_another_plugin_runs_the_script_again_the_sync_advisor_says_so(
+    traces: Path, tmp_path: Path
+) -> None:
+    """torch-tb-profiler's run loader starts spawn processes, which run a script without
+    main guard again, TensorBoard and the Sync Advisor with it: not the Sync Advisor's
+    doing, but it names the cause in the copy and loads nothing there. The script stands
+    for TensorBoard and that plugin: it builds the Sync Advisor at module level, then
+    starts a spawn process as the other plugin would."""
+    answer, marker, err = run_script(
+        tmp_path,
+        f"""
+        import json, multiprocessing
+        from argparse import Namespace
+        from tensorboard.plugins import base_plugin
+        from tb_syncfinder.plugin.plugin import SyncAdvisorPlugin
+        from tb_syncfinder.plugin.settings import PluginSettings
+
+        settings = PluginSettings(logdirs=[(None, {str(traces / "logs")!r})], cache_dir=None)
+        context = base_plugin.TBContext(flags=Namespace(), logdir=None)
+        plugin = SyncAdvisorPlugin(context, settings)
+        print(json.dumps({{"pid": os.getpid(), "loads": plugin.loader._thread is not None}}))
+        if __name__ == "__main__":  # the other plugin's process
+            other = multiprocessing.get_context("spawn").Process(target=os.getpid)
+            other.start()
+            other.join()
+            print(json.dumps({{"pid": os.getpid(), "other": other.pid}}), flush=True)
+        """,
+    )
+    assert answer["loads"]
+    other = answer["other"]
+    assert marker == [str(answer["pid"]), str(other)]
+    assert (
+        f"sync_advisor: TensorBoard is being started again, in process {other}, by the "
+        f"script that started it in process {answer['pid']}: a process that multiprocessing"
+    ) in err, err
+    assert err.count("TensorBoard is being started again") == 1
+    assert answer["others"] == [{"pid": other, "loads": False}]
+
+
+def test_only_the_body_of_a_script_run_again_counts_as_run_again(tmp_path: Path) -> None:
+    """A function of the script that a spawn process runs as its target (the proper way to
+    start TensorBoard in a process) is not a re-run; the script's body in that process is."""
+    answer, _, _ = run_script(
+        tmp_path,
+        """
+        import json, multiprocessing
+        from tb_syncfinder.plugin.workers import main_module_rerun
+
+        def target():
+            print(json.dumps({"pid": os.getpid(), "target": main_module_rerun()}), flush=True)
+
+        print(json.dumps({"pid": os.getpid(), "body": main_module_rerun()}), flush=True)
+        if __name__ == "__main__":
+            other = multiprocessing.get_context("spawn").Process(target=target)
+            other.start()
+            other.join()
+        """,
+    )
+    assert answer["body"] is False
+    others = {k: v for a in answer["others"] for k, v in a.items() if k != "pid"}
+    assert others == {"body": True, "target": False}
+
+
 def test_a_trace_whose_process_dies_is_an_error_naming_it_and_the_others_load(
     traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import mimetypes
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tb_syncfinder.plugin.metadata import PLUGIN_NAME, TAB_NAME
 from tb_syncfinder.plugin.safety import SourceGuard
 from tb_syncfinder.plugin.selection import Selection, Selections, workers_of
 from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
+from tb_syncfinder.plugin.workers import RERUN_MESSAGE, main_module_rerun
 from tb_syncfinder.source import with_source_packs
 from tb_syncfinder.summaries import SummaryStore
 
@@ -104,6 +106,11 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             summaries=SummaryStore(settings.summaries_dir),
         )
         self.selections = Selections(self.loader)
+        if start and main_module_rerun():
+            # Built while multiprocessing runs the user's script again in a worker (not
+            # ours): say why, and do not load all the traces again in there.
+            logger.error(RERUN_MESSAGE, os.getpid(), os.getppid())
+            start = False
         if start:
             self.loader.start()
 

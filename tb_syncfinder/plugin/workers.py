@@ -120,6 +120,31 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+def main_module_rerun() -> bool:
+    """True when called from the body of the parent's main script that multiprocessing runs
+    again in a child it started with spawn or forkserver (as ``__mp_main__``, while it
+    prepares the child). A function of that script called later, as a Process's target, is
+    not such a re-run: only module-level code is."""
+    frame = sys._getframe(1) if hasattr(sys, "_getframe") else None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+RERUN_MESSAGE = (
+    "sync_advisor: TensorBoard is being started again, in process %d, by the script that "
+    "started it in process %d: a process that multiprocessing started with spawn or "
+    "forkserver (torch-tb-profiler's run loader, for one) runs that script again as "
+    "__mp_main__, since it has no 'if __name__ == \"__main__\":' guard. Start TensorBoard "
+    "under that guard (or, where torch-tb-profiler is the one, leave it out: "
+    "program.TensorBoard(plugins=tb_syncfinder.plugin.standalone."
+    "plugins_without_pytorch_profiler())). The Sync Advisor loads nothing in this copy; "
+    "its own analysis processes never run the script again."
+)
+
+
 # ----- messages: a length, then a pickle ---------------------------------------------------
 def _send(stream: BinaryIO, data: bytes) -> None:
     stream.write(_HEADER.pack(len(data)))

@@ -192,11 +192,30 @@ def test_a_process_that_exits_or_hangs_before_it_is_ready_is_a_start_error() -> 
     pool.command = [sys.executable, "-c", "import time; time.sleep(60)"]
     started = time.monotonic()
     try:
-        with pytest.raises(WorkerStartError, match="before it was ready"):
+        with pytest.raises(WorkerStartError, match=r"was not ready within 0.5 s \(killed\)"):
             pool.submit(os.getpid).result(TIMEOUT_S)
     finally:
         pool.shutdown()
     assert time.monotonic() - started < 30
+
+
+def test_what_the_interpreter_prints_as_it_starts_does_not_disturb_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sitecustomize (or a .pth hook) that prints on stdout before the worker runs.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nprint('hello from sitecustomize')\nsys.stdout.write('no newline')\n"
+    )
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    )
+    pool = ProcessPool(1)
+    try:
+        assert pool.submit(os.getpid).result(TIMEOUT_S) != os.getpid()
+        with pytest.raises(ValueError, match="still framed"):
+            pool.submit(worker_probes.raise_value_error, "still framed").result(TIMEOUT_S)
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def test_no_interpreter_no_pool(monkeypatch: pytest.MonkeyPatch) -> None:

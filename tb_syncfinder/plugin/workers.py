@@ -55,7 +55,10 @@ DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_START_TIMEOUT_S = 60.0  # a loaded 2-core machine can take seconds to start Python
 _HEADER = struct.Struct("<Q")  # length of the pickled message that follows
 _CHUNK = 1 << 24
-_READY = b"tb_syncfinder analysis worker ready"
+# A worker's first line, unframed: what the interpreter's start-up may have printed before
+# (a sitecustomize, a .pth hook) is skipped up to it.
+_READY = b"\0tb_syncfinder analysis worker ready\n"
+_MAX_LINES_BEFORE_READY = 10_000
 # Signals that mean the process crashed, rather than that something stopped it.
 _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
 
@@ -172,6 +175,19 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def _wait_ready(stream: BinaryIO) -> bool | None:
+    """Read up to the worker's ready line; None at the end of its output, False when it
+    printed too much else."""
+    for _ in range(_MAX_LINES_BEFORE_READY):
+        line = stream.readline(1 << 16)
+        if not line:
+            return None
+        if line.endswith(_READY):  # after output without a newline of its own
+            return True
+        logger.debug("sync_advisor: an analysis process printed %r", line[:200])
+    return False
+
+
 def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -181,7 +197,9 @@ def worker_main() -> None:
     """Serve requests on stdin until it closes (run by ``BOOTSTRAP`` in a new interpreter)."""
     # The channel is a private copy of stdin/stdout; fd 1 then goes to stderr and fd 0 to
     # nothing, so that a stray print (a native library's, a warning) or a read of stdin
-    # cannot corrupt it.
+    # cannot corrupt it. What start-up printed goes out first, before the ready line.
+    if sys.stdout is not None:
+        sys.stdout.flush()
     requests_in = os.fdopen(os.dup(0), "rb")
     answers_out = os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
@@ -200,7 +218,8 @@ def worker_main() -> None:
     if path is None:
         os._exit(0)
     sys.path[:] = pickle.loads(path)
-    _send(answers_out, _READY)
+    answers_out.write(_READY)
+    answers_out.flush()
 
     requests: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     threading.Thread(
@@ -257,25 +276,29 @@ class Worker:
         self.pid = self.process.pid
         self.busy = False
         # A worker that does not say it is ready in time is killed: its read below ends.
-        timer = threading.Timer(start_timeout_s, self._kill)
+        late = threading.Event()
+        timer = threading.Timer(start_timeout_s, lambda: (late.set(), self._kill()))
         timer.daemon = True
         timer.start()
         try:
             path = [p or os.getcwd() for p in sys.path]  # '' is the folder it runs in
             _send(self.process.stdin, _dumps(path))  # type: ignore[arg-type]
-            ready = _receive(self.process.stdout)  # type: ignore[arg-type]
+            ready = _wait_ready(self.process.stdout)  # type: ignore[arg-type]
         except (OSError, ValueError):
             ready = None
         finally:
             timer.cancel()
-        if ready != _READY:
-            if ready is not None:  # something else answered: it is no worker of ours
+        if not ready:
+            if ready is False:  # it runs, but it is no worker of ours
                 self._kill()
-            how = describe_exit(self._wait())
+            what = f"{describe_exit(self._wait())} before it was ready"
             self.reap()
+            if late.is_set():
+                what = f"was not ready within {start_timeout_s:g} s (killed)"
+            elif ready is False:
+                what = "printed too much before it was ready (killed)"
             raise WorkerStartError(
-                f"the analysis process (pid {self.pid}) {how} before it was ready"
-                " (its output is in TensorBoard's)"
+                f"the analysis process (pid {self.pid}) {what} (its output is in TensorBoard's)"
             )
 
     def call(self, request: bytes) -> bytes:

@@ -12,9 +12,10 @@ TensorBoard's server threads hold locks.
 
 So each worker is ``python -c BOOTSTRAP``: it puts this package's folder first on
 ``sys.path``, imports this module and calls ``worker_main``, which takes the parent's
-``sys.path`` (as spawn does, so that it imports the same code), then answers requests on
-its stdin/stdout: ``(fn, args, kwargs)`` pickled, one at a time, answered by ``("ok",
-value)`` or ``("error", exception, traceback text)``. ``fn`` must be importable by name
+``sys.path`` (as spawn does, so that it imports the same code), prints a ready line, then
+answers requests on its stdin/stdout: ``(fn, args, kwargs)`` pickled, one at a time,
+answered by ``("ok", value)`` or ``("error", exception, traceback text)``, each message
+framed by its length. ``fn`` must be importable by name
 (a top-level function of a module, not of ``__main__``).
 
 ``ProcessPool`` is a ``concurrent.futures.Executor`` over at most ``max_workers`` such

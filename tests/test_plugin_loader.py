@@ -21,7 +21,14 @@ import pytest
 from tb_syncfinder.models import TraceRef
 from tb_syncfinder.plugin import loader as loader_module
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
-from tb_syncfinder.plugin.loader import DONE, ERROR, RETRY, TraceLoader, looks_transient
+from tb_syncfinder.plugin.loader import (
+    DONE,
+    ERROR,
+    MAX_TRANSIENT_ATTEMPTS,
+    RETRY,
+    TraceLoader,
+    looks_transient,
+)
 
 
 class CountingAnalyzer:
@@ -358,14 +365,7 @@ class FakePool:
                 future.cancel()
 
 
-def test_a_late_failure_of_a_broken_pool_does_not_shut_down_its_replacement(
-    tmp_path: Path,
-) -> None:
-    from concurrent.futures.process import BrokenProcessPool
-
-    for name in ("a", "b"):
-        write_trace(tmp_path / "logs" / "run" / f"{name}.pt.trace.json")
-    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+def fake_pools(loader: TraceLoader) -> list[FakePool]:
     pools: list[FakePool] = []
 
     def new_pool() -> FakePool:
@@ -373,21 +373,95 @@ def test_a_late_failure_of_a_broken_pool_does_not_shut_down_its_replacement(
         return pools[-1]
 
     loader._new_pool = new_pool  # type: ignore[method-assign]
+    return pools
+
+
+def done_result(name: str) -> Any:
+    info = SimpleNamespace(path=name, error=None, worker="w")
+    return SimpleNamespace(info=info, syncs=[], latent=[], steps=[])
+
+
+def test_a_late_failure_of_a_failed_pool_does_not_shut_down_its_replacement(
+    tmp_path: Path,
+) -> None:
+    from tb_syncfinder.plugin.workers import WorkerStartError
+
+    for name in ("a", "b"):
+        write_trace(tmp_path / "logs" / "run" / f"{name}.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+    loader.use_processes = True
+    pools = fake_pools(loader)
     loader.poll()
     first = pools[0]
     assert len(first.futures) == 2
     first.broken = True
-    # The pool's worker died: its jobs fail one after another. Between the two callbacks
-    # the next poll already retries the first file on a fresh pool.
-    first.futures[0].set_exception(BrokenProcessPool("worker died"))
-    loader.poll()
+    # No analysis process could start: its jobs fail one after another, and each is
+    # analysed again at once in the pool that replaced it (threads from now on).
+    first.futures[0].set_exception(WorkerStartError("cannot run python"))
+    assert not loader.use_processes
     second = pools[1]
     assert len(second.futures) == 1
-    first.futures[1].set_exception(BrokenProcessPool("worker died"))
-    assert not second.shut_down
-    info = SimpleNamespace(path="a", error=None, worker="w")
-    second.futures[0].set_result(SimpleNamespace(info=info, syncs=[], latent=[], steps=[]))
-    assert list(statuses(loader).values()).count(DONE) == 1
+    first.futures[1].set_exception(WorkerStartError("cannot run python"))
+    assert not second.shut_down and len(pools) == 2
+    assert len(second.futures) == 2
+    for future, name in zip(second.futures, ("a", "b"), strict=True):
+        future.set_result(done_result(name))
+    assert list(statuses(loader).values()) == [DONE, DONE]
+
+
+def test_a_trace_whose_process_died_is_retried_then_an_error_naming_the_process(
+    tmp_path: Path,
+) -> None:
+    from tb_syncfinder.plugin.workers import WorkerDied
+
+    for name in ("a", "b"):
+        write_trace(tmp_path / "logs" / "run" / f"{name}.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+    pools = fake_pools(loader)
+    died = WorkerDied(4321, "was killed (SIGKILL: out of memory?)")
+    for attempt in range(1, MAX_TRANSIENT_ATTEMPTS + 1):
+        loader.poll()
+        jobs = pools[0].futures[-2:] if attempt == 1 else pools[0].futures[-1:]
+        if attempt == 1:
+            jobs[1].set_result(done_result("b"))  # its neighbour, in another process
+        jobs[0].set_exception(died)
+        expected = RETRY if attempt < MAX_TRANSIENT_ATTEMPTS else ERROR
+        assert statuses(loader) == {"a.pt.trace.json": expected, "b.pt.trace.json": DONE}
+    assert len(pools) == 1 and not pools[0].shut_down  # one dead process, not a dead pool
+    state = loader.get_run("run").traces[str(tmp_path / "logs" / "run" / "a.pt.trace.json")]
+    assert state.error == (
+        "the analysis process (pid 4321) was killed (SIGKILL: out of memory?) while it read "
+        "this trace"
+    )
+    assert not state.being_written
+    loader.poll()
+    assert len(pools[0].futures) == MAX_TRANSIENT_ATTEMPTS + 1  # given up on: not again
+
+
+def test_where_no_analysis_process_can_start_traces_are_analysed_in_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    from tb_syncfinder.plugin.workers import ProcessPool
+
+    for name in ("a", "b", "c"):
+        write_trace(tmp_path / "logs" / "run" / f"{name}.pt.trace.json")
+    missing = str(tmp_path / "no-such-python")
+    monkeypatch.setattr(
+        loader_module, "ProcessPool", functools.partial(ProcessPool, executable=missing)
+    )
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer, max_workers=2)
+    loader.use_processes = True  # as without an injected analyser
+    poll_and_wait(loader)
+    assert not loader.use_processes
+    assert set(statuses(loader).values()) == {DONE}
+    assert sorted(os.path.basename(path) for path in analyzer.calls) == [
+        "a.pt.trace.json",
+        "b.pt.trace.json",
+        "c.pt.trace.json",
+    ]
 
 
 def test_a_new_model_field_changes_the_cache_key_so_old_pickles_are_not_served(monkeypatch):

@@ -2,11 +2,14 @@
 
 One daemon thread polls the logdirs (like torch-tb-profiler's ``_monitor_runs``), finds runs
 with ``discovery.list_runs`` and hands each new or changed trace file to a bounded pool
-(at most ``max_workers`` files parsed at once, not one process per file). A trace becomes
-browsable as soon as its own analysis finishes, so the first run can be read while others
-load. Results are kept in the disk cache, keyed by path, size and mtime, so a restart does
-not analyse again. A file still being written is retried on a later poll instead of being
-marked broken forever; every other failure is data: an error entry naming the reason.
+(at most ``max_workers`` files parsed at once, not one process per file): the analysis
+processes of ``workers.ProcessPool``, clean interpreters that never run the script that
+started TensorBoard again (as multiprocessing's spawn would: issue 14), or threads where
+processes cannot start. A trace becomes browsable as soon as its own analysis finishes, so
+the first run can be read while others load. Results are kept in the disk cache, keyed by
+path, size and mtime, so a restart does not analyse again. A file still being written is
+retried on a later poll instead of being marked broken forever; every other failure is
+data: an error entry naming the reason.
 """
 
 from __future__ import annotations
@@ -15,18 +18,17 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import logging
-import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
+from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
 from tb_syncfinder.summaries import SummaryStore, has_summaries
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,6 @@ TRANSIENT_MARKERS = (
 # An unchanged file that keeps failing with a transient-looking error is given up on after
 # this many polls (it is retried again as soon as its size or mtime changes).
 MAX_TRANSIENT_ATTEMPTS = 3
-PROCESS_DIED = "the analysis process died (out of memory, or a crash in a native library)"
 BEING_WRITTEN = "being written: the file changed while it was read (read again on the next scan)"
 
 
@@ -156,8 +157,6 @@ class TraceLoader:
         self.changed = threading.Condition(self.lock)  # notified when a trace settles
 
         self._executor: concurrent.futures.Executor | None = None
-        self._broken_pools = 0
-        self._pool_succeeded = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -329,10 +328,13 @@ class TraceLoader:
             return
         with self.lock:
             state.status = RUNNING
+        self._submit(state)
+
+    def _submit(self, state: TraceState) -> None:
         pool = self._pool()
         try:
             future = pool.submit(self.analyze_fn, state.ref, self.options)
-        except (RuntimeError, BrokenProcessPool) as exc:
+        except RuntimeError as exc:  # a pool shut down under us
             self._reset_pool(pool)
             self._settle(state, None, f"cannot start analysis ({exc})")
             return
@@ -372,27 +374,27 @@ class TraceLoader:
     def _new_pool(self) -> concurrent.futures.Executor:
         if self.use_processes:
             try:
-                # spawn, not fork: TensorBoard's server threads hold locks a fork would copy.
-                return concurrent.futures.ProcessPoolExecutor(
-                    max_workers=self.max_workers,
-                    mp_context=multiprocessing.get_context("spawn"),
-                )
-            except (OSError, ImportError, NotImplementedError) as exc:
-                logger.warning("sync_advisor: no process pool (%s), using threads", exc)
+                # Not multiprocessing: fork is unsafe (TensorBoard's server threads hold
+                # locks a fork would copy), and spawn and forkserver run the user's script
+                # again in every worker (see workers.py).
+                return ProcessPool(self.max_workers)
+            except OSError as exc:
+                logger.warning("sync_advisor: no analysis processes (%s), using threads", exc)
                 self.use_processes = False
         return concurrent.futures.ThreadPoolExecutor(
             max_workers=self.max_workers, thread_name_prefix="sync_advisor_analyse"
         )
 
-    def _reset_pool(self, broken: concurrent.futures.Executor) -> None:
+    def _reset_pool(self, broken: concurrent.futures.Executor, cancel: bool = True) -> None:
         """Drop ``broken`` if it is still the current pool. Every job of a broken pool fails
         on its own; a late failure of one must not shut down the pool that replaced it
-        (that would cancel the replacement's jobs and leave their traces running forever)."""
+        (that would cancel the replacement's jobs and leave their traces running forever).
+        Without ``cancel`` its queued jobs still run (and fail, each on its own)."""
         with self.lock:
             if self._executor is not broken:
                 return
             self._executor = None
-        broken.shutdown(wait=False, cancel_futures=True)
+        broken.shutdown(wait=False, cancel_futures=cancel)
 
     def _finished(
         self,
@@ -403,20 +405,28 @@ class TraceLoader:
         try:
             result = future.result()
             error = None
-        except BrokenProcessPool:
-            # A worker died (out of memory, a crash in a native library, or processes cannot
-            # be spawned here): every job of that pool fails with it. Retried on the next
-            # poll with a fresh pool; the attempt counts, so a file that always kills its
-            # worker ends as an error instead of looping. Pools that keep breaking before
-            # anything succeeded mean processes do not work here: switch to threads.
-            self._reset_pool(pool)
-            with self.lock:
-                self._broken_pools += 1
-                if self._broken_pools >= MAX_TRANSIENT_ATTEMPTS and not self._pool_succeeded:
-                    if self.use_processes:
-                        logger.warning("sync_advisor: process pool keeps failing, using threads")
+        except WorkerDied as exc:
+            # The process analysing this trace died (out of memory, a crash in a native
+            # library); only this job failed, and the pool replaced the process. Retried on
+            # the next poll; the attempt counts, so a file that always kills its process ends
+            # as an error naming the process and how it ended instead of looping.
+            self._settle(state, None, str(exc), retry=True)
+            return
+        except WorkerStartError as exc:
+            if not getattr(pool, "started_any", False):
+                # Not one process ever started (no usable interpreter, a sandbox, a process
+                # limit): analyse in threads from now on, this trace at once.
+                with self.lock:
+                    switch = self.use_processes
                     self.use_processes = False
-            self._settle(state, None, PROCESS_DIED, retry=True)
+                if switch:
+                    logger.warning("sync_advisor: %s; analysing in threads", exc)
+                self._reset_pool(pool, cancel=False)
+                if not self._stop.is_set():
+                    self._submit(state)
+                return
+            # Processes did start before: this is a passing failure, retried on the next poll.
+            self._settle(state, None, f"cannot start an analysis process ({exc})", retry=True)
             return
         except concurrent.futures.CancelledError:
             # Cancelled by stop(), or by a pool shut down under it: unless stopping, analyse
@@ -433,8 +443,6 @@ class TraceLoader:
             return
         except Exception as exc:  # noqa: BLE001 - per-file errors are data
             result, error = None, str(exc) or type(exc).__name__
-        else:
-            self._pool_succeeded = True
         self._settle(state, result, error)
 
     def _settle(

@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import mimetypes
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from tb_syncfinder.plugin.metadata import PLUGIN_NAME, TAB_NAME
 from tb_syncfinder.plugin.safety import SourceGuard
 from tb_syncfinder.plugin.selection import Selection, Selections, workers_of
 from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
+from tb_syncfinder.plugin.workers import RERUN_MESSAGE, main_module_rerun
 from tb_syncfinder.source import with_source_packs
 from tb_syncfinder.summaries import SummaryStore
 
@@ -190,6 +192,11 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         self.selections = Selections(self.loader)
         self._queries: dict[tuple[str, str], _Query] = {}  # by (route, query string)
         self._queries_lock = threading.Lock()
+        if start and main_module_rerun():
+            # Built while multiprocessing runs the user's script again in a worker (not
+            # ours): say why, and do not load all the traces again in there.
+            logger.error(RERUN_MESSAGE, os.getpid(), os.getppid())
+            start = False
         if start:
             self.loader.start()
 

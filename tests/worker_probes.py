@@ -1,0 +1,81 @@
+"""Functions the plugin's analysis processes run in tests.
+
+A worker process imports what it runs by name (it never imports the test's ``__main__``):
+these live in a module of their own, which the worker finds on the ``sys.path`` it gets
+from its parent (tests/ is on it under pytest, and on the PYTHONPATH of the scripts the
+tests run).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+PIDS_ENV = "SYNC_ADVISOR_TEST_PIDS"  # a file: each analysis appends its process's pid
+PROTECTED_ENV = "SYNC_ADVISOR_TEST_PROTECTED_PID"  # a process analyse_or_die never kills
+
+
+def record_pid() -> int:
+    path = os.environ.get(PIDS_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+    return os.getpid()
+
+
+def analyze_recording_pid(ref: Any, options: Any) -> Any:
+    """The plugin's analysis, noting which process ran it."""
+    from tb_syncfinder.plugin.loader import analyze_in_worker
+
+    record_pid()
+    return analyze_in_worker(ref, options)
+
+
+def analyze_or_die(ref: Any, options: Any) -> Any:
+    """As analyze_recording_pid, but a trace whose file name starts with "crash" kills the
+    process analysing it (as the out-of-memory killer would)."""
+    if os.path.basename(ref.path).startswith("crash"):
+        if os.environ.get(PROTECTED_ENV) == str(os.getpid()):
+            # Run in the test's own process (the thread fallback): do not kill it.
+            raise RuntimeError("analysed in the test's process, not in an analysis process")
+        die()
+    return analyze_recording_pid(ref, options)
+
+
+def die() -> None:
+    if hasattr(signal, "SIGKILL"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(70)
+
+
+def sleep_and_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def raise_value_error(text: str) -> None:
+    raise ValueError(text)
+
+
+def exit_process(status: int) -> None:
+    raise SystemExit(status)
+
+
+def unpicklable_result() -> Any:
+    return lambda: None
+
+
+def getcwd_and_path() -> tuple[str, list[str]]:
+    import sys
+
+    return os.getcwd(), list(sys.path)
+
+
+def main_module_name() -> str | None:
+    """The worker's ``__main__``: where spawn would have run the parent's script again."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    return getattr(main, "__file__", None)

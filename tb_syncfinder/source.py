@@ -408,18 +408,18 @@ class SourceResolver:
             self._index = index
         return self._index
 
-    def _under_root(self, parts: list[str]) -> Path | None:
+    def _under_root(self, parts: list[str]) -> tuple[Path | None, int]:
         """The file a root holds at the longest tail of the recorded path, when that tail
-        is at least a folder and a file (or the whole recorded path): a checkout of the
-        recorded tree, found with a few stats instead of a walk of the roots."""
+        is at least a folder and a file (or the whole recorded path), and how many parts
+        of it match: a checkout of the recorded tree, found with a few stats."""
         for keep in range(len(parts), 0, -1):
             if keep < 2 and keep != len(parts):
                 break  # a bare file name could be any file of that name: the walk decides
             for root in self.roots:
                 candidate = Path(root, *parts[-keep:])
                 if candidate.is_file():
-                    return candidate
-        return None
+                    return candidate, keep
+        return None, 0
 
     def find_file(self, trace_file: str) -> Path | None:
         """The readable local file for a path as the trace names it, or None."""
@@ -452,9 +452,9 @@ class SourceResolver:
         parts = [p for p in norm.split("/") if p and p not in (".", "..")]
         if not parts:
             return None
-        direct = self._under_root(parts)
-        if direct is not None:
-            return direct
+        direct, direct_len = self._under_root(parts)
+        if direct is not None and direct_len == len(parts):
+            return direct  # the whole recorded path: nothing can match longer
         candidates = self._suffix_index().get(parts[-1], [])
         best: list[Path] = []
         best_len = 0
@@ -467,6 +467,10 @@ class SourceResolver:
                 best, best_len = [path], n
             elif n == best_len:
                 best.append(path)
+        if direct is not None and best_len <= direct_len:
+            # Nothing under the roots matches more of the recorded path than the file at
+            # that tail (the walk may have been cut, or tie with a copy elsewhere).
+            return direct
         # A broken symlink is listed as a file by os.walk: only a readable file counts.
         return best[0] if len(best) == 1 and best[0].is_file() else None
 

@@ -966,10 +966,15 @@ def _percentile(values: np.ndarray, q: float) -> float:
     values = np.sort(values[np.isfinite(values)])
     if not len(values):
         return 0.0
-    position = (len(values) - 1) * q / 100.0
+    # numpy's own arithmetic (position, then interpolation from the nearer end): the same
+    # floats, not just close ones.
+    position = (len(values) - 1) * (q / 100.0)
     lo = int(position)
     hi = min(lo + 1, len(values) - 1)
-    return float(values[lo] + (values[hi] - values[lo]) * (position - lo))
+    fraction = position - lo
+    below, above = float(values[lo]), float(values[hi])
+    step = above - below
+    return above - step * (1.0 - fraction) if fraction >= 0.5 else below + step * fraction
 
 
 class _Builder:

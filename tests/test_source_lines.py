@@ -370,16 +370,33 @@ def test_implicit_index_reads_are_candidates_not_a_confident_float_line(tmp_path
     ]
 
 
-def test_a_checkout_of_the_recorded_tree_is_found_without_walking_the_roots(tmp_path, monkeypatch):
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "work.py").write_text("def f():\n    pass\n")
+def test_the_whole_recorded_path_under_a_root_is_found_without_walking_the_roots(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "cluster" / "job" / "pkg").mkdir(parents=True)
+    (tmp_path / "cluster" / "job" / "pkg" / "work.py").write_text("def f():\n    pass\n")
 
     def no_walk(*_args, **_kwargs):
         raise AssertionError("the roots were walked")
 
     monkeypatch.setattr(source.os, "walk", no_walk)
     resolver = SourceResolver([str(tmp_path)])
-    assert resolver.find_file("/cluster/job/pkg/work.py") == tmp_path / "pkg" / "work.py"
+    found = resolver.find_file("/cluster/job/pkg/work.py")
+    assert found == tmp_path / "cluster" / "job" / "pkg" / "work.py"
+
+
+def test_the_file_matching_more_of_the_recorded_path_wins_over_a_shorter_tail(tmp_path):
+    # root/models/net.py matches the tail models/net.py; the checkout below matches
+    # myproj/models/net.py: the longer match is the recorded file.
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "net.py").write_text("x = 1\n")
+    checkout = tmp_path / "checkouts" / "myproj" / "models"
+    checkout.mkdir(parents=True)
+    (checkout / "net.py").write_text("x = 2\n")
+    resolver = SourceResolver([str(tmp_path)])
+    assert resolver.find_file("/mnt/run42/myproj/models/net.py") == checkout / "net.py"
+    # With no longer match anywhere, the tail under the root is the file.
+    assert resolver.find_file("/mnt/run42/other/models/net.py") == tmp_path / "models" / "net.py"
 
 
 def test_a_bare_file_name_match_under_the_root_still_goes_through_the_walk(tmp_path):

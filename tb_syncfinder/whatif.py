@@ -731,7 +731,8 @@ class _Graph:
     @contextlib.contextmanager
     def _removed(self, jumps: list[int]) -> Iterator[dict[int, float]]:
         """The base values with these sync edges dropped, in place; yields the changed
-        variables (with their base values) and puts the base values back after."""
+        variables (with their base values) and puts the base values back after. In place,
+        so one graph serves one thread at a time (each analysis builds its own)."""
         values = self.base_values
         changed: dict[int, float] = {}
         positions = [self.jump_pos[j] for j in jumps]

@@ -684,9 +684,7 @@ class _Graph:
 
     def metrics_for(self, disabled: frozenset[int]) -> _Metrics:
         """Metrics with the sync edges of these episodes dropped (all at once)."""
-        jumps = [
-            j for i in disabled if 0 <= i < len(self.episode_jumps) for j in self.episode_jumps[i]
-        ]
+        jumps = self._jumps_of(disabled)
         if not jumps:
             m = self.base_metrics
             return _Metrics(

@@ -296,9 +296,12 @@ def write_synthetic_trace(folder: Path, gigabytes: float) -> Path:
             {e["name"] for e in timed if str(e.get("name", "")).startswith("ProfilerStep#")}
         )
         while written < target:
-            text = ",".join(json.dumps(_repeated(e, rep, rep * span, steps_per_rep)) for e in timed)
-            out.write("," + text)
-            written += len(text) + 1
+            # msgspec's encoder: json.dumps made a 10 GB trace take half an hour to write.
+            text = msgspec.json.encode(
+                [_repeated(e, rep, rep * span, steps_per_rep) for e in timed]
+            ).decode()
+            out.write("," + text[1:-1])
+            written += len(text) - 1
             rep += 1
         out.write("]}")
     return path

@@ -164,7 +164,8 @@ def build_report(results: list[TraceResult]) -> Report:
     idle_from_syncs = sum(s.gpu_idle_from_syncs_us for s in replayed)
     reasons = list(
         dict.fromkeys(
-            r.savings.reason for r in analysed if r.savings.method == "bound" and r.savings.reason
+            [r.savings.reason for r in analysed if r.savings.method == "bound" and r.savings.reason]
+            + [r.info.window_note for r in analysed if r.info.window_note]
         )
     )
     summary = Summary(

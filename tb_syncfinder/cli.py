@@ -68,6 +68,15 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
         help="rewrite a path prefix recorded in the trace (e.g. /workspace=/home/me/proj), "
         "for traces recorded on another machine (repeatable)",
     )
+    parser.add_argument(
+        "--window-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="analyse a trace of more than MB megabytes of JSON in windows of whole steps, "
+        "one at a time, in bounded memory (default: sized from the memory available; "
+        "0: always read whole)",
+    )
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
@@ -251,12 +260,14 @@ def _engine_options(args: argparse.Namespace) -> Any:
     from tb_syncfinder.demo.sources import SOURCE_PACKS
     from tb_syncfinder.engine import Options
 
+    window_mb = getattr(args, "window_mb", None)
     # The timeline context around each sync is for the dashboard's detail view only.
     return Options(
         source_roots=tuple(args.source_root),
         path_map=tuple(args.path_map),
         contexts=False,
         source_packs=SOURCE_PACKS,
+        window_bytes=None if window_mb is None else int(window_mb * 1e6),
     )
 
 

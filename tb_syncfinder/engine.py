@@ -90,6 +90,9 @@ class Options:
     source_packs: Sequence[SourcePack] = ()
     # The what-if replay stage (issue 11); off: every saving is the upper bound of cost.py.
     whatif: bool = True
+    # A trace larger than this much JSON is analysed in windows of whole steps, one at a
+    # time (``windows``): None sizes them from the memory available now, 0 never splits.
+    window_bytes: int | None = None
 
     def resolver(self) -> SourceResolver:
         roots, path_map = with_source_packs(
@@ -145,18 +148,99 @@ def analyze_trace(
         name = os.path.basename(ref)
         ref = TraceRef(ref, os.path.basename(os.path.dirname(os.path.abspath(ref))), name)
     options = options or Options()
+    resolver = resolver or options.resolver()
     try:
+        if _may_need_windows(ref.path, options):
+            windowed = _analyze_in_windows(ref, options, resolver)
+            if windowed is not None:
+                return windowed
         data = read_trace(ref.path)
     except TraceReadError as exc:
         info = _info(ref)
         info.error = exc.reason
         return TraceResult(info)
-    try:
-        return _analyze_data(ref, data, options, resolver or options.resolver())
     except Exception as exc:  # noqa: BLE001 - a bug on one odd trace must not hide others
         info = _info(ref)
         info.error = f"analysis failed: {type(exc).__name__}: {exc}"
         return TraceResult(info)
+    try:
+        return _analyze_data(ref, data, options, resolver)
+    except Exception as exc:  # noqa: BLE001 - a bug on one odd trace must not hide others
+        info = _info(ref)
+        info.error = f"analysis failed: {type(exc).__name__}: {exc}"
+        return TraceResult(info)
+
+
+def _window_bytes(options: Options) -> int | None:
+    if options.window_bytes is not None:
+        return options.window_bytes or None
+    from tb_syncfinder.windows import auto_window_bytes
+
+    return auto_window_bytes()
+
+
+def _may_need_windows(path: str, options: Options) -> bool:
+    """Cheap (a stat): only a file that may be past one window is scanned for steps."""
+    if options.window_bytes == 0 or "://" in path:
+        return False
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False  # the whole read says what is wrong with it
+    if size < 8 << 20 and options.window_bytes is None:
+        return False  # small: never split on this machine's memory (no windows import)
+    from tb_syncfinder.windows import may_need_windows
+
+    return may_need_windows(path, _window_bytes(options))
+
+
+def _analyze_in_windows(
+    ref: TraceRef, options: Options, resolver: SourceResolver
+) -> TraceResult | None:
+    """A trace larger than the memory budget, one window of whole steps at a time
+    (``windows``); None when it fits in one window after all, or has too few steps."""
+    from tb_syncfinder import windows
+
+    window_bytes = _window_bytes(options)
+    if not window_bytes:
+        return None
+    found = windows.scan(ref.path)
+    bounds = windows.plan(found, window_bytes)
+    if not bounds:
+        return None
+    import logging
+
+    logging.getLogger(__name__).info(
+        "%s: %d MB of JSON past the memory budget: analysed in %d windows of whole steps",
+        ref.path,
+        found.json_bytes >> 20,
+        len(bounds) + 1,
+    )
+    parts = windows.split(ref.path, found, bounds)
+    results: list[TraceResult] = []
+    try:
+        first_id = 0
+        for window_path in parts.paths:
+            data = read_trace(window_path)
+            os.remove(window_path)  # the disk it took, back before the next window
+            data.path = ref.path
+            result = _analyze_data(ref, data, options, resolver, first_id=first_id)
+            del data
+            # Ids numbered on: every episode got one (syncs, latent and those kept apart).
+            first_id += len(result.syncs) + len(result.latent)
+            first_id += len(result.profiler_overhead) + len(result.warmup_allocator)
+            results.append(result)
+    finally:
+        parts.close()
+    note = windows.window_note(len(results), window_bytes)
+    merged = windows.merge(results, note)
+    merged.info.windows = len(results)
+    merged.info.window_note = note
+    merged.info.event_count = found.entries
+    merged.info.repairs = list(found.repairs) + [
+        r for r in merged.info.repairs if r not in found.repairs
+    ]
+    return merged
 
 
 def _build_sync(
@@ -260,8 +344,10 @@ def _trace_savings(
 
 
 def _analyze_data(
-    ref: TraceRef, data: Any, options: Options, resolver: SourceResolver
+    ref: TraceRef, data: Any, options: Options, resolver: SourceResolver, first_id: int = 0
 ) -> TraceResult:
+    """``first_id``: the number of the first sync's id (a window's: after the windows
+    before it, ``windows``)."""
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
@@ -271,7 +357,6 @@ def _analyze_data(
     attribute = Attributor(tl, options.source_packs)
     prefix = sync_id_prefix(ref.path)
     built: list[list[Sync]] = []
-    first_id = 0
     # None: no replay (switched off, or no device activity to replay). The stage, and numpy
     # with it, is imported only for a trace it runs on: a CPU trace starts faster.
     whatif: TraceWhatIf | None = None
@@ -281,7 +366,7 @@ def _analyze_data(
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
         keys = [_site_key(a, src) for a, src in zip(attributions, sources, strict=True)]
         savings: list[float | None] = [None] * len(episodes)
-        if first_id == 0 and options.whatif and tl.has_gpu_activity:  # blocking ones only
+        if not built and options.whatif and tl.has_gpu_activity:  # blocking ones only
             from tb_syncfinder.whatif import replay_stage
 
             # Syncs listed apart (the profiler's own, warm-up allocations) are replayed

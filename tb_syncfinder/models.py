@@ -89,6 +89,10 @@ class TraceInfo:
     step_markers: bool = True
     saving_method: str = "bound"  # "replay" when the what-if replay gave its savings
     saving_note: str | None = None  # why the bound was used, or what the replay noted
+    # Analysed in this many windows of whole steps (a trace past the memory budget,
+    # ``windows``), and what that leaves out; 0 / None: read whole.
+    windows: int = 0
+    window_note: str | None = None
 
 
 @dataclass(frozen=True)

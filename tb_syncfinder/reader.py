@@ -1053,7 +1053,7 @@ class _Reader:
         try:
             with memoryview(buf) as view, view[a : k + 1] as chunk:
                 try:
-                    events = _EVENTS_DECODER.decode(chunk)
+                    events = self.decoder.decode(chunk)
                 except msgspec.DecodeError as exc:
                     message = str(exc)
                     byte = _error_byte(message)
@@ -1069,9 +1069,8 @@ class _Reader:
                     raise TraceReadError(self.path, _TOO_DEEP) from None
                 if events is None:
                     raw = bytes(chunk)
-                elif buf.find(_PROBE_NAME, a, k) >= 0 or buf.find(_PROBE_NCCL, a, k) >= 0:
-                    if not self._probe_each(view, a, k, events):
-                        self._attach_probed_args(chunk, events)
+                else:
+                    self._decoded(view, a, k, events)
         finally:
             buf[a], buf[k] = saved_a, saved_k
         self.chunks += 1
@@ -1079,6 +1078,21 @@ class _Reader:
             events = self._slow_chunk(raw, a, at_end)
         else:
             self.entries += len(events)
+        self._keep(events)
+
+    # The two hooks a reader of another kind (``windows``: the events' times, or each
+    # event's own bytes) replaces, with ``decoder``; everything else is shared.
+    decoder: msgspec.json.Decoder = _EVENTS_DECODER
+
+    def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
+        """After the fast decode of ``buf[a..k]`` (still closed as a list in ``view``)."""
+        buf = self.buf
+        if buf.find(_PROBE_NAME, a, k) >= 0 or buf.find(_PROBE_NCCL, a, k) >= 0:
+            if not self._probe_each(view, a, k, events):
+                with view[a : k + 1] as chunk:
+                    self._attach_probed_args(chunk, events)
+
+    def _keep(self, events: list[Any]) -> None:
         self.events += events
 
     def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:

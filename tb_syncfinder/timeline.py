@@ -56,6 +56,16 @@ _CATEGORY_CLASS = {
 
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
+
+
+def category_class(cat: str) -> int:
+    """The event class of a category (exact, else case-insensitive; OTHER if unknown)."""
+    base = _CATEGORY_CLASS.get(cat)
+    if base is None:
+        base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
+    return base
+
+
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -411,9 +421,7 @@ def build_timeline(data: TraceData) -> Timeline:
     process_labels, thread_names = _names(metadata)
     builder = _Builder()
     for cat, events in buckets.items():
-        base = _CATEGORY_CLASS.get(cat)
-        if base is None:
-            base = _CATEGORY_CLASS.get(cat.lower(), OTHER)
+        base = category_class(cat)
         if base in (OP, ANNOTATION, PYTHON, OTHER):
             builder.add_host(base, events)
         elif base == IGNORED:

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import IO, Any, Optional, Union
@@ -43,13 +43,12 @@ from tb_syncfinder.reader import (
     MAX_HELD_BYTES,
     TraceReadError,
     _as_time,
-    _piece_bytes,
-    _pieces,
+    _read,
     _Reader,
     _repair_decode,
+    open_trace,
 )
 from tb_syncfinder.timeline import (
-    _CATEGORY_CLASS,
     ANNOTATION,
     DEVICE,
     DEVICE_SYNC,
@@ -57,6 +56,7 @@ from tb_syncfinder.timeline import (
     PYTHON,
     RUNTIME,
     STEP_RE,
+    category_class,
 )
 
 log = logging.getLogger(__name__)
@@ -98,10 +98,10 @@ def auto_window_bytes() -> Optional[int]:
 def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:
     """Whether the file may hold more JSON than one window, from its size (a gzip file's
     from its trailer, the inflated size modulo 4 GiB: taken as at least 3x the file)."""
-    if not window_bytes or "://" in path:
+    if not window_bytes:
         return False
     try:
-        size = os.path.getsize(path)
+        size = os.path.getsize(path)  # a URL fails here: remote traces are read whole
         with open(path, "rb") as handle:
             if handle.read(2) != b"\x1f\x8b":
                 return size > window_bytes
@@ -146,6 +146,9 @@ class _Scanner(_Reader):
         self.steps: dict[int, tuple[float, float]] = {}
         self.step_in_chunk = True
 
+    def _result(self) -> _Scanner:  # type: ignore[override]
+        return self
+
     def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
         self.step_in_chunk = self.buf.find(_STEP_NEEDLE, a, k) >= 0
 
@@ -177,7 +180,8 @@ class _Scanner(_Reader):
 
 def scan(path: str) -> Scan:
     """Pass 1 over ``path`` (raises ``TraceReadError`` as ``read_trace`` does)."""
-    reader = _read_with(_Scanner, path)
+    with open_trace(path) as handle:
+        reader = _read(path, handle, CHUNK_BYTES, MAX_HELD_BYTES, _Scanner)
     return Scan(
         json_bytes=reader.total,
         entries=reader.entries,
@@ -250,14 +254,8 @@ class _Router(_Reader):
         self.class_of: dict[Any, int] = {}
         self.routed = 0
 
-    def _class(self, cat: Any) -> int:
-        cls = self.class_of.get(cat)
-        if cls is None:
-            cls = _CATEGORY_CLASS.get(cat) if isinstance(cat, str) else OTHER
-            if cls is None:
-                cls = _CATEGORY_CLASS.get(cat.lower(), OTHER)
-            self.class_of[cat] = cls
-        return cls
+    def _result(self) -> _Router:  # type: ignore[override]
+        return self
 
     def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
         with view[a : k + 1] as chunk:
@@ -313,7 +311,7 @@ class _Router(_Reader):
             cat = e.cat
             cls = class_of.get(cat)
             if cls is None:
-                cls = self._class(cat)
+                cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
             if cls == RUNTIME:
                 args = e.args
                 if args is not None and args.correlation is not None:
@@ -368,7 +366,10 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
             handle = open(window_path, "wb")  # noqa: SIM115 - closed below
             files.append(handle)
             handle.write(header)
-        reader = _read_with(_Router, path, bounds=bounds, files=files)
+        with open_trace(path) as source:
+            reader = _read(
+                path, source, CHUNK_BYTES, MAX_HELD_BYTES, _Router, bounds=bounds, files=files
+            )
         for handle in files:
             handle.write(b"]}")
     except BaseException:
@@ -379,35 +380,6 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
     for handle in files:
         handle.close()
     return Windows(folder, paths, bounds, reader.routed, list(found.repairs))
-
-
-def _read_with(reader_cls: type, path: str, **kwargs: Any) -> Any:
-    """Read ``path`` with a reader of ``reader_cls``, failing as ``read_trace`` does
-    (``TraceReadError`` naming the file and why); returns the reader."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError as exc:
-        raise TraceReadError(path, "no such file") from exc
-    except OSError as exc:
-        raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
-    with handle:
-        try:
-            pieces: Iterator[bytes] = _pieces(path, handle, _piece_bytes(CHUNK_BYTES))
-            reader = reader_cls(path, pieces, CHUNK_BYTES, MAX_HELD_BYTES, **kwargs)
-            reader.read()
-            return reader
-        except TraceReadError:
-            raise
-        except RecursionError:
-            raise TraceReadError(path, "JSON nested too deeply to decode") from None
-        except MemoryError:
-            raise TraceReadError(path, "out of memory while reading the trace") from None
-        except OSError as exc:
-            raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - a reader bug must still name the file
-            raise TraceReadError(
-                path, f"internal error while reading ({type(exc).__name__}: {exc})"
-            ) from exc
 
 
 # --------------------------------------------------------------------------------------
@@ -490,12 +462,9 @@ def _merge_ranks(ranks: Sequence[Any]) -> Any:
             collective.index += offset
         first.collectives += other.collectives
         first.steps += other.steps
-        renamed = {}
         for wait in other.waits:
-            if not wait.is_sync:
-                new_id = f"{wait.id}.{len(first.waits)}"
-                renamed[wait.id] = new_id
-                wait.id = new_id
+            if not wait.is_sync:  # "<prefix>-w<n>", numbered per window: made unique
+                wait.id = f"{wait.id}.{len(first.waits)}"
         first.waits += other.waits
         first.notes += [n for n in other.notes if n not in first.notes]
         for sync_id, per in other.replayed_earlier.items():

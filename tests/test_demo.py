@@ -544,3 +544,22 @@ def test_a_logdir_that_cannot_be_written_is_a_clear_error(tmp_path, capsys):
     assert demo_cli.run(args) == 2
     error = capsys.readouterr().err
     assert "cannot write the runs into" in error and str(not_a_folder) in error
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_counts_as_free():
+    from tb_syncfinder.demo.serve import port_is_free
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("localhost", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    client = socket.create_connection(("localhost", port))
+    accepted, _ = server.accept()
+    assert not port_is_free(port)  # listening: taken
+    # The server closes first, as TensorBoard does on Ctrl-C: its side waits in TIME_WAIT.
+    accepted.close()
+    server.close()
+    client.recv(1)
+    client.close()
+    assert port_is_free(port)

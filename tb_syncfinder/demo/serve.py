@@ -36,6 +36,9 @@ class TensorBoardError(Exception):
 
 def port_is_free(port: int, host: str = "localhost") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As TensorBoard's server binds (http.server sets SO_REUSEADDR): a port left in
+        # TIME_WAIT by the demo that just stopped is free to it, so a restart keeps 6006.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

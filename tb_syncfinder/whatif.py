@@ -82,6 +82,11 @@ FIDELITY_GOAL = 0.02  # unmodified replay vs recording, per step
 # all (at least ALONE_REPLAY_MIN): see ``replay``.
 ALONE_REPLAY_PASSES = 4
 ALONE_REPLAY_MIN = 2_000_000
+# A what-if whose every live variable has moved earlier by the same amount moves everything
+# after it by that amount (see ``_Graph.run``): checked every this many tasks, with this
+# tolerance on "the same" (us; rounding of the recorded offsets, far below what is shown).
+SHIFT_CHECK_EVERY = 16
+SHIFT_TOL_US = 1e-6
 # Above these shares of unlinked activity the graph is too incomplete to replay.
 MAX_UNLINKED_SHARE = 0.01
 MAX_NEGATIVE_LATENCY_SHARE = 0.01
@@ -467,10 +472,7 @@ def collective_earlier(
         # per wait made this quadratic in the trace's length).
         with graph._removed(jumps) as changed:
             spent += len(changed)
-            shifts = [
-                (index, changed[item] - base[item]) if item in changed else (index, 0.0)
-                for index, item in items
-            ]
+            shifts = [(index, graph.moved_earlier(item, changed)) for index, item in items]
         per: dict[int, float] = {}
         previous = 0.0
         for index, moved in shifts:
@@ -517,6 +519,28 @@ class _Jump:
     episode: int = -1
 
 
+class _Changes(dict):
+    """The variables a what-if changed in place (variable -> its base value), and the
+    uniform shift past ``cut``: every variable whose task is at position ``cut`` or later
+    is ``shift`` us earlier than in the base replay, without being written (``_Graph.run``).
+    ``cut`` is None when the what-if has no such tail."""
+
+    cut: int | None = None
+    shift: float = 0.0
+
+
+@dataclass
+class _ShiftTables:
+    """What the uniform-shift check and its readers need, built once per graph."""
+
+    def_pos: list[int]  # per variable: the position of the task that writes it
+    live: list[int]  # per position: variables written before it and read at or after it
+    slack: list[float]  # per position: least (base value - fixed lower bound) from there on
+    step_first: np.ndarray  # per step: earliest task position of its end inputs (-1: fixed)
+    step_last: np.ndarray  # per step: latest task position of its end inputs
+    later_first: np.ndarray  # per step n: least step_first over the steps after n
+
+
 class _Graph:
     """Numbers only. Variables: device starts [0, n), device ends [n, 2n), host points
     [2n, 2n + m). Tasks are evaluated in an order where every input comes first."""
@@ -542,6 +566,7 @@ class _Graph:
         self.base_metrics: _Metrics
         self.recorded_metrics: _Metrics
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
+        self._shift_tables: _ShiftTables | None = None
 
     # -- evaluation ----------------------------------------------------------------------
     def run(
@@ -550,17 +575,36 @@ class _Graph:
         disabled: Collection[int],
         lo: int,
         horizon: int | None,
-        undo: dict[int, float] | None = None,
+        undo: _Changes | None = None,
     ) -> None:
         """Evaluate tasks from position ``lo`` in place. With ``horizon``: a what-if from
         base values, stopping once no later task can read a changed value; ``undo`` then
-        collects the old value of every variable changed (to put them back)."""
+        collects the old value of every variable changed (to put them back), and the run
+        also stops where the rest is the base replay shifted (``undo.cut``).
+
+        The shift: a removed sync in a host-bound trace moves everything after it earlier
+        by the same amount, so its what-if would re-evaluate the whole rest of the trace.
+        Past the removed edges, once every variable still to be read has moved earlier by
+        the same ``d`` > 0 and no later task's fixed lower bound is within ``d`` of its
+        base value, every later variable is its base value - ``d`` (each is a max of
+        inputs + offsets: all of them shifted by ``d``)."""
         tasks = self.tasks
         lastuse = self.lastuse
         n = len(tasks)
         hi = n if horizon is None else horizon
         pos = lo
+        tables = None
+        next_check = n
+        frontier: list[int] = []
+        if undo is not None and horizon is not None:
+            tables = self._shift_tables or self._build_shift_tables()
+            next_check = hi + 1
         while pos < n and pos <= hi:
+            if pos >= next_check:
+                next_check = pos + SHIFT_CHECK_EVERY
+                frontier = [v for v in frontier if lastuse[v] >= pos]
+                if self._shifted_from(pos, frontier, values, undo, tables):  # type: ignore[arg-type]
+                    return
             out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = tasks[pos]
             v = const
             if av >= 0:
@@ -589,8 +633,10 @@ class _Graph:
                         hi = use
                     if undo is not None:
                         undo.setdefault(out, values[out])
+                        frontier.append(out)
                         if out2 >= 0:
                             undo.setdefault(out2, values[out2])
+                            frontier.append(out2)
                     values[out] = v
                     if out2 >= 0:
                         values[out2] = v + dur
@@ -599,6 +645,89 @@ class _Graph:
                 if out2 >= 0:
                     values[out2] = v + dur
             pos += 1
+
+    def _shifted_from(
+        self,
+        pos: int,
+        frontier: list[int],
+        values: list[float],
+        undo: _Changes,
+        tables: _ShiftTables,
+    ) -> bool:
+        """Whether everything from ``pos`` on is the base replay shifted (then ``undo``
+        says by how much). ``frontier``: the changed variables still read at ``pos``."""
+        if not frontier or len(frontier) != tables.live[pos]:
+            return False  # some variable still to be read did not move
+        first = frontier[0]
+        shift = undo[first] - values[first]
+        if not shift > 0 or tables.slack[pos] < shift:
+            return False
+        for var in frontier:
+            if abs(undo[var] - values[var] - shift) > SHIFT_TOL_US:
+                return False
+        undo.cut = pos
+        undo.shift = shift
+        return True
+
+    def _build_shift_tables(self) -> _ShiftTables:
+        tasks = self.tasks
+        n_tasks = len(tasks)
+        n_vars = len(self.rec)
+        def_pos = np.full(n_vars, n_tasks, dtype=np.int64)
+        outs = np.fromiter((t[0] for t in tasks), dtype=np.int64, count=n_tasks)
+        outs2 = np.fromiter((t[1] for t in tasks), dtype=np.int64, count=n_tasks)
+        positions = np.arange(n_tasks, dtype=np.int64)
+        def_pos[outs] = positions
+        has2 = outs2 >= 0
+        def_pos[outs2[has2]] = positions[has2]
+        lastuse = np.asarray(self.lastuse, dtype=np.int64)
+        # Live at p: written before p (def_pos < p) and read at p or later (lastuse >= p).
+        read = lastuse > def_pos
+        change = np.zeros(n_tasks + 2, dtype=np.int64)
+        np.add.at(change, def_pos[read] + 1, 1)
+        np.add.at(change, lastuse[read] + 1, -1)
+        live = np.cumsum(change)[: n_tasks + 1]
+        consts = np.fromiter((t[9] for t in tasks), dtype=float, count=n_tasks)
+        base = np.asarray(self.base_values, dtype=float)
+        with np.errstate(invalid="ignore"):
+            slack = np.where(np.isneginf(consts), np.inf, base[outs] - consts)
+        slack = np.nan_to_num(slack, nan=0.0, posinf=np.inf)
+        suffix = np.minimum.accumulate(slack[::-1])[::-1] if n_tasks else slack
+        suffix = np.append(suffix, np.inf)
+        n_steps = len(self.step_refs)
+        step_first = np.full(n_steps, n_tasks, dtype=np.int64)
+        step_last = np.full(n_steps, -1, dtype=np.int64)
+        bounds = self.item_bounds
+        order = self.item_order
+        dev_end_pos = def_pos[self.n_dev + order] if len(order) else np.zeros(0, np.int64)
+        for step, (_sv, _so, ev, _eo) in enumerate(self.step_refs):
+            parts = []
+            if len(bounds) > step + 1 and bounds[step + 1] > bounds[step]:
+                parts.append(dev_end_pos[int(bounds[step]) : int(bounds[step + 1])])
+            if ev >= 0:
+                parts.append(def_pos[[ev]])
+            if parts:
+                joined = np.concatenate(parts)
+                step_first[step] = joined.min()
+                step_last[step] = joined.max()
+            if ev < 0:
+                step_first[step] = -1  # a fixed host end: never moves with the shift
+        later = np.append(step_first, n_tasks)[::-1]
+        later_first = np.minimum.accumulate(later)[::-1][1:]
+        self._shift_tables = _ShiftTables(
+            def_pos.tolist(), live.tolist(), suffix.tolist(), step_first, step_last, later_first
+        )
+        return self._shift_tables
+
+    def moved_earlier(self, var: int, changed: _Changes) -> float:
+        """How much earlier ``var`` is in the what-if ``changed`` describes (inside
+        ``_removed``: ``base_values`` holds the what-if's values then)."""
+        if var in changed:
+            return changed[var] - self.base_values[var]
+        if changed.cut is not None and self._shift_tables is not None:
+            if self._shift_tables.def_pos[var] >= changed.cut:
+                return changed.shift
+        return 0.0
 
     def base_run(self) -> int:
         """The unmodified replay from nothing; returns how many inputs were read before
@@ -727,12 +856,13 @@ class _Graph:
         ]
 
     @contextlib.contextmanager
-    def _removed(self, jumps: list[int]) -> Iterator[dict[int, float]]:
+    def _removed(self, jumps: list[int]) -> Iterator[_Changes]:
         """The base values with these sync edges dropped, in place; yields the changed
-        variables (with their base values) and puts the base values back after. In place,
-        so one graph serves one thread at a time (each analysis builds its own)."""
+        variables (with their base values; past ``cut``, the shift) and puts the base values
+        back after. In place, so one graph serves one thread at a time (each analysis builds
+        its own)."""
         values = self.base_values
-        changed: dict[int, float] = {}
+        changed = _Changes()
         positions = [self.jump_pos[j] for j in jumps]
         try:
             self.run(values, frozenset(jumps), min(positions), max(positions), changed)
@@ -753,11 +883,12 @@ class _Graph:
             self._steps_of = (self.step_of_item.tolist(), host)
         return self._steps_of
 
-    def _saving_of_changes(self, changed: Mapping[int, float]) -> Saving | None:
+    def _saving_of_changes(self, changed: _Changes) -> Saving | None:
         """The saving of a what-if whose changed variables are ``changed`` (its values
         are in ``base_values`` now): the same floats ``metrics`` would give, recomputing
         only the steps whose inputs changed and the completions until they rejoin the
-        base replay. None when a step it needs holds a NaN (the full path decides)."""
+        base replay, or its shift past ``changed.cut``. None when a step it needs holds a
+        NaN (the full path decides)."""
         base = self.base_metrics
         n_steps = len(self.step_refs)
         if base.host_end is None or base.dev_hi is None:
@@ -773,18 +904,37 @@ class _Graph:
                     affected.add(step)
             else:
                 affected.update(host_steps.get(var, ()))
+        cut = changed.cut
+        shift = changed.shift
+        tables = self._shift_tables
+        if cut is not None and tables is not None:
+            # Steps with an end input at or past the cut: recomputed (all of them shifted
+            # wholly after the last one recomputed, see the loop).
+            moved = np.flatnonzero(tables.step_last >= cut)
+            if len(moved):
+                affected.add(int(moved[0]))
+                straddling = moved[tables.step_first[moved] < cut]
+                affected.update(straddling.tolist())
+        else:
+            cut = None
         if not affected:
             return Saving(0.0, [0.0] * n_steps)
         bounds = self.item_bounds
         order = self.item_order
+
+        def value(var: int) -> float:
+            if cut is not None and tables.def_pos[var] >= cut:  # type: ignore[union-attr]
+                return values[var] - shift
+            return values[var]
+
         host_end: dict[int, float] = {}
         dev_hi: dict[int, float] = {}
         for n in affected:
             _sv, _so, ev, eo = self.step_refs[n]
-            host_end[n] = (values[ev] if ev >= 0 else 0.0) + eo
+            host_end[n] = (value(ev) if ev >= 0 else 0.0) + eo
             lo, hi = int(bounds[n]), int(bounds[n + 1])
             if hi > lo:
-                ends = [values[n_dev + i] for i in order[lo:hi].tolist()]
+                ends = [value(n_dev + i) for i in order[lo:hi].tolist()]
                 if any(e != e for e in ends):
                     return None
                 dev_hi[n] = max(ends)
@@ -793,7 +943,7 @@ class _Graph:
         first = base.host_start[0]
         if 0 in affected:
             sv, so, _ev, _eo = self.step_refs[0]
-            first = (values[sv] if sv >= 0 else 0.0) + so
+            first = (value(sv) if sv >= 0 else 0.0) + so
         completion = base.completion
         start = min(affected)
         last = max(affected)
@@ -802,13 +952,27 @@ class _Graph:
         per_step = [0.0] * n_steps
         final = completion[-1]
         for n in range(start, n_steps):
-            end = host_end.get(n, base.host_end[n])
-            device = dev_hi.get(n, base.dev_hi[n])
-            done = max(done, end, device if device == device else done)
+            end = host_end.get(n)
+            device = dev_hi.get(n)
+            if end is None:  # not recomputed: as the base replay has it, or shifted wholly
+                end = base.host_end[n]
+                device = base.dev_hi[n]
+                if cut is not None and tables.step_first[n] >= cut:  # type: ignore[union-attr]
+                    end -= shift
+                    device -= shift
+            done = max(done, end, device if device == device else done)  # type: ignore[operator]
             per_step[n] = base.intervals[n] - (done - previous)
             previous = done
-            if n >= last and done == completion[n]:
-                break  # every later step is as the base replay has it
+            if n >= last:
+                if cut is None and done == completion[n]:
+                    break  # every later step is as the base replay has it
+                if (
+                    cut is not None
+                    and tables.later_first[n] >= cut  # type: ignore[union-attr]
+                    and done == completion[n] - shift
+                ):
+                    final = completion[-1] - shift  # every later step is shifted wholly
+                    break
         else:
             final = done
         return Saving(base.window - (final - first), per_step)

@@ -470,6 +470,46 @@ def test_each_sync_alone_gives_the_same_floats_as_a_full_replay_and_restores_the
     assert any(graph.saving(frozenset((i,))).total_us > 100 for i in range(len(episodes)))
 
 
+def _host_bound_item_steps(steps: int) -> KinetoTraceBuilder:
+    """Host-bound steps with an ``.item()`` each: without one, the host (and with it every
+    later launch) runs earlier by its wait, everything after it by the same amount."""
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            b.kernel(dur=300 + 10 * (n % 4))
+            _item(b)
+            b.advance(2000)
+            b.kernel(dur=100)
+    return b
+
+
+def test_a_sync_whose_removal_shifts_the_rest_replays_only_up_to_the_shift(tmp_path):
+    from tb_syncfinder import whatif
+
+    path = _host_bound_item_steps(100).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    pristine = list(graph.base_values)
+    shifted = 0
+    for index in range(len(episodes)):
+        key = frozenset((index,))
+        with graph._removed(graph._jumps_of(key)) as changed:
+            work = len(changed)
+            if changed.cut is not None:
+                shifted += 1
+                assert changed.shift > 0
+                # What it evaluated: a few steps' variables, not the 99 steps after them.
+                assert work < len(graph.base_values) / 10
+        alone = graph.saving(key)
+        full = graph.saving_from(graph.metrics_for(key))
+        assert alone.total_us == pytest.approx(full.total_us, abs=1e-6)
+        assert alone.per_step_us == pytest.approx(full.per_step_us, abs=1e-6)
+        assert graph.base_values == pristine
+    assert shifted >= 0.9 * len(episodes)  # the last few reach the end of the trace first
+    assert graph.saving(frozenset((0,))).total_us > 100
+
+
 def test_a_long_trace_replays_syncs_alone_within_a_budget_and_says_which_are_bounds(
     tmp_path, monkeypatch
 ):

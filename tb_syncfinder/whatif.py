@@ -83,7 +83,9 @@ FIDELITY_GOAL = 0.02  # unmodified replay vs recording, per step
 ALONE_REPLAY_PASSES = 4
 ALONE_REPLAY_MIN = 2_000_000
 # A what-if whose every live variable has moved earlier by the same amount moves everything
-# after it by that amount (see ``_Graph.run``): checked every this many tasks, with this
+# after it by that amount (see ``_Graph.run``): checked this many tasks past the removed
+# edges, then at twice the distance after each failed check (a trace where it never holds,
+# e.g. other streams' work that does not move, pays a few checks per what-if), with this
 # tolerance on "the same" (us; rounding of the recorded offsets, far below what is shown).
 SHIFT_CHECK_EVERY = 16
 SHIFT_TOL_US = 1e-6
@@ -596,13 +598,15 @@ class _Graph:
         pos = lo
         tables = None
         next_check = n
+        check_every = SHIFT_CHECK_EVERY
         frontier: list[int] = []
         if undo is not None and horizon is not None:
             tables = self._shift_tables or self._build_shift_tables()
             next_check = hi + 1
         while pos < n and pos <= hi:
             if pos >= next_check:
-                next_check = pos + SHIFT_CHECK_EVERY
+                next_check = pos + check_every
+                check_every *= 2
                 frontier = [v for v in frontier if lastuse[v] >= pos]
                 if self._shifted_from(pos, frontier, values, undo, tables):  # type: ignore[arg-type]
                     return
@@ -664,7 +668,7 @@ class _Graph:
         if not shift > 0 or tables.slack[pos] < shift:
             return False
         for var in frontier:
-            if abs(undo[var] - values[var] - shift) > SHIFT_TOL_US:
+            if not abs(undo[var] - values[var] - shift) <= SHIFT_TOL_US:  # NaN: not the same
                 return False
         undo.cut = pos
         undo.shift = shift

@@ -245,6 +245,7 @@ def replay(
     counted: Iterable[int] | None = None,
     groups: Mapping[Hashable, Collection[int]] | None = None,
     explain: bool = False,
+    span_steps: Collection[int] | None = None,
 ) -> WhatIf:
     """Replay the trace and every what-if: each episode alone, each group (e.g. the
     episodes of one site), and all ``counted`` episodes together (default: all).
@@ -253,6 +254,12 @@ def replay(
     not counted still wait in every replay); indices refer to that list. ``counted``
     leaves out, e.g., ``profiler_episodes``. ``explain`` adds ``WhatIf.critical_path``
     (a walk along the recorded critical path: costs about one more replay).
+
+    ``span_steps``: the numbers of the steps the trace-wide figures cover (a window of a
+    larger trace, ``windows``: the steps around them are only context). "Every sync removed" is
+    then its per-step savings over those steps, and the window and the GPU idle theirs;
+    savings of syncs alone and of groups still count every step (a sync's bubble may land
+    in the step after the span).
     """
     episodes = list(episodes)
     counted_list = sorted(set(range(len(episodes)) if counted is None else counted))
@@ -271,6 +278,11 @@ def replay(
     )
     result.notes = list(graph.notes)
     result.stats = dict(graph.stats)
+    span = None
+    if span_steps is not None:
+        wanted = set(span_steps)
+        inside = [n for n, number in enumerate(graph.step_numbers) if number in wanted]
+        span = (inside[0], inside[-1]) if inside else None
     zero = Saving(0.0, [0.0] * n_steps)
     # Each sync alone is a replay of what follows it: a long trace with a sync in every
     # step makes that quadratic (a 100 MB trace's 360 syncs took 32 s). The replays stop
@@ -299,6 +311,10 @@ def replay(
     all_key = frozenset(counted_list)
     no_sync = graph.metrics_for(all_key)
     result.all_syncs = graph.saving_from(no_sync)
+    if span is not None:
+        first_step, last_step = span
+        per_step = result.all_syncs.per_step_us
+        result.all_syncs = Saving(sum(per_step[first_step : last_step + 1]), per_step)
     for key, members in (groups or {}).items():
         result.group_savings[key] = result.saving(members)
         result._sets[frozenset(members)] = result.group_savings[key]
@@ -331,11 +347,11 @@ def replay(
             f"{graph.stats.get('deviating_nodes', 0):.0f} nodes did not reproduce "
             "(see stats: order violations or contradicted edges)"
         )
-    result.window_us = rec.window
-    result.replayed_window_us = base.window
-    result.no_sync_window_us = no_sync.window
-    idle_base = graph.idle_us(graph.base_values, base)
-    idle_no_sync = graph.idle_us(no_sync.values, no_sync) if no_sync.values else idle_base
+    result.window_us = _span_window(rec, span)
+    result.replayed_window_us = _span_window(base, span)
+    result.no_sync_window_us = _span_window(no_sync, span)
+    idle_base = graph.idle_us(graph.base_values, base, span)
+    idle_no_sync = graph.idle_us(no_sync.values, no_sync, span) if no_sync.values else idle_base
     result.gpu_idle_us = idle_base
     result.gpu_idle_from_syncs_us = max(0.0, idle_base - idle_no_sync)
     if explain:
@@ -348,6 +364,16 @@ def replay(
                 "does not show (other ranks, unrecorded waits): no sync removal moves it"
             )
     return result
+
+
+def _span_window(m: _Metrics, span: tuple[int, int] | None) -> float:
+    """The window of the steps in ``span``: from the completion of the step before (the
+    first step's start for the first) to the completion of its last."""
+    if span is None or not m.completion:
+        return m.window
+    first_step, last_step = span
+    start = m.host_start[0] if first_step == 0 else m.completion[first_step - 1]
+    return m.completion[last_step] - start
 
 
 def profiler_episodes(tl: Timeline, episodes: Sequence[Episode]) -> list[int]:
@@ -395,11 +421,13 @@ def replay_stage(
     episodes: Sequence[Episode],
     site_keys: Sequence[str],
     listed_apart: Collection[int] = (),
+    span_steps: Collection[int] | None = None,
 ) -> TraceWhatIf:
     """Replay one trace for the engine: every episode alone, the episodes of each site
     together (``site_keys`` parallel to ``episodes``) and every episode but the profiler's
     own (``profiler_episodes``) and those in ``listed_apart`` (indices the engine keeps out
-    of the findings) for "all syncs removed". A CPU-only trace is not replayed."""
+    of the findings) for "all syncs removed". A CPU-only trace is not replayed.
+    ``span_steps``: the step numbers the trace-wide figures cover (``replay``'s ``span``)."""
     if not tl.has_gpu_activity:
         return TraceWhatIf(None, [], {}, {})
     groups: dict[str, list[int]] = {}
@@ -408,7 +436,11 @@ def replay_stage(
     profiler = set(profiler_episodes(tl, episodes)) | set(listed_apart)
     counted = [i for i in range(len(episodes)) if i not in profiler]
     result = replay(
-        tl, episodes, counted=counted, groups={k: v for k, v in groups.items() if len(v) > 1}
+        tl,
+        episodes,
+        counted=counted,
+        groups={k: v for k, v in groups.items() if len(v) > 1},
+        span_steps=span_steps,
     )
     if not result.available:
         return TraceWhatIf(result, [], {}, {})
@@ -1039,13 +1071,19 @@ class _Graph:
             var = src
         return totals
 
-    def idle_us(self, values: list[float], m: _Metrics) -> float:
+    def idle_us(
+        self, values: list[float], m: _Metrics, span: tuple[int, int] | None = None
+    ) -> float:
         """Device idle inside the window: window minus the union of busy intervals of the
-        device work launched in the steps (every device of the trace together)."""
-        if not len(self.item_order) or m.window <= 0:
-            return max(0.0, m.window)
-        n_dev = self.n_dev
+        device work launched in the steps (every device of the trace together); with
+        ``span``, of those steps only (``_span_window``)."""
+        window = _span_window(m, span)
         idx = self.item_order
+        if span is not None and len(idx):
+            idx = idx[int(self.item_bounds[span[0]]) : int(self.item_bounds[span[1] + 1])]
+        if not len(idx) or window <= 0:
+            return max(0.0, window)
+        n_dev = self.n_dev
         starts = np.asarray(values[:n_dev], dtype=float)[idx]
         ends = np.asarray(values[n_dev : 2 * n_dev], dtype=float)[idx]
         order = np.argsort(starts, kind="stable")
@@ -1061,7 +1099,7 @@ class _Graph:
         block_end = np.zeros(len(block_start))
         np.maximum.at(block_end, block_id, ends)
         busy = float(np.sum(block_end - block_start))
-        return max(0.0, m.window - busy)
+        return max(0.0, window - busy)
 
 
 # ---------------------------------------------------------------------------------------

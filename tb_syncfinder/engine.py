@@ -213,11 +213,11 @@ def _analyze_in_windows(
     results: list[TraceResult] = []
     try:
         first_id = 0
-        for window_path in parts.paths:
+        for window_path, core in zip(parts.paths, parts.cores, strict=True):
             data = read_trace(window_path)
             os.remove(window_path)  # the disk it took, back before the next window
             data.path = ref.path
-            result = _analyze_data(ref, data, options, resolver, first_id=first_id)
+            result = _analyze_data(ref, data, options, resolver, first_id=first_id, core=core)
             del data
             # Ids numbered on: every episode got one (syncs, latent and those kept apart).
             first_id += len(result.syncs) + len(result.latent)
@@ -337,10 +337,18 @@ def _trace_savings(
 
 
 def _analyze_data(
-    ref: TraceRef, data: Any, options: Options, resolver: SourceResolver, first_id: int = 0
+    ref: TraceRef,
+    data: Any,
+    options: Options,
+    resolver: SourceResolver,
+    first_id: int = 0,
+    core: tuple[float, float] | None = None,
 ) -> TraceResult:
     """``first_id``: the number of the first sync's id (a window's: after the windows
-    before it, ``windows``)."""
+    before it, ``windows``). ``core``: a window's own time range [start, end): what lies
+    outside it (a step each side, ``windows.split``) is context only, reported by the
+    window before or after: its syncs wait and are removed with the window's own in the
+    replay, and nothing of it is reported here."""
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
@@ -353,8 +361,18 @@ def _analyze_data(
     # None: no replay (switched off, or no device activity to replay). The stage, and numpy
     # with it, is imported only for a trace it runs on: a CPU trace starts faster.
     whatif: TraceWhatIf | None = None
+    core_steps = None
+    if core is not None:
+        core_steps = {step.number for step in tl.steps if core[0] <= step.ts < core[1]}
+    # The replay's episode index of each blocking sync (the findings skip those listed apart).
+    episode_of: dict[str, int] = {}
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
+        # Before the window's own range: context (the window before reports it); after it
+        # likewise (the window after).
+        place = [0] * len(episodes)
+        if core is not None:
+            place = [(a.ts_us >= core[1]) - (a.ts_us < core[0]) for a in attributions]
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
         keys = [_site_key(a, src) for a, src in zip(attributions, sources, strict=True)]
@@ -364,25 +382,36 @@ def _analyze_data(
 
             # Syncs listed apart (the profiler's own, warm-up allocations) are replayed
             # each alone but counted in no site's group and not in "every sync removed".
+            # So are a window's syncs after its range; those before it are removed with
+            # its own for "every sync removed" (the bubble they leave in its first step),
+            # in no site's group.
             apart = [
                 n
                 for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
-                if a.profiler_overhead or is_warmup_listed(e.kind, a.annotations)
+                if a.profiler_overhead or is_warmup_listed(e.kind, a.annotations) or place[n] > 0
             ]
             replay_keys = list(keys)
             for n in apart:
                 replay_keys[n] = f"{keys[n]}#apart{n}"
-            whatif = replay_stage(tl, episodes, replay_keys, listed_apart=apart)
+            for n, where in enumerate(place):
+                if where < 0:
+                    replay_keys[n] = f"{keys[n]}#before{n}"
+            whatif = replay_stage(
+                tl, episodes, replay_keys, listed_apart=apart, span_steps=core_steps
+            )
             if whatif.episode_us:
                 savings = list(whatif.episode_us)
-        stages = zip(episodes, attributions, sources, costs, keys, savings, strict=True)
-        built.append(
-            [
-                _build_sync(e, a, src, c, ref.path, f"{prefix}-{first_id + n}", key, saving)
-                for n, (e, a, src, c, key, saving) in enumerate(stages)
-            ]
-        )
-        first_id += len(episodes)
+        stages = zip(episodes, attributions, sources, costs, keys, savings, place, strict=True)
+        found: list[Sync] = []
+        for n, (e, a, src, c, key, saving, where) in enumerate(stages):
+            if where:
+                continue
+            sync_id = f"{prefix}-{first_id + len(found)}"
+            found.append(_build_sync(e, a, src, c, ref.path, sync_id, key, saving))
+            if not built:
+                episode_of[sync_id] = n
+        built.append(found)
+        first_id += len(found)
     # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's,
     # and allocator syncs in warm-up regions are expected once: both kept apart, out of the
     # findings and the step totals.
@@ -391,8 +420,6 @@ def _analyze_data(
             sync.warmup_allocator = not sync.profiler_overhead and is_warmup_listed(
                 sync.kind, sync.annotations
             )
-    # The replay's episode index of each blocking sync (the findings skip those listed apart).
-    episode_of = {sync.id: n for n, sync in enumerate(built[0])}
     overhead = [s for found in built for s in found if s.profiler_overhead]
     warmup = [s for found in built for s in found if s.warmup_allocator]
     syncs, latent = (
@@ -401,6 +428,8 @@ def _analyze_data(
     steps = step_stats(
         tl, syncs, whatif.steps if whatif else {}, whatif.per_step_us if whatif else {}
     )
+    if core_steps is not None:
+        steps = [step for step in steps if step.step in core_steps]
     trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps))
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
@@ -413,6 +442,8 @@ def _analyze_data(
     info.step_markers = bool(tl.steps)
     if not tl.steps:
         info.steps = 1 if steps else 0
+    elif core_steps is not None:
+        info.steps = len(core_steps)
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
     rank = None
@@ -430,6 +461,10 @@ def _analyze_data(
         rank.replayed_earlier = collective_earlier(
             whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs}
         )
+    if rank is not None and core is not None:
+        from tb_syncfinder.windows import keep_core_of_rank
+
+        keep_core_of_rank(rank, core)
     return TraceResult(
         info,
         syncs,

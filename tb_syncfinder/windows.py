@@ -12,13 +12,18 @@ twice instead of once, with the reader's own chunking, repairs and errors:
    deleted once read) and ``merge`` makes one ``TraceResult`` of them.
 
 Where an event goes: metadata to every window; a runtime call and a host operator to the
-window of their start (one window only: nothing is counted twice); python frames and user
-annotations to every window they overlap (the stacks of the calls in each); device activity
-to the window of the runtime call that launched it (by ``correlation``), else of its start.
+window of their start; python frames and user annotations to every window they overlap (the
+stacks of the calls in each); device activity with the runtime call that launched it (by
+``correlation``, from pass 1: the file may hold the activity first, and it may run steps
+after its launch behind a queue), else by its start. Each window's file also holds the step
+before its own steps and the step after, as context (``_file_ranges``): the engine reports
+only the window's own range (``engine._analyze_data``'s ``core``), so nothing is counted
+twice, while a sync's bubble in the next step and device work launched in the step before
+are seen. A trace without at least two steps is never split.
 
-What a window cannot see, at its first step only: device work launched before it and still
-running (the GPU looks idle there), and an operator that started before it (a call inside
-has no operator chain). A trace without at least two steps is never split.
+What a window still cannot see: a saving that lands two or more steps after its last step,
+device work launched two or more steps before its first (a deep queue), and how a sync
+delays a collective in another window (the job stage keeps its bound for those).
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ MAX_WINDOWS = 256
 _STEP_PREFIX = "ProfilerStep#"
 _STEP_NEEDLE = _STEP_PREFIX.encode()
 _TS = attrgetter("ts")
+_NO_START = float("-inf")
+_NO_END = float("inf")
 
 
 def available_memory_bytes() -> Optional[int]:
@@ -118,11 +125,16 @@ def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:
 # Pass 1: the steps and the start of every event
 
 
+class _RouteArgs(Struct, gc=False):
+    correlation: Any = None
+
+
 class _ScanEvent(Struct, gc=False):
     cat: Any = ""
     name: Any = ""
     ts: Union[float, None] = None
     dur: Union[float, None] = None
+    args: Union[_RouteArgs, None] = None
 
 
 @dataclass
@@ -135,6 +147,11 @@ class Scan:
     starts: array  # the start of every event with a time ('d')
     top: dict[str, Any]  # the top-level keys besides traceEvents
     repairs: list[str]
+    # The runtime calls' correlation ids ('q', sorted) and their starts ('d'): a device
+    # activity goes with its launch, which the file may hold after it (and it may run
+    # steps later than it was launched, behind a queue).
+    launch_ids: array = field(default_factory=lambda: array("q"))
+    launch_ts: array = field(default_factory=lambda: array("d"))
 
 
 class _Scanner(_Reader):
@@ -145,6 +162,9 @@ class _Scanner(_Reader):
         self.starts = array("d")
         self.steps: dict[int, tuple[float, float]] = {}
         self.step_in_chunk = True
+        self.launch_ids = array("q")
+        self.launch_ts = array("d")
+        self.class_of: dict[Any, int] = {}
 
     def _result(self) -> _Scanner:  # type: ignore[override]
         return self
@@ -159,6 +179,18 @@ class _Scanner(_Reader):
     def _keep(self, events: list[Any]) -> None:
         self.events = [None]  # the reader's "no events at all" check; nothing is kept
         self.starts.extend([t for t in map(_TS, events) if t is not None])
+        class_of = self.class_of
+        for e in events:
+            args = e.args
+            if args is None or type(args.correlation) is not int or e.ts is None:
+                continue
+            cat = e.cat
+            cls = class_of.get(cat)
+            if cls is None:
+                cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
+            if cls == RUNTIME:
+                self.launch_ids.append(args.correlation)
+                self.launch_ts.append(e.ts)
         if not self.step_in_chunk:
             return
         for e in events:
@@ -182,6 +214,14 @@ def scan(path: str) -> Scan:
     """Pass 1 over ``path`` (raises ``TraceReadError`` as ``read_trace`` does)."""
     with open_trace(path) as handle:
         reader = _read(path, handle, CHUNK_BYTES, MAX_HELD_BYTES, _Scanner)
+    launch_ids, launch_ts = reader.launch_ids, reader.launch_ts
+    if launch_ids:
+        import numpy as np  # here: only a trace this large is scanned
+
+        ids = np.frombuffer(launch_ids, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        launch_ids = array("q", ids[order].tobytes())
+        launch_ts = array("d", np.frombuffer(launch_ts, dtype=np.float64)[order].tobytes())
     return Scan(
         json_bytes=reader.total,
         entries=reader.entries,
@@ -189,6 +229,8 @@ def scan(path: str) -> Scan:
         starts=reader.starts,
         top=dict(reader.top),
         repairs=list(reader.repairs),
+        launch_ids=launch_ids,
+        launch_ts=launch_ts,
     )
 
 
@@ -224,10 +266,6 @@ def plan(found: Scan, window_bytes: int) -> list[float]:
 # Pass 2: each event's bytes to its window's file
 
 
-class _RouteArgs(Struct, gc=False):
-    correlation: Any = None
-
-
 class _RouteEvent(Struct, gc=False):
     ph: Any = None
     cat: Any = ""
@@ -245,12 +283,21 @@ _LAUNCHED = (DEVICE, DEVICE_SYNC)
 class _Router(_Reader):
     decoder = msgspec.json.Decoder(list[_RouteEvent], strict=False)
 
-    def __init__(self, *args: Any, bounds: list[float], files: list[IO[bytes]]) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        starts: list[float],
+        ends: list[float],
+        files: list[IO[bytes]],
+        found: Scan,
+    ) -> None:
         super().__init__(*args)
-        self.bounds = bounds
+        self.starts = starts  # per window: where its file starts (a step before its own)
+        self.ends = ends  # and ends (a step after its own)
         self.files = files
         self.written = [0] * len(files)
-        self.launch_window: dict[Any, int] = {}  # correlation -> window of its runtime call
+        self.launch_ids = found.launch_ids
+        self.launch_ts = found.launch_ts
         self.class_of: dict[Any, int] = {}
         self.routed = 0
 
@@ -293,10 +340,13 @@ class _Router(_Reader):
         self.events = [None]  # nothing is kept: the bytes went to the window files
 
     def _route(self, events: Sequence[Any], raws: Sequence[Any]) -> None:
-        bounds = self.bounds
+        starts = self.starts
+        ends = self.ends
         n_windows = len(self.files)
         out: list[list[Any]] = [[] for _ in range(n_windows)]
-        launch_window = self.launch_window
+        launch_ids = self.launch_ids
+        launch_ts = self.launch_ts
+        n_launches = len(launch_ids)
         class_of = self.class_of
         for e, raw in zip(events, raws, strict=True):
             if e.ph == "M":  # process / thread names and labels: every window needs them
@@ -307,25 +357,31 @@ class _Router(_Reader):
             if ts is None:
                 out[0].append(raw)  # no time: nothing reads it; kept once
                 continue
-            w = bisect_right(bounds, ts)
+            # The windows whose file holds this instant: its own, and the one before or
+            # after when it is in the first or last step of its own.
+            first = bisect_right(ends, ts)
+            last = bisect_right(starts, ts) - 1
             cat = e.cat
             cls = class_of.get(cat)
             if cls is None:
                 cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
-            if cls == RUNTIME:
+            if cls in _LAUNCHED:
                 args = e.args
-                if args is not None and args.correlation is not None:
-                    launch_window[args.correlation] = w
-            elif cls in _LAUNCHED:
-                args = e.args
-                if args is not None and args.correlation is not None:
-                    w = launch_window.get(args.correlation, w)
+                correlation = args.correlation if args is not None else None
+                if type(correlation) is int:
+                    at = bisect_left(launch_ids, correlation)
+                    if at < n_launches and launch_ids[at] == correlation:
+                        launched = launch_ts[at]
+                        first = bisect_right(ends, launched)
+                        last = bisect_right(starts, launched) - 1
             elif cls in _HOST_CONTAINERS and e.dur:
-                last = bisect_left(bounds, ts + e.dur)
-                if last > w and not (isinstance(e.name, str) and e.name.startswith(_STEP_PREFIX)):
-                    for extra in range(w + 1, last + 1):
-                        out[extra].append(raw)
-            out[w].append(raw)
+                if not (isinstance(e.name, str) and e.name.startswith(_STEP_PREFIX)):
+                    last = max(last, bisect_left(starts, ts + e.dur) - 1)
+            if first == last:
+                out[first].append(raw)
+            else:
+                for w in range(first, last + 1):
+                    out[w].append(raw)
         self.routed += len(events)
         for w, pieces in enumerate(out):
             if not pieces:
@@ -343,20 +399,39 @@ def _header(top: dict[str, Any]) -> bytes:
 
 @dataclass
 class Windows:
-    """The window files of one trace (in ``folder``; ``close`` removes them)."""
+    """The window files of one trace (in ``folder``; ``close`` removes them). Window ``n``
+    reports ``cores[n]`` (from one bound to the next); its file also holds the step before
+    and the step after, as context."""
 
     folder: str
     paths: list[str]
     bounds: list[float]
     entries: int
     repairs: list[str] = field(default_factory=list)
+    cores: list[tuple[float, float]] = field(default_factory=list)
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _file_ranges(found: Scan, bounds: list[float]) -> tuple[list[float], list[float]]:
+    """Per window, where its file starts and ends: one step before its first step and
+    one step after its last (a sync's bubble lands in the next step; device work launched
+    in the step before may still run)."""
+    step_starts = sorted({start for start, _end in found.steps})
+    starts = [_NO_START]
+    ends = []
+    for bound in bounds:
+        n = bisect_left(step_starts, bound)
+        starts.append(step_starts[n - 1] if n > 0 else bound)
+        ends.append(step_starts[n + 1] if n + 1 < len(step_starts) else _NO_END)
+    ends.append(_NO_END)
+    return starts, ends
+
+
 def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = None) -> Windows:
     """Pass 2: write the window files (``len(bounds) + 1`` of them)."""
+    starts, ends = _file_ranges(found, bounds)
     folder = tempfile.mkdtemp(prefix="tb-syncfinder-windows-", dir=folder)
     paths = [os.path.join(folder, f"window{n}.json") for n in range(len(bounds) + 1)]
     header = _header(found.top)
@@ -368,7 +443,15 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
             handle.write(header)
         with open_trace(path) as source:
             reader = _read(
-                path, source, CHUNK_BYTES, MAX_HELD_BYTES, _Router, bounds=bounds, files=files
+                path,
+                source,
+                CHUNK_BYTES,
+                MAX_HELD_BYTES,
+                _Router,
+                starts=starts,
+                ends=ends,
+                files=files,
+                found=found,
             )
         for handle in files:
             handle.write(b"]}")
@@ -379,7 +462,9 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
         raise
     for handle in files:
         handle.close()
-    return Windows(folder, paths, bounds, reader.routed, list(found.repairs))
+    edges = [_NO_START, *bounds, _NO_END]
+    cores = list(zip(edges[:-1], edges[1:], strict=True))
+    return Windows(folder, paths, bounds, reader.routed, list(found.repairs), cores)
 
 
 # --------------------------------------------------------------------------------------
@@ -390,8 +475,9 @@ def window_note(n_windows: int, window_bytes: int) -> str:
     size = f"{window_bytes / 1e9:.1f} GB" if window_bytes >= 1e9 else f"{window_bytes / 1e6:.1f} MB"
     return (
         f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; the "
-        "trace is larger than the memory budget): at each window's edge, a sync's saving "
-        "in the next window and device work from the window before are not seen"
+        "trace is larger than the memory budget), each with the step before and after it "
+        "as context: a saving that lands two or more steps after a window's last step, and "
+        "device work launched two or more steps before its first, are not seen"
     )
 
 
@@ -448,6 +534,32 @@ def _merge_savings(parts: Sequence[TraceSavings], note: str) -> TraceSavings:
                 merged.bound_sites.setdefault(key, f"a window not replayed: {part.reason}")
     merged.notes.append(note)
     return merged
+
+
+def keep_core_of_rank(rank: Any, core: tuple[float, float]) -> None:
+    """A window's rank view without the steps around its own range (``split``): the
+    collectives issued in its range (renumbered from 0 in issue order, as ``_merge_ranks``
+    numbers them on), its steps and waits."""
+    lo, hi = core
+
+    def inside(ts: Optional[float]) -> bool:
+        return lo <= ts < hi if ts is not None else lo == float("-inf")
+
+    renumber: dict[int, int] = {}
+    kept = []
+    for collective in rank.collectives:
+        issued = collective.enqueue_ts if collective.enqueue_ts is not None else collective.exec_ts
+        if inside(issued):
+            renumber[collective.index] = len(kept)
+            collective.index = len(kept)
+            kept.append(collective)
+    rank.collectives = kept
+    rank.steps = [step for step in rank.steps if inside(step.ts)]
+    rank.waits = [wait for wait in rank.waits if inside(wait.ts)]
+    rank.replayed_earlier = {
+        sync_id: {renumber[i]: v for i, v in per.items() if i in renumber}
+        for sync_id, per in rank.replayed_earlier.items()
+    }
 
 
 def _merge_ranks(ranks: Sequence[Any]) -> Any:

@@ -63,6 +63,30 @@ def test_windowed_analysis_finds_the_same_syncs_as_a_whole_read(tmp_path):
     assert len({s.id for s in windowed.syncs + windowed.latent}) == len(windowed.syncs)
 
 
+def test_windowed_savings_equal_the_whole_read_across_window_edges(tmp_path):
+    # Each step's syncs leave a bubble in the next step: at a window's edge it lands in
+    # the next window, which sees the syncs before it as context.
+    path = _busy_trace(tmp_path / "w.pt.trace.json")
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
+    assert windowed.info.windows >= 4
+    assert [s.predicted_saving_us for s in windowed.syncs] == pytest.approx(
+        [s.predicted_saving_us for s in whole.syncs]
+    )
+    assert all(s.saving_method == "replay" for s in windowed.syncs)
+
+    def per_step(result):
+        return [(s.step, s.predicted_saving_us, s.device_time_us) for s in result.steps]
+
+    assert per_step(windowed) == pytest.approx(per_step(whole))
+    assert len({round(saving) for _, saving, _ in per_step(whole)[1:]}) == 1
+    for figure in ("all_syncs_us", "window_us", "gpu_idle_us", "gpu_idle_from_syncs_us"):
+        assert getattr(windowed.savings, figure) == pytest.approx(getattr(whole.savings, figure)), (
+            figure
+        )
+    assert windowed.savings.sites == pytest.approx(whole.savings.sites)
+
+
 def test_gzip_traces_are_windowed_too(tmp_path):
     plain = _busy_trace(tmp_path / "g.pt.trace.json")
     gz = tmp_path / "g.pt.trace.json.gz"
@@ -86,20 +110,60 @@ def test_every_event_lands_in_the_windows_it_belongs_to(tmp_path):
         parts.close()
     assert not os.path.exists(parts.folder)
     original = json.loads(path.read_text())
+    steps = sorted(
+        (e["ts"], int(e["name"].split("#")[1]))
+        for e in original["traceEvents"]
+        if e.get("name", "").startswith("ProfilerStep#")
+    )
+
+    def step_at(ts: float) -> int:
+        return max((n for start, n in steps if start <= ts), default=0)
+
+    # Each window holds its own steps (from one bound to the next) and, as context, the
+    # step before and the step after.
+    edges = [float("-inf"), *bounds, float("inf")]
+    own = [
+        {n for start, n in steps if lo <= start < hi}
+        for lo, hi in zip(edges, edges[1:], strict=False)
+    ]
+    holds = []
+    for n, doc in enumerate(docs):
+        assert doc["deviceProperties"] == original["deviceProperties"]
+        numbers = {
+            int(e["name"].split("#")[1])
+            for e in doc["traceEvents"]
+            if e.get("name", "").startswith("ProfilerStep#")
+        }
+        expected = set(own[n])
+        if n > 0:
+            expected.add(min(own[n]) - 1)
+        if n < len(docs) - 1:
+            expected.add(max(own[n]) + 1)
+        assert numbers == expected, n
+        holds.append(numbers)
     copies: Counter[str] = Counter()
     for doc in docs:
-        assert doc["deviceProperties"] == original["deviceProperties"]
         for event in doc["traceEvents"]:
             copies[json.dumps(event, sort_keys=True)] += 1
+    launched_in = {
+        e["args"]["correlation"]: step_at(e["ts"])
+        for e in original["traceEvents"]
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     for event in original["traceEvents"]:
         n = copies[json.dumps(event, sort_keys=True)]
         if event.get("ph") == "M":
             assert n == len(docs)  # names: every window
         elif event.get("cat") == "python_function" and event["name"].endswith("<module>"):
             assert n == len(docs)  # spans every window: the stacks of each need it
-        else:
-            assert n == 1, event  # operators, runtime calls, kernels, steps: once
-    # A kernel goes with the call that launched it, not with the time it ran.
+        elif event.get("cat") in ("kernel", "gpu_memcpy"):
+            # With the call that launched it, not with the time it ran.
+            step = launched_in[event["args"]["correlation"]]
+            assert n == sum(step in numbers for numbers in holds), event
+        elif event.get("cat") in ("cpu_op", "cuda_runtime", "user_annotation"):
+            # Operators, runtime calls, steps: in every window holding their step.
+            assert n == sum(step_at(event["ts"]) in numbers for numbers in holds), event
+    # A kernel is never without the call that launched it.
     for doc in docs:
         launched = {
             e["args"]["correlation"]
@@ -170,3 +234,44 @@ def test_a_rank_trace_keeps_its_collectives_in_issue_order_over_windows(tmp_path
     assert [s.number for s in windowed.rank.steps] == [s.number for s in whole.rank.steps]
     ids = [w.id for w in windowed.rank.waits]
     assert len(ids) == len(set(ids))
+
+
+def test_device_work_goes_with_its_launch_when_the_file_holds_it_first_and_it_runs_late(
+    tmp_path,
+):
+    # A device-bound queue: each step's kernel runs steps after its launch. Kineto may
+    # write the device activities before the runtime calls that launched them.
+    b = KinetoTraceBuilder()
+    for n in range(1, STEPS + 1):
+        with b.step(n):
+            b.kernel("void deep_kernel<float>()", dur=900)
+            b.advance(300)
+            if n % 4 == 0:
+                item_sync(b)
+    path = b.write(tmp_path / "q.pt.trace.json")
+    doc = json.loads(path.read_text())
+    device = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")]
+    doc["traceEvents"] = device + [e for e in doc["traceEvents"] if e not in device]
+    path.write_text(json.dumps(doc))
+    found = windows.scan(str(path))
+    parts = windows.split(str(path), found, windows.plan(found, os.path.getsize(path) // 4))
+    try:
+        docs = [json.loads(Path(p).read_text()) for p in parts.paths]
+    finally:
+        parts.close()
+    assert len(docs) >= 3
+    for window in docs:
+        events = window["traceEvents"]
+        launched = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"}
+        ran = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"}
+        launched_kernels = {
+            e["args"]["correlation"] for e in events if e.get("name") == "cudaLaunchKernel"
+        }
+        assert ran <= launched
+        assert launched_kernels <= ran  # and no launch without its kernel
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
+    assert windowed.savings.method == "replay", windowed.savings.reason
+    assert [s.predicted_saving_us for s in windowed.syncs] == pytest.approx(
+        [s.predicted_saving_us for s in whole.syncs]
+    )

@@ -78,6 +78,7 @@ _STEP_PREFIX = "ProfilerStep#"
 _STEP_NEEDLE = _STEP_PREFIX.encode()
 _TS = attrgetter("ts")
 _NO_START = float("-inf")
+_ID_LIMIT = 1 << 63  # what array('q') holds; a larger id goes by the activity's own start
 _NO_END = float("inf")
 
 
@@ -188,7 +189,7 @@ class _Scanner(_Reader):
             cls = class_of.get(cat)
             if cls is None:
                 cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
-            if cls == RUNTIME:
+            if cls == RUNTIME and -_ID_LIMIT <= args.correlation < _ID_LIMIT:
                 self.launch_ids.append(args.correlation)
                 self.launch_ts.append(e.ts)
         if not self.step_in_chunk:

@@ -275,3 +275,17 @@ def test_device_work_goes_with_its_launch_when_the_file_holds_it_first_and_it_ru
     assert [s.predicted_saving_us for s in windowed.syncs] == pytest.approx(
         [s.predicted_saving_us for s in whole.syncs]
     )
+
+
+def test_correlation_ids_past_64_bits_do_not_break_the_windows(tmp_path):
+    path = _busy_trace(tmp_path / "h.pt.trace.json")
+    doc = json.loads(path.read_text())
+    for event in doc["traceEvents"]:
+        args = event.get("args") or {}
+        if "correlation" in args:
+            args["correlation"] += 2**64
+    path.write_text(json.dumps(doc))
+    windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
+    assert windowed.info.error is None
+    assert windowed.info.windows >= 3
+    assert len(windowed.syncs) == 2 * STEPS

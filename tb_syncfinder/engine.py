@@ -226,7 +226,7 @@ def _analyze_in_windows(
     finally:
         parts.close()
     note = windows.window_note(len(results), window_bytes)
-    merged = windows.merge(results, note)
+    merged = windows.merge(results, note, parts.cores)
     merged.info.windows = len(results)
     merged.info.window_note = note
     merged.info.event_count = found.entries
@@ -348,7 +348,8 @@ def _analyze_data(
     before it, ``windows``). ``core``: a window's own time range [start, end): what lies
     outside it (a step each side, ``windows.split``) is context only, reported by the
     window before or after: its syncs wait and are removed with the window's own in the
-    replay, and nothing of it is reported here."""
+    replay, and nothing of it is reported here (a rank's collectives, steps and waits are
+    cut to it in ``windows.merge``, which knows the windows after)."""
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
@@ -461,10 +462,6 @@ def _analyze_data(
         rank.replayed_earlier = collective_earlier(
             whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs}
         )
-    if rank is not None and core is not None:
-        from tb_syncfinder.windows import keep_core_of_rank
-
-        keep_core_of_rank(rank, core)
     return TraceResult(
         info,
         syncs,

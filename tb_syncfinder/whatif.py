@@ -353,7 +353,10 @@ def replay(
     idle_base = graph.idle_us(graph.base_values, base, span)
     idle_no_sync = graph.idle_us(no_sync.values, no_sync, span) if no_sync.values else idle_base
     result.gpu_idle_us = idle_base
-    result.gpu_idle_from_syncs_us = max(0.0, idle_base - idle_no_sync)
+    # A span's figure may be negative (the syncs before it, removed too, move work into
+    # it): the spans of a trace are added first, then the sum is clamped (``windows``).
+    from_syncs = idle_base - idle_no_sync
+    result.gpu_idle_from_syncs_us = from_syncs if span is not None else max(0.0, from_syncs)
     if explain:
         result.critical_path = graph.critical_path()
         unexplained = result.critical_path.get("stream_gap", 0.0)
@@ -1076,16 +1079,24 @@ class _Graph:
     ) -> float:
         """Device idle inside the window: window minus the union of busy intervals of the
         device work launched in the steps (every device of the trace together); with
-        ``span``, of those steps only (``_span_window``)."""
+        ``span``, inside those steps' window (``_span_window``), the work of every step cut
+        to it (the spans of a trace then add up to its whole window's figure)."""
         window = _span_window(m, span)
         idx = self.item_order
-        if span is not None and len(idx):
-            idx = idx[int(self.item_bounds[span[0]]) : int(self.item_bounds[span[1] + 1])]
         if not len(idx) or window <= 0:
             return max(0.0, window)
         n_dev = self.n_dev
         starts = np.asarray(values[:n_dev], dtype=float)[idx]
         ends = np.asarray(values[n_dev : 2 * n_dev], dtype=float)[idx]
+        if span is not None:
+            span_end = m.completion[span[1]]
+            span_start = span_end - window
+            starts = np.clip(starts, span_start, span_end)
+            ends = np.clip(ends, span_start, span_end)
+            inside = ends > starts
+            starts, ends = starts[inside], ends[inside]
+            if not len(starts):
+                return window
         order = np.argsort(starts, kind="stable")
         starts = starts[order]
         ends = ends[order]

@@ -127,15 +127,35 @@ def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:
 
 
 class _RouteArgs(Struct, gc=False):
+    # How the timeline joins a launch and its device work (``timeline.correlation_of``).
     correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_legacy: Any = msgspec.field(default=None, name="external id")
 
 
 class _ScanEvent(Struct, gc=False):
+    ph: Any = None
     cat: Any = ""
     name: Any = ""
     ts: Union[float, None] = None
     dur: Union[float, None] = None
     args: Union[_RouteArgs, None] = None
+    id: Any = None  # a flow's
+
+
+def _launch_key(args: Any) -> Any:
+    """The id a runtime call's device work is joined by, as the timeline joins them."""
+    key = args.correlation
+    if type(key) is not int:
+        key = args.external_id
+        if type(key) is not int:
+            key = args.external_id_legacy
+    return key
+
+
+def _device_key(args: Any) -> Any:
+    key = args.correlation
+    return key if type(key) is int else args.external_id
 
 
 @dataclass
@@ -181,17 +201,29 @@ class _Scanner(_Reader):
         self.events = [None]  # the reader's "no events at all" check; nothing is kept
         self.starts.extend([t for t in map(_TS, events) if t is not None])
         class_of = self.class_of
+        ids, times = self.launch_ids, self.launch_ts
         for e in events:
-            args = e.args
-            if args is None or type(args.correlation) is not int or e.ts is None:
+            ph = e.ph
+            if ph == "s":  # an ac2g flow from a launch (traces whose calls lack ids)
+                key = e.id
+                if e.cat == "ac2g" and type(key) is int and e.ts is not None:
+                    if -_ID_LIMIT <= key < _ID_LIMIT:
+                        ids.append(key)
+                        times.append(e.ts)
+                continue
+            args = getattr(e, "args", None) if ph == "X" else None
+            if args is None or e.ts is None:
+                continue
+            key = _launch_key(args)
+            if type(key) is not int:
                 continue
             cat = e.cat
             cls = class_of.get(cat)
             if cls is None:
                 cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
-            if cls == RUNTIME and -_ID_LIMIT <= args.correlation < _ID_LIMIT:
-                self.launch_ids.append(args.correlation)
-                self.launch_ts.append(e.ts)
+            if cls == RUNTIME and -_ID_LIMIT <= key < _ID_LIMIT:
+                ids.append(key)
+                times.append(e.ts)
         if not self.step_in_chunk:
             return
         for e in events:
@@ -330,7 +362,15 @@ class _Router(_Reader):
                     name=item.get("name", ""),
                     ts=_as_time(item.get("ts")),
                     dur=_as_time(item.get("dur")),
-                    args=_RouteArgs(args.get("correlation")) if isinstance(args, dict) else None,
+                    args=(
+                        _RouteArgs(
+                            args.get("correlation"),
+                            args.get("External id"),
+                            args.get("external id"),
+                        )
+                        if isinstance(args, dict)
+                        else None
+                    ),
                 )
             )
             raws.append(msgspec.json.encode(item))
@@ -368,7 +408,7 @@ class _Router(_Reader):
                 cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
             if cls in _LAUNCHED:
                 args = e.args
-                correlation = args.correlation if args is not None else None
+                correlation = _device_key(args) if args is not None else None
                 if type(correlation) is int:
                     at = bisect_left(launch_ids, correlation)
                     if at < n_launches and launch_ids[at] == correlation:
@@ -482,10 +522,13 @@ def window_note(n_windows: int, window_bytes: int) -> str:
     )
 
 
-def merge(results: Sequence[TraceResult], note: str) -> TraceResult:
+def merge(
+    results: Sequence[TraceResult], note: str, cores: Sequence[tuple[float, float]]
+) -> TraceResult:
     """One ``TraceResult`` of the windows' results (in time order), as the engine makes for
     a trace read whole: lists joined, totals added, sync and wait ids already unique (the
-    engine numbers each window's syncs on from the last)."""
+    engine numbers each window's syncs on from the last). ``cores``: each window's own
+    time range (``Windows.cores``)."""
     first = results[0]
     info = first.info
     for other in results[1:]:
@@ -508,9 +551,9 @@ def merge(results: Sequence[TraceResult], note: str) -> TraceResult:
     first.savings = _merge_savings([r.savings for r in results], note)
     info.saving_method = first.savings.method
     info.saving_note = first.savings.reason or ("; ".join(first.savings.notes) or None)
-    ranks = [r.rank for r in results if r.rank is not None]
-    if ranks:
-        first.rank = _merge_ranks(ranks)
+    with_rank = [(r.rank, core) for r, core in zip(results, cores, strict=True) if r.rank]
+    if with_rank:
+        first.rank = _merge_ranks(with_rank)
     return first
 
 
@@ -526,62 +569,71 @@ def _merge_savings(parts: Sequence[TraceSavings], note: str) -> TraceSavings:
             merged.sites[key] = merged.sites.get(key, 0.0) + value
         merged.window_us += part.window_us
         merged.gpu_idle_us += part.gpu_idle_us
-        merged.gpu_idle_from_syncs_us += part.gpu_idle_from_syncs_us
+        merged.gpu_idle_from_syncs_us += part.gpu_idle_from_syncs_us  # signed per window
         merged.fidelity_error = max(merged.fidelity_error, part.fidelity_error)
         merged.notes += [n for n in part.notes if n not in merged.notes]
         merged.bound_sites.update(part.bound_sites)
         if replayed and part.method != "replay":
             for key in part.sites:
                 merged.bound_sites.setdefault(key, f"a window not replayed: {part.reason}")
+    merged.gpu_idle_from_syncs_us = max(0.0, merged.gpu_idle_from_syncs_us)
     merged.notes.append(note)
     return merged
 
 
-def keep_core_of_rank(rank: Any, core: tuple[float, float]) -> None:
-    """A window's rank view without the steps around its own range (``split``): the
-    collectives issued in its range (renumbered from 0 in issue order, as ``_merge_ranks``
-    numbers them on), its steps and waits."""
-    lo, hi = core
-
-    def inside(ts: Optional[float]) -> bool:
-        return lo <= ts < hi if ts is not None else lo == float("-inf")
-
-    renumber: dict[int, int] = {}
-    kept = []
-    for collective in rank.collectives:
-        issued = collective.enqueue_ts if collective.enqueue_ts is not None else collective.exec_ts
-        if inside(issued):
-            renumber[collective.index] = len(kept)
-            collective.index = len(kept)
-            kept.append(collective)
-    rank.collectives = kept
-    rank.steps = [step for step in rank.steps if inside(step.ts)]
-    rank.waits = [wait for wait in rank.waits if inside(wait.ts)]
-    rank.replayed_earlier = {
-        sync_id: {renumber[i]: v for i, v in per.items() if i in renumber}
-        for sync_id, per in rank.replayed_earlier.items()
-    }
+def _issued(collective: Any) -> Optional[float]:
+    return collective.enqueue_ts if collective.enqueue_ts is not None else collective.exec_ts
 
 
-def _merge_ranks(ranks: Sequence[Any]) -> Any:
-    """The job stage's view of one rank's trace from its windows: collectives numbered on
-    (``Collective.index`` is the position in the rank's issue order) and blocking-call
-    waits given ids unique over the windows."""
-    first = ranks[0]
+def _merge_ranks(ranks: Sequence[tuple[Any, tuple[float, float]]]) -> Any:
+    """The job stage's view of one rank's trace from its windows (each with its own time
+    range; its file also held a step each side): the collectives, steps and waits of each
+    window's own range, collectives numbered on (``Collective.index`` is the position in
+    the rank's issue order), blocking-call waits given ids unique over the windows, and
+    each sync's replayed effect on collectives (``replayed_earlier``) kept wherever the
+    collective is reported, the next window's first step included."""
+    first = ranks[0][0]
     lo, hi = first.span
-    for other in ranks[1:]:
-        offset = len(first.collectives)
-        for collective in other.collectives:
-            collective.index += offset
-        first.collectives += other.collectives
-        first.steps += other.steps
-        for wait in other.waits:
+    collectives: list[Any] = []
+    steps: list[Any] = []
+    waits: list[Any] = []
+    notes: list[str] = []
+    # Each window's collectives by their window index, then by when they were issued (the
+    # same collective in two window files has the same issue time and name).
+    numbered: dict[tuple[Any, Any], int] = {}
+    for rank, (start, end) in ranks:
+        for collective in rank.collectives:
+            issued = _issued(collective)
+            own = start <= issued < end if issued is not None else start == _NO_START
+            if own:
+                numbered[(issued, collective.name)] = len(collectives)
+                collectives.append(collective)
+        steps += [step for step in rank.steps if start <= step.ts < end]
+        for wait in rank.waits:
+            if not start <= wait.ts < end:
+                continue
             if not wait.is_sync:  # "<prefix>-w<n>", numbered per window: made unique
-                wait.id = f"{wait.id}.{len(first.waits)}"
-        first.waits += other.waits
-        first.notes += [n for n in other.notes if n not in first.notes]
-        for sync_id, per in other.replayed_earlier.items():
-            first.replayed_earlier[sync_id] = {index + offset: v for index, v in per.items()}
-        lo, hi = min(lo, other.span[0]), max(hi, other.span[1])
+                wait.id = f"{wait.id}.{len(waits)}"
+            waits.append(wait)
+        notes += [n for n in rank.notes if n not in notes]
+        lo, hi = min(lo, rank.span[0]), max(hi, rank.span[1])
+    replayed: dict[str, dict[int, float]] = {}
+    for rank, _core in ranks:
+        by_index = {collective.index: collective for collective in rank.collectives}
+        for sync_id, per in rank.replayed_earlier.items():
+            for index, value in per.items():
+                collective = by_index.get(index)
+                if collective is None:
+                    continue
+                at = numbered.get((_issued(collective), collective.name))
+                if at is not None:
+                    replayed.setdefault(sync_id, {})[at] = value
+    for index, collective in enumerate(collectives):
+        collective.index = index
+    first.collectives = collectives
+    first.steps = steps
+    first.waits = waits
+    first.notes = notes
+    first.replayed_earlier = replayed
     first.span = (lo, hi)
     return first

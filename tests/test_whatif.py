@@ -530,3 +530,30 @@ def test_a_long_trace_replays_syncs_alone_within_a_budget_and_says_which_are_bou
     methods = [s["saving_method"] for s in data["syncs"]]
     assert "replay" in methods and "bound" in methods
     assert "not replayed each alone" in data["traces"][0]["saving_note"]
+
+
+def test_the_figures_of_each_steps_span_add_up_to_the_whole_trace(tmp_path):
+    # Device work runs into the steps after its launch (a queue on each of two streams,
+    # so work of two steps runs at once): a span's idle must count the work of other steps
+    # inside it, and only that. The windows of a large trace add them up.
+    b = KinetoTraceBuilder()
+    for n in range(1, 9):
+        with b.step(n):
+            for _ in range(3):
+                b.kernel("void deep_kernel<float>()", dur=700 + 300 * (n % 2), stream=7 + n % 2)
+            b.advance(300)
+            if n in (4, 8):
+                _item(b)
+    path = b.write(tmp_path / "q.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    whole = replay(tl, episodes)
+    spans = [replay(tl, episodes, span_steps=[step.number]) for step in tl.steps]
+    assert whole.gpu_idle_us > 0
+    assert sum(s.window_us for s in spans) == pytest.approx(whole.window_us)
+    assert sum(s.gpu_idle_us for s in spans) == pytest.approx(whole.gpu_idle_us)
+    # Signed per span (the syncs before a span move work into it), clamped once summed.
+    assert max(0.0, sum(s.gpu_idle_from_syncs_us for s in spans)) == pytest.approx(
+        whole.gpu_idle_from_syncs_us
+    )
+    assert sum(s.all_syncs.total_us for s in spans) == pytest.approx(whole.all_syncs.total_us)

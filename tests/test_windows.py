@@ -231,50 +231,111 @@ def test_a_rank_trace_keeps_its_collectives_in_issue_order_over_windows(tmp_path
         return [(c.index, c.name, c.group, c.in_nelems, c.step) for c in result.rank.collectives]
 
     assert collectives(windowed) == collectives(whole)
+    # A sync's replayed effect on the collectives: where the windows see it (its own and
+    # the next window's first step), the whole read's figure.
+    assert windowed.rank.replayed_earlier
+    for sync_id, per in windowed.rank.replayed_earlier.items():
+        assert per.items() <= whole.rank.replayed_earlier[sync_id].items()
     assert [s.number for s in windowed.rank.steps] == [s.number for s in whole.rank.steps]
     ids = [w.id for w in windowed.rank.waits]
     assert len(ids) == len(set(ids))
 
 
-def test_device_work_goes_with_its_launch_when_the_file_holds_it_first_and_it_runs_late(
-    tmp_path,
-):
-    # A device-bound queue: each step's kernel runs steps after its launch. Kineto may
-    # write the device activities before the runtime calls that launched them.
+def test_a_syncs_effect_on_the_next_windows_collectives_is_kept(tmp_path):
+    from nccl_job import JobSpec, write_job
+
+    # Rank 1 is late in step 1 and the only syncs are in step 1: removing one moves the
+    # collectives of the steps after it, the next window's included.
+    paths = write_job(
+        tmp_path / "job",
+        JobSpec(world=2, ranks_per_host=2, steps=6, late={(1, 1): 4000.0}, host_skew_us=(0.0,)),
+    )
+    path = paths[0]
+    doc = json.loads(path.read_text())
+    steps = sorted(
+        e["ts"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    doc["traceEvents"] = [
+        e
+        for e in doc["traceEvents"]
+        if not (
+            e.get("ts", 0) >= steps[1]
+            and (e.get("name") == "cudaStreamSynchronize" or e.get("cat") == "cuda_sync")
+        )
+    ]
+    path.write_text(json.dumps(doc))
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(str(path), Options(window_bytes=1))  # a window per step
+    assert windowed.info.windows == 6
+    (sync_id, everywhere), *_ = whole.rank.replayed_earlier.items()
+    step_of = {c.index: c.step for c in whole.rank.collectives}
+    seen = windowed.rank.replayed_earlier[sync_id]
+    assert seen.items() <= everywhere.items()
+    assert {step_of[i] for i in seen} == {1, 2}  # its own window's and the next one's
+
+
+def _deep_queue_trace(path: Path, launch_ids: str) -> Path:
+    """A device-bound queue: each step launches three kernels that run steps after their
+    launch, drained by an item() in steps 6 and 12; the device activities written first,
+    as Kineto may. ``launch_ids``: what joins a launch to its kernel, as in the traces of
+    different torch versions: "correlation", "flows" (the runtime call has only an
+    ``External id``, the ``ac2g`` flow carries the id) or "flows only"."""
     b = KinetoTraceBuilder()
     for n in range(1, STEPS + 1):
         with b.step(n):
-            b.kernel("void deep_kernel<float>()", dur=900)
+            for _ in range(3):
+                b.kernel("void deep_kernel<float>()", dur=700)
             b.advance(300)
-            if n % 4 == 0:
+            if n in (6, 12):
                 item_sync(b)
-    path = b.write(tmp_path / "q.pt.trace.json")
+    path = b.write(path)
     doc = json.loads(path.read_text())
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "cuda_runtime" and launch_ids != "correlation":
+            event["args"].pop("correlation", None)
+            if launch_ids == "flows only":
+                event["args"].pop("External id", None)
     device = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")]
     doc["traceEvents"] = device + [e for e in doc["traceEvents"] if e not in device]
     path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("launch_ids", ["correlation", "flows", "flows only"])
+def test_device_work_goes_with_its_launch_when_the_file_holds_it_first_and_it_runs_late(
+    tmp_path, launch_ids
+):
+    path = _deep_queue_trace(tmp_path / "q.pt.trace.json", launch_ids)
     found = windows.scan(str(path))
-    parts = windows.split(str(path), found, windows.plan(found, os.path.getsize(path) // 4))
+    parts = windows.split(str(path), found, windows.plan(found, 1))  # a window per step
     try:
         docs = [json.loads(Path(p).read_text()) for p in parts.paths]
     finally:
         parts.close()
-    assert len(docs) >= 3
+    assert len(docs) == STEPS
     for window in docs:
         events = window["traceEvents"]
-        launched = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"}
-        ran = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"}
-        launched_kernels = {
-            e["args"]["correlation"] for e in events if e.get("name") == "cudaLaunchKernel"
+        launched = {e["id"] for e in events if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+        launched |= {
+            e["args"].get("correlation")
+            for e in events
+            if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") is not None
         }
-        assert ran <= launched
-        assert launched_kernels <= ran  # and no launch without its kernel
+        ran = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"}
+        assert ran == {c for c in launched if c in ran} and len(ran) == len(
+            [e for e in events if e.get("name") == "cudaLaunchKernel"]
+        )
     whole = analyze_trace(str(path), Options(window_bytes=0))
-    windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
+    windowed = analyze_trace(str(path), Options(window_bytes=1))
+    assert windowed.info.windows == STEPS
     assert windowed.savings.method == "replay", windowed.savings.reason
     assert [s.predicted_saving_us for s in windowed.syncs] == pytest.approx(
         [s.predicted_saving_us for s in whole.syncs]
     )
+    for figure in ("all_syncs_us", "window_us", "gpu_idle_us", "gpu_idle_from_syncs_us"):
+        assert getattr(windowed.savings, figure) == pytest.approx(getattr(whole.savings, figure)), (
+            figure
+        )
 
 
 def test_correlation_ids_past_64_bits_do_not_break_the_windows(tmp_path):

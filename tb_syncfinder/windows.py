@@ -14,8 +14,9 @@ twice instead of once, with the reader's own chunking, repairs and errors:
 Where an event goes: metadata to every window; a runtime call and a host operator to the
 window of their start; python frames and user annotations to every window they overlap (the
 stacks of the calls in each); device activity with the runtime call that launched it (by
-``correlation``, from pass 1: the file may hold the activity first, and it may run steps
-after its launch behind a queue), else by its start. Each window's file also holds the step
+the ids the timeline joins them by: ``correlation``, ``External id`` or the ``ac2g`` flow,
+recorded in pass 1: the file may hold the activity first, and it may run steps after its
+launch behind a queue), else by its start. Each window's file also holds the step
 before its own steps and the step after, as context (``_file_ranges``): the engine reports
 only the window's own range (``engine._analyze_data``'s ``core``), so nothing is counted
 twice, while a sync's bubble in the next step and device work launched in the step before
@@ -23,7 +24,7 @@ are seen. A trace without at least two steps is never split.
 
 What a window still cannot see: a saving that lands two or more steps after its last step,
 device work launched two or more steps before its first (a deep queue), and how a sync
-delays a collective in another window (the job stage keeps its bound for those).
+delays a collective two or more steps later (the job stage keeps its bound for those).
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ TraceEvent = Union[(Event, MetaEvent, FlowStart, *_UNUSED_EVENT_TYPES)]  # type:
 class _TopLevel(Struct, gc=False):
     """The keys Kineto writes beside ``traceEvents``; read leniently (any JSON value)."""
 
-    traceEvents: Any = None  # noqa: N815 (JSON name); only ever null here (a placeholder)
+    traceEvents: Any = None  # noqa: N815 (JSON name); the events are decoded apart, never here
     deviceProperties: Any = None  # noqa: N815
     distributedInfo: Any = None  # noqa: N815
     schemaVersion: Any = None  # noqa: N815

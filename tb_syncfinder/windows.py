@@ -134,7 +134,9 @@ class _RouteArgs(Struct, gc=False):
     external_id_legacy: Any = msgspec.field(default=None, name="external id")
 
 
-class _ScanEvent(Struct, gc=False):
+class _WindowEvent(Struct, gc=False):
+    """The fields both passes read of an event (the rest are skipped unread)."""
+
     ph: Any = None
     cat: Any = ""
     name: Any = ""
@@ -177,7 +179,7 @@ class Scan:
 
 
 class _Scanner(_Reader):
-    decoder = msgspec.json.Decoder(list[_ScanEvent], strict=False)
+    decoder = msgspec.json.Decoder(list[_WindowEvent], strict=False)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -300,22 +302,13 @@ def plan(found: Scan, window_bytes: int) -> list[float]:
 # Pass 2: each event's bytes to its window's file
 
 
-class _RouteEvent(Struct, gc=False):
-    ph: Any = None
-    cat: Any = ""
-    name: Any = ""
-    ts: Union[float, None] = None
-    dur: Union[float, None] = None
-    args: Union[_RouteArgs, None] = None
-
-
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _HOST_CONTAINERS = (PYTHON, ANNOTATION)
 _LAUNCHED = (DEVICE, DEVICE_SYNC)
 
 
 class _Router(_Reader):
-    decoder = msgspec.json.Decoder(list[_RouteEvent], strict=False)
+    decoder = msgspec.json.Decoder(list[_WindowEvent], strict=False)
 
     def __init__(
         self,
@@ -357,7 +350,7 @@ class _Router(_Reader):
                 continue  # the window's own read skips it too
             args = item.get("args")
             events.append(
-                _RouteEvent(
+                _WindowEvent(
                     ph=item.get("ph"),
                     cat=item.get("cat", ""),
                     name=item.get("name", ""),

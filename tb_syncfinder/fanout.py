@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.engine import Options, TraceMapper, analyze_trace
 from tb_syncfinder.models import TraceInfo, TraceRef, TraceResult
@@ -84,7 +86,7 @@ def analyze_batch(
         result = analyze_trace(ref, options, resolver)
         if store is not None:
             store.put(ref, result, options)
-        results.append(dataclasses.replace(result, contexts={}))
+        results.append(msgspec.structs.replace(result, contexts={}))
     return results
 
 

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from tb_syncfinder import ranks as R
 from tb_syncfinder.collectives import (
     RankTrace,
@@ -275,7 +277,7 @@ def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]) ->
         for s in syncs:
             peers = per_sync.get(s.id)
             if peers:
-                s = dataclasses.replace(
+                s = msgspec.structs.replace(
                     s,
                     waiting_for_rank=peers.most_common(1)[0][0],
                     peer_wait_us=min(sum(peers.values()), s.host_wait_us),
@@ -284,7 +286,7 @@ def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]) ->
         return out
 
     return [
-        dataclasses.replace(r, syncs=relabel(r.syncs), latent=relabel(r.latent))
+        msgspec.structs.replace(r, syncs=relabel(r.syncs), latent=relabel(r.latent))
         if any(s.id in per_sync for s in r.syncs + r.latent)
         else r
         for r in results

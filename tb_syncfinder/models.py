@@ -9,18 +9,24 @@ The report schema (``tb_syncfinder.report/1``) is a contract read by the plugin,
 dashboard, the CLI and other tools: fields may be added, never renamed or dropped.
 All times are microseconds (``*_us``), relative to nothing: ``ts_us`` is the trace's own
 clock, as Kineto wrote it.
+
+The records are ``msgspec.Struct`` classes rather than dataclasses: defining a dataclass
+compiles its generated methods at import, which cost every ``tb-syncfinder report`` 33 ms
+of start-up for these 24 classes (issue 14); a Struct is defined in C. Copy one with
+``msgspec.structs.replace``, turn one into builtins with ``msgspec.to_builtins``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Optional
+
+import msgspec
+from msgspec import field
 
 SCHEMA = "tb_syncfinder.report/1"
 
 
-@dataclass(frozen=True)
-class TraceRef:
+class TraceRef(msgspec.Struct, frozen=True):
     """One trace file as the PyTorch Profiler tab names it: run / worker / span."""
 
     path: str
@@ -29,8 +35,7 @@ class TraceRef:
     span: str | None = None
 
 
-@dataclass
-class Frame:
+class Frame(msgspec.Struct):
     """One Python frame of a ``with_stack`` stack, innermost first in a list."""
 
     file: str
@@ -39,8 +44,7 @@ class Frame:
     user: bool  # True for the user's own code (not torch, site-packages or built-ins)
 
 
-@dataclass
-class Source:
+class Source(msgspec.Struct):
     """The user source line a finding points at.
 
     ``line`` is the exact call line when ``line_exact`` is True; otherwise it falls back
@@ -68,8 +72,7 @@ class Source:
     library: Source | None = None
 
 
-@dataclass
-class TraceInfo:
+class TraceInfo(msgspec.Struct):
     """One analysed trace file, or the reason it could not be analysed (``error``)."""
 
     path: str
@@ -95,8 +98,7 @@ class TraceInfo:
     window_note: str | None = None
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(msgspec.Struct, frozen=True):
     """The calls of one kind one invocation made, in time order, as the trace shows them:
     ``"N"`` for each call of that kind (syncing or not), ``"P"`` for each ``prof.step()``;
     ``index`` is the position of the call this query is about; ``key`` names the sequence
@@ -107,8 +109,7 @@ class Observed:
     key: Any
 
 
-@dataclass(frozen=True)
-class CallQuery:
+class CallQuery(msgspec.Struct, frozen=True):
     """What source resolution needs to find one call's line in one frame (not reported).
 
     ``groups``: the names of what the frame called, most specific first (a child frame's
@@ -128,8 +129,7 @@ class CallQuery:
     optional_calls: bool = False
 
 
-@dataclass
-class Attribution:
+class Attribution(msgspec.Struct):
     """Where one sync came from (the attribute stage's output; not part of the report)."""
 
     api: str  # the call the host waited in (the longest blocking call)
@@ -163,8 +163,7 @@ class Attribution:
     profiler_overhead: bool = False  # issued by the profiler's own code (torch/profiler)
 
 
-@dataclass
-class SyncCost:
+class SyncCost(msgspec.Struct):
     """What one sync cost (the cost stage's output; not part of the report)."""
 
     host_wait_us: float
@@ -172,8 +171,7 @@ class SyncCost:
     device_id: int | None  # the device charged: the sync's own, else the busiest one
 
 
-@dataclass
-class Sync:
+class Sync(msgspec.Struct):
     """One host-device synchronization: all blocking calls of one operator invocation
     (or one standalone API call outside any operator)."""
 
@@ -221,8 +219,7 @@ class Sync:
     saving_method: str = "bound"
 
 
-@dataclass
-class Site:
+class Site(msgspec.Struct):
     """Syncs grouped by source line + operator."""
 
     key: str  # stable id: "file:line:op"
@@ -271,8 +268,7 @@ class Site:
     saving_note: str | None = None
 
 
-@dataclass
-class StepStats:
+class StepStats(msgspec.Struct):
     step: int
     step_time_us: float  # the host's ProfilerStep span
     sync_count: int
@@ -289,8 +285,7 @@ class StepStats:
     replayed_time_us: float = 0.0  # the unmodified replay's step time (fidelity check)
 
 
-@dataclass
-class TraceSavings:
+class TraceSavings(msgspec.Struct):
     """The what-if stage's per-trace output (``whatif_stage.trace_savings``): what removing
     the syncs saves, by replay or (``method`` "bound", ``reason`` says why) the bound."""
 
@@ -308,8 +303,7 @@ class TraceSavings:
     bound_sites: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class Summary:
+class Summary(msgspec.Struct):
     sync_count: int
     host_wait_us: float
     gpu_idle_us: float
@@ -342,8 +336,7 @@ class Summary:
     replay_fidelity_error: float = 0.0  # worst per-step error of the unmodified replay
 
 
-@dataclass
-class ProfilerOverhead:
+class ProfilerOverhead(msgspec.Struct):
     """The profiler's own synchronizations (``prof.step()`` and profiler stop waiting for the
     device): its cost, not the program's, so kept out of the findings and totals."""
 
@@ -352,8 +345,7 @@ class ProfilerOverhead:
     syncs: list[Sync] = field(default_factory=list)
 
 
-@dataclass
-class WarmupAllocator:
+class WarmupAllocator(msgspec.Struct):
     """Allocator syncs inside warm-up regions (user annotations named warm-up): cuDNN's
     benchmark and the caching allocator filling up, expected once, so kept out of the
     findings and totals; listed with the allocator advice in case they recur later."""
@@ -366,8 +358,7 @@ class WarmupAllocator:
     syncs: list[Sync] = field(default_factory=list)
 
 
-@dataclass
-class Report:
+class Report(msgspec.Struct):
     traces: list[TraceInfo]
     summary: Summary
     syncs: list[Sync]
@@ -383,7 +374,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON-ready dict of schema ``tb_syncfinder.report/1``.
 
-        msgspec's converter, not ``dataclasses.asdict``: same dicts, about 10x faster,
+        msgspec's converter: about 10x faster than ``dataclasses.asdict`` would be,
         which a 1,000-trace job's report (rebuilt as its traces load) needs."""
         return {
             "schema": SCHEMA,
@@ -401,14 +392,11 @@ class Report:
 
 
 def _plain(records: Any) -> Any:
-    """Dataclass records (or lists of them) as JSON-ready builtins."""
-    import msgspec  # here: the CLI's start-up imports this module, not the decoder
-
+    """Records (or lists of them) as JSON-ready builtins."""
     return msgspec.to_builtins(records)
 
 
-@dataclass
-class TraceResult:
+class TraceResult(msgspec.Struct):
     """One analysed trace: what the plugin caches. Holds no raw events (picklable)."""
 
     info: TraceInfo
@@ -424,8 +412,7 @@ class TraceResult:
     savings: TraceSavings = field(default_factory=TraceSavings)
 
 
-@dataclass
-class RunsReport:
+class RunsReport(msgspec.Struct):
     """The job-level result over several traces: every selected trace's report merged, and
     each run's own (per-step figures over that run's steps only), in listing order."""
 
@@ -455,8 +442,7 @@ BLOCKING_COLLECTIVES = frozenset(
 SYMMETRIC_COLLECTIVES = BLOCKING_COLLECTIVES | {"broadcast", "reduce"}
 
 
-@dataclass(frozen=True)
-class ProcessGroupInfo:
+class ProcessGroupInfo(msgspec.Struct, frozen=True):
     """One process group as ``distributedInfo.pg_config`` (or a collective) names it."""
 
     name: str  # pg_name ("0" is the default group), or str(Process Group ID) before 2024
@@ -466,8 +452,7 @@ class ProcessGroupInfo:
     backend_config: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class DistributedInfo:
+class DistributedInfo(msgspec.Struct, frozen=True):
     """``distributedInfo`` of one trace."""
 
     rank: Optional[int]
@@ -477,8 +462,7 @@ class DistributedInfo:
     nccl_version: Optional[str] = None
 
 
-@dataclass
-class Collective:
+class Collective(msgspec.Struct):
     """One collective as one rank saw it. Times are this trace's ``ts`` (microseconds, on
     its own clock: see ``RankTrace.base_time_ns``); the job stage converts them."""
 
@@ -532,8 +516,7 @@ class Collective:
         return " ".join(parts)
 
 
-@dataclass
-class HostWait:
+class HostWait(msgspec.Struct):
     """A stretch of host time one rank spent blocked, with the line that blocked it: a
     host-device sync found by the engine, or a blocking Python call (``time.sleep``, a lock,
     a queue) found here. What the cause fallback may hold responsible for lateness."""
@@ -555,8 +538,7 @@ class HostWait:
     latent: bool = False  # a CPU-only trace's would-sync (no wait of its own)
 
 
-@dataclass(frozen=True)
-class StepSpan:
+class StepSpan(msgspec.Struct, frozen=True):
     number: int
     ts: float
     end: float
@@ -566,8 +548,7 @@ class StepSpan:
         return self.end - self.ts
 
 
-@dataclass
-class RankTrace:
+class RankTrace(msgspec.Struct):
     """Everything the job stage needs from one trace (no raw events: picklable, small)."""
 
     path: str

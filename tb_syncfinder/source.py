@@ -33,9 +33,11 @@ import os
 import site
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from tb_syncfinder.callorder import Automaton, Matcher, N, P, align, build
 from tb_syncfinder.catalogue import API_CALLEES, OP_CALLEES
@@ -696,9 +698,9 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
         )
         if attribution.forward_call is not None:
             forward = resolver.resolve_call(attribution.forward_call)
-            return replace(forward, backward=True, run_by=run_by)
+            return msgspec.structs.replace(forward, backward=True, run_by=run_by)
         if run_by is not None:
-            return replace(run_by, backward=True)
+            return msgspec.structs.replace(run_by, backward=True)
         return None
     if attribution.user_call is None:
         return None

@@ -61,9 +61,7 @@ def stored_shape() -> str:
         models.StepSpan,
         models.HostWait,
     )
-    return ";".join(
-        f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}" for c in classes
-    )
+    return ";".join(f"{c.__name__}:{','.join(c.__struct_fields__)}" for c in classes)
 
 
 STORED_SHAPE = stored_shape()

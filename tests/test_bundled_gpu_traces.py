@@ -30,9 +30,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from dataclasses import asdict
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tb_syncfinder import analyze
@@ -230,8 +230,8 @@ def test_the_mask_gradient_in_seg_baseline_waits_on_the_gpu_every_step(reports):
 @pytest.mark.parametrize("workload", ["cnn", "seg"])
 def test_optimized_runs_have_none_of_the_baseline_sites(reports, workload):
     base, new = reports[f"{workload}_baseline"], reports[f"{workload}_optimized"]
-    base_keys = {site_match_key(asdict(s)) for s in base.sites}
-    new_keys = {site_match_key(asdict(s)) for s in new.sites}
+    base_keys = {site_match_key(msgspec.to_builtins(s)) for s in base.sites}
+    new_keys = {site_match_key(msgspec.to_builtins(s)) for s in new.sites}
     assert base_keys and not base_keys & new_keys, base_keys & new_keys
     name = f"{workload}.py"
     marked = set(marker_lines(DEMO_DIR / name))

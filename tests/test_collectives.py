@@ -9,6 +9,7 @@ import pickle
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 from kineto_builder import KinetoTraceBuilder
 
@@ -193,8 +194,12 @@ def test_a_2023_trace_sized_only_by_input_dims_gets_its_sizes_from_the_reader(tm
 
 
 def _plain(value, seen_types):
-    """Walk a result: only dataclasses of this package, containers and scalars."""
-    if dataclasses.is_dataclass(value):
+    """Walk a result: only records of this package, containers and scalars."""
+    if isinstance(value, msgspec.Struct):
+        seen_types.add(type(value).__name__)
+        for name in value.__struct_fields__:
+            _plain(getattr(value, name), seen_types)
+    elif dataclasses.is_dataclass(value):
         seen_types.add(type(value).__name__)
         for f in dataclasses.fields(value):
             _plain(getattr(value, f.name), seen_types)

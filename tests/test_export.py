@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import msgspec
 import pytest
 from conftest import make_site
 
@@ -145,7 +146,7 @@ def test_csv_has_one_row_per_site_sorted_by_cost(sample_report: Report) -> None:
 def test_csv_quotes_commas_and_marks_latent_sites(sample_report: Report) -> None:
     report = sample_report.to_json()
     latent = make_site("a,b.py", 3, "f", "dynamic_shape", ["aten::unique"], 2, 0, 0)
-    report["latent_sites"] = [json.loads(json.dumps(latent.__dict__))]
+    report["latent_sites"] = [msgspec.to_builtins(latent)]
     rows = list(csv.DictReader(io.StringIO(to_csv(report))))
     assert rows[-1]["file"] == "a,b.py" and rows[-1]["latent"] == "1"
 
@@ -178,12 +179,8 @@ def test_sarif_results_point_at_relative_file_and_line_with_cost_and_advice(
 def test_sarif_skips_sites_without_file_or_line(sample_report: Report) -> None:
     report = sample_report.to_json()
     report["sites"].append(
-        json.loads(
-            json.dumps(
-                make_site(
-                    None, None, None, "explicit_sync", ["cudaDeviceSynchronize"], 1, 5.0, 0.0
-                ).__dict__
-            )
+        msgspec.to_builtins(
+            make_site(None, None, None, "explicit_sync", ["cudaDeviceSynchronize"], 1, 5.0, 0.0)
         )
     )
     assert len(to_sarif(report)["runs"][0]["results"]) == 2

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import pytest
 from conftest import SHARED_DIR, make_site
 
@@ -543,7 +544,6 @@ def test_a_site_says_what_its_location_alone_does_not_backward_library_and_candi
 def test_a_wrapped_kind_list_continues_under_its_text_not_under_a_second_label(
     sample_report: Report, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dataclasses
 
     kinds = {
         "scalar_readback": 12,
@@ -553,8 +553,8 @@ def test_a_wrapped_kind_list_continues_under_its_text_not_under_a_second_label(
         "allocator_sync": 1,
         "collective_wait": 1,
     }
-    report = dataclasses.replace(
-        sample_report, summary=dataclasses.replace(sample_report.summary, by_kind=kinds)
+    report = msgspec.structs.replace(
+        sample_report, summary=msgspec.structs.replace(sample_report.summary, by_kind=kinds)
     )
     monkeypatch.setenv("COLUMNS", "60")
     lines = render_report(report, color=False).splitlines()

@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 
@@ -532,7 +533,7 @@ def test_annotate_trace_reads_what_the_analysis_reads(tmp_path, base_traces, dam
     path.write_bytes(data)
     result = analyze_trace(str(path))
     assert result.info.error is None and result.syncs
-    syncs = [json.loads(json.dumps(s.__dict__, default=lambda o: o.__dict__)) for s in result.syncs]
+    syncs = msgspec.to_builtins(result.syncs)
     annotated = json.loads(annotate_trace(str(path), syncs))
     assert sum(e.get("cat") == "sync_advisor" for e in annotated["traceEvents"]) >= 2
 

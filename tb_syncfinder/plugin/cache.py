@@ -7,7 +7,6 @@ or unreadable entry is a miss, never an error: the trace is simply analysed agai
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -21,7 +20,7 @@ from tb_syncfinder import __version__
 logger = logging.getLogger(__name__)
 
 # Bumped when what the plugin stores changes shape independently of the package version.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: the models became msgspec Structs (pickles of 1 hold dataclasses)
 
 
 def _stored_shape() -> str:
@@ -37,9 +36,7 @@ def _stored_shape() -> str:
         models.Source,
         models.StepStats,
     )
-    return ";".join(
-        f"{c.__name__}:{','.join(f.name for f in dataclasses.fields(c))}" for c in classes
-    )
+    return ";".join(f"{c.__name__}:{','.join(c.__struct_fields__)}" for c in classes)
 
 
 STORED_SHAPE = _stored_shape()

@@ -15,7 +15,6 @@ data: an error entry naming the reason.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import hashlib
 import logging
 import os
@@ -24,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
@@ -244,7 +245,7 @@ class TraceLoader:
                 continue
             for run, refs in runs.items():
                 name = _prefixed(prefix, run)
-                found[name] = [dataclasses.replace(ref, run=name) for ref in refs]
+                found[name] = [msgspec.structs.replace(ref, run=name) for ref in refs]
         with self.lock:
             self.logdir_errors = errors
         return found

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import site
 import sys
 from collections.abc import Iterable, Sequence
@@ -236,6 +237,43 @@ def _scope_name(node: ast.AST) -> str:
     return getattr(node, "name", None) or _SCOPE_NAMES.get(type(node), "")
 
 
+# A call that makes a profiler object: a file with one is parsed whole (_parse_function).
+_PROFILER_CALL = re.compile(rb"\b(?:profile|_KinetoProfile)\s*\(")
+_DEF_LINE = re.compile(rb"([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)")
+_DECORATOR_LINE = re.compile(rb"([ \t]*)@")
+_DECORATOR_LOOKAHEAD = 40  # lines from a first decorator to its def
+
+
+def _indent(text: bytes) -> int:
+    return len(text) - len(text.lstrip(b" \t"))
+
+
+def _function_end(lines: list[bytes], first: int, func: str) -> int | None:
+    """The index past the last line of the function ``func`` whose def (or first
+    decorator) is ``lines[first]``; None when that line does not start it."""
+    if not 0 <= first < len(lines):
+        return None
+    head = _DEF_LINE.match(lines[first]) or _DECORATOR_LINE.match(lines[first])
+    if head is None:
+        return None
+    indent = len(head.group(1))
+    body = first
+    while True:
+        match = _DEF_LINE.match(lines[body])
+        if match is not None and len(match.group(1)) == indent:
+            if match.group(2) != func.encode():
+                return None
+            break
+        body += 1
+        if body >= len(lines) or body - first > _DECORATOR_LOOKAHEAD:
+            return None
+    for index in range(body + 1, len(lines)):
+        text = lines[index].strip()
+        if text and not text.startswith(b"#") and _indent(lines[index]) <= indent:
+            return index
+    return len(lines)
+
+
 class _ParsedFile:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -369,6 +407,8 @@ class SourceResolver:
         self._found: dict[str, Path | None] = {}
         self._found_library: dict[str, Path | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
+        self._functions: dict[tuple[Path, int, str], _ParsedFile | None] = {}
+        self._bytes: dict[Path, bytes | None] = {}
         self._index: dict[str, list[Path]] | None = None
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
@@ -493,6 +533,49 @@ class SourceResolver:
         self._found_library[trace_file] = found
         return found
 
+    def _parse_function(self, path: Path, line: int, func: str) -> _ParsedFile | None:
+        """Only the function a library frame starts at ``line`` (its def or first decorator
+        line), or None to parse the whole file.
+
+        A library's file is long (``torch/nn/functional.py`` is 6,000 lines, 0.1 s to parse)
+        and a fresh call needs only its own function. The block ends at the first code line
+        indented no deeper than its def; a cut inside a string or brackets does not parse,
+        and then the whole file is. A file that binds a profiler object (whose ``.step()``
+        the matcher must know) is parsed whole as well."""
+        key = (path, line, func)
+        if key in self._functions:
+            return self._functions[key]
+        parsed = None
+        data = self._source_bytes(path)
+        if data is not None and not _PROFILER_CALL.search(data):
+            lines = data.splitlines(keepends=True)
+            end = _function_end(lines, line - 1, func)
+            if end is not None:
+                # "if 1:" lets an indented block (a method) parse as it is, columns kept.
+                snippet = b"if 1:\n" + b"".join(lines[line - 1 : end])
+                try:
+                    tree = ast.parse(snippet, filename=str(path))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    tree = None
+                if tree is not None:
+                    ast.increment_lineno(tree, line - 2)
+                    candidate = _ParsedFile(tree)
+                    if candidate.scope_at(line, func) is not None:
+                        parsed = candidate
+        self._functions[key] = parsed
+        return parsed
+
+    def _source_bytes(self, path: Path) -> bytes | None:
+        if path not in self._bytes:
+            data = None
+            try:
+                if path.stat().st_size <= _MAX_SOURCE_BYTES:
+                    data = path.read_bytes()
+            except OSError:
+                data = None
+            self._bytes[path] = data
+        return self._bytes[path]
+
     def _parse(self, path: Path) -> _ParsedFile | None:
         if path not in self._parsed:
             parsed = None
@@ -555,7 +638,12 @@ class SourceResolver:
         site-packages (and its def line must name the same function, or nothing is said)."""
         frame = query.frame
         path = self.find_file(frame.file) if frame.user else self.find_library_file(frame.file)
-        parsed = self._parse(path) if path is not None else None
+        parsed = None
+        if path is not None:
+            if not frame.user and frame.line is not None:
+                parsed = self._parse_function(path, frame.line, frame.func)
+            if parsed is None:
+                parsed = self._parse(path)
         resolved = str(path) if path is not None else None
         if parsed is None or frame.line is None:
             return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from tb_syncfinder import source
-from tb_syncfinder.models import Frame
+from tb_syncfinder.models import CallQuery, Frame, Observed
 from tb_syncfinder.source import SourceResolver
 
 WORKLOAD = textwrap.dedent(
@@ -430,3 +430,67 @@ def test_the_source_search_stops_in_a_huge_folder_and_says_how_to_name_the_code(
     named = SourceResolver([str(tmp_path / "code")])
     assert named.find_file("/cluster/elsewhere/train.py") == tmp_path / "code" / "train.py"
     assert named.search_cut == []
+
+
+LIBRARY = textwrap.dedent(
+    '''\
+    import torch
+
+
+    class Trainer:
+        @torch.no_grad()
+        def evaluate(self, x):
+            banner = """
+    a string line at column 0
+    """
+            return x.cpu(), banner
+
+        def fit(self, x):
+            total = x.sum()
+            first = total.item()
+            return first, x.max().item()
+
+
+    def broken(:
+        pass
+    '''
+)
+
+
+def _library_query(line: int, func: str, called: str) -> CallQuery:
+    return CallQuery(Frame("lib/trainer.py", line, func, False), ((called,),))
+
+
+def test_a_library_frame_resolves_from_its_function_alone(tmp_path):
+    # The file as a whole does not parse (a newer Python's syntax, a broken vendored
+    # file): a fresh call's line is still found from its own function's block.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "trainer.py").write_text(LIBRARY)
+    resolver = SourceResolver([str(tmp_path)])
+    fit = resolver.resolve_call(_library_query(12, "fit", "item"))
+    assert (fit.line, fit.def_line, fit.line_exact, fit.candidates) == (12, 12, False, [14, 15])
+    observed = Observed(("N", "N"), 1, "fit")
+    second = resolver.resolve_call(
+        CallQuery(Frame("lib/trainer.py", 12, "fit", False), (("item",),), (observed,))
+    )
+    assert (second.line, second.line_exact) == (15, True)
+    # A block cut inside its string does not parse on its own, and the file does not
+    # either: the def line, marked inexact, rather than a guess.
+    evaluate = resolver.resolve_call(_library_query(5, "evaluate", "cpu"))
+    assert (evaluate.line, evaluate.line_exact) == (5, False)
+
+
+def test_a_library_function_alone_gives_the_lines_the_whole_file_gives(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "trainer.py").write_text(LIBRARY.replace("def broken(:", "def fine():"))
+    resolver = SourceResolver([str(tmp_path)])
+    for line, func, called in ((5, "evaluate", "cpu"), (12, "fit", "item"), (12, "fit", "sum")):
+        as_library = resolver.resolve_call(_library_query(line, func, called))
+        user_frame = Frame("lib/trainer.py", line, func, True)
+        as_user = resolver.resolve_call(CallQuery(user_frame, ((called,),)))
+        assert as_library == as_user, (func, called)
+    assert resolver.resolve_call(_library_query(5, "evaluate", "cpu")).line == 10
+    assert resolver.resolve_call(_library_query(12, "fit", "sum")).line == 13
+    # A frame whose def line names another function says nothing of that function.
+    other = resolver.resolve_call(_library_query(12, "evaluate", "item"))
+    assert (other.line, other.line_exact) == (12, False)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 N = "N"  # one of the calls looked for
 P = "P"  # the profiler's step() call
@@ -39,17 +40,16 @@ _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDe
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-@dataclass
-class Automaton:
+class Automaton(msgspec.Struct):
     """States are ints; ``edges[s]`` holds (label, destination, line) and ``eps[s]`` the
     epsilon moves. ``accepting`` None means every state accepts (the sequence may stop
     anywhere: a frame cut by the end of profiling)."""
 
-    eps: list[list[int]] = field(default_factory=list)
-    edges: list[list[tuple[str, int, int]]] = field(default_factory=list)
+    eps: list[list[int]] = msgspec.field(default_factory=list)
+    edges: list[list[tuple[str, int, int]]] = msgspec.field(default_factory=list)
     start: int = 0
     accepting: frozenset[int] | None = None
-    _closures: dict[int, frozenset[int]] = field(default_factory=dict)
+    _closures: dict[int, frozenset[int]] = msgspec.field(default_factory=dict)
 
     def new(self) -> int:
         self.eps.append([])

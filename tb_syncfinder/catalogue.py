@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgspec
 
 # --- kinds ----------------------------------------------------------------------------
 
@@ -39,8 +40,7 @@ COLLECTIVE_WAIT = "collective_wait"
 ALLOCATOR_SYNC = "allocator_sync"
 
 
-@dataclass(frozen=True)
-class Advice:
+class Advice(msgspec.Struct, frozen=True):
     """A concrete fix: a title, why and how, and code before / after."""
 
     title: str
@@ -49,8 +49,7 @@ class Advice:
     after: str
 
 
-@dataclass(frozen=True)
-class SyncKind:
+class SyncKind(msgspec.Struct, frozen=True):
     """One kind of finding, with everything every output needs to show it."""
 
     name: str  # the schema value of Sync.kind / Site.kind
@@ -63,7 +62,7 @@ class SyncKind:
     removes: str  # what applying the fix removes
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return msgspec.to_builtins(self)
 
 
 _WAIT_AND_IDLE = "the host wait and the GPU idle time after it"
@@ -316,8 +315,7 @@ def kind_rank(name: str) -> int:
 # --- backends: runtime API names ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(msgspec.Struct, frozen=True):
     """The host-side API of one device runtime, as Kineto names its calls."""
 
     device_kind: str  # TraceInfo.device for traces of this runtime
@@ -626,8 +624,7 @@ API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
 # --- advice refinements ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OpAdvice:
+class OpAdvice(msgspec.Struct, frozen=True):
     """A fix more specific than the kind's, for syncs of ``kinds`` with one of ``ops`` in
     their operator chain."""
 
@@ -852,7 +849,7 @@ def advice_for(kind_name: str, ops: list[str], bytes: int | None = None) -> dict
             ),
             record.advice,
         )
-    fields = asdict(refinement)
+    fields = msgspec.to_builtins(refinement)
     fields["removes"] = record.removes
     return fields
 

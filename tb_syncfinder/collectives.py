@@ -32,9 +32,10 @@ import math
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Optional, Protocol
+
+import msgspec
 
 from tb_syncfinder.attribute import Attributor, called_name
 from tb_syncfinder.models import (  # the job stage's records live with the others
@@ -256,8 +257,7 @@ def _dims_nelems(dims: Any) -> Optional[int]:
 # -- extraction -------------------------------------------------------------------------------
 
 
-@dataclass
-class _Pending:
+class _Pending(msgspec.Struct):
     """A collective while it is being assembled (holds events; never leaves this module)."""
 
     name: Optional[str]

@@ -22,8 +22,6 @@ is not a sync.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
 from tb_syncfinder import catalogue
@@ -42,8 +40,7 @@ from tb_syncfinder.reader import Event
 from tb_syncfinder.timeline import ANNOTATION, OP, HostThread, Timeline, correlation_of
 
 
-@dataclass
-class Call:
+class Call(msgspec.Struct):
     """One blocking (or grouped) runtime call, with what it did on the device."""
 
     event: Event
@@ -52,8 +49,7 @@ class Call:
     direction: str | None = None  # "DtoH", "HtoD", "DtoD" for copies
 
 
-@dataclass
-class Episode:
+class Episode(msgspec.Struct):
     """All blocking calls of one outermost-operator invocation (or one bare call)."""
 
     thread: HostThread

@@ -12,14 +12,14 @@ reports. ``analyze_runs`` does both over a list of traces, for the CLI; the plug
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gc
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
@@ -77,8 +77,7 @@ class NoTracesError(FileNotFoundError):
         self.reason = reason
 
 
-@dataclass
-class Options:
+class Options(msgspec.Struct):
     """What the analysis may use besides the trace."""
 
     source_roots: Sequence[str] = ()  # where to look for source files (default: cwd)
@@ -542,7 +541,7 @@ def analyze_runs(
 
     options = options or Options()
     if write_summaries and not options.contexts:
-        options = dataclasses.replace(options, contexts=True)
+        options = msgspec.structs.replace(options, contexts=True)
     found: dict[str, TraceResult] = {}
     todo = list(refs)
     if summaries is not None:

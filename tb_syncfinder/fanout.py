@@ -117,7 +117,7 @@ def ray_mapper(
     ) -> Iterator[TraceResult]:
         ray = _ray()
         # Workers have their own working directory: resolve sources against the driver's.
-        options = dataclasses.replace(
+        options = msgspec.structs.replace(
             options, source_roots=tuple(options.source_roots) or (os.getcwd(),)
         )
         info = ClusterInfo(address=address)

@@ -48,7 +48,6 @@ import io
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import IO, Annotated, Any, ClassVar, Union
 
 import msgspec
@@ -293,20 +292,19 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-@dataclass
-class TraceData:
+class TraceData(msgspec.Struct):
     """A decoded trace: the events plus the file-level facts Kineto writes beside them."""
 
     path: str
     events: list[Any]  # TraceEvent values: Event, MetaEvent, FlowStart or an unused phase
-    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    device_properties: list[dict[str, Any]] = msgspec.field(default_factory=list)
     distributed_info: dict[str, Any] | None = None
     schema_version: Any = None
     trace_name: str | None = None
     torch_version: str | None = None
     cuda_runtime_version: Any = None
     skipped_events: int = 0  # events dropped because they could not be converted
-    repairs: list[str] = field(default_factory=list)  # which slow-path repairs were needed
+    repairs: list[str] = msgspec.field(default_factory=list)  # which slow-path repairs were needed
     byte_size: int = 0  # uncompressed JSON size
     chunks: int = 0  # chunks of events decoded
     slow_chunks: int = 0  # of which took the slow (repairing, generic) decode

@@ -34,7 +34,6 @@ import re
 import site
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -337,8 +336,7 @@ class _ParsedFile:
         return best[0] if best else None
 
 
-@dataclass(frozen=True)
-class SourcePack:
+class SourcePack(msgspec.Struct, frozen=True):
     """Python sources a package ships for the traces recorded from it (the demo's workloads).
 
     torch records an installed file relative to site-packages (``tb_syncfinder/demo/seg.py``),
@@ -537,7 +535,7 @@ class SourceResolver:
         """Only the function a library frame starts at ``line`` (its def or first decorator
         line), or None to parse the whole file.
 
-        A library's file is long (``torch/nn/functional.py`` is 6,000 lines, 0.1 s to parse)
+        A library's file is long (``torch/nn/functional.py``: 7,300 lines, 0.17 s to parse)
         and a fresh call needs only its own function. The block ends at the first code line
         indented no deeper than its def; a cut inside a string or brackets does not parse,
         and then the whole file is. A file that binds a profiler object (whose ``.step()``

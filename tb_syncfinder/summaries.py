@@ -20,7 +20,6 @@ with an error are not stored (a trace still being written must be read again).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -99,8 +98,7 @@ _RESULT = msgspec.msgpack.Decoder(TraceResult)
 _ENCODER = msgspec.msgpack.Encoder()
 
 
-@dataclasses.dataclass
-class Lookup:
+class Lookup(msgspec.Struct):
     """What ``SummaryStore.get`` found: the result, or why there is none to use."""
 
     result: TraceResult | None

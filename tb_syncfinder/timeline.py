@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import add, attrgetter
 from typing import Any
+
+import msgspec
 
 from tb_syncfinder.catalogue import UNCATEGORISED_CALL_PREFIXES, device_kind_of
 from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
@@ -81,21 +82,22 @@ def correlation_of(event: Event) -> Any:
     return args.external_id_legacy
 
 
-@dataclass
-class HostThread:
+class HostThread(msgspec.Struct):
     """One host thread: nested containers plus its runtime calls, both sorted by start."""
 
     pid: Any
     tid: Any
-    nodes: list[Event] = field(default_factory=list)
-    kinds: list[int] = field(default_factory=list)  # OP / ANNOTATION / PYTHON per node
-    starts: list[float] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
-    parent: list[int] = field(default_factory=list)  # index of the enclosing node, -1 = root
-    runtime: list[Event] = field(default_factory=list)
-    runtime_starts: list[float] = field(default_factory=list)
-    python_by_id: dict[Any, int] = field(default_factory=dict)  # Python id -> node index
-    kind_of: dict[int, int] = field(default_factory=dict)  # id(event) -> class, while building
+    nodes: list[Event] = msgspec.field(default_factory=list)
+    kinds: list[int] = msgspec.field(default_factory=list)  # OP / ANNOTATION / PYTHON per node
+    starts: list[float] = msgspec.field(default_factory=list)
+    ends: list[float] = msgspec.field(default_factory=list)
+    # index of the enclosing node, -1 = root
+    parent: list[int] = msgspec.field(default_factory=list)
+    runtime: list[Event] = msgspec.field(default_factory=list)
+    runtime_starts: list[float] = msgspec.field(default_factory=list)
+    python_by_id: dict[Any, int] = msgspec.field(default_factory=dict)  # Python id -> node index
+    # id(event) -> class, while building
+    kind_of: dict[int, int] = msgspec.field(default_factory=dict)
 
     def innermost(self, ts: float, end: float) -> int:
         """Index of the innermost node enclosing [ts, end], or -1."""
@@ -119,8 +121,7 @@ class HostThread:
         return chain
 
 
-@dataclass
-class DeviceActivity:
+class DeviceActivity(msgspec.Struct):
     """All real activity of one device (every stream), sorted by start."""
 
     starts: list[float]
@@ -137,8 +138,7 @@ class DeviceActivity:
         return self.starts[i]
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     number: int
     ts: float
     end: float
@@ -146,8 +146,7 @@ class Step:
     tid: Any
 
 
-@dataclass
-class Timeline:
+class Timeline(msgspec.Struct):
     """Everything the later stages query; built once per trace, then dropped."""
 
     path: str
@@ -164,11 +163,11 @@ class Timeline:
     has_gpu_activity: bool
     has_runtime: bool
     event_count: int
-    process_labels: dict[Any, str] = field(default_factory=dict)
-    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
-    flow_correlation: dict[tuple[Any, Any, float], Any] = field(default_factory=dict)
+    process_labels: dict[Any, str] = msgspec.field(default_factory=dict)
+    thread_names: dict[tuple[Any, Any], str] = msgspec.field(default_factory=dict)
+    flow_correlation: dict[tuple[Any, Any, float], Any] = msgspec.field(default_factory=dict)
     torch_version: str | None = None
-    _step_starts: list[float] = field(default_factory=list)
+    _step_starts: list[float] = msgspec.field(default_factory=list)
 
     def correlation(self, runtime_event: Event, thread: HostThread) -> Any:
         corr = correlation_of(runtime_event)

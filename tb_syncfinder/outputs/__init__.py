@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from tb_syncfinder.models import RunsReport
 
 
-@dataclass
-class ReportSet:
+class ReportSet(msgspec.Struct):
     """What an output renders: the merged report JSON and each run's own, in order."""
 
     report: dict[str, Any]
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
     @classmethod
     def from_runs(cls, runs_report: RunsReport) -> ReportSet:
@@ -39,15 +39,13 @@ class ReportSet:
         return ReportSet(strip(self.report), {k: strip(v) for k, v in self.runs.items()})
 
 
-@dataclass(frozen=True)
-class RenderOptions:
+class RenderOptions(msgspec.Struct, frozen=True):
     color: bool = False  # ANSI colours (table)
     top: int | None = None  # sites shown per section (table); None: all
     source_root: str | None = None  # SARIF URIs are made relative to it (default: cwd)
 
 
-@dataclass(frozen=True)
-class OutputFormat:
+class OutputFormat(msgspec.Struct, frozen=True):
     name: str
     media_type: str
     extension: str

@@ -14,8 +14,9 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from tb_syncfinder.catalogue import kind_rank
 from tb_syncfinder.models import Report
@@ -127,8 +128,7 @@ def wrap(text: str, width: int, indent: str = "", more: str = "  ") -> list[str]
 # --- tables ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(msgspec.Struct, frozen=True):
     """One column of a terminal table.
 
     ``drop``: 0 keeps the column whatever the width; columns with a higher number are the
@@ -152,8 +152,7 @@ _FLEX_MIN = 16
 _GAP = "  "  # between columns
 
 
-@dataclass
-class _Layout:
+class _Layout(msgspec.Struct):
     columns: list[Column]  # shown, in order
     widths: list[int]
     moved: list[Column]  # shown on the line below each row instead

@@ -469,7 +469,7 @@ class SourceResolver:
         self._found[trace_file] = found
         return found
 
-    def _find(self, trace_file: str) -> Path | None:
+    def _find(self, trace_file: str, walk: bool = True) -> Path | None:
         if not trace_file or trace_file.startswith("<"):
             return None
         norm = trace_file.replace("\\", "/")
@@ -495,6 +495,8 @@ class SourceResolver:
         direct, direct_len = self._under_root(parts)
         if direct is not None and direct_len == len(parts):
             return direct  # the whole recorded path: nothing can match longer
+        if not walk:
+            return None
         candidates = self._suffix_index().get(parts[-1], [])
         best: list[Path] = []
         best_len = 0
@@ -515,12 +517,14 @@ class SourceResolver:
         return best[0] if len(best) == 1 and best[0].is_file() else None
 
     def find_library_file(self, trace_file: str) -> Path | None:
-        """A library's file: under the source roots and path map as for the user's files,
-        else under this interpreter's site-packages (traces name library files relative to
-        theirs: ``transformers/generation/utils.py``)."""
+        """A library's file: at its recorded path, under the path map or a root; else under
+        this interpreter's site-packages (traces name library files relative to theirs:
+        ``transformers/generation/utils.py``); else by the roots' suffix walk."""
         if trace_file in self._found_library:
             return self._found_library[trace_file]
-        found = self.find_file(trace_file)
+        # The roots' walk comes last: a path recorded relative to site-packages is most
+        # likely the installed copy, and walking a home folder for it took seconds.
+        found = self._find(trace_file, walk=False)
         norm = trace_file.replace("\\", "/")
         if found is None and norm and not norm.startswith(("<", "/", "..")):
             for folder in _library_dirs():
@@ -528,6 +532,8 @@ class SourceResolver:
                 if candidate.is_file():
                     found = candidate
                     break
+        if found is None:
+            found = self.find_file(trace_file)
         self._found_library[trace_file] = found
         return found
 

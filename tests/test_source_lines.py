@@ -494,3 +494,25 @@ def test_a_library_function_alone_gives_the_lines_the_whole_file_gives(tmp_path)
     # A frame whose def line names another function says nothing of that function.
     other = resolver.resolve_call(_library_query(12, "evaluate", "item"))
     assert (other.line, other.line_exact) == (12, False)
+
+
+def test_a_library_path_is_looked_for_in_site_packages_before_walking_the_roots(
+    tmp_path, monkeypatch
+):
+    installed = tmp_path / "venv" / "lib" / "site-packages"
+    (installed / "lib").mkdir(parents=True)
+    (installed / "lib" / "trainer.py").write_text(LIBRARY)
+    # A copy deep under the root, which only a walk of the root finds.
+    (tmp_path / "home" / "src" / "lib").mkdir(parents=True)
+    (tmp_path / "home" / "src" / "lib" / "trainer.py").write_text(LIBRARY)
+    monkeypatch.setattr(source, "_library_dirs", lambda: [str(installed)])
+    resolver = SourceResolver([str(tmp_path / "home")])
+    assert resolver.find_library_file("lib/trainer.py") == installed / "lib" / "trainer.py"
+    assert resolver._index is None  # the root was not walked
+    # Not installed here: the walk still finds it.
+    monkeypatch.setattr(source, "_library_dirs", lambda: [])
+    walked = SourceResolver([str(tmp_path / "home")])
+    assert (
+        walked.find_library_file("lib/trainer.py")
+        == tmp_path / "home" / "src" / "lib" / "trainer.py"
+    )

@@ -273,6 +273,52 @@ def _function_end(lines: list[bytes], first: int, func: str) -> int | None:
     return len(lines)
 
 
+def _function_block(
+    path: Path, lines: list[bytes], line: int, func: str
+) -> _ParsedFile | None | bool:
+    """The parsed block of the function a frame named ``func`` runs at ``line``: the one
+    that starts there (a fresh call: its def or first decorator line), else the innermost
+    ``def func`` whose block holds the line (a frame already running when profiling
+    started). False when no ``def func`` holds the line; None when its text cannot tell
+    (a block that does not parse alone, a frame of a lambda or a module)."""
+    end = _function_end(lines, line - 1, func)
+    if end is not None:
+        parsed = _parse_block(path, lines, line - 1, end)
+        return parsed if parsed is not None and parsed.scope_at(line, func) else None
+    if not func.isidentifier():
+        return None
+    def_line = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+" + func.encode() + rb"\b")
+    for first in range(min(line - 2, len(lines) - 1), -1, -1):
+        if not def_line.match(lines[first]):
+            continue
+        end = _function_end(lines, first, func)
+        if end is None:
+            return None
+        if end < line:
+            continue  # ended above the line: an outer def of that name may hold it
+        indent = _indent(lines[first])
+        while first > 0 and lines[first - 1].lstrip().startswith(b"@"):
+            if _indent(lines[first - 1]) != indent:
+                break
+            first -= 1  # its decorators: the whole file's parse keys the function by them
+        parsed = _parse_block(path, lines, first, end)
+        return parsed if parsed is not None and parsed.running_scope(line, func) else None
+    return False
+
+
+def _parse_block(path: Path, lines: list[bytes], first: int, end: int) -> _ParsedFile | None:
+    """``lines[first:end]`` parsed with their own line numbers, or None when they do not
+    parse alone (the block was cut inside a string or brackets)."""
+    # "if 1:" lets an indented block (a method) parse as it is, columns kept.
+    snippet = b"if 1:\n" + b"".join(lines[first:end])
+    try:
+        tree = ast.parse(snippet, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    ast.increment_lineno(tree, first - 1)
+    return _ParsedFile(tree)
+
+
 class _ParsedFile:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -405,7 +451,7 @@ class SourceResolver:
         self._found: dict[str, Path | None] = {}
         self._found_library: dict[str, Path | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
-        self._functions: dict[tuple[Path, int, str], _ParsedFile | None] = {}
+        self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
         self._index: dict[str, list[Path]] | None = None
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
@@ -537,37 +583,22 @@ class SourceResolver:
         self._found_library[trace_file] = found
         return found
 
-    def _parse_function(self, path: Path, line: int, func: str) -> _ParsedFile | None:
-        """Only the function a library frame starts at ``line`` (its def or first decorator
-        line), or None to parse the whole file.
+    def _parse_function(self, path: Path, line: int, func: str) -> _ParsedFile | None | bool:
+        """Only the function of a library frame, parsed; False when the file holds no
+        function ``func`` at ``line`` (another version of the library: the whole file would
+        not say more); None to parse the whole file.
 
         A library's file is long (``torch/nn/functional.py``: 7,300 lines, 0.17 s to parse)
-        and a fresh call needs only its own function. The block ends at the first code line
-        indented no deeper than its def; a cut inside a string or brackets does not parse,
-        and then the whole file is. A file that binds a profiler object (whose ``.step()``
-        the matcher must know) is parsed whole as well."""
+        and a frame needs only its own function. A file that binds a profiler object (whose
+        ``.step()`` the matcher must know) is parsed whole."""
         key = (path, line, func)
-        if key in self._functions:
-            return self._functions[key]
-        parsed = None
-        data = self._source_bytes(path)
-        if data is not None and not _PROFILER_CALL.search(data):
-            lines = data.splitlines(keepends=True)
-            end = _function_end(lines, line - 1, func)
-            if end is not None:
-                # "if 1:" lets an indented block (a method) parse as it is, columns kept.
-                snippet = b"if 1:\n" + b"".join(lines[line - 1 : end])
-                try:
-                    tree = ast.parse(snippet, filename=str(path))
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    tree = None
-                if tree is not None:
-                    ast.increment_lineno(tree, line - 2)
-                    candidate = _ParsedFile(tree)
-                    if candidate.scope_at(line, func) is not None:
-                        parsed = candidate
-        self._functions[key] = parsed
-        return parsed
+        if key not in self._functions:
+            data = self._source_bytes(path)
+            found: _ParsedFile | None | bool = None
+            if data is not None and not _PROFILER_CALL.search(data):
+                found = _function_block(path, data.splitlines(keepends=True), line, func)
+            self._functions[key] = found
+        return self._functions[key]
 
     def _source_bytes(self, path: Path) -> bytes | None:
         if path not in self._bytes:
@@ -643,10 +674,13 @@ class SourceResolver:
         frame = query.frame
         path = self.find_file(frame.file) if frame.user else self.find_library_file(frame.file)
         parsed = None
+        absent = False  # the library's file here has no such function at that line
         if path is not None:
             if not frame.user and frame.line is not None:
-                parsed = self._parse_function(path, frame.line, frame.func)
-            if parsed is None:
+                found = self._parse_function(path, frame.line, frame.func)
+                absent = found is False
+                parsed = found or None
+            if parsed is None and not absent:
                 parsed = self._parse(path)
         resolved = str(path) if path is not None else None
         if parsed is None or frame.line is None:

@@ -484,7 +484,9 @@ def test_a_library_function_alone_gives_the_lines_the_whole_file_gives(tmp_path)
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "trainer.py").write_text(LIBRARY.replace("def broken(:", "def fine():"))
     resolver = SourceResolver([str(tmp_path)])
-    for line, func, called in ((5, "evaluate", "cpu"), (12, "fit", "item"), (12, "fit", "sum")):
+    # (5, 12: fresh calls at the def line; 14: a frame already running in fit's body)
+    cases = ((5, "evaluate", "cpu"), (12, "fit", "item"), (12, "fit", "sum"), (14, "fit", "item"))
+    for line, func, called in cases:
         as_library = resolver.resolve_call(_library_query(line, func, called))
         user_frame = Frame("lib/trainer.py", line, func, True)
         as_user = resolver.resolve_call(CallQuery(user_frame, ((called,),)))
@@ -516,3 +518,17 @@ def test_a_library_path_is_looked_for_in_site_packages_before_walking_the_roots(
         walked.find_library_file("lib/trainer.py")
         == tmp_path / "home" / "src" / "lib" / "trainer.py"
     )
+
+
+def test_a_library_frame_of_a_function_this_version_lacks_says_only_its_recorded_line(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "trainer.py").write_text(LIBRARY)
+    resolver = SourceResolver([str(tmp_path)])
+    # Recorded by another version of the library, where line 13 was in ``_unique_impl``:
+    # here it is in ``fit``, whose def line is not the recorded function's.
+    gone = resolver.resolve_call(_library_query(13, "_unique_impl", "item"))
+    assert (gone.line, gone.def_line, gone.line_exact, gone.candidates) == (13, 13, False, [])
+    assert resolver._parsed == {}  # told from the text, without parsing the file
+    # A running frame in a file that does not parse as a whole still gets its lines.
+    running = resolver.resolve_call(_library_query(14, "fit", "item"))
+    assert (running.def_line, running.line_exact, running.candidates) == (12, False, [14, 15])

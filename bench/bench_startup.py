@@ -10,6 +10,8 @@ beside the repository, the 7 KB ROCm trace and the 46 KB CPU-only trace). Prints
 median wall and CPU time of each, their excess over the interpreter (the start-up that
 issue 14 wants under 0.1 s) and, from one ``-X importtime`` run, which imports that excess
 is made of. Bytecode caches are written first, as an installed package has them.
+``--baseline DIR`` runs the reports of another checkout in the same rounds and prints
+each report's ratio to it.
 """
 
 from __future__ import annotations
@@ -70,24 +72,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=15, help="rounds (default 15)")
     parser.add_argument("--trace", action="append", type=Path, help="a small trace (repeat)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of another version (git worktree add DIR REV): its reports are run "
+        "in the same rounds, and each report's ratio to it printed",
+    )
     args = parser.parse_args()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its .pyc files
+    baseline_env = dict(env)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    py = sys.executable
-    subjects: dict[str, list[str]] = {
-        "interpreter (python -c pass)": [py, "-c", "pass"],
-        "tb-syncfinder --help": [py, "-m", "tb_syncfinder", "--help"],
+    # -P: the working directory is not put first on sys.path, so that run from a checkout
+    # ``-m tb_syncfinder`` imports the PYTHONPATH's copy (a --baseline's) and not that one.
+    py = [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+    subjects: dict[str, tuple[list[str], dict[str, str]]] = {
+        "interpreter (python -c pass)": ([*py, "-c", "pass"], env),
+        "tb-syncfinder --help": ([*py, "-m", "tb_syncfinder", "--help"], env),
     }
     for trace in args.trace or _default_traces():
-        subjects[f"report {trace.name}"] = [py, "-m", "tb_syncfinder", "report", str(trace)]
-    for argv in subjects.values():  # warm: bytecode written, files in the page cache
-        _run(argv, env)
+        argv = [*py, "-m", "tb_syncfinder", "report", str(trace)]
+        subjects[f"report {trace.name}"] = (argv, env)
+        if args.baseline is not None:
+            baseline_env["PYTHONPATH"] = str(args.baseline.resolve())
+            subjects[f"baseline report {trace.name}"] = (argv, baseline_env)
+    for argv, run_env in subjects.values():  # warm: bytecode written, files in page cache
+        _run(argv, run_env)
     walls: dict[str, list[float]] = {k: [] for k in subjects}
     cpus: dict[str, list[float]] = {k: [] for k in subjects}
     for _ in range(args.n):
-        for name, argv in subjects.items():
-            wall, cpu = _run(argv, env)
+        for name, (argv, run_env) in subjects.items():
+            wall, cpu = _run(argv, run_env)
             walls[name].append(wall)
             cpus[name].append(cpu)
     base = next(iter(subjects))
@@ -106,14 +121,20 @@ def main() -> int:
             f"{name:<52} {wall * 1000:>6.0f} ms {cpu * 1000:>5.0f} ms {above * 1000:>15.0f} ms"
             + ("" if name == base else f"  (cpu {(cpu - base_cpu) * 1000:+.0f} ms)")
         )
+    if args.baseline is not None:
+        for name in subjects:
+            if name.startswith("report"):
+                now = statistics.median(walls[name]) - base_wall
+                before = statistics.median(walls["baseline " + name]) - base_wall
+                print(f"{name}: {now / before:.2f}x the baseline's time above the interpreter")
     verdict = "PASS" if worst < TARGET_S else "MISS"
     print(
         f"report start-up above the interpreter: {worst * 1000:.0f} ms (target < 100 ms) {verdict}"
     )
-    for name, argv in subjects.items():
+    for name, (argv, run_env) in subjects.items():
         if not name.startswith("report"):
             continue
-        imports = _imports_ms(argv, env)
+        imports = _imports_ms(argv, run_env)
         ours = {m: ms for m, ms in imports.items() if m.split(".")[0] in ("tb_syncfinder", "numpy")}
         listed = ", ".join(f"{m} {ms:.0f}" for m, ms in sorted(ours.items(), key=lambda i: -i[1]))
         print(f"imports of {name} (ms, one run): {listed}")

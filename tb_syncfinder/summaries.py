@@ -20,6 +20,7 @@ with an error are not stored (a trace still being written must be read again).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -93,8 +94,13 @@ class _Envelope(msgspec.Struct):
     result: bytes  # the TraceResult's msgpack, zlib-compressed when ``compressed``
 
 
-_ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
-_RESULT = msgspec.msgpack.Decoder(TraceResult)
+@functools.cache
+def _decoders() -> tuple[msgspec.msgpack.Decoder, msgspec.msgpack.Decoder]:
+    """The envelope's and the result's decoders, made at the first summary read: making
+    the result's resolves every record type (5 ms), which a report with none never needs."""
+    return msgspec.msgpack.Decoder(_Envelope), msgspec.msgpack.Decoder(TraceResult)
+
+
 _ENCODER = msgspec.msgpack.Encoder()
 
 
@@ -146,7 +152,7 @@ class SummaryStore:
         if raw is None:
             return Lookup(None, "no summary")
         try:
-            envelope = _ENVELOPE.decode(raw)
+            envelope = _decoders()[0].decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return Lookup(None, "summary unreadable")
         if (envelope.format, envelope.shape, envelope.version) != (
@@ -161,7 +167,7 @@ class SummaryStore:
         try:
             if envelope.compressed:
                 payload = zlib.decompress(payload)
-            result = _RESULT.decode(payload)
+            result = _decoders()[1].decode(payload)
         except (zlib.error, msgspec.DecodeError, msgspec.ValidationError):
             return Lookup(None, "summary unreadable")
         # The run and worker are the reader's view of the logdir (a run renamed by

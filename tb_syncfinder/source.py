@@ -285,11 +285,12 @@ def _function_block(
     if end is not None:
         parsed = _parse_block(path, lines, line - 1, end)
         return parsed if parsed is not None and parsed.scope_at(line, func) else None
-    if not func.isidentifier():
-        return None
-    def_line = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+" + func.encode() + rb"\b")
+    if not (func.isascii() and func.isidentifier()):
+        return None  # _DEF_LINE's \w is ASCII: only the whole file's parse can tell
+    name = func.encode()
     for first in range(min(line - 2, len(lines) - 1), -1, -1):
-        if not def_line.match(lines[first]):
+        match = _DEF_LINE.match(lines[first])
+        if match is None or match.group(2) != name:
             continue
         end = _function_end(lines, first, func)
         if end is None:
@@ -453,6 +454,7 @@ class SourceResolver:
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
+        self._lines: dict[Path, list[bytes] | None] = {}
         self._index: dict[str, list[Path]] | None = None
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
@@ -593,14 +595,23 @@ class SourceResolver:
         ``.step()`` the matcher must know) is parsed whole."""
         key = (path, line, func)
         if key not in self._functions:
-            data = self._source_bytes(path)
-            found: _ParsedFile | None | bool = None
-            if data is not None and not _PROFILER_CALL.search(data):
-                found = _function_block(path, data.splitlines(keepends=True), line, func)
+            lines = self._function_lines(path)
+            found = _function_block(path, lines, line, func) if lines is not None else None
             self._functions[key] = found
         return self._functions[key]
 
+    def _function_lines(self, path: Path) -> list[bytes] | None:
+        """The file's lines for parsing one function at a time, or None when it must be
+        parsed whole (unreadable, or it binds a profiler object); split once per file."""
+        if path not in self._lines:
+            data = self._source_bytes(path)
+            usable = data is not None and not _PROFILER_CALL.search(data)
+            self._lines[path] = data.splitlines(keepends=True) if usable else None
+        return self._lines[path]
+
     def _source_bytes(self, path: Path) -> bytes | None:
+        """The file's bytes, read once for both kinds of parse (None: unreadable or over
+        ``_MAX_SOURCE_BYTES``)."""
         if path not in self._bytes:
             data = None
             try:
@@ -614,13 +625,14 @@ class SourceResolver:
     def _parse(self, path: Path) -> _ParsedFile | None:
         if path not in self._parsed:
             parsed = None
-            try:
-                if path.stat().st_size <= _MAX_SOURCE_BYTES:
-                    parsed = _ParsedFile(ast.parse(path.read_bytes(), filename=str(path)))
-            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-                # Unreadable, not Python, not UTF-8 (ValueError) or nested past the parser's
-                # limits: the sync keeps its def line, marked inexact.
-                parsed = None
+            data = self._source_bytes(path)
+            if data is not None:
+                try:
+                    parsed = _ParsedFile(ast.parse(data, filename=str(path)))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    # Not Python, not UTF-8 (ValueError) or nested past the parser's limits:
+                    # the sync keeps its def line, marked inexact.
+                    parsed = None
             self._parsed[path] = parsed
         return self._parsed[path]
 

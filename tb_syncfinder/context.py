@@ -6,25 +6,31 @@ re-reads a trace for a detail view)."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from operator import attrgetter
 from typing import Any
 
 from tb_syncfinder.models import Sync
+from tb_syncfinder.reader import Event
 from tb_syncfinder.timeline import PYTHON, HostThread, Timeline
 
+_TS = attrgetter("ts")
 
-def _closest(items: list[dict[str, Any]], lo: float, hi: float, cap: int) -> list[dict]:
-    """At most ``cap`` items, those nearest the sync interval, back in time order."""
+
+def _closest(items: list[Any], lo: float, hi: float, cap: int) -> list[Any]:
+    """At most ``cap`` items, those nearest the sync interval, back in time order. Items
+    are ``(event, ...)`` tuples: only the kept ones become the answer's dicts."""
     if len(items) <= cap:
         return items
 
-    def distance(item: dict[str, Any]) -> float:
-        start, end = item["ts_us"], item["ts_us"] + item["dur_us"]
+    def distance(item: tuple[Any, ...]) -> float:
+        start = item[0].ts
+        end = start + item[0].dur
         if end >= lo and start <= hi:
             return 0.0
         return lo - end if end < lo else start - hi
 
     kept = sorted(items, key=distance)[:cap]
-    kept.sort(key=lambda item: item["ts_us"])
+    kept.sort(key=lambda item: item[0].ts)
     return kept
 
 
@@ -40,16 +46,32 @@ def _thread_for(tl: Timeline, sync: Sync) -> HostThread | None:
     return candidates[0] if candidates else None
 
 
-def _depth(thread: HostThread, index: int) -> int:
-    depth = 0
-    parent = thread.parent
-    kinds = thread.kinds
-    index = parent[index]
-    while index >= 0:
-        if kinds[index] != PYTHON:
-            depth += 1
-        index = parent[index]
-    return depth
+class _Depths:
+    """Each node's depth among the host lanes' drawn nodes (python frames are not drawn):
+    its non-python ancestors, memoised, as a window's nodes share most of their chains."""
+
+    def __init__(self, thread: HostThread) -> None:
+        self.parent = thread.parent
+        self.kinds = thread.kinds
+        self.known: dict[int, int] = {-1: 0}
+
+    def of_children(self, index: int) -> int:
+        """The depth of a node whose parent is ``index`` (-1: the root)."""
+        known = self.known
+        depth = known.get(index)
+        if depth is not None:
+            return depth
+        chain: list[int] = []
+        while index not in known:
+            chain.append(index)
+            index = self.parent[index]
+        depth = known[index]
+        kinds = self.kinds
+        for index in reversed(chain):
+            if kinds[index] != PYTHON:
+                depth += 1
+            known[index] = depth
+        return depth
 
 
 def sync_context(
@@ -64,6 +86,8 @@ def sync_context(
     thread = _thread_for(tl, sync)
     if thread is not None:
         starts, ends, nodes, kinds = thread.starts, thread.ends, thread.nodes, thread.kinds
+        parent = thread.parent
+        depths = _Depths(thread)
         first = bisect_left(starts, lo)
         last = bisect_right(starts, hi)
         indices: list[int] = []
@@ -72,54 +96,36 @@ def sync_context(
         while index >= 0:
             if ends[index] >= lo:
                 indices.append(index)
-            index = thread.parent[index]
+            index = parent[index]
         indices.reverse()
         indices.extend(range(first, last))
-        for i in indices:
-            if kinds[i] == PYTHON:
-                continue
-            e = nodes[i]
-            host.append(
-                {
-                    "name": e.name,
-                    "cat": e.cat,
-                    "ts_us": e.ts,
-                    "dur_us": e.dur,
-                    "depth": _depth(thread, i),
-                }
-            )
+        drawn: list[tuple[Event, int]] = [
+            (nodes[i], depths.of_children(parent[i])) for i in indices if kinds[i] != PYTHON
+        ]
         r0 = bisect_left(thread.runtime_starts, lo)
         r1 = bisect_right(thread.runtime_starts, hi)
         for e in thread.runtime[r0:r1]:
-            enclosing = thread.innermost(e.ts, e.ts + e.dur)
-            depth = 0
-            if enclosing >= 0:
-                depth = _depth(thread, enclosing) + (0 if kinds[enclosing] == PYTHON else 1)
-            host.append(
-                {"name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur, "depth": depth}
-            )
-        host.sort(key=lambda item: (item["ts_us"], item["depth"]))
-        host = _closest(host, sync.ts_us, sync.end_us, max_per_lane)
+            drawn.append((e, depths.of_children(thread.innermost(e.ts, e.ts + e.dur))))
+        drawn.sort(key=lambda item: (item[0].ts, item[1]))
+        host = [
+            {"name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur, "depth": depth}
+            for e, depth in _closest(drawn, sync.ts_us, sync.end_us, max_per_lane)
+        ]
 
     device: list[dict[str, Any]] = []
     for lane, events in tl.lanes.items():
         if sync.device_id is not None and tl.lane_device.get(lane) != sync.device_id:
             continue
-        i = bisect_left(events, lo, key=lambda e: e.ts)
-        j = bisect_right(events, hi, key=lambda e: e.ts)
-        chosen = events[max(0, i - 1) : j]
-        items = [
-            {
-                "lane": tl.lane_label(lane),
-                "name": e.name,
-                "cat": e.cat,
-                "ts_us": e.ts,
-                "dur_us": e.dur,
-            }
-            for e in chosen
-            if e.ts + e.dur >= lo
-        ]
-        device.extend(_closest(items, sync.ts_us, idle_end, max_per_lane))
+        i = bisect_left(events, lo, key=_TS)
+        j = bisect_right(events, hi, key=_TS)
+        chosen = [(e,) for e in events[max(0, i - 1) : j] if e.ts + e.dur >= lo]
+        if not chosen:
+            continue
+        label = tl.lane_label(lane)
+        device.extend(
+            {"lane": label, "name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur}
+            for (e,) in _closest(chosen, sync.ts_us, idle_end, max_per_lane)
+        )
     device.sort(key=lambda item: (item["lane"], item["ts_us"]))
     return {
         "window": [lo, hi],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from kineto_builder import KinetoTraceBuilder
+from kineto_builder import KinetoTraceBuilder, item_sync
 
 from tb_syncfinder.attribute import is_user_file, parse_call_stack, parse_frame
 from tb_syncfinder.demo.sources import SOURCE_PACKS
@@ -132,3 +134,24 @@ def test_a_python_parent_missing_from_the_trace_keeps_the_outer_frames_found_by_
         ("model.py", "helper"),
         ("train.py", "main"),
     ]
+
+
+def test_an_operator_written_before_the_one_enclosing_it_from_the_same_start_is_nested(
+    tmp_path,
+):
+    """Nesting follows (start, longest first), not the order the file lists them in."""
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b)
+    doc = b.to_dict()
+    events = doc["traceEvents"]
+    outer = next(e for e in events if e.get("name") == "aten::item")
+    inner = next(e for e in events if e.get("name") == "aten::_local_scalar_dense")
+    inner["dur"] -= inner["ts"] - outer["ts"]
+    inner["ts"] = outer["ts"]
+    events.remove(inner)
+    events.insert(events.index(outer), inner)  # the inner one first, same start
+    path = tmp_path / "same_start.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    (sync,) = analyze_trace(str(path)).syncs
+    assert sync.op_chain == ["aten::item", "aten::_local_scalar_dense"]

@@ -145,6 +145,27 @@ def test_metadata_and_torch1_style_categories(tmp_path):
     assert sync.op == "aten::item"
 
 
+@pytest.mark.parametrize("step_cat", ["Operator", "cpu_op", "some_new_category"])
+def test_a_profiler_step_span_of_any_category_is_a_step_and_no_operator(tmp_path, step_cat):
+    """torch 1.x wrote ProfilerStep#N as an operator: it is still the step (and an
+    annotation, never the outermost operator of the syncs in it)."""
+    b = KinetoTraceBuilder()
+    for n in (3, 4):
+        with b.step(n):
+            item_sync(b)
+    doc = b.to_dict()
+    spans = [e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert len(spans) == 2
+    for event in spans:
+        event["cat"] = step_cat
+    path = tmp_path / "steps.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    result = analyze_trace(str(path))
+    assert [(s.op, s.step) for s in result.syncs] == [("aten::item", 3), ("aten::item", 4)]
+    assert [s.op_chain[0] for s in result.syncs] == ["aten::item", "aten::item"]
+    assert [step.step for step in result.steps] == [3, 4]
+
+
 # -- fast path on every trace shape, and chunked decoding ---------------------------------
 
 SMALL_CHUNK = 300  # a chunk every few events: every boundary case is met on small traces

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from itertools import accumulate
-from operator import add, attrgetter
+from itertools import accumulate, compress, islice
+from operator import add, attrgetter, eq
 from typing import Any
 
 import msgspec
@@ -57,6 +57,7 @@ _CATEGORY_CLASS = {
 
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
+_CAT = attrgetter("cat")
 
 
 def category_class(cat: str) -> int:
@@ -96,8 +97,9 @@ class HostThread(msgspec.Struct):
     runtime: list[Event] = msgspec.field(default_factory=list)
     runtime_starts: list[float] = msgspec.field(default_factory=list)
     python_by_id: dict[Any, int] = msgspec.field(default_factory=dict)  # Python id -> node index
-    # id(event) -> class, while building
-    kind_of: dict[int, int] = msgspec.field(default_factory=dict)
+    # While building: the few nodes whose class is not their category's, with their class
+    # (a ProfilerStep#N span written as an operator is an annotation).
+    odd_kinds: list[tuple[Event, int]] = msgspec.field(default_factory=list)
 
     def innermost(self, ts: float, end: float) -> int:
         """Index of the innermost node enclosing [ts, end], or -1."""
@@ -152,6 +154,8 @@ class Timeline(msgspec.Struct):
     path: str
     threads: dict[tuple[Any, Any], HostThread]
     lanes: dict[tuple[Any, Any], list[Event]]  # (device pid, stream tid) -> device events
+    # Per lane with any: its real activity (not sync records), sorted; often ``lanes``' list.
+    lane_activity: dict[tuple[Any, Any], list[Event]]
     lane_device: dict[tuple[Any, Any], Any]
     device_activity: dict[Any, DeviceActivity]
     by_correlation: dict[Any, list[Event]]  # device events (incl. cuda_sync) per correlation
@@ -206,16 +210,20 @@ class Timeline(msgspec.Struct):
         return f"{kind} {device} stream {lane[1]}"
 
 
-def _sweep(thread: HostThread) -> None:
-    """Sort the thread's nodes by (ts, -dur) and give each its enclosing node (one sweep)."""
+def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
+    """Sort the thread's nodes by (ts, -dur) and give each its enclosing node (one sweep).
+    ``class_of``: each host category's class."""
     nodes = thread.nodes
-    # Two stable C-level sorts instead of a Python key: longest first, then by start.
-    nodes.sort(key=_DUR, reverse=True)
+    # By start (the categories' runs are each nearly in order: a cheap merge), then each
+    # run of equal starts longest first; both sorts stable. Sorting all of them by
+    # duration first cost 1.5x this: n log n comparisons of floats scattered in memory.
     nodes.sort(key=_TS)
-    kind_of = thread.kind_of
-    kinds = [kind_of.get(id(e), OP) for e in nodes]
     starts = list(map(_TS, nodes))
+    _longest_first_at_equal_starts(nodes, starts)
+    kinds = list(map(class_of.__getitem__, map(_CAT, nodes)))
     ends = list(map(add, starts, map(_DUR, nodes)))
+    if thread.odd_kinds:
+        _set_odd_kinds(thread.odd_kinds, nodes, starts, kinds)
     parent = [-1] * len(nodes)
     stack: list[int] = []
     pop = stack.pop
@@ -231,16 +239,44 @@ def _sweep(thread: HostThread) -> None:
         push(i)
         top_end = ends[i]
     thread.kinds, thread.starts, thread.ends, thread.parent = kinds, starts, ends, parent
-    thread.kind_of = {}
+    thread.odd_kinds = []
     python_by_id = {}
-    for i, kind in enumerate(kinds):
-        if kind == PYTHON:
-            args = nodes[i].args
-            if args is not None and args.python_id is not None:
-                python_by_id[args.python_id] = i
+    frames = list(compress(range(len(kinds)), map(PYTHON.__eq__, kinds)))
+    for i, e in zip(frames, map(nodes.__getitem__, frames), strict=True):
+        args = e.args
+        if args is not None and args.python_id is not None:
+            python_by_id[args.python_id] = i
     thread.python_by_id = python_by_id
     thread.runtime.sort(key=_TS)
     thread.runtime_starts = list(map(_TS, thread.runtime))
+
+
+def _longest_first_at_equal_starts(nodes: list[Event], starts: list[float]) -> None:
+    """Sort each run of nodes with equal starts by duration, longest first (stable)."""
+    ties = list(compress(range(1, len(starts)), map(eq, starts, islice(starts, 1, None))))
+    i, count = 0, len(ties)
+    while i < count:
+        first = last = ties[i]
+        i += 1
+        while i < count and ties[i] == last + 1:
+            last = ties[i]
+            i += 1
+        run = nodes[first - 1 : last + 1]
+        run.sort(key=_DUR, reverse=True)
+        nodes[first - 1 : last + 1] = run
+
+
+def _set_odd_kinds(
+    odd_kinds: list[tuple[Event, int]], nodes: list[Event], starts: list[float], kinds: list[int]
+) -> None:
+    """Give the few nodes of ``odd_kinds`` their class: each is found among the nodes that
+    start when it does (sorted: a bisect, then the few of equal start)."""
+    for event, kind in odd_kinds:
+        i = bisect_left(starts, event.ts)
+        while i < len(nodes) and nodes[i] is not event:
+            i += 1
+        if i < len(nodes):
+            kinds[i] = kind
 
 
 class _Builder:
@@ -249,6 +285,7 @@ class _Builder:
     def __init__(self) -> None:
         self.threads: dict[tuple[Any, Any], HostThread] = {}
         self.lanes: dict[tuple[Any, Any], list[Event]] = {}
+        self.lanes_with_sync_records: set[tuple[Any, Any]] = set()
         self.by_correlation: dict[Any, list[Event]] = {}
         self.steps: list[Step] = []
         self.has_stacks = False
@@ -265,38 +302,68 @@ class _Builder:
 
     def add_host(self, base: int, events: list[Event]) -> None:
         """Operators, annotations, python frames and uncategorised events of one category:
-        containers of their thread (ProfilerStep#N spans become steps)."""
+        containers of their thread (ProfilerStep#N spans become steps).
+
+        One pass, everything read while the event is at hand: the events lie scattered in
+        memory, and each further pass over them (even a C-level ``map``) cost as much as
+        this whole loop."""
+        if base == OTHER:
+            self._add_uncategorised(events)
+            return
+        step_spans: list[Event] = []
         last_key = None
         nodes: list[Event] = []
-        kind_of: dict[int, int] = {}
-        steps = self.steps
+        if base == OP:
+            lo, hi, stacks = self.op_lo, self.op_hi, self.has_stacks
+            for e in events:
+                if e.name.startswith("ProfilerStep#"):
+                    step_spans.append(e)
+                key = (e.pid, e.tid)
+                if key != last_key:  # events come in long runs of one thread
+                    nodes, last_key = self.thread_of(e).nodes, key
+                nodes.append(e)
+                ts = e.ts
+                if ts < lo:
+                    lo = ts
+                end = ts + e.dur
+                if end > hi:
+                    hi = end
+                if not stacks:
+                    args = e.args
+                    stacks = args is not None and bool(args.call_stack)
+            self.op_lo, self.op_hi, self.has_stacks = lo, hi, stacks
+        else:
+            for e in events:
+                if e.name.startswith("ProfilerStep#"):
+                    step_spans.append(e)
+                key = (e.pid, e.tid)
+                if key != last_key:
+                    nodes, last_key = self.thread_of(e).nodes, key
+                nodes.append(e)
+            if base == PYTHON and events:
+                self.has_stacks = True
+        for e in step_spans:
+            self._add_step(e)
+            if base != ANNOTATION:
+                self.thread_of(e).odd_kinds.append((e, ANNOTATION))
+
+    def _add_step(self, e: Event) -> None:
+        match = STEP_RE.match(e.name)
+        if match:
+            self.steps.append(Step(int(match.group(1)), e.ts, e.ts + e.dur, e.pid, e.tid))
+
+    def _add_uncategorised(self, events: list[Event]) -> None:
+        """Events of a category Kineto does not write: a ProfilerStep#N span is a step and
+        an annotation; a runtime call of an old build (by name) a runtime call."""
         for e in events:
-            cls = base
             name = e.name
             if name.startswith("ProfilerStep#"):
-                cls = ANNOTATION
-                match = STEP_RE.match(name)
-                if match:
-                    steps.append(Step(int(match.group(1)), e.ts, e.ts + e.dur, e.pid, e.tid))
-            elif cls == OTHER:
-                if name.startswith(UNCATEGORISED_CALL_PREFIXES):
-                    self.thread_of(e).runtime.append(e)
-                continue
-            key = (e.pid, e.tid)
-            if key != last_key:  # events come in long runs of one thread: skip lookups
+                self._add_step(e)
                 thread = self.thread_of(e)
-                nodes, kind_of, last_key = thread.nodes, thread.kind_of, key
-            nodes.append(e)
-            if cls != OP:
-                kind_of[id(e)] = cls
-        if base == PYTHON and events:
-            self.has_stacks = True
-        if base == OP and events:
-            # map() over attrgetters keeps these two passes in C (~4x the genexprs).
-            self.op_lo = min(self.op_lo, min(map(_TS, events)))
-            self.op_hi = max(self.op_hi, max(map(add, map(_TS, events), map(_DUR, events))))
-            if not self.has_stacks:
-                self.has_stacks = any(e.args is not None and e.args.call_stack for e in events)
+                thread.nodes.append(e)
+                thread.odd_kinds.append((e, ANNOTATION))
+            elif name.startswith(UNCATEGORISED_CALL_PREFIXES):
+                self.thread_of(e).runtime.append(e)
 
     def add_runtime(self, events: list[Event]) -> None:
         """Runtime / driver calls: kept apart per thread, they never contain anything."""
@@ -311,11 +378,12 @@ class _Builder:
             if args is None or (args.correlation is None and args.external_id is None):
                 self.needs_flows = True
 
-    def add_device(self, events: list[Event]) -> None:
-        """Kernels, copies, memsets and CUPTI sync records: per (device, stream) lane, and
-        by correlation."""
+    def add_device(self, cat: str, events: list[Event]) -> None:
+        """Kernels, copies, memsets and CUPTI sync records (``cat``): per (device, stream)
+        lane, and by correlation."""
         lanes = self.lanes
         by_correlation = self.by_correlation
+        sync_records = cat == "cuda_sync"
         for e in events:
             lane = (e.pid, e.tid)
             lane_events = lanes.get(lane)
@@ -323,6 +391,8 @@ class _Builder:
                 lanes[lane] = [e]
             else:
                 lane_events.append(e)
+            if sync_records:
+                self.lanes_with_sync_records.add(lane)
             args = e.args
             if args is None:
                 continue
@@ -336,11 +406,18 @@ class _Builder:
                 else:
                     group.append(e)
 
-    def device_activity(self) -> tuple[dict[tuple[Any, Any], Any], dict[Any, DeviceActivity]]:
-        """Each lane's device, and per device its real activity (not sync records) sorted,
-        with the running maximum of ends."""
+    def device_activity(
+        self,
+    ) -> tuple[
+        dict[tuple[Any, Any], Any],
+        dict[tuple[Any, Any], list[Event]],
+        dict[Any, DeviceActivity],
+    ]:
+        """Each lane's device and real activity (not sync records), and per device its
+        activity sorted, with the running maximum of ends."""
         lane_device: dict[tuple[Any, Any], Any] = {}
-        per_device: dict[Any, list[Event]] = {}
+        lane_activity: dict[tuple[Any, Any], list[Event]] = {}
+        per_device: dict[Any, list[list[Event]]] = {}
         for lane, events in self.lanes.items():
             events.sort(key=_TS)
             device = lane[0]
@@ -349,16 +426,23 @@ class _Builder:
                     device = e.args.device
                     break
             lane_device[lane] = device
-            activity = [e for e in events if e.cat != "cuda_sync"]
+            activity = events
+            if lane in self.lanes_with_sync_records:
+                activity = [e for e in events if e.cat != "cuda_sync"]
             if activity:
-                per_device.setdefault(device, []).extend(activity)
+                lane_activity[lane] = activity
+                per_device.setdefault(device, []).append(activity)
         device_activity: dict[Any, DeviceActivity] = {}
-        for device, events in per_device.items():
-            events.sort(key=_TS)
+        for device, lanes in per_device.items():
+            if len(lanes) == 1:
+                events = lanes[0]  # one lane: sorted already
+            else:
+                events = [e for activity in lanes for e in activity]
+                events.sort(key=_TS)
             starts = list(map(_TS, events))
             ends = list(map(add, starts, map(_DUR, events)))
             device_activity[device] = DeviceActivity(starts, ends, list(accumulate(ends, max)))
-        return lane_device, device_activity
+        return lane_device, lane_activity, device_activity
 
     def span(self, device_activity: dict[Any, DeviceActivity]) -> tuple[float, float]:
         """First start / last end of host operators and device activity; without either,
@@ -366,7 +450,7 @@ class _Builder:
         lo, hi = self.op_lo, self.op_hi
         for activity in device_activity.values():
             lo = min(lo, activity.starts[0])
-            hi = max(hi, max(activity.ends))
+            hi = max(hi, activity.max_end_before[-1])
         if lo == float("inf"):
             starts_all = [t.starts[0] for t in self.threads.values() if t.starts]
             ends_all = [max(t.ends) for t in self.threads.values() if t.ends]
@@ -419,8 +503,9 @@ def build_timeline(data: TraceData) -> Timeline:
     buckets, metadata, flow_starts = _bucket(data.events)
     process_labels, thread_names = _names(metadata)
     builder = _Builder()
+    class_of = {cat: category_class(cat) for cat in buckets}
     for cat, events in buckets.items():
-        base = category_class(cat)
+        base = class_of[cat]
         if base in (OP, ANNOTATION, PYTHON, OTHER):
             builder.add_host(base, events)
         elif base == IGNORED:
@@ -428,18 +513,18 @@ def build_timeline(data: TraceData) -> Timeline:
         elif base == RUNTIME:
             builder.add_runtime(events)
         else:
-            builder.add_device(events)
+            builder.add_device(cat, events)
 
     runtime_names: set[str] = set()
     for thread in builder.threads.values():
         runtime_names.update(r.name for r in thread.runtime)
-        _sweep(thread)
+        _sweep(thread, class_of)
     flow_correlation: dict[tuple[Any, Any, float], Any] = {}
     if builder.needs_flows:
         for flow in flow_starts:
             if flow.cat == "ac2g":
                 flow_correlation[(flow.pid, flow.tid, flow.ts)] = flow.id
-    lane_device, device_activity = builder.device_activity()
+    lane_device, lane_activity, device_activity = builder.device_activity()
     steps = builder.steps
     steps.sort(key=lambda s: s.ts)
     has_gpu_activity = bool(device_activity)
@@ -451,6 +536,7 @@ def build_timeline(data: TraceData) -> Timeline:
         path=data.path,
         threads=builder.threads,
         lanes=builder.lanes,
+        lane_activity=lane_activity,
         lane_device=lane_device,
         device_activity=device_activity,
         by_correlation=builder.by_correlation,

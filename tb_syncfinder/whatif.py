@@ -1209,10 +1209,8 @@ class _Builder:
         tl = self.tl
         t0 = self.t0
         lanes = []
-        for lane, events in tl.lanes.items():
-            items = [e for e in events if e.cat != "cuda_sync"]
-            if items:
-                lanes.append((lane, tl.lane_device.get(lane, lane[0]), items))
+        for lane, items in tl.lane_activity.items():
+            lanes.append((lane, tl.lane_device.get(lane, lane[0]), items))
         self.lanes = lanes
         events = [e for _, _, items in lanes for e in items]
         n = self.n_dev = len(events)

@@ -730,6 +730,8 @@ class _Reader:
         self.total = 0  # JSON bytes read so far
         self.eof = False
         self.events: list[Any] = []
+        # One string object per category, shared by its events (see ``_keep``).
+        self.categories: dict[str, str] = {}
         self.entries = 0  # elements of the event list, trace events or not
         self.repairs: list[str] = []
         self.counts = _Counts()
@@ -1091,6 +1093,16 @@ class _Reader:
                     self._attach_probed_args(chunk, events)
 
     def _keep(self, events: list[Any]) -> None:
+        """Keep a chunk's events, each category string shared: a dozen distinct values
+        among 10^5 events, each its own 55-65 byte object as decoded (7 MB of a 54 MB
+        trace). Done while the chunk is fresh in the cache, it costs no measurable time,
+        and the later stages' category checks read a few hot strings instead of scattered
+        ones. (Names would save as much again, but hashing them cost 15 % of the read.)"""
+        shared = self.categories.setdefault
+        for e in events:
+            if type(e) is Event:
+                cat = e.cat
+                e.cat = shared(cat, cat)
         self.events += events
 
     def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:

@@ -166,6 +166,22 @@ def test_a_profiler_step_span_of_any_category_is_a_step_and_no_operator(tmp_path
     assert [step.step for step in result.steps] == [3, 4]
 
 
+def test_the_events_of_one_category_share_one_string(tmp_path):
+    """Categories are a dozen values among 10^5 events: one object each, not one per event."""
+    b = KinetoTraceBuilder()
+    for n in range(3):
+        with b.step(n):
+            item_sync(b)
+    path = tmp_path / "cats.pt.trace.json"
+    path.write_text(json.dumps(b.to_dict()))
+    events = [e for e in read_trace(str(path), chunk_bytes=SMALL_CHUNK).events if type(e) is Event]
+    by_category: dict[str, set[int]] = {}
+    for e in events:
+        by_category.setdefault(e.cat, set()).add(id(e.cat))
+    assert {"cpu_op", "cuda_runtime", "kernel"} <= set(by_category)
+    assert all(len(ids) == 1 for ids in by_category.values()), by_category
+
+
 # -- fast path on every trace shape, and chunked decoding ---------------------------------
 
 SMALL_CHUNK = 300  # a chunk every few events: every boundary case is met on small traces

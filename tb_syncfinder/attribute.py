@@ -10,6 +10,7 @@ import re
 import sys
 from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import compress
 from typing import Any
 
 from tb_syncfinder.callorder import N, P
@@ -216,8 +217,9 @@ class _PythonTree:
 
     def __init__(self, thread: HostThread) -> None:
         kinds = thread.kinds
-        self.order = [i for i, kind in enumerate(kinds) if kind == PYTHON]
-        self.starts = [thread.starts[i] for i in self.order]
+        # In C: a thread has several operators per frame.
+        self.order = list(compress(range(len(kinds)), map(PYTHON.__eq__, kinds)))
+        self.starts = list(map(thread.starts.__getitem__, self.order))
         ends = thread.ends
         by_id = thread.python_by_id
         self.parent: dict[int, int] = {}

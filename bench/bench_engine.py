@@ -7,7 +7,9 @@ Times ``tb_syncfinder.analyze``, the reader alone (``read_trace``), the floor (g
 typed msgspec decode of the fields the analysis needs, the whole document at once),
 torch_tb_profiler's ``RunProfileData.parse`` (what the PyTorch Profiler tab runs per
 file), HolisticTraceAnalysis where installed, ``gzip`` + ``json.loads`` and ``gzip`` +
-``msgspec.json.decode`` of the same file. Each run is its own child process, so that its
+``msgspec.json.decode`` of the same file, and ``one_pass``: one Python loop reading each
+decoded event's fields once (the trace read before the timing), the least any analysis in
+Python adds to the read. Each run is its own child process, so that its
 peak RSS increase (``VmHWM`` after minus before, imports excluded) is its own; runs are
 interleaved (round 1 of every subject, then round 2, ...) and the median is reported, as
 the machine may be shared and loaded: compare the ratios, not the seconds.
@@ -48,6 +50,7 @@ SUBJECTS = (
     "engine",
     "engine_windows",
     "reader",
+    "one_pass",
     "floor",
     "torch_tb_profiler",
     "hta",
@@ -119,6 +122,21 @@ def _subject(name: str, path: str) -> Callable[[], Any]:
         from tb_syncfinder.reader import read_trace
 
         return lambda: read_trace(path)
+    if name == "one_pass":
+        # What the least Python analysis costs after the read: one loop reading each
+        # complete event's fields once (the engine's stages make about a dozen passes).
+        from tb_syncfinder.reader import Event, read_trace
+
+        events = read_trace(path).events
+
+        def touch_each_event() -> Any:
+            fields = None
+            for e in events:
+                if type(e) is Event:
+                    fields = (e.ts, e.dur, e.name, e.cat, e.pid, e.tid, e.args)
+            return fields
+
+        return touch_each_event
     if name == "floor":
         decoder = _floor_decoder()
         return lambda: decoder.decode(_read_json_bytes(path))
@@ -420,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{_mb(result['peak_rss_increase'])}   runs "
                     + " ".join(f"{t:.3f}" for t in result["times_s"])
                 )
+        one_pass = _ratio(results.get("one_pass", {}), results.get("floor", {}))
+        if one_pass is not None:
+            print(f"  one Python pass over the decoded events / floor: {one_pass:.2f}x")
         engine = results.get("engine", {})
         if "median_s" not in engine:
             misses += 1

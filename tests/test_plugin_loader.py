@@ -464,6 +464,27 @@ def test_where_no_analysis_process_can_start_traces_are_analysed_in_threads(
     ]
 
 
+def test_a_trace_submitted_as_its_pool_is_replaced_is_analysed_by_the_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another job's failure can shut the pool down (no analysis process could start: on to
+    threads) between the loader taking it and submitting to it: the job goes to the new
+    pool instead of failing with "cannot schedule new futures after shutdown" (a race the
+    test above met under load)."""
+    import concurrent.futures
+
+    write_trace(tmp_path / "logs" / "run" / "a.pt.trace.json")
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    shut_down = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    shut_down.shutdown()
+    pools = iter([shut_down, concurrent.futures.ThreadPoolExecutor(max_workers=1)])
+    monkeypatch.setattr(loader, "_new_pool", lambda: next(pools))
+    poll_and_wait(loader)
+    assert statuses(loader) == {"a.pt.trace.json": DONE}
+    assert [os.path.basename(path) for path in analyzer.calls] == ["a.pt.trace.json"]
+
+
 def test_a_new_model_field_changes_the_cache_key_so_old_pickles_are_not_served(monkeypatch):
     from tb_syncfinder.plugin import cache
 

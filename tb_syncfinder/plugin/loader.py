@@ -332,14 +332,21 @@ class TraceLoader:
         self._submit(state)
 
     def _submit(self, state: TraceState) -> None:
-        pool = self._pool()
-        try:
-            future = pool.submit(self.analyze_fn, state.ref, self.options)
-        except RuntimeError as exc:  # a pool shut down under us
-            self._reset_pool(pool)
-            self._settle(state, None, f"cannot start analysis ({exc})")
+        for _attempt in range(3):
+            pool = self._pool()
+            try:
+                future = pool.submit(self.analyze_fn, state.ref, self.options)
+            except RuntimeError as exc:  # a pool shut down under us
+                self._reset_pool(pool)
+                error = exc
+                if self._stop.is_set():
+                    break
+                # Another job's failure may have replaced it (no process could start: on to
+                # threads) between _pool() and submit(): the replacement takes the job.
+                continue
+            future.add_done_callback(lambda f, s=state, p=pool: self._finished(s, f, p))
             return
-        future.add_done_callback(lambda f, s=state, p=pool: self._finished(s, f, p))
+        self._settle(state, None, f"cannot start analysis ({error})")
 
     def _from_summary(self, state: TraceState) -> bool:
         """Settle ``state`` from its summary, or as NO_SUMMARY in a summarised run; False

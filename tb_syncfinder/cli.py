@@ -8,7 +8,6 @@ with the reason on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -504,6 +503,8 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
         if SCHEMA.encode() in head:
+            import json
+
             try:
                 with open(path, encoding="utf-8") as handle:
                     data = json.load(handle)

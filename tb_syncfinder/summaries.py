@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import os
 import zlib
 from collections.abc import Sequence
@@ -34,7 +33,13 @@ from tb_syncfinder import __version__, models
 from tb_syncfinder.discovery import is_remote, stat_trace
 from tb_syncfinder.models import TraceRef, TraceResult
 
-logger = logging.getLogger(__name__)
+
+def _logger() -> Any:
+    # Imported here: logging costs a report ~5 ms at start-up, and only failures log.
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 # 2: a result carries its RankTrace (the job stage's input, issue 17).
 FORMAT = "tb_syncfinder.summary/2"
@@ -193,7 +198,7 @@ class SummaryStore:
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - an unreadable summary is only a miss
-            logger.info("summary %s unreadable (%s)", path, exc)
+            _logger().info("summary %s unreadable (%s)", path, exc)
             return None
 
     # ----- writing ----------------------------------------------------------------------
@@ -234,7 +239,7 @@ class SummaryStore:
         try:
             self._write(target, data)
         except Exception as exc:  # noqa: BLE001 - a summary is an optimisation only
-            logger.warning("cannot write summary %s (%s)", target, exc)
+            _logger().warning("cannot write summary %s (%s)", target, exc)
             return False
         return True
 

@@ -93,6 +93,7 @@ def test_a_cpu_only_report_loads_neither_numpy_nor_the_replay_nor_the_job_stage(
     assert "tb_syncfinder.ranks" not in modules
     # Its records are msgspec Structs: a dataclass compiles its methods at import.
     assert "dataclasses" not in modules
+    assert "logging" not in modules  # only failures log (summaries, the source search)
 
 
 def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path: Path) -> None:

@@ -126,6 +126,7 @@ def build_sites(
                 predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
                 saving_method=_method(methods),
                 saving_note="; ".join(notes) or None,
+                recorded_line=source.recorded_line if source else None,
             )
         )
     return rank_sites(sites)

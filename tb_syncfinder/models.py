@@ -58,6 +58,10 @@ class Source(msgspec.Struct):
     in the trace, ``line`` is the line that ran the backward pass and ``run_by`` is None.
     ``library``: the line inside a library (``transformers``, a training framework) that
     made the sync, when the user's line (``line``) called into that library.
+    ``recorded_line``: set when the file here no longer has the function at the line the
+    trace recorded (the file changed since profiling): that line; ``line`` and
+    ``def_line`` are then the function's first line in the file as it is, never exact,
+    and ``candidates`` the lines of its calls that may be the sync.
     """
 
     file: str
@@ -70,6 +74,7 @@ class Source(msgspec.Struct):
     backward: bool = False
     run_by: Source | None = None
     library: Source | None = None
+    recorded_line: int | None = None
 
 
 class TraceInfo(msgspec.Struct):
@@ -266,6 +271,8 @@ class Site(msgspec.Struct):
     predicted_saving_per_step_us: float = 0.0
     saving_method: str = "bound"
     saving_note: str | None = None
+    # As on Source: the line the trace recorded when the file changed since profiling.
+    recorded_line: int | None = None
 
 
 class StepStats(msgspec.Struct):

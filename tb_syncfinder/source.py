@@ -374,6 +374,16 @@ class _ParsedFile:
                     best = node
         return best
 
+    def only_function_named(self, func: str) -> ast.AST | None:
+        """The file's one ``def`` named ``func`` (None: none, or several)."""
+        found = {
+            id(node): node
+            for nodes in self.scopes.values()
+            for node in nodes
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func
+        }
+        return next(iter(found.values())) if len(found) == 1 else None
+
     def enclosing_function_line(self, line: int) -> int | None:
         best: tuple[int, int] | None = None
         for first, node in self.functions.items():
@@ -707,6 +717,9 @@ class SourceResolver:
             scope = parsed.running_scope(frame.line, frame.func)
             def_line = parsed.enclosing_function_line(frame.line)
             if scope is None:
+                moved = parsed.only_function_named(frame.func) if frame.user else None
+                if moved is not None:
+                    return self._in_moved_function(query, path, parsed, moved, resolved)
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         prefix = start is not None or query.truncated
         for g, group in enumerate(query.groups):
@@ -740,6 +753,48 @@ class SourceResolver:
                 candidates=list(lines),
             )
         return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
+
+    def _in_moved_function(
+        self,
+        query: CallQuery,
+        path: Path | None,
+        parsed: _ParsedFile,
+        scope: ast.AST,
+        resolved: str | None,
+    ) -> Source:
+        """A user frame whose recorded line is neither a def of its function here nor in
+        it, while the file has one function of that name: the file changed since the
+        recording (lines added above the function, the function moved). The lines the call
+        may be on are looked for in that function, from its start (a frame running when
+        profiling started is not told apart: its calls are taken as a prefix). The line
+        stays inexact whatever is found, as the call itself may have changed too: the
+        function's first line here, with the lines found as candidates."""
+        frame = query.frame
+        decorators = getattr(scope, "decorator_list", None) or []
+        first = min([d.lineno for d in decorators] + [scope.lineno])  # type: ignore[attr-defined]
+        for g, group in enumerate(query.groups):
+            automaton = self._automaton(
+                path, parsed, scope, group, query.optional_calls, None, True
+            )
+            lines = automaton.reachable_lines(_label(group))
+            if not lines:
+                continue
+            observed = query.observed[g] if g < len(query.observed) else None
+            if observed is not None:
+                lines = self._align(automaton, observed) or lines
+            return Source(
+                frame.file,
+                first,
+                first,
+                frame.func,
+                False,
+                resolved,
+                candidates=list(lines),
+                recorded_line=frame.line,
+            )
+        return Source(
+            frame.file, first, first, frame.func, False, resolved, recorded_line=frame.line
+        )
 
     def _automaton(
         self,

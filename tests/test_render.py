@@ -563,3 +563,32 @@ def test_a_wrapped_kind_list_continues_under_its_text_not_under_a_second_label(
     assert sum("by kind" in line for line in lines) == 1
     indent = lines[start].index("scalar_readback")
     assert lines[start + 1][:indent].strip() == ""
+
+
+def test_a_file_changed_since_profiling_is_said_so_with_its_call_lines_as_candidates(
+    tmp_path,
+) -> None:
+    """The trace recorded ``train_step`` at line 2; lines were added above it since: the
+    site points at the function as it is now, never exact, and the report says why."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import analyze
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(
+        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    return loss.item()\n"
+    )
+    b = KinetoTraceBuilder()
+    for n in range(2):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 2, "train_step")], kernel_us=200)
+    b.write(tmp_path / "run" / "worker0.pt.trace.json")
+    data = analyze(tmp_path / "run", source_roots=[str(tmp_path / "src")]).to_json()
+    (site,) = data["sites"]
+    assert (site["line"], site["def_line"], site["line_exact"]) == (4, 4, False)
+    assert (site["recorded_line"], site["candidates"]) == (2, [6])
+    assert {s["source"]["recorded_line"] for s in data["syncs"]} == {2}
+    text = render_report(data)
+    assert "train.py:4*" in text and "candidate lines 6" in text
+    assert "the file changed since profiling" in text
+    assert "does not single out" not in text

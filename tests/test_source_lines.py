@@ -532,3 +532,24 @@ def test_a_library_frame_of_a_function_this_version_lacks_says_only_its_recorded
     # A running frame in a file that does not parse as a whole still gets its lines.
     running = resolver.resolve_call(_library_query(14, "fit", "item"))
     assert (running.def_line, running.line_exact, running.candidates) == (12, False, [14, 15])
+
+
+def test_a_function_moved_since_the_recording_gives_its_call_lines_here_as_candidates(tmp_path):
+    """Lines added above ``train_step`` after profiling: the recorded def line (2) is blank
+    now and in no function. Its one ``def`` here is searched, never claimed exact (the
+    call itself may have changed too)."""
+    source = _resolver(tmp_path).resolve(_stack(2, "train_step", "nonzero"), ["nonzero"])
+    assert (source.line, source.def_line, source.line_exact) == (4, 4, False)
+    assert source.candidates == [6]
+    # Recorded inside another function (``evaluate``, decorated, first line 15): the same.
+    source = _resolver(tmp_path).resolve(_stack(17, "loop", "item"), ["item"])
+    assert (source.line, source.def_line, source.line_exact) == (20, 20, False)
+    assert source.candidates == [22]
+
+
+def test_a_function_named_twice_in_a_changed_file_is_not_guessed(tmp_path):
+    (tmp_path / "work.py").write_text(WORKLOAD + "\n\ndef train_step():\n    pass\n")
+    source = SourceResolver([str(tmp_path)]).resolve(
+        _stack(2, "train_step", "nonzero"), ["nonzero"]
+    )
+    assert (source.line, source.line_exact, source.candidates) == (2, False, [])

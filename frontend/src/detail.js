@@ -129,6 +129,7 @@ function lineNote(site, sync, readable) {
     defLine: site.def_line ?? sync?.source?.def_line ?? null,
     func: site.func ?? sync?.source?.func ?? null,
     readable,
+    recordedLine: site.recorded_line ?? sync?.source?.recorded_line ?? null,
   });
   return h(
     "div",

@@ -16,13 +16,24 @@ export const SOURCE_ROOT_HINT =
   "--sync_advisor_source_root DIR, or run it from the project's directory.";
 
 /**
- * @param {{line: number | null | undefined, defLine: number | null | undefined, func?: string | null, readable: boolean}} args
- *   `readable`: whether the plugin could read the source file.
+ * @param {{line: number | null | undefined, defLine: number | null | undefined, func?: string | null, readable: boolean, recordedLine?: number | null}} args
+ *   `readable`: whether the plugin could read the source file. `recordedLine`: set when the
+ *   file no longer has the function where the trace recorded it (it changed since
+ *   profiling); `line` is then the function's first line in the file as it is now.
  * @returns {{text: string, hint: string | null}}
  */
-export function inexactLineNote({ line, defLine, func, readable }) {
+export function inexactLineNote({ line, defLine, func, readable, recordedLine = null }) {
   const where = `Line ${line ?? "?"}`;
   const fn = func ? `${func}()` : "the function";
+  if (recordedLine !== null && recordedLine !== undefined) {
+    return {
+      text:
+        `${where} is where ${fn} is defined in the file as it is now; the trace recorded it at ` +
+        `line ${recordedLine}: the file changed since profiling, so the lines of its calls ` +
+        "shown are candidates, not the call that synced.",
+      hint: null,
+    };
+  }
   const atDef = line !== null && line !== undefined && line === defLine;
   const recorded = atDef
     ? `${where} is where ${fn} is defined: the trace records no call line`

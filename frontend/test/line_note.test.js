@@ -30,3 +30,11 @@ test("the source root hint comes only when the file could not be read", () => {
   const readable = inexactLineNote({ line: 26, defLine: null, func: "main", readable: true });
   assert.doesNotMatch(readable.text, /could not be read/);
 });
+
+test("a file changed since profiling says so, with the line the trace recorded", () => {
+  const note = inexactLineNote({ line: 4, defLine: 4, func: "train_step", readable: true, recordedLine: 2 });
+  assert.match(note.text, /^Line 4 is where train_step\(\) is defined in the file as it is now/);
+  assert.match(note.text, /recorded it at line 2: the file changed since profiling/);
+  assert.doesNotMatch(note.text, /trace records no call line|already running/);
+  assert.equal(note.hint, null);
+});

@@ -369,6 +369,9 @@ _INEXACT_REASONS = {
     "that syncs",
     "running": "line the function was at when profiling started (it was already running): "
     "the sync is in a call at or after it",
+    "changed": "line where the function is defined in the file as it is now: the file "
+    "changed since profiling (the trace recorded another line), so the lines of its calls "
+    "are candidates only",
 }
 
 
@@ -377,6 +380,8 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
         return None
     if not resolved.get(site.get("key") or "", False):
         return "not_found"
+    if site.get("recorded_line") is not None:
+        return "changed"
     def_line = site.get("def_line")
     if def_line is not None and def_line != site.get("line"):
         return "running"

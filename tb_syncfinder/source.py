@@ -320,6 +320,12 @@ def _parse_block(path: Path, lines: list[bytes], first: int, end: int) -> _Parse
     return _ParsedFile(tree)
 
 
+def _first_line(node: ast.AST) -> int:
+    """Where a scope's frame starts (``co_firstlineno``): its first decorator's line, if any."""
+    decorators = getattr(node, "decorator_list", None) or []
+    return min([d.lineno for d in decorators] + [node.lineno])  # type: ignore[attr-defined]
+
+
 class _ParsedFile:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -331,11 +337,10 @@ class _ParsedFile:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_SCOPE_NAMES)):
                 first = node.lineno
-                decorators = getattr(node, "decorator_list", None)
-                if decorators:
-                    self.scopes.setdefault(min(d.lineno for d in decorators), []).append(node)
+                if getattr(node, "decorator_list", None):
+                    self.scopes.setdefault(_first_line(node), []).append(node)
                     if not isinstance(node, tuple(_SCOPE_NAMES)):
-                        self.functions.setdefault(min(d.lineno for d in decorators), node)
+                        self.functions.setdefault(_first_line(node), node)
                 self.scopes.setdefault(first, []).append(node)
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                     self.functions.setdefault(first, node)
@@ -709,19 +714,29 @@ class SourceResolver:
             return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
         scope = parsed.scope_at(frame.line, frame.func)
         start = None
+        line: int | None = frame.line  # the line said when no call line is certain
         def_line: int | None = frame.line
+        recorded_line = None  # set when the file changed since the recording
         if scope is None:
             # Not a def line of that function: a frame already running when profiling
             # started shows its current line (see the module docstring).
             start = frame.line
             scope = parsed.running_scope(frame.line, frame.func)
             def_line = parsed.enclosing_function_line(frame.line)
+            if scope is None and frame.user:
+                # Neither a def of it nor in it, while the file has one function of that
+                # name: the file changed since the recording (lines added above it, the
+                # function moved). Its calls are looked for from its start (a frame that
+                # was running is not told apart: its calls are taken as a prefix), and the
+                # line stays inexact whatever is found: the call may have changed too.
+                scope = parsed.only_function_named(frame.func)
+                if scope is not None:
+                    start = None
+                    line = def_line = _first_line(scope)
+                    recorded_line = frame.line
             if scope is None:
-                moved = parsed.only_function_named(frame.func) if frame.user else None
-                if moved is not None:
-                    return self._in_moved_function(query, path, parsed, moved, resolved)
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
-        prefix = start is not None or query.truncated
+        prefix = start is not None or query.truncated or recorded_line is not None
         for g, group in enumerate(query.groups):
             automaton = self._automaton(
                 path, parsed, scope, group, query.optional_calls, start, prefix
@@ -732,7 +747,7 @@ class SourceResolver:
                 continue
             observed = query.observed[g] if g < len(query.observed) else None
             lines = reachable
-            certain = True
+            certain = recorded_line is None
             if observed is not None:
                 aligned = self._align(automaton, observed)
                 if aligned is not None:
@@ -745,55 +760,16 @@ class SourceResolver:
                 return Source(frame.file, lines[0], def_line, frame.func, True, resolved)
             return Source(
                 frame.file,
-                frame.line,
+                line,
                 def_line,
                 frame.func,
                 False,
                 resolved,
                 candidates=list(lines),
-            )
-        return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
-
-    def _in_moved_function(
-        self,
-        query: CallQuery,
-        path: Path | None,
-        parsed: _ParsedFile,
-        scope: ast.AST,
-        resolved: str | None,
-    ) -> Source:
-        """A user frame whose recorded line is neither a def of its function here nor in
-        it, while the file has one function of that name: the file changed since the
-        recording (lines added above the function, the function moved). The lines the call
-        may be on are looked for in that function, from its start (a frame running when
-        profiling started is not told apart: its calls are taken as a prefix). The line
-        stays inexact whatever is found, as the call itself may have changed too: the
-        function's first line here, with the lines found as candidates."""
-        frame = query.frame
-        decorators = getattr(scope, "decorator_list", None) or []
-        first = min([d.lineno for d in decorators] + [scope.lineno])  # type: ignore[attr-defined]
-        for g, group in enumerate(query.groups):
-            automaton = self._automaton(
-                path, parsed, scope, group, query.optional_calls, None, True
-            )
-            lines = automaton.reachable_lines(_label(group))
-            if not lines:
-                continue
-            observed = query.observed[g] if g < len(query.observed) else None
-            if observed is not None:
-                lines = self._align(automaton, observed) or lines
-            return Source(
-                frame.file,
-                first,
-                first,
-                frame.func,
-                False,
-                resolved,
-                candidates=list(lines),
-                recorded_line=frame.line,
+                recorded_line=recorded_line,
             )
         return Source(
-            frame.file, first, first, frame.func, False, resolved, recorded_line=frame.line
+            frame.file, line, def_line, frame.func, False, resolved, recorded_line=recorded_line
         )
 
     def _automaton(

@@ -210,13 +210,17 @@ def _analyze_in_windows(
     )
     parts = windows.split(ref.path, found, bounds)
     results: list[TraceResult] = []
+    # The what-ifs' state at the end of each window, for the next (``whatif.replay``).
+    carry = _replay_carry() if options.whatif else None
     try:
         first_id = 0
         for window_path, core in zip(parts.paths, parts.cores, strict=True):
             data = read_trace(window_path)
             os.remove(window_path)  # the disk it took, back before the next window
             data.path = ref.path
-            result = _analyze_data(ref, data, options, resolver, first_id=first_id, core=core)
+            result = _analyze_data(
+                ref, data, options, resolver, first_id=first_id, core=core, carry=carry
+            )
             del data
             # Ids numbered on: every episode got one (syncs, latent and those kept apart).
             first_id += len(result.syncs) + len(result.latent)
@@ -233,6 +237,12 @@ def _analyze_in_windows(
         r for r in merged.info.repairs if r not in found.repairs
     ]
     return merged
+
+
+def _replay_carry() -> Any:
+    from tb_syncfinder.whatif import ReplayCarry
+
+    return ReplayCarry()
 
 
 def _build_sync(
@@ -286,10 +296,15 @@ def _site_key(attribution: Attribution, source: Source | None) -> str:
 
 
 def _trace_savings(
-    whatif: TraceWhatIf | None, syncs: list[Sync], steps: list[StepStats], step_markers: bool
+    whatif: TraceWhatIf | None,
+    syncs: list[Sync],
+    steps: list[StepStats],
+    step_markers: bool,
+    windowed: bool = False,
 ) -> TraceSavings:
     """The what-if stage's figures for the report: the replay's, else the bound's with the
-    reason the replay was not used (``whatif`` None: the stage did not run)."""
+    reason the replay was not used (``whatif`` None: the stage did not run). ``windowed``:
+    a window's, replayed with a ``whatif.ReplayCarry``."""
     groups: dict[str, list[int]] = {}
     for index, sync in enumerate(syncs):
         groups.setdefault(sync.site_key, []).append(index)
@@ -311,7 +326,13 @@ def _trace_savings(
         )
     sites = {}
     bound_sites = {}
+    if windowed:
+        # Every site was replayed as a group from the state the window before left,
+        # those of earlier windows too (their state goes on): over this window's steps.
+        sites = {key: saving.total_us for key, saving in result.group_savings.items()}
     for key, members in groups.items():
+        if key in sites:
+            continue
         # One sync: its own replayed saving (``syncs`` holds the program's syncs only, so
         # its indices are not the replay's episode indices).
         if len(members) == 1:
@@ -342,13 +363,15 @@ def _analyze_data(
     resolver: SourceResolver,
     first_id: int = 0,
     core: tuple[float, float] | None = None,
+    carry: Any = None,
 ) -> TraceResult:
     """``first_id``: the number of the first sync's id (a window's: after the windows
     before it, ``windows``). ``core``: a window's own time range [start, end): what lies
     outside it (a step each side, ``windows.split``) is context only, reported by the
     window before or after: its syncs wait and are removed with the window's own in the
     replay, and nothing of it is reported here (a rank's collectives, steps and waits are
-    cut to it in ``windows.merge``, which knows the windows after)."""
+    cut to it in ``windows.merge``, which knows the windows after). ``carry``: the
+    replay's state from the window before (``whatif.ReplayCarry``), updated for the next."""
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
@@ -377,14 +400,17 @@ def _analyze_data(
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
         keys = [_site_key(a, src) for a, src in zip(attributions, sources, strict=True)]
         savings: list[float | None] = [None] * len(episodes)
-        if not built and options.whatif and tl.has_gpu_activity:  # blocking ones only
+        # A window without device work still replays what the windows before it left
+        # running (a device queue, a host ahead of it).
+        replayable = tl.has_gpu_activity or (carry is not None and bool(carry.states))
+        if not built and options.whatif and replayable:  # blocking ones only
             from tb_syncfinder.whatif import replay_stage
 
             # Syncs listed apart (the profiler's own, warm-up allocations) are replayed
             # each alone but counted in no site's group and not in "every sync removed".
             # So are a window's syncs after its range; those before it are removed with
-            # its own for "every sync removed" (the bubble they leave in its first step),
-            # in no site's group.
+            # its own for "every sync removed" and their site's group (the window before
+            # left their state in ``carry``; without one, in no site's group).
             apart = [
                 n
                 for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
@@ -394,10 +420,10 @@ def _analyze_data(
             for n in apart:
                 replay_keys[n] = f"{keys[n]}#apart{n}"
             for n, where in enumerate(place):
-                if where < 0:
+                if where < 0 and carry is None:
                     replay_keys[n] = f"{keys[n]}#before{n}"
             whatif = replay_stage(
-                tl, episodes, replay_keys, listed_apart=apart, span_steps=core_steps
+                tl, episodes, replay_keys, listed_apart=apart, span_steps=core_steps, carry=carry
             )
             if whatif.episode_us:
                 savings = list(whatif.episode_us)
@@ -430,7 +456,7 @@ def _analyze_data(
     )
     if core_steps is not None:
         steps = [step for step in steps if step.step in core_steps]
-    trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps))
+    trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps), carry is not None)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         for sync in syncs + latent + overhead + warmup:

@@ -52,8 +52,17 @@ the last step may only show after the window (``Saving.steady_us`` leaves the fi
 from __future__ import annotations
 
 import contextlib
+from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, attrgetter
@@ -66,6 +75,8 @@ from tb_syncfinder.detect import Call, Episode
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
+    "ALL_SYNCS",
+    "ReplayCarry",
     "Saving",
     "StepReplay",
     "TraceWhatIf",
@@ -246,6 +257,7 @@ def replay(
     groups: Mapping[Hashable, Collection[int]] | None = None,
     explain: bool = False,
     span_steps: Collection[int] | None = None,
+    carry: ReplayCarry | None = None,
 ) -> WhatIf:
     """Replay the trace and every what-if: each episode alone, each group (e.g. the
     episodes of one site), and all ``counted`` episodes together (default: all).
@@ -260,10 +272,24 @@ def replay(
     then its per-step savings over those steps, and the window and the GPU idle theirs;
     savings of syncs alone and of groups still count every step (a sync's bubble may land
     in the step after the span).
+
+    ``carry`` (with ``span_steps``: the windows of one trace, replayed in time order): the
+    state the window before left. "Every sync removed" and each group then start from it
+    (the steps before the span pinned there), count the span's steps only, and leave their
+    state at the span's end in ``carry`` for the next window: what a what-if gained before
+    a window (a host running ahead of a device queue) goes on in it as in a whole replay.
+    A group in ``carry`` but not in ``groups`` (a site with no syncs in this window) is
+    replayed with its state alone.
     """
     episodes = list(episodes)
     counted_list = sorted(set(range(len(episodes)) if counted is None else counted))
-    built = _build(tl, episodes)
+    built = _build(tl, episodes, keyed=carry is not None)
+    carried_in = carry.states if carry is not None else {}
+    if carry is not None:
+        carry.states = {}  # what this window leaves: filled below when it replays
+        carried_completions = carry.completions
+        carried_index = carry.device_index
+        carry.completions = None
     if isinstance(built, str):
         return WhatIf(trace=tl.path, available=False, reason=built, counted=counted_list)
     graph = built
@@ -309,15 +335,48 @@ def replay(
             "each costs a replay of everything after it); their savings are bounds"
         )
     all_key = frozenset(counted_list)
-    no_sync = graph.metrics_for(all_key)
+    carrying = carry is not None and span is not None
+
+    def pins(key: Hashable) -> _Pins | None:
+        state = carried_in.get(key)
+        if state is None or not span:
+            return None
+        return graph.carry_pins(state, carried_index, span[0])
+
+    if carrying and carried_completions is not None and span[0] >= 1:
+        graph.carry_completions(span[0] - 1, *carried_completions)
+    no_sync = graph.metrics_for(all_key, pins(ALL_SYNCS))
     result.all_syncs = graph.saving_from(no_sync)
+    if carrying:
+        carry.device_index = graph.device_index(span[1])
+        state = graph.carried_state(
+            graph.moved_in(no_sync), result.all_syncs, span[1], carried_in.get(ALL_SYNCS)
+        )
+        if state is not None:
+            carry.states[ALL_SYNCS] = state
     if span is not None:
-        first_step, last_step = span
-        per_step = result.all_syncs.per_step_us
-        result.all_syncs = Saving(sum(per_step[first_step : last_step + 1]), per_step)
+        result.all_syncs = _within(result.all_syncs, span)
+    if carrying:
+        carry.completions = (
+            graph.recorded_metrics.completion[span[1]] + graph.t0,
+            base.completion[span[1]] + graph.t0,
+        )
+        groups = dict(groups or {})
+        for key in carried_in:
+            if key != ALL_SYNCS:
+                groups.setdefault(key, ())
     for key, members in (groups or {}).items():
-        result.group_savings[key] = result.saving(members)
-        result._sets[frozenset(members)] = result.group_savings[key]
+        if carrying:
+            saving, state = graph.carried_saving(
+                frozenset(members), pins(key), span[1], carried_in.get(key)
+            )
+            if state is not None:
+                carry.states[key] = state
+            result.group_savings[key] = _within(saving, span)
+        else:
+            result.group_savings[key] = result.saving(members)
+        if members:
+            result._sets[frozenset(members)] = result.group_savings[key]
     rec = graph.recorded_metrics
     fidelity_error = 0.0
     for n in range(n_steps):
@@ -367,6 +426,12 @@ def replay(
                 "does not show (other ranks, unrecorded waits): no sync removal moves it"
             )
     return result
+
+
+def _within(saving: Saving, span: tuple[int, int]) -> Saving:
+    """``saving`` over the steps of ``span`` only (its per-step figures kept whole)."""
+    first_step, last_step = span
+    return Saving(sum(saving.per_step_us[first_step : last_step + 1]), saving.per_step_us)
 
 
 def _span_window(m: _Metrics, span: tuple[int, int] | None) -> float:
@@ -425,25 +490,32 @@ def replay_stage(
     site_keys: Sequence[str],
     listed_apart: Collection[int] = (),
     span_steps: Collection[int] | None = None,
+    carry: ReplayCarry | None = None,
 ) -> TraceWhatIf:
     """Replay one trace for the engine: every episode alone, the episodes of each site
     together (``site_keys`` parallel to ``episodes``) and every episode but the profiler's
     own (``profiler_episodes``) and those in ``listed_apart`` (indices the engine keeps out
     of the findings) for "all syncs removed". A CPU-only trace is not replayed.
-    ``span_steps``: the step numbers the trace-wide figures cover (``replay``'s ``span``)."""
-    if not tl.has_gpu_activity:
+    ``span_steps``: the step numbers the trace-wide figures cover (``replay``'s ``span``);
+    ``carry``: a window's (``replay``): every site is then a group, even of one sync, so
+    that its state goes on to the next window."""
+    if not tl.has_gpu_activity and not (carry is not None and carry.states):
+        if carry is not None:
+            carry.states = {}
         return TraceWhatIf(None, [], {}, {})
+    profiler = set(profiler_episodes(tl, episodes)) | set(listed_apart)
     groups: dict[str, list[int]] = {}
     for index, key in enumerate(site_keys):
-        groups.setdefault(key, []).append(index)
-    profiler = set(profiler_episodes(tl, episodes)) | set(listed_apart)
+        if carry is None or index not in profiler:
+            groups.setdefault(key, []).append(index)
     counted = [i for i in range(len(episodes)) if i not in profiler]
     result = replay(
         tl,
         episodes,
         counted=counted,
-        groups={k: v for k, v in groups.items() if len(v) > 1},
+        groups=groups if carry is not None else {k: v for k, v in groups.items() if len(v) > 1},
         span_steps=span_steps,
+        carry=carry,
     )
     if not result.available:
         return TraceWhatIf(result, [], {}, {})
@@ -556,6 +628,92 @@ class _Jump:
     episode: int = -1
 
 
+@dataclass
+class _Identity:
+    """What names a graph's variables in the graph of another window of the same trace
+    (``windows``): device item i by its lane and recorded start, host points by thread."""
+
+    lanes: list[Any]
+    lane_of: np.ndarray  # per device item: its lane's index in ``lanes`` (grouped by lane)
+    events: list[Any]  # per device item: its event
+    thread_keys: list[Any]  # per host thread of the graph: its timeline key
+    thread_vars: list[tuple[int, int]]  # per host thread: its points' variables [lo, hi)
+    _last_through: dict[int, dict[Any, int]] = field(default_factory=dict)
+
+    def lane_items(self) -> dict[Any, tuple[int, int]]:
+        """Per lane, its first and last device item (items are grouped by lane, in order)."""
+        lane_of = self.lane_of
+        found = {}
+        for j, lane in enumerate(self.lanes):
+            lo = int(np.searchsorted(lane_of, j, side="left"))
+            hi = int(np.searchsorted(lane_of, j, side="right"))
+            if hi > lo:
+                found[lane] = (lo, hi - 1)
+        return found
+
+    def last_items_through(self, step_of_item: np.ndarray, step: int) -> dict[Any, int]:
+        """Per lane, its last device item launched in a step up to ``step``."""
+        cached = self._last_through.get(step)
+        if cached is None:
+            idx = np.flatnonzero((step_of_item >= 0) & (step_of_item <= step))
+            cached = {}
+            if len(idx):
+                lane = self.lane_of[idx]
+                last = np.append(lane[1:] != lane[:-1], True)
+                for j, i in zip(lane[last].tolist(), idx[last].tolist(), strict=True):
+                    cached[self.lanes[j]] = i
+            self._last_through[step] = cached
+        return cached
+
+
+@dataclass
+class CarriedState:
+    """One what-if's state at the end of a window's own steps: how much earlier than in
+    the unmodified replay the device work launched in its last step runs (by lane and
+    recorded start), and each host thread's points from just before that step (recorded
+    trace times, sorted, and how much earlier each is)."""
+
+    devices: array  # parallel to ``ReplayCarry.device_index``'s items
+    threads: dict[Any, tuple[list[float], list[float]]]
+    # lane -> (trace time its work launched so far ends, how much earlier than recorded)
+    lanes: dict[Any, tuple[float, float]]
+    completion: float  # trace time the last step completes
+
+
+@dataclass
+class _Pins:
+    """A window's what-if state before its own steps (``_Graph.carry_pins``)."""
+
+    values: dict[int, float]  # variable -> its value there
+    floors: dict[int, float]  # device item -> no earlier than (its lane busy until then)
+    completion: tuple[int, float] | None  # (step, its completion)
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.floors or self.completion)
+
+
+@dataclass
+class ReplayCarry:
+    """What the what-ifs of one window of a trace hand to the next (``windows``): by
+    what-if (``ALL_SYNCS``, or a site's key), its ``CarriedState``. The next window pins its
+    context step (the last step of this one) there, so that what a what-if gained in
+    earlier windows (a host running ahead, a device queue) goes on in it as in a replay of
+    the whole trace."""
+
+    states: dict[Hashable, CarriedState] = field(default_factory=dict)
+    # The device items launched in the last step, (lane, recorded start) -> position in
+    # each state's ``devices`` (one index for all the states: a site's state costs 8 bytes
+    # per item). A what-if that moved nothing leaves no state: the next window replays it
+    # from the recording.
+    device_index: dict[tuple[Any, float], int] = field(default_factory=dict)
+    # Trace times the last step completes as recorded and in the unmodified replay: device
+    # work launched before the next window's context step may still run after it.
+    completions: tuple[float, float] | None = None
+
+
+ALL_SYNCS = "every counted sync"  # ReplayCarry's key of "every sync removed"
+
+
 class _Changes(dict):
     """The variables a what-if changed in place (variable -> its base value), and the
     uniform shift past ``cut``: every variable whose task is at position ``cut`` or later
@@ -605,6 +763,8 @@ class _Graph:
         self.recorded_metrics: _Metrics
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
         self._shift_tables: _ShiftTables | None = None
+        self.identity: _Identity | None = None
+        self._completion_pin: tuple[int, float] | None = None  # see ``_pinned``
 
     # -- evaluation ----------------------------------------------------------------------
     def run(
@@ -834,8 +994,11 @@ class _Graph:
         device_us = [0.0 if h != h else h - lo_ for lo_, h in zip(dev_lo, dev_hi, strict=True)]
         completion = []
         done = host_start[0] if n_steps else 0.0
+        pinned_step, pinned_done = self._completion_pin or (-1, 0.0)
         for n in range(n_steps):
             done = max(done, host_end[n], dev_hi[n] if dev_hi[n] == dev_hi[n] else done)
+            if n == pinned_step:
+                done = pinned_done
             completion.append(done)
         first = host_start[0] if n_steps else 0.0
         intervals = [c - p for c, p in zip(completion, [first] + completion[:-1], strict=True)]
@@ -851,20 +1014,214 @@ class _Graph:
             dev_hi=dev_hi,
         )
 
-    def metrics_for(self, disabled: frozenset[int]) -> _Metrics:
-        """Metrics with the sync edges of these episodes dropped (all at once)."""
+    def metrics_for(self, disabled: frozenset[int], pins: _Pins | None = None) -> _Metrics:
+        """Metrics with the sync edges of these episodes dropped (all at once), from the
+        state ``pins`` (``carry_pins``) holds."""
         jumps = self._jumps_of(disabled)
-        if not jumps:
+        if not jumps and not pins:
             m = self.base_metrics
             return _Metrics(
                 m.host_start, m.host_us, m.device_us, m.completion, m.intervals, m.window, None
             )
         values = list(self.base_values)
-        positions = [self.jump_pos[j] for j in jumps]
-        self.run(values, frozenset(jumps), min(positions), max(positions))
-        m = self.metrics(values)
+        with self._pinned(pins) as pinned:
+            positions = [self.jump_pos[j] for j in jumps] + pinned
+            if positions:
+                self.run(values, frozenset(jumps), min(positions), max(positions))
+            m = self.metrics(values)
         m.values = values
         return m
+
+    # -- windows of one trace, replayed one after the other ------------------------------
+    @contextlib.contextmanager
+    def _pinned(self, pins: _Pins | None) -> Iterator[list[int]]:
+        """The state ``pins`` holds, in the tasks (a pinned variable's task made a constant,
+        a floor added to a device item's) and the completions while inside; yields the
+        positions of the tasks changed."""
+        if not pins:
+            yield []
+            return
+        tasks = self.tasks
+        def_pos = (self._shift_tables or self._build_shift_tables()).def_pos
+        saved: dict[int, tuple[Any, ...]] = {}
+        for var, floor in pins.floors.items():
+            pos = int(def_pos[var])
+            task = saved[pos] = tasks[pos]
+            tasks[pos] = task[:9] + (max(task[9], floor), task[10])
+        for var, value in pins.values.items():
+            pos = int(def_pos[var])
+            task = saved.setdefault(pos, tasks[pos])
+            tasks[pos] = (task[0], task[1], task[2], -1, 0.0, -1, 0.0, (), (), value, task[10])
+        self._completion_pin = pins.completion
+        try:
+            yield list(saved)
+        finally:
+            self._completion_pin = None
+            for pos, task in saved.items():
+                tasks[pos] = task
+
+    def carry_pins(
+        self, state: CarriedState, device_index: Mapping[tuple[Any, float], int], first_own: int
+    ) -> _Pins:
+        """The steps before ``first_own`` (a window's context step: the last step of the
+        window before) where the window before left them in the same what-if: each device
+        item (by lane and recorded start) and host point (by how much earlier its thread was
+        there) pinned, each lane busy until that window's work on it ended, and the step's
+        completion."""
+        ident = self.identity
+        if ident is None or first_own < 1:
+            return _Pins({}, {}, None)
+        base_values = self.base_values
+        values: dict[int, float] = {}
+        moves = state.devices
+        for i in self.item_order[: int(self.item_bounds[first_own])].tolist():
+            at = device_index.get((ident.lanes[ident.lane_of[i]], ident.events[i].ts))
+            if at is not None:
+                values[i] = base_values[i] - max(moves[at], 0.0)
+        own_start = self.recorded_metrics.host_start[first_own]
+        rec = self.rec
+        for h, key in enumerate(ident.thread_keys):
+            carried = state.threads.get(key)
+            if not carried:
+                continue
+            times, thread_moves = carried
+            lo, hi = ident.thread_vars[h]
+            for var in range(lo, hi):
+                t = rec[var]
+                if t >= own_start:
+                    break
+                # Before the first point carried: the thread's lead where the step began.
+                k = max(bisect_right(times, t + self.t0 + TOL_US / 1000) - 1, 0)
+                values[var] = base_values[var] - max(thread_moves[k], 0.0)
+        floors: dict[int, float] = {}
+        for lane, (first, _last) in ident.lane_items().items():
+            busy = state.lanes.get(lane)
+            if busy is not None and first not in values:
+                floors[first] = busy[0] - self.t0 + self.stream_floor
+        return _Pins(values, floors, (first_own - 1, state.completion - self.t0))
+
+    def carry_completions(self, step: int, recorded: float, base: float) -> None:
+        """The recorded and base completions from step ``step`` on no earlier than the
+        window before found them (trace times): device work launched before this window
+        may still run then."""
+        for m, carried in ((self.recorded_metrics, recorded), (self.base_metrics, base)):
+            floor = carried - self.t0
+            if not m.completion or m.completion[step] >= floor:
+                continue
+            completion = list(m.completion)
+            for n in range(step, len(completion)):
+                if completion[n] >= floor:
+                    break
+                completion[n] = floor
+            first = m.host_start[0]
+            m.completion = completion
+            previous = [first, *completion[:-1]]
+            m.intervals = [c - p for c, p in zip(completion, previous, strict=True)]
+            m.window = completion[-1] - first
+
+    def device_index(self, step: int) -> dict[tuple[Any, float], int]:
+        """``ReplayCarry.device_index`` of the device items launched in step ``step``."""
+        ident = self.identity
+        if ident is None:
+            return {}
+        lo, hi = int(self.item_bounds[step]), int(self.item_bounds[step + 1])
+        items = self.item_order[lo:hi].tolist()
+        return {(ident.lanes[ident.lane_of[i]], ident.events[i].ts): n for n, i in enumerate(items)}
+
+    def carried_state(
+        self,
+        moved: Callable[[int], float],
+        saving: Saving,
+        step: int,
+        before: CarriedState | None,
+    ) -> CarriedState | None:
+        """What a what-if (``moved``: how much earlier than the base replay it has each
+        variable; ``saving``: its saving) leaves at the end of step ``step`` (a window's
+        last own step) for the next window's ``carry_pins`` (devices in the order of
+        ``device_index``); what ``before`` (the state this window started from) held of
+        lanes and threads this window does not have goes on. None: it moved nothing."""
+        ident = self.identity
+        if ident is None:
+            return None
+        threads: dict[Any, tuple[list[float], list[float]]] = {}
+        lanes: dict[Any, tuple[float, float]] = {}
+        if before is not None:
+            # Those this window has no work on go on as they were, where they moved.
+            lanes.update((k, v) for k, v in before.lanes.items() if v[1] != 0.0)
+            threads.update((k, v) for k, v in before.threads.items() if any(v[1]))
+        passed_lanes = set(lanes)
+        passed_threads = set(threads)
+        # How much earlier the step completes: the first step's start moved, and each
+        # step's interval shortened by its saving.
+        sv = self.step_refs[0][0]
+        completion_moved = (moved(sv) if sv >= 0 else 0.0) + sum(saving.per_step_us[: step + 1])
+        completion = self.base_metrics.completion[step] - completion_moved + self.t0
+        lo, hi = int(self.item_bounds[step]), int(self.item_bounds[step + 1])
+        devices = array("d", map(moved, self.item_order[lo:hi].tolist()))
+        moved_any = completion_moved != 0.0 or any(devices)
+        # Recorded times, not base values: inside ``_removed`` those are the what-if's.
+        n_dev = self.n_dev
+        for lane, last in ident.last_items_through(self.step_of_item, step).items():
+            lane_moved = moved(n_dev + last)
+            moved_any = moved_any or lane_moved != 0.0
+            lanes[lane] = (self.rec[n_dev + last] - lane_moved + self.t0, lane_moved)
+            passed_lanes.discard(lane)
+        host_start = self.recorded_metrics.host_start
+        start = host_start[step]
+        end = host_start[step + 1] if step + 1 < len(host_start) else float("inf")
+        rec = self.rec
+        for h, key in enumerate(ident.thread_keys):
+            first, last = ident.thread_vars[h]
+            # The thread's last point before the step (its lead there), then its points in it.
+            k = max(bisect_left(rec, start, first, last) - 1, first)
+            times = []
+            moves = []
+            for var in range(k, last):
+                if rec[var] >= end:
+                    break
+                times.append(rec[var] + self.t0)
+                moves.append(moved(var))
+            if times:
+                moved_any = moved_any or any(moves)
+                threads[key] = (times, moves)
+                passed_threads.discard(key)
+        if not (moved_any or passed_lanes or passed_threads):
+            return None
+        return CarriedState(devices, threads, lanes, completion)
+
+    def carried_saving(
+        self,
+        disabled: frozenset[int],
+        pins: _Pins | None,
+        last_own: int,
+        before: CarriedState | None,
+    ) -> tuple[Saving, CarriedState | None]:
+        """``saving`` of a window's what-if from the state ``pins`` holds, and the state it
+        leaves after step ``last_own`` for the next window (``carried_state``)."""
+        jumps = self._jumps_of(disabled)
+        with self._pinned(pins) as pinned:
+            positions = [self.jump_pos[j] for j in jumps] + pinned
+            if not positions:
+                zero = Saving(0.0, [0.0] * len(self.step_refs))
+                return zero, self.carried_state(lambda var: 0.0, zero, last_own, before)
+            with self._removed(jumps, positions) as changed:
+                quick = self._saving_of_changes(changed)
+                if quick is not None:
+                    state = self.carried_state(
+                        lambda var: self.moved_earlier(var, changed), quick, last_own, before
+                    )
+                    return quick, state
+        m = self.metrics_for(disabled, pins)
+        saving = self.saving_from(m)
+        return saving, self.carried_state(self.moved_in(m), saving, last_own, before)
+
+    def moved_in(self, m: _Metrics) -> Callable[[int], float]:
+        """How much earlier than the base replay each variable is in ``m``'s what-if."""
+        base_values = self.base_values
+        values = m.values
+        if values is None:
+            return lambda var: 0.0
+        return lambda var: base_values[var] - values[var]
 
     def saving_from(self, m: _Metrics) -> Saving:
         base = self.base_metrics
@@ -896,14 +1253,15 @@ class _Graph:
         ]
 
     @contextlib.contextmanager
-    def _removed(self, jumps: list[int]) -> Iterator[_Changes]:
+    def _removed(self, jumps: list[int], positions: list[int] | None = None) -> Iterator[_Changes]:
         """The base values with these sync edges dropped, in place; yields the changed
         variables (with their base values; past ``cut``, the shift) and puts the base values
         back after. In place, so one graph serves one thread at a time (each analysis builds
-        its own)."""
+        its own). ``positions``: where the what-if starts changing (default: the jumps')."""
         values = self.base_values
         changed = _Changes()
-        positions = [self.jump_pos[j] for j in jumps]
+        if positions is None:
+            positions = [self.jump_pos[j] for j in jumps]
         try:
             self.run(values, frozenset(jumps), min(positions), max(positions), changed)
             yield changed
@@ -957,6 +1315,9 @@ class _Graph:
                 affected.update(straddling.tolist())
         else:
             cut = None
+        pinned_step, pinned_done = self._completion_pin or (-1, 0.0)
+        if pinned_step >= 0:
+            affected.add(pinned_step)
         if not affected:
             return Saving(0.0, [0.0] * n_steps)
         bounds = self.item_bounds
@@ -1001,6 +1362,8 @@ class _Graph:
                     end -= shift
                     device -= shift
             done = max(done, end, device if device == device else done)  # type: ignore[operator]
+            if n == pinned_step:
+                done = pinned_done
             per_step[n] = base.intervals[n] - (done - previous)
             previous = done
             if n >= last:
@@ -1197,9 +1560,10 @@ def _percentile(values: np.ndarray, q: float) -> float:
 class _Builder:
     """Collects the graph's pieces from one timeline (lives only during ``_build``)."""
 
-    def __init__(self, tl: Timeline, episodes: list[Episode]) -> None:
+    def __init__(self, tl: Timeline, episodes: list[Episode], keyed: bool = False) -> None:
         self.tl = tl
         self.episodes = episodes
+        self.keyed = keyed
         self.t0 = tl.span[0]
         self.notes: list[str] = []
         self.stats: dict[str, float] = {}
@@ -1214,7 +1578,7 @@ class _Builder:
         self.lanes = lanes
         events = [e for _, _, items in lanes for e in items]
         n = self.n_dev = len(events)
-        if n == 0:
+        if n == 0 and not self.keyed:  # keyed: a window that goes on from the one before
             return "no device activity in the trace (CPU only): nothing to replay"
         self.lane_of = np.repeat(np.arange(len(lanes)), [len(items) for _, _, items in lanes])
         self.lane_first = np.concatenate(
@@ -1236,12 +1600,14 @@ class _Builder:
         keys = [k for k, th in tl.threads.items() if k not in tl.lanes and th.runtime]
         if self.step_key is not None and self.step_key not in keys:
             keys.append(self.step_key)
-        if not any(tl.threads[k].runtime for k in keys):
+        if n and not any(tl.threads[k].runtime for k in keys):
             return (
                 "the trace has device activity but no runtime calls: launches cannot be "
                 "linked to the host"
             )
         if self.step_key is None:
+            if not keys:
+                return "no host thread with runtime calls or steps: nothing to replay"
             self.step_key = max(keys, key=lambda k: len(tl.threads[k].runtime))
         self.keys = keys
         self.threads: list[HostThread] = [tl.threads[k] for k in keys]
@@ -1292,7 +1658,7 @@ class _Builder:
             unlinked_before_first_launch=float(prefix),
             unlinked_items=float(unlinked_mid),
         )
-        if not linked.any():
+        if n and not linked.any():
             return (
                 f"none of the {n} device activities is linked to a runtime call "
                 "(correlation ids and ac2g flows missing)"
@@ -1798,6 +2164,18 @@ class _Builder:
             for pos, task in enumerate(g.tasks):
                 pos_of_task[task[0] if task[10] < 0 else n + task[10]] = pos
         g.jump_pos = pos_of_task[n:].tolist()
+        # What names a variable in another window's graph of the same trace (``carry``):
+        # a device item by its lane and recorded start, a host point by its thread.
+        if self.keyed:
+            # Points are numbered by thread, then time: each thread's are one range.
+            ranges = [(points[0], points[-1] + 1) if points else (0, 0) for points in thread_vars]
+            g.identity = _Identity(
+                [lane for lane, _, _ in self.lanes],
+                self.lane_of,
+                self.events,
+                list(self.keys),
+                ranges,
+            )
         # Last position reading each variable: a what-if stops once it is passed.
         lastuse = np.full(len(g.rec), -1, dtype=np.int64)
         dev_pos = pos_of_task[:n]
@@ -2011,8 +2389,9 @@ class _Unavailable(Exception):
     pass
 
 
-def _build(tl: Timeline, episodes: list[Episode]) -> _Graph | str:
-    builder = _Builder(tl, episodes)
+def _build(tl: Timeline, episodes: list[Episode], keyed: bool = False) -> _Graph | str:
+    """``keyed``: the graph keeps what names its variables (``_Identity``), for ``carry``."""
+    builder = _Builder(tl, episodes, keyed)
     reason = builder.collect()
     if reason is not None:
         return reason

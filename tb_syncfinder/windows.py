@@ -22,9 +22,17 @@ only the window's own range (``engine._analyze_data``'s ``core``), so nothing is
 twice, while a sync's bubble in the next step and device work launched in the step before
 are seen. A trace without at least two steps is never split.
 
-What a window still cannot see: a saving that lands two or more steps after its last step,
-device work launched two or more steps before its first (a deep queue), and how a sync
-delays a collective two or more steps later (the job stage keeps its bound for those).
+The windows are replayed in time order, each from where the one before left it
+(``whatif.ReplayCarry``): "every sync removed" and each site's syncs removed go on from
+the window before (its context step pinned where that window's replay had it, the device
+queues and the step completions with it), so a host that ran ahead of the device in one
+window is still ahead in the next, however many windows later the saving lands.
+
+What a window still cannot see: the saving of a sync alone that lands two or more steps
+after its window, device work launched two or more steps before its first step other than
+in when its steps complete and when each device queue frees (GPU idle does not see it),
+and how a sync delays a collective two or more steps later (the job stage keeps its bound
+for those).
 """
 
 from __future__ import annotations
@@ -512,9 +520,10 @@ def window_note(n_windows: int, window_bytes: int) -> str:
     size = f"{window_bytes / 1e9:.1f} GB" if window_bytes >= 1e9 else f"{window_bytes / 1e6:.1f} MB"
     return (
         f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; the "
-        "trace is larger than the memory budget), each with the step before and after it "
-        "as context: a saving that lands two or more steps after a window's last step, and "
-        "device work launched two or more steps before its first, are not seen"
+        "trace is larger than the memory budget), each replayed from where the window "
+        "before left every sync removed and each site's: a single sync's saving that "
+        "lands two or more steps after its window is not seen, nor GPU idle from device "
+        "work launched two or more steps before a window"
     )
 
 

@@ -338,6 +338,90 @@ def test_device_work_goes_with_its_launch_when_the_file_holds_it_first_and_it_ru
         )
 
 
+def _gpu_and_host_steps(
+    path: Path, steps: int, host_only: set[int], host_us: float, no_sync: set[int] = frozenset()
+) -> Path:
+    """Steps of a 2.5 ms kernel and an item() each, but those in ``host_only`` (host work
+    alone) and ``no_sync`` (the kernel alone). Without the syncs the host runs ahead and
+    the device queue builds up, so what removing them saves in one step depends on every
+    step before it."""
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", 1, "<module>")):
+        for n in range(1, steps + 1):
+            with b.step(n), b.frame(("train.py", 20, "main")):
+                if n in host_only:
+                    with b.op("aten::cat"):
+                        b.advance(host_us)
+                    continue
+                b.kernel("void fwd_kernel<float>()", dur=2500)
+                if n not in no_sync:
+                    item_sync(b, stack=[("train.py", 8, "train_step")], kernel_us=100)
+                b.advance(100)
+    return b.write(path)
+
+
+def _assert_savings_equal(whole, windowed) -> None:
+    assert windowed.savings.method == "replay", windowed.savings.reason
+    assert [s.step for s in windowed.steps] == [s.step for s in whole.steps]
+    assert [s.predicted_saving_us for s in windowed.steps] == pytest.approx(
+        [s.predicted_saving_us for s in whole.steps]
+    )
+    for figure in ("all_syncs_us", "window_us", "sites"):
+        assert getattr(windowed.savings, figure) == pytest.approx(getattr(whole.savings, figure)), (
+            figure
+        )
+
+
+@pytest.mark.parametrize("window_fraction", [2, 4, 1000])
+def test_a_host_running_ahead_through_host_only_steps_goes_on_in_the_next_windows(
+    tmp_path, window_fraction
+):
+    # Without the item()s the host reaches the host-only steps 5-10 while the device still
+    # runs the work of steps 1-4: those steps hide under it, windows later. One step per
+    # window leaves windows with no device work at all.
+    path = _gpu_and_host_steps(
+        tmp_path / "h.pt.trace.json", 15, host_only={5, 6, 7, 8, 9, 10}, host_us=900
+    )
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    hidden = [s.predicted_saving_us for s in whole.steps if 5 <= s.step <= 10]
+    assert min(hidden) > 800  # each host-only step (~900 us) hidden
+    windowed = analyze_trace(
+        str(path), Options(window_bytes=path.stat().st_size // window_fraction)
+    )
+    assert windowed.info.windows >= 3
+    _assert_savings_equal(whole, windowed)
+
+
+@pytest.mark.parametrize("window_fraction", [2, 3, 1000])
+def test_a_device_queue_from_earlier_windows_holds_later_work_back(tmp_path, window_fraction):
+    # Without the item()s the device runs behind the host: a kernel launched after a
+    # host-only step waits for work launched windows before it, not only for its launch.
+    path = _gpu_and_host_steps(tmp_path / "q.pt.trace.json", 10, host_only={4, 5, 8}, host_us=300)
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(
+        str(path), Options(window_bytes=path.stat().st_size // window_fraction)
+    )
+    assert windowed.info.windows >= 3
+    _assert_savings_equal(whole, windowed)
+
+
+@pytest.mark.parametrize("window_fraction", [2, 1000])
+def test_device_work_launched_two_steps_before_a_window_still_completes_its_steps(
+    tmp_path, window_fraction
+):
+    # Step 4's kernel runs through the host-only steps 5 and 6 as recorded: a window of
+    # step 6 alone has no trace of it, but its steps complete no earlier than it ends.
+    path = _gpu_and_host_steps(
+        tmp_path / "d.pt.trace.json", 9, host_only={5, 6}, host_us=900, no_sync={4}
+    )
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(
+        str(path), Options(window_bytes=path.stat().st_size // window_fraction)
+    )
+    assert windowed.info.windows >= 3
+    _assert_savings_equal(whole, windowed)
+
+
 def test_correlation_ids_past_64_bits_do_not_break_the_windows(tmp_path):
     path = _busy_trace(tmp_path / "h.pt.trace.json")
     doc = json.loads(path.read_text())

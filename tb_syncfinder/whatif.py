@@ -283,7 +283,7 @@ def replay(
     """
     episodes = list(episodes)
     counted_list = sorted(set(range(len(episodes)) if counted is None else counted))
-    built = _build(tl, episodes, keyed=carry is not None)
+    built = _build(tl, episodes, keyed=carry is not None, typical=carry.typical if carry else None)
     carried_in = carry.states if carry is not None else {}
     if carry is not None:
         carry.states = {}  # what this window leaves: filled below when it replays
@@ -347,6 +347,8 @@ def replay(
         graph.carry_completions(span[0] - 1, *carried_completions)
     no_sync = graph.metrics_for(all_key, pins(ALL_SYNCS))
     result.all_syncs = graph.saving_from(no_sync)
+    if carry is not None:
+        carry.typical = graph.typical
     if carrying:
         carry.device_index = graph.device_index(span[1])
         state = graph.carried_state(
@@ -709,6 +711,9 @@ class ReplayCarry:
     # Trace times the last step completes as recorded and in the unmodified replay: device
     # work launched before the next window's context step may still run after it.
     completions: tuple[float, float] | None = None
+    # The typical launch latency and stream gap of the window with the most launches so
+    # far (``_Graph.typical``): a window of a few kernels takes them from it.
+    typical: tuple[float, float, int] | None = None
 
 
 ALL_SYNCS = "every counted sync"  # ReplayCarry's key of "every sync removed"
@@ -764,6 +769,8 @@ class _Graph:
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
         self._shift_tables: _ShiftTables | None = None
         self.identity: _Identity | None = None
+        # Typical launch latency and stream gap (us), and how many launches they are from.
+        self.typical: tuple[float, float, int] = (0.0, 0.0, 0)
         self._completion_pin: tuple[int, float] | None = None  # see ``_pinned``
 
     # -- evaluation ----------------------------------------------------------------------
@@ -1560,10 +1567,17 @@ def _percentile(values: np.ndarray, q: float) -> float:
 class _Builder:
     """Collects the graph's pieces from one timeline (lives only during ``_build``)."""
 
-    def __init__(self, tl: Timeline, episodes: list[Episode], keyed: bool = False) -> None:
+    def __init__(
+        self,
+        tl: Timeline,
+        episodes: list[Episode],
+        keyed: bool = False,
+        typical: tuple[float, float, int] | None = None,
+    ) -> None:
         self.tl = tl
         self.episodes = episodes
         self.keyed = keyed
+        self.typical = typical
         self.t0 = tl.span[0]
         self.notes: list[str] = []
         self.stats: dict[str, float] = {}
@@ -2069,6 +2083,11 @@ class _Builder:
         launch_floor = max(0.0, _percentile(sample, 5))
         gaps = g_prev[same_lane]
         stream_floor = min(max(0.0, _percentile(gaps[gaps >= 0], 5)), launch_floor)
+        g.typical = (launch_floor, stream_floor, len(sample))
+        if self.typical is not None and self.typical[2] > len(sample):
+            # A window of a larger trace with fewer samples than one before it: that one's.
+            g.typical = self.typical
+            launch_floor, stream_floor, _ = self.typical
         self.stats.update(launch_latency_us=launch_floor, stream_gap_us=stream_floor)
         g.stream_floor = stream_floor
         r_launch = g_launch - launch_floor
@@ -2389,9 +2408,15 @@ class _Unavailable(Exception):
     pass
 
 
-def _build(tl: Timeline, episodes: list[Episode], keyed: bool = False) -> _Graph | str:
-    """``keyed``: the graph keeps what names its variables (``_Identity``), for ``carry``."""
-    builder = _Builder(tl, episodes, keyed)
+def _build(
+    tl: Timeline,
+    episodes: list[Episode],
+    keyed: bool = False,
+    typical: tuple[float, float, int] | None = None,
+) -> _Graph | str:
+    """``keyed``: the graph keeps what names its variables (``_Identity``), for ``carry``;
+    ``typical``: ``_Graph.typical`` of an earlier window, used if it had more samples."""
+    builder = _Builder(tl, episodes, keyed, typical)
     reason = builder.collect()
     if reason is not None:
         return reason

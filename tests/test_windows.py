@@ -434,3 +434,25 @@ def test_correlation_ids_past_64_bits_do_not_break_the_windows(tmp_path):
     assert windowed.info.error is None
     assert windowed.info.windows >= 3
     assert len(windowed.syncs) == 2 * STEPS
+
+
+def test_a_window_of_few_launches_takes_the_typical_latencies_of_a_larger_one_before_it(
+    tmp_path,
+):
+    from tb_syncfinder.detect import detect_syncs
+    from tb_syncfinder.reader import read_trace
+    from tb_syncfinder.timeline import build_timeline
+    from tb_syncfinder.whatif import ReplayCarry, replay
+
+    path = _gpu_and_host_steps(tmp_path / "f.pt.trace.json", 3, host_only=set(), host_us=0)
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    own = replay(tl, episodes, span_steps={2}, carry=ReplayCarry()).stats["launch_latency_us"]
+    larger = ReplayCarry(typical=(own + 50.0, 1.0, 10_000))
+    assert replay(tl, episodes, span_steps={2}, carry=larger).stats["launch_latency_us"] == (
+        own + 50.0
+    )
+    assert larger.typical == (own + 50.0, 1.0, 10_000)  # still the one of most launches
+    smaller = ReplayCarry(typical=(own + 50.0, 1.0, 1))
+    assert replay(tl, episodes, span_steps={2}, carry=smaller).stats["launch_latency_us"] == own
+    assert smaller.typical is not None and smaller.typical[0] == own

@@ -25,6 +25,7 @@ from werkzeug.test import Client
 
 from tb_syncfinder import engine
 from tb_syncfinder.plugin import SyncAdvisorLoader, SyncAdvisorPlugin
+from tb_syncfinder.plugin import api as api_module
 from tb_syncfinder.plugin import plugin as plugin_module
 from tb_syncfinder.plugin.loader import RETRY
 from tb_syncfinder.plugin.settings import PluginSettings, parse_logdir_spec, settings_from_flags
@@ -567,6 +568,42 @@ def test_logdir_spec_gives_one_prefixed_logdir_per_entry(tmp_path: Path) -> None
     assert parse_logdir_spec(spec) == [("base", str(tmp_path / "a")), ("b", str(tmp_path / "b"))]
     flags = argparse.Namespace(logdir="", logdir_spec=spec)
     assert len(settings_from_flags(flags, "").logdirs) == 2
+
+
+def test_runs_say_which_hold_device_activity_so_the_dashboard_opens_on_one(
+    tmp_path: Path,
+) -> None:
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    logs = tmp_path / "logs"
+    cpu = KinetoTraceBuilder(gpu=False)
+    with cpu.step(1), cpu.op("aten::add"):
+        cpu.advance(50)
+    cpu.write(logs / "a_cpu" / "w0.pt.trace.json")
+    gpu = KinetoTraceBuilder()
+    with gpu.step(1):
+        item_sync(gpu)
+    gpu.write(logs / "b_gpu" / "w0.pt.trace.json")
+    _, body = get(client_for(make_plugin(logs, tmp_path)), "runs")
+    assert {r["name"]: r["device_activity"] for r in body["runs"]} == {
+        "a_cpu": False,
+        "b_gpu": True,
+    }
+
+
+def test_a_runs_device_activity_is_unknown_until_one_of_its_traces_says(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    def analysed(has_gpu: bool) -> Any:
+        return SimpleNamespace(
+            result=SimpleNamespace(info=SimpleNamespace(has_gpu_activity=has_gpu))
+        )
+
+    pending = SimpleNamespace(result=None)
+    assert api_module._device_activity([pending, analysed(False)], loading=True) is None
+    assert api_module._device_activity([pending, analysed(True)], loading=True) is True
+    assert api_module._device_activity([analysed(False)], loading=False) is False
+    assert api_module._device_activity([pending], loading=False) is None  # its trace failed
 
 
 # ----- real traces (skipped without ../shared) ----------------------------------------------------

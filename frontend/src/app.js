@@ -12,7 +12,7 @@ import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { repairNotices } from "./repairs.js";
-import { decodeState, shareUrl, vscodeFlag } from "./state.js";
+import { decodeState, pickRun, shareUrl, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
@@ -134,10 +134,9 @@ export class App {
     return this.viewEl.clientWidth || document.documentElement.clientWidth || 960;
   }
 
-  /** The selected run's entry in `runs`, falling back to the first run. */
+  /** The selected run's entry in `runs`, else the run the dashboard opens on (`pickRun`). */
   currentRun() {
-    const runs = this.runs?.runs || [];
-    return runs.find((/** @type {any} */ r) => r.name === this.state.run) || runs[0] || null;
+    return pickRun(this.runs?.runs || [], this.state.run);
   }
 
   /** run/worker/span as request parameters, validated against the runs list. */

@@ -26,6 +26,20 @@ export const VIEWS = Object.freeze(["hotspots", "compare"]);
  * @property {boolean} latent     show latent (would-sync-on-GPU) findings
  */
 
+/**
+ * The run a view shows: the one it names, else the first run with device activity (a
+ * CPU-only run can only list what would synchronize), else the first run.
+ * @template {{name: string, device_activity?: boolean | null}} R
+ * @param {R[]} runs the `runs` answer's runs, in its order
+ * @param {string | null} name the run the view state names
+ * @returns {R | null}
+ */
+export function pickRun(runs, name) {
+  return (
+    runs.find((r) => r.name === name) || runs.find((r) => r.device_activity === true) || runs[0] || null
+  );
+}
+
 /** @returns {ViewState} */
 export function defaultState() {
   return {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { decodeState, defaultState, encodeState, shareUrl, vscodeFlag } from "../src/state.js";
+import { decodeState, defaultState, encodeState, pickRun, shareUrl, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -74,4 +74,18 @@ test("share URL is the frame's address with the state hash, the old hash replace
   // The default view has no hash at all: the bare entry page opens it.
   assert.equal(shareUrl(`${entry}#`, {}), entry);
   assert.equal(shareUrl(entry, { latent: true }), `${entry}#latent=1`);
+});
+
+test("the dashboard opens on the first run with device activity, else the first run", () => {
+  const runs = [
+    { name: "cnn_baseline", device_activity: false },
+    { name: "cnn_optimized", device_activity: null },
+    { name: "gpu_cnn_baseline", device_activity: true },
+    { name: "gpu_seg_baseline", device_activity: true },
+  ];
+  assert.equal(pickRun(runs, null)?.name, "gpu_cnn_baseline");
+  assert.equal(pickRun(runs, "cnn_optimized")?.name, "cnn_optimized"); // named: kept
+  assert.equal(pickRun(runs, "no such run")?.name, "gpu_cnn_baseline");
+  assert.equal(pickRun(runs.slice(0, 2), null)?.name, "cnn_baseline"); // none known: first
+  assert.equal(pickRun([], null), null);
 });

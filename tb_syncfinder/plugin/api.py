@@ -51,6 +51,7 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
                 "trace_count": len(states),
                 "error_count": len(failed),
                 "no_summary_count": len(unsummarised),
+                "device_activity": _device_activity(states, loading),
             }
         )
         if unsummarised:
@@ -79,6 +80,17 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
 
 # The paths listed per run in "no_summary": the count says how many there are in all.
 NO_SUMMARY_PATHS_SHOWN = 20
+
+
+def _device_activity(states: list[Any], loading: bool) -> bool | None:
+    """Whether some trace of the run holds device (GPU, NPU) activity: True as soon as one
+    analysed trace does, False once every trace is analysed and none does, else None
+    (not known yet). The dashboard opens on the first run that has it: a CPU-only run can
+    only list what would synchronize."""
+    results = [state.result for state in states if state.result is not None]
+    if any(result.info.has_gpu_activity for result in results):
+        return True
+    return None if loading or not results else False
 
 
 def _no_summary_entry(loader: TraceLoader, run: str, states: list[Any]) -> dict[str, Any]:

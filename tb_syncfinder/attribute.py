@@ -23,6 +23,12 @@ from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, 
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([^ >]*)")
 _MODULE_PREFIX = "nn.Module: "
+# The profiler's frame that starts tracing (torch.profiler.profile and the autograd
+# profiler it drives), and how many python frames into a thread it is looked for.
+_PROFILER_START = re.compile(
+    r"torch/(?:autograd/profiler|profiler/profiler)\.py\(\d+\): _?start_trace$"
+)
+_PROFILER_START_WITHIN = 5000
 _MODULE_INDEX_RE = re.compile(r"_\d+$")
 
 # Libraries whose files show up with paths shortened to the package (relative to
@@ -279,6 +285,7 @@ class Attributor:
         self._forward: dict[Any, list[tuple[HostThread, int]]] | None = None
         self._fwd_threads: dict[Any, Any] | None = None
         self._ends: dict[Any, float] = {}
+        self._started: dict[Any, float | None] = {}
 
     # -- indexes -----------------------------------------------------------------------
     def tree(self, thread: HostThread) -> _PythonTree:
@@ -293,6 +300,29 @@ class Attributor:
         if key not in self._frames:
             self._frames[key] = parse_frame(thread.nodes[index].name, self.packs)
         return self._frames[key]
+
+    def profiling_started(self, thread: HostThread) -> float | None:
+        """When the profiler started tracing on this thread: the start of its
+        ``start_trace`` frame, which the frames already running then enclose (they record
+        their current line) and every frame entered later follows (they record their def
+        line). None: the thread does not show it (another thread, an older trace)."""
+        key = (thread.pid, thread.tid)
+        if key not in self._started:
+            found = None
+            seen = 0
+            # The profiler's start comes with the first frames: a bounded look.
+            for node, kind, start in zip(thread.nodes, thread.kinds, thread.starts, strict=True):
+                if kind != PYTHON:
+                    continue
+                name = node.name
+                if name.endswith("start_trace") and _PROFILER_START.search(name):
+                    found = start
+                    break
+                seen += 1
+                if seen > _PROFILER_START_WITHIN:
+                    break
+            self._started[key] = found
+        return self._started[key]
 
     def records_builtins(self) -> bool:
         """Whether the trace records calls of built-in functions (``<built-in method ...>``
@@ -495,7 +525,9 @@ class Attributor:
             groups.extend(tuple(g) for g in API_CALLEES)
             observed = [None] * len(groups)
             optional = True
-        return CallQuery(frame, tuple(groups), tuple(observed), truncated, optional)
+        started = self.profiling_started(thread)
+        entered = started is not None and thread.starts[index] > started
+        return CallQuery(frame, tuple(groups), tuple(observed), truncated, optional, entered)
 
     def _frame_queries(
         self, thread: HostThread, frames: list[tuple[int, Frame]], op: int

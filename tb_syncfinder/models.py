@@ -121,10 +121,12 @@ class CallQuery(msgspec.Struct, frozen=True):
     name, the names of the frames under a wrapper), or one of ``"<truth>"``, ``"<scalar>"``,
     ``"<load>"``, ``"<store>"`` for operators the interpreter ran without a call frame
     (``if t:``, ``float(t)``, ``t[mask]``, ``t[mask] = v``). ``observed``: per group, the
-    sequence it belongs to (None when unknown). ``running``: the frame was already running
-    when profiling started (its line is its current line). ``truncated``: the invocation
-    may go on past the end of the profile. ``optional_calls``: a call of those names may
-    show no frame (the trace records no built-in calls).
+    sequence it belongs to (None when unknown). ``truncated``: the invocation may go on past
+    the end of the profile. ``optional_calls``: a call of those names may show no frame
+    (the trace records no built-in calls). ``entered``: the frame began after the profiler
+    started tracing its thread, so its line is where its function starts (or, for a
+    resumed generator, the ``yield`` it resumed at), never a line it was running when
+    profiling started; False when the trace does not tell.
     """
 
     frame: Frame
@@ -132,6 +134,7 @@ class CallQuery(msgspec.Struct, frozen=True):
     observed: tuple[Observed | None, ...] = ()
     truncated: bool = False
     optional_calls: bool = False
+    entered: bool = False
 
 
 class Attribution(msgspec.Struct):

@@ -15,7 +15,10 @@ A frame that was already running when profiling started (a training loop's ``<mo
 or ``main``) records its *current* line instead: the ``with profile(`` line, or the
 ``prof.step()`` that started a schedule's recording. Its model starts there (the rest of
 that statement, then what follows, loops repeating) and may stop anywhere (the profile ended
-while it ran); the profiler's ``step()`` calls in the sequence anchor each iteration.
+while it ran); the profiler's ``step()`` calls in the sequence anchor each iteration. A frame
+the trace shows entered after the profiler started (``CallQuery.entered``) cannot be one:
+its line is where its function started (a resumed generator's, the ``yield`` it resumed at),
+so a line that starts no function of its name means the file changed since the recording.
 
 A library frame (the user's call went into ``transformers``, a training framework) is
 resolved the same way to give ``Source.library``; its file is also looked for in this
@@ -379,6 +382,18 @@ class _ParsedFile:
                     best = node
         return best
 
+    def resumes_at(self, line: int, func: str) -> bool:
+        """Whether a frame named ``func`` can be at ``line`` when it is entered again: a
+        generator or coroutine resumed at a ``yield`` or ``await`` on that line."""
+        scope = self.running_scope(line, func)
+        if scope is None or scope is self.tree:
+            return False
+        return any(
+            isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await))
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+            for node in ast.walk(scope)
+        )
+
     def only_function_named(self, func: str) -> ast.AST | None:
         """The file's one ``def`` named ``func`` (None: none, or several)."""
         found = {
@@ -396,6 +411,19 @@ class _ParsedFile:
             if first <= line <= end and (best is None or first > best[0]):
                 best = (first, end)
         return best[0] if best else None
+
+
+def _entered_elsewhere(query: CallQuery, parsed: _ParsedFile) -> bool:
+    """A user frame entered while profiling ran (``CallQuery.entered``) whose recorded
+    line starts no function of its name here and is no ``yield``/``await`` it resumed at."""
+    frame = query.frame
+    return (
+        query.entered
+        and frame.user
+        and frame.line is not None
+        and frame.func != "<module>"
+        and not parsed.resumes_at(frame.line, frame.func)
+    )
 
 
 class SourcePack(msgspec.Struct, frozen=True):
@@ -717,6 +745,15 @@ class SourceResolver:
         line: int | None = frame.line  # the line said when no call line is certain
         def_line: int | None = frame.line
         recorded_line = None  # set when the file changed since the recording
+        if scope is None and _entered_elsewhere(query, parsed):
+            # Entered while profiling ran, so the line recorded was where the function
+            # started then, and no def of it starts there now (lines removed or added
+            # above it): the file changed since the recording. As below, its one ``def`` is
+            # searched, never claimed exact.
+            scope = parsed.only_function_named(frame.func)
+            if scope is not None:
+                line = def_line = _first_line(scope)
+                recorded_line = frame.line
         if scope is None:
             # Not a def line of that function: a frame already running when profiling
             # started shows its current line (see the module docstring).

@@ -155,3 +155,32 @@ def test_an_operator_written_before_the_one_enclosing_it_from_the_same_start_is_
     path.write_text(json.dumps(doc))
     (sync,) = analyze_trace(str(path)).syncs
     assert sync.op_chain == ["aten::item", "aten::_local_scalar_dense"]
+
+
+def test_frames_entered_after_the_profiler_started_are_told_from_those_running_then(tmp_path):
+    """A real torch trace: ``train_step`` is called while profiling runs (its recorded line
+    is its def line); ``main`` was running when the profiler started (its line is the
+    ``prof.step()`` it was at). Source resolution takes the first as entered."""
+    from cpu_workload import WORKLOAD, profile_workload
+
+    from tb_syncfinder.attribute import Attributor
+    from tb_syncfinder.detect import detect_latent, detect_syncs
+    from tb_syncfinder.reader import read_trace
+    from tb_syncfinder.timeline import build_timeline
+
+    trace = tmp_path / "w.pt.trace.json"
+    profile_workload(WORKLOAD, tmp_path / "src" / "workload.py", trace)
+    tl = build_timeline(read_trace(str(trace)))
+    attribute = Attributor(tl)
+    calls = [attribute(e).user_call for e in detect_latent(tl)]
+    entered = {(c.frame.func, c.frame.line, c.entered) for c in calls if c is not None}
+    assert ("train_step", 4, True) in entered
+    assert not any(func == "main" and flag for func, _line, flag in entered)
+    # A thread that does not show the profiler starting tells nothing.
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b, stack=[("train.py", 8, "train_step")])
+    built = build_timeline(read_trace(str(b.write(tmp_path / "b.pt.trace.json"))))
+    (episode,) = detect_syncs(built)
+    call = Attributor(built)(episode).user_call
+    assert call is not None and (call.frame.func, call.entered) == ("train_step", False)

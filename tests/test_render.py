@@ -565,6 +565,36 @@ def test_a_wrapped_kind_list_continues_under_its_text_not_under_a_second_label(
     assert lines[start + 1][:indent].strip() == ""
 
 
+def test_lines_removed_above_a_function_since_profiling_are_told_from_a_running_frame(
+    tmp_path,
+) -> None:
+    """The trace recorded ``train_step`` at line 6, a frame entered after the profiler
+    started (so at its def line then); two lines were removed above it since, and line 6
+    is now inside it. Not a frame running at line 6: the file changed, and its call is a
+    candidate, not claimed."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import analyze
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(
+        "import torch\n\n\ndef train_step(loss):\n    x = 1\n    y = 2\n    return loss.item()\n"
+    )
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", 30, "<module>")), b.frame(("train.py", 25, "main")):
+        with b.frame(("torch/profiler/profiler.py", 342, "start_trace")):
+            b.advance(5)
+        for n in range(2):
+            with b.step(n):
+                item_sync(b, stack=[("train.py", 6, "train_step")], kernel_us=200)
+    b.write(tmp_path / "run" / "worker0.pt.trace.json")
+    data = analyze(tmp_path / "run", source_roots=[str(tmp_path / "src")]).to_json()
+    (site,) = data["sites"]
+    assert (site["line"], site["def_line"], site["line_exact"]) == (4, 4, False)
+    assert (site["recorded_line"], site["candidates"]) == (6, [7])
+    assert "the file changed since profiling" in render_report(data)
+
+
 def test_a_file_changed_since_profiling_is_said_so_with_its_call_lines_as_candidates(
     tmp_path,
 ) -> None:

@@ -547,6 +547,43 @@ def test_a_function_moved_since_the_recording_gives_its_call_lines_here_as_candi
     assert source.candidates == [22]
 
 
+def test_a_frame_entered_while_profiling_at_a_line_inside_its_function_means_it_moved(tmp_path):
+    """Six lines removed above ``train_step`` after profiling: its recorded def line (10) is
+    now inside it, at the second ``item()``. A frame entered while profiling ran records
+    where its function starts, so this is no frame running at line 10: the file changed,
+    and neither ``item()`` is claimed."""
+    resolver = _resolver(tmp_path)
+    frame = Frame("work.py", 10, "train_step", True)
+    entered = resolver.resolve_call(CallQuery(frame, (("item",),), entered=True))
+    assert (entered.line, entered.def_line, entered.line_exact) == (4, 4, False)
+    assert (entered.recorded_line, entered.candidates) == (10, [9, 10])
+    # The same line of a frame already running when profiling started: followed from it.
+    running = resolver.resolve_call(CallQuery(frame, (("item",),)))
+    assert (running.line, running.line_exact, running.recorded_line) == (10, True, None)
+    # An entered frame at its def line, as recorded: unchanged.
+    fresh = resolver.resolve_call(
+        CallQuery(Frame("work.py", 4, "train_step", True), (("nonzero",),), entered=True)
+    )
+    assert (fresh.line, fresh.line_exact, fresh.recorded_line) == (6, True, None)
+
+
+def test_a_generator_entered_again_at_its_yield_is_followed_from_there(tmp_path):
+    """A generator resumed while profiling ran records the ``yield`` it stopped at: no
+    file change, and its next call is found after it."""
+    (tmp_path / "gen.py").write_text(
+        "def batches(xs):\n"
+        "    for x in xs:\n"
+        "        v = x.item()\n"
+        "        yield v\n"
+        "        w = x.cpu()\n"
+    )
+    frame = Frame("gen.py", 4, "batches", True)
+    source = SourceResolver([str(tmp_path)]).resolve_call(
+        CallQuery(frame, (("cpu",),), entered=True)
+    )
+    assert (source.line, source.line_exact, source.recorded_line) == (5, True, None)
+
+
 def test_a_function_named_twice_in_a_changed_file_is_not_guessed(tmp_path):
     (tmp_path / "work.py").write_text(WORKLOAD + "\n\ndef train_step():\n    pass\n")
     source = SourceResolver([str(tmp_path)]).resolve(

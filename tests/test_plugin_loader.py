@@ -494,6 +494,41 @@ def test_a_new_model_field_changes_the_cache_key_so_old_pickles_are_not_served(m
     assert "TraceInfo:" in cache.STORED_SHAPE and "repairs" in cache.STORED_SHAPE
 
 
+def test_a_cached_result_whose_source_files_changed_since_is_a_miss(tmp_path: Path) -> None:
+    """Its lines were resolved in the files as they were: an edited file (or one gone)
+    has them found again, and what the report says of a file changed since profiling."""
+    from types import SimpleNamespace
+
+    train = tmp_path / "train.py"
+    lib = tmp_path / "lib.py"
+    train.write_text("def train_step(loss):\n    return loss.item()\n")
+    lib.write_text("def fit():\n    pass\n")
+    source = SimpleNamespace(
+        resolved_path=str(train),
+        run_by=None,
+        library=SimpleNamespace(resolved_path=str(lib), run_by=None, library=None),
+    )
+    result = SimpleNamespace(syncs=[SimpleNamespace(source=source)], latent=[])
+    cache = DiskCache(str(tmp_path / "cache"))
+    key = cache_key("/x.pt.trace.json", 10, 20, "opts")
+    cache.put(key, result)
+    assert cache.get(key).syncs[0].source.resolved_path == str(train)
+    lib.write_text("\n\ndef fit():\n    pass\n")  # two lines added above fit
+    assert cache.get(key) is None
+    cache.put(key, result)
+    train.unlink()
+    assert cache.get(key) is None
+
+
+def test_the_cache_key_follows_the_packages_code(monkeypatch) -> None:
+    from tb_syncfinder.plugin import cache
+
+    assert cache.CODE_DIGEST == cache._code_digest()  # the same in every process
+    before = cache.cache_key("/t.json", 10, 1, "opts")
+    monkeypatch.setattr(cache, "CODE_DIGEST", "other code")
+    assert cache.cache_key("/t.json", 10, 1, "opts") != before
+
+
 def test_the_plugins_cache_key_is_the_same_in_every_process(tmp_path) -> None:
     """A warm disk cache only helps if a restarted TensorBoard computes the same key: the
     options must not hash differently per process (string hashing is randomised)."""

@@ -1,8 +1,12 @@
 """Disk cache of analysed traces, so that a TensorBoard restart answers immediately.
 
 An entry is one pickled ``TraceResult``, keyed by the trace's path, size and mtime, the
-package version and the analysis options (source roots change the resolved lines). A stale
-or unreadable entry is a miss, never an error: the trace is simply analysed again.
+package version and its code (a development install keeps its version string across
+changes), and the analysis options (source roots change the resolved lines). With it are
+the size and mtime of each source file its lines were resolved in: an entry whose source
+files changed since is a miss (the lines, and what the report says of a file edited since
+profiling, are found again). A stale or unreadable entry is a miss, never an error: the
+trace is simply analysed again.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from tb_syncfinder import __version__
 logger = logging.getLogger(__name__)
 
 # Bumped when what the plugin stores changes shape independently of the package version.
-CACHE_FORMAT = 2  # 2: the models became msgspec Structs (pickles of 1 hold dataclasses)
+CACHE_FORMAT = 3  # 3: (result, source file stamps); 2: the models became msgspec Structs
 
 
 def _stored_shape() -> str:
@@ -42,6 +46,23 @@ def _stored_shape() -> str:
 STORED_SHAPE = _stored_shape()
 
 
+def _code_digest() -> str:
+    """A digest of the package's Python code: results analysed by other code are not served
+    (its version string stays the same while it is developed or installed from git)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for file in sorted(root.rglob("*.py")):
+        try:
+            digest.update(file.relative_to(root).as_posix().encode())
+            digest.update(file.read_bytes())
+        except OSError:
+            continue
+    return digest.hexdigest()
+
+
+CODE_DIGEST = _code_digest()
+
+
 def default_cache_dir() -> str:
     """``$XDG_CACHE_HOME/tb_syncfinder`` or ``~/.cache/tb_syncfinder``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -55,6 +76,7 @@ def cache_key(path: str, size: int | None, mtime_ns: int | None, options_digest:
             str(CACHE_FORMAT),
             STORED_SHAPE,
             __version__,
+            CODE_DIGEST,
             path,
             str(size),
             str(mtime_ns),
@@ -87,21 +109,31 @@ class DiskCache:
             return None
         try:
             with open(file, "rb") as f:
-                return pickle.load(f)
+                result, stamps = pickle.load(f)
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - a corrupt entry is just a miss
             logger.info("sync_advisor: dropping unreadable cache entry %s (%s)", file, exc)
-            try:
-                file.unlink()
-            except OSError:
-                pass
+            self._drop(file)
             return None
+        if stamps != _stamps(stamps):
+            logger.info("sync_advisor: source files changed since %s was cached", file)
+            self._drop(file)
+            return None
+        return result
 
-    def put(self, key: str, value: Any) -> None:
+    @staticmethod
+    def _drop(file: Path) -> None:
+        try:
+            file.unlink()
+        except OSError:
+            pass
+
+    def put(self, key: str, result: Any) -> None:
         file = self._file(key)
         if file is None:
             return
+        value = (result, _stamps(source_files(result)))
         tmp = None
         try:
             # Write then rename: a reader (another TensorBoard on the same cache) never sees
@@ -117,3 +149,36 @@ class DiskCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
+
+
+def source_files(result: Any) -> list[str]:
+    """The local source files a result's lines were resolved in."""
+    files: set[str] = set()
+    for sync in [
+        *getattr(result, "syncs", ()),
+        *getattr(result, "latent", ()),
+        *getattr(result, "profiler_overhead", ()),
+        *getattr(result, "warmup_allocator", ()),
+    ]:
+        pending = [sync.source]
+        while pending:
+            source = pending.pop()
+            if source is None:
+                continue
+            if source.resolved_path:
+                files.add(source.resolved_path)
+            pending += [source.run_by, source.library]
+    return sorted(files)
+
+
+def _stamps(files: Any) -> dict[str, tuple[int, int] | None]:
+    """Size and mtime of each file (None: gone)."""
+    stamps: dict[str, tuple[int, int] | None] = {}
+    for path in files:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stamps[path] = None
+        else:
+            stamps[path] = (stat.st_size, stat.st_mtime_ns)
+    return stamps

@@ -335,13 +335,17 @@ def _trace_savings(
             continue
         # One sync: its own replayed saving (``syncs`` holds the program's syncs only, so
         # its indices are not the replay's episode indices).
+        group = result.group_savings.get(key)
         if len(members) == 1:
             only = syncs[members[0]]
             sites[key] = only.predicted_saving_us
             if only.saving_method == "bound":
                 bound_sites[key] = "not replayed alone (past the replay budget of a long trace)"
-        else:
-            sites[key] = result.group_savings[key].total_us
+        elif group is not None:
+            sites[key] = group.total_us
+        else:  # not replayed as a group: what its syncs save each alone, added up
+            sites[key] = sum(syncs[m].predicted_saving_us for m in members)
+            bound_sites[key] = "not replayed as a group: its syncs' own savings added up"
     return TraceSavings(
         method="replay",
         reason=None,

@@ -283,12 +283,19 @@ def replay(
     """
     episodes = list(episodes)
     counted_list = sorted(set(range(len(episodes)) if counted is None else counted))
-    built = _build(tl, episodes, keyed=carry is not None, typical=carry.typical if carry else None)
+    built = _build(
+        tl,
+        episodes,
+        keyed=carry is not None,
+        typical=carry.typical if carry else None,
+        lane_prev=carry.lanes if carry else None,
+    )
     carried_in = carry.states if carry is not None else {}
     if carry is not None:
         carry.states = {}  # what this window leaves: filled below when it replays
         carried_completions = carry.completions
         carried_index = carry.device_index
+        carried_lanes = carry.lanes
         carry.completions = None
     if isinstance(built, str):
         return WhatIf(trace=tl.path, available=False, reason=built, counted=counted_list)
@@ -338,9 +345,13 @@ def replay(
     carrying = carry is not None and span is not None
 
     def pins(key: Hashable) -> _Pins | None:
-        state = carried_in.get(key)
-        if state is None or not span:
+        if not carrying or span[0] < 1:
             return None
+        state = carried_in.get(key)
+        if state is None:
+            # It moved nothing before this window: its context step completes as the
+            # unmodified replay's does (which device work from before may hold back).
+            return _Pins({}, {}, (span[0] - 1, base.completion[span[0] - 1]))
         return graph.carry_pins(state, carried_index, span[0])
 
     if carrying and carried_completions is not None and span[0] >= 1:
@@ -363,6 +374,7 @@ def replay(
             graph.recorded_metrics.completion[span[1]] + graph.t0,
             base.completion[span[1]] + graph.t0,
         )
+        carry.lanes = graph.next_lane_ends(span[1], carried_lanes)
         groups = dict(groups or {})
         for key in carried_in:
             if key != ALL_SYNCS:
@@ -506,9 +518,10 @@ def replay_stage(
             carry.states = {}
         return TraceWhatIf(None, [], {}, {})
     profiler = set(profiler_episodes(tl, episodes)) | set(listed_apart)
+    apart = set(listed_apart)
     groups: dict[str, list[int]] = {}
     for index, key in enumerate(site_keys):
-        if carry is None or index not in profiler:
+        if carry is None or index not in apart:
             groups.setdefault(key, []).append(index)
     counted = [i for i in range(len(episodes)) if i not in profiler]
     result = replay(
@@ -640,31 +653,24 @@ class _Identity:
     events: list[Any]  # per device item: its event
     thread_keys: list[Any]  # per host thread of the graph: its timeline key
     thread_vars: list[tuple[int, int]]  # per host thread: its points' variables [lo, hi)
-    _last_through: dict[int, dict[Any, int]] = field(default_factory=dict)
+    _next_preds: dict[int, dict[Any, int]] = field(default_factory=dict)
 
-    def lane_items(self) -> dict[Any, tuple[int, int]]:
-        """Per lane, its first and last device item (items are grouped by lane, in order)."""
-        lane_of = self.lane_of
-        found = {}
-        for j, lane in enumerate(self.lanes):
-            lo = int(np.searchsorted(lane_of, j, side="left"))
-            hi = int(np.searchsorted(lane_of, j, side="right"))
-            if hi > lo:
-                found[lane] = (lo, hi - 1)
-        return found
-
-    def last_items_through(self, step_of_item: np.ndarray, step: int) -> dict[Any, int]:
-        """Per lane, its last device item launched in a step up to ``step``."""
-        cached = self._last_through.get(step)
+    def next_predecessors(self, step_of_item: np.ndarray, step: int) -> dict[Any, int]:
+        """Per lane, the device item that runs just before the next window's first item on
+        it: that window holds the items launched in ``step`` (its context step), so the
+        last item launched before ``step`` where the lane has some in it, else the last
+        launched up to ``step``. Lanes with neither are left out."""
+        cached = self._next_preds.get(step)
         if cached is None:
-            idx = np.flatnonzero((step_of_item >= 0) & (step_of_item <= step))
             cached = {}
-            if len(idx):
-                lane = self.lane_of[idx]
-                last = np.append(lane[1:] != lane[:-1], True)
-                for j, i in zip(lane[last].tolist(), idx[last].tolist(), strict=True):
-                    cached[self.lanes[j]] = i
-            self._last_through[step] = cached
+            lane_of = self.lane_of
+            in_step = set(lane_of[step_of_item == step].tolist())
+            for j, lane in enumerate(self.lanes):
+                limit = step - 1 if j in in_step else step
+                idx = np.flatnonzero((lane_of == j) & (step_of_item >= 0) & (step_of_item <= limit))
+                if len(idx):
+                    cached[lane] = int(idx[-1])
+            self._next_preds[step] = cached
         return cached
 
 
@@ -677,8 +683,9 @@ class CarriedState:
 
     devices: array  # parallel to ``ReplayCarry.device_index``'s items
     threads: dict[Any, tuple[list[float], list[float]]]
-    # lane -> (trace time its work launched so far ends, how much earlier than recorded)
-    lanes: dict[Any, tuple[float, float]]
+    # lane -> how much earlier than recorded the item before the next window's first item
+    # on it ends (``ReplayCarry.lanes``); lanes where it did not move are left out
+    lanes: dict[Any, float]
     completion: float  # trace time the last step completes
 
 
@@ -714,6 +721,10 @@ class ReplayCarry:
     # The typical launch latency and stream gap of the window with the most launches so
     # far (``_Graph.typical``): a window of a few kernels takes them from it.
     typical: tuple[float, float, int] | None = None
+    # Per lane, the recorded trace time the item before the next window's first item on it
+    # ends: that window's first item on each lane waits for it as in a whole graph (its
+    # stream edge, a constant there, moved in each what-if by ``CarriedState.lanes``).
+    lanes: dict[Any, float] = field(default_factory=dict)
 
 
 ALL_SYNCS = "every counted sync"  # ReplayCarry's key of "every sync removed"
@@ -769,6 +780,10 @@ class _Graph:
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
         self._shift_tables: _ShiftTables | None = None
         self.identity: _Identity | None = None
+        # A window's first device item on a lane whose item before it ran in an earlier
+        # window (``ReplayCarry.lanes``): item -> (lane, its start's recorded lower bound
+        # from that item, relative to t0).
+        self.carried_prev: dict[int, tuple[Any, float]] = {}
         # Typical launch latency and stream gap (us), and how many launches they are from.
         self.typical: tuple[float, float, int] = (0.0, 0.0, 0)
         self._completion_pin: tuple[int, float] | None = None  # see ``_pinned``
@@ -1051,10 +1066,10 @@ class _Graph:
         tasks = self.tasks
         def_pos = (self._shift_tables or self._build_shift_tables()).def_pos
         saved: dict[int, tuple[Any, ...]] = {}
-        for var, floor in pins.floors.items():
+        for var, floor in pins.floors.items():  # the constant the stream edge became
             pos = int(def_pos[var])
             task = saved[pos] = tasks[pos]
-            tasks[pos] = task[:9] + (max(task[9], floor), task[10])
+            tasks[pos] = task[:9] + (floor, task[10])
         for var, value in pins.values.items():
             pos = int(def_pos[var])
             task = saved.setdefault(pos, tasks[pos])
@@ -1101,10 +1116,10 @@ class _Graph:
                 k = max(bisect_right(times, t + self.t0 + TOL_US / 1000) - 1, 0)
                 values[var] = base_values[var] - max(thread_moves[k], 0.0)
         floors: dict[int, float] = {}
-        for lane, (first, _last) in ident.lane_items().items():
-            busy = state.lanes.get(lane)
-            if busy is not None and first not in values:
-                floors[first] = busy[0] - self.t0 + self.stream_floor
+        for first, (lane, bound) in self.carried_prev.items():
+            moved = state.lanes.get(lane)
+            if moved and first not in values:
+                floors[first] = bound - max(moved, 0.0)
         return _Pins(values, floors, (first_own - 1, state.completion - self.t0))
 
     def carry_completions(self, step: int, recorded: float, base: float) -> None:
@@ -1125,6 +1140,17 @@ class _Graph:
             previous = [first, *completion[:-1]]
             m.intervals = [c - p for c, p in zip(completion, previous, strict=True)]
             m.window = completion[-1] - first
+
+    def next_lane_ends(self, step: int, before: Mapping[Any, float]) -> dict[Any, float]:
+        """``ReplayCarry.lanes`` after step ``step`` (the window's last own step): per lane,
+        the recorded trace time the item before the next window's first item on it ends;
+        ``before``: the window before's, for lanes this window has no such item on."""
+        lanes = dict(before)
+        if self.identity is not None:
+            n_dev = self.n_dev
+            for lane, pred in self.identity.next_predecessors(self.step_of_item, step).items():
+                lanes[lane] = self.rec[n_dev + pred] + self.t0
+        return lanes
 
     def device_index(self, step: int) -> dict[tuple[Any, float], int]:
         """``ReplayCarry.device_index`` of the device items launched in step ``step``."""
@@ -1151,10 +1177,10 @@ class _Graph:
         if ident is None:
             return None
         threads: dict[Any, tuple[list[float], list[float]]] = {}
-        lanes: dict[Any, tuple[float, float]] = {}
+        lanes: dict[Any, float] = {}
         if before is not None:
             # Those this window has no work on go on as they were, where they moved.
-            lanes.update((k, v) for k, v in before.lanes.items() if v[1] != 0.0)
+            lanes.update((k, v) for k, v in before.lanes.items() if v != 0.0)
             threads.update((k, v) for k, v in before.threads.items() if any(v[1]))
         passed_lanes = set(lanes)
         passed_threads = set(threads)
@@ -1166,13 +1192,15 @@ class _Graph:
         lo, hi = int(self.item_bounds[step]), int(self.item_bounds[step + 1])
         devices = array("d", map(moved, self.item_order[lo:hi].tolist()))
         moved_any = completion_moved != 0.0 or any(devices)
-        # Recorded times, not base values: inside ``_removed`` those are the what-if's.
         n_dev = self.n_dev
-        for lane, last in ident.last_items_through(self.step_of_item, step).items():
-            lane_moved = moved(n_dev + last)
-            moved_any = moved_any or lane_moved != 0.0
-            lanes[lane] = (self.rec[n_dev + last] - lane_moved + self.t0, lane_moved)
+        for lane, pred in ident.next_predecessors(self.step_of_item, step).items():
             passed_lanes.discard(lane)
+            lane_moved = moved(n_dev + pred)
+            if lane_moved != 0.0:
+                lanes[lane] = lane_moved
+                moved_any = True
+            else:
+                lanes.pop(lane, None)
         host_start = self.recorded_metrics.host_start
         start = host_start[step]
         end = host_start[step + 1] if step + 1 < len(host_start) else float("inf")
@@ -1573,11 +1601,13 @@ class _Builder:
         episodes: list[Episode],
         keyed: bool = False,
         typical: tuple[float, float, int] | None = None,
+        lane_prev: Mapping[Any, float] | None = None,
     ) -> None:
         self.tl = tl
         self.episodes = episodes
         self.keyed = keyed
         self.typical = typical
+        self.lane_prev = lane_prev or {}  # ``ReplayCarry.lanes``
         self.t0 = tl.span[0]
         self.notes: list[str] = []
         self.stats: dict[str, float] = {}
@@ -2072,6 +2102,19 @@ class _Builder:
         prev_end = np.full(n, np.nan)
         prev_end[1:] = d_end[:-1]
         g_prev = np.where(same_lane, d_ts - prev_end, np.inf)
+        # A lane's first item whose item before it ran in an earlier window of the trace:
+        # its stream edge from that item's recorded end, as a whole graph has it (a
+        # constant here, which each what-if moves by how much earlier that item ended).
+        carried_first: dict[int, tuple[Any, float]] = {}
+        for j, (lane, _, items) in enumerate(self.lanes):
+            pred_end = self.lane_prev.get(lane)
+            if pred_end is None or not items:
+                continue
+            first = int(self.lane_first[j])
+            gap = d_ts[first] - (pred_end - t0)
+            if gap >= -TOL_US:  # else not the item before it (another order on the lane)
+                g_prev[first] = max(gap, 0.0)
+                carried_first[first] = (lane, pred_end - t0)
         wait_dst, wait_src = self.event_waits()
         wait_gap = d_ts[wait_dst] - d_end[wait_src]
         g_event = np.full(n, np.inf)
@@ -2115,6 +2158,11 @@ class _Builder:
         pv_var = np.where(same_lane, np.arange(n) + n - 1, -1)
         pv_off = np.where(same_lane, w_prev, 0.0)
         const = np.where(orphan, d_ts, _NEG_INF)
+        for first, (lane, pred_end) in carried_first.items():
+            if not orphan[first]:
+                bound = pred_end + float(w_prev[first])
+                const[first] = bound
+                g.carried_prev[first] = (lane, bound)
         la_var = np.where(orphan, -1, la_var)
 
         # A wait's weight: its recorded gap if it bound the start (the tightest wait of an
@@ -2413,10 +2461,12 @@ def _build(
     episodes: list[Episode],
     keyed: bool = False,
     typical: tuple[float, float, int] | None = None,
+    lane_prev: Mapping[Any, float] | None = None,
 ) -> _Graph | str:
     """``keyed``: the graph keeps what names its variables (``_Identity``), for ``carry``;
-    ``typical``: ``_Graph.typical`` of an earlier window, used if it had more samples."""
-    builder = _Builder(tl, episodes, keyed, typical)
+    ``typical``: ``_Graph.typical`` of an earlier window, used if it had more samples;
+    ``lane_prev``: ``ReplayCarry.lanes``."""
+    builder = _Builder(tl, episodes, keyed, typical, lane_prev)
     reason = builder.collect()
     if reason is not None:
         return reason

@@ -436,6 +436,58 @@ def test_correlation_ids_past_64_bits_do_not_break_the_windows(tmp_path):
     assert len(windowed.syncs) == 2 * STEPS
 
 
+def _two_streams(path: Path, shape: str) -> Path:
+    """Shapes where a second stream (9) holds work across windows (a review's cases):
+    ``first_step_queue``: step 1 a 3 ms kernel on it, step 2 host-only, then item()s;
+    ``idle_lane``: a 4 ms kernel on it in steps 1 and 5, item()s on stream 7 between;
+    ``lane_gain``: a device-wide sync in step 1, a 3 ms kernel on it in step 2, an item()
+    in step 3, a kernel on it again in step 4; ``profiler_exit``: an item() and a
+    cudaDeviceSynchronize under the autograd profiler's ``__exit__`` each step."""
+    b = KinetoTraceBuilder(concurrent_streams=True)
+    steps = {"first_step_queue": 8, "idle_lane": 5, "lane_gain": 5, "profiler_exit": 8}[shape]
+    with b.frame(("train.py", 1, "<module>")):
+        for n in range(1, steps + 1):
+            with b.step(n), b.frame(("train.py", 20, "main")):
+                if shape == "first_step_queue" and n == 1:
+                    b.kernel("void long<float>()", dur=3000, stream=9)
+                elif shape == "first_step_queue" and n == 2 or shape == "lane_gain" and n == 5:
+                    with b.op("aten::cat"):
+                        b.advance(300)
+                elif shape == "idle_lane" and n in (1, 5):
+                    b.kernel("void long<float>()", dur=4000, stream=9)
+                elif shape == "lane_gain" and n == 1:
+                    b.kernel("void fwd_kernel<float>()", dur=1500)
+                    with b.op("aten::foo", stack=[("train.py", 30, "sync_point")]):
+                        b.runtime("cudaDeviceSynchronize")
+                elif shape == "lane_gain" and n in (2, 4):
+                    b.kernel("void long<float>()", dur=3000 if n == 2 else 200, stream=9)
+                elif shape == "profiler_exit":
+                    b.kernel("void fwd_kernel<float>()", dur=500)
+                    item_sync(b, [("train.py", 8, "train_step")], 100)
+                    with b.frame(("torch/autograd/profiler.py", 403, "__exit__")):
+                        b.runtime("cudaDeviceSynchronize")
+                else:
+                    b.kernel("void fwd_kernel<float>()", dur=500 if shape != "idle_lane" else 300)
+                    item_sync(b, [("train.py", 8, "train_step")], 100)
+                b.advance(50)
+    return b.write(path)
+
+
+@pytest.mark.parametrize("shape", ["first_step_queue", "idle_lane", "lane_gain", "profiler_exit"])
+@pytest.mark.parametrize("window_fraction", [2, 5, 1000])
+def test_work_on_another_stream_across_windows_is_replayed_as_in_a_whole_read(
+    tmp_path, shape, window_fraction
+):
+    path = _two_streams(tmp_path / "s.pt.trace.json", shape)
+    whole = analyze_trace(str(path), Options(window_bytes=0))
+    windowed = analyze_trace(
+        str(path), Options(window_bytes=path.stat().st_size // window_fraction)
+    )
+    assert windowed.info.error is None, windowed.info.error
+    assert windowed.info.windows >= 2
+    _assert_savings_equal(whole, windowed)
+
+
 def test_a_window_of_few_launches_takes_the_typical_latencies_of_a_larger_one_before_it(
     tmp_path,
 ):

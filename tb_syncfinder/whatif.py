@@ -374,7 +374,7 @@ def replay(
             graph.recorded_metrics.completion[span[1]] + graph.t0,
             base.completion[span[1]] + graph.t0,
         )
-        carry.lanes = graph.next_lane_ends(span[1], carried_lanes)
+        carry.lanes = graph.next_lane_items(span[1], carried_lanes)
         groups = dict(groups or {})
         for key in carried_in:
             if key != ALL_SYNCS:
@@ -721,10 +721,11 @@ class ReplayCarry:
     # The typical launch latency and stream gap of the window with the most launches so
     # far (``_Graph.typical``): a window of a few kernels takes them from it.
     typical: tuple[float, float, int] | None = None
-    # Per lane, the recorded trace time the item before the next window's first item on it
-    # ends: that window's first item on each lane waits for it as in a whole graph (its
-    # stream edge, a constant there, moved in each what-if by ``CarriedState.lanes``).
-    lanes: dict[Any, float] = field(default_factory=dict)
+    # Per lane, the recorded start (trace time) and duration of the item before the next
+    # window's first item on it: that window holds it as an item of its own (``_Builder``),
+    # so that its lanes and synchronizes wait for it as in a whole graph; each what-if moves
+    # it by ``CarriedState.lanes``.
+    lanes: dict[Any, tuple[float, float]] = field(default_factory=dict)
 
 
 ALL_SYNCS = "every counted sync"  # ReplayCarry's key of "every sync removed"
@@ -780,10 +781,8 @@ class _Graph:
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
         self._shift_tables: _ShiftTables | None = None
         self.identity: _Identity | None = None
-        # A window's first device item on a lane whose item before it ran in an earlier
-        # window (``ReplayCarry.lanes``): item -> (lane, its start's recorded lower bound
-        # from that item, relative to t0).
-        self.carried_prev: dict[int, tuple[Any, float]] = {}
+        # Items that ran before this window on a lane (``ReplayCarry.lanes``): item -> lane.
+        self.ghosts: dict[int, Any] = {}
         # Typical launch latency and stream gap (us), and how many launches they are from.
         self.typical: tuple[float, float, int] = (0.0, 0.0, 0)
         self._completion_pin: tuple[int, float] | None = None  # see ``_pinned``
@@ -1115,12 +1114,11 @@ class _Graph:
                 # Before the first point carried: the thread's lead where the step began.
                 k = max(bisect_right(times, t + self.t0 + TOL_US / 1000) - 1, 0)
                 values[var] = base_values[var] - max(thread_moves[k], 0.0)
-        floors: dict[int, float] = {}
-        for first, (lane, bound) in self.carried_prev.items():
+        for item, lane in self.ghosts.items():
             moved = state.lanes.get(lane)
-            if moved and first not in values:
-                floors[first] = bound - max(moved, 0.0)
-        return _Pins(values, floors, (first_own - 1, state.completion - self.t0))
+            if moved:
+                values[item] = base_values[item] - max(moved, 0.0)
+        return _Pins(values, {}, (first_own - 1, state.completion - self.t0))
 
     def carry_completions(self, step: int, recorded: float, base: float) -> None:
         """The recorded and base completions from step ``step`` on no earlier than the
@@ -1141,15 +1139,19 @@ class _Graph:
             m.intervals = [c - p for c, p in zip(completion, previous, strict=True)]
             m.window = completion[-1] - first
 
-    def next_lane_ends(self, step: int, before: Mapping[Any, float]) -> dict[Any, float]:
+    def next_lane_items(
+        self, step: int, before: Mapping[Any, tuple[float, float]]
+    ) -> dict[Any, tuple[float, float]]:
         """``ReplayCarry.lanes`` after step ``step`` (the window's last own step): per lane,
-        the recorded trace time the item before the next window's first item on it ends;
-        ``before``: the window before's, for lanes this window has no such item on."""
+        the recorded start (trace time) and duration of the item before the next window's
+        first item on it; ``before``: the window before's, for lanes this window has no
+        such item on."""
         lanes = dict(before)
         if self.identity is not None:
             n_dev = self.n_dev
+            rec = self.rec
             for lane, pred in self.identity.next_predecessors(self.step_of_item, step).items():
-                lanes[lane] = self.rec[n_dev + pred] + self.t0
+                lanes[lane] = (rec[pred] + self.t0, rec[n_dev + pred] - rec[pred])
         return lanes
 
     def device_index(self, step: int) -> dict[tuple[Any, float], int]:
@@ -1601,7 +1603,7 @@ class _Builder:
         episodes: list[Episode],
         keyed: bool = False,
         typical: tuple[float, float, int] | None = None,
-        lane_prev: Mapping[Any, float] | None = None,
+        lane_prev: Mapping[Any, tuple[float, float]] | None = None,
     ) -> None:
         self.tl = tl
         self.episodes = episodes
@@ -1619,6 +1621,23 @@ class _Builder:
         lanes = []
         for lane, items in tl.lane_activity.items():
             lanes.append((lane, tl.lane_device.get(lane, lane[0]), items))
+        # A window of a larger trace: on each lane, the item that ran just before this
+        # window's first one there (``ReplayCarry.lanes``) goes first, as an item of no launch
+        # at its recorded times, so that the lane's first item and every synchronize here
+        # wait for it as in a whole graph, and each what-if moves it as it moved there.
+        ghost_lanes: list[Any] = []
+        if self.lane_prev:
+            present = {lane: k for k, (lane, _, _) in enumerate(lanes)}
+            for lane, (start, dur) in self.lane_prev.items():
+                ghost = _CarriedItem(start, dur)
+                k = present.get(lane)
+                if k is None:
+                    lanes.append((lane, lane[0] if isinstance(lane, tuple) else lane, [ghost]))
+                elif lanes[k][2] and start + dur <= lanes[k][2][0].ts + TOL_US:
+                    lanes[k] = (lane, lanes[k][1], [ghost, *lanes[k][2]])
+                else:
+                    continue
+                ghost_lanes.append(lane)
         self.lanes = lanes
         events = [e for _, _, items in lanes for e in items]
         n = self.n_dev = len(events)
@@ -1637,6 +1656,9 @@ class _Builder:
         self.lanes_of_device: dict[Any, list[int]] = {}
         for i, (_, device, _) in enumerate(lanes):
             self.lanes_of_device.setdefault(device, []).append(i)
+        self.ghosts = {
+            int(self.lane_first[self.lane_index[lane]]): lane for lane in ghost_lanes
+        }  # item -> its lane
 
         # Host threads: every thread with runtime calls, plus the one with the steps.
         step_keys = [(s.pid, s.tid) for s in tl.steps if (s.pid, s.tid) not in tl.lanes]
@@ -1644,7 +1666,7 @@ class _Builder:
         keys = [k for k, th in tl.threads.items() if k not in tl.lanes and th.runtime]
         if self.step_key is not None and self.step_key not in keys:
             keys.append(self.step_key)
-        if n and not any(tl.threads[k].runtime for k in keys):
+        if n > len(self.ghosts) and not any(tl.threads[k].runtime for k in keys):
             return (
                 "the trace has device activity but no runtime calls: launches cannot be "
                 "linked to the host"
@@ -1686,7 +1708,11 @@ class _Builder:
         d_launch = _join(rt_corrs, d_corrs)
         self.d_launch = d_launch
         linked = d_launch >= 0
-        self.launch_ts = np.where(linked, self.rt_ts[np.maximum(d_launch, 0)], np.nan)
+        self.launch_ts = (
+            np.where(linked, self.rt_ts[np.maximum(d_launch, 0)], np.nan)
+            if len(self.rt_ts)
+            else np.full(n, np.nan)
+        )
 
         # Is the linking good enough to replay?
         unlinked_mid = 0
@@ -1696,13 +1722,13 @@ class _Builder:
             lane_linked = linked[lo:hi]
             first = np.argmax(lane_linked) if lane_linked.any() else hi - lo
             unlinked_mid += int((~lane_linked[first:]).sum())
-        prefix = int((~linked).sum()) - unlinked_mid
+        prefix = int((~linked).sum()) - unlinked_mid - len(self.ghosts)
         self.stats.update(
             device_items=float(n),
             unlinked_before_first_launch=float(prefix),
             unlinked_items=float(unlinked_mid),
         )
-        if n and not linked.any():
+        if n > len(self.ghosts) and not linked.any():
             return (
                 f"none of the {n} device activities is linked to a runtime call "
                 "(correlation ids and ac2g flows missing)"
@@ -2102,19 +2128,6 @@ class _Builder:
         prev_end = np.full(n, np.nan)
         prev_end[1:] = d_end[:-1]
         g_prev = np.where(same_lane, d_ts - prev_end, np.inf)
-        # A lane's first item whose item before it ran in an earlier window of the trace:
-        # its stream edge from that item's recorded end, as a whole graph has it (a
-        # constant here, which each what-if moves by how much earlier that item ended).
-        carried_first: dict[int, tuple[Any, float]] = {}
-        for j, (lane, _, items) in enumerate(self.lanes):
-            pred_end = self.lane_prev.get(lane)
-            if pred_end is None or not items:
-                continue
-            first = int(self.lane_first[j])
-            gap = d_ts[first] - (pred_end - t0)
-            if gap >= -TOL_US:  # else not the item before it (another order on the lane)
-                g_prev[first] = max(gap, 0.0)
-                carried_first[first] = (lane, pred_end - t0)
         wait_dst, wait_src = self.event_waits()
         wait_gap = d_ts[wait_dst] - d_end[wait_src]
         g_event = np.full(n, np.inf)
@@ -2158,11 +2171,7 @@ class _Builder:
         pv_var = np.where(same_lane, np.arange(n) + n - 1, -1)
         pv_off = np.where(same_lane, w_prev, 0.0)
         const = np.where(orphan, d_ts, _NEG_INF)
-        for first, (lane, pred_end) in carried_first.items():
-            if not orphan[first]:
-                bound = pred_end + float(w_prev[first])
-                const[first] = bound
-                g.carried_prev[first] = (lane, bound)
+        g.ghosts = dict(self.ghosts)
         la_var = np.where(orphan, -1, la_var)
 
         # A wait's weight: its recorded gap if it bound the start (the tightest wait of an
@@ -2449,7 +2458,29 @@ class _Builder:
         g.item_order = order
         counts = np.bincount(idx[keep], minlength=len(numbers))
         g.item_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if self.ghosts:
+            idx = idx.copy()
+            idx[list(self.ghosts)] = -1
+            keep = np.flatnonzero(idx >= 0)
+            order = keep[np.argsort(idx[keep], kind="stable")]
+            g.item_order = order
+            counts = np.bincount(idx[keep], minlength=len(numbers))
+            g.item_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         g.step_of_item = idx
+
+
+class _CarriedItem:
+    """A device item of an earlier window, in a window's graph (``_Builder.collect``): a
+    recorded start and duration, no launch."""
+
+    __slots__ = ("ts", "dur")
+    args = None
+    name = "<device work from an earlier window>"
+    cat = "carried"
+
+    def __init__(self, ts: float, dur: float) -> None:
+        self.ts = ts
+        self.dur = dur
 
 
 class _Unavailable(Exception):
@@ -2461,7 +2492,7 @@ def _build(
     episodes: list[Episode],
     keyed: bool = False,
     typical: tuple[float, float, int] | None = None,
-    lane_prev: Mapping[Any, float] | None = None,
+    lane_prev: Mapping[Any, tuple[float, float]] | None = None,
 ) -> _Graph | str:
     """``keyed``: the graph keeps what names its variables (``_Identity``), for ``carry``;
     ``typical``: ``_Graph.typical`` of an earlier window, used if it had more samples;

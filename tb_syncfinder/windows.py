@@ -30,9 +30,9 @@ window is still ahead in the next, however many windows later the saving lands.
 
 What a window still cannot see: the saving of a sync alone that lands two or more steps
 after its window, device work launched two or more steps before its first step other than
-in when its steps complete and when each device queue frees (GPU idle does not see it, nor
-does a device or stream synchronize in the window wait for it in a what-if), and how a sync
-delays a collective two or more steps later (the job stage keeps its bound for those).
+in when its steps complete and in the last item on each lane, which the window's lanes and
+synchronize calls wait for (GPU idle does not see it), and how a sync delays a collective
+two or more steps later (the job stage keeps its bound for those).
 """
 
 from __future__ import annotations
@@ -522,9 +522,8 @@ def window_note(n_windows: int, window_bytes: int) -> str:
         f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; the "
         "trace is larger than the memory budget), each replayed from where the window "
         "before left every sync removed and each site's: a single sync's saving that "
-        "lands two or more steps after its window is not seen, nor device work launched "
-        "two or more steps before a window in its GPU idle or in what its synchronize "
-        "calls wait for"
+        "lands two or more steps after its window is not seen, nor GPU idle from device "
+        "work launched two or more steps before a window"
     )
 
 

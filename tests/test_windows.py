@@ -442,9 +442,18 @@ def _two_streams(path: Path, shape: str) -> Path:
     ``idle_lane``: a 4 ms kernel on it in steps 1 and 5, item()s on stream 7 between;
     ``lane_gain``: a device-wide sync in step 1, a 3 ms kernel on it in step 2, an item()
     in step 3, a kernel on it again in step 4; ``profiler_exit``: an item() and a
-    cudaDeviceSynchronize under the autograd profiler's ``__exit__`` each step."""
+    cudaDeviceSynchronize under the autograd profiler's ``__exit__`` each step;
+    ``sync_after_earlier_work``: a 6 ms kernel on it in step 1, item()s in steps 2, 3 and 6,
+    and in step 4 a device-wide sync, which waits for that kernel and absorbs what removing
+    the item()s before it gained."""
     b = KinetoTraceBuilder(concurrent_streams=True)
-    steps = {"first_step_queue": 8, "idle_lane": 5, "lane_gain": 5, "profiler_exit": 8}[shape]
+    steps = {
+        "first_step_queue": 8,
+        "idle_lane": 5,
+        "lane_gain": 5,
+        "profiler_exit": 8,
+        "sync_after_earlier_work": 7,
+    }[shape]
     with b.frame(("train.py", 1, "<module>")):
         for n in range(1, steps + 1):
             with b.step(n), b.frame(("train.py", 20, "main")):
@@ -461,6 +470,15 @@ def _two_streams(path: Path, shape: str) -> Path:
                         b.runtime("cudaDeviceSynchronize")
                 elif shape == "lane_gain" and n in (2, 4):
                     b.kernel("void long<float>()", dur=3000 if n == 2 else 200, stream=9)
+                elif shape == "sync_after_earlier_work" and n == 1:
+                    b.kernel("void long<float>()", dur=6000, stream=9)
+                elif shape == "sync_after_earlier_work" and n == 4:
+                    b.kernel("void fwd_kernel<float>()", dur=300)
+                    with b.op("aten::foo", stack=[("train.py", 30, "sync_point")]):
+                        b.runtime("cudaDeviceSynchronize")
+                elif shape == "sync_after_earlier_work" and n in (5, 7):
+                    with b.op("aten::cat"):
+                        b.advance(200)
                 elif shape == "profiler_exit":
                     b.kernel("void fwd_kernel<float>()", dur=500)
                     item_sync(b, [("train.py", 8, "train_step")], 100)
@@ -473,7 +491,10 @@ def _two_streams(path: Path, shape: str) -> Path:
     return b.write(path)
 
 
-@pytest.mark.parametrize("shape", ["first_step_queue", "idle_lane", "lane_gain", "profiler_exit"])
+@pytest.mark.parametrize(
+    "shape",
+    ["first_step_queue", "idle_lane", "lane_gain", "profiler_exit", "sync_after_earlier_work"],
+)
 @pytest.mark.parametrize("window_fraction", [2, 5, 1000])
 def test_work_on_another_stream_across_windows_is_replayed_as_in_a_whole_read(
     tmp_path, shape, window_fraction

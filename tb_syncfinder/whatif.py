@@ -351,7 +351,7 @@ def replay(
         if state is None:
             # It moved nothing before this window: its context step completes as the
             # unmodified replay's does (which device work from before may hold back).
-            return _Pins({}, {}, (span[0] - 1, base.completion[span[0] - 1]))
+            return _Pins({}, (span[0] - 1, base.completion[span[0] - 1]))
         return graph.carry_pins(state, carried_index, span[0])
 
     if carrying and carried_completions is not None and span[0] >= 1:
@@ -694,11 +694,10 @@ class _Pins:
     """A window's what-if state before its own steps (``_Graph.carry_pins``)."""
 
     values: dict[int, float]  # variable -> its value there
-    floors: dict[int, float]  # device item -> no earlier than (its lane busy until then)
     completion: tuple[int, float] | None  # (step, its completion)
 
     def __bool__(self) -> bool:
-        return bool(self.values or self.floors or self.completion)
+        return bool(self.values or self.completion)
 
 
 @dataclass
@@ -1056,22 +1055,17 @@ class _Graph:
     # -- windows of one trace, replayed one after the other ------------------------------
     @contextlib.contextmanager
     def _pinned(self, pins: _Pins | None) -> Iterator[list[int]]:
-        """The state ``pins`` holds, in the tasks (a pinned variable's task made a constant,
-        a floor added to a device item's) and the completions while inside; yields the
-        positions of the tasks changed."""
+        """The state ``pins`` holds, in the tasks (a pinned variable's task made a constant)
+        and the completions while inside; yields the positions of the tasks changed."""
         if not pins:
             yield []
             return
         tasks = self.tasks
         def_pos = (self._shift_tables or self._build_shift_tables()).def_pos
         saved: dict[int, tuple[Any, ...]] = {}
-        for var, floor in pins.floors.items():  # the constant the stream edge became
-            pos = int(def_pos[var])
-            task = saved[pos] = tasks[pos]
-            tasks[pos] = task[:9] + (floor, task[10])
         for var, value in pins.values.items():
             pos = int(def_pos[var])
-            task = saved.setdefault(pos, tasks[pos])
+            task = saved[pos] = tasks[pos]
             tasks[pos] = (task[0], task[1], task[2], -1, 0.0, -1, 0.0, (), (), value, task[10])
         self._completion_pin = pins.completion
         try:
@@ -1087,11 +1081,11 @@ class _Graph:
         """The steps before ``first_own`` (a window's context step: the last step of the
         window before) where the window before left them in the same what-if: each device
         item (by lane and recorded start) and host point (by how much earlier its thread was
-        there) pinned, each lane busy until that window's work on it ended, and the step's
-        completion."""
+        there) pinned, each lane's item from before the window (``_CarriedItem``) where that
+        window moved it, and the step's completion."""
         ident = self.identity
         if ident is None or first_own < 1:
-            return _Pins({}, {}, None)
+            return _Pins({}, None)
         base_values = self.base_values
         values: dict[int, float] = {}
         moves = state.devices
@@ -1118,7 +1112,7 @@ class _Graph:
             moved = state.lanes.get(lane)
             if moved:
                 values[item] = base_values[item] - max(moved, 0.0)
-        return _Pins(values, {}, (first_own - 1, state.completion - self.t0))
+        return _Pins(values, (first_own - 1, state.completion - self.t0))
 
     def carry_completions(self, step: int, recorded: float, base: float) -> None:
         """The recorded and base completions from step ``step`` on no earlier than the

@@ -609,6 +609,9 @@ def analyze(
     from tb_syncfinder.discovery import TraceNotFoundError, find_traces
 
     path = os.fspath(path)
+    # A Report holds no detail-view contexts (only a TraceResult does): not computed
+    # unless asked for.
+    kw.setdefault("contexts", False)
     options = Options(source_roots=tuple(source_roots), path_map=tuple(path_map), **kw)
     try:
         refs = find_traces(path)

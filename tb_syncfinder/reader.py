@@ -292,11 +292,45 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
+class EventsByKind(msgspec.Struct):
+    """The events the analysis reads, sorted by kind: complete events per category (each
+    list in file order, categories in order of first appearance), metadata and flow
+    starts. Every other phase is never looked at."""
+
+    by_category: dict[str, list[Event]] = msgspec.field(default_factory=dict)
+    metadata: list[MetaEvent] = msgspec.field(default_factory=list)
+    flow_starts: list[FlowStart] = msgspec.field(default_factory=list)
+
+
+def events_by_kind(events: list[Any]) -> EventsByKind:
+    """``events`` sorted by kind (category strings left as they are)."""
+    sorted_events = EventsByKind()
+    by_category = sorted_events.by_category
+    metadata = sorted_events.metadata
+    flow_starts = sorted_events.flow_starts
+    for e in events:
+        kind = type(e)
+        if kind is Event:
+            bucket = by_category.get(e.cat)
+            if bucket is None:
+                by_category[e.cat] = [e]
+            else:
+                bucket.append(e)
+        elif kind is MetaEvent:
+            metadata.append(e)
+        elif kind is FlowStart:
+            flow_starts.append(e)
+    return sorted_events
+
+
 class TraceData(msgspec.Struct):
     """A decoded trace: the events plus the file-level facts Kineto writes beside them."""
 
     path: str
     events: list[Any]  # TraceEvent values: Event, MetaEvent, FlowStart or an unused phase
+    # ``events`` sorted by kind as they were read (``build_timeline``'s input); None where
+    # a TraceData is made otherwise (the timeline then sorts them itself).
+    by_kind: EventsByKind | None = None
     device_properties: list[dict[str, Any]] = msgspec.field(default_factory=list)
     distributed_info: dict[str, Any] | None = None
     schema_version: Any = None
@@ -730,8 +764,10 @@ class _Reader:
         self.total = 0  # JSON bytes read so far
         self.eof = False
         self.events: list[Any] = []
-        # One string object per category, shared by its events (see ``_keep``).
-        self.categories: dict[str, str] = {}
+        self.by_kind = EventsByKind()
+        # Per category: one string object shared by its events, and its list in
+        # ``by_kind`` (see ``_keep``).
+        self.categories: dict[str, tuple[str, list[Event]]] = {}
         self.entries = 0  # elements of the event list, trace events or not
         self.repairs: list[str] = []
         self.counts = _Counts()
@@ -856,6 +892,7 @@ class _Reader:
         self.entries = len(raw_events)
         self.chunks = self.slow_chunks = 1
         self.events = _lenient_events(raw_events, self.counts)
+        self.by_kind = events_by_kind(self.events)
         return self._result()
 
     def _object_header(self) -> None:
@@ -1093,16 +1130,30 @@ class _Reader:
                     self._attach_probed_args(chunk, events)
 
     def _keep(self, events: list[Any]) -> None:
-        """Keep a chunk's events, each category string shared: a dozen distinct values
-        among 10^5 events, each its own 55-65 byte object as decoded (7 MB of a 54 MB
-        trace). Done while the chunk is fresh in the cache, it costs no measurable time,
-        and the later stages' category checks read a few hot strings instead of scattered
-        ones. (Names would save as much again, but hashing them cost 15 % of the read.)"""
-        shared = self.categories.setdefault
+        """Keep a chunk's events, sorted by kind for the timeline (one pass over them
+        while the chunk is fresh in the cache, instead of a second pass over all events
+        later), each category string shared: a dozen distinct values among 10^5 events,
+        each its own 55-65 byte object as decoded (7 MB of a 54 MB trace), and the later
+        stages' category checks read a few hot strings instead of scattered ones. (Names
+        would save as much again, but hashing them cost 15 % of the read.)"""
+        categories = self.categories
+        by_kind = self.by_kind
+        metadata = by_kind.metadata
+        flow_starts = by_kind.flow_starts
         for e in events:
-            if type(e) is Event:
-                cat = e.cat
-                e.cat = shared(cat, cat)
+            kind = type(e)
+            if kind is Event:
+                shared = categories.get(e.cat)
+                if shared is None:
+                    cat = e.cat
+                    shared = categories[cat] = (cat, [])
+                    by_kind.by_category[cat] = shared[1]
+                e.cat = shared[0]
+                shared[1].append(e)
+            elif kind is MetaEvent:
+                metadata.append(e)
+            elif kind is FlowStart:
+                flow_starts.append(e)
         self.events += events
 
     def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:
@@ -1249,6 +1300,7 @@ class _Reader:
         return TraceData(
             path=self.path,
             events=self.events,
+            by_kind=self.by_kind,
             device_properties=[p for p in props if isinstance(p, dict)]
             if isinstance(props, list)
             else [],

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from tb_syncfinder.catalogue import UNCATEGORISED_CALL_PREFIXES, device_kind_of
-from tb_syncfinder.reader import Event, FlowStart, MetaEvent, TraceData
+from tb_syncfinder.reader import Event, MetaEvent, TraceData, events_by_kind
 
 # Event classes (values of the category map).
 OP, ANNOTATION, PYTHON, RUNTIME, DEVICE, DEVICE_SYNC, OTHER, IGNORED = range(8)
@@ -458,27 +458,6 @@ class _Builder:
         return lo, hi
 
 
-def _bucket(events: list[Any]) -> tuple[dict[str, list[Event]], list[MetaEvent], list[FlowStart]]:
-    """Complete events by category, metadata and flow starts; every other phase is never
-    looked at. One tight loop: the only pass over all events."""
-    buckets: dict[str, list[Event]] = {}
-    metadata: list[MetaEvent] = []
-    flow_starts: list[FlowStart] = []
-    for e in events:
-        kind = type(e)
-        if kind is Event:
-            bucket = buckets.get(e.cat)
-            if bucket is None:
-                buckets[e.cat] = [e]
-            else:
-                bucket.append(e)
-        elif kind is MetaEvent:
-            metadata.append(e)
-        elif kind is FlowStart:
-            flow_starts.append(e)
-    return buckets, metadata, flow_starts
-
-
 def _names(metadata: list[MetaEvent]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
     """Process labels ("CPU", "GPU 0") and thread names from the metadata events."""
     process_labels: dict[Any, str] = {}
@@ -497,11 +476,12 @@ def _names(metadata: list[MetaEvent]) -> tuple[dict[Any, str], dict[tuple[Any, A
 def build_timeline(data: TraceData) -> Timeline:
     """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
 
-    Complete events are first bucketed by category in one tight loop; each bucket is then
-    handled with the class of its category decided once, not per event.
+    Complete events come sorted by category (the reader does it as it reads); each
+    category is handled with its class decided once, not per event.
     """
-    buckets, metadata, flow_starts = _bucket(data.events)
-    process_labels, thread_names = _names(metadata)
+    by_kind = data.by_kind or events_by_kind(data.events)
+    buckets, flow_starts = by_kind.by_category, by_kind.flow_starts
+    process_labels, thread_names = _names(by_kind.metadata)
     builder = _Builder()
     class_of = {cat: category_class(cat) for cat in buckets}
     for cat, events in buckets.items():

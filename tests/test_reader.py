@@ -14,7 +14,7 @@ from kineto_builder import KinetoTraceBuilder, item_sync
 from trace_shapes import SHAPES, resnet_like, shape
 
 from tb_syncfinder.engine import Options, analyze_trace
-from tb_syncfinder.reader import CHUNK_BYTES, Event, TraceReadError, read_trace
+from tb_syncfinder.reader import CHUNK_BYTES, Event, TraceReadError, events_by_kind, read_trace
 
 
 def _trace_text() -> str:
@@ -231,6 +231,34 @@ def test_the_decoded_trace_does_not_depend_on_the_chunk_size(tmp_path, chunk):
             whole.distributed_info,
             whole.byte_size,
         )
+
+
+def _ids_by_kind(by_kind: Any) -> tuple[Any, ...]:
+    return (
+        [(cat, [id(e) for e in events]) for cat, events in by_kind.by_category.items()],
+        [id(e) for e in by_kind.metadata],
+        [id(e) for e in by_kind.flow_starts],
+    )
+
+
+@pytest.mark.parametrize("chunk", [64, SMALL_CHUNK, CHUNK_BYTES])
+@pytest.mark.parametrize("form", ["object", "array", "repaired"])
+def test_the_events_come_sorted_by_kind_as_the_timeline_sorts_them(tmp_path, chunk, form):
+    """The reader sorts events by kind as it keeps them (the timeline's input): the same
+    lists, in the same order, as sorting the decoded events afterwards, on every path."""
+    doc = resnet_like(2, blocks=2)
+    doc["traceEvents"] += shape("cuda_sync_events")["traceEvents"]
+    text = json.dumps(doc["traceEvents"] if form == "array" else doc)
+    if form == "repaired":  # the slow path for the chunks that hold one
+        text = text.replace('"cbid": 0', '"cbid": N/A', 3)
+    path = tmp_path / "kinds.pt.trace.json"
+    path.write_text(text)
+    data = read_trace(str(path), chunk_bytes=chunk)
+    assert (data.slow_chunks > 0) == (form == "repaired")
+    assert data.by_kind is not None
+    assert _ids_by_kind(data.by_kind) == _ids_by_kind(events_by_kind(data.events))
+    assert {"cpu_op", "kernel", "cuda_runtime"} <= set(data.by_kind.by_category)
+    assert data.by_kind.metadata and data.by_kind.flow_starts
 
 
 def _repeat_interleave_trace(damaged: bool) -> str:

@@ -8,14 +8,16 @@ so a summarised logdir carries its summaries wherever it is read from (a local d
 the user names (one file per trace, named by a hash of the trace's path).
 
 What: a msgpack map holding the format, the shape of the stored models (their field names),
-the package version, the trace's path, size and mtime, the analysis options that change a
-result (source roots, path map, source packs, the detail-view context window), the size and
-mtime of each source file a line was resolved in, and the result itself, zlib-compressed. A
-summary is used only when format, shape and version are this package's and the trace's size
-and mtime are those recorded; anything else is recomputed, never trusted. One made with
-other options, or whose source files changed or are not here, is reported as such
-(``Lookup.same_options``): the CLI recomputes it, the plugin may still serve it. Results
-with an error are not stored (a trace still being written must be read again).
+the package version with a digest of its code (``code_version``: a git or development
+install keeps its version string while its code changes), the trace's path, size and mtime,
+the analysis options that change a result (source roots, path map, source packs, the
+detail-view context window), the size and mtime of each source file a line was resolved in,
+and the result itself, zlib-compressed. A summary is used only when format, shape, version
+and code are this package's and the trace's size and mtime are those recorded; anything
+else is recomputed, never trusted. One made with other options, or whose source files
+changed or are not here, is reported as such (``Lookup.same_options``): the CLI recomputes
+it, the plugin may still serve it. Results with an error are not stored (a trace still
+being written must be read again).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from typing import Any
 
 import msgspec
 
-from tb_syncfinder import __version__, models
+from tb_syncfinder import models
+from tb_syncfinder.code_version import code_version
 from tb_syncfinder.discovery import is_remote, stat_trace
 from tb_syncfinder.models import TraceRef, TraceResult
 
@@ -163,7 +166,7 @@ class SummaryStore:
         if (envelope.format, envelope.shape, envelope.version) != (
             FORMAT,
             STORED_SHAPE,
-            __version__,
+            code_version(),
         ):
             return Lookup(None, "summary from another version")
         if envelope.path != ref.path or (envelope.size, envelope.mtime_ns) != (size, mtime_ns):
@@ -225,7 +228,7 @@ class SummaryStore:
             _Envelope(
                 FORMAT,
                 STORED_SHAPE,
-                __version__,
+                code_version(),
                 ref.path,
                 size,
                 mtime_ns,

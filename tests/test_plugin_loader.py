@@ -521,9 +521,10 @@ def test_a_cached_result_whose_source_files_changed_since_is_a_miss(tmp_path: Pa
 
 
 def test_the_cache_key_follows_the_packages_code(monkeypatch) -> None:
+    from tb_syncfinder.code_version import code_digest
     from tb_syncfinder.plugin import cache
 
-    assert cache.CODE_DIGEST == cache._code_digest()  # the same in every process
+    assert cache.CODE_DIGEST == code_digest()
     before = cache.cache_key("/t.json", 10, 1, "opts")
     monkeypatch.setattr(cache, "CODE_DIGEST", "other code")
     assert cache.cache_key("/t.json", 10, 1, "opts") != before

@@ -11,8 +11,9 @@ import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 from remote_fs import remote_bucket
 
-from tb_syncfinder import summaries
+from tb_syncfinder import __version__, summaries
 from tb_syncfinder.cli import main
+from tb_syncfinder.code_version import code_version
 from tb_syncfinder.discovery import find_traces
 from tb_syncfinder.engine import Options, analyze_runs
 from tb_syncfinder.summaries import SummaryStore
@@ -61,9 +62,9 @@ def test_a_written_summary_is_read_back_instead_of_parsing_the_trace(tmp_path: P
     assert second.results[0].contexts and second.results[0].syncs[0].source.line == 6
 
 
-@pytest.mark.parametrize("change", ["trace", "source", "options", "version", "corrupt"])
+@pytest.mark.parametrize("change", ["trace", "source", "options", "version", "code", "corrupt"])
 def test_a_summary_that_no_longer_matches_is_recomputed_never_trusted(
-    tmp_path: Path, change: str
+    tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = write_trace(tmp_path)
     refs = find_traces(str(tmp_path / "logs"))
@@ -82,6 +83,10 @@ def test_a_summary_that_no_longer_matches_is_recomputed_never_trusted(
         envelope = msgspec.msgpack.decode(summary.read_bytes())
         envelope["version"] = "0.0.1"
         summary.write_bytes(msgspec.msgpack.encode(envelope))
+    elif change == "code":  # the same version string, read by changed code
+        assert msgspec.msgpack.decode(summary.read_bytes())["version"] == code_version()
+        version = __version__
+        monkeypatch.setattr(summaries, "code_version", lambda: f"{version}+0123456789abcdef")
     else:
         summary.write_bytes(b"\x00not a summary")
     heard = []

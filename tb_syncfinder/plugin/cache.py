@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tb_syncfinder import __version__
+from tb_syncfinder.code_version import code_digest
 
 logger = logging.getLogger(__name__)
 
@@ -46,21 +47,7 @@ def _stored_shape() -> str:
 STORED_SHAPE = _stored_shape()
 
 
-def _code_digest() -> str:
-    """A digest of the package's Python code: results analysed by other code are not served
-    (its version string stays the same while it is developed or installed from git)."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for file in sorted(root.rglob("*.py")):
-        try:
-            digest.update(file.relative_to(root).as_posix().encode())
-            digest.update(file.read_bytes())
-        except OSError:
-            continue
-    return digest.hexdigest()
-
-
-CODE_DIGEST = _code_digest()
+CODE_DIGEST = code_digest()
 
 
 def default_cache_dir() -> str:

@@ -121,6 +121,55 @@ def test_a_changed_file_is_analysed_again(tmp_path: Path) -> None:
     assert loader.get_run("run").generation > generation
 
 
+class SourceAnalyzer(CountingAnalyzer):
+    """A result with one sync whose line was resolved in ``source`` (as it is then);
+    ``gate`` holds each analysis after the first until it is set."""
+
+    def __init__(self, source: Path) -> None:
+        super().__init__()
+        self.source = source
+        self.gate = threading.Event()
+
+    def __call__(self, ref: TraceRef, options: Any) -> Any:
+        if self.calls:
+            assert self.gate.wait(30)
+        super().__call__(ref, options)
+        text = self.source.read_text()
+        src = SimpleNamespace(resolved_path=str(self.source), run_by=None, library=None)
+        sync = SimpleNamespace(source=src, text=text)
+        info = SimpleNamespace(path=ref.path, error=None, worker=ref.worker)
+        return SimpleNamespace(info=info, syncs=[sync], latent=[], steps=[])
+
+
+def test_a_trace_whose_source_files_changed_is_analysed_again_while_running(
+    tmp_path: Path,
+) -> None:
+    """Lines are resolved in the files as they were: an edit while TensorBoard runs has
+    the trace analysed again at the next poll, its old findings served meanwhile."""
+    source = tmp_path / "train.py"
+    source.write_text("def train_step(loss):\n    return loss.item()\n")
+    write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
+    analyzer = SourceAnalyzer(source)
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    run = loader.get_run("run")
+    [first] = loader.results(run, None, None)
+    poll_and_wait(loader)  # nothing changed: not analysed again
+    assert len(analyzer.calls) == 1
+
+    source.write_text("import torch\n\n\ndef train_step(loss):\n    return loss.item()\n")
+    loader.poll()
+    assert run.loading
+    assert loader.results(run, None, None) == [first]  # the old findings, while it runs
+    analyzer.gate.set()
+    assert loader.wait_idle(30)
+    [second] = loader.results(run, None, None)
+    assert len(analyzer.calls) == 2
+    assert second.syncs[0].text.startswith("import torch")
+    poll_and_wait(loader)
+    assert len(analyzer.calls) == 2
+
+
 def test_a_truncated_file_completed_later_is_loaded_on_the_next_poll(tmp_path: Path) -> None:
     trace = tmp_path / "logs" / "run" / "w0.pt.trace.json"
     trace.parent.mkdir(parents=True)

@@ -103,7 +103,7 @@ class DiskCache:
             logger.info("sync_advisor: dropping unreadable cache entry %s (%s)", file, exc)
             self._drop(file)
             return None
-        if stamps != _stamps(stamps):
+        if stamps != source_stamps(stamps):
             logger.info("sync_advisor: source files changed since %s was cached", file)
             self._drop(file)
             return None
@@ -116,11 +116,14 @@ class DiskCache:
         except OSError:
             pass
 
-    def put(self, key: str, result: Any) -> None:
+    def put(self, key: str, result: Any, stamps: dict[str, Any] | None = None) -> None:
+        """``stamps``: ``source_stamps`` of the result's source files, when already taken."""
         file = self._file(key)
         if file is None:
             return
-        value = (result, _stamps(source_files(result)))
+        if stamps is None:
+            stamps = source_stamps(source_files(result))
+        value = (result, stamps)
         tmp = None
         try:
             # Write then rename: a reader (another TensorBoard on the same cache) never sees
@@ -158,7 +161,7 @@ def source_files(result: Any) -> list[str]:
     return sorted(files)
 
 
-def _stamps(files: Any) -> dict[str, tuple[int, int] | None]:
+def source_stamps(files: Any) -> dict[str, tuple[int, int] | None]:
     """Size and mtime of each file (None: gone)."""
     stamps: dict[str, tuple[int, int] | None] = {}
     for path in files:

@@ -28,7 +28,7 @@ import msgspec
 
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
-from tb_syncfinder.plugin.cache import DiskCache, cache_key
+from tb_syncfinder.plugin.cache import DiskCache, cache_key, source_files, source_stamps
 from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
 from tb_syncfinder.summaries import SummaryStore, has_summaries
 
@@ -98,6 +98,13 @@ class TraceState:
     # between two reads.
     being_written: bool = False
     from_summary: bool = False  # its result was read from its per-trace summary
+    # Size and mtime of each source file the result's lines were resolved in (None: gone),
+    # when settled from an analysis or the disk cache: a poll that finds one changed has
+    # the trace analysed again, so the lines follow the user's edits while TensorBoard runs.
+    source_stamps: dict[str, tuple[int, int] | None] | None = None
+    # The result of the version before, served while this one is analysed when only its
+    # source files changed (the trace is the same: its findings stay listed meanwhile).
+    previous_result: Any = None
 
 
 @dataclass
@@ -286,6 +293,17 @@ class TraceLoader:
             logger.debug("sync_advisor: cannot stat %s (%s)", ref.path, exc)
             return None
         state = run.traces.get(ref.path)
+        if (
+            state is not None
+            and state.status == DONE
+            and state.source_stamps
+            and source_stamps(state.source_stamps) != state.source_stamps
+        ):
+            logger.info("sync_advisor: source files of %s changed; analysing again", ref.path)
+            run.generation += 1
+            fresh = TraceState(ref, size, mtime_ns, previous_result=state.result)
+            run.traces[ref.path] = fresh
+            return fresh
         if state is None or (state.size, state.mtime_ns) != (size, mtime_ns):
             if state is not None and state.status == RUNNING:
                 # Its pool job will see the change and ask for another poll.
@@ -463,6 +481,9 @@ class TraceLoader:
     ) -> None:
         """Record the outcome of one analysis and publish it to readers."""
         reason = error if result is None else getattr(result.info, "error", None)
+        stamps = None
+        if result is not None and not state.from_summary:
+            stamps = source_stamps(source_files(result))
         changed_meanwhile = False
         if not from_cache:
             try:
@@ -501,11 +522,13 @@ class TraceLoader:
             else:
                 state.error = reason
                 state.result = result
+                state.source_stamps = stamps
+                state.previous_result = None
                 state.being_written = False
                 state.status = DONE
                 run.generation += 1
                 if not from_cache:
-                    self.cache.put(self._key(state), result)
+                    self.cache.put(self._key(state), result, stamps)
             self.changed.notify_all()
 
     # ----- selections -------------------------------------------------------------------
@@ -520,6 +543,8 @@ class TraceLoader:
                     continue
                 if state.status == DONE:
                     settled.append((state.ref, state.result, None))
+                elif state.previous_result is not None and state.status != ERROR:
+                    settled.append((state.ref, state.previous_result, None))
                 elif state.status == ERROR:
                     settled.append((state.ref, None, state.error or "unknown error"))
         return [

@@ -173,6 +173,9 @@ def test_clicking_a_step_in_the_chart_filters_to_that_step(
     page.focus(".sa-chart g.step[data-step='2']")
     page.keyboard.press("Enter")
     page.wait_for_function("location.hash.includes('step=2')")
+    # Once the view is drawn for step 2: a click on a button that a render replaces
+    # between mouse down and up reaches neither button.
+    page.wait_for_selector("[data-testid=step-filter]:has-text('step 2')")
     # The clear button removes the filter.
     page.click("[data-testid=step-filter] button")
     page.wait_for_function("!location.hash.includes('step=')")

@@ -778,6 +778,7 @@ class _Graph:
         self.base_metrics: _Metrics
         self.recorded_metrics: _Metrics
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
+        self._end_vars: list[list[int]] | None = None  # see ``_step_end_vars``
         self._shift_tables: _ShiftTables | None = None
         self.identity: _Identity | None = None
         # Items that ran before this window on a lane (``ReplayCarry.lanes``): item -> lane.
@@ -1312,6 +1313,14 @@ class _Graph:
             self._steps_of = (self.step_of_item.tolist(), host)
         return self._steps_of
 
+    def _step_end_vars(self) -> list[list[int]]:
+        """Per step, the end variables of its device items."""
+        if self._end_vars is None:
+            bounds = self.item_bounds.tolist()
+            ends = (self.item_order + self.n_dev).tolist()
+            self._end_vars = [ends[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        return self._end_vars
+
     def _saving_of_changes(self, changed: _Changes) -> Saving | None:
         """The saving of a what-if whose changed variables are ``changed`` (its values
         are in ``base_values`` now): the same floats ``metrics`` would give, recomputing
@@ -1351,8 +1360,6 @@ class _Graph:
             affected.add(pinned_step)
         if not affected:
             return Saving(0.0, [0.0] * n_steps)
-        bounds = self.item_bounds
-        order = self.item_order
 
         def value(var: int) -> float:
             if cut is not None and tables.def_pos[var] >= cut:  # type: ignore[union-attr]
@@ -1361,13 +1368,17 @@ class _Graph:
 
         host_end: dict[int, float] = {}
         dev_hi: dict[int, float] = {}
+        end_vars = self._step_end_vars()
         for n in affected:
             _sv, _so, ev, eo = self.step_refs[n]
             host_end[n] = (value(ev) if ev >= 0 else 0.0) + eo
-            lo, hi = int(bounds[n]), int(bounds[n + 1])
-            if hi > lo:
-                ends = [value(n_dev + i) for i in order[lo:hi].tolist()]
-                if any(e != e for e in ends):
+            step_vars = end_vars[n]
+            if step_vars:
+                ends = list(map(values.__getitem__, step_vars))
+                if cut is not None and tables.step_last[n] >= cut:  # type: ignore[union-attr]
+                    ends = list(map(value, step_vars))  # some are the base replay shifted
+                total = sum(ends)  # NaN when one is (or when +inf meets -inf)
+                if total != total and any(e != e for e in ends):
                     return None
                 dev_hi[n] = max(ends)
             else:

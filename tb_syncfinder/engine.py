@@ -40,6 +40,7 @@ from tb_syncfinder.models import (
     TraceRef,
     TraceResult,
     TraceSavings,
+    source_files_of,
 )
 from tb_syncfinder.reader import TraceReadError, read_trace
 from tb_syncfinder.source import (
@@ -381,6 +382,8 @@ def _analyze_data(
     base_time_ns = getattr(data, "base_time_ns", None)
     host_name = getattr(data, "host_name", None)
     tl = build_timeline(data)
+    if getattr(data, "by_kind", None) is not None:
+        data.by_kind = None  # the caller still holds ``data``: not these lists too
     del data  # the events live on in the timeline only until this function returns
     attribute = Attributor(tl, options.source_packs)
     prefix = sync_id_prefix(ref.path)
@@ -491,7 +494,7 @@ def _analyze_data(
         rank.replayed_earlier = collective_earlier(
             whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs}
         )
-    return TraceResult(
+    result = TraceResult(
         info,
         syncs,
         latent,
@@ -502,6 +505,9 @@ def _analyze_data(
         rank=rank,
         savings=trace_savings,
     )
+    read = resolver.read_stamps
+    result.source_stamps = {f: read[f] for f in source_files_of(result) if f in read}
+    return result
 
 
 def _run_report(members: Sequence[TraceResult]) -> Report:

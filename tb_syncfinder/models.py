@@ -420,6 +420,9 @@ class TraceResult(msgspec.Struct):
     # trace without distributedInfo.
     rank: RankTrace | None = None
     savings: TraceSavings = field(default_factory=TraceSavings)
+    # Size and mtime (ns) of each source file its lines were resolved in, as it was read:
+    # the plugin and the summaries compare them with the files now to see edits since.
+    source_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class RunsReport(msgspec.Struct):
@@ -584,3 +587,24 @@ class RankTrace(msgspec.Struct):
     def base_us(self) -> float:
         """Add to ``ts`` for unix microseconds (0 for pre-2024 absolute timestamps)."""
         return (self.base_time_ns or 0) / 1000.0
+
+
+def source_files_of(result: Any) -> list[str]:
+    """The local source files a result's lines were resolved in (its syncs' sources, the
+    callers and library frames they name)."""
+    files: set[str] = set()
+    for sync in [
+        *getattr(result, "syncs", ()),
+        *getattr(result, "latent", ()),
+        *getattr(result, "profiler_overhead", ()),
+        *getattr(result, "warmup_allocator", ()),
+    ]:
+        pending = [sync.source]
+        while pending:
+            source = pending.pop()
+            if source is None:
+                continue
+            if source.resolved_path:
+                files.add(source.resolved_path)
+            pending += [source.run_by, source.library]
+    return sorted(files)

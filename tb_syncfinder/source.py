@@ -497,6 +497,10 @@ class SourceResolver:
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
+        # Size and mtime (ns) of each file read, taken just before reading it: a result
+        # records them for its lines' files, so an edit made while (or after) the trace was
+        # analysed shows as a change (``models.source_files_of``).
+        self.read_stamps: dict[str, tuple[int, int]] = {}
         self._lines: dict[Path, list[bytes] | None] = {}
         self._index: dict[str, list[Path]] | None = None
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
@@ -658,7 +662,9 @@ class SourceResolver:
         if path not in self._bytes:
             data = None
             try:
-                if path.stat().st_size <= _MAX_SOURCE_BYTES:
+                stat = path.stat()
+                self.read_stamps[str(path)] = (stat.st_size, stat.st_mtime_ns)
+                if stat.st_size <= _MAX_SOURCE_BYTES:
                     data = path.read_bytes()
             except OSError:
                 data = None

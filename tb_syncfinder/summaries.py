@@ -26,7 +26,7 @@ import functools
 import hashlib
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -34,7 +34,7 @@ import msgspec
 from tb_syncfinder import models
 from tb_syncfinder.code_version import code_version
 from tb_syncfinder.discovery import is_remote, stat_trace
-from tb_syncfinder.models import TraceRef, TraceResult
+from tb_syncfinder.models import TraceRef, TraceResult, source_files_of
 
 
 def _logger() -> Any:
@@ -120,7 +120,7 @@ class Lookup(msgspec.Struct):
     same_options: bool = True  # made with the options asked for
 
 
-def _source_stats(files: dict[str, Any]) -> dict[str, list[int]]:
+def _source_stats(files: Iterable[str]) -> dict[str, list[int]]:
     """[size, mtime_ns] of each source file that exists here (a missing one is left out, so
     a summary whose sources are gone no longer matches)."""
     stats = {}
@@ -163,12 +163,13 @@ class SummaryStore:
             envelope = _decoders()[0].decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return Lookup(None, "summary unreadable")
-        if (envelope.format, envelope.shape, envelope.version) != (
-            FORMAT,
-            STORED_SHAPE,
-            code_version(),
-        ):
+        if (envelope.format, envelope.shape) != (FORMAT, STORED_SHAPE):
             return Lookup(None, "summary from another version")
+        if envelope.version != code_version():
+            return Lookup(
+                None,
+                f"summary made by other code ({envelope.version}; this is {code_version()})",
+            )
         if envelope.path != ref.path or (envelope.size, envelope.mtime_ns) != (size, mtime_ns):
             return Lookup(None, "trace changed since its summary")
         payload = envelope.result
@@ -218,12 +219,12 @@ class SummaryStore:
         compressed = len(payload) > _COMPRESS_ABOVE
         if compressed:
             payload = zlib.compress(payload, 1)
-        stored = result.syncs + result.latent + result.profiler_overhead + result.warmup_allocator
-        resolved = {
-            sync.source.resolved_path
-            for sync in stored
-            if sync.source is not None and sync.source.resolved_path
-        }
+        # As the analysis read them: an edit made meanwhile then differs from the summary.
+        files = source_files_of(result)
+        sources = _source_stats([f for f in files if f not in result.source_stamps])
+        sources.update(
+            {f: list(result.source_stamps[f]) for f in files if f in result.source_stamps}
+        )
         data = _ENCODER.encode(
             _Envelope(
                 FORMAT,
@@ -233,7 +234,7 @@ class SummaryStore:
                 size,
                 mtime_ns,
                 options_fingerprint(options),
-                _source_stats(dict.fromkeys(resolved)),
+                dict(sorted(sources.items())),
                 compressed,
                 payload,
             )

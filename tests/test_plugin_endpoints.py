@@ -594,16 +594,20 @@ def test_runs_say_which_hold_device_activity_so_the_dashboard_opens_on_one(
 def test_a_runs_device_activity_is_unknown_until_one_of_its_traces_says(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    def analysed(has_gpu: bool) -> Any:
-        return SimpleNamespace(
-            result=SimpleNamespace(info=SimpleNamespace(has_gpu_activity=has_gpu))
-        )
+    def result(has_gpu: bool) -> Any:
+        return SimpleNamespace(info=SimpleNamespace(has_gpu_activity=has_gpu))
 
-    pending = SimpleNamespace(result=None)
+    def analysed(has_gpu: bool) -> Any:
+        return SimpleNamespace(result=result(has_gpu), previous_result=None)
+
+    pending = SimpleNamespace(result=None, previous_result=None)
     assert api_module._device_activity([pending, analysed(False)], loading=True) is None
     assert api_module._device_activity([pending, analysed(True)], loading=True) is True
     assert api_module._device_activity([analysed(False)], loading=False) is False
     assert api_module._device_activity([pending], loading=False) is None  # its trace failed
+    # Analysed again after an edit of its sources: what it had still holds meanwhile.
+    again = SimpleNamespace(result=None, previous_result=result(True))
+    assert api_module._device_activity([again], loading=True) is True
 
 
 # ----- real traces (skipped without ../shared) ----------------------------------------------------

@@ -122,23 +122,31 @@ def test_a_changed_file_is_analysed_again(tmp_path: Path) -> None:
 
 
 class SourceAnalyzer(CountingAnalyzer):
-    """A result with one sync whose line was resolved in ``source`` (as it is then);
-    ``gate`` holds each analysis after the first until it is set."""
+    """A result with one sync whose line was resolved in ``source``, read as the engine
+    reads it (stamped just before): ``gate`` holds each analysis after the first until it
+    is set; ``read`` is set once an analysis held by ``hold_after_read`` has read it."""
 
     def __init__(self, source: Path) -> None:
         super().__init__()
         self.source = source
         self.gate = threading.Event()
+        self.read = threading.Event()
+        self.hold_after_read = threading.Event()
+        self.hold_after_read.set()
 
     def __call__(self, ref: TraceRef, options: Any) -> Any:
         if self.calls:
             assert self.gate.wait(30)
         super().__call__(ref, options)
+        stat = self.source.stat()
         text = self.source.read_text()
+        self.read.set()
+        assert self.hold_after_read.wait(30)
         src = SimpleNamespace(resolved_path=str(self.source), run_by=None, library=None)
         sync = SimpleNamespace(source=src, text=text)
         info = SimpleNamespace(path=ref.path, error=None, worker=ref.worker)
-        return SimpleNamespace(info=info, syncs=[sync], latent=[], steps=[])
+        stamps = {str(self.source): (stat.st_size, stat.st_mtime_ns)}
+        return SimpleNamespace(info=info, syncs=[sync], latent=[], steps=[], source_stamps=stamps)
 
 
 def test_a_trace_whose_source_files_changed_is_analysed_again_while_running(
@@ -168,6 +176,39 @@ def test_a_trace_whose_source_files_changed_is_analysed_again_while_running(
     assert second.syncs[0].text.startswith("import torch")
     poll_and_wait(loader)
     assert len(analyzer.calls) == 2
+
+
+def test_an_edit_made_while_a_trace_is_analysed_is_seen_at_the_next_poll(
+    tmp_path: Path,
+) -> None:
+    """The files are stamped as the analysis reads them: an edit saved after that read
+    (the user still typing) has the trace analysed again, and a restarted TensorBoard's
+    disk cache does not serve the lines of the version before."""
+    source = tmp_path / "train.py"
+    source.write_text("v1\n")
+    write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
+    analyzer = SourceAnalyzer(source)
+    analyzer.gate.set()
+    analyzer.hold_after_read.clear()
+    analyzer.read.clear()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    loader.poll()
+    assert analyzer.read.wait(30)
+    time.sleep(0.01)  # a later mtime on coarse clocks
+    source.write_text("v2, saved while it was analysed\n")
+    analyzer.hold_after_read.set()
+    assert loader.wait_idle(30)
+    poll_and_wait(loader)  # sees the edit: analysed again
+    run = loader.get_run("run")
+    [result] = loader.results(run, None, None)
+    assert result.syncs[0].text == source.read_text()
+    assert len(analyzer.calls) == 2
+
+    restarted = SourceAnalyzer(source)
+    again = make_loader(tmp_path / "logs", tmp_path / "cache", restarted)
+    poll_and_wait(again)
+    [cached] = again.results(again.get_run("run"), None, None)
+    assert cached.syncs[0].text == source.read_text() and restarted.calls == []
 
 
 def test_a_truncated_file_completed_later_is_loaded_on_the_next_poll(tmp_path: Path) -> None:

@@ -62,6 +62,38 @@ def test_a_written_summary_is_read_back_instead_of_parsing_the_trace(tmp_path: P
     assert second.results[0].contexts and second.results[0].syncs[0].source.line == 6
 
 
+def test_an_edit_saved_while_the_trace_was_analysed_makes_its_summary_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source files are stamped as the analysis reads them, not when the summary is
+    written: a file saved in between no longer matches, and the trace is analysed again."""
+    from tb_syncfinder.source import SourceResolver
+
+    write_trace(tmp_path)
+    source = tmp_path / "src" / "train.py"
+    refs = find_traces(str(tmp_path / "logs"))
+    read = SourceResolver._source_bytes
+
+    def read_then_edit(self: SourceResolver, path: Path) -> bytes | None:
+        data = read(self, path)
+        os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+        return data
+
+    monkeypatch.setattr(SourceResolver, "_source_bytes", read_then_edit)
+    first = analyze_runs(refs, options(tmp_path), summaries=SummaryStore(), write_summaries=True)
+    monkeypatch.undo()
+    stamp = first.results[0].source_stamps[str(source)]
+    assert stamp[1] == source.stat().st_mtime_ns - 10**9
+    heard = []
+    analyze_runs(
+        refs,
+        options(tmp_path),
+        summaries=SummaryStore(),
+        on_result=lambda result, from_summary: heard.append(from_summary),
+    )
+    assert heard == [False]
+
+
 @pytest.mark.parametrize("change", ["trace", "source", "options", "version", "code", "corrupt"])
 def test_a_summary_that_no_longer_matches_is_recomputed_never_trusted(
     tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch

@@ -87,7 +87,8 @@ def _device_activity(states: list[Any], loading: bool) -> bool | None:
     analysed trace does, False once every trace is analysed and none does, else None
     (not known yet). The dashboard opens on the first run that has it: a CPU-only run can
     only list what would synchronize."""
-    results = [state.result for state in states if state.result is not None]
+    # A trace analysed again after its sources changed still has the activity it had.
+    results = [r for state in states if (r := state.result or state.previous_result) is not None]
     if any(result.info.has_gpu_activity for result in results):
         return True
     return None if loading or not results else False

@@ -21,6 +21,7 @@ from typing import Any
 
 from tb_syncfinder import __version__
 from tb_syncfinder.code_version import code_digest
+from tb_syncfinder.models import source_files_of
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class DiskCache:
         if file is None:
             return
         if stamps is None:
-            stamps = source_stamps(source_files(result))
+            stamps = result_stamps(result)
         value = (result, stamps)
         tmp = None
         try:
@@ -141,24 +142,15 @@ class DiskCache:
                     pass
 
 
-def source_files(result: Any) -> list[str]:
-    """The local source files a result's lines were resolved in."""
-    files: set[str] = set()
-    for sync in [
-        *getattr(result, "syncs", ()),
-        *getattr(result, "latent", ()),
-        *getattr(result, "profiler_overhead", ()),
-        *getattr(result, "warmup_allocator", ()),
-    ]:
-        pending = [sync.source]
-        while pending:
-            source = pending.pop()
-            if source is None:
-                continue
-            if source.resolved_path:
-                files.add(source.resolved_path)
-            pending += [source.run_by, source.library]
-    return sorted(files)
+def result_stamps(result: Any) -> dict[str, tuple[int, int] | None]:
+    """Size and mtime of each source file a result's lines came from, as the analysis read
+    it (``TraceResult.source_stamps``), else as it is now (None: gone). Taken at read time,
+    an edit made while the trace was analysed still differs from the file afterwards."""
+    recorded = getattr(result, "source_stamps", None) or {}
+    files = source_files_of(result)
+    stamps = source_stamps([f for f in files if f not in recorded])
+    stamps.update({f: tuple(recorded[f]) for f in files if f in recorded})
+    return dict(sorted(stamps.items()))
 
 
 def source_stamps(files: Any) -> dict[str, tuple[int, int] | None]:

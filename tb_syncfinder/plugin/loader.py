@@ -28,7 +28,7 @@ import msgspec
 
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef
-from tb_syncfinder.plugin.cache import DiskCache, cache_key, source_files, source_stamps
+from tb_syncfinder.plugin.cache import DiskCache, cache_key, result_stamps, source_stamps
 from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
 from tb_syncfinder.summaries import SummaryStore, has_summaries
 
@@ -260,6 +260,7 @@ class TraceLoader:
     def poll(self) -> None:
         """One scan: pick up new, changed and removed traces; submit what needs analysis."""
         found = self.discover()
+        sources_now = self._source_files_now()
         to_submit: list[TraceState] = []
         with self.lock:
             for name in list(self.runs):
@@ -275,7 +276,7 @@ class TraceLoader:
                 run.summarised = self._is_summarised(run, refs)
                 for ref in refs:
                     self.found_any = True
-                    state = self._refresh(run, ref)
+                    state = self._refresh(run, ref, sources_now)
                     if state is not None:
                         to_submit.append(state)
         for state in to_submit:
@@ -284,8 +285,28 @@ class TraceLoader:
             self.polled_once = True
             self.changed.notify_all()
 
-    def _refresh(self, run: RunState, ref: TraceRef) -> TraceState | None:
-        """Update one trace's state from a fresh stat; returns it when it needs analysis."""
+    def _source_files_now(self) -> dict[str, tuple[int, int] | None]:
+        """Size and mtime of every source file an analysed result's lines came from, each
+        file once (the ranks of a job share theirs), outside the lock: a slow file system
+        must not hold up the requests."""
+        with self.lock:
+            files = {
+                path
+                for run in self.runs.values()
+                for state in run.traces.values()
+                if state.status == DONE and state.source_stamps
+                for path in state.source_stamps
+            }
+        return source_stamps(sorted(files))
+
+    def _refresh(
+        self,
+        run: RunState,
+        ref: TraceRef,
+        sources_now: dict[str, tuple[int, int] | None] | None = None,
+    ) -> TraceState | None:
+        """Update one trace's state from a fresh stat (and its source files' from
+        ``sources_now``); returns it when it needs analysis."""
         try:
             size, mtime_ns = stat_trace(ref.path)
         except OSError as exc:
@@ -297,7 +318,11 @@ class TraceLoader:
             state is not None
             and state.status == DONE
             and state.source_stamps
-            and source_stamps(state.source_stamps) != state.source_stamps
+            and (state.size, state.mtime_ns) == (size, mtime_ns)
+            and sources_now is not None
+            and any(
+                sources_now.get(path, stamp) != stamp for path, stamp in state.source_stamps.items()
+            )
         ):
             logger.info("sync_advisor: source files of %s changed; analysing again", ref.path)
             run.generation += 1
@@ -386,6 +411,7 @@ class TraceLoader:
             if state.status != NO_SUMMARY or state.error != lookup.reason:
                 state.error = lookup.reason
                 state.result = None
+                state.previous_result = None
                 state.status = NO_SUMMARY
                 run.generation += 1
                 self.changed.notify_all()
@@ -483,7 +509,7 @@ class TraceLoader:
         reason = error if result is None else getattr(result.info, "error", None)
         stamps = None
         if result is not None and not state.from_summary:
-            stamps = source_stamps(source_files(result))
+            stamps = result_stamps(result)
         changed_meanwhile = False
         if not from_cache:
             try:
@@ -512,10 +538,12 @@ class TraceLoader:
                 state.being_written = not retry and state.attempts < MAX_TRANSIENT_ATTEMPTS
                 state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 if state.status == ERROR:
+                    state.previous_result = None
                     run.generation += 1  # results() now holds its error entry
             elif result is None:
                 state.error = reason
                 state.result = None
+                state.previous_result = None
                 state.being_written = False
                 state.status = ERROR
                 run.generation += 1  # results() now holds its error entry

@@ -61,7 +61,9 @@ class Source(msgspec.Struct):
     ``recorded_line``: set when the file here no longer has the function at the line the
     trace recorded (the file changed since profiling): that line; ``line`` and
     ``def_line`` are then the function's first line in the file as it is, never exact,
-    and ``candidates`` the lines of its calls that may be the sync.
+    and ``candidates`` the lines of its calls that may be the sync. When the file has no
+    one function of that name to follow (none, or several), ``line`` is the recorded line
+    and ``def_line`` None: the file here cannot say more.
     """
 
     file: str

@@ -404,6 +404,16 @@ class _ParsedFile:
         }
         return next(iter(found.values())) if len(found) == 1 else None
 
+    def function_named_holds(self, line: int, func: str) -> bool:
+        """Whether the innermost function holding ``line`` is named ``func`` (module level
+        counts as ``<module>``)."""
+        best = None
+        for first, node in self.functions.items():
+            end = getattr(node, "end_lineno", None) or first
+            if first <= line <= end and (best is None or first > best[0]):
+                best = (first, node)
+        return (_scope_name(best[1]) if best else "<module>") == func
+
     def enclosing_function_line(self, line: int) -> int | None:
         best: tuple[int, int] | None = None
         for first, node in self.functions.items():
@@ -778,6 +788,20 @@ class SourceResolver:
                     line = def_line = _first_line(scope)
                     recorded_line = frame.line
             if scope is None:
+                if frame.user and not parsed.function_named_holds(frame.line, frame.func):
+                    # No function of that name holds the line, and the file has not one of
+                    # that name to follow (none, or several): the file changed since the
+                    # recording, or the one found is another file. The recorded line is
+                    # all there is; the function around it here is not the frame's.
+                    return Source(
+                        frame.file,
+                        frame.line,
+                        None,
+                        frame.func,
+                        False,
+                        resolved,
+                        recorded_line=frame.line,
+                    )
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         prefix = start is not None or query.truncated or recorded_line is not None
         for g, group in enumerate(query.groups):

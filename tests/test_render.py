@@ -622,3 +622,32 @@ def test_a_file_changed_since_profiling_is_said_so_with_its_call_lines_as_candid
     assert "train.py:4*" in text and "candidate lines 6" in text
     assert "the file changed since profiling" in text
     assert "does not single out" not in text
+
+
+def test_a_function_gone_from_its_file_is_reported_at_its_recorded_line_and_said_so(
+    tmp_path,
+) -> None:
+    """The trace recorded ``train_step`` at line 6; the function was renamed since, and
+    line 6 is now inside ``fit``. The site stays at the recorded line, names no def line
+    (``fit``'s is not the frame's), and the report says the file changed."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import analyze
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(
+        "import torch\n\n\ndef fit(loss):\n    x = 1\n    y = 2\n    return loss.item()\n"
+    )
+    b = KinetoTraceBuilder()
+    for n in range(2):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 6, "train_step")], kernel_us=200)
+    b.write(tmp_path / "run" / "worker0.pt.trace.json")
+    data = analyze(tmp_path / "run", source_roots=[str(tmp_path / "src")]).to_json()
+    (site,) = data["sites"]
+    assert (site["line"], site["def_line"], site["line_exact"]) == (6, None, False)
+    assert (site["recorded_line"], site["candidates"]) == (6, [])
+    text = render_report(data)
+    assert "train.py:6*" in text
+    assert "no such function there" in text
+    assert "already running" not in text and "changed since profiling (the trace" not in text

@@ -590,3 +590,19 @@ def test_a_function_named_twice_in_a_changed_file_is_not_guessed(tmp_path):
         _stack(2, "train_step", "nonzero"), ["nonzero"]
     )
     assert (source.line, source.line_exact, source.candidates) == (2, False, [])
+    assert (source.def_line, source.recorded_line) == (None, 2)
+
+
+def test_a_function_gone_from_the_file_names_no_other_functions_def_line(tmp_path):
+    """``fit`` renamed since profiling: its recorded line (17) is in ``evaluate`` now. The
+    def line said is not ``evaluate``'s (it was, as for a frame running there): the
+    recorded line is all the file can say, and the note says the file changed."""
+    source = _resolver(tmp_path).resolve(_stack(17, "fit", "item"), ["item"])
+    assert (source.line, source.def_line, source.line_exact) == (17, None, False)
+    assert (source.recorded_line, source.candidates) == (17, [])
+    # A frame of a function that is there, running at a line of it: unchanged.
+    running = _resolver(tmp_path).resolve(_stack(17, "evaluate", "cpu"), ["cpu"])
+    assert (running.line, running.line_exact, running.recorded_line) == (17, True, None)
+    # A frame running at module level: unchanged.
+    module = _resolver(tmp_path).resolve(_stack(2, "<module>", "item"), ["item"])
+    assert module.recorded_line is None

@@ -25,6 +25,15 @@ export const SOURCE_ROOT_HINT =
 export function inexactLineNote({ line, defLine, func, readable, recordedLine = null }) {
   const where = `Line ${line ?? "?"}`;
   const fn = func ? `${func}()` : "the function";
+  if (recordedLine !== null && recordedLine !== undefined && (defLine === null || defLine === undefined)) {
+    return {
+      text:
+        `${where} is the line the trace recorded: the file found here has no ${fn} there, nor ` +
+        "one function of that name elsewhere. It changed since profiling, or it is another " +
+        "file of that name.",
+      hint: SOURCE_ROOT_HINT,
+    };
+  }
   if (recordedLine !== null && recordedLine !== undefined) {
     return {
       text:

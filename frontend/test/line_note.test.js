@@ -38,3 +38,11 @@ test("a file changed since profiling says so, with the line the trace recorded",
   assert.doesNotMatch(note.text, /trace records no call line|already running/);
   assert.equal(note.hint, null);
 });
+
+test("a file without the function at all says the recorded line is all there is", () => {
+  const note = inexactLineNote({ line: 40, defLine: null, func: "train_step", readable: true, recordedLine: 40 });
+  assert.match(note.text, /^Line 40 is the line the trace recorded: the file found here has no train_step\(\) there/);
+  assert.match(note.text, /changed since profiling, or it is another file/);
+  assert.doesNotMatch(note.text, /is defined|already running/);
+  assert.equal(note.hint, SOURCE_ROOT_HINT);
+});

@@ -372,6 +372,8 @@ _INEXACT_REASONS = {
     "changed": "line where the function is defined in the file as it is now: the file "
     "changed since profiling (the trace recorded another line), so the lines of its calls "
     "are candidates only",
+    "missing": "line the trace recorded: the file found here has no such function there, nor "
+    "one function of that name elsewhere (it changed since profiling, or it is another file)",
 }
 
 
@@ -381,7 +383,7 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
     if not resolved.get(site.get("key") or "", False):
         return "not_found"
     if site.get("recorded_line") is not None:
-        return "changed"
+        return "missing" if site.get("def_line") is None else "changed"
     def_line = site.get("def_line")
     if def_line is not None and def_line != site.get("line"):
         return "running"

@@ -16,13 +16,19 @@ from tb_syncfinder import __version__
 
 @functools.cache
 def code_digest() -> str:
-    """SHA-256 over the package's ``.py`` files (paths and bytes); ~5 ms, once a process."""
-    root = Path(__file__).resolve().parent
+    """SHA-256 over the package's ``.py`` files; ~5 ms, once a process."""
+    return digest_of(Path(__file__).resolve().parent)
+
+
+def digest_of(root: Path) -> str:
+    """SHA-256 over the ``.py`` files under ``root`` (their paths and text). Line endings
+    are read as ``\n``: a Windows checkout of the same code (CRLF) reads the summaries a
+    Linux cluster wrote."""
     digest = hashlib.sha256()
     for file in sorted(root.rglob("*.py")):
         try:
             digest.update(file.relative_to(root).as_posix().encode())
-            digest.update(file.read_bytes())
+            digest.update(file.read_bytes().replace(b"\r\n", b"\n"))
         except OSError:
             continue
     return digest.hexdigest()

@@ -189,3 +189,22 @@ def test_the_cli_writes_summaries_when_asked_and_reads_them_next_time(
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert main(["report", logs, "--no-summaries", "-o", str(tmp_path / "c.txt")]) == 0
     assert "from summaries" not in capsys.readouterr().err
+
+
+def test_the_code_digest_reads_a_crlf_checkout_of_the_same_code_as_the_same(
+    tmp_path: Path,
+) -> None:
+    """Summaries name the code that wrote them: a Windows checkout (CRLF line endings) of
+    the same package reads what a Linux cluster wrote; a changed file does not."""
+    import shutil
+
+    from tb_syncfinder.code_version import code_digest, digest_of
+
+    package = Path(summaries.__file__).resolve().parent
+    copy = tmp_path / "tb_syncfinder"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    for file in copy.rglob("*.py"):
+        file.write_bytes(file.read_bytes().replace(b"\n", b"\r\n"))
+    assert digest_of(copy) == code_digest()
+    (copy / "engine.py").write_bytes((copy / "engine.py").read_bytes() + b"# edited\r\n")
+    assert digest_of(copy) != code_digest()

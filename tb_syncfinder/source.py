@@ -404,15 +404,15 @@ class _ParsedFile:
         }
         return next(iter(found.values())) if len(found) == 1 else None
 
-    def function_named_holds(self, line: int, func: str) -> bool:
-        """Whether the innermost function holding ``line`` is named ``func`` (module level
-        counts as ``<module>``)."""
-        best = None
-        for first, node in self.functions.items():
-            end = getattr(node, "end_lineno", None) or first
-            if first <= line <= end and (best is None or first > best[0]):
-                best = (first, node)
-        return (_scope_name(best[1]) if best else "<module>") == func
+    def class_body_at(self, line: int, name: str) -> bool:
+        """Whether ``line`` is in the body of a class ``name`` (a frame running a class
+        body at import is named after the class, and is no function's)."""
+        return any(
+            isinstance(node, ast.ClassDef)
+            and node.name == name
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+            for node in ast.walk(self.tree)
+        )
 
     def enclosing_function_line(self, line: int) -> int | None:
         best: tuple[int, int] | None = None
@@ -788,7 +788,7 @@ class SourceResolver:
                     line = def_line = _first_line(scope)
                     recorded_line = frame.line
             if scope is None:
-                if frame.user and not parsed.function_named_holds(frame.line, frame.func):
+                if frame.user and not parsed.class_body_at(frame.line, frame.func):
                     # No function of that name holds the line, and the file has not one of
                     # that name to follow (none, or several): the file changed since the
                     # recording, or the one found is another file. The recorded line is

@@ -603,6 +603,10 @@ def test_a_function_gone_from_the_file_names_no_other_functions_def_line(tmp_pat
     # A frame of a function that is there, running at a line of it: unchanged.
     running = _resolver(tmp_path).resolve(_stack(17, "evaluate", "cpu"), ["cpu"])
     assert (running.line, running.line_exact, running.recorded_line) == (17, True, None)
-    # A frame running at module level: unchanged.
+    # A frame running at module level, or a class body at import: unchanged.
     module = _resolver(tmp_path).resolve(_stack(2, "<module>", "item"), ["item"])
     assert module.recorded_line is None
+    (tmp_path / "cfg.py").write_text("import torch\n\n\nclass Config:\n    n = t.item()\n")
+    frames = [Frame("<built-in>", None, "item", False), Frame("cfg.py", 5, "Config", True)]
+    body = SourceResolver([str(tmp_path)]).resolve(frames, ["item"])
+    assert (body.line, body.line_exact, body.recorded_line) == (5, False, None)

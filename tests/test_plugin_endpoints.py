@@ -640,3 +640,41 @@ def test_catalogue_serves_every_kind_and_the_sortable_site_columns(client: Clien
     assert [k["name"] for k in body["kinds"]] == list(catalogue.KIND_NAMES)
     assert all(k["label"] and k["colour"] and k["advice"]["title"] for k in body["kinds"])
     assert body["site_sorts"] == query.SITE_SORTS
+
+
+def test_a_source_file_edited_while_tensorboard_runs_gets_its_lines_found_again(
+    tmp_path: Path,
+) -> None:
+    """The real engine behind the routes: lines added above ``train_step`` after it was
+    analysed. The next poll analyses the trace again, and ``sites`` answers with the
+    function as it is now (the recorded line kept, the call a candidate), not the line
+    number that now points at another statement."""
+    import os
+
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    train = tmp_path / "src" / "train.py"
+    train.parent.mkdir()
+    train.write_text("import torch\n\n\ndef train_step(loss):\n    return loss.item()\n")
+    b = KinetoTraceBuilder()
+    for n in range(2):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 4, "train_step")], kernel_us=200)
+    b.write(tmp_path / "logs" / "run" / "worker0.pt.trace.json")
+    plugin = make_plugin(tmp_path / "logs", tmp_path)
+    client = client_for(plugin)
+    _, sites = get(client, "sites", run="run")
+    [site] = sites["items"]
+    assert (site["line"], site["line_exact"], site["recorded_line"]) == (5, True, None)
+
+    train.write_text(
+        "import torch\nimport math\n\n\ndef train_step(loss):\n    return loss.item()\n"
+    )
+    stat = train.stat()
+    os.utime(train, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # coarse clocks
+    plugin.loader.poll()
+    assert plugin.loader.wait_idle(120)
+    _, sites = get(client, "sites", run="run")
+    [site] = sites["items"]
+    assert (site["line"], site["line_exact"]) == (5, False)
+    assert (site["recorded_line"], site["candidates"]) == (4, [6])

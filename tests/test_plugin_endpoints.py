@@ -666,6 +666,8 @@ def test_a_source_file_edited_while_tensorboard_runs_gets_its_lines_found_again(
     _, sites = get(client, "sites", run="run")
     [site] = sites["items"]
     assert (site["line"], site["line_exact"], site["recorded_line"]) == (5, True, None)
+    _, runs = get(client, "runs")
+    [before] = runs["runs"]
 
     train.write_text(
         "import torch\nimport math\n\n\ndef train_step(loss):\n    return loss.item()\n"
@@ -678,3 +680,11 @@ def test_a_source_file_edited_while_tensorboard_runs_gets_its_lines_found_again(
     [site] = sites["items"]
     assert (site["line"], site["line_exact"]) == (5, False)
     assert (site["recorded_line"], site["candidates"]) == (4, [6])
+    # The runs list says the run's answers changed, though nothing else in it did: the
+    # dashboard drops the answers it kept.
+    _, runs = get(client, "runs")
+    [after] = runs["runs"]
+    assert after["generation"] != before["generation"]
+    assert {k: v for k, v in after.items() if k != "generation"} == {
+        k: v for k, v in before.items() if k != "generation"
+    }

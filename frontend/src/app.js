@@ -53,6 +53,12 @@ export class App {
         if (Math.abs(this.viewWidth() - this.lastWidth) > 40) this.render();
       }, 200);
     });
+    this.polling = false;
+    this.pollTimer = 0;
+    window.addEventListener("focus", () => this.pollRunsNow());
+    document.addEventListener("visibilitychange", () => {
+      if (document.visibilityState === "visible") this.pollRunsNow();
+    });
     window.addEventListener("hashchange", () => {
       this.state = decodeState(location.hash);
       this.render();
@@ -86,8 +92,19 @@ export class App {
     });
   }
 
+  /**
+   * Poll `runs` now instead of at the next tick: the user came back to the page (from the
+   * editor where they changed the code, or the terminal that wrote a trace).
+   */
+  pollRunsNow() {
+    if (this.polling || this.runs === null) return;
+    clearTimeout(this.pollTimer);
+    this.pollRuns();
+  }
+
   /** Poll `runs`: new runs and traces appear without a reload. */
   async pollRuns() {
+    this.polling = true;
     let delay = POLL_IDLE_MS;
     try {
       const runs = await getJson("runs", {}, { fresh: true });
@@ -110,7 +127,8 @@ export class App {
       delay = POLL_LOADING_MS;
       this.render();
     }
-    setTimeout(() => this.pollRuns(), delay);
+    this.polling = false;
+    this.pollTimer = setTimeout(() => this.pollRuns(), delay);
   }
 
   /**

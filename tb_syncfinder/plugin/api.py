@@ -36,6 +36,7 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
         with loader.lock:
             states = list(run.traces.values())
             loading = run.loading
+            generation = run.generation
         unsummarised = [s for s in states if s.status == NO_SUMMARY]
         # A retried file waiting for its next poll still shows its last failure.
         failed = [
@@ -52,6 +53,10 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
                 "error_count": len(failed),
                 "no_summary_count": len(unsummarised),
                 "device_activity": _device_activity(states, loading),
+                # Changes whenever what the run's routes answer changes (a trace analysed,
+                # changed, removed, or analysed again after its sources were edited): a
+                # client that keeps answers asks again.
+                "generation": generation,
             }
         )
         if unsummarised:

@@ -12,7 +12,7 @@ import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { repairNotices } from "./repairs.js";
-import { decodeState, pickRun, shareUrl, vscodeFlag } from "./state.js";
+import { decodeState, pickRun, runsSignature, shareUrl, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
@@ -109,7 +109,7 @@ export class App {
     try {
       const runs = await getJson("runs", {}, { fresh: true });
       this.runsError = null;
-      const signature = JSON.stringify(runs);
+      const signature = runsSignature(runs);
       if (signature !== this.runsSignature) {
         const first = this.runs === null;
         this.runsSignature = signature;

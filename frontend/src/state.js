@@ -27,6 +27,19 @@ export const VIEWS = Object.freeze(["hotspots", "compare"]);
  */
 
 /**
+ * What of the `runs` answer, when it changes, means the kept answers may be stale. A
+ * run's `generation` counts only once it has loaded: while its traces load one by one the
+ * view is not redrawn at every poll (as before the field existed); a run analysed again
+ * between two polls (its sources edited, its file rewritten) changes nothing else.
+ * @param {{runs?: {loading?: boolean, generation?: number}[]}} runs the `runs` answer
+ * @returns {string}
+ */
+export function runsSignature(runs) {
+  const shown = (runs.runs || []).map((r) => (r.loading ? { ...r, generation: null } : r));
+  return JSON.stringify({ ...runs, runs: shown });
+}
+
+/**
  * The run a view shows: the one it names, else the first run with device activity (a
  * CPU-only run can only list what would synchronize), else the first run.
  * @template {{name: string, device_activity?: boolean | null}} R

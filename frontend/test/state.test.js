@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { decodeState, defaultState, encodeState, pickRun, shareUrl, vscodeFlag } from "../src/state.js";
+import { decodeState, defaultState, encodeState, pickRun, runsSignature, shareUrl, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -88,4 +88,17 @@ test("the dashboard opens on the first run with device activity, else the first 
   assert.equal(pickRun(runs, "no such run")?.name, "gpu_cnn_baseline");
   assert.equal(pickRun(runs.slice(0, 2), null)?.name, "cnn_baseline"); // none known: first
   assert.equal(pickRun([], null), null);
+});
+
+test("a run's generation changes the runs signature only once the run has loaded", () => {
+  const answer = (/** @type {boolean} */ loading, /** @type {number} */ generation) => ({
+    loading,
+    runs: [{ name: "run", loading, trace_count: 2, generation }],
+    errors: [],
+  });
+  // Analysed again between two polls: nothing else in the answer changed.
+  assert.notEqual(runsSignature(answer(false, 3)), runsSignature(answer(false, 5)));
+  // Traces settling one by one while the run loads: not a redraw per poll.
+  assert.equal(runsSignature(answer(true, 3)), runsSignature(answer(true, 4)));
+  assert.notEqual(runsSignature(answer(true, 4)), runsSignature(answer(false, 4)));
 });

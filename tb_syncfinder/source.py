@@ -235,6 +235,25 @@ _SCOPE_NAMES = {
 }
 
 
+# torch.compile's code after a graph break runs as a function of its own, named after the
+# function it resumes and the line it resumes at (torch/_dynamo/resume_execution.py), with
+# that line as its first: ``torch_dynamo_resume_in_train_step_at_42`` (its qualified name may
+# lead with ``Model.``).
+_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_(\d+)$")
+
+
+def _dynamo_resumed(query: CallQuery) -> CallQuery:
+    """A frame of torch.compile's resume function as what it is: the function it resumes,
+    running from the line it resumes at (its calls after that line), whether or not it
+    began while profiling ran."""
+    frame = query.frame
+    match = _DYNAMO_RESUME.match(frame.func)
+    if match is None or frame.line is None:
+        return query
+    resumed = msgspec.structs.replace(frame, func=match.group(1))
+    return msgspec.structs.replace(query, frame=resumed, entered=False)
+
+
 def _scope_name(node: ast.AST) -> str:
     return getattr(node, "name", None) or _SCOPE_NAMES.get(type(node), "")
 
@@ -742,6 +761,7 @@ class SourceResolver:
         candidate lines. A frame already running when profiling started is followed from its
         recorded line; a library frame's file is also looked for in this interpreter's
         site-packages (and its def line must name the same function, or nothing is said)."""
+        query = _dynamo_resumed(query)
         frame = query.frame
         path = self.find_file(frame.file) if frame.user else self.find_library_file(frame.file)
         parsed = None

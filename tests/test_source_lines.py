@@ -610,3 +610,18 @@ def test_a_function_gone_from_the_file_names_no_other_functions_def_line(tmp_pat
     frames = [Frame("<built-in>", None, "item", False), Frame("cfg.py", 5, "Config", True)]
     body = SourceResolver([str(tmp_path)]).resolve(frames, ["item"])
     assert (body.line, body.line_exact, body.recorded_line) == (5, False, None)
+
+
+@pytest.mark.parametrize("entered", [False, True])
+@pytest.mark.parametrize("prefix", ["", "Model."])
+def test_torch_compiles_resume_function_is_the_function_it_resumes_running_from_there(
+    tmp_path, entered, prefix
+):
+    """After a graph break, torch.compile runs the rest of ``train_step`` as a function of
+    its own, ``torch_dynamo_resume_in_train_step_at_10``, whose first line is 10. Its sync
+    is the ``item()`` at or after line 10 (not the one at line 9), and the function is
+    ``train_step``: not a function gone from the file."""
+    frame = Frame("work.py", 10, f"{prefix}torch_dynamo_resume_in_train_step_at_10", True)
+    source = _resolver(tmp_path).resolve_call(CallQuery(frame, (("item",),), entered=entered))
+    assert (source.line, source.line_exact, source.func) == (10, True, "train_step")
+    assert (source.def_line, source.recorded_line) == (4, None)

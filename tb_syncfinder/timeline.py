@@ -279,6 +279,13 @@ def _set_odd_kinds(
             kinds[i] = kind
 
 
+# Spans some builds write as operators that are no operator a user called: steps (torch
+# 1.x) and torch.compile's regions (``Torch-Compiled Region: 0/0``, around the compiled
+# code and the code after each graph break). Taken as annotations: the operator a sync is
+# in is the one inside them, and each of them is its own finding.
+_SPANS_WRITTEN_AS_OPS = ("ProfilerStep#", "Torch-Compiled Region")
+
+
 class _Builder:
     """The state ``build_timeline`` fills, one method per kind of event bucket."""
 
@@ -316,7 +323,7 @@ class _Builder:
         if base == OP:
             lo, hi, stacks = self.op_lo, self.op_hi, self.has_stacks
             for e in events:
-                if e.name.startswith("ProfilerStep#"):
+                if e.name.startswith(_SPANS_WRITTEN_AS_OPS):
                     step_spans.append(e)
                 key = (e.pid, e.tid)
                 if key != last_key:  # events come in long runs of one thread
@@ -343,7 +350,7 @@ class _Builder:
             if base == PYTHON and events:
                 self.has_stacks = True
         for e in step_spans:
-            self._add_step(e)
+            self._add_step(e)  # ProfilerStep#N only
             if base != ANNOTATION:
                 self.thread_of(e).odd_kinds.append((e, ANNOTATION))
 

@@ -335,3 +335,55 @@ def test_the_validation_bench_shape_workloads_find_every_marked_line_on_the_cpu(
                 assert check.profiler_overhead == 0  # no CUDA: the profiler waits for nothing
     finally:
         sys.modules.pop(spec.name, None)
+
+
+# -- torch.compile: a graph break at each item() -------------------------------------------
+
+COMPILED = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+
+    def train_step(x):
+        y = x * 2
+        a = y.sum().item()
+        z = y + a
+        b = z.mean().item()
+        return z, b
+
+
+    def main(logdir):
+        step = torch.compile(train_step, backend="eager")
+        x = torch.randn(64, 64)
+        for _ in range(3):
+            step(x)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     on_trace_ready=tensorboard_trace_handler(logdir)):
+            for _ in range(2):
+                step(x)
+    """
+)
+
+
+def test_a_compiled_function_reports_each_item_not_one_per_compiled_region(tmp_path):
+    """Each ``item()`` breaks the graph: torch.compile runs the rest of ``train_step`` as
+    ``torch_dynamo_resume_in_train_step_at_7`` (then ``..._at_9``), inside the first
+    ``Torch-Compiled Region: 0/0`` span, which the trace writes as an operator. Before, that
+    span was the outermost operator of both item()s, so they were one finding per call; now
+    each is its own, at ``aten::item``, in ``train_step``, and never at a wrong line."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "compiled_step.py"
+    path.write_text(COMPILED)
+    module = _load(path, "compiled_step")
+    module.main(str(tmp_path / "logs" / "run"))
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    found = sorted(report.latent, key=lambda s: s.ts_us)
+    assert [s.op for s in found] == ["aten::item"] * 4
+    assert all("Torch-Compiled Region" not in " ".join(s.op_chain) for s in found)
+    for sync, truth in zip(found, [7, 9, 7, 9], strict=True):
+        assert sync.source is not None and sync.source.func == "train_step"
+        if sync.source.line_exact:
+            assert sync.source.line == truth
+        else:
+            assert truth in sync.source.candidates

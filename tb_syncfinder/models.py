@@ -18,6 +18,8 @@ of start-up for these 24 classes (issue 14); a Struct is defined in C. Copy one 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from typing import Any, Optional
 
 import msgspec
@@ -610,3 +612,27 @@ def source_files_of(result: Any) -> list[str]:
                 files.add(source.resolved_path)
             pending += [source.run_by, source.library]
     return sorted(files)
+
+
+def file_stamps(files: Iterable[str]) -> dict[str, tuple[int, int] | None]:
+    """Size and mtime (ns) of each file as it is now (None: gone)."""
+    stamps: dict[str, tuple[int, int] | None] = {}
+    for path in files:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            stamps[path] = None
+        else:
+            stamps[path] = (stat.st_size, stat.st_mtime_ns)
+    return stamps
+
+
+def result_stamps(result: Any) -> dict[str, tuple[int, int] | None]:
+    """Size and mtime of each source file a result's lines came from, as the analysis read
+    it (``TraceResult.source_stamps``), else as it is now (None: gone). Taken at read time,
+    an edit made while the trace was analysed still differs from the file afterwards."""
+    recorded = getattr(result, "source_stamps", None) or {}
+    files = source_files_of(result)
+    stamps = file_stamps([f for f in files if f not in recorded])
+    stamps.update({f: tuple(recorded[f]) for f in files if f in recorded})
+    return dict(sorted(stamps.items()))

@@ -26,7 +26,7 @@ import functools
 import hashlib
 import os
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -34,7 +34,7 @@ import msgspec
 from tb_syncfinder import models
 from tb_syncfinder.code_version import code_version
 from tb_syncfinder.discovery import is_remote, stat_trace
-from tb_syncfinder.models import TraceRef, TraceResult, source_files_of
+from tb_syncfinder.models import TraceRef, TraceResult, file_stamps, result_stamps
 
 
 def _logger() -> Any:
@@ -120,17 +120,10 @@ class Lookup(msgspec.Struct):
     same_options: bool = True  # made with the options asked for
 
 
-def _source_stats(files: Iterable[str]) -> dict[str, list[int]]:
-    """[size, mtime_ns] of each source file that exists here (a missing one is left out, so
-    a summary whose sources are gone no longer matches)."""
-    stats = {}
-    for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        stats[path] = [st.st_size, st.st_mtime_ns]
-    return stats
+def _present(stamps: dict[str, tuple[int, int] | None]) -> dict[str, list[int]]:
+    """[size, mtime_ns] of each source file that exists (a missing one is left out, so a
+    summary whose sources are gone no longer matches)."""
+    return {path: list(stamp) for path, stamp in stamps.items() if stamp is not None}
 
 
 class SummaryStore:
@@ -184,7 +177,7 @@ class SummaryStore:
         result.info.run, result.info.worker, result.info.span = ref.run, ref.worker, ref.span
         same = (
             envelope.options == options_fingerprint(options)
-            and _source_stats(envelope.sources) == envelope.sources
+            and _present(file_stamps(envelope.sources)) == envelope.sources
         )
         return Lookup(result, None, same)
 
@@ -220,11 +213,7 @@ class SummaryStore:
         if compressed:
             payload = zlib.compress(payload, 1)
         # As the analysis read them: an edit made meanwhile then differs from the summary.
-        files = source_files_of(result)
-        sources = _source_stats([f for f in files if f not in result.source_stamps])
-        sources.update(
-            {f: list(result.source_stamps[f]) for f in files if f in result.source_stamps}
-        )
+        sources = _present(result_stamps(result))
         data = _ENCODER.encode(
             _Envelope(
                 FORMAT,
@@ -234,7 +223,7 @@ class SummaryStore:
                 size,
                 mtime_ns,
                 options_fingerprint(options),
-                dict(sorted(sources.items())),
+                sources,
                 compressed,
                 payload,
             )

@@ -21,7 +21,7 @@ from typing import Any
 
 from tb_syncfinder import __version__
 from tb_syncfinder.code_version import code_digest
-from tb_syncfinder.models import source_files_of
+from tb_syncfinder.models import file_stamps, result_stamps
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class DiskCache:
             logger.info("sync_advisor: dropping unreadable cache entry %s (%s)", file, exc)
             self._drop(file)
             return None
-        if stamps != source_stamps(stamps):
+        if stamps != file_stamps(stamps):
             logger.info("sync_advisor: source files changed since %s was cached", file)
             self._drop(file)
             return None
@@ -118,7 +118,7 @@ class DiskCache:
             pass
 
     def put(self, key: str, result: Any, stamps: dict[str, Any] | None = None) -> None:
-        """``stamps``: ``source_stamps`` of the result's source files, when already taken."""
+        """``stamps``: ``models.result_stamps(result)``, when already taken."""
         file = self._file(key)
         if file is None:
             return
@@ -140,27 +140,3 @@ class DiskCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
-
-
-def result_stamps(result: Any) -> dict[str, tuple[int, int] | None]:
-    """Size and mtime of each source file a result's lines came from, as the analysis read
-    it (``TraceResult.source_stamps``), else as it is now (None: gone). Taken at read time,
-    an edit made while the trace was analysed still differs from the file afterwards."""
-    recorded = getattr(result, "source_stamps", None) or {}
-    files = source_files_of(result)
-    stamps = source_stamps([f for f in files if f not in recorded])
-    stamps.update({f: tuple(recorded[f]) for f in files if f in recorded})
-    return dict(sorted(stamps.items()))
-
-
-def source_stamps(files: Any) -> dict[str, tuple[int, int] | None]:
-    """Size and mtime of each file (None: gone)."""
-    stamps: dict[str, tuple[int, int] | None] = {}
-    for path in files:
-        try:
-            stat = os.stat(path)
-        except OSError:
-            stamps[path] = None
-        else:
-            stamps[path] = (stat.st_size, stat.st_mtime_ns)
-    return stamps

@@ -27,8 +27,8 @@ from typing import Any
 import msgspec
 
 from tb_syncfinder.discovery import stat_trace
-from tb_syncfinder.models import TraceInfo, TraceRef
-from tb_syncfinder.plugin.cache import DiskCache, cache_key, result_stamps, source_stamps
+from tb_syncfinder.models import TraceInfo, TraceRef, file_stamps, result_stamps
+from tb_syncfinder.plugin.cache import DiskCache, cache_key
 from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
 from tb_syncfinder.summaries import SummaryStore, has_summaries
 
@@ -297,13 +297,13 @@ class TraceLoader:
                 if state.status == DONE and state.source_stamps
                 for path in state.source_stamps
             }
-        return source_stamps(sorted(files))
+        return file_stamps(sorted(files))
 
     def _refresh(
         self,
         run: RunState,
         ref: TraceRef,
-        sources_now: dict[str, tuple[int, int] | None] | None = None,
+        sources_now: dict[str, tuple[int, int] | None],
     ) -> TraceState | None:
         """Update one trace's state from a fresh stat (and its source files' from
         ``sources_now``); returns it when it needs analysis."""
@@ -319,7 +319,6 @@ class TraceLoader:
             and state.status == DONE
             and state.source_stamps
             and (state.size, state.mtime_ns) == (size, mtime_ns)
-            and sources_now is not None
             and any(
                 sources_now.get(path, stamp) != stamp for path, stamp in state.source_stamps.items()
             )

@@ -239,7 +239,7 @@ _SCOPE_NAMES = {
 # function it resumes and the line it resumes at (torch/_dynamo/resume_execution.py), with
 # that line as its first: ``torch_dynamo_resume_in_train_step_at_42`` (its qualified name may
 # lead with ``Model.``).
-_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_(\d+)$")
+_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_\d+$")
 
 
 def _dynamo_resumed(query: CallQuery) -> CallQuery:
@@ -528,7 +528,7 @@ class SourceResolver:
         self._bytes: dict[Path, bytes | None] = {}
         # Size and mtime (ns) of each file read, taken just before reading it: a result
         # records them for its lines' files, so an edit made while (or after) the trace was
-        # analysed shows as a change (``models.source_files_of``).
+        # analysed shows as a change (``models.result_stamps``).
         self.read_stamps: dict[str, tuple[int, int]] = {}
         self._lines: dict[Path, list[bytes] | None] = {}
         self._index: dict[str, list[Path]] | None = None

@@ -510,6 +510,146 @@ def test_a_sync_whose_removal_shifts_the_rest_replays_only_up_to_the_shift(tmp_p
     assert graph.saving(frozenset((0,))).total_us > 100
 
 
+def _steps_with_launch_bubbles(steps: int) -> KinetoTraceBuilder:
+    """Many short launches and an ``.item()`` per step, then a short kernel on an idle
+    second stream: without one sync, the next step's kernels fill its bubble."""
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            for k in range(30):
+                b.kernel(dur=150 + 7 * ((n + k) % 5))
+                b.advance(3)
+            _item(b)
+            b.kernel(dur=20, stream=7)
+            b.advance(40 + 5 * (n % 3))
+    return b
+
+
+def _steps_with_a_second_launching_thread(steps: int) -> KinetoTraceBuilder:
+    """An ``.item()`` per step on the main thread, and a second thread (autograd's backward
+    thread) launching most kernels onto the same stream: without one sync the main thread
+    moves, the second thread's kernels stay where they were (3 % of the tasks change)."""
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            for k in range(5):
+                b.kernel(dur=100 + 7 * ((n + k) % 5))
+                b.advance(3)
+            _item(b)
+            b.advance(20)
+            with b.thread(2):
+                for k in range(30):
+                    b.kernel(dur=60 + 5 * (k % 3))
+                    b.advance(4)
+            b.advance(30 + 5 * (n % 3))
+    return b
+
+
+def _dense_only(graph):
+    graph._count_dense = lambda evaluated, changed: None  # never switches
+    return graph
+
+
+@pytest.mark.parametrize(
+    "shape", [_steps_with_launch_bubbles, _steps_with_a_second_launching_thread]
+)
+def test_a_what_if_evaluating_only_the_tasks_it_moved_gives_the_whole_range_figures(
+    tmp_path, shape
+):
+    from tb_syncfinder import whatif
+
+    path = shape(15).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    dense = _dense_only(whatif._build(tl, episodes))
+    sparse = whatif._build(tl, episodes)
+    sparse._readers_wanted = True
+    pristine = list(sparse.base_values)
+    keys = [frozenset((i,)) for i in range(len(episodes))]
+    keys += [frozenset(range(len(episodes))), frozenset((1, 4, 9))]
+    for key in keys:
+        with dense._removed(dense._jumps_of(key)) as a, sparse._removed(sparse._jumps_of(key)) as b:
+            assert (dict(b), b.cut, b.shift) == (dict(a), a.cut, a.shift)
+        assert sparse.saving(key) == dense.saving(key)
+        assert sparse.metrics_for(key).values == dense.metrics_for(key).values
+        assert sparse.base_values == pristine
+    assert sparse._readers is not None
+    assert not any(sparse._readers.pending)  # every flag cleared after each what-if
+    assert any(dense.metrics_for(key).values != pristine for key in keys)  # some moved
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="needs ../shared/traces")
+def test_a_trace_whose_what_ifs_pass_far_more_tasks_than_they_move_switches_to_the_moved():
+    """The real A100 trace with an ``.item()`` in every step and the backward thread
+    launching most kernels: each what-if ran to the end of the trace (a live variable
+    never moves, so the shift never holds) and changed 6 % of what it passed."""
+    from tb_syncfinder import whatif
+
+    path = TRACES / "real" / "a100_item_heavy_rank0.pt.trace.json.gz"
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    auto = whatif.replay(tl, episodes)
+    assert auto._graph._readers is not None
+    dense = whatif._build(tl, episodes)
+    _dense_only(dense)
+    for index, saving in enumerate(auto.episode_savings):
+        if saving is not None:
+            assert dense.saving(frozenset((index,))) == saving
+
+
+def test_a_host_bound_trace_keeps_evaluating_whole_ranges(tmp_path):
+    from tb_syncfinder import whatif
+
+    path = _host_bound_item_steps(15).write(tmp_path / "h.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    for index in range(len(episodes)):
+        graph.saving(frozenset((index,)))
+    assert graph._readers is None  # each what-if stops at its shift: nothing to gain
+
+
+def test_a_pinned_value_later_than_the_base_moves_every_task_reading_it(tmp_path):
+    """A window's carried state may pin a variable later than its base value: then every
+    reader, not only those whose base value it set, is evaluated again."""
+    from tb_syncfinder import whatif
+
+    path = _steps_with_a_second_launching_thread(6).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    dense = _dense_only(whatif._build(tl, episodes))
+    sparse = whatif._build(tl, episodes)
+    sparse._readers_wanted = True
+    n_dev = dense.n_dev
+    # Each device end pinned 500 us later in turn (early items: many later tasks read them).
+    for item in range(0, n_dev, 7):
+        var = n_dev + item
+        pins = whatif._Pins({var: dense.base_values[var] + 500.0}, None)
+        for key in (frozenset(), frozenset((0,))):
+            assert sparse.metrics_for(key, pins).values == dense.metrics_for(key, pins).values
+    assert sparse._readers is not None
+
+
+def test_readers_indexed_while_a_window_pins_a_task_still_see_its_own_inputs(tmp_path):
+    """The index of readers may be built inside a window's pins (a pinned task is a
+    constant then): the what-ifs after it must still re-evaluate that task when its inputs
+    move."""
+    from tb_syncfinder import whatif
+
+    path = _steps_with_launch_bubbles(6).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    dense = _dense_only(whatif._build(tl, episodes))
+    keys = [frozenset((i,)) for i in range(len(episodes))]
+    expected = [dense.saving(key) for key in keys]
+    for item in range(0, dense.n_dev, 5):
+        sparse = whatif._build(tl, episodes)
+        sparse._readers_wanted = True
+        pins = whatif._Pins({item: dense.base_values[item]}, None)  # its own start, pinned
+        sparse.metrics_for(frozenset(), pins)  # the index is built here
+        assert [sparse.saving(key) for key in keys] == expected
+
+
 def test_a_long_trace_replays_syncs_alone_within_a_budget_and_says_which_are_bounds(
     tmp_path, monkeypatch
 ):

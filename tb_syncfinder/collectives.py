@@ -142,6 +142,8 @@ def _is_nccl_kernel(name: str) -> bool:
 
 
 def _as_int(value: Any) -> Optional[int]:
+    if value is None:
+        return None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -287,10 +289,27 @@ def _args_rank(source: str, args: CommArgs) -> int:
 _NOT_DTYPES = frozenset({"", "TensorList", "Scalar", "ScalarList", "GenericList"})
 
 
+# The argument fields ``_fill_from_args`` reads: a set with none of them gives nothing (most
+# sets: the c10d op and the kernel of a 2022 trace carry no collective arguments at all).
+_FILLED_FROM = attrgetter(
+    "pg_name",
+    "pg_id",
+    "pg_ranks",
+    "in_msg_nelems",
+    "out_msg_nelems",
+    "dtype",
+    "seq",
+    "input_dims",
+    "input_type",
+)
+_NONE_FILLED = (None,) * 9
+
+
 def _fill_from_args(c: Collective, sourced: Sequence[tuple[str, Optional[CommArgs]]]) -> None:
     """Take each field from the most trusted argument set that has it."""
     ranked = sorted(
-        ((src, a) for src, a in sourced if a is not None), key=lambda item: _args_rank(*item)
+        ((src, a) for src, a in sourced if a is not None and _FILLED_FROM(a) != _NONE_FILLED),
+        key=lambda item: _args_rank(*item),
     )
     for _src, a in ranked:
         if c.group == "":

@@ -851,7 +851,9 @@ class _Graph:
         tasks, so a task none of whose inputs changed keeps its base value; and removing
         edges only moves values earlier, so a task whose base value another input set keeps
         it when this one moves earlier."""
-        if horizon is not None and self._readers_wanted:
+        # A what-if whose own edges span much of the graph (every sync removed, a site of
+        # many syncs) has most tasks to evaluate anyway: the whole range is cheaper there.
+        if horizon is not None and self._readers_wanted and (horizon - lo) * 4 < len(self.tasks):
             if self._readers is None:  # here: the base values are as the base replay left them
                 self._readers = self._build_readers()
             self._run_sparse(values, disabled, lo, horizon, undo)

@@ -460,6 +460,9 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from tb_syncfinder import outputs
+    from tb_syncfinder.engine import with_one_blas_thread
+
+    with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
 
     output_format = "json" if args.json else (args.format or "table")
     if args.json and args.format not in (None, "json"):
@@ -518,9 +521,11 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from tb_syncfinder.compare import compare
+    from tb_syncfinder.engine import with_one_blas_thread
     from tb_syncfinder.outputs.json import dumps
     from tb_syncfinder.outputs.text import render_compare
 
+    with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
     base = _load_side(args.base, args)
     new = _load_side(args.new, args)
     result = compare(base, new)

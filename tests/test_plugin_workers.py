@@ -82,6 +82,24 @@ def test_a_worker_runs_neither_the_parents_main_module_nor_another_path(
     assert path == [p or os.getcwd() for p in sys.path]
 
 
+@pytest.mark.skipif(
+    not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
+    reason="counts the process's threads in /proc; one core starts no BLAS threads",
+)
+def test_a_worker_starts_numpys_blas_with_one_thread_unless_the_user_set_a_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each thread of numpy's OpenBLAS spins at start-up (75 ms of CPU on 2 cores, a
+    # second on 17) and the analysis never calls BLAS.
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with ProcessPool(1) as pool:
+        probe = worker_probes.blas_threads_setting_and_threads_numpy_starts
+        assert pool.submit(probe).result(TIMEOUT_S) == ("1", 0)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    with ProcessPool(1) as pool:
+        assert pool.submit(probe).result(TIMEOUT_S) == ("2", 1)
+
+
 def test_an_exception_comes_back_with_its_type_message_and_traceback(pool: ProcessPool) -> None:
     with pytest.raises(ValueError, match="^bad input$") as caught:
         pool.submit(worker_probes.raise_value_error, "bad input").result(TIMEOUT_S)

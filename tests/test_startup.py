@@ -25,6 +25,7 @@ NOT_IMPORTED_ALONE = {"tb_syncfinder.demo.cnn", "tb_syncfinder.demo.seg", "tb_sy
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("OPENBLAS_NUM_THREADS", None)
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         env=env,
@@ -61,20 +62,23 @@ print("\\n".join(failed))
     assert len(names) > 30
 
 
-def _loaded_after_report(trace: Path) -> tuple[set[str], dict]:
+def _loaded_after_report(trace: Path) -> tuple[set[str], dict, int | None]:
+    """The modules a report loaded, the report, and the process's threads after it."""
     code = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
 from tb_syncfinder.cli import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     code = main(["report", "--json", sys.argv[1]])
-print(json.dumps({"code": code, "modules": sorted(sys.modules), "report": out.getvalue()}))
+threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+print(json.dumps({"code": code, "modules": sorted(sys.modules), "report": out.getvalue(),
+                  "threads": threads}))
 """
     proc = _python(code, str(trace))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["code"] == 0
-    return set(result["modules"]), json.loads(result["report"])
+    return set(result["modules"]), json.loads(result["report"]), result["threads"]
 
 
 def test_a_cpu_only_report_loads_neither_numpy_nor_the_replay_nor_the_job_stage(
@@ -84,7 +88,7 @@ def test_a_cpu_only_report_loads_neither_numpy_nor_the_replay_nor_the_job_stage(
     with b.step(1), b.op("aten::nonzero", stack=[("train.py", 8, "train_step")]):
         b.advance(30)
     trace = b.write(tmp_path / "run" / "worker0.pt.trace.json")
-    modules, report = _loaded_after_report(trace)
+    modules, report, _threads = _loaded_after_report(trace)
     assert report["traces"][0]["error"] is None
     assert report["latent"], "the CPU trace's would-sync is reported"
     assert "numpy" not in modules
@@ -105,8 +109,12 @@ def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path:
                 b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
                 b.runtime("cudaStreamSynchronize")
     trace = b.write(tmp_path / "run" / "worker0.pt.trace.json")
-    modules, report = _loaded_after_report(trace)
+    modules, report, threads = _loaded_after_report(trace)
     assert report["syncs"][0]["saving_method"] == "replay"
     assert "tb_syncfinder.whatif" in modules
     assert "numpy.ma" not in modules  # 25 ms of start-up for nothing (np.unique, percentile)
     assert "tb_syncfinder.jobs" not in modules
+    # numpy's OpenBLAS started with one thread: each of its threads spins at start-up
+    # (75 ms of CPU on 2 cores, a second on 17), and the analysis never calls BLAS.
+    if threads is not None and (os.cpu_count() or 1) > 1:
+        assert threads == 1

@@ -79,3 +79,15 @@ def main_module_name() -> str | None:
 
     main = sys.modules.get("__main__")
     return getattr(main, "__file__", None)
+
+
+def blas_threads_setting_and_threads_numpy_starts() -> tuple[str | None, int]:
+    """The worker's OPENBLAS_NUM_THREADS, and how many threads importing numpy (its
+    OpenBLAS) adds to the process; numpy must not be in yet."""
+    import sys
+
+    assert "numpy" not in sys.modules, "numpy was imported before: nothing to count"
+    before = len(os.listdir("/proc/self/task"))
+    import numpy  # noqa: F401 - the import is what starts OpenBLAS's threads
+
+    return os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")) - before

@@ -268,9 +268,15 @@ class Worker:
     """One analysis process, used by one pool thread at a time."""
 
     def __init__(self, command: list[str], start_timeout_s: float) -> None:
+        from tb_syncfinder.engine import with_one_blas_thread  # not in the worker's bootstrap
+
         try:
             self.process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                close_fds=True,
+                env=with_one_blas_thread(dict(os.environ)),
             )
         except (OSError, ValueError) as exc:
             raise WorkerStartError(f"cannot run {command[0]}: {exc}") from exc

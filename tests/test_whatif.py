@@ -558,23 +558,115 @@ def test_a_steps_latest_end_read_from_the_largest_bases_is_the_largest_of_all_it
         base = {v: float(rng.choice([0, 10, 20, 30, 40, 50]) + rng.random()) for v in step}
         changed = set(rng.sample(step, rng.randint(0, size)))
         moved = {v: base[v] - rng.choice([0.0, 5.0, 25.0, 60.0]) for v in changed}
-        shifted_vars = set(
-            rng.sample(sorted(set(step) - changed), rng.randint(0, size - len(changed)))
-        )
-        shift = rng.choice([0.0, 3.0, 15.0, 45.0])
+        # Each variable not changed: unshifted, or shifted by its stretch's own amount (a
+        # gap between two removed syncs, or the tail past the last).
+        shifts = {v: rng.choice([0.0, 3.0, 15.0, 45.0]) for v in set(step) - changed}
         values = [0.0] * 200
         for v in step:
             values[v] = moved.get(v, base[v])  # changed ones in place, as in a what-if
-        expected = max(
-            moved[v] if v in changed else base[v] - (shift if v in shifted_vars else 0.0)
-            for v in step
-        )
+        expected = max(moved[v] if v in changed else base[v] - shifts[v] for v in step)
         by_base = sorted(step, key=base.__getitem__, reverse=True)
-        is_shifted = shifted_vars.__contains__ if shifted_vars else None
-        found = _latest_end(
-            by_base, [moved[v] for v in changed], values, changed, is_shifted, shift
-        )
+        shift_of = shifts.__getitem__ if any(shifts.values()) else None
+        found = _latest_end(by_base, [moved[v] for v in changed], values, changed, shift_of)
         assert found == expected
+
+
+def _sites_in_every_step(seed: int) -> KinetoTraceBuilder:
+    """Steps each calling ``.item()`` at the same few lines (sites), with random kernels on
+    one or two streams, random host gaps (some stretches host-bound), sites that skip a
+    step, and a second launching thread: a site's what-if removes one sync per step."""
+    rng = random.Random(seed)
+    b = KinetoTraceBuilder(concurrent_streams=rng.random() < 0.5)
+    sites = rng.randint(2, 8)
+    second_thread = rng.random() < 0.3
+    host_bound = rng.random()
+    for n in range(1, rng.randint(3, 10) + 1):
+        with b.step(n):
+            for _site in range(sites):
+                if rng.random() < 0.15:
+                    continue
+                for _ in range(rng.randint(0, 25)):
+                    streams = {"stream": rng.choice([7, 9])} if b.concurrent_streams else {}
+                    b.kernel(dur=rng.choice([3, 20, 80, 300, 1500]), **streams)
+                    busy = rng.random() > host_bound
+                    b.advance(rng.choice([1, 3, 10]) if busy else rng.choice([50, 400]))
+                if second_thread and rng.random() < 0.3:
+                    with b.thread(2):
+                        for _ in range(rng.randint(1, 6)):
+                            b.kernel(dur=rng.choice([20, 60]))
+                            b.advance(4)
+                _item(b)
+                b.advance(rng.choice([2, 20, 400]))
+    return b
+
+
+def _values_in(graph, changed) -> list[float]:
+    """Every variable's value in the what-if ``changed`` describes (inside ``_removed``):
+    in place where it wrote it, else the base value less its stretch's shift."""
+    from tb_syncfinder.whatif import _shift_of
+
+    shift_of = _shift_of(changed, graph._shift_tables.def_pos)
+    return [
+        value if var in changed else value - shift_of(var)
+        for var, value in enumerate(graph.base_values)
+    ]
+
+
+# Seeds 5, 10 and 29 caught a stretch skipped over one of the what-if's own syncs.
+@pytest.mark.parametrize("seed", [0, 5, 10, 29, 35, 38, 65, 70])
+def test_a_sites_what_if_skipping_the_stretches_between_its_syncs_gives_the_full_replays_figures(
+    tmp_path, seed
+):
+    from tb_syncfinder import whatif
+
+    path = _sites_in_every_step(seed).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    pristine = list(graph.base_values)
+    count = len(episodes)
+    groups = [frozenset(range(first, count, every)) for every in (2, 3, 5, 8) for first in (0, 1)]
+    skipped = 0
+    for group in groups:
+        full = graph.metrics_for(group)
+        with graph._removed(graph._jumps_of(group)) as changed:
+            skipped += len(changed.gaps)
+            assert _values_in(graph, changed) == pytest.approx(full.values, abs=1e-6, nan_ok=True)
+        quick = graph.saving(group)
+        expected = graph.saving_from(full)
+        assert quick.total_us == pytest.approx(expected.total_us, abs=1e-6)
+        assert quick.per_step_us == pytest.approx(expected.per_step_us, abs=1e-6)
+        assert graph.base_values == pristine
+    assert skipped or seed in (0, 35)  # the others each skip at least one stretch
+
+
+def test_a_sites_what_if_in_gpu_bound_steps_evaluates_about_its_own_syncs_only(tmp_path):
+    """Twenty sites each syncing once per GPU-bound step: removing a site's syncs moves
+    everything after its first one, and each stretch between two of them is the base replay
+    shifted. Its what-if used to evaluate every task from its first sync to its last (400
+    sites x a 50 MB trace: 30 s)."""
+    from tb_syncfinder import whatif
+
+    b = KinetoTraceBuilder()
+    for n in range(1, 9):
+        with b.step(n):
+            for _site in range(20):
+                for _ in range(10):
+                    b.kernel(dur=20)
+                _item(b)
+    path = b.write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    site = frozenset(range(3, len(episodes), 20))  # the fourth line's sync in each step
+    assert len(site) == 8
+    with graph._removed(graph._jumps_of(site)) as changed:
+        assert len(changed.gaps) == 7  # one stretch between each two steps' syncs
+        # About 60 variables around each sync, not the 7/8 of the trace between them.
+        assert len(changed) < len(graph.base_values) / 5
+    expected = graph.saving_from(graph.metrics_for(site))
+    assert graph.saving(site).total_us == pytest.approx(expected.total_us, abs=1e-6)
+    assert expected.total_us > 0
 
 
 def _steps_with_launch_bubbles(steps: int) -> KinetoTraceBuilder:

@@ -961,19 +961,12 @@ class _Graph:
                         gap_every = SHIFT_CHECK_EVERY
                     gap_check = pos + gap_every if passed < len(stops) else n  # type: ignore[arg-type]
                     gap_every *= 2
-                    if passed < len(stops) and stops[passed] - pos >= GAP_MIN_TASKS:  # type: ignore[arg-type, index]
+                    if passed < len(stops):  # type: ignore[arg-type]
                         frontier = [v for v in frontier if lastuse[v] >= pos]
-                        shift = self._uniform_shift(pos, frontier, values, undo, tables)  # type: ignore[arg-type]
-                        if shift is not None and shift != float("inf"):
-                            resume = stops[passed]  # type: ignore[index]
-                            frontier, last_read = self._skip_gap(
-                                pos,
-                                resume,
-                                shift,
-                                values,
-                                undo,
-                                frontier,  # type: ignore[arg-type]
-                            )
+                        resume = stops[passed]  # type: ignore[index]
+                        skip = self._skip_stretch(pos, resume, values, undo, frontier, tables)  # type: ignore[arg-type]
+                        if skip is not None:
+                            frontier, last_read = skip
                             if last_read > hi:
                                 hi = last_read
                             skipped += resume - pos
@@ -1207,6 +1200,28 @@ class _Graph:
             if not abs(undo[var] - values[var] - shift) <= SHIFT_TOL_US:  # NaN: not the same
                 return None
         return shift
+
+    def _skip_stretch(
+        self,
+        pos: int,
+        resume: int,
+        values: list[float],
+        undo: _Changes,
+        frontier: list[int],
+        tables: _ShiftTables,
+    ) -> tuple[list[int], int] | None:
+        """Skip the tasks in [pos, resume) (``resume``: the what-if's next own position)
+        where they are the base replay, or it shifted: the new frontier and the last
+        position reading what the skip wrote; None where neither holds (or the stretch is
+        too short for a shift to pay)."""
+        if not frontier:
+            return [], -1  # nothing changed is read from here on: the base values hold
+        if resume - pos < GAP_MIN_TASKS:
+            return None
+        shift = self._uniform_shift(pos, frontier, values, undo, tables)
+        if shift is None or shift == float("inf"):
+            return None
+        return self._skip_gap(pos, resume, shift, values, undo, frontier)
 
     def _skip_gap(
         self,

@@ -669,6 +669,43 @@ def test_a_sites_what_if_in_gpu_bound_steps_evaluates_about_its_own_syncs_only(t
     assert expected.total_us > 0
 
 
+def test_a_sites_what_if_whose_syncs_move_little_evaluates_only_around_them(tmp_path):
+    """Forty sites per step, each ``.item()`` after a few kernels, and autograd's thread
+    launching most of the work: removing a sync moves two variables, which nothing reads
+    far after it. A site's what-if used to evaluate every task from its first sync to its
+    last (the shift never holds: the other thread's work does not move)."""
+    from tb_syncfinder import whatif
+
+    b = KinetoTraceBuilder()
+    for n in range(1, 7):
+        with b.step(n):
+            for _site in range(40):
+                for k in range(5):
+                    b.kernel(dur=100 + 7 * ((n + k) % 5))
+                    b.advance(3)
+                _item(b)
+                b.advance(20)
+                with b.thread(2):
+                    for k in range(30):
+                        b.kernel(dur=60 + 5 * (k % 3))
+                        b.advance(4)
+                b.advance(30 + 5 * (n % 3))
+    path = b.write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    graph = whatif._build(tl, episodes)
+    pristine = list(graph.base_values)
+    for first in (0, 7, 39):
+        site = frozenset(range(first, len(episodes), 40))
+        assert len(site) == 6
+        evaluated = graph._dense_evaluated
+        saving = graph.saving(site)
+        assert graph._dense_evaluated - evaluated < len(graph.tasks) / 20
+        expected = graph.saving_from(graph.metrics_for(site))
+        assert (saving.total_us, saving.per_step_us) == (expected.total_us, expected.per_step_us)
+        assert graph.base_values == pristine
+
+
 def _steps_with_launch_bubbles(steps: int) -> KinetoTraceBuilder:
     """Many short launches and an ``.item()`` per step, then a short kernel on an idle
     second stream: without one sync, the next step's kernels fill its bubble."""

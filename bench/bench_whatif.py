@@ -9,6 +9,15 @@ median of each are printed, and their ratio (the verdict on the median CPU time)
 Target: with / without <= 1.3 on the 54 MB A100 trace.
 
 CPU time is printed beside wall time: on a shared machine it is the steadier of the two.
+
+    python bench/bench_whatif.py --sites 100 [-n 3]
+
+Builds (``tests/kineto_builder.py``) traces of 8 steps, each calling ``.item()`` at N and
+at 4N different lines (sites), in two shapes: GPU-bound steps (removing a site's syncs
+shifts everything after each), and steps where autograd's thread launches most of the
+work (nothing shifts uniformly); prints with / without for each, and how much the
+replay's own time (with - without) grows for 4x the sites: about 4x when each site's
+what-if costs its own syncs, 16x when it costs the trace (as before 7d00412).
 """
 
 from __future__ import annotations
@@ -40,11 +49,75 @@ def _time(call: Callable[[], Any]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def _sites_trace(folder: Path, shape: str, sites: int) -> str:
+    """8 steps of ``sites`` ``.item()`` calls at different lines (see the docstring)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from kineto_builder import KinetoTraceBuilder
+
+    b = KinetoTraceBuilder()
+    for n in range(1, 9):
+        with b.step(n):
+            for site in range(sites):
+                kernels = 20 if shape == "gpu-bound" else 5
+                for k in range(kernels):
+                    b.kernel(dur=20 if shape == "gpu-bound" else 100 + 7 * ((n + k) % 5))
+                    b.advance(0 if shape == "gpu-bound" else 3)
+                stack = [("train.py", 10 + site, "train_step")]
+                with (
+                    b.op("aten::item", stack=stack, called="item"),
+                    b.op("aten::_local_scalar_dense"),
+                ):
+                    b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                    b.runtime("cudaStreamSynchronize")
+                if shape == "second thread":
+                    b.advance(20)
+                    with b.thread(2):
+                        for k in range(30):
+                            b.kernel(dur=60 + 5 * (k % 3))
+                            b.advance(4)
+                    b.advance(30 + 5 * (n % 3))
+    return str(b.write(folder / f"{shape.replace(' ', '_')}_{sites}.pt.trace.json"))
+
+
+def _median_cpu(path: str, options: engine.Options, repeat: int) -> float:
+    return statistics.median(
+        _time(lambda: engine.analyze_trace(path, options))[1] for _ in range(repeat)
+    )
+
+
+def sites_scaling(sites: int, repeat: int) -> None:
+    import tempfile
+
+    without = engine.Options(whatif=False, contexts=False, window_bytes=0)
+    with_replay = engine.Options(whatif=True, contexts=False, window_bytes=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"{'shape':<14} {'sites':>6} {'MB':>6} {'without':>9} {'with':>9} {'ratio':>7}")
+        for shape in ("gpu-bound", "second thread"):
+            replay_s = []
+            for count in (sites, 4 * sites):
+                path = _sites_trace(Path(tmp), shape, count)
+                engine.analyze_trace(path, without)  # warm-up: page cache
+                off = _median_cpu(path, without, repeat)
+                on = _median_cpu(path, with_replay, repeat)
+                replay_s.append(on - off)
+                size = Path(path).stat().st_size / 1e6
+                figures = f"{off:>8.2f}s {on:>8.2f}s {on / off:>6.2f}x"
+                print(f"{shape:<14} {count:>6} {size:>6.1f} {figures}")
+            print(f"{shape:<14} replay time for 4x the sites: {replay_s[1] / replay_s[0]:.1f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", nargs="?", help=f"default: {DEFAULT_TRACE_NAME}")
-    parser.add_argument("-n", "--repeat", type=int, default=7, help="runs of each (default 7)")
+    parser.add_argument(
+        "-n", "--repeat", type=int, default=None, help="runs of each (7; 3 with --sites)"
+    )
+    parser.add_argument("--sites", type=int, help="built traces of N and 4N sites per step instead")
     args = parser.parse_args(argv)
+    if args.sites:
+        sites_scaling(args.sites, args.repeat or 3)
+        return 0
+    args.repeat = args.repeat or 7
     path = args.trace or next((str(p) for p in CANDIDATES if p.is_file()), None)
     if not path or not Path(path).is_file():
         print("bench_whatif: no trace found", file=sys.stderr)

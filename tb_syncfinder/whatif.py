@@ -103,7 +103,7 @@ SHIFT_CHECK_EVERY = 16
 SHIFT_TOL_US = 1e-6
 # A stretch between two of a what-if's own edges is skipped when it is the base replay
 # shifted and at least this many tasks long (shorter ones cost less to evaluate).
-GAP_MIN_TASKS = 64
+STRETCH_MIN_TASKS = 64
 # A graph's what-ifs evaluate only the tasks that read a changed variable (``_Readers``)
 # once their whole-range evaluations have passed this many times the graph's tasks with
 # fewer than this share of them changed: the index of readers costs about one pass.
@@ -659,18 +659,18 @@ def _latest_end(
 
 def _shift_of(changed: _Changes, def_pos: np.ndarray) -> Callable[[int], float]:
     """How much earlier than the base replay a variable not in ``changed`` is in that
-    what-if: its gap's shift or, past the cut, the cut's (0 elsewhere)."""
-    cut, shift, gaps = changed.cut, changed.shift, changed.gaps
-    gap_starts = [gap[0] for gap in gaps]
+    what-if: its stretch's shift or, past the cut, the cut's (0 elsewhere)."""
+    cut, shift, stretches = changed.cut, changed.shift, changed.stretches
+    starts = [stretch[0] for stretch in stretches]
 
     def shift_of(var: int) -> float:
         pos = def_pos[var]
         if cut is not None and pos >= cut:
             return shift
-        if gaps:
-            index = bisect_right(gap_starts, pos) - 1
-            if index >= 0 and pos < gaps[index][1]:
-                return gaps[index][2]
+        if stretches:
+            index = bisect_right(starts, pos) - 1
+            if index >= 0 and pos < stretches[index][1]:
+                return stretches[index][2]
         return 0.0
 
     return shift_of
@@ -797,17 +797,17 @@ ALL_SYNCS = "every counted sync"  # ReplayCarry's key of "every sync removed"
 
 
 class _Changes(dict):
-    """The variables a what-if changed in place (variable -> its base value), and the
-    uniform shift past ``cut``: every variable whose task is at position ``cut`` or later
-    is ``shift`` us earlier than in the base replay, without being written (``_Graph.run``).
-    ``cut`` is None when the what-if has no such tail."""
+    """The variables a what-if changed in place (variable -> its base value), and where it
+    is the base replay shifted without being written (``_Graph.run``): past ``cut`` (None:
+    no such tail), every variable whose task is at position ``cut`` or later is ``shift``
+    us earlier; in each of ``stretches`` (first position, position after the last, shift;
+    in order, all before ``cut``, between two of the what-if's own positions), every
+    variable its tasks define is that much earlier, and only those read after the stretch
+    are written (and in the dict)."""
 
     cut: int | None = None
     shift: float = 0.0
-    # Stretches between the what-if's own edges that were the base replay shifted:
-    # (first position, position after the last, shift), in order, all before ``cut``. Of
-    # the variables their tasks define, only those read after the stretch are in the dict.
-    gaps: Sequence[tuple[int, int, float]] = ()
+    stretches: list[tuple[int, int, float]] | tuple[()] = ()
 
 
 @dataclass
@@ -821,6 +821,27 @@ class _ShiftTables:
     step_first: np.ndarray  # per step: earliest task position of its end inputs (-1: fixed)
     step_last: np.ndarray  # per step: latest task position of its end inputs
     later_first: np.ndarray  # per step n: least step_first over the steps after n
+
+
+@dataclass
+class _StretchTables:
+    """What skipping a stretch between a what-if's own positions needs (``_Graph.
+    _skip_stretch``), built once per graph at the first skip."""
+
+    defines: np.ndarray  # per position p: the variables its task defines at 2p, 2p + 1 (-1)
+    lastuse: np.ndarray  # per variable: the position of its last reader
+    slack: np.ndarray  # per position: base value - fixed lower bound (inf: none)
+
+
+@dataclass
+class _StepEnds:
+    """A step's device end variables in the order of the tasks that define them, with those
+    positions and their base values (``_Graph._latest_end_in_regions``)."""
+
+    positions: np.ndarray
+    variables: list[int]
+    base: np.ndarray
+    has_nan: bool
 
 
 @dataclass
@@ -866,6 +887,7 @@ class _Graph:
         self._steps_of: tuple[list[int], dict[int, list[int]]] | None = None
         self._end_vars: list[list[int]] | None = None  # see ``_step_end_vars``
         self._ends_by_base: dict[int, list[int] | None] = {}  # see ``_step_ends_by_base``
+        self._ends_by_pos: dict[int, _StepEnds] = {}  # see ``_latest_end_in_regions``
         self._shift_tables: _ShiftTables | None = None
         self.identity: _Identity | None = None
         # Items that ran before this window on a lane (``ReplayCarry.lanes``): item -> lane.
@@ -876,7 +898,7 @@ class _Graph:
         self._unpinned: dict[int, tuple[Any, ...]] = {}  # tasks as before ``_pinned``
         self._readers: _Readers | None = None
         self._readers_wanted = False  # built at the start of the next what-if (``run``)
-        self._gaps_index: tuple[np.ndarray, np.ndarray] | None = None  # see ``_gap_tables``
+        self._stretch_tables: _StretchTables | None = None  # see ``_stretch_index``
         # Whole-range what-if evaluations so far: tasks evaluated, and how many changed.
         self._dense_evaluated = 0
         self._dense_changed = 0
@@ -913,8 +935,10 @@ class _Graph:
         it when this one moves earlier.
 
         ``stops`` (sorted): the positions where the what-if changes the graph (its removed
-        edges, the pins of a window's carried state). Between two of them the same uniform
-        shift holds as past the last one, and the run skips to the next (``_skip_gap``)."""
+        edges, the pins of a window's carried state). Between two of them, the run skips to
+        the next where nothing it changed is read any more (the base values hold there), or
+        where the uniform shift holds over the stretch as it may past the last one
+        (``_skip_stretch``)."""
         # A what-if whose own edges span much of the graph (every sync removed, a site of
         # many syncs) has most tasks to evaluate anyway: the whole range is cheaper there.
         if horizon is not None and self._readers_wanted and (horizon - lo) * 4 < len(self.tasks):
@@ -932,19 +956,19 @@ class _Graph:
         tables = None
         next_check = n
         check_every = SHIFT_CHECK_EVERY
-        # Between two of the what-if's own edges (a site's syncs in successive steps), the
-        # same shift skips ahead to the next one (``_skip_gap``): a site what-if otherwise
-        # re-evaluated everything between its first and last sync.
-        gap_check = n
-        gap_every = SHIFT_CHECK_EVERY
+        # Between two of the what-if's own edges (a site's syncs in successive steps), skip
+        # ahead to the next where that is exact (``_skip_stretch``): a site's what-if
+        # otherwise re-evaluated everything between its first and last sync.
+        stretch_check = n
+        stretch_every = SHIFT_CHECK_EVERY
         stops_passed = 0
         frontier: list[int] = []
         if undo is not None and horizon is not None:
             tables = self._shift_tables or self._build_shift_tables()
             next_check = hi + 1
             if stops is not None and len(stops) > 1:
-                gap_check = lo + 1 + SHIFT_CHECK_EVERY
-        check_at = min(next_check, gap_check)
+                stretch_check = lo + 1 + SHIFT_CHECK_EVERY
+        check_at = min(next_check, stretch_check)
         while pos < n and pos <= hi:
             if pos >= check_at:
                 if pos >= next_check:
@@ -954,13 +978,13 @@ class _Graph:
                     if self._shifted_from(pos, frontier, values, undo, tables):  # type: ignore[arg-type]
                         self._count_dense(pos - lo - skipped, changes)
                         return
-                if pos >= gap_check:
+                if pos >= stretch_check:
                     passed = bisect_left(stops, pos)  # stops before pos (the one at pos is to run)
                     if passed != stops_passed:  # a new stretch: check early again
                         stops_passed = passed
-                        gap_every = SHIFT_CHECK_EVERY
-                    gap_check = pos + gap_every if passed < len(stops) else n  # type: ignore[arg-type]
-                    gap_every *= 2
+                        stretch_every = SHIFT_CHECK_EVERY
+                    stretch_check = pos + stretch_every if passed < len(stops) else n  # type: ignore[arg-type]
+                    stretch_every *= 2
                     if passed < len(stops):  # type: ignore[arg-type]
                         frontier = [v for v in frontier if lastuse[v] >= pos]
                         resume = stops[passed]  # type: ignore[index]
@@ -971,10 +995,12 @@ class _Graph:
                                 hi = last_read
                             skipped += resume - pos
                             pos = resume
-                            gap_check = resume + 1 + SHIFT_CHECK_EVERY
-                            gap_every = SHIFT_CHECK_EVERY * 2
+                            # The stop at resume runs next: the stretch after it starts
+                            # there, checked from the start of the schedule.
+                            stretch_check = resume + 1 + SHIFT_CHECK_EVERY
+                            stretch_every = SHIFT_CHECK_EVERY * 2
                             stops_passed = passed + 1
-                check_at = min(next_check, gap_check)
+                check_at = min(next_check, stretch_check)
                 if pos > hi:
                     break
             out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = tasks[pos]
@@ -1173,7 +1199,7 @@ class _Graph:
     ) -> bool:
         """Whether everything from ``pos`` on is the base replay shifted (then ``undo``
         says by how much). ``frontier``: the changed variables still read at ``pos``."""
-        shift = self._uniform_shift(pos, frontier, values, undo, tables)
+        shift = self._uniform_shift(pos, frontier, values, undo, tables, tables.slack[pos])
         if shift is None:
             return False
         undo.cut = pos
@@ -1187,14 +1213,16 @@ class _Graph:
         values: list[float],
         undo: _Changes,
         tables: _ShiftTables,
+        slack: float,
     ) -> float | None:
-        """The shift by which every task from ``pos`` on that reads only what came before
-        (and the tasks after it that read those) is the base replay shifted, or None."""
+        """The amount by which every variable still to be read at ``pos`` moved earlier, if
+        they all moved by the same and no task's fixed lower bound over the stretch to be
+        skipped (its least ``slack``) is within it; else None."""
         if not frontier or len(frontier) != tables.live[pos]:
             return None  # some variable still to be read did not move
         first = frontier[0]
         shift = undo[first] - values[first]
-        if not shift > 0 or tables.slack[pos] < shift:
+        if not shift > 0 or slack < shift:
             return None
         for var in frontier:
             if not abs(undo[var] - values[var] - shift) <= SHIFT_TOL_US:  # NaN: not the same
@@ -1216,14 +1244,18 @@ class _Graph:
         too short for a shift to pay)."""
         if not frontier:
             return [], -1  # nothing changed is read from here on: the base values hold
-        if resume - pos < GAP_MIN_TASKS:
+        if resume - pos < STRETCH_MIN_TASKS:
             return None
-        shift = self._uniform_shift(pos, frontier, values, undo, tables)
-        if shift is None or shift == float("inf"):
+        index = self._stretch_index()
+        # The least slack over this stretch only: a fixed lower bound later in the trace
+        # (a thread whose first point is in the last step) does not stop it.
+        slack = float(index.slack[pos:resume].min())
+        shift = self._uniform_shift(pos, frontier, values, undo, tables, slack)
+        if shift is None or shift == float("inf"):  # inf: a value at -inf moved
             return None
-        return self._skip_gap(pos, resume, shift, values, undo, frontier)
+        return self._shift_stretch(pos, resume, shift, values, undo, frontier, index)
 
-    def _skip_gap(
+    def _shift_stretch(
         self,
         pos: int,
         resume: int,
@@ -1231,37 +1263,50 @@ class _Graph:
         values: list[float],
         undo: _Changes,
         frontier: list[int],
+        index: _StretchTables,
     ) -> tuple[list[int], int]:
         """Skip the tasks in [pos, resume), each the base replay less ``shift`` (as past
-        ``undo.cut``): write only the variables they define that are read at ``resume`` or
-        later, and record the gap in ``undo``. Returns the new frontier and the last
-        position that reads a variable written here."""
-        defines, lastuse = self._gap_tables()
-        written = defines[2 * pos : 2 * resume]
+        ``undo.cut``): write only the variables they define that are read at or after
+        ``resume``, and record the stretch in ``undo``. Returns the new frontier and the
+        last position that reads a variable written here."""
+        written = index.defines[2 * pos : 2 * resume]
         written = written[written >= 0]
-        read_later = written[lastuse[written] >= resume]
-        last_read = int(lastuse[read_later].max()) if len(read_later) else -1
+        read_later = written[index.lastuse[written] >= resume]
+        last_read = int(index.lastuse[read_later].max()) if len(read_later) else -1
         for var in read_later.tolist():
             old = values[var]
             undo.setdefault(var, old)
             values[var] = old - shift
-        keep = self.lastuse
-        frontier = [v for v in frontier if keep[v] >= resume] + read_later.tolist()
-        undo.gaps = [*undo.gaps, (pos, resume, shift)]
+        lastuse = self.lastuse
+        frontier = [v for v in frontier if lastuse[v] >= resume] + read_later.tolist()
+        if not undo.stretches:
+            undo.stretches = []
+        undo.stretches.append((pos, resume, shift))  # type: ignore[union-attr]
         return frontier, last_read
 
-    def _gap_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per task position the variables it defines (two columns, -1: none), flattened,
-        and each variable's last reader: what ``_skip_gap`` needs, built at its first use
-        (graphs whose what-ifs never skip a gap do not pay the memory)."""
-        if self._gaps_index is None:
+    def _stretch_index(self) -> _StretchTables:
+        """What ``_skip_stretch`` needs, built at its first use (graphs whose what-ifs never
+        skip a stretch do not pay the memory)."""
+        if self._stretch_tables is None:
             tasks = self.tasks
             count = len(tasks)
+            unpinned = self._unpinned  # the tasks as built, not as ``_pinned`` made them
+            if unpinned:
+                tasks = [unpinned.get(pos, task) for pos, task in enumerate(tasks)]
             defines = np.empty(2 * count, dtype=np.int64)
-            defines[0::2] = np.fromiter((t[0] for t in tasks), dtype=np.int64, count=count)
+            outs = np.fromiter((t[0] for t in tasks), dtype=np.int64, count=count)
+            defines[0::2] = outs
             defines[1::2] = np.fromiter((t[1] for t in tasks), dtype=np.int64, count=count)
-            self._gaps_index = (defines, np.asarray(self.lastuse, dtype=np.int64))
-        return self._gaps_index
+            consts = np.fromiter((t[9] for t in tasks), dtype=float, count=count)
+            base = np.asarray(self.base_values, dtype=float)
+            with np.errstate(invalid="ignore"):
+                slack = np.where(np.isneginf(consts), np.inf, base[outs] - consts)
+            self._stretch_tables = _StretchTables(
+                defines,
+                np.asarray(self.lastuse, dtype=np.int64),
+                np.nan_to_num(slack, nan=0.0, posinf=np.inf),
+            )
+        return self._stretch_tables
 
     def _build_shift_tables(self) -> _ShiftTables:
         tasks = self.tasks
@@ -1714,6 +1759,101 @@ class _Graph:
             self._ends_by_base[step] = ends
         return ends  # type: ignore[return-value]
 
+    def _latest_end_in_regions(
+        self,
+        step: int,
+        changed: _Changes,
+        regions: Sequence[tuple[int, int, float]],
+    ) -> float | None:
+        """The latest device end of a step in a what-if whose ``regions`` (first position,
+        position after the last, shift; in order, apart) are the base replay shifted: per
+        region, the largest base value of the step's ends defined there less its shift,
+        and elsewhere the ends as the what-if left them. None: a NaN end (the full path
+        decides). Reading each shifted end was a pass over the step per what-if: a site
+        syncing in each of 1,500 steps shifts the later ones by more than a step lasts."""
+        ends = self._ends_by_pos.get(step)
+        values = self.base_values
+        if ends is None:
+            tables = self._shift_tables
+            assert tables is not None
+            variables = np.asarray(self._step_end_vars()[step], dtype=np.int64)
+            positions = tables.def_pos[variables]
+            order = np.argsort(positions, kind="stable")
+            in_order = variables[order].tolist()
+            base = np.fromiter(
+                (changed.get(v, values[v]) for v in in_order), dtype=float, count=len(in_order)
+            )
+            ends = _StepEnds(positions[order], in_order, base, bool(np.isnan(base).any()))
+            self._ends_by_pos[step] = ends
+        if ends.has_nan:
+            return None
+        latest = float("-inf")
+        done = 0  # ends before this index are accounted for
+        for first, after, shift in regions:
+            lo = int(np.searchsorted(ends.positions, first, side="left"))
+            hi = int(np.searchsorted(ends.positions, after, side="left"))
+            if lo > done:
+                left = list(map(values.__getitem__, ends.variables[done:lo]))
+                total = sum(left)  # NaN when one is (or when +inf meets -inf)
+                if total != total and any(e != e for e in left):
+                    return None
+                latest = max(latest, *left)
+            if hi > lo:
+                latest = max(latest, float(ends.base[lo:hi].max()) - shift)
+            done = max(done, hi)
+        if done < len(ends.variables):
+            left = list(map(values.__getitem__, ends.variables[done:]))
+            total = sum(left)
+            if total != total and any(e != e for e in left):
+                return None
+            latest = max(latest, *left)
+        return latest
+
+    def _steps_in_stretches(
+        self, stretches: Sequence[tuple[int, int, float]], affected: set[int]
+    ) -> tuple[set[int], dict[int, float]]:
+        """Add to ``affected`` the steps with an end input in one of ``stretches``; return
+        them, and those with all of them in one, with its shift."""
+        tables = self._shift_tables
+        assert tables is not None
+        starts = np.fromiter((st[0] for st in stretches), dtype=np.int64, count=len(stretches))
+        ends = np.fromiter((st[1] for st in stretches), dtype=np.int64, count=len(stretches))
+        first, last = tables.step_first, tables.step_last  # first -1: a fixed host end
+        # The stretches are in order and apart: of those starting at or before a step's last
+        # end input, the last ends latest, so the step touches one if that one ends after
+        # its first end input.
+        index = np.searchsorted(starts, last, side="right") - 1
+        has = (index >= 0) & (last >= 0)
+        index = np.where(has, index, 0)
+        touched = has & (ends[index] > first)
+        steps = set(np.flatnonzero(touched).tolist())
+        affected.update(steps)
+        whole = np.flatnonzero(touched & (first >= starts[index]) & (last < ends[index]))
+        return steps, {int(n): stretches[int(index[n])][2] for n in whole}
+
+    def _regions_of(
+        self,
+        step: int,
+        stretches: Sequence[tuple[int, int, float]],
+        cut: int | None,
+        shift: float,
+    ) -> list[tuple[int, int, float]]:
+        """The stretches and the tail past the cut that hold any of the step's end inputs."""
+        tables = self._shift_tables
+        assert tables is not None
+        first, last = int(tables.step_first[step]), int(tables.step_last[step])
+        regions = []
+        # From the last stretch starting before the step's first end input, in order.
+        for k in range(max(bisect_left(stretches, (max(first, 0),)) - 1, 0), len(stretches)):
+            stretch = stretches[k]
+            if stretch[0] > last:
+                break
+            if stretch[1] > first:
+                regions.append(stretch)
+        if cut is not None and last >= cut:
+            regions.append((cut, len(self.tasks) + 1, shift))
+        return regions
+
     def _saving_of_changes(self, changed: _Changes) -> Saving | None:
         """The saving of a what-if whose changed variables are ``changed`` (its values
         are in ``base_values`` now): the same floats ``metrics`` would give, recomputing
@@ -1741,11 +1881,11 @@ class _Graph:
         cut = changed.cut
         shift = changed.shift
         tables = self._shift_tables
-        gaps = changed.gaps if tables is not None else ()
-        for gap_from, gap_to, _gap_shift in gaps:
-            # Steps with an end input in a skipped stretch: recomputed from the shift.
-            inside = (tables.step_last >= gap_from) & (tables.step_first < gap_to)  # type: ignore[union-attr]
-            affected.update(np.flatnonzero(inside).tolist())
+        stretches = changed.stretches if tables is not None else ()
+        within: dict[int, float] = {}  # steps whose every end input is in one stretch: its shift
+        touched: set[int] = set()  # steps with an end input in a stretch
+        if stretches:
+            touched, within = self._steps_in_stretches(stretches, affected)
         if cut is not None and tables is not None:
             # Steps with an end input at or past the cut: recomputed (all of them shifted
             # wholly after the last one recomputed, see the loop).
@@ -1775,24 +1915,40 @@ class _Graph:
         # A step's latest device end from the ends this what-if changed and the largest
         # of the others by base value: reading all of a step's ends per what-if was
         # quadratic in a step with many syncs (8,000 syncs in 5 steps: 15 s of 20).
-        # A shifted end stays below its base:
-        ordered = shift >= 0.0 and shift != float("inf")  # gaps' shifts are finite, > 0
+        # A shifted end stays below its base (the stretches' shifts are finite and > 0).
+        ordered = shift >= 0.0 and shift != float("inf")
         for n in affected:
             _sv, _so, ev, eo = self.step_refs[n]
+            moved_by = within.get(n)
+            if moved_by is not None:  # all of it the base replay shifted, as past the cut
+                device = base.dev_hi[n]
+                if device != device and end_vars[n]:
+                    return None  # a NaN end: the full path decides
+                host_end[n] = base.host_end[n] - moved_by
+                dev_hi[n] = device - moved_by
+                continue
             host_end[n] = (value(ev) if ev >= 0 else 0.0) + eo
             step_vars = end_vars[n]
+            past_cut = cut is not None and tables.step_last[n] >= cut  # type: ignore[union-attr]
+            if step_vars and ordered and (n in touched or past_cut):
+                regions = self._regions_of(n, stretches, cut, shift)
+                latest = self._latest_end_in_regions(n, changed, regions)
+                if latest is None:
+                    return None
+                dev_hi[n] = latest
+                continue
             by_base = self._step_ends_by_base(n, changed) if step_vars and ordered else None
             if by_base is not None:
                 moved_ends = [value(var) for var in changed_ends.get(n, ())]
                 if any(end != end for end in moved_ends):
                     return None
-                shifted = gaps or (cut is not None and tables.step_last[n] >= cut)  # type: ignore[union-attr]
+                shifted = stretches or (cut is not None and tables.step_last[n] >= cut)  # type: ignore[union-attr]
                 dev_hi[n] = _latest_end(
                     by_base, moved_ends, values, changed, shift_of if shifted else None
                 )
             elif step_vars:
                 ends = list(map(values.__getitem__, step_vars))
-                if gaps or (cut is not None and tables.step_last[n] >= cut):  # type: ignore[union-attr]
+                if stretches or (cut is not None and tables.step_last[n] >= cut):  # type: ignore[union-attr]
                     ends = list(map(value, step_vars))  # some are the base replay shifted
                 total = sum(ends)  # NaN when one is (or when +inf meets -inf)
                 if total != total and any(e != e for e in ends):
@@ -1801,8 +1957,10 @@ class _Graph:
             else:
                 dev_hi[n] = float("nan")
         first = base.host_start[0]
+        sv, so, _ev, _eo = self.step_refs[0]
+        if 0 not in affected and stretches and sv >= 0 and value(sv) != values[sv]:
+            affected.add(0)  # the first step's start in a stretch, its ends after it
         if 0 in affected:
-            sv, so, _ev, _eo = self.step_refs[0]
             first = (value(sv) if sv >= 0 else 0.0) + so
         completion = base.completion
         start = min(affected)

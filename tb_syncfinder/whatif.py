@@ -104,6 +104,9 @@ SHIFT_TOL_US = 1e-6
 # A stretch between two of a what-if's own edges is skipped when it is the base replay
 # shifted and at least this many tasks long (shorter ones cost less to evaluate).
 STRETCH_MIN_TASKS = 64
+# A step's latest end is taken per shifted region where at most this many of its ends lie
+# outside them (read one by one); else from its ends by base value, largest first.
+REGION_OTHER_ENDS_MAX = 64
 # A graph's what-ifs evaluate only the tasks that read a changed variable (``_Readers``)
 # once their whole-range evaluations have passed this many times the graph's tasks with
 # fewer than this share of them changed: the index of readers costs about one pass.
@@ -1768,9 +1771,11 @@ class _Graph:
         """The latest device end of a step in a what-if whose ``regions`` (first position,
         position after the last, shift; in order, apart) are the base replay shifted: per
         region, the largest base value of the step's ends defined there less its shift,
-        and elsewhere the ends as the what-if left them. None: a NaN end (the full path
-        decides). Reading each shifted end was a pass over the step per what-if: a site
-        syncing in each of 1,500 steps shifts the later ones by more than a step lasts."""
+        and the other ends as the what-if left them. None where more than a few ends lie
+        outside the regions (``_latest_end`` reads those by base, down to the first that
+        cannot be later) or one is NaN. Reading each shifted end was a pass over the step
+        per what-if: a site syncing in each of 1,500 steps shifts the later ones by more
+        than a step lasts."""
         ends = self._ends_by_pos.get(step)
         values = self.base_values
         if ends is None:
@@ -1787,26 +1792,30 @@ class _Graph:
             self._ends_by_pos[step] = ends
         if ends.has_nan:
             return None
-        latest = float("-inf")
-        done = 0  # ends before this index are accounted for
+        spans = []  # per region, the range of the step's ends (in position order) in it
+        inside = 0
         for first, after, shift in regions:
             lo = int(np.searchsorted(ends.positions, first, side="left"))
             hi = int(np.searchsorted(ends.positions, after, side="left"))
-            if lo > done:
-                left = list(map(values.__getitem__, ends.variables[done:lo]))
-                total = sum(left)  # NaN when one is (or when +inf meets -inf)
-                if total != total and any(e != e for e in left):
-                    return None
-                latest = max(latest, *left)
             if hi > lo:
-                latest = max(latest, float(ends.base[lo:hi].max()) - shift)
-            done = max(done, hi)
-        if done < len(ends.variables):
-            left = list(map(values.__getitem__, ends.variables[done:]))
-            total = sum(left)
-            if total != total and any(e != e for e in left):
+                spans.append((lo, hi, shift))
+                inside += hi - lo
+        if len(ends.variables) - inside > REGION_OTHER_ENDS_MAX:
+            return None
+        latest = float("-inf")
+        others: list[int] = []
+        done = 0  # the ends before this index are in a span or in others
+        for lo, hi, shift in spans:
+            others += ends.variables[done:lo]
+            latest = max(latest, float(ends.base[lo:hi].max()) - shift)
+            done = hi
+        others += ends.variables[done:]
+        if others:
+            moved = list(map(values.__getitem__, others))
+            total = sum(moved)  # NaN when one is (or when +inf meets -inf)
+            if total != total and any(e != e for e in moved):
                 return None
-            latest = max(latest, *left)
+            latest = max(latest, *moved)
         return latest
 
     def _steps_in_stretches(
@@ -1933,10 +1942,9 @@ class _Graph:
             if step_vars and ordered and (n in touched or past_cut):
                 regions = self._regions_of(n, stretches, cut, shift)
                 latest = self._latest_end_in_regions(n, changed, regions)
-                if latest is None:
-                    return None
-                dev_hi[n] = latest
-                continue
+                if latest is not None:
+                    dev_hi[n] = latest
+                    continue
             by_base = self._step_ends_by_base(n, changed) if step_vars and ordered else None
             if by_base is not None:
                 moved_ends = [value(var) for var in changed_ends.get(n, ())]

@@ -52,31 +52,13 @@ def _time(call: Callable[[], Any]) -> tuple[float, float]:
 def _sites_trace(folder: Path, shape: str, sites: int) -> str:
     """8 steps of ``sites`` ``.item()`` calls at different lines (see the docstring)."""
     sys.path.insert(0, str(REPO / "tests"))
-    from kineto_builder import KinetoTraceBuilder
+    from trace_shapes import sites_in_steps
 
-    b = KinetoTraceBuilder()
-    for n in range(1, 9):
-        with b.step(n):
-            for site in range(sites):
-                kernels = 20 if shape == "gpu-bound" else 5
-                for k in range(kernels):
-                    b.kernel(dur=20 if shape == "gpu-bound" else 100 + 7 * ((n + k) % 5))
-                    b.advance(0 if shape == "gpu-bound" else 3)
-                stack = [("train.py", 10 + site, "train_step")]
-                with (
-                    b.op("aten::item", stack=stack, called="item"),
-                    b.op("aten::_local_scalar_dense"),
-                ):
-                    b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
-                    b.runtime("cudaStreamSynchronize")
-                if shape == "second thread":
-                    b.advance(20)
-                    with b.thread(2):
-                        for k in range(30):
-                            b.kernel(dur=60 + 5 * (k % 3))
-                            b.advance(4)
-                    b.advance(30 + 5 * (n % 3))
-    return str(b.write(folder / f"{shape.replace(' ', '_')}_{sites}.pt.trace.json"))
+    if shape == "gpu-bound":
+        builder = sites_in_steps(8, sites, kernels=20)
+    else:
+        builder = sites_in_steps(8, sites, kernels=5, second_thread=True)
+    return str(builder.write(folder / f"{shape.replace(' ', '_')}_{sites}.pt.trace.json"))
 
 
 def _median_cpu(path: str, options: engine.Options, repeat: int) -> float:

@@ -914,7 +914,7 @@ class _Graph:
         lo: int,
         horizon: int | None,
         undo: _Changes | None = None,
-        stops: Sequence[int] | None = None,
+        stops: Sequence[int] = (),
     ) -> None:
         """Evaluate tasks from position ``lo`` in place. With ``horizon``: a what-if from
         base values, stopping once no later task can read a changed value; ``undo`` then
@@ -969,7 +969,7 @@ class _Graph:
         if undo is not None and horizon is not None:
             tables = self._shift_tables or self._build_shift_tables()
             next_check = hi + 1
-            if stops is not None and len(stops) > 1:
+            if len(stops) > 1:
                 stretch_check = lo + 1 + SHIFT_CHECK_EVERY
         check_at = min(next_check, stretch_check)
         while pos < n and pos <= hi:
@@ -986,11 +986,11 @@ class _Graph:
                     if passed != stops_passed:  # a new stretch: check early again
                         stops_passed = passed
                         stretch_every = SHIFT_CHECK_EVERY
-                    stretch_check = pos + stretch_every if passed < len(stops) else n  # type: ignore[arg-type]
+                    stretch_check = pos + stretch_every if passed < len(stops) else n
                     stretch_every *= 2
-                    if passed < len(stops):  # type: ignore[arg-type]
+                    if passed < len(stops):
                         frontier = [v for v in frontier if lastuse[v] >= pos]
-                        resume = stops[passed]  # type: ignore[index]
+                        resume = stops[passed]
                         skip = self._skip_stretch(pos, resume, values, undo, frontier, tables)  # type: ignore[arg-type]
                         if skip is not None:
                             frontier, last_read = skip
@@ -1950,13 +1950,13 @@ class _Graph:
                 moved_ends = [value(var) for var in changed_ends.get(n, ())]
                 if any(end != end for end in moved_ends):
                     return None
-                shifted = stretches or (cut is not None and tables.step_last[n] >= cut)  # type: ignore[union-attr]
+                shifted = stretches or past_cut
                 dev_hi[n] = _latest_end(
                     by_base, moved_ends, values, changed, shift_of if shifted else None
                 )
             elif step_vars:
                 ends = list(map(values.__getitem__, step_vars))
-                if stretches or (cut is not None and tables.step_last[n] >= cut):  # type: ignore[union-attr]
+                if stretches or past_cut:
                     ends = list(map(value, step_vars))  # some are the base replay shifted
                 total = sum(ends)  # NaN when one is (or when +inf meets -inf)
                 if total != total and any(e != e for e in ends):

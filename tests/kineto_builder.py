@@ -727,10 +727,12 @@ class KinetoTraceBuilder:
 def item_sync(
     b: KinetoTraceBuilder,
     stack: Sequence[FrameSpec] = (("train.py", 8, "train_step"),),
-    kernel_us: float = 400.0,
+    kernel_us: float | None = 400.0,
 ) -> None:
-    """A GPU kernel followed by ``loss.item()``: the classic scalar readback."""
-    b.kernel(dur=kernel_us)
+    """A GPU kernel followed by ``loss.item()``: the classic scalar readback (``kernel_us``
+    None: the ``.item()`` alone, after kernels of the caller's)."""
+    if kernel_us is not None:
+        b.kernel(dur=kernel_us)
     with b.op("aten::item", stack=stack, called="item"), b.op("aten::_local_scalar_dense"):
         b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
         b.runtime("cudaStreamSynchronize")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kineto_builder import KinetoTraceBuilder
+from trace_shapes import sites_in_steps
 
 from tb_syncfinder.detect import detect_syncs
 from tb_syncfinder.reader import read_trace
@@ -684,20 +685,7 @@ def test_a_sites_what_if_whose_syncs_move_little_evaluates_only_around_them(tmp_
     last (the shift never holds: the other thread's work does not move)."""
     from tb_syncfinder import whatif
 
-    b = KinetoTraceBuilder()
-    for n in range(1, 7):
-        with b.step(n):
-            for _site in range(40):
-                for k in range(5):
-                    b.kernel(dur=100 + 7 * ((n + k) % 5))
-                    b.advance(3)
-                _item(b)
-                b.advance(20)
-                with b.thread(2):
-                    for k in range(30):
-                        b.kernel(dur=60 + 5 * (k % 3))
-                        b.advance(4)
-                b.advance(30 + 5 * (n % 3))
+    b = sites_in_steps(6, 40, kernels=5, second_thread=True)
     path = b.write(tmp_path / "w.pt.trace.json")
     tl = build_timeline(read_trace(str(path)))
     episodes = detect_syncs(tl)
@@ -733,20 +721,7 @@ def _steps_with_a_second_launching_thread(steps: int) -> KinetoTraceBuilder:
     """An ``.item()`` per step on the main thread, and a second thread (autograd's backward
     thread) launching most kernels onto the same stream: without one sync the main thread
     moves, the second thread's kernels stay where they were (3 % of the tasks change)."""
-    b = KinetoTraceBuilder()
-    for n in range(1, steps + 1):
-        with b.step(n):
-            for k in range(5):
-                b.kernel(dur=100 + 7 * ((n + k) % 5))
-                b.advance(3)
-            _item(b)
-            b.advance(20)
-            with b.thread(2):
-                for k in range(30):
-                    b.kernel(dur=60 + 5 * (k % 3))
-                    b.advance(4)
-            b.advance(30 + 5 * (n % 3))
-    return b
+    return sites_in_steps(steps, 1, kernels=5, second_thread=True)
 
 
 def _dense_only(graph):

@@ -12,6 +12,10 @@ trace shape, with the fields and value types its producer writes:
   ``AscendCL@`` calls, counters (``C``) and flows with string ids;
 * ``legacy``: torch 1.x: ``Operator`` / ``Runtime`` categories, ``Call stack`` argument.
 
+``sites_in_steps(steps, sites)`` repeats ``.item()`` at ``sites`` lines in every step (each
+site's saving is a what-if removing one sync per step), GPU-bound or with autograd's
+thread launching most of the work; for the what-if's tests and ``bench/bench_whatif.py``.
+
 ``resnet_like(steps)`` is a bigger CUDA trace recorded with shapes and stacks (the shape of
 a ResNet training step: conv / batch_norm / relu / add operators and their kernels, one
 ``loss.item()`` per step), for benchmarks and chunking tests.
@@ -264,6 +268,34 @@ def legacy() -> dict[str, Any]:
 def shape(name: str) -> Any:
     """A fresh copy of the trace of shape ``name`` (one of ``SHAPES``)."""
     return copy.deepcopy(globals()[name]())
+
+
+def sites_in_steps(
+    steps: int, sites: int, kernels: int = 20, second_thread: bool = False
+) -> KinetoTraceBuilder:
+    """Per step and site, ``kernels`` kernels then ``.item()`` at line ``10 + site``:
+    back-to-back 20 us kernels (GPU-bound), or with ``second_thread`` launches 3 us apart
+    and, after the sync, thirty kernels launched by a second thread (autograd's backward
+    thread) that does not move when the main thread does."""
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            for site in range(sites):
+                for k in range(kernels):
+                    if second_thread:
+                        b.kernel(dur=100 + 7 * ((n + k) % 5))
+                        b.advance(3)
+                    else:
+                        b.kernel(dur=20)
+                item_sync(b, stack=[("train.py", 10 + site, "train_step")], kernel_us=None)
+                if second_thread:
+                    b.advance(20)
+                    with b.thread(2):
+                        for k in range(30):
+                            b.kernel(dur=60 + 5 * (k % 3))
+                            b.advance(4)
+                    b.advance(30 + 5 * (n % 3))
+    return b
 
 
 def resnet_like(steps: int, blocks: int = 16) -> dict[str, Any]:

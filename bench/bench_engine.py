@@ -2,6 +2,7 @@
 
     python bench/bench_engine.py [TRACE] [-n 3]
     python bench/bench_engine.py --resnet --synthetic-gb 1 -n 3 --only engine --only floor
+    python bench/bench_engine.py --hta-python /tmp/hta-venv/bin/python   # HTA in its own venv
 
 Times ``tb_syncfinder.analyze``, the reader alone (``read_trace``), the floor (gunzip + a
 typed msgspec decode of the fields the analysis needs, the whole document at once),
@@ -223,6 +224,12 @@ def run_child(name: str, path: str, repeat: int) -> dict[str, Any]:
     }
 
 
+# The interpreter each subject runs under: HTA pins pandas and numpy versions of its own,
+# so it is installed in a benchmark venv of its own (``--hta-python``), never beside the
+# engine.
+_PYTHON_FOR: dict[str, str] = {}
+
+
 def _spawn(name: str, path: str, repeat: int) -> dict[str, Any]:
     env = dict(
         os.environ,
@@ -231,7 +238,7 @@ def _spawn(name: str, path: str, repeat: int) -> dict[str, Any]:
         ),
     )
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", name, "-n", str(repeat), path],
+        [_PYTHON_FOR.get(name, sys.executable), __file__, "--child", name, "-n", str(repeat), path],
         capture_output=True,
         text=True,
         env=env,
@@ -412,7 +419,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MB",
         help="also time the engine analysing in windows of MB of JSON (engine_windows)",
     )
+    parser.add_argument(
+        "--hta-python",
+        metavar="PYTHON",
+        help="run the hta subject under this interpreter (a venv with HolisticTraceAnalysis "
+        "and msgspec: python -m venv V && V/bin/pip install HolisticTraceAnalysis msgspec)",
+    )
     args = parser.parse_args(argv)
+    if args.hta_python:
+        _PYTHON_FOR["hta"] = args.hta_python
     if args.window_mb:
         os.environ[WINDOW_ENV] = str(args.window_mb)
 

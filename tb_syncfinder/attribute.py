@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from tb_syncfinder.callorder import N, P
-from tb_syncfinder.catalogue import API_CALLEES
+from tb_syncfinder.catalogue import API_CALLEES, DEVICE_SYNC_APIS
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import SourcePack, callee_groups
@@ -300,6 +300,34 @@ class Attributor:
         if key not in self._frames:
             self._frames[key] = parse_frame(thread.nodes[index].name, self.packs)
         return self._frames[key]
+
+    def is_profiler_stop(self, episode: Episode) -> bool:
+        """Whether a sync recorded without a stack is the profiler's own stop: torch's
+        profiler waits for the whole device as it stops (``torch.autograd.profiler.profile.
+        __exit__`` calls the device module's ``synchronize()``), so a trace of CUDA or ROCm
+        activity ends with that call. It is the one bare device-wide synchronize (no
+        operator around it) that is its thread's last host call, after the last
+        ProfilerStep where there are steps. A synchronize of the program's own after the
+        loop comes before it, so it is never the last."""
+        if episode.outer_op >= 0 or len(episode.calls) != 1:
+            return False
+        call = episode.calls[0].event
+        if call.name not in DEVICE_SYNC_APIS:
+            return False
+        thread = episode.thread
+        if not thread.runtime or thread.runtime[-1] is not call:
+            return False
+        end = call.ts + call.dur
+        # Any operator or annotation begun after it (python frames do not count: they are
+        # the interpreter unwinding the profiler's ``with``).
+        kinds = thread.kinds
+        for i in range(len(thread.starts) - 1, -1, -1):
+            if thread.starts[i] < call.ts:
+                break
+            if kinds[i] != PYTHON and thread.starts[i] >= end:
+                return False
+        steps = self.tl.steps
+        return not steps or call.ts >= max(step.end for step in steps)
 
     def profiling_started(self, thread: HostThread) -> float | None:
         """When the profiler started tracing on this thread: the start of its
@@ -678,7 +706,8 @@ class Attributor:
             called=called_name(stack),
             user_call=user_call,
             library_call=library_call,
-            profiler_overhead=is_profiler_stack(stack),
+            profiler_overhead=is_profiler_stack(stack)
+            or (not stack and self.is_profiler_stop(episode)),
         )
         link = self.forward_of(thread, op_nodes)
         if link is not None:

@@ -260,7 +260,8 @@ def test_a_trace_without_stacks_still_reports_every_sync_with_its_operator_chain
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "python_function"]
     trace.write_text(json.dumps(doc))
     result = analyze_trace(str(trace))
-    # Without frames nothing tells the profiler's synchronize apart: it stays a finding.
+    # Without frames nothing tells the profiler's synchronize inside prof.step() apart
+    # (this builder records it inside the step's span): it stays a finding.
     assert len(result.syncs) == 8 and result.profiler_overhead == []
     assert all(s.source is None for s in result.syncs)
     assert sorted(s.op or s.api for s in result.syncs) == sorted(
@@ -281,3 +282,56 @@ def test_the_terminal_lists_the_profilers_synchronize_apart_from_the_sites(tmp_p
     apart = text[text.index("Listed apart") :]
     assert "profiler overhead  2 syncs" in apart and "warm-up allocator" not in apart
     assert "explicit_sync" not in text  # the only explicit syncs are the profiler's
+
+
+def _stackless_trace(tmp_path: Path, after_loop: list[str]) -> Path:
+    """Two steps of ``.item()`` without python frames, then after the loop each of
+    ``after_loop`` in order: "sync" (a bare cudaDeviceSynchronize: the program's
+    ``torch.cuda.synchronize()``, or the profiler stopping), "op" (an operator with a
+    kernel), "stream" (a bare cudaStreamSynchronize)."""
+    b = KinetoTraceBuilder()
+    for n in range(2):
+        with b.step(n + 1):
+            item_sync(b, stack=())
+    for what in after_loop:
+        b.kernel(dur=300)
+        if what == "sync":
+            b.runtime("cudaDeviceSynchronize")
+        elif what == "stream":
+            b.runtime("cudaStreamSynchronize")
+        else:
+            with b.op("aten::add"):
+                b.runtime("cudaLaunchKernel", dur=4)
+    return b.write(tmp_path / "run" / "w.pt.trace.json")
+
+
+def test_without_stacks_the_last_bare_device_synchronize_after_the_steps_is_the_profilers(
+    tmp_path,
+):
+    result = analyze_trace(str(_stackless_trace(tmp_path, ["sync", "sync"])))
+    # The program's torch.cuda.synchronize() after the loop stays a finding; the last one,
+    # the profiler stopping, is listed apart.
+    assert [s.api for s in result.syncs].count("cudaDeviceSynchronize") == 1
+    (stop,) = result.profiler_overhead
+    assert stop.api == "cudaDeviceSynchronize" and stop.step is None
+    assert stop.ts_us > max(s.ts_us for s in result.syncs)
+    report = analyze(str(tmp_path / "run"))
+    assert report.profiler_overhead.count == 1
+    assert report.summary.sync_count == 3
+
+
+def test_without_stacks_a_device_synchronize_followed_by_more_work_stays_a_finding(tmp_path):
+    for after_loop in (["sync", "op"], ["stream"], []):
+        result = analyze_trace(str(_stackless_trace(tmp_path / "_".join(after_loop), after_loop)))
+        assert result.profiler_overhead == [], after_loop
+
+
+def test_without_stacks_a_device_synchronize_inside_the_last_step_stays_a_finding(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b, stack=())
+        b.kernel(dur=300)
+        b.runtime("cudaDeviceSynchronize")
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    assert result.profiler_overhead == []
+    assert [s.api for s in result.syncs][-1] == "cudaDeviceSynchronize"

@@ -208,7 +208,8 @@ def test_alexnet_cupti_sync_records_join_their_runtime_calls() -> None:
     in_to = [s for s in report.syncs if s.op == "aten::to"]
     assert len(in_to) == len(stream_syncs)
     assert all("cudaStreamSynchronize" in s.apis for s in in_to)
-    assert len([s for s in report.syncs if s.api == "cudaDeviceSynchronize"]) == 5
+    # The last of the 5 is the profiler stopping (see the test of the profiler's stop).
+    assert len([s for s in report.syncs if s.api == "cudaDeviceSynchronize"]) == 4
     assert not [s for s in report.syncs if s.api in records or "Stream Wait Event" in s.apis]
 
 
@@ -218,7 +219,8 @@ def test_rocm_blocking_copy_and_device_synchronize() -> None:
     assert len(copies) == 2 and len(named(name, "hipDeviceSynchronize")) == 1
     report = report_of(name)
     assert report.traces[0].device == "rocm"
-    assert by_api(report) == {"hipMemcpyWithStream": 2, "hipDeviceSynchronize": 1}
+    assert by_api(report) == {"hipMemcpyWithStream": 2}  # the synchronize: profiler stop
+    assert [s.api for s in report.profiler_overhead.syncs] == ["hipDeviceSynchronize"]
     assert {s.op for s in report.syncs if s.api == "hipMemcpyWithStream"} == {
         enclosing_ops(name, copies[0])[0]["name"]
     }
@@ -250,9 +252,42 @@ def test_df_index_resolver_has_one_device_synchronize_and_no_blocking_copies() -
     device_syncs = named(name, "cudaDeviceSynchronize")
     assert len(device_syncs) == 1
     report = report_of(name)
-    (sync,) = report.syncs
+    # That synchronize is the profiler stopping: no finding is left.
+    assert report.syncs == []
+    (sync,) = report.profiler_overhead.syncs
     assert (sync.kind, sync.api, sync.op) == ("explicit_sync", "cudaDeviceSynchronize", None)
     assert sync.host_wait_us == pytest.approx(device_syncs[0]["dur"])
+
+
+DEVICE_SYNCHRONIZE = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "cpu_legacy_call_stack"])
+def test_the_profilers_stop_is_listed_apart_in_traces_without_stacks(name: str) -> None:
+    """torch's profiler synchronizes the device as it stops, so each GPU trace ends with a
+    device synchronize outside any operator, after its last ProfilerStep: with no stack
+    to say so, its place does. Any other device synchronize stays a finding."""
+    syncs = sorted(
+        (e for e in events(name) if e["name"] in DEVICE_SYNCHRONIZE), key=lambda e: e["ts"]
+    )
+    last = syncs[-1]
+    assert not enclosing_ops(name, last)
+    steps = [e for e in events(name) if e["name"].startswith("ProfilerStep#")]
+    assert all(last["ts"] >= step["ts"] + step["dur"] for step in steps)
+    later = [
+        e
+        for e in events(name)
+        if (e["pid"], e["tid"]) == (last["pid"], last["tid"])
+        and e.get("cat") in ("cpu_op", "cuda_runtime", "user_annotation")
+        and e["ts"] > last["ts"]
+    ]
+    assert later == []
+
+    report = report_of(name)
+    (apart,) = report.profiler_overhead.syncs
+    assert (apart.api, apart.ts_us, apart.op) == (last["name"], last["ts"], None)
+    kept = sorted(s.ts_us for s in report.syncs if s.api in DEVICE_SYNCHRONIZE)
+    assert kept == [e["ts"] for e in syncs[:-1]]
 
 
 def test_run_folder_analyses_each_trace_as_a_worker() -> None:

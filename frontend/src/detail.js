@@ -13,7 +13,7 @@ import { barLabel, layoutTimeline, placeBandLabels } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
-import { frameLines, frameLocation, isOpenable, splitStack, vscodeMessage } from "./stack.js";
+import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -245,28 +245,53 @@ function interleave(items, sep) {
 }
 
 /**
+ * The sync's Python stack; for a backward-pass sync recorded without one (autograd's
+ * backward thread), its forward operator's stack, labelled as such; and the line that ran
+ * the backward pass (see stack.js `stackToShow`).
  * @param {any} sync
  * @param {any} app
  */
 function stackSection(sync, app) {
-  const { user, library } = splitStack(frameLines(sync.stack || [], sync.source));
+  const shown = stackToShow(sync);
+  const forward = shown.from === "forward";
+  const { user, library } = splitStack(frameLines(shown.frames, sync.source));
+  const runBy = shown.runBy ? runByLine(shown.runBy, app) : null;
   if (!user.length && !library.length) {
     return [
       h("h3", null, "Python stack"),
-      h("div", { class: "sa-note" }, "No Python stack recorded. Profile with ", h("code", null, "with_stack=True"), " to see the call path and source line."),
+      runBy,
+      runBy
+        ? h("div", { class: "sa-note", "data-testid": "stack-note" }, "No Python stack recorded for this backward operator or its forward operator.")
+        : h("div", { class: "sa-note", "data-testid": "no-stack" }, "No Python stack recorded. Profile with ", h("code", null, "with_stack=True"), " to see the call path and source line."),
     ];
   }
+  const callTag = (/** @type {number} */ line) =>
+    forward
+      ? h("span", { class: "sa-tag call", title: "the line that called the forward operator whose backward made the sync (found in the source)" }, `forward call at line ${line}`)
+      : h("span", { class: "sa-tag call", title: "the line that made the sync (found in the source)" }, `sync at line ${line}`);
   const item = (/** @type {any} */ f, /** @type {string} */ cls) =>
     h(
       "li",
       { class: cls },
       frameButton(f, app, null),
       f.role === "def" ? h("span", { class: "sa-tag", title: "the line where this function is defined (the trace records no call lines)" }, "def") : null,
-      f.call !== null ? h("span", { class: "sa-tag call", title: "the line that made the sync (found in the source)" }, `sync at line ${f.call}`) : null,
+      f.call !== null ? callTag(f.call) : null,
     );
   const defs = user.some((f) => f.role === "def");
   return [
-    h("h3", null, "Python stack"),
+    h("h3", null, forward ? "Python stack of the forward call" : "Python stack"),
+    forward
+      ? h(
+          "p",
+          { class: "sa-muted sa-small", "data-testid": "forward-stack-note" },
+          "The backward operator",
+          shown.backwardOp ? [" ", h("code", null, shown.backwardOp)] : null,
+          " ran in autograd's backward thread and was recorded without a Python stack. Shown instead: the stack of the forward operator",
+          shown.forwardOp ? [" ", h("code", null, shown.forwardOp)] : null,
+          " it is the gradient of.",
+        )
+      : null,
+    runBy,
     defs
       ? h(
           "p",
@@ -274,7 +299,7 @@ function stackSection(sync, app) {
           "Innermost first. The trace records where each function is defined, not the line that called the next one (a function already running when profiling started shows the line it was at); the sync's own line is in the header.",
         )
       : null,
-    h("ul", { class: "sa-frames", "data-testid": "user-frames" }, user.map((f) => item(f, "user"))),
+    h("ul", { class: "sa-frames", "data-testid": "user-frames", "data-stack": shown.from }, user.map((f) => item(f, "user"))),
     library.length
       ? h(
           "details",
@@ -284,6 +309,22 @@ function stackSection(sync, app) {
         )
       : null,
   ];
+}
+
+/**
+ * "Backward pass run by file:line": the line that ran the backward pass the sync is in
+ * (`loss.backward()`), as a frame button like the header's.
+ * @param {{file: string, line: number | null, func: string, resolved_path?: string | null}} runBy
+ * @param {any} app
+ */
+function runByLine(runBy, app) {
+  return h(
+    "div",
+    { class: "sa-where", "data-testid": "run-by" },
+    "backward pass run by ",
+    frameButton({ file: runBy.resolved_path || runBy.file, line: runBy.line, func: runBy.func || "", user: true }, app, `${runBy.file}:${runBy.line ?? "?"}`),
+    runBy.func ? h("span", { class: "sa-muted" }, " in ", h("span", { class: "mono" }, `${runBy.func}()`)) : null,
+  );
 }
 
 /**

@@ -76,3 +76,33 @@ export function frameLines(frames, source) {
     call: atDef && i === own && source?.line !== null && source?.line !== undefined && source.line !== f.line ? source.line : null,
   }));
 }
+
+/**
+ * @typedef {{file: string, line: number | null, func: string, resolved_path?: string | null, def_line?: number | null}} RunBy
+ */
+
+/**
+ * Which Python stack the detail shows for a sync, and what to say about it. A sync's own
+ * stack when it has one (`from: "own"`). A backward-pass sync runs in autograd's backward
+ * thread, which records no stack on a GPU: the report then carries the stack of the forward
+ * operator it is the gradient of (`forward_stack`, `forward_op`), shown as such
+ * (`from: "forward"`), naming the backward operator (`backwardOp`: the sync's operator
+ * without autograd's `evaluate_function:` prefix). `runBy` is the line that ran the
+ * backward pass (`source.run_by`, `loss.backward()`), whatever the stack; `from: null`
+ * with no `runBy` is a trace recorded without stacks.
+ * @param {{stack?: Frame[] | null, forward_stack?: Frame[] | null, forward_op?: string | null,
+ *   op?: string | null, source?: {run_by?: RunBy | null} | null} | null | undefined} sync
+ * @returns {{from: "own" | "forward" | null, frames: Frame[], forwardOp: string | null,
+ *   backwardOp: string | null, runBy: RunBy | null}}
+ */
+export function stackToShow(sync) {
+  const own = sync?.stack || [];
+  const forward = sync?.forward_stack || [];
+  const runBy = sync?.source?.run_by?.file ? sync.source.run_by : null;
+  if (own.length) return { from: "own", frames: own, forwardOp: null, backwardOp: null, runBy };
+  if (forward.length) {
+    const backwardOp = (sync?.op || "").replace(/^autograd::engine::evaluate_function:\s*/, "") || null;
+    return { from: "forward", frames: forward, forwardOp: sync?.forward_op || null, backwardOp, runBy };
+  }
+  return { from: null, frames: [], forwardOp: null, backwardOp: null, runBy };
+}

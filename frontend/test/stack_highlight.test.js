@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { tokenizePython } from "../src/highlight.js";
-import { frameLocation, isOpenable, splitStack, vscodeMessage } from "../src/stack.js";
+import { frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "../src/stack.js";
 import { chooseTheme } from "../src/theme.js";
 
 const stack = [
@@ -29,6 +29,52 @@ test("built-ins and module markers are not openable files", () => {
   assert.equal(isOpenable(stack[0]), false);
   assert.equal(isOpenable({ file: "nn.Module: Linear_0" }), false);
   assert.equal(isOpenable(stack[1]), true);
+});
+
+test("a backward sync without a stack of its own shows its forward op's stack and the line that ran it", () => {
+  // As the report has the demo's IndexBackward0 sync: autograd's backward thread records no
+  // stack; the forward aten::index's stack and the loss.backward() line are on the sync.
+  const forwardStack = [
+    { file: "tb_syncfinder/demo/seg.py", line: 71, func: "baseline_loss", user: true },
+    { file: "tb_syncfinder/demo/seg.py", line: 114, func: "baseline_step", user: true },
+  ];
+  const runBy = { file: "tb_syncfinder/demo/seg.py", line: 127, def_line: 114, func: "baseline_step", line_exact: true };
+  const backward = {
+    op: "autograd::engine::evaluate_function: IndexBackward0",
+    stack: [],
+    forward_op: "aten::index",
+    forward_stack: forwardStack,
+    source: { file: "tb_syncfinder/demo/seg.py", line: 82, def_line: 71, func: "baseline_loss", backward: true, run_by: runBy },
+  };
+  assert.deepEqual(stackToShow(backward), {
+    from: "forward",
+    frames: forwardStack,
+    forwardOp: "aten::index",
+    backwardOp: "IndexBackward0",
+    runBy,
+  });
+  // Its own stack, when recorded (a CPU trace's backward thread), comes first.
+  const own = stackToShow({ ...backward, stack });
+  assert.equal(own.from, "own");
+  assert.equal(own.frames, stack);
+  assert.equal(own.runBy, runBy);
+  // A forward op whose name the report lacks is not invented.
+  assert.equal(stackToShow({ ...backward, forward_op: null }).forwardOp, null);
+});
+
+test("only a sync with no stack, no forward stack and no run-by line has nothing to show", () => {
+  assert.deepEqual(stackToShow({ stack: [], forward_stack: [], source: { run_by: null } }), {
+    from: null,
+    frames: [],
+    forwardOp: null,
+    backwardOp: null,
+    runBy: null,
+  });
+  assert.equal(stackToShow(null).from, null);
+  assert.equal(stackToShow({ stack }).from, "own");
+  assert.equal(stackToShow({ stack }).runBy, null);
+  const runBy = { file: "train.py", line: 9, func: "main" };
+  assert.deepEqual(stackToShow({ stack: [], source: { run_by: runBy } }).runBy, runBy);
 });
 
 test("tokens concatenate back to the exact line, markup included", () => {

@@ -9,6 +9,7 @@ SYNC_ADVISOR_SCREENSHOTS=1 (so CI does not dirty the tree).
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from tests.e2e.fixture_traces import (
     write_fixture,
 )
 from tests.e2e.helpers import (
+    REPO,
     TAKE_SCREENSHOTS,
     new_page,
     plugin_url,
@@ -731,4 +733,98 @@ def test_a_kind_the_dashboard_never_heard_of_shows_with_the_catalogues_label_and
     red, green, blue = (int(kind.colour[i : i + 2], 16) for i in (1, 3, 5))
     colour = badge.evaluate("el => getComputedStyle(el).backgroundColor")
     assert colour == f"rgb({red}, {green}, {blue})", colour
+    assert page_errors == []
+
+
+# The real H100 trace bundled with the demo (frames recorded as tb_syncfinder/demo/seg.py,
+# which the plugin resolves to the installed workload file by itself).
+GPU_SEG_RUN = "gpu_seg_baseline"
+SEG_SOURCE = REPO / "tb_syncfinder" / "demo" / "seg.py"
+SEG_TRACE = REPO / "tb_syncfinder" / "demo" / "traces" / "seg_baseline.pt.trace.json.gz"
+
+
+def seg_mark(name: str) -> int:
+    """The 1-based line of seg.py marked ``# sync: <name>`` (read from the file, never
+    written here)."""
+    lines = SEG_SOURCE.read_text(encoding="utf-8").splitlines()
+    found = [
+        number
+        for number, text in enumerate(lines, start=1)
+        if re.search(rf"#\s*sync:\s*{name}\b", text)
+    ]
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def gpu_seg_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A TensorBoard on a logdir holding only the bundled GPU trace of the seg demo."""
+    root = tmp_path_factory.mktemp("gpu_seg")
+    run_dir = root / "logs" / GPU_SEG_RUN
+    run_dir.mkdir(parents=True)
+    shutil.copy(SEG_TRACE, run_dir / "gpu.pt.trace.json.gz")
+    with serve_tensorboard(root / "logs", cwd=root, expected_runs={GPU_SEG_RUN}) as base:
+        yield base
+
+
+def test_backward_sync_shows_its_forward_calls_stack_and_the_line_that_ran_it(
+    gpu_seg_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # IndexBackward0 syncs in autograd's backward thread, which records no Python stack on a
+    # GPU: the detail shows the stack of its forward aten::index, says so, and names the
+    # loss.backward() line that ran it, never "No Python stack recorded".
+    mask = seg_mark("mask")
+    backward_line = seg_mark("mask_backward")  # loss.backward()
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(gpu_seg_board, f"#run={GPU_SEG_RUN}"))
+    rows(page)
+    row = (
+        page.locator("[data-testid=sites] tbody tr")
+        .filter(has_text=f"seg.py:{mask}")
+        .filter(has_text="IndexBackward0")
+    )
+    assert row.count() == 1, rows(page)
+    row.click()
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    assert "IndexBackward0" in page.inner_text("[data-testid=chain]")
+    frames = page.locator("[data-testid=user-frames]")
+    assert frames.get_attribute("data-stack") == "forward"
+    heading = page.locator("[data-testid=detail] h3", has_text="Python stack of the forward call")
+    assert heading.count() == 1
+    note = page.inner_text("[data-testid=forward-stack-note]")
+    assert "IndexBackward0" in note and "aten::index" in note, note
+    assert "without a Python stack" in note, note
+    own = frames.locator("li", has_text="baseline_loss")
+    assert f"forward call at line {mask}" in own.inner_text()
+    assert "baseline_step" in frames.inner_text()
+    run_by = page.inner_text("[data-testid=run-by]")
+    assert f"run by tb_syncfinder/demo/seg.py:{backward_line}" in run_by, run_by
+    assert "baseline_step()" in run_by, run_by
+    assert page.locator("[data-testid=run-by] button[data-frame]").count() == 1
+    assert "No Python stack" not in page.inner_text("[data-testid=detail]")
+    assert page.locator("[data-testid=no-stack]").count() == 0
+    page.locator("[data-testid=run-by]").scroll_into_view_if_needed()
+    assert page_errors == []
+
+
+def test_forward_sync_on_the_same_line_keeps_its_own_stack(
+    gpu_seg_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    mask = seg_mark("mask")
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(gpu_seg_board, f"#run={GPU_SEG_RUN}"))
+    rows(page)
+    row = (
+        page.locator("[data-testid=sites] tbody tr")
+        .filter(has_text=f"seg.py:{mask}")
+        .filter(has_not_text="IndexBackward0")
+    )
+    assert row.count() == 1, rows(page)
+    row.click()
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    frames = page.locator("[data-testid=user-frames]")
+    assert frames.get_attribute("data-stack") == "own"
+    assert f"sync at line {mask}" in frames.inner_text()
+    assert page.locator("[data-testid=forward-stack-note]").count() == 0
+    assert page.locator("[data-testid=run-by]").count() == 0
     assert page_errors == []

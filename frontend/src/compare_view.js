@@ -118,7 +118,7 @@ export async function renderCompare(ctx) {
             : null,
           row("syncs per step", cpuBase ? "–" : formatCount(b.syncs_per_step), cpuNew ? "–" : formatCount(n.syncs_per_step)),
           row("host wait", cpuBase ? "–" : formatUs(b.host_wait_us), cpuNew ? "–" : formatUs(n.host_wait_us)),
-          row("GPU idle caused", cpuBase ? "–" : formatUs(b.gpu_idle_us), cpuNew ? "–" : formatUs(n.gpu_idle_us)),
+          row("GPU idle after syncs", cpuBase ? "–" : formatUs(b.gpu_idle_us), cpuNew ? "–" : formatUs(n.gpu_idle_us)),
           row("share of step", cpuBase ? "–" : formatPct(b.share_of_step), cpuNew ? "–" : formatPct(n.share_of_step)),
           b.latent_count || n.latent_count || cpuBase || cpuNew
             ? row("latent syncs per step", formatCount(latentPerStep(b)), formatCount(latentPerStep(n)))

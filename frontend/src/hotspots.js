@@ -205,9 +205,9 @@ function teachingBanners(resp, latent, siteTotal) {
 function headlineCards(summary, latent) {
   const steps = summary.step_count || 0;
   const perStep = (/** @type {number} */ v) => (steps ? v / steps : v);
-  /** @param {string} label @param {string} value @param {string} sub @param {string} id */
-  const card = (label, value, sub, id) =>
-    h("div", { class: "sa-card", "data-testid": `card-${id}` }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub));
+  /** @param {string} label @param {string} value @param {string} sub @param {string} id @param {string | null} [title] */
+  const card = (label, value, sub, id, title = null) =>
+    h("div", { class: "sa-card", "data-testid": `card-${id}`, title }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub));
   if (latent) {
     return h(
       "div",
@@ -221,7 +221,15 @@ function headlineCards(summary, latent) {
     { class: "sa-cards" },
     card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${plural(steps, "step")}`, "syncs"),
     card("Host wait per step", formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
-    card("GPU idle caused", formatUs(perStep(summary.gpu_idle_us || 0)), `per step, ${formatUs(summary.gpu_idle_us)} in total`, "idle"),
+    // The bubbles after the syncs (each sync's end to the device's next work, shared ones
+    // counted once), not the idle the syncs cause: that is "GPU idle from syncs" below.
+    card(
+      "GPU idle after syncs",
+      formatUs(perStep(summary.gpu_idle_us || 0)),
+      `per step, ${formatUs(summary.gpu_idle_us)} in total`,
+      "idle",
+      "GPU idle after syncs: from each sync's end until the GPU is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the part that goes away with them is 'GPU idle from syncs' on the step-time card.",
+    ),
     card("Share of step time", formatPct(summary.share_of_step ?? 0), "host wait + GPU idle", "share"),
     card(
       "Step time if removed",

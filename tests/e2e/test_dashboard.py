@@ -828,3 +828,17 @@ def test_forward_sync_on_the_same_line_keeps_its_own_stack(
     assert page.locator("[data-testid=forward-stack-note]").count() == 0
     assert page.locator("[data-testid=run-by]").count() == 0
     assert page_errors == []
+
+
+def test_the_idle_card_says_the_gpu_idle_is_after_the_syncs_not_caused_by_them(
+    gpu_seg_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(gpu_seg_board, f"#run={GPU_SEG_RUN}"))
+    card = page.wait_for_selector("[data-testid=card-idle]")
+    assert card.query_selector(".label").inner_text() == "GPU idle after syncs"
+    assert re.search(r"[1-9]", card.query_selector(".value").inner_text())
+    title = card.get_attribute("title") or ""
+    assert "after" in title and "caused" not in title, title
+    assert "caused" not in page.inner_text("[data-testid=card-idle]")
+    assert page_errors == []

@@ -176,14 +176,60 @@ def test_sarif_results_point_at_relative_file_and_line_with_cost_and_advice(
     assert results[1]["level"] == "warning"
 
 
-def test_sarif_skips_sites_without_file_or_line(sample_report: Report) -> None:
+def _stackless_report(sample_report: Report) -> dict:
+    """The sample report plus a site without a Python stack whose syncs were found in
+    ``/home/me/proj/traces/w1.pt.trace.json``."""
     report = sample_report.to_json()
-    report["sites"].append(
-        msgspec.to_builtins(
-            make_site(None, None, None, "explicit_sync", ["cudaDeviceSynchronize"], 1, 5.0, 0.0)
+    site = msgspec.to_builtins(
+        make_site(
+            None,
+            None,
+            None,
+            "explicit_sync",
+            [],
+            3,
+            5.0,
+            0.0,
+            apis=["cudaDeviceSynchronize"],
+            key="-:cudaDeviceSynchronize",
         )
     )
-    assert len(to_sarif(report)["runs"][0]["results"]) == 2
+    report["sites"].append(site)
+    sync = dict(
+        report["syncs"][0], site_key=site["key"], trace="/home/me/proj/traces/w1.pt.trace.json"
+    )
+    report["syncs"].append(sync)
+    return report
+
+
+def test_sarif_reports_a_site_without_a_python_stack_at_its_trace_file(
+    sample_report: Report,
+) -> None:
+    log = to_sarif(_stackless_report(sample_report), root="/home/me/proj")
+    jsonschema.validate(log, SARIF_SUBSET_SCHEMA)
+    run = log["runs"][0]
+    results = run["results"]
+    assert len(results) == 3  # every site, none dropped
+    stackless = results[-1]
+    location = stackless["locations"][0]
+    assert location["physicalLocation"]["artifactLocation"]["uri"] == "traces/w1.pt.trace.json"
+    assert location["physicalLocation"]["region"]["startLine"] == 1  # code scanning needs one
+    assert location["logicalLocations"][0]["fullyQualifiedName"] == "cudaDeviceSynchronize"
+    assert "No Python stack was recorded" in stackless["message"]["text"]
+    assert "with_stack=True" in stackless["message"]["text"]
+    rules = run["tool"]["driver"]["rules"]
+    assert rules[stackless["ruleIndex"]]["id"] == stackless["ruleId"] == "explicit_sync"
+    (note,) = run["invocations"][0]["toolExecutionNotifications"]
+    assert note["properties"] == {"siteCount": 1, "syncCount": 3}
+
+
+def test_sarif_results_with_a_source_line_are_unchanged_by_stackless_sites(
+    sample_report: Report,
+) -> None:
+    plain = to_sarif(sample_report.to_json(), root="/home/me/proj")["runs"][0]
+    mixed = to_sarif(_stackless_report(sample_report), root="/home/me/proj")["runs"][0]
+    assert mixed["results"][:2] == plain["results"]
+    assert "invocations" not in plain  # a log with every line found reads as before
 
 
 @pytest.mark.parametrize(

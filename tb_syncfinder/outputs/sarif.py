@@ -1,5 +1,11 @@
-"""SARIF 2.1.0 (format ``sarif``): one result per site with a source line, for code
-scanning and editor annotations; with several profiler runs, each result names its run."""
+"""SARIF 2.1.0 (format ``sarif``): one result per site, for code scanning and editor
+annotations; with several profiler runs, each result names its run.
+
+A site with a source line is a result at that line. A site without one (a trace recorded
+without Python stacks) is a result too, located at the trace file it was found in (code
+scanning shows a result only with a physical location), its operator chain as a logical
+location, its message saying that no Python stack was recorded; an invocation notification
+counts them. Nothing the report lists is left out of the log."""
 
 from __future__ import annotations
 
@@ -47,7 +53,7 @@ def sarif_uri(file: str, root: str | None = None) -> str:
     return quote("/".join(parts), safe="/-_.~")
 
 
-def _message(site: dict[str, Any], latent: bool) -> str:
+def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str:
     from tb_syncfinder.outputs.text import format_share, format_us
 
     ops = " > ".join(_texts(site.get("ops"))) or "a CUDA API call"
@@ -65,6 +71,13 @@ def _message(site: dict[str, Any], latent: bool) -> str:
             f"step), host wait {format_us(site.get('host_wait_us'))}, GPU idle after "
             f"{format_us(site.get('gpu_idle_us'))}, "
             f"{format_share(site.get('share_of_step'))} of step time."
+        )
+    if stackless:
+        text += (
+            " No Python stack was recorded, so the source line is unknown: profile with "
+            "with_stack=True to locate it."
+            if not site.get("file")
+            else " The trace recorded no line for it."
         )
     title = _advice_title(site)
     if title:
@@ -93,78 +106,184 @@ def _rules(kinds_used: list[str]) -> list[dict[str, Any]]:
     return rules
 
 
+def _has_line(site: dict[str, Any]) -> bool:
+    line = site.get("line")
+    return bool(site.get("file")) and isinstance(line, int) and line >= 1
+
+
+def _site_traces(report_json: dict[str, Any]) -> dict[tuple[bool, str], list[str]]:
+    """(latent, site key) -> the trace files the site's syncs were found in, in order."""
+    found: dict[tuple[bool, str], list[str]] = {}
+    for field, latent in (("syncs", False), ("latent", True)):
+        for sync in report_json.get(field) or []:
+            if not isinstance(sync, dict) or not sync.get("site_key") or not sync.get("trace"):
+                continue
+            traces = found.setdefault((latent, str(sync["site_key"])), [])
+            if sync["trace"] not in traces:
+                traces.append(str(sync["trace"]))
+    return found
+
+
+def _result(
+    site: dict[str, Any], latent: bool, rule_index: int, location: dict[str, Any]
+) -> dict[str, Any]:
+    kind = site.get("kind") or "unknown"
+    share = float(site.get("share_of_step") or 0.0)
+    return {
+        "ruleId": kind,
+        "ruleIndex": rule_index,
+        "level": "note" if latent else ("error" if share >= _ERROR_SHARE else "warning"),
+        "message": {"text": _message(site, latent, stackless=not _has_line(site))},
+        "locations": [location],
+        "partialFingerprints": {"syncSite/v1": str(site.get("key") or "")},
+        "properties": {
+            "count": int(site.get("count") or 0),
+            "perStep": float(site.get("per_step") or 0.0),
+            "hostWaitUs": float(site.get("host_wait_us") or 0.0),
+            "gpuIdleUs": float(site.get("gpu_idle_us") or 0.0),
+            "shareOfStep": share,
+            "ops": _texts(site.get("ops")),
+            "lineExact": bool(site.get("line_exact")),
+            "latent": latent,
+        },
+    }
+
+
+def _line_location(site: dict[str, Any], root: str | None) -> dict[str, Any]:
+    return {
+        "physicalLocation": {
+            "artifactLocation": {
+                "uri": sarif_uri(str(site["file"]), root),
+                "uriBaseId": "%SRCROOT%",
+            },
+            "region": {"startLine": int(site["line"])},
+        },
+    }
+
+
+def _trace_location(site: dict[str, Any], trace: str, root: str | None) -> dict[str, Any]:
+    """The trace file a site without a source line was found in (code scanning needs a
+    file to show a result at), and its operator chain as the logical location."""
+    ops = _texts(site.get("ops"))
+    apis = _texts(site.get("apis"))
+    handle = ops[0] if ops else (apis[0] if apis else str(site.get("kind") or "sync"))
+    logical: dict[str, Any] = {
+        "name": handle,
+        "fullyQualifiedName": " > ".join(ops + [a for a in dict.fromkeys(apis) if a not in ops])
+        or handle,
+        "kind": "function",
+    }
+    return {
+        "physicalLocation": {
+            "artifactLocation": {"uri": sarif_uri(trace, root), "uriBaseId": "%SRCROOT%"},
+            "region": {"startLine": 1},
+        },
+        "logicalLocations": [logical],
+    }
+
+
+def _notifications(
+    stackless: list[tuple[dict[str, Any], bool]], unlocated: int
+) -> list[dict[str, Any]]:
+    notes = []
+    if stackless:
+        sites = len(stackless)
+        syncs = sum(int(site.get("count") or 0) for site, _ in stackless)
+        notes.append(
+            {
+                "level": "warning",
+                "message": {
+                    "text": f"{sites} site{'s' if sites != 1 else ''} ({syncs} "
+                    f"sync{'s' if syncs != 1 else ''}) {'have' if sites != 1 else 'has'} "
+                    "no source line: the trace recorded no Python stack for them (profile "
+                    "with with_stack=True). They are reported at the trace file they were "
+                    "found in."
+                },
+                "properties": {"siteCount": sites, "syncCount": syncs},
+            }
+        )
+    if unlocated:
+        notes.append(
+            {
+                "level": "warning",
+                "message": {
+                    "text": f"{unlocated} site{'s' if unlocated != 1 else ''} without a "
+                    "source line could not be reported: the report names no trace file "
+                    "for them."
+                },
+                "properties": {"siteCount": unlocated},
+            }
+        )
+    return notes
+
+
 def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, Any]:
     """The report's sites as a SARIF 2.1.0 log, for code scanning and editor annotations.
 
-    One result per site that has a source file and line (latent sites are notes); one rule
-    per kind used. ``root`` is the directory absolute source paths are made relative to.
+    One result per site (latent sites are notes), one rule per kind used. A site with a
+    source file and line is a result at that line; one without (no Python stack recorded)
+    is a result at the trace file its syncs were found in, with its operator chain as a
+    logical location, listed after the others and counted in a tool execution
+    notification. ``root`` is the directory absolute paths are made relative to.
     """
-    results: list[dict[str, Any]] = []
-    located: list[tuple[dict[str, Any], bool]] = [
-        (site, latent)
-        for site, latent in sites_with_latent(report_json)
-        if site.get("file") and isinstance(site.get("line"), int) and site["line"] >= 1
+    ranked = sites_with_latent(report_json)
+    located = [(site, latent) for site, latent in ranked if _has_line(site)]
+    stackless = [(site, latent) for site, latent in ranked if not _has_line(site)]
+    site_traces = _site_traces(report_json)
+    readable = [
+        str(t["path"])
+        for t in report_json.get("traces") or []
+        if isinstance(t, dict) and t.get("path") and not t.get("error")
     ]
-    kinds_used = sorted(
-        {site.get("kind") or "unknown" for site, _ in located},
-        key=lambda k: (catalogue.kind_rank(k), k),
-    )
+    placed: list[tuple[dict[str, Any], bool, str]] = []
+    for site, latent in stackless:
+        traces = site_traces.get((latent, str(site.get("key") or ""))) or readable
+        if traces:
+            placed.append((site, latent, traces[0]))
+
+    def kinds(rows: list[Any]) -> list[str]:
+        return sorted(
+            {row[0].get("kind") or "unknown" for row in rows},
+            key=lambda k: (catalogue.kind_rank(k), k),
+        )
+
+    # The kinds of the sites with a line first, as they always were; the kinds only sites
+    # without one have after them.
+    kinds_used = kinds(located)
+    kinds_used += [k for k in kinds(placed) if k not in kinds_used]
     rule_index = {kind: i for i, kind in enumerate(kinds_used)}
-    for site, latent in located:
-        kind = site.get("kind") or "unknown"
-        share = float(site.get("share_of_step") or 0.0)
-        level = "note" if latent else ("error" if share >= _ERROR_SHARE else "warning")
-        result: dict[str, Any] = {
-            "ruleId": kind,
-            "ruleIndex": rule_index[kind],
-            "level": level,
-            "message": {"text": _message(site, latent)},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {
-                            "uri": sarif_uri(str(site["file"]), root),
-                            "uriBaseId": "%SRCROOT%",
-                        },
-                        "region": {"startLine": int(site["line"])},
-                    },
-                }
-            ],
-            "partialFingerprints": {"syncSite/v1": str(site.get("key") or "")},
-            "properties": {
-                "count": int(site.get("count") or 0),
-                "perStep": float(site.get("per_step") or 0.0),
-                "hostWaitUs": float(site.get("host_wait_us") or 0.0),
-                "gpuIdleUs": float(site.get("gpu_idle_us") or 0.0),
-                "shareOfStep": share,
-                "ops": _texts(site.get("ops")),
-                "lineExact": bool(site.get("line_exact")),
-                "latent": latent,
-            },
-        }
+    results: list[dict[str, Any]] = [
+        _result(site, latent, rule_index[site.get("kind") or "unknown"], _line_location(site, root))
+        for site, latent in located
+    ]
+    for site, latent, trace in placed:
+        result = _result(
+            site,
+            latent,
+            rule_index[site.get("kind") or "unknown"],
+            _trace_location(site, trace, root),
+        )
+        result["properties"]["pythonStack"] = False
+        result["properties"]["trace"] = sarif_uri(trace, root)
         results.append(result)
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": SARIF_VERSION,
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "tb-syncfinder",
-                        "version": __version__,
-                        "informationUri": INFORMATION_URI,
-                        "rules": _rules(kinds_used),
-                    },
-                },
-                "originalUriBaseIds": {
-                    "%SRCROOT%": {
-                        "description": {"text": "The directory the profiled code ran in."}
-                    },
-                },
-                "results": results,
-            }
-        ],
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "tb-syncfinder",
+                "version": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": _rules(kinds_used),
+            },
+        },
+        "originalUriBaseIds": {
+            "%SRCROOT%": {"description": {"text": "The directory the profiled code ran in."}},
+        },
+        "results": results,
     }
+    notes = _notifications(stackless, len(stackless) - len(placed))
+    if notes:
+        run["invocations"] = [{"executionSuccessful": True, "toolExecutionNotifications": notes}]
+    return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 
 def sarif_by_run(
@@ -172,20 +291,33 @@ def sarif_by_run(
 ) -> dict[str, Any]:
     """SARIF for code scanning: one SARIF run (one tool upload); with several profiler runs,
     each result is a site of one run, its message and figures that run's own, and the run is
-    named in the message, in ``properties.run`` and in a ``run/v1`` fingerprint."""
+    named in the message, in ``properties.run`` and in a ``run/v1`` fingerprint (likewise
+    each notification of sites without a source line)."""
     if len(runs) <= 1:
         return to_sarif(merged, root)
     log = to_sarif(merged, root)  # the rules of every kind used, in the usual order
     results = []
+    notes = []
     rule_index = {rule["id"]: i for i, rule in enumerate(log["runs"][0]["tool"]["driver"]["rules"])}
     for name, data in runs.items():
-        for result in to_sarif(data, root)["runs"][0]["results"]:
+        run_log = to_sarif(data, root)["runs"][0]
+        for result in run_log["results"]:
             result["ruleIndex"] = rule_index.get(result["ruleId"], result.get("ruleIndex"))
             result["message"]["text"] = f"Run {name}: {result['message']['text']}"
             result.setdefault("properties", {})["run"] = name
             result.setdefault("partialFingerprints", {})["run/v1"] = name
             results.append(result)
+        for invocation in run_log.get("invocations") or []:
+            for note in invocation.get("toolExecutionNotifications") or []:
+                note["message"]["text"] = f"Run {name}: {note['message']['text']}"
+                note.setdefault("properties", {})["run"] = name
+                notes.append(note)
     log["runs"][0]["results"] = results
+    log["runs"][0].pop("invocations", None)
+    if notes:
+        log["runs"][0]["invocations"] = [
+            {"executionSuccessful": True, "toolExecutionNotifications": notes}
+        ]
     return log
 
 

@@ -4,6 +4,7 @@ them (nothing is written back into the syncs)."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 
@@ -40,12 +41,18 @@ SAVING_HOW = {
 }
 
 
-def site_key(source: Source | None, op: str | None, api: str) -> str:
-    """``file:line:op`` of a sync; without a source line, built from the operator and the
-    API call."""
+def site_key(source: Source | None, op: str | None, api: str, kind: str = "") -> str:
+    """``file:line:op`` of a sync (``file:line:api`` outside any operator). Without a source
+    line: ``op:kind``, or ``-:api:kind`` outside any operator. The operator alone puts unlike
+    syncs together (in a trace without stacks every blocking ``aten::to`` copy is one,
+    whether a read-back, a pageable upload or a collective's result awaited) and a site has
+    one kind and one fix; the API call that waited longest varies from call to call of one
+    copy (the copy or the stream synchronize after it), so it is no part of the key."""
     if source is not None and source.file:
         return f"{source.file}:{source.line}:{op or api}"
-    return f"{op or '-'}:{api}"
+    if not kind:
+        return f"{op or '-'}:{api}"
+    return f"{op}:{kind}" if op else f"-:{api}:{kind}"
 
 
 def _method(methods: set[str]) -> str:
@@ -141,6 +148,21 @@ def _candidates(members: list[Sync]) -> list[int]:
     return sorted(lines)
 
 
+def _notes_by_trace(notes: list[tuple[TraceResult, str | None]], several: bool) -> list[str]:
+    """Each distinct note once; among several traces, followed by the traces it is about
+    (a note of one trace read as the run's would misstate the others)."""
+    traces_of: dict[str, list[str]] = {}
+    for result, note in notes:
+        if note:
+            name = result.info.worker or os.path.basename(result.info.path)
+            traces_of.setdefault(note, [])
+            if name not in traces_of[note]:
+                traces_of[note].append(name)
+    if not several:
+        return list(traces_of)
+    return [f"{note} ({', '.join(names)})" for note, names in traces_of.items()]
+
+
 def build_report(results: list[TraceResult]) -> Report:
     """The report of one or more analysed traces (a run, or a worker/span of it)."""
     traces = [r.info for r in results]
@@ -160,14 +182,17 @@ def build_report(results: list[TraceResult]) -> Report:
     wall = sum(st.wall_time_us or st.step_time_us for st in steps)
     mean_wall = wall / step_count if step_count else 0.0
     replayed = [r.savings for r in analysed if r.savings.method == "replay"]
-    method = _method({r.savings.method for r in analysed if r.syncs or r.info.has_gpu_activity})
+    # The traces the saving is about: a CPU-only trace without syncs has nothing to replay,
+    # and neither its method nor its reason is the run's.
+    counted = [r for r in analysed if r.syncs or r.info.has_gpu_activity]
+    method = _method({r.savings.method for r in counted})
     window = sum(s.window_us for s in replayed)
     idle_from_syncs = sum(s.gpu_idle_from_syncs_us for s in replayed)
-    reasons = list(
-        dict.fromkeys(
-            [r.savings.reason for r in analysed if r.savings.method == "bound" and r.savings.reason]
-            + [r.info.window_note for r in analysed if r.info.window_note]
-        )
+    about = counted or analysed  # CPU-only traces alone: their own reason
+    reasons = _notes_by_trace(
+        [(r, r.savings.reason) for r in about if r.savings.method == "bound"]
+        + [(r, r.info.window_note) for r in analysed],
+        several=len(about) > 1,
     )
     summary = Summary(
         sync_count=len(syncs),

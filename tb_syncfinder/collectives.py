@@ -549,7 +549,7 @@ def waits_from_syncs(syncs: Iterable[Sync]) -> list[HostWait]:
             HostWait(
                 id=s.id or f"sync-{n}",
                 kind=s.kind,
-                site_key=s.site_key or site_key(s),
+                site_key=s.site_key or site_key(s.source, s.op, s.api, s.kind),
                 ts=s.ts_us,
                 end=s.end_us or s.ts_us,
                 wait_us=s.host_wait_us,

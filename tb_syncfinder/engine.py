@@ -305,9 +305,9 @@ def _build_sync(
     )
 
 
-def _site_key(attribution: Attribution, source: Source | None) -> str:
+def _site_key(attribution: Attribution, source: Source | None, kind: str) -> str:
     op = attribution.op_chain[0] if attribution.op_chain else None
-    return site_key(source, op, attribution.api)
+    return site_key(source, op, attribution.api, kind)
 
 
 def _trace_savings(
@@ -419,7 +419,10 @@ def _analyze_data(
             place = [(a.ts_us >= core[1]) - (a.ts_us < core[0]) for a in attributions]
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
-        keys = [_site_key(a, src) for a, src in zip(attributions, sources, strict=True)]
+        keys = [
+            _site_key(a, src, e.kind)
+            for e, a, src in zip(episodes, attributions, sources, strict=True)
+        ]
         savings: list[float | None] = [None] * len(episodes)
         # A window without device work still replays what the windows before it left
         # running (a device queue, a host ahead of it).

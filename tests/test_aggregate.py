@@ -39,7 +39,8 @@ def test_sites_group_by_source_line_and_operator_sorted_by_cost(tmp_path):
     assert item.mean_host_wait_us == pytest.approx(item.host_wait_us / 4)
     assert set(item.advice) == {"title", "text", "before", "after", "removes"}
     bare = report.sites[1]
-    assert bare.key == "-:cudaDeviceSynchronize" and bare.kind == catalogue.EXPLICIT_SYNC
+    assert bare.key == "-:cudaDeviceSynchronize:explicit_sync"
+    assert bare.kind == catalogue.EXPLICIT_SYNC
     assert all(s.site_key for s in report.syncs)
     costs = [s.host_wait_us + s.gpu_idle_us for s in report.sites]
     assert costs == sorted(costs, reverse=True)
@@ -110,3 +111,78 @@ def test_advice_is_concrete_per_kind_and_operator(kind, ops, needle):
     advice = advice_for(kind, ops)
     assert needle in advice["title"] + advice["text"] + advice["after"]
     assert advice["before"] and advice["after"] and advice["removes"]
+
+
+def _stackless_copies(tmp_path):
+    """Two steps of blocking ``aten::to`` copies without python frames: a read-back, two
+    pageable uploads (one waiting in the copy, one in the stream synchronize after it) and
+    a collective's result read back inside torchrec's awaitable ``wait()``."""
+    b = KinetoTraceBuilder()
+    for n in range(2):
+        with b.step(n):
+            b.kernel(dur=200)
+            with b.op("aten::to"):
+                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"))
+                b.runtime("cudaStreamSynchronize")
+            with b.op("aten::to"):
+                b.runtime("cudaMemcpyAsync", dur=40, memcpy=("HtoD", "Pageable"))
+                b.runtime("cudaStreamSynchronize", dur=2)
+            b.kernel(dur=200)
+            with b.op("aten::to"):
+                b.runtime("cudaMemcpyAsync", dur=2, memcpy=("HtoD", "Pageable"))
+                b.runtime("cudaStreamSynchronize", dur=60)
+            b.kernel(dur=200)
+            with b.annotation("## KJTAllToAll:Awaitable wait() ##"), b.op("aten::to"):
+                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"))
+                b.runtime("cudaStreamSynchronize")
+    return b.write(tmp_path / "run" / "w.pt.trace.json")
+
+
+def test_without_stacks_a_site_is_one_operator_of_one_kind(tmp_path):
+    report = analyze(str(_stackless_copies(tmp_path).parent))
+    assert report.summary.by_kind == {
+        catalogue.DEVICE_TO_HOST_COPY: 2,
+        catalogue.BLOCKING_HOST_TO_DEVICE: 4,
+        catalogue.COLLECTIVE_WAIT: 2,
+    }
+    # One site per kind, each holding every sync of its kind, whichever call waited.
+    assert {site.kind: site.count for site in report.sites} == report.summary.by_kind
+    for site in report.sites:
+        members = [s for s in report.syncs if s.site_key == site.key]
+        assert {s.kind for s in members} == {site.kind}
+        assert site.key == f"aten::to:{site.kind}"
+    upload = next(s for s in report.sites if s.kind == catalogue.BLOCKING_HOST_TO_DEVICE)
+    assert {"cudaMemcpyAsync", "cudaStreamSynchronize"} == {
+        s.api for s in report.syncs if s.site_key == upload.key
+    }
+
+
+def test_a_runs_saving_note_names_the_traces_it_is_about(tmp_path):
+    run = tmp_path / "run"
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b)
+    b.write(run / "gpu.pt.trace.json")
+    # A CPU-only trace beside it: nothing ran on a device, nothing to replay.
+    (run / "cpu.pt.trace.json").write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::add",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 1.0,
+                        "dur": 5.0,
+                    },
+                ]
+            }
+        )
+    )
+    report = analyze(str(run))
+    assert report.summary.saving_method == "replay"
+    assert report.summary.saving_note is None  # the CPU trace's reason is not the run's
+    alone = analyze(str(run / "cpu.pt.trace.json"))
+    assert alone.summary.saving_note == "no device activity: nothing to replay"

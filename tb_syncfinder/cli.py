@@ -398,10 +398,30 @@ class _Progress:
         )
 
 
-def _write(data: bytes, output: str | None) -> None:
+def _check_writable(path: str | None, option: str) -> None:
+    """UsageError, before any analysis, when ``path`` (given to ``option``) cannot be
+    written as a file: a folder, a folder that does not exist, no permission."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {option} {path}: it is a directory, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write {option} {path}: no such directory {folder}")
+    target = path if os.path.exists(path) else folder
+    if not os.access(target, os.W_OK):
+        raise UsageError(f"cannot write {option} {path}: permission denied")
+
+
+def _write(data: bytes, output: str | None, option: str = "--output") -> None:
     if output:
-        with open(output, "wb") as handle:
-            handle.write(data)
+        try:
+            with open(output, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:  # the checks up front cannot foresee a full disk
+            raise UsageError(
+                f"cannot write {option} {output}: {(exc.strerror or str(exc)).lower()}"
+            ) from None
         return
     stream = getattr(sys.stdout, "buffer", None)
     if stream is None:  # a sys.stdout replaced by one without bytes underneath
@@ -467,6 +487,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     output_format = "json" if args.json else (args.format or "table")
     if args.json and args.format not in (None, "json"):
         raise UsageError(f"--json and --format {args.format} contradict each other")
+    _check_writable(args.output, "--output")
+    _check_writable(args.annotate, "--annotate")
     report_set = _analyze_runs(args.path, args, args.runs)
     if not args.latent:
         report_set = report_set.without_latent()
@@ -483,7 +505,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             annotated = outputs.render("trace", report_set)
         except ValueError as exc:
             raise UsageError(f"--annotate: {exc}") from None
-        _write(annotated, args.annotate)
+        _write(annotated, args.annotate, "--annotate")
         print(f"{PROG}: annotated trace written to {args.annotate}", file=sys.stderr)
 
     if args.max_syncs_per_step is not None:
@@ -526,6 +548,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from tb_syncfinder.outputs.text import render_compare
 
     with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
+    _check_writable(args.output, "--output")
     base = _load_side(args.base, args)
     new = _load_side(args.new, args)
     result = compare(base, new)

@@ -455,3 +455,45 @@ def test_max_syncs_per_step_of_a_logdir_names_the_run_and_step(
     assert "run busy: step 1 of w0.pt.trace.json has 3 syncs (limit 2)" in err
     assert "run calm" not in err
     assert main(["report", str(logdir), "--max-syncs-per-step", "2", "--run", "calm"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        (["-o", "{tmp}/missing/out.txt"], "no such directory"),
+        (["-o", "{tmp}"], "it is a directory"),
+        (["--json", "--annotate", "{tmp}/missing/a.json"], "no such directory"),
+    ],
+)
+def test_an_output_that_cannot_be_written_exits_2_with_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], reason: str
+) -> None:
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    assert main(["report", str(trace), *argv]) == 2  # 1 is the CI gate's "too many syncs"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    path = argv[-1]
+    assert f"{path}: {reason}" in err
+
+
+def test_a_compare_output_that_cannot_be_written_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    assert main(["compare", str(trace), str(trace), "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output {tmp_path}: it is a directory" in err
+
+
+def test_an_output_that_fails_at_write_time_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tb_syncfinder import cli
+
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    monkeypatch.setattr(cli, "_check_writable", lambda path, option: None)
+    out = tmp_path / "gone" / "out.txt"
+    assert main(["report", str(trace), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output {out}: no such file or directory" in err

@@ -8,6 +8,7 @@ with the reason on stderr.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -49,6 +50,18 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _window_mb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of megabytes, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected 0 (never split) or a positive number of megabytes, got {text}"
+        )
+    return value
+
+
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source-root",
@@ -69,7 +82,7 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--window-mb",
-        type=float,
+        type=_window_mb,
         default=None,
         metavar="MB",
         help="analyse a trace of more than MB megabytes of JSON in windows of whole steps, "
@@ -266,8 +279,16 @@ def _engine_options(args: argparse.Namespace) -> Any:
         path_map=tuple(args.path_map),
         contexts=False,
         source_packs=SOURCE_PACKS,
-        window_bytes=None if window_mb is None else int(window_mb * 1e6),
+        window_bytes=_window_bytes(window_mb),
     )
+
+
+def _window_bytes(window_mb: float | None) -> int | None:
+    """``--window-mb`` in bytes: None (sized from the memory available), 0 (never split), or
+    at least one byte (a fraction of a byte is not 0, which would mean never split)."""
+    if window_mb is None:
+        return None
+    return max(1, int(window_mb * 1e6)) if window_mb > 0 else 0
 
 
 def _find_refs(path: str) -> list[Any]:

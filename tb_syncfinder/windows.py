@@ -516,11 +516,19 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
 # The windows' results as one
 
 
-def window_note(n_windows: int, window_bytes: int) -> str:
+def window_note(n_windows: int, window_bytes: int, asked: bool = False) -> str:
+    """What analysing a trace in ``n_windows`` windows of about ``window_bytes`` of JSON
+    leaves out, and why it was split: the window size the user asked for (``asked``,
+    ``--window-mb``), or the memory budget this machine has."""
     size = f"{window_bytes / 1e9:.1f} GB" if window_bytes >= 1e9 else f"{window_bytes / 1e6:.1f} MB"
+    why = (
+        "the window size asked for with --window-mb"
+        if asked
+        else "the trace is larger than the memory budget"
+    )
     return (
-        f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; the "
-        "trace is larger than the memory budget), each replayed from where the window "
+        f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; "
+        f"{why}), each replayed from where the window "
         "before left every sync removed and each site's: a single sync's saving that "
         "lands two or more steps after its window is not seen, nor GPU idle from device "
         "work launched two or more steps before a window"

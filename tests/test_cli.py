@@ -497,3 +497,20 @@ def test_an_output_that_fails_at_write_time_exits_2_naming_it(
     assert main(["report", str(trace), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--output {out}: no such file or directory" in err
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "inf", "lots"])
+def test_window_mb_must_be_zero_or_a_positive_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture, value: str
+) -> None:
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    assert main(["report", str(trace), f"--window-mb={value}"]) == 2
+    assert "argument --window-mb: expected" in capsys.readouterr().err
+    assert main(["report", str(trace), "--window-mb", "0"]) == 0  # 0: never split
+
+
+def test_window_mb_in_bytes_never_rounds_a_small_size_down_to_never_split() -> None:
+    from tb_syncfinder.cli import _window_bytes
+
+    assert _window_bytes(None) is None and _window_bytes(0.0) == 0
+    assert _window_bytes(5.0) == 5_000_000 and _window_bytes(1e-9) == 1

@@ -47,7 +47,9 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
 
 
 def idle_union_us(syncs: list[Sync]) -> float:
-    """GPU idle caused by these syncs, each bubble counted once (per trace and device)."""
+    """GPU idle after these syncs (from each end until its device is busy again), each
+    bubble counted once (per trace and device): not all of it caused by them (the replay
+    tells that part, ``gpu_idle_from_syncs_us``)."""
     by_device: dict[tuple[str, int | None], list[tuple[float, float]]] = {}
     for sync in syncs:
         if sync.gpu_idle_after_us > 0:

@@ -118,6 +118,9 @@ def _compare_sites(
                 "func": current.get("func"),
                 "kind": current.get("kind"),
                 "ops": list(current.get("ops") or []),
+                # The API calls, the only handle on a site without a stack or operator
+                # (``[cudaDeviceSynchronize] (no stack)`` in the report).
+                "apis": list(current.get("apis") or []),
                 "status": _status(before, after, measure),
                 "before": before,
                 "after": after,
@@ -136,10 +139,11 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     "wall_step_time_change_us" (the longer of host and device span), "predicted_saving_us"
     (the baseline's replay, per step), "measured_saving_us", "sites": [...],
     "latent_sites": [...], "counts": {status: n}, "note"}``; each site has ``key``, ``file``,
-    ``line``, ``func``, ``kind``, ``ops``, ``status``, ``before`` / ``after`` (null when
-    absent on that side) and ``change_us`` (per-step cost change). Latent sites (CPU-only
-    traces, no cost) are compared by count per step. When only one run is CPU-only, all
-    sites of both are compared by count per step (in ``sites``) and ``note`` says so.
+    ``line``, ``func``, ``kind``, ``ops``, ``apis``, ``status``, ``before`` / ``after``
+    (null when absent on that side) and ``change_us`` (per-step cost change). Latent sites
+    (CPU-only traces, no cost) are compared by count per step. When only one run is
+    CPU-only, all sites of both are compared by count per step (in ``sites``) and ``note``
+    says so.
     """
     base_summary = base.get("summary") or {}
     new_summary = new.get("summary") or {}

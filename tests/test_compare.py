@@ -110,3 +110,9 @@ def test_latent_sites_are_compared_by_count(sample_report: Report) -> None:
     new = copy.deepcopy(base)
     new["latent_sites"] = []
     assert compare(base, new)["latent_sites"][0]["status"] == "fixed"
+
+
+def test_a_compare_row_carries_the_sites_api_calls(sample_report: Report) -> None:
+    base = sample_report.to_json()
+    row = next(s for s in compare(base, base)["sites"] if s["kind"] == "dynamic_shape")
+    assert row["apis"] == ["cudaMemcpyAsync"]

@@ -651,3 +651,29 @@ def test_a_function_gone_from_its_file_is_reported_at_its_recorded_line_and_said
     assert "train.py:6*" in text
     assert "no such function there" in text
     assert "already running" not in text and "changed since profiling (the trace" not in text
+
+
+def test_compare_names_a_row_of_several_lines_by_every_line(sample_report: Report) -> None:
+    from tb_syncfinder.compare import compare
+
+    base = sample_report.to_json()
+    twice = dict(next(s for s in base["sites"] if s["kind"] == "scalar_readback"), line=43)
+    base["sites"].append(twice)
+    new = sample_report.to_json()
+    new["sites"] = [s for s in new["sites"] if s["kind"] != "scalar_readback"]
+    text = render_compare(compare(base, new))
+    assert re.search(r"^fixed\s+\S*train\.py:42,43\s", text, re.M), text
+
+
+def test_compare_names_a_site_without_a_stack_as_the_report_does(sample_report: Report) -> None:
+    from tb_syncfinder.compare import compare
+
+    base = sample_report.to_json()
+    site = msgspec.to_builtins(
+        make_site(None, None, None, "explicit_sync", [], 1, 5.0, 0.0, apis=["hipDeviceSynchronize"])
+    )
+    base["sites"].append(site)
+    report_text = render_report(base)
+    assert "[hipDeviceSynchronize] (no stack)" in report_text
+    text = render_compare(compare(base, base))
+    assert re.search(r"^same\s+\[hipDeviceSynchronize\] \(no stack\)", text, re.M), text

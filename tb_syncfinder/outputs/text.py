@@ -836,6 +836,24 @@ def _change_text(us: float) -> str:
     return sign + format_us(abs(us))
 
 
+def _compare_location(row: dict[str, Any]) -> str:
+    """A compare row's site as the report names it, with every line of the sites merged
+    into the row (``train.py:95,96``), from the side its ``line`` is of."""
+    location = site_location(
+        {
+            "file": row.get("file"),
+            "line": row.get("line"),
+            "line_exact": True,
+            "ops": row.get("ops"),
+            "apis": row.get("apis"),
+        }
+    )
+    lines = (row.get("after") or row.get("before") or {}).get("lines") or []
+    if row.get("file") and len(lines) > 1:
+        location = f"{row['file']}:{','.join(str(line) for line in lines)}"
+    return location
+
+
 def _compare_columns() -> list[Column]:
     def side(key: str) -> Callable[[Any], str]:
         return lambda row: (
@@ -844,19 +862,7 @@ def _compare_columns() -> list[Column]:
 
     return [
         Column("status", lambda row: row.get("status", "?"), align="<"),
-        Column(
-            "site (file:line)",
-            lambda row: site_location(
-                {
-                    "file": row.get("file"),
-                    "line": row.get("line"),
-                    "line_exact": True,
-                    "ops": row.get("ops"),
-                }
-            ),
-            align="<",
-            wrap=True,
-        ),
+        Column("site (file:line)", _compare_location, align="<", wrap=True),
         Column(
             "function",
             lambda row: row.get("func") or "-",

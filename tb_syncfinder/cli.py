@@ -573,6 +573,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     base = _load_side(args.base, args)
     new = _load_side(args.new, args)
     result = compare(base, new)
+    for entry in result["unreadable"]:  # as report names them: compared without them
+        side = "baseline" if entry["side"] == "base" else "new run"
+        _warn(f"{side}: {entry['path']}: {entry['error']} (left out of the comparison)")
     if args.json:
         _write(dumps(result), args.output)
     else:

@@ -143,7 +143,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     (null when absent on that side) and ``change_us`` (per-step cost change). Latent sites
     (CPU-only traces, no cost) are compared by count per step. When only one run is
     CPU-only, all sites of both are compared by count per step (in ``sites``) and ``note``
-    says so.
+    says so. ``unreadable``: each trace file of either run that could not be read
+    (``{"side": "base"|"new", "path", "error"}``): the comparison is of the others only.
     """
     base_summary = base.get("summary") or {}
     new_summary = new.get("summary") or {}
@@ -185,7 +186,17 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "latent_sites": latent_sites,
         "counts": counts,
         "note": note,
+        "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
     }
+
+
+def _unreadable(report: dict[str, Any], side: str) -> list[dict[str, Any]]:
+    """The trace files of one run that could not be read, and why."""
+    return [
+        {"side": side, "path": t.get("path"), "error": t.get("error")}
+        for t in report.get("traces") or []
+        if isinstance(t, dict) and t.get("error")
+    ]
 
 
 def _cpu_only(report: dict[str, Any]) -> bool:

@@ -514,3 +514,26 @@ def test_window_mb_in_bytes_never_rounds_a_small_size_down_to_never_split() -> N
 
     assert _window_bytes(None) is None and _window_bytes(0.0) == 0
     assert _window_bytes(5.0) == 5_000_000 and _window_bytes(1e-9) == 1
+
+
+def test_compare_warns_of_each_unreadable_trace_and_lists_it_in_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    write_item_trace(run / "good.pt.trace.json")
+    (run / "x.pt.trace.json").write_text("")
+    (run / "t.pt.trace.json").write_text('{"traceEvents": [')
+    other = write_item_trace(tmp_path / "other" / "w.pt.trace.json")
+    assert main(["compare", str(run), str(other)]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: baseline: {run / 'x.pt.trace.json'}: " in err
+    assert f"warning: baseline: {run / 't.pt.trace.json'}: " in err
+    assert main(["compare", str(other), str(run), "--json"]) == 0
+    captured = capsys.readouterr()
+    unreadable = json.loads(captured.out)["unreadable"]
+    assert sorted(e["path"] for e in unreadable) == [
+        str(run / "t.pt.trace.json"),
+        str(run / "x.pt.trace.json"),
+    ]
+    assert {e["side"] for e in unreadable} == {"new"} and all(e["error"] for e in unreadable)
+    assert "warning: new run: " in captured.err

@@ -112,6 +112,20 @@ def test_latent_sites_are_compared_by_count(sample_report: Report) -> None:
     assert compare(base, new)["latent_sites"][0]["status"] == "fixed"
 
 
+def test_each_unreadable_trace_of_either_run_is_named_with_its_reason(
+    sample_report: Report,
+) -> None:
+    base = sample_report.to_json()
+    new = copy.deepcopy(base)
+    base["traces"].append({"path": "/runs/a/x.pt.trace.json", "error": "empty file"})
+    new["traces"].append({"path": "/runs/b/t.pt.trace.json.gz", "error": "truncated gzip"})
+    assert compare(base, new)["unreadable"] == [
+        {"side": "base", "path": "/runs/a/x.pt.trace.json", "error": "empty file"},
+        {"side": "new", "path": "/runs/b/t.pt.trace.json.gz", "error": "truncated gzip"},
+    ]
+    assert compare(sample_report.to_json(), sample_report.to_json())["unreadable"] == []
+
+
 def test_a_compare_row_carries_the_sites_api_calls(sample_report: Report) -> None:
     base = sample_report.to_json()
     row = next(s for s in compare(base, base)["sites"] if s["kind"] == "dynamic_shape")

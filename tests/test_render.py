@@ -677,3 +677,20 @@ def test_compare_names_a_site_without_a_stack_as_the_report_does(sample_report: 
     assert "[hipDeviceSynchronize] (no stack)" in report_text
     text = render_compare(compare(base, base))
     assert re.search(r"^same\s+\[hipDeviceSynchronize\] \(no stack\)", text, re.M), text
+
+
+def test_a_cpu_only_report_without_its_latent_list_does_not_claim_there_are_none() -> None:
+    from tb_syncfinder.outputs import ReportSet
+
+    data = _cpu_only_report_json(latent_count=5, steps=1)
+    data["latent_sites"] = [
+        msgspec.to_builtins(
+            make_site(None, None, None, "scalar_readback", ["aten::item"], 5, 0.0, 0.0, latent=True)
+        )
+    ]
+    stripped = ReportSet(data, {"cpu": data}).without_latent().report  # report --no-latent
+    text = render_report(stripped)
+    assert "would synchronize on a GPU either" not in text
+    assert "Latent syncs not listed (--no-latent): 5 calls in it would synchronize" in text
+    none = render_report(_cpu_only_report_json(latent_count=0, steps=1))
+    assert "No operator in it would synchronize on a GPU either." in none

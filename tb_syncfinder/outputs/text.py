@@ -659,7 +659,17 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         lines.append(
             style("CPU-only trace: nothing ran on a GPU, so nothing waited for one.", _BOLD)
         )
-        if not latent_sites:
+        hidden = int(summary.get("latent_count") or 0)
+        if hidden and not latent_sites:  # report --no-latent: counted, not listed
+            lines.extend(
+                wrap(
+                    f"Latent syncs not listed (--no-latent): {plural(hidden, 'call')} in it "
+                    "would synchronize on a GPU.",
+                    width,
+                    "  ",
+                )
+            )
+        elif not latent_sites:
             lines.append("  No operator in it would synchronize on a GPU either.")
         lines.append("")
     elif readable:

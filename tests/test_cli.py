@@ -537,3 +537,27 @@ def test_compare_warns_of_each_unreadable_trace_and_lists_it_in_the_json(
     ]
     assert {e["side"] for e in unreadable} == {"new"} and all(e["error"] for e in unreadable)
     assert "warning: new run: " in captured.err
+
+
+def test_csv_adds_the_predicted_saving_after_every_existing_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import csv
+    import io
+
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--json"]) == 0
+    (site,) = json.loads(capsys.readouterr().out)["sites"]
+    assert main(["report", str(trace), "--format", "csv"]) == 0
+    header, row = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    first = (
+        "rank,latent,file,line,line_exact,def_line,func,kind,ops,apis,count,per_step,"
+        "host_wait_us,mean_host_wait_us,gpu_idle_us,share_of_step,steps,advice,key,run"
+    ).split(",")
+    assert header[: len(first)] == first  # none moved
+    added = dict(zip(header[len(first) :], row[len(first) :], strict=True))
+    assert set(added) == {"predicted_saving_us", "predicted_saving_per_step_us", "saving_method"}
+    assert float(added["predicted_saving_us"]) == pytest.approx(
+        site["predicted_saving_us"], abs=1e-3
+    )
+    assert added["saving_method"] == site["saving_method"]

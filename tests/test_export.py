@@ -327,3 +327,44 @@ def test_annotate_reads_with_the_readers_repairs_and_names_what_it_cannot(
         return
     with pytest.raises(ValueError, match=f"odd.pt.trace.json: not valid JSON .*{expected}"):
         annotate_trace(str(trace), [])
+
+
+# The columns as they were before any was added: a reader may take them by position.
+FIRST_CSV_COLUMNS = (
+    "rank,latent,file,line,line_exact,def_line,func,kind,ops,apis,count,per_step,"
+    "host_wait_us,mean_host_wait_us,gpu_idle_us,share_of_step,steps,advice,key"
+).split(",")
+
+
+def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
+    sample_report: Report,
+) -> None:
+    report = sample_report.to_json()
+    for site in report["sites"]:
+        saving = 2400.0 if site["file"].endswith("model.py") else 800.0
+        site.update(
+            predicted_saving_us=saving,
+            predicted_saving_per_step_us=saving / 4,
+            saving_method="replay",
+        )
+    latent = make_site("a.py", 3, "f", "dynamic_shape", ["aten::unique"], 2, 0, 0, latent=True)
+    report["latent_sites"] = [msgspec.to_builtins(latent)]
+    text = to_csv(report)
+    header = next(csv.reader(io.StringIO(text)))
+    assert header[: len(FIRST_CSV_COLUMNS)] == FIRST_CSV_COLUMNS
+    assert header[len(FIRST_CSV_COLUMNS) :] == [
+        "predicted_saving_us",
+        "predicted_saving_per_step_us",
+        "saving_method",
+    ]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [(r["file"], r["predicted_saving_us"]) for r in rows[:2]] == [
+        ("/home/me/proj/model.py", "2400"),  # ranked by predicted saving, not by cost
+        ("/home/me/proj/train.py", "800"),
+    ]
+    assert rows[0]["predicted_saving_per_step_us"] == "600" and rows[0]["saving_method"] == "replay"
+    assert (rows[2]["latent"], rows[2]["predicted_saving_us"], rows[2]["saving_method"]) == (
+        "1",
+        "",
+        "",
+    )

@@ -1,5 +1,10 @@
-"""CSV (format ``csv``): one row per site, real sites by cost then latent ones, each run's
-rows after the other under one header with a last ``run`` column."""
+"""CSV (format ``csv``): one row per site, real sites by predicted saving then latent ones,
+each run's rows after the other under one header with a ``run`` column.
+
+Columns are only ever added, at the end: a reader that takes them by position keeps working.
+The ``run`` column came after the first ones (``SITE_COLUMNS``), so a CSV of runs has it
+there and the columns added since after it; ``CSV_COLUMNS`` (a single report's) has no
+``run``."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from tb_syncfinder.query import sites_with_latent
 if TYPE_CHECKING:
     from tb_syncfinder.outputs import RenderOptions, ReportSet
 
-CSV_COLUMNS = [
+SITE_COLUMNS = [
     "rank",
     "latent",
     "file",
@@ -33,6 +38,12 @@ CSV_COLUMNS = [
     "advice",
     "key",
 ]
+# Added after ``run``: the predicted saving the rows are ranked by (the what-if replay's, or
+# the upper bound where a trace could not be replayed: ``saving_method``), over the profiled
+# steps and per step; empty for latent sites (nothing was measured in a CPU-only trace).
+SAVING_COLUMNS = ["predicted_saving_us", "predicted_saving_per_step_us", "saving_method"]
+CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
+RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
 
 
 def _advice_title(site: dict[str, Any]) -> str:
@@ -40,33 +51,45 @@ def _advice_title(site: dict[str, Any]) -> str:
 
 
 def to_csv(report_json: dict[str, Any]) -> str:
-    """One row per site (real sites by cost, then latent ones), with a header row."""
+    """One row per site (real sites by predicted saving, then latent ones), with a header
+    row: ``CSV_COLUMNS``."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerows(_csv_rows(report_json))
+    writer.writerows([*row, *saving] for row, saving in _csv_rows(report_json))
     return buffer.getvalue()
 
 
 def runs_to_csv(runs: dict[str, dict[str, Any]]) -> str:
-    """The CSV of each run's own report, one after the other under one header, with a last
-    ``run`` column added (the other columns keep their names and places). The CLI and the
-    plugin's export both write this, for one run or several."""
+    """The CSV of each run's own report, one after the other under one header
+    (``RUNS_CSV_COLUMNS``: the site columns, ``run``, then the columns added since; none
+    moves). The CLI and the plugin's export both write this, for one run or several."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*CSV_COLUMNS, "run"])
+    writer.writerow(RUNS_CSV_COLUMNS)
     for name, report_json in runs.items():
-        writer.writerows([*row, name] for row in _csv_rows(report_json))
+        writer.writerows([*row, name, *saving] for row, saving in _csv_rows(report_json))
     return buffer.getvalue()
 
 
-def _csv_rows(report_json: dict[str, Any]) -> list[list[Any]]:
+def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
+    """Per site, its ``SITE_COLUMNS`` cells and its ``SAVING_COLUMNS`` cells."""
     rows = []
     for rank, (site, latent) in enumerate(sites_with_latent(report_json), start=1):
-        rows.append(
+        latent = bool(latent or site.get("latent"))
+        saving = (
+            ["", "", ""]
+            if latent
+            else [
+                _number(site.get("predicted_saving_us")),
+                _number(site.get("predicted_saving_per_step_us")),
+                site.get("saving_method") or "",
+            ]
+        )
+        cells = (
             [
                 rank,
-                int(latent or bool(site.get("latent"))),
+                int(latent),
                 site.get("file") or "",
                 "" if site.get("line") is None else site.get("line"),
                 int(bool(site.get("line_exact"))),
@@ -84,8 +107,10 @@ def _csv_rows(report_json: dict[str, Any]) -> list[list[Any]]:
                 " ".join(_texts(site.get("steps"))),
                 _advice_title(site),
                 site.get("key") or "",
-            ]
+            ],
+            saving,
         )
+        rows.append(cells)
     return rows
 
 

@@ -357,11 +357,43 @@ def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = (
     except RuntimeError as exc:  # fanout.FanoutError: no Ray, no cluster
         raise UsageError(str(exc)) from None
     progress.done()
+    if write:
+        _tell_summaries_written(store, progress.analysed)
     results = analysed.results
     if results and all(r.info.error for r in results):
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
     return ReportSet.from_runs(analysed)
+
+
+def _tell_summaries_written(store: Any, analysed: Sequence[str]) -> None:
+    """One line on stderr saying where the summaries of the traces analysed went (a
+    warning for those that could not be written)."""
+    from tb_syncfinder.summaries import FOLDER, is_remote
+
+    if not analysed:
+        return  # every summary was there already (the tally says so)
+    paths = [store.path_for(path) for path in analysed]
+    written = [p for p in paths if is_remote(p) or os.path.isfile(p)]
+    if store.directory is not None:
+        where = store.directory
+    else:
+        folders = list(dict.fromkeys(os.path.dirname(p) for p in (written or paths)))
+        where = (
+            folders[0]
+            if len(folders) == 1
+            else f"{FOLDER}/ beside each trace ({len(folders)} folders, first {folders[0]})"
+        )
+    if written:
+        print(
+            f"{PROG}: summaries of {len(written)} trace{'s' if len(written) != 1 else ''} "
+            f"written to {where}",
+            file=sys.stderr,
+        )
+    if len(written) < len(paths):
+        missing = len(paths) - len(written)
+        what = "summaries" if missing != 1 else "summary"
+        _warn(f"{missing} trace {what} could not be written to {where}")
 
 
 def _uses_ray(args: argparse.Namespace) -> bool:
@@ -378,6 +410,7 @@ class _Progress:
         self.seen = 0
         self.from_summaries = 0
         self.failed = 0
+        self.analysed: list[str] = []  # traces analysed here (not from a summary), read
         self.started = time.perf_counter()
         self.cluster_note = ""
 
@@ -395,6 +428,8 @@ class _Progress:
         self.from_summaries += from_summary
         info = result.info
         self.failed += bool(info.error)
+        if not from_summary and not info.error:
+            self.analysed.append(info.path)
         if not self.verbose:
             return  # the report itself names the traces that failed
         if info.error:

@@ -561,3 +561,32 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         site["predicted_saving_us"], abs=1e-3
     )
     assert added["saving_method"] == site["saving_method"]
+
+
+def test_write_summaries_says_where_the_summaries_went(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    trace = write_item_trace(tmp_path / "run" / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--write-summaries"]) == 0
+    err = capsys.readouterr().err
+    folder = tmp_path / "run" / ".sync_advisor"
+    assert f"summaries of 1 trace written to {folder}\n" in err
+    assert any(folder.iterdir())
+    elsewhere = tmp_path / "summaries"
+    argv = ["report", str(trace), "--write-summaries", "--summaries-dir", str(elsewhere)]
+    assert main(argv) == 0
+    assert f"summaries of 1 trace written to {elsewhere}\n" in capsys.readouterr().err
+
+
+def test_write_summaries_warns_when_a_summary_could_not_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tb_syncfinder.summaries import SummaryStore
+
+    monkeypatch.setattr(SummaryStore, "put", lambda self, ref, result, options: False)
+    trace = write_item_trace(tmp_path / "run" / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--write-summaries"]) == 0
+    err = capsys.readouterr().err
+    assert "summaries of" not in err
+    folder = tmp_path / "run" / ".sync_advisor"
+    assert f"warning: 1 trace summary could not be written to {folder}" in err

@@ -694,3 +694,21 @@ def test_a_cpu_only_report_without_its_latent_list_does_not_claim_there_are_none
     assert "Latent syncs not listed (--no-latent): 5 calls in it would synchronize" in text
     none = render_report(_cpu_only_report_json(latent_count=0, steps=1))
     assert "No operator in it would synchronize on a GPU either." in none
+
+
+def test_the_idle_after_syncs_is_not_called_idle_they_caused(sample_report: Report) -> None:
+    """The sum of each sync's bubble (``gpu_idle_us``) is idle *after* syncs; only the
+    replay's share (``sync_idle_share``: what goes away with them) is said to be caused."""
+    data = sample_report.to_json()
+    data["summary"].update(
+        gpu_idle_us=2_000.0,  # 500 us per step over the 4 steps
+        saving_how="predicted by replaying each profiled step",
+        saving_method="replay",
+        predicted_saving_per_step_us=100.0,
+        sync_idle_share=0.002,
+    )
+    text = render_report(data)
+    (idle,) = [line for line in text.splitlines() if "500 us per step" in line]
+    assert idle.split()[:3] == ["GPU", "idle", "after"] and "caused" not in idle
+    flowing = " ".join(text.split())  # wrapped lines joined
+    assert flowing.count("caused") == 1 and "GPU idle caused by syncs 0.2% of the time" in flowing

@@ -243,7 +243,7 @@ def _analyze_in_windows(
             results.append(result)
     finally:
         parts.close()
-    note = windows.window_note(len(results), window_bytes)
+    note = windows.window_note(len(results), window_bytes, asked=bool(options.window_bytes))
     merged = windows.merge(results, note, parts.cores)
     merged.info.windows = len(results)
     merged.info.window_note = note

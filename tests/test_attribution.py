@@ -59,6 +59,9 @@ def test_sync_outside_any_step_has_no_step(tmp_path):
     with b.step(1):
         b.kernel()
     b.runtime("cudaDeviceSynchronize")
+    # More work after it: not the profiler stopping (the last bare synchronize).
+    with b.op("aten::add"):
+        b.runtime("cudaLaunchKernel", dur=4)
     (sync,) = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json"))).syncs
     assert sync.step is None and sync.op is None and sync.stack == []
 

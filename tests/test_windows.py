@@ -539,10 +539,6 @@ def test_the_window_note_says_a_split_asked_for_was_asked_not_a_memory_budget():
     assert "the trace is larger than the memory budget" in budget
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine._analyze_in_windows calls windows.window_note without asked= yet",
-)
 def test_a_trace_split_by_a_window_size_given_in_the_options_says_it_was_asked(tmp_path):
     path = _busy_trace(tmp_path / "w.pt.trace.json")
     windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))

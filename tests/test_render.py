@@ -712,3 +712,15 @@ def test_the_idle_after_syncs_is_not_called_idle_they_caused(sample_report: Repo
     assert idle.split()[:3] == ["GPU", "idle", "after"] and "caused" not in idle
     flowing = " ".join(text.split())  # wrapped lines joined
     assert flowing.count("caused") == 1 and "GPU idle caused by syncs 0.2% of the time" in flowing
+
+
+def test_the_share_says_it_is_of_the_hosts_step_when_the_device_step_is_longer(
+    sample_report: Report,
+) -> None:
+    summary = sample_report.summary
+    assert "device's is longer" not in render_report(sample_report, color=False)
+    summary.mean_wall_step_time_us = summary.mean_step_time_us * 1.7
+    summary.mean_device_step_time_us = summary.mean_wall_step_time_us
+    text = render_report(sample_report, color=False)
+    host = format_us(summary.mean_step_time_us)
+    assert f"(of the host's {host} step; the device's is longer)" in text

@@ -495,7 +495,13 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int, cpu_only:
         lines.append(_label("GPU idle after") + format_us(gpu_idle))
     share = float(summary.get("share_of_step") or 0.0)
     share_color = _RED if share >= _SHARE_RED else (_YELLOW if share >= _SHARE_YELLOW else "")
-    lines.append(_label("share of step") + style(format_share(share), share_color))
+    share_text = style(format_share(share), share_color)
+    host_step = float(summary.get("mean_step_time_us") or 0.0)
+    wall_step = float(summary.get("mean_wall_step_time_us") or 0.0)
+    if host_step > 0 and wall_step > host_step * 1.05:
+        # The share is over the host's step; beside a longer step time it would be misread.
+        share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
+    lines.append(_label("share of step") + share_text)
     lines.extend(_saving_lines(summary, width))
     by_kind = summary.get("by_kind") or {}
     if by_kind:

@@ -23,27 +23,13 @@ from typing import TYPE_CHECKING
 
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
+from tb_syncfinder.query import union_length
 from tb_syncfinder.timeline import Timeline
 
 if TYPE_CHECKING:
     from tb_syncfinder.whatif import StepReplay
 
 NO_STEP = 0  # StepStats.step of the single pseudo-step of a trace without ProfilerStep spans
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total = 0.0
-    cur_lo = cur_hi = None
-    for lo, hi in sorted(intervals):
-        if cur_hi is None or lo > cur_hi:
-            if cur_hi is not None:
-                total += cur_hi - cur_lo
-            cur_lo, cur_hi = lo, hi
-        elif hi > cur_hi:
-            cur_hi = hi
-    if cur_hi is not None:
-        total += cur_hi - cur_lo
-    return total
 
 
 def idle_union_us(syncs: list[Sync]) -> float:
@@ -56,7 +42,7 @@ def idle_union_us(syncs: list[Sync]) -> float:
             by_device.setdefault((sync.trace, sync.device_id), []).append(
                 (sync.end_us, sync.end_us + sync.gpu_idle_after_us)
             )
-    return sum(_union_length(intervals) for intervals in by_device.values())
+    return sum(union_length(intervals) for intervals in by_device.values())
 
 
 def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncCost:
@@ -143,4 +129,4 @@ def estimated_saving_us(
                 (sync.end_us - sync.host_wait_us, sync.end_us + sync.gpu_idle_after_us)
             )
     step_time = {s.step: s.step_time_us for s in steps}
-    return sum(min(_union_length(v), step_time[k]) for k, v in by_step.items())
+    return sum(min(union_length(v), step_time[k]) for k, v in by_step.items())

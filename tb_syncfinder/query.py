@@ -30,6 +30,23 @@ SITE_SORTS: dict[str, str] = {
 }
 
 
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of ``(lo, hi)`` intervals: a bubble shared by
+    back-to-back syncs counts once."""
+    total = 0.0
+    cur_lo = cur_hi = None
+    for lo, hi in sorted(intervals):
+        if cur_hi is None or lo > cur_hi:
+            if cur_hi is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = lo, hi
+        elif hi > cur_hi:
+            cur_hi = hi
+    if cur_hi is not None:
+        total += cur_hi - cur_lo
+    return total
+
+
 def _get(item: Any, name: str) -> Any:
     return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
@@ -84,8 +101,49 @@ def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = N
     order = order or SITE_SORTS[key]
     present = [s for s in sites if _get(s, key) is not None]
     missing = [s for s in sites if _get(s, key) is None]
-    present.sort(key=lambda s: _sort_value(_get(s, key)), reverse=order == "desc")
+    if key == "file":  # a location: by file, then by line within it
+        present.sort(
+            key=lambda s: (_sort_value(_get(s, "file")), _sort_value(_get(s, "line") or 0)),
+            reverse=order == "desc",
+        )
+    else:
+        present.sort(key=lambda s: _sort_value(_get(s, key)), reverse=order == "desc")
     return present + missing
+
+
+def in_step(
+    sites: Iterable[dict[str, Any]], syncs: Iterable[dict[str, Any]], step: int
+) -> list[dict[str, Any]]:
+    """Copies of ``sites`` each with ``in_step``: its count, host wait and GPU idle after
+    (a shared bubble once) over the syncs of ``step`` alone. A site's own figures are the
+    whole run's; beside a step filter they would be read as the step's."""
+    of_site: dict[str, list[dict[str, Any]]] = {}
+    for sync in syncs:
+        if sync.get("step") == step:
+            of_site.setdefault(sync.get("site_key") or "", []).append(sync)
+    out = []
+    for site in sites:
+        members = of_site.get(site.get("key") or "", [])
+        bubbles: dict[tuple[Any, Any], list[tuple[float, float]]] = {}
+        for sync in members:
+            idle = float(sync.get("gpu_idle_after_us") or 0.0)
+            if idle > 0:
+                end = float(sync.get("end_us") or sync.get("ts_us") or 0.0)
+                bubbles.setdefault((sync.get("trace"), sync.get("device_id")), []).append(
+                    (end, end + idle)
+                )
+        out.append(
+            {
+                **site,
+                "in_step": {
+                    "step": step,
+                    "count": len(members),
+                    "host_wait_us": sum(float(s.get("host_wait_us") or 0.0) for s in members),
+                    "gpu_idle_us": sum(union_length(b) for b in bubbles.values()),
+                },
+            }
+        )
+    return out
 
 
 def filter_sites(

@@ -207,6 +207,10 @@ class Timeline(msgspec.Struct):
     def lane_label(self, lane: tuple[Any, Any]) -> str:
         device = self.lane_device.get(lane, lane[0])
         kind = "NPU" if self.device_kind == "npu" else "GPU"
+        if lane[1] == -1:
+            # CUPTI writes a wait on the whole device (cudaDeviceSynchronize's "Context
+            # Sync") on no stream of its own: "stream -1" named nothing a user knows.
+            return f"{kind} {device} device-wide syncs"
         return f"{kind} {device} stream {lane[1]}"
 
 

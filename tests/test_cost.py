@@ -170,3 +170,18 @@ def test_the_gpu_lanes_copy_of_profiler_steps_is_not_a_step_of_its_own(tmp_path)
     result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
     assert [s.step for s in result.syncs] == [1, 2, 3]
     assert [st.sync_count for st in result.steps] == [1, 1, 1]
+
+
+def test_the_detail_names_the_lane_of_device_wide_sync_records_not_stream_minus_one(tmp_path):
+    """CUPTI writes cudaDeviceSynchronize's "Context Sync" record on no stream (tid -1)."""
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        b.runtime("cudaDeviceSynchronize", sync="Context Sync")
+        b.kernel(dur=100)
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    (sync,) = result.syncs
+    lanes = {event["lane"] for event in result.contexts[sync.id]["device"]}
+    assert "GPU 0 device-wide syncs" in lanes
+    assert not any("stream -1" in lane for lane in lanes)
+    assert any(lane.startswith("GPU 0 stream ") for lane in lanes)

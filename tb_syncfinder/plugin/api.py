@@ -188,7 +188,11 @@ def sites_impl(
         ordered = query.sort_sites(sites, sort, order)
     except ValueError as exc:
         raise errors.InvalidArgumentError(str(exc)) from None
-    return query.page(ordered, offset, limit, loading=sel.loading)
+    answer = query.page(ordered, offset, limit, loading=sel.loading)
+    if step is not None:  # the page's sites with their figures in that step
+        syncs = sel.report_json["latent" if latent else "syncs"]
+        answer["items"] = query.in_step(answer["items"], syncs, step)
+    return answer
 
 
 def syncs_impl(

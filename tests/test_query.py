@@ -1,0 +1,92 @@
+"""The one place sites and syncs are filtered, sorted and paged (``tb_syncfinder.query``)."""
+
+from __future__ import annotations
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+from test_plugin_endpoints import client_for, get, make_plugin
+
+from tb_syncfinder import query
+
+
+def test_sorting_by_location_orders_by_file_then_line_both_ways():
+    sites = [
+        {"key": "a", "file": "seg.py", "line": 82},
+        {"key": "b", "file": "seg.py", "line": 77},
+        {"key": "c", "file": "cnn.py", "line": 95},
+        {"key": "d", "file": "seg.py", "line": 76},
+        {"key": "e", "file": None, "line": None},
+    ]
+    ascending = [s["key"] for s in query.sort_sites(sites, "file", "asc")]
+    assert ascending == ["c", "d", "b", "a", "e"]  # no location: last either way
+    descending = [s["key"] for s in query.sort_sites(sites, "file", "desc")]
+    assert descending == ["a", "b", "d", "c", "e"]
+
+
+def test_a_sites_figures_in_one_step_count_only_that_steps_syncs():
+    sites = [{"key": "k", "count": 3, "host_wait_us": 60.0}, {"key": "other"}]
+    syncs = [
+        {
+            "site_key": "k",
+            "step": 1,
+            "host_wait_us": 10.0,
+            "end_us": 100.0,
+            "gpu_idle_after_us": 50.0,
+            "trace": "t",
+            "device_id": 0,
+        },
+        # Its bubble overlaps the first one's: counted once.
+        {
+            "site_key": "k",
+            "step": 1,
+            "host_wait_us": 20.0,
+            "end_us": 120.0,
+            "gpu_idle_after_us": 50.0,
+            "trace": "t",
+            "device_id": 0,
+        },
+        {
+            "site_key": "k",
+            "step": 2,
+            "host_wait_us": 30.0,
+            "end_us": 500.0,
+            "gpu_idle_after_us": 5.0,
+            "trace": "t",
+            "device_id": 0,
+        },
+    ]
+    first, other = query.in_step(sites, syncs, 1)
+    assert first["in_step"] == {"step": 1, "count": 2, "host_wait_us": 30.0, "gpu_idle_us": 70.0}
+    assert other["in_step"]["count"] == 0
+    assert first["count"] == 3 and "in_step" not in sites[0]  # whole-run figures kept
+
+
+def test_union_length_counts_a_shared_stretch_once():
+    assert query.union_length([(0.0, 10.0), (5.0, 15.0), (20.0, 21.0)]) == pytest.approx(16.0)
+    assert query.union_length([]) == 0.0
+
+
+def test_the_sites_route_gives_each_site_its_figures_in_the_selected_step(tmp_path):
+    b = KinetoTraceBuilder()
+    for n, items in ((1, 2), (2, 1), (3, 0)):
+        with b.step(n):
+            for _ in range(items):
+                item_sync(b)
+            b.kernel(dur=50)
+    b.write(tmp_path / "logs" / "run_gpu" / "w.pt.trace.json")
+    (tmp_path / "src").mkdir()
+    client = client_for(make_plugin(tmp_path / "logs", tmp_path))
+    _, whole = get(client, "sites", run="run_gpu")
+    (site,) = whole["items"]
+    assert site["count"] == 3 and "in_step" not in site
+    for step, count in ((1, 2), (2, 1)):
+        _, in_step = get(client, "sites", run="run_gpu", step=step)
+        (stepped,) = in_step["items"]
+        _, syncs = get(client, "syncs", run="run_gpu", step=step, site=site["key"])
+        assert stepped["in_step"]["count"] == count == syncs["total"]
+        assert stepped["in_step"]["host_wait_us"] == pytest.approx(
+            sum(s["host_wait_us"] for s in syncs["items"])
+        )
+        assert stepped["count"] == 3  # the site's own figures stay the whole run's
+    _, none = get(client, "sites", run="run_gpu", step=3)
+    assert none["items"] == []

@@ -11,7 +11,7 @@ import { h, replace } from "./dom.js";
 import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
-import { repairNotices } from "./repairs.js";
+import { readableCount, repairNotices, unreadableBanner } from "./repairs.js";
 import { decodeState, pickRun, runsSignature, shareUrl, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
@@ -33,8 +33,11 @@ export class App {
     this.runsError = null;
     this.renderGen = 0;
     this.runsSignature = "";
-    /** Repair notices of the selection whose JSON is `key` (from its `summary`). */
-    this.repairs = { key: "", notices: /** @type {{path: string, text: string}[]} */ ([]), more: 0 };
+    /**
+     * What the `summary` of the selection whose JSON is `key` says about its trace files:
+     * repair notices, and how many were analysed (null until it answers).
+     */
+    this.repairs = { key: "", notices: /** @type {{path: string, text: string}[]} */ ([]), more: 0, readable: /** @type {number | null} */ (null) };
     this.inVsCode = detectVsCode();
     /** Whether TensorBoard shows the PyTorch Profiler tab (its `plugins_listing`). */
     this.profilerTab = false;
@@ -117,7 +120,7 @@ export class App {
         // A run's traces changed: cached summaries/sites (and their repairs) may be stale.
         if (!first) {
           clearCache();
-          this.repairs = { key: "", notices: [], more: 0 };
+          this.repairs = { key: "", notices: [], more: 0, readable: null };
         }
         this.render();
       }
@@ -215,14 +218,43 @@ export class App {
     const key = JSON.stringify(sel);
     if (this.repairs.key === key) return;
     let found;
+    let traces;
     try {
-      found = repairNotices((await getJson("summary", sel)).traces);
+      traces = (await getJson("summary", sel)).traces;
+      found = repairNotices(traces);
     } catch {
       return; // the view itself reports a summary that cannot be loaded
     }
     if (JSON.stringify(this.selection()) !== key) return; // the user moved on meanwhile
-    this.repairs = { key, ...found };
+    const exportsBefore = this.exportFormats().join();
+    this.repairs = { key, ...found, readable: readableCount(traces) };
     if (found.notices.length) this.renderBanners();
+    if (this.exportFormats().join() !== exportsBefore) {
+      const focus = rememberFocus();
+      this.renderHeader();
+      restoreFocus(focus);
+    }
+  }
+
+  /**
+   * The export formats the selection can give: none but the JSON (which names each
+   * unreadable file) when no trace of it could be read, and the annotated trace (a "Sync
+   * Advisor" track to open in Perfetto) only when exactly one trace of it was analysed.
+   * @returns {string[]}
+   */
+  exportFormats() {
+    const run = this.currentRun();
+    const sel = this.selection();
+    if (!run || !sel) return [];
+    const known = this.repairs.key === JSON.stringify(sel) ? this.repairs.readable : null;
+    const whole = sel.worker === null;
+    // Until the selection's summary answers, the runs list tells for a whole run.
+    const readable = known ?? (whole ? Math.max(0, (run.trace_count || 0) - (run.error_count || 0)) : null);
+    if (readable === 0 && !run.loading) return ["json"];
+    const worker = (run.workers || []).find((/** @type {any} */ w) => w.name === sel.worker);
+    const spans = (worker?.spans || []).filter((/** @type {any} */ s) => s !== null);
+    const single = readable !== null ? readable === 1 : !!(sel.worker && (spans.length <= 1 || sel.span));
+    return single ? ["json", "csv", "sarif", "trace"] : ["json", "csv", "sarif"];
   }
 
   renderHeader() {
@@ -251,7 +283,7 @@ export class App {
         h(
           "option",
           { value: r.name, selected: r.name === run?.name },
-          r.name + (r.loading ? " (loading…)" : r.error_count ? ` (${r.error_count} unreadable)` : ""),
+          r.name + (r.loading ? " (loading…)" : r.error_count ? (r.error_count >= r.trace_count ? " (unreadable)" : ` (${r.error_count} unreadable)`) : ""),
         ),
       ),
     );
@@ -303,9 +335,7 @@ export class App {
         },
         label,
       );
-    // The annotated trace (a "Sync Advisor" track to open in Perfetto) needs one trace file.
-    const singleTrace = !!run && (run.trace_count === 1 || (sel?.worker && (spans.length <= 1 || sel?.span)));
-    const formats = singleTrace ? ["json", "csv", "sarif", "trace"] : ["json", "csv", "sarif"];
+    const formats = this.exportFormats();
     const exports = sel
       ? h(
           "span",
@@ -382,14 +412,17 @@ export class App {
     // Redrawing must not fold a list the user has unfolded.
     const errorsOpen = !!this.bannerEl.querySelector("details[data-testid=file-errors][open]");
     if (errors.length) {
+      // Every trace of the run failed: there are no others, and the reasons are all there is.
+      const ofRun = errors.filter((/** @type {any} */ e) => e.run === runName).length;
+      const banner = unreadableBanner(this.currentRun()?.trace_count || 0, ofRun);
       parts.push(
         h(
           "details",
-          { class: "sa-banner error", "data-testid": "file-errors", open: errorsOpen },
+          { class: "sa-banner error", "data-testid": "file-errors", "data-all": String(banner.all), open: errorsOpen || banner.open },
           h(
             "summary",
             null,
-            `${errors.length} trace file${errors.length > 1 ? "s" : ""} of this run could not be read (the others are analysed)`,
+            ofRun ? banner.title : `${errors.length} trace file${errors.length > 1 ? "s" : ""} of the logdir could not be read`,
             elsewhere ? `; ${elsewhere} more in other runs` : "",
           ),
           h(

@@ -9,6 +9,7 @@ import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
 import { groupSteps, layoutStepChart } from "./layout.js";
 import { inlineCode } from "./markup.js";
+import { nothingReadable } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
@@ -44,6 +45,9 @@ export function latentMode(summaryResp, state) {
 export async function renderHotspots(ctx) {
   const { sel, state, app } = ctx;
   const summaryResp = await getJson("summary", sel);
+  // Nothing of the selection could be read: its empty report would read as a clean run
+  // (no GPU activity, no stacks, zero syncs). Say only that, with each file's reason.
+  if (nothingReadable(summaryResp.traces)) return unreadableView(summaryResp.traces, sel);
   const latent = latentMode(summaryResp, state);
   ctx.latent = latent; // read by the detail panel
   const siteParams = { ...sel, latent: latent ? 1 : null, step: state.step };
@@ -92,6 +96,30 @@ export async function renderHotspots(ctx) {
       ),
       hasDetail ? h("aside", { class: "sa-detail-slot", "aria-label": "Detail" }) : null,
     ),
+  );
+}
+
+/**
+ * The view of a selection none of whose trace files could be read. For a whole run the
+ * banner above lists the files and reasons; for a worker or span of a run whose other
+ * traces were read, they are listed here.
+ * @param {any[]} traces the summary's traces, each with its `error`
+ * @param {{worker: string | null, span: string | null}} sel
+ */
+function unreadableView(traces, sel) {
+  const what = sel.span !== null ? `span ${sel.span} of worker ${sel.worker}` : sel.worker !== null ? `worker ${sel.worker}` : "this run";
+  return h(
+    "div",
+    { class: "sa-empty", "data-testid": "nothing-read" },
+    // A whole run's banner above already says it, with the reasons.
+    sel.worker === null ? null : h("h2", null, `No trace of ${what} could be read`),
+    sel.worker === null
+      ? h("p", null, "Nothing to analyse until a trace file of this run can be read: its findings appear here then.")
+      : h(
+          "ul",
+          { class: "sa-errors", style: { "text-align": "left" } },
+          traces.map((/** @type {any} */ t) => h("li", null, h("code", null, t.path), ": ", t.error)),
+        ),
   );
 }
 

@@ -25,3 +25,48 @@ export function repairNotices(traces, max = MAX_REPAIR_NOTICES) {
   }));
   return { notices, more: repaired.length - notices.length };
 }
+
+/**
+ * The unreadable trace files of a run, as the banner says them: when every trace of the run
+ * failed there are no "others" analysed, and no conclusion about the run can be drawn, so
+ * the title says so and the reasons are shown open.
+ * @param {number} traceCount the run's `trace_count` (readable or not)
+ * @param {number} errorCount its unreadable files (the `runs` answer's errors of this run)
+ * @returns {{all: boolean, title: string, open: boolean}}
+ */
+export function unreadableBanner(traceCount, errorCount) {
+  const all = errorCount > 0 && errorCount >= traceCount;
+  if (all) {
+    return {
+      all,
+      title: errorCount > 1 ? `No trace of this run could be read (${errorCount} files)` : "No trace of this run could be read",
+      open: true,
+    };
+  }
+  return {
+    all,
+    title: `${errorCount} trace file${errorCount > 1 ? "s" : ""} of this run could not be read (the others are analysed)`,
+    open: false,
+  };
+}
+
+/**
+ * Whether nothing of a selection could be read: it has trace files and every one of them
+ * failed (the `summary` route's `traces`, each with its `error`). Its report is then empty,
+ * and its zeros, "no GPU activity" and "no Python stacks" would be read as findings.
+ * @param {any[] | null | undefined} traces
+ * @returns {boolean}
+ */
+export function nothingReadable(traces) {
+  return Array.isArray(traces) && traces.length > 0 && traces.every((t) => t && t.error);
+}
+
+/**
+ * How many traces of a selection were analysed, from its `summary` traces; null when not
+ * known (no summary yet).
+ * @param {any[] | null | undefined} traces
+ * @returns {number | null}
+ */
+export function readableCount(traces) {
+  return Array.isArray(traces) ? traces.filter((t) => t && !t.error).length : null;
+}

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { repairNotices } from "../src/repairs.js";
+import { nothingReadable, readableCount, repairNotices, unreadableBanner } from "../src/repairs.js";
 
 test("a repaired trace gets a notice naming the file and every repair", () => {
   const { notices, more } = repairNotices([
@@ -31,4 +31,23 @@ test("beyond the limit repaired files are counted, not listed", () => {
   const { notices, more } = repairNotices(traces, 5);
   assert.deepEqual(notices.map((n) => n.path), ["t0.json", "t1.json", "t2.json", "t3.json", "t4.json"]);
   assert.equal(more, 2);
+});
+
+test("a run whose every trace failed says none could be read, open; otherwise the others are analysed", () => {
+  assert.deepEqual(unreadableBanner(1, 1), { all: true, title: "No trace of this run could be read", open: true });
+  assert.deepEqual(unreadableBanner(3, 3), { all: true, title: "No trace of this run could be read (3 files)", open: true });
+  const some = unreadableBanner(2, 1);
+  assert.equal(some.all, false);
+  assert.equal(some.open, false);
+  assert.equal(some.title, "1 trace file of this run could not be read (the others are analysed)");
+  assert.equal(unreadableBanner(5, 2).title, "2 trace files of this run could not be read (the others are analysed)");
+});
+
+test("a selection is unreadable only when it has traces and each failed", () => {
+  assert.equal(nothingReadable([{ path: "a", error: "truncated JSON" }]), true);
+  assert.equal(nothingReadable([{ path: "a", error: "truncated JSON" }, { path: "b", error: null }]), false);
+  assert.equal(nothingReadable([]), false);
+  assert.equal(nothingReadable(undefined), false);
+  assert.equal(readableCount([{ error: "x" }, { error: null }, {}]), 2);
+  assert.equal(readableCount(undefined), null);
 });

@@ -7,6 +7,7 @@ stacks whose lines are the functions' definition lines, as modern torch records 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -291,8 +292,8 @@ def write_fixture(root: Path) -> Path:
     second), `running_loop` (an item under a ``<module>`` frame recorded at its current line),
     `remote_paths` (a source file that cannot be read), `windows_paths` (unescaped backslashes
     in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync),
-    `distributed` (a barrier per step) and `two_machines` (two workers' traces, steps 1-3
-    and 550-551);
+    `distributed` (a barrier per step), `two_machines` (two workers' traces, steps 1-3
+    and 550-551) and `unreadable` (its only trace file truncated);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -335,4 +336,9 @@ def write_fixture(root: Path) -> Path:
     )
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
+    # A run whose only trace is cut short (a copy that stopped half-way): nothing to read.
+    whole = gzip.compress(json.dumps(TraceWriter().to_json()).encode("utf-8"))
+    (logdir / "unreadable").mkdir()
+    cut = logdir / "unreadable" / "worker0.1700000000000.pt.trace.json.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
     return logdir

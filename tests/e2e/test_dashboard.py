@@ -52,6 +52,7 @@ RUNS = {
     "clean",
     "distributed",
     "two_machines",
+    "unreadable",
 }
 
 
@@ -687,7 +688,33 @@ def test_unreadable_trace_file_is_listed_with_its_reason_and_the_run_still_shows
     text = errors.inner_text()
     assert "worker1.1700000000001.pt.trace.json" in text
     assert "JSON" in text
+    assert "the others are analysed" in text
+    assert errors.get_attribute("data-all") == "false"
     assert any(f"train.py:{NONZERO_LINE}" in t for t in rows(page))
+    assert page_errors == []
+
+
+def test_a_run_none_of_whose_traces_can_be_read_says_so_and_concludes_nothing(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=unreadable"))
+    page.wait_for_selector("[data-testid=nothing-read]")
+    # Open without a click: the reasons are all there is to see.
+    errors = page.wait_for_selector("[data-testid=file-errors][open]")
+    text = errors.inner_text()
+    assert "No trace of this run could be read" in text, text
+    assert "the others" not in text, text
+    assert "worker0.1700000000000.pt.trace.json.gz: truncated" in text, text
+    # No conclusion drawn from an empty report: no GPU, stacks or syncs banner, no cards
+    # of zeros, no table, no chart.
+    for testid in ("no-gpu", "no-stacks", "no-syncs", "card-latent", "card-steps", "sites", "step-chart"):
+        assert page.locator(f"[data-testid={testid}]").count() == 0, testid
+    assert "No GPU activity" not in page.inner_text("body")
+    # Nothing to export but the JSON that names the file and why (no Trace+track: 400).
+    hrefs = page.eval_on_selector_all(".sa-exports a", "els => els.map(a => a.getAttribute('href'))")
+    assert [h.split("format=")[1] for h in hrefs] == ["json"], hrefs
+    assert page.inner_text("#sa-run option:checked") == "unreadable (unreadable)"
     assert page_errors == []
 
 

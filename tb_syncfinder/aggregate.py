@@ -12,6 +12,7 @@ from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
     CHECKED,
     KIND_NAMES,
+    TENSOR_TEXT_OP,
     advice_for,
     is_warmup_annotation,
 )
@@ -88,6 +89,8 @@ def build_sites(
             for name in s.apis:
                 if name not in apis:
                     apis.append(name)
+        if key.endswith(":" + TENSOR_TEXT_OP):  # a tensor printed: say so first
+            ops.insert(0, TENSOR_TEXT_OP)
         wait = sum(s.host_wait_us for s in members)
         idle = idle_union_us(members)
         source = first.source

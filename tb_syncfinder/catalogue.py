@@ -828,13 +828,52 @@ def host_to_device_pattern(ops: list[str], nbytes: int | None) -> str | None:
     return None
 
 
+# --- a tensor turned into text ----------------------------------------------------------
+
+# torch's own module that formats a tensor as text: ``print(t)``, ``str(t)``, ``repr(t)``,
+# f-strings and logging run it, and on a GPU tensor it reads values back several ways
+# (``item`` per element shown, ``is_nonzero`` and ``masked_select`` to pick the format).
+TENSOR_TEXT_FILES = ("torch/_tensor_str.py",)
+# The site's operator for such syncs: one print is one site, whatever ops it ran.
+TENSOR_TEXT_OP = "print(tensor)"
+TENSOR_TEXT_ADVICE = Advice(
+    title="Do not print device tensors inside the step",
+    text=(
+        "`print(t)`, `str(t)`, f-strings and logging of a GPU tensor format it on the host: "
+        "torch reads its values back, several times per print (each element shown, and "
+        "masked reads to choose the format), and each read waits for every queued kernel. "
+        "Print a Python number every N steps instead, or keep the value on the device and "
+        "read it once when you log."
+    ),
+    before=(
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x), y)\n"
+        "    print(loss)                       # formats a GPU tensor: waits for the GPU\n"
+    ),
+    after=(
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x), y)\n"
+        "    if step % 100 == 0:\n"
+        '        print(f"{loss.item():.4f}")   # one sync per 100 steps\n'
+    ),
+)
+
+
+def formats_tensor(files: Iterable[str]) -> bool:
+    """Whether a sync whose stack has these files (any order) came from turning a tensor
+    into text: it is then a scalar read-back at the print, whichever operator ran."""
+    return any(path.replace("\\", "/").endswith(TENSOR_TEXT_FILES) for path in files if path)
+
+
 def advice_for(kind_name: str, ops: list[str], bytes: int | None = None) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
     copied (None: unknown)."""
     record = kind(kind_name)
     refinement = None
-    if kind_name == BLOCKING_HOST_TO_DEVICE:
+    if TENSOR_TEXT_OP in ops:
+        refinement = TENSOR_TEXT_ADVICE
+    elif kind_name == BLOCKING_HOST_TO_DEVICE:
         pattern = host_to_device_pattern(ops, bytes)
         refinement = HOST_TO_DEVICE_ADVICE[pattern] if pattern else None
     if refinement is None:

@@ -23,7 +23,12 @@ import msgspec
 
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
-from tb_syncfinder.catalogue import is_warmup_listed
+from tb_syncfinder.catalogue import (
+    SCALAR_READBACK,
+    TENSOR_TEXT_OP,
+    formats_tensor,
+    is_warmup_listed,
+)
 from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_context
 from tb_syncfinder.cost import estimated_saving_us, step_stats, sync_cost
@@ -305,9 +310,11 @@ def _build_sync(
     )
 
 
-def _site_key(attribution: Attribution, source: Source | None, kind: str) -> str:
+def _site_key(
+    attribution: Attribution, source: Source | None, kind: str, as_text: bool = False
+) -> str:
     op = attribution.op_chain[0] if attribution.op_chain else None
-    return site_key(source, op, attribution.api, kind)
+    return site_key(source, TENSOR_TEXT_OP if as_text else op, attribution.api, kind)
 
 
 def _trace_savings(
@@ -412,6 +419,12 @@ def _analyze_data(
     episode_of: dict[str, int] = {}
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
+        # A tensor turned into text (print, str, f-string, logging) reads values back
+        # through several operators: one scalar read-back at the print, one site.
+        as_text = [formats_tensor(frame.file for frame in a.stack) for a in attributions]
+        for episode, text in zip(episodes, as_text, strict=True):
+            if text:
+                episode.kind = SCALAR_READBACK
         # Before the window's own range: context (the window before reports it); after it
         # likewise (the window after).
         place = [0] * len(episodes)
@@ -420,8 +433,8 @@ def _analyze_data(
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
         keys = [
-            _site_key(a, src, e.kind)
-            for e, a, src in zip(episodes, attributions, sources, strict=True)
+            _site_key(a, src, e.kind, text)
+            for e, a, src, text in zip(episodes, attributions, sources, as_text, strict=True)
         ]
         savings: list[float | None] = [None] * len(episodes)
         # A window without device work still replays what the windows before it left

@@ -178,3 +178,54 @@ def test_module_level_loop_findings_point_at_the_calls_not_at_prof_step(tmp_path
     assert {line for _, line in by_op["aten::nonzero"]} == {LOOP_NONZERO}
     items = [line for _, line in sorted(by_op["aten::item"])]
     assert items == [LOOP_ITEM1, LOOP_ITEM2] * 2  # 2 recorded steps, calls in run order
+
+
+PRINTING = """\
+import torch
+
+
+def train_step(x):
+    y = x @ x
+    loss = y.mean()
+    print(y[y > 0].sum(), file=SINK)
+    return loss.item()
+
+
+def main(trace_path, steps=3):
+    x = torch.randn(8, 8)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for _ in range(steps + 1):
+            train_step(x)
+            prof.step()
+"""
+PRINT_LINE, PRINT_ITEM_LINE, MASK_LINE = 7, 8, 7
+
+
+def test_printing_a_tensor_is_one_read_back_site_at_the_print_with_the_print_fix(tmp_path):
+    """torch formats a tensor for print() through torch/_tensor_str.py, which reads values
+    back with is_nonzero, item and masked_select: one site at the print, a scalar
+    read-back with the print fix, not a branch or a boolean mask."""
+    import io
+    import runpy
+
+    script = tmp_path / "printing.py"
+    script.write_text(PRINTING)
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    runpy.run_path(str(script), init_globals={"SINK": io.StringIO()})["main"](str(trace))
+    report = analyze(trace.parent, source_roots=[str(tmp_path)])
+    printed = [s for s in report.latent_sites if s.ops and s.ops[0] == "print(tensor)"]
+    (site,) = printed
+    assert (site.line, site.kind) == (PRINT_LINE, "scalar_readback")
+    assert site.advice["title"] == "Do not print device tensors inside the step"
+    assert len({op for op in site.ops if op.startswith("aten::")}) >= 2  # several ops, one site
+    # The mask on the same line (y[y > 0]) is its own dynamic-shape site; the item() of
+    # the next line stays an item() read-back.
+    others = {(s.line, s.kind, s.ops[0]) for s in report.latent_sites if s is not site}
+    assert (MASK_LINE, "dynamic_shape", "aten::index") in others
+    assert (PRINT_ITEM_LINE, "scalar_readback", "aten::item") in others

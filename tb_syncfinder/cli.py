@@ -1,8 +1,9 @@
 """``tb-syncfinder``: report, compare and demo on the command line.
 
 Exit status: 0 fine; 1 a ``--max-syncs-per-step`` gate (or ``compare --fail-on-regression``)
-failed; 2 unusable input (missing path, no traces, every trace unreadable, bad option),
-with the reason on stderr.
+failed; 2 unusable input (missing path, no traces, every trace unreadable, bad option, or a
+gate given with a trace it could not read), with the reason on stderr. On CPU-only traces
+the gates count latent syncs (operators that would synchronize on a GPU).
 """
 
 from __future__ import annotations
@@ -528,7 +529,48 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
                 f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
                 f"counted as one step) has {count} syncs (limit {limit})"
             )
+    # A CPU-only trace (a CI runner's) has no sync at all, only latent ones: the operators
+    # that would synchronize on a GPU are what the gate can check there.
+    cpu_only = {
+        t.get("path")
+        for t in report_json.get("traces") or []
+        if not t.get("error") and t.get("device") == "cpu"
+    }
+    latent_counts: dict[tuple[str, Any], int] = {}
+    for sync in report_json.get("latent") or []:
+        trace = sync.get("trace") or ""
+        step = sync.get("step")
+        if trace in cpu_only and (step is not None or trace not in traced_steps):
+            latent_counts[(trace, step)] = latent_counts.get((trace, step), 0) + 1
+    for (trace, step), count in latent_counts.items():
+        if count > limit:
+            name = os.path.basename(trace) or "trace"
+            where = (
+                f"step {step} of {name}"
+                if step is not None
+                else f"{name} (no ProfilerStep markers, counted as one step)"
+            )
+            problems.append(
+                f"{where_run(trace)}{where} has {count} latent syncs, operators that would "
+                f"synchronize on a GPU (limit {limit})"
+            )
     return problems
+
+
+def _gate_notes(report_json: dict[str, Any], latent: bool = True) -> list[str]:
+    """What a gate should say besides its verdict: which traces it could not check, and
+    that CPU-only traces are gated on their latent syncs."""
+    traces = report_json.get("traces") or []
+    notes = [f"cannot check {t.get('path')}: {t.get('error')}" for t in traces if t.get("error")]
+    cpu_only = [t for t in traces if not t.get("error") and t.get("device") == "cpu"]
+    if cpu_only and latent:
+        several = len(cpu_only) > 1
+        notes.append(
+            f"{len(cpu_only)} CPU-only trace{'s' if several else ''}: "
+            f"{'their' if several else 'its'} latent syncs (operators that would "
+            "synchronize on a GPU) are counted; --no-latent leaves them out"
+        )
+    return notes
 
 
 # --- commands ------------------------------------------------------------------------
@@ -565,11 +607,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"{PROG}: annotated trace written to {args.annotate}", file=sys.stderr)
 
     if args.max_syncs_per_step is not None:
+        for note in _gate_notes(report_set.report, latent=args.latent):
+            print(f"{PROG}: gate: {note}", file=sys.stderr)
         problems = step_violations(report_set.report, args.max_syncs_per_step)
         if problems:
             for problem in problems:
                 print(f"{PROG}: too many syncs: {problem}", file=sys.stderr)
             return 1
+        if any(t.get("error") for t in report_set.report.get("traces") or []):
+            return 2  # a gate that could not read a trace (a crashed rank's) did not pass
     return 0
 
 
@@ -617,11 +663,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         color = False if args.output else _use_color(args.color, sys.stdout)
         _write(render_compare(result, color=color).encode("utf-8"), args.output)
     if args.fail_on_regression:
-        regressions = [s for s in result["sites"] if s["status"] in ("new", "worse")]
+        # Latent sites too: between CPU-only runs (a CI runner's) they are all there is.
+        regressions = [
+            (site, latent)
+            for latent, rows in ((False, result["sites"]), (True, result.get("latent_sites")))
+            for site in rows or []
+            if site["status"] in ("new", "worse")
+        ]
         if regressions:
-            for site in regressions:
-                print(f"{PROG}: {site['status']}: {site['key']}", file=sys.stderr)
+            for site, latent in regressions:
+                what = " (latent)" if latent else ""
+                print(f"{PROG}: {site['status']}{what}: {site['key']}", file=sys.stderr)
             return 1
+        if result["unreadable"]:
+            return 2  # the gate could not compare every trace: it did not pass
     return 0
 
 

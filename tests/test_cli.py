@@ -590,3 +590,75 @@ def test_write_summaries_warns_when_a_summary_could_not_be_written(
     assert "summaries of" not in err
     folder = tmp_path / "run" / ".sync_advisor"
     assert f"warning: 1 trace summary could not be written to {folder}" in err
+
+
+def test_the_gate_counts_latent_syncs_of_a_cpu_only_trace_unless_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A CI runner profiles on the CPU: nothing waits there, so the operators that would
+    synchronize on a GPU are what the gate checks."""
+    trace = write_cpu_trace(tmp_path / "run" / "cpu.pt.trace.json")
+    assert main(["report", str(trace), "--max-syncs-per-step", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "step 1 of cpu.pt.trace.json has 1 latent syncs" in err
+    assert "1 CPU-only trace: its latent syncs" in err
+    assert main(["report", str(trace), "--max-syncs-per-step", "1"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(trace), "--max-syncs-per-step", "0", "--no-latent"]) == 0
+    assert "latent" not in capsys.readouterr().err
+
+
+def test_a_gate_that_could_not_read_a_trace_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    write_item_trace(run / "good.pt.trace.json", items_per_step=1)
+    (run / "rank1.pt.trace.json").write_text('{"traceEvents": [')  # a crashed rank's
+    assert main(["report", str(run), "--max-syncs-per-step", "5"]) == 2
+    assert f"gate: cannot check {run / 'rank1.pt.trace.json'}: " in capsys.readouterr().err
+    # Over the limit anyway: the gate's own verdict.
+    assert main(["report", str(run), "--max-syncs-per-step", "0"]) == 1
+    # No gate asked: the report of the good trace, as before.
+    assert main(["report", str(run)]) == 0
+
+
+def test_compare_fails_on_a_new_latent_site_between_cpu_only_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    base = tmp_path / "base" / "cpu.pt.trace.json"
+    base.parent.mkdir()
+    base.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "user_annotation",
+                        "name": "ProfilerStep#1",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 0,
+                        "dur": 100,
+                        "args": {},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::add",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 10,
+                        "dur": 30,
+                        "args": {},
+                    },
+                ]
+            }
+        )
+    )
+    new = write_cpu_trace(tmp_path / "new" / "cpu.pt.trace.json")
+    assert main(["compare", str(base), str(new), "--fail-on-regression"]) == 1
+    assert "new (latent): " in capsys.readouterr().err
+    assert main(["compare", str(new), str(base), "--fail-on-regression"]) == 0
+    run = tmp_path / "new"
+    (run / "broken.pt.trace.json").write_text("")
+    assert main(["compare", str(new), str(run), "--fail-on-regression"]) == 2

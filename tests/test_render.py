@@ -125,6 +125,8 @@ def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
     assert "would synchronize on a GPU" in text
     assert "aten::nonzero" in text
     assert "CPU-only trace: nothing ran on a GPU" in text
+    # What a CPU run cannot tell is said, not left for the reader to take as absent.
+    assert "Not listed on a CPU-only trace: copies to or from the host (.cpu()" in text
 
 
 def test_unreadable_traces_are_listed_with_their_reason(sample_report: Report) -> None:

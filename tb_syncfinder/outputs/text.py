@@ -694,6 +694,14 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             )
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
+        lines.extend(
+            wrap(
+                "Not listed on a CPU-only trace: copies to or from the host (.cpu(), "
+                ".tolist(), .numpy(), pageable uploads); nothing on a CPU run says which "
+                "tensors would live on the GPU. Profile on the GPU to see them.",
+                width,
+            )
+        )
         lines.append("")
     if readable:
         lines.extend(_summary_lines(summary, style, width, cpu_only))

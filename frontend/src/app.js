@@ -12,7 +12,7 @@ import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { readableCount, repairNotices, unreadableBanner } from "./repairs.js";
-import { decodeState, pickRun, runsSignature, shareUrl, vscodeFlag } from "./state.js";
+import { decodeState, pickRun, reconcileRun, runsSignature, shareUrl, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
@@ -33,6 +33,14 @@ export class App {
     this.runsError = null;
     this.renderGen = 0;
     this.runsSignature = "";
+    /**
+     * A run the view named that the logdir does not hold (a typo, or deleted while shown):
+     * said in a notice until the user picks a run; `gone` when it was shown before.
+     * @type {{name: string, gone: boolean, shown: string | null} | null}
+     */
+    this.missingRun = null;
+    /** The run the view last showed. @type {string | null} */
+    this.shownRun = null;
     /**
      * What the `summary` of the selection whose JSON is `key` says about its trace files:
      * repair notices, and how many were analysed (null until it answers).
@@ -64,6 +72,7 @@ export class App {
     });
     window.addEventListener("hashchange", () => {
       this.state = decodeState(location.hash);
+      this.missingRun = null;
       this.render();
     });
     this.setupTheme();
@@ -141,13 +150,34 @@ export class App {
    */
   setState(patch) {
     this.state = { ...this.state, ...patch };
+    // The user picked a run: the notice about a missing one has done its job.
+    if ("run" in patch) this.missingRun = null;
+    this.writeUrl();
+    this.render();
+  }
+
+  /** Write the view state to the location hash (replace: no history spam). */
+  writeUrl() {
     const url = shareUrl(location.href, this.state);
     try {
       history.replaceState(null, "", url);
     } catch {
       // Sandboxed frames may refuse history writes: the view still works, unshared.
     }
-    this.render();
+  }
+
+  /**
+   * A run named in the URL (or shown until its folder was deleted) that the logdir does not
+   * hold: show the run the dashboard opens on instead, say so, and put the run shown in the
+   * URL, so that "Copy link" and a reload name it; nothing of the missing run's selection
+   * (site, sync, step, worker) is opened in the other run.
+   */
+  reconcileRun() {
+    const fix = this.runs ? reconcileRun(this.runs.runs || [], this.state) : null;
+    if (!fix) return;
+    this.missingRun = { name: fix.missing, gone: fix.missing === this.shownRun, shown: fix.patch.run ?? null };
+    this.state = { ...this.state, ...fix.patch };
+    this.writeUrl();
   }
 
   /** Width available to the view, for SVG layouts. */
@@ -175,6 +205,7 @@ export class App {
   async render() {
     const gen = ++this.renderGen;
     const focus = rememberFocus();
+    this.reconcileRun();
     this.renderHeader();
     this.renderBanners();
     const sel = this.selection();
@@ -182,6 +213,7 @@ export class App {
       replace(this.viewEl, this.emptyRunsView());
       return;
     }
+    this.shownRun = sel.run;
     this.loadRepairs(sel);
     this.lastWidth = this.viewWidth();
     const ctx = {
@@ -391,6 +423,20 @@ export class App {
   renderBanners() {
     const parts = [];
     if (this.runsError) parts.push(errorBanner(this.runsError, "Cannot list runs"));
+    const missing = this.missingRun;
+    if (missing) {
+      parts.push(
+        h(
+          "div",
+          { class: "sa-banner", role: "status", "data-testid": "missing-run" },
+          h("b", null, `Run "${missing.name}" is not in the logdir${missing.gone ? " any more" : ""}`),
+          missing.gone ? " (its folder was removed or renamed)" : " (renamed, removed, or a typo in the link)",
+          missing.shown ? `: showing run "${missing.shown}" instead.` : ".",
+          " ",
+          h("button", { class: "sa-linkish", "data-focus-key": "dismiss-missing", onclick: () => { this.missingRun = null; this.renderBanners(); } }, "Dismiss"),
+        ),
+      );
+    }
     if (this.runs?.loading) {
       const loadingRuns = (this.runs.runs || []).filter((/** @type {any} */ r) => r.loading);
       parts.push(

@@ -53,6 +53,26 @@ export function pickRun(runs, name) {
   );
 }
 
+/**
+ * What to do when the view names a run that the `runs` answer does not hold (a typo, a
+ * renamed run, a folder deleted while the page is open): null when there is nothing to
+ * change (no run named, the run is there, or no run is listed yet); otherwise the name that
+ * is missing and the state that shows the run the dashboard opens on instead, with nothing
+ * of the missing run's selection (worker, span, step, site, sync) carried over to it.
+ * @template {{name: string, device_activity?: boolean | null}} R
+ * @param {R[]} runs the `runs` answer's runs
+ * @param {{run: string | null}} state
+ * @returns {{missing: string, patch: Partial<ViewState>} | null}
+ */
+export function reconcileRun(runs, state) {
+  if (state.run === null || !runs.length || runs.some((r) => r.name === state.run)) return null;
+  const shown = pickRun(runs, null);
+  return {
+    missing: state.run,
+    patch: { run: shown ? shown.name : null, worker: null, span: null, step: null, site: null, sync: null },
+  };
+}
+
 /** @returns {ViewState} */
 export function defaultState() {
   return {

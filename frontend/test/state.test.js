@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { decodeState, defaultState, encodeState, pickRun, runsSignature, shareUrl, vscodeFlag } from "../src/state.js";
+import { decodeState, defaultState, encodeState, pickRun, reconcileRun, runsSignature, shareUrl, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -101,4 +101,20 @@ test("a run's generation changes the runs signature only once the run has loaded
   // Traces settling one by one while the run loads: not a redraw per poll.
   assert.equal(runsSignature(answer(true, 3)), runsSignature(answer(true, 4)));
   assert.notEqual(runsSignature(answer(true, 4)), runsSignature(answer(false, 4)));
+});
+
+test("a run the view names that is not listed is replaced, with nothing of its selection kept", () => {
+  const runs = [
+    { name: "cpu", device_activity: false },
+    { name: "gpu", device_activity: true },
+  ];
+  const state = { ...defaultState(), run: "no_such_run", worker: "w0", span: "2", step: 551, site: "a.py:3:aten::item", sync: "x-1" };
+  assert.deepEqual(reconcileRun(runs, state), {
+    missing: "no_such_run",
+    patch: { run: "gpu", worker: null, span: null, step: null, site: null, sync: null },
+  });
+  // Nothing to change: the run is there, no run is named, or no run is listed yet.
+  assert.equal(reconcileRun(runs, { ...state, run: "cpu" }), null);
+  assert.equal(reconcileRun(runs, { ...state, run: null }), null);
+  assert.equal(reconcileRun([], state), null);
 });

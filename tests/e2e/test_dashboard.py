@@ -694,6 +694,31 @@ def test_unreadable_trace_file_is_listed_with_its_reason_and_the_run_still_shows
     assert page_errors == []
 
 
+def test_a_run_the_link_names_that_is_not_in_the_logdir_is_said_and_none_of_its_view_opened(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # The site key exists in the run shown instead (baseline): it must not open there.
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=no_such_run&step=2&{ITEM_SITE}"))
+    notice = page.wait_for_selector("[data-testid=missing-run]")
+    assert 'Run "no_such_run" is not in the logdir' in notice.inner_text()
+    shown = page.input_value("#sa-run")
+    assert shown == "baseline"
+    assert 'showing run "baseline" instead' in notice.inner_text()
+    rows(page)
+    # The URL (what "Copy link" and a reload use) names the run shown, and nothing else of
+    # the missing run's view.
+    assert page.evaluate("location.hash") == "#run=baseline"
+    assert page.locator("[data-testid=detail]").count() == 0
+    assert page.locator("[data-testid=sites] tbody tr[aria-current=true]").count() == 0
+    assert page.locator("[data-testid=step-filter]").count() == 0
+    # Picking a run puts the notice away.
+    page.select_option("#sa-run", "optimized")
+    page.wait_for_function("location.hash.includes('run=optimized')")
+    assert page.locator("[data-testid=missing-run]").count() == 0
+    assert page_errors == []
+
+
 def test_a_run_none_of_whose_traces_can_be_read_says_so_and_concludes_nothing(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

@@ -1,0 +1,65 @@
+"""The Sync Advisor tab while the logdir changes under an open page: runs removed and added
+while TensorBoard runs. A TensorBoard of its own (the other modules' logdirs stay as they
+are), polling the logdir every second; the page is asked to poll the plugin at once by a
+window focus event, as when the user comes back from the terminal that changed the folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.fixture_traces import ITEM_LINE, TRAIN_PY, write_run
+from tests.e2e.helpers import new_page, plugin_url, rows, serve_tensorboard, skip_without_browser
+
+skip_without_browser()
+
+ITEM_SITE = f"site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A TensorBoard on a logdir the tests change; yields its URL and the logdir."""
+    root = tmp_path_factory.mktemp("live")
+    (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
+    logdir = root / "logs"
+    for run in ("doomed", "kept", "run1", "run10"):
+        write_run(logdir, run, item=True, nonzero=run != "kept", steps=2)
+    expected = {"doomed", "kept", "run1", "run10"}
+    with serve_tensorboard(logdir, cwd=root, expected_runs=expected) as base:
+        yield base, logdir
+
+
+def poll_until(page: Any, selector: str) -> Any:
+    """Ask the page to poll the plugin (a focus event) until ``selector`` shows."""
+    for _ in range(60):
+        page.evaluate("window.dispatchEvent(new Event('focus'))")
+        found = page.query_selector(selector)
+        if found is not None:
+            return found
+        page.wait_for_timeout(500)
+    raise AssertionError(f"{selector} never showed")
+
+
+def test_deleting_the_shown_runs_folder_says_so_and_opens_nothing_of_it_in_another_run(
+    live: tuple[str, Path], browser: Any, page_errors: list[str]
+) -> None:
+    base, logdir = live
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(base, f"#run=doomed&{ITEM_SITE}"))
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    shutil.rmtree(logdir / "doomed")
+    notice = poll_until(page, "[data-testid=missing-run]")
+    assert 'Run "doomed" is not in the logdir any more' in notice.inner_text()
+    shown = page.input_value("#sa-run")
+    assert shown != "doomed"
+    assert f'showing run "{shown}" instead' in notice.inner_text()
+    rows(page)
+    # The same site key exists in the run shown now: its detail is not opened there.
+    assert page.evaluate("location.hash") == f"#run={shown}"
+    assert page.locator("[data-testid=detail]").count() == 0
+    assert page_errors == []

@@ -726,3 +726,11 @@ def test_the_share_says_it_is_of_the_hosts_step_when_the_device_step_is_longer(
     text = render_report(sample_report, color=False)
     host = format_us(summary.mean_step_time_us)
     assert f"(of the host's {host} step; the device's is longer)" in text
+
+
+def test_a_trace_without_step_markers_says_it_counts_as_one_step(sample_report: Report) -> None:
+    marked = render_report(sample_report, color=False)
+    assert "without ProfilerStep markers" not in marked
+    sample_report.traces[0].step_markers = False
+    text = render_report(sample_report, color=False)
+    assert "1 trace without ProfilerStep markers, each counted as one" in text

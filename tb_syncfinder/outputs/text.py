@@ -450,7 +450,11 @@ def _label(text: str) -> str:
     return f"  {text:<17}"
 
 
-def _summary_lines(summary: dict[str, Any], style: _Style, width: int, cpu_only: bool) -> list[str]:
+def _summary_lines(
+    summary: dict[str, Any], style: _Style, width: int, cpu_only: bool, unmarked: int = 0
+) -> list[str]:
+    """``unmarked``: readable traces without ProfilerStep markers (each counts as one
+    step: said beside every per-step figure, which would be misread otherwise)."""
     steps = int(summary.get("step_count") or 0)
     count = int(summary.get("sync_count") or 0)
     host_wait = float(summary.get("host_wait_us") or 0.0)
@@ -461,14 +465,17 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int, cpu_only:
         # A CPU-only trace: its cost figures are all zero by nature; what it tells is how
         # many syncs a GPU run of the same code would make.
         per_step = f"{latent / steps:.1f} per step, " if steps else ""
-        lines.append(
-            _label("latent syncs")
-            + (
-                f"{per_step}{latent} in all: would make the host wait on a GPU"
-                if latent
-                else "none: no operator here would synchronize on a GPU"
-            )
+        text = (
+            f"{per_step}{latent} in all: would make the host wait on a GPU"
+            if latent
+            else "none: no operator here would synchronize on a GPU"
         )
+        if latent and unmarked:
+            text += (
+                f" ({plural(unmarked, 'trace')} without ProfilerStep markers, each counted as "
+                "one step: profile with a schedule and call prof.step())"
+            )
+        lines.extend(_wrap_labelled("latent syncs", text, width))
         mean_step = float(summary.get("mean_step_time_us") or 0.0)
         if mean_step > 0:
             lines.append(
@@ -477,9 +484,18 @@ def _summary_lines(summary: dict[str, Any], style: _Style, width: int, cpu_only:
             )
         return lines
     if steps:
-        lines.append(
-            _label("syncs per step") + f"{float(summary.get('syncs_per_step') or 0):.1f}"
-            f"  ({count} over {plural(steps, 'step')})"
+        over = f"{count} over {plural(steps, 'step')}"
+        if unmarked:
+            over += (
+                f"; {plural(unmarked, 'trace')} without ProfilerStep markers, each counted "
+                "as one step: profile with a schedule and call prof.step()"
+            )
+        lines.extend(
+            _wrap_labelled(
+                "syncs per step",
+                f"{float(summary.get('syncs_per_step') or 0):.1f}  ({over})",
+                width,
+            )
         )
         lines.append(
             _label("host wait") + f"{format_us(host_wait / steps)} per step"
@@ -704,7 +720,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         )
         lines.append("")
     if readable:
-        lines.extend(_summary_lines(summary, style, width, cpu_only))
+        unmarked = sum(1 for t in readable if t.get("step_markers") is False)
+        lines.extend(_summary_lines(summary, style, width, cpu_only, unmarked))
         lines.append("")
     from tb_syncfinder.outputs.job_text import job_lines  # the job section (multi-rank runs)
 

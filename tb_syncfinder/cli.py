@@ -302,11 +302,35 @@ def _find_refs(path: str) -> list[Any]:
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not refs:
-        raise UsageError(
+        message = (
             f"{path}: no traces found (looked for *.pt.trace.json[.gz] files and "
             "*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json)"
         )
+        others = _other_json_files(path)
+        if others:  # prof.export_chrome_trace("trace.json"): any name the user chose
+            message += (
+                f"; {others[0]} may be a trace under another name: pass the file itself, "
+                "or name it NAME.pt.trace.json as tensorboard_trace_handler does"
+            )
+        raise UsageError(message)
     return refs
+
+
+def _other_json_files(path: str, limit: int = 2000) -> list[str]:
+    """JSON files in the folder ``path`` (not below it), a bounded look."""
+    if not os.path.isdir(path):
+        return []
+    found = []
+    try:
+        with os.scandir(path) as entries:
+            for n, entry in enumerate(entries):
+                if n >= limit:
+                    break
+                if entry.name.endswith((".json", ".json.gz")) and entry.is_file():
+                    found.append(entry.path)
+    except OSError:
+        return []
+    return sorted(found)
 
 
 def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]:

@@ -662,3 +662,14 @@ def test_compare_fails_on_a_new_latent_site_between_cpu_only_runs(
     run = tmp_path / "new"
     (run / "broken.pt.trace.json").write_text("")
     assert main(["compare", str(new), str(run), "--fail-on-regression"]) == 2
+
+
+def test_a_folder_of_traces_under_other_names_points_at_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """prof.export_chrome_trace("trace.json") writes any name the user chose."""
+    exported = write_cpu_trace(tmp_path / "logs" / "trace.json")
+    assert main(["report", str(exported.parent)]) == 2
+    err = capsys.readouterr().err
+    assert f"{exported} may be a trace under another name: pass the file itself" in err
+    assert main(["report", str(exported)]) == 0

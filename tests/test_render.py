@@ -734,3 +734,20 @@ def test_a_trace_without_step_markers_says_it_counts_as_one_step(sample_report: 
     sample_report.traces[0].step_markers = False
     text = render_report(sample_report, color=False)
     assert "1 trace without ProfilerStep markers, each counted as one" in text
+
+
+def test_compare_names_a_changed_latent_site_by_its_location() -> None:
+    row = {
+        "key": "train.py:train_step:aten::nonzero:dynamic_shape",
+        "file": "train.py",
+        "line": 21,
+        "func": "train_step",
+        "kind": "dynamic_shape",
+        "ops": ["aten::nonzero"],
+        "status": "new",
+        "before": None,
+        "after": {"lines": [21]},
+    }
+    result = {"sites": [], "latent_sites": [row], "counts": {"new": 1}, "base": {}, "new": {}}
+    text = render_compare(result, color=False)
+    assert "new    train.py:21 train_step aten::nonzero (dynamic_shape)" in text

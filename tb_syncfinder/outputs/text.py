@@ -962,7 +962,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
         for row in latent:
             lines.extend(
                 wrap(
-                    f"{row.get('status', '?'):<6} {row.get('func') or '-'} "
+                    f"{row.get('status', '?'):<6} {_compare_location(row)} "
+                    f"{row.get('func') or '-'} "
                     f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})",
                     width,
                     "  ",

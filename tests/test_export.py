@@ -368,3 +368,18 @@ def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
         "",
         "",
     )
+
+
+def test_sarif_at_a_def_line_says_the_call_line_is_unknown_and_names_the_candidates(
+    sample_report: Report,
+) -> None:
+    report = sample_report.to_json()
+    exact = report["sites"][0]
+    inexact = dict(exact, key="train.py:12:aten::is_nonzero", line=12, line_exact=False)
+    inexact["candidates"] = [24, 27]
+    report["sites"].append(inexact)
+    results = to_sarif(report, root="/home/me/proj")["runs"][0]["results"]
+    by_line = {r["locations"][0]["physicalLocation"]["region"]["startLine"]: r for r in results}
+    text = by_line[12]["message"]["text"]
+    assert "The exact call line is not known" in text and "(candidate lines 24, 27)" in text
+    assert "not known" not in by_line[exact["line"]]["message"]["text"]

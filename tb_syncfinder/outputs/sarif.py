@@ -79,6 +79,15 @@ def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str
             if not site.get("file")
             else " The trace recorded no line for it."
         )
+    candidates = site.get("candidates") or []
+    if site.get("file") and not site.get("line_exact"):
+        # The result's line is then the function's def line: say which lines to look at.
+        text += " The exact call line is not known; this is the function's definition"
+        text += (
+            f" (candidate lines {', '.join(str(int(c)) for c in candidates)})."
+            if candidates
+            else "."
+        )
     title = _advice_title(site)
     if title:
         text += f" Fix: {title}."

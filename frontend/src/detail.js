@@ -49,7 +49,7 @@ export async function renderDetail(ctx, slot) {
         "×",
       ),
       header(site, sync, app),
-      site ? siteStats(site) : null,
+      site ? siteStats(site, state.step) : null,
       h("h3", null, "Source"),
       h("div", { class: "sa-source-slot" }, h("span", { class: "sa-spinner" })),
       sync ? chainSection(sync) : null,
@@ -139,14 +139,20 @@ function lineNote(site, sync, readable) {
   );
 }
 
-/** @param {any} site */
-function siteStats(site) {
+/**
+ * The site's figures: always the whole run's (with a step selected, the table shows the
+ * step's; these say so).
+ * @param {any} site
+ * @param {number | null} step
+ */
+function siteStats(site, step) {
   const latent = !!site.latent;
   /** @param {string} label @param {string} value */
   const stat = (label, value) => h("span", null, `${label} `, h("b", null, value));
   return h(
     "div",
-    { class: "sa-stats" },
+    { class: "sa-stats", "data-testid": "site-stats" },
+    step !== null && step !== undefined ? h("span", { class: "sa-muted" }, "whole run:") : null,
     stat("count", formatCount(site.count)),
     stat("per step", formatCount(site.per_step)),
     latent ? null : stat(site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", savingText(site)),

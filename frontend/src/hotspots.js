@@ -10,7 +10,7 @@ import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCo
 import { groupSteps, layoutStepChart } from "./layout.js";
 import { inlineCode } from "./markup.js";
 import { nothingReadable } from "./repairs.js";
-import { filterSites, nextRowIndex, nextSort, sortSites } from "./sites.js";
+import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
 const PAGE = 500;
@@ -57,7 +57,10 @@ export async function renderHotspots(ctx) {
   const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";
   const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
-  const shown = sortSites(filterSites(sites.items, state), view.sort, view.order);
+  // With a step selected, the count, wait and idle of that step (the chart bar's figures).
+  const inStep = sitesInStep(sites.items, state.step);
+  const shown = sortSites(filterSites(inStep.sites, state), view.sort, view.order);
+  const stepInfo = state.step === null ? null : { step: state.step, inStep: inStep.inStep };
   const hasDetail = !!state.site;
   return h(
     "div",
@@ -91,7 +94,8 @@ export async function renderHotspots(ctx) {
             : null,
         ),
         filters(state, app, sites.items),
-        sitesTable(shown, view, app, latent),
+        stepInfo && shown.length ? stepNote(stepInfo, latent) : null,
+        sitesTable(shown, view, app, latent, stepInfo),
         listedApart(summaryResp.listed_apart),
       ),
       hasDetail ? h("aside", { class: "sa-detail-slot", "aria-label": "Detail" }) : null,
@@ -436,6 +440,35 @@ function filters(state, app, items) {
   );
 }
 
+/**
+ * Which figures of the table are the selected step's and which the whole run's.
+ * @param {{step: number, inStep: boolean}} info
+ * @param {boolean} latent
+ */
+function stepNote(info, latent) {
+  const split = latent
+    ? "Count is this step's; Per step is the whole run's."
+    : "Count, Host wait and GPU idle are this step's; Per step, Saves/step and Share are the whole run's.";
+  return h(
+    "p",
+    { class: "sa-note sa-step-note", "data-testid": "step-note", "data-in-step": String(info.inStep) },
+    h("b", null, `Sites that synced in step ${info.step}. `),
+    info.inStep ? split : "Their figures are the whole run's.",
+  );
+}
+
+/**
+ * The line under a column header that says whose figure it is, with a step selected.
+ * @param {string} key
+ * @param {{step: number, inStep: boolean} | null} stepInfo
+ */
+function columnScope(key, stepInfo) {
+  if (!stepInfo) return null;
+  if (["file", "func", "ops", "kind"].includes(key)) return null;
+  const own = stepInfo.inStep && STEP_FIGURES.includes(key);
+  return h("span", { class: `sa-th-scope${own ? " step" : ""}` }, own ? `step ${stepInfo.step}` : "whole run");
+}
+
 /** Cost columns, left out for latent findings (they cost nothing where they were seen). */
 const COST_KEYS = new Set(["predicted_saving_us", "host_wait_us", "gpu_idle_us", "share_of_step"]);
 
@@ -457,8 +490,10 @@ const COLUMNS = [
  * @param {any} state
  * @param {any} app
  * @param {boolean} latent
+ * @param {{step: number, inStep: boolean} | null} stepInfo with a step selected: its
+ *   number, and whether the count, wait and idle are the step's (else the whole run's)
  */
-function sitesTable(sites, state, app, latent) {
+function sitesTable(sites, state, app, latent, stepInfo) {
   if (!sites.length) {
     return h("div", { class: "sa-empty", "data-testid": "no-sites" }, state.q || state.kind || state.step !== null ? "No site matches the filters." : latent ? "No latent sync sites." : "No sync sites.");
   }
@@ -490,11 +525,11 @@ function sitesTable(sites, state, app, latent) {
         (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [i ? " → " : null, h("span", { class: "op" }, op)]),
       ),
       h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}`, title: kindDescription(site.kind) }, kindLabel(site.kind))),
-      h("td", { class: "num col-count" }, formatCount(site.count)),
+      h("td", { class: "num col-count", title: site.whole ? `whole run: ${formatCount(site.whole.count)}` : null }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
       latent ? null : h("td", { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" }, savingText(site)),
-      latent ? null : h("td", { class: "num col-wait" }, formatUs(site.host_wait_us)),
-      latent ? null : h("td", { class: "num col-idle" }, formatUs(site.gpu_idle_us)),
+      latent ? null : h("td", { class: "num col-wait", title: site.whole ? `whole run: ${formatUs(site.whole.host_wait_us)}` : null }, formatUs(site.host_wait_us)),
+      latent ? null : h("td", { class: "num col-idle", title: site.whole ? `whole run: ${formatUs(site.whole.gpu_idle_us)}` : null }, formatUs(site.gpu_idle_us)),
       latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),
     ),
   );
@@ -541,6 +576,7 @@ function sitesTable(sites, state, app, latent) {
           },
           c.label,
         ),
+        columnScope(c.key, stepInfo),
       ),
     ),
   );

@@ -125,3 +125,40 @@ export function nextRowIndex(current, key, length, page = 10) {
       return null;
   }
 }
+
+/** The figures a step filter replaces by the step's own (the rest stay the whole run's). */
+export const STEP_FIGURES = Object.freeze(["count", "host_wait_us", "gpu_idle_us"]);
+
+/**
+ * The sites as the table shows them with a step selected: the count, host wait and GPU idle
+ * of that step alone (the `in_step` the plugin adds to a step-filtered list), so the cells
+ * and the sorting by them are the step's, as the chart's bar is; `whole` keeps the run's.
+ * The predicted saving, the share and the per-step mean stay the whole run's. Without a step,
+ * or from a plugin that does not send `in_step`, the sites are returned as they are and
+ * `inStep` is false (the figures are then the whole run's and must be labelled so).
+ * @template T
+ * @param {T[]} sites
+ * @param {number | null} step
+ * @returns {{sites: T[], inStep: boolean}}
+ */
+export function sitesInStep(sites, step) {
+  if (step === null || step === undefined) return { sites, inStep: false };
+  const of = (/** @type {any} */ s) => (s && s.in_step && s.in_step.step === step ? s.in_step : null);
+  if (!sites.every(of)) return { sites, inStep: false };
+  return {
+    sites: sites.map((site) => {
+      const s = /** @type {any} */ (site);
+      const own = of(s);
+      /** @type {Record<string, any>} */
+      const whole = {};
+      /** @type {Record<string, any>} */
+      const shown = {};
+      for (const k of STEP_FIGURES) {
+        whole[k] = s[k];
+        shown[k] = typeof own[k] === "number" ? own[k] : 0;
+      }
+      return /** @type {T} */ ({ ...s, ...shown, whole });
+    }),
+    inStep: true,
+  };
+}

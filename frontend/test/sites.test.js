@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { setCatalogue } from "../src/catalogue.js";
-import { filterSites, nextRowIndex, nextSort, sortSites } from "../src/sites.js";
+import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites } from "../src/sites.js";
 
 const sites = [
   { key: "a", file: "train.py", line: 42, func: "step", kind: "scalar_readback", ops: ["aten::item"], count: 10, per_step: 1, host_wait_us: 500, gpu_idle_us: 20, share_of_step: 0.1 },
@@ -59,4 +59,26 @@ test("arrow keys move within the table and stop at its ends", () => {
   assert.equal(nextRowIndex(5, "PageUp", 30), 0);
   assert.equal(nextRowIndex(1, "Tab", 4), null);
   assert.equal(nextRowIndex(0, "ArrowDown", 0), null);
+});
+
+test("with a step selected the count, wait and idle are the step's, sorted by, the rest the run's", () => {
+  const sites = [
+    { key: "a", count: 10, per_step: 2, host_wait_us: 725794, gpu_idle_us: 2193, predicted_saving_per_step_us: 5, share_of_step: 0.68, in_step: { step: 551, count: 2, host_wait_us: 147255, gpu_idle_us: 490 } },
+    { key: "b", count: 45, per_step: 9, host_wait_us: 2237, gpu_idle_us: 28892, predicted_saving_per_step_us: 1, share_of_step: 0.03, in_step: { step: 551, count: 9, host_wait_us: 280, gpu_idle_us: 5837 } },
+  ];
+  const { sites: shown, inStep } = sitesInStep(sites, 551);
+  assert.equal(inStep, true);
+  assert.deepEqual(
+    shown.map((s) => [s.key, s.count, s.host_wait_us, s.gpu_idle_us, s.per_step, s.share_of_step, s.predicted_saving_per_step_us]),
+    [
+      ["a", 2, 147255, 490, 2, 0.68, 5],
+      ["b", 9, 280, 5837, 9, 0.03, 1],
+    ],
+  );
+  assert.deepEqual(shown[0].whole, { count: 10, host_wait_us: 725794, gpu_idle_us: 2193 });
+  assert.deepEqual(sortSites(shown, "gpu_idle_us", "desc").map((s) => s.key), ["b", "a"]);
+  // No step, another step's figures, or a plugin without in_step: the run's, said so.
+  assert.deepEqual(sitesInStep(sites, null), { sites, inStep: false });
+  assert.equal(sitesInStep(sites, 552).inStep, false);
+  assert.equal(sitesInStep([{ key: "c", count: 3 }], 551).inStep, false);
 });

@@ -185,6 +185,49 @@ def test_clicking_a_step_in_the_chart_filters_to_that_step(
     assert page_errors == []
 
 
+def test_a_step_filter_shows_the_steps_own_count_wait_and_idle_and_says_which_are_the_runs(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    from tests.e2e.helpers import get_json
+
+    api = f"{board}/data/plugin/sync_advisor/sites?run=baseline&step=3"
+    in_step = {site["key"]: site["in_step"] for site in get_json(api)["items"]}
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    page.click(".sa-chart g.step[data-step='3']")
+    note = page.wait_for_selector("[data-testid=step-note]")
+    assert note.get_attribute("data-in-step") == "true"
+    assert "Sites that synced in step 3" in note.inner_text()
+    assert "Saves/step and Share are the whole run's" in note.inner_text()
+    scopes = page.eval_on_selector_all(
+        "[data-testid=sites] thead th.num",
+        "ths => Object.fromEntries(ths.map(th => [th.querySelector('button').dataset.sort,"
+        " th.querySelector('.sa-th-scope')?.textContent]))",
+    )
+    assert scopes == {
+        "count": "step 3",
+        "per_step": "whole run",
+        "predicted_saving_us": "whole run",
+        "host_wait_us": "step 3",
+        "gpu_idle_us": "step 3",
+        "share_of_step": "whole run",
+    }, scopes
+    # Each site synced once in step 3 (four times in the run): the cell is the step's.
+    assert len(in_step) == 2  # the plugin sends the step's figures
+    for key, figures in in_step.items():
+        row = page.locator(f"[data-testid=sites] tbody tr[data-site='{key}']")
+        count = row.locator("td.col-count")
+        assert count.inner_text() == str(figures["count"]) == "1"
+        assert count.get_attribute("title") == "whole run: 4"
+        assert (row.locator("td.col-wait").get_attribute("title") or "").startswith("whole run: ")
+    # The detail's figures are the whole run's, and say so.
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    stats = page.wait_for_selector("[data-testid=site-stats]").inner_text()
+    assert stats.startswith("whole run:") and "count 4" in stats, stats
+    assert page_errors == []
+
+
 def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

@@ -388,7 +388,27 @@ def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = (
     if results and all(r.info.error for r in results):
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
-    return ReportSet.from_runs(analysed)
+    report_set = ReportSet.from_runs(analysed)
+    for src, dst in getattr(args, "path_map", ()):
+        if not _frames_under(report_set.report, src):
+            _warn(
+                f"--path-map {src}={dst} matched no frame of the traces; a script's own "
+                "frames are recorded relative to its sys.path entry (e.g. train.py): "
+                "--source-root DIR finds those"
+            )
+    return report_set
+
+
+def _frames_under(report_json: dict[str, Any], prefix: str) -> bool:
+    """Whether any recorded frame path of the report's findings starts with ``prefix``."""
+    wanted = prefix.replace("\\", "/")
+    for key in ("syncs", "latent"):
+        for sync in report_json.get(key) or []:
+            frames = [*(sync.get("stack") or []), *(sync.get("forward_stack") or [])]
+            for frame in frames:
+                if str(frame.get("file") or "").replace("\\", "/").startswith(wanted):
+                    return True
+    return False
 
 
 def _tell_summaries_written(store: Any, analysed: Sequence[str]) -> None:

@@ -673,3 +673,19 @@ def test_a_folder_of_traces_under_other_names_points_at_them(
     err = capsys.readouterr().err
     assert f"{exported} may be a trace under another name: pass the file itself" in err
     assert main(["report", str(exported)]) == 0
+
+
+def test_a_path_map_that_matches_no_frame_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    b = KinetoTraceBuilder()
+    with b.step(1), b.frame(("/workspace/proj/train.py", 4, "train_step")):
+        item_sync(b, stack=[("/workspace/proj/train.py", 4, "train_step")])
+    trace = b.write(tmp_path / "run" / "w.pt.trace.json")
+    assert main(["report", str(trace), "--path-map", f"/elsewhere={tmp_path}"]) == 0
+    err = capsys.readouterr().err
+    assert f"--path-map /elsewhere={tmp_path} matched no frame of the traces" in err
+    assert main(["report", str(trace), "--path-map", f"/workspace={tmp_path}"]) == 0
+    assert "matched no frame" not in capsys.readouterr().err

@@ -3,7 +3,7 @@
  * Display logic of the compare view (baseline run vs this run). The classification itself
  * comes from the plugin's `compare` route (`compare.py`); this orders and words it. Pure.
  */
-import { formatCount, formatDeltaUs, formatPct } from "./format.js";
+import { formatCount, formatDeltaUs, formatPct, shortPath, siteFallbackLabel } from "./format.js";
 
 /** Display order: what got worse or appeared first, then the wins, then the unchanged. */
 export const STATUS_ORDER = Object.freeze(["worse", "new", "fixed", "better", "same"]);
@@ -81,8 +81,10 @@ export function sortCompareSites(sites) {
 
 /**
  * A one-line description of the change of a compared site, e.g.
- * "gone: saves 1.20 ms" / "new: costs 300 µs" / "−45 %". Latent sites (CPU-only runs,
- * no cost) are described by their syncs per step instead.
+ * "gone: was costing 1.20 ms/step" / "new: costs 300 µs/step" / "−45 %". The figure is the
+ * site's cost (host wait + GPU idle per step) that went away or came, not a predicted
+ * saving: the run totals and Hotspots' Saves/step are the replay's predictions, which are
+ * smaller. Latent sites (CPU-only runs, no cost) are described by their syncs per step.
  * @param {{status: string, before?: any, after?: any}} site
  * @param {{latent?: boolean}} [opts]
  * @returns {string}
@@ -99,9 +101,9 @@ export function changeText(site, opts = {}) {
   const after = sideCost(site.after);
   switch (site.status) {
     case "fixed":
-      return `gone: saves ${formatDeltaUs(before).replace(/^\+/, "")}`;
+      return `gone: was costing ${formatDeltaUs(before).replace(/^\+/, "")}/step`;
     case "new":
-      return `new: costs ${formatDeltaUs(after).replace(/^\+/, "")}`;
+      return `new: costs ${formatDeltaUs(after).replace(/^\+/, "")}/step`;
     default: {
       if (before === 0) return after === 0 ? "no cost either side" : formatDeltaUs(after);
       const rel = (after - before) / before;
@@ -109,6 +111,28 @@ export function changeText(site, opts = {}) {
     }
   }
 }
+
+/**
+ * The label of a compared site: `…/demo/cnn.py:95,96` when the row merges the sites of one
+ * function, operator and kind at several lines (the `lines` of its newer side, as the CLI
+ * names it), `file:line` otherwise, the operator or API when there is no source line.
+ * @param {{file?: string | null, line?: number | null, lines?: number[] | null, before?: any, after?: any, ops?: string[] | null, apis?: string[] | null}} site
+ * @returns {string}
+ */
+export function compareLocation(site) {
+  if (!site.file) return siteFallbackLabel(site);
+  const side = site.after || site.before || {};
+  const lines = Array.isArray(side.lines) && side.lines.length ? side.lines : Array.isArray(site.lines) ? site.lines : [];
+  const where = lines.length > 1 ? lines.join(",") : String(site.line ?? lines[0] ?? "?");
+  return `${shortPath(site.file)}:${where}`;
+}
+
+/**
+ * What a step time change of profiled runs leaves out: the profiler's own overhead is in
+ * both runs' step times, and more of it where more operators or stacks are recorded.
+ */
+export const PROFILED_STEP_CAVEAT =
+  "Profiled step times include the profiler's overhead: time the steps without the profiler when the difference matters.";
 
 /**
  * A step time change smaller than this fraction of the baseline's mean step is within run
@@ -146,7 +170,7 @@ export function stepTimeChange(changeUs, opts = {}) {
  * time does not measure syncs that cost nothing without a GPU; the note says so.
  * One run CPU-only and the other not (`mixed`): neutral too, by site counts.
  * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>, mixed?: boolean}} args
- * @returns {{text: string, tone: "good" | "bad" | "neutral", note: string | null}}
+ * @returns {{text: string, tone: "good" | "bad" | "neutral", note: string | null, caveat?: string | null}}
  */
 export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = false }) {
   if (mixed) {
@@ -158,7 +182,11 @@ export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = 
       note: `A CPU-only run and a GPU run: their step times do not compare${change}. The fixed and new sites are what counts.`,
     };
   }
-  if (!latent) return { ...stepTimeChange(changeUs, { baseStepUs }), note: null };
+  if (!latent) {
+    const change = stepTimeChange(changeUs, { baseStepUs });
+    // A profiled step time is not the program's: say so beside a change it would judge.
+    return { ...change, note: null, caveat: change.tone === "neutral" && !changeUs ? null : PROFILED_STEP_CAVEAT };
+  }
   const fixed = counts.fixed ?? 0;
   const added = counts.new ?? 0;
   const sites = (/** @type {number} */ n) => `${formatCount(n)} latent sync site${n === 1 ? "" : "s"}`;

@@ -6,12 +6,13 @@
 import { getJson } from "./api.js";
 import { h } from "./dom.js";
 import { kindLabel } from "./catalogue.js";
-import { formatCount, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
+import { formatCount, formatPct, formatUs } from "./format.js";
 import {
   changeText,
   compareHeadline,
   defaultBaseline,
   compareBasis,
+  compareLocation,
   countByStatus,
   countTone,
   sideCost,
@@ -101,6 +102,7 @@ export async function renderCompare(ctx) {
       ),
     ),
     headline.note ? h("p", { class: "sa-note", "data-testid": "step-change-note" }, headline.note) : null,
+    headline.caveat ? h("p", { class: "sa-muted sa-small", "data-testid": "step-change-caveat" }, headline.caveat) : null,
     basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note) : null,
     h(
       "div",
@@ -167,7 +169,7 @@ export async function renderCompare(ctx) {
                     },
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
-                  h("td", { class: "loc mono", title: x.file || "" }, x.file ? `${shortPath(x.file)}:${x.line ?? "?"}` : siteFallbackLabel(x)),
+                  h("td", { class: "loc mono", title: x.file || "" }, compareLocation(x)),
                   h("td", { class: "mono col-func" }, x.func || "–"),
                   h("td", null, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
                   h("td", { class: "num col-count" }, x.before ? formatCount(x.before.count) : "–"),

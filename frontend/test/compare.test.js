@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   changeText,
+  compareLocation,
   compareBasis,
   compareHeadline,
   countByStatus,
@@ -41,9 +42,11 @@ test("cost of a side is host wait plus GPU idle, per step when given", () => {
   assert.equal(sideCost(null), 0);
 });
 
-test("change text says what a fix saved and what a regression costs", () => {
-  assert.equal(changeText(site("a", "fixed", cost(1000, 200), null)), "gone: saves 1.20 ms");
-  assert.equal(changeText(site("b", "new", null, cost(300, 0))), "new: costs 300 µs");
+test("change text says what a gone site was costing and what a new one costs, per step", () => {
+  // The site's cost, not a predicted saving (the run totals' "saving per step" is the replay's).
+  assert.equal(changeText(site("a", "fixed", cost(1000, 200), null)), "gone: was costing 1.20 ms/step");
+  assert.equal(changeText(site("b", "new", null, cost(300, 0))), "new: costs 300 µs/step");
+  assert.doesNotMatch(changeText(site("a", "fixed", cost(1000, 200), null)), /saves/);
   assert.equal(changeText(site("c", "better", cost(1000, 0), cost(550, 0))), "\u2212450 µs (\u221245 %)");
   assert.equal(changeText(site("d", "worse", cost(100, 0), cost(200, 0))), "+100 µs (+100 %)");
 });
@@ -96,6 +99,8 @@ test("a GPU compare headline is the step time change, without the latent note", 
   assert.equal(head.tone, "good");
   assert.match(head.text, /^steps faster by 142 µs/);
   assert.equal(head.note, null);
+  assert.match(head.caveat, /^Profiled step times include the profiler's overhead/);
+  assert.equal(compareHeadline({ latent: false, changeUs: 0, baseStepUs: 3200, counts }).caveat, null);
   assert.equal(compareHeadline({ latent: false, changeUs: 20, baseStepUs: 3200, counts }).tone, "neutral");
 });
 
@@ -157,4 +162,13 @@ test("the baseline is pre-selected by name, and a run is never its own baseline"
   for (const runs of [demo, ["a", "b"], ["baseline", "x"]]) {
     for (const r of runs) assert.notEqual(defaultBaseline(runs, r), r);
   }
+});
+
+test("a compared row merging several lines names every line, as the CLI does", () => {
+  const row = { file: "tb_syncfinder/demo/cnn.py", line: 95, ops: ["aten::to"], before: { lines: [95, 96] }, after: null };
+  assert.equal(compareLocation(row), "\u2026/demo/cnn.py:95,96");
+  assert.equal(compareLocation({ ...row, before: { lines: [95] } }), "\u2026/demo/cnn.py:95");
+  assert.equal(compareLocation({ ...row, before: null, after: { lines: [101, 104] } }), "\u2026/demo/cnn.py:101,104");
+  assert.equal(compareLocation({ file: "train.py", line: 9, before: {} }), "train.py:9");
+  assert.equal(compareLocation({ file: null, ops: ["aten::item"], before: {} }), "aten::item");
 });

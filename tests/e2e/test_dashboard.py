@@ -243,7 +243,9 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     fixed = page.locator("[data-testid=compare-sites] tr[data-status=fixed]")
     assert fixed.count() == 1
     assert f"train.py:{ITEM_LINE}" in fixed.inner_text()
-    assert "gone: saves" in fixed.inner_text()
+    # The site's cost that went away, not a predicted saving (the totals' is the replay's).
+    assert "gone: was costing" in fixed.inner_text() and "/step" in fixed.inner_text()
+    assert "saves" not in fixed.inner_text()
     nonzero = page.locator("[data-testid=compare-sites] tbody tr", has_text="select_foreground")
     assert nonzero.get_attribute("data-status") in {"same", "better", "worse"}
     # 3.20 ms -> 3.06 ms per step (-4.4 %): beyond noise, good news.
@@ -252,6 +254,8 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert headline.get_attribute("data-tone") == "good"
     assert page.locator("[data-testid=step-change-note]").count() == 0
     assert page.locator("[data-testid=compare-note]").count() == 0  # both runs on a GPU
+    caveat = page.inner_text("[data-testid=step-change-caveat]")
+    assert "include the profiler's overhead" in caveat, caveat
     # Counts take their status colour only when non-zero.
     tones = {
         el.get_attribute("data-status-count"): (el.inner_text(), el.get_attribute("data-tone"))
@@ -851,15 +855,44 @@ def seg_mark(name: str) -> int:
     return found[0]
 
 
+CNN_TRACES = {
+    f"gpu_cnn_{side}": REPO / "tb_syncfinder" / "demo" / "traces" / f"cnn_{side}.pt.trace.json.gz"
+    for side in ("baseline", "optimized")
+}
+
+
 @pytest.fixture(scope="module")
 def gpu_seg_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A TensorBoard on a logdir holding only the bundled GPU trace of the seg demo."""
+    """A TensorBoard on a logdir holding the bundled GPU traces of the seg demo's baseline
+    and of the cnn demo's baseline and optimized runs."""
     root = tmp_path_factory.mktemp("gpu_seg")
-    run_dir = root / "logs" / GPU_SEG_RUN
-    run_dir.mkdir(parents=True)
-    shutil.copy(SEG_TRACE, run_dir / "gpu.pt.trace.json.gz")
-    with serve_tensorboard(root / "logs", cwd=root, expected_runs={GPU_SEG_RUN}) as base:
+    for run, trace in {GPU_SEG_RUN: SEG_TRACE, **CNN_TRACES}.items():
+        run_dir = root / "logs" / run
+        run_dir.mkdir(parents=True)
+        shutil.copy(trace, run_dir / "gpu.pt.trace.json.gz")
+    runs = {GPU_SEG_RUN, *CNN_TRACES}
+    with serve_tensorboard(root / "logs", cwd=root, expected_runs=runs) as base:
         yield base
+
+
+def test_a_compared_row_of_two_lines_names_both_and_its_figure_is_a_cost_not_a_saving(
+    gpu_seg_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    from tests.e2e.helpers import get_json
+
+    api = f"{gpu_seg_board}/data/plugin/sync_advisor/compare?run=gpu_cnn_optimized&base=gpu_cnn_baseline"
+    merged = [s for s in get_json(api)["sites"] if len((s["before"] or s["after"])["lines"]) > 1]
+    assert merged, "the demo's two host-to-device copies are one row of two lines"
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(gpu_seg_board, "#run=gpu_cnn_optimized&view=compare&base=gpu_cnn_baseline"))
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    for site in merged:
+        row = page.locator(f"[data-testid=compare-sites] tbody tr[data-key='{site['key']}']")
+        lines = ",".join(str(n) for n in (site["before"] or site["after"])["lines"])
+        assert f"cnn.py:{lines}" in row.locator("td.loc").inner_text()
+        assert "gone: was costing" in row.inner_text() and "/step" in row.inner_text()
+    assert "include the profiler's overhead" in page.inner_text("[data-testid=step-change-caveat]")
+    assert page_errors == []
 
 
 def test_backward_sync_shows_its_forward_calls_stack_and_the_line_that_ran_it(

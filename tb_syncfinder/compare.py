@@ -25,7 +25,9 @@ def _basename(file: str | None) -> str:
 def site_match_key(site: dict[str, Any]) -> str:
     """``basename:func:first op:kind``, the identity of a site across runs."""
     ops = site.get("ops") or []
-    first_op = ops[0] if ops else ""
+    # Outside any operator the API call tells sites apart (cudaDeviceSynchronize and
+    # cudaEventSynchronize are both explicit syncs, of no function in a stackless trace).
+    first_op = ops[0] if ops else (site.get("apis") or [""])[0]
     return ":".join(
         [
             _basename(site.get("file")),

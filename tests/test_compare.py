@@ -91,6 +91,11 @@ def test_match_key_uses_basename_function_first_op_and_kind() -> None:
         site_match_key({"file": None, "func": None, "ops": [], "kind": "explicit_sync"})
         == ":::explicit_sync"
     )
+    # Outside any operator, the API call: two explicit syncs of a stackless trace differ.
+    bare = {"file": None, "func": None, "ops": [], "kind": "explicit_sync"}
+    device = site_match_key({**bare, "apis": ["cudaDeviceSynchronize"]})
+    event = site_match_key({**bare, "apis": ["cudaEventSynchronize"]})
+    assert device == "::cudaDeviceSynchronize:explicit_sync" and device != event
 
 
 def test_step_time_change_comes_from_mean_step_time(sample_report: Report) -> None:

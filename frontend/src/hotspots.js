@@ -522,7 +522,11 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       h(
         "td",
         { class: "ops col-ops mono" },
-        (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [i ? " → " : null, h("span", { class: "op" }, op)]),
+        // A long name breaks after its "::" (aten::_index_put_impl_), never mid-word.
+        (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [
+          i ? " → " : null,
+          h("span", { class: "op" }, op.split("::").flatMap((part, k) => (k ? ["::", h("wbr"), part] : [part]))),
+        ]),
       ),
       h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}`, title: kindDescription(site.kind) }, kindLabel(site.kind))),
       h("td", { class: "num col-count", title: site.whole ? `whole run: ${formatCount(site.whole.count)}` : null }, formatCount(site.count)),

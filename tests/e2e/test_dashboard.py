@@ -970,3 +970,41 @@ def test_the_idle_card_says_the_gpu_idle_is_after_the_syncs_not_caused_by_them(
     assert "after" in title and "caused" not in title, title
     assert "caused" not in page.inner_text("[data-testid=card-idle]")
     assert page_errors == []
+
+
+IN_VIEW = """(testid) => {
+  // The header cells of a table that are shown and lie inside its wrapper's visible part.
+  const table = document.querySelector(`[data-testid=${testid}]`);
+  const wrap = table.closest(".sa-table-wrap");
+  const box = wrap.getBoundingClientRect();
+  return {
+    scrolls: wrap.scrollWidth > wrap.clientWidth,
+    shown: [...table.querySelectorAll("thead th")]
+      .filter(th => th.offsetParent !== null && th.getBoundingClientRect().right <= box.right + 0.5)
+      .map(th => th.querySelector("button") ? th.querySelector("button").textContent : th.textContent),
+  };
+}"""
+
+
+def test_at_800_px_the_costs_and_the_compare_verdict_stay_in_view(
+    gpu_seg_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # The demo's operator chains are long (autograd::engine::evaluate_function: ...).
+    page = new_page(browser, page_errors, width=800, height=900)
+    page.goto(plugin_url(gpu_seg_board, f"#run={GPU_SEG_RUN}"))
+    rows(page)
+    found = page.evaluate(IN_VIEW, "sites")
+    assert not found["scrolls"], found
+    for column in ("Location", "Count", "Saves/step", "Host wait", "GPU idle", "Share"):
+        assert column in found["shown"], found
+    page.goto(plugin_url(gpu_seg_board, "#run=gpu_cnn_optimized&view=compare&base=gpu_cnn_baseline"))
+    page.reload()
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    found = page.evaluate(IN_VIEW, "compare-sites")
+    assert not found["scrolls"], found
+    for column in ("Status", "Location", "Cost/step before", "Cost/step after", "Change"):
+        assert column in found["shown"], found
+    # The change is read whole, not squeezed to a word a line.
+    change = page.locator("[data-testid=compare-sites] tbody tr td.col-change").first
+    assert change.evaluate("td => td.getBoundingClientRect().width") >= 150
+    assert page_errors == []

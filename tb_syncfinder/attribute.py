@@ -501,6 +501,7 @@ class Attributor:
         groups: list[tuple[str, ...]] = []
         observed: list[Observed | None] = []
         optional = False
+        called_before = None
         if path:
             child = frames[level - 1][0]
             for depth in range(min(len(path), _MAX_CALL_DEPTH)):
@@ -547,6 +548,7 @@ class Attributor:
                 else None
             )
             observed = [seq] * len(groups)
+            called_before = self._called_before(thread, index, op)
         else:
             # A runtime call outside any operator, with no frame under this one (a trace
             # recording no built-in calls): the calls that usually make one.
@@ -555,7 +557,23 @@ class Attributor:
             optional = True
         started = self.profiling_started(thread)
         entered = started is not None and thread.starts[index] > started
-        return CallQuery(frame, tuple(groups), tuple(observed), truncated, optional, entered)
+        return CallQuery(
+            frame, tuple(groups), tuple(observed), truncated, optional, entered, called_before
+        )
+
+    def _called_before(self, thread: HostThread, index: int, op: int) -> str | None:
+        """The name of the last call frame ``index`` made that ended before ``op`` began."""
+        start = thread.starts[op]
+        before = None
+        for child in self._kids(thread, index):
+            if thread.starts[child] >= start:
+                break
+            if thread.ends[child] <= start + 1e-3:
+                before = child
+        if before is None:
+            return None
+        frame = self.frame(thread, before)
+        return frame.func if frame is not None else None
 
     def _frame_queries(
         self, thread: HostThread, frames: list[tuple[int, Frame]], op: int

@@ -130,7 +130,9 @@ class CallQuery(msgspec.Struct, frozen=True):
     (the trace records no built-in calls). ``entered``: the frame began after the profiler
     started tracing its thread, so its line is where its function starts (or, for a
     resumed generator, the ``yield`` it resumed at), never a line it was running when
-    profiling started; False when the trace does not tell.
+    profiling started; False when the trace does not tell. ``called_before``: for an
+    operator the frame ran without a call frame (``if t.any():``), the name of the last
+    call the frame made before it (``any``): the call whose result a truth test reads.
     """
 
     frame: Frame
@@ -139,6 +141,7 @@ class CallQuery(msgspec.Struct, frozen=True):
     truncated: bool = False
     optional_calls: bool = False
     entered: bool = False
+    called_before: str | None = None
 
 
 class Attribution(msgspec.Struct):

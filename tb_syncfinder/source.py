@@ -511,6 +511,29 @@ def with_source_packs(
     return roots, pairs
 
 
+def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
+    """Of the truth tests on ``lines``, those that may read what ``called`` returned: the
+    frame called it last before its truth operator ran, so a test whose expression calls
+    other names only (``if torch.cuda.is_available():`` beside ``if t.any():``) is not the
+    one. A test calling nothing (``if t:``) is kept; when none is left, all are."""
+    names: dict[int, set[str]] = {}
+    for node in ast.walk(scope):
+        test = getattr(node, "test", None) if isinstance(node, _TRUTH_TESTED) else None
+        if test is None or test.lineno not in lines:
+            continue
+        called_here = names.setdefault(test.lineno, set())
+        for call in ast.walk(test):
+            if isinstance(call, ast.Call):
+                func = call.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                called_here.add(name)
+    kept = [line for line in lines if not names.get(line) or called in names[line]]
+    return kept or lines
+
+
+_TRUTH_TESTED = (ast.If, ast.While, ast.IfExp, ast.Assert)
+
+
 class SourceResolver:
     """Finds source files (``--source-root``, ``--path-map``) and exact call lines."""
 
@@ -843,6 +866,8 @@ class SourceResolver:
                     # More frameless operators than the source's implicit calls can run:
                     # one of them came from a point the model does not know.
                     certain = False
+            if len(lines) > 1 and label == "<truth>" and query.called_before:
+                lines = _truths_reading(scope, lines, query.called_before)
             if len(lines) == 1 and certain:
                 return Source(frame.file, lines[0], def_line, frame.func, True, resolved)
             return Source(

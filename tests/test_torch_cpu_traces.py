@@ -229,3 +229,47 @@ def test_printing_a_tensor_is_one_read_back_site_at_the_print_with_the_print_fix
     others = {(s.line, s.kind, s.ops[0]) for s in report.latent_sites if s is not site}
     assert (MASK_LINE, "dynamic_shape", "aten::index") in others
     assert (PRINT_ITEM_LINE, "scalar_readback", "aten::item") in others
+
+
+GUARDED_BRANCH = """\
+import torch
+
+
+def train_step(x):
+    y = x * 2
+    if y.any():
+        y = y + 1
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return y
+
+
+def main(trace_path, steps=2):
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for _ in range(steps + 1):
+            train_step(torch.randn(8))
+            prof.step()
+"""
+ANY_LINE = 6
+
+
+def test_a_branch_on_a_tensor_beside_a_guard_is_placed_by_the_call_it_tests(tmp_path):
+    """Two truth tests in one function, ``if y.any():`` and ``if torch.cuda.is_available():``:
+    the trace's order of calls says which one read the tensor (``any`` ran just before the
+    truth operator, ``is_available`` after it)."""
+    import runpy
+
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED_BRANCH)
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    runpy.run_path(str(script))["main"](str(trace))
+    report = analyze(trace.parent, source_roots=[str(tmp_path)])
+    truths = [s for s in report.latent if s.op == "aten::is_nonzero"]
+    assert truths
+    assert {(s.source.line, s.source.line_exact) for s in truths} == {(ANY_LINE, True)}

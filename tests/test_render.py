@@ -751,3 +751,10 @@ def test_compare_names_a_changed_latent_site_by_its_location() -> None:
     result = {"sites": [], "latent_sites": [row], "counts": {"new": 1}, "base": {}, "new": {}}
     text = render_compare(result, color=False)
     assert "new    train.py:21 train_step aten::nonzero (dynamic_shape)" in text
+
+
+def test_syncs_outside_any_step_are_counted_and_said_so(sample_report: Report) -> None:
+    assert "outside any step" not in render_report(sample_report, color=False)
+    sample_report.syncs[0].step = None  # after the last step: in the totals, in no step
+    text = render_report(sample_report, color=False)
+    assert "(12 over 4 steps, 1 of them outside any step)" in text

@@ -451,10 +451,17 @@ def _label(text: str) -> str:
 
 
 def _summary_lines(
-    summary: dict[str, Any], style: _Style, width: int, cpu_only: bool, unmarked: int = 0
+    summary: dict[str, Any],
+    style: _Style,
+    width: int,
+    cpu_only: bool,
+    unmarked: int = 0,
+    outside: int = 0,
 ) -> list[str]:
     """``unmarked``: readable traces without ProfilerStep markers (each counts as one
-    step: said beside every per-step figure, which would be misread otherwise)."""
+    step: said beside every per-step figure, which would be misread otherwise);
+    ``outside``: syncs in no step of a trace that has steps (in the totals, in no step's
+    bar)."""
     steps = int(summary.get("step_count") or 0)
     count = int(summary.get("sync_count") or 0)
     host_wait = float(summary.get("host_wait_us") or 0.0)
@@ -485,6 +492,8 @@ def _summary_lines(
         return lines
     if steps:
         over = f"{count} over {plural(steps, 'step')}"
+        if outside:
+            over += f", {outside} of them outside any step"
         if unmarked:
             over += (
                 f"; {plural(unmarked, 'trace')} without ProfilerStep markers, each counted "
@@ -721,7 +730,13 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         lines.append("")
     if readable:
         unmarked = sum(1 for t in readable if t.get("step_markers") is False)
-        lines.extend(_summary_lines(summary, style, width, cpu_only, unmarked))
+        marked = {t.get("path") for t in readable if t.get("step_markers") is not False}
+        outside = sum(
+            1
+            for sync in data.get("syncs") or []
+            if sync.get("step") is None and sync.get("trace") in marked
+        )
+        lines.extend(_summary_lines(summary, style, width, cpu_only, unmarked, outside))
         lines.append("")
     from tb_syncfinder.outputs.job_text import job_lines  # the job section (multi-rank runs)
 

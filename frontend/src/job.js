@@ -24,6 +24,66 @@ export function lateCell(row) {
 }
 
 /**
+ * Ranks as a person reads them: `rank 0`, `ranks 1–15`, `ranks 0, 2, 5–7`.
+ * @param {number[]} ranks
+ * @returns {string}
+ */
+export function rankList(ranks) {
+  const sorted = [...new Set(ranks)].sort((a, b) => a - b);
+  const parts = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    parts.push(j - i >= 2 ? `${sorted[i]}–${sorted[j]}` : sorted.slice(i, j + 1).join(", "));
+    i = j + 1;
+  }
+  return `${sorted.length === 1 ? "rank" : "ranks"} ${parts.join(", ")}`;
+}
+
+/**
+ * What the job view shows of a `job` object, without contradiction or empty parts: the
+ * ranks whose traces are missing said once (not "missing 0" beside a count), the parts that
+ * compare ranks only when at least two ranks of the job have a trace (else one line saying
+ * why there is nothing to compare), the lateness grid only when a step of the job was
+ * matched, and the top sites that cost the job something.
+ * @param {any} job
+ */
+export function jobParts(job) {
+  const ranks = job.ranks || [];
+  const missing = job.missing_ranks || [];
+  const others = (job.other_jobs || []).filter((/** @type {any} */ j) => j && j.world_size);
+  const compared = ranks.length >= 2;
+  /** @type {string | null} */
+  let alone = null;
+  if (!compared) {
+    const anyCompared = others.some((/** @type {any} */ j) => (j.ranks || []).length >= 2);
+    alone =
+      others.length && !anyCompared
+        ? `The traces of this run come from ${others.length + 1} different jobs (or profiled windows), one rank's trace each: there is nothing to compare across ranks.`
+        : `Only ${rankList(ranks)}'s trace of this ${job.world_size}-rank job is here: lateness and waits across ranks need the traces of at least two of its ranks.`;
+  }
+  const sites = (job.sites || []).filter(
+    (/** @type {any} */ s) => (s.caused_wait_us || 0) > 0 || (s.job_saving_us || 0) > 0 || (s.job_saving_per_step_us || 0) > 0,
+  );
+  return {
+    title: compared
+      ? `Job: ${ranks.length} of ${job.world_size} ranks`
+      : others.length && alone?.startsWith("The traces")
+        ? `Ranks of ${others.length + 1} jobs`
+        : `Job of ${job.world_size} ranks`,
+    missing: compared && missing.length ? `no trace of ${rankList(missing)}` : null,
+    // Issues the view says itself (the missing ranks, the other jobs when nothing compares).
+    issues: (job.issues || [])
+      .filter((/** @type {any} */ i) => i.severity === "warning" && i.code !== "missing_ranks" && !(alone && i.code === "other_job"))
+      .map((/** @type {any} */ i) => String(i.message)),
+    alone,
+    grid: compared && (job.rank_steps || []).length > 0,
+    sites: compared ? sites.slice(0, 10) : [],
+    ranks: compared,
+  };
+}
+
+/**
  * @param {any} job
  */
 function latenessGrid(job) {
@@ -87,9 +147,9 @@ function rankTable(job) {
 
 /**
  * @param {any} job
+ * @param {any[]} sites the ones that cost the job something (`jobParts`)
  */
-function siteTable(job) {
-  const sites = (job.sites || []).slice(0, 10);
+function siteTable(job, sites) {
   if (!sites.length) return h("p", { class: "sa-note" }, "No host wait on a late rank explains its lateness.");
   return h(
     "table",
@@ -123,27 +183,23 @@ export async function renderJob(ctx) {
   const job = resp && resp.job;
   if (!job || !job.world_size) return null;
   const late = job.lateness || {};
-  const missing = job.missing_ranks || [];
+  const parts = jobParts(job);
   return h(
     "section",
     { class: "sa-job", "aria-label": "Job", "data-testid": "job" },
     h(
       "div",
       { class: "sa-section-title" },
-      `Job: ${(job.ranks || []).length} of ${job.world_size} ranks`,
+      parts.title,
       job.backend ? h("span", { class: "sa-chip" }, job.backend) : null,
-      missing.length ? h("span", { class: "sa-chip", "data-testid": "job-missing" }, `missing ${missing.join(", ")}`) : null,
+      parts.missing ? h("span", { class: "sa-chip", "data-testid": "job-missing", title: "the analysis is partial" }, parts.missing) : null,
     ),
-    (job.issues || [])
-      .filter((/** @type {any} */ i) => i.severity === "warning")
-      .map((/** @type {any} */ i) => h("p", { class: "sa-note", "data-testid": "job-issue" }, i.message)),
-    h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer)"),
-    latenessGrid(job),
-    h("h4", null, "Top sites by cost to the job"),
-    siteTable(job),
-    h("h4", null, "Host wait beside collective wait"),
-    rankTable(job),
-    late.late_us
+    parts.alone ? h("p", { class: "sa-note", "data-testid": "job-alone" }, parts.alone) : null,
+    parts.issues.map((text) => h("p", { class: "sa-note", "data-testid": "job-issue" }, text)),
+    parts.grid ? [h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer)"), latenessGrid(job)] : null,
+    parts.ranks ? [h("h4", null, "Top sites by cost to the job"), siteTable(job, parts.sites)] : null,
+    parts.ranks ? [h("h4", null, "Host wait beside collective wait"), rankTable(job)] : null,
+    parts.ranks && late.late_us
       ? h(
           "p",
           { class: "sa-note", "data-testid": "job-lateness" },

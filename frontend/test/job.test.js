@@ -1,11 +1,69 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { lateCell } from "../src/job.js";
+import { jobParts, lateCell, rankList } from "../src/job.js";
 
 test("a rank that held the others reads +, one that waited reads −, absent reads ·", () => {
   assert.deepEqual(lateCell({ late_us: 80000, wait_us: 0 }), { text: "+80.0 ms", cls: "sa-job-late" });
   assert.deepEqual(lateCell({ late_us: 0, wait_us: 4000 }), { text: "\u22124.00 ms", cls: "sa-job-wait" });
   assert.deepEqual(lateCell(undefined), { text: "·", cls: "sa-job-none" });
   assert.deepEqual(lateCell({ late_us: 0, wait_us: 0 }), { text: "0", cls: "sa-job-none" });
+});
+
+test("ranks read as a list with ranges", () => {
+  assert.equal(rankList([0]), "rank 0");
+  assert.equal(rankList([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]), "ranks 1\u201315");
+  assert.equal(rankList([7, 0, 2, 5, 6]), "ranks 0, 2, 5\u20137");
+  assert.equal(rankList([3, 4]), "ranks 3, 4");
+});
+
+const issue = (code, message) => ({ code, message, severity: "warning" });
+
+test("unrelated traces of one rank each: one line, no counts, grid, sites or rank rows", () => {
+  // A folder of traces from three jobs, one rank of each (HTA's real traces).
+  const job = {
+    world_size: 2,
+    ranks: [1],
+    missing_ranks: [0],
+    rank_steps: [],
+    sites: [],
+    rank_totals: [{ rank: 1, sync_wait_us: 0 }],
+    issues: [issue("missing_ranks", "1 of 2 ranks have no trace: 0; the analysis is partial"), issue("other_job", "the run holds 3 jobs …")],
+    other_jobs: [
+      { world_size: 2, ranks: [0] },
+      { world_size: 16, ranks: [0] },
+    ],
+  };
+  const parts = jobParts(job);
+  assert.equal(parts.title, "Ranks of 3 jobs");
+  assert.match(parts.alone, /come from 3 different jobs .*nothing to compare across ranks/);
+  assert.equal(parts.missing, null);
+  assert.deepEqual(parts.issues, []);
+  assert.equal(parts.grid, false);
+  assert.equal(parts.ranks, false);
+  assert.deepEqual(parts.sites, []);
+  // One rank of one job: said so, without "missing 0" beside "1 of 2".
+  const lone = jobParts({ ...job, other_jobs: [], issues: [job.issues[0]] });
+  assert.equal(lone.title, "Job of 2 ranks");
+  assert.match(lone.alone, /^Only rank 1's trace of this 2-rank job is here/);
+  assert.deepEqual(lone.issues, []);
+});
+
+test("a real job keeps its grid and ranks, says the missing ranks once, drops zero-cost sites", () => {
+  const site = (rank, caused, saving) => ({ rank, file: "train.py", line: 88, caused_wait_us: caused, job_saving_us: saving, job_saving_per_step_us: saving / 5 });
+  const parts = jobParts({
+    world_size: 8,
+    ranks: [0, 1, 2, 3, 4, 5, 7],
+    missing_ranks: [6],
+    rank_steps: [{ rank: 0, step: 1 }],
+    sites: [site(3, 246, 41), site(0, 0, 0), site(5, 12, 0)],
+    issues: [issue("missing_ranks", "1 of 8 ranks have no trace: 6; the analysis is partial"), { code: "clock_skew", message: "clocks aligned", severity: "info" }],
+  });
+  assert.equal(parts.title, "Job: 7 of 8 ranks");
+  assert.equal(parts.missing, "no trace of rank 6");
+  assert.deepEqual(parts.issues, []);
+  assert.equal(parts.alone, null);
+  assert.equal(parts.grid, true);
+  assert.equal(parts.ranks, true);
+  assert.deepEqual(parts.sites.map((s) => s.rank), [3, 5]);
 });

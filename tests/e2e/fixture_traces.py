@@ -62,9 +62,12 @@ XSS = "<img src=x onerror=window.__xss=1>"
 class TraceWriter:
     """Accumulates Kineto events on one host thread and one GPU stream."""
 
-    def __init__(self, gpu: bool = True, stacks: bool = True) -> None:
+    def __init__(
+        self, gpu: bool = True, stacks: bool = True, dist: dict[str, Any] | None = None
+    ) -> None:
         self.gpu = gpu  # False: a CPU-only trace (no runtime calls, no device events)
         self.stacks = stacks  # False: profiled without with_stack (no python_function)
+        self.dist = dist or {"rank": 0}  # distributedInfo
         self.events: list[dict[str, Any]] = []
         self.python_id = 0
         self.python_events: dict[int, dict[str, Any]] = {}  # Python id -> its event
@@ -185,7 +188,7 @@ class TraceWriter:
         return {
             "schemaVersion": 1,
             "deviceProperties": [{"id": 0, "name": "NVIDIA Test GPU", "totalGlobalMem": 1 << 34}],
-            "distributedInfo": {"rank": 0},
+            "distributedInfo": self.dist,
             "traceEvents": self.events,
         }
 
@@ -205,14 +208,15 @@ def write_run(
     frame_line: int = TRAIN_STEP_DEF,
     first_step: int = 1,
     worker: str = "worker0",
+    dist: dict[str, Any] | None = None,
 ) -> Path:
     """One run folder with one worker trace: ``steps`` training steps numbered from
     ``first_step``, each with an ``.item()`` readback in train_step (when ``item``) and a
     ``nonzero`` in select_foreground (when ``nonzero``); the train frame is recorded at
-    ``frame_line``."""
+    ``frame_line``; ``dist`` is its ``distributedInfo`` (rank 0 of no stated world)."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
-    w = TraceWriter(gpu=gpu, stacks=stacks)
+    w = TraceWriter(gpu=gpu, stacks=stacks, dist=dist)
     t = 1000.0
     for step in range(first_step, first_step + steps):
         start = t
@@ -293,7 +297,8 @@ def write_fixture(root: Path) -> Path:
     `remote_paths` (a source file that cannot be read), `windows_paths` (unescaped backslashes
     in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync),
     `distributed` (a barrier per step), `two_machines` (two workers' traces, steps 1-3
-    and 550-551) and `unreadable` (its only trace file truncated);
+    and 550-551), `unreadable` (its only trace file truncated) and `unrelated_ranks` (one
+    rank's trace of each of two jobs);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -334,6 +339,18 @@ def write_fixture(root: Path) -> Path:
     write_run(
         logdir, "two_machines", item=True, nonzero=True, steps=2, first_step=550, worker="hostB_202"
     )
+    # Two traces of two unrelated jobs (a folder of traces collected from elsewhere): rank 1
+    # of a 2-rank job, rank 0 of a 16-rank one.
+    for worker, dist in (("hostA_1", (1, 2)), ("hostB_2", (0, 16))):
+        write_run(
+            logdir,
+            "unrelated_ranks",
+            item=True,
+            nonzero=False,
+            steps=2,
+            worker=worker,
+            dist={"rank": dist[0], "world_size": dist[1], "backend": "nccl"},
+        )
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
     # A run whose only trace is cut short (a copy that stopped half-way): nothing to read.

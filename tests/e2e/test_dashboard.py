@@ -53,6 +53,7 @@ RUNS = {
     "distributed",
     "two_machines",
     "unreadable",
+    "unrelated_ranks",
 }
 
 
@@ -1007,4 +1008,20 @@ def test_at_800_px_the_costs_and_the_compare_verdict_stay_in_view(
     # The change is read whole, not squeezed to a word a line.
     change = page.locator("[data-testid=compare-sites] tbody tr td.col-change").first
     assert change.evaluate("td => td.getBoundingClientRect().width") >= 150
+    assert page_errors == []
+
+
+def test_traces_of_unrelated_jobs_say_so_in_one_line_without_contradictory_counts(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=unrelated_ranks"))
+    section = page.wait_for_selector("[data-testid=job]")
+    text = section.inner_text()
+    assert "come from 2 different jobs" in text and "nothing to compare across ranks" in text, text
+    # No "Job: 1 of 2 ranks" beside "missing 0", no empty grid, no rows of zeros.
+    assert "1 of 2" not in text and "missing" not in text, text
+    for testid in ("job-grid", "job-sites", "job-ranks", "job-missing", "job-issue"):
+        assert page.locator(f"[data-testid={testid}]").count() == 0, testid
+    rows(page)  # the hotspots of the traces are below, as for any run
     assert page_errors == []

@@ -12,7 +12,7 @@ import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { readableCount, repairNotices, unreadableBanner } from "./repairs.js";
-import { decodeState, pickRun, reconcileRun, runsSignature, shareUrl, vscodeFlag } from "./state.js";
+import { decodeState, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, vscodeFlag } from "./state.js";
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
@@ -120,6 +120,8 @@ export class App {
     let delay = POLL_IDLE_MS;
     try {
       const runs = await getJson("runs", {}, { fresh: true });
+      // In TensorBoard's order: a run added while it runs goes where its name sorts.
+      runs.runs = sortRuns(runs.runs || []);
       this.runsError = null;
       const signature = runsSignature(runs);
       if (signature !== this.runsSignature) {

@@ -40,6 +40,92 @@ export function runsSignature(runs) {
 }
 
 /**
+ * Order two run names as TensorBoard orders runs and tags (its `compareTagNames`, vz_sorting):
+ * numbers inside names compare by value (run2 before run10, 1e3 and 0.5 read as numbers),
+ * `/` and `_` and digits sort before other characters, the rest by code unit.
+ * @param {string} a
+ * @param {string} b
+ * @returns {number}
+ */
+export function compareRunNames(a, b) {
+  let ai = 0;
+  let bi = 0;
+  for (;;) {
+    if (ai === a.length) return bi === b.length ? 0 : -1;
+    if (bi === b.length) return 1;
+    if (isDigit(a[ai]) && isDigit(b[bi])) {
+      const aStart = ai;
+      const bStart = bi;
+      ai = consumeNumber(a, ai + 1);
+      bi = consumeNumber(b, bi + 1);
+      const an = parseFloat(a.slice(aStart, ai));
+      const bn = parseFloat(b.slice(bStart, bi));
+      if (an < bn) return -1;
+      if (an > bn) return 1;
+      continue;
+    }
+    if (isBreak(a[ai])) {
+      if (!isBreak(b[bi])) return -1;
+    } else if (isBreak(b[bi])) {
+      return 1;
+    } else if (a[ai] < b[bi]) {
+      return -1;
+    } else if (a[ai] > b[bi]) {
+      return 1;
+    }
+    ai++;
+    bi++;
+  }
+}
+
+/** @param {string} c */
+function isDigit(c) {
+  return "0" <= c && c <= "9";
+}
+
+/** @param {string} c */
+function isBreak(c) {
+  return c === "/" || c === "_" || isDigit(c);
+}
+
+/**
+ * The end of the number starting before `i` (digits, a fraction, an exponent).
+ * @param {string} s
+ * @param {number} i
+ */
+function consumeNumber(s, i) {
+  let state = "natural";
+  for (; i < s.length; i++) {
+    const c = s[i];
+    if (state === "natural") {
+      if (c === ".") state = "real";
+      else if (c === "e" || c === "E") state = "sign";
+      else if (!isDigit(c)) break;
+    } else if (state === "real") {
+      if (c === "e" || c === "E") state = "sign";
+      else if (!isDigit(c)) break;
+    } else if (state === "sign") {
+      if (isDigit(c) || c === "+" || c === "-") state = "exponent";
+      else break;
+    } else if (!isDigit(c)) {
+      break;
+    }
+  }
+  return i;
+}
+
+/**
+ * The `runs` answer's runs in TensorBoard's order (the plugin lists them as it found them:
+ * a run added while TensorBoard runs would come last).
+ * @template {{name: string}} R
+ * @param {R[]} runs
+ * @returns {R[]}
+ */
+export function sortRuns(runs) {
+  return [...runs].sort((a, b) => compareRunNames(a.name, b.name));
+}
+
+/**
  * The run a view shows: the one it names, else the first run with device activity (a
  * CPU-only run can only list what would synchronize), else the first run.
  * @template {{name: string, device_activity?: boolean | null}} R

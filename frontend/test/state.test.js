@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { decodeState, defaultState, encodeState, pickRun, reconcileRun, runsSignature, shareUrl, vscodeFlag } from "../src/state.js";
+import { compareRunNames, decodeState, defaultState, encodeState, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -117,4 +117,24 @@ test("a run the view names that is not listed is replaced, with nothing of its s
   assert.equal(reconcileRun(runs, { ...state, run: "cpu" }), null);
   assert.equal(reconcileRun(runs, { ...state, run: null }), null);
   assert.equal(reconcileRun([], state), null);
+});
+
+test("runs sort as TensorBoard sorts them: numbers by value, then by character", () => {
+  // Checked against TensorBoard 2.21's own function (webfiles.zip, index.js).
+  const names = ["run10", "run2", "baseline", "run1", "Zeta", "a_b", "ab", "lr=1e-3", "lr=0.01", "seg_optimized", "seg_baseline"];
+  assert.deepEqual(sortRuns(names.map((name) => ({ name }))).map((r) => r.name), [
+    "Zeta",
+    "a_b",
+    "ab",
+    "baseline",
+    "lr=1e-3",
+    "lr=0.01",
+    "run1",
+    "run2",
+    "run10",
+    "seg_baseline",
+    "seg_optimized",
+  ]);
+  assert.equal(compareRunNames("run2", "run10"), -1);
+  assert.equal(compareRunNames("same", "same"), 0);
 });

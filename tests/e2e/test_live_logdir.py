@@ -63,3 +63,18 @@ def test_deleting_the_shown_runs_folder_says_so_and_opens_nothing_of_it_in_anoth
     assert page.evaluate("location.hash") == f"#run={shown}"
     assert page.locator("[data-testid=detail]").count() == 0
     assert page_errors == []
+
+
+def test_a_run_added_while_tensorboard_runs_is_listed_where_its_name_sorts(
+    live: tuple[str, Path], browser: Any, page_errors: list[str]
+) -> None:
+    base, logdir = live
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(base, "#run=kept"))
+    rows(page)
+    write_run(logdir, "run2", item=True, nonzero=False, steps=2)
+    poll_until(page, "#sa-run option[value=run2]:not([disabled])")
+    options = page.eval_on_selector_all("#sa-run option", "os => os.map(o => o.value)")
+    # As TensorBoard sorts runs: numbers in names by value ("doomed" may be gone already).
+    assert [o for o in options if o != "doomed"] == ["kept", "run1", "run2", "run10"], options
+    assert page_errors == []

@@ -41,6 +41,8 @@ export class App {
     this.missingRun = null;
     /** The run the view last showed. @type {string | null} */
     this.shownRun = null;
+    /** A data-focus-key to focus after the next render (instead of the focused element's). */
+    this.pendingFocus = /** @type {string | null} */ (null);
     /**
      * What the `summary` of the selection whose JSON is `key` says about its trace files:
      * repair notices, and how many were analysed (null until it answers).
@@ -182,6 +184,15 @@ export class App {
     this.writeUrl();
   }
 
+  /**
+   * Close the detail panel (Escape inside it, or its × button) and put the focus back on
+   * the site's row, where the keyboard user opened it.
+   */
+  closeDetail() {
+    if (this.state.site) this.pendingFocus = `site-${this.state.site}`;
+    this.setState({ site: null, sync: null });
+  }
+
   /** Width available to the view, for SVG layouts. */
   viewWidth() {
     return this.viewEl.clientWidth || document.documentElement.clientWidth || 960;
@@ -206,7 +217,12 @@ export class App {
 
   async render() {
     const gen = ++this.renderGen;
-    const focus = rememberFocus();
+    /** @type {{key: string, start: number | null, end: number | null} | null} */
+    let focus = rememberFocus();
+    if (this.pendingFocus) {
+      focus = { key: this.pendingFocus, start: null, end: null };
+      this.pendingFocus = null;
+    }
     this.reconcileRun();
     this.renderHeader();
     this.renderBanners();
@@ -744,6 +760,11 @@ function restoreFocus(focus) {
     document.querySelector(`[data-focus-key="${CSS.escape(focus.key)}"]`)
   );
   if (!el || el === document.activeElement) return;
+  // A row or bar of a roving-tabindex group becomes the group's Tab stop.
+  if (el.getAttribute("tabindex") === "-1" && el.parentElement) {
+    for (const sibling of el.parentElement.children) if (sibling.hasAttribute("tabindex")) sibling.setAttribute("tabindex", "-1");
+    el.setAttribute("tabindex", "0");
+  }
   el.focus({ preventScroll: true });
   if (focus.start !== null && typeof el.setSelectionRange === "function") {
     try {

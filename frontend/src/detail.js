@@ -45,7 +45,7 @@ export async function renderDetail(ctx, slot) {
       { class: "sa-detail", "data-testid": "detail" },
       h(
         "button",
-        { class: "close", "aria-label": "Close detail", "data-focus-key": "close-detail", onclick: () => app.setState({ site: null, sync: null }) },
+        { class: "close", "aria-label": "Close detail", "data-focus-key": "close-detail", onclick: () => app.closeDetail() },
         "×",
       ),
       header(site, sync, app),

@@ -98,7 +98,18 @@ export async function renderHotspots(ctx) {
         sitesTable(shown, view, app, latent, stepInfo),
         listedApart(summaryResp.listed_apart),
       ),
-      hasDetail ? h("aside", { class: "sa-detail-slot", "aria-label": "Detail" }) : null,
+      hasDetail
+        ? h("aside", {
+            class: "sa-detail-slot",
+            "aria-label": "Detail",
+            // Escape anywhere in the panel closes it, back to the site's row.
+            onkeydown: (/** @type {KeyboardEvent} */ e) => {
+              if (e.key !== "Escape") return;
+              e.preventDefault();
+              app.closeDetail();
+            },
+          })
+        : null,
     ),
   );
 }
@@ -549,7 +560,7 @@ function sitesTable(sites, state, app, latent, stepInfo) {
         return;
       }
       if (e.key === "Escape" && state.site) {
-        app.setState({ site: null, sync: null });
+        app.closeDetail();
         return;
       }
       const next = nextRowIndex(current, e.key, all.length);

@@ -162,6 +162,26 @@ def test_table_sorts_on_header_click_and_is_keyboard_navigable(
     assert page_errors == []
 
 
+@pytest.mark.parametrize("inside", ["[data-testid=occurrences] tbody tr", "[data-testid=user-frames] button"])
+def test_escape_inside_the_detail_closes_it_and_returns_to_the_sites_row(
+    board: str, browser: Any, page_errors: list[str], inside: str
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=baseline&{ITEM_SITE}"))
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    page.locator(inside).first.focus()
+    page.keyboard.press("Escape")
+    page.wait_for_function("!document.querySelector('[data-testid=detail]')")
+    assert "site=" not in page.evaluate("location.hash")
+    focused = page.evaluate("document.activeElement.dataset.site || document.activeElement.tagName")
+    assert focused == f"train.py:{ITEM_LINE}:aten::item", focused
+    # The row is the table's Tab stop now: Enter opens the detail again.
+    assert page.evaluate("document.activeElement.getAttribute('tabindex')") == "0"
+    page.keyboard.press("Enter")
+    page.wait_for_selector("[data-testid=detail]")
+    assert page_errors == []
+
+
 def test_clicking_a_step_in_the_chart_filters_to_that_step(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

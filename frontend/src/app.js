@@ -8,6 +8,7 @@ import { kindStyles, setCatalogue } from "./catalogue.js";
 import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
+import { spanLabels } from "./format.js";
 import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
@@ -353,6 +354,7 @@ export class App {
         h("option", { value: w.name, selected: w.name === sel?.worker }, w.name),
       ),
     );
+    const spanNames = spanLabels(spans);
     const spanField =
       spans.length > 0
         ? h(
@@ -370,7 +372,8 @@ export class App {
                 },
               },
               h("option", { value: "" }, "All spans"),
-              spans.map((/** @type {string} */ s) => h("option", { value: s, selected: s === sel?.span }, s)),
+              // An epoch-millisecond span as a date-time; the raw value in its tooltip.
+              spans.map((/** @type {string} */ s) => h("option", { value: s, selected: s === sel?.span, title: s }, spanNames.get(s) ?? s)),
             ),
           )
         : null;

@@ -178,3 +178,29 @@ export function savingText(site) {
   const us = formatUs(site.predicted_saving_per_step_us ?? 0);
   return site.saving_method === "replay" ? us : `≤${us}`;
 }
+
+/** A span name that is a time in epoch milliseconds (tensorboard_trace_handler's). */
+const EPOCH_MS = /^\d{12,14}$/;
+
+/**
+ * How the span selector names each span: a span that is an epoch-millisecond time (the
+ * file name part tensorboard_trace_handler writes, `1700000000000`) as a local date-time,
+ * `2023-11-14 22:13:20`, to the millisecond when two spans would read the same; other names
+ * as they are. The raw value stays available to the caller (a tooltip).
+ * @param {(string | null)[]} spans
+ * @returns {Map<string, string>}
+ */
+export function spanLabels(spans) {
+  const named = spans.filter((s) => s !== null && s !== undefined).map(String);
+  /** @param {string} s @param {boolean} ms */
+  const label = (s, ms) => {
+    if (!EPOCH_MS.test(s)) return s;
+    const d = new Date(Number(s));
+    const p = (/** @type {number} */ n, w = 2) => String(n).padStart(w, "0");
+    const time = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+    return ms ? `${time}.${p(d.getMilliseconds(), 3)}` : time;
+  };
+  const coarse = named.map((s) => label(s, false));
+  const clash = new Set(coarse).size < coarse.length;
+  return new Map(named.map((s, i) => [s, clash ? label(s, true) : coarse[i]]));
+}

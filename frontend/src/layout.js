@@ -3,6 +3,7 @@
  * Geometry of the two SVG drawings (per-step chart, sync timeline). Pure: the DOM layer
  * only turns these numbers into elements, so the maths is unit-tested in node.
  */
+import { spanLabels } from "./format.js";
 
 /**
  * @typedef {{step: number, step_time_us?: number, sync_count: number, host_wait_us: number,
@@ -98,6 +99,8 @@ export function groupSteps(steps, traces) {
   const order = new Map((traces || []).map((t, i) => [t.path, i]));
   const spansOf = new Map();
   for (const t of traces || []) spansOf.set(t.worker, (spansOf.get(t.worker) || 0) + 1);
+  // A span that is an epoch-millisecond time reads as a date-time, as in the span selector.
+  const spanNames = spanLabels((traces || []).map((t) => t.span ?? null));
   /** @type {Map<string, T[]>} */
   const byTrace = new Map();
   for (const s of steps) {
@@ -110,7 +113,8 @@ export function groupSteps(steps, traces) {
     const t = (traces || []).find((x) => x.path === key);
     const worker = t ? t.worker : null;
     const span = t && t.span !== undefined ? t.span : null;
-    const label = worker === null ? key : spansOf.get(worker) > 1 && span !== null ? `${worker} · ${span}` : worker;
+    const spanName = span !== null ? spanNames.get(String(span)) ?? span : null;
+    const label = worker === null ? key : spansOf.get(worker) > 1 && span !== null ? `${worker} · ${spanName}` : worker;
     return { worker, span, label, steps: byTrace.get(key) || [] };
   });
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { countNames, fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, shortPath, siteFallbackLabel } from "../src/format.js";
+import { countNames, fileLine, formatBytes, formatCount, formatDeltaUs, formatPct, formatUs, shortPath, siteFallbackLabel, spanLabels } from "../src/format.js";
 
 test("durations pick µs, ms or s and keep three significant digits", () => {
   assert.equal(formatUs(0), "0 µs");
@@ -74,4 +74,22 @@ test("a site without a source line is named by its operator, else its API call",
   assert.equal(siteFallbackLabel({ file: null, ops: ["aten::conv2d", "aten::convolution"], apis: ["cudaMalloc"] }), "aten::conv2d");
   assert.equal(siteFallbackLabel({ file: null, ops: [], apis: ["cudaDeviceSynchronize"] }), "cudaDeviceSynchronize");
   assert.equal(siteFallbackLabel({}), "(unknown)");
+});
+
+test("epoch-millisecond spans read as local date-times, to the ms only when two would clash", () => {
+  const local = (ms) => {
+    const d = new Date(ms);
+    const p = (n, w = 2) => String(n).padStart(w, "0");
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  };
+  const labels = spanLabels(["1700000000000", "1700000100000", null]);
+  assert.equal(labels.get("1700000000000"), local(1700000000000));
+  assert.equal(labels.get("1700000100000"), local(1700000100000));
+  assert.equal(labels.size, 2);
+  assert.match(labels.get("1700000000000"), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
+  const close = spanLabels(["1700000000000", "1700000000001"]);
+  assert.equal(close.get("1700000000001"), `${local(1700000000001)}.001`);
+  assert.equal(close.get("1700000000000"), `${local(1700000000000)}.000`);
+  // Other span names (a number too short to be a time, a word) stay as they are.
+  assert.deepEqual([...spanLabels(["2", "warmup"]).values()], ["2", "warmup"]);
 });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { inlineCode } from "../src/markup.js";
 import { barLabel, groupSteps, layoutStepChart, placeBandLabels } from "../src/layout.js";
-import { formatUs, plural, siteCountText } from "../src/format.js";
+import { formatUs, plural, siteCountText, spanLabels } from "../src/format.js";
 import { traceLocator, traceSelection } from "../src/trace_link.js";
 
 test("backticks in advice become code parts, never literal backticks", () => {
@@ -98,4 +98,15 @@ test("a sync is located in its step for a trace viewer: offset into ProfilerStep
   assert.deepEqual(traceLocator({ ts_us: 9, api: "cudaDeviceSynchronize" }, { host: [] }), { step: null, offsetUs: null, search: "cudaDeviceSynchronize", thread: null });
   assert.deepEqual(traceSelection("/a", [{ path: "/a", worker: "w", span: "s" }]), { worker: "w", span: "s" });
   assert.equal(traceSelection("/b", [{ path: "/a", worker: "w" }]), null);
+});
+
+test("a worker's spans that are epoch-ms times are named as date-times in the chart", () => {
+  const traces = [
+    { path: "/l/r/h.1700000000000.pt.trace.json", worker: "h", span: "1700000000000" },
+    { path: "/l/r/h.1700000100000.pt.trace.json", worker: "h", span: "1700000100000" },
+  ];
+  const groups = groupSteps([{ step: 1, trace: traces[0].path }, { step: 1, trace: traces[1].path }], traces);
+  const names = spanLabels(traces.map((t) => t.span));
+  assert.deepEqual(groups.map((g) => g.label), traces.map((t) => `h · ${names.get(t.span)}`));
+  assert.doesNotMatch(groups[0].label, /1700000000000/);
 });

@@ -209,11 +209,13 @@ def write_run(
     first_step: int = 1,
     worker: str = "worker0",
     dist: dict[str, Any] | None = None,
+    span: str = "1700000000000",
 ) -> Path:
     """One run folder with one worker trace: ``steps`` training steps numbered from
     ``first_step``, each with an ``.item()`` readback in train_step (when ``item``) and a
     ``nonzero`` in select_foreground (when ``nonzero``); the train frame is recorded at
-    ``frame_line``; ``dist`` is its ``distributedInfo`` (rank 0 of no stated world)."""
+    ``frame_line``; ``dist`` is its ``distributedInfo`` (rank 0 of no stated world), ``span``
+    the time tensorboard_trace_handler puts in the file name (epoch ms)."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
     w = TraceWriter(gpu=gpu, stacks=stacks, dist=dist)
@@ -260,7 +262,7 @@ def write_run(
         t += 50
     run_dir = logdir / run
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / f"{worker}.1700000000000.pt.trace.json"
+    path = run_dir / f"{worker}.{span}.pt.trace.json"
     path.write_text(json.dumps(w.to_json()), encoding="utf-8")
     return path
 
@@ -298,7 +300,7 @@ def write_fixture(root: Path) -> Path:
     in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync),
     `distributed` (a barrier per step), `two_machines` (two workers' traces, steps 1-3
     and 550-551), `unreadable` (its only trace file truncated) and `unrelated_ranks` (one
-    rank's trace of each of two jobs);
+    rank's trace of each of two jobs), `two_spans` (one worker's two profiled spans);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -351,6 +353,9 @@ def write_fixture(root: Path) -> Path:
             worker=worker,
             dist={"rank": dist[0], "world_size": dist[1], "backend": "nccl"},
         )
+    # One worker profiled twice: two spans, named by their epoch-ms times.
+    for span in ("1700000000000", "1700000100000"):
+        write_run(logdir, "two_spans", item=True, nonzero=False, steps=2, worker="host_1", span=span)
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
     # A run whose only trace is cut short (a copy that stopped half-way): nothing to read.

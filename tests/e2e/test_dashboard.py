@@ -54,6 +54,7 @@ RUNS = {
     "two_machines",
     "unreadable",
     "unrelated_ranks",
+    "two_spans",
 }
 
 
@@ -1044,4 +1045,30 @@ def test_traces_of_unrelated_jobs_say_so_in_one_line_without_contradictory_count
     for testid in ("job-grid", "job-sites", "job-ranks", "job-missing", "job-issue"):
         assert page.locator(f"[data-testid={testid}]").count() == 0, testid
     rows(page)  # the hotspots of the traces are below, as for any run
+    assert page_errors == []
+
+
+def test_the_span_selector_names_epoch_millisecond_spans_as_date_times(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=two_spans&worker=host_1"))
+    page.wait_for_selector("#sa-span")
+    options = page.eval_on_selector_all(
+        "#sa-span option[value]:not([value=''])",
+        "os => os.map(o => [o.value, o.textContent, o.title])",
+    )
+    assert [value for value, _, _ in options] == ["1700000000000", "1700000100000"], options
+    for value, text, title in options:
+        # The local date-time, as the page's own clock reads the epoch milliseconds.
+        local = page.evaluate(
+            """ms => { const d = new Date(ms), p = n => String(n).padStart(2, "0");
+              return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} `
+                + `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`; }""",
+            int(value),
+        )
+        assert text == local and title == value, (value, text, title)
+    # Picking one still selects it by its value.
+    page.select_option("#sa-span", "1700000100000")
+    page.wait_for_function("location.hash.includes('span=1700000100000')")
     assert page_errors == []

@@ -7,7 +7,7 @@ import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
-import { groupSteps, layoutStepChart } from "./layout.js";
+import { groupSteps, layoutStepChart, nextBarIndex } from "./layout.js";
 import { inlineCode } from "./markup.js";
 import { nothingReadable } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
@@ -339,9 +339,40 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
   };
   const empty = L.maxUs === 0;
   const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(shown[i].step));
+  const isSelected = (/** @type {number} */ i) => {
+    if (perWorker) return false;
+    const g = groupOf(i);
+    const inSel = !grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null));
+    return state.step === L.bars[i].step && inSel;
+  };
+  // One Tab stop for the whole chart (the selected step's bar, else the first), arrow keys
+  // between bars, as in the sites table.
+  const anchor = Math.max(0, L.bars.findIndex((_, i) => isSelected(i)));
+  /** @param {KeyboardEvent} e */
+  const onKey = (e) => {
+    const bar = /** @type {Element} */ (e.target).closest?.("g.step");
+    if (!bar) return;
+    const all = [.../** @type {Element} */ (e.currentTarget).querySelectorAll("g.step")];
+    const i = all.indexOf(bar);
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      pick(i);
+      return;
+    }
+    const next = nextBarIndex(i, e.key, all.length);
+    if (next === null) return;
+    e.preventDefault();
+    all.forEach((b, k) => b.setAttribute("tabindex", k === next ? "0" : "-1"));
+    /** @type {SVGElement} */ (all[next]).focus();
+  };
   const svg = s(
     "svg",
-    { viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": perWorker ? "Host wait, GPU idle and syncs per step, per worker" : "Host wait, GPU idle and sync count per step" },
+    {
+      viewBox: `0 0 ${width} ${height}`,
+      role: "group",
+      "aria-label": `${perWorker ? "Host wait, GPU idle and syncs per step, per worker" : "Host wait, GPU idle and sync count per step"}; arrow keys move between bars, Enter selects`,
+      onkeydown: onKey,
+    },
     s("line", { class: "axis", x1: L.pad.l, x2: L.pad.l + L.plotW, y1: L.baseY, y2: L.baseY }),
     // An empty chart has no scale to label: say what it shows instead of a "0 µs" top.
     empty ? s("text", { class: "empty", x: L.pad.l + L.plotW / 2, y: L.pad.t + L.plotH / 2, "text-anchor": "middle" }, "no host wait or GPU idle after a sync in these steps") : s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
@@ -349,14 +380,13 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
     L.maxCount ? s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`) : null,
     L.bars.map((b, i) => {
       const g = groupOf(i);
-      const inSel = !grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null));
-      const selected = perWorker ? false : state.step === b.step && inSel;
+      const selected = isSelected(i);
       const where = grouped || perWorker ? `${g.label}, ` : "";
       return s(
         "g",
         {
           class: "step",
-          tabindex: "0",
+          tabindex: i === anchor ? "0" : "-1",
           role: "button",
           "data-step": perWorker ? null : b.step,
           "data-worker": grouped || perWorker ? g.worker : null,
@@ -364,12 +394,6 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
           "aria-pressed": String(selected),
           "aria-label": `${where}${perWorker ? "per step" : `step ${b.step}`}: ${formatCount(shown[i].sync_count)} syncs, host wait ${formatUs(shown[i].host_wait_us)}, GPU idle ${formatUs(shown[i].gpu_idle_us)}`,
           onclick: () => pick(i),
-          onkeydown: (/** @type {KeyboardEvent} */ e) => {
-            if (e.key === "Enter" || e.key === " ") {
-              e.preventDefault();
-              pick(i);
-            }
-          },
         },
         s("rect", { class: `band${selected ? " selected" : ""}`, x: b.band.x, y: L.pad.t, width: b.band.w, height: L.plotH }),
         s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),

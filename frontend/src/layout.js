@@ -256,3 +256,36 @@ export function barLabel(name, widthPx, charPx = LABEL_CHAR_PX) {
   if (short.length <= room) return short;
   return short.slice(0, room - 1) + "\u2026";
 }
+
+/**
+ * The bar a key moves to in the per-step chart (one Tab stop, arrow keys between bars):
+ * right/down the next, left/up the previous, Home/End the ends, PageUp/PageDown ten bars;
+ * null for any other key.
+ * @param {number} current index of the focused bar
+ * @param {string} key KeyboardEvent.key
+ * @param {number} length number of bars
+ * @returns {number | null}
+ */
+export function nextBarIndex(current, key, length) {
+  if (length <= 0) return null;
+  const last = length - 1;
+  const at = Math.min(last, Math.max(0, current));
+  switch (key) {
+    case "ArrowRight":
+    case "ArrowDown":
+      return Math.min(last, at + 1);
+    case "ArrowLeft":
+    case "ArrowUp":
+      return Math.max(0, at - 1);
+    case "Home":
+      return 0;
+    case "End":
+      return last;
+    case "PageDown":
+      return Math.min(last, at + 10);
+    case "PageUp":
+      return Math.max(0, at - 10);
+    default:
+      return null;
+  }
+}

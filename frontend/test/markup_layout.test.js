@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { inlineCode } from "../src/markup.js";
-import { barLabel, groupSteps, layoutStepChart, placeBandLabels } from "../src/layout.js";
+import { barLabel, groupSteps, layoutStepChart, nextBarIndex, placeBandLabels } from "../src/layout.js";
 import { formatUs, plural, siteCountText, spanLabels } from "../src/format.js";
 import { traceLocator, traceSelection } from "../src/trace_link.js";
 
@@ -109,4 +109,16 @@ test("a worker's spans that are epoch-ms times are named as date-times in the ch
   const names = spanLabels(traces.map((t) => t.span));
   assert.deepEqual(groups.map((g) => g.label), traces.map((t) => `h · ${names.get(t.span)}`));
   assert.doesNotMatch(groups[0].label, /1700000000000/);
+});
+
+test("arrow keys move between step bars, stopping at the ends", () => {
+  assert.equal(nextBarIndex(0, "ArrowRight", 17), 1);
+  assert.equal(nextBarIndex(16, "ArrowRight", 17), 16);
+  assert.equal(nextBarIndex(0, "ArrowLeft", 17), 0);
+  assert.equal(nextBarIndex(5, "ArrowUp", 17), 4);
+  assert.equal(nextBarIndex(5, "Home", 17), 0);
+  assert.equal(nextBarIndex(5, "End", 17), 16);
+  assert.equal(nextBarIndex(12, "PageDown", 17), 16);
+  assert.equal(nextBarIndex(3, "Enter", 17), null);
+  assert.equal(nextBarIndex(0, "ArrowRight", 0), null);
 });

@@ -250,6 +250,36 @@ def test_a_step_filter_shows_the_steps_own_count_wait_and_idle_and_says_which_ar
     assert page_errors == []
 
 
+def test_the_step_chart_is_one_tab_stop_with_arrow_keys_between_bars(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    stops = ".sa-chart g.step[tabindex='0']"
+    assert page.locator(".sa-chart g.step").count() == 4
+    assert page.locator(stops).count() == 1
+    page.focus(stops)
+    focused = "document.activeElement.dataset.step"
+    assert page.evaluate(focused) == "1"
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate(focused) == "2"
+    page.keyboard.press("End")
+    assert page.evaluate(focused) == "4"
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press(" ")
+    page.wait_for_function("location.hash.includes('step=3')")
+    page.wait_for_selector("[data-testid=step-filter]:has-text('step 3')")
+    # After the redraw the selected step's bar is the chart's one Tab stop, and focused.
+    assert page.locator(stops).count() == 1
+    assert page.get_attribute(stops, "data-step") == "3"
+    assert page.evaluate(focused) == "3"
+    # Tab leaves the chart rather than walking its bars.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('.sa-chart') === null")
+    assert page_errors == []
+
+
 def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

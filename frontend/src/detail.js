@@ -9,7 +9,7 @@ import { h, replace, s } from "./dom.js";
 import { kindDescription, kindLabel } from "./catalogue.js";
 import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
-import { barLabel, layoutTimeline, placeBandLabels } from "./layout.js";
+import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
@@ -365,18 +365,35 @@ function timelineSection(context, sync, panelWidth) {
   const probe = layoutTimeline(context, { width, labelW, rowH: 16 });
   if (!probe) return null;
   const waitText = sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`;
-  const idleText = probe.bubble ? `GPU idle ${formatUs(sync?.gpu_idle_after_us)}` : null;
+  // Only a bubble that is drawn is labelled; one that runs past the window says it goes on.
+  const idleText = probe.bubble ? `GPU idle ${formatUs(sync?.gpu_idle_after_us)}${probe.bubble.clipped ? " \u2192" : ""}` : null;
   const placed = placeBandLabels({ wait: probe.wait, bubble: probe.bubble, width, waitText, idleText });
   const L = /** @type {NonNullable<ReturnType<typeof layoutTimeline>>} */ (layoutTimeline(context, { width, labelW, rowH: 16, top: placed.top }));
   const isSyncApi = (/** @type {string} */ name) => (sync?.apis || [sync?.api]).includes(name);
   const devClass = (/** @type {string} */ cat, /** @type {string} */ name) =>
     /memcpy|memset/i.test(cat) || /^Memcpy|^Memset/.test(name) ? "ev-memcpy" : "ev-dev";
   const bandTop = placed.top - 6;
+  // A thin bubble (a short idle after a long wait) gets a leader from its label down to it.
+  const idleLabel = placed.labels[1];
+  let leader = null;
+  if (L.bubble?.thin && idleLabel) {
+    const cx = L.bubble.x + L.bubble.w / 2;
+    const w = idleLabel.text.length * LABEL_CHAR_PX;
+    const [a, b] = idleLabel.anchor === "end" ? [idleLabel.x - w, idleLabel.x] : [idleLabel.x, idleLabel.x + w];
+    leader = s("line", { class: "band-leader", x1: Math.min(b, Math.max(a, cx)), y1: idleLabel.y + 4, x2: cx, y2: bandTop });
+  }
   const svg = s(
     "svg",
     { viewBox: `0 0 ${width} ${L.height}`, role: "img", "aria-label": "Host thread and device lanes around the sync" },
     s("rect", { class: "wait-band", x: L.wait.x, y: bandTop, width: L.wait.w, height: L.height - bandTop - 18 }),
-    L.bubble ? s("rect", { class: "bubble-band", x: L.bubble.x, y: bandTop, width: L.bubble.w, height: L.height - bandTop - 18 }) : null,
+    L.bubble
+      ? s(
+          "rect",
+          { class: `bubble-band${L.bubble.thin ? " thin" : ""}`, x: L.bubble.x, y: bandTop, width: L.bubble.w, height: L.height - bandTop - 18 },
+          s("title", null, `GPU idle ${formatUs(sync?.gpu_idle_after_us)} after the sync${L.bubble.thin ? " (drawn wider than it is at this scale)" : ""}${L.bubble.clipped ? ", going on past the window" : ""}`),
+        )
+      : null,
+    leader,
     placed.labels.map((l, i) => s("text", { class: i === 0 ? "band-label wait" : "band-label idle", x: l.x, y: l.y, "text-anchor": l.anchor }, l.text)),
     L.rows.map((/** @type {any} */ r) => [
       s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18)),
@@ -417,6 +434,9 @@ function timelineSection(context, sync, panelWidth) {
         // A latent sync blocks nothing on a CPU: its band marks where it would wait.
         h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), sync?.latent ? "where it would wait on a GPU" : "host blocked"),
         L.bubble ? h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), "GPU bubble after it") : null,
+        L.bubbleBeyond && sync?.gpu_idle_after_us
+          ? h("span", { "data-testid": "bubble-beyond" }, `GPU idle ${formatUs(sync.gpu_idle_after_us)} after it, past the right edge of this window`)
+          : null,
       ),
     ),
   ];

@@ -141,6 +141,11 @@ function round(v) {
  *   device: {lane: string, name: string, cat: string, ts_us: number, dur_us: number}[]}} SyncContext
  */
 
+/** The narrowest a GPU bubble is drawn, in px: a thinner one would not show. */
+export const MIN_BUBBLE_PX = 3;
+/** Below this width (px) a bubble's label gets a leader line down to it. */
+export const THIN_BUBBLE_PX = 8;
+
 /**
  * Layout of the sync timeline: host-thread rows by nesting depth, then one row per device
  * lane; the host wait (sync start..end) and the GPU bubble (end..idle_end) as bands.
@@ -189,10 +194,24 @@ export function layoutTimeline(ctx, box) {
   const s = ctx.sync;
   const wait = { x: x(s.ts_us), w: Math.max(2, x(s.end_us) - x(s.ts_us)) };
   const idleEnd = s.idle_end_us ?? null;
-  const bubble =
-    idleEnd !== null && idleEnd > s.end_us
-      ? { x: x(s.end_us), w: Math.max(2, x(idleEnd) - x(s.end_us)) }
-      : null;
+  // The GPU bubble after the sync. Narrower than a few pixels (a short bubble after a long
+  // wait) it is drawn at a visible width, kept inside the plot, and marked `thin` (its label
+  // gets a leader to it); running past the window it is `clipped`; starting past it, it is
+  // not drawn at all (`bubbleBeyond`), and nothing may label it as if it were.
+  const right = labelW + plotW;
+  /** @type {{x: number, w: number, thin: boolean, clipped: boolean} | null} */
+  let bubble = null;
+  let bubbleBeyond = false;
+  if (idleEnd !== null && idleEnd > s.end_us) {
+    if (s.end_us >= t1) {
+      bubbleBeyond = true;
+    } else {
+      const a = x(s.end_us);
+      const raw = x(idleEnd) - a;
+      const w = Math.max(MIN_BUBBLE_PX, raw);
+      bubble = { x: Math.max(labelW, Math.min(a, right - w)), w, thin: raw < THIN_BUBBLE_PX, clipped: idleEnd > t1 };
+    }
+  }
   return {
     labelW,
     plotW,
@@ -200,6 +219,7 @@ export function layoutTimeline(ctx, box) {
     hostRows,
     wait,
     bubble,
+    bubbleBeyond,
     top,
     height: top + rows.length * (rowH + 4) + 20,
     ticks: [0, 0.25, 0.5, 0.75, 1].map((f) => ({ x: labelW + f * plotW, us: (t1 - t0) * f })),

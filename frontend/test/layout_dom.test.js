@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { layoutStepChart, layoutTimeline, niceMax } from "../src/layout.js";
+import { layoutStepChart, layoutTimeline, MIN_BUBBLE_PX, niceMax } from "../src/layout.js";
 import { h, replace } from "../src/dom.js";
 
 test("axis maxima are round numbers at or above the data", () => {
@@ -63,6 +63,37 @@ test("a context without idle has no bubble, and a bad window gives no drawing", 
   assert.equal(layoutTimeline(ctx, { width: 400 }).bubble, null);
   assert.equal(layoutTimeline({ ...ctx, window: [5, 5] }, { width: 400 }), null);
   assert.equal(layoutTimeline(null, { width: 400 }), null);
+});
+
+test("a short bubble after a long wait is drawn visibly inside the plot and marked thin", () => {
+  // The real A100 copy: 139 ms of wait, then 472 µs of GPU idle, 300 µs of margin.
+  const t0 = 1683564901566011;
+  const ctx = {
+    window: [t0, t0 + 139879],
+    sync: { ts_us: t0 + 300, end_us: t0 + 139107, idle_end_us: t0 + 139579 },
+    host: [],
+    device: [],
+  };
+  const L = layoutTimeline(ctx, { width: 520, labelW: 110 });
+  const right = L.labelW + L.plotW;
+  assert.equal(L.bubble.thin, true);
+  assert.equal(L.bubble.clipped, false);
+  assert.ok(L.bubble.w >= MIN_BUBBLE_PX);
+  assert.ok(L.bubble.x + L.bubble.w <= right + 1e-9);
+  assert.ok(L.bubble.x >= L.wait.x + L.wait.w - 1);
+  // A wide bubble is neither.
+  const wide = layoutTimeline({ ...ctx, sync: { ...ctx.sync, end_us: t0 + 1000, idle_end_us: t0 + 100000 } }, { width: 520, labelW: 110 });
+  assert.equal(wide.bubble.thin, false);
+});
+
+test("a bubble past the window's end is clipped, one starting past it is not drawn", () => {
+  const ctx = { window: [0, 1000], sync: { ts_us: 100, end_us: 900, idle_end_us: 1500 }, host: [], device: [] };
+  const clipped = layoutTimeline(ctx, { width: 400, labelW: 100 });
+  assert.equal(clipped.bubble.clipped, true);
+  assert.ok(clipped.bubble.x + clipped.bubble.w <= clipped.labelW + clipped.plotW + 1e-9);
+  const beyond = layoutTimeline({ ...ctx, sync: { ts_us: 100, end_us: 1000, idle_end_us: 1500 } }, { width: 400, labelW: 100 });
+  assert.equal(beyond.bubble, null);
+  assert.equal(beyond.bubbleBeyond, true);
 });
 
 /** A tiny stand-in document that records how nodes were made. */

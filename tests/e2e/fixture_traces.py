@@ -210,12 +210,14 @@ def write_run(
     worker: str = "worker0",
     dist: dict[str, Any] | None = None,
     span: str = "1700000000000",
+    kernel_us: float = 900,
 ) -> Path:
     """One run folder with one worker trace: ``steps`` training steps numbered from
     ``first_step``, each with an ``.item()`` readback in train_step (when ``item``) and a
     ``nonzero`` in select_foreground (when ``nonzero``); the train frame is recorded at
     ``frame_line``; ``dist`` is its ``distributedInfo`` (rank 0 of no stated world), ``span``
-    the time tensorboard_trace_handler puts in the file name (epoch ms)."""
+    the time tensorboard_trace_handler puts in the file name (epoch ms), ``kernel_us`` how
+    long the step's first kernel runs (what the first readback waits for)."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
     w = TraceWriter(gpu=gpu, stacks=stacks, dist=dist)
@@ -231,7 +233,7 @@ def write_run(
         )
         t += 1510
         frame = w.py(f"{file_name}({frame_line}): {train_fn}", t, 0, None)
-        w.kernel("volta_sgemm_128x64_nn", t + 5, 900)
+        w.kernel("volta_sgemm_128x64_nn", t + 5, kernel_us)
         w.kernel("elementwise_kernel", t + 20, 150)
         t += 40
         if item:
@@ -300,7 +302,8 @@ def write_fixture(root: Path) -> Path:
     in a Windows file name: read with repairs), `no_stacks`, `clean` (no sync),
     `distributed` (a barrier per step), `two_machines` (two workers' traces, steps 1-3
     and 550-551), `unreadable` (its only trace file truncated) and `unrelated_ranks` (one
-    rank's trace of each of two jobs), `two_spans` (one worker's two profiled spans);
+    rank's trace of each of two jobs), `two_spans` (one worker's two profiled spans) and
+    `long_wait` (a 150 ms wait, then a 120 µs bubble);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -353,6 +356,9 @@ def write_fixture(root: Path) -> Path:
             worker=worker,
             dist={"rank": dist[0], "world_size": dist[1], "backend": "nccl"},
         )
+    # A readback waiting 150 ms for a long kernel, then 120 µs of GPU idle: a bubble far
+    # thinner than a pixel at the scale of the wait.
+    write_run(logdir, "long_wait", item=True, nonzero=False, steps=2, kernel_us=150_000)
     # One worker profiled twice: two spans, named by their epoch-ms times.
     for span in ("1700000000000", "1700000100000"):
         write_run(logdir, "two_spans", item=True, nonzero=False, steps=2, worker="host_1", span=span)

@@ -55,6 +55,7 @@ RUNS = {
     "unreadable",
     "unrelated_ranks",
     "two_spans",
+    "long_wait",
 }
 
 
@@ -1101,4 +1102,35 @@ def test_the_span_selector_names_epoch_millisecond_spans_as_date_times(
     # Picking one still selects it by its value.
     page.select_option("#sa-span", "1700000100000")
     page.wait_for_function("location.hash.includes('span=1700000100000')")
+    assert page_errors == []
+
+
+BUBBLE = """() => {
+  const svg = document.querySelector("[data-testid=timeline] svg");
+  const band = svg.querySelector("rect.bubble-band");
+  const label = [...svg.querySelectorAll("text.band-label.idle")].map(t => t.getBBox())[0];
+  const leader = svg.querySelector("line.band-leader");
+  return {
+    band: band && {x: +band.getAttribute("x"), w: +band.getAttribute("width")},
+    label: label && {l: label.x, r: label.x + label.width},
+    leader: leader && {x1: +leader.getAttribute("x1"), x2: +leader.getAttribute("x2")},
+    width: svg.viewBox.baseVal.width,
+  };
+}"""
+
+
+def test_a_short_gpu_bubble_after_a_long_wait_is_drawn_where_its_label_points(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=long_wait&{ITEM_SITE}"))
+    page.wait_for_selector("[data-testid=timeline] svg text.band-label.idle")
+    found = page.evaluate(BUBBLE)
+    band, label, leader = found["band"], found["label"], found["leader"]
+    # 120 µs beside 150 ms is under a pixel: drawn wide enough to see, inside the drawing.
+    assert band["w"] >= 3 and band["x"] + band["w"] <= found["width"], found
+    # The label is tied to it by a leader that starts under the label and ends on the band.
+    assert leader is not None, found
+    assert band["x"] <= leader["x2"] <= band["x"] + band["w"], found
+    assert label["l"] - 0.5 <= leader["x1"] <= label["r"] + 0.5, found
     assert page_errors == []

@@ -512,10 +512,12 @@ def with_source_packs(
 
 
 def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
-    """Of the truth tests on ``lines``, those that may read what ``called`` returned: the
-    frame called it last before its truth operator ran, so a test whose expression calls
-    other names only (``if torch.cuda.is_available():`` beside ``if t.any():``) is not the
-    one. A test calling nothing (``if t:``) is kept; when none is left, all are."""
+    """Of the truth tests on ``lines``, those whose expression calls ``called``: the frame
+    called it last before its truth operator ran (``if t.any():`` beside ``if
+    torch.cuda.is_available():``). Only that positive evidence narrows: a recorded frame
+    name is often not the name the code wrote (an nn.Module call records ``_call_impl``,
+    a lambda ``<lambda>``, a decorated function its wrapper), so when no test calls it, or
+    a test calls nothing (``if t:``, which may be the one), every line stays."""
     names: dict[int, set[str]] = {}
     for node in ast.walk(scope):
         test = getattr(node, "test", None) if isinstance(node, _TRUTH_TESTED) else None
@@ -527,7 +529,9 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
                 func = call.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 called_here.add(name)
-    kept = [line for line in lines if not names.get(line) or called in names[line]]
+    if any(not names.get(line) for line in lines):
+        return lines  # a test of a plain name may be the one: no evidence against it
+    kept = [line for line in lines if called in names[line]]
     return kept or lines
 
 

@@ -273,3 +273,54 @@ def test_a_branch_on_a_tensor_beside_a_guard_is_placed_by_the_call_it_tests(tmp_
     truths = [s for s in report.latent if s.op == "aten::is_nonzero"]
     assert truths
     assert {(s.source.line, s.source.line_exact) for s in truths} == {(ANY_LINE, True)}
+
+
+ALIASED_BRANCH = """\
+import torch
+
+is_bad = lambda t: t.isnan().any()
+
+
+def train_step(x, step):
+    y = x * 2
+    if step > 100:
+        y = y + 1
+    if is_bad(y):
+        y = y - 1
+    return y
+
+
+def main(trace_path, steps=2):
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for n in range(steps + 1):
+            train_step(torch.randn(8), n)
+            prof.step()
+"""
+ALIASED_LINE, INT_GUARD_LINE = 10, 8
+
+
+def test_a_branch_whose_call_is_recorded_under_another_name_is_never_placed_elsewhere(tmp_path):
+    """``is_bad`` runs as ``<lambda>``: the name the trace records is not the one the code
+    wrote, so nothing says which test read the tensor; the int guard beside it must not win
+    by elimination (a wrong exact line): the lines stay candidates."""
+    import runpy
+
+    script = tmp_path / "aliased.py"
+    script.write_text(ALIASED_BRANCH)
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    runpy.run_path(str(script))["main"](str(trace))
+    report = analyze(trace.parent, source_roots=[str(tmp_path)])
+    truths = [s for s in report.latent if s.op == "aten::is_nonzero"]
+    assert truths
+    for sync in truths:
+        if sync.source.line_exact:
+            assert sync.source.line == ALIASED_LINE
+        else:
+            assert ALIASED_LINE in sync.source.candidates
+            assert INT_GUARD_LINE in sync.source.candidates

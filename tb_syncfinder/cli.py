@@ -389,10 +389,12 @@ def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = (
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
         raise UsageError(f"{path}: no trace could be read:\n{reasons}")
     report_set = ReportSet.from_runs(analysed)
+    # Only findings carry frames into the report: a run without any says nothing.
+    with_stacks = _frames_under(report_set.report, "")
     for src, dst in getattr(args, "path_map", ()):
-        if not _frames_under(report_set.report, src):
+        if with_stacks and not _frames_under(report_set.report, src):
             _warn(
-                f"--path-map {src}={dst} matched no frame of the traces; a script's own "
+                f"--path-map {src}={dst} matched no frame of the findings; a script's own "
                 "frames are recorded relative to its sys.path entry (e.g. train.py): "
                 "--source-root DIR finds those"
             )
@@ -580,11 +582,16 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         for t in report_json.get("traces") or []
         if not t.get("error") and t.get("device") == "cpu"
     }
+    # A trace without ProfilerStep markers counts as one step (the engine gives it one
+    # pseudo-step, so ``steps`` does not tell): its latent syncs all have no step.
+    unmarked = {
+        t.get("path") for t in report_json.get("traces") or [] if t.get("step_markers") is False
+    }
     latent_counts: dict[tuple[str, Any], int] = {}
     for sync in report_json.get("latent") or []:
         trace = sync.get("trace") or ""
         step = sync.get("step")
-        if trace in cpu_only and (step is not None or trace not in traced_steps):
+        if trace in cpu_only and (step is not None or trace in unmarked):
             latent_counts[(trace, step)] = latent_counts.get((trace, step), 0) + 1
     for (trace, step), count in latent_counts.items():
         if count > limit:

@@ -686,6 +686,59 @@ def test_a_path_map_that_matches_no_frame_is_warned_about(
     trace = b.write(tmp_path / "run" / "w.pt.trace.json")
     assert main(["report", str(trace), "--path-map", f"/elsewhere={tmp_path}"]) == 0
     err = capsys.readouterr().err
-    assert f"--path-map /elsewhere={tmp_path} matched no frame of the traces" in err
+    assert f"--path-map /elsewhere={tmp_path} matched no frame of the findings" in err
+    assert main(["report", str(trace), "--path-map", f"/workspace={tmp_path}"]) == 0
+    assert "matched no frame" not in capsys.readouterr().err
+
+
+def test_the_gate_counts_latent_syncs_of_a_cpu_trace_without_step_markers(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """export_chrome_trace without a schedule: no ProfilerStep, the whole trace one step."""
+    ops = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::nonzero",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10.0 + 50 * n,
+            "dur": 30.0,
+            "args": {},
+        }
+        for n in range(3)
+    ]
+    trace = tmp_path / "run" / "w.pt.trace.json"
+    trace.parent.mkdir()
+    trace.write_text(json.dumps({"traceEvents": ops}))
+    assert main(["report", str(trace), "--max-syncs-per-step", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "(no ProfilerStep markers, counted as one step) has 3 latent syncs" in err
+    assert main(["report", str(trace), "--max-syncs-per-step", "3"]) == 0
+
+
+def test_a_path_map_says_nothing_about_a_run_without_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    trace = tmp_path / "run" / "w.pt.trace.json"
+    trace.parent.mkdir()
+    trace.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::add",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 1.0,
+                        "dur": 5.0,
+                        "args": {},
+                    }
+                ]
+            }
+        )
+    )
     assert main(["report", str(trace), "--path-map", f"/workspace={tmp_path}"]) == 0
     assert "matched no frame" not in capsys.readouterr().err

@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from tb_syncfinder.callorder import N, P
-from tb_syncfinder.catalogue import API_CALLEES, DEVICE_SYNC_APIS
+from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import SourcePack, callee_groups
@@ -281,6 +281,7 @@ class Attributor:
         self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int]]] = {}
         self._direct_ops: dict[Any, list[int]] = {}
         self._builtins: bool | None = None
+        self._profiler_stop: Any = None  # the profiler's stop call (False: none), found once
         self._builtin_names: frozenset[str] | None = None
         self._forward: dict[Any, list[tuple[HostThread, int]]] | None = None
         self._fwd_threads: dict[Any, Any] | None = None
@@ -304,30 +305,47 @@ class Attributor:
     def is_profiler_stop(self, episode: Episode) -> bool:
         """Whether a sync recorded without a stack is the profiler's own stop: torch's
         profiler waits for the whole device as it stops (``torch.autograd.profiler.profile.
-        __exit__`` calls the device module's ``synchronize()``), so a trace of CUDA or ROCm
-        activity ends with that call. It is the one bare device-wide synchronize (no
-        operator around it) that is its thread's last host call, after the last
-        ProfilerStep where there are steps. A synchronize of the program's own after the
-        loop comes before it, so it is never the last."""
+        __exit__`` calls ``torch.cuda.synchronize()``), so a trace of CUDA or ROCm activity
+        ends with that call. It is one call per trace: of the bare device synchronizes (no
+        operator around them) that end their thread's host calls, after the last
+        ProfilerStep where there are steps, the latest. A synchronize of the program's own
+        comes before it: after the loop on the same thread, or one ending a worker thread
+        while the main thread went on."""
         if episode.outer_op >= 0 or len(episode.calls) != 1:
             return False
-        call = episode.calls[0].event
-        if call.name not in DEVICE_SYNC_APIS:
-            return False
-        thread = episode.thread
-        if not thread.runtime or thread.runtime[-1] is not call:
-            return False
-        end = call.ts + call.dur
-        # Any operator or annotation begun after it (python frames do not count: they are
-        # the interpreter unwinding the profiler's ``with``).
-        kinds = thread.kinds
-        for i in range(len(thread.starts) - 1, -1, -1):
-            if thread.starts[i] < call.ts:
-                break
-            if kinds[i] != PYTHON and thread.starts[i] >= end:
-                return False
+        if self._profiler_stop is None:
+            self._profiler_stop = self._find_profiler_stop() or False
+        return episode.calls[0].event is self._profiler_stop
+
+    def _find_profiler_stop(self) -> Any:
         steps = self.tl.steps
-        return not steps or call.ts >= max(step.end for step in steps)
+        after = max(step.end for step in steps) if steps else float("-inf")
+        found = None
+        for thread in self.tl.threads.values():
+            if not thread.runtime:
+                continue
+            call = thread.runtime[-1]
+            if call.name not in PROFILER_STOP_APIS or call.ts < after:
+                continue
+            if found is not None and found.ts >= call.ts:
+                continue
+            end = call.ts + call.dur
+            inside = thread.innermost(call.ts, end)
+            if any(thread.kinds[i] == OP for i in thread.ancestors(inside)):
+                continue  # inside an operator: not torch.cuda.synchronize()
+            # An operator or annotation begun after it (python frames do not count: they
+            # are the interpreter unwinding the profiler's ``with``).
+            kinds, starts = thread.kinds, thread.starts
+            later = False
+            for i in range(len(starts) - 1, -1, -1):
+                if starts[i] < call.ts:
+                    break
+                if kinds[i] != PYTHON and starts[i] >= end:
+                    later = True
+                    break
+            if not later:
+                found = call
+        return found
 
     def profiling_started(self, thread: HostThread) -> float | None:
         """When the profiler started tracing on this thread: the start of its

@@ -457,6 +457,10 @@ ASYNC_COPY_APIS = _union("async_copy")
 ALLOCATOR_APIS = _union("allocator")
 NON_BLOCKING_APIS = _union("non_blocking")
 DEVICE_SYNC_APIS = _union("device_sync")
+# What torch's profiler calls as it stops on CUDA and ROCm (``torch.autograd.profiler.
+# profile.__exit__`` runs ``torch.cuda.synchronize()``): told by its place in a trace
+# without stacks. Not Ascend's: nothing here shows torch_npu's profiler doing the same.
+PROFILER_STOP_APIS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
 STREAM_WAIT_EVENT_APIS = _union("stream_wait_event")
 # Runtime calls worth classifying at all (most runtime calls are kernel launches).
 INTERESTING_APIS = EXPLICIT_SYNC_APIS | SYNC_COPY_APIS | ASYNC_COPY_APIS | ALLOCATOR_APIS

@@ -335,3 +335,25 @@ def test_without_stacks_a_device_synchronize_inside_the_last_step_stays_a_findin
     result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
     assert result.profiler_overhead == []
     assert [s.api for s in result.syncs][-1] == "cudaDeviceSynchronize"
+
+
+def test_without_stacks_a_worker_threads_last_synchronize_is_the_programs(tmp_path):
+    """One profiler stop per trace: a worker thread that ends with a bare synchronize while
+    the main thread goes on is the program's; the main thread's last one is the stop."""
+    for steps in (True, False):
+        b = KinetoTraceBuilder()
+        with b.thread(4700):
+            b.kernel(dur=200)
+            b.runtime("cudaDeviceSynchronize")  # the worker's own, then it is done
+        for n in range(2):
+            if steps:
+                with b.step(n + 1):
+                    item_sync(b, stack=())
+            else:
+                item_sync(b, stack=())
+        b.kernel(dur=300)
+        b.runtime("cudaDeviceSynchronize")  # the profiler stopping
+        result = analyze_trace(str(b.write(tmp_path / f"w{steps}.pt.trace.json")))
+        (stop,) = result.profiler_overhead
+        assert stop.thread != 4700
+        assert [s.thread for s in result.syncs if s.api == "cudaDeviceSynchronize"] == [4700]

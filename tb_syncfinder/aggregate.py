@@ -89,7 +89,9 @@ def build_sites(
             for name in s.apis:
                 if name not in apis:
                     apis.append(name)
-        if key.endswith(":" + TENSOR_TEXT_OP):  # a tensor printed: say so first
+        # A tensor printed: said first (the key's operator part, file:line:op with a
+        # source line, op:kind without one, e.g. a print inside a logging library).
+        if key.endswith(":" + TENSOR_TEXT_OP) or key.startswith(TENSOR_TEXT_OP + ":"):
             ops.insert(0, TENSOR_TEXT_OP)
         wait = sum(s.host_wait_us for s in members)
         idle = idle_union_us(members)

@@ -186,3 +186,35 @@ def test_a_runs_saving_note_names_the_traces_it_is_about(tmp_path):
     assert report.summary.saving_note is None  # the CPU trace's reason is not the run's
     alone = analyze(str(run / "cpu.pt.trace.json"))
     assert alone.summary.saving_note == "no device activity: nothing to replay"
+
+
+def test_a_tensor_printed_inside_a_library_is_one_print_site_with_the_print_fix(tmp_path):
+    """tqdm's set_postfix formats a CUDA tensor: no frame of the user's own, so the site
+    has no source line, and it is still one print site with the print advice."""
+    library = [
+        ("/usr/lib/python3.11/site-packages/tqdm/std.py", 1400, "set_postfix"),
+        ("/usr/lib/python3.11/site-packages/torch/_tensor.py", 560, "__repr__"),
+        ("/usr/lib/python3.11/site-packages/torch/_tensor_str.py", 700, "_str"),
+    ]
+    b = KinetoTraceBuilder()
+    for n in range(1, 3):
+        with b.step(n):
+            b.kernel(dur=300)
+            with (
+                b.op("aten::is_nonzero", stack=library),
+                b.op("aten::item"),
+                b.op("aten::_local_scalar_dense"),
+            ):
+                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=1)
+                b.runtime("cudaStreamSynchronize")
+            b.kernel(dur=300)
+            with (
+                b.op("aten::item", stack=library, called="item"),
+                b.op("aten::_local_scalar_dense"),
+            ):
+                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                b.runtime("cudaStreamSynchronize")
+    b.write(tmp_path / "run" / "w.pt.trace.json")
+    (site,) = analyze(str(tmp_path / "run")).sites
+    assert site.ops[0] == "print(tensor)" and site.kind == catalogue.SCALAR_READBACK
+    assert site.count == 4 and site.advice["title"] == catalogue.TENSOR_TEXT_ADVICE.title

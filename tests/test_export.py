@@ -376,10 +376,15 @@ def test_sarif_at_a_def_line_says_the_call_line_is_unknown_and_names_the_candida
     report = sample_report.to_json()
     exact = report["sites"][0]
     inexact = dict(exact, key="train.py:12:aten::is_nonzero", line=12, line_exact=False)
-    inexact["candidates"] = [24, 27]
-    report["sites"].append(inexact)
+    inexact.update(candidates=[24, 27], def_line=12)
+    changed = dict(exact, key="train.py:3:aten::item", line=3, line_exact=False)
+    changed.update(def_line=None, recorded_line=3)
+    report["sites"] += [inexact, changed]
     results = to_sarif(report, root="/home/me/proj")["runs"][0]["results"]
     by_line = {r["locations"][0]["physicalLocation"]["region"]["startLine"]: r for r in results}
     text = by_line[12]["message"]["text"]
-    assert "The exact call line is not known" in text and "(candidate lines 24, 27)" in text
+    assert "The exact call line is not known; this is the function's definition" in text
+    assert "(candidate lines 24, 27)" in text
     assert "not known" not in by_line[exact["line"]]["message"]["text"]
+    moved = by_line[3]["message"]["text"]
+    assert "the file changed since profiling" in moved and "definition" not in moved

@@ -81,8 +81,14 @@ def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str
         )
     candidates = site.get("candidates") or []
     if site.get("file") and not site.get("line_exact"):
-        # The result's line is then the function's def line: say which lines to look at.
-        text += " The exact call line is not known; this is the function's definition"
+        # Say what the result's line is, and which lines to look at.
+        if site.get("recorded_line") is not None:
+            where = "the file changed since profiling: this is the line the trace recorded"
+        elif site.get("def_line") is not None and site.get("def_line") == site.get("line"):
+            where = "this is the function's definition"
+        else:
+            where = "this is the line the trace recorded for the function"
+        text += f" The exact call line is not known; {where}"
         text += (
             f" (candidate lines {', '.join(str(int(c)) for c in candidates)})."
             if candidates

@@ -13,7 +13,19 @@ import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { readableCount, repairNotices, unreadableBanner } from "./repairs.js";
-import { decodeState, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, vscodeFlag } from "./state.js";
+import {
+  decodeState,
+  encodeState,
+  parseTbHash,
+  pickRun,
+  reconcileRun,
+  runsSignature,
+  shareUrl,
+  sortRuns,
+  stateFromTbHash,
+  tbHashWithState,
+  vscodeFlag,
+} from "./state.js";
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
@@ -26,8 +38,16 @@ export class App {
   /** @param {HTMLElement} root */
   constructor(root) {
     this.root = root;
+    this.inVsCode = detectVsCode();
+    /**
+     * TensorBoard's page around this frame (same origin), whose address bar shows only its
+     * own hash: the view state is mirrored there too, so a reload (F5) or a copied
+     * TensorBoard link opens the same view. Null standalone and inside VS Code.
+     */
+    this.tb = this.inVsCode ? null : tensorBoardPage();
     /** @type {ViewState} */
-    this.state = decodeState(location.hash);
+    this.state =
+      location.hash.length > 1 || !this.tb ? decodeState(location.hash) : stateFromTbHash(this.tb.location.hash) ?? decodeState("");
     /** @type {any} */
     this.runs = null;
     /** @type {ApiError | null} */
@@ -49,7 +69,6 @@ export class App {
      * repair notices, and how many were analysed (null until it answers).
      */
     this.repairs = { key: "", notices: /** @type {{path: string, text: string}[]} */ ([]), more: 0, readable: /** @type {number | null} */ (null) };
-    this.inVsCode = detectVsCode();
     /** Whether TensorBoard shows the PyTorch Profiler tab (its `plugins_listing`). */
     this.profilerTab = false;
     this.toastEl = h("div", { class: "sa-toast", role: "status", "aria-live": "polite" });
@@ -77,6 +96,21 @@ export class App {
       this.state = decodeState(location.hash);
       this.missingRun = null;
       this.render();
+    });
+    // TensorBoard's hash changed (Back/Forward, an edited or pasted address, a tab switch):
+    // take the view it names, or put ours back where it has none.
+    this.tb?.addEventListener("hashchange", () => {
+      const tb = /** @type {Window} */ (this.tb);
+      if (parseTbHash(tb.location.hash).tab !== "sync_advisor") return;
+      const named = stateFromTbHash(tb.location.hash);
+      if (named === null) {
+        this.writeUrl();
+      } else if (encodeState(named) !== encodeState(this.state)) {
+        this.state = named;
+        this.missingRun = null;
+        this.writeUrl();
+        this.render();
+      }
     });
     this.setupTheme();
   }
@@ -161,13 +195,47 @@ export class App {
     this.render();
   }
 
-  /** Write the view state to the location hash (replace: no history spam). */
+  /**
+   * Write the view state to the location hash (replace: no history spam), and to
+   * TensorBoard's page's hash beside its own keys (see `tbUrl`).
+   */
   writeUrl() {
     const url = shareUrl(location.href, this.state);
     try {
       history.replaceState(null, "", url);
     } catch {
       // Sandboxed frames may refuse history writes: the view still works, unshared.
+    }
+    const tbUrl = this.tbUrl();
+    if (tbUrl && this.tb && tbUrl !== this.tb.location.href) {
+      try {
+        // As TensorBoard writes its own hash: replace, keeping its history state.
+        this.tb.history.replaceState(this.tb.history.state, "", tbUrl);
+      } catch {
+        // the page went away or refuses: the frame's own hash still holds the view
+      }
+    }
+  }
+
+  /**
+   * TensorBoard's address with this view in its hash (`#sync_advisor&p.sync_advisor.run=…`),
+   * or null outside TensorBoard. An address without a tab yet (TensorBoard still choosing
+   * its first dashboard) gets this tab only while this frame is shown.
+   * @returns {string | null}
+   */
+  tbUrl() {
+    if (!this.tb) return null;
+    try {
+      const { href, hash } = this.tb.location;
+      let tab = parseTbHash(hash).tab;
+      if (!tab) {
+        if (!window.innerWidth) return null;
+        tab = "sync_advisor";
+      }
+      const at = href.indexOf("#");
+      return (at < 0 ? href : href.slice(0, at)) + tbHashWithState(hash, this.state, tab);
+    } catch {
+      return null;
     }
   }
 
@@ -421,10 +489,10 @@ export class App {
   }
 
   /**
-   * "Copy link": TensorBoard's address bar shows only `#sync_advisor`, so the view state in
-   * this frame's hash is invisible to users; this copies the frame's own URL, which opens
-   * this view standalone. Not shown inside VS Code: there the frame's URL is a webview- or
-   * port-forwarding-internal address that does not open anywhere else.
+   * "Copy link": inside TensorBoard, TensorBoard's own address with this view in its hash
+   * (what its address bar shows too), which opens TensorBoard on this tab and this view;
+   * standalone, the frame's own URL. Not shown inside VS Code: there the frame's URL is a
+   * webview- or port-forwarding-internal address that does not open anywhere else.
    */
   copyLinkButton() {
     if (this.inVsCode) return null;
@@ -434,8 +502,10 @@ export class App {
         class: "sa-copy-link",
         "data-testid": "copy-link",
         "data-focus-key": "copy-link",
-        title: "Copy a link that opens this view (run, filters, selected site) in a browser tab",
-        onclick: () => this.copyWithToast(shareUrl(location.href, this.state), "link to this view"),
+        title: this.tb
+          ? "Copy a TensorBoard link that opens this view (run, filters, selected site)"
+          : "Copy a link that opens this view (run, filters, selected site) in a browser tab",
+        onclick: () => this.copyWithToast(this.tbUrl() ?? shareUrl(location.href, this.state), "link to this view"),
       },
       "Copy link",
     );
@@ -633,7 +703,9 @@ export class App {
     if (search) await copyText(search);
     try {
       if (window.parent !== window && window.parent.document) {
-        window.parent.location.hash = "pytorch_profiler";
+        // As TensorBoard's own tab bar does: the other keys (this view's too) stay.
+        const hash = window.parent.location.hash;
+        window.parent.location.hash = this.tb ? tbHashWithState(hash, this.state, "pytorch_profiler") : "pytorch_profiler";
         return;
       }
     } catch {
@@ -682,6 +754,21 @@ function parentDarkMode() {
     if (window.parent === window) return null;
     const body = window.parent.document.body;
     return body ? body.classList.contains("dark-mode") : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * TensorBoard's page when it is this frame's parent (same origin, its `<tb-webapp>`), else
+ * null (standalone, another host, a cross-origin parent).
+ * @returns {Window | null}
+ */
+function tensorBoardPage() {
+  try {
+    const parent = window.parent;
+    if (parent === window || !parent.document.querySelector("tb-webapp")) return null;
+    return parent;
   } catch {
     return null;
   }

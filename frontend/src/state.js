@@ -283,6 +283,70 @@ export function vscodeFlag(search, hash) {
 }
 
 /**
+ * The plugin's keys in TensorBoard's own address (`#sync_advisor&p.sync_advisor.run=…`):
+ * TensorBoard keeps its tab and the legacy dashboards' settings in its page's hash as
+ * `tab&key=value&…`, a plugin's own keys prefixed `p.<plugin>.` (the What-If Tool's
+ * convention), and keeps keys it does not know when it loads, reloads and switches tabs.
+ */
+export const TB_PREFIX = "p.sync_advisor.";
+
+/**
+ * TensorBoard's hash as it reads it (`tf_storage`): the tab (the part without `=`), and the
+ * `key=value` parts, decoded, in order.
+ * @param {string} hash
+ * @returns {{tab: string, params: [string, string][]}}
+ */
+export function parseTbHash(hash) {
+  const body = (hash || "").replace(/^#/, "");
+  let tab = "";
+  /** @type {[string, string][]} */
+  const params = [];
+  for (const part of body.split("&")) {
+    const bits = part.split("=");
+    try {
+      if (bits.length === 1) tab = decodeURIComponent(bits[0]);
+      else if (bits.length === 2) params.push([decodeURIComponent(bits[0]), decodeURIComponent(bits[1])]);
+    } catch {
+      // malformed percent-encoding: TensorBoard would throw; skip the part
+    }
+  }
+  return { tab, params };
+}
+
+/**
+ * The view state kept in TensorBoard's hash, or null when it holds none of the plugin's keys.
+ * @param {string} hash TensorBoard's page's location.hash
+ * @returns {ViewState | null}
+ */
+export function stateFromTbHash(hash) {
+  const ours = parseTbHash(hash).params.filter(([k]) => k.startsWith(TB_PREFIX));
+  if (!ours.length) return null;
+  return decodeState("#" + ours.map(([k, v]) => `${k.slice(TB_PREFIX.length)}=${encodeURIComponent(v)}`).join("&"));
+}
+
+/**
+ * TensorBoard's hash with the view state in the plugin's keys: its tab (`tab` when given,
+ * else the hash's own) and every other key kept as they are, in their order; the plugin's
+ * keys replaced (none for a default state).
+ * @param {string} hash TensorBoard's page's location.hash
+ * @param {Partial<ViewState>} state
+ * @param {string | null} [tab]
+ * @returns {string}
+ */
+export function tbHashWithState(hash, state, tab = null) {
+  const parsed = parseTbHash(hash);
+  const keep = parsed.params
+    .filter(([k]) => !k.startsWith(TB_PREFIX))
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`);
+  const ours = encodeState(state)
+    .replace(/^#/, "")
+    .split("&")
+    .filter(Boolean)
+    .map((part) => TB_PREFIX + part);
+  return "#" + [encodeURIComponent(tab ?? parsed.tab), ...keep, ...ours].join("&");
+}
+
+/**
  * The link that opens exactly this view in a browser tab of its own: the plugin frame's
  * address (TensorBoard's `.../data/plugin_entry.html?name=sync_advisor`, whose `<base>`
  * makes every dashboard URL relative, so it works standalone and under `--path_prefix`)

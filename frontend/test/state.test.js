@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compareRunNames, decodeState, defaultState, encodeState, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, vscodeFlag } from "../src/state.js";
+import { compareRunNames, decodeState, defaultState, encodeState, parseTbHash, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, stateFromTbHash, tbHashWithState, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -137,4 +137,23 @@ test("runs sort as TensorBoard sorts them: numbers by value, then by character",
   ]);
   assert.equal(compareRunNames("run2", "run10"), -1);
   assert.equal(compareRunNames("same", "same"), 0);
+});
+
+test("the view state rides in TensorBoard's hash under p.sync_advisor., beside its own keys", () => {
+  const state = { ...defaultState(), run: "seg baseline/#1&x=y", site: "train.py:42:aten::item", step: 3 };
+  const hash = tbHashWithState("#sync_advisor&tagFilter=loss&p.sync_advisor.run=old&p.sync_advisor.q=x", state);
+  assert.equal(
+    hash,
+    "#sync_advisor&tagFilter=loss&p.sync_advisor.run=seg%20baseline%2F%231%26x%3Dy&p.sync_advisor.step=3&p.sync_advisor.site=train.py%3A42%3Aaten%3A%3Aitem",
+  );
+  // TensorBoard reads it back part by part: one tab, every key=value whole.
+  const parsed = parseTbHash(hash);
+  assert.equal(parsed.tab, "sync_advisor");
+  assert.deepEqual(parsed.params[0], ["tagFilter", "loss"]);
+  assert.deepEqual(stateFromTbHash(hash), { ...state });
+  // A default state leaves no key; another tab is kept; a hash without our keys is no state.
+  assert.equal(tbHashWithState("#sync_advisor&p.sync_advisor.run=a", defaultState()), "#sync_advisor");
+  assert.equal(tbHashWithState("#sync_advisor", { run: "a" }, "pytorch_profiler"), "#pytorch_profiler&p.sync_advisor.run=a");
+  assert.equal(stateFromTbHash("#sync_advisor&tagFilter=x"), null);
+  assert.equal(stateFromTbHash(""), null);
 });

@@ -442,7 +442,7 @@ def test_frame_click_outside_vscode_copies_path_and_line(
     assert page_errors == []
 
 
-def test_copy_link_in_tensorboard_opens_the_same_view_in_a_browser_tab_of_its_own(
+def test_copy_link_in_tensorboard_is_its_address_and_opens_the_same_view_there(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:
     page = new_page(browser, page_errors)
@@ -457,23 +457,70 @@ def test_copy_link_in_tensorboard_opens_the_same_view_in_a_browser_tab_of_its_ow
     frame.click("th button[data-sort=gpu_idle_us]")
     frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
     frame.wait_for_selector("[data-testid=source] .ln.hl")
-    # TensorBoard's address bar shows none of the view state: only the button shares it.
-    assert "site=" not in page.url
+    # TensorBoard's address bar shows the view too, in the plugin's keys beside its tab.
+    assert page.url.startswith(f"{board}/#sync_advisor&p.sync_advisor.run=baseline&"), page.url
+    assert "p.sync_advisor.site=" in page.url
     frame.click("[data-testid=copy-link]")
     assert "Copied link to this view" in frame.wait_for_selector(".sa-toast.show").inner_text()
     link = frame.evaluate("navigator.clipboard.readText()")
-    # The plugin frame's own page, under the path prefix, with the state as its hash.
-    assert link.startswith(f"{board}/data/plugin_entry.html?name=sync_advisor#"), link
+    # TensorBoard's own address (under the path prefix): it opens inside TensorBoard.
+    assert link == page.url, link
     # A colleague's browser: a fresh context, the link opened as a top-level page.
     shared = new_page(browser, page_errors)
     shared.goto(link)
-    hl = shared.wait_for_selector("[data-testid=source] .ln.hl")
+    inner = shared.wait_for_selector("iframe", state="attached").content_frame()
+    hl = inner.wait_for_selector("[data-testid=source] .ln.hl")
     assert hl.get_attribute("data-line") == str(ITEM_LINE)
-    assert shared.input_value("#sa-run") == "baseline"
-    current = shared.locator("[data-testid=sites] tbody tr[aria-current=true]")
+    assert inner.input_value("#sa-run") == "baseline"
+    current = inner.locator("[data-testid=sites] tbody tr[aria-current=true]")
     assert f"train.py:{ITEM_LINE}" in current.inner_text()
-    sorted_by = shared.get_attribute("th:has(button[data-sort=gpu_idle_us])", "aria-sort")
+    sorted_by = inner.get_attribute("th:has(button[data-sort=gpu_idle_us])", "aria-sort")
     assert sorted_by == "descending"
+    # Standalone (the frame's page opened by itself) the link is that page's own.
+    alone = new_page(browser, page_errors)
+    alone.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    alone.goto(plugin_url(board, "#run=baseline"))
+    rows(alone)
+    alone.click("[data-testid=copy-link]")
+    alone.wait_for_selector(".sa-toast.show")
+    own = alone.evaluate("navigator.clipboard.readText()")
+    assert own == f"{board}/data/plugin_entry.html?name=sync_advisor#run=baseline", own
+    assert page_errors == []
+
+
+def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_address(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(f"{board}/#sync_advisor")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=sites] tbody tr")
+    frame.select_option("#sa-run", "baseline")
+    frame.wait_for_function("document.querySelectorAll('[data-testid=sites] tbody tr').length === 2")
+    frame.click(".sa-chart g.step[data-step='3']")
+    frame.wait_for_selector("[data-testid=step-filter]")
+    frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    frame.wait_for_selector("[data-testid=source] .ln.hl")
+    before = page.url
+    assert "p.sync_advisor.step=3" in before, before
+    # F5: TensorBoard's router keeps the plugin's keys, and the view comes back whole.
+    page.reload()
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    hl = frame.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(ITEM_LINE)
+    assert frame.input_value("#sa-run") == "baseline"
+    assert frame.locator("[data-testid=step-filter]:has-text('step 3')").count() == 1
+    assert page.url == before
+    # TensorBoard's tab bar keeps them too; coming back shows the same view.
+    page.evaluate("location.hash = location.hash.replace('#sync_advisor', '#pytorch_profiler')")
+    page.wait_for_function("location.hash.startsWith('#pytorch_profiler&p.sync_advisor.run=baseline')")
+    page.go_back()
+    page.wait_for_function("location.hash.startsWith('#sync_advisor&')")
+    assert page.url == before
+    # An address edited by hand (or pasted) is followed without a reload.
+    page.evaluate("location.hash = '#sync_advisor&p.sync_advisor.run=optimized'")
+    frame.wait_for_function("document.querySelector('#sa-run').value === 'optimized'")
+    frame.wait_for_function("!document.querySelector('[data-testid=detail]')")
     assert page_errors == []
 
 
@@ -724,7 +771,8 @@ def test_the_detail_opens_the_pytorch_profiler_tab_and_says_where_the_sync_is(
     assert "format=trace" in perfetto.get_attribute("href")
     assert "worker=worker0" in perfetto.get_attribute("href")
     frame.click("[data-testid=profiler-link] button")
-    page.wait_for_function("location.hash === '#pytorch_profiler'")
+    # As TensorBoard's tab bar does: the tab changes, the other keys (this view's) stay.
+    page.wait_for_function("location.hash.startsWith('#pytorch_profiler&p.sync_advisor.run=baseline')")
     # The operator to search for in its Trace view is on the clipboard (read from the top
     # page: the plugin's frame is hidden now).
     assert page.evaluate("navigator.clipboard.readText()") == "aten::item"

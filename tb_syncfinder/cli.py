@@ -708,6 +708,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for entry in result["unreadable"]:  # as report names them: compared without them
         side = "baseline" if entry["side"] == "base" else "new run"
         _warn(f"{side}: {entry['path']}: {entry['error']} (left out of the comparison)")
+    if result["keys_differ"]:
+        _warn(result["keys_differ"])
     if args.json:
         _write(dumps(result), args.output)
     else:
@@ -721,6 +723,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             for site in rows or []
             if site["status"] in ("new", "worse")
         ]
+        if regressions and result["keys_differ"]:
+            # Not a verdict on the code: the sites changed their identity, not the program.
+            print(f"{PROG}: cannot gate across reports of two site-key formats", file=sys.stderr)
+            return 2
         if regressions:
             for site, latent in regressions:
                 what = " (latent)" if latent else ""

@@ -147,6 +147,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     CPU-only, all sites of both are compared by count per step (in ``sites``) and ``note``
     says so. ``unreadable``: each trace file of either run that could not be read
     (``{"side": "base"|"new", "path", "error"}``): the comparison is of the others only.
+    ``keys_differ``: why the sites are not comparable one to one (a report JSON written by
+    an older version), else None.
     """
     base_summary = base.get("summary") or {}
     new_summary = new.get("summary") or {}
@@ -189,7 +191,29 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "counts": counts,
         "note": note,
         "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
+        "keys_differ": _keys_differ(base, new),
     }
+
+
+def _keys_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why the two reports' sites are not comparable one to one (an older report, whose
+    sites without a source line mixed kinds), else None."""
+    from tb_syncfinder.models import SITE_KEYS
+
+    older = [
+        side
+        for side, report in (("baseline", base), ("new run", new))
+        if report.get("site_keys") != SITE_KEYS
+    ]
+    if not older:
+        return None
+    return (
+        f"the {' and the '.join(older)} report{'s were' if len(older) > 1 else ' was'} written "
+        "by an older tb-syncfinder, whose sites without a source line put unlike syncs "
+        "together and whose prints were several sites: some sites read as fixed or new "
+        "though nothing changed; analyse the traces again (or compare the trace folders) "
+        "for a like-for-like comparison"
+    )
 
 
 def _unreadable(report: dict[str, Any], side: str) -> list[dict[str, Any]]:

@@ -26,6 +26,11 @@ import msgspec
 from msgspec import field
 
 SCHEMA = "tb_syncfinder.report/1"
+# How site keys are made (the report's ``site_keys``): 2 since a site without a source line
+# is ``op:kind`` (before: ``op:api``, unlike syncs together) and a printed tensor is one
+# ``print(tensor)`` site. Reports without it are older; compare says so instead of calling
+# their merged sites fixed or new.
+SITE_KEYS = 2
 
 
 class TraceRef(msgspec.Struct, frozen=True):
@@ -405,6 +410,7 @@ class Report(msgspec.Struct):
             "profiler_overhead": _plain(self.profiler_overhead),
             "warmup_allocator": _plain(self.warmup_allocator),
             "job": self.job,
+            "site_keys": SITE_KEYS,
         }
 
 

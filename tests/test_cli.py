@@ -742,3 +742,20 @@ def test_a_path_map_says_nothing_about_a_run_without_findings(
     )
     assert main(["report", str(trace), "--path-map", f"/workspace={tmp_path}"]) == 0
     assert "matched no frame" not in capsys.readouterr().err
+
+
+def test_compare_does_not_gate_against_a_baseline_of_older_site_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    base = write_item_trace(tmp_path / "base" / "w.pt.trace.json", items_per_step=1)
+    new = write_item_trace(tmp_path / "new" / "w.pt.trace.json", items_per_step=3)
+    saved = tmp_path / "base.json"
+    assert main(["report", str(base), "--json", "-o", str(saved)]) == 0
+    assert main(["compare", str(saved), str(new), "--fail-on-regression"]) == 1  # worse
+    older = json.loads(saved.read_text())
+    del older["site_keys"]  # as written before the keys changed
+    saved.write_text(json.dumps(older))
+    capsys.readouterr()
+    assert main(["compare", str(saved), str(new), "--fail-on-regression"]) == 2
+    err = capsys.readouterr().err
+    assert "written by an older tb-syncfinder" in err and "cannot gate" in err

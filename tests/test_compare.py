@@ -135,3 +135,12 @@ def test_a_compare_row_carries_the_sites_api_calls(sample_report: Report) -> Non
     base = sample_report.to_json()
     row = next(s for s in compare(base, base)["sites"] if s["kind"] == "dynamic_shape")
     assert row["apis"] == ["cudaMemcpyAsync"]
+
+
+def test_a_report_from_before_todays_site_keys_is_said_to_differ(sample_report: Report) -> None:
+    current = sample_report.to_json()
+    assert current["site_keys"] == 2
+    assert compare(current, current)["keys_differ"] is None
+    older = {k: v for k, v in current.items() if k != "site_keys"}
+    why = compare(older, current)["keys_differ"]
+    assert why and why.startswith("the baseline report was written by an older tb-syncfinder")

@@ -87,11 +87,16 @@ def _sort_value(value: Any) -> tuple[float, str]:
     return (0.0, str(value))
 
 
+# The figures ``in_step`` gives a site over one step: sorted by those when a step is chosen.
+STEP_FIGURES = ("count", "host_wait_us", "gpu_idle_us")
+
+
 def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = None) -> list[T]:
     """Sites sorted by one column (None: the ranking order they come in); ties keep their
     ranking order, and sites without the field (no source line) come last whichever the
-    order. ``order`` defaults to the column's natural one. Raises ValueError for an unknown
-    key or order."""
+    order. ``order`` defaults to the column's natural one. Sites carrying ``in_step`` (a
+    step chosen) sort by its figures for the columns it has. Raises ValueError for an
+    unknown key or order."""
     if order not in (None, "asc", "desc"):
         raise ValueError(f"order must be asc or desc, got {order!r}")
     if key is None:
@@ -99,15 +104,22 @@ def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = N
     if key not in SITE_SORTS:
         raise ValueError(f"unknown sort {key!r}; one of {', '.join(SITE_SORTS)}")
     order = order or SITE_SORTS[key]
-    present = [s for s in sites if _get(s, key) is not None]
-    missing = [s for s in sites if _get(s, key) is None]
+
+    def value(site: Any) -> Any:
+        stepped = _get(site, "in_step")
+        if stepped and key in STEP_FIGURES:
+            return stepped.get(key)
+        return _get(site, key)
+
+    present = [s for s in sites if value(s) is not None]
+    missing = [s for s in sites if value(s) is None]
     if key == "file":  # a location: by file, then by line within it
         present.sort(
             key=lambda s: (_sort_value(_get(s, "file")), _sort_value(_get(s, "line") or 0)),
             reverse=order == "desc",
         )
     else:
-        present.sort(key=lambda s: _sort_value(_get(s, key)), reverse=order == "desc")
+        present.sort(key=lambda s: _sort_value(value(s)), reverse=order == "desc")
     return present + missing
 
 

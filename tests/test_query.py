@@ -90,3 +90,12 @@ def test_the_sites_route_gives_each_site_its_figures_in_the_selected_step(tmp_pa
         assert stepped["count"] == 3  # the site's own figures stay the whole run's
     _, none = get(client, "sites", run="run_gpu", step=3)
     assert none["items"] == []
+
+
+def test_sites_of_one_step_sort_by_their_figures_in_that_step():
+    sites = [
+        {"key": "a", "count": 10, "in_step": {"step": 1, "count": 1, "host_wait_us": 5.0}},
+        {"key": "b", "count": 2, "in_step": {"step": 1, "count": 2, "host_wait_us": 1.0}},
+    ]
+    assert [s["key"] for s in query.sort_sites(sites, "count")] == ["b", "a"]
+    assert [s["key"] for s in query.sort_sites(sites, "host_wait_us")] == ["a", "b"]

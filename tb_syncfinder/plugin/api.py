@@ -184,15 +184,13 @@ def sites_impl(
 ) -> dict[str, Any]:
     sites = sel.report_json["latent_sites" if latent else "sites"]
     sites = query.filter_sites(sites, kind=kind, file=file, op=op, step=step)
+    if step is not None:  # each site with its figures in that step, sorted by those
+        sites = query.in_step(sites, sel.report_json["latent" if latent else "syncs"], step)
     try:
         ordered = query.sort_sites(sites, sort, order)
     except ValueError as exc:
         raise errors.InvalidArgumentError(str(exc)) from None
-    answer = query.page(ordered, offset, limit, loading=sel.loading)
-    if step is not None:  # the page's sites with their figures in that step
-        syncs = sel.report_json["latent" if latent else "syncs"]
-        answer["items"] = query.in_step(answer["items"], syncs, step)
-    return answer
+    return query.page(ordered, offset, limit, loading=sel.loading)
 
 
 def syncs_impl(

@@ -180,28 +180,45 @@ def test_module_level_loop_findings_point_at_the_calls_not_at_prof_step(tmp_path
     assert items == [LOOP_ITEM1, LOOP_ITEM2] * 2  # 2 recorded steps, calls in run order
 
 
-PRINTING = """\
-import torch
-
-
-def train_step(x):
-    y = x @ x
-    loss = y.mean()
-    print(y[y > 0].sum(), file=SINK)
-    return loss.item()
-
+# The profiling loop the scripts below end with: ``train_step(x, n)`` per step, steps
+# profiled after one warm-up, written where ``main`` is told.
+PROFILED_LOOP = """
 
 def main(trace_path, steps=3):
-    x = torch.randn(8, 8)
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         with_stack=True,
         schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
         on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
     ) as prof:
-        for _ in range(steps + 1):
-            train_step(x)
+        for n in range(steps + 1):
+            train_step(torch.randn(8, 8), n)
             prof.step()
+"""
+
+
+def _profiled_report(tmp_path, name: str, step_code: str, **globals_: object):
+    """``step_code`` (a module defining ``train_step``) profiled on the CPU with
+    ``PROFILED_LOOP``, and its report with the script's folder as source root."""
+    import runpy
+
+    script = tmp_path / f"{name}.py"
+    script.write_text(step_code + PROFILED_LOOP)
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    runpy.run_path(str(script), init_globals=globals_)["main"](str(trace))
+    return analyze(trace.parent, source_roots=[str(tmp_path)])
+
+
+PRINTING = """\
+import torch
+
+
+def train_step(x, step):
+    y = x @ x
+    loss = y.mean()
+    print(y[y > 0].sum(), file=SINK)
+    return loss.item()
 """
 PRINT_LINE, PRINT_ITEM_LINE, MASK_LINE = 7, 8, 7
 
@@ -211,14 +228,8 @@ def test_printing_a_tensor_is_one_read_back_site_at_the_print_with_the_print_fix
     back with is_nonzero, item and masked_select: one site at the print, a scalar
     read-back with the print fix, not a branch or a boolean mask."""
     import io
-    import runpy
 
-    script = tmp_path / "printing.py"
-    script.write_text(PRINTING)
-    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
-    trace.parent.mkdir(parents=True)
-    runpy.run_path(str(script), init_globals={"SINK": io.StringIO()})["main"](str(trace))
-    report = analyze(trace.parent, source_roots=[str(tmp_path)])
+    report = _profiled_report(tmp_path, "printing", PRINTING, SINK=io.StringIO())
     printed = [s for s in report.latent_sites if s.ops and s.ops[0] == "print(tensor)"]
     (site,) = printed
     assert (site.line, site.kind) == (PRINT_LINE, "scalar_readback")
@@ -235,25 +246,13 @@ GUARDED_BRANCH = """\
 import torch
 
 
-def train_step(x):
+def train_step(x, step):
     y = x * 2
     if y.any():
         y = y + 1
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return y
-
-
-def main(trace_path, steps=2):
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
-    ) as prof:
-        for _ in range(steps + 1):
-            train_step(torch.randn(8))
-            prof.step()
 """
 ANY_LINE = 6
 
@@ -262,14 +261,7 @@ def test_a_branch_on_a_tensor_beside_a_guard_is_placed_by_the_call_it_tests(tmp_
     """Two truth tests in one function, ``if y.any():`` and ``if torch.cuda.is_available():``:
     the trace's order of calls says which one read the tensor (``any`` ran just before the
     truth operator, ``is_available`` after it)."""
-    import runpy
-
-    script = tmp_path / "guarded.py"
-    script.write_text(GUARDED_BRANCH)
-    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
-    trace.parent.mkdir(parents=True)
-    runpy.run_path(str(script))["main"](str(trace))
-    report = analyze(trace.parent, source_roots=[str(tmp_path)])
+    report = _profiled_report(tmp_path, "guarded", GUARDED_BRANCH)
     truths = [s for s in report.latent if s.op == "aten::is_nonzero"]
     assert truths
     assert {(s.source.line, s.source.line_exact) for s in truths} == {(ANY_LINE, True)}
@@ -288,18 +280,6 @@ def train_step(x, step):
     if is_bad(y):
         y = y - 1
     return y
-
-
-def main(trace_path, steps=2):
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
-    ) as prof:
-        for n in range(steps + 1):
-            train_step(torch.randn(8), n)
-            prof.step()
 """
 ALIASED_LINE, INT_GUARD_LINE = 10, 8
 
@@ -308,14 +288,7 @@ def test_a_branch_whose_call_is_recorded_under_another_name_is_never_placed_else
     """``is_bad`` runs as ``<lambda>``: the name the trace records is not the one the code
     wrote, so nothing says which test read the tensor; the int guard beside it must not win
     by elimination (a wrong exact line): the lines stay candidates."""
-    import runpy
-
-    script = tmp_path / "aliased.py"
-    script.write_text(ALIASED_BRANCH)
-    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
-    trace.parent.mkdir(parents=True)
-    runpy.run_path(str(script))["main"](str(trace))
-    report = analyze(trace.parent, source_roots=[str(tmp_path)])
+    report = _profiled_report(tmp_path, "aliased", ALIASED_BRANCH)
     truths = [s for s in report.latent if s.op == "aten::is_nonzero"]
     assert truths
     for sync in truths:

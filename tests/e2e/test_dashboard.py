@@ -511,9 +511,9 @@ def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_ad
     assert frame.input_value("#sa-run") == "baseline"
     assert frame.locator("[data-testid=step-filter]:has-text('step 3')").count() == 1
     assert page.url == before
-    # TensorBoard's tab bar keeps them too; coming back shows the same view.
-    page.evaluate("location.hash = location.hash.replace('#sync_advisor', '#pytorch_profiler')")
-    page.wait_for_function("location.hash.startsWith('#pytorch_profiler&p.sync_advisor.run=baseline')")
+    # Another tab keeps them too; coming back shows the same view.
+    page.evaluate("location.hash = location.hash.replace('#sync_advisor', '#scalars')")
+    page.wait_for_function("location.hash.startsWith('#scalars&p.sync_advisor.run=baseline')")
     page.go_back()
     page.wait_for_function("location.hash.startsWith('#sync_advisor&')")
     assert page.url == before

@@ -361,7 +361,9 @@ def write_fixture(root: Path) -> Path:
     write_run(logdir, "long_wait", item=True, nonzero=False, steps=2, kernel_us=150_000)
     # One worker profiled twice: two spans, named by their epoch-ms times.
     for span in ("1700000000000", "1700000100000"):
-        write_run(logdir, "two_spans", item=True, nonzero=False, steps=2, worker="host_1", span=span)
+        write_run(
+            logdir, "two_spans", item=True, nonzero=False, steps=2, worker="host_1", span=span
+        )
     broken = logdir / "optimized" / "worker1.1700000000001.pt.trace.json"
     broken.write_text("this is not a trace", encoding="utf-8")
     # A run whose only trace is cut short (a copy that stopped half-way): nothing to read.

@@ -164,7 +164,9 @@ def test_table_sorts_on_header_click_and_is_keyboard_navigable(
     assert page_errors == []
 
 
-@pytest.mark.parametrize("inside", ["[data-testid=occurrences] tbody tr", "[data-testid=user-frames] button"])
+@pytest.mark.parametrize(
+    "inside", ["[data-testid=occurrences] tbody tr", "[data-testid=user-frames] button"]
+)
 def test_escape_inside_the_detail_closes_it_and_returns_to_the_sites_row(
     board: str, browser: Any, page_errors: list[str], inside: str
 ) -> None:
@@ -496,7 +498,9 @@ def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_ad
     frame = page.wait_for_selector("iframe", state="attached").content_frame()
     frame.wait_for_selector("[data-testid=sites] tbody tr")
     frame.select_option("#sa-run", "baseline")
-    frame.wait_for_function("document.querySelectorAll('[data-testid=sites] tbody tr').length === 2")
+    frame.wait_for_function(
+        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 2"
+    )
     frame.click(".sa-chart g.step[data-step='3']")
     frame.wait_for_selector("[data-testid=step-filter]")
     frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
@@ -772,7 +776,9 @@ def test_the_detail_opens_the_pytorch_profiler_tab_and_says_where_the_sync_is(
     assert "worker=worker0" in perfetto.get_attribute("href")
     frame.click("[data-testid=profiler-link] button")
     # As TensorBoard's tab bar does: the tab changes, the other keys (this view's) stay.
-    page.wait_for_function("location.hash.startsWith('#pytorch_profiler&p.sync_advisor.run=baseline')")
+    page.wait_for_function(
+        "location.hash.startsWith('#pytorch_profiler&p.sync_advisor.run=baseline')"
+    )
     # The operator to search for in its Trace view is on the clipboard (read from the top
     # page: the plugin's frame is hidden now).
     assert page.evaluate("navigator.clipboard.readText()") == "aten::item"
@@ -881,11 +887,21 @@ def test_a_run_none_of_whose_traces_can_be_read_says_so_and_concludes_nothing(
     assert "worker0.1700000000000.pt.trace.json.gz: truncated" in text, text
     # No conclusion drawn from an empty report: no GPU, stacks or syncs banner, no cards
     # of zeros, no table, no chart.
-    for testid in ("no-gpu", "no-stacks", "no-syncs", "card-latent", "card-steps", "sites", "step-chart"):
+    for testid in (
+        "no-gpu",
+        "no-stacks",
+        "no-syncs",
+        "card-latent",
+        "card-steps",
+        "sites",
+        "step-chart",
+    ):
         assert page.locator(f"[data-testid={testid}]").count() == 0, testid
     assert "No GPU activity" not in page.inner_text("body")
     # Nothing to export but the JSON that names the file and why (no Trace+track: 400).
-    hrefs = page.eval_on_selector_all(".sa-exports a", "els => els.map(a => a.getAttribute('href'))")
+    hrefs = page.eval_on_selector_all(
+        ".sa-exports a", "els => els.map(a => a.getAttribute('href'))"
+    )
     assert [h.split("format=")[1] for h in hrefs] == ["json"], hrefs
     assert page.inner_text("#sa-run option:checked") == "unreadable (unreadable)"
     assert page_errors == []
@@ -981,11 +997,16 @@ def test_a_compared_row_of_two_lines_names_both_and_its_figure_is_a_cost_not_a_s
 ) -> None:
     from tests.e2e.helpers import get_json
 
-    api = f"{gpu_seg_board}/data/plugin/sync_advisor/compare?run=gpu_cnn_optimized&base=gpu_cnn_baseline"
+    api = (
+        f"{gpu_seg_board}/data/plugin/sync_advisor/compare"
+        "?run=gpu_cnn_optimized&base=gpu_cnn_baseline"
+    )
     merged = [s for s in get_json(api)["sites"] if len((s["before"] or s["after"])["lines"]) > 1]
     assert merged, "the demo's two host-to-device copies are one row of two lines"
     page = new_page(browser, page_errors)
-    page.goto(plugin_url(gpu_seg_board, "#run=gpu_cnn_optimized&view=compare&base=gpu_cnn_baseline"))
+    page.goto(
+        plugin_url(gpu_seg_board, "#run=gpu_cnn_optimized&view=compare&base=gpu_cnn_baseline")
+    )
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     for site in merged:
         row = page.locator(f"[data-testid=compare-sites] tbody tr[data-key='{site['key']}']")
@@ -1082,7 +1103,7 @@ IN_VIEW = """(testid) => {
     scrolls: wrap.scrollWidth > wrap.clientWidth,
     shown: [...table.querySelectorAll("thead th")]
       .filter(th => th.offsetParent !== null && th.getBoundingClientRect().right <= box.right + 0.5)
-      .map(th => th.querySelector("button") ? th.querySelector("button").textContent : th.textContent),
+      .map(th => (th.querySelector("button") || th).textContent),
   };
 }"""
 
@@ -1098,7 +1119,9 @@ def test_at_800_px_the_costs_and_the_compare_verdict_stay_in_view(
     assert not found["scrolls"], found
     for column in ("Location", "Count", "Saves/step", "Host wait", "GPU idle", "Share"):
         assert column in found["shown"], found
-    page.goto(plugin_url(gpu_seg_board, "#run=gpu_cnn_optimized&view=compare&base=gpu_cnn_baseline"))
+    page.goto(
+        plugin_url(gpu_seg_board, "#run=gpu_cnn_optimized&view=compare&base=gpu_cnn_baseline")
+    )
     page.reload()
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     found = page.evaluate(IN_VIEW, "compare-sites")

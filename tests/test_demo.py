@@ -337,7 +337,7 @@ def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-def test_bundled_gpu_traces_are_copied_with_paths_pointing_at_this_install(tmp_path):
+def test_bundled_gpu_traces_are_copied_as_they_are_with_their_portable_paths(tmp_path):
     bundled = tmp_path / "bundled"
     bundled.mkdir()
     assert bundled_gpu_traces(tmp_path / "missing") == {}
@@ -359,9 +359,9 @@ def test_bundled_gpu_traces_are_copied_with_paths_pointing_at_this_install(tmp_p
     runs = add_bundled_gpu_runs(tmp_path / "logs", directory=bundled)
     assert [r.name for r in runs] == ["gpu_seg_baseline"]
     copied = tmp_path / "logs" / "gpu_seg_baseline" / "h100.pt.trace.json.gz"
-    names = [e["name"] for e in json.loads(gzip.decompress(copied.read_bytes()))["traceEvents"]]
-    assert names[0] == f"{DEMO_DIR / 'seg.py'}(71): f"
-    assert names[1] == other["name"]  # only the demo's own portable paths are rewritten
+    # Byte for byte: the demo's source pack resolves tb_syncfinder/demo/seg.py wherever the
+    # package is installed (a copy naming this installation's path broke on a reinstall).
+    assert copied.read_bytes() == (bundled / "seg_baseline.pt.trace.json.gz").read_bytes()
 
 
 def _free_port() -> int:
@@ -420,14 +420,11 @@ def _bench_module(name: str):
     return module
 
 
-def test_recorded_frame_paths_come_back_to_this_install_when_bundled_traces_are_opened():
-    from tb_syncfinder.demo.runner import _localize_demo_paths
-
+def test_recorded_frame_paths_are_stored_relative_to_the_package():
     record = _bench_module("record_gpu_traces")
     recorded = json.dumps({"name": f"{DEMO_DIR / 'cnn.py'}(85): baseline_step"})
     portable = record.portable_paths(recorded)
     assert json.loads(portable)["name"] == "tb_syncfinder/demo/cnn.py(85): baseline_step"
-    assert _localize_demo_paths(portable, DEMO_DIR) == recorded
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

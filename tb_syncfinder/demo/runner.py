@@ -28,8 +28,8 @@ _TRACE_FILE = re.compile(r".*\.pt\.trace\.json(\.gz)?$")
 DEMO_DIR = Path(__file__).resolve().parent
 BUNDLED_TRACES_DIR = DEMO_DIR / "traces"
 BUNDLED_PREFIX = "gpu_"
-# Frame paths in bundled traces are stored relative to the package ("tb_syncfinder/demo/...")
-# and made absolute for this installation when the traces are copied into a logdir.
+# Frame paths in bundled traces are stored relative to the package ("tb_syncfinder/demo/..."),
+# resolved by the demo's source pack wherever the package is installed.
 PORTABLE_DEMO_PATH = "tb_syncfinder/demo/"
 
 Workload = Callable[[torch.device, object, int, Callable[[], None]], object]
@@ -184,21 +184,12 @@ def bundled_versions(directory: Path = BUNDLED_TRACES_DIR) -> dict:
         return {}
 
 
-def _localize_demo_paths(text: str, demo_dir: Path) -> str:
-    """Point the portable ``tb_syncfinder/demo/x.py`` frame paths at this installation."""
-    local = json.dumps(str(demo_dir) + "/")[1:-1]  # JSON-escaped (Windows backslashes)
-    pattern = re.compile(r"(?<![\w/\\.-])" + re.escape(PORTABLE_DEMO_PATH))
-    return pattern.sub(lambda _: local, text)
-
-
-def add_bundled_gpu_runs(
-    logdir: str | Path,
-    directory: Path = BUNDLED_TRACES_DIR,
-    demo_dir: Path = DEMO_DIR,
-) -> list[DemoRun]:
-    """Copy the bundled GPU traces into ``logdir`` as ``gpu_<run>`` runs, with their frame
-    paths pointing at this installation's workload files so source lines resolve."""
-    import gzip
+def add_bundled_gpu_runs(logdir: str | Path, directory: Path = BUNDLED_TRACES_DIR) -> list[DemoRun]:
+    """Copy the bundled GPU traces into ``logdir`` as ``gpu_<run>`` runs, as they are: their
+    frames name the workloads by the portable ``tb_syncfinder/demo/x.py``, which the demo's
+    source pack (``demo.sources``) resolves in whichever installation reads them (a copy
+    pointing at this installation's path broke once the package was installed elsewhere)."""
+    import shutil
 
     added = []
     worker = bundled_versions(directory).get("worker", "gpu")
@@ -206,9 +197,8 @@ def add_bundled_gpu_runs(
         run_dir = Path(logdir) / f"{BUNDLED_PREFIX}{run}"
         run_dir.mkdir(parents=True, exist_ok=True)
         _clear_run_traces(run_dir)
-        text = gzip.decompress(path.read_bytes()).decode("utf-8")
         target = run_dir / f"{worker}.pt.trace.json.gz"
-        target.write_bytes(gzip.compress(_localize_demo_paths(text, demo_dir).encode("utf-8")))
+        shutil.copyfile(path, target)
         added.append(
             DemoRun(name=run_dir.name, path=str(run_dir), device="cuda", traces=[str(target)])
         )

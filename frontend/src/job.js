@@ -53,28 +53,25 @@ export function jobParts(job) {
   const missing = job.missing_ranks || [];
   const others = (job.other_jobs || []).filter((/** @type {any} */ j) => j && j.world_size);
   const compared = ranks.length >= 2;
+  // One rank's trace of each of several jobs: nothing in the run compares across ranks.
+  const unrelated = !compared && others.length > 0 && !others.some((/** @type {any} */ j) => (j.ranks || []).length >= 2);
   /** @type {string | null} */
   let alone = null;
-  if (!compared) {
-    const anyCompared = others.some((/** @type {any} */ j) => (j.ranks || []).length >= 2);
-    alone =
-      others.length && !anyCompared
-        ? `The traces of this run come from ${others.length + 1} different jobs (or profiled windows), one rank's trace each: there is nothing to compare across ranks.`
-        : `Only ${rankList(ranks)}'s trace of this ${job.world_size}-rank job is here: lateness and waits across ranks need the traces of at least two of its ranks.`;
+  if (unrelated) {
+    alone = `The traces of this run come from ${others.length + 1} different jobs (or profiled windows), one rank's trace each: there is nothing to compare across ranks.`;
+  } else if (!compared) {
+    alone = `Only ${rankList(ranks)}'s trace of this ${job.world_size}-rank job is here: lateness and waits across ranks need the traces of at least two of its ranks.`;
   }
   const sites = (job.sites || []).filter(
     (/** @type {any} */ s) => (s.caused_wait_us || 0) > 0 || (s.job_saving_us || 0) > 0 || (s.job_saving_per_step_us || 0) > 0,
   );
   return {
-    title: compared
-      ? `Job: ${ranks.length} of ${job.world_size} ranks`
-      : others.length && alone?.startsWith("The traces")
-        ? `Ranks of ${others.length + 1} jobs`
-        : `Job of ${job.world_size} ranks`,
+    title: compared ? `Job: ${ranks.length} of ${job.world_size} ranks` : unrelated ? `Ranks of ${others.length + 1} jobs` : `Job of ${job.world_size} ranks`,
     missing: compared && missing.length ? `no trace of ${rankList(missing)}` : null,
-    // Issues the view says itself (the missing ranks, the other jobs when nothing compares).
+    // Issues the view says itself: the missing ranks, and the other jobs when it says the
+    // traces come from unrelated jobs (another job that does compare stays a warning).
     issues: (job.issues || [])
-      .filter((/** @type {any} */ i) => i.severity === "warning" && i.code !== "missing_ranks" && !(alone && i.code === "other_job"))
+      .filter((/** @type {any} */ i) => i.severity === "warning" && i.code !== "missing_ranks" && !(unrelated && i.code === "other_job"))
       .map((/** @type {any} */ i) => String(i.message)),
     alone,
     grid: compared && (job.rank_steps || []).length > 0,

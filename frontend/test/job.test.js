@@ -67,3 +67,17 @@ test("a real job keeps its grid and ranks, says the missing ranks once, drops ze
   assert.equal(parts.ranks, true);
   assert.deepEqual(parts.sites.map((s) => s.rank), [3, 5]);
 });
+
+test("one rank of a job beside another job that does compare keeps the other job's warning", () => {
+  const parts = jobParts({
+    world_size: 2,
+    ranks: [1],
+    missing_ranks: [0],
+    issues: [issue("other_job", "the run holds 2 jobs: the 4-rank one is analysed apart")],
+    other_jobs: [{ world_size: 4, ranks: [0, 1, 2, 3] }],
+  });
+  assert.equal(parts.title, "Job of 2 ranks");
+  assert.match(parts.alone, /^Only rank 1's trace of this 2-rank job is here/);
+  // The view does not say there is another job: the warning does.
+  assert.deepEqual(parts.issues, ["the run holds 2 jobs: the 4-rank one is analysed apart"]);
+});

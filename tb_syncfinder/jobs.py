@@ -134,11 +134,15 @@ class JobStage:
         for c in costs:
             by_site[c.site_key].append(c)
         peer: dict[str, Counter[int]] = defaultdict(Counter)
+        waited: dict[str, Counter[int]] = defaultdict(Counter)  # syncs per late rank
         for sync in (s for r in self.results for s in r.syncs + r.latent):
             if sync.waiting_for_rank is not None and sync.peer_wait_us > 0:
                 peer[sync.site_key][sync.waiting_for_rank] += sync.peer_wait_us
+                waited[sync.site_key][sync.waiting_for_rank] += 1
         for site in report.sites + report.latent_sites:
-            _annotate_site(site, by_site.get(site.key, []), peer.get(site.key))
+            _annotate_site(
+                site, by_site.get(site.key, []), peer.get(site.key), waited.get(site.key)
+            )
         report.job = self.to_json()
 
     def to_json(self) -> dict[str, Any]:
@@ -161,7 +165,12 @@ class JobStage:
         return doc
 
 
-def _annotate_site(site: Site, costs: list[R.SiteJobCost], peer: Counter[int] | None) -> None:
+def _annotate_site(
+    site: Site,
+    costs: list[R.SiteJobCost],
+    peer: Counter[int] | None,
+    waited: Counter[int] | None = None,
+) -> None:
     site.caused_wait_us = sum(c.caused_wait_us for c in costs)
     site.job_saving_us = sum(c.job_saving_us for c in costs)
     site.job_saving_per_step_us = sum(c.job_saving_per_step_us for c in costs)
@@ -169,7 +178,14 @@ def _annotate_site(site: Site, costs: list[R.SiteJobCost], peer: Counter[int] | 
     if peer:
         late_rank = peer.most_common(1)[0][0]
         site.waiting_for_rank = late_rank
-        site.waiting_for = f"waiting for rank {late_rank}"
+        # A site merges the line's syncs of every rank, the late rank's own among them
+        # (they waited for no one): say how many of them waited for it.
+        count = (waited or Counter()).get(late_rank, 0)
+        site.waiting_for = (
+            f"{count} of its {site.count} syncs waiting for rank {late_rank}"
+            if count and count < site.count
+            else f"waiting for rank {late_rank}"
+        )
     site.local_saving_us = max(0.0, site.host_wait_us + site.gpu_idle_us - site.peer_wait_us)
 
 

@@ -556,7 +556,12 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
     ).split(",")
     assert header[: len(first)] == first  # none moved
     added = dict(zip(header[len(first) :], row[len(first) :], strict=True))
-    assert set(added) == {"predicted_saving_us", "predicted_saving_per_step_us", "saving_method"}
+    assert set(added) == {
+        "predicted_saving_us",
+        "predicted_saving_per_step_us",
+        "saving_method",
+        "waiting_for",
+    }
     assert float(added["predicted_saving_us"]) == pytest.approx(
         site["predicted_saving_us"], abs=1e-3
     )

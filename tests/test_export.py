@@ -356,6 +356,7 @@ def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
         "predicted_saving_us",
         "predicted_saving_per_step_us",
         "saving_method",
+        "waiting_for",
     ]
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["file"], r["predicted_saving_us"]) for r in rows[:2]] == [

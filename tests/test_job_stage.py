@@ -196,7 +196,11 @@ def test_nccl_waiting_ranks_item_sync_is_relabelled_waiting_for_the_late_rank(nc
     assert all(0 < s["peer_wait_us"] <= s["host_wait_us"] for s in waiting)
     assert not any(s["trace"].endswith("rank3.pt.trace.json") for s in waiting)
     site = next(s for s in nccl_report["sites"] if s["line"] == ITEM_LINE)
-    assert site["waiting_for"] == "waiting for rank 3" and site["waiting_for_rank"] == 3
+    # The site merges every rank's syncs of the line, rank 3's own among them.
+    waited = sum(1 for s in waiting if s["site_key"] == site["key"])
+    assert 0 < waited < site["count"]
+    assert site["waiting_for"] == f"{waited} of its {site['count']} syncs waiting for rank 3"
+    assert site["waiting_for_rank"] == 3
     # The old fields keep their meaning; the local saving drops by the peer's part.
     assert site["host_wait_us"] == pytest.approx(
         sum(s["host_wait_us"] for s in nccl_report["syncs"] if s["site_key"] == site["key"])
@@ -205,6 +209,18 @@ def test_nccl_waiting_ranks_item_sync_is_relabelled_waiting_for_the_late_rank(nc
         site["host_wait_us"] + site["gpu_idle_us"] - site["peer_wait_us"]
     )
     assert site["job_saving_us"] > 0 and site["caused_wait_us"] > 0
+
+
+def test_the_waiting_for_label_reaches_the_table_and_the_csv(nccl_report):
+    from tb_syncfinder.outputs.csv import to_csv
+    from tb_syncfinder.outputs.text import render_report
+
+    site = next(s for s in nccl_report["sites"] if s["line"] == ITEM_LINE)
+    assert site["waiting_for"] in render_report(nccl_report, width=120)
+    rows = to_csv(nccl_report).splitlines()
+    header = rows[0].split(",")
+    assert header[-1] == "waiting_for"
+    assert any(row.endswith(site["waiting_for"]) for row in rows[1:])
 
 
 def test_nccl_job_report_text_warns_about_the_missing_and_early_ranks(nccl_report):

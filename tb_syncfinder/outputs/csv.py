@@ -41,7 +41,13 @@ SITE_COLUMNS = [
 # Added after ``run``: the predicted saving the rows are ranked by (the what-if replay's, or
 # the upper bound where a trace could not be replayed: ``saving_method``), over the profiled
 # steps and per step; empty for latent sites (nothing was measured in a CPU-only trace).
-SAVING_COLUMNS = ["predicted_saving_us", "predicted_saving_per_step_us", "saving_method"]
+SAVING_COLUMNS = [
+    "predicted_saving_us",
+    "predicted_saving_per_step_us",
+    "saving_method",
+    # In a job: "waiting for rank L" (how many of the site's syncs waited for a late peer).
+    "waiting_for",
+]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
 
@@ -85,7 +91,7 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
                 _number(site.get("predicted_saving_per_step_us")),
                 site.get("saving_method") or "",
             ]
-        )
+        ) + [site.get("waiting_for") or ""]
         cells = (
             [
                 rank,

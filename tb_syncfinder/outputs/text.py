@@ -309,6 +309,8 @@ def _where_text(site: dict[str, Any]) -> str | None:
     candidates = site.get("candidates") or []
     if not site.get("line_exact") and candidates:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))
+    if site.get("waiting_for"):  # a job's: these syncs waited for a late peer, not the GPU
+        parts.append(str(site["waiting_for"]))
     return "; ".join(parts) or None
 
 

@@ -14,6 +14,7 @@ function z(e,t={}){if(!/^[a-z_]+$/.test(e))throw new Error(`bad route name: ${e}
   --muted: #5b636e;
   --border: #d6dae0;
   --accent: #e65100; /* TensorBoard's orange */
+  --accent-text: #b33f00; /* the orange as small text: 4.5:1 on --bg and --bg2 */
   --link: #0b57d0;
   --focus: #0b57d0;
   --wait: #d84315;
@@ -40,6 +41,7 @@ function z(e,t={}){if(!/^[a-z_]+$/.test(e))throw new Error(`bad route name: ${e}
   --muted: #a5abb3;
   --border: #44474c;
   --accent: #ff9e40;
+  --accent-text: #ff9e40;
   --link: #8ab4f8;
   --focus: #8ab4f8;
   --wait: #ff7043;
@@ -147,7 +149,7 @@ table.sa-table { border-collapse: collapse; width: 100%; }
 .sa-table th button { background: none; border: 0; padding: 0; cursor: pointer; font-weight: 600; }
 /* With a step selected: whose figure a column is (the step's, or the whole run's). */
 .sa-table th .sa-th-scope { display: block; font-weight: normal; font-size: 11px; color: var(--muted); }
-.sa-table th .sa-th-scope.step { color: var(--accent); font-weight: 600; }
+.sa-table th .sa-th-scope.step { color: var(--accent-text); font-weight: 600; }
 .sa-table th[aria-sort="ascending"] button::after { content: " \\25B2"; font-size: 9px; }
 .sa-table th[aria-sort="descending"] button::after { content: " \\25BC"; font-size: 9px; }
 .sa-table td.num, .sa-table th.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
@@ -282,8 +284,8 @@ table.sa-table { border-collapse: collapse; width: 100%; }
 .sa-job { margin: 8px 0 16px; }
 .sa-job h4 { margin: 10px 0 4px; font-size: 12px; }
 .sa-job-grid td { text-align: right; font-variant-numeric: tabular-nums; }
-.sa-job-late { color: #c62828; font-weight: 600; }
-.sa-job-wait { color: #1565c0; }
-.sa-job-none { color: #9e9e9e; }
+.sa-job-late { color: var(--bad); font-weight: 600; }
+.sa-job-wait { color: var(--line); }
+.sa-job-none { color: var(--muted); }
 .sa-apart ul { margin: 4px 0 0 18px; padding: 0; }
 `;var Ht=!1;function aa(){if(Ht)return;Ht=!0;let e=document.createElement("style");e.textContent=zt,document.head.appendChild(e),document.title="Sync Advisor",new le(document.body).start()}export{aa as render};

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -158,6 +159,18 @@ def shot(target: Any, name: str, full_page: bool = True) -> None:
     if TAKE_SCREENSHOTS:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         target.screenshot(path=str(SCREENSHOTS / name), full_page=full_page)
+
+
+def contrast(fg: str, bg: str) -> float:
+    """The WCAG contrast ratio of two CSS ``rgb(...)`` colours."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(v) / 255 for v in re.findall(r"\d+", colour)[:3]]
+        r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    high, low = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
 
 
 def rows(frame: Any) -> list[str]:

@@ -28,6 +28,7 @@ from tests.e2e.fixture_traces import (
 from tests.e2e.helpers import (
     REPO,
     TAKE_SCREENSHOTS,
+    contrast,
     new_page,
     plugin_url,
     rows,
@@ -238,6 +239,12 @@ def test_a_step_filter_shows_the_steps_own_count_wait_and_idle_and_says_which_ar
         "gpu_idle_us": "step 3",
         "share_of_step": "whole run",
     }, scopes
+    # The step's label is small text: readable against its header (WCAG AA, 4.5:1).
+    fg, bg = page.eval_on_selector(
+        "[data-testid=sites] thead th .sa-th-scope.step",
+        "el => [getComputedStyle(el).color, getComputedStyle(el.closest('th')).backgroundColor]",
+    )
+    assert contrast(fg, bg) >= 4.5, (fg, bg, contrast(fg, bg))
     # Each site synced once in step 3 (four times in the run): the cell is the step's.
     assert len(in_step) == 2  # the plugin sends the step's figures
     for key, figures in in_step.items():

@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import new_page, plugin_url, serve_tensorboard, skip_without_browser
+from tests.e2e.helpers import (
+    contrast,
+    new_page,
+    plugin_url,
+    serve_tensorboard,
+    skip_without_browser,
+)
 
 skip_without_browser()
 
@@ -65,6 +71,20 @@ def test_job_run_shows_the_lateness_grid_and_the_late_ranks_line_as_top_job_site
     assert first_site.split()[0] == str(LATE_RANK)
     assert f"{SCRIPT}:{SLEEP_LINE}" in first_site
     assert page.locator("[data-testid=job-ranks] tbody tr").count() == WORLD
+    assert page_errors == []
+
+
+def test_the_lateness_grid_stays_readable_in_the_dark_theme(
+    job_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, dark=True)
+    page.goto(plugin_url(job_board, "#run=gloo_job"))
+    page.wait_for_selector("[data-testid=job-grid] td.sa-job-wait")
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    for cls in ("sa-job-late", "sa-job-wait"):
+        colour = page.eval_on_selector(f"td.{cls}", "el => getComputedStyle(el).color")
+        # The theme's colours (light ones on the dark page), not the light theme's.
+        assert contrast(colour, background) >= 4.5, (cls, colour, background)
     assert page_errors == []
 
 

@@ -758,3 +758,50 @@ def test_syncs_outside_any_step_are_counted_and_said_so(sample_report: Report) -
     sample_report.syncs[0].step = None  # after the last step: in the totals, in no step
     text = render_report(sample_report, color=False)
     assert "(12 over 4 steps, 1 of them outside any step)" in text
+
+
+def test_a_large_jobs_section_names_rank_ranges_and_shows_the_late_ranks_only() -> None:
+    from tb_syncfinder.outputs.job_text import RANK_ROWS, job_lines
+
+    ranks = [r for r in range(320) if r not in (11, 299)]
+    late = {137: 2990.0, 250: 1190.0}
+    job = {
+        "world_size": 320,
+        "backend": "nccl",
+        "ranks": ranks,
+        "missing_ranks": [11, 299],
+        "rank_totals": [
+            {"rank": r, "worker": f"rank{r}", "late_us": late.get(r, 0.0), "caused_wait_us": 0.0}
+            for r in ranks
+        ],
+        "rank_steps": [
+            {"rank": r, "step": 1, "late_us": late.get(r, 0.0), "wait_us": 5.0} for r in ranks
+        ],
+        "sites": [
+            {
+                "rank": 137,
+                "file": "train.py",
+                "line": 80,
+                "caused_wait_us": 16.5e3,
+                "job_saving_us": 13.0,
+                "job_saving_per_step_us": 13.0,
+            },
+            {
+                "rank": 0,
+                "file": "train.py",
+                "line": 80,
+                "caused_wait_us": 0.0,
+                "job_saving_us": 0.0,
+                "job_saving_per_step_us": 0.0,
+            },
+        ],
+    }
+    lines = job_lines({"job": job}, lambda text, *_: text, 100)
+    text = "\n".join(lines)
+    assert lines[0].startswith("Job: world size 320 (nccl), ranks 0-10, 12-298, 300-319")
+    assert all(len(line) <= 100 for line in lines)
+    assert f"... {len(ranks) - RANK_ROWS} more ranks" in text
+    rows = [line for line in lines if line.strip().startswith(("137 ", "250 "))]
+    assert len(rows) == 4  # both late ranks, in the ranks table and the lateness grid
+    assert "Top sites by cost to the job (1 of" in text  # the site that cost nothing is out
+    assert "wait it caused" in text

@@ -13,8 +13,43 @@ from tb_syncfinder.outputs.text import Column, _layout, format_us, wrap
 _INDENT = "  "
 
 
+# Past this many ranks the per-rank tables show the ranks that matter (late, or that made
+# others wait) and say how many they leave out: a 300-rank job printed 600 rows.
+RANK_ROWS = 16
+
+
 def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks) if ranks else "none"
+    """``0-10, 12-298, 300-319``: runs of consecutive ranks as ranges."""
+    if not ranks:
+        return "none"
+    parts: list[str] = []
+    ordered = sorted(ranks)
+    start = prev = ordered[0]
+    for rank in [*ordered[1:], None]:
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if rank is not None:
+            start = prev = rank
+    return ", ".join(parts)
+
+
+def _ranks_shown(totals: list[dict[str, Any]], top: int | None) -> list[int]:
+    """The ranks the per-rank tables show: all up to ``RANK_ROWS`` (or ``top``), else the
+    latest first, then those whose lateness made the others wait most."""
+    limit = max(top or RANK_ROWS, 1)
+    if len(totals) <= limit:
+        return [int(row["rank"]) for row in totals]
+    ordered = sorted(
+        totals,
+        key=lambda row: (
+            -float(row.get("late_us") or 0.0),
+            -float(row.get("caused_wait_us") or 0.0),
+            int(row["rank"]),
+        ),
+    )
+    return sorted(int(row["rank"]) for row in ordered[:limit])
 
 
 def _site_location(site: dict[str, Any]) -> str:
@@ -75,7 +110,9 @@ def _site_columns() -> list[Column]:
         Column("site (file:line)", lambda row: _site_location(row[1]), align="<", wrap=True),
         Column("op", lambda row: row[1].get("op") or "-", align="<", drop=2),
         Column("late at", lambda row: str(row[1].get("late_collectives") or 0), drop=1),
-        Column("others waited", lambda row: format_us(float(row[1]["caused_wait_us"]))),
+        # The part of the others' wait this sync explains (the ranks table's "others
+        # waited" is all of the rank's lateness times its peers).
+        Column("wait it caused", lambda row: format_us(float(row[1]["caused_wait_us"]))),
         Column(
             "job saves/step",
             lambda row: (
@@ -100,18 +137,12 @@ def job_lines(
         return []
     lines: list[str] = []
     if job.get("world_size"):
-        lines.append(
-            style(
-                f"Job: world size {job['world_size']} ({job.get('backend') or 'backend unknown'}), "
-                f"ranks {_ranks_text(job.get('ranks') or [])} in the traces"
-                + (
-                    f", missing {_ranks_text(job['missing_ranks'])}"
-                    if job.get("missing_ranks")
-                    else ""
-                ),
-                bold,
-            )
+        head = (
+            f"Job: world size {job['world_size']} ({job.get('backend') or 'backend unknown'}), "
+            f"ranks {_ranks_text(job.get('ranks') or [])} in the traces"
+            + (f", missing {_ranks_text(job['missing_ranks'])}" if job.get("missing_ranks") else "")
         )
+        lines.extend(style(line, bold) for line in wrap(head, width, "", _INDENT))
         lines.append(
             f"{_INDENT}{job.get('collective_count', 0)} collectives matched, "
             f"{job.get('late_collective_count', 0)} with a late rank; noise floor "
@@ -128,22 +159,38 @@ def job_lines(
             )
         )
     totals = job.get("rank_totals") or []
+    shown_ranks = set(_ranks_shown(totals, top))
+    left_out = len(totals) - len(shown_ranks)
     if totals:
         lines.append("")
         lines.append(style("Ranks: host wait in syncs beside wait in collectives", bold))
-        lines.extend(_table(_rank_columns(), totals, width, style, bold))
+        rows = [row for row in totals if int(row["rank"]) in shown_ranks]
+        lines.extend(_table(_rank_columns(), rows, width, style, bold))
+        if left_out:
+            lines.append(
+                f"{_INDENT}... {left_out} more ranks, none later than these "
+                "(--top N shows more; --json has every rank)"
+            )
     rank_steps = job.get("rank_steps") or []
     if rank_steps:
         steps = sorted({int(r["step"]) for r in rank_steps})
         grid: dict[int, dict[int, dict[str, Any]]] = {}
         for row in rank_steps:
-            grid.setdefault(int(row["rank"]), {})[int(row["step"])] = row
+            if not totals or int(row["rank"]) in shown_ranks:
+                grid.setdefault(int(row["rank"]), {})[int(row["step"])] = row
         lines.append("")
         lines.append(
             style("Lateness per rank and step (+ held the others, - waited for a peer)", bold)
         )
         lines.extend(_table(_grid_columns(steps), sorted(grid.items()), width, style, bold))
-    sites = job.get("sites") or []
+        if totals and left_out:
+            lines.append(f"{_INDENT}... the same {left_out} ranks left out")
+    # A site that cost the job nothing (it made no rank late) is no cause to list.
+    sites = [
+        s
+        for s in job.get("sites") or []
+        if float(s.get("caused_wait_us") or 0.0) > 0 or float(s.get("job_saving_us") or 0.0) > 0
+    ]
     if sites:
         shown = sites[:top] if top else sites
         lines.append("")

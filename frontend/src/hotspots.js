@@ -331,19 +331,19 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
       app.setState({ worker: g.worker, span: null, step: null, site: null, sync: null });
       return;
     }
-    const step = shown[i].step;
-    const same = state.step === step && (!grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null)));
     // Step numbers are per worker: filtering to a step of one worker selects that worker.
     const where = grouped ? { worker: g.worker, span: g.span } : {};
-    app.setState({ ...where, step: same ? null : step, sync: null });
+    // Picking the selected step again clears the filter.
+    app.setState({ ...where, step: isSelected(i) ? null : shown[i].step, sync: null });
   };
   const empty = L.maxUs === 0;
   const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(shown[i].step));
+  /** Whether bar `i` is the selected step (of the selected worker and span when grouped). */
   const isSelected = (/** @type {number} */ i) => {
     if (perWorker) return false;
     const g = groupOf(i);
     const inSel = !grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null));
-    return state.step === L.bars[i].step && inSel;
+    return state.step === shown[i].step && inSel;
   };
   // One Tab stop for the whole chart (the selected step's bar, else the first), arrow keys
   // between bars, as in the sites table.

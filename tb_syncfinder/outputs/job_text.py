@@ -19,7 +19,8 @@ RANK_ROWS = 16
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    """``0-10, 12-298, 300-319``: runs of consecutive ranks as ranges."""
+    """``0-10, 12-298, 300-319``: runs of four or more consecutive ranks as ranges (a few
+    ranks read better listed: ``0, 1, 2``)."""
     if not ranks:
         return "none"
     parts: list[str] = []
@@ -29,7 +30,10 @@ def _ranks_text(ranks: list[int]) -> str:
         if rank is not None and rank == prev + 1:
             prev = rank
             continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if prev - start >= 3:
+            parts.append(f"{start}-{prev}")
+        else:
+            parts.extend(str(r) for r in range(start, prev + 1))
         if rank is not None:
             start = prev = rank
     return ", ".join(parts)

@@ -5,6 +5,7 @@
  */
 import { ApiError, clearCache, getJson } from "./api.js";
 import { kindStyles, setCatalogue } from "./catalogue.js";
+import { pickBaseline } from "./compare.js";
 import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
@@ -62,6 +63,14 @@ export class App {
     this.missingRun = null;
     /** The run the view last showed. @type {string | null} */
     this.shownRun = null;
+    /**
+     * The same for the compare view's baseline: a baseline run the view named that the
+     * logdir does not hold, said until the user picks a baseline or a run.
+     * @type {{name: string, gone: boolean} | null}
+     */
+    this.missingBase = null;
+    /** The baseline the compare view last used. @type {string | null} */
+    this.shownBase = null;
     /** A data-focus-key to focus after the next render (instead of the focused element's). */
     this.pendingFocus = /** @type {string | null} */ (null);
     /**
@@ -95,6 +104,7 @@ export class App {
     window.addEventListener("hashchange", () => {
       this.state = decodeState(location.hash);
       this.missingRun = null;
+      this.missingBase = null;
       this.render();
     });
     // TensorBoard's hash changed (Back/Forward, an edited or pasted address, a tab switch):
@@ -108,6 +118,7 @@ export class App {
       } else if (encodeState(named) !== encodeState(this.state)) {
         this.state = named;
         this.missingRun = null;
+        this.missingBase = null;
         this.writeUrl();
         this.render();
       }
@@ -189,8 +200,9 @@ export class App {
    */
   setState(patch) {
     this.state = { ...this.state, ...patch };
-    // The user picked a run: the notice about a missing one has done its job.
+    // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
+    if ("run" in patch || "base" in patch) this.missingBase = null;
     this.writeUrl();
     this.render();
   }
@@ -254,6 +266,23 @@ export class App {
   }
 
   /**
+   * The compare view's baseline, as `reconcileRun` does for the run: a baseline named in the
+   * URL (or shown until its folder was deleted) that the logdir does not hold is replaced by
+   * the default baseline, said so, and the URL names the baseline used.
+   */
+  reconcileBase() {
+    const names = (this.runs?.runs || []).map((/** @type {any} */ r) => r.name);
+    if (this.state.view !== "compare" || !names.length) return;
+    const { base, missing } = pickBaseline(names, this.currentRun()?.name ?? null, this.state.base);
+    if (missing) {
+      this.missingBase = { name: missing, gone: missing === this.shownBase };
+      this.state = { ...this.state, base };
+      this.writeUrl();
+    }
+    this.shownBase = base;
+  }
+
+  /**
    * Close the detail panel (Escape inside it, or its × button) and put the focus back on
    * the site's row, where the keyboard user opened it.
    */
@@ -293,6 +322,7 @@ export class App {
       this.pendingFocus = null;
     }
     this.reconcileRun();
+    this.reconcileBase();
     this.renderHeader();
     this.renderBanners();
     const sel = this.selection();
@@ -516,17 +546,14 @@ export class App {
     if (this.runsError) parts.push(errorBanner(this.runsError, "Cannot list runs"));
     const missing = this.missingRun;
     if (missing) {
-      parts.push(
-        h(
-          "div",
-          { class: "sa-banner", role: "status", "data-testid": "missing-run" },
-          h("b", null, `Run "${missing.name}" is not in the logdir${missing.gone ? " any more" : ""}`),
-          missing.gone ? " (its folder was removed or renamed)" : " (renamed, removed, or a typo in the link)",
-          missing.shown ? `: showing run "${missing.shown}" instead.` : ".",
-          " ",
-          h("button", { class: "sa-linkish", "data-focus-key": "dismiss-missing", onclick: () => { this.missingRun = null; this.renderBanners(); } }, "Dismiss"),
-        ),
-      );
+      const instead = missing.shown ? `: showing run "${missing.shown}" instead.` : ".";
+      parts.push(this.missingNotice("missing-run", `Run "${missing.name}"`, missing.gone, instead, "sa-run", () => (this.missingRun = null)));
+    }
+    const missingBase = this.state.view === "compare" ? this.missingBase : null;
+    if (missingBase) {
+      const base = this.shownBase;
+      const instead = base ? `: comparing with run "${base}" instead.` : ": pick a baseline run.";
+      parts.push(this.missingNotice("missing-base", `Baseline run "${missingBase.name}"`, missingBase.gone, instead, "sa-base", () => (this.missingBase = null)));
     }
     if (this.runs?.loading) {
       const loadingRuns = (this.runs.runs || []).filter((/** @type {any} */ r) => r.loading);
@@ -630,6 +657,40 @@ export class App {
       );
     }
     replace(this.bannerEl, parts);
+  }
+
+  /**
+   * The notice that a run the view named is not in the logdir (any more), and what is shown
+   * instead. Dismissing it puts the focus on the picker of that run, not on the page.
+   * @param {string} testid
+   * @param {string} what `Run "x"`, `Baseline run "x"`
+   * @param {boolean} gone whether it was shown before (its folder removed while open)
+   * @param {string} instead what the view shows instead, as the end of the sentence
+   * @param {string} pickerId the id of the select that picks that run
+   * @param {() => void} forget clears the notice's state
+   */
+  missingNotice(testid, what, gone, instead, pickerId, forget) {
+    return h(
+      "div",
+      { class: "sa-banner", role: "status", "data-testid": testid },
+      h("b", null, `${what} is not in the logdir${gone ? " any more" : ""}`),
+      gone ? " (its folder was removed or renamed)" : " (renamed, removed, or a typo in the link)",
+      instead,
+      " ",
+      h(
+        "button",
+        {
+          class: "sa-linkish",
+          "data-focus-key": `dismiss-${testid}`,
+          onclick: () => {
+            forget();
+            this.renderBanners();
+            document.getElementById(pickerId)?.focus();
+          },
+        },
+        "Dismiss",
+      ),
+    );
   }
 
   emptyRunsView() {

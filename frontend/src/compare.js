@@ -256,3 +256,20 @@ export function defaultBaseline(runs, current) {
   if (others.length === 1) return others[0];
   return sameStem.length === 1 ? sameStem[0] : null;
 }
+
+/**
+ * The baseline the compare view of run `run` uses: the one the view names when it is
+ * another listed run, else the default (`defaultBaseline`, null when there is none to
+ * guess). `missing` is the named baseline when the runs list holds runs but not that one
+ * (renamed, removed, a typo in a link): the view says so and its URL names the baseline
+ * used instead. A run named as its own baseline is not missing: the default replaces it.
+ * @param {string[]} runs the listed run names
+ * @param {string | null} run the run compared
+ * @param {string | null} named the baseline the view state names
+ * @returns {{base: string | null, missing: string | null}}
+ */
+export function pickBaseline(runs, run, named) {
+  if (named && named !== run && runs.includes(named)) return { base: named, missing: null };
+  const missing = named !== null && runs.length > 0 && !runs.includes(named) ? named : null;
+  return { base: defaultBaseline(runs, run), missing };
+}

@@ -10,7 +10,7 @@ import { formatCount, formatPct, formatUs } from "./format.js";
 import {
   changeText,
   compareHeadline,
-  defaultBaseline,
+  pickBaseline,
   compareBasis,
   compareLocation,
   countByStatus,
@@ -28,8 +28,8 @@ export async function renderCompare(ctx) {
   const runs = (app.runs?.runs || []).map((/** @type {any} */ r) => r.name);
   const others = runs.filter((/** @type {string} */ r) => r !== sel.run);
   // A run is never its own baseline; with none picked, the run named *baseline* (or the
-  // only other run) is.
-  const base = state.base && others.includes(state.base) ? state.base : defaultBaseline(runs, sel.run);
+  // only other run) is. One named that is not listed was said and replaced (app.js).
+  const { base } = pickBaseline(runs, sel.run, state.base);
   const picker = h(
     "span",
     { class: "sa-field" },

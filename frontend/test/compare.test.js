@@ -7,6 +7,7 @@ import {
   compareHeadline,
   countByStatus,
   countTone,
+  pickBaseline,
   sideCost,
   sortCompareSites,
   stepTimeChange,
@@ -171,4 +172,17 @@ test("a compared row merging several lines names every line, as the CLI does", (
   assert.equal(compareLocation({ ...row, before: null, after: { lines: [101, 104] } }), "\u2026/demo/cnn.py:101,104");
   assert.equal(compareLocation({ file: "train.py", line: 9, before: {} }), "train.py:9");
   assert.equal(compareLocation({ file: null, ops: ["aten::item"], before: {} }), "aten::item");
+});
+
+test("a baseline the view names that is not listed is said missing and the default used", () => {
+  const runs = ["baseline", "optimized", "other"];
+  assert.deepEqual(pickBaseline(runs, "optimized", "other"), { base: "other", missing: null });
+  assert.deepEqual(pickBaseline(runs, "optimized", "no_such_run"), { base: "baseline", missing: "no_such_run" });
+  // No default to guess: nothing compared, the name still said missing.
+  assert.deepEqual(pickBaseline(runs, "baseline", "gone"), { base: null, missing: "gone" });
+  // None named, or the run itself named: the default, nothing missing.
+  assert.deepEqual(pickBaseline(runs, "optimized", null), { base: "baseline", missing: null });
+  assert.deepEqual(pickBaseline(runs, "optimized", "optimized"), { base: "baseline", missing: null });
+  // No run listed yet (TensorBoard still starting): nothing is said missing.
+  assert.deepEqual(pickBaseline([], "optimized", "baseline"), { base: null, missing: null });
 });

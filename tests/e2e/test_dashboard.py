@@ -920,6 +920,26 @@ def test_a_run_none_of_whose_traces_can_be_read_says_so_and_concludes_nothing(
     assert page_errors == []
 
 
+def test_a_baseline_the_link_names_that_is_not_in_the_logdir_is_said_and_the_url_names_the_one_used(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=optimized&view=compare&base=no_such_base"))
+    notice = page.wait_for_selector("[data-testid=missing-base]")
+    text = notice.inner_text()
+    assert 'Baseline run "no_such_base" is not in the logdir' in text, text
+    assert 'comparing with run "baseline" instead' in text, text
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert page.input_value("#sa-base") == "baseline"
+    # The URL ("Copy link", a reload) names the baseline compared, not the missing one.
+    assert page.evaluate("location.hash") == "#run=optimized&view=compare&base=baseline"
+    # Dismissed, the notice hands the focus to the baseline picker, not to the page.
+    notice.query_selector("button").click()
+    page.wait_for_function("!document.querySelector('[data-testid=missing-base]')")
+    assert page.evaluate("document.activeElement.id") == "sa-base"
+    assert page_errors == []
+
+
 def test_trace_read_with_repairs_gets_a_quiet_notice_naming_the_file_and_the_repair(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

@@ -13,7 +13,7 @@ import { spanLabels } from "./format.js";
 import { renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
-import { readableCount, repairNotices, unreadableBanner } from "./repairs.js";
+import { readableCount, repairNotices, runOptionLabel, unreadableBanner } from "./repairs.js";
 import {
   decodeState,
   encodeState,
@@ -432,7 +432,7 @@ export class App {
         h(
           "option",
           { value: r.name, selected: r.name === run?.name },
-          r.name + (r.loading ? " (loading…)" : r.error_count ? (r.error_count >= r.trace_count ? " (unreadable)" : ` (${r.error_count} unreadable)`) : ""),
+          runOptionLabel(r),
         ),
       ),
     );

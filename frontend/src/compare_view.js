@@ -7,6 +7,8 @@ import { getJson } from "./api.js";
 import { h } from "./dom.js";
 import { kindLabel } from "./catalogue.js";
 import { formatCount, formatPct, formatUs } from "./format.js";
+import { unreadableFiles } from "./hotspots.js";
+import { nothingReadable, runOptionLabel, selectionName } from "./repairs.js";
 import {
   changeText,
   compareHeadline,
@@ -25,8 +27,9 @@ import {
 /** @param {any} ctx */
 export async function renderCompare(ctx) {
   const { sel, state, app } = ctx;
-  const runs = (app.runs?.runs || []).map((/** @type {any} */ r) => r.name);
-  const others = runs.filter((/** @type {string} */ r) => r !== sel.run);
+  const listed = app.runs?.runs || [];
+  const runs = listed.map((/** @type {any} */ r) => r.name);
+  const others = listed.filter((/** @type {any} */ r) => r.name !== sel.run);
   // A run is never its own baseline; with none picked, the run named *baseline* (or the
   // only other run) is. One named that is not listed was said and replaced (app.js).
   const { base } = pickBaseline(runs, sel.run, state.base);
@@ -42,7 +45,7 @@ export async function renderCompare(ctx) {
         onchange: (/** @type {Event} */ e) => app.setState({ base: /** @type {HTMLSelectElement} */ (e.target).value || null }),
       },
       h("option", { value: "", selected: !base }, "Pick a baseline…"),
-      others.map((/** @type {string} */ r) => h("option", { value: r, selected: r === base }, r)),
+      others.map((/** @type {any} */ r) => h("option", { value: r.name, selected: r.name === base }, runOptionLabel(r))),
     ),
     h("span", null, " → ", h("b", null, sel.run)),
   );
@@ -61,10 +64,27 @@ export async function renderCompare(ctx) {
     );
   }
   const [data, baseSummary, newSummary] = await Promise.all([
-    getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base }),
+    getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base }).catch((/** @type {unknown} */ e) => ({ failed: e })),
     getJson("summary", { run: base }).catch(() => null),
     getJson("summary", sel).catch(() => null),
   ]);
+  // A side none of whose traces could be read has an empty report: compared with it, every
+  // site would read fixed (or new). Say only that.
+  const unreadable = [
+    nothingReadable(baseSummary?.traces) ? unreadableSide(`baseline run "${base}"`, baseSummary.traces, true) : null,
+    nothingReadable(newSummary?.traces) ? unreadableSide(selectionName(sel, `run "${sel.run}"`), newSummary.traces, sel.worker !== null) : null,
+  ].filter(Boolean);
+  if (unreadable.length) {
+    return h(
+      "div",
+      { class: "sa-compare", "data-testid": "compare-unreadable" },
+      h("div", { class: "sa-compare-head" }, picker),
+      h("div", { class: "sa-empty" }, unreadable, h("p", null, "Nothing to compare until a trace file of each run can be read.")),
+    );
+  }
+  if ("failed" in data) throw data.failed;
+  // Some trace files of the baseline could not be read (the run's own are in the banner).
+  const baseErrors = (data.unreadable || []).filter((/** @type {any} */ u) => u.side === "base");
   // A CPU-only run measures no wait: its cost rows read "–" (as its hotspots do), never 0.
   const cpuBase = baseSummary?.has_gpu_activity === false;
   const cpuNew = newSummary?.has_gpu_activity === false;
@@ -104,6 +124,14 @@ export async function renderCompare(ctx) {
     headline.note ? h("p", { class: "sa-note", "data-testid": "step-change-note" }, headline.note) : null,
     headline.caveat ? h("p", { class: "sa-muted sa-small", "data-testid": "step-change-caveat" }, headline.caveat) : null,
     basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note) : null,
+    baseErrors.length
+      ? h(
+          "details",
+          { class: "sa-note", "data-testid": "base-unreadable" },
+          h("summary", null, `${baseErrors.length} trace file${baseErrors.length > 1 ? "s" : ""} of baseline run "${base}" could not be read: compared without ${baseErrors.length > 1 ? "them" : "it"}`),
+          unreadableFiles(baseErrors),
+        )
+      : null,
     h(
       "div",
       { class: "sa-table-wrap", style: { "max-width": "640px", "margin-bottom": "12px" } },
@@ -184,6 +212,20 @@ export async function renderCompare(ctx) {
         )
       : h("div", { class: "sa-empty" }, "Neither run has sync sites."),
   );
+}
+
+/**
+ * What a side none of whose traces could be read says: its name and, unless the banner above
+ * lists them already (the selected run as a whole), each file and why.
+ * @param {string} name
+ * @param {any[]} traces that side's summary traces, each with its `error`
+ * @param {boolean} list whether to list the files here
+ */
+function unreadableSide(name, traces, list) {
+  return [
+    h("h2", null, `No trace of ${name} could be read`),
+    list ? unreadableFiles(traces) : h("p", null, "Its files and why are listed above."),
+  ];
 }
 
 /**

@@ -9,7 +9,7 @@ import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
 import { groupSteps, layoutStepChart, nextBarIndex } from "./layout.js";
 import { inlineCode } from "./markup.js";
-import { nothingReadable } from "./repairs.js";
+import { nothingReadable, selectionName } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
@@ -122,19 +122,26 @@ export async function renderHotspots(ctx) {
  * @param {{worker: string | null, span: string | null}} sel
  */
 function unreadableView(traces, sel) {
-  const what = sel.span !== null ? `span ${sel.span} of worker ${sel.worker}` : sel.worker !== null ? `worker ${sel.worker}` : "this run";
   return h(
     "div",
     { class: "sa-empty", "data-testid": "nothing-read" },
     // A whole run's banner above already says it, with the reasons.
-    sel.worker === null ? null : h("h2", null, `No trace of ${what} could be read`),
+    sel.worker === null ? null : h("h2", null, `No trace of ${selectionName(sel)} could be read`),
     sel.worker === null
       ? h("p", null, "Nothing to analyse until a trace file of this run can be read: its findings appear here then.")
-      : h(
-          "ul",
-          { class: "sa-errors", style: { "text-align": "left" } },
-          traces.map((/** @type {any} */ t) => h("li", null, h("code", null, t.path), ": ", t.error)),
-        ),
+      : unreadableFiles(traces),
+  );
+}
+
+/**
+ * Trace files that could not be read, each with why.
+ * @param {{path: string, error: string}[]} files
+ */
+export function unreadableFiles(files) {
+  return h(
+    "ul",
+    { class: "sa-errors", style: { "text-align": "left" } },
+    files.map((f) => h("li", null, h("code", null, f.path), ": ", f.error)),
   );
 }
 

@@ -35,7 +35,7 @@ export function repairNotices(traces, max = MAX_REPAIR_NOTICES) {
  * @returns {{all: boolean, title: string, open: boolean}}
  */
 export function unreadableBanner(traceCount, errorCount) {
-  const all = errorCount > 0 && errorCount >= traceCount;
+  const all = runUnreadable({ trace_count: traceCount, error_count: errorCount });
   if (all) {
     return {
       all,
@@ -69,4 +69,39 @@ export function nothingReadable(traces) {
  */
 export function readableCount(traces) {
   return Array.isArray(traces) ? traces.filter((t) => t && !t.error).length : null;
+}
+
+/**
+ * Whether no trace file of a run could be read: an entry of the `runs` answer whose every
+ * trace failed (`error_count` of its `trace_count`).
+ * @param {{trace_count?: number, error_count?: number} | null | undefined} run
+ * @returns {boolean}
+ */
+export function runUnreadable(run) {
+  const errors = run?.error_count || 0;
+  return errors > 0 && errors >= (run?.trace_count || 0);
+}
+
+/**
+ * How a run picker (the run, the compare view's baseline) names a run of the `runs`
+ * answer: still loading, unreadable as a whole, or with its unreadable files counted.
+ * @param {{name: string, loading?: boolean, trace_count?: number, error_count?: number}} run
+ * @returns {string}
+ */
+export function runOptionLabel(run) {
+  if (run.loading) return `${run.name} (loading…)`;
+  if (!run.error_count) return run.name;
+  return runUnreadable(run) ? `${run.name} (unreadable)` : `${run.name} (${run.error_count} unreadable)`;
+}
+
+/**
+ * A selection as a sentence names it: `span S of worker W`, `worker W`, else `whole` (the
+ * run itself).
+ * @param {{worker: string | null, span: string | null}} sel
+ * @param {string} [whole]
+ * @returns {string}
+ */
+export function selectionName(sel, whole = "this run") {
+  if (sel.span !== null) return `span ${sel.span} of worker ${sel.worker}`;
+  return sel.worker !== null ? `worker ${sel.worker}` : whole;
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { nothingReadable, readableCount, repairNotices, unreadableBanner } from "../src/repairs.js";
+import { nothingReadable, readableCount, repairNotices, runOptionLabel, runUnreadable, selectionName, unreadableBanner } from "../src/repairs.js";
 
 test("a repaired trace gets a notice naming the file and every repair", () => {
   const { notices, more } = repairNotices([
@@ -50,4 +50,23 @@ test("a selection is unreadable only when it has traces and each failed", () => 
   assert.equal(nothingReadable(undefined), false);
   assert.equal(readableCount([{ error: "x" }, { error: null }, {}]), 2);
   assert.equal(readableCount(undefined), null);
+});
+
+test("a run picker names a run unreadable as a whole, or counts its unreadable files", () => {
+  const run = (error_count, trace_count = 2, loading = false) => ({ name: "r", error_count, trace_count, loading });
+  assert.equal(runOptionLabel(run(0)), "r");
+  assert.equal(runOptionLabel(run(1)), "r (1 unreadable)");
+  assert.equal(runOptionLabel(run(2)), "r (unreadable)");
+  assert.equal(runOptionLabel(run(2, 2, true)), "r (loading…)");
+  assert.equal(runUnreadable(run(2)), true);
+  assert.equal(runUnreadable(run(1)), false);
+  assert.equal(runUnreadable({ trace_count: 0, error_count: 0 }), false);
+  assert.equal(runUnreadable(null), false);
+});
+
+test("a selection is named as a sentence says it", () => {
+  assert.equal(selectionName({ worker: null, span: null }), "this run");
+  assert.equal(selectionName({ worker: null, span: null }, 'run "a"'), 'run "a"');
+  assert.equal(selectionName({ worker: "w0", span: null }), "worker w0");
+  assert.equal(selectionName({ worker: "w0", span: "17" }), "span 17 of worker w0");
 });

@@ -940,6 +940,46 @@ def test_a_baseline_the_link_names_that_is_not_in_the_logdir_is_said_and_the_url
     assert page_errors == []
 
 
+@pytest.mark.parametrize(
+    ("hash_", "said"),
+    [
+        ("#run=baseline&view=compare&base=unreadable", 'No trace of baseline run "unreadable"'),
+        ("#run=unreadable&view=compare&base=baseline", 'No trace of run "unreadable"'),
+    ],
+)
+def test_compare_with_a_run_none_of_whose_traces_can_be_read_says_so_and_compares_nothing(
+    board: str, browser: Any, page_errors: list[str], hash_: str, said: str
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, hash_))
+    text = page.wait_for_selector("[data-testid=compare-unreadable]").inner_text()
+    assert f"{said} could be read" in text, text
+    # The reasons: here for the baseline, in the open banner above for the run itself.
+    where = text if "baseline run" in said else page.inner_text("[data-testid=file-errors][open]")
+    assert "worker0.1700000000000.pt.trace.json.gz: truncated" in where, where
+    # Not an empty report compared: no verdict, no counts, no rows of fixed or new sites.
+    for testid in ("compare-sites", "step-change", "compare"):
+        assert page.locator(f"[data-testid={testid}]").count() == 0, testid
+    assert page.locator("[data-status-count]").count() == 0
+    if "baseline run" in said:
+        assert page.inner_text("#sa-base option:checked") == "unreadable (unreadable)"
+    assert page_errors == []
+
+
+def test_compare_with_a_baseline_of_which_a_trace_cannot_be_read_says_it_is_left_out(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline&view=compare&base=optimized"))
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    note = page.inner_text("[data-testid=base-unreadable] summary")
+    assert note == (
+        '1 trace file of baseline run "optimized" could not be read: compared without it'
+    ), note
+    assert page.inner_text("#sa-base option:checked") == "optimized (1 unreadable)"
+    assert page_errors == []
+
+
 def test_trace_read_with_repairs_gets_a_quiet_notice_naming_the_file_and_the_repair(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

@@ -92,7 +92,14 @@ _NO_END = float("inf")
 
 
 def available_memory_bytes() -> Optional[int]:
-    """``MemAvailable`` of /proc/meminfo (Linux); None elsewhere."""
+    """The memory this process may still use: ``MemAvailable`` of /proc/meminfo, less
+    where its cgroup's limit (a container's, ``docker --memory``, a Kubernetes pod's) or its
+    address-space limit (``ulimit -v``) leaves less. None where none is known."""
+    rooms = [room for room in (_mem_available(), cgroup_room(), _rlimit_room()) if room]
+    return max(0, min(rooms)) if rooms else None
+
+
+def _mem_available() -> Optional[int]:
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
@@ -101,6 +108,71 @@ def available_memory_bytes() -> Optional[int]:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+# Limits at least this large are "no limit" (cgroup v1 writes 2^63 rounded to a page).
+_NO_LIMIT = 1 << 60
+
+
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None  # absent, or cgroup v2's "max"
+
+
+def cgroup_room(
+    cgroup_root: str = "/sys/fs/cgroup", self_cgroup: str = "/proc/self/cgroup"
+) -> Optional[int]:
+    """What the memory cgroup of this process has left under its limit (v2 ``memory.max``
+    less ``memory.current``, v1 ``memory.limit_in_bytes`` less ``memory.usage_in_bytes``);
+    None when it has no limit or none is readable. A container usually mounts its own
+    cgroup at the root, so the root is read when the recorded path is not there."""
+    try:
+        with open(self_cgroup, encoding="ascii") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":
+            base, files = cgroup_root, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            base = os.path.join(cgroup_root, "memory")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        for folder in (os.path.join(base, path.lstrip("/")), base):
+            limit = _read_int(os.path.join(folder, files[0]))
+            used = _read_int(os.path.join(folder, files[1]))
+            if limit is not None and used is not None:
+                if limit < _NO_LIMIT:
+                    rooms.append(limit - used)
+                break
+    return min(rooms) if rooms else None
+
+
+def _rlimit_room() -> Optional[int]:
+    """What ``ulimit -v`` leaves of the address space (less what it holds now)."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return None
+    size = 0
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    size = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return soft - size
 
 
 def auto_window_bytes() -> Optional[int]:

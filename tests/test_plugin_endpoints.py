@@ -545,10 +545,13 @@ def test_loader_flags_reach_the_plugin_settings(tmp_path: Path) -> None:
             "--sync_advisor_path_map", "/remote/proj=" + str(tmp_path),
             "--sync_advisor_cache_dir", "none",
             "--sync_advisor_reload_interval", "2.5",
+            "--sync_advisor_window_mb", "256",
         ]
     )  # fmt: skip
     SyncAdvisorLoader().fix_flags(flags)
     settings = settings_from_flags(flags, str(tmp_path))
+    assert settings.window_mb == 256.0
+    assert plugin_module.make_engine_options(settings).window_bytes == 256_000_000
     assert settings.source_roots == [str(tmp_path.resolve()), str((tmp_path / "b").resolve())]
     assert settings.path_map == [("/remote/proj", str(tmp_path))]
     assert settings.cache_dir is None
@@ -556,12 +559,20 @@ def test_loader_flags_reach_the_plugin_settings(tmp_path: Path) -> None:
     assert settings.logdirs == [(None, str(tmp_path.resolve()))]
     defaults = settings_from_flags(parser.parse_args([]), str(tmp_path))
     assert defaults.source_roots and defaults.cache_dir and defaults.reload_interval_s == 10
+    assert plugin_module.make_engine_options(defaults).window_bytes is None  # from memory
+    never = settings_from_flags(parser.parse_args(["--sync_advisor_window_mb", "0"]), "")
+    assert plugin_module.make_engine_options(never).window_bytes == 0
 
 
 def test_malformed_flags_are_flag_errors() -> None:
     parser = argparse.ArgumentParser()
     SyncAdvisorLoader().define_flags(parser)
-    for argv in (["--sync_advisor_path_map", "nonsense"], ["--sync_advisor_reload_interval", "0"]):
+    for argv in (
+        ["--sync_advisor_path_map", "nonsense"],
+        ["--sync_advisor_reload_interval", "0"],
+        ["--sync_advisor_window_mb", "-5"],
+        ["--sync_advisor_window_mb", "lots"],
+    ):
         with pytest.raises(base_plugin.FlagsError):
             SyncAdvisorLoader().fix_flags(parser.parse_args(argv))
 

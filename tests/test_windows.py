@@ -544,3 +544,38 @@ def test_a_trace_split_by_a_window_size_given_in_the_options_says_it_was_asked(t
     windowed = analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
     assert windowed.info.windows > 1
     assert "memory budget" not in windowed.info.window_note
+
+
+def test_the_memory_a_container_leaves_is_read_from_its_cgroup(tmp_path):
+    """A pod or ``docker --memory`` limits the process below the host's MemAvailable."""
+    self_cgroup = tmp_path / "self_cgroup"
+    # cgroup v1, the container's own cgroup mounted at the root (the recorded path is not
+    # there): its limit less its usage.
+    self_cgroup.write_text("4:memory:/process_api/abc\n0::/\n")
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(str(8 << 30))
+    (v1 / "memory" / "memory.usage_in_bytes").write_text(str(3 << 30))
+    assert windows.cgroup_room(str(v1), str(self_cgroup)) == 5 << 30
+    # No limit (2^63 rounded): nothing to say.
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712")
+    assert windows.cgroup_room(str(v1), str(self_cgroup)) is None
+    # cgroup v2 at the recorded path; "max" is no limit.
+    self_cgroup.write_text("0::/kubepods/pod1\n")
+    v2 = tmp_path / "v2" / "kubepods" / "pod1"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text(str(2 << 30))
+    (v2 / "memory.current").write_text(str(1 << 29))
+    assert windows.cgroup_room(str(tmp_path / "v2"), str(self_cgroup)) == (2 << 30) - (1 << 29)
+    (v2 / "memory.max").write_text("max\n")
+    assert windows.cgroup_room(str(tmp_path / "v2"), str(self_cgroup)) is None
+    assert windows.cgroup_room(str(tmp_path), str(tmp_path / "absent")) is None
+
+
+def test_the_window_size_follows_the_least_memory_left(monkeypatch):
+    monkeypatch.setattr(windows, "_mem_available", lambda: 20 << 30)
+    monkeypatch.setattr(windows, "cgroup_room", lambda: 2 << 30)
+    monkeypatch.setattr(windows, "_rlimit_room", lambda: None)
+    assert windows.available_memory_bytes() == 2 << 30
+    monkeypatch.setattr(windows, "cgroup_room", lambda: None)
+    assert windows.available_memory_bytes() == 20 << 30

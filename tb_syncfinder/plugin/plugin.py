@@ -66,10 +66,14 @@ def make_engine_options(settings: PluginSettings) -> Any:
     sources (so its runs resolve for a plain ``tensorboard --logdir`` from any folder)."""
     from tb_syncfinder import engine
 
+    window_mb = settings.window_mb
     return engine.Options(
         source_roots=tuple(settings.source_roots),
         path_map=tuple(settings.path_map),
         source_packs=SOURCE_PACKS,
+        window_bytes=None
+        if window_mb is None
+        else (max(1, int(window_mb * 1e6)) if window_mb else 0),
     )
 
 

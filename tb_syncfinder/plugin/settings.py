@@ -31,6 +31,9 @@ class PluginSettings:
     # Per-trace summaries (``tb-syncfinder report --write-summaries`` or ``--ray``): beside
     # each trace when None, else in this folder (the CLI's ``--summaries-dir``).
     summaries_dir: str | None = None
+    # A trace's analysis window in MB of JSON (the CLI's --window-mb): None sizes it from
+    # the memory this process may use, 0 never splits.
+    window_mb: float | None = None
 
 
 def parse_logdir_spec(spec: str) -> list[tuple[str | None, str]]:
@@ -92,7 +95,12 @@ def settings_from_flags(flags: Any, context_logdir: str | None) -> PluginSetting
         reload_interval_s=DEFAULT_RELOAD_INTERVAL_S if interval is None else float(interval),
         max_workers=int(getattr(flags, flag_name("max_workers"), 0) or 0),
         summaries_dir=getattr(flags, flag_name("summaries_dir"), None) or None,
+        window_mb=_window_mb(getattr(flags, flag_name("window_mb"), None)),
     )
+
+
+def _window_mb(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def default_source_roots(cwd: str | None = None) -> list[str]:
@@ -158,6 +166,14 @@ def define_flags(parser: Any) -> None:
         "report --summaries-dir DIR' (default: the .sync_advisor folder beside each trace). "
         "In a run that has summaries, traces without one are listed, not parsed.",
     )
+    group.add_argument(
+        f"--{flag_name('window_mb')}",
+        metavar="MB",
+        default=None,
+        help="Sync Advisor: analyse a trace larger than this many MB of JSON in windows of "
+        "whole steps (default: sized from the memory TensorBoard may use, its container's "
+        "limit included; 0: never split), as 'tb-syncfinder report --window-mb'.",
+    )
 
 
 def check_flags(flags: Any) -> None:
@@ -169,3 +185,11 @@ def check_flags(flags: Any) -> None:
     workers = getattr(flags, flag_name("max_workers"), 0) or 0
     if int(workers) < 0:
         raise ValueError("--sync_advisor_max_workers must be >= 0")
+    window = getattr(flags, flag_name("window_mb"), None)
+    if window is not None:
+        try:
+            size = float(window)
+        except ValueError:
+            size = -1.0
+        if not (size >= 0 and size != float("inf")):
+            raise ValueError("--sync_advisor_window_mb must be 0 (never split) or a size in MB")

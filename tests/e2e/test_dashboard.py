@@ -510,16 +510,22 @@ def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_ad
     page.goto(f"{board}/#sync_advisor")
     frame = page.wait_for_selector("iframe", state="attached").content_frame()
     frame.wait_for_selector("[data-testid=sites] tbody tr")
+    entries = page.evaluate("history.length")
     frame.select_option("#sa-run", "baseline")
     frame.wait_for_function(
         "document.querySelectorAll('[data-testid=sites] tbody tr').length === 2"
     )
     frame.click(".sa-chart g.step[data-step='3']")
     frame.wait_for_selector("[data-testid=step-filter]")
+    frame.locator("#sa-q").press_sequentially("train")
+    frame.fill("#sa-q", "")
     frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
     frame.wait_for_selector("[data-testid=source] .ln.hl")
     before = page.url
     assert "p.sync_advisor.step=3" in before, before
+    # The address follows the view without a history entry per change (or keystroke): Back
+    # leaves the tab rather than undoing a filter.
+    assert page.evaluate("history.length") == entries
     # F5: TensorBoard's router keeps the plugin's keys, and the view comes back whole.
     page.reload()
     frame = page.wait_for_selector("iframe", state="attached").content_frame()
@@ -536,6 +542,16 @@ def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_ad
     assert page.url == before
     # An address edited by hand (or pasted) is followed without a reload.
     page.evaluate("location.hash = '#sync_advisor&p.sync_advisor.run=optimized'")
+    frame.wait_for_function("document.querySelector('#sa-run').value === 'optimized'")
+    frame.wait_for_function("!document.querySelector('[data-testid=detail]')")
+    # Back returns to the view before it, detail and step included; Forward again.
+    page.go_back()
+    hl = frame.wait_for_selector("[data-testid=source] .ln.hl")
+    assert hl.get_attribute("data-line") == str(ITEM_LINE)
+    assert frame.input_value("#sa-run") == "baseline"
+    assert frame.locator("[data-testid=step-filter]:has-text('step 3')").count() == 1
+    assert page.url == before
+    page.go_forward()
     frame.wait_for_function("document.querySelector('#sa-run').value === 'optimized'")
     frame.wait_for_function("!document.querySelector('[data-testid=detail]')")
     assert page_errors == []

@@ -538,6 +538,18 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
 _TRUTH_TESTED = (ast.If, ast.While, ast.IfExp, ast.Assert)
 
 
+# Tied candidates compared byte for byte, at most this many (each read whole).
+_SAME_COPIES_MAX = 8
+
+
+def _all_same_bytes(paths: list[Path]) -> bool:
+    try:
+        first = paths[0].read_bytes()
+        return all(path.read_bytes() == first for path in paths[1:])
+    except OSError:
+        return False
+
+
 class SourceResolver:
     """Finds source files (``--source-root``, ``--path-map``) and exact call lines."""
 
@@ -665,7 +677,14 @@ class SourceResolver:
             # that tail (the walk may have been cut, or tie with a copy elsewhere).
             return direct
         # A broken symlink is listed as a file by os.walk: only a readable file counts.
-        return best[0] if len(best) == 1 and best[0].is_file() else None
+        files = [path for path in best if path.is_file()]
+        if len(files) == 1:
+            return files[0]
+        # Copies of one file (a script copied beside each run's logs): any of them gives
+        # the same lines. Different files of one name stay ambiguous.
+        if 1 < len(files) <= _SAME_COPIES_MAX and _all_same_bytes(files):
+            return files[0]
+        return None
 
     def find_library_file(self, trace_file: str) -> Path | None:
         """A library's file: at its recorded path, under the path map or a root; else under

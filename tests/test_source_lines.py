@@ -625,3 +625,16 @@ def test_torch_compiles_resume_function_is_the_function_it_resumes_running_from_
     source = _resolver(tmp_path).resolve_call(CallQuery(frame, (("item",),), entered=entered))
     assert (source.line, source.line_exact, source.func) == (10, True, "train_step")
     assert (source.def_line, source.recorded_line) == (4, None)
+
+
+def test_copies_of_one_script_found_under_the_roots_resolve_and_different_files_do_not(tmp_path):
+    """A script copied beside each run's logs: the recorded path matches every copy
+    equally; identical copies give the same lines, different files stay ambiguous."""
+    for run in ("run_a", "run_b"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "train.py").write_text("x = 1\n")
+    recorded = "/cluster/job/train.py"
+    found = SourceResolver([str(tmp_path)]).find_file(recorded)
+    assert found is not None and found.name == "train.py"
+    (tmp_path / "run_b" / "train.py").write_text("x = 2\n")
+    assert SourceResolver([str(tmp_path)]).find_file(recorded) is None

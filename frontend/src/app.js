@@ -564,7 +564,7 @@ export class App {
           h("span", { class: "sa-spinner", "aria-hidden": "true" }),
           "Analysing traces",
           loadingRuns.length ? `: ${loadingRuns.map((/** @type {any} */ r) => r.name).join(", ")}` : "…",
-          " Runs appear as they finish.",
+          loadingRuns.length ? ". Runs appear as they finish." : " Runs appear as they finish.",
         ),
       );
     }

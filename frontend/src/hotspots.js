@@ -9,7 +9,7 @@ import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
 import { groupSteps, layoutStepChart, nextBarIndex } from "./layout.js";
 import { inlineCode } from "./markup.js";
-import { nothingReadable, selectionName } from "./repairs.js";
+import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
@@ -48,6 +48,8 @@ export async function renderHotspots(ctx) {
   // Nothing of the selection could be read: its empty report would read as a clean run
   // (no GPU activity, no stacks, zero syncs). Say only that, with each file's reason.
   if (nothingReadable(summaryResp.traces)) return unreadableView(summaryResp.traces, sel);
+  // No trace analysed yet: only the loading state, no figures or "no GPU/stacks" to misread.
+  if (awaitingFirstTrace(summaryResp)) return firstTraceLoadingView(sel);
   const latent = latentMode(summaryResp, state);
   ctx.latent = latent; // read by the detail panel
   const siteParams = { ...sel, latent: latent ? 1 : null, step: state.step };
@@ -111,6 +113,20 @@ export async function renderHotspots(ctx) {
           })
         : null,
     ),
+  );
+}
+
+/**
+ * The view of a selection still being analysed, none of its traces analysed yet.
+ * @param {{worker: string | null, span: string | null}} sel
+ */
+function firstTraceLoadingView(sel) {
+  return h(
+    "div",
+    { class: "sa-empty", role: "status", "data-testid": "run-first-loading" },
+    h("span", { class: "sa-spinner", "aria-hidden": "true" }),
+    h("h2", null, `Analysing ${selectionName(sel)}…`),
+    h("p", null, "Its findings appear here as soon as its first trace is analysed."),
   );
 }
 

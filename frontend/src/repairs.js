@@ -62,6 +62,19 @@ export function nothingReadable(traces) {
 }
 
 /**
+ * Whether a selection is still being analysed and none of its traces has been analysed yet
+ * (the `summary` route's answer): its report is empty until then, and its zeros, "no GPU
+ * activity" and "no Python stacks" would read as conclusions. Only the loading state is shown.
+ * @param {any} summary the `summary` route's answer
+ * @returns {boolean}
+ */
+export function awaitingFirstTrace(summary) {
+  if (!summary || !summary.loading) return false;
+  const traces = Array.isArray(summary.traces) ? summary.traces : [];
+  return !traces.some((t) => t && !t.error);
+}
+
+/**
  * How many traces of a selection were analysed, from its `summary` traces; null when not
  * known (no summary yet).
  * @param {any[] | null | undefined} traces

@@ -70,3 +70,13 @@ test("a selection is named as a sentence says it", () => {
   assert.equal(selectionName({ worker: "w0", span: null }), "worker w0");
   assert.equal(selectionName({ worker: "w0", span: "17" }), "span 17 of worker w0");
 });
+
+test("a selection still loading with no analysed trace shows only the loading state", async () => {
+  const { awaitingFirstTrace } = await import("../src/repairs.js");
+  assert.equal(awaitingFirstTrace({ loading: true, traces: [] }), true);
+  assert.equal(awaitingFirstTrace({ loading: true }), true);
+  // a failed trace is no analysed trace
+  assert.equal(awaitingFirstTrace({ loading: true, traces: [{ path: "a", error: "bad" }] }), true);
+  assert.equal(awaitingFirstTrace({ loading: true, traces: [{ path: "a" }] }), false);
+  assert.equal(awaitingFirstTrace({ loading: false, traces: [] }), false);
+});

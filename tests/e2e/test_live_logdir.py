@@ -78,3 +78,42 @@ def test_a_run_added_while_tensorboard_runs_is_listed_where_its_name_sorts(
     # As TensorBoard sorts runs: numbers in names by value ("doomed" may be gone already).
     assert [o for o in options if o != "doomed"] == ["kept", "run1", "run2", "run10"], options
     assert page_errors == []
+
+
+def test_a_run_whose_only_trace_is_still_loading_shows_only_the_loading_state(
+    live: tuple[str, Path], browser: Any, page_errors: list[str]
+) -> None:
+    """The plugin's answers while run "kept"'s only trace is being analysed (an empty report
+    and "loading"), as a big trace gives for minutes: no zero cards, "no GPU activity" or
+    "no Python stacks" conclusions, only the loading state."""
+    base, _ = live
+    page = new_page(browser, page_errors)
+
+    def loading_runs(route: Any) -> None:
+        answer = route.fetch().json()
+        answer["loading"] = True
+        for run in answer["runs"]:
+            if run["name"] == "kept":
+                run["loading"] = True
+        route.fulfill(json=answer)
+
+    def empty_summary(route: Any) -> None:
+        answer = route.fetch().json()
+        if "run=kept" in route.request.url:
+            answer.update(
+                loading=True, traces=[], summary={}, has_gpu_activity=False, has_stacks=False
+            )
+            answer["device"] = "unknown"
+        route.fulfill(json=answer)
+
+    page.route("**/data/plugin/sync_advisor/runs*", loading_runs)
+    page.route("**/data/plugin/sync_advisor/summary*", empty_summary)
+    page.goto(plugin_url(base, "#run=kept"))
+    page.wait_for_selector("[data-testid=run-first-loading]")
+    banner = page.inner_text("[data-testid=loading]")
+    assert "Analysing traces: kept. Runs appear as they finish." in banner
+    for part in ("no-gpu", "no-stacks", "no-syncs", "run-loading", "sites"):
+        assert page.locator(f"[data-testid={part}]").count() == 0, part
+    assert page.locator("[data-testid^=card-]").count() == 0
+    assert "Latent" not in page.inner_text("body")
+    assert page_errors == []

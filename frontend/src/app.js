@@ -23,6 +23,7 @@ import {
   runsSignature,
   shareUrl,
   sortRuns,
+  sortWorkers,
   stateFromTbHash,
   tbHashWithState,
   vscodeFlag,
@@ -410,7 +411,7 @@ export class App {
     const runs = this.runs?.runs || [];
     const run = this.currentRun();
     const sel = this.selection();
-    const workers = run?.workers || [];
+    const workers = sortWorkers(run?.workers || []);
     const worker = workers.find((/** @type {any} */ w) => w.name === sel?.worker);
     const spans = (worker?.spans || []).filter((/** @type {any} */ s) => s !== null);
     const runSelect = h(

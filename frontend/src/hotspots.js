@@ -7,7 +7,7 @@ import { getJson } from "./api.js";
 import { h, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
-import { groupSteps, layoutStepChart, nextBarIndex } from "./layout.js";
+import { groupSteps, layoutStepChart, nextBarIndex, thinAxisLabels } from "./layout.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
@@ -360,6 +360,8 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
     app.setState({ ...where, step: isSelected(i) ? null : shown[i].step, sync: null });
   };
   const empty = L.maxUs === 0;
+  // Worker names under the bars: every k-th where they would collide.
+  const workerAxis = thinAxisLabels(L.bars[0]?.band.w ?? 0, perWorker ? groups.map((g) => g.label) : []);
   const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(shown[i].step));
   /** Whether bar `i` is the selected step (of the selected worker and span when grouped). */
   const isSelected = (/** @type {number} */ i) => {
@@ -422,7 +424,7 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
         s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),
         s("rect", { class: "bar-idle", x: b.x, y: b.idleY, width: b.w, height: b.idleH }),
         s("title", null, `${where}${perWorker ? "mean per step" : `step ${b.step}`}: ${formatCount(shown[i].sync_count)} syncs, wait ${formatUs(shown[i].host_wait_us)}, idle ${formatUs(shown[i].gpu_idle_us)}, step ${formatUs(shown[i].step_time_us)}`),
-        perWorker || i % L.labelEvery === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? label(i).slice(0, Math.max(3, Math.floor(b.band.w / 6))) : label(i)) : null,
+        i % (perWorker ? workerAxis.every : L.labelEvery) === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? truncateText(label(i), workerAxis.chars) : label(i)) : null,
       );
     }),
     grouped

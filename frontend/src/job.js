@@ -80,6 +80,76 @@ export function jobParts(job) {
   };
 }
 
+/** Jobs of more ranks than this show the ranks that matter first and fold the rest. */
+export const RANKS_UNFOLDED = 16;
+/** How many ranks that matter a folded job shows before "show all N ranks". */
+export const RANKS_FIRST = 10;
+
+/**
+ * Which ranks a job's grid and rank table show first and which behind "show all N ranks".
+ * Up to `RANKS_UNFOLDED` ranks: all, by rank number. More: the ranks that matter first, the
+ * ones whose lateness made the others wait most, then the latest (at most `RANKS_FIRST`),
+ * and the rest folded, by rank number.
+ * @param {any} job
+ * @param {number} [first]
+ * @returns {{first: number[], rest: number[]}}
+ */
+export function rankOrder(job, first = RANKS_FIRST) {
+  /** @type {Map<number, {late: number, caused: number}>} */
+  const weight = new Map();
+  const at = (/** @type {number} */ rank) => {
+    if (!weight.has(rank)) weight.set(rank, { late: 0, caused: 0 });
+    return /** @type {{late: number, caused: number}} */ (weight.get(rank));
+  };
+  const totals = job.rank_totals || [];
+  for (const r of totals) {
+    const w = at(r.rank);
+    w.late = r.late_us || 0;
+    w.caused = r.caused_wait_us || 0;
+  }
+  for (const r of job.rank_steps || []) {
+    const w = at(r.rank);
+    if (!totals.length) w.late += r.late_us || 0;
+  }
+  const all = [...weight.keys()].sort((a, b) => a - b);
+  if (all.length <= RANKS_UNFOLDED) return { first: all, rest: [] };
+  const matter = all
+    .filter((r) => at(r).late > 0 || at(r).caused > 0)
+    .sort((a, b) => at(b).caused - at(a).caused || at(b).late - at(a).late || a - b)
+    .slice(0, first);
+  const shown = new Set(matter);
+  return { first: matter, rest: all.filter((r) => !shown.has(r)) };
+}
+
+/**
+ * A table body's rows of the ranks that matter, then the others folded (hidden) behind a
+ * "show all N ranks" button under the table.
+ * @param {HTMLElement} table
+ * @param {string} testid
+ * @param {number} total
+ * @param {number} folded
+ */
+function foldable(table, testid, total, folded) {
+  if (!folded) return table;
+  const button = h(
+    "button",
+    {
+      class: "sa-linkish",
+      "data-testid": `${testid}-all`,
+      "data-focus-key": `${testid}-all`,
+      "aria-expanded": "false",
+      onclick: () => {
+        const open = button.getAttribute("aria-expanded") !== "true";
+        for (const row of table.querySelectorAll("tr.sa-job-folded")) /** @type {HTMLElement} */ (row).hidden = !open;
+        button.setAttribute("aria-expanded", String(open));
+        button.textContent = open ? `show only the ${total - folded} ranks that matter` : `show all ${total} ranks`;
+      },
+    },
+    `show all ${total} ranks`,
+  );
+  return h("div", null, table, h("p", { class: "sa-note" }, `${total - folded} of ${total} ranks shown: the late ones and those the others waited for most. `, button));
+}
+
 /**
  * @param {any} job
  */
@@ -92,8 +162,10 @@ function latenessGrid(job) {
     if (!grid.has(r.rank)) grid.set(r.rank, new Map());
     grid.get(r.rank)?.set(r.step, r);
   }
-  const ranks = [...grid.keys()].sort((a, b) => a - b);
-  return h(
+  const order = rankOrder(job);
+  const folded = new Set(order.rest);
+  const ranks = [...order.first, ...order.rest].filter((r) => grid.has(r));
+  const table = h(
     "table",
     { class: "sa-table sa-job-grid", "data-testid": "job-grid" },
     h("thead", null, h("tr", null, h("th", null, "rank"), steps.map((s) => h("th", null, `step ${s}`)))),
@@ -103,7 +175,7 @@ function latenessGrid(job) {
       ranks.map((rank) =>
         h(
           "tr",
-          { "data-rank": String(rank) },
+          { "data-rank": String(rank), class: folded.has(rank) ? "sa-job-folded" : null, hidden: folded.has(rank) },
           h("th", null, String(rank)),
           steps.map((s) => {
             const cell = lateCell(grid.get(rank)?.get(s));
@@ -113,23 +185,28 @@ function latenessGrid(job) {
       ),
     ),
   );
+  return foldable(table, "job-grid", ranks.length, ranks.filter((r) => folded.has(r)).length);
 }
 
 /**
  * @param {any} job
  */
 function rankTable(job) {
-  return h(
+  const order = rankOrder(job);
+  const folded = new Set(order.rest);
+  const byRank = new Map((job.rank_totals || []).map((/** @type {any} */ r) => [r.rank, r]));
+  const rows = [...order.first, ...order.rest].filter((r) => byRank.has(r)).map((r) => byRank.get(r));
+  const table = h(
     "table",
     { class: "sa-table", "data-testid": "job-ranks" },
     h("thead", null, h("tr", null, ["rank", "host wait", "blocking", "collective wait", "late", "others waited"].map((t) => h("th", null, t)))),
     h(
       "tbody",
       null,
-      (job.rank_totals || []).map((/** @type {any} */ r) =>
+      rows.map((/** @type {any} */ r) =>
         h(
           "tr",
-          null,
+          { "data-rank": String(r.rank), class: folded.has(r.rank) ? "sa-job-folded" : null, hidden: folded.has(r.rank) },
           h("td", null, String(r.rank)),
           h("td", null, formatUs(r.sync_wait_us)),
           h("td", null, formatUs(r.blocking_wait_us)),
@@ -140,7 +217,24 @@ function rankTable(job) {
       ),
     ),
   );
+  return foldable(table, "job-ranks", rows.length, rows.filter((/** @type {any} */ r) => folded.has(r.rank)).length);
 }
+
+/**
+ * The columns of "Top sites by cost to the job". "wait it caused" is the part of the other
+ * ranks' wait that this site's syncs explain, not the rank's whole lateness times its peers
+ * (the Ranks table's "others waited"); the CLI names it the same.
+ */
+export const SITE_COLUMNS = [
+  { label: "rank", title: null },
+  { label: "site", title: null },
+  { label: "op", title: null },
+  {
+    label: "wait it caused",
+    title: "The part of the other ranks' wait for this rank that this site's syncs explain (over ranks and steps); the Ranks table's \"others waited\" is the rank's whole lateness times its peers.",
+  },
+  { label: "job saves / step", title: null },
+];
 
 /**
  * @param {any} job
@@ -151,7 +245,15 @@ function siteTable(job, sites) {
   return h(
     "table",
     { class: "sa-table", "data-testid": "job-sites" },
-    h("thead", null, h("tr", null, ["rank", "site", "op", "others waited", "job saves / step"].map((t) => h("th", null, t)))),
+    h(
+      "thead",
+      null,
+      h(
+        "tr",
+        null,
+        SITE_COLUMNS.map((c) => h("th", { title: c.title }, c.label)),
+      ),
+    ),
     h(
       "tbody",
       null,

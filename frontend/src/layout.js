@@ -229,6 +229,24 @@ export function layoutTimeline(ctx, box) {
 /** Width of a character of the drawings' 10 px labels, a little generous. */
 export const LABEL_CHAR_PX = 6;
 
+/** The most characters of a worker's name an axis label shows. */
+export const AXIS_LABEL_CHARS = 12;
+
+/**
+ * Labels under bars `bandW` px apart that do not collide: every `every`-th bar is labelled,
+ * with room for the longest label (at most `AXIS_LABEL_CHARS` characters of it) and a gap.
+ * @param {number} bandW the width of one bar's band, px
+ * @param {string[]} labels
+ * @param {number} [charPx]
+ * @returns {{every: number, chars: number}}
+ */
+export function thinAxisLabels(bandW, labels, charPx = LABEL_CHAR_PX) {
+  const longest = labels.reduce((n, l) => Math.max(n, String(l).length), 0);
+  const chars = Math.max(3, Math.min(AXIS_LABEL_CHARS, longest));
+  const every = Math.max(1, Math.ceil((chars * charPx + 4) / Math.max(0.01, bandW)));
+  return { every, chars };
+}
+
 /**
  * Where the labels of the wait band and the GPU bubble go: above the drawing, each near its
  * band, never over the other or past the edge; the bubble's label drops to a second line

@@ -126,6 +126,17 @@ export function sortRuns(runs) {
 }
 
 /**
+ * A run's workers as the Worker picker lists them: by name, numbers by value as runs are
+ * (rank2 before rank10), not in the order the plugin found their traces.
+ * @template {{name: string}} W
+ * @param {W[]} workers
+ * @returns {W[]}
+ */
+export function sortWorkers(workers) {
+  return [...workers].sort((a, b) => compareRunNames(a.name, b.name));
+}
+
+/**
  * The run a view shows: the one it names, else the first run with device activity (a
  * CPU-only run can only list what would synchronize), else the first run.
  * @template {{name: string, device_activity?: boolean | null}} R

@@ -81,3 +81,22 @@ test("one rank of a job beside another job that does compare keeps the other job
   // The view does not say there is another job: the warning does.
   assert.deepEqual(parts.issues, ["the run holds 2 jobs: the 4-rank one is analysed apart"]);
 });
+
+test("a job of many ranks shows the ranks that matter first and folds the rest", async () => {
+  const { rankOrder, SITE_COLUMNS } = await import("../src/job.js");
+  const totals = Array.from({ length: 320 }, (_, rank) => ({ rank, late_us: 0, caused_wait_us: 0 }));
+  totals[5] = { rank: 5, late_us: 1000, caused_wait_us: 300000 };
+  totals[200] = { rank: 200, late_us: 9000, caused_wait_us: 900000 };
+  totals[17] = { rank: 17, late_us: 50, caused_wait_us: 0 };
+  const { first, rest } = rankOrder({ rank_totals: totals, rank_steps: [] });
+  assert.deepEqual(first, [200, 5, 17]);
+  assert.equal(rest.length, 317);
+  assert.deepEqual(rest.slice(0, 3), [0, 1, 2]);
+  // a small job: every rank, by number, nothing folded
+  const small = rankOrder({ rank_totals: [{ rank: 2, late_us: 5 }, { rank: 0 }, { rank: 1 }], rank_steps: [] });
+  assert.deepEqual(small, { first: [0, 1, 2], rest: [] });
+  // the sites table's column is the wait the site caused, with a tooltip saying so
+  const caused = SITE_COLUMNS.find((c) => c.label === "wait it caused");
+  assert.ok(caused && /explain/.test(caused.title));
+  assert.ok(!SITE_COLUMNS.some((c) => c.label === "others waited"));
+});

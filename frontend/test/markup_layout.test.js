@@ -122,3 +122,15 @@ test("arrow keys move between step bars, stopping at the ends", () => {
   assert.equal(nextBarIndex(3, "Enter", 17), null);
   assert.equal(nextBarIndex(0, "ArrowRight", 0), null);
 });
+
+test("worker labels under 318 narrow bars are thinned so they do not collide", async () => {
+  const { thinAxisLabels, LABEL_CHAR_PX } = await import("../src/layout.js");
+  const labels = Array.from({ length: 318 }, (_, i) => `rank${i}`);
+  const { every, chars } = thinAxisLabels(3.5, labels);
+  assert.equal(chars, 7);
+  // labels every k-th bar leave room for each one
+  assert.ok(every * 3.5 >= chars * LABEL_CHAR_PX);
+  assert.ok((every - 1) * 3.5 < chars * LABEL_CHAR_PX + 4);
+  // wide bars: every one labelled
+  assert.equal(thinAxisLabels(100, ["rank0", "rank1"]).every, 1);
+});

@@ -157,3 +157,9 @@ test("the view state rides in TensorBoard's hash under p.sync_advisor., beside i
   assert.equal(stateFromTbHash("#sync_advisor&tagFilter=x"), null);
   assert.equal(stateFromTbHash(""), null);
 });
+
+test("workers are listed with numbers by value: rank2 before rank10", async () => {
+  const { sortWorkers } = await import("../src/state.js");
+  const names = sortWorkers([{ name: "rank10" }, { name: "rank2" }, { name: "rank1" }]).map((w) => w.name);
+  assert.deepEqual(names, ["rank1", "rank2", "rank10"]);
+});

@@ -1,0 +1,100 @@
+"""The job view of a job of many ranks (40 NCCL-shaped rank traces from ``tests/nccl_job.py``,
+ranks 13 and 20 late): the ranks that matter first and the rest folded, the Worker picker in
+rank order, per-worker chart labels that do not collide and step headers over their
+values."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import new_page, plugin_url, serve_tensorboard, skip_without_browser
+
+skip_without_browser()
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nccl_job import JobSpec, write_job  # noqa: E402
+
+WORLD = 40
+LATE = {(13, 1): 3000.0, (20, 2): 1500.0}
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("big_job")
+    logdir = root / "logs"
+    spec = JobSpec(world=WORLD, ranks_per_host=8, host_skew_us=(0.0,), steps=2, late=LATE)
+    write_job(logdir / "job40", spec)
+    (logdir / "job40" / "train.py").unlink()
+    # No train.py anywhere: the .item() site keeps the line the trace records, train_step's
+    # def line (inexact), as the CLI shows it with "*".
+    with serve_tensorboard(logdir, cwd=root, expected_runs={"job40"}) as base:
+        yield base
+
+
+def test_many_ranks_show_the_ranks_that_matter_first_and_fold_the_rest(
+    big_job: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(big_job, "#run=job40"))
+    page.wait_for_selector("[data-testid=job-grid]")
+    for table in ("job-grid", "job-ranks"):
+        rows = page.locator(f"[data-testid={table}] tbody tr")
+        visible = [r for r in rows.all() if r.is_visible()]
+        assert rows.count() == WORLD, table
+        assert 2 <= len(visible) <= 10, (table, len(visible))
+        # Rank 13 was the latest: the others waited for it most.
+        assert visible[0].get_attribute("data-rank") == "13", table
+        shown = {r.get_attribute("data-rank") for r in visible}
+        assert {"13", "20"} <= shown, table
+        page.click(f"[data-testid={table}-all]")
+        assert len([r for r in rows.all() if r.is_visible()]) == WORLD, table
+    assert page_errors == []
+
+
+def test_step_headers_sit_over_their_values(
+    big_job: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(big_job, "#run=job40"))
+    page.wait_for_selector("[data-testid=job-grid]")
+    edges = page.evaluate(
+        """() => {
+          const t = document.querySelector('[data-testid=job-grid]');
+          const heads = [...t.querySelectorAll('thead th')].slice(1);
+          const cells = [...t.querySelector('tbody tr').querySelectorAll('td')];
+          const right = (el) => {
+            const r = document.createRange(); r.selectNodeContents(el);
+            return r.getBoundingClientRect().right;
+          };
+          return heads.map((th, i) => [right(th), right(cells[i])]);
+        }"""
+    )
+    assert edges
+    for head, value in edges:
+        assert abs(head - value) < 2, edges
+    assert page_errors == []
+
+
+def test_worker_picker_in_rank_order_and_per_worker_labels_do_not_collide(
+    big_job: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, width=1000)
+    page.goto(plugin_url(big_job, "#run=job40"))
+    page.wait_for_selector("[data-testid=step-chart] g.step")
+    options = page.eval_on_selector_all("#sa-worker option", "os => os.map(o => o.value)")
+    workers = [o for o in options if o]
+    assert workers == sorted(workers, key=lambda w: int(w.removeprefix("rank"))), workers
+    boxes = page.eval_on_selector_all(
+        "[data-testid=step-chart] g.step text",
+        "ts => ts.map(t => { const b = t.getBoundingClientRect(); return [b.left, b.right]; })",
+    )
+    assert 2 <= len(boxes) < WORLD, len(boxes)
+    boxes.sort()
+    for (_, right), (left, _) in zip(boxes, boxes[1:], strict=False):
+        assert right <= left, boxes
+    assert page_errors == []

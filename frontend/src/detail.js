@@ -14,6 +14,7 @@ import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
+import { siteWhere } from "./sites.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -114,6 +115,8 @@ function header(site, sync, app) {
         )
       : null,
     site && site.line_exact === false && file ? h("div", { class: "sa-line-note-slot" }) : null,
+    // As the CLI says under a site: an inexact line's candidates, a job's late peer.
+    site ? siteWhere(site).notes.map((n) => h("div", { class: "sa-muted sa-site-note", "data-testid": `detail-${n.id}` }, n.text)) : null,
   );
 }
 

@@ -10,7 +10,7 @@ import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCo
 import { groupSteps, layoutStepChart, nextBarIndex, thinAxisLabels } from "./layout.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
-import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
+import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
 const PAGE = 500;
@@ -571,10 +571,12 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       },
       h(
         "td",
-        { class: "loc col-loc", title: site.file ? `${site.file}:${site.line ?? ""}` : "" },
+        { class: "loc col-loc", title: siteWhere(site, shortPath).title },
         site.file
-          ? h("span", { class: "mono where" }, `${shortPath(site.file)}:${site.line ?? "?"}`)
+          ? h("span", { class: "mono where", "data-inexact": siteWhere(site).inexact ? "true" : null }, siteWhere(site, shortPath).text)
           : h("span", { class: "mono where nosrc", title: "no Python stack: profile with with_stack=True" }, siteFallbackLabel(site)),
+        // Under the site, as the CLI: an inexact line's candidates, a job's late peer.
+        siteWhere(site).notes.map((n) => h("span", { class: "sa-site-note", "data-testid": `row-${n.id}` }, n.text)),
         // The one-line fix, so the table says what to do without opening the detail.
         site.advice?.title ? h("span", { class: "fix", "data-testid": "row-fix" }, inlineCode(site.advice.title).map((part) => (part.code ? h("code", null, part.text) : part.text))) : null,
       ),

@@ -9,6 +9,7 @@
 import { getJson } from "./api.js";
 import { h } from "./dom.js";
 import { fileLine, formatUs } from "./format.js";
+import { siteWhere } from "./sites.js";
 
 /**
  * One grid cell's text and class: `+` for the time this rank held the others, `−` for the
@@ -262,7 +263,7 @@ function siteTable(job, sites) {
           "tr",
           null,
           h("td", null, String(s.rank)),
-          h("td", null, h("code", null, fileLine(s.file, s.line))),
+          h("td", { title: s.line_exact === false ? siteWhere(s).title : null }, h("code", null, fileLine(s.file, s.line), s.line_exact === false && s.file ? "*" : "")),
           h("td", null, s.op || "\u2013"),
           h("td", null, formatUs(s.caused_wait_us)),
           h("td", { title: s.bound ? "upper bound" : "" }, formatUs(s.job_saving_per_step_us), s.bound ? "*" : ""),

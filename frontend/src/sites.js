@@ -162,3 +162,35 @@ export function sitesInStep(sites, step) {
     inStep: true,
   };
 }
+
+/**
+ * A site's place as the sites table shows it, and what the CLI says under it: its
+ * `file:line`, marked `*` when the line is not the exact call line (`line_exact` false) with
+ * why in `title`, and the notes under it: the candidate lines of an inexact line, and for a
+ * job's site which late peer its syncs waited for (`waiting_for`).
+ * @param {any} site a `/sites` item
+ * @param {(path: string) => string} [short] how the file is shortened
+ * @returns {{text: string, inexact: boolean, title: string, notes: {id: string, text: string}[]}}
+ */
+export function siteWhere(site, short = (p) => p) {
+  const inexact = !!site.file && site.line !== null && site.line !== undefined && site.line_exact === false;
+  const text = site.file ? `${short(site.file)}:${site.line ?? "?"}${inexact ? "*" : ""}` : "";
+  let title = site.file ? `${site.file}:${site.line ?? ""}` : "";
+  if (inexact) {
+    const why =
+      site.recorded_line !== null && site.recorded_line !== undefined
+        ? site.def_line === null || site.def_line === undefined
+          ? "line the trace recorded: the file found here has no such function there (it changed since profiling, or it is another file)"
+          : "line where the function is defined in the file as it is now: the file changed since profiling, so the lines of its calls are candidates only"
+        : site.def_line !== null && site.def_line !== undefined && site.def_line !== site.line
+          ? "line the function was at when profiling started (it was already running): the sync is in a call at or after it"
+          : "line where the function is defined, not the call that synced: the trace records no call line, and none was found in the source";
+    title += `\n* ${why}`;
+  }
+  /** @type {{id: string, text: string}[]} */
+  const notes = [];
+  const candidates = site.candidates || [];
+  if (inexact && candidates.length) notes.push({ id: "candidates", text: `candidate lines ${candidates.join(", ")}` });
+  if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
+  return { text, inexact, title, notes };
+}

@@ -82,3 +82,23 @@ test("with a step selected the count, wait and idle are the step's, sorted by, t
   assert.equal(sitesInStep(sites, 552).inStep, false);
   assert.equal(sitesInStep([{ key: "c", count: 3 }], 551).inStep, false);
 });
+
+test("an inexact line is marked * with why; its candidates and a job's late peer go under it", async () => {
+  const { siteWhere } = await import("../src/sites.js");
+  const exact = siteWhere({ file: "/w/train.py", line: 88, line_exact: true, def_line: 80 });
+  assert.equal(exact.text, "/w/train.py:88");
+  assert.equal(exact.inexact, false);
+  assert.deepEqual(exact.notes, []);
+  const atDef = siteWhere(
+    { file: "/w/train.py", line: 80, def_line: 80, line_exact: false, candidates: [83, 88], waiting_for: "23 of its 48 syncs waiting for rank 13" },
+    (p) => p.split("/").pop(),
+  );
+  assert.equal(atDef.text, "train.py:80*");
+  assert.match(atDef.title, /\* line where the function is defined/);
+  assert.deepEqual(atDef.notes, [
+    { id: "candidates", text: "candidate lines 83, 88" },
+    { id: "waiting-for", text: "23 of its 48 syncs waiting for rank 13" },
+  ]);
+  const running = siteWhere({ file: "t.py", line: 12, def_line: 3, line_exact: false });
+  assert.match(running.title, /already running/);
+});

@@ -1,7 +1,7 @@
 """The job view of a job of many ranks (40 NCCL-shaped rank traces from ``tests/nccl_job.py``,
 ranks 13 and 20 late): the ranks that matter first and the rest folded, the Worker picker in
-rank order, per-worker chart labels that do not collide and step headers over their
-values."""
+rank order, per-worker chart labels that do not collide, step headers over their values, and
+the job's sites marked as the CLI marks them (an inexact line, the late peer waited for)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.e2e.helpers import new_page, plugin_url, serve_tensorboard, skip_with
 skip_without_browser()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nccl_job import JobSpec, write_job  # noqa: E402
+from nccl_job import DEF_LINE, JobSpec, write_job  # noqa: E402
 
 WORLD = 40
 LATE = {(13, 1): 3000.0, (20, 2): 1500.0}
@@ -97,4 +97,32 @@ def test_worker_picker_in_rank_order_and_per_worker_labels_do_not_collide(
     boxes.sort()
     for (_, right), (left, _) in zip(boxes, boxes[1:], strict=False):
         assert right <= left, boxes
+    assert page_errors == []
+
+
+def test_job_sites_say_the_wait_they_caused_the_inexact_line_and_the_peer_waited_for(
+    big_job: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(big_job, "#run=job40"))
+    page.wait_for_selector("[data-testid=job-sites]")
+    heads = page.locator("[data-testid=job-sites] thead th")
+    assert "wait it caused" in heads.all_inner_texts()
+    assert "others waited" not in heads.all_inner_texts()
+    caused = page.locator("[data-testid=job-sites] thead th", has_text="wait it caused")
+    assert "explain" in (caused.get_attribute("title") or "")
+    # The hotspots: the .item() frame's line is its def line, marked as the CLI marks it.
+    page.wait_for_selector("[data-testid=sites] tbody tr")
+    where = page.locator("[data-testid=sites] tbody tr .where").first
+    assert where.inner_text().endswith(f"train.py:{DEF_LINE}*"), where.inner_text()
+    title = page.locator("[data-testid=sites] tbody tr td.loc").first.get_attribute("title")
+    assert "line where the function is defined" in (title or "")
+    waiting = page.locator("[data-testid=row-waiting-for]").all_inner_texts()
+    assert any("waiting for rank 13" in w for w in waiting), waiting
+    # The detail says it too.
+    page.locator(
+        "[data-testid=sites] tbody tr", has=page.locator("[data-testid=row-waiting-for]")
+    ).first.click()
+    detail = page.wait_for_selector("[data-testid=detail-waiting-for]")
+    assert "waiting for rank" in detail.inner_text()
     assert page_errors == []

@@ -8,6 +8,7 @@ import { h, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
 import { groupSteps, layoutStepChart, nextBarIndex, thinAxisLabels } from "./layout.js";
+import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
@@ -329,7 +330,9 @@ const MAX_STEP_GROUPS = 8;
  */
 function stepChart(steps, traces, sel, state, app, viewWidth) {
   if (!steps.length) return null;
-  let groups = groupSteps(steps, traces);
+  // Workers in rank order (rank2 before rank10), as the Worker picker lists them; a
+  // worker's spans keep their order (the sort is stable).
+  let groups = groupSteps(steps, traces).sort((a, b) => compareRunNames(a.worker ?? a.label, b.worker ?? b.label));
   let perWorker = false;
   let shown = groups.flatMap((g) => g.steps);
   if (groups.length > MAX_STEP_GROUPS) {

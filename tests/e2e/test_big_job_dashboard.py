@@ -94,6 +94,10 @@ def test_worker_picker_in_rank_order_and_per_worker_labels_do_not_collide(
         "ts => ts.map(t => { const b = t.getBoundingClientRect(); return [b.left, b.right]; })",
     )
     assert 2 <= len(boxes) < WORLD, len(boxes)
+    bars = page.eval_on_selector_all(
+        "[data-testid=step-chart] g.step", "gs => gs.map(g => g.dataset.worker)"
+    )
+    assert bars == workers, bars  # the chart's workers in rank order too
     boxes.sort()
     for (_, right), (left, _) in zip(boxes, boxes[1:], strict=False):
         assert right <= left, boxes

@@ -287,6 +287,7 @@ class SiteJobCost:
     late_collectives: int  # late arrivals it explains part of
     steps: list[int]
     bound: bool  # True: figures are upper bounds (fallback), not a replay
+    line_exact: bool = False  # as the site's: False where ``line`` is a def or recorded line
 
 
 @dataclass
@@ -1099,6 +1100,7 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
                 late_collectives=late,
                 steps=sorted(s for s in saving_by_step if s is not None),
                 bound=bounds[key],
+                line_exact=first.line_exact,
             )
         )
     out.sort(key=lambda s: (-s.job_saving_us, -s.caused_wait_us, s.rank, s.site_key))

@@ -187,6 +187,9 @@ def test_nccl_late_rank_item_line_is_the_job_cause_never_a_waiting_rank(nccl_rep
     assert causes and {s["rank"] for s in causes} == {3}
     top = causes[0]
     assert top["file"].endswith(TRAIN_FILE) and top["line"] == ITEM_LINE
+    # As exact as the report's own site of that line (the dashboard marks it otherwise).
+    site = next(s for s in nccl_report["sites"] if s["line"] == ITEM_LINE)
+    assert top["line_exact"] == site["line_exact"]
     assert top["job_saving_us"] <= 2 * LATE_US + 1.0
 
 

@@ -128,30 +128,19 @@ def write_item_trace(path: Path, steps: int = 2, items_per_step: int = 3) -> Pat
     return path
 
 
-def write_cpu_trace(path: Path) -> Path:
-    """A CPU-only trace: aten::nonzero would synchronize on a GPU (a latent finding)."""
+def write_cpu_trace(
+    path: Path, op: str = "aten::nonzero", count: int = 1, step_marker: bool = True
+) -> Path:
+    """A CPU-only trace of ``count`` calls of ``op`` (aten::nonzero would synchronize on a
+    GPU: a latent finding), in ProfilerStep#1 unless ``step_marker`` is False."""
+    where = {"ph": "X", "pid": 1, "tid": 1, "args": {}}
     events = [
-        {
-            "ph": "X",
-            "cat": "user_annotation",
-            "name": "ProfilerStep#1",
-            "pid": 1,
-            "tid": 1,
-            "ts": 0,
-            "dur": 100,
-            "args": {},
-        },
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": "aten::nonzero",
-            "pid": 1,
-            "tid": 1,
-            "ts": 10,
-            "dur": 30,
-            "args": {},
-        },
+        {**where, "cat": "cpu_op", "name": op, "ts": 10.0 + 50 * n, "dur": 30.0}
+        for n in range(count)
     ]
+    if step_marker:
+        span = {"name": "ProfilerStep#1", "ts": 0.0, "dur": 50.0 * count + 50}
+        events.insert(0, {**where, "cat": "user_annotation", **span})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": events}))
     return path
@@ -630,36 +619,7 @@ def test_a_gate_that_could_not_read_a_trace_exits_2_naming_it(
 def test_compare_fails_on_a_new_latent_site_between_cpu_only_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    base = tmp_path / "base" / "cpu.pt.trace.json"
-    base.parent.mkdir()
-    base.write_text(
-        json.dumps(
-            {
-                "traceEvents": [
-                    {
-                        "ph": "X",
-                        "cat": "user_annotation",
-                        "name": "ProfilerStep#1",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": 0,
-                        "dur": 100,
-                        "args": {},
-                    },
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": "aten::add",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": 10,
-                        "dur": 30,
-                        "args": {},
-                    },
-                ]
-            }
-        )
-    )
+    base = write_cpu_trace(tmp_path / "base" / "cpu.pt.trace.json", op="aten::add")
     new = write_cpu_trace(tmp_path / "new" / "cpu.pt.trace.json")
     assert main(["compare", str(base), str(new), "--fail-on-regression"]) == 1
     assert "new (latent): " in capsys.readouterr().err
@@ -700,22 +660,7 @@ def test_the_gate_counts_latent_syncs_of_a_cpu_trace_without_step_markers(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """export_chrome_trace without a schedule: no ProfilerStep, the whole trace one step."""
-    ops = [
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": "aten::nonzero",
-            "pid": 1,
-            "tid": 1,
-            "ts": 10.0 + 50 * n,
-            "dur": 30.0,
-            "args": {},
-        }
-        for n in range(3)
-    ]
-    trace = tmp_path / "run" / "w.pt.trace.json"
-    trace.parent.mkdir()
-    trace.write_text(json.dumps({"traceEvents": ops}))
+    trace = write_cpu_trace(tmp_path / "run" / "w.pt.trace.json", count=3, step_marker=False)
     assert main(["report", str(trace), "--max-syncs-per-step", "2"]) == 1
     err = capsys.readouterr().err
     assert "(no ProfilerStep markers, counted as one step) has 3 latent syncs" in err
@@ -725,26 +670,7 @@ def test_the_gate_counts_latent_syncs_of_a_cpu_trace_without_step_markers(
 def test_a_path_map_says_nothing_about_a_run_without_findings(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    trace = tmp_path / "run" / "w.pt.trace.json"
-    trace.parent.mkdir()
-    trace.write_text(
-        json.dumps(
-            {
-                "traceEvents": [
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": "aten::add",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": 1.0,
-                        "dur": 5.0,
-                        "args": {},
-                    }
-                ]
-            }
-        )
-    )
+    trace = write_cpu_trace(tmp_path / "run" / "w.pt.trace.json", op="aten::add")
     assert main(["report", str(trace), "--path-map", f"/workspace={tmp_path}"]) == 0
     assert "matched no frame" not in capsys.readouterr().err
 

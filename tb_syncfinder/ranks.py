@@ -213,8 +213,14 @@ class RankStep:
 class JobStep:
     step: int
     time_us: float  # the job's step: the slowest rank's ProfilerStep span
+    # The rank with the longest span: often one that waited for a late peer, as a rank
+    # that waits in a collective spans the same time as the one it waits for.
     slowest_rank: int
     ranks: int
+    # The rank the others waited for most in this step (``RankStep.caused_wait_us``), the
+    # one to look at; None when no rank was late beyond the noise.
+    late_rank: Optional[int] = None
+    late_rank_caused_wait_us: float = 0.0
 
 
 @dataclass
@@ -969,15 +975,23 @@ def _rank_steps(job: Job, collectives: Sequence[MatchedCollective]) -> list[Rank
     return [table[k] for k in sorted(table)]
 
 
-def _job_steps(job: Job) -> list[JobStep]:
+def _job_steps(job: Job, rank_steps: list[RankStep]) -> list[JobStep]:
     per_step: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for rank, rt in job.ranks.items():
         for s in rt.steps:
             per_step[s.number].append((s.duration, rank))
+    # Ties go to the lowest rank, so that the answer does not depend on the table's order.
+    late: dict[int, tuple[float, int]] = {}
+    for r in rank_steps:
+        if r.caused_wait_us > 0 and (
+            r.step not in late or (r.caused_wait_us, -r.rank) > (late[r.step][0], -late[r.step][1])
+        ):
+            late[r.step] = (r.caused_wait_us, r.rank)
     out = []
     for number in sorted(per_step):
         time_us, slowest = max(per_step[number])
-        out.append(JobStep(number, time_us, slowest, len(per_step[number])))
+        caused_us, late_rank = late.get(number, (0.0, None))
+        out.append(JobStep(number, time_us, slowest, len(per_step[number]), late_rank, caused_us))
     return out
 
 
@@ -1004,13 +1018,14 @@ def analyze_job(job: Job) -> JobAnalysis:
     clocks, shift = _align(job, table, issues)
     noise = _noise_floor(clocks)
     collectives = _match_collectives(job, table, index.members_of, shift, noise, issues)
+    rank_steps = _rank_steps(job, collectives)
     return JobAnalysis(
         job,
         clocks,
         groups,
         collectives,
-        _rank_steps(job, collectives),
-        _job_steps(job),
+        rank_steps,
+        _job_steps(job, rank_steps),
         noise,
         issues,
     )

@@ -298,6 +298,21 @@ def test_job_step_is_the_slowest_ranks_step(nccl_job):
         assert js.time_us == max(spans) and js.ranks == len(spans)
 
 
+def test_job_step_names_the_rank_the_others_waited_for(nccl_job):
+    late = {js.step: (js.late_rank, js.late_rank_caused_wait_us) for js in nccl_job.job_steps}
+    for step in (2, 3):
+        rank, caused_us = late[step]
+        assert rank == 3 and caused_us >= LATE_US
+    # Step 4's lateness is a rank without a trace: never pinned on a present rank.
+    assert late[4] == (None, 0.0)
+    assert late[1] == (None, 0.0)
+
+
+def test_gloo_job_step_names_the_late_rank_though_every_rank_spans_the_wait(gloo_job):
+    _folder, job = gloo_job
+    assert [js.late_rank for js in job.job_steps] == [GLOO_LATE] * GLOO_STEPS
+
+
 def _wait_id(job: R.JobAnalysis, rank: int, step: int) -> str:
     return next(w.id for w in job.ranks[rank].waits if w.step == step and w.is_sync)
 

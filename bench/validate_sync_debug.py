@@ -73,6 +73,7 @@ CPU_MARKERS = {
     "int",
     "if",
     "generate",
+    "tolist",  # seen as its recorded call (with_stack), not as an operator
 }
 # Why a site the engine reports can be absent from torch's warnings: the detector only warns
 # where PyTorch calls its guarded synchronizing helpers, not on every blocking CUDA call.

@@ -574,6 +574,29 @@ OP_KIND_PRECEDENCE: tuple[str, ...] = (DYNAMIC_SHAPE, SCALAR_READBACK)
 # own to decide), hence the difference.
 LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
 
+# Tensor methods that copy a GPU tensor to the host and wait for the copy, but run no
+# operator of their own that says so on the CPU (``.tolist()`` runs none, ``.cpu()`` an
+# ``aten::to`` that ``.to(device)`` uploads run too). A CPU-only trace recorded with stacks
+# shows them as built-in calls, ``<built-in method tolist of Tensor object at 0x...>``:
+# latent findings, with the kind the GPU trace gives them (its chain is aten::to ->
+# aten::_to_copy -> aten::copy_, a DtoH copy). ``.numpy()`` is left out: it refuses a GPU
+# tensor, so the copy before it is a ``.cpu()`` of its own.
+LATENT_TENSOR_METHODS: dict[str, str] = {
+    "cpu": DEVICE_TO_HOST_COPY,
+    "tolist": DEVICE_TO_HOST_COPY,
+}
+_TENSOR_METHOD_RE = re.compile(r"<built-in method (\w+) of Tensor object")
+
+
+def tensor_method(name: str) -> str | None:
+    """``tolist`` for a recorded ``<built-in method tolist of Tensor object at 0x7f..>``
+    call, else None."""
+    if not name.startswith("<built-in method "):
+        return None
+    match = _TENSOR_METHOD_RE.match(name)
+    return match.group(1) if match else None
+
+
 # What detection looks for, said to the user when nothing was found.
 CHECKED = (
     "explicit synchronize calls (cudaDeviceSynchronize, cudaStreamSynchronize, "

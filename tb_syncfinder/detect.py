@@ -37,7 +37,7 @@ from tb_syncfinder.catalogue import (
     is_explicit_sync_api,
 )
 from tb_syncfinder.reader import Event
-from tb_syncfinder.timeline import ANNOTATION, OP, HostThread, Timeline, correlation_of
+from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, HostThread, Timeline, correlation_of
 
 
 class Call(msgspec.Struct):
@@ -267,7 +267,9 @@ def detect_latent(tl: Timeline) -> list[Episode]:
     """Operators that would sync on a GPU, in a trace with no GPU at all (zero cost).
 
     Only operators that *always* sync when their inputs are on a GPU are listed: on a CPU
-    trace we cannot tell where a tensor would live, so ``.to()`` and friends are left out.
+    trace we cannot tell where a tensor would live, so ``.to()`` and friends are left out;
+    so are ``.cpu()`` and ``.tolist()``, which always copy a GPU tensor back, unless the
+    trace recorded them as calls (``with_stack``: ``catalogue.LATENT_TENSOR_METHODS``).
     """
     if tl.has_gpu_activity or tl.has_runtime:
         return []
@@ -277,6 +279,11 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         nodes = thread.nodes
         kinds = thread.kinds
         for i, node in enumerate(nodes):
+            if kinds[i] == PYTHON:
+                method = catalogue.tensor_method(node.name)
+                if method in catalogue.LATENT_TENSOR_METHODS:
+                    episodes.append(_latent_tensor_method(thread, i, method))
+                continue
             if kinds[i] != OP or node.name not in LATENT_TRIGGERS:
                 continue
             if node.name == "aten::repeat_interleave" and _concrete_has_output_size(node):
@@ -296,3 +303,23 @@ def detect_latent(tl: Timeline) -> list[Episode]:
             episode.kind = classify(names, [])
     episodes.sort(key=lambda ep: ep.ts)
     return episodes
+
+
+def _latent_tensor_method(thread: HostThread, index: int, method: str) -> Episode:
+    """The latent finding of a recorded ``.cpu()`` / ``.tolist()`` call (node ``index``):
+    anchored at the copy operator it ran, where it ran one (``.cpu()``'s ``aten::to``: the
+    chain and site key a GPU trace gives the same line), else at the call itself."""
+    anchor = index
+    end = thread.ends[index]
+    for j in range(index + 1, len(thread.nodes)):
+        if thread.starts[j] > end:
+            break
+        if thread.kinds[j] == OP:
+            if thread.nodes[j].name in COPY_OPS:
+                anchor = j
+            break
+    episode = Episode(
+        thread, [], anchor, _outermost_op(thread, anchor), latent=True, trigger=anchor
+    )
+    episode.kind = catalogue.LATENT_TENSOR_METHODS[method]
+    return episode

@@ -125,8 +125,14 @@ def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
     assert "would synchronize on a GPU" in text
     assert "aten::nonzero" in text
     assert "CPU-only trace: nothing ran on a GPU" in text
-    # What a CPU run cannot tell is said, not left for the reader to take as absent.
-    assert "Not listed on a CPU-only trace: copies to or from the host (.cpu()" in text
+    # What a CPU run cannot tell is said, not left for the reader to take as absent: without
+    # stacks no copy is listed, with them .cpu() and .tolist() are.
+    flat = " ".join(text.split())
+    assert "without Python stacks: copies to or from the host (.cpu(), .tolist()" in flat
+    report.traces[0].has_stacks = True
+    flat = " ".join(render_report(report).split())
+    assert "Not listed on a CPU-only trace: .to() copies and pageable uploads" in flat
+    assert ".tolist()" not in flat
 
 
 def test_unreadable_traces_are_listed_with_their_reason(sample_report: Report) -> None:

@@ -181,7 +181,7 @@ STEP_METHOD = textwrap.dedent(
             return top, peak
     """
 )
-LOSS_ITEM_4, FLOAT_LINE, PEAK_LINE, IF_LINE, INT_LINE = 14, 15, 17, 18, 19
+LOSS_ITEM_4, FLOAT_LINE, TOLIST_LINE, PEAK_LINE, IF_LINE, INT_LINE = 14, 15, 16, 17, 18, 19
 
 
 def test_implicit_and_chained_calls_resolve_next_to_explicit_ones(tmp_path):
@@ -209,6 +209,7 @@ def test_implicit_and_chained_calls_resolve_next_to_explicit_ones(tmp_path):
     one_step = [
         ("trainer.py", LOSS_ITEM_4, True, "aten::item"),
         ("trainer.py", FLOAT_LINE, True, "aten::item"),
+        ("trainer.py", TOLIST_LINE, True, None),  # a copy back, with no operator of its own
         ("trainer.py", PEAK_LINE, True, "aten::item"),
         ("trainer.py", IF_LINE, True, "aten::is_nonzero"),
         ("trainer.py", INT_LINE, True, "aten::item"),
@@ -387,3 +388,59 @@ def test_a_compiled_function_reports_each_item_not_one_per_compiled_region(tmp_p
             assert sync.source.line == truth
         else:
             assert truth in sync.source.candidates
+
+
+# -- copies back to the host: .cpu() and .tolist() as recorded calls -------------------------
+
+COPIES = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+
+    def log_step(x, with_stack):
+        y = x @ x
+        rows = y.sum(1).tolist()
+        host = y.cpu()
+        arr = host.numpy()
+        same = y.to("cpu")
+        return rows, arr, same
+
+
+    def main(logdir, with_stack=True):
+        x = torch.randn(32, 32)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=with_stack,
+                     on_trace_ready=tensorboard_trace_handler(logdir)):
+            for _ in range(2):
+                log_step(x, with_stack)
+    """
+)
+TOLIST_COPY, CPU_COPY = 7, 8
+
+
+def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path):
+    """On a GPU ``.tolist()`` and ``.cpu()`` copy the tensor back and wait. A CPU-only trace
+    runs no operator that says so (``.tolist()`` none, ``.cpu()`` the ``aten::to`` of
+    every ``.to()``), but with stacks it records them as built-in calls: each is a latent
+    device-to-host copy at its line, keyed like the GPU trace's (``aten::to``) or by its
+    method, never by the tensor's address. ``.numpy()`` (never a GPU tensor) and
+    ``.to("cpu")`` (an upload for all the trace says) are not listed."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "copies.py"
+    path.write_text(COPIES)
+    module = _load(path, "copies")
+    module.main(str(tmp_path / "logs" / "run"))
+    module.main(str(tmp_path / "logs" / "nostack"), with_stack=False)
+    sys.modules.pop("copies", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    one_step = [
+        ("copies.py", TOLIST_COPY, True, None),
+        ("copies.py", CPU_COPY, True, "aten::to"),
+    ]
+    assert _findings(report) == one_step * 2
+    assert {s.kind for s in report.latent} == {"device_to_host_copy"}
+    keys = sorted(site.key for site in report.latent_sites)
+    assert keys == [f"{path}:{TOLIST_COPY}:Tensor.tolist", f"{path}:{CPU_COPY}:aten::to"]
+    # Without stacks nothing tells these copies from uploads: none is listed.
+    bare = analyze(tmp_path / "logs" / "nostack", source_roots=[str(tmp_path / "src")])
+    assert bare.latent == []

@@ -721,14 +721,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             )
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
-        lines.extend(
-            wrap(
-                "Not listed on a CPU-only trace: copies to or from the host (.cpu(), "
-                ".tolist(), .numpy(), pageable uploads); nothing on a CPU run says which "
-                "tensors would live on the GPU. Profile on the GPU to see them.",
-                width,
-            )
-        )
+        lines.extend(wrap(_not_listed_on_cpu(readable), width))
         lines.append("")
     if readable:
         unmarked = sum(1 for t in readable if t.get("step_markers") is False)
@@ -1034,4 +1027,21 @@ def render(report_set: ReportSet, options: RenderOptions) -> bytes:
     as the terminal."""
     return render_runs(list(report_set.runs.items()), color=options.color, top=options.top).encode(
         "utf-8"
+    )
+
+
+def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
+    """What a CPU-only trace's latent list leaves out: ``.cpu()`` and ``.tolist()`` are
+    seen only as recorded calls (``with_stack``), the other copies never."""
+    cpu = [t for t in traces if t.get("device") == "cpu"]
+    if cpu and all(t.get("has_stacks") for t in cpu):
+        return (
+            "Not listed on a CPU-only trace: .to() copies and pageable uploads; nothing on "
+            "a CPU run says which tensors would live on the GPU. Profile on the GPU to see "
+            "them."
+        )
+    return (
+        "Not listed on a CPU-only trace without Python stacks: copies to or from the host "
+        "(.cpu(), .tolist(), .to(), pageable uploads). Record with with_stack=True to list "
+        ".cpu() and .tolist(); profile on the GPU to see the rest."
     )

@@ -413,6 +413,17 @@ class Report(msgspec.Struct):
             "site_keys": SITE_KEYS,
         }
 
+    def to_text(self, top: int | None = None, width: int | None = 100) -> str:
+        """The report as ``tb-syncfinder report`` prints it (no colours): ``top`` sites at
+        most (None: all), ``width`` columns (None: the terminal's)."""
+        from tb_syncfinder.outputs.text import render_report
+
+        return render_report(self, top=top, width=width)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython and Jupyter show a report as its text, not as thousands of fields.
+        printer.text("Report(...)" if cycle else self.to_text(top=10))
+
 
 def _plain(records: Any) -> Any:
     """Records (or lists of them) as JSON-ready builtins."""

@@ -444,3 +444,49 @@ def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path)
     # Without stacks nothing tells these copies from uploads: none is listed.
     bare = analyze(tmp_path / "logs" / "nostack", source_roots=[str(tmp_path / "src")])
     assert bare.latent == []
+
+
+# -- a profiler object, as in a notebook -----------------------------------------------------
+
+
+def test_a_stopped_profiler_object_is_analysed_and_shows_as_text(tmp_path):
+    """``analyze(prof)`` right after the ``with`` block, as a notebook user would: the same
+    findings as from the exported file, the text IPython shows, and a running or unstarted
+    profiler refused with what to do instead of torch's own AttributeError."""
+    from torch.profiler import ProfilerActivity, profile
+
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "copies.py"
+    path.write_text(COPIES)
+    module = _load(path, "copies_notebook")
+    x = torch.randn(32, 32)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        module.log_step(x, True)
+    sys.modules.pop("copies_notebook", None)
+    report = analyze(prof, source_roots=[str(tmp_path / "src")])
+    assert sorted((Path(s.file).name, s.line) for s in report.latent_sites) == [
+        ("copies.py", TOLIST_COPY),
+        ("copies.py", CPU_COPY),
+    ]
+    text = report.to_text()
+    assert "Latent syncs (2 sites)" in text and f"copies.py:{CPU_COPY}" in text
+
+    class Printer:
+        shown = ""
+
+        def text(self, value: str) -> None:
+            self.shown += value
+
+    printer = Printer()
+    report._repr_pretty_(printer, False)
+    assert printer.shown == report.to_text(top=10)
+
+    running = profile(activities=[ProfilerActivity.CPU])
+    with pytest.raises(ValueError, match="after it has stopped"):
+        analyze(running)
+    running.start()
+    try:
+        with pytest.raises(ValueError, match="after it has stopped"):
+            analyze(running)
+    finally:
+        running.stop()

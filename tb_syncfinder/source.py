@@ -269,6 +269,22 @@ def _indent(text: bytes) -> int:
     return len(text) - len(text.lstrip(b" \t"))
 
 
+def _unsaved_source(name: str) -> bytes | None:
+    """The source of code that has no file, where this process holds it: a Jupyter cell
+    (``/tmp/ipykernel_<pid>/<hash>.py``) is compiled under a file name that does not
+    exist, its lines kept in ``linecache`` without a modification time. Only a trace
+    analysed in the kernel that ran the cell (``analyze(prof)`` in the notebook) has it."""
+    import linecache  # loaded by now in any notebook; a report need not load it
+
+    entry = linecache.cache.get(name)
+    if entry is None or len(entry) != 4 or entry[1] is not None:
+        return None  # not there, or a real file's cached lines (read from the file itself)
+    text = "".join(entry[2])
+    if len(text) > _MAX_SOURCE_BYTES:
+        return None
+    return text.encode("utf-8", "surrogatepass")
+
+
 def _function_end(lines: list[bytes], first: int, func: str) -> int | None:
     """The index past the last line of the function ``func`` whose def (or first
     decorator) is ``lines[first]``; None when that line does not start it."""
@@ -643,7 +659,7 @@ class SourceResolver:
                 if candidate.is_file():
                     return candidate
         candidate = Path(norm)
-        if candidate.is_absolute() and candidate.is_file():
+        if candidate.is_absolute() and (candidate.is_file() or _unsaved_source(norm)):
             return candidate
         if not candidate.is_absolute() and not norm.startswith(".."):
             for root in self.roots:
@@ -742,7 +758,7 @@ class SourceResolver:
                 if stat.st_size <= _MAX_SOURCE_BYTES:
                     data = path.read_bytes()
             except OSError:
-                data = None
+                data = _unsaved_source(str(path))
             self._bytes[path] = data
         return self._bytes[path]
 

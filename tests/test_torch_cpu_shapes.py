@@ -490,3 +490,38 @@ def test_a_stopped_profiler_object_is_analysed_and_shows_as_text(tmp_path):
             analyze(running)
     finally:
         running.stop()
+
+
+NOTEBOOK_CELL = textwrap.dedent(
+    """\
+    def cell_step(x):
+        y = x @ x
+        n = int((y > 0).sum())
+        rows = y.sum(1).tolist()
+        return n, rows
+    """
+)
+
+
+def test_a_notebook_cells_lines_are_exact_when_analysed_in_its_kernel(tmp_path):
+    """Jupyter compiles a cell under a file name that does not exist
+    (``/tmp/ipykernel_<pid>/<hash>.py``) and keeps its lines in ``linecache``, as done
+    here: ``analyze(prof)`` in that kernel names the cell's exact lines, where a file
+    search finds nothing and would fall back to the def line."""
+    import linecache
+
+    from torch.profiler import ProfilerActivity, profile
+
+    name = str(tmp_path / "ipykernel_4242" / "3141592653.py")  # no such file
+    linecache.cache[name] = (len(NOTEBOOK_CELL), None, NOTEBOOK_CELL.splitlines(True), name)
+    try:
+        namespace: dict = {}
+        exec(compile(NOTEBOOK_CELL, name, "exec"), namespace)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            namespace["cell_step"](torch.randn(16, 16))
+        report = analyze(prof, source_roots=[str(tmp_path)])
+    finally:
+        linecache.cache.pop(name, None)
+    found = sorted((s.source.line, s.source.line_exact, s.op or "-") for s in report.latent)
+    assert found == [(3, True, "aten::item"), (4, True, "-")]
+    assert all(s.source.file == name for s in report.latent)

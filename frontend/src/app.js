@@ -302,6 +302,17 @@ export class App {
     return pickRun(this.runs?.runs || [], this.state.run);
   }
 
+  /**
+   * The spans of the selected worker, as the span selector lists them (none without a
+   * worker): what names a span in a sentence as the selector does (`selectionName`).
+   * @returns {string[]}
+   */
+  workerSpans() {
+    const name = this.selection()?.worker ?? null;
+    const worker = (this.currentRun()?.workers || []).find((/** @type {any} */ w) => w.name === name);
+    return (worker?.spans || []).filter((/** @type {any} */ s) => s !== null);
+  }
+
   /** run/worker/span as request parameters, validated against the runs list. */
   selection() {
     const run = this.currentRun();

@@ -72,7 +72,7 @@ export async function renderCompare(ctx) {
   // site would read fixed (or new). Say only that.
   const unreadable = [
     nothingReadable(baseSummary?.traces) ? unreadableSide(`baseline run "${base}"`, baseSummary.traces, true) : null,
-    nothingReadable(newSummary?.traces) ? unreadableSide(selectionName(sel, `run "${sel.run}"`), newSummary.traces, sel.worker !== null) : null,
+    nothingReadable(newSummary?.traces) ? unreadableSide(selectionName(sel, `run "${sel.run}"`, app.workerSpans()), newSummary.traces, sel.worker !== null) : null,
   ].filter(Boolean);
   if (unreadable.length) {
     return h(

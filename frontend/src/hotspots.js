@@ -48,9 +48,9 @@ export async function renderHotspots(ctx) {
   const summaryResp = await getJson("summary", sel);
   // Nothing of the selection could be read: its empty report would read as a clean run
   // (no GPU activity, no stacks, zero syncs). Say only that, with each file's reason.
-  if (nothingReadable(summaryResp.traces)) return unreadableView(summaryResp.traces, sel);
+  if (nothingReadable(summaryResp.traces)) return unreadableView(summaryResp.traces, sel, app.workerSpans());
   // No trace analysed yet: only the loading state, no figures or "no GPU/stacks" to misread.
-  if (awaitingFirstTrace(summaryResp)) return firstTraceLoadingView(sel);
+  if (awaitingFirstTrace(summaryResp)) return firstTraceLoadingView(sel, app.workerSpans());
   const latent = latentMode(summaryResp, state);
   ctx.latent = latent; // read by the detail panel
   const siteParams = { ...sel, latent: latent ? 1 : null, step: state.step };
@@ -120,13 +120,14 @@ export async function renderHotspots(ctx) {
 /**
  * The view of a selection still being analysed, none of its traces analysed yet.
  * @param {{worker: string | null, span: string | null}} sel
+ * @param {string[]} spans the selected worker's spans (to name the span as its selector does)
  */
-function firstTraceLoadingView(sel) {
+function firstTraceLoadingView(sel, spans) {
   return h(
     "div",
     { class: "sa-empty", role: "status", "data-testid": "run-first-loading" },
     h("span", { class: "sa-spinner", "aria-hidden": "true" }),
-    h("h2", null, `Analysing ${selectionName(sel)}…`),
+    h("h2", null, `Analysing ${selectionName(sel, undefined, spans)}…`),
     h("p", null, "Its findings appear here as soon as its first trace is analysed."),
   );
 }
@@ -137,13 +138,14 @@ function firstTraceLoadingView(sel) {
  * traces were read, they are listed here.
  * @param {any[]} traces the summary's traces, each with its `error`
  * @param {{worker: string | null, span: string | null}} sel
+ * @param {string[]} spans the selected worker's spans (to name the span as its selector does)
  */
-function unreadableView(traces, sel) {
+function unreadableView(traces, sel, spans) {
   return h(
     "div",
     { class: "sa-empty", "data-testid": "nothing-read" },
     // A whole run's banner above already says it, with the reasons.
-    sel.worker === null ? null : h("h2", null, `No trace of ${selectionName(sel)} could be read`),
+    sel.worker === null ? null : h("h2", null, `No trace of ${selectionName(sel, undefined, spans)} could be read`),
     sel.worker === null
       ? h("p", null, "Nothing to analyse until a trace file of this run can be read: its findings appear here then.")
       : unreadableFiles(traces),

@@ -4,6 +4,7 @@
  * `summary` route's `traces`), worded as quiet notices: the trace was analysed, but a
  * finding could be missing where events were damaged. Pure.
  */
+import { spanLabels } from "./format.js";
 
 /** More repaired files than this are counted, not listed, so the notice stays short. */
 export const MAX_REPAIR_NOTICES = 5;
@@ -109,12 +110,17 @@ export function runOptionLabel(run) {
 
 /**
  * A selection as a sentence names it: `span S of worker W`, `worker W`, else `whole` (the
- * run itself).
+ * run itself). A span is named as the span selector names it (`spanLabels`: an epoch-ms span
+ * by its date-time), from `spans`, the worker's spans it lists, when given.
  * @param {{worker: string | null, span: string | null}} sel
  * @param {string} [whole]
+ * @param {(string | null)[]} [spans] the selected worker's spans
  * @returns {string}
  */
-export function selectionName(sel, whole = "this run") {
-  if (sel.span !== null) return `span ${sel.span} of worker ${sel.worker}`;
+export function selectionName(sel, whole = "this run", spans = []) {
+  if (sel.span !== null) {
+    const names = spanLabels(spans.includes(sel.span) ? spans : [...spans, sel.span]);
+    return `span ${names.get(sel.span) ?? sel.span} of worker ${sel.worker}`;
+  }
   return sel.worker !== null ? `worker ${sel.worker}` : whole;
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { spanLabels } from "../src/format.js";
 import { nothingReadable, readableCount, repairNotices, runOptionLabel, runUnreadable, selectionName, unreadableBanner } from "../src/repairs.js";
 
 test("a repaired trace gets a notice naming the file and every repair", () => {
@@ -69,6 +70,20 @@ test("a selection is named as a sentence says it", () => {
   assert.equal(selectionName({ worker: null, span: null }, 'run "a"'), 'run "a"');
   assert.equal(selectionName({ worker: "w0", span: null }), "worker w0");
   assert.equal(selectionName({ worker: "w0", span: "17" }), "span 17 of worker w0");
+});
+
+test("a span of epoch milliseconds is named by its date-time, as the span selector names it", () => {
+  const date = (/** @type {string} */ ms) => spanLabels([ms]).get(ms);
+  const one = "1700000000000";
+  assert.match(date(one) ?? "", /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
+  // An unreadable span (its traces could not be read) is named as a readable one is.
+  assert.equal(selectionName({ worker: "w0", span: one }), `span ${date(one)} of worker w0`);
+  // Two spans in one second: to the millisecond, as the selector lists the worker's spans.
+  const spans = [one, "1700000000250"];
+  const labels = spanLabels(spans);
+  assert.equal(selectionName({ worker: "w0", span: one }, "this run", spans), `span ${labels.get(one)} of worker w0`);
+  assert.match(labels.get(one) ?? "", /\.000$/);
+  assert.ok(!selectionName({ worker: "w0", span: one }, "this run", spans).includes(one));
 });
 
 test("a selection still loading with no analysed trace shows only the loading state", async () => {

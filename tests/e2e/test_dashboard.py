@@ -1265,6 +1265,29 @@ def test_the_span_selector_names_epoch_millisecond_spans_as_date_times(
     assert page_errors == []
 
 
+LOCAL_DATE = """ms => { const d = new Date(ms), p = n => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} `
+    + `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`; }"""
+
+
+@pytest.mark.parametrize("view", ["hotspots", "compare"])
+def test_an_unreadable_span_is_named_by_its_date_time_as_the_span_selector_names_it(
+    board: str, browser: Any, page_errors: list[str], view: str
+) -> None:
+    page = new_page(browser, page_errors)
+    span = "1700000000000"
+    compare = "&view=compare&base=baseline" if view == "compare" else ""
+    page.goto(plugin_url(board, f"#run=unreadable&worker=worker0&span={span}{compare}"))
+    testid = "compare-unreadable" if view == "compare" else "nothing-read"
+    said = page.wait_for_selector(f"[data-testid={testid}] h2").inner_text()
+    date = page.evaluate(LOCAL_DATE, int(span))
+    assert said == f"No trace of span {date} of worker worker0 could be read", said
+    assert page.inner_text("#sa-span option:checked") == date
+    # The epoch milliseconds stay only in the file's own name, listed with why.
+    assert f"worker0.{span}.pt.trace.json.gz: truncated" in page.inner_text("body")
+    assert page_errors == []
+
+
 BUBBLE = """() => {
   const svg = document.querySelector("[data-testid=timeline] svg");
   const band = svg.querySelector("rect.bubble-band");

@@ -4,11 +4,12 @@
  * better / worse / same, with the step time change. The before/after loop of profiling.
  */
 import { getJson } from "./api.js";
-import { h } from "./dom.js";
+import { h, rovingKeys } from "./dom.js";
 import { kindLabel } from "./catalogue.js";
 import { formatCount, formatPct, formatUs } from "./format.js";
 import { unreadableFiles } from "./hotspots.js";
 import { nothingReadable, runOptionLabel, selectionName } from "./repairs.js";
+import { nextRowIndex } from "./sites.js";
 import {
   changeText,
   compareHeadline,
@@ -98,6 +99,8 @@ export async function renderCompare(ctx) {
   const b = data.base || {};
   const n = data.new || {};
   const headline = compareHeadline({ latent, mixed: byCount && !latent, changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
+  // A compared site opens in Hotspots (a fixed one is not in this run: it opens nothing).
+  const open = (/** @type {any} */ x) => (x.status === "fixed" ? null : openSite(app, { ...x, latent, mixed: byCount && !latent }));
   const row = (/** @type {string} */ label, /** @type {string} */ before, /** @type {string} */ after) =>
     h("tr", null, h("th", { scope: "row" }, label), h("td", { class: "num" }, before), h("td", { class: "num" }, after));
   return h(
@@ -162,7 +165,11 @@ export async function renderCompare(ctx) {
           { class: "sa-table-wrap" },
           h(
             "table",
-            { class: "sa-table", "data-testid": "compare-sites", "aria-label": "Sites compared with the baseline" },
+            {
+              class: "sa-table",
+              "data-testid": "compare-sites",
+              "aria-label": "Sites compared with the baseline; arrow keys move, Enter opens the site in Hotspots",
+            },
             h(
               "thead",
               null,
@@ -182,19 +189,19 @@ export async function renderCompare(ctx) {
             ),
             h(
               "tbody",
-              null,
-              sites.map((x) =>
+              // One Tab stop for the table (its first row), arrow keys between rows, Enter or
+              // Space acts as a click, as in the sites table: not a Tab stop per row.
+              { onkeydown: rovingKeys("tr", nextRowIndex, (i) => open(sites[i])) },
+              sites.map((x, i) =>
                 h(
                   "tr",
                   {
                     "data-status": x.status,
                     "data-key": x.key,
-                    tabindex: "0",
+                    "data-focus-key": `compare-${x.key}`,
+                    tabindex: i === 0 ? "0" : "-1",
                     title: x.status === "fixed" ? "" : "Open in Hotspots",
-                    onclick: () => (x.status === "fixed" ? null : openSite(app, { ...x, latent, mixed: byCount && !latent })),
-                    onkeydown: (/** @type {KeyboardEvent} */ e) => {
-                      if (e.key === "Enter" && x.status !== "fixed") openSite(app, { ...x, latent, mixed: byCount && !latent });
-                    },
+                    onclick: () => open(x),
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
                   h("td", { class: "loc mono", title: x.file || "" }, compareLocation(x)),

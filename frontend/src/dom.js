@@ -90,3 +90,35 @@ export function replace(el, ...children) {
   while (el.firstChild) el.removeChild(el.firstChild);
   append(el, children);
 }
+
+/**
+ * The keydown listener of a roving-tabindex group, for the element holding its items (a
+ * table's body, a chart): the group is one Tab stop (the item with tabindex 0, the others
+ * -1), the navigation keys that `next` knows move the focus and the Tab stop between the
+ * items, Enter and Space act on the focused item as a click does.
+ * @param {string} selector the group's items inside the element listened to
+ * @param {(current: number, key: string, length: number) => number | null} next the item a key
+ *   moves to, null for a key that does not move (`nextRowIndex`, `nextBarIndex`)
+ * @param {(index: number) => void} activate what Enter or Space on item `index` does
+ * @returns {(e: KeyboardEvent) => void}
+ */
+export function rovingKeys(selector, next, activate) {
+  return (e) => {
+    const group = /** @type {Element} */ (e.currentTarget);
+    const item = /** @type {Element} */ (e.target).closest?.(selector);
+    if (!item || !group.contains(item)) return;
+    const all = /** @type {HTMLElement[]} */ ([...group.querySelectorAll(selector)]);
+    const current = all.indexOf(/** @type {HTMLElement} */ (item));
+    if (current < 0) return;
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      activate(current);
+      return;
+    }
+    const to = next(current, e.key, all.length);
+    if (to === null) return;
+    e.preventDefault();
+    all.forEach((el, i) => el.setAttribute("tabindex", i === to ? "0" : "-1"));
+    all[to].focus();
+  };
+}

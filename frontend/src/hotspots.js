@@ -4,7 +4,7 @@
  * per-step chart and the sortable, filterable, keyboard-navigable sites table.
  */
 import { getJson } from "./api.js";
-import { h, s } from "./dom.js";
+import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
 import { groupSteps, layoutStepChart, nextBarIndex, thinAxisLabels } from "./layout.js";
@@ -378,23 +378,7 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
   // One Tab stop for the whole chart (the selected step's bar, else the first), arrow keys
   // between bars, as in the sites table.
   const anchor = Math.max(0, L.bars.findIndex((_, i) => isSelected(i)));
-  /** @param {KeyboardEvent} e */
-  const onKey = (e) => {
-    const bar = /** @type {Element} */ (e.target).closest?.("g.step");
-    if (!bar) return;
-    const all = [.../** @type {Element} */ (e.currentTarget).querySelectorAll("g.step")];
-    const i = all.indexOf(bar);
-    if (e.key === "Enter" || e.key === " ") {
-      e.preventDefault();
-      pick(i);
-      return;
-    }
-    const next = nextBarIndex(i, e.key, all.length);
-    if (next === null) return;
-    e.preventDefault();
-    all.forEach((b, k) => b.setAttribute("tabindex", k === next ? "0" : "-1"));
-    /** @type {SVGElement} */ (all[next]).focus();
-  };
+  const onKey = rovingKeys("g.step", nextBarIndex, pick);
   const svg = s(
     "svg",
     {
@@ -604,26 +588,16 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),
     ),
   );
+  // One Tab stop for the table (the selected site's row, else the first), arrow keys between
+  // rows, Enter or Space opens a row's detail, Escape closes it.
+  const rowKeys = rovingKeys("tr", nextRowIndex, (i) => select(sites[i]));
   const tbody = h("tbody", {
     onkeydown: (/** @type {KeyboardEvent} */ e) => {
-      const tr = /** @type {HTMLElement} */ (e.target).closest?.("tr");
-      if (!tr) return;
-      const all = /** @type {HTMLElement[]} */ ([...tbody.querySelectorAll("tr")]);
-      const current = all.indexOf(tr);
-      if (e.key === "Enter" || e.key === " ") {
-        e.preventDefault();
-        select(sites[current]);
-        return;
-      }
       if (e.key === "Escape" && state.site) {
         app.closeDetail();
         return;
       }
-      const next = nextRowIndex(current, e.key, all.length);
-      if (next === null) return;
-      e.preventDefault();
-      all.forEach((r, i) => r.setAttribute("tabindex", i === next ? "0" : "-1"));
-      all[next].focus();
+      rowKeys(e);
     },
   }, rows);
   const columns = latent ? COLUMNS.filter((c) => !COST_KEYS.has(c.key)) : COLUMNS;

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { layoutStepChart, layoutTimeline, MIN_BUBBLE_PX, niceMax } from "../src/layout.js";
-import { h, replace } from "../src/dom.js";
+import { h, replace, rovingKeys } from "../src/dom.js";
+import { nextRowIndex } from "../src/sites.js";
 
 test("axis maxima are round numbers at or above the data", () => {
   assert.equal(niceMax(0), 0);
@@ -160,4 +161,49 @@ test("event handlers are attached as listeners, not as inline attribute code", (
   assert.throws(() => h("button", { onmouseover: "alert(1)" }), /refusing/);
   assert.throws(() => h("a", { ONCLICK: "alert(1)" }), /refusing/);
   delete globalThis.document;
+});
+
+test("a roving-tabindex group is one Tab stop: arrow keys move it, Enter and Space act", () => {
+  /** Rows of a table body: the focus and the Tab stop are what the handler changes. */
+  let focused = null;
+  const rows = [0, 1, 2].map((i) => ({
+    i,
+    attrs: { tabindex: i === 0 ? "0" : "-1" },
+    setAttribute(k, v) {
+      this.attrs[k] = v;
+    },
+    focus() {
+      focused = this;
+    },
+    closest(selector) {
+      return selector === "tr" ? this : null;
+    },
+  }));
+  const body = { querySelectorAll: () => rows, contains: (el) => rows.includes(el) };
+  const acted = [];
+  const onKey = rovingKeys("tr", nextRowIndex, (i) => acted.push(i));
+  const press = (key, row) => {
+    let prevented = false;
+    onKey({ key, target: row, currentTarget: body, preventDefault: () => (prevented = true) });
+    return prevented;
+  };
+  const stops = () => rows.filter((r) => r.attrs.tabindex === "0").map((r) => r.i);
+  assert.ok(press("ArrowDown", rows[0]));
+  assert.equal(focused, rows[1]);
+  assert.deepEqual(stops(), [1]);
+  press("End", rows[1]);
+  assert.equal(focused, rows[2]);
+  assert.deepEqual(stops(), [2]);
+  press("ArrowDown", rows[2]); // stays on the last row
+  assert.deepEqual(stops(), [2]);
+  press("Home", rows[2]);
+  press("ArrowUp", rows[0]);
+  assert.deepEqual(stops(), [0]);
+  // Enter and Space act on the focused row, as a click; neither scrolls the page.
+  assert.ok(press("Enter", rows[1]));
+  assert.ok(press(" ", rows[2]));
+  assert.deepEqual(acted, [1, 2]);
+  // Other keys (Tab) are left to the browser: Tab leaves the group.
+  assert.equal(press("Tab", rows[0]), false);
+  assert.deepEqual(stops(), [0]);
 });

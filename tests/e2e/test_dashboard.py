@@ -338,6 +338,54 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert page_errors == []
 
 
+def test_the_compared_sites_are_one_tab_stop_with_arrow_keys_between_rows(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=optimized&view=compare&base=baseline"))
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    table = "[data-testid=compare-sites] tbody tr"
+    stops = f"{table}[tabindex='0']"
+    statuses = page.eval_on_selector_all(table, "rows => rows.map(r => r.dataset.status)")
+    assert len(statuses) >= 2 and "fixed" in statuses, statuses
+    # One Tab stop, the first row, not one per row: the others are reached by arrow keys.
+    assert page.locator(stops).count() == 1
+    assert page.locator(f"{table}[tabindex='-1']").count() == len(statuses) - 1
+    page.focus(stops)
+    focused = "document.activeElement.dataset.status"
+    assert page.evaluate(focused) == statuses[0]
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate(focused) == statuses[1]
+    page.keyboard.press("End")
+    assert page.evaluate(focused) == statuses[-1]
+    page.keyboard.press("Home")
+    assert page.evaluate(focused) == statuses[0]
+    # The focused row is the Tab stop: Tab leaves the table, Shift+Tab comes back to it.
+    page.keyboard.press("ArrowDown")
+    assert page.get_attribute(stops, "data-status") == statuses[1]
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('[data-testid=compare-sites]')") is None
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate(focused) == statuses[1]
+    # Enter or Space acts as a click: a fixed site (not in this run) opens nothing, another
+    # opens in Hotspots.
+    fixed = statuses.index("fixed")
+    page.keyboard.press("Home")
+    for _ in range(fixed):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press(" ")
+    page.keyboard.press("Enter")
+    assert page.evaluate("location.hash") == "#run=optimized&view=compare&base=baseline"
+    other = next(i for i, st in enumerate(statuses) if st != "fixed")
+    page.keyboard.press("Home")
+    for _ in range(other):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press(" ")
+    page.wait_for_selector("[data-testid=detail]")
+    assert "view=compare" not in page.evaluate("location.hash")
+    assert page_errors == []
+
+
 def test_compare_of_cpu_only_runs_counts_latent_sites_and_does_not_judge_cpu_step_time(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

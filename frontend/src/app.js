@@ -31,6 +31,7 @@ import {
 import { chooseTheme } from "./theme.js";
 
 /** @typedef {import("./state.js").ViewState} ViewState */
+/** @typedef {import("./dom.js").Child} Child */
 
 /** How often the runs list is polled: fast while the plugin is still loading traces. */
 const POLL_LOADING_MS = 3000;
@@ -83,9 +84,19 @@ export class App {
     this.profilerTab = false;
     this.toastEl = h("div", { class: "sa-toast", role: "status", "aria-live": "polite" });
     this.headerEl = h("header", { class: "sa-header" });
+    /**
+     * The notices that the view shows another run or baseline than the one it was given (one
+     * not in the logdir, a run named as its own baseline). A polite live region that is in
+     * the page from the start, before any notice: a screen reader reads a notice written
+     * into it, not one inserted already holding its text. Rewritten only when what it says
+     * changes, so that a redraw does not read it out again.
+     */
+    this.noticeEl = h("div", { class: "sa-notices", role: "status", "aria-live": "polite", "data-testid": "notices" });
+    /** What `noticeEl` says now (its notices' ids and texts). */
+    this.noticeKey = "";
     this.bannerEl = h("div", { class: "sa-banners" });
     this.viewEl = h("main", { class: "sa-view", "aria-live": "off" });
-    this.appEl = h("div", { class: "sa-app" }, this.headerEl, this.bannerEl, this.viewEl);
+    this.appEl = h("div", { class: "sa-app" }, this.headerEl, this.noticeEl, this.bannerEl, this.viewEl);
     replace(root, this.appEl, this.toastEl);
     // Drawings are laid out for the frame's width: redraw when it changes a lot.
     this.lastWidth = 0;
@@ -554,19 +565,9 @@ export class App {
   }
 
   renderBanners() {
+    this.renderNotices();
     const parts = [];
     if (this.runsError) parts.push(errorBanner(this.runsError, "Cannot list runs"));
-    const missing = this.missingRun;
-    if (missing) {
-      const instead = missing.shown ? `: showing run "${missing.shown}" instead.` : ".";
-      parts.push(this.missingNotice("missing-run", `Run "${missing.name}"`, missing.gone, instead, "sa-run", () => (this.missingRun = null)));
-    }
-    const missingBase = this.state.view === "compare" ? this.missingBase : null;
-    if (missingBase) {
-      const base = this.shownBase;
-      const instead = base ? `: comparing with run "${base}" instead.` : ": pick a baseline run.";
-      parts.push(this.missingNotice("missing-base", `Baseline run "${missingBase.name}"`, missingBase.gone, instead, "sa-base", () => (this.missingBase = null)));
-    }
     if (this.runs?.loading) {
       const loadingRuns = (this.runs.runs || []).filter((/** @type {any} */ r) => r.loading);
       parts.push(
@@ -672,22 +673,44 @@ export class App {
   }
 
   /**
-   * The notice that a run the view named is not in the logdir (any more), and what is shown
-   * instead. Dismissing it puts the focus on the picker of that run, not on the page.
+   * Write the notices of a run or baseline the view was given and does not show into the
+   * live region `noticeEl`, when what they say changed (see `noticeEl`).
+   */
+  renderNotices() {
+    /** @type {{testid: string, text: Child[], pickerId: string, forget: () => void}[]} */
+    const notices = [];
+    const missing = this.missingRun;
+    if (missing) {
+      const instead = missing.shown ? `: showing run "${missing.shown}" instead.` : ".";
+      notices.push({ testid: "missing-run", text: missingText(`Run "${missing.name}"`, missing.gone, instead), pickerId: "sa-run", forget: () => (this.missingRun = null) });
+    }
+    const compare = this.state.view === "compare";
+    const missingBase = compare ? this.missingBase : null;
+    if (missingBase) {
+      const base = this.shownBase;
+      const instead = base ? `: comparing with run "${base}" instead.` : ": pick a baseline run.";
+      notices.push({ testid: "missing-base", text: missingText(`Baseline run "${missingBase.name}"`, missingBase.gone, instead), pickerId: "sa-base", forget: () => (this.missingBase = null) });
+    }
+    const els = notices.map((n) => this.notice(n.testid, n.text, n.pickerId, n.forget));
+    const key = els.map((el) => `${el.dataset.testid}: ${el.textContent}`).join("\n");
+    if (key === this.noticeKey) return;
+    this.noticeKey = key;
+    replace(this.noticeEl, els);
+  }
+
+  /**
+   * A notice that the view shows another run than the one it was given, and what instead.
+   * Dismissing it puts the focus on the picker of that run, not on the page.
    * @param {string} testid
-   * @param {string} what `Run "x"`, `Baseline run "x"`
-   * @param {boolean} gone whether it was shown before (its folder removed while open)
-   * @param {string} instead what the view shows instead, as the end of the sentence
+   * @param {Child[]} text what it says
    * @param {string} pickerId the id of the select that picks that run
    * @param {() => void} forget clears the notice's state
    */
-  missingNotice(testid, what, gone, instead, pickerId, forget) {
+  notice(testid, text, pickerId, forget) {
     return h(
       "div",
-      { class: "sa-banner", role: "status", "data-testid": testid },
-      h("b", null, `${what} is not in the logdir${gone ? " any more" : ""}`),
-      gone ? " (its folder was removed or renamed)" : " (renamed, removed, or a typo in the link)",
-      instead,
+      { class: "sa-banner", "data-testid": testid },
+      text,
       " ",
       h(
         "button",
@@ -696,7 +719,7 @@ export class App {
           "data-focus-key": `dismiss-${testid}`,
           onclick: () => {
             forget();
-            this.renderBanners();
+            this.renderNotices();
             document.getElementById(pickerId)?.focus();
           },
         },
@@ -819,6 +842,22 @@ export class App {
       // cross-origin parent (VS Code webview): the system preference decides
     }
   }
+}
+
+/**
+ * What a notice says of a run the view named that is not in the logdir (any more), and
+ * what is shown instead.
+ * @param {string} what `Run "x"`, `Baseline run "x"`
+ * @param {boolean} gone whether it was shown before (its folder removed while open)
+ * @param {string} instead what the view shows instead, as the end of the sentence
+ * @returns {Child[]}
+ */
+function missingText(what, gone, instead) {
+  return [
+    h("b", null, `${what} is not in the logdir${gone ? " any more" : ""}`),
+    gone ? " (its folder was removed or renamed)" : " (renamed, removed, or a typo in the link)",
+    instead,
+  ];
 }
 
 /** TensorBoard's dark mode from the parent document, or null when it cannot be read. */

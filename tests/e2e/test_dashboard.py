@@ -1004,6 +1004,52 @@ def test_a_baseline_the_link_names_that_is_not_in_the_logdir_is_said_and_the_url
     assert page_errors == []
 
 
+def test_the_notice_of_a_run_not_in_the_logdir_is_written_into_a_status_region_there_before(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """A screen reader reads a notice written into a live region already in the page, not
+    one inserted holding its text: the region is there, empty, before the runs answer."""
+    page = new_page(browser, page_errors)
+    runs_route = re.compile(r"/data/plugin/sync_advisor/runs(\?|$)")
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        if held and held[0] is None:  # released: later polls go through
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(runs_route, hold)
+    page.goto(plugin_url(board, "#run=no_such_run"))
+    region = page.wait_for_selector("[data-testid=notices]", state="attached")
+    assert region.get_attribute("role") == "status"
+    assert region.get_attribute("aria-live") == "polite"
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the page never asked for the runs"
+    assert region.inner_text() == ""
+    waiting = list(held)
+    held[:] = [None]
+    for route in waiting:
+        route.continue_()
+    notice = page.wait_for_selector("[data-testid=missing-run]")
+    assert 'Run "no_such_run" is not in the logdir' in notice.inner_text()
+    # Written into that same region, and not a live region of its own inserted with its text.
+    assert region.evaluate("(region, notice) => region.contains(notice)", notice)
+    assert notice.get_attribute("role") is None
+    # A redraw (a sort, a filter) does not write it again, so it is not read out again.
+    rows(page)
+    page.click("th button[data-sort=gpu_idle_us]")
+    page.wait_for_function("location.hash.includes('sort=gpu_idle_us')")
+    page.fill("#sa-q", "train")
+    page.wait_for_function("location.hash.includes('q=train')")
+    assert notice.evaluate("n => n.isConnected")
+    assert region.evaluate("r => r.isConnected")
+    assert page_errors == []
+
+
 @pytest.mark.parametrize(
     ("hash_", "said"),
     [

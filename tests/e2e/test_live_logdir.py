@@ -52,9 +52,14 @@ def test_deleting_the_shown_runs_folder_says_so_and_opens_nothing_of_it_in_anoth
     page = new_page(browser, page_errors)
     page.goto(plugin_url(base, f"#run=doomed&{ITEM_SITE}"))
     page.wait_for_selector("[data-testid=source] .ln.hl")
+    # The polite live region the notice will be written into is in the page already, empty:
+    # a screen reader reads the notice when it comes (not one inserted holding its text).
+    region = page.wait_for_selector("[data-testid=notices][role=status]", state="attached")
+    assert region.inner_text() == ""
     shutil.rmtree(logdir / "doomed")
     notice = poll_until(page, "[data-testid=missing-run]")
     assert 'Run "doomed" is not in the logdir any more' in notice.inner_text()
+    assert region.evaluate("(region, notice) => region.contains(notice)", notice)
     shown = page.input_value("#sa-run")
     assert shown != "doomed"
     assert f'showing run "{shown}" instead' in notice.inner_text()

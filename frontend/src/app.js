@@ -5,7 +5,7 @@
  */
 import { ApiError, clearCache, getJson } from "./api.js";
 import { kindStyles, setCatalogue } from "./catalogue.js";
-import { pickBaseline } from "./compare.js";
+import { pickBaseline, selfBaselineText } from "./compare.js";
 import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
@@ -71,6 +71,13 @@ export class App {
      * @type {{name: string, gone: boolean} | null}
      */
     this.missingBase = null;
+    /**
+     * The run the compare view compares, named as its own baseline (picked as the run while
+     * it was the baseline, or a link naming both): said until the user picks a baseline or a
+     * run, and the URL names the baseline used instead, if any.
+     * @type {string | null}
+     */
+    this.selfBase = null;
     /** The baseline the compare view last used. @type {string | null} */
     this.shownBase = null;
     /** A data-focus-key to focus after the next render (instead of the focused element's). */
@@ -117,6 +124,7 @@ export class App {
       this.state = decodeState(location.hash);
       this.missingRun = null;
       this.missingBase = null;
+      this.selfBase = null;
       this.render();
     });
     // TensorBoard's hash changed (Back/Forward, an edited or pasted address, a tab switch):
@@ -131,6 +139,7 @@ export class App {
         this.state = named;
         this.missingRun = null;
         this.missingBase = null;
+        this.selfBase = null;
         this.writeUrl();
         this.render();
       }
@@ -214,7 +223,10 @@ export class App {
     this.state = { ...this.state, ...patch };
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
-    if ("run" in patch || "base" in patch) this.missingBase = null;
+    if ("run" in patch || "base" in patch) {
+      this.missingBase = null;
+      this.selfBase = null;
+    }
     this.writeUrl();
     this.render();
   }
@@ -280,14 +292,16 @@ export class App {
   /**
    * The compare view's baseline, as `reconcileRun` does for the run: a baseline named in the
    * URL (or shown until its folder was deleted) that the logdir does not hold is replaced by
-   * the default baseline, said so, and the URL names the baseline used.
+   * the default baseline, said so, and the URL names the baseline used. So is the run
+   * compared named as its own baseline: never compared with itself, nor replaced unsaid.
    */
   reconcileBase() {
     const names = (this.runs?.runs || []).map((/** @type {any} */ r) => r.name);
     if (this.state.view !== "compare" || !names.length) return;
-    const { base, missing } = pickBaseline(names, this.currentRun()?.name ?? null, this.state.base);
-    if (missing) {
-      this.missingBase = { name: missing, gone: missing === this.shownBase };
+    const { base, missing, self } = pickBaseline(names, this.currentRun()?.name ?? null, this.state.base);
+    if (missing) this.missingBase = { name: missing, gone: missing === this.shownBase };
+    if (self) this.selfBase = self;
+    if (missing || self) {
       this.state = { ...this.state, base };
       this.writeUrl();
     }
@@ -690,6 +704,10 @@ export class App {
       const base = this.shownBase;
       const instead = base ? `: comparing with run "${base}" instead.` : ": pick a baseline run.";
       notices.push({ testid: "missing-base", text: missingText(`Baseline run "${missingBase.name}"`, missingBase.gone, instead), pickerId: "sa-base", forget: () => (this.missingBase = null) });
+    }
+    const selfBase = compare ? this.selfBase : null;
+    if (selfBase) {
+      notices.push({ testid: "self-base", text: [selfBaselineText(selfBase, this.shownBase)], pickerId: "sa-base", forget: () => (this.selfBase = null) });
     }
     const els = notices.map((n) => this.notice(n.testid, n.text, n.pickerId, n.forget));
     const key = els.map((el) => `${el.dataset.testid}: ${el.textContent}`).join("\n");

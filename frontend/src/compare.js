@@ -261,15 +261,30 @@ export function defaultBaseline(runs, current) {
  * The baseline the compare view of run `run` uses: the one the view names when it is
  * another listed run, else the default (`defaultBaseline`, null when there is none to
  * guess). `missing` is the named baseline when the runs list holds runs but not that one
- * (renamed, removed, a typo in a link): the view says so and its URL names the baseline
- * used instead. A run named as its own baseline is not missing: the default replaces it.
+ * (renamed, removed, a typo in a link), `self` the named baseline when it is `run` itself
+ * (picked as the run while it was the baseline, or a link naming both): a run compared with
+ * itself shows nothing. Either is said by the view, and its URL names the baseline used
+ * instead (none when there is no default), never the one not used.
  * @param {string[]} runs the listed run names
  * @param {string | null} run the run compared
  * @param {string | null} named the baseline the view state names
- * @returns {{base: string | null, missing: string | null}}
+ * @returns {{base: string | null, missing: string | null, self: string | null}}
  */
 export function pickBaseline(runs, run, named) {
-  if (named && named !== run && runs.includes(named)) return { base: named, missing: null };
+  if (named && named !== run && runs.includes(named)) return { base: named, missing: null, self: null };
   const missing = named !== null && runs.length > 0 && !runs.includes(named) ? named : null;
-  return { base: defaultBaseline(runs, run), missing };
+  const self = named !== null && named === run && runs.includes(named) ? named : null;
+  return { base: defaultBaseline(runs, run), missing, self };
+}
+
+/**
+ * What the compare view says when the run compared is named as its own baseline
+ * (`pickBaseline`'s `self`), and what it compares instead (`base`, null for nothing).
+ * @param {string} run
+ * @param {string | null} base
+ * @returns {string}
+ */
+export function selfBaselineText(run, base) {
+  const why = `Run "${run}" cannot be its own baseline: a run compared with itself shows nothing.`;
+  return base ? `${why} Comparing with run "${base}" instead: pick another run as baseline to change it.` : `${why} Pick another run as baseline.`;
 }

@@ -8,6 +8,7 @@ import {
   countByStatus,
   countTone,
   pickBaseline,
+  selfBaselineText,
   sideCost,
   sortCompareSites,
   stepTimeChange,
@@ -176,13 +177,28 @@ test("a compared row merging several lines names every line, as the CLI does", (
 
 test("a baseline the view names that is not listed is said missing and the default used", () => {
   const runs = ["baseline", "optimized", "other"];
-  assert.deepEqual(pickBaseline(runs, "optimized", "other"), { base: "other", missing: null });
-  assert.deepEqual(pickBaseline(runs, "optimized", "no_such_run"), { base: "baseline", missing: "no_such_run" });
+  assert.deepEqual(pickBaseline(runs, "optimized", "other"), { base: "other", missing: null, self: null });
+  assert.deepEqual(pickBaseline(runs, "optimized", "no_such_run"), { base: "baseline", missing: "no_such_run", self: null });
   // No default to guess: nothing compared, the name still said missing.
-  assert.deepEqual(pickBaseline(runs, "baseline", "gone"), { base: null, missing: "gone" });
-  // None named, or the run itself named: the default, nothing missing.
-  assert.deepEqual(pickBaseline(runs, "optimized", null), { base: "baseline", missing: null });
-  assert.deepEqual(pickBaseline(runs, "optimized", "optimized"), { base: "baseline", missing: null });
+  assert.deepEqual(pickBaseline(runs, "baseline", "gone"), { base: null, missing: "gone", self: null });
+  // None named: the default, nothing said.
+  assert.deepEqual(pickBaseline(runs, "optimized", null), { base: "baseline", missing: null, self: null });
   // No run listed yet (TensorBoard still starting): nothing is said missing.
-  assert.deepEqual(pickBaseline([], "optimized", "baseline"), { base: null, missing: null });
+  assert.deepEqual(pickBaseline([], "optimized", "baseline"), { base: null, missing: null, self: null });
+});
+
+test("a run named as its own baseline is said, not replaced quietly", () => {
+  const runs = ["baseline", "optimized", "other"];
+  // The default is compared instead, and the view says why.
+  assert.deepEqual(pickBaseline(runs, "optimized", "optimized"), { base: "baseline", missing: null, self: "optimized" });
+  // The run named baseline picked as the run while it was the baseline: nothing to guess.
+  assert.deepEqual(pickBaseline(runs, "baseline", "baseline"), { base: null, missing: null, self: "baseline" });
+  assert.equal(
+    selfBaselineText("baseline", null),
+    'Run "baseline" cannot be its own baseline: a run compared with itself shows nothing. Pick another run as baseline.',
+  );
+  assert.equal(
+    selfBaselineText("optimized", "baseline"),
+    'Run "optimized" cannot be its own baseline: a run compared with itself shows nothing. Comparing with run "baseline" instead: pick another run as baseline to change it.',
+  );
 });

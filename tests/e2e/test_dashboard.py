@@ -1050,6 +1050,50 @@ def test_the_notice_of_a_run_not_in_the_logdir_is_written_into_a_status_region_t
     assert page_errors == []
 
 
+def test_a_run_picked_as_its_own_baseline_is_said_and_the_address_names_no_baseline_unused(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # In TensorBoard: its address keeps the view in the plugin's keys.
+    page = new_page(browser, page_errors)
+    keys = "p.sync_advisor.run=optimized&p.sync_advisor.view=compare&p.sync_advisor.base=baseline"
+    page.goto(f"{board}/#sync_advisor&{keys}")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    # The baseline picked as the run: it is never compared with itself, and the user is told.
+    frame.select_option("#sa-run", "baseline")
+    notice = frame.wait_for_selector("[data-testid=self-base]")
+    text = notice.inner_text()
+    assert (
+        'Run "baseline" cannot be its own baseline: a run compared with itself shows nothing. '
+        "Pick another run as baseline." in text
+    ), text
+    assert frame.locator("[data-testid=notices] [data-testid=self-base]").count() == 1
+    frame.wait_for_selector("[data-testid=compare-empty]")
+    assert frame.input_value("#sa-base") == ""
+    assert frame.locator("[data-testid=compare-sites]").count() == 0
+    # Neither address claims the baseline that is not used.
+    assert frame.evaluate("location.hash") == "#run=baseline&view=compare"
+    page.wait_for_function("!location.hash.includes('p.sync_advisor.base=')")
+    assert page.url.endswith(
+        "#sync_advisor&p.sync_advisor.run=baseline&p.sync_advisor.view=compare"
+    ), page.url
+    # Picking another baseline puts the notice away.
+    frame.select_option("#sa-base", "optimized")
+    frame.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert frame.locator("[data-testid=self-base]").count() == 0
+    assert "p.sync_advisor.base=optimized" in page.url
+    # A link naming a run as its own baseline: the default compared instead, and said so.
+    alone = new_page(browser, page_errors)
+    alone.goto(plugin_url(board, "#run=optimized&view=compare&base=optimized"))
+    text = alone.wait_for_selector("[data-testid=self-base]").inner_text()
+    assert 'Run "optimized" cannot be its own baseline' in text, text
+    assert 'Comparing with run "baseline" instead' in text, text
+    alone.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert alone.input_value("#sa-base") == "baseline"
+    assert alone.evaluate("location.hash") == "#run=optimized&view=compare&base=baseline"
+    assert page_errors == []
+
+
 @pytest.mark.parametrize(
     ("hash_", "said"),
     [

@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from tb_syncfinder import __version__
@@ -363,6 +363,7 @@ def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = (
         store = SummaryStore(getattr(args, "summaries_dir", None))
     write = store is not None and (use_ray or getattr(args, "write_summaries", False))
     progress = _Progress(len(refs), verbose=use_ray)
+    progress.announce_large(refs, bool(getattr(args, "window_mb", None)))
     mapper = None
     if use_ray:
         from tb_syncfinder.fanout import ray_mapper
@@ -447,6 +448,12 @@ def _uses_ray(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "ray", False) or getattr(args, "ray_address", None))
 
 
+# A trace is large, and its analysis announced, from this much JSON (about 4 s of work);
+# files smaller than the first bound are not looked into (a gzip holds up to ~20x).
+_LARGE_JSON_BYTES = 128 << 20
+_LARGE_FILE_BYTES = 6 << 20
+
+
 class _Progress:
     """Per-trace progress on stderr as traces finish, when ``verbose`` (a cluster run), and
     a closing tally whenever summaries or a cluster were used."""
@@ -460,6 +467,40 @@ class _Progress:
         self.analysed: list[str] = []  # traces analysed here (not from a summary), read
         self.started = time.perf_counter()
         self.cluster_note = ""
+        self.large: dict[str, int] = {}  # trace path -> bytes of JSON, for the large ones
+        self._log_handler: Any = None
+
+    def announce_large(self, refs: Sequence[Any], windows_asked: bool) -> None:
+        """Say, before a long silence, which traces are large (the analysis takes about a
+        minute per GB of JSON) and show the engine's progress lines for them (reading in
+        windows, each window done): the terminal stays quiet for the usual small ones."""
+        for ref in refs:
+            try:
+                if os.path.getsize(ref.path) < _LARGE_FILE_BYTES and not windows_asked:
+                    continue
+            except OSError:
+                continue  # the analysis says what is wrong with it
+            from tb_syncfinder.windows import json_bytes
+
+            size = json_bytes(ref.path)
+            if size is not None and (size >= _LARGE_JSON_BYTES or windows_asked):
+                self.large[ref.path] = size
+        if not self.large:
+            return
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+        logger = logging.getLogger("tb_syncfinder")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        self._log_handler = handler
+        for path, size in self.large.items():
+            if size >= _LARGE_JSON_BYTES:
+                print(
+                    f"{PROG}: {path}: {size / 1e9:.1f} GB of JSON: about a minute per GB",
+                    file=sys.stderr,
+                )
 
     def cluster(self, info: Any) -> None:
         where = info.address or "a local Ray cluster"
@@ -477,6 +518,10 @@ class _Progress:
         self.failed += bool(info.error)
         if not from_summary and not info.error:
             self.analysed.append(info.path)
+        if not self.verbose and info.path in self.large and not from_summary:
+            elapsed = time.perf_counter() - self.started
+            what = info.error or f"{len(result.syncs)} syncs"
+            print(f"{PROG}: {info.path}: done at {elapsed:.1f} s: {what}", file=sys.stderr)
         if not self.verbose:
             return  # the report itself names the traces that failed
         if info.error:
@@ -490,6 +535,11 @@ class _Progress:
             )
 
     def done(self) -> None:
+        if self._log_handler is not None:
+            import logging
+
+            logging.getLogger("tb_syncfinder").removeHandler(self._log_handler)
+            self._log_handler = None
         if not self.verbose and not self.from_summaries:
             return
         analysed = self.total - self.from_summaries
@@ -762,6 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return 2
+    restore = _exit_on_sigterm()
     try:
         return args.handler(args)
     except UsageError as exc:
@@ -776,6 +827,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    finally:
+        restore()
+
+
+def _exit_on_sigterm() -> Callable[[], None]:
+    """Make SIGTERM (a CI job's timeout, ``timeout``, ``docker stop``) exit through Python,
+    as Ctrl-C does, so that a trace's windows in the temporary folder are removed; returns
+    what puts the previous handler back. A handler someone else set is left alone."""
+    import signal
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return lambda: None
+        signal.signal(signal.SIGTERM, stop)
+    except (ValueError, OSError):  # not the main thread (main() called from a thread)
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

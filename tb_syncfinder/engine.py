@@ -222,11 +222,25 @@ def _analyze_in_windows(
         return None
     import logging
 
-    logging.getLogger(__name__).info(
-        "%s: %d MB of JSON past the memory budget: analysed in %d windows of whole steps",
+    log = logging.getLogger(__name__)
+    if options.window_bytes:
+        why = "the window size asked for"
+    else:
+        budget = windows.memory_budget()
+        why = (
+            f"its analysis whole would not fit in the {_size(budget[0])} that {budget[1]} leaves"
+            if budget is not None
+            else "the memory budget"
+        )
+    log.info(
+        "%s: %s of JSON, analysed in %d windows of about %s of whole steps (%s); "
+        "its windows are written to %s first",
         ref.path,
-        found.json_bytes >> 20,
+        _size(found.json_bytes),
         len(bounds) + 1,
+        _size(window_bytes),
+        why,
+        os.environ.get("TMPDIR") or "the temporary folder",
     )
     parts = windows.split(ref.path, found, bounds)
     results: list[TraceResult] = []
@@ -246,6 +260,7 @@ def _analyze_in_windows(
             first_id += len(result.syncs) + len(result.latent)
             first_id += len(result.profiler_overhead) + len(result.warmup_allocator)
             results.append(result)
+            log.info("%s: window %d of %d analysed", ref.path, len(results), len(parts.paths))
     finally:
         parts.close()
     note = windows.window_note(len(results), window_bytes, asked=bool(options.window_bytes))
@@ -257,6 +272,10 @@ def _analyze_in_windows(
         r for r in merged.info.repairs if r not in found.repairs
     ]
     return merged
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.0f} MB"
 
 
 def _replay_carry() -> Any:

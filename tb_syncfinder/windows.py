@@ -37,9 +37,12 @@ two or more steps later (the job stage keeps its bound for those).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 from array import array
 from bisect import bisect_left, bisect_right
@@ -95,8 +98,26 @@ def available_memory_bytes() -> Optional[int]:
     """The memory this process may still use: ``MemAvailable`` of /proc/meminfo, less
     where its cgroup's limit (a container's, ``docker --memory``, a Kubernetes pod's) or its
     address-space limit (``ulimit -v``) leaves less. None where none is known."""
-    rooms = [room for room in (_mem_available(), cgroup_room(), _rlimit_room()) if room]
-    return max(0, min(rooms)) if rooms else None
+    budget = memory_budget()
+    return budget[0] if budget is not None else None
+
+
+def memory_budget() -> Optional[tuple[int, str]]:
+    """``available_memory_bytes`` and what sets it, in words for the user: "the machine's
+    available memory", "the container's memory limit" or "ulimit -v"."""
+    rooms = [
+        (room, source)
+        for room, source in (
+            (_mem_available(), "the machine's available memory"),
+            (cgroup_room(), "the container's memory limit"),
+            (_rlimit_room(), "ulimit -v"),
+        )
+        if room
+    ]
+    if not rooms:
+        return None
+    room, source = min(rooms, key=lambda pair: pair[0])
+    return max(0, room), source
 
 
 def _mem_available() -> Optional[int]:
@@ -185,22 +206,29 @@ def auto_window_bytes() -> Optional[int]:
 
 
 def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:
-    """Whether the file may hold more JSON than one window, from its size (a gzip file's
-    from its trailer, the inflated size modulo 4 GiB: taken as at least 3x the file)."""
+    """Whether the file may hold more JSON than one window (``json_bytes``)."""
     if not window_bytes:
         return False
+    size = json_bytes(path)
+    return size is not None and size > window_bytes
+
+
+def json_bytes(path: str) -> Optional[int]:
+    """How much JSON the file holds, from its size (a gzip file's from its trailer, the
+    inflated size modulo 4 GiB: taken as at least 3x the file); None when it cannot be
+    read (the whole read says why) or is no local file."""
     try:
         size = os.path.getsize(path)  # a URL fails here: remote traces are read whole
         with open(path, "rb") as handle:
             if handle.read(2) != b"\x1f\x8b":
-                return size > window_bytes
+                return size
             handle.seek(-4, os.SEEK_END)
             inflated = int.from_bytes(handle.read(4), "little")
     except OSError:
-        return False  # the whole read says what is wrong with it
+        return None
     while inflated < 3 * size:
         inflated += 1 << 32
-    return inflated > window_bytes
+    return inflated
 
 
 # --------------------------------------------------------------------------------------
@@ -502,7 +530,11 @@ class _Router(_Reader):
             if not pieces:
                 continue
             joined = b",".join(pieces)
-            self.files[w].write(b"," + joined if self.written[w] else joined)
+            try:
+                self.files[w].write(b"," + joined if self.written[w] else joined)
+            except OSError as exc:
+                # Not the trace's read failing: the reader would say "cannot read".
+                raise TraceReadError(self.path, "window write failed") from _NoRoom(exc)
             self.written[w] += len(pieces)
 
 
@@ -544,18 +576,84 @@ def _file_ranges(found: Scan, bounds: list[float]) -> tuple[list[float], list[fl
     return starts, ends
 
 
+# The window folders: named after the host and process that write them, so that a later
+# run can tell the folders of a process that is gone (killed before it could remove them:
+# SIGKILL, an out-of-memory kill, a power cut) and remove them.
+_FOLDER_PREFIX = "tb-syncfinder-windows-"
+_FOLDER_RE = re.compile(re.escape(_FOLDER_PREFIX) + r"(.+)-(\d+)-[^-]+$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def remove_stale_folders(parent: Optional[str] = None) -> list[str]:
+    """Remove the window folders under ``parent`` (the temporary folder) left by processes
+    of this host and user that are no longer running; returns them."""
+    parent = parent or tempfile.gettempdir()
+    host = _host()
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _FOLDER_RE.match(entry.name)
+        if match is None or match.group(1) != host:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(match.group(2)), 0)
+            continue  # still running (or a process reusing its number): left alone
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError, OverflowError):
+            continue  # another user's process, or not ours to judge
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+class _NoRoom(Exception):
+    """A window file could not be written (its folder's disk is full, or not writable)."""
+
+
+def _no_room_reason(folder: str, found: Scan, exc: OSError) -> str:
+    parent = os.path.dirname(folder)
+    size = found.json_bytes
+    need = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+    return (
+        f"cannot write its windows to {parent} (the temporary folder, TMPDIR): "
+        f"{exc.strerror or exc}. A trace larger than the memory budget is analysed in "
+        f"windows written there, about as much disk as its JSON ({need}): free space "
+        "there, point TMPDIR at a larger disk, or read it whole with --window-mb 0 (in "
+        "TensorBoard, --sync_advisor_window_mb 0) where the memory allows"
+    )
+
+
 def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = None) -> Windows:
-    """Pass 2: write the window files (``len(bounds) + 1`` of them)."""
+    """Pass 2: write the window files (``len(bounds) + 1`` of them). A file that cannot be
+    written (a full disk) raises ``TraceReadError`` naming the temporary folder; whatever
+    stops it, nothing is left behind."""
     starts, ends = _file_ranges(found, bounds)
-    folder = tempfile.mkdtemp(prefix="tb-syncfinder-windows-", dir=folder)
+    remove_stale_folders(folder)
+    try:
+        folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{_host()}-{os.getpid()}-", dir=folder)
+    except OSError as exc:
+        where = os.path.join(folder or tempfile.gettempdir(), _FOLDER_PREFIX)
+        raise TraceReadError(path, _no_room_reason(where, found, exc)) from None
     paths = [os.path.join(folder, f"window{n}.json") for n in range(len(bounds) + 1)]
     header = _header(found.top)
     files: list[IO[bytes]] = []
     try:
-        for window_path in paths:
-            handle = open(window_path, "wb")  # noqa: SIM115 - closed below
-            files.append(handle)
-            handle.write(header)
+        try:
+            for window_path in paths:
+                handle = open(window_path, "wb")  # noqa: SIM115 - closed below
+                files.append(handle)
+                handle.write(header)
+        except OSError as exc:
+            raise _NoRoom(exc) from exc
         with open_trace(path) as source:
             reader = _read(
                 path,
@@ -568,15 +666,25 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
                 files=files,
                 found=found,
             )
+        try:
+            for handle in files:
+                handle.write(b"]}")
+            while files:
+                files.pop().close()  # a full disk may show only now, as the rest is flushed
+        except OSError as exc:
+            raise _NoRoom(exc) from exc
+    except BaseException as exc:
         for handle in files:
-            handle.write(b"]}")
-    except BaseException:
-        for handle in files:
-            handle.close()
+            with contextlib.suppress(OSError):  # a flush on a full disk fails again
+                handle.close()
         shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(exc, _NoRoom):
+            raise TraceReadError(path, _no_room_reason(folder, found, exc.args[0])) from None
+        if isinstance(exc, TraceReadError) and isinstance(exc.__cause__, _NoRoom):
+            raise TraceReadError(
+                path, _no_room_reason(folder, found, exc.__cause__.args[0])
+            ) from None
         raise
-    for handle in files:
-        handle.close()
     # 16 bytes per runtime call, not needed past this pass: back before the analyses.
     found.launch_ids, found.launch_ts = array("q"), array("d")
     edges = [_NO_START, *bounds, _NO_END]
@@ -594,7 +702,7 @@ def window_note(n_windows: int, window_bytes: int, asked: bool = False) -> str:
     ``--window-mb``), or the memory budget this machine has."""
     size = f"{window_bytes / 1e9:.1f} GB" if window_bytes >= 1e9 else f"{window_bytes / 1e6:.1f} MB"
     why = (
-        "the window size asked for with --window-mb"
+        "the window size asked for with --window-mb (TensorBoard: --sync_advisor_window_mb)"
         if asked
         else "the trace is larger than the memory budget"
     )

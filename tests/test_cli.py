@@ -165,6 +165,32 @@ def test_report_prints_sites_and_summary_as_plain_text_when_piped(tmp_path: Path
     assert "syncs per step   3.0  (6 over 2 steps)" in proc.stdout
 
 
+def test_report_says_how_a_trace_read_in_windows_goes_and_nothing_for_a_small_one(
+    tmp_path: Path,
+) -> None:
+    """A large trace's analysis is minutes of silence: the report says on stderr that it
+    reads it in windows, why, and each window as it is done; a small trace's stays quiet."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    b = KinetoTraceBuilder()
+    for n in range(1, 41):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 8, "train_step")])
+    trace = b.write(tmp_path / "w0.pt.trace.json")
+    quiet = run_cli("report", str(trace))
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    windowed = run_cli("report", str(trace), "--window-mb", str(trace.stat().st_size / 4e6))
+    assert windowed.returncode == 0, windowed.stderr
+    lines = windowed.stderr.splitlines()
+    assert "analysed in" in lines[0] and "(the window size asked for)" in lines[0]
+    count = int(lines[0].split("analysed in ")[1].split()[0])
+    assert count >= 3
+    assert lines[1 : 1 + count] == [
+        f"tb-syncfinder: {trace}: window {n} of {count} analysed" for n in range(1, count + 1)
+    ]
+    assert lines[-1].startswith(f"tb-syncfinder: {trace}: done at ")
+
+
 def test_report_json_follows_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     trace = write_item_trace(tmp_path / "w0.pt.trace.json")
     assert main(["report", str(trace), "--json"]) == 0

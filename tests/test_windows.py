@@ -579,3 +579,99 @@ def test_the_window_size_follows_the_least_memory_left(monkeypatch):
     assert windows.available_memory_bytes() == 2 << 30
     monkeypatch.setattr(windows, "cgroup_room", lambda: None)
     assert windows.available_memory_bytes() == 20 << 30
+
+
+# -- the windows' temporary folder: a full disk, a killed process, a terminated one ---------
+
+
+def _run_python(code: str, env_extra: dict[str, str], limit_file_bytes: int | None = None):
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        import resource
+        import signal
+
+        if limit_file_bytes is not None:
+            # Past the limit a write fails with EFBIG, as a full disk's with ENOSPC, once
+            # the signal that would kill the process is ignored.
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_bytes, limit_file_bytes))
+
+    env = {**os.environ, **env_extra, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+        check=False,
+    )
+
+
+def test_windows_that_cannot_be_written_name_the_temporary_folder_and_leave_nothing(tmp_path):
+    """A full disk under TMPDIR used to fail as "analysis failed: OSError: No space left on
+    device", as if the trace's own disk were full, and left the windows written so far."""
+    path = _busy_trace(tmp_path / "w.pt.trace.json", steps=40)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    code = (
+        "from tb_syncfinder.engine import Options, analyze_trace\n"
+        f"r = analyze_trace({str(path)!r}, Options(window_bytes={path.stat().st_size // 4}))\n"
+        "print(r.info.error)\n"
+    )
+    done = _run_python(code, {"TMPDIR": str(temp)}, limit_file_bytes=16_000)
+    error = done.stdout.strip()
+    assert error.startswith(f"cannot write its windows to {temp} (the temporary folder, TMPDIR)")
+    assert "--window-mb 0" in error, error
+    assert list(temp.iterdir()) == []
+
+
+def test_window_folders_of_processes_that_are_gone_are_removed_by_the_next_split(tmp_path):
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = windows._host()
+    stale = tmp_path / f"tb-syncfinder-windows-{host}-{gone.pid}-abc123"
+    running = tmp_path / f"tb-syncfinder-windows-{host}-{os.getpid()}-def456"
+    elsewhere = tmp_path / f"tb-syncfinder-windows-otherhost-{gone.pid}-ghi789"
+    for folder in (stale, running, elsewhere):
+        folder.mkdir()
+        (folder / "window0.json").write_bytes(b"{}")
+    path = _busy_trace(tmp_path / "w.pt.trace.json")
+    found = windows.scan(str(path))
+    parts = windows.split(str(path), found, windows.plan(found, 1), folder=str(tmp_path))
+    parts.close()
+    assert not stale.exists()
+    assert running.exists() and elsewhere.exists()  # alive, or not this host's to judge
+
+
+def test_a_terminated_report_removes_its_windows_as_ctrl_c_does(tmp_path):
+    """CI timeouts, ``timeout`` and ``docker stop`` send SIGTERM: the report exits 143 and
+    its windows are gone (the default action killed it with them left in TMPDIR)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = _busy_trace(tmp_path / "w.pt.trace.json", steps=600)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tb_syncfinder", "report", str(path), "--window-mb", "0.2"],
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(temp.iterdir()) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert list(temp.iterdir()), "the report ended before writing its windows"
+    child.send_signal(signal.SIGTERM)
+    _out, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert list(temp.iterdir()) == []

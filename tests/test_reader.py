@@ -111,6 +111,27 @@ def test_truncated_gzip_says_still_being_written(tmp_path):
         read_trace(str(path))
 
 
+def test_a_large_trace_cut_short_is_refused_from_its_end_without_reading_it(tmp_path):
+    """A trace still being written (or cut) failed only once all of it was read: 12 s for
+    750 MB, again at each of TensorBoard's retries. A large plain JSON file whose last
+    bytes are not a JSON document's end is refused from them; a complete one is read."""
+    from tb_syncfinder import reader
+
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.0}'
+    count = 2 * reader._TAIL_CHECK_BYTES // len(event)
+    whole = b'{"traceEvents": [' + b", ".join([event] * count) + b"]}\n"
+    path = tmp_path / "w.pt.trace.json"
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    with pytest.raises(TraceReadError) as info:
+        read_trace(str(path))
+    assert info.value.reason == (
+        "truncated JSON (still being written?): it does not end with the closing bracket of "
+        "its JSON"
+    )
+    path.write_bytes(whole)
+    assert len(read_trace(str(path)).events) == count
+
+
 def test_analyze_trace_returns_the_error_instead_of_raising(tmp_path):
     path = tmp_path / "bad.pt.trace.json"
     path.write_text('{"traceEvents": [')

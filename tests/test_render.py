@@ -135,6 +135,34 @@ def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
     assert ".tolist()" not in flat
 
 
+def test_a_rare_site_per_step_keeps_its_first_digit_instead_of_showing_zero() -> None:
+    """800 syncs over 40,000 steps is 0.02 per step: it showed as 0.0, which reads as none."""
+    site = make_site(
+        "train.py",
+        8,
+        "train_step",
+        "dynamic_shape",
+        ["aten::nonzero"],
+        800,
+        0.0,
+        0.0,
+        steps=40_000,
+        latent=True,
+    )
+    report = Report(
+        traces=[TraceInfo("t", "w", None, device="cpu", steps=40_000)],
+        summary=Summary(0, 0.0, 0.0, 300.0, step_count=40_000, latent_count=800),
+        syncs=[],
+        sites=[],
+        latent=[],
+        latent_sites=[site],
+    )
+    text = render_report(report, width=120)
+    row = next(line for line in text.splitlines() if "train.py:8" in line)
+    assert row.split()[-1] == "0.02"
+    assert "0.02 per step, 800 in all" in " ".join(text.split())
+
+
 def test_unreadable_traces_are_listed_with_their_reason(sample_report: Report) -> None:
     sample_report.traces.append(
         TraceInfo("/traces/bad.pt.trace.json", "bad", None, error="not valid JSON (line 1)")

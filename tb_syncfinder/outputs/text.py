@@ -11,6 +11,7 @@ free text (operators, fixes, notes) wraps.
 
 from __future__ import annotations
 
+import math
 import shutil
 import textwrap
 from collections.abc import Callable, Sequence
@@ -342,7 +343,7 @@ def _site_columns(latent: bool) -> list[Column]:
         ),
         Column(
             "/step",
-            lambda row: f"{float(row[1].get('per_step') or 0.0):.1f}",
+            lambda row: _per_step_text(float(row[1].get("per_step") or 0.0)),
             drop=1,
             below=lambda v: f"{v} per step",
         ),
@@ -473,7 +474,7 @@ def _summary_lines(
     if count == 0 and (latent or cpu_only):
         # A CPU-only trace: its cost figures are all zero by nature; what it tells is how
         # many syncs a GPU run of the same code would make.
-        per_step = f"{latent / steps:.1f} per step, " if steps else ""
+        per_step = f"{_per_step_text(latent / steps)} per step, " if steps else ""
         text = (
             f"{per_step}{latent} in all: would make the host wait on a GPU"
             if latent
@@ -504,7 +505,7 @@ def _summary_lines(
         lines.extend(
             _wrap_labelled(
                 "syncs per step",
-                f"{float(summary.get('syncs_per_step') or 0):.1f}  ({over})",
+                f"{_per_step_text(float(summary.get('syncs_per_step') or 0))}  ({over})",
                 width,
             )
         )
@@ -928,8 +929,8 @@ def _compare_columns() -> list[Column]:
         Column(
             "/step",
             lambda row: (
-                f"{float((row.get('before') or {}).get('per_step') or 0):.1f}>"
-                f"{float((row.get('after') or {}).get('per_step') or 0):.1f}"
+                f"{_per_step_text(float((row.get('before') or {}).get('per_step') or 0))}>"
+                f"{_per_step_text(float((row.get('after') or {}).get('per_step') or 0))}"
             ),
         ),
     ]
@@ -985,8 +986,9 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     new = result.get("new") or {}
     lines.append(style("Summary", _BOLD))
     lines.append(
-        _label("syncs per step") + f"{float(base.get('syncs_per_step') or 0):.1f}"
-        f" -> {float(new.get('syncs_per_step') or 0):.1f}"
+        _label("syncs per step")
+        + _per_step_text(float(base.get("syncs_per_step") or 0))
+        + f" -> {_per_step_text(float(new.get('syncs_per_step') or 0))}"
     )
     lines.append(
         _label("share of step") + f"{format_share(base.get('share_of_step'))}"
@@ -1045,3 +1047,12 @@ def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
         "(.cpu(), .tolist(), .to(), pageable uploads). Record with with_stack=True to list "
         ".cpu() and .tolist(); profile on the GPU to see the rest."
     )
+
+
+def _per_step_text(value: float) -> str:
+    """A rate per step: one decimal, and a rate below 0.1 to its first significant digit
+    (a site synced 800 times in 40,000 steps is 0.02 per step, not 0.0)."""
+    if value == 0 or abs(value) >= 0.095 or value != value:
+        return f"{value:.1f}"
+    decimals = min(6, -math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"

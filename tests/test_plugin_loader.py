@@ -228,7 +228,9 @@ def test_a_truncated_file_completed_later_is_loaded_on_the_next_poll(tmp_path: P
     assert loader.get_run("run").traces[str(trace)].result.events == 5
 
 
-def test_an_unchanged_truncated_file_is_retried_then_reported(tmp_path: Path) -> None:
+def test_an_unchanged_truncated_file_just_written_is_retried_then_a_cached_error(
+    tmp_path: Path,
+) -> None:
     trace = tmp_path / "logs" / "run" / "w0.pt.trace.json"
     trace.parent.mkdir(parents=True)
     trace.write_text('{"traceEvents": [')
@@ -238,9 +240,78 @@ def test_an_unchanged_truncated_file_is_retried_then_reported(tmp_path: Path) ->
         poll_and_wait(loader)
     assert len(analyzer.calls) == loader_module.MAX_TRANSIENT_ATTEMPTS
     state = loader.get_run("run").traces[str(trace)]
-    assert state.status == ERROR
-    assert "truncated" in state.error
+    assert "truncated" in state.error and not state.being_written
     assert not loader.loading
+    [result] = loader.results(loader.get_run("run"), None, None)
+    assert "truncated" in result.info.error
+    # Given up on: the answer is cached as a result would be.
+    restarted = CountingAnalyzer()
+    poll_and_wait(make_loader(tmp_path / "logs", tmp_path / "cache", restarted))
+    assert restarted.calls == []
+
+
+def make_old(path: Path, age_s: float = 3600) -> None:
+    """Last written ``age_s`` ago: not being written any more."""
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+
+
+def test_an_old_truncated_file_is_read_once_and_its_failure_cached_until_it_changes(
+    tmp_path: Path,
+) -> None:
+    """A trace cut short by a writer that died long ago is a final answer: not read again
+    on later polls (each read of a 750 MB cut file took a process), nor after a restart,
+    and read again once the file changes."""
+    run = tmp_path / "logs" / "run"
+    trace = run / "cut.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    full = json.dumps({"traceEvents": [{"ph": "X", "name": "x"}] * 5})
+    trace.write_text(full[: len(full) // 2])
+    make_old(trace)
+    write_trace(run / "good.pt.trace.json")
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    state = loader.get_run("run").traces[str(trace)]
+    assert state.status != RETRY and not state.being_written
+    assert "truncated" in state.error and not loader.loading
+    poll_and_wait(loader)
+    assert sorted(os.path.basename(path) for path in analyzer.calls) == [
+        "cut.pt.trace.json",
+        "good.pt.trace.json",
+    ]
+
+    restarted = CountingAnalyzer()
+    again = make_loader(tmp_path / "logs", tmp_path / "cache", restarted)
+    poll_and_wait(again)
+    assert restarted.calls == [] and not again.loading
+    errors = [r.info.error for r in again.results(again.get_run("run"), None, None)]
+    assert set(errors) == {None, state.error}
+
+    trace.write_text(full)  # completed after all: read again
+    poll_and_wait(again)
+    assert [os.path.basename(path) for path in restarted.calls] == ["cut.pt.trace.json"]
+    assert again.get_run("run").traces[str(trace)].result.events == 5
+
+
+def test_a_truncated_file_written_to_recently_is_read_again_on_the_next_poll(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "logs" / "run" / "w0.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text('{"traceEvents": [')
+    make_old(trace, age_s=loader_module.WRITING_QUIET_S / 2)
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    state = loader.get_run("run").traces[str(trace)]
+    assert (state.status, state.being_written) == (RETRY, True)
+    # It has been quiet for long when it is read again: that read is its answer.
+    loader.clock = lambda: time.time() + loader_module.WRITING_QUIET_S
+    poll_and_wait(loader)
+    poll_and_wait(loader)
+    assert len(analyzer.calls) == 2
+    assert state.status == DONE and "truncated" in state.error and not loader.loading
 
 
 def test_a_broken_trace_is_an_error_entry_and_its_neighbours_load(tmp_path: Path) -> None:
@@ -309,6 +380,122 @@ def test_each_trace_is_published_as_soon_as_it_is_analysed(tmp_path: Path) -> No
     assert loader.get_run("run_b").loading and loader.loading
     gate.set()
     assert loader.wait_idle(10)
+
+
+def names(paths: list[str]) -> list[str]:
+    return [os.path.basename(path) for path in paths]
+
+
+def test_the_smallest_traces_are_analysed_first_so_small_runs_are_usable_at_once(
+    tmp_path: Path,
+) -> None:
+    """Queued in path order, a small run waited for the big traces sorted before it."""
+    logs = tmp_path / "logs"
+    write_trace(logs / "a_big" / "w0.pt.trace.json", events=400)
+    write_trace(logs / "a_big" / "w1.pt.trace.json", events=300)
+    write_trace(logs / "b_small" / "w0.pt.trace.json", events=1)
+    write_trace(logs / "c_medium" / "w0.pt.trace.json", events=20)
+    analyzer = CountingAnalyzer()
+    loader = make_loader(logs, tmp_path / "cache", analyzer, max_workers=1)
+    poll_and_wait(loader)
+    assert [Path(p).parent.name + "/" + Path(p).name for p in analyzer.calls] == [
+        "b_small/w0.pt.trace.json",
+        "c_medium/w0.pt.trace.json",
+        "a_big/w1.pt.trace.json",
+        "a_big/w0.pt.trace.json",
+    ]
+
+
+def test_a_big_trace_starts_once_smaller_ones_passed_it_by_its_own_size(
+    tmp_path: Path,
+) -> None:
+    """Smallest first, but fair: smaller traces may pass a big one by as many bytes as
+    its own, then it is next, before smaller ones queued with it."""
+    logs = tmp_path / "logs" / "run"
+    write_trace(logs / "big.pt.trace.json", events=300)
+    small_size = (logs / "big.pt.trace.json").stat().st_size // 3 + 1
+    for i in range(5):
+        write_trace(logs / f"s{i}.pt.trace.json", events=100)
+        assert (logs / f"s{i}.pt.trace.json").stat().st_size < small_size * 1.1
+    analyzer = CountingAnalyzer()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer, max_workers=1)
+    poll_and_wait(loader)
+    order = names(analyzer.calls)
+    assert order.index("big.pt.trace.json") == 3, order
+
+
+def test_big_traces_leave_a_process_free_for_a_small_run_found_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes, two big traces: one is analysed at a time, so a small run written
+    meanwhile is analysed at once instead of waiting for a big one to end."""
+    monkeypatch.setattr(loader_module, "BIG_TRACE_BYTES", 1000)
+    logs = tmp_path / "logs"
+    write_trace(logs / "big" / "w0.pt.trace.json", events=100)
+    write_trace(logs / "big" / "w1.pt.trace.json", events=100)
+    gate = threading.Event()
+    small_done = threading.Event()
+    big_started: list[str] = []
+
+    class BigWaits(CountingAnalyzer):
+        def __call__(self, ref: TraceRef, options: Any) -> Any:
+            if ref.run == "big":
+                big_started.append(ref.path)
+                assert gate.wait(30)
+            result = super().__call__(ref, options)
+            if ref.run == "small":
+                small_done.set()
+            return result
+
+    analyzer = BigWaits()
+    loader = make_loader(logs, tmp_path / "cache", analyzer, max_workers=2)
+    try:
+        loader.poll()
+        write_trace(logs / "small" / "w0.pt.trace.json", events=1)
+        loader.poll()
+        assert small_done.wait(30), "the small run waited for the big traces"
+        assert len(big_started) == 1
+        assert not loader.get_run("small").loading and loader.get_run("big").loading
+    finally:
+        gate.set()
+    assert loader.wait_idle(30)
+    assert set(statuses(loader).values()) == {DONE}
+
+
+def test_a_single_process_still_analyses_big_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loader_module, "BIG_TRACE_BYTES", 10)
+    for i in range(2):
+        write_trace(tmp_path / "logs" / "run" / f"w{i}.pt.trace.json", events=10)
+    analyzer = CountingAnalyzer()
+    poll_and_wait(make_loader(tmp_path / "logs", tmp_path / "cache", analyzer, max_workers=1))
+    assert len(analyzer.calls) == 2
+
+
+def test_a_queued_trace_that_changes_before_it_starts_is_analysed_once_as_it_is_now(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "logs" / "run"
+    write_trace(logs / "a.pt.trace.json", events=1)
+    write_trace(logs / "b.pt.trace.json", events=2)
+    gate = threading.Event()
+
+    class FirstWaits(CountingAnalyzer):
+        def __call__(self, ref: TraceRef, options: Any) -> Any:
+            if ref.path.endswith("a.pt.trace.json"):
+                assert gate.wait(30)
+            return super().__call__(ref, options)
+
+    analyzer = FirstWaits()
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer, max_workers=1)
+    loader.poll()  # a runs, b waits in the queue
+    write_trace(logs / "b.pt.trace.json", events=7)
+    loader.poll()
+    gate.set()
+    assert loader.wait_idle(30)
+    assert sorted(names(analyzer.calls)) == ["a.pt.trace.json", "b.pt.trace.json"]
+    assert loader.get_run("run").traces[str(logs / "b.pt.trace.json")].result.events == 7
 
 
 def test_several_logdirs_prefix_their_runs(tmp_path: Path) -> None:

@@ -9,18 +9,28 @@ processes cannot start. A trace becomes browsable as soon as its own analysis fi
 the first run can be read while others load. Results are kept in the disk cache, keyed by
 path, size and mtime, so a restart does not analyse again. A file still being written is
 retried on a later poll instead of being marked broken forever; every other failure is
-data: an error entry naming the reason.
+data: an error entry naming the reason. An old, unchanged file that reads as truncated
+(a writer that died) is such a failure too, cached like a result: it is not read again
+until it changes.
+
+Smallest first: the loader keeps the traces waiting for analysis itself and hands the pool
+one per free process, the smallest first (``next_trace``), so a small run is usable in
+seconds while big traces queue. A big trace still starts: one that smaller traces passed
+while it waited for as many bytes as its own is next, and big traces (``BIG_TRACE_BYTES``)
+never take the last free process while others run, so a small run found later does not
+wait behind them either.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +67,19 @@ TRANSIENT_MARKERS = (
     "input data ended",
 )
 # An unchanged file that keeps failing with a transient-looking error is given up on after
-# this many polls (it is retried again as soon as its size or mtime changes).
+# this many polls (it is retried again as soon as its size or mtime changes); so is a
+# trace whose analysis process died this many times.
 MAX_TRANSIENT_ATTEMPTS = 3
+# A truncated-looking file whose mtime is older than this is not being written: its read
+# is a final answer (cached like a result, read again only once the file changes). One
+# written to more recently (or with no known mtime: a remote file) is read again on the
+# next polls, up to MAX_TRANSIENT_ATTEMPTS reads of the same size and mtime.
+WRITING_QUIET_S = 60.0
+# A trace at least this large (a gzip file counts as GZIP_RATIO times its size) never
+# takes the last free analysis process while another runs: small traces, also those found
+# later, always have one. Analysed in seconds below it (and never split into windows).
+BIG_TRACE_BYTES = 64 << 20
+GZIP_RATIO = 8
 BEING_WRITTEN = "being written: the file changed while it was read (read again on the next scan)"
 
 
@@ -66,6 +87,30 @@ def looks_transient(reason: str) -> bool:
     """True when a read error suggests the file was still being written."""
     text = reason.lower()
     return any(marker in text for marker in TRANSIENT_MARKERS)
+
+
+def queue_weight(path: str, size: int | None) -> int:
+    """About how much JSON a trace holds, from its file's size: what orders the queue."""
+    if size is None:
+        return 0
+    return size * GZIP_RATIO if path.endswith(".gz") else size
+
+
+def next_trace(
+    waiting: Sequence[TraceState], running: Sequence[TraceState], max_workers: int
+) -> TraceState | None:
+    """The trace to analyse next (None: none may start now): the oldest one that smaller
+    traces passed by as many bytes as its own, else the smallest; a big one only while
+    another process stays free for the small ones (or where there is a single process)."""
+    big_running = sum(1 for state in running if state.weight >= BIG_TRACE_BYTES)
+    big_may_start = max_workers == 1 or big_running + 1 < max_workers
+    candidates = [s for s in waiting if big_may_start or s.weight < BIG_TRACE_BYTES]
+    if not candidates:
+        return None
+    due = [s for s in candidates if s.passed_by >= s.weight > 0]
+    if due:
+        return min(due, key=lambda s: s.queued)
+    return min(candidates, key=lambda s: (s.weight, s.queued))
 
 
 def analyze_in_worker(ref: TraceRef, options: Any) -> Any:
@@ -105,6 +150,16 @@ class TraceState:
     # The result of the version before, served while this one is analysed when only its
     # source files changed (the trace is the same: its findings stay listed meanwhile).
     previous_result: Any = None
+    # The analysis queue (RUNNING covers both waiting in it and being analysed): the order
+    # it joined in, how many bytes of smaller traces started before it meanwhile, and
+    # whether it was handed to the pool.
+    queued: int = 0
+    passed_by: int = 0
+    in_pool: bool = False
+
+    @property
+    def weight(self) -> int:
+        return queue_weight(self.ref.path, self.size)
 
 
 @dataclass
@@ -165,6 +220,14 @@ class TraceLoader:
         self.changed = threading.Condition(self.lock)  # notified when a trace settles
 
         self._executor: concurrent.futures.Executor | None = None
+        # Traces to analyse, and those in the pool (at most max_workers): see next_trace.
+        self._waiting: list[TraceState] = []
+        self._in_pool: list[TraceState] = []
+        self._queue_order = itertools.count()
+        self._dispatching = False
+        self._dispatch_again = False
+        # What "now" is for a file's mtime (tests move it).
+        self.clock: Callable[[], float] = time.time
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -185,6 +248,7 @@ class TraceLoader:
             self._thread.join(timeout=5)
         with self.lock:
             executor, self._executor = self._executor, None
+            self._waiting.clear()
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
 
@@ -281,6 +345,7 @@ class TraceLoader:
                         to_submit.append(state)
         for state in to_submit:
             self._start(state)
+        self._dispatch()  # after the whole scan: the smallest of all it found go first
         with self.changed:
             self.polled_once = True
             self.changed.notify_all()
@@ -329,8 +394,9 @@ class TraceLoader:
             run.traces[ref.path] = fresh
             return fresh
         if state is None or (state.size, state.mtime_ns) != (size, mtime_ns):
-            if state is not None and state.status == RUNNING:
-                # Its pool job will see the change and ask for another poll.
+            if state is not None and state.status == RUNNING and state.in_pool:
+                # Its pool job will see the change and ask for another poll. (One still
+                # waiting in the queue is replaced: the queue drops it.)
                 return None
             if state is not None:
                 run.generation += 1
@@ -371,9 +437,65 @@ class TraceLoader:
             return
         with self.lock:
             state.status = RUNNING
-        self._submit(state)
+            state.queued = next(self._queue_order)
+            state.passed_by = 0
+            state.in_pool = False
+            self._waiting.append(state)
 
-    def _submit(self, state: TraceState) -> None:
+    def _dispatch(self) -> None:
+        """Hand the pool the next traces (``next_trace``) while it has a free process. Any
+        thread may call it; one dispatches at a time, again if asked meanwhile."""
+        with self.lock:
+            self._dispatch_again = True
+            if self._dispatching:
+                return
+            self._dispatching = True
+        try:
+            while True:
+                with self.lock:
+                    if not self._dispatch_again or self._stop.is_set():
+                        self._dispatching = False
+                        return
+                    self._dispatch_again = False
+                    picked = self._pick()
+                for state in picked:
+                    if not self._submit(state):
+                        self._release(state)
+        except BaseException:
+            with self.lock:
+                self._dispatching = False
+            raise
+
+    def _pick(self) -> list[TraceState]:
+        """Take the traces that start now off the queue (under the lock)."""
+        self._waiting = [s for s in self._waiting if self._is_current(s) and s.status == RUNNING]
+        picked = []
+        while self._waiting and len(self._in_pool) < self.max_workers:
+            state = next_trace(self._waiting, self._in_pool, self.max_workers)
+            if state is None:
+                break
+            self._waiting.remove(state)
+            for other in self._waiting:
+                if other.queued < state.queued and other.weight > state.weight:
+                    other.passed_by += state.weight
+            state.in_pool = True
+            self._in_pool.append(state)
+            picked.append(state)
+        return picked
+
+    def _is_current(self, state: TraceState) -> bool:
+        run = self.runs.get(state.ref.run)
+        return run is not None and run.traces.get(state.ref.path) is state
+
+    def _release(self, state: TraceState) -> None:
+        """``state``'s analysis is over (whatever came of it): its process is free."""
+        with self.lock:
+            if state in self._in_pool:
+                self._in_pool.remove(state)
+        self._dispatch()
+
+    def _submit(self, state: TraceState) -> bool:
+        """Hand ``state`` to the pool; False when no pool takes it (then settled)."""
         for _attempt in range(3):
             pool = self._pool()
             try:
@@ -387,8 +509,9 @@ class TraceLoader:
                 # threads) between _pool() and submit(): the replacement takes the job.
                 continue
             future.add_done_callback(lambda f, s=state, p=pool: self._finished(s, f, p))
-            return
+            return True
         self._settle(state, None, f"cannot start analysis ({error})")
+        return False
 
     def _from_summary(self, state: TraceState) -> bool:
         """Settle ``state`` from its summary, or as NO_SUMMARY in a summarised run; False
@@ -453,6 +576,20 @@ class TraceLoader:
         future: concurrent.futures.Future,
         pool: concurrent.futures.Executor,
     ) -> None:
+        resubmitted = False
+        try:
+            resubmitted = self._outcome(state, future, pool)
+        finally:
+            if not resubmitted:
+                self._release(state)
+
+    def _outcome(
+        self,
+        state: TraceState,
+        future: concurrent.futures.Future,
+        pool: concurrent.futures.Executor,
+    ) -> bool:
+        """Settle a finished job; True when it was handed to another pool instead."""
         try:
             result = future.result()
             error = None
@@ -462,7 +599,7 @@ class TraceLoader:
             # the next poll; the attempt counts, so a file that always kills its process ends
             # as an error naming the process and how it ended instead of looping.
             self._settle(state, None, str(exc), retry=True)
-            return
+            return False
         except WorkerStartError as exc:
             if not getattr(pool, "started_any", False):
                 # Not one process ever started (no usable interpreter, a sandbox, a process
@@ -473,12 +610,10 @@ class TraceLoader:
                 if switch:
                     logger.warning("sync_advisor: %s; analysing in threads", exc)
                 self._reset_pool(pool, cancel=False)
-                if not self._stop.is_set():
-                    self._submit(state)
-                return
+                return not self._stop.is_set() and self._submit(state)
             # Processes did start before: this is a passing failure, retried on the next poll.
             self._settle(state, None, f"cannot start an analysis process ({exc})", retry=True)
-            return
+            return False
         except concurrent.futures.CancelledError:
             # Cancelled by stop(), or by a pool shut down under it: unless stopping, analyse
             # it again on the next poll instead of leaving it RUNNING for ever.
@@ -491,10 +626,11 @@ class TraceLoader:
                     and state.status == RUNNING
                 ):
                     state.status = RETRY
-            return
+            return False
         except Exception as exc:  # noqa: BLE001 - per-file errors are data
             result, error = None, str(exc) or type(exc).__name__
         self._settle(state, result, error)
+        return False
 
     def _settle(
         self,
@@ -506,6 +642,18 @@ class TraceLoader:
     ) -> None:
         """Record the outcome of one analysis and publish it to readers."""
         reason = error if result is None else getattr(result.info, "error", None)
+        # A truncated read is retried while the file may still be written to; an old file
+        # that reads truncated again and again is a final answer (from the cache: it was).
+        transient = (
+            reason is not None
+            and not from_cache
+            and not retry
+            and looks_transient(reason)
+            and not self._final_read(state)
+        )
+        if result is None and reason is not None and not (retry or transient):
+            if looks_transient(reason) and not from_cache:
+                result = error_result(state.ref, reason)  # cached as the file's answer
         stamps = None
         if result is not None and not state.from_summary:
             stamps = result_stamps(result)
@@ -528,13 +676,13 @@ class TraceLoader:
                 state.error = BEING_WRITTEN
                 state.being_written = True
                 state.status = RETRY
-            elif reason is not None and (retry or looks_transient(reason)):
+            elif retry or transient:
                 # Status last, here and below: a reader must never see a status without
                 # the result or error that goes with it.
                 state.attempts += 1
                 state.error = reason
                 state.result = None
-                state.being_written = not retry and state.attempts < MAX_TRANSIENT_ATTEMPTS
+                state.being_written = not retry
                 state.status = RETRY if state.attempts < MAX_TRANSIENT_ATTEMPTS else ERROR
                 if state.status == ERROR:
                     state.previous_result = None
@@ -557,6 +705,16 @@ class TraceLoader:
                 if not from_cache:
                     self.cache.put(self._key(state), result, stamps)
             self.changed.notify_all()
+
+    def _final_read(self, state: TraceState) -> bool:
+        """Whether a truncated read of ``state``'s file version is its final answer: the
+        file was last written WRITING_QUIET_S ago or more, or this is the last of
+        MAX_TRANSIENT_ATTEMPTS reads of the same version."""
+        if state.attempts + 1 >= MAX_TRANSIENT_ATTEMPTS:
+            return True
+        if state.mtime_ns is None:  # a remote file: its size alone tells it changed
+            return False
+        return self.clock() - state.mtime_ns / 1e9 >= WRITING_QUIET_S
 
     # ----- selections -------------------------------------------------------------------
     def results(self, run: RunState, worker: str | None, span: str | None) -> list[Any]:

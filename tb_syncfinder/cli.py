@@ -497,10 +497,8 @@ class _Progress:
         self._log_handler = handler
         for path, size in self.large.items():
             if size >= _LARGE_JSON_BYTES:
-                print(
-                    f"{PROG}: {path}: {size / 1e9:.1f} GB of JSON: about a minute per GB",
-                    file=sys.stderr,
-                )
+                amount = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+                print(f"{PROG}: {path}: {amount} of JSON: about a minute per GB", file=sys.stderr)
 
     def cluster(self, info: Any) -> None:
         where = info.address or "a local Ray cluster"

@@ -7,7 +7,7 @@ import { getJson } from "./api.js";
 import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
-import { groupSteps, layoutStepChart, nextBarIndex, thinAxisLabels } from "./layout.js";
+import { binSteps, groupSteps, groupWithStep, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
 import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
@@ -75,7 +75,7 @@ export async function renderHotspots(ctx) {
       ? null
       : h("p", { class: "sa-note sa-how", "data-testid": "saving-how", "data-method": summary.saving_method }, `How obtained: ${summary.saving_how}${summary.saving_note ? ` (${summary.saving_note})` : ""}`),
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
-    latent ? null : stepChart(stepsResp.steps || [], summaryResp.traces || [], sel, state, app, ctx.width),
+    latent ? null : cachedStepChart(stepsResp, summaryResp.traces, sel, state, app, ctx.width),
     h(
       "div",
       { class: `sa-main${hasDetail ? "" : " no-detail"}` },
@@ -319,23 +319,60 @@ function savingTitle(site) {
 const MAX_STEP_GROUPS = 8;
 
 /**
- * The per-step chart. Each trace file counts its own steps, so the steps of different
- * workers (or spans) are drawn in groups of their own, never on one axis. A click (or Enter)
- * on a step filters the view to it, in its worker; again clears. With many workers, one bar
- * per worker (its mean per step); a click selects the worker.
- * @param {any[]} steps
- * @param {any[]} traces the summary's traces (path -> worker, span)
+ * The step chart last drawn, kept while its data (the `steps` and `summary` answers, which
+ * the API cache hands back as the same objects) and its width stay the same: sorting,
+ * filtering, picking a step or opening a detail only update which bar is selected.
+ * @type {{steps: any, traces: any, width: number, el: HTMLElement, view: {sel: any, state: any}, update: () => void} | null}
+ */
+let chartCache = null;
+
+/**
+ * The per-step chart, drawn again only when its data or width changed (see `chartCache`).
+ * @param {any} stepsResp the `steps` answer
+ * @param {any[] | undefined} traces the summary's traces
  * @param {{run: string, worker: string | null, span: string | null}} sel
  * @param {any} state
  * @param {any} app
  * @param {number} viewWidth
+ * @returns {HTMLElement | null}
  */
-function stepChart(steps, traces, sel, state, app, viewWidth) {
+function cachedStepChart(stepsResp, traces, sel, state, app, viewWidth) {
+  const c = chartCache;
+  if (c && c.steps === stepsResp && c.traces === traces && c.width === viewWidth) {
+    c.view.sel = sel;
+    c.view.state = state;
+    c.update();
+    return c.el;
+  }
+  const view = { sel, state };
+  const drawn = stepChart(stepsResp.steps || [], traces || [], view, app, viewWidth);
+  chartCache = drawn ? { steps: stepsResp, traces, width: viewWidth, el: drawn.el, view, update: drawn.update } : null;
+  return drawn ? drawn.el : null;
+}
+
+/**
+ * The per-step chart. Each trace file counts its own steps, so the steps of different
+ * workers (or spans) are drawn in groups of their own, never on one axis. A click (or Enter)
+ * on a step filters the view to it, in its worker; again clears. With many workers, one bar
+ * per worker (its mean per step); a click selects the worker. With more steps than bars of
+ * `MIN_BAR_PX` fit, each bar is a bin of consecutive steps drawn as its costliest step
+ * (`binSteps`): a click selects that step, and "Go to step" any step. The DOM stays a few
+ * hundred bars whatever the number of steps.
+ * @param {any[]} steps
+ * @param {any[]} traces the summary's traces (path -> worker, span)
+ * @param {{sel: {run: string, worker: string | null, span: string | null}, state: any}} view
+ *   the selection and view state, read when drawn, clicked and updated
+ * @param {any} app
+ * @param {number} viewWidth
+ * @returns {{el: HTMLElement, update: () => void} | null}
+ */
+function stepChart(steps, traces, view, app, viewWidth) {
   if (!steps.length) return null;
   // Workers in rank order (rank2 before rank10), as the Worker picker lists them; a
   // worker's spans keep their order (the sort is stable).
   let groups = groupSteps(steps, traces).sort((a, b) => compareRunNames(a.worker ?? a.label, b.worker ?? b.label));
   let perWorker = false;
+  /** @type {any[]} */
   let shown = groups.flatMap((g) => g.steps);
   if (groups.length > MAX_STEP_GROUPS) {
     perWorker = true;
@@ -350,8 +387,24 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
   const width = Math.round(Math.max(300, Math.min(1600, viewWidth || 960)));
   const height = (width < 600 ? 140 : 170) + (grouped ? 14 : 0);
   const pad = { l: 56, r: 30, t: 10, b: grouped ? 38 : 24 };
-  const L = layoutStepChart(shown, { width, height, pad, groups: grouped ? groups.map((g) => g.steps.length) : undefined });
+  // More steps than bars fit: each bar a bin of consecutive steps of one worker.
+  const perBar = perWorker ? 1 : stepsPerBar(shown.length, width - pad.l - pad.r, grouped ? groups.length : 1);
+  const binned = perBar > 1;
+  /** @type {any[] | null} */
+  const bins = binned ? groups.map((g) => binSteps(g.steps, perBar)) : null;
+  if (bins) shown = bins.flat();
+  const sizes = bins ? bins.map((b) => b.length) : groups.map((g) => g.steps.length);
+  const L = layoutStepChart(shown, { width, height, pad, groups: grouped ? sizes : undefined });
   const groupOf = (/** @type {number} */ i) => (perWorker ? groups[i] : groups[L.spans.findIndex((sp) => i >= sp.first && i < sp.first + sp.size)] ?? groups[0]);
+  /** Whether bar `i` is (or holds) the selected step (of the selected worker and span when grouped). */
+  const isSelected = (/** @type {number} */ i) => {
+    if (perWorker) return false;
+    const { sel, state } = view;
+    const g = groupOf(i);
+    const inSel = !grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null));
+    if (!inSel || state.step === null) return false;
+    return binned ? shown[i].steps.includes(state.step) : state.step === shown[i].step;
+  };
   /** @param {number} i */
   const pick = (i) => {
     const g = groupOf(i);
@@ -361,30 +414,61 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
     }
     // Step numbers are per worker: filtering to a step of one worker selects that worker.
     const where = grouped ? { worker: g.worker, span: g.span } : {};
-    // Picking the selected step again clears the filter.
+    // Picking the selected step (or its bin) again clears the filter; a bin picks its
+    // costliest step.
     app.setState({ ...where, step: isSelected(i) ? null : shown[i].step, sync: null });
   };
   const empty = L.maxUs === 0;
   // Worker names under the bars: every k-th where they would collide.
   const workerAxis = thinAxisLabels(L.bars[0]?.band.w ?? 0, perWorker ? groups.map((g) => g.label) : []);
-  const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(shown[i].step));
-  /** Whether bar `i` is the selected step (of the selected worker and span when grouped). */
-  const isSelected = (/** @type {number} */ i) => {
-    if (perWorker) return false;
-    const g = groupOf(i);
-    const inSel = !grouped || (sel.worker === g.worker && (sel.span ?? null) === (g.span ?? null));
-    return state.step === shown[i].step && inSel;
+  const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(binned ? shown[i].first : shown[i].step));
+  // What a bar says: a step's figures; a bin's costliest step's, and its means per step.
+  const figures = (/** @type {number} */ i, /** @type {boolean} */ long) => {
+    const x = shown[i];
+    const own = `${formatCount(x.sync_count)} syncs, ${long ? "host wait" : "wait"} ${formatUs(x.host_wait_us)}, ${long ? "GPU idle" : "idle"} ${formatUs(x.gpu_idle_us)}`;
+    if (!binned) return long ? own : `${own}, step ${formatUs(x.step_time_us)}`;
+    const p = x.peak;
+    return (
+      `steps ${x.first}\u2013${x.last} (${formatCount(x.size)}), bar = costliest step ${p.step}: ${formatCount(p.sync_count)} syncs, host wait ${formatUs(p.host_wait_us)}, GPU idle ${formatUs(p.gpu_idle_us)}` +
+      `; mean per step: host wait ${formatUs(x.mean.host_wait_us)}, GPU idle ${formatUs(x.mean.gpu_idle_us)}` +
+      (long ? `; Enter selects step ${p.step}` : `; click selects step ${p.step}`)
+    );
   };
+  const barEls = L.bars.map((b, i) => {
+    const g = groupOf(i);
+    const where = grouped || perWorker ? `${g.label}, ` : "";
+    const what = perWorker ? "per step: " : binned ? "" : `step ${b.step}: `;
+    return s(
+      "g",
+      {
+        class: "step",
+        tabindex: "-1",
+        role: "button",
+        "data-step": perWorker ? null : b.step,
+        "data-first": binned ? shown[i].first : null,
+        "data-last": binned ? shown[i].last : null,
+        "data-worker": grouped || perWorker ? g.worker : null,
+        "data-focus-key": perWorker ? `worker-${g.worker}` : binned ? `bin-${g.worker ?? ""}-${g.span ?? ""}-${shown[i].first}` : `step-${g.worker ?? ""}-${b.step}`,
+        "aria-pressed": "false",
+        "aria-label": `${where}${what}${figures(i, true)}`,
+        onclick: () => pick(i),
+      },
+      s("rect", { class: "band", x: b.band.x, y: L.pad.t, width: b.band.w, height: L.plotH }),
+      s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),
+      s("rect", { class: "bar-idle", x: b.x, y: b.idleY, width: b.w, height: b.idleH }),
+      s("title", null, `${where}${perWorker ? "mean per step: " : what}${figures(i, false)}`),
+      i % (perWorker ? workerAxis.every : L.labelEvery) === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? truncateText(label(i), workerAxis.chars) : label(i)) : null,
+    );
+  });
   // One Tab stop for the whole chart (the selected step's bar, else the first), arrow keys
   // between bars, as in the sites table.
-  const anchor = Math.max(0, L.bars.findIndex((_, i) => isSelected(i)));
   const onKey = rovingKeys("g.step", nextBarIndex, pick);
   const svg = s(
     "svg",
     {
       viewBox: `0 0 ${width} ${height}`,
       role: "group",
-      "aria-label": `${perWorker ? "Host wait, GPU idle and syncs per step, per worker" : "Host wait, GPU idle and sync count per step"}; arrow keys move between bars, Enter selects`,
+      "aria-label": `${perWorker ? "Host wait, GPU idle and syncs per step, per worker" : binned ? `Host wait, GPU idle and sync count per step, ${perBar} steps per bar, each bar its costliest step` : "Host wait, GPU idle and sync count per step"}; arrow keys move between bars, Enter selects`,
       onkeydown: onKey,
     },
     s("line", { class: "axis", x1: L.pad.l, x2: L.pad.l + L.plotW, y1: L.baseY, y2: L.baseY }),
@@ -392,30 +476,7 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
     empty ? s("text", { class: "empty", x: L.pad.l + L.plotW / 2, y: L.pad.t + L.plotH / 2, "text-anchor": "middle" }, "no host wait or GPU idle after a sync in these steps") : s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
     empty ? null : s("text", { x: L.pad.l - 4, y: L.baseY, "text-anchor": "end" }, "0"),
     L.maxCount ? s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`) : null,
-    L.bars.map((b, i) => {
-      const g = groupOf(i);
-      const selected = isSelected(i);
-      const where = grouped || perWorker ? `${g.label}, ` : "";
-      return s(
-        "g",
-        {
-          class: "step",
-          tabindex: i === anchor ? "0" : "-1",
-          role: "button",
-          "data-step": perWorker ? null : b.step,
-          "data-worker": grouped || perWorker ? g.worker : null,
-          "data-focus-key": perWorker ? `worker-${g.worker}` : `step-${g.worker ?? ""}-${b.step}`,
-          "aria-pressed": String(selected),
-          "aria-label": `${where}${perWorker ? "per step" : `step ${b.step}`}: ${formatCount(shown[i].sync_count)} syncs, host wait ${formatUs(shown[i].host_wait_us)}, GPU idle ${formatUs(shown[i].gpu_idle_us)}`,
-          onclick: () => pick(i),
-        },
-        s("rect", { class: `band${selected ? " selected" : ""}`, x: b.band.x, y: L.pad.t, width: b.band.w, height: L.plotH }),
-        s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),
-        s("rect", { class: "bar-idle", x: b.x, y: b.idleY, width: b.w, height: b.idleH }),
-        s("title", null, `${where}${perWorker ? "mean per step" : `step ${b.step}`}: ${formatCount(shown[i].sync_count)} syncs, wait ${formatUs(shown[i].host_wait_us)}, idle ${formatUs(shown[i].gpu_idle_us)}, step ${formatUs(shown[i].step_time_us)}`),
-        i % (perWorker ? workerAxis.every : L.labelEvery) === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? truncateText(label(i), workerAxis.chars) : label(i)) : null,
-      );
-    }),
+    barEls,
     grouped
       ? L.spans.map((sp, gi) =>
           s(
@@ -430,23 +491,93 @@ function stepChart(steps, traces, sel, state, app, viewWidth) {
     (perWorker ? [L.line] : L.lines).map((points) => s("polyline", { class: "count-line", points })),
     L.points.length <= 80 ? L.points.map((p) => s("circle", { class: "count-dot", cx: p.x, cy: p.y, r: 2.5 })) : null,
   );
-  return h(
+  const total = groups.reduce((a, g) => a + g.steps.length, 0);
+  const el = h(
     "section",
-    { class: "sa-chart", "aria-label": "Per-step chart", "data-testid": "step-chart", "data-groups": String(perWorker ? 0 : groups.length) },
+    { class: "sa-chart", "aria-label": "Per-step chart", "data-testid": "step-chart", "data-groups": String(perWorker ? 0 : groups.length), "data-steps-per-bar": String(perBar) },
     h(
       "div",
       { class: "sa-section-title" },
       perWorker ? `Per worker (${formatCount(groups.length)})` : grouped ? `Per step, per worker (${formatCount(groups.length)})` : "Per step",
+      binned ? h("span", { class: "sa-chip", "data-testid": "steps-per-bar", title: "More steps than the chart has room for: each bar holds consecutive steps and is drawn as the costliest of them (most host wait + GPU idle)" }, `${formatCount(total)} steps, ${formatCount(perBar)} per bar`) : null,
       h(
         "span",
         { class: "sa-legend" },
         h("span", null, h("i", { style: { background: "var(--wait)" } }), "host wait"),
         h("span", null, h("i", { style: { background: "var(--idle)" } }), "GPU idle after sync"),
-        h("span", null, h("i", { style: { background: "var(--line)", height: "2px" } }), "sync count (right axis)"),
-        h("span", null, perWorker ? "mean per step; click a worker to see its steps" : grouped ? "each worker counts its own steps; click a step to filter" : "click a step to filter"),
+        h("span", null, h("i", { style: { background: "var(--line)", height: "2px" } }), binned ? "most syncs in a step (right axis)" : "sync count (right axis)"),
+        h(
+          "span",
+          null,
+          perWorker
+            ? "mean per step; click a worker to see its steps"
+            : binned
+              ? "each bar: its costliest step; click selects that step"
+              : grouped
+                ? "each worker counts its own steps; click a step to filter"
+                : "click a step to filter",
+        ),
       ),
+      binned ? goToStep(groups, view, app) : null,
     ),
     svg,
+  );
+  /** Mark the selected bar and make it the Tab stop (else keep the Tab stop where it is). */
+  const update = () => {
+    let anchor = -1;
+    barEls.forEach((g, i) => {
+      const selected = isSelected(i);
+      if (selected && anchor < 0) anchor = i;
+      g.setAttribute("aria-pressed", String(selected));
+      g.firstElementChild?.setAttribute("class", `band${selected ? " selected" : ""}`);
+    });
+    if (anchor < 0) anchor = Math.max(0, barEls.findIndex((g) => g.getAttribute("tabindex") === "0"));
+    barEls.forEach((g, i) => g.setAttribute("tabindex", i === anchor ? "0" : "-1"));
+  };
+  update();
+  return { el, update };
+}
+
+/**
+ * "Go to step N": on a chart of bins, the way to any one step from the keyboard or by
+ * number. The step is looked for in the selected worker first (each worker counts its own).
+ * @param {{worker: string | null, span: string | null, label: string, steps: any[]}[]} groups
+ * @param {{sel: any, state: any}} view
+ * @param {any} app
+ */
+function goToStep(groups, view, app) {
+  const all = groups.flatMap((g) => g.steps.map((/** @type {any} */ x) => x.step));
+  const lo = all.reduce((a, b) => Math.min(a, b), Infinity);
+  const hi = all.reduce((a, b) => Math.max(a, b), -Infinity);
+  const note = h("span", { class: "sa-goto-note", role: "status", "data-testid": "goto-note" });
+  const input = /** @type {HTMLInputElement} */ (
+    h("input", { id: "sa-goto", type: "number", inputmode: "numeric", min: lo, max: hi, step: 1, placeholder: `${lo}\u2013${hi}`, "data-focus-key": "goto-step", "data-testid": "goto-step" })
+  );
+  return h(
+    "form",
+    {
+      class: "sa-goto",
+      "data-testid": "goto",
+      // Our own message for a step that is not there (the browser's bubble says only the range).
+      novalidate: true,
+      onsubmit: (/** @type {Event} */ e) => {
+        e.preventDefault();
+        const n = Number(input.value);
+        const gi = input.value.trim() !== "" && Number.isInteger(n) ? groupWithStep(groups, n, view.sel) : -1;
+        if (gi < 0) {
+          note.textContent = input.value.trim() === "" ? `Type a step number (${lo}\u2013${hi})` : `No step ${input.value.trim()} in these traces`;
+          return;
+        }
+        note.textContent = "";
+        const g = groups[gi];
+        const where = groups.length > 1 ? { worker: g.worker, span: g.span } : {};
+        app.setState({ ...where, step: n, sync: null });
+      },
+    },
+    h("label", { for: "sa-goto" }, "Go to step"),
+    input,
+    h("button", { type: "submit", "data-focus-key": "goto-go" }, "Go"),
+    note,
   );
 }
 

@@ -327,3 +327,113 @@ export function nextBarIndex(current, key, length) {
       return null;
   }
 }
+
+/** The narrowest band a bar of the per-step chart gets, in px: more steps than bars of this
+ * width fit in the plot are drawn in bins of consecutive steps. */
+export const MIN_BAR_PX = 4;
+
+/**
+ * How many consecutive steps one bar of the per-step chart holds: 1 while a bar per step
+ * (and an empty slot between groups) fits at `minPx` or wider, else the fewest that make
+ * every bar fit, each group's last bin possibly short. So the chart never draws more than
+ * `plotW / minPx` bars, whatever the number of steps.
+ * @param {number} steps the number of steps, all groups together
+ * @param {number} plotW the plot's width, px
+ * @param {number} [groups] the number of groups (workers) drawn side by side
+ * @param {number} [minPx]
+ * @returns {number}
+ */
+export function stepsPerBar(steps, plotW, groups = 1, minPx = MIN_BAR_PX) {
+  const slots = Math.max(1, Math.floor(plotW / minPx));
+  const gaps = Math.max(0, groups - 1);
+  if (steps + gaps <= slots) return 1;
+  // Each group's last bin can be short: room for one more bar per group.
+  return Math.ceil(steps / Math.max(1, slots - gaps - groups));
+}
+
+/**
+ * @template {StepStat} T
+ * @typedef {{step: number, first: number, last: number, steps: number[], size: number, peak: T,
+ *   host_wait_us: number, gpu_idle_us: number, sync_count: number, step_time_us?: number,
+ *   mean: {host_wait_us: number, gpu_idle_us: number, sync_count: number, step_time_us: number}}} StepBin
+ */
+
+/**
+ * What a step costs in the chart: its host wait plus its GPU idle after syncs.
+ * @param {StepStat} s
+ */
+export function stepCost(s) {
+  return (s.host_wait_us || 0) + (s.gpu_idle_us || 0);
+}
+
+/**
+ * Consecutive steps (of one worker) in bins of `size`, in order. A bin is drawn as its
+ * costliest step (the most host wait + GPU idle; on a tie the longest step, then the first):
+ * its bar's height and its host-wait and GPU-idle parts are that step's, so a spike never
+ * averages away, and `step` (what a click selects) is that step. `sync_count` is the most
+ * syncs of a step of the bin (the count line's peak); `mean` the bin's means per step.
+ * @template {StepStat} T
+ * @param {T[]} steps
+ * @param {number} size
+ * @returns {StepBin<T>[]}
+ */
+export function binSteps(steps, size) {
+  const k = Math.max(1, Math.floor(size));
+  /** @type {StepBin<T>[]} */
+  const bins = [];
+  for (let i = 0; i < steps.length; i += k) {
+    const part = steps.slice(i, i + k);
+    let peak = part[0];
+    let maxCount = 0;
+    const sum = { host_wait_us: 0, gpu_idle_us: 0, sync_count: 0, step_time_us: 0 };
+    for (const s of part) {
+      const c = stepCost(s);
+      const p = stepCost(peak);
+      if (c > p || (c === p && (s.step_time_us || 0) > (peak.step_time_us || 0))) peak = s;
+      maxCount = Math.max(maxCount, s.sync_count || 0);
+      sum.host_wait_us += s.host_wait_us || 0;
+      sum.gpu_idle_us += s.gpu_idle_us || 0;
+      sum.sync_count += s.sync_count || 0;
+      sum.step_time_us += s.step_time_us || 0;
+    }
+    const n = part.length;
+    bins.push({
+      step: peak.step,
+      first: part[0].step,
+      last: part[n - 1].step,
+      steps: part.map((s) => s.step),
+      size: n,
+      peak,
+      host_wait_us: peak.host_wait_us || 0,
+      gpu_idle_us: peak.gpu_idle_us || 0,
+      sync_count: maxCount,
+      step_time_us: peak.step_time_us,
+      mean: {
+        host_wait_us: sum.host_wait_us / n,
+        gpu_idle_us: sum.gpu_idle_us / n,
+        sync_count: sum.sync_count / n,
+        step_time_us: sum.step_time_us / n,
+      },
+    });
+  }
+  return bins;
+}
+
+/**
+ * Which group holds step `step` for "Go to step": the selected worker's (and span's) group
+ * when it has that step, else that worker's other span's, else the first group that has it; -1 when none has it.
+ * @param {{worker: string | null, span: string | null, steps: {step: number}[]}[]} groups
+ * @param {number} step
+ * @param {{worker: string | null, span?: string | null}} [sel]
+ * @returns {number}
+ */
+export function groupWithStep(groups, step, sel) {
+  const has = (/** @type {{steps: {step: number}[]}} */ g) => g.steps.some((s) => s.step === step);
+  if (sel && sel.worker !== null) {
+    const own = groups.findIndex((g) => g.worker === sel.worker && (g.span ?? null) === (sel.span ?? null) && has(g));
+    if (own >= 0) return own;
+    const worker = groups.findIndex((g) => g.worker === sel.worker && has(g));
+    if (worker >= 0) return worker;
+  }
+  return groups.findIndex(has);
+}

@@ -1,0 +1,244 @@
+"""Runs of thousands of steps in a real TensorBoard and Chromium: the step chart draws bins of
+steps (a few hundred bars whatever the step count) from which any one step can still be
+reached, the view's interactions do not draw the chart again, and the detail's occurrences
+list pages through every occurrence, one Tab stop with arrow keys between its rows.
+
+The DOM sizes asserted here were, before: 30,175 elements for the 6,000-step run (a <g> and
+three rects per step, all rebuilt by every sort, filter, step pick or detail opened)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import new_page, plugin_url, rows, serve_tensorboard, skip_without_browser
+from tests.kineto_builder import KinetoTraceBuilder, item_sync, mask_index_sync
+
+skip_without_browser()
+
+STEPS = 6000
+SPIKE = 4321  # the one step whose .item() waits 50 ms
+GROUPED_STEPS = 2600  # per worker, two workers
+ITEM_SITE = "site=train.py%3A4%3Aaten%3A%3Aitem"
+# Elements in the whole page of the 6,000-step run, detail open (200 occurrence rows): was
+# 30,175 before the chart drew bins.
+MAX_ELEMENTS = 4000
+# Bars the chart draws at most (1280 px page: a plot of about 1,100 px, bars of 4 px or more).
+MAX_BARS = 400
+COUNT_ELEMENTS = "document.getElementsByTagName('*').length"
+CHART = "[data-testid=step-chart]"
+
+
+def write_long_run(path: Path, steps: int, spike: int | None = None) -> Path:
+    """One worker's trace of ``steps`` steps: an ``.item()`` in every step (waiting for a
+    kernel of varying length, 50 ms in step ``spike``) and a boolean-mask index in every
+    third."""
+    b = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with b.step(n):
+            kernel = 50_000.0 if n == spike else 200.0 + (n * 37) % 400
+            item_sync(b, stack=[("train.py", 4, "train_step")], kernel_us=kernel)
+            if n % 3 == 0:
+                b.kernel(dur=100.0 + (n * 13) % 700)
+                mask_index_sync(b, n, stack=[("train.py", 13, "select_foreground")])
+            b.advance(50)
+    return b.write(path)
+
+
+@pytest.fixture(scope="module")
+def long_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("long_runs")
+    logdir = root / "logs"
+    write_long_run(logdir / "long" / "worker0.pt.trace.json", STEPS, spike=SPIKE)
+    for worker in ("hostA_1", "hostB_2"):
+        path = logdir / "grouped" / f"{worker}.1700000000000.pt.trace.json"
+        write_long_run(path, GROUPED_STEPS, spike=100 if worker == "hostB_2" else None)
+    with serve_tensorboard(logdir, cwd=root, expected_runs={"long", "grouped"}) as base:
+        yield base
+
+
+def _count_created_elements(page: Any) -> None:
+    """Count the elements the page creates from now on (HTML and SVG apart)."""
+    page.evaluate(
+        """() => {
+          window.__created = { html: 0, svg: 0 };
+          if (window.__counting) return;
+          window.__counting = true;
+          const ce = document.createElement.bind(document);
+          const cens = document.createElementNS.bind(document);
+          document.createElement = (...a) => { window.__created.html++; return ce(...a); };
+          document.createElementNS = (...a) => { window.__created.svg++; return cens(...a); };
+        }"""
+    )
+
+
+def _settle(page: Any) -> None:
+    """Let a render that is under way finish (its fetches are cached answers)."""
+    page.wait_for_timeout(300)
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+@pytest.mark.parametrize(
+    ("run", "steps", "groups"), [("long", STEPS, 1), ("grouped", 2 * GROUPED_STEPS, 2)]
+)
+def test_a_long_runs_chart_draws_a_bounded_number_of_bins(
+    long_board: str, browser: Any, page_errors: list[str], run: str, steps: int, groups: int
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run={run}"))
+    rows(page)
+    chart = page.wait_for_selector(CHART)
+    per_bar = int(chart.get_attribute("data-steps-per-bar"))
+    assert per_bar > 1
+    assert f"{steps:,} steps, {per_bar} per bar" in page.inner_text("[data-testid=steps-per-bar]")
+    bars = page.locator(f"{CHART} g.step")
+    assert 100 <= bars.count() <= MAX_BARS, bars.count()
+    elements = page.evaluate(COUNT_ELEMENTS)
+    assert elements < MAX_ELEMENTS - 1000, elements  # no detail open yet
+    # Each bar holds consecutive steps of one worker, and together they hold every step.
+    spans = page.eval_on_selector_all(
+        f"{CHART} g.step",
+        "gs => gs.map(g => [g.dataset.worker || '', +g.dataset.first, +g.dataset.last])",
+    )
+    covered = 0
+    for worker in sorted({w for w, _, _ in spans}):
+        mine = [(a, b) for w, a, b in spans if w == worker]
+        assert mine[0][0] == 1
+        assert all(b + 1 == a2 for (_, b), (a2, _) in zip(mine, mine[1:], strict=False))
+        covered += mine[-1][1]
+    assert covered == steps
+    assert int(chart.get_attribute("data-groups")) == groups
+    # The bars say what their height is: the costliest step's, and the bin's mean.
+    label = bars.first.get_attribute("aria-label")
+    assert "costliest step" in label and "mean per step" in label, label
+    assert page_errors == []
+
+
+def test_a_bin_selects_its_costliest_step_and_go_to_step_reaches_any_step(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, "#run=long"))
+    rows(page)
+    spike = page.locator(f"{CHART} g.step[data-step='{SPIKE}']")
+    assert int(spike.get_attribute("data-first")) <= SPIKE <= int(spike.get_attribute("data-last"))
+    # The spike keeps its full height in its bin: the tallest bar of the chart.
+    tallest = page.eval_on_selector_all(
+        f"{CHART} g.step",
+        "gs => gs.reduce((m, g) => (+g.querySelector('.bar-wait').getAttribute('height') >"
+        " +m.querySelector('.bar-wait').getAttribute('height') ? g : m)).dataset.step",
+    )
+    assert tallest == str(SPIKE)
+    spike.click()
+    page.wait_for_selector(f"[data-testid=step-filter]:has-text('step {SPIKE}')")
+    assert f"step={SPIKE}" in page.evaluate("location.hash")
+    assert spike.get_attribute("aria-pressed") == "true"
+    # From the keyboard: the chart is one Tab stop (the selected bin), arrow keys move
+    # between bins, Enter selects the bin's costliest step.
+    stops = f"{CHART} g.step[tabindex='0']"
+    assert page.locator(stops).count() == 1
+    assert page.get_attribute(stops, "data-step") == str(SPIKE)
+    page.focus(stops)
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    second = page.evaluate("document.activeElement.dataset")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"location.hash.includes('step={second['step']}')")
+    assert int(second["first"]) <= int(second["step"]) <= int(second["last"])
+    page.wait_for_selector(f"[data-testid=step-filter]:has-text('step {second['step']}')")
+    assert page.evaluate("document.activeElement.dataset.step") == second["step"]
+    # Any one step by its number: Go to step, with Enter in the box.
+    page.fill("[data-testid=goto-step]", "17")
+    page.press("[data-testid=goto-step]", "Enter")
+    page.wait_for_selector("[data-testid=step-filter]:has-text('step 17')")
+    assert "step=17" in page.evaluate("location.hash")
+    held = page.locator(f"{CHART} g.step[aria-pressed=true]")
+    assert held.count() == 1
+    assert int(held.get_attribute("data-first")) <= 17 <= int(held.get_attribute("data-last"))
+    page.fill("[data-testid=goto-step]", "99999")
+    page.press("[data-testid=goto-step]", "Enter")
+    page.wait_for_selector("[data-testid=goto-note]:has-text('No step 99999')")
+    assert "step=17" in page.evaluate("location.hash")
+    assert page_errors == []
+
+
+def test_a_bin_of_a_worker_selects_that_workers_step(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, "#run=grouped"))
+    rows(page)
+    # Each worker counts its own steps from 1: with all workers shown, Go to step picks the
+    # first worker's, and selects that worker as a click on its bar does.
+    page.fill("[data-testid=goto-step]", "2000")
+    page.press("[data-testid=goto-step]", "Enter")
+    page.wait_for_function("location.hash.includes('step=2000')")
+    assert "worker=hostA_1" in page.evaluate("location.hash")
+    page.select_option("#sa-worker", "")
+    page.wait_for_function("!location.hash.includes('worker=')")
+    # The second worker's bin holding its spike selects that step of that worker.
+    page.click(f"{CHART} g.step[data-worker=hostB_2][data-step='100']")
+    page.wait_for_function("location.hash.includes('step=100')")
+    assert "worker=hostB_2" in page.evaluate("location.hash")
+    pressed = page.wait_for_selector(f"{CHART} g.step[aria-pressed=true]")
+    assert (
+        int(pressed.get_attribute("data-first")) <= 100 <= int(pressed.get_attribute("data-last"))
+    )
+    assert page_errors == []
+
+
+def test_sort_filter_step_and_detail_do_not_draw_the_step_chart_again(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, "#run=long"))
+    rows(page)
+    page.evaluate(f"window.__chart = document.querySelector('{CHART}')")
+    same_chart = f"document.querySelector('{CHART}') === window.__chart"
+
+    def interaction(action: Any, done: str) -> dict[str, int]:
+        _count_created_elements(page)
+        action()
+        page.wait_for_function(done)
+        _settle(page)
+        created = page.evaluate("window.__created")
+        assert page.evaluate(same_chart), "the step chart was drawn again"
+        elements = page.evaluate(COUNT_ELEMENTS)
+        assert elements < MAX_ELEMENTS, elements
+        return created
+
+    # Sorting, filtering and picking a step draw no SVG at all; the tables are small.
+    sort = interaction(
+        lambda: page.click("th button[data-sort=count]"), "location.hash.includes('sort=count')"
+    )
+    assert sort["svg"] == 0 and sort["html"] < 500, sort
+    typed = interaction(
+        lambda: page.fill("#sa-q", "item"),
+        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 1",
+    )
+    assert typed["svg"] == 0 and typed["html"] < 500, typed
+    step = interaction(
+        lambda: page.click(f"{CHART} g.step[data-step='{SPIKE}']"),
+        f"location.hash.includes('step={SPIKE}')",
+    )
+    assert step["svg"] == 0 and step["html"] < 500, step
+    page.fill("#sa-q", "")
+    page.click("[data-testid=step-filter] button")
+    page.wait_for_function("!location.hash.includes('step=')")
+    # Opening a detail draws its own timeline and its 200 occurrence rows, not the chart.
+    detail = interaction(
+        lambda: page.locator("[data-testid=sites] tbody tr").first.click(),
+        "!!document.querySelector('[data-testid=occurrences]')",
+    )
+    assert detail["svg"] < 300 and detail["html"] < 2500, detail
+    # Another occurrence: the same.
+    other = interaction(
+        lambda: page.locator("[data-testid=occurrences] tbody tr").nth(3).click(),
+        "document.querySelector('[data-testid=occurrences] tr[aria-current=true]')"
+        " === document.querySelectorAll('[data-testid=occurrences] tbody tr')[3]",
+    )
+    assert other["svg"] < 300 and other["html"] < 2500, other
+    assert page_errors == []

@@ -18,6 +18,7 @@ import {
   decodeState,
   encodeState,
   parseTbHash,
+  patchState,
   pickRun,
   reconcileRun,
   runsSignature,
@@ -220,7 +221,7 @@ export class App {
    * @param {Partial<ViewState>} patch
    */
   setState(patch) {
-    this.state = { ...this.state, ...patch };
+    this.state = patchState(this.state, patch);
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
     if ("run" in patch || "base" in patch) {
@@ -229,6 +230,16 @@ export class App {
     }
     this.writeUrl();
     this.render();
+  }
+
+  /**
+   * Change the view state and write it to the URL without drawing the view again: for a
+   * part of the view that has drawn the change itself (the detail's occurrences page).
+   * @param {Partial<ViewState>} patch
+   */
+  noteState(patch) {
+    this.state = patchState(this.state, patch);
+    this.writeUrl();
   }
 
   /**
@@ -387,7 +398,15 @@ export class App {
       restoreFocus(focus);
       if (this.state.view !== "compare" && this.state.site) {
         const panel = this.viewEl.querySelector(".sa-detail-slot");
-        if (panel) renderDetail(ctx, /** @type {HTMLElement} */ (panel));
+        // The focus was inside the detail (an occurrence's row): back there once it is drawn.
+        if (panel) {
+          renderDetail(ctx, /** @type {HTMLElement} */ (panel)).then(() => {
+            if (gen !== this.renderGen || !focus || document.activeElement !== document.body) return;
+            restoreFocus(focus);
+            // The panel is drawn anew, scrolled to its top: show the row focused in it.
+            if (panel.contains(document.activeElement)) document.activeElement?.scrollIntoView({ block: "nearest" });
+          });
+        }
       }
     } catch (e) {
       if (gen !== this.renderGen) return;

@@ -5,7 +5,7 @@
  * of host and device around the sync, and the advice with before/after code.
  */
 import { ApiError, getJson } from "./api.js";
-import { h, replace, s } from "./dom.js";
+import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel } from "./catalogue.js";
 import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
@@ -14,7 +14,8 @@ import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
-import { siteWhere } from "./sites.js";
+import { nextRowIndex, siteWhere } from "./sites.js";
+import { OCC_PAGE, occurrencePages } from "./state.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -30,11 +31,33 @@ export async function renderDetail(ctx, slot) {
   try {
     // The hotspots view decided whether this selection shows latent findings.
     const latent = ctx.latent ? 1 : null;
-    const syncs = await getJson("syncs", { ...sel, site: state.site, step: state.step, latent, limit: 200 });
+    // The site's occurrences a page at a time (the page in the view state, `occ`).
+    const fetchPage = (/** @type {number} */ offset) => getJson("syncs", { ...sel, site: state.site, step: state.step, latent, offset, limit: OCC_PAGE });
+    let syncs = await fetchPage(state.occ || 0);
+    // Past the end (the list is shorter now) or inside a page (a hand-edited link): the page.
+    const at = occurrencePages(syncs.total, state.occ || 0).offset;
+    if (at !== (state.occ || 0)) {
+      syncs = await fetchPage(at);
+      if (!ctx.isCurrent()) return;
+      app.noteState({ occ: at });
+    }
     if (!ctx.isCurrent()) return;
     const items = syncs.items || [];
-    const syncId = items.some((/** @type {any} */ x) => x.id === state.sync) ? state.sync : items[0]?.id;
-    const detail = syncId ? await getJson("sync", { ...sel, id: syncId }) : null;
+    let syncId = items.some((/** @type {any} */ x) => x.id === state.sync) ? state.sync : null;
+    /** @type {any} */
+    let detail = null;
+    if (syncId === null && state.sync) {
+      // The selected sync is on another page than the one listed: still this site's (and
+      // step's) sync, so still the one shown.
+      const other = await getJson("sync", { ...sel, id: state.sync }).catch(() => null);
+      const own = other?.sync && other.sync.site_key === state.site && (state.step === null || other.sync.step === state.step);
+      if (own) {
+        syncId = state.sync;
+        detail = other;
+      }
+    }
+    syncId = syncId ?? items[0]?.id ?? null;
+    if (!detail && syncId) detail = await getJson("sync", { ...sel, id: syncId });
     if (!ctx.isCurrent()) return;
     const site = detail?.site || null;
     const sync = detail?.sync || null;
@@ -58,7 +81,7 @@ export async function renderDetail(ctx, slot) {
       detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26) : null,
       site?.advice ? adviceSection(site.advice) : null,
       sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app) : null,
-      occurrences(items, syncs.total, syncId, app),
+      occurrences(syncs, fetchPage, syncId, app, ctx),
     );
     replace(slot, panel);
     const sourceSlot = /** @type {HTMLElement} */ (panel.querySelector(".sa-source-slot"));
@@ -540,45 +563,97 @@ function viewersSection(sync, context, sel, where, app) {
 }
 
 /**
- * @param {any[]} items
- * @param {number} total
+ * The site's occurrences (in the order they ran, as the plugin lists them), a page of
+ * `OCC_PAGE` at a time with first / previous / next / last buttons that reach every one; the
+ * page is kept in the view state (`occ`) without drawing the view again. The rows are one
+ * Tab stop, arrow keys between them, Enter or Space (or a click) shows that occurrence.
+ * @param {{total: number, offset?: number, items: any[]}} first the page the view state names
+ * @param {(offset: number) => Promise<any>} fetchPage
  * @param {string | null} selectedId
  * @param {any} app
+ * @param {any} ctx
  */
-function occurrences(items, total, selectedId, app) {
-  if (items.length <= 1) return null;
-  return [
-    h("h3", null, `Occurrences (${formatCount(total)})`),
-    h(
-      "div",
-      { class: "sa-occ" },
+function occurrences(first, fetchPage, selectedId, app, ctx) {
+  const total = first.total ?? (first.items || []).length;
+  if (total <= 1 && (first.items || []).length <= 1) return null;
+  const box = h("div", { class: "sa-occ-list" });
+  /**
+   * @param {{total: number, offset?: number, items: any[]}} page
+   * @param {number} offset
+   * @param {string | null} focusKey the pager button pressed, to keep the focus on
+   */
+  const show = (page, offset, focusKey) => {
+    const p = occurrencePages(page.total ?? total, offset);
+    const items = page.items || [];
+    const select = (/** @type {number} */ i) => app.setState({ sync: items[i].id });
+    const anchor = Math.max(0, items.findIndex((x) => x.id === selectedId));
+    /** @param {number} to */
+    const go = async (to) => {
+      let next;
+      try {
+        next = await fetchPage(to);
+      } catch (e) {
+        app.toast(`Could not load the occurrences: ${e instanceof Error ? e.message : String(e)}`);
+        return;
+      }
+      if (!ctx.isCurrent() || !box.isConnected) return;
+      app.noteState({ occ: to });
+      const key = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.focusKey ?? null;
+      show(next, to, key);
+    };
+    /** @param {string} label @param {string} key @param {number | null} to @param {string} name */
+    const button = (label, key, to, name) =>
       h(
-        "table",
-        { class: "sa-table", "data-testid": "occurrences" },
-        h("thead", null, h("tr", null, h("th", null, "Step"), h("th", null, "Waited in"), h("th", { class: "num" }, "Wait"), h("th", { class: "num" }, "Idle after"))),
-        h(
-          "tbody",
-          null,
-          items.map((x) =>
-            h(
-              "tr",
-              {
-                tabindex: "0",
-                "aria-current": x.id === selectedId ? "true" : null,
-                "data-sync": x.id,
-                onclick: () => app.setState({ sync: x.id }),
-                onkeydown: (/** @type {KeyboardEvent} */ e) => {
-                  if (e.key === "Enter") app.setState({ sync: x.id });
-                },
-              },
-              h("td", null, x.step ?? "–"),
-              h("td", { class: "mono" }, x.api),
-              h("td", { class: "num" }, x.latent ? "–" : formatUs(x.host_wait_us)),
-              h("td", { class: "num" }, x.latent ? "–" : formatUs(x.gpu_idle_after_us)),
-            ),
+        "button",
+        { type: "button", class: "sa-linkish", "data-testid": `occ-${key}`, "data-focus-key": `occ-${key}`, "aria-label": name, disabled: to === null, onclick: () => (to === null ? null : go(to)) },
+        label,
+      );
+    const pager =
+      p.pages > 1
+        ? h(
+            "div",
+            { class: "sa-pager", role: "group", "aria-label": "Pages of occurrences" },
+            button("\u00ab First", "first", p.first, "First page"),
+            button("\u2039 Previous", "prev", p.prev, "Previous page"),
+            h("span", { "data-testid": "occ-range", "aria-live": "polite" }, `${formatCount(p.from)}\u2013${formatCount(p.to)} of ${formatCount(p.total)}, in the order they ran`),
+            button("Next \u203a", "next", p.next, "Next page"),
+            button("Last \u00bb", "last", p.last, "Last page"),
+          )
+        : null;
+    const rowKeys = rovingKeys("tr", nextRowIndex, select);
+    const table = h(
+      "table",
+      { class: "sa-table", "data-testid": "occurrences", "data-offset": String(p.offset), "aria-label": "Occurrences; arrow keys move, Enter shows one" },
+      h("thead", null, h("tr", null, h("th", null, "Step"), h("th", null, "Waited in"), h("th", { class: "num" }, "Wait"), h("th", { class: "num" }, "Idle after"))),
+      h(
+        "tbody",
+        { onkeydown: rowKeys },
+        items.map((x, i) =>
+          h(
+            "tr",
+            {
+              tabindex: i === anchor ? "0" : "-1",
+              "aria-current": x.id === selectedId ? "true" : null,
+              "data-sync": x.id,
+              "data-focus-key": `occ-${x.id}`,
+              onclick: () => select(i),
+            },
+            h("td", null, x.step ?? "\u2013"),
+            h("td", { class: "mono" }, x.api),
+            h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.host_wait_us)),
+            h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.gpu_idle_after_us)),
           ),
         ),
       ),
-    ),
-  ];
+    );
+    replace(box, pager, h("div", { class: "sa-occ" }, table));
+    if (focusKey) {
+      // The button pressed keeps the focus; one that has nothing more to go to hands it to the rows.
+      const pressed = /** @type {HTMLButtonElement | null} */ (box.querySelector(`[data-focus-key="${focusKey}"]`));
+      const target = pressed && !pressed.disabled ? pressed : /** @type {HTMLElement | null} */ (box.querySelector("tbody tr[tabindex='0']"));
+      target?.focus();
+    }
+  };
+  show(first, first.offset ?? 0, null);
+  return [h("h3", null, `Occurrences (${formatCount(total)})`), box];
 }

@@ -22,6 +22,7 @@ export const VIEWS = Object.freeze(["hotspots", "compare"]);
  * @property {number | null} step step filter from the chart
  * @property {string | null} site selected site key
  * @property {string | null} sync selected sync id
+ * @property {number} occ        where the detail's occurrences list starts (a page's offset)
  * @property {string | null} base baseline run for compare
  * @property {boolean} latent     show latent (would-sync-on-GPU) findings
  */
@@ -166,7 +167,7 @@ export function reconcileRun(runs, state) {
   const shown = pickRun(runs, null);
   return {
     missing: state.run,
-    patch: { run: shown ? shown.name : null, worker: null, span: null, step: null, site: null, sync: null },
+    patch: { run: shown ? shown.name : null, worker: null, span: null, step: null, site: null, sync: null, occ: 0 },
   };
 }
 
@@ -184,8 +185,57 @@ export function defaultState() {
     step: null,
     site: null,
     sync: null,
+    occ: 0,
     base: null,
     latent: false,
+  };
+}
+
+/** The occurrences of a site the detail lists at a time (the plugin allows up to 500). */
+export const OCC_PAGE = 200;
+
+/**
+ * The state after `patch`: as `{...state, ...patch}`, and the detail's occurrences list back
+ * at its first page when what it lists changes (another run, worker, span, site, step or
+ * latent findings) unless the patch says where it starts.
+ * @param {ViewState} state
+ * @param {Partial<ViewState>} patch
+ * @returns {ViewState}
+ */
+export function patchState(state, patch) {
+  const next = { ...state, ...patch };
+  if (!("occ" in patch) && OCC_SCOPE.some((k) => k in patch && patch[k] !== state[k])) next.occ = 0;
+  return next;
+}
+
+/** What the occurrences list lists depends on these keys. */
+const OCC_SCOPE = /** @type {const} */ (["run", "worker", "span", "site", "step", "latent"]);
+
+/**
+ * The pages of a list of `total` occurrences shown `size` at a time, from `offset` (rounded
+ * down to a page's start, and to the last page past the end): the rows shown (1-based,
+ * `from` to `to`), the page's number and the offsets of the first, previous, next and last
+ * pages (null where there is none to go to).
+ * @param {number} total
+ * @param {number} offset
+ * @param {number} [size]
+ */
+export function occurrencePages(total, offset, size = OCC_PAGE) {
+  const n = Math.max(0, Math.floor(total || 0));
+  const pages = Math.max(1, Math.ceil(n / size));
+  const page = Math.min(pages - 1, Math.max(0, Math.floor((offset || 0) / size)));
+  const at = page * size;
+  return {
+    offset: at,
+    from: n ? at + 1 : 0,
+    to: Math.min(n, at + size),
+    total: n,
+    page: page + 1,
+    pages,
+    first: page > 0 ? 0 : null,
+    prev: page > 0 ? at - size : null,
+    next: page < pages - 1 ? at + size : null,
+    last: page < pages - 1 ? (pages - 1) * size : null,
   };
 }
 
@@ -204,6 +254,7 @@ const KEYS = /** @type {const} */ ([
   "order",
   "site",
   "sync",
+  "occ",
 ]);
 
 /**
@@ -274,6 +325,11 @@ export function decodeState(hash) {
       case "latent":
         state.latent = value === "1" || value === "true";
         break;
+      case "occ": {
+        const n = Number(value);
+        state.occ = value !== "" && Number.isInteger(n) && n >= 0 ? n : 0;
+        break;
+      }
       default:
         break;
     }

@@ -111,7 +111,7 @@ test("a run the view names that is not listed is replaced, with nothing of its s
   const state = { ...defaultState(), run: "no_such_run", worker: "w0", span: "2", step: 551, site: "a.py:3:aten::item", sync: "x-1" };
   assert.deepEqual(reconcileRun(runs, state), {
     missing: "no_such_run",
-    patch: { run: "gpu", worker: null, span: null, step: null, site: null, sync: null },
+    patch: { run: "gpu", worker: null, span: null, step: null, site: null, sync: null, occ: 0 },
   });
   // Nothing to change: the run is there, no run is named, or no run is listed yet.
   assert.equal(reconcileRun(runs, { ...state, run: "cpu" }), null);

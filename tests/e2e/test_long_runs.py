@@ -242,3 +242,91 @@ def test_sort_filter_step_and_detail_do_not_draw_the_step_chart_again(
     )
     assert other["svg"] < 300 and other["html"] < 2500, other
     assert page_errors == []
+
+
+def test_the_occurrences_list_pages_through_every_occurrence(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&sort=count&order=asc&{ITEM_SITE}"))
+    page.wait_for_selector("[data-testid=occurrences]")
+    order = rows(page)
+    occ = "[data-testid=occurrences] tbody tr"
+    assert page.inner_text("[data-testid=detail] h3:has-text('Occurrences')") in (
+        "Occurrences (6,000)",
+        "OCCURRENCES (6,000)",
+    )
+    assert page.locator(occ).count() == 200
+    assert page.inner_text("[data-testid=occ-range]").startswith("1–200 of 6,000")
+    assert page.locator("[data-testid=occ-prev]").is_disabled()
+    page.click("[data-testid=occ-next]")
+    page.wait_for_selector("[data-testid=occurrences][data-offset='200']")
+    assert page.locator(occ).first.locator("td").first.inner_text() == "201"
+    assert "occ=200" in page.evaluate("location.hash")
+    # The pressed button keeps the focus: Enter again goes on.
+    assert page.evaluate("document.activeElement.dataset.testid") == "occ-next"
+    page.keyboard.press("Enter")
+    page.wait_for_selector("[data-testid=occurrences][data-offset='400']")
+    page.click("[data-testid=occ-last]")
+    page.wait_for_selector("[data-testid=occurrences][data-offset='5800']")
+    assert page.inner_text("[data-testid=occ-range]").startswith("5,801–6,000 of 6,000")
+    assert page.locator("[data-testid=occ-next]").is_disabled()
+    assert page.locator(occ).last.locator("td").first.inner_text() == "6000"
+    # The sites table kept its sort.
+    assert rows(page) == order
+    assert "sort=count&order=asc" in page.evaluate("location.hash")
+    # Picking an occurrence on the last page shows it, and a link to it opens it again.
+    page.locator(occ).nth(150).click()
+    page.wait_for_selector(f"{occ}:nth-child(151)[aria-current=true]")
+    assert "5951" in page.inner_text("[data-testid=chain]")
+    link = page.evaluate("location.href")
+    assert "occ=5800" in link
+    again = new_page(browser, page_errors)
+    again.goto(link)
+    last_page = "[data-testid=occurrences][data-offset='5800']"
+    again.wait_for_selector(f"{last_page} tbody tr[aria-current=true]")
+    assert "5951" in again.inner_text("[data-testid=chain]")
+    # Going back to the first page keeps the occurrence shown in the detail above.
+    again.click("[data-testid=occ-first]")
+    again.wait_for_selector("[data-testid=occurrences][data-offset='0']")
+    assert "5951" in again.inner_text("[data-testid=chain]")
+    assert again.locator(f"{occ}[aria-current=true]").count() == 0
+    assert page_errors == []
+
+
+def test_the_occurrences_are_one_tab_stop_with_arrow_keys_between_rows(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}"))
+    page.wait_for_selector("[data-testid=occurrences]")
+    occ = "[data-testid=occurrences] tbody tr"
+    stops = f"{occ}[tabindex='0']"
+    assert page.locator(stops).count() == 1
+    page.focus(stops)
+    first = page.evaluate("document.activeElement.dataset.sync")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    third = page.evaluate("document.activeElement.dataset.sync")
+    assert third != first
+    assert page.locator(occ).nth(2).get_attribute("data-sync") == third
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"location.hash.includes('sync={third}')")
+    page.wait_for_selector(f"{occ}[data-sync='{third}'][aria-current=true]")
+    # After the redraw the row shown is the list's one Tab stop, and focused.
+    page.wait_for_function(f"document.activeElement.dataset.sync === '{third}'")
+    assert page.locator(stops).count() == 1
+    page.keyboard.press("End")
+    assert page.evaluate("document.activeElement.dataset.sync") == page.locator(
+        occ
+    ).last.get_attribute("data-sync")
+    page.keyboard.press(" ")
+    page.wait_for_function("document.activeElement.closest('tr[aria-current=true]') !== null")
+    # Tab leaves the list rather than walking its rows.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('[data-testid=occurrences]') === null")
+    # Escape still closes the detail.
+    page.focus(stops)
+    page.keyboard.press("Escape")
+    page.wait_for_function("!document.querySelector('[data-testid=detail]')")
+    assert page_errors == []

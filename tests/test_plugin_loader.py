@@ -454,8 +454,11 @@ def test_big_traces_leave_a_process_free_for_a_small_run_found_later(
         write_trace(logs / "small" / "w0.pt.trace.json", events=1)
         loader.poll()
         assert small_done.wait(30), "the small run waited for the big traces"
-        assert len(big_started) == 1
+        deadline = time.monotonic() + 30
+        while loader.get_run("small").loading and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert not loader.get_run("small").loading and loader.get_run("big").loading
+        assert len(big_started) == 1
     finally:
         gate.set()
     assert loader.wait_idle(30)

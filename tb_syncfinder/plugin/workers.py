@@ -14,8 +14,9 @@ So each worker is ``python -c BOOTSTRAP``: it puts this package's folder first o
 ``sys.path``, imports this module and calls ``worker_main``, which takes the parent's
 ``sys.path`` (as spawn does, so that it imports the same code), prints a ready line, then
 answers requests on its stdin/stdout: ``(fn, args, kwargs)`` pickled, one at a time,
-answered by ``("ok", value)`` or ``("error", exception, traceback text)``, each message
-framed by its length. ``fn`` must be importable by name
+answered by ``("ok", value, None, memory)`` or ``("error", exception, traceback text,
+memory)`` (``memory``: the process's resident size now and when it was ready, or None),
+each message framed by its length. ``fn`` must be importable by name
 (a top-level function of a module, not of ``__main__``).
 
 ``ProcessPool`` is a ``concurrent.futures.Executor`` over at most ``max_workers`` such
@@ -23,8 +24,17 @@ processes, one thread each (daemon threads: they never hold up the interpreter's
 process that dies fails only the job it was running, with ``WorkerDied`` naming its pid and
 how it ended, and is replaced for the next job; one that cannot start fails the job with
 ``WorkerStartError``. A process idle for ``idle_timeout_s`` is closed (the memory a big
-trace left behind goes back) and started again when needed. A worker exits as soon as its
-stdin closes: when the pool shuts down, and when the parent dies however it dies.
+trace left behind goes back) and started again when needed; so is one whose resident size
+after a job is more than ``recycle_above_bytes`` above what it was when it was ready (a big
+trace's peak, which Python's allocator keeps: 1.7 GB held by an idle worker), at once.
+
+A worker stops cleanly, its job's ``finally`` and ``except BaseException`` blocks run (the
+engine removes the window files of a trace it analyses in windows), on SIGTERM and as soon
+as its stdin closes: when the pool shuts down (the pool closes its stdin, and sends a busy
+one SIGTERM; SIGKILL only once it has not ended ``STOP_GRACE_S`` later), and when the
+parent ends however it ends (Ctrl-C, SIGTERM, SIGKILL: its end of the pipe closes). It
+ignores SIGINT: Ctrl-C in TensorBoard's terminal reaches its whole process group, and the
+worker stops when TensorBoard goes, not before.
 """
 
 from __future__ import annotations
@@ -54,6 +64,12 @@ BOOTSTRAP = (
 )
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_START_TIMEOUT_S = 60.0  # a loaded 2-core machine can take seconds to start Python
+# A worker whose resident size grew by more than this over its jobs is replaced after the
+# job (an analysis of a few-MB trace stays far below it, so small traces never pay for a
+# new process).
+DEFAULT_RECYCLE_ABOVE_BYTES = 256 << 20
+# How long a stopped worker has to clean up (remove its window files) before SIGKILL.
+STOP_GRACE_S = 30.0
 _HEADER = struct.Struct("<Q")  # length of the pickled message that follows
 _CHUNK = 1 << 24
 # A worker's first line, unframed: what the interpreter's start-up may have printed before
@@ -75,6 +91,11 @@ class WorkerDied(RuntimeError):
         super().__init__(f"the analysis process (pid {pid}) {how} while it read this trace")
         self.pid = pid
         self.how = how
+
+
+class _Stop(BaseException):
+    """Raised in a worker's main thread when it is to stop (SIGTERM, or its stdin closed):
+    the job's ``finally`` blocks run as it unwinds."""
 
 
 class RemoteTraceback(Exception):
@@ -193,6 +214,23 @@ def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux), else its peak (other POSIX systems),
+    else None."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError, ValueError):
+        return None
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes there, KiB elsewhere
+
+
 # ----- the worker side ---------------------------------------------------------------------
 def worker_main() -> None:
     """Serve requests on stdin until it closes (run by ``BOOTSTRAP`` in a new interpreter)."""
@@ -214,6 +252,8 @@ def worker_main() -> None:
     # Ctrl-C in TensorBoard's terminal reaches its whole process group: the parent decides
     # when a worker stops (it closes the worker's stdin), not the keyboard.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM (and stdin closing, which the reader thread turns into one) unwinds the job.
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
     path = _receive(requests_in)
     if path is None:
@@ -221,42 +261,97 @@ def worker_main() -> None:
     sys.path[:] = pickle.loads(path)
     answers_out.write(_READY)
     answers_out.flush()
+    at_start = resident_bytes()
 
-    requests: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     threading.Thread(
         target=_read_requests, args=(requests_in, requests), name="requests", daemon=True
     ).start()
-    while True:
-        answer = _answer(requests.get())
-        try:
-            _send(answers_out, answer)
-        except OSError:  # the parent is gone
-            os._exit(0)
+    try:
+        while not _stopping:
+            request = requests.get()
+            if request is None:
+                break
+            answer = _answer(request, at_start)
+            if _stopping:
+                break  # the job swallowed the _Stop: no answer is waited for
+            try:
+                _send(answers_out, answer)
+            except OSError:  # the parent is gone
+                break
+    except _Stop:
+        pass
+    _exit_stopped()
 
 
-def _read_requests(stream: BinaryIO, requests: queue.SimpleQueue[bytes]) -> None:
-    """Queue each request; exit the process at once when stdin closes (also mid-job)."""
+_stopping = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Stop the worker: raise _Stop in the main thread, once (a second SIGTERM must not
+    interrupt the clean-up the first one started)."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise _Stop()
+
+
+def _stop_main_thread() -> None:
+    """From another thread: stop the main thread as SIGTERM would, also out of a blocking
+    call (a signal sent to the process may reach another thread and leave it blocked)."""
+    main = threading.main_thread().ident
+    if hasattr(signal, "pthread_kill") and main is not None:
+        signal.pthread_kill(main, signal.SIGTERM)
+    else:  # Windows: no pthread_kill
+        import _thread
+
+        _thread.interrupt_main(signal.SIGTERM)
+
+
+def _exit_stopped() -> None:
+    """End the worker once its job unwound: atexit handlers run, no interpreter teardown
+    (the reader thread may still block on stdin)."""
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    finally:
+        os._exit(0)
+
+
+def _read_requests(stream: BinaryIO, requests: queue.SimpleQueue[bytes | None]) -> None:
+    """Queue each request; when stdin closes (the pool stops this worker, or the parent is
+    gone), stop the main thread, also in the middle of a job."""
     while True:
         request = _receive(stream)
         if request is None:
-            os._exit(0)
+            requests.put(None)  # an idle main thread wakes up and ends
+            _stop_main_thread()
+            return
         requests.put(request)
 
 
-def _answer(request: bytes) -> bytes:
+def _answer(request: bytes, at_start: int | None = None) -> bytes:
     try:
         fn, args, kwargs = pickle.loads(request)
-        answer: tuple[Any, ...] = ("ok", fn(*args, **kwargs))
+        answer: tuple[Any, ...] = ("ok", fn(*args, **kwargs), None)
+    except _Stop:
+        raise
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: a job's failure
             exc = RuntimeError(f"{type(exc).__name__}: {exc}")
         answer = ("error", exc, traceback.format_exc())
+    fn = args = kwargs = None  # the job's arguments and result go before the size is read
+    memory = (resident_bytes(), at_start)
     try:
-        return _dumps(answer)
+        return _dumps((*answer, memory))
     except Exception as exc:  # noqa: BLE001 - an answer that cannot be pickled
         what = "result" if answer[0] == "ok" else f"{type(answer[1]).__name__}: {answer[1]}"
         reason = f"the analysis process could not send its {what} back ({exc})"
-        return _dumps(("error", RuntimeError(reason), traceback.format_exc()))
+        return _dumps(("error", RuntimeError(reason), traceback.format_exc(), memory))
 
 
 # ----- the parent side ---------------------------------------------------------------------
@@ -322,14 +417,18 @@ class Worker:
     def how_it_ended(self) -> str:
         return describe_exit(self._wait())
 
-    def close(self, kill: bool = False) -> None:
-        """Stop it: its stdin closes (it exits at once, even mid-job); killed if asked."""
-        if kill:
-            self._kill()
+    def close(self, terminate: bool = False) -> None:
+        """Stop it: its stdin closes (it ends at once, even mid-job, its job unwinding as
+        on SIGTERM); sent SIGTERM too if asked."""
         try:
             self.process.stdin.close()  # type: ignore[union-attr]
         except OSError:
             pass
+        if terminate:
+            try:
+                self.process.terminate()
+            except OSError:
+                pass
 
     def reap(self) -> None:
         """Close it and collect its exit status (no zombie left behind)."""
@@ -342,7 +441,7 @@ class Worker:
 
     def _wait(self) -> int | None:
         try:
-            return self.process.wait(timeout=10)
+            return self.process.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             self._kill()
             try:
@@ -367,11 +466,14 @@ class ProcessPool(concurrent.futures.Executor):
         idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         executable: str | None = None,
+        recycle_above_bytes: int | None = DEFAULT_RECYCLE_ABOVE_BYTES,
     ) -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
         self.max_workers = max_workers
         self.idle_timeout_s = idle_timeout_s
+        self.recycle_above_bytes = recycle_above_bytes  # None: never replaced for its size
+        self.recycled = 0  # processes replaced for their size (tests, logs)
         self.start_timeout_s = start_timeout_s
         self.command = worker_command(executable)  # WorkerStartError where there is none
         # True once a process said it was ready: processes work here.
@@ -411,8 +513,9 @@ class ProcessPool(concurrent.futures.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking jobs. With ``cancel_futures`` the queued jobs are cancelled and the
-        running ones stopped too (their processes killed; they fail with CancelledError);
-        without it, what was submitted still runs."""
+        running ones stopped too (their processes sent SIGTERM: each job unwinds, its
+        clean-up runs; they fail with CancelledError); without it, what was submitted
+        still runs."""
         with self._lock:
             self._shutdown = True
             if cancel_futures:
@@ -429,7 +532,7 @@ class ProcessPool(concurrent.futures.Executor):
             threads = list(self._threads)
             running = list(self._workers) if cancel_futures else []
         for worker in running:
-            worker.close(kill=worker.busy)
+            worker.close(terminate=worker.busy)
         if wait:
             for thread in threads:
                 thread.join()
@@ -494,13 +597,40 @@ class ProcessPool(concurrent.futures.Executor):
             reason = f"the analysis process's answer could not be read ({exc})"
             future.set_exception(RuntimeError(reason))
             return worker
+        too_big = self._too_big(worker, outcome[-1])
         if outcome[0] == "ok":
             future.set_result(outcome[1])
         else:
             error = outcome[1]
             error.__cause__ = RemoteTraceback(outcome[2])
             future.set_exception(error)
+        del outcome
+        if too_big:
+            self._forget(worker)  # the next job gets a new process
+            return None
         return worker
+
+    def _too_big(self, worker: Worker, memory: Any) -> bool:
+        """Whether ``worker`` grew by more than ``recycle_above_bytes`` since it was ready
+        (``memory``: its resident size after the job and then)."""
+        if self.recycle_above_bytes is None or not memory:
+            return False
+        now, at_start = memory
+        if now is None:
+            return False
+        grown = now - (at_start or 0)
+        if grown <= self.recycle_above_bytes:
+            return False
+        logger.info(
+            "sync_advisor: analysis process %d holds %d MB after its job (%d MB more than at "
+            "start): replaced",
+            worker.pid,
+            now >> 20,
+            grown >> 20,
+        )
+        with self._lock:
+            self.recycled += 1
+        return True
 
     def _start(self) -> Worker:
         with self._lock:

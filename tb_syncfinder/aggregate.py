@@ -83,7 +83,9 @@ def build_sites(
         ops: list[str] = []
         apis: list[str] = []
         for s in members:
-            for name in s.op_chain:
+            # A recorded Tensor method with no operator in a CPU trace (``.tolist()``) has
+            # the one it runs on a GPU as its ``op``: the site names it, as a GPU run's.
+            for name in s.op_chain or ([s.op] if s.op else []):
                 if name not in ops:
                     ops.append(name)
             for name in s.apis:

@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from tb_syncfinder.callorder import N, P
-from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS, tensor_method
+from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import SourcePack, callee_groups
@@ -789,10 +789,12 @@ def _calls_of(
     """(the call the host waited in, every blocking call, device, bytes copied)."""
     calls = episode.calls
     if not calls:
-        # A latent call with no operator (``.tolist()`` on the CPU) is named as its method:
-        # its recorded name holds the tensor's address, different in every run.
-        method = tensor_method(anchor_name)
-        api = chain[-1] if chain else (f"Tensor.{method}" if method else anchor_name)
+        # A recorded Tensor method (``.tolist()`` on the CPU) is named as the method: its
+        # recorded name holds the tensor's address, different in every run.
+        if episode.method:
+            api = f"Tensor.{episode.method}"
+        else:
+            api = chain[-1] if chain else anchor_name
         return api, [api], None, None
     apis = [c.event.name for c in calls]
     # The call the host waited in: the longest one (for .item(), the stream sync).

@@ -578,23 +578,33 @@ LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
 # operator of their own that says so on the CPU (``.tolist()`` runs none, ``.cpu()`` an
 # ``aten::to`` that ``.to(device)`` uploads run too). A CPU-only trace recorded with stacks
 # shows them as built-in calls, ``<built-in method tolist of Tensor object at 0x...>``:
-# latent findings, with the kind the GPU trace gives them (its chain is aten::to ->
-# aten::_to_copy -> aten::copy_, a DtoH copy). ``.numpy()`` is left out: it refuses a GPU
-# tensor, so the copy before it is a ``.cpu()`` of its own.
-LATENT_TENSOR_METHODS: dict[str, str] = {
-    "cpu": DEVICE_TO_HOST_COPY,
-    "tolist": DEVICE_TO_HOST_COPY,
+# latent findings where the user's own code calls them, with the kind and the operator a
+# GPU trace gives them (its chain is aten::to -> aten::_to_copy -> aten::copy_, a DtoH
+# copy), so that a CPU run and a GPU run key the line alike. Library code is left out:
+# torch's samplers call ``torch.randperm(n).tolist()`` on tensors that never leave the
+# host. ``.numpy()`` is left out: it refuses a GPU tensor, so the copy before it is a
+# ``.cpu()`` of its own; so is a ``.tolist()`` right after a ``.cpu()`` (``x.cpu().tolist()``
+# copies once).
+LATENT_TENSOR_METHODS: dict[str, tuple[str, str]] = {
+    "cpu": (DEVICE_TO_HOST_COPY, "aten::to"),
+    "tolist": (DEVICE_TO_HOST_COPY, "aten::to"),
 }
-_TENSOR_METHOD_RE = re.compile(r"<built-in method (\w+) of Tensor object")
+# torch's Python tracer names a built-in after the type of its first receiver in a
+# session: ``<built-in method cpu of Parameter object>`` names every later ``.cpu()`` too.
+# Any type but these is a tensor's (numpy's and array's names hold a dot: never matched).
+_TENSOR_METHOD_RE = re.compile(r"<built-in method (\w+) of (\w+) object")
+_NOT_TENSOR_TYPES = frozenset({"memoryview"})
 
 
 def tensor_method(name: str) -> str | None:
     """``tolist`` for a recorded ``<built-in method tolist of Tensor object at 0x7f..>``
-    call, else None."""
+    call (or of a tensor subclass's: ``Parameter``), else None."""
     if not name.startswith("<built-in method "):
         return None
     match = _TENSOR_METHOD_RE.match(name)
-    return match.group(1) if match else None
+    if match is None or match.group(2) in _NOT_TENSOR_TYPES:
+        return None
+    return match.group(1)
 
 
 # What detection looks for, said to the user when nothing was found.
@@ -884,6 +894,23 @@ TENSOR_TEXT_ADVICE = Advice(
         '        print(f"{loss.item():.4f}")   # one sync per 100 steps\n'
     ),
 )
+
+
+# Library code that works on host tensors by construction: data loading runs before the
+# batch is moved to the device (DataLoader seeds its workers with ``.item()``, samplers
+# shuffle with ``torch.randperm(n).tolist()``). Its would-be syncs in a CPU-only trace
+# are not listed as latent: on a GPU they wait for nothing.
+HOST_ONLY_LIBRARY_DIRS = ("torch/utils/data/",)
+
+
+def in_host_only_library(files: Iterable[str]) -> bool:
+    """Whether a stack with these files ran through host-only library code."""
+    return any(
+        marker in path.replace("\\", "/")
+        for path in files
+        if path
+        for marker in HOST_ONLY_LIBRARY_DIRS
+    )
 
 
 def formats_tensor(files: Iterable[str]) -> bool:

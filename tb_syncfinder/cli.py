@@ -758,6 +758,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _warn(f"{side}: {entry['path']}: {entry['error']} (left out of the comparison)")
     if result["keys_differ"]:
         _warn(result["keys_differ"])
+    if result.get("detection_note"):
+        _warn(result["detection_note"])
     if args.json:
         _write(dumps(result), args.output)
     else:
@@ -769,7 +771,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             (site, latent)
             for latent, rows in ((False, result["sites"]), (True, result.get("latent_sites")))
             for site in rows or []
-            if site["status"] in ("new", "worse")
+            if site["status"] in ("new", "worse") and not site.get("newly_listed")
         ]
         if regressions and result["keys_differ"]:
             # Not a verdict on the code: the sites changed their identity, not the program.

@@ -192,7 +192,33 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "note": note,
         "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
         "keys_differ": _keys_differ(base, new),
+        "detection_note": _mark_newly_listed(base, new, latent_sites if note is None else sites),
     }
+
+
+def _mark_newly_listed(
+    base: dict[str, Any], new: dict[str, Any], latent_rows: list[dict[str, Any]]
+) -> str | None:
+    """Mark ``newly_listed`` the new latent sites of Tensor methods that the baseline's
+    version did not list (a baseline written before ``.cpu()`` / ``.tolist()`` were):
+    not regressions of the program. Returns what to tell the user, or None."""
+    missing = set(new.get("latent_methods") or ()) - set(base.get("latent_methods") or ())
+    if not missing:
+        return None
+    apis = {f"Tensor.{method}" for method in missing}
+    marked = 0
+    for row in latent_rows:
+        if row["status"] == "new" and row["apis"] and set(row["apis"]) <= apis:
+            row["newly_listed"] = True
+            marked += 1
+    if not marked:
+        return None
+    calls = ", ".join(f".{method}()" for method in sorted(missing))
+    return (
+        f"{marked} new latent site{'s' if marked != 1 else ''} of {calls}: the baseline's "
+        "tb-syncfinder did not list these calls in CPU-only traces, so they are not "
+        "regressions (and not gated); write the baseline again to compare them"
+    )
 
 
 def _keys_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:

@@ -59,6 +59,9 @@ class Episode(msgspec.Struct):
     kind: str = ""
     latent: bool = False
     trigger: int = -1  # node index of the trigger op (latent episodes)
+    # A latent finding of a recorded Tensor method call (``catalogue.LATENT_TENSOR_METHODS``):
+    # its name, ``tolist``; "" otherwise.
+    method: str = ""
 
     @property
     def ts(self) -> float:
@@ -281,7 +284,9 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         for i, node in enumerate(nodes):
             if kinds[i] == PYTHON:
                 method = catalogue.tensor_method(node.name)
-                if method in catalogue.LATENT_TENSOR_METHODS:
+                if method in catalogue.LATENT_TENSOR_METHODS and not (
+                    method == "tolist" and _follows_cpu_call(thread, i)
+                ):
                     episodes.append(_latent_tensor_method(thread, i, method))
                 continue
             if kinds[i] != OP or node.name not in LATENT_TRIGGERS:
@@ -321,5 +326,18 @@ def _latent_tensor_method(thread: HostThread, index: int, method: str) -> Episod
     episode = Episode(
         thread, [], anchor, _outermost_op(thread, anchor), latent=True, trigger=anchor
     )
-    episode.kind = catalogue.LATENT_TENSOR_METHODS[method]
+    episode.kind = catalogue.LATENT_TENSOR_METHODS[method][0]
+    episode.method = method
     return episode
+
+
+def _follows_cpu_call(thread: HostThread, index: int) -> bool:
+    """Whether the call at ``index`` comes right after a recorded ``.cpu()`` of the same
+    caller, nothing called between (``x.cpu().tolist()``: its tensor is on the host)."""
+    parent = thread.parent[index]
+    for j in range(index - 1, parent, -1):
+        if thread.parent[j] == parent:
+            return (
+                thread.kinds[j] == PYTHON and catalogue.tensor_method(thread.nodes[j].name) == "cpu"
+            )
+    return False

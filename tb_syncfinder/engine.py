@@ -24,9 +24,11 @@ import msgspec
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
 from tb_syncfinder.catalogue import (
+    LATENT_TENSOR_METHODS,
     SCALAR_READBACK,
     TENSOR_TEXT_OP,
     formats_tensor,
+    in_host_only_library,
     is_warmup_listed,
 )
 from tb_syncfinder.collectives import is_job_rank
@@ -294,7 +296,7 @@ def _build_sync(
     key: str,
     saving: float | None,
 ) -> Sync:
-    op = attribution.op_chain[0] if attribution.op_chain else None
+    op = _operator(episode, attribution)
     return Sync(
         kind=episode.kind,
         api=attribution.api,
@@ -330,10 +332,40 @@ def _build_sync(
 
 
 def _site_key(
-    attribution: Attribution, source: Source | None, kind: str, as_text: bool = False
+    episode: Episode,
+    attribution: Attribution,
+    source: Source | None,
+    as_text: bool = False,
 ) -> str:
-    op = attribution.op_chain[0] if attribution.op_chain else None
-    return site_key(source, TENSOR_TEXT_OP if as_text else op, attribution.api, kind)
+    op = TENSOR_TEXT_OP if as_text else _operator(episode, attribution)
+    return site_key(source, op, attribution.api, episode.kind)
+
+
+def _operator(episode: Episode, attribution: Attribution) -> str | None:
+    """The sync's operator: the outermost of its chain; for a recorded Tensor method with
+    none (``.tolist()`` on the CPU), the one it runs on a GPU, so that a CPU run keys and
+    names the line as a GPU run does."""
+    if attribution.op_chain:
+        return attribution.op_chain[0]
+    if episode.method:
+        return LATENT_TENSOR_METHODS[episode.method][1]
+    return None
+
+
+def _latent_where_it_may_sync(
+    episodes: list[Episode], attributions: list[Attribution]
+) -> tuple[list[Episode], list[Attribution]]:
+    """A CPU-only trace's latent findings, less those that would wait for nothing on a GPU
+    either: recorded Tensor method calls the user's code did not make itself (a library's
+    ``.tolist()`` is of host tensors as often as not; ``catalogue.LATENT_TENSOR_METHODS``)
+    and anything run by data loading (``catalogue.HOST_ONLY_LIBRARY_DIRS``)."""
+    kept = [
+        n
+        for n, (episode, attribution) in enumerate(zip(episodes, attributions, strict=True))
+        if (not episode.method or attribution.called == episode.method)
+        and not in_host_only_library(frame.file for frame in attribution.stack)
+    ]
+    return [episodes[n] for n in kept], [attributions[n] for n in kept]
 
 
 def _trace_savings(
@@ -438,6 +470,8 @@ def _analyze_data(
     episode_of: dict[str, int] = {}
     for episodes in (detect_syncs(tl), detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
+        if episodes and episodes[0].latent:
+            episodes, attributions = _latent_where_it_may_sync(episodes, attributions)
         # A tensor turned into text (print, str, f-string, logging) reads values back
         # through several operators: one scalar read-back at the print, one site.
         as_text = [formats_tensor(frame.file for frame in a.stack) for a in attributions]
@@ -452,7 +486,7 @@ def _analyze_data(
         sources = resolve_sources(resolver, attributions)
         costs = [sync_cost(tl, e, a) for e, a in zip(episodes, attributions, strict=True)]
         keys = [
-            _site_key(a, src, e.kind, text)
+            _site_key(e, a, src, text)
             for e, a, src, text in zip(episodes, attributions, sources, as_text, strict=True)
         ]
         savings: list[float | None] = [None] * len(episodes)

@@ -31,6 +31,10 @@ SCHEMA = "tb_syncfinder.report/1"
 # ``print(tensor)`` site. Reports without it are older; compare says so instead of calling
 # their merged sites fixed or new.
 SITE_KEYS = 2
+# The Tensor methods a CPU-only trace's latent findings list where they were recorded as
+# calls (``catalogue.LATENT_TENSOR_METHODS``; absent from reports before 2026-11-25):
+# ``compare`` tells a site of a newly listed kind from a regression with it.
+LATENT_METHODS = ["cpu", "tolist"]
 
 
 class TraceRef(msgspec.Struct, frozen=True):
@@ -411,6 +415,7 @@ class Report(msgspec.Struct):
             "warmup_allocator": _plain(self.warmup_allocator),
             "job": self.job,
             "site_keys": SITE_KEYS,
+            "latent_methods": LATENT_METHODS,
         }
 
     def to_text(self, top: int | None = None, width: int | None = 100) -> str:

@@ -701,6 +701,66 @@ def test_a_path_map_says_nothing_about_a_run_without_findings(
     assert "matched no frame" not in capsys.readouterr().err
 
 
+def test_compare_does_not_gate_on_copies_a_baseline_of_an_older_version_could_not_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """CPU-only traces list ``.tolist()`` / ``.cpu()`` since 2026-11-25: a CI baseline
+    written before then lacks them, and gating every upgrade on them would fail it with
+    no change in the program. A baseline that could list them gates as usual."""
+    from kineto_builder import KinetoTraceBuilder
+
+    def cpu_run(folder: str, tolist: bool) -> Path:
+        b = KinetoTraceBuilder()
+        with b.step(1), b.frame(("train.py", 4, "step")):
+            with b.op("aten::add"):
+                b.advance(5)
+            if tolist:
+                with b.op("aten::resolve_conj", called="tolist"):
+                    b.advance(5)
+        return b.write(tmp_path / folder / "w.pt.trace.json")
+
+    base, new = cpu_run("base", tolist=False), cpu_run("new", tolist=True)
+    saved = tmp_path / "base.json"
+    assert main(["report", str(base), "--json", "-o", str(saved)]) == 0
+    assert main(["compare", str(saved), str(new), "--fail-on-regression"]) == 1
+    assert "new (latent): train.py:step:aten::to:device_to_host_copy" in capsys.readouterr().err
+    older = json.loads(saved.read_text())
+    del older["latent_methods"]  # as written before these calls were listed
+    saved.write_text(json.dumps(older))
+    assert main(["compare", str(saved), str(new), "--fail-on-regression"]) == 0
+    err = capsys.readouterr().err
+    assert "1 new latent site of .cpu(), .tolist(): the baseline's tb-syncfinder" in err
+    assert main(["compare", str(saved), str(new), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["latent_sites"]
+    assert row["status"] == "new" and row["newly_listed"] is True
+
+
+def test_a_tolist_compares_as_one_site_between_a_cpu_run_and_a_gpu_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """On a GPU ``.tolist()`` runs aten::to (a DtoH copy); a CPU trace records the call with
+    no copy operator. Keyed apart, compare called the line fixed in one run and new in the
+    other, and failed the gate."""
+    from kineto_builder import KinetoTraceBuilder
+
+    cpu = KinetoTraceBuilder()
+    with cpu.step(1), cpu.frame(("train.py", 4, "step")):
+        with cpu.op("aten::resolve_conj", called="tolist"):
+            cpu.advance(5)
+    gpu = KinetoTraceBuilder()
+    with gpu.step(1), gpu.frame(("train.py", 4, "step")):
+        gpu.kernel(dur=200)
+        with gpu.op("aten::to", called="tolist"), gpu.op("aten::_to_copy"), gpu.op("aten::copy_"):
+            gpu.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=16)
+            gpu.runtime("cudaStreamSynchronize")
+    base = cpu.write(tmp_path / "cpu" / "w.pt.trace.json")
+    new = gpu.write(tmp_path / "gpu" / "w.pt.trace.json")
+    assert main(["compare", str(base), str(new), "--fail-on-regression", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["sites"]
+    assert row["key"] == "train.py:step:aten::to:device_to_host_copy"
+    assert row["before"] is not None and row["after"] is not None
+
+
 def test_compare_does_not_gate_against_a_baseline_of_older_site_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

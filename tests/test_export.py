@@ -217,6 +217,8 @@ def test_sarif_reports_a_site_without_a_python_stack_at_its_trace_file(
     assert location["logicalLocations"][0]["fullyQualifiedName"] == "cudaDeviceSynchronize"
     assert "No Python stack was recorded" in stackless["message"]["text"]
     assert "with_stack=True" in stackless["message"]["text"]
+    # Outside any operator the call is named: it was "a CUDA API call" on every device.
+    assert stackless["message"]["text"].startswith("cudaDeviceSynchronize (explicit_sync)")
     rules = run["tool"]["driver"]["rules"]
     assert rules[stackless["ruleIndex"]]["id"] == stackless["ruleId"] == "explicit_sync"
     (note,) = run["invocations"][0]["toolExecutionNotifications"]

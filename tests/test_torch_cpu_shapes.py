@@ -209,7 +209,7 @@ def test_implicit_and_chained_calls_resolve_next_to_explicit_ones(tmp_path):
     one_step = [
         ("trainer.py", LOSS_ITEM_4, True, "aten::item"),
         ("trainer.py", FLOAT_LINE, True, "aten::item"),
-        ("trainer.py", TOLIST_LINE, True, None),  # a copy back, with no operator of its own
+        ("trainer.py", TOLIST_LINE, True, "aten::to"),  # no operator here, aten::to on a GPU
         ("trainer.py", PEAK_LINE, True, "aten::item"),
         ("trainer.py", IF_LINE, True, "aten::is_nonzero"),
         ("trainer.py", INT_LINE, True, "aten::item"),
@@ -422,9 +422,9 @@ def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path)
     """On a GPU ``.tolist()`` and ``.cpu()`` copy the tensor back and wait. A CPU-only trace
     runs no operator that says so (``.tolist()`` none, ``.cpu()`` the ``aten::to`` of
     every ``.to()``), but with stacks it records them as built-in calls: each is a latent
-    device-to-host copy at its line, keyed like the GPU trace's (``aten::to``) or by its
-    method, never by the tensor's address. ``.numpy()`` (never a GPU tensor) and
-    ``.to("cpu")`` (an upload for all the trace says) are not listed."""
+    device-to-host copy at its line, keyed and named by the operator a GPU trace shows
+    (``aten::to``), its API the method, never the tensor's address. ``.numpy()`` (never a
+    GPU tensor) and ``.to("cpu")`` (an upload for all the trace says) are not listed."""
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "copies.py"
     path.write_text(COPIES)
@@ -434,13 +434,14 @@ def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path)
     sys.modules.pop("copies", None)
     report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
     one_step = [
-        ("copies.py", TOLIST_COPY, True, None),
+        ("copies.py", TOLIST_COPY, True, "aten::to"),
         ("copies.py", CPU_COPY, True, "aten::to"),
     ]
     assert _findings(report) == one_step * 2
     assert {s.kind for s in report.latent} == {"device_to_host_copy"}
     keys = sorted(site.key for site in report.latent_sites)
-    assert keys == [f"{path}:{TOLIST_COPY}:Tensor.tolist", f"{path}:{CPU_COPY}:aten::to"]
+    assert keys == [f"{path}:{TOLIST_COPY}:aten::to", f"{path}:{CPU_COPY}:aten::to"]
+    assert sorted(s.api for s in report.latent) == ["Tensor.cpu"] * 2 + ["Tensor.tolist"] * 2
     # Without stacks nothing tells these copies from uploads: none is listed.
     bare = analyze(tmp_path / "logs" / "nostack", source_roots=[str(tmp_path / "src")])
     assert bare.latent == []
@@ -523,5 +524,47 @@ def test_a_notebook_cells_lines_are_exact_when_analysed_in_its_kernel(tmp_path):
     finally:
         linecache.cache.pop(name, None)
     found = sorted((s.source.line, s.source.line_exact, s.op or "-") for s in report.latent)
-    assert found == [(3, True, "aten::item"), (4, True, "-")]
+    assert found == [(3, True, "aten::item"), (4, True, "aten::to")]
     assert all(s.source.file == name for s in report.latent)
+
+
+EDGE_COPIES = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def main(logdir):
+        model = torch.nn.Linear(4, 2)
+        loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4, shuffle=True)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     on_trace_ready=tensorboard_trace_handler(logdir)):
+            weights = model.weight.cpu()
+            for (x,) in loader:
+                out = model(x)
+                rows = out.detach().cpu().tolist()
+        return weights, rows
+    """
+)
+PARAMETER_CPU, CPU_TOLIST = 11, 14
+
+
+def test_latent_copies_are_the_users_own_once_per_copy_whatever_the_tensor_type(tmp_path):
+    """A shuffled DataLoader's sampler calls ``torch.randperm(n).tolist()`` and its iterator
+    seeds with ``.item()``, on host tensors: nothing to list. ``x.cpu().tolist()`` copies
+    once. And torch's tracer names every ``.cpu()`` of a session after the type of the
+    first one's tensor: here ``<built-in method cpu of Parameter object>``."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "edge_copies.py"
+    path.write_text(EDGE_COPIES)
+    module = _load(path, "edge_copies")
+    module.main(str(tmp_path / "logs" / "run"))
+    sys.modules.pop("edge_copies", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    counts = {(Path(s.file).name, s.line, s.ops[0]): s.count for s in report.latent_sites}
+    assert counts == {
+        ("edge_copies.py", PARAMETER_CPU, "aten::to"): 1,
+        ("edge_copies.py", CPU_TOLIST, "aten::to"): 4,  # one per batch
+    }
+    assert not any("torch/utils/data" in f.file for s in report.latent for f in s.stack)

@@ -56,7 +56,12 @@ def sarif_uri(file: str, root: str | None = None) -> str:
 def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str:
     from tb_syncfinder.outputs.text import format_share, format_us
 
-    ops = " > ".join(_texts(site.get("ops"))) or "a CUDA API call"
+    # Outside any operator, the call itself (cudaDeviceSynchronize, hipDeviceSynchronize).
+    ops = (
+        " > ".join(_texts(site.get("ops")))
+        or " ".join(_texts(site.get("apis"))[:1])
+        or ("a runtime call")
+    )
     kind = site.get("kind") or "sync"
     count = int(site.get("count") or 0)
     if latent:

@@ -949,6 +949,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     ]
     if result.get("note"):
         lines.extend(wrap(str(result["note"]), width, "  "))
+    if result.get("detection_note"):
+        lines.extend(wrap(str(result["detection_note"]), width, "  "))
     lines.append("")
     if sites:
         layout = _layout(_compare_columns(), sites, width)

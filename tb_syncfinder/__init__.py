@@ -15,33 +15,83 @@ def analyze(path, **options) -> Report:
     Traces of the bundled demo resolve to its installed sources.
 
     ``path`` may also be a stopped ``torch.profiler.profile`` (in a notebook, right after
-    its ``with`` block): its trace is exported to a temporary file, analysed and deleted.
-    Source lines are looked for under ``source_roots``, default the working directory."""
+    its ``with`` block): its trace (with a schedule, its last cycle's) is exported once to
+    a temporary file, run ``profiler``, kept while the profiler object lives, so that
+    calling this again (other ``source_roots``) reads the same. Source lines are looked
+    for under ``source_roots``, default the working directory."""
     from tb_syncfinder.demo.sources import SOURCE_PACKS
-    from tb_syncfinder.engine import analyze as _analyze
+    from tb_syncfinder.engine import analyze as analyze_path
 
     options.setdefault("source_packs", SOURCE_PACKS)
     if hasattr(path, "export_chrome_trace"):
-        return _analyze_profiler(path, _analyze, options)
-    return _analyze(path, **options)
+        return analyze_path(_exported_trace(path), **options)
+    return analyze_path(path, **options)
 
 
-def _analyze_profiler(profiler: Any, analyze_path: Any, options: dict[str, Any]) -> Report:
+# Where a profiler object's exported trace is kept (an attribute of the profiler, so that
+# it lives and goes with it): Kineto saves a trace once only.
+_EXPORTED = "_tb_syncfinder_trace"
+
+
+def _exported_trace(profiler: Any) -> str:
+    """The file holding ``profiler``'s trace, exported on the first call; ``ValueError``
+    saying what to do where it cannot be."""
     import os
-    import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="tb_syncfinder_") as folder:
-        path = os.path.join(folder, "profile.pt.trace.json")
-        try:
-            profiler.export_chrome_trace(path)
-        except (AssertionError, AttributeError, RuntimeError) as exc:
-            # torch says "Profiler must be initialized" before start and fails on a None
-            # inside it while it runs: neither names what to do.
-            raise ValueError(
-                "cannot export this profiler's trace: analyse it after it has stopped "
-                f"(after its `with` block, or prof.stop()) ({type(exc).__name__}: {exc})"
-            ) from exc
-        return analyze_path(path, **options)
+    path = getattr(profiler, _EXPORTED, None)
+    if path is not None and os.path.exists(path):
+        return path
+    import shutil
+    import tempfile
+    import weakref
+
+    folder = tempfile.mkdtemp(prefix="tb_syncfinder_")
+    run = os.path.join(folder, "profiler")  # the report's run name
+    os.mkdir(run)
+    path = os.path.join(run, "profile.pt.trace.json")
+    try:
+        profiler.export_chrome_trace(path)
+    except (AssertionError, AttributeError, RuntimeError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ValueError(_export_refused(profiler, exc)) from exc
+    weakref.finalize(profiler, shutil.rmtree, folder, True)
+    setattr(profiler, _EXPORTED, path)
+    return path
+
+
+def _export_refused(profiler: Any, exc: BaseException) -> str:
+    """Why torch would not export the trace, in terms of what to do (its own messages:
+    "Trace is already saved.", "Profiler must be initialized...", a None's AttributeError)."""
+    text = str(exc)
+    if "already saved" in text:
+        folder = _handler_folder(profiler)
+        where = f"its on_trace_ready handler wrote it to {folder}" if folder else "it was"
+        return (
+            "this profiler's trace was already saved, and torch saves a trace once: "
+            f"{where}; analyse that file (tb_syncfinder.analyze(FOLDER_OR_FILE))"
+        )
+    if isinstance(exc, AssertionError) or getattr(profiler, "profiler", True) is None:
+        return (
+            "this profiler recorded nothing: it was never started, or its schedule never "
+            "reached an active step (wait + warmup steps ran out first)"
+        )
+    return (
+        "cannot export this profiler's trace: analyse it after it has stopped (after its "
+        f"`with` block, or prof.stop()) ({type(exc).__name__}: {exc})"
+    )
+
+
+def _handler_folder(profiler: Any) -> str | None:
+    """The folder ``tensorboard_trace_handler(folder)`` was made with, where the profiler
+    has one as ``on_trace_ready`` (read from the handler's closure), else None."""
+    import os
+
+    handler = getattr(profiler, "on_trace_ready", None)
+    for cell in getattr(handler, "__closure__", None) or ():
+        value = cell.cell_contents
+        if isinstance(value, str) and os.path.isdir(value):
+            return value
+    return None
 
 
 def __getattr__(name: str) -> Any:

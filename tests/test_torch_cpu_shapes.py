@@ -452,8 +452,9 @@ def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path)
 
 def test_a_stopped_profiler_object_is_analysed_and_shows_as_text(tmp_path):
     """``analyze(prof)`` right after the ``with`` block, as a notebook user would: the same
-    findings as from the exported file, the text IPython shows, and a running or unstarted
-    profiler refused with what to do instead of torch's own AttributeError."""
+    findings as from the exported file, the text IPython shows, a second call, and what
+    torch will not export (a profiler running, never started or never active, or whose
+    handler saved the trace) refused with what to do instead of torch's own errors."""
     from torch.profiler import ProfilerActivity, profile
 
     (tmp_path / "src").mkdir()
@@ -482,8 +483,13 @@ def test_a_stopped_profiler_object_is_analysed_and_shows_as_text(tmp_path):
     report._repr_pretty_(printer, False)
     assert printer.shown == report.to_text(top=10)
 
+    # Kineto saves a trace once: a second call (other source roots) reads the same file.
+    again = analyze(prof, source_roots=[str(tmp_path / "src")])
+    assert again.to_json()["latent_sites"] == report.to_json()["latent_sites"]
+    assert {t.run for t in again.traces} == {"profiler"}
+
     running = profile(activities=[ProfilerActivity.CPU])
-    with pytest.raises(ValueError, match="after it has stopped"):
+    with pytest.raises(ValueError, match="never started"):
         analyze(running)
     running.start()
     try:
@@ -491,6 +497,21 @@ def test_a_stopped_profiler_object_is_analysed_and_shows_as_text(tmp_path):
             analyze(running)
     finally:
         running.stop()
+    from torch.profiler import schedule, tensorboard_trace_handler
+
+    idle = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=5, warmup=1, active=1))
+    with idle:
+        for _ in range(3):
+            idle.step()
+    with pytest.raises(ValueError, match="never reached an active step"):
+        analyze(idle)
+    logdir = tmp_path / "logs"
+    with profile(
+        activities=[ProfilerActivity.CPU], on_trace_ready=tensorboard_trace_handler(str(logdir))
+    ) as handled:
+        module.log_step(x, True)
+    with pytest.raises(ValueError, match=f"its on_trace_ready handler wrote it to {logdir}"):
+        analyze(handled)
 
 
 NOTEBOOK_CELL = textwrap.dedent(

@@ -100,6 +100,9 @@ class Options(msgspec.Struct):
     # A trace larger than this much JSON is analysed in windows of whole steps, one at a
     # time (``windows``): None sizes them from the memory available now, 0 never splits.
     window_bytes: int | None = None
+    # The share of the memory available at analysis time that one analysis may count on,
+    # for the automatic window size: the plugin's workers analyse traces side by side.
+    memory_share: float = 1.0
 
     def resolver(self) -> SourceResolver:
         roots, path_map = with_source_packs(
@@ -206,7 +209,7 @@ def _window_for(path: str, options: Options) -> int | None:
         return None  # small: never split on this machine's memory
     from tb_syncfinder.windows import auto_window_bytes, may_need_windows
 
-    window_bytes = options.window_bytes or auto_window_bytes()
+    window_bytes = options.window_bytes or auto_window_bytes(options.memory_share)
     return window_bytes if may_need_windows(path, window_bytes) else None
 
 
@@ -229,11 +232,15 @@ def _analyze_in_windows(
         why = "the window size asked for"
     else:
         budget = windows.memory_budget()
-        why = (
-            f"its analysis whole would not fit in the {_size(budget[0])} that {budget[1]} leaves"
-            if budget is not None
-            else "the memory budget"
-        )
+        share = options.memory_share
+        why = "the memory budget"
+        if budget is not None:
+            why = (
+                f"its analysis whole would not fit in the {_size(budget[0] * share)} that "
+                f"{budget[1]} leaves"
+            )
+            if share < 1:
+                why += f" to each of {round(1 / share)} analyses side by side"
     log.info(
         "%s: %s of JSON, analysed in %d windows of about %s of whole steps (%s); "
         "its windows are written to %s first",

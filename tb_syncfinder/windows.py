@@ -196,13 +196,14 @@ def _rlimit_room() -> Optional[int]:
     return soft - size
 
 
-def auto_window_bytes() -> Optional[int]:
-    """The window size for this machine now: None (never split) where the available memory
-    is unknown."""
+def auto_window_bytes(memory_share: float = 1.0) -> Optional[int]:
+    """The window size for this machine now, for an analysis that may count on
+    ``memory_share`` of the memory available: None (never split) where the available
+    memory is unknown."""
     available = available_memory_bytes()
     if available is None:
         return None
-    return max(MIN_WINDOW_BYTES, int(available / PEAK_PER_JSON_BYTE / 3))
+    return max(MIN_WINDOW_BYTES, int(available * memory_share / PEAK_PER_JSON_BYTE / 3))
 
 
 def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:

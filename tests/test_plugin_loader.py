@@ -27,6 +27,7 @@ from tb_syncfinder.plugin.loader import (
     MAX_TRANSIENT_ATTEMPTS,
     RETRY,
     TraceLoader,
+    error_result,
     looks_transient,
 )
 
@@ -833,3 +834,41 @@ def test_the_plugins_cache_key_is_the_same_in_every_process(tmp_path) -> None:
         )
         digests.add(done.stdout.strip())
     assert len(digests) == 1, digests
+
+
+def test_each_analysis_sizes_its_windows_from_its_share_of_the_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large traces run side by side in all but one of the workers: each sized its windows
+    from all the memory available, as if alone (two 0.3 GB traces read whole at once beside
+    torch-tb-profiler's processes took the machine to 2 GB free). The share changes no
+    cached result: read whole or in windows, the findings are the same."""
+    from tb_syncfinder import windows
+    from tb_syncfinder.engine import Options
+
+    options = Options()
+    seen: list[Any] = []
+
+    def analyze(ref: Any, given: Any) -> Any:
+        seen.append(given)
+        return error_result(ref, "not analysed here")
+
+    write_trace(tmp_path / "logs" / "run" / "w.pt.trace.json")
+    loader = TraceLoader(
+        [(None, str(tmp_path / "logs"))],
+        options,
+        DiskCache(str(tmp_path / "cache")),
+        analyze_fn=analyze,
+        reload_interval_s=3600,
+        max_workers=4,
+    )
+    poll_and_wait(loader)
+    assert [given.memory_share for given in seen] == [1 / 3]
+    alone = TraceLoader(
+        [(None, str(tmp_path / "logs"))], options, DiskCache(str(tmp_path / "c2")), max_workers=1
+    )
+    assert alone.options.memory_share == 1.0
+    assert alone.options_digest == loader.options_digest
+    budget = 30 * windows.MIN_WINDOW_BYTES * windows.PEAK_PER_JSON_BYTE
+    monkeypatch.setattr(windows, "available_memory_bytes", lambda: int(budget))
+    assert windows.auto_window_bytes(1 / 3) == windows.auto_window_bytes() // 3

@@ -199,11 +199,20 @@ class TraceLoader:
         summaries: SummaryStore | None = None,
     ) -> None:
         self.logdirs = logdirs
-        self.options = options
+        # The memory share below is left out: it decides only whether a trace is read
+        # whole or in windows, which give the same findings.
         self.options_digest = hashlib.sha256(repr(options).encode()).hexdigest()[:16]
         self.cache = cache
         self.reload_interval_s = reload_interval_s
         self.max_workers = max_workers or min(4, os.cpu_count() or 1)
+        # Large traces run side by side in at most this many workers (``next_trace``):
+        # each may count on that share of the memory when it sizes its windows.
+        big_at_once = 1 if self.max_workers == 1 else self.max_workers - 1
+        self.options = (
+            msgspec.structs.replace(options, memory_share=1.0 / big_at_once)
+            if isinstance(options, msgspec.Struct) and hasattr(options, "memory_share")
+            else options
+        )
         # An injected analyse function (tests) need not be picklable: run it in threads.
         self.use_processes = use_processes and analyze_fn is None
         self.analyze_fn = analyze_fn or analyze_in_worker

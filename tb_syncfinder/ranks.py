@@ -218,7 +218,8 @@ class JobStep:
     slowest_rank: int
     ranks: int
     # The rank the others waited for most in this step (``RankStep.caused_wait_us``), the
-    # one to look at; None when no rank was late beyond the noise.
+    # one to look at; None when no rank was late beyond the noise. Its lateness may have
+    # started in the step before (``RankStep.carried_in_us``): it is where they waited.
     late_rank: Optional[int] = None
     late_rank_caused_wait_us: float = 0.0
 
@@ -980,12 +981,10 @@ def _job_steps(job: Job, rank_steps: list[RankStep]) -> list[JobStep]:
     for rank, rt in job.ranks.items():
         for s in rt.steps:
             per_step[s.number].append((s.duration, rank))
-    # Ties go to the lowest rank, so that the answer does not depend on the table's order.
+    # Ties go to the higher rank, as slowest_rank's do, whatever the table's order.
     late: dict[int, tuple[float, int]] = {}
     for r in rank_steps:
-        if r.caused_wait_us > 0 and (
-            r.step not in late or (r.caused_wait_us, -r.rank) > (late[r.step][0], -late[r.step][1])
-        ):
+        if r.caused_wait_us > 0 and (r.caused_wait_us, r.rank) > late.get(r.step, (0.0, -1)):
             late[r.step] = (r.caused_wait_us, r.rank)
     out = []
     for number in sorted(per_step):

@@ -616,6 +616,7 @@ def _run_report(members: Sequence[TraceResult]) -> Report:
     return report
 
 
+@_without_gc  # 20,000 syncs' sites and steps: 0.22 s with the collections, 0.07 s without
 def report_runs(results: Sequence[TraceResult]) -> RunsReport:
     """The job-level stages over analysed traces: one report per run (in the order the runs
     first appear) and, when there are several, all of them merged."""

@@ -60,8 +60,12 @@ class Episode(msgspec.Struct):
     latent: bool = False
     trigger: int = -1  # node index of the trigger op (latent episodes)
     # A latent finding of a recorded Tensor method call (``catalogue.LATENT_TENSOR_METHODS``):
-    # its name, ``tolist``; "" otherwise.
+    # its name, ``tolist``, and the call's node; "" and -1 otherwise.
     method: str = ""
+    call: int = -1
+    # A ``.tolist()`` called right after a ``.cpu()`` by the same caller, nothing between:
+    # that call's node (``x.cpu().tolist()`` if the source says both are one line), else -1.
+    after_cpu: int = -1
 
     @property
     def ts(self) -> float:
@@ -284,9 +288,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         for i, node in enumerate(nodes):
             if kinds[i] == PYTHON:
                 method = catalogue.tensor_method(node.name)
-                if method in catalogue.LATENT_TENSOR_METHODS and not (
-                    method == "tolist" and _follows_cpu_call(thread, i)
-                ):
+                if method in catalogue.LATENT_TENSOR_METHODS:
                     episodes.append(_latent_tensor_method(thread, i, method))
                 continue
             if kinds[i] != OP or node.name not in LATENT_TRIGGERS:
@@ -328,16 +330,18 @@ def _latent_tensor_method(thread: HostThread, index: int, method: str) -> Episod
     )
     episode.kind = catalogue.LATENT_TENSOR_METHODS[method][0]
     episode.method = method
+    episode.call = index
+    if method == "tolist":
+        episode.after_cpu = _cpu_call_before(thread, index)
     return episode
 
 
-def _follows_cpu_call(thread: HostThread, index: int) -> bool:
-    """Whether the call at ``index`` comes right after a recorded ``.cpu()`` of the same
-    caller, nothing called between (``x.cpu().tolist()``: its tensor is on the host)."""
+def _cpu_call_before(thread: HostThread, index: int) -> int:
+    """The node of a recorded ``.cpu()`` that the same caller made right before the call at
+    ``index``, nothing called between; else -1."""
     parent = thread.parent[index]
     for j in range(index - 1, parent, -1):
         if thread.parent[j] == parent:
-            return (
-                thread.kinds[j] == PYTHON and catalogue.tensor_method(thread.nodes[j].name) == "cpu"
-            )
-    return False
+            is_cpu = thread.kinds[j] == PYTHON and catalogue.tensor_method(thread.nodes[j].name)
+            return j if is_cpu == "cpu" else -1
+    return -1

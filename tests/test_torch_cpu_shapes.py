@@ -565,17 +565,20 @@ EDGE_COPIES = textwrap.dedent(
             for (x,) in loader:
                 out = model(x)
                 rows = out.detach().cpu().tolist()
-        return weights, rows
+                host = out.detach().cpu()
+                labels = x.tolist()
+        return weights, rows, host, labels
     """
 )
-PARAMETER_CPU, CPU_TOLIST = 11, 14
+PARAMETER_CPU, CPU_TOLIST, CPU_ALONE, TOLIST_NEXT = 11, 14, 15, 16
 
 
 def test_latent_copies_are_the_users_own_once_per_copy_whatever_the_tensor_type(tmp_path):
     """A shuffled DataLoader's sampler calls ``torch.randperm(n).tolist()`` and its iterator
     seeds with ``.item()``, on host tensors: nothing to list. ``x.cpu().tolist()`` copies
-    once. And torch's tracer names every ``.cpu()`` of a session after the type of the
-    first one's tensor: here ``<built-in method cpu of Parameter object>``."""
+    once, a ``.tolist()`` after a ``.cpu()`` on the line before twice. And torch's tracer
+    names every ``.cpu()`` of a session after the type of the first one's tensor: here
+    ``<built-in method cpu of Parameter object>``."""
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "edge_copies.py"
     path.write_text(EDGE_COPIES)
@@ -587,5 +590,8 @@ def test_latent_copies_are_the_users_own_once_per_copy_whatever_the_tensor_type(
     assert counts == {
         ("edge_copies.py", PARAMETER_CPU, "aten::to"): 1,
         ("edge_copies.py", CPU_TOLIST, "aten::to"): 4,  # one per batch
+        # A .tolist() right after a .cpu() of another line copies again.
+        ("edge_copies.py", CPU_ALONE, "aten::to"): 4,
+        ("edge_copies.py", TOLIST_NEXT, "aten::to"): 4,
     }
     assert not any("torch/utils/data" in f.file for s in report.latent for f in s.stack)

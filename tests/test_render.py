@@ -163,6 +163,33 @@ def test_a_rare_site_per_step_keeps_its_first_digit_instead_of_showing_zero() ->
     assert "0.02 per step, 800 in all" in " ".join(text.split())
 
 
+def test_a_compare_of_cpu_only_runs_counts_its_latent_sites_in_the_headline() -> None:
+    """Between CPU-only runs (a CI runner's) the latent sites are all there is: the headline
+    said nothing after "compare" and the body "no synchronization sites in either run"."""
+    from tb_syncfinder.outputs.text import render_compare
+
+    row = {
+        "key": "seg.py:f:aten::nonzero:dynamic_shape",
+        "file": "seg.py",
+        "line": 77,
+        "func": "f",
+        "kind": "dynamic_shape",
+        "ops": ["aten::nonzero"],
+        "apis": [],
+        "status": "fixed",
+        "before": {"per_step": 1.0, "count": 5},
+        "after": None,
+        "change_us": 0.0,
+    }
+    counts = dict.fromkeys(("new", "worse", "better", "same", "fixed"), 0)
+    text = render_compare(
+        {"sites": [], "latent_sites": [row], "counts": counts, "base": {}, "new": {}}, width=100
+    )
+    first, _blank, body = text.splitlines()[:3]
+    assert first == "Sync Advisor: compare  1 fixed (latent)"
+    assert "no measured synchronization in either run (CPU-only: latent sites below)" in body
+
+
 def test_unreadable_traces_are_listed_with_their_reason(sample_report: Report) -> None:
     sample_report.traces.append(
         TraceInfo("/traces/bad.pt.trace.json", "bad", None, error="not valid JSON (line 1)")

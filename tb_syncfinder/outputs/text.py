@@ -942,11 +942,17 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     style = _Style(color)
     sites = result.get("sites") or []
     counts = result.get("counts") or {}
-    lines = [
-        style("Sync Advisor: compare", _BOLD, _CYAN)
-        + "  "
-        + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    tally = [f"{n} {status}" for status, n in counts.items() if n]
+    # Between CPU-only runs the latent sites are all there is: the headline counts them.
+    latent_rows = result.get("latent_sites") or []
+    latent_tally = [
+        f"{n} {status}"
+        for status in counts or ("new", "worse", "better", "same", "fixed")
+        if (n := sum(1 for row in latent_rows if row.get("status") == status))
     ]
+    if latent_tally:
+        tally.append(", ".join(latent_tally) + " (latent)")
+    lines = [style("Sync Advisor: compare", _BOLD, _CYAN) + "  " + "; ".join(tally)]
     if result.get("note"):
         lines.extend(wrap(str(result["note"]), width, "  "))
     if result.get("detection_note"):
@@ -966,6 +972,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             if moved:
                 detail = ", ".join(moved) + " · " + detail
             lines.extend(style(line, _DIM) for line in wrap(detail, width - 7, " " * 7))
+    elif latent_rows:
+        lines.append("  no measured synchronization in either run (CPU-only: latent sites below)")
     else:
         lines.append("  no synchronization sites in either run")
     latent = [r for r in result.get("latent_sites") or [] if r.get("status") != "same"]

@@ -1887,7 +1887,10 @@ class _Graph:
         steps = set(np.flatnonzero(touched).tolist())
         affected.update(steps)
         whole = np.flatnonzero(touched & (first >= starts[index]) & (last < ends[index]))
-        return steps, {int(n): stretches[int(index[n])][2] for n in whole}
+        # Built from arrays: a site's syncs spread over 10,000 steps put most of them in a
+        # stretch, and a dict made step by step was 0.8 s of 300 sites' replays.
+        shifts = np.fromiter((st[2] for st in stretches), dtype=np.float64, count=len(stretches))
+        return steps, dict(zip(whole.tolist(), shifts[index[whole]].tolist(), strict=True))
 
     def _regions_of(
         self,

@@ -10,7 +10,7 @@ import { renderCompare } from "./compare_view.js";
 import { renderDetail } from "./detail.js";
 import { h, replace } from "./dom.js";
 import { spanLabels } from "./format.js";
-import { renderHotspots } from "./hotspots.js";
+import { CHART_TAB_STOP, renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
 import { readableCount, repairNotices, runOptionLabel, unreadableBanner } from "./repairs.js";
@@ -365,16 +365,17 @@ export class App {
     const gen = ++this.renderGen;
     /** @type {{key: string, start: number | null, end: number | null} | null} */
     let focus = rememberFocus();
-    if (this.pendingFocus) {
-      focus = { key: this.pendingFocus, start: null, end: null };
-      this.pendingFocus = null;
-    }
+    // Kept until a render completes: a render that a newer one overtakes (a poll, a second
+    // event) would lose it, and the newer one would remember an element it removes.
+    const pending = this.pendingFocus;
+    if (pending) focus = { key: pending, start: null, end: null };
     this.reconcileRun();
     this.reconcileBase();
     this.renderHeader();
     this.renderBanners();
     const sel = this.selection();
     if (!sel) {
+      if (this.pendingFocus === pending) this.pendingFocus = null;
       replace(this.viewEl, this.emptyRunsView());
       return;
     }
@@ -395,6 +396,7 @@ export class App {
       const job = this.state.view === "compare" ? null : await renderJob(ctx);
       if (gen !== this.renderGen) return;
       replace(this.viewEl, job ? [job, body] : body);
+      if (this.pendingFocus === pending) this.pendingFocus = null;
       restoreFocus(focus);
       if (this.state.view !== "compare" && this.state.site) {
         const panel = this.viewEl.querySelector(".sa-detail-slot");
@@ -410,6 +412,7 @@ export class App {
       }
     } catch (e) {
       if (gen !== this.renderGen) return;
+      if (this.pendingFocus === pending) this.pendingFocus = null;
       replace(this.viewEl, errorBanner(e, "Could not load this view"));
     }
   }
@@ -996,7 +999,11 @@ function rememberFocus() {
 function restoreFocus(focus) {
   if (!focus) return;
   const el = /** @type {HTMLInputElement | null} */ (
-    document.querySelector(`[data-focus-key="${CSS.escape(focus.key)}"]`)
+    focus.key === CHART_TAB_STOP
+      ? // The chart's Tab stop, else (no chart drawn) the sites table's.
+        document.querySelector('[data-testid="step-chart"] g.step[tabindex="0"]') ??
+          document.querySelector('[data-testid="sites"] tbody tr[tabindex="0"]')
+      : document.querySelector(`[data-focus-key="${CSS.escape(focus.key)}"]`)
   );
   if (!el || el === document.activeElement) return;
   // A row or bar of a roving-tabindex group becomes the group's Tab stop.

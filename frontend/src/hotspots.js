@@ -7,7 +7,7 @@ import { getJson } from "./api.js";
 import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
-import { binSteps, groupSteps, groupWithStep, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
+import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
 import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
@@ -15,6 +15,11 @@ import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites,
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
 const PAGE = 500;
+/**
+ * A pending focus (`app.pendingFocus`) for the step chart's Tab stop, the bar holding the
+ * selected step: the bar itself may be drawn anew, in other bins, by the render.
+ */
+export const CHART_TAB_STOP = "step-chart-tab-stop";
 const MAX_PAGES = 20;
 
 /**
@@ -92,7 +97,19 @@ export async function renderHotspots(ctx) {
                 "span",
                 { class: "sa-chip", "data-testid": "step-filter" },
                 `step ${state.step}`,
-                h("button", { "aria-label": "Clear step filter", "data-focus-key": "clear-step", onclick: () => app.setState({ step: null }) }, "×"),
+                h(
+                  "button",
+                  {
+                    "aria-label": "Clear step filter",
+                    "data-focus-key": "clear-step",
+                    onclick: () => {
+                      // Back to the chart (its Tab stop), not to the page's body.
+                      app.pendingFocus = CHART_TAB_STOP;
+                      app.setState({ step: null });
+                    },
+                  },
+                  "×",
+                ),
               )
             : null,
         ),
@@ -408,6 +425,9 @@ function stepChart(steps, traces, view, app, viewWidth) {
   /** @param {number} i */
   const pick = (i) => {
     const g = groupOf(i);
+    // A pick may draw the chart again (for one worker, in other bins): the focus goes to its
+    // Tab stop, the bar holding the selected step.
+    app.pendingFocus = CHART_TAB_STOP;
     if (perWorker) {
       app.setState({ worker: g.worker, span: null, step: null, site: null, sync: null });
       return;
@@ -423,7 +443,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
   const workerAxis = thinAxisLabels(L.bars[0]?.band.w ?? 0, perWorker ? groups.map((g) => g.label) : []);
   const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(binned ? shown[i].first : shown[i].step));
   // What a bar says: a step's figures; a bin's costliest step's, and its means per step.
-  const figures = (/** @type {number} */ i, /** @type {boolean} */ long) => {
+  const figures = (/** @type {number} */ i, /** @type {boolean} */ long, selected = false) => {
     const x = shown[i];
     const own = `${formatCount(x.sync_count)} syncs, ${long ? "host wait" : "wait"} ${formatUs(x.host_wait_us)}, ${long ? "GPU idle" : "idle"} ${formatUs(x.gpu_idle_us)}`;
     if (!binned) return long ? own : `${own}, step ${formatUs(x.step_time_us)}`;
@@ -431,9 +451,11 @@ function stepChart(steps, traces, view, app, viewWidth) {
     return (
       `steps ${x.first}\u2013${x.last} (${formatCount(x.size)}), bar = costliest step ${p.step}: ${formatCount(p.sync_count)} syncs, host wait ${formatUs(p.host_wait_us)}, GPU idle ${formatUs(p.gpu_idle_us)}` +
       `; mean per step: host wait ${formatUs(x.mean.host_wait_us)}, GPU idle ${formatUs(x.mean.gpu_idle_us)}` +
-      (long ? `; Enter selects step ${p.step}` : `; click selects step ${p.step}`)
+      // On the bin holding the selected step, Enter (or a click) clears the step filter.
+      (selected ? `; ${long ? "Enter" : "click"} clears the step filter` : long ? `; Enter selects step ${p.step}` : `; click selects step ${p.step}`)
     );
   };
+  const selMark = s("rect", { class: "sel-mark", "data-testid": "selected-mark", x: 0, y: L.baseY + 1, width: 0, height: 4, display: "none" });
   const barEls = L.bars.map((b, i) => {
     const g = groupOf(i);
     const where = grouped || perWorker ? `${g.label}, ` : "";
@@ -457,7 +479,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
       s("rect", { class: "bar-wait", x: b.x, y: b.waitY, width: b.w, height: b.waitH }),
       s("rect", { class: "bar-idle", x: b.x, y: b.idleY, width: b.w, height: b.idleH }),
       s("title", null, `${where}${perWorker ? "mean per step: " : what}${figures(i, false)}`),
-      i % (perWorker ? workerAxis.every : L.labelEvery) === 0 ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? truncateText(label(i), workerAxis.chars) : label(i)) : null,
+      (perWorker ? i % workerAxis.every === 0 : hasAxisLabel(i, L.spans, L.labelEvery)) ? s("text", { x: b.band.x + b.band.w / 2, y: L.baseY + 14, "text-anchor": "middle" }, perWorker ? truncateText(label(i), workerAxis.chars) : label(i)) : null,
     );
   });
   // One Tab stop for the whole chart (the selected step's bar, else the first), arrow keys
@@ -477,6 +499,9 @@ function stepChart(steps, traces, view, app, viewWidth) {
     empty ? null : s("text", { x: L.pad.l - 4, y: L.baseY, "text-anchor": "end" }, "0"),
     L.maxCount ? s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`) : null,
     barEls,
+    // The selected bar's mark under the axis, in the accent colour (the band alone is too
+    // faint to find among hundreds of bars): moved by `update`.
+    selMark,
     grouped
       ? L.spans.map((sp, gi) =>
           s(
@@ -492,6 +517,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
     L.points.length <= 80 ? L.points.map((p) => s("circle", { class: "count-dot", cx: p.x, cy: p.y, r: 2.5 })) : null,
   );
   const total = groups.reduce((a, g) => a + g.steps.length, 0);
+  const goto = binned ? goToStep(groups, view, app) : null;
   const el = h(
     "section",
     { class: "sa-chart", "aria-label": "Per-step chart", "data-testid": "step-chart", "data-groups": String(perWorker ? 0 : groups.length), "data-steps-per-bar": String(perBar) },
@@ -518,19 +544,38 @@ function stepChart(steps, traces, view, app, viewWidth) {
                 : "click a step to filter",
         ),
       ),
-      binned ? goToStep(groups, view, app) : null,
+      goto ? goto.el : null,
     ),
     svg,
   );
   /** Mark the selected bar and make it the Tab stop (else keep the Tab stop where it is). */
+  let shownStep = view.state.step;
   const update = () => {
+    // Another step selected (a bar, the chip's ×, a row): Go to step's note and number are stale.
+    if (goto && view.state.step !== shownStep) goto.reset(view.state.step);
+    shownStep = view.state.step;
     let anchor = -1;
     barEls.forEach((g, i) => {
       const selected = isSelected(i);
       if (selected && anchor < 0) anchor = i;
+      const was = g.getAttribute("aria-pressed") === "true";
       g.setAttribute("aria-pressed", String(selected));
       g.firstElementChild?.setAttribute("class", `band${selected ? " selected" : ""}`);
+      // A bin's label says what Enter does: select its step, or clear the filter.
+      if (binned && was !== selected) {
+        const where = grouped ? `${groupOf(i).label}, ` : "";
+        g.setAttribute("aria-label", `${where}${figures(i, true, selected)}`);
+        const title = g.querySelector("title");
+        if (title) title.textContent = `${where}${figures(i, false, selected)}`;
+      }
     });
+    const mark = L.bars[anchor];
+    if (mark) {
+      const w = Math.max(mark.band.w, 6);
+      selMark.setAttribute("x", String(mark.band.x + mark.band.w / 2 - w / 2));
+      selMark.setAttribute("width", String(w));
+      selMark.removeAttribute("display");
+    } else selMark.setAttribute("display", "none");
     if (anchor < 0) anchor = Math.max(0, barEls.findIndex((g) => g.getAttribute("tabindex") === "0"));
     barEls.forEach((g, i) => g.setAttribute("tabindex", i === anchor ? "0" : "-1"));
   };
@@ -544,6 +589,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
  * @param {{worker: string | null, span: string | null, label: string, steps: any[]}[]} groups
  * @param {{sel: any, state: any}} view
  * @param {any} app
+ * @returns {{el: HTMLElement, reset: (step: number | null) => void}}
  */
 function goToStep(groups, view, app) {
   const all = groups.flatMap((g) => g.steps.map((/** @type {any} */ x) => x.step));
@@ -553,7 +599,7 @@ function goToStep(groups, view, app) {
   const input = /** @type {HTMLInputElement} */ (
     h("input", { id: "sa-goto", type: "number", inputmode: "numeric", min: lo, max: hi, step: 1, placeholder: `${lo}\u2013${hi}`, "data-focus-key": "goto-step", "data-testid": "goto-step" })
   );
-  return h(
+  const el = h(
     "form",
     {
       class: "sa-goto",
@@ -579,6 +625,12 @@ function goToStep(groups, view, app) {
     h("button", { type: "submit", "data-focus-key": "goto-go" }, "Go"),
     note,
   );
+  /** The selected step changed: no stale note, nor a number that is not the step selected. */
+  const reset = (/** @type {number | null} */ step) => {
+    note.textContent = "";
+    if (input.value !== String(step)) input.value = "";
+  };
+  return { el, reset };
 }
 
 /** @param {string} text @param {number} n */

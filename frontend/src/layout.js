@@ -87,6 +87,19 @@ export function layoutStepChart(steps, box) {
 }
 
 /**
+ * Whether bar `i` of a step chart gets an axis label: every `every`-th bar counted from the
+ * first bar of its own worker's group (`spans` from `layoutStepChart`), so that each worker's
+ * axis starts at its own first step, whatever the size of the groups before it.
+ * @param {number} i
+ * @param {{first: number, size: number}[]} spans
+ * @param {number} every
+ */
+export function hasAxisLabel(i, spans, every) {
+  const sp = spans.find((x) => i >= x.first && i < x.first + x.size);
+  return (i - (sp ? sp.first : 0)) % Math.max(1, every) === 0;
+}
+
+/**
  * The steps of a selection grouped per trace file (a worker, or a worker's span): each
  * trace counts its own steps, so steps of different workers must not share an axis.
  * `traces` are the summary's (`path`, `worker`, `span`), in the order to show.

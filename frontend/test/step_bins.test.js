@@ -89,3 +89,17 @@ test("go to step: the selected worker's step first, else the first worker that h
   assert.equal(groupWithStep(groups, 2, { worker: "b", span: null }), 0);
   assert.equal(groupWithStep(groups, 99), -1);
 });
+
+test("each worker's axis labels count from its own first bar", async () => {
+  const { hasAxisLabel } = await import("../src/layout.js");
+  // Two workers of 7 and 5 bars, a label every 3rd bar: the second worker's first bar is
+  // labelled (its first step), not the bar where 3 | i over both groups.
+  const spans = [
+    { first: 0, size: 7 },
+    { first: 7, size: 5 },
+  ];
+  const labelled = [...Array(12).keys()].filter((i) => hasAxisLabel(i, spans, 3));
+  assert.deepEqual(labelled, [0, 3, 6, 7, 10]);
+  // One group (no spans): every k-th bar from the first.
+  assert.deepEqual([...Array(7).keys()].filter((i) => hasAxisLabel(i, [], 3)), [0, 3, 6]);
+});

@@ -168,7 +168,7 @@ export async function renderCompare(ctx) {
             {
               class: "sa-table",
               "data-testid": "compare-sites",
-              "aria-label": "Sites compared with the baseline; arrow keys move, Enter opens the site in Hotspots",
+              "aria-label": "Sites compared with the baseline; arrow keys move, Enter opens the site in Hotspots (a fixed site is not in this run: nothing to open)",
             },
             h(
               "thead",
@@ -200,7 +200,10 @@ export async function renderCompare(ctx) {
                     "data-key": x.key,
                     "data-focus-key": `compare-${x.key}`,
                     tabindex: i === 0 ? "0" : "-1",
-                    title: x.status === "fixed" ? "" : "Open in Hotspots",
+                    // A fixed site is not in this run: its row says so, and is no link.
+                    title: x.status === "fixed" ? FIXED_NOTE : "Open in Hotspots",
+                    "aria-description": x.status === "fixed" ? FIXED_NOTE : null,
+                    class: x.status === "fixed" ? "no-open" : null,
                     onclick: () => open(x),
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
@@ -235,6 +238,9 @@ function unreadableSide(name, traces, list) {
   ];
 }
 
+/** What a fixed site's row says: it was in the baseline only, so nothing opens. */
+const FIXED_NOTE = "Fixed: in the baseline only, not in this run, so there is nothing to open";
+
 /**
  * Jump from a compared site to its detail in the Hotspots view of this run. The compare
  * key matches by file basename + function + op + kind, so look the site up by those.
@@ -254,6 +260,8 @@ async function openSite(app, x) {
     // Against a run of the other kind (GPU vs CPU-only) this run's site may be a real or a
     // latent one: look in both.
     const match = (await find(!!x.latent)) || (x.mixed ? await find(!x.latent) : undefined);
+    // The focus goes to the site's row in Hotspots (else the search box, filtered to it).
+    app.pendingFocus = match ? `site-${match.key}` : "q";
     app.setState({ view: "hotspots", site: match ? match.key : null, sync: null, step: null, kind: "", q: match ? "" : x.func || "" });
   } catch {
     app.setState({ view: "hotspots" });

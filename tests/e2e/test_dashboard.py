@@ -376,6 +376,11 @@ def test_the_compared_sites_are_one_tab_stop_with_arrow_keys_between_rows(
     page.keyboard.press(" ")
     page.keyboard.press("Enter")
     assert page.evaluate("location.hash") == "#run=optimized&view=compare&base=baseline"
+    # ...and says so, as no link: no pointer, no "Enter opens" promise.
+    row = page.locator(f"{table}[data-status=fixed]")
+    assert "nothing to open" in row.get_attribute("title")
+    assert "nothing to open" in row.get_attribute("aria-description")
+    assert row.evaluate("r => getComputedStyle(r).cursor") == "default"
     other = next(i for i, st in enumerate(statuses) if st != "fixed")
     page.keyboard.press("Home")
     for _ in range(other):
@@ -383,6 +388,11 @@ def test_the_compared_sites_are_one_tab_stop_with_arrow_keys_between_rows(
     page.keyboard.press(" ")
     page.wait_for_selector("[data-testid=detail]")
     assert "view=compare" not in page.evaluate("location.hash")
+    # The focus lands on the opened site's row in Hotspots, not on the page's body.
+    site = page.evaluate("new URLSearchParams(location.hash.slice(1)).get('site')")
+    page.wait_for_function(
+        "key => document.activeElement.dataset.focusKey === 'site-' + key", arg=site
+    )
     assert page_errors == []
 
 

@@ -334,8 +334,26 @@ def test_the_occurrences_are_one_tab_stop_with_arrow_keys_between_rows(
     assert page.evaluate("document.activeElement.closest('[data-testid=occurrences]') === null")
     # Escape still closes the detail.
     page.focus(stops)
-    page.keyboard.press("Escape")
     page.wait_for_function("!document.querySelector('[data-testid=detail]')")
+    assert page_errors == []
+
+
+def test_each_workers_axis_labels_count_from_its_own_first_step(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, "#run=grouped"))
+    rows(page)
+    # Both groups' first bar is labelled 1, and every label is its bar's first step.
+    labels = page.eval_on_selector_all(
+        f"{CHART} g.step",
+        "gs => gs.filter(g => g.querySelector('text')).map(g => [g.dataset.worker,"
+        " g.querySelector('text').textContent, g.dataset.first])",
+    )
+    for worker in ("hostA_1", "hostB_2"):
+        mine = [(label, first) for w, label, first in labels if w == worker]
+        assert mine[0] == ("1", "1"), (worker, mine[:3])
+        assert all(label == first for label, first in mine), mine
     assert page_errors == []
 
 
@@ -345,16 +363,6 @@ def test_enter_on_a_workers_bin_keeps_the_focus_on_the_bar_holding_the_step(
     page = new_page(browser, page_errors)
     page.goto(plugin_url(long_board, "#run=grouped"))
     rows(page)
-    # Each worker's axis counts from its own first step: both groups' first bar is labelled 1.
-    firsts = page.eval_on_selector_all(
-        f"{CHART} g.step",
-        "gs => gs.filter(g => g.querySelector('text')).map(g => [g.dataset.worker,"
-        " g.querySelector('text').textContent, g.dataset.first])",
-    )
-    for worker in ("hostA_1", "hostB_2"):
-        mine = [(label, first) for w, label, first in firsts if w == worker]
-        assert mine[0] == ("1", "1"), (worker, mine[:3])
-        assert all(label == first for label, first in mine), mine
     # Enter on a bin of the second worker: the chart is drawn again for that worker alone,
     # in other bins, and the focus is on the bar holding the selected step.
     page.focus(f"{CHART} g.step[tabindex='0']")
@@ -370,34 +378,60 @@ def test_enter_on_a_workers_bin_keeps_the_focus_on_the_bar_holding_the_step(
         " return g && [g.getAttribute('aria-pressed'), +g.dataset.first, +g.dataset.last]; })()"
     )
     assert held and held[0] == "true" and held[1] <= int(step) <= held[2], held
-    # The bar says Enter clears the filter there, not that it selects its step again.
-    label = page.evaluate("document.activeElement.getAttribute('aria-label')")
-    assert "Enter clears the step filter" in label and "Enter selects" not in label, label
     page.keyboard.press("ArrowRight")
     assert page.evaluate("+document.activeElement.dataset.first") == held[2] + 1
     assert page_errors == []
 
 
+def test_the_selected_bins_label_says_enter_clears_the_step_filter(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&step={SPIKE}"))
+    rows(page)
+    selected = page.locator(f"{CHART} g.step[aria-pressed=true]")
+    label = selected.get_attribute("aria-label")
+    assert "Enter clears the step filter" in label and "Enter selects" not in label, label
+    title = selected.locator("title").text_content()
+    assert "click clears the step filter" in title and "click selects" not in title, title
+    # Cleared: the bar offers its step again.
+    page.click("[data-focus-key=clear-step]")
+    page.wait_for_function("!location.hash.includes('step=')")
+    _settle(page)
+    label = page.get_attribute(f"{CHART} g.step[data-step='{SPIKE}']", "aria-label")
+    assert f"Enter selects step {SPIKE}" in label, label
+    assert page_errors == []
+
+
 @pytest.mark.parametrize("dark", [False, True])
-def test_the_selected_bin_is_marked_visibly_and_stale_go_to_step_notes_clear(
+def test_the_selected_bin_is_marked_in_a_colour_that_stands_out(
     long_board: str, browser: Any, page_errors: list[str], dark: bool
 ) -> None:
     page = new_page(browser, page_errors, dark=dark)
     page.goto(plugin_url(long_board, f"#run=long&step={SPIKE}"))
     rows(page)
-    mark = page.wait_for_selector(f"{CHART} [data-testid=selected-mark]:not([display])")
-    # The mark sits under the selected bar, in a colour that stands out (3:1, non-text).
     pressed = page.locator(f"{CHART} g.step[aria-pressed=true] rect.band")
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    # The band's outline stands out against the background (3:1, non-text contrast)...
+    stroke = pressed.evaluate("b => getComputedStyle(b).stroke")
+    assert stroke != "none" and contrast(stroke, background) >= 3, (stroke, background)
+    # ...and so does a mark under the axis, centred under the selected bar.
+    mark = page.wait_for_selector(f"{CHART} [data-testid=selected-mark]:not([display])")
+    fill = mark.evaluate("m => getComputedStyle(m).fill")
+    assert contrast(fill, background) >= 3, (fill, background)
     band = pressed.bounding_box()
     box = mark.bounding_box()
-    assert box and box["width"] >= 4 and box["height"] >= 3
+    assert box and band and box["width"] >= 4 and box["height"] >= 3
     assert abs((box["x"] + box["width"] / 2) - (band["x"] + band["width"] / 2)) < 1
-    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
-    fill = mark.evaluate("m => getComputedStyle(m).fill")
-    stroke = pressed.evaluate("b => getComputedStyle(b).stroke")
-    assert contrast(fill, background) >= 3, (fill, background)
-    assert contrast(stroke, background) >= 3, (stroke, background)
-    # Go to step's error note and number go once another step is selected another way.
+    assert page_errors == []
+
+
+def test_go_to_steps_note_and_number_clear_when_another_step_is_selected(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&step={SPIKE}"))
+    rows(page)
     page.fill("[data-testid=goto-step]", "99999")
     page.press("[data-testid=goto-step]", "Enter")
     page.wait_for_selector("[data-testid=goto-note]:has-text('No step 99999')")
@@ -406,11 +440,25 @@ def test_the_selected_bin_is_marked_visibly_and_stale_go_to_step_notes_clear(
     _settle(page)
     assert page.inner_text("[data-testid=goto-note]") == ""
     assert page.input_value("[data-testid=goto-step]") == ""
-    # The chip's x clears the filter and keeps the focus in the chart (its Tab stop).
+    # A step reached by Go to step keeps its number in the box.
+    page.fill("[data-testid=goto-step]", "17")
+    page.press("[data-testid=goto-step]", "Enter")
+    page.wait_for_function("location.hash.includes('step=17')")
+    _settle(page)
+    assert page.input_value("[data-testid=goto-step]") == "17"
+    assert page_errors == []
+
+
+def test_the_step_chips_clear_button_leaves_the_focus_in_the_chart(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&step={SPIKE}"))
+    rows(page)
     page.focus("[data-focus-key=clear-step]")
     page.keyboard.press("Enter")
     page.wait_for_function("!location.hash.includes('step=')")
     _settle(page)
-    assert page.evaluate("document.activeElement.closest('[data-testid=step-chart]')") is not None
+    assert page.evaluate("document.activeElement.dataset.step") == str(SPIKE)
     assert page.locator(f"{CHART} [data-testid=selected-mark][display=none]").count() == 1
     assert page_errors == []

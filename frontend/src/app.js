@@ -309,10 +309,11 @@ export class App {
   reconcileBase() {
     const names = (this.runs?.runs || []).map((/** @type {any} */ r) => r.name);
     if (this.state.view !== "compare" || !names.length) return;
-    const { base, missing, self } = pickBaseline(names, this.currentRun()?.name ?? null, this.state.base);
+    const { base, missing, self } = pickBaseline(names, this.currentRun()?.name ?? null, this.state.base, this.shownBase);
     if (missing) this.missingBase = { name: missing, gone: missing === this.shownBase };
     if (self) this.selfBase = self;
-    if (missing || self) {
+    // A default baseline picked as the run: said, but the URL still names no baseline.
+    if (missing || (self && this.state.base !== null)) {
       this.state = { ...this.state, base };
       this.writeUrl();
     }

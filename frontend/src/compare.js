@@ -268,12 +268,16 @@ export function defaultBaseline(runs, current) {
  * @param {string[]} runs the listed run names
  * @param {string | null} run the run compared
  * @param {string | null} named the baseline the view state names
+ * @param {string | null} [shown] the baseline compared until now (the default when none is
+ *   named): picked as the run, it is said as a named one is
  * @returns {{base: string | null, missing: string | null, self: string | null}}
  */
-export function pickBaseline(runs, run, named) {
+export function pickBaseline(runs, run, named, shown = null) {
   if (named && named !== run && runs.includes(named)) return { base: named, missing: null, self: null };
   const missing = named !== null && runs.length > 0 && !runs.includes(named) ? named : null;
-  const self = named !== null && named === run && runs.includes(named) ? named : null;
+  // The baseline compared (named, or the default shown when none is named) picked as the run.
+  const was = named ?? shown;
+  const self = was !== null && was === run && runs.includes(was) ? was : null;
   return { base: defaultBaseline(runs, run), missing, self };
 }
 

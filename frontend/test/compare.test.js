@@ -193,6 +193,9 @@ test("a run named as its own baseline is said, not replaced quietly", () => {
   assert.deepEqual(pickBaseline(runs, "optimized", "optimized"), { base: "baseline", missing: null, self: "optimized" });
   // The run named baseline picked as the run while it was the baseline: nothing to guess.
   assert.deepEqual(pickBaseline(runs, "baseline", "baseline"), { base: null, missing: null, self: "baseline" });
+  // The default baseline (none named) picked as the run is said as a named one is.
+  assert.deepEqual(pickBaseline(runs, "baseline", null, "baseline"), { base: null, missing: null, self: "baseline" });
+  assert.deepEqual(pickBaseline(runs, "optimized", null, "baseline"), { base: "baseline", missing: null, self: null });
   assert.equal(
     selfBaselineText("baseline", null),
     'Run "baseline" cannot be its own baseline: a run compared with itself shows nothing. Pick another run as baseline.',

@@ -1130,6 +1130,23 @@ def test_compare_with_a_run_none_of_whose_traces_can_be_read_says_so_and_compare
     assert page_errors == []
 
 
+def test_the_default_baseline_picked_as_the_run_is_said_as_a_named_one_is(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    # No baseline named: the default ("baseline") is compared.
+    page.goto(plugin_url(board, "#run=optimized&view=compare"))
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert page.input_value("#sa-base") == "baseline"
+    page.select_option("#sa-run", "baseline")
+    text = page.wait_for_selector("[data-testid=self-base]").inner_text()
+    assert 'Run "baseline" cannot be its own baseline' in text, text
+    assert "Pick another run as baseline." in text, text
+    page.wait_for_selector("[data-testid=compare-empty]")
+    assert page.evaluate("location.hash") == "#run=baseline&view=compare"
+    assert page_errors == []
+
+
 def test_compare_with_a_baseline_of_which_a_trace_cannot_be_read_says_it_is_left_out(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

@@ -334,6 +334,7 @@ def test_the_occurrences_are_one_tab_stop_with_arrow_keys_between_rows(
     assert page.evaluate("document.activeElement.closest('[data-testid=occurrences]') === null")
     # Escape still closes the detail.
     page.focus(stops)
+    page.keyboard.press("Escape")
     page.wait_for_function("!document.querySelector('[data-testid=detail]')")
     assert page_errors == []
 

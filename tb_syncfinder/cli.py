@@ -480,7 +480,7 @@ class _Progress:
                     continue
             except OSError:
                 continue  # the analysis says what is wrong with it
-            from tb_syncfinder.windows import json_bytes
+            from tb_syncfinder.windows import json_bytes, size_text
 
             size = json_bytes(ref.path)
             if size is not None and (size >= _LARGE_JSON_BYTES or windows_asked):
@@ -497,8 +497,10 @@ class _Progress:
         self._log_handler = handler
         for path, size in self.large.items():
             if size >= _LARGE_JSON_BYTES:
-                amount = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
-                print(f"{PROG}: {path}: {amount} of JSON: about a minute per GB", file=sys.stderr)
+                print(
+                    f"{PROG}: {path}: {size_text(size)} of JSON: about a minute per GB",
+                    file=sys.stderr,
+                )
 
     def cluster(self, info: Any) -> None:
         where = info.address or "a local Ray cluster"

@@ -342,6 +342,6 @@ def _cpu_call_before(thread: HostThread, index: int) -> int:
     parent = thread.parent[index]
     for j in range(index - 1, parent, -1):
         if thread.parent[j] == parent:
-            is_cpu = thread.kinds[j] == PYTHON and catalogue.tensor_method(thread.nodes[j].name)
-            return j if is_cpu == "cpu" else -1
+            called = catalogue.tensor_method(thread.nodes[j].name)
+            return j if thread.kinds[j] == PYTHON and called == "cpu" else -1
     return -1

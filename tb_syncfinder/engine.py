@@ -235,19 +235,17 @@ def _analyze_in_windows(
         share = options.memory_share
         why = "the memory budget"
         if budget is not None:
-            why = (
-                f"its analysis whole would not fit in the {_size(budget[0] * share)} that "
-                f"{budget[1]} leaves"
-            )
+            room = windows.size_text(budget[0] * share)
+            why = f"its analysis whole would not fit in the {room} that {budget[1]} leaves"
             if share < 1:
                 why += f" to each of {round(1 / share)} analyses side by side"
     log.info(
         "%s: %s of JSON, analysed in %d windows of about %s of whole steps (%s); "
         "its windows are written to %s first",
         ref.path,
-        _size(found.json_bytes),
+        windows.size_text(found.json_bytes),
         len(bounds) + 1,
-        _size(window_bytes),
+        windows.size_text(window_bytes),
         why,
         os.environ.get("TMPDIR") or "the temporary folder",
     )
@@ -281,10 +279,6 @@ def _analyze_in_windows(
         r for r in merged.info.repairs if r not in found.repairs
     ]
     return merged
-
-
-def _size(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.0f} MB"
 
 
 def _replay_carry() -> Any:
@@ -375,15 +369,8 @@ def _one_copy_per_chain(
     for n, (episode, source) in enumerate(zip(episodes, sources, strict=True)):
         if episode.after_cpu >= 0 and source is not None and source.line_exact:
             cpu = cpu_lines.get((id(episode.thread), episode.after_cpu))
-            if (
-                cpu is not None
-                and cpu.line_exact
-                and (cpu.file, cpu.line)
-                == (
-                    source.file,
-                    source.line,
-                )
-            ):
+            at_cpu_line = cpu is not None and (cpu.file, cpu.line) == (source.file, source.line)
+            if at_cpu_line and cpu.line_exact:
                 continue
         kept.append(n)
     return (

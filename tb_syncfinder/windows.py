@@ -214,6 +214,11 @@ def may_need_windows(path: str, window_bytes: Optional[int]) -> bool:
     return size is not None and size > window_bytes
 
 
+def size_text(n_bytes: float) -> str:
+    """An amount of JSON or memory as the messages say it: ``1.5 GB``, ``167 MB``."""
+    return f"{n_bytes / 1e9:.1f} GB" if n_bytes >= 1e9 else f"{n_bytes / 1e6:.0f} MB"
+
+
 def json_bytes(path: str) -> Optional[int]:
     """How much JSON the file holds, from its size (a gzip file's from its trailer, the
     inflated size modulo 4 GiB: taken as at least 3x the file); None when it cannot be
@@ -622,8 +627,7 @@ class _NoRoom(Exception):
 
 def _no_room_reason(folder: str, found: Scan, exc: OSError) -> str:
     parent = os.path.dirname(folder)
-    size = found.json_bytes
-    need = f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.0f} MB"
+    need = size_text(found.json_bytes)
     return (
         f"cannot write its windows to {parent} (the temporary folder, TMPDIR): "
         f"{exc.strerror or exc}. A trace larger than the memory budget is analysed in "

@@ -7,8 +7,9 @@ import pickle
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
-from kineto_builder import KinetoTraceBuilder
+from kineto_builder import KinetoTraceBuilder, item_sync, mask_index_sync
 from trace_shapes import sites_in_steps
 
 from tb_syncfinder.detect import detect_syncs
@@ -895,3 +896,113 @@ def test_the_figures_of_each_steps_span_add_up_to_the_whole_trace(tmp_path):
         whole.gpu_idle_from_syncs_us
     )
     assert sum(s.all_syncs.total_us for s in spans) == pytest.approx(whole.all_syncs.total_us)
+
+
+def _long_run(seed: int) -> KinetoTraceBuilder:
+    """Many short steps, mostly GPU-bound, each calling ``.item()`` at one of twelve lines
+    and some a mask; a few steps launch nothing (no device end). A site's what-if changes
+    the steps from its first sync to its last, most of them shifted wholly."""
+    rng = random.Random(seed)
+    b = KinetoTraceBuilder(concurrent_streams=rng.random() < 0.5)
+    host_bound = rng.random() < 0.3
+    for n in range(1, 301):
+        with b.step(n):
+            if n % 10 == 7:
+                b.advance(rng.choice([5, 500]))  # a step that launches nothing
+                continue
+            for _ in range(rng.randint(1, 4)):
+                streams = {"stream": rng.choice([7, 9])} if b.concurrent_streams else {}
+                b.kernel(dur=rng.choice([3, 50, 300]), **streams)
+                b.advance(rng.choice([200, 400]) if host_bound else rng.choice([1, 10]))
+            kernel_us = rng.choice([None, 80, 300])
+            item_sync(b, stack=[("train.py", 10 + n % 12, "train_step")], kernel_us=kernel_us)
+            if n % 5 == 0:
+                mask_index_sync(b, sequence_number=n, stack=[("model.py", 50, "forward")])
+            b.advance(rng.choice([2, 30]))
+    return b
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_a_sites_steps_walked_with_numpy_give_the_same_floats_as_walked_in_python(
+    tmp_path, monkeypatch, seed
+):
+    """A what-if spanning many steps walks them with numpy (``_Graph._walk_steps``); every
+    saving, per step and in all, must be the floats the Python walk gives, not close ones:
+    reports are compared byte for byte between versions."""
+    from tb_syncfinder import whatif
+
+    path = _long_run(seed).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    episodes = detect_syncs(tl)
+    count = len(episodes)
+    sites = [frozenset(range(first, count, every)) for every in (1, 3, 12, 25) for first in (0, 5)]
+    groups = sites + [frozenset((i,)) for i in range(0, count, 17)]
+
+    def savings(vector_min: int) -> tuple[list[tuple[float, dict[int, float]]], int]:
+        monkeypatch.setattr(whatif, "VECTOR_STEPS_MIN", vector_min)
+        walks = []
+        real_walk = whatif._Graph._walk_steps
+
+        def counted_walk(self, *args):
+            walks.append(args[1] - args[0])
+            return real_walk(self, *args)
+
+        monkeypatch.setattr(whatif._Graph, "_walk_steps", counted_walk)
+        graph = whatif._build(tl, episodes)
+        out = []
+        for group in groups:
+            saving = graph.saving(group)
+            out.append((saving.total_us, dict(saving.nonzero)))
+        return out, len(walks)
+
+    in_python, python_walks = savings(10**9)
+    with_numpy, numpy_walks = savings(8)
+    assert python_walks == 0 and numpy_walks >= len(sites)
+    assert with_numpy == in_python  # exact: == on floats
+    assert any(total > 0 for total, _ in in_python)
+
+
+def test_walking_steps_with_numpy_reads_each_step_where_the_python_walk_would(tmp_path):
+    """``_walk_steps`` against the walk it replaces, on inputs no recorded trace has made
+    (a cut inside the walked steps, steps shifted wholly and recomputed among them, a step
+    without device work): the base step past the cut less the shift, a shifted or
+    recomputed step's own ends, the running latest of host and device ends (NaN: none)."""
+    from tb_syncfinder import whatif
+
+    path = _long_run(1).write(tmp_path / "w.pt.trace.json")
+    tl = build_timeline(read_trace(str(path)))
+    graph = whatif._build(tl, detect_syncs(tl))
+    tables = graph._build_shift_tables()
+    base = graph.base_metrics
+    n_steps = len(base.intervals)
+    start, stop, shift = 20, n_steps - 20, 7.25
+    cut = int(tables.step_first[n_steps // 2])
+    assert any(base.dev_hi[n] != base.dev_hi[n] for n in range(start, stop))  # NaN steps
+    steps = np.arange(start + 3, stop, 5)
+    shifted = (steps, base_host := np.asarray(base.host_end)[steps] - 3.5, base_host + 1.0)
+    recomputed = ({n: base.host_end[n] - 11.0 for n in range(start + 1, stop, 7)}, {})
+    recomputed[1].update({n: float("nan") for n in range(start + 2, stop, 9)})
+    done = base.completion[start - 1]
+    per_step: dict[int, float] = {}
+    walked = graph._walk_steps(start, stop, done, recomputed, shifted, cut, shift, per_step)
+
+    ends = {
+        n: (h, d)
+        for n, h, d in zip(steps.tolist(), *[a.tolist() for a in shifted[1:]], strict=True)
+    }
+    expected: dict[int, float] = {}
+    previous = done
+    for n in range(start, stop):
+        end, device = base.host_end[n], base.dev_hi[n]
+        if tables.step_first[n] >= cut:
+            end, device = end - shift, device - shift
+        end, device = ends.get(n, (end, device))
+        end = recomputed[0].get(n, end)
+        device = recomputed[1].get(n, device)
+        done = max(done, end, device if device == device else done)
+        if base.intervals[n] - (done - previous) != 0.0:
+            expected[n] = base.intervals[n] - (done - previous)
+        previous = done
+    assert walked == done
+    assert per_step == expected
+    assert any(tables.step_first[n] >= cut for n in expected)

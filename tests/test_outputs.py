@@ -94,3 +94,22 @@ def test_the_cli_and_the_plugin_export_the_same_bytes(
     assert response.status_code == 200
     assert response.get_data() == out.read_bytes()
     assert response.mimetype == outputs.FORMATS[fmt].media_type.split(";")[0]
+
+
+@pytest.mark.parametrize("indent", [None, 0, 1, 2])
+def test_the_json_output_is_what_pythons_json_writes_byte_for_byte(indent) -> None:
+    """The report's JSON is written by json's C encoder and indented by msgspec (json
+    indents in Python, 4x slower): the bytes must stay those of ``json.dumps``, which the
+    schema's readers and the byte-for-byte report checks were made on; NaN is null."""
+    from tb_syncfinder.outputs.json import dumps
+
+    value = {
+        "text": 'é \u2028 \x00 " \\ / \U0001f600 ☃',
+        "numbers": [0, -0.0, 1e-05, 1.5e16, 1e300, 2**70, 3000000.0, 0.1 + 0.2, True, None],
+        "empty": [{}, [], {"a": {}}, [[]], ""],
+        "nested": {"k": [{"x": [1, {"y": "z"}]}], "": 1},
+    }
+    assert dumps(value, indent=indent) == (json.dumps(value, indent=indent) + "\n").encode()
+    with_nan = {"a": [1.0, float("nan"), {"b": float("inf")}]}
+    expected = json.dumps({"a": [1.0, None, {"b": None}]}, indent=indent) + "\n"
+    assert dumps(with_nan, indent=indent) == expected.encode()

@@ -877,6 +877,7 @@ class _ShiftTables:
     step_first: np.ndarray  # per step: earliest task position of its end inputs (-1: fixed)
     step_last: np.ndarray  # per step: latest task position of its end inputs
     later_first: np.ndarray  # per step n: least step_first over the steps after n
+    last_so_far: np.ndarray  # per step n: the largest step_last of the steps up to n
 
 
 @dataclass
@@ -1423,7 +1424,13 @@ class _Graph:
         later = np.append(step_first, n_tasks)[::-1]
         later_first = np.minimum.accumulate(later)[::-1][1:]
         self._shift_tables = _ShiftTables(
-            def_pos, live.astype(np.int64), suffix, step_first, step_last, later_first
+            def_pos,
+            live.astype(np.int64),
+            suffix,
+            step_first,
+            step_last,
+            later_first,
+            np.maximum.accumulate(step_last) if n_steps else step_last,
         )
         return self._shift_tables
 
@@ -2038,11 +2045,19 @@ class _Graph:
         if cut is not None and tables is not None:
             # Steps with an end input at or past the cut: recomputed (all of them shifted
             # wholly after the last one recomputed, see the loop).
-            moved = np.flatnonzero(tables.step_last >= cut)
-            if len(moved):
-                affected.add(int(moved[0]))
-                straddling = moved[tables.step_first[moved] < cut]
-                affected.update(straddling.tolist())
+            # Both ends of the range searched in the sorted tables: a pass over every step
+            # per what-if was 0.2 s of 20,000 syncs' in 10,000 steps.
+            first_moved = int(np.searchsorted(tables.last_so_far, cut, side="left"))
+            if first_moved < n_steps:
+                affected.add(first_moved)
+                # After the first step whose later steps all start at or past the cut,
+                # none straddles it.
+                after = int(np.searchsorted(tables.later_first, cut, side="left")) + 1
+                near = slice(first_moved, max(after, first_moved))
+                straddling = np.flatnonzero(
+                    (tables.step_last[near] >= cut) & (tables.step_first[near] < cut)
+                )
+                affected.update((straddling + first_moved).tolist())
         else:
             cut = None
         pinned_step, pinned_done = self._completion_pin or (-1, 0.0)

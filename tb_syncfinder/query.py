@@ -30,6 +30,16 @@ SITE_SORTS: dict[str, str] = {
 }
 
 
+# Fields a sync list (a site's occurrences) can be sorted by, with a first click's order:
+# when it ran (the default, the report's order), and its costs, largest first.
+SYNC_SORTS: dict[str, str] = {
+    "ts_us": "asc",
+    "predicted_saving_us": "desc",
+    "host_wait_us": "desc",
+    "gpu_idle_after_us": "desc",
+}
+
+
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """The length of the union of ``(lo, hi)`` intervals: a bubble shared by
     back-to-back syncs counts once."""
@@ -123,6 +133,20 @@ def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = N
     return present + missing
 
 
+def sort_syncs(syncs: Sequence[T], key: str | None = None, order: str | None = None) -> list[T]:
+    """Syncs sorted by one field (None: the report's order, as they ran per trace); ties
+    keep that order. Raises ValueError for an unknown key or order."""
+    if order not in (None, "asc", "desc"):
+        raise ValueError(f"order must be asc or desc, got {order!r}")
+    if key is None:
+        return list(syncs)
+    if key not in SYNC_SORTS:
+        raise ValueError(f"unknown sort {key!r}; one of {', '.join(SYNC_SORTS)}")
+    descending = (order or SYNC_SORTS[key]) == "desc"
+    # Python's sort is stable either way: equal values keep the report's order.
+    return sorted(syncs, key=lambda s: _sort_value(_get(s, key) or 0.0), reverse=descending)
+
+
 def in_step(
     sites: Iterable[dict[str, Any]], syncs: Iterable[dict[str, Any]], step: int
 ) -> list[dict[str, Any]]:
@@ -207,5 +231,6 @@ def page(items: Sequence[Any], offset: int, limit: int, **extra: Any) -> dict[st
 
 
 def to_json() -> dict[str, Any]:
-    """What the dashboard mirrors: the sortable columns and their first-click order."""
-    return {"site_sorts": dict(SITE_SORTS)}
+    """What the dashboard mirrors: the sortable columns of sites and syncs, each with its
+    first-click order."""
+    return {"site_sorts": dict(SITE_SORTS), "sync_sorts": dict(SYNC_SORTS)}

@@ -23,6 +23,26 @@ def test_sorting_by_location_orders_by_file_then_line_both_ways():
     assert descending == ["a", "b", "d", "c", "e"]
 
 
+def test_a_sites_occurrences_sort_by_cost_largest_first_and_ties_keep_the_order_they_ran():
+    syncs = [
+        {"id": "a", "ts_us": 10.0, "host_wait_us": 5.0, "predicted_saving_us": 1.0},
+        {"id": "b", "ts_us": 20.0, "host_wait_us": 90.0, "predicted_saving_us": 1.0},
+        {"id": "c", "ts_us": 30.0, "host_wait_us": 5.0, "predicted_saving_us": 7.0},
+        {"id": "d", "ts_us": 40.0, "host_wait_us": 40.0},  # no saving: as 0
+    ]
+    ids = lambda items: [s["id"] for s in items]  # noqa: E731
+    assert ids(query.sort_syncs(syncs)) == ["a", "b", "c", "d"]
+    assert ids(query.sort_syncs(syncs, "host_wait_us")) == ["b", "d", "a", "c"]
+    assert ids(query.sort_syncs(syncs, "host_wait_us", "asc")) == ["a", "c", "d", "b"]
+    assert ids(query.sort_syncs(syncs, "predicted_saving_us")) == ["c", "a", "b", "d"]
+    assert ids(query.sort_syncs(syncs, "ts_us", "desc")) == ["d", "c", "b", "a"]
+    with pytest.raises(ValueError, match="unknown sort 'line'"):
+        query.sort_syncs(syncs, "line")
+    with pytest.raises(ValueError, match="order must be"):
+        query.sort_syncs(syncs, "ts_us", "up")
+    assert query.to_json()["sync_sorts"]["host_wait_us"] == "desc"
+
+
 def test_a_sites_figures_in_one_step_count_only_that_steps_syncs():
     sites = [{"key": "k", "count": 3, "host_wait_us": 60.0}, {"key": "other"}]
     syncs = [

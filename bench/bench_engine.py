@@ -16,7 +16,9 @@ interleaved (round 1 of every subject, then round 2, ...) and the median is repo
 the machine may be shared and loaded: compare the ratios, not the seconds.
 
 ``--resnet`` adds a ResNet-shaped trace recorded with ``record_shapes`` and stacks
-(``tests/trace_shapes.resnet_like``); ``--synthetic-gb G`` a trace of about G GB of JSON
+(``tests/trace_shapes.resnet_like``); ``--long-run STEPS`` a long run of short steps, two
+syncs each at 300 lines (the shape whose what-if replay dominates); ``--synthetic-gb G`` a
+trace of about G GB of JSON
 (the ResNet steps repeated, times shifted); ``--window-mb MB`` also times the engine
 analysing in windows of MB of JSON (``engine_windows``: a trace past the memory budget,
 ``tb_syncfinder/windows.py``). Prints the times, the ratios and PASS/MISS for
@@ -293,6 +295,23 @@ def write_resnet_trace(folder: Path, steps: int = 160) -> Path:
     return path
 
 
+def write_long_run_trace(folder: Path, steps: int) -> Path:
+    """A long run of short GPU steps, each with a ``.item()`` at one of 250 lines and a
+    boolean mask at one of 50 (``tests/kineto_builder.py``): 2 syncs per step, 300 sites,
+    the shape whose replay grows with syncs x steps."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from kineto_builder import KinetoTraceBuilder, item_sync, mask_index_sync
+
+    builder = KinetoTraceBuilder()
+    for n in range(1, steps + 1):
+        with builder.step(n):
+            item_sync(builder, stack=[("train.py", 10 + n % 250, "train_step")], kernel_us=300)
+            mask_index_sync(
+                builder, sequence_number=n, stack=[("model.py", 500 + n % 50, "forward")]
+            )
+    return builder.write(folder / f"long_run_{steps}.pt.trace.json")
+
+
 # Ids that must stay unique in a trace: a repetition that kept them would join every
 # repetition's kernels to one launch (correlation), hang every repetition's Python calls
 # under one frame (Python parent id) and make analysis time grow with the square of the size.
@@ -412,6 +431,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="G",
         help="add a synthetic trace of about G GB of JSON",
     )
+    parser.add_argument(
+        "--long-run",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="add a long run of STEPS short steps with 2 syncs each (10000: 42 MB of JSON)",
+    )
     parser.add_argument("--workdir", help="where generated traces go (default: a temp dir)")
     parser.add_argument(
         "--window-mb",
@@ -435,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_child(args.child, args.trace[0], args.repeat)))
         return 0
     paths = list(args.trace)
-    if not paths and not args.resnet and not args.synthetic_gb:
+    if not paths and not args.resnet and not args.synthetic_gb and not args.long_run:
         default = _default_trace()
         if default is None:
             print(f"bench_engine: no trace at {' or '.join(map(str, CANDIDATES))}", file=sys.stderr)
@@ -447,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         paths.append(str(write_resnet_trace(workdir)))
     if args.synthetic_gb:
         paths.append(str(write_synthetic_trace(workdir, args.synthetic_gb)))
+    if args.long_run:
+        paths.append(str(write_long_run_trace(workdir, args.long_run)))
     subjects = args.only or [s for s in SUBJECTS if s != "engine_windows" or args.window_mb]
     misses = 0
     rows = []

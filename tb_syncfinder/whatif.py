@@ -1892,10 +1892,10 @@ class _Graph:
         return latest
 
     def _steps_in_stretches(
-        self, stretches: Sequence[tuple[int, int, float]], affected: set[int]
+        self, stretches: Sequence[tuple[int, int, float]]
     ) -> tuple[set[int], np.ndarray, np.ndarray]:
-        """Add to ``affected`` the steps with an end input in one of ``stretches``; return
-        them, and those with all of them in one (in order), with its shift."""
+        """The steps with an end input in one of ``stretches``: those with only some of
+        them in one, and those with all of them in one (in order), with its shift."""
         tables = self._shift_tables
         assert tables is not None
         starts = np.fromiter((st[0] for st in stretches), dtype=np.int64, count=len(stretches))
@@ -1908,11 +1908,13 @@ class _Graph:
         has = (index >= 0) & (last >= 0)
         index = np.where(has, index, 0)
         touched = has & (ends[index] > first)
-        steps = set(np.flatnonzero(touched).tolist())
-        affected.update(steps)
-        whole = np.flatnonzero(touched & (first >= starts[index]) & (last < ends[index]))
+        in_one = touched & (first >= starts[index]) & (last < ends[index])
+        # Sets of Python ints for the few steps partly in a stretch only: a site syncing in
+        # each of 10,000 steps has most of them wholly in one.
+        partly = set(np.flatnonzero(touched & ~in_one).tolist())
+        whole = np.flatnonzero(in_one)
         shifts = np.fromiter((st[2] for st in stretches), dtype=np.float64, count=len(stretches))
-        return steps, whole, shifts[index[whole]]
+        return partly, whole, shifts[index[whole]]
 
     def _base_step_arrays(self) -> _StepArrays:
         """The base replay's per-step host ends, device ends and intervals as arrays."""
@@ -2029,11 +2031,13 @@ class _Graph:
         tables = self._shift_tables
         stretches = changed.stretches if tables is not None else ()
         within: dict[int, float] = {}  # steps whose every end input is in one stretch: its shift
-        touched: set[int] = set()  # steps with an end input in a stretch
-        # Many steps shifted wholly: their ends as arrays (steps, host ends, device ends).
+        partly: set[int] = set()  # steps with some end input in a stretch
+        # Many steps shifted wholly: their ends as arrays (steps, host ends, device ends),
+        # and those steps left out of ``affected``.
         wholly: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if stretches:
-            touched, whole, whole_shifts = self._steps_in_stretches(stretches, affected)
+            partly, whole, whole_shifts = self._steps_in_stretches(stretches)
+            affected.update(partly)
             if len(whole) >= VECTOR_STEPS_MIN:
                 arrays = self._base_step_arrays()
                 device = arrays.dev_hi[whole]
@@ -2042,6 +2046,7 @@ class _Graph:
                 wholly = (whole, arrays.host_end[whole] - whole_shifts, device - whole_shifts)
             else:
                 within = dict(zip(whole.tolist(), whole_shifts.tolist(), strict=True))
+                affected.update(within)
         if cut is not None and tables is not None:
             # Steps with an end input at or past the cut: recomputed (all of them shifted
             # wholly after the last one recomputed, see the loop).
@@ -2063,6 +2068,13 @@ class _Graph:
         pinned_step, pinned_done = self._completion_pin or (-1, 0.0)
         if pinned_step >= 0:
             affected.add(pinned_step)
+        recomputed = affected
+        if wholly is not None:  # a step shifted wholly is that, whatever else touched it
+            is_whole = np.zeros(n_steps, dtype=bool)
+            is_whole[wholly[0]] = True
+            listed = np.fromiter(affected, dtype=np.int64, count=len(affected))
+            recomputed = set(listed[~is_whole[listed]].tolist())
+            affected.update((int(wholly[0][0]), int(wholly[0][-1])))  # its first and last
         if not affected:
             return Saving.of_steps(0.0, n_steps, {})
 
@@ -2081,7 +2093,7 @@ class _Graph:
         # quadratic in a step with many syncs (8,000 syncs in 5 steps: 15 s of 20).
         # A shifted end stays below its base (the stretches' shifts are finite and > 0).
         ordered = shift >= 0.0 and shift != float("inf")
-        for n in affected if wholly is None else affected.difference(wholly[0].tolist()):
+        for n in recomputed:
             _sv, _so, ev, eo = self.step_refs[n]
             moved_by = within.get(n)
             if moved_by is not None:  # all of it the base replay shifted, as past the cut
@@ -2094,7 +2106,7 @@ class _Graph:
             host_end[n] = (value(ev) if ev >= 0 else 0.0) + eo
             step_vars = end_vars[n]
             past_cut = cut is not None and tables.step_last[n] >= cut  # type: ignore[union-attr]
-            if step_vars and ordered and (n in touched or past_cut):
+            if step_vars and ordered and (n in partly or past_cut):
                 regions = self._regions_of(n, stretches, cut, shift)
                 latest = self._latest_end_in_regions(n, changed, regions)
                 if latest is not None:

@@ -3,7 +3,7 @@
  * Display logic of the compare view (baseline run vs this run). The classification itself
  * comes from the plugin's `compare` route (`compare.py`); this orders and words it. Pure.
  */
-import { formatCount, formatDeltaUs, formatPct, shortPath, siteFallbackLabel } from "./format.js";
+import { formatCount, formatDeltaUs, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
 
 /** Display order: what got worse or appeared first, then the wins, then the unchanged. */
 export const STATUS_ORDER = Object.freeze(["worse", "new", "fixed", "better", "same"]);
@@ -291,4 +291,52 @@ export function pickBaseline(runs, run, named, shown = null) {
 export function selfBaselineText(run, base) {
   const why = `Run "${run}" cannot be its own baseline: a run compared with itself shows nothing.`;
   return base ? `${why} Comparing with run "${base}" instead: pick another run as baseline to change it.` : `${why} Pick another run as baseline.`;
+}
+
+/**
+ * The compare view's summary of the two runs, in two groups whose heading gives the unit of
+ * every row under it, so that no row reads as per step when it is a total: the means per
+ * profiled step, then the totals over the whole profiled run (they grow with the number of
+ * steps profiled, which is the group's first row). A CPU-only side measures no wait: its
+ * cost rows read "–", never 0. The saving row (the baseline's predicted saving per step
+ * beside the one measured) only when both are known and both runs are on a GPU.
+ * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean}} args
+ *   `base`, `new`: the `compare` answer's summaries; `predictedUs`, `measuredUs`: its
+ *   `predicted_saving_us` and `measured_saving_us`
+ * @returns {{unit: "step" | "run", title: string, rows: {id: string, label: string, before: string, after: string}[]}[]}
+ */
+export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false }) {
+  const b = base || {};
+  const n = after || {};
+  /** A figure of each side, "–" for a CPU-only side where `cost` (it measures no wait). */
+  const pair = (/** @type {(s: any) => string} */ f, cost = true) => ({ before: cost && cpuBase ? "–" : f(b), after: cost && cpuNew ? "–" : f(n) });
+  const stepTime = (/** @type {any} */ s) => formatUs(s.mean_wall_step_time_us || s.mean_step_time_us);
+  const perStep = [
+    { id: "step-time", label: "step time", ...pair(stepTime, false) },
+    predictedUs != null && measuredUs != null && !cpuBase && !cpuNew
+      ? { id: "saving", label: "saving", before: `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(predictedUs)}`, after: `measured ${formatUs(measuredUs)}` }
+      : null,
+    { id: "syncs", label: "syncs", ...pair((s) => formatCount(s.syncs_per_step)) },
+    b.latent_count || n.latent_count || cpuBase || cpuNew ? { id: "latent", label: "latent syncs", ...pair((s) => formatCount(latentPerStep(s)), false) } : null,
+  ];
+  const wholeRun = [
+    { id: "steps", label: "steps profiled", ...pair((s) => formatCount(s.step_count), false) },
+    { id: "host-wait", label: "host wait", ...pair((s) => formatUs(s.host_wait_us)) },
+    { id: "gpu-idle", label: "GPU idle after syncs", ...pair((s) => formatUs(s.gpu_idle_us)) },
+    { id: "share", label: "share of step time (wait + idle)", ...pair((s) => formatPct(s.share_of_step)) },
+  ];
+  return [
+    { unit: "step", title: "Per step (mean of the profiled steps)", rows: perStep.filter((r) => r !== null) },
+    { unit: "run", title: "Whole run (all profiled steps)", rows: wholeRun },
+  ];
+}
+
+/**
+ * Latent syncs per step of one side's summary.
+ * @param {any} summary
+ */
+function latentPerStep(summary) {
+  const steps = summary?.step_count || 0;
+  const count = summary?.latent_count || 0;
+  return steps ? count / steps : count;
 }

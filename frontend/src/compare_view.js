@@ -6,7 +6,7 @@
 import { getJson } from "./api.js";
 import { h, rovingKeys } from "./dom.js";
 import { kindLabel } from "./catalogue.js";
-import { formatCount, formatPct, formatUs } from "./format.js";
+import { formatCount, formatUs } from "./format.js";
 import { unreadableFiles } from "./hotspots.js";
 import { nothingReadable, runOptionLabel, selectionName } from "./repairs.js";
 import { nextRowIndex } from "./sites.js";
@@ -23,6 +23,7 @@ import {
   STATUS_LABELS,
   STATUS_ORDER,
   STATUS_TONE,
+  summaryRows,
 } from "./compare.js";
 
 /** @param {any} ctx */
@@ -101,8 +102,6 @@ export async function renderCompare(ctx) {
   const headline = compareHeadline({ latent, mixed: byCount && !latent, changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
   // A compared site opens in Hotspots (a fixed one is not in this run: it opens nothing).
   const open = (/** @type {any} */ x) => (x.status === "fixed" ? null : openSite(app, { ...x, latent, mixed: byCount && !latent }));
-  const row = (/** @type {string} */ label, /** @type {string} */ before, /** @type {string} */ after) =>
-    h("tr", null, h("th", { scope: "row" }, label), h("td", { class: "num" }, before), h("td", { class: "num" }, after));
   return h(
     "div",
     { class: "sa-compare", "data-testid": "compare" },
@@ -140,22 +139,18 @@ export async function renderCompare(ctx) {
       { class: "sa-table-wrap", style: { "max-width": "640px", "margin-bottom": "12px" } },
       h(
         "table",
-        { class: "sa-table", "aria-label": "Run totals" },
+        { class: "sa-table sa-summary", "data-testid": "compare-summary", "aria-label": "The two runs per step and over the whole run" },
         h("thead", null, h("tr", null, h("th", null, ""), h("th", { class: "num" }, base), h("th", { class: "num" }, sel.run))),
-        h(
-          "tbody",
-          null,
-          row("mean step time", formatUs(b.mean_wall_step_time_us || b.mean_step_time_us), formatUs(n.mean_wall_step_time_us || n.mean_step_time_us)),
-          data.predicted_saving_us != null && data.measured_saving_us != null && !cpuBase && !cpuNew
-            ? h("tr", { "data-testid": "predicted-vs-measured" }, h("th", { scope: "row" }, "saving per step"), h("td", { class: "num" }, `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(data.predicted_saving_us)}`), h("td", { class: "num" }, `measured ${formatUs(data.measured_saving_us)}`))
-            : null,
-          row("syncs per step", cpuBase ? "–" : formatCount(b.syncs_per_step), cpuNew ? "–" : formatCount(n.syncs_per_step)),
-          row("host wait", cpuBase ? "–" : formatUs(b.host_wait_us), cpuNew ? "–" : formatUs(n.host_wait_us)),
-          row("GPU idle after syncs", cpuBase ? "–" : formatUs(b.gpu_idle_us), cpuNew ? "–" : formatUs(n.gpu_idle_us)),
-          row("share of step", cpuBase ? "–" : formatPct(b.share_of_step), cpuNew ? "–" : formatPct(n.share_of_step)),
-          b.latent_count || n.latent_count || cpuBase || cpuNew
-            ? row("latent syncs per step", formatCount(latentPerStep(b)), formatCount(latentPerStep(n)))
-            : null,
+        // A group per unit, its heading saying what each row under it is measured over.
+        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew }).map((group) =>
+          h(
+            "tbody",
+            { "data-unit": group.unit },
+            h("tr", { class: "sa-rowgroup-head" }, h("th", { scope: "rowgroup", colspan: "3", class: "sa-rowgroup" }, group.title)),
+            group.rows.map((r) =>
+              h("tr", { "data-row": r.id, "data-testid": r.id === "saving" ? "predicted-vs-measured" : null }, h("th", { scope: "row" }, r.label), h("td", { class: "num" }, r.before), h("td", { class: "num" }, r.after)),
+            ),
+          ),
         ),
       ),
     ),
@@ -266,14 +261,4 @@ async function openSite(app, x) {
   } catch {
     app.setState({ view: "hotspots" });
   }
-}
-
-/**
- * Latent syncs per step of one side's summary.
- * @param {any} summary
- */
-function latentPerStep(summary) {
-  const steps = summary?.step_count || 0;
-  const count = summary?.latent_count || 0;
-  return steps ? count / steps : count;
 }

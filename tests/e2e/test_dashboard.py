@@ -334,6 +334,20 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert tones["better"][1] == "neutral" and tones["same"][1] == "neutral"
     assert tones["worse"][1] == ("bad" if tones["worse"][0] != "0 worse" else "neutral")
     assert "base=baseline" in page.evaluate("location.hash")
+    # The summary's rows under headings that give their unit: per step, then whole run.
+    summary = "[data-testid=compare-summary]"
+    groups = page.eval_on_selector_all(
+        f"{summary} tbody",
+        "bs => bs.map(b => [b.dataset.unit, b.querySelector('th[scope=rowgroup]').textContent,"
+        " [...b.querySelectorAll('tr[data-row]')].map(r => r.dataset.row)])",
+    )
+    assert [(unit, title.split(" (")[0]) for unit, title, _ in groups] == [
+        ("step", "Per step"),
+        ("run", "Whole run"),
+    ], groups
+    assert {"step-time", "syncs"} <= set(groups[0][2]), groups
+    assert {"steps", "host-wait", "gpu-idle"} <= set(groups[1][2]), groups
+    assert page.inner_text(f"{summary} tr[data-row=steps] td") == "4"
     shot(page, "compare.png")
     assert page_errors == []
 

@@ -1,0 +1,63 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { summaryRows } from "../src/compare.js";
+
+const gpu = {
+  step_count: 4,
+  sync_count: 8,
+  syncs_per_step: 2,
+  host_wait_us: 4000,
+  gpu_idle_us: 800,
+  share_of_step: 0.375,
+  mean_wall_step_time_us: 3200,
+  saving_method: "replay",
+  latent_count: 0,
+};
+const gpuAfter = { ...gpu, sync_count: 4, syncs_per_step: 1, host_wait_us: 1000, gpu_idle_us: 200, mean_wall_step_time_us: 3060 };
+
+/** @param {ReturnType<typeof summaryRows>} groups */
+const byId = (groups) => Object.fromEntries(groups.flatMap((g) => g.rows.map((r) => [r.id, { ...r, unit: g.unit }])));
+
+test("the summary's rows are grouped by unit: means per step, then the whole run's totals", () => {
+  const groups = summaryRows({ base: gpu, new: gpuAfter, predictedUs: 150, measuredUs: 140 });
+  assert.deepEqual(
+    groups.map((g) => g.unit),
+    ["step", "run"],
+  );
+  // Each group's heading names its unit.
+  assert.match(groups[0].title, /^Per step/);
+  assert.match(groups[1].title, /^Whole run/);
+  const rows = byId(groups);
+  // Per-step figures under "per step"...
+  for (const id of ["step-time", "saving", "syncs"]) assert.equal(rows[id].unit, "step", id);
+  // ...the run's totals (they grow with the steps profiled) under "whole run", with the
+  // number of steps they are over.
+  for (const id of ["steps", "host-wait", "gpu-idle", "share"]) assert.equal(rows[id].unit, "run", id);
+  assert.equal(rows.steps.before, "4");
+  assert.equal(rows["host-wait"].before, "4.00 ms");
+  assert.equal(rows.syncs.before, "2");
+  assert.equal(rows.syncs.after, "1");
+});
+
+test("no row says its own unit: the group heading does, the same way for every row", () => {
+  const groups = summaryRows({ base: { ...gpu, latent_count: 3 }, new: gpuAfter, predictedUs: 150, measuredUs: 140 });
+  for (const g of groups) {
+    for (const r of g.rows) assert.doesNotMatch(r.label, /per step|whole run|total/i, r.label);
+  }
+  // The latent row (a count per step) is with the other per-step figures.
+  assert.equal(byId(groups).latent.unit, "step");
+  assert.equal(byId(groups).latent.before, "0.75");
+});
+
+test("a CPU-only side's costs read as not measured, and there is no saving row", () => {
+  const cpu = { step_count: 2, sync_count: 0, syncs_per_step: 0, host_wait_us: 0, gpu_idle_us: 0, share_of_step: 0, mean_step_time_us: 900, latent_count: 4 };
+  const rows = byId(summaryRows({ base: cpu, new: gpuAfter, predictedUs: 150, measuredUs: 140, cpuBase: true }));
+  assert.equal(rows.saving, undefined);
+  assert.equal(rows["host-wait"].before, "–");
+  assert.equal(rows.syncs.before, "–");
+  assert.equal(rows["host-wait"].after, "1.00 ms");
+  // Step time and step count are measured on a CPU too.
+  assert.equal(rows["step-time"].before, "900 µs");
+  assert.equal(rows.steps.before, "2");
+  assert.equal(rows.latent.before, "2");
+});

@@ -17,6 +17,7 @@ import { readableCount, repairNotices, runOptionLabel, unreadableBanner } from "
 import {
   decodeState,
   encodeState,
+  occNeedsRewrite,
   parseTbHash,
   patchState,
   pickRun,
@@ -49,9 +50,9 @@ export class App {
      * TensorBoard link opens the same view. Null standalone and inside VS Code.
      */
     this.tb = this.inVsCode ? null : tensorBoardPage();
+    const fromFrame = location.hash.length > 1 || !this.tb;
     /** @type {ViewState} */
-    this.state =
-      location.hash.length > 1 || !this.tb ? decodeState(location.hash) : stateFromTbHash(this.tb.location.hash) ?? decodeState("");
+    this.state = fromFrame ? decodeState(location.hash) : stateFromTbHash(this.tb.location.hash) ?? decodeState("");
     /** @type {any} */
     this.runs = null;
     /** @type {ApiError | null} */
@@ -126,6 +127,7 @@ export class App {
       this.missingRun = null;
       this.missingBase = null;
       this.selfBase = null;
+      if (occNeedsRewrite(location.hash, this.state)) this.writeUrl();
       this.render();
     });
     // TensorBoard's hash changed (Back/Forward, an edited or pasted address, a tab switch):
@@ -143,9 +145,14 @@ export class App {
         this.selfBase = null;
         this.writeUrl();
         this.render();
+      } else if (occNeedsRewrite(tb.location.hash, named, true)) {
+        this.writeUrl();
       }
     });
     this.setupTheme();
+    // A malformed `occ` (the occurrences list's start) was read as a valid one: the address
+    // says so too, not only the view (one past the list's end is put right once it is listed).
+    if (occNeedsRewrite(fromFrame ? location.hash : this.tb?.location.hash, this.state, !fromFrame)) this.writeUrl();
   }
 
   start() {

@@ -325,16 +325,74 @@ export function decodeState(hash) {
       case "latent":
         state.latent = value === "1" || value === "true";
         break;
-      case "occ": {
-        const n = Number(value);
-        state.occ = value !== "" && Number.isInteger(n) && n >= 0 ? n : 0;
+      case "occ":
+        state.occ = validOcc(value);
         break;
-      }
       default:
         break;
     }
   }
+  // The occurrences list is a site's: without one, where it starts means nothing.
+  if (state.site === null) state.occ = 0;
   return state;
+}
+
+/** The largest offset the plugin's `syncs` route takes. */
+export const MAX_OCC = 1e9;
+
+/**
+ * The occurrences list's start that an `occ` value in a URL names: the start of the page it
+ * falls in, 0 for anything but plain digits (`abc`, `-5`, `1e3`, `0x10`); a start past the
+ * end of the list is known only once it is listed (`occurrencePages`).
+ * @param {string} value
+ * @returns {number}
+ */
+function validOcc(value) {
+  if (!/^\d+$/.test(value)) return 0;
+  const n = Math.min(Number(value), MAX_OCC);
+  return n - (n % OCC_PAGE);
+}
+
+/**
+ * The `occ` values a location hash holds as they are written there: the frame's own hash
+ * (`#run=…&occ=…`), or TensorBoard's with the plugin's keys prefixed (`prefix` = TB_PREFIX).
+ * @param {string | null | undefined} hash
+ * @param {string} [prefix]
+ * @returns {string[]}
+ */
+function occTexts(hash, prefix = "") {
+  const key = `${prefix}occ`;
+  const texts = [];
+  for (const part of (hash || "").replace(/^#/, "").split("&")) {
+    const eq = part.indexOf("=");
+    if (eq < 0) continue;
+    let name = part.slice(0, eq);
+    let value = part.slice(eq + 1);
+    try {
+      name = decodeURIComponent(name);
+      value = decodeURIComponent(value.replace(/\+/g, " "));
+    } catch {
+      // malformed percent-encoding: kept as written, so it reads as not valid
+    }
+    if (name === key) texts.push(value);
+  }
+  return texts;
+}
+
+/**
+ * Whether a location hash names the occurrences list's start otherwise than the view state
+ * decoded from it writes it (`occ=abc`, `occ=-5`, a start inside a page, an `occ` without a
+ * site, two of them): the address is then written again, so that it holds only a valid
+ * `occ`, or none, and a shared link or a reload does not carry the malformed one on.
+ * @param {string | null | undefined} hash the frame's location.hash, or TensorBoard's
+ * @param {{occ: number}} state the view state decoded from it
+ * @param {boolean} [tb] whether `hash` is TensorBoard's (the plugin's keys prefixed)
+ * @returns {boolean}
+ */
+export function occNeedsRewrite(hash, state, tb = false) {
+  const texts = occTexts(hash, tb ? TB_PREFIX : "");
+  const want = state.occ ? [String(state.occ)] : [];
+  return texts.length !== want.length || texts.some((t, i) => t !== want[i]);
 }
 
 /**

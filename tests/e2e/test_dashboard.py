@@ -1496,3 +1496,18 @@ def test_a_short_gpu_bubble_after_a_long_wait_is_drawn_where_its_label_points(
     assert band["x"] <= leader["x2"] <= band["x"] + band["w"], found
     assert label["l"] - 0.5 <= leader["x1"] <= label["r"] + 0.5, found
     assert page_errors == []
+
+
+def test_a_malformed_occurrences_page_in_tensorboards_address_is_dropped_from_it(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    keys = f"p.sync_advisor.run=baseline&p.sync_advisor.{ITEM_SITE}"
+    page.goto(f"{board}/#sync_advisor&{keys}&p.sync_advisor.occ=abc")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=occurrences][data-offset='0']")
+    # Read as the first page, and neither address keeps the malformed value.
+    page.wait_for_function("!location.hash.includes('occ=')")
+    assert page.url.endswith(f"#sync_advisor&{keys}"), page.url
+    assert "occ=" not in frame.evaluate("location.hash")
+    assert page_errors == []

@@ -463,3 +463,20 @@ def test_the_step_chips_clear_button_leaves_the_focus_in_the_chart(
     assert page.evaluate("document.activeElement.dataset.step") == str(SPIKE)
     assert page.locator(f"{CHART} [data-testid=selected-mark][display=none]").count() == 1
     assert page_errors == []
+
+
+@pytest.mark.parametrize(
+    ("occ", "shown"),
+    [("abc", None), ("-5", None), ("250", "200"), ("999999", "5800"), ("99999999999", "5800")],
+)
+def test_a_malformed_occurrences_page_in_the_url_is_put_right_in_the_url_too(
+    long_board: str, browser: Any, page_errors: list[str], occ: str, shown: str | None
+) -> None:
+    # Not a number, negative, inside a page, past the end: the list shows a page that is
+    # there, and the URL names that page (none for the first), not what the link said.
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}&occ={occ}"))
+    page.wait_for_selector(f"[data-testid=occurrences][data-offset='{shown or 0}']")
+    want = f"#run=long&{ITEM_SITE}" + (f"&occ={shown}" if shown else "")
+    page.wait_for_function("want => location.hash === want", arg=want)
+    assert page_errors == []

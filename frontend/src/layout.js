@@ -34,7 +34,7 @@ export function layoutStepChart(steps, box) {
   });
   const slots = Math.max(1, slot);
   const maxUs = niceMax(Math.max(0, ...steps.map((s) => (s.host_wait_us || 0) + (s.gpu_idle_us || 0))));
-  const maxCount = niceMax(Math.max(0, ...steps.map((s) => s.sync_count || 0)));
+  const maxCount = niceMax(Math.max(0, ...steps.map((s) => s.sync_count || 0)), { integer: true });
   const band = n ? plotW / slots : plotW;
   const barW = Math.max(1, band * (n > 60 ? 0.9 : 0.7));
   const baseY = pad.t + plotH;
@@ -132,15 +132,38 @@ export function groupSteps(steps, traces) {
   });
 }
 
+/** About how many steps of a nice size an axis from 0 to its maximum is cut into. */
+export const AXIS_STEPS = 10;
+
+/** Slack for floating-point division (0.7 / 0.1 is 6.999…, 0.3 / 0.1 is 2.999…). */
+const EPS = 1e-9;
+
 /**
- * A "nice" axis maximum >= v: 1, 2, 2.5 or 5 times a power of ten (0 stays 0).
+ * A nice step: the smallest of 1, 2, 2.5 or 5 times a power of ten that is >= v (> 0).
  * @param {number} v
  */
-export function niceMax(v) {
-  if (!(v > 0)) return 0;
+export function niceStep(v) {
   const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  for (const m of [1, 2, 2.5, 5]) if (m * p >= v * (1 - EPS)) return m * p;
   return 10 * p;
+}
+
+/**
+ * A "nice" axis maximum just above v (0 stays 0): the first multiple of a nice step
+ * (`niceStep` of about a tenth of v) at or above v, so the tallest bar reaches at least
+ * five sixths of the axis (1,010 µs -> 1,200 µs, 5,100 µs -> 6,000 µs), never half of it as
+ * rounding v itself up to 1, 2, 2.5 or 5 times a power of ten did (1,010 µs -> 2,000 µs).
+ * `integer`: a whole step at least (a count's axis).
+ * @param {number} v
+ * @param {{integer?: boolean}} [opts]
+ */
+export function niceMax(v, opts = {}) {
+  if (!(v > 0)) return 0;
+  let step = niceStep(v / AXIS_STEPS);
+  if (opts.integer) step = Math.max(1, step);
+  const n = Math.max(1, Math.ceil((v / step) * (1 - EPS)));
+  // Rounded so that 7 x 0.1 is 0.7, not 0.7000000000000001.
+  return Number((n * step).toPrecision(12));
 }
 
 /** @param {number} v */

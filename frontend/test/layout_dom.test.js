@@ -1,15 +1,51 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { layoutStepChart, layoutTimeline, MIN_BUBBLE_PX, niceMax } from "../src/layout.js";
+import { layoutStepChart, layoutTimeline, MIN_BUBBLE_PX, niceMax, niceStep } from "../src/layout.js";
 import { h, replace, rovingKeys } from "../src/dom.js";
 import { nextRowIndex } from "../src/sites.js";
 
 test("axis maxima are round numbers at or above the data", () => {
   assert.equal(niceMax(0), 0);
-  assert.equal(niceMax(7), 10);
-  assert.equal(niceMax(180), 200);
-  assert.equal(niceMax(2100), 2500);
+  assert.equal(niceMax(7), 7);
+  assert.equal(niceMax(180), 180);
+  assert.equal(niceMax(2100), 2250);
   assert.equal(niceMax(4999), 5000);
+  assert.equal(niceMax(0.7), 0.7); // not 0.7000000000000001
+  // A count's axis goes in whole steps.
+  assert.equal(niceMax(0.3, { integer: true }), 1);
+  assert.equal(niceMax(3.3, { integer: true }), 4);
+});
+
+test("the axis maximum is just above the tallest bar, never about twice it", () => {
+  // Rounding the tallest bar itself up to 1, 2, 2.5 or 5 x 10^k gave 2 ms for 1.01 ms.
+  assert.equal(niceMax(1010), 1200);
+  assert.equal(niceMax(5100), 6000);
+  assert.equal(niceMax(2300), 2500);
+  for (let e = -2; e < 8; e++) {
+    for (let i = 100; i < 1000; i += 7) {
+      const v = (i / 100) * 10 ** e;
+      const max = niceMax(v);
+      assert.ok(max >= v * (1 - 1e-12), `${v} -> ${max}`);
+      assert.ok(max < v * 1.2, `${v} -> ${max}`);
+      // A whole number of nice steps (1, 2, 2.5 or 5 x 10^k).
+      const step = niceStep(v / 10);
+      const m = step / 10 ** Math.floor(Math.log10(step) + 1e-9);
+      assert.ok([1, 2, 2.5, 5].some((x) => Math.abs(x - m) < 1e-9), `${v}: step ${step}`);
+      assert.ok(Math.abs(max / step - Math.round(max / step)) < 1e-6, `${v} -> ${max} (step ${step})`);
+    }
+  }
+});
+
+test("the step chart's tallest bar fills most of the plot", () => {
+  const steps = [
+    { step: 1, sync_count: 11, host_wait_us: 900, gpu_idle_us: 110 },
+    { step: 2, sync_count: 3, host_wait_us: 200, gpu_idle_us: 0 },
+  ];
+  const L = layoutStepChart(steps, { width: 300, height: 140, pad: { l: 0, r: 0, t: 0, b: 0 } });
+  assert.equal(L.maxUs, 1200);
+  assert.equal(L.maxCount, 12);
+  const tallest = L.bars[0].waitH + L.bars[0].idleH;
+  assert.ok(tallest >= (5 / 6) * L.plotH, `${tallest} of ${L.plotH}`);
 });
 
 test("step bars stack host wait under GPU idle on a shared scale", () => {
@@ -19,14 +55,14 @@ test("step bars stack host wait under GPU idle on a shared scale", () => {
   ];
   const L = layoutStepChart(steps, { width: 300, height: 140, pad: { l: 0, r: 0, t: 0, b: 0 } });
   assert.equal(L.maxUs, 200);
-  assert.equal(L.maxCount, 5);
+  assert.equal(L.maxCount, 4);
   const [a, b] = L.bars;
   assert.equal(a.waitH, 70);
   assert.equal(a.idleH, 70);
   assert.equal(a.idleY + a.idleH, a.waitY); // idle sits right on top of the wait
   assert.equal(b.waitH, 35);
   assert.ok(b.x > a.x);
-  assert.equal(L.points[1].y, 140 - (4 / 5) * 140);
+  assert.equal(L.points[1].y, 140 - (4 / 4) * 140);
 });
 
 test("an empty step list gives an empty chart, not NaN", () => {

@@ -9,7 +9,7 @@ import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel } from "./catalogue.js";
 import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
-import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels } from "./layout.js";
+import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
@@ -84,6 +84,7 @@ export async function renderDetail(ctx, slot) {
       occurrences(syncs, fetchPage, syncId, app, ctx),
     );
     replace(slot, panel);
+    revealSelectedOccurrence(panel);
     const sourceSlot = /** @type {HTMLElement} */ (panel.querySelector(".sa-source-slot"));
     const lineNoteSlot = /** @type {HTMLElement | null} */ (panel.querySelector(".sa-line-note-slot"));
     // The note on an inexact line depends on whether the file could be read: fill it in
@@ -560,6 +561,31 @@ function viewersSection(sync, context, sel, where, app) {
     : null;
   if (!profiler && !perfetto) return null;
   return [h("h3", null, "In a trace viewer"), h("ul", { class: "sa-viewers", "data-testid": "viewers" }, profiler, perfetto)];
+}
+
+/**
+ * Scroll the occurrences list (it scrolls on its own, 180 px high) to the occurrence shown
+ * in the detail, when it is on the page listed: a link that names one opens with its row in
+ * view. Only the list scrolls (not the panel or the page, as `scrollIntoView` would), and
+ * the focus stays where it is.
+ * @param {HTMLElement} panel
+ */
+function revealSelectedOccurrence(panel) {
+  const list = /** @type {HTMLElement | null} */ (panel.querySelector(".sa-occ"));
+  const row = list?.querySelector("tbody tr[aria-current='true']");
+  if (!list || !row) return;
+  const box = list.getBoundingClientRect();
+  const at = row.getBoundingClientRect();
+  const to = scrollToShow(
+    { top: at.top - box.top - list.clientTop + list.scrollTop, height: at.height },
+    {
+      scrollTop: list.scrollTop,
+      clientHeight: list.clientHeight,
+      scrollHeight: list.scrollHeight,
+      header: list.querySelector("thead")?.getBoundingClientRect().height ?? 0,
+    },
+  );
+  if (to !== null) list.scrollTop = to;
 }
 
 /**

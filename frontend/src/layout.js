@@ -473,3 +473,22 @@ export function groupWithStep(groups, step, sel) {
   }
   return groups.findIndex(has);
 }
+
+/**
+ * Where to scroll a list that scrolls on its own (its `scrollTop`) so that one of its rows
+ * shows: null when the row is wholly in view already (below the list's sticky header, which
+ * covers its top `header` px), else the row centred in the rest of the view, within what
+ * the list can scroll. Rows and the view in px from the top of the list's content.
+ * @param {{top: number, height: number}} row
+ * @param {{scrollTop: number, clientHeight: number, scrollHeight: number, header?: number}} view
+ * @returns {number | null}
+ */
+export function scrollToShow(row, view) {
+  const header = Math.max(0, view.header ?? 0);
+  const from = view.scrollTop + header;
+  const to = view.scrollTop + view.clientHeight;
+  if (row.top >= from - 0.5 && row.top + row.height <= to + 0.5) return null;
+  const room = Math.max(0, view.clientHeight - header);
+  const top = row.top - header - Math.max(0, (room - row.height) / 2);
+  return Math.round(Math.max(0, Math.min(view.scrollHeight - view.clientHeight, top)));
+}

@@ -480,3 +480,42 @@ def test_a_malformed_occurrences_page_in_the_url_is_put_right_in_the_url_too(
     want = f"#run=long&{ITEM_SITE}" + (f"&occ={shown}" if shown else "")
     page.wait_for_function("want => location.hash === want", arg=want)
     assert page_errors == []
+
+
+IN_LIST = """() => {
+  const list = document.querySelector('.sa-occ');
+  const row = list.querySelector('tbody tr[aria-current=true]');
+  const head = list.querySelector('thead').getBoundingClientRect();
+  const box = list.getBoundingClientRect();
+  const r = row.getBoundingClientRect();
+  return {
+    inView: r.top >= head.bottom - 0.5 && r.bottom <= box.bottom + 0.5,
+    listScrolled: list.scrollTop > 0,
+    pageScroll: [scrollX, scrollY],
+    panelScroll: document.querySelector('.sa-detail-slot').scrollTop,
+    focus: document.activeElement === document.body,
+  };
+}"""
+
+
+def test_a_link_naming_an_occurrence_opens_with_its_row_in_view_in_the_list(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # The 151st occurrence of the last page, far below the list's 180 px.
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}&occ=5800"))
+    page.wait_for_selector("[data-testid=occurrences][data-offset='5800']")
+    sync = page.locator("[data-testid=occurrences] tbody tr").nth(150).get_attribute("data-sync")
+    shared = new_page(browser, page_errors)
+    shared.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}&sync={sync}&occ=5800"))
+    shared.wait_for_selector(f"[data-testid=occurrences] tr[data-sync='{sync}'][aria-current=true]")
+    _settle(shared)
+    found = shared.evaluate(IN_LIST)
+    # The list scrolled to the row (below its sticky header), and nothing else moved: not
+    # the page, not the detail panel, not the focus.
+    assert found["inView"] and found["listScrolled"], found
+    assert found["pageScroll"] == [0, 0] and found["panelScroll"] == 0, found
+    assert found["focus"], found
+    # The row is the list's Tab stop: Tab into the list lands on it.
+    assert shared.get_attribute(f"tr[data-sync='{sync}']", "tabindex") == "0"
+    assert page_errors == []

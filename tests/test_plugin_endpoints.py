@@ -349,6 +349,52 @@ def test_source_rejects_bad_line_and_context(client: Client) -> None:
     assert get(client, "source", file="workload.py", line=999)[0] == 404
 
 
+SOURCE_FIELDS = {"file", "path", "start", "line", "lines"}
+
+
+def test_source_with_missing_ok_answers_a_missing_file_as_200_saying_so(client: Client) -> None:
+    # Without it, a missing file is still the 404 other clients read.
+    status, refused = get(client, "source", file="gone.py", line=3)
+    assert status == 404 and refused["error"] and refused["hint"]
+    # With it (the dashboard): 200, every field a served answer has (empty), missing, and
+    # the 404's error and hint word for word.
+    status, body = get(client, "source", file="gone.py", line=3, missing_ok=1)
+    assert status == 200, body
+    assert SOURCE_FIELDS <= set(body)
+    assert body["missing"] is True
+    assert (body["file"], body["line"], body["lines"]) == ("gone.py", 3, [])
+    assert body["path"] is None and body["start"] is None
+    assert (body["error"], body["hint"]) == (refused["error"], refused["hint"])
+    # A line past the end of a file that is there: missing too (its 404 has no hint).
+    status, body = get(client, "source", file="workload.py", line=999, missing_ok=1)
+    assert status == 200 and body["missing"] is True and "999" in body["error"]
+    assert "hint" not in body
+
+
+def test_source_with_missing_ok_still_serves_and_refuses_as_before(
+    client: Client, workspace: Path
+) -> None:
+    # A file that is there: the same answer, with missing false (added to every answer).
+    plain = get(client, "source", file="workload.py", line=1, context=0)
+    status, body = get(client, "source", file="workload.py", line=1, context=0, missing_ok=1)
+    assert (status, body) == plain
+    assert status == 200 and SOURCE_FIELDS <= set(body) and body["missing"] is False
+    assert body["lines"] == ["import torch"]
+    # Refusals stay errors: outside the roots (whether or not the file exists), not .py,
+    # a bad name or parameter.
+    for name, code in [
+        (str(workspace / "secret.py"), 403),
+        ("/etc/passwd", 403),
+        ("../gone.py", 403),
+        ("notes.txt", 403),
+        ("..%2fsecret.py", 400),
+    ]:
+        status, body = get(client, "source", file=name, line=1, missing_ok=1)
+        assert status == code and "missing" not in body and body["error"], (name, body)
+    assert get(client, "source", file="workload.py", line=0, missing_ok=1)[0] == 400
+    assert get(client, "source", file="gone.py", line=1, missing_ok="x")[0] == 400
+
+
 # ----- compare, export -----------------------------------------------------------------------
 def test_compare_marks_the_removed_nonzero_fixed(client: Client) -> None:
     status, body = get(client, "compare", run="run_fixed", base="run_cpu")

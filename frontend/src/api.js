@@ -22,10 +22,12 @@ export class ApiError extends Error {
 const cache = new Map();
 
 /**
- * GET a route's JSON. `fresh` skips the cache (for `runs`, which changes while loading).
+ * GET a route's JSON. `fresh` skips the cache (for `runs`, which changes while loading);
+ * `keep` says whether an answer is kept (one that says the thing asked for is not there
+ * yet, as a failed answer is not).
  * @param {string} route
  * @param {Record<string, any>} [params]
- * @param {{fresh?: boolean}} [opts]
+ * @param {{fresh?: boolean, keep?: (body: any) => boolean}} [opts]
  * @returns {Promise<any>}
  */
 export function getJson(route, params = {}, opts = {}) {
@@ -34,8 +36,11 @@ export function getJson(route, params = {}, opts = {}) {
   const p = fetchJson(url);
   if (!opts.fresh) {
     cache.set(url, p);
+    const forget = () => {
+      if (cache.get(url) === p) cache.delete(url);
+    };
     // Failed answers are not kept: a trace still loading may answer next time.
-    p.catch(() => cache.delete(url));
+    p.then((body) => (opts.keep && !opts.keep(body) ? forget() : undefined), forget);
   }
   return p;
 }

@@ -209,9 +209,26 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
     replace(slot, h("div", { class: "sa-note", "data-testid": "source-note" }, "No source line for this finding: the trace has no Python stack for it (profile with with_stack=True)."));
     return null;
   }
+  /** Why the file cannot be shown, and how to let the plugin read it. @param {string} why @param {string | null} hint */
+  const cannot = (why, hint) => {
+    const shown = hintElsewhere ? null : hint || SOURCE_ROOT_HINT;
+    replace(
+      slot,
+      h(
+        "div",
+        { class: "sa-note", "data-testid": "source-note" },
+        h("p", null, `Cannot show ${file}:${line}: ${why}`),
+        shown ? h("p", null, shown) : null,
+      ),
+    );
+    return false;
+  };
   try {
-    const src = await getJson("source", { file, line, context: SOURCE_CONTEXT });
+    // A file that is not there is an expected answer (200, `missing`), not an error that
+    // the browser would log; it is asked again next time (it may be there by then).
+    const src = await getJson("source", { file, line, context: SOURCE_CONTEXT, missing_ok: 1 }, { keep: (body) => !body?.missing });
     if (!ctx.isCurrent()) return null;
+    if (src.missing) return cannot(typeof src.error === "string" ? src.error : "not found", typeof src.hint === "string" ? src.hint : null);
     const start = src.start ?? 1;
     replace(
       slot,
@@ -232,18 +249,7 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
     return true;
   } catch (e) {
     if (!ctx.isCurrent()) return null;
-    const err = e instanceof ApiError ? e : null;
-    const hint = hintElsewhere ? null : err?.hint || SOURCE_ROOT_HINT;
-    replace(
-      slot,
-      h(
-        "div",
-        { class: "sa-note", "data-testid": "source-note" },
-        h("p", null, `Cannot show ${file}:${line}: ${e instanceof Error ? e.message : String(e)}`),
-        hint ? h("p", null, hint) : null,
-      ),
-    );
-    return false;
+    return cannot(e instanceof Error ? e.message : String(e), e instanceof ApiError ? e.hint : null);
   }
 }
 

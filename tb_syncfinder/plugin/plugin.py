@@ -36,7 +36,7 @@ from tb_syncfinder.plugin import api, params
 from tb_syncfinder.plugin.cache import DiskCache
 from tb_syncfinder.plugin.loader import TraceLoader
 from tb_syncfinder.plugin.metadata import PLUGIN_NAME, TAB_NAME
-from tb_syncfinder.plugin.safety import SourceGuard
+from tb_syncfinder.plugin.safety import SourceError, SourceGuard, missing_source_json
 from tb_syncfinder.plugin.selection import Selection, Selections, workers_of
 from tb_syncfinder.plugin.settings import PluginSettings, settings_from_flags
 from tb_syncfinder.plugin.workers import RERUN_MESSAGE, main_module_rerun
@@ -389,7 +389,17 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         file = params.text(request, "file", required=True)
         line = params.integer(request, "line", 1, 1, 10**9)
         context = params.integer(request, "context", 5, 0, 50)
-        return self._respond(request, self.guard.read(file, line, context).to_json())
+        # A file that is not there is expected (a trace from another checkout, a file since
+        # removed): a client that asks for it so (the dashboard) gets a 200 answer saying
+        # so, not a 404 its browser logs as an error. Refusals (400, 403) stay errors.
+        missing_ok = params.flag(request, "missing_ok")
+        try:
+            body = self.guard.read(file, line, context).to_json()
+        except SourceError as exc:
+            if not (missing_ok and exc.status == 404):
+                raise
+            body = missing_source_json(file, line, exc)
+        return self._respond(request, body)
 
     def _compare(self, request: wrappers.Request) -> Any:
         new = self._selection(request)

@@ -61,7 +61,28 @@ class SourceLines:
             "start": self.start,
             "line": self.line,
             "lines": self.lines,
+            "missing": False,
         }
+
+
+def missing_source_json(name: str, line: int, error: SourceError) -> dict:
+    """The ``source`` answer, with ``missing_ok=1``, for a file (or a line of it) that is not
+    there: a 200 answer instead of the 404, so that a browser does not log a failed request
+    for what the dashboard expects and says in words. It has the served answer's fields,
+    empty (``path`` and ``start`` null, ``lines`` []), ``missing: true``, and the 404's
+    ``error`` and ``hint`` (when it has one)."""
+    body: dict = {
+        "file": name,
+        "path": None,
+        "start": None,
+        "line": line,
+        "lines": [],
+        "missing": True,
+        "error": error.message,
+    }
+    if error.hint:
+        body["hint"] = error.hint
+    return body
 
 
 class SourceGuard:

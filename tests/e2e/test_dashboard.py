@@ -22,6 +22,7 @@ from tests.e2e.fixture_traces import (
     REMOTE_FILE,
     RUNNING_LOOP_LINE,
     TRAIN_STEP_DEF,
+    WINDOWS_FILE,
     XSS,
     write_fixture,
 )
@@ -1510,4 +1511,33 @@ def test_a_malformed_occurrences_page_in_tensorboards_address_is_dropped_from_it
     page.wait_for_function("!location.hash.includes('occ=')")
     assert page.url.endswith(f"#sync_advisor&{keys}"), page.url
     assert "occ=" not in frame.evaluate("location.hash")
+    assert page_errors == []
+
+
+def test_a_missing_source_file_is_said_in_words_without_a_failed_request_in_the_console(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    console_errors: list[str] = []
+    page.on(
+        "console",
+        lambda m: (
+            console_errors.append(f"{m.text} {m.location.get('url')}")
+            if m.type == "error"
+            else None
+        ),
+    )
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    # The trace names a file (a Windows path) that is not under the source roots.
+    page.goto(plugin_url(board, "#run=windows_paths"))
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    note = page.wait_for_selector("[data-testid=source-note]").inner_text()
+    assert f"Cannot show {WINDOWS_FILE}:{TRAIN_STEP_DEF}" in note, note
+    assert "not found under the source roots" in note, note
+    assert page.locator("[data-testid=source]").count() == 0
+    page.wait_for_timeout(300)  # events of the page still on their way
+    # Answered, not failed: nothing for the browser to log (a favicon's 404 is not ours).
+    assert [f for f in failed if "/source?" in f] == [], failed
+    assert [e for e in console_errors if "/source?" in e] == [], console_errors
     assert page_errors == []

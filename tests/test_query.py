@@ -119,3 +119,78 @@ def test_sites_of_one_step_sort_by_their_figures_in_that_step():
     ]
     assert [s["key"] for s in query.sort_sites(sites, "count")] == ["b", "a"]
     assert [s["key"] for s in query.sort_sites(sites, "host_wait_us")] == ["a", "b"]
+
+
+def _varied_waits_run(tmp_path):
+    """A GPU run of one ``.item()`` site over 6 steps whose waits differ (its kernel runs
+    300, 900, 100, 700, 500, 1100 us) and so do the GPU's idle stretches after them (the
+    host does other work for 250, 40, 600, 130, 20, 400 us before the next kernel), and
+    the plugin's client on it."""
+    b = KinetoTraceBuilder()
+    kernels = (300.0, 900.0, 100.0, 700.0, 500.0, 1100.0)
+    gaps = (250.0, 40.0, 600.0, 130.0, 20.0, 400.0)
+    for n, (kernel_us, gap_us) in enumerate(zip(kernels, gaps, strict=True), start=1):
+        with b.step(n):
+            item_sync(b, kernel_us=kernel_us)
+            b.advance(gap_us)
+    b.write(tmp_path / "logs" / "run_gpu" / "w.pt.trace.json")
+    (tmp_path / "src").mkdir()
+    return client_for(make_plugin(tmp_path / "logs", tmp_path))
+
+
+def test_the_syncs_route_sorts_a_sites_occurrences_before_paging(tmp_path):
+    client = _varied_waits_run(tmp_path)
+    _, ran = get(client, "syncs", run="run_gpu")
+    assert ran["total"] == 6
+    site = ran["items"][0]["site_key"]
+    steps = [s["step"] for s in ran["items"]]
+    assert steps == [1, 2, 3, 4, 5, 6]  # no sort: the report's order, as they ran
+    by_wait = sorted(ran["items"], key=lambda s: -s["host_wait_us"])
+    # Sorted over the whole list, then paged: each page is the next of the sorted list.
+    for sort, order in (
+        ("host_wait_us", [6, 2, 4, 5, 1, 3]),
+        ("gpu_idle_after_us", [3, 6, 1, 4, 2, 5]),
+        ("predicted_saving_us", [6, 1, 4, 3, 2, 5]),
+    ):
+        want = sorted(ran["items"], key=lambda s: -s[sort])
+        assert [s["step"] for s in want] == order, sort  # the fixture's costs all differ
+        pages = []
+        for offset in (0, 2, 4):
+            status, page = get(
+                client, "syncs", run="run_gpu", site=site, sort=sort, offset=offset, limit=2
+            )
+            assert status == 200, page
+            assert (page["total"], page["offset"], page["limit"]) == (6, offset, 2)
+            pages += page["items"]
+        assert [s["id"] for s in pages] == [s["id"] for s in want], sort
+    # The default order is the field's first click: largest wait first; asc the other way.
+    _, desc = get(client, "syncs", run="run_gpu", sort="host_wait_us", limit=3)
+    assert [s["step"] for s in desc["items"]] == [6, 2, 4]
+    _, named = get(client, "syncs", run="run_gpu", sort="host_wait_us", order="desc", limit=3)
+    assert named["items"] == desc["items"]
+    _, asc = get(client, "syncs", run="run_gpu", sort="host_wait_us", order="asc", limit=3)
+    assert [s["step"] for s in asc["items"]] == [3, 1, 5]
+    _, by_ts = get(client, "syncs", run="run_gpu", sort="ts_us")
+    assert [s["step"] for s in by_ts["items"]] == steps
+    _, late_first = get(client, "syncs", run="run_gpu", sort="ts_us", order="desc")
+    assert [s["step"] for s in late_first["items"]] == steps[::-1]
+    # The answer's fields are what they were: only the order changes.
+    assert set(desc) == set(ran) == {"total", "offset", "limit", "items", "loading"}
+    assert sorted(desc["items"], key=lambda s: s["id"]) == sorted(
+        by_wait[:3], key=lambda s: s["id"]
+    )
+
+
+def test_the_syncs_route_refuses_an_unknown_sort_or_order(tmp_path):
+    client = _varied_waits_run(tmp_path)
+    for params, says in (
+        ({"sort": "line"}, "unknown sort 'line'; one of ts_us, predicted_saving_us"),
+        ({"sort": "host_wait_us", "order": "up"}, "order must be asc or desc"),
+        ({"order": "sideways"}, "order must be asc or desc"),
+        ({"sort": "host_wait_us", "order": ["asc", "desc"]}, "given 2 times"),
+    ):
+        # Twice: the second request goes the way of a query seen before.
+        for _ in range(2):
+            status, body = get(client, "syncs", run="run_gpu", **params)
+            assert status == 400, (params, body)
+            assert says in body["error"], (params, body)

@@ -200,12 +200,20 @@ def syncs_impl(
     site: str | None,
     kind: str | None,
     step: int | None,
+    sort: str | None,
+    order: str | None,
     offset: int,
     limit: int,
 ) -> dict[str, Any]:
+    """A page of the syncs that pass the filters, in the report's order (as they ran, per
+    trace) or sorted by one of ``query.SYNC_SORTS`` (a site's costliest first)."""
     syncs = sel.report_json["latent" if latent else "syncs"]
     syncs = query.filter_syncs(syncs, site=site, kind=kind, step=step)
-    return query.page(syncs, offset, limit, loading=sel.loading)
+    try:
+        ordered = query.sort_syncs(syncs, sort, order)
+    except ValueError as exc:
+        raise errors.InvalidArgumentError(str(exc)) from None
+    return query.page(ordered, offset, limit, loading=sel.loading)
 
 
 def sync_impl(sel: Selection, sync_id: str) -> dict[str, Any]:

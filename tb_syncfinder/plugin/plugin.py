@@ -120,6 +120,8 @@ def _syncs_query(request: wrappers.Request) -> tuple[tuple, Make]:
         site=params.text(request, "site"),
         kind=params.kind(request),
         step=params.step(request),
+        sort=params.text(request, "sort"),
+        order=params.text(request, "order"),
         offset=params.integer(request, "offset", 0, 0, 10**9),
         limit=params.integer(request, "limit", api.DEFAULT_LIMIT, 1, api.MAX_LIMIT),
     )

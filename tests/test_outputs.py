@@ -108,6 +108,8 @@ def test_the_json_output_is_what_pythons_json_writes_byte_for_byte(indent) -> No
         "numbers": [0, -0.0, 1e-05, 1.5e16, 1e300, 2**70, 3000000.0, 0.1 + 0.2, True, None],
         "empty": [{}, [], {"a": {}}, [[]], ""],
         "nested": {"k": [{"x": [1, {"y": "z"}]}], "": 1},
+        # A path of bytes that are not UTF-8, as Python reads it: json writes it escaped.
+        "/tmp/w\udcff.pt.trace.json": ["\ud800", "\udfff x"],
     }
     assert dumps(value, indent=indent) == (json.dumps(value, indent=indent) + "\n").encode()
     with_nan = {"a": [1.0, float("nan"), {"b": float("inf")}]}

@@ -135,7 +135,8 @@ def sort_sites(sites: Sequence[T], key: str | None = None, order: str | None = N
 
 def sort_syncs(syncs: Sequence[T], key: str | None = None, order: str | None = None) -> list[T]:
     """Syncs sorted by one field (None: the report's order, as they ran per trace); ties
-    keep that order. Raises ValueError for an unknown key or order."""
+    keep that order, and syncs without the field come last whichever the order. Raises
+    ValueError for an unknown key or order."""
     if order not in (None, "asc", "desc"):
         raise ValueError(f"order must be asc or desc, got {order!r}")
     if key is None:
@@ -143,8 +144,11 @@ def sort_syncs(syncs: Sequence[T], key: str | None = None, order: str | None = N
     if key not in SYNC_SORTS:
         raise ValueError(f"unknown sort {key!r}; one of {', '.join(SYNC_SORTS)}")
     descending = (order or SYNC_SORTS[key]) == "desc"
+    present = [s for s in syncs if _get(s, key) is not None]
+    missing = [s for s in syncs if _get(s, key) is None]
     # Python's sort is stable either way: equal values keep the report's order.
-    return sorted(syncs, key=lambda s: _sort_value(_get(s, key) or 0.0), reverse=descending)
+    present.sort(key=lambda s: _sort_value(_get(s, key)), reverse=descending)
+    return present + missing
 
 
 def in_step(

@@ -28,13 +28,14 @@ def test_a_sites_occurrences_sort_by_cost_largest_first_and_ties_keep_the_order_
         {"id": "a", "ts_us": 10.0, "host_wait_us": 5.0, "predicted_saving_us": 1.0},
         {"id": "b", "ts_us": 20.0, "host_wait_us": 90.0, "predicted_saving_us": 1.0},
         {"id": "c", "ts_us": 30.0, "host_wait_us": 5.0, "predicted_saving_us": 7.0},
-        {"id": "d", "ts_us": 40.0, "host_wait_us": 40.0},  # no saving: as 0
+        {"id": "d", "ts_us": 40.0, "host_wait_us": 40.0},  # no saving: last either way
     ]
     ids = lambda items: [s["id"] for s in items]  # noqa: E731
     assert ids(query.sort_syncs(syncs)) == ["a", "b", "c", "d"]
     assert ids(query.sort_syncs(syncs, "host_wait_us")) == ["b", "d", "a", "c"]
     assert ids(query.sort_syncs(syncs, "host_wait_us", "asc")) == ["a", "c", "d", "b"]
     assert ids(query.sort_syncs(syncs, "predicted_saving_us")) == ["c", "a", "b", "d"]
+    assert ids(query.sort_syncs(syncs, "predicted_saving_us", "asc")) == ["a", "b", "c", "d"]
     assert ids(query.sort_syncs(syncs, "ts_us", "desc")) == ["d", "c", "b", "a"]
     with pytest.raises(ValueError, match="unknown sort 'line'"):
         query.sort_syncs(syncs, "line")

@@ -2038,7 +2038,7 @@ class _Graph:
         if stretches:
             partly, whole, whole_shifts = self._steps_in_stretches(stretches)
             affected.update(partly)
-            if len(whole) >= VECTOR_STEPS_MIN:
+            if len(whole) and len(whole) >= VECTOR_STEPS_MIN:
                 arrays = self._base_step_arrays()
                 device = arrays.dev_hi[whole]
                 if np.any((device != device) & arrays.has_end_vars[whole]):

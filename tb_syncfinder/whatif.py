@@ -905,11 +905,14 @@ class _StepArrays:
 @dataclass
 class _StepEnds:
     """A step's device end variables in the order of the tasks that define them, with those
-    positions and their base values (``_Graph._latest_end_in_regions``)."""
+    positions and their base values (``_Graph._latest_end_in_regions``). Lists as well as
+    arrays: a step has a handful of ends in most traces, where a numpy call per region
+    cost more than the search (half of a sync's what-if in a long run of short steps)."""
 
-    positions: np.ndarray
+    positions: list[int]
     variables: list[int]
     base: np.ndarray
+    base_list: list[float]
     has_nan: bool
 
 
@@ -1861,15 +1864,21 @@ class _Graph:
             base = np.fromiter(
                 (changed.get(v, values[v]) for v in in_order), dtype=float, count=len(in_order)
             )
-            ends = _StepEnds(positions[order], in_order, base, bool(np.isnan(base).any()))
+            ends = _StepEnds(
+                positions[order].tolist(),
+                in_order,
+                base,
+                base.tolist(),
+                bool(np.isnan(base).any()),
+            )
             self._ends_by_pos[step] = ends
         if ends.has_nan:
             return None
         spans = []  # per region, the range of the step's ends (in position order) in it
         inside = 0
         for first, after, shift in regions:
-            lo = int(np.searchsorted(ends.positions, first, side="left"))
-            hi = int(np.searchsorted(ends.positions, after, side="left"))
+            lo = bisect_left(ends.positions, first)
+            hi = bisect_left(ends.positions, after, lo)
             if hi > lo:
                 spans.append((lo, hi, shift))
                 inside += hi - lo
@@ -1880,7 +1889,9 @@ class _Graph:
         done = 0  # the ends before this index are in a span or in others
         for lo, hi, shift in spans:
             others += ends.variables[done:lo]
-            latest = max(latest, float(ends.base[lo:hi].max()) - shift)
+            # The same float either way (no NaN here): numpy for many ends, Python for few.
+            largest = max(ends.base_list[lo:hi]) if hi - lo <= 32 else float(ends.base[lo:hi].max())
+            latest = max(latest, largest - shift)
             done = hi
         others += ends.variables[done:]
         if others:

@@ -876,8 +876,9 @@ class _ShiftTables:
     slack: np.ndarray  # per position: least (base value - fixed lower bound) from there on
     step_first: np.ndarray  # per step: earliest task position of its end inputs (-1: fixed)
     step_last: np.ndarray  # per step: latest task position of its end inputs
-    later_first: np.ndarray  # per step n: least step_first over the steps after n
-    last_so_far: np.ndarray  # per step n: the largest step_last of the steps up to n
+    # Lists, for a binary search and a lookup per what-if (numpy's cost more per call).
+    later_first: list[int]  # per step n: least step_first over the steps after n
+    last_so_far: list[int]  # per step n: the largest step_last of the steps up to n
 
 
 @dataclass
@@ -1432,8 +1433,8 @@ class _Graph:
             suffix,
             step_first,
             step_last,
-            later_first,
-            np.maximum.accumulate(step_last) if n_steps else step_last,
+            later_first.tolist(),
+            (np.maximum.accumulate(step_last) if n_steps else step_last).tolist(),
         )
         return self._shift_tables
 
@@ -2063,17 +2064,23 @@ class _Graph:
             # wholly after the last one recomputed, see the loop).
             # Both ends of the range searched in the sorted tables: a pass over every step
             # per what-if was 0.2 s of 20,000 syncs' in 10,000 steps.
-            first_moved = int(np.searchsorted(tables.last_so_far, cut, side="left"))
+            first_moved = bisect_left(tables.last_so_far, cut)
             if first_moved < n_steps:
                 affected.add(first_moved)
                 # After the first step whose later steps all start at or past the cut,
-                # none straddles it.
-                after = int(np.searchsorted(tables.later_first, cut, side="left")) + 1
-                near = slice(first_moved, max(after, first_moved))
-                straddling = np.flatnonzero(
-                    (tables.step_last[near] >= cut) & (tables.step_first[near] < cut)
-                )
-                affected.update((straddling + first_moved).tolist())
+                # none straddles it: a step or two in most what-ifs.
+                after = min(bisect_left(tables.later_first, cut) + 1, n_steps)
+                if after - first_moved <= VECTOR_STEPS_MIN:
+                    step_first, step_last = tables.step_first, tables.step_last
+                    for n in range(first_moved + 1, after):
+                        if step_last[n] >= cut and step_first[n] < cut:
+                            affected.add(n)
+                else:
+                    near = slice(first_moved, after)
+                    straddling = np.flatnonzero(
+                        (tables.step_last[near] >= cut) & (tables.step_first[near] < cut)
+                    )
+                    affected.update((straddling + first_moved).tolist())
         else:
             cut = None
         pinned_step, pinned_done = self._completion_pin or (-1, 0.0)

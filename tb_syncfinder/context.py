@@ -6,6 +6,7 @@ re-reads a trace for a detail view)."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
@@ -74,11 +75,25 @@ class _Depths:
         return depth
 
 
+def sync_contexts(
+    tl: Timeline, syncs: Iterable[Sync], window_us: float = 300, max_per_lane: int = 60
+) -> dict[str, dict[str, Any]]:
+    """``sync_context`` of each sync, by id; the nodes' depths found once per thread (a
+    long run's syncs share most of their enclosing chains)."""
+    depths: dict[int, _Depths] = {}
+    return {sync.id: sync_context(tl, sync, window_us, max_per_lane, depths) for sync in syncs}
+
+
 def sync_context(
-    tl: Timeline, sync: Sync, window_us: float = 300, max_per_lane: int = 60
+    tl: Timeline,
+    sync: Sync,
+    window_us: float = 300,
+    max_per_lane: int = 60,
+    depths_of: dict[int, _Depths] | None = None,
 ) -> dict[str, Any]:
     """``{"window", "sync": {"ts_us", "end_us", "idle_end_us"}, "host": [...], "device": [...]}``
-    (shape in docs/DESIGN.md)."""
+    (shape in docs/DESIGN.md). ``depths_of``: per thread (by ``id``), its nodes' depths
+    known so far, shared by the calls for one timeline."""
     idle_end = sync.end_us + sync.gpu_idle_after_us
     lo = sync.ts_us - window_us
     hi = max(sync.end_us, idle_end) + window_us
@@ -87,7 +102,11 @@ def sync_context(
     if thread is not None:
         starts, ends, nodes, kinds = thread.starts, thread.ends, thread.nodes, thread.kinds
         parent = thread.parent
-        depths = _Depths(thread)
+        depths = depths_of.get(id(thread)) if depths_of is not None else None
+        if depths is None:
+            depths = _Depths(thread)
+            if depths_of is not None:
+                depths_of[id(thread)] = depths
         first = bisect_left(starts, lo)
         last = bisect_right(starts, hi)
         indices: list[int] = []

@@ -32,7 +32,7 @@ from tb_syncfinder.catalogue import (
     is_warmup_listed,
 )
 from tb_syncfinder.collectives import is_job_rank
-from tb_syncfinder.context import sync_context
+from tb_syncfinder.context import sync_contexts
 from tb_syncfinder.cost import estimated_saving_us, step_stats, sync_cost
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
 from tb_syncfinder.models import (
@@ -579,10 +579,12 @@ def _analyze_data(
     trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps), carry is not None)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
-        for sync in syncs + latent + overhead + warmup:
-            contexts[sync.id] = sync_context(
-                tl, sync, options.context_window_us, options.context_max_events
-            )
+        contexts = sync_contexts(
+            tl,
+            syncs + latent + overhead + warmup,
+            options.context_window_us,
+            options.context_max_events,
+        )
     info = _info(ref, tl)
     info.repairs = repairs
     info.step_markers = bool(tl.steps)

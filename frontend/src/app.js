@@ -17,7 +17,7 @@ import { readableCount, repairNotices, runOptionLabel, unreadableBanner } from "
 import {
   decodeState,
   encodeState,
-  occNeedsRewrite,
+  hashNeedsRewrite,
   parseTbHash,
   patchState,
   pickRun,
@@ -127,7 +127,7 @@ export class App {
       this.missingRun = null;
       this.missingBase = null;
       this.selfBase = null;
-      if (occNeedsRewrite(location.hash, this.state)) this.writeUrl();
+      if (hashNeedsRewrite(location.hash, this.state)) this.writeUrl();
       this.render();
     });
     // TensorBoard's hash changed (Back/Forward, an edited or pasted address, a tab switch):
@@ -145,14 +145,15 @@ export class App {
         this.selfBase = null;
         this.writeUrl();
         this.render();
-      } else if (occNeedsRewrite(tb.location.hash, named, true)) {
+      } else if (hashNeedsRewrite(tb.location.hash, named, true)) {
         this.writeUrl();
       }
     });
     this.setupTheme();
-    // A malformed `occ` (the occurrences list's start) was read as a valid one: the address
-    // says so too, not only the view (one past the list's end is put right once it is listed).
-    if (occNeedsRewrite(fromFrame ? location.hash : this.tb?.location.hash, this.state, !fromFrame)) this.writeUrl();
+    // A malformed `occ` (the occurrences list's start) was read as a valid one, an unknown
+    // `osort` (its order) as none: the address says so too, not only the view (a start past
+    // the list's end is put right once it is listed).
+    if (hashNeedsRewrite(fromFrame ? location.hash : this.tb?.location.hash, this.state, !fromFrame)) this.writeUrl();
   }
 
   start() {

@@ -13,6 +13,9 @@ let kinds = [];
 /** Sortable site columns and the order a first click starts with (the plugin's query module). */
 /** @type {Record<string, "asc" | "desc">} */
 let siteSorts = {};
+/** The fields a site's occurrences sort by, each with its first click's order (the same). */
+/** @type {Record<string, "asc" | "desc">} */
+let syncSorts = {};
 
 /** Kind names are identifiers; anything else is never put into a CSS rule. */
 const SAFE_NAME = /^[a-z0-9_]+$/;
@@ -26,6 +29,8 @@ export function setCatalogue(data) {
   kinds = Array.isArray(data?.kinds) ? data.kinds.filter((k) => k && typeof k.name === "string") : [];
   const sorts = /** @type {any} */ (data)?.site_sorts;
   siteSorts = sorts && typeof sorts === "object" ? sorts : {};
+  const syncs = /** @type {any} */ (data)?.sync_sorts;
+  syncSorts = syncs && typeof syncs === "object" ? syncs : {};
 }
 
 /**
@@ -36,6 +41,17 @@ export function setCatalogue(data) {
  */
 export function siteSortOrder(key) {
   return siteSorts[key] === "asc" ? "asc" : "desc";
+}
+
+/**
+ * The direction a site's occurrences sorted by `key` are listed in, as the plugin's
+ * `sync_sorts` gives it (costs largest first); "desc" for a field it does not list (or
+ * before the catalogue loaded): every order the detail offers is a cost.
+ * @param {string} key
+ * @returns {"asc" | "desc"}
+ */
+export function syncSortOrder(key) {
+  return syncSorts[key] === "asc" ? "asc" : "desc";
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import { ApiError, getJson } from "./api.js";
 import { h, replace, rovingKeys, s } from "./dom.js";
-import { kindDescription, kindLabel } from "./catalogue.js";
+import { kindDescription, kindLabel, syncSortOrder } from "./catalogue.js";
 import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
@@ -15,7 +15,7 @@ import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
 import { nextRowIndex, siteWhere } from "./sites.js";
-import { OCC_PAGE, occurrencePages } from "./state.js";
+import { OCC_SORTS, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -30,9 +30,11 @@ export async function renderDetail(ctx, slot) {
   replace(slot, h("div", { class: "sa-detail" }, h("span", { class: "sa-spinner" }), "Loading detail…"));
   try {
     // The hotspots view decided whether this selection shows latent findings.
-    const latent = ctx.latent ? 1 : null;
-    // The site's occurrences a page at a time (the page in the view state, `occ`).
-    const fetchPage = (/** @type {number} */ offset) => getJson("syncs", { ...sel, site: state.site, step: state.step, latent, offset, limit: OCC_PAGE });
+    const latent = !!ctx.latent;
+    // The site's occurrences a page at a time (the page in the view state, `occ`), in the
+    // order it names (`osort`: as they ran, or the costliest first).
+    const fetchPage = (/** @type {number} */ offset, osort = state.osort) =>
+      getJson("syncs", { ...sel, ...occurrencesParams(state, { osort, latent, offset, orderOf: syncSortOrder }) });
     let syncs = await fetchPage(state.occ || 0);
     // Past the end (the list is shorter now) or inside a page (a hand-edited link): the page.
     const at = occurrencePages(syncs.total, state.occ || 0).offset;
@@ -81,7 +83,7 @@ export async function renderDetail(ctx, slot) {
       detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26) : null,
       site?.advice ? adviceSection(site.advice) : null,
       sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app) : null,
-      occurrences(syncs, fetchPage, syncId, app, ctx),
+      occurrences(syncs, fetchPage, syncId, app, ctx, latent ? null : validOccSort(state.osort)),
     );
     replace(slot, panel);
     revealSelectedOccurrence(panel);
@@ -572,9 +574,10 @@ function viewersSection(sync, context, sel, where, app) {
 /**
  * Scroll the occurrences list (it scrolls on its own, 180 px high) to the occurrence shown
  * in the detail, when it is on the page listed: a link that names one opens with its row in
- * view. Only the list scrolls (not the panel or the page, as `scrollIntoView` would), and
- * the focus stays where it is.
- * @param {HTMLElement} panel
+ * view, and so does the list in another order or at another page that holds it. Only the
+ * list scrolls (not the panel or the page, as `scrollIntoView` would), and the focus stays
+ * where it is.
+ * @param {HTMLElement} panel the detail, or the part of it that holds the list
  */
 function revealSelectedOccurrence(panel) {
   const list = /** @type {HTMLElement | null} */ (panel.querySelector(".sa-occ"));
@@ -595,20 +598,44 @@ function revealSelectedOccurrence(panel) {
 }
 
 /**
- * The site's occurrences (in the order they ran, as the plugin lists them), a page of
- * `OCC_PAGE` at a time with first / previous / next / last buttons that reach every one; the
- * page is kept in the view state (`occ`) without drawing the view again. The rows are one
- * Tab stop, arrow keys between them, Enter or Space (or a click) shows that occurrence.
+ * The site's occurrences, a page of `OCC_PAGE` at a time with first / previous / next / last
+ * buttons that reach every one, in the order they ran (as the plugin lists them) or, picked
+ * in the Order box, the costliest first (the plugin sorts the whole list, then pages it);
+ * the page and the order are kept in the view state (`occ`, `osort`) without drawing the
+ * view again, and another order starts at the first page. The rows are one Tab stop, arrow
+ * keys between them, Enter or Space (or a click) shows that occurrence.
  * @param {{total: number, offset?: number, items: any[]}} first the page the view state names
- * @param {(offset: number) => Promise<any>} fetchPage
+ * @param {(offset: number, osort: string) => Promise<any>} fetchPage
  * @param {string | null} selectedId
  * @param {any} app
  * @param {any} ctx
+ * @param {string | null} osort the order listed (`OCC_SORTS`' key); null: latent findings,
+ *   which cost nothing where they were seen, listed as they ran with no order to pick
  */
-function occurrences(first, fetchPage, selectedId, app, ctx) {
+function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
   const total = first.total ?? (first.items || []).length;
   if (total <= 1 && (first.items || []).length <= 1) return null;
   const box = h("div", { class: "sa-occ-list" });
+  let order = osort ?? "";
+  // The answer of the last page or order asked for is the one shown (not one overtaken).
+  let asked = 0;
+  /**
+   * The list from `offset` in the order `to`, once the plugin has answered.
+   * @param {number} offset
+   * @param {string} to
+   * @returns {Promise<any | null>} the page; null if it failed or was overtaken
+   */
+  const load = async (offset, to) => {
+    const mine = ++asked;
+    let next;
+    try {
+      next = await fetchPage(offset, to);
+    } catch (e) {
+      if (mine === asked) app.toast(`Could not load the occurrences: ${e instanceof Error ? e.message : String(e)}`);
+      return null;
+    }
+    return mine === asked && ctx.isCurrent() && box.isConnected ? next : null;
+  };
   /**
    * @param {{total: number, offset?: number, items: any[]}} page
    * @param {number} offset
@@ -621,14 +648,8 @@ function occurrences(first, fetchPage, selectedId, app, ctx) {
     const anchor = Math.max(0, items.findIndex((x) => x.id === selectedId));
     /** @param {number} to */
     const go = async (to) => {
-      let next;
-      try {
-        next = await fetchPage(to);
-      } catch (e) {
-        app.toast(`Could not load the occurrences: ${e instanceof Error ? e.message : String(e)}`);
-        return;
-      }
-      if (!ctx.isCurrent() || !box.isConnected) return;
+      const next = await load(to, order);
+      if (!next) return;
       app.noteState({ occ: to });
       const key = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.focusKey ?? null;
       show(next, to, key);
@@ -640,6 +661,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx) {
         { type: "button", class: "sa-linkish", "data-testid": `occ-${key}`, "data-focus-key": `occ-${key}`, "aria-label": name, disabled: to === null, onclick: () => (to === null ? null : go(to)) },
         label,
       );
+    const range = (OCC_SORTS.find((o) => o.key === order) ?? OCC_SORTS[0]).range;
     const pager =
       p.pages > 1
         ? h(
@@ -647,16 +669,31 @@ function occurrences(first, fetchPage, selectedId, app, ctx) {
             { class: "sa-pager", role: "group", "aria-label": "Pages of occurrences" },
             button("\u00ab First", "first", p.first, "First page"),
             button("\u2039 Previous", "prev", p.prev, "Previous page"),
-            h("span", { "data-testid": "occ-range", "aria-live": "polite" }, `${formatCount(p.from)}\u2013${formatCount(p.to)} of ${formatCount(p.total)}, in the order they ran`),
+            h("span", { "data-testid": "occ-range", "aria-live": "polite" }, `${formatCount(p.from)}\u2013${formatCount(p.to)} of ${formatCount(p.total)}, ${range}`),
             button("Next \u203a", "next", p.next, "Next page"),
             button("Last \u00bb", "last", p.last, "Last page"),
           )
         : null;
     const rowKeys = rovingKeys("tr", nextRowIndex, select);
+    /** A cost column's header, marked as the one the list is sorted by. @param {string} key @param {string} label @param {string | null} title */
+    const costHead = (key, label, title) =>
+      h("th", { class: "num", scope: "col", title, "aria-sort": order === key ? "descending" : null }, label);
     const table = h(
       "table",
-      { class: "sa-table", "data-testid": "occurrences", "data-offset": String(p.offset), "aria-label": "Occurrences; arrow keys move, Enter shows one" },
-      h("thead", null, h("tr", null, h("th", null, "Step"), h("th", null, "Waited in"), h("th", { class: "num" }, "Wait"), h("th", { class: "num" }, "Idle after"))),
+      { class: "sa-table", "data-testid": "occurrences", "data-offset": String(p.offset), "data-order": order || null, "aria-label": "Occurrences; arrow keys move, Enter shows one" },
+      h(
+        "thead",
+        null,
+        h(
+          "tr",
+          null,
+          h("th", { scope: "col" }, "Step"),
+          h("th", { scope: "col" }, "Waited in"),
+          costHead("host_wait_us", "Wait", "host wait"),
+          costHead("gpu_idle_after_us", "Idle after", "GPU idle after the sync"),
+          costHead("predicted_saving_us", "Saves", "what removing this sync alone saves (the what-if replay's figure; \u2264 an upper bound where the trace could not be replayed)"),
+        ),
+      ),
       h(
         "tbody",
         { onkeydown: rowKeys },
@@ -674,11 +711,15 @@ function occurrences(first, fetchPage, selectedId, app, ctx) {
             h("td", { class: "mono" }, x.api),
             h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.host_wait_us)),
             h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.gpu_idle_after_us)),
+            h("td", { class: "num" }, x.latent ? "\u2013" : `${x.saving_method === "replay" ? "" : "\u2264"}${formatUs(x.predicted_saving_us ?? 0)}`),
           ),
         ),
       ),
     );
     replace(box, pager, h("div", { class: "sa-occ" }, table));
+    // Drawn into the detail already (a page, an order picked): the occurrence shown above,
+    // when it is on this page, in view in the list.
+    if (box.isConnected) revealSelectedOccurrence(box);
     if (focusKey) {
       // The button pressed keeps the focus; one that has nothing more to go to hands it to the rows.
       const pressed = /** @type {HTMLButtonElement | null} */ (box.querySelector(`[data-focus-key="${focusKey}"]`));
@@ -687,5 +728,35 @@ function occurrences(first, fetchPage, selectedId, app, ctx) {
     }
   };
   show(first, first.offset ?? 0, null);
-  return [h("h3", null, `Occurrences (${formatCount(total)})`), box];
+  const heading = h("h3", null, `Occurrences (${formatCount(total)})`);
+  if (osort === null) return [heading, box];
+  // The order: a labelled select (its own Tab stop, before the pager and the rows); another
+  // order lists the first page of it, the focus staying on the select.
+  const orderBox = /** @type {HTMLSelectElement} */ (h(
+    "select",
+    {
+      id: "sa-osort",
+      "aria-label": "Order of the occurrences",
+      "data-testid": "occ-sort",
+      "data-focus-key": "occ-sort",
+      onchange: async () => {
+        const to = orderBox.value;
+        const ask = asked + 1;
+        const next = await load(0, to);
+        if (!next) {
+          // It failed (said in a toast): the box says the order still listed.
+          if (asked === ask && box.isConnected) orderBox.value = order;
+          return;
+        }
+        order = to;
+        app.noteState({ osort: to, occ: 0 });
+        show(next, 0, null);
+      },
+    },
+    OCC_SORTS.map((o) => h("option", { value: o.key, selected: o.key === order }, o.label)),
+  ));
+  return [
+    h("div", { class: "sa-occ-head" }, heading, h("span", { class: "sa-field sa-occ-order" }, h("label", { for: "sa-osort" }, "Order"), orderBox)),
+    box,
+  ];
 }

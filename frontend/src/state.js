@@ -22,6 +22,8 @@ export const VIEWS = Object.freeze(["hotspots", "compare"]);
  * @property {number | null} step step filter from the chart
  * @property {string | null} site selected site key
  * @property {string | null} sync selected sync id
+ * @property {string} osort      the order of the detail's occurrences list: "" as they ran, else
+ *                               a key of `OCC_SORTS` (the costliest first)
  * @property {number} occ        where the detail's occurrences list starts (a page's offset)
  * @property {string | null} base baseline run for compare
  * @property {boolean} latent     show latent (would-sync-on-GPU) findings
@@ -185,6 +187,7 @@ export function defaultState() {
     step: null,
     site: null,
     sync: null,
+    osort: "",
     occ: 0,
     base: null,
     latent: false,
@@ -195,9 +198,55 @@ export function defaultState() {
 export const OCC_PAGE = 200;
 
 /**
+ * The orders the detail's occurrences list offers: as they ran (the plugin's order, no
+ * `sort`; the default, `osort` absent from the URL), or by a cost, the plugin's `syncs`
+ * route sorting by that field (`query.SYNC_SORTS`) in the direction the catalogue's
+ * `sync_sorts` gives it. `label`: the option; `range`: how the pager's range says it.
+ */
+export const OCC_SORTS = Object.freeze([
+  { key: "", label: "as they ran", range: "in the order they ran" },
+  { key: "predicted_saving_us", label: "largest saving", range: "largest saving first" },
+  { key: "host_wait_us", label: "longest host wait", range: "longest host wait first" },
+  { key: "gpu_idle_after_us", label: "longest GPU idle after", range: "longest GPU idle after first" },
+]);
+
+/**
+ * The occurrences order an `osort` value in a URL names: one of `OCC_SORTS`' keys, else ""
+ * (as they ran).
+ * @param {string} value
+ * @returns {string}
+ */
+export function validOccSort(value) {
+  return OCC_SORTS.some((o) => o.key === value) ? value : "";
+}
+
+/**
+ * The `syncs` request's parameters for a page of the detail's occurrences list, beside the
+ * run/worker/span selection: the site's (and step's) syncs, latent or not, from `offset`,
+ * in the order `osort` names with its direction from `orderOf` (the catalogue's
+ * `sync_sorts`). Latent findings cost nothing where they were seen: always as they ran.
+ * @param {{site: string | null, step: number | null}} state
+ * @param {{osort: string, latent: boolean, offset: number, orderOf: (key: string) => "asc" | "desc"}} args
+ * @returns {{site: string | null, step: number | null, latent: 1 | null, sort: string | null, order: "asc" | "desc" | null, offset: number, limit: number}}
+ */
+export function occurrencesParams(state, { osort, latent, offset, orderOf }) {
+  const sort = latent ? "" : validOccSort(osort);
+  return {
+    site: state.site,
+    step: state.step,
+    latent: latent ? 1 : null,
+    sort: sort || null,
+    order: sort ? orderOf(sort) : null,
+    offset,
+    limit: OCC_PAGE,
+  };
+}
+
+/**
  * The state after `patch`: as `{...state, ...patch}`, and the detail's occurrences list back
  * at its first page when what it lists changes (another run, worker, span, site, step or
- * latent findings) unless the patch says where it starts.
+ * latent findings) or its order does, unless the patch says where it starts. The order
+ * itself stays from one site to the next, as the sites table's sort does.
  * @param {ViewState} state
  * @param {Partial<ViewState>} patch
  * @returns {ViewState}
@@ -208,8 +257,8 @@ export function patchState(state, patch) {
   return next;
 }
 
-/** What the occurrences list lists depends on these keys. */
-const OCC_SCOPE = /** @type {const} */ (["run", "worker", "span", "site", "step", "latent"]);
+/** What the occurrences list lists, and in which order, depends on these keys. */
+const OCC_SCOPE = /** @type {const} */ (["run", "worker", "span", "site", "step", "latent", "osort"]);
 
 /**
  * The pages of a list of `total` occurrences shown `size` at a time, from `offset` (rounded
@@ -254,6 +303,7 @@ const KEYS = /** @type {const} */ ([
   "order",
   "site",
   "sync",
+  "osort",
   "occ",
 ]);
 
@@ -328,6 +378,9 @@ export function decodeState(hash) {
       case "occ":
         state.occ = validOcc(value);
         break;
+      case "osort":
+        state.osort = validOccSort(value);
+        break;
       default:
         break;
     }
@@ -354,14 +407,16 @@ function validOcc(value) {
 }
 
 /**
- * The `occ` values a location hash holds as they are written there: the frame's own hash
- * (`#run=…&occ=…`), or TensorBoard's with the plugin's keys prefixed (`prefix` = TB_PREFIX).
+ * The values of a key (`occ`, `osort`) a location hash holds as they are written there: the
+ * frame's own hash (`#run=…&occ=…`), or TensorBoard's with the plugin's keys prefixed
+ * (`prefix` = TB_PREFIX).
  * @param {string | null | undefined} hash
+ * @param {string} name
  * @param {string} [prefix]
  * @returns {string[]}
  */
-function occTexts(hash, prefix = "") {
-  const key = `${prefix}occ`;
+function keyTexts(hash, name, prefix = "") {
+  const key = `${prefix}${name}`;
   const texts = [];
   for (const part of (hash || "").replace(/^#/, "").split("&")) {
     const eq = part.indexOf("=");
@@ -390,8 +445,39 @@ function occTexts(hash, prefix = "") {
  * @returns {boolean}
  */
 export function occNeedsRewrite(hash, state, tb = false) {
-  const texts = occTexts(hash, tb ? TB_PREFIX : "");
-  const want = state.occ ? [String(state.occ)] : [];
+  return writtenOtherwise(keyTexts(hash, "occ", tb ? TB_PREFIX : ""), state.occ ? [String(state.occ)] : []);
+}
+
+/**
+ * Whether a location hash names the occurrences list's order otherwise than the view state
+ * decoded from it writes it (an `osort` that is no order of `OCC_SORTS`, or two of them):
+ * the address is then written again without it, as for `occ` (`occNeedsRewrite`).
+ * @param {string | null | undefined} hash the frame's location.hash, or TensorBoard's
+ * @param {{osort: string}} state the view state decoded from it
+ * @param {boolean} [tb] whether `hash` is TensorBoard's (the plugin's keys prefixed)
+ * @returns {boolean}
+ */
+export function osortNeedsRewrite(hash, state, tb = false) {
+  return writtenOtherwise(keyTexts(hash, "osort", tb ? TB_PREFIX : ""), state.osort ? [state.osort] : []);
+}
+
+/**
+ * Whether a location hash is to be written again because a value of it was read otherwise
+ * than it is written (`occNeedsRewrite`, `osortNeedsRewrite`).
+ * @param {string | null | undefined} hash
+ * @param {{occ: number, osort: string}} state the view state decoded from it
+ * @param {boolean} [tb]
+ * @returns {boolean}
+ */
+export function hashNeedsRewrite(hash, state, tb = false) {
+  return occNeedsRewrite(hash, state, tb) || osortNeedsRewrite(hash, state, tb);
+}
+
+/**
+ * @param {string[]} texts the values written in a hash
+ * @param {string[]} want the values the state decoded from it writes
+ */
+function writtenOtherwise(texts, want) {
   return texts.length !== want.length || texts.some((t, i) => t !== want[i]);
 }
 

@@ -8,6 +8,7 @@ three rects per step, all rebuilt by every sort, filter, step pick or detail ope
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from tests.e2e.helpers import (
     contrast,
+    get_json,
     new_page,
     plugin_url,
     rows,
@@ -29,7 +31,8 @@ skip_without_browser()
 STEPS = 6000
 SPIKE = 4321  # the one step whose .item() waits 50 ms
 GROUPED_STEPS = 2600  # per worker, two workers
-ITEM_SITE = "site=train.py%3A4%3Aaten%3A%3Aitem"
+ITEM_KEY = "train.py:4:aten::item"
+ITEM_SITE = "site=" + urllib.parse.quote(ITEM_KEY, safe="")
 # Elements in the whole page of the 6,000-step run, detail open (200 occurrence rows): was
 # 30,175 before the chart drew bins.
 MAX_ELEMENTS = 4000
@@ -518,4 +521,104 @@ def test_a_link_naming_an_occurrence_opens_with_its_row_in_view_in_the_list(
     assert found["focus"], found
     # The row is the list's Tab stop: Tab into the list lands on it.
     assert shared.get_attribute(f"tr[data-sync='{sync}']", "tabindex") == "0"
+    assert page_errors == []
+
+
+def _host_waits(base: str, run: str, site: str) -> dict[str, float]:
+    """Every occurrence of a site and its host wait, as the plugin lists them (in pages)."""
+    waits: dict[str, float] = {}
+    offset = 0
+    while True:
+        query = urllib.parse.urlencode({"run": run, "site": site, "offset": offset, "limit": 500})
+        page = get_json(f"{base}/data/plugin/sync_advisor/syncs?{query}")
+        waits.update((s["id"], s["host_wait_us"]) for s in page["items"])
+        offset += 500
+        if offset >= page["total"]:
+            return waits
+
+
+def test_the_occurrences_list_in_the_order_of_the_longest_host_wait_and_a_link_to_it(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}&occ=400"))
+    page.wait_for_selector("[data-testid=occurrences][data-offset='400']")
+    occ = "[data-testid=occurrences] tbody tr"
+    # A labelled select, as they ran until another order is picked.
+    order = page.get_by_role("combobox", name="Order of the occurrences")
+    assert order.input_value() == ""
+    assert order.locator("option").all_inner_texts() == [
+        "as they ran",
+        "largest saving",
+        "longest host wait",
+        "longest GPU idle after",
+    ]
+    # From the keyboard: two down from "as they ran" (each a change: the last one listed).
+    order.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    # Another order starts at the first page, and the URL says both.
+    page.wait_for_selector("[data-testid=occurrences][data-order=host_wait_us][data-offset='0']")
+    page.wait_for_function(
+        "want => location.hash === want", arg=f"#run=long&{ITEM_SITE}&osort=host_wait_us"
+    )
+    assert page.evaluate("document.activeElement.id") == "sa-osort"
+    assert page.inner_text("[data-testid=occ-range]") == ("1–200 of 6,000, longest host wait first")
+    # The first page is the 200 longest waits of all 6,000, longest first: the spike first.
+    waits = _host_waits(long_board, "long", ITEM_KEY)
+    assert len(waits) == STEPS
+    first = page.eval_on_selector_all(occ, "rows => rows.map(r => r.dataset.sync)")
+    shown = [waits[i] for i in first]
+    assert len(shown) == 200 and shown == sorted(waits.values(), reverse=True)[:200]
+    assert page.locator(occ).first.locator("td").first.inner_text() == str(SPIKE)
+    assert page.get_attribute("[data-testid=occurrences] th[aria-sort]", "title") == "host wait"
+    # The next page goes on in that order.
+    page.click("[data-testid=occ-next]")
+    page.wait_for_selector("[data-testid=occurrences][data-order=host_wait_us][data-offset='200']")
+    second = page.eval_on_selector_all(occ, "rows => rows.map(r => r.dataset.sync)")
+    assert [waits[i] for i in second] == sorted(waits.values(), reverse=True)[200:400]
+    assert "osort=host_wait_us&occ=200" in page.evaluate("location.hash")
+    # An occurrence picked on it: a link (and a reload) opens the same order, page and
+    # occurrence, its row in view in the list.
+    page.locator(occ).nth(150).click()
+    picked = second[150]
+    page.wait_for_function(f"location.hash.includes('sync={picked}')")
+    link = page.evaluate("location.href")
+    assert "osort=host_wait_us" in link and "occ=200" in link
+    again = new_page(browser, page_errors)
+    for opened in (again, page):
+        if opened is again:
+            again.goto(link)
+        else:
+            page.reload()
+        opened.wait_for_selector(
+            "[data-testid=occurrences][data-order=host_wait_us][data-offset='200']"
+            f" tr[data-sync='{picked}'][aria-current=true]"
+        )
+        assert opened.evaluate("location.href") == link
+        assert opened.get_by_role("combobox", name="Order of the occurrences").input_value() == (
+            "host_wait_us"
+        )
+        assert opened.eval_on_selector_all(occ, "rows => rows.map(r => r.dataset.sync)") == second
+        _settle(opened)
+        found = opened.evaluate(IN_LIST)
+        assert found["inView"] and found["listScrolled"], found
+        assert opened.get_attribute(f"tr[data-sync='{picked}']", "tabindex") == "0"
+    # As they ran again: the first page in the order they ran, no osort in the URL.
+    page.get_by_role("combobox", name="Order of the occurrences").select_option("")
+    page.wait_for_selector("[data-testid=occurrences]:not([data-order])[data-offset='0']")
+    assert page.locator(occ).first.locator("td").first.inner_text() == "1"
+    assert "osort=" not in page.evaluate("location.hash")
+    assert "occ=" not in page.evaluate("location.hash")
+    assert page_errors == []
+
+
+def test_an_unknown_occurrences_order_in_the_url_is_dropped_from_it(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}&osort=bogus&occ=200"))
+    page.wait_for_selector("[data-testid=occurrences]:not([data-order])[data-offset='200']")
+    page.wait_for_function("want => location.hash === want", arg=f"#run=long&{ITEM_SITE}&occ=200")
+    assert page.locator("[data-testid=occ-sort]").input_value() == ""
     assert page_errors == []

@@ -331,6 +331,42 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
   ];
 }
 
+/** How a compare table's header says a column's unit (as `summaryRows`' headings do). */
+export const UNIT_WORDS = Object.freeze({ step: "per step", run: "whole run" });
+
+/**
+ * The compared sites table's columns. Each figure's header says its unit on a line under its
+ * label, in the words of the summary's headings (`summaryRows`): the syncs counted over the
+ * whole run (they grow with the steps profiled) beside the cost per step (host wait + GPU
+ * idle after, the mean of the profiled steps: runs of different lengths compare fairly) and
+ * its change, or, sites compared by count (`byCount`: a CPU-only run), the syncs per step.
+ * @param {boolean} byCount
+ * @returns {{id: string, label: string, unit: "step" | "run" | null, title: string | null, cls: string | null}[]}
+ */
+export function compareColumns(byCount) {
+  const perStep = byCount ? "syncs per step (mean of the profiled steps)" : "host wait + GPU idle after the syncs, per step (mean of the profiled steps)";
+  const wholeRun = "syncs over the whole run (all profiled steps)";
+  /** @param {string} id @param {string} label @param {string | null} [cls] */
+  const plain = (id, label, cls = null) => ({ id, label, unit: null, title: null, cls });
+  return [
+    plain("status", "Status"),
+    plain("location", "Location"),
+    plain("func", "Function", "col-func"),
+    plain("kind", "Kind", "col-kind"),
+    { id: "count-before", label: "Syncs before", unit: "run", title: `Baseline: ${wholeRun}`, cls: "num col-count" },
+    { id: "count-after", label: "Syncs after", unit: "run", title: `This run: ${wholeRun}`, cls: "num col-count" },
+    { id: "cost-before", label: byCount ? "Syncs before" : "Cost before", unit: "step", title: `Baseline: ${perStep}`, cls: "num col-cost" },
+    { id: "cost-after", label: byCount ? "Syncs after" : "Cost after", unit: "step", title: `This run: ${perStep}`, cls: "num col-cost" },
+    {
+      id: "change",
+      label: "Change",
+      unit: "step",
+      title: byCount ? "syncs per step, baseline → this run" : "the cost per step that went away, came or changed (host wait + GPU idle after, mean of the profiled steps)",
+      cls: "col-change",
+    },
+  ];
+}
+
 /**
  * Latent syncs per step of one side's summary.
  * @param {any} summary

@@ -12,6 +12,7 @@ import { nothingReadable, runOptionLabel, selectionName } from "./repairs.js";
 import { nextRowIndex } from "./sites.js";
 import {
   changeText,
+  compareColumns,
   compareHeadline,
   pickBaseline,
   compareBasis,
@@ -24,6 +25,7 @@ import {
   STATUS_ORDER,
   STATUS_TONE,
   summaryRows,
+  UNIT_WORDS,
 } from "./compare.js";
 
 /** @param {any} ctx */
@@ -171,15 +173,15 @@ export async function renderCompare(ctx) {
               h(
                 "tr",
                 null,
-                h("th", null, "Status"),
-                h("th", null, "Location"),
-                h("th", { class: "col-func" }, "Function"),
-                h("th", { class: "col-kind" }, "Kind"),
-                h("th", { class: "num col-count" }, "Count before"),
-                h("th", { class: "num col-count" }, "Count after"),
-                h("th", { class: "num col-cost" }, byCount ? "Per step before" : "Cost/step before"),
-                h("th", { class: "num col-cost" }, byCount ? "Per step after" : "Cost/step after"),
-                h("th", { class: "col-change" }, "Change"),
+                // Each figure's unit under its label: whole-run counts beside per-step costs.
+                compareColumns(byCount).map((c) =>
+                  h(
+                    "th",
+                    { class: c.cls, scope: "col", title: c.title, "data-col": c.id },
+                    c.label,
+                    c.unit ? [" ", h("span", { class: "sa-th-scope", "data-unit": c.unit }, UNIT_WORDS[c.unit])] : null,
+                  ),
+                ),
               ),
             ),
             h(

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { summaryRows } from "../src/compare.js";
+import { compareColumns, summaryRows, UNIT_WORDS } from "../src/compare.js";
 
 const gpu = {
   step_count: 4,
@@ -60,4 +60,40 @@ test("a CPU-only side's costs read as not measured, and there is no saving row",
   assert.equal(rows["step-time"].before, "900 µs");
   assert.equal(rows.steps.before, "2");
   assert.equal(rows.latent.before, "2");
+});
+
+test("the compared sites' headers say each figure's unit, in the summary's words", () => {
+  const heads = (/** @type {boolean} */ byCount) =>
+    compareColumns(byCount)
+      .filter((c) => c.unit)
+      .map((c) => [c.label, c.unit && UNIT_WORDS[c.unit]]);
+  // Whole-run counts beside per-step costs: never a bare "Count" next to "Cost/step".
+  assert.deepEqual(heads(false), [
+    ["Syncs before", "whole run"],
+    ["Syncs after", "whole run"],
+    ["Cost before", "per step"],
+    ["Cost after", "per step"],
+    ["Change", "per step"],
+  ]);
+  // Compared by count (a CPU-only run): both are syncs, one over the run, one per step.
+  assert.deepEqual(heads(true), [
+    ["Syncs before", "whole run"],
+    ["Syncs after", "whole run"],
+    ["Syncs before", "per step"],
+    ["Syncs after", "per step"],
+    ["Change", "per step"],
+  ]);
+  // The same words as the summary's group headings, whose units they are.
+  const titles = Object.fromEntries(summaryRows({ base: gpu, new: gpuAfter }).map((g) => [g.unit, g.title.toLowerCase()]));
+  assert.ok(titles.step.startsWith(UNIT_WORDS.step), titles.step);
+  assert.ok(titles.run.startsWith(UNIT_WORDS.run), titles.run);
+  // Each figure's tooltip says which run and over what.
+  const cost = compareColumns(false).find((c) => c.id === "cost-after");
+  assert.match(cost?.title ?? "", /^This run: host wait \+ GPU idle after the syncs, per step \(mean of the profiled steps\)$/);
+  const count = compareColumns(false).find((c) => c.id === "count-before");
+  assert.equal(count?.title, "Baseline: syncs over the whole run (all profiled steps)");
+  assert.deepEqual(
+    compareColumns(false).map((c) => c.id),
+    ["status", "location", "func", "kind", "count-before", "count-after", "cost-before", "cost-after", "change"],
+  );
 });

@@ -297,6 +297,13 @@ def test_the_step_chart_is_one_tab_stop_with_arrow_keys_between_bars(
     assert page_errors == []
 
 
+# The compared sites' figure headers: column, label, unit and the unit's words under the label.
+COMPARE_HEADS = """() => [...document.querySelectorAll('[data-testid=compare-sites] thead th')]
+  .filter(th => th.querySelector('.sa-th-scope'))
+  .map(th => [th.dataset.col, th.firstChild.textContent,
+    th.querySelector('.sa-th-scope').dataset.unit, th.querySelector('.sa-th-scope').textContent])"""
+
+
 def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:
@@ -349,6 +356,15 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert {"step-time", "syncs"} <= set(groups[0][2]), groups
     assert {"steps", "host-wait", "gpu-idle"} <= set(groups[1][2]), groups
     assert page.inner_text(f"{summary} tr[data-row=steps] td") == "4"
+    # The sites table's headers say each figure's unit in the same words: whole-run counts
+    # beside per-step costs.
+    assert page.evaluate(COMPARE_HEADS) == [
+        ["count-before", "Syncs before", "run", "whole run"],
+        ["count-after", "Syncs after", "run", "whole run"],
+        ["cost-before", "Cost before", "step", "per step"],
+        ["cost-after", "Cost after", "step", "per step"],
+        ["change", "Change", "step", "per step"],
+    ]
     shot(page, "compare.png")
     assert page_errors == []
 
@@ -447,8 +463,14 @@ def test_compare_of_a_gpu_run_with_a_cpu_only_run_counts_sites_and_says_why(
         "[data-testid=compare-sites] tbody tr", "rows => rows.map(r => r.dataset.status)"
     )
     assert statuses == ["same", "same"], statuses
-    headers = page.inner_text("[data-testid=compare-sites] thead")
-    assert "Per step before" in headers and "Cost/step" not in headers
+    # Both figures are syncs: one over the whole run, one per step, each header says which.
+    assert page.evaluate(COMPARE_HEADS) == [
+        ["count-before", "Syncs before", "run", "whole run"],
+        ["count-after", "Syncs after", "run", "whole run"],
+        ["cost-before", "Syncs before", "step", "per step"],
+        ["cost-after", "Syncs after", "step", "per step"],
+        ["change", "Change", "step", "per step"],
+    ]
     assert "1 → 1 per step" in page.inner_text("[data-testid=compare-sites] tbody")
     # CPU and GPU step times measure different machines: no good/bad news from them.
     assert "step times do not compare" in page.inner_text("[data-testid=step-change-note]")
@@ -1395,7 +1417,14 @@ def test_at_800_px_the_costs_and_the_compare_verdict_stay_in_view(
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     found = page.evaluate(IN_VIEW, "compare-sites")
     assert not found["scrolls"], found
-    for column in ("Status", "Location", "Cost/step before", "Cost/step after", "Change"):
+    # Each figure's header with its unit (a line under the label).
+    for column in (
+        "Status",
+        "Location",
+        "Cost before per step",
+        "Cost after per step",
+        "Change per step",
+    ):
         assert column in found["shown"], found
     # The change is read whole, not squeezed to a word a line.
     change = page.locator("[data-testid=compare-sites] tbody tr td.col-change").first

@@ -15,7 +15,7 @@ import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
 import { nextRowIndex, siteWhere } from "./sites.js";
-import { OCC_SORTS, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
+import { OCC_SORTS, occPagePatch, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -602,7 +602,8 @@ function revealSelectedOccurrence(panel) {
  * buttons that reach every one, in the order they ran (as the plugin lists them) or, picked
  * in the Order box, the costliest first (the plugin sorts the whole list, then pages it);
  * the page and the order are kept in the view state (`occ`, `osort`) without drawing the
- * view again, and another order starts at the first page. The rows are one Tab stop, arrow
+ * view again, and another order starts at the first page. The detail keeps the occurrence it
+ * shows, and the URL names it (`sync`, `occPagePatch`) so that a reload shows it too. The rows are one Tab stop, arrow
  * keys between them, Enter or Space (or a click) shows that occurrence.
  * @param {{total: number, offset?: number, items: any[]}} first the page the view state names
  * @param {(offset: number, osort: string) => Promise<any>} fetchPage
@@ -650,7 +651,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
     const go = async (to) => {
       const next = await load(to, order);
       if (!next) return;
-      app.noteState({ occ: to });
+      app.noteState(occPagePatch({ occ: to }, app.state.sync, selectedId));
       const key = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.focusKey ?? null;
       show(next, to, key);
     };
@@ -749,7 +750,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
           return;
         }
         order = to;
-        app.noteState({ osort: to, occ: 0 });
+        app.noteState(occPagePatch({ osort: to, occ: 0 }, app.state.sync, selectedId));
         show(next, 0, null);
       },
     },

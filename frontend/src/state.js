@@ -243,6 +243,20 @@ export function occurrencesParams(state, { osort, latent, offset, orderOf }) {
 }
 
 /**
+ * The view state patch of a page or an order of the detail's occurrences listed, with the
+ * occurrence still shown in the detail (`shown`) named too (`sync`) when the URL names
+ * another one or none (then a reload would show the first one listed): paging does not make
+ * the detail jump, and the URL keeps naming what is on screen.
+ * @param {Partial<ViewState>} patch `occ` and maybe `osort`
+ * @param {string | null} named the sync the view state names
+ * @param {string | null} shown the sync the detail shows
+ * @returns {Partial<ViewState>}
+ */
+export function occPagePatch(patch, named, shown) {
+  return shown !== null && shown !== named ? { ...patch, sync: shown } : patch;
+}
+
+/**
  * The state after `patch`: as `{...state, ...patch}`, and the detail's occurrences list back
  * at its first page when what it lists changes (another run, worker, span, site, step or
  * latent findings) or its order does, unless the patch says where it starts. The order

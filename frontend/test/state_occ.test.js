@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { decodeState, encodeState, occNeedsRewrite, stateFromTbHash } from "../src/state.js";
+import { decodeState, encodeState, occNeedsRewrite, occPagePatch, stateFromTbHash } from "../src/state.js";
 
 const SITE = "site=train.py%3A9%3Aaten%3A%3Aitem";
 
@@ -49,4 +49,15 @@ test("so is TensorBoard's hash, whose keys are the plugin's prefixed", () => {
   // Another plugin's occ is not ours.
   const other = `#scalars&run=a&occ=abc`;
   assert.equal(occNeedsRewrite(other, decodeState(""), true), false);
+});
+
+test("another page or order of the occurrences names the occurrence still shown when the URL names another or none", () => {
+  // None named: a reload would show the first one listed, so the one shown is written.
+  assert.deepEqual(occPagePatch({ occ: 200 }, null, "s1"), { occ: 200, sync: "s1" });
+  assert.deepEqual(occPagePatch({ osort: "host_wait_us", occ: 0 }, null, "s1"), { osort: "host_wait_us", occ: 0, sync: "s1" });
+  // Another one named (not this site's): the one shown.
+  assert.deepEqual(occPagePatch({ occ: 0 }, "gone", "s1"), { occ: 0, sync: "s1" });
+  // The one shown named already, or nothing shown: the page only.
+  assert.deepEqual(occPagePatch({ occ: 400 }, "s1", "s1"), { occ: 400 });
+  assert.deepEqual(occPagePatch({ occ: 400 }, null, null), { occ: 400 });
 });

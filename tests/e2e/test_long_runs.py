@@ -544,6 +544,8 @@ def test_the_occurrences_list_in_the_order_of_the_longest_host_wait_and_a_link_t
     page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}&occ=400"))
     page.wait_for_selector("[data-testid=occurrences][data-offset='400']")
     occ = "[data-testid=occurrences] tbody tr"
+    # None named: the detail shows the first occurrence of the page listed.
+    shown_id = page.get_attribute(f"{occ}[aria-current=true]", "data-sync")
     # A labelled select, as they ran until another order is picked.
     order = page.get_by_role("combobox", name="Order of the occurrences")
     assert order.input_value() == ""
@@ -559,8 +561,10 @@ def test_the_occurrences_list_in_the_order_of_the_longest_host_wait_and_a_link_t
     page.keyboard.press("ArrowDown")
     # Another order starts at the first page, and the URL says both.
     page.wait_for_selector("[data-testid=occurrences][data-order=host_wait_us][data-offset='0']")
+    # The detail still shows the occurrence it showed (the first as they ran), now named.
     page.wait_for_function(
-        "want => location.hash === want", arg=f"#run=long&{ITEM_SITE}&osort=host_wait_us"
+        "want => location.hash === want",
+        arg=f"#run=long&{ITEM_SITE}&sync={shown_id}&osort=host_wait_us",
     )
     assert page.evaluate("document.activeElement.id") == "sa-osort"
     assert page.inner_text("[data-testid=occ-range]") == ("1–200 of 6,000, longest host wait first")
@@ -610,6 +614,43 @@ def test_the_occurrences_list_in_the_order_of_the_longest_host_wait_and_a_link_t
     assert page.locator(occ).first.locator("td").first.inner_text() == "1"
     assert "osort=" not in page.evaluate("location.hash")
     assert "occ=" not in page.evaluate("location.hash")
+    assert page_errors == []
+
+
+def test_paging_or_ordering_the_occurrences_keeps_the_one_shown_and_names_it_in_the_url(
+    long_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """With no occurrence named, a reload shows the first one listed: another page or order
+    keeps the detail on the one shown and names it in the URL, so that a reload shows it."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(long_board, f"#run=long&{ITEM_SITE}"))
+    occ = "[data-testid=occurrences] tbody tr"
+    page.wait_for_selector("[data-testid=occurrences][data-offset='0'] tr[aria-current=true]")
+    shown = page.get_attribute(f"{occ}[aria-current=true]", "data-sync")
+    chain = page.inner_text("[data-testid=chain]")
+    assert "sync=" not in page.evaluate("location.hash")
+    page.click("[data-testid=occ-next]")
+    page.wait_for_selector("[data-testid=occurrences][data-offset='200']")
+    assert page.evaluate("location.hash") == f"#run=long&{ITEM_SITE}&sync={shown}&occ=200"
+    assert page.evaluate("document.activeElement.dataset.testid") == "occ-next"
+    assert page.locator("[data-testid=occurrences] tbody tr[tabindex='0']").count() == 1
+    for step in ("page", "order"):
+        if step == "order":
+            page.get_by_role("combobox", name="Order of the occurrences").select_option(
+                "host_wait_us"
+            )
+            page.wait_for_selector(
+                "[data-testid=occurrences][data-order=host_wait_us][data-offset='0']"
+            )
+            assert page.evaluate("location.hash") == (
+                f"#run=long&{ITEM_SITE}&sync={shown}&osort=host_wait_us"
+            )
+        assert page.inner_text("[data-testid=chain]") == chain
+        link = page.evaluate("location.href")
+        page.reload()
+        page.wait_for_selector("[data-testid=occurrences]")
+        page.wait_for_function("want => location.href === want", arg=link)
+        assert page.inner_text("[data-testid=chain]") == chain
     assert page_errors == []
 
 

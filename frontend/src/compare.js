@@ -27,15 +27,61 @@ export const STATUS_TONE = Object.freeze({
 
 /**
  * Cost of one side of a compared site: host wait + GPU idle per step (`cost_per_step_us`
- * from compare.py: per-step costs compare runs of different lengths fairly), else the
- * totals.
+ * from compare.py: per-step costs compare runs of different lengths fairly); 0 for no side;
+ * null when the answer has no per-step figure (from an older version, and none could be
+ * computed: `withPerStepCosts`). Never the whole-run totals: the columns say "per step".
  * @param {any} side
- * @returns {number}
+ * @returns {number | null}
  */
 export function sideCost(side) {
   if (!side) return 0;
-  if (typeof side.cost_per_step_us === "number") return num(side.cost_per_step_us);
-  return num(side.host_wait_us) + num(side.gpu_idle_us);
+  const cost = side.cost_per_step_us;
+  return typeof cost === "number" && Number.isFinite(cost) ? cost : null;
+}
+
+/**
+ * The compared sites with the per-step cost of each side that an older answer lacks
+ * computed as compare.py computes it: the side's host wait + GPU idle totals over its run's
+ * profiled steps (`step_count` of that run's summary, at least 1). A side whose run summary
+ * has no step count is left without (`sideCost` null).
+ * @template {{before?: any, after?: any}} T
+ * @param {T[]} sites
+ * @param {any} base the answer's baseline summary (`base`)
+ * @param {any} after the answer's summary of this run (`new`)
+ * @returns {T[]}
+ */
+export function withPerStepCosts(sites, base, after) {
+  /** @param {any} side @param {any} summary */
+  const fill = (side, summary) => {
+    if (!side || sideCost(side) !== null) return side;
+    const steps = summary?.step_count;
+    if (typeof steps !== "number" || !Number.isFinite(steps)) return side;
+    return { ...side, cost_per_step_us: (num(side.host_wait_us) + num(side.gpu_idle_us)) / Math.max(Math.trunc(steps), 1) };
+  };
+  return sites.map((x) => ({ ...x, before: fill(x.before, base), after: fill(x.after, after) }));
+}
+
+/**
+ * What a side's cost cell says: its cost per step, "–" with why for a side with no per-step
+ * figure (null `title` otherwise).
+ * @param {any} side
+ * @param {"before" | "after"} which
+ * @returns {{text: string, title: string | null}}
+ */
+export function costCell(side, which) {
+  const cost = sideCost(side);
+  if (!side) return { text: "–", title: null };
+  if (cost === null) return { text: "–", title: noPerStepTitle(which) };
+  return { text: formatUs(cost), title: null };
+}
+
+/**
+ * Why a side shows no cost per step.
+ * @param {"before" | "after"} which
+ */
+export function noPerStepTitle(which) {
+  const who = which === "before" ? "The baseline" : "This run";
+  return `${who} predates per-step figures (no cost per step and no count of its profiled steps): its whole-run totals are not shown as per-step costs`;
 }
 
 /** @param {unknown} v */
@@ -70,9 +116,8 @@ export function sortCompareSites(sites) {
   return [...sites].sort((a, b) => {
     const r = rank(a.status) - rank(b.status);
     if (r) return r;
-    const c =
-      Math.max(sideCost(b.before), sideCost(b.after)) -
-      Math.max(sideCost(a.before), sideCost(a.after));
+    const cost = (/** @type {any} */ side) => sideCost(side) ?? 0;
+    const c = Math.max(cost(b.before), cost(b.after)) - Math.max(cost(a.before), cost(a.after));
     if (c) return c;
     const f = String(a.file ?? "").localeCompare(String(b.file ?? ""));
     return f || (a.line ?? 0) - (b.line ?? 0);
@@ -85,6 +130,7 @@ export function sortCompareSites(sites) {
  * site's cost (host wait + GPU idle per step) that went away or came, not a predicted
  * saving: the run totals and Hotspots' Saves/step are the replay's predictions, which are
  * smaller. Latent sites (CPU-only runs, no cost) are described by their syncs per step.
+ * "–" when a side has no cost per step (`sideCost` null).
  * @param {{status: string, before?: any, after?: any}} site
  * @param {{latent?: boolean}} [opts]
  * @returns {string}
@@ -99,6 +145,8 @@ export function changeText(site, opts = {}) {
   }
   const before = sideCost(site.before);
   const after = sideCost(site.after);
+  // A side with no per-step figure (an older answer): no change per step to tell.
+  if (before === null || after === null) return "–";
   switch (site.status) {
     case "fixed":
       return `gone: was costing ${formatDeltaUs(before).replace(/^\+/, "")}/step`;

@@ -6,7 +6,7 @@
 import { getJson } from "./api.js";
 import { h, rovingKeys } from "./dom.js";
 import { kindLabel } from "./catalogue.js";
-import { formatCount, formatUs } from "./format.js";
+import { formatCount } from "./format.js";
 import { unreadableFiles } from "./hotspots.js";
 import { nothingReadable, runOptionLabel, selectionName } from "./repairs.js";
 import { nextRowIndex } from "./sites.js";
@@ -18,7 +18,9 @@ import {
   compareBasis,
   compareLocation,
   countByStatus,
+  costCell,
   countTone,
+  noPerStepTitle,
   sideCost,
   sortCompareSites,
   STATUS_LABELS,
@@ -26,6 +28,7 @@ import {
   STATUS_TONE,
   summaryRows,
   UNIT_WORDS,
+  withPerStepCosts,
 } from "./compare.js";
 
 /** @param {any} ctx */
@@ -97,7 +100,8 @@ export async function renderCompare(ctx) {
   const basis = compareBasis(data);
   const latent = basis.latentOnly;
   const byCount = basis.byCount;
-  const sites = sortCompareSites(basis.sites);
+  // An answer from an older version may lack the per-step costs: computed as compare.py does.
+  const sites = sortCompareSites(withPerStepCosts(basis.sites, data.base, data.new));
   const counts = countByStatus(sites);
   const b = data.base || {};
   const n = data.new || {};
@@ -209,9 +213,9 @@ export async function renderCompare(ctx) {
                   h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
                   h("td", { class: "num col-count" }, x.before ? formatCount(x.before.count) : "–"),
                   h("td", { class: "num col-count" }, x.after ? formatCount(x.after.count) : "–"),
-                  h("td", { class: "num col-cost" }, x.before ? (byCount ? formatCount(x.before.per_step) : formatUs(sideCost(x.before))) : "–"),
-                  h("td", { class: "num col-cost" }, x.after ? (byCount ? formatCount(x.after.per_step) : formatUs(sideCost(x.after))) : "–"),
-                  h("td", { class: "col-change" }, changeText(x, { latent: byCount })),
+                  byCount ? h("td", { class: "num col-cost" }, x.before ? formatCount(x.before.per_step) : "–") : costTd(x.before, "before"),
+                  byCount ? h("td", { class: "num col-cost" }, x.after ? formatCount(x.after.per_step) : "–") : costTd(x.after, "after"),
+                  h("td", { class: "col-change", title: changeTitle(x, byCount) }, changeText(x, { latent: byCount })),
                 ),
               ),
             ),
@@ -219,6 +223,27 @@ export async function renderCompare(ctx) {
         )
       : h("div", { class: "sa-empty" }, "Neither run has sync sites."),
   );
+}
+
+/**
+ * A side's cost per step cell ("–" saying why for a side with no per-step figure).
+ * @param {any} side
+ * @param {"before" | "after"} which
+ */
+function costTd(side, which) {
+  const cell = costCell(side, which);
+  return h("td", { class: "num col-cost", title: cell.title }, cell.text);
+}
+
+/**
+ * Why a change reads "–": a side with no per-step figure (null when both have one).
+ * @param {any} x
+ * @param {boolean} byCount
+ */
+function changeTitle(x, byCount) {
+  if (byCount) return null;
+  if (sideCost(x.before) === null) return noPerStepTitle("before");
+  return sideCost(x.after) === null ? noPerStepTitle("after") : null;
 }
 
 /**

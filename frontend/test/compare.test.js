@@ -6,6 +6,7 @@ import {
   compareBasis,
   compareHeadline,
   countByStatus,
+  costCell,
   countTone,
   pickBaseline,
   selfBaselineText,
@@ -13,10 +14,14 @@ import {
   sortCompareSites,
   stepTimeChange,
   STATUS_TONE,
+  withPerStepCosts,
 } from "../src/compare.js";
 
 const site = (key, status, before, after) => ({ key, status, file: `${key}.py`, line: 1, before, after });
-const cost = (w, i, count = 1) => ({ count, host_wait_us: w, gpu_idle_us: i });
+// A side as compare.py answers it (one profiled step: its totals are its per-step cost).
+const cost = (w, i, count = 1) => ({ count, host_wait_us: w, gpu_idle_us: i, cost_per_step_us: w + i });
+// A side from an older version: totals only.
+const totals = (w, i, count = 1) => ({ count, host_wait_us: w, gpu_idle_us: i });
 
 test("every status gets a count, including those with no site", () => {
   const counts = countByStatus([site("a", "fixed"), site("b", "fixed"), site("c", "new")]);
@@ -38,10 +43,40 @@ test("regressions are listed first, then wins, then unchanged; larger cost first
   );
 });
 
-test("cost of a side is host wait plus GPU idle, per step when given", () => {
+test("cost of a side is its cost per step, never its whole-run totals", () => {
   assert.equal(sideCost(cost(100, 50)), 150);
   assert.equal(sideCost({ host_wait_us: 999, gpu_idle_us: 1, cost_per_step_us: 15 }), 15);
   assert.equal(sideCost(null), 0);
+  // An older answer's side, totals only: no per-step figure.
+  assert.equal(sideCost(totals(100, 50)), null);
+});
+
+test("an older answer's sides get the cost per step as compare.py computes it: totals over the run's profiled steps", () => {
+  const sites = [site("a", "better", totals(900, 100), totals(200, 0)), site("b", "new", null, cost(7, 0))];
+  const [a, b] = withPerStepCosts(sites, { step_count: 10 }, { step_count: 4 });
+  assert.equal(sideCost(a.before), 100);
+  assert.equal(sideCost(a.after), 50);
+  assert.equal(b.before, null);
+  assert.equal(sideCost(b.after), 7); // given: kept
+  assert.equal(changeText(a), "\u221250 µs (\u221250 %)");
+  // No profiled step: compare.py divides by 1.
+  assert.equal(sideCost(withPerStepCosts(sites, { step_count: 0 }, {})[0].before), 1000);
+  // No step count in the answer: none to compute, and the inputs are left as they were.
+  const [old] = withPerStepCosts(sites, {}, null);
+  assert.equal(sideCost(old.before), null);
+  assert.equal(sites[0].before.cost_per_step_us, undefined);
+});
+
+test("a side with no per-step figure shows a dash saying the baseline predates them, and no change", () => {
+  const x = site("a", "better", totals(1000, 200), cost(300, 0));
+  assert.deepEqual(costCell(x.after, "after"), { text: "300 µs", title: null });
+  const cell = costCell(x.before, "before");
+  assert.equal(cell.text, "–");
+  assert.match(cell.title, /^The baseline predates per-step figures/);
+  assert.deepEqual(costCell(null, "before"), { text: "–", title: null });
+  // Not the totals' "1.20 ms" under a per-step header, nor a change computed from them.
+  assert.equal(changeText(x), "–");
+  assert.equal(changeText(site("f", "fixed", totals(1000, 200), null)), "–");
 });
 
 test("change text says what a gone site was costing and what a new one costs, per step", () => {

@@ -369,6 +369,53 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert page_errors == []
 
 
+# The compared sites' cost cells and change: [key, before, before title, after, change].
+COMPARE_COSTS = """() => [...document.querySelectorAll('[data-testid=compare-sites] tbody tr')]
+  .map(tr => [tr.dataset.key, ...[...tr.querySelectorAll('td.col-cost')]
+    .flatMap(td => [td.textContent, td.title]), tr.querySelector('td.col-change').textContent])"""
+
+
+@pytest.mark.parametrize("base_steps", [True, False])
+def test_an_older_compare_answer_shows_costs_per_step_never_whole_run_totals(
+    board: str, browser: Any, page_errors: list[str], base_steps: bool
+) -> None:
+    """An answer without ``cost_per_step_us`` (an older version's): the costs per step as
+    compare.py computes them from the run's step count, else a dash that says why."""
+    page = new_page(browser, page_errors)
+    url = plugin_url(board, "#run=optimized&view=compare&base=baseline")
+    page.goto(url)
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    current = page.evaluate(COMPARE_COSTS)
+    older = new_page(browser, page_errors)
+
+    def strip(route: Any) -> None:
+        answer = route.fetch().json()
+        for x in answer["sites"] + answer["latent_sites"]:
+            for side in (x["before"], x["after"]):
+                if side:
+                    side.pop("cost_per_step_us")
+        if not base_steps:
+            answer["base"].pop("step_count")
+        route.fulfill(json=answer)
+
+    older.route(re.compile(r"/data/plugin/sync_advisor/compare\?"), strip)
+    older.goto(url)
+    older.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    shown = older.evaluate(COMPARE_COSTS)
+    if base_steps:
+        assert shown == current
+    else:
+        # The baseline's side: a dash saying why (not its totals); this run's as before.
+        assert [r[0] for r in shown] == [r[0] for r in current]
+        for row, was in zip(shown, current, strict=True):
+            if was[1] == "–":  # no side in the baseline (a new site)
+                assert row == was
+                continue
+            assert row[1] == "–" and row[2].startswith("The baseline predates per-step figures")
+            assert row[3:5] == was[3:5] and row[5] == "–"
+    assert page_errors == []
+
+
 def test_the_compared_sites_are_one_tab_stop_with_arrow_keys_between_rows(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

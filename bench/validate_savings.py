@@ -151,7 +151,11 @@ def fidelity(path: Path) -> dict[str, Any]:
 
 
 def _default_pairs(traces: Path) -> list[Pair]:
-    demo = traces / "h100_demo"
+    return demo_pairs(traces / "h100_demo")
+
+
+def demo_pairs(demo: Path) -> list[Pair]:
+    """The demo's cnn and seg pairs in a folder written by ``bench/record_gpu_traces.py``."""
     times_file = demo / "unprofiled_step_times.json"
     if not times_file.is_file():
         return []
@@ -172,6 +176,26 @@ def _default_pairs(traces: Path) -> list[Pair]:
     return pairs
 
 
+def recorded_pairs(folder: Path) -> list[Pair]:
+    """The pairs in a folder written by ``bench/record_savings_pairs.py`` (``pairs.json``)."""
+    info = json.loads((folder / "pairs.json").read_text(encoding="utf-8"))
+    pairs = []
+    for name, row in info["pairs"].items():
+        if "error" in row:
+            print(f"validate_savings: {name}: not recorded: {row['error']}", file=sys.stderr)
+            continue
+        pairs.append(
+            Pair(
+                name,
+                folder / row["baseline"]["trace"],
+                folder / row["fixed"]["trace"],
+                row["baseline"]["median_ms"],
+                row["fixed"]["median_ms"],
+            )
+        )
+    return pairs
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:6.1%}"
 
@@ -179,16 +203,16 @@ def _pct(x: float | None) -> str:
 def _print_pairs(rows: list[dict[str, Any]]) -> None:
     print("Predicted vs measured saving per step (every sync of the program removed)")
     print(
-        f"{'pair':<6} {'syncs':>5} {'profiled':>9} {'predicted':>17} {'bound today':>12} "
+        f"{'pair':<20} {'syncs':>5} {'profiled':>9} {'predicted':>17} {'bound today':>12} "
         f"{'measured (unprofiled)':>29} {'ratio':>6}  verdict"
     )
     print(
-        f"{'':<6} {'':>5} {'step ms':>9} {'ms / share':>17} {'ms':>12} "
+        f"{'':<20} {'':>5} {'step ms':>9} {'ms / share':>17} {'ms':>12} "
         f"{'base -> fixed: saving / share':>29} {'(share)':>6}"
     )
     for r in rows:
         if not r["available"]:
-            print(f"{r['pair']:<6} replay unavailable: {r['reason']}")
+            print(f"{r['pair']:<20} replay unavailable: {r['reason']}")
             continue
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}"
         measured = (
@@ -196,7 +220,7 @@ def _print_pairs(rows: list[dict[str, Any]]) -> None:
             f"{r['measured_saving_ms']:+.2f} / {r['measured_share']:+.1%}"
         )
         print(
-            f"{r['pair']:<6} {r['counted_syncs']:>5} {r['profiled_step_ms']:>9.2f} "
+            f"{r['pair']:<20} {r['counted_syncs']:>5} {r['profiled_step_ms']:>9.2f} "
             f"{r['predicted_saving_ms']:>8.3f} / {r['predicted_share']:>6.1%} "
             f"{r['bound_saving_ms']:>12.3f} {measured:>29} {ratio:>6}  {r['verdict']}"
         )
@@ -267,6 +291,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("NAME", "BASE", "FIXED", "BASE_MS", "FIXED_MS"),
         help="a paired run: traces and unprofiled step times (repeatable)",
     )
+    parser.add_argument(
+        "--pairs-dir",
+        action="append",
+        default=[],
+        type=Path,
+        help="a folder of bench/record_savings_pairs.py (pairs.json) or of "
+        "bench/record_gpu_traces.py (unprofiled_step_times.json); repeatable",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     traces = _traces_dir(args.traces)
@@ -274,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print("validate_savings: no traces folder found", file=sys.stderr)
         return 2
     pairs = [Pair(n, Path(b), Path(f), float(bm), float(fm)) for n, b, f, bm, fm in args.pair]
+    for folder in args.pairs_dir:
+        pairs += recorded_pairs(folder) if (folder / "pairs.json").is_file() else demo_pairs(folder)
     pairs = pairs or _default_pairs(traces)
     pair_rows = [validate_pair(p) for p in pairs]
     _print_pairs(pair_rows)

@@ -1,6 +1,6 @@
 """The real GPU traces bundled with the package (``tb_syncfinder/demo/traces/``): four demo
-runs recorded on an NVIDIA H100 at commit 518521f, which ``tb-syncfinder demo`` shows beside
-its CPU runs on any machine.
+runs recorded on an NVIDIA H100 at commit 88cb004 (size ``large``, GPU-bound there), which
+``tb-syncfinder demo`` shows beside its CPU runs on any machine.
 
 Everything here reads package data only: no GPU, no ``../shared`` folder.
 
@@ -49,7 +49,8 @@ from tb_syncfinder.demo.runner import (
 REPO = Path(__file__).resolve().parents[1]
 # The lines of the program's own syncs that the bundled H100 traces record (what the engine
 # reported on them when they were bundled), with the ``# sync:`` marker each carried at
-# commit 518521f. Written out rather than read from the source: the traces cannot change,
+# commit 88cb004 (the same lines as at 518521f, where the earlier ``small`` traces were
+# recorded). Written out rather than read from the source: the traces cannot change,
 # the source can, and these lines must keep their markers.
 RECORDED_SYNC_LINES = {
     "cnn_baseline": {("cnn.py", 95): "h2d", ("cnn.py", 96): "h2d", ("cnn.py", 104): "item"},
@@ -128,7 +129,8 @@ def test_the_package_bundles_the_four_h100_runs_with_versions_and_provenance():
     assert versions["gpu"].startswith("NVIDIA H100")
     assert versions["torch"].startswith("2.") and versions["cuda"]
     provenance = (BUNDLED_TRACES_DIR / "README.md").read_text(encoding="utf-8")
-    assert "518521f" in provenance and "bench/record_gpu_traces.py" in provenance
+    assert versions["commit"] == "88cb004" and versions["size"] == "large"
+    assert "88cb004" in provenance and "bench/record_gpu_traces.py" in provenance
     # The recorded SHA-256 of each trace is the file's: the traces were not touched since.
     import hashlib
 

@@ -274,5 +274,5 @@ class QuietProfilerOutput:
 
 # The size bench/record_gpu_traces.py records the bundled GPU traces at (and
 # bench/validate_sync_debug.py validates): GPU-bound on an H100, so that baseline vs optimized
-# shows a saving in the step time. The traces bundled now are of "small" (see traces/README.md).
+# shows a saving in the step time. The traces bundled now are of this size (see traces/README.md).
 GPU_RECORD_SIZE = "large"

@@ -147,7 +147,13 @@ def calibrate(device: torch.device, size: wl.PairSize, share: float) -> tuple[wl
 
 
 def profile(
-    pair: str, variant: str, device: torch.device, size: wl.PairSize, steps: int, out: Path
+    pair: str,
+    variant: str,
+    device: torch.device,
+    size: wl.PairSize,
+    steps: int,
+    out: Path,
+    with_stack: bool = True,
 ) -> Path:
     activities = [torch.profiler.ProfilerActivity.CPU]
     options = {}
@@ -167,7 +173,7 @@ def profile(
                 run_dir, worker_name=f"{pair}_{variant}", use_gzip=True
             ),
             record_shapes=True,
-            with_stack=True,
+            with_stack=with_stack,
             **options,
         ) as profiler:
             wl.train(pair, variant, device, size, WAIT + WARMUP + steps, profiler.step)
@@ -255,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--host-share", type=float, default=0.5)
     parser.add_argument("--only", nargs="*", choices=wl.PAIRS, default=None)
+    parser.add_argument(
+        "--no-stack",
+        action="store_true",
+        help="profile without with_stack (less profiler overhead on the host, no lines)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print(
@@ -278,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         "timed_steps": args.timed_steps,
         "warmup_steps": args.warmup_steps,
         "rounds": args.rounds,
+        "with_stack": not args.no_stack,
     }
     for pair in args.only or wl.PAIRS:
         row: dict = {}
@@ -285,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for variant in variants:
                 started = time.perf_counter()
-                trace = profile(pair, variant, device, size, args.steps, args.out)
+                trace = profile(
+                    pair, variant, device, size, args.steps, args.out, not args.no_stack
+                )
                 row[variant] = {
                     "trace": trace.name,
                     "profile_s": round(time.perf_counter() - started, 2),

@@ -16,7 +16,14 @@ from tb_syncfinder.catalogue import (
     advice_for,
     is_warmup_annotation,
 )
-from tb_syncfinder.cost import estimated_saving_us, idle_union_us
+from tb_syncfinder.cost import (
+    FIX_WITH_OWN_SHARE,
+    FIX_WITH_STEP_SHARE,
+    PROFILER_NOTE_SHARE,
+    PROFILER_US_PER_HOST_EVENT,
+    estimated_saving_us,
+    idle_union_us,
+)
 from tb_syncfinder.models import (
     ProfilerOverhead,
     Report,
@@ -68,10 +75,13 @@ def build_sites(
     step_time_us: float,
     latent: bool = False,
     savings: Sequence[tuple[str, TraceSavings]] = (),
+    wall_time_us: float | None = None,
 ) -> list[Site]:
     """Sites of these syncs (grouped by their ``site_key``), sorted by predicted saving,
     then cost or count. ``savings``: (trace path, its what-if figures) of the traces the
-    syncs come from; a site's predicted saving is the sum of its traces' figures."""
+    syncs come from; a site's predicted saving is the sum of its traces' figures.
+    ``wall_time_us``: the steps' wall time in all (default ``step_time_us``), which a site's
+    saving with the others must reach a share of for its "fix together" note."""
     by_trace = dict(savings)
     groups: dict[str, list[Sync]] = {}
     for sync in syncs:
@@ -112,6 +122,7 @@ def build_sites(
                 notes.append(figures.reason)
             if bound_why and bound_why not in notes:
                 notes.append(bound_why)
+        with_others = _with_others(key, members, by_trace)
         sites.append(
             Site(
                 key=key,
@@ -141,9 +152,99 @@ def build_sites(
                 saving_method=_method(methods),
                 saving_note="; ".join(notes) or None,
                 recorded_line=source.recorded_line if source else None,
+                predicted_saving_with_others_us=with_others,
+                predicted_saving_with_others_per_step_us=(
+                    None if with_others is None else with_others / max(step_count, 1)
+                ),
             )
         )
+    if not latent:
+        wall = step_time_us if wall_time_us is None else wall_time_us
+        for site in sites:
+            _fix_with(site, groups, by_trace, step_count, wall)
     return rank_sites(sites)
+
+
+def _with_others(key: str, members: list[Sync], by_trace: dict[str, TraceSavings]) -> float | None:
+    """A site's saving with every other site fixed too, over its traces; None unless each
+    of them has the figure (``TraceSavings.with_others``)."""
+    total = 0.0
+    for trace in dict.fromkeys(s.trace for s in members):
+        figures = by_trace.get(trace)
+        if figures is None or key not in figures.with_others:
+            return None
+        total += figures.with_others[key]
+    return total
+
+
+# A "fix together" note also gives the site's saving with every other site fixed when
+# fixing it with its partner alone saves less than this share of that (a third site, or
+# more, waits for the same device work).
+FIX_WITH_PAIR_SHARE = 0.75
+
+
+def _fix_with(
+    site: Site,
+    groups: dict[str, list[Sync]],
+    by_trace: dict[str, TraceSavings],
+    step_count: int,
+    wall_time_us: float,
+) -> None:
+    """Name the other site a site's syncs then wait for, where fixing it alone saves much
+    less than with the others fixed too: its own saving below ``FIX_WITH_OWN_SHARE`` of
+    that, which is at least ``FIX_WITH_STEP_SHARE`` of the steps' time. Each of its traces
+    must have named the same site (``whatif.fix_together``)."""
+    with_others = site.predicted_saving_with_others_us
+    if with_others is None or site.saving_method != "replay":
+        return
+    if with_others < FIX_WITH_STEP_SHARE * wall_time_us:
+        return
+    if site.predicted_saving_us >= FIX_WITH_OWN_SHARE * with_others:
+        return
+    partner: str | None = None
+    together = 0.0
+    for trace in dict.fromkeys(s.trace for s in groups[site.key]):
+        named = by_trace[trace].fix_with.get(site.key)
+        if named is None or (partner is not None and named[0] != partner):
+            return
+        partner = named[0]
+        together += named[1]
+    if partner is None or partner not in groups:
+        return
+    steps = max(step_count, 1)
+    site.fix_with = [partner]
+    site.fix_with_saving_us = together
+    site.fix_with_saving_per_step_us = together / steps
+    from tb_syncfinder.outputs.text import format_us
+
+    other = groups[partner][0]
+    note = (
+        f"Fixing this alone saves {format_us(site.predicted_saving_us / steps)} per step: "
+        f"{_call_text(other, site.file)} then waits for the same GPU work. Fixed together "
+        f"they save {format_us(together / steps)} per step."
+    )
+    if together < FIX_WITH_PAIR_SHARE * with_others:  # more sites wait for that work
+        note += (
+            f" With every other site fixed too, fixing this one saves "
+            f"{format_us(with_others / steps)} per step."
+        )
+    site.fix_with_note = note
+
+
+def _call_text(sync: Sync, file: str | None) -> str:
+    """A site named by its first sync, as a sentence says it: ``the .tolist() at line 204``
+    (the Tensor method or function called, where the trace recorded it, else the operator
+    or API call; the line, with the file when it is not ``file``)."""
+    frame = sync.stack[0] if sync.stack else None
+    if frame is not None and frame.file == "<built-in>" and not frame.func.startswith("_"):
+        call = f".{frame.func}()"
+    else:
+        call = sync.op or sync.api
+    source = sync.source
+    if source is None or not source.file:
+        return f"the {call}"
+    where = f"line {source.line}" if source.file == file else f"{source.file}:{source.line}"
+    return f"the {call} at {where}"
 
 
 def _candidates(members: list[Sync]) -> list[int]:
@@ -230,13 +331,14 @@ def build_report(results: list[TraceResult]) -> Report:
         sync_idle_share=idle_from_syncs / window if window > 0 else 0.0,
         replay_fidelity_error=max((s.fidelity_error for s in replayed), default=0.0),
     )
+    _profiler_summary(summary, analysed)
     overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]
     warmup = [s for r in results for s in getattr(r, "warmup_allocator", ())]
     return Report(
         traces=traces,
         summary=summary,
         syncs=syncs,
-        sites=build_sites(syncs, step_count, step_time, savings=savings),
+        sites=build_sites(syncs, step_count, step_time, savings=savings, wall_time_us=wall),
         latent=latent,
         steps=steps,
         latent_sites=build_sites(latent, step_count, step_time, latent=True),
@@ -245,6 +347,57 @@ def build_report(results: list[TraceResult]) -> Report:
         ),
         warmup_allocator=build_warmup_allocator(warmup),
     )
+
+
+def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
+    """The summary's figures of the profiler's own overhead over the analysed traces'
+    steps and, where it is at least ``PROFILER_NOTE_SHARE`` of the mean step of a run with
+    syncs on a device, what that means for the predicted saving (``profiler_note``, also
+    appended to ``saving_note``)."""
+    steps = sum(len(r.steps) for r in analysed)
+    if not steps:
+        return
+    events = sum(r.savings.host_events for r in analysed)
+    summary.host_events_per_step = events / steps
+    summary.profiler_overhead_per_step_us = summary.host_events_per_step * (
+        PROFILER_US_PER_HOST_EVENT
+    )
+    busy = [r for r in analysed if r.savings.device_busy_us is not None]
+    busy_steps = sum(len(r.steps) for r in busy)
+    if busy_steps:
+        summary.device_busy_per_step_us = (
+            sum(r.savings.device_busy_us or 0.0 for r in busy) / busy_steps
+        )
+    mean_step = summary.mean_wall_step_time_us or summary.mean_step_time_us
+    overhead = summary.profiler_overhead_per_step_us
+    device = summary.device_busy_per_step_us
+    if not summary.sync_count or device is None or mean_step <= 0:
+        return
+    if overhead < PROFILER_NOTE_SHARE * mean_step:
+        return
+    from tb_syncfinder.outputs.text import format_us
+
+    path = sum(r.savings.critical_path_us for r in analysed)
+    host = sum(r.savings.critical_path_host_us for r in analysed)
+    note = (
+        f"The profiler's own overhead is about {format_us(overhead)} of each step here "
+        f"({summary.host_events_per_step:,.0f} host events per step, at about "
+        f"{PROFILER_US_PER_HOST_EVENT:.0f} us each): the saving is predicted for the "
+        "profiled program and may differ without the profiler"
+    )
+    if path > 0 and host > 0.5 * path:
+        note += (
+            f"; the replay's critical path is {host / path:.0%} host work: under the "
+            "profiler the host bounds the step, so syncs that would stall a GPU-bound "
+            "program may look free"
+        )
+    note += (
+        ". Without the profiler no fix makes a step shorter than the GPU's busy time, "
+        f"{format_us(device)}: if a step takes T unprofiled, fixing every sync saves at "
+        f"most T - {format_us(device)}."
+    )
+    summary.profiler_note = note
+    summary.saving_note = f"{summary.saving_note}; {note}" if summary.saving_note else note
 
 
 def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:

@@ -14,11 +14,19 @@ estimated saving.
 * Totals of GPU idle (per step, per site, per report) are the union of the syncs' idle
   intervals per trace and device, not their sum: syncs issued back to back with no device
   work between them all "see" the same bubble, and summing would count it once per sync.
+* The profiler's own overhead (``host_events_in_steps``): every host event the profiler
+  recorded inside the profiled steps (operators, Python frames, runtime and driver calls,
+  annotations) cost the profiled program time that it does not spend unprofiled:
+  ``PROFILER_US_PER_HOST_EVENT`` each, the middle of the 2-5 us measured per event on an
+  H100 host recording stacks. The device's busy time per step (per step, the union of the
+  device work launched in it: ``device_busy_us``, or the replay's ``_Graph.busy_us``) bounds
+  what fixing syncs can save without the profiler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from tb_syncfinder.detect import Episode
@@ -30,6 +38,82 @@ if TYPE_CHECKING:
     from tb_syncfinder.whatif import StepReplay
 
 NO_STEP = 0  # StepStats.step of the single pseudo-step of a trace without ProfilerStep spans
+# What one host event the profiler records costs the profiled program (us): 2.7-4.8 us
+# measured per event with stacks on an H100 host (profiled vs unprofiled host-bound runs).
+PROFILER_US_PER_HOST_EVENT = 3.0
+# The report says the profiler's overhead makes the prediction uncertain from this share of
+# the mean step on (``Summary.profiler_note``).
+PROFILER_NOTE_SHARE = 0.10
+# "Fix together" (``whatif.fix_together``): a site whose own saving is below this share of
+# what fixing it saves with the other sites fixed too, where that is at least this share of
+# the mean step, is told which other site waits for the same device work.
+FIX_WITH_OWN_SHARE = 0.25
+FIX_WITH_STEP_SHARE = 0.05
+
+
+def _step_ranges(tl: Timeline, numbers: Collection[int] | None) -> list[tuple[float, float]]:
+    """The time ranges of the steps (those numbered ``numbers``, None: all), overlapping
+    ones joined; the whole trace when it has no step markers."""
+    if not tl.steps:
+        return [tl.span] if numbers is None or NO_STEP in numbers else []
+    ranges: list[tuple[float, float]] = []
+    for step in tl.steps:  # sorted by start
+        if numbers is not None and step.number not in numbers:
+            continue
+        if ranges and step.ts <= ranges[-1][1]:
+            if step.end > ranges[-1][1]:
+                ranges[-1] = (ranges[-1][0], step.end)
+        else:
+            ranges.append((step.ts, step.end))
+    return ranges
+
+
+def host_events_in_steps(tl: Timeline, numbers: Collection[int] | None = None) -> int:
+    """How many host events the profiler recorded in the steps (``numbers``; None: every
+    step, or the whole trace without step markers): on every host thread, the operators,
+    annotations (``ProfilerStep#N`` included) and Python frames that start in a step, and
+    the runtime and driver calls that do. Device activity, flow and metadata events are not
+    host events."""
+    ranges = _step_ranges(tl, numbers)
+    count = 0
+    for thread in tl.threads.values():
+        for starts in (thread.starts, thread.runtime_starts):
+            if not starts:
+                continue
+            for lo, hi in ranges:
+                count += bisect_left(starts, hi) - bisect_left(starts, lo)
+    return count
+
+
+def device_busy_us(tl: Timeline, numbers: Collection[int] | None = None) -> float | None:
+    """How long the device was busy with the work launched in the steps (``numbers``;
+    None: all): per step, the union of the activity (every device and stream together) of
+    the runtime calls made in it on any host thread, added over the steps; without step
+    markers, the union of all device activity. None without device activity. For traces the
+    replay cannot take (``whatif._Graph.busy_us`` gives the replayed traces' figure)."""
+    if not tl.device_activity:
+        return None
+    if not tl.steps:
+        intervals = [(e.ts, e.ts + e.dur) for events in tl.lane_activity.values() for e in events]
+        return union_length(intervals)
+    spans: dict[int, tuple[float, float]] = {}
+    for step in tl.steps:  # several threads may record a step: its longest span
+        if numbers is not None and step.number not in numbers:
+            continue
+        prev = spans.get(step.number)
+        if prev is None or prev[1] - prev[0] < step.end - step.ts:
+            spans[step.number] = (step.ts, step.end)
+    busy = 0.0
+    for lo, hi in spans.values():
+        intervals = []
+        for thread in tl.threads.values():
+            starts = thread.runtime_starts
+            for n in range(bisect_left(starts, lo), bisect_left(starts, hi)):
+                for e in tl.device_events(thread.runtime[n], thread):
+                    if e.cat != "cuda_sync":
+                        intervals.append((e.ts, e.ts + e.dur))
+        busy += union_length(intervals)
+    return busy
 
 
 def idle_union_us(syncs: list[Sync]) -> float:

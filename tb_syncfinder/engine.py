@@ -33,7 +33,16 @@ from tb_syncfinder.catalogue import (
 )
 from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_contexts
-from tb_syncfinder.cost import estimated_saving_us, step_stats, sync_cost
+from tb_syncfinder.cost import (
+    FIX_WITH_STEP_SHARE,
+    PROFILER_NOTE_SHARE,
+    PROFILER_US_PER_HOST_EVENT,
+    device_busy_us,
+    estimated_saving_us,
+    host_events_in_steps,
+    step_stats,
+    sync_cost,
+)
 from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
 from tb_syncfinder.models import (
     Attribution,
@@ -271,7 +280,14 @@ def _analyze_in_windows(
     finally:
         parts.close()
     note = windows.window_note(len(results), window_bytes, asked=bool(options.window_bytes))
+    # ``merge`` makes the trace's what-if figures anew: the profiler's overhead added up
+    # here (no "fix together" figures: those need a whole trace's replay).
+    host_events = sum(r.savings.host_events for r in results)
+    busy_parts = [r.savings.device_busy_us for r in results if r.savings.device_busy_us is not None]
     merged = windows.merge(results, note, parts.cores)
+    merged.savings.host_events = host_events
+    merged.savings.device_busy_us = sum(busy_parts) if busy_parts else None
+    _set_profiler_info(merged.info, merged.savings, len(merged.steps))
     merged.info.windows = len(results)
     merged.info.window_note = note
     merged.info.event_count = found.entries
@@ -461,6 +477,82 @@ def _trace_savings(
     )
 
 
+# The profiled step is host-bound or not as the replay's critical path over this many last
+# steps says (a walk along every step of a long trace took 0.1 s for 10,000 steps).
+CRITICAL_PATH_STEPS = 50
+
+
+def _profiler_figures(
+    savings: TraceSavings,
+    tl: Timeline,
+    whatif: TraceWhatIf | None,
+    steps: list[StepStats],
+    core_steps: set[int] | None,
+) -> None:
+    """The profiler's own overhead in ``savings``: the host events it recorded in the
+    reported steps, the device's busy time in them (per step, the union of the device work
+    launched in it: the replay's figure, else the timeline's), and where that overhead is a
+    large share of the step, the replayed critical path's host part (is the profiled step
+    host-bound?)."""
+    savings.host_events = host_events_in_steps(tl, core_steps)
+    result = whatif.result if whatif is not None else None
+    if savings.method == "replay" and result is not None:
+        savings.device_busy_us = result.device_busy_us
+    elif tl.has_gpu_activity:
+        savings.device_busy_us = device_busy_us(tl, core_steps)
+    if result is None or not result.available or result._graph is None or not steps:
+        return
+    if core_steps is not None:
+        return  # a window's graph holds context steps: its critical path is not the span's
+    wall = sum(st.wall_time_us or st.step_time_us for st in steps) / len(steps)
+    overhead = savings.host_events / len(steps) * PROFILER_US_PER_HOST_EVENT
+    if wall > 0 and overhead >= PROFILER_NOTE_SHARE * wall:
+        path = result._graph.critical_path(CRITICAL_PATH_STEPS)
+        savings.critical_path_host_us = path.get("host", 0.0)
+        savings.critical_path_us = sum(path.values())
+
+
+def _set_profiler_info(info: TraceInfo, savings: TraceSavings, step_count: int) -> None:
+    """``TraceInfo``'s per-step figures of the profiler's overhead, from ``savings``."""
+    steps = max(step_count, 1)
+    info.host_events_per_step = savings.host_events / steps
+    info.profiler_overhead_per_step_us = info.host_events_per_step * PROFILER_US_PER_HOST_EVENT
+    busy = savings.device_busy_us
+    info.device_busy_per_step_us = busy / steps if busy is not None and step_count else None
+
+
+def _fix_together(
+    savings: TraceSavings,
+    result: Any,
+    syncs: list[Sync],
+    episode_of: dict[str, int],
+    steps: list[StepStats],
+) -> None:
+    """What fixing each site saves with the others fixed too, and the partner of a site
+    that saves much less alone (``whatif.fix_together``), into ``savings``."""
+    if not result.available:
+        return
+    from tb_syncfinder.whatif import fix_together
+
+    counted = set(result.counted)
+    sites: dict[str, list[int]] = {}
+    wait: dict[str, float] = {}
+    for sync in syncs:
+        index = episode_of.get(sync.id)
+        if index is None or index not in counted:
+            continue
+        sites.setdefault(sync.site_key, []).append(index)
+        wait[sync.site_key] = wait.get(sync.site_key, 0.0) + sync.host_wait_us
+    by_wait = sorted(sites, key=lambda key: -wait[key])
+    own = {key: us for key, us in savings.sites.items() if key not in savings.bound_sites}
+    wall = sum(st.wall_time_us or st.step_time_us for st in steps)
+    found = fix_together(result, sites, by_wait, own, FIX_WITH_STEP_SHARE * wall)
+    savings.with_others = {str(key): us for key, us in found.with_others.items()}
+    savings.fix_with = {
+        str(key): (str(other), both) for key, (other, both) in found.partners.items()
+    }
+
+
 def _analyze_data(
     ref: TraceRef,
     data: Any,
@@ -577,6 +669,9 @@ def _analyze_data(
     if core_steps is not None:
         steps = [step for step in steps if step.step in core_steps]
     trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps), carry is not None)
+    _profiler_figures(trace_savings, tl, whatif, steps, core_steps)
+    if core is None and whatif is not None and whatif.result is not None and syncs:
+        _fix_together(trace_savings, whatif.result, syncs, episode_of, steps)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         contexts = sync_contexts(
@@ -594,6 +689,7 @@ def _analyze_data(
         info.steps = len(core_steps)
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
+    _set_profiler_info(info, trace_savings, len(steps))
     rank = None
     if is_job_rank(distributed_info):  # the job stage's input, imported for a rank's trace
         from tb_syncfinder.jobs import rank_trace

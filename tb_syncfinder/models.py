@@ -115,6 +115,15 @@ class TraceInfo(msgspec.Struct):
     # ``windows``), and what that leaves out; 0 / None: read whole.
     windows: int = 0
     window_note: str | None = None
+    # The profiler's own overhead (``cost.host_events_in_steps``): host events it recorded
+    # per profiled step (operators, Python frames, runtime and driver calls, annotations on
+    # host threads), what they cost the profiled program at ``cost.PROFILER_US_PER_HOST_EVENT``
+    # each, and the device's busy time per step (the union of the activity of the device
+    # work launched in each step, mean over the steps; None without device activity).
+    # Without the profiler no fix makes a step shorter than that busy time.
+    host_events_per_step: float = 0.0
+    profiler_overhead_per_step_us: float = 0.0
+    device_busy_per_step_us: float | None = None
 
 
 class Observed(msgspec.Struct, frozen=True):
@@ -293,6 +302,20 @@ class Site(msgspec.Struct):
     saving_note: str | None = None
     # As on Source: the line the trace recorded when the file changed since profiling.
     recorded_line: int | None = None
+    # What fixing this site saves when every other site is fixed too: saving(all syncs) -
+    # saving(all syncs but this site's), the replay's figure added over its traces; None
+    # where not replayed so (a trace not replayed, analysed in windows, or the site past
+    # ``whatif.WITH_OTHERS_SITES`` / its work budget in one of its traces).
+    predicted_saving_with_others_us: float | None = None
+    predicted_saving_with_others_per_step_us: float | None = None
+    # When its own saving is much smaller than that (below ``cost.FIX_WITH_OWN_SHARE`` of
+    # it, which is at least ``cost.FIX_WITH_STEP_SHARE`` of the mean step): the key of the
+    # other site whose syncs then wait for the same device work (``whatif.fix_together``;
+    # empty otherwise), what fixing both saves, and that in a sentence.
+    fix_with: list[str] = field(default_factory=list)
+    fix_with_saving_us: float | None = None
+    fix_with_saving_per_step_us: float | None = None
+    fix_with_note: str | None = None
 
 
 class StepStats(msgspec.Struct):
@@ -328,6 +351,21 @@ class TraceSavings(msgspec.Struct):
     # Sites whose figure is the bound although the trace was replayed (a sync past the
     # replay budget, see ``whatif.replay``), with why.
     bound_sites: dict[str, str] = field(default_factory=dict)
+    # Host events the profiler recorded in the profiled steps (``cost.host_events_in_steps``)
+    # and the device's busy time in them (None: no device activity).
+    host_events: int = 0
+    device_busy_us: float | None = None
+    # The replayed window's critical path (``whatif._Graph.critical_path``): its host part
+    # and all of it, computed only where the profiler's overhead is a large share of the
+    # step (0 otherwise).
+    critical_path_host_us: float = 0.0
+    critical_path_us: float = 0.0
+    # "Fix together" (``whatif.fix_together``, whole traces only): site key -> saving(every
+    # sync) - saving(every sync but the site's); sites left out were not replayed so. And a
+    # site that saves much less alone than that -> (the site whose syncs then wait for the
+    # same device work, what fixing both saves).
+    with_others: dict[str, float] = field(default_factory=dict)
+    fix_with: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 class Summary(msgspec.Struct):
@@ -361,6 +399,14 @@ class Summary(msgspec.Struct):
     gpu_idle_from_syncs_us: float = 0.0  # device idle that goes away with the syncs
     sync_idle_share: float = 0.0  # that idle as a share of the replayed window
     replay_fidelity_error: float = 0.0  # worst per-step error of the unmodified replay
+    # The profiler's own overhead, as on ``TraceInfo`` over every trace's profiled steps
+    # (``device_busy_per_step_us`` over the traces with device activity; None: none has),
+    # and, where that overhead is at least ``cost.PROFILER_NOTE_SHARE`` of the mean step,
+    # what it means for the predicted saving (also at the end of ``saving_note``).
+    host_events_per_step: float = 0.0
+    profiler_overhead_per_step_us: float = 0.0
+    device_busy_per_step_us: float | None = None
+    profiler_note: str | None = None
 
 
 class ProfilerOverhead(msgspec.Struct):

@@ -72,11 +72,13 @@ from typing import Any
 import numpy as np
 
 from tb_syncfinder.catalogue import DEVICE_SYNC_APIS, EXPLICIT_SYNC_APIS, STREAM_WAIT_EVENT_APIS
+from tb_syncfinder.cost import FIX_WITH_OWN_SHARE
 from tb_syncfinder.detect import Call, Episode
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
     "ALL_SYNCS",
+    "FixTogether",
     "ReplayCarry",
     "Saving",
     "StepReplay",
@@ -84,6 +86,7 @@ __all__ = [
     "WhatIf",
     "profiler_episodes",
     "collective_earlier",
+    "fix_together",
     "replay",
     "replay_stage",
 ]
@@ -116,6 +119,22 @@ VECTOR_STEPS_MIN = 64
 # fewer than this share of them changed: the index of readers costs about one pass.
 SPARSE_AFTER_PASSES = 2
 SPARSE_BELOW_CHANGED_SHARE = 0.25
+# "Fix together" (``fix_together``): what fixing a site saves once the other sites are
+# fixed too is replayed for the sites with the longest host wait, this many at most, within
+# this many times the graph's tasks of work (each puts its edges back into the "every sync
+# removed" replay: about its own syncs' tasks where they wait for nothing then, or where
+# they move the rest by the same amount; the rest of the trace where they move a host
+# that then runs ahead of the device again, as in a long run of GPU-bound steps).
+WITH_OTHERS_SITES = 16
+WITH_OTHERS_PASSES = 1
+WITH_OTHERS_MIN = 20_000  # tasks: a small graph's sites each cost about a pass of it
+# A site saves much less alone than with the others when its own saving is below
+# ``cost.FIX_WITH_OWN_SHARE`` of that (and that is at least a share of the step the engine
+# sets): its partner is looked for among this many other sites, longest host wait first.
+FIX_WITH_CANDIDATES = 8
+# The pairs' what-ifs (each a replay of both sites' syncs from the base) stop after this many
+# times the graph's variables changed, as those of syncs alone do (``ALONE_REPLAY_PASSES``).
+FIX_WITH_PASSES = 2
 # Above these shares of unlinked activity the graph is too incomplete to replay.
 MAX_UNLINKED_SHARE = 0.01
 MAX_NEGATIVE_LATENCY_SHARE = 0.01
@@ -242,6 +261,9 @@ class WhatIf:
     no_sync_window_us: float = 0.0
     gpu_idle_us: float = 0.0  # device idle inside the window (recorded)
     gpu_idle_from_syncs_us: float = 0.0  # the part of it that goes away with the syncs
+    # Recorded: per step, the union of the device work launched in it, added up
+    # (``_Graph.busy_us``): no fix makes a step shorter without the profiler.
+    device_busy_us: float = 0.0
     fidelity_error: float = 0.0  # worst |replayed / recorded - 1| over steps
     notes: list[str] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
@@ -251,6 +273,9 @@ class WhatIf:
     # (a blocking call's own work after the device), fixed (work kept at recorded times).
     critical_path: dict[str, float] = field(default_factory=dict)
     _graph: _Graph | None = field(default=None, repr=False, compare=False)
+    # A whole trace's "every counted sync removed" replay (its variables), kept with the
+    # live graph for ``fix_together``; None for a window's, and once pickled.
+    _no_sync: _Metrics | None = field(default=None, repr=False, compare=False)
 
     @property
     def gpu_idle_share(self) -> float:
@@ -307,6 +332,7 @@ class WhatIf:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_graph"] = None  # numbers only, but big: the cached result keeps the figures
+        state["_no_sync"] = None
         return state
 
 
@@ -423,6 +449,8 @@ def replay(
         graph.carry_completions(span[0] - 1, *carried_completions)
     no_sync = graph.metrics_for(all_key, pins(ALL_SYNCS))
     result.all_syncs = graph.saving_from(no_sync)
+    if carry is None and span is None:
+        result._no_sync = no_sync
     if carry is not None:
         carry.typical = graph.typical
     if carrying:
@@ -495,6 +523,7 @@ def replay(
     # it): the spans of a trace are added first, then the sum is clamped (``windows``).
     from_syncs = idle_base - idle_no_sync
     result.gpu_idle_from_syncs_us = from_syncs if span is not None else max(0.0, from_syncs)
+    result.device_busy_us = graph.busy_us(span)
     if explain:
         result.critical_path = graph.critical_path()
         unexplained = result.critical_path.get("stream_gap", 0.0)
@@ -681,6 +710,94 @@ def collective_earlier(
                 per[index] = local
         if per:
             found[wait_id] = per
+    return found
+
+
+@dataclass
+class FixTogether:
+    """What fixing each site saves once the others are fixed too (``fix_together``)."""
+
+    # Site -> saving(every counted sync) - saving(every counted sync but the site's), us over
+    # the profiled steps. Sites left out were not replayed so (past the caps).
+    with_others: dict[Hashable, float] = field(default_factory=dict)
+    # Site whose own saving is much smaller than that -> (the other site whose syncs it
+    # makes wait for the same device work, what removing both sites' syncs saves).
+    partners: dict[Hashable, tuple[Hashable, float]] = field(default_factory=dict)
+    # Sites past ``WITH_OTHERS_SITES`` or the work budget: not replayed with the others.
+    skipped: int = 0
+
+
+def fix_together(
+    result: WhatIf,
+    sites: Mapping[Hashable, Collection[int]],
+    by_wait: Sequence[Hashable],
+    own: Mapping[Hashable, float],
+    min_with_us: float,
+) -> FixTogether:
+    """Per site (``sites``: its counted episodes; ``by_wait``: the sites, longest host wait
+    first), what removing its syncs saves when every other counted sync is removed too:
+    saving(all) - saving(all but the site's). The first ``WITH_OTHERS_SITES`` of
+    ``by_wait`` only, within ``WITH_OTHERS_PASSES`` times the graph's tasks evaluated (at
+    least ``WITH_OTHERS_MIN``; no site starts that would pass it at the mean work of those
+    before; the first always does).
+
+    A site whose own saving (``own``, the replay's figure: sites without one are left out)
+    is below ``FIX_WITH_OWN_SHARE`` of that, where that is at least ``min_with_us``, waits for
+    device work another sync waits for too: among the first ``FIX_WITH_CANDIDATES`` other
+    sites of ``by_wait`` that have an own saving, its partner is the one T maximising
+    saving({S, T}) - saving(S) - saving(T), when that exceeds ``TOL_US`` (the pairs' replays
+    within ``FIX_WITH_PASSES`` times the graph's variables changed).
+
+    Needs the live result of a whole trace's ``replay`` (not a window's, not pickled)."""
+    graph = result._graph
+    no_sync = result._no_sync
+    found = FixTogether()
+    if not result.available or graph is None or no_sync is None or no_sync.values is None:
+        found.skipped = len(sites)
+        return found
+    counted = frozenset(result.counted)
+    ctx = graph.no_sync_ends(no_sync.values, frozenset(graph._jumps_of(counted)))
+    base_window = graph.base_metrics.window
+    no_sync_window = graph.window_of(no_sync.values)
+    all_us = base_window - no_sync_window
+    budget = max(WITH_OTHERS_PASSES * len(graph.tasks), WITH_OTHERS_MIN)
+    spent = 0
+    order = [key for key in by_wait if key in sites]
+    for key in order:
+        done = len(found.with_others)
+        # Stop where the next site would pass the budget at the sites' mean work so far.
+        if done >= WITH_OTHERS_SITES or (done and spent + spent / done > budget):
+            break
+        window, work = graph.window_with_edges_back(ctx, graph._jumps_of(sites[key]))
+        spent += work
+        # saving(all) - saving(all but the site's): how much later the window ends with
+        # the site's edges back.
+        found.with_others[key] = all_us - (base_window - window)
+    found.skipped = len(sites) - len(found.with_others)
+    candidates = [key for key in order if key in own][:FIX_WITH_CANDIDATES]
+    budget = FIX_WITH_PASSES * len(graph.base_values)
+    spent = 0
+    for key, with_us in found.with_others.items():
+        alone = own.get(key)
+        if alone is None or with_us < min_with_us or alone >= FIX_WITH_OWN_SHARE * with_us:
+            continue
+        best: tuple[float, Hashable, float] | None = None
+        for other in candidates:
+            if other == key:
+                continue
+            members = frozenset(sites[key]) | frozenset(sites[other])
+            both = result._sets.get(members)
+            if both is None:
+                if spent >= budget:
+                    continue
+                both, work = graph.saving_and_work(members)
+                spent += work
+                result._sets[members] = both
+            gain = both.total_us - alone - own[other]
+            if gain > TOL_US and (best is None or gain > best[0]):
+                best = (gain, other, both.total_us)
+        if best is not None:
+            found.partners[key] = (best[1], best[2])
     return found
 
 
@@ -933,6 +1050,41 @@ class _Readers:
     pending: bytearray
 
 
+@dataclass
+class _NoSyncEnds:
+    """A what-if's variables (``values``, worked on in place) with what putting a site's
+    edges back into it needs (``_Graph.no_sync_ends``): the jumps it dropped, the last
+    position where a task's fixed lower bound is above its inputs, and the ends a window is
+    the latest of, by the position of the task defining each, with their values there and
+    each end variable's offset."""
+
+    values: list[float]
+    pristine: array  # ``values`` as they are between sites (compact: 8 bytes a value)
+    disabled: frozenset[int]
+    last_fixed: int
+    end_positions: np.ndarray  # sorted
+    ends: np.ndarray  # in that order, their values in ``values`` (plus offsets)
+    offset_of: dict[int, float]
+    fixed_end: float  # the latest end no variable holds (a step ending at a fixed time)
+
+
+def _later_by(
+    frontier: list[int], live: int, values: list[float], before: Sequence[float]
+) -> float | None:
+    """The amount d > 0 by which every variable still to be read (``live`` of them: all in
+    ``frontier``) is later than ``before`` it changed, if they all are by the same."""
+    if not frontier or len(frontier) != live:
+        return None
+    first = frontier[0]
+    shift = values[first] - before[first]
+    if not shift > 0:
+        return None
+    for var in frontier:
+        if abs(values[var] - before[var] - shift) > SHIFT_TOL_US:
+            return None
+    return shift
+
+
 class _Graph:
     """Numbers only. Variables: device starts [0, n), device ends [n, 2n), host points
     [2n, 2n + m). Tasks are evaluated in an order where every input comes first."""
@@ -949,6 +1101,8 @@ class _Graph:
         self.step_markers = True
         self.step_refs: list[tuple[int, float, int, float]] = []  # start var/off, end var/off
         self.step_of_item: np.ndarray = np.zeros(0, dtype=np.int64)
+        # Per device item: whether the trace holds its launch (not work queued before it).
+        self.item_launched: np.ndarray = np.zeros(0, dtype=bool)
         self.item_order: np.ndarray = np.zeros(0, dtype=np.int64)
         self.item_bounds: np.ndarray = np.zeros(0, dtype=np.int64)
         self.notes: list[str] = []
@@ -1804,6 +1958,267 @@ class _Graph:
             for index, old in changed.items():
                 values[index] = old
 
+    # -- a site's edges put back into the "every sync removed" replay (``fix_together``) ---
+    def window_of(self, values: list[float]) -> float:
+        """``metrics(values).window`` of a whole trace's graph, from the last completion
+        alone: the latest host end or device end of the steps (no step list built)."""
+        n_steps = len(self.step_refs)
+        if not n_steps:
+            return 0.0
+        sv, so, _ev, _eo = self.step_refs[0]
+        first = (values[sv] if sv >= 0 else 0.0) + so
+        done = first
+        for _sv, _so, ev, eo in self.step_refs:
+            end = (values[ev] if ev >= 0 else 0.0) + eo
+            if end > done:
+                done = end
+        if len(self.item_order):
+            n_dev = self.n_dev
+            ends = np.asarray(values[n_dev : 2 * n_dev], dtype=float)[self.item_order]
+            bounds = self.item_bounds
+            full = np.flatnonzero(np.diff(bounds) > 0)
+            # Per step as ``metrics`` takes it: a step whose ends hold a NaN is left out.
+            hi = np.maximum.reduceat(ends, bounds[full])
+            hi = hi[hi == hi]
+            if len(hi):
+                done = max(done, float(hi.max()))
+        return done - first
+
+    def no_sync_ends(self, values: list[float], disabled: Collection[int]) -> _NoSyncEnds:
+        """What ``window_with_edges_back`` needs of the what-if ``values`` holds (the tasks
+        with the jumps ``disabled`` dropped), built once for all its sites."""
+        tables = self._shift_tables or self._build_shift_tables()
+        def_pos = tables.def_pos
+        # The last task whose fixed lower bound is above every input: past it, tasks whose
+        # inputs all move later by d move by d.
+        last_fixed = -1
+        neg_inf = _NEG_INF
+        for pos, task in enumerate(self.tasks):
+            if task[9] == neg_inf:
+                continue
+            _o, _o2, _d, av, ao, bv, bo, extra, syncs, const, jump = task
+            x = neg_inf
+            if av >= 0:
+                x = max(x, values[av] + ao)
+            if bv >= 0:
+                x = max(x, values[bv] + bo)
+            for src, off in extra:
+                x = max(x, values[src] + off)
+            if syncs and jump not in disabled:
+                for src, off in syncs:
+                    x = max(x, values[src] + off)
+            if const > x:
+                last_fixed = pos
+        # The ends a window is the latest of: each step's host end, its device items' ends.
+        end_vars: list[int] = []
+        end_offs: list[float] = []
+        fixed_end = neg_inf
+        for _sv, _so, ev, eo in self.step_refs:
+            if ev >= 0:
+                end_vars.append(ev)
+                end_offs.append(eo)
+            else:
+                fixed_end = max(fixed_end, eo)
+        item_ends = (self.item_order + self.n_dev).tolist()
+        variables = np.asarray(end_vars + item_ends, dtype=np.int64)
+        offsets = np.asarray(end_offs + [0.0] * len(item_ends), dtype=float)
+        ends = np.asarray(values, dtype=float)[variables] + offsets
+        positions = def_pos[variables] if len(variables) else np.zeros(0, dtype=np.int64)
+        order = np.argsort(positions, kind="stable")
+        positions, ends = positions[order], ends[order]
+        offset_of: dict[int, float] = {}
+        for var, off in zip(end_vars, end_offs, strict=True):
+            if off > offset_of.get(var, neg_inf):
+                offset_of[var] = off
+        for var in item_ends:
+            offset_of.setdefault(var, 0.0)
+        return _NoSyncEnds(
+            values,
+            array("d", values),
+            frozenset(disabled),
+            last_fixed,
+            positions,
+            ends,
+            offset_of,
+            fixed_end,
+        )
+
+    def window_with_edges_back(self, ctx: _NoSyncEnds, back: Collection[int]) -> tuple[float, int]:
+        """The window of the what-if ``ctx`` holds (the fixed point of the tasks with the
+        jumps ``ctx.disabled`` dropped: every counted sync removed) with the sync edges of
+        the jumps ``back`` kept after all, and how many tasks that evaluated. In place:
+        ``ctx.values`` is as it was on return.
+
+        Only the tasks that may move are evaluated: from each of those jumps on, while a
+        variable it moved is still to be read (putting edges back only moves values later);
+        where the graph's what-ifs indexed the readers of each variable (``_Readers``), only
+        the readers of what moved. So a site whose syncs wait for nothing once the others
+        are gone costs about its own syncs, wherever they are. Where every variable still
+        to be read is later by the same d (past the last task a fixed lower bound holds,
+        ``_NoSyncEnds.last_fixed``), every task up to the site's next jump is d later too (a
+        max of inputs all d later): that stretch is skipped, writing only what is read after
+        it, and past its last jump the rest of the trace; the window's ends there are taken
+        d later (``_window_shifted``)."""
+        values = ctx.values
+        stops = sorted({self.jump_pos[j] for j in back})
+        if not stops:
+            return self.window_of(values), 0
+        still = ctx.disabled - frozenset(back)
+        readers = self._readers  # None: evaluate every task while something moved is read
+        tables = self._shift_tables or self._build_shift_tables()
+        live = tables.live
+        tasks = self.tasks
+        n_tasks = len(tasks)
+        lastuse = self.lastuse
+        lo = pos = stops[0]
+        hi = stops[-1]  # the last position that may move (sparse: to clear after)
+        reach = -1  # the last position reading a variable moved so far
+        if readers is not None:
+            pending = readers.pending
+            first, readers_at = readers.first, readers.positions
+            for stop in stops:
+                pending[stop] = 1
+        old = ctx.pristine  # each variable changes once at most: its value before is here
+        moved = array("q")  # the variables changed (as machine ints: a long run moves 10^5)
+        frontier: list[int] = []
+        shifted: list[tuple[int, int, float]] = []  # (first position, past the last, d)
+        next_check = max(lo + 1 + SHIFT_CHECK_EVERY, ctx.last_fixed + 1)
+        check_every = SHIFT_CHECK_EVERY
+        evaluated = 0
+        try:
+            while True:
+                if readers is not None:
+                    pos = pending.find(1, pos, hi + 1)
+                    if pos < 0:
+                        break
+                elif pos > reach:  # nothing moved is read here: on to the next jump
+                    ahead = bisect_left(stops, pos)
+                    if ahead == len(stops):
+                        break
+                    pos = stops[ahead]
+                while next_check <= pos and next_check < n_tasks:
+                    at = next_check
+                    next_check = at + check_every
+                    check_every *= 2
+                    ahead = bisect_left(stops, at)
+                    resume = stops[ahead] if ahead < len(stops) else n_tasks
+                    if resume - at < STRETCH_MIN_TASKS:
+                        continue
+                    frontier = [v for v in frontier if lastuse[v] >= at]
+                    shift = _later_by(frontier, int(live[at]), values, old)
+                    if shift is None:
+                        continue
+                    shifted.append((at, resume, shift))
+                    if resume == n_tasks:  # past the site's last jump: all the rest
+                        return self._window_shifted(ctx, shifted, moved), evaluated
+                    # Write what the stretch defines and is read from ``resume`` on.
+                    index = self._stretch_index()
+                    written = index.defines[2 * at : 2 * resume]
+                    written = written[written >= 0]
+                    read_later = written[index.lastuse[written] >= resume]
+                    frontier = [v for v in frontier if lastuse[v] >= resume]
+                    for var in read_later.tolist():
+                        moved.append(var)
+                        values[var] += shift
+                        frontier.append(var)
+                        if lastuse[var] > reach:
+                            reach = lastuse[var]
+                        if readers is not None:
+                            for reader in readers_at[first[var] : first[var + 1]]:
+                                pending[reader] = 1
+                    if readers is not None:
+                        hi = max(hi, reach)
+                        pending[at:resume] = bytes(resume - at)
+                    pos = resume
+                    next_check = resume + 1 + SHIFT_CHECK_EVERY
+                    check_every = SHIFT_CHECK_EVERY * 2
+                if readers is not None:
+                    pending[pos] = 0
+                evaluated += 1
+                out, out2, dur, av, ao, bv, bo, extra, syncs, const, jump = tasks[pos]
+                v = const
+                if av >= 0:
+                    x = values[av] + ao
+                    if x > v:
+                        v = x
+                if bv >= 0:
+                    x = values[bv] + bo
+                    if x > v:
+                        v = x
+                for src, off in extra:
+                    x = values[src] + off
+                    if x > v:
+                        v = x
+                if syncs and jump not in still:
+                    for src, off in syncs:
+                        x = values[src] + off
+                        if x > v:
+                            v = x
+                if v != values[out]:
+                    moved.append(out)
+                    values[out] = v
+                    frontier.append(out)
+                    use = lastuse[out]
+                    if out2 >= 0:
+                        moved.append(out2)
+                        values[out2] = v + dur
+                        frontier.append(out2)
+                        if lastuse[out2] > use:
+                            use = lastuse[out2]
+                    if use > reach:
+                        reach = use
+                    if readers is not None:
+                        for reader in readers_at[first[out] : first[out + 1]]:
+                            pending[reader] = 1
+                        if out2 >= 0:
+                            for reader in readers_at[first[out2] : first[out2 + 1]]:
+                                pending[reader] = 1
+                        if use > hi:
+                            hi = use
+                pos += 1
+            if shifted:
+                return self._window_shifted(ctx, shifted, moved), evaluated
+            return self.window_of(values), evaluated
+        finally:
+            if readers is not None:
+                pending[lo : hi + 1] = bytes(hi + 1 - lo)
+            for var in moved:
+                values[var] = old[var]
+
+    def _window_shifted(
+        self, ctx: _NoSyncEnds, shifted: Sequence[tuple[int, int, float]], changed: array
+    ) -> float:
+        """``window_of`` the values once every task of each stretch of ``shifted`` (first
+        position, past the last, d) is d later than in ``ctx.values``, whose other values
+        are as they are now (``changed``: the variables that moved, only ever later; their
+        values before are ``ctx.pristine``)."""
+        values = ctx.values
+        tables = self._shift_tables
+        assert tables is not None
+        sv, so, _ev, _eo = self.step_refs[0]
+        start = (values[sv] if sv >= 0 else 0.0) + so
+        if sv >= 0 and values[sv] == ctx.pristine[sv]:
+            at = int(tables.def_pos[sv])
+            start += next((d for a, b, d in shifted if a <= at < b), 0.0)
+        done = max(start, ctx.fixed_end)
+        positions, ends = ctx.end_positions, ctx.ends
+        done_before = 0
+        for a, b, d in shifted:
+            ka, kb = np.searchsorted(positions, (a, b), side="left").tolist()
+            if ka > done_before:
+                done = max(done, float(ends[done_before:ka].max()))
+            if kb > ka:
+                done = max(done, float(ends[ka:kb].max()) + d)
+            done_before = kb
+        if done_before < len(ends):
+            done = max(done, float(ends[done_before:].max()))
+        offset_of = ctx.offset_of
+        for var in changed:
+            off = offset_of.get(var)
+            if off is not None and values[var] + off > done:
+                done = values[var] + off
+        return done - start
+
     def _step_index(self) -> tuple[list[int], dict[int, list[int]]]:
         """The step of each device item (-1: none), and the steps whose host start or end
         each host variable is."""
@@ -2204,9 +2619,11 @@ class _Graph:
             final = done
         return Saving.of_steps(base.window - (final - first), n_steps, per_step)
 
-    def critical_path(self) -> dict[str, float]:
+    def critical_path(self, last_steps: int | None = None) -> dict[str, float]:
         """Walk back from the end of the replayed window along the inputs that bound each
-        node, adding up the time per kind of edge (see ``WhatIf.critical_path``)."""
+        node, adding up the time per kind of edge (see ``WhatIf.critical_path``); with
+        ``last_steps``, over the window of the last that many steps only (a walk of a long
+        trace's every step costs about a pass over its graph)."""
         values = self.base_values
         n = self.n_dev
         producer: dict[int, tuple[Any, ...]] = {}
@@ -2231,6 +2648,8 @@ class _Graph:
             if len(items):
                 var = n + int(items[np.argmax(ends[items])])
         start = m.host_start[0]
+        if last_steps is not None and len(m.completion) > last_steps:
+            start = m.completion[len(m.completion) - last_steps - 1]
         while var >= 0 and values[var] > start:
             task = producer.get(var)
             if task is None:
@@ -2260,6 +2679,50 @@ class _Graph:
             totals[kind] += gap
             var = src
         return totals
+
+    def busy_us(self, span: tuple[int, int] | None = None) -> float:
+        """The device's busy time in the steps (``span``: those steps only), as recorded:
+        per step, the union of the device work launched in it (every device and stream
+        together; work whose launch the trace does not hold, queued before it, in none),
+        added over the steps. Not the window less its idle: where the host runs ahead, a
+        step's window also holds work launched in the step before."""
+        order, bounds = self.item_order, self.item_bounds
+        if not len(order):
+            return 0.0
+        first, last = span if span is not None else (0, len(bounds) - 2)
+        items = order[bounds[first] : bounds[last + 1]]
+        segment = np.repeat(np.arange(last + 1 - first), np.diff(bounds[first : last + 2]))
+        if len(self.item_launched) == self.n_dev:  # work queued before the trace: no step's
+            launched = self.item_launched[items]
+            items, segment = items[launched], segment[launched]
+        if not len(items):
+            return 0.0
+        counts = np.bincount(segment, minlength=last + 1 - first)
+        n_dev = self.n_dev
+        rec = np.asarray(self.rec[: 2 * n_dev], dtype=float)
+        starts, ends = rec[items], rec[n_dev + items]
+        # Each step's items apart from the others': from its first start, each step in a
+        # slot of its own on one axis (the longest step's extent apart), so that one sweep
+        # of running ends unites each step's intervals and never two steps'.
+        full = np.flatnonzero(counts > 0)
+        origin = np.minimum.reduceat(starts, np.concatenate([[0], np.cumsum(counts)[:-1]])[full])
+        at = np.zeros(len(counts))
+        at[full] = origin
+        starts = starts - at[segment]
+        ends = ends - at[segment]
+        slot = float(ends.max()) + 1.0
+        starts = starts + segment * slot
+        ends = ends + segment * slot
+        sort = np.argsort(starts, kind="stable")
+        starts, ends = starts[sort], ends[sort]
+        reach = np.maximum.accumulate(ends)
+        new_block = np.empty(len(starts), dtype=bool)
+        new_block[0] = True
+        new_block[1:] = starts[1:] > reach[:-1]
+        block_id = np.cumsum(new_block) - 1
+        block_end = np.zeros(int(block_id[-1]) + 1)
+        np.maximum.at(block_end, block_id, ends)
+        return float(np.sum(block_end - starts[new_block]))
 
     def idle_us(
         self, values: list[float], m: _Metrics, span: tuple[int, int] | None = None
@@ -3258,6 +3721,7 @@ class _Builder:
             counts = np.bincount(idx[keep], minlength=len(numbers))
             g.item_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         g.step_of_item = idx
+        g.item_launched = ~np.isnan(self.launch_ts)
 
 
 class _CarriedItem:

@@ -866,3 +866,41 @@ def test_a_large_jobs_section_names_rank_ranges_and_shows_the_late_ranks_only() 
     assert len(rows) == 4  # both late ranks, in the ranks table and the lateness grid
     assert "Top sites by cost to the job (1 of" in text  # the site that cost nothing is out
     assert "wait it caused" in text
+
+
+def test_the_profilers_note_has_a_line_of_its_own_and_is_not_repeated(
+    sample_report: Report,
+) -> None:
+    """``profiler_note`` also ends ``saving_note``: said once, on its own labelled line, and
+    the other notes still in parentheses after how the saving was obtained."""
+    note = "The profiler's own overhead is about 2.92 ms of each step here."
+    data = sample_report.to_json()
+    data["summary"].update(
+        saving_how="predicted by replaying each profiled step",
+        saving_method="replay",
+        saving_note=f"analysed in 3 windows; {note}",
+        profiler_note=note,
+    )
+    flowing = " ".join(render_report(data).split())
+    assert flowing.count("The profiler's own overhead") == 1
+    assert "replaying each profiled step (analysed in 3 windows) profiler The profiler's" in flowing
+    data["summary"]["saving_note"] = note
+    flowing = " ".join(render_report(data).split())
+    assert "replaying each profiled step profiler The profiler's" in flowing
+
+
+def test_a_site_that_saves_more_with_another_fixed_says_so_under_it(
+    sample_report: Report,
+) -> None:
+    note = (
+        "Fixing this alone saves 287 us per step: the .tolist() at line 204 then waits for "
+        "the same GPU work. Fixed together they save 4.37 ms per step."
+    )
+    data = sample_report.to_json()
+    data["sites"][0].update(fix_with=[data["sites"][1]["key"]], fix_with_note=note)
+    text = render_report(data)
+    assert note in " ".join(text.split())
+    lines = text.splitlines()
+    first = next(n for n, line in enumerate(lines) if "Fixing this alone" in line)
+    assert lines[first].startswith("    Fixing this alone saves 287 us per step")
+    assert all(len(line) <= WIDTH for line in lines)

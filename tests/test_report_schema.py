@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 
 from tb_syncfinder import analyze, models
@@ -98,6 +99,44 @@ def test_report_json_keeps_every_field_name_of_issue_2(tmp_path: Path) -> None:
     assert doc["sites"]
     for site in doc["sites"]:
         assert _missing(SITE_FIELDS, site) == set()
+
+
+# Extensions (docs/DESIGN.md): the profiler's own overhead per trace and in the summary, and
+# "fix together" per site. Present on every record, null / empty where they do not apply.
+TRACE_PROFILER_FIELDS = {
+    "host_events_per_step",
+    "profiler_overhead_per_step_us",
+    "device_busy_per_step_us",
+}
+SUMMARY_PROFILER_FIELDS = TRACE_PROFILER_FIELDS | {"profiler_note"}
+SITE_FIX_TOGETHER_FIELDS = {
+    "predicted_saving_with_others_us",
+    "predicted_saving_with_others_per_step_us",
+    "fix_with",
+    "fix_with_saving_us",
+    "fix_with_saving_per_step_us",
+    "fix_with_note",
+}
+
+
+def test_the_profiler_and_fix_together_extensions_are_in_every_record(tmp_path: Path) -> None:
+    run = _gpu_and_cpu_run(tmp_path)
+    doc = analyze(run, source_roots=[str(tmp_path / "src")]).to_json()
+    for trace in doc["traces"]:
+        assert _missing(TRACE_PROFILER_FIELDS, trace) == set()
+        assert trace["host_events_per_step"] > 0
+    gpu, cpu = sorted(doc["traces"], key=lambda t: not t["has_gpu_activity"])
+    assert gpu["device_busy_per_step_us"] > 0
+    assert cpu["device_busy_per_step_us"] is None
+    assert _missing(SUMMARY_PROFILER_FIELDS, doc["summary"]) == set()
+    for site in doc["sites"] + doc["latent_sites"]:
+        assert _missing(SITE_FIX_TOGETHER_FIELDS, site) == set()
+    (site,) = doc["sites"]
+    # One site: fixed with the others, it saves what it saves alone.
+    assert site["predicted_saving_with_others_us"] == pytest.approx(site["predicted_saving_us"])
+    assert site["fix_with"] == [] and site["fix_with_note"] is None
+    for site in doc["latent_sites"]:
+        assert site["predicted_saving_with_others_us"] is None and site["fix_with"] == []
 
 
 def test_a_sync_without_a_stack_has_source_null_not_a_missing_key(tmp_path: Path) -> None:

@@ -433,6 +433,9 @@ def _site_table(
         where = _where_text(site)
         if where:
             lines.extend(style(line, _DIM) for line in wrap(where, detail_width, _INDENT))
+        together = site.get("fix_with_note")
+        if together and not latent:  # it saves much more with another site fixed too
+            lines.extend(style(line, _YELLOW) for line in wrap(together, detail_width, _INDENT))
         title = _advice_title(site)
         if title:
             lines.extend(
@@ -626,8 +629,13 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     lines.extend(_wrap_labelled("saving", text, width))
     how = summary.get("saving_how") or ""
     note = summary.get("saving_note")
+    profiler = summary.get("profiler_note")
+    if profiler and note:  # said on its own line below, not again in parentheses
+        note = None if note == profiler else note.removesuffix("; " + profiler)
     if how:
         lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
+    if profiler:
+        lines.extend(_wrap_labelled("profiler", profiler, width))
     return lines
 
 

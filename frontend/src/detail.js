@@ -7,7 +7,7 @@
 import { ApiError, getJson } from "./api.js";
 import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel, syncSortOrder } from "./catalogue.js";
-import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel } from "./format.js";
+import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel, withMicro } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -76,6 +76,8 @@ export async function renderDetail(ctx, slot) {
       ),
       header(site, sync, app),
       site ? siteStats(site, state.step) : null,
+      // A site that saves much less alone than with another fixed too: which, and both.
+      site?.fix_with_note && !site.latent ? h("p", { class: "sa-note sa-fix-with", "data-testid": "detail-fix-with" }, withMicro(site.fix_with_note)) : null,
       h("h3", null, "Source"),
       h("div", { class: "sa-source-slot" }, h("span", { class: "sa-spinner" })),
       sync ? chainSection(sync) : null,
@@ -185,6 +187,10 @@ function siteStats(site, step) {
     stat("count", formatCount(site.count)),
     stat("per step", formatCount(site.per_step)),
     latent ? null : stat(site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", savingText(site)),
+    // What fixing it saves once every other site is fixed too (the replay's; null: not replayed so).
+    latent || site.predicted_saving_with_others_per_step_us === null || site.predicted_saving_with_others_per_step_us === undefined
+      ? null
+      : stat("with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
     latent ? null : stat("GPU idle", formatUs(site.gpu_idle_us)),

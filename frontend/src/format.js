@@ -179,6 +179,30 @@ export function savingText(site) {
   return site.saving_method === "replay" ? us : `≤${us}`;
 }
 
+/**
+ * The line on how the predicted savings were obtained: `How obtained: <saving_how> (<note>)`,
+ * the note without the profiler's (`profiler_note`, also at the end of `saving_note`: the
+ * view shows it on a line of its own).
+ * @param {any} summary
+ * @returns {string}
+ */
+export function howObtainedText(summary) {
+  let note = summary.saving_note || "";
+  const profiler = summary.profiler_note || "";
+  if (profiler && note === profiler) note = "";
+  else if (profiler && note.endsWith(`; ${profiler}`)) note = note.slice(0, -(profiler.length + 2));
+  return `How obtained: ${summary.saving_how}${note ? ` (${note})` : ""}`;
+}
+
+/**
+ * A note the plugin wrote in plain ASCII (`287 us`) with the dashboard's unit (`287 µs`).
+ * @param {string} text
+ * @returns {string}
+ */
+export function withMicro(text) {
+  return text.replace(/(\d) us\b/g, "$1 µs");
+}
+
 /** A span name that is a time in epoch milliseconds (tensorboard_trace_handler's). */
 const EPOCH_MS = /^\d{12,14}$/;
 

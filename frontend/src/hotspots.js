@@ -6,7 +6,7 @@
 import { getJson } from "./api.js";
 import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
-import { formatCount, formatPct, formatUs, plural, savingText, shortPath, siteCountText, siteFallbackLabel } from "./format.js";
+import { formatCount, formatPct, formatUs, howObtainedText, plural, savingText, shortPath, siteCountText, siteFallbackLabel, withMicro } from "./format.js";
 import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
 import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
@@ -78,7 +78,10 @@ export async function renderHotspots(ctx) {
     // One line on how the predicted savings were obtained (replay, or the bound and why).
     latent || !summary.saving_how
       ? null
-      : h("p", { class: "sa-note sa-how", "data-testid": "saving-how", "data-method": summary.saving_method }, `How obtained: ${summary.saving_how}${summary.saving_note ? ` (${summary.saving_note})` : ""}`),
+      : h("p", { class: "sa-note sa-how", "data-testid": "saving-how", "data-method": summary.saving_method }, howObtainedText(summary)),
+    // Where the profiler's own overhead is a large share of the step: what the prediction
+    // is for, and the bound the device's busy time sets without the profiler.
+    latent || !summary.profiler_note ? null : h("p", { class: "sa-note sa-profiler", "data-testid": "profiler-note" }, withMicro(summary.profiler_note)),
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
     latent ? null : cachedStepChart(stepsResp, summaryResp.traces, sel, state, app, ctx.width),
     h(

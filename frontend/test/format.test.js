@@ -93,3 +93,22 @@ test("epoch-millisecond spans read as local date-times, to the ms only when two 
   // Other span names (a number too short to be a time, a word) stay as they are.
   assert.deepEqual([...spanLabels(["2", "warmup"]).values()], ["2", "warmup"]);
 });
+
+test("how the savings were obtained leaves the profiler's note to its own line", async () => {
+  const { howObtainedText } = await import("../src/format.js");
+  const how = "predicted by replaying";
+  const profiler = "The profiler's own overhead is about 3 ms of each step here.";
+  assert.equal(howObtainedText({ saving_how: how, saving_note: null }), `How obtained: ${how}`);
+  assert.equal(howObtainedText({ saving_how: how, saving_note: "a window" }), `How obtained: ${how} (a window)`);
+  assert.equal(howObtainedText({ saving_how: how, saving_note: profiler, profiler_note: profiler }), `How obtained: ${how}`);
+  assert.equal(
+    howObtainedText({ saving_how: how, saving_note: `a window; ${profiler}`, profiler_note: profiler }),
+    `How obtained: ${how} (a window)`,
+  );
+});
+
+test("a note the plugin wrote in ASCII reads in the dashboard's unit", async () => {
+  const { withMicro } = await import("../src/format.js");
+  assert.equal(withMicro("saves 287 us per step, 4.0 us each; 1.50 ms"), "saves 287 µs per step, 4.0 µs each; 1.50 ms");
+  assert.equal(withMicro("status quo: users"), "status quo: users");
+});

@@ -2966,12 +2966,17 @@ class _Builder:
 
         # Is the linking good enough to replay?
         unlinked_mid = 0
+        # Activity a stream ran before its first recorded launch was launched before the
+        # trace began (a warm-up step's work still queued): no profiled step's.
+        self.queued_before = np.zeros(n, dtype=bool)
         for i in range(len(lanes)):
             lo = self.lane_first[i]
             hi = lo + len(lanes[i][2])
             lane_linked = linked[lo:hi]
             first = np.argmax(lane_linked) if lane_linked.any() else hi - lo
             unlinked_mid += int((~lane_linked[first:]).sum())
+            if lane_linked.any():
+                self.queued_before[lo : lo + first] = True
         prefix = int((~linked).sum()) - unlinked_mid - len(self.ghosts)
         self.stats.update(
             device_items=float(n),
@@ -3706,6 +3711,10 @@ class _Builder:
             idx = np.searchsorted(starts, when, side="right") - 1
             inside = idx >= 0
             inside[inside] &= when[inside] < ends[idx[inside]]
+            # Not by where it ran: where the host runs steps ahead, the queued work of the
+            # step before the trace runs inside the first steps' host spans, and each step's
+            # device span would stretch back to it.
+            inside &= ~self.queued_before
             idx = np.where(inside, idx, -1)
         keep = np.flatnonzero(idx >= 0)
         order = keep[np.argsort(idx[keep], kind="stable")]

@@ -22,6 +22,9 @@ is not a sync.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from typing import Any
+
 import msgspec
 
 from tb_syncfinder import catalogue
@@ -126,6 +129,41 @@ def _classify_call(tl: Timeline, thread: HostThread, e: Event) -> Call | None:
     return None
 
 
+# Slack (us) between clocks and records: a device activity must run this long past a call's
+# return for the call to count as not having waited for it.
+_RAN_THROUGH_US = 5.0
+
+
+def _device_ran_through(tl: Timeline, call: Event, launched_at: dict[Any, float]) -> bool:
+    """True when device work launched before an allocator call was still running when the
+    call returned: the call did not wait for the device to drain, whatever the driver may do
+    in other cases (``cudaHostAlloc`` while a GPU-bound program's queue runs takes
+    milliseconds to pin pages, not to wait). ``launched_at``: correlation -> launch time,
+    filled on first use."""
+    device = tl.default_device()
+    returned = call.ts + call.dur
+    if not launched_at:
+        for thread in tl.threads.values():
+            for e in thread.runtime:
+                corr = tl.correlation(e, thread)
+                if corr is not None:
+                    launched_at.setdefault(corr, e.ts)
+    for lane, events in tl.lane_activity.items():
+        if tl.lane_device.get(lane, lane[0]) != device:
+            continue
+        n = bisect_right(events, returned, key=_start_of)
+        # FIFO: of a stream's activity only the last to start before the return can still run.
+        if n and events[n - 1].ts + events[n - 1].dur > returned + _RAN_THROUGH_US:
+            corr = correlation_of(events[n - 1])
+            if launched_at.get(corr, call.ts) < call.ts:
+                return True
+    return False
+
+
+def _start_of(event: Event) -> float:
+    return event.ts
+
+
 def _outermost_op(thread: HostThread, index: int) -> int:
     outer = -1
     kinds = thread.kinds
@@ -209,6 +247,7 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
         in BLOCKING_SYNC_RECORDS
     }
     sync_record_corrs.discard(None)
+    launched_at: dict[Any, float] = {}  # correlation -> launch time, for allocator calls
     for thread in tl.threads.values():
         groups: dict[int, Episode] = {}
         pending_copies: dict[int, list[Call]] = {}  # outer op -> async copies not yet proven
@@ -230,6 +269,8 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
             outer = _outermost_op(thread, anchor)
             if call.reason == "allocator" and has_steps and tl.step_at(e.ts) is None:
                 continue  # allocations during warm-up / outside steps are expected
+            if call.reason == "allocator" and _device_ran_through(tl, e, launched_at):
+                continue  # the device never drained: this call did not wait for it
             if call.reason == "maybe_copy":
                 if outer >= 0:
                     pending_copies.setdefault(outer, []).append(call)

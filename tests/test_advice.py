@@ -123,9 +123,10 @@ def _site_of(pattern: Pattern, tmp_path: Path):
             for op in pattern.ops:
                 scope.enter_context(b.op(op))
             for api, memcpy, nbytes in pattern.calls:
-                b.runtime(
-                    api, dur=None if "Synchronize" in api else 5, memcpy=memcpy, bytes=nbytes or 4
-                )
+                dur = None if "Synchronize" in api else 5
+                if api == "cudaMalloc":  # a syncing allocation waits until the device drains
+                    dur = max(5, b.device_now - b.now + 1)
+                b.runtime(api, dur=dur, memcpy=memcpy, bytes=nbytes or 4)
     path = b.write(tmp_path / "w.pt.trace.json")
     (site,) = analyze(str(path)).sites
     return site

@@ -175,7 +175,9 @@ def test_alexnets_cudnn_warmup_allocations_are_listed_apart_not_the_top_hotspot(
     top = report.sites[0]
     assert top.host_wait_us + top.gpu_idle_us < 1e6
     # The trace's last device synchronize is the profiler stopping: listed apart too.
-    assert report.summary.sync_count == 36 and report.profiler_overhead.count == 1
+    # 35: a cudaMalloc of 1.3 ms whose return a kernel launched before it ran through (it
+    # did not wait for the device) is no sync (tests/test_allocator_drain.py).
+    assert report.summary.sync_count == 35 and report.profiler_overhead.count == 1
 
 
 def test_the_whatif_counts_no_warmup_allocation_in_a_site_or_every_sync_removed(tmp_path):

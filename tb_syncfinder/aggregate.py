@@ -19,6 +19,7 @@ from tb_syncfinder.catalogue import (
 from tb_syncfinder.cost import (
     FIX_WITH_OWN_SHARE,
     FIX_WITH_STEP_SHARE,
+    HOST_BOUND_SHARE,
     PROFILER_NOTE_SHARE,
     PROFILER_US_PER_HOST_EVENT,
     estimated_saving_us,
@@ -377,19 +378,23 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
         return
     from tb_syncfinder.outputs.text import format_us
 
-    path = sum(r.savings.critical_path_us for r in analysed)
-    host = sum(r.savings.critical_path_host_us for r in analysed)
     note = (
         f"The profiler's own overhead is about {format_us(overhead)} of each step here "
         f"({summary.host_events_per_step:,.0f} host events per step, at about "
         f"{PROFILER_US_PER_HOST_EVENT:.0f} us each): the saving is predicted for the "
         "profiled program and may differ without the profiler"
     )
-    if path > 0 and host > 0.5 * path:
+    no_sync = summary.predicted_step_time_us
+    if (
+        summary.saving_method == "replay"
+        and device > 0
+        and no_sync > (1 + HOST_BOUND_SHARE) * device
+    ):
         note += (
-            f"; the replay's critical path is {host / path:.0%} host work: under the "
-            "profiler the host bounds the step, so syncs that would stall a GPU-bound "
-            "program may look free"
+            f"; without its syncs the replayed step still takes {format_us(no_sync)}, "
+            f"{no_sync / device - 1:.0%} more than the GPU's busy time: under the profiler "
+            "the host bounds the step, so syncs that would stall a GPU-bound program may "
+            "look free"
         )
     note += (
         ". Without the profiler no fix makes a step shorter than the GPU's busy time, "

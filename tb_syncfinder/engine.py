@@ -35,7 +35,6 @@ from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_contexts
 from tb_syncfinder.cost import (
     FIX_WITH_STEP_SHARE,
-    PROFILER_NOTE_SHARE,
     PROFILER_US_PER_HOST_EVENT,
     device_busy_us,
     estimated_saving_us,
@@ -477,39 +476,21 @@ def _trace_savings(
     )
 
 
-# The profiled step is host-bound or not as the replay's critical path over this many last
-# steps says (a walk along every step of a long trace took 0.1 s for 10,000 steps).
-CRITICAL_PATH_STEPS = 50
-
-
 def _profiler_figures(
     savings: TraceSavings,
     tl: Timeline,
     whatif: TraceWhatIf | None,
-    steps: list[StepStats],
     core_steps: set[int] | None,
 ) -> None:
     """The profiler's own overhead in ``savings``: the host events it recorded in the
-    reported steps, the device's busy time in them (per step, the union of the device work
-    launched in it: the replay's figure, else the timeline's), and where that overhead is a
-    large share of the step, the replayed critical path's host part (is the profiled step
-    host-bound?)."""
+    reported steps and the device's busy time in them (per step, the union of the device
+    work launched in it: the replay's figure, else the timeline's)."""
     savings.host_events = host_events_in_steps(tl, core_steps)
     result = whatif.result if whatif is not None else None
     if savings.method == "replay" and result is not None:
         savings.device_busy_us = result.device_busy_us
     elif tl.has_gpu_activity:
         savings.device_busy_us = device_busy_us(tl, core_steps)
-    if result is None or not result.available or result._graph is None or not steps:
-        return
-    if core_steps is not None:
-        return  # a window's graph holds context steps: its critical path is not the span's
-    wall = sum(st.wall_time_us or st.step_time_us for st in steps) / len(steps)
-    overhead = savings.host_events / len(steps) * PROFILER_US_PER_HOST_EVENT
-    if wall > 0 and overhead >= PROFILER_NOTE_SHARE * wall:
-        path = result._graph.critical_path(CRITICAL_PATH_STEPS)
-        savings.critical_path_host_us = path.get("host", 0.0)
-        savings.critical_path_us = sum(path.values())
 
 
 def _set_profiler_info(info: TraceInfo, savings: TraceSavings, step_count: int) -> None:
@@ -669,7 +650,7 @@ def _analyze_data(
     if core_steps is not None:
         steps = [step for step in steps if step.step in core_steps]
     trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps), carry is not None)
-    _profiler_figures(trace_savings, tl, whatif, steps, core_steps)
+    _profiler_figures(trace_savings, tl, whatif, core_steps)
     if core is None and whatif is not None and whatif.result is not None and syncs:
         _fix_together(trace_savings, whatif.result, syncs, episode_of, steps)
     contexts: dict[str, dict[str, Any]] = {}

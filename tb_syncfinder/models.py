@@ -355,11 +355,6 @@ class TraceSavings(msgspec.Struct):
     # and the device's busy time in them (None: no device activity).
     host_events: int = 0
     device_busy_us: float | None = None
-    # The replayed window's critical path (``whatif._Graph.critical_path``): its host part
-    # and all of it, computed only where the profiler's overhead is a large share of the
-    # step (0 otherwise).
-    critical_path_host_us: float = 0.0
-    critical_path_us: float = 0.0
     # "Fix together" (``whatif.fix_together``, whole traces only): site key -> saving(every
     # sync) - saving(every sync but the site's); sites left out were not replayed so. And a
     # site that saves much less alone than that -> (the site whose syncs then wait for the

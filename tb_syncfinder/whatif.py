@@ -2619,11 +2619,9 @@ class _Graph:
             final = done
         return Saving.of_steps(base.window - (final - first), n_steps, per_step)
 
-    def critical_path(self, last_steps: int | None = None) -> dict[str, float]:
+    def critical_path(self) -> dict[str, float]:
         """Walk back from the end of the replayed window along the inputs that bound each
-        node, adding up the time per kind of edge (see ``WhatIf.critical_path``); with
-        ``last_steps``, over the window of the last that many steps only (a walk of a long
-        trace's every step costs about a pass over its graph)."""
+        node, adding up the time per kind of edge (see ``WhatIf.critical_path``)."""
         values = self.base_values
         n = self.n_dev
         producer: dict[int, tuple[Any, ...]] = {}
@@ -2648,8 +2646,6 @@ class _Graph:
             if len(items):
                 var = n + int(items[np.argmax(ends[items])])
         start = m.host_start[0]
-        if last_steps is not None and len(m.completion) > last_steps:
-            start = m.completion[len(m.completion) - last_steps - 1]
         while var >= 0 and values[var] > start:
             task = producer.get(var)
             if task is None:

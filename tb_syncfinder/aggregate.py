@@ -381,26 +381,27 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
     note = (
         f"The profiler's own overhead is about {format_us(overhead)} of each step here "
         f"({summary.host_events_per_step:,.0f} host events per step, at about "
-        f"{PROFILER_US_PER_HOST_EVENT:.0f} us each): the saving is predicted for the "
-        "profiled program and may differ without the profiler"
+        f"{PROFILER_US_PER_HOST_EVENT:.0f} us each): the figures are the profiled "
+        "program's and may differ without the profiler"
     )
+    # The busy time counts the device work the replay linked to its launches; without the
+    # replay (a trace whose correlations were lost, say) it may leave most of it out.
+    replayed = summary.saving_method == "replay" and device > 0
     no_sync = summary.predicted_step_time_us
-    if (
-        summary.saving_method == "replay"
-        and device > 0
-        and no_sync > (1 + HOST_BOUND_SHARE) * device
-    ):
+    if replayed and no_sync > (1 + HOST_BOUND_SHARE) * device:
         note += (
             f"; without its syncs the replayed step still takes {format_us(no_sync)}, "
             f"{no_sync / device - 1:.0%} more than the GPU's busy time: under the profiler "
             "the host bounds the step, so syncs that would stall a GPU-bound program may "
             "look free"
         )
-    note += (
-        ". Without the profiler no fix makes a step shorter than the GPU's busy time, "
-        f"{format_us(device)}: if a step takes T unprofiled, fixing every sync saves at "
-        f"most T - {format_us(device)}."
-    )
+    note += "."
+    if replayed:
+        note += (
+            " Without the profiler no fix makes a step shorter than the GPU's busy time, "
+            f"{format_us(device)}: if a step takes T unprofiled, fixing every sync saves at "
+            f"most T - {format_us(device)}."
+        )
     summary.profiler_note = note
     summary.saving_note = f"{summary.saving_note}; {note}" if summary.saving_note else note
 

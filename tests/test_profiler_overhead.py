@@ -93,7 +93,7 @@ def test_many_host_events_per_step_give_the_figures_and_the_note(tmp_path: Path)
     note = summary.profiler_note
     assert note is not None
     assert f"({events:,.0f} host events per step" in note
-    assert "predicted for the profiled program" in note
+    assert "the figures are the profiled program's and may differ without the profiler" in note
     # Without its syncs the replayed step is still mostly host work (launches between
     # short kernels), far longer than the GPU's busy time: said so.
     no_sync = format_us(summary.predicted_step_time_us)
@@ -150,6 +150,29 @@ def test_few_host_events_per_step_give_the_figures_but_no_note(tmp_path: Path) -
         assert record["device_busy_per_step_us"] > 0
     assert doc["summary"]["profiler_note"] is None
     assert "profiler    " not in render_report(report, width=100)
+
+
+def test_without_the_replay_the_note_leaves_out_the_busy_time_bound(tmp_path: Path) -> None:
+    """A trace whose correlations were lost: the device's busy time counts only the work
+    reached through them (here none but the sync's copy), so no bound is given from it."""
+    b = KinetoTraceBuilder()
+    for n in range(1, STEPS + 1):
+        with b.step(n), b.frame(("train.py", 20, "main")):
+            for _ in range(150):
+                with b.frame(("model.py", 5, "forward")), b.op("aten::add"):
+                    b.kernel(dur=1.0, link=False)
+            b.kernel(dur=3000, link=False)
+            item_sync(b, stack=[("train.py", 8, "train_step")], kernel_us=None)
+    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    summary = report.summary
+    assert summary.saving_method != "replay"
+    assert summary.device_busy_per_step_us is not None
+    assert summary.device_busy_per_step_us < 100  # the linked copies only: not the 3 ms
+    note = summary.profiler_note
+    assert note is not None
+    assert "the figures are the profiled program's and may differ without the profiler." in note
+    assert "busy time" not in note and "T - " not in note
+    assert "the host bounds the step" not in note
 
 
 def test_a_cpu_only_trace_counts_its_host_events_and_has_no_busy_time(tmp_path: Path) -> None:

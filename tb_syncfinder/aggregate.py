@@ -353,8 +353,8 @@ def build_report(results: list[TraceResult]) -> Report:
 def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
     """The summary's figures of the profiler's own overhead over the analysed traces'
     steps and, where it is at least ``PROFILER_NOTE_SHARE`` of the mean step of a run with
-    syncs on a device, what that means for the predicted saving (``profiler_note``, also
-    appended to ``saving_note``)."""
+    syncs on a device, what that means for the predicted saving (``profiler_note``; not
+    in ``saving_note``, which keeps its meaning: why the saving is a bound or partial)."""
     steps = sum(len(r.steps) for r in analysed)
     if not steps:
         return
@@ -403,7 +403,6 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
             f"most T - {format_us(device)}."
         )
     summary.profiler_note = note
-    summary.saving_note = f"{summary.saving_note}; {note}" if summary.saving_note else note
 
 
 def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:

@@ -397,7 +397,7 @@ class Summary(msgspec.Struct):
     # The profiler's own overhead, as on ``TraceInfo`` over every trace's profiled steps
     # (``device_busy_per_step_us`` over the traces with device activity; None: none has),
     # and, where that overhead is at least ``cost.PROFILER_NOTE_SHARE`` of the mean step,
-    # what it means for the predicted saving (also at the end of ``saving_note``).
+    # what it means for the predicted saving (a field of its own: not in ``saving_note``).
     host_events_per_step: float = 0.0
     profiler_overhead_per_step_us: float = 0.0
     device_busy_per_step_us: float | None = None

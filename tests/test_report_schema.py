@@ -139,6 +139,24 @@ def test_the_profiler_and_fix_together_extensions_are_in_every_record(tmp_path: 
         assert site["predicted_saving_with_others_us"] is None and site["fix_with"] == []
 
 
+def test_saving_note_keeps_its_meaning_beside_the_profilers_note(tmp_path: Path) -> None:
+    """``saving_note`` says why the saving is a bound or partial: the profiler's note is a
+    field of its own and is not appended to it."""
+    b = KinetoTraceBuilder()
+    for n in range(1, 5):
+        with b.step(n), b.frame(("train.py", 20, "main")):
+            for _ in range(150):  # many host events: the profiler's note
+                with b.frame(("model.py", 5, "forward")), b.op("aten::add"):
+                    b.kernel(dur=1.0)
+            item_sync(b, stack=[("train.py", 8, "train_step")], kernel_us=100)
+    doc = analyze(b.write(tmp_path / "run" / "w.pt.trace.json")).to_json()
+    summary = doc["summary"]
+    assert summary["saving_method"] == "replay"
+    assert summary["profiler_note"].startswith("The profiler's own overhead is about ")
+    assert summary["saving_note"] is None
+    assert all(t["saving_note"] is None for t in doc["traces"])
+
+
 def test_a_sync_without_a_stack_has_source_null_not_a_missing_key(tmp_path: Path) -> None:
     b = KinetoTraceBuilder()
     with b.step(1):

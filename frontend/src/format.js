@@ -180,17 +180,13 @@ export function savingText(site) {
 }
 
 /**
- * The line on how the predicted savings were obtained: `How obtained: <saving_how> (<note>)`,
- * the note without the profiler's (`profiler_note`, also at the end of `saving_note`: the
- * view shows it on a line of its own).
+ * The line on how the predicted savings were obtained: `How obtained: <saving_how> (<note>)`
+ * (the profiler's note, `profiler_note`, is a field and a line of its own).
  * @param {any} summary
  * @returns {string}
  */
 export function howObtainedText(summary) {
-  let note = summary.saving_note || "";
-  const profiler = summary.profiler_note || "";
-  if (profiler && note === profiler) note = "";
-  else if (profiler && note.endsWith(`; ${profiler}`)) note = note.slice(0, -(profiler.length + 2));
+  const note = summary.saving_note || "";
   return `How obtained: ${summary.saving_how}${note ? ` (${note})` : ""}`;
 }
 

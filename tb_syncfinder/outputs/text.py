@@ -630,8 +630,6 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     how = summary.get("saving_how") or ""
     note = summary.get("saving_note")
     profiler = summary.get("profiler_note")
-    if profiler and note:  # said on its own line below, not again in parentheses
-        note = None if note == profiler else note.removesuffix("; " + profiler)
     if how:
         lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
     if profiler:

@@ -22,8 +22,10 @@ from tb_syncfinder.cost import (
     HOST_BOUND_SHARE,
     PROFILER_NOTE_SHARE,
     PROFILER_US_PER_HOST_EVENT,
+    PROFILER_US_PER_PYTHON_EVENT,
     estimated_saving_us,
     idle_union_us,
+    profiler_overhead_us,
 )
 from tb_syncfinder.models import (
     ProfilerOverhead,
@@ -359,10 +361,9 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
     if not steps:
         return
     events = sum(r.savings.host_events for r in analysed)
+    python = sum(r.savings.python_events for r in analysed)
     summary.host_events_per_step = events / steps
-    summary.profiler_overhead_per_step_us = summary.host_events_per_step * (
-        PROFILER_US_PER_HOST_EVENT
-    )
+    summary.profiler_overhead_per_step_us = profiler_overhead_us(events, python) / steps
     busy = [r for r in analysed if r.savings.device_busy_us is not None]
     busy_steps = sum(len(r.steps) for r in busy)
     if busy_steps:
@@ -378,11 +379,19 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
         return
     from tb_syncfinder.outputs.text import format_us
 
+    per_python = python / steps
+    if per_python >= 0.5:
+        weights = (
+            f"{per_python:,.0f} of them Python frames; about {PROFILER_US_PER_HOST_EVENT:g} us "
+            f"per operator, runtime call or annotation and {PROFILER_US_PER_PYTHON_EVENT:g} us "
+            "per Python frame"
+        )
+    else:
+        weights = f"at about {PROFILER_US_PER_HOST_EVENT:g} us each"
     note = (
-        f"The profiler's own overhead is about {format_us(overhead)} of each step here "
-        f"({summary.host_events_per_step:,.0f} host events per step, at about "
-        f"{PROFILER_US_PER_HOST_EVENT:.0f} us each): the figures are the profiled "
-        "program's and may differ without the profiler"
+        f"The profiler's own overhead is about {format_us(overhead)} of the host's time per "
+        f"step here ({summary.host_events_per_step:,.0f} host events per step, {weights}): "
+        "the figures are the profiled program's and may differ without the profiler"
     )
     # The busy time counts the device work the replay linked to its launches; without the
     # replay (a trace whose correlations were lost, say) it may leave most of it out.

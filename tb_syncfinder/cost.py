@@ -17,10 +17,10 @@ estimated saving.
 * The profiler's own overhead (``host_events_in_steps``): every host event the profiler
   recorded inside the profiled steps (operators, Python frames, runtime and driver calls,
   annotations) cost the profiled program time that it does not spend unprofiled:
-  ``PROFILER_US_PER_HOST_EVENT`` each, the middle of the 2-5 us measured per event on an
-  H100 host recording stacks. The device's busy time per step (per step, the union of the
-  device work launched in it: ``device_busy_us``, or the replay's ``_Graph.busy_us``) bounds
-  what fixing syncs can save without the profiler.
+  ``PROFILER_US_PER_HOST_EVENT`` each, ``PROFILER_US_PER_PYTHON_EVENT`` per Python frame
+  (``profiler_overhead_us``), as measured per event on an H100 host. The device's busy time
+  per step (per step, the union of the device work launched in it: ``device_busy_us``, or
+  the replay's ``_Graph.busy_us``) bounds what fixing syncs can save without the profiler.
 """
 
 from __future__ import annotations
@@ -32,15 +32,19 @@ from typing import TYPE_CHECKING
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
 from tb_syncfinder.query import union_length
-from tb_syncfinder.timeline import Timeline
+from tb_syncfinder.timeline import PYTHON, Timeline
 
 if TYPE_CHECKING:
     from tb_syncfinder.whatif import StepReplay
 
 NO_STEP = 0  # StepStats.step of the single pseudo-step of a trace without ProfilerStep spans
-# What one host event the profiler records costs the profiled program (us): 2.7-4.8 us
-# measured per event with stacks on an H100 host (profiled vs unprofiled host-bound runs).
-PROFILER_US_PER_HOST_EVENT = 3.0
+# What one host event the profiler records costs the profiled program (us), measured on an
+# H100 host (docs/validation.md section 5, bench/profiler_overhead.py: profiled vs unprofiled
+# launch-bound steps): about 3.5 us per operator, runtime or driver call or annotation (391
+# such events per step cost 1.24-1.41 ms without stacks), about 1 us per Python frame (397
+# frames and those 391 events cost 1.72 ms with stacks).
+PROFILER_US_PER_HOST_EVENT = 3.5
+PROFILER_US_PER_PYTHON_EVENT = 1.0
 # The report says the profiler's overhead makes the prediction uncertain from this share of
 # the mean step on (``Summary.profiler_note``).
 PROFILER_NOTE_SHARE = 0.10
@@ -78,15 +82,33 @@ def host_events_in_steps(tl: Timeline, numbers: Collection[int] | None = None) -
     annotations (``ProfilerStep#N`` included) and Python frames that start in a step, and
     the runtime and driver calls that do. Device activity, flow and metadata events are not
     host events."""
+    return host_event_counts(tl, numbers)[0]
+
+
+def host_event_counts(tl: Timeline, numbers: Collection[int] | None = None) -> tuple[int, int]:
+    """The host events of ``host_events_in_steps`` and how many of them are Python frames
+    (the timeline's ``PYTHON`` nodes), which cost the profiled program less each."""
     ranges = _step_ranges(tl, numbers)
-    count = 0
+    count = python = 0
     for thread in tl.threads.values():
         for starts in (thread.starts, thread.runtime_starts):
             if not starts:
                 continue
+            nodes = starts is thread.starts
             for lo, hi in ranges:
-                count += bisect_left(starts, hi) - bisect_left(starts, lo)
-    return count
+                first, end = bisect_left(starts, lo), bisect_left(starts, hi)
+                count += end - first
+                if nodes and end > first:
+                    python += thread.kinds[first:end].count(PYTHON)
+    return count, python
+
+
+def profiler_overhead_us(events: float, python_events: float) -> float:
+    """What ``events`` host events, ``python_events`` of them Python frames, cost the
+    profiled program (us): ``PROFILER_US_PER_PYTHON_EVENT`` per frame and
+    ``PROFILER_US_PER_HOST_EVENT`` per other event."""
+    python = min(python_events, events)
+    return (events - python) * PROFILER_US_PER_HOST_EVENT + python * PROFILER_US_PER_PYTHON_EVENT
 
 
 def device_busy_us(tl: Timeline, numbers: Collection[int] | None = None) -> float | None:

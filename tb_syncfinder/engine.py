@@ -35,10 +35,10 @@ from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_contexts
 from tb_syncfinder.cost import (
     FIX_WITH_STEP_SHARE,
-    PROFILER_US_PER_HOST_EVENT,
     device_busy_us,
     estimated_saving_us,
-    host_events_in_steps,
+    host_event_counts,
+    profiler_overhead_us,
     step_stats,
     sync_cost,
 )
@@ -282,9 +282,11 @@ def _analyze_in_windows(
     # ``merge`` makes the trace's what-if figures anew: the profiler's overhead added up
     # here (no "fix together" figures: those need a whole trace's replay).
     host_events = sum(r.savings.host_events for r in results)
+    python_events = sum(r.savings.python_events for r in results)
     busy_parts = [r.savings.device_busy_us for r in results if r.savings.device_busy_us is not None]
     merged = windows.merge(results, note, parts.cores)
     merged.savings.host_events = host_events
+    merged.savings.python_events = python_events
     merged.savings.device_busy_us = sum(busy_parts) if busy_parts else None
     _set_profiler_info(merged.info, merged.savings, len(merged.steps))
     merged.info.windows = len(results)
@@ -485,7 +487,7 @@ def _profiler_figures(
     """The profiler's own overhead in ``savings``: the host events it recorded in the
     reported steps and the device's busy time in them (per step, the union of the device
     work launched in it: the replay's figure, else the timeline's)."""
-    savings.host_events = host_events_in_steps(tl, core_steps)
+    savings.host_events, savings.python_events = host_event_counts(tl, core_steps)
     result = whatif.result if whatif is not None else None
     if savings.method == "replay" and result is not None:
         savings.device_busy_us = result.device_busy_us
@@ -497,7 +499,9 @@ def _set_profiler_info(info: TraceInfo, savings: TraceSavings, step_count: int) 
     """``TraceInfo``'s per-step figures of the profiler's overhead, from ``savings``."""
     steps = max(step_count, 1)
     info.host_events_per_step = savings.host_events / steps
-    info.profiler_overhead_per_step_us = info.host_events_per_step * PROFILER_US_PER_HOST_EVENT
+    info.profiler_overhead_per_step_us = (
+        profiler_overhead_us(savings.host_events, savings.python_events) / steps
+    )
     busy = savings.device_busy_us
     info.device_busy_per_step_us = busy / steps if busy is not None and step_count else None
 

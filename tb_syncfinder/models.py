@@ -117,8 +117,9 @@ class TraceInfo(msgspec.Struct):
     window_note: str | None = None
     # The profiler's own overhead (``cost.host_events_in_steps``): host events it recorded
     # per profiled step (operators, Python frames, runtime and driver calls, annotations on
-    # host threads), what they cost the profiled program at ``cost.PROFILER_US_PER_HOST_EVENT``
-    # each, and the device's busy time per step (the union of the activity of the device
+    # host threads), what they cost the profiled program (``cost.profiler_overhead_us``:
+    # ``PROFILER_US_PER_HOST_EVENT`` each, ``PROFILER_US_PER_PYTHON_EVENT`` per Python frame),
+    # and the device's busy time per step (the union of the activity of the device
     # work launched in each step, mean over the steps; None without device activity).
     # Without the profiler no fix makes a step shorter than that busy time.
     host_events_per_step: float = 0.0
@@ -354,6 +355,7 @@ class TraceSavings(msgspec.Struct):
     # Host events the profiler recorded in the profiled steps (``cost.host_events_in_steps``)
     # and the device's busy time in them (None: no device activity).
     host_events: int = 0
+    python_events: int = 0  # of those, the Python frames (cheaper each)
     device_busy_us: float | None = None
     # "Fix together" (``whatif.fix_together``, whole traces only): site key -> saving(every
     # sync) - saving(every sync but the site's); sites left out were not replayed so. And a

@@ -1,7 +1,7 @@
 """The profiler's own overhead: the host events it recorded per step, what they cost the
-profiled program (3 us each), the device's busy time per step (what no fix can go below
-without the profiler), and the note that says so where the overhead is a large share of
-the step."""
+profiled program (3.5 us each, 1 us per Python frame), the device's busy time per step
+(what no fix that keeps the GPU's work can go below without the profiler), and the note
+that says so where the overhead is a large share of the host's time per step."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from kineto_builder import KinetoTraceBuilder, item_sync
 
 from tb_syncfinder import analyze
-from tb_syncfinder.cost import PROFILER_US_PER_HOST_EVENT
+from tb_syncfinder.cost import PROFILER_US_PER_HOST_EVENT, PROFILER_US_PER_PYTHON_EVENT
 from tb_syncfinder.engine import Options, analyze_trace
 from tb_syncfinder.outputs.text import format_us, render_report
 
@@ -34,17 +34,19 @@ def _steps(b: KinetoTraceBuilder, host_ops: int, kernel_us: float, host_gap_us: 
             b.advance(host_gap_us)
 
 
-def _host_events_per_step(b: KinetoTraceBuilder) -> float:
-    """Counted from the built events, independently of the engine."""
+def _host_events_per_step(b: KinetoTraceBuilder, python_only: bool = False) -> float:
+    """Counted from the built events, independently of the engine (``python_only``: the
+    Python frames among them)."""
     steps = [
         (e["ts"], e["ts"] + e["dur"])
         for e in b.events
         if e.get("name", "").startswith("ProfilerStep#")
     ]
+    categories = {"python_function"} if python_only else HOST_CATEGORIES
     host = [
         e
         for e in b.events
-        if e.get("ph") == "X" and e.get("cat") in HOST_CATEGORIES and e.get("pid") == b.pid
+        if e.get("ph") == "X" and e.get("cat") in categories and e.get("pid") == b.pid
     ]
     inside = sum(1 for e in host if any(lo <= e["ts"] < hi for lo, hi in steps))
     return inside / len(steps)
@@ -78,21 +80,29 @@ def test_many_host_events_per_step_give_the_figures_and_the_note(tmp_path: Path)
     report = analyze(path)
     summary = report.summary
     events = _host_events_per_step(b)
-    assert events > 400
+    python = _host_events_per_step(b, python_only=True)
+    assert events > 400 and 150 < python < events
     assert summary.host_events_per_step == pytest.approx(events)
-    assert summary.profiler_overhead_per_step_us == pytest.approx(
-        events * PROFILER_US_PER_HOST_EVENT
+    # The Python frames are weighted apart (about 1 us each against 3.5 us).
+    overhead = (events - python) * PROFILER_US_PER_HOST_EVENT + python * (
+        PROFILER_US_PER_PYTHON_EVENT
     )
+    assert PROFILER_US_PER_PYTHON_EVENT < PROFILER_US_PER_HOST_EVENT
+    assert summary.profiler_overhead_per_step_us == pytest.approx(overhead)
     assert summary.device_busy_per_step_us == pytest.approx(_device_busy_per_step(b), rel=0.02)
     info = report.traces[0]
     assert info.host_events_per_step == pytest.approx(events)
-    assert info.profiler_overhead_per_step_us == pytest.approx(3 * events)
+    assert info.profiler_overhead_per_step_us == pytest.approx(overhead)
     assert info.device_busy_per_step_us == pytest.approx(summary.device_busy_per_step_us)
     # The overhead is far more than 10 % of the step: the note, with the figures.
     assert summary.profiler_overhead_per_step_us > 0.1 * summary.mean_wall_step_time_us
     note = summary.profiler_note
     assert note is not None
-    assert f"({events:,.0f} host events per step" in note
+    assert note.startswith(
+        f"The profiler's own overhead is about {format_us(overhead)} of the host's time per "
+        f"step here ({events:,.0f} host events per step, {python:,.0f} of them Python frames; "
+        "about 3.5 us per operator, runtime call or annotation and 1 us per Python frame): "
+    )
     assert "the figures are the profiled program's and may differ without the profiler" in note
     # Without its syncs the replayed step is still mostly host work (launches between
     # short kernels), far longer than the GPU's busy time: said so.
@@ -204,6 +214,10 @@ def test_windows_add_up_to_the_whole_traces_figures(tmp_path: Path) -> None:
     assert windowed.info.windows >= 3
     assert windowed.info.host_events_per_step == pytest.approx(whole.info.host_events_per_step)
     assert windowed.savings.host_events == whole.savings.host_events
+    assert windowed.savings.python_events == whole.savings.python_events > 0
+    assert windowed.info.profiler_overhead_per_step_us == pytest.approx(
+        whole.info.profiler_overhead_per_step_us
+    )
     assert windowed.info.device_busy_per_step_us == pytest.approx(
         whole.info.device_busy_per_step_us
     )

@@ -407,7 +407,8 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
     note += "."
     if replayed:
         note += (
-            " Without the profiler no fix makes a step shorter than the GPU's busy time, "
+            " Without the profiler no fix that keeps the GPU's work makes a step shorter "
+            "than the GPU's busy time, "
             f"{format_us(device)}: if a step takes T unprofiled, fixing every sync saves at "
             f"most T - {format_us(device)}."
         )

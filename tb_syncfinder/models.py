@@ -121,7 +121,8 @@ class TraceInfo(msgspec.Struct):
     # ``PROFILER_US_PER_HOST_EVENT`` each, ``PROFILER_US_PER_PYTHON_EVENT`` per Python frame),
     # and the device's busy time per step (the union of the activity of the device
     # work launched in each step, mean over the steps; None without device activity).
-    # Without the profiler no fix makes a step shorter than that busy time.
+    # Without the profiler no fix that keeps the device's work makes a step shorter than
+    # that busy time.
     host_events_per_step: float = 0.0
     profiler_overhead_per_step_us: float = 0.0
     device_busy_per_step_us: float | None = None

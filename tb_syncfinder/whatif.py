@@ -262,7 +262,8 @@ class WhatIf:
     gpu_idle_us: float = 0.0  # device idle inside the window (recorded)
     gpu_idle_from_syncs_us: float = 0.0  # the part of it that goes away with the syncs
     # Recorded: per step, the union of the device work launched in it, added up
-    # (``_Graph.busy_us``): no fix makes a step shorter without the profiler.
+    # (``_Graph.busy_us``): without the profiler no fix that keeps the device's work makes a
+    # step shorter.
     device_busy_us: float = 0.0
     fidelity_error: float = 0.0  # worst |replayed / recorded - 1| over steps
     notes: list[str] = field(default_factory=list)

@@ -115,7 +115,10 @@ def test_many_host_events_per_step_give_the_figures_and_the_note(tmp_path: Path)
     )
     assert "may look free" in note
     busy = format_us(summary.device_busy_per_step_us)
-    assert f"the GPU's busy time, {busy}" in note
+    assert (
+        "Without the profiler no fix that keeps the GPU's work makes a step shorter than "
+        f"the GPU's busy time, {busy}: if a step takes T unprofiled"
+    ) in note
     assert f"saves at most T - {busy}." in note
     # A field of its own: the saving note keeps its meaning (nothing to say here); shown
     # near the predicted saving in the terminal, once.

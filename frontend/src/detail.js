@@ -187,10 +187,10 @@ function siteStats(site, step) {
     stat("count", formatCount(site.count)),
     stat("per step", formatCount(site.per_step)),
     latent ? null : stat(site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", savingText(site)),
-    // What fixing it saves once every other site is fixed too (the replay's; null: not replayed so).
+    // What fixing it saves per step once every other site is fixed too (the replay's; null: not replayed so).
     latent || site.predicted_saving_with_others_per_step_us === null || site.predicted_saving_with_others_per_step_us === undefined
       ? null
-      : stat("with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
+      : stat("saves per step with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
     latent ? null : stat("GPU idle", formatUs(site.gpu_idle_us)),

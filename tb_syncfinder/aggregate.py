@@ -184,6 +184,10 @@ def _with_others(key: str, members: list[Sync], by_trace: dict[str, TraceSavings
 # fixing it with its partner alone saves less than this share of that (a third site, or
 # more, waits for the same device work).
 FIX_WITH_PAIR_SHARE = 0.75
+# A partner is named only where fixing the pair recovers at least this share of what the
+# site's saving with every other site fixed adds to its own (the pair gains that much over
+# the site alone); else the note says the others wait for the same work, naming none.
+FIX_WITH_PARTNER_SHARE = 0.5
 
 
 def _fix_with(
@@ -193,36 +197,36 @@ def _fix_with(
     step_count: int,
     wall_time_us: float,
 ) -> None:
-    """Name the other site a site's syncs then wait for, where fixing it alone saves much
-    less than with the others fixed too: its own saving below ``FIX_WITH_OWN_SHARE`` of
-    that, which is at least ``FIX_WITH_STEP_SHARE`` of the steps' time. Each of its traces
-    must have named the same site (``whatif.fix_together``)."""
+    """Where fixing a site alone saves much less than with the others fixed too (its own
+    saving below ``FIX_WITH_OWN_SHARE`` of that, which is at least ``FIX_WITH_STEP_SHARE``
+    of the steps' time), say so in ``fix_with_note``, and name the other site its syncs then
+    wait for where each of its traces named the same one (``whatif.fix_together``) and
+    fixing both recovers at least ``FIX_WITH_PARTNER_SHARE`` of the difference."""
     with_others = site.predicted_saving_with_others_us
     if with_others is None or site.saving_method != "replay":
         return
     if with_others < FIX_WITH_STEP_SHARE * wall_time_us:
         return
-    if site.predicted_saving_us >= FIX_WITH_OWN_SHARE * with_others:
+    own = site.predicted_saving_us
+    if own >= FIX_WITH_OWN_SHARE * with_others:
         return
-    partner: str | None = None
-    together = 0.0
-    for trace in dict.fromkeys(s.trace for s in groups[site.key]):
-        named = by_trace[trace].fix_with.get(site.key)
-        if named is None or (partner is not None and named[0] != partner):
-            return
-        partner = named[0]
-        together += named[1]
-    if partner is None or partner not in groups:
-        return
+    from tb_syncfinder.outputs.text import format_us
+
     steps = max(step_count, 1)
+    partner, together = _partner(site.key, groups, by_trace)
+    if partner is None or together - own < FIX_WITH_PARTNER_SHARE * (with_others - own):
+        site.fix_with_note = (
+            f"Fixing this alone saves {format_us(own / steps)} per step; with every other "
+            f"site fixed too, {format_us(with_others / steps)} per step: other syncs wait "
+            "for the same GPU work."
+        )
+        return
     site.fix_with = [partner]
     site.fix_with_saving_us = together
     site.fix_with_saving_per_step_us = together / steps
-    from tb_syncfinder.outputs.text import format_us
-
     other = groups[partner][0]
     note = (
-        f"Fixing this alone saves {format_us(site.predicted_saving_us / steps)} per step: "
+        f"Fixing this alone saves {format_us(own / steps)} per step: "
         f"{_call_text(other, site.file)} then waits for the same GPU work. Fixed together "
         f"they save {format_us(together / steps)} per step."
     )
@@ -232,6 +236,24 @@ def _fix_with(
             f"{format_us(with_others / steps)} per step."
         )
     site.fix_with_note = note
+
+
+def _partner(
+    key: str, groups: dict[str, list[Sync]], by_trace: dict[str, TraceSavings]
+) -> tuple[str | None, float]:
+    """The site every trace of site ``key`` named as its partner (``TraceSavings.fix_with``)
+    and what fixing both saves over them; (None, 0) where one named none or another one."""
+    partner: str | None = None
+    together = 0.0
+    for trace in dict.fromkeys(s.trace for s in groups[key]):
+        named = by_trace[trace].fix_with.get(key)
+        if named is None or (partner is not None and named[0] != partner):
+            return None, 0.0
+        partner = named[0]
+        together += named[1]
+    if partner is None or partner not in groups:
+        return None, 0.0
+    return partner, together
 
 
 def _call_text(sync: Sync, file: str | None) -> str:

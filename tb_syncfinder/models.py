@@ -313,7 +313,9 @@ class Site(msgspec.Struct):
     # When its own saving is much smaller than that (below ``cost.FIX_WITH_OWN_SHARE`` of
     # it, which is at least ``cost.FIX_WITH_STEP_SHARE`` of the mean step): the key of the
     # other site whose syncs then wait for the same device work (``whatif.fix_together``;
-    # empty otherwise), what fixing both saves, and that in a sentence.
+    # named only where fixing both recovers at least half of what the others add to its
+    # own saving; empty otherwise), what fixing both saves, and that in a sentence (also
+    # without a partner: that the others wait for the same work).
     fix_with: list[str] = field(default_factory=list)
     fix_with_saving_us: float | None = None
     fix_with_saving_per_step_us: float | None = None

@@ -413,3 +413,39 @@ def test_the_demo_segs_backward_index_names_no_partner() -> None:
     assert backward.fix_with_note is not None
     assert backward.fix_with_note.startswith("Fixing this alone saves 1.0 us per step; with every")
     assert backward.fix_with_note.endswith(": other syncs wait for the same GPU work.")
+
+
+def test_a_pair_that_gains_nothing_is_not_named(tmp_path: Path) -> None:
+    """Three synchronizes in a row after one kernel: each alone saves (almost) nothing, each
+    with the others fixed 1.5 ms a step. The first two fixed together gain a little (their
+    own calls' time), and name each other in the trace's figures; the third gains nothing
+    with either (the other one still waits for the kernel): it names no partner."""
+    b = KinetoTraceBuilder()
+    for n in range(1, STEPS + 1):
+        with b.step(n):
+            b.kernel(dur=2000)
+            for line, func in ((4, "first"), (9, "second"), (14, "third")):
+                with b.frame(("train.py", line, func)):
+                    b.runtime("cudaDeviceSynchronize")
+            b.advance(1500)
+    path = b.write(tmp_path / "w.pt.trace.json")
+    result = analyze_trace(str(path), Options())
+    keys = {key.split(":")[1]: key for key in result.savings.sites}
+    first, second, third = keys["4"], keys["9"], keys["14"]
+    with_others = result.savings.with_others
+    own = result.savings.sites
+    for key in (first, second, third):
+        assert with_others[key] > 1000 * STEPS
+        assert own[key] < 0.25 * with_others[key]  # each qualifies for a partner
+    fix_with = result.savings.fix_with
+    assert fix_with[first][0] == second and fix_with[second][0] == first
+    assert fix_with[first][1] > own[first] + own[second] + whatif.TOL_US
+    assert third not in fix_with
+    # In the report: no partner for any (the pair recovers little of what the others add),
+    # the note without one for each.
+    report = analyze(path)
+    assert all(site.fix_with == [] for site in report.sites)
+    assert all(
+        site.fix_with_note and site.fix_with_note.endswith("wait for the same GPU work.")
+        for site in report.sites
+    )

@@ -51,7 +51,7 @@ PROFILER_NOTE_SHARE = 0.10
 # Its host-bound clause: where the replayed step without the program's syncs is longer than
 # the device's busy time per step by more than this share of it, the host bounds the step
 # under the profiler even without the syncs.
-HOST_BOUND_SHARE = 0.10
+HOST_BOUND_SHARE = 0.20
 # "Fix together" (``whatif.fix_together``): a site whose own saving is below this share of
 # what fixing it saves with the other sites fixed too, where that is at least this share of
 # the mean step, is told which other site waits for the same device work.

@@ -576,6 +576,8 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         "predicted_saving_per_step_us",
         "saving_method",
         "waiting_for",
+        "predicted_saving_with_others_per_step_us",
+        "fix_with",
     }
     assert float(added["predicted_saving_us"]) == pytest.approx(
         site["predicted_saving_us"], abs=1e-3

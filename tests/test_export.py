@@ -338,6 +338,23 @@ FIRST_CSV_COLUMNS = (
 ).split(",")
 
 
+def test_csv_carries_what_each_site_saves_fixed_together_and_with_which_sites(tmp_path) -> None:
+    from pathlib import Path
+
+    from tb_syncfinder import analyze
+
+    pairs = Path(__file__).resolve().parent / "gpu_pairs"
+    report = analyze(
+        str(pairs / "readback_metrics_baseline.pt.trace.json.gz"), source_roots=[str(pairs)]
+    ).to_json()
+    rows = {int(r["line"]): r for r in csv.DictReader(io.StringIO(to_csv(report)))}
+    keys = {site["line"]: site["key"] for site in report["sites"]}
+    assert rows[199]["fix_with"] == keys[204] and rows[204]["fix_with"] == keys[199]
+    assert float(rows[199]["predicted_saving_with_others_per_step_us"]) > 10 * float(
+        rows[199]["predicted_saving_per_step_us"]
+    )
+
+
 def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
     sample_report: Report,
 ) -> None:
@@ -359,6 +376,8 @@ def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
         "predicted_saving_per_step_us",
         "saving_method",
         "waiting_for",
+        "predicted_saving_with_others_per_step_us",
+        "fix_with",
     ]
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["file"], r["predicted_saving_us"]) for r in rows[:2]] == [

@@ -47,6 +47,11 @@ SAVING_COLUMNS = [
     "saving_method",
     # In a job: "waiting for rank L" (how many of the site's syncs waited for a late peer).
     "waiting_for",
+    # Fixed together with the other sites: what fixing this one then saves per step, and the
+    # keys of the sites whose syncs take over its wait when it is fixed alone ("fix together";
+    # empty where not replayed or no site does), space-separated.
+    "predicted_saving_with_others_per_step_us",
+    "fix_with",
 ]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
@@ -91,7 +96,11 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
                 _number(site.get("predicted_saving_per_step_us")),
                 site.get("saving_method") or "",
             ]
-        ) + [site.get("waiting_for") or ""]
+        ) + [
+            site.get("waiting_for") or "",
+            "" if latent else _number(site.get("predicted_saving_with_others_per_step_us")),
+            " ".join(_texts(site.get("fix_with"))),
+        ]
         cells = (
             [
                 rank,

@@ -355,6 +355,24 @@ def test_csv_carries_what_each_site_saves_fixed_together_and_with_which_sites(tm
     )
 
 
+def test_sarif_tells_each_of_two_sites_waiting_for_the_same_work_to_fix_the_other_too() -> None:
+    from pathlib import Path
+
+    from tb_syncfinder import analyze
+    from tb_syncfinder.outputs.sarif import to_sarif
+
+    pairs = Path(__file__).resolve().parent / "gpu_pairs"
+    report = analyze(
+        str(pairs / "readback_metrics_baseline.pt.trace.json.gz"), source_roots=[str(pairs)]
+    ).to_json()
+    keys = {site["key"]: site["line"] for site in report["sites"]}
+    results = to_sarif(report)["runs"][0]["results"]
+    by_line = {r["locations"][0]["physicalLocation"]["region"]["startLine"]: r for r in results}
+    assert "then waits for the same GPU work" in by_line[199]["message"]["text"]
+    assert [keys[k] for k in by_line[199]["properties"]["fixWith"]] == [204]
+    assert [keys[k] for k in by_line[204]["properties"]["fixWith"]] == [199]
+
+
 def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
     sample_report: Report,
 ) -> None:

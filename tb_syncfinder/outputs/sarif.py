@@ -99,6 +99,11 @@ def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str
             if candidates
             else "."
         )
+    together = str(site.get("fix_with_note") or "").strip()
+    if together and not latent:
+        # Before the fix: a code-scanning annotation at one of two sites that wait for the
+        # same work must say that fixing it alone gains little.
+        text += f" {together}"
     title = _advice_title(site)
     if title:
         text += f" Fix: {title}."
@@ -165,6 +170,7 @@ def _result(
             "ops": _texts(site.get("ops")),
             "lineExact": bool(site.get("line_exact")),
             "latent": latent,
+            "fixWith": _texts(site.get("fix_with")),
         },
     }
 

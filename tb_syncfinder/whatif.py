@@ -127,7 +127,7 @@ SPARSE_BELOW_CHANGED_SHARE = 0.25
 # that then runs ahead of the device again, as in a long run of GPU-bound steps).
 WITH_OTHERS_SITES = 16
 WITH_OTHERS_PASSES = 1
-WITH_OTHERS_MIN = 20_000  # tasks: a small graph's sites each cost about a pass of it
+WITH_OTHERS_MIN = 50_000  # tasks: a small graph's sites each cost about a pass of it
 # A site saves much less alone than with the others when its own saving is below
 # ``cost.FIX_WITH_OWN_SHARE`` of that (and that is at least a share of the step the engine
 # sets): its partner is looked for among this many other sites, longest host wait first.

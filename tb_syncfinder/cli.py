@@ -51,6 +51,16 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a time above 0, got {text}")
+    return value
+
+
 def _window_mb(text: str) -> float:
     try:
         value = float(text)
@@ -155,6 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="list operators that would synchronize on a GPU, for CPU-only traces (default: on)",
+    )
+    report.add_argument(
+        "--unprofiled-step-ms",
+        type=_positive_float,
+        default=None,
+        metavar="MS",
+        help="your program's mean step time without the profiler (from its own logs): the "
+        "report then says the most that fixing every sync can save per step, that time "
+        "minus the GPU's busy time per step (the saving it predicts is the profiled "
+        "program's, whose host the profiler slows)",
     )
     report.add_argument(
         "--top",
@@ -691,6 +711,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     report_set = _analyze_runs(args.path, args, args.runs)
     if not args.latent:
         report_set = report_set.without_latent()
+    if args.unprofiled_step_ms is not None:
+        from tb_syncfinder.outputs import ReportSet
+        from tb_syncfinder.query import with_unprofiled_step
+
+        step_us = args.unprofiled_step_ms * 1000.0
+        report_set = ReportSet(
+            with_unprofiled_step(report_set.report, step_us),
+            {name: with_unprofiled_step(run, step_us) for name, run in report_set.runs.items()},
+        )
     if output_format != "table" and not _uses_ray(args):  # a Ray run named them already
         for trace in report_set.report["traces"]:
             if trace.get("error"):

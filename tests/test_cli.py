@@ -778,3 +778,38 @@ def test_compare_does_not_gate_against_a_baseline_of_older_site_keys(
     assert main(["compare", str(saved), str(new), "--fail-on-regression"]) == 2
     err = capsys.readouterr().err
     assert "written by an older tb-syncfinder" in err and "cannot gate" in err
+
+
+def test_unprofiled_step_time_bounds_what_fixing_every_sync_can_save(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--unprofiled-step-ms``: the step the user measured without the profiler minus the
+    GPU's busy time per step is the most that fixing every sync can save; the report says
+    so beside the profiled program's predicted saving."""
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    busy_us = summary["device_busy_per_step_us"]
+    assert busy_us > 0 and "unprofiled_step_time_us" not in summary
+    step_ms = (busy_us + 40.0) / 1000
+    assert main(["report", str(trace), "--json", "--unprofiled-step-ms", str(step_ms)]) == 0
+    given = json.loads(capsys.readouterr().out)["summary"]
+    assert given["unprofiled_step_time_us"] == pytest.approx(step_ms * 1000)
+    assert given["unprofiled_saving_at_most_per_step_us"] == pytest.approx(40.0, abs=0.01)
+    assert main(["report", str(trace), "--unprofiled-step-ms", str(step_ms)]) == 0
+    text = capsys.readouterr().out
+    assert "unprofiled" in text and "saves at most 40 us per step" in text
+    # Faster than the GPU's own work: nothing left to save.
+    assert main(["report", str(trace), "--json", "--unprofiled-step-ms", "0.001"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"][
+        "unprofiled_saving_at_most_per_step_us"
+    ] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "inf"])
+def test_an_unprofiled_step_time_that_is_not_a_positive_number_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture, value: str
+) -> None:
+    trace = write_item_trace(tmp_path / "w0.pt.trace.json")
+    assert main(["report", str(trace), "--unprofiled-step-ms", value]) == 2
+    assert "--unprofiled-step-ms" in capsys.readouterr().err

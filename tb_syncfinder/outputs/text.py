@@ -634,6 +634,21 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
         lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
     if profiler:
         lines.extend(_wrap_labelled("profiler", profiler, width))
+    unprofiled = summary.get("unprofiled_step_time_us")
+    if unprofiled:
+        at_most = summary.get("unprofiled_saving_at_most_per_step_us")
+        text = f"{format_us(float(unprofiled))} per step (given)"
+        if at_most is None:
+            text += ": the trace gives no GPU busy time to bound the saving by"
+        else:
+            text += (
+                f": fixing every sync saves at most {format_us(float(at_most))} per step "
+                "(the step minus the GPU's busy time"
+            )
+            if saving > at_most:
+                text += f"; the {format_us(saving)} above is the profiled program's"
+            text += ")"
+        lines.extend(_wrap_labelled("unprofiled", text, width))
     return lines
 
 

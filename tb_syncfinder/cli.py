@@ -712,6 +712,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not args.latent:
         report_set = report_set.without_latent()
     if args.unprofiled_step_ms is not None:
+        if len(report_set.runs) > 1:
+            raise UsageError(
+                f"--unprofiled-step-ms: {len(report_set.runs)} runs here "
+                f"({', '.join(report_set.runs)}); a step time is one program's: pick the run "
+                "it was measured for with --run NAME"
+            )
         from tb_syncfinder.outputs import ReportSet
         from tb_syncfinder.query import with_unprofiled_step
 

@@ -813,3 +813,14 @@ def test_an_unprofiled_step_time_that_is_not_a_positive_number_is_a_usage_error(
     trace = write_item_trace(tmp_path / "w0.pt.trace.json")
     assert main(["report", str(trace), "--unprofiled-step-ms", value]) == 2
     assert "--unprofiled-step-ms" in capsys.readouterr().err
+
+
+def test_an_unprofiled_step_time_for_a_logdir_of_several_runs_asks_which_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    for run in ("baseline", "fixed"):
+        write_item_trace(tmp_path / run / "w0.pt.trace.json")
+    assert main(["report", str(tmp_path), "--unprofiled-step-ms", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "2 runs here" in err and "--run NAME" in err
+    assert main(["report", str(tmp_path), "--run", "fixed", "--unprofiled-step-ms", "5"]) == 0

@@ -220,10 +220,12 @@ def test_the_waiting_for_label_reaches_the_table_and_the_csv(nccl_report):
 
     site = next(s for s in nccl_report["sites"] if s["line"] == ITEM_LINE)
     assert site["waiting_for"] in render_report(nccl_report, width=120)
-    rows = to_csv(nccl_report).splitlines()
-    header = rows[0].split(",")
-    assert header[-1] == "waiting_for"
-    assert any(row.endswith(site["waiting_for"]) for row in rows[1:])
+    import csv
+    import io
+
+    header, *rows = list(csv.reader(io.StringIO(to_csv(nccl_report))))
+    column = header.index("waiting_for")
+    assert any(row[column] == site["waiting_for"] for row in rows)
 
 
 def test_nccl_job_report_text_warns_about_the_missing_and_early_ranks(nccl_report):

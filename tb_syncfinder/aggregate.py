@@ -395,7 +395,8 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
     mean_step = summary.mean_wall_step_time_us or summary.mean_step_time_us
     overhead = summary.profiler_overhead_per_step_us
     device = summary.device_busy_per_step_us
-    if not summary.sync_count or device is None or mean_step <= 0:
+    on_device = any(r.info.device not in (None, "cpu") for r in analysed)
+    if not summary.sync_count or not on_device or mean_step <= 0:
         return
     if overhead < PROFILER_NOTE_SHARE * mean_step:
         return
@@ -415,9 +416,9 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
         f"step here ({summary.host_events_per_step:,.0f} host events per step, {weights}): "
         "the figures are the profiled program's and may differ without the profiler"
     )
-    # The busy time counts the device work the replay linked to its launches; without the
-    # replay (a trace whose correlations were lost, say) it may leave most of it out.
-    replayed = summary.saving_method == "replay" and device > 0
+    # The busy time is known where the replay linked the device work to its launches (None
+    # without the replay: a trace whose correlations were lost reaches little of it).
+    replayed = summary.saving_method == "replay" and device is not None and device > 0
     no_sync = summary.predicted_step_time_us
     if replayed and no_sync > (1 + HOST_BOUND_SHARE) * device:
         note += (

@@ -14,13 +14,13 @@ estimated saving.
 * Totals of GPU idle (per step, per site, per report) are the union of the syncs' idle
   intervals per trace and device, not their sum: syncs issued back to back with no device
   work between them all "see" the same bubble, and summing would count it once per sync.
-* The profiler's own overhead (``host_events_in_steps``): every host event the profiler
+* The profiler's own overhead (``host_event_counts``): every host event the profiler
   recorded inside the profiled steps (operators, Python frames, runtime and driver calls,
   annotations) cost the profiled program time that it does not spend unprofiled:
   ``PROFILER_US_PER_HOST_EVENT`` each, ``PROFILER_US_PER_PYTHON_EVENT`` per Python frame
   (``profiler_overhead_us``), as measured per event on an H100 host. The device's busy time
-  per step (per step, the union of the device work launched in it: ``device_busy_us``, or
-  the replay's ``_Graph.busy_us``) bounds what fixing syncs can save without the profiler.
+  per step (per step, the union of the device work launched in it: the replay's
+  ``_Graph.busy_us``) bounds what fixing syncs can save without the profiler.
 """
 
 from __future__ import annotations
@@ -76,18 +76,13 @@ def _step_ranges(tl: Timeline, numbers: Collection[int] | None) -> list[tuple[fl
     return ranges
 
 
-def host_events_in_steps(tl: Timeline, numbers: Collection[int] | None = None) -> int:
-    """How many host events the profiler recorded in the steps (``numbers``; None: every
-    step, or the whole trace without step markers): on every host thread, the operators,
-    annotations (``ProfilerStep#N`` included) and Python frames that start in a step, and
-    the runtime and driver calls that do. Device activity, flow and metadata events are not
-    host events."""
-    return host_event_counts(tl, numbers)[0]
-
-
 def host_event_counts(tl: Timeline, numbers: Collection[int] | None = None) -> tuple[int, int]:
-    """The host events of ``host_events_in_steps`` and how many of them are Python frames
-    (the timeline's ``PYTHON`` nodes), which cost the profiled program less each."""
+    """How many host events the profiler recorded in the steps (``numbers``; None: every
+    step, or the whole trace without step markers), and how many of them are Python frames
+    (the timeline's ``PYTHON`` nodes), which cost the profiled program less each: on every
+    host thread, the operators, annotations (``ProfilerStep#N`` included) and Python frames
+    that start in a step, and the runtime and driver calls that do. Device activity, flow
+    and metadata events are not host events."""
     ranges = _step_ranges(tl, numbers)
     count = python = 0
     for thread in tl.threads.values():
@@ -109,37 +104,6 @@ def profiler_overhead_us(events: float, python_events: float) -> float:
     ``PROFILER_US_PER_HOST_EVENT`` per other event."""
     python = min(python_events, events)
     return (events - python) * PROFILER_US_PER_HOST_EVENT + python * PROFILER_US_PER_PYTHON_EVENT
-
-
-def device_busy_us(tl: Timeline, numbers: Collection[int] | None = None) -> float | None:
-    """How long the device was busy with the work launched in the steps (``numbers``;
-    None: all): per step, the union of the activity (every device and stream together) of
-    the runtime calls made in it on any host thread, added over the steps; without step
-    markers, the union of all device activity. None without device activity. For traces the
-    replay cannot take (``whatif._Graph.busy_us`` gives the replayed traces' figure)."""
-    if not tl.device_activity:
-        return None
-    if not tl.steps:
-        intervals = [(e.ts, e.ts + e.dur) for events in tl.lane_activity.values() for e in events]
-        return union_length(intervals)
-    spans: dict[int, tuple[float, float]] = {}
-    for step in tl.steps:  # several threads may record a step: its longest span
-        if numbers is not None and step.number not in numbers:
-            continue
-        prev = spans.get(step.number)
-        if prev is None or prev[1] - prev[0] < step.end - step.ts:
-            spans[step.number] = (step.ts, step.end)
-    busy = 0.0
-    for lo, hi in spans.values():
-        intervals = []
-        for thread in tl.threads.values():
-            starts = thread.runtime_starts
-            for n in range(bisect_left(starts, lo), bisect_left(starts, hi)):
-                for e in tl.device_events(thread.runtime[n], thread):
-                    if e.cat != "cuda_sync":
-                        intervals.append((e.ts, e.ts + e.dur))
-        busy += union_length(intervals)
-    return busy
 
 
 def idle_union_us(syncs: list[Sync]) -> float:

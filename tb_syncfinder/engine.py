@@ -35,7 +35,6 @@ from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_contexts
 from tb_syncfinder.cost import (
     FIX_WITH_STEP_SHARE,
-    device_busy_us,
     estimated_saving_us,
     host_event_counts,
     profiler_overhead_us,
@@ -486,13 +485,12 @@ def _profiler_figures(
 ) -> None:
     """The profiler's own overhead in ``savings``: the host events it recorded in the
     reported steps and the device's busy time in them (per step, the union of the device
-    work launched in it: the replay's figure, else the timeline's)."""
+    work launched in it), where the replay linked that work to its launches; unknown (None)
+    otherwise: a trace whose correlations were lost reaches little of its device work."""
     savings.host_events, savings.python_events = host_event_counts(tl, core_steps)
     result = whatif.result if whatif is not None else None
     if savings.method == "replay" and result is not None:
         savings.device_busy_us = result.device_busy_us
-    elif tl.has_gpu_activity:
-        savings.device_busy_us = device_busy_us(tl, core_steps)
 
 
 def _set_profiler_info(info: TraceInfo, savings: TraceSavings, step_count: int) -> None:

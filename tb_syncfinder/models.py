@@ -115,12 +115,13 @@ class TraceInfo(msgspec.Struct):
     # ``windows``), and what that leaves out; 0 / None: read whole.
     windows: int = 0
     window_note: str | None = None
-    # The profiler's own overhead (``cost.host_events_in_steps``): host events it recorded
+    # The profiler's own overhead (``cost.host_event_counts``): host events it recorded
     # per profiled step (operators, Python frames, runtime and driver calls, annotations on
     # host threads), what they cost the profiled program (``cost.profiler_overhead_us``:
     # ``PROFILER_US_PER_HOST_EVENT`` each, ``PROFILER_US_PER_PYTHON_EVENT`` per Python frame),
     # and the device's busy time per step (the union of the activity of the device
-    # work launched in each step, mean over the steps; None without device activity).
+    # work launched in each step, mean over the steps; None where the saving was not
+    # replayed: without device activity, or without the links from work to launches).
     # Without the profiler no fix that keeps the device's work makes a step shorter than
     # that busy time.
     host_events_per_step: float = 0.0
@@ -355,8 +356,8 @@ class TraceSavings(msgspec.Struct):
     # Sites whose figure is the bound although the trace was replayed (a sync past the
     # replay budget, see ``whatif.replay``), with why.
     bound_sites: dict[str, str] = field(default_factory=dict)
-    # Host events the profiler recorded in the profiled steps (``cost.host_events_in_steps``)
-    # and the device's busy time in them (None: no device activity).
+    # Host events the profiler recorded in the profiled steps (``cost.host_event_counts``)
+    # and the device's busy time in them (None: not replayed).
     host_events: int = 0
     python_events: int = 0  # of those, the Python frames (cheaper each)
     device_busy_us: float | None = None
@@ -400,7 +401,7 @@ class Summary(msgspec.Struct):
     sync_idle_share: float = 0.0  # that idle as a share of the replayed window
     replay_fidelity_error: float = 0.0  # worst per-step error of the unmodified replay
     # The profiler's own overhead, as on ``TraceInfo`` over every trace's profiled steps
-    # (``device_busy_per_step_us`` over the traces with device activity; None: none has),
+    # (``device_busy_per_step_us`` over the replayed traces; None: none was),
     # and, where that overhead is at least ``cost.PROFILER_NOTE_SHARE`` of the mean step,
     # what it means for the predicted saving (a field of its own: not in ``saving_note``).
     host_events_per_step: float = 0.0

@@ -166,8 +166,9 @@ def test_few_host_events_per_step_give_the_figures_but_no_note(tmp_path: Path) -
 
 
 def test_without_the_replay_the_note_leaves_out_the_busy_time_bound(tmp_path: Path) -> None:
-    """A trace whose correlations were lost: the device's busy time counts only the work
-    reached through them (here none but the sync's copy), so no bound is given from it."""
+    """A trace whose correlations were lost: the device's busy time would count only the
+    work reached through them (here none but the sync's copy), so it is not given, nor any
+    bound from it."""
     b = KinetoTraceBuilder()
     for n in range(1, STEPS + 1):
         with b.step(n), b.frame(("train.py", 20, "main")):
@@ -179,8 +180,7 @@ def test_without_the_replay_the_note_leaves_out_the_busy_time_bound(tmp_path: Pa
     report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
     summary = report.summary
     assert summary.saving_method != "replay"
-    assert summary.device_busy_per_step_us is not None
-    assert summary.device_busy_per_step_us < 100  # the linked copies only: not the 3 ms
+    assert summary.device_busy_per_step_us is None  # not the linked copies' 2 us of 3 ms
     note = summary.profiler_note
     assert note is not None
     assert "the figures are the profiled program's and may differ without the profiler." in note

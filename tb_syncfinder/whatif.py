@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import (
     Callable,
     Collection,
@@ -649,8 +650,9 @@ def collective_earlier(
     Interval-local, as ``ranks.WhatIf`` asks: a collective's figure is its shift minus the
     shift of this rank's previous collective (at least 0), so the figures of one wait add
     up over the collectives instead of carrying an early gain into every later one.
-    Collectives without a recorded kernel (gloo, a kernel outside the trace) get no figure:
-    the job stage falls back to its bound for them. Needs the live result of ``replay``
+    A gloo collective (run on gloo's worker thread, no kernel) moves as its enqueue on the
+    calling thread does. Collectives with neither (a kernel outside the trace) get no
+    figure: the job stage falls back to its bound for them. Needs the live result of ``replay``
     (``KeyError`` after pickling) and an available replay (else ``{}``)."""
     if not result.available:
         return {}
@@ -685,6 +687,12 @@ def collective_earlier(
             np.argmin(np.abs(rec_end[candidates] - end) + np.abs(rec_start[candidates] - ts))
         ]
         items.append((coll.index, int(best)))
+    for coll in collectives:
+        if getattr(coll, "exec_kind", None) == "cpu_op" and coll.enqueue_ts is not None:
+            var = graph.host_point(coll.thread, coll.enqueue_ts)
+            if var >= 0:
+                items.append((coll.index, var))
+    items.sort()
     if not items:
         return {}
     base = graph.base_values
@@ -1131,6 +1139,20 @@ class _Graph:
         # Whole-range what-if evaluations so far: tasks evaluated, and how many changed.
         self._dense_evaluated = 0
         self._dense_changed = 0
+        # Per host thread (tid; left out where two processes share one): its points'
+        # recorded times (relative to ``t0``) and variables, for ``host_point``.
+        self.host_points: dict[Any, tuple[list[float], list[int]]] = {}
+
+    def host_point(self, thread: Any, ts: float) -> int:
+        """The variable of the last point of host thread ``thread`` (its tid) at or before
+        trace time ``ts``: every host time of the thread after it moves as it does.
+        -1: no such point."""
+        found = self.host_points.get(thread)
+        if found is None:
+            return -1
+        times, vars_ = found
+        k = bisect_right(times, ts - self.t0) - 1
+        return vars_[k] if k >= 0 else -1
 
     # -- evaluation ----------------------------------------------------------------------
     def run(
@@ -3325,6 +3347,12 @@ class _Builder:
             return None  # A went on while B was still running: not a wait for B
         hi = min(hi, b1)
         th_a = self.threads[a]
+        r = bisect_right(th_a.runtime_starts, lo + t0) - 1
+        if r >= 0 and th_a.runtime[r].ts + th_a.runtime[r].dur >= hi + t0 - TOL_US:
+            # A sat in a runtime call of its own all through B's burst (a synchronize, as
+            # gloo's worker thread does beside an item() for the same work): it waited for
+            # the device, not for B.
+            return None
         node = th_a.innermost(lo + t0, hi + t0)
         if node < 0 or (
             th_a.kinds[node] == ANNOTATION and th_a.nodes[node].name.startswith("ProfilerStep#")
@@ -3365,6 +3393,13 @@ class _Builder:
             place_in_thread.append(len(thread_vars[jump.thread]))
             thread_times[jump.thread].append(jump.t)
             thread_vars[jump.thread].append(base + p)
+
+        tids = Counter(th.tid for th in self.threads)
+        g.host_points = {
+            th.tid: (thread_times[h], thread_vars[h])
+            for h, th in enumerate(self.threads)
+            if tids[th.tid] == 1
+        }
 
         def host_ref(h: int, t: float) -> tuple[int, float]:
             times = thread_times[h]

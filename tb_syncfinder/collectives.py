@@ -482,6 +482,42 @@ def _issue_order(with_enqueue: list[_Pending], without: list[_Pending]) -> list[
     return ordered
 
 
+# ``Work.wait`` as the Python tracer names it (a pybind11 method of the work object).
+_WORK_WAIT_PREFIX = "<built-in method wait of "
+
+
+def _work_waits(thread: HostThread, names: _Names) -> Optional[list[tuple[float, float]]]:
+    """The thread's ``Work.wait`` calls as (start, end), sorted; None when the thread
+    recorded no Python frames (then nothing says whether it waited)."""
+    if PYTHON not in thread.kinds:
+        return None
+    kinds, nodes = thread.kinds, thread.nodes
+    return sorted(
+        (nodes[i].ts, nodes[i].ts + nodes[i].dur)
+        for i in names.indices(lambda name: name.startswith(_WORK_WAIT_PREFIX))
+        if kinds[i] == PYTHON
+    )
+
+
+def _set_blocked(c: Collective, waits: list[tuple[float, float]]) -> None:
+    """``blocked_us`` and ``released_ts`` of a gloo collective from its calling thread's
+    ``Work.wait`` calls: the part of them inside the collective's execution."""
+    lo, hi = c.exec_ts, c.exec_end
+    if lo is None or hi is None:
+        return
+    blocked = 0.0
+    released = c.enqueue_end if c.enqueue_end is not None else lo
+    for ts, end in waits[max(0, bisect_left(waits, (lo, lo)) - 1) :]:
+        if ts >= hi:
+            break
+        overlap = min(end, hi) - max(ts, lo)
+        if overlap > 0:
+            blocked += overlap
+            released = max(released, end)
+    c.blocked_us = blocked
+    c.released_ts = released
+
+
 def _single_group(dist: Optional[DistributedInfo]) -> Optional[ProcessGroupInfo]:
     if dist is not None and len(dist.groups) == 1:
         return dist.groups[0]
@@ -498,6 +534,8 @@ def _collectives(
     unpaired = _pair_cpu_execs(enqueues, cpu_execs)
     orphans = _orphan_kernels(tl, joined, args_for) + unpaired
     only_group = _single_group(dist)
+    threads = {(t.pid, t.tid): t for t in tl.threads.values()}
+    work_waits: dict[int, Optional[list[tuple[float, float]]]] = {}
     result = []
     for n, p in enumerate(_issue_order(enqueues, orphans)):
         c = Collective(index=n, name=p.name or "", group="", host_op=p.host_op, thread=p.thread)
@@ -509,6 +547,13 @@ def _collectives(
             c.exec_end = max(e.ts + e.dur for e in p.execs)
             c.exec_kind = p.exec_kind
             c.exec_name = p.execs[0].name
+        caller = threads.get((p.pid, p.thread)) if p.enqueue is not None else None
+        if c.exec_kind == "cpu_op" and caller is not None:
+            if id(caller) not in work_waits:
+                work_waits[id(caller)] = _work_waits(caller, names[id(caller)])
+            waits = work_waits[id(caller)]
+            if waits is not None:
+                _set_blocked(c, waits)
         _fill_from_args(c, p.args)
         if c.group == "" and only_group is not None:
             # One process group in the job: every collective is in it.
@@ -615,6 +660,21 @@ def _blocking_calls(
     return waits
 
 
+def _gloo_worker_threads(tl: Timeline, names: dict[int, _Names]) -> set[Any]:
+    """Tids of the threads that run gloo collectives and issue none (no ``c10d::`` op, no
+    Python frame)."""
+    found = set()
+    for thread in tl.threads.values():
+        unique = names[id(thread)].unique
+        if (
+            any(n.startswith("gloo:") for n in unique)
+            and not any(n.startswith("c10d::") for n in unique)
+            and PYTHON not in thread.kinds
+        ):
+            found.add(thread.tid)
+    return found
+
+
 def _steps(tl: Timeline) -> list[StepSpan]:
     longest: dict[int, StepSpan] = {}
     for s in tl.steps:
@@ -662,7 +722,11 @@ def extract_rank(
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
         id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
+    # A sync on gloo's worker thread is the collective waiting for its own device copies:
+    # it blocks no thread of the program and makes no rank late.
+    workers = _gloo_worker_threads(tl, names)
+    waits = [w for w in waits_from_syncs(syncs) if w.thread not in workers]
+    waits += _blocking_calls(tl, resolver, id_prefix, names)
     waits.sort(key=lambda w: w.ts)
     return RankTrace(
         path=tl.path,

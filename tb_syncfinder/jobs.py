@@ -279,6 +279,68 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
     }
 
 
+def _site_savings_per_step(results: Sequence[TraceResult]) -> dict[int, dict[str, float]]:
+    """Per rank whose trace was replayed: site key -> what removing the site's syncs saves
+    that rank per step."""
+    out: dict[int, dict[str, float]] = {}
+    for r in results:
+        if r.rank is None or r.rank.rank is None or r.savings.method != "replay":
+            continue
+        steps = max(1, len(r.rank.steps))
+        out[r.rank.rank] = {key: us / steps for key, us in r.savings.sites.items() if us > 0}
+    return out
+
+
+def _with_pace(
+    analysis: R.JobAnalysis,
+    costs: list[R.SiteJobCost],
+    per_step: Mapping[int, Mapping[str, float]],
+) -> None:
+    """Each site's job saving at least what it saves the job in a long run
+    (``ranks.paced_savings``): the profiled window may end before a rank that falls behind
+    a step at a time makes the others wait. Sites that cost the job only so are added."""
+    paced = R.paced_savings(analysis, per_step)
+    if not paced:
+        return
+    steps = max(1, len(analysis.job_steps))
+    by_key = {(c.rank, c.site_key): c for c in costs}
+    for key, (saving, rank) in paced.items():
+        total = saving * steps
+        found = by_key.get((rank, key)) or next((c for c in costs if c.site_key == key), None)
+        if found is not None:
+            if total > found.job_saving_us:
+                found.job_saving_us = total
+                found.job_saving_per_step_us = saving
+            continue
+        wait = next(
+            (w for w in analysis.ranks[rank].waits if w.site_key == key),
+            None,
+        )
+        if wait is None:
+            continue
+        costs.append(
+            R.SiteJobCost(
+                site_key=key,
+                rank=rank,
+                file=wait.file,
+                line=wait.line,
+                func=wait.func,
+                kind=wait.kind,
+                op=wait.op,
+                is_sync=wait.is_sync,
+                wait_ids=[w.id for w in analysis.ranks[rank].waits if w.site_key == key],
+                caused_wait_us=0.0,
+                job_saving_us=total,
+                job_saving_per_step_us=saving,
+                late_collectives=0,
+                steps=[],
+                bound=False,
+                line_exact=wait.line_exact,
+            )
+        )
+    costs.sort(key=lambda s: (-s.job_saving_us, -s.caused_wait_us, s.rank, s.site_key))
+
+
 def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]) -> list[TraceResult]:
     """The results with each sync that absorbed a wait for a late peer relabelled: its
     peer-wait part (capped at its host wait) and the peer it mostly waited for."""
@@ -321,13 +383,19 @@ def job_stage(
             t.rank: t.replayed_earlier for t in traces if t.rank is not None and t.replayed_earlier
         }
     run = R.analyze_ranks(traces)
+    per_step = _site_savings_per_step(results)
     jobs = []
     for analysis in run.jobs:
         what_ifs, bound = job_what_ifs(analysis, replayed)
+        costs = R.site_job_costs(analysis, what_ifs)
+        _with_pace(analysis, costs, per_step)
+        pace = R.pace_issue(analysis)
+        if pace is not None:
+            analysis.issues.append(pace)
         jobs.append(
             _JobFigures(
                 analysis,
-                R.site_job_costs(analysis, what_ifs),
+                costs,
                 R.late_arrivals(analysis, what_ifs),
                 R.peer_waits(analysis),
                 bound,

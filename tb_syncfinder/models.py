@@ -585,6 +585,15 @@ class Collective(msgspec.Struct):
     thread: Any = None  # host tid of the enqueue
     step: Optional[int] = None  # ProfilerStep number at the enqueue (or the execution)
     seq: Optional[int] = None  # ``Seq`` argument (2026+); recorded, not trusted for matching
+    # A collective gloo runs on its worker thread, in a trace with the calling thread's
+    # Python frames (with_stack): how long that thread was blocked in ``Work.wait`` while
+    # the collective ran (0: its result was waited for after it was done, or never), and
+    # when the thread was free of it (the end of that wait, else of the enqueue). None:
+    # not known (no Python frames, or a collective on the device); the job stage then
+    # takes the time from a rank's arrival to the last arrival as its wait, as a blocking
+    # collective's.
+    blocked_us: Optional[float] = None
+    released_ts: Optional[float] = None
 
     @property
     def arrival_ts(self) -> Optional[float]:

@@ -93,6 +93,7 @@ POINT_TO_POINT_SKIPPED = "point_to_point_not_matched"
 CLOCK_UNALIGNED = "clock_unaligned"
 CLOCK_SKEW = "clock_skew"
 ABSENT_RANK_LATE = "absent_rank_late"
+PACE = "pace"
 TRACE_NOTE = "trace_note"
 
 MIN_NOISE_US = 20.0  # lateness below this is never called lateness (kernel-end jitter: 1-7 us)
@@ -144,9 +145,13 @@ class Arrival:
     ts_us: float  # job clock
     raw_ts: float  # the rank's own trace clock (to look up its host waits)
     source: str  # "kernel" | "cpu_op" | "enqueue"
-    wait_us: float  # time it waited for the last arrival (0 for the last)
+    # Time it waited for the last arrival (0 for the last): the gap to the last arrival, or,
+    # where its calling thread's waits are known (``Collective.blocked_us``: gloo, with
+    # Python frames), the part of that gap it spent blocked in ``Work.wait``.
+    wait_us: float
     exit_us: Optional[float]  # job clock
     collective_index: int  # Collective.index on that rank
+    blocked_us: Optional[float] = None  # Collective.blocked_us
 
 
 @dataclass
@@ -164,13 +169,22 @@ class MatchedCollective:
     absent: list[int]  # members without a trace of it (missing rank, or its trace ended)
     last_rank: Optional[int]  # None: nobody late, or the last arrival was an absent rank
     last_us: float  # last present arrival (job clock)
-    lateness_us: float  # last present arrival minus the next one: what it held alone
+    # What the last present arrival held the others alone: its gap to the next arrival,
+    # capped, where every other member's waits are known, at the longest of their waits
+    # (a collective whose result is waited for later lets a late rank's gap pass unseen).
+    lateness_us: float
     last_certain: bool  # False: an absent member may have arrived later still
     absent_late_us: float = 0.0  # estimated wait for an absent member (0 when none seen)
     carried_in: bool = False  # the late rank's first collective in the window
     # Arrivals of different kinds (a kernel start on some ranks, a host enqueue where the
     # kernel is missing on others) are not comparable: nobody is called late then.
     mixed_sources: bool = False
+    arrival_gap_us: float = 0.0  # last present arrival minus the next one, waited for or not
+
+    def others_waited_us(self, held_us: float) -> float:
+        """What ``held_us`` of the last rank's lateness cost the other members together:
+        each waited at most its own wait."""
+        return sum(min(held_us, a.wait_us) for a in self.arrivals if a.rank != self.last_rank)
 
     def arrival_of(self, rank: int) -> Optional[Arrival]:
         for a in self.arrivals:
@@ -866,6 +880,7 @@ def _match_collectives(
                     wait_us=0.0,
                     exit_us=exit_ts + shift[r] if exit_ts is not None else None,
                     collective_index=c.index,
+                    blocked_us=c.blocked_us,
                 )
             )
         if len(arrivals) < 2:
@@ -894,6 +909,12 @@ def _match_collectives(
         last_us = last.ts_us
         for a in arrivals:
             a.wait_us = last_us - a.ts_us
+            if a.blocked_us is not None:
+                a.wait_us = min(a.wait_us, a.blocked_us)
+        gap = lateness
+        others = [a for a in arrivals if a is not last]
+        if others and all(a.blocked_us is not None for a in others):
+            lateness = min(lateness, max(a.wait_us for a in others))
         late_rank = last.rank if certain and lateness > noise else None
         carried = False
         if late_rank is not None:
@@ -917,6 +938,7 @@ def _match_collectives(
                 absent_late_us=absent_wait,
                 carried_in=carried,
                 mixed_sources=mixed,
+                arrival_gap_us=gap,
             )
         )
     # In the order the job reached them (the first arrival), whatever the group.
@@ -961,7 +983,7 @@ def _rank_steps(job: Job, collectives: Sequence[MatchedCollective]) -> list[Rank
         if c.last_rank is not None:
             r = row(c.last_rank, c.step)
             r.late_us += c.lateness_us
-            r.caused_wait_us += c.lateness_us * (len(c.arrivals) - 1)
+            r.caused_wait_us += c.others_waited_us(c.lateness_us)
             if c.carried_in:
                 r.carried_in_us += c.lateness_us
     for rank, rt in job.ranks.items():
@@ -1051,7 +1073,7 @@ def _reduction(c: MatchedCollective, rank: int, earlier_us: float) -> float:
         return 0.0
     second = max(a.ts_us for a in c.arrivals if a.rank != rank)
     new_last = max(second, c.last_us - earlier_us)
-    return max(0.0, c.last_us - new_last)
+    return min(max(0.0, c.last_us - new_last), c.lateness_us)
 
 
 def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[SiteJobCost]:
@@ -1091,7 +1113,7 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
             if saved <= 0:
                 continue
             late += 1
-            caused += saved * (len(c.arrivals) - 1)
+            caused += c.others_waited_us(saved)
             saving_by_step[c.step] += saved
         saving = sum(
             min(v, job_step.get(s, v)) if s is not None else v for s, v in saving_by_step.items()
@@ -1135,8 +1157,11 @@ def _interval(
     start = rt.span[0]
     if index > 0:
         prev = rt.collectives[index - 1]
-        if prev.exit_ts is not None:
-            start = prev.exit_ts
+        # A gloo collective's calling thread is free once it stops waiting for it (or, never
+        # waiting, once it is enqueued): what it does after that can make it late here.
+        freed = prev.released_ts if prev.released_ts is not None else prev.exit_ts
+        if freed is not None:
+            start = freed
     return start, arrival.raw_ts
 
 
@@ -1163,6 +1188,77 @@ def fallback_what_ifs(analysis: JobAnalysis) -> list[WhatIf]:
             index = c.arrival_of(c.last_rank).collective_index  # type: ignore[union-attr]
             out.append(WhatIf(c.last_rank, w.id, index, min(overlap, c.lateness_us), bound=True))
     return out
+
+
+# A rank's own step must exceed every other's by this share of it to be called the job's pace.
+PACE_MIN_SHARE = 0.02
+
+
+def own_steps(analysis: JobAnalysis) -> dict[int, float]:
+    """Per rank with steps: its mean step time less its mean wait for peers in collectives
+    (``Arrival.wait_us``): the time its own work takes per step. In a long run the job goes
+    at the pace of the largest (a collective whose result is waited for a step later lets
+    a slower rank fall behind for a while before the others wait)."""
+    waited: dict[int, float] = defaultdict(float)
+    for c in analysis.collectives:
+        for a in c.arrivals:
+            waited[a.rank] += a.wait_us
+    out = {}
+    for rank, rt in analysis.ranks.items():
+        if rt.steps:
+            steps = len(rt.steps)
+            out[rank] = (sum(s.duration for s in rt.steps) - waited.get(rank, 0.0)) / steps
+    return out
+
+
+def paced_savings(
+    analysis: JobAnalysis, site_savings: Mapping[int, Mapping[str, float]]
+) -> dict[str, tuple[float, int]]:
+    """Per site key, what fixing it on every rank where it is saves the job per step in a
+    long run, and the rank it is counted on: the largest own step (``own_steps``) before,
+    less the largest after, each rank's own step shortened by the site's saving per step on
+    that rank (``site_savings``: rank -> site key -> saving per step, from its replay).
+    A sync on a rank that is not the job's pace saves the job nothing there; the same line
+    on every rank is costed once, as the job's."""
+    own = own_steps(analysis)
+    if len(own) < 2:
+        return {}
+    pace = max(own.values())
+    keys = {k for per in site_savings.values() for k in per}
+    out = {}
+    for key in keys:
+        after = max(own[r] - min(site_savings.get(r, {}).get(key, 0.0), own[r]) for r in own)
+        saving = pace - after
+        if saving > 0:
+            rank = max(own, key=lambda r: (own[r], site_savings.get(r, {}).get(key, 0.0)))
+            out[key] = (saving, rank)
+    return out
+
+
+def pace_issue(analysis: JobAnalysis) -> Optional[JobIssue]:
+    """Which rank sets the job's pace, when one does by more than ``PACE_MIN_SHARE``."""
+    own = own_steps(analysis)
+    if len(own) < 2:
+        return None
+    ordered = sorted(own.items(), key=lambda kv: -kv[1])
+    (rank, slowest), (second_rank, second) = ordered[0], ordered[1]
+    if slowest - second <= PACE_MIN_SHARE * slowest:
+        return None
+    held = sum(c.lateness_us for c in analysis.collectives if c.last_rank == rank)
+    gaps = sum(c.arrival_gap_us for c in analysis.collectives if c.arrival_gap_us > 0)
+    note = ""
+    if gaps > held + max(analysis.noise_us, 0.05 * gaps):
+        note = (
+            "; its collectives' results are waited for later, so the others have waited "
+            f"{held / 1000:.2f} ms of it so far: in a longer run they wait for it each step"
+        )
+    return JobIssue(
+        PACE,
+        f"rank {rank} sets the job's pace: its own work takes {slowest / 1000:.2f} ms per "
+        f"step, {(slowest - second) / 1000:.2f} ms more than rank {second_rank}'s{note}",
+        ranks=[rank],
+        severity="info",
+    )
 
 
 def job_causes(analysis: JobAnalysis) -> list[SiteJobCost]:

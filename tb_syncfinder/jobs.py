@@ -90,20 +90,35 @@ def job_what_ifs(
     replayed = {
         rank: earlier for rank, earlier in (replayed or {}).items() if rank in analysis.ranks
     }
-    # Per (rank, wait, collective): the replay's figure where it has one (0 included: the
-    # replay says that wait did not delay that collective), else the bound. The replay
-    # knows syncs and collectives with a kernel; blocking calls and gloo collectives keep
-    # their bounds.
+    # Per (rank, wait, collective): the replay's figure where it has one, else the bound.
+    # The replay knows syncs, and collectives with a kernel or (gloo) an enqueue; blocking
+    # calls keep their bounds.
     covered = {
         (rank, wait_id, index)
         for rank, earlier in replayed.items()
         for wait_id, per in earlier.items()
         for index in per
     }
+    # A wait the replay moved some collective by was replayed at every collective it can
+    # re-time (a kernel's, or a gloo collective's enqueue): where it gave no figure, the
+    # wait did not delay that collective, and a bound there would only add slivers.
+    retimed = {
+        rank: {
+            c.index
+            for c in analysis.ranks[rank].collectives
+            if (c.exec_kind == "kernel" and c.exec_ts is not None)
+            or (c.exec_kind == "cpu_op" and c.enqueue_ts is not None)
+        }
+        for rank in replayed
+    }
     out = [
         w
         for w in R.fallback_what_ifs(analysis)
         if (w.rank, w.wait_id, w.collective_index) not in covered
+        and not (
+            w.wait_id in replayed.get(w.rank, {})
+            and w.collective_index in retimed.get(w.rank, ())
+        )
     ]
     for rank, earlier in replayed.items():
         out.extend(R.what_ifs_for_rank(rank, earlier))

@@ -116,8 +116,7 @@ def job_what_ifs(
         for w in R.fallback_what_ifs(analysis)
         if (w.rank, w.wait_id, w.collective_index) not in covered
         and not (
-            w.wait_id in replayed.get(w.rank, {})
-            and w.collective_index in retimed.get(w.rank, ())
+            w.wait_id in replayed.get(w.rank, {}) and w.collective_index in retimed.get(w.rank, ())
         )
     ]
     for rank, earlier in replayed.items():

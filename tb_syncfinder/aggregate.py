@@ -28,6 +28,7 @@ from tb_syncfinder.cost import (
     profiler_overhead_us,
 )
 from tb_syncfinder.models import (
+    CollectiveWorker,
     ProfilerOverhead,
     Report,
     Site,
@@ -359,6 +360,7 @@ def build_report(results: list[TraceResult]) -> Report:
     _profiler_summary(summary, analysed)
     overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]
     warmup = [s for r in results for s in getattr(r, "warmup_allocator", ())]
+    worker = [s for r in results for s in getattr(r, "collective_worker", ())]
     return Report(
         traces=traces,
         summary=summary,
@@ -371,6 +373,9 @@ def build_report(results: list[TraceResult]) -> Report:
             count=len(overhead), host_wait_us=sum(s.host_wait_us for s in overhead), syncs=overhead
         ),
         warmup_allocator=build_warmup_allocator(warmup),
+        collective_worker=CollectiveWorker(
+            count=len(worker), host_wait_us=sum(s.host_wait_us for s in worker), syncs=worker
+        ),
     )
 
 

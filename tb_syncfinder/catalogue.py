@@ -538,6 +538,27 @@ def is_collective_wait_annotation(name: str) -> bool:
     )
 
 
+# A communication library's own worker thread: gloo runs each collective on a thread of its
+# own, inside a ``gloo:*`` annotation, and with CUDA tensors that thread synchronizes with its
+# device copies. Such a sync blocks no thread of the program (the program waits, if at all, in
+# ``Work.wait``) and makes no rank late: listed apart (``Report.collective_worker``), out of
+# the findings, totals and CI gate.
+COLLECTIVE_WORKER_ANNOTATION_PREFIXES = ("gloo:",)
+
+
+def is_collective_worker_sync(
+    annotations: Iterable[str], op_chain: Iterable[str], thread_runs_python: bool
+) -> bool:
+    """Whether a sync is a communication library's worker waiting for its own device work:
+    inside a ``gloo:*`` annotation, under no collective operator a program calls (``c10d::``:
+    then the calling thread itself waits), on a thread that runs no Python."""
+    return (
+        not thread_runs_python
+        and any(a.startswith(COLLECTIVE_WORKER_ANNOTATION_PREFIXES) for a in annotations)
+        and not any(is_collective_op(op) for op in op_chain)
+    )
+
+
 # Warm-up: a user annotation (record_function) whose name says warm-up marks steps run to let
 # cuDNN's benchmark pick its algorithms and the caching allocator fill its cache. Allocator
 # syncs there are expected once and are not the program's steady cost: listed apart

@@ -660,21 +660,6 @@ def _blocking_calls(
     return waits
 
 
-def _gloo_worker_threads(tl: Timeline, names: dict[int, _Names]) -> set[Any]:
-    """Tids of the threads that run gloo collectives and issue none (no ``c10d::`` op, no
-    Python frame)."""
-    found = set()
-    for thread in tl.threads.values():
-        unique = names[id(thread)].unique
-        if (
-            any(n.startswith("gloo:") for n in unique)
-            and not any(n.startswith("c10d::") for n in unique)
-            and PYTHON not in thread.kinds
-        ):
-            found.add(thread.tid)
-    return found
-
-
 def _steps(tl: Timeline) -> list[StepSpan]:
     longest: dict[int, StepSpan] = {}
     for s in tl.steps:
@@ -722,11 +707,7 @@ def extract_rank(
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
         id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    # A sync on gloo's worker thread is the collective waiting for its own device copies:
-    # it blocks no thread of the program and makes no rank late.
-    workers = _gloo_worker_threads(tl, names)
-    waits = [w for w in waits_from_syncs(syncs) if w.thread not in workers]
-    waits += _blocking_calls(tl, resolver, id_prefix, names)
+    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
     waits.sort(key=lambda w: w.ts)
     return RankTrace(
         path=tl.path,

@@ -29,6 +29,7 @@ from tb_syncfinder.catalogue import (
     TENSOR_TEXT_OP,
     formats_tensor,
     in_host_only_library,
+    is_collective_worker_sync,
     is_warmup_listed,
 )
 from tb_syncfinder.collectives import is_job_rank
@@ -64,7 +65,7 @@ from tb_syncfinder.source import (
     resolve_sources,
     with_source_packs,
 )
-from tb_syncfinder.timeline import Timeline, build_timeline
+from tb_syncfinder.timeline import PYTHON, Timeline, build_timeline
 
 if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
@@ -273,6 +274,7 @@ def _analyze_in_windows(
             # Ids numbered on: every episode got one (syncs, latent and those kept apart).
             first_id += len(result.syncs) + len(result.latent)
             first_id += len(result.profiler_overhead) + len(result.warmup_allocator)
+            first_id += len(result.collective_worker)
             results.append(result)
             log.info("%s: window %d of %d analysed", ref.path, len(results), len(parts.paths))
     finally:
@@ -295,6 +297,12 @@ def _analyze_in_windows(
         r for r in merged.info.repairs if r not in found.repairs
     ]
     return merged
+
+
+def _on_collective_worker(episode: Episode, attribution: Attribution) -> bool:
+    return not episode.latent and is_collective_worker_sync(
+        attribution.annotations, attribution.op_chain, PYTHON in episode.thread.kinds
+    )
 
 
 def _replay_carry() -> Any:
@@ -609,7 +617,10 @@ def _analyze_data(
             apart = [
                 n
                 for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
-                if a.profiler_overhead or is_warmup_listed(e.kind, a.annotations) or place[n] > 0
+                if a.profiler_overhead
+                or is_warmup_listed(e.kind, a.annotations)
+                or _on_collective_worker(e, a)
+                or place[n] > 0
             ]
             replay_keys = list(keys)
             for n in apart:
@@ -628,23 +639,30 @@ def _analyze_data(
             if where:
                 continue
             sync_id = f"{prefix}-{first_id + len(found)}"
-            found.append(_build_sync(e, a, src, c, ref.path, sync_id, key, saving))
+            sync = _build_sync(e, a, src, c, ref.path, sync_id, key, saving)
+            sync.collective_worker = _on_collective_worker(e, a)
+            found.append(sync)
             if not built:
                 episode_of[sync_id] = n
         built.append(found)
         first_id += len(found)
     # The profiler's own waits (prof.step(), profiler stop) are its cost, not the program's,
-    # and allocator syncs in warm-up regions are expected once: both kept apart, out of the
-    # findings and the step totals.
+    # allocator syncs in warm-up regions are expected once, and a communication library's
+    # worker waiting for its own copies blocks no thread of the program: all kept apart, out
+    # of the findings and the step totals.
     for found in built:
         for sync in found:
             sync.warmup_allocator = not sync.profiler_overhead and is_warmup_listed(
                 sync.kind, sync.annotations
             )
+            if sync.profiler_overhead or sync.warmup_allocator:
+                sync.collective_worker = False
     overhead = [s for found in built for s in found if s.profiler_overhead]
     warmup = [s for found in built for s in found if s.warmup_allocator]
+    worker = [s for found in built for s in found if s.collective_worker]
     syncs, latent = (
-        [s for s in found if not (s.profiler_overhead or s.warmup_allocator)] for found in built
+        [s for s in found if not (s.profiler_overhead or s.warmup_allocator or s.collective_worker)]
+        for found in built
     )
     steps = step_stats(
         tl, syncs, whatif.steps if whatif else {}, whatif.per_step_us if whatif else {}
@@ -696,6 +714,7 @@ def _analyze_data(
         contexts,
         profiler_overhead=overhead,
         warmup_allocator=warmup,
+        collective_worker=worker,
         rank=rank,
         savings=trace_savings,
     )

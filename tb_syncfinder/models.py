@@ -245,6 +245,9 @@ class Sync(msgspec.Struct):
     # An allocator sync inside a warm-up region (catalogue.is_warmup_listed): listed apart
     # (Report.warmup_allocator), never among the findings.
     warmup_allocator: bool = False
+    # A communication library's worker thread waiting for its own device copies
+    # (catalogue.is_collective_worker_sync): listed apart (Report.collective_worker).
+    collective_worker: bool = False
     # Job stage (issue 17): on a rank that was at the time waiting for a late peer, the
     # part of this sync's host wait that was that wait, and the peer ("waiting for rank L").
     waiting_for_rank: int | None = None
@@ -432,6 +435,16 @@ class WarmupAllocator(msgspec.Struct):
     syncs: list[Sync] = field(default_factory=list)
 
 
+class CollectiveWorker(msgspec.Struct):
+    """Syncs of a communication library's worker thread (gloo's, with CUDA tensors) waiting
+    for its own device copies: they block no thread of the program, so they are kept out of
+    the findings and totals."""
+
+    count: int = 0
+    host_wait_us: float = 0.0
+    syncs: list[Sync] = field(default_factory=list)
+
+
 class Report(msgspec.Struct):
     traces: list[TraceInfo]
     summary: Summary
@@ -442,6 +455,7 @@ class Report(msgspec.Struct):
     latent_sites: list[Site] = field(default_factory=list)
     profiler_overhead: ProfilerOverhead = field(default_factory=ProfilerOverhead)
     warmup_allocator: WarmupAllocator = field(default_factory=WarmupAllocator)
+    collective_worker: CollectiveWorker = field(default_factory=CollectiveWorker)
     # The job stage's view of a multi-rank run (``jobs.JobReport.to_json()``); None otherwise.
     job: dict[str, Any] | None = None
 
@@ -473,6 +487,7 @@ class Report(msgspec.Struct):
             "latent_sites": _plain(self.latent_sites),
             "profiler_overhead": _plain(self.profiler_overhead),
             "warmup_allocator": _plain(self.warmup_allocator),
+            "collective_worker": _plain(self.collective_worker),
             "job": self.job,
             "site_keys": SITE_KEYS,
             "latent_methods": LATENT_METHODS,
@@ -505,6 +520,7 @@ class TraceResult(msgspec.Struct):
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     profiler_overhead: list[Sync] = field(default_factory=list)  # not in syncs or steps
     warmup_allocator: list[Sync] = field(default_factory=list)  # not in syncs or steps
+    collective_worker: list[Sync] = field(default_factory=list)  # not in syncs or steps
     # What the job stage needs of this trace (rank, collectives, host waits); None for a
     # trace without distributedInfo.
     rank: RankTrace | None = None
@@ -696,6 +712,7 @@ def source_files_of(result: Any) -> list[str]:
         *getattr(result, "latent", ()),
         *getattr(result, "profiler_overhead", ()),
         *getattr(result, "warmup_allocator", ()),
+        *getattr(result, "collective_worker", ()),
     ]:
         pending = [sync.source]
         while pending:

@@ -746,6 +746,7 @@ def merge(
         first.contexts.update(other.contexts)
         first.profiler_overhead += other.profiler_overhead
         first.warmup_allocator += other.warmup_allocator
+        first.collective_worker += other.collective_worker
         first.source_stamps.update(other.source_stamps)
     first.savings = _merge_savings([r.savings for r in results], note)
     info.saving_method = first.savings.method

@@ -100,14 +100,38 @@ def test_removing_an_item_saves_about_its_wait_and_gloos_own_syncs_save_nothing(
         Options(source_roots=[str(JOB_DIR)], contexts=False),
     )
     items = [s for s in result.syncs if s.source and s.source.line == ITEM_LINE]
-    worker = [s for s in result.syncs if s not in items]
-    assert len(items) == 8 and worker
-    assert all(s.saving_method == "replay" for s in result.syncs)
+    worker = result.collective_worker
+    assert len(items) == 8 == len(result.syncs) and len(worker) == 8
+    assert all(s.saving_method == "replay" for s in result.syncs + worker)
     assert all(s.predicted_saving_us == pytest.approx(0.0, abs=1.0) for s in worker)
     # The last step's item has no step after it in the window to gain.
     assert all(s.predicted_saving_us > 0.9 * s.host_wait_us for s in items[:-1])
     assert result.rank is not None
     assert len(result.rank.replayed_earlier) == 7
+
+
+def test_gloos_worker_syncs_are_listed_apart_out_of_findings_and_totals(jobs):
+    """gloo's worker thread synchronizes with its own device copies each collective (8 per
+    rank here): that blocks no thread of the program, so it is no finding."""
+    fixed = jobs["fixed"]
+    assert fixed["sites"] == [] and fixed["summary"]["sync_count"] == 0
+    assert fixed["summary"]["host_wait_us"] == 0
+    worker = fixed["collective_worker"]
+    assert worker["count"] == 16 and worker["host_wait_us"] > 10_000
+    assert all(s["collective_worker"] and s["kind"] == "collective_wait" for s in worker["syncs"])
+    baseline = jobs["baseline"]
+    assert [site["line"] for site in baseline["sites"]] == [ITEM_LINE]
+
+
+def test_the_cli_and_the_tab_say_what_gloos_worker_waited(jobs, capsys):
+    from tb_syncfinder.cli import main
+    from tb_syncfinder.plugin import api
+
+    assert main(["report", str(JOB_DIR / "fixed"), "--source-root", str(JOB_DIR)]) == 0
+    out = capsys.readouterr().out
+    assert "collective worker" in out and "16 syncs" in out.split("collective worker", 1)[1]
+    apart = api._listed_apart(jobs["fixed"])["collective_worker"]
+    assert apart["count"] == 16 and apart["host_wait_us"] > 10_000
 
 
 def test_the_fixed_run_has_no_site_at_the_item_line(jobs):

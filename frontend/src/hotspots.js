@@ -192,7 +192,8 @@ export function unreadableFiles(files) {
 function listedApart(apart) {
   const profiler = apart?.profiler_overhead || {};
   const warmup = apart?.warmup_allocator || {};
-  if (!profiler.count && !warmup.count) return null;
+  const worker = apart?.collective_worker || {};
+  if (!profiler.count && !warmup.count && !worker.count) return null;
   const advice = warmup.advice || {};
   return h(
     "div",
@@ -214,6 +215,13 @@ function listedApart(apart) {
             { "data-testid": "apart-warmup" },
             `Allocator syncs in warm-up (${(warmup.regions || []).join(", ") || "warm-up"}): ${plural(warmup.count, "sync")}, ${formatUs(warmup.host_wait_us)} host wait, ${formatUs(warmup.gpu_idle_us)} GPU idle. Expected once while the caching allocator and cuDNN's benchmark warm up. `,
             advice.title ? h("span", null, "If they recur after warm-up: ", inlineCode(advice.title).map((part) => (part.code ? h("code", null, part.text) : part.text))) : null,
+          )
+        : null,
+      worker.count
+        ? h(
+            "li",
+            { "data-testid": "apart-collective-worker" },
+            `gloo's worker thread waiting for its own device copies: ${plural(worker.count, "sync")}, ${formatUs(worker.host_wait_us)} host wait. It blocks no thread of your program, which waits, if at all, in Work.wait.`,
           )
         : null,
     ),

@@ -549,10 +549,12 @@ def _labelled(label: str, text: str, width: int) -> list[str]:
 
 
 def _listed_apart_lines(data: dict[str, Any], style: _Style, width: int) -> list[str]:
-    """The syncs kept out of the findings, totals and CI gate: the profiler's own, and
-    allocator syncs in warm-up regions (with the allocator fix, should they recur)."""
+    """The syncs kept out of the findings, totals and CI gate: the profiler's own, allocator
+    syncs in warm-up regions (with the allocator fix, should they recur), and a
+    communication library's worker waiting for its own copies."""
     overhead = data.get("profiler_overhead") or {}
     warmup = data.get("warmup_allocator") or {}
+    worker = data.get("collective_worker") or {}
     lines: list[str] = []
 
     def cost(part: dict[str, Any]) -> str:
@@ -586,6 +588,15 @@ def _listed_apart_lines(data: dict[str, Any], style: _Style, width: int) -> list
         title = (warmup.get("advice") or {}).get("title")
         if title:
             lines.extend(_labelled("", f"if they recur after warm-up: {title}", width))
+    if worker.get("count"):
+        lines.extend(
+            _labelled(
+                "collective worker",
+                f"{cost(worker)}: gloo's worker thread waiting for its own device copies; it "
+                "blocks no thread of the program (that waits, if at all, in Work.wait)",
+                width,
+            )
+        )
     if not lines:
         return []
     return [style("Listed apart (not in the findings, totals or CI gate)", _BOLD), *lines]

@@ -143,14 +143,20 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
 
 def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:
     """The syncs kept out of the findings and totals (the profiler's own synchronize,
-    allocator syncs in warm-up regions), as totals: the dashboard says they exist and why
+    allocator syncs in warm-up regions, a communication library's worker waiting for its
+    own copies), as totals: the dashboard says they exist and why
     they are not ranked; the JSON export holds them one by one."""
     profiler = report.get("profiler_overhead") or {}
     warmup = report.get("warmup_allocator") or {}
+    worker = report.get("collective_worker") or {}
     return {
         "profiler_overhead": {
             "count": profiler.get("count", 0),
             "host_wait_us": profiler.get("host_wait_us", 0.0),
+        },
+        "collective_worker": {
+            "count": worker.get("count", 0),
+            "host_wait_us": worker.get("host_wait_us", 0.0),
         },
         "warmup_allocator": {
             key: warmup.get(key, default)

@@ -1,6 +1,9 @@
 """A real multi-rank job on the CPU: ``torch.distributed`` with the gloo backend, N processes
 on 127.0.0.1, profiled with ``torch.profiler`` (``with_stack=True``), one rank made late at a
-known line by a deliberate host wait and a CPU tensor readback.
+known line by a deliberate host wait and a CPU tensor readback. ``overlapped=True``: each
+step's all-reduce is started without waiting and waited for (``Work.wait``) at the start of
+the next step; every rank then computes for 0.4 times the delay (so a rank that is not late
+has that slack before it waits), and the late rank's host wait comes after that.
 
 The workload is written to a folder as ``train_gloo.py`` and run as a script in a child
 process (as a user's training script would be), so the frames name that file. Processes are
@@ -35,7 +38,20 @@ def train_step(x, w, late, delay):
     return value
 
 
-def worker(rank, world, init, out, late_rank, delay, steps):
+def train_step_overlapped(x, w, late, delay, pending):
+    if pending is not None:
+        pending.wait()  # WAIT: the reduction of the step before
+    y = torch.tanh(x @ w)
+    work = dist.all_reduce(y, async_op=True)
+    busy_until = time.perf_counter() + 0.4 * delay
+    while time.perf_counter() < busy_until:  # the host's own work meanwhile
+        pass
+    if late:
+        time.sleep(delay)  # LATE_OVERLAPPED: the deliberate host wait
+    return work
+
+
+def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False):
     torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     x = torch.randn(64, 64)
@@ -49,21 +65,27 @@ def worker(rank, world, init, out, late_rank, delay, steps):
         on_trace_ready=lambda p: p.export_chrome_trace(
             os.path.join(out, f"rank{rank}.pt.trace.json")),
     ) as prof:
+        pending = None
         for _ in range(steps + 1):
-            train_step(x, w, rank == late_rank, delay)
+            if overlapped:
+                pending = train_step_overlapped(x, w, rank == late_rank, delay, pending)
+            else:
+                train_step(x, w, rank == late_rank, delay)
             prof.step()
+        if pending is not None:
+            pending.wait()
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    out, world, late_rank, delay, steps = sys.argv[1:6]
+    out, world, late_rank, delay, steps, overlapped = sys.argv[1:7]
     import torch._inductor  # noqa: F401  (what the profiler's first start imports)
 
     mp.start_processes(
         worker,
         args=(int(world), "file://" + os.path.join(out, "rendezvous"), out, int(late_rank),
-              float(delay), int(steps)),
+              float(delay), int(steps), overlapped == "1"),
         nprocs=int(world), start_method="fork")
 """
 SCRIPT = "train_gloo.py"
@@ -78,6 +100,8 @@ def line_of(marker: str) -> int:
 
 
 SLEEP_LINE = line_of("# LATE:")
+OVERLAPPED_SLEEP_LINE = line_of("# LATE_OVERLAPPED:")
+WAIT_LINE = line_of("# WAIT:")
 READBACK_LINE = line_of("# READBACK:")
 
 
@@ -88,13 +112,23 @@ def record_gloo_job(
     delay_s: float = 0.05,
     steps: int = 4,
     timeout_s: float = 120.0,
+    overlapped: bool = False,
 ) -> list[Path]:
     """Run the job; returns the traces (``rank<N>.pt.trace.json``) in rank order."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SCRIPT).write_text(WORKLOAD)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, SCRIPT, str(folder), str(world), str(late_rank), str(delay_s), str(steps)],
+        [
+            sys.executable,
+            SCRIPT,
+            str(folder),
+            str(world),
+            str(late_rank),
+            str(delay_s),
+            str(steps),
+            "1" if overlapped else "0",
+        ],
         cwd=folder,
         env=env,
         capture_output=True,

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gloo_workload import READBACK_LINE, SCRIPT, SLEEP_LINE, record_gloo_job
+from gloo_workload import (
+    OVERLAPPED_SLEEP_LINE,
+    READBACK_LINE,
+    SCRIPT,
+    SLEEP_LINE,
+    record_gloo_job,
+)
 from nccl_job import ITEM_LINE, TRAIN_FILE, JobSpec, write_job
 
 from tb_syncfinder import jobs
@@ -107,6 +113,51 @@ def test_gloo_job_waits_of_the_other_ranks_are_within_20_percent_of_the_injected
     totals = {r["rank"]: r for r in job["rank_totals"]}
     assert within(totals[GLOO_LATE]["blocking_wait_us"], sum(injected.values()))
     assert totals[GLOO_LATE]["wait_in_collectives_us"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def overlapped_report(tmp_path_factory) -> dict[str, Any]:
+    """A real 2-rank gloo job whose all-reduce is waited for (``Work.wait``) at the start of
+    the next step; every rank computes for 0.4 times the delay after starting it, and rank 1
+    then sleeps for the delay."""
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo not available")
+    folder = tmp_path_factory.mktemp("gloo_overlapped") / "job"
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=DELAY_S, steps=5, overlapped=True)
+    return analysed(folder.parent, folder)
+
+
+def _work_wait_us(trace_path: str) -> float:
+    with open(trace_path, encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    return sum(
+        e["dur"]
+        for e in events
+        if e.get("cat") == "python_function" and e["name"].startswith("<built-in method wait of ")
+    )
+
+
+def test_an_overlapped_gloo_rank_waits_as_long_as_its_work_wait_blocked(overlapped_report):
+    """Rank 0 starts each all-reduce as soon as the one before is done and rank 1 a step of
+    1.4 delays later, but rank 0 computes for 0.4 of them before it waits: its wait is read
+    from the Python frames of ``Work.wait`` (torch's name for it in the Python tracer), one
+    delay a step, not the gap between their arrivals. Rank 1's sleep after starting the
+    all-reduce is the cause."""
+    job = overlapped_report["job"]
+    rank0 = next(t for t in overlapped_report["traces"] if t["worker"] == "rank0")
+    blocked = _work_wait_us(rank0["path"])
+    totals = {t["rank"]: t for t in job["rank_totals"]}
+    late_steps = len(job["steps"]) - 1  # the first step's lateness is carried in
+    assert within(blocked / late_steps, DELAY_S * 1e6, 0.3)
+    assert totals[0]["wait_in_collectives_us"] == pytest.approx(blocked, rel=0.1)
+    assert totals[1]["wait_in_collectives_us"] == 0.0
+    top = job["sites"][0]
+    assert (top["rank"], top["line"], top["kind"]) == (1, OVERLAPPED_SLEEP_LINE, "blocking_call")
+    # Fixing the sleep saves the job what rank 0 waited.
+    assert within(top["job_saving_us"] / late_steps, DELAY_S * 1e6, 0.3)
+    pace = [i for i in job["issues"] if i["code"] == "pace"]
+    assert pace and pace[0]["ranks"] == [1]
 
 
 def test_gloo_lateness_is_split_into_explained_carried_in_and_not_explained(gloo_report):

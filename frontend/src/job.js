@@ -70,9 +70,15 @@ export function jobParts(job) {
     title: compared ? `Job: ${ranks.length} of ${job.world_size} ranks` : unrelated ? `Ranks of ${others.length + 1} jobs` : `Job of ${job.world_size} ranks`,
     missing: compared && missing.length ? `no trace of ${rankList(missing)}` : null,
     // Issues the view says itself: the missing ranks, and the other jobs when it says the
-    // traces come from unrelated jobs (another job that does compare stays a warning).
+    // traces come from unrelated jobs (another job that does compare stays a warning). Of
+    // the notes, the rank that sets the job's pace: with collectives waited for later, the
+    // grid may show little waiting yet.
     issues: (job.issues || [])
-      .filter((/** @type {any} */ i) => i.severity === "warning" && i.code !== "missing_ranks" && !(unrelated && i.code === "other_job"))
+      .filter(
+        (/** @type {any} */ i) =>
+          (i.severity === "warning" && i.code !== "missing_ranks" && !(unrelated && i.code === "other_job")) ||
+          (compared && i.code === "pace"),
+      )
       .map((/** @type {any} */ i) => String(i.message)),
     alone,
     grid: compared && (job.rank_steps || []).length > 0,

@@ -68,6 +68,18 @@ test("a real job keeps its grid and ranks, says the missing ranks once, drops ze
   assert.deepEqual(parts.sites.map((s) => s.rank), [3, 5]);
 });
 
+test("the rank that sets the job's pace is said, other notes are not", () => {
+  const pace = "rank 1 sets the job's pace: its own work takes 32.32 ms per step, 4.29 ms more than rank 0's";
+  const parts = jobParts({
+    world_size: 2,
+    ranks: [0, 1],
+    missing_ranks: [],
+    rank_steps: [{ rank: 0, step: 1 }],
+    issues: [{ code: "clock_skew", message: "clocks aligned", severity: "info" }, { code: "pace", message: pace, severity: "info" }],
+  });
+  assert.deepEqual(parts.issues, [pace]);
+});
+
 test("one rank of a job beside another job that does compare keeps the other job's warning", () => {
   const parts = jobParts({
     world_size: 2,

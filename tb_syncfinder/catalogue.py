@@ -24,7 +24,7 @@ Sources for the patterns: ``../shared/KINETO_NOTES.md`` (checked on real traces)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -547,15 +547,24 @@ COLLECTIVE_WORKER_ANNOTATION_PREFIXES = ("gloo:",)
 
 
 def is_collective_worker_sync(
-    annotations: Iterable[str], op_chain: Iterable[str], thread_runs_python: bool
+    annotations: Iterable[str],
+    op_chain: Iterable[str],
+    thread_runs_python: bool,
+    thread_op_names: Callable[[], Iterable[str]],
 ) -> bool:
     """Whether a sync is a communication library's worker waiting for its own device work:
-    inside a ``gloo:*`` annotation, under no collective operator a program calls (``c10d::``:
-    then the calling thread itself waits), on a thread that runs no Python."""
+    inside a ``gloo:*`` annotation, under no collective operator, on a thread that runs no
+    Python and issues no collective (a program's thread that calls ``irecv`` records
+    ``gloo:recv`` around its own later work). ``thread_op_names``: the names of the
+    thread's operators and annotations, asked for only when the rest holds."""
     return (
         not thread_runs_python
         and any(a.startswith(COLLECTIVE_WORKER_ANNOTATION_PREFIXES) for a in annotations)
         and not any(is_collective_op(op) for op in op_chain)
+        and not any(
+            is_collective_op(name) and not name.startswith(COLLECTIVE_WORKER_ANNOTATION_PREFIXES)
+            for name in thread_op_names()
+        )
     )
 
 

@@ -499,23 +499,47 @@ def _work_waits(thread: HostThread, names: _Names) -> Optional[list[tuple[float,
     )
 
 
-def _set_blocked(c: Collective, waits: list[tuple[float, float]]) -> None:
-    """``blocked_us`` and ``released_ts`` of a gloo collective from its calling thread's
-    ``Work.wait`` calls: the part of them inside the collective's execution."""
-    lo, hi = c.exec_ts, c.exec_end
-    if lo is None or hi is None:
-        return
-    blocked = 0.0
-    released = c.enqueue_end if c.enqueue_end is not None else lo
-    for ts, end in waits[max(0, bisect_left(waits, (lo, lo)) - 1) :]:
-        if ts >= hi:
-            break
-        overlap = min(end, hi) - max(ts, lo)
+# How many collectives before a wait's end to look through for the one it waited for: gloo
+# runs a process group's collectives on a few worker threads (2 by default), so only the
+# last few issued can still be running.
+_WAIT_LOOKBACK = 64
+_WAIT_END_TOL_US = 200.0
+
+
+def _set_blocked(collectives: list[Collective], waits: list[tuple[float, float]]) -> None:
+    """``blocked_us`` and ``released_ts`` of one calling thread's gloo collectives from its
+    ``Work.wait`` calls. A wait returns when the work it waits for is done: of the
+    collectives running during it, it is given to the one whose execution ended nearest its
+    return (the earliest issued of those within ``_WAIT_END_TOL_US`` of that: two
+    collectives waiting for the same peer end together, and waits are mostly made in issue
+    order), and only the part inside that execution counts. So a wait is counted once,
+    though gloo runs two collectives at a time."""
+    timed = sorted(
+        (c for c in collectives if c.exec_ts is not None and c.exec_end is not None),
+        key=lambda c: (c.exec_ts, c.index),
+    )
+    for c in timed:
+        c.blocked_us = 0.0
+        c.released_ts = c.enqueue_end if c.enqueue_end is not None else c.exec_ts
+    starts = [c.exec_ts for c in timed]
+    for ts, end in waits:
+        first = bisect_left(starts, end)
+        running = [
+            c
+            for c in timed[max(0, first - _WAIT_LOOKBACK) : first]
+            if c.exec_end > ts  # type: ignore[operator]
+        ]
+        if not running:
+            continue
+        nearest = min(abs(c.exec_end - end) for c in running)  # type: ignore[operator]
+        owner = min(
+            (c for c in running if abs(c.exec_end - end) <= nearest + _WAIT_END_TOL_US),  # type: ignore[operator]
+            key=attrgetter("index"),
+        )
+        overlap = min(end, owner.exec_end) - max(ts, owner.exec_ts)  # type: ignore[operator,type-var]
         if overlap > 0:
-            blocked += overlap
-            released = max(released, end)
-    c.blocked_us = blocked
-    c.released_ts = released
+            owner.blocked_us = (owner.blocked_us or 0.0) + overlap
+            owner.released_ts = max(owner.released_ts or end, end)
 
 
 def _single_group(dist: Optional[DistributedInfo]) -> Optional[ProcessGroupInfo]:
@@ -535,7 +559,7 @@ def _collectives(
     orphans = _orphan_kernels(tl, joined, args_for) + unpaired
     only_group = _single_group(dist)
     threads = {(t.pid, t.tid): t for t in tl.threads.values()}
-    work_waits: dict[int, Optional[list[tuple[float, float]]]] = {}
+    gloo_by_caller: dict[int, tuple[HostThread, list[Collective]]] = {}
     result = []
     for n, p in enumerate(_issue_order(enqueues, orphans)):
         c = Collective(index=n, name=p.name or "", group="", host_op=p.host_op, thread=p.thread)
@@ -549,11 +573,7 @@ def _collectives(
             c.exec_name = p.execs[0].name
         caller = threads.get((p.pid, p.thread)) if p.enqueue is not None else None
         if c.exec_kind == "cpu_op" and caller is not None:
-            if id(caller) not in work_waits:
-                work_waits[id(caller)] = _work_waits(caller, names[id(caller)])
-            waits = work_waits[id(caller)]
-            if waits is not None:
-                _set_blocked(c, waits)
+            gloo_by_caller.setdefault(id(caller), (caller, []))[1].append(c)
         _fill_from_args(c, p.args)
         if c.group == "" and only_group is not None:
             # One process group in the job: every collective is in it.
@@ -566,6 +586,10 @@ def _collectives(
         step = tl.step_at(at) if at is not None else None
         c.step = step.number if step is not None else None
         result.append(c)
+    for caller, gloo in gloo_by_caller.values():
+        waits = _work_waits(caller, names[id(caller)])
+        if waits is not None:
+            _set_blocked(gloo, waits)
     return result
 
 

@@ -300,8 +300,12 @@ def _analyze_in_windows(
 
 
 def _on_collective_worker(episode: Episode, attribution: Attribution) -> bool:
+    thread = episode.thread
     return not episode.latent and is_collective_worker_sync(
-        attribution.annotations, attribution.op_chain, PYTHON in episode.thread.kinds
+        attribution.annotations,
+        attribution.op_chain,
+        PYTHON in thread.kinds,
+        lambda: {node.name for node in thread.nodes},
     )
 
 

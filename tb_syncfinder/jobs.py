@@ -293,15 +293,16 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
     }
 
 
-def _site_savings_per_step(results: Sequence[TraceResult]) -> dict[int, dict[str, float]]:
-    """Per rank whose trace was replayed: site key -> what removing the site's syncs saves
-    that rank per step."""
-    out: dict[int, dict[str, float]] = {}
+def _site_savings_per_step(results: Sequence[TraceResult]) -> dict[str, dict[str, float]]:
+    """Per trace (its path) that was replayed: site key -> what removing the site's syncs
+    saves its rank per step. By path: a run may hold several jobs, or several profiled
+    windows of one, with the same rank numbers."""
+    out: dict[str, dict[str, float]] = {}
     for r in results:
-        if r.rank is None or r.rank.rank is None or r.savings.method != "replay":
+        if r.rank is None or r.savings.method != "replay":
             continue
         steps = max(1, len(r.rank.steps))
-        out[r.rank.rank] = {key: us / steps for key, us in r.savings.sites.items() if us > 0}
+        out[r.rank.path] = {key: us / steps for key, us in r.savings.sites.items() if us > 0}
     return out
 
 
@@ -310,21 +311,27 @@ def _with_pace(
     costs: list[R.SiteJobCost],
     per_step: Mapping[int, Mapping[str, float]],
 ) -> None:
-    """Each site's job saving at least what it saves the job in a long run
-    (``ranks.paced_savings``): the profiled window may end before a rank that falls behind
-    a step at a time makes the others wait. Sites that cost the job only so are added."""
-    paced = R.paced_savings(analysis, per_step)
+    """Each site's job saving (the sum over its ranks' rows) at least what it saves the job
+    in a long run (``ranks.paced_savings``): the profiled window may end before a rank that
+    falls behind a step at a time makes the others wait. The difference goes to the pace
+    rank's row of the site, added where it has none."""
+    paced = R.paced_savings(
+        analysis,
+        {rank: per_step.get(rt.path, {}) for rank, rt in analysis.ranks.items()},
+    )
     if not paced:
         return
     steps = max(1, len(analysis.job_steps))
     by_key = {(c.rank, c.site_key): c for c in costs}
     for key, (saving, rank) in paced.items():
         total = saving * steps
-        found = by_key.get((rank, key)) or next((c for c in costs if c.site_key == key), None)
+        counted = sum(c.job_saving_us for c in costs if c.site_key == key)
+        if total <= counted:
+            continue
+        found = by_key.get((rank, key))
         if found is not None:
-            if total > found.job_saving_us:
-                found.job_saving_us = total
-                found.job_saving_per_step_us = saving
+            found.job_saving_us += total - counted
+            found.job_saving_per_step_us = found.job_saving_us / steps
             continue
         wait = next(
             (w for w in analysis.ranks[rank].waits if w.site_key == key),
@@ -344,8 +351,8 @@ def _with_pace(
                 is_sync=wait.is_sync,
                 wait_ids=[w.id for w in analysis.ranks[rank].waits if w.site_key == key],
                 caused_wait_us=0.0,
-                job_saving_us=total,
-                job_saving_per_step_us=saving,
+                job_saving_us=total - counted,
+                job_saving_per_step_us=(total - counted) / steps,
                 late_collectives=0,
                 steps=[],
                 bound=False,
@@ -392,15 +399,19 @@ def job_stage(
     traces = [r.rank for r in results if r.rank is not None and r.info.error is None]
     if not traces:
         return None
-    if replayed is None:
-        replayed = {
-            t.rank: t.replayed_earlier for t in traces if t.rank is not None and t.replayed_earlier
-        }
     run = R.analyze_ranks(traces)
     per_step = _site_savings_per_step(results)
     jobs = []
     for analysis in run.jobs:
-        what_ifs, bound = job_what_ifs(analysis, replayed)
+        # Each job's ranks' own replays (a run may hold several jobs with the same ranks).
+        job_replayed = replayed
+        if job_replayed is None:
+            job_replayed = {
+                rank: rt.replayed_earlier
+                for rank, rt in analysis.ranks.items()
+                if rt.replayed_earlier
+            }
+        what_ifs, bound = job_what_ifs(analysis, job_replayed)
         costs = R.site_job_costs(analysis, what_ifs)
         _with_pace(analysis, costs, per_step)
         pace = R.pace_issue(analysis)

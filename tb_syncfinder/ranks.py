@@ -1219,19 +1219,22 @@ def paced_savings(
     less the largest after, each rank's own step shortened by the site's saving per step on
     that rank (``site_savings``: rank -> site key -> saving per step, from its replay).
     A sync on a rank that is not the job's pace saves the job nothing there; the same line
-    on every rank is costed once, as the job's."""
+    on every rank is costed once, as the job's. Nothing where no rank sets the pace (by
+    ``PACE_MIN_SHARE``): the collectives' own figures hold then."""
     own = own_steps(analysis)
     if len(own) < 2:
         return {}
-    pace = max(own.values())
+    ordered = sorted(own.values(), reverse=True)
+    pace = ordered[0]
+    if pace - ordered[1] <= PACE_MIN_SHARE * pace:
+        return {}
     keys = {k for per in site_savings.values() for k in per}
     out = {}
     for key in keys:
         after = max(own[r] - min(site_savings.get(r, {}).get(key, 0.0), own[r]) for r in own)
         saving = pace - after
         if saving > 0:
-            rank = max(own, key=lambda r: (own[r], site_savings.get(r, {}).get(key, 0.0)))
-            out[key] = (saving, rank)
+            out[key] = (saving, max(own, key=own.__getitem__))
     return out
 
 

@@ -4,6 +4,8 @@ known line by a deliberate host wait and a CPU tensor readback. ``overlapped=Tru
 step's all-reduce is started without waiting and waited for (``Work.wait``) at the start of
 the next step; every rank then computes for 0.4 times the delay (so a rank that is not late
 has that slack before it waits), and the late rank's host wait comes after that.
+``two_at_once=True``: each step starts two all-reduces and then waits for both (gloo runs
+them on its two worker threads at once), after the late rank's host wait.
 
 The workload is written to a folder as ``train_gloo.py`` and run as a script in a child
 process (as a user's training script would be), so the frames name that file. Processes are
@@ -51,7 +53,18 @@ def train_step_overlapped(x, w, late, delay, pending):
     return work
 
 
-def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False):
+def train_step_two_at_once(x, w, late, delay):
+    if late:
+        time.sleep(delay)  # LATE_TWO: the deliberate host wait
+    a = torch.tanh(x @ w)
+    b = torch.tanh(w @ x)
+    first = dist.all_reduce(a, async_op=True)
+    second = dist.all_reduce(b, async_op=True)
+    first.wait()
+    second.wait()
+
+
+def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False, two=False):
     torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     x = torch.randn(64, 64)
@@ -69,6 +82,8 @@ def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False):
         for _ in range(steps + 1):
             if overlapped:
                 pending = train_step_overlapped(x, w, rank == late_rank, delay, pending)
+            elif two:
+                train_step_two_at_once(x, w, rank == late_rank, delay)
             else:
                 train_step(x, w, rank == late_rank, delay)
             prof.step()
@@ -79,13 +94,13 @@ def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False):
 
 
 if __name__ == "__main__":
-    out, world, late_rank, delay, steps, overlapped = sys.argv[1:7]
+    out, world, late_rank, delay, steps, overlapped, two = sys.argv[1:8]
     import torch._inductor  # noqa: F401  (what the profiler's first start imports)
 
     mp.start_processes(
         worker,
         args=(int(world), "file://" + os.path.join(out, "rendezvous"), out, int(late_rank),
-              float(delay), int(steps), overlapped == "1"),
+              float(delay), int(steps), overlapped == "1", two == "1"),
         nprocs=int(world), start_method="fork")
 """
 SCRIPT = "train_gloo.py"
@@ -101,6 +116,7 @@ def line_of(marker: str) -> int:
 
 SLEEP_LINE = line_of("# LATE:")
 OVERLAPPED_SLEEP_LINE = line_of("# LATE_OVERLAPPED:")
+TWO_SLEEP_LINE = line_of("# LATE_TWO:")
 WAIT_LINE = line_of("# WAIT:")
 READBACK_LINE = line_of("# READBACK:")
 
@@ -113,6 +129,7 @@ def record_gloo_job(
     steps: int = 4,
     timeout_s: float = 120.0,
     overlapped: bool = False,
+    two_at_once: bool = False,
 ) -> list[Path]:
     """Run the job; returns the traces (``rank<N>.pt.trace.json``) in rank order."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +145,7 @@ def record_gloo_job(
             str(delay_s),
             str(steps),
             "1" if overlapped else "0",
+            "1" if two_at_once else "0",
         ],
         cwd=folder,
         env=env,

@@ -17,6 +17,7 @@ from gloo_workload import (
     READBACK_LINE,
     SCRIPT,
     SLEEP_LINE,
+    TWO_SLEEP_LINE,
     record_gloo_job,
 )
 from nccl_job import ITEM_LINE, TRAIN_FILE, JobSpec, write_job
@@ -158,6 +159,78 @@ def test_an_overlapped_gloo_rank_waits_as_long_as_its_work_wait_blocked(overlapp
     assert within(top["job_saving_us"] / late_steps, DELAY_S * 1e6, 0.3)
     pace = [i for i in job["issues"] if i["code"] == "pace"]
     assert pace and pace[0]["ranks"] == [1]
+
+
+def test_one_work_wait_counts_once_though_two_collectives_ran_during_it(tmp_path):
+    """Two all-reduces started together run on gloo's two worker threads at once; rank 0's
+    first Work.wait covers both. It is counted once (for the first: the second wait returns
+    at once), so rank 0 waited what it blocked, not twice that."""
+    pytest.importorskip("torch")
+    folder = tmp_path / "job"
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, two_at_once=True)
+    report = analysed(tmp_path, folder)
+    job = report["job"]
+    rank0 = next(t for t in report["traces"] if t["worker"] == "rank0")
+    blocked = _work_wait_us(rank0["path"])
+    totals = {t["rank"]: t for t in job["rank_totals"]}
+    assert totals[0]["wait_in_collectives_us"] == pytest.approx(blocked, rel=0.1)
+    assert sum(s["time_us"] for s in job["steps"]) > totals[0]["wait_in_collectives_us"]
+    top = job["sites"][0]
+    assert (top["rank"], top["line"]) == (1, TWO_SLEEP_LINE)
+    late_steps = len(job["steps"]) - 1
+    assert within(top["job_saving_us"] / late_steps, 0.05e6, 0.3)
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        {(1, s): 4000.0 for s in range(1, 6)},  # rank 1 sets the pace
+        {(1, 2): 4000.0, (2, 3): 4000.0, (3, 4): 4000.0},  # a different rank each step
+    ],
+    ids=["one_rank_late", "late_rank_changes"],
+)
+def test_a_line_on_every_rank_is_not_costed_more_than_fixing_it_saves_one_rank(tmp_path, late):
+    """Each rank's item() on the same line saves that rank at most what its replay says per
+    step, so fixing the line saves the job at most that per step. The pace figure (which
+    already fixes the line on every rank) is not added to the other ranks' rows, and where
+    no rank sets the pace the collectives' figures stand alone."""
+    spec = JobSpec(world=4, ranks_per_host=4, subgroups=False, late=late)
+    write_job(tmp_path / "job", spec)
+    report = analyze_runs(find_traces(str(tmp_path)), Options(source_roots=[str(tmp_path / "job")]))
+    per_rank = [
+        r.savings.sites.get(key, 0.0) / len(r.rank.steps)
+        for r in report.results
+        for key in r.savings.sites
+        if key.endswith(":aten::item")
+    ]
+    doc = report.report.to_json()
+    site = next(s for s in doc["sites"] if s["line"] == ITEM_LINE)
+    assert 0 < site["job_saving_per_step_us"] <= 1.05 * max(per_rank)
+    pace = [i["ranks"] for i in doc["job"]["issues"] if i["code"] == "pace"]
+    assert pace == ([[1]] if len(late) == 5 else [])
+
+
+def test_several_jobs_in_one_run_folder_are_each_costed_with_their_own_ranks(tmp_path):
+    """Two recordings of the H200 job in one folder (two jobs of ranks 0 and 1, as a
+    profiler schedule with repeat writes): each job's figures are those of its own traces."""
+    gpu_job = Path(__file__).resolve().parent / "gpu_job"
+    run = tmp_path / "run"
+    run.mkdir()
+    alone = {}
+    for variant in ("baseline", "both"):
+        for trace in (gpu_job / variant).iterdir():
+            shutil.copy(trace, run / f"{variant}_{trace.name}")
+        doc = analyze_runs(
+            find_traces(str(gpu_job / variant)), Options(source_roots=[str(gpu_job)])
+        ).report.to_json()
+        alone[variant] = (doc["job"]["job_saving_us"], doc["job"]["what_if"])
+    doc = analyze_runs(find_traces(str(run)), Options(source_roots=[str(gpu_job)])).report.to_json()
+    together = [doc["job"], *doc["job"]["other_jobs"]]
+    assert sorted(j["job_saving_us"] for j in together) == pytest.approx(
+        sorted(saving for saving, _ in alone.values())
+    )
+    assert [j["what_if"] for j in together] == ["replay", "replay"]
+    assert all(how == "replay" for _, how in alone.values())
 
 
 def test_gloo_lateness_is_split_into_explained_carried_in_and_not_explained(gloo_report):

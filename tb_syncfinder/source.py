@@ -944,7 +944,9 @@ class SourceResolver:
     def _align(self, automaton: Automaton, observed: Observed) -> list[int] | None:
         """The lines the observed call at ``observed.index`` can be on, or None when the
         source cannot produce the observed sequence."""
-        key = (id(automaton), observed.key)
+        # The tokens too: one resolver serves every window of a trace read in windows,
+        # where the same invocation (its key) is seen with another window's calls.
+        key = (id(automaton), observed.key, observed.tokens)
         if key not in self._alignments:
             tokens = observed.tokens
             if P in tokens and not automaton.reachable_lines(P):

@@ -171,3 +171,20 @@ def test_the_late_ranks_trace_says_its_prediction_is_the_profiled_programs():
     )
     note = report.summary.profiler_note
     assert note is not None and "profiled program" in note
+
+
+def test_the_late_ranks_trace_read_in_windows_gives_the_same_lines_and_savings():
+    """One source resolver serves every window of a trace: the same invocation seen with
+    another window's calls must be aligned anew (it raised IndexError, and the rank left
+    the job)."""
+    trace = str(JOB_DIR / "baseline" / f"rank{LATE_RANK}.pt.trace.json.gz")
+    whole, windowed = (
+        analyze_trace(
+            trace, Options(source_roots=[str(JOB_DIR)], window_bytes=window, contexts=False)
+        )
+        for window in (None, 1_500_000)
+    )
+    assert windowed.info.error is None and windowed.info.windows > 1
+    lines = [(s.source.line, s.source.line_exact) for s in windowed.syncs]
+    assert lines == [(s.source.line, s.source.line_exact) for s in whole.syncs]
+    assert windowed.savings.all_syncs_us == pytest.approx(whole.savings.all_syncs_us, rel=0.01)

@@ -1141,7 +1141,7 @@ class _Graph:
         self._dense_changed = 0
         # Per host thread (tid; left out where two processes share one): its points'
         # recorded times (relative to ``t0``) and variables, for ``host_point``.
-        self.host_points: dict[Any, tuple[list[float], list[int]]] = {}
+        self.host_points: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
 
     def host_point(self, thread: Any, ts: float) -> int:
         """The variable of the last point of host thread ``thread`` (its tid) at or before
@@ -1151,8 +1151,8 @@ class _Graph:
         if found is None:
             return -1
         times, vars_ = found
-        k = bisect_right(times, ts - self.t0) - 1
-        return vars_[k] if k >= 0 else -1
+        k = int(np.searchsorted(times, ts - self.t0, side="right")) - 1
+        return int(vars_[k]) if k >= 0 else -1
 
     # -- evaluation ----------------------------------------------------------------------
     def run(
@@ -3395,8 +3395,9 @@ class _Builder:
             thread_vars[jump.thread].append(base + p)
 
         tids = Counter(th.tid for th in self.threads)
+        # As arrays: the lists die with this function, and these live with the graph.
         g.host_points = {
-            th.tid: (thread_times[h], thread_vars[h])
+            th.tid: (np.asarray(thread_times[h], float), np.asarray(thread_vars[h], np.int64))
             for h, th in enumerate(self.threads)
             if tids[th.tid] == 1
         }

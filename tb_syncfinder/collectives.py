@@ -486,6 +486,21 @@ def _issue_order(with_enqueue: list[_Pending], without: list[_Pending]) -> list[
 _WORK_WAIT_PREFIX = "<built-in method wait of "
 
 
+def _issued_from_python_api(thread: HostThread, enqueue: Any) -> bool:
+    """Whether a collective was issued through ``torch.distributed``'s Python functions (the
+    frame around its operator): then its waits are ``Work.wait`` calls from Python too. DDP's
+    reducer issues its all-reduces from C++ during backward and waits for them in C++, which
+    the trace shows as no call at all."""
+    index = thread.innermost(enqueue.ts, enqueue.ts + enqueue.dur)
+    while index >= 0:
+        if thread.kinds[index] == PYTHON:
+            name = thread.nodes[index].name
+            if not name.startswith("<built-in"):
+                return "torch/distributed/" in name
+        index = thread.parent[index]
+    return False
+
+
 def _work_waits(thread: HostThread, names: _Names) -> Optional[list[tuple[float, float]]]:
     """The thread's ``Work.wait`` calls as (start, end), sorted; None when the thread
     recorded no Python frames (then nothing says whether it waited)."""
@@ -572,7 +587,11 @@ def _collectives(
             c.exec_kind = p.exec_kind
             c.exec_name = p.execs[0].name
         caller = threads.get((p.pid, p.thread)) if p.enqueue is not None else None
-        if c.exec_kind == "cpu_op" and caller is not None:
+        if (
+            c.exec_kind == "cpu_op"
+            and caller is not None
+            and _issued_from_python_api(caller, p.enqueue)
+        ):
             gloo_by_caller.setdefault(id(caller), (caller, []))[1].append(c)
         _fill_from_args(c, p.args)
         if c.group == "" and only_group is not None:
@@ -588,7 +607,8 @@ def _collectives(
         result.append(c)
     for caller, gloo in gloo_by_caller.values():
         waits = _work_waits(caller, names[id(caller)])
-        if waits is not None:
+        # A thread that never waits from Python waits, if at all, in C++: unknown.
+        if waits:
             _set_blocked(gloo, waits)
     return result
 

@@ -1,11 +1,16 @@
 """A real multi-rank job on the CPU: ``torch.distributed`` with the gloo backend, N processes
 on 127.0.0.1, profiled with ``torch.profiler`` (``with_stack=True``), one rank made late at a
-known line by a deliberate host wait and a CPU tensor readback. ``overlapped=True``: each
-step's all-reduce is started without waiting and waited for (``Work.wait``) at the start of
-the next step; every rank then computes for 0.4 times the delay (so a rank that is not late
-has that slack before it waits), and the late rank's host wait comes after that.
-``two_at_once=True``: each step starts two all-reduces and then waits for both (gloo runs
-them on its two worker threads at once), after the late rank's host wait.
+known line by a deliberate host wait and a CPU tensor readback. Other ``mode``s:
+
+- ``"overlapped"``: each step's all-reduce is started without waiting and waited for
+  (``Work.wait``) at the start of the next step; every rank then computes for 0.4 times the
+  delay (so a rank that is not late has that slack before it waits), and the late rank's
+  host wait comes after that;
+- ``"two_at_once"``: each step starts two all-reduces and then waits for both (gloo runs them
+  on its two worker threads at once), after the late rank's host wait;
+- ``"ddp"``: a model wrapped in ``DistributedDataParallel``, whose reducer starts and waits
+  for its all-reduces in C++ during ``backward()``; the late rank's host wait comes before
+  the forward pass.
 
 The workload is written to a folder as ``train_gloo.py`` and run as a script in a child
 process (as a user's training script would be), so the frames name that file. Processes are
@@ -64,12 +69,34 @@ def train_step_two_at_once(x, w, late, delay):
     second.wait()
 
 
-def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False, two=False):
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.tanh(self.layer(x))
+
+
+def train_step_ddp(model, optimizer, x, late, delay):
+    if late:
+        time.sleep(delay)  # LATE_DDP: the deliberate host wait
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
     torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     x = torch.randn(64, 64)
     w = torch.randn(64, 64)
     train_step(x, w, False, 0.0)
+    if mode == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(Model())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        train_step_ddp(model, optimizer, x, False, 0.0)
     dist.barrier()
     with torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
@@ -80,10 +107,12 @@ def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False, tw
     ) as prof:
         pending = None
         for _ in range(steps + 1):
-            if overlapped:
+            if mode == "overlapped":
                 pending = train_step_overlapped(x, w, rank == late_rank, delay, pending)
-            elif two:
+            elif mode == "two_at_once":
                 train_step_two_at_once(x, w, rank == late_rank, delay)
+            elif mode == "ddp":
+                train_step_ddp(model, optimizer, x, rank == late_rank, delay)
             else:
                 train_step(x, w, rank == late_rank, delay)
             prof.step()
@@ -94,13 +123,13 @@ def worker(rank, world, init, out, late_rank, delay, steps, overlapped=False, tw
 
 
 if __name__ == "__main__":
-    out, world, late_rank, delay, steps, overlapped, two = sys.argv[1:8]
+    out, world, late_rank, delay, steps, mode = sys.argv[1:7]
     import torch._inductor  # noqa: F401  (what the profiler's first start imports)
 
     mp.start_processes(
         worker,
         args=(int(world), "file://" + os.path.join(out, "rendezvous"), out, int(late_rank),
-              float(delay), int(steps), overlapped == "1", two == "1"),
+              float(delay), int(steps), mode),
         nprocs=int(world), start_method="fork")
 """
 SCRIPT = "train_gloo.py"
@@ -117,6 +146,8 @@ def line_of(marker: str) -> int:
 SLEEP_LINE = line_of("# LATE:")
 OVERLAPPED_SLEEP_LINE = line_of("# LATE_OVERLAPPED:")
 TWO_SLEEP_LINE = line_of("# LATE_TWO:")
+DDP_SLEEP_LINE = line_of("# LATE_DDP:")
+MODES = ("blocking", "overlapped", "two_at_once", "ddp")
 WAIT_LINE = line_of("# WAIT:")
 READBACK_LINE = line_of("# READBACK:")
 
@@ -128,8 +159,7 @@ def record_gloo_job(
     delay_s: float = 0.05,
     steps: int = 4,
     timeout_s: float = 120.0,
-    overlapped: bool = False,
-    two_at_once: bool = False,
+    mode: str = "blocking",
 ) -> list[Path]:
     """Run the job; returns the traces (``rank<N>.pt.trace.json``) in rank order."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -144,8 +174,7 @@ def record_gloo_job(
             str(late_rank),
             str(delay_s),
             str(steps),
-            "1" if overlapped else "0",
-            "1" if two_at_once else "0",
+            mode,
         ],
         cwd=folder,
         env=env,

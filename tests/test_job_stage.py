@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from gloo_workload import (
+    DDP_SLEEP_LINE,
     OVERLAPPED_SLEEP_LINE,
     READBACK_LINE,
     SCRIPT,
@@ -125,7 +126,7 @@ def overlapped_report(tmp_path_factory) -> dict[str, Any]:
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo not available")
     folder = tmp_path_factory.mktemp("gloo_overlapped") / "job"
-    record_gloo_job(folder, world=2, late_rank=1, delay_s=DELAY_S, steps=5, overlapped=True)
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=DELAY_S, steps=5, mode="overlapped")
     return analysed(folder.parent, folder)
 
 
@@ -167,7 +168,7 @@ def test_one_work_wait_counts_once_though_two_collectives_ran_during_it(tmp_path
     at once), so rank 0 waited what it blocked, not twice that."""
     pytest.importorskip("torch")
     folder = tmp_path / "job"
-    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, two_at_once=True)
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, mode="two_at_once")
     report = analysed(tmp_path, folder)
     job = report["job"]
     rank0 = next(t for t in report["traces"] if t["worker"] == "rank0")
@@ -179,6 +180,21 @@ def test_one_work_wait_counts_once_though_two_collectives_ran_during_it(tmp_path
     assert (top["rank"], top["line"]) == (1, TWO_SLEEP_LINE)
     late_steps = len(job["steps"]) - 1
     assert within(top["job_saving_us"] / late_steps, 0.05e6, 0.3)
+
+
+def test_ddps_all_reduces_waited_for_in_cpp_keep_the_waits_of_the_ranks(tmp_path):
+    """DDP's reducer starts and waits for its all-reduces in C++ during backward(): no
+    Work.wait frame shows it, so a rank's wait there is the time to the last arrival, as a
+    blocking collective's (it was 0 when taken from the absent Python waits)."""
+    pytest.importorskip("torch")
+    folder = tmp_path / "job"
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, mode="ddp")
+    job = analysed(tmp_path, folder)["job"]
+    totals = {t["rank"]: t for t in job["rank_totals"]}
+    # The sleep comes before each step's all-reduces: rank 0 waits for it in every step.
+    assert within(totals[0]["wait_in_collectives_us"] / len(job["steps"]), 0.05e6, 0.3)
+    top = job["sites"][0]
+    assert (top["rank"], top["line"]) == (1, DDP_SLEEP_LINE)
 
 
 @pytest.mark.parametrize(

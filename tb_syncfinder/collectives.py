@@ -79,7 +79,9 @@ POINT_TO_POINT = frozenset({"send", "recv", "sendrecv", "recvanysource"})
 _HOST_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:")
 # Host ops named like collectives that are not one: waiting for a work handle, and the
 # record_param_comms that Kineto writes for it (Collective name "wait").
-_NOT_COLLECTIVES = frozenset({"wait", "waittensor", "waitall", "work_wait"})
+# Operators named like collectives that are not one: waits, and functional collectives'
+# autograd wrapper (``_c10d_functional::_wrap_tensor_autograd``) around the real one.
+_NOT_COLLECTIVES = frozenset({"wait", "waittensor", "waitall", "work_wait", "wrapautograd"})
 _KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 
@@ -482,23 +484,28 @@ def _issue_order(with_enqueue: list[_Pending], without: list[_Pending]) -> list[
     return ordered
 
 
+# Where a backward pass runs: the autograd engine's operators, and the Python call into it.
+_IN_BACKWARD = re.compile(r"^autograd::engine::evaluate_function|run_backward")
 # ``Work.wait`` as the Python tracer names it (a pybind11 method of the work object).
 _WORK_WAIT_PREFIX = "<built-in method wait of "
 
 
 def _issued_from_python_api(thread: HostThread, enqueue: Any) -> bool:
     """Whether a collective was issued through ``torch.distributed``'s Python functions (the
-    frame around its operator): then its waits are ``Work.wait`` calls from Python too. DDP's
-    reducer issues its all-reduces from C++ during backward and waits for them in C++, which
-    the trace shows as no call at all."""
+    frame around its operator) outside a backward pass: then its waits are ``Work.wait``
+    calls from Python too. DDP's reducer issues its all-reduces during backward (from C++,
+    or from a Python comm hook) and waits for them in C++, which the trace shows as no call
+    at all."""
     index = thread.innermost(enqueue.ts, enqueue.ts + enqueue.dur)
+    api = None
     while index >= 0:
-        if thread.kinds[index] == PYTHON:
-            name = thread.nodes[index].name
-            if not name.startswith("<built-in"):
-                return "torch/distributed/" in name
+        name = thread.nodes[index].name
+        if _IN_BACKWARD.search(name):
+            return False
+        if api is None and thread.kinds[index] == PYTHON and not name.startswith("<built-in"):
+            api = "torch/distributed/" in name.replace("\\", "/")
         index = thread.parent[index]
-    return False
+    return bool(api)
 
 
 def _work_waits(thread: HostThread, names: _Names) -> Optional[list[tuple[float, float]]]:
@@ -514,21 +521,19 @@ def _work_waits(thread: HostThread, names: _Names) -> Optional[list[tuple[float,
     )
 
 
-# How many collectives before a wait's end to look through for the one it waited for: gloo
+# How many collectives before a wait's end to look through for those it waited for: gloo
 # runs a process group's collectives on a few worker threads (2 by default), so only the
 # last few issued can still be running.
 _WAIT_LOOKBACK = 64
-_WAIT_END_TOL_US = 200.0
 
 
 def _set_blocked(collectives: list[Collective], waits: list[tuple[float, float]]) -> None:
     """``blocked_us`` and ``released_ts`` of one calling thread's gloo collectives from its
-    ``Work.wait`` calls. A wait returns when the work it waits for is done: of the
-    collectives running during it, it is given to the one whose execution ended nearest its
-    return (the earliest issued of those within ``_WAIT_END_TOL_US`` of that: two
-    collectives waiting for the same peer end together, and waits are mostly made in issue
-    order), and only the part inside that execution counts. So a wait is counted once,
-    though gloo runs two collectives at a time."""
+    ``Work.wait`` calls. A wait is shared out over the collectives running during it in issue
+    order, each taking the part of it up to its own end (gloo runs a group's work in issue
+    order, and a wait for a later one waits for the earlier ones too): each moment of a wait
+    is counted once, for the earliest collective not yet done, though gloo runs two at a
+    time and the order of the waits may differ from the order of the collectives."""
     timed = sorted(
         (c for c in collectives if c.exec_ts is not None and c.exec_end is not None),
         key=lambda c: (c.exec_ts, c.index),
@@ -539,22 +544,20 @@ def _set_blocked(collectives: list[Collective], waits: list[tuple[float, float]]
     starts = [c.exec_ts for c in timed]
     for ts, end in waits:
         first = bisect_left(starts, end)
-        running = [
-            c
-            for c in timed[max(0, first - _WAIT_LOOKBACK) : first]
-            if c.exec_end > ts  # type: ignore[operator]
-        ]
-        if not running:
-            continue
-        nearest = min(abs(c.exec_end - end) for c in running)  # type: ignore[operator]
-        owner = min(
-            (c for c in running if abs(c.exec_end - end) <= nearest + _WAIT_END_TOL_US),  # type: ignore[operator]
+        running = sorted(
+            (c for c in timed[max(0, first - _WAIT_LOOKBACK) : first] if c.exec_end > ts),  # type: ignore[operator]
             key=attrgetter("index"),
         )
-        overlap = min(end, owner.exec_end) - max(ts, owner.exec_ts)  # type: ignore[operator,type-var]
-        if overlap > 0:
-            owner.blocked_us = (owner.blocked_us or 0.0) + overlap
-            owner.released_ts = max(owner.released_ts or end, end)
+        cursor = ts
+        for c in running:
+            lo = max(cursor, c.exec_ts)  # type: ignore[type-var]
+            hi = min(end, c.exec_end)  # type: ignore[type-var]
+            if hi > lo:
+                c.blocked_us = (c.blocked_us or 0.0) + hi - lo
+                c.released_ts = max(c.released_ts or hi, hi)
+            cursor = max(cursor, hi)
+            if cursor >= end:
+                break
 
 
 def _single_group(dist: Optional[DistributedInfo]) -> Optional[ProcessGroupInfo]:

@@ -10,7 +10,14 @@ known line by a deliberate host wait and a CPU tensor readback. Other ``mode``s:
   on its two worker threads at once), after the late rank's host wait;
 - ``"ddp"``: a model wrapped in ``DistributedDataParallel``, whose reducer starts and waits
   for its all-reduces in C++ during ``backward()``; the late rank's host wait comes before
-  the forward pass.
+  the forward pass;
+- ``"ddp_hook"``: the same with DDP's Python comm hook (``allreduce_hook``: the all-reduce
+  is called from Python during backward, waited for in C++), and an all-reduce of the loss
+  for logging after the step (waited for from Python);
+- ``"out_of_order"``: two all-reduces started together, the second of 16 MB, waited for
+  second first;
+- ``"functional"``: a functional collective (``_functional_collectives.all_reduce``) and an
+  all-reduce of a metric each step.
 
 The workload is written to a folder as ``train_gloo.py`` and run as a script in a child
 process (as a user's training script would be), so the frames name that file. Processes are
@@ -87,14 +94,49 @@ def train_step_ddp(model, optimizer, x, late, delay):
     optimizer.zero_grad()
 
 
+def train_step_ddp_hook(model, optimizer, x, late, delay):
+    if late:
+        time.sleep(delay)  # LATE_HOOK: the deliberate host wait
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    logged = loss.detach().clone()
+    dist.all_reduce(logged)
+
+
+def train_step_out_of_order(x, w, big, late, delay):
+    if late:
+        time.sleep(delay)  # LATE_OOO: the deliberate host wait
+    first = dist.all_reduce(torch.tanh(x @ w), async_op=True)
+    second = dist.all_reduce(big, async_op=True)
+    second.wait()
+    first.wait()
+
+
+def train_step_functional(x, w, late, delay):
+    import torch.distributed._functional_collectives as funcol
+
+    if late:
+        time.sleep(delay)  # LATE_FUNCOL: the deliberate host wait
+    y = funcol.all_reduce(torch.tanh(x @ w), "sum", dist.group.WORLD)
+    metric = (y + 1).sum().clone()
+    dist.all_reduce(metric)
+
+
 def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
     torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     x = torch.randn(64, 64)
     w = torch.randn(64, 64)
     train_step(x, w, False, 0.0)
-    if mode == "ddp":
+    big = torch.randn(4 * 1024 * 1024)
+    if mode in ("ddp", "ddp_hook"):
         model = torch.nn.parallel.DistributedDataParallel(Model())
+        if mode == "ddp_hook":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            model.register_comm_hook(None, default_hooks.allreduce_hook)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         train_step_ddp(model, optimizer, x, False, 0.0)
     dist.barrier()
@@ -113,6 +155,12 @@ def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
                 train_step_two_at_once(x, w, rank == late_rank, delay)
             elif mode == "ddp":
                 train_step_ddp(model, optimizer, x, rank == late_rank, delay)
+            elif mode == "ddp_hook":
+                train_step_ddp_hook(model, optimizer, x, rank == late_rank, delay)
+            elif mode == "out_of_order":
+                train_step_out_of_order(x, w, big, rank == late_rank, delay)
+            elif mode == "functional":
+                train_step_functional(x, w, rank == late_rank, delay)
             else:
                 train_step(x, w, rank == late_rank, delay)
             prof.step()
@@ -147,7 +195,12 @@ SLEEP_LINE = line_of("# LATE:")
 OVERLAPPED_SLEEP_LINE = line_of("# LATE_OVERLAPPED:")
 TWO_SLEEP_LINE = line_of("# LATE_TWO:")
 DDP_SLEEP_LINE = line_of("# LATE_DDP:")
-MODES = ("blocking", "overlapped", "two_at_once", "ddp")
+SLEEP_LINES = {
+    "ddp": DDP_SLEEP_LINE,
+    "ddp_hook": line_of("# LATE_HOOK:"),
+    "out_of_order": line_of("# LATE_OOO:"),
+    "functional": line_of("# LATE_FUNCOL:"),
+}
 WAIT_LINE = line_of("# WAIT:")
 READBACK_LINE = line_of("# READBACK:")
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from gloo_workload import (
-    DDP_SLEEP_LINE,
     OVERLAPPED_SLEEP_LINE,
     READBACK_LINE,
     SCRIPT,
     SLEEP_LINE,
+    SLEEP_LINES,
     TWO_SLEEP_LINE,
     record_gloo_job,
 )
@@ -182,19 +182,24 @@ def test_one_work_wait_counts_once_though_two_collectives_ran_during_it(tmp_path
     assert within(top["job_saving_us"] / late_steps, 0.05e6, 0.3)
 
 
-def test_ddps_all_reduces_waited_for_in_cpp_keep_the_waits_of_the_ranks(tmp_path):
-    """DDP's reducer starts and waits for its all-reduces in C++ during backward(): no
-    Work.wait frame shows it, so a rank's wait there is the time to the last arrival, as a
-    blocking collective's (it was 0 when taken from the absent Python waits)."""
+@pytest.mark.parametrize("mode", ["ddp", "ddp_hook", "out_of_order", "functional"])
+def test_every_way_of_waiting_for_gloo_keeps_the_waits_and_the_late_line(tmp_path, mode):
+    """Rank 1 sleeps before its collectives each step; rank 0 waits for it whatever the way
+    it waits: DDP's reducer (C++, or its Python comm hook, both waited for in C++ during
+    backward, here beside an all-reduce for logging waited for from Python), two all-reduces
+    waited for in the other order, a functional collective. The waits read from Python's
+    Work.wait frames were 0 for the first two, and half for the third; the functional
+    collective's autograd wrapper counted as a second collective."""
     pytest.importorskip("torch")
     folder = tmp_path / "job"
-    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, mode="ddp")
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, mode=mode)
     job = analysed(tmp_path, folder)["job"]
     totals = {t["rank"]: t for t in job["rank_totals"]}
-    # The sleep comes before each step's all-reduces: rank 0 waits for it in every step.
-    assert within(totals[0]["wait_in_collectives_us"] / len(job["steps"]), 0.05e6, 0.3)
+    steps = len(job["steps"])
+    assert within(totals[0]["wait_in_collectives_us"] / steps, 0.05e6, 0.3), totals[0]
     top = job["sites"][0]
-    assert (top["rank"], top["line"]) == (1, DDP_SLEEP_LINE)
+    assert (top["rank"], top["line"]) == (1, SLEEP_LINES[mode])
+    assert within(top["job_saving_us"] / steps, 0.05e6, 0.3)
 
 
 @pytest.mark.parametrize(

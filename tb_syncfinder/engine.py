@@ -703,13 +703,16 @@ def _analyze_data(
             tl, ref, distributed_info, syncs + latent, resolver, prefix, base_time_ns, host_name
         )
     if rank is not None and whatif is not None and whatif.result is not None and syncs:
-        from tb_syncfinder.whatif import collective_earlier
+        from tb_syncfinder.whatif import collective_earlier, retimed_collectives
 
         # Only here, while the replay's graph is alive: how much earlier each collective
         # of this rank starts without each sync, for the job stage's causes.
         rank.replayed_earlier = collective_earlier(
             whatif.result, rank.collectives, {sync.id: [episode_of[sync.id]] for sync in syncs}
         )
+        retimed = retimed_collectives(whatif.result, rank.collectives)
+        for collective in rank.collectives:
+            collective.retimed = collective.index in retimed
     result = TraceResult(
         info,
         syncs,

@@ -103,13 +103,9 @@ def job_what_ifs(
     # re-time (a kernel's, or a gloo collective's enqueue): where it gave no figure, the
     # wait did not delay that collective, and a bound there would only add slivers.
     retimed = {
-        rank: {
-            c.index
-            for c in analysis.ranks[rank].collectives
-            if (c.exec_kind == "kernel" and c.exec_ts is not None)
-            or (c.exec_kind == "cpu_op" and c.enqueue_ts is not None)
-        }
+        rank: {c.index for c in analysis.ranks[rank].collectives if c.retimed}
         for rank in replayed
+        if rank in analysis.ranks
     }
     out = [
         w

@@ -610,6 +610,9 @@ class Collective(msgspec.Struct):
     # collective's.
     blocked_us: Optional[float] = None
     released_ts: Optional[float] = None
+    # The trace's what-if replay can re-time it (``whatif.retimed_collectives``): where a
+    # wait's replayed figures name no such collective, the wait did not delay it.
+    retimed: bool = False
 
     @property
     def arrival_ts(self) -> Optional[float]:

@@ -640,25 +640,23 @@ def replay_stage(
     )
 
 
-def collective_earlier(
-    result: WhatIf, collectives: Sequence[Any], waits: Mapping[str, Collection[int]]
-) -> dict[str, dict[int, float]]:
-    """For the job stage (``ranks.what_ifs_for_rank``): per wait id (e.g. a ``Sync.id``,
-    mapped to its episode indices in ``waits``), per ``Collective.index``, how much earlier
-    this rank's collective kernel would start with that wait's sync edges dropped.
-
-    Interval-local, as ``ranks.WhatIf`` asks: a collective's figure is its shift minus the
-    shift of this rank's previous collective (at least 0), so the figures of one wait add
-    up over the collectives instead of carrying an early gain into every later one.
-    A gloo collective (run on gloo's worker thread, no kernel) moves as its enqueue on the
-    calling thread does. Collectives with neither (a kernel outside the trace) get no
-    figure: the job stage falls back to its bound for them. Needs the live result of ``replay``
-    (``KeyError`` after pickling) and an available replay (else ``{}``)."""
+def _live_graph(result: WhatIf) -> _Graph | None:
     if not result.available:
-        return {}
-    graph = result._graph
-    if graph is None:
-        raise KeyError("collective_earlier needs the live replay result (not a pickled one)")
+        return None
+    if result._graph is None:
+        raise KeyError("the job stage's figures need the live replay result (not a pickled one)")
+    return result._graph
+
+
+def retimed_collectives(result: WhatIf, collectives: Sequence[Any]) -> set[int]:
+    """The ``Collective.index`` of each collective ``collective_earlier`` can re-time: with
+    its kernel in the graph, or (gloo) its enqueue on a host thread of the graph."""
+    graph = _live_graph(result)
+    return {index for index, _var in _collective_items(graph, collectives)} if graph else set()
+
+
+def _collective_items(graph: _Graph, collectives: Sequence[Any]) -> list[tuple[int, int]]:
+    """(collective index, the graph variable of its start), in index order."""
     n_dev = graph.n_dev
     rec_start = np.asarray(graph.rec[:n_dev], dtype=float)
     rec_end = np.asarray(graph.rec[n_dev : 2 * n_dev], dtype=float)
@@ -693,6 +691,27 @@ def collective_earlier(
             if var >= 0:
                 items.append((coll.index, var))
     items.sort()
+    return items
+
+
+def collective_earlier(
+    result: WhatIf, collectives: Sequence[Any], waits: Mapping[str, Collection[int]]
+) -> dict[str, dict[int, float]]:
+    """For the job stage (``ranks.what_ifs_for_rank``): per wait id (e.g. a ``Sync.id``,
+    mapped to its episode indices in ``waits``), per ``Collective.index``, how much earlier
+    this rank's collective kernel would start with that wait's sync edges dropped.
+
+    Interval-local, as ``ranks.WhatIf`` asks: a collective's figure is its shift minus the
+    shift of this rank's previous collective (at least 0), so the figures of one wait add
+    up over the collectives instead of carrying an early gain into every later one.
+    A gloo collective (run on gloo's worker thread, no kernel) moves as its enqueue on the
+    calling thread does. Collectives with neither (a kernel outside the trace) get no
+    figure: the job stage falls back to its bound for them. Needs the live result of ``replay``
+    (``KeyError`` after pickling) and an available replay (else ``{}``)."""
+    graph = _live_graph(result)
+    if graph is None:
+        return {}
+    items = _collective_items(graph, collectives)
     if not items:
         return {}
     base = graph.base_values

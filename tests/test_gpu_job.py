@@ -108,6 +108,8 @@ def test_removing_an_item_saves_about_its_wait_and_gloos_own_syncs_save_nothing(
     assert all(s.predicted_saving_us > 0.9 * s.host_wait_us for s in items[:-1])
     assert result.rank is not None
     assert len(result.rank.replayed_earlier) == 7
+    # Each gloo collective is re-timed by its enqueue on the main thread.
+    assert [c.retimed for c in result.rank.collectives] == [True] * 8
 
 
 def test_gloos_worker_syncs_are_listed_apart_out_of_findings_and_totals(jobs):

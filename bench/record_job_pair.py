@@ -32,7 +32,6 @@ import argparse
 import gzip
 import json
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -52,7 +51,7 @@ sys.path.insert(0, str(BENCH))
 
 import job_workload as jw  # noqa: E402
 import savings_workloads as wl  # noqa: E402
-from record_savings_pairs import _sync, _timed, portable, versions  # noqa: E402
+from record_savings_pairs import _sync, _timed, markers, portable, versions  # noqa: E402
 
 WORKLOAD_FILE = Path(jw.__file__).resolve()
 WAIT, WARMUP = 1, 1
@@ -251,7 +250,7 @@ def merge(out: Path, settings: dict, size_name: str) -> dict:
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
     info: dict = {
         "versions": versions(size_name),
-        "markers": {str(k): v for k, v in markers_of(WORKLOAD_FILE).items()},
+        "markers": {str(k): v for k, v in markers(WORKLOAD_FILE).items()},
         "settings": {k: v for k, v in settings.items() if k not in ("out", "init")},
         "late_rank": jw.LATE_RANK,
         "calibration": [r.get("calibration") for r in ranks],
@@ -272,15 +271,6 @@ def merge(out: Path, settings: dict, size_name: str) -> dict:
             "median_ms": statistics.median(job_rounds) if job_rounds else None,
         }
     return info
-
-
-def markers_of(path: Path) -> dict[int, str]:
-    found = {}
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        match = re.search(r"#\s*sync:\s*(\w+)", text)
-        if match:
-            found[number] = match.group(1)
-    return found
 
 
 def cuda_present() -> bool:

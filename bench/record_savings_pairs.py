@@ -63,9 +63,10 @@ def portable(text: str) -> str:
     return text.replace(local, "bench/")
 
 
-def markers() -> dict[int, str]:
+def markers(path: Path = WORKLOADS_FILE) -> dict[int, str]:
+    """The lines of a workload file that carry a ``# sync: <what>`` marker."""
     found = {}
-    for number, text in enumerate(WORKLOADS_FILE.read_text(encoding="utf-8").splitlines(), 1):
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         match = re.search(r"#\s*sync:\s*(\w+)", text)
         if match:
             found[number] = match.group(1)

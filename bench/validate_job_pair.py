@@ -18,26 +18,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tb_syncfinder.engine import analyze
+from tb_syncfinder.discovery import find_traces
+from tb_syncfinder.engine import Options, analyze_runs
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def job_figures(run: Path, markers: dict[str, str]) -> dict[str, Any]:
-    doc = analyze(run, source_roots=[str(REPO)]).to_json()
-    job = doc.get("job") or {}
+    analysed = analyze_runs(find_traces(str(run)), Options(source_roots=[str(REPO)]))
+    job = analysed.report.to_json().get("job") or {}
     steps = max(1, len(job.get("steps", [])))
-    per_rank = {}
-    for trace in doc["traces"]:
-        summary = trace.get("summary") or {}
-        per_rank[trace["worker"]] = {
-            "predicted_saving_per_step_us": summary.get("predicted_saving_per_step_us"),
-            "step_time_us": summary.get("step_time_us"),
+    # Each rank's own prediction: every sync of its trace removed, per step of its trace.
+    per_rank = {
+        r.info.worker: {
+            "predicted_saving_per_step_us": r.savings.all_syncs_us / max(1, len(r.steps)),
+            "saving_method": r.savings.method,
         }
+        for r in analysed.results
+    }
     marked = [
         {
             "line": s.get("line"),
-            "ranks": s.get("ranks"),
+            "rank": s.get("rank"),
             "job_saving_per_step_us": s.get("job_saving_per_step_us"),
             "caused_wait_us": s.get("caused_wait_us"),
         }
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for site in r["marked_sites"]:
             print(
-                f"    line {site['line']} ranks {site['ranks']}: job saving "
+                f"    line {site['line']} rank {site['rank']}: job saving "
                 f"{(site['job_saving_per_step_us'] or 0) / 1000:.2f} ms per step, caused "
                 f"wait {(site['caused_wait_us'] or 0) / 1000:.2f} ms"
             )

@@ -299,14 +299,26 @@ def _analyze_in_windows(
     return merged
 
 
-def _on_collective_worker(episode: Episode, attribution: Attribution) -> bool:
-    thread = episode.thread
-    return not episode.latent and is_collective_worker_sync(
-        attribution.annotations,
-        attribution.op_chain,
-        PYTHON in thread.kinds,
-        lambda: {node.name for node in thread.nodes},
-    )
+def _on_collective_worker(
+    episodes: Sequence[Episode], attributions: Sequence[Attribution]
+) -> list[bool]:
+    """Per episode, whether it is a communication library's worker waiting for its own
+    copies (``catalogue.is_collective_worker_sync``); each thread's names read once, and
+    only for a thread that has such a candidate."""
+    names: dict[int, set[str]] = {}
+
+    def names_of(thread: Any) -> set[str]:
+        if id(thread) not in names:
+            names[id(thread)] = {node.name for node in thread.nodes}
+        return names[id(thread)]
+
+    return [
+        not e.latent
+        and is_collective_worker_sync(
+            a.annotations, a.op_chain, PYTHON in e.thread.kinds, lambda t=e.thread: names_of(t)
+        )
+        for e, a in zip(episodes, attributions, strict=True)
+    ]
 
 
 def _replay_carry() -> Any:
@@ -596,6 +608,7 @@ def _analyze_data(
         for episode, text in zip(episodes, as_text, strict=True):
             if text:
                 episode.kind = SCALAR_READBACK
+        on_worker = _on_collective_worker(episodes, attributions)
         # Before the window's own range: context (the window before reports it); after it
         # likewise (the window after).
         place = [0] * len(episodes)
@@ -623,7 +636,7 @@ def _analyze_data(
                 for n, (e, a) in enumerate(zip(episodes, attributions, strict=True))
                 if a.profiler_overhead
                 or is_warmup_listed(e.kind, a.annotations)
-                or _on_collective_worker(e, a)
+                or on_worker[n]
                 or place[n] > 0
             ]
             replay_keys = list(keys)
@@ -644,7 +657,7 @@ def _analyze_data(
                 continue
             sync_id = f"{prefix}-{first_id + len(found)}"
             sync = _build_sync(e, a, src, c, ref.path, sync_id, key, saving)
-            sync.collective_worker = _on_collective_worker(e, a)
+            sync.collective_worker = on_worker[n]
             found.append(sync)
             if not built:
                 episode_of[sync_id] = n

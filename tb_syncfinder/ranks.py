@@ -1211,6 +1211,17 @@ def own_steps(analysis: JobAnalysis) -> dict[int, float]:
     return out
 
 
+def _pace(own: Mapping[int, float]) -> Optional[tuple[int, int]]:
+    """(the pace rank, the next slowest) where one rank's own step exceeds every other's by
+    more than ``PACE_MIN_SHARE`` of it; else None."""
+    if len(own) < 2:
+        return None
+    first, second = sorted(own, key=lambda r: (-own[r], r))[:2]
+    if own[first] - own[second] <= PACE_MIN_SHARE * own[first]:
+        return None
+    return first, second
+
+
 def paced_savings(
     analysis: JobAnalysis, site_savings: Mapping[int, Mapping[str, float]]
 ) -> dict[str, tuple[float, int]]:
@@ -1222,31 +1233,28 @@ def paced_savings(
     on every rank is costed once, as the job's. Nothing where no rank sets the pace (by
     ``PACE_MIN_SHARE``): the collectives' own figures hold then."""
     own = own_steps(analysis)
-    if len(own) < 2:
+    ranks = _pace(own)
+    if ranks is None:
         return {}
-    ordered = sorted(own.values(), reverse=True)
-    pace = ordered[0]
-    if pace - ordered[1] <= PACE_MIN_SHARE * pace:
-        return {}
+    pace_rank = ranks[0]
     keys = {k for per in site_savings.values() for k in per}
     out = {}
     for key in keys:
         after = max(own[r] - min(site_savings.get(r, {}).get(key, 0.0), own[r]) for r in own)
-        saving = pace - after
+        saving = own[pace_rank] - after
         if saving > 0:
-            out[key] = (saving, max(own, key=own.__getitem__))
+            out[key] = (saving, pace_rank)
     return out
 
 
 def pace_issue(analysis: JobAnalysis) -> Optional[JobIssue]:
     """Which rank sets the job's pace, when one does by more than ``PACE_MIN_SHARE``."""
     own = own_steps(analysis)
-    if len(own) < 2:
+    ranks = _pace(own)
+    if ranks is None:
         return None
-    ordered = sorted(own.items(), key=lambda kv: -kv[1])
-    (rank, slowest), (second_rank, second) = ordered[0], ordered[1]
-    if slowest - second <= PACE_MIN_SHARE * slowest:
-        return None
+    rank, second_rank = ranks
+    slowest, second = own[rank], own[second_rank]
     held = sum(c.lateness_us for c in analysis.collectives if c.last_rank == rank)
     gaps = sum(c.arrival_gap_us for c in analysis.collectives if c.arrival_gap_us > 0)
     note = ""

@@ -49,6 +49,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import IO, Annotated, Any, ClassVar, Union
 
 import msgspec
@@ -371,6 +372,16 @@ _OPEN, _CLOSE, _COMMA, _LBRACE = ord("["), ord("]"), ord(","), ord("{")
 _PROBE_NAME = b'"' + REPEAT_INTERLEAVE.encode() + b'"'
 NCCL_OP_PREFIX = "nccl:"
 _PROBE_NCCL = b'"' + NCCL_OP_PREFIX.encode()
+# The same with the key as Kineto writes it: CPython's search skips further past a miss of
+# a longer needle, and `"nccl:` ends in a byte JSON is full of (a 54 MB NCCL trace: 28 ms
+# for the short needle, 16 ms for this one). The short needle is the fallback.
+_NAME_KEY = b'"name": '
+_PROBE_NAME_KEYED = _NAME_KEY + _PROBE_NAME
+_PROBE_NCCL_KEYED = _NAME_KEY + _PROBE_NCCL
+# The end of the event a probe hit is in, as Kineto lays it out: the first "}" after the hit
+# followed by a separator. Only a guess: the decode of exactly that much says if it was.
+_EVENT_END = re.compile(rb"\}[ \t\r\n]*[,\]]")
+_EVENT_NAME = attrgetter("name")  # every phase's type has one ("" where it is not written)
 _TOO_DEEP = "JSON nested too deeply to decode (not a PyTorch profiler trace?)"
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -432,6 +443,30 @@ def _inflate(path: str, handle: IO[bytes], first: bytes, piece: int) -> Iterator
 
 
 _INITIAL_BUFFER_BYTES = 64 * 1024
+
+
+_RESERVE_SLACK_BYTES = 4096
+
+
+def _json_size_hint(handle: IO[bytes]) -> int | None:
+    """About how many bytes of JSON the open file holds (its size, or for gzip the size
+    its trailer gives, which is mod 4 GiB and the last member's only: a hint); None where
+    the file cannot say. Leaves ``handle`` at its start."""
+    try:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(0)
+        if size < 18 or handle.read(2) != _GZIP_MAGIC:
+            return size
+        handle.seek(size - 4)
+        inflated = int.from_bytes(handle.read(4), "little")
+        return inflated if 0 < inflated <= size * 1100 else None  # deflate: at most ~1032x
+    except (OSError, ValueError):
+        return None  # not seekable (a pipe): read as it comes
+    finally:
+        try:
+            handle.seek(0)
+        except (OSError, ValueError):
+            pass
 
 
 def _piece_bytes(chunk_bytes: int) -> int:
@@ -514,6 +549,30 @@ def _needle_hits(buf: bytearray, needle: bytes, lo: int, hi: int) -> list[int]:
         hits.append(at)
         at = buf.find(needle, at + 1, hi)
     return hits
+
+
+def _probe_at(view: memoryview, start: int, end: re.Match[bytes] | None, k: int) -> Any:
+    """The probe of the event whose ``{`` is at ``start``: decoded up to the ``}`` of
+    ``end`` where that is where the event ends, else up to the end of the chunk (``k``)
+    and again up to where msgspec says the value ended. None where it does not decode."""
+    if end is not None:
+        try:
+            return _PROBE_ONE_DECODER.decode(view[start : end.start() + 1])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass  # not the event's end: a "}" followed by a separator inside a string
+    try:
+        return _PROBE_ONE_DECODER.decode(view[start : k + 1])
+    except msgspec.DecodeError as exc:
+        message = str(exc)
+        length = _error_byte(message) if "trailing characters" in message else None
+        if length is None:
+            return None
+        try:
+            return _PROBE_ONE_DECODER.decode(view[start : start + length])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+    except msgspec.ValidationError:
+        return None
 
 
 def _set_probed_args(probes: list[Any], events: list[Any]) -> None:
@@ -806,6 +865,17 @@ class _Reader:
         self.buf[self.hi : self.hi + n] = piece
         self.hi += n
         return True
+
+    def reserve(self, json_bytes: int) -> None:
+        """Size the buffer, before the first piece, for a file of about ``json_bytes`` of
+        JSON: all of it where it is less than a chunk, else a chunk and the pieces around
+        it. Doubling from a small buffer allocated and zeroed twice what it ends at (the
+        pages of a fresh block are most of that cost: 27 ms of a 54 MB read)."""
+        if self.hi == 0:
+            piece = _piece_bytes(self.chunk_bytes)
+            size = min(json_bytes + _RESERVE_SLACK_BYTES, self.chunk_bytes + 2 * piece)
+            if size > len(self.buf):
+                self.buf = bytearray(size)
 
     def _make_room(self, n: int) -> None:
         live = self.hi - self.lo
@@ -1123,12 +1193,17 @@ class _Reader:
     decoder: msgspec.json.Decoder = _EVENTS_DECODER
 
     def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
-        """After the fast decode of ``buf[a..k]`` (still closed as a list in ``view``)."""
-        buf = self.buf
-        if buf.find(_PROBE_NAME, a, k) >= 0 or buf.find(_PROBE_NCCL, a, k) >= 0:
-            if not self._probe_each(view, a, k, events):
-                with view[a : k + 1] as chunk:
-                    self._attach_probed_args(chunk, events)
+        """After the fast decode of ``buf[a..k]`` (still closed as a list in ``view``).
+
+        Whether the chunk has an op to probe is read from its decoded names (a few hundred
+        distinct ones), not by searching its bytes: those searches were 37 ms of every
+        54 MB read, with or without such an op."""
+        names = set(map(_EVENT_NAME, events))
+        repeat = REPEAT_INTERLEAVE in names
+        nccl = any(name.startswith(NCCL_OP_PREFIX) for name in names)
+        if (repeat or nccl) and not self._probe_each(view, a, k, events, repeat, nccl):
+            with view[a : k + 1] as chunk:
+                self._attach_probed_args(chunk, events)
 
     def _keep(self, events: list[Any]) -> None:
         """Keep a chunk's events, sorted by kind for the timeline (one pass over them
@@ -1167,46 +1242,64 @@ class _Reader:
         self.entries += len(doc)
         return _lenient_events(doc, self.counts)
 
-    def _probe_each(self, view: memoryview, a: int, k: int, events: list[Any]) -> bool:
+    def _probe_each(
+        self,
+        view: memoryview,
+        a: int,
+        k: int,
+        events: list[Any],
+        repeat: bool = True,
+        nccl: bool = True,
+    ) -> bool:
         """``_attach_probed_args`` for the few events that need it, each decoded alone
         from where its name is in the bytes (a chunk holds ~10^4 events and a handful of
         these: decoding all of them again was 0.13 s of a 2023 NCCL rank's 1.2 s). False,
         with nothing set, when the bytes and the events do not line up one to one (the
-        caller then probes the whole chunk)."""
+        caller then probes the whole chunk). ``repeat`` / ``nccl``: whether the chunk has
+        ``aten::repeat_interleave`` / ``nccl:*`` events (only their needles are searched)."""
         wanted = [
             e
             for e in events
             if type(e) is Event
             and (e.name == REPEAT_INTERLEAVE or e.name.startswith(NCCL_OP_PREFIX))
         ]
+        if not wanted:
+            return True  # the names were of events of other phases: nothing to probe
         if len(wanted) > len(events) // 8:
             return False  # as many decodes alone as the chunk again: probe it whole
+        needles = [(_PROBE_NAME_KEYED, _PROBE_NAME)] if repeat else []
+        if nccl:
+            needles.append((_PROBE_NCCL_KEYED, _PROBE_NCCL))
+        for keyed in (True, False):
+            skip = len(_NAME_KEY) if keyed else 0  # hits at the name's opening quote
+            hits = sorted(
+                at + skip
+                for long, short in needles
+                for at in _needle_hits(self.buf, long if keyed else short, a, k)
+            )
+            if len(hits) == len(wanted):
+                probes = self._probes_at(view, a, k, hits, wanted)
+                if probes is not None:
+                    _set_probed_args(probes, wanted)
+                    return True
+        return False
+
+    def _probes_at(
+        self, view: memoryview, a: int, k: int, hits: list[int], wanted: list[Any]
+    ) -> list[Any] | None:
+        """The probe of each event of ``wanted`` from the name hit at the same place in
+        ``hits``; None when one does not decode there or names another event."""
         buf = self.buf
-        hits = sorted(_needle_hits(buf, _PROBE_NAME, a, k) + _needle_hits(buf, _PROBE_NCCL, a, k))
-        if len(hits) != len(wanted):
-            return False
         probes = []
         for at, event in zip(hits, wanted, strict=True):
             start = buf.rfind(b"{", a, at)
             if start < 0:
-                return False
-            try:
-                probe = _PROBE_ONE_DECODER.decode(view[start : k + 1])
-            except msgspec.DecodeError as exc:
-                end = _error_byte(str(exc)) if "trailing characters" in str(exc) else None
-                if end is None:
-                    return False
-                try:
-                    probe = _PROBE_ONE_DECODER.decode(view[start : start + end])
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    return False
-            except msgspec.ValidationError:
-                return False
-            if probe.name != event.name:
-                return False  # the "{" was not this event's own (a key before "name")
+                return None
+            probe = _probe_at(view, start, _EVENT_END.search(buf, at, k + 1), k)
+            if probe is None or probe.name != event.name:
+                return None  # the "{" was not this event's own (a key before "name")
             probes.append(probe)
-        _set_probed_args(probes, wanted)
-        return True
+        return probes
 
     def _attach_probed_args(self, chunk: memoryview, events: list[Any]) -> None:
         """Set ``args.concrete_inputs`` on the chunk's ``aten::repeat_interleave`` events
@@ -1335,8 +1428,12 @@ def _read(
     naming the file (a reader of another kind, ``windows``, returns what its ``_result``
     makes)."""
     try:
+        hint = _json_size_hint(handle)
         pieces = _pieces(path, handle, _piece_bytes(chunk_bytes))
-        return reader_cls(path, pieces, chunk_bytes, max_held_bytes, **reader_args).read()
+        reader = reader_cls(path, pieces, chunk_bytes, max_held_bytes, **reader_args)
+        if hint is not None:
+            reader.reserve(hint)
+        return reader.read()
     except TraceReadError:
         raise
     except RecursionError:

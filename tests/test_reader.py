@@ -348,19 +348,32 @@ def _probed_trace(layout: str) -> dict:
             {"args": e["args"], **{k: v for k, v in e.items() if k != "args"}} if "args" in e else e
             for e in doc["traceEvents"]
         ]
-    elif layout == "name_elsewhere":  # the op name as another key's value too
+    elif layout.endswith("name_elsewhere"):  # the op name as another key's value too
         doc["traceEvents"][-1].setdefault("args", {})["Fwd op"] = "nccl:all_reduce"
     return doc
 
 
-@pytest.mark.parametrize("layout", ["kineto", "args_first", "name_elsewhere"])
+# Whether each layout is read event by event: Kineto's (`"name": "nccl:...`) and another
+# writer's without spaces (the short needle) are; where the name is also another key's
+# value, only the needle with the key lines up; where "args" comes before "name", none.
+_READ_EVENT_BY_EVENT = {
+    "kineto": True,
+    "compact": True,
+    "name_elsewhere": True,
+    "compact_name_elsewhere": False,
+    "args_first": False,
+}
+
+
+@pytest.mark.parametrize("layout", list(_READ_EVENT_BY_EVENT))
 def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
     tmp_path, monkeypatch, layout
 ):
     from tb_syncfinder import reader
 
     path = tmp_path / "probed.pt.trace.json"
-    path.write_text(json.dumps(_probed_trace(layout)))
+    separators = (",", ":") if layout.startswith("compact") else None
+    path.write_text(json.dumps(_probed_trace(layout), separators=separators))
     whole = []
     real = reader._Reader._attach_probed_args
     monkeypatch.setattr(
@@ -382,8 +395,7 @@ def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
         if e.name == "aten::repeat_interleave"
     ] == [["", "", "", "0"], ["", "", "", "60"]]
     assert all(e.args.input_dims is None for e in ops if e.name == "aten::add")
-    # Kineto's layout is read event by event; the others line up wrong and fall back.
-    assert bool(whole) is (layout != "kineto")
+    assert bool(whole) is not _READ_EVENT_BY_EVENT[layout]
 
 
 # -- hostile input: a named error for what is not a trace, bounded work on the rest --------

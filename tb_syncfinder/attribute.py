@@ -278,6 +278,10 @@ class Attributor:
         self.packs = packs
         self._trees: dict[Any, _PythonTree] = {}
         self._frames: dict[tuple[Any, int], Frame | None] = {}
+        # By name too: a frame's name repeats in every step, and each parse of a relative
+        # path asks the file system whether an installed package has it (frames are never
+        # changed once made, so syncs may share them).
+        self._frames_by_name: dict[str, Frame | None] = {}
         self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int]]] = {}
         self._direct_ops: dict[Any, list[int]] = {}
         self._builtins: bool | None = None
@@ -299,7 +303,10 @@ class Attributor:
     def frame(self, thread: HostThread, index: int) -> Frame | None:
         key = (thread.pid, thread.tid, index)
         if key not in self._frames:
-            self._frames[key] = parse_frame(thread.nodes[index].name, self.packs)
+            name = thread.nodes[index].name
+            if name not in self._frames_by_name:
+                self._frames_by_name[name] = parse_frame(name, self.packs)
+            self._frames[key] = self._frames_by_name[name]
         return self._frames[key]
 
     def is_profiler_stop(self, episode: Episode) -> bool:

@@ -127,6 +127,7 @@ class _JobFigures:
     arrivals: list[R.LateArrival]
     peer_waits: list[R.PeerWait]
     bound: bool
+    costed: bool  # any what-if at all: a job whose ranks never wait on the host has none
 
 
 @dataclass
@@ -275,7 +276,7 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
         "site_count": len(j.costs),
         "job_saving_us": saving,
         "job_saving_per_step_us": saving / max(1, len(a.job_steps)),
-        "what_if": "bound" if j.bound else "replay",
+        "what_if": "bound" if j.bound else "replay" if j.costed else "none",
         "late_arrivals": [
             {
                 **dataclasses.asdict(x),
@@ -420,6 +421,7 @@ def job_stage(
                 R.late_arrivals(analysis, what_ifs),
                 R.peer_waits(analysis),
                 bound,
+                bool(what_ifs),
             )
         )
     peer = [pw for j in jobs for pw in j.peer_waits]

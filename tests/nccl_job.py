@@ -60,6 +60,7 @@ class JobSpec:
     host_names: bool = True
     subgroups: bool = True
     legacy: bool = False  # 2023 shapes: nccl:* ops, Input Dims, absolute ts, no pg_config
+    item: bool = True  # each rank reads its loss back (.item()) every step
 
 
 def _jitter(rank: int, step: int, salt: int = 0) -> float:
@@ -151,9 +152,10 @@ def simulate(
             stacks[r].enter_context(b.frame((TRAIN_FILE, DEF_LINE, "train_step")))
             b.advance(20 + _jitter(r, s))
             b.kernel(dur=spec.compute_us + spec.late.get((r, s), 0.0))
-            with b.op("aten::item", called="item"), b.op("aten::_local_scalar_dense"):
-                b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
-                b.runtime("cudaStreamSynchronize")
+            if spec.item:
+                with b.op("aten::item", called="item"), b.op("aten::_local_scalar_dense"):
+                    b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                    b.runtime("cudaStreamSynchronize")
             b.advance(30)
         _collective(builders, everyone, "allreduce", 1 << 22, "0", everyone, spec, s, 1)
         for b in builders.values():

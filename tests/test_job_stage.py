@@ -488,3 +488,23 @@ def test_a_run_of_copies_of_one_rank_names_the_duplicates_and_still_reports(tmp_
     assert len(report["syncs"]) > 0
     codes = [issue["code"] for issue in report["job"]["issues"]]
     assert R.DUPLICATE_RANK in codes and R.MISSING_RANKS in codes
+
+
+def test_a_job_whose_ranks_never_wait_on_the_host_says_it_has_no_what_if(tmp_path):
+    # Before, "what_if" read "replay" for a job with no what-if at all (any([]) is False).
+    from tb_syncfinder.engine import report_runs
+
+    labels = {}
+    for item in (True, False):
+        paths = write_job(
+            tmp_path / f"item_{item}",
+            JobSpec(world=2, ranks_per_host=2, steps=3, host_skew_us=(0.0,), item=item),
+        )
+        options = Options(contexts=False)
+        results = [
+            analyze_trace(TraceRef(str(p), "job", f"rank{r}"), options) for r, p in paths.items()
+        ]
+        job = report_runs(results).report.to_json()["job"]
+        labels[item] = (job["what_if"], job["site_count"])
+    assert labels[True][0] == "replay" and labels[True][1] > 0
+    assert labels[False] == ("none", 0)

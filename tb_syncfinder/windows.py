@@ -446,9 +446,19 @@ class _Router(_Reader):
         return self
 
     def _decoded(self, view: memoryview, a: int, k: int, events: list[Any]) -> None:
+        firsts, lasts = self._spans(events)
+        if firsts == lasts and min(firsts, default=0) == max(firsts, default=0) and events:
+            # Every event of the chunk goes to one window, as most chunks do (26 of 30 at
+            # 250 MB): its bytes are written as they are, without taking each event's own
+            # bytes out of them first (a second parse of the chunk and a join).
+            with view[a + 1 : k] as inner:
+                self._write(firsts[0], bytes(inner).strip(), len(events))
+            self.routed += len(events)
+            return
         with view[a : k + 1] as chunk:
             data = bytes(chunk)
-        self._route(events, _RAW_LIST.decode(data))
+        self._distribute(firsts, lasts, _RAW_LIST.decode(data))
+        self.routed += len(events)
 
     def _slow_chunk(self, raw: bytes, a: int, at_end: bool) -> list[Any]:
         repairs: list[str] = []
@@ -489,59 +499,74 @@ class _Router(_Reader):
         self.events = [None]  # nothing is kept: the bytes went to the window files
 
     def _route(self, events: Sequence[Any], raws: Sequence[Any]) -> None:
+        firsts, lasts = self._spans(events)
+        self._distribute(firsts, lasts, raws)
+        self.routed += len(events)
+
+    def _spans(self, events: Sequence[Any]) -> tuple[list[int], list[int]]:
+        """Per event, the first and last window whose file it goes to."""
         starts = self.starts
         ends = self.ends
-        n_windows = len(self.files)
-        out: list[list[Any]] = [[] for _ in range(n_windows)]
+        every = (0, len(self.files) - 1)
         launch_ids = self.launch_ids
         launch_ts = self.launch_ts
         n_launches = len(launch_ids)
         class_of = self.class_of
-        for e, raw in zip(events, raws, strict=True):
+        firsts: list[int] = []
+        lasts: list[int] = []
+        for e in events:
             if e.ph == "M":  # process / thread names and labels: every window needs them
-                for pieces in out:
-                    pieces.append(raw)
-                continue
-            ts = e.ts
-            if ts is None:
-                out[0].append(raw)  # no time: nothing reads it; kept once
-                continue
-            # The windows whose file holds this instant: its own, and the one before or
-            # after when it is in the first or last step of its own.
-            first = bisect_right(ends, ts)
-            last = bisect_right(starts, ts) - 1
-            cat = e.cat
-            cls = class_of.get(cat)
-            if cls is None:
-                cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
-            if cls in _LAUNCHED:
-                args = e.args
-                correlation = _device_key(args) if args is not None else None
-                if type(correlation) is int:
-                    at = bisect_left(launch_ids, correlation)
-                    if at < n_launches and launch_ids[at] == correlation:
-                        launched = launch_ts[at]
-                        first = bisect_right(ends, launched)
-                        last = bisect_right(starts, launched) - 1
-            elif cls in _HOST_CONTAINERS and e.dur:
-                if not (isinstance(e.name, str) and e.name.startswith(_STEP_PREFIX)):
-                    last = max(last, bisect_left(starts, ts + e.dur) - 1)
+                first, last = every
+            elif (ts := e.ts) is None:
+                first = last = 0  # no time: nothing reads it; kept once
+            else:
+                # The windows whose file holds this instant: its own, and the one before or
+                # after when it is in the first or last step of its own.
+                first = bisect_right(ends, ts)
+                last = bisect_right(starts, ts) - 1
+                cat = e.cat
+                cls = class_of.get(cat)
+                if cls is None:
+                    cls = class_of[cat] = category_class(cat) if isinstance(cat, str) else OTHER
+                if cls in _LAUNCHED:
+                    args = e.args
+                    correlation = _device_key(args) if args is not None else None
+                    if type(correlation) is int:
+                        at = bisect_left(launch_ids, correlation)
+                        if at < n_launches and launch_ids[at] == correlation:
+                            launched = launch_ts[at]
+                            first = bisect_right(ends, launched)
+                            last = bisect_right(starts, launched) - 1
+                elif cls in _HOST_CONTAINERS and e.dur:
+                    if not (isinstance(e.name, str) and e.name.startswith(_STEP_PREFIX)):
+                        last = max(last, bisect_left(starts, ts + e.dur) - 1)
+            firsts.append(first)
+            lasts.append(last)
+        return firsts, lasts
+
+    def _distribute(self, firsts: list[int], lasts: list[int], raws: Sequence[Any]) -> None:
+        """Each event's own bytes to the files of the windows from its first to its last."""
+        out: list[list[Any]] = [[] for _ in self.files]
+        for first, last, raw in zip(firsts, lasts, raws, strict=True):
             if first == last:
                 out[first].append(raw)
             else:
                 for w in range(first, last + 1):
                     out[w].append(raw)
-        self.routed += len(events)
         for w, pieces in enumerate(out):
-            if not pieces:
-                continue
-            joined = b",".join(pieces)
-            try:
-                self.files[w].write(b"," + joined if self.written[w] else joined)
-            except OSError as exc:
-                # Not the trace's read failing: the reader would say "cannot read".
-                raise TraceReadError(self.path, "window write failed") from _NoRoom(exc)
-            self.written[w] += len(pieces)
+            if pieces:
+                self._write(w, b",".join(pieces), len(pieces))
+
+    def _write(self, w: int, data: bytes, count: int) -> None:
+        """``count`` events' JSON (``data``, separated by commas) to window ``w``'s file."""
+        try:
+            if self.written[w]:
+                self.files[w].write(b",")
+            self.files[w].write(data)
+        except OSError as exc:
+            # Not the trace's read failing: the reader would say "cannot read".
+            raise TraceReadError(self.path, "window write failed") from _NoRoom(exc)
+        self.written[w] += count
 
 
 def _header(top: dict[str, Any]) -> bytes:

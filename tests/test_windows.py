@@ -98,12 +98,29 @@ def test_gzip_traces_are_windowed_too(tmp_path):
     assert len(windowed.syncs) == 2 * STEPS
 
 
-def test_every_event_lands_in_the_windows_it_belongs_to(tmp_path):
+@pytest.mark.parametrize("chunk_bytes", [None, 1024], ids=["one_chunk", "small_chunks"])
+def test_every_event_lands_in_the_windows_it_belongs_to(tmp_path, monkeypatch, chunk_bytes):
     path = _busy_trace(tmp_path / "e.pt.trace.json")
     found = windows.scan(str(path))
     bounds = windows.plan(found, os.path.getsize(path) // 4)
     assert len(bounds) >= 3
+    # Small chunks: most lie in one window, whose bytes are copied whole; the others, and
+    # the one chunk of the whole file, are taken apart event by event.
+    calls: Counter[str] = Counter()
+    for method in ("_decoded", "_distribute"):
+        real = getattr(windows._Router, method)
+        monkeypatch.setattr(
+            windows._Router,
+            method,
+            lambda self, *a, _real=real, _name=method: (calls.update([_name]), _real(self, *a))[1],
+        )
+    if chunk_bytes:
+        monkeypatch.setattr(windows, "CHUNK_BYTES", chunk_bytes)
     parts = windows.split(str(path), found, bounds)
+    if chunk_bytes:
+        assert calls["_decoded"] > calls["_distribute"] > 0, calls
+    else:
+        assert calls["_decoded"] == calls["_distribute"] == 1, calls
     try:
         docs = [json.loads(Path(p).read_text()) for p in parts.paths]
     finally:

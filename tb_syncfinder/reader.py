@@ -265,6 +265,7 @@ class _Probe(Struct, gc=False):
     ``nccl:*`` op."""
 
     name: Any = None
+    ph: Any = None  # only an X event's own probe counts
     args: Union[_ProbeArgs, None] = None
 
 
@@ -381,6 +382,7 @@ _PROBE_NCCL_KEYED = _NAME_KEY + _PROBE_NCCL
 # The end of the event a probe hit is in, as Kineto lays it out: the first "}" after the hit
 # followed by a separator. Only a guess: the decode of exactly that much says if it was.
 _EVENT_END = re.compile(rb"\}[ \t\r\n]*[,\]]")
+_ELEMENT_BEFORE = frozenset(b",[")
 _EVENT_NAME = attrgetter("name")  # every phase's type has one ("" where it is not written)
 _TOO_DEEP = "JSON nested too deeply to decode (not a PyTorch profiler trace?)"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -1295,8 +1297,18 @@ class _Reader:
             start = buf.rfind(b"{", a, at)
             if start < 0:
                 return None
+            # An element of the list starts after "[" or ",": a "{" after ":" is an object
+            # inside some event's args ("meta": {"name": "nccl:..."}).
+            before = start - 1
+            while before > a and buf[before] in _WS_BYTES:
+                before -= 1
+            if buf[before] not in _ELEMENT_BEFORE:
+                return None
             probe = _probe_at(view, start, _EVENT_END.search(buf, at, k + 1), k)
-            if probe is None or probe.name != event.name:
+            # Another phase's event of that name (an instant) is no X event's own: in a file
+            # where another writer left the X event without the space the keyed needle has,
+            # the counts of hits and events could still agree.
+            if probe is None or probe.ph != "X" or probe.name != event.name:
                 return None  # the "{" was not this event's own (a key before "name")
             probes.append(probe)
         return probes

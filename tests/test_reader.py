@@ -353,6 +353,31 @@ def _probed_trace(layout: str) -> dict:
     return doc
 
 
+def _mixed_writers(doc: dict, layout: str) -> bytes:
+    """``doc`` with its events written compactly by one writer, and one more event of the
+    name the probe looks for written in Kineto's spaced layout by another: an instant
+    event, or an object nested in an operator's args. Each is as many hits of the keyed
+    needle as there are ops to probe, and none is theirs."""
+    events = doc.pop("traceEvents")
+    if layout == "mixed_instant":
+        other = {"ph": "i", "cat": "cpu_instant_event", "name": "nccl:all_reduce", "pid": 1,
+                 "tid": 1, "ts": 1.0, "s": "t", "args": {"Input Dims": [[999, 999]],
+                 "Input type": ["int8"]}}  # fmt: skip
+    else:
+        other = {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1,
+                 "ts": 1.0, "dur": 1.0, "args": {"meta": {"name": "nccl:all_reduce",
+                 "Input Dims": [[999, 999]]}}}  # fmt: skip
+    first = [json.dumps(e, separators=(",", ":")) for e in events if e.get("ph") == "M"]
+    rest = [json.dumps(e, separators=(",", ":")) for e in events if e.get("ph") != "M"]
+    # One op to probe is what lines the counts up: the first nccl:* op only.
+    probed = [n for n, e in enumerate(rest) if '"nccl:' in e or "repeat_interleave" in e]
+    for n in reversed(probed[1:]):
+        del rest[n]
+    listed = first + [json.dumps(other)] + rest
+    head = json.dumps(doc)[:-1]
+    return f'{head}, "traceEvents": [{", ".join(listed)}]}}'.encode()
+
+
 # Whether each layout is read event by event: Kineto's (`"name": "nccl:...`) and another
 # writer's without spaces (the short needle) are; where the name is also another key's
 # value, only the needle with the key lines up; where "args" comes before "name", none.
@@ -362,6 +387,8 @@ _READ_EVENT_BY_EVENT = {
     "name_elsewhere": True,
     "compact_name_elsewhere": False,
     "args_first": False,
+    "mixed_instant": False,
+    "mixed_nested": False,
 }
 
 
@@ -372,8 +399,12 @@ def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
     from tb_syncfinder import reader
 
     path = tmp_path / "probed.pt.trace.json"
-    separators = (",", ":") if layout.startswith("compact") else None
-    path.write_text(json.dumps(_probed_trace(layout), separators=separators))
+    mixed = layout.startswith("mixed")
+    if mixed:
+        path.write_bytes(_mixed_writers(_probed_trace(layout), layout))
+    else:
+        separators = (",", ":") if layout.startswith("compact") else None
+        path.write_text(json.dumps(_probed_trace(layout), separators=separators))
     whole = []
     real = reader._Reader._attach_probed_args
     monkeypatch.setattr(
@@ -384,17 +415,17 @@ def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
     data = read_trace(str(path))
     assert data.fast_path
     ops = [e for e in data.events if type(e) is Event and e.cat == "cpu_op"]
-    assert [(e.args.input_dims, e.args.input_type) for e in ops if e.name.startswith("nccl:")] == [
-        ([[1, 2]], ["float"]),
-        ([[41, 2]], ["float"]),
-        ([[81, 2]], ["float"]),
-    ]
+    nccl = [([[1, 2]], ["float"]), ([[41, 2]], ["float"]), ([[81, 2]], ["float"])]
+    repeats = [["", "", "", "0"], ["", "", "", "60"]]
+    assert [(e.args.input_dims, e.args.input_type) for e in ops if e.name.startswith("nccl:")] == (
+        nccl[:1] if mixed else nccl
+    )
     assert [
         msgspec.json.decode(e.args.concrete_inputs)
         for e in ops
         if e.name == "aten::repeat_interleave"
-    ] == [["", "", "", "0"], ["", "", "", "60"]]
-    assert all(e.args.input_dims is None for e in ops if e.name == "aten::add")
+    ] == ([] if mixed else repeats)
+    assert all(e.args.input_dims is None for e in ops if not e.name.startswith("nccl:"))
     assert bool(whole) is not _READ_EVENT_BY_EVENT[layout]
 
 

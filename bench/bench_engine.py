@@ -16,7 +16,9 @@ interleaved (round 1 of every subject, then round 2, ...) and the median is repo
 the machine may be shared and loaded: compare the ratios, not the seconds.
 
 ``--resnet`` adds a ResNet-shaped trace recorded with ``record_shapes`` and stacks
-(``tests/trace_shapes.resnet_like``); ``--long-run STEPS`` a long run of short steps, two
+(``tests/trace_shapes.resnet_like``); ``--shapes MB`` a trace of about MB MB per shape of
+``tests/trace_shapes.py`` (its events repeated: stacks, ``record_shapes``, CUDA sync events,
+ROCm, Ascend's array format, torch 1.x); ``--long-run STEPS`` a long run of short steps, two
 syncs each at 300 lines (the shape whose what-if replay dominates); ``--synthetic-gb G`` a
 trace of about G GB of JSON
 (the ResNet steps repeated, times shifted); ``--window-mb MB`` also times the engine
@@ -202,9 +204,22 @@ class FloorTrace(msgspec.Struct, gc=False):
     traceEvents: list[FloorEvent] = []  # noqa: N815 (the JSON name), RUF012
 
 
+class _FloorDecoder:
+    """The least any reader must do: a typed decode of the fields the analysis reads (of
+    the trace document, or of the bare event list torch_npu writes)."""
+
+    def __init__(self) -> None:
+        self.document = msgspec.json.Decoder(FloorTrace, strict=False)
+        self.event_list = msgspec.json.Decoder(list[FloorEvent], strict=False)
+
+    def decode(self, data: bytes) -> Any:
+        if data.lstrip()[:1] == b"[":
+            return self.event_list.decode(data)
+        return self.document.decode(data)
+
+
 def _floor_decoder() -> Any:
-    """The least any reader must do: a typed decode of the fields the analysis reads."""
-    return msgspec.json.Decoder(FloorTrace, strict=False)
+    return _FloorDecoder()
 
 
 def run_child(name: str, path: str, repeat: int) -> dict[str, Any]:
@@ -326,10 +341,17 @@ _ID_ARGS = (
 _STEP_PREFIX = "ProfilerStep#"
 
 
+def _time(value: Any) -> float:
+    """A ``ts`` or ``dur`` as a number: torch_npu writes ``ts`` as a string."""
+    return float(value) if isinstance(value, str) else value
+
+
 def _repeated(event: dict[str, Any], rep: int, shift: float, steps_per_rep: int) -> dict[str, Any]:
     """``event`` as it would be in the ``rep``-th repetition of the recorded steps: times
-    shifted, ids and step numbers made unique."""
-    out = {**event, "ts": event["ts"] + shift}
+    shifted (a string time stays a string, as torch_npu writes it), ids and step numbers
+    made unique."""
+    ts = event["ts"]
+    out = {**event, "ts": f"{float(ts) + shift:.3f}" if isinstance(ts, str) else ts + shift}
     args = event.get("args")
     if isinstance(args, dict):
         out["args"] = {
@@ -354,35 +376,58 @@ def write_synthetic_trace(folder: Path, gigabytes: float) -> Path:
     sys.path.insert(0, str(REPO / "tests"))
     from trace_shapes import resnet_like
 
-    doc = resnet_like(4)
-    events = doc.pop("traceEvents")
+    path = folder / f"synthetic_{gigabytes:g}gb.pt.trace.json"
+    return write_repeated_trace(path, resnet_like(4), int(gigabytes * 1e9))
+
+
+def write_shape_traces(folder: Path, megabytes: float) -> list[Path]:
+    """One trace of about ``megabytes`` MB of JSON per shape of ``tests/trace_shapes.py``
+    (stacks, ``record_shapes``, CUDA sync events, ROCm, Ascend's array format with string
+    times, torch 1.x): each shape's events repeated, as a recording of many steps."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from trace_shapes import SHAPES, shape
+
+    return [
+        write_repeated_trace(
+            folder / f"shape_{name}.pt.trace.json", shape(name), int(megabytes * 1e6)
+        )
+        for name in SHAPES
+    ]
+
+
+def write_repeated_trace(path: Path, doc: Union[dict[str, Any], list[Any]], size: int) -> Path:
+    """About ``size`` bytes of JSON: ``doc``'s timed events repeated with shifted times
+    (after its metadata events, once), written as it goes. ``doc``: a trace document, or
+    an event list (torch_npu's array format)."""
+    events = list(doc) if isinstance(doc, list) else doc.pop("traceEvents")
+    timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
     span = (
-        max(e.get("ts", 0) + e.get("dur", 0) for e in events)
-        - min(e.get("ts", 0) for e in events if "ts" in e)
+        max(_time(e["ts"]) + _time(e.get("dur", 0)) for e in timed)
+        - min(_time(e["ts"]) for e in timed)
         + 1000
     )
-    timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
     meta = [e for e in events if e not in timed]
-    path = folder / f"synthetic_{gigabytes:g}gb.pt.trace.json"
-    target = int(gigabytes * 1e9)
     written = 0
     with open(path, "w", encoding="utf-8") as out:
-        head = json.dumps({**doc, "traceEvents": meta})[:-2]  # ...[meta events
+        if isinstance(doc, list):
+            head = json.dumps(meta)[:-1]  # [meta events
+        else:
+            head = json.dumps({**doc, "traceEvents": meta})[:-2]  # ...[meta events
         out.write(head)
         written += len(head)
         rep = 0
         steps_per_rep = len(
             {e["name"] for e in timed if str(e.get("name", "")).startswith("ProfilerStep#")}
         )
-        while written < target:
+        while written < size:
             # msgspec's encoder: json.dumps made a 10 GB trace take half an hour to write.
             text = msgspec.json.encode(
                 [_repeated(e, rep, rep * span, steps_per_rep) for e in timed]
             ).decode()
-            out.write("," + text[1:-1])
+            out.write(("," if meta or rep else "") + text[1:-1])
             written += len(text) - 1
             rep += 1
-        out.write("]}")
+        out.write("]" if isinstance(doc, list) else "]}")
     return path
 
 
@@ -438,6 +483,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEPS",
         help="add a long run of STEPS short steps with 2 syncs each (10000: 42 MB of JSON)",
     )
+    parser.add_argument(
+        "--shapes",
+        type=float,
+        default=0.0,
+        metavar="MB",
+        help="add a trace of about MB MB of JSON of each shape of tests/trace_shapes.py "
+        "(stacks, record_shapes, CUDA sync events, ROCm, Ascend, torch 1.x)",
+    )
     parser.add_argument("--workdir", help="where generated traces go (default: a temp dir)")
     parser.add_argument(
         "--window-mb",
@@ -461,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_child(args.child, args.trace[0], args.repeat)))
         return 0
     paths = list(args.trace)
-    if not paths and not args.resnet and not args.synthetic_gb and not args.long_run:
+    generated = args.resnet or args.synthetic_gb or args.long_run or args.shapes
+    if not paths and not generated:
         default = _default_trace()
         if default is None:
             print(f"bench_engine: no trace at {' or '.join(map(str, CANDIDATES))}", file=sys.stderr)
@@ -475,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         paths.append(str(write_synthetic_trace(workdir, args.synthetic_gb)))
     if args.long_run:
         paths.append(str(write_long_run_trace(workdir, args.long_run)))
+    if args.shapes:
+        paths.extend(str(p) for p in write_shape_traces(workdir, args.shapes))
     subjects = args.only or [s for s in SUBJECTS if s != "engine_windows" or args.window_mb]
     misses = 0
     rows = []

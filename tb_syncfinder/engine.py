@@ -303,19 +303,27 @@ def _on_collective_worker(
     episodes: Sequence[Episode], attributions: Sequence[Attribution]
 ) -> list[bool]:
     """Per episode, whether it is a communication library's worker waiting for its own
-    copies (``catalogue.is_collective_worker_sync``); each thread's names read once, and
-    only for a thread that has such a candidate."""
+    copies (``catalogue.is_collective_worker_sync``); each thread's names and whether it
+    runs Python read once, and only for a thread that has such a candidate. (Whether a
+    thread runs Python, asked per sync, was a pass over the thread's nodes each: on a
+    trace without stacks, 4.6 s of 18,000 syncs.)"""
     names: dict[int, set[str]] = {}
+    runs_python: dict[int, bool] = {}
 
     def names_of(thread: Any) -> set[str]:
         if id(thread) not in names:
             names[id(thread)] = {node.name for node in thread.nodes}
         return names[id(thread)]
 
+    def python_in(thread: Any) -> bool:
+        if id(thread) not in runs_python:
+            runs_python[id(thread)] = PYTHON in thread.kinds
+        return runs_python[id(thread)]
+
     return [
         not e.latent
         and is_collective_worker_sync(
-            a.annotations, a.op_chain, PYTHON in e.thread.kinds, lambda t=e.thread: names_of(t)
+            a.annotations, a.op_chain, python_in(e.thread), lambda t=e.thread: names_of(t)
         )
         for e, a in zip(episodes, attributions, strict=True)
     ]

@@ -103,3 +103,40 @@ def test_no_module_but_the_catalogue_spells_out_sync_api_names() -> None:
         if path.name == "catalogue.py" or "demo" in path.parts:
             continue
         assert not pattern.search(path.read_text()), f"{path} spells out sync API names"
+
+
+def test_whether_a_thread_runs_python_is_read_once_per_thread_not_once_per_sync():
+    # The collective-worker rule asks whether the sync's thread runs Python. Asked per
+    # sync, it was a pass over the thread's nodes each time: on a trace without stacks
+    # (no Python node to stop at), 18,000 syncs took 4.6 s.
+    import json
+
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import engine
+    from tb_syncfinder.attribute import Attributor
+    from tb_syncfinder.detect import detect_syncs
+    from tb_syncfinder.reader import decode_trace
+    from tb_syncfinder.timeline import build_timeline
+
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        for _ in range(40):
+            item_sync(b, stack=())
+    tl = build_timeline(decode_trace("t.json", json.dumps(b.to_dict()).encode()))
+    episodes = detect_syncs(tl)
+    attribute = Attributor(tl)
+    attributions = [attribute(e) for e in episodes]
+
+    class CountingKinds(list):
+        asked = 0
+
+        def __contains__(self, kind: object) -> bool:
+            CountingKinds.asked += 1
+            return super().__contains__(kind)
+
+    for thread in tl.threads.values():
+        thread.kinds = CountingKinds(thread.kinds)
+    flags = engine._on_collective_worker(episodes, attributions)
+    assert len(episodes) == 40 and not any(flags)
+    assert CountingKinds.asked <= len(tl.threads)

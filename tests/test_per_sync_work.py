@@ -1,0 +1,106 @@
+"""What each sync costs must not grow with the trace: a stage that scans a whole thread, or
+every runtime call, once per sync makes a long trace quadratic (reviews found five such
+scans; a trace of 4,000 to 18,000 syncs took 5 to 34 s in one of them). Each test counts
+the scans on a trace of many syncs instead of timing it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kineto_builder import KinetoTraceBuilder
+
+from tb_syncfinder import detect
+from tb_syncfinder.attribute import Attributor
+from tb_syncfinder.context import sync_contexts
+from tb_syncfinder.detect import detect_syncs
+from tb_syncfinder.engine import Options, analyze_trace
+from tb_syncfinder.reader import decode_trace
+from tb_syncfinder.timeline import build_timeline
+
+STEPS = 40
+
+
+def _timeline(b: KinetoTraceBuilder) -> Any:
+    return build_timeline(decode_trace("t.json", json.dumps(b.to_dict()).encode()))
+
+
+def test_launch_times_are_gathered_once_when_no_call_has_a_correlation(monkeypatch):
+    # A trace whose runtime calls lost their correlation ids: the map of launch times stays
+    # empty, and "empty" used to mean "not gathered yet" at every allocator call.
+    b = KinetoTraceBuilder()
+    for step in range(1, STEPS + 1):
+        with b.step(step):
+            for _ in range(5):
+                b.kernel(dur=20, link=False)
+            b.runtime("cudaFree", correlation=False)
+    gathered = []
+    real = detect._launch_times
+    monkeypatch.setattr(detect, "_launch_times", lambda tl: (gathered.append(1), real(tl))[1])
+    episodes = detect_syncs(_timeline(b))
+    assert len(episodes) == STEPS
+    assert len(gathered) == 1
+
+
+class _CountingIter(list):
+    """A list that counts the passes over it (``max``, ``any``, a for loop)."""
+
+    passes = 0
+
+    def __iter__(self) -> Any:
+        type(self).passes += 1
+        return super().__iter__()
+
+
+def test_a_threads_last_end_is_found_once_for_the_detail_views_of_its_syncs(tmp_path):
+    # A CPU trace's syncs are latent and start no runtime call: each detail view looked for
+    # its thread by the thread's span, a pass over all of its nodes' ends per sync.
+    b = KinetoTraceBuilder(gpu=False)
+    for step in range(1, STEPS + 1):
+        with b.step(step):
+            with b.op("aten::add"):
+                pass
+            with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+                pass
+    path = b.write(tmp_path / "cpu.pt.trace.json")
+    result = analyze_trace(str(path), Options(contexts=False))
+    assert len(result.latent) == STEPS
+    tl = _timeline(b)
+    for thread in tl.threads.values():
+        thread.ends = _CountingIter(thread.ends)
+    _CountingIter.passes = 0
+    contexts = sync_contexts(tl, result.latent)
+    assert len(contexts) == STEPS and all(c["host"] for c in contexts.values())
+    assert _CountingIter.passes <= len(tl.threads)
+
+
+def test_a_frames_children_are_listed_once_for_all_the_syncs_under_it():
+    # A training loop's frame has a child per step; each sync under it listed them again
+    # (to see whether the frame called the profiler's step, and what it called before).
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", 1, "<module>")):
+        with b.frame(("train.py", 30, "train_epoch")):
+            for step in range(1, STEPS + 1):
+                with b.step(step):
+                    with b.frame(("train.py", 40, "helper")):
+                        pass
+                    b.kernel(dur=20)
+                    with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+                        b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                        b.runtime("cudaStreamSynchronize")
+        with b.frame(("train.py", 50, "evaluate")), b.op("aten::add"):
+            b.advance(100)
+    tl = _timeline(b)
+    episodes = detect_syncs(tl)
+    attribute = Attributor(tl)
+    for thread in tl.threads.values():
+        children = attribute.tree(thread).children
+        for frame, kids in children.items():
+            children[frame] = _CountingIter(kids)
+    _CountingIter.passes = 0
+    attributions = [attribute(e) for e in episodes]
+    assert len(episodes) == STEPS
+    calls = [a.user_call for a in attributions]
+    assert all(c is not None and not c.truncated and c.called_before == "helper" for c in calls)
+    # Each frame's children are gone through once, not once per sync under the frame.
+    assert _CountingIter.passes <= 3, _CountingIter.passes  # was 2 per sync + 1

@@ -191,16 +191,34 @@ def estimated_saving_us(
     syncs, capped at the step time (see the module docstring). Without ProfilerStep markers
     (``step_markers`` False) the whole trace is the one step and every sync is in it; with
     them, syncs outside every step (``step`` None) save no step time."""
-    if not steps:
-        return 0.0
-    by_step: dict[int, list[tuple[float, float]]] = {s.step: [] for s in steps}
-    for sync in syncs:
-        number = sync.step if step_markers else NO_STEP
-        if number in by_step:
-            # The blocking calls of one episode are packed as if back to back, ending
-            # at its end: the gaps between them were host work, not waiting.
-            by_step[number].append(
-                (sync.end_us - sync.host_wait_us, sync.end_us + sync.gpu_idle_after_us)
-            )
-    step_time = {s.step: s.step_time_us for s in steps}
-    return sum(min(union_length(v), step_time[k]) for k, v in by_step.items())
+    return StepBounds(steps).saving_us(syncs, step_markers)
+
+
+class StepBounds:
+    """``estimated_saving_us`` for many sets of one trace's syncs (each site's): the steps
+    are read once, and each set costs its own steps only (a pass over every step per site
+    was 4.9 s for 1,200 sites in 8,000 steps)."""
+
+    def __init__(self, steps: list[StepStats]) -> None:
+        self.step_time = {s.step: s.step_time_us for s in steps}
+        self.order = {s.step: n for n, s in enumerate(steps)}
+
+    def saving_us(self, syncs: list[Sync], step_markers: bool = True) -> float:
+        by_step: dict[int, list[tuple[float, float]]] = {}
+        for sync in syncs:
+            number = sync.step if step_markers else NO_STEP
+            if number in self.step_time:
+                # The blocking calls of one episode are packed as if back to back, ending
+                # at its end: the gaps between them were host work, not waiting.
+                by_step.setdefault(number, []).append(
+                    (sync.end_us - sync.host_wait_us, sync.end_us + sync.gpu_idle_after_us)
+                )
+        # Added in step order, as a pass over every step did (the same float).
+        step_time = self.step_time
+        return sum(
+            (
+                min(union_length(by_step[k]), step_time[k])
+                for k in sorted(by_step, key=self.order.__getitem__)
+            ),
+            0.0,
+        )

@@ -36,7 +36,7 @@ from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_contexts
 from tb_syncfinder.cost import (
     FIX_WITH_STEP_SHARE,
-    estimated_saving_us,
+    StepBounds,
     host_event_counts,
     profiler_overhead_us,
     step_stats,
@@ -464,12 +464,13 @@ def _trace_savings(
             if result is None
             else f"replay unavailable: {result.reason}"
         )
+        bounds = StepBounds(steps)
         return TraceSavings(
             method="bound",
             reason=reason,
-            all_syncs_us=estimated_saving_us(steps, syncs, step_markers),
+            all_syncs_us=bounds.saving_us(syncs, step_markers),
             sites={
-                key: estimated_saving_us(steps, [syncs[i] for i in members], step_markers)
+                key: bounds.saving_us([syncs[i] for i in members], step_markers)
                 for key, members in groups.items()
             },
         )

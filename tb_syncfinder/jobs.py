@@ -127,7 +127,7 @@ class _JobFigures:
     arrivals: list[R.LateArrival]
     peer_waits: list[R.PeerWait]
     bound: bool
-    costed: bool  # any what-if at all: a job whose ranks never wait on the host has none
+    costed: bool  # any what-if at all (none where no host wait could be costed)
 
 
 @dataclass

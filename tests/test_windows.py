@@ -192,6 +192,36 @@ def test_every_event_lands_in_the_windows_it_belongs_to(tmp_path, monkeypatch, c
                 assert e["args"]["correlation"] in launched
 
 
+@pytest.mark.parametrize("layout", ["compact", "indented_metadata_last"])
+def test_each_window_holds_the_same_events_whatever_the_chunks(tmp_path, monkeypatch, layout):
+    # Chunks whose events all go to one window are copied whole: the windows must hold,
+    # event for event and in order, what taking every chunk apart gives.
+    path = _busy_trace(tmp_path / "e.pt.trace.json")
+    if layout != "compact":  # whitespace after every "}", and the metadata at the end
+        doc = json.loads(path.read_text())
+        events = doc["traceEvents"]
+        doc["traceEvents"] = [e for e in events if e.get("ph") != "M"] + [
+            e for e in events if e.get("ph") == "M"
+        ]
+        path.write_text(json.dumps(doc, indent=2))
+    found = windows.scan(str(path))
+    bounds = windows.plan(found, os.path.getsize(path) // 4)
+    assert len(bounds) >= 3
+
+    def window_events(chunk_bytes: int) -> list[list[dict]]:
+        monkeypatch.setattr(windows, "CHUNK_BYTES", chunk_bytes)
+        parts = windows.split(str(path), found, bounds)
+        try:
+            return [json.loads(Path(p).read_text())["traceEvents"] for p in parts.paths]
+        finally:
+            parts.close()
+
+    whole = window_events(1 << 30)  # one chunk: taken apart event by event
+    assert [len(w) for w in window_events(1024)] == [len(w) for w in whole]
+    for chunk_bytes in (300, 1024, 4096):
+        assert window_events(chunk_bytes) == whole, chunk_bytes
+
+
 def test_a_trace_without_steps_is_read_whole(tmp_path):
     path = _busy_trace(tmp_path / "n.pt.trace.json", markers=False)
     found = windows.scan(str(path))

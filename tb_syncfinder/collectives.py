@@ -31,6 +31,7 @@ import hashlib
 import math
 import re
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Optional, Protocol
@@ -447,41 +448,49 @@ def _orphan_kernels(
 def _pair_cpu_execs(enqueues: list[_Pending], cpu_execs: list[_Pending]) -> list[_Pending]:
     """Give each gloo execution the enqueue it serves: the earliest unpaired enqueue of the
     same collective that started before it (gloo runs a group's work in issue order).
-    Returns the executions left without an enqueue."""
-    waiting = sorted((p for p in enqueues if not p.execs), key=lambda p: p.enqueue.ts)
-    taken = [False] * len(waiting)
+    Returns the executions left without an enqueue. (Per process and collective, a queue
+    of the waiting enqueues: looking through all of them per execution was quadratic.)"""
+    waiting: dict[tuple[Any, str | None], deque[_Pending]] = {}
+    for p in sorted((p for p in enqueues if not p.execs), key=lambda p: p.enqueue.ts):
+        waiting.setdefault((p.pid, p.name), deque()).append(p)
     left = []
     for ex in sorted(cpu_execs, key=lambda p: p.execs[0].ts):
-        start = ex.execs[0].ts
-        for i, p in enumerate(waiting):
-            if taken[i] or p.pid != ex.pid or p.name != ex.name:
-                continue
-            if p.enqueue.ts > start + 1e-3:
-                break
-            taken[i] = True
-            p.execs, p.exec_kind = ex.execs, "cpu_op"
-            p.args.extend(ex.args)
-            break
-        else:
+        queue = waiting.get((ex.pid, ex.name))
+        if not queue:
             left.append(ex)
+            continue
+        if queue[0].enqueue.ts > ex.execs[0].ts + 1e-3:
+            # Began before every enqueue of its collective still waiting: neither paired
+            # nor returned (as the search this replaces did; an execution of a collective
+            # enqueued before the window would be an orphan instead: not settled here).
+            continue
+        p = queue.popleft()
+        p.execs, p.exec_kind = ex.execs, "cpu_op"
+        p.args.extend(ex.args)
     return left
 
 
 def _issue_order(with_enqueue: list[_Pending], without: list[_Pending]) -> list[_Pending]:
     """Collectives in issue order: by enqueue; one without an enqueue (issued before the
-    window) goes before the first enqueued collective that executed after it."""
+    window) goes before the first enqueued collective that executed after it, orphans in
+    the order they executed. The orphans come in order of execution, so that collective
+    is found by one pointer moving forward (a search from the start and a list insert
+    per orphan were quadratic)."""
     ordered = sorted(with_enqueue, key=lambda p: p.enqueue.ts)
+    before: list[list[_Pending]] = [[] for _ in ordered]
+    after_all: list[_Pending] = []
+    k = 0
     for orphan in sorted(without, key=lambda p: p.execs[0].ts):
         start = orphan.execs[0].ts
-        at = len(ordered)
-        for i, p in enumerate(ordered):
-            if p.enqueue is None:
-                continue
-            if p.execs and p.execs[0].ts > start:
-                at = i
-                break
-        ordered.insert(at, orphan)
-    return ordered
+        while k < len(ordered) and not (ordered[k].execs and ordered[k].execs[0].ts > start):
+            k += 1
+        (before[k] if k < len(ordered) else after_all).append(orphan)
+    result: list[_Pending] = []
+    for orphans, p in zip(before, ordered, strict=True):
+        result.extend(orphans)
+        result.append(p)
+    result.extend(after_all)
+    return result
 
 
 # Where a backward pass runs: the autograd engine's operators, and the Python call into it.

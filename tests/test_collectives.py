@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import random
 import subprocess
 from pathlib import Path
 
@@ -291,3 +292,108 @@ def test_2023_real_pair_collectives_read_from_input_dims(tmp_path):
         assert all(c.in_nelems and c.dtype and c.exec_kind == "kernel" for c in rt.collectives)
         assert all(c.group == "" for c in rt.collectives)  # no group recorded in 2023
     assert ranks[0].collectives[2].in_nelems == 19618307
+
+
+# -- issue order and gloo pairing: the same answers as the quadratic searches they replace --
+
+
+def _reference_issue_order(with_enqueue, without):
+    ordered = sorted(with_enqueue, key=lambda p: p.enqueue.ts)
+    for orphan in sorted(without, key=lambda p: p.execs[0].ts):
+        start = orphan.execs[0].ts
+        at = len(ordered)
+        for i, p in enumerate(ordered):
+            if p.enqueue is None:
+                continue
+            if p.execs and p.execs[0].ts > start:
+                at = i
+                break
+        ordered.insert(at, orphan)
+    return ordered
+
+
+def _reference_pair(enqueues, cpu_execs):
+    waiting = sorted((p for p in enqueues if not p.execs), key=lambda p: p.enqueue.ts)
+    taken = [False] * len(waiting)
+    left = []
+    for ex in sorted(cpu_execs, key=lambda p: p.execs[0].ts):
+        start = ex.execs[0].ts
+        for i, p in enumerate(waiting):
+            if taken[i] or p.pid != ex.pid or p.name != ex.name:
+                continue
+            if p.enqueue.ts > start + 1e-3:
+                break
+            taken[i] = True
+            p.execs, p.exec_kind = ex.execs, "cpu_op"
+            p.args.extend(ex.args)
+            break
+        else:
+            left.append(ex)
+    return left
+
+
+def _random_pendings(seed: int):
+    """Enqueued collectives (some executed, some waiting for a gloo execution), and
+    executions without an enqueue, of a few names on two processes, times drawn coarsely
+    so that ties happen."""
+    from types import SimpleNamespace
+
+    from tb_syncfinder.collectives import _Pending
+
+    rng = random.Random(seed)
+
+    def event(label: str, ts: float) -> SimpleNamespace:
+        return SimpleNamespace(name=label, ts=ts, dur=1.0)
+
+    enqueues, orphans = [], []
+    for n in range(rng.randint(0, 40)):
+        ts = float(rng.randint(0, 60))
+        execs = [event(f"k{n}", ts + rng.randint(-5, 30))] if rng.random() < 0.6 else []
+        enqueues.append(
+            _Pending(
+                rng.choice("ab"),
+                "c10d::x",
+                event(f"e{n}", ts),
+                execs,
+                None,
+                [],
+                1,
+                rng.choice((1, 2)),
+            )  # fmt: skip
+        )
+    for n in range(rng.randint(0, 40)):
+        orphans.append(
+            _Pending(
+                rng.choice("ab"),
+                None,
+                None,
+                [event(f"o{n}", float(rng.randint(0, 90)))],
+                "cpu_op",
+                [],
+                1,
+                rng.choice((1, 2)),
+            )  # fmt: skip
+        )
+    return enqueues, orphans
+
+
+def _labels(pendings) -> list[tuple[str, ...]]:
+    return [
+        ((p.enqueue.name if p.enqueue is not None else "-"), *(e.name for e in p.execs))
+        for p in pendings
+    ]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_issue_order_and_gloo_pairing_match_the_searches_they_replace(seed):
+    from tb_syncfinder.collectives import _issue_order, _pair_cpu_execs
+
+    enqueues, orphans = _random_pendings(seed)
+    expected_enqueues, expected_orphans = _random_pendings(seed)
+    left = _pair_cpu_execs(enqueues, orphans)
+    expected_left = _reference_pair(expected_enqueues, expected_orphans)
+    assert _labels(left) == _labels(expected_left)
+    assert _labels(enqueues) == _labels(expected_enqueues)
+    assert _labels(_issue_order(enqueues, left)) == _labels(
+        _reference_issue_order(expected_enqueues, expected_left)
+    )

@@ -285,13 +285,13 @@ def _candidates(members: list[Sync]) -> list[int]:
 def _notes_by_trace(notes: list[tuple[TraceResult, str | None]], several: bool) -> list[str]:
     """Each distinct note once; among several traces, followed by the traces it is about
     (a note of one trace read as the run's would misstate the others)."""
-    traces_of: dict[str, list[str]] = {}
+    # Per note its traces, in order, each once (a dict: a list's membership test made a
+    # note shared by 4,000 traces a quadratic 0.4 s).
+    traces_of: dict[str, dict[str, None]] = {}
     for result, note in notes:
         if note:
             name = result.info.worker or os.path.basename(result.info.path)
-            traces_of.setdefault(note, [])
-            if name not in traces_of[note]:
-                traces_of[note].append(name)
+            traces_of.setdefault(note, {})[name] = None
     if not several:
         return list(traces_of)
     return [f"{note} ({', '.join(names)})" for note, names in traces_of.items()]

@@ -138,15 +138,15 @@ def _has_line(site: dict[str, Any]) -> bool:
 
 def _site_traces(report_json: dict[str, Any]) -> dict[tuple[bool, str], list[str]]:
     """(latent, site key) -> the trace files the site's syncs were found in, in order."""
-    found: dict[tuple[bool, str], list[str]] = {}
+    # Each site's traces as the keys of a dict (in order, each once): a list's membership
+    # test per sync made 2,000 traces' syncs take 4.2 s.
+    found: dict[tuple[bool, str], dict[str, None]] = {}
     for field, latent in (("syncs", False), ("latent", True)):
         for sync in report_json.get(field) or []:
             if not isinstance(sync, dict) or not sync.get("site_key") or not sync.get("trace"):
                 continue
-            traces = found.setdefault((latent, str(sync["site_key"])), [])
-            if sync["trace"] not in traces:
-                traces.append(str(sync["trace"]))
-    return found
+            found.setdefault((latent, str(sync["site_key"])), {})[str(sync["trace"])] = None
+    return {key: list(traces) for key, traces in found.items()}
 
 
 def _result(

@@ -512,3 +512,38 @@ def test_arrivals_of_different_kinds_never_name_a_late_rank(tmp_path):
     (c,) = job.collectives
     assert {a.source for a in c.arrivals} == {"kernel", "enqueue"}
     assert c.mixed_sources and c.last_rank is None and R.job_causes(job) == []
+
+
+def _reference_parts(cluster):
+    """How traces of one time cluster were split before: each joins the first part none of
+    whose traces conflicts with it (a check against every trace placed: cubic)."""
+    parts = []
+    for t in sorted(cluster, key=lambda t: (t.rank, t.path)):
+        for part in parts:
+            if all(R._group_conflict(t, other) is None for other in part):
+                part.append(t)
+                break
+        else:
+            parts.append([t])
+    return [[t.path for t in part] for part in parts]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_traces_split_into_the_same_jobs_as_by_checking_every_pair(seed):
+    import random
+
+    from tb_syncfinder.models import DistributedInfo, ProcessGroupInfo
+
+    rng = random.Random(seed)
+    world = 8
+    traces = []
+    for n in range(rng.randint(1, 24)):
+        groups = []
+        for name in rng.sample("0123", rng.randint(0, 4)):
+            ranks = tuple(sorted(rng.sample(range(world), rng.choice((2, 4)))))
+            groups.append(ProcessGroupInfo(name, ranks if rng.random() < 0.9 else None))
+        if groups and rng.random() < 0.2:  # a name twice in one trace
+            groups.append(ProcessGroupInfo(groups[0].name, (0, 1)))
+        dist = DistributedInfo(n % world, world, "nccl", tuple(groups))
+        traces.append(RankTrace(f"r{n}.json", "w", dist, 10**15, "h", (0.0, 1000.0)))
+    assert [[t.path for t in part] for part in R._parts(traces)] == _reference_parts(traces)

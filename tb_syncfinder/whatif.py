@@ -718,6 +718,11 @@ def collective_earlier(
     found: dict[str, dict[int, float]] = {}
     budget = max(ALONE_REPLAY_PASSES * len(base), ALONE_REPLAY_MIN)  # as in ``replay``
     spent = 0
+    indices = np.array([index for index, _var in items], dtype=np.int64)
+    item_vars = np.array([var for _index, var in items], dtype=np.int64)
+    items_of_var: dict[int, list[int]] = {}
+    for n, (_index, var) in enumerate(items):
+        items_of_var.setdefault(var, []).append(n)
     for wait_id, episodes in waits.items():
         jumps = graph._jumps_of(episodes)
         if not jumps or spent > budget:
@@ -726,19 +731,50 @@ def collective_earlier(
         # per wait made this quadratic in the trace's length).
         with graph._removed(jumps) as changed:
             spent += len(changed)
-            moved_by = graph.moved_earlier(changed)
-            shifts = [(index, moved_by(item)) for index, item in items]
-        per: dict[int, float] = {}
-        previous = 0.0
-        for index, moved in shifts:
-            shift = max(0.0, float(moved))
-            local = shift - previous
-            previous = shift
-            if local > 0:
-                per[index] = local
-        if per:
-            found[wait_id] = per
+            moved = _moved_earlier_at(graph, changed, item_vars, items_of_var)
+        # Each collective's shift less the one before it (at least 0): numpy over the
+        # collectives, as a Python call per collective and wait was quadratic in a rank's
+        # length (1,600 steps: 3.1 s of 3.7).
+        shift = np.fmax(moved, 0.0)  # fmax: a NaN is no shift, as max(0.0, nan) was
+        local = shift - np.concatenate(([0.0], shift[:-1]))
+        gained = np.flatnonzero(local > 0)
+        if len(gained):
+            found[wait_id] = dict(
+                zip(indices[gained].tolist(), local[gained].tolist(), strict=True)
+            )
     return found
+
+
+def _moved_earlier_at(
+    graph: _Graph, changed: _Changes, item_vars: np.ndarray, items_of_var: dict[int, list[int]]
+) -> np.ndarray:
+    """``graph.moved_earlier(changed)`` of each of ``item_vars`` (call it inside
+    ``_removed``), as an array: the cut's and the stretches' shifts by position, then the
+    variables the what-if wrote."""
+    moved = np.zeros(len(item_vars))
+    tables = graph._shift_tables
+    if tables is not None:
+        pos = tables.def_pos[item_vars]
+        stretches = changed.stretches
+        if stretches:
+            starts = np.array([stretch[0] for stretch in stretches])
+            ends = np.array([stretch[1] for stretch in stretches])
+            shifts = np.array([stretch[2] for stretch in stretches], dtype=float)
+            k = np.searchsorted(starts, pos, side="right") - 1
+            inside = k >= 0
+            inside[inside] = pos[inside] < ends[k[inside]]
+            moved[inside] = shifts[k[inside]]
+        if changed.cut is not None:
+            moved[pos >= changed.cut] = changed.shift
+    base_values = graph.base_values
+    if len(changed) <= len(items_of_var):
+        written = [(var, changed[var]) for var in changed if var in items_of_var]
+    else:
+        written = [(var, changed[var]) for var in items_of_var if var in changed]
+    for var, old in written:
+        for n in items_of_var[var]:
+            moved[n] = old - base_values[var]
+    return moved
 
 
 @dataclass

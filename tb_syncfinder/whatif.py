@@ -3314,23 +3314,29 @@ class _Builder:
         n_threads = len(self.threads)
         if n_threads < 2:
             return
+        jump_times: list[list[float]] = [[] for _ in range(n_threads)]
+        for j in self.jumps:  # by thread once: a pass over all jumps per thread was quadratic
+            jump_times[j.thread].append(j.t)
         relevant = []
         for h in range(n_threads):
-            arr = np.concatenate(
-                [
-                    self.thread_launches[h][0],
-                    np.asarray([j.t for j in self.jumps if j.thread == h], float),
-                ]
-            )
+            arr = np.concatenate([self.thread_launches[h][0], np.asarray(jump_times[h], float)])
             arr.sort()
             relevant.append(arr)
+        # A waits for B only at a point of B's between A's first and last activity (else
+        # _burst finds A inactive on one side): the pairs are narrowed by those spans first,
+        # as a test of every pair of threads was quadratic in the threads (800: 6.4 s).
+        first_act, last_act = self._activity_spans()
         bursts: dict[tuple[int, float], tuple[int, float, float, float, float]] = {}
         for b in range(n_threads):
             if not len(relevant[b]):
                 continue
-            for a in range(n_threads):
+            b_lo, b_hi = float(relevant[b][0]), float(relevant[b][-1])
+            for a in np.flatnonzero((first_act < b_hi) & (last_act > b_lo)).tolist():
                 if a == b:
                     continue
+                after_first = np.searchsorted(relevant[b], first_act[a], side="right")
+                if after_first >= np.searchsorted(relevant[b], last_act[a], side="left"):
+                    continue  # no point of B strictly inside A's span
                 # A blocked on B makes no runtime call meanwhile: look for wide gaps
                 # between A's runtime calls first (nodes are checked in _burst).
                 lo_a = self.rt_offset[a]
@@ -3363,6 +3369,24 @@ class _Builder:
             join = _Jump(a, b1, wait=hi - b0, host_refs=[(b, hi, b1 - hi)])
             self.jumps += [fork, join]
         self.stats["thread_joins"] = float(len(bursts))
+
+    def _activity_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per thread, its first and last activity (relative times): the earliest start,
+        and the latest start or end, of its nodes and runtime calls (inf / -inf: none)."""
+        t0 = self.t0
+        firsts, lasts = [], []
+        for th in self.threads:
+            lo, hi = np.inf, -np.inf
+            if th.starts:
+                lo = min(lo, th.starts[0])
+                hi = max(hi, max(th.ends), th.starts[-1])
+            if th.runtime:
+                lo = min(lo, th.runtime_starts[0])
+                hi = max(hi, max(map(add, th.runtime_starts, map(_DUR, th.runtime))))
+                hi = max(hi, th.runtime_starts[-1])
+            firsts.append(lo - t0)
+            lasts.append(hi - t0)
+        return np.asarray(firsts, float), np.asarray(lasts, float)
 
     def _burst(
         self, a: int, b: int, s_lo: float, s_hi: float, relevant_b: np.ndarray
@@ -3423,6 +3447,10 @@ class _Builder:
         g.t0 = self.t0
         g.n_dev = n
         # Each thread starts at its first activity, a source (unless a fork starts it).
+        earliest_unchained: dict[int, float] = {}  # per thread (one pass over the jumps)
+        for j in self.jumps:
+            if not j.chained and j.t < earliest_unchained.get(j.thread, np.inf):
+                earliest_unchained[j.thread] = j.t
         for h, th in enumerate(self.threads):
             firsts = []
             if th.starts:
@@ -3430,7 +3458,7 @@ class _Builder:
             if th.runtime:
                 firsts.append(th.runtime[0].ts)
             t = min(firsts) - t0
-            if any(j.thread == h and not j.chained and j.t <= t + 1e-9 for j in self.jumps):
+            if earliest_unchained.get(h, np.inf) <= t + 1e-9:
                 continue
             self.jumps.append(_Jump(h, t, const=t, chained=False))
         order = sorted(

@@ -38,9 +38,11 @@ Times in the output are microseconds on the job's clock: the first rank's, after
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from operator import attrgetter
 from typing import Optional
 
@@ -1122,6 +1124,7 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
         lambda: defaultdict(float)
     )
     members: dict[tuple[int, str], list[HostWait]] = defaultdict(list)
+    member_ids: dict[tuple[int, str], set[str]] = defaultdict(set)
     bounds: dict[tuple[int, str], bool] = defaultdict(bool)
     for w in what_ifs:
         hw = waits.get((w.rank, w.wait_id))
@@ -1130,7 +1133,10 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
             continue  # a wait or collective the job stage did not match: nothing to cost
         key = (w.rank, hw.site_key)
         per_site[key][where] += w.earlier_us
-        if hw not in members[key]:
+        # A wait once per site, by its id (unique on its rank): a list's membership test,
+        # comparing the waits field by field, was quadratic in a site's waits.
+        if hw.id not in member_ids[key]:
+            member_ids[key].add(hw.id)
             members[key].append(hw)
         bounds[key] = bounds[key] or w.bound
     out = []
@@ -1197,12 +1203,36 @@ def _interval(
     return start, arrival.raw_ts
 
 
+class _WaitsIndex:
+    """One rank's waits found by the interval they overlap: by start, with the running
+    latest end (a scan of every wait of the rank per collective or arrival was quadratic
+    in the job's length). ``overlapping`` answers in the order of the rank's list."""
+
+    def __init__(self, waits: Sequence[HostWait]) -> None:
+        self.waits = waits
+        self.order = sorted(range(len(waits)), key=lambda n: waits[n].ts)
+        self.starts = [waits[n].ts for n in self.order]
+        self.latest_end = list(accumulate((waits[n].end for n in self.order), max))
+
+    def overlapping(self, lo: float, hi: float) -> list[HostWait]:
+        """The waits with ``end > lo`` and ``ts < hi``."""
+        last = bisect_left(self.starts, hi)  # those starting before hi
+        first = bisect_right(self.latest_end, lo, 0, last)  # none before ends after lo
+        found = sorted(n for n in self.order[first:last] if self.waits[n].end > lo)
+        return [self.waits[n] for n in found]
+
+
+def _waits_index(analysis: JobAnalysis) -> dict[int, _WaitsIndex]:
+    return {rank: _WaitsIndex(rt.waits) for rank, rt in analysis.ranks.items()}
+
+
 def fallback_what_ifs(analysis: JobAnalysis) -> list[WhatIf]:
     """Bounds in place of the what-if replay: a host wait of the late rank inside the
     interval in which it became late (``_interval``) explains at most min(its wait there,
     the lateness). A sync's wait is taken as packed at its end (the blocking calls; the
     host work between them was not waiting), as ``cost.py`` does."""
     out = []
+    index_of = _waits_index(analysis)
     for c in analysis.collectives:
         if c.last_rank is None:
             continue
@@ -1210,7 +1240,7 @@ def fallback_what_ifs(analysis: JobAnalysis) -> list[WhatIf]:
         if span is None:
             continue
         lo, hi = span
-        for w in analysis.ranks[c.last_rank].waits:
+        for w in index_of[c.last_rank].overlapping(lo, hi):
             if w.end <= lo or w.ts >= hi or w.wait_us <= 0:
                 continue
             waited_from = w.end - w.wait_us
@@ -1360,6 +1390,7 @@ def peer_waits(analysis: JobAnalysis) -> list[PeerWait]:
     """Host waits of ranks that were, at the time, waiting for a late peer's arrival: the
     part of each that overlaps the rank's wait at the collective (its own clock)."""
     out = []
+    index_of = _waits_index(analysis)
     for c in analysis.collectives:
         if c.last_rank is None:
             continue
@@ -1367,7 +1398,7 @@ def peer_waits(analysis: JobAnalysis) -> list[PeerWait]:
             if a.rank == c.last_rank or a.wait_us <= analysis.noise_us:
                 continue
             lo, hi = a.raw_ts, a.raw_ts + a.wait_us
-            for w in analysis.ranks[a.rank].waits:
+            for w in index_of[a.rank].overlapping(lo, hi):
                 if w.end <= lo or w.ts >= hi or w.wait_us <= 0:
                     continue
                 overlap = min(w.end, hi) - max(w.end - w.wait_us, lo)

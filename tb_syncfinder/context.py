@@ -35,26 +35,35 @@ def _closest(items: list[Any], lo: float, hi: float, cap: int) -> list[Any]:
     return kept
 
 
-def _thread_for(
-    tl: Timeline, sync: Sync, last_ends: dict[int, float] | None = None
-) -> HostThread | None:
-    """The host thread of ``sync``. ``last_ends``: per thread (by ``id``), its last end,
-    kept across the syncs of one timeline (a sync that starts no runtime call, as a CPU
-    trace's latent ones, took a pass over its thread's nodes each: 19 s of 8,000)."""
-    candidates = [t for t in tl.threads.values() if t.tid == sync.thread]
+class _Threads:
+    """The timeline's host threads by tid, and each one's last end, found once for the
+    syncs of one timeline: per sync, a pass over every thread and (for a sync that starts
+    no runtime call, as a CPU trace's latent ones) over its thread's nodes made the detail
+    views quadratic (8,000 latent syncs: 19 s)."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.by_tid: dict[Any, list[HostThread]] = {}
+        for thread in tl.threads.values():
+            self.by_tid.setdefault(thread.tid, []).append(thread)
+        self.last_ends: dict[int, float] = {}
+
+    def last_end(self, thread: HostThread) -> float:
+        found = self.last_ends.get(id(thread))
+        if found is None:
+            found = self.last_ends[id(thread)] = max(thread.ends)
+        return found
+
+
+def _thread_for(tl: Timeline, sync: Sync, threads: _Threads | None = None) -> HostThread | None:
+    """The host thread of ``sync`` (``threads``: shared by the syncs of one timeline)."""
+    threads = threads or _Threads(tl)
+    candidates = threads.by_tid.get(sync.thread, [])
     for thread in candidates:
         i = bisect_left(thread.runtime_starts, sync.ts_us)
         if i < len(thread.runtime_starts) and thread.runtime_starts[i] == sync.ts_us:
             return thread
-    if last_ends is None:
-        last_ends = {}
     for thread in candidates:
-        if not thread.starts:
-            continue
-        last_end = last_ends.get(id(thread))
-        if last_end is None:
-            last_end = last_ends[id(thread)] = max(thread.ends)
-        if thread.starts[0] <= sync.ts_us <= last_end:
+        if thread.starts and thread.starts[0] <= sync.ts_us <= threads.last_end(thread):
             return thread
     return candidates[0] if candidates else None
 
@@ -93,10 +102,9 @@ def sync_contexts(
     """``sync_context`` of each sync, by id; the nodes' depths found once per thread (a
     long run's syncs share most of their enclosing chains)."""
     depths: dict[int, _Depths] = {}
-    last_ends: dict[int, float] = {}
+    threads = _Threads(tl)
     return {
-        sync.id: sync_context(tl, sync, window_us, max_per_lane, depths, last_ends)
-        for sync in syncs
+        sync.id: sync_context(tl, sync, window_us, max_per_lane, depths, threads) for sync in syncs
     }
 
 
@@ -106,16 +114,16 @@ def sync_context(
     window_us: float = 300,
     max_per_lane: int = 60,
     depths_of: dict[int, _Depths] | None = None,
-    last_ends: dict[int, float] | None = None,
+    threads: _Threads | None = None,
 ) -> dict[str, Any]:
     """``{"window", "sync": {"ts_us", "end_us", "idle_end_us"}, "host": [...], "device": [...]}``
     (shape in docs/DESIGN.md). ``depths_of``: per thread (by ``id``), its nodes' depths
-    known so far, and ``last_ends`` its last end, shared by the calls for one timeline."""
+    known so far, and ``threads`` the threads by tid, shared by the calls for one timeline."""
     idle_end = sync.end_us + sync.gpu_idle_after_us
     lo = sync.ts_us - window_us
     hi = max(sync.end_us, idle_end) + window_us
     host: list[dict[str, Any]] = []
-    thread = _thread_for(tl, sync, last_ends)
+    thread = _thread_for(tl, sync, threads)
     if thread is not None:
         starts, ends, nodes, kinds = thread.starts, thread.ends, thread.nodes, thread.kinds
         parent = thread.parent

@@ -68,10 +68,21 @@ def test_a_threads_last_end_is_found_once_for_the_detail_views_of_its_syncs(tmp_
     tl = _timeline(b)
     for thread in tl.threads.values():
         thread.ends = _CountingIter(thread.ends)
+
+    class CountingThreads(dict):
+        passes = 0
+
+        def values(self) -> Any:
+            CountingThreads.passes += 1
+            return super().values()
+
+    tl.threads = CountingThreads(tl.threads)
     _CountingIter.passes = 0
     contexts = sync_contexts(tl, result.latent)
     assert len(contexts) == STEPS and all(c["host"] for c in contexts.values())
     assert _CountingIter.passes <= len(tl.threads)
+    # The threads by tid, once for all the syncs (a pass over every thread per sync before).
+    assert CountingThreads.passes <= 1
 
 
 def test_a_frames_children_are_listed_once_for_all_the_syncs_under_it():

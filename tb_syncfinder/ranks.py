@@ -353,24 +353,10 @@ def _abs_span(rt: RankTrace) -> tuple[float, float]:
 
 def _groups_of(t: RankTrace) -> dict[str, tuple[int, ...]]:
     """A trace's process groups with their ranks recorded: name -> ranks (the last of a
-    name, as ``_group_conflict`` reads them)."""
+    name)."""
     if t.dist is None:
         return {}
     return {g.name: g.ranks for g in t.dist.groups if g.ranks is not None}
-
-
-def _group_conflict(a: RankTrace, b: RankTrace) -> Optional[str]:
-    """Why two traces cannot be ranks of one job (same world size assumed), or None."""
-    if a.dist is None or b.dist is None:
-        return None
-    mine = {g.name: g.ranks for g in a.dist.groups if g.ranks is not None}
-    for g in b.dist.groups:
-        if g.ranks is not None and g.name in mine and mine[g.name] != g.ranks:
-            return (
-                f"process group {g.name!r} has ranks {list(mine[g.name])} in one trace "
-                f"and {list(g.ranks)} in the other"
-            )
-    return None
 
 
 def _time_clusters(traces: list[RankTrace]) -> list[list[RankTrace]]:
@@ -447,12 +433,10 @@ def group_jobs(traces: Sequence[RankTrace]) -> tuple[list[Job], list[JobIssue]]:
 
 def _parts(cluster: list[RankTrace]) -> list[list[RankTrace]]:
     """The traces of one time cluster in parts of one job each (by rank, then path): a
-    trace joins the first part none of whose traces gives a process group of its own other
-    ranks (``_group_conflict``)."""
-    # Each part with, per process group name, the rank tuples its traces give it: a trace
-    # joins the first part none of whose traces gives a group of its own another tuple
-    # (``_group_conflict`` against each of them; checked against every trace placed, it
-    # was cubic in the ranks: 1,024 ranks took 8.4 s).
+    trace joins the first part none of whose traces gives one of its process groups other
+    ranks (two ranks of one job agree on every group they both name)."""
+    # Each part keeps, per group name, the rank tuples its traces give it: checking each
+    # trace against every trace placed was cubic in the ranks (1,024 ranks: 8.4 s).
     parts: list[tuple[list[RankTrace], dict[str, set[tuple[int, ...]]]]] = []
     for t in sorted(cluster, key=lambda t: (t.rank, t.path)):
         mine = _groups_of(t)
@@ -1241,7 +1225,7 @@ def fallback_what_ifs(analysis: JobAnalysis) -> list[WhatIf]:
             continue
         lo, hi = span
         for w in index_of[c.last_rank].overlapping(lo, hi):
-            if w.end <= lo or w.ts >= hi or w.wait_us <= 0:
+            if w.wait_us <= 0:
                 continue
             waited_from = w.end - w.wait_us
             overlap = min(w.end, hi) - max(waited_from, lo)
@@ -1399,7 +1383,7 @@ def peer_waits(analysis: JobAnalysis) -> list[PeerWait]:
                 continue
             lo, hi = a.raw_ts, a.raw_ts + a.wait_us
             for w in index_of[a.rank].overlapping(lo, hi):
-                if w.end <= lo or w.ts >= hi or w.wait_us <= 0:
+                if w.wait_us <= 0:
                     continue
                 overlap = min(w.end, hi) - max(w.end - w.wait_us, lo)
                 if overlap > 0:

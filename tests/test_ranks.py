@@ -514,13 +514,22 @@ def test_arrivals_of_different_kinds_never_name_a_late_rank(tmp_path):
     assert c.mixed_sources and c.last_rank is None and R.job_causes(job) == []
 
 
+def _conflict(a, b) -> bool:
+    """Whether ``b`` gives a process group of ``a`` other ranks (the check made pairwise
+    before)."""
+    mine = {g.name: g.ranks for g in a.dist.groups if g.ranks is not None}
+    return any(
+        g.ranks is not None and g.name in mine and mine[g.name] != g.ranks for g in b.dist.groups
+    )
+
+
 def _reference_parts(cluster):
     """How traces of one time cluster were split before: each joins the first part none of
     whose traces conflicts with it (a check against every trace placed: cubic)."""
     parts = []
     for t in sorted(cluster, key=lambda t: (t.rank, t.path)):
         for part in parts:
-            if all(R._group_conflict(t, other) is None for other in part):
+            if not any(_conflict(t, other) for other in part):
                 part.append(t)
                 break
         else:

@@ -70,6 +70,7 @@ from itertools import repeat
 from operator import add, attrgetter
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tb_syncfinder.catalogue import DEVICE_SYNC_APIS, EXPLICIT_SYNC_APIS, STREAM_WAIT_EVENT_APIS
@@ -154,8 +155,7 @@ _ARGS = attrgetter("args")
 # Results (picklable, no events)
 
 
-@dataclass
-class StepReplay:
+class StepReplay(msgspec.Struct):
     """One profiled step: recorded vs replayed times (us)."""
 
     step: int
@@ -582,8 +582,7 @@ def profiler_episodes(tl: Timeline, episodes: Sequence[Episode]) -> list[int]:
     return found
 
 
-@dataclass
-class TraceWhatIf:
+class TraceWhatIf(msgspec.Struct):
     """The engine's what-if stage for one trace: the replay (``None`` for a trace without
     device activity) and, per episode, what removing it alone saves (empty when the replay
     is unavailable: the caller uses the bound)."""
@@ -777,16 +776,15 @@ def _moved_earlier_at(
     return moved
 
 
-@dataclass
-class FixTogether:
+class FixTogether(msgspec.Struct):
     """What fixing each site saves once the others are fixed too (``fix_together``)."""
 
     # Site -> saving(every counted sync) - saving(every counted sync but the site's), us over
     # the profiled steps. Sites left out were not replayed so (past the caps).
-    with_others: dict[Hashable, float] = field(default_factory=dict)
+    with_others: dict[Hashable, float] = msgspec.field(default_factory=dict)
     # Site whose own saving is much smaller than that -> (the other site whose syncs it
     # makes wait for the same device work, what removing both sites' syncs saves).
-    partners: dict[Hashable, tuple[Hashable, float]] = field(default_factory=dict)
+    partners: dict[Hashable, tuple[Hashable, float]] = msgspec.field(default_factory=dict)
     # Sites past ``WITH_OTHERS_SITES`` or the work budget: not replayed with the others.
     skipped: int = 0
 
@@ -917,8 +915,7 @@ def _shift_of(changed: _Changes, def_pos: np.ndarray) -> Callable[[int], float]:
 # The graph
 
 
-@dataclass
-class _Metrics:
+class _Metrics(msgspec.Struct):
     host_start: list[float]
     host_us: list[float]
     device_us: list[float]
@@ -932,8 +929,7 @@ class _Metrics:
     dev_hi: list[float] | None = None
 
 
-@dataclass
-class _Jump:
+class _Jump(msgspec.Struct):
     """A point of a host thread's chain where the thread may wait (see module docstring)."""
 
     thread: int
@@ -941,13 +937,14 @@ class _Jump:
     wait: float = 0.0  # recorded time spent waiting just before t (not own work)
     const: float | None = None  # a source: cannot move earlier than this
     chained: bool = True  # False: no chain input from the thread's previous point
-    sync: list[tuple[int, float]] = field(default_factory=list)  # (device item, own work)
-    host_refs: list[tuple[int, float, float]] = field(default_factory=list)  # (thread, t, +w)
+    # (device item, own work)
+    sync: list[tuple[int, float]] = msgspec.field(default_factory=list)
+    # (thread, t, +w)
+    host_refs: list[tuple[int, float, float]] = msgspec.field(default_factory=list)
     episode: int = -1
 
 
-@dataclass
-class _Identity:
+class _Identity(msgspec.Struct):
     """What names a graph's variables in the graph of another window of the same trace
     (``windows``): device item i by its lane and recorded start, host points by thread."""
 
@@ -956,7 +953,7 @@ class _Identity:
     events: list[Any]  # per device item: its event
     thread_keys: list[Any]  # per host thread of the graph: its timeline key
     thread_vars: list[tuple[int, int]]  # per host thread: its points' variables [lo, hi)
-    _next_preds: dict[int, dict[Any, int]] = field(default_factory=dict)
+    _next_preds: dict[int, dict[Any, int]] = msgspec.field(default_factory=dict)
 
     def next_predecessors(self, step_of_item: np.ndarray, step: int) -> dict[Any, int]:
         """Per lane, the device item that runs just before the next window's first item on
@@ -977,8 +974,7 @@ class _Identity:
         return cached
 
 
-@dataclass
-class CarriedState:
+class CarriedState(msgspec.Struct):
     """One what-if's state at the end of a window's own steps: how much earlier than in
     the unmodified replay the device work launched in its last step runs (by lane and
     recorded start), and each host thread's points from just before that step (recorded
@@ -992,8 +988,7 @@ class CarriedState:
     completion: float  # trace time the last step completes
 
 
-@dataclass
-class _Pins:
+class _Pins(msgspec.Struct):
     """A window's what-if state before its own steps (``_Graph.carry_pins``)."""
 
     values: dict[int, float]  # variable -> its value there
@@ -1003,20 +998,19 @@ class _Pins:
         return bool(self.values or self.completion)
 
 
-@dataclass
-class ReplayCarry:
+class ReplayCarry(msgspec.Struct):
     """What the what-ifs of one window of a trace hand to the next (``windows``): by
     what-if (``ALL_SYNCS``, or a site's key), its ``CarriedState``. The next window pins its
     context step (the last step of this one) there, so that what a what-if gained in
     earlier windows (a host running ahead, a device queue) goes on in it as in a replay of
     the whole trace."""
 
-    states: dict[Hashable, CarriedState] = field(default_factory=dict)
+    states: dict[Hashable, CarriedState] = msgspec.field(default_factory=dict)
     # The device items launched in the last step, (lane, recorded start) -> position in
     # each state's ``devices`` (one index for all the states: a site's state costs 8 bytes
     # per item). A what-if that moved nothing leaves no state: the next window replays it
     # from the recording.
-    device_index: dict[tuple[Any, float], int] = field(default_factory=dict)
+    device_index: dict[tuple[Any, float], int] = msgspec.field(default_factory=dict)
     # Trace times the last step completes as recorded and in the unmodified replay: device
     # work launched before the next window's context step may still run after it.
     completions: tuple[float, float] | None = None
@@ -1027,7 +1021,7 @@ class ReplayCarry:
     # window's first item on it: that window holds it as an item of its own (``_Builder``),
     # so that its lanes and synchronizes wait for it as in a whole graph; each what-if moves
     # it by ``CarriedState.lanes``.
-    lanes: dict[Any, tuple[float, float]] = field(default_factory=dict)
+    lanes: dict[Any, tuple[float, float]] = msgspec.field(default_factory=dict)
 
 
 ALL_SYNCS = "every counted sync"  # ReplayCarry's key of "every sync removed"
@@ -1047,8 +1041,7 @@ class _Changes(dict):
     stretches: list[tuple[int, int, float]] | tuple[()] = ()
 
 
-@dataclass
-class _ShiftTables:
+class _ShiftTables(msgspec.Struct):
     """What the uniform-shift check and its readers need, built once per graph."""
 
     # numpy, not lists: a list of Python ints per variable took ~0.4x the JSON at 1 GB.
@@ -1062,8 +1055,7 @@ class _ShiftTables:
     last_so_far: list[int]  # per step n: the largest step_last of the steps up to n
 
 
-@dataclass
-class _StretchTables:
+class _StretchTables(msgspec.Struct):
     """What skipping a stretch between a what-if's own positions needs (``_Graph.
     _skip_stretch``), built once per graph at the first skip."""
 
@@ -1072,8 +1064,7 @@ class _StretchTables:
     slack: np.ndarray  # per position: base value - fixed lower bound (inf: none)
 
 
-@dataclass
-class _StepArrays:
+class _StepArrays(msgspec.Struct):
     """The base replay's per-step figures as arrays (``_Graph._walk_steps``), with the
     lists they were made from: ``carry_completions`` replaces those lists."""
 
@@ -1084,8 +1075,7 @@ class _StepArrays:
     has_end_vars: np.ndarray  # per step: whether it launched device work
 
 
-@dataclass
-class _StepEnds:
+class _StepEnds(msgspec.Struct):
     """A step's device end variables in the order of the tasks that define them, with those
     positions and their base values (``_Graph._latest_end_in_regions``). Lists as well as
     arrays: a step has a handful of ends in most traces, where a numpy call per region
@@ -1098,8 +1088,7 @@ class _StepEnds:
     has_nan: bool
 
 
-@dataclass
-class _Readers:
+class _Readers(msgspec.Struct):
     """Per variable, the positions of the tasks that read it (``positions[first[v]:
     first[v + 1]]``) and of those whose base value it sets (``binding_positions
     [binding_first[v]: binding_first[v + 1]]``: its value plus the edge's offset is the
@@ -1114,8 +1103,7 @@ class _Readers:
     pending: bytearray
 
 
-@dataclass
-class _NoSyncEnds:
+class _NoSyncEnds(msgspec.Struct):
     """A what-if's variables (``values``, worked on in place) with what putting a site's
     edges back into it needs (``_Graph.no_sync_ends``): the jumps it dropped, the last
     position where a task's fixed lower bound is above its inputs, and the ends a window is

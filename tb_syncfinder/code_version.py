@@ -8,7 +8,6 @@ other code is computed again, never served.
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
 from tb_syncfinder import __version__
@@ -24,6 +23,8 @@ def digest_of(root: Path) -> str:
     """SHA-256 over the ``.py`` files under ``root`` (their paths and text). Line endings
     are read as ``\n``: a Windows checkout of the same code (CRLF) reads the summaries a
     Linux cluster wrote."""
+    import hashlib  # here: a report that reads no summary never needs it (~3 ms)
+
     digest = hashlib.sha256()
     for file in sorted(root.rglob("*.py")):
         try:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import math
 import re
 from bisect import bisect_left
@@ -48,6 +47,7 @@ from tb_syncfinder.models import (  # the job stage's records live with the othe
     RankTrace,
     StepSpan,
     Sync,
+    sync_id_prefix,
 )
 from tb_syncfinder.models import (
     SYMMETRIC_COLLECTIVES as SYMMETRIC_COLLECTIVES,
@@ -762,7 +762,7 @@ def extract_rank(
         )
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
-        id_prefix = hashlib.sha1(tl.path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+        id_prefix = sync_id_prefix(tl.path)
     waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
     waits.sort(key=lambda w: w.ts)
     return RankTrace(

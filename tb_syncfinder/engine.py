@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import hashlib
 import os
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -56,6 +55,7 @@ from tb_syncfinder.models import (
     TraceResult,
     TraceSavings,
     source_files_of,
+    sync_id_prefix,
 )
 from tb_syncfinder.reader import TraceReadError, read_trace
 from tb_syncfinder.source import (
@@ -133,10 +133,6 @@ def with_one_blas_thread(environ: MutableMapping[str, str]) -> MutableMapping[st
     for key, value in BLAS_THREADS_ENV.items():
         environ.setdefault(key, value)
     return environ
-
-
-def sync_id_prefix(trace_path: str) -> str:
-    return hashlib.sha1(trace_path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:

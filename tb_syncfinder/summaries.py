@@ -23,7 +23,6 @@ being written must be read again).
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import zlib
 from collections.abc import Sequence
@@ -134,6 +133,8 @@ class SummaryStore:
 
     def path_for(self, trace_path: str) -> str:
         if self.directory is not None:
+            import hashlib  # here: ~3 ms of start-up that a report beside its traces skips
+
             digest = hashlib.sha256(trace_path.encode("utf-8", "surrogateescape")).hexdigest()
             return os.path.join(self.directory, digest[:2], digest + SUFFIX)
         if is_remote(trace_path):

@@ -98,6 +98,7 @@ def test_a_cpu_only_report_loads_neither_numpy_nor_the_replay_nor_the_job_stage(
     # Its records are msgspec Structs: a dataclass compiles its methods at import.
     assert "dataclasses" not in modules
     assert "logging" not in modules  # only failures log (summaries, the source search)
+    assert "hashlib" not in modules  # it loads OpenSSL (~3 ms); sync ids use ``_sha1``
 
 
 def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path: Path) -> None:
@@ -114,7 +115,9 @@ def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path:
     assert "tb_syncfinder.whatif" in modules
     assert "numpy.ma" not in modules  # 25 ms of start-up for nothing (np.unique, percentile)
     assert "tb_syncfinder.jobs" not in modules
+    assert "hashlib" not in modules
     # numpy's OpenBLAS started with one thread: each of its threads spins at start-up
     # (75 ms of CPU on 2 cores, a second on 17), and the analysis never calls BLAS.
     if threads is not None and (os.cpu_count() or 1) > 1:
         assert threads == 1
+

@@ -36,7 +36,7 @@ setup(
         "ray": ["ray>=2.10"],
     },
     entry_points={
-        "console_scripts": ["tb-syncfinder = tb_syncfinder.cli:main"],
+        "console_scripts": ["tb-syncfinder = tb_syncfinder.cli:run"],
         "tensorboard_plugins": ["sync_advisor = tb_syncfinder.plugin:SyncAdvisorLoader"],
     },
     classifiers=[

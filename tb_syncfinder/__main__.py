@@ -1,7 +1,5 @@
 """``python -m tb_syncfinder``: the same as the ``tb-syncfinder`` command."""
 
-import sys
+from tb_syncfinder.cli import run
 
-from tb_syncfinder.cli import main
-
-sys.exit(main())
+run()

@@ -121,3 +121,22 @@ def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path:
     if threads is not None and (os.cpu_count() or 1) > 1:
         assert threads == 1
 
+
+def test_the_command_exits_with_the_reports_status_and_writes_all_of_it(tmp_path: Path) -> None:
+    """``tb-syncfinder`` freezes the collector before the interpreter's shutdown: the JSON
+    it wrote is still whole when piped, and a failure's status still comes out."""
+    b = KinetoTraceBuilder()
+    for step in range(1, 41):
+        with b.step(step):
+            b.kernel(dur=300)
+            with b.op("aten::item", stack=[("train.py", 8, "train_step")], called="item"):
+                with b.op("aten::_local_scalar_dense"):
+                    b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
+                    b.runtime("cudaStreamSynchronize")
+    trace = b.write(tmp_path / "run" / "worker0.pt.trace.json")
+    ok = _python("from tb_syncfinder.cli import run; run()", "report", "--json", str(trace))
+    assert ok.returncode == 0, ok.stderr
+    assert len(json.loads(ok.stdout)["syncs"]) == 40
+    missing = _python("from tb_syncfinder.cli import run; run()", "report", str(tmp_path / "no"))
+    assert missing.returncode == 2
+    assert "no such file or directory" in missing.stderr

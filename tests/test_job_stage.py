@@ -193,13 +193,23 @@ def test_every_way_of_waiting_for_gloo_keeps_the_waits_and_the_late_line(tmp_pat
     pytest.importorskip("torch")
     folder = tmp_path / "job"
     record_gloo_job(folder, world=2, late_rank=1, delay_s=0.05, steps=4, mode=mode)
-    job = analysed(tmp_path, folder)["job"]
+    report = analysed(tmp_path, folder)
+    job = report["job"]
     totals = {t["rank"]: t for t in job["rank_totals"]}
     steps = len(job["steps"])
-    assert within(totals[0]["wait_in_collectives_us"] / steps, 0.05e6, 0.3), totals[0]
+    if mode == "out_of_order":
+        # Rank 0 waits in Python's Work.wait, for the sleep and for the 16 MB all-reduce's
+        # own transfer, which a loaded machine stretches (62-74 ms a step beside the test
+        # suite): the frames it blocked in are the truth, not the delay.
+        rank0 = next(t for t in report["traces"] if t["worker"] == "rank0")
+        blocked = _work_wait_us(rank0["path"])
+        assert totals[0]["wait_in_collectives_us"] == pytest.approx(blocked, rel=0.15)
+    else:
+        assert within(totals[0]["wait_in_collectives_us"] / steps, 0.05e6, 0.3), totals[0]
     top = job["sites"][0]
     assert (top["rank"], top["line"]) == (1, SLEEP_LINES[mode])
-    assert within(top["job_saving_us"] / steps, 0.05e6, 0.3)
+    late_steps = steps - 1  # the first step's lateness is carried in
+    assert within(top["job_saving_us"] / late_steps, 0.05e6, 0.3)
 
 
 @pytest.mark.parametrize(

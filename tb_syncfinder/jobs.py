@@ -36,7 +36,7 @@ from tb_syncfinder.collectives import (
     extract_rank,
     parse_distributed_info,
 )
-from tb_syncfinder.models import Report, Site, Sync, TraceRef, TraceResult
+from tb_syncfinder.models import HostWait, Report, Site, Sync, TraceRef, TraceResult
 from tb_syncfinder.timeline import Timeline
 
 __all__ = ["JobStage", "ReplayedEarlier", "job_stage", "job_what_ifs", "rank_trace"]
@@ -320,9 +320,16 @@ def _with_pace(
         return
     steps = max(1, len(analysis.job_steps))
     by_key = {(c.rank, c.site_key): c for c in costs}
+    # Each key's rows added up in list order, as a sum per key over the list would (one
+    # pass: a pass per paced site was quadratic in a job's sites). Only a key's own rows
+    # change in the loop below.
+    counted_by_key: dict[str, float] = {}
+    for c in costs:
+        counted_by_key[c.site_key] = counted_by_key.get(c.site_key, 0) + c.job_saving_us
+    waits_by_rank: dict[int, dict[str, list[HostWait]]] = {}
     for key, (saving, rank) in paced.items():
         total = saving * steps
-        counted = sum(c.job_saving_us for c in costs if c.site_key == key)
+        counted = counted_by_key.get(key, 0)
         if total <= counted:
             continue
         found = by_key.get((rank, key))
@@ -330,12 +337,15 @@ def _with_pace(
             found.job_saving_us += total - counted
             found.job_saving_per_step_us = found.job_saving_us / steps
             continue
-        wait = next(
-            (w for w in analysis.ranks[rank].waits if w.site_key == key),
-            None,
-        )
-        if wait is None:
+        waits_by_key = waits_by_rank.get(rank)
+        if waits_by_key is None:
+            waits_by_key = waits_by_rank[rank] = {}
+            for w in analysis.ranks[rank].waits:
+                waits_by_key.setdefault(w.site_key, []).append(w)
+        waits = waits_by_key.get(key)
+        if not waits:
             continue
+        wait = waits[0]
         costs.append(
             R.SiteJobCost(
                 site_key=key,
@@ -346,7 +356,7 @@ def _with_pace(
                 kind=wait.kind,
                 op=wait.op,
                 is_sync=wait.is_sync,
-                wait_ids=[w.id for w in analysis.ranks[rank].waits if w.site_key == key],
+                wait_ids=[w.id for w in waits],
                 caused_wait_us=0.0,
                 job_saving_us=total - counted,
                 job_saving_per_step_us=(total - counted) / steps,

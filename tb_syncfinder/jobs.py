@@ -320,16 +320,17 @@ def _with_pace(
         return
     steps = max(1, len(analysis.job_steps))
     by_key = {(c.rank, c.site_key): c for c in costs}
-    # Each key's rows added up in list order, as a sum per key over the list would (one
-    # pass: a pass per paced site was quadratic in a job's sites). Only a key's own rows
+    # Each key's rows gathered in one pass (a pass per paced site was quadratic in a job's
+    # sites), in list order, and added up by ``sum`` as before: since Python 3.12 ``sum``
+    # compensates its rounding, which a running total would not. Only a key's own rows
     # change in the loop below.
-    counted_by_key: dict[str, float] = {}
+    rows_by_key: dict[str, list[float]] = {}
     for c in costs:
-        counted_by_key[c.site_key] = counted_by_key.get(c.site_key, 0) + c.job_saving_us
+        rows_by_key.setdefault(c.site_key, []).append(c.job_saving_us)
     waits_by_rank: dict[int, dict[str, list[HostWait]]] = {}
     for key, (saving, rank) in paced.items():
         total = saving * steps
-        counted = counted_by_key.get(key, 0)
+        counted = sum(rows_by_key.get(key, ()))
         if total <= counted:
             continue
         found = by_key.get((rank, key))

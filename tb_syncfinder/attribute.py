@@ -9,9 +9,9 @@ import os
 import re
 import sys
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import compress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tb_syncfinder.callorder import N, P
 from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
@@ -19,6 +19,9 @@ from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import SourcePack, callee_groups
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
+
+if TYPE_CHECKING:
+    from tb_syncfinder.reader import Args
 
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([^ >]*)")
@@ -646,19 +649,25 @@ class Attributor:
         the forward op they are the gradient of, and a nonzero ``Fwd thread id``)."""
         if self._forward is None:
             index: dict[Any, list[tuple[HostThread, int]]] = {}
-            for thread in self.tl.threads.values():
-                for i, node in enumerate(thread.nodes):
-                    args = node.args
-                    if (
-                        thread.kinds[i] != OP
-                        or args is None
-                        or args.sequence_number is None
-                        or not _is_forward(args.fwd_thread_id)
-                    ):
-                        continue
-                    index.setdefault(args.sequence_number, []).append((thread, i))
+            for thread, i, args in self._numbered_ops(forward=True):
+                index.setdefault(args.sequence_number, []).append((thread, i))
             self._forward = index
         return self._forward
+
+    def _numbered_ops(self, forward: bool) -> Iterator[tuple[HostThread, int, Args]]:
+        """(thread, node, its args) of every operator with an autograd sequence number, of
+        the forward pass or of the backward pass."""
+        for thread in self.tl.threads.values():
+            kinds = thread.kinds
+            for i, node in enumerate(thread.nodes):
+                args = node.args
+                if (
+                    kinds[i] == OP
+                    and args is not None
+                    and args.sequence_number is not None
+                    and _is_forward(args.fwd_thread_id) == forward
+                ):
+                    yield thread, i, args
 
     def _forward_thread_of(self, fwd_id: Any) -> Any:
         """The host thread a ``Fwd thread id`` names, learnt from the backward ops whose
@@ -666,21 +675,12 @@ class Attributor:
         if self._fwd_threads is None:
             votes: dict[Any, dict[Any, int]] = {}
             forward = self._forward_index()
-            for thread in self.tl.threads.values():
-                for i, node in enumerate(thread.nodes):
-                    args = node.args
-                    if (
-                        thread.kinds[i] != OP
-                        or args is None
-                        or args.sequence_number is None
-                        or _is_forward(args.fwd_thread_id)
-                    ):
-                        continue
-                    owners = {(t.pid, t.tid) for t, _j in forward.get(args.sequence_number, ())}
-                    if len(owners) == 1:
-                        count = votes.setdefault(args.fwd_thread_id, {})
-                        owner = next(iter(owners))
-                        count[owner] = count.get(owner, 0) + 1
+            for _thread, _i, args in self._numbered_ops(forward=False):
+                owners = {(t.pid, t.tid) for t, _j in forward.get(args.sequence_number, ())}
+                if len(owners) == 1:
+                    count = votes.setdefault(args.fwd_thread_id, {})
+                    owner = next(iter(owners))
+                    count[owner] = count.get(owner, 0) + 1
             self._fwd_threads = {fid: max(c, key=c.get) for fid, c in votes.items()}
         return self._fwd_threads.get(fwd_id)
 

@@ -86,6 +86,7 @@ _NOT_COLLECTIVES = frozenset({"wait", "waittensor", "waitall", "work_wait", "wra
 _KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 
+@functools.lru_cache(maxsize=4096)  # a trace has a few distinct names, each op and kernel one
 def canonical_collective(name: str) -> str:
     """One spelling per collective, whatever wrote it: ``c10d::allreduce_``,
     ``nccl:all_reduce``, ``gloo:all_reduce``, ``Collective name`` "allreduce" and the kernel

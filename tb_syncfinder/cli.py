@@ -726,7 +726,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
             with_unprofiled_step(report_set.report, step_us),
             {name: with_unprofiled_step(run, step_us) for name, run in report_set.runs.items()},
         )
-    if output_format != "table" and not _uses_ray(args):  # a Ray run named them already
+    # On stderr in every format, the table's included: its Errors section comes last, so
+    # behind `| head` or `-o FILE` an unreadable trace went unseen.
+    if not _uses_ray(args):  # a Ray run named them already
         for trace in report_set.report["traces"]:
             if trace.get("error"):
                 _warn(f"{trace['path']}: {trace['error']}")

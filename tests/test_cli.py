@@ -269,10 +269,12 @@ def test_broken_trace_next_to_a_good_one_is_listed_and_the_good_one_analysed(
     write_item_trace(tmp_path / "run" / "good.pt.trace.json")
     (tmp_path / "run" / "bad.pt.trace.json").write_text('{"traceEvents": [')
     assert main(["report", str(tmp_path / "run")]) == 0
-    out = capsys.readouterr().out
-    assert "aten::item" in out
-    assert "Errors (1 file skipped)" in out
-    assert f"{tmp_path / 'run' / 'bad.pt.trace.json'}: " in out
+    captured = capsys.readouterr()
+    assert "aten::item" in captured.out
+    assert "Errors (1 file skipped)" in captured.out
+    assert f"{tmp_path / 'run' / 'bad.pt.trace.json'}: " in captured.out
+    # Also on stderr: the Errors section comes last, unseen behind `| head` or `-o FILE`.
+    assert f"warning: {tmp_path / 'run' / 'bad.pt.trace.json'}: " in captured.err
     assert main(["report", str(tmp_path / "run"), "--json"]) == 0
     captured = capsys.readouterr()
     errors = [t for t in json.loads(captured.out)["traces"] if t["error"]]

@@ -57,7 +57,7 @@ from tb_syncfinder.models import (
     source_files_of,
     sync_id_prefix,
 )
-from tb_syncfinder.reader import TraceReadError, read_trace
+from tb_syncfinder.reader import TraceReadError, explain_truncated, read_trace
 from tb_syncfinder.source import (
     SourcePack,
     SourceResolver,
@@ -186,7 +186,7 @@ def analyze_trace(
         data = read_trace(ref.path)
     except TraceReadError as exc:
         info = _info(ref)
-        info.error = exc.reason
+        info.error = explain_truncated(ref.path, exc.reason)
         return TraceResult(info)
     except Exception as exc:  # noqa: BLE001 - a bug on one odd trace must not hide others
         info = _info(ref)

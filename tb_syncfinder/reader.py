@@ -47,6 +47,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import time
 import zlib
 from collections.abc import Iterator
 from itertools import compress
@@ -1521,6 +1522,39 @@ def _refuse_an_unfinished_file(path: str, handle: IO[bytes]) -> None:
             )
     finally:
         handle.seek(0)
+
+
+_STILL_WRITTEN = " (still being written?)"
+# A profiler writes its trace in one go: a file cut short that has not changed for this
+# long is not being written any more (cut in a copy, a full disk, a killed writer).
+_WRITTEN_WITHIN_S = 120.0
+
+
+def explain_truncated(path: str, reason: str, now: float | None = None) -> str:
+    """``reason`` of a truncated trace, with its question "still being written?" answered
+    from the file's age where it can be: a file cut short hours ago was asked that at
+    every read, in the CLI and in TensorBoard."""
+    if _STILL_WRITTEN not in reason or "://" in path:
+        return reason
+    try:
+        age_s = (time.time() if now is None else now) - os.stat(path).st_mtime
+    except OSError:
+        return reason
+    if age_s < _WRITTEN_WITHIN_S:
+        return reason
+    return reason.replace(
+        _STILL_WRITTEN, f" (unchanged for {_age_text(age_s)}: cut short, not being written)"
+    )
+
+
+def _age_text(seconds: float) -> str:
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"{minutes:.0f} min"
+    hours = minutes / 60
+    if hours < 48:
+        return f"{hours:.0f} h"
+    return f"{hours / 24:.0f} days"
 
 
 def read_trace(

@@ -111,6 +111,25 @@ def test_truncated_gzip_says_still_being_written(tmp_path):
         read_trace(str(path))
 
 
+def test_a_trace_cut_short_long_ago_is_not_asked_if_it_is_still_being_written(tmp_path):
+    """A newcomer's copy cut in half two hours before was still asked "still being
+    written?" at every read; its age answers that. A fresh one is still asked."""
+    import os
+    import time
+
+    fresh = tmp_path / "fresh.pt.trace.json.gz"
+    fresh.write_bytes(gzip.compress(_trace_text().encode())[:200])
+    old = tmp_path / "old.pt.trace.json"
+    old.write_text('{"traceEvents": [')
+    two_hours_ago = time.time() - 2 * 3600
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    assert analyze_trace(str(fresh)).info.error == "truncated gzip data (still being written?)"
+    for window_bytes in (0, 8):
+        assert analyze_trace(str(old), Options(window_bytes=window_bytes)).info.error == (
+            "truncated JSON (unchanged for 2 h: cut short, not being written)"
+        )
+
+
 def test_a_large_trace_cut_short_is_refused_from_its_end_without_reading_it(tmp_path):
     """A trace still being written (or cut) failed only once all of it was read: 12 s for
     750 MB, again at each of TensorBoard's retries. A large plain JSON file whose last

@@ -114,9 +114,42 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's, without breaking lines at hyphens: ``pip install 'tb-syncfinder[ray]'``
+    came out as ``'tb-`` / ``syncfinder[ray]'``, which does not paste back."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
+_REPORT_EXIT = (
+    "exit status: 0 fine; 1 when --max-syncs-per-step is exceeded; 2 for unusable input "
+    "(the reason is printed), and when a gate was asked for and a trace could not be read"
+)
+_COMPARE_EXIT = (
+    "exit status: 0 fine; 1 with --fail-on-regression when a site is new or worse; 2 for "
+    "unusable input, and with --fail-on-regression when a trace could not be read or the "
+    "two reports name sites in two key formats"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
+        formatter_class=_HelpFormatter,
         description="Find host-device synchronizations in PyTorch profiler (Kineto) traces: "
         "their cost, source line and fix.",
     )
@@ -125,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser(
         "report",
+        formatter_class=_HelpFormatter,
+        epilog=_REPORT_EXIT,
         help="analyse a trace file, run folder or logdir and print the syncs",
         description="Analyse a trace file (.json / .json.gz), a run folder or a logdir of runs "
         "and list the synchronization sites by cost. A logdir with several runs "
@@ -135,7 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
         "column and are per run; SARIF results name their run when there are "
         "several.",
     )
-    report.add_argument("path", metavar="PATH", help="trace file, run folder or logdir")
+    report.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="+",
+        help="trace file, run folder or logdir; several (a shell glob of trace files) are "
+        "reported together, the traces of one folder as one run",
+    )
     report.add_argument(
         "--run",
         action="append",
@@ -232,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = commands.add_parser(
         "compare",
+        formatter_class=_HelpFormatter,
+        epilog=_COMPARE_EXIT,
         help="compare a baseline run with a new one, site by site",
         description="Compare two runs: each is a report saved with --json, or a trace file, "
         "run folder or logdir to analyse. Sites match by file name, function, "
@@ -251,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
+        formatter_class=_HelpFormatter,
         help="profile the demo workloads and open them in TensorBoard",
         description="Profile the bundled demo workloads (with syncs, and optimized), print "
         "their reports and start TensorBoard on them.",
@@ -353,6 +397,36 @@ def _other_json_files(path: str, limit: int = 2000) -> list[str]:
     return sorted(found)
 
 
+def _find_refs_of(paths: Sequence[str]) -> list[Any]:
+    """The traces of several PATHs, each trace once. A run is one folder: the trace files
+    of one folder (``report run/*.json.gz``) are its traces together; runs of the same name
+    in two folders would merge into one report, so they are refused."""
+    if len(paths) == 1:
+        return _find_refs(paths[0])
+    from tb_syncfinder.discovery import is_remote
+
+    refs: dict[str, Any] = {}
+    folder_of_run: dict[str, str] = {}
+    for path in paths:
+        root = path.rstrip("/") if is_remote(path) else os.path.abspath(path)
+        is_file = not is_remote(path) and os.path.isfile(path)
+        for ref in _find_refs(path):
+            if is_file:
+                folder = os.path.dirname(ref.path)
+            elif ref.run == os.path.basename(root):
+                folder = root  # PATH is the run folder itself
+            else:
+                folder = f"{root}/{ref.run}"
+            known = folder_of_run.setdefault(ref.run, folder)
+            if known != folder:
+                raise UsageError(
+                    f"two runs named {ref.run!r}: {known} and {folder}; report them one at a "
+                    "time, or give their logdir"
+                )
+            refs.setdefault(ref.path, ref)
+    return list(refs.values())
+
+
 def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]:
     """The traces of the runs named by ``--run`` (all when none is named)."""
     if not wanted:
@@ -367,14 +441,18 @@ def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]
     return [ref for ref in refs if ref.run in wanted]
 
 
-def _analyze_runs(path: str, args: argparse.Namespace, wanted: Sequence[str] = ()) -> Any:
-    """The ``ReportSet`` of ``path`` (each trace analysed once, or read from its summary; the
-    selected runs merged and each on its own). UsageError when nothing in it can be
+def _analyze_runs(
+    paths: str | Sequence[str], args: argparse.Namespace, wanted: Sequence[str] = ()
+) -> Any:
+    """The ``ReportSet`` of ``paths`` (each trace analysed once, or read from its summary;
+    the selected runs merged and each on its own). UsageError when nothing in them can be
     analysed."""
     from tb_syncfinder.engine import analyze_runs
     from tb_syncfinder.outputs import ReportSet
 
-    refs = _select_runs(path, _find_refs(path), wanted)
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    path = paths[0] if len(paths) == 1 else f"{len(paths)} paths"  # for messages
+    refs = _select_runs(path, _find_refs_of(paths), wanted)
     use_ray = _uses_ray(args)
     store = None
     if not getattr(args, "no_summaries", False):

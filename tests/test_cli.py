@@ -247,6 +247,44 @@ def test_nonexistent_path_exits_2_with_the_reason(tmp_path: Path) -> None:
     assert "missing: no such file or directory" in proc.stderr
 
 
+def test_several_trace_files_of_a_folder_are_reported_as_that_folders_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # `report run/*.pt.trace.json` (a shell glob) failed with "unrecognized arguments".
+    run = tmp_path / "run"
+    for worker in ("w0", "w1", "w2"):
+        write_item_trace(run / f"{worker}.pt.trace.json")
+    files = [str(run / "w0.pt.trace.json"), str(run / "w1.pt.trace.json")]
+    assert main(["report", *files, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["path"] for t in doc["traces"]] == files
+    assert [r["run"] for r in doc["runs"]] == ["run"]
+    # A trace given twice (itself and in its folder) is analysed once.
+    assert main(["report", files[0], str(run), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(t["path"] for t in doc["traces"]) == sorted(str(p) for p in run.iterdir())
+
+
+def test_two_runs_of_one_name_in_two_folders_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    for side in ("a", "b"):
+        write_item_trace(tmp_path / side / "run" / "w0.pt.trace.json")
+    assert main(["report", str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "two runs named 'run'" in err
+    assert str(tmp_path / "a" / "run") in err and str(tmp_path / "b" / "run") in err
+
+
+def test_help_keeps_commands_whole_and_gives_the_exit_statuses() -> None:
+    report_help = run_cli("report", "--help").stdout
+    assert "'tb-syncfinder[ray]'" in report_help  # not split at its hyphen
+    assert "exit status: 0 fine; 1 when --max-syncs-per-step" in " ".join(report_help.split())
+    assert "exit status: 0 fine; 1 with --fail-on-regression" in " ".join(
+        run_cli("compare", "--help").stdout.split()
+    )
+
+
 def test_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "notes.txt").write_text("hi")
     assert main(["report", str(tmp_path)]) == 2

@@ -229,6 +229,13 @@ def _layout(columns: Sequence[Column], rows: Sequence[Any], width: int) -> _Layo
                 [c for c in shown if c not in droppable[:k]] for k in range(len(droppable) + 1)
             ]
             shown = min(options, key=lambda cols: (wrapped(cols), -len(cols)))
+        # However many locations wrap, the other columns must fit beside the location's
+        # header: where they do not, they give way too (at 60 columns the rows were 86).
+        for column in droppable:
+            if room(shown) >= len(flex.header):
+                break
+            if column in shown:
+                shown.remove(column)
     else:
         while droppable and room(shown) < 0:
             shown.remove(droppable.pop(0))
@@ -491,9 +498,12 @@ def _summary_lines(
         lines.extend(_wrap_labelled("latent syncs", text, width))
         mean_step = float(summary.get("mean_step_time_us") or 0.0)
         if mean_step > 0:
-            lines.append(
-                _label("step time") + f"{format_us(mean_step)} mean on the CPU "
-                "(not a measure of these syncs)"
+            lines.extend(
+                _wrap_labelled(
+                    "step time",
+                    f"{format_us(mean_step)} mean on the CPU (not a measure of these syncs)",
+                    width,
+                )
             )
         return lines
     if steps:
@@ -512,16 +522,24 @@ def _summary_lines(
                 width,
             )
         )
-        lines.append(
-            _label("host wait") + f"{format_us(host_wait / steps)} per step"
-            f"  ({format_us(host_wait)} total)"
+        lines.extend(
+            _wrap_labelled(
+                "host wait",
+                f"{format_us(host_wait / steps)} per step  ({format_us(host_wait)} total)",
+                width,
+            )
         )
-        lines.append(
-            _label("GPU idle after") + f"{format_us(gpu_idle / steps)} per step"
-            f"  ({format_us(gpu_idle)} total)"
+        lines.extend(
+            _wrap_labelled(
+                "GPU idle after",
+                f"{format_us(gpu_idle / steps)} per step  ({format_us(gpu_idle)} total)",
+                width,
+            )
         )
     else:
-        lines.append(_label("syncs") + f"{count}  (no ProfilerStep markers: whole trace)")
+        lines.extend(
+            _wrap_labelled("syncs", f"{count}  (no ProfilerStep markers: whole trace)", width)
+        )
         lines.append(_label("host wait") + format_us(host_wait))
         lines.append(_label("GPU idle after") + format_us(gpu_idle))
     share = float(summary.get("share_of_step") or 0.0)
@@ -532,7 +550,7 @@ def _summary_lines(
     if host_step > 0 and wall_step > host_step * 1.05:
         # The share is over the host's step; beside a longer step time it would be misread.
         share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
-    lines.append(_label("share of step") + share_text)
+    lines.extend(_wrap_labelled("share of step", share_text, width))
     lines.extend(_saving_lines(summary, width))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
@@ -619,15 +637,17 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     if not summary.get("saving_how"):  # a report from before the what-if replay
         estimated = float(summary.get("estimated_step_time_us") or 0.0)
         saving = host - estimated if estimated else 0.0
-        return [
-            _label("step time") + f"{format_us(host)} mean; "
-            f"~{format_us(estimated or host)} without syncs (-{format_us(max(saving, 0))})"
-        ]
+        return _wrap_labelled(
+            "step time",
+            f"{format_us(host)} mean; "
+            f"~{format_us(estimated or host)} without syncs (-{format_us(max(saving, 0))})",
+            width,
+        )
     device = float(summary.get("mean_device_step_time_us") or 0.0)
     saving = float(summary.get("predicted_saving_per_step_us") or 0.0)
     method = summary.get("saving_method") or "bound"
     spans = f" (host {format_us(host)}, device {format_us(device)})" if device else ""
-    lines = [_label("step time") + f"{format_us(wall)} mean{spans}"]
+    lines = _wrap_labelled("step time", f"{format_us(wall)} mean{spans}", width)
     approx = "~" if method == "replay" else "≤"
     share = saving / wall if wall else 0.0
     text = (

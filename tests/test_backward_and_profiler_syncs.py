@@ -137,6 +137,11 @@ def test_backward_and_forward_of_one_line_are_two_sites_saying_who_ran_the_backw
     assert site["run_by"]["line"] == BACKWARD_LINE
     sync = next(s for s in doc["syncs"] if s["source"]["backward"])
     assert sync["forward_op"] == "aten::index" and sync["forward_stack"]
+    # The backward of x[mask] syncs in aten::nonzero, but the fix is the mask's, as the
+    # forward site's (it said "use torch.where instead of nonzero" for a line without one).
+    forward = next(s for s in doc["sites"] if s["line"] == MASK_LINE and not s["backward"])
+    assert site["advice"] == forward["advice"]
+    assert "boolean mask" in site["advice"]["title"]
 
 
 def test_the_fwd_thread_id_picks_the_forward_thread_when_two_share_a_sequence_number(tmp_path):

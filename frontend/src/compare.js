@@ -3,7 +3,7 @@
  * Display logic of the compare view (baseline run vs this run). The classification itself
  * comes from the plugin's `compare` route (`compare.py`); this orders and words it. Pure.
  */
-import { formatCount, formatDeltaUs, formatPct, formatUs, shortPath, siteFallbackLabel } from "./format.js";
+import { formatCount, formatDeltaUs, formatPct, formatUs, plural, shortPath, siteFallbackLabel } from "./format.js";
 
 /** Display order: what got worse or appeared first, then the wins, then the unchanged. */
 export const STATUS_ORDER = Object.freeze(["worse", "new", "fixed", "better", "same"]);
@@ -139,8 +139,8 @@ export function changeText(site, opts = {}) {
   if (opts.latent) {
     const b = num(site.before?.per_step);
     const a = num(site.after?.per_step);
-    if (site.status === "fixed") return `gone: ${formatCount(b)} fewer syncs per step`;
-    if (site.status === "new") return `new: ${formatCount(a)} syncs per step`;
+    if (site.status === "fixed") return `gone: ${plural(b, "fewer sync", "fewer syncs")} per step`;
+    if (site.status === "new") return `new: ${plural(a, "sync")} per step`;
     return `${formatCount(b)} → ${formatCount(a)} per step`;
   }
   const before = sideCost(site.before);

@@ -117,7 +117,7 @@ export async function renderHotspots(ctx) {
             : null,
         ),
         filters(state, app, sites.items),
-        stepInfo && shown.length ? stepNote(stepInfo, latent) : null,
+        stepInfo && shown.length ? stepNote(stepInfo) : null,
         sitesTable(shown, view, app, latent, stepInfo),
         listedApart(summaryResp.listed_apart),
       ),
@@ -686,12 +686,11 @@ function filters(state, app, items) {
 /**
  * Which figures of the table are the selected step's and which the whole run's.
  * @param {{step: number, inStep: boolean}} info
- * @param {boolean} latent
  */
-function stepNote(info, latent) {
-  const split = latent
-    ? "Count is this step's; Per step is the whole run's."
-    : "Count, Host wait and GPU idle are this step's; Per step, Saves/step and Share are the whole run's.";
+function stepNote(info) {
+  // Named by the marks under the headers, not by column: with the detail open, or on a
+  // narrow screen, some of the step's columns are hidden and a note naming them misled.
+  const split = `Figures under a “step ${info.step}” header are this step's; under “whole run”, every profiled step's.`;
   return h(
     "p",
     { class: "sa-note sa-step-note", "data-testid": "step-note", "data-in-step": String(info.inStep) },

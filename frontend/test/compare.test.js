@@ -100,6 +100,10 @@ test("step time change is good news when negative and bad when positive", () => 
 test("latent sites are described by syncs per step, not by cost", () => {
   const fixed = { status: "fixed", before: { per_step: 3, cost_per_step_us: 0 }, after: null };
   assert.equal(changeText(fixed, { latent: true }), "gone: 3 fewer syncs per step");
+  const one = { status: "fixed", before: { per_step: 1, cost_per_step_us: 0 }, after: null };
+  assert.equal(changeText(one, { latent: true }), "gone: 1 fewer sync per step");
+  const added = { status: "new", before: null, after: { per_step: 1 } };
+  assert.equal(changeText(added, { latent: true }), "new: 1 sync per step");
   const same = { status: "same", before: { per_step: 2 }, after: { per_step: 2 } };
   assert.equal(changeText(same, { latent: true }), "2 → 2 per step");
 });

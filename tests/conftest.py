@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-# ../shared next to the repository (real traces, notes); absent in CI: tests using it skip.
-SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
+# ../shared next to the repository (real traces, notes), or where TB_SYNCFINDER_SHARED
+# says (a clone elsewhere); absent: the tests using it skip, as the header says.
+SHARED_DIR = Path(
+    os.environ.get("TB_SYNCFINDER_SHARED") or Path(__file__).resolve().parents[1].parent / "shared"
+)
 REAL_TRACES_DIR = SHARED_DIR / "traces" / "real"
+
+
+def pytest_report_header() -> str:
+    found = "found" if (SHARED_DIR / "traces").is_dir() else "absent: the tests on its traces skip"
+    return f"shared traces: {SHARED_DIR} ({found}; TB_SYNCFINDER_SHARED=DIR points elsewhere)"
 
 
 @pytest.fixture

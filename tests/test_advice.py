@@ -10,17 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_DIR
 from kineto_builder import KinetoTraceBuilder
 
 from tb_syncfinder import analyze, catalogue
 
-H100_SEG = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "traces"
-    / "h100_demo"
-    / "seg_baseline.pt.trace.json.gz"
-)
+H100_SEG = SHARED_DIR / "traces" / "h100_demo" / "seg_baseline.pt.trace.json.gz"
 
 
 @dataclass(frozen=True)

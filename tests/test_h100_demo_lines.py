@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_DIR
 
 from tb_syncfinder import analyze
 from tb_syncfinder.attribute import is_profiler_stack
 
-H100 = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "h100_demo"
+H100 = SHARED_DIR / "traces" / "h100_demo"
 RUNS = ("cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized")
 
 pytestmark = pytest.mark.skipif(not H100.is_dir(), reason=f"{H100} is not here")

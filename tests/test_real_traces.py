@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SHARED_DIR
 
 from tb_syncfinder import analyze
 from tb_syncfinder.discovery import list_runs
 from tb_syncfinder.models import Report
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "real"
+REAL = SHARED_DIR / "traces" / "real"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"no real traces at {REAL}")
 
 NAMES = (

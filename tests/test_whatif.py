@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED_DIR
 from kineto_builder import KinetoTraceBuilder, item_sync, mask_index_sync
 from trace_shapes import sites_in_steps
 
@@ -17,7 +18,7 @@ from tb_syncfinder.reader import read_trace
 from tb_syncfinder.timeline import build_timeline
 from tb_syncfinder.whatif import WhatIf, profiler_episodes, replay
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = SHARED_DIR / "traces"
 
 
 def _replay(b: KinetoTraceBuilder, tmp_path: Path, **kwargs):

@@ -56,6 +56,8 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
                 "host_wait_us": 0.0,
                 "gpu_idle_us": 0.0,
                 "share_of_step": 0.0,
+                "predicted_saving_per_step_us": 0.0,
+                "methods": set(),
             }
         if site.get("line") is not None and site["line"] not in entry["lines"]:
             entry["lines"].append(site["line"])
@@ -63,6 +65,15 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
         entry["host_wait_us"] += float(site.get("host_wait_us") or 0.0)
         entry["gpu_idle_us"] += float(site.get("gpu_idle_us") or 0.0)
         entry["share_of_step"] += float(site.get("share_of_step") or 0.0)
+        # What fixing it saves, as the report predicted (not the cost: a sync's wait and
+        # idle overstate that where other work or syncs fill the gap). A report without
+        # the figure (older versions, latent sites) has None.
+        saving = site.get("predicted_saving_per_step_us")
+        if saving is None or entry["predicted_saving_per_step_us"] is None:
+            entry["predicted_saving_per_step_us"] = None
+        else:
+            entry["predicted_saving_per_step_us"] += float(saving)
+        entry["methods"].add(site.get("saving_method"))
     for entry in merged.values():
         entry["per_step"] = entry["count"] / steps
         entry["cost_per_step_us"] = (entry["host_wait_us"] + entry["gpu_idle_us"]) / steps
@@ -83,6 +94,10 @@ def _side(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "gpu_idle_us": entry["gpu_idle_us"],
         "cost_per_step_us": entry["cost_per_step_us"],
         "share_of_step": entry["share_of_step"],
+        "predicted_saving_per_step_us": entry["predicted_saving_per_step_us"],
+        # "replay" where every merged site's figure is the replay's, else "bound" (an upper
+        # bound), as the report's own saving_method.
+        "saving_method": "replay" if entry["methods"] == {"replay"} else "bound",
     }
 
 
@@ -142,7 +157,9 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     (the baseline's replay, per step), "measured_saving_us", "sites": [...],
     "latent_sites": [...], "counts": {status: n}, "note"}``; each site has ``key``, ``file``,
     ``line``, ``func``, ``kind``, ``ops``, ``apis``, ``status``, ``before`` / ``after``
-    (null when absent on that side) and ``change_us`` (per-step cost change). Latent sites
+    (null when absent on that side; each with its cost per step and the report's
+    ``predicted_saving_per_step_us``, null where the report has none) and ``change_us``
+    (per-step cost change). Latent sites
     (CPU-only traces, no cost) are compared by count per step. When only one run is
     CPU-only, all sites of both are compared by count per step (in ``sites``) and ``note``
     says so. ``unreadable``: each trace file of either run that could not be read

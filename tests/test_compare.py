@@ -144,3 +144,33 @@ def test_a_report_from_before_todays_site_keys_is_said_to_differ(sample_report: 
     older = {k: v for k, v in current.items() if k != "site_keys"}
     why = compare(older, current)["keys_differ"]
     assert why and why.startswith("the baseline report was written by an older tb-syncfinder")
+
+
+def test_each_side_carries_the_reports_predicted_saving_beside_its_cost(
+    sample_report: Report,
+) -> None:
+    # The cost (wait + idle per step) overstates what a fix saves where other work fills
+    # the gap: a newcomer read 8.78 ms "was costing" where the report predicted 3.20 ms.
+    from tb_syncfinder.outputs.text import render_compare
+
+    base = sample_report.to_json()
+    gone = _site(base, "dynamic_shape")
+    new = copy.deepcopy(base)
+    new["sites"] = [s for s in new["sites"] if s["kind"] != "dynamic_shape"]
+    result = compare(base, new)
+    row = next(s for s in result["sites"] if s["status"] == "fixed")
+    assert row["before"]["predicted_saving_per_step_us"] == gone["predicted_saving_per_step_us"]
+    assert row["before"]["saving_method"] == gone["saving_method"]
+    approx = "~" if gone["saving_method"] == "replay" else "≤"
+    assert f"fixing it saves {approx}" in render_compare(result, width=200)
+    # Merged sites add up; a report without the figure (an older version) has none.
+    twice = copy.deepcopy(_site(base, "scalar_readback"))
+    twice["line"] = 44
+    base["sites"].append(twice)
+    merged = next(s for s in compare(base, new)["sites"] if s["kind"] == "scalar_readback")
+    one = _site(new, "scalar_readback")["predicted_saving_per_step_us"]
+    assert merged["before"]["predicted_saving_per_step_us"] == 2 * one
+    for site in base["sites"]:
+        del site["predicted_saving_per_step_us"]
+    old = next(s for s in compare(base, new)["sites"] if s["status"] == "fixed")
+    assert old["before"]["predicted_saving_per_step_us"] is None

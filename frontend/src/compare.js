@@ -148,8 +148,15 @@ export function changeText(site, opts = {}) {
   // A side with no per-step figure (an older answer): no change per step to tell.
   if (before === null || after === null) return "–";
   switch (site.status) {
-    case "fixed":
-      return `gone: was costing ${formatDeltaUs(before).replace(/^\+/, "")}/step`;
+    case "fixed": {
+      const text = `gone: was costing ${formatDeltaUs(before).replace(/^\+/, "")}/step`;
+      // The cost (wait + idle) overstates what the fix saved where other work fills the
+      // gap: the baseline's prediction goes beside it, as the Hotspots view's Saves/step.
+      const saving = site.before?.predicted_saving_per_step_us;
+      if (typeof saving !== "number" || !Number.isFinite(saving)) return text;
+      const approx = site.before?.saving_method === "replay" ? "~" : "≤";
+      return `${text}; saves ${approx}${formatUs(saving)}/step (predicted)`;
+    }
     case "new":
       return `new: costs ${formatDeltaUs(after).replace(/^\+/, "")}/step`;
     default: {

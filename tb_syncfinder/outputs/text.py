@@ -988,6 +988,17 @@ def _compare_columns() -> list[Column]:
     ]
 
 
+def _predicted_saving_text(before: dict[str, Any] | None) -> str | None:
+    """What the baseline's report predicted fixing a site saves per step: the cost columns
+    (wait + idle) overstate it where other work fills the gap."""
+    side = before or {}
+    saving = side.get("predicted_saving_per_step_us")
+    if saving is None:
+        return None
+    approx = "~" if side.get("saving_method") == "replay" else "≤"
+    return f"fixing it saves {approx}{format_us(float(saving))}/step (predicted)"
+
+
 def render_compare(result: dict[str, Any], color: bool = False, width: int | None = None) -> str:
     """``compare.compare(...)`` as terminal text: one line per site, then the step time."""
     width = _width(width)
@@ -1020,6 +1031,9 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             lines.extend(style(line, status_style) for line in layout.row(index))
             ops = " > ".join(row.get("ops") or []) or "(no operator)"
             detail = f"{row.get('kind')}: {ops}"
+            saving = _predicted_saving_text(row.get("before"))
+            if saving:
+                detail = f"{saving} · {detail}"
             moved = layout.below(index)
             if moved:
                 detail = ", ".join(moved) + " · " + detail

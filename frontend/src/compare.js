@@ -313,6 +313,23 @@ export function defaultBaseline(runs, current) {
 }
 
 /**
+ * The run to compare with `current` when `current` is itself a baseline: the only other
+ * run of the same name apart from its side word (`gpu_cnn_optimized` for
+ * `gpu_cnn_baseline`), which is not a baseline; null when there is not exactly one. The
+ * compare view opened on a baseline offers it, instead of only "Pick a baseline…".
+ * @param {string[]} runs
+ * @param {string | null} current
+ * @returns {string | null}
+ */
+export function counterpartOf(runs, current) {
+  if (!current || !/baseline/i.test(current)) return null;
+  const stem = (/** @type {string} */ r) => r.replace(SIDE_WORDS, "$1").replace(/[-_. ]+$/, "").toLowerCase();
+  const mine = stem(current);
+  const found = runs.filter((r) => r !== current && !/baseline/i.test(r) && stem(r) === mine);
+  return found.length === 1 ? found[0] : null;
+}
+
+/**
  * The baseline the compare view of run `run` uses: the one the view names when it is
  * another listed run, else the default (`defaultBaseline`, null when there is none to
  * guess). `missing` is the named baseline when the runs list holds runs but not that one

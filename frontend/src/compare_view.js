@@ -13,6 +13,7 @@ import { nextRowIndex } from "./sites.js";
 import {
   changeText,
   compareColumns,
+  counterpartOf,
   compareHeadline,
   pickBaseline,
   compareBasis,
@@ -57,6 +58,24 @@ export async function renderCompare(ctx) {
     h("span", null, " → ", h("b", null, sel.run)),
   );
   if (!base) {
+    // Opened on a baseline run: the run after the change is the one to look at, against it.
+    const counterpart = counterpartOf(runs, sel.run);
+    const offer = counterpart
+      ? h(
+          "p",
+          null,
+          h(
+            "button",
+            {
+              type: "button",
+              class: "sa-linkish",
+              "data-testid": "compare-counterpart",
+              onclick: () => app.setState({ run: counterpart, worker: null, span: null, base: sel.run }),
+            },
+            `Compare ${counterpart} against this baseline`,
+          ),
+        )
+      : null;
     return h(
       "div",
       { class: "sa-compare" },
@@ -64,9 +83,12 @@ export async function renderCompare(ctx) {
       h(
         "div",
         { class: "sa-empty", "data-testid": "compare-empty" },
-        others.length
-          ? "Pick the run before your change as the baseline to see which syncs were fixed, which are new, and how much step time changed."
-          : "Compare needs a second run: profile again after a change, into a sibling folder of the logdir (e.g. logs/baseline and logs/optimized).",
+        counterpart
+          ? `${sel.run} is a baseline: compare the run after your change against it.`
+          : others.length
+            ? "Pick the run before your change as the baseline to see which syncs were fixed, which are new, and how much step time changed."
+            : "Compare needs a second run: profile again after a change, into a sibling folder of the logdir (e.g. logs/baseline and logs/optimized).",
+        offer,
       ),
     );
   }

@@ -8,6 +8,7 @@ import {
   countByStatus,
   costCell,
   countTone,
+  counterpartOf,
   pickBaseline,
   selfBaselineText,
   sideCost,
@@ -258,4 +259,14 @@ test("a run named as its own baseline is said, not replaced quietly", () => {
     selfBaselineText("optimized", "baseline"),
     'Run "optimized" cannot be its own baseline: a run compared with itself shows nothing. Comparing with run "baseline" instead: pick another run as baseline to change it.',
   );
+});
+
+test("a baseline run's counterpart is the one other run of its name, not a baseline", () => {
+  const runs = ["gpu_cnn_baseline", "gpu_cnn_optimized", "gpu_seg_baseline", "gpu_seg_optimized", "cnn_baseline"];
+  assert.equal(counterpartOf(runs, "gpu_cnn_baseline"), "gpu_cnn_optimized");
+  assert.equal(counterpartOf(runs, "cnn_baseline"), null); // no cnn_optimized
+  assert.equal(counterpartOf(runs, "gpu_cnn_optimized"), null); // not a baseline
+  assert.equal(counterpartOf(["baseline", "fixed", "optimized"], "baseline"), null); // two
+  assert.equal(counterpartOf(["baseline", "optimized"], "baseline"), "optimized");
+  assert.equal(counterpartOf([], null), null);
 });

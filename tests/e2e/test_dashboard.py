@@ -476,6 +476,22 @@ def test_the_compared_sites_are_one_tab_stop_with_arrow_keys_between_rows(
     assert page_errors == []
 
 
+def test_compare_opened_on_a_baseline_offers_its_counterpart_against_it(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # A newcomer opened Compare on the demo's gpu_cnn_baseline and got only "Pick a
+    # baseline…": the run after the change is the one to compare, against this one.
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline&view=compare"))
+    empty = page.wait_for_selector("[data-testid=compare-empty]")
+    assert "baseline is a baseline" in empty.inner_text()
+    page.click("[data-testid=compare-counterpart]")
+    page.wait_for_selector("[data-testid=compare-sites] tbody tr")
+    assert page.input_value("#sa-run") == "optimized"
+    assert page.input_value("#sa-base") == "baseline"
+    assert page.locator("[data-testid=compare-sites] tr[data-status=fixed]").count() == 1
+
+
 def test_compare_of_cpu_only_runs_counts_latent_sites_and_does_not_judge_cpu_step_time(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

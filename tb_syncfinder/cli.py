@@ -863,7 +863,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from tb_syncfinder.compare import compare
     from tb_syncfinder.engine import with_one_blas_thread
     from tb_syncfinder.outputs.json import dumps
-    from tb_syncfinder.outputs.text import render_compare
+    from tb_syncfinder.outputs.text import render_compare, with_relative_files
 
     with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
     _check_writable(args.output, "--output")
@@ -881,7 +881,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _write(dumps(result), args.output)
     else:
         color = False if args.output else _use_color(args.color, sys.stdout)
-        _write(render_compare(result, color=color).encode("utf-8"), args.output)
+        shown = with_relative_files(result, os.getcwd())  # files as the shell names them
+        _write(render_compare(shown, color=color).encode("utf-8"), args.output)
     if args.fail_on_regression:
         # Latent sites too: between CPU-only runs (a CI runner's) they are all there is.
         regressions = [

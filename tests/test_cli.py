@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -283,6 +284,32 @@ def test_help_keeps_commands_whole_and_gives_the_exit_statuses() -> None:
     assert "exit status: 0 fine; 1 with --fail-on-regression" in " ".join(
         run_cli("compare", "--help").stdout.split()
     )
+
+
+def test_the_table_names_files_under_the_working_directory_relative_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An editable install records /home/me/repo/pkg/train.py; in /home/me/repo the user
+    # reads pkg/train.py (the JSON keeps what the trace recorded).
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    source = tmp_path / "repo" / "pkg" / "train.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("\n" * 20)
+    b = KinetoTraceBuilder()
+    for step in (1, 2):
+        with b.step(step):
+            item_sync(b, stack=[(str(source), 8, "train_step")])
+    trace = b.write(tmp_path / "run" / "w0.pt.trace.json")
+    monkeypatch.chdir(tmp_path / "repo")
+    assert main(["report", str(trace)]) == 0
+    table = capsys.readouterr().out
+    assert f"pkg{os.sep}train.py:8" in table and str(source) not in table
+    assert main(["report", str(trace), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sites"][0]["file"] == str(source)
+    monkeypatch.chdir(tmp_path / "run")  # not under it: named whole
+    assert main(["report", str(trace)]) == 0
+    assert f"{source}:8" in capsys.readouterr().out
 
 
 def test_folder_without_traces_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -12,6 +12,7 @@ free text (operators, fixes, notes) wraps.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import textwrap
 from collections.abc import Callable, Sequence
@@ -1102,10 +1103,47 @@ def _wall(summary: dict[str, Any]) -> float:
 
 def render(report_set: ReportSet, options: RenderOptions) -> bytes:
     """The registry's ``table`` format: one section per run when there are several, as wide
-    as the terminal."""
-    return render_runs(list(report_set.runs.items()), color=options.color, top=options.top).encode(
-        "utf-8"
-    )
+    as the terminal; files under the source root (default: the working directory) named
+    relative to it, as the user's shell would (the JSON keeps them as recorded)."""
+    root = options.source_root or os.getcwd()
+    runs = [(name, with_relative_files(data, root)) for name, data in report_set.runs.items()]
+    return render_runs(runs, color=options.color, top=options.top).encode("utf-8")
+
+
+def relative_file(path: str | None, root: str | None) -> str | None:
+    """``path`` relative to ``root`` where it is an absolute path under it, else as is."""
+    if not path or not root or not os.path.isabs(path):
+        return path
+    try:
+        relative = os.path.relpath(path, root)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative == os.curdir or relative.startswith(os.pardir) else relative
+
+
+def with_relative_files(data: dict[str, Any], root: str | None) -> dict[str, Any]:
+    """A report (or compare) JSON for the terminal: its sites' files, and the lines that ran
+    a backward pass, relative to ``root`` where under it (a copy; ``data`` is unchanged).
+    A trace recorded from an editable install names /home/me/repo/pkg/mod.py where the
+    user, in /home/me/repo, reads pkg/mod.py."""
+    if not root:
+        return data
+
+    def site(row: dict[str, Any]) -> dict[str, Any]:
+        run_by = row.get("run_by")
+        changed = {"file": relative_file(row.get("file"), root)}
+        if isinstance(run_by, dict) and run_by.get("file"):
+            changed["run_by"] = {**run_by, "file": relative_file(run_by["file"], root)}
+        return {**row, **changed}
+
+    out = dict(data)
+    for field in ("sites", "latent_sites"):
+        if data.get(field):
+            out[field] = [site(row) for row in data[field]]
+    job = data.get("job")
+    if isinstance(job, dict) and job.get("sites"):
+        out["job"] = {**job, "sites": [site(row) for row in job["sites"]]}
+    return out
 
 
 def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:

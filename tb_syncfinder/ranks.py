@@ -1170,13 +1170,15 @@ def _interval(
 ) -> Optional[tuple[float, float]]:
     """The late rank's own-clock interval in which it became late: from its exit of its
     previous collective (any group) to its arrival here; from its window start when this is
-    its first collective."""
+    its first collective (its first step's start: ``span`` begins at the first operator,
+    after a wait that opens the step, for data or a peer, which made the step-1 lateness
+    'carried in')."""
     rt = analysis.ranks[rank]
     arrival = c.arrival_of(rank)
     if arrival is None:
         return None
     index = arrival.collective_index
-    start = rt.span[0]
+    start = min([rt.span[0], *(s.ts for s in rt.steps)])
     if index > 0:
         prev = rt.collectives[index - 1]
         # A gloo collective's calling thread is free once it stops waiting for it (or, never

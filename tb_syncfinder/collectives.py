@@ -39,6 +39,7 @@ import msgspec
 
 from tb_syncfinder.attribute import Attributor, called_name
 from tb_syncfinder.models import (  # the job stage's records live with the others
+    BLOCKING_CALL,
     BLOCKING_COLLECTIVES,
     Collective,
     DistributedInfo,
@@ -698,7 +699,7 @@ def _blocking_calls(
             waits.append(
                 HostWait(
                     id=f"{id_prefix}-w{len(waits)}",
-                    kind="blocking_call",
+                    kind=BLOCKING_CALL,
                     site_key=f"{file}:{line}:{label}" if file else f"-:{label}",
                     ts=node.ts,
                     end=node.ts + node.dur,

@@ -646,6 +646,9 @@ class Collective(msgspec.Struct):
         return " ".join(parts)
 
 
+BLOCKING_CALL = "blocking_call"  # HostWait.kind of a blocking Python call (not a sync)
+
+
 class HostWait(msgspec.Struct):
     """A stretch of host time one rank spent blocked, with the line that blocked it: a
     host-device sync found by the engine, or a blocking Python call (``time.sleep``, a lock,

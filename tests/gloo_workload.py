@@ -17,7 +17,10 @@ known line by a deliberate host wait and a CPU tensor readback. Other ``mode``s:
 - ``"out_of_order"``: two all-reduces started together, the second of 16 MB, waited for
   second first;
 - ``"functional"``: a functional collective (``_functional_collectives.all_reduce``) and an
-  all-reduce of a metric each step.
+  all-reduce of a metric each step;
+- ``"in_flight"``: three 8 MB all-reduces started at the end of each step and waited for at
+  the start of the next, the late rank's host wait between the two (the first step opens
+  with no operator before it: the collectives are the step's only operators).
 
 The workload is written to a folder as ``train_gloo.py`` and run as a script in a child
 process (as a user's training script would be), so the frames name that file. Processes are
@@ -124,6 +127,14 @@ def train_step_functional(x, w, late, delay):
     dist.all_reduce(metric)
 
 
+def train_step_in_flight(bufs, pending, late, delay):
+    for work in pending:
+        work.wait()  # the step before's reductions, still in flight
+    if late:
+        time.sleep(delay)  # LATE_IN_FLIGHT: the deliberate host wait
+    return [dist.all_reduce(b, async_op=True) for b in bufs]
+
+
 def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
     torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
@@ -131,6 +142,8 @@ def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
     w = torch.randn(64, 64)
     train_step(x, w, False, 0.0)
     big = torch.randn(4 * 1024 * 1024)
+    bufs = [torch.randn(2 * 1024 * 1024) for _ in range(3)]
+    in_flight = train_step_in_flight(bufs, [], False, 0.0) if mode == "in_flight" else []
     if mode in ("ddp", "ddp_hook"):
         model = torch.nn.parallel.DistributedDataParallel(Model())
         if mode == "ddp_hook":
@@ -161,11 +174,15 @@ def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
                 train_step_out_of_order(x, w, big, rank == late_rank, delay)
             elif mode == "functional":
                 train_step_functional(x, w, rank == late_rank, delay)
+            elif mode == "in_flight":
+                in_flight = train_step_in_flight(bufs, in_flight, rank == late_rank, delay)
             else:
                 train_step(x, w, rank == late_rank, delay)
             prof.step()
         if pending is not None:
             pending.wait()
+    for work in in_flight:
+        work.wait()
     dist.barrier()
     dist.destroy_process_group()
 
@@ -200,6 +217,7 @@ SLEEP_LINES = {
     "ddp_hook": line_of("# LATE_HOOK:"),
     "out_of_order": line_of("# LATE_OOO:"),
     "functional": line_of("# LATE_FUNCOL:"),
+    "in_flight": line_of("# LATE_IN_FLIGHT:"),
 }
 WAIT_LINE = line_of("# WAIT:")
 READBACK_LINE = line_of("# READBACK:")

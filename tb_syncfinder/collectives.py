@@ -671,12 +671,22 @@ def waits_from_syncs(syncs: Iterable[Sync]) -> list[HostWait]:
 
 
 def _blocking_calls(
-    tl: Timeline, resolver: Any, id_prefix: str, names: dict[int, _Names]
+    tl: Timeline,
+    resolver: Any,
+    id_prefix: str,
+    names: dict[int, _Names],
+    collectives: Sequence[Collective] = (),
 ) -> list[HostWait]:
-    """Blocking Python calls of at least ``MIN_BLOCKING_US``, with their user line."""
+    """Blocking Python calls of at least ``MIN_BLOCKING_US``, with their user line, on the
+    threads that run the steps or issue the collectives (all threads where the trace has
+    neither): a heartbeat or logging thread's sleeps hold no step back, and taken as the
+    rank's they were its top cost to the job, above the sleep that made it late."""
+    working = {s.tid for s in tl.steps} | {c.thread for c in collectives if c.thread is not None}
     waits: list[HostWait] = []
     stacks = Attributor(tl)  # its per-thread frame trees are built on first use only
     for thread in tl.threads.values():
+        if working and thread.tid not in working:
+            continue
         nodes = thread.nodes
         for i in names[id(thread)].indices(_BLOCKING_CALLS.__contains__):
             node = nodes[i]
@@ -765,7 +775,7 @@ def extract_rank(
     if not id_prefix:
         # The engine's sync id prefix, so that ids are unique across a run's traces.
         id_prefix = sync_id_prefix(tl.path)
-    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names)
+    waits = waits_from_syncs(syncs) + _blocking_calls(tl, resolver, id_prefix, names, collectives)
     waits.sort(key=lambda w: w.ts)
     return RankTrace(
         path=tl.path,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,7 +298,9 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
     }
 
 
-def _site_savings_per_step(results: Sequence[TraceResult]) -> dict[str, dict[str, float]]:
+def _site_savings_per_step(
+    results: Sequence[TraceResult],
+) -> tuple[dict[str, dict[str, float]], set[str]]:
     """Per trace (its path): site key -> what removing the site saves its rank per step.
     By path: a run may hold several jobs, or several profiled windows of one, with the same
     rank numbers.
@@ -307,8 +309,11 @@ def _site_savings_per_step(results: Sequence[TraceResult]) -> dict[str, dict[str
     replay could not take): upper bounds, its sites' bounds and the time its blocking calls
     (``time.sleep``, a lock, a queue) held the rank. Without those, a rank that sleeps
     before its collectives and sets the job's pace got no pace figure: its line was costed
-    22 ms a step as an "upper bound" where fixing it saved 31-37 ms."""
+    22 ms a step as an "upper bound" where fixing it saved 31-37 ms. Only blocking calls
+    inside a step count (``collectives`` keeps those of the threads that run the steps).
+    Also returns the paths whose figures are such bounds."""
     out: dict[str, dict[str, float]] = {}
+    bounds: set[str] = set()
     for r in results:
         if r.rank is None:
             continue
@@ -318,16 +323,18 @@ def _site_savings_per_step(results: Sequence[TraceResult]) -> dict[str, dict[str
             continue
         totals = {key: us for key, us in r.savings.sites.items() if us > 0}
         for wait in r.rank.waits:
-            if wait.kind == BLOCKING_CALL and wait.wait_us > 0:
+            if wait.kind == BLOCKING_CALL and wait.wait_us > 0 and wait.step is not None:
                 totals[wait.site_key] = totals.get(wait.site_key, 0.0) + wait.wait_us
         out[r.rank.path] = {key: us / steps for key, us in totals.items()}
-    return out
+        bounds.add(r.rank.path)
+    return out, bounds
 
 
 def _with_pace(
     analysis: R.JobAnalysis,
     costs: list[R.SiteJobCost],
-    per_step: Mapping[int, Mapping[str, float]],
+    per_step: Mapping[str, Mapping[str, float]],
+    bound_paths: Collection[str] = (),
 ) -> None:
     """Each site's job saving (the sum over its ranks' rows) at least what it saves the job
     in a long run (``ranks.paced_savings``): the profiled window may end before a rank that
@@ -354,10 +361,13 @@ def _with_pace(
         counted = sum(rows_by_key.get(key, ()))
         if total <= counted:
             continue
+        # From a rank without a replay the pace figure is an upper bound, said as such.
+        bound = analysis.ranks[rank].path in bound_paths
         found = by_key.get((rank, key))
         if found is not None:
             found.job_saving_us += total - counted
             found.job_saving_per_step_us = found.job_saving_us / steps
+            found.bound = found.bound or bound
             continue
         waits_by_key = waits_by_rank.get(rank)
         if waits_by_key is None:
@@ -384,7 +394,7 @@ def _with_pace(
                 job_saving_per_step_us=(total - counted) / steps,
                 late_collectives=0,
                 steps=[],
-                bound=False,
+                bound=bound,
                 line_exact=wait.line_exact,
             )
         )
@@ -429,7 +439,7 @@ def job_stage(
     if not traces:
         return None
     run = R.analyze_ranks(traces)
-    per_step = _site_savings_per_step(results)
+    per_step, bound_paths = _site_savings_per_step(results)
     jobs = []
     for analysis in run.jobs:
         # Each job's ranks' own replays (a run may hold several jobs with the same ranks).
@@ -442,7 +452,7 @@ def job_stage(
             }
         what_ifs, bound = job_what_ifs(analysis, job_replayed)
         costs = R.site_job_costs(analysis, what_ifs)
-        _with_pace(analysis, costs, per_step)
+        _with_pace(analysis, costs, per_step, bound_paths)
         pace = R.pace_issue(analysis)
         if pace is not None:
             analysis.issues.append(pace)

@@ -18,6 +18,8 @@ known line by a deliberate host wait and a CPU tensor readback. Other ``mode``s:
   second first;
 - ``"functional"``: a functional collective (``_functional_collectives.all_reduce``) and an
   all-reduce of a metric each step;
+- ``"heartbeat"``: the default step, every rank also running a thread that sleeps 5 ms in
+  a loop (a heartbeat: its sleeps hold no step back);
 - ``"in_flight"``: three 8 MB all-reduces started at the end of each step and waited for at
   the start of the next, the late rank's host wait between the two (the first step opens
   with no operator before it: the collectives are the step's only operators).
@@ -39,6 +41,7 @@ from pathlib import Path
 WORKLOAD = """\
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -135,8 +138,15 @@ def train_step_in_flight(bufs, pending, late, delay):
     return [dist.all_reduce(b, async_op=True) for b in bufs]
 
 
+def heartbeat():
+    while True:
+        time.sleep(0.005)  # HEARTBEAT: a side thread's sleep, holding no step back
+
+
 def worker(rank, world, init, out, late_rank, delay, steps, mode="blocking"):
     torch.set_num_threads(1)  # idle intra-op threads must not spin on the two cores
+    if mode == "heartbeat":
+        threading.Thread(target=heartbeat, daemon=True).start()
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     x = torch.randn(64, 64)
     w = torch.randn(64, 64)

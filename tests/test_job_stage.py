@@ -19,6 +19,7 @@ from gloo_workload import (
     SLEEP_LINE,
     SLEEP_LINES,
     TWO_SLEEP_LINE,
+    line_of,
     record_gloo_job,
 )
 from nccl_job import ITEM_LINE, TRAIN_FILE, JobSpec, write_job
@@ -217,6 +218,23 @@ def test_every_way_of_waiting_for_gloo_keeps_the_waits_and_the_late_line(tmp_pat
     # a step; the first step's was left out, as carried in, while the window was taken to
     # start at the first operator, after the sleep: 37.5 ms).
     assert within(top["job_saving_us"] / steps, 0.05e6, 0.2)
+
+
+def test_a_side_threads_sleeps_are_no_ranks_blocking_time_nor_its_cost(tmp_path):
+    """A review's job: every rank also runs a heartbeat thread sleeping 5 ms in a loop. Its
+    sleeps were the rank's blocking time, and the heartbeat line the job's top site (32.9
+    ms a step, above the lateness), beside the sleep that made rank 1 late (30.1 ms)."""
+    pytest.importorskip("torch")
+    folder = tmp_path / "job"
+    record_gloo_job(folder, world=2, late_rank=1, delay_s=0.03, steps=4, mode="heartbeat")
+    report = analysed(tmp_path, folder)
+    job = report["job"]
+    heartbeat = line_of("# HEARTBEAT:")
+    assert [s["line"] for s in job["sites"]] == [SLEEP_LINE]
+    totals = {t["rank"]: t for t in job["rank_totals"]}
+    assert totals[0]["blocking_wait_us"] == 0.0
+    assert within(totals[1]["blocking_wait_us"], 4 * 0.03e6, 0.2)
+    assert heartbeat not in {s.get("line") for s in report["sites"] + report["latent_sites"]}
 
 
 def test_a_cpu_ranks_sleep_that_sets_the_pace_is_costed_what_fixing_it_saves(tmp_path):

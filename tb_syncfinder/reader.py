@@ -1526,8 +1526,9 @@ def _refuse_an_unfinished_file(path: str, handle: IO[bytes]) -> None:
 
 _STILL_WRITTEN = " (still being written?)"
 # A profiler writes its trace in one go: a file cut short that has not changed for this
-# long is not being written any more (cut in a copy, a full disk, a killed writer).
-_WRITTEN_WITHIN_S = 120.0
+# long is not being written any more (cut in a copy, a full disk, a killed writer). The
+# plugin's loader stops re-reading such a file after as long (``WRITING_QUIET_S``).
+_WRITTEN_WITHIN_S = 60.0
 
 
 def explain_truncated(path: str, reason: str, now: float | None = None) -> str:
@@ -1537,24 +1538,26 @@ def explain_truncated(path: str, reason: str, now: float | None = None) -> str:
     if _STILL_WRITTEN not in reason or "://" in path:
         return reason
     try:
-        age_s = (time.time() if now is None else now) - os.stat(path).st_mtime
+        mtime = os.stat(path).st_mtime
     except OSError:
         return reason
-    if age_s < _WRITTEN_WITHIN_S:
+    if (time.time() if now is None else now) - mtime < _WRITTEN_WITHIN_S:
         return reason
-    return reason.replace(
-        _STILL_WRITTEN, f" (unchanged for {_age_text(age_s)}: cut short, not being written)"
+    return settled_truncation(reason, mtime)
+
+
+def settled_truncation(reason: str, mtime_s: float | None) -> str:
+    """``reason`` with its question "still being written?" answered no: since ``mtime_s``
+    (None: unknown, a remote file) the file has not changed. The time, not an age: the
+    reason is kept (summaries, the plugin's cache) and read later."""
+    if _STILL_WRITTEN not in reason:
+        return reason
+    since = (
+        f"unchanged since {time.strftime('%Y-%m-%d %H:%M', time.localtime(mtime_s))}: "
+        if mtime_s is not None
+        else ""
     )
-
-
-def _age_text(seconds: float) -> str:
-    minutes = seconds / 60
-    if minutes < 90:
-        return f"{minutes:.0f} min"
-    hours = minutes / 60
-    if hours < 48:
-        return f"{hours:.0f} h"
-    return f"{hours / 24:.0f} days"
+    return reason.replace(_STILL_WRITTEN, f" ({since}cut short, not being written)")
 
 
 def read_trace(

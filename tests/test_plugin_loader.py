@@ -872,3 +872,55 @@ def test_each_analysis_sizes_its_windows_from_its_share_of_the_memory(
     budget = 30 * windows.MIN_WINDOW_BYTES * windows.PEAK_PER_JSON_BYTE
     monkeypatch.setattr(windows, "available_memory_bytes", lambda: int(budget))
     assert windows.auto_window_bytes(1 / 3) == windows.auto_window_bytes() // 3
+
+
+def test_a_cut_trace_that_went_quiet_is_said_not_to_be_written_even_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    """A newcomer's trace cut in half two hours before read "(still being written?)" in
+    TensorBoard, whose runs list said it was not. A truncated trace quiet for
+    WRITING_QUIET_S is answered "cut short, not being written", with the time it last
+    changed (the answer is cached: an age would go stale); one given up on while fresh
+    keeps the question until it is answered again from the cache, later."""
+    run = tmp_path / "logs" / "run"
+    run.mkdir(parents=True)
+    old, fresh = run / "old.pt.trace.json", run / "fresh.pt.trace.json"
+    old.write_text('{"traceEvents": [')
+    fresh.write_text('{"traceEvents": [')
+    make_old(old, 7200)
+    make_old(fresh, 5)
+
+    def loader(clock_offset_s: float) -> TraceLoader:
+        from tb_syncfinder.engine import Options
+
+        made = TraceLoader(
+            [(None, str(tmp_path / "logs"))],
+            Options(),
+            DiskCache(str(tmp_path / "cache")),
+            reload_interval_s=3600,
+            use_processes=False,
+        )
+        made.clock = lambda: time.time() + clock_offset_s
+        return made
+
+    def reasons(of: TraceLoader) -> dict[str, str]:
+        return {
+            os.path.basename(r.info.path): r.info.error
+            for r in of.results(of.get_run("run"), None, None)
+        }
+
+    first = loader(0)
+    for _ in range(loader_module.MAX_TRANSIENT_ATTEMPTS):
+        poll_and_wait(first)
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(old.stat().st_mtime))
+    settled = f"truncated JSON (unchanged since {since}: cut short, not being written)"
+    assert reasons(first) == {
+        "old.pt.trace.json": settled,
+        "fresh.pt.trace.json": "truncated JSON (still being written?)",
+    }
+    later = loader(3600)  # TensorBoard restarted an hour later: answers from the cache
+    poll_and_wait(later)
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(fresh.stat().st_mtime))
+    assert reasons(later)["fresh.pt.trace.json"] == (
+        f"truncated JSON (unchanged since {since}: cut short, not being written)"
+    )

@@ -40,6 +40,7 @@ from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.models import TraceInfo, TraceRef, file_stamps, result_stamps
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
 from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
+from tb_syncfinder.reader import settled_truncation
 from tb_syncfinder.summaries import SummaryStore, has_summaries
 
 logger = logging.getLogger(__name__)
@@ -660,6 +661,20 @@ class TraceLoader:
             and looks_transient(reason)
             and not self._final_read(state)
         )
+        if reason is not None and not (retry or transient) and looks_transient(reason):
+            # A final answer for a file quiet for WRITING_QUIET_S: it is not being written
+            # any more, and its reason says so (the engine's, read earlier, may still ask;
+            # so may the cache's, kept from a read while it was fresh). One that ran out of
+            # reads while fresh keeps the question until then.
+            quiet = (
+                state.mtime_ns is not None
+                and self.clock() - state.mtime_ns / 1e9 >= WRITING_QUIET_S
+            )
+            settled = settled_truncation(reason, state.mtime_ns / 1e9) if quiet else reason
+            if settled != reason:
+                reason = error = settled
+                if result is not None:
+                    result.info.error = settled
         if result is None and reason is not None and not (retry or transient):
             if looks_transient(reason) and not from_cache:
                 result = error_result(state.ref, reason)  # cached as the file's answer

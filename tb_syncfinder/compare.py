@@ -68,7 +68,8 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
         # What fixing it saves, as the report predicted (not the cost: a sync's wait and
         # idle overstate that where other work or syncs fill the gap). A report without
         # the figure (older versions, latent sites) has None.
-        saving = site.get("predicted_saving_per_step_us")
+        # A latent site (a CPU-only trace) saves nothing where it was seen: no figure.
+        saving = None if site.get("latent") else site.get("predicted_saving_per_step_us")
         if saving is None or entry["predicted_saving_per_step_us"] is None:
             entry["predicted_saving_per_step_us"] = None
         else:
@@ -96,8 +97,14 @@ def _side(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "share_of_step": entry["share_of_step"],
         "predicted_saving_per_step_us": entry["predicted_saving_per_step_us"],
         # "replay" where every merged site's figure is the replay's, else "bound" (an upper
-        # bound), as the report's own saving_method.
-        "saving_method": "replay" if entry["methods"] == {"replay"} else "bound",
+        # bound), as the report's own saving_method; null with no figure.
+        "saving_method": (
+            None
+            if entry["predicted_saving_per_step_us"] is None
+            else "replay"
+            if entry["methods"] == {"replay"}
+            else "bound"
+        ),
     }
 
 

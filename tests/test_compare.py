@@ -174,3 +174,12 @@ def test_each_side_carries_the_reports_predicted_saving_beside_its_cost(
         del site["predicted_saving_per_step_us"]
     old = next(s for s in compare(base, new)["sites"] if s["status"] == "fixed")
     assert old["before"]["predicted_saving_per_step_us"] is None
+    assert old["before"]["saving_method"] is None
+    assert "fixing it saves" not in render_compare(compare(base, new), width=200)
+    # A latent site (a CPU-only trace) saves nothing where it was seen: no figure either.
+    cpu = sample_report.to_json()
+    cpu["latent_sites"] = [dict(s, latent=True) for s in cpu["sites"]]
+    latent_rows = compare(cpu, copy.deepcopy(cpu))["latent_sites"]
+    assert latent_rows and all(
+        r["before"]["predicted_saving_per_step_us"] is None for r in latent_rows
+    )

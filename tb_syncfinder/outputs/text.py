@@ -1032,7 +1032,10 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             lines.extend(style(line, status_style) for line in layout.row(index))
             ops = " > ".join(row.get("ops") or []) or "(no operator)"
             detail = f"{row.get('kind')}: {ops}"
-            saving = _predicted_saving_text(row.get("before"))
+            # On a fixed row, as the dashboard: what the fix was worth, as predicted.
+            saving = (
+                _predicted_saving_text(row.get("before")) if row.get("status") == "fixed" else None
+            )
             if saving:
                 detail = f"{saving} · {detail}"
             moved = layout.below(index)

@@ -398,32 +398,37 @@ def _other_json_files(path: str, limit: int = 2000) -> list[str]:
 
 
 def _find_refs_of(paths: Sequence[str]) -> list[Any]:
-    """The traces of several PATHs, each trace once. A run is one folder: the trace files
-    of one folder (``report run/*.json.gz``) are its traces together; runs of the same name
-    in two folders would merge into one report, so they are refused."""
+    """The traces of several PATHs, each trace once. A run is one folder (``discovery.
+    run_folder``): the trace files of one folder (``report run/*.json.gz``) are its traces
+    together, under the name a folder PATH gave it (folders first), else the file's; runs
+    of the same name in two folders would merge into one report, so they are refused."""
     if len(paths) == 1:
         return _find_refs(paths[0])
-    from tb_syncfinder.discovery import is_remote
+    import msgspec
 
+    from tb_syncfinder.discovery import is_remote, run_folder
+
+    def real(path: str) -> str:  # one key per file and folder, whatever links led there
+        return path if is_remote(path) else os.path.realpath(path)
+
+    folders_first = sorted(paths, key=lambda p: is_remote(p) or not os.path.isdir(p))
     refs: dict[str, Any] = {}
-    folder_of_run: dict[str, str] = {}
-    for path in paths:
-        root = path.rstrip("/") if is_remote(path) else os.path.abspath(path)
-        is_file = not is_remote(path) and os.path.isfile(path)
+    name_of_folder: dict[str, str] = {}
+    folder_of_name: dict[str, str] = {}
+    for path in folders_first:
         for ref in _find_refs(path):
-            if is_file:
-                folder = os.path.dirname(ref.path)
-            elif ref.run == os.path.basename(root):
-                folder = root  # PATH is the run folder itself
-            else:
-                folder = f"{root}/{ref.run}"
-            known = folder_of_run.setdefault(ref.run, folder)
+            key = real(ref.path)
+            if key in refs:
+                continue
+            folder = real(run_folder(ref.path))
+            name = name_of_folder.setdefault(folder, ref.run)
+            known = folder_of_name.setdefault(name, folder)
             if known != folder:
                 raise UsageError(
-                    f"two runs named {ref.run!r}: {known} and {folder}; report them one at a "
+                    f"two runs named {name!r}: {known} and {folder}; report them one at a "
                     "time, or give their logdir"
                 )
-            refs.setdefault(ref.path, ref)
+            refs[key] = ref if ref.run == name else msgspec.structs.replace(ref, run=name)
     return list(refs.values())
 
 

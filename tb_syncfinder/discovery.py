@@ -231,6 +231,19 @@ def _single_file_ref(fs: Any, path: str) -> TraceRef:
     return TraceRef(path, run, worker, None)
 
 
+def run_folder(path: str) -> str:
+    """The folder of the run a trace file is of: its own folder, or for an Ascend trace
+    (``RUN/W_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json``) ``RUN``, as ``list_runs``
+    and a single file's ``TraceRef`` take it."""
+    fs = _fs(path)
+    parent = _parent(path)
+    if fs.basename(path) == ASCEND_TRACE_FILE and fs.basename(parent) == ASCEND_OUTPUT_DIR:
+        worker_dir = _parent(parent)
+        if ASCEND_DIR_PATTERN.match(fs.basename(worker_dir)):
+            return _parent(worker_dir)
+    return parent
+
+
 def find_traces(path: str) -> list[TraceRef]:
     """Every trace under ``path``: a trace file (any name), a run folder or a logdir of runs.
 

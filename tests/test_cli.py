@@ -266,6 +266,32 @@ def test_several_trace_files_of_a_folder_are_reported_as_that_folders_run(
     assert sorted(t["path"] for t in doc["traces"]) == sorted(str(p) for p in run.iterdir())
 
 
+def test_several_paths_name_a_folders_run_once_whatever_their_order_or_links(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # A review: a logdir and a file of its nested run 'a/b' gave one run or two by their
+    # order; Ascend workers' files of one run, and a logdir seen through a link beside its
+    # real path, were refused as two runs of one name.
+    logdir = tmp_path / "logs"
+    for worker in ("w1", "w2"):
+        write_item_trace(logdir / "a" / "b" / f"{worker}.pt.trace.json")
+    one_file = str(logdir / "a" / "b" / "w1.pt.trace.json")
+    for argv in ([str(logdir), one_file], [one_file, str(logdir)]):
+        assert main(["report", *argv, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [r["run"] for r in doc["runs"]] == ["a/b"] and len(doc["traces"]) == 2
+    (tmp_path / "link").symlink_to(logdir)
+    assert main(["report", str(tmp_path / "link" / "a" / "b"), str(logdir / "a"), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["traces"]) == 2
+    output = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
+    ascend = [tmp_path / "npu" / "run" / f"host_{n}_ascend_pt" / output for n in (1, 2)]
+    for path in ascend:
+        write_item_trace(path)
+    assert main(["report", *map(str, ascend), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["run"] for r in doc["runs"]] == ["run"] and len(doc["traces"]) == 2
+
+
 def test_two_runs_of_one_name_in_two_folders_are_refused_naming_both(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -142,8 +142,9 @@ def build_sites(
                 share_of_step=min(1.0, (wait + idle) / step_time_us) if step_time_us else 0.0,
                 advice=advice_for(
                     kind,
-                    _with_forward_ops(members, ops),
+                    ops,
                     max((s.bytes or 0) for s in members) or None,
+                    list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
                 ),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),
@@ -275,14 +276,6 @@ def _call_text(sync: Sync, file: str | None) -> str:
         return f"the {call}"
     where = f"line {source.line}" if source.file == file else f"{source.file}:{source.line}"
     return f"the {call} at {where}"
-
-
-def _with_forward_ops(members: Sequence[Sync], ops: list[str]) -> list[str]:
-    """The operators that pick a site's advice: a backward sync's forward operator first,
-    as that is what the user wrote (``x[mask]``'s backward syncs in ``aten::nonzero``, and
-    its fix is the mask's, not nonzero's)."""
-    forward = list(dict.fromkeys(s.forward_op for s in members if s.forward_op))
-    return forward + [op for op in ops if op not in forward] if forward else ops
 
 
 def _candidates(members: list[Sync]) -> list[int]:

@@ -24,7 +24,7 @@ Sources for the patterns: ``../shared/KINETO_NOTES.md`` (checked on real traces)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -949,10 +949,17 @@ def formats_tensor(files: Iterable[str]) -> bool:
     return any(path.replace("\\", "/").endswith(TENSOR_TEXT_FILES) for path in files if path)
 
 
-def advice_for(kind_name: str, ops: list[str], bytes: int | None = None) -> dict[str, Any]:
+def advice_for(
+    kind_name: str,
+    ops: list[str],
+    bytes: int | None = None,
+    forward_ops: Sequence[str] = (),
+) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
-    copied (None: unknown)."""
+    copied (None: unknown). ``forward_ops``: a backward site's forward operators, what the
+    user wrote (``x[mask]``'s backward syncs in ``aten::nonzero``, and its fix is the
+    mask's): they pick an operator's fix first; the copy patterns read ``ops`` alone."""
     record = kind(kind_name)
     refinement = None
     if TENSOR_TEXT_OP in ops:
@@ -966,7 +973,7 @@ def advice_for(kind_name: str, ops: list[str], bytes: int | None = None) -> dict
         refinement = next(
             (
                 entry.advice
-                for op in ops
+                for op in (*forward_ops, *ops)
                 for entry in OP_ADVICE
                 if op in entry.ops and kind_name in entry.kinds
             ),

@@ -166,3 +166,17 @@ def test_unique_on_a_real_h100_trace_is_a_dynamic_shape_with_the_unique_fix() ->
     assert site.ops[:2] == ["aten::_unique2", "aten::item"]
     assert site.kind == catalogue.DYNAMIC_SHAPE
     assert "unique" in site.advice["title"]
+
+
+def test_a_backward_copys_fix_is_read_from_its_own_chain_not_its_forward_operator() -> None:
+    # The forward operator picks an operator's fix first (x[mask]'s backward syncs in
+    # aten::nonzero, its fix is the mask's); a copy's pattern is its own chain's: the
+    # backward of x.cpu() uploads the gradient, whatever the forward operator was.
+    chain = ["autograd::engine::evaluate_function: ToCopyBackward0", "aten::to", "aten::copy_"]
+    alone = catalogue.advice_for(catalogue.BLOCKING_HOST_TO_DEVICE, chain, 64)
+    with_forward = catalogue.advice_for(catalogue.BLOCKING_HOST_TO_DEVICE, chain, 64, ["aten::to"])
+    assert with_forward == alone
+    mask = ["autograd::engine::evaluate_function: IndexBackward0", "aten::nonzero"]
+    by_forward = catalogue.advice_for(catalogue.DYNAMIC_SHAPE, mask, None, ["aten::index"])
+    assert "boolean mask" in by_forward["title"]
+    assert "boolean mask" not in catalogue.advice_for(catalogue.DYNAMIC_SHAPE, mask)["title"]

@@ -115,13 +115,15 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
 
 
 class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's, without breaking lines at hyphens: ``pip install 'tb-syncfinder[ray]'``
+    """argparse's, breaking lines at spaces only: ``pip install 'tb-syncfinder[ray]'``
     came out as ``'tb-`` / ``syncfinder[ray]'``, which does not paste back."""
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         import textwrap
 
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+        return textwrap.wrap(
+            " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+        )
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
@@ -132,6 +134,7 @@ class _HelpFormatter(argparse.HelpFormatter):
             initial_indent=indent,
             subsequent_indent=indent,
             break_on_hyphens=False,
+            break_long_words=False,
         )
 
 

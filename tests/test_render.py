@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import re
 
 import msgspec
@@ -909,3 +910,24 @@ def test_a_site_that_saves_more_with_another_fixed_says_so_under_it(
     first = next(n for n, line in enumerate(lines) if "Fixing this alone" in line)
     assert lines[first].startswith("    Fixing this alone saves 287 us per step")
     assert all(len(line) <= WIDTH for line in lines)
+
+
+def test_files_under_the_root_are_named_relative_to_it_and_the_json_is_left_as_is() -> None:
+    from tb_syncfinder.outputs.text import with_relative_files
+
+    root = "/home/me/proj"
+    site = {
+        "file": "/home/me/proj/pkg/train.py",
+        "run_by": {"file": "/home/me/proj/pkg/loop.py", "line": 3},
+        "library": {"file": "/home/me/proj/.venv/lib/torch/functional.py", "line": 786},
+    }
+    outside = {"file": "/usr/lib/other.py", "library": {"file": "torch/functional.py"}}
+    data = {"sites": [site, outside], "job": {"sites": [dict(site)]}}
+    shown = with_relative_files(data, root)
+    first, second = shown["sites"]
+    assert first["file"] == os.path.join("pkg", "train.py")
+    assert first["run_by"]["file"] == os.path.join("pkg", "loop.py")
+    assert first["library"]["file"] == os.path.join(".venv", "lib", "torch", "functional.py")
+    assert second == outside  # outside the root, or already relative: as recorded
+    assert shown["job"]["sites"][0]["file"] == os.path.join("pkg", "train.py")
+    assert data["sites"][0]["file"] == "/home/me/proj/pkg/train.py"  # a copy

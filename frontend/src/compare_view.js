@@ -70,7 +70,9 @@ export async function renderCompare(ctx) {
               type: "button",
               class: "sa-linkish",
               "data-testid": "compare-counterpart",
-              onclick: () => app.setState({ run: counterpart, worker: null, span: null, base: sel.run }),
+              // As the run picker: the baseline's site, sync and step are not the other run's.
+              onclick: () =>
+                app.setState({ run: counterpart, worker: null, span: null, site: null, sync: null, step: null, base: sel.run }),
             },
             `Compare ${counterpart} against this baseline`,
           ),

@@ -1125,18 +1125,20 @@ def relative_file(path: str | None, root: str | None) -> str | None:
 
 
 def with_relative_files(data: dict[str, Any], root: str | None) -> dict[str, Any]:
-    """A report (or compare) JSON for the terminal: its sites' files, and the lines that ran
-    a backward pass, relative to ``root`` where under it (a copy; ``data`` is unchanged).
+    """A report (or compare) JSON for the terminal: its sites' files, the lines that ran a
+    backward pass and the library lines that synced, relative to ``root`` where under it (a
+    copy; ``data`` is unchanged).
     A trace recorded from an editable install names /home/me/repo/pkg/mod.py where the
     user, in /home/me/repo, reads pkg/mod.py."""
     if not root:
         return data
 
     def site(row: dict[str, Any]) -> dict[str, Any]:
-        run_by = row.get("run_by")
-        changed = {"file": relative_file(row.get("file"), root)}
-        if isinstance(run_by, dict) and run_by.get("file"):
-            changed["run_by"] = {**run_by, "file": relative_file(run_by["file"], root)}
+        changed: dict[str, Any] = {"file": relative_file(row.get("file"), root)}
+        for field in ("run_by", "library"):  # the line that ran a backward, the one that synced
+            inner = row.get(field)
+            if isinstance(inner, dict) and inner.get("file"):
+                changed[field] = {**inner, "file": relative_file(inner["file"], root)}
         return {**row, **changed}
 
     out = dict(data)

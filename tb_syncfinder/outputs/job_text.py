@@ -147,10 +147,15 @@ def job_lines(
             + (f", missing {_ranks_text(job['missing_ranks'])}" if job.get("missing_ranks") else "")
         )
         lines.extend(style(line, bold) for line in wrap(head, width, "", _INDENT))
-        lines.append(
-            f"{_INDENT}{job.get('collective_count', 0)} collectives matched, "
-            f"{job.get('late_collective_count', 0)} with a late rank; noise floor "
-            f"{format_us(float(job.get('noise_us') or 0.0))}"
+        lines.extend(
+            wrap(
+                f"{job.get('collective_count', 0)} collectives matched, "
+                f"{job.get('late_collective_count', 0)} with a late rank; noise floor "
+                f"{format_us(float(job.get('noise_us') or 0.0))}",
+                width,
+                _INDENT,
+                _INDENT,
+            )
         )
     else:
         lines.append(style("Job: no job could be formed from these traces", bold))
@@ -183,9 +188,8 @@ def job_lines(
             if not totals or int(row["rank"]) in shown_ranks:
                 grid.setdefault(int(row["rank"]), {})[int(row["step"])] = row
         lines.append("")
-        lines.append(
-            style("Lateness per rank and step (+ held the others, - waited for a peer)", bold)
-        )
+        title = "Lateness per rank and step (+ held the others, - waited for a peer)"
+        lines.extend(style(line, bold) for line in wrap(title, width, "", _INDENT))
         lines.extend(_table(_grid_columns(steps), sorted(grid.items()), width, style, bold))
         if totals and left_out:
             lines.append(f"{_INDENT}... the same {left_out} ranks left out")

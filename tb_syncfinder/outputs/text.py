@@ -743,9 +743,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
         lines.append("")
     elif cpu_only:
-        lines.append(
-            style("CPU-only trace: nothing ran on a GPU, so nothing waited for one.", _BOLD)
-        )
+        title = "CPU-only trace: nothing ran on a GPU, so nothing waited for one."
+        lines.extend(style(line, _BOLD) for line in wrap(title, width))
         hidden = int(summary.get("latent_count") or 0)
         if hidden and not latent_sites:  # report --no-latent: counted, not listed
             lines.extend(

@@ -881,7 +881,7 @@ def test_a_cut_trace_that_went_quiet_is_said_not_to_be_written_even_from_the_cac
     TensorBoard, whose runs list said it was not. A truncated trace quiet for
     WRITING_QUIET_S is answered "cut short, not being written", with the time it last
     changed (the answer is cached: an age would go stale); one given up on while fresh
-    keeps the question until it is answered again from the cache, later."""
+    keeps the question until it has been quiet that long, at a later poll or restart."""
     run = tmp_path / "logs" / "run"
     run.mkdir(parents=True)
     old, fresh = run / "old.pt.trace.json", run / "fresh.pt.trace.json"
@@ -918,9 +918,13 @@ def test_a_cut_trace_that_went_quiet_is_said_not_to_be_written_even_from_the_cac
         "old.pt.trace.json": settled,
         "fresh.pt.trace.json": "truncated JSON (still being written?)",
     }
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(fresh.stat().st_mtime))
+    answered = f"truncated JSON (unchanged since {since}: cut short, not being written)"
+    generation = first.get_run("run").generation
+    first.clock = lambda: time.time() + 3600  # the same TensorBoard, an hour later
+    poll_and_wait(first)
+    assert reasons(first)["fresh.pt.trace.json"] == answered
+    assert first.get_run("run").generation > generation  # clients are told to ask again
     later = loader(3600)  # TensorBoard restarted an hour later: answers from the cache
     poll_and_wait(later)
-    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(fresh.stat().st_mtime))
-    assert reasons(later)["fresh.pt.trace.json"] == (
-        f"truncated JSON (unchanged since {since}: cut short, not being written)"
-    )
+    assert reasons(later)["fresh.pt.trace.json"] == answered

@@ -424,7 +424,24 @@ class TraceLoader:
             return state
         if state.status == NO_SUMMARY:
             return state  # its summary may have been written since: looked up again
+        self._settle_quiet_truncation(run, state)
         return None
+
+    def _settle_quiet_truncation(self, run: RunState, state: TraceState) -> None:
+        """A truncated file given up on while it was fresh asked "still being written?";
+        once it has been quiet for WRITING_QUIET_S it is answered, as ``_settle`` answers a
+        file read when already quiet. (Under ``self.lock``, from the poll.)"""
+        if state.status not in (DONE, ERROR) or state.error is None or state.mtime_ns is None:
+            return
+        if self.clock() - state.mtime_ns / 1e9 < WRITING_QUIET_S:
+            return
+        settled = settled_truncation(state.error, state.mtime_ns / 1e9)
+        if settled == state.error:
+            return
+        state.error = settled
+        if state.result is not None:
+            state.result.info.error = settled
+        run.generation += 1  # what the run's routes answer changed
 
     def _is_summarised(self, run: RunState, refs: list[TraceRef]) -> bool:
         """Whether the run has summaries (``summaries.has_summaries``). Once a trace was

@@ -719,7 +719,10 @@ def test_a_terminated_report_removes_its_windows_as_ctrl_c_does(tmp_path):
     deadline = time.monotonic() + 120
     while not list(temp.iterdir()) and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert list(temp.iterdir()), "the report ended before writing its windows"
+    if not list(temp.iterdir()):  # ended (or hung) before writing them: say how
+        ended = child.poll()
+        err = child.communicate(timeout=120)[1] if ended is not None else "(still running)"
+        pytest.fail(f"the report wrote no window (exit {ended}): {err[-2000:]}")
     child.send_signal(signal.SIGTERM)
     _out, err = child.communicate(timeout=120)
     assert child.returncode == 128 + signal.SIGTERM, err

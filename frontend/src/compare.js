@@ -286,6 +286,12 @@ export function compareBasis(data) {
 /** Words in a run name that say which side of a change it is, left out to pair runs. */
 const SIDE_WORDS = /(^|[-_. ])(baseline|base|before|old|optimi[sz]ed|opt|after|new|fixed)(?=$|[-_. ])/gi;
 
+/** A run's name without its side words: the runs of one change share it. @param {string} run */
+const stem = (run) => run.replace(SIDE_WORDS, "$1").replace(/[-_. ]+$/, "").toLowerCase();
+
+/** @param {string} run */
+const isBaseline = (run) => /baseline/i.test(run);
+
 /**
  * The run to compare `current` with when the user has not picked one: a run named
  * `*baseline*` (the one whose name matches best once the side words are left out: the
@@ -299,8 +305,6 @@ const SIDE_WORDS = /(^|[-_. ])(baseline|base|before|old|optimi[sz]ed|opt|after|n
 export function defaultBaseline(runs, current) {
   const others = runs.filter((r) => r !== current);
   if (!others.length) return null;
-  const stem = (/** @type {string} */ r) => r.replace(SIDE_WORDS, "$1").replace(/[-_. ]+$/, "").toLowerCase();
-  const isBaseline = (/** @type {string} */ r) => /baseline/i.test(r);
   const mine = stem(current || "");
   const sameStem = others.filter((r) => stem(r) === mine);
   if (current && isBaseline(current)) return null;
@@ -322,10 +326,9 @@ export function defaultBaseline(runs, current) {
  * @returns {string | null}
  */
 export function counterpartOf(runs, current) {
-  if (!current || !/baseline/i.test(current)) return null;
-  const stem = (/** @type {string} */ r) => r.replace(SIDE_WORDS, "$1").replace(/[-_. ]+$/, "").toLowerCase();
+  if (!current || !isBaseline(current)) return null;
   const mine = stem(current);
-  const found = runs.filter((r) => r !== current && !/baseline/i.test(r) && stem(r) === mine);
+  const found = runs.filter((r) => r !== current && !isBaseline(r) && stem(r) === mine);
   return found.length === 1 ? found[0] : null;
 }
 

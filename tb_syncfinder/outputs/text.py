@@ -374,7 +374,10 @@ def _saving_text(site: dict[str, Any]) -> str:
 
 # Why a line is marked ``*``, by what the engine knew: the footnote says the real reason.
 _INEXACT_REASONS = {
-    "not_found": "line where the function is defined: its source file was not found "
+    # Unread, the recorded line is the function's first line or, for a frame running when
+    # the profiler started (a loop calling prof.step()), the line it was at then.
+    "not_found": "line the trace recorded for the function (where it starts, or where it was "
+    "when profiling started), not the call that syncs: its source file was not found "
     "(try --source-root / --path-map)",
     "defined": "line where the function is defined: the source does not single out one call "
     "that syncs",

@@ -203,14 +203,15 @@ def _matcher(
             name = _call_name(node)
             if isinstance(func, ast.Name) and name in typed_calls:
                 return N, True
+            receiver = func.value if isinstance(func, ast.Attribute) else None
+            # ``prof.step()`` is the profiler's even when the sync is in another ``step``
+            # (``scaler.step(optimizer)``, ``optimizer.step()``): the trace observes it so.
+            if name == "step" and isinstance(receiver, ast.Name) and receiver.id in profiler_names:
+                return P, False
             if name in calls:
                 return N, optional_calls
-            if name == "step":
-                receiver = func.value if isinstance(func, ast.Attribute) else None
-                if not profiler_names:
-                    return P, True  # which .step() is the profiler's is not known
-                if isinstance(receiver, ast.Name) and receiver.id in profiler_names:
-                    return P, False
+            if name == "step" and not profiler_names:
+                return P, True  # which .step() is the profiler's is not known
             return None, False
         if kind not in kinds:
             return None, False

@@ -145,6 +145,7 @@ def build_sites(
                     ops,
                     max((s.bytes or 0) for s in members) or None,
                     list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
+                    {(frame.file, frame.func) for s in members for frame in s.stack},
                 ),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),

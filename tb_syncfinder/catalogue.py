@@ -895,6 +895,65 @@ def host_to_device_pattern(ops: list[str], nbytes: int | None) -> str | None:
     return None
 
 
+# --- syncs made inside a library the user called ------------------------------------------
+
+
+class LibraryAdvice(msgspec.Struct, frozen=True):
+    """A fix for syncs whose stack runs a function of ``funcs`` in a library file ending in
+    ``file``: the user called the library, whose code they do not change, so the fix is in
+    how they call it."""
+
+    file: str
+    funcs: frozenset[str]
+    advice: Advice
+
+
+LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    # GradScaler.step reads found_inf (``sum(v.item() ...)`` in ``_maybe_opt_step``) for an
+    # optimizer without a fused step; a fused one takes found_inf as a tensor. Measured on an
+    # H200 (docs/validation.md, section 5): the read cost 3.8 ms of a 16.9 ms step.
+    LibraryAdvice(
+        "torch/amp/grad_scaler.py",
+        frozenset({"_maybe_opt_step", "<genexpr>"}),
+        Advice(
+            title="Use a fused optimizer: GradScaler.step then reads nothing back",
+            text=(
+                "`scaler.step(optimizer)` checks whether a gradient overflowed with "
+                "`found_inf.item()` before it steps an optimizer, and that read waits for the "
+                "whole backward pass. An optimizer built with `fused=True` (Adam, AdamW, SGD, "
+                "Adagrad) takes the flag on the device and skips the update there, with no "
+                "read, and its kernels are faster too. Or train in bfloat16, which needs no "
+                "GradScaler."
+            ),
+            before=(
+                "optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)\n"
+                "...\n"
+                "scaler.step(optimizer)   # reads found_inf: waits for the backward\n"
+            ),
+            after=(
+                "optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)\n"
+                "...\n"
+                "scaler.step(optimizer)   # found_inf stays on the device\n"
+            ),
+        ),
+    ),
+)
+
+
+def _frame_matches(path: str, func: str, file: str, funcs: frozenset[str]) -> bool:
+    return path.replace("\\", "/").endswith(file) and (not funcs or func in funcs)
+
+
+def library_advice(frames: Iterable[tuple[str, str]]) -> Advice | None:
+    """The ``LIBRARY_ADVICE`` fix of a sync whose stack has these ``(file, function)``
+    frames (any order), if one of them ran the library code that syncs."""
+    frames = list(frames)
+    for entry in LIBRARY_ADVICE:
+        if any(_frame_matches(path, func, entry.file, entry.funcs) for path, func in frames):
+            return entry.advice
+    return None
+
+
 # --- a tensor turned into text ----------------------------------------------------------
 
 # torch's own module that formats a tensor as text: ``print(t)``, ``str(t)``, ``repr(t)``,
@@ -931,16 +990,34 @@ TENSOR_TEXT_ADVICE = Advice(
 # shuffle with ``torch.randperm(n).tolist()``). Its would-be syncs in a CPU-only trace
 # are not listed as latent: on a GPU they wait for nothing.
 HOST_ONLY_LIBRARY_DIRS = ("torch/utils/data/",)
+# Library functions whose reads are of host tensors on a GPU run too: an optimizer keeps its
+# step counter on the CPU unless it is capturable or fused, and ``_get_value`` reads it (with
+# ``item``) every step, once per parameter.
+HOST_ONLY_LIBRARY_FUNCS = (("torch/optim/optimizer.py", frozenset({"_get_value"})),)
+# Fused optimizer kernels whose CPU implementation reads its step counters and learning rate
+# with ``item``; their device kernels take them as tensors.
+CPU_KERNEL_READ_OPS = frozenset(
+    {"aten::_fused_adam_", "aten::_fused_adamw_", "aten::_fused_sgd_", "aten::_fused_adagrad_"}
+)
 
 
-def in_host_only_library(files: Iterable[str]) -> bool:
-    """Whether a stack with these files ran through host-only library code."""
-    return any(
-        marker in path.replace("\\", "/")
-        for path in files
-        if path
-        for marker in HOST_ONLY_LIBRARY_DIRS
-    )
+def in_host_only_library(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -> bool:
+    """Whether a latent sync with these ``(file, function)`` stack frames and operator
+    chain reads host tensors by construction: host-only library code, an optimizer's step
+    counter, or a fused optimizer's CPU kernel."""
+    if any(op in CPU_KERNEL_READ_OPS for op in ops):
+        return True
+    for path, func in frames:
+        if not path:
+            continue
+        normal = path.replace("\\", "/")
+        if any(marker in normal for marker in HOST_ONLY_LIBRARY_DIRS):
+            return True
+        if any(
+            _frame_matches(normal, func, file, funcs) for file, funcs in HOST_ONLY_LIBRARY_FUNCS
+        ):
+            return True
+    return False
 
 
 def formats_tensor(files: Iterable[str]) -> bool:
@@ -954,17 +1031,19 @@ def advice_for(
     ops: list[str],
     bytes: int | None = None,
     forward_ops: Sequence[str] = (),
+    frames: Iterable[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
     copied (None: unknown). ``forward_ops``: a backward site's forward operators, what the
     user wrote (``x[mask]``'s backward syncs in ``aten::nonzero``, and its fix is the
-    mask's): they pick an operator's fix first; the copy patterns read ``ops`` alone."""
+    mask's): they pick an operator's fix first; the copy patterns read ``ops`` alone.
+    ``frames``: ``(file, function)`` of the syncs' stacks, for a library's own fix."""
     record = kind(kind_name)
-    refinement = None
-    if TENSOR_TEXT_OP in ops:
-        refinement = TENSOR_TEXT_ADVICE
-    elif kind_name == BLOCKING_HOST_TO_DEVICE:
+    # A print, then a library's own fix (its code is not the user's to change), then what
+    # was copied, then the operators.
+    refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames)
+    if refinement is None and kind_name == BLOCKING_HOST_TO_DEVICE:
         pattern = host_to_device_pattern(ops, bytes)
         refinement = HOST_TO_DEVICE_ADVICE[pattern] if pattern else None
     if refinement is None:

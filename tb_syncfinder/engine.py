@@ -430,12 +430,15 @@ def _latent_where_it_may_sync(
     """A CPU-only trace's latent findings, less those that would wait for nothing on a GPU
     either: recorded Tensor method calls the user's code did not make itself (a library's
     ``.tolist()`` is of host tensors as often as not; ``catalogue.LATENT_TENSOR_METHODS``)
-    and anything run by data loading (``catalogue.HOST_ONLY_LIBRARY_DIRS``)."""
+    and reads of host tensors by construction: data loading, an optimizer's step counter,
+    a fused optimizer's CPU kernel (``catalogue.in_host_only_library``)."""
     kept = [
         n
         for n, (episode, attribution) in enumerate(zip(episodes, attributions, strict=True))
         if (not episode.method or attribution.called == episode.method)
-        and not in_host_only_library(frame.file for frame in attribution.stack)
+        and not in_host_only_library(
+            ((frame.file, frame.func) for frame in attribution.stack), attribution.op_chain
+        )
     ]
     return [episodes[n] for n in kept], [attributions[n] for n in kept]
 

@@ -140,3 +140,30 @@ def test_whether_a_thread_runs_python_is_read_once_per_thread_not_once_per_sync(
     flags = engine._on_collective_worker(episodes, attributions)
     assert len(episodes) == 40 and not any(flags)
     assert CountingKinds.asked <= len(tl.threads)
+
+
+def test_a_sync_inside_grad_scalers_step_gets_the_fused_optimizer_fix() -> None:
+    step_frames = {
+        ("torch/amp/grad_scaler.py", "<genexpr>"),
+        ("torch/amp/grad_scaler.py", "_maybe_opt_step"),
+        ("train.py", "main"),
+    }
+    ops = ["aten::item", "aten::_local_scalar_dense"]
+    advice = catalogue.advice_for(catalogue.SCALAR_READBACK, ops, frames=step_frames)
+    assert advice["title"].startswith("Use a fused optimizer") and "fused=True" in advice["after"]
+    # Windows paths too; and scaler.get_scale() reads the scale the user asked for: the
+    # kind's own fix (read it every N steps).
+    windows = {("C:\\venv\\Lib\\site-packages\\torch\\amp\\grad_scaler.py", "<genexpr>")}
+    assert catalogue.advice_for(catalogue.SCALAR_READBACK, ops, frames=windows) == advice
+    get_scale = {("torch/amp/grad_scaler.py", "get_scale")}
+    plain = catalogue.advice_for(catalogue.SCALAR_READBACK, ops, frames=get_scale)
+    assert plain["title"] == catalogue.kind(catalogue.SCALAR_READBACK).advice.title
+
+
+def test_reads_of_host_tensors_by_construction_are_not_latent() -> None:
+    host_only = catalogue.in_host_only_library
+    assert host_only([("torch/optim/optimizer.py", "_get_value"), ("train.py", "main")])
+    assert host_only([("torch/utils/data/dataloader.py", "__iter__")])
+    assert host_only([("train.py", "main")], ["aten::_fused_adamw_", "aten::item"])
+    assert not host_only([("torch/optim/optimizer.py", "step"), ("train.py", "main")])
+    assert not host_only([("torch/amp/grad_scaler.py", "<genexpr>")], ["aten::item"])

@@ -595,3 +595,64 @@ def test_latent_copies_are_the_users_own_once_per_copy_whatever_the_tensor_type(
         ("edge_copies.py", TOLIST_NEXT, "aten::to"): 4,
     }
     assert not any("torch/utils/data" in f.file for s in report.latent for f in s.stack)
+
+
+# -- mixed precision: GradScaler and the optimizers' own reads ------------------------------
+
+GRAD_SCALER = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    def main(logdir, fused, optimizer_name):
+        torch.manual_seed(0)
+        layers = [torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)]
+        model = torch.nn.Sequential(*layers)
+        make = getattr(torch.optim, optimizer_name)
+        optimizer = make(model.parameters(), lr=1e-3, fused=fused)
+        scaler = torch.amp.GradScaler("cpu")
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=0, warmup=1, active=3),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for _ in range(4):
+                x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+                optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                prof.step()
+    """
+)
+SCALER_STEP = GRAD_SCALER.splitlines().index("            scaler.step(optimizer)") + 1
+
+
+@pytest.mark.parametrize("optimizer_name", ["AdamW", "SGD"])
+@pytest.mark.parametrize("fused", [False, True], ids=["default", "fused"])
+def test_grad_scalers_read_is_listed_with_the_fused_fix_and_optimizer_internals_are_not(
+    tmp_path, optimizer_name, fused
+):
+    """``scaler.step`` reads ``found_inf`` for an optimizer without a fused step, which waits
+    on a GPU (checked on an H200: ``tests/gpu_shapes``); a fused one reads nothing. The
+    optimizers' own ``item`` calls on a CPU run read host tensors on a GPU run too: Adam's
+    step counter (``_get_value``, once per parameter) and the fused CPU kernels' scalars.
+    ``main`` runs when profiling starts and calls two ``step`` methods: ``prof.step()`` is
+    the profiler's, so the sync's line is ``scaler.step``'s, exact (it was both, inexact)."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "amp_loop.py"
+    path.write_text(GRAD_SCALER)
+    module = _load(path, "amp_loop")
+    module.main(str(tmp_path / "logs" / "run"), fused, optimizer_name)
+    sys.modules.pop("amp_loop", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    sites = {(Path(s.file).name, s.line): s for s in report.latent_sites}
+    if fused:
+        assert sites == {}
+        return
+    assert list(sites) == [("amp_loop.py", SCALER_STEP)]
+    site = sites["amp_loop.py", SCALER_STEP]
+    assert site.per_step == 1.0 and site.line_exact
+    assert site.advice["title"].startswith("Use a fused optimizer")
+    assert "fused=True" in site.advice["after"]

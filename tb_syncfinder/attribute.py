@@ -17,7 +17,7 @@ from tb_syncfinder.callorder import N, P
 from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
-from tb_syncfinder.source import SourcePack, callee_groups
+from tb_syncfinder.source import FRAMELESS_NAMES, MODULE_CALL, SourcePack, callee_groups
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
 
 if TYPE_CHECKING:
@@ -442,7 +442,15 @@ class Attributor:
         frame = self.frame(thread, index)
         return frame is not None and frame.func == "step" and _is_profiler_file(frame.file)
 
+    def _module_class(self, thread: HostThread, index: int) -> str | None:
+        """The class of the nn.Module whose call a frame (``_call_impl``) is the body of."""
+        parent = self.tree(thread).parent.get(index, -1)
+        name = thread.nodes[parent].name if parent >= 0 else ""
+        return module_name(name) if name.startswith(_MODULE_PREFIX) else None
+
     def _has_path(self, thread: HostThread, index: int, names: tuple[str, ...]) -> bool:
+        if names[0].startswith(MODULE_CALL):
+            return self._module_class(thread, index) == names[0][len(MODULE_CALL) :]
         frame = self.frame(thread, index)
         if frame is None or frame.func != names[0]:
             return False
@@ -552,6 +560,20 @@ class Attributor:
         called_before = None
         if path:
             child = frames[level - 1][0]
+            cls = self._module_class(thread, child)
+            if cls is not None:
+                # An nn.Module called: the source calls it by the name of an instance of
+                # its class (``encoder(x)``), not by any frame's name.
+                names = (MODULE_CALL + cls,)
+                tokens, positions = self._sequence(thread, index, names)
+                groups.append(names)
+                position = positions.get(child)
+                observed.append(
+                    Observed(tokens, position, (thread.pid, thread.tid, index, names))
+                    if position is not None
+                    else None
+                )
+            named = len(groups)  # the groups of frame names start here
             for depth in range(min(len(path), _MAX_CALL_DEPTH)):
                 names = tuple(path[: depth + 1])
                 groups.append((names[-1],))
@@ -566,12 +588,15 @@ class Attributor:
                 # A Python function whose frames carry another name than the one called
                 # (torch.unique runs as boolean_dispatch's ``fn``): the names that usually
                 # run the operator, except those the trace shows as built-in calls (a
-                # ``.item()`` in the user's code would have its own built-in frame).
+                # ``.item()`` in the user's code would have its own built-in frame), and
+                # never an evaluation point without a frame: the frame was called
+                # (``Normal(loc, scale, validate_args=not fixed)`` syncs in ``__init__``,
+                # not at ``not fixed``).
                 builtins = self.builtin_names()
                 chain = [thread.nodes[i].name for i in op_chain(thread, op)]
-                first = observed[0] if observed else None
+                first = observed[named] if len(observed) > named else None
                 for group in callee_groups(None, chain):
-                    kept = tuple(n for n in group if n not in builtins)
+                    kept = tuple(n for n in group if n not in builtins and n not in FRAMELESS_NAMES)
                     if kept and kept not in groups:
                         groups.append(kept)
                         observed.append(first)

@@ -118,6 +118,8 @@ _DUNDER_KINDS = {
     "__bool__": "truth",
     "format": "format",
 }
+# Names that stand for evaluation points, not calls: what a called Python frame never is.
+FRAMELESS_NAMES = frozenset(_DUNDER_KINDS) - {"__iter__", "__next__", "__enter__", "__exit__"}
 # Operators run without a call frame (attribute's classes): ``if t`` / ``bool(t)`` run
 # is_nonzero; ``float(t)``, ``int(t)``, and ``__index__`` (``lst[t]``, ``x[:t]``,
 # ``range(t)``, ``"%d" % t``) run item; ``t[mask]`` runs index; ``t[m] = v`` index_put_ or
@@ -177,8 +179,60 @@ def _may_index_with_tensor(node: ast.AST, slices: bool = False) -> bool:
     return True
 
 
+class Bindings(msgspec.Struct, frozen=True):
+    """What the names a file assigns stand for, by the name a call is made with (its last
+    part: ``encoder`` for ``self.encoder(x)``). ``aliases``: functions bound to another name
+    (``clip = nn.utils.clip_grad_norm_``); ``instances``: classes whose instances the name
+    holds (``encoder = nn.TransformerEncoder(...)``, ``self.encoder = ...``), for calls of
+    an nn.Module, which the trace names by class."""
+
+    aliases: dict[str, frozenset[str]] = {}
+    instances: dict[str, frozenset[str]] = {}
+
+
+NO_BINDINGS = Bindings()
+
+
+def _constructed_class(value: ast.AST) -> str | None:
+    """``Cls`` for ``Cls(...)``, ``mod.Cls(...)`` and method chains on one
+    (``nn.GRU(...).to(device).eval()``): a call of a capitalised name."""
+    while isinstance(value, ast.Call):
+        name = _call_name(value)
+        if name and name[:1].isupper():
+            return name
+        func = value.func
+        value = func.value if isinstance(func, ast.Attribute) else None
+    return None
+
+
+def _bind(node: ast.Assign, aliases: dict[str, set[str]], instances: dict[str, set[str]]) -> None:
+    targets = [
+        t.id if isinstance(t, ast.Name) else t.attr
+        for t in node.targets
+        if isinstance(t, (ast.Name, ast.Attribute))
+    ]
+    value = node.value
+    if isinstance(value, (ast.Name, ast.Attribute)):
+        bound = value.id if isinstance(value, ast.Name) else value.attr
+        for target in targets:
+            aliases.setdefault(target, set()).add(bound)
+        return
+    cls = _constructed_class(value)
+    if cls is not None:
+        for target in targets:
+            instances.setdefault(target, set()).add(cls)
+
+
+# A group for a call of an nn.Module: the class the trace's ``nn.Module: Cls_0`` entry
+# names, after this prefix (attribute makes it; the source matches instances of it).
+MODULE_CALL = "<module>"
+
+
 def _matcher(
-    group: tuple[str, ...], optional_calls: bool, profiler_names: frozenset[str]
+    group: tuple[str, ...],
+    optional_calls: bool,
+    profiler_names: frozenset[str],
+    bindings: Bindings = NO_BINDINGS,
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
@@ -187,11 +241,13 @@ def _matcher(
     kinds: set[str] = set()  # evaluation point kinds that emit N
     typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
     calls = set() if frameless else set(group)
+    modules = {n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
     if "__bool__" in calls:
         typed_calls.add("bool")
+    constructs = "__init__" in calls
 
     def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
         if frameless:
@@ -208,8 +264,15 @@ def _matcher(
             # (``scaler.step(optimizer)``, ``optimizer.step()``): the trace observes it so.
             if name == "step" and isinstance(receiver, ast.Name) and receiver.id in profiler_names:
                 return P, False
-            if name in calls:
+            if name in calls or not calls.isdisjoint(bindings.aliases.get(name or "", ())):
                 return N, optional_calls
+            if modules and not modules.isdisjoint(bindings.instances.get(name or "", ())):
+                return N, optional_calls
+            if constructs and name and name[:1].isupper():
+                # A frame named __init__ is a class called by its own name, which the trace
+                # does not give: any class-like call may be it, or a class without a Python
+                # __init__ (no frame).
+                return N, True
             if name == "step" and not profiler_names:
                 return P, True  # which .step() is the profiler's is not known
             return None, False
@@ -373,6 +436,8 @@ class _ParsedFile:
         self.scopes: dict[int, list[ast.AST]] = {}
         self.functions: dict[int, ast.AST] = {}
         names: set[str] = set()
+        aliases: dict[str, set[str]] = {}
+        instances: dict[str, set[str]] = {}
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_SCOPE_NAMES)):
                 first = node.lineno
@@ -388,10 +453,16 @@ class _ParsedFile:
                     node.optional_vars, ast.Name
                 ):
                     names.add(node.optional_vars.id)
-            elif isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
-                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.Assign):
+                if _call_name(node.value) in _PROFILE_CLASSES:
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                _bind(node, aliases, instances)
         # Names bound to a torch.profiler.profile object: their .step() is the profiler's.
         self.profiler_names = frozenset(names)
+        self.bindings = Bindings(
+            {k: frozenset(v) for k, v in aliases.items()},
+            {k: frozenset(v) for k, v in instances.items()},
+        )
 
     def scope_at(self, line: int, func: str) -> ast.AST | None:
         """The function (lambda, comprehension) whose frame is named ``func`` at its first
@@ -937,7 +1008,7 @@ class SourceResolver:
         key = (path, id(scope), group, optional_calls, start, prefix)
         automaton = self._automata.get(key)
         if automaton is None:
-            matcher = _matcher(group, optional_calls, parsed.profiler_names)
+            matcher = _matcher(group, optional_calls, parsed.profiler_names, parsed.bindings)
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton
         return automaton

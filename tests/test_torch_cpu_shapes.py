@@ -656,3 +656,83 @@ def test_grad_scalers_read_is_listed_with_the_fused_fix_and_optimizer_internals_
     assert site.per_step == 1.0 and site.line_exact
     assert site.advice["title"].startswith("Use a fused optimizer")
     assert "fused=True" in site.advice["after"]
+
+
+# -- syncs inside library calls: module instances, aliases, classes -------------------------
+
+LIBRARY_CALLS = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+        def forward(self, x, causal):
+            hidden = x * 2
+            return self.encoder(hidden, mask=causal)  # sync: member
+
+
+    def main(logdir, fixed=False):
+        torch.manual_seed(0)
+        net = Net()
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).train()
+        clip = nn.utils.clip_grad_norm_
+        causal = nn.Transformer.generate_square_subsequent_mask(6)
+        x = torch.randn(4, 6, 16)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=0, warmup=1, active=2),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for _ in range(3):
+                out = encoder(x, mask=causal)  # sync: local
+                out = net(out, causal)
+                mean, std = out[:, 0, :4], out[:, 0, 4:8].exp()
+                policy = torch.distributions.Normal(
+                    mean, std, validate_args=not fixed)  # sync: validate
+                loss = out.pow(2).mean() - policy.rsample().mean()
+                loss.backward()
+                clip(net.parameters(), 1.0, error_if_nonfinite=not fixed)  # sync: alias
+                prof.step()
+    """
+)
+
+
+def _marked(text: str) -> dict[str, int]:
+    return {
+        line.split("# sync: ")[1]: number
+        for number, line in enumerate(text.splitlines(), 1)
+        if "# sync: " in line
+    }
+
+
+def test_syncs_in_library_calls_are_placed_at_the_call_the_user_wrote(tmp_path):
+    """A module called by an instance's name (``encoder(x)``, ``self.encoder(h)``: the trace
+    names its class), a function called by an alias (``clip = nn.utils.clip_grad_norm_``)
+    and a class constructed over two lines with a truth test of a Python bool on the second
+    (``validate_args=not fixed``, not the sync): each sync at the line of the call, exact."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "library_calls.py"
+    path.write_text(LIBRARY_CALLS)
+    module = _load(path, "library_calls")
+    module.main(str(tmp_path / "logs" / "run"))
+    sys.modules.pop("library_calls", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    marks = _marked(LIBRARY_CALLS)
+    found = {
+        (s.source.line, s.source.line_exact, Path(s.source.library.file).name)
+        for s in report.latent
+        if s.source and s.source.library
+    }
+    # The Normal's call starts a line above its marker: Python gives a call its first line.
+    assert found == {
+        (marks["local"], True, "transformer.py"),
+        (marks["member"], True, "transformer.py"),
+        (marks["validate"] - 1, True, "distribution.py"),
+        (marks["alias"], True, "clip_grad.py"),
+    }, found

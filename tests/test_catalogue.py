@@ -167,3 +167,27 @@ def test_reads_of_host_tensors_by_construction_are_not_latent() -> None:
     assert host_only([("train.py", "main")], ["aten::_fused_adamw_", "aten::item"])
     assert not host_only([("torch/optim/optimizer.py", "step"), ("train.py", "main")])
     assert not host_only([("torch/amp/grad_scaler.py", "<genexpr>")], ["aten::item"])
+
+
+def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> None:
+    encoder_forward = {("torch/nn/modules/transformer.py", "forward")}
+    nested = catalogue.advice_for(
+        catalogue.DEVICE_TO_HOST_COPY,
+        ["aten::_nested_tensor_from_mask", "aten::copy_"],
+        frames=encoder_forward,
+    )
+    assert "enable_nested_tensor=False" in nested["after"]
+    # Another sync in the same forward (the user's own .item() on a hook, say) keeps its
+    # kind's fix; and so does any sync outside the library's frames.
+    other = catalogue.advice_for(catalogue.SCALAR_READBACK, ["aten::item"], frames=encoder_forward)
+    assert other["title"] == catalogue.kind(catalogue.SCALAR_READBACK).advice.title
+    for entry in catalogue.LIBRARY_ADVICE:
+        assert entry.file.startswith("torch/") and entry.file.endswith(".py")
+        assert all(op.startswith("aten::") for op in entry.ops)
+
+
+def test_sampling_with_torch_normal_gets_the_reparameterised_draw() -> None:
+    advice = catalogue.advice_for(
+        catalogue.SCALAR_READBACK, ["aten::normal", "aten::item", "aten::_local_scalar_dense"]
+    )
+    assert "rsample().detach()" in advice["after"]

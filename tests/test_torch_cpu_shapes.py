@@ -715,7 +715,8 @@ def test_syncs_in_library_calls_are_placed_at_the_call_the_user_wrote(tmp_path):
     """A module called by an instance's name (``encoder(x)``, ``self.encoder(h)``: the trace
     names its class), a function called by an alias (``clip = nn.utils.clip_grad_norm_``)
     and a class constructed over two lines with a truth test of a Python bool on the second
-    (``validate_args=not fixed``, not the sync): each sync at the line of the call, exact."""
+    (``validate_args=not fixed``, not the sync): each sync at the line of the call, exact,
+    with the fix of that call (``catalogue.LIBRARY_ADVICE``)."""
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "library_calls.py"
     path.write_text(LIBRARY_CALLS)
@@ -736,3 +737,11 @@ def test_syncs_in_library_calls_are_placed_at_the_call_the_user_wrote(tmp_path):
         (marks["validate"] - 1, True, "distribution.py"),
         (marks["alias"], True, "clip_grad.py"),
     }, found
+    # Each gets the fix of how the library is called, not "do not branch on a GPU tensor".
+    titles = {s.line: s.advice["title"] for s in report.latent_sites}
+    assert titles == {
+        marks["local"]: "Pass is_causal=True with a causal mask",
+        marks["member"]: "Pass is_causal=True with a causal mask",
+        marks["validate"] - 1: "Turn off torch.distributions' argument checks in the training loop",
+        marks["alias"]: "Leave error_if_nonfinite off in clip_grad_norm_",
+    }, titles

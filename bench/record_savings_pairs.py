@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for pair in args.only or wl.PAIRS:
         row: dict = {}
-        variants = wl.VARIANTS + tuple(wl.PARTIALS.get(pair, ()))
+        variants = wl.VARIANTS + tuple(wl.PARTIALS.get(pair, ())) + wl.EXTRAS.get(pair, ())
         try:
             for variant in variants:
                 started = time.perf_counter()
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         info["pairs"][pair] = row
         (args.out / PAIRS_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         base, fixed = row.get("baseline", {}), row.get("fixed", {})
-        for partial in wl.PARTIALS.get(pair, ()):
+        for partial in (*wl.PARTIALS.get(pair, ()), *wl.EXTRAS.get(pair, ())):
             if "median_ms" in row.get(partial, {}):
                 print(f"  {pair} {partial}: {row[partial]['median_ms']:.2f} ms per step")
         print(

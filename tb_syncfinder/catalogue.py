@@ -926,7 +926,37 @@ class LibraryAdvice(msgspec.Struct, frozen=True):
     ops: frozenset[str] = frozenset()
 
 
+# Hugging Face Transformers checks whether an attention mask masks anything before SDPA
+# (5.x: masking_utils; 4.x: modeling_attn_mask_utils, same function). Measured on an H200
+# with transformers 5.17: one read per forward with a mask of ones, none without a mask.
+_HF_MASK_ADVICE = Advice(
+    title="Pass attention_mask=None when no sequence is padded",
+    text=(
+        "Before attention, Hugging Face Transformers reads on the host whether the attention "
+        "mask masks anything (`_ignore_causal_mask_sdpa`), to run SDPA's causal kernel "
+        "without a mask: a read-back on every forward. When batches are not padded "
+        "(fixed-length or packed sequences), do not pass the mask: a tokenizer returns one "
+        "of ones anyway. With padded batches the read stays."
+    ),
+    before=(
+        'batch = tokenizer(texts, return_tensors="pt").to(device)\n'
+        "out = model(**batch)                 # attention_mask of ones: read on the host\n"
+    ),
+    after=(
+        'batch = tokenizer(texts, return_tensors="pt").to(device)\n'
+        'out = model(batch["input_ids"])     # no padding: no mask to check\n'
+    ),
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    LibraryAdvice(
+        "transformers/masking_utils.py", frozenset({"_ignore_causal_mask_sdpa"}), _HF_MASK_ADVICE
+    ),
+    LibraryAdvice(
+        "transformers/modeling_attn_mask_utils.py",
+        frozenset({"_ignore_causal_mask_sdpa"}),
+        _HF_MASK_ADVICE,
+    ),
     # GradScaler.step reads found_inf (``sum(v.item() ...)`` in ``_maybe_opt_step``) for an
     # optimizer without a fused step; a fused one takes found_inf as a tensor. Measured on an
     # H200 (docs/validation.md, section 5): the read cost 3.8 ms of a 16.9 ms step.
@@ -1029,8 +1059,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
                 "padded batch into a nested tensor: torch reads the sequence lengths from the "
                 "mask on the host, and copies back and forth around the layers, waiting each "
                 "time. With `enable_nested_tensor=False` the padded positions are computed and "
-                "masked instead, without waiting. With heavy padding the nested path saves "
-                "compute: time both."
+                "masked instead, without waiting (an `nn.Transformer` builds its own encoder: "
+                "set `model.encoder.use_nested_tensor = False`). With heavy padding the nested "
+                "path saves compute: time both."
             ),
             before=(
                 "encoder = nn.TransformerEncoder(layer, num_layers)\n"
@@ -1056,10 +1087,12 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         Advice(
             title="Pass is_causal=True with a causal mask",
             text=(
-                "Given a `mask` and no `is_causal`, `nn.TransformerEncoder` (and "
-                "`nn.Transformer`, `nn.TransformerDecoder`) compares the mask with a causal "
+                "Given a mask and no word on whether it is causal, `nn.TransformerEncoder`, "
+                "`nn.TransformerDecoder` and `nn.Transformer` compare the mask with a causal "
                 "one on the host to pick the causal kernels: a read-back on every call. Say "
-                "what the mask is: `is_causal=True` (or `False`)."
+                "what the mask is: `is_causal=True` (or `False`) to an encoder, "
+                "`tgt_is_causal=True` to a decoder, `src_is_causal` / `tgt_is_causal` to an "
+                "`nn.Transformer`."
             ),
             before="out = encoder(x, mask=causal)\n",
             after="out = encoder(x, mask=causal, is_causal=True)\n",
@@ -1122,10 +1155,14 @@ TENSOR_TEXT_ADVICE = Advice(
 # shuffle with ``torch.randperm(n).tolist()``). Its would-be syncs in a CPU-only trace
 # are not listed as latent: on a GPU they wait for nothing.
 HOST_ONLY_LIBRARY_DIRS = ("torch/utils/data/",)
-# Library functions whose reads are of host tensors on a GPU run too: an optimizer keeps its
-# step counter on the CPU unless it is capturable or fused, and ``_get_value`` reads it (with
-# ``item``) every step, once per parameter.
+# Library functions whose reads are of host tensors on a GPU run too, by the optimizer that
+# calls them: these keep a parameter's step counter on the CPU unless the optimizer is
+# capturable or fused, and read it with ``_get_value`` (``item``) every step, once per
+# parameter. ASGD keeps its step, eta and mu on the parameter's device: its reads sync.
 HOST_ONLY_LIBRARY_FUNCS = (("torch/optim/optimizer.py", frozenset({"_get_value"})),)
+HOST_STEP_OPTIMIZER_FILES = tuple(
+    f"torch/optim/{name}.py" for name in ("adam", "adamw", "adamax", "adagrad", "nadam", "radam")
+)
 # Fused optimizer kernels whose CPU implementation reads its step counters and learning rate
 # with ``item``; their device kernels take them as tensors.
 CPU_KERNEL_READ_OPS = frozenset(
@@ -1134,19 +1171,18 @@ CPU_KERNEL_READ_OPS = frozenset(
 
 
 def in_host_only_library(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -> bool:
-    """Whether a latent sync with these ``(file, function)`` stack frames and operator
-    chain reads host tensors by construction: host-only library code, an optimizer's step
-    counter, or a fused optimizer's CPU kernel."""
+    """Whether a latent sync with these ``(file, function)`` stack frames (innermost first)
+    and operator chain reads host tensors by construction: host-only library code, an
+    optimizer's step counter, or a fused optimizer's CPU kernel."""
     if any(op in CPU_KERNEL_READ_OPS for op in ops):
         return True
-    for path, func in frames:
-        if not path:
-            continue
-        normal = path.replace("\\", "/")
-        if any(marker in normal for marker in HOST_ONLY_LIBRARY_DIRS):
+    normal = [(path.replace("\\", "/"), func) for path, func in frames if path]
+    for index, (path, func) in enumerate(normal):
+        if any(marker in path for marker in HOST_ONLY_LIBRARY_DIRS):
             return True
-        if any(
-            _frame_matches(normal, func, file, funcs) for file, funcs in HOST_ONLY_LIBRARY_FUNCS
+        caller = normal[index + 1][0] if index + 1 < len(normal) else ""
+        if caller.endswith(HOST_STEP_OPTIMIZER_FILES) and any(
+            _frame_matches(path, func, file, funcs) for file, funcs in HOST_ONLY_LIBRARY_FUNCS
         ):
             return True
     return False

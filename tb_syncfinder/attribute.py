@@ -17,7 +17,13 @@ from tb_syncfinder.callorder import N, P
 from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
-from tb_syncfinder.source import FRAMELESS_NAMES, MODULE_CALL, SourcePack, callee_groups
+from tb_syncfinder.source import (
+    FRAMELESS_NAMES,
+    INIT_CALL,
+    MODULE_CALL,
+    SourcePack,
+    callee_groups,
+)
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
 
 if TYPE_CHECKING:
@@ -452,6 +458,9 @@ class Attributor:
         if names[0].startswith(MODULE_CALL):
             return self._module_class(thread, index) == names[0][len(MODULE_CALL) :]
         frame = self.frame(thread, index)
+        if names[0].startswith(INIT_CALL):
+            where = f"{INIT_CALL}{frame.file}:{frame.line}" if frame is not None else None
+            return where == names[0] and frame.func == "__init__"  # type: ignore[union-attr]
         if frame is None or frame.func != names[0]:
             return False
         return len(names) == 1 or any(
@@ -499,11 +508,13 @@ class Attributor:
         kids = self._kids(thread, frame_index)
         if isinstance(match, tuple):  # a path of call names under this frame
             for child in kids:
-                if self._has_path(thread, child, match):
+                # The profiler's step first: a sync in another ``step`` (``scaler.step``,
+                # ``sched.step``) has the group ("step",) too.
+                if self._is_profiler_step(thread, child):
+                    tokens.append(P)
+                elif self._has_path(thread, child, match):
                     positions[child] = len(tokens)
                     tokens.append(N)
-                elif self._is_profiler_step(thread, child):
-                    tokens.append(P)
         else:  # frameless operators: ``match`` holds (operator name, token) pairs
             labels = dict(match)
             steps = [c for c in kids if self._is_profiler_step(thread, c)]
@@ -576,6 +587,11 @@ class Attributor:
             named = len(groups)  # the groups of frame names start here
             for depth in range(min(len(path), _MAX_CALL_DEPTH)):
                 names = tuple(path[: depth + 1])
+                if names == ("__init__",):
+                    # A class called: the source calls it by the class's name, which only
+                    # its ``__init__``'s file and line tell (and only its own calls count).
+                    callee = frames[level - 1][1]
+                    names = (f"{INIT_CALL}{callee.file}:{callee.line}",)
                 groups.append((names[-1],))
                 tokens, positions = self._sequence(thread, index, names)
                 position = positions.get(child)

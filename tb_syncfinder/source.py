@@ -38,7 +38,7 @@ import site
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -179,18 +179,32 @@ def _may_index_with_tensor(node: ast.AST, slices: bool = False) -> bool:
     return True
 
 
-class Bindings(msgspec.Struct, frozen=True):
-    """What the names a file assigns stand for, by the name a call is made with (its last
-    part: ``encoder`` for ``self.encoder(x)``). ``aliases``: functions bound to another name
-    (``clip = nn.utils.clip_grad_norm_``); ``instances``: classes whose instances the name
-    holds (``encoder = nn.TransformerEncoder(...)``, ``self.encoder = ...``), for calls of
-    an nn.Module, which the trace names by class."""
+class Bindings(NamedTuple):
+    """What names stand for where a call is made, by the name it is made with.
+    ``aliases``: functions bound to another name (``clip = nn.utils.clip_grad_norm_``);
+    ``instances``: classes whose instances the name holds (``encoder =
+    nn.TransformerEncoder(...)``), for calls of an nn.Module, which the trace names by its
+    class. ``names`` are plain names bound in the calling function, the functions around it
+    or the module; ``attributes`` are attributes assigned anywhere in the file
+    (``self.encoder = ...`` in ``__init__``, called as ``self.encoder(x)``)."""
 
-    aliases: dict[str, frozenset[str]] = {}
-    instances: dict[str, frozenset[str]] = {}
+    names: dict[str, frozenset[str]]
+    attributes: dict[str, frozenset[str]]
+
+    def of_call(self, node: ast.AST) -> frozenset[str]:
+        """What the callee of ``node`` (a call) may be bound to."""
+        func = getattr(node, "func", None)
+        if isinstance(func, ast.Name):
+            return self.names.get(func.id, frozenset())
+        if isinstance(func, ast.Attribute):
+            return self.attributes.get(func.attr, frozenset())
+        return frozenset()
 
 
-NO_BINDINGS = Bindings()
+NO_BINDINGS = Bindings({}, {})
+# Values of the bindings: an alias is bound to the name it stands for, an instance to
+# this prefix and its class.
+INSTANCE_OF = "<instance>"
 
 
 def _constructed_class(value: ast.AST) -> str | None:
@@ -205,27 +219,75 @@ def _constructed_class(value: ast.AST) -> str | None:
     return None
 
 
-def _bind(node: ast.Assign, aliases: dict[str, set[str]], instances: dict[str, set[str]]) -> None:
-    targets = [
-        t.id if isinstance(t, ast.Name) else t.attr
-        for t in node.targets
-        if isinstance(t, (ast.Name, ast.Attribute))
-    ]
-    value = node.value
-    if isinstance(value, (ast.Name, ast.Attribute)):
-        bound = value.id if isinstance(value, ast.Name) else value.attr
+def _bound_to(value: ast.AST | None) -> str | None:
+    """What an assignment's value binds its target to, for ``Bindings``."""
+    if isinstance(value, ast.Name):
+        return value.id
+    if isinstance(value, ast.Attribute):
+        return value.attr
+    cls = _constructed_class(value) if value is not None else None
+    return INSTANCE_OF + cls if cls else None
+
+
+class _BindingCollector(ast.NodeVisitor):
+    """Every assignment's binding, plain names per function (module-level under id of the
+    module), attributes for the whole file."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.scopes: list[ast.AST] = [tree]
+        self.enclosing: dict[int, list[int]] = {}  # scope id -> its and its enclosers' ids
+        self.names: dict[int, dict[str, set[str]]] = {}
+        self.attributes: dict[str, set[str]] = {}
+        self.enclosing[id(tree)] = [id(tree)]
+        self.visit(tree)
+
+    def _function(self, node: ast.AST) -> None:
+        self.enclosing[id(node)] = [id(node), *self.enclosing[id(self.scopes[-1])]]
+        self.scopes.append(node)
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def _bind(self, targets: list[ast.AST], value: ast.AST | None) -> None:
+        bound = _bound_to(value)
+        if bound is None:
+            return
         for target in targets:
-            aliases.setdefault(target, set()).add(bound)
-        return
-    cls = _constructed_class(value)
-    if cls is not None:
-        for target in targets:
-            instances.setdefault(target, set()).add(cls)
+            if isinstance(target, ast.Name):
+                names = self.names.setdefault(id(self.scopes[-1]), {})
+                names.setdefault(target.id, set()).add(bound)
+            elif isinstance(target, ast.Attribute):
+                self.attributes.setdefault(target.attr, set()).add(bound)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._bind(node.targets, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._bind([node.target], node.value)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._bind([node.target], node.value)
+        self.generic_visit(node)
+
+    def bindings(self, scope: ast.AST) -> Bindings:
+        names: dict[str, frozenset[str]] = {}
+        # The innermost binding of a name wins, as Python looks it up.
+        for scope_id in reversed(self.enclosing.get(id(scope), self.enclosing[id(self.scopes[0])])):
+            for name, bound in self.names.get(scope_id, {}).items():
+                names[name] = frozenset(bound)
+        attributes = {name: frozenset(bound) for name, bound in self.attributes.items()}
+        return Bindings(names, attributes)
 
 
 # A group for a call of an nn.Module: the class the trace's ``nn.Module: Cls_0`` entry
 # names, after this prefix (attribute makes it; the source matches instances of it).
 MODULE_CALL = "<module>"
+# A group for a class called (its frame is ``__init__``): ``<init>FILE:LINE`` of that
+# ``__init__``, whose class the source resolver reads there.
+INIT_CALL = "<init>"
 
 
 def _matcher(
@@ -241,13 +303,12 @@ def _matcher(
     kinds: set[str] = set()  # evaluation point kinds that emit N
     typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
     calls = set() if frameless else set(group)
-    modules = {n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
+    modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
     if "__bool__" in calls:
         typed_calls.add("bool")
-    constructs = "__init__" in calls
 
     def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
         if frameless:
@@ -264,15 +325,11 @@ def _matcher(
             # (``scaler.step(optimizer)``, ``optimizer.step()``): the trace observes it so.
             if name == "step" and isinstance(receiver, ast.Name) and receiver.id in profiler_names:
                 return P, False
-            if name in calls or not calls.isdisjoint(bindings.aliases.get(name or "", ())):
+            bound = bindings.of_call(node)
+            if name in calls or not calls.isdisjoint(bound):
                 return N, optional_calls
-            if modules and not modules.isdisjoint(bindings.instances.get(name or "", ())):
+            if modules and not modules.isdisjoint(bound):
                 return N, optional_calls
-            if constructs and name and name[:1].isupper():
-                # A frame named __init__ is a class called by its own name, which the trace
-                # does not give: any class-like call may be it, or a class without a Python
-                # __init__ (no frame).
-                return N, True
             if name == "step" and not profiler_names:
                 return P, True  # which .step() is the profiler's is not known
             return None, False
@@ -422,6 +479,31 @@ def _parse_block(path: Path, lines: list[bytes], first: int, end: int) -> _Parse
     return _ParsedFile(tree)
 
 
+_CLASS_LINE = re.compile(rb"^([ \t]*)class[ \t]+(\w+)")
+_INIT_DEF_LINE = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+__init__\b")
+
+
+def _class_around(path: Path, def_line: int) -> str | None:
+    """The class whose ``def __init__`` is at ``def_line`` of ``path`` (the nearest ``class``
+    above it, less indented), read as text: a library's file is long to parse."""
+    try:
+        with open(path, "rb") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    if not 0 < def_line <= len(lines):
+        return None
+    at = _INIT_DEF_LINE.match(lines[def_line - 1])
+    if at is None:
+        return None  # another version of the file: no __init__ there
+    indent = len(at.group(1).expandtabs())
+    for text in reversed(lines[: def_line - 1]):
+        match = _CLASS_LINE.match(text)
+        if match and len(match.group(1).expandtabs()) < indent:
+            return match.group(2).decode("ascii", "replace")
+    return None
+
+
 def _first_line(node: ast.AST) -> int:
     """Where a scope's frame starts (``co_firstlineno``): its first decorator's line, if any."""
     decorators = getattr(node, "decorator_list", None) or []
@@ -436,8 +518,6 @@ class _ParsedFile:
         self.scopes: dict[int, list[ast.AST]] = {}
         self.functions: dict[int, ast.AST] = {}
         names: set[str] = set()
-        aliases: dict[str, set[str]] = {}
-        instances: dict[str, set[str]] = {}
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_SCOPE_NAMES)):
                 first = node.lineno
@@ -453,16 +533,18 @@ class _ParsedFile:
                     node.optional_vars, ast.Name
                 ):
                     names.add(node.optional_vars.id)
-            elif isinstance(node, ast.Assign):
-                if _call_name(node.value) in _PROFILE_CLASSES:
-                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-                _bind(node, aliases, instances)
+            elif isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         # Names bound to a torch.profiler.profile object: their .step() is the profiler's.
         self.profiler_names = frozenset(names)
-        self.bindings = Bindings(
-            {k: frozenset(v) for k, v in aliases.items()},
-            {k: frozenset(v) for k, v in instances.items()},
-        )
+        self._collector: _BindingCollector | None = None
+
+    def bindings(self, scope: ast.AST) -> Bindings:
+        """What the names a call in ``scope`` uses are bound to (collected once, when a
+        call is first looked for in this file)."""
+        if self._collector is None:
+            self._collector = _BindingCollector(self.tree)
+        return self._collector.bindings(scope)
 
     def scope_at(self, line: int, func: str) -> ast.AST | None:
         """The function (lambda, comprehension) whose frame is named ``func`` at its first
@@ -650,6 +732,7 @@ class SourceResolver:
         self.path_map = [(str(a), str(b)) for a, b in path_map]
         self._found: dict[str, Path | None] = {}
         self._found_library: dict[str, Path | None] = {}
+        self._init_classes: dict[tuple[str, str], str | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
@@ -958,7 +1041,8 @@ class SourceResolver:
                     )
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         prefix = start is not None or query.truncated or recorded_line is not None
-        for g, group in enumerate(query.groups):
+        for g, named in enumerate(query.groups):
+            group = self._class_called(named)
             automaton = self._automaton(
                 path, parsed, scope, group, query.optional_calls, start, prefix
             )
@@ -973,9 +1057,11 @@ class SourceResolver:
                 aligned = self._align(automaton, observed)
                 if aligned is not None:
                     lines = aligned
-                elif label != N:
+                elif label != N or group != named or group[0].startswith(MODULE_CALL):
                     # More frameless operators than the source's implicit calls can run:
-                    # one of them came from a point the model does not know.
+                    # one of them came from a point the model does not know. And a module
+                    # or class the source calls more often than found (through a loop
+                    # variable, an index, a parameter): a line found is one of them.
                     certain = False
             if len(lines) > 1 and label == "<truth>" and query.called_before:
                 lines = _truths_reading(scope, lines, query.called_before)
@@ -995,6 +1081,21 @@ class SourceResolver:
             frame.file, line, def_line, frame.func, False, resolved, recorded_line=recorded_line
         )
 
+    def _class_called(self, group: tuple[str, ...]) -> tuple[str, ...]:
+        """A class called (``INIT_CALL`` and its ``__init__``'s file and line) as its name,
+        read from the ``class`` statement around that def line (the trace names no class);
+        ``("__init__",)`` when the file is not found or holds no such def there."""
+        if not group or not group[0].startswith(INIT_CALL):
+            return group
+        file, _, line = group[0][len(INIT_CALL) :].rpartition(":")
+        key = (file, line)
+        if key not in self._init_classes:
+            found = self.find_file(file) or self.find_library_file(file)
+            cls = _class_around(found, int(line)) if found and line.isdigit() else None
+            self._init_classes[key] = cls
+        cls = self._init_classes[key]
+        return (cls,) if cls else ("__init__",)
+
     def _automaton(
         self,
         path: Path | None,
@@ -1008,7 +1109,7 @@ class SourceResolver:
         key = (path, id(scope), group, optional_calls, start, prefix)
         automaton = self._automata.get(key)
         if automaton is None:
-            matcher = _matcher(group, optional_calls, parsed.profiler_names, parsed.bindings)
+            matcher = _matcher(group, optional_calls, parsed.profiler_names, parsed.bindings(scope))
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton
         return automaton

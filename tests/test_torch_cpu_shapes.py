@@ -612,6 +612,7 @@ GRAD_SCALER = textwrap.dedent(
         make = getattr(torch.optim, optimizer_name)
         optimizer = make(model.parameters(), lr=1e-3, fused=fused)
         scaler = torch.amp.GradScaler("cpu")
+        sched = torch.optim.lr_scheduler.StepLR(optimizer, 10)
         with profile(activities=[ProfilerActivity.CPU], with_stack=True,
                      schedule=schedule(wait=0, warmup=1, active=3),
                      on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
@@ -623,6 +624,7 @@ GRAD_SCALER = textwrap.dedent(
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
+                sched.step()
                 prof.step()
     """
 )
@@ -638,8 +640,9 @@ def test_grad_scalers_read_is_listed_with_the_fused_fix_and_optimizer_internals_
     on a GPU (checked on an H200: ``tests/gpu_shapes``); a fused one reads nothing. The
     optimizers' own ``item`` calls on a CPU run read host tensors on a GPU run too: Adam's
     step counter (``_get_value``, once per parameter) and the fused CPU kernels' scalars.
-    ``main`` runs when profiling starts and calls two ``step`` methods: ``prof.step()`` is
-    the profiler's, so the sync's line is ``scaler.step``'s, exact (it was both, inexact)."""
+    ``main`` runs when profiling starts and calls three ``step`` methods: ``prof.step()`` is
+    the profiler's, so the sync's line is ``scaler.step``'s, exact (it was inexact, with
+    ``scaler.step``, ``sched.step`` and ``prof.step`` as candidates)."""
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "amp_loop.py"
     path.write_text(GRAD_SCALER)
@@ -745,3 +748,52 @@ def test_syncs_in_library_calls_are_placed_at_the_call_the_user_wrote(tmp_path):
         marks["validate"] - 1: "Turn off torch.distributions' argument checks in the training loop",
         marks["alias"]: "Leave error_if_nonfinite off in clip_grad_norm_",
     }, titles
+
+
+MODULES_IN_A_LIST = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    def block():
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+
+    def main(logdir):
+        torch.manual_seed(0)
+        blocks = [block() for _ in range(2)]
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        final = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        causal = nn.Transformer.generate_square_subsequent_mask(6)
+        x = torch.randn(4, 6, 16)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=0, warmup=1, active=2),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for _ in range(3):
+                out = x
+                for blk in blocks:
+                    out = blk(out, mask=causal)  # sync: loop
+                out = final(out, mask=causal, is_causal=True)
+                out.sum().backward()
+                prof.step()
+    """
+)
+
+
+def test_modules_called_through_a_loop_variable_are_not_pinned_on_the_one_named_call(tmp_path):
+    """``final`` is the one instance of the class the file names; the syncs are the two
+    ``blk(...)`` calls of the inner loop, whose instances come from a list. The trace shows
+    three calls of the class a step, the source names one: the sync's line is not claimed."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "module_list.py"
+    path.write_text(MODULES_IN_A_LIST)
+    module = _load(path, "module_list")
+    module.main(str(tmp_path / "logs" / "run"))
+    sys.modules.pop("module_list", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    assert report.latent and all(not s.source.line_exact for s in report.latent)
+    final_line = _marked(MODULES_IN_A_LIST)["loop"] + 1
+    assert all(s.source.line != final_line for s in report.latent)

@@ -35,6 +35,7 @@ FIXES = {
     "clip_nonfinite_baseline": {"Leave error_if_nonfinite off in clip_grad_norm_"},
     "encoder_padding_baseline": {"Build nn.TransformerEncoder with enable_nested_tensor=False"},
     "causal_mask_baseline": {"Pass is_causal=True with a causal mask"},
+    "hf_attention_mask_baseline": {"Pass attention_mask=None when no sequence is padded"},
 }
 
 
@@ -50,7 +51,8 @@ def reports():
 @pytest.mark.parametrize("shape", RECORDINGS)
 def test_every_real_recording_decodes_on_the_fast_path(shape: str) -> None:
     """ResNet-50 with every profiler option (record_shapes, stacks, memory, flops, CUPTI
-    sync records), Inductor's Triton kernels (cuLaunchKernel), CUDA graphs, cuDNN's RNN."""
+    sync records), Inductor's Triton kernels (cuLaunchKernel), a graph break, CUDA graphs,
+    cuDNN's RNN, a Hugging Face model."""
     data = read_trace(str(HERE / SHAPES["shapes"][shape]["trace"]))
     assert data.fast_path and data.slow_chunks == 0 and data.repairs == []
 

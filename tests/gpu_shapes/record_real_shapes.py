@@ -19,7 +19,9 @@ and, as ``<name>_baseline`` / ``<name>_fixed`` pairs, syncs that torch makes ins
 call the user wrote (``LIBRARY``; ``--only`` picks them, all run by default): a
 ``torch.distributions.Normal`` validated and sampled, ``pack_padded_sequence`` on unsorted
 lengths, ``clip_grad_norm_(error_if_nonfinite=True)``, ``nn.TransformerEncoder`` with a
-padding mask at inference (nested tensors) and with a causal mask but no ``is_causal``.
+padding mask at inference (nested tensors) and with a causal mask but no ``is_causal``, a Hugging
+Face GPT-2 given an attention mask of ones. Also ``compiled_graph_break`` (``loss.item()``
+inside a compiled function) and ``hf_gpt2`` (the GPT-2 on padded batches).
 
 Each shape also runs its profiled steps under ``torch.cuda.set_sync_debug_mode("warn")``; the
 innermost frame of each warning in this file gives the line torch says syncs. Writes
@@ -214,12 +216,72 @@ def causal_mask(fixed: bool, device: torch.device, steps: int, on_step) -> None:
         on_step()
 
 
+def compiled_graph_break(device: torch.device, steps: int, on_step: Callable[[], None]) -> None:
+    """``loss.item()`` inside a compiled function: a graph break, the rest of the function
+    run by torch.compile's resume function."""
+    model, optimizer, x, labels = _mlp(device)
+
+    @torch.compile
+    def train_step() -> tuple[torch.Tensor, float]:
+        loss = F.cross_entropy(model(x), labels)
+        logged = loss.item()  # sync: item
+        return loss * 1.0, logged
+
+    for _ in range(steps):
+        loss, _logged = train_step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        on_step()
+
+
+def hf_gpt2(device: torch.device, steps: int, on_step: Callable[[], None]) -> None:
+    """A Hugging Face GPT-2 (built from a config) trained on padded batches: whatever its
+    own code reads back is placed at the model's call."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=8192, n_positions=256)
+    model = GPT2LMHeadModel(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 8192, (16, 128), device=device)
+    mask = torch.ones_like(ids)
+    mask[:, 100:] = 0
+    for _ in range(steps):
+        out = model(ids, attention_mask=mask, labels=ids)  # sync: model
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        on_step()
+
+
+def hf_attention_mask(fixed: bool, device: torch.device, steps: int, on_step) -> None:
+    """A Hugging Face GPT-2 on batches without padding, given the attention mask of ones a
+    tokenizer returns: Transformers checks on the host whether it masks anything, before
+    SDPA's causal kernel. The fix passes no mask."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=8192, n_positions=256)
+    model = GPT2LMHeadModel(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 8192, (16, 128), device=device)
+    mask = None if fixed else torch.ones_like(ids)
+    for _ in range(steps):
+        out = model(ids, attention_mask=mask, labels=ids)  # sync: hf_mask
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        on_step()
+
+
 LIBRARY = {
     "distributions": distributions,
     "pack_padded": pack_padded,
     "clip_nonfinite": clip_nonfinite,
     "encoder_padding": encoder_padding,
     "causal_mask": causal_mask,
+    "hf_attention_mask": hf_attention_mask,
 }
 
 
@@ -231,6 +293,8 @@ RUN = {
     "resnet50_all_options": resnet50_all_options,
     "compiled": compiled,
     "cudagraphs": cudagraphs,
+    "compiled_graph_break": compiled_graph_break,
+    "hf_gpt2": hf_gpt2,
     **{
         f"{name}_{variant}": _variant(run, variant == "fixed")
         for name, run in LIBRARY.items()

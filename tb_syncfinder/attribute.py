@@ -18,11 +18,12 @@ from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import (
-    FRAMELESS_NAMES,
+    EVALUATION_POINTS,
     INIT_CALL,
     MODULE_CALL,
     SourcePack,
     callee_groups,
+    init_call,
 )
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
 
@@ -459,8 +460,7 @@ class Attributor:
             return self._module_class(thread, index) == names[0][len(MODULE_CALL) :]
         frame = self.frame(thread, index)
         if names[0].startswith(INIT_CALL):
-            where = f"{INIT_CALL}{frame.file}:{frame.line}" if frame is not None else None
-            return where == names[0] and frame.func == "__init__"  # type: ignore[union-attr]
+            return frame is not None and frame.func == "__init__" and init_call(frame) == names[0]
         if frame is None or frame.func != names[0]:
             return False
         return len(names) == 1 or any(
@@ -590,8 +590,7 @@ class Attributor:
                 if names == ("__init__",):
                     # A class called: the source calls it by the class's name, which only
                     # its ``__init__``'s file and line tell (and only its own calls count).
-                    callee = frames[level - 1][1]
-                    names = (f"{INIT_CALL}{callee.file}:{callee.line}",)
+                    names = (init_call(frames[level - 1][1]),)
                 groups.append((names[-1],))
                 tokens, positions = self._sequence(thread, index, names)
                 position = positions.get(child)
@@ -612,7 +611,9 @@ class Attributor:
                 chain = [thread.nodes[i].name for i in op_chain(thread, op)]
                 first = observed[named] if len(observed) > named else None
                 for group in callee_groups(None, chain):
-                    kept = tuple(n for n in group if n not in builtins and n not in FRAMELESS_NAMES)
+                    kept = tuple(
+                        n for n in group if n not in builtins and n not in EVALUATION_POINTS
+                    )
                     if kept and kept not in groups:
                         groups.append(kept)
                         observed.append(first)

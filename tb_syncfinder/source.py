@@ -118,8 +118,10 @@ _DUNDER_KINDS = {
     "__bool__": "truth",
     "format": "format",
 }
-# Names that stand for evaluation points, not calls: what a called Python frame never is.
-FRAMELESS_NAMES = frozenset(_DUNDER_KINDS) - {"__iter__", "__next__", "__enter__", "__exit__"}
+# Names in ``OP_CALLEES`` that stand for an evaluation point without a call (a truth test,
+# a subscript, a format): guessed from an operator, never what a called Python frame of
+# another name was (``Normal(..., validate_args=not fixed)`` syncs in ``__init__``).
+EVALUATION_POINTS = frozenset({"__bool__", "__getitem__", "__setitem__", "__format__", "format"})
 # Operators run without a call frame (attribute's classes): ``if t`` / ``bool(t)`` run
 # is_nonzero; ``float(t)``, ``int(t)``, and ``__index__`` (``lst[t]``, ``x[:t]``,
 # ``range(t)``, ``"%d" % t``) run item; ``t[mask]`` runs index; ``t[m] = v`` index_put_ or
@@ -180,13 +182,13 @@ def _may_index_with_tensor(node: ast.AST, slices: bool = False) -> bool:
 
 
 class Bindings(NamedTuple):
-    """What names stand for where a call is made, by the name it is made with.
-    ``aliases``: functions bound to another name (``clip = nn.utils.clip_grad_norm_``);
-    ``instances``: classes whose instances the name holds (``encoder =
-    nn.TransformerEncoder(...)``), for calls of an nn.Module, which the trace names by its
-    class. ``names`` are plain names bound in the calling function, the functions around it
-    or the module; ``attributes`` are attributes assigned anywhere in the file
-    (``self.encoder = ...`` in ``__init__``, called as ``self.encoder(x)``)."""
+    """What the callee of a call may be bound to, by the name it is called with: another
+    function's name (an alias: ``clip = nn.utils.clip_grad_norm_``) or ``INSTANCE_OF`` and
+    a class (``encoder = nn.TransformerEncoder(...)``), for calls of an nn.Module, which the
+    trace names by its class. ``names``: plain names as the calling function sees them (its
+    own, its enclosers', the module's; a name it rebinds to anything else is bound to
+    nothing); ``attributes``: attributes assigned anywhere in the file (``self.encoder =
+    ...`` in ``__init__``, called as ``self.encoder(x)``)."""
 
     names: dict[str, frozenset[str]]
     attributes: dict[str, frozenset[str]]
@@ -201,9 +203,6 @@ class Bindings(NamedTuple):
         return frozenset()
 
 
-NO_BINDINGS = Bindings({}, {})
-# Values of the bindings: an alias is bound to the name it stands for, an instance to
-# this prefix and its class.
 INSTANCE_OF = "<instance>"
 
 
@@ -220,7 +219,8 @@ def _constructed_class(value: ast.AST) -> str | None:
 
 
 def _bound_to(value: ast.AST | None) -> str | None:
-    """What an assignment's value binds its target to, for ``Bindings``."""
+    """What an assignment's value binds its target to, for ``Bindings`` (None: nothing
+    known, which still shadows a binding of the same name further out)."""
     if isinstance(value, ast.Name):
         return value.id
     if isinstance(value, ast.Attribute):
@@ -229,52 +229,67 @@ def _bound_to(value: ast.AST | None) -> str | None:
     return INSTANCE_OF + cls if cls else None
 
 
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
 def _targets(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, ast.Assign):
         return node.targets
     return [node.target]  # type: ignore[attr-defined]  # AnnAssign, NamedExpr
 
 
+def _start(node: ast.AST) -> tuple[int, int]:
+    return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return (
+        node.end_lineno or node.lineno,  # type: ignore[attr-defined]
+        node.end_col_offset if node.end_col_offset is not None else 1 << 30,  # type: ignore[attr-defined]
+    )
+
+
 class _BindingIndex:
     """Every assignment's binding: plain names by the function that binds them (None: the
     module), attributes for the whole file. Built from the assignments and functions the
-    file's one walk found, by line ranges: a visitor over the tree took 9 ms a file."""
+    file's one walk found, by their source positions, in one sweep (a visitor over the
+    tree took 9 ms on a 400-line script)."""
 
     def __init__(self, assignments: list[ast.AST], functions: list[ast.AST]) -> None:
-        self.functions = sorted(functions, key=lambda f: f.lineno)  # type: ignore[attr-defined]
+        self.functions = sorted(functions, key=_start)
         self.names: dict[int | None, dict[str, set[str]]] = {}
         self.attributes: dict[str, set[str]] = {}
-        for node in assignments:
-            bound = _bound_to(node.value)  # type: ignore[attr-defined]
-            if bound is None:
+        open_functions: list[ast.AST] = []  # enclosing the sweep's position, outermost first
+        following = iter(self.functions)
+        upcoming = next(following, None)
+        for node in sorted(assignments, key=_start):
+            at = _start(node)
+            while upcoming is not None and _start(upcoming) <= at:
+                while open_functions and _end(open_functions[-1]) < _start(upcoming):
+                    open_functions.pop()
+                open_functions.append(upcoming)
+                upcoming = next(following, None)
+            while open_functions and _end(open_functions[-1]) < at:
+                open_functions.pop()
+            owner = id(open_functions[-1]) if open_functions else None
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                # ``from torch.distributions import Normal as Gauss``: Gauss(...) is Normal.
+                for alias in node.names:
+                    if alias.asname:
+                        names = self.names.setdefault(owner, {}).setdefault(alias.asname, set())
+                        names.add(alias.name.rpartition(".")[2])
                 continue
+            bound = _bound_to(node.value)  # type: ignore[attr-defined]
             for target in _targets(node):
                 if isinstance(target, ast.Name):
-                    owner = self._innermost(node.lineno)  # type: ignore[attr-defined]
-                    names = self.names.setdefault(owner, {})
-                    names.setdefault(target.id, set()).add(bound)
-                elif isinstance(target, ast.Attribute):
+                    names = self.names.setdefault(owner, {}).setdefault(target.id, set())
+                    if bound is not None:
+                        names.add(bound)
+                elif isinstance(target, ast.Attribute) and bound is not None:
                     self.attributes.setdefault(target.attr, set()).add(bound)
 
-    def _around(self, first: int, last: int) -> list[ast.AST]:
-        """Functions holding lines ``first`` to ``last``, outermost first."""
-        return [
-            f
-            for f in self.functions
-            if f.lineno <= first and last <= (f.end_lineno or f.lineno)  # type: ignore[attr-defined]
-        ]
-
-    def _innermost(self, line: int) -> int | None:
-        around = self._around(line, line)
-        return id(around[-1]) if around else None
-
     def bindings(self, scope: ast.AST) -> Bindings:
-        first = getattr(scope, "lineno", 0)
-        last = getattr(scope, "end_lineno", None) or first
-        owners: list[int | None] = [None, *(id(f) for f in self._around(first, last))]
+        owners: list[int | None] = [None]
+        if hasattr(scope, "lineno"):
+            first, last = _start(scope), _end(scope)
+            owners += [id(f) for f in self.functions if _start(f) <= first and last <= _end(f)]
         names: dict[str, frozenset[str]] = {}
         # Outermost first: the innermost binding of a name wins, as Python looks it up.
         for owner in owners:
@@ -287,16 +302,24 @@ class _BindingIndex:
 # A group for a call of an nn.Module: the class the trace's ``nn.Module: Cls_0`` entry
 # names, after this prefix (attribute makes it; the source matches instances of it).
 MODULE_CALL = "<module>"
-# A group for a class called (its frame is ``__init__``): ``<init>FILE:LINE`` of that
+# A group for a class called (its frame is ``__init__``): ``init_call(frame)`` of that
 # ``__init__``, whose class the source resolver reads there.
 INIT_CALL = "<init>"
+# Stands for a class whose name could not be read: any capitalised call may be it.
+SOME_CLASS = "<class>"
+
+
+def init_call(frame: Frame) -> str:
+    """The group name of a call of the class whose ``__init__`` frame is ``frame``: where
+    that ``__init__`` is (``U`` a user file, ``L`` a library's, then ``FILE:LINE``)."""
+    return f"{INIT_CALL}{'U' if frame.user else 'L'}{frame.file}:{frame.line}"
 
 
 def _matcher(
     group: tuple[str, ...],
     optional_calls: bool,
     profiler_names: frozenset[str],
-    bindings: Bindings = NO_BINDINGS,
+    bindings: Bindings,
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
@@ -306,6 +329,7 @@ def _matcher(
     typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
     calls = set() if frameless else set(group)
     modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
+    some_class = SOME_CLASS in calls
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
@@ -332,6 +356,8 @@ def _matcher(
                 return N, optional_calls
             if modules and not modules.isdisjoint(bound):
                 return N, optional_calls
+            if some_class and name and name[:1].isupper():
+                return N, True  # a class called, or a class without a Python __init__
             if name == "step" and not profiler_names:
                 return P, True  # which .step() is the profiler's is not known
             return None, False
@@ -495,11 +521,15 @@ def _class_around(path: Path, def_line: int) -> str | None:
         return None
     if not 0 < def_line <= len(lines):
         return None
-    at = _INIT_DEF_LINE.match(lines[def_line - 1])
+    # A decorated __init__'s frame starts at its first decorator: its def is below them.
+    index = def_line - 1
+    while index < len(lines) - 1 and _DECORATOR_LINE.match(lines[index]):
+        index += 1
+    at = _INIT_DEF_LINE.match(lines[index])
     if at is None:
         return None  # another version of the file: no __init__ there
     indent = len(at.group(1).expandtabs())
-    for text in reversed(lines[: def_line - 1]):
+    for text in reversed(lines[: def_line - 1]):  # above the decorators too
         match = _CLASS_LINE.match(text)
         if match and len(match.group(1).expandtabs()) < indent:
             return match.group(2).decode("ascii", "replace")
@@ -521,6 +551,8 @@ class _ParsedFile:
         self.functions: dict[int, ast.AST] = {}
         names: set[str] = set()
         assignments: list[ast.AST] = []
+        function_nodes: list[ast.AST] = []
+        self._subclasses: dict[str, set[str]] = {}  # a base class's name -> classes here
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_SCOPE_NAMES)):
                 first = node.lineno
@@ -531,26 +563,48 @@ class _ParsedFile:
                 self.scopes.setdefault(first, []).append(node)
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                     self.functions.setdefault(first, node)
+                    function_nodes.append(node)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 if _call_name(node.context_expr) in _PROFILE_CLASSES and isinstance(
                     node.optional_vars, ast.Name
                 ):
                     names.add(node.optional_vars.id)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+            elif isinstance(
+                node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Import, ast.ImportFrom)
+            ):
                 assignments.append(node)
+            elif isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    name = (
+                        base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+                    )
+                    if name:
+                        self._subclasses.setdefault(name, set()).add(node.name)
                 if isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
                     names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         # Names bound to a torch.profiler.profile object: their .step() is the profiler's.
         self.profiler_names = frozenset(names)
         self._assignments = assignments
+        self._function_nodes = function_nodes
         self._index: _BindingIndex | None = None
+
+    def subclasses(self, cls: str) -> list[str]:
+        """The classes this file derives from ``cls``, directly or not, by name: calling
+        one without an ``__init__`` of its own runs ``cls``'s."""
+        found: list[str] = []
+        pending = [cls]
+        while pending:
+            for sub in sorted(self._subclasses.get(pending.pop(), ())):
+                if sub not in found and sub != cls:
+                    found.append(sub)
+                    pending.append(sub)
+        return found
 
     def bindings(self, scope: ast.AST) -> Bindings:
         """What the names a call in ``scope`` uses are bound to (indexed once, when a call
         is first looked for in this file)."""
         if self._index is None:
-            functions = [f for f in self.functions.values() if isinstance(f, _FUNCTIONS)]
-            self._index = _BindingIndex(self._assignments, functions)
+            self._index = _BindingIndex(self._assignments, self._function_nodes)
         return self._index.bindings(scope)
 
     def scope_at(self, line: int, func: str) -> ast.AST | None:
@@ -739,7 +793,7 @@ class SourceResolver:
         self.path_map = [(str(a), str(b)) for a, b in path_map]
         self._found: dict[str, Path | None] = {}
         self._found_library: dict[str, Path | None] = {}
-        self._init_classes: dict[tuple[str, str], str | None] = {}
+        self._init_classes: dict[str, str | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
@@ -1049,7 +1103,7 @@ class SourceResolver:
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         prefix = start is not None or query.truncated or recorded_line is not None
         for g, named in enumerate(query.groups):
-            group = self._class_called(named)
+            group = self._class_called(named, parsed)
             automaton = self._automaton(
                 path, parsed, scope, group, query.optional_calls, start, prefix
             )
@@ -1064,11 +1118,11 @@ class SourceResolver:
                 aligned = self._align(automaton, observed)
                 if aligned is not None:
                     lines = aligned
-                elif label != N or group != named or group[0].startswith(MODULE_CALL):
-                    # More frameless operators than the source's implicit calls can run:
-                    # one of them came from a point the model does not know. And a module
-                    # or class the source calls more often than found (through a loop
-                    # variable, an index, a parameter): a line found is one of them.
+                else:
+                    # The trace's calls do not fit the source's: more frameless operators
+                    # than its implicit calls can run, or calls made by other names (a loop
+                    # variable, an index, a parameter holding the function or module). A
+                    # line found is one of them, not the one.
                     certain = False
             if len(lines) > 1 and label == "<truth>" and query.called_before:
                 lines = _truths_reading(scope, lines, query.called_before)
@@ -1088,20 +1142,26 @@ class SourceResolver:
             frame.file, line, def_line, frame.func, False, resolved, recorded_line=recorded_line
         )
 
-    def _class_called(self, group: tuple[str, ...]) -> tuple[str, ...]:
-        """A class called (``INIT_CALL`` and its ``__init__``'s file and line) as its name,
-        read from the ``class`` statement around that def line (the trace names no class);
-        ``("__init__",)`` when the file is not found or holds no such def there."""
+    def _class_called(self, group: tuple[str, ...], parsed: _ParsedFile) -> tuple[str, ...]:
+        """A class called (an ``init_call`` group) as its name, read from the ``class``
+        statement around its ``__init__``, and the names of the calling file's classes
+        derived from it; ``SOME_CLASS`` when that file is not here or holds no such
+        ``__init__`` there (the trace came from another version of it)."""
         if not group or not group[0].startswith(INIT_CALL):
             return group
-        file, _, line = group[0][len(INIT_CALL) :].rpartition(":")
-        key = (file, line)
-        if key not in self._init_classes:
-            found = self.find_file(file) or self.find_library_file(file)
+        where = group[0][len(INIT_CALL) :]
+        if where not in self._init_classes:
+            file, _, line = where[1:].rpartition(":")
+            # A library's path is looked up as a library's first: a user file of the same
+            # name (a ``normal.py`` of one's own) is not torch's.
+            if where[0] == "U":
+                found = self.find_file(file)
+            else:
+                found = self.find_library_file(file) or self.find_file(file)
             cls = _class_around(found, int(line)) if found and line.isdigit() else None
-            self._init_classes[key] = cls
-        cls = self._init_classes[key]
-        return (cls,) if cls else ("__init__",)
+            self._init_classes[where] = cls
+        cls = self._init_classes[where]
+        return (cls, *parsed.subclasses(cls)) if cls else (SOME_CLASS,)
 
     def _automaton(
         self,

@@ -2999,11 +2999,6 @@ class _Builder:
         self.rt_corrs: list[list[Any]] = []
         launch_api_calls = 0
         launch_names_all: set[str] = set()
-        # A trace with memset calls and no memset on the device: cuDNN's RNNs call
-        # cudaMemsetAsync for zero bytes hundreds of times a step, and CUPTI records no
-        # activity for those. Their absence says nothing of the launches' links.
-        memsets_on_device = any("memset" in (e.cat or "").lower() for e in events)
-        unrecorded_memsets = 0
         for h, th in enumerate(self.threads):
             runtime = th.runtime
             self.rt_offset.append(offset)
@@ -3015,10 +3010,6 @@ class _Builder:
             self.rt_names.append(names)
             self.rt_corrs.append(corrs)
             launch_names = [name for name in set(names) if _is_launch_api(name)]
-            if not memsets_on_device:
-                memsets = [name for name in launch_names if "Memset" in name]
-                unrecorded_memsets += sum(map(names.count, memsets))
-                launch_names = [name for name in launch_names if name not in memsets]
             launch_names_all.update(launch_names)
             launch_api_calls += sum(map(names.count, launch_names))
             offset += len(runtime)
@@ -3078,21 +3069,29 @@ class _Builder:
         launched[d_launch[linked]] = True
         lonely = max(0, launch_api_calls - int(launched.sum()))
         limit = max(2, MAX_UNLINKED_SHARE * launch_api_calls)
+        unrecorded_memsets = 0
         if lonely > limit:
             # Launches after the last recorded device activity may just have run after the
-            # profiler stopped: only the others count.
+            # profiler stopped: only the others count. Nor do memsets: cuDNN's RNNs call
+            # cudaMemsetAsync for zero bytes hundreds of times a step and CUPTI records no
+            # activity for those, so a memset without one says nothing of the links.
             last_device_end = float(self.d_end.max())
             lonely = 0
+            memset_names = {name for name in launch_names_all if "Memset" in name}
             for h, names in enumerate(self.rt_names):
                 mask = np.fromiter(map(launch_names_all.__contains__, names), bool, len(names))
                 ids = np.flatnonzero(mask) + self.rt_offset[h]
-                lonely += int(np.sum(~launched[ids] & (self.rt_ts[ids] < last_device_end)))
+                missing = ids[~launched[ids] & (self.rt_ts[ids] < last_device_end)]
+                offset = self.rt_offset[h]
+                memsets = sum(names[i - offset] in memset_names for i in missing.tolist())
+                unrecorded_memsets += memsets
+                lonely += len(missing) - memsets
         self.stats["launch_calls"] = float(launch_api_calls)
         self.stats["memset_calls_without_device_records"] = float(unrecorded_memsets)
         if unrecorded_memsets:
             self.notes.append(
-                f"{unrecorded_memsets} memset calls and no memset on the device (zero-size, "
-                "or not recorded): replayed as host calls only"
+                f"{unrecorded_memsets} memset calls have no device activity (zero-size: "
+                "CUPTI records none): replayed as host calls only"
             )
         self.stats["launch_calls_without_device_work"] = float(lonely)
         if launch_api_calls:

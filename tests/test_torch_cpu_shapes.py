@@ -797,3 +797,79 @@ def test_modules_called_through_a_loop_variable_are_not_pinned_on_the_one_named_
     assert report.latent and all(not s.source.line_exact for s in report.latent)
     final_line = _marked(MODULES_IN_A_LIST)["loop"] + 1
     assert all(s.source.line != final_line for s in report.latent)
+
+
+# -- the call a library sync came through, as code writes it --------------------------------
+
+EDGE_HEAD = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from torch.distributions import Normal as Gauss
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    class MyNormal(torch.distributions.Normal):
+        pass
+
+
+    def main(logdir):
+        torch.manual_seed(0)
+        mean, std = torch.zeros(4), torch.ones(4)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        enc = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).apply(lambda m: None)
+        clippers = [nn.utils.clip_grad_norm_]
+        causal = nn.Transformer.generate_square_subsequent_mask(6)
+        x = torch.randn(4, 6, 16, requires_grad=True)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=0, warmup=1, active=2),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for _ in range(3):
+    """
+)
+EDGE_BODIES = {
+    # A class derived from the one whose __init__ syncs, with none of its own.
+    "subclass": "d = MyNormal(mean, std, validate_args=True)  # sync: call\n",
+    # A class imported under another name.
+    "import_alias": "d = Gauss(mean, std, validate_args=True)  # sync: call\n",
+    # A module bound with a lambda on the same line.
+    "lambda_on_the_line": "out = enc(x, mask=causal)  # sync: call\n",
+    # The user's own normal.py beside the script is not torch's (see below).
+    "user_normal_py": "d = torch.distributions.Normal(mean, std, True)  # sync: call\n",
+    # The same function called directly and through a loop variable: the trace shows more
+    # calls than the source names, so no line is claimed.
+    "loop_variable": (
+        "x.sum().backward()\n"
+        "nn.utils.clip_grad_norm_([x], 1.0, error_if_nonfinite=True)  # sync: direct\n"
+        "for clip in clippers:\n"
+        "    clip([x], 1.0, error_if_nonfinite=True)  # sync: loop\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_BODIES))
+def test_a_library_sync_is_placed_at_the_call_however_it_is_named(tmp_path, case):
+    body = textwrap.indent(EDGE_BODIES[case] + "prof.step()\n", " " * 12)
+    text = EDGE_HEAD + body
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / f"edge_{case}.py"
+    path.write_text(text)
+    # Line 55 of torch's normal.py is Normal.__init__; here it is another class's.
+    lines = [
+        "# the user's module",
+        *[""] * 52,
+        "class Mine:",
+        "    def __init__(self):",
+        "        pass",
+    ]
+    (tmp_path / "src" / "normal.py").write_text("\n".join(lines) + "\n")
+    module = _load(path, f"edge_{case}")
+    module.main(str(tmp_path / "logs" / "run"))
+    sys.modules.pop(f"edge_{case}", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    marks = _marked(text)
+    found = {(s.source.line, s.source.line_exact) for s in report.latent}
+    if case == "loop_variable":
+        assert found and not any(exact for _line, exact in found), found
+    else:
+        assert found == {(marks["call"], True)}, found

@@ -278,20 +278,18 @@ def test_missing_correlations_make_the_replay_unavailable_with_a_reason(tmp_path
 
 
 @pytest.mark.parametrize("memset_on_device", [False, True], ids=["none_recorded", "some"])
-def test_memset_calls_with_no_memset_on_the_device_do_not_stop_the_replay(
-    tmp_path, memset_on_device
-):
+def test_memset_calls_without_device_activity_do_not_stop_the_replay(tmp_path, memset_on_device):
     """cuDNN's RNNs call cudaMemsetAsync for zero bytes hundreds of times a step and CUPTI
-    records nothing for them (an H200 GRU: 327 of 1,293 launch and copy calls): a trace
-    with no memset on the device at all says nothing of its launches' links. Where memsets
-    are recorded, the calls without one are still what they were: links lost."""
+    records nothing for them (an H200 GRU: 327 of 1,293 launch and copy calls), whether or
+    not other memsets in the trace are recorded (``clip_grad_norm_``'s are): they say
+    nothing of the launches' links. Kernels without theirs still do."""
     b = KinetoTraceBuilder()
     for n in (1, 2):
         with b.step(n):
             b.kernel(dur=500)
             for _ in range(6):
                 b.runtime("cudaMemsetAsync", dur=0.3)
-            if memset_on_device and n == 1:
+            if memset_on_device:
                 corr = b._corr()
                 b._x("cuda_runtime", "cudaMemsetAsync", b.now, 2, {"correlation": corr})
                 b._device_event("gpu_memset", "Memset (Device)", 1.0, corr, None, b.now)
@@ -300,12 +298,23 @@ def test_memset_calls_with_no_memset_on_the_device_do_not_stop_the_replay(
             _item(b)
     episodes, result = _replay(b, tmp_path)
     assert len(episodes) == 2
-    if memset_on_device:
-        assert not result.available and "12 of" in result.reason
-        return
     assert result.available, result.reason
-    assert any("12 memset calls and no memset on the device" in note for note in result.notes)
+    assert any("12 memset calls have no device activity" in n for n in result.notes)
     assert result.episode_savings and all(s.total_us > 0 for s in result.episode_savings)
+
+
+def test_kernels_without_device_activity_still_stop_the_replay_beside_memsets(tmp_path):
+    b = KinetoTraceBuilder()
+    for n in (1, 2):
+        with b.step(n):
+            b.kernel(dur=500)
+            for _ in range(6):
+                b.runtime("cudaMemsetAsync", dur=0.3)
+                b.runtime("cudaLaunchKernel", dur=0.3)  # a launch whose kernel is lost
+            b.kernel(dur=500)
+            _item(b)
+    _, result = _replay(b, tmp_path)
+    assert not result.available and "12 of" in result.reason
 
 
 def test_a_cpu_only_trace_has_no_replay(tmp_path):

@@ -346,8 +346,31 @@ def grad_scaler(variant, device, size, steps, on_step):
         on_step()
 
 
-PAIRS = (*PAIRS, "grad_scaler")
+def policy_sampling(variant, device, size, steps, on_step):
+    """A policy-gradient step: the MLP gives each sample's Normal, an action is drawn and its
+    log-probability weighted. ``torch.distributions`` checks the parameters when the Normal
+    is built and the action in ``log_prob`` on the host, and ``sample`` (``torch.normal``)
+    checks the std: read-backs in the middle of the step. The fix turns validation off and
+    draws with ``rsample().detach()``."""
+    model, optimizer = mlp(device, size)
+    generator = torch.Generator().manual_seed(0)
+    fixed = variant == "fixed"
+    for _ in range(steps):
+        x, labels = host_batch(generator, size, size.host_passes)
+        x, labels = to_device(x, device), to_device(labels, device)
+        out = model(x.to(_dtype(device))).float()
+        mean, std = out[:, :4], out[:, 4:8].clamp(-5, 2).exp()
+        policy = torch.distributions.Normal(mean, std, validate_args=not fixed)  # sync: validate
+        action = policy.rsample().detach() if fixed else policy.sample()  # sync: normal
+        advantage = (labels.float() - 7.5).unsqueeze(1)
+        loss = -(policy.log_prob(action) * advantage).mean()  # sync: validate
+        backward_step(optimizer, loss)
+        on_step()
+
+
+PAIRS = (*PAIRS, "grad_scaler", "policy_sampling")
 TRAIN["grad_scaler"] = grad_scaler
+TRAIN["policy_sampling"] = policy_sampling
 # Variants beside the pair's baseline and fix that change more than its syncs (recorded and
 # timed, not part of the pair's predicted-vs-measured figure).
 EXTRAS: dict[str, tuple[str, ...]] = {"grad_scaler": ("foreach",)}

@@ -1053,7 +1053,11 @@ class SourceResolver:
                 parsed = self._parse(path)
         resolved = str(path) if path is not None else None
         if parsed is None or frame.line is None:
-            return Source(frame.file, frame.line, frame.line, frame.func, False, resolved)
+            # Unread, the recorded line is where the function starts only if the trace shows
+            # the frame entered while profiling ran; else it may be where a running frame
+            # was (a loop calling prof.step()): no def line is claimed.
+            def_line = frame.line if query.entered else None
+            return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         scope = parsed.scope_at(frame.line, frame.func)
         start = None
         line: int | None = frame.line  # the line said when no call line is certain

@@ -89,10 +89,16 @@ def test_legacy_call_lines_are_exact(tmp_path):
     assert (source.line, source.def_line, source.line_exact) == (9, 4, True)
 
 
-def test_unreadable_file_keeps_the_def_line_inexact(tmp_path):
-    source = SourceResolver([str(tmp_path)]).resolve(_stack(4, "train_step", "item"), ["item"])
-    assert (source.line, source.def_line, source.line_exact) == (4, 4, False)
+def test_unreadable_file_keeps_the_recorded_line_and_claims_a_def_line_only_if_entered(tmp_path):
+    """Unread, a recorded line is where the function starts only if the trace shows the
+    frame entered while profiling ran; a frame running then recorded where it was."""
+    resolver = SourceResolver([str(tmp_path)])
+    source = resolver.resolve(_stack(4, "train_step", "item"), ["item"])
+    assert (source.line, source.def_line, source.line_exact) == (4, None, False)
     assert source.resolved_path is None
+    frame = _stack(4, "train_step", "item")[1]
+    entered = resolver.resolve_call(CallQuery(frame, (("item",),), entered=True))
+    assert (entered.line, entered.def_line, entered.line_exact) == (4, 4, False)
 
 
 def test_path_map_and_suffix_match_find_moved_files(tmp_path):
@@ -527,7 +533,7 @@ def test_a_library_frame_of_a_function_this_version_lacks_says_only_its_recorded
     # Recorded by another version of the library, where line 13 was in ``_unique_impl``:
     # here it is in ``fit``, whose def line is not the recorded function's.
     gone = resolver.resolve_call(_library_query(13, "_unique_impl", "item"))
-    assert (gone.line, gone.def_line, gone.line_exact, gone.candidates) == (13, 13, False, [])
+    assert (gone.line, gone.def_line, gone.line_exact, gone.candidates) == (13, None, False, [])
     assert resolver._parsed == {}  # told from the text, without parsing the file
     # A running frame in a file that does not parse as a whole still gets its lines.
     running = resolver.resolve_call(_library_query(14, "fit", "item"))

@@ -44,15 +44,20 @@ export function inexactLineNote({ line, defLine, func, readable, recordedLine = 
     };
   }
   const atDef = line !== null && line !== undefined && line === defLine;
-  const recorded = atDef
-    ? `${where} is where ${fn} is defined: the trace records no call line`
-    : `${where} is the line the frame was at when recorded (${fn} was already running when profiling started): the sync is in a call at or after it`;
   if (!readable) {
+    // Unread, the engine claims a def line only where the trace shows the frame entered
+    // while profiling ran; otherwise the line may be where an already running frame was.
+    const recordedUnread = atDef
+      ? `${where} is where ${fn} is defined: the trace records no call line`
+      : `${where} is the line the trace recorded for ${fn}: where it starts, or, if it was already running when profiling started, the line it was at then`;
     return {
-      text: `${recorded}, and the source file could not be read to find the call.`,
+      text: `${recordedUnread}, and the source file could not be read to find the call.`,
       hint: SOURCE_ROOT_HINT,
     };
   }
+  const recorded = atDef
+    ? `${where} is where ${fn} is defined: the trace records no call line`
+    : `${where} is the line the frame was at when recorded (${fn} was already running when profiling started): the sync is in a call at or after it`;
   return {
     text: `${recorded}, and the source does not single out one call that syncs.`,
     hint: null,

@@ -24,8 +24,10 @@ test("the source root hint comes only when the file could not be read", () => {
   assert.equal(atDef.hint, SOURCE_ROOT_HINT);
   assert.match(SOURCE_ROOT_HINT, /--sync_advisor_source_root/);
   assert.match(SOURCE_ROOT_HINT, /--sync_advisor_path_map/);
+  // Unread and not shown entered while profiling: no claim that it is a def line.
   const running = inexactLineNote({ line: 26, defLine: null, func: "main", readable: false });
-  assert.match(running.text, /frame was at when recorded.*could not be read/);
+  assert.match(running.text, /line the trace recorded for main\(\): where it starts, or.*already running.*could not be read/);
+  assert.doesNotMatch(running.text, /is defined/);
   assert.equal(running.hint, SOURCE_ROOT_HINT);
   const readable = inexactLineNote({ line: 26, defLine: null, func: "main", readable: true });
   assert.doesNotMatch(readable.text, /could not be read/);

@@ -204,6 +204,11 @@ class Bindings(NamedTuple):
 
 
 INSTANCE_OF = "<instance>"
+# A model a factory built, of a class the source does not name: Hugging Face's
+# ``AutoModelForCausalLM.from_pretrained(...)`` gives a ``GPT2LMHeadModel``. A call of it
+# may be any module's; only calls that align with the trace's are claimed.
+SOME_INSTANCE = "<instance>*"
+_FACTORIES = frozenset({"from_pretrained", "from_config"})
 
 
 def _constructed_class(value: ast.AST) -> str | None:
@@ -226,6 +231,8 @@ def _bound_to(value: ast.AST | None) -> str | None:
     if isinstance(value, ast.Attribute):
         return value.attr
     cls = _constructed_class(value) if value is not None else None
+    if cls is None and _call_name(value) in _FACTORIES:
+        return SOME_INSTANCE
     return INSTANCE_OF + cls if cls else None
 
 
@@ -354,7 +361,7 @@ def _matcher(
             bound = bindings.of_call(node)
             if name in calls or not calls.isdisjoint(bound):
                 return N, optional_calls
-            if modules and not modules.isdisjoint(bound):
+            if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls
             if some_class and name and name[:1].isupper():
                 return N, True  # a class called, or a class without a Python __init__

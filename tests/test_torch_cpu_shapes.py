@@ -813,12 +813,20 @@ EDGE_HEAD = textwrap.dedent(
         pass
 
 
+    class Hub:
+        @staticmethod
+        def from_pretrained(name):
+            layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+            return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+
     def main(logdir):
         torch.manual_seed(0)
         mean, std = torch.zeros(4), torch.ones(4)
         layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
         enc = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).apply(lambda m: None)
         clippers = [nn.utils.clip_grad_norm_]
+        built = Hub.from_pretrained("tiny")
         causal = nn.Transformer.generate_square_subsequent_mask(6)
         x = torch.randn(4, 6, 16, requires_grad=True)
         with profile(activities=[ProfilerActivity.CPU], with_stack=True,
@@ -832,6 +840,8 @@ EDGE_BODIES = {
     "subclass": "d = MyNormal(mean, std, validate_args=True)  # sync: call\n",
     # A class imported under another name.
     "import_alias": "d = Gauss(mean, std, validate_args=True)  # sync: call\n",
+    # A model a factory built (Hugging Face's from_pretrained): its class is not named.
+    "factory": "out = built(x, mask=causal)  # sync: call\n",
     # A module bound with a lambda on the same line.
     "lambda_on_the_line": "out = enc(x, mask=causal)  # sync: call\n",
     # The user's own normal.py beside the script is not torch's (see below).

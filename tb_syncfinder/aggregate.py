@@ -145,7 +145,9 @@ def build_sites(
                     ops,
                     max((s.bytes or 0) for s in members) or None,
                     list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
-                    {(frame.file, frame.func) for s in members for frame in s.stack},
+                    # One member's stack: a site's syncs come through one call of one
+                    # line, so through the same library code (a long run has thousands).
+                    [(f.file, f.func) for f in next((s.stack for s in members if s.stack), [])],
                 ),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),

@@ -959,7 +959,7 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     ),
     # GradScaler.step reads found_inf (``sum(v.item() ...)`` in ``_maybe_opt_step``) for an
     # optimizer without a fused step; a fused one takes found_inf as a tensor. Measured on an
-    # H200 (docs/validation.md, section 5): the read cost 3.8 ms of a 16.9 ms step.
+    # H200 (docs/validation.md, section 8): the read cost 3.8 ms of a 16.9 ms step.
     LibraryAdvice(
         "torch/amp/grad_scaler.py",
         frozenset({"_maybe_opt_step", "<genexpr>"}),

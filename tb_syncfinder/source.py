@@ -518,14 +518,9 @@ _CLASS_LINE = re.compile(rb"^([ \t]*)class[ \t]+(\w+)")
 _INIT_DEF_LINE = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+__init__\b")
 
 
-def _class_around(path: Path, def_line: int) -> str | None:
-    """The class whose ``def __init__`` is at ``def_line`` of ``path`` (the nearest ``class``
-    above it, less indented), read as text: a library's file is long to parse."""
-    try:
-        with open(path, "rb") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
+def _class_around(lines: list[bytes], def_line: int) -> str | None:
+    """The class whose ``def __init__`` is at ``def_line`` of a file's ``lines`` (the nearest
+    ``class`` above it, less indented), read as text: a library's file is long to parse."""
     if not 0 < def_line <= len(lines):
         return None
     # A decorated __init__'s frame starts at its first decorator: its def is below them.
@@ -580,6 +575,8 @@ class _ParsedFile:
                 node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Import, ast.ImportFrom)
             ):
                 assignments.append(node)
+                if isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
             elif isinstance(node, ast.ClassDef):
                 for base in node.bases:
                     name = (
@@ -587,8 +584,6 @@ class _ParsedFile:
                     )
                     if name:
                         self._subclasses.setdefault(name, set()).add(node.name)
-                if isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
-                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         # Names bound to a torch.profiler.profile object: their .step() is the profiler's.
         self.profiler_names = frozenset(names)
         self._assignments = assignments
@@ -1169,7 +1164,10 @@ class SourceResolver:
                 found = self.find_file(file)
             else:
                 found = self.find_library_file(file) or self.find_file(file)
-            cls = _class_around(found, int(line)) if found and line.isdigit() else None
+            data = self._source_bytes(found) if found is not None else None
+            cls = None
+            if data is not None and line.isdigit():
+                cls = _class_around(data.splitlines(), int(line))
             self._init_classes[where] = cls
         cls = self._init_classes[where]
         return (cls, *parsed.subclasses(cls)) if cls else (SOME_CLASS,)

@@ -3080,10 +3080,10 @@ class _Builder:
             memset_names = {name for name in launch_names_all if "Memset" in name}
             for h, names in enumerate(self.rt_names):
                 mask = np.fromiter(map(launch_names_all.__contains__, names), bool, len(names))
-                ids = np.flatnonzero(mask) + self.rt_offset[h]
+                first = self.rt_offset[h]
+                ids = np.flatnonzero(mask) + first
                 missing = ids[~launched[ids] & (self.rt_ts[ids] < last_device_end)]
-                offset = self.rt_offset[h]
-                memsets = sum(names[i - offset] in memset_names for i in missing.tolist())
+                memsets = sum(names[i - first] in memset_names for i in missing.tolist())
                 unrecorded_memsets += memsets
                 lonely += len(missing) - memsets
         self.stats["launch_calls"] = float(launch_api_calls)

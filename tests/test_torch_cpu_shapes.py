@@ -631,6 +631,33 @@ GRAD_SCALER = textwrap.dedent(
 SCALER_STEP = GRAD_SCALER.splitlines().index("            scaler.step(optimizer)") + 1
 
 
+# The same loop with the profiler object assigned, started and stopped by hand.
+GRAD_SCALER_STARTED = GRAD_SCALER.replace(
+    "    with profile(activities=[ProfilerActivity.CPU], with_stack=True,\n"
+    "                 schedule=schedule(wait=0, warmup=1, active=3),\n"
+    "                 on_trace_ready=tensorboard_trace_handler(logdir)) as prof:\n",
+    "    prof = profile(activities=[ProfilerActivity.CPU], with_stack=True,\n"
+    "                   schedule=schedule(wait=0, warmup=1, active=3),\n"
+    "                   on_trace_ready=tensorboard_trace_handler(logdir))\n"
+    "    prof.start()\n"
+    "    if True:\n",
+)
+
+
+def test_an_assigned_profilers_step_is_told_from_the_other_steps(tmp_path):
+    """``prof = profile(...)`` binds the profiler as ``with ... as prof`` does."""
+    assert GRAD_SCALER_STARTED != GRAD_SCALER
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "amp_started.py"
+    path.write_text(GRAD_SCALER_STARTED + "    prof.stop()\n")
+    module = _load(path, "amp_started")
+    module.main(str(tmp_path / "logs" / "run"), False, "SGD")
+    sys.modules.pop("amp_started", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    line = GRAD_SCALER_STARTED.splitlines().index("            scaler.step(optimizer)") + 1
+    assert [(s.line, s.line_exact) for s in report.latent_sites] == [(line, True)]
+
+
 @pytest.mark.parametrize("optimizer_name", ["AdamW", "SGD"])
 @pytest.mark.parametrize("fused", [False, True], ids=["default", "fused"])
 def test_grad_scalers_read_is_listed_with_the_fused_fix_and_optimizer_internals_are_not(

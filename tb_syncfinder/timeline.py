@@ -290,6 +290,46 @@ def _set_odd_kinds(
 _SPANS_WRITTEN_AS_OPS = ("ProfilerStep#", "Torch-Compiled Region")
 
 
+# Python frames of the profiler's own code (``torch/profiler/profiler.py(1135): stop``).
+_PROFILER_FRAME = re.compile(r"(?:^|[/\\])torch[/\\](?:profiler[/\\]|autograd[/\\]profiler\.py)")
+
+
+def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThread]) -> bool:
+    """Whether the trace's last step is only the profiler stopping: the loop's last
+    ``prof.step()`` opens a step that the ``with profile(...)`` block's exit closes, with
+    no operator in it (a 20 us ``ProfilerStep#8`` after seven real ones, where a schedule's
+    cycle was cut short by the loop's end or there is no schedule). Counted, it is a step
+    of the program: every per-step figure is divided by one step too many, and the replay's
+    window runs on past the last real step. A runtime call in it that the profiler's own
+    code made (its device synchronize on stopping) does not make it a step; one that no
+    profiler frame encloses, or any operator or annotation, does."""
+    for thread in threads.values():
+        starts, kinds, nodes = thread.starts, thread.kinds, thread.nodes
+        first, last = bisect_left(starts, step.ts), bisect_right(starts, step.end)
+        for i in range(first, last):
+            kind = kinds[i]
+            if kind == OP or (kind == ANNOTATION and not nodes[i].name.startswith("ProfilerStep#")):
+                return False
+        runtime_starts = thread.runtime_starts
+        first = bisect_left(runtime_starts, step.ts)
+        last = bisect_right(runtime_starts, step.end)
+        for call in thread.runtime[first:last]:
+            if not _in_profiler_frame(thread, call.ts):
+                return False
+    return True
+
+
+def _in_profiler_frame(thread: HostThread, ts: float) -> bool:
+    """Whether a Python frame of the profiler's own code encloses ``ts`` on the thread."""
+    i = bisect_right(thread.starts, ts) - 1
+    while i >= 0:
+        if thread.ends[i] >= ts and thread.kinds[i] == PYTHON:
+            if _PROFILER_FRAME.search(thread.nodes[i].name):
+                return True
+        i = thread.parent[i]  # every frame enclosing ts encloses this one
+    return False
+
+
 class _Builder:
     """The state ``build_timeline`` fills, one method per kind of event bucket."""
 
@@ -518,6 +558,8 @@ def build_timeline(data: TraceData) -> Timeline:
     lane_device, lane_activity, device_activity = builder.device_activity()
     steps = builder.steps
     steps.sort(key=lambda s: s.ts)
+    if len(steps) > 1 and _closed_by_the_profiler(steps[-1], builder.threads):
+        steps.pop()
     has_gpu_activity = bool(device_activity)
     device_kind = device_kind_of(runtime_names, has_gpu_activity)
     device_name = None

@@ -1,0 +1,132 @@
+"""The step the profiler's stop closes is no step of the program.
+
+A loop that ends while a schedule's cycle is active (or a profile without a schedule) ends
+with ``prof.step()`` opening ``ProfilerStep#N`` and the ``with profile(...)`` exit closing
+it a few microseconds later, with nothing of the loop in it. Counted as a step, it divides
+every per-step figure by one step too many (a README-style loop of 8 batches showed its
+every-step ``.item()`` as 0.8 a step)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder import analyze
+from tb_syncfinder.engine import analyze_trace
+
+# What torch 2.x records under ``with profile(...)``'s exit, outermost first: the
+# profiler stopping, and (on a GPU) waiting for the device as it does.
+PROFILER_STOP_FRAMES = (
+    ("torch/profiler/profiler.py", 1121, "__exit__"),
+    ("torch/profiler/profiler.py", 1135, "stop"),
+    ("torch/autograd/profiler.py", 403, "__exit__"),
+    ("torch/cuda/__init__.py", 1152, "synchronize"),
+    "<built-in function _cuda_synchronize>",
+)
+
+
+def _steps_then_last(tmp_path: Path, last: str) -> Path:
+    """Three steps, each with a kernel and ``loss.item()``, then a last step holding
+    ``last``: the profiler's stop alone, or code of the program's."""
+    b = KinetoTraceBuilder()
+    with b.frame(("train.py", 10, "main")):
+        for n in range(3):
+            with b.step(n + 1):
+                item_sync(b)
+        with b.step(4):
+            if last == "profiler_stop":
+                with b.frames(PROFILER_STOP_FRAMES):
+                    b.runtime("cudaDeviceSynchronize")
+            elif last == "user_synchronize":
+                with b.frames(
+                    (("train.py", 14, "main"), ("torch/cuda/__init__.py", 1152, "synchronize"))
+                ):
+                    b.runtime("cudaDeviceSynchronize")
+            elif last == "item_after_loop":
+                item_sync(b, stack=(("train.py", 15, "main"),))
+            elif last != "nothing":
+                raise AssertionError(last)
+    return b.write(tmp_path / "run" / "worker0.pt.trace.json")
+
+
+@pytest.mark.parametrize("last", ["nothing", "profiler_stop"])
+def test_a_last_step_holding_only_the_profilers_stop_is_not_counted(tmp_path, last):
+    result = analyze_trace(str(_steps_then_last(tmp_path, last)))
+    assert result.info.steps == 3
+    assert [s.step for s in result.steps] == [1, 2, 3]
+    assert len([s for s in result.syncs if s.op == "aten::item"]) == 3
+    # The profiler's own wait is still listed, apart from the findings.
+    overhead = result.profiler_overhead
+    assert len(overhead) == (1 if last == "profiler_stop" else 0)
+
+
+@pytest.mark.parametrize("last", ["user_synchronize", "item_after_loop"])
+def test_a_last_step_with_the_programs_work_is_counted(tmp_path, last):
+    result = analyze_trace(str(_steps_then_last(tmp_path, last)))
+    assert result.info.steps == 4
+    assert [s.step for s in result.steps] == [1, 2, 3, 4]
+
+
+def test_a_trace_of_one_step_keeps_it_however_empty(tmp_path):
+    b = KinetoTraceBuilder()
+    with b.step(7):
+        b.advance(20)
+    item_sync(b)
+    result = analyze_trace(str(b.write(tmp_path / "run" / "worker0.pt.trace.json")))
+    assert result.info.steps == 1
+
+
+torch = pytest.importorskip("torch")
+
+README_LOOP = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+    def main(logdir):
+        torch.manual_seed(0)
+        loader = [(torch.randn(16, 32), torch.randn(16, 1)) for _ in range(8)]
+        with profile(activities=[ProfilerActivity.CPU],
+                     schedule=schedule(wait=1, warmup=1, active=3),
+                     on_trace_ready=tensorboard_trace_handler(logdir),
+                     with_stack=True) as prof:
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                running = loss.item()  # every step
+                prof.step()
+        return running
+    """
+)
+
+
+def test_a_loop_ending_inside_a_profiling_cycle_counts_the_steps_it_ran(tmp_path):
+    """Eight batches, cycles of wait 1, warm-up 1, active 3: steps 2-4 in the first trace,
+    7 and the profiler's stop (8) in the second. Four steps, one item() in each."""
+    src = tmp_path / "src" / "readme_loop.py"
+    src.parent.mkdir()
+    src.write_text(README_LOOP)
+    spec = importlib.util.spec_from_file_location("readme_loop", src)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(str(tmp_path / "logs" / "run"))
+    traces = sorted((tmp_path / "logs" / "run").glob("*.pt.trace.json"))
+    assert len(traces) == 2
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(src.parent)])
+    assert sum(t.steps for t in report.traces) == 4
+    items = [s for s in report.latent_sites if "aten::item" in s.ops and s.func == "main"]
+    assert len(items) == 1 and items[0].count == 4
+    assert items[0].per_step == pytest.approx(1.0)
+    sys.modules.pop("readme_loop", None)

@@ -210,3 +210,59 @@ def test_the_bundle_requests_only_relative_urls(tensorboard: TensorBoard) -> Non
     assert set(literals) <= {"http://www.w3.org/2000/svg", "https://ui.perfetto.dev"}, literals
     for attribute in ("href", "src", "action"):
         assert not re.search(attribute + r"\s*[:=]\s*[\"'`]/", bundle), attribute
+
+
+PARENT = """\
+import sys
+from tb_syncfinder.demo.serve import free_port, start_tensorboard
+
+board = start_tensorboard(
+    sys.argv[1], free_port("127.0.0.1"), host="127.0.0.1", timeout=float(sys.argv[2]),
+    module="tb_syncfinder.plugin.standalone",
+)
+print(board.process.pid, board.port, board.log_path, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_tensorboard_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    """TensorBoard has a session of its own (so that stopping it stops its workers too): a
+    SIGKILL to the demo's process group never reached it, and it served on, orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "logs").mkdir()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), str(START_TIMEOUT_S)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=checkout_env(),
+    )
+    board_pid = None
+    try:
+        line = parent.stdout.readline().split()
+        assert line, "the parent printed nothing"
+        board_pid, port, log_path = int(line[0]), int(line[1]), Path(line[2])
+        assert get(f"http://127.0.0.1:{port}/data/plugins_listing")[0] == 200
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(board_pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("TensorBoard's process group outlived the process that started it")
+        assert not log_path.exists()
+    finally:
+        parent.kill()
+        if board_pid is not None:
+            try:
+                os.killpg(board_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

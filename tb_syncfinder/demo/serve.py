@@ -150,10 +150,18 @@ def start_tensorboard(
     env = dict(os.environ if env is None else env)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    # TensorBoard runs in a session of its own, out of reach of a signal to the caller's
+    # process group: if the caller dies without stopping it (SIGKILL, an OOM kill), it
+    # stops itself and what it started (``stop_with_parent``), instead of serving on.
+    log_file = tempfile.NamedTemporaryFile(
+        prefix="tb-syncfinder-tensorboard-", suffix=".log", delete=False
+    )
     command = [
         sys.executable,
         "-c",
         "import runpy, sys; del sys.path[0]; "
+        "from tb_syncfinder.demo.serve import stop_with_parent; "
+        f"stop_with_parent({os.getpid()}, {log_file.name!r}); "
         f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)",
         "--logdir",
         str(logdir),
@@ -164,10 +172,7 @@ def start_tensorboard(
     command += ["--bind_all"] if bind_all else ["--host", host]
     if path_prefix:
         command += ["--path_prefix", path_prefix]
-    # TensorBoard's output goes to a file: shown only if it fails to start.
-    log_file = tempfile.NamedTemporaryFile(
-        prefix="tb-syncfinder-tensorboard-", suffix=".log", delete=False
-    )
+    # TensorBoard's output goes to ``log_file``: shown only if it fails to start.
     process = subprocess.Popen(
         command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd, env=env
     )
@@ -186,6 +191,27 @@ def start_tensorboard(
         board.stop()
         raise
     return board
+
+
+def stop_with_parent(parent_pid: int, log_path: str, poll_s: float = 1.0) -> None:
+    """In the TensorBoard child: once ``parent_pid`` is no longer its parent (it died and
+    the child was re-parented), remove the log nobody will read and stop the child's process
+    group (TensorBoard, its data server, the plugins' workers), as ``stop`` would have."""
+    import threading
+
+    if not hasattr(os, "killpg") or os.getppid() != parent_pid:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        try:
+            os.unlink(log_path)
+        except OSError:
+            pass
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()
 
 
 def _wait_until_answering(board: TensorBoardProcess, timeout: float) -> None:

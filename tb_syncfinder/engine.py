@@ -253,10 +253,12 @@ def _analyze_in_windows(
         why,
         os.environ.get("TMPDIR") or "the temporary folder",
     )
-    parts = windows.split(ref.path, found, bounds)
-    results: list[TraceResult] = []
-    # The what-ifs' state at the end of each window, for the next (``whatif.replay``).
+    # The what-ifs' state at the end of each window, for the next (``whatif.replay``);
+    # made first: its import of the replay (and numpy) is no time to hold the windows
+    # outside the ``try`` that removes them.
     carry = _replay_carry() if options.whatif else None
+    results: list[TraceResult] = []
+    parts = windows.split(ref.path, found, bounds)
     try:
         first_id = 0
         for window_path, core in zip(parts.paths, parts.cores, strict=True):

@@ -37,7 +37,9 @@ two or more steps later (the job stage keeps its bound for those).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -46,7 +48,7 @@ import socket
 import tempfile
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import IO, Any, Optional, Union
@@ -587,9 +589,13 @@ class Windows:
     entries: int
     repairs: list[str] = field(default_factory=list)
     cores: list[tuple[float, float]] = field(default_factory=list)
+    # What removes the folder at the interpreter's exit, if ``close`` has not (``split``).
+    remove_at_exit: Optional[Callable[[], Any]] = None
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.remove_at_exit is not None:
+            atexit.unregister(self.remove_at_exit)
 
 
 def _file_ranges(found: Scan, bounds: list[float]) -> tuple[list[float], list[float]]:
@@ -668,15 +674,21 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
     stops it, nothing is left behind."""
     starts, ends = _file_ranges(found, bounds)
     remove_stale_folders(folder)
-    try:
-        folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{_host()}-{os.getpid()}-", dir=folder)
-    except OSError as exc:
-        where = os.path.join(folder or tempfile.gettempdir(), _FOLDER_PREFIX)
-        raise TraceReadError(path, _no_room_reason(where, found, exc)) from None
-    paths = [os.path.join(folder, f"window{n}.json") for n in range(len(bounds) + 1)]
-    header = _header(found.top)
+    # Named before it is made, and made inside the ``try`` below with its removal at exit
+    # registered: SIGTERM's SystemExit, raised between any two statements, never leaves it
+    # behind, here or in the caller before it holds the ``Windows``.
+    name = f"{_FOLDER_PREFIX}{_host()}-{os.getpid()}-{os.urandom(6).hex()}"
+    folder = os.path.join(folder or tempfile.gettempdir(), name)
+    remove_at_exit = functools.partial(shutil.rmtree, folder, ignore_errors=True)
     files: list[IO[bytes]] = []
     try:
+        try:
+            os.mkdir(folder, 0o700)
+        except OSError as exc:
+            raise TraceReadError(path, _no_room_reason(folder, found, exc)) from None
+        atexit.register(remove_at_exit)
+        paths = [os.path.join(folder, f"window{n}.json") for n in range(len(bounds) + 1)]
+        header = _header(found.top)
         try:
             for window_path in paths:
                 handle = open(window_path, "wb")  # noqa: SIM115 - closed below
@@ -707,7 +719,8 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
         for handle in files:
             with contextlib.suppress(OSError):  # a flush on a full disk fails again
                 handle.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_at_exit()
+        atexit.unregister(remove_at_exit)
         if isinstance(exc, _NoRoom):
             raise TraceReadError(path, _no_room_reason(folder, found, exc.args[0])) from None
         if isinstance(exc, TraceReadError) and isinstance(exc.__cause__, _NoRoom):
@@ -719,7 +732,9 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
     found.launch_ids, found.launch_ts = array("q"), array("d")
     edges = [_NO_START, *bounds, _NO_END]
     cores = list(zip(edges[:-1], edges[1:], strict=True))
-    return Windows(folder, paths, bounds, reader.routed, list(found.repairs), cores)
+    return Windows(
+        folder, paths, bounds, reader.routed, list(found.repairs), cores, remove_at_exit
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -696,6 +697,30 @@ def test_window_folders_of_processes_that_are_gone_are_removed_by_the_next_split
     parts.close()
     assert not stale.exists()
     assert running.exists() and elsewhere.exists()  # alive, or not this host's to judge
+
+
+@pytest.mark.parametrize("stopped_in", ["split_after_its_folder", "replay_import"])
+def test_a_stop_at_any_point_leaves_no_window_folder(tmp_path, monkeypatch, stopped_in):
+    """SIGTERM's SystemExit is raised between any two statements: in ``split`` just after
+    its folder exists, or while the engine imports the replay (numpy: ~50 ms) with the
+    windows written. Either left the folder in TMPDIR (a flaky test showed the second)."""
+    from tb_syncfinder import engine
+
+    path = _busy_trace(tmp_path / "w.pt.trace.json")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    def stop(*_args, **_kwargs):
+        raise SystemExit(143)
+
+    if stopped_in == "split_after_its_folder":
+        monkeypatch.setattr(windows, "_header", stop)
+    else:
+        monkeypatch.setattr(engine, "_replay_carry", stop)
+    with pytest.raises(SystemExit):
+        analyze_trace(str(path), Options(window_bytes=os.path.getsize(path) // 4))
+    assert list(temp.iterdir()) == []
 
 
 def test_a_terminated_report_removes_its_windows_as_ctrl_c_does(tmp_path):

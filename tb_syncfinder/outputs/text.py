@@ -73,27 +73,57 @@ def plural(count: int, word: str, many: str | None = None) -> str:
 
 def format_us(us: float | None) -> str:
     """A duration in microseconds, in the unit that reads best, 3 significant digits:
-    850 us, 1.23 ms, 159 ms, 2.10 s."""
+    850 us, 1.23 ms, 159 ms, 2.10 s; under 10 us trailing zeros dropped (0.46 us, 2 us).
+    The dashboard's ``formatUs`` to the digit (tests/format_cases.json holds both to it)."""
     if us is None:
         return "-"
     magnitude = abs(us)
     if magnitude == 0:
         return "0 us"
+    sign = "-" if us < 0 else ""
+    if magnitude < 1:
+        return f"{sign}{_trim(_fixed(magnitude, 2))} us"
     # The unit is chosen on the rounded value: 999.7 us reads 1.00 ms, not 1000 us.
-    for scale, unit in ((1_000_000, "s"), (1_000, "ms")):
-        if magnitude >= scale * 0.9995:
-            value = us / scale
-            digits = 0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2
-            return f"{value:.{digits}f} {unit}"
-    if magnitude >= 9.95:
-        return f"{us:.0f} us"
-    return f"{us:.1f} us"
+    if magnitude < 999.5:
+        return f"{sign}{_trim(_fixed(magnitude, 1 if magnitude < 9.95 else 0))} us"
+    if magnitude < 999.5e3:
+        return f"{sign}{_sig3(magnitude / 1000)} ms"
+    return f"{sign}{_sig3(magnitude / 1e6)} s"
 
 
 def format_share(share: float | None) -> str:
+    """A fraction 0..1 as a percentage: 74%, 5.4%, <0.1% for a share too small to show
+    (never 0.0% for one that is not nothing). The dashboard's ``formatPct`` to the digit."""
     if share is None:
         return "-"
-    return f"{share * 100:.1f}%"
+    percent = share * 100
+    if percent == 0:
+        return "0%"
+    magnitude = abs(percent)
+    sign = "-" if percent < 0 else ""
+    if magnitude < 0.1:
+        return f"{sign}<0.1%"
+    if magnitude < 10:
+        return f"{sign}{_trim(_fixed(magnitude, 1))}%"
+    return f"{sign}{_fixed(magnitude, 0)}%"
+
+
+def _fixed(value: float, digits: int) -> str:
+    """``value`` (>= 0) with ``digits`` decimals, an exact tie rounded up, as JavaScript's
+    ``toFixed`` rounds it: Python's formatting rounds a tie to even, and a 23,250 us wait
+    read 23.2 ms here and 23.3 ms in the dashboard."""
+    numerator, denominator = value.as_integer_ratio()
+    scaled = (2 * numerator * 10**digits + denominator) // (2 * denominator)
+    text = str(scaled).rjust(digits + 1, "0")
+    return f"{text[:-digits]}.{text[-digits:]}" if digits else text
+
+
+def _trim(text: str) -> str:
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _sig3(value: float) -> str:
+    return _fixed(value, 0 if value >= 99.95 else 1 if value >= 9.995 else 2)
 
 
 def truncate_left(text: str, width: int) -> str:

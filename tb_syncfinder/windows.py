@@ -732,9 +732,7 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
     found.launch_ids, found.launch_ts = array("q"), array("d")
     edges = [_NO_START, *bounds, _NO_END]
     cores = list(zip(edges[:-1], edges[1:], strict=True))
-    return Windows(
-        folder, paths, bounds, reader.routed, list(found.repairs), cores, remove_at_exit
-    )
+    return Windows(folder, paths, bounds, reader.routed, list(found.repairs), cores, remove_at_exit)
 
 
 # --------------------------------------------------------------------------------------

@@ -372,6 +372,32 @@ def test_a_trace_read_with_repairs_says_what_was_repaired():
     assert "win.pt.trace.json: escaped backslashes in Windows paths; quoted N/A values" in text
 
 
+def test_what_was_checked_is_labelled_once_and_wraps_under_itself():
+    from tb_syncfinder.outputs.text import render_report
+
+    checked = [f"check number {n} (with a few words to wrap)" for n in range(12)]
+    report = {
+        "schema": "tb_syncfinder.report/1",
+        "traces": [{"path": "t.pt.trace.json", "worker": "w", "device": "cuda", "steps": 1}],
+        "summary": {"sync_count": 0, "step_count": 1, "checked": checked},
+        "syncs": [],
+        "sites": [],
+        "latent": [],
+        "latent_sites": [],
+        "steps": [],
+    }
+    lines = render_report(report, color=False, top=None, width=80).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  checked: "))
+    listed = []
+    for line in lines[at:]:
+        if not line.strip():
+            break
+        listed.append(line)
+    assert len(listed) > 2 and sum("checked:" in line for line in listed) == 1
+    assert all(line.startswith(" " * len("  checked: ")) for line in listed[1:])
+    assert "check number 11" in " ".join(listed)
+
+
 def test_compare_text_carries_the_compare_note():
     from tb_syncfinder.outputs.text import render_compare
 

@@ -795,7 +795,10 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         checked = summary.get("checked") or []
         lines.append(style("No host-device synchronizations found.", _BOLD, _GREEN))
         if checked:
-            lines.extend(wrap(", ".join(checked), width, "  checked: ", "  "))
+            head = "  checked: "
+            body = wrap(", ".join(checked), width, head, "")
+            # The label once, the rest aligned under the list (wrap repeats its indent).
+            lines.extend([body[0]] + [" " * len(head) + line[len(head) :] for line in body[1:]])
         lines.append("")
     if latent_sites:
         lines.extend(

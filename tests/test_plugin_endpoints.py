@@ -651,6 +651,23 @@ def test_runs_say_which_hold_device_activity_so_the_dashboard_opens_on_one(
     }
 
 
+def test_runs_say_which_have_findings_so_a_logdir_of_cpu_runs_opens_on_one(
+    tmp_path: Path,
+) -> None:
+    """A newcomer's two CPU runs opened on the empty one ("fixed"), not on their own."""
+    from kineto_builder import KinetoTraceBuilder
+
+    logs = tmp_path / "logs"
+    for run, op in (("a_fixed", "aten::add"), ("b_mine", "aten::nonzero")):
+        cpu = KinetoTraceBuilder(gpu=False)
+        with cpu.step(1), cpu.op(op):
+            cpu.advance(50)
+        cpu.write(logs / run / "w0.pt.trace.json")
+    _, body = get(client_for(make_plugin(logs, tmp_path)), "runs")
+    runs = {r["name"]: (r["device_activity"], r["findings"]) for r in body["runs"]}
+    assert runs == {"a_fixed": (False, False), "b_mine": (False, True)}
+
+
 def test_a_runs_device_activity_is_unknown_until_one_of_its_traces_says(tmp_path: Path) -> None:
     from types import SimpleNamespace
 

@@ -13,7 +13,7 @@ import { spanLabels } from "./format.js";
 import { CHART_TAB_STOP, renderHotspots } from "./hotspots.js";
 import { renderJob } from "./job.js";
 import { apiUrl } from "./query.js";
-import { readableCount, repairNotices, runOptionLabel, unreadableBanner } from "./repairs.js";
+import { otherRunsUnreadable, readableCount, repairNotices, runOptionLabel, unreadableBanner } from "./repairs.js";
 import {
   decodeState,
   encodeState,
@@ -84,6 +84,9 @@ export class App {
     this.shownBase = null;
     /** A data-focus-key to focus after the next render (instead of the focused element's). */
     this.pendingFocus = /** @type {string | null} */ (null);
+    // Set by a click on a site's row: the detail it opens is scrolled into view if it is
+    // drawn off the screen (below the table).
+    this.revealDetail = false;
     /**
      * What the `summary` of the selection whose JSON is `key` says about its trace files:
      * repair notices, and how many were analysed (null until it answers).
@@ -411,7 +414,14 @@ export class App {
         const panel = this.viewEl.querySelector(".sa-detail-slot");
         // The focus was inside the detail (an occurrence's row): back there once it is drawn.
         if (panel) {
+          const reveal = this.revealDetail;
+          this.revealDetail = false;
           renderDetail(ctx, /** @type {HTMLElement} */ (panel)).then(() => {
+            // Opened by a row below which it is drawn (one column: a narrow page or
+            // panel), off the screen: scrolled to, or the click seemed to do nothing.
+            if (reveal && gen === this.renderGen && panel.getBoundingClientRect().top > innerHeight - 48) {
+              panel.scrollIntoView({ block: "start" });
+            }
             if (gen !== this.renderGen || !focus || document.activeElement !== document.body) return;
             restoreFocus(focus);
             // The panel is drawn anew, scrolled to its top: show the row focused in it.
@@ -672,7 +682,7 @@ export class App {
         h(
           "div",
           { class: "sa-note", "data-testid": "other-errors" },
-          `${elsewhere} trace file${elsewhere > 1 ? "s" : ""} in other runs could not be read.`,
+          otherRunsUnreadable(allErrors.filter((/** @type {any} */ e) => e.run && e.run !== runName)),
         ),
       );
     }

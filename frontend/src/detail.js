@@ -322,9 +322,10 @@ function stackSection(sync, app) {
       { class: cls },
       frameButton(f, app, null),
       f.role === "def" ? h("span", { class: "sa-tag", title: "the line where this function is defined (the trace records no call lines)" }, "def") : null,
+      f.role === "running" ? h("span", { class: "sa-tag", title: "the line this function was at when profiling started (it was already running): the trace records no later line" }, "at start") : null,
       f.call !== null ? callTag(f.call) : null,
     );
-  const defs = user.some((f) => f.role === "def");
+  const defs = user.some((f) => f.role !== null);
   return [
     h("h3", null, forward ? "Python stack of the forward call" : "Python stack"),
     forward

@@ -263,6 +263,24 @@ function teachingBanners(resp, latent, siteTotal) {
       ),
     );
   }
+  const traces = resp.traces || [];
+  const unmarked = traces.filter((/** @type {any} */ t) => t.step_markers === false && !t.error).length;
+  if (unmarked) {
+    out.push(
+      h(
+        "div",
+        { class: "sa-banner", "data-testid": "no-step-markers" },
+        h("h3", null, traces.length > 1 ? `${unmarked} of ${plural(traces.length, "trace file")} without ProfilerStep markers` : "No ProfilerStep markers in this trace"),
+        h(
+          "p",
+          null,
+          `${unmarked > 1 ? "Each is" : "It is"} counted as one step, so the per-step figures are per trace file. Profile with a schedule and call `,
+          h("code", null, "prof.step()"),
+          " at the end of each training step to see them per step.",
+        ),
+      ),
+    );
+  }
   if (resp.has_stacks === false) {
     out.push(
       h(
@@ -319,22 +337,35 @@ function headlineCards(summary, latent) {
     card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${plural(steps, "step")}`, "syncs"),
     card("Host wait per step", formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
     // The bubbles after the syncs (each sync's end to the device's next work, shared ones
-    // counted once), not the idle the syncs cause: that is "GPU idle from syncs" below.
+    // counted once), not the idle the syncs cause: that is on the step-time card (worded as
+    // the CLI words it, "GPU idle caused by syncs").
     card(
       "GPU idle after syncs",
       formatUs(perStep(summary.gpu_idle_us || 0)),
       `per step, ${formatUs(summary.gpu_idle_us)} in total`,
       "idle",
-      "GPU idle after syncs: from each sync's end until the GPU is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the part that goes away with them is 'GPU idle from syncs' on the step-time card.",
+      "GPU idle after syncs: from each sync's end until the GPU is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the step-time card gives the part that goes away with them.",
     ),
-    card("Share of step time", formatPct(summary.share_of_step ?? 0), "host wait + GPU idle", "share"),
+    card("Share of step time", formatPct(summary.share_of_step ?? 0), shareBasis(summary), "share"),
     card(
       "Step time if removed",
       formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
-      `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle from syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
+      `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
       "estimate",
     ),
   );
+}
+
+/**
+ * What the share of step time is a share of: the host's steps, which the step-time card's
+ * "now" exceeds where the device ran on after the host (as the CLI says).
+ * @param {any} summary
+ */
+export function shareBasis(summary) {
+  const host = summary.mean_step_time_us || 0;
+  const wall = summary.mean_wall_step_time_us || 0;
+  if (host > 0 && wall > host * 1.05) return `host wait + GPU idle, of the host's ${formatUs(host)} step (the device's is longer)`;
+  return "host wait + GPU idle";
 }
 
 /** @param {any} site */
@@ -700,12 +731,15 @@ function stepNote(info) {
 }
 
 /**
- * The line under a column header that says whose figure it is, with a step selected.
+ * The line under a column header that says whose figure it is: with a step selected, the
+ * step's or the whole run's; without, "whole run" under the totals.
  * @param {string} key
  * @param {{step: number, inStep: boolean} | null} stepInfo
  */
 function columnScope(key, stepInfo) {
-  if (!stepInfo) return null;
+  // Without a step the count, the wait and the idle are totals beside per-step columns
+  // (a 43 ms "Host wait" next to an 8.9 ms per-step card read as a contradiction).
+  if (!stepInfo) return STEP_FIGURES.includes(key) ? h("span", { class: "sa-th-scope" }, "whole run") : null;
   if (["file", "func", "ops", "kind"].includes(key)) return null;
   const own = stepInfo.inStep && STEP_FIGURES.includes(key);
   return h("span", { class: `sa-th-scope${own ? " step" : ""}` }, own ? `step ${stepInfo.step}` : "whole run");
@@ -715,16 +749,16 @@ function columnScope(key, stepInfo) {
 const COST_KEYS = new Set(["predicted_saving_us", "host_wait_us", "gpu_idle_us", "share_of_step"]);
 
 const COLUMNS = [
-  { key: "file", label: "Location", cls: "col-loc" },
-  { key: "func", label: "Function", cls: "col-func" },
-  { key: "ops", label: "Operators", cls: "col-ops" },
-  { key: "kind", label: "Kind", cls: "col-kind" },
-  { key: "count", label: "Count", cls: "col-count num" },
-  { key: "per_step", label: "Per step", cls: "col-perstep num" },
-  { key: "predicted_saving_us", label: "Saves/step", cls: "col-save num" },
-  { key: "host_wait_us", label: "Host wait", cls: "col-wait num" },
-  { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num" },
-  { key: "share_of_step", label: "Share", cls: "col-share num" },
+  { key: "file", label: "Location", cls: "col-loc", title: "The line of your code that synced (* where the exact call line is not known), or the operator where the trace has no Python stack" },
+  { key: "func", label: "Function", cls: "col-func", title: "The function around that line" },
+  { key: "ops", label: "Operators", cls: "col-ops", title: "The operators from your call down to the one that waited" },
+  { key: "kind", label: "Kind", cls: "col-kind", title: "What made the host wait" },
+  { key: "count", label: "Count", cls: "col-count num", title: "Syncs at this site over the profiled steps" },
+  { key: "per_step", label: "Per step", cls: "col-perstep num", title: "Syncs at this site per profiled step" },
+  { key: "predicted_saving_us", label: "Saves/step", cls: "col-save num", title: "Step time saved per step by fixing this site alone. Sites that wait for the same GPU work save more fixed together: the saving with every sync removed is on the step-time card, and each site's with the others fixed in its detail" },
+  { key: "host_wait_us", label: "Host wait", cls: "col-wait num", title: "Time the host waited in this site's syncs, over the profiled steps (the card gives it per step)" },
+  { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num", title: "Time the GPU idled after this site's syncs, over the profiled steps" },
+  { key: "share_of_step", label: "Share", cls: "col-share num", title: "Host wait + GPU idle of this site over the profiled steps' time" },
 ];
 
 /**
@@ -739,7 +773,10 @@ function sitesTable(sites, state, app, latent, stepInfo) {
   if (!sites.length) {
     return h("div", { class: "sa-empty", "data-testid": "no-sites" }, state.q || state.kind || state.step !== null ? "No site matches the filters." : latent ? "No latent sync sites." : "No sync sites.");
   }
-  const select = (/** @type {any} */ site) => app.setState({ site: site.key, sync: null });
+  const select = (/** @type {any} */ site) => {
+    app.revealDetail = true; // below the table on a narrow page: bring it into view
+    app.setState({ site: site.key, sync: null });
+  };
   const selectedIndex = sites.findIndex((x) => x.key === state.site);
   const rows = sites.map((site, i) =>
     h(
@@ -766,6 +803,9 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       h(
         "td",
         { class: "ops col-ops mono" },
+        // A runtime call made with no operator around it (cudaDeviceSynchronize from
+        // torch.cuda.synchronize()): said, as the CLI does, not left blank.
+        (site.ops || []).length ? null : h("span", { class: "muted" }, "(no operator)"),
         // A long name breaks after its "::" (aten::_index_put_impl_), never mid-word.
         (site.ops || []).flatMap((/** @type {string} */ op, /** @type {number} */ i) => [
           i ? " → " : null,
@@ -810,6 +850,7 @@ function sitesTable(sites, state, app, latent, stepInfo) {
           {
             "data-sort": c.key,
             "data-focus-key": `sort-${c.key}`,
+            title: c.title,
             onclick: () => app.setState(nextSort(state, c.key)),
           },
           c.label,

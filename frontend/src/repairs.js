@@ -52,6 +52,22 @@ export function unreadableBanner(traceCount, errorCount) {
 }
 
 /**
+ * The note about unreadable trace files of runs other than the one shown, naming them (a
+ * count alone sent the user looking through every run): `2 trace files of run "broken"
+ * could not be read.`
+ * @param {{run?: string}[]} errors the `runs` answer's errors of the other runs
+ * @returns {string}
+ */
+export function otherRunsUnreadable(errors) {
+  const runs = [...new Set(errors.map((e) => e.run).filter(Boolean))];
+  const files = `${errors.length} trace file${errors.length === 1 ? "" : "s"}`;
+  const shown = runs.slice(0, 3).map((r) => `"${r}"`);
+  const more = runs.length > 3 ? ` and ${runs.length - 3} more` : "";
+  const where = runs.length === 1 ? `run ${shown[0]}` : `runs ${shown.join(", ")}${more}`;
+  return `${files} of ${where} could not be read: choose the run to see why.`;
+}
+
+/**
  * Whether nothing of a selection could be read: it has trace files and every one of them
  * failed (the `summary` route's `traces`, each with its `error`). Its report is then empty,
  * and its zeros, "no GPU activity" and "no Python stacks" would be read as findings.

@@ -5,6 +5,7 @@
  * route, and ties keep the order the plugin sent (the report's ranking).
  */
 import { siteSortOrder } from "./catalogue.js";
+import { siteFallbackLabel } from "./format.js";
 
 /**
  * The order a column starts with when first clicked (the plugin's: costs descending,
@@ -35,6 +36,9 @@ export function nextSort(current, key) {
  */
 function sortValue(site, key) {
   if (key === "ops") return Array.isArray(site.ops) ? site.ops.join(" ") : null;
+  // The location as the cell shows it: `file:line` (lines in numeric order), or for a site
+  // without a Python stack the operator or call named in its place.
+  if (key === "file") return site.file ? `${site.file}:${site.line ?? ""}` : site.ops?.[0] || site.apis?.[0] ? siteFallbackLabel(site) : null;
   const v = site[key];
   return v === undefined ? null : v;
 }
@@ -73,7 +77,8 @@ function compareValues(a, b, dir) {
 
 /**
  * Sites matching the kind filter and the free-text filter (case-insensitive, matched
- * against file, function, operators, APIs and kind; several words must all match).
+ * against file, `file:line`, function, operators, APIs and kind; several words must all
+ * match).
  * @template T
  * @param {T[]} sites
  * @param {{kind?: string, q?: string}} filter
@@ -86,7 +91,9 @@ export function filterSites(sites, filter) {
     const s = /** @type {any} */ (site);
     if (kind && s.kind !== kind) return false;
     if (!words.length) return true;
-    const hay = [s.file, s.func, s.kind, s.line, ...(s.ops || []), ...(s.apis || [])]
+    // `file:line` too, as the table shows the location (`seg.py:82` must find it).
+    const where = s.file ? `${s.file}:${s.line ?? ""}` : null;
+    const hay = [s.file, where, s.func, s.kind, s.line, ...(s.ops || []), ...(s.apis || [])]
       .filter((x) => x !== null && x !== undefined)
       .join(" ")
       .toLowerCase();
@@ -166,8 +173,9 @@ export function sitesInStep(sites, step) {
 /**
  * A site's place as the sites table shows it, and what the CLI says under it: its
  * `file:line`, marked `*` when the line is not the exact call line (`line_exact` false) with
- * why in `title`, and the notes under it: the candidate lines of an inexact line, and for a
- * job's site which late peer its syncs waited for (`waiting_for`).
+ * why in `title`, and the notes under it: the candidate lines of an inexact line, that a
+ * site is a line's backward pass and which line ran it, and for a job's site which late
+ * peer its syncs waited for (`waiting_for`).
  * @param {any} site a `/sites` item
  * @param {(path: string) => string} [short] how the file is shortened
  * @returns {{text: string, inexact: boolean, title: string, notes: {id: string, text: string}[]}}
@@ -191,6 +199,12 @@ export function siteWhere(site, short = (p) => p) {
   const notes = [];
   const candidates = site.candidates || [];
   if (inexact && candidates.length) notes.push({ id: "candidates", text: `candidate lines ${candidates.join(", ")}` });
+  // A line's forward and backward syncs are two sites of one line: say which this is.
+  if (site.backward) {
+    const runBy = site.run_by && site.run_by.line !== null && site.run_by.line !== undefined ? site.run_by : null;
+    const by = runBy ? `, run by line ${runBy.line}${runBy.func ? ` (${runBy.func})` : ""}` : "";
+    notes.push({ id: "backward", text: `backward of this line${by}` });
+  }
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
   return { text, inexact, title, notes };
 }

@@ -55,13 +55,15 @@ export function isOpenable(frame) {
  * What the line of the sync's own frame is. Modern traces record where a function is
  * *defined* (`def_line`), not the line that made the call; the sync's call line is in its
  * source. The frame of the source's function gets `def` when its line is that def line,
- * and `call`: the sync's line. Other frames are left unmarked: their line is a def line too,
+ * `running` when it is neither that nor the exact line found to sync (the function was
+ * already running when profiling started, and shows the line it was at then), and `call`:
+ * the sync's line. Other frames are left unmarked: their line is a def line too,
  * except for a function already running when profiling started, which shows the line it was
  * at, and the trace does not say which. Legacy traces (frames with call lines) get no marks.
  * @template {{file: string, line: number | null, func: string}} F
  * @param {F[]} frames
- * @param {{file?: string | null, line?: number | null, def_line?: number | null, func?: string | null} | null | undefined} source
- * @returns {(F & {role: "def" | null, call: number | null})[]}
+ * @param {{file?: string | null, line?: number | null, line_exact?: boolean, def_line?: number | null, func?: string | null} | null | undefined} source
+ * @returns {(F & {role: "def" | "running" | null, call: number | null})[]}
  */
 export function frameLines(frames, source) {
   const base = (/** @type {string | null | undefined} */ f) => (f || "").split(/[\\/]/).pop();
@@ -70,10 +72,14 @@ export function frameLines(frames, source) {
     : -1;
   const atDef =
     own >= 0 && source?.def_line !== null && source?.def_line !== undefined && frames[own].line === source.def_line;
+  const line = source?.line;
+  // Not its def line, yet not the line found to sync: a function already running when
+  // profiling started, recorded at the line it was at then (a loop's `main()`).
+  const running = own >= 0 && !atDef && source?.line_exact === true && line !== null && line !== undefined && frames[own].line !== line;
   return frames.map((f, i) => ({
     ...f,
-    role: atDef && i === own ? "def" : null,
-    call: atDef && i === own && source?.line !== null && source?.line !== undefined && source.line !== f.line ? source.line : null,
+    role: i !== own ? null : atDef ? "def" : running ? "running" : null,
+    call: (atDef || running) && i === own && line !== null && line !== undefined && line !== f.line ? line : null,
   }));
 }
 

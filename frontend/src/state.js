@@ -141,15 +141,20 @@ export function sortWorkers(workers) {
 
 /**
  * The run a view shows: the one it names, else the first run with device activity (a
- * CPU-only run can only list what would synchronize), else the first run.
- * @template {{name: string, device_activity?: boolean | null}} R
+ * CPU-only run can only list what would synchronize), else the first run with findings
+ * (of a logdir of CPU runs, not an empty optimized one), else the first run.
+ * @template {{name: string, device_activity?: boolean | null, findings?: boolean | null}} R
  * @param {R[]} runs the `runs` answer's runs, in its order
  * @param {string | null} name the run the view state names
  * @returns {R | null}
  */
 export function pickRun(runs, name) {
   return (
-    runs.find((r) => r.name === name) || runs.find((r) => r.device_activity === true) || runs[0] || null
+    runs.find((r) => r.name === name) ||
+    runs.find((r) => r.device_activity === true) ||
+    runs.find((r) => r.findings === true) ||
+    runs[0] ||
+    null
   );
 }
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { spanLabels } from "../src/format.js";
-import { nothingReadable, readableCount, repairNotices, runOptionLabel, runUnreadable, selectionName, unreadableBanner } from "../src/repairs.js";
+import { nothingReadable, otherRunsUnreadable, readableCount, repairNotices, runOptionLabel, runUnreadable, selectionName, unreadableBanner } from "../src/repairs.js";
 
 test("a repaired trace gets a notice naming the file and every repair", () => {
   const { notices, more } = repairNotices([
@@ -94,4 +94,13 @@ test("a selection still loading with no analysed trace shows only the loading st
   assert.equal(awaitingFirstTrace({ loading: true, traces: [{ path: "a", error: "bad" }] }), true);
   assert.equal(awaitingFirstTrace({ loading: true, traces: [{ path: "a" }] }), false);
   assert.equal(awaitingFirstTrace({ loading: false, traces: [] }), false);
+});
+
+test("unreadable files of other runs are counted with the runs named", () => {
+  assert.equal(otherRunsUnreadable([{ run: "broken" }, { run: "broken" }]), '2 trace files of run "broken" could not be read: choose the run to see why.');
+  assert.equal(otherRunsUnreadable([{ run: "a" }, { run: "b" }]), '2 trace files of runs "a", "b" could not be read: choose the run to see why.');
+  assert.equal(
+    otherRunsUnreadable(["a", "b", "c", "d", "e"].map((run) => ({ run }))),
+    '5 trace files of runs "a", "b", "c" and 2 more could not be read: choose the run to see why.',
+  );
 });

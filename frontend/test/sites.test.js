@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { setCatalogue } from "../src/catalogue.js";
-import { filterSites, nextRowIndex, nextSort, sitesInStep, sortSites } from "../src/sites.js";
+import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites } from "../src/sites.js";
 
 const sites = [
   { key: "a", file: "train.py", line: 42, func: "step", kind: "scalar_readback", ops: ["aten::item"], count: 10, per_step: 1, host_wait_us: 500, gpu_idle_us: 20, share_of_step: 0.1 },
@@ -101,4 +101,32 @@ test("an inexact line is marked * with why; its candidates and a job's late peer
   ]);
   const running = siteWhere({ file: "t.py", line: 12, def_line: 3, line_exact: false });
   assert.match(running.title, /already running/);
+});
+
+test("the filter finds a site by the file:line the table shows", () => {
+  const sites = [
+    { file: "demo/seg.py", line: 82, func: "loss", kind: "dynamic_shape", ops: ["aten::index"] },
+    { file: "demo/seg.py", line: 76, func: "loss", kind: "dynamic_shape", ops: ["aten::_unique2"] },
+  ];
+  assert.deepEqual(filterSites(sites, { q: "seg.py:82" }).map((s) => s.line), [82]);
+  assert.deepEqual(filterSites(sites, { q: "SEG.PY:7" }).map((s) => s.line), [76]);
+});
+
+test("sorting by location orders lines as numbers and stackless sites by the label shown", () => {
+  const sites = [
+    { file: "a.py", line: 100 },
+    { file: null, line: null, ops: ["cudaDeviceSynchronize"] },
+    { file: "a.py", line: 82 },
+    { file: null, line: null, ops: ["aten::max_pool2d"] },
+  ];
+  const order = (dir) => sortSites(sites, "file", dir).map((s) => (s.file ? `${s.file}:${s.line}` : s.ops[0]));
+  assert.deepEqual(order("asc"), ["a.py:82", "a.py:100", "aten::max_pool2d", "cudaDeviceSynchronize"]);
+  assert.deepEqual(order("desc"), ["cudaDeviceSynchronize", "aten::max_pool2d", "a.py:100", "a.py:82"]);
+});
+
+test("a backward site says so, and which line ran it, under its location", () => {
+  const site = { file: "seg.py", line: 82, line_exact: true, backward: true, run_by: { file: "seg.py", line: 127, func: "baseline_step" } };
+  assert.deepEqual(siteWhere(site).notes, [{ id: "backward", text: "backward of this line, run by line 127 (baseline_step)" }]);
+  assert.deepEqual(siteWhere({ ...site, run_by: null }).notes, [{ id: "backward", text: "backward of this line" }]);
+  assert.deepEqual(siteWhere({ ...site, backward: false }).notes, []);
 });

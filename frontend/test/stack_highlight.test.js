@@ -129,3 +129,20 @@ test("stack lines say which is a def line and where the sync's call is", async (
   assert.deepEqual(legacy.map((f) => [f.role, f.call]), [[null, null]]);
   assert.deepEqual(frameLines(stack, null).map((f) => f.role), [null, null, null]);
 });
+
+test("a frame already running when profiling started shows the sync's line beside the one it was at", async () => {
+  const { frameLines } = await import("../src/stack.js");
+  // record_real_shapes.py: main() was at line 81 (on_step()) when profiling started; the
+  // source found the sync at line 79. Both lines shown, each said for what it is.
+  const stack = [
+    { file: "torch/_tensor.py", line: 1, func: "item", user: false },
+    { file: "bench/record_real_shapes.py", line: 81, func: "resnet50_all_options", user: true },
+  ];
+  const source = { file: "bench/record_real_shapes.py", line: 79, line_exact: true, def_line: 60, func: "resnet50_all_options" };
+  assert.deepEqual(frameLines(stack, source).map((f) => [f.func, f.role, f.call]), [
+    ["item", null, null],
+    ["resnet50_all_options", "running", 79],
+  ]);
+  // Not exact: the header's note says what the line is; no claim in the stack.
+  assert.deepEqual(frameLines(stack, { ...source, line_exact: false }).map((f) => f.role), [null, null]);
+});

@@ -90,6 +90,16 @@ test("the dashboard opens on the first run with device activity, else the first 
   assert.equal(pickRun([], null), null);
 });
 
+test("of CPU runs only, the dashboard opens on the first with findings, not an empty one", () => {
+  const runs = [
+    { name: "fixed", device_activity: false, findings: false },
+    { name: "my_run", device_activity: false, findings: true },
+  ];
+  assert.equal(pickRun(runs, null)?.name, "my_run");
+  assert.equal(pickRun([{ ...runs[1], device_activity: true }, runs[0]].reverse(), null)?.name, "my_run");
+  assert.equal(pickRun(runs.map((r) => ({ ...r, findings: null })), null)?.name, "fixed"); // not known yet
+});
+
 test("a run's generation changes the runs signature only once the run has loaded", () => {
   const answer = (/** @type {boolean} */ loading, /** @type {number} */ generation) => ({
     loading,

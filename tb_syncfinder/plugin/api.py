@@ -53,6 +53,7 @@ def runs_impl(loader: TraceLoader) -> dict[str, Any]:
                 "error_count": len(failed),
                 "no_summary_count": len(unsummarised),
                 "device_activity": _device_activity(states, loading),
+                "findings": _findings(states, loading),
                 # Changes whenever what the run's routes answer changes (a trace analysed,
                 # changed, removed, or analysed again after its sources were edited): a
                 # client that keeps answers asks again.
@@ -95,6 +96,16 @@ def _device_activity(states: list[Any], loading: bool) -> bool | None:
     # A trace analysed again after its sources changed still has the activity it had.
     results = [r for state in states if (r := state.result or state.previous_result) is not None]
     if any(result.info.has_gpu_activity for result in results):
+        return True
+    return None if loading or not results else False
+
+
+def _findings(states: list[Any], loading: bool) -> bool | None:
+    """Whether some trace of the run has a finding (a sync, or on a CPU trace a latent
+    one), as ``_device_activity`` answers: where no run has device activity the dashboard
+    opens on the first run with findings, not on an empty one."""
+    results = [r for state in states if (r := state.result or state.previous_result) is not None]
+    if any(getattr(r, "syncs", None) or getattr(r, "latent", None) for r in results):
         return True
     return None if loading or not results else False
 

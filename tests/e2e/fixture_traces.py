@@ -211,13 +211,15 @@ def write_run(
     dist: dict[str, Any] | None = None,
     span: str = "1700000000000",
     kernel_us: float = 900,
+    markers: bool = True,
 ) -> Path:
     """One run folder with one worker trace: ``steps`` training steps numbered from
     ``first_step``, each with an ``.item()`` readback in train_step (when ``item``) and a
     ``nonzero`` in select_foreground (when ``nonzero``); the train frame is recorded at
     ``frame_line``; ``dist`` is its ``distributedInfo`` (rank 0 of no stated world), ``span``
     the time tensorboard_trace_handler puts in the file name (epoch ms), ``kernel_us`` how
-    long the step's first kernel runs (what the first readback waits for)."""
+    long the step's first kernel runs (what the first readback waits for); ``markers``
+    False: no ProfilerStep spans (a profile without a schedule's steps)."""
     train_fn, select_fn = func_names or ("train_step", "select_foreground")
     item_op, nonzero_op = op_names or ("aten::item", "aten::nonzero")
     w = TraceWriter(gpu=gpu, stacks=stacks, dist=dist)
@@ -260,7 +262,8 @@ def write_run(
         w.kernel("optimizer_kernel", t + 5, 200)
         t = max(t + 30, w.device_free_at - 100)
         w.close(frame, t)
-        w.x(f"ProfilerStep#{step}", "user_annotation", start - 1, t - start + 2)
+        if markers:
+            w.x(f"ProfilerStep#{step}", "user_annotation", start - 1, t - start + 2)
         t += 50
     run_dir = logdir / run
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -303,7 +306,8 @@ def write_fixture(root: Path) -> Path:
     `distributed` (a barrier per step), `two_machines` (two workers' traces, steps 1-3
     and 550-551), `unreadable` (its only trace file truncated) and `unrelated_ranks` (one
     rank's trace of each of two jobs), `two_spans` (one worker's two profiled spans) and
-    `long_wait` (a 150 ms wait, then a 120 µs bubble);
+    `long_wait` (a 150 ms wait, then a 120 µs bubble) and `no_markers` (steps without
+    ProfilerStep spans);
     train.py beside it in ``root``, TensorBoard's working directory."""
     (root / "train.py").write_text(TRAIN_PY, encoding="utf-8")
     logdir = root / "logs"
@@ -359,6 +363,7 @@ def write_fixture(root: Path) -> Path:
     # A readback waiting 150 ms for a long kernel, then 120 µs of GPU idle: a bubble far
     # thinner than a pixel at the scale of the wait.
     write_run(logdir, "long_wait", item=True, nonzero=False, steps=2, kernel_us=150_000)
+    write_run(logdir, "no_markers", item=True, nonzero=False, steps=2, markers=False)
     # One worker profiled twice: two spans, named by their epoch-ms times.
     for span in ("1700000000000", "1700000100000"):
         write_run(

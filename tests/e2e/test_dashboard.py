@@ -58,6 +58,7 @@ RUNS = {
     "unrelated_ranks",
     "two_spans",
     "long_wait",
+    "no_markers",
 }
 
 
@@ -783,7 +784,7 @@ CLIPPED = """() => {
 }"""
 
 NUMERIC_SHOWN = """() => [...document.querySelectorAll("[data-testid=sites] thead th.num")]
-  .filter(th => th.offsetParent !== null).map(th => th.textContent)"""
+  .filter(th => th.offsetParent !== null).map(th => th.querySelector("button").textContent)"""
 
 ITEM_SITE = f"site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem"
 
@@ -1635,4 +1636,50 @@ def test_a_missing_source_file_is_said_in_words_without_a_failed_request_in_the_
     # Answered, not failed: nothing for the browser to log (a favicon's 404 is not ours).
     assert [f for f in failed if "/source?" in f] == [], failed
     assert [e for e in console_errors if "/source?" in e] == [], console_errors
+    assert page_errors == []
+
+
+def test_the_table_says_which_figures_are_totals_and_what_the_page_cannot_show_per_step(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """A review read the table's 43 ms "Host wait" beside an 8.9 ms per-step card as a
+    contradiction, missed the CLI's warning for a trace without steps, and was told only
+    that files "in other runs" could not be read."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    scopes = page.eval_on_selector_all(
+        "[data-testid=sites] thead th",
+        "ths => Object.fromEntries(ths.map(th => [th.querySelector('button').dataset.sort,"
+        " th.querySelector('.sa-th-scope')?.textContent ?? null]))",
+    )
+    assert {k for k, v in scopes.items() if v} == {"count", "host_wait_us", "gpu_idle_us"}
+    assert set(scopes.values()) == {None, "whole run"}
+    titles = page.eval_on_selector_all(
+        "[data-testid=sites] thead th button", "bs => bs.map(b => b.title)"
+    )
+    assert all(titles), titles
+    assert page.locator("[data-testid=no-step-markers]").count() == 0
+    other = page.inner_text("[data-testid=other-errors]")
+    assert '"optimized"' in other and '"unreadable"' in other, other
+    page.goto(plugin_url(board, "#run=no_markers"))
+    banner = page.wait_for_selector("[data-testid=no-step-markers]")
+    assert "counted as one step" in banner.inner_text()
+    assert "prof.step()" in banner.inner_text()
+    assert page_errors == []
+
+
+def test_a_row_clicked_on_a_narrow_page_brings_its_detail_into_view(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """At 900 px the detail is drawn below the table, off the screen: the click seemed to
+    do nothing."""
+    page = new_page(browser, page_errors, width=900, height=700)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    page.wait_for_selector("[data-testid=advice]")
+    page.wait_for_function(
+        "document.querySelector('.sa-detail-slot').getBoundingClientRect().top < innerHeight / 2"
+    )
     assert page_errors == []

@@ -289,7 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit with status 1 when a site is new or worse (a CI gate)",
+        help=(
+            "exit with status 1 when a site is new or worse (a CI gate): worse is more syncs "
+            "per step, or host wait + GPU idle per step up by more than 10%% (on CPU-only "
+            "runs, latent syncs per step)"
+        ),
     )
     _add_source_options(compare)
     _add_output_options(compare)

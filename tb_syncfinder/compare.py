@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 STATUSES = ("new", "worse", "better", "same", "fixed")
-# Relative change of the per-step cost (host wait + GPU idle) beyond which a site counts as
-# better or worse; below it, run-to-run noise.
+# Relative change of a site's syncs per step, or of its cost per step (host wait + GPU
+# idle), beyond which it counts as better or worse; below it, run-to-run noise.
 THRESHOLD = 0.10
 
 
@@ -109,10 +109,24 @@ def _side(entry: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _status(before: dict[str, Any] | None, after: dict[str, Any] | None, measure: str) -> str:
+    """``worse`` where the site syncs more often per step or ``measure`` (its cost per step)
+    grew beyond ``THRESHOLD``, else ``better`` where either fell beyond it. The count
+    first: a site that syncs twice as often can measure cheaper in one run (its waits
+    landing on work already done), and a gate on cost alone passed it (a review's job
+    where rank 0 also called .item() every step)."""
     if before is None:
         return "new"
     if after is None:
         return "fixed"
+    changes = {_change(before, after, measure)}
+    if measure != "per_step":
+        changes.add(_change(before, after, "per_step"))
+    if "worse" in changes:
+        return "worse"
+    return "better" if "better" in changes else "same"
+
+
+def _change(before: dict[str, Any], after: dict[str, Any], measure: str) -> str:
     old, now = float(before[measure]), float(after[measure])
     if old <= 0:
         return "same" if now <= 0 else "worse"

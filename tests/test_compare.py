@@ -58,6 +58,23 @@ def test_cost_change_beyond_ten_percent_is_better_or_worse(sample_report: Report
     assert _status(compare(base, noisy), "scalar_readback") == "same"
 
 
+def test_a_site_syncing_more_often_is_worse_even_where_it_measured_cheaper(
+    sample_report: Report,
+) -> None:
+    """A rank that also called .item() every step: twice the syncs, each waiting less.
+    Judged by cost alone it was 'better' and passed --fail-on-regression."""
+    base = sample_report.to_json()
+    twice = copy.deepcopy(base)
+    site = _site(twice, "scalar_readback")
+    site["count"] *= 2
+    site["host_wait_us"] /= 2
+    assert _status(compare(base, twice), "scalar_readback") == "worse"
+    # Half the syncs at the same cost per step: better, by its count.
+    half = copy.deepcopy(base)
+    _site(half, "scalar_readback")["count"] //= 2
+    assert _status(compare(base, half), "scalar_readback") == "better"
+
+
 def test_cost_is_compared_per_step_not_in_total(sample_report: Report) -> None:
     base = sample_report.to_json()
     longer = copy.deepcopy(base)

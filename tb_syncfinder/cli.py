@@ -676,6 +676,25 @@ def _check_writable(path: str | None, option: str) -> None:
         raise UsageError(f"cannot write {option} {path}: permission denied")
 
 
+def _refuse_inputs(path: str | None, option: str, *reports: dict[str, Any]) -> None:
+    """UsageError when ``path`` is one of the traces the reports were made from: ``-o``
+    pointed at a trace replaced it with the report, and said nothing."""
+    if not path or not os.path.exists(path):
+        return
+    for report in reports:
+        for trace in report.get("traces") or []:
+            trace_path = trace.get("path")
+            try:
+                same = bool(trace_path) and os.path.samefile(path, trace_path)
+            except OSError:  # gone, or a remote path
+                continue
+            if same:
+                raise UsageError(
+                    f"cannot write {option} {path}: it is one of the traces analysed, and "
+                    "would be overwritten; write the output elsewhere"
+                )
+
+
 def _write(data: bytes, output: str | None, option: str = "--output") -> None:
     if output:
         try:
@@ -822,6 +841,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         for trace in report_set.report["traces"]:
             if trace.get("error"):
                 _warn(f"{trace['path']}: {trace['error']}")
+    _refuse_inputs(args.output, "--output", report_set.report)
+    _refuse_inputs(args.annotate, "--annotate", report_set.report)
     color = False if args.output else _use_color(args.color, sys.stdout)
     options = outputs.RenderOptions(color=color, top=args.top or None)
     _write(outputs.render(output_format, report_set, options), args.output)
@@ -881,6 +902,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     _check_writable(args.output, "--output")
     base = _load_side(args.base, args)
     new = _load_side(args.new, args)
+    _refuse_inputs(args.output, "--output", base, new)
     result = compare(base, new)
     for entry in result["unreadable"]:  # as report names them: compared without them
         side = "baseline" if entry["side"] == "base" else "new run"

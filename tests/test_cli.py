@@ -594,6 +594,26 @@ def test_a_compare_output_that_cannot_be_written_exits_2_naming_it(
     assert err.count("\n") == 1 and f"--output {tmp_path}: it is a directory" in err
 
 
+@pytest.mark.parametrize("command", ["report", "report --json", "annotate", "compare"])
+def test_an_output_naming_an_analysed_trace_is_refused_and_the_trace_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture, command: str
+) -> None:
+    """A review's `report RUN -o RUN/x.pt.trace.json.gz` replaced the trace with the text
+    report, exit 0."""
+    trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
+    kept = trace.read_bytes()
+    argv = {
+        "report": ["report", str(trace.parent), "-o", str(trace)],
+        "report --json": ["report", str(trace.parent), "--json", "-o", str(trace)],
+        "annotate": ["report", str(trace), "--annotate", str(trace)],
+        "compare": ["compare", str(trace), str(trace.parent), "-o", str(trace)],
+    }[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{trace}: it is one of the traces analysed" in err, err
+    assert trace.read_bytes() == kept
+
+
 def test_an_output_that_fails_at_write_time_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

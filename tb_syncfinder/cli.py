@@ -911,6 +911,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _warn(result["keys_differ"])
     if result.get("detection_note"):
         _warn(result["detection_note"])
+    if result.get("runs_note"):
+        _warn(result["runs_note"])
     if args.json:
         _write(dumps(result), args.output)
     else:

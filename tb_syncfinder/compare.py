@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tb_syncfinder.catalogue import ALLOCATOR_SYNC, BLOCKING_HOST_TO_DEVICE, EXPLICIT_SYNC
+
 STATUSES = ("new", "worse", "better", "same", "fixed")
 # Relative change of a site's syncs per step, or of its cost per step (host wait + GPU
 # idle), beyond which it counts as better or worse; below it, run-to-run noise.
@@ -230,8 +232,63 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "note": note,
         "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
         "keys_differ": _keys_differ(base, new),
-        "detection_note": _mark_newly_listed(base, new, latent_sites if note is None else sites),
+        "detection_note": _mark_newly_listed(base, new, latent_sites if note is None else sites)
+        or _mark_unseen_on_cpu(base, sites if note is not None else []),
+        "runs_note": _runs_note(base, new),
     }
+
+
+def _runs_note(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """What makes the two runs' step times not the fix's measure: the same trace files on
+    both sides, or different GPUs (a review compared an H100 run with an unrelated H200
+    one and was told its steps got 43 % faster)."""
+    import os
+
+    def paths(report: dict[str, Any]) -> set[str]:
+        return {os.path.realpath(t["path"]) for t in report.get("traces") or [] if t.get("path")}
+
+    if paths(base) and paths(base) == paths(new):
+        return "both sides are the same trace files: nothing changed between them"
+
+    def devices(report: dict[str, Any]) -> set[str]:
+        return {
+            str(t["device_name"])
+            for t in report.get("traces") or []
+            if t.get("device_name") and not t.get("error")
+        }
+
+    before, after = devices(base), devices(new)
+    if before and after and before.isdisjoint(after):
+        return (
+            f"recorded on different GPUs ({', '.join(sorted(before))} vs "
+            f"{', '.join(sorted(after))}): the step-time change is not the fix's alone"
+        )
+    return None
+
+
+# What a CPU-only trace cannot list: copies to the device (nothing on a CPU run says which
+# tensors would live on a GPU), explicit synchronize calls and allocator calls (no device).
+_NOT_LISTED_ON_CPU = frozenset({BLOCKING_HOST_TO_DEVICE, EXPLICIT_SYNC, ALLOCATOR_SYNC})
+
+
+def _mark_unseen_on_cpu(base: dict[str, Any], rows: list[dict[str, Any]]) -> str | None:
+    """A CPU-only baseline against a GPU run: mark ``newly_listed`` the GPU run's new sites
+    of kinds no CPU-only trace lists (a ``.to()`` copy read "new" and failed
+    --fail-on-regression between two runs of the same program). Returns the note, or None."""
+    if not _cpu_only(base):
+        return None
+    marked = 0
+    for row in rows:
+        if row["status"] == "new" and row.get("kind") in _NOT_LISTED_ON_CPU:
+            row["newly_listed"] = True
+            marked += 1
+    if not marked:
+        return None
+    return (
+        f"{marked} new site{'s' if marked != 1 else ''} of a kind a CPU-only trace cannot "
+        "show (copies to the device, explicit synchronize, allocator calls): the CPU-only "
+        "baseline could not list them, so they are not regressions (and not gated)"
+    )
 
 
 def _mark_newly_listed(

@@ -876,6 +876,44 @@ def test_a_tolist_compares_as_one_site_between_a_cpu_run_and_a_gpu_run(
     assert row["before"] is not None and row["after"] is not None
 
 
+def test_a_gpu_runs_device_copies_against_a_cpu_baseline_are_listed_not_gated(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A review compared the CPU demo's cnn_baseline with its H100 recording, the same
+    program: its .to() copies, which no CPU-only trace lists, read "new" and failed the
+    gate; and the saving line set a CPU step time against a GPU one."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    cpu = KinetoTraceBuilder(gpu=False)
+    with cpu.step(1), cpu.frame(("train.py", 4, "step")):
+        with cpu.op("aten::item", called="item"), cpu.op("aten::_local_scalar_dense"):
+            cpu.advance(5)
+    gpu = KinetoTraceBuilder()
+    with gpu.step(1), gpu.frame(("train.py", 4, "step")):
+        with gpu.op("aten::to", called="to"), gpu.op("aten::_to_copy"), gpu.op("aten::copy_"):
+            gpu.runtime("cudaMemcpyAsync", dur=5, memcpy=("HtoD", "Pageable"), bytes=4096)
+        item_sync(gpu, stack=())
+    base = cpu.write(tmp_path / "cpu" / "w.pt.trace.json")
+    new = gpu.write(tmp_path / "gpu" / "w.pt.trace.json")
+    assert main(["compare", str(base), str(new), "--fail-on-regression", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    copy = next(r for r in result["sites"] if r["kind"] == "blocking_host_to_device")
+    assert copy["status"] == "new" and copy["newly_listed"] is True
+    assert "CPU-only trace cannot show" in result["detection_note"]
+    assert main(["compare", str(base), str(new), "--color", "never"]) == 0
+    text = capsys.readouterr().out
+    assert "saving           not measured: a CPU-only run's step time does not compare" in text
+    assert "measured" not in text.split("saving")[-1].replace("not measured", "")
+
+
+def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
+    trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
+    assert main(["compare", str(trace), str(trace.parent)]) == 0
+    captured = capsys.readouterr()
+    assert "both sides are the same trace files" in captured.err
+    assert "both sides are the same trace files" in captured.out
+
+
 def test_compare_does_not_gate_against_a_baseline_of_older_site_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

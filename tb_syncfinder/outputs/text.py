@@ -1056,6 +1056,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
         lines.extend(wrap(str(result["note"]), width, "  "))
     if result.get("detection_note"):
         lines.extend(wrap(str(result["detection_note"]), width, "  "))
+    if result.get("runs_note"):
+        lines.extend(wrap(str(result["runs_note"]), width, "  "))
     lines.append("")
     if sites:
         layout = _layout(_compare_columns(), sites, width)
@@ -1120,7 +1122,14 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
         )
     predicted = result.get("predicted_saving_us")
     measured = result.get("measured_saving_us")
-    if predicted is not None and measured is not None:
+    if result.get("note"):
+        # One run CPU-only: its step time measures another machine, as the dashboard says.
+        lines.extend(
+            _wrap_labelled(
+                "saving", "not measured: a CPU-only run's step time does not compare", width
+            )
+        )
+    elif predicted is not None and measured is not None:
         approx = "~" if base.get("saving_method") == "replay" else "≤"
         measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
         lines.extend(

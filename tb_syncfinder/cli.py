@@ -787,12 +787,24 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     return problems
 
 
+def _unchecked(trace: dict[str, Any]) -> str | None:
+    """Why a gate cannot vouch for a trace: unreadable, or read but empty (a profiler that
+    wrote no event passed a gate of 0 syncs as a CPU-only trace, exit 0)."""
+    from tb_syncfinder.reader import EMPTY_TRACE
+
+    if trace.get("error"):
+        return str(trace["error"])
+    return next((r for r in trace.get("repairs") or [] if r.startswith(EMPTY_TRACE)), None)
+
+
 def _gate_notes(report_json: dict[str, Any], latent: bool = True) -> list[str]:
     """What a gate should say besides its verdict: which traces it could not check, and
     that CPU-only traces are gated on their latent syncs."""
     traces = report_json.get("traces") or []
-    notes = [f"cannot check {t.get('path')}: {t.get('error')}" for t in traces if t.get("error")]
-    cpu_only = [t for t in traces if not t.get("error") and t.get("device") == "cpu"]
+    notes = [
+        f"cannot check {t.get('path')}: {_unchecked(t)}" for t in traces if _unchecked(t)
+    ]
+    cpu_only = [t for t in traces if not _unchecked(t) and t.get("device") == "cpu"]
     if cpu_only and latent:
         several = len(cpu_only) > 1
         notes.append(
@@ -863,7 +875,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             for problem in problems:
                 print(f"{PROG}: too many syncs: {problem}", file=sys.stderr)
             return 1
-        if any(t.get("error") for t in report_set.report.get("traces") or []):
+        if any(_unchecked(t) for t in report_set.report.get("traces") or []):
             return 2  # a gate that could not read a trace (a crashed rank's) did not pass
     return 0
 

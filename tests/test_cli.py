@@ -906,6 +906,20 @@ def test_a_gpu_runs_device_copies_against_a_cpu_baseline_are_listed_not_gated(
     assert "measured" not in text.split("saving")[-1].replace("not measured", "")
 
 
+@pytest.mark.parametrize(
+    "content", [b'{"traceEvents": []}', b'{"traceEvents": [{"ph": "M", "name": "x", "pid": 1}]}']
+)
+def test_a_gate_cannot_pass_an_empty_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture, content: bytes
+) -> None:
+    """A profiler that wrote no event passed --max-syncs-per-step 0 as a CPU-only trace."""
+    trace = tmp_path / "w.pt.trace.json"
+    trace.write_bytes(content)
+    assert main(["report", str(trace), "--max-syncs-per-step", "0"]) == 2
+    assert f"gate: cannot check {trace}: empty trace" in capsys.readouterr().err
+    assert main(["report", str(trace)]) == 0  # without a gate: read, and said empty
+
+
 def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
     trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
     assert main(["compare", str(trace), str(trace.parent)]) == 0

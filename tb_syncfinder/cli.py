@@ -801,9 +801,7 @@ def _gate_notes(report_json: dict[str, Any], latent: bool = True) -> list[str]:
     """What a gate should say besides its verdict: which traces it could not check, and
     that CPU-only traces are gated on their latent syncs."""
     traces = report_json.get("traces") or []
-    notes = [
-        f"cannot check {t.get('path')}: {_unchecked(t)}" for t in traces if _unchecked(t)
-    ]
+    notes = [f"cannot check {t.get('path')}: {_unchecked(t)}" for t in traces if _unchecked(t)]
     cpu_only = [t for t in traces if not _unchecked(t) and t.get("device") == "cpu"]
     if cpu_only and latent:
         several = len(cpu_only) > 1

@@ -87,6 +87,9 @@ export class App {
     // Set by a click on a site's row: the detail it opens is scrolled into view if it is
     // drawn off the screen (below the table).
     this.revealDetail = false;
+    // The selection whose view is drawn (run, worker, span, view, base), as JSON; null
+    // before the first.
+    this.drawnKey = /** @type {string | null} */ (null);
     /**
      * What the `summary` of the selection whose JSON is `key` says about its trace files:
      * repair notices, and how many were analysed (null until it answers).
@@ -394,6 +397,14 @@ export class App {
     this.shownRun = sel.run;
     this.loadRepairs(sel);
     this.lastWidth = this.viewWidth();
+    // Another run (worker, span, view) than the one drawn: until its answers come, what is
+    // on the page is the previous selection's, under the new one's name in the header (a
+    // review read a job's figures as the fixed run's for 7 s). Marked stale meanwhile.
+    const shownKey = JSON.stringify([sel.run, sel.worker, sel.span, this.state.view, this.state.base]);
+    if (this.drawnKey !== null && shownKey !== this.drawnKey) {
+      this.viewEl.classList.add("sa-stale");
+      this.viewEl.setAttribute("aria-busy", "true");
+    }
     const ctx = {
       app: this,
       sel,
@@ -408,6 +419,9 @@ export class App {
       const job = this.state.view === "compare" ? null : await renderJob(ctx);
       if (gen !== this.renderGen) return;
       replace(this.viewEl, job ? [job, body] : body);
+      this.drawnKey = shownKey;
+      this.viewEl.classList.remove("sa-stale");
+      this.viewEl.removeAttribute("aria-busy");
       if (this.pendingFocus === pending) this.pendingFocus = null;
       restoreFocus(focus);
       if (this.state.view !== "compare" && this.state.site) {
@@ -433,6 +447,9 @@ export class App {
       if (gen !== this.renderGen) return;
       if (this.pendingFocus === pending) this.pendingFocus = null;
       replace(this.viewEl, errorBanner(e, "Could not load this view"));
+      this.drawnKey = shownKey;
+      this.viewEl.classList.remove("sa-stale");
+      this.viewEl.removeAttribute("aria-busy");
     }
   }
 

@@ -94,9 +94,15 @@ export async function renderCompare(ctx) {
       ),
     );
   }
+  // A worker picked for the new run picks the baseline's of that name too (rank1 against
+  // rank1): compared against all of the baseline's workers, one rank read as the job's
+  // change. Spans are each run's own times: never carried over.
+  const baseRun = (app.runs?.runs || []).find((/** @type {any} */ r) => r.name === base);
+  const sameWorker = sel.worker !== null && (baseRun?.workers || []).some((/** @type {any} */ w) => w.name === sel.worker);
+  const baseWorker = sameWorker ? sel.worker : null;
   const [data, baseSummary, newSummary] = await Promise.all([
-    getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base }).catch((/** @type {unknown} */ e) => ({ failed: e })),
-    getJson("summary", { run: base }).catch(() => null),
+    getJson("compare", { run: sel.run, worker: sel.worker, span: sel.span, base, base_worker: baseWorker }).catch((/** @type {unknown} */ e) => ({ failed: e })),
+    getJson("summary", { run: base, worker: baseWorker }).catch(() => null),
     getJson("summary", sel).catch(() => null),
   ]);
   // A side none of whose traces could be read has an empty report: compared with it, every
@@ -156,6 +162,11 @@ export async function renderCompare(ctx) {
     headline.note ? h("p", { class: "sa-note", "data-testid": "step-change-note" }, headline.note) : null,
     headline.caveat ? h("p", { class: "sa-muted sa-small", "data-testid": "step-change-caveat" }, headline.caveat) : null,
     basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note) : null,
+    // Same trace files, or different GPUs: the plugin's word on what the step times mean.
+    data.runs_note ? h("p", { class: "sa-note", "data-testid": "runs-note" }, data.runs_note) : null,
+    sel.worker !== null && !sameWorker
+      ? h("p", { class: "sa-note", "data-testid": "base-all-workers" }, `The baseline ${base} has no worker ${sel.worker}: compared against all its workers.`)
+      : null,
     baseErrors.length
       ? h(
           "details",

@@ -1683,3 +1683,44 @@ def test_a_row_clicked_on_a_narrow_page_brings_its_detail_into_view(
         "document.querySelector('.sa-detail-slot').getBoundingClientRect().top < innerHeight / 2"
     )
     assert page_errors == []
+
+
+def test_a_switched_run_is_marked_stale_until_its_answers_come(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """A review switched runs while answers were slow: for seconds the page showed the
+    previous run's figures under the new run's name, with nothing saying so."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=baseline"))
+    rows(page)
+    assert page.locator("main.sa-view.sa-stale").count() == 0
+    held: list[Any] = []
+    page.route("**/sync_advisor/s*run=optimized*", lambda route: held.append(route))
+    page.select_option("#sa-run", "optimized")
+    page.wait_for_function("document.querySelector('main.sa-view').classList.contains('sa-stale')")
+    assert page.get_attribute("main.sa-view", "aria-busy") == "true"
+    assert held  # the new run's answers, held meanwhile
+    release = list(held)
+    page.route("**/sync_advisor/s*run=optimized*", lambda route: route.continue_())
+    for route in release:
+        route.continue_()
+    page.wait_for_function("!document.querySelector('main.sa-view').classList.contains('sa-stale')")
+    assert page.get_attribute("main.sa-view", "aria-busy") is None
+    assert page_errors == []
+
+
+def test_compare_of_a_run_with_itself_or_another_gpu_says_what_the_step_times_mean(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """The compare answer's runs_note (same trace files, or different GPUs) is shown."""
+    import json as _json
+    import urllib.request
+
+    url = f"{board}/data/plugin/sync_advisor/compare?run=two_spans&base=two_spans"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert "same trace files" in _json.load(response)["runs_note"]
+    with urllib.request.urlopen(
+        f"{board}/data/plugin/sync_advisor/compare?run=optimized&base=baseline", timeout=30
+    ) as response:
+        assert _json.load(response)["runs_note"] is None
+    assert page_errors == []

@@ -719,10 +719,32 @@ def _warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
+def _sites_of(report_json: dict[str, Any], trace: str, steps: set[Any], most: int = 3) -> str:
+    """The sites of a trace's syncs in ``steps``, most syncs first: ``train.py:42 (8),
+    loss.py:7 (4)`` (the operator or call where a sync has no source line)."""
+    counts: dict[str, int] = {}
+    for sync in report_json.get("syncs") or []:
+        if sync.get("trace") != trace or sync.get("step") not in steps:
+            continue
+        source = sync.get("source") or {}
+        if source.get("file"):
+            exact = "" if source.get("line_exact") else "*"  # as the table marks it
+            name = f"{os.path.basename(source['file'])}:{source.get('line')}{exact}"
+        else:
+            name = sync.get("op") or sync.get("api") or "?"
+        counts[name] = counts.get(name, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    shown = ", ".join(f"{name} ({count})" for name, count in ranked[:most])
+    return shown + (f" and {len(ranked) - most} more" if len(ranked) > most else "")
+
+
 def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
-    """One line per step whose sync count exceeds ``limit``; the whole trace counts as one
-    step when it has no ProfilerStep markers. Lines start with ``run NAME:`` when the
-    report's traces come from more than one run."""
+    """One line per trace with steps whose sync count exceeds ``limit``, naming the worst
+    step and the sites; the whole trace counts as one step when it has no ProfilerStep
+    markers. Lines start with ``run NAME:`` when the report's traces come from more than
+    one run."""
+    from tb_syncfinder.outputs.text import plural
+
     problems = []
     run_of = {t.get("path"): t.get("run") for t in report_json.get("traces") or []}
     several_runs = len({r for r in run_of.values() if r}) > 1
@@ -730,16 +752,26 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     def where_run(trace: str | None) -> str:
         return f"run {run_of.get(trace)}: " if several_runs and run_of.get(trace) else ""
 
-    steps = report_json.get("steps") or []
-    for step in steps:
-        count = int(step.get("sync_count") or 0)
-        if count > limit:
-            where = os.path.basename(step.get("trace") or "") or "trace"
-            problems.append(
-                f"{where_run(step.get('trace'))}"
-                f"step {step.get('step')} of {where} has {count} syncs "
-                f"(limit {limit})"
+    # One line per trace, not per step (eight lines a trace for a job of eight steps), with
+    # the sites its steps over the limit synced at: what to open.
+    over: dict[str, list[dict[str, Any]]] = {}
+    for step in report_json.get("steps") or []:
+        if int(step.get("sync_count") or 0) > limit:
+            over.setdefault(step.get("trace") or "", []).append(step)
+    for trace, steps in over.items():
+        where = os.path.basename(trace) or "trace"
+        worst = max(steps, key=lambda step: int(step.get("sync_count") or 0))
+        most = int(worst.get("sync_count") or 0)
+        if len(steps) == 1:
+            text = f"step {worst.get('step')} of {where} has {plural(most, 'sync')} (limit {limit})"
+        else:
+            text = (
+                f"{len(steps)} steps of {where} have more than {plural(limit, 'sync')}, "
+                f"up to {most} (step {worst.get('step')})"
             )
+        numbers = {step.get("step") for step in steps}
+        at = _sites_of(report_json, trace, numbers)
+        problems.append(f"{where_run(trace)}{text}{f'; at {at}' if at else ''}")
     traced_steps = {
         t.get("path") for t in (report_json.get("traces") or []) if int(t.get("steps") or 0) > 0
     }

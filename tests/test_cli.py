@@ -239,7 +239,8 @@ def test_max_syncs_per_step_exits_1_naming_the_step(
     assert main(["report", str(trace), "--max-syncs-per-step", "3"]) == 0
     assert main(["report", str(trace), "--max-syncs-per-step", "2"]) == 1
     err = capsys.readouterr().err
-    assert "step 1 of w0.pt.trace.json has 3 syncs (limit 2)" in err
+    assert "2 steps of w0.pt.trace.json have more than 2 syncs, up to 3 (step 1); at " in err
+    assert err.count("too many syncs") == 1
 
 
 def test_nonexistent_path_exits_2_with_the_reason(tmp_path: Path) -> None:
@@ -560,7 +561,7 @@ def test_max_syncs_per_step_of_a_logdir_names_the_run_and_step(
     capsys.readouterr()
     assert main(["report", str(logdir), "--max-syncs-per-step", "2", "--json"]) == 1
     err = capsys.readouterr().err
-    assert "run busy: step 1 of w0.pt.trace.json has 3 syncs (limit 2)" in err
+    assert "run busy: 2 steps of w0.pt.trace.json have more than 2 syncs, up to 3 (step 1)" in err
     assert "run calm" not in err
     assert main(["report", str(logdir), "--max-syncs-per-step", "2", "--run", "calm"]) == 0
 

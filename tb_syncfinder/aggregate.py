@@ -433,13 +433,26 @@ def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:
     # without the replay: a trace whose correlations were lost reaches little of it).
     replayed = summary.saving_method == "replay" and device is not None and device > 0
     no_sync = summary.predicted_step_time_us
+    host_step = summary.mean_step_time_us
     if replayed and no_sync > (1 + HOST_BOUND_SHARE) * device:
-        note += (
-            f"; without its syncs the replayed step still takes {format_us(no_sync)}, "
-            f"{no_sync / device - 1:.0%} more than the GPU's busy time: under the profiler "
-            "the host bounds the step, so syncs that would stall a GPU-bound program may "
-            "look free"
-        )
+        longer = f"{no_sync / device - 1:.0%} more than the GPU's busy time"
+        if host_step > 0 and no_sync > (1 + HOST_BOUND_SHARE) * host_step:
+            # Longer than the host's own step too: not the host. A rank of a job (its NCCL
+            # kernels waiting for ranks not in the trace) said "the host bounds the step"
+            # beside a 215 ms host step and a 373 ms one.
+            note += (
+                f"; without its syncs the replayed step still takes {format_us(no_sync)}, "
+                f"{longer} and longer than the host's {format_us(host_step)}: the device's "
+                "timeline waits on what no sync of this trace explains (other streams, "
+                "events, other ranks' collectives), so removing the syncs leaves the step as "
+                "long"
+            )
+        else:
+            note += (
+                f"; without its syncs the replayed step still takes {format_us(no_sync)}, "
+                f"{longer}: under the profiler the host bounds the step, so syncs that would "
+                "stall a GPU-bound program may look free"
+            )
     note += "."
     if replayed:
         note += (

@@ -428,3 +428,37 @@ def test_sarif_at_a_def_line_says_the_call_line_is_unknown_and_names_the_candida
     assert "not known" not in by_line[exact["line"]]["message"]["text"]
     moved = by_line[3]["message"]["text"]
     assert "the file changed since profiling" in moved and "definition" not in moved
+
+
+def test_sarif_says_which_traces_it_could_not_read_and_that_it_is_partial(
+    sample_report: Report,
+) -> None:
+    """A review's upload of a run with three unreadable traces carried no word of them."""
+    report = sample_report.to_json()
+    report["traces"].append({"path": "/logs/run/w1.pt.trace.json", "error": "truncated"})
+    sarif = to_sarif(report, root="/home/me/proj")
+    jsonschema.validate(sarif, SARIF_SUBSET_SCHEMA)
+    (invocation,) = sarif["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    errors = [n for n in invocation["toolExecutionNotifications"] if n["level"] == "error"]
+    assert [n["message"]["text"] for n in errors] == ["/logs/run/w1.pt.trace.json: truncated"]
+    assert "invocations" not in to_sarif(sample_report.to_json(), root="/home/me/proj")["runs"][0]
+
+
+def test_sarif_places_a_site_at_its_file_as_found_under_the_root(
+    sample_report: Report, tmp_path: Path
+) -> None:
+    """The trace records the path on the machine that ran it; --source-root found the file
+    at src/model/train.py under the working directory: that is what code scanning places."""
+    report = sample_report.to_json()
+    site = next(s for s in report["sites"] if s["key"] == report["syncs"][0]["site_key"])
+    found = tmp_path / "src" / "model" / Path(site["file"]).name
+    for sync in report["syncs"]:
+        if sync["site_key"] == site["key"]:
+            sync["source"]["resolved_path"] = str(found)
+    sarif = to_sarif(report, root=str(tmp_path))
+    uris = [
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        for r in sarif["runs"][0]["results"]
+    ]
+    assert f"src/model/{found.name}" in uris

@@ -175,11 +175,32 @@ def _result(
     }
 
 
-def _line_location(site: dict[str, Any], root: str | None) -> dict[str, Any]:
+def _resolved_files(report_json: dict[str, Any]) -> dict[str, str]:
+    """Each site's file as read here (``--source-root``, ``--path-map``: the syncs'
+    ``source.resolved_path``), by site key."""
+    files: dict[str, str] = {}
+    for field in ("syncs", "latent"):
+        for sync in report_json.get(field) or []:
+            resolved = (sync.get("source") or {}).get("resolved_path")
+            if resolved and sync.get("site_key"):
+                files.setdefault(str(sync["site_key"]), str(resolved))
+    return files
+
+
+def _line_location(
+    site: dict[str, Any], root: str | None, resolved: str | None = None
+) -> dict[str, Any]:
+    # The file as found here, where it is under the root: a trace records the path on the
+    # machine that ran it (savings_workloads.py), which code scanning could not place when
+    # --source-root found it at tests/gpu_shapes/savings_workloads.py.
+    base = os.path.abspath(root if root is not None else os.getcwd())
+    file = str(site["file"])
+    if resolved and os.path.abspath(resolved).startswith(base.rstrip(os.sep) + os.sep):
+        file = os.path.abspath(resolved)
     return {
         "physicalLocation": {
             "artifactLocation": {
-                "uri": sarif_uri(str(site["file"]), root),
+                "uri": sarif_uri(file, root),
                 "uriBaseId": "%SRCROOT%",
             },
             "region": {"startLine": int(site["line"])},
@@ -278,8 +299,14 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
     kinds_used = kinds(located)
     kinds_used += [k for k in kinds(placed) if k not in kinds_used]
     rule_index = {kind: i for i, kind in enumerate(kinds_used)}
+    resolved = _resolved_files(report_json)
     results: list[dict[str, Any]] = [
-        _result(site, latent, rule_index[site.get("kind") or "unknown"], _line_location(site, root))
+        _result(
+            site,
+            latent,
+            rule_index[site.get("kind") or "unknown"],
+            _line_location(site, root, resolved.get(str(site.get("key") or ""))),
+        )
         for site, latent in located
     ]
     for site, latent, trace in placed:
@@ -307,8 +334,23 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
         "results": results,
     }
     notes = _notifications(stackless, len(stackless) - len(placed))
+    # A trace that could not be read: its syncs are missing from the results, which an
+    # upload would otherwise present as the whole answer.
+    unreadable = [
+        t for t in report_json.get("traces") or [] if isinstance(t, dict) and t.get("error")
+    ]
+    notes += [
+        {
+            "level": "error",
+            "message": {"text": f"{t.get('path')}: {t.get('error')}"},
+            "properties": {"unreadableTrace": True},
+        }
+        for t in unreadable
+    ]
     if notes:
-        run["invocations"] = [{"executionSuccessful": True, "toolExecutionNotifications": notes}]
+        run["invocations"] = [
+            {"executionSuccessful": not unreadable, "toolExecutionNotifications": notes}
+        ]
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 
@@ -341,8 +383,9 @@ def sarif_by_run(
     log["runs"][0]["results"] = results
     log["runs"][0].pop("invocations", None)
     if notes:
+        failed = any((note.get("properties") or {}).get("unreadableTrace") for note in notes)
         log["runs"][0]["invocations"] = [
-            {"executionSuccessful": True, "toolExecutionNotifications": notes}
+            {"executionSuccessful": not failed, "toolExecutionNotifications": notes}
         ]
     return log
 

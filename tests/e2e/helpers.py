@@ -86,27 +86,33 @@ def serve_tensorboard(
     """A TensorBoard process on ``logdir`` run from ``cwd`` (the plugin's default source
     root); yields its base URL once the Sync Advisor has loaded ``expected_runs``; the
     process group is always stopped, and its output is in the failure message."""
-    port = free_port()
-    log = cwd / f"tensorboard-{port}.log"
-    command = [
-        sys.executable, "-m", "tensorboard.main",
-        "--logdir", str(logdir),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--sync_advisor_cache_dir", str(cwd / f"cache-{port}"),
-        "--sync_advisor_reload_interval", "1",
-        *(["--path_prefix", path_prefix] if path_prefix else []),
-        *(extra_args or []),
-    ]  # fmt: skip
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=cwd,
-            env=checkout_env(),
-        )
+    # The port is free when picked, then released for TensorBoard: its data server (which
+    # binds a port the OS picks) took it once before TensorBoard bound it ("could not bind
+    # to port 44883, it was already in use"). Such a start is tried again on another port.
+    for attempt in range(3):
+        port = free_port()
+        log = cwd / f"tensorboard-{port}.log"
+        command = [
+            sys.executable, "-m", "tensorboard.main",
+            "--logdir", str(logdir),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--sync_advisor_cache_dir", str(cwd / f"cache-{port}"),
+            "--sync_advisor_reload_interval", "1",
+            *(["--path_prefix", path_prefix] if path_prefix else []),
+            *(extra_args or []),
+        ]  # fmt: skip
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=cwd,
+                env=checkout_env(),
+            )
+        if not _port_taken(proc, log) or attempt == 2:
+            break
     base = f"http://127.0.0.1:{port}{path_prefix}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S + LOAD_TIMEOUT_S
@@ -133,6 +139,20 @@ def serve_tensorboard(
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
+
+
+def _port_taken(proc: subprocess.Popen, log: Path, wait_s: float = 20.0) -> bool:
+    """Whether TensorBoard exited at start because its port was taken meanwhile."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "could not bind to port" in text:
+            proc.wait(timeout=15)
+            return True
+        if proc.poll() is not None or "Serving TensorBoard" in text or "TensorBoard 2" in text:
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def new_page(

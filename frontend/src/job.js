@@ -246,8 +246,10 @@ export const SITE_COLUMNS = [
 /**
  * @param {any} job
  * @param {any[]} sites the ones that cost the job something (`jobParts`)
+ * @param {any} [app] a row opens its site's detail below (the rows looked clickable, and a
+ *   click did nothing)
  */
-function siteTable(job, sites) {
+function siteTable(job, sites, app = null) {
   if (!sites.length) return h("p", { class: "sa-note" }, "No host wait on a late rank explains its lateness.");
   return h(
     "table",
@@ -264,24 +266,41 @@ function siteTable(job, sites) {
     h(
       "tbody",
       null,
-      sites.map((/** @type {any} */ s) =>
-        h(
+      sites.map((/** @type {any} */ s) => {
+        // A sync's site is in the run's sites; a blocking call (a sleep, a wait on a
+        // collective) is not, and has no detail to open.
+        const open = app && s.is_sync && s.site_key ? () => app.setState({ site: s.site_key, sync: null, step: null }) : null;
+        return h(
           "tr",
-          null,
+          {
+            class: open ? null : "sa-static",
+            tabindex: open ? "0" : null,
+            "data-site": s.site_key || null,
+            title: open ? "Open this site's detail" : null,
+            onclick: open,
+            onkeydown: open
+              ? (/** @type {KeyboardEvent} */ e) => {
+                  if (e.key === "Enter" || e.key === " ") {
+                    e.preventDefault();
+                    open();
+                  }
+                }
+              : null,
+          },
           h("td", null, String(s.rank)),
           h("td", { title: s.line_exact === false ? siteWhere(s).title : null }, h("code", null, fileLine(s.file, s.line), s.line_exact === false && s.file ? "*" : "")),
           h("td", null, s.op || "\u2013"),
           h("td", null, formatUs(s.caused_wait_us)),
           h("td", { title: s.bound ? "upper bound" : "" }, formatUs(s.job_saving_per_step_us), s.bound ? "*" : ""),
-        ),
-      ),
+        );
+      }),
     ),
   );
 }
 
 /**
  * The job section of a run, or null when the run is not a job.
- * @param {{sel: {run: string}}} ctx
+ * @param {{sel: {run: string}, app?: any}} ctx
  * @returns {Promise<HTMLElement | null>}
  */
 export async function renderJob(ctx) {
@@ -303,7 +322,7 @@ export async function renderJob(ctx) {
     parts.alone ? h("p", { class: "sa-note", "data-testid": "job-alone" }, parts.alone) : null,
     parts.issues.map((text) => h("p", { class: "sa-note", "data-testid": "job-issue" }, text)),
     parts.grid ? [h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer)"), latenessGrid(job)] : null,
-    parts.ranks ? [h("h4", null, "Top sites by cost to the job"), siteTable(job, parts.sites)] : null,
+    parts.ranks ? [h("h4", null, "Top sites by cost to the job"), siteTable(job, parts.sites, ctx.app)] : null,
     parts.ranks ? [h("h4", null, "Host wait beside collective wait"), rankTable(job)] : null,
     parts.ranks && late.late_us
       ? h(

@@ -71,6 +71,17 @@ def test_job_run_shows_the_lateness_grid_and_the_late_ranks_line_as_top_job_site
     assert first_site.split()[0] == str(LATE_RANK)
     assert f"{SCRIPT}:{SLEEP_LINE}" in first_site
     assert page.locator("[data-testid=job-ranks] tbody tr").count() == WORLD
+    # A sync's row opens its site's detail, by keyboard too; the late rank's sleep is no
+    # sync, has no detail, and does not look clickable (it looked so, and did nothing).
+    sleep_row = page.locator("[data-testid=job-sites] tbody tr").first
+    assert sleep_row.get_attribute("tabindex") is None
+    assert sleep_row.evaluate("r => getComputedStyle(r).cursor") == "default"
+    sync_rows = page.locator("[data-testid=job-sites] tbody tr[tabindex='0']")
+    if sync_rows.count():
+        sync_rows.first.focus()
+        page.keyboard.press("Enter")
+        page.wait_for_function("location.hash.includes('site=')")
+        page.wait_for_selector("[data-testid=advice]")
     assert page_errors == []
 
 

@@ -280,8 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_COMPARE_EXIT,
         help="compare a baseline run with a new one, site by site",
         description="Compare two runs: each is a report saved with --json, or a trace file, "
-        "run folder or logdir to analyse. Sites match by file name, function, "
-        "operator and kind, so edits that move lines do not break the match.",
+        "run folder (or a logdir of one run) to analyse. Sites match by file name, "
+        "function, operator and kind, so edits that move lines do not break the match.",
     )
     compare.add_argument("base", metavar="BASE", help="baseline: report JSON or traces")
     compare.add_argument("new", metavar="NEW", help="new run: report JSON or traces")
@@ -931,7 +931,17 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
             if not isinstance(data, dict) or data.get("schema") != SCHEMA:
                 raise UsageError(f"{path}: not a {SCHEMA} report")
             return data
-    return _analyze_runs(path, args).report
+    report_set = _analyze_runs(path, args)
+    if len(report_set.runs) > 1:
+        # Merged, each run's per-step figures were spread over every run's steps (a site
+        # of one run read 0.07 a step beside itself at 1.0) and nothing said so.
+        names = list(report_set.runs)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise UsageError(
+            f"{path} holds {len(names)} runs ({shown}): compare one run with one run, "
+            "giving each run's folder (or a trace file, or a report JSON)"
+        )
+    return report_set.report
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -921,6 +921,20 @@ def test_a_gate_cannot_pass_an_empty_trace(
     assert main(["report", str(trace)]) == 0  # without a gate: read, and said empty
 
 
+def test_compare_refuses_a_logdir_of_several_runs_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Merged, a logdir of two runs compared each site's syncs per step over both runs'
+    steps, silently."""
+    logs = tmp_path / "logs"
+    write_item_trace(logs / "a" / "w.pt.trace.json")
+    write_item_trace(logs / "b" / "w.pt.trace.json")
+    assert main(["compare", str(logs), str(logs / "a")]) == 2
+    err = capsys.readouterr().err
+    assert f"{logs} holds 2 runs (a, b): compare one run with one run" in err
+    assert main(["compare", str(logs / "b"), str(logs / "a")]) == 0
+
+
 def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
     trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
     assert main(["compare", str(trace), str(trace.parent)]) == 0

@@ -432,7 +432,7 @@ def test_nccl_job_report_text_warns_about_the_missing_and_early_ranks(nccl_repor
     from tb_syncfinder.outputs.text import render_report
 
     text = render_report(nccl_report, width=120)
-    assert "missing 5" in text
+    assert "no trace of rank 5" in text
     assert f"[{R.MISSING_RANKS}]" in text and f"[{R.STOPPED_EARLY}]" in text
 
 

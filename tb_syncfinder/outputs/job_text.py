@@ -18,6 +18,11 @@ _INDENT = "  "
 RANK_ROWS = 16
 
 
+def _rank_word(ranks: list[int]) -> str:
+    # "ranks 1 in the traces, missing 0" read as "none missing" (a CLI review).
+    return "rank" if len(ranks) == 1 else "ranks"
+
+
 def _ranks_text(ranks: list[int]) -> str:
     """``0-10, 12-298, 300-319``: runs of four or more consecutive ranks as ranges (a few
     ranks read better listed: ``0, 1, 2``)."""
@@ -113,7 +118,7 @@ def _site_columns() -> list[Column]:
         Column("rank", lambda row: str(row[1]["rank"])),
         Column("site (file:line)", lambda row: _site_location(row[1]), align="<", wrap=True),
         Column("op", lambda row: row[1].get("op") or "-", align="<", drop=2),
-        Column("late at", lambda row: str(row[1].get("late_collectives") or 0), drop=1),
+        Column("late colls", lambda row: str(row[1].get("late_collectives") or 0), drop=1),
         # The part of the others' wait this sync explains (the ranks table's "others
         # waited" is all of the rank's lateness times its peers).
         Column("wait it caused", lambda row: format_us(float(row[1]["caused_wait_us"]))),
@@ -143,8 +148,14 @@ def job_lines(
     if job.get("world_size"):
         head = (
             f"Job: world size {job['world_size']} ({job.get('backend') or 'backend unknown'}), "
-            f"ranks {_ranks_text(job.get('ranks') or [])} in the traces"
-            + (f", missing {_ranks_text(job['missing_ranks'])}" if job.get("missing_ranks") else "")
+            f"{_rank_word(job.get('ranks') or [])} {_ranks_text(job.get('ranks') or [])} in "
+            "the traces"
+            + (
+                f"; no trace of {_rank_word(job['missing_ranks'])} "
+                f"{_ranks_text(job['missing_ranks'])}"
+                if job.get("missing_ranks")
+                else ""
+            )
         )
         lines.extend(style(line, bold) for line in wrap(head, width, "", _INDENT))
         lines.extend(

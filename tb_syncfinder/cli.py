@@ -338,6 +338,16 @@ def _use_color(choice: str, stream: IO[str]) -> bool:
     return bool(isatty and isatty())
 
 
+def _warn_of_unused_options(args: argparse.Namespace) -> None:
+    """Options given that will do nothing, said once before the analysis (silently, a
+    mistyped --source-root found no line and --ray-workers without --ray ran locally)."""
+    for root in args.source_root:
+        if not os.path.isdir(root):  # silently, no line of it was ever found
+            _warn(f"--source-root {root}: no such directory; source lines are not looked up there")
+    if getattr(args, "ray_workers", 0) and not _uses_ray(args):
+        _warn("--ray-workers is for a Ray run: add --ray (or --ray-address); analysed locally")
+
+
 def _engine_options(args: argparse.Namespace) -> Any:
     """The engine's Options from the command line (the demo's sources included, so its runs
     resolve from any folder)."""
@@ -859,6 +869,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"--json and --format {args.format} contradict each other")
     _check_writable(args.output, "--output")
     _check_writable(args.annotate, "--annotate")
+    _warn_of_unused_options(args)
     report_set = _analyze_runs(args.path, args, args.runs)
     if not args.latent:
         report_set = report_set.without_latent()
@@ -952,6 +963,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
     _check_writable(args.output, "--output")
+    _warn_of_unused_options(args)
     base = _load_side(args.base, args)
     new = _load_side(args.new, args)
     _refuse_inputs(args.output, "--output", base, new)

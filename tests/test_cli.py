@@ -935,6 +935,26 @@ def test_compare_refuses_a_logdir_of_several_runs_naming_them(
     assert main(["compare", str(logs / "b"), str(logs / "a")]) == 0
 
 
+def test_options_that_will_do_nothing_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
+    missing = tmp_path / "no_such_dir"
+    assert main(["compare", str(trace), str(trace), "--source-root", str(missing)]) == 0
+    assert capsys.readouterr().err.count(f"--source-root {missing}: no such directory") == 1
+    assert main(["report", str(trace), "--ray-workers", "2"]) == 0
+    assert capsys.readouterr().err.count("--ray-workers is for a Ray run") == 1
+
+
+def test_the_annotate_error_names_what_to_give(tmp_path: Path, capsys: pytest.CaptureFixture):
+    write_item_trace(tmp_path / "run" / "a.pt.trace.json")
+    write_item_trace(tmp_path / "run" / "b.pt.trace.json")
+    out = tmp_path / "x.json"
+    assert main(["report", str(tmp_path / "run"), "--annotate", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "2 were analysed: give one trace file" in err and "worker" not in err
+
+
 def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
     trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
     assert main(["compare", str(trace), str(trace.parent)]) == 0

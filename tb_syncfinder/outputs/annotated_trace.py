@@ -140,7 +140,7 @@ def render(report_set: ReportSet, options: RenderOptions) -> bytes:
     if len(readable) != 1:
         raise ValueError(
             f"the annotated trace needs exactly one trace; {len(readable)} were analysed: "
-            "pick one worker (and span)"
+            "give one trace file (or one run's folder holding one, with --run NAME)"
         )
     trace_path = readable[0]["path"]
     syncs = [s for s in report.get("syncs") or [] if s.get("trace") in ("", trace_path)]

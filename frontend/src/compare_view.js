@@ -243,7 +243,14 @@ export async function renderCompare(ctx) {
                     onclick: () => open(x),
                   },
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
-                  h("td", { class: "loc mono", title: x.file || "" }, compareLocation(x)),
+                  h(
+                    "td",
+                    { class: "loc mono", title: x.file || "" },
+                    compareLocation(x),
+                    // The operator, as the CLI's row shows it: a line's forward and backward
+                    // syncs, or its copy and its item(), read as the same row otherwise.
+                    x.ops && x.ops.length ? h("span", { class: "sa-site-note", "data-testid": "compare-op" }, x.ops.length > 1 ? `${x.ops[0]} → … ${x.ops[x.ops.length - 1]}` : x.ops[0]) : null,
+                  ),
                   h("td", { class: "mono col-func" }, x.func || "–"),
                   h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),
                   h("td", { class: "num col-count" }, x.before ? formatCount(x.before.count) : "–"),

@@ -398,6 +398,16 @@ def test_what_was_checked_is_labelled_once_and_wraps_under_itself():
     assert "check number 11" in " ".join(listed)
 
 
+def test_the_site_table_says_which_columns_are_totals_and_which_per_step(
+    sample_report: Report,
+) -> None:
+    """A review read the table's 'wait' (a total) against compare's per-step cost."""
+    text = render_report(sample_report, color=False, width=100)
+    assert "count, wait, GPU idle: over the 4 profiled steps; /step, saves/step: per step" in (
+        " ".join(text.split())
+    )
+
+
 def test_compare_text_carries_the_compare_note():
     from tb_syncfinder.outputs.text import render_compare
 

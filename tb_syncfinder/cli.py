@@ -334,6 +334,8 @@ def _use_color(choice: str, stream: IO[str]) -> bool:
         return False
     if os.environ.get("NO_COLOR"):  # https://no-color.org: any non-empty value
         return False
+    if os.environ.get("TERM") == "dumb":  # Emacs shells, some CI logs: no escape codes
+        return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
 
@@ -896,7 +898,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 _warn(f"{trace['path']}: {trace['error']}")
     _refuse_inputs(args.output, "--output", report_set.report)
     _refuse_inputs(args.annotate, "--annotate", report_set.report)
-    color = False if args.output else _use_color(args.color, sys.stdout)
+    # To a file only when asked (--color always): a file's reader is seldom a terminal.
+    color = (
+        _use_color(args.color, sys.stdout) if not args.output or args.color == "always" else False
+    )
     options = outputs.RenderOptions(color=color, top=args.top or None)
     _write(outputs.render(output_format, report_set, options), args.output)
 

@@ -393,11 +393,24 @@ def test_colour_follows_tty_and_no_color(monkeypatch: pytest.MonkeyPatch) -> Non
             return True
 
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
     assert _use_color("auto", Tty()) is True
+    monkeypatch.setenv("TERM", "dumb")  # a terminal that shows escape codes as text
+    assert _use_color("auto", Tty()) is False
+    monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.setenv("NO_COLOR", "1")
     assert _use_color("auto", Tty()) is False
     assert _use_color("always", Tty()) is True
     assert _use_color("auto", sys.stdout) is False or sys.stdout.isatty()
+
+
+def test_color_always_colours_a_file_too(tmp_path: Path) -> None:
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    out = tmp_path / "r.txt"
+    assert main(["report", str(trace), "--color", "always", "-o", str(out)]) == 0
+    assert "\x1b[" in out.read_text()
+    assert main(["report", str(trace), "-o", str(out)]) == 0
+    assert "\x1b[" not in out.read_text()
 
 
 def test_bad_option_exits_2(capsys: pytest.CaptureFixture) -> None:

@@ -965,7 +965,7 @@ def test_the_annotate_error_names_what_to_give(tmp_path: Path, capsys: pytest.Ca
     out = tmp_path / "x.json"
     assert main(["report", str(tmp_path / "run"), "--annotate", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "2 were analysed: give one trace file" in err and "worker" not in err
+    assert "2 were analysed: pick one" in err and "on the command line: one trace file" in err
 
 
 def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):

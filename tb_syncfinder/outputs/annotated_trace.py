@@ -140,7 +140,8 @@ def render(report_set: ReportSet, options: RenderOptions) -> bytes:
     if len(readable) != 1:
         raise ValueError(
             f"the annotated trace needs exactly one trace; {len(readable)} were analysed: "
-            "give one trace file (or one run's folder holding one, with --run NAME)"
+            "pick one (in the dashboard: one worker and span; on the command line: one "
+            "trace file)"
         )
     trace_path = readable[0]["path"]
     syncs = [s for s in report.get("syncs") or [] if s.get("trace") in ("", trace_path)]

@@ -74,7 +74,7 @@ export async function renderHotspots(ctx) {
     "div",
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
-    headlineCards(summary, latent),
+    headlineCards(summary, latent, summaryResp.job_ranks || 0),
     // One line on how the predicted savings were obtained (replay, or the bound and why).
     latent || !summary.saving_how
       ? null
@@ -316,9 +316,12 @@ function teachingBanners(resp, latent, siteTotal) {
 /**
  * @param {any} summary
  * @param {boolean} latent
+ * @param {number} [ranks] the job's ranks these traces are (`job_ranks`; 0: not a job)
  */
-function headlineCards(summary, latent) {
+function headlineCards(summary, latent, ranks = 0) {
   const steps = summary.step_count || 0;
+  // A job's steps add up over its ranks: "16 steps" of a 2-rank job of 8 read as the job's.
+  const ofRanks = ranks > 1 ? ` of ${formatCount(ranks)} ranks` : "";
   const perStep = (/** @type {number} */ v) => (steps ? v / steps : v);
   /** @param {string} label @param {string} value @param {string} sub @param {string} id @param {string | null} [title] */
   const card = (label, value, sub, id, title = null) =>
@@ -334,7 +337,7 @@ function headlineCards(summary, latent) {
   return h(
     "div",
     { class: "sa-cards" },
-    card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${plural(steps, "step")}`, "syncs"),
+    card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${plural(steps, "step")}${ofRanks}`, "syncs"),
     card("Host wait per step", formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
     // The bubbles after the syncs (each sync's end to the device's next work, shared ones
     // counted once), not the idle the syncs cause: that is on the step-time card (worded as

@@ -517,11 +517,12 @@ def _summary_lines(
     cpu_only: bool,
     unmarked: int = 0,
     outside: int = 0,
+    ranks: int = 0,
 ) -> list[str]:
     """``unmarked``: readable traces without ProfilerStep markers (each counts as one
     step: said beside every per-step figure, which would be misread otherwise);
     ``outside``: syncs in no step of a trace that has steps (in the totals, in no step's
-    bar)."""
+    bar); ``ranks``: the ranks of a job whose traces these are (their steps add up)."""
     steps = int(summary.get("step_count") or 0)
     count = int(summary.get("sync_count") or 0)
     host_wait = float(summary.get("host_wait_us") or 0.0)
@@ -555,6 +556,10 @@ def _summary_lines(
         return lines
     if steps:
         over = f"{count} over {plural(steps, 'step')}"
+        if ranks > 1:
+            # A job's steps are counted on every rank: 16 of a 2-rank job of 8 read as 16
+            # steps of the job (a CLI review).
+            over += f" of {ranks} ranks"
         if outside:
             over += f", {outside} of them outside any step"
         if unmarked:
@@ -833,7 +838,10 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             for sync in data.get("syncs") or []
             if sync.get("step") is None and sync.get("trace") in marked
         )
-        lines.extend(_summary_lines(summary, style, width, cpu_only, unmarked, outside))
+        ranks = len((data.get("job") or {}).get("ranks") or [])
+        lines.extend(
+            _summary_lines(summary, style, width, cpu_only, unmarked, outside, ranks=ranks)
+        )
         lines.append("")
     from tb_syncfinder.outputs.job_text import job_lines  # the job section (multi-rank runs)
 

@@ -149,6 +149,8 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         "has_gpu_activity": any(t.get("has_gpu_activity") for t in traces),
         "loading": sel.loading,
         "listed_apart": _listed_apart(report),
+        # The ranks of the job these traces are (0: not a job): its steps add up over them.
+        "job_ranks": len((report.get("job") or {}).get("ranks") or []),
     }
 
 

@@ -48,6 +48,8 @@ def test_the_late_ranks_item_is_the_top_job_site_and_the_pace_is_said(
     notes = page.locator("[data-testid=job-issue]").all_inner_texts()
     assert any("rank 1 sets the job's pace" in n and "waited for later" in n for n in notes), notes
     assert page.locator("[data-testid=apart-collective-worker]").count() == 1
+    # A job's steps add up over its ranks, and the card says so.
+    assert "steps of 2 ranks" in page.inner_text("[data-testid=card-syncs]")
     # The item's row opens its site's detail (it looked clickable and did nothing).
     page.locator("[data-testid=job-sites] tbody tr").first.click()
     page.wait_for_function("location.hash.includes('site=')")

@@ -136,6 +136,14 @@ def test_the_cli_and_the_tab_say_what_gloos_worker_waited(jobs, capsys):
     assert apart["count"] == 16 and apart["host_wait_us"] > 10_000
 
 
+def test_a_jobs_steps_are_said_to_add_up_over_its_ranks(capsys):
+    """8 steps of each of 2 ranks: 16 steps of 2 ranks, not 16 steps of the job."""
+    from tb_syncfinder.cli import main
+
+    assert main(["report", str(JOB_DIR / "baseline"), "--source-root", str(JOB_DIR)]) == 0
+    assert "(8 over 16 steps of 2 ranks)" in capsys.readouterr().out
+
+
 def test_the_fixed_run_has_no_site_at_the_item_line(jobs):
     doc = jobs["fixed"]
     assert not [s for s in doc["sites"] if s["line"] == ITEM_LINE]

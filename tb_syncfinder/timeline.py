@@ -290,6 +290,8 @@ def _set_odd_kinds(
 _SPANS_WRITTEN_AS_OPS = ("ProfilerStep#", "Torch-Compiled Region")
 
 
+# Python frames of torch's own code (the profiler's exit runs through several).
+_TORCH_FRAME = re.compile(r"(?:^|[/\\])torch[/\\]")
 # Python frames of the profiler's own code (``torch/profiler/profiler.py(1135): stop``).
 _PROFILER_FRAME = re.compile(r"(?:^|[/\\])torch[/\\](?:profiler[/\\]|autograd[/\\]profiler\.py)")
 
@@ -302,7 +304,9 @@ def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThrea
     of the program: every per-step figure is divided by one step too many, and the replay's
     window runs on past the last real step. A runtime call in it that the profiler's own
     code made (its device synchronize on stopping) does not make it a step; one that no
-    profiler frame encloses, or any operator or annotation, does."""
+    profiler frame encloses, any operator or annotation, or a Python frame of the
+    program's (not torch's, not a built-in) does. Without stacks, the profiler's own
+    synchronize cannot be told from the program's: such a step stays."""
     for thread in threads.values():
         starts, kinds, nodes = thread.starts, thread.kinds, thread.nodes
         first, last = bisect_left(starts, step.ts), bisect_right(starts, step.end)
@@ -310,6 +314,8 @@ def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThrea
             kind = kinds[i]
             if kind == OP or (kind == ANNOTATION and not nodes[i].name.startswith("ProfilerStep#")):
                 return False
+            if kind == PYTHON and _is_programs_frame(nodes[i].name):
+                return False  # code after the loop (a save_checkpoint()) is a step's work
         runtime_starts = thread.runtime_starts
         first = bisect_left(runtime_starts, step.ts)
         last = bisect_right(runtime_starts, step.end)
@@ -317,6 +323,12 @@ def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThrea
             if not _in_profiler_frame(thread, call.ts):
                 return False
     return True
+
+
+def _is_programs_frame(name: str) -> bool:
+    """A Python frame of the program's (not torch's own, not a built-in): ``train.py(42):
+    save_checkpoint``, ``nn.Module: Net_0``; a library's counts too (kept: a step)."""
+    return not (name.startswith("<built-in") or _TORCH_FRAME.search(name))
 
 
 def _in_profiler_frame(thread: HostThread, ts: float) -> bool:

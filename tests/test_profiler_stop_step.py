@@ -49,6 +49,9 @@ def _steps_then_last(tmp_path: Path, last: str) -> Path:
                     b.runtime("cudaDeviceSynchronize")
             elif last == "item_after_loop":
                 item_sync(b, stack=(("train.py", 15, "main"),))
+            elif last == "checkpoint_after_loop":
+                with b.frame(("train.py", 16, "save_checkpoint")):
+                    b.advance(5000)
             elif last != "nothing":
                 raise AssertionError(last)
     return b.write(tmp_path / "run" / "worker0.pt.trace.json")
@@ -65,7 +68,7 @@ def test_a_last_step_holding_only_the_profilers_stop_is_not_counted(tmp_path, la
     assert len(overhead) == (1 if last == "profiler_stop" else 0)
 
 
-@pytest.mark.parametrize("last", ["user_synchronize", "item_after_loop"])
+@pytest.mark.parametrize("last", ["user_synchronize", "item_after_loop", "checkpoint_after_loop"])
 def test_a_last_step_with_the_programs_work_is_counted(tmp_path, last):
     result = analyze_trace(str(_steps_then_last(tmp_path, last)))
     assert result.info.steps == 4

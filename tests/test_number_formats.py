@@ -34,3 +34,9 @@ def test_a_tie_rounds_up_and_a_tiny_share_is_never_nothing():
     assert format_us(0.46) == "0.46 us"
     assert format_share(0.00019) == "<0.1%"
     assert format_share(0.741) == "74%"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_figure_that_is_no_number_reads_as_a_dash_as_in_the_dashboard(value):
+    """A report JSON may hold NaN (Python's json reads it): compare of one crashed."""
+    assert format_us(value) == "-" and format_share(value) == "-"

@@ -75,7 +75,7 @@ def format_us(us: float | None) -> str:
     """A duration in microseconds, in the unit that reads best, 3 significant digits:
     850 us, 1.23 ms, 159 ms, 2.10 s; under 10 us trailing zeros dropped (0.46 us, 2 us).
     The dashboard's ``formatUs`` to the digit (tests/format_cases.json holds both to it)."""
-    if us is None:
+    if us is None or not math.isfinite(us):  # a report JSON may hold NaN (json reads it)
         return "-"
     magnitude = abs(us)
     if magnitude == 0:
@@ -94,7 +94,7 @@ def format_us(us: float | None) -> str:
 def format_share(share: float | None) -> str:
     """A fraction 0..1 as a percentage: 74%, 5.4%, <0.1% for a share too small to show
     (never 0.0% for one that is not nothing). The dashboard's ``formatPct`` to the digit."""
-    if share is None:
+    if share is None or not math.isfinite(share):
         return "-"
     percent = share * 100
     if percent == 0:

@@ -343,7 +343,8 @@ def _use_color(choice: str, stream: IO[str]) -> bool:
 def _warn_of_unused_options(args: argparse.Namespace) -> None:
     """Options given that will do nothing, said once before the analysis (silently, a
     mistyped --source-root found no line and --ray-workers without --ray ran locally)."""
-    for root in args.source_root:
+    # On a remote Ray cluster the roots are the workers' paths, not this machine's.
+    for root in [] if getattr(args, "ray_address", None) else args.source_root:
         if not os.path.isdir(root):  # silently, no line of it was ever found
             _warn(f"--source-root {root}: no such directory; source lines are not looked up there")
     if getattr(args, "ray_workers", 0) and not _uses_ray(args):
@@ -985,7 +986,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _write(dumps(result), args.output)
     else:
-        color = False if args.output else _use_color(args.color, sys.stdout)
+        color = (
+            _use_color(args.color, sys.stdout)
+            if not args.output or args.color == "always"
+            else False
+        )
         shown = with_relative_files(result, os.getcwd())  # files as the shell names them
         _write(render_compare(shown, color=color).encode("utf-8"), args.output)
     if args.fail_on_regression:
@@ -1007,6 +1012,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             return 1
         if result["unreadable"]:
             return 2  # the gate could not compare every trace: it did not pass
+        empty = [
+            (side, t)
+            for side, report in (("baseline", base), ("new run", new))
+            for t in report.get("traces") or []
+            if not t.get("error") and _unchecked(t)
+        ]
+        for side, trace in empty:
+            print(
+                f"{PROG}: gate: cannot check {side} {trace.get('path')}: {_unchecked(trace)}",
+                file=sys.stderr,
+            )
+        if empty:
+            return 2  # an empty trace is no run of the program: the gate did not pass
     return 0
 
 

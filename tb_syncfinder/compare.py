@@ -232,10 +232,17 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "note": note,
         "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
         "keys_differ": _keys_differ(base, new),
-        "detection_note": _mark_newly_listed(base, new, latent_sites if note is None else sites)
-        or _mark_unseen_on_cpu(base, sites if note is not None else []),
+        # Both mark rows: each runs whatever the other found.
+        "detection_note": _joined(
+            _mark_newly_listed(base, new, latent_sites if note is None else sites),
+            _mark_unseen_on_cpu(base, sites if note is not None else []),
+        ),
         "runs_note": _runs_note(base, new),
     }
+
+
+def _joined(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
 
 
 def _runs_note(base: dict[str, Any], new: dict[str, Any]) -> str | None:
@@ -244,8 +251,14 @@ def _runs_note(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     one and was told its steps got 43 % faster)."""
     import os
 
-    def paths(report: dict[str, Any]) -> set[str]:
-        return {os.path.realpath(t["path"]) for t in report.get("traces") or [] if t.get("path")}
+    def paths(report: dict[str, Any]) -> set[tuple[str, Any]]:
+        # With each trace's event count: a saved report's trace recorded again in place
+        # (a CI workspace) is another trace under the same path.
+        return {
+            (os.path.realpath(t["path"]), t.get("event_count"))
+            for t in report.get("traces") or []
+            if t.get("path")
+        }
 
     if paths(base) and paths(base) == paths(new):
         return "both sides are the same trace files: nothing changed between them"

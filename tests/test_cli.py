@@ -968,6 +968,35 @@ def test_the_annotate_error_names_what_to_give(tmp_path: Path, capsys: pytest.Ca
     assert "2 were analysed: pick one" in err and "on the command line: one trace file" in err
 
 
+def test_compare_gates_cannot_pass_an_empty_trace(tmp_path: Path, capsys) -> None:
+    base = write_item_trace(tmp_path / "base" / "w.pt.trace.json")
+    empty = tmp_path / "empty" / "w.pt.trace.json"
+    empty.parent.mkdir()
+    empty.write_text('{"traceEvents": []}')
+    assert main(["compare", str(base.parent), str(empty.parent), "--fail-on-regression"]) == 2
+    assert f"gate: cannot check new run {empty}: empty trace" in capsys.readouterr().err
+    assert main(["compare", str(base.parent), str(empty.parent)]) == 0  # no gate: compared
+
+
+def test_a_saved_report_against_its_trace_recorded_again_is_no_self_compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json", steps=2, items_per_step=1)
+    saved = tmp_path / "base.json"
+    assert main(["report", str(trace.parent), "--json", "-o", str(saved)]) == 0
+    write_item_trace(trace, steps=2, items_per_step=2)  # recorded again, in place
+    capsys.readouterr()
+    main(["compare", str(saved), str(trace.parent)])
+    assert "same trace files" not in capsys.readouterr().err
+
+
+def test_compare_color_always_colours_a_file_too(tmp_path: Path) -> None:
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    out = tmp_path / "c.txt"
+    assert main(["compare", str(trace), str(trace), "--color", "always", "-o", str(out)]) == 0
+    assert "\x1b[" in out.read_text()
+
+
 def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
     trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
     assert main(["compare", str(trace), str(trace.parent)]) == 0

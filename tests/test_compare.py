@@ -200,3 +200,28 @@ def test_each_side_carries_the_reports_predicted_saving_beside_its_cost(
     assert latent_rows and all(
         r["before"]["predicted_saving_per_step_us"] is None for r in latent_rows
     )
+
+
+def test_both_detection_notes_mark_their_rows_together(sample_report: Report) -> None:
+    """A CPU baseline from a version that did not list .tolist(), against a GPU run with a
+    .tolist() latent site and a .to() copy: the first note's marking skipped the second
+    (a short-circuit `or`), and the copy failed the gate."""
+    base = sample_report.to_json()
+    base["sites"], base["syncs"] = [], []
+    base["traces"][0].update(device="cpu", has_gpu_activity=False)
+    base["latent_methods"] = []
+    base["latent_sites"] = [copy.deepcopy(_site(sample_report.to_json(), "scalar_readback"))]
+    base["latent_sites"][0]["latent"] = True
+    new = sample_report.to_json()
+    new["latent_methods"] = ["tolist"]
+    copy_site = copy.deepcopy(_site(new, "scalar_readback"))
+    copy_site.update(kind="blocking_host_to_device", ops=["aten::to"], key="t.py:1:aten::to")
+    tolist = copy.deepcopy(_site(new, "dynamic_shape"))
+    tolist.update(kind="device_to_host_copy", ops=[], apis=["Tensor.tolist"], key="t.py:2:")
+    new["sites"] = [*new["sites"], copy_site, tolist]
+    result = compare(base, new)
+    by_kind = {row["kind"]: row for row in result["sites"]}
+    assert by_kind["blocking_host_to_device"].get("newly_listed") is True
+    assert by_kind["device_to_host_copy"].get("newly_listed") is True
+    assert "CPU-only trace cannot show" in result["detection_note"]
+    assert ".tolist()" in result["detection_note"]

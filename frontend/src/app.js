@@ -392,6 +392,9 @@ export class App {
     if (!sel) {
       if (this.pendingFocus === pending) this.pendingFocus = null;
       replace(this.viewEl, this.emptyRunsView());
+      this.drawnKey = null;
+      this.viewEl.classList.remove("sa-stale");
+      this.viewEl.removeAttribute("aria-busy");
       return;
     }
     this.shownRun = sel.run;

@@ -268,8 +268,9 @@ function siteTable(job, sites, app = null) {
       null,
       sites.map((/** @type {any} */ s) => {
         // A sync's site is in the run's sites; a blocking call (a sleep, a wait on a
-        // collective) is not, and has no detail to open.
-        const open = app && s.is_sync && s.site_key ? () => app.setState({ site: s.site_key, sync: null, step: null }) : null;
+        // collective) is not, and has no detail to open. The table lists every rank's
+        // sites: opened with all workers, not within one picked before.
+        const open = app && s.is_sync && s.site_key ? () => app.setState({ site: s.site_key, sync: null, step: null, worker: null, span: null }) : null;
         return h(
           "tr",
           {

@@ -911,6 +911,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
             annotated = outputs.render("trace", report_set)
         except ValueError as exc:
             raise UsageError(f"--annotate: {exc}") from None
+        if args.annotate.endswith(".gz"):
+            import gzip
+
+            # A .json.gz that is plain JSON opens in no trace viewer (Perfetto, chrome://tracing
+            # read it by its name).
+            annotated = gzip.compress(annotated, compresslevel=6, mtime=0)
         _write(annotated, args.annotate, "--annotate")
         print(f"{PROG}: annotated trace written to {args.annotate}", file=sys.stderr)
 

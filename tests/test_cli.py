@@ -997,6 +997,15 @@ def test_compare_color_always_colours_a_file_too(tmp_path: Path) -> None:
     assert "\x1b[" in out.read_text()
 
 
+def test_an_annotated_trace_named_gz_is_gzipped(tmp_path: Path) -> None:
+    import gzip
+
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    out = tmp_path / "annotated.pt.trace.json.gz"
+    assert main(["report", str(trace), "--annotate", str(out)]) == 0
+    assert "traceEvents" in json.loads(gzip.decompress(out.read_bytes()))
+
+
 def test_compare_of_a_run_with_itself_says_so(tmp_path: Path, capsys: pytest.CaptureFixture):
     trace = write_item_trace(tmp_path / "run" / "w.pt.trace.json")
     assert main(["compare", str(trace), str(trace.parent)]) == 0

@@ -389,7 +389,15 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
   const perStep = [
     { id: "step-time", label: "step time", ...pair(stepTime, false) },
     predictedUs != null && measuredUs != null && !cpuBase && !cpuNew
-      ? { id: "saving", label: "saving", before: `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(predictedUs)}`, after: `measured ${formatUs(measuredUs)}` }
+      ? {
+          id: "saving",
+          label: "saving",
+          // One statement across both columns: under them, "predicted" and "measured" read
+          // as each run's own saving (a job review).
+          span: `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(predictedUs)} by the baseline's replay; measured ${formatUs(measuredUs)} between the runs`,
+          before: `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(predictedUs)}`,
+          after: `measured ${formatUs(measuredUs)}`,
+        }
       : null,
     { id: "syncs", label: "syncs", ...pair((s) => formatCount(s.syncs_per_step)) },
     b.latent_count || n.latent_count || cpuBase || cpuNew ? { id: "latent", label: "latent syncs", ...pair((s) => formatCount(latentPerStep(s)), false) } : null,

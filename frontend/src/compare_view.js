@@ -189,7 +189,12 @@ export async function renderCompare(ctx) {
             { "data-unit": group.unit },
             h("tr", { class: "sa-rowgroup-head" }, h("th", { scope: "rowgroup", colspan: "3", class: "sa-rowgroup" }, group.title)),
             group.rows.map((r) =>
-              h("tr", { "data-row": r.id, "data-testid": r.id === "saving" ? "predicted-vs-measured" : null }, h("th", { scope: "row" }, r.label), h("td", { class: "num" }, r.before), h("td", { class: "num" }, r.after)),
+              h(
+                "tr",
+                { "data-row": r.id, "data-testid": r.id === "saving" ? "predicted-vs-measured" : null },
+                h("th", { scope: "row" }, r.label),
+                r.span ? h("td", { colspan: "2" }, r.span) : [h("td", { class: "num" }, r.before), h("td", { class: "num" }, r.after)],
+              ),
             ),
           ),
         ),

@@ -323,6 +323,11 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert f"train.py:{ITEM_LINE}" in fixed.inner_text()
     # Its operators, as the CLI's row names them: two sites of one line are told apart.
     assert fixed.locator("[data-testid=compare-op]").inner_text().startswith("aten::item")
+    # The saving is one statement across both runs' columns, not one figure under each.
+    saving = page.locator("[data-testid=predicted-vs-measured] td")
+    assert saving.count() == 1 and saving.get_attribute("colspan") == "2"
+    assert "by the baseline's replay" in saving.inner_text()
+    assert "measured" in saving.inner_text()
     # The site's cost that went away, and beside it (not instead) what the baseline's
     # replay predicted its fix saves: the cost overstates that where work fills the gap.
     assert "gone: was costing" in fixed.inner_text() and "/step" in fixed.inner_text()

@@ -461,6 +461,18 @@ DEVICE_SYNC_APIS = _union("device_sync")
 # profile.__exit__`` runs ``torch.cuda.synchronize()``): told by its place in a trace
 # without stacks. Not Ascend's: nothing here shows torch_npu's profiler doing the same.
 PROFILER_STOP_APIS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
+# The profiler's own Python code, as a python_function event names its file
+# (``torch/profiler/profiler.py(1135): stop``): its synchronize on stopping, the step its
+# exit closes.
+PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
+
+
+def is_profiler_frame(name: str) -> bool:
+    """Whether a python_function event's name is a frame of the profiler's own code."""
+    norm = name.replace("\\", "/")
+    return any(marker in norm for marker in PROFILER_FRAMES)
+
+
 STREAM_WAIT_EVENT_APIS = _union("stream_wait_event")
 # Runtime calls worth classifying at all (most runtime calls are kernel launches).
 INTERESTING_APIS = EXPLICIT_SYNC_APIS | SYNC_COPY_APIS | ASYNC_COPY_APIS | ALLOCATOR_APIS

@@ -340,6 +340,14 @@ def _use_color(choice: str, stream: IO[str]) -> bool:
     return bool(isatty and isatty())
 
 
+def _output_color(args: argparse.Namespace) -> bool:
+    """Colour for a command's output: to a file (``-o``) only when asked with --color
+    always, as a file's reader is seldom a terminal; else as ``_use_color`` says."""
+    if args.output and args.color != "always":
+        return False
+    return _use_color(args.color, sys.stdout)
+
+
 def _warn_of_unused_options(args: argparse.Namespace) -> None:
     """Options given that will do nothing, said once before the analysis (silently, a
     mistyped --source-root found no line and --ray-workers without --ray ran locally)."""
@@ -899,11 +907,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 _warn(f"{trace['path']}: {trace['error']}")
     _refuse_inputs(args.output, "--output", report_set.report)
     _refuse_inputs(args.annotate, "--annotate", report_set.report)
-    # To a file only when asked (--color always): a file's reader is seldom a terminal.
-    color = (
-        _use_color(args.color, sys.stdout) if not args.output or args.color == "always" else False
-    )
-    options = outputs.RenderOptions(color=color, top=args.top or None)
+    options = outputs.RenderOptions(color=_output_color(args), top=args.top or None)
     _write(outputs.render(output_format, report_set, options), args.output)
 
     if args.annotate:
@@ -992,13 +996,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         _write(dumps(result), args.output)
     else:
-        color = (
-            _use_color(args.color, sys.stdout)
-            if not args.output or args.color == "always"
-            else False
-        )
         shown = with_relative_files(result, os.getcwd())  # files as the shell names them
-        _write(render_compare(shown, color=color).encode("utf-8"), args.output)
+        _write(render_compare(shown, color=_output_color(args)).encode("utf-8"), args.output)
     if args.fail_on_regression:
         # Latent sites too: between CPU-only runs (a CI runner's) they are all there is.
         regressions = [

@@ -8,6 +8,7 @@ another checkout has other absolute paths. Sites of one report sharing a key (tw
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tb_syncfinder.catalogue import ALLOCATOR_SYNC, BLOCKING_HOST_TO_DEVICE, EXPLICIT_SYNC
@@ -249,7 +250,6 @@ def _runs_note(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     """What makes the two runs' step times not the fix's measure: the same trace files on
     both sides, or different GPUs (a review compared an H100 run with an unrelated H200
     one and was told its steps got 43 % faster)."""
-    import os
 
     def paths(report: dict[str, Any]) -> set[tuple[str, Any]]:
         # With each trace's event count: a saved report's trace recorded again in place

@@ -26,7 +26,11 @@ from typing import Any
 
 import msgspec
 
-from tb_syncfinder.catalogue import UNCATEGORISED_CALL_PREFIXES, device_kind_of
+from tb_syncfinder.catalogue import (
+    UNCATEGORISED_CALL_PREFIXES,
+    device_kind_of,
+    is_profiler_frame,
+)
 from tb_syncfinder.reader import Event, MetaEvent, TraceData, events_by_kind
 
 # Event classes (values of the category map).
@@ -292,8 +296,6 @@ _SPANS_WRITTEN_AS_OPS = ("ProfilerStep#", "Torch-Compiled Region")
 
 # Python frames of torch's own code (the profiler's exit runs through several).
 _TORCH_FRAME = re.compile(r"(?:^|[/\\])torch[/\\]")
-# Python frames of the profiler's own code (``torch/profiler/profiler.py(1135): stop``).
-_PROFILER_FRAME = re.compile(r"(?:^|[/\\])torch[/\\](?:profiler[/\\]|autograd[/\\]profiler\.py)")
 
 
 def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThread]) -> bool:
@@ -336,7 +338,7 @@ def _in_profiler_frame(thread: HostThread, ts: float) -> bool:
     i = bisect_right(thread.starts, ts) - 1
     while i >= 0:
         if thread.ends[i] >= ts and thread.kinds[i] == PYTHON:
-            if _PROFILER_FRAME.search(thread.nodes[i].name):
+            if is_profiler_frame(thread.nodes[i].name):
                 return True
         i = thread.parent[i]  # every frame enclosing ts encloses this one
     return False

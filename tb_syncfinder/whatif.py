@@ -73,7 +73,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tb_syncfinder.catalogue import DEVICE_SYNC_APIS, EXPLICIT_SYNC_APIS, STREAM_WAIT_EVENT_APIS
+from tb_syncfinder.catalogue import (
+    DEVICE_SYNC_APIS,
+    EXPLICIT_SYNC_APIS,
+    STREAM_WAIT_EVENT_APIS,
+    is_profiler_frame,
+)
 from tb_syncfinder.cost import FIX_WITH_OWN_SHARE
 from tb_syncfinder.detect import Call, Episode
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
@@ -143,7 +148,6 @@ MAX_NEGATIVE_LATENCY_SHARE = 0.01
 MIN_JOIN_GAP_US = 20.0  # shorter gaps of a waiting thread are not worth modelling as joins
 IDLE_GAP_US = 5.0  # a stream idle this long before an activity was not what held it back
 
-_PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
 _NEG_INF = float("-inf")
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
@@ -573,7 +577,7 @@ def profiler_episodes(tl: Timeline, episodes: Sequence[Episode]) -> list[int]:
             kind = thread.kinds[node]
             name = thread.nodes[node].name
             if kind == PYTHON and not (name.startswith("<built-in") or "torch/cuda/" in name):
-                if any(marker in name for marker in _PROFILER_FRAMES):
+                if is_profiler_frame(name):
                     found.append(index)
                 break
             if kind == ANNOTATION:

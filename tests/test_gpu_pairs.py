@@ -221,3 +221,22 @@ def test_a_pageable_copy_before_a_gpu_bound_step_costs_nothing_and_the_item_afte
     assert _verdict(copy.predicted_saving_per_step_us / 1e3, fix_copy) == "inside"
     assert item.predicted_saving_per_step_us > 0.9 * report.summary.predicted_saving_per_step_us
     assert statistics.median(_round_savings_ms("copy_and_item", "fix_item")) > 2.5
+
+
+def test_the_savings_bench_checks_the_figure_the_report_prints(reports):
+    """``bench/validate_savings.py`` (docs/validation.md, section 5) compares the report's
+    prediction with the measured saving, not another figure of the replay: its steady state
+    (the steps after the first) differed by up to 1 ms per step from what the report prints."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        import validate_savings
+    finally:
+        sys.path.pop(0)
+    pair = next(iter(validate_savings.recorded_pairs(PAIRS_DIR)))
+    row = validate_savings.validate_pair(pair)
+    summary = reports[(pair.name, "baseline")].summary
+    assert row["predicted_saving_ms"] == pytest.approx(summary.predicted_saving_per_step_us / 1e3)
+    assert row["profiled_step_ms"] == pytest.approx(summary.mean_wall_step_time_us / 1e3)
+    assert row["ratio"] == pytest.approx(row["predicted_saving_ms"] / row["measured_saving_ms"])

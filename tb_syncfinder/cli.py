@@ -28,6 +28,15 @@ class UsageError(Exception):
     """Unusable input: the message is printed on stderr and the exit status is 2."""
 
 
+class NothingReadable(UsageError):
+    """No trace of the input could be read; ``report_set`` holds each one's error (written
+    to ``-o`` all the same: a CI step that uploads or parses it then finds why)."""
+
+    def __init__(self, message: str, report_set: Any) -> None:
+        super().__init__(message)
+        self.report_set = report_set
+
+
 # --- argument parsing ----------------------------------------------------------------
 
 
@@ -517,10 +526,10 @@ def _analyze_runs(
     if write:
         _tell_summaries_written(store, progress.analysed)
     results = analysed.results
+    report_set = ReportSet.from_runs(analysed)
     if results and all(r.info.error for r in results):
         reasons = "\n".join(f"  {r.info.path}: {r.info.error}" for r in results)
-        raise UsageError(f"{path}: no trace could be read:\n{reasons}")
-    report_set = ReportSet.from_runs(analysed)
+        raise NothingReadable(f"{path}: no trace could be read:\n{reasons}", report_set)
     # Only findings carry frames into the report: a run without any says nothing.
     with_stacks = _frames_under(report_set.report, "")
     for src, dst in getattr(args, "path_map", ()):
@@ -881,7 +890,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     _check_writable(args.output, "--output")
     _check_writable(args.annotate, "--annotate")
     _warn_of_unused_options(args)
-    report_set = _analyze_runs(args.path, args, args.runs)
+    try:
+        report_set = _analyze_runs(args.path, args, args.runs)
+    except NothingReadable as exc:
+        if args.output:
+            # Still exit 2, but leave the file a CI step reads (SARIF with the errors as
+            # notifications, JSON with each trace's error) rather than none at all.
+            _refuse_inputs(args.output, "--output", exc.report_set.report)
+            options = outputs.RenderOptions(color=False, top=args.top or None)
+            _write(outputs.render(output_format, exc.report_set, options), args.output)
+        raise
     if not args.latent:
         report_set = report_set.without_latent()
     if args.unprofiled_step_ms is not None:

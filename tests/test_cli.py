@@ -505,6 +505,27 @@ def test_run_option_restricts_the_report_to_the_named_runs(
     assert "== calm: " in out and "== cpu: " in out and "== busy: " not in out
 
 
+@pytest.mark.parametrize("fmt", ["json", "sarif", "csv", "table"])
+def test_output_file_is_written_naming_each_error_when_no_trace_could_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture, fmt: str
+) -> None:
+    """A CI step that uploads the SARIF or parses the JSON found no file at all (exit 2,
+    the reason on stderr only): the file now says why, and the exit status is still 2."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "w.pt.trace.json").write_text("xx")
+    out = tmp_path / f"out.{fmt}"
+    assert main(["report", str(run), "--format", fmt, "-o", str(out)]) == 2
+    assert "no trace could be read" in capsys.readouterr().err
+    text = out.read_text()
+    assert "invalid JSON" in text or (fmt == "csv" and text.startswith("rank,"))  # CSV: sites
+    if fmt == "sarif":
+        (invocation,) = json.loads(text)["runs"][0]["invocations"]
+        assert invocation["executionSuccessful"] is False
+    if fmt == "json":
+        assert json.loads(text)["traces"][0]["error"].startswith("invalid JSON")
+
+
 def test_unknown_run_exits_2_listing_the_runs_found(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -528,6 +549,11 @@ def test_json_of_a_logdir_is_one_report_with_each_runs_own_summary(
     assert runs["calm"]["summary"]["syncs_per_step"] == 1.0
     assert runs["cpu"]["summary"]["latent_count"] == 1 and runs["cpu"]["latent_site_count"] == 1
     assert runs["busy"]["traces"] == [str(logdir / "busy" / "w0.pt.trace.json")]
+    # Each run's own sites, as the table and CSV give them: the merged ones spread a run's
+    # syncs over every run's steps.
+    assert [site["per_step"] for site in runs["calm"]["sites"]] == [1.0]
+    assert runs["calm"]["sites"][0]["key"] in {site["key"] for site in report["sites"]}
+    assert len(runs["cpu"]["latent_sites"]) == 1 and runs["busy"]["latent_sites"] == []
     assert main(["report", str(logdir), "--json", "--run", "calm"]) == 0
     picked = json.loads(capsys.readouterr().out)
     assert picked["summary"]["sync_count"] == 4 and picked["sites"][0]["per_step"] == 1.0

@@ -1,6 +1,8 @@
 """The JSON report (format ``json``, schema ``tb_syncfinder.report/1``): every selected
-trace's report merged, plus the additive ``runs`` field with each run's own summary (so
-per-step figures of a logdir are not diluted over the other runs' steps)."""
+trace's report merged, plus the additive ``runs`` field with each run's own summary and
+sites (so per-step figures of a logdir are not diluted over the other runs' steps: the
+merged ``sites`` count every run's steps, the table, CSV, SARIF and the dashboard each
+run's own)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def run_summaries(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The report's ``runs`` field: per run, its traces and its own summary, in order."""
+    """The report's ``runs`` field: per run, in order, its traces, its own summary and its
+    own sites and latent sites (the records the other formats print for it)."""
     return [
         {
             "run": name,
@@ -21,6 +24,8 @@ def run_summaries(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "summary": data.get("summary") or {},
             "site_count": len(data.get("sites") or []),
             "latent_site_count": len(data.get("latent_sites") or []),
+            "sites": data.get("sites") or [],
+            "latent_sites": data.get("latent_sites") or [],
         }
         for name, data in runs.items()
     ]

@@ -109,7 +109,7 @@ def build_sites(
         # source line, op:kind without one, e.g. a print inside a logging library).
         if key.endswith(":" + TENSOR_TEXT_OP) or key.startswith(TENSOR_TEXT_OP + ":"):
             ops.insert(0, TENSOR_TEXT_OP)
-        wait = sum(s.host_wait_us for s in members)
+        wait = sum((s.host_wait_us for s in members), 0.0)
         idle = idle_union_us(members)
         source = first.source
         predicted = 0.0
@@ -313,7 +313,7 @@ def build_report(results: list[TraceResult]) -> Report:
     steps: list[StepStats] = [st for r in results for st in r.steps]
     step_count = len(steps)
     step_time = sum(st.step_time_us for st in steps)
-    wait = sum(s.host_wait_us for s in syncs)
+    wait = sum((s.host_wait_us for s in syncs), 0.0)
     idle = idle_union_us(syncs)
     saving = sum(estimated_saving_us(r.steps, r.syncs, r.info.step_markers) for r in results)
     mean_step = step_time / step_count if step_count else 0.0
@@ -329,7 +329,7 @@ def build_report(results: list[TraceResult]) -> Report:
     counted = [r for r in analysed if r.syncs or r.info.has_gpu_activity]
     method = _method({r.savings.method for r in counted})
     window = sum(s.window_us for s in replayed)
-    idle_from_syncs = sum(s.gpu_idle_from_syncs_us for s in replayed)
+    idle_from_syncs = sum((s.gpu_idle_from_syncs_us for s in replayed), 0.0)
     about = counted or analysed  # CPU-only traces alone: their own reason
     reasons = _notes_by_trace(
         [(r, r.savings.reason) for r in about if r.savings.method == "bound"]
@@ -378,11 +378,13 @@ def build_report(results: list[TraceResult]) -> Report:
         steps=steps,
         latent_sites=build_sites(latent, step_count, step_time, latent=True),
         profiler_overhead=ProfilerOverhead(
-            count=len(overhead), host_wait_us=sum(s.host_wait_us for s in overhead), syncs=overhead
+            count=len(overhead),
+            host_wait_us=sum((s.host_wait_us for s in overhead), 0.0),
+            syncs=overhead,
         ),
         warmup_allocator=build_warmup_allocator(warmup),
         collective_worker=CollectiveWorker(
-            count=len(worker), host_wait_us=sum(s.host_wait_us for s in worker), syncs=worker
+            count=len(worker), host_wait_us=sum((s.host_wait_us for s in worker), 0.0), syncs=worker
         ),
     )
 
@@ -475,7 +477,7 @@ def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:
     ops = Counter(op for s in syncs for op in dict.fromkeys(s.op_chain))
     return WarmupAllocator(
         count=len(syncs),
-        host_wait_us=sum(s.host_wait_us for s in syncs),
+        host_wait_us=sum((s.host_wait_us for s in syncs), 0.0),
         gpu_idle_us=idle_union_us(syncs),
         regions=regions,
         advice=advice_for(ALLOCATOR_SYNC, [op for op, _ in ops.most_common()]),

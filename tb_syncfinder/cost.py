@@ -116,7 +116,7 @@ def idle_union_us(syncs: list[Sync]) -> float:
             by_device.setdefault((sync.trace, sync.device_id), []).append(
                 (sync.end_us, sync.end_us + sync.gpu_idle_after_us)
             )
-    return sum(union_length(intervals) for intervals in by_device.values())
+    return sum((union_length(intervals) for intervals in by_device.values()), 0.0)
 
 
 def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncCost:

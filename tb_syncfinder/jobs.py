@@ -190,9 +190,9 @@ def _annotate_site(
     peer: Counter[int] | None,
     waited: Counter[int] | None = None,
 ) -> None:
-    site.caused_wait_us = sum(c.caused_wait_us for c in costs)
-    site.job_saving_us = sum(c.job_saving_us for c in costs)
-    site.job_saving_per_step_us = sum(c.job_saving_per_step_us for c in costs)
+    site.caused_wait_us = sum((c.caused_wait_us for c in costs), 0.0)
+    site.job_saving_us = sum((c.job_saving_us for c in costs), 0.0)
+    site.job_saving_per_step_us = sum((c.job_saving_per_step_us for c in costs), 0.0)
     site.peer_wait_us = min(sum(peer.values()), site.host_wait_us) if peer else 0.0
     if peer:
         late_rank = peer.most_common(1)[0][0]
@@ -223,8 +223,8 @@ def _rank_totals(j: _JobFigures) -> list[dict[str, Any]]:
             "host": rt.host_name,
             "collectives": len(rt.collectives),
             "steps": len(rt.steps),
-            "sync_wait_us": sum(w.wait_us for w in rt.waits if w.is_sync),
-            "blocking_wait_us": sum(w.wait_us for w in rt.waits if not w.is_sync),
+            "sync_wait_us": sum((w.wait_us for w in rt.waits if w.is_sync), 0.0),
+            "blocking_wait_us": sum((w.wait_us for w in rt.waits if not w.is_sync), 0.0),
             "wait_in_collectives_us": 0.0,
             "late_us": 0.0,
             "caused_wait_us": 0.0,
@@ -247,19 +247,19 @@ def _rank_totals(j: _JobFigures) -> list[dict[str, Any]]:
 def _lateness_totals(arrivals: list[R.LateArrival]) -> dict[str, float]:
     """All lateness, and how much of it host waits explain, was carried in from before the
     window, or is not explained by host waits (never pinned on a sync)."""
-    carried = sum(a.unexplained_us for a in arrivals if a.carried_in)
+    carried = sum((a.unexplained_us for a in arrivals if a.carried_in), 0.0)
     return {
-        "late_us": sum(a.lateness_us for a in arrivals),
-        "explained_us": sum(a.explained_us for a in arrivals),
+        "late_us": sum((a.lateness_us for a in arrivals), 0.0),
+        "explained_us": sum((a.explained_us for a in arrivals), 0.0),
         "carried_in_us": carried,
-        "not_explained_us": sum(a.unexplained_us for a in arrivals if not a.carried_in),
+        "not_explained_us": sum((a.unexplained_us for a in arrivals if not a.carried_in), 0.0),
     }
 
 
 def _job_json(j: _JobFigures) -> dict[str, Any]:
     a = j.analysis
     job_step_us = sum(s.time_us for s in a.job_steps)
-    saving = sum(c.job_saving_us for c in j.costs)
+    saving = sum((c.job_saving_us for c in j.costs), 0.0)
     return {
         "key": a.job.key,
         "world_size": a.job.world_size,

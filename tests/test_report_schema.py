@@ -182,3 +182,181 @@ def test_to_json_leaves_the_garbage_collector_as_it_found_it(sample_report) -> N
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# The job object (issue 17) as the JSON, the plugin's ``job`` route and the dashboard read
+# it, every nested name: it is built from the job stage's records (``jobs._job_json``), so a
+# rename there would rename a field of the report. "[]" is any element of a list.
+JOB_FIELD_PATHS = {
+    "backend",
+    "clocks",
+    "clocks[].method",
+    "clocks[].name",
+    "clocks[].offset_us",
+    "clocks[].ranks",
+    "clocks[].residual_max_us",
+    "clocks[].residual_us",
+    "clocks[].samples",
+    "collective_count",
+    "complete",
+    "groups",
+    "groups[].counts",
+    "groups[].group",
+    "groups[].matched",
+    "groups[].members",
+    "groups[].present",
+    "groups[].reason",
+    "groups[].status",
+    "issues",
+    "issues[].code",
+    "issues[].group",
+    "issues[].message",
+    "issues[].paths",
+    "issues[].ranks",
+    "issues[].severity",
+    "job_saving_per_step_us",
+    "job_saving_us",
+    "key",
+    "late_arrivals",
+    "late_arrivals[].bound",
+    "late_arrivals[].carried_in",
+    "late_arrivals[].contributors",
+    "late_arrivals[].contributors[].earlier_us",
+    "late_arrivals[].contributors[].site_key",
+    "late_arrivals[].contributors[].wait_id",
+    "late_arrivals[].explained_us",
+    "late_arrivals[].group",
+    "late_arrivals[].k",
+    "late_arrivals[].label",
+    "late_arrivals[].lateness_us",
+    "late_arrivals[].rank",
+    "late_arrivals[].step",
+    "late_arrivals[].unexplained_us",
+    "late_collective_count",
+    "lateness",
+    "lateness.carried_in_us",
+    "lateness.explained_us",
+    "lateness.late_us",
+    "lateness.not_explained_us",
+    "missing_ranks",
+    "noise_us",
+    "other_jobs",
+    "rank_steps",
+    "rank_steps[].absent_wait_us",
+    "rank_steps[].blocking_wait_us",
+    "rank_steps[].carried_in_us",
+    "rank_steps[].caused_wait_us",
+    "rank_steps[].collectives",
+    "rank_steps[].late_us",
+    "rank_steps[].rank",
+    "rank_steps[].step",
+    "rank_steps[].step_time_us",
+    "rank_steps[].sync_wait_us",
+    "rank_steps[].wait_us",
+    "rank_totals",
+    "rank_totals[].blocking_wait_us",
+    "rank_totals[].carried_in_us",
+    "rank_totals[].caused_wait_us",
+    "rank_totals[].collectives",
+    "rank_totals[].host",
+    "rank_totals[].late_us",
+    "rank_totals[].path",
+    "rank_totals[].peer_wait_in_syncs_us",
+    "rank_totals[].rank",
+    "rank_totals[].steps",
+    "rank_totals[].sync_wait_us",
+    "rank_totals[].wait_in_collectives_us",
+    "rank_totals[].worker",
+    "ranks",
+    "site_count",
+    "sites",
+    "sites[].bound",
+    "sites[].caused_wait_us",
+    "sites[].file",
+    "sites[].func",
+    "sites[].is_sync",
+    "sites[].job_saving_per_step_us",
+    "sites[].job_saving_us",
+    "sites[].kind",
+    "sites[].late_collectives",
+    "sites[].line",
+    "sites[].line_exact",
+    "sites[].op",
+    "sites[].rank",
+    "sites[].site_key",
+    "sites[].steps",
+    "sites[].wait_ids",
+    "step_time_us",
+    "steps",
+    "steps[].late_rank",
+    "steps[].late_rank_caused_wait_us",
+    "steps[].ranks",
+    "steps[].slowest_rank",
+    "steps[].step",
+    "steps[].time_us",
+    "what_if",
+    "world_size",
+}
+
+
+def _key_paths(value: Any, prefix: str = "") -> set[str]:
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            path = f"{prefix}.{key}" if prefix else key
+            found.add(path)
+            found |= _key_paths(inner, path)
+    elif isinstance(value, list):
+        for inner in value:
+            found |= _key_paths(inner, prefix + "[]")
+    return found
+
+
+def test_the_job_object_keeps_every_nested_field_name(capsys: pytest.CaptureFixture) -> None:
+    """A real two-rank job recorded on an H100 (``tests/gpu_job``): every field the job
+    object has had is still there, at the same place."""
+    import json
+
+    from tb_syncfinder.cli import main
+
+    job_dir = Path(__file__).resolve().parent / "gpu_job" / "baseline"
+    assert main(["report", str(job_dir), "--json"]) == 0
+    job = json.loads(capsys.readouterr().out)["job"]
+    missing = JOB_FIELD_PATHS - _key_paths(job)
+    assert not missing, f"job fields renamed or dropped: {sorted(missing)}"
+
+
+def _whole_numbers(value: Any, path: str = "") -> list[str]:
+    """The paths of times (``*_us``) and shares written as JSON integers."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found += _whole_numbers(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for inner in value:
+            found += _whole_numbers(inner, path + "[]")
+    elif type(value) is int and (path.endswith("_us") or path.endswith("share_of_step")):
+        found.append(path)
+    return found
+
+
+def test_times_are_written_as_floats_even_when_there_is_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A typed reader (a Go or Rust struct, a JSON schema of "number" written as float)
+    sees ``0`` where a run has no sync: the sums of nothing were integers (a trace without
+    syncs, a CPU-only trace, a job with no late rank)."""
+    import json
+
+    from tb_syncfinder.cli import main
+
+    here = Path(__file__).resolve().parent
+    inputs = [
+        here.parent / "tb_syncfinder" / "demo" / "traces" / "cnn_optimized.pt.trace.json.gz",
+        _gpu_and_cpu_run(tmp_path),
+        here / "gpu_job" / "baseline",
+    ]
+    for path in inputs:
+        assert main(["report", str(path), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert _whole_numbers(report) == [], path

@@ -225,6 +225,17 @@ def test_sarif_reports_a_site_without_a_python_stack_at_its_trace_file(
     assert note["properties"] == {"siteCount": 1, "syncCount": 3}
 
 
+def test_sarif_names_a_trace_outside_the_root_by_its_absolute_file_uri(
+    sample_report: Report,
+) -> None:
+    """A logdir outside the repository: stripping the trace path's anchor gave
+    "home/me/proj/traces/w1.pt.trace.json" relative to the root, a file that is not there."""
+    log = to_sarif(_stackless_report(sample_report), root="/srv/repo")
+    jsonschema.validate(log, SARIF_SUBSET_SCHEMA)
+    artifact = log["runs"][0]["results"][-1]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact == {"uri": "file:///home/me/proj/traces/w1.pt.trace.json"}
+
+
 def test_sarif_results_with_a_source_line_are_unchanged_by_stackless_sites(
     sample_report: Report,
 ) -> None:

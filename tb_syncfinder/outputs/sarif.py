@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from pathlib import PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -220,11 +220,17 @@ def _trace_location(site: dict[str, Any], trace: str, root: str | None) -> dict[
         or handle,
         "kind": "function",
     }
+    # A trace is a file on this machine: under the root, relative to it as source files are;
+    # elsewhere (a logdir outside the repository) by its absolute file URI, which stripping
+    # its anchor would have turned into a path inside the repository that does not exist.
+    path = os.path.abspath(trace)
+    base = os.path.abspath(root if root is not None else os.getcwd())
+    if path.startswith(base.rstrip(os.sep) + os.sep):
+        artifact = {"uri": sarif_uri(path, root), "uriBaseId": "%SRCROOT%"}
+    else:
+        artifact = {"uri": Path(path).as_uri()}
     return {
-        "physicalLocation": {
-            "artifactLocation": {"uri": sarif_uri(trace, root), "uriBaseId": "%SRCROOT%"},
-            "region": {"startLine": 1},
-        },
+        "physicalLocation": {"artifactLocation": artifact, "region": {"startLine": 1}},
         "logicalLocations": [logical],
     }
 

@@ -28,6 +28,7 @@ import {
   sortWorkers,
   stateFromTbHash,
   tbHashWithState,
+  vscodeAncestry,
   vscodeFlag,
 } from "./state.js";
 import { chooseTheme } from "./theme.js";
@@ -37,7 +38,10 @@ import { chooseTheme } from "./theme.js";
 
 /** How often the runs list is polled: fast while the plugin is still loading traces. */
 const POLL_LOADING_MS = 3000;
-const POLL_IDLE_MS = 30000;
+// 10 s: the plugin's own default reload interval, so a run added to the logdir shows within
+// about two of them (TensorBoard's reload button, in the page around this frame, reaches no
+// plugin frame).
+const POLL_IDLE_MS = 10000;
 
 export class App {
   /** @param {HTMLElement} root */
@@ -65,6 +69,12 @@ export class App {
      * @type {{name: string, gone: boolean, shown: string | null} | null}
      */
     this.missingRun = null;
+    /**
+     * A site or step the view named (a link from another run, or from before the run was
+     * profiled again) that the run shown does not have: said in a notice, the detail or the
+     * step filter closed. @type {{what: string, run: string} | null}
+     */
+    this.missingPart = null;
     /** The run the view last showed. @type {string | null} */
     this.shownRun = null;
     /**
@@ -131,6 +141,7 @@ export class App {
     window.addEventListener("hashchange", () => {
       this.state = decodeState(location.hash);
       this.missingRun = null;
+      this.missingPart = null;
       this.missingBase = null;
       this.selfBase = null;
       if (hashNeedsRewrite(location.hash, this.state)) this.writeUrl();
@@ -238,12 +249,25 @@ export class App {
     this.state = patchState(this.state, patch);
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
+    if ("run" in patch || "site" in patch || "step" in patch) this.missingPart = null;
     if ("run" in patch || "base" in patch) {
       this.missingBase = null;
       this.selfBase = null;
     }
     this.writeUrl();
     this.render();
+  }
+
+  /**
+   * A site or step named in the view that the run shown does not have: forget it (the
+   * detail, the step filter), say so, and write the URL without it.
+   * @param {string} what e.g. `Site "cnn.py:95:aten::to"`
+   * @param {Partial<ViewState>} patch what to clear
+   */
+  dropMissing(what, patch) {
+    this.missingPart = { what, run: this.shownRun ?? "" };
+    this.noteState(patch);
+    this.renderNotices();
   }
 
   /**
@@ -396,6 +420,13 @@ export class App {
       this.viewEl.classList.remove("sa-stale");
       this.viewEl.removeAttribute("aria-busy");
       return;
+    }
+    // The run the dashboard opened on is the view's once every run is known (while traces
+    // load, a run with GPU work may still turn up and be the better default): a run added to
+    // the logdir later, sorting first, took the view over at the next poll, its site too.
+    if (this.state.run === null && this.runs && !this.runs.loading) {
+      this.state = { ...this.state, run: sel.run };
+      this.writeUrl();
     }
     this.shownRun = sel.run;
     this.loadRepairs(sel);
@@ -759,6 +790,11 @@ export class App {
       const instead = missing.shown ? `: showing run "${missing.shown}" instead.` : ".";
       notices.push({ testid: "missing-run", text: missingText(`Run "${missing.name}"`, missing.gone, instead), pickerId: "sa-run", forget: () => (this.missingRun = null) });
     }
+    const part = this.missingPart;
+    if (part) {
+      const text = [h("b", null, `${part.what} is not in run "${part.run}"`), " (a link from another run, or from before it was profiled again): closed."];
+      notices.push({ testid: "missing-part", text, pickerId: "sa-run", forget: () => (this.missingPart = null) });
+    }
     const compare = this.state.view === "compare";
     const missingBase = compare ? this.missingBase : null;
     if (missingBase) {
@@ -971,11 +1007,8 @@ function tensorBoardPage() {
  */
 function detectVsCode() {
   if (vscodeFlag(location.search, location.hash)) return true;
-  try {
-    return window.parent !== window && window.parent.parent !== window.parent;
-  } catch {
-    return false;
-  }
+  // By the frames' origins, not their nesting: any page framing TensorBoard nests it.
+  return vscodeAncestry(location.ancestorOrigins ? Array.from(location.ancestorOrigins) : null);
 }
 
 /**

@@ -60,6 +60,21 @@ export async function renderHotspots(ctx) {
   ctx.latent = latent; // read by the detail panel
   const siteParams = { ...sel, latent: latent ? 1 : null, step: state.step };
   const [stepsResp, sites] = await Promise.all([getJson("steps", sel), fetchAllSites(siteParams)]);
+  if (!ctx.isCurrent()) return null;
+  // A step or site the link names that this run does not have: said, and closed, rather
+  // than an empty list under "step 99" or a detail of nothing ("unknown (no source line)").
+  // Only once the run is read: a trace still loading may hold them.
+  const settled = !app.currentRun()?.loading;
+  const knownStep = state.step === null || (stepsResp.steps || []).some((/** @type {any} */ s) => s.step === state.step);
+  if (settled && !knownStep) {
+    app.dropMissing(`Step ${state.step}`, { step: null, site: null, sync: null, occ: 0 });
+    return renderHotspots({ ...ctx, state: app.state });
+  }
+  if (settled && state.site && !sites.items.some((/** @type {any} */ s) => s.key === state.site)) {
+    const what = state.step === null ? `Site "${state.site}"` : `Site "${state.site}" in step ${state.step}`;
+    app.dropMissing(what, { site: null, sync: null, occ: 0 });
+    return renderHotspots({ ...ctx, state: app.state });
+  }
   const summary = summaryResp.summary || {};
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
   const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";

@@ -513,6 +513,24 @@ export function vscodeFlag(search, hash) {
 }
 
 /**
+ * Whether the frames around this one are VS Code's webview, from their origins
+ * (`location.ancestorOrigins`, which VS Code's Electron has): `vscode-webview://` on the
+ * desktop, `*.vscode-cdn.net` on vscode.dev. Any other nesting (Jupyter's `%tensorboard`,
+ * a dashboard page framing TensorBoard) is not VS Code: its frame buttons copy the path,
+ * and no message naming source files goes to the page around it.
+ * @param {Iterable<string> | null | undefined} origins nearest first
+ * @returns {boolean}
+ */
+export function vscodeAncestry(origins) {
+  if (!origins) return false;
+  for (const origin of origins) {
+    if (/^vscode-(webview|file|resource):/.test(origin)) return true;
+    if (/^https:\/\/[^/]+\.vscode-cdn\.net(:\d+)?$/.test(origin)) return true;
+  }
+  return false;
+}
+
+/**
  * The plugin's keys in TensorBoard's own address (`#sync_advisor&p.sync_advisor.run=…`):
  * TensorBoard keeps its tab and the legacy dashboards' settings in its page's hash as
  * `tab&key=value&…`, a plugin's own keys prefixed `p.<plugin>.` (the What-If Tool's

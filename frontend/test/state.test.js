@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compareRunNames, decodeState, defaultState, encodeState, parseTbHash, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, stateFromTbHash, tbHashWithState, vscodeFlag } from "../src/state.js";
+import { compareRunNames, decodeState, defaultState, encodeState, parseTbHash, pickRun, reconcileRun, runsSignature, shareUrl, sortRuns, stateFromTbHash, tbHashWithState, vscodeAncestry, vscodeFlag } from "../src/state.js";
 import { apiUrl } from "../src/query.js";
 
 test("default state encodes to an empty hash", () => {
@@ -48,6 +48,18 @@ test("invalid values in a hand-edited hash fall back to defaults", () => {
 
 test("step 0 survives the round trip", () => {
   assert.equal(decodeState(encodeState({ step: 0 })).step, 0);
+});
+
+test("VS Code is told by its webview's origin, not by the frames' nesting", () => {
+  // Desktop: TensorBoard's page, then the webview's two frames, then the workbench.
+  assert.equal(vscodeAncestry(["http://localhost:6006", "vscode-webview://0abc", "vscode-webview://0abc", "vscode-file://vscode-app"]), true);
+  assert.equal(vscodeAncestry(["http://127.0.0.1:6006", "https://0abc.vscode-cdn.net"]), true); // vscode.dev
+  // Jupyter's %tensorboard, a dashboard page framing TensorBoard: not VS Code.
+  assert.equal(vscodeAncestry(["http://localhost:6006", "http://localhost:8888"]), false);
+  assert.equal(vscodeAncestry(["http://localhost:6006", "https://evil.example/vscode-webview:"]), false);
+  assert.equal(vscodeAncestry(["https://vscode-cdn.net.example"]), false);
+  assert.equal(vscodeAncestry([]), false);
+  assert.equal(vscodeAncestry(null), false); // no ancestorOrigins (Firefox)
 });
 
 test("vscode flag is read from query or hash", () => {

@@ -578,6 +578,8 @@ def test_inexact_line_notes_say_what_the_recorded_line_is_and_hint_only_when_unr
     assert page_errors == []
 
 
+# A page nesting the plugin two frames deep, as VS Code's webview and Jupyter's
+# %tensorboard (and any dashboard page framing TensorBoard) do.
 VSCODE_HOST = """<!DOCTYPE html><html><body style="margin:0">
 <script>
   window.__messages = [];
@@ -588,12 +590,7 @@ VSCODE_HOST = """<!DOCTYPE html><html><body style="margin:0">
 </body></html>"""
 
 
-def test_frame_click_inside_vscode_posts_filename_and_zero_based_line(
-    board: str, browser: Any, page_errors: list[str]
-) -> None:
-    # VS Code nests TensorBoard two frames deep: webview page > iframe > plugin iframe.
-    page = new_page(browser, page_errors, width=1000)
-    url = plugin_url(board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem")
+def _nested_plugin(page: Any, url: str) -> Any:
     page.set_content(VSCODE_HOST.replace("PLUGIN_URL", url))
     plugin = None
     deadline = time.monotonic() + 20
@@ -602,6 +599,18 @@ def test_frame_click_inside_vscode_posts_filename_and_zero_based_line(
         time.sleep(0.1)
     assert plugin is not None
     rows(plugin)
+    return plugin
+
+
+def test_frame_click_inside_vscode_posts_filename_and_zero_based_line(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    # VS Code nests TensorBoard two frames deep: webview page > iframe > plugin iframe. It
+    # is told by the webview's origin (vscode-webview://, which a test page cannot have:
+    # state.test.js checks that part), here by the flag for hosts that cannot be told.
+    page = new_page(browser, page_errors, width=1000)
+    url = plugin_url(board, f"&vscode=1#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem")
+    plugin = _nested_plugin(page, url)
     # The frame's URL is internal to the webview there: no "Copy link" to hand out.
     assert plugin.locator("[data-testid=copy-link]").count() == 0
     plugin.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
@@ -611,6 +620,50 @@ def test_frame_click_inside_vscode_posts_filename_and_zero_based_line(
     message = page.evaluate("window.__messages[0]")
     assert message["filename"].endswith("train.py")
     assert message["line"] == ITEM_LINE - 1
+    assert page_errors == []
+
+
+def test_a_page_framing_tensorboard_is_not_taken_for_vscode(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """Any frame two deep (Jupyter's %tensorboard, a dashboard page) was taken for VS Code:
+    its frame buttons posted source paths to the page around it, with target "*", and
+    copied nothing; "Copy link" was gone."""
+    page = new_page(browser, page_errors, width=1000)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    url = plugin_url(board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem")
+    plugin = _nested_plugin(page, url)
+    assert plugin.locator("[data-testid=copy-link]").count() == 1
+    plugin.wait_for_selector("[data-testid=detail] h2 button.sa-frame")
+    plugin.click("[data-testid=detail] h2 button.sa-frame")
+    toast = plugin.wait_for_selector(".sa-toast.show")
+    assert f"train.py:{ITEM_LINE}" in toast.inner_text() and "VS Code" not in toast.inner_text()
+    time.sleep(0.3)
+    assert page.evaluate("window.__messages") == []
+    assert page_errors == []
+
+
+@pytest.mark.parametrize(
+    "named, notice",
+    [
+        ("site=nope.py%3A1%3Aaten%3A%3Aitem", 'Site "nope.py:1:aten::item" is not in run'),
+        ("step=99", "Step 99 is not in run"),
+    ],
+)
+def test_a_site_or_step_the_run_does_not_have_is_said_and_closed(
+    board: str, browser: Any, page_errors: list[str], named: str, notice: str
+) -> None:
+    """A link from another run (or from before the run was profiled again) opened a detail
+    of nothing ("unknown (no source line)", advice to record stacks) or an empty list under
+    "step 99", without a word."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=baseline&{named}"))
+    said = page.wait_for_selector("[data-testid=missing-part]")
+    assert notice in said.inner_text() and '"baseline"' in said.inner_text()
+    rows(page)
+    assert page.locator("[data-testid=detail]").count() == 0
+    assert page.locator("[data-testid=step-filter]").count() == 0
+    assert page.evaluate("location.hash") == "#run=baseline"
     assert page_errors == []
 
 
@@ -764,6 +817,50 @@ def test_dark_theme_follows_tensorboard_and_the_system(
     assert frame.evaluate("document.documentElement.dataset.theme") == "light"
     tb.evaluate("document.body.classList.add('dark-mode')")
     frame.wait_for_function("document.documentElement.dataset.theme === 'dark'")
+    assert page_errors == []
+
+
+# Every token class on a plain line and on the highlighted one (one of each added, as the
+# fixture's lines hold no comment or string), with the line's and the code's background.
+SOURCE_COLOURS = """() => {
+  const lines = [document.querySelector("[data-testid=source] .ln.hl .src"),
+                 document.querySelector("[data-testid=source] .ln:not(.hl) .src")];
+  for (const line of lines)
+    for (const cls of ["t-kw", "t-str", "t-num", "t-com", "t-call", "t-builtin"]) {
+      const token = document.createElement("span");
+      token.className = cls;
+      token.textContent = "x";
+      line.append(token);
+    }
+  const tokens = "[data-testid=source] .ln [class^=t-], [data-testid=source] .ln .no";
+  return [...document.querySelectorAll(tokens)].map(el => [
+    el.className, getComputedStyle(el).color,
+    getComputedStyle(el.closest(".ln")).backgroundColor,
+    getComputedStyle(el.closest("pre, .sa-code")).backgroundColor]);
+}"""
+
+
+@pytest.mark.parametrize("dark", [False, True])
+def test_source_code_and_the_pressed_tab_are_readable_in_both_themes(
+    board: str, browser: Any, page_errors: list[str], dark: bool
+) -> None:
+    """WCAG AA (4.5:1) for every token of the source, on its line's background (the
+    highlighted line's included) and the Hotspots/Compare tab pressed: comments were at
+    3.05:1 (2.73:1 on the dark highlight), calls 3.8:1, the pressed tab's white 3.79:1."""
+    page = new_page(browser, page_errors, dark=dark)
+    page.goto(plugin_url(board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem"))
+    page.wait_for_selector("[data-testid=source] .ln.hl")
+    seen = set()
+    for cls, colour, line_bg, code_bg in page.evaluate(SOURCE_COLOURS):
+        background = line_bg if line_bg != "rgba(0, 0, 0, 0)" else code_bg
+        seen.add(cls)
+        assert contrast(colour, background) >= 4.5, (cls, colour, background)
+    assert {"t-com", "t-call", "t-kw", "t-str", "t-num", "no"} <= seen, seen
+    fg, bg = page.eval_on_selector(
+        ".sa-tabs button[aria-pressed=true]",
+        "el => [getComputedStyle(el).color, getComputedStyle(el).backgroundColor]",
+    )
+    assert contrast(fg, bg) >= 4.5, (fg, bg)
     assert page_errors == []
 
 

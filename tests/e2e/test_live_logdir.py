@@ -85,6 +85,30 @@ def test_a_run_added_while_tensorboard_runs_is_listed_where_its_name_sorts(
     assert page_errors == []
 
 
+def test_the_run_opened_by_default_stays_when_a_run_sorting_first_is_added(
+    live: tuple[str, Path], browser: Any, page_errors: list[str]
+) -> None:
+    """Opened without a run, the dashboard picks one; a run added later whose name sorts
+    first took the view over at the next poll (its site detail showing "unknown"), and a
+    link copied before opened the other run."""
+    base, logdir = live
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(base))
+    rows(page)
+    shown = page.input_value("#sa-run")
+    page.wait_for_function(f"location.hash.includes('run={shown}')")
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    page.wait_for_selector("[data-testid=detail] h2")
+    write_run(logdir, "aaa_added", item=True, nonzero=True, steps=2)
+    poll_until(page, "#sa-run option[value=aaa_added]:not([disabled])")
+    page.evaluate("window.dispatchEvent(new Event('focus'))")
+    page.wait_for_timeout(1000)
+    assert page.input_value("#sa-run") == shown
+    assert f"run={shown}" in page.evaluate("location.hash")
+    assert "unknown" not in page.inner_text("[data-testid=detail] h2")
+    assert page_errors == []
+
+
 def test_a_run_whose_only_trace_is_still_loading_shows_only_the_loading_state(
     live: tuple[str, Path], browser: Any, page_errors: list[str]
 ) -> None:

@@ -118,6 +118,7 @@ def validate_pair(pair: Pair) -> dict[str, Any]:
         predicted_step_ms=report["predicted_step_us"] / 1e3,
         bound_saving_ms=report["bound_us"] / 1e3,
         profiled_fixed_step_ms=fixed_report["step_us"] / 1e3,
+        fixed_steady_step_ms=_steady_interval(fixed) / 1e3 if fixed.available else None,
         steady_step_ms=steady_step / 1e3,
         steady_predicted_saving_ms=result.all_syncs.steady_us / 1e3,
         critical_path={k: v / result.window_us for k, v in result.critical_path.items()},
@@ -257,7 +258,8 @@ def _print_pairs(rows: list[dict[str, Any]]) -> None:
                 f"{r['predicted_step_ms']:.2f} ms (the replay's steady state, steps after "
                 f"the first: {r['steady_step_ms']:.2f} -> "
                 f"{r['steady_step_ms'] - r['steady_predicted_saving_ms']:.2f} ms); the fixed "
-                f"program's profiled step {fixed:.2f} ms. Per step the device is busy "
+                f"program's profiled step {fixed:.2f} ms (steady: "
+                f"{r['fixed_steady_step_ms'] or float('nan'):.2f} ms). Per step the device is busy "
                 f"{r['device_busy_ms']:.2f} ms, the host sits in sync calls "
                 f"{r['host_blocked_ms']:.3f} ms, {r['host_waiting_ms']:.3f} ms of it "
                 f"waiting for the device. {r['profiler_syncs']} profiler sync left out."

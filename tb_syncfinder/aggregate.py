@@ -312,23 +312,23 @@ def build_report(results: list[TraceResult]) -> Report:
     latent = [s for r in results for s in r.latent]
     steps: list[StepStats] = [st for r in results for st in r.steps]
     step_count = len(steps)
-    step_time = sum(st.step_time_us for st in steps)
+    step_time = sum((st.step_time_us for st in steps), 0.0)
     wait = sum((s.host_wait_us for s in syncs), 0.0)
     idle = idle_union_us(syncs)
-    saving = sum(estimated_saving_us(r.steps, r.syncs, r.info.step_markers) for r in results)
+    saving = sum((estimated_saving_us(r.steps, r.syncs, r.info.step_markers) for r in results), 0.0)
     mean_step = step_time / step_count if step_count else 0.0
     by_kind = Counter(s.kind for s in syncs)
     analysed = [r for r in results if not r.info.error]
     savings = [(r.info.path, r.savings) for r in analysed]
-    predicted = sum(r.savings.all_syncs_us for r in analysed)
-    wall = sum(st.wall_time_us or st.step_time_us for st in steps)
+    predicted = sum((r.savings.all_syncs_us for r in analysed), 0.0)
+    wall = sum((st.wall_time_us or st.step_time_us for st in steps), 0.0)
     mean_wall = wall / step_count if step_count else 0.0
     replayed = [r.savings for r in analysed if r.savings.method == "replay"]
     # The traces the saving is about: a CPU-only trace without syncs has nothing to replay,
     # and neither its method nor its reason is the run's.
     counted = [r for r in analysed if r.syncs or r.info.has_gpu_activity]
     method = _method({r.savings.method for r in counted})
-    window = sum(s.window_us for s in replayed)
+    window = sum((s.window_us for s in replayed), 0.0)
     idle_from_syncs = sum((s.gpu_idle_from_syncs_us for s in replayed), 0.0)
     about = counted or analysed  # CPU-only traces alone: their own reason
     reasons = _notes_by_trace(

@@ -234,6 +234,16 @@ def test_sarif_names_a_trace_outside_the_root_by_its_absolute_file_uri(
     jsonschema.validate(log, SARIF_SUBSET_SCHEMA)
     artifact = log["runs"][0]["results"][-1]["locations"][0]["physicalLocation"]["artifactLocation"]
     assert artifact == {"uri": "file:///home/me/proj/traces/w1.pt.trace.json"}
+    properties = log["runs"][0]["results"][-1]["properties"]
+    assert properties["trace"] == artifact["uri"]  # the same place, said once way
+
+
+def test_sarif_keeps_a_remote_trace_url_as_it_is(sample_report: Report) -> None:
+    report = _stackless_report(sample_report)
+    report["syncs"][-1]["trace"] = "gs://bucket/logs/w1.pt.trace.json"
+    log = to_sarif(report, root="/srv/repo")
+    location = log["runs"][0]["results"][-1]["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"] == {"uri": "gs://bucket/logs/w1.pt.trace.json"}
 
 
 def test_sarif_results_with_a_source_line_are_unchanged_by_stackless_sites(

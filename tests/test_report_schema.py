@@ -356,7 +356,19 @@ def test_times_are_written_as_floats_even_when_there_is_nothing(
         _gpu_and_cpu_run(tmp_path),
         here / "gpu_job" / "baseline",
     ]
+    # A logdir with a run whose only trace cannot be read (its summary sums nothing).
+    mixed = tmp_path / "mixed"
+    (mixed / "good").mkdir(parents=True)
+    (mixed / "good" / "w.pt.trace.json.gz").write_bytes(inputs[0].read_bytes())
+    (mixed / "bad").mkdir()
+    (mixed / "bad" / "w.pt.trace.json").write_text("xx")
+    inputs.append(mixed)
     for path in inputs:
         assert main(["report", str(path), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert _whole_numbers(report) == [], path
+    # Nothing readable: the -o file still written (exit 2) holds floats too.
+    out = tmp_path / "nothing.json"
+    assert main(["report", str(mixed / "bad"), "--json", "-o", str(out)]) == 2
+    capsys.readouterr()
+    assert _whole_numbers(json.loads(out.read_text())) == []

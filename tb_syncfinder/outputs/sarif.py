@@ -220,19 +220,27 @@ def _trace_location(site: dict[str, Any], trace: str, root: str | None) -> dict[
         or handle,
         "kind": "function",
     }
-    # A trace is a file on this machine: under the root, relative to it as source files are;
-    # elsewhere (a logdir outside the repository) by its absolute file URI, which stripping
-    # its anchor would have turned into a path inside the repository that does not exist.
+    return {
+        "physicalLocation": {
+            "artifactLocation": _trace_artifact(trace, root),
+            "region": {"startLine": 1},
+        },
+        "logicalLocations": [logical],
+    }
+
+
+def _trace_artifact(trace: str, root: str | None) -> dict[str, str]:
+    """Where a trace file is: under the root, relative to it as source files are; a URL
+    (``gs://``, ``s3://``) as it is; any other path by its absolute file URI, which
+    stripping its anchor would have turned into a path inside the repository that does
+    not exist."""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+://", trace):
+        return {"uri": trace}
     path = os.path.abspath(trace)
     base = os.path.abspath(root if root is not None else os.getcwd())
     if path.startswith(base.rstrip(os.sep) + os.sep):
-        artifact = {"uri": sarif_uri(path, root), "uriBaseId": "%SRCROOT%"}
-    else:
-        artifact = {"uri": Path(path).as_uri()}
-    return {
-        "physicalLocation": {"artifactLocation": artifact, "region": {"startLine": 1}},
-        "logicalLocations": [logical],
-    }
+        return {"uri": sarif_uri(path, root), "uriBaseId": "%SRCROOT%"}
+    return {"uri": Path(path).as_uri()}
 
 
 def _notifications(
@@ -323,7 +331,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
             _trace_location(site, trace, root),
         )
         result["properties"]["pythonStack"] = False
-        result["properties"]["trace"] = sarif_uri(trace, root)
+        result["properties"]["trace"] = _trace_artifact(trace, root)["uri"]
         results.append(result)
     run: dict[str, Any] = {
         "tool": {

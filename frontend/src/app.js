@@ -36,6 +36,9 @@ import { chooseTheme } from "./theme.js";
 /** @typedef {import("./state.js").ViewState} ViewState */
 /** @typedef {import("./dom.js").Child} Child */
 
+/** The parts of the view state whose change is a move Back returns from (`setState`). */
+const NAVIGATION_KEYS = Object.freeze(["run", "worker", "span", "view", "base", "site", "step"]);
+
 /** How often the runs list is polled: fast while the plugin is still loading traces. */
 const POLL_LOADING_MS = 3000;
 // 10 s: the plugin's own default reload interval, so a run added to the logdir shows within
@@ -72,9 +75,16 @@ export class App {
     /**
      * A site or step the view named (a link from another run, or from before the run was
      * profiled again) that the run shown does not have: said in a notice, the detail or the
-     * step filter closed. @type {{what: string, run: string} | null}
+     * step filter closed. @type {{what: string, where: string} | null}
      */
     this.missingPart = null;
+    /**
+     * Whether the view state is the one an address gave (the page opened, Back, an edited
+     * address), not one the user's clicks made: only then is a site or step the selection
+     * lacks said to be missing (a step bar clicked with a site open narrows the selection
+     * to the bar's span: the detail just closes).
+     */
+    this.stateFromUrl = true;
     /** The run the view last showed. @type {string | null} */
     this.shownRun = null;
     /**
@@ -140,6 +150,7 @@ export class App {
     });
     window.addEventListener("hashchange", () => {
       this.state = decodeState(location.hash);
+      this.stateFromUrl = true;
       this.missingRun = null;
       this.missingPart = null;
       this.missingBase = null;
@@ -157,7 +168,9 @@ export class App {
         this.writeUrl();
       } else if (encodeState(named) !== encodeState(this.state)) {
         this.state = named;
+        this.stateFromUrl = true;
         this.missingRun = null;
+        this.missingPart = null;
         this.missingBase = null;
         this.selfBase = null;
         this.writeUrl();
@@ -246,7 +259,12 @@ export class App {
    * @param {Partial<ViewState>} patch
    */
   setState(patch) {
+    // A move to another place (run, worker, view, site, step) is a history entry, so that
+    // Back returns to the run and site before it and not out of the tab; a sort, a filter
+    // typed, an occurrence picked replace the current one.
+    const moved = NAVIGATION_KEYS.some((key) => key in patch && /** @type {any} */ (patch)[key] !== /** @type {any} */ (this.state)[key]);
     this.state = patchState(this.state, patch);
+    this.stateFromUrl = false;
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
     if ("run" in patch || "site" in patch || "step" in patch) this.missingPart = null;
@@ -254,7 +272,7 @@ export class App {
       this.missingBase = null;
       this.selfBase = null;
     }
-    this.writeUrl();
+    this.writeUrl(moved);
     this.render();
   }
 
@@ -262,10 +280,11 @@ export class App {
    * A site or step named in the view that the run shown does not have: forget it (the
    * detail, the step filter), say so, and write the URL without it.
    * @param {string} what e.g. `Site "cnn.py:95:aten::to"`
+   * @param {string} where e.g. `run "baseline"`, `worker w0 of run "baseline"`
    * @param {Partial<ViewState>} patch what to clear
    */
-  dropMissing(what, patch) {
-    this.missingPart = { what, run: this.shownRun ?? "" };
+  dropMissing(what, where, patch) {
+    if (this.stateFromUrl) this.missingPart = { what, where };
     this.noteState(patch);
     this.renderNotices();
   }
@@ -281,21 +300,27 @@ export class App {
   }
 
   /**
-   * Write the view state to the location hash (replace: no history spam), and to
-   * TensorBoard's page's hash beside its own keys (see `tbUrl`).
+   * Write the view state to the location hash, and to TensorBoard's page's hash beside its
+   * own keys (see `tbUrl`). `push`: as a new history entry (a move the user made, see
+   * `setState`), in the address the user sees: TensorBoard's inside it, else this frame's;
+   * otherwise the current entry is replaced (no history spam for every keystroke).
+   * @param {boolean} [push]
    */
-  writeUrl() {
+  writeUrl(push = false) {
     const url = shareUrl(location.href, this.state);
+    const tbUrl = this.tbUrl();
+    const inTb = !!(tbUrl && this.tb);
     try {
-      history.replaceState(null, "", url);
+      if (push && !inTb && url !== location.href) history.pushState(null, "", url);
+      else history.replaceState(null, "", url);
     } catch {
       // Sandboxed frames may refuse history writes: the view still works, unshared.
     }
-    const tbUrl = this.tbUrl();
     if (tbUrl && this.tb && tbUrl !== this.tb.location.href) {
       try {
-        // As TensorBoard writes its own hash: replace, keeping its history state.
-        this.tb.history.replaceState(this.tb.history.state, "", tbUrl);
+        // As TensorBoard writes its own hash, keeping its history state.
+        if (push) this.tb.history.pushState(this.tb.history.state, "", tbUrl);
+        else this.tb.history.replaceState(this.tb.history.state, "", tbUrl);
       } catch {
         // the page went away or refuses: the frame's own hash still holds the view
       }
@@ -792,7 +817,7 @@ export class App {
     }
     const part = this.missingPart;
     if (part) {
-      const text = [h("b", null, `${part.what} is not in run "${part.run}"`), " (a link from another run, or from before it was profiled again): closed."];
+      const text = [h("b", null, `${part.what} is not in ${part.where}`), " (a link from another run, or from before it was profiled again): closed."];
       notices.push({ testid: "missing-part", text, pickerId: "sa-run", forget: () => (this.missingPart = null) });
     }
     const compare = this.state.view === "compare";
@@ -1002,13 +1027,28 @@ function tensorBoardPage() {
 }
 
 /**
- * VS Code shows TensorBoard in an iframe inside its webview's iframe, so the plugin frame's
- * grandparent differs from its parent; a `vscode=1` flag forces it for other hosts.
+ * VS Code shows TensorBoard in an iframe inside its webview: told by the frames' origins
+ * (`vscodeAncestry`), not by the nesting, which any page framing TensorBoard has (Jupyter's
+ * `%tensorboard`). Also: a frame around it that is VS Code's webview page on a server's own
+ * origin (code-server, openvscode-server: `.../contrib/webview/...`), where it can be read;
+ * and the `vscode=1` flag, in the plugin's address or as `p.sync_advisor.vscode=1` in
+ * TensorBoard's, for hosts that cannot be told.
  */
 function detectVsCode() {
   if (vscodeFlag(location.search, location.hash)) return true;
-  // By the frames' origins, not their nesting: any page framing TensorBoard nests it.
-  return vscodeAncestry(location.ancestorOrigins ? Array.from(location.ancestorOrigins) : null);
+  if (vscodeAncestry(location.ancestorOrigins ? Array.from(location.ancestorOrigins) : null)) return true;
+  /** @type {Window} */
+  let frame = window;
+  for (let depth = 0; depth < 4 && frame.parent !== frame; depth++) {
+    frame = frame.parent;
+    try {
+      if (depth === 0 && /(?:^|&)p\.sync_advisor\.vscode=(1|true)(?:&|$)/.test(frame.location.hash.replace(/^#/, ""))) return true;
+      if (/\/contrib\/webview\//.test(frame.location.pathname)) return true;
+    } catch {
+      // another origin: its origin was in ancestorOrigins
+    }
+  }
+  return false;
 }
 
 /**

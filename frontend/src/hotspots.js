@@ -65,15 +65,21 @@ export async function renderHotspots(ctx) {
   // than an empty list under "step 99" or a detail of nothing ("unknown (no source line)").
   // Only once the run is read: a trace still loading may hold them.
   const settled = !app.currentRun()?.loading;
+  const where = sel.worker !== null ? `${selectionName(sel, "", app.workerSpans())} of run "${sel.run}"` : `run "${sel.run}"`;
   const knownStep = state.step === null || (stepsResp.steps || []).some((/** @type {any} */ s) => s.step === state.step);
   if (settled && !knownStep) {
-    app.dropMissing(`Step ${state.step}`, { step: null, site: null, sync: null, occ: 0 });
+    app.dropMissing(`Step ${state.step}`, where, { step: null, site: null, sync: null, occ: 0 });
     return renderHotspots({ ...ctx, state: app.state });
   }
+  // A site not among the step's (or past the pages fetched): asked by its key over the
+  // whole selection, so a step bar clicked with a site open never calls it missing.
   if (settled && state.site && !sites.items.some((/** @type {any} */ s) => s.key === state.site)) {
-    const what = state.step === null ? `Site "${state.site}"` : `Site "${state.site}" in step ${state.step}`;
-    app.dropMissing(what, { site: null, sync: null, occ: 0 });
-    return renderHotspots({ ...ctx, state: app.state });
+    const ofSite = await getJson("syncs", { ...sel, site: state.site, latent: latent ? 1 : null, offset: 0, limit: 1 });
+    if (!ctx.isCurrent()) return null;
+    if (!ofSite.total) {
+      app.dropMissing(`Site "${state.site}"`, where, { site: null, sync: null, occ: 0 });
+      return renderHotspots({ ...ctx, state: app.state });
+    }
   }
   const summary = summaryResp.summary || {};
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
@@ -261,7 +267,30 @@ function teachingBanners(resp, latent, siteTotal) {
       ),
     );
   }
-  if (resp.has_gpu_activity === false) {
+  // A torch_npu trace at its default profiler level: NPU work, but no AscendCL call
+  // recorded, so no wait can be seen (neither a CPU-only trace nor a clean one).
+  const npuUnrecorded =
+    resp.has_gpu_activity === false &&
+    (resp.traces || []).some((/** @type {any} */ t) => !t.error && t.device === "npu" && t.has_runtime === false);
+  if (npuUnrecorded) {
+    out.push(
+      h(
+        "div",
+        { class: "sa-banner", "data-testid": "npu-unrecorded" },
+        h("h3", null, "No wait for the NPU is recorded in this trace"),
+        h(
+          "p",
+          null,
+          "torch_npu's default profiler level (Level0) records no AscendCL call. To see the syncs, profile with ",
+          h("code", null, "profiler_level=torch_npu.profiler.ProfilerLevel.Level1"),
+          " in ",
+          h("code", null, "torch_npu.profiler._ExperimentalConfig"),
+          ".",
+          summary.latent_count ? ` Listed below, without timings: the ${formatCount(summary.latent_count)} operator calls that synchronize the host with the NPU.` : "",
+        ),
+      ),
+    );
+  } else if (resp.has_gpu_activity === false) {
     out.push(
       h(
         "div",

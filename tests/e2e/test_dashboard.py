@@ -679,6 +679,49 @@ def test_frame_click_outside_vscode_copies_path_and_line(
     assert page_errors == []
 
 
+def test_back_in_tensorboard_returns_to_the_site_and_run_before(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """Run and site changes replaced the address, so one Back left the tab for the one
+    before it: each is now a history entry of TensorBoard's page (a sort is not)."""
+    page = new_page(browser, page_errors)
+    page.goto(f"{board}/#sync_advisor&p.sync_advisor.run=optimized")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    rows(frame)
+    frame.select_option("#sa-run", "baseline")
+    frame.wait_for_function(
+        "document.querySelectorAll('[data-testid=sites] tbody tr').length === 2"
+    )
+    frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
+    frame.wait_for_selector("[data-testid=detail] h2")
+    # The default sort's column, clicked: its order flips (not a history entry).
+    frame.click("[data-testid=sites] thead th button[data-sort=predicted_saving_us]")
+    page.wait_for_function("location.hash.includes('p.sync_advisor.order=asc')")
+    page.go_back()
+    frame.wait_for_function("!document.querySelector('[data-testid=detail]')")
+    assert "p.sync_advisor.run=baseline" in page.evaluate("location.hash")
+    page.go_back()
+    frame.wait_for_function("document.querySelector('#sa-run').value === 'optimized'")
+    assert parse_tab(page.evaluate("location.hash")) == "sync_advisor"
+    page.go_forward()
+    frame.wait_for_function("document.querySelector('#sa-run').value === 'baseline'")
+    assert page_errors == []
+
+
+def test_back_on_the_plugins_own_page_returns_to_the_run_before(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, "#run=optimized"))
+    rows(page)
+    page.select_option("#sa-run", "baseline")
+    page.wait_for_function("location.hash === '#run=baseline'")
+    page.go_back()
+    page.wait_for_function("document.querySelector('#sa-run').value === 'optimized'")
+    assert page.evaluate("location.hash") == "#run=optimized"
+    assert page_errors == []
+
+
 def test_copy_link_in_tensorboard_is_its_address_and_opens_the_same_view_there(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:
@@ -733,6 +776,7 @@ def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_ad
     frame = page.wait_for_selector("iframe", state="attached").content_frame()
     frame.wait_for_selector("[data-testid=sites] tbody tr")
     entries = page.evaluate("history.length")
+    run_moves = frame.input_value("#sa-run") != "baseline"
     frame.select_option("#sa-run", "baseline")
     frame.wait_for_function(
         "document.querySelectorAll('[data-testid=sites] tbody tr').length === 2"
@@ -745,9 +789,9 @@ def test_reloading_tensorboard_keeps_the_view_and_back_and_forward_follow_its_ad
     frame.wait_for_selector("[data-testid=source] .ln.hl")
     before = page.url
     assert "p.sync_advisor.step=3" in before, before
-    # The address follows the view without a history entry per change (or keystroke): Back
-    # leaves the tab rather than undoing a filter.
-    assert page.evaluate("history.length") == entries
+    # The address follows the view with a history entry per move (the run, the step, the
+    # site), none per keystroke of the filter: Back undoes a move, not a letter typed.
+    assert page.evaluate("history.length") == entries + run_moves + 2
     # F5: TensorBoard's router keeps the plugin's keys, and the view comes back whole.
     page.reload()
     frame = page.wait_for_selector("iframe", state="attached").content_frame()
@@ -862,6 +906,10 @@ def test_source_code_and_the_pressed_tab_are_readable_in_both_themes(
     )
     assert contrast(fg, bg) >= 4.5, (fg, bg)
     assert page_errors == []
+
+
+def parse_tab(hash_: str) -> str:
+    return hash_.lstrip("#").split("&")[0]
 
 
 CLIPPED = """() => {

@@ -457,10 +457,13 @@ ASYNC_COPY_APIS = _union("async_copy")
 ALLOCATOR_APIS = _union("allocator")
 NON_BLOCKING_APIS = _union("non_blocking")
 DEVICE_SYNC_APIS = _union("device_sync")
-# What torch's profiler calls as it stops on CUDA and ROCm (``torch.autograd.profiler.
-# profile.__exit__`` runs ``torch.cuda.synchronize()``): told by its place in a trace
-# without stacks. Not Ascend's: nothing here shows torch_npu's profiler doing the same.
-PROFILER_STOP_APIS = frozenset({"cudaDeviceSynchronize", "hipDeviceSynchronize"})
+# What the profiler calls as it stops (``torch.autograd.profiler.profile.__exit__`` runs
+# ``torch.cuda.synchronize()``; torch_npu's profiler ``aclrtSynchronizeDevice``, bare, after
+# the last step with nothing of the program's after it, in MindStudio Insight's published
+# level-2 recordings): told by its place in a trace without stacks.
+PROFILER_STOP_APIS = frozenset(
+    {"cudaDeviceSynchronize", "hipDeviceSynchronize", "AscendCL@aclrtSynchronizeDevice"}
+)
 # The profiler's own Python code, as a python_function event names its file
 # (``torch/profiler/profiler.py(1135): stop``): its synchronize on stopping, the step its
 # exit closes.
@@ -495,9 +498,13 @@ def may_block(name: str) -> bool:
     return name in INTERESTING_APIS or name.startswith(EXPLICIT_SYNC_PREFIXES)
 
 
-def device_kind_of(runtime_names: Iterable[str], has_device_activity: bool) -> str:
+def device_kind_of(
+    runtime_names: Iterable[str], has_device_activity: bool, process_labels: Iterable[str] = ()
+) -> str:
     """The trace's device kind from the names of its runtime calls: "rocm", "npu", "cuda",
-    or "cpu" when it has neither runtime calls nor device activity."""
+    or "cpu" when it has neither runtime calls nor device activity. A trace without either
+    whose processes are labelled "NPU" (torch_npu's "Ascend Hardware", recorded at its
+    default profiler level, which writes no AscendCL call) is "npu": not a CPU-only one."""
     names = set(runtime_names)
     for backend in BACKENDS:
         if backend is CUDA:
@@ -506,7 +513,24 @@ def device_kind_of(runtime_names: Iterable[str], has_device_activity: bool) -> s
             return backend.device_kind
     if names or has_device_activity:
         return CUDA.device_kind
+    if any(str(label).upper().startswith("NPU") for label in process_labels):
+        return ASCEND.device_kind
     return "cpu"
+
+
+# Why the replay does not run on an NPU trace (torch_npu's device tasks are in processes
+# of their own, "Ascend Hardware", which the timeline does not read as device lanes yet).
+NPU_NOT_REPLAYED = (
+    "the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read yet: nothing to replay"
+)
+# What a torch_npu trace without AscendCL calls needs (its default profiler level records
+# none, so no wait for the device is in it).
+NPU_LEVEL_ADVICE = (
+    "torch_npu's default profiler level (Level0) records no AscendCL call, so no wait for "
+    "the NPU is in this trace: to see them, profile with "
+    "profiler_level=torch_npu.profiler.ProfilerLevel.Level1 in "
+    "torch_npu.profiler._ExperimentalConfig"
+)
 
 
 # --- operators ------------------------------------------------------------------------

@@ -32,8 +32,10 @@ from typing import Any
 
 from tb_syncfinder.models import TraceRef
 
-# Ascend (torch_npu) layout, as in torch-tb-profiler-ascend's consts.WORKER_SPAN_PATTERN.
-ASCEND_DIR_PATTERN = re.compile(r"^(.*?)_(\d+(?:\.\d+)?)_ascend_pt$")
+# Ascend (torch_npu) layout, as in torch-tb-profiler-ascend's consts.WORKER_SPAN_PATTERN:
+# ``<worker>_<timestamp>_ascend_pt``. The timestamp may be missing: published recordings
+# (MindStudio Insight's samples) name their folders ``rank0_ascend_pt``.
+ASCEND_DIR_PATTERN = re.compile(r"^(.*?)(?:_(\d+(?:\.\d+)?))?_ascend_pt$")
 ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 ASCEND_TRACE_FILE = "trace_view.json"
 

@@ -24,6 +24,7 @@ from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor
 from tb_syncfinder.catalogue import (
     LATENT_TENSOR_METHODS,
+    NPU_NOT_REPLAYED,
     SCALAR_READBACK,
     TENSOR_TEXT_OP,
     formats_tensor,
@@ -143,6 +144,7 @@ def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
         info.steps = len({s.number for s in tl.steps}) or 1
         info.has_stacks = tl.has_stacks
         info.has_gpu_activity = tl.has_gpu_activity
+        info.has_runtime = tl.has_runtime
         info.event_count = tl.event_count
         info.torch_version = tl.torch_version
     return info
@@ -451,20 +453,25 @@ def _trace_savings(
     steps: list[StepStats],
     step_markers: bool,
     windowed: bool = False,
+    device_kind: str | None = None,
 ) -> TraceSavings:
     """The what-if stage's figures for the report: the replay's, else the bound's with the
     reason the replay was not used (``whatif`` None: the stage did not run). ``windowed``:
-    a window's, replayed with a ``whatif.ReplayCarry``."""
+    a window's, replayed with a ``whatif.ReplayCarry``. ``device_kind`` "npu": the device
+    work is there but not read (``catalogue.NPU_NOT_REPLAYED``), not absent."""
     groups: dict[str, list[int]] = {}
     for index, sync in enumerate(syncs):
         groups.setdefault(sync.site_key, []).append(index)
     result = whatif.result if whatif is not None else None
     if result is None or not result.available:
-        reason = (
-            "no device activity: nothing to replay"
-            if result is None
-            else f"replay unavailable: {result.reason}"
-        )
+        if result is None:
+            reason = (
+                NPU_NOT_REPLAYED
+                if device_kind == "npu"
+                else "no device activity: nothing to replay"
+            )
+        else:
+            reason = f"replay unavailable: {result.reason}"
         bounds = StepBounds(steps)
         return TraceSavings(
             method="bound",
@@ -696,7 +703,9 @@ def _analyze_data(
     )
     if core_steps is not None:
         steps = [step for step in steps if step.step in core_steps]
-    trace_savings = _trace_savings(whatif, syncs, steps, bool(tl.steps), carry is not None)
+    trace_savings = _trace_savings(
+        whatif, syncs, steps, bool(tl.steps), carry is not None, tl.device_kind
+    )
     _profiler_figures(trace_savings, tl, whatif, core_steps)
     if core is None and whatif is not None and whatif.result is not None and syncs:
         _fix_together(trace_savings, whatif.result, syncs, episode_of, steps)

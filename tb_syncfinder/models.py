@@ -127,6 +127,9 @@ class TraceInfo(msgspec.Struct):
     host_events_per_step: float = 0.0
     profiler_overhead_per_step_us: float = 0.0
     device_busy_per_step_us: float | None = None
+    # Whether the trace holds runtime / driver / AscendCL calls: a device trace without any
+    # (torch_npu's default profiler level) shows no wait for the device at all.
+    has_runtime: bool = False
 
 
 class Observed(msgspec.Struct, frozen=True):

@@ -430,6 +430,29 @@ class _Builder:
             elif name.startswith(UNCATEGORISED_CALL_PREFIXES):
                 self.thread_of(e).runtime.append(e)
 
+    def fold_runtime_threads(self) -> None:
+        """Runtime calls filed under a process of their own, on the thread id of the
+        program's thread that made them: torch_npu writes its AscendCL calls in a "CANN"
+        process, each on the tid of the host thread that called it, beside the "Python"
+        process holding the operators. Those calls go to that thread, inside the operators
+        that made them (``aten::item`` around ``aclrtSynchronizeStream``): a thread id names
+        one thread of the machine at a time, whatever process the profiler files it under.
+        Only where exactly one thread with operators has that tid."""
+        owners: dict[Any, list[tuple[Any, Any]]] = {}
+        for key, thread in self.threads.items():
+            if thread.nodes:
+                owners.setdefault(key[1], []).append(key)
+        for key in list(self.threads):
+            thread = self.threads[key]
+            if thread.nodes or not thread.runtime:
+                continue
+            found = [owner for owner in owners.get(key[1], ()) if owner[0] != key[0]]
+            if len(found) != 1:
+                continue
+            owner = self.threads[found[0]]
+            owner.runtime = sorted([*owner.runtime, *thread.runtime], key=_TS)
+            del self.threads[key]
+
     def add_runtime(self, events: list[Event]) -> None:
         """Runtime / driver calls: kept apart per thread, they never contain anything."""
         last_key = None
@@ -560,6 +583,7 @@ def build_timeline(data: TraceData) -> Timeline:
         else:
             builder.add_device(cat, events)
 
+    builder.fold_runtime_threads()
     runtime_names: set[str] = set()
     for thread in builder.threads.values():
         runtime_names.update(r.name for r in thread.runtime)
@@ -575,7 +599,7 @@ def build_timeline(data: TraceData) -> Timeline:
     if len(steps) > 1 and _closed_by_the_profiler(steps[-1], builder.threads):
         steps.pop()
     has_gpu_activity = bool(device_activity)
-    device_kind = device_kind_of(runtime_names, has_gpu_activity)
+    device_kind = device_kind_of(runtime_names, has_gpu_activity, process_labels.values())
     device_name = None
     if device_kind != "cpu":  # deviceProperties lists GPUs present, not used ones
         device_name = next((str(p["name"]) for p in data.device_properties if p.get("name")), None)

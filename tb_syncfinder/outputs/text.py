@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tb_syncfinder.catalogue import kind_rank
+from tb_syncfinder.catalogue import NPU_LEVEL_ADVICE, kind_rank
 from tb_syncfinder.models import Report
 from tb_syncfinder.query import rank_sites
 
@@ -788,6 +788,14 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable
         )
     )
+    # A torch_npu trace at its default profiler level: NPU work, but no AscendCL call, so no
+    # wait can be seen (not a CPU-only trace, and not a clean one).
+    npu_unrecorded = (
+        bool(readable)
+        and not sites
+        and not any(t.get("has_gpu_activity") for t in readable)
+        and any(t.get("device") == "npu" and not t.get("has_runtime") for t in readable)
+    )
     if sites:
         title = f"Host-device synchronizations by predicted saving ({plural(len(sites), 'site')})"
         lines.append(style(title, _BOLD))
@@ -809,6 +817,11 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         elif not latent_sites:
             lines.append("  No operator in it would synchronize on a GPU either.")
         lines.append("")
+    elif npu_unrecorded:
+        title = "NPU trace without AscendCL calls: no wait for the NPU can be seen in it."
+        lines.extend(style(line, _BOLD) for line in wrap(title, width))
+        lines.extend(wrap(f"{NPU_LEVEL_ADVICE}.", width, "  "))
+        lines.append("")
     elif readable:
         checked = summary.get("checked") or []
         lines.append(style("No host-device synchronizations found.", _BOLD, _GREEN))
@@ -822,13 +835,25 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         lines.extend(
             style(line, _BOLD)
             for line in wrap(
-                f"Latent syncs ({plural(len(latent_sites), 'site')}): CPU-only trace, these "
-                "operators would synchronize on a GPU",
+                f"Latent syncs ({plural(len(latent_sites), 'site')}): these operators "
+                "synchronize on the NPU (their waits are not in this trace)"
+                if npu_unrecorded
+                else f"Latent syncs ({plural(len(latent_sites), 'site')}): CPU-only trace, "
+                "these operators would synchronize on a GPU",
                 width,
             )
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
-        lines.extend(wrap(_not_listed_on_cpu(readable), width))
+        if npu_unrecorded:
+            lines.extend(
+                wrap(
+                    "Not listed: copies to or from the host (.cpu(), .tolist(), .to()), which "
+                    "only the AscendCL calls show.",
+                    width,
+                )
+            )
+        else:
+            lines.extend(wrap(_not_listed_on_cpu(readable), width))
         lines.append("")
     if readable:
         unmarked = sum(1 for t in readable if t.get("step_markers") is False)

@@ -1,0 +1,136 @@
+"""torch_npu's ``trace_view.json`` as it writes it (MindStudio Insight's published level-0 and
+level-2 recordings of an ImageNet script were the model): the operators in a "Python"
+process, the AscendCL calls in a "CANN" process of their own on the tid of the host thread
+that made them, the NPU's tasks in "Ascend Hardware", times as strings. Worker folders may
+lack the timestamp (``rank0_ascend_pt``).
+
+Before: every sync of a real recording read "(no operator)", "explicit_sync", "Drop debugging
+synchronizes" (the calls sat on a thread of their own); a recording at torch_npu's default
+level (no AscendCL call) read as a CPU-only trace; ``rank0_ascend_pt`` was not found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tb_syncfinder import analyze
+from tb_syncfinder.cli import main
+
+PYTHON_PID, CANN_PID, HARDWARE_PID = 3178231, 3254508768, 3254508960
+TID = PYTHON_PID
+T0 = 1_736_412_474_712_651.5
+
+
+def _x(name: str, pid: int, ts: float, dur: float, **extra: Any) -> dict[str, Any]:
+    event = {"ph": "X", "name": name, "pid": pid, "tid": extra.pop("tid", TID)}
+    event.update(ts=f"{ts:.3f}", dur=dur, **extra)
+    return event
+
+
+def _meta(pid: int, name: str, labels: str | None = None) -> list[dict[str, Any]]:
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}]
+    if labels:
+        events.append(
+            {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": labels}}
+        )
+    return events
+
+
+def torch_npu_trace(level: int, steps: int = 2) -> list[dict[str, Any]]:
+    """Two steps, each printing a loss (``aten::item``); at level 1 and up the AscendCL
+    calls, and the profiler's own ``aclrtSynchronizeDevice`` as it stops."""
+    stack = {"Call stack": "/home/u/main.py(483): __str__;\r\n/home/u/main.py(375): train"}
+    events = [
+        *_meta(PYTHON_PID, "Python", "CPU"),
+        *_meta(CANN_PID, "CANN"),
+        *_meta(HARDWARE_PID, "Ascend Hardware", "NPU"),
+    ]
+    ts = T0
+    for step in range(1, steps + 1):
+        events.append(_x(f"ProfilerStep#{step}", PYTHON_PID, ts, 1000.0, cat="cpu_op"))
+        events.append(_x("aten::mul", PYTHON_PID, ts + 5, 3.0, cat="cpu_op"))
+        events.append(
+            _x(
+                "aclnnMul_MulAiCore_Mul",
+                HARDWARE_PID,
+                ts + 8,
+                500.0,
+                tid=2,
+                args={"Task Type": "AI_CORE"},
+            )
+        )
+        events.append(_x("aten::item", PYTHON_PID, ts + 10, 600.0, cat="cpu_op", args=stack))
+        events.append(_x("aten::_local_scalar_dense", PYTHON_PID, ts + 12, 590.0, cat="cpu_op"))
+        if level >= 1:
+            events.append(
+                _x(
+                    "AscendCL@aclrtSynchronizeStreamWithTimeout",
+                    CANN_PID,
+                    ts + 20,
+                    500.0,
+                    args={"Thread Id": TID, "Mode": "ACL_RTS", "level": "acl"},
+                )
+            )
+            events.append(_x("AscendCL@aclrtMemcpy", CANN_PID, ts + 530, 20.0))
+        ts += 1000.0
+    if level >= 1:
+        events.append(_x("AscendCL@aclrtSynchronizeDevice", CANN_PID, ts + 2000, 300.0))
+    return events
+
+
+def write_run(root: Path, level: int, worker_dir: str = "rank0_ascend_pt") -> Path:
+    trace = root / "run" / worker_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps(torch_npu_trace(level)))
+    return root / "run"
+
+
+def test_ascendcl_calls_of_the_cann_process_are_syncs_of_the_operators_around_them(
+    tmp_path: Path,
+) -> None:
+    run = write_run(tmp_path, level=2)
+    report = analyze(str(run / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"))
+    assert report.traces[0].device == "npu" and report.traces[0].has_runtime
+    assert len(report.syncs) == 2
+    for sync in report.syncs:
+        assert sync.kind == "scalar_readback"
+        assert sync.op == "aten::item"
+        assert [frame.func for frame in sync.stack][:1] == ["__str__"]
+    # The profiler's synchronize as it stops: listed apart, not a finding.
+    assert report.profiler_overhead.count == 1
+    assert "Ascend Hardware" in (report.summary.saving_note or "")
+
+
+def test_a_torch_npu_trace_at_its_default_level_says_its_waits_are_not_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = write_run(tmp_path, level=0)
+    assert main(["report", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (trace,) = report["traces"]
+    assert trace["device"] == "npu" and trace["has_runtime"] is False
+    assert [site["ops"][0] for site in report["latent_sites"]] == ["aten::item"]
+    assert main(["report", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "NPU trace without AscendCL calls" in text and "ProfilerLevel.Level1" in text
+    assert "CPU-only" not in text and "No host-device synchronizations found" not in text
+
+
+@pytest.mark.parametrize(
+    "worker_dir, worker, span",
+    [
+        ("rank0_ascend_pt", "rank0", None),
+        ("host_123_1736405444130_ascend_pt", "host_123", "1736405444130"),
+    ],
+)
+def test_ascend_worker_folders_are_found_with_or_without_their_timestamp(
+    tmp_path: Path, worker_dir: str, worker: str, span: str | None
+) -> None:
+    from tb_syncfinder.discovery import find_traces
+
+    run = write_run(tmp_path, level=2, worker_dir=worker_dir)
+    (ref,) = find_traces(str(run))
+    assert (ref.worker, ref.span, ref.run) == (worker, span, "run")

@@ -736,7 +736,61 @@ class OpAdvice(msgspec.Struct, frozen=True):
     advice: Advice
 
 
+# Convolutions as the trace names them (cuDNN's and MIOpen's own, and the dispatching ops
+# above them): an explicit event synchronize inside one is the library timing its
+# algorithms (``torch.backends.cudnn.benchmark``); nothing else in a convolution waits so.
+CONVOLUTION_OPS = frozenset(
+    {
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::convolution_backward",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d",
+        "aten::conv_transpose3d",
+        "aten::cudnn_convolution",
+        "aten::cudnn_convolution_backward",
+        "aten::cudnn_convolution_backward_input",
+        "aten::cudnn_convolution_backward_weight",
+        "aten::cudnn_convolution_transpose",
+        "aten::cudnn_convolution_transpose_backward",
+        "aten::cudnn_convolution_transpose_backward_input",
+        "aten::cudnn_convolution_transpose_backward_weight",
+        "aten::miopen_convolution",
+        "aten::miopen_convolution_backward",
+        "aten::miopen_convolution_backward_input",
+        "aten::miopen_convolution_backward_weight",
+    }
+)
+
 OP_ADVICE: tuple[OpAdvice, ...] = (
+    OpAdvice(
+        CONVOLUTION_OPS,
+        frozenset({EXPLICIT_SYNC}),
+        Advice(
+            title="cuDNN benchmark mode timing its algorithms: once per input shape",
+            text=(
+                "With `torch.backends.cudnn.benchmark = True` (MIOpen's find mode on ROCm), "
+                "the library times every convolution algorithm the first time it meets an "
+                "input shape, waiting for the GPU between them (`cudaEventSynchronize` inside "
+                "the convolution). Once per shape is expected: profile after a few warm-up "
+                "steps. Seen in every step, the shapes change: keep them fixed "
+                "(`drop_last=True`, pad to a few sizes), or turn benchmark mode off."
+            ),
+            before=(
+                "torch.backends.cudnn.benchmark = True\n"
+                "loader = DataLoader(data, batch_size=64)   # last batch smaller\n"
+                "prof = profile(schedule=schedule(wait=0, warmup=0, active=3))\n"
+            ),
+            after=(
+                "torch.backends.cudnn.benchmark = True\n"
+                "loader = DataLoader(data, batch_size=64, drop_last=True)\n"
+                "prof = profile(schedule=schedule(wait=1, warmup=2, active=3))\n"
+            ),
+        ),
+    ),
     OpAdvice(
         frozenset({"aten::nonzero", "aten::argwhere", "aten::where"}),
         frozenset({DYNAMIC_SHAPE}),

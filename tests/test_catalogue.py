@@ -201,3 +201,29 @@ def test_sampling_with_torch_normal_gets_the_reparameterised_draw() -> None:
         catalogue.SCALAR_READBACK, ["aten::normal", "aten::item", "aten::_local_scalar_dense"]
     )
     assert "rsample().detach()" in advice["after"]
+
+
+def test_an_event_sync_inside_a_convolution_is_cudnns_benchmark_not_a_debugging_sync(
+    tmp_path: Path,
+) -> None:
+    """torch-tb-profiler's own ResNet-50 samples: cudaEventSynchronize (with
+    cudaEventElapsedTime) inside cudnn_convolution_backward_weight, which read as
+    explicit_sync with "Drop debugging synchronizes", a line the user never wrote."""
+    from kineto_builder import KinetoTraceBuilder
+
+    from tb_syncfinder import analyze
+
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with b.op("aten::convolution_backward", stack=[("train.py", 9, "train_step")]):
+            with b.op("aten::cudnn_convolution_backward_weight"):
+                b.runtime("cudaEventRecord", dur=2)
+                b.kernel(dur=50)
+                b.runtime("cudaEventSynchronize")
+                b.runtime("cudaEventElapsedTime", dur=1)
+    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    (site,) = report.sites
+    assert site.kind == catalogue.EXPLICIT_SYNC
+    assert site.advice["title"].startswith("cuDNN benchmark mode")
+    assert "drop_last=True" in site.advice["after"]

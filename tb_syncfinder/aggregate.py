@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
     CHECKED,
+    DEVICE_TO_HOST_COPY,
     KIND_NAMES,
     TENSOR_TEXT_OP,
     advice_for,
@@ -168,6 +169,8 @@ def build_sites(
                 predicted_saving_with_others_per_step_us=(
                     None if with_others is None else with_others / max(step_count, 1)
                 ),
+                copy_direction_guessed=kind == DEVICE_TO_HOST_COPY
+                and all(s.copy_direction_guessed for s in members if s.kind == kind),
             )
         )
     if not latent:

@@ -69,6 +69,9 @@ class Episode(msgspec.Struct):
     # A ``.tolist()`` called right after a ``.cpu()`` by the same caller, nothing between:
     # that call's node (``x.cpu().tolist()`` if the source says both are one line), else -1.
     after_cpu: int = -1
+    # A copy whose direction no record gave (``copy_direction_guessed``): its kind says
+    # device-to-host, a guess.
+    direction_guessed: bool = False
 
     @property
     def ts(self) -> float:
@@ -237,6 +240,19 @@ def classify(op_names: list[str], calls: list[Call], annotation: str | None = No
     return catalogue.EXPLICIT_SYNC
 
 
+def copy_direction_guessed(op_names: list[str], calls: list[Call], kind: str) -> bool:
+    """Whether ``classify`` gave a copy's kind without a record of its direction: a stream
+    sync inside ``.to()`` / ``copy_`` where neither the runtime call nor a device copy
+    record says which way it went (a trace without CUPTI's copy records, torch_npu's
+    host side), taken as a copy to the host, which a host-to-device upload also looks like."""
+    if kind != catalogue.DEVICE_TO_HOST_COPY:
+        return False
+    if any(name in OP_KINDS for name in op_names):
+        return False
+    directions = [c.direction for c in calls if c.reason in ("copy", "maybe_copy")]
+    return not any(directions) and any(name in COPY_OPS for name in op_names)
+
+
 def detect_syncs(tl: Timeline) -> list[Episode]:
     """Every blocking episode of the trace, in time order."""
     episodes: list[Episode] = []
@@ -302,6 +318,7 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
             episode.kind = classify(
                 names, episode.calls, innermost_annotation(thread, episode.anchor)
             )
+            episode.direction_guessed = copy_direction_guessed(names, episode.calls, episode.kind)
         episodes.extend(thread_episodes)
     episodes.sort(key=lambda ep: ep.ts)
     return episodes

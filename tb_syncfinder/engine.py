@@ -377,6 +377,7 @@ def _build_sync(
             cost.host_wait_us + cost.gpu_idle_after_us if saving is None else saving
         ),
         saving_method="bound" if saving is None else "replay",
+        copy_direction_guessed=episode.direction_guessed,
     )
 
 

@@ -260,6 +260,9 @@ class Sync(msgspec.Struct):
     # (its wait and bubble, "bound") when the trace could not be replayed.
     predicted_saving_us: float = 0.0
     saving_method: str = "bound"
+    # A copy whose direction no record of the trace gives (no CUPTI copy record, torch_npu's
+    # host side): its kind, device_to_host_copy, is a guess (an upload looks the same).
+    copy_direction_guessed: bool = False
 
 
 class Site(msgspec.Struct):
@@ -327,6 +330,8 @@ class Site(msgspec.Struct):
     fix_with_saving_us: float | None = None
     fix_with_saving_per_step_us: float | None = None
     fix_with_note: str | None = None
+    # Its syncs are copies whose direction no record gives (``Sync.copy_direction_guessed``).
+    copy_direction_guessed: bool = False
 
 
 class StepStats(msgspec.Struct):

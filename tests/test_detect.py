@@ -84,6 +84,38 @@ def test_pageable_host_to_device_copy_is_blocking(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "memcpy, kind, guessed",
+    [
+        (None, catalogue.DEVICE_TO_HOST_COPY, True),  # no copy record: which way, unknown
+        (("DtoH", "Pageable"), catalogue.DEVICE_TO_HOST_COPY, False),
+        (("HtoD", "Pageable"), catalogue.BLOCKING_HOST_TO_DEVICE, False),
+    ],
+)
+def test_a_copy_without_a_record_of_its_direction_says_its_kind_is_a_guess(
+    tmp_path, memcpy, kind, guessed
+):
+    """A stream sync inside .to() with no copy record (torch_npu's host side, a CUPTI
+    range-mode trace) was reported as a copy to the host with that fix, though a 19 MB
+    upload of a batch looks the same: the site now says the direction is not recorded."""
+    from tb_syncfinder.outputs.text import COPY_DIRECTION_NOTE
+
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        b.kernel(dur=300)
+        with b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+            if memcpy:
+                b.runtime("cudaMemcpyAsync", dur=30, memcpy=memcpy, bytes=4096)
+            b.runtime("cudaStreamSynchronize")
+    path = b.write(tmp_path / "w.pt.trace.json")
+    report = analyze(str(path))
+    (sync,) = report.syncs
+    (site,) = report.sites
+    assert sync.kind == site.kind == kind
+    assert sync.copy_direction_guessed is site.copy_direction_guessed is guessed
+    assert (COPY_DIRECTION_NOTE in " ".join(report.to_text().split())) is guessed
+
+
+@pytest.mark.parametrize(
     "api",
     [
         "cudaDeviceSynchronize",

@@ -206,5 +206,7 @@ export function siteWhere(site, short = (p) => p) {
     notes.push({ id: "backward", text: `backward of this line${by}` });
   }
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
+  // A copy whose direction no record gives: its kind (a copy to the host) is a guess.
+  if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });
   return { text, inexact, title, notes };
 }

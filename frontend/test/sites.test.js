@@ -130,3 +130,13 @@ test("a backward site says so, and which line ran it, under its location", () =>
   assert.deepEqual(siteWhere({ ...site, run_by: null }).notes, [{ id: "backward", text: "backward of this line" }]);
   assert.deepEqual(siteWhere({ ...site, backward: false }).notes, []);
 });
+
+test("a copy whose direction no record gives says so under its location", () => {
+  const notes = siteWhere({ file: "main.py", line: 375, line_exact: false, kind: "device_to_host_copy", copy_direction_guessed: true }).notes;
+  assert.deepEqual(
+    notes.map((n) => n.id),
+    ["copy-direction"],
+  );
+  assert.match(notes[0].text, /no record says which way this copy went/);
+  assert.deepEqual(siteWhere({ file: "main.py", line: 375, kind: "device_to_host_copy", copy_direction_guessed: false }).notes, []);
+});

@@ -322,6 +322,13 @@ def _line_of(source: dict[str, Any], file: str | None) -> str:
     return where + mark
 
 
+# A copy whose kind is a guess (``Site.copy_direction_guessed``), said where the site is.
+COPY_DIRECTION_NOTE = (
+    "no record says which way this copy went (taken as one to the host; an upload to the "
+    "device from pageable memory looks the same)"
+)
+
+
 def _where_text(site: dict[str, Any]) -> str | None:
     """What the location alone does not say: a backward pass's sync (placed on its forward
     line) and what ran it, the library line that synced, the candidate lines of an inexact
@@ -350,6 +357,8 @@ def _where_text(site: dict[str, Any]) -> str | None:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))
     if site.get("waiting_for"):  # a job's: these syncs waited for a late peer, not the GPU
         parts.append(str(site["waiting_for"]))
+    if site.get("copy_direction_guessed"):
+        parts.append(COPY_DIRECTION_NOTE)
     return "; ".join(parts) or None
 
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tb_syncfinder.catalogue import ALLOCATOR_SYNC, BLOCKING_HOST_TO_DEVICE, EXPLICIT_SYNC
+from tb_syncfinder.catalogue import (
+    ALLOCATOR_SYNC,
+    BLOCKING_HOST_TO_DEVICE,
+    DEVICE_TO_HOST_COPY,
+    EXPLICIT_SYNC,
+)
 
 STATUSES = ("new", "worse", "better", "same", "fixed")
 # Relative change of a site's syncs per step, or of its cost per step (host wait + GPU
@@ -198,8 +203,13 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         # A CPU-only run has only latent sites (no wait was measured): compared against a
         # GPU run's real sites, every site would read "fixed" (or "new") though nothing
         # changed in the code. Compare both runs' sites together, by count per step.
+        side = "baseline" if _cpu_only(base) else "new run"
         note = (
-            "one run is CPU-only: sites are compared by count per step, "
+            f"the {side} is an NPU trace without AscendCL calls (torch_npu's default profiler "
+            "level): its waits were not recorded, so sites are compared by count per step, "
+            "not by cost"
+            if _unrecorded_npu(base if side == "baseline" else new)
+            else "one run is CPU-only: sites are compared by count per step, "
             "not by cost (a CPU-only trace measures no wait)"
         )
         base = _with_latent_as_sites(base)
@@ -290,17 +300,21 @@ def _mark_unseen_on_cpu(base: dict[str, Any], rows: list[dict[str, Any]]) -> str
     --fail-on-regression between two runs of the same program). Returns the note, or None."""
     if not _cpu_only(base):
         return None
+    # An NPU trace without AscendCL calls lists no copy at all (its stacks are torch_npu's
+    # "Call stack" strings: no recorded .cpu() / .tolist() call either).
+    unseen = _NOT_LISTED_ON_CPU | ({DEVICE_TO_HOST_COPY} if _unrecorded_npu(base) else set())
     marked = 0
     for row in rows:
-        if row["status"] == "new" and row.get("kind") in _NOT_LISTED_ON_CPU:
+        if row["status"] == "new" and row.get("kind") in unseen:
             row["newly_listed"] = True
             marked += 1
     if not marked:
         return None
+    what = "an NPU trace without AscendCL calls" if _unrecorded_npu(base) else "a CPU-only trace"
     return (
-        f"{marked} new site{'s' if marked != 1 else ''} of a kind a CPU-only trace cannot "
-        "show (copies to the device, explicit synchronize, allocator calls): the CPU-only "
-        "baseline could not list them, so they are not regressions (and not gated)"
+        f"{marked} new site{'s' if marked != 1 else ''} of a kind {what} cannot show "
+        "(copies, explicit synchronize, allocator calls): the baseline could not list "
+        "them, so they are not regressions (and not gated)"
     )
 
 
@@ -360,11 +374,21 @@ def _unreadable(report: dict[str, Any], side: str) -> list[dict[str, Any]]:
 
 
 def _cpu_only(report: dict[str, Any]) -> bool:
-    """No analysed trace of the run saw device activity (a CPU-only profile)."""
+    """No analysed trace of the run saw device activity or a runtime call (a CPU-only
+    profile; an NPU trace has runtime calls but its device rows are not read)."""
     analysed = [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
     if analysed:
-        return not any(t.get("has_gpu_activity") for t in analysed)
+        return not any(t.get("has_gpu_activity") or t.get("has_runtime") for t in analysed)
     return not report.get("sites") and bool(report.get("latent_sites"))
+
+
+def _unrecorded_npu(report: dict[str, Any]) -> bool:
+    """Its analysed traces are NPU traces without any runtime call (torch_npu's default
+    profiler level records no AscendCL call): not CPU-only, but no wait is in them."""
+    analysed = [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
+    return bool(analysed) and all(
+        t.get("device") == "npu" and not t.get("has_runtime") for t in analysed
+    )
 
 
 def _with_latent_as_sites(report: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from tb_syncfinder.catalogue import (
+    ASCEND,
     UNCATEGORISED_CALL_PREFIXES,
     device_kind_of,
     is_profiler_frame,
@@ -444,7 +445,11 @@ class _Builder:
                 owners.setdefault(key[1], []).append(key)
         for key in list(self.threads):
             thread = self.threads[key]
+            # Only AscendCL's: a file merging several hosts' processes may hold two threads
+            # of one tid (a gloo worker of one rank, the main thread of another).
             if thread.nodes or not thread.runtime:
+                continue
+            if not all(call.name.startswith(ASCEND.call_prefixes) for call in thread.runtime):
                 continue
             found = [owner for owner in owners.get(key[1], ()) if owner[0] != key[0]]
             if len(found) != 1:

@@ -773,6 +773,7 @@ def merge(
         info.event_count += o.event_count
         info.has_stacks = info.has_stacks or o.has_stacks
         info.has_gpu_activity = info.has_gpu_activity or o.has_gpu_activity
+        info.has_runtime = info.has_runtime or o.has_runtime
         info.step_markers = info.step_markers and o.step_markers
         info.device = info.device if info.device not in (None, "cpu") else o.device
         info.device_name = info.device_name or o.device_name

@@ -39,9 +39,11 @@ def _meta(pid: int, name: str, labels: str | None = None) -> list[dict[str, Any]
     return events
 
 
-def torch_npu_trace(level: int, steps: int = 2) -> list[dict[str, Any]]:
+def torch_npu_trace(level: int, steps: int = 2, upload: bool = False) -> list[dict[str, Any]]:
     """Two steps, each printing a loss (``aten::item``); at level 1 and up the AscendCL
-    calls, and the profiler's own ``aclrtSynchronizeDevice`` as it stops."""
+    calls, and the profiler's own ``aclrtSynchronizeDevice`` as it stops. ``upload``: each
+    step starts with a batch's ``.to(device)``, whose stream sync is all the host side
+    shows of it."""
     stack = {"Call stack": "/home/u/main.py(483): __str__;\r\n/home/u/main.py(375): train"}
     events = [
         *_meta(PYTHON_PID, "Python", "CPU"),
@@ -51,6 +53,14 @@ def torch_npu_trace(level: int, steps: int = 2) -> list[dict[str, Any]]:
     ts = T0
     for step in range(1, steps + 1):
         events.append(_x(f"ProfilerStep#{step}", PYTHON_PID, ts, 1000.0, cat="cpu_op"))
+        if upload:
+            upload_stack = {"Call stack": "/home/u/main.py(375): train"}
+            events.append(_x("aten::to", PYTHON_PID, ts + 1, 3.5, cat="cpu_op", args=upload_stack))
+            events.append(_x("aten::copy_", PYTHON_PID, ts + 1.5, 3.0, cat="cpu_op"))
+            if level >= 1:
+                events.append(
+                    _x("AscendCL@aclrtSynchronizeStreamWithTimeout", CANN_PID, ts + 2, 2.0)
+                )
         events.append(_x("aten::mul", PYTHON_PID, ts + 5, 3.0, cat="cpu_op"))
         events.append(
             _x(
@@ -81,11 +91,17 @@ def torch_npu_trace(level: int, steps: int = 2) -> list[dict[str, Any]]:
     return events
 
 
-def write_run(root: Path, level: int, worker_dir: str = "rank0_ascend_pt") -> Path:
-    trace = root / "run" / worker_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+def write_run(
+    root: Path,
+    level: int,
+    worker_dir: str = "rank0_ascend_pt",
+    run_name: str = "run",
+    upload: bool = False,
+) -> Path:
+    trace = root / run_name / worker_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     trace.parent.mkdir(parents=True)
-    trace.write_text(json.dumps(torch_npu_trace(level)))
-    return root / "run"
+    trace.write_text(json.dumps(torch_npu_trace(level, upload=upload)))
+    return root / run_name
 
 
 def test_ascendcl_calls_of_the_cann_process_are_syncs_of_the_operators_around_them(
@@ -134,3 +150,54 @@ def test_ascend_worker_folders_are_found_with_or_without_their_timestamp(
     run = write_run(tmp_path, level=2, worker_dir=worker_dir)
     (ref,) = find_traces(str(run))
     assert (ref.worker, ref.span, ref.run) == (worker, span, "run")
+
+
+def test_a_run_mixing_levels_lists_the_recorded_syncs_and_says_what_the_other_misses(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """One run profiled again at Level1 beside its default-level recording: the syncs of
+    the one, and for the other the level advice, not "CPU-only ... on a GPU"."""
+    run = write_run(tmp_path, level=2)
+    level0 = torch_npu_trace(level=0)
+    trace = run / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps(level0))
+    assert main(["report", str(run)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Host-device synchronizations by predicted saving" in text
+    assert "1 NPU trace of these without AscendCL calls: no wait can be seen in it" in text
+    assert "CPU-only" not in text and "on a GPU" not in text
+
+
+def test_the_plugin_summary_says_an_npu_run_has_runtime_calls(tmp_path: Path) -> None:
+    """The dashboard opens a run without device rows read on its latent findings unless the
+    summary says it has runtime calls (its syncs are then real ones): a review found the
+    Level-2 recording's 3 sites hidden under "Latent sync sites 0"."""
+    from types import SimpleNamespace
+
+    from tb_syncfinder.plugin.api import summary_impl
+
+    for level, expected in ((2, True), (0, False)):
+        run = write_run(tmp_path / str(level), level=level)
+        report = analyze(
+            str(run / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+        )
+        sel = SimpleNamespace(report_json=report.to_json(), top_kinds=[], loading=False)
+        answer = summary_impl(sel)  # type: ignore[arg-type]
+        assert answer["has_gpu_activity"] is False
+        assert answer["has_runtime"] is expected
+
+
+def test_compare_of_a_default_level_baseline_says_its_waits_were_not_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Profiling again at Level1, as the report advises, read as a regression: the upload's
+    sync "new", the run called CPU-only."""
+    before = write_run(tmp_path, level=0, run_name="level0", upload=True)
+    after = write_run(tmp_path, level=2, run_name="level2", upload=True)
+    assert main(["compare", str(before), str(after), "--fail-on-regression"]) == 0
+    out = capsys.readouterr()
+    text = " ".join(out.out.split())
+    assert "the baseline is an NPU trace without AscendCL calls" in text
+    assert "CPU-only" not in text
+    assert "not regressions (and not gated)" in " ".join(out.err.split())

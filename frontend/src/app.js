@@ -263,8 +263,14 @@ export class App {
     // Back returns to the run and site before it and not out of the tab; a sort, a filter
     // typed, an occurrence picked replace the current one.
     const moved = NAVIGATION_KEYS.some((key) => key in patch && /** @type {any} */ (patch)[key] !== /** @type {any} */ (this.state)[key]);
+    if (moved) {
+      // The entry Back returns to names the view it showed: the run opened by default
+      // included (an entry without the plugin's keys would be given the new view).
+      if (this.state.run === null && this.shownRun) this.state = { ...this.state, run: this.shownRun };
+      this.writeUrl(false);
+      this.stateFromUrl = false;
+    }
     this.state = patchState(this.state, patch);
-    this.stateFromUrl = false;
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
     if ("run" in patch || "site" in patch || "step" in patch) this.missingPart = null;

@@ -123,8 +123,8 @@ export async function renderCompare(ctx) {
   // Some trace files of the baseline could not be read (the run's own are in the banner).
   const baseErrors = (data.unreadable || []).filter((/** @type {any} */ u) => u.side === "base");
   // A CPU-only run measures no wait: its cost rows read "–" (as its hotspots do), never 0.
-  const cpuBase = baseSummary?.has_gpu_activity === false;
-  const cpuNew = newSummary?.has_gpu_activity === false;
+  const cpuBase = baseSummary?.has_gpu_activity === false && !baseSummary?.has_runtime;
+  const cpuNew = newSummary?.has_gpu_activity === false && !newSummary?.has_runtime;
   // CPU-only runs have no real syncs: their latent (would-sync-on-GPU) sites are compared by
   // count per step, as are all sites when only one run is CPU-only (then `note` says so).
   const basis = compareBasis(data);

@@ -44,7 +44,7 @@ export async function fetchAllSites(params) {
  * @param {{latent: boolean}} state
  */
 export function latentMode(summaryResp, state) {
-  return state.latent || (summaryResp && summaryResp.has_gpu_activity === false);
+  return state.latent || (summaryResp && summaryResp.has_gpu_activity === false && !summaryResp.has_runtime);
 }
 
 /** @param {any} ctx */
@@ -290,7 +290,7 @@ function teachingBanners(resp, latent, siteTotal) {
         ),
       ),
     );
-  } else if (resp.has_gpu_activity === false) {
+  } else if (resp.has_gpu_activity === false && !resp.has_runtime) {
     out.push(
       h(
         "div",
@@ -336,7 +336,7 @@ function teachingBanners(resp, latent, siteTotal) {
       ),
     );
   }
-  if (!latent && resp.has_gpu_activity !== false && (summary.sync_count || 0) === 0 && siteTotal === 0) {
+  if (!latent && (resp.has_gpu_activity !== false || resp.has_runtime) && (summary.sync_count || 0) === 0 && siteTotal === 0) {
     const checked = summary.checked || [];
     out.push(
       h(

@@ -515,6 +515,11 @@ def _site_table(
     return lines
 
 
+def _article(device: str) -> str:
+    """ "a GPU", "an NPU"."""
+    return f"{'an' if device[:1] in 'AEIOUN' else 'a'} {device}"
+
+
 def _label(text: str) -> str:
     return f"  {text:<17}"
 
@@ -527,9 +532,12 @@ def _summary_lines(
     unmarked: int = 0,
     outside: int = 0,
     ranks: int = 0,
+    device: str = "GPU",
 ) -> list[str]:
-    """``unmarked``: readable traces without ProfilerStep markers (each counts as one
-    step: said beside every per-step figure, which would be misread otherwise);
+    """``device``: what the latent syncs would wait for ("NPU": traces of one recorded
+    without AscendCL calls). ``unmarked``: readable traces without ProfilerStep markers
+    (each counts as one step: said beside every per-step figure, which would be misread
+    otherwise);
     ``outside``: syncs in no step of a trace that has steps (in the totals, in no step's
     bar); ``ranks``: the ranks of a job whose traces these are (their steps add up)."""
     steps = int(summary.get("step_count") or 0)
@@ -543,9 +551,9 @@ def _summary_lines(
         # many syncs a GPU run of the same code would make.
         per_step = f"{_per_step_text(latent / steps)} per step, " if steps else ""
         text = (
-            f"{per_step}{latent} in all: would make the host wait on a GPU"
+            f"{per_step}{latent} in all: would make the host wait on {_article(device)}"
             if latent
-            else "none: no operator here would synchronize on a GPU"
+            else f"none: no operator here would synchronize on {_article(device)}"
         )
         if latent and unmarked:
             text += (
@@ -558,7 +566,8 @@ def _summary_lines(
             lines.extend(
                 _wrap_labelled(
                     "step time",
-                    f"{format_us(mean_step)} mean on the CPU (not a measure of these syncs)",
+                    f"{format_us(mean_step)} mean on the "
+                    f"{'host' if device != 'GPU' else 'CPU'} (not a measure of these syncs)",
                     width,
                 )
             )
@@ -797,18 +806,32 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             t.get("has_gpu_activity") or t.get("device") not in (None, "cpu") for t in readable
         )
     )
-    # A torch_npu trace at its default profiler level: NPU work, but no AscendCL call, so no
-    # wait can be seen (not a CPU-only trace, and not a clean one).
-    npu_unrecorded = (
-        bool(readable)
-        and not sites
-        and not any(t.get("has_gpu_activity") for t in readable)
-        and any(t.get("device") == "npu" and not t.get("has_runtime") for t in readable)
-    )
+    # torch_npu traces at its default profiler level: NPU work, but no AscendCL call, so no
+    # wait can be seen (not CPU-only traces, and not clean ones). Decided per trace: a run
+    # may also hold traces recorded at a level that records them, or CPU-only ones.
+    unrecorded = [
+        t
+        for t in readable
+        if t.get("device") == "npu" and not t.get("has_runtime") and not t.get("has_gpu_activity")
+    ]
+    cpu_traces = [
+        t for t in readable if t.get("device") in (None, "cpu") and not t.get("has_gpu_activity")
+    ]
+    npu_unrecorded = bool(unrecorded) and not sites and not cpu_traces
+    npu_latent = bool(unrecorded) and not cpu_traces  # the latent sites are the NPU's
     if sites:
         title = f"Host-device synchronizations by predicted saving ({plural(len(sites), 'site')})"
         lines.append(style(title, _BOLD))
         lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
+        if unrecorded:
+            lines.extend(
+                wrap(
+                    f"{plural(len(unrecorded), 'NPU trace')} of these without AscendCL calls: "
+                    f"no wait can be seen in {'it' if len(unrecorded) == 1 else 'them'}; "
+                    f"{NPU_LEVEL_ADVICE}.",
+                    width,
+                )
+            )
         lines.append("")
     elif cpu_only:
         title = "CPU-only trace: nothing ran on a GPU, so nothing waited for one."
@@ -846,14 +869,18 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             for line in wrap(
                 f"Latent syncs ({plural(len(latent_sites), 'site')}): these operators "
                 "synchronize on the NPU (their waits are not in this trace)"
-                if npu_unrecorded
+                if npu_latent
+                else f"Latent syncs ({plural(len(latent_sites), 'site')}): these operators "
+                "would synchronize on a device (CPU-only traces, and NPU traces without "
+                "AscendCL calls)"
+                if unrecorded
                 else f"Latent syncs ({plural(len(latent_sites), 'site')}): CPU-only trace, "
                 "these operators would synchronize on a GPU",
                 width,
             )
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
-        if npu_unrecorded:
+        if npu_latent:
             lines.extend(
                 wrap(
                     "Not listed: copies to or from the host (.cpu(), .tolist(), .to()), which "
@@ -874,7 +901,16 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         )
         ranks = len((data.get("job") or {}).get("ranks") or [])
         lines.extend(
-            _summary_lines(summary, style, width, cpu_only, unmarked, outside, ranks=ranks)
+            _summary_lines(
+                summary,
+                style,
+                width,
+                cpu_only or npu_unrecorded,
+                unmarked,
+                outside,
+                ranks=ranks,
+                device="NPU" if npu_latent else "GPU",
+            )
         )
         lines.append("")
     from tb_syncfinder.outputs.job_text import job_lines  # the job section (multi-rank runs)
@@ -1179,11 +1215,12 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     measured = result.get("measured_saving_us")
     if result.get("note"):
         # One run CPU-only: its step time measures another machine, as the dashboard says.
-        lines.extend(
-            _wrap_labelled(
-                "saving", "not measured: a CPU-only run's step time does not compare", width
-            )
+        why = (
+            "one run's waits were not recorded"
+            if "without AscendCL calls" in str(result["note"])
+            else "a CPU-only run's step time does not compare"
         )
+        lines.extend(_wrap_labelled("saving", f"not measured: {why}", width))
     elif predicted is not None and measured is not None:
         approx = "~" if base.get("saving_method") == "replay" else "≤"
         measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"

@@ -708,6 +708,33 @@ def test_back_in_tensorboard_returns_to_the_site_and_run_before(
     assert page_errors == []
 
 
+def test_back_from_the_first_run_picked_returns_to_the_run_opened_by_default(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """Opened on TensorBoard's bare ``#sync_advisor`` (no run named) while the runs still
+    load: a review's Back landed on that key-less entry, which was then given the new view,
+    so Back changed nothing and the next one left TensorBoard."""
+    page = new_page(browser, page_errors)
+
+    def loading(route: Any) -> None:
+        answer = route.fetch().json()
+        answer["loading"] = True  # the default run is not pinned into the URL yet
+        route.fulfill(json=answer)
+
+    page.route("**/data/plugin/sync_advisor/runs*", loading)
+    page.goto(f"{board}/#sync_advisor")
+    frame = page.wait_for_selector("iframe", state="attached").content_frame()
+    frame.wait_for_selector("[data-testid=sites] tbody tr")
+    opened = frame.input_value("#sa-run")
+    other = "optimized" if opened != "optimized" else "baseline"
+    frame.select_option("#sa-run", other)
+    page.wait_for_function(f"location.hash.includes('p.sync_advisor.run={other}')")
+    page.go_back()
+    frame.wait_for_function(f"document.querySelector('#sa-run').value === '{opened}'")
+    assert f"p.sync_advisor.run={opened}" in page.evaluate("location.hash")
+    assert page_errors == []
+
+
 def test_back_on_the_plugins_own_page_returns_to_the_run_before(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

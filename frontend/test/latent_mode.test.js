@@ -1,0 +1,14 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { latentMode } from "../src/hotspots.js";
+
+test("a run with runtime calls but no device rows read (an NPU's) shows its syncs, not latent ones", () => {
+  // torch_npu's Level1/Level2 traces: AscendCL calls, the NPU's task rows not read. The
+  // dashboard showed "Latent sync sites 0" over a run whose CLI report had 3 sites.
+  assert.equal(latentMode({ has_gpu_activity: false, has_runtime: true }, { latent: false }), false);
+  // A CPU-only run (neither): its latent findings are what there is.
+  assert.equal(latentMode({ has_gpu_activity: false, has_runtime: false }, { latent: false }), true);
+  assert.equal(latentMode({ has_gpu_activity: false }, { latent: false }), true); // an older plugin's answer
+  assert.equal(latentMode({ has_gpu_activity: true, has_runtime: true }, { latent: false }), false);
+  assert.equal(latentMode({ has_gpu_activity: true }, { latent: true }), true);
+});

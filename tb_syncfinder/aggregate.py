@@ -94,7 +94,8 @@ def build_sites(
     sites = []
     for key, members in groups.items():
         first = members[0]
-        kind = Counter(s.kind for s in members).most_common(1)[0][0]
+        kinds = Counter(s.kind for s in members)
+        kind = kinds.most_common(1)[0][0]
         ops: list[str] = []
         apis: list[str] = []
         for s in members:
@@ -171,6 +172,7 @@ def build_sites(
                 ),
                 copy_direction_guessed=kind == DEVICE_TO_HOST_COPY
                 and all(s.copy_direction_guessed for s in members if s.kind == kind),
+                other_kinds={k: n for k, n in kinds.most_common() if k != kind},
             )
         )
     if not latent:

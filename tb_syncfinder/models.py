@@ -332,6 +332,10 @@ class Site(msgspec.Struct):
     fix_with_note: str | None = None
     # Its syncs are copies whose direction no record gives (``Sync.copy_direction_guessed``).
     copy_direction_guessed: bool = False
+    # Syncs of the site of another kind than ``kind`` (its most frequent), by kind: one line
+    # that copies both ways (a helper moving a pipeline's tensors to the device, and its
+    # outputs back), whose ``advice`` is the most frequent kind's only.
+    other_kinds: dict[str, int] = field(default_factory=dict)
 
 
 class StepStats(msgspec.Struct):

@@ -306,3 +306,23 @@ def test_a_copy_whose_innermost_region_is_a_collective_wait_waits_on_the_collect
     path = b.write(tmp_path / "w.pt.trace.json")
     (sync,) = analyze(str(path)).syncs
     assert sync.kind == kind
+
+
+def test_a_line_that_copies_both_ways_says_its_other_kind(tmp_path):
+    """A Hugging Face pipeline's helper moves its inputs to the device and its outputs back
+    from one line: 55 copies back and 25 uploads read as one device_to_host_copy site with
+    the copy-back fix only. The site now counts its other kind, and the table says so."""
+    b = KinetoTraceBuilder()
+    stack = [("pipelines/base.py", 1173, "_ensure_tensor_on_device")]
+    with b.step(1):
+        for memcpy in (("DtoH", "Pageable"), ("DtoH", "Pageable"), ("HtoD", "Pageable")):
+            b.kernel(dur=200)
+            with b.op("aten::to", stack=stack), b.op("aten::_to_copy"), b.op("aten::copy_"):
+                b.runtime("cudaMemcpyAsync", dur=30, memcpy=memcpy, bytes=4096)
+                b.runtime("cudaStreamSynchronize")
+    report = analyze(str(b.write(tmp_path / "w.pt.trace.json")))
+    (site,) = report.sites
+    assert site.kind == catalogue.DEVICE_TO_HOST_COPY and site.count == 3
+    assert site.other_kinds == {catalogue.BLOCKING_HOST_TO_DEVICE: 1}
+    label = catalogue.kind(catalogue.BLOCKING_HOST_TO_DEVICE).label
+    assert f"also 1 {label}, whose fix is not the one below" in " ".join(report.to_text().split())

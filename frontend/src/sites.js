@@ -4,7 +4,7 @@
  * plugin's query module: the columns and their first-click order come from its catalogue
  * route, and ties keep the order the plugin sent (the report's ranking).
  */
-import { siteSortOrder } from "./catalogue.js";
+import { kindLabel, siteSortOrder } from "./catalogue.js";
 import { siteFallbackLabel } from "./format.js";
 
 /**
@@ -208,5 +208,9 @@ export function siteWhere(site, short = (p) => p) {
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
   // A copy whose direction no record gives: its kind (a copy to the host) is a guess.
   if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });
+  // One line syncing in two ways (moving a pipeline's inputs to the device and its outputs
+  // back): the fix shown is the most frequent kind's only.
+  const others = Object.entries(site.other_kinds || {});
+  if (others.length) notes.push({ id: "other-kinds", text: `also ${others.map(([k, n]) => `${n} ${kindLabel(k)}`).join(", ")}, whose fix is not the one shown` });
   return { text, inexact, title, notes };
 }

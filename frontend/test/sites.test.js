@@ -140,3 +140,9 @@ test("a copy whose direction no record gives says so under its location", () => 
   assert.match(notes[0].text, /no record says which way this copy went/);
   assert.deepEqual(siteWhere({ file: "main.py", line: 375, kind: "device_to_host_copy", copy_direction_guessed: false }).notes, []);
 });
+
+test("a site that also synced in another way says so, as its fix is the most frequent kind's", () => {
+  const notes = siteWhere({ file: "base.py", line: 1173, kind: "device_to_host_copy", other_kinds: { blocking_host_to_device: 25 } }).notes;
+  assert.deepEqual(notes.map((n) => n.id), ["other-kinds"]);
+  assert.match(notes[0].text, /^also 25 .+, whose fix is not the one shown$/);
+});

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tb_syncfinder.catalogue import NPU_LEVEL_ADVICE, kind_rank
+from tb_syncfinder.catalogue import kind as catalogue_kind
 from tb_syncfinder.models import Report
 from tb_syncfinder.query import rank_sites
 
@@ -359,6 +360,13 @@ def _where_text(site: dict[str, Any]) -> str | None:
         parts.append(str(site["waiting_for"]))
     if site.get("copy_direction_guessed"):
         parts.append(COPY_DIRECTION_NOTE)
+    others = site.get("other_kinds") or {}
+    if others:  # the fix shown is the most frequent kind's only
+        parts.append(
+            "also "
+            + ", ".join(f"{n} {catalogue_kind(k).label}" for k, n in others.items())
+            + ", whose fix is not the one below"
+        )
     return "; ".join(parts) or None
 
 

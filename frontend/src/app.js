@@ -262,7 +262,14 @@ export class App {
     // A move to another place (run, worker, view, site, step) is a history entry, so that
     // Back returns to the run and site before it and not out of the tab; a sort, a filter
     // typed, an occurrence picked replace the current one.
-    const moved = NAVIGATION_KEYS.some((key) => key in patch && /** @type {any} */ (patch)[key] !== /** @type {any} */ (this.state)[key]);
+    // Naming what is shown by default (the run or baseline it opened on) moves nowhere.
+    /** @type {Record<string, string | null>} */
+    const shown = { run: this.shownRun, base: this.shownBase ?? null };
+    const moved = NAVIGATION_KEYS.some((key) => {
+      const was = /** @type {any} */ (this.state)[key];
+      const to = /** @type {any} */ (patch)[key];
+      return key in patch && to !== was && !(was === null && key in shown && to === shown[key]);
+    });
     if (moved) {
       // The entry Back returns to names the view it showed: the run opened by default
       // included (an entry without the plugin's keys would be given the new view).

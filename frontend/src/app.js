@@ -224,6 +224,12 @@ export class App {
 
   /** Poll `runs`: new runs and traces appear without a reload. */
   async pollRuns() {
+    // A hidden tab (another TensorBoard tab, a minimised window) asks nothing: becoming
+    // visible polls at once (``visibilitychange``), as the first answer always did.
+    if (this.runs !== null && document.visibilityState === "hidden") {
+      this.pollTimer = setTimeout(() => this.pollRuns(), POLL_IDLE_MS);
+      return;
+    }
     this.polling = true;
     let delay = POLL_IDLE_MS;
     try {

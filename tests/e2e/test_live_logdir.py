@@ -136,6 +136,29 @@ def test_a_step_bar_clicked_with_a_site_open_never_calls_the_site_missing(
     assert page_errors == []
 
 
+def test_a_hidden_tab_asks_for_no_runs_until_it_is_shown_again(
+    live: tuple[str, Path], browser: Any, page_errors: list[str]
+) -> None:
+    """The runs list is polled every 10 s; a tab left in the background asked all the same."""
+    base, _ = live
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(base, "#run=kept"))
+    rows(page)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/sync_advisor/runs" in r.url else None)
+    seen_as = (
+        "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => '%s'})"
+    )
+    page.evaluate(seen_as % "hidden")
+    page.wait_for_timeout(11_000)  # one idle poll's time and more
+    assert asked == []
+    page.evaluate(seen_as % "visible")
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    page.wait_for_timeout(1000)
+    assert len(asked) >= 1
+    assert page_errors == []
+
+
 def test_a_run_whose_only_trace_is_still_loading_shows_only_the_loading_state(
     live: tuple[str, Path], browser: Any, page_errors: list[str]
 ) -> None:

@@ -24,7 +24,7 @@ Sources for the patterns: ``../shared/KINETO_NOTES.md`` (checked on real traces)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -523,6 +523,19 @@ def device_kind_of(
 NPU_NOT_REPLAYED = (
     "the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read yet: nothing to replay"
 )
+
+
+def npu_without_calls(trace: Mapping[str, Any]) -> bool:
+    """Whether a report's trace (``TraceInfo`` as JSON) is a torch_npu trace recorded at its
+    default profiler level: NPU work, but no runtime call, so no wait for the device in it
+    (neither CPU-only nor clean)."""
+    return (
+        trace.get("device") == "npu"
+        and not trace.get("has_runtime")
+        and not trace.get("has_gpu_activity")
+    )
+
+
 # What a torch_npu trace without AscendCL calls needs (its default profiler level records
 # none, so no wait for the device is in it).
 NPU_LEVEL_ADVICE = (

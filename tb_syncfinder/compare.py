@@ -16,6 +16,7 @@ from tb_syncfinder.catalogue import (
     BLOCKING_HOST_TO_DEVICE,
     DEVICE_TO_HOST_COPY,
     EXPLICIT_SYNC,
+    npu_without_calls,
 )
 
 STATUSES = ("new", "worse", "better", "same", "fixed")
@@ -386,9 +387,7 @@ def _unrecorded_npu(report: dict[str, Any]) -> bool:
     """Its analysed traces are NPU traces without any runtime call (torch_npu's default
     profiler level records no AscendCL call): not CPU-only, but no wait is in them."""
     analysed = [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
-    return bool(analysed) and all(
-        t.get("device") == "npu" and not t.get("has_runtime") for t in analysed
-    )
+    return bool(analysed) and all(npu_without_calls(t) for t in analysed)
 
 
 def _with_latent_as_sites(report: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import {
   encodeState,
   hashNeedsRewrite,
   parseTbHash,
+  TB_PREFIX,
   patchState,
   pickRun,
   reconcileRun,
@@ -1061,7 +1062,7 @@ function detectVsCode() {
   for (let depth = 0; depth < 4 && frame.parent !== frame; depth++) {
     frame = frame.parent;
     try {
-      if (depth === 0 && /(?:^|&)p\.sync_advisor\.vscode=(1|true)(?:&|$)/.test(frame.location.hash.replace(/^#/, ""))) return true;
+      if (depth === 0 && parseTbHash(frame.location.hash).params.some(([k, v]) => k === `${TB_PREFIX}vscode` && (v === "1" || v === "true"))) return true;
       if (/\/contrib\/webview\//.test(frame.location.pathname)) return true;
     } catch {
       // another origin: its origin was in ancestorOrigins

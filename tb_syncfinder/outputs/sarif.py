@@ -193,9 +193,8 @@ def _line_location(
     # The file as found here, where it is under the root: a trace records the path on the
     # machine that ran it (savings_workloads.py), which code scanning could not place when
     # --source-root found it at tests/gpu_shapes/savings_workloads.py.
-    base = os.path.abspath(root if root is not None else os.getcwd())
     file = str(site["file"])
-    if resolved and os.path.abspath(resolved).startswith(base.rstrip(os.sep) + os.sep):
+    if resolved and _under_root(resolved, root):
         file = os.path.abspath(resolved)
     return {
         "physicalLocation": {
@@ -237,10 +236,15 @@ def _trace_artifact(trace: str, root: str | None) -> dict[str, str]:
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+://", trace):
         return {"uri": trace}
     path = os.path.abspath(trace)
-    base = os.path.abspath(root if root is not None else os.getcwd())
-    if path.startswith(base.rstrip(os.sep) + os.sep):
+    if _under_root(path, root):
         return {"uri": sarif_uri(path, root), "uriBaseId": "%SRCROOT%"}
     return {"uri": Path(path).as_uri()}
+
+
+def _under_root(path: str, root: str | None) -> bool:
+    """Whether a local path lies under the root (default: the current directory)."""
+    base = os.path.abspath(root if root is not None else os.getcwd())
+    return os.path.abspath(path).startswith(base.rstrip(os.sep) + os.sep)
 
 
 def _notifications(

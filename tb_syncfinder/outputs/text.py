@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tb_syncfinder.catalogue import NPU_LEVEL_ADVICE, kind_rank
+from tb_syncfinder.catalogue import NPU_LEVEL_ADVICE, kind_rank, npu_without_calls
 from tb_syncfinder.catalogue import kind as catalogue_kind
 from tb_syncfinder.models import Report
 from tb_syncfinder.query import rank_sites
@@ -817,11 +817,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     # torch_npu traces at its default profiler level: NPU work, but no AscendCL call, so no
     # wait can be seen (not CPU-only traces, and not clean ones). Decided per trace: a run
     # may also hold traces recorded at a level that records them, or CPU-only ones.
-    unrecorded = [
-        t
-        for t in readable
-        if t.get("device") == "npu" and not t.get("has_runtime") and not t.get("has_gpu_activity")
-    ]
+    unrecorded = [t for t in readable if npu_without_calls(t)]
     cpu_traces = [
         t for t in readable if t.get("device") in (None, "cpu") and not t.get("has_gpu_activity")
     ]

@@ -150,6 +150,7 @@ def build_sites(
                     # One member's stack: a site's syncs come through one call of one
                     # line, so through the same library code (a long run has thousands).
                     [(f.file, f.func) for f in next((s.stack for s in members if s.stack), [])],
+                    apis,
                 ),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),

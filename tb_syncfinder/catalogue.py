@@ -752,6 +752,8 @@ class OpAdvice(msgspec.Struct, frozen=True):
     # ``aten::empty`` of its output, whose allocation is the allocator's). Checked before
     # the copy patterns and the other entries.
     innermost: bool = False
+    # Only for syncs one of whose blocking calls is among these (empty: any call).
+    apis: frozenset[str] = frozenset()
 
 
 # Convolutions as the trace names them (cuDNN's and MIOpen's own, and the dispatching ops
@@ -784,7 +786,11 @@ CONVOLUTION_OPS = frozenset(
 )
 
 # Matrix multiplies as the trace names them: cuBLAS and cuBLASLt (hipBLAS / hipBLASLt on
-# ROCm) run inside them, and their first call on a stream sets the library up there.
+# ROCm) run inside them, and their first call sets the library up there. The set-up frees
+# as well as allocates (``cudaFree`` in both recordings seen: an H100's, docs/validation.md
+# section 10, and a public trace's), which the multiply's own output allocation never does:
+# structured kernels allocate their output with no ``aten::empty`` under them, so a
+# ``cudaMalloc`` alone directly in ``aten::mm`` is the caching allocator's.
 MATMUL_OPS = frozenset(
     {
         "aten::mm",
@@ -809,15 +815,16 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         MATMUL_OPS,
         frozenset({ALLOCATOR_SYNC, BLOCKING_HOST_TO_DEVICE}),
         Advice(
-            title="cuBLAS setting itself up in its first matrix multiply on a stream",
+            title="cuBLAS setting itself up in its first matrix multiply",
             text=(
-                "The first matrix multiply on a stream creates cuBLAS's handle and "
-                "workspace and loads its kernels: `cudaMalloc` / `cudaFree`, or a blocking "
+                "The first matrix multiply in a process creates cuBLAS's handle and "
+                "workspace and loads its kernels: `cudaMalloc` and `cudaFree`, or a blocking "
                 "copy, made by the multiply itself (84-94 ms of host time on an H100 with "
                 "CUDA 13, once). Once is expected: profile after a warm-up step, or run one "
-                "multiply before profiling. Seen in every step, the multiplies run on a stream "
-                "created anew each step, and each new stream sets up its own workspace: "
-                "create side streams once and reuse them."
+                "multiply before profiling. Where the same line allocates in later steps "
+                "too, the caching allocator cannot serve its output and workspace: shapes "
+                "that change, or a stream created anew each step (each stream has a cache "
+                "of its own): keep shapes fixed, and create side streams once."
             ),
             before=(
                 "prof = profile(schedule=schedule(wait=0, warmup=0, active=3))\n"
@@ -835,6 +842,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             ),
         ),
         innermost=True,
+        apis=frozenset({"cudaFree", "hipFree"}),
     ),
     OpAdvice(
         CONVOLUTION_OPS,
@@ -1360,23 +1368,29 @@ def advice_for(
     bytes: int | None = None,
     forward_ops: Sequence[str] = (),
     frames: Iterable[tuple[str, str]] = (),
+    apis: Iterable[str] = (),
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
     copied (None: unknown). ``forward_ops``: a backward site's forward operators, what the
     user wrote (``x[mask]``'s backward syncs in ``aten::nonzero``, and its fix is the
     mask's): they pick an operator's fix first; the copy patterns read ``ops`` alone.
-    ``frames``: ``(file, function)`` of the syncs' stacks, for a library's own fix."""
+    ``frames``: ``(file, function)`` of the syncs' stacks, for a library's own fix.
+    ``apis``: the syncs' blocking calls, for the fixes that depend on them."""
     record = kind(kind_name)
     # A print, then a library's own fix (its code is not the user's to change), then what
     # was copied, then the operators.
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
     if refinement is None and ops:
+        called = set(apis)
         refinement = next(
             (
                 entry.advice
                 for entry in OP_ADVICE
-                if entry.innermost and ops[-1] in entry.ops and kind_name in entry.kinds
+                if entry.innermost
+                and ops[-1] in entry.ops
+                and kind_name in entry.kinds
+                and (not entry.apis or not entry.apis.isdisjoint(called))
             ),
             None,
         )

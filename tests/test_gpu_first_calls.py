@@ -1,5 +1,5 @@
 """Real H100 recordings of a library's first call (docs/validation.md, section 10): cuBLAS
-sets itself up inside the first matrix multiply on a stream (allocations made by the
+sets itself up inside the first matrix multiply (allocations and a free made by the
 multiply itself), which the allocator's advice misread; same-device copies, which never
 wait. ``gpu_first_calls/first_calls.json`` (``bench/record_first_calls.py``) holds each
 case's unprofiled step times and what ``set_sync_debug_mode("warn")`` said; the script
@@ -21,7 +21,7 @@ RECORDED = {
     (row["case"], row["mode"]): row
     for row in json.loads((HERE / "first_calls.json").read_text(encoding="utf-8"))
 }
-CUBLAS_TITLE = "cuBLAS setting itself up in its first matrix multiply on a stream"
+CUBLAS_TITLE = "cuBLAS setting itself up in its first matrix multiply"
 SCRIPT = (HERE / "record_first_calls.py").read_text(encoding="utf-8").splitlines()
 
 
@@ -67,12 +67,14 @@ def test_a_warm_up_before_the_profiled_steps_leaves_no_sync_in_the_multiply() ->
     assert not any(set(site.ops) & catalogue.MATMUL_OPS for site in report.sites)
 
 
-def test_a_new_stream_every_step_sets_cublas_up_every_step() -> None:
+def test_a_new_stream_every_step_allocates_in_the_multiply_every_step() -> None:
+    """Step 1 sets cuBLAS up; steps 2 and 3 allocate the output and workspace on the new
+    stream's own cache (cudaMalloc twice, no free): one site, whose advice covers both."""
     report = _report("matmul_new_stream")
     (setup,) = [s for s in report.sites if s.ops and s.ops[-1] in catalogue.MATMUL_OPS]
     assert setup.advice["title"] == CUBLAS_TITLE
     assert setup.count == report.summary.step_count == 3
-    assert "reuse them" in setup.advice["text"]
+    assert "create side streams once" in setup.advice["text"]
 
 
 def test_same_device_copies_are_not_syncs() -> None:
@@ -84,19 +86,21 @@ def test_same_device_copies_are_not_syncs() -> None:
 
 
 @pytest.mark.parametrize(
-    ("inner", "api", "title"),
+    ("inner", "apis", "title"),
     [
         # cuBLAS's own set-up, as the H100 recorded it and as an older cuBLAS copied its
-        # tables (a public trace's blocking HtoD copy inside aten::addmm).
-        ("aten::addmm", "cudaMalloc", CUBLAS_TITLE),
-        ("aten::addmm", "cudaMemcpy", CUBLAS_TITLE),
-        ("aten::mm", "hipMalloc", CUBLAS_TITLE),
-        # The output's allocation under the multiply: the allocator's advice.
-        ("aten::empty", "cudaMalloc", None),
+        # tables (a public trace's cudaFree and blocking HtoD copy inside aten::addmm).
+        ("aten::addmm", ("cudaMalloc", "cudaFree"), CUBLAS_TITLE),
+        ("aten::addmm", ("cudaFree", "cudaMemcpy"), CUBLAS_TITLE),
+        ("aten::mm", ("hipMalloc", "hipFree"), CUBLAS_TITLE),
+        # A structured kernel's output allocated with no aten::empty under it (a cache
+        # miss: shapes that change), and the output's aten::empty: the allocator's advice.
+        ("aten::addmm", ("cudaMalloc",), None),
+        ("aten::empty", ("cudaMalloc",), None),
     ],
 )
-def test_only_a_sync_made_by_the_multiply_itself_is_cublas_setup(
-    tmp_path: Path, inner: str, api: str, title: str | None
+def test_only_a_sync_made_by_the_multiply_itself_while_freeing_is_cublas_setup(
+    tmp_path: Path, inner: str, apis: tuple[str, ...], title: str | None
 ) -> None:
     from kineto_builder import KinetoTraceBuilder
 
@@ -106,15 +110,16 @@ def test_only_a_sync_made_by_the_multiply_itself_is_cublas_setup(
         with b.op("aten::linear", stack=[("train.py", 9, "train_step")]):
             with b.op("aten::addmm" if inner == "aten::empty" else inner):
                 with b.op(inner) if inner == "aten::empty" else nullcontext():
-                    if api == "cudaMemcpy":
-                        b.runtime(api, memcpy=("HtoD", "Pageable"), bytes=4096)
-                    else:  # a syncing allocation waits until the device drains
-                        b.runtime(api, dur=max(5, b.device_now - b.now + 1))
+                    for api in apis:
+                        if api == "cudaMemcpy":
+                            b.runtime(api, memcpy=("HtoD", "Pageable"), bytes=112)
+                        else:  # a syncing call waits until the device drains
+                            b.runtime(api, dur=max(5, b.device_now - b.now + 1))
                 b.kernel(dur=50)
     report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
     (site,) = report.sites
-    expected = catalogue.BLOCKING_HOST_TO_DEVICE if api == "cudaMemcpy" else None
-    assert site.kind == (expected or catalogue.ALLOCATOR_SYNC)
+    copies = "cudaMemcpy" in apis
+    assert site.kind == (catalogue.BLOCKING_HOST_TO_DEVICE if copies else catalogue.ALLOCATOR_SYNC)
     if title is None:
         assert site.advice["title"] == catalogue.kind(catalogue.ALLOCATOR_SYNC).advice.title
     else:

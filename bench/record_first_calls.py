@@ -8,7 +8,9 @@ copy or allocation there that no later call makes. Also records same-device copi
 
 Cases: ``first_matmul`` (the first calls in the first profiled step), ``first_matmul_warmed``
 (the same with one unprofiled call before: the fix), ``matmul_new_stream`` (the calls on a
-new stream every step), ``same_device_copies``. Each case runs in a fresh process (a first
+new stream every step), ``same_device_copies``; ``first_conv`` (cuDNN, forward and
+backward) and ``first_conv_warmed``, ``first_lstm`` (cuDNN's RNN), ``first_sdpa``
+(scaled dot-product attention in half precision). Each case runs in a fresh process (a first
 call is per process): profiled (``with_stack``, ``record_shapes``, a schedule of 3 active
 steps without warm-up, the first call in step 0), under
 ``torch.cuda.set_sync_debug_mode("warn")`` (the lines torch warns at), and unprofiled (the host
@@ -26,7 +28,16 @@ import time
 import warnings
 from pathlib import Path
 
-CASES = ("first_matmul", "first_matmul_warmed", "matmul_new_stream", "same_device_copies")
+CASES = (
+    "first_matmul",
+    "first_matmul_warmed",
+    "matmul_new_stream",
+    "same_device_copies",
+    "first_conv",
+    "first_conv_warmed",
+    "first_lstm",
+    "first_sdpa",
+)
 STEPS = 3
 DEVICE = "cuda"  # --device cpu: the script checks itself without a GPU
 
@@ -39,10 +50,6 @@ def first_matmul(device, torch) -> None:  # noqa: ANN001 (torch is imported by t
     z = torch.mm(x, x.t())  # aten::mm (cuBLAS)
     w = torch.bmm(a, a)  # aten::bmm
     del y, z, w
-
-
-def first_matmul_warmed(device, torch) -> None:  # noqa: ANN001
-    first_matmul(device, torch)  # the fix: the first call made before the profiled steps
 
 
 def matmul_new_stream(device, torch) -> None:  # noqa: ANN001
@@ -65,6 +72,28 @@ def same_device_copies(device, torch) -> None:  # noqa: ANN001
     del c, d, e
 
 
+def first_conv(device, torch) -> None:  # noqa: ANN001
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, device=device)
+    x = torch.randn(32, 64, 56, 56, device=device, requires_grad=True)
+    y = conv(x)  # first call: aten::cudnn_convolution
+    y.sum().backward()  # aten::convolution_backward
+    del y
+
+
+def first_lstm(device, torch) -> None:  # noqa: ANN001
+    lstm = torch.nn.LSTM(256, 256, batch_first=True, device=device)
+    x = torch.randn(16, 64, 256, device=device)
+    out, _state = lstm(x)  # first call: aten::_cudnn_rnn
+    del out
+
+
+def first_sdpa(device, torch) -> None:  # noqa: ANN001
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    q, k, v = (torch.randn(8, 8, 512, 64, device=device, dtype=dtype) for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    del out
+
+
 def _child(case: str, mode: str, out: Path) -> dict:
     import torch
 
@@ -72,11 +101,10 @@ def _child(case: str, mode: str, out: Path) -> dict:
     torch.zeros(1, device=device)  # the context, before any profiled step
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     sync()
-    body = globals()[case]
-    if case == "first_matmul_warmed":
-        body(device, torch)  # unprofiled, as a warm-up step would be
+    body = globals()[case.removesuffix("_warmed")]
+    if case.endswith("_warmed"):  # the fix: the first call made before the profiled steps
+        body(device, torch)
         sync()
-        body = first_matmul
     result: dict = {"case": case, "mode": mode}
     if mode == "profiled":
         from torch.profiler import ProfilerActivity, profile, schedule

@@ -747,12 +747,9 @@ class OpAdvice(msgspec.Struct, frozen=True):
     ops: frozenset[str]
     kinds: frozenset[str]
     advice: Advice
-    # Only where one of ``ops`` is the chain's innermost operator: the sync is then the
-    # operator's own library code (cuBLAS setting itself up), not an operator it calls (the
-    # ``aten::empty`` of its output, whose allocation is the allocator's). Checked before
-    # the copy patterns and the other entries.
-    innermost: bool = False
-    # Only for syncs one of whose blocking calls is among these (empty: any call).
+    # Only for syncs one of whose blocking calls is among these (empty: any call). Such an
+    # entry tells what the calls made, whatever the operators: it is checked before the
+    # copy patterns and the entries without calls.
     apis: frozenset[str] = frozenset()
 
 
@@ -785,12 +782,15 @@ CONVOLUTION_OPS = frozenset(
     }
 )
 
+# A library setting itself up on its first call in a process: cuBLAS in the first matrix
+# multiply, cuDNN in the first convolution, RNN or cuDNN attention. The set-up frees as well
+# as allocates (``cudaFree`` in every such recording: an H100's, docs/validation.md section
+# 10, and a public trace's), which the operation's own output and workspace allocations
+# never do (``aten::mm`` allocates its output with no ``aten::empty`` under it, so a
+# ``cudaMalloc`` alone in a multiply is the caching allocator's cache miss).
+SETUP_FREES = frozenset({"cudaFree", "hipFree"})
 # Matrix multiplies as the trace names them: cuBLAS and cuBLASLt (hipBLAS / hipBLASLt on
-# ROCm) run inside them, and their first call sets the library up there. The set-up frees
-# as well as allocates (``cudaFree`` in both recordings seen: an H100's, docs/validation.md
-# section 10, and a public trace's), which the multiply's own output allocation never does:
-# structured kernels allocate their output with no ``aten::empty`` under them, so a
-# ``cudaMalloc`` alone directly in ``aten::mm`` is the caching allocator's.
+# ROCm) run inside them.
 MATMUL_OPS = frozenset(
     {
         "aten::mm",
@@ -810,6 +810,22 @@ MATMUL_OPS = frozenset(
     }
 )
 
+# cuDNN's (MIOpen's) operations besides the convolutions: its RNNs and its attention.
+CUDNN_OPS = CONVOLUTION_OPS | frozenset(
+    {
+        "aten::_cudnn_rnn",
+        "aten::_cudnn_rnn_backward",
+        "aten::_cudnn_rnn_flatten_weight",
+        "aten::_cudnn_init_dropout_state",
+        "aten::miopen_rnn",
+        "aten::miopen_rnn_backward",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_cudnn_attention_backward",
+        "aten::_cudnn_attention_forward",
+        "aten::_cudnn_attention_backward",
+    }
+)
+
 OP_ADVICE: tuple[OpAdvice, ...] = (
     OpAdvice(
         MATMUL_OPS,
@@ -819,12 +835,14 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             text=(
                 "The first matrix multiply in a process creates cuBLAS's handle and "
                 "workspace and loads its kernels: `cudaMalloc` and `cudaFree`, or a blocking "
-                "copy, made by the multiply itself (84-94 ms of host time on an H100 with "
+                "copy, made by the multiply itself (84-102 ms of host time on an H100 with "
                 "CUDA 13, once). Once is expected: profile after a warm-up step, or run one "
                 "multiply before profiling. Where the same line allocates in later steps "
                 "too, the caching allocator cannot serve its output and workspace: shapes "
-                "that change, or a stream created anew each step (each stream has a cache "
-                "of its own): keep shapes fixed, and create side streams once."
+                "that change, a stream created anew each step (each stream has a cache "
+                "of its own), or memory so short that the allocator frees its cache to "
+                "retry (`torch.cuda.memory_stats()['num_alloc_retries']`): keep shapes "
+                "fixed, and create side streams once."
             ),
             before=(
                 "prof = profile(schedule=schedule(wait=0, warmup=0, active=3))\n"
@@ -841,8 +859,37 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "        out = head(features)\n"
             ),
         ),
-        innermost=True,
-        apis=frozenset({"cudaFree", "hipFree"}),
+        apis=SETUP_FREES,
+    ),
+    OpAdvice(
+        CUDNN_OPS,
+        frozenset({ALLOCATOR_SYNC, BLOCKING_HOST_TO_DEVICE}),
+        Advice(
+            title="cuDNN setting itself up on its first call",
+            text=(
+                "The first convolution, RNN or cuDNN attention in a process creates cuDNN's "
+                "handle, allocates its workspace and builds or loads its kernels: "
+                "`cudaMalloc`, `cudaFree` and `cudaHostAlloc` made inside the operation. On "
+                "an H100 the first step took 239 ms with a convolution, 140 ms with an "
+                "LSTM and 71 ms with cuDNN attention, against 0.1-3 ms in the steps after. "
+                "Once is expected: profile after a warm-up step, or run the model once "
+                "before profiling. Seen in later steps too, the operation allocates its "
+                "workspace and output anew: shapes that change (each new shape gets its "
+                "own plan), or memory so short that the allocator frees its cache to retry "
+                "(`torch.cuda.memory_stats()['num_alloc_retries']`)."
+            ),
+            before=(
+                "prof = profile(schedule=schedule(wait=0, warmup=0, active=3))\n"
+                "for batch in loader:\n"
+                "    loss = model(batch).sum(); loss.backward(); prof.step()\n"
+            ),
+            after=(
+                "prof = profile(schedule=schedule(wait=1, warmup=1, active=3))\n"
+                "for batch in loader:\n"
+                "    loss = model(batch).sum(); loss.backward(); prof.step()\n"
+            ),
+        ),
+        apis=SETUP_FREES,
     ),
     OpAdvice(
         CONVOLUTION_OPS,
@@ -1387,10 +1434,10 @@ def advice_for(
             (
                 entry.advice
                 for entry in OP_ADVICE
-                if entry.innermost
-                and ops[-1] in entry.ops
+                if entry.apis
+                and not entry.apis.isdisjoint(called)
                 and kind_name in entry.kinds
-                and (not entry.apis or not entry.apis.isdisjoint(called))
+                and not entry.ops.isdisjoint(ops)
             ),
             None,
         )
@@ -1405,7 +1452,7 @@ def advice_for(
                 entry.advice
                 for op in (*forward_ops, *ops)
                 for entry in OP_ADVICE
-                if not entry.innermost and op in entry.ops and kind_name in entry.kinds
+                if not entry.apis and op in entry.ops and kind_name in entry.kinds
             ),
             record.advice,
         )

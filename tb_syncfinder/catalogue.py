@@ -40,13 +40,15 @@ COLLECTIVE_WAIT = "collective_wait"
 ALLOCATOR_SYNC = "allocator_sync"
 
 
-class Advice(msgspec.Struct, frozen=True):
+class Advice(msgspec.Struct, frozen=True, omit_defaults=True):
     """A concrete fix: a title, why and how, and code before / after."""
 
     title: str
     text: str
     before: str
     after: str
+    # What applying it removes, where that is not the kind's (``SyncKind.removes``).
+    removes: str = ""
 
 
 class SyncKind(msgspec.Struct, frozen=True):
@@ -747,10 +749,15 @@ class OpAdvice(msgspec.Struct, frozen=True):
     ops: frozenset[str]
     kinds: frozenset[str]
     advice: Advice
-    # Only for syncs one of whose blocking calls is among these (empty: any call). Such an
-    # entry tells what the calls made, whatever the operators: it is checked before the
-    # copy patterns and the entries without calls.
-    apis: frozenset[str] = frozenset()
+    # Only for sites each of whose syncs made every call of one of these sets (empty: any
+    # calls). Such an entry tells what the calls did: it is checked before the copy
+    # patterns and the entries without calls.
+    apis: tuple[frozenset[str], ...] = ()
+    # Only where one of ``ops`` is the chain's innermost operator (the sync is its own
+    # code, not that of an operator it calls).
+    innermost: bool = False
+    # Only for sites that sync at most once in each trace (once in each process).
+    once: bool = False
 
 
 # Convolutions as the trace names them (cuDNN's and MIOpen's own, and the dispatching ops
@@ -782,13 +789,21 @@ CONVOLUTION_OPS = frozenset(
     }
 )
 
-# A library setting itself up on its first call in a process: cuBLAS in the first matrix
-# multiply, cuDNN in the first convolution, RNN or cuDNN attention. The set-up frees as well
-# as allocates (``cudaFree`` in every such recording: an H100's, docs/validation.md section
-# 10, and a public trace's), which the operation's own output and workspace allocations
-# never do (``aten::mm`` allocates its output with no ``aten::empty`` under it, so a
-# ``cudaMalloc`` alone in a multiply is the caching allocator's cache miss).
-SETUP_FREES = frozenset({"cudaFree", "hipFree"})
+# A library setting itself up on its first call in a process (docs/validation.md, section
+# 10): once per process, and with calls the operation's own output and workspace
+# allocations never make. cuBLAS frees inside the multiply itself (an H100's recording and a
+# public trace's): ``aten::mm`` allocates its output with no ``aten::empty`` under it, so a
+# ``cudaMalloc`` alone there is the caching allocator's cache miss, and a free under another
+# operator is the allocator freeing its cache to retry. cuDNN frees and allocates pinned
+# host memory (every recording: a convolution forward and backward, an RNN's weights,
+# cuDNN attention), which the caching allocator never does.
+CUBLAS_SETUP_CALLS = tuple(
+    frozenset({name}) for name in ("cudaFree", "cuMemFree", "cuMemFree_v2", "hipFree")
+)
+CUDNN_SETUP_CALLS = (
+    frozenset({"cudaFree", "cudaHostAlloc"}),
+    frozenset({"hipFree", "hipHostMalloc"}),
+)
 # Matrix multiplies as the trace names them: cuBLAS and cuBLASLt (hipBLAS / hipBLASLt on
 # ROCm) run inside them.
 MATMUL_OPS = frozenset(
@@ -835,31 +850,26 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             text=(
                 "The first matrix multiply in a process creates cuBLAS's handle and "
                 "workspace and loads its kernels: `cudaMalloc` and `cudaFree`, or a blocking "
-                "copy, made by the multiply itself (84-102 ms of host time on an H100 with "
-                "CUDA 13, once). Once is expected: profile after a warm-up step, or run one "
-                "multiply before profiling. Where the same line allocates in later steps "
-                "too, the caching allocator cannot serve its output and workspace: shapes "
-                "that change, a stream created anew each step (each stream has a cache "
-                "of its own), or memory so short that the allocator frees its cache to "
-                "retry (`torch.cuda.memory_stats()['num_alloc_retries']`): keep shapes "
-                "fixed, and create side streams once."
+                "copy, made by the multiply itself, once. On an H100 with CUDA 13 such a "
+                "first step took 84-102 ms, the steps after it 0.2-1.2 ms. It is not a cost "
+                "of the steady state: profile after a warm-up step, or run one multiply "
+                "before profiling, and the profile shows the steps as they run."
             ),
             before=(
                 "prof = profile(schedule=schedule(wait=0, warmup=0, active=3))\n"
                 "for batch in loader:\n"
-                "    side = torch.cuda.Stream()   # new each step\n"
-                "    with torch.cuda.stream(side):\n"
-                "        out = head(features)\n"
+                "    train_step(batch); prof.step()\n"
             ),
             after=(
                 "prof = profile(schedule=schedule(wait=1, warmup=1, active=3))\n"
-                "side = torch.cuda.Stream()       # once\n"
                 "for batch in loader:\n"
-                "    with torch.cuda.stream(side):\n"
-                "        out = head(features)\n"
+                "    train_step(batch); prof.step()\n"
             ),
+            removes="the set-up from the profiled steps (it still runs once, before them)",
         ),
-        apis=SETUP_FREES,
+        apis=CUBLAS_SETUP_CALLS,
+        innermost=True,
+        once=True,
     ),
     OpAdvice(
         CUDNN_OPS,
@@ -869,14 +879,11 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             text=(
                 "The first convolution, RNN or cuDNN attention in a process creates cuDNN's "
                 "handle, allocates its workspace and builds or loads its kernels: "
-                "`cudaMalloc`, `cudaFree` and `cudaHostAlloc` made inside the operation. On "
-                "an H100 the first step took 239 ms with a convolution, 140 ms with an "
-                "LSTM and 71 ms with cuDNN attention, against 0.1-3 ms in the steps after. "
-                "Once is expected: profile after a warm-up step, or run the model once "
-                "before profiling. Seen in later steps too, the operation allocates its "
-                "workspace and output anew: shapes that change (each new shape gets its "
-                "own plan), or memory so short that the allocator frees its cache to retry "
-                "(`torch.cuda.memory_stats()['num_alloc_retries']`)."
+                "`cudaMalloc`, `cudaFree` and `cudaHostAlloc` made inside the operation, "
+                "once. On an H100 such a first step took 239 ms with a convolution and "
+                "71 ms with cuDNN attention, the steps after it 0.1-1.5 ms. It is not a cost "
+                "of the steady state: profile after a warm-up step, or run the model once "
+                "before profiling, and the profile shows the steps as they run."
             ),
             before=(
                 "prof = profile(schedule=schedule(wait=0, warmup=0, active=3))\n"
@@ -888,8 +895,10 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "for batch in loader:\n"
                 "    loss = model(batch).sum(); loss.backward(); prof.step()\n"
             ),
+            removes="the set-up from the profiled steps (it still runs once, before them)",
         ),
-        apis=SETUP_FREES,
+        apis=CUDNN_SETUP_CALLS,
+        once=True,
     ),
     OpAdvice(
         CONVOLUTION_OPS,
@@ -1416,6 +1425,7 @@ def advice_for(
     forward_ops: Sequence[str] = (),
     frames: Iterable[tuple[str, str]] = (),
     apis: Iterable[str] = (),
+    most_in_one_trace: int = 0,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -1423,7 +1433,8 @@ def advice_for(
     user wrote (``x[mask]``'s backward syncs in ``aten::nonzero``, and its fix is the
     mask's): they pick an operator's fix first; the copy patterns read ``ops`` alone.
     ``frames``: ``(file, function)`` of the syncs' stacks, for a library's own fix.
-    ``apis``: the syncs' blocking calls, for the fixes that depend on them."""
+    ``apis``: the blocking calls every one of the syncs made, and ``most_in_one_trace``
+    the most of them in one trace, for the fixes that depend on them."""
     record = kind(kind_name)
     # A print, then a library's own fix (its code is not the user's to change), then what
     # was copied, then the operators.
@@ -1435,9 +1446,10 @@ def advice_for(
                 entry.advice
                 for entry in OP_ADVICE
                 if entry.apis
-                and not entry.apis.isdisjoint(called)
                 and kind_name in entry.kinds
-                and not entry.ops.isdisjoint(ops)
+                and any(calls <= called for calls in entry.apis)
+                and (ops[-1] in entry.ops if entry.innermost else not entry.ops.isdisjoint(ops))
+                and (not entry.once or most_in_one_trace <= 1)
             ),
             None,
         )
@@ -1457,7 +1469,7 @@ def advice_for(
             record.advice,
         )
     fields = msgspec.to_builtins(refinement)
-    fields["removes"] = record.removes
+    fields["removes"] = refinement.removes or record.removes
     return fields
 
 

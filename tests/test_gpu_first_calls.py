@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from contextlib import nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -100,14 +100,15 @@ def test_cudnns_first_calls_get_its_setup_advice_and_its_output_allocations_do_n
     )
 
 
-def test_a_new_stream_every_step_allocates_in_the_multiply_every_step() -> None:
-    """Step 1 sets cuBLAS up; steps 2 and 3 allocate the output and workspace on the new
-    stream's own cache (cudaMalloc twice, no free): one site, whose advice covers both."""
+def test_a_site_that_allocates_in_later_steps_too_keeps_the_allocators_advice() -> None:
+    """A new stream every step: step 1 sets cuBLAS up; steps 2 and 3 allocate the output
+    and workspace on the new stream's own cache (cudaMalloc twice, no free). One site at
+    the line, syncing every step: not a first call, whatever its first sync was."""
     report = _report("matmul_new_stream")
-    (setup,) = [s for s in report.sites if s.ops and s.ops[-1] in catalogue.MATMUL_OPS]
-    assert setup.advice["title"] == CUBLAS_TITLE
-    assert setup.count == report.summary.step_count == 3
-    assert "create side streams once" in setup.advice["text"]
+    (site,) = [s for s in report.sites if s.ops and s.ops[-1] in catalogue.MATMUL_OPS]
+    assert site.count == report.summary.step_count == 3
+    assert "cudaFree" in site.apis  # the first step's set-up is among its syncs
+    assert site.advice["title"] == ALLOCATOR_TITLE
 
 
 def test_same_device_copies_are_not_syncs() -> None:
@@ -118,44 +119,91 @@ def test_same_device_copies_are_not_syncs() -> None:
     assert catalogue.BLOCKING_HOST_TO_DEVICE not in kinds
 
 
-@pytest.mark.parametrize(
-    ("outer", "inner", "apis", "title"),
-    [
-        # cuBLAS's own set-up, as the H100 recorded it and as an older cuBLAS copied its
-        # tables (a public trace's cudaFree and blocking HtoD copy inside aten::addmm).
-        ("aten::linear", "aten::addmm", ("cudaMalloc", "cudaFree"), CUBLAS_TITLE),
-        ("aten::linear", "aten::addmm", ("cudaFree", "cudaMemcpy"), CUBLAS_TITLE),
-        ("aten::matmul", "aten::mm", ("hipMalloc", "hipFree"), CUBLAS_TITLE),
-        ("aten::conv2d", "aten::miopen_convolution", ("hipMalloc", "hipFree"), CUDNN_TITLE),
-        # A structured kernel's output allocated with no aten::empty under it (a cache
-        # miss: shapes that change), and the output's aten::empty: the allocator's advice.
-        ("aten::linear", "aten::addmm", ("cudaMalloc",), None),
-        ("aten::linear", "aten::empty", ("cudaMalloc",), None),
-        ("aten::conv2d", "aten::cudnn_convolution", ("cudaMalloc",), None),
-    ],
-)
-def test_only_a_sync_made_by_the_library_call_while_freeing_is_its_setup(
-    tmp_path: Path, outer: str, inner: str, apis: tuple[str, ...], title: str | None
-) -> None:
+def _site(tmp_path: Path, chains: list[tuple[list[str], tuple[str, ...]]]):
+    """The one site of a trace with a step per entry of ``chains``: the operators, outermost
+    first, and the blocking calls made in the innermost."""
     from kineto_builder import KinetoTraceBuilder
 
     b = KinetoTraceBuilder()
-    with b.step(1):
-        b.kernel(dur=300)
-        with b.op(outer, stack=[("train.py", 9, "train_step")]):
-            with b.op("aten::addmm" if inner == "aten::empty" else inner):
-                with b.op(inner) if inner == "aten::empty" else nullcontext():
-                    for api in apis:
-                        if api == "cudaMemcpy":
-                            b.runtime(api, memcpy=("HtoD", "Pageable"), bytes=112)
-                        else:  # a syncing call waits until the device drains
-                            b.runtime(api, dur=max(5, b.device_now - b.now + 1))
+    for number, (ops, apis) in enumerate(chains, start=1):
+        with b.step(number):
+            b.kernel(dur=300)
+            with ExitStack() as scope:
+                scope.enter_context(b.op(ops[0], stack=[("train.py", 9, "train_step")]))
+                for op in ops[1:]:
+                    scope.enter_context(b.op(op))
+                for api in apis:
+                    if api == "cudaMemcpy":
+                        b.runtime(api, memcpy=("HtoD", "Pageable"), bytes=112)
+                    elif api in ("cudaHostAlloc", "hipHostMalloc"):
+                        b.runtime(api, dur=5)
+                    else:  # a syncing call waits until the device drains
+                        b.runtime(api, dur=max(5, b.device_now - b.now + 1))
                 b.kernel(dur=50)
     report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
     (site,) = report.sites
-    copies = "cudaMemcpy" in apis
+    return site
+
+
+LINEAR = ["aten::linear", "aten::addmm"]
+CONV = ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"]
+
+
+@pytest.mark.parametrize(
+    ("steps", "title"),
+    [
+        # cuBLAS's own set-up, as the H100 recorded it, as an older cuBLAS copied its tables
+        # (a public trace's cudaFree and blocking HtoD copy inside aten::addmm), through the
+        # driver API, and on ROCm.
+        ([(LINEAR, ("cudaMalloc", "cudaFree"))], CUBLAS_TITLE),
+        ([(LINEAR, ("cudaFree", "cudaMemcpy"))], CUBLAS_TITLE),
+        ([(LINEAR, ("cuMemAlloc_v2", "cuMemFree_v2"))], CUBLAS_TITLE),
+        ([(["aten::matmul", "aten::mm"], ("hipMalloc", "hipFree"))], CUBLAS_TITLE),
+        # cuDNN's: a free and pinned host memory, forward and (below a clone) backward.
+        ([(CONV, ("cudaMalloc", "cudaFree", "cudaHostAlloc"))], CUDNN_TITLE),
+        (
+            [
+                (
+                    ["aten::convolution_backward", "aten::contiguous", "aten::empty"],
+                    ("cudaMalloc", "cudaFree", "cudaHostAlloc"),
+                )
+            ],
+            CUDNN_TITLE,
+        ),
+        (
+            [(["aten::conv2d", "aten::miopen_convolution"], ("hipFree", "hipHostMalloc"))],
+            CUDNN_TITLE,
+        ),
+        # A structured kernel's output allocated with no aten::empty under it (a cache
+        # miss: shapes that change), and the output's aten::empty: the allocator's.
+        ([(LINEAR, ("cudaMalloc",))], None),
+        ([(["aten::linear", "aten::addmm", "aten::empty"], ("cudaMalloc",))], None),
+        ([(CONV, ("cudaMalloc",))], None),
+        # The allocator freeing its cache to retry: under another operator than the
+        # multiply, in a convolution that is not cuDNN's (no pinned memory), or every step.
+        ([(["aten::matmul", "aten::reshape", "aten::clone"], ("cudaMalloc", "cudaFree"))], None),
+        (
+            [
+                (
+                    ["aten::conv2d", "aten::_conv_depthwise2d"],
+                    ("cudaMalloc", "cudaFree", "cudaMalloc"),
+                )
+            ],
+            None,
+        ),
+        ([(LINEAR, ("cudaMalloc", "cudaFree", "cudaMalloc"))] * 3, None),
+        # A set-up in step 1 and cache misses at the same line after it: one site, not a
+        # first call.
+        ([(LINEAR, ("cudaMalloc", "cudaFree"))] + [(LINEAR, ("cudaMalloc",))] * 2, None),
+    ],
+)
+def test_only_a_librarys_own_calls_made_once_are_its_setup(
+    tmp_path: Path, steps: list[tuple[list[str], tuple[str, ...]]], title: str | None
+) -> None:
+    site = _site(tmp_path, steps)
+    copies = any("cudaMemcpy" in apis for _ops, apis in steps)
     assert site.kind == (catalogue.BLOCKING_HOST_TO_DEVICE if copies else catalogue.ALLOCATOR_SYNC)
-    if title is None:
-        assert site.advice["title"] == ALLOCATOR_TITLE
-    else:
-        assert site.advice["title"] == title
+    assert site.count == len(steps)
+    assert site.advice["title"] == (title or ALLOCATOR_TITLE)
+    if title:
+        assert site.advice["removes"].startswith("the set-up from the profiled steps")

@@ -269,7 +269,8 @@ KINDS: tuple[SyncKind, ...] = (
             text=(
                 "`cudaMalloc` / `cudaFree` synchronize the device. PyTorch's caching allocator "
                 "calls them only when it has to grow or give memory back: in the first steps "
-                "(cuDNN benchmark warm-up, the optimizer's state) that is expected; in later "
+                "(a library's first call, cuDNN benchmark warm-up, the optimizer's state) "
+                "that is expected; in later "
                 "steps it means new shapes, fragmentation or an emptied cache. Do not call "
                 "`torch.cuda.empty_cache()` in the loop, pad variable lengths to a few bucket "
                 "sizes, allocate buffers once, and set "

@@ -150,11 +150,16 @@ def build_sites(
                     # One member's stack: a site's syncs come through one call of one
                     # line, so through the same library code (a long run has thousands).
                     [(f.file, f.func) for f in next((s.stack for s in members if s.stack), [])],
-                    # What every sync called, and how often one trace synced here: a fix
-                    # that one sync's calls tell (a library's set-up, once) is not that of
+                    # What every sync called, and the library call each is the first of:
+                    # a fix that one sync's calls tell (a library's set-up) is not that of
                     # the site's others.
                     set.intersection(*(set(s.apis) for s in members)),
-                    max(Counter(s.trace for s in members).values()),
+                    None
+                    if any(s.first_call_of is None for s in members)
+                    else [
+                        (s.first_call_of, bool(s.op_chain) and s.op_chain[-1] == s.first_call_of)
+                        for s in members
+                    ],
                 ),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),

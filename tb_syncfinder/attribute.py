@@ -14,7 +14,12 @@ from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 from tb_syncfinder.callorder import N, P
-from tb_syncfinder.catalogue import API_CALLEES, PROFILER_STOP_APIS
+from tb_syncfinder.catalogue import (
+    API_CALLEES,
+    LIBRARY_SETUP_OPS,
+    PROFILER_STOP_APIS,
+    SETUP_CALLS,
+)
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import (
@@ -304,8 +309,29 @@ class Attributor:
         self._kid_starts: dict[tuple[Any, Any, int], list[float]] = {}
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._started: dict[Any, float | None] = {}
+        self._first_library_calls: dict[Any, dict[str, int]] = {}
 
     # -- indexes -----------------------------------------------------------------------
+    def first_call_of(self, thread: HostThread, op_nodes: Sequence[int]) -> str | None:
+        """The library operator (``LIBRARY_SETUP_OPS``, the innermost such of ``op_nodes``)
+        when that node is its name's first on the thread: a library's first call in the
+        trace, where it may set itself up. None otherwise."""
+        nodes = thread.nodes
+        index = next((i for i in reversed(op_nodes) if nodes[i].name in LIBRARY_SETUP_OPS), -1)
+        if index < 0:
+            return None
+        key = (thread.pid, thread.tid)
+        firsts = self._first_library_calls.get(key)
+        if firsts is None:  # one pass per thread, for the first sync that asks
+            firsts = self._first_library_calls[key] = {}
+            kinds = thread.kinds
+            for i, node in enumerate(nodes):
+                name = node.name
+                if name in LIBRARY_SETUP_OPS and name not in firsts and kinds[i] == OP:
+                    firsts[name] = i
+        name = nodes[index].name
+        return name if firsts.get(name) == index else None
+
     def tree(self, thread: HostThread) -> _PythonTree:
         key = (thread.pid, thread.tid)
         tree = self._trees.get(key)
@@ -798,10 +824,14 @@ class Attributor:
         api, apis, device_id, nbytes = _calls_of(
             tl, episode, chain, nodes[anchor].name if anchor >= 0 else ""
         )
+        first_call = None
+        if op_nodes and not SETUP_CALLS.isdisjoint(apis):
+            first_call = self.first_call_of(thread, op_nodes)
         attribution = Attribution(
             api=api,
             apis=apis,
             op_chain=chain,
+            first_call_of=first_call,
             step=step.number if step is not None else None,
             thread=thread.tid,
             ts_us=episode.ts,

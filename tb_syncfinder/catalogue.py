@@ -757,8 +757,9 @@ class OpAdvice(msgspec.Struct, frozen=True):
     # Only where one of ``ops`` is the chain's innermost operator (the sync is its own
     # code, not that of an operator it calls).
     innermost: bool = False
-    # Only for sites that sync at most once in each trace (once in each process).
-    once: bool = False
+    # Only for sites each of whose syncs is inside the first call of one of ``ops`` on its
+    # thread in the trace (``Sync.first_call_of``).
+    first_call: bool = False
 
 
 # Convolutions as the trace names them (cuDNN's and MIOpen's own, and the dispatching ops
@@ -842,6 +843,12 @@ CUDNN_OPS = CONVOLUTION_OPS | frozenset(
     }
 )
 
+# The operators whose first call in a process may set their library up, and the calls
+# that tell such a set-up (any of them): the attribute stage asks whether a sync is inside
+# such a first call only where it made one of these (``Sync.first_call_of``).
+LIBRARY_SETUP_OPS = MATMUL_OPS | CUDNN_OPS
+SETUP_CALLS = frozenset().union(*CUBLAS_SETUP_CALLS, *CUDNN_SETUP_CALLS)
+
 OP_ADVICE: tuple[OpAdvice, ...] = (
     OpAdvice(
         MATMUL_OPS,
@@ -870,7 +877,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         ),
         apis=CUBLAS_SETUP_CALLS,
         innermost=True,
-        once=True,
+        first_call=True,
     ),
     OpAdvice(
         CUDNN_OPS,
@@ -899,7 +906,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             removes="the set-up from the profiled steps (it still runs once, before them)",
         ),
         apis=CUDNN_SETUP_CALLS,
-        once=True,
+        first_call=True,
     ),
     OpAdvice(
         CONVOLUTION_OPS,
@@ -1426,7 +1433,7 @@ def advice_for(
     forward_ops: Sequence[str] = (),
     frames: Iterable[tuple[str, str]] = (),
     apis: Iterable[str] = (),
-    most_in_one_trace: int = 0,
+    first_calls: Iterable[tuple[str, bool]] | None = None,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -1434,14 +1441,17 @@ def advice_for(
     user wrote (``x[mask]``'s backward syncs in ``aten::nonzero``, and its fix is the
     mask's): they pick an operator's fix first; the copy patterns read ``ops`` alone.
     ``frames``: ``(file, function)`` of the syncs' stacks, for a library's own fix.
-    ``apis``: the blocking calls every one of the syncs made, and ``most_in_one_trace``
-    the most of them in one trace, for the fixes that depend on them."""
+    ``apis``: the blocking calls every one of the syncs made, and ``first_calls`` the
+    library operator each sync is inside the first call of, with whether that operator
+    is its chain's innermost (None: some sync is in no first call), for the fixes that
+    depend on them (a library's set-up)."""
     record = kind(kind_name)
     # A print, then a library's own fix (its code is not the user's to change), then what
     # was copied, then the operators.
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
     if refinement is None and ops:
         called = set(apis)
+        firsts = None if first_calls is None else list(first_calls)
         refinement = next(
             (
                 entry.advice
@@ -1450,7 +1460,16 @@ def advice_for(
                 and kind_name in entry.kinds
                 and any(calls <= called for calls in entry.apis)
                 and (ops[-1] in entry.ops if entry.innermost else not entry.ops.isdisjoint(ops))
-                and (not entry.once or most_in_one_trace <= 1)
+                and (
+                    not entry.first_call
+                    or (
+                        bool(firsts)
+                        and all(
+                            op in entry.ops and (innermost or not entry.innermost)
+                            for op, innermost in firsts  # type: ignore[union-attr]
+                        )
+                    )
+                )
             ),
             None,
         )

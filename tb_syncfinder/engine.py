@@ -378,6 +378,7 @@ def _build_sync(
         ),
         saving_method="bound" if saving is None else "replay",
         copy_direction_guessed=episode.direction_guessed,
+        first_call_of=attribution.first_call_of,
     )
 
 

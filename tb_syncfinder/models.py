@@ -200,6 +200,10 @@ class Attribution(msgspec.Struct):
     forward_stack: list[Frame] = field(default_factory=list)
     forward_call: CallQuery | None = None
     run_by_call: CallQuery | None = None
+    # The library operator (``catalogue.LIBRARY_SETUP_OPS``, the chain's innermost such)
+    # whose first call on the thread in the trace the sync is inside, where the sync made
+    # a library set-up's call (``catalogue.SETUP_CALLS``); None otherwise.
+    first_call_of: str | None = None
     profiler_overhead: bool = False  # issued by the profiler's own code (torch/profiler)
 
 
@@ -263,6 +267,10 @@ class Sync(msgspec.Struct):
     # A copy whose direction no record of the trace gives (no CUPTI copy record, torch_npu's
     # host side): its kind, device_to_host_copy, is a guess (an upload looks the same).
     copy_direction_guessed: bool = False
+    # Inside the first call on its thread in the trace of this library operator, where the
+    # sync made a library set-up's call (``catalogue.SETUP_CALLS``): a library (cuBLAS,
+    # cuDNN) setting itself up; None otherwise.
+    first_call_of: str | None = None
 
 
 class Site(msgspec.Struct):

@@ -119,9 +119,9 @@ def test_same_device_copies_are_not_syncs() -> None:
     assert catalogue.BLOCKING_HOST_TO_DEVICE not in kinds
 
 
-def _site(tmp_path: Path, chains: list[tuple[list[str], tuple[str, ...]]]):
-    """The one site of a trace with a step per entry of ``chains``: the operators, outermost
-    first, and the blocking calls made in the innermost."""
+def _write(path: Path, chains: list[tuple[list[str], tuple[str, ...]]]) -> Path:
+    """A trace with a step per entry of ``chains``: the operators, outermost first, and
+    the blocking calls made in the innermost (none: the operators run without syncing)."""
     from kineto_builder import KinetoTraceBuilder
 
     b = KinetoTraceBuilder()
@@ -140,7 +140,12 @@ def _site(tmp_path: Path, chains: list[tuple[list[str], tuple[str, ...]]]):
                     else:  # a syncing call waits until the device drains
                         b.runtime(api, dur=max(5, b.device_now - b.now + 1))
                 b.kernel(dur=50)
-    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    return b.write(path)
+
+
+def _site(tmp_path: Path, chains: list[tuple[list[str], tuple[str, ...]]]):
+    """The one site of a trace of ``chains`` (``_write``)."""
+    report = analyze(_write(tmp_path / "run" / "w.pt.trace.json", chains))
     (site,) = report.sites
     return site
 
@@ -207,3 +212,35 @@ def test_only_a_librarys_own_calls_made_once_are_its_setup(
     assert site.advice["title"] == (title or ALLOCATOR_TITLE)
     if title:
         assert site.advice["removes"].startswith("the set-up from the profiled steps")
+
+
+def test_a_free_in_a_multiply_that_ran_before_is_no_setup(tmp_path: Path) -> None:
+    """A review's case: the multiply runs 20 steps without syncing, then frees and
+    allocates once in step 21 (the allocator retrying): not the library's first call."""
+    quiet = [(LINEAR, ())] * 20
+    site = _site(tmp_path, [*quiet, (LINEAR, ("cudaMalloc", "cudaFree"))])
+    assert site.count == 1 and site.steps == [21]
+    assert site.advice["title"] == ALLOCATOR_TITLE
+
+
+def test_each_sync_of_a_site_must_be_its_own_operators_first_call(tmp_path: Path) -> None:
+    """A review's case: one line, two ranks. Rank 0 frees under the multiply's output
+    allocation (aten::empty: the allocator's), rank 1 in the multiply itself (cuBLAS's
+    set-up). The merged operator list ends in the multiply; the site is not all set-up."""
+    run = tmp_path / "run"
+    _write(run / "r0.pt.trace.json", [(LINEAR + ["aten::empty"], ("cudaMalloc", "cudaFree"))])
+    _write(
+        run / "r1.pt.trace.json", [(["aten::linear", "aten::matmul", "aten::mm"], ("cudaFree",))]
+    )
+    report = analyze(run)
+    (site,) = report.sites
+    assert site.count == 2
+    assert site.advice["title"] == ALLOCATOR_TITLE
+    firsts = {s.trace.rsplit("/", 1)[-1]: s.first_call_of for s in report.syncs}
+    assert firsts == {"r0.pt.trace.json": "aten::addmm", "r1.pt.trace.json": "aten::mm"}
+
+
+def test_the_json_names_the_library_call_a_sync_is_the_first_of() -> None:
+    data = _report("first_conv").to_json()
+    firsts = sorted(s["first_call_of"] or "" for s in data["syncs"])
+    assert firsts == ["", "", "", "", "aten::convolution_backward", "aten::cudnn_convolution"]

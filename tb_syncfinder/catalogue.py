@@ -270,8 +270,8 @@ KINDS: tuple[SyncKind, ...] = (
                 "`cudaMalloc` / `cudaFree` synchronize the device. PyTorch's caching allocator "
                 "calls them only when it has to grow or give memory back: in the first steps "
                 "(a library's first call, cuDNN benchmark warm-up, the optimizer's state) "
-                "that is expected; in later "
-                "steps it means new shapes, fragmentation or an emptied cache. Do not call "
+                "that is expected; in later steps it means new shapes, fragmentation or an "
+                "emptied cache. Do not call "
                 "`torch.cuda.empty_cache()` in the loop, pad variable lengths to a few bucket "
                 "sizes, allocate buffers once, and set "
                 "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so the allocator grows a "
@@ -792,8 +792,8 @@ CONVOLUTION_OPS = frozenset(
 )
 
 # A library setting itself up on its first call in a process (docs/validation.md, section
-# 10): once per process, and with calls the operation's own output and workspace
-# allocations never make. cuBLAS frees inside the multiply itself (an H100's recording and a
+# 10): inside the first call of its operator, with calls the operation's own output and
+# workspace allocations never make. cuBLAS frees inside the multiply itself (an H100's recording and a
 # public trace's): ``aten::mm`` allocates its output with no ``aten::empty`` under it, so a
 # ``cudaMalloc`` alone there is the caching allocator's cache miss, and a free under another
 # operator is the allocator freeing its cache to retry. cuDNN frees and allocates pinned

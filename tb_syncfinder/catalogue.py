@@ -793,12 +793,13 @@ CONVOLUTION_OPS = frozenset(
 
 # A library setting itself up on its first call in a process (docs/validation.md, section
 # 10): inside the first call of its operator, with calls the operation's own output and
-# workspace allocations never make. cuBLAS frees inside the multiply itself (an H100's recording and a
-# public trace's): ``aten::mm`` allocates its output with no ``aten::empty`` under it, so a
-# ``cudaMalloc`` alone there is the caching allocator's cache miss, and a free under another
-# operator is the allocator freeing its cache to retry. cuDNN frees and allocates pinned
-# host memory (every recording: a convolution forward and backward, an RNN's weights,
-# cuDNN attention), which the caching allocator never does.
+# workspace allocations never make. cuBLAS frees inside the multiply itself (an H100's
+# recording and a public trace's): ``aten::mm`` allocates its output with no
+# ``aten::empty`` under it, so a ``cudaMalloc`` alone there is the caching allocator's
+# cache miss, and a free under another operator is the allocator freeing its cache to
+# retry. cuDNN frees and allocates pinned host memory (every recording: a convolution
+# forward and backward, an RNN's weights, cuDNN attention), which the device's caching
+# allocator never does.
 CUBLAS_SETUP_CALLS = tuple(
     frozenset({name}) for name in ("cudaFree", "cuMemFree", "cuMemFree_v2", "hipFree")
 )

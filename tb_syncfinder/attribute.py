@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from tb_syncfinder.callorder import N, P
 from tb_syncfinder.catalogue import (
     API_CALLEES,
+    CUDNN_OPS,
     LIBRARY_SETUP_OPS,
+    MATMUL_OPS,
     PROFILER_STOP_APIS,
     SETUP_CALLS,
 )
@@ -309,28 +311,33 @@ class Attributor:
         self._kid_starts: dict[tuple[Any, Any, int], list[float]] = {}
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._started: dict[Any, float | None] = {}
-        self._first_library_calls: dict[Any, dict[str, int]] = {}
+        self._first_library_calls: dict[Any, float] = {}
 
     # -- indexes -----------------------------------------------------------------------
     def first_call_of(self, thread: HostThread, op_nodes: Sequence[int]) -> str | None:
         """The library operator (``LIBRARY_SETUP_OPS``, the innermost such of ``op_nodes``)
-        when that node is its name's first on the thread: a library's first call in the
-        trace, where it may set itself up. None otherwise."""
+        when no call of that library (cuBLAS: any multiply; cuDNN: any of its operations)
+        ended on the thread before it began, in a trace that starts at the program's first
+        step (a schedule that waited profiled no first call): a library's first call, where
+        it may set itself up. None otherwise."""
         nodes = thread.nodes
         index = next((i for i in reversed(op_nodes) if nodes[i].name in LIBRARY_SETUP_OPS), -1)
-        if index < 0:
+        if index < 0 or (self.tl.steps and self.tl.steps[0].number != 0):
             return None
-        key = (thread.pid, thread.tid)
-        firsts = self._first_library_calls.get(key)
-        if firsts is None:  # one pass per thread, for the first sync that asks
-            firsts = self._first_library_calls[key] = {}
-            kinds = thread.kinds
-            for i, node in enumerate(nodes):
-                name = node.name
-                if name in LIBRARY_SETUP_OPS and name not in firsts and kinds[i] == OP:
-                    firsts[name] = i
-        name = nodes[index].name
-        return name if firsts.get(name) == index else None
+        library = MATMUL_OPS if nodes[index].name in MATMUL_OPS else CUDNN_OPS
+        key = (thread.pid, thread.tid, library is MATMUL_OPS)
+        first_end = self._first_library_calls.get(key)
+        if first_end is None:  # one pass per thread and library, for the first sync that asks
+            kinds, ends = thread.kinds, thread.ends
+            first_end = self._first_library_calls[key] = min(
+                (
+                    ends[i]
+                    for i, node in enumerate(nodes)
+                    if node.name in library and kinds[i] == OP
+                ),
+                default=float("inf"),
+            )
+        return nodes[index].name if thread.starts[index] < first_end else None
 
     def tree(self, thread: HostThread) -> _PythonTree:
         key = (thread.pid, thread.tid)

@@ -153,6 +153,8 @@ _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
+_CAT = attrgetter("cat")
+_COPY_CATS = frozenset(("gpu_memcpy", "gpu_memset"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -3032,6 +3034,12 @@ class _Builder:
 
         # Is the linking good enough to replay?
         unlinked_mid = 0
+        # Copies are counted apart: a library's own copies through the driver API (cuFFT
+        # uploads each new plan's tables with cuMemcpyHtoD) reach the trace as device
+        # copies whose call Kineto did not record, while kernels launched through the
+        # driver keep theirs (cuLaunchKernel). Such copies say nothing of broken links.
+        unlinked_copies = 0
+        is_copy = np.fromiter(map(_COPY_CATS.__contains__, map(_CAT, events)), bool, n)
         # Activity a stream ran before its first recorded launch was launched before the
         # trace began (a warm-up step's work still queued): no profiled step's.
         self.queued_before = np.zeros(n, dtype=bool)
@@ -3041,6 +3049,7 @@ class _Builder:
             lane_linked = linked[lo:hi]
             first = np.argmax(lane_linked) if lane_linked.any() else hi - lo
             unlinked_mid += int((~lane_linked[first:]).sum())
+            unlinked_copies += int((~lane_linked[first:] & is_copy[lo + first : hi]).sum())
             if lane_linked.any():
                 self.queued_before[lo : lo + first] = True
         prefix = int((~linked).sum()) - unlinked_mid - len(self.ghosts)
@@ -3048,13 +3057,15 @@ class _Builder:
             device_items=float(n),
             unlinked_before_first_launch=float(prefix),
             unlinked_items=float(unlinked_mid),
+            unlinked_copies=float(unlinked_copies),
         )
         if n > len(self.ghosts) and not linked.any():
             return (
                 f"none of the {n} device activities is linked to a runtime call "
                 "(correlation ids and ac2g flows missing)"
             )
-        if unlinked_mid > max(2, MAX_UNLINKED_SHARE * n):
+        unlinked_kernels = unlinked_mid - unlinked_copies
+        if unlinked_kernels > max(2, MAX_UNLINKED_SHARE * n):
             return (
                 f"{unlinked_mid} of {n} device activities have no launching runtime call "
                 "(missing or inconsistent correlation ids / ac2g flows)"
@@ -3064,10 +3075,16 @@ class _Builder:
                 f"{prefix} device activities were queued before the first recorded launch "
                 "on their stream: kept at their recorded times"
             )
-        if unlinked_mid:
+        if unlinked_kernels:
             self.notes.append(
-                f"{unlinked_mid} device activities have no launching runtime "
+                f"{unlinked_kernels} device activities have no launching runtime "
                 "call: kept at their recorded times"
+            )
+        if unlinked_copies:
+            self.notes.append(
+                f"{unlinked_copies} device copies have no recorded call (a library's own "
+                "copies through the driver API, such as cuFFT setting up a plan): kept at "
+                "their recorded times"
             )
         launched = np.zeros(len(self.rt_ts), dtype=bool)
         launched[d_launch[linked]] = True

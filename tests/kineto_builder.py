@@ -346,6 +346,37 @@ class KinetoTraceBuilder:
         self.now = ts + dur + 1
         return event
 
+    def driver_copy(self, bytes: int = 4096, host_dur: float = 100.0) -> dict[str, Any]:
+        """A library's blocking copy through the driver API (cuFFT uploading a new plan's
+        tables with ``cuMemcpyHtoD``) as Kineto writes it: the device copy and the flow's
+        device end, and no call on the host (Kineto records the driver's launches only), so
+        its correlation id names nothing there. The host is busy for ``host_dur``."""
+        corr = self._corr()
+        ts = self.now
+        dev = self._device_event(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pageable -> Device)",
+            2.0,
+            corr,
+            None,
+            ts,
+            {"bytes": bytes, "memory bandwidth (GB/s)": 1.0},
+        )
+        self.events.append(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": self.device,
+                "tid": self.stream,
+                "ts": dev["ts"],
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
+        self.now = max(ts + host_dur, dev["ts"] + dev["dur"] + 1)
+        return dev
+
     def kernel(
         self,
         name: str = "void at::native::elementwise_kernel<128, 2>()",

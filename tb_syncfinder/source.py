@@ -105,6 +105,25 @@ def _call_name(node: ast.AST) -> str | None:
     return None
 
 
+# torch's namespaced functions run as built-ins named with their namespace:
+# ``torch.fft.rfft2(x)`` shows as ``<built-in function fft_rfft2>``, ``torch.linalg.inv``
+# as ``linalg_inv``, ``torch.special.erf`` as ``special_erf``.
+_BUILTIN_NAMESPACES = ("fft", "linalg", "special", "nested")
+
+
+def _builtin_names(func: ast.AST) -> set[str]:
+    """The built-in names a call of ``func`` may show as in a trace besides its own:
+    ``fft_rfft2`` for ``torch.fft.rfft2`` / ``fft.rfft2``, and for a bare ``rfft2`` (``from
+    torch.fft import rfft2``) each namespace's."""
+    if isinstance(func, ast.Attribute):
+        space = func.value
+        name = space.attr if isinstance(space, ast.Attribute) else getattr(space, "id", None)
+        return {f"{name}_{func.attr}"} if name in _BUILTIN_NAMESPACES else set()
+    if isinstance(func, ast.Name):
+        return {f"{space}_{func.id}" for space in _BUILTIN_NAMESPACES}
+    return set()
+
+
 # What a frame called, by its name in the trace, when that is no call by name in the source:
 # the evaluation points that run it (callorder's kinds).
 _DUNDER_KINDS = {
@@ -359,7 +378,7 @@ def _matcher(
             if name == "step" and isinstance(receiver, ast.Name) and receiver.id in profiler_names:
                 return P, False
             bound = bindings.of_call(node)
-            if name in calls or not calls.isdisjoint(bound):
+            if name in calls or not calls.isdisjoint(bound) or _builtin_names(func) & calls:
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls

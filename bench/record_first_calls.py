@@ -175,5 +175,48 @@ def main() -> None:
     (args.out / "first_calls.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
+# Cases added after the first recordings (cuFFT, the flash and memory-efficient attention
+# kernels, and the LSTM's fix). They stay below the rest so that the traces recorded before
+# still name this file's lines; FIRST_CALL_CASES=a,b records only those.
+import os  # noqa: E402
+
+
+def first_fft(device, torch) -> None:  # noqa: ANN001
+    x = torch.randn(64, 256, 256, device=device)
+    y = torch.fft.rfft2(x)  # first call: cuFFT makes its plan
+    z = torch.fft.irfft2(y)  # the inverse: a second plan
+    del z
+
+
+def _sdpa_backend(device, torch, backend: str) -> None:  # noqa: ANN001
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    q, k, v = (torch.randn(8, 8, 512, 64, device=device, dtype=dtype) for _ in range(3))
+    chosen = getattr(SDPBackend, backend) if device.type == "cuda" else SDPBackend.MATH
+    with sdpa_kernel(chosen):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    del out
+
+
+def first_flash_sdpa(device, torch) -> None:  # noqa: ANN001
+    _sdpa_backend(device, torch, "FLASH_ATTENTION")
+
+
+def first_efficient_sdpa(device, torch) -> None:  # noqa: ANN001
+    _sdpa_backend(device, torch, "EFFICIENT_ATTENTION")
+
+
+CASES = CASES + (
+    "first_fft",
+    "first_fft_warmed",
+    "first_flash_sdpa",
+    "first_efficient_sdpa",
+    "first_lstm_warmed",
+)
+if os.environ.get("FIRST_CALL_CASES"):
+    CASES = tuple(os.environ["FIRST_CALL_CASES"].split(","))
+
+
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,8 @@ from tb_syncfinder.callorder import N, P
 from tb_syncfinder.catalogue import (
     API_CALLEES,
     CUDNN_OPS,
+    FFT_OPS,
+    FFT_SETUP_CALLS,
     LIBRARY_SETUP_OPS,
     MATMUL_OPS,
     PROFILER_STOP_APIS,
@@ -32,7 +34,15 @@ from tb_syncfinder.source import (
     callee_groups,
     init_call,
 )
-from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, STEP_RE, HostThread, Timeline
+from tb_syncfinder.timeline import (
+    ANNOTATION,
+    OP,
+    PYTHON,
+    STEP_RE,
+    HostThread,
+    Timeline,
+    correlation_of,
+)
 
 if TYPE_CHECKING:
     from tb_syncfinder.reader import Args
@@ -312,17 +322,32 @@ class Attributor:
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._started: dict[Any, float | None] = {}
         self._first_library_calls: dict[Any, float] = {}
+        self._unrecorded_copies: list[float] | None = None
 
     # -- indexes -----------------------------------------------------------------------
-    def first_call_of(self, thread: HostThread, op_nodes: Sequence[int]) -> str | None:
+    def first_call_of(
+        self, thread: HostThread, op_nodes: Sequence[int], apis: Iterable[str]
+    ) -> str | None:
         """The library operator (``LIBRARY_SETUP_OPS``, the innermost such of ``op_nodes``)
-        when no call of that library (cuBLAS: any multiply; cuDNN: any of its operations)
-        ended on the thread before it began, in a trace that starts at the program's first
-        step (a schedule that waited profiled no first call): a library's first call, where
-        it may set itself up. None otherwise."""
+        whose call set its library up, given the blocking calls ``apis`` the sync made:
+        for cuBLAS and cuDNN (a set-up call among ``apis``), when no call of that library
+        (cuBLAS: any multiply; cuDNN: any of its operations) ended on the thread before it
+        began, in a trace that starts at the program's first step (a schedule that waited
+        profiled no first call); for cuFFT (an allocator call among ``apis``), when device
+        copies without a recorded call ran inside it (a plan being made). None
+        otherwise."""
         nodes = thread.nodes
         index = next((i for i in reversed(op_nodes) if nodes[i].name in LIBRARY_SETUP_OPS), -1)
-        if index < 0 or (self.tl.steps and self.tl.steps[0].number != 0):
+        if index < 0:
+            return None
+        if nodes[index].name in FFT_OPS:
+            if FFT_SETUP_CALLS.isdisjoint(apis):
+                return None
+            copies = self._unrecorded_copy_starts()
+            at = bisect_left(copies, thread.starts[index])
+            inside = at < len(copies) and copies[at] <= thread.ends[index]
+            return nodes[index].name if inside else None
+        if SETUP_CALLS.isdisjoint(apis) or (self.tl.steps and self.tl.steps[0].number != 0):
             return None
         library = MATMUL_OPS if nodes[index].name in MATMUL_OPS else CUDNN_OPS
         key = (thread.pid, thread.tid, library is MATMUL_OPS)
@@ -338,6 +363,26 @@ class Attributor:
                 default=float("inf"),
             )
         return nodes[index].name if thread.starts[index] < first_end else None
+
+    def _unrecorded_copy_starts(self) -> list[float]:
+        """Starts, sorted, of the device copies whose call the trace did not record (a
+        library's copies through the driver API: ``catalogue.FFT_OPS``); found once."""
+        if self._unrecorded_copies is None:
+            tl = self.tl
+            recorded = {
+                tl.correlation(call, thread)
+                for thread in tl.threads.values()
+                for call in thread.runtime
+            }
+            self._unrecorded_copies = sorted(
+                event.ts
+                for events in tl.lanes.values()
+                for event in events
+                if event.cat == "gpu_memcpy"
+                and (corr := correlation_of(event)) is not None
+                and corr not in recorded
+            )
+        return self._unrecorded_copies
 
     def tree(self, thread: HostThread) -> _PythonTree:
         key = (thread.pid, thread.tid)
@@ -832,8 +877,8 @@ class Attributor:
             tl, episode, chain, nodes[anchor].name if anchor >= 0 else ""
         )
         first_call = None
-        if op_nodes and not SETUP_CALLS.isdisjoint(apis):
-            first_call = self.first_call_of(thread, op_nodes)
+        if op_nodes and not (SETUP_CALLS.isdisjoint(apis) and FFT_SETUP_CALLS.isdisjoint(apis)):
+            first_call = self.first_call_of(thread, op_nodes, apis)
         attribution = Attribution(
             api=api,
             apis=apis,

@@ -844,11 +844,25 @@ CUDNN_OPS = CONVOLUTION_OPS | frozenset(
     }
 )
 
-# The operators whose first call in a process may set their library up, and the calls
-# that tell such a set-up (any of them): the attribute stage asks whether a sync is inside
-# such a first call only where it made one of these (``Sync.first_call_of``).
-LIBRARY_SETUP_OPS = MATMUL_OPS | CUDNN_OPS
+# cuFFT's transforms as the trace names them (the ``aten::fft_*`` functions call these).
+# cuFFT makes a plan for each new transform (size, type, batch) and caches it
+# (``torch.backends.cuda.cufft_plan_cache``); making one uploads its tables with the
+# driver's blocking copies, which Kineto records as device copies without their call (an
+# H200's recording, docs/validation.md section 10). Those copies, inside the transform's
+# call, are what tells a plan being made: the set-up has no call of its own in the trace.
+FFT_OPS = frozenset({"aten::_fft_r2c", "aten::_fft_c2r", "aten::_fft_c2c"})
+ALLOCATOR_CALLS = tuple(
+    frozenset({name})
+    for name in ("cudaMalloc", "cudaFree", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemFree")
+)
+
+# The operators whose call may set their library up, and the calls that tell such a
+# set-up (any of them): the attribute stage asks whether a sync is inside such a call only
+# where it made one of these (``Sync.first_call_of``). cuBLAS and cuDNN set up on their
+# first call on a thread; cuFFT on each call that makes a plan.
+LIBRARY_SETUP_OPS = MATMUL_OPS | CUDNN_OPS | FFT_OPS
 SETUP_CALLS = frozenset().union(*CUBLAS_SETUP_CALLS, *CUDNN_SETUP_CALLS)
+FFT_SETUP_CALLS = frozenset().union(*ALLOCATOR_CALLS)
 
 OP_ADVICE: tuple[OpAdvice, ...] = (
     OpAdvice(
@@ -907,6 +921,34 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             removes="the set-up from the profiled steps (it still runs once, before them)",
         ),
         apis=CUDNN_SETUP_CALLS,
+        first_call=True,
+    ),
+    OpAdvice(
+        FFT_OPS,
+        frozenset({ALLOCATOR_SYNC, BLOCKING_HOST_TO_DEVICE}),
+        Advice(
+            title="cuFFT making a plan for a new transform",
+            text=(
+                "cuFFT makes a plan the first time it sees a transform's size, type and "
+                "batch, uploads the plan's tables with blocking copies, and caches it "
+                "(`torch.backends.cuda.cufft_plan_cache`). On an H200 the first step with "
+                "an `rfft2` took 11.7 ms, the steps after it 0.1-0.3 ms. Once per shape it is "
+                "not a cost of the steady state: profile after a warm-up step, or run each "
+                "transform once before. If the site shows in every step, the shapes change "
+                "from step to step (or outgrow the cache's `max_size`): pad the signals to "
+                "a few fixed lengths so that each plan is made once."
+            ),
+            before=(
+                "for wave in loader:  # a different length every step\n"
+                "    spec = torch.fft.rfft(wave.cuda())\n"
+            ),
+            after=(
+                "n = 1 << (wave.shape[-1] - 1).bit_length()  # a few fixed lengths\n"
+                "spec = torch.fft.rfft(wave.cuda(), n=n)\n"
+            ),
+            removes="making a plan in the profiled steps (each plan is still made once)",
+        ),
+        apis=ALLOCATOR_CALLS,
         first_call=True,
     ),
     OpAdvice(

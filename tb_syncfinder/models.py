@@ -201,8 +201,10 @@ class Attribution(msgspec.Struct):
     forward_call: CallQuery | None = None
     run_by_call: CallQuery | None = None
     # The library operator (``catalogue.LIBRARY_SETUP_OPS``, the chain's innermost such)
-    # whose first call on the thread in the trace the sync is inside, where the sync made
-    # a library set-up's call (``catalogue.SETUP_CALLS``); None otherwise.
+    # whose call set its library up with the sync inside: cuBLAS's or cuDNN's first call on
+    # the thread in the trace, where the sync made a set-up call
+    # (``catalogue.SETUP_CALLS``), or a cuFFT transform that made a plan (device copies
+    # without a recorded call inside it), where the sync allocated; None otherwise.
     first_call_of: str | None = None
     profiler_overhead: bool = False  # issued by the profiler's own code (torch/profiler)
 
@@ -269,7 +271,8 @@ class Sync(msgspec.Struct):
     copy_direction_guessed: bool = False
     # Inside the first call on its thread in the trace of this library operator, where the
     # sync made a library set-up's call (``catalogue.SETUP_CALLS``): a library (cuBLAS,
-    # cuDNN) setting itself up; None otherwise.
+    # cuDNN) setting itself up; or inside a cuFFT transform that made a plan; None
+    # otherwise (``Attribution.first_call_of``).
     first_call_of: str | None = None
 
 

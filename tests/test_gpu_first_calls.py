@@ -426,3 +426,19 @@ def test_unlinked_kernels_still_stop_the_replay_where_unlinked_copies_do_not(
     report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
     assert report.summary.saving_method != "replay"
     assert "have no launching runtime call" in (report.traces[0].saving_note or "")
+
+
+def test_a_new_signal_length_every_step_makes_a_plan_every_step_and_fixed_lengths_once() -> None:
+    """A new length every step: 2.5-302 ms a step unprofiled (lengths with large prime
+    factors plan slowly); padded to a power of two, as cuFFT's advice says: 16.7 ms in the
+    first step, 0.06-0.2 ms after. The report gives cuFFT's advice to the transform in
+    each step that allocated while planning, and to the padded one in its first step
+    only."""
+    new, fixed = _step_ms("fft_new_length"), _step_ms("fft_fixed_length")
+    assert min(new) > 10 * max(fixed[1:])
+    assert fixed[0] > 50 * statistics.median(fixed[1:])
+    for case, steps in (("fft_new_length", [0, 1]), ("fft_fixed_length", [0])):
+        report = _report(case)
+        (site,) = (s for s in report.sites if "aten::_fft_r2c" in s.ops)
+        assert site.advice["title"] == CUFFT_TITLE and site.steps == steps
+        assert _line(site.line).startswith("spec = torch.fft.rfft(wave")

@@ -214,6 +214,26 @@ CASES = CASES + (
     "first_efficient_sdpa",
     "first_lstm_warmed",
 )
+
+
+# A signal of a new length every step, and the fix the advice gives (a few fixed lengths).
+_LENGTHS = iter(range(3000, 1 << 20, 97))
+
+
+def fft_new_length(device, torch) -> None:  # noqa: ANN001
+    wave = torch.randn(64, next(_LENGTHS), device=device)
+    spec = torch.fft.rfft(wave)  # a new length: a new plan
+    del spec
+
+
+def fft_fixed_length(device, torch) -> None:  # noqa: ANN001
+    wave = torch.randn(64, next(_LENGTHS), device=device)
+    n = 1 << (wave.shape[-1] - 1).bit_length()
+    spec = torch.fft.rfft(wave, n=n)  # padded: one plan
+    del spec
+
+
+CASES = CASES + ("fft_new_length", "fft_fixed_length")
 if os.environ.get("FIRST_CALL_CASES"):
     CASES = tuple(os.environ["FIRST_CALL_CASES"].split(","))
 

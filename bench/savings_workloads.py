@@ -374,3 +374,31 @@ TRAIN["policy_sampling"] = policy_sampling
 # Variants beside the pair's baseline and fix that change more than its syncs (recorded and
 # timed, not part of the pair's predicted-vs-measured figure).
 EXTRAS: dict[str, tuple[str, ...]] = {"grad_scaler": ("foreach",)}
+
+
+def linalg_checks(variant, device, size, steps, on_step):
+    """A log-determinant regulariser on the logits' covariance, factored with Cholesky each
+    step (as Gaussian-likelihood losses, whitening and second-order preconditioners do).
+    ``torch.linalg.cholesky`` reads the factorization's error code on the host after the
+    forward; the fix calls ``cholesky_ex``, whose code stays on the device, unread (the
+    covariance is regularised to be positive-definite)."""
+    model, optimizer = mlp(device, size)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        x, labels = host_batch(generator, size, size.host_passes)
+        x, labels = to_device(x, device), to_device(labels, device)
+        out = model(x.to(_dtype(device))).float()
+        centred = out - out.mean(0)
+        eye = torch.eye(out.shape[1], device=device)
+        cov = centred.T @ centred / out.shape[0] + 1e-3 * eye
+        if variant == "fixed":
+            chol = torch.linalg.cholesky_ex(cov).L
+        else:
+            chol = torch.linalg.cholesky(cov)  # sync: linalg
+        loss = F.cross_entropy(out, labels) + 1e-3 * chol.diagonal().log().sum()
+        backward_step(optimizer, loss)
+        on_step()
+
+
+PAIRS = (*PAIRS, "linalg_checks")
+TRAIN["linalg_checks"] = linalg_checks

@@ -655,6 +655,11 @@ OP_KIND_PRECEDENCE: tuple[str, ...] = (DYNAMIC_SHAPE, SCALAR_READBACK)
 # aten::tolist has never been one (a latent finding for it would be a behaviour change of its
 # own to decide), hence the difference.
 LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
+# Operators whose CPU kernels read a scalar that their CUDA kernels keep on the device: a
+# trigger inside one is no latent sync. ``torch.linalg.lu_solve`` on the CPU reads its
+# pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there; on an H200 neither
+# made torch's sync detector warn (docs/validation.md, section 11).
+LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve"})
 
 # Tensor methods that copy a GPU tensor to the host and wait for the copy, but run no
 # operator of their own that says so on the CPU (``.tolist()`` runs none, ``.cpu()`` an
@@ -1085,6 +1090,52 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             ),
             before="action = policy.sample()            # torch.normal: checks std on the host\n",
             after="action = policy.rsample().detach()  # loc + scale * noise, no check\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::linalg_eigh", "aten::_linalg_eigh", "aten::linalg_eigvalsh"}),
+        frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
+        Advice(
+            title="Call torch.linalg.eigh less often",
+            text=(
+                "`torch.linalg.eigh` and `eigvalsh` copy the eigensolver's error code to "
+                "the host and wait for it, that is for the whole decomposition (on an H200 "
+                "a 256 x 256 `eigh` kept the host waiting 2.2 ms). They have no `_ex` form "
+                "that leaves it on the device. Refresh the decomposition every N steps, as "
+                "preconditioners and whitening do, or decompose every matrix in one batched "
+                "call, which waits once."
+            ),
+            before=(
+                "for step, batch in enumerate(loader):\n"
+                "    evals, evecs = torch.linalg.eigh(cov)  # waits every step\n"
+            ),
+            after=(
+                "for step, batch in enumerate(loader):\n"
+                "    if step % 100 == 0:\n"
+                "        evals, evecs = torch.linalg.eigh(cov)  # waits every 100 steps\n"
+            ),
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::_linalg_check_errors"}),
+        frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
+        Advice(
+            title="Use the torch.linalg _ex form and check its info later",
+            text=(
+                "`torch.linalg.inv`, `cholesky`, `solve`, `lu_factor` and `ldl_factor` read "
+                "the factorization's error code (`info`) on the host after every call, "
+                "waiting for the GPU to finish it. Their `_ex` forms (`inv_ex`, "
+                "`cholesky_ex`, `solve_ex`, `lu_factor_ex`, `ldl_factor_ex`) return `info` "
+                "as a device tensor instead: check it every N steps or with the logged "
+                "loss, or not at all where the matrix is regularised to be well-formed "
+                "(`+ eps * I`). On an H200 the `_ex` forms made torch's sync detector warn "
+                "at none of their calls."
+            ),
+            before="L = torch.linalg.cholesky(cov)          # reads info on the host\n",
+            after=(
+                "L, info = torch.linalg.cholesky_ex(cov)  # info stays on the device\n"
+                "# every N steps: assert not info.any(), 'cov not positive-definite'\n"
+            ),
         ),
     ),
     OpAdvice(

@@ -33,6 +33,7 @@ from tb_syncfinder.catalogue import (
     ASYNC_COPY_APIS,
     BLOCKING_SYNC_RECORDS,
     COPY_OPS,
+    LATENT_CPU_ONLY_READS,
     LATENT_TRIGGERS,
     NON_BLOCKING_APIS,
     OP_KINDS,
@@ -363,6 +364,8 @@ def detect_latent(tl: Timeline) -> list[Episode]:
             if kinds[i] != OP or node.name not in LATENT_TRIGGERS:
                 continue
             if node.name == "aten::repeat_interleave" and _concrete_has_output_size(node):
+                continue
+            if any(nodes[j].name in LATENT_CPU_ONLY_READS for j in thread.ancestors(i)[1:]):
                 continue
             outer = _outermost_op(thread, i)
             episode = by_outer.get(outer)

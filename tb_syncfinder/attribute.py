@@ -11,7 +11,10 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from tb_syncfinder.callorder import N, P
 from tb_syncfinder.catalogue import (
@@ -297,12 +300,35 @@ class _PythonTree:
         return out
 
 
-class Attributor:
-    """Attributes the episodes of one timeline; keeps the per-thread indexes it builds."""
+_NAME = attrgetter("name")
 
-    def __init__(self, tl: Timeline, packs: Sequence[SourcePack] = ()) -> None:
+
+class LibraryCalls(msgspec.Struct):
+    """What the windows before tell a window's attribution of a library's first call
+    (``Attributor.first_call_of``): whether the whole trace starts at ``ProfilerStep#0``
+    (None: not known yet, the first window sets it), and the (pid, tid, cuBLAS?) keys of
+    the libraries called on a thread in an earlier window."""
+
+    starts_at_first_step: bool | None = None
+    called: set[tuple[Any, Any, bool]] = msgspec.field(default_factory=set)
+
+
+class Attributor:
+    """Attributes the episodes of one timeline; keeps the per-thread indexes it builds.
+    ``library_calls``: a window's, carried from the windows before it and updated for
+    the next (``note_library_calls``)."""
+
+    def __init__(
+        self,
+        tl: Timeline,
+        packs: Sequence[SourcePack] = (),
+        library_calls: LibraryCalls | None = None,
+    ) -> None:
         self.tl = tl
         self.packs = packs
+        self.library_calls = library_calls
+        if library_calls is not None and library_calls.starts_at_first_step is None:
+            library_calls.starts_at_first_step = not tl.steps or tl.steps[0].number == 0
         self._trees: dict[Any, _PythonTree] = {}
         self._frames: dict[tuple[Any, int], Frame | None] = {}
         # By name too: a frame's name repeats in every step, and each parse of a relative
@@ -347,10 +373,17 @@ class Attributor:
             at = bisect_left(copies, thread.starts[index])
             inside = at < len(copies) and copies[at] <= thread.ends[index]
             return nodes[index].name if inside else None
-        if SETUP_CALLS.isdisjoint(apis) or (self.tl.steps and self.tl.steps[0].number != 0):
+        carried = self.library_calls
+        if carried is None:
+            from_first_step = not self.tl.steps or self.tl.steps[0].number == 0
+        else:  # a window: the whole trace's first step, and the windows before's calls
+            from_first_step = bool(carried.starts_at_first_step)
+        if SETUP_CALLS.isdisjoint(apis) or not from_first_step:
             return None
         library = MATMUL_OPS if nodes[index].name in MATMUL_OPS else CUDNN_OPS
         key = (thread.pid, thread.tid, library is MATMUL_OPS)
+        if carried is not None and key in carried.called:
+            return None
         first_end = self._first_library_calls.get(key)
         if first_end is None:  # one pass per thread and library, for the first sync that asks
             kinds, ends = thread.kinds, thread.ends
@@ -363,6 +396,26 @@ class Attributor:
                 default=float("inf"),
             )
         return nodes[index].name if thread.starts[index] < first_end else None
+
+    def note_library_calls(self, before: float) -> None:
+        """Adds to ``library_calls`` the thread and library of every cuBLAS or cuDNN call
+        that ended before ``before`` (the window's own end: the step after it is the next
+        window's, where its first calls are told)."""
+        carried = self.library_calls
+        if carried is None:
+            return
+        for thread in self.tl.threads.values():
+            names = set(map(_NAME, thread.nodes))
+            for is_matmul, library in ((True, MATMUL_OPS), (False, CUDNN_OPS)):
+                key = (thread.pid, thread.tid, is_matmul)
+                if key in carried.called or names.isdisjoint(library):
+                    continue
+                kinds, ends = thread.kinds, thread.ends
+                if any(
+                    node.name in library and kinds[i] == OP and ends[i] < before
+                    for i, node in enumerate(thread.nodes)
+                ):
+                    carried.called.add(key)
 
     def _unrecorded_copy_starts(self) -> list[float]:
         """Starts, sorted, of the device copies whose call the trace did not record (a

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tb_syncfinder.aggregate import build_report, site_key
-from tb_syncfinder.attribute import Attributor
+from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
     LATENT_TENSOR_METHODS,
     NPU_NOT_REPLAYED,
@@ -259,6 +259,8 @@ def _analyze_in_windows(
     # made first: its import of the replay (and numpy) is no time to hold the windows
     # outside the ``try`` that removes them.
     carry = _replay_carry() if options.whatif else None
+    # Which libraries ran before each window (a library's first call, ``first_call_of``).
+    library_calls = LibraryCalls()
     results: list[TraceResult] = []
     parts = windows.split(ref.path, found, bounds)
     try:
@@ -268,7 +270,14 @@ def _analyze_in_windows(
             os.remove(window_path)  # the disk it took, back before the next window
             data.path = ref.path
             result = _analyze_data(
-                ref, data, options, resolver, first_id=first_id, core=core, carry=carry
+                ref,
+                data,
+                options,
+                resolver,
+                first_id=first_id,
+                core=core,
+                carry=carry,
+                library_calls=library_calls,
             )
             del data
             # Ids numbered on: every episode got one (syncs, latent and those kept apart).
@@ -587,6 +596,7 @@ def _analyze_data(
     first_id: int = 0,
     core: tuple[float, float] | None = None,
     carry: Any = None,
+    library_calls: LibraryCalls | None = None,
 ) -> TraceResult:
     """``first_id``: the number of the first sync's id (a window's: after the windows
     before it, ``windows``). ``core``: a window's own time range [start, end): what lies
@@ -594,7 +604,8 @@ def _analyze_data(
     window before or after: its syncs wait and are removed with the window's own in the
     replay, and nothing of it is reported here (a rank's collectives, steps and waits are
     cut to it in ``windows.merge``, which knows the windows after). ``carry``: the
-    replay's state from the window before (``whatif.ReplayCarry``), updated for the next."""
+    replay's state from the window before (``whatif.ReplayCarry``), updated for the next;
+    ``library_calls`` likewise, the libraries called in the windows before."""
     repairs = list(getattr(data, "repairs", ()))
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
@@ -603,7 +614,7 @@ def _analyze_data(
     if getattr(data, "by_kind", None) is not None:
         data.by_kind = None  # the caller still holds ``data``: not these lists too
     del data  # the events live on in the timeline only until this function returns
-    attribute = Attributor(tl, options.source_packs)
+    attribute = Attributor(tl, options.source_packs, library_calls)
     prefix = sync_id_prefix(ref.path)
     built: list[list[Sync]] = []
     # None: no replay (switched off, or no device activity to replay). The stage, and numpy
@@ -719,6 +730,8 @@ def _analyze_data(
             options.context_window_us,
             options.context_max_events,
         )
+    if core is not None:
+        attribute.note_library_calls(core[1])
     info = _info(ref, tl)
     info.repairs = repairs
     info.step_markers = bool(tl.steps)

@@ -442,3 +442,47 @@ def test_a_new_signal_length_every_step_makes_a_plan_every_step_and_fixed_length
         (site,) = (s for s in report.sites if "aten::_fft_r2c" in s.ops)
         assert site.advice["title"] == CUFFT_TITLE and site.steps == steps
         assert _line(site.line).startswith("spec = torch.fft.rfft(wave")
+
+
+def _late_library_trace(path: Path, first_step: int, sync_step: int, steps: int = 60) -> Path:
+    """``steps`` steps of filler kernels; a multiply in every step from ``first_step`` on,
+    which frees and allocates in ``sync_step``."""
+    from kineto_builder import KinetoTraceBuilder
+
+    b = KinetoTraceBuilder()
+    for number in range(steps):
+        with b.step(number):
+            for _ in range(30):
+                b.kernel(dur=5)
+            if number < first_step:
+                continue
+            with b.op(LINEAR[0], stack=[("train.py", 9, "train_step")]), b.op(LINEAR[1]):
+                if number == sync_step:
+                    for api in ("cudaMalloc", "cudaFree"):
+                        b.runtime(api, dur=max(5, b.device_now - b.now + 1))
+                b.kernel(dur=50)
+    return b.write(path)
+
+
+@pytest.mark.parametrize(
+    ("first_step", "sync_step", "title"),
+    [
+        (40, 40, CUBLAS_TITLE),  # the first multiply, in a later window
+        (0, 40, ALLOCATOR_TITLE),  # a retry in a multiply that ran since the first window
+        (39, 40, ALLOCATOR_TITLE),  # the multiply ran the step before, across windows
+    ],
+)
+def test_a_trace_analysed_in_windows_tells_a_first_call_as_a_whole_trace_does(
+    tmp_path: Path, first_step: int, sync_step: int, title: str
+) -> None:
+    """Each window saw only its own steps: a window after the first took its first step
+    for the trace's (not ``ProfilerStep#0``), so a library's first call there read as the
+    allocator's. The windows now carry which libraries ran before them."""
+    path = _late_library_trace(tmp_path / "run" / "w.pt.trace.json", first_step, sync_step)
+    whole = analyze(path, window_bytes=0)
+    windowed = analyze(path, window_bytes=100_000)
+    assert windowed.traces[0].windows > 5 and whole.traces[0].windows == 0
+    for report in (whole, windowed):
+        (site,) = report.sites
+        assert site.steps == [sync_step]
+        assert site.advice["title"] == title

@@ -1098,12 +1098,12 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         Advice(
             title="Call torch.linalg.eigh less often",
             text=(
-                "`torch.linalg.eigh` and `eigvalsh` copy the eigensolver's error code to "
-                "the host and wait for it, that is for the whole decomposition (on an H200 "
-                "a 256 x 256 `eigh` kept the host waiting 2.2 ms). They have no `_ex` form "
-                "that leaves it on the device. Refresh the decomposition every N steps, as "
-                "preconditioners and whitening do, or decompose every matrix in one batched "
-                "call, which waits once."
+                "`torch.linalg.eigh` and `eigvalsh` wait for the GPU inside the "
+                "decomposition: on an H200 one 256 x 256 `eigh` copied to the host and "
+                "waited 13 times, 2.2 ms in all, and it checks its error code on the host "
+                "too. No `_ex` form avoids that. Refresh the decomposition every N steps, "
+                "as preconditioners and whitening do, or decompose every matrix in one "
+                "batched call instead of one call per matrix."
             ),
             before=(
                 "for step, batch in enumerate(loader):\n"

@@ -348,7 +348,7 @@ class Attributor:
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._started: dict[Any, float | None] = {}
         self._first_library_calls: dict[Any, float] = {}
-        self._unrecorded_copies: list[float] | None = None
+        self._unrecorded_copies: dict[tuple[Any, Any], list[float]] | None = None
 
     # -- indexes -----------------------------------------------------------------------
     def first_call_of(
@@ -369,10 +369,7 @@ class Attributor:
         if nodes[index].name in FFT_OPS:
             if FFT_SETUP_CALLS.isdisjoint(apis):
                 return None
-            copies = self._unrecorded_copy_starts()
-            at = bisect_left(copies, thread.starts[index])
-            inside = at < len(copies) and copies[at] <= thread.ends[index]
-            return nodes[index].name if inside else None
+            return nodes[index].name if self._made_unrecorded_copies(thread, index) else None
         carried = self.library_calls
         if carried is None:
             from_first_step = not self.tl.steps or self.tl.steps[0].number == 0
@@ -417,9 +414,11 @@ class Attributor:
                 ):
                     carried.called.add(key)
 
-    def _unrecorded_copy_starts(self) -> list[float]:
-        """Starts, sorted, of the device copies whose call the trace did not record (a
-        library's copies through the driver API: ``catalogue.FFT_OPS``); found once."""
+    def _unrecorded_copy_starts(self) -> dict[tuple[Any, Any], list[float]]:
+        """Per lane, the sorted starts of the device copies whose call the trace did not
+        record (a library's copies through the driver API: ``catalogue.FFT_OPS``), after
+        the lane's first activity with a recorded call (those before it were queued before
+        the trace began); found once."""
         if self._unrecorded_copies is None:
             tl = self.tl
             recorded = {
@@ -427,15 +426,40 @@ class Attributor:
                 for thread in tl.threads.values()
                 for call in thread.runtime
             }
-            self._unrecorded_copies = sorted(
-                event.ts
-                for events in tl.lanes.values()
-                for event in events
-                if event.cat == "gpu_memcpy"
-                and (corr := correlation_of(event)) is not None
-                and corr not in recorded
-            )
+            found: dict[tuple[Any, Any], list[float]] = {}
+            for lane, events in tl.lanes.items():
+                linked = False
+                for event in events:
+                    corr = correlation_of(event)
+                    if corr is not None and corr in recorded:
+                        linked = True
+                    elif linked and corr is not None and event.cat == "gpu_memcpy":
+                        found.setdefault(lane, []).append(event.ts)
+            for starts in found.values():
+                starts.sort()
+            self._unrecorded_copies = found
         return self._unrecorded_copies
+
+    def _made_unrecorded_copies(self, thread: HostThread, index: int) -> bool:
+        """Whether a device copy without a recorded call started during node ``index``, on
+        a lane the node launched work on (a plan's tables, uploaded for its kernels)."""
+        copies = self._unrecorded_copy_starts()
+        if not copies:
+            return False
+        start, end = thread.starts[index], thread.ends[index]
+        lanes = set()
+        runtime = thread.runtime
+        for k in range(bisect_left(thread.runtime_starts, start), len(runtime)):
+            call = runtime[k]
+            if call.ts > end:
+                break
+            lanes.update((d.pid, d.tid) for d in self.tl.device_events(call, thread))
+        for lane in lanes:
+            starts = copies.get(lane, ())
+            at = bisect_left(starts, start)
+            if at < len(starts) and starts[at] <= end:
+                return True
+        return False
 
     def tree(self, thread: HostThread) -> _PythonTree:
         key = (thread.pid, thread.tid)

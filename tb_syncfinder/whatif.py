@@ -154,7 +154,9 @@ _DUR = attrgetter("dur")
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
 _CAT = attrgetter("cat")
-_COPY_CATS = frozenset(("gpu_memcpy", "gpu_memset"))
+# Not memsets: Kineto records the memsets' calls, so a memset without its call is a broken
+# link (and the check of calls without activity leaves memsets out, cuDNN's zero-size ones).
+_COPY_CATS = frozenset(("gpu_memcpy",))
 
 
 # ---------------------------------------------------------------------------------------
@@ -3066,9 +3068,10 @@ class _Builder:
             )
         unlinked_kernels = unlinked_mid - unlinked_copies
         if unlinked_kernels > max(2, MAX_UNLINKED_SHARE * n):
+            also = f" (and {unlinked_copies} copies)" if unlinked_copies else ""
             return (
-                f"{unlinked_mid} of {n} device activities have no launching runtime call "
-                "(missing or inconsistent correlation ids / ac2g flows)"
+                f"{unlinked_kernels} of {n} device activities have no launching runtime "
+                f"call{also} (missing or inconsistent correlation ids / ac2g flows)"
             )
         if prefix:
             self.notes.append(

@@ -258,8 +258,9 @@ def test_compare_says_the_measured_change_holds_the_setup_the_warm_up_moved_out(
     base, warmed = _report("first_conv").to_json(), _report("first_conv_warmed").to_json()
     result = compare(base, warmed)
     assert result["measured_saving_us"] > 1000 * max(result["predicted_saving_us"], 1.0)
-    assert "the baseline's profiled steps hold 2 more syncs in a library's set-up" in (
-        result["runs_note"]
+    assert (
+        "the baseline's profiled steps hold 2 more syncs in a library's set-up"
+        in (result["runs_note"])
     )
     assert "the measured saving includes that set-up's own host work" in result["runs_note"]
     backwards = compare(warmed, base)["runs_note"] or ""
@@ -510,3 +511,59 @@ def test_a_trace_analysed_in_windows_tells_a_first_call_as_a_whole_trace_does(
         (site,) = report.sites
         assert site.steps == [sync_step]
         assert site.advice["title"] == title
+
+
+def test_copies_queued_before_the_trace_or_on_another_device_are_no_plan(tmp_path: Path) -> None:
+    """A review's cases: copies without a recorded call that were queued before the
+    trace began (a schedule that starts mid-run: a real A100 trace has 140 such copies in
+    its first step), or that ran on another device during a transform whose plan was
+    cached, are not its plan being made: the allocator's advice."""
+    from kineto_builder import KinetoTraceBuilder
+
+    for case in ("queued_before", "other_device"):
+        b = KinetoTraceBuilder()
+        if case == "queued_before":
+            b._device_event("kernel", "void backlog()", 2000.0, b._corr(), None, b.now - 50)
+            for _ in range(3):
+                b._device_event(
+                    "gpu_memcpy", "Memcpy DtoD (Device -> Device)", 20.0, b._corr(), None,
+                    b.now - 50, {"bytes": 1 << 20},
+                )  # fmt: skip
+        with b.step(0):
+            b.kernel(dur=50)
+            with b.op(FFT[0], stack=[("train.py", 9, "train_step")]), b.op(FFT[1]):
+                with b.op("aten::empty"):
+                    b.runtime("cudaMalloc", dur=max(5, b.device_now - b.now + 1))
+                if case == "other_device":
+                    b.device, b.stream = 1, 20
+                    b.driver_copy()
+                    b.device, b.stream = 0, 7
+                b.kernel(dur=50)
+        report = analyze(b.write(tmp_path / case / "w.pt.trace.json"))
+        (site,) = report.sites
+        assert site.advice["title"] == ALLOCATOR_TITLE, case
+        assert [s.first_call_of for s in report.syncs] == [None]
+
+
+def test_memsets_without_their_call_still_stop_the_replay(tmp_path: Path) -> None:
+    """A review's case: Kineto records memsets' calls, so a memset whose correlation names
+    no call is a broken link. Exempting memsets with copies let such a trace be replayed
+    and predict a third of the saving its intact twin gives."""
+    from kineto_builder import KinetoTraceBuilder
+
+    b = KinetoTraceBuilder()
+    for number in range(3):
+        with b.step(number):
+            for _ in range(10):
+                with b.op("aten::zeros"):
+                    b.memset(dur=30)
+                b.kernel(dur=20)
+            with b.op("aten::item", stack=[("train.py", 9, "train_step")]):
+                b.runtime("cudaStreamSynchronize")
+            b.advance(500)
+    for event in b.events:
+        if event.get("cat") == "gpu_memset":
+            event["args"]["correlation"] += 10**6
+    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    assert report.summary.saving_method != "replay"
+    assert "have no launching runtime call" in (report.traces[0].saving_note or "")

@@ -108,19 +108,49 @@ def _call_name(node: ast.AST) -> str | None:
 # torch's namespaced functions run as built-ins named with their namespace:
 # ``torch.fft.rfft2(x)`` shows as ``<built-in function fft_rfft2>``, ``torch.linalg.inv``
 # as ``linalg_inv``, ``torch.special.erf`` as ``special_erf``.
-_BUILTIN_NAMESPACES = ("fft", "linalg", "special", "nested")
+_BUILTIN_NAMESPACES = frozenset({"fft", "linalg", "special", "nested"})
+# What a name imported as one of those namespaces is bound to (``import torch.linalg as
+# LA``, ``from torch import fft``); a function imported from one (``from torch.fft import
+# rfft2``) is bound to its built-in's name, ``fft_rfft2``.
+TORCH_NAMESPACE = "<torch namespace>"
 
 
-def _builtin_names(func: ast.AST) -> set[str]:
-    """The built-in names a call of ``func`` may show as in a trace besides its own:
-    ``fft_rfft2`` for ``torch.fft.rfft2`` / ``fft.rfft2``, and for a bare ``rfft2`` (``from
-    torch.fft import rfft2``) each namespace's."""
-    if isinstance(func, ast.Attribute):
-        space = func.value
-        name = space.attr if isinstance(space, ast.Attribute) else getattr(space, "id", None)
-        return {f"{name}_{func.attr}"} if name in _BUILTIN_NAMESPACES else set()
-    if isinstance(func, ast.Name):
-        return {f"{space}_{func.id}" for space in _BUILTIN_NAMESPACES}
+def _import_bindings(node: ast.AST, alias: ast.alias) -> list[str]:
+    """What an import binds its name to, besides an alias's plain name: a torch namespace
+    (``TORCH_NAMESPACE`` + its name) or a function of one (its built-in's name)."""
+    if isinstance(node, ast.ImportFrom) and node.level == 0:
+        module = node.module or ""
+        space = module.removeprefix("torch.")
+        if module.startswith("torch.") and space in _BUILTIN_NAMESPACES:
+            return [f"{space}_{alias.name}"]
+        if module == "torch" and alias.name in _BUILTIN_NAMESPACES:
+            return [TORCH_NAMESPACE + alias.name]
+    elif isinstance(node, ast.Import) and alias.asname:
+        space = alias.name.removeprefix("torch.")
+        if alias.name.startswith("torch.") and space in _BUILTIN_NAMESPACES:
+            return [TORCH_NAMESPACE + space]
+    return []
+
+
+def _builtin_names(func: ast.AST, bindings: Bindings) -> set[str]:
+    """The built-in name a call of ``func`` shows as in a trace besides its own, when it
+    is a function of a torch namespace: ``fft_rfft2`` for ``torch.fft.rfft2`` (``torch``
+    or a name ``import torch as`` bound), and for ``LA.inv`` where ``LA`` is bound to
+    ``torch.linalg``. Never for another library's (``np.linalg.inv``); a function imported
+    from a namespace matches through its binding (``Bindings.of_call``)."""
+    if not isinstance(func, ast.Attribute):
+        return set()
+    space = func.value
+    if isinstance(space, ast.Attribute) and space.attr in _BUILTIN_NAMESPACES:
+        root = space.value
+        if isinstance(root, ast.Name) and (
+            root.id == "torch" or "torch" in bindings.names.get(root.id, ())
+        ):
+            return {f"{space.attr}_{func.attr}"}
+    elif isinstance(space, ast.Name):
+        for bound in bindings.names.get(space.id, ()):
+            if bound.startswith(TORCH_NAMESPACE):
+                return {f"{bound[len(TORCH_NAMESPACE) :]}_{func.attr}"}
     return set()
 
 
@@ -298,9 +328,13 @@ class _BindingIndex:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 # ``from torch.distributions import Normal as Gauss``: Gauss(...) is Normal.
                 for alias in node.names:
-                    if alias.asname:
-                        names = self.names.setdefault(owner, {}).setdefault(alias.asname, set())
-                        names.add(alias.name.rpartition(".")[2])
+                    torch_bound = _import_bindings(node, alias)
+                    if alias.asname or torch_bound:
+                        bound_name = alias.asname or alias.name
+                        names = self.names.setdefault(owner, {}).setdefault(bound_name, set())
+                        if alias.asname:
+                            names.add(alias.name.rpartition(".")[2])
+                        names.update(torch_bound)
                 continue
             bound = _bound_to(node.value)  # type: ignore[attr-defined]
             for target in _targets(node):
@@ -378,7 +412,8 @@ def _matcher(
             if name == "step" and isinstance(receiver, ast.Name) and receiver.id in profiler_names:
                 return P, False
             bound = bindings.of_call(node)
-            if name in calls or not calls.isdisjoint(bound) or _builtin_names(func) & calls:
+            namespaced = _builtin_names(func, bindings)
+            if name in calls or not calls.isdisjoint(bound) or not calls.isdisjoint(namespaced):
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls

@@ -910,3 +910,57 @@ def test_a_library_sync_is_placed_at_the_call_however_it_is_named(tmp_path, case
         assert found and not any(exact for _line, exact in found), found
     else:
         assert found == {(marks["call"], True)}, found
+
+
+# -- torch's namespaced functions, however imported, and look-alikes that are not them ------
+
+NAMESPACED = textwrap.dedent(
+    """\
+    import numpy as np
+    import torch
+    import torch as th
+    import torch.linalg as LA
+    from torch import linalg
+    from torch.linalg import solve as tsolve
+
+
+    def inv(m):  # the user's own inv, not torch's
+        return m * 2
+
+
+    def step(a, b):
+        y = inv(a)
+        n = np.linalg.inv(a.numpy())
+        z = LA.inv(y)
+        w = linalg.cholesky(a)
+        v = tsolve(a, b)
+        u = th.linalg.lu_factor(a)
+        return y, n, z, w, v, u
+    """
+)
+LA_INV, LINALG_CHOLESKY, TSOLVE, TH_LU_FACTOR = 16, 17, 18, 19
+
+
+def test_torch_namespace_calls_are_found_exact_however_imported(tmp_path) -> None:
+    """``torch.linalg.inv`` runs as the built-in ``linalg_inv``: the call is found whether
+    the namespace is aliased (``LA.inv``, ``th.linalg``), imported (``from torch import
+    linalg``) or the function itself imported under another name, and never at the
+    user's own ``inv`` or numpy's ``np.linalg.inv`` called just before."""
+    (tmp_path / "namespaced.py").write_text(NAMESPACED)
+    module = _load(tmp_path / "namespaced.py", "namespaced")
+    a = torch.randn(8, 8) + 8 * torch.eye(8)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        module.step(a, torch.randn(8, 2))
+    sys.modules.pop("namespaced", None)
+    path = tmp_path / "run" / "n.pt.trace.json"
+    path.parent.mkdir()
+    prof.export_chrome_trace(str(path))
+    report = analyze(path, source_roots=[str(tmp_path)])
+    assert [(line, exact) for _file, line, exact, _op in _findings(report)] == [
+        (LA_INV, True),
+        (LINALG_CHOLESKY, True),
+        (TSOLVE, True),
+        (TH_LU_FACTOR, True),
+    ]

@@ -1117,7 +1117,19 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         ),
     ),
     OpAdvice(
-        frozenset({"aten::_linalg_check_errors"}),
+        # The functions that have an ``_ex`` form (outermost in the chain, what was called;
+        # ``torch.inverse`` and ``torch.cholesky`` are the older names of two of them).
+        frozenset(
+            {
+                "aten::linalg_inv",
+                "aten::inverse",
+                "aten::linalg_solve",
+                "aten::linalg_cholesky",
+                "aten::cholesky",
+                "aten::linalg_lu_factor",
+                "aten::linalg_ldl_factor",
+            }
+        ),
         frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
         Advice(
             title="Use the torch.linalg _ex form and check its info later",
@@ -1136,6 +1148,26 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "L, info = torch.linalg.cholesky_ex(cov)  # info stays on the device\n"
                 "# every N steps: assert not info.any(), 'cov not positive-definite'\n"
             ),
+        ),
+    ),
+    OpAdvice(
+        # The other checked functions (``svd``, ``lstsq``, ``pinv``, ``matrix_rank``, ...),
+        # which have no ``_ex`` form, and ``eig``, documented to synchronize on CUDA.
+        frozenset({"aten::_linalg_check_errors", "aten::linalg_eig", "aten::linalg_eigvals"}),
+        frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
+        Advice(
+            title="Call this torch.linalg function less often",
+            text=(
+                "This `torch.linalg` function waits for the GPU on every call: `svd`, "
+                "`lstsq`, `pinv`, `matrix_rank`, `cond` and `cholesky_inverse` read their "
+                "solver's error code on the host, `eig` and `eigvals` synchronize with the "
+                "device by design (torch's documentation says so), and none has an `_ex` "
+                "form that stays on the device. Call it every N steps rather than every "
+                "step, or on every matrix in one batched call rather than one call per "
+                "matrix."
+            ),
+            before=("for w in weights:\n    s = torch.linalg.svdvals(w)  # one wait per matrix\n"),
+            after=("s = torch.linalg.svdvals(torch.stack(weights))  # one wait\n"),
         ),
     ),
     OpAdvice(

@@ -91,3 +91,42 @@ def test_the_cholesky_pairs_read_is_found_with_the_ex_fix_and_its_saving_measure
     predicted_ms = base.summary.predicted_saving_per_step_us / 1000
     assert min(rounds) <= predicted_ms <= max(rounds), (predicted_ms, rounds)
     assert predicted_ms < statistics.median(rounds)  # below it: see docs/validation.md
+
+
+def test_functions_without_an_ex_form_are_not_told_to_use_one(tmp_path: Path) -> None:
+    """A review's case: the ``_ex`` advice matched ``_linalg_check_errors`` anywhere, so
+    ``svd``, ``lstsq``, ``pinv``, ``matrix_rank`` and ``cholesky_inverse`` were told to use
+    an ``_ex`` form they do not have. Only the functions that have one are; the others are
+    told to call less often (a CPU trace: the checks run on every device)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    source = tmp_path / "checked.py"
+    source.write_text(
+        "import torch\n"
+        "\n"
+        "\n"
+        "def step(a, spd, b):\n"
+        "    u, s, vh = torch.linalg.svd(a)\n"
+        "    sol = torch.linalg.lstsq(a, b)\n"
+        "    p = torch.linalg.pinv(a)\n"
+        "    r = torch.linalg.matrix_rank(a)\n"
+        "    ci = torch.cholesky_inverse(spd)\n"
+        "    inv = torch.linalg.inv(a)\n"
+        "    chol = torch.linalg.cholesky(spd)\n"
+        "    return u, sol, p, r, ci, inv, chol\n"
+    )
+    spec = importlib.util.spec_from_file_location("checked", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a = torch.randn(8, 8) + 8 * torch.eye(8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        module.step(a, a @ a.T, torch.randn(8, 2))
+    path = tmp_path / "run" / "c.pt.trace.json"
+    path.parent.mkdir()
+    prof.export_chrome_trace(str(path))
+    report = analyze(path, source_roots=[str(tmp_path)])
+    titles = {site.line: site.advice["title"] for site in report.latent_sites}
+    less_often = "Call this torch.linalg function less often"
+    assert titles == {5: less_often, 6: less_often, 7: less_often, 8: less_often,
+                      9: less_often, 10: EX_TITLE, 11: EX_TITLE}  # fmt: skip

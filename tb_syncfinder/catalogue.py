@@ -657,9 +657,10 @@ OP_KIND_PRECEDENCE: tuple[str, ...] = (DYNAMIC_SHAPE, SCALAR_READBACK)
 LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
 # Operators whose CPU kernels read a scalar that their CUDA kernels keep on the device: a
 # trigger inside one is no latent sync. ``torch.linalg.lu_solve`` on the CPU reads its
-# pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there; on an H200 neither
-# made torch's sync detector warn (docs/validation.md, section 11).
-LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve"})
+# pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there, and
+# ``torch.cholesky_inverse`` checks an error code; on an H200 none of them made torch's
+# sync detector warn (docs/validation.md, section 11).
+LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve", "aten::cholesky_inverse"})
 
 # Tensor methods that copy a GPU tensor to the host and wait for the copy, but run no
 # operator of their own that says so on the CPU (``.tolist()`` runs none, ``.cpu()`` an
@@ -1151,20 +1152,33 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         ),
     ),
     OpAdvice(
-        # The other checked functions (``svd``, ``lstsq``, ``pinv``, ``matrix_rank``, ...),
-        # which have no ``_ex`` form, and ``eig``, documented to synchronize on CUDA.
-        frozenset({"aten::_linalg_check_errors", "aten::linalg_eig", "aten::linalg_eigvals"}),
+        # The functions that wait and have no ``_ex`` form: the decompositions that copy
+        # to the host inside (``svd``, ``eig``, and those that call them), and the other
+        # functions that check an error code (``lstsq``), whichever is outermost.
+        frozenset(
+            {
+                "aten::_linalg_check_errors",
+                "aten::linalg_svd",
+                "aten::_linalg_svd",
+                "aten::svd",
+                "aten::linalg_svdvals",
+                "aten::linalg_eig",
+                "aten::linalg_eigvals",
+                "aten::_linalg_eigvals",
+            }
+        ),
         frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
         Advice(
             title="Call this torch.linalg function less often",
             text=(
-                "This `torch.linalg` function waits for the GPU on every call: `svd`, "
-                "`lstsq`, `pinv`, `matrix_rank`, `cond` and `cholesky_inverse` read their "
-                "solver's error code on the host, `eig` and `eigvals` synchronize with the "
-                "device by design (torch's documentation says so), and none has an `_ex` "
-                "form that stays on the device. Call it every N steps rather than every "
-                "step, or on every matrix in one batched call rather than one call per "
-                "matrix."
+                "This `torch.linalg` function waits for the GPU on every call and has no "
+                "`_ex` form that stays on the device. `svd` and `svdvals` (and `pinv`, "
+                "`matrix_rank`, `cond` and `matrix_norm(ord=2)`, which call them), `eig` "
+                "and `eigvals` copy to the host and wait inside the decomposition, many "
+                "times a call (on an H200 a 128 x 128 `svd` 15 times, `eig` about 170); "
+                "`lstsq` reads its solver's error code on the host. Call it every N steps "
+                "rather than every step, or on every matrix in one batched call rather "
+                "than one call per matrix."
             ),
             before=("for w in weights:\n    s = torch.linalg.svdvals(w)  # one wait per matrix\n"),
             after=("s = torch.linalg.svdvals(torch.stack(weights))  # one wait\n"),

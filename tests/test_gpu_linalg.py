@@ -25,6 +25,7 @@ PROBE = json.loads((HERE / "linalg_checks_probe.json").read_text(encoding="utf-8
 PAIRS = json.loads((HERE / "pairs.json").read_text(encoding="utf-8"))
 EX_TITLE = "Use the torch.linalg _ex form and check its info later"
 EIGH_TITLE = "Call torch.linalg.eigh less often"
+LESS_OFTEN = "Call this torch.linalg function less often"
 PROBE_SOURCE = (HERE / "record_linalg_checks.py").read_text(encoding="utf-8").splitlines()
 
 
@@ -95,9 +96,10 @@ def test_the_cholesky_pairs_read_is_found_with_the_ex_fix_and_its_saving_measure
 
 def test_functions_without_an_ex_form_are_not_told_to_use_one(tmp_path: Path) -> None:
     """A review's case: the ``_ex`` advice matched ``_linalg_check_errors`` anywhere, so
-    ``svd``, ``lstsq``, ``pinv``, ``matrix_rank`` and ``cholesky_inverse`` were told to use
-    an ``_ex`` form they do not have. Only the functions that have one are; the others are
-    told to call less often (a CPU trace: the checks run on every device)."""
+    ``svd``, ``lstsq``, ``pinv`` and ``matrix_rank`` were told to use an ``_ex`` form they
+    do not have. Only the functions that have one are; the others are told to call less
+    often (a CPU trace). ``cholesky_inverse`` checks its error code on the CPU only (no
+    warning on the H200): no latent finding."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
@@ -127,6 +129,48 @@ def test_functions_without_an_ex_form_are_not_told_to_use_one(tmp_path: Path) ->
     prof.export_chrome_trace(str(path))
     report = analyze(path, source_roots=[str(tmp_path)])
     titles = {site.line: site.advice["title"] for site in report.latent_sites}
-    less_often = "Call this torch.linalg function less often"
-    assert titles == {5: less_often, 6: less_often, 7: less_often, 8: less_often,
-                      9: less_often, 10: EX_TITLE, 11: EX_TITLE}  # fmt: skip
+    assert titles == {5: LESS_OFTEN, 6: LESS_OFTEN, 7: LESS_OFTEN, 8: LESS_OFTEN,
+                      10: EX_TITLE, 11: EX_TITLE}  # fmt: skip
+
+
+MORE = json.loads((HERE / "linalg_checks_more.json").read_text(encoding="utf-8"))
+
+
+def test_the_decompositions_without_an_ex_form_are_found_where_torch_warned() -> None:
+    """``LINALG_PROBE=more``: torch warned at ``svd``, ``svdvals``, ``lstsq``, ``pinv``,
+    ``matrix_rank``, ``cond``, ``eig``, ``eigvals``, ``matrix_power(a, -2)`` and
+    ``matrix_norm(ord=2)``; not at ``cholesky_inverse``, ``slogdet``, ``qr``, ``lu``,
+    ``lu_solve`` or ``solve_triangular``. The report names the same ten lines, exact; the
+    ones with no ``_ex`` form are told to call less often (``svd``'s copies inside the
+    decomposition were a bare device-to-host copy's advice), the negative power, which
+    inverts, to use ``inv_ex``."""
+    warned = {int(w.split(" ", 1)[0].rsplit(":", 1)[1]) for w in MORE["warned"]}
+    assert len(warned) == 10
+    report = analyze(HERE / "linalg_checks_more.pt.trace.json.gz", source_roots=[str(HERE)])
+    sites = [s for s in report.sites if s.func == "probe_more"]
+    assert {s.line for s in sites} == warned
+    for site in sites:
+        assert site.line_exact
+        called = _called_at(site.line)
+        title = EX_TITLE if "matrix_power" in called else LESS_OFTEN
+        assert site.advice["title"] == title, called
+
+
+def test_a_cpu_trace_of_the_decompositions_lists_the_lines_the_gpu_warned_at(
+    tmp_path: Path,
+) -> None:
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("linalg_probe", HERE / "record_linalg_checks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["linalg_probe"] = module
+    spec.loader.exec_module(module)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        module.probe_more(torch.device("cpu"))
+    path = tmp_path / "run" / "more.pt.trace.json"
+    path.parent.mkdir()
+    prof.export_chrome_trace(str(path))
+    report = analyze(path, source_roots=[str(HERE)])
+    lines = {s.source.line for s in report.latent if s.source and s.source.func == "probe_more"}
+    assert lines == {int(w.split(" ", 1)[0].rsplit(":", 1)[1]) for w in MORE["warned"]}

@@ -306,11 +306,14 @@ _NAME = attrgetter("name")
 class LibraryCalls(msgspec.Struct):
     """What the windows before tell a window's attribution of a library's first call
     (``Attributor.first_call_of``): whether the whole trace starts at ``ProfilerStep#0``
-    (None: not known yet, the first window sets it), and the (pid, tid, cuBLAS?) keys of
-    the libraries called on a thread in an earlier window."""
+    (None: not known yet, the first window sets it), and per (pid, tid, cuBLAS?) the
+    earliest end of a call of that library on that thread in an earlier window."""
 
     starts_at_first_step: bool | None = None
-    called: set[tuple[Any, Any, bool]] = msgspec.field(default_factory=set)
+    # The earliest end of a call of each library on each thread in the windows so far: a
+    # call that spans windows ends in a later one than it starts (kept in the windows of
+    # its start and the one after only).
+    first_ends: dict[tuple[Any, Any, bool], float] = msgspec.field(default_factory=dict)
 
 
 class Attributor:
@@ -348,7 +351,7 @@ class Attributor:
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._started: dict[Any, float | None] = {}
         self._first_library_calls: dict[Any, float] = {}
-        self._unrecorded_copies: dict[tuple[Any, Any], list[float]] | None = None
+        self._unrecorded_copies: dict[Any, list[float]] | None = None
 
     # -- indexes -----------------------------------------------------------------------
     def first_call_of(
@@ -379,8 +382,6 @@ class Attributor:
             return None
         library = MATMUL_OPS if nodes[index].name in MATMUL_OPS else CUDNN_OPS
         key = (thread.pid, thread.tid, library is MATMUL_OPS)
-        if carried is not None and key in carried.called:
-            return None
         first_end = self._first_library_calls.get(key)
         if first_end is None:  # one pass per thread and library, for the first sync that asks
             kinds, ends = thread.kinds, thread.ends
@@ -392,33 +393,39 @@ class Attributor:
                 ),
                 default=float("inf"),
             )
+        if carried is not None:
+            first_end = min(first_end, carried.first_ends.get(key, first_end))
         return nodes[index].name if thread.starts[index] < first_end else None
 
-    def note_library_calls(self, before: float) -> None:
-        """Adds to ``library_calls`` the thread and library of every cuBLAS or cuDNN call
-        that ended before ``before`` (the window's own end: the step after it is the next
-        window's, where its first calls are told)."""
+    def note_library_calls(self) -> None:
+        """Keeps in ``library_calls`` the earliest end of a cuBLAS or cuDNN call on each
+        thread, for the windows after this one."""
         carried = self.library_calls
         if carried is None:
             return
         for thread in self.tl.threads.values():
             names = set(map(_NAME, thread.nodes))
             for is_matmul, library in ((True, MATMUL_OPS), (False, CUDNN_OPS)):
-                key = (thread.pid, thread.tid, is_matmul)
-                if key in carried.called or names.isdisjoint(library):
+                if names.isdisjoint(library):
                     continue
                 kinds, ends = thread.kinds, thread.ends
-                if any(
-                    node.name in library and kinds[i] == OP and ends[i] < before
-                    for i, node in enumerate(thread.nodes)
-                ):
-                    carried.called.add(key)
+                end = min(
+                    (
+                        ends[i]
+                        for i, node in enumerate(thread.nodes)
+                        if node.name in library and kinds[i] == OP
+                    ),
+                    default=float("inf"),
+                )
+                key = (thread.pid, thread.tid, is_matmul)
+                carried.first_ends[key] = min(end, carried.first_ends.get(key, end))
 
-    def _unrecorded_copy_starts(self) -> dict[tuple[Any, Any], list[float]]:
-        """Per lane, the sorted starts of the device copies whose call the trace did not
-        record (a library's copies through the driver API: ``catalogue.FFT_OPS``), after
-        the lane's first activity with a recorded call (those before it were queued before
-        the trace began); found once."""
+    def _unrecorded_copy_starts(self) -> dict[Any, list[float]]:
+        """Per device, the sorted starts of the copies from pageable host memory whose call
+        the trace did not record: a library's blocking uploads through the driver API
+        (cuFFT's plan tables, ``catalogue.FFT_OPS``). A pageable upload is staged while
+        its call runs, so it cannot be work queued before the trace began (a backlog of
+        device-to-device copies can); found once."""
         if self._unrecorded_copies is None:
             tl = self.tl
             recorded = {
@@ -426,36 +433,42 @@ class Attributor:
                 for thread in tl.threads.values()
                 for call in thread.runtime
             }
-            found: dict[tuple[Any, Any], list[float]] = {}
+            found: dict[Any, list[float]] = {}
             for lane, events in tl.lanes.items():
-                linked = False
                 for event in events:
-                    corr = correlation_of(event)
-                    if corr is not None and corr in recorded:
-                        linked = True
-                    elif linked and corr is not None and event.cat == "gpu_memcpy":
-                        found.setdefault(lane, []).append(event.ts)
+                    if (
+                        event.cat == "gpu_memcpy"
+                        and "Pageable -> Device" in event.name
+                        and (corr := correlation_of(event)) is not None
+                        and corr not in recorded
+                    ):
+                        found.setdefault(tl.lane_device.get(lane, lane[0]), []).append(event.ts)
             for starts in found.values():
                 starts.sort()
             self._unrecorded_copies = found
         return self._unrecorded_copies
 
     def _made_unrecorded_copies(self, thread: HostThread, index: int) -> bool:
-        """Whether a device copy without a recorded call started during node ``index``, on
-        a lane the node launched work on (a plan's tables, uploaded for its kernels)."""
+        """Whether an upload without a recorded call started during node ``index`` on a
+        device the node launched work on (a plan's tables, for its kernels, on whichever
+        stream the library uses: the legacy default stream in an H200 recording whose
+        transform ran on a side stream)."""
         copies = self._unrecorded_copy_starts()
         if not copies:
             return False
         start, end = thread.starts[index], thread.ends[index]
-        lanes = set()
+        tl = self.tl
+        devices = set()
         runtime = thread.runtime
         for k in range(bisect_left(thread.runtime_starts, start), len(runtime)):
             call = runtime[k]
             if call.ts > end:
                 break
-            lanes.update((d.pid, d.tid) for d in self.tl.device_events(call, thread))
-        for lane in lanes:
-            starts = copies.get(lane, ())
+            devices.update(
+                tl.lane_device.get((d.pid, d.tid), d.pid) for d in tl.device_events(call, thread)
+            )
+        for device in devices:
+            starts = copies.get(device, ())
             at = bisect_left(starts, start)
             if at < len(starts) and starts[at] <= end:
                 return True

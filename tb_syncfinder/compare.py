@@ -16,6 +16,8 @@ from tb_syncfinder.catalogue import (
     BLOCKING_HOST_TO_DEVICE,
     DEVICE_TO_HOST_COPY,
     EXPLICIT_SYNC,
+    FFT_OPS,
+    LIBRARY_SETUP_OPS,
     npu_without_calls,
 )
 
@@ -304,42 +306,49 @@ def _setup_note(
     measured_us: float | None,
     predicted_us: float | None,
 ) -> str | None:
-    """One run profiled from a library's first call (cuBLAS, cuDNN setting themselves up,
-    cuFFT making a plan: ``first_call_of``) against one profiled after a warm-up: the
-    first's steps hold the set-up's own host work (84-239 ms a step on an H100,
-    docs/validation.md section 10), which the replay never counts as a sync's saving. Said
-    when the measured change is that far from the prediction in that direction: a
-    baseline with more set-up measured a saving well above the prediction, a new run with
-    more measured a slowdown. Nothing is said where a report predates the field (it cannot
-    tell) or where no change was measured."""
+    """One run profiled from a library's first call (cuBLAS, cuDNN setting themselves up:
+    ``first_call_of``) against one profiled after a warm-up: the first's steps hold the
+    set-up's own host work (84-239 ms a step on an H100, docs/validation.md section 10),
+    which the replay never counts as a sync's saving. Said when the measured change is
+    that far from the prediction in that direction: a baseline with more set-up measured
+    a saving well above the prediction, a new run with more measured a slowdown. Set-ups
+    are compared per trace (runs of different rank counts). Not cuFFT's plans: a plan made
+    every step (a new shape each step) is what fixing the shapes saves, not a warm-up.
+    Nothing is said where a report predates the field (it cannot tell)."""
 
-    def setups(report: dict[str, Any]) -> int | None:
+    def setups(report: dict[str, Any]) -> float | None:
         syncs = report.get("syncs") or []
         if any("first_call_of" not in sync for sync in syncs):
             return None  # a report written before the field: unknown, not none
-        return sum(1 for sync in syncs if sync.get("first_call_of"))
+        count = sum(
+            1
+            for sync in syncs
+            if sync.get("first_call_of") and sync["first_call_of"] in LIBRARY_SETUP_OPS - FFT_OPS
+        )
+        traces = len([t for t in report.get("traces") or [] if not t.get("error")]) or 1
+        return count / traces
 
     before, after = setups(base), setups(new)
     if before is None or after is None or before == after or measured_us is None:
         return None
-    # Far beyond the prediction: more than a millisecond a step, and more than twice it.
-    excess = measured_us - (predicted_us or 0.0)
-    if before > after and not (excess > 1000.0 and measured_us > 2 * (predicted_us or 0.0)):
-        return None
-    if after > before and not excess < -1000.0:
-        return None
-    more, fewer = ("baseline", "new run") if before > after else ("new run", "baseline")
-    n = abs(before - after)
-    effect = (
-        "the measured saving includes that set-up's own host work"
-        if before > after
-        else "the measured slowdown is that set-up's own host work"
-    )
+    predicted = predicted_us or 0.0
+    if before > after:
+        # Far beyond the prediction: more than a millisecond a step, and more than twice it.
+        if not (measured_us - predicted > 1000.0 and measured_us > 2 * predicted):
+            return None
+        more, fewer = "baseline", "new run"
+        effect = "the measured saving includes that set-up's own host work"
+    else:
+        if not (measured_us < -1000.0 and measured_us < predicted - 1000.0):
+            return None
+        more, fewer = "new run", "baseline"
+        effect = "the measured slowdown is that set-up's own host work"
+    per_trace = f"{max(before, after):.3g} a trace against {min(before, after):.3g}"
     return (
-        f"the {more}'s profiled steps hold {n} more sync{'s' if n != 1 else ''} in a "
-        f"library's set-up (cuBLAS or cuDNN's first call, cuFFT making a plan) than the "
-        f"{fewer}'s: {effect}, which the prediction (the syncs' waits) does not count; "
-        "profile both after a warm-up step to compare the fix alone"
+        f"the {more}'s profiled steps hold more syncs in a library's first-call set-up "
+        f"(cuBLAS or cuDNN; {per_trace}) than the {fewer}'s: {effect}, which the "
+        "prediction (the syncs' waits) does not count; profile both after a warm-up step "
+        "to compare the fix alone"
     )
 
 

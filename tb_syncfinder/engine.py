@@ -731,7 +731,7 @@ def _analyze_data(
             options.context_max_events,
         )
     if core is not None:
-        attribute.note_library_calls(core[1])
+        attribute.note_library_calls()
     info = _info(ref, tl)
     info.repairs = repairs
     info.step_markers = bool(tl.steps)

@@ -117,11 +117,14 @@ TORCH_NAMESPACE = "<torch namespace>"
 
 def _import_bindings(node: ast.AST, alias: ast.alias) -> list[str]:
     """What an import binds its name to, besides an alias's plain name: a torch namespace
-    (``TORCH_NAMESPACE`` + its name) or a function of one (its built-in's name)."""
+    (``TORCH_NAMESPACE`` + its name) or a function of one (its built-in's name); for
+    ``from torch.fft import *``, the namespace, under the name ``*``."""
     if isinstance(node, ast.ImportFrom) and node.level == 0:
         module = node.module or ""
         space = module.removeprefix("torch.")
         if module.startswith("torch.") and space in _BUILTIN_NAMESPACES:
+            if alias.name == "*":
+                return [TORCH_NAMESPACE + space]
             return [f"{space}_{alias.name}"]
         if module == "torch" and alias.name in _BUILTIN_NAMESPACES:
             return [TORCH_NAMESPACE + alias.name]
@@ -132,12 +135,31 @@ def _import_bindings(node: ast.AST, alias: ast.alias) -> list[str]:
     return []
 
 
+def _namespace_value(value: ast.AST | None) -> str | None:
+    """``TORCH_NAMESPACE`` + the namespace for ``torch.linalg`` (an assignment such as
+    ``LA = torch.linalg``), else None."""
+    if (
+        isinstance(value, ast.Attribute)
+        and value.attr in _BUILTIN_NAMESPACES
+        and isinstance(value.value, ast.Name)
+        and value.value.id == "torch"
+    ):
+        return TORCH_NAMESPACE + value.attr
+    return None
+
+
 def _builtin_names(func: ast.AST, bindings: Bindings) -> set[str]:
     """The built-in name a call of ``func`` shows as in a trace besides its own, when it
     is a function of a torch namespace: ``fft_rfft2`` for ``torch.fft.rfft2`` (``torch``
     or a name ``import torch as`` bound), and for ``LA.inv`` where ``LA`` is bound to
     ``torch.linalg``. Never for another library's (``np.linalg.inv``); a function imported
     from a namespace matches through its binding (``Bindings.of_call``)."""
+    if isinstance(func, ast.Name):  # a star import's: ``from torch.fft import *``
+        return {
+            f"{bound[len(TORCH_NAMESPACE) :]}_{func.id}"
+            for bound in bindings.names.get("*", ())
+            if bound.startswith(TORCH_NAMESPACE)
+        }
     if not isinstance(func, ast.Attribute):
         return set()
     space = func.value
@@ -328,20 +350,24 @@ class _BindingIndex:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 # ``from torch.distributions import Normal as Gauss``: Gauss(...) is Normal.
                 for alias in node.names:
-                    torch_bound = _import_bindings(node, alias)
-                    if alias.asname or torch_bound:
-                        bound_name = alias.asname or alias.name
-                        names = self.names.setdefault(owner, {}).setdefault(bound_name, set())
-                        if alias.asname:
-                            names.add(alias.name.rpartition(".")[2])
-                        names.update(torch_bound)
+                    # Every imported name is bound (to nothing known, unless it is an
+                    # alias or torch's): ``from numpy import linalg`` in a function hides
+                    # the module's ``from torch import linalg`` there.
+                    bound_name = alias.asname or alias.name.partition(".")[0]
+                    names = self.names.setdefault(owner, {}).setdefault(bound_name, set())
+                    if alias.asname:
+                        names.add(alias.name.rpartition(".")[2])
+                    names.update(_import_bindings(node, alias))
                 continue
             bound = _bound_to(node.value)  # type: ignore[attr-defined]
+            namespace = _namespace_value(node.value)  # type: ignore[attr-defined]
             for target in _targets(node):
                 if isinstance(target, ast.Name):
                     names = self.names.setdefault(owner, {}).setdefault(target.id, set())
                     if bound is not None:
                         names.add(bound)
+                    if namespace is not None:
+                        names.add(namespace)
                 elif isinstance(target, ast.Attribute) and bound is not None:
                     self.attributes.setdefault(target.attr, set()).add(bound)
 

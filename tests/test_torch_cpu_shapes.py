@@ -964,3 +964,43 @@ def test_torch_namespace_calls_are_found_exact_however_imported(tmp_path) -> Non
         (TSOLVE, True),
         (TH_LU_FACTOR, True),
     ]
+
+
+NAMESPACES_BOUND_OTHERWISE = {
+    "assigned.py": (
+        "import torch\nLA = torch.linalg\n\n\ndef step(a):\n    z = LA.inv(a)\n    return z\n",
+        [(6, True)],
+    ),
+    "star.py": (
+        "import torch\nfrom torch.linalg import *\n\n\ndef step(a):\n"
+        "    z = inv(a)\n    w = cholesky(a)\n    return z, w\n",
+        [(6, True), (7, True)],
+    ),
+    "shadowed.py": (
+        "import torch\nfrom torch import linalg\n\n\ndef step(a):\n"
+        "    from numpy import linalg\n    n = linalg.inv(a.numpy())\n"
+        "    z = torch.linalg.inv(a)\n    return n, z\n",
+        [(8, True)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAMESPACES_BOUND_OTHERWISE))
+def test_a_namespace_assigned_star_imported_or_shadowed_is_followed(tmp_path, name) -> None:
+    """A review's cases: ``LA = torch.linalg`` and ``from torch.linalg import *`` bind the
+    namespace too; a function's ``from numpy import linalg`` hides the module's torch one,
+    so numpy's ``linalg.inv`` called first is not taken for torch's."""
+    source, expected = NAMESPACES_BOUND_OTHERWISE[name]
+    (tmp_path / name).write_text(source)
+    module = _load(tmp_path / name, name[:-3])
+    a = torch.randn(8, 8) + 8 * torch.eye(8)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        module.step(a @ a.T)
+    sys.modules.pop(name[:-3], None)
+    path = tmp_path / "run" / "n.pt.trace.json"
+    path.parent.mkdir()
+    prof.export_chrome_trace(str(path))
+    report = analyze(path, source_roots=[str(tmp_path)])
+    assert [(line, exact) for _file, line, exact, _op in _findings(report)] == expected

@@ -11,7 +11,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -301,6 +301,7 @@ class _PythonTree:
 
 
 _NAME = attrgetter("name")
+_FIRST = itemgetter(0)
 
 
 class LibraryCalls(msgspec.Struct):
@@ -351,7 +352,7 @@ class Attributor:
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._started: dict[Any, float | None] = {}
         self._first_library_calls: dict[Any, float] = {}
-        self._unrecorded_copies: dict[Any, list[float]] | None = None
+        self._unrecorded_copies: dict[Any, tuple[list[float], list[Any]]] | None = None
 
     # -- indexes -----------------------------------------------------------------------
     def first_call_of(
@@ -420,12 +421,14 @@ class Attributor:
                 key = (thread.pid, thread.tid, is_matmul)
                 carried.first_ends[key] = min(end, carried.first_ends.get(key, end))
 
-    def _unrecorded_copy_starts(self) -> dict[Any, list[float]]:
-        """Per device, the sorted starts of the copies from pageable host memory whose call
-        the trace did not record: a library's blocking uploads through the driver API
-        (cuFFT's plan tables, ``catalogue.FFT_OPS``). A pageable upload is staged while
-        its call runs, so it cannot be work queued before the trace began (a backlog of
-        device-to-device copies can); found once."""
+    def _unrecorded_copy_starts(self) -> dict[Any, tuple[list[float], list[Any]]]:
+        """Per device, the starts (sorted) and the operators' external ids of the copies
+        from pageable host memory whose call the trace did not record: a library's
+        blocking uploads through the driver API (cuFFT's plan tables, ``FFT_OPS``). A
+        pageable upload is staged while its call runs, so it cannot be work queued before
+        the trace began (a backlog of device-to-device copies can). The external id is the
+        operator that made the copy where the trace says so (torch 2.11 on an H200: the
+        transform's own id, not the copy's correlation id); else None. Found once."""
         if self._unrecorded_copies is None:
             tl = self.tl
             recorded = {
@@ -433,7 +436,7 @@ class Attributor:
                 for thread in tl.threads.values()
                 for call in thread.runtime
             }
-            found: dict[Any, list[float]] = {}
+            found: dict[Any, list[tuple[float, Any]]] = {}
             for lane, events in tl.lanes.items():
                 for event in events:
                     if (
@@ -442,17 +445,23 @@ class Attributor:
                         and (corr := correlation_of(event)) is not None
                         and corr not in recorded
                     ):
-                        found.setdefault(tl.lane_device.get(lane, lane[0]), []).append(event.ts)
-            for starts in found.values():
-                starts.sort()
-            self._unrecorded_copies = found
+                        external = event.args.external_id if event.args is not None else None
+                        device = tl.lane_device.get(lane, lane[0])
+                        found.setdefault(device, []).append(
+                            (event.ts, None if external == corr else external)
+                        )
+            self._unrecorded_copies = {
+                device: ([ts for ts, _ in copies], [ext for _, ext in copies])
+                for device, copies in ((d, sorted(c, key=_FIRST)) for d, c in found.items())
+            }
         return self._unrecorded_copies
 
     def _made_unrecorded_copies(self, thread: HostThread, index: int) -> bool:
         """Whether an upload without a recorded call started during node ``index`` on a
         device the node launched work on (a plan's tables, for its kernels, on whichever
         stream the library uses: the legacy default stream in an H200 recording whose
-        transform ran on a side stream)."""
+        transform ran on a side stream), made by this node or one inside it where the
+        copy names its operator (another thread's transform may make a plan meanwhile)."""
         copies = self._unrecorded_copy_starts()
         if not copies:
             return False
@@ -467,12 +476,32 @@ class Attributor:
             devices.update(
                 tl.lane_device.get((d.pid, d.tid), d.pid) for d in tl.device_events(call, thread)
             )
+        own: set[Any] | None = None  # the external ids of the node and those inside it
         for device in devices:
-            starts = copies.get(device, ())
+            starts, externals = copies.get(device, ((), ()))
             at = bisect_left(starts, start)
-            if at < len(starts) and starts[at] <= end:
-                return True
+            while at < len(starts) and starts[at] <= end:
+                external = externals[at]
+                if external is None:
+                    return True
+                if own is None:
+                    own = self._external_ids_within(thread, index)
+                if external in own:
+                    return True
+                at += 1
         return False
+
+    @staticmethod
+    def _external_ids_within(thread: HostThread, index: int) -> set[Any]:
+        nodes, starts, end = thread.nodes, thread.starts, thread.ends[index]
+        ids = set()
+        i = index
+        while i < len(nodes) and starts[i] <= end:
+            args = nodes[i].args
+            if args is not None and args.external_id is not None:
+                ids.add(args.external_id)
+            i += 1
+        return ids
 
     def tree(self, thread: HostThread) -> _PythonTree:
         key = (thread.pid, thread.tid)

@@ -346,21 +346,23 @@ class KinetoTraceBuilder:
         self.now = ts + dur + 1
         return event
 
-    def driver_copy(self, bytes: int = 4096, host_dur: float = 100.0) -> dict[str, Any]:
+    def driver_copy(
+        self, bytes: int = 4096, host_dur: float = 100.0, op: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """A library's blocking copy through the driver API (cuFFT uploading a new plan's
         tables with ``cuMemcpyHtoD``) as Kineto writes it: the device copy and the flow's
         device end, and no call on the host (Kineto records the driver's launches only), so
-        its correlation id names nothing there. The host is busy for ``host_dur``."""
+        its correlation id names nothing there. The host is busy for ``host_dur``. ``op``:
+        the operator event that made it, whose external id the copy then carries (torch
+        2.11 writes it so); else its ``External id`` is its correlation id (as for every
+        other device event here)."""
         corr = self._corr()
         ts = self.now
+        extra: dict[str, Any] = {"bytes": bytes, "memory bandwidth (GB/s)": 1.0}
+        if op is not None:
+            extra["External id"] = op["args"]["External id"]
         dev = self._device_event(
-            "gpu_memcpy",
-            "Memcpy HtoD (Pageable -> Device)",
-            2.0,
-            corr,
-            None,
-            ts,
-            {"bytes": bytes, "memory bandwidth (GB/s)": 1.0},
+            "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 2.0, corr, None, ts, extra
         )
         self.events.append(
             {

@@ -636,3 +636,39 @@ def test_a_library_call_spanning_windows_is_remembered_after_them(tmp_path: Path
         assert (report.traces[0].windows > 5) == bool(window_bytes)
         (site,) = report.sites
         assert site.steps == [20] and site.advice["title"] == ALLOCATOR_TITLE
+
+
+@pytest.mark.parametrize("names_its_operator", [True, False])
+def test_another_threads_plan_is_not_this_transforms(
+    tmp_path: Path, names_its_operator: bool
+) -> None:
+    """A third review's case: thread A's transform (its plan cached) allocates and waits
+    while thread B's transform of another shape makes its plan on the same GPU. The H200
+    recordings' uploads carry the external id of the transform that made them: where they
+    do, B's upload is B's. A trace whose copies name no operator cannot tell the two
+    apart, and the upload during A's call is taken for A's (the older traces' way)."""
+    from kineto_builder import KinetoTraceBuilder
+
+    b = KinetoTraceBuilder()
+    with b.step(0):
+        b.kernel(dur=300)
+        with b.op(FFT[0], stack=[("a.py", 9, "worker_a")]), b.op(FFT[1]):
+            with b.op("aten::empty"):
+                b.runtime("cudaMalloc", dur=max(5, b.device_now - b.now + 1))
+            with b.thread(9999), b.op(FFT[0], stack=[("b.py", 5, "worker_b")]):
+                with b.op(FFT[1]) as other:
+                    b.driver_copy(op=other if names_its_operator else None)
+                    b.kernel(dur=50)
+            b.kernel(dur=50)
+    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    (site,) = report.sites
+    assert site.func == "worker_a"
+    assert site.advice["title"] == (ALLOCATOR_TITLE if names_its_operator else CUFFT_TITLE)
+
+
+def test_the_recorded_plan_uploads_name_the_transform_that_made_them() -> None:
+    """In the H200 recording each upload's ``External id`` is its transform's: rfft2's
+    three and irfft2's two, each credited to its own transform."""
+    report = _report("first_fft")
+    firsts = sorted(s.first_call_of or "" for s in report.syncs)
+    assert firsts == ["", "", "", "", "aten::_fft_c2r", "aten::_fft_r2c"]

@@ -113,6 +113,8 @@ _BUILTIN_NAMESPACES = frozenset({"fft", "linalg", "special", "nested"})
 # LA``, ``from torch import fft``); a function imported from one (``from torch.fft import
 # rfft2``) is bound to its built-in's name, ``fft_rfft2``.
 TORCH_NAMESPACE = "<torch namespace>"
+# Under this name in ``Bindings.names``: every function name the file defines.
+DEFINED = "<defined>"
 
 
 def _import_bindings(node: ast.AST, alias: ast.alias) -> list[str]:
@@ -155,6 +157,10 @@ def _builtin_names(func: ast.AST, bindings: Bindings) -> set[str]:
     ``torch.linalg``. Never for another library's (``np.linalg.inv``); a function imported
     from a namespace matches through its binding (``Bindings.of_call``)."""
     if isinstance(func, ast.Name):  # a star import's: ``from torch.fft import *``
+        # Unless the name is bound otherwise (imported, assigned, or a function of the
+        # file's own, which Python would find before the star import's).
+        if func.id in bindings.names or func.id in bindings.names.get(DEFINED, ()):
+            return set()
         return {
             f"{bound[len(TORCH_NAMESPACE) :]}_{func.id}"
             for bound in bindings.names.get("*", ())
@@ -382,6 +388,8 @@ class _BindingIndex:
             for name, bound in self.names.get(owner, {}).items():
                 names[name] = frozenset(bound)
         attributes = {name: frozenset(bound) for name, bound in self.attributes.items()}
+        if "*" in names:  # a star import: which bare names the file's own functions hold
+            names[DEFINED] = frozenset(getattr(f, "name", "") for f in self.functions)
         return Bindings(names, attributes)
 
 

@@ -976,6 +976,17 @@ NAMESPACES_BOUND_OTHERWISE = {
         "    z = inv(a)\n    w = cholesky(a)\n    return z, w\n",
         [(6, True), (7, True)],
     ),
+    "star_then_own_def.py": (
+        "import torch\nfrom torch.linalg import *\n\n\ndef inv(m):\n    return m * 2\n\n\n"
+        "def step(a):\n    y = inv(a)\n    z = torch.linalg.inv(y)\n    return y, z\n",
+        [(11, True)],
+    ),
+    "star_then_import.py": (
+        "import torch\nfrom torch.linalg import *\n\n\ndef step(a):\n"
+        "    from numpy.linalg import inv\n    n = inv(a.numpy())\n"
+        "    z = torch.linalg.inv(a)\n    return n, z\n",
+        [(8, True)],
+    ),
     "shadowed.py": (
         "import torch\nfrom torch import linalg\n\n\ndef step(a):\n"
         "    from numpy import linalg\n    n = linalg.inv(a.numpy())\n"
@@ -987,9 +998,10 @@ NAMESPACES_BOUND_OTHERWISE = {
 
 @pytest.mark.parametrize("name", sorted(NAMESPACES_BOUND_OTHERWISE))
 def test_a_namespace_assigned_star_imported_or_shadowed_is_followed(tmp_path, name) -> None:
-    """A review's cases: ``LA = torch.linalg`` and ``from torch.linalg import *`` bind the
+    """Reviews' cases: ``LA = torch.linalg`` and ``from torch.linalg import *`` bind the
     namespace too; a function's ``from numpy import linalg`` hides the module's torch one,
-    so numpy's ``linalg.inv`` called first is not taken for torch's."""
+    so numpy's ``linalg.inv`` called first is not taken for torch's; and a star import
+    yields to the file's own ``def inv`` and to a later ``from numpy.linalg import inv``."""
     source, expected = NAMESPACES_BOUND_OTHERWISE[name]
     (tmp_path / name).write_text(source)
     module = _load(tmp_path / name, name[:-3])

@@ -11,7 +11,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -300,7 +300,6 @@ class _PythonTree:
         return out
 
 
-_NAME = attrgetter("name")
 _FIRST = itemgetter(0)
 
 
@@ -381,22 +380,30 @@ class Attributor:
             from_first_step = bool(carried.starts_at_first_step)
         if SETUP_CALLS.isdisjoint(apis) or not from_first_step:
             return None
-        library = MATMUL_OPS if nodes[index].name in MATMUL_OPS else CUDNN_OPS
-        key = (thread.pid, thread.tid, library is MATMUL_OPS)
+        is_matmul = nodes[index].name in MATMUL_OPS
+        first_end = self._first_library_end(thread, is_matmul)
+        if carried is not None:
+            key = (thread.pid, thread.tid, is_matmul)
+            first_end = min(first_end, carried.first_ends.get(key, first_end))
+        return nodes[index].name if thread.starts[index] < first_end else None
+
+    def _first_library_end(self, thread: HostThread, is_matmul: bool) -> float:
+        """When the first call of cuBLAS (``is_matmul``) or cuDNN on the thread ended (inf:
+        none); one pass per thread and library, for the first that asks."""
+        key = (thread.pid, thread.tid, is_matmul)
         first_end = self._first_library_calls.get(key)
-        if first_end is None:  # one pass per thread and library, for the first sync that asks
+        if first_end is None:
+            library = MATMUL_OPS if is_matmul else CUDNN_OPS
             kinds, ends = thread.kinds, thread.ends
             first_end = self._first_library_calls[key] = min(
                 (
                     ends[i]
-                    for i, node in enumerate(nodes)
+                    for i, node in enumerate(thread.nodes)
                     if node.name in library and kinds[i] == OP
                 ),
                 default=float("inf"),
             )
-        if carried is not None:
-            first_end = min(first_end, carried.first_ends.get(key, first_end))
-        return nodes[index].name if thread.starts[index] < first_end else None
+        return first_end
 
     def note_library_calls(self) -> None:
         """Keeps in ``library_calls`` the earliest end of a cuBLAS or cuDNN call on each
@@ -405,21 +412,11 @@ class Attributor:
         if carried is None:
             return
         for thread in self.tl.threads.values():
-            names = set(map(_NAME, thread.nodes))
-            for is_matmul, library in ((True, MATMUL_OPS), (False, CUDNN_OPS)):
-                if names.isdisjoint(library):
-                    continue
-                kinds, ends = thread.kinds, thread.ends
-                end = min(
-                    (
-                        ends[i]
-                        for i, node in enumerate(thread.nodes)
-                        if node.name in library and kinds[i] == OP
-                    ),
-                    default=float("inf"),
-                )
+            for is_matmul in (True, False):
+                end = self._first_library_end(thread, is_matmul)
                 key = (thread.pid, thread.tid, is_matmul)
-                carried.first_ends[key] = min(end, carried.first_ends.get(key, end))
+                if end < carried.first_ends.get(key, float("inf")):
+                    carried.first_ends[key] = end
 
     def _unrecorded_copy_starts(self) -> dict[Any, tuple[list[float], list[Any]]]:
         """Per device, the starts (sorted) and the operators' external ids of the copies

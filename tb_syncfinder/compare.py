@@ -17,7 +17,6 @@ from tb_syncfinder.catalogue import (
     DEVICE_TO_HOST_COPY,
     EXPLICIT_SYNC,
     FFT_OPS,
-    LIBRARY_SETUP_OPS,
     npu_without_calls,
 )
 
@@ -323,7 +322,7 @@ def _setup_note(
         count = sum(
             1
             for sync in syncs
-            if sync.get("first_call_of") and sync["first_call_of"] in LIBRARY_SETUP_OPS - FFT_OPS
+            if sync.get("first_call_of") and sync["first_call_of"] not in FFT_OPS
         )
         traces = len([t for t in report.get("traces") or [] if not t.get("error")]) or 1
         return count / traces

@@ -23,14 +23,17 @@ from tb_syncfinder import analyze
 HERE = Path(__file__).resolve().parent / "gpu_linalg"
 PROBE = json.loads((HERE / "linalg_checks_probe.json").read_text(encoding="utf-8"))
 PAIRS = json.loads((HERE / "pairs.json").read_text(encoding="utf-8"))
+MORE = json.loads((HERE / "linalg_checks_more.json").read_text(encoding="utf-8"))
 EX_TITLE = "Use the torch.linalg _ex form and check its info later"
 EIGH_TITLE = "Call torch.linalg.eigh less often"
 LESS_OFTEN = "Call this torch.linalg function less often"
 PROBE_SOURCE = (HERE / "record_linalg_checks.py").read_text(encoding="utf-8").splitlines()
 
 
-def _warned_lines() -> set[int]:
-    return {int(w.split(" ", 1)[0].rsplit(":", 1)[1]) for w in PROBE["warned"]}
+def _warned_lines(info: dict | None = None) -> set[int]:
+    """The lines of the probe's file torch warned at (``file:line message`` each)."""
+    warned = (PROBE if info is None else info)["warned"]
+    return {int(w.split(" ", 1)[0].rsplit(":", 1)[1]) for w in warned}
 
 
 def _called_at(line: int) -> str:
@@ -52,10 +55,14 @@ def test_each_line_torch_warned_at_is_a_site_at_its_exact_line_and_nothing_else(
         assert site.advice["title"] == (EIGH_TITLE if "eigh(" in called else EX_TITLE)
 
 
-def test_a_cpu_trace_lists_as_latent_the_lines_that_sync_on_the_gpu(tmp_path: Path) -> None:
-    """On the CPU ``inv_ex`` and ``solve_ex`` read pivots inside ``linalg_lu_solve`` (a CPU
-    kernel's check): they were latent findings that the GPU's warnings contradict. The CPU
-    trace of the same probe now lists exactly the lines torch warned at on the H200."""
+@pytest.mark.parametrize(("function", "recorded"), [("probe", "probe"), ("probe_more", "more")])
+def test_a_cpu_trace_lists_as_latent_the_lines_that_sync_on_the_gpu(
+    tmp_path: Path, function: str, recorded: str
+) -> None:
+    """On the CPU ``inv_ex`` and ``solve_ex`` read pivots inside ``linalg_lu_solve`` and
+    ``cholesky_inverse`` checks an error code (CPU kernels' checks): they were latent
+    findings that the GPU's warnings contradict. The CPU trace of each probe now lists
+    exactly the lines torch warned at on the H200."""
     torch = pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("linalg_probe", HERE / "record_linalg_checks.py")
     module = importlib.util.module_from_spec(spec)
@@ -64,13 +71,13 @@ def test_a_cpu_trace_lists_as_latent_the_lines_that_sync_on_the_gpu(tmp_path: Pa
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-        module.probe(torch.device("cpu"))
+        getattr(module, function)(torch.device("cpu"))
     path = tmp_path / "run" / "probe.pt.trace.json"
     path.parent.mkdir()
     prof.export_chrome_trace(str(path))
     report = analyze(path, source_roots=[str(HERE)])
-    lines = {s.source.line for s in report.latent if s.source and s.source.func == "probe"}
-    assert lines == _warned_lines()
+    lines = {s.source.line for s in report.latent if s.source and s.source.func == function}
+    assert lines == _warned_lines(MORE if recorded == "more" else PROBE)
 
 
 def test_the_cholesky_pairs_read_is_found_with_the_ex_fix_and_its_saving_measured() -> None:
@@ -133,9 +140,6 @@ def test_functions_without_an_ex_form_are_not_told_to_use_one(tmp_path: Path) ->
                       10: EX_TITLE, 11: EX_TITLE}  # fmt: skip
 
 
-MORE = json.loads((HERE / "linalg_checks_more.json").read_text(encoding="utf-8"))
-
-
 def test_the_decompositions_without_an_ex_form_are_found_where_torch_warned() -> None:
     """``LINALG_PROBE=more``: torch warned at ``svd``, ``svdvals``, ``lstsq``, ``pinv``,
     ``matrix_rank``, ``cond``, ``eig``, ``eigvals``, ``matrix_power(a, -2)`` and
@@ -144,7 +148,7 @@ def test_the_decompositions_without_an_ex_form_are_found_where_torch_warned() ->
     ones with no ``_ex`` form are told to call less often (``svd``'s copies inside the
     decomposition were a bare device-to-host copy's advice), the negative power, which
     inverts, to use ``inv_ex``."""
-    warned = {int(w.split(" ", 1)[0].rsplit(":", 1)[1]) for w in MORE["warned"]}
+    warned = _warned_lines(MORE)
     assert len(warned) == 10
     report = analyze(HERE / "linalg_checks_more.pt.trace.json.gz", source_roots=[str(HERE)])
     sites = [s for s in report.sites if s.func == "probe_more"]
@@ -154,23 +158,3 @@ def test_the_decompositions_without_an_ex_form_are_found_where_torch_warned() ->
         called = _called_at(site.line)
         title = EX_TITLE if "matrix_power" in called else LESS_OFTEN
         assert site.advice["title"] == title, called
-
-
-def test_a_cpu_trace_of_the_decompositions_lists_the_lines_the_gpu_warned_at(
-    tmp_path: Path,
-) -> None:
-    torch = pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("linalg_probe", HERE / "record_linalg_checks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["linalg_probe"] = module
-    spec.loader.exec_module(module)
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-        module.probe_more(torch.device("cpu"))
-    path = tmp_path / "run" / "more.pt.trace.json"
-    path.parent.mkdir()
-    prof.export_chrome_trace(str(path))
-    report = analyze(path, source_roots=[str(HERE)])
-    lines = {s.source.line for s in report.latent if s.source and s.source.func == "probe_more"}
-    assert lines == {int(w.split(" ", 1)[0].rsplit(":", 1)[1]) for w in MORE["warned"]}

@@ -233,6 +233,17 @@ WAIT_LINE = line_of("# WAIT:")
 READBACK_LINE = line_of("# READBACK:")
 
 
+# A forked rank of this job has died by SIGSEGV inside torch's profiler about once in a few
+# hundred runs (torch 2.13 CPU, once in CI, 0 of 30 runs in a loop here); the job is then
+# run again, a bounded number of times, so the tests still fail on any other failure.
+CRASH_ATTEMPTS = 3
+
+
+def crashed_in_torch(stderr: str) -> bool:
+    """Whether a rank was killed by a signal (a crash in torch), not an error of the job."""
+    return "terminated with signal" in stderr
+
+
 def record_gloo_job(
     folder: Path,
     world: int = 3,
@@ -246,25 +257,33 @@ def record_gloo_job(
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SCRIPT).write_text(WORKLOAD)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            str(folder),
-            str(world),
-            str(late_rank),
-            str(delay_s),
-            str(steps),
-            mode,
-        ],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    command = [
+        sys.executable,
+        SCRIPT,
+        str(folder),
+        str(world),
+        str(late_rank),
+        str(delay_s),
+        str(steps),
+        mode,
+    ]
+    attempts = 0
+    while True:
+        attempts += 1
+        for stale in folder.glob("rank*.pt.trace.json"):
+            stale.unlink()
+        (folder / "rendezvous").unlink(missing_ok=True)
+        proc = subprocess.run(
+            command, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+        if proc.returncode == 0 or attempts == CRASH_ATTEMPTS:
+            break
+        if not crashed_in_torch(proc.stderr):
+            break
     if proc.returncode != 0:
-        raise RuntimeError(f"gloo job failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"gloo job failed ({proc.returncode}, attempt {attempts}):\n{proc.stderr[-3000:]}"
+        )
     traces = [folder / f"rank{r}.pt.trace.json" for r in range(world)]
     missing = [str(t) for t in traces if not t.is_file()]
     if missing:

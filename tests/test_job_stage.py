@@ -338,6 +338,47 @@ def test_cli_json_of_a_gloo_job_carries_the_job_object(gloo_logdir, capsys):
     assert doc["job"]["sites"][0]["rank"] == GLOO_LATE
 
 
+def test_a_gloo_job_whose_rank_crashed_in_torch_is_run_again_but_a_failing_job_is_not(
+    tmp_path, monkeypatch
+):
+    """The recorder reruns a job only when a rank died by a signal (torch's crash in a
+    forked child), at most ``CRASH_ATTEMPTS`` times; any other failure is raised at once."""
+    import subprocess
+
+    import gloo_workload
+
+    def fake_run(outcomes):
+        calls = []
+
+        def run(command, cwd, **kwargs):
+            code, stderr = outcomes[min(len(calls), len(outcomes) - 1)]
+            calls.append(command)
+            if code == 0:
+                for rank in range(2):
+                    (Path(cwd) / f"rank{rank}.pt.trace.json").write_text("{}")
+            return subprocess.CompletedProcess(command, code, "", stderr)
+
+        return run, calls
+
+    crash = (1, "ProcessExitedException: process 1 terminated with signal SIGSEGV")
+    run, calls = fake_run([crash, (0, "")])
+    monkeypatch.setattr(gloo_workload.subprocess, "run", run)
+    assert len(gloo_workload.record_gloo_job(tmp_path / "a", world=2)) == 2
+    assert len(calls) == 2
+
+    run, calls = fake_run([(1, "ValueError: a bug in the job")])
+    monkeypatch.setattr(gloo_workload.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match="a bug in the job"):
+        gloo_workload.record_gloo_job(tmp_path / "b", world=2)
+    assert len(calls) == 1
+
+    run, calls = fake_run([crash])
+    monkeypatch.setattr(gloo_workload.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match="SIGSEGV"):
+        gloo_workload.record_gloo_job(tmp_path / "c", world=2)
+    assert len(calls) == gloo_workload.CRASH_ATTEMPTS
+
+
 # -- NCCL-shaped fixtures through the engine --------------------------------------------------
 
 LATE_US = 4000.0

@@ -128,7 +128,8 @@ def test_a_job_stopped_by_the_pools_shutdown_runs_its_clean_up(tmp_path: Path) -
 
 
 PARENT = """
-import sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does
 from tb_syncfinder.plugin.workers import ProcessPool
 from test_plugin_big_traces import clean_up_when_stopped
 pool = ProcessPool(1)
@@ -173,7 +174,14 @@ def test_a_job_whose_tensorboard_is_stopped_runs_its_clean_up(tmp_path: Path, ho
             os.killpg(parent.pid, signal.SIGINT)
         else:
             parent.kill()
-        parent.wait(TIMEOUT_S)
+        try:
+            parent.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            parent.send_signal(signal.SIGUSR1)  # its threads' stacks, to its stderr
+            time.sleep(2)
+            os.killpg(parent.pid, signal.SIGKILL)
+            parent.wait(TIMEOUT_S)
+            pytest.fail(f"TensorBoard's stand-in did not end ({how}):\n{parent.stderr.read()}")
         assert wait_for(lambda: not alive(worker)), "the analysis process still runs"
         assert not folder.exists(), "the job's window files were left behind"
         assert Path(f"{folder}.unwound").exists()

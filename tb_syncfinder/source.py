@@ -137,17 +137,67 @@ def _import_bindings(node: ast.AST, alias: ast.alias) -> list[str]:
     return []
 
 
+# An assignment whose value is a name or a name's namespace (``t = torch``, ``L2 = LA``,
+# ``LA = th.linalg``): what it binds to depends on that name's own binding, known once the
+# whole file is read (``Bindings`` resolves it: ``_followed``).
+PATH_OF = "<path>"
+
+
 def _namespace_value(value: ast.AST | None) -> str | None:
     """``TORCH_NAMESPACE`` + the namespace for ``torch.linalg`` (an assignment such as
-    ``LA = torch.linalg``), else None."""
+    ``LA = torch.linalg``); ``PATH_OF`` + the dotted path for a name or another name's
+    namespace; else None."""
+    if isinstance(value, ast.Name):
+        return PATH_OF + value.id
     if (
         isinstance(value, ast.Attribute)
         and value.attr in _BUILTIN_NAMESPACES
         and isinstance(value.value, ast.Name)
-        and value.value.id == "torch"
     ):
-        return TORCH_NAMESPACE + value.attr
+        if value.value.id == "torch":
+            return TORCH_NAMESPACE + value.attr
+        return f"{PATH_OF}{value.value.id}.{value.attr}"
     return None
+
+
+def _followed(names: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """``names`` with each ``PATH_OF`` binding replaced by what its path leads to: torch
+    (``"torch"``) or a torch namespace, through names bound to them (``import torch as
+    th``; ``t = torch``; ``L2 = LA``), a few names deep; nothing for anything else
+    (``LA = np.linalg``)."""
+
+    def leads_to(name: str, depth: int) -> set[str]:
+        bound = names.get(name)
+        if not bound:  # ``import torch`` binds the name to nothing else
+            return {"torch"} if name == "torch" else set()
+        found = {b for b in bound if b == "torch" or b.startswith(TORCH_NAMESPACE)}
+        if depth < 4:
+            for b in bound:
+                if b.startswith(PATH_OF):
+                    found |= path_leads_to(b[len(PATH_OF) :], depth + 1)
+        return found
+
+    def path_leads_to(path: str, depth: int) -> set[str]:
+        root, _, space = path.partition(".")
+        found = leads_to(root, depth)
+        if not space:
+            return found
+        return {TORCH_NAMESPACE + space} if "torch" in found else set()
+
+    if not any(b.startswith(PATH_OF) for bound in names.values() for b in bound):
+        return names
+    return {
+        name: frozenset(
+            {b for b in bound if not b.startswith(PATH_OF)}
+            | {
+                found
+                for b in bound
+                if b.startswith(PATH_OF)
+                for found in path_leads_to(b[len(PATH_OF) :], 1)
+            }
+        )
+        for name, bound in names.items()
+    }
 
 
 def _builtin_names(func: ast.AST, bindings: Bindings) -> set[str]:
@@ -387,6 +437,7 @@ class _BindingIndex:
         for owner in owners:
             for name, bound in self.names.get(owner, {}).items():
                 names[name] = frozenset(bound)
+        names = _followed(names)
         attributes = {name: frozenset(bound) for name, bound in self.attributes.items()}
         if "*" in names:  # a star import: which bare names the file's own functions hold
             names[DEFINED] = frozenset(getattr(f, "name", "") for f in self.functions)

@@ -987,6 +987,20 @@ NAMESPACES_BOUND_OTHERWISE = {
         "    z = torch.linalg.inv(a)\n    return n, z\n",
         [(8, True)],
     ),
+    "assigned_through_alias.py": (
+        "import torch as th\nLA = th.linalg\n\n\ndef step(a):\n    z = LA.inv(a)\n    return z\n",
+        [(6, True)],
+    ),
+    "assigned_in_a_chain.py": (
+        "import torch\nt = torch\nLA = t.linalg\nL2 = LA\n\n\ndef step(a):\n"
+        "    z = L2.inv(a)\n    return z\n",
+        [(8, True)],
+    ),
+    "assigned_numpy.py": (
+        "import numpy as np\nimport torch\nLA = np.linalg\n\n\ndef step(a):\n"
+        "    n = LA.inv(a.numpy())\n    z = torch.linalg.inv(a)\n    return n, z\n",
+        [(8, True)],
+    ),
     "shadowed.py": (
         "import torch\nfrom torch import linalg\n\n\ndef step(a):\n"
         "    from numpy import linalg\n    n = linalg.inv(a.numpy())\n"
@@ -998,8 +1012,9 @@ NAMESPACES_BOUND_OTHERWISE = {
 
 @pytest.mark.parametrize("name", sorted(NAMESPACES_BOUND_OTHERWISE))
 def test_a_namespace_assigned_star_imported_or_shadowed_is_followed(tmp_path, name) -> None:
-    """Reviews' cases: ``LA = torch.linalg`` and ``from torch.linalg import *`` bind the
-    namespace too; a function's ``from numpy import linalg`` hides the module's torch one,
+    """Reviews' cases: ``LA = torch.linalg`` (also through ``import torch as th`` and a
+    chain of names) and ``from torch.linalg import *`` bind the namespace too, and
+    ``LA = np.linalg`` does not; a function's ``from numpy import linalg`` hides the module's torch one,
     so numpy's ``linalg.inv`` called first is not taken for torch's; and a star import
     yields to the file's own ``def inv`` and to a later ``from numpy.linalg import inv``."""
     source, expected = NAMESPACES_BOUND_OTHERWISE[name]

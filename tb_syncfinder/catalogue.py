@@ -1152,6 +1152,27 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         ),
     ),
     OpAdvice(
+        # A negative power inverts with ``linalg_inv`` inside: the ``_ex`` fix applies to
+        # the inverse, which the user did not call by name.
+        frozenset({"aten::linalg_matrix_power", "aten::matrix_power"}),
+        frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
+        Advice(
+            title="Invert with inv_ex, then raise to a positive power",
+            text=(
+                "`torch.linalg.matrix_power` with a negative power inverts the matrix with "
+                "`torch.linalg.inv`, which reads the inversion's error code (`info`) on the "
+                "host and waits for the GPU. Invert with `torch.linalg.inv_ex`, whose "
+                "`info` stays on the device (check it every N steps, or not at all where "
+                "the matrix is regularised), and raise the inverse to the positive power."
+            ),
+            before="m = torch.linalg.matrix_power(a, -2)  # inverts, reads info on the host\n",
+            after=(
+                "inv_a, info = torch.linalg.inv_ex(a)    # info stays on the device\n"
+                "m = torch.linalg.matrix_power(inv_a, 2)\n"
+            ),
+        ),
+    ),
+    OpAdvice(
         # The functions that wait and have no ``_ex`` form: the decompositions that copy
         # to the host inside (``svd``, ``eig``, and those that call them), and the other
         # functions that check an error code (``lstsq``), whichever is outermost.

@@ -25,6 +25,7 @@ PROBE = json.loads((HERE / "linalg_checks_probe.json").read_text(encoding="utf-8
 PAIRS = json.loads((HERE / "pairs.json").read_text(encoding="utf-8"))
 MORE = json.loads((HERE / "linalg_checks_more.json").read_text(encoding="utf-8"))
 EX_TITLE = "Use the torch.linalg _ex form and check its info later"
+NEGATIVE_POWER_TITLE = "Invert with inv_ex, then raise to a positive power"
 EIGH_TITLE = "Call torch.linalg.eigh less often"
 LESS_OFTEN = "Call this torch.linalg function less often"
 PROBE_SOURCE = (HERE / "record_linalg_checks.py").read_text(encoding="utf-8").splitlines()
@@ -147,7 +148,7 @@ def test_the_decompositions_without_an_ex_form_are_found_where_torch_warned() ->
     ``lu_solve`` or ``solve_triangular``. The report names the same ten lines, exact; the
     ones with no ``_ex`` form are told to call less often (``svd``'s copies inside the
     decomposition were a bare device-to-host copy's advice), the negative power, which
-    inverts, to use ``inv_ex``."""
+    inverts, to invert with ``inv_ex`` and raise the inverse to a positive power."""
     warned = _warned_lines(MORE)
     assert len(warned) == 10
     report = analyze(HERE / "linalg_checks_more.pt.trace.json.gz", source_roots=[str(HERE)])
@@ -156,5 +157,5 @@ def test_the_decompositions_without_an_ex_form_are_found_where_torch_warned() ->
     for site in sites:
         assert site.line_exact
         called = _called_at(site.line)
-        title = EX_TITLE if "matrix_power" in called else LESS_OFTEN
+        title = NEGATIVE_POWER_TITLE if "matrix_power" in called else LESS_OFTEN
         assert site.advice["title"] == title, called

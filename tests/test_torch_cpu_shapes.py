@@ -1014,9 +1014,10 @@ NAMESPACES_BOUND_OTHERWISE = {
 def test_a_namespace_assigned_star_imported_or_shadowed_is_followed(tmp_path, name) -> None:
     """Reviews' cases: ``LA = torch.linalg`` (also through ``import torch as th`` and a
     chain of names) and ``from torch.linalg import *`` bind the namespace too, and
-    ``LA = np.linalg`` does not; a function's ``from numpy import linalg`` hides the module's torch one,
-    so numpy's ``linalg.inv`` called first is not taken for torch's; and a star import
-    yields to the file's own ``def inv`` and to a later ``from numpy.linalg import inv``."""
+    ``LA = np.linalg`` does not; a function's ``from numpy import linalg`` hides the
+    module's torch one, so numpy's ``linalg.inv`` called first is not taken for torch's;
+    and a star import yields to the file's own ``def inv`` and to a later ``from
+    numpy.linalg import inv``."""
     source, expected = NAMESPACES_BOUND_OTHERWISE[name]
     (tmp_path / name).write_text(source)
     module = _load(tmp_path / name, name[:-3])

@@ -341,8 +341,9 @@ def test_cli_json_of_a_gloo_job_carries_the_job_object(gloo_logdir, capsys):
 def test_a_gloo_job_whose_rank_crashed_in_torch_is_run_again_but_a_failing_job_is_not(
     tmp_path, monkeypatch
 ):
-    """The recorder reruns a job only when a rank died by a signal (torch's crash in a
-    forked child), at most ``CRASH_ATTEMPTS`` times; any other failure is raised at once."""
+    """The recorder reruns a job, with a warning, only when a rank crashed (SIGSEGV in
+    torch, in a forked child), at most ``CRASH_ATTEMPTS`` times; any other failure, an
+    abort too, is raised at once."""
     import subprocess
 
     import gloo_workload
@@ -363,14 +364,16 @@ def test_a_gloo_job_whose_rank_crashed_in_torch_is_run_again_but_a_failing_job_i
     crash = (1, "ProcessExitedException: process 1 terminated with signal SIGSEGV")
     run, calls = fake_run([crash, (0, "")])
     monkeypatch.setattr(gloo_workload.subprocess, "run", run)
-    assert len(gloo_workload.record_gloo_job(tmp_path / "a", world=2)) == 2
+    with pytest.warns(UserWarning, match="crashed"):
+        assert len(gloo_workload.record_gloo_job(tmp_path / "a", world=2)) == 2
     assert len(calls) == 2
 
-    run, calls = fake_run([(1, "ValueError: a bug in the job")])
-    monkeypatch.setattr(gloo_workload.subprocess, "run", run)
-    with pytest.raises(RuntimeError, match="a bug in the job"):
-        gloo_workload.record_gloo_job(tmp_path / "b", world=2)
-    assert len(calls) == 1
+    for failure in ("ValueError: a bug in the job", "process 1 terminated with signal SIGABRT"):
+        run, calls = fake_run([(1, failure)])
+        monkeypatch.setattr(gloo_workload.subprocess, "run", run)
+        with pytest.raises(RuntimeError, match=failure):
+            gloo_workload.record_gloo_job(tmp_path / "b", world=2)
+        assert len(calls) == 1
 
     run, calls = fake_run([crash])
     monkeypatch.setattr(gloo_workload.subprocess, "run", run)

@@ -160,32 +160,44 @@ def _namespace_value(value: ast.AST | None) -> str | None:
     return None
 
 
-def _followed(names: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
-    """``names`` with each ``PATH_OF`` binding replaced by what its path leads to: torch
-    (``"torch"``) or a torch namespace, through names bound to them (``import torch as
-    th``; ``t = torch``; ``L2 = LA``), a few names deep; nothing for anything else
-    (``LA = np.linalg``)."""
+def _followed(
+    visible: dict[str, frozenset[str]], own: dict[str, set[str]]
+) -> dict[str, frozenset[str]]:
+    """One scope's names (``own``) with each ``PATH_OF`` binding replaced by what its path
+    leads to among the names that scope sees (``visible``: its own over those of the
+    scopes around it, already followed): torch (``"torch"``) or a torch namespace, through
+    names bound to them (``import torch as th``; ``t = torch``; ``L2 = LA``); nothing for
+    anything else (``LA = np.linalg``). An assignment is followed where it ran: a
+    function's own ``t = a.sum()`` does not change what the module's ``LA = t.linalg``
+    was."""
+    memo: dict[str, frozenset[str]] = {}
+    visiting: set[str] = set()
 
-    def leads_to(name: str, depth: int) -> set[str]:
-        bound = names.get(name)
+    def leads_to(name: str) -> frozenset[str]:
+        found = memo.get(name)
+        if found is not None:
+            return found
+        bound = visible.get(name)
         if not bound:  # ``import torch`` binds the name to nothing else
-            return {"torch"} if name == "torch" else set()
-        found = {b for b in bound if b == "torch" or b.startswith(TORCH_NAMESPACE)}
-        if depth < 4:
-            for b in bound:
-                if b.startswith(PATH_OF):
-                    found |= path_leads_to(b[len(PATH_OF) :], depth + 1)
+            return frozenset({"torch"}) if name == "torch" else frozenset()
+        if name in visiting:  # a cycle (``a = b``, ``b = a``) leads nowhere new
+            return frozenset()
+        visiting.add(name)
+        reached = {b for b in bound if b == "torch" or b.startswith(TORCH_NAMESPACE)}
+        for b in bound:
+            if b.startswith(PATH_OF):
+                reached |= path_leads_to(b[len(PATH_OF) :])
+        visiting.discard(name)
+        found = memo[name] = frozenset(reached)
         return found
 
-    def path_leads_to(path: str, depth: int) -> set[str]:
+    def path_leads_to(path: str) -> frozenset[str]:
         root, _, space = path.partition(".")
-        found = leads_to(root, depth)
+        found = leads_to(root)
         if not space:
             return found
-        return {TORCH_NAMESPACE + space} if "torch" in found else set()
+        return frozenset({TORCH_NAMESPACE + space}) if "torch" in found else frozenset()
 
-    if not any(b.startswith(PATH_OF) for bound in names.values() for b in bound):
-        return names
     return {
         name: frozenset(
             {b for b in bound if not b.startswith(PATH_OF)}
@@ -193,10 +205,10 @@ def _followed(names: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
                 found
                 for b in bound
                 if b.startswith(PATH_OF)
-                for found in path_leads_to(b[len(PATH_OF) :], 1)
+                for found in path_leads_to(b[len(PATH_OF) :])
             }
         )
-        for name, bound in names.items()
+        for name, bound in own.items()
     }
 
 
@@ -390,6 +402,8 @@ class _BindingIndex:
         self.functions = sorted(functions, key=_start)
         self.names: dict[int | None, dict[str, set[str]]] = {}
         self.attributes: dict[str, set[str]] = {}
+        # Per owner, its names with their paths followed (``_followed``), once.
+        self._followed: dict[int | None, dict[str, frozenset[str]]] = {}
         open_functions: list[ast.AST] = []  # enclosing the sweep's position, outermost first
         following = iter(self.functions)
         upcoming = next(following, None)
@@ -435,9 +449,12 @@ class _BindingIndex:
         names: dict[str, frozenset[str]] = {}
         # Outermost first: the innermost binding of a name wins, as Python looks it up.
         for owner in owners:
-            for name, bound in self.names.get(owner, {}).items():
-                names[name] = frozenset(bound)
-        names = _followed(names)
+            followed = self._followed.get(owner)
+            if followed is None:  # what encloses an owner, hence ``names`` here, never varies
+                own = self.names.get(owner, {})
+                visible = {**names, **{name: frozenset(bound) for name, bound in own.items()}}
+                followed = self._followed[owner] = _followed(visible, own)
+            names.update(followed)
         attributes = {name: frozenset(bound) for name, bound in self.attributes.items()}
         if "*" in names:  # a star import: which bare names the file's own functions hold
             names[DEFINED] = frozenset(getattr(f, "name", "") for f in self.functions)

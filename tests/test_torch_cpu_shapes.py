@@ -1001,6 +1001,16 @@ NAMESPACES_BOUND_OTHERWISE = {
         "    n = LA.inv(a.numpy())\n    z = torch.linalg.inv(a)\n    return n, z\n",
         [(8, True)],
     ),
+    "module_chain_a_function_shadows.py": (
+        "import torch\nt = torch\nLA = t.linalg\n\n\ndef step(a):\n"
+        "    t = a.sum()\n    z = LA.inv(a)\n    return z, t\n",
+        [(8, True)],
+    ),
+    "module_numpy_a_function_rebinds.py": (
+        "import numpy as xp\nimport torch\nLA = xp.linalg\n\n\ndef step(a):\n"
+        "    xp = torch\n    n = LA.inv(a.numpy())\n    z = xp.linalg.inv(a)\n    return n, z\n",
+        [(9, True)],
+    ),
     "shadowed.py": (
         "import torch\nfrom torch import linalg\n\n\ndef step(a):\n"
         "    from numpy import linalg\n    n = linalg.inv(a.numpy())\n"
@@ -1017,7 +1027,8 @@ def test_a_namespace_assigned_star_imported_or_shadowed_is_followed(tmp_path, na
     ``LA = np.linalg`` does not; a function's ``from numpy import linalg`` hides the
     module's torch one, so numpy's ``linalg.inv`` called first is not taken for torch's;
     and a star import yields to the file's own ``def inv`` and to a later ``from
-    numpy.linalg import inv``."""
+    numpy.linalg import inv``. A module's assignment is followed in the module: a
+    function's own ``t`` or ``xp`` changes none of it."""
     source, expected = NAMESPACES_BOUND_OTHERWISE[name]
     (tmp_path / name).write_text(source)
     module = _load(tmp_path / name, name[:-3])

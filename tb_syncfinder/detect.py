@@ -325,21 +325,6 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
     return episodes
 
 
-def _concrete_has_output_size(event: Event) -> bool:
-    """repeat_interleave(..., output_size=N) does not sync; record_shapes tells us N."""
-    args = event.args
-    if args is None or args.concrete_inputs is None:
-        return False
-    try:
-        inputs = msgspec.json.decode(args.concrete_inputs)
-    except msgspec.DecodeError:
-        return False
-    if not isinstance(inputs, list) or not inputs:
-        return False
-    last = inputs[-1]
-    return isinstance(last, str) and last.strip().lstrip("-").isdigit()
-
-
 def detect_latent(tl: Timeline) -> list[Episode]:
     """Operators that would sync on a GPU, in a trace with no GPU at all (zero cost).
 
@@ -363,7 +348,10 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                 continue
             if kinds[i] != OP or node.name not in LATENT_TRIGGERS:
                 continue
-            if node.name == "aten::repeat_interleave" and _concrete_has_output_size(node):
+            if node.name == "aten::repeat_interleave":
+                # Its CPU kernel reads the repeats' total (``cumsum[-1].item()``) where a
+                # GPU's waits, and only there: not with ``output_size=`` (an H200 warned
+                # there at none), not with int repeats. That read, inside it, is the finding.
                 continue
             if any(nodes[j].name in LATENT_CPU_ONLY_READS for j in thread.ancestors(i)[1:]):
                 continue

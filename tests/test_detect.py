@@ -230,12 +230,23 @@ def test_html_in_names_is_kept_as_data(tmp_path):
 def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_is_not(
     tmp_path, string_ts
 ):
+    """As torch's CPU kernels run them: ``repeat_interleave`` reads its repeats' total
+    (an ``item`` inside it) only without ``output_size`` and with tensor repeats, where a
+    GPU would wait; the read, not the operator's name, makes it a latent sync, also in a
+    trace recorded without ``record_shapes`` (no Concrete Inputs)."""
     b = KinetoTraceBuilder(gpu=False)
     with b.step(1):
         with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", "12"]}):
             pass
-        with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", ""]}):
+        with b.op("aten::repeat_interleave"):  # output_size, or int repeats: no read
             pass
+        with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", ""]}):
+            with b.op("aten::cumsum"):
+                pass
+            with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+                pass
+            with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+                pass
         with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
             pass
     doc = b.to_dict()
@@ -247,7 +258,7 @@ def test_cpu_only_trace_lists_latent_ops_and_repeat_interleave_with_output_size_
     result = analyze_trace(str(path))
     assert result.syncs == []
     assert [(s.op, s.trigger_op, s.kind) for s in result.latent] == [
-        ("aten::repeat_interleave", "aten::repeat_interleave", catalogue.DYNAMIC_SHAPE),
+        ("aten::repeat_interleave", "aten::_local_scalar_dense", catalogue.DYNAMIC_SHAPE),
         ("aten::item", "aten::_local_scalar_dense", catalogue.SCALAR_READBACK),
     ]
     assert result.info.device == "cpu"

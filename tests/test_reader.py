@@ -311,7 +311,9 @@ def _repeat_interleave_trace(damaged: bool) -> str:
         ):
             pass
         with b.op("aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", ""]}):
-            pass
+            with b.op("aten::item", args={"Concrete Inputs": [""]}):
+                with b.op("aten::_local_scalar_dense", args={"Concrete Inputs": [""]}):
+                    pass
         with b.op("aten::add", args={"Concrete Inputs": ["", "", "1"]}):
             pass
     text = json.dumps(b.to_dict())
@@ -324,29 +326,31 @@ def _repeat_interleave_trace(damaged: bool) -> str:
 
 @pytest.mark.parametrize("chunk", [CHUNK_BYTES, SMALL_CHUNK])
 @pytest.mark.parametrize("damaged", [False, True], ids=["fast_path", "slow_path"])
-def test_repeat_interleave_concrete_inputs_are_kept_on_either_path(tmp_path, chunk, damaged):
-    """Only repeat_interleave needs 'Concrete Inputs' (an output_size means no sync)."""
+def test_a_repeat_interleave_is_latent_where_its_cpu_kernel_read_the_total(
+    tmp_path, chunk, damaged
+):
+    """record_shapes' Concrete Inputs are read on no path (the op's own read inside it
+    tells a latent repeat_interleave, without output_size, from one with it); the trace
+    stays on the fast path where it is not damaged."""
     path = tmp_path / "ri.pt.trace.json"
     path.write_text(_repeat_interleave_trace(damaged))
     data = read_trace(str(path), chunk_bytes=chunk)
     assert data.fast_path is not damaged
-    kept = [
-        (e.name, msgspec.json.decode(e.args.concrete_inputs) if e.args.concrete_inputs else None)
-        for e in data.events
-        if type(e) is Event and e.cat == "cpu_op"
-    ]
-    assert kept == [
-        ("aten::repeat_interleave", ["", "", "", "12"]),
-        ("aten::repeat_interleave", ["", "", "", ""]),
-        ("aten::add", None),
+    assert [e.name for e in data.events if type(e) is Event and e.cat == "cpu_op"] == [
+        "aten::repeat_interleave",
+        "aten::repeat_interleave",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::add",
     ]
     latent = analyze_trace(str(path), Options(contexts=False)).latent
-    assert [s.op for s in latent] == ["aten::repeat_interleave"]
+    assert [(s.op, s.trigger_op) for s in latent] == [
+        ("aten::repeat_interleave", "aten::_local_scalar_dense")
+    ]
 
 
 def _probed_trace(layout: str) -> dict:
-    """Many operators, among them two repeat_interleave and three nccl:* ops whose
-    arguments only the probe reads."""
+    """Many operators, among them three nccl:* ops whose arguments only the probe reads."""
     b = KinetoTraceBuilder(gpu=False)
     with b.step(1):
         for n in range(120):
@@ -355,11 +359,6 @@ def _probed_trace(layout: str) -> dict:
             if n % 40 == 0:
                 with b.op(
                     "nccl:all_reduce", args={"Input Dims": [[n + 1, 2]], "Input type": ["float"]}
-                ):
-                    pass
-            if n % 60 == 0:
-                with b.op(
-                    "aten::repeat_interleave", args={"Concrete Inputs": ["", "", "", str(n)]}
                 ):
                     pass
     doc = b.to_dict()
@@ -390,7 +389,7 @@ def _mixed_writers(doc: dict, layout: str) -> bytes:
     first = [json.dumps(e, separators=(",", ":")) for e in events if e.get("ph") == "M"]
     rest = [json.dumps(e, separators=(",", ":")) for e in events if e.get("ph") != "M"]
     # One op to probe is what lines the counts up: the first nccl:* op only.
-    probed = [n for n, e in enumerate(rest) if '"nccl:' in e or "repeat_interleave" in e]
+    probed = [n for n, e in enumerate(rest) if '"nccl:' in e]
     for n in reversed(probed[1:]):
         del rest[n]
     listed = first + [json.dumps(other)] + rest
@@ -436,15 +435,9 @@ def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
     assert data.fast_path
     ops = [e for e in data.events if type(e) is Event and e.cat == "cpu_op"]
     nccl = [([[1, 2]], ["float"]), ([[41, 2]], ["float"]), ([[81, 2]], ["float"])]
-    repeats = [["", "", "", "0"], ["", "", "", "60"]]
     assert [(e.args.input_dims, e.args.input_type) for e in ops if e.name.startswith("nccl:")] == (
         nccl[:1] if mixed else nccl
     )
-    assert [
-        msgspec.json.decode(e.args.concrete_inputs)
-        for e in ops
-        if e.name == "aten::repeat_interleave"
-    ] == ([] if mixed else repeats)
     assert all(e.args.input_dims is None for e in ops if not e.name.startswith("nccl:"))
     assert bool(whole) is not _READ_EVENT_BY_EVENT[layout]
 

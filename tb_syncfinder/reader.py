@@ -103,7 +103,6 @@ class TraceReadError(Exception):
 # unions keep the fast path working on all of them.
 _Scalar = Union[int, float, str, None]
 
-REPEAT_INTERLEAVE = "aten::repeat_interleave"
 # How the repair note of a trace with nothing to analyse starts (a CI gate cannot pass it).
 EMPTY_TRACE = "empty trace"
 
@@ -120,14 +119,6 @@ class Args(Struct, gc=False, omit_defaults=True):
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
     call_stack: Union[str, None] = msgspec.field(default=None, name="Call stack")
-    # ``args["Concrete Inputs"]`` (record_shapes), undecoded JSON, set on
-    # ``aten::repeat_interleave`` operators only: nothing else reads it, and decoding (or
-    # even referencing) a list per operator would cost time and keep the input in memory.
-    # The decoder never fills it (the name below is no key Kineto writes); the reader sets
-    # it after decoding.
-    concrete_inputs: Union[msgspec.Raw, None] = msgspec.field(
-        default=None, name="tb_syncfinder: Concrete Inputs"
-    )
     cuda_sync_kind: Union[str, None] = None
     wait_on_stream: _Scalar = None
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
@@ -148,7 +139,8 @@ class Args(Struct, gc=False, omit_defaults=True):
     dtype: Any = None
     seq: Any = msgspec.field(default=None, name="Seq")
     # 2023 traces size ``nccl:*`` ops only by their first input: set by the reader on those
-    # ops alone (as ``concrete_inputs``), never by the decoder (no key Kineto writes).
+    # ops alone, never by the decoder (no key Kineto writes; record_shapes writes these on
+    # every operator, and decoding a list per operator would cost time and memory).
     input_dims: Any = msgspec.field(default=None, name="tb_syncfinder: Input Dims")
     input_type: Any = msgspec.field(default=None, name="tb_syncfinder: Input type")
     sequence_number: _Scalar = msgspec.field(default=None, name="Sequence number")
@@ -256,17 +248,15 @@ _NULL = msgspec.Raw(b"null")
 
 
 class _ProbeArgs(Struct, gc=False):
-    # Raw, not Optional[Raw]: msgspec 0.22 accepts that only as null (every chunk with a
-    # repeat_interleave failed the probe and was decoded a third time, generically). Kept
-    # undecoded for every event of the chunk, used for the ops that need them only.
-    concrete_inputs: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+    # Raw, not Optional[Raw]: msgspec 0.22 accepts that only as null (every chunk with such
+    # an op would fail the probe and be decoded a third time, generically). Kept undecoded
+    # for every event of the chunk, used for the ops that need them only.
     input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
 
 
 class _Probe(Struct, gc=False):
-    """What is read a second time from a chunk that holds ``aten::repeat_interleave`` or a
-    ``nccl:*`` op."""
+    """What is read a second time from a chunk that holds a ``nccl:*`` op."""
 
     name: Any = None
     ph: Any = None  # only an X event's own probe counts
@@ -374,14 +364,12 @@ _KEY = b'"traceEvents"'
 _KEY_COLON = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*")
 _KEY_TAIL = re.compile(rb"[ \t\r\n]*(?::[ \t\r\n]*)?")
 _OPEN, _CLOSE, _COMMA, _LBRACE = ord("["), ord("]"), ord(","), ord("{")
-_PROBE_NAME = b'"' + REPEAT_INTERLEAVE.encode() + b'"'
 NCCL_OP_PREFIX = "nccl:"
 _PROBE_NCCL = b'"' + NCCL_OP_PREFIX.encode()
 # The same with the key as Kineto writes it: CPython's search skips further past a miss of
 # a longer needle, and `"nccl:` ends in a byte JSON is full of (a 54 MB NCCL trace: 28 ms
 # for the short needle, 16 ms for this one). The short needle is the fallback.
 _NAME_KEY = b'"name": '
-_PROBE_NAME_KEYED = _NAME_KEY + _PROBE_NAME
 _PROBE_NCCL_KEYED = _NAME_KEY + _PROBE_NCCL
 # The end of the event a probe hit is in, as Kineto lays it out: the first "}" after the hit
 # followed by a separator. Only a guess: the decode of exactly that much says if it was.
@@ -586,10 +574,7 @@ def _set_probed_args(probes: list[Any], events: list[Any]) -> None:
     for probe, event in zip(probes, events, strict=True):
         if probe.args is None or getattr(event, "args", None) is None:
             continue
-        if probe.name == REPEAT_INTERLEAVE and bytes(probe.args.concrete_inputs) != b"null":
-            # A copy: a Raw would otherwise hold on to the buffer.
-            event.args.concrete_inputs = probe.args.concrete_inputs.copy()
-        elif isinstance(probe.name, str) and probe.name.startswith(NCCL_OP_PREFIX):
+        if isinstance(probe.name, str) and probe.name.startswith(NCCL_OP_PREFIX):
             event.args.input_dims = _GENERIC_DECODER.decode(probe.args.input_dims)
             event.args.input_type = _GENERIC_DECODER.decode(probe.args.input_type)
 
@@ -737,15 +722,10 @@ def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
         elif isinstance(raw.get("ph"), str) and raw["ph"] in _KNOWN_PHASES:
             if _fix_times(raw, counts):
                 kept.append(raw)
-    # msgspec.convert cannot produce Raw values: set those aside and attach them after.
-    concrete: dict[int, Any] = {}
+    # The keys no decoder fills (``Args.input_dims``): set aside and attached after.
     nccl_inputs: dict[int, tuple[Any, Any]] = {}
     for i, raw in enumerate(kept):
         args = raw.get("args")
-        if isinstance(args, dict) and "Concrete Inputs" in args:
-            value = args.pop("Concrete Inputs")
-            if raw.get("name") == REPEAT_INTERLEAVE:
-                concrete[i] = value
         name = raw.get("name")
         if isinstance(args, dict) and isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
             nccl_inputs[i] = (args.get("Input Dims"), args.get("Input type"))
@@ -754,10 +734,6 @@ def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
         event = events[i]
         if event is not None and getattr(event, "args", None) is not None:
             event.args.input_dims, event.args.input_type = dims, types
-    for i, value in concrete.items():
-        event = events[i]
-        if event is not None and getattr(event, "args", None) is not None:
-            event.args.concrete_inputs = msgspec.Raw(msgspec.json.encode(value))
     good = [e for e in events if e is not None]
     counts.malformed += len(events) - len(good)
     return good
@@ -1204,11 +1180,7 @@ class _Reader:
         Whether the chunk has an op to probe is read from its decoded names (a few hundred
         distinct ones), not by searching its bytes: those searches were 37 ms of every
         54 MB read, with or without such an op."""
-        probed = {
-            name
-            for name in set(map(_EVENT_NAME, events))
-            if name == REPEAT_INTERLEAVE or name.startswith(NCCL_OP_PREFIX)
-        }
+        probed = {name for name in set(map(_EVENT_NAME, events)) if name.startswith(NCCL_OP_PREFIX)}
         if probed and not self._probe_each(view, a, k, events, probed):
             with view[a : k + 1] as chunk:
                 self._attach_probed_args(chunk, events)
@@ -1272,16 +1244,10 @@ class _Reader:
             return True  # the names were of events of other phases: nothing to probe
         if len(wanted) > len(events) // 8:
             return False  # as many decodes alone as the chunk again: probe it whole
-        needles = [(_PROBE_NAME_KEYED, _PROBE_NAME)] if REPEAT_INTERLEAVE in probed else []
-        if any(name.startswith(NCCL_OP_PREFIX) for name in probed):
-            needles.append((_PROBE_NCCL_KEYED, _PROBE_NCCL))
         for keyed in (True, False):
             skip = len(_NAME_KEY) if keyed else 0  # hits at the name's opening quote
-            hits = sorted(
-                at + skip
-                for long, short in needles
-                for at in _needle_hits(self.buf, long if keyed else short, a, k)
-            )
+            needle = _PROBE_NCCL_KEYED if keyed else _PROBE_NCCL
+            hits = [at + skip for at in _needle_hits(self.buf, needle, a, k)]
             if len(hits) == len(wanted):
                 probes = self._probes_at(view, a, k, hits, wanted)
                 if probes is not None:
@@ -1317,9 +1283,8 @@ class _Reader:
         return probes
 
     def _attach_probed_args(self, chunk: memoryview, events: list[Any]) -> None:
-        """Set ``args.concrete_inputs`` on the chunk's ``aten::repeat_interleave`` events
-        (the only ones that need it: an ``output_size`` means the op does not sync), and
-        ``args.input_dims`` / ``input_type`` on its ``nccl:*`` ops (2023 collective sizes)."""
+        """Set ``args.input_dims`` / ``input_type`` on the chunk's ``nccl:*`` ops (2023
+        collective sizes)."""
         try:
             probes = _PROBE_DECODER.decode(chunk)
         except (msgspec.ValidationError, msgspec.DecodeError):
@@ -1333,11 +1298,7 @@ class _Reader:
             if not isinstance(args, dict) or getattr(event, "args", None) is None:
                 continue
             name = raw.get("name")
-            if name == REPEAT_INTERLEAVE and "Concrete Inputs" in args:
-                event.args.concrete_inputs = msgspec.Raw(
-                    msgspec.json.encode(args["Concrete Inputs"])
-                )
-            elif isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
+            if isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
                 event.args.input_dims = args.get("Input Dims")
                 event.args.input_type = args.get("Input type")
 

@@ -170,33 +170,52 @@ def _followed(
     anything else (``LA = np.linalg``). An assignment is followed where it ran: a
     function's own ``t = a.sum()`` does not change what the module's ``LA = t.linalg``
     was."""
-    memo: dict[str, frozenset[str]] = {}
-    visiting: set[str] = set()
 
-    def leads_to(name: str) -> frozenset[str]:
-        found = memo.get(name)
-        if found is not None:
-            return found
+    def direct(name: str) -> set[str]:
         bound = visible.get(name)
         if not bound:  # ``import torch`` binds the name to nothing else
-            return frozenset({"torch"}) if name == "torch" else frozenset()
-        if name in visiting:  # a cycle (``a = b``, ``b = a``) leads nowhere new
-            return frozenset()
-        visiting.add(name)
-        reached = {b for b in bound if b == "torch" or b.startswith(TORCH_NAMESPACE)}
-        for b in bound:
-            if b.startswith(PATH_OF):
-                reached |= path_leads_to(b[len(PATH_OF) :])
-        visiting.discard(name)
-        found = memo[name] = frozenset(reached)
-        return found
+            return {"torch"} if name == "torch" else set()
+        return {b for b in bound if b == "torch" or b.startswith(TORCH_NAMESPACE)}
 
-    def path_leads_to(path: str) -> frozenset[str]:
+    def split(path: str) -> tuple[str, str]:
         root, _, space = path.partition(".")
-        found = leads_to(root)
+        return root, space
+
+    # Every name the scope's paths reach, with its own paths, followed to a fixed point:
+    # what a name leads to only grows, to at most torch and its few namespaces, so cycles
+    # (``u = t``, ``t = u``) end without cutting any name's answer short.
+    paths: dict[str, list[tuple[str, str]]] = {}
+    todo = [
+        split(b[len(PATH_OF) :])[0]
+        for bound in own.values()
+        for b in bound
+        if b.startswith(PATH_OF)
+    ]
+    while todo:
+        name = todo.pop()
+        if name in paths:
+            continue
+        paths[name] = [
+            split(b[len(PATH_OF) :]) for b in visible.get(name, ()) if b.startswith(PATH_OF)
+        ]
+        todo.extend(root for root, _space in paths[name])
+    reach = {name: direct(name) for name in paths}
+
+    def leads_to(root: str, space: str) -> set[str]:
+        found = reach[root]
         if not space:
             return found
-        return frozenset({TORCH_NAMESPACE + space}) if "torch" in found else frozenset()
+        return {TORCH_NAMESPACE + space} if "torch" in found else set()
+
+    changed = True
+    while changed:
+        changed = False
+        for name, outs in paths.items():
+            for root, space in outs:
+                more = leads_to(root, space) - reach[name]
+                if more:
+                    reach[name] |= more
+                    changed = True
 
     return {
         name: frozenset(
@@ -205,7 +224,7 @@ def _followed(
                 found
                 for b in bound
                 if b.startswith(PATH_OF)
-                for found in path_leads_to(b[len(PATH_OF) :])
+                for found in leads_to(*split(b[len(PATH_OF) :]))
             }
         )
         for name, bound in own.items()

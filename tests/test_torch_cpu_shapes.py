@@ -1011,6 +1011,11 @@ NAMESPACES_BOUND_OTHERWISE = {
         "    xp = torch\n    n = LA.inv(a.numpy())\n    z = xp.linalg.inv(a)\n    return n, z\n",
         [(9, True)],
     ),
+    "saved_and_restored.py": (
+        "import torch\nu = None\nt = torch\nu = t\nt = u\nLA = u.linalg\n\n\n"
+        "def step(a):\n    z = LA.inv(a)\n    return z\n",
+        [(10, True)],
+    ),
     "shadowed.py": (
         "import torch\nfrom torch import linalg\n\n\ndef step(a):\n"
         "    from numpy import linalg\n    n = linalg.inv(a.numpy())\n"

@@ -377,7 +377,7 @@ def test_a_gloo_job_whose_rank_crashed_in_torch_is_run_again_but_a_failing_job_i
 
     run, calls = fake_run([crash])
     monkeypatch.setattr(gloo_workload.subprocess, "run", run)
-    with pytest.raises(RuntimeError, match="SIGSEGV"):
+    with pytest.raises(RuntimeError, match="SIGSEGV"), pytest.warns(UserWarning, match="crashed"):
         gloo_workload.record_gloo_job(tmp_path / "c", world=2)
     assert len(calls) == gloo_workload.CRASH_ATTEMPTS
 

@@ -193,6 +193,15 @@ def contrast(fg: str, bg: str) -> float:
     return (high + 0.05) / (low + 0.05)
 
 
+def wait_drawn(frame: Any) -> None:
+    """Wait until the view shows the selection in the URL: after a change of run, worker,
+    span, view or baseline the page keeps the previous one's view, marked stale, until the
+    new one's answers come (a check right after the change can read the old view)."""
+    frame.wait_for_function(
+        "!document.querySelector('main.sa-view').classList.contains('sa-stale')"
+    )
+
+
 def rows(frame: Any) -> list[str]:
     frame.wait_for_selector("[data-testid=sites] tbody tr")
     return frame.locator("[data-testid=sites] tbody tr").all_inner_texts()

@@ -36,6 +36,7 @@ from tests.e2e.helpers import (
     serve_tensorboard,
     shot,
     skip_without_browser,
+    wait_drawn,
 )
 
 skip_without_browser()
@@ -1112,6 +1113,7 @@ def test_steps_of_two_machines_are_drawn_per_worker_and_a_click_picks_its_worker
     page.wait_for_function("location.hash.includes('step=550')")
     assert "worker=hostB_202" in page.evaluate("location.hash")
     assert page.input_value("#sa-worker") == "hostB_202"
+    wait_drawn(page)  # else the whole run's table, which holds hostB's rows too
     assert any(f"train.py:{NONZERO_LINE}" in t for t in rows(page))  # hostB's nonzero
     assert page_errors == []
 

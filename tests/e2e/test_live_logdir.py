@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from tests.e2e.fixture_traces import ITEM_LINE, TRAIN_PY, write_run
-from tests.e2e.helpers import new_page, plugin_url, rows, serve_tensorboard, skip_without_browser
+from tests.e2e.helpers import (
+    new_page,
+    plugin_url,
+    rows,
+    serve_tensorboard,
+    skip_without_browser,
+    wait_drawn,
+)
 
 skip_without_browser()
 
@@ -63,9 +70,8 @@ def test_deleting_the_shown_runs_folder_says_so_and_opens_nothing_of_it_in_anoth
     shown = page.input_value("#sa-run")
     assert shown != "doomed"
     assert f'showing run "{shown}" instead' in notice.inner_text()
-    # Until the run shown now is drawn, the page holds the deleted run's view, marked stale
-    # (the detail with it): failed once in a full run, where the other run took longer.
-    page.wait_for_function("!document.querySelector('main.sa-view').classList.contains('sa-stale')")
+    # The deleted run's view, its detail with it, stays until the run shown now is drawn.
+    wait_drawn(page)
     rows(page)
     # The same site key exists in the run shown now: its detail is not opened there.
     assert page.evaluate("location.hash") == f"#run={shown}"

@@ -23,6 +23,7 @@ from tests.e2e.helpers import (
     rows,
     serve_tensorboard,
     skip_without_browser,
+    wait_drawn,
 )
 from tests.kineto_builder import KinetoTraceBuilder, item_sync, mask_index_sync
 
@@ -189,6 +190,7 @@ def test_a_bin_of_a_worker_selects_that_workers_step(
     assert "worker=hostA_1" in page.evaluate("location.hash")
     page.select_option("#sa-worker", "")
     page.wait_for_function("!location.hash.includes('worker=')")
+    wait_drawn(page)  # a click on the chart being replaced would reach neither chart
     # The second worker's bin holding its spike selects that step of that worker.
     page.click(f"{CHART} g.step[data-worker=hostB_2][data-step='100']")
     page.wait_for_function("location.hash.includes('step=100')")
@@ -376,6 +378,7 @@ def test_enter_on_a_workers_bin_keeps_the_focus_on_the_bar_holding_the_step(
     page.keyboard.press("Enter")
     page.wait_for_function(f"location.hash.includes('step={step}')")
     assert "worker=hostB_2" in page.evaluate("location.hash")
+    wait_drawn(page)  # the whole run's chart, no bar pressed, stays until then
     _settle(page)
     held = page.evaluate(
         "(() => { const g = document.activeElement.closest('g.step');"

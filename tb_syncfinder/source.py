@@ -207,15 +207,20 @@ def _followed(
             return found
         return {TORCH_NAMESPACE + space} if "torch" in found else set()
 
-    changed = True
-    while changed:
-        changed = False
-        for name, outs in paths.items():
-            for root, space in outs:
-                more = leads_to(root, space) - reach[name]
-                if more:
-                    reach[name] |= more
-                    changed = True
+    # A worklist over reversed paths: a name is looked at again only when a name it leads
+    # through grew (sweeping every path until none changed was quadratic on a chain).
+    users: dict[str, list[tuple[str, str]]] = {}
+    for name, outs in paths.items():
+        for root, space in outs:
+            users.setdefault(root, []).append((name, space))
+    grown = [name for name in paths if reach[name]]
+    while grown:
+        root = grown.pop()
+        for name, space in users.get(root, ()):
+            more = leads_to(root, space) - reach[name]
+            if more:
+                reach[name] |= more
+                grown.append(name)
 
     return {
         name: frozenset(

@@ -40,6 +40,7 @@ worker stops when TensorBoard goes, not before.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import logging
 import os
@@ -553,10 +554,17 @@ class ProcessPool(concurrent.futures.Executor):
                 if job is None:
                     return
                 future, fn, args, kwargs = job
+                settle = None
                 if future.set_running_or_notify_cancel():
-                    worker = self._run(worker, future, fn, args, kwargs)
+                    worker, settle = self._run(worker, future, fn, args, kwargs)
                 del job, future, fn, args, kwargs
+                # Idle before the caller hears of its job: a next job submitted as soon as
+                # this one is done finds this thread (and its process) free, instead of
+                # starting another process beside it.
                 self._idle.release()
+                if settle is not None:
+                    settle()
+                    del settle
         finally:
             self._forget(worker)
 
@@ -567,15 +575,15 @@ class ProcessPool(concurrent.futures.Executor):
         fn: Callable[..., Any],
         args: tuple,
         kwargs: dict,
-    ) -> Worker | None:
-        """Run one job; returns the worker to keep for the next (None when it died)."""
+    ) -> tuple[Worker | None, Callable[[], None]]:
+        """Run one job; returns the worker to keep for the next (None when it died) and
+        what settles the job's future (called once this thread is counted idle)."""
         try:
             if worker is None:
                 worker = self._start()
             request = _dumps((fn, args, kwargs))
         except BaseException as exc:  # noqa: BLE001 - the job's failure, not the thread's
-            future.set_exception(exc)
-            return worker
+            return worker, functools.partial(future.set_exception, exc)
         with self._lock:
             worker.busy = True
         try:
@@ -583,32 +591,30 @@ class ProcessPool(concurrent.futures.Executor):
         except _Gone:
             self._forget(worker)
             if self._cancelled:
-                future.set_exception(concurrent.futures.CancelledError("the pool shut down"))
-            else:
-                died = WorkerDied(worker.pid, worker.how_it_ended())
-                logger.warning("sync_advisor: %s", died)
-                future.set_exception(died)
-            return None
+                stopped = concurrent.futures.CancelledError("the pool shut down")
+                return None, functools.partial(future.set_exception, stopped)
+            died = WorkerDied(worker.pid, worker.how_it_ended())
+            logger.warning("sync_advisor: %s", died)
+            return None, functools.partial(future.set_exception, died)
         with self._lock:
             worker.busy = False
         try:
             outcome = pickle.loads(answer)
         except Exception as exc:  # noqa: BLE001 - e.g. an exception class that cannot be rebuilt
             reason = f"the analysis process's answer could not be read ({exc})"
-            future.set_exception(RuntimeError(reason))
-            return worker
+            return worker, functools.partial(future.set_exception, RuntimeError(reason))
         too_big = self._too_big(worker, outcome[-1])
         if outcome[0] == "ok":
-            future.set_result(outcome[1])
+            settle = functools.partial(future.set_result, outcome[1])
         else:
             error = outcome[1]
             error.__cause__ = RemoteTraceback(outcome[2])
-            future.set_exception(error)
+            settle = functools.partial(future.set_exception, error)
         del outcome
         if too_big:
             self._forget(worker)  # the next job gets a new process
-            return None
-        return worker
+            return None, settle
+        return worker, settle
 
     def _too_big(self, worker: Worker, memory: Any) -> bool:
         """Whether ``worker`` grew by more than ``recycle_above_bytes`` since it was ready

@@ -45,7 +45,10 @@ def clean_up_when_stopped(folder: str, seconds: float) -> None:
     os.makedirs(folder)
     try:
         Path(folder, "window0.json").write_text("{}")
-        Path(folder + ".started").write_text(str(os.getpid()))
+        # Written whole, then renamed: a test that sees the name reads the whole pid (a
+        # file seen between its creation and its write read "", 3 in 1,500 under load).
+        Path(folder + ".starting").write_text(str(os.getpid()))
+        os.replace(folder + ".starting", folder + ".started")
         time.sleep(seconds)
     except BaseException:
         Path(folder + ".unwound").write_text("except BaseException ran")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -376,4 +378,9 @@ def write_fixture(root: Path) -> Path:
     (logdir / "unreadable").mkdir()
     cut = logdir / "unreadable" / "worker0.1700000000000.pt.trace.json.gz"
     cut.write_bytes(whole[: len(whole) // 2])
+    # Cut two hours ago: its reason ("still being written?" for a minute, "cut short"
+    # after) would otherwise change while the module runs, and with it the runs answer,
+    # which makes every open page drop its cache and redraw under a test.
+    old = time.time() - 7200
+    os.utime(cut, (old, old))
     return logdir

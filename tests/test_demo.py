@@ -364,19 +364,13 @@ def test_bundled_gpu_traces_are_copied_as_they_are_with_their_portable_paths(tmp
     assert copied.read_bytes() == (bundled / "seg_baseline.pt.trace.json.gz").read_bytes()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
 def test_tensorboard_serves_the_demo_runs_in_the_sync_advisor(demo_logdir):
     from tb_syncfinder.demo.serve import PLUGIN_NAME, start_tensorboard
 
     # Started as `tb-syncfinder demo` starts it: no --sync_advisor_* flags.
     from tests.e2e.helpers import checkout_env
 
-    board = start_tensorboard(demo_logdir[0], _free_port(), env=checkout_env())
+    board = start_tensorboard(demo_logdir[0], env=checkout_env())
     try:
         assert board.process.poll() is None
         assert board.sync_advisor_url == f"http://localhost:{board.port}/#sync_advisor"

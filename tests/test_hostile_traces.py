@@ -23,7 +23,7 @@ import pytest
 from hostile_corpus import GOOD_SYNCS, Case, build_corpus, good_trace
 
 import tb_syncfinder
-from tb_syncfinder.demo.serve import TensorBoardProcess, free_port, start_tensorboard
+from tb_syncfinder.demo.serve import TensorBoardProcess, start_tensorboard
 from tests.e2e.helpers import checkout_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,7 +167,6 @@ class Board:
 def start_board(logdir: Path, cwd: Path) -> TensorBoardProcess:
     return start_tensorboard(
         logdir,
-        free_port("127.0.0.1"),
         timeout=START_TIMEOUT_S,
         host="127.0.0.1",
         cwd=cwd,

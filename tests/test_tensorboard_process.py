@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -66,7 +67,6 @@ def tensorboard(request: pytest.FixtureRequest, logdir: Path) -> Iterator[Tensor
     prefix = "" if bind_all else request.param
     process = start_tensorboard(
         logdir / "logs",
-        free_port("127.0.0.1"),
         bind_all=bind_all,
         timeout=START_TIMEOUT_S,
         host="127.0.0.1",
@@ -214,15 +214,50 @@ def test_the_bundle_requests_only_relative_urls(tensorboard: TensorBoard) -> Non
 
 PARENT = """\
 import sys
-from tb_syncfinder.demo.serve import free_port, start_tensorboard
+from tb_syncfinder.demo.serve import start_tensorboard
 
 board = start_tensorboard(
-    sys.argv[1], free_port("127.0.0.1"), host="127.0.0.1", timeout=float(sys.argv[2]),
+    sys.argv[1], host="127.0.0.1", timeout=float(sys.argv[2]),
     module="tb_syncfinder.plugin.standalone",
 )
 print(board.process.pid, board.port, board.log_path, flush=True)
 sys.stdin.read()  # until killed
 """
+
+
+def test_a_port_taken_after_it_was_picked_is_picked_again(
+    logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the check that a port is free and TensorBoard's bind, another program (or
+    TensorBoard's own data server) may take it: TensorBoard then exits at start, and a
+    port it was not given is picked again."""
+    from tb_syncfinder.demo import serve
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        picks = iter([taken, free_port("127.0.0.1")])
+        monkeypatch.setattr(serve, "pick_port", lambda: next(picks))
+        board = start_tensorboard(
+            logdir / "logs", host="127.0.0.1", timeout=START_TIMEOUT_S, env=checkout_env()
+        )
+        try:
+            assert board.port != taken and board.process.poll() is None
+            assert board.plugins()
+        finally:
+            board.stop(timeout=15)
+    with socket.socket() as holder:  # a port asked for is not changed: its error is told
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        with pytest.raises(serve.TensorBoardError, match=serve.PORT_TAKEN):
+            start_tensorboard(
+                logdir / "logs",
+                holder.getsockname()[1],
+                host="127.0.0.1",
+                timeout=START_TIMEOUT_S,
+                env=checkout_env(),
+            )
 
 
 def test_tensorboard_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:

@@ -201,19 +201,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
-    from tb_syncfinder.demo.serve import (
-        PLUGIN_NAME,
-        TensorBoardError,
-        pick_port,
-        start_tensorboard,
-    )
+    from tb_syncfinder.demo.serve import PLUGIN_NAME, TensorBoardError, start_tensorboard
 
-    chosen_port = port if port is not None else pick_port()
-    print(f"Starting TensorBoard on port {chosen_port} ...")
+    print(
+        f"Starting TensorBoard on port {port} ..."
+        if port is not None
+        else "Starting TensorBoard ..."
+    )
     try:
         # No --sync_advisor_* flags: the plugin finds the demo sources by itself, exactly as
-        # when the user later runs plain `tensorboard --logdir` on these runs.
-        board = start_tensorboard(logdir, chosen_port, bind_all=bind_all)
+        # when the user later runs plain `tensorboard --logdir` on these runs. Without
+        # --port, a free port from 6006 up (tried again should it be taken meanwhile).
+        board = start_tensorboard(logdir, port, bind_all=bind_all)
     except TensorBoardError as error:
         print(f"tb-syncfinder demo: {error}", file=sys.stderr)
         return 2

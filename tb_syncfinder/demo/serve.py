@@ -121,9 +121,14 @@ class TensorBoardProcess:
             pass
 
 
+# TensorBoard's words when the port it was given is in use by the time it binds it.
+PORT_TAKEN = "could not bind to port"
+PORT_ATTEMPTS = 3
+
+
 def start_tensorboard(
     logdir: str | Path,
-    port: int,
+    port: int | None = None,
     bind_all: bool = False,
     timeout: float = 120.0,
     extra_args: list[str] | None = None,
@@ -136,13 +141,51 @@ def start_tensorboard(
 ) -> TensorBoardProcess:
     """Start TensorBoard on ``logdir`` and return once it answers HTTP requests.
 
-    ``host`` is its ``--host`` (ignored with ``bind_all``), ``path_prefix`` its
-    ``--path_prefix``, ``extra_args`` any further flags (``--sync_advisor_*``), ``cwd`` the
-    folder it runs in, ``env`` its environment (default: this process's), ``module`` what
-    ``python -m`` runs (``tb_syncfinder.plugin.standalone``: without torch-tb-profiler). Raises
+    ``port`` None: a free one (``pick_port``), picked again when TensorBoard finds it
+    taken by the time it binds it (between the check and the bind, another program, or
+    TensorBoard's own data server, which binds a port the system picks, may take it: seen
+    once in the tests). ``host`` is its ``--host`` (ignored with ``bind_all``),
+    ``path_prefix`` its ``--path_prefix``, ``extra_args`` any further flags
+    (``--sync_advisor_*``), ``cwd`` the folder it runs in, ``env`` its environment
+    (default: this process's), ``module`` what ``python -m`` runs
+    (``tb_syncfinder.plugin.standalone``: without torch-tb-profiler). Raises
     TensorBoardError, with TensorBoard's output, if it exits or does not answer within
     ``timeout`` seconds; it is stopped then, as on any interruption.
     """
+    attempts = 1 if port is not None else PORT_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_tensorboard(
+                logdir,
+                port if port is not None else pick_port(),
+                bind_all,
+                timeout,
+                extra_args,
+                host=host,
+                path_prefix=path_prefix,
+                cwd=cwd,
+                env=env,
+                module=module,
+            )
+        except TensorBoardError as error:
+            if PORT_TAKEN not in str(error) or attempt == attempts:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _start_tensorboard(
+    logdir: str | Path,
+    port: int,
+    bind_all: bool,
+    timeout: float,
+    extra_args: list[str] | None,
+    *,
+    host: str,
+    path_prefix: str,
+    cwd: str | Path | None,
+    env: dict[str, str] | None,
+    module: str,
+) -> TensorBoardProcess:
     # ``python -m`` would put the working folder first on sys.path: run from a clone with
     # a normal install, TensorBoard then imported the clone's tb_syncfinder while the demo
     # had written the installed copy's source paths into its traces, and the Source panel

@@ -731,7 +731,9 @@ def test_a_terminated_report_removes_its_windows_as_ctrl_c_does(tmp_path):
     import sys
     import time
 
-    path = _busy_trace(tmp_path / "w.pt.trace.json", steps=600)
+    # 1,500 steps: its windows live ~1 s on a quiet machine (600 steps: 0.35 s, which a
+    # test process descheduled under load could let pass before its SIGTERM).
+    path = _busy_trace(tmp_path / "w.pt.trace.json", steps=1500)
     temp = tmp_path / "tmp"
     temp.mkdir()
     child = subprocess.Popen(

@@ -57,13 +57,21 @@ def test_an_edit_to_the_code_shows_in_the_tab_when_the_user_comes_back_to_it(
             assert time.monotonic() < deadline, run
             time.sleep(0.2)
 
-        # Back from the editor: the tab asks for the runs at once (its own poll is 30 s
-        # apart when idle), sees the run changed and draws the sites again.
-        page.evaluate("window.dispatchEvent(new Event('focus'))")
-        page.wait_for_function(
+        # Back from the editor: the tab asks for the runs at once (its own poll is 10 s
+        # apart when idle), sees the run changed and draws the sites again. A focus that
+        # comes while the page's own poll is in flight asks nothing (that poll may carry
+        # the old generation): focus again until the new line shows, for less than the
+        # idle poll's 10 s, so that the focus, not that poll, is what shows it.
+        shows_new_line = (
             "[...document.querySelectorAll('[data-testid=sites] tbody tr')]"
-            ".some(tr => tr.innerText.includes('train.py:6'))",
-            timeout=10_000,
+            ".some(tr => tr.innerText.includes('train.py:6'))"
         )
+        for _ in range(16):
+            page.evaluate("window.dispatchEvent(new Event('focus'))")
+            page.wait_for_timeout(500)
+            if page.evaluate(shows_new_line):
+                break
+        else:
+            raise AssertionError(f"train.py:6 never showed: {rows(page)}")
         assert not any("train.py:5" in t for t in rows(page)), rows(page)
     assert not page_errors

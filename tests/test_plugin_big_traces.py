@@ -39,6 +39,15 @@ def keep_memory(n_bytes: int) -> int:
     return os.getpid()
 
 
+def keep_memory_and_end_slowly(n_bytes: int, exit_s: float) -> int:
+    """``keep_memory``, in a process whose exit then takes ``exit_s`` (as freeing gigabytes
+    does)."""
+    import atexit
+
+    atexit.register(time.sleep, exit_s)
+    return keep_memory(n_bytes)
+
+
 def clean_up_when_stopped(folder: str, seconds: float) -> None:
     """As the engine's analysis in windows: files in a folder of its own, removed by
     ``except BaseException`` and ``finally`` however the job ends."""
@@ -98,6 +107,22 @@ def test_a_process_that_grew_much_in_a_job_is_replaced_and_its_memory_goes_back(
         second = pool.submit(os.getpid).result(TIMEOUT_S)
         assert second not in (first, os.getpid())
         assert pool.recycled == 1
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def test_the_answer_of_a_job_whose_process_is_replaced_does_not_wait_for_its_exit() -> None:
+    """A process replaced for its size holds gigabytes, and ends in 0.1-0.4 s: the job's
+    caller is answered first (a review found the answer waiting for the exit)."""
+    pool = ProcessPool(1, recycle_above_bytes=32 << 20)
+    try:
+        first = pool.submit(os.getpid).result(TIMEOUT_S)
+        asked = time.monotonic()
+        job = pool.submit(keep_memory_and_end_slowly, 96 << 20, 5.0)
+        assert job.result(TIMEOUT_S) == first
+        assert time.monotonic() - asked < 4.0, "the answer waited for the process's exit"
+        assert pool.pids == [] and pool.recycled == 1
+        assert wait_for(lambda: not alive(first)), "the grown process still runs"
     finally:
         pool.shutdown(cancel_futures=True)
 

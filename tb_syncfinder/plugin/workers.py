@@ -457,6 +457,16 @@ class Worker:
             pass
 
 
+def _settle_then_reap(settle: Callable[[], None], worker: Worker) -> None:
+    """Tell the caller its job's answer, then wait for the process it ran in to end: a
+    process replaced for its size holds gigabytes, and its exit (0.1-0.4 s) is no part
+    of the answer."""
+    try:
+        settle()
+    finally:
+        worker.reap()
+
+
 class ProcessPool(concurrent.futures.Executor):
     """At most ``max_workers`` analysis processes, each running one job at a time."""
 
@@ -560,7 +570,9 @@ class ProcessPool(concurrent.futures.Executor):
                 del job, future, fn, args, kwargs
                 # Idle before the caller hears of its job: a next job submitted as soon as
                 # this one is done finds this thread (and its process) free, instead of
-                # starting another process beside it.
+                # starting another process beside it. So the future's done-callbacks run
+                # while the thread counts as idle: a job submitted meanwhile waits for them
+                # (a callback must not wait for a job of this pool).
                 self._idle.release()
                 if settle is not None:
                     settle()
@@ -611,9 +623,10 @@ class ProcessPool(concurrent.futures.Executor):
             error.__cause__ = RemoteTraceback(outcome[2])
             settle = functools.partial(future.set_exception, error)
         del outcome
-        if too_big:
-            self._forget(worker)  # the next job gets a new process
-            return None, settle
+        if too_big:  # the next job gets a new process; this one goes once the caller knows
+            with self._lock:
+                self._workers.discard(worker)
+            return None, functools.partial(_settle_then_reap, settle, worker)
         return worker, settle
 
     def _too_big(self, worker: Worker, memory: Any) -> bool:

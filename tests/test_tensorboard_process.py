@@ -238,7 +238,7 @@ def test_a_port_taken_after_it_was_picked_is_picked_again(
         holder.listen()
         taken = holder.getsockname()[1]
         picks = iter([taken, free_port("127.0.0.1")])
-        monkeypatch.setattr(serve, "pick_port", lambda: next(picks))
+        monkeypatch.setattr(serve, "pick_port", lambda *_args, **_kwargs: next(picks))
         board = start_tensorboard(
             logdir / "logs", host="127.0.0.1", timeout=START_TIMEOUT_S, env=checkout_env()
         )
@@ -250,7 +250,7 @@ def test_a_port_taken_after_it_was_picked_is_picked_again(
     with socket.socket() as holder:  # a port asked for is not changed: its error is told
         holder.bind(("127.0.0.1", 0))
         holder.listen()
-        with pytest.raises(serve.TensorBoardError, match=serve.PORT_TAKEN):
+        with pytest.raises(serve.TensorBoardError, match=serve.PORT_TAKEN[0]):
             start_tensorboard(
                 logdir / "logs",
                 holder.getsockname()[1],
@@ -258,6 +258,80 @@ def test_a_port_taken_after_it_was_picked_is_picked_again(
                 timeout=START_TIMEOUT_S,
                 env=checkout_env(),
             )
+
+
+def test_a_port_taken_on_another_address_than_localhost_is_picked_again_with_bind_all(
+    logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorBoard's own check asks localhost only: a port in use on another address
+    passes it, and its bind to every address then fails in werkzeug, in other words
+    ("Port N is in use by another program"), which were not taken for a port taken."""
+    from tb_syncfinder.demo import serve
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.2", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        assert serve.port_is_free(taken, "localhost")  # as TensorBoard's own check sees it
+        picks = iter([taken, free_port("0.0.0.0")])
+        monkeypatch.setattr(serve, "pick_port", lambda *_args, **_kwargs: next(picks))
+        board = start_tensorboard(
+            logdir / "logs",
+            bind_all=True,
+            timeout=START_TIMEOUT_S,
+            env=checkout_env(),
+            module="tb_syncfinder.plugin.standalone",
+        )
+        try:
+            assert board.port != taken and board.process.poll() is None
+        finally:
+            board.stop(timeout=15)
+
+
+def test_two_tensorboards_started_at_once_each_get_a_port_and_serve_their_own_logdir(
+    tmp_path: Path,
+) -> None:
+    """Both pick the same free port; the first to bind answers on it while the other is
+    still starting, which took that answer as its own, then failed to bind and left its
+    caller a board serving the other logdir (a review: 3 of 3). It now checks the logdir
+    of the server that answers, and picks the next port when its own start fails."""
+    import threading
+
+    from tb_syncfinder.demo.serve import TensorBoardProcess
+
+    started: dict[str, TensorBoardProcess | BaseException] = {}
+
+    def start(name: str) -> None:
+        (tmp_path / name).mkdir()
+        try:
+            started[name] = start_tensorboard(
+                tmp_path / name,
+                host="127.0.0.1",
+                timeout=START_TIMEOUT_S,
+                env=checkout_env(),
+                module="tb_syncfinder.plugin.standalone",
+            )
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            started[name] = error
+
+    threads = [threading.Thread(target=start, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        boards = {name: board for name, board in started.items()}
+        assert all(isinstance(b, TensorBoardProcess) for b in boards.values()), boards
+        assert boards["a"].port != boards["b"].port  # type: ignore[union-attr]
+        time.sleep(1)  # a loser of the race would have exited by now
+        for name, board in boards.items():
+            assert board.process.poll() is None, board.output()  # type: ignore[union-attr]
+            _, environment = get_json(f"{board.local_url}/data/environment")  # type: ignore[union-attr]
+            assert environment["data_location"] == str(tmp_path / name)
+    finally:
+        for board in started.values():
+            if isinstance(board, TensorBoardProcess):
+                board.stop(timeout=15)
 
 
 def test_tensorboard_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:

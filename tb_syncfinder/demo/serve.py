@@ -53,12 +53,13 @@ def free_port(host: str = "localhost") -> int:
         return probe.getsockname()[1]
 
 
-def pick_port(preferred: int = DEFAULT_PORT, attempts: int = 20) -> int:
-    """``preferred`` if free, else the next free one above it, else any free port."""
+def pick_port(preferred: int = DEFAULT_PORT, attempts: int = 20, host: str = "localhost") -> int:
+    """``preferred`` if free on ``host``, else the next free one above it, else any free
+    port."""
     for port in range(preferred, preferred + attempts):
-        if port_is_free(port):
+        if port_is_free(port, host):
             return port
-    return free_port()
+    return free_port(host)
 
 
 @dataclass
@@ -121,8 +122,9 @@ class TensorBoardProcess:
             pass
 
 
-# TensorBoard's words when the port it was given is in use by the time it binds it.
-PORT_TAKEN = "could not bind to port"
+# What TensorBoard prints when the port it was given is in use: its own check before it
+# binds, and werkzeug's when the bind itself fails (the port taken after that check).
+PORT_TAKEN = ("could not bind to port", "is in use by another program")
 PORT_ATTEMPTS = 3
 
 
@@ -141,10 +143,11 @@ def start_tensorboard(
 ) -> TensorBoardProcess:
     """Start TensorBoard on ``logdir`` and return once it answers HTTP requests.
 
-    ``port`` None: a free one (``pick_port``), picked again when TensorBoard finds it
-    taken by the time it binds it (between the check and the bind, another program, or
-    TensorBoard's own data server, which binds a port the system picks, may take it: seen
-    once in the tests). ``host`` is its ``--host`` (ignored with ``bind_all``),
+    ``port`` None: a free one (``pick_port``, from 6006 up), picked again above it when
+    TensorBoard finds it taken by the time it binds it (between the check and the bind,
+    another program, another TensorBoard starting, or this one's data server, which binds
+    a port the system picks, may take it: seen in the tests). ``host`` is its ``--host``
+    (ignored with ``bind_all``),
     ``path_prefix`` its ``--path_prefix``, ``extra_args`` any further flags
     (``--sync_advisor_*``), ``cwd`` the folder it runs in, ``env`` its environment
     (default: this process's), ``module`` what ``python -m`` runs
@@ -153,11 +156,16 @@ def start_tensorboard(
     ``timeout`` seconds; it is stopped then, as on any interruption.
     """
     attempts = 1 if port is not None else PORT_ATTEMPTS
+    # The address TensorBoard will bind: a port free on localhost may be taken on another.
+    probe_host = "0.0.0.0" if bind_all else host
+    tried = DEFAULT_PORT - 1
     for attempt in range(1, attempts + 1):
+        if port is None:
+            tried = pick_port(tried + 1, host=probe_host)
         try:
             return _start_tensorboard(
                 logdir,
-                port if port is not None else pick_port(),
+                port if port is not None else tried,
                 bind_all,
                 timeout,
                 extra_args,
@@ -168,7 +176,7 @@ def start_tensorboard(
                 module=module,
             )
         except TensorBoardError as error:
-            if PORT_TAKEN not in str(error) or attempt == attempts:
+            if not any(words in str(error) for words in PORT_TAKEN) or attempt == attempts:
                 raise
     raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -229,7 +237,7 @@ def _start_tensorboard(
         local_host="localhost" if bind_all else host,
     )
     try:
-        _wait_until_answering(board, timeout)
+        _wait_until_answering(board, timeout, str(logdir))
     except BaseException:  # TensorBoardError, or Ctrl-C while waiting: never orphan it
         board.stop()
         raise
@@ -257,7 +265,18 @@ def stop_with_parent(parent_pid: int, log_path: str, poll_s: float = 1.0) -> Non
     threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()
 
 
-def _wait_until_answering(board: TensorBoardProcess, timeout: float) -> None:
+def _serves(board: TensorBoardProcess, logdir: str) -> bool:
+    """Whether the TensorBoard answering on ``board``'s port serves ``logdir``: another one,
+    started at the same moment on the same port, answers while this one is still starting
+    (and about to fail to bind). Where its data location says nothing, assume so."""
+    with urllib.request.urlopen(f"{board.local_url}/data/environment", timeout=10) as response:
+        location = json.loads(response.read().decode("utf-8")).get("data_location")
+    if not location or location == logdir:
+        return True
+    return os.path.realpath(location) == os.path.realpath(logdir)
+
+
+def _wait_until_answering(board: TensorBoardProcess, timeout: float, logdir: str) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if board.process.poll() is not None:
@@ -267,7 +286,8 @@ def _wait_until_answering(board: TensorBoardProcess, timeout: float) -> None:
             )
         try:
             board.plugins()
-            return
+            if _serves(board, logdir):
+                return
         except (urllib.error.URLError, OSError, ValueError):
             pass
         if time.monotonic() > deadline:

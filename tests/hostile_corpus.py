@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import struct
 import zlib
 from collections.abc import Callable, Collection
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder.reader import settled_truncation
 
 GOOD_SYNCS = 4  # syncs found in the good run's trace
 SPACES_BLOCK = 64 << 20
@@ -45,14 +46,10 @@ class Case:
         written?" for its first minute and "cut short, not being written" after
         (``reader.explain_truncated``): which one a test reads depends on how long the
         module ran before it (a loaded CI machine took 146 s), so either answers."""
-        if self.error is None or self.error in text:
-            return self.error is not None
-        question = " (still being written?)"
-        if not self.error.endswith(question):
+        if self.error is None:
             return False
-        settled = re.escape(self.error[: -len(question)])
-        settled += r" \((unchanged since .+?: )?cut short, not being written\)"
-        return re.search(settled, text) is not None
+        settled = settled_truncation(self.error, self.path.stat().st_mtime)
+        return self.error in text or settled in text
 
 
 def good_trace() -> dict[str, Any]:

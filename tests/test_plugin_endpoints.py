@@ -238,6 +238,8 @@ def test_sites_reject_malformed_parameters(client: Client) -> None:
         {"offset": "-1"},
         {"step": "1.5"},
         {"latent": "yes"},
+        {"offset": "\uff11"},  # a full-width 1: a digit to a regex's \d, no number to a client
+        {"offset": "\u0661"},  # an Arabic-Indic 1
     ]
     for params in bad:
         status, body = get(client, "sites", run="run_cpu", **params)
@@ -340,6 +342,18 @@ def test_a_crafted_trace_naming_files_outside_the_roots_cannot_read_them(client:
         assert "never served" not in text and "root:" not in text
         if name in ("/etc/passwd", "../secret.py"):
             assert status == 403
+
+
+def test_source_of_a_name_the_file_system_refuses_is_a_404_not_a_server_error(
+    client: Client,
+) -> None:
+    """A review: a name part over 255 bytes raised ENAMETOOLONG out of ``Path.is_file``
+    (it swallows only "not there"), a 500 with a traceback in the log."""
+    for name in ("a" * 300 + ".py", "v2/" + "a" * 256 + ".py"):  # in folders that exist
+        for missing_ok in ({}, {"missing_ok": 1}):
+            status, body = get(client, "source", file=name, line=1, **missing_ok)
+            assert status == (200 if missing_ok else 404), (name[:8], missing_ok, status)
+            assert "file name too long" in json.dumps(body).lower()
 
 
 def test_source_rejects_bad_line_and_context(client: Client) -> None:
@@ -463,6 +477,22 @@ def test_repeated_parameters_and_non_get_methods_are_refused_as_json(client: Cli
     assert response.status_code == 400 and "run" in response.get_json()["error"]
     response = client.post(PLUGIN + "summary?run=run_cpu")
     assert response.status_code == 405 and response.get_json()["error"]
+    assert response.headers["Allow"] == "GET, HEAD"  # RFC 9110: a 405 names them
+
+
+def test_an_export_of_a_trace_removed_since_its_analysis_is_a_client_error(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A review: the annotated trace reads the file again, and a file gone since its
+    analysis raised FileNotFoundError out of the route, a 500."""
+    logdir = tmp_path / "logs"
+    shutil.copytree(workspace / "logs" / "run_cpu", logdir / "run_cpu")
+    client = client_for(make_plugin(logdir, tmp_path))
+    assert get(client, "export", run="run_cpu", format="trace")[0] == 200
+    for trace in (logdir / "run_cpu").iterdir():
+        trace.unlink()
+    status, body = get(client, "export", run="run_cpu", format="trace")
+    assert status == 400 and "cannot be read" in body["error"]
 
 
 def test_concurrent_requests_build_each_report_once(workspace: Path) -> None:
@@ -507,6 +537,11 @@ def test_dashboard_bundle_is_served_as_javascript(
     assert b"render" in response.get_data()
     assert client.get(PLUGIN + "static/secret.txt").status_code == 404
     assert client.get(PLUGIN + "static/../plugin.py").status_code == 404
+    # A review: a NUL byte or a name part over 255 bytes raised out of ``Path.resolve`` /
+    # ``is_file``, a 500 whose log line carried the raw NUL.
+    for raw in ("static/%00.js", "static/a%00b.css", "static/" + "a" * 300 + ".js"):
+        response = client.get(PLUGIN + raw)
+        assert response.status_code == 404 and response.get_json()["error"], raw
 
 
 # ----- loading lifecycle -----------------------------------------------------------------------

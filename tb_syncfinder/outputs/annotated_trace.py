@@ -22,6 +22,8 @@ def load_trace_json(trace_path: str) -> Any:
         return decode_document(trace_path, open_trace_bytes(trace_path))[0]
     except TraceReadError as exc:
         raise ValueError(f"{trace_path}: not valid JSON ({exc.reason})") from exc
+    except OSError as exc:  # gone or unreadable since it was analysed
+        raise ValueError(f"{trace_path}: cannot be read ({exc.strerror or exc})") from exc
 
 
 def _events_list(trace: Any, trace_path: str) -> list[Any]:

@@ -36,7 +36,7 @@ def integer(
     value_text = text(request, name)
     if value_text is None:
         return default
-    if not re.fullmatch(r"-?\d{1,12}", value_text.strip()):
+    if not re.fullmatch(r"-?[0-9]{1,12}", value_text.strip()):
         raise errors.InvalidArgumentError(
             f"parameter {name!r} must be an integer, got {value_text!r}"
         )

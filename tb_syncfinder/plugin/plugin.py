@@ -247,17 +247,28 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
                 hint = getattr(exc, "hint", None)
                 if hint:
                     body["hint"] = hint
-                response = self._respond(request, body, exc.http_code)
+                # RFC 9110: a 405 says which methods the route takes.
+                allow = [("Allow", "GET, HEAD")] if exc.http_code == 405 else None
+                response = self._respond(request, body, exc.http_code, allow)
             except Exception:  # noqa: BLE001 - a bug, not a request error: log it, stay JSON
-                logger.exception("%s: %s failed", PLUGIN_NAME, request.path)
+                # repr: the path is the client's; a NUL or a newline in it must not reach
+                # the log as one (a forged log line).
+                logger.exception("%s: %r failed", PLUGIN_NAME, request.path)
                 response = self._respond(request, {"error": "internal error (see the log)"}, 500)
             return response(environ, start_response)
 
         return app
 
     @staticmethod
-    def _respond(request: wrappers.Request, obj: Any, status: int = 200) -> Any:
-        return http_util.Respond(request, _json_dumps(obj), "application/json", code=status)
+    def _respond(
+        request: wrappers.Request,
+        obj: Any,
+        status: int = 200,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        return http_util.Respond(
+            request, _json_dumps(obj), "application/json", code=status, headers=headers
+        )
 
     @staticmethod
     def _answer(
@@ -360,10 +371,15 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
 
     def _static_file(self, request: wrappers.Request, name: str) -> Any:
         root = STATIC_DIR.resolve()
-        path = (root / name).resolve()
-        if not path.is_relative_to(root) or path.suffix not in STATIC_TYPES:
+        try:
+            path = (root / name).resolve()
+            outside = not path.is_relative_to(root) or path.suffix not in STATIC_TYPES
+            found = not outside and path.is_file()
+        except (OSError, ValueError):  # a NUL byte, a name part over 255 bytes
+            outside = True
+        if outside:
             raise errors.NotFoundError(f"no static file {name!r}")
-        if not path.is_file():
+        if not found:
             missing = errors.NotFoundError(f"dashboard file tb_syncfinder/static/{name} is missing")
             missing.hint = "build the dashboard: cd frontend && npm ci && npm run build"
             raise missing

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,6 +149,7 @@ class SourceGuard:
         if not self.roots:
             raise SourceError(403, f"{name}: no source root is configured")
         outside = False
+        unreadable = ""
         for candidate in [*self.candidates(name), self._engine_candidate(name)]:
             if candidate is None:
                 continue
@@ -162,10 +164,19 @@ class SourceGuard:
                 # which .py files exist anywhere on the machine.
                 outside = True
                 continue
-            if resolved.is_file():
-                return resolved
+            try:
+                # os.stat, not Path.is_file: that raises every OSError but "not there"
+                # (a name part over 255 bytes, a folder the server may not read).
+                if stat.S_ISREG(os.stat(resolved).st_mode):
+                    return resolved
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                unreadable = exc.strerror or type(exc).__name__
         if outside:
             raise SourceError(403, f"{name}: outside the source roots")
+        if unreadable:
+            raise SourceError(404, f"{name}: cannot be read under the source roots ({unreadable})")
         raise SourceError(404, f"{name}: not found under the source roots")
 
     def read(self, name: str, line: int, context: int = 5) -> SourceLines:

@@ -965,16 +965,33 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
                 head = handle.read(4096)
         except OSError as exc:
             raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-        if SCHEMA.encode() in head:
+        family = SCHEMA.rsplit("/", 1)[0] + "/"  # "tb_syncfinder.report/": any version
+        if family.encode() in head:
             import json
+
+            import msgspec
+
+            from tb_syncfinder.models import Report
 
             try:
                 with open(path, encoding="utf-8") as handle:
                     data = json.load(handle)
             except (OSError, ValueError) as exc:
                 raise UsageError(f"{path}: not a readable report ({exc})") from None
-            if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            schema = data.get("schema") if isinstance(data, dict) else None
+            if schema != SCHEMA:
+                if isinstance(schema, str) and schema.startswith(family):
+                    raise UsageError(
+                        f"{path}: a {schema} report; this version of {PROG} reads {SCHEMA}"
+                    )
                 raise UsageError(f"{path}: not a {SCHEMA} report")
+            try:
+                # Every field compare reads, of the type the report writes it: a report
+                # edited by hand failed inside the comparison, with a traceback and the
+                # exit status of a regression.
+                msgspec.convert(data, Report)
+            except msgspec.ValidationError as exc:
+                raise UsageError(f"{path}: not a valid {SCHEMA} report: {exc}") from None
             return data
     report_set = _analyze_runs(path, args)
     if len(report_set.runs) > 1:

@@ -1057,6 +1057,38 @@ def test_compare_does_not_gate_against_a_baseline_of_older_site_keys(
     assert "written by an older tb-syncfinder" in err and "cannot gate" in err
 
 
+def test_compare_refuses_a_report_edited_into_another_shape_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A review: a saved report whose ``sites`` was a string, or a site's ``count`` text,
+    failed inside the comparison with a traceback and exit 1, a regression's status: a gate
+    could not tell a corrupt baseline from a regression."""
+    trace = write_item_trace(tmp_path / "w.pt.trace.json")
+    saved = tmp_path / "base.json"
+    assert main(["report", str(trace), "--json", "-o", str(saved)]) == 0
+    good = json.loads(saved.read_text())
+    edits = {
+        "sites_text.json": (lambda r: r.update(sites="x"), "$.sites"),
+        "traces_text.json": (lambda r: r.update(traces="x"), "$.traces"),
+        "count_text.json": (lambda r: r["sites"][0].update(count="q"), "$.sites[0].count"),
+    }
+    for name, (edit, where) in edits.items():
+        report = json.loads(json.dumps(good))
+        edit(report)
+        (tmp_path / name).write_text(json.dumps(report))
+        capsys.readouterr()
+        code = main(["compare", str(tmp_path / name), str(trace), "--fail-on-regression"])
+        err = capsys.readouterr().err
+        assert code == 2, name
+        assert f"{tmp_path / name}: not a valid {SCHEMA} report" in err and where in err
+    later = dict(good, schema="tb_syncfinder.report/99")
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    assert main(["compare", str(tmp_path / "later.json"), str(trace)]) == 2
+    assert f"a tb_syncfinder.report/99 report; this version of tb-syncfinder reads {SCHEMA}" in (
+        capsys.readouterr().err
+    )
+
+
 def test_unprofiled_step_time_bounds_what_fixing_every_sync_can_save(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -177,15 +177,17 @@ class _PhaseEvent(Struct, gc=False, tag_field="ph"):
     args = None
 
 
-class Event(_PhaseEvent, tag="X", gc=False):
-    """One complete (``X``) event. ``ts``/``dur`` are microseconds as Kineto wrote them."""
+class Event(_PhaseEvent, tag="X", gc=False, kw_only=True):
+    """One complete (``X``) event. ``ts``/``dur`` are microseconds as Kineto wrote them.
+    ``ts`` is required: an event without one is no event at time 0 (placed there, it
+    stretched the trace back to the epoch); the lenient path drops and counts it."""
 
     ph: ClassVar[str] = "X"
     cat: str = ""
     name: str = ""
     pid: Union[int, str] = 0
     tid: Union[int, str] = 0
-    ts: _Ts = 0.0
+    ts: _Ts
     dur: _Dur = 0.0
     args: Union[Args, None] = None
 
@@ -200,14 +202,14 @@ class MetaEvent(_PhaseEvent, tag="M", gc=False):
     args: Union[Args, None] = None
 
 
-class FlowStart(_PhaseEvent, tag="s", gc=False):
+class FlowStart(_PhaseEvent, tag="s", gc=False, kw_only=True):
     """A flow start: ``ac2g`` flows join runtime calls to device activity in old traces."""
 
     ph: ClassVar[str] = "s"
     cat: str = ""
     pid: Union[int, str] = 0
     tid: Union[int, str] = 0
-    ts: _Ts = 0.0
+    ts: _Ts
     id: Union[int, str, None] = None
 
 
@@ -683,6 +685,7 @@ class _Counts:
     def __init__(self) -> None:
         self.malformed = 0  # entries that could not be converted
         self.bad_times = 0  # events dropped for non-finite or absurd times
+        self.no_start = 0  # complete events and flow starts dropped for having no ``ts``
         self.clamped = 0  # negative durations set to 0
 
 
@@ -694,7 +697,10 @@ def _fix_times(raw: dict[str, Any], counts: _Counts) -> bool:
     ph = raw.get("ph")
     if ph != "X" and ph != "s":
         return True
-    ts = _as_time(raw["ts"]) if "ts" in raw else 0.0
+    if "ts" not in raw:
+        counts.no_start += 1
+        return False
+    ts = _as_time(raw["ts"])
     dur = _as_time(raw["dur"]) if (ph == "X" and "dur" in raw) else 0.0
     # NaN fails every comparison: it is never "finite and negative" below.
     ts_ok = ts is None or -_MAX_ABS_TS_US <= ts <= _MAX_ABS_TS_US
@@ -1356,6 +1362,8 @@ class _Reader:
             repairs.append(f"skipped {counts.malformed} malformed events")
         if counts.bad_times:
             repairs.append(f"skipped {counts.bad_times} events with non-finite or absurd times")
+        if counts.no_start:
+            repairs.append(f"skipped {counts.no_start} events without a start time (ts)")
         if counts.clamped:
             repairs.append(f"clamped {counts.clamped} negative durations to 0")
         if not self.events:
@@ -1381,7 +1389,7 @@ class _Reader:
             cuda_runtime_version=top.get("cuda_runtime_version"),
             base_time_ns=_int_or_none(top.get("baseTimeNanoseconds")),
             host_name=host if isinstance(host := top.get("host_name"), str) and host else None,
-            skipped_events=counts.malformed + counts.bad_times,
+            skipped_events=counts.malformed + counts.bad_times + counts.no_start,
             repairs=repairs,
             byte_size=self.total,
             chunks=self.chunks,

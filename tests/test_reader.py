@@ -67,6 +67,24 @@ def test_string_timestamps_and_missing_fields_are_tolerated(tmp_path):
     assert len(result.syncs) == 1
 
 
+def test_an_event_without_a_start_is_skipped_and_said_so_not_placed_at_time_zero(tmp_path):
+    """A review: complete events without ``ts`` were read as starting at 0 and nothing
+    said so; placed there they stretch the trace back to the epoch."""
+    doc = json.loads(_trace_text())
+    start = min(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X")
+    doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "no start", "dur": 5})
+    doc["traceEvents"].append({"ph": "s", "cat": "ac2g", "id": 1, "pid": 1, "tid": 1})
+    path = tmp_path / "no_ts.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    data = read_trace(str(path))
+    assert "skipped 2 events without a start time (ts)" in data.repairs
+    assert all(e.name != "no start" for e in data.events)
+    assert min(e.ts for e in data.events if type(e) is Event) == start
+    result = analyze_trace(str(path))
+    assert result.info.error is None and len(result.syncs) == 1
+    assert "skipped 2 events without a start time (ts)" in result.info.repairs
+
+
 def test_huge_record_window_end_does_not_stretch_the_trace(tmp_path):
     b = KinetoTraceBuilder()
     with b.step(1):

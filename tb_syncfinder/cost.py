@@ -63,6 +63,8 @@ def _step_ranges(tl: Timeline, numbers: Collection[int] | None) -> list[tuple[fl
     """The time ranges of the steps (those numbered ``numbers``, None: all), overlapping
     ones joined; the whole trace when it has no step markers."""
     if not tl.steps:
+        if tl.only_closing_step:
+            return []
         return [tl.span] if numbers is None or NO_STEP in numbers else []
     ranges: list[tuple[float, float]] = []
     for step in tl.steps:  # sorted by start
@@ -160,7 +162,7 @@ def step_stats(
                 stats[step.number] = StepStats(
                     step.number, step.end - step.ts, 0, 0.0, 0.0, tl.path
                 )
-    else:
+    elif not tl.only_closing_step:  # a trace of the profiler's closing step has no step
         stats[NO_STEP] = StepStats(NO_STEP, max(0.0, tl.span[1] - tl.span[0]), 0, 0.0, 0.0, tl.path)
     in_step: dict[int, list[Sync]] = {}
     for sync in syncs:

@@ -141,7 +141,7 @@ def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
     if tl is not None:
         info.device = tl.device_kind
         info.device_name = tl.device_name
-        info.steps = len({s.number for s in tl.steps}) or 1
+        info.steps = len({s.number for s in tl.steps}) or (0 if tl.only_closing_step else 1)
         info.has_stacks = tl.has_stacks
         info.has_gpu_activity = tl.has_gpu_activity
         info.has_runtime = tl.has_runtime
@@ -734,7 +734,7 @@ def _analyze_data(
         attribute.note_library_calls()
     info = _info(ref, tl)
     info.repairs = repairs
-    info.step_markers = bool(tl.steps)
+    info.step_markers = bool(tl.steps) or tl.only_closing_step
     if not tl.steps:
         info.steps = 1 if steps else 0
     elif core_steps is not None:

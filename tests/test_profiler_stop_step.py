@@ -133,3 +133,43 @@ def test_a_loop_ending_inside_a_profiling_cycle_counts_the_steps_it_ran(tmp_path
     assert len(items) == 1 and items[0].count == 4
     assert items[0].per_step == pytest.approx(1.0)
     sys.modules.pop("readme_loop", None)
+
+
+def test_a_trace_of_the_profilers_closing_step_alone_adds_no_step_to_its_run(tmp_path):
+    """A review: a schedule whose next cycle starts as the loop ends (``repeat=0``, the
+    default) makes the profiler's exit write a second trace of that closing step alone. Its
+    run counted it: 363 item() calls over 3 steps read as 90.8 per step, not 121."""
+    src = tmp_path / "src" / "cycle_loop.py"
+    src.parent.mkdir()
+    src.write_text(
+        README_LOOP.replace(
+            "schedule(wait=1, warmup=1, active=3)", "schedule(wait=0, warmup=0, active=3)"
+        ).replace("for _ in range(8)]", "for _ in range(3)]")
+    )
+    spec = importlib.util.spec_from_file_location("cycle_loop", src)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(str(tmp_path / "logs" / "run"))
+    sys.modules.pop("cycle_loop", None)
+    traces = sorted((tmp_path / "logs" / "run").glob("*.pt.trace.json"))
+    assert len(traces) == 2  # steps 0-2, then the closing step 3 alone
+    closing = min(traces, key=lambda t: t.stat().st_size)
+    alone = analyze_trace(str(closing))
+    assert alone.info.steps == 0 and alone.info.step_markers and alone.steps == []
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(src.parent)])
+    assert sum(t.steps for t in report.traces) == 3 and report.summary.step_count == 3
+    items = [s for s in report.latent_sites if "aten::item" in s.ops and s.func == "main"]
+    assert len(items) == 1 and items[0].count == 3
+    assert items[0].per_step == pytest.approx(1.0)
+
+
+def test_a_trace_of_one_empty_step_with_the_programs_work_around_it_keeps_it(tmp_path):
+    """The closing step alone is dropped only where the trace holds no operator: a one-step
+    trace whose work lies outside its step (work before the first ``prof.step()``) keeps
+    its step, as before."""
+    b = KinetoTraceBuilder()
+    item_sync(b)
+    with b.step(1), b.frames(PROFILER_STOP_FRAMES[:2]):
+        b.advance(20)
+    result = analyze_trace(str(b.write(tmp_path / "run" / "worker0.pt.trace.json")))
+    assert result.info.steps == 1

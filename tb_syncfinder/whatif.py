@@ -313,7 +313,9 @@ class WhatIf:
         cached = self._sets.get(key)
         if cached is not None:
             return cached
-        if key == frozenset(self.counted):
+        # The length first: a set of every counted sync per site cost a long run's 300
+        # sites 6 million insertions.
+        if len(key) == len(self.counted) and key == frozenset(self.counted):
             return self.all_syncs
         if self._graph is None:
             raise KeyError(
@@ -1061,6 +1063,10 @@ class _ShiftTables(msgspec.Struct):
     # Lists, for a binary search and a lookup per what-if (numpy's cost more per call).
     later_first: list[int]  # per step n: least step_first over the steps after n
     last_so_far: list[int]  # per step n: the largest step_last of the steps up to n
+    # step_first and step_last again, for the lookups of one step (a numpy scalar per
+    # lookup and comparison was most of a long run's per-site walk over its steps).
+    first_of_step: list[int]
+    last_of_step: list[int]
 
 
 class _StretchTables(msgspec.Struct):
@@ -1663,6 +1669,8 @@ class _Graph:
             step_last,
             later_first.tolist(),
             (np.maximum.accumulate(step_last) if n_steps else step_last).tolist(),
+            step_first.tolist(),
+            step_last.tolist(),
         )
         return self._shift_tables
 
@@ -2002,9 +2010,14 @@ class _Graph:
         jumps = self._jumps_of(disabled)
         changed_count = 0
         if jumps:
-            with self._removed(jumps) as changed:
+            # ``_removed`` spelled out: its generator's set-up was a few percent of each
+            # of a long run's 20,000 what-ifs.
+            changed = self._remove(jumps)
+            try:
                 quick = self._saving_of_changes(changed)
                 changed_count = len(changed)
+            finally:
+                self._put_back(changed)
             if quick is not None:
                 return quick, changed_count
         return self.saving_from(self.metrics_for(disabled)), max(changed_count, len(self.tasks))
@@ -2020,17 +2033,30 @@ class _Graph:
         variables (with their base values; past ``cut``, the shift) and puts the base values
         back after. In place, so one graph serves one thread at a time (each analysis builds
         its own). ``positions``: where the what-if starts changing (default: the jumps')."""
-        values = self.base_values
+        changed = self._remove(jumps, positions)
+        try:
+            yield changed
+        finally:
+            self._put_back(changed)
+
+    def _remove(self, jumps: list[int], positions: list[int] | None = None) -> _Changes:
+        """``_removed``'s set-up: the what-if in place, its changes returned (put back with
+        ``_put_back``; here already if the run fails)."""
         changed = _Changes()
         if positions is None:
             positions = [self.jump_pos[j] for j in jumps]
         try:
             stops = sorted(set(positions))
-            self.run(values, frozenset(jumps), stops[0], stops[-1], changed, stops)
-            yield changed
-        finally:
-            for index, old in changed.items():
-                values[index] = old
+            self.run(self.base_values, frozenset(jumps), stops[0], stops[-1], changed, stops)
+        except BaseException:
+            self._put_back(changed)
+            raise
+        return changed
+
+    def _put_back(self, changed: _Changes) -> None:
+        values = self.base_values
+        for index, old in changed.items():
+            values[index] = old
 
     # -- a site's edges put back into the "every sync removed" replay (``fix_together``) ---
     def window_of(self, values: list[float]) -> float:
@@ -2490,7 +2516,7 @@ class _Graph:
         """The stretches and the tail past the cut that hold any of the step's end inputs."""
         tables = self._shift_tables
         assert tables is not None
-        first, last = int(tables.step_first[step]), int(tables.step_last[step])
+        first, last = tables.first_of_step[step], tables.last_of_step[step]
         regions = []
         # From the last stretch starting before the step's first end input, in order.
         for k in range(max(bisect_left(stretches, (max(first, 0),)) - 1, 0), len(stretches)):
@@ -2518,15 +2544,28 @@ class _Graph:
         step_of_item, host_steps = self._step_index()
         affected: set[int] = set()
         changed_ends: dict[int, list[int]] = {}  # per step, its device ends changed in place
+        # Once per changed variable of every what-if (a million in a long run): most host
+        # variables bound no step, so the lookup is all they cost.
+        two_n_dev = 2 * n_dev
+        steps_of_host = host_steps.get
         for var in changed:
-            if var < 2 * n_dev:
-                step = step_of_item[var - n_dev if var >= n_dev else var]
+            if var >= two_n_dev:
+                steps = steps_of_host(var)
+                if steps:
+                    affected.update(steps)
+            elif var >= n_dev:
+                step = step_of_item[var - n_dev]
                 if step >= 0:
                     affected.add(step)
-                    if var >= n_dev:
-                        changed_ends.setdefault(step, []).append(var)
+                    ends = changed_ends.get(step)
+                    if ends is None:
+                        changed_ends[step] = [var]
+                    else:
+                        ends.append(var)
             else:
-                affected.update(host_steps.get(var, ()))
+                step = step_of_item[var]
+                if step >= 0:
+                    affected.add(step)
         cut = changed.cut
         shift = changed.shift
         tables = self._shift_tables
@@ -2560,7 +2599,7 @@ class _Graph:
                 # none straddles it: a step or two in most what-ifs.
                 after = min(bisect_left(tables.later_first, cut) + 1, n_steps)
                 if after - first_moved <= VECTOR_STEPS_MIN:
-                    step_first, step_last = tables.step_first, tables.step_last
+                    step_first, step_last = tables.first_of_step, tables.last_of_step
                     for n in range(first_moved + 1, after):
                         if step_last[n] >= cut and step_first[n] < cut:
                             affected.add(n)
@@ -2612,7 +2651,7 @@ class _Graph:
                 continue
             host_end[n] = (value(ev) if ev >= 0 else 0.0) + eo
             step_vars = end_vars[n]
-            past_cut = cut is not None and tables.step_last[n] >= cut  # type: ignore[union-attr]
+            past_cut = cut is not None and tables.last_of_step[n] >= cut  # type: ignore[union-attr]
             if step_vars and ordered and (n in partly or past_cut):
                 regions = self._regions_of(n, stretches, cut, shift)
                 latest = self._latest_end_in_regions(n, changed, regions)
@@ -2669,7 +2708,7 @@ class _Graph:
             if end is None:  # not recomputed: as the base replay has it, or shifted wholly
                 end = base.host_end[n]
                 device = base.dev_hi[n]
-                if cut is not None and tables.step_first[n] >= cut:  # type: ignore[union-attr]
+                if cut is not None and tables.first_of_step[n] >= cut:  # type: ignore[union-attr]
                     end -= shift
                     device -= shift
             done = max(done, end, device if device == device else done)  # type: ignore[operator]

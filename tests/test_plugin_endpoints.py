@@ -480,6 +480,23 @@ def test_repeated_parameters_and_non_get_methods_are_refused_as_json(client: Cli
     assert response.headers["Allow"] == "GET, HEAD"  # RFC 9110: a 405 names them
 
 
+def test_an_export_of_a_run_named_beyond_ascii_keeps_its_name_for_the_browser(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A review: the download of run ``ünïcode-ラン`` was named ``n_code-.csv``: the header
+    now also carries the name as RFC 6266's ``filename*``, which browsers prefer."""
+    from werkzeug.http import parse_options_header
+
+    logdir = tmp_path / "logs"
+    shutil.copytree(workspace / "logs" / "run_cpu", logdir / "ünïcode-ラン")
+    client = client_for(make_plugin(logdir, tmp_path))
+    response = client.get(PLUGIN + "export", query_string={"run": "ünïcode-ラン", "format": "csv"})
+    assert response.status_code == 200
+    header = response.headers["Content-Disposition"]
+    assert 'filename="n_code-.csv"' in header  # for clients without RFC 6266
+    assert parse_options_header(header)[1]["filename"] == "ünïcode-ラン.csv"
+
+
 def test_an_export_of_a_trace_removed_since_its_analysis_is_a_client_error(
     workspace: Path, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import os
 import re
 from collections import Counter
 from typing import Any
+from urllib.parse import quote
 
 from tensorboard import errors
 
@@ -263,6 +264,19 @@ def compare_impl(base: Selection, new: Selection) -> dict[str, Any]:
 
 def _safe_filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "report"
+
+
+def content_disposition(filename: str, stem_parts: list[str | None]) -> str:
+    """An attachment's header: ``filename`` (ASCII, for every client) and, where a run or
+    worker name holds other characters, ``filename*`` (RFC 6266 / 5987) with them kept:
+    the ASCII name alone made ``ünïcode-ラン`` a ``n_code-.csv``."""
+    header = f'attachment; filename="{filename}"'
+    stem = "-".join(p for p in stem_parts if p)
+    named = re.sub(r'[\x00-\x1f\x7f/\\:*?"<>|]+', "_", stem).strip(". _")
+    if named and not named.isascii():
+        extension = filename[len(_safe_filename(stem)) :]
+        header += f"; filename*=UTF-8''{quote(named + extension, safe='')}"
+    return header
 
 
 def export_impl(sel: Selection, fmt: str, stem_parts: list[str | None]) -> tuple[bytes, str, str]:

@@ -434,7 +434,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         fmt = params.text(request, "format") or "json"
         stem = [sel.run, params.text(request, "worker"), params.text(request, "span")]
         body, media_type, filename = api.export_impl(sel, fmt, stem)
-        disposition = f'attachment; filename="{filename}"'
+        disposition = api.content_disposition(filename, stem)
         return http_util.Respond(
             request, body, media_type, headers=[("Content-Disposition", disposition)]
         )

@@ -18,6 +18,7 @@ import {
   decodeState,
   encodeState,
   hashNeedsRewrite,
+  missingWorkerOrSpan,
   parseTbHash,
   TB_PREFIX,
   patchState,
@@ -74,9 +75,10 @@ export class App {
      */
     this.missingRun = null;
     /**
-     * A site or step the view named (a link from another run, or from before the run was
-     * profiled again) that the run shown does not have: said in a notice, the detail or the
-     * step filter closed. @type {{what: string, where: string} | null}
+     * A site, step, sync, worker or span the view named (a link from another run, or from
+     * before the run was profiled again) that the run shown does not have: said in a
+     * notice, with what the view did instead (`outcome`; "closed" when none).
+     * @type {{what: string, where: string, outcome?: string} | null}
      */
     this.missingPart = null;
     /**
@@ -303,8 +305,8 @@ export class App {
    * @param {string} where e.g. `run "baseline"`, `worker w0 of run "baseline"`
    * @param {Partial<ViewState>} patch what to clear
    */
-  dropMissing(what, where, patch) {
-    if (this.stateFromUrl) this.missingPart = { what, where };
+  dropMissing(what, where, patch, outcome = "") {
+    if (this.stateFromUrl) this.missingPart = outcome ? { what, where, outcome } : { what, where };
     this.noteState(patch);
     this.renderNotices();
   }
@@ -377,9 +379,26 @@ export class App {
    */
   reconcileRun() {
     const fix = this.runs ? reconcileRun(this.runs.runs || [], this.state) : null;
+    if (fix) {
+      this.missingRun = { name: fix.missing, gone: fix.missing === this.shownRun, shown: fix.patch.run ?? null };
+      this.state = { ...this.state, ...fix.patch };
+      this.writeUrl();
+    }
+    this.reconcileWorker();
+  }
+
+  /**
+   * A worker or span the view names that the run shown does not have, once its traces are
+   * all listed: the view showed the whole run (or worker) with the name kept in the URL,
+   * and "Copy link" passed it on. Said, and dropped from the URL.
+   */
+  reconcileWorker() {
+    const run = this.currentRun();
+    if (!run || run.loading || (this.state.worker === null && this.state.span === null)) return;
+    const fix = missingWorkerOrSpan(run, this.state.worker, this.state.span);
     if (!fix) return;
-    this.missingRun = { name: fix.missing, gone: fix.missing === this.shownRun, shown: fix.patch.run ?? null };
-    this.state = { ...this.state, ...fix.patch };
+    if (this.stateFromUrl) this.missingPart = { what: fix.what, where: fix.where, outcome: fix.outcome };
+    this.state = patchState(this.state, { ...fix.patch, site: null, sync: null, step: null, occ: 0 });
     this.writeUrl();
   }
 
@@ -837,7 +856,7 @@ export class App {
     }
     const part = this.missingPart;
     if (part) {
-      const text = [h("b", null, `${part.what} is not in ${part.where}`), " (a link from another run, or from before it was profiled again): closed."];
+      const text = [h("b", null, `${part.what} is not in ${part.where}`), ` (a link from another run, or from before it was profiled again): ${part.outcome || "closed"}.`];
       notices.push({ testid: "missing-part", text, pickerId: "sa-run", forget: () => (this.missingPart = null) });
     }
     const compare = this.state.view === "compare";

@@ -13,6 +13,7 @@ import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow 
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
+import { selectionName } from "./repairs.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
 import { nextRowIndex, siteWhere } from "./sites.js";
 import { OCC_SORTS, occPagePatch, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
@@ -57,6 +58,13 @@ export async function renderDetail(ctx, slot) {
         syncId = state.sync;
         detail = other;
       }
+    }
+    if (!ctx.isCurrent()) return;
+    if (syncId === null && state.sync) {
+      // Neither listed nor this site's (a link from before the run was profiled again):
+      // said, and the URL names the occurrence shown instead.
+      const where = sel.worker !== null ? `${selectionName(sel, "", app.workerSpans())} of run "${sel.run}"` : `run "${sel.run}"`;
+      app.dropMissing(`Sync "${state.sync}"`, where, { sync: null }, "showing its site's first occurrence instead");
     }
     syncId = syncId ?? items[0]?.id ?? null;
     if (!detail && syncId) detail = await getJson("sync", { ...sel, id: syncId });

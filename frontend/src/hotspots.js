@@ -84,6 +84,9 @@ export async function renderHotspots(ctx) {
   const summary = summaryResp.summary || {};
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
   const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";
+  // A column the plugin does not sort by (a hand-edited link): the address says the order
+  // shown, not the one asked for, so "Copy link" does not pass it on.
+  if (served !== state.sort) app.noteState({ sort: served });
   const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
   // With a step selected, the count, wait and idle of that step (the chart bar's figures).

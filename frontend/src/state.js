@@ -178,6 +178,27 @@ export function reconcileRun(runs, state) {
   };
 }
 
+/**
+ * A worker, or a span of the worker, that the view names and the run does not have (a link
+ * from before the run was profiled again): what to say and what to drop. The view showed
+ * the whole run (or worker) and kept the name in the URL, which "Copy link" passed on.
+ * @param {{name: string, workers?: {name: string, spans?: (string | null)[]}[]}} run
+ * @param {string | null} worker
+ * @param {string | null} span
+ * @returns {{what: string, where: string, outcome: string, patch: Partial<ViewState>} | null}
+ */
+export function missingWorkerOrSpan(run, worker, span) {
+  const whole = "showing the whole run";
+  if (worker === null) {
+    // A span is only chosen under a worker: without one it selects nothing.
+    return span === null ? null : { what: `Span "${span}"`, where: `run "${run.name}"`, outcome: whole, patch: { span: null } };
+  }
+  const found = (run.workers || []).find((w) => w.name === worker);
+  if (!found) return { what: `Worker "${worker}"`, where: `run "${run.name}"`, outcome: whole, patch: { worker: null, span: null } };
+  if (span === null || (found.spans || []).includes(span)) return null;
+  return { what: `Span "${span}"`, where: `worker ${worker} of run "${run.name}"`, outcome: `showing all of worker ${worker}`, patch: { span: null } };
+}
+
 /** @returns {ViewState} */
 export function defaultState() {
   return {
@@ -489,7 +510,25 @@ export function osortNeedsRewrite(hash, state, tb = false) {
  * @returns {boolean}
  */
 export function hashNeedsRewrite(hash, state, tb = false) {
-  return occNeedsRewrite(hash, state, tb) || osortNeedsRewrite(hash, state, tb);
+  return occNeedsRewrite(hash, state, tb) || osortNeedsRewrite(hash, state, tb) || choiceNeedsRewrite(hash, state, tb);
+}
+
+/**
+ * Whether a location hash names a view, an order or a step that the view state decoded from
+ * it does not hold (`view=bogus`, `order=sideways`, `step=abc`, or two of one): the view
+ * fell back to the default and the address kept the value, which "Copy link" passed on.
+ * @param {string | null | undefined} hash
+ * @param {{view: string, order: string, step: number | null}} state
+ * @param {boolean} [tb]
+ * @returns {boolean}
+ */
+export function choiceNeedsRewrite(hash, state, tb = false) {
+  const prefix = tb ? TB_PREFIX : "";
+  return /** @type {const} */ (["view", "order", "step"]).some((key) => {
+    const texts = keyTexts(hash, key, prefix);
+    const value = state[key];
+    return texts.length > 1 || (texts.length === 1 && texts[0] !== (value === null ? "" : String(value)));
+  });
 }
 
 /**

@@ -668,6 +668,55 @@ def test_a_site_or_step_the_run_does_not_have_is_said_and_closed(
     assert page_errors == []
 
 
+@pytest.mark.parametrize(
+    "named, notice",
+    [
+        ("worker=nobody", 'Worker "nobody" is not in run "baseline"'),
+        ("span=123", 'Span "123" is not in run "baseline"'),
+    ],
+)
+def test_a_worker_or_span_the_run_does_not_have_is_said_and_dropped_from_the_link(
+    board: str, browser: Any, page_errors: list[str], named: str, notice: str
+) -> None:
+    """A review: the whole run was shown with no word, and the name stayed in the address,
+    which "Copy link" passed on."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=baseline&{named}"))
+    said = page.wait_for_selector("[data-testid=missing-part]")
+    assert notice in said.inner_text() and "showing the whole run" in said.inner_text()
+    rows(page)
+    page.wait_for_function("location.hash === '#run=baseline'")
+    assert page_errors == []
+
+
+def test_a_sync_the_run_does_not_have_is_said_and_its_sites_first_shown(
+    board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """A review: a link naming a sync id the run no longer has (profiled again) showed
+    another occurrence of the site with no word, and kept the id in the address."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=baseline&{ITEM_SITE}&sync=zzz"))
+    said = page.wait_for_selector("[data-testid=missing-part]")
+    assert 'Sync "zzz" is not in run "baseline"' in said.inner_text()
+    assert "showing its site's first occurrence instead" in said.inner_text()
+    page.wait_for_selector("[data-testid=detail]")
+    page.wait_for_function("!location.hash.includes('sync=')")
+    assert ITEM_SITE in page.evaluate("location.hash")
+    assert page_errors == []
+
+
+@pytest.mark.parametrize("named", ["view=bogus", "order=sideways", "step=abc", "sort=bogus"])
+def test_a_view_order_step_or_column_no_view_has_is_dropped_from_the_link(
+    board: str, browser: Any, page_errors: list[str], named: str
+) -> None:
+    """A review: the default view was shown and the address kept the value."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(board, f"#run=baseline&{named}"))
+    rows(page)
+    page.wait_for_function("location.hash === '#run=baseline'")
+    assert page_errors == []
+
+
 def test_frame_click_outside_vscode_copies_path_and_line(
     board: str, browser: Any, page_errors: list[str]
 ) -> None:

@@ -127,7 +127,8 @@ def define_flags(parser: Any) -> None:
         metavar="DIR",
         default=None,
         help="Sync Advisor: a folder whose .py files may be shown as the source of a "
-        "finding (repeatable; default: the folder TensorBoard was started in).",
+        "finding (repeatable; default: the folder TensorBoard was started in, which the "
+        "folders given replace: they are all this server reads and serves).",
     )
     group.add_argument(
         f"--{flag_name('path_map')}",

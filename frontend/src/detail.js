@@ -49,20 +49,28 @@ export async function renderDetail(ctx, slot) {
     let syncId = items.some((/** @type {any} */ x) => x.id === state.sync) ? state.sync : null;
     /** @type {any} */
     let detail = null;
+    let missing = false;
     if (syncId === null && state.sync) {
       // The selected sync is on another page than the one listed: still this site's (and
       // step's) sync, so still the one shown.
-      const other = await getJson("sync", { ...sel, id: state.sync }).catch(() => null);
+      let absent = false;
+      const other = await getJson("sync", { ...sel, id: state.sync }).catch((e) => {
+        absent = e instanceof ApiError && e.status === 404;
+        return null;
+      });
       const own = other?.sync && other.sync.site_key === state.site && (state.step === null || other.sync.step === state.step);
       if (own) {
         syncId = state.sync;
         detail = other;
       }
+      // Another site's, or not in the run once it is all read (a trace still loading may
+      // hold it; a request that failed otherwise says nothing).
+      missing = !own && (!!other?.sync || absent) && !app.currentRun()?.loading;
     }
     if (!ctx.isCurrent()) return;
-    if (syncId === null && state.sync) {
-      // Neither listed nor this site's (a link from before the run was profiled again):
-      // said, and the URL names the occurrence shown instead.
+    if (missing) {
+      // A link from before the run was profiled again: said, and the URL names the
+      // occurrence shown instead.
       const where = sel.worker !== null ? `${selectionName(sel, "", app.workerSpans())} of run "${sel.run}"` : `run "${sel.run}"`;
       app.dropMissing(`Sync "${state.sync}"`, where, { sync: null }, "showing its site's first occurrence instead");
     }

@@ -86,7 +86,7 @@ export async function renderHotspots(ctx) {
   const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";
   // A column the plugin does not sort by (a hand-edited link): the address says the order
   // shown, not the one asked for, so "Copy link" does not pass it on.
-  if (served !== state.sort) app.noteState({ sort: served });
+  if (served !== state.sort) app.noteState({ sort: served, order: "desc" });
   const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
   // With a step selected, the count, wait and idle of that step (the chart bar's figures).

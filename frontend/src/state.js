@@ -514,17 +514,19 @@ export function hashNeedsRewrite(hash, state, tb = false) {
 }
 
 /**
- * Whether a location hash names a view, an order or a step that the view state decoded from
- * it does not hold (`view=bogus`, `order=sideways`, `step=abc`, or two of one): the view
- * fell back to the default and the address kept the value, which "Copy link" passed on.
+ * Whether a location hash names a view, a sort column, an order or a step that the view
+ * state decoded from it does not hold (`view=bogus`, `sort=Bad-Key`, `order=sideways`,
+ * `step=abc`, or two of one): the view fell back to the default and the address kept the
+ * value, which "Copy link" passed on. (A sort column of the right form that the plugin does
+ * not sort by is known only with its catalogue: the sites view drops that one.)
  * @param {string | null | undefined} hash
- * @param {{view: string, order: string, step: number | null}} state
+ * @param {{view: string, sort: string, order: string, step: number | null}} state
  * @param {boolean} [tb]
  * @returns {boolean}
  */
 export function choiceNeedsRewrite(hash, state, tb = false) {
   const prefix = tb ? TB_PREFIX : "";
-  return /** @type {const} */ (["view", "order", "step"]).some((key) => {
+  return /** @type {const} */ (["view", "sort", "order", "step"]).some((key) => {
     const texts = keyTexts(hash, key, prefix);
     const value = state[key];
     return texts.length > 1 || (texts.length === 1 && texts[0] !== (value === null ? "" : String(value)));

@@ -5,7 +5,7 @@ import { choiceNeedsRewrite, decodeState, encodeState, hashNeedsRewrite, missing
 // A review: a link naming an unknown view, order or step showed the default view and kept
 // the value in the address, which "Copy link" passed on.
 test("a view, order or step the state does not hold makes the address be written again", () => {
-  for (const bad of ["view=bogus", "order=sideways", "step=abc", "step=1.5", "view=hotspots&view=compare"]) {
+  for (const bad of ["view=bogus", "sort=Bad-Key", "order=sideways", "step=abc", "step=1.5", "view=hotspots&view=compare"]) {
     const hash = `#run=r&${bad}`;
     assert.equal(hashNeedsRewrite(hash, decodeState(hash)), true, bad);
     const written = encodeState(decodeState(hash));
@@ -14,7 +14,7 @@ test("a view, order or step the state does not hold makes the address be written
 });
 
 test("valid choices, written or left to their defaults, leave the address as it is", () => {
-  for (const good of ["", "view=compare", "view=hotspots", "order=asc", "order=desc", "step=3", "step=0"]) {
+  for (const good of ["", "view=compare", "view=hotspots", "sort=count", "order=asc", "order=desc", "step=3", "step=0"]) {
     const hash = `#run=r&${good}`;
     assert.equal(choiceNeedsRewrite(hash, decodeState(hash)), false, good);
   }

@@ -705,7 +705,9 @@ def test_a_sync_the_run_does_not_have_is_said_and_its_sites_first_shown(
     assert page_errors == []
 
 
-@pytest.mark.parametrize("named", ["view=bogus", "order=sideways", "step=abc", "sort=bogus"])
+@pytest.mark.parametrize(
+    "named", ["view=bogus", "order=sideways", "step=abc", "sort=bogus", "sort=bogus&order=asc"]
+)
 def test_a_view_order_step_or_column_no_view_has_is_dropped_from_the_link(
     board: str, browser: Any, page_errors: list[str], named: str
 ) -> None:

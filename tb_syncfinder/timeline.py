@@ -621,7 +621,9 @@ def build_timeline(data: TraceData) -> Timeline:
     if steps and _closed_by_the_profiler(steps[-1], builder.threads):
         if len(steps) > 1:
             steps.pop()
-        elif _no_program_work(builder.threads):  # else the program's work is around it
+        elif steps[0].number > 0 and _no_program_work(builder.threads):
+            # Alone in its trace, the closing step follows a cycle written before it (its
+            # number is past 0), and the trace holds none of the program's work around it.
             only_closing_step = True
             steps.pop()
     has_gpu_activity = bool(device_activity)

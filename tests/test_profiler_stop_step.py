@@ -173,3 +173,14 @@ def test_a_trace_of_one_empty_step_with_the_programs_work_around_it_keeps_it(tmp
         b.advance(20)
     result = analyze_trace(str(b.write(tmp_path / "run" / "worker0.pt.trace.json")))
     assert result.info.steps == 1
+
+
+def test_a_first_step_alone_in_its_trace_is_kept_however_empty(tmp_path):
+    """A review: a one-step trace without stacks whose step 0 ran only Python (no operator)
+    looked like the closing step and counted 0 steps. A closing step alone in its trace
+    always follows a cycle written before it: step 0 never is one."""
+    b = KinetoTraceBuilder()
+    with b.step(0):
+        b.advance(5000)
+    result = analyze_trace(str(b.write(tmp_path / "run" / "worker0.pt.trace.json")))
+    assert result.info.steps == 1 and [s.step for s in result.steps] == [0]

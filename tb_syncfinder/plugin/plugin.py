@@ -384,7 +384,11 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             missing.hint = "build the dashboard: cd frontend && npm ci && npm run build"
             raise missing
         content_type = STATIC_TYPES.get(path.suffix) or mimetypes.guess_type(name)[0]
-        return http_util.Respond(request, path.read_bytes(), content_type)
+        try:
+            body = path.read_bytes()
+        except OSError:  # gone since the check (a build rewriting static/ while served)
+            raise errors.NotFoundError(f"no static file {name!r}") from None
+        return http_util.Respond(request, body, content_type)
 
     # ----- JSON routes ----------------------------------------------------------------
     def _catalogue(self, request: wrappers.Request) -> Any:

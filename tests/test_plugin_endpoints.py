@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import random
 import shutil
 import threading
@@ -478,6 +479,24 @@ def test_repeated_parameters_and_non_get_methods_are_refused_as_json(client: Cli
     response = client.post(PLUGIN + "summary?run=run_cpu")
     assert response.status_code == 405 and response.get_json()["error"]
     assert response.headers["Allow"] == "GET, HEAD"  # RFC 9110: a 405 names them
+
+
+def test_an_export_of_a_trace_replaced_since_its_analysis_is_refused_not_mislabelled(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A review: the annotated trace reads the file again, so a trace replaced by another
+    valid one before the next poll got the old analysis's findings drawn onto its events."""
+    logdir = tmp_path / "logs"
+    shutil.copytree(workspace / "logs" / "run_cpu", logdir / "run_cpu")
+    client = client_for(make_plugin(logdir, tmp_path))
+    assert get(client, "export", run="run_cpu", format="trace")[0] == 200
+    (trace,) = (logdir / "run_cpu").iterdir()
+    before = trace.stat()
+    shutil.copy(workspace / "logs" / "run_fixed" / "w0.pt.trace.json", trace)
+    os.utime(trace, ns=(before.st_atime_ns, before.st_mtime_ns + 5_000_000_000))
+    status, body = get(client, "export", run="run_cpu", format="trace")
+    assert status == 409 and "changed since it was analysed" in body["error"]
+    assert get(client, "export", run="run_cpu", format="json")[0] == 200  # the report itself
 
 
 def test_an_export_of_a_run_named_beyond_ascii_keeps_its_name_for_the_browser(

@@ -61,6 +61,10 @@ class MethodNotAllowedError(errors.PublicError):
     http_code = 405
 
 
+class ConflictError(errors.PublicError):
+    http_code = 409
+
+
 def make_engine_options(settings: PluginSettings) -> Any:
     """The engine's Options for these settings: source roots, path map and the demo's
     sources (so its runs resolve for a plain ``tensorboard --logdir`` from any folder)."""
@@ -423,6 +427,27 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             body = missing_source_json(file, line, exc)
         return self._respond(request, body)
 
+    def _refuse_a_trace_changed_since_analysis(self, sel: Selection) -> None:
+        """The annotated trace reads its file again: one replaced since its analysis (and
+        before the next poll sees it) would get the old analysis's findings drawn onto
+        other events. 409 then; a file gone is the renderer's 400."""
+        from tb_syncfinder.discovery import stat_trace
+
+        readable = [t for t in sel.report_json.get("traces") or [] if not t.get("error")]
+        run = self.loader.get_run(sel.run)
+        state = run.traces.get(readable[0]["path"]) if run and len(readable) == 1 else None
+        if state is None or state.size is None:
+            return
+        try:
+            now = stat_trace(state.ref.path)
+        except OSError:
+            return
+        if now != (state.size, state.mtime_ns):
+            raise ConflictError(
+                f"{state.ref.path} changed since it was analysed; it is analysed again "
+                "at the next reload: export again then"
+            )
+
     def _compare(self, request: wrappers.Request) -> Any:
         new = self._selection(request)
         base_worker = params.text(request, "base_worker")
@@ -437,6 +462,8 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         sel = self._selection(request)
         fmt = params.text(request, "format") or "json"
         stem = [sel.run, params.text(request, "worker"), params.text(request, "span")]
+        if fmt == "trace":
+            self._refuse_a_trace_changed_since_analysis(sel)
         body, media_type, filename = api.export_impl(sel, fmt, stem)
         disposition = api.content_disposition(filename, stem)
         return http_util.Respond(

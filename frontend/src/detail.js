@@ -13,7 +13,7 @@ import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow 
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
 import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
-import { selectionName } from "./repairs.js";
+import { selectionWhere } from "./repairs.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
 import { nextRowIndex, siteWhere } from "./sites.js";
 import { OCC_SORTS, occPagePatch, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
@@ -71,7 +71,7 @@ export async function renderDetail(ctx, slot) {
     if (missing) {
       // A link from before the run was profiled again: said, and the URL names the
       // occurrence shown instead.
-      const where = sel.worker !== null ? `${selectionName(sel, "", app.workerSpans())} of run "${sel.run}"` : `run "${sel.run}"`;
+      const where = selectionWhere(sel, app.workerSpans());
       app.dropMissing(`Sync "${state.sync}"`, where, { sync: null }, "showing its site's first occurrence instead");
     }
     syncId = syncId ?? items[0]?.id ?? null;

@@ -10,7 +10,7 @@ import { formatCount, formatPct, formatUs, howObtainedText, plural, savingText, 
 import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
 import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
-import { awaitingFirstTrace, nothingReadable, selectionName } from "./repairs.js";
+import { awaitingFirstTrace, nothingReadable, selectionName, selectionWhere } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
@@ -65,7 +65,7 @@ export async function renderHotspots(ctx) {
   // than an empty list under "step 99" or a detail of nothing ("unknown (no source line)").
   // Only once the run is read: a trace still loading may hold them.
   const settled = !app.currentRun()?.loading;
-  const where = sel.worker !== null ? `${selectionName(sel, "", app.workerSpans())} of run "${sel.run}"` : `run "${sel.run}"`;
+  const where = selectionWhere(sel, app.workerSpans());
   const knownStep = state.step === null || (stepsResp.steps || []).some((/** @type {any} */ s) => s.step === state.step);
   if (settled && !knownStep) {
     app.dropMissing(`Step ${state.step}`, where, { step: null, site: null, sync: null, occ: 0 });

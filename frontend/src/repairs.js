@@ -140,3 +140,13 @@ export function selectionName(sel, whole = "this run", spans = []) {
   }
   return sel.worker !== null ? `worker ${sel.worker}` : whole;
 }
+
+/**
+ * Where a notice says something is missing: `run "r"`, or the worker (and span) of it.
+ * @param {{run: string, worker: string | null, span: string | null}} sel
+ * @param {(string | null)[]} [spans] the selected worker's spans
+ * @returns {string}
+ */
+export function selectionWhere(sel, spans = []) {
+  return sel.worker !== null ? `${selectionName(sel, "", spans)} of run "${sel.run}"` : `run "${sel.run}"`;
+}

@@ -266,21 +266,19 @@ def _safe_filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "report"
 
 
-def content_disposition(filename: str, stem_parts: list[str | None]) -> str:
-    """An attachment's header: ``filename`` (ASCII, for every client) and, where a run or
+def _content_disposition(stem: str, extension: str) -> str:
+    """An attachment's header: its name in ASCII (for every client) and, where a run or
     worker name holds other characters, ``filename*`` (RFC 6266 / 5987) with them kept:
     the ASCII name alone made ``ünïcode-ラン`` a ``n_code-.csv``."""
-    header = f'attachment; filename="{filename}"'
-    stem = "-".join(p for p in stem_parts if p)
+    header = f'attachment; filename="{_safe_filename(stem)}{extension}"'
     named = re.sub(r'[\x00-\x1f\x7f/\\:*?"<>|]+', "_", stem).strip(". _")
     if named and not named.isascii():
-        extension = filename[len(_safe_filename(stem)) :]
         header += f"; filename*=UTF-8''{quote(named + extension, safe='')}"
     return header
 
 
 def export_impl(sel: Selection, fmt: str, stem_parts: list[str | None]) -> tuple[bytes, str, str]:
-    """``(body, media type, file name)`` of the selection in an output format."""
+    """``(body, media type, Content-Disposition)`` of the selection in an output format."""
     from tb_syncfinder import outputs
 
     output = outputs.FORMATS.get(fmt)
@@ -293,5 +291,5 @@ def export_impl(sel: Selection, fmt: str, stem_parts: list[str | None]) -> tuple
         body = output.render(report_set, outputs.RenderOptions())
     except ValueError as exc:
         raise errors.InvalidArgumentError(f"format={fmt}: {exc}") from None
-    stem = _safe_filename("-".join(p for p in stem_parts if p))
-    return body, output.media_type, stem + output.extension
+    stem = "-".join(p for p in stem_parts if p)
+    return body, output.media_type, _content_disposition(stem, output.extension)

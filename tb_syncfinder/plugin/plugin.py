@@ -464,8 +464,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         stem = [sel.run, params.text(request, "worker"), params.text(request, "span")]
         if fmt == "trace":
             self._refuse_a_trace_changed_since_analysis(sel)
-        body, media_type, filename = api.export_impl(sel, fmt, stem)
-        disposition = api.content_disposition(filename, stem)
+        body, media_type, disposition = api.export_impl(sel, fmt, stem)
         return http_util.Respond(
             request, body, media_type, headers=[("Content-Disposition", disposition)]
         )

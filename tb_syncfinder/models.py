@@ -434,6 +434,11 @@ class Summary(msgspec.Struct):
     profiler_overhead_per_step_us: float = 0.0
     device_busy_per_step_us: float | None = None
     profiler_note: str | None = None
+    # The device busy time per step of the worker whose device is busiest (over its own
+    # traces' steps; the mean above where the run has one worker): the ranks of a job step
+    # together, so no step of the job is shorter than it. What ``profiler_note`` and
+    # ``unprofiled_saving_at_most_per_step_us`` bound the saving by. None: as above.
+    busiest_worker_device_busy_per_step_us: float | None = None
 
 
 class ProfilerOverhead(msgspec.Struct):

@@ -229,10 +229,13 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
     sync can then save per step (``summary.unprofiled_saving_at_most_per_step_us``): that
     step minus the device's busy time per step, since no fix that keeps the GPU's work makes
     a step shorter than that work (docs/validation.md, section 5: it held in all 19 GPU
-    recordings, and was within 5 % of the measured saving where the fix kept the work).
-    None where the device's busy time is unknown (a CPU-only trace, a replay-less one)."""
+    recordings, and was within 5 % of the measured saving where the fix kept the work); of
+    a job's ranks, the busiest one's. None where the device's busy time is unknown (a
+    CPU-only trace, a replay-less one)."""
     summary = dict(report_json.get("summary") or {})
-    busy = summary.get("device_busy_per_step_us")
+    busy = summary.get("busiest_worker_device_busy_per_step_us")
+    if busy is None:  # a report written before that field: one worker's is the same
+        busy = summary.get("device_busy_per_step_us")
     usable = busy is not None and busy > 0 and summary.get("saving_method") == "replay"
     summary["unprofiled_step_time_us"] = step_time_us
     summary["unprofiled_saving_at_most_per_step_us"] = (

@@ -198,3 +198,28 @@ def test_the_late_ranks_trace_read_in_windows_gives_the_same_lines_and_savings()
     lines = [(s.source.line, s.source.line_exact) for s in windowed.syncs]
     assert lines == [(s.source.line, s.source.line_exact) for s in whole.syncs]
     assert windowed.savings.all_syncs_us == pytest.approx(whole.savings.all_syncs_us, rel=0.01)
+
+
+@pytest.mark.parametrize("variant", ["baseline", "both"])
+def test_a_jobs_unprofiled_bound_is_the_step_minus_its_busiest_ranks_gpu_work(variant, capsys):
+    """The ranks step together, so no step of the job is shorter than its busiest device's
+    work: given the job's unprofiled step, fixing every sync saves at most that step minus
+    rank 1's busy time (11.8 ms on the baseline), not minus the ranks' mean (16.4 ms), and
+    the saving measured without the profiler lies inside it."""
+    from tb_syncfinder.cli import main
+
+    step_ms = INFO["variants"][variant]["median_ms"]
+    argv = ["report", str(JOB_DIR / variant), "--source-root", str(JOB_DIR)]
+    assert main([*argv, "--json", "--unprofiled-step-ms", str(step_ms)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rank_busy_us = {t["worker"]: t["device_busy_per_step_us"] for t in doc["traces"]}
+    busiest_us = max(rank_busy_us.values())
+    assert busiest_us > 2 * min(rank_busy_us.values())  # rank 1 does most of the GPU work
+    summary = doc["summary"]
+    assert summary["busiest_worker_device_busy_per_step_us"] == pytest.approx(busiest_us)
+    at_most_ms = summary["unprofiled_saving_at_most_per_step_us"] / 1000
+    assert at_most_ms == pytest.approx(step_ms - busiest_us / 1000)
+    assert statistics.median(_round_savings_ms(variant)) <= at_most_ms
+    assert main([*argv, "--unprofiled-step-ms", str(step_ms)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # as wrapped to the terminal
+    assert "the step minus the busiest worker's busy time" in text

@@ -108,7 +108,10 @@ TRACE_PROFILER_FIELDS = {
     "profiler_overhead_per_step_us",
     "device_busy_per_step_us",
 }
-SUMMARY_PROFILER_FIELDS = TRACE_PROFILER_FIELDS | {"profiler_note"}
+SUMMARY_PROFILER_FIELDS = TRACE_PROFILER_FIELDS | {
+    "profiler_note",
+    "busiest_worker_device_busy_per_step_us",
+}
 SITE_FIX_TOGETHER_FIELDS = {
     "predicted_saving_with_others_us",
     "predicted_saving_with_others_per_step_us",

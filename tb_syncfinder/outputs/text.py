@@ -750,9 +750,11 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
         if at_most is None:
             text += ": the trace gives no GPU busy time to bound the saving by"
         else:
+            busiest = summary.get("busiest_worker_device_busy_per_step_us")
+            of_workers = busiest is not None and busiest != summary.get("device_busy_per_step_us")
             text += (
                 f": fixing every sync saves at most {format_us(float(at_most))} per step "
-                "(the step minus the GPU's busy time"
+                f"(the step minus the {'busiest worker' if of_workers else 'GPU'}'s busy time"
             )
             if saving > at_most:
                 text += f"; the {format_us(saving)} above is the profiled program's"

@@ -154,9 +154,13 @@ _DUR = attrgetter("dur")
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
 _CAT = attrgetter("cat")
-# Not memsets: Kineto records the memsets' calls, so a memset without its call is a broken
-# link (and the check of calls without activity leaves memsets out, cuDNN's zero-size ones).
 _COPY_CATS = frozenset(("gpu_memcpy",))
+_MEMSET_CATS = frozenset(("gpu_memset",))
+
+
+def _external_id(event: Any) -> Any:
+    args = event.args
+    return None if args is None else args.external_id
 
 
 # ---------------------------------------------------------------------------------------
@@ -3074,40 +3078,60 @@ class _Builder:
         )
 
         # Is the linking good enough to replay?
-        unlinked_mid = 0
         # Copies are counted apart: a library's own copies through the driver API (cuFFT
-        # uploads each new plan's tables with cuMemcpyHtoD) reach the trace as device
-        # copies whose call Kineto did not record, while kernels launched through the
-        # driver keep theirs (cuLaunchKernel). Such copies say nothing of broken links.
-        unlinked_copies = 0
+        # making a plan uploads its tables with cuMemcpyHtoD) reach the trace as device
+        # copies whose call Kineto did not record, while kernels launched through the driver
+        # keep theirs (cuLaunchKernel). Such copies say nothing of broken links. Memsets
+        # only where the operator that made them made such copies too (cuFFT's plans clear
+        # buffers with driver memsets: 8 beside 12 copies in an H200 recording, all with
+        # their transform's External id): Kineto records the calls of the memsets torch
+        # makes, so any other memset without its call is a broken link.
         is_copy = np.fromiter(map(_COPY_CATS.__contains__, map(_CAT, events)), bool, n)
         # Activity a stream ran before its first recorded launch was launched before the
         # trace began (a warm-up step's work still queued): no profiled step's.
         self.queued_before = np.zeros(n, dtype=bool)
+        unlinked_after_first = np.zeros(n, dtype=bool)
         for i in range(len(lanes)):
             lo = self.lane_first[i]
             hi = lo + len(lanes[i][2])
             lane_linked = linked[lo:hi]
             first = np.argmax(lane_linked) if lane_linked.any() else hi - lo
-            unlinked_mid += int((~lane_linked[first:]).sum())
-            unlinked_copies += int((~lane_linked[first:] & is_copy[lo + first : hi]).sum())
+            unlinked_after_first[lo + first : hi] = ~lane_linked[first:]
             if lane_linked.any():
                 self.queued_before[lo : lo + first] = True
+        unlinked_mid = int(unlinked_after_first.sum())
+        copies_at = np.flatnonzero(unlinked_after_first & is_copy)
+        unlinked_copies = len(copies_at)
+        unlinked_memsets = 0
+        if unlinked_copies:
+            copiers = {_external_id(events[i]) for i in copies_at.tolist()} - {None}
+            unlinked_memsets = sum(
+                1
+                for i in np.flatnonzero(unlinked_after_first).tolist()
+                if events[i].cat in _MEMSET_CATS and _external_id(events[i]) in copiers
+            )
         prefix = int((~linked).sum()) - unlinked_mid - len(self.ghosts)
         self.stats.update(
             device_items=float(n),
             unlinked_before_first_launch=float(prefix),
             unlinked_items=float(unlinked_mid),
             unlinked_copies=float(unlinked_copies),
+            unlinked_memsets=float(unlinked_memsets),
         )
         if n > len(self.ghosts) and not linked.any():
             return (
                 f"none of the {n} device activities is linked to a runtime call "
                 "(correlation ids and ac2g flows missing)"
             )
-        unlinked_kernels = unlinked_mid - unlinked_copies
+        unlinked_kernels = unlinked_mid - unlinked_copies - unlinked_memsets
+        kinds = [
+            (count, kind)
+            for count, kind in ((unlinked_copies, "copies"), (unlinked_memsets, "memsets"))
+            if count
+        ]
+        transfers = " and ".join(f"{count} {kind}" for count, kind in kinds)
         if unlinked_kernels > max(2, MAX_UNLINKED_SHARE * n):
-            also = f" (and {unlinked_copies} copies)" if unlinked_copies else ""
+            also = f" (and {transfers})" if transfers else ""
             return (
                 f"{unlinked_kernels} of {n} device activities have no launching runtime "
                 f"call{also} (missing or inconsistent correlation ids / ac2g flows)"
@@ -3122,11 +3146,13 @@ class _Builder:
                 f"{unlinked_kernels} device activities have no launching runtime "
                 "call: kept at their recorded times"
             )
-        if unlinked_copies:
+        if kinds:
+            what = " and ".join(kind for _count, kind in kinds)
+            # "5 device copies", "8 device memsets", "12 device copies and 8 memsets"
+            counted = f"{kinds[0][0]} device {transfers.split(' ', 1)[1]}"
             self.notes.append(
-                f"{unlinked_copies} device copies have no recorded call (a library's own "
-                "copies through the driver API, such as cuFFT setting up a plan): kept at "
-                "their recorded times"
+                f"{counted} have no recorded call (a library's own {what} through the "
+                "driver API, such as cuFFT setting up a plan): kept at their recorded times"
             )
         launched = np.zeros(len(self.rt_ts), dtype=bool)
         launched[d_launch[linked]] = True

@@ -785,7 +785,22 @@ def _run_report(members: Sequence[TraceResult]) -> Report:
         return build_report(list(members))
     from tb_syncfinder.jobs import job_stage
 
-    stage = job_stage(members)
+    try:
+        stage = job_stage(members)
+    except Exception as exc:  # a fault of the job stage: the run's traces are still reported
+        import logging
+
+        logging.getLogger(__name__).exception(
+            "job stage failed for run %r", members[0].info.run or ""
+        )
+        report = build_report(list(members))
+        failed = (
+            f"the job stage failed ({type(exc).__name__}: {exc}), so the ranks' traces are "
+            "reported each as its own, without the job view; please report this"
+        )
+        note = report.summary.saving_note
+        report.summary.saving_note = f"{note}; {failed}" if note else failed
+        return report
     if stage is None:
         return build_report(list(members))
     report = build_report(stage.results)

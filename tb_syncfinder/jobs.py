@@ -283,7 +283,7 @@ def _job_json(j: _JobFigures) -> dict[str, Any]:
         "sites": [dataclasses.asdict(c) for c in j.costs[:TOP_SITES]],
         "site_count": len(j.costs),
         "job_saving_us": saving,
-        "job_saving_per_step_us": saving / max(1, len(a.job_steps)),
+        "job_saving_per_step_us": saving / a.step_count,
         "what_if": "bound" if j.bound else "replay" if j.costed else "none",
         "late_arrivals": [
             {
@@ -346,7 +346,7 @@ def _with_pace(
     )
     if not paced:
         return
-    steps = max(1, len(analysis.job_steps))
+    steps = analysis.step_count
     by_key = {(c.rank, c.site_key): c for c in costs}
     # Each key's rows gathered in one pass (a pass per paced site was quadratic in a job's
     # sites), in list order, and added up by ``sum`` as before: since Python 3.12 ``sum``

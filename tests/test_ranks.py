@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -17,7 +18,7 @@ from nccl_job import ITEM_LINE, TRAIN_FILE, JobSpec, write_job
 from test_collectives import hta_trace_filter_pair
 
 from tb_syncfinder import ranks as R
-from tb_syncfinder.collectives import RankTrace, extract_rank_file
+from tb_syncfinder.collectives import Collective, RankTrace, extract_rank_file
 from tb_syncfinder.engine import Options, analyze_trace
 
 
@@ -165,6 +166,112 @@ def test_gloo_lateness_at_the_first_collective_is_labelled_carried_in(gloo_job):
     late = R.late_arrivals(job, [])
     assert "before the profiled window" in late[0].label
     assert "before the profiled window" not in late[1].label
+
+
+def _renumbered_copy(folder: Path, out: Path, rank: int, extra: int) -> list[Path]:
+    """The job's traces, rank ``rank``'s steps numbered ``extra`` higher (its profiler
+    stepped ``extra`` more times before the window: a warm-up of its own)."""
+    out.mkdir()
+    paths = []
+    for path in sorted(folder.glob("rank*.pt.trace.json")):
+        text = path.read_text(encoding="utf-8")
+        if path.name == f"rank{rank}.pt.trace.json":
+            text = re.sub(
+                r"ProfilerStep#(\d+)", lambda m: f"ProfilerStep#{int(m.group(1)) + extra}", text
+            )
+        paths.append(out / path.name)
+        paths[-1].write_text(text, encoding="utf-8")
+    return paths
+
+
+@pytest.mark.parametrize("extra", [2, GLOO_STEPS + 1])
+def test_a_ranks_steps_numbered_apart_over_the_same_time_are_matched_by_time(
+    gloo_job, tmp_path, extra
+):
+    """A rank's steps numbered 2 higher paired the ranks' collectives of different
+    iterations (the late rank read as none late); numbered past the others' (no step in
+    common) the report failed with StopIteration. Their times say which steps ran
+    together: the rank is counted in the others' numbers, and said so."""
+    folder, job = gloo_job
+    renumbered = GLOO_WORLD - 1
+    paths = _renumbered_copy(folder, tmp_path / "job", renumbered, extra)
+    again = only_job(rank_traces(paths, folder))
+    (issue,) = codes(again)[R.STEPS_RENUMBERED]
+    assert issue.ranks == [renumbered] and f"stepped {extra} times more" in issue.message
+    assert [(c.step, c.last_rank) for c in again.collectives] == [
+        (c.step, c.last_rank) for c in job.collectives
+    ]
+    for c, before in zip(again.collectives, job.collectives, strict=True):
+        assert c.lateness_us == pytest.approx(before.lateness_us)
+    assert sorted({(r.rank, r.step) for r in again.rank_steps}) == sorted(
+        {(r.rank, r.step) for r in job.rank_steps}
+    )
+
+
+def test_ranks_whose_step_numbers_share_none_and_no_clock_pairs_them_are_named_not_a_crash():
+    """Step numbers with nothing in common, where the clocks could not pair the steps: the
+    sequences are left as they are (then refused with the first step that differs) and the
+    reason named, where the trim looked for a common step that was not there."""
+    seqs = {
+        0: [Collective(index=k, name="all_reduce", group="0", step=k + 1) for k in range(5)],
+        1: [Collective(index=k, name="all_reduce", group="0", step=k + 6) for k in range(5)],
+    }
+    issues: list[R.JobIssue] = []
+    R._trim_to_common_start(seqs, "0", issues)
+    (issue,) = issues
+    assert issue.code == R.STEPS_DISJOINT
+    assert "rank 0: 1-5, rank 1: 6-10" in issue.message
+    assert [len(seq) for seq in seqs.values()] == [5, 5]
+    assert "is in step 1 on rank 0 but in step 6 on rank 1" in R._first_difference(seqs)
+
+
+def test_a_rank_whose_window_started_a_step_later_leaves_the_jobs_saving_per_step_whole(
+    tmp_path, monkeypatch
+):
+    """Rank 1's profiler waits a step longer: its steps are 2-4 where the others' are 1-4,
+    and the job's collectives of step 1 are not matched. The late rank's saving over the 3
+    steps it was matched in was divided by the others' 4 (0.75 of the delay a step)."""
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo not available")
+    import gloo_workload
+
+    schedule = "schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),"
+    later = (
+        "schedule=torch.profiler.schedule(wait=(1 if rank == 1 else 0), warmup=1, "
+        "active=(steps - 1 if rank == 1 else steps)),"
+    )
+    assert schedule in gloo_workload.WORKLOAD
+    monkeypatch.setattr(gloo_workload, "WORKLOAD", gloo_workload.WORKLOAD.replace(schedule, later))
+    late = 2
+    paths = record_gloo_job(tmp_path, world=3, late_rank=late, delay_s=DELAY_S, steps=GLOO_STEPS)
+    job = only_job(rank_traces(paths, tmp_path))
+    assert job.common_steps == set(range(2, GLOO_STEPS + 1)) and job.step_count == GLOO_STEPS - 1
+    top = R.site_job_costs(job, R.fallback_what_ifs(job))[0]
+    assert top.rank == late and top.line == SLEEP_LINE
+    assert top.job_saving_per_step_us > 0.9 * DELAY_S * 1e6
+    assert (
+        R.own_steps(job)[late] - max(us for rank, us in R.own_steps(job).items() if rank != late)
+        > 0.9 * DELAY_S * 1e6
+    )
+
+
+def test_a_fault_of_the_job_stage_leaves_the_runs_traces_reported(gloo_job, monkeypatch):
+    """A run the job stage fails on (a bug) is reported trace by trace, saying so, instead
+    of failing the report of every run beside it."""
+    import tb_syncfinder.jobs
+    from tb_syncfinder import analyze
+
+    folder, _job = gloo_job
+
+    def broken(*_args, **_kwargs):
+        raise StopIteration
+
+    monkeypatch.setattr(tb_syncfinder.jobs, "job_stage", broken)
+    report = analyze(folder, source_roots=[str(folder)])
+    assert len(report.traces) == GLOO_WORLD and report.job is None
+    assert report.summary.latent_count > 0
+    assert "the job stage failed (StopIteration" in report.summary.saving_note
 
 
 def test_gloo_rank_steps_show_waiting_on_peers_against_being_waited_for(gloo_job):

@@ -420,13 +420,14 @@ function frameButton(frame, app, label) {
 function timelineSection(context, sync, panelWidth) {
   const width = Math.round(Math.max(300, Math.min(900, panelWidth || 560)));
   const labelW = width < 420 ? 80 : 110;
-  const probe = layoutTimeline(context, { width, labelW, rowH: 16 });
+  const syncApis = sync?.apis || (sync?.api ? [sync.api] : []);
+  const probe = layoutTimeline(context, { width, labelW, rowH: 16, syncApis });
   if (!probe) return null;
   const waitText = sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`;
   // Only a bubble that is drawn is labelled; one that runs past the window says it goes on.
   const idleText = probe.bubble ? `GPU idle ${formatUs(sync?.gpu_idle_after_us)}${probe.bubble.clipped ? " \u2192" : ""}` : null;
   const placed = placeBandLabels({ wait: probe.wait, bubble: probe.bubble, width, waitText, idleText });
-  const L = /** @type {NonNullable<ReturnType<typeof layoutTimeline>>} */ (layoutTimeline(context, { width, labelW, rowH: 16, top: placed.top }));
+  const L = /** @type {NonNullable<ReturnType<typeof layoutTimeline>>} */ (layoutTimeline(context, { width, labelW, rowH: 16, top: placed.top, syncApis }));
   const isSyncApi = (/** @type {string} */ name) => (sync?.apis || [sync?.api]).includes(name);
   const devClass = (/** @type {string} */ cat, /** @type {string} */ name) =>
     /memcpy|memset/i.test(cat) || /^Memcpy|^Memset/.test(name) ? "ev-memcpy" : "ev-dev";

@@ -181,13 +181,16 @@ function round(v) {
 export const MIN_BUBBLE_PX = 3;
 /** Below this width (px) a bubble's label gets a leader line down to it. */
 export const THIN_BUBBLE_PX = 8;
+/** The most host rows the sync timeline draws, however deep the sync's call sits. */
+export const MAX_HOST_ROWS = 10;
 
 /**
  * Layout of the sync timeline: host-thread rows by nesting depth, then one row per device
  * lane; the host wait (sync start..end) and the GPU bubble (end..idle_end) as bands.
  * @param {SyncContext | null | undefined} ctx
- * @param {{width: number, labelW?: number, rowH?: number, maxDepth?: number, top?: number}} box
- *   `top`: where the first row starts (room above it for the band labels)
+ * @param {{width: number, labelW?: number, rowH?: number, maxDepth?: number, top?: number, syncApis?: string[]}} box
+ *   `top`: where the first row starts (room above it for the band labels); `syncApis`: the
+ *   sync's runtime calls (its row is always drawn)
  */
 export function layoutTimeline(ctx, box) {
   if (!ctx || !Array.isArray(ctx.window) || !(ctx.window[1] > ctx.window[0])) return null;
@@ -207,7 +210,18 @@ export function layoutTimeline(ctx, box) {
   };
   const rows = [];
   const host = (ctx.host || []).filter((e) => e.ts_us + (e.dur_us || 0) >= t0 && e.ts_us <= t1);
-  const depths = Math.min(maxDepth, Math.max(0, ...host.map((e) => (e.depth || 0) + 1)));
+  // Rows down to `maxDepth`, and always down to the sync's own call (an event of the sync's
+  // APIs in its span, else the deepest spanning it): in a trace with stacks the call of
+  // `loss.item()` sits 4-6 levels down (step > function > aten::item >
+  // _local_scalar_dense > cudaStreamSynchronize), and the rows that matter were cut.
+  const s = ctx.sync;
+  const apis = box.syncApis || [];
+  const end = (/** @type {{ts_us: number, dur_us: number}} */ e) => e.ts_us + (e.dur_us || 0);
+  const syncCalls = host.filter((e) => apis.includes(e.name) && e.ts_us <= s.end_us + 1e-3 && end(e) >= s.ts_us - 1e-3);
+  const spanning = host.filter((e) => e.ts_us <= s.ts_us + 1e-3 && end(e) >= s.end_us - 1e-3);
+  const syncDepth = Math.max(-1, ...(syncCalls.length ? syncCalls : spanning).map((e) => e.depth || 0));
+  const deepest = Math.max(0, ...host.map((e) => (e.depth || 0) + 1));
+  const depths = Math.min(deepest, Math.max(maxDepth, syncDepth + 1), MAX_HOST_ROWS);
   for (let d = 0; d < depths; d++) {
     rows.push({
       label: d === 0 ? "host thread" : "",
@@ -227,7 +241,6 @@ export function layoutTimeline(ctx, box) {
   }
   rows.forEach((r, i) => Object.assign(r, { y: top + i * (rowH + 4), h: rowH }));
   const hostRows = rows.filter((r) => r.group === "host").length;
-  const s = ctx.sync;
   const wait = { x: x(s.ts_us), w: Math.max(2, x(s.end_us) - x(s.ts_us)) };
   const idleEnd = s.idle_end_us ?? null;
   // The GPU bubble after the sync. Narrower than a few pixels (a short bubble after a long

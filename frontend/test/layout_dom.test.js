@@ -95,6 +95,30 @@ test("timeline puts the wait and the GPU bubble where the sync and idle are", ()
   assert.ok(Math.abs(L.bubble.w - 0.3 * 992) < 1e-9);
 });
 
+test("the rows reach the sync's own call however deep it sits, and no deeper than needed", () => {
+  // A step of a trace with stacks: the call that waited is 5 levels down.
+  const chain = ["ProfilerStep#6", "train_step", "aten::item", "aten::_local_scalar_dense", "cudaMemcpyAsync", "cudaStreamSynchronize"];
+  const ctx = {
+    window: [0, 1000],
+    sync: { ts_us: 200, end_us: 400, idle_end_us: null },
+    host: chain.map((name, depth) => ({ name, cat: "cpu_op", ts_us: depth < 4 ? 100 + depth : 200, dur_us: depth < 4 ? 500 - 2 * depth : depth === 4 ? 10 : 200, depth })),
+    device: [],
+  };
+  ctx.host[4] = { ...ctx.host[4], ts_us: 150, dur_us: 10 }; // an earlier call at depth 4
+  const L = layoutTimeline(ctx, { width: 800 });
+  assert.equal(L.hostRows, 6);
+  assert.ok(L.rows[5].items.some((i) => i.name === "cudaStreamSynchronize"));
+  // The sync's span is its operator's (wider than the call): its API's row is drawn.
+  const wide = { ...ctx, sync: { ts_us: 120, end_us: 450, idle_end_us: null } };
+  assert.equal(layoutTimeline(wide, { width: 800 }).hostRows, 4);
+  const withApi = layoutTimeline(wide, { width: 800, syncApis: ["cudaStreamSynchronize"] });
+  assert.equal(withApi.hostRows, 6);
+  // Nothing of the sync's below depth 1: the default 4 rows, no more than the events need.
+  const shallow = { ...ctx, sync: { ts_us: 950, end_us: 990, idle_end_us: null } };
+  assert.equal(layoutTimeline(shallow, { width: 800 }).hostRows, 4);
+  assert.equal(layoutTimeline({ ...ctx, host: ctx.host.slice(0, 2) }, { width: 800 }).hostRows, 2);
+});
+
 test("a context without idle has no bubble, and a bad window gives no drawing", () => {
   const ctx = { window: [0, 100], sync: { ts_us: 10, end_us: 20, idle_end_us: null }, host: [], device: [] };
   assert.equal(layoutTimeline(ctx, { width: 400 }).bubble, null);

@@ -276,3 +276,40 @@ def test_gpu_cnn_baseline_item_detail_shows_the_real_wait_at_its_line(
     page.wait_for_timeout(300)
     shot(page, "demo-gpu-detail.png")
     assert page_errors == []
+
+
+HOST_ROWS = """() => {
+  const svg = document.querySelector("[data-testid=timeline] svg");
+  const bars = [...svg.querySelectorAll("rect.ev-host, rect.ev-sync")];
+  return bars.map((r) => ({
+    y: Number(r.getAttribute("y")),
+    title: r.textContent,
+    sync: r.classList.contains("ev-sync"),
+  }));
+}"""
+
+
+def test_a_later_steps_sync_keeps_its_host_rows_in_the_timeline(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """A newcomer's find: from step 3 on, the host rows of gpu_cnn_baseline's ``loss.item()``
+    sank a lane per step (step N drawn at depth N-2) below the rows the timeline draws, and
+    at step 6 none was left; the sync's own call was below them in every step."""
+    line = sync_marks(CNN_SOURCE)["item"]
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(demo_board, "#run=gpu_cnn_baseline"))
+    rows(page)
+    page.locator("[data-testid=sites] tbody tr", has_text=f"cnn.py:{line}").click()
+    occurrences = page.locator("[data-testid=occurrences] tbody tr")
+    occurrences.first.wait_for()
+    assert occurrences.count() >= 5
+    last_step = occurrences.last.get_attribute("data-sync")
+    occurrences.last.click()
+    page.wait_for_function(f"location.hash.includes('sync={last_step}')")
+    page.wait_for_selector("[data-testid=timeline] svg rect.ev-sync")
+    bars = page.evaluate(HOST_ROWS)
+    top = min(b["y"] for b in bars)
+    assert any(b["y"] == top and b["title"].startswith("ProfilerStep#") for b in bars), bars
+    assert any(b["sync"] and "cudaStreamSynchronize" in b["title"] for b in bars), bars
+    assert any("aten::item" in b["title"] for b in bars), bars
+    assert page_errors == []

@@ -23,7 +23,7 @@ is not a sync.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -42,6 +42,9 @@ from tb_syncfinder.catalogue import (
 )
 from tb_syncfinder.reader import Event
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, HostThread, Timeline, correlation_of
+
+if TYPE_CHECKING:
+    from tb_syncfinder.models import Attribution, Source
 
 
 class Call(msgspec.Struct):
@@ -68,7 +71,8 @@ class Episode(msgspec.Struct):
     method: str = ""
     call: int = -1
     # A ``.tolist()`` called right after a ``.cpu()`` by the same caller, nothing between:
-    # that call's node (``x.cpu().tolist()`` if the source says both are one line), else -1.
+    # that call's node (``x.cpu().tolist()`` unless the source shows two lines,
+    # ``one_copy_per_chain``), else -1.
     after_cpu: int = -1
     # A copy whose direction no record gave (``copy_direction_guessed``): its kind says
     # device-to-host, a guess.
@@ -405,3 +409,46 @@ def _cpu_call_before(thread: HostThread, index: int) -> int:
             called = catalogue.tensor_method(thread.nodes[j].name)
             return j if thread.kinds[j] == PYTHON and called == "cpu" else -1
     return -1
+
+
+def one_copy_per_chain(
+    episodes: list[Episode], attributions: list[Attribution], sources: list[Source | None]
+) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
+    """One latent copy for a recorded ``.tolist()`` made right after a ``.cpu()`` by the same
+    caller, nothing called between (``Episode.after_cpu``): on a GPU ``x.cpu().tolist()``
+    copies and waits once, in ``.cpu()``; its ``.tolist()`` reads the host tensor ``.cpu()``
+    returned. The ``.tolist()`` is left out and named on the ``.cpu()``'s finding (its
+    ``apis``: ``Tensor.cpu``, ``Tensor.tolist``), unless the source shows the two calls at
+    different exact lines (``c = x.cpu()`` then ``y.tolist()``, which may read another GPU
+    tensor): then both stay.
+
+    So a count does not hang on the source being found. Where it is not (or does not single
+    out both lines) the trace's order is all there is to go by, and it reads as the chain the
+    source shows for ``x.cpu().tolist()``: one copy, at an inexact line; the finding names
+    both calls."""
+    cpu_at = {
+        (id(episode.thread), episode.call): n
+        for n, episode in enumerate(episodes)
+        if episode.method == "cpu"
+    }
+    kept = []
+    for n, (episode, source) in enumerate(zip(episodes, sources, strict=True)):
+        cpu = cpu_at.get((id(episode.thread), episode.after_cpu), -1)
+        if episode.after_cpu >= 0 and cpu >= 0 and not _lines_apart(sources[cpu], source):
+            apis = attributions[cpu].apis
+            if attributions[n].api not in apis:
+                apis.append(attributions[n].api)
+            continue
+        kept.append(n)
+    return (
+        [episodes[n] for n in kept],
+        [attributions[n] for n in kept],
+        [sources[n] for n in kept],
+    )
+
+
+def _lines_apart(first: Source | None, second: Source | None) -> bool:
+    """Whether the source shows two calls at different lines: both exact, not the same."""
+    if first is None or second is None or not (first.line_exact and second.line_exact):
+        return False
+    return (first.file, first.line) != (second.file, second.line)

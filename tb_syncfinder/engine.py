@@ -42,7 +42,7 @@ from tb_syncfinder.cost import (
     step_stats,
     sync_cost,
 )
-from tb_syncfinder.detect import Episode, detect_latent, detect_syncs
+from tb_syncfinder.detect import Episode, detect_latent, detect_syncs, one_copy_per_chain
 from tb_syncfinder.models import (
     Attribution,
     Report,
@@ -412,33 +412,6 @@ def _operator(episode: Episode, attribution: Attribution) -> str | None:
     return None
 
 
-def _one_copy_per_chain(
-    episodes: list[Episode], attributions: list[Attribution], sources: list[Source | None]
-) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
-    """Leave out a recorded ``.tolist()`` made right after a ``.cpu()`` at the same exact
-    line: ``x.cpu().tolist()`` copies once, its ``.tolist()`` reads a host tensor. Where the
-    lines differ (``c = x.cpu()`` then ``y.tolist()``), or are not known exactly, both
-    stay."""
-    cpu_lines = {
-        (id(episode.thread), episode.call): source
-        for episode, source in zip(episodes, sources, strict=True)
-        if episode.method == "cpu"
-    }
-    kept = []
-    for n, (episode, source) in enumerate(zip(episodes, sources, strict=True)):
-        if episode.after_cpu >= 0 and source is not None and source.line_exact:
-            cpu = cpu_lines.get((id(episode.thread), episode.after_cpu))
-            at_cpu_line = cpu is not None and (cpu.file, cpu.line) == (source.file, source.line)
-            if at_cpu_line and cpu.line_exact:
-                continue
-        kept.append(n)
-    return (
-        [episodes[n] for n in kept],
-        [attributions[n] for n in kept],
-        [sources[n] for n in kept],
-    )
-
-
 def _latent_where_it_may_sync(
     episodes: list[Episode], attributions: list[Attribution]
 ) -> tuple[list[Episode], list[Attribution]]:
@@ -631,7 +604,7 @@ def _analyze_data(
             episodes, attributions = _latent_where_it_may_sync(episodes, attributions)
         sources = resolve_sources(resolver, attributions)
         if any(episode.after_cpu >= 0 for episode in episodes):
-            episodes, attributions, sources = _one_copy_per_chain(episodes, attributions, sources)
+            episodes, attributions, sources = one_copy_per_chain(episodes, attributions, sources)
         # A tensor turned into text (print, str, f-string, logging) reads values back
         # through several operators: one scalar read-back at the print, one site.
         as_text = [formats_tensor(frame.file for frame in a.stack) for a in attributions]

@@ -8,7 +8,8 @@
 2. A generated logdir of ``--ranks`` small rank traces, end to end through
    ``tb-syncfinder report`` (local, then --ray), and once more reading the summaries the
    Ray run wrote.
-Needs the ray extra (pip install 'tb-syncfinder[ray]'). Benchmarks print; they never fail.
+Needs the ray extra (pip install 'ray>=2.10', or '.[ray]' in the clone). Benchmarks print;
+they never fail.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
 
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's, breaking lines at spaces only: ``pip install 'tb-syncfinder[ray]'``
-    came out as ``'tb-`` / ``syncfinder[ray]'``, which does not paste back."""
+    came out as ``'tb-`` / ``syncfinder[ray]'``, which does not paste back (the same for
+    any hyphenated command)."""
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         import textwrap
@@ -245,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray",
         action="store_true",
         help="analyse the traces as Ray tasks, on a local cluster unless --ray-address is "
-        "given, and write their summaries (needs pip install 'tb-syncfinder[ray]')",
+        "given, and write their summaries (needs Ray: pip install 'ray>=2.10')",
     )
     scale.add_argument(
         "--ray-address",

@@ -1,5 +1,5 @@
 """Past one machine: the per-trace stage mapped over a Ray cluster (the optional extra,
-``pip install 'tb-syncfinder[ray]'``); the job-level stages still run on the driver.
+``pip install 'ray>=2.10'``, the ``ray`` extra); the job-level stages still run on the driver.
 
 Tasks read the traces from where they are (local paths, NFS, ``s3://``/``gs://`` through
 torch-tb-profiler's io layer, as on one machine), write each trace's summary there (so the
@@ -28,7 +28,9 @@ from tb_syncfinder.summaries import SummaryStore
 BATCH_BYTES = 64 << 20  # a task's share of trace bytes (compressed, as stored)
 BATCH_MAX = 64  # traces per task at most
 MIN_BATCH_BYTES = 1 << 20  # below this a task's scheduling costs more than it spreads
-INSTALL_HINT = "pip install 'tb-syncfinder[ray]'"
+# The ray extra is Ray alone: said as Ray, which pip finds anywhere (tb-syncfinder is
+# installed from a clone, not from PyPI, where 'tb-syncfinder[ray]' is found by nobody).
+INSTALL_HINT = "pip install 'ray>=2.10'"
 
 
 class FanoutError(RuntimeError):

@@ -554,3 +554,30 @@ def test_a_port_left_in_time_wait_by_a_stopped_server_counts_as_free():
     client.recv(1)
     client.close()
     assert port_is_free(port)
+
+
+def test_a_port_given_and_taken_is_said_so_first_with_what_to_do(tmp_path, capsys):
+    """``demo --port N`` on a taken port printed the last 2,000 characters of TensorBoard's
+    log: the plugins' worker processes stopping, with the reason cut off above them."""
+    from tb_syncfinder.demo import cli as demo_cli
+    from tb_syncfinder.demo.serve import exit_reason
+
+    bind = (
+        "E1127 07:30:01 program.py:720] TensorBoard could not bind to port 6107, it was "
+        "already in use"
+    )
+    noise = "Traceback (most recent call last):\n  File ...\nFileNotFoundError: SemLock\n" * 60
+    assert exit_reason(f"starting\n{bind}\n{noise}") == bind
+    assert exit_reason("nothing said\n" + noise).endswith("SemLock")
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("localhost", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        assert demo_cli._serve(tmp_path, port, bind_all=False) == 2
+    finally:
+        taken.close()
+    err = capsys.readouterr().err
+    assert f"could not bind to port {port}" in err and "Traceback" not in err
+    assert f"port {port} is taken: give another with --port" in err

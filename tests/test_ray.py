@@ -155,4 +155,4 @@ def test_without_ray_installed_the_report_says_how_to_get_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     assert report(logdir, tmp_path / "x.json", "--ray", "--no-summaries") == 2
-    assert "pip install 'tb-syncfinder[ray]'" in capsys.readouterr().err
+    assert "pip install 'ray>=2.10'" in capsys.readouterr().err

@@ -201,7 +201,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
-    from tb_syncfinder.demo.serve import PLUGIN_NAME, TensorBoardError, start_tensorboard
+    from tb_syncfinder.demo.serve import (
+        PLUGIN_NAME,
+        PORT_TAKEN,
+        TensorBoardError,
+        exit_reason,
+        start_tensorboard,
+    )
 
     print(
         f"Starting TensorBoard on port {port} ..."
@@ -215,6 +221,12 @@ def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
         board = start_tensorboard(logdir, port, bind_all=bind_all)
     except TensorBoardError as error:
         print(f"tb-syncfinder demo: {error}", file=sys.stderr)
+        if port is not None and any(words in str(error) for words in PORT_TAKEN):
+            print(
+                f"tb-syncfinder demo: port {port} is taken: give another with --port, or "
+                "leave --port out for the first free port from 6006",
+                file=sys.stderr,
+            )
         return 2
     # A ``kill`` (SIGTERM) stops TensorBoard as Ctrl-C does, instead of orphaning it.
     previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -229,7 +241,8 @@ def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:
         print("Press Ctrl-C to stop TensorBoard.")
         status = board.process.wait()
         print(
-            f"TensorBoard exited with status {status}:\n{board.output()[-2000:]}", file=sys.stderr
+            f"TensorBoard exited with status {status}:\n{exit_reason(board.output())}",
+            file=sys.stderr,
         )
         return 1
     except KeyboardInterrupt:

@@ -276,13 +276,29 @@ def _serves(board: TensorBoardProcess, logdir: str) -> bool:
     return os.path.realpath(location) == os.path.realpath(logdir)
 
 
+def exit_reason(output: str, tail_chars: int = 2000) -> str:
+    """What a TensorBoard that stopped said of why: its error lines (a port in use, a bad
+    flag) when it printed any, else the end of its log. The end alone lost the reason: a
+    port in use is said first, then the plugins' worker processes stopping print 2,000
+    characters of tracebacks after it."""
+    reasons = [
+        line.strip()
+        for line in output.splitlines()
+        if any(words in line for words in PORT_TAKEN)
+        or line.startswith(("E ", "ERROR", "tensorboard: error:"))
+    ]
+    if reasons:
+        return "\n".join(dict.fromkeys(reasons))
+    return output.strip()[-tail_chars:]
+
+
 def _wait_until_answering(board: TensorBoardProcess, timeout: float, logdir: str) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if board.process.poll() is not None:
             raise TensorBoardError(
                 f"TensorBoard exited with status {board.process.returncode} before answering "
-                f"on port {board.port}:\n{board.output().strip()[-2000:]}"
+                f"on port {board.port}:\n{exit_reason(board.output())}"
             )
         try:
             board.plugins()

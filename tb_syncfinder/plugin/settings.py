@@ -150,7 +150,8 @@ def define_flags(parser: Any) -> None:
         metavar="SECONDS",
         type=float,
         default=DEFAULT_RELOAD_INTERVAL_S,
-        help="Sync Advisor: how often the logdir is scanned for new or changed traces.",
+        help="Sync Advisor: how often the logdir is scanned for new or changed traces "
+        f"(default: {DEFAULT_RELOAD_INTERVAL_S:g} seconds).",
     )
     group.add_argument(
         f"--{flag_name('max_workers')}",

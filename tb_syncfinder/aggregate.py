@@ -372,9 +372,7 @@ def build_report(results: list[TraceResult]) -> Report:
         saving_method=method,
         saving_note="; ".join(reasons) or None,
         saving_how=SAVING_HOW[method],
-        mean_device_step_time_us=(
-            sum(st.device_time_us for st in steps) / step_count if step_count else 0.0
-        ),
+        mean_device_step_time_us=_mean_device_step_us(results),
         mean_wall_step_time_us=mean_wall,
         gpu_idle_from_syncs_us=idle_from_syncs,
         sync_idle_share=idle_from_syncs / window if window > 0 else 0.0,
@@ -402,6 +400,13 @@ def build_report(results: list[TraceResult]) -> Report:
             count=len(worker), host_wait_us=sum((s.host_wait_us for s in worker), 0.0), syncs=worker
         ),
     )
+
+
+def _mean_device_step_us(results: list[TraceResult]) -> float:
+    """The device's time per step over the steps of traces with device activity: a rank
+    without a GPU (a CPU gloo rank beside a CUDA one) halved the CUDA rank's 31.6 ms."""
+    steps = [st for r in results if r.info.has_gpu_activity for st in r.steps]
+    return sum(st.device_time_us for st in steps) / len(steps) if steps else 0.0
 
 
 def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:

@@ -431,6 +431,29 @@ def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]) ->
     ]
 
 
+def _say_ranks_without_device_activity(
+    analysis: R.JobAnalysis, on_device: Mapping[str, bool]
+) -> None:
+    """A rank with no device activity in a job whose other ranks have some: profiled
+    without the device (``ProfilerActivity.CUDA`` left out on that rank), its syncs and
+    step times are not the device's, which nothing else in the report says."""
+    without = sorted(r for r, rt in analysis.ranks.items() if not on_device.get(rt.path, True))
+    if not without or len(without) == len(analysis.ranks):
+        return
+    analysis.issues.append(
+        R.JobIssue(
+            R.NO_DEVICE_ACTIVITY,
+            f"{'rank' if len(without) == 1 else 'ranks'} {', '.join(map(str, without))} "
+            "recorded no GPU activity where the other ranks did: profiled without the "
+            "device (ProfilerActivity.CUDA left out there?), "
+            f"{'its' if len(without) == 1 else 'their'} waits for the GPU and "
+            f"{'its' if len(without) == 1 else 'their'} GPU work are not in the trace",
+            ranks=without,
+            paths=[analysis.ranks[r].path for r in without],
+        )
+    )
+
+
 def job_stage(
     results: Sequence[TraceResult], replayed: ReplayedEarlier | None = None
 ) -> JobStage | None:
@@ -440,8 +463,10 @@ def job_stage(
         return None
     run = R.analyze_ranks(traces)
     per_step, bound_paths = _site_savings_per_step(results)
+    on_device = {r.rank.path: r.info.has_gpu_activity for r in results if r.rank is not None}
     jobs = []
     for analysis in run.jobs:
+        _say_ranks_without_device_activity(analysis, on_device)
         # Each job's ranks' own replays (a run may hold several jobs with the same ranks).
         job_replayed = replayed
         if job_replayed is None:

@@ -94,6 +94,7 @@ STOPPED_EARLY = "stopped_early"
 STARTED_EARLIER = "started_earlier"
 STEPS_RENUMBERED = "steps_renumbered"
 STEPS_DISJOINT = "steps_disjoint"
+NO_DEVICE_ACTIVITY = "no_device_activity"
 NO_GROUP = "no_process_group"
 POINT_TO_POINT_SKIPPED = "point_to_point_not_matched"
 CLOCK_UNALIGNED = "clock_unaligned"
@@ -261,13 +262,15 @@ class JobAnalysis:
 
     @property
     def common_steps(self) -> set[int]:
-        """The steps every rank with steps recorded: those the job's collectives can be
-        matched in (a rank whose window started a step later has no first step, and the
-        others' collectives of that step are not matched). Every job step where the ranks
-        share none (their numbers say nothing of each other)."""
-        numbered = [{s.number for s in rt.steps} for rt in self.ranks.values() if rt.steps]
-        common = set.intersection(*numbered) if numbered else set()
-        return common or {s.step for s in self.job_steps}
+        """The job's steps from the first one every rank with steps recorded: those its
+        collectives are matched in (a rank whose window started a step later has no first
+        step, and the others' collectives of that step are not matched; a rank whose trace
+        ends early leaves the later steps to the others, matched without it). Every job
+        step where none is left (numbers that say nothing of each other)."""
+        firsts = [min(s.number for s in rt.steps) for rt in self.ranks.values() if rt.steps]
+        steps = {s.step for s in self.job_steps}
+        start = max(firsts, default=None)
+        return {n for n in steps if start is None or n >= start} or steps
 
     @property
     def step_count(self) -> int:

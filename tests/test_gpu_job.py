@@ -223,3 +223,26 @@ def test_a_jobs_unprofiled_bound_is_the_step_minus_its_busiest_ranks_gpu_work(va
     assert main([*argv, "--unprofiled-step-ms", str(step_ms)]) == 0
     text = " ".join(capsys.readouterr().out.split())  # as wrapped to the terminal
     assert "the step minus the busiest worker's busy time" in text
+
+
+def test_a_rank_profiled_without_the_gpu_is_named_and_leaves_the_device_step_alone(tmp_path):
+    """Rank 0 recorded without ``ProfilerActivity.CUDA`` (its device events and runtime calls
+    left out): the job names it, and the run's device step time is the CUDA rank's, where
+    the CPU rank's zeros halved it (15.8 ms for rank 1's 31.6)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        with gzip.open(JOB_DIR / "baseline" / f"rank{rank}.pt.trace.json.gz") as f:
+            doc = json.load(f)
+        if rank == 0:
+            device = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver"}
+            device |= {"cuda_sync", "ac2g", "gpu_user_annotation"}
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in device]
+        (run / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
+    report = analyze(run, source_roots=[str(JOB_DIR)]).to_json()
+    (issue,) = [i for i in report["job"]["issues"] if i["code"] == "no_device_activity"]
+    assert issue["ranks"] == [0] and "ProfilerActivity.CUDA" in issue["message"]
+    alone = analyze(run / "rank1.pt.trace.json", source_roots=[str(JOB_DIR)]).summary
+    assert report["summary"]["mean_device_step_time_us"] == pytest.approx(
+        alone.mean_device_step_time_us
+    )

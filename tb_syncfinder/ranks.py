@@ -371,6 +371,9 @@ class PeerWait:
 # -- grouping ------------------------------------------------------------------------------
 
 
+_RANK = attrgetter("rank")
+
+
 def _abs_span(rt: RankTrace) -> tuple[float, float]:
     return rt.span[0] + rt.base_us, rt.span[1] + rt.base_us
 
@@ -397,6 +400,48 @@ def _time_clusters(traces: list[RankTrace]) -> list[list[RankTrace]]:
             clusters.append([t])
             hi = end
     return clusters
+
+
+# The longest window of hosts taken for one job's on clocks apart, as a multiple of the
+# shortest: the ranks of one profiled window record about as long as each other.
+SKEWED_WINDOW_RATIO = 3.0
+
+
+def _one_job_on_skewed_clocks(world: int, clusters: list[list[RankTrace]]) -> Optional[JobIssue]:
+    """Where windows that do not overlap in time are one job's on hosts whose clocks are
+    apart by more than the window (2 s on an H200 pair; the job was split in two, each half
+    a rank short): the issue that says so, else None. Only when the windows hold every rank
+    of the world once between them, no host's traces in two windows, and the windows about
+    as long as each other; the collectives then align the clocks as for any skew."""
+    if len(clusters) < 2:
+        return None
+    ranks = [t.rank for cluster in clusters for t in cluster]
+    if sorted(ranks) != list(range(world)):
+        return None
+    hosts = [{t.host_name or t.path for t in cluster} for cluster in clusters]
+    if any(a & b for i, a in enumerate(hosts) for b in hosts[i + 1 :]):
+        return None
+    spans = [(min(_abs_span(t)[0] for t in c), max(_abs_span(t)[1] for t in c)) for c in clusters]
+    lengths = [end - start for start, end in spans]
+    if min(lengths) <= 0 or max(lengths) > SKEWED_WINDOW_RATIO * min(lengths):
+        return None
+    first = spans[0][0]
+    apart = ", ".join(
+        f"{', '.join(sorted(h for h in hosts[i]))} (rank"
+        f"{'s' if len(c) > 1 else ''} {', '.join(str(t.rank) for t in sorted(c, key=_RANK))}) "
+        f"{(start - first) / 1e6:+.3f} s"
+        for i, (c, (start, _end)) in enumerate(zip(clusters, spans, strict=True))
+        if i > 0
+    )
+    return JobIssue(
+        CLOCK_SKEW,
+        f"the ranks' windows do not overlap in time, but between them they hold every rank "
+        f"of the world once, each host in one window: taken as one job on clocks apart by "
+        f"more than the window (against the first window's start: {apart}) and aligned on "
+        "the collectives; check the hosts' clocks (NTP)",
+        ranks=sorted(t.rank for c in clusters[1:] for t in c),
+        paths=[t.path for c in clusters[1:] for t in c],
+    )
 
 
 def group_jobs(traces: Sequence[RankTrace]) -> tuple[list[Job], list[JobIssue]]:
@@ -438,8 +483,16 @@ def group_jobs(traces: Sequence[RankTrace]) -> tuple[list[Job], list[JobIssue]]:
         by_world[(t.dist.world_size, (t.dist.backend or "").lower())].append(t)
     jobs: list[Job] = []
     for (world, backend), members in sorted(by_world.items()):
-        for cluster in _time_clusters(members):
-            jobs.extend(_split_cluster(world, backend or None, cluster))
+        clusters = _time_clusters(members)
+        skewed = _one_job_on_skewed_clocks(world, clusters)
+        if skewed is not None:
+            clusters = [[t for cluster in clusters for t in cluster]]
+        for cluster in clusters:
+            found = _split_cluster(world, backend or None, cluster)
+            if skewed is not None:
+                for job in found:
+                    job.issues.append(skewed)
+            jobs.extend(found)
     if len(jobs) > 1:
         for job in jobs:
             others = [j.key for j in jobs if j is not job]

@@ -246,3 +246,27 @@ def test_a_rank_profiled_without_the_gpu_is_named_and_leaves_the_device_step_alo
     assert report["summary"]["mean_device_step_time_us"] == pytest.approx(
         alone.mean_device_step_time_us
     )
+
+
+def test_a_rank_whose_clock_is_seconds_off_stays_in_its_job_and_is_aligned(tmp_path, jobs):
+    """Rank 1's clock 2 s ahead, more than the profiled window: the job was split in two,
+    each half a rank short, and no rank was late. Between them the windows hold every rank
+    once, each host in one: one job, aligned on its collectives, said so."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        with gzip.open(JOB_DIR / "baseline" / f"rank{rank}.pt.trace.json.gz") as f:
+            doc = json.load(f)
+        if rank == 1:
+            for event in doc["traceEvents"]:
+                if "ts" in event:
+                    event["ts"] += 2_000_000.0
+        (run / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
+    job = analyze(run, source_roots=[str(JOB_DIR)]).to_json()["job"]
+    assert job["ranks"] == [0, 1] and job["complete"]
+    skew = [i for i in job["issues"] if i["code"] == "clock_skew" and i["severity"] == "warning"]
+    assert len(skew) == 1 and "+2.0" in skew[0]["message"] and skew[0]["ranks"] == [1]
+    before = jobs["baseline"]["job"]
+    assert job["late_collective_count"] == before["late_collective_count"] > 0
+    assert [s["line"] for s in job["sites"]] == [s["line"] for s in before["sites"]]
+    assert job["job_saving_per_step_us"] == pytest.approx(before["job_saving_per_step_us"])

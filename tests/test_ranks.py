@@ -256,6 +256,36 @@ def test_a_rank_whose_window_started_a_step_later_leaves_the_jobs_saving_per_ste
     )
 
 
+def test_a_second_jobs_traces_in_the_folder_get_a_section_of_their_own(gloo_job, tmp_path, capsys):
+    """Two jobs' traces in one folder (the second a minute later): the report showed the
+    first job and one line naming the second, whose late rank and its cost were in the JSON
+    alone."""
+    from tb_syncfinder import analyze
+    from tb_syncfinder.cli import main
+
+    folder, _job = gloo_job
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in sorted(folder.glob("rank*.pt.trace.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        (run / path.name).write_text(json.dumps(doc), encoding="utf-8")
+        for event in doc["traceEvents"]:
+            if "ts" in event:
+                event["ts"] += 60e6
+        (run / f"b_{path.name}").write_text(json.dumps(doc), encoding="utf-8")
+    report = analyze(run, source_roots=[str(folder)])
+    job = report.job
+    assert job is not None and len(job["other_jobs"]) == 1
+    other = job["other_jobs"][0]
+    assert other["ranks"] == list(range(GLOO_WORLD)) and other["late_collective_count"] > 0
+    assert main(["report", str(run), "--source-root", str(folder)]) == 0
+    text = capsys.readouterr().out
+    head, _, rest = text.partition("Another job in this run, recorded from ")
+    assert rest and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC:", rest)
+    assert "Lateness per rank and step" in head and "Lateness per rank and step" in rest
+    assert f"b_rank{GLOO_LATE}" in rest and "time.sleep" in rest
+
+
 def test_a_fault_of_the_job_stage_leaves_the_runs_traces_reported(gloo_job, monkeypatch):
     """A run the job stage fails on (a bug) is reported trace by trace, saying so, instead
     of failing the report of every run beside it."""

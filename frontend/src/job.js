@@ -308,14 +308,43 @@ export async function renderJob(ctx) {
   const resp = await getJson("job", { run: ctx.sel.run });
   const job = resp && resp.job;
   if (!job || !job.world_size) return null;
+  // Another job of the run whose ranks compare (two jobs' traces in one folder): shown in
+  // full after the main one, where only a line named it (its late rank and its cost were
+  // in the JSON alone).
+  const others = (job.other_jobs || []).filter((/** @type {any} */ j) => j && j.world_size && (j.ranks || []).length >= 2);
+  const main = jobSection(job, ctx, null);
+  if (!others.length) return main;
+  return h("div", { class: "sa-jobs" }, main, others.map((/** @type {any} */ other) => jobSection(other, ctx, other)));
+}
+
+/**
+ * When a job's window began, from its key ("world 4 from 1795762674.612556s (gloo)"), as
+ * UTC; null where the key says no time.
+ * @param {string | null | undefined} key
+ */
+export function jobStart(key) {
+  const found = /from (\d+(?:\.\d+)?)s/.exec(String(key || ""));
+  if (!found) return null;
+  const date = new Date(Number(found[1]) * 1000);
+  return Number.isNaN(date.getTime()) ? null : `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+/**
+ * @param {any} job
+ * @param {any} ctx
+ * @param {any} other this job again where it is another job of the run (null: the main one)
+ */
+function jobSection(job, ctx, other) {
   const late = job.lateness || {};
   const parts = jobParts(job);
+  const start = other ? jobStart(job.key) : null;
   return h(
     "section",
-    { class: "sa-job", "aria-label": "Job", "data-testid": "job" },
+    { class: "sa-job", "aria-label": other ? "Another job" : "Job", "data-testid": other ? "other-job" : "job" },
     h(
       "div",
       { class: "sa-section-title" },
+      other ? `Another job in this run${start ? `, recorded from ${start}` : ""}: ` : null,
       parts.title,
       job.backend ? h("span", { class: "sa-chip" }, job.backend) : null,
       parts.missing ? h("span", { class: "sa-chip", "data-testid": "job-missing", title: "the analysis is partial" }, parts.missing) : null,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { jobParts, lateCell, rankList } from "../src/job.js";
+import { jobParts, lateCell, rankList, jobStart } from "../src/job.js";
 
 test("a rank that held the others reads +, one that waited reads −, absent reads ·", () => {
   assert.deepEqual(lateCell({ late_us: 80000, wait_us: 0 }), { text: "+80.0 ms", cls: "sa-job-late" });
@@ -111,4 +111,11 @@ test("a job of many ranks shows the ranks that matter first and folds the rest",
   const caused = SITE_COLUMNS.find((c) => c.label === "wait it caused");
   assert.ok(caused && /explain/.test(caused.title));
   assert.ok(!SITE_COLUMNS.some((c) => c.label === "others waited"));
+});
+
+test("another job of the run is dated from its key, in UTC", () => {
+  assert.equal(jobStart("world 4 from 1795762674.612556s (gloo)"), "2026-11-27 06:57:54 UTC");
+  assert.equal(jobStart("world 2 from 0s"), "1970-01-01 00:00:00 UTC");
+  assert.equal(jobStart(null), null);
+  assert.equal(jobStart("world 4"), null);
 });

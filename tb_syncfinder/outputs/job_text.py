@@ -246,4 +246,31 @@ def job_lines(
                 _INDENT,
             )
         )
+    # Another job of the run whose ranks compare (two jobs' traces in one folder): in full
+    # after the main one, where a line named it and its late rank was in the JSON alone.
+    for other in job.get("other_jobs") or []:
+        if len(other.get("ranks") or []) < 2:
+            continue
+        start = job_start(other.get("key"))
+        lines.append("")
+        lines.append(
+            style(f"Another job in this run{f', recorded from {start}' if start else ''}:", bold)
+        )
+        lines.extend(job_lines({"job": other}, style, width, bold, warn, top))
     return lines
+
+
+def job_start(key: Any) -> str | None:
+    """When a job's window began, from its key (``world 4 from 1795762674.612556s
+    (gloo)``), as UTC; None where the key says no time."""
+    import re
+    from datetime import datetime, timezone
+
+    found = re.search(r"from (\d+(?:\.\d+)?)s", str(key or ""))
+    if not found:
+        return None
+    try:
+        when = datetime.fromtimestamp(float(found.group(1)), tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -5,6 +5,7 @@ the late rank and its line; the other run shows no job view."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,16 +38,25 @@ def job_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo not available")
     logdir = tmp_path_factory.mktemp("job_logdir")
-    record_gloo_job(
+    traces = record_gloo_job(
         logdir / "gloo_job", world=WORLD, late_rank=LATE_RANK, delay_s=0.08, steps=STEPS
     )
+    # Two jobs' traces in one folder: the job's, and the same a minute later.
+    (logdir / "two_jobs").mkdir()
+    for path in traces:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        (logdir / "two_jobs" / path.name).write_text(json.dumps(doc), encoding="utf-8")
+        for event in doc["traceEvents"]:
+            if "ts" in event:
+                event["ts"] += 60e6
+        (logdir / "two_jobs" / f"b_{path.name}").write_text(json.dumps(doc), encoding="utf-8")
     single = KinetoTraceBuilder()
     with single.step(1):
         item_sync(single, stack=[("train.py", 4, "train_step")])
     single.write(logdir / "single" / "worker0.pt.trace.json")
     # TensorBoard runs from the job folder: the default source root holds train_gloo.py.
     with serve_tensorboard(
-        logdir, cwd=logdir / "gloo_job", expected_runs={"gloo_job", "single"}
+        logdir, cwd=logdir / "gloo_job", expected_runs={"gloo_job", "single", "two_jobs"}
     ) as base:
         yield base
 
@@ -112,4 +122,23 @@ def test_run_that_is_not_a_job_shows_no_job_view(
         ".some(r => r.innerText.includes('train.py:'))"
     )
     assert page.locator("[data-testid=job]").count() == 0
+    assert page_errors == []
+
+
+def test_a_second_job_in_the_folder_gets_its_own_section(
+    job_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """Two jobs' traces in one run: the second one's late rank and grid were in the JSON
+    alone, behind one line naming the job by its epoch seconds."""
+    page = new_page(browser, page_errors)
+    page.goto(plugin_url(job_board, "#run=two_jobs"))
+    page.wait_for_selector("[data-testid=job]")
+    other = page.wait_for_selector("[data-testid=other-job]")
+    text = other.inner_text()
+    assert "Another job in this run, recorded from " in text and " UTC" in text
+    assert f"Job: {WORLD} of {WORLD} ranks" in text
+    late = other.query_selector_all(
+        f"[data-testid=job-grid] tbody tr[data-rank='{LATE_RANK}'] td.sa-job-late"
+    )
+    assert len(late) == STEPS
     assert page_errors == []

@@ -22,6 +22,7 @@ job: no stage, nothing changes.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from tb_syncfinder.models import (
     Report,
     Site,
     Sync,
+    TraceInfo,
     TraceRef,
     TraceResult,
 )
@@ -431,6 +433,25 @@ def _relabelled(results: Sequence[TraceResult], peer_waits: list[R.PeerWait]) ->
     ]
 
 
+def _unreadable_may_be_missing(missing: list[int], unreadable: list[TraceInfo]) -> R.JobIssue:
+    """A rank said to have no trace where the run holds a trace that could not be read: that
+    trace may be the rank's (a trace that cannot be read says no rank), which "no trace of
+    rank 1" beside rank1.pt.trace.json did not say."""
+    shown = unreadable[:4]
+    more = f" and {len(unreadable) - len(shown)} more" if len(unreadable) > len(shown) else ""
+    return R.JobIssue(
+        R.UNREADABLE_TRACES,
+        f"{len(unreadable)} {'trace' if len(unreadable) == 1 else 'traces'} of this run "
+        "could not be read ("
+        + "; ".join(f"{os.path.basename(t.path)}: {t.error}" for t in shown)
+        + f"{more}): the trace of {'rank' if len(missing) == 1 else 'ranks'} "
+        f"{', '.join(map(str, missing[:12]))}{' ...' if len(missing) > 12 else ''} "
+        "may be among them",
+        ranks=list(missing),
+        paths=[t.path for t in unreadable],
+    )
+
+
 def _say_ranks_without_device_activity(
     analysis: R.JobAnalysis, on_device: Mapping[str, bool]
 ) -> None:
@@ -464,9 +485,12 @@ def job_stage(
     run = R.analyze_ranks(traces)
     per_step, bound_paths = _site_savings_per_step(results)
     on_device = {r.rank.path: r.info.has_gpu_activity for r in results if r.rank is not None}
+    unreadable = [r.info for r in results if r.info.error]
     jobs = []
     for analysis in run.jobs:
         _say_ranks_without_device_activity(analysis, on_device)
+        if analysis.job.missing and unreadable:
+            analysis.issues.append(_unreadable_may_be_missing(analysis.job.missing, unreadable))
         # Each job's ranks' own replays (a run may hold several jobs with the same ranks).
         job_replayed = replayed
         if job_replayed is None:

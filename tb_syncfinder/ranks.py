@@ -95,6 +95,7 @@ STARTED_EARLIER = "started_earlier"
 STEPS_RENUMBERED = "steps_renumbered"
 STEPS_DISJOINT = "steps_disjoint"
 NO_DEVICE_ACTIVITY = "no_device_activity"
+UNREADABLE_TRACES = "unreadable_traces"
 NO_GROUP = "no_process_group"
 POINT_TO_POINT_SKIPPED = "point_to_point_not_matched"
 CLOCK_UNALIGNED = "clock_unaligned"
@@ -191,7 +192,9 @@ class MatchedCollective:
     def others_waited_us(self, held_us: float) -> float:
         """What ``held_us`` of the last rank's lateness cost the other members together:
         each waited at most its own wait."""
-        return sum(min(held_us, a.wait_us) for a in self.arrivals if a.rank != self.last_rank)
+        return sum(
+            (min(held_us, a.wait_us) for a in self.arrivals if a.rank != self.last_rank), 0.0
+        )
 
     def arrival_of(self, rank: int) -> Optional[Arrival]:
         for a in self.arrivals:
@@ -1134,7 +1137,7 @@ def _match_collectives(
     # In the order the job reached them (the first arrival), whatever the group.
     out.sort(key=lambda c: min(a.ts_us for a in c.arrivals))
     if absent_late:
-        total = sum(x[2] for x in absent_late)
+        total = sum((x[2] for x in absent_late), 0.0)
         ranks = sorted({r for x in absent_late for r in x[3]})
         issues.append(
             JobIssue(
@@ -1311,7 +1314,8 @@ def site_job_costs(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Si
             caused += c.others_waited_us(saved)
             saving_by_step[c.step] += saved
         saving = sum(
-            min(v, job_step.get(s, v)) if s is not None else v for s, v in saving_by_step.items()
+            (min(v, job_step.get(s, v)) if s is not None else v for s, v in saving_by_step.items()),
+            0.0,
         )
         first = members[key][0]
         out.append(
@@ -1480,8 +1484,8 @@ def pace_issue(analysis: JobAnalysis) -> Optional[JobIssue]:
         return None
     rank, second_rank = ranks
     slowest, second = own[rank], own[second_rank]
-    held = sum(c.lateness_us for c in analysis.collectives if c.last_rank == rank)
-    gaps = sum(c.arrival_gap_us for c in analysis.collectives if c.arrival_gap_us > 0)
+    held = sum((c.lateness_us for c in analysis.collectives if c.last_rank == rank), 0.0)
+    gaps = sum((c.arrival_gap_us for c in analysis.collectives if c.arrival_gap_us > 0), 0.0)
     note = ""
     if gaps > held + max(analysis.noise_us, 0.05 * gaps):
         note = (
@@ -1521,7 +1525,7 @@ def late_arrivals(analysis: JobAnalysis, what_ifs: Iterable[WhatIf]) -> list[Lat
             hw = waits.get((w.rank, w.wait_id))
             contributors.append((w.wait_id, hw.site_key if hw else "?", w.earlier_us))
         contributors.sort(key=lambda x: -x[2])
-        explained = min(c.lateness_us, sum(x[2] for x in contributors))
+        explained = min(c.lateness_us, sum((x[2] for x in contributors), 0.0))
         rest = c.lateness_us - explained
         if rest <= analysis.noise_us:
             label = "explained by the host waits listed" + (

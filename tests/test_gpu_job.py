@@ -270,3 +270,23 @@ def test_a_rank_whose_clock_is_seconds_off_stays_in_its_job_and_is_aligned(tmp_p
     assert job["late_collective_count"] == before["late_collective_count"] > 0
     assert [s["line"] for s in job["sites"]] == [s["line"] for s in before["sites"]]
     assert job["job_saving_per_step_us"] == pytest.approx(before["job_saving_per_step_us"])
+
+
+def _integer_us_fields(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        found = [
+            f"{path}.{key}"
+            for key, item in value.items()
+            if key.endswith("_us") and type(item) is int
+        ]
+        return found + [f for k, v in value.items() for f in _integer_us_fields(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [f for item in value for f in _integer_us_fields(item, f"{path}[]")]
+    return []
+
+
+@pytest.mark.parametrize("variant", sorted(INFO["variants"]))
+def test_every_time_of_the_job_json_is_a_float_zero_included(jobs, variant):
+    """The schema says 0.0, never 0: a site that saved the job nothing and a lateness that
+    no wait explained wrote the integer 0 (an empty sum)."""
+    assert _integer_us_fields(jobs[variant]) == []

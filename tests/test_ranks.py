@@ -693,3 +693,27 @@ def test_traces_split_into_the_same_jobs_as_by_checking_every_pair(seed):
         dist = DistributedInfo(n % world, world, "nccl", tuple(groups))
         traces.append(RankTrace(f"r{n}.json", "w", dist, 10**15, "h", (0.0, 1000.0)))
     assert [[t.path for t in part] for part in R._parts(traces)] == _reference_parts(traces)
+
+
+def test_a_rank_whose_trace_cannot_be_read_is_said_to_be_maybe_among_the_unreadable(
+    gloo_job, tmp_path
+):
+    """'1 of 3 ranks have no trace: 1' beside a rank1.pt.trace.json that was cut short: the
+    job now says a trace of the run could not be read, why, and that it may be the rank's."""
+    from tb_syncfinder import analyze
+
+    folder, _job = gloo_job
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in sorted(folder.glob("rank*.pt.trace.json")):
+        text = path.read_text(encoding="utf-8")
+        if path.name == f"rank{GLOO_LATE}.pt.trace.json":
+            text = text[: len(text) // 2]
+        (run / path.name).write_text(text, encoding="utf-8")
+    job = analyze(run, source_roots=[str(folder)]).job
+    assert job is not None and job["missing_ranks"] == [GLOO_LATE]
+    (issue,) = [i for i in job["issues"] if i["code"] == R.UNREADABLE_TRACES]
+    assert issue["ranks"] == [GLOO_LATE]
+    assert issue["paths"] == [str(run / f"rank{GLOO_LATE}.pt.trace.json")]
+    assert f"rank{GLOO_LATE}.pt.trace.json: truncated JSON" in issue["message"]
+    assert f"the trace of rank {GLOO_LATE} may be among them" in issue["message"]

@@ -876,6 +876,7 @@ def test_a_large_jobs_section_names_rank_ranges_and_shows_the_late_ranks_only() 
         "backend": "nccl",
         "ranks": ranks,
         "missing_ranks": [11, 299],
+        "site_count": 2,
         "rank_totals": [
             {"rank": r, "worker": f"rank{r}", "late_us": late.get(r, 0.0), "caused_wait_us": 0.0}
             for r in ranks
@@ -909,7 +910,8 @@ def test_a_large_jobs_section_names_rank_ranges_and_shows_the_late_ranks_only() 
     assert f"... {len(ranks) - RANK_ROWS} more ranks" in text
     rows = [line for line in lines if line.strip().startswith(("137 ", "250 "))]
     assert len(rows) == 4  # both late ranks, in the ranks table and the lateness grid
-    assert "Top sites by cost to the job (1 of" in text  # the site that cost nothing is out
+    # The site that cost nothing is out, and said to be, not counted as one hidden.
+    assert "Top sites by cost to the job (1 of 1; 1 more cost the job nothing)" in text
     assert "wait it caused" in text
 
 

@@ -351,7 +351,7 @@ function jobSection(job, ctx, other) {
     ),
     parts.alone ? h("p", { class: "sa-note", "data-testid": "job-alone" }, parts.alone) : null,
     parts.issues.map((text) => h("p", { class: "sa-note", "data-testid": "job-issue" }, text)),
-    parts.grid ? [h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer)"), latenessGrid(job)] : null,
+    parts.grid ? [h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer, \u00b7 none of the rank's collectives matched in that step)"), latenessGrid(job)] : null,
     parts.ranks ? [h("h4", null, "Top sites by cost to the job"), siteTable(job, parts.sites, ctx.app)] : null,
     parts.ranks ? [h("h4", null, "Host wait beside collective wait"), rankTable(job)] : null,
     parts.ranks && late.late_us

@@ -199,7 +199,10 @@ def job_lines(
             if not totals or int(row["rank"]) in shown_ranks:
                 grid.setdefault(int(row["rank"]), {})[int(row["step"])] = row
         lines.append("")
-        title = "Lateness per rank and step (+ held the others, - waited for a peer)"
+        title = (
+            "Lateness per rank and step (+ held the others, - waited for a peer, . none of "
+            "the rank's collectives matched in that step)"
+        )
         lines.extend(style(line, bold) for line in wrap(title, width, "", _INDENT))
         lines.extend(_table(_grid_columns(steps), sorted(grid.items()), width, style, bold))
         if totals and left_out:
@@ -213,10 +216,14 @@ def job_lines(
     if sites:
         shown = sites[:top] if top else sites
         lines.append("")
+        # Of the sites that cost the job something: one that cost nothing is never listed,
+        # so "1 of 2" read as one hidden (--top 0 did not show it).
+        free = int(job.get("site_count", len(sites)) or 0) - len(sites)
         lines.append(
             style(
-                f"Top sites by cost to the job ({len(shown)} of "
-                f"{job.get('site_count', len(sites))})",
+                f"Top sites by cost to the job ({len(shown)} of {len(sites)}"
+                + (f"; {free} more cost the job nothing" if free > 0 else "")
+                + ")",
                 bold,
             )
         )

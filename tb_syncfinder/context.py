@@ -202,7 +202,6 @@ def sync_context(
     thread = _thread_for(tl, sync, threads)
     if thread is not None:
         starts, ends, nodes, kinds = thread.starts, thread.ends, thread.nodes, thread.kinds
-        parent = thread.parent
         depths = depths_of.get(id(thread)) if depths_of is not None else None
         if depths is None:
             depths = _Depths(thread)
@@ -211,16 +210,15 @@ def sync_context(
         first = bisect_left(starts, lo)
         last = bisect_right(starts, hi)
         indices: list[int] = []
-        # Drawn nodes begun before the window but still open in it: all are on the chain
-        # of the last node begun before it; one ended before the window is passed by a
-        # jump to the node enclosing it (what lies between ended earlier, or is not drawn).
-        index = depths.drawn_from(first - 1)
+        # Drawn nodes begun before the window but still open in it: each was on the sweep's
+        # stack when the last node before the window began (``HostThread.below``), the
+        # spans it outlives included, which no chain of enclosing nodes holds.
+        below = thread.below
+        index = first - 1
         while index >= 0:
-            if ends[index] >= lo:
+            if ends[index] >= lo and kinds[index] != PYTHON:
                 indices.append(index)
-                index = depths.drawn_from(parent[index])
-            else:
-                index = depths.up_of(index)
+            index = below[index]
         indices.reverse()
         indices.extend(i for i in range(first, last) if kinds[i] != PYTHON)
         drawn: list[tuple[Event, int]] = [(nodes[i], depths.of_node(i)) for i in indices]

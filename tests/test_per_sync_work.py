@@ -246,6 +246,7 @@ def test_a_jobs_paced_sites_are_added_up_in_one_pass_over_its_rows(monkeypatch):
     )
     analysis = SimpleNamespace(
         job_steps=[None] * 4,
+        step_count=4,
         ranks={0: SimpleNamespace(path="r0", waits=[]), 1: SimpleNamespace(path="r1", waits=waits)},
     )
     paced = {k: (80.0, 1) for k in keys} | {tenths: (0.25, 1)}

@@ -17,6 +17,7 @@ With SYNC_ADVISOR_SCREENSHOTS=1 the views are saved as docs/screenshots/demo-*.p
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -49,6 +50,9 @@ CNN_SOURCE = SEG_SOURCE.with_name("cnn.py")
 # What the ``tb-syncfinder`` console script runs.
 CLI = "import sys; from tb_syncfinder.cli import main; sys.exit(main())"
 DEMO_TIMEOUT_S = 300
+# tiny keeps CI quick; the README's screenshots are taken at the size a user's demo runs
+# (SYNC_ADVISOR_SCREENSHOTS=1 SYNC_ADVISOR_DEMO_SIZE=small), so that they show its steps.
+DEMO_SIZE = os.environ.get("SYNC_ADVISOR_DEMO_SIZE", "tiny")
 # The sites of the forward loss; mask_backward (the mask's gradient) is marked too.
 LOSS_MARKS = ("unique", "nonzero", "mask")
 
@@ -73,12 +77,13 @@ def row_at(page: Any, line: int) -> Any:
 
 @pytest.fixture(scope="module")
 def demo_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``tb-syncfinder demo --no-tensorboard --size tiny`` into a temporary logdir, then a
-    TensorBoard on it, both run from a folder outside the checkout; yields TensorBoard's URL."""
+    """``tb-syncfinder demo --no-tensorboard --size tiny`` (``DEMO_SIZE``) into a temporary
+    logdir, then a TensorBoard on it, both run from a folder outside the checkout; yields
+    TensorBoard's URL."""
     user_dir = tmp_path_factory.mktemp("demo_user")
     logdir = user_dir / "logs"
     demo = subprocess.run(
-        [sys.executable, "-c", CLI, "demo", "--no-tensorboard", "--size", "tiny",
+        [sys.executable, "-c", CLI, "demo", "--no-tensorboard", "--size", DEMO_SIZE,
          "--logdir", str(logdir)],
         cwd=user_dir, env=checkout_env(), capture_output=True, text=True,
         timeout=DEMO_TIMEOUT_S,

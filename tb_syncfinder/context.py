@@ -89,6 +89,8 @@ class _Depths:
         self.parent = thread.parent
         self.kinds = thread.kinds
         self.ends = thread.ends
+        self._ends_tree: list[float] | None = None  # ``open_before``'s, made at its first use
+        self._leaves = 1
         self.drawn_above: dict[int, int] = {-1: -1}  # python frame -> first drawn node up
         self.up: dict[int, int] = {-1: -1}  # drawn node -> the drawn node enclosing it
         self.depth: dict[int, int] = {-1: -1}  # drawn node -> depth (-1: the root)
@@ -166,6 +168,38 @@ class _Depths:
             depth_of[index] = depth
         return depth
 
+    def open_before(self, first: int, at: float) -> list[int]:
+        """The nodes before index ``first`` (begun earlier, nodes being sorted by start)
+        still open at ``at``, in order. A tree of the largest end under each range of nodes
+        is searched only where it holds such a node: a few steps per node found, where a
+        walk down the sweep's stack passed every earlier step of a run recorded with stacks
+        (its spans outlive the frames they begin in)."""
+        tree = self._ends_tree
+        leaves = self._leaves
+        if tree is None:
+            ends = self.ends
+            while leaves < len(ends):
+                leaves *= 2
+            tree = [float("-inf")] * (2 * leaves)
+            tree[leaves : leaves + len(ends)] = ends
+            for i in range(leaves - 1, 0, -1):
+                left, right = tree[2 * i], tree[2 * i + 1]
+                tree[i] = left if left > right else right
+            self._ends_tree, self._leaves = tree, leaves
+        found: list[int] = []
+        pending = [(1, 0, leaves)]
+        while pending:
+            node, lo, hi = pending.pop()
+            if lo >= first or tree[node] < at:
+                continue
+            if node >= leaves:
+                found.append(node - leaves)
+                continue
+            mid = (lo + hi) // 2
+            pending.append((2 * node + 1, mid, hi))
+            pending.append((2 * node, lo, mid))
+        return found
+
     def of_span(self, index: int, end: float) -> int:
         """The depth of a span ending at ``end`` whose innermost enclosing node (of any
         kind) is ``index`` (-1: none): one below the drawn node around it."""
@@ -201,7 +235,7 @@ def sync_context(
     host: list[dict[str, Any]] = []
     thread = _thread_for(tl, sync, threads)
     if thread is not None:
-        starts, ends, nodes, kinds = thread.starts, thread.ends, thread.nodes, thread.kinds
+        starts, nodes, kinds = thread.starts, thread.nodes, thread.kinds
         depths = depths_of.get(id(thread)) if depths_of is not None else None
         if depths is None:
             depths = _Depths(thread)
@@ -210,16 +244,9 @@ def sync_context(
         first = bisect_left(starts, lo)
         last = bisect_right(starts, hi)
         indices: list[int] = []
-        # Drawn nodes begun before the window but still open in it: each was on the sweep's
-        # stack when the last node before the window began (``HostThread.below``), the
-        # spans it outlives included, which no chain of enclosing nodes holds.
-        below = thread.below
-        index = first - 1
-        while index >= 0:
-            if ends[index] >= lo and kinds[index] != PYTHON:
-                indices.append(index)
-            index = below[index]
-        indices.reverse()
+        # Drawn nodes begun before the window but still open in it, the spans that the last
+        # node before it outlives included (no chain of enclosing nodes holds those).
+        indices.extend(i for i in depths.open_before(first, lo) if kinds[i] != PYTHON)
         indices.extend(i for i in range(first, last) if kinds[i] != PYTHON)
         drawn: list[tuple[Event, int]] = [(nodes[i], depths.of_node(i)) for i in indices]
         r0 = bisect_left(thread.runtime_starts, lo)

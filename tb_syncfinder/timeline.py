@@ -99,10 +99,6 @@ class HostThread(msgspec.Struct):
     ends: list[float] = msgspec.field(default_factory=list)
     # index of the enclosing node, -1 = root
     parent: list[int] = msgspec.field(default_factory=list)
-    # The node under each on the sweep's stack when it started (-1: none): walked from a
-    # node, every node still open when it started, those that it outlives included (a
-    # crossing span's parent skips them). Where a window's context finds what is open.
-    below: list[int] = msgspec.field(default_factory=list)
     runtime: list[Event] = msgspec.field(default_factory=list)
     runtime_starts: list[float] = msgspec.field(default_factory=list)
     python_by_id: dict[Any, int] = msgspec.field(default_factory=dict)  # Python id -> node index
@@ -241,7 +237,6 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
     if thread.odd_kinds:
         _set_odd_kinds(thread.odd_kinds, nodes, starts, kinds)
     parent = [-1] * len(nodes)
-    below = [-1] * len(nodes)
     stack: list[int] = []
     pop = stack.pop
     push = stack.append
@@ -257,11 +252,9 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
                 parent[i] = stack[-1]
             else:
                 parent[i] = _enclosing_on_stack(stack, ends, ts, end)
-            below[i] = stack[-1] if stack else -1
         push(i)
         top_end = ends[i]
     thread.kinds, thread.starts, thread.ends, thread.parent = kinds, starts, ends, parent
-    thread.below = below
     thread.odd_kinds = []
     python_by_id = {}
     frames = list(compress(range(len(kinds)), map(PYTHON.__eq__, kinds)))

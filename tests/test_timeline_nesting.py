@@ -47,17 +47,16 @@ def test_chains_do_not_grow_with_the_steps(threads) -> None:
     assert last <= first + 1, (first, last)
 
 
-def test_below_holds_every_node_open_when_a_node_began(threads) -> None:
-    """What a sync's context draws as begun before its window and still open: walked from
-    a node, ``below`` reaches every earlier node still open when it began."""
+def test_a_context_finds_every_node_still_open_before_its_window(threads) -> None:
+    """What a sync's context draws as begun before its window and still open, the spans
+    the last node before it outlives included (no chain of enclosing nodes holds those):
+    exactly the earlier nodes whose end reaches the window, found without walking every
+    earlier step."""
+    from tb_syncfinder.context import _Depths
+
     for thread in threads:
-        for i in range(0, len(thread.nodes), 7):
-            reached, j = set(), thread.below[i]
-            while j >= 0:
-                reached.add(j)
-                j = thread.below[j]
-            open_then = {
-                j for j in range(i) if thread.ends[j] > thread.starts[i] + TOLERANCE_US
-                and thread.starts[j] < thread.starts[i]
-            }  # fmt: skip
-            assert open_then <= reached, sorted(open_then - reached)[:5]
+        depths = _Depths(thread)
+        for first in range(1, len(thread.nodes), 5):
+            at = thread.starts[first - 1] + 0.5 * (thread.starts[first] - thread.starts[first - 1])
+            expected = [j for j in range(first) if thread.ends[j] >= at]
+            assert depths.open_before(first, at) == expected

@@ -760,6 +760,10 @@ def _run_report(members: Sequence[TraceResult]) -> Report:
 
     try:
         stage = job_stage(members)
+        if stage is not None:
+            report = build_report(stage.results)
+            stage.annotate(report)
+            return report
     except Exception as exc:  # a fault of the job stage: the run's traces are still reported
         import logging
 
@@ -774,11 +778,7 @@ def _run_report(members: Sequence[TraceResult]) -> Report:
         note = report.summary.saving_note
         report.summary.saving_note = f"{note}; {failed}" if note else failed
         return report
-    if stage is None:
-        return build_report(list(members))
-    report = build_report(stage.results)
-    stage.annotate(report)
-    return report
+    return build_report(list(members))
 
 
 @_without_gc  # 20,000 syncs' sites and steps: 0.22 s with the collections, 0.07 s without

@@ -692,58 +692,100 @@ def _trim_to_common_start(
 # shorter of the two: ranks of one job step in near lockstep (their collectives hold them
 # together), so the same iteration's steps overlap for most of their length.
 SAME_STEP_OVERLAP = 0.5
+# Same-numbered steps that overlap by less than this share are of other iterations: only
+# then is a rank renumbered (clocks half a step apart, read before they are aligned, passed
+# steps numbered alike for steps numbered apart).
+APART_STEP_OVERLAP = 0.2
+
+
+def _overlap_share(a: tuple[float, float], b: tuple[float, float]) -> float:
+    shorter = min(a[1] - a[0], b[1] - b[0])
+    return (min(a[1], b[1]) - max(a[0], b[0])) / shorter if shorter > 0 else 0.0
+
+
+def _step_shift(ref: RankTrace, rt: RankTrace) -> Optional[int]:
+    """What to add to ``rt``'s step numbers to number its steps as ``ref``'s, where their
+    times (one clock) decide it: 0 where its same-numbered steps overlap ``ref``'s; the one
+    difference every one of its steps says where none does (each paired with the step of
+    ``ref`` it overlaps most, by ``SAME_STEP_OVERLAP`` or more); None where neither holds.
+    Linear: both lists are in time order."""
+    theirs = sorted((s.ts + ref.base_us, s.end + ref.base_us, s.number) for s in ref.steps)
+    mine = sorted((s.ts + rt.base_us, s.end + rt.base_us, s.number) for s in rt.steps)
+    by_number = {number: (a, b) for a, b, number in theirs}
+    alike = [
+        _overlap_share((a, b), by_number[number]) for a, b, number in mine if number in by_number
+    ]
+    if alike and statistics.median(alike) >= SAME_STEP_OVERLAP:
+        return 0
+    if alike and max(alike) >= APART_STEP_OVERLAP:
+        return None
+    shifts: set[int] = set()
+    j = 0
+    for a, b, number in mine:
+        while j < len(theirs) and theirs[j][1] <= a:
+            j += 1
+        best, best_number = 0.0, None
+        k = j
+        while k < len(theirs) and theirs[k][0] < b:
+            share = _overlap_share((a, b), theirs[k][:2])
+            if share > best:
+                best, best_number = share, theirs[k][2]
+            k += 1
+        if best_number is None or best < SAME_STEP_OVERLAP:
+            return None
+        shifts.add(best_number - number)
+        if len(shifts) > 1:
+            return None
+    return shifts.pop() if shifts else None
 
 
 def _steps_numbered_alike(job: Job, issues: list[JobIssue]) -> Job:
-    """The job with each rank's steps numbered as the reference rank's (the lowest with
-    steps) where time shows they are numbered apart. A profiler stepped more often before
-    its window (``prof.step()`` called by a rank's own warm-up) numbers the same iterations
-    6-10 where the others say 1-5: matched by number, the collectives of different
-    iterations were paired (a rank 50 ms late each step read as none late) or no step was
-    in common (the report failed). Each step of the rank is paired with the reference step
-    it overlaps most, on the job's base times; a rank is renumbered only where every such
-    pair overlaps by ``SAME_STEP_OVERLAP`` or more and all of them say the same difference
-    (ranks whose clocks are seconds apart pair nothing and keep their numbers)."""
-    stepped = {r: rt for r, rt in sorted(job.ranks.items()) if rt.steps}
-    if len(stepped) < 2:
-        return job
-    ref_rank, ref = next(iter(stepped.items()))
-    ref_steps = [(s.ts + ref.base_us, s.end + ref.base_us, s.number) for s in ref.steps]
+    """The job with ranks' steps numbered alike where time shows they are numbered apart.
+    A profiler stepped more often before its window (``prof.step()`` called by a rank's own
+    warm-up) numbers the same iterations 6-10 where the others say 1-5: matched by number,
+    the collectives of different iterations were paired (a rank 50 ms late each step read as
+    none late) or no step was in common (the report failed). Only ranks of one host (one
+    clock, named by ``host_name``) are compared, each with the host's lowest rank
+    (``_step_shift``); the numbering most of them share is kept, and only the others are
+    renumbered and named."""
+    by_host: dict[str, list[int]] = defaultdict(list)
+    for r, rt in sorted(job.ranks.items()):
+        if rt.steps and rt.host_name:
+            by_host[rt.host_name].append(r)
     renumbered = dict(job.ranks)
-    for r, rt in stepped.items():
-        if r == ref_rank:
+    for ranks in by_host.values():
+        if len(ranks) < 2:
             continue
-        shifts = set()
-        for s in rt.steps:
-            ts, end = s.ts + rt.base_us, s.end + rt.base_us
-            best, best_number = 0.0, None
-            for a, b, number in ref_steps:
-                overlap = min(end, b) - max(ts, a)
-                shorter = min(end - ts, b - a)
-                if shorter > 0 and overlap / shorter > best:
-                    best, best_number = overlap / shorter, number
-            if best_number is None or best < SAME_STEP_OVERLAP:
-                shifts = set()
-                break
-            shifts.add(best_number - s.number)
-        if len(shifts) != 1 or 0 in shifts:
-            continue
-        (shift,) = shifts
-        renumbered[r] = _renumbered(rt, shift)
-        numbers = [s.number for s in rt.steps]
-        issues.append(
-            JobIssue(
-                STEPS_RENUMBERED,
-                f"rank {r}'s steps are numbered {min(numbers)}-{max(numbers)} where rank "
-                f"{ref_rank}'s, over the same time, are {min(numbers) + shift}-"
-                f"{max(numbers) + shift} (its profiler was stepped {abs(shift)} times "
-                f"{'more' if shift < 0 else 'fewer'} before the window): the job counts "
-                f"them as rank {ref_rank}'s",
-                ranks=[r],
-                paths=[rt.path],
-                severity="info",
+        first = job.ranks[ranks[0]]
+        shifts = {ranks[0]: 0}
+        for r in ranks[1:]:
+            shift = _step_shift(first, job.ranks[r])
+            if shift is not None:
+                shifts[r] = shift
+        counts = Counter(shifts.values())
+        kept = max(counts, key=lambda shift: (counts[shift], shift == 0))
+        majority = [r for r, shift in shifts.items() if shift == kept]
+        for r, shift in shifts.items():
+            if shift == kept:
+                continue
+            rt = job.ranks[r]
+            moved = shift - kept
+            renumbered[r] = _renumbered(rt, moved)
+            numbers = [s.number for s in rt.steps]
+            issues.append(
+                JobIssue(
+                    STEPS_RENUMBERED,
+                    f"rank {r}'s steps are numbered {min(numbers)}-{max(numbers)} where the "
+                    f"other ranks' over the same time are {min(numbers) + moved}-"
+                    f"{max(numbers) + moved} (rank {r}'s profiler was stepped {abs(moved)} "
+                    f"{'time' if abs(moved) == 1 else 'times'} "
+                    f"{'more' if moved < 0 else 'fewer'} before the window): the job counts "
+                    f"them as rank {majority[0]}'s",
+                    ranks=[r],
+                    paths=[rt.path],
+                    severity="info",
+                )
             )
-        )
     if renumbered == job.ranks:
         return job
     return replace(job, ranks=renumbered)

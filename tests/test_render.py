@@ -915,6 +915,21 @@ def test_a_large_jobs_section_names_rank_ranges_and_shows_the_late_ranks_only() 
     assert "wait it caused" in text
 
 
+def test_a_jobs_top_sites_cut_by_the_json_are_counted_as_all_not_as_free() -> None:
+    """60 sites that all cost the job something, 50 of them in the JSON: "(10 of 50; 10
+    more cost the job nothing)" called the 10 left out free."""
+    from tb_syncfinder.outputs.job_text import job_lines
+
+    sites = [
+        {"rank": 0, "file": "train.py", "line": n, "caused_wait_us": 100.0 - n,
+         "job_saving_us": 100.0 - n, "job_saving_per_step_us": 1.0}
+        for n in range(50)
+    ]  # fmt: skip
+    job = {"world_size": 2, "backend": "nccl", "ranks": [0, 1], "site_count": 60, "sites": sites}
+    text = "\n".join(job_lines({"job": job}, lambda text, *_: text, 100, top=10))
+    assert "Top sites by cost to the job (10 of 60)" in text
+
+
 def test_the_profilers_note_has_a_line_of_its_own_and_is_not_repeated(
     sample_report: Report,
 ) -> None:

@@ -217,16 +217,17 @@ def job_lines(
         shown = sites[:top] if top else sites
         lines.append("")
         # Of the sites that cost the job something: one that cost nothing is never listed,
-        # so "1 of 2" read as one hidden (--top 0 did not show it).
-        free = int(job.get("site_count", len(sites)) or 0) - len(sites)
-        lines.append(
-            style(
-                f"Top sites by cost to the job ({len(shown)} of {len(sites)}"
-                + (f"; {free} more cost the job nothing" if free > 0 else "")
-                + ")",
-                bold,
-            )
-        )
+        # so "1 of 2" read as one hidden (--top 0 did not show it). The JSON holds the top
+        # sites only (``jobs.TOP_SITES``), costliest first: where every one it holds cost
+        # something, how many of the rest did is not known, and the count is of all.
+        listed = job.get("sites") or []
+        count = int(job.get("site_count", len(listed)) or 0)
+        if len(listed) < count and len(sites) == len(listed):
+            of = f"{count}"
+        else:
+            free = count - len(sites)
+            of = f"{len(sites)}" + (f"; {free} more cost the job nothing" if free > 0 else "")
+        lines.append(style(f"Top sites by cost to the job ({len(shown)} of {of})", bold))
         lines.extend(_table(_site_columns(), list(enumerate(shown, 1)), width, style, bold))
         if any(s.get("bound") for s in shown):
             lines.extend(

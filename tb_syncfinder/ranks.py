@@ -96,6 +96,7 @@ STEPS_RENUMBERED = "steps_renumbered"
 STEPS_DISJOINT = "steps_disjoint"
 NO_DEVICE_ACTIVITY = "no_device_activity"
 UNREADABLE_TRACES = "unreadable_traces"
+NOISE_FLOOR_HIGH = "noise_floor_high"
 NO_GROUP = "no_process_group"
 POINT_TO_POINT_SKIPPED = "point_to_point_not_matched"
 CLOCK_UNALIGNED = "clock_unaligned"
@@ -1251,6 +1252,35 @@ def _job_steps(job: Job, rank_steps: list[RankStep]) -> list[JobStep]:
     return out
 
 
+# A noise floor above this share of the median step hides most lateness: said so.
+NOISE_FLOOR_STEP_SHARE = 0.25
+
+
+def _say_a_noise_floor_that_hides_lateness(
+    job: Job, clocks: Sequence[ClockDomain], noise: float, issues: list[JobIssue]
+) -> None:
+    """Ranks named on one host leave the same collective far apart (two containers with
+    one host name and their own clocks, 20 ms apart, read as a floor of 43.5 ms and a rank
+    50 ms late a step as none late, unsaid): the floor is named where it is a large share
+    of a step, with the spread that set it."""
+    durations = [s.duration for rt in job.ranks.values() for s in rt.steps]
+    if not durations or noise <= NOISE_FLOOR_STEP_SHARE * statistics.median(durations):
+        return
+    worst = max(clocks, key=lambda c: c.residual_us or 0.0)
+    issues.append(
+        JobIssue(
+            NOISE_FLOOR_HIGH,
+            f"lateness below {noise / 1000:.1f} ms is not called lateness here, "
+            f"{noise / statistics.median(durations):.0%} of a step: the ranks of "
+            f"{worst.name} leave the same collective {(worst.residual_us or 0.0) / 1000:.1f} "
+            "ms apart (median), where ranks sharing a clock leave it together. Ranks named "
+            "on one host whose clocks differ (containers with one host name?), or a host "
+            "too busy to time them",
+            ranks=list(worst.ranks),
+        )
+    )
+
+
 def analyze_job(job: Job) -> JobAnalysis:
     """Match, align and measure one job (see the module docstring)."""
     issues = list(job.issues)
@@ -1274,6 +1304,7 @@ def analyze_job(job: Job) -> JobAnalysis:
     groups, table = _match_groups(job, index, issues)
     clocks, shift = _align(job, table, issues)
     noise = _noise_floor(clocks)
+    _say_a_noise_floor_that_hides_lateness(job, clocks, noise, issues)
     collectives = _match_collectives(job, table, index.members_of, shift, noise, issues)
     rank_steps = _rank_steps(job, collectives)
     return JobAnalysis(

@@ -35,6 +35,24 @@ def _closest(items: list[Any], lo: float, hi: float, cap: int) -> list[Any]:
     return kept
 
 
+def _without_overlaps(drawn: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """The events (in time order) each on the first lane at or below its depth that is
+    free when it starts: spans that overlap without one holding the other (Lightning's
+    ``run_training_batch`` and the ``ProfilerStep#N`` its hook opens) have the same depth
+    and were drawn on one row over each other. Nested events are left as they are."""
+    busy_until: list[float] = []
+    out = []
+    for event, depth in drawn:
+        start = event.ts
+        while depth < len(busy_until) and busy_until[depth] > start + _END_TOLERANCE_US:
+            depth += 1
+        while len(busy_until) <= depth:
+            busy_until.append(float("-inf"))
+        busy_until[depth] = max(busy_until[depth], start + event.dur)
+        out.append((event, depth))
+    return out
+
+
 class _Threads:
     """The timeline's host threads by tid, and each one's last end, found once for the
     syncs of one timeline: per sync, a pass over every thread and (for a sync that starts
@@ -255,6 +273,7 @@ def sync_context(
             end = e.ts + e.dur
             drawn.append((e, depths.of_span(thread.innermost(e.ts, end), end)))
         drawn.sort(key=lambda item: (item[0].ts, item[1]))
+        drawn = _without_overlaps(drawn)
         host = [
             {"name": e.name, "cat": e.cat, "ts_us": e.ts, "dur_us": e.dur, "depth": depth}
             for e, depth in _closest(drawn, sync.ts_us, sync.end_us, max_per_lane)

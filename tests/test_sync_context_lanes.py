@@ -128,3 +128,33 @@ def test_the_lanes_of_the_real_traces_nest(real_traces_dir):
         result = analyze_trace(str(trace), Options())
         for sync_id, context in result.contexts.items():
             assert _lanes_problems(context) == [], (trace.name, sync_id)
+
+
+def test_spans_that_overlap_without_one_holding_the_other_get_lanes_of_their_own(tmp_path):
+    """Lightning's shape: a hook near the end of each ``run_training_batch`` span calls
+    ``prof.step()``, so ``ProfilerStep#N`` begins inside batch N's span and outlives it, and
+    batch N+1's span begins inside that step. Neither holds the other: both had depth 0 and
+    were drawn over each other on one row."""
+    b = KinetoTraceBuilder()
+    previous_step = None
+    for number in range(1, 5):
+        batch = b._x("user_annotation", "run_training_batch", b.now, 0, {"External id": b._ext()})
+        if previous_step is not None:
+            b.advance(3)
+            previous_step["dur"] = b.now - previous_step["ts"]
+        b.advance(10)
+        with b.frames(TRAIN_STEP):
+            item_sync(b, stack=TRAIN_STEP)
+        b.advance(10)
+        previous_step = b._x(
+            "user_annotation", f"ProfilerStep#{number}", b.now, 0, {"External id": b._ext()}
+        )
+        b.advance(5)
+        batch["dur"] = b.now - batch["ts"]
+        b.advance(5)
+    previous_step["dur"] = b.now - previous_step["ts"]
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")), Options())
+    assert len(result.syncs) == 4
+    for sync in result.syncs:
+        overlapping = [p for p in _lanes_problems(result.contexts[sync.id]) if "overlap" in p]
+        assert overlapping == [], sync.step

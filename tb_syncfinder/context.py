@@ -12,7 +12,7 @@ from typing import Any
 
 from tb_syncfinder.models import Sync
 from tb_syncfinder.reader import Event
-from tb_syncfinder.timeline import PYTHON, HostThread, Timeline
+from tb_syncfinder.timeline import PYTHON, HostThread, Timeline, end_tolerance
 
 _TS = attrgetter("ts")
 
@@ -44,7 +44,8 @@ def _without_overlaps(drawn: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
     out = []
     for event, depth in drawn:
         start = event.ts
-        while depth < len(busy_until) and busy_until[depth] > start + _END_TOLERANCE_US:
+        tolerance = end_tolerance(start)
+        while depth < len(busy_until) and busy_until[depth] > start + tolerance:
             depth += 1
         while len(busy_until) <= depth:
             busy_until.append(float("-inf"))
@@ -84,11 +85,6 @@ def _thread_for(tl: Timeline, sync: Sync, threads: _Threads | None = None) -> Ho
         if thread.starts and thread.starts[0] <= sync.ts_us <= threads.last_end(thread):
             return thread
     return candidates[0] if candidates else None
-
-
-# Ends are ``ts + dur``, each rounded (ns -> us) on its own: a node ending this little past
-# the one around it is still inside it (``HostThread.innermost`` allows the same).
-_END_TOLERANCE_US = 1e-3
 
 
 class _Depths:
@@ -136,7 +132,8 @@ class _Depths:
         is not drawn."""
         ends, up = self.ends, self.up
         index = self.drawn_from(index)
-        while index >= 0 and ends[index] + _END_TOLERANCE_US < end:
+        tolerance = end_tolerance(end)
+        while index >= 0 and ends[index] + tolerance < end:
             found = up.get(index)
             if found is None:
                 return index, False

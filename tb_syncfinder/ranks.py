@@ -704,12 +704,18 @@ def _overlap_share(a: tuple[float, float], b: tuple[float, float]) -> float:
     return (min(a[1], b[1]) - max(a[0], b[0])) / shorter if shorter > 0 else 0.0
 
 
+# At most this many steps of the reference are looked at for each step of a rank: steps of
+# one rank do not overlap, so a step meets two or three of another's (malformed, overlapping
+# step spans made the search quadratic).
+STEP_CANDIDATES = 4
+
+
 def _step_shift(ref: RankTrace, rt: RankTrace) -> Optional[int]:
     """What to add to ``rt``'s step numbers to number its steps as ``ref``'s, where their
-    times (one clock) decide it: 0 where its same-numbered steps overlap ``ref``'s; the one
-    difference every one of its steps says where none does (each paired with the step of
-    ``ref`` it overlaps most, by ``SAME_STEP_OVERLAP`` or more); None where neither holds.
-    Linear: both lists are in time order."""
+    times (one clock) decide it: 0 where its same-numbered steps overlap ``ref``'s; where
+    none does, the one difference that its steps paired with a step of ``ref`` (the one each
+    overlaps most, by ``SAME_STEP_OVERLAP`` or more) all say, most of its steps being paired
+    (a window a step longer or shorter leaves a step unpaired); None otherwise."""
     theirs = sorted((s.ts + ref.base_us, s.end + ref.base_us, s.number) for s in ref.steps)
     mine = sorted((s.ts + rt.base_us, s.end + rt.base_us, s.number) for s in rt.steps)
     by_number = {number: (a, b) for a, b, number in theirs}
@@ -720,24 +726,25 @@ def _step_shift(ref: RankTrace, rt: RankTrace) -> Optional[int]:
         return 0
     if alike and max(alike) >= APART_STEP_OVERLAP:
         return None
+    starts = [a for a, _b, _number in theirs]
     shifts: set[int] = set()
-    j = 0
+    paired = 0
     for a, b, number in mine:
-        while j < len(theirs) and theirs[j][1] <= a:
-            j += 1
         best, best_number = 0.0, None
-        k = j
-        while k < len(theirs) and theirs[k][0] < b:
+        first = max(0, bisect_right(starts, a) - 1)
+        for k in range(first, min(bisect_left(starts, b), first + STEP_CANDIDATES)):
             share = _overlap_share((a, b), theirs[k][:2])
             if share > best:
                 best, best_number = share, theirs[k][2]
-            k += 1
         if best_number is None or best < SAME_STEP_OVERLAP:
-            return None
+            continue
+        paired += 1
         shifts.add(best_number - number)
         if len(shifts) > 1:
             return None
-    return shifts.pop() if shifts else None
+    if not shifts or 2 * paired <= len(mine):
+        return None
+    return shifts.pop()
 
 
 def _steps_numbered_alike(job: Job, issues: list[JobIssue]) -> Job:

@@ -248,7 +248,7 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
             top_end = ends[stack[-1]] if stack else float("-inf")
         if stack:
             end = ends[i]
-            if top_end + _END_TOLERANCE_US >= end:
+            if top_end + end_tolerance(end) >= end:
                 parent[i] = stack[-1]
             else:
                 parent[i] = _enclosing_on_stack(stack, ends, ts, end)
@@ -270,6 +270,15 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
 # Ends are ``ts + dur``, each rounded (ns -> us) on its own: a node ending this little past
 # the one around it is still inside it (as ``HostThread.innermost`` allows).
 _END_TOLERANCE_US = 1e-3
+# A double holds a time of ~1.7e15 us (microseconds since the epoch) to 0.25 us: there a
+# child's ``ts + dur`` may pass its parent's by a rounding step, and was taken for a span
+# that outlives it (42 parents of a real trace changed so).
+_END_TOLERANCE_SHARE = 1e-15
+
+
+def end_tolerance(end: float) -> float:
+    """How far past another's end a node may end and still be inside it."""
+    return max(_END_TOLERANCE_US, abs(end) * _END_TOLERANCE_SHARE)
 
 
 def _enclosing_on_stack(stack: list[int], ends: list[float], ts: float, end: float) -> int:
@@ -283,7 +292,8 @@ def _enclosing_on_stack(stack: list[int], ends: list[float], ts: float, end: flo
     stack here (none is a parent again: later nodes start later still)."""
     stack[:] = [j for j in stack if ends[j] > ts]
     k = len(stack) - 1
-    while k >= 0 and ends[stack[k]] + _END_TOLERANCE_US < end:
+    tolerance = end_tolerance(end)
+    while k >= 0 and ends[stack[k]] + tolerance < end:
         k -= 1
     return stack[k] if k >= 0 else -1
 

@@ -241,6 +241,23 @@ def test_steps_numbered_alike_on_clocks_apart_are_not_renumbered(offset_us):
     assert [i.code for i in issues] == [R.STEPS_RENUMBERED]
 
 
+def test_the_lowest_rank_numbered_apart_is_the_one_renumbered_whatever_the_others_windows():
+    """Rank 0 numbers the iterations 6-10 where ranks 1-3 say 1-5, and ranks 1 and 2 profiled
+    a step more: their extra step has no partner in rank 0's window, they gave no vote, and
+    rank 3, numbered as the majority, was moved to rank 0's numbers instead."""
+    ranks = {
+        0: _steps_rank(0, range(6, 11), 0.0),
+        1: _steps_rank(1, range(1, 7), 0.0),
+        2: _steps_rank(2, range(1, 7), 0.0),
+        3: _steps_rank(3, range(1, 6), 0.0),
+    }
+    issues: list[R.JobIssue] = []
+    job = R._steps_numbered_alike(R.Job("k", 4, "nccl", ranks, []), issues)
+    assert [s.number for s in job.ranks[0].steps] == [1, 2, 3, 4, 5]
+    assert [s.number for s in job.ranks[3].steps] == [1, 2, 3, 4, 5]
+    assert [i.ranks for i in issues] == [[0]]
+
+
 def test_ranks_whose_step_numbers_share_none_and_no_clock_pairs_them_are_named_not_a_crash():
     """Step numbers with nothing in common, where the clocks could not pair the steps: the
     sequences are left as they are (then refused with the first step that differs) and the

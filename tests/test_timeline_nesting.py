@@ -60,3 +60,34 @@ def test_a_context_finds_every_node_still_open_before_its_window(threads) -> Non
             at = thread.starts[first - 1] + 0.5 * (thread.starts[first] - thread.starts[first - 1])
             expected = [j for j in range(first) if thread.ends[j] >= at]
             assert depths.open_before(first, at) == expected
+
+
+def test_a_child_ending_with_its_parent_stays_its_child_at_epoch_microseconds(tmp_path) -> None:
+    """At ~1.7e15 us (microseconds since the epoch) a double holds a time to 0.25 us: a
+    child ending when its parent ends may compute a ``ts + dur`` past the parent's by a
+    rounding step, and was taken for a span that outlives it (its grandparent became its
+    parent: 42 parents of a real trace shifted there changed)."""
+    import json
+
+    base = 1.7e15
+    for k in range(2000):
+        parent_ns, end_ns = int(base * 1000) + 7919 * k, int(base * 1000) + 7919 * k + 50003
+        child_ns = parent_ns + 1 + k % 997
+        parent = (float(f"{parent_ns / 1000:.3f}"), float(f"{(end_ns - parent_ns) / 1000:.3f}"))
+        child = (float(f"{child_ns / 1000:.3f}"), float(f"{(end_ns - child_ns) / 1000:.3f}"))
+        if sum(child) - sum(parent) > 1e-3:
+            break
+    else:
+        pytest.skip("no pair whose computed ends part by more than 1e-3 us")
+
+    def event(name: str, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        event("outer", parent[0] - 10, 100), event("aten::to", *parent),
+        event("aten::_to_copy", *child),
+    ]}))  # fmt: skip
+    (thread,) = [t for t in build_timeline(read_trace(str(path))).threads.values() if t.nodes]
+    names = [n.name for n in thread.nodes]
+    assert names[thread.parent[names.index("aten::_to_copy")]] == "aten::to"

@@ -689,62 +689,49 @@ def _trim_to_common_start(
         seqs[r] = seq[keep:]
 
 
-# A rank's step is taken to be a reference step that it overlaps by at least this share of the
-# shorter of the two: ranks of one job step in near lockstep (their collectives hold them
-# together), so the same iteration's steps overlap for most of their length.
-SAME_STEP_OVERLAP = 0.5
-# Same-numbered steps that overlap by less than this share are of other iterations: only
-# then is a rank renumbered (clocks half a step apart, read before they are aligned, passed
-# steps numbered alike for steps numbered apart).
-APART_STEP_OVERLAP = 0.2
-
-
-def _overlap_share(a: tuple[float, float], b: tuple[float, float]) -> float:
-    shorter = min(a[1] - a[0], b[1] - b[0])
-    return (min(a[1], b[1]) - max(a[0], b[0])) / shorter if shorter > 0 else 0.0
-
-
-# At most this many steps of the reference are looked at for each step of a rank: steps of
-# one rank do not overlap, so a step meets two or three of another's (malformed, overlapping
-# step spans made the search quadratic).
-STEP_CANDIDATES = 4
+# A rank's collective is paired with the reference rank's of the same group and name that
+# ended nearest to it, if within this share of the reference's median step: the ranks of a
+# collective leave it together, whatever their steps (ranks that wait for an all-reduce a
+# step later drift up to a step apart, and their steps' times pair the wrong ones).
+SAME_EXIT_STEP_SHARE = 0.2
+# The share of a rank's paired collectives that must say one difference of step numbers.
+SHIFT_AGREEMENT = 0.8
 
 
 def _step_shift(ref: RankTrace, rt: RankTrace) -> Optional[int]:
     """What to add to ``rt``'s step numbers to number its steps as ``ref``'s, where their
-    times (one clock) decide it: 0 where its same-numbered steps overlap ``ref``'s; where
-    none does, the one difference that its steps paired with a step of ``ref`` (the one each
-    overlaps most, by ``SAME_STEP_OVERLAP`` or more) all say, most of its steps being paired
-    (a window a step longer or shorter leaves a step unpaired); None otherwise."""
-    theirs = sorted((s.ts + ref.base_us, s.end + ref.base_us, s.number) for s in ref.steps)
-    mine = sorted((s.ts + rt.base_us, s.end + rt.base_us, s.number) for s in rt.steps)
-    by_number = {number: (a, b) for a, b, number in theirs}
-    alike = [
-        _overlap_share((a, b), by_number[number]) for a, b, number in mine if number in by_number
-    ]
-    if alike and statistics.median(alike) >= SAME_STEP_OVERLAP:
-        return 0
-    if alike and max(alike) >= APART_STEP_OVERLAP:
+    collectives decide it (one clock): each of its collectives with a recorded end and step
+    is paired with ``ref``'s of the same group and name that ended nearest to it (within
+    ``SAME_EXIT_STEP_SHARE`` of a step), and the difference of their steps is the shift,
+    where ``SHIFT_AGREEMENT`` of the pairs say the same; None otherwise (no collectives
+    with ends: nothing to go by). Both lists are in time order: a bisection per collective."""
+    durations = sorted(s.duration for s in ref.steps)
+    if not durations:
         return None
-    starts = [a for a, _b, _number in theirs]
-    shifts: set[int] = set()
-    paired = 0
-    for a, b, number in mine:
-        best, best_number = 0.0, None
-        first = max(0, bisect_right(starts, a) - 1)
-        for k in range(first, min(bisect_left(starts, b), first + STEP_CANDIDATES)):
-            share = _overlap_share((a, b), theirs[k][:2])
-            if share > best:
-                best, best_number = share, theirs[k][2]
-        if best_number is None or best < SAME_STEP_OVERLAP:
+    window = SAME_EXIT_STEP_SHARE * durations[len(durations) // 2]
+    theirs: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
+    for c in sorted(ref.collectives, key=lambda c: c.exec_end or 0.0):
+        if c.exec_end is not None and c.step is not None:
+            ends, steps = theirs.setdefault((c.group, c.name), ([], []))
+            ends.append(c.exec_end + ref.base_us)
+            steps.append(c.step)
+    shifts: Counter[int] = Counter()
+    for c in rt.collectives:
+        found = theirs.get((c.group, c.name))
+        if found is None or c.exec_end is None or c.step is None:
             continue
-        paired += 1
-        shifts.add(best_number - number)
-        if len(shifts) > 1:
-            return None
-    if not shifts or 2 * paired <= len(mine):
+        ends, steps = found
+        end = c.exec_end + rt.base_us
+        i = bisect_left(ends, end)
+        near = min(
+            (k for k in (i - 1, i) if 0 <= k < len(ends)), key=lambda k: abs(ends[k] - end)
+        )
+        if abs(ends[near] - end) <= window:
+            shifts[steps[near] - c.step] += 1
+    if not shifts:
         return None
-    return shifts.pop()
+    shift, count = shifts.most_common(1)[0]
+    return shift if count >= SHIFT_AGREEMENT * sum(shifts.values()) else None
 
 
 def _steps_numbered_alike(job: Job, issues: list[JobIssue]) -> Job:

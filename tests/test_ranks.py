@@ -212,50 +212,79 @@ def test_a_ranks_steps_numbered_apart_over_the_same_time_are_matched_by_time(
     )
 
 
-def _steps_rank(rank: int, numbers: range, offset_us: float, host: str = "h") -> RankTrace:
+def _steps_rank(
+    rank: int, numbers: range, clock_us: float = 0.0, drift_us: float = 0.0, host: str = "h"
+) -> RankTrace:
+    """A rank of 1 ms steps, an all-reduce leaving at 0.9 ms of each iteration: its clock
+    ``clock_us`` ahead (steps and collectives), its steps ``drift_us`` later than the
+    iterations' collectives (a rank that waits for an all-reduce a step later)."""
     from tb_syncfinder.models import DistributedInfo, StepSpan
 
-    steps = [StepSpan(n, k * 1000.0 + offset_us, k * 1000.0 + 990.0 + offset_us)
-             for k, n in enumerate(numbers)]  # fmt: skip
+    steps, collectives = [], []
+    for k, number in enumerate(numbers):
+        ts = k * 1000.0 + clock_us + drift_us
+        steps.append(StepSpan(number, ts, ts + 990.0))
+        end = k * 1000.0 + 900.0 + clock_us
+        collectives.append(
+            Collective(index=k, name="allreduce", group="0", exec_ts=end - 50.0, exec_end=end,
+                       step=number)
+        )  # fmt: skip
     return RankTrace(
         f"rank{rank}.json", f"rank{rank}", DistributedInfo(rank, 2, "nccl", ()), 0, host,
-        (0.0, len(numbers) * 1000.0 + offset_us), steps=steps,
+        (0.0, len(numbers) * 1000.0 + clock_us + drift_us), collectives=collectives, steps=steps,
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("offset_us", [300.0, 650.0])
-def test_steps_numbered_alike_on_clocks_apart_are_not_renumbered(offset_us):
-    """One clock a third or two thirds of a step ahead, read before the clocks are aligned,
-    and its window a step shorter: its steps were paired with the next ones and renumbered
-    (and the clocks then aligned a step off). Same-numbered steps that still overlap keep
-    their numbers: only steps whose same numbers do not overlap at all are renumbered."""
-    job = R.Job("k", 2, "nccl", {0: _steps_rank(0, range(1, 9), 0.0),
-                                 1: _steps_rank(1, range(1, 8), offset_us)}, [])  # fmt: skip
+def _renumbered_ranks(ranks: dict[int, RankTrace]) -> tuple[dict[int, list[int]], list[list[int]]]:
     issues: list[R.JobIssue] = []
-    assert R._steps_numbered_alike(job, issues) is job and issues == []
-    apart = R.Job("k", 2, "nccl", {0: _steps_rank(0, range(1, 9), 0.0),
-                                   1: _steps_rank(1, range(3, 11), 5.0)}, [])  # fmt: skip
-    assert [s.number for s in R._steps_numbered_alike(apart, issues).ranks[1].steps] == list(
-        range(1, 9)
+    job = R._steps_numbered_alike(R.Job("k", len(ranks), "nccl", ranks, []), issues)
+    steps = {r: [s.number for s in rt.steps] for r, rt in job.ranks.items()}
+    return steps, [i.ranks for i in issues]
+
+
+@pytest.mark.parametrize("clock_us", [300.0, 650.0])
+def test_steps_numbered_alike_on_clocks_apart_are_not_renumbered(clock_us):
+    """One clock a third or two thirds of a step ahead, read before the clocks are aligned,
+    and its window a step shorter: its steps were paired with the next ones by time and
+    renumbered (and the clocks then aligned a step off). Only collectives that left
+    together pair steps: none did on the clocks as read, so nothing is renumbered."""
+    steps, named = _renumbered_ranks(
+        {0: _steps_rank(0, range(1, 9)), 1: _steps_rank(1, range(1, 8), clock_us=clock_us)}
     )
-    assert [i.code for i in issues] == [R.STEPS_RENUMBERED]
+    assert named == [] and steps[1] == list(range(1, 8))
+
+
+def test_ranks_a_step_apart_in_time_whose_collectives_leave_together_keep_their_numbers():
+    """An all-reduce waited for a step later lets a rank drift most of a step from the
+    others (the CPU job of tests/test_job_stage.py, overlapped): its steps overlap the
+    others' next ones, and were renumbered by their times. Their collectives leave together
+    in the same-numbered steps: numbered alike."""
+    steps, named = _renumbered_ranks(
+        {0: _steps_rank(0, range(1, 9)), 1: _steps_rank(1, range(1, 9), drift_us=950.0)}
+    )
+    assert named == [] and steps[1] == list(range(1, 9))
+
+
+def test_a_rank_numbered_apart_is_renumbered_by_its_collectives():
+    steps, named = _renumbered_ranks(
+        {0: _steps_rank(0, range(1, 9)), 1: _steps_rank(1, range(3, 11), clock_us=5.0)}
+    )
+    assert named == [[1]] and steps[1] == list(range(1, 9))
 
 
 def test_the_lowest_rank_numbered_apart_is_the_one_renumbered_whatever_the_others_windows():
     """Rank 0 numbers the iterations 6-10 where ranks 1-3 say 1-5, and ranks 1 and 2 profiled
-    a step more: their extra step has no partner in rank 0's window, they gave no vote, and
-    rank 3, numbered as the majority, was moved to rank 0's numbers instead."""
-    ranks = {
-        0: _steps_rank(0, range(6, 11), 0.0),
-        1: _steps_rank(1, range(1, 7), 0.0),
-        2: _steps_rank(2, range(1, 7), 0.0),
-        3: _steps_rank(3, range(1, 6), 0.0),
-    }
-    issues: list[R.JobIssue] = []
-    job = R._steps_numbered_alike(R.Job("k", 4, "nccl", ranks, []), issues)
-    assert [s.number for s in job.ranks[0].steps] == [1, 2, 3, 4, 5]
-    assert [s.number for s in job.ranks[3].steps] == [1, 2, 3, 4, 5]
-    assert [i.ranks for i in issues] == [[0]]
+    a step more: rank 0 is the one renumbered and named, not the ranks that agree."""
+    steps, named = _renumbered_ranks(
+        {
+            0: _steps_rank(0, range(6, 11)),
+            1: _steps_rank(1, range(1, 7)),
+            2: _steps_rank(2, range(1, 7)),
+            3: _steps_rank(3, range(1, 6)),
+        }
+    )
+    assert named == [[0]]
+    assert steps[0] == steps[3] == [1, 2, 3, 4, 5] and steps[1] == [1, 2, 3, 4, 5, 6]
 
 
 def test_ranks_whose_step_numbers_share_none_and_no_clock_pairs_them_are_named_not_a_crash():

@@ -723,9 +723,7 @@ def _step_shift(ref: RankTrace, rt: RankTrace) -> Optional[int]:
         ends, steps = found
         end = c.exec_end + rt.base_us
         i = bisect_left(ends, end)
-        near = min(
-            (k for k in (i - 1, i) if 0 <= k < len(ends)), key=lambda k: abs(ends[k] - end)
-        )
+        near = min((k for k in (i - 1, i) if 0 <= k < len(ends)), key=lambda k: abs(ends[k] - end))
         if abs(ends[near] - end) <= window:
             shifts[steps[near] - c.step] += 1
     if not shifts:

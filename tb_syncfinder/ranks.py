@@ -733,7 +733,8 @@ def _step_shift(ref: RankTrace, rt: RankTrace) -> Optional[int]:
 
 
 def _steps_numbered_alike(job: Job, issues: list[JobIssue]) -> Job:
-    """The job with ranks' steps numbered alike where time shows they are numbered apart.
+    """The job with ranks' steps numbered alike where their collectives show they are
+    numbered apart.
     A profiler stepped more often before its window (``prof.step()`` called by a rank's own
     warm-up) numbers the same iterations 6-10 where the others say 1-5: matched by number,
     the collectives of different iterations were paired (a rank 50 ms late each step read as

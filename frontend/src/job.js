@@ -41,6 +41,10 @@ export function rankList(ranks) {
   return `${sorted.length === 1 ? "rank" : "ranks"} ${parts.join(", ")}`;
 }
 
+/** Notes (not warnings) the view shows: the pace rank, and a rank whose steps it numbers
+ * otherwise than its trace does (the terminal lists every note). */
+const INFO_SHOWN = new Set(["pace", "steps_renumbered"]);
+
 /**
  * What the job view shows of a `job` object, without contradiction or empty parts: the
  * ranks whose traces are missing said once (not "missing 0" beside a count), the parts that
@@ -77,9 +81,14 @@ export function jobParts(job) {
       .filter(
         (/** @type {any} */ i) =>
           (i.severity === "warning" && i.code !== "missing_ranks" && !(unrelated && i.code === "other_job")) ||
-          (compared && i.code === "pace"),
+          (compared && INFO_SHOWN.has(i.code)),
       )
       .map((/** @type {any} */ i) => String(i.message)),
+    // What the terminal's first line under the title says: without it, a view with no late
+    // rank gave no hint that its collectives were matched at all, or below what floor.
+    matched: compared
+      ? `${job.collective_count || 0} collectives matched, ${job.late_collective_count || 0} with a late rank; lateness below ${formatUs(job.noise_us || 0)} is not called lateness`
+      : null,
     alone,
     grid: compared && (job.rank_steps || []).length > 0,
     sites: compared ? sites.slice(0, 10) : [],
@@ -350,6 +359,7 @@ function jobSection(job, ctx, other) {
       parts.missing ? h("span", { class: "sa-chip", "data-testid": "job-missing", title: "the analysis is partial" }, parts.missing) : null,
     ),
     parts.alone ? h("p", { class: "sa-note", "data-testid": "job-alone" }, parts.alone) : null,
+    parts.matched ? h("p", { class: "sa-note", "data-testid": "job-matched" }, parts.matched) : null,
     parts.issues.map((text) => h("p", { class: "sa-note", "data-testid": "job-issue" }, text)),
     parts.grid ? [h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer, \u00b7 none of the rank's collectives matched in that step)"), latenessGrid(job)] : null,
     parts.ranks ? [h("h4", null, "Top sites by cost to the job"), siteTable(job, parts.sites, ctx.app)] : null,

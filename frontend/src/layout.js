@@ -233,8 +233,11 @@ export function layoutTimeline(ctx, box) {
   const lanes = new Map();
   for (const e of ctx.device || []) {
     if (e.ts_us + (e.dur_us || 0) < t0 || e.ts_us > t1) continue;
-    if (!lanes.has(e.lane)) lanes.set(e.lane, []);
-    lanes.get(e.lane)?.push({ ...span(e), name: e.name, cat: e.cat });
+    // CUPTI's sync records (a stream waiting through the host's whole wait) get a row of
+    // their own under their stream's: on it they were drawn over its kernels and copies.
+    const lane = e.cat === "cuda_sync" ? `${e.lane} syncs` : e.lane;
+    if (!lanes.has(lane)) lanes.set(lane, []);
+    lanes.get(lane)?.push({ ...span(e), name: e.name, cat: e.cat });
   }
   for (const lane of [...lanes.keys()].sort((a, b) => a.localeCompare(b, "en", { numeric: true }))) {
     rows.push({ label: lane, group: "device", items: lanes.get(lane) || [] });

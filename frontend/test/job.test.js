@@ -119,3 +119,20 @@ test("another job of the run is dated from its key, in UTC", () => {
   assert.equal(jobStart(null), null);
   assert.equal(jobStart("world 4"), null);
 });
+
+test("a rank renumbered is said, and how many collectives were matched above what floor", () => {
+  const renumbered = "rank 1's steps are numbered 6-10 where the other ranks' over the same time are 1-5";
+  const parts = jobParts({
+    world_size: 2,
+    ranks: [0, 1],
+    missing_ranks: [],
+    rank_steps: [{ rank: 0, step: 1 }],
+    collective_count: 5,
+    late_collective_count: 0,
+    noise_us: 43500,
+    issues: [{ code: "steps_renumbered", message: renumbered, severity: "info" }],
+  });
+  assert.deepEqual(parts.issues, [renumbered]);
+  assert.equal(parts.matched, "5 collectives matched, 0 with a late rank; lateness below 43.5 ms is not called lateness");
+  assert.equal(jobParts({ world_size: 2, ranks: [1], missing_ranks: [0], issues: [] }).matched, null);
+});

@@ -267,3 +267,18 @@ test("a roving-tabindex group is one Tab stop: arrow keys move it, Enter and Spa
   assert.equal(press("Tab", rows[0]), false);
   assert.deepEqual(stops(), [0]);
 });
+
+test("a stream's sync records get a row of their own under it, off its kernels", () => {
+  const ctx = {
+    window: [0, 1000],
+    sync: { ts_us: 100, end_us: 500, idle_end_us: null },
+    host: [],
+    device: [
+      { lane: "GPU 0 stream 7", name: "kernel_a", cat: "kernel", ts_us: 0, dur_us: 300 },
+      { lane: "GPU 0 stream 7", name: "Stream Sync", cat: "cuda_sync", ts_us: 100, dur_us: 400 },
+    ],
+  };
+  const L = layoutTimeline(ctx, { width: 800 });
+  assert.deepEqual(L.rows.map((r) => r.label), ["GPU 0 stream 7", "GPU 0 stream 7 syncs"]);
+  assert.deepEqual(L.rows.map((r) => r.items.map((i) => i.name)), [["kernel_a"], ["Stream Sync"]]);
+});

@@ -499,17 +499,33 @@ def group_jobs(traces: Sequence[RankTrace]) -> tuple[list[Job], list[JobIssue]]:
             jobs.extend(found)
     if len(jobs) > 1:
         for job in jobs:
-            others = [j.key for j in jobs if j is not job]
+            others = [_job_label(j) for j in jobs if j is not job]
             job.issues.append(
                 JobIssue(
                     OTHER_JOB,
                     f"the run holds {len(jobs)} jobs (or profiled windows): "
-                    f"{job.key} is analysed apart from {', '.join(others)}",
+                    f"{_job_label(job)} is analysed apart from {', '.join(others)}",
                     ranks=sorted(job.ranks),
                     paths=[t.path for t in job.ranks.values()],
                 )
             )
     return jobs, issues
+
+
+def _job_label(job: Job) -> str:
+    """A job as a user tells it from another: its world, backend and when its window began
+    (UTC), where its key gives the start in epoch seconds."""
+    starts = [_abs_span(t)[0] for t in job.ranks.values()]
+    if not starts:
+        return job.key
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromtimestamp(min(starts) / 1e6, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return job.key
+    backend = f" ({job.backend})" if job.backend else ""
+    return f"world {job.world_size}{backend} recorded from {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _parts(cluster: list[RankTrace]) -> list[list[RankTrace]]:

@@ -363,6 +363,11 @@ def test_a_second_jobs_traces_in_the_folder_get_a_section_of_their_own(gloo_job,
     assert rest and re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC:", rest)
     assert "Lateness per rank and step" in head and "Lateness per rank and step" in rest
     assert f"b_rank{GLOO_LATE}" in rest and "time.sleep" in rest
+    # Each job named by when it began, not by its key's epoch seconds.
+    (other_job,) = [i for i in job["issues"] if i["code"] == R.OTHER_JOB]
+    assert re.search(
+        r"\(gloo\) recorded from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC is", other_job["message"]
+    )
 
 
 def test_ranks_on_one_host_name_whose_clocks_differ_are_said_to_hide_lateness(gloo_job, tmp_path):

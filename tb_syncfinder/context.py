@@ -88,99 +88,34 @@ def _thread_for(tl: Timeline, sync: Sync, threads: _Threads | None = None) -> Ho
 
 
 class _Depths:
-    """Each drawn node's depth among the host lanes (python frames are not drawn): how many
-    drawn nodes enclose it in time, memoised, as a window's nodes share most of their chains.
-
-    A node's ``parent`` is what was open on the sweep's stack when it started, not always
-    what encloses it: a ``record_function`` span (``ProfilerStep#N``) begins inside the
-    python frames that enter it and outlives them, so the frames of the next step's
-    ``profiler.step()`` call start inside step N, end after it, and become the parents of
-    step N+1 (whose chain then holds every earlier step). Counting the chain's drawn nodes
-    put step N at depth N-2 and its operators a lane lower per step; only the chain's nodes
-    whose end reaches the node's end are counted here."""
+    """Each drawn node's depth among the host lanes (python frames are not drawn): its
+    drawn ancestors (a node's parent encloses it, ``timeline._sweep``), memoised, as a
+    window's nodes share most of their chains; and the nodes open before a window."""
 
     def __init__(self, thread: HostThread) -> None:
         self.parent = thread.parent
         self.kinds = thread.kinds
         self.ends = thread.ends
+        self.known: dict[int, int] = {-1: 0}
         self._ends_tree: list[float] | None = None  # ``open_before``'s, made at its first use
         self._leaves = 1
-        self.drawn_above: dict[int, int] = {-1: -1}  # python frame -> first drawn node up
-        self.up: dict[int, int] = {-1: -1}  # drawn node -> the drawn node enclosing it
-        self.depth: dict[int, int] = {-1: -1}  # drawn node -> depth (-1: the root)
 
-    def drawn_from(self, index: int) -> int:
-        """``index`` if it is drawn, else its first drawn node up the chain (-1: none)."""
-        kinds, drawn_above = self.kinds, self.drawn_above
-        frames: list[int] = []
-        while index >= 0 and kinds[index] == PYTHON:
-            found = drawn_above.get(index)
-            if found is not None:
-                index = found
-                break
-            frames.append(index)
-            index = self.parent[index]
-        for frame in frames:
-            drawn_above[frame] = index
-        return index
-
-    def _walk(self, index: int, end: float) -> tuple[int, bool]:
-        """Up the chain from ``index`` to the first drawn node still open at ``end`` (-1:
-        none), and True; or, where the walk needs a drawn node's enclosing node not known
-        yet, that node and False. A drawn node ending before ``end`` is passed by a jump to
-        the node enclosing it: what lies between them on the chain ends earlier still, or
-        is not drawn."""
-        ends, up = self.ends, self.up
-        index = self.drawn_from(index)
-        tolerance = end_tolerance(end)
-        while index >= 0 and ends[index] + tolerance < end:
-            found = up.get(index)
-            if found is None:
-                return index, False
-            index = found
-        return index, True
-
-    def up_of(self, index: int) -> int:
-        """The drawn node enclosing the drawn node ``index`` (-1: none); iterative, as the
-        nodes a chain passes may each wait on the next one (a long run's earlier steps)."""
-        up = self.up
-        found = up.get(index)
-        if found is not None:
-            return found
-        pending = [index]
-        while pending:
-            node = pending[-1]
-            reached, done = self._walk(self.parent[node], self.ends[node])
-            if done:
-                up[node] = reached
-                pending.pop()
-            else:
-                pending.append(reached)
-        return up[index]
-
-    def enclosing(self, index: int, end: float) -> int:
-        """The innermost drawn node at or up the chain from ``index`` still open at ``end``
-        (-1: none)."""
-        while True:
-            reached, done = self._walk(index, end)
-            if done:
-                return reached
-            self.up_of(reached)
-
-    def of_node(self, index: int) -> int:
-        """The depth of the drawn node ``index`` (0: no drawn node encloses it)."""
-        depth_of = self.depth
-        depth = depth_of.get(index)
+    def of_children(self, index: int) -> int:
+        """The depth of a node whose parent is ``index`` (-1: the root)."""
+        known = self.known
+        depth = known.get(index)
         if depth is not None:
             return depth
         chain: list[int] = []
-        while index not in depth_of:
+        while index not in known:
             chain.append(index)
-            index = self.up_of(index)
-        depth = depth_of[index]
+            index = self.parent[index]
+        depth = known[index]
+        kinds = self.kinds
         for index in reversed(chain):
-            depth += 1
-            depth_of[index] = depth
+            if kinds[index] != PYTHON:
+                depth += 1
+            known[index] = depth
         return depth
 
     def open_before(self, first: int, at: float) -> list[int]:
@@ -214,11 +149,6 @@ class _Depths:
             pending.append((2 * node + 1, mid, hi))
             pending.append((2 * node, lo, mid))
         return found
-
-    def of_span(self, index: int, end: float) -> int:
-        """The depth of a span ending at ``end`` whose innermost enclosing node (of any
-        kind) is ``index`` (-1: none): one below the drawn node around it."""
-        return self.of_node(self.enclosing(index, end)) + 1
 
 
 def sync_contexts(
@@ -263,12 +193,14 @@ def sync_context(
         # node before it outlives included (no chain of enclosing nodes holds those).
         indices.extend(i for i in depths.open_before(first, lo) if kinds[i] != PYTHON)
         indices.extend(i for i in range(first, last) if kinds[i] != PYTHON)
-        drawn: list[tuple[Event, int]] = [(nodes[i], depths.of_node(i)) for i in indices]
+        parent = thread.parent
+        drawn: list[tuple[Event, int]] = [
+            (nodes[i], depths.of_children(parent[i])) for i in indices
+        ]
         r0 = bisect_left(thread.runtime_starts, lo)
         r1 = bisect_right(thread.runtime_starts, hi)
         for e in thread.runtime[r0:r1]:
-            end = e.ts + e.dur
-            drawn.append((e, depths.of_span(thread.innermost(e.ts, end), end)))
+            drawn.append((e, depths.of_children(thread.innermost(e.ts, e.ts + e.dur))))
         drawn.sort(key=lambda item: (item[0].ts, item[1]))
         drawn = _without_overlaps(drawn)
         host = [

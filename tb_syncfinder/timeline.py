@@ -111,9 +111,9 @@ class HostThread(msgspec.Struct):
         i = bisect_right(self.starts, ts) - 1
         ends = self.ends
         parent = self.parent
+        tolerance = end_tolerance(end)  # durations are rounded (ns -> us) independently
         while i >= 0:
-            # A tiny tolerance: durations are rounded (ns -> us) independently.
-            if ends[i] + 1e-3 >= end:
+            if ends[i] + tolerance >= end:
                 return i
             i = parent[i]
         return -1
@@ -237,6 +237,8 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
     if thread.odd_kinds:
         _set_odd_kinds(thread.odd_kinds, nodes, starts, kinds)
     parent = [-1] * len(nodes)
+    # One tolerance for the thread (its times are all of one magnitude): none per node.
+    tolerance = end_tolerance(max(map(abs, ends), default=0.0))
     stack: list[int] = []
     pop = stack.pop
     push = stack.append
@@ -248,10 +250,10 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
             top_end = ends[stack[-1]] if stack else float("-inf")
         if stack:
             end = ends[i]
-            if top_end + end_tolerance(end) >= end:
+            if top_end + tolerance >= end:
                 parent[i] = stack[-1]
             else:
-                parent[i] = _enclosing_on_stack(stack, ends, ts, end)
+                parent[i] = _enclosing_on_stack(stack, ends, ts, end, tolerance)
         push(i)
         top_end = ends[i]
     thread.kinds, thread.starts, thread.ends, thread.parent = kinds, starts, ends, parent
@@ -281,7 +283,9 @@ def end_tolerance(end: float) -> float:
     return max(_END_TOLERANCE_US, abs(end) * _END_TOLERANCE_SHARE)
 
 
-def _enclosing_on_stack(stack: list[int], ends: list[float], ts: float, end: float) -> int:
+def _enclosing_on_stack(
+    stack: list[int], ends: list[float], ts: float, end: float, tolerance: float
+) -> int:
     """The parent of a node starting at ``ts`` that outlives the top of the sweep's stack:
     the nearest node on it that encloses it (-1: none). A span can outlive the frame it
     began in: ``record_function``'s ``ProfilerStep#N`` begins in the Python frames that
@@ -292,7 +296,6 @@ def _enclosing_on_stack(stack: list[int], ends: list[float], ts: float, end: flo
     stack here (none is a parent again: later nodes start later still)."""
     stack[:] = [j for j in stack if ends[j] > ts]
     k = len(stack) - 1
-    tolerance = end_tolerance(end)
     while k >= 0 and ends[stack[k]] + tolerance < end:
         k -= 1
     return stack[k] if k >= 0 else -1

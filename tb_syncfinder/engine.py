@@ -178,7 +178,7 @@ def analyze_trace(
         name = os.path.basename(ref)
         ref = TraceRef(ref, os.path.basename(os.path.dirname(os.path.abspath(ref))), name)
     options = options or Options()
-    resolver = resolver or options.resolver()
+    resolver = (resolver or options.resolver()).beside(ref.path)
     try:
         window_bytes = _window_for(ref.path, options)
         if window_bytes:

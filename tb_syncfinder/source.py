@@ -32,6 +32,7 @@ Legacy ``Call stack`` lines are call lines already (``line_exact=True``).
 from __future__ import annotations
 
 import ast
+import copy
 import os
 import re
 import site
@@ -951,6 +952,8 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
 _TRUTH_TESTED = (ast.If, ast.While, ast.IfExp, ast.Assert)
 
 
+# The suffix index's mark that the roots were walked (no file is named this).
+_WALKED = "/"
 # Tied candidates compared byte for byte, at most this many (each read whole).
 _SAME_COPIES_MAX = 8
 
@@ -973,8 +976,14 @@ class SourceResolver:
     ) -> None:
         self.roots = [_resolved(r) for r in (roots or [os.getcwd()])]
         self.path_map = [(str(a), str(b)) for a, b in path_map]
-        self._found: dict[str, Path | None] = {}
-        self._found_library: dict[str, Path | None] = {}
+        # A path the trace names -> its file here; a tuple: different files that match it
+        # equally (``_nearest`` picks among them for each trace).
+        self._found: dict[str, Path | tuple[Path, ...] | None] = {}
+        self._found_library: dict[str, Path | tuple[Path, ...] | None] = {}
+        # The folder of the trace being resolved (``beside``): of different files that
+        # match a recorded path equally, the one nearest the trace is its run's copy.
+        self._trace_dir: str | None = None
+        self._nearest_of: dict[tuple[Path, ...], Path | None] = {}
         self._init_classes: dict[str, str | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
@@ -984,15 +993,50 @@ class SourceResolver:
         # analysed shows as a change (``models.result_stamps``).
         self.read_stamps: dict[str, tuple[int, int]] = {}
         self._lines: dict[Path, list[bytes] | None] = {}
-        self._index: dict[str, list[Path]] | None = None
+        # The suffix walk's index (file name -> paths), walked once: the dict is shared with
+        # every ``beside`` view, so the walk's completion is a key of it, not an attribute.
+        self._index: dict[str, list[Path]] = {}
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
         self._alignments: dict[Any, Any] = {}
 
     # -- files -------------------------------------------------------------------------
+    def beside(self, trace_path: str) -> SourceResolver:
+        """This resolver for one trace: what it finds and parses is shared with every other
+        trace's; of different files that match a recorded path equally (a script copied
+        beside each run's logs, edited between runs), it takes the one nearest the trace."""
+        view = copy.copy(self)
+        local = "://" not in trace_path
+        view._trace_dir = os.path.dirname(os.path.realpath(trace_path)) if local else None
+        view._nearest_of = {}
+        return view
+
+    def _nearest(self, found: Path | tuple[Path, ...] | None) -> Path | None:
+        """``found``, or of several different files the one whose folder shares the longest
+        path with the trace's folder, when one does; None when none is nearer."""
+        if not isinstance(found, tuple):
+            return found
+        if self._trace_dir is None:
+            return None
+        if found in self._nearest_of:
+            return self._nearest_of[found]
+        self._nearest_of[found] = None
+        shared = []
+        for path in found:
+            try:
+                common = os.path.commonpath([self._trace_dir, os.path.realpath(path.parent)])
+            except ValueError:  # another drive (Windows)
+                common = ""
+            shared.append(len(Path(common).parts) if common else 0)
+        best = max(shared)
+        if shared.count(best) == 1:
+            self._nearest_of[found] = found[shared.index(best)]
+        return self._nearest_of[found]
+
     def _suffix_index(self) -> dict[str, list[Path]]:
-        if self._index is None:
-            index: dict[str, list[Path]] = {}
+        index = self._index
+        if _WALKED not in index:
+            index[_WALKED] = []
             seen: set[Path] = set()  # nested roots (a checkout and its demo folder) walk twice
             count = 0
             for root in self.roots:
@@ -1022,7 +1066,6 @@ class SourceResolver:
                             count,
                         )
                         break
-            self._index = index
         return self._index
 
     def _under_root(self, parts: list[str]) -> tuple[Path | None, int]:
@@ -1040,13 +1083,11 @@ class SourceResolver:
 
     def find_file(self, trace_file: str) -> Path | None:
         """The readable local file for a path as the trace names it, or None."""
-        if trace_file in self._found:
-            return self._found[trace_file]
-        found = self._find(trace_file)
-        self._found[trace_file] = found
-        return found
+        if trace_file not in self._found:
+            self._found[trace_file] = self._find(trace_file)
+        return self._nearest(self._found[trace_file])
 
-    def _find(self, trace_file: str, walk: bool = True) -> Path | None:
+    def _find(self, trace_file: str, walk: bool = True) -> Path | tuple[Path, ...] | None:
         if not trace_file or trace_file.startswith("<"):
             return None
         norm = trace_file.replace("\\", "/")
@@ -1098,17 +1139,18 @@ class SourceResolver:
         # the same lines. Different files of one name stay ambiguous.
         if 1 < len(files) <= _SAME_COPIES_MAX and _all_same_bytes(files):
             return files[0]
-        return None
+        # Different files: the trace's run may have its own copy (``_nearest``).
+        return tuple(files) if len(files) > 1 else None
 
     def find_library_file(self, trace_file: str) -> Path | None:
         """A library's file: at its recorded path, under the path map or a root; else under
         this interpreter's site-packages (traces name library files relative to theirs:
         ``transformers/generation/utils.py``); else by the roots' suffix walk."""
         if trace_file in self._found_library:
-            return self._found_library[trace_file]
+            return self._nearest(self._found_library[trace_file])
         # The roots' walk comes last: a path recorded relative to site-packages is most
         # likely the installed copy, and walking a home folder for it took seconds.
-        found = self._find(trace_file, walk=False)
+        found: Path | tuple[Path, ...] | None = self._find(trace_file, walk=False)
         norm = trace_file.replace("\\", "/")
         if found is None and norm and not norm.startswith(("<", "/", "..")):
             for folder in _library_dirs():
@@ -1117,9 +1159,10 @@ class SourceResolver:
                     found = candidate
                     break
         if found is None:
-            found = self.find_file(trace_file)
+            self.find_file(trace_file)
+            found = self._found[trace_file]
         self._found_library[trace_file] = found
-        return found
+        return self._nearest(found)
 
     def _parse_function(self, path: Path, line: int, func: str) -> _ParsedFile | None | bool:
         """Only the function of a library frame, parsed; False when the file holds no

@@ -516,7 +516,7 @@ def test_a_library_path_is_looked_for_in_site_packages_before_walking_the_roots(
     monkeypatch.setattr(source, "_library_dirs", lambda: [str(installed)])
     resolver = SourceResolver([str(tmp_path / "home")])
     assert resolver.find_library_file("lib/trainer.py") == installed / "lib" / "trainer.py"
-    assert resolver._index is None  # the root was not walked
+    assert resolver._index == {}  # the root was not walked
     # Not installed here: the walk still finds it.
     monkeypatch.setattr(source, "_library_dirs", lambda: [])
     walked = SourceResolver([str(tmp_path / "home")])
@@ -644,3 +644,61 @@ def test_copies_of_one_script_found_under_the_roots_resolve_and_different_files_
     assert found is not None and found.name == "train.py"
     (tmp_path / "run_b" / "train.py").write_text("x = 2\n")
     assert SourceResolver([str(tmp_path)]).find_file(recorded) is None
+
+
+def _edited_copies(tmp_path):
+    """``train.py`` as each of two runs ran it: run_b's has a line added above the item()."""
+    body = (
+        "import torch\n\n\ndef train_step(model, x):\n    loss = model(x)\n"
+        "{}    return loss.item()\n"
+    )
+    (tmp_path / "run_a" / "profile").mkdir(parents=True)
+    (tmp_path / "run_b" / "profile").mkdir(parents=True)
+    (tmp_path / "run_a" / "train.py").write_text(body.format(""))
+    (tmp_path / "run_b" / "train.py").write_text(body.format("    loss = loss * 2\n"))
+
+
+def test_a_run_takes_the_copy_of_an_edited_script_nearest_its_trace(tmp_path):
+    """Different copies of one script, one beside each run's traces: the recorded path
+    (``/cluster/job/train.py``) matches both equally. The trace's own run's copy is the
+    one that ran; a trace near neither leaves the file unnamed."""
+    _edited_copies(tmp_path)
+    resolver = SourceResolver([str(tmp_path)])
+    stack = [
+        Frame("<built-in>", None, "item", False),
+        Frame("/cluster/job/train.py", 4, "train_step", True),
+    ]
+    lines = {}
+    for run in ("run_a", "run_b"):
+        near = resolver.beside(str(tmp_path / run / "profile" / "w.pt.trace.json"))
+        source = near.resolve(stack, ["item"])
+        assert source.resolved_path == str(tmp_path / run / "train.py")
+        lines[run] = (source.line, source.line_exact)
+    assert lines == {"run_a": (6, True), "run_b": (7, True)}
+    elsewhere = resolver.beside(str(tmp_path / "w.pt.trace.json"))
+    assert elsewhere.find_file("/cluster/job/train.py") is None
+    assert resolver.find_file("/cluster/job/train.py") is None
+    # The roots were walked once for every trace's view.
+    assert len(resolver._index["train.py"]) == 2
+
+
+def test_the_report_names_each_runs_line_from_the_script_beside_it(tmp_path):
+    """End to end: two runs' traces in one logdir, each beside the version of the script
+    it ran; each run's item() is named at its own line, exact."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder.engine import Options, analyze_trace
+
+    _edited_copies(tmp_path)
+    options = Options(source_roots=(str(tmp_path),), contexts=False)
+    found = {}
+    for run in ("run_a", "run_b"):
+        b = KinetoTraceBuilder()
+        frame = ("/cluster/job/train.py", 4, "train_step")
+        with b.step(1), b.frame(frame):
+            item_sync(b, stack=[frame])
+        trace = b.write(tmp_path / run / "profile" / "w.pt.trace.json")
+        result = analyze_trace(str(trace), options)
+        assert result.info.error is None
+        found[run] = {(s.source.line, s.source.line_exact) for s in result.syncs}
+    assert found == {"run_a": {(6, True)}, "run_b": {(7, True)}}

@@ -204,6 +204,9 @@ function latenessGrid(job) {
   return foldable(table, "job-grid", ranks.length, ranks.filter((r) => folded.has(r)).length);
 }
 
+/** The columns of the job's rank table, as the terminal's "Ranks" table has them. */
+export const RANK_COLUMNS = ["rank", "worker", "host wait", "blocking", "collective wait", "late", "others waited"];
+
 /**
  * @param {any} job
  */
@@ -215,7 +218,7 @@ function rankTable(job) {
   const table = h(
     "table",
     { class: "sa-table", "data-testid": "job-ranks" },
-    h("thead", null, h("tr", null, ["rank", "host wait", "blocking", "collective wait", "late", "others waited"].map((t) => h("th", null, t)))),
+    h("thead", null, h("tr", null, RANK_COLUMNS.map((t) => h("th", null, t)))),
     h(
       "tbody",
       null,
@@ -224,6 +227,8 @@ function rankTable(job) {
           "tr",
           { "data-rank": String(r.rank), class: folded.has(r.rank) ? "sa-job-folded" : null, hidden: folded.has(r.rank) },
           h("td", null, String(r.rank)),
+          // The worker names the rank's trace (the terminal's column); its path on hover.
+          h("td", { class: "sa-job-worker", title: r.path || null }, r.worker || "-"),
           h("td", null, formatUs(r.sync_wait_us)),
           h("td", null, formatUs(r.blocking_wait_us)),
           h("td", null, formatUs(r.wait_in_collectives_us)),

@@ -81,6 +81,14 @@ def test_job_run_shows_the_lateness_grid_and_the_late_ranks_line_as_top_job_site
     assert first_site.split()[0] == str(LATE_RANK)
     assert f"{SCRIPT}:{SLEEP_LINE}" in first_site
     assert page.locator("[data-testid=job-ranks] tbody tr").count() == WORLD
+    # Each rank's row names its trace (the worker), as the terminal's table does.
+    header = page.locator("[data-testid=job-ranks] thead th").all_inner_texts()
+    assert header[:2] == ["rank", "worker"]
+    for rank in range(WORLD):
+        row = page.locator(f"[data-testid=job-ranks] tbody tr[data-rank='{rank}']")
+        worker = row.locator("td.sa-job-worker")
+        assert worker.inner_text() == f"rank{rank}"
+        assert (worker.get_attribute("title") or "").endswith(f"rank{rank}.pt.trace.json")
     # A sync's row opens its site's detail, by keyboard too; the late rank's sleep is no
     # sync, has no detail, and does not look clickable (it looked so, and did nothing).
     sleep_row = page.locator("[data-testid=job-sites] tbody tr").first

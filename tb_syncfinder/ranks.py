@@ -1265,6 +1265,12 @@ def _job_steps(job: Job, rank_steps: list[RankStep]) -> list[JobStep]:
 NOISE_FLOOR_STEP_SHARE = 0.25
 
 
+def _noise_floor_share(job: Job, noise: float) -> Optional[float]:
+    """The noise floor as a share of the job's median step (None without steps)."""
+    durations = [s.duration for rt in job.ranks.values() for s in rt.steps]
+    return noise / statistics.median(durations) if durations else None
+
+
 def _say_a_noise_floor_that_hides_lateness(
     job: Job, clocks: Sequence[ClockDomain], noise: float, issues: list[JobIssue]
 ) -> None:
@@ -1272,15 +1278,15 @@ def _say_a_noise_floor_that_hides_lateness(
     one host name and their own clocks, 20 ms apart, read as a floor of 43.5 ms and a rank
     50 ms late a step as none late, unsaid): the floor is named where it is a large share
     of a step, with the spread that set it."""
-    durations = [s.duration for rt in job.ranks.values() for s in rt.steps]
-    if not durations or noise <= NOISE_FLOOR_STEP_SHARE * statistics.median(durations):
+    share = _noise_floor_share(job, noise)
+    if share is None or share <= NOISE_FLOOR_STEP_SHARE:
         return
     worst = max(clocks, key=lambda c: c.residual_us or 0.0)
     issues.append(
         JobIssue(
             NOISE_FLOOR_HIGH,
             f"lateness below {noise / 1000:.1f} ms is not called lateness here, "
-            f"{noise / statistics.median(durations):.0%} of a step: the ranks of "
+            f"{share:.0%} of a step: the ranks of "
             f"{worst.name} leave the same collective {(worst.residual_us or 0.0) / 1000:.1f} "
             "ms apart (median), where ranks sharing a clock leave it together. Ranks named "
             "on one host whose clocks differ (containers with one host name?), or a host "
@@ -1569,7 +1575,15 @@ def pace_issue(analysis: JobAnalysis) -> Optional[JobIssue]:
     held = sum((c.lateness_us for c in analysis.collectives if c.last_rank == rank), 0.0)
     gaps = sum((c.arrival_gap_us for c in analysis.collectives if c.arrival_gap_us > 0), 0.0)
     note = ""
-    if gaps > held + max(analysis.noise_us, 0.05 * gaps):
+    share = _noise_floor_share(analysis.job, analysis.noise_us)
+    if share is not None and share > NOISE_FLOOR_STEP_SHARE:
+        # No lateness is called below the floor, so "waited 0 ms of it so far" would be
+        # false: the others' waits for it are in the grid, uncalled.
+        note = (
+            "; no collective calls it late: lateness below the job's noise floor "
+            f"({analysis.noise_us / 1000:.1f} ms) is not called lateness here"
+        )
+    elif gaps > held + max(analysis.noise_us, 0.05 * gaps):
         note = (
             "; its collectives' results are waited for later, so the others have waited "
             f"{held / 1000:.2f} ms of it so far: in a longer run they wait for it each step"

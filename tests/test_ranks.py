@@ -390,6 +390,12 @@ def test_ranks_on_one_host_name_whose_clocks_differ_are_said_to_hide_lateness(gl
     again = only_job(rank_traces(sorted(run.glob("*.json")), folder))
     (issue,) = codes(again)[R.NOISE_FLOOR_HIGH]
     assert "is not called lateness here" in issue.message and issue.severity == "warning"
+    # The rank that sets the pace is not said to have made the others wait 0 ms so far: the
+    # floor hid their waits, as the warning says.
+    pace = R.pace_issue(again)
+    assert pace is not None and pace.ranks == [GLOO_LATE]
+    assert "so far" not in pace.message
+    assert "no collective calls it late: lateness below the job's noise floor" in pace.message
 
 
 def test_a_fault_of_the_job_stage_leaves_the_runs_traces_reported(gloo_job, monkeypatch):

@@ -83,7 +83,8 @@ export function jobParts(job) {
           (i.severity === "warning" && i.code !== "missing_ranks" && !(unrelated && i.code === "other_job")) ||
           (compared && INFO_SHOWN.has(i.code)),
       )
-      .map((/** @type {any} */ i) => String(i.message)),
+      // A warning says the figures may mislead; a note only adds to them: told apart.
+      .map((/** @type {any} */ i) => ({ message: String(i.message), warning: i.severity === "warning" })),
     // What the terminal's first line under the title says: without it, a view with no late
     // rank gave no hint that its collectives were matched at all, or below what floor.
     matched: compared
@@ -365,7 +366,11 @@ function jobSection(job, ctx, other) {
     ),
     parts.alone ? h("p", { class: "sa-note", "data-testid": "job-alone" }, parts.alone) : null,
     parts.matched ? h("p", { class: "sa-note", "data-testid": "job-matched" }, parts.matched) : null,
-    parts.issues.map((text) => h("p", { class: "sa-note", "data-testid": "job-issue" }, text)),
+    parts.issues.map((issue) =>
+      issue.warning
+        ? h("p", { class: "sa-note sa-job-warning", "data-testid": "job-issue", "data-severity": "warning" }, h("b", null, "Warning: "), issue.message)
+        : h("p", { class: "sa-note", "data-testid": "job-issue", "data-severity": "info" }, issue.message),
+    ),
     parts.grid ? [h("h4", null, "Lateness per rank and step (+ held the others, \u2212 waited for a peer, \u00b7 none of the rank's collectives matched in that step)"), latenessGrid(job)] : null,
     parts.ranks ? [h("h4", null, "Top sites by cost to the job"), siteTable(job, parts.sites, ctx.app)] : null,
     parts.ranks ? [h("h4", null, "Host wait beside collective wait"), rankTable(job)] : null,

@@ -77,7 +77,7 @@ test("the rank that sets the job's pace is said, other notes are not", () => {
     rank_steps: [{ rank: 0, step: 1 }],
     issues: [{ code: "clock_skew", message: "clocks aligned", severity: "info" }, { code: "pace", message: pace, severity: "info" }],
   });
-  assert.deepEqual(parts.issues, [pace]);
+  assert.deepEqual(parts.issues, [{ message: pace, warning: false }]);
 });
 
 test("one rank of a job beside another job that does compare keeps the other job's warning", () => {
@@ -91,7 +91,7 @@ test("one rank of a job beside another job that does compare keeps the other job
   assert.equal(parts.title, "Job of 2 ranks");
   assert.match(parts.alone, /^Only rank 1's trace of this 2-rank job is here/);
   // The view does not say there is another job: the warning does.
-  assert.deepEqual(parts.issues, ["the run holds 2 jobs: the 4-rank one is analysed apart"]);
+  assert.deepEqual(parts.issues, [{ message: "the run holds 2 jobs: the 4-rank one is analysed apart", warning: true }]);
 });
 
 test("a job of many ranks shows the ranks that matter first and folds the rest", async () => {
@@ -132,7 +132,7 @@ test("a rank renumbered is said, and how many collectives were matched above wha
     noise_us: 43500,
     issues: [{ code: "steps_renumbered", message: renumbered, severity: "info" }],
   });
-  assert.deepEqual(parts.issues, [renumbered]);
+  assert.deepEqual(parts.issues, [{ message: renumbered, warning: false }]);
   assert.equal(parts.matched, "5 collectives matched, 0 with a late rank; lateness below 43.5 ms is not called lateness");
   assert.equal(jobParts({ world_size: 2, ranks: [1], missing_ranks: [0], issues: [] }).matched, null);
 });

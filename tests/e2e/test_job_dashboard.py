@@ -149,4 +149,14 @@ def test_a_second_job_in_the_folder_gets_its_own_section(
         f"[data-testid=job-grid] tbody tr[data-rank='{LATE_RANK}'] td.sa-job-late"
     )
     assert len(late) == STEPS
+    # The warning that another job's traces are here reads as one, not as a note.
+    first = page.locator("[data-testid=job]").first
+    warnings = first.locator("[data-testid=job-issue][data-severity=warning]")
+    assert warnings.count() >= 1 and warnings.first.inner_text().startswith("Warning: ")
+    assert any("recorded from" in text for text in warnings.all_inner_texts())
+    note_border = page.eval_on_selector(
+        "[data-testid=job-matched]", "el => getComputedStyle(el).borderLeftColor"
+    )
+    warning_border = warnings.first.evaluate("el => getComputedStyle(el).borderLeftColor")
+    assert warning_border != note_border
     assert page_errors == []

@@ -956,6 +956,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _some(names: list[str]) -> str:
+    """The first five names, and how many more."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """A report JSON file as is, or the report of analysing a trace / run / logdir."""
     from tb_syncfinder.models import SCHEMA
@@ -993,15 +998,23 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
                 msgspec.convert(data, Report)
             except msgspec.ValidationError as exc:
                 raise UsageError(f"{path}: not a valid {SCHEMA} report: {exc}") from None
+            runs = [str(r.get("run")) for r in data.get("runs") or [] if isinstance(r, dict)]
+            if len(runs) > 1:
+                # Its top-level figures merge every run: a site of one run read as fixed
+                # and another's per-step figures as worse, and the gate failed on it.
+                raise UsageError(
+                    f"{path} is a report of {len(runs)} runs ({_some(runs)}): compare one "
+                    f"run with one run, writing each run's report apart (`{PROG} report "
+                    "RUN_FOLDER --json -o FILE`)"
+                )
             return data
     report_set = _analyze_runs(path, args)
     if len(report_set.runs) > 1:
         # Merged, each run's per-step figures were spread over every run's steps (a site
         # of one run read 0.07 a step beside itself at 1.0) and nothing said so.
         names = list(report_set.runs)
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise UsageError(
-            f"{path} holds {len(names)} runs ({shown}): compare one run with one run, "
+            f"{path} holds {len(names)} runs ({_some(names)}): compare one run with one run, "
             "giving each run's folder (or a trace file, or a report JSON)"
         )
     return report_set.report

@@ -171,7 +171,7 @@ export function changeText(site, opts = {}) {
  * The label of a compared site: `…/demo/cnn.py:95,96` when the row merges the sites of one
  * function, operator and kind at several lines (the `lines` of its newer side, as the CLI
  * names it), `file:line` otherwise, the operator or API when there is no source line.
- * @param {{file?: string | null, line?: number | null, lines?: number[] | null, before?: any, after?: any, ops?: string[] | null, apis?: string[] | null}} site
+ * @param {{file?: string | null, line?: number | null, line_exact?: boolean, lines?: number[] | null, before?: any, after?: any, ops?: string[] | null, apis?: string[] | null}} site
  * @returns {string}
  */
 export function compareLocation(site) {
@@ -179,8 +179,18 @@ export function compareLocation(site) {
   const side = site.after || site.before || {};
   const lines = Array.isArray(side.lines) && side.lines.length ? side.lines : Array.isArray(site.lines) ? site.lines : [];
   const where = lines.length > 1 ? lines.join(",") : String(site.line ?? lines[0] ?? "?");
-  return `${shortPath(site.file)}:${where}`;
+  // As Hotspots and the CLI mark it: a line that is not the syncing call's own.
+  const mark = site.line_exact === false && site.line !== null && site.line !== undefined ? "*" : "";
+  // A row merging a function's sites of one kind: its lines before, where the fix removed
+  // some of them (the CLI's row says the same).
+  const before = site.after && site.before && Array.isArray(site.before.lines) ? site.before.lines : [];
+  const was = before.length && before.join(",") !== lines.join(",") ? ` (before: ${before.join(",")})` : "";
+  return `${shortPath(site.file)}:${where}${mark}${was}`;
 }
+
+/** The title of a compared site's `*`: why the line may not be the call's. */
+export const COMPARE_INEXACT_TITLE =
+  "* not the line of the syncing call: the function's line (the source was not found, or its calls could not be told apart); Hotspots says which";
 
 /**
  * What a step time change of profiled runs leaves out: the profiler's own overhead is in
@@ -375,12 +385,13 @@ export function selfBaselineText(run, base) {
  * steps profiled, which is the group's first row). A CPU-only side measures no wait: its
  * cost rows read "–", never 0. The saving row (the baseline's predicted saving per step
  * beside the one measured) only when both are known and both runs are on a GPU.
- * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean}} args
+ * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean, compared?: any}} args
  *   `base`, `new`: the `compare` answer's summaries; `predictedUs`, `measuredUs`: its
- *   `predicted_saving_us` and `measured_saving_us`
+ *   `predicted_saving_us` and `measured_saving_us`; `compared`: the whole answer (what
+ *   was fixed, for the saving row's words)
  * @returns {{unit: "step" | "run", title: string, rows: {id: string, label: string, before: string, after: string}[]}[]}
  */
-export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false }) {
+export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false, compared = null }) {
   const b = base || {};
   const n = after || {};
   /** A figure of each side, "–" for a CPU-only side where `cost` (it measures no wait). */
@@ -394,9 +405,7 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
           label: "saving",
           // One statement across both columns: under them, "predicted" and "measured" read
           // as each run's own saving (a job review).
-          span: `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(predictedUs)} by the baseline's replay; measured ${formatUs(measuredUs)} between the runs`,
-          before: `predicted ${b.saving_method === "replay" ? "~" : "≤"}${formatUs(predictedUs)}`,
-          after: `measured ${formatUs(measuredUs)}`,
+          ...savingTexts(b, predictedUs, measuredUs, compared),
         }
       : null,
     { id: "syncs", label: "syncs", ...pair((s) => formatCount(s.syncs_per_step)) },
@@ -412,6 +421,41 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
     { unit: "step", title: "Per step (mean of the profiled steps)", rows: perStep.filter((r) => r !== null) },
     { unit: "run", title: "Whole run (all profiled steps)", rows: wholeRun },
   ];
+}
+
+/**
+ * The saving row's words, as the CLI's "saving" line: the baseline's prediction for what
+ * the new run fixed (the all-syncs figure only where every site was fixed: beside a fix of
+ * one site of several it read as a prediction the fix missed), and the measured change,
+ * with the median steps' where a few profiled steps' mean and median disagree.
+ * @param {any} b the baseline's summary
+ * @param {number} predictedUs `predicted_saving_us`: fixing every sync
+ * @param {number} measuredUs `measured_saving_us`
+ * @param {{predicted_saving_of_fixed_us?: number | null, every_site_fixed?: boolean, measured_saving_median_us?: number | null, counts?: any} | null} compared
+ *   the rest of the `compare` answer (an older server's has none of these: the all-syncs figure)
+ * @returns {{span: string, before: string, after: string}}
+ */
+export function savingTexts(b, predictedUs, measuredUs, compared) {
+  const approx = b.saving_method === "replay" ? "~" : "≤";
+  const every = `${approx}${formatUs(predictedUs)}`;
+  const fixed = Number(compared?.counts?.fixed || 0);
+  const ofFixed = compared?.predicted_saving_of_fixed_us;
+  let predicted = `predicted ${every} by the baseline's replay`;
+  let before = `predicted ${every}`;
+  if (compared && compared.every_site_fixed) {
+    predicted = `predicted ${every} by the baseline's replay (every sync fixed)`;
+  } else if (compared && fixed && ofFixed !== null && ofFixed !== undefined) {
+    const sites = fixed === 1 ? "the site fixed (its own prediction" : `the ${fixed} sites fixed (each one's own prediction, summed`;
+    predicted = `predicted ${approx}${formatUs(ofFixed)} by the baseline's replay for ${sites}; every sync: ${every})`;
+    before = `predicted ${approx}${formatUs(ofFixed)} for what was fixed`;
+  } else if (compared && "every_site_fixed" in compared) {
+    predicted = `no site fixed (every sync fixed: predicted ${every})`;
+    before = "no site fixed";
+  }
+  const median = compared?.measured_saving_median_us;
+  const scale = b.mean_wall_step_time_us || b.mean_step_time_us || 0;
+  const medianText = median !== null && median !== undefined && scale && Math.abs(median - measuredUs) > 0.1 * scale ? ` (mean steps; from the median steps ${formatUs(median)})` : "";
+  return { span: `${predicted}; measured ${formatUs(measuredUs)} between the runs${medianText}`, before, after: `measured ${formatUs(measuredUs)}${medianText}` };
 }
 
 /** How a compare table's header says a column's unit (as `summaryRows`' headings do). */

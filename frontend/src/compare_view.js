@@ -18,6 +18,7 @@ import {
   pickBaseline,
   compareBasis,
   compareLocation,
+  COMPARE_INEXACT_TITLE,
   countByStatus,
   costCell,
   countTone,
@@ -183,7 +184,7 @@ export async function renderCompare(ctx) {
         { class: "sa-table sa-summary", "data-testid": "compare-summary", "aria-label": "The two runs per step and over the whole run" },
         h("thead", null, h("tr", null, h("th", null, ""), h("th", { class: "num" }, base), h("th", { class: "num" }, sel.run))),
         // A group per unit, its heading saying what each row under it is measured over.
-        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew }).map((group) =>
+        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew, compared: data }).map((group) =>
           h(
             "tbody",
             { "data-unit": group.unit },
@@ -250,7 +251,7 @@ export async function renderCompare(ctx) {
                   h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
                   h(
                     "td",
-                    { class: "loc mono", title: x.file || "" },
+                    { class: "loc mono", title: x.line_exact === false && x.file ? `${x.file}\n${COMPARE_INEXACT_TITLE}` : x.file || "" },
                     compareLocation(x),
                     // The operator, as the CLI's row shows it: a line's forward and backward
                     // syncs, or its copy and its item(), read as the same row otherwise.

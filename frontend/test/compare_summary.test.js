@@ -97,3 +97,25 @@ test("the compared sites' headers say each figure's unit, in the summary's words
     ["status", "location", "func", "kind", "count-before", "count-after", "cost-before", "cost-after", "change"],
   );
 });
+
+test("the saving row predicts what was fixed, not every sync, when only some sites were", async () => {
+  const { savingTexts } = await import("../src/compare.js");
+  const counts = { fixed: 1, same: 1, better: 0, worse: 0, new: 0 };
+  const some = savingTexts(gpu, 4580, 11400, { counts, every_site_fixed: false, predicted_saving_of_fixed_us: 20, measured_saving_median_us: 8350 });
+  assert.match(some.span, /^predicted ~20 µs by the baseline's replay for the site fixed \(its own prediction; every sync: ~4\.58 ms\)/);
+  // The mean of a few profiled steps and their median disagree: both are said.
+  assert.match(some.span, /measured 11\.4 ms between the runs \(mean steps; from the median steps 8\.35 ms\)$/);
+  const all = savingTexts(gpu, 4580, 4300, { counts: { ...counts, same: 0, fixed: 2 }, every_site_fixed: true, predicted_saving_of_fixed_us: 4400, measured_saving_median_us: 4310 });
+  assert.equal(all.span, "predicted ~4.58 ms by the baseline's replay (every sync fixed); measured 4.30 ms between the runs");
+  const none = savingTexts(gpu, 3040, 0, { counts: { same: 2, fixed: 0 }, every_site_fixed: false, predicted_saving_of_fixed_us: null, measured_saving_median_us: 0 });
+  assert.match(none.span, /^no site fixed \(every sync fixed: predicted ~3\.04 ms\); measured 0 µs/);
+  // An older server's answer has none of these fields: the all-syncs figure, as before.
+  assert.match(savingTexts(gpu, 150, 140, null).span, /^predicted ~150 µs by the baseline's replay; measured 140 µs/);
+});
+
+test("a compared site marks a line that is not the call's, and the lines a fix removed", async () => {
+  const { compareLocation } = await import("../src/compare.js");
+  const row = { file: "train.py", line: 204, line_exact: false, before: { lines: [199, 204] }, after: { lines: [204] } };
+  assert.equal(compareLocation(row), "train.py:204* (before: 199,204)");
+  assert.equal(compareLocation({ ...row, line_exact: true, before: { lines: [204] } }), "train.py:204");
+});

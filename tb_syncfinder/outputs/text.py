@@ -1088,15 +1088,60 @@ def _compare_location(row: dict[str, Any]) -> str:
     lines = (row.get("after") or row.get("before") or {}).get("lines") or []
     if row.get("file") and len(lines) > 1:
         location = f"{row['file']}:{','.join(str(line) for line in lines)}"
+    if row.get("file") and row.get("line") is not None and row.get("line_exact") is False:
+        location += "*"
+    # A row that merges a function's sites of one kind: the lines it had before, where the
+    # fix removed some of them (the one fixed was named nowhere).
+    before = (row.get("before") or {}).get("lines") or []
+    if row.get("file") and row.get("after") and before and before != lines:
+        location += f" (before: {','.join(str(line) for line in before)})"
     return location
 
 
-def _compare_columns() -> list[Column]:
+# Why a compared line may not be the call's: the report gives each site's reason.
+COMPARE_INEXACT_NOTE = (
+    "* not the line of the syncing call: the function's line (the source was not found, or "
+    "its calls could not be told apart); `tb-syncfinder report` says which for each site"
+)
+
+
+def _compare_columns(by_count: bool = False) -> list[Column]:
+    """``by_count``: the sites were compared by syncs per step (one run CPU-only, whose
+    waits cost nothing there): the columns show counts, not a cost beside "same"."""
+
     def side(key: str) -> Callable[[Any], str]:
+        if by_count:
+            return lambda row: (
+                _per_step_text(float((row.get(key) or {}).get("per_step") or 0))
+                if row.get(key)
+                else "-"
+            )
         return lambda row: (
             format_us((row.get(key) or {}).get("cost_per_step_us")) if row.get(key) else "-"
         )
 
+    def count_change(row: dict[str, Any]) -> str:
+        change = float((row.get("after") or {}).get("per_step") or 0) - float(
+            (row.get("before") or {}).get("per_step") or 0
+        )
+        return ("+" if change > 0 else "-" if change < 0 else "±") + _per_step_text(abs(change))
+
+    if by_count:
+        return [
+            Column("status", lambda row: row.get("status", "?"), align="<"),
+            Column("site (file:line)", _compare_location, align="<", wrap=True),
+            Column(
+                "function",
+                lambda row: row.get("func") or "-",
+                align="<",
+                drop=1,
+                max_width=28,
+                below=lambda v: f"in {v}()",
+            ),
+            Column("before", side("before")),
+            Column("after", side("after")),
+            Column("change", count_change),
+        ]
     return [
         Column("status", lambda row: row.get("status", "?"), align="<"),
         Column("site (file:line)", _compare_location, align="<", wrap=True),
@@ -1149,6 +1194,25 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     if latent_tally:
         tally.append(", ".join(latent_tally) + " (latent)")
     lines = [style("Sync Advisor: compare", _BOLD, _CYAN) + "  " + "; ".join(tally)]
+    unreadable = result.get("unreadable") or []
+    if unreadable:
+        # In the file too, not only on stderr: a reviewer of the output must see that the
+        # comparison left traces out.
+        lines.extend(
+            style(line, _YELLOW)
+            for line in wrap(
+                f"{len(unreadable)} trace file{'s' if len(unreadable) != 1 else ''} could not "
+                f"be read and {'were' if len(unreadable) != 1 else 'was'} left out of the "
+                "comparison:",
+                width,
+                "  ",
+            )
+        )
+        for entry in unreadable:
+            side = "baseline" if entry.get("side") == "base" else "new run"
+            lines.extend(
+                wrap(f"{side}: {entry.get('path')}: {entry.get('error')}", width, "    ", "      ")
+            )
     if result.get("note"):
         lines.extend(wrap(str(result["note"]), width, "  "))
     if result.get("detection_note"):
@@ -1157,9 +1221,10 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
         lines.extend(wrap(str(result["runs_note"]), width, "  "))
     lines.append("")
     if sites:
-        layout = _layout(_compare_columns(), sites, width)
+        by_count = bool(result.get("note"))  # one run CPU-only: compared by count per step
+        layout = _layout(_compare_columns(by_count), sites, width)
         header = layout.header()
-        note = "  (cost = wait + idle per step)"
+        note = "  (syncs per step)" if by_count else "  (cost = wait + idle per step)"
         lines.append(style(header + note if len(header) + len(note) <= width else header, _BOLD))
         for index, row in enumerate(sites):
             status_style = _STATUS_STYLE.get(row.get("status", ""), "")
@@ -1176,6 +1241,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             if moved:
                 detail = ", ".join(moved) + " · " + detail
             lines.extend(style(line, _DIM) for line in wrap(detail, width - 7, " " * 7))
+        if any(_compare_location(row).endswith("*") for row in sites):
+            lines.extend(wrap(COMPARE_INEXACT_NOTE, width, "  ", "    "))
     elif latent_rows:
         lines.append("  no measured synchronization in either run (CPU-only: latent sites below)")
     else:
@@ -1227,18 +1294,50 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             else "a CPU-only run's step time does not compare"
         )
         lines.extend(_wrap_labelled("saving", f"not measured: {why}", width))
-    elif predicted is not None and measured is not None:
-        approx = "~" if base.get("saving_method") == "replay" else "≤"
-        measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
+    elif not sites and latent_rows:
+        # Both CPU-only: no sync waited, so nothing was predicted and the step time change
+        # is CPU timing, as the dashboard says.
         lines.extend(
             _wrap_labelled(
                 "saving",
-                f"predicted {approx}{format_us(predicted)} per step, measured "
-                f"{measured_text} (wall step times of the profiled runs)",
+                "not measured: on the CPU these syncs cost nothing, so the step time change "
+                "is CPU timing, not theirs; the fixed and new latent sites are what counts",
                 width,
             )
         )
+    elif predicted is not None and measured is not None:
+        lines.extend(_wrap_labelled("saving", _compare_saving_text(result, base), width))
     return "\n".join(lines) + "\n"
+
+
+def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
+    """The baseline's prediction for what the new run fixed, beside the measured change: the
+    all-syncs figure only where every site was fixed (beside a fix of one site of several,
+    it read as a prediction the fix missed)."""
+    approx = "~" if base.get("saving_method") == "replay" else "≤"
+    every = f"{approx}{format_us(float(result['predicted_saving_us']))}"
+    measured = float(result["measured_saving_us"])
+    measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
+    fixed = int((result.get("counts") or {}).get("fixed") or 0)
+    of_fixed = result.get("predicted_saving_of_fixed_us")
+    if result.get("every_site_fixed"):
+        predicted = f"predicted {every} per step (every sync fixed)"
+    elif fixed and of_fixed is not None:
+        sites = "site" if fixed == 1 else "sites"
+        predicted = (
+            f"predicted {approx}{format_us(float(of_fixed))} per step for the {fixed} {sites} "
+            f"fixed ({'its' if fixed == 1 else 'each one’s'} own prediction"
+            f"{'' if fixed == 1 else ', summed'}; every sync: {every})"
+        )
+    else:
+        predicted = f"no site fixed (every sync fixed: predicted {every} per step)"
+    median = result.get("measured_saving_median_us")
+    scale = _wall(base)  # a difference below a tenth of a step is no disagreement
+    how = "wall step times of the profiled runs"
+    if median is not None and scale and abs(median - measured) > 0.1 * scale:
+        median_text = format_us(median) if median >= 0 else f"-{format_us(-median)}"
+        how = f"mean wall step times of the profiled runs; from their median steps {median_text}"
+    return f"{predicted}, measured {measured_text} ({how})"
 
 
 def _wall(summary: dict[str, Any]) -> float:

@@ -1,0 +1,172 @@
+"""``tb-syncfinder compare`` on the H100 baseline / fix pairs in ``tests/gpu_pairs`` (real
+traces with stacks, and the version of ``savings_workloads.py`` each ran beside them): what
+a user reads after fixing some or all of a program's syncs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder.cli import main
+
+PAIRS_DIR = Path(__file__).resolve().parent / "gpu_pairs"
+
+
+def _trace(name: str) -> str:
+    return str(PAIRS_DIR / f"{name}.pt.trace.json.gz")
+
+
+def _compare(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    status = main(["compare", *argv, "--source-root", str(PAIRS_DIR)])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _saving_line(text: str) -> str:
+    """The Summary's "saving" entry, its wrapped lines joined."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("saving"))
+    joined = [lines[start].strip()]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 10) or not line.strip():
+            break
+        joined.append(line.strip())
+    return " ".join(" ".join(joined).split())
+
+
+def test_a_fix_of_one_site_of_two_is_held_to_that_sites_prediction(capsys):
+    """copy_and_item: the pageable copies fixed, the item() kept. The saving line gave the
+    baseline's all-syncs figure (4.58 ms) beside the measured change, as if the fix had
+    missed its prediction; it now gives the fixed site's own (~20 us), the all-syncs one
+    beside it, and the median steps' change where one slow profiled step moves the mean."""
+    status, out, _ = _compare(
+        capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_fix_copy"), "--json"
+    )
+    assert status == 0
+    result = json.loads(out)
+    assert result["counts"]["fixed"] == 1 and not result["every_site_fixed"]
+    (fixed,) = [row for row in result["sites"] if row["status"] == "fixed"]
+    assert result["predicted_saving_of_fixed_us"] == pytest.approx(
+        fixed["before"]["predicted_saving_per_step_us"]
+    )
+    assert result["predicted_saving_of_fixed_us"] < 100 < 4000 < result["predicted_saving_us"]
+    _, text, _ = _compare(
+        capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_fix_copy")
+    )
+    saving = _saving_line(text)
+    assert saving.startswith("saving predicted ~20 us per step for the 1 site fixed")
+    assert "every sync: ~4.58 ms" in saving
+    # The baseline's profiled steps: 43, 15.7, 36.2, 16.3, 24 ms: mean and median disagree.
+    assert "from their median steps" in saving
+
+
+def test_every_site_fixed_is_held_to_the_all_syncs_prediction_and_none_fixed_says_so(capsys):
+    _, text, _ = _compare(capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_fixed"))
+    assert _saving_line(text).startswith("saving predicted ~4.58 ms per step (every sync fixed)")
+    _, text, _ = _compare(
+        capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_baseline")
+    )
+    assert _saving_line(text).startswith(
+        "saving no site fixed (every sync fixed: predicted ~4.58 ms per step), measured 0 us"
+    )
+
+
+def test_a_compared_row_marks_an_inexact_line_as_the_report_does(capsys, tmp_path):
+    """Without its source the compare table printed the function's line as if it were the
+    call's; the report marks it "*" with a footnote."""
+    for name in ("copy_and_item_baseline", "copy_and_item_fixed"):
+        shutil.copy(_trace(name), tmp_path / f"{name}.pt.trace.json.gz")
+    status = main(
+        [
+            "compare",
+            str(tmp_path / "copy_and_item_baseline.pt.trace.json.gz"),
+            str(tmp_path / "copy_and_item_fixed.pt.trace.json.gz"),
+            "--source-root",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "savings_workloads.py:286*" in out
+    assert "* not the line of the syncing call" in out
+    _, found, _ = _compare(
+        capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_fixed"), "--json"
+    )
+    rows = json.loads(found)["sites"]
+    assert {(row["line"], row["line_exact"]) for row in rows} == {(277, True), (283, True)}
+
+
+def test_a_partly_fixed_row_names_the_lines_it_had_before(capsys):
+    """readback_metrics: of the .cpu() at 199 and the .tolist() at 204 (one row: one
+    function, operator and kind), the fix removed 199; the row named 204 alone."""
+    _, out, _ = _compare(
+        capsys, _trace("readback_metrics_baseline"), _trace("readback_metrics_fix_cpu")
+    )
+    assert "savings_workloads.py:204 (before: 199,204)" in out
+
+
+def test_a_report_json_of_several_runs_is_refused_as_a_side(capsys, tmp_path):
+    """Its top-level figures merge every run: the other run's site read as fixed, this
+    run's per-step figures as worse, and --fail-on-regression failed on a real fix."""
+    for run, name in (("a", "copy_and_item_baseline"), ("b", "readback_metrics_baseline")):
+        (tmp_path / run).mkdir()
+        shutil.copy(_trace(name), tmp_path / run / f"{name}.pt.trace.json.gz")
+    both = tmp_path / "both.json"
+    runs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["report", *runs, "--json", "-o", str(both)]) == 0
+    capsys.readouterr()
+    status = main(["compare", str(both), _trace("copy_and_item_fix_item"), "--fail-on-regression"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"{both} is a report of 2 runs (a, b): compare one run with one run" in err
+    one = tmp_path / "a.json"
+    assert main(["report", str(tmp_path / "a"), "--json", "-o", str(one)]) == 0
+    assert main(["compare", str(one), _trace("copy_and_item_fixed")]) == 0
+
+
+def test_the_traces_left_out_are_named_in_the_written_comparison(capsys, tmp_path):
+    """A reviewer reads the -o file, not stderr: it said "1 fixed" with 1 of 2 new traces
+    unreadable."""
+    new = tmp_path / "new"
+    new.mkdir()
+    shutil.copy(_trace("copy_and_item_fixed"), new / "w0.pt.trace.json.gz")
+    broken = new / "w1.pt.trace.json.gz"
+    broken.write_bytes(Path(_trace("copy_and_item_fix_item")).read_bytes()[:3000])
+    out = tmp_path / "cmp.txt"
+    assert main(["compare", _trace("copy_and_item_baseline"), str(new), "-o", str(out)]) == 0
+    capsys.readouterr()
+    text = " ".join(out.read_text(encoding="utf-8").split())  # unwrapped
+    assert "1 trace file could not be read and was left out of the comparison:" in text
+    assert f"new run: {broken}: truncated gzip data" in text
+
+
+def test_a_cpu_only_run_against_a_gpu_run_shows_counts_not_costs(capsys, tmp_path):
+    """Compared by count per step, a row read "same  0 us  8.78 ms  +8.78 ms": a cost change
+    beside "same"."""
+    from test_cli import write_cpu_trace
+
+    cpu = write_cpu_trace(tmp_path / "cpu" / "w.pt.trace.json", op="aten::nonzero", count=2)
+    status, out, _ = _compare(capsys, str(cpu), _trace("dynamic_shapes_baseline"))
+    assert status == 0
+    header = next(line for line in out.splitlines() if line.startswith("status"))
+    assert header.endswith("(syncs per step)") and "/step" not in header
+    assert " us " not in " ".join(
+        line for line in out.splitlines() if line.startswith(("same", "new", "fixed"))
+    )
+    assert "saving           not measured" in out
+
+
+def test_two_cpu_only_runs_promise_no_saving(capsys, tmp_path):
+    """Between CPU-only runs the saving line read "predicted ≤0 us per step, measured 106
+    ms"; the dashboard calls that change CPU timing."""
+    from test_cli import write_cpu_trace
+
+    base = write_cpu_trace(tmp_path / "a" / "w.pt.trace.json", op="aten::nonzero", count=2)
+    new = write_cpu_trace(tmp_path / "b" / "w.pt.trace.json", op="aten::nonzero", count=1)
+    status, out, _ = _compare(capsys, str(base), str(new))
+    assert status == 0
+    assert _saving_line(out).startswith("saving not measured: on the CPU these syncs cost nothing")
+    assert "≤0 us" not in out

@@ -966,6 +966,14 @@ def _all_same_bytes(paths: list[Path]) -> bool:
         return False
 
 
+class _Copies(NamedTuple):
+    """Different files under the roots that match a recorded path equally: the last
+    ``matched`` parts of each are the recorded path's."""
+
+    paths: tuple[Path, ...]
+    matched: int
+
+
 class SourceResolver:
     """Finds source files (``--source-root``, ``--path-map``) and exact call lines."""
 
@@ -978,13 +986,18 @@ class SourceResolver:
         self.path_map = [(str(a), str(b)) for a, b in path_map]
         # A path the trace names -> its file here; a tuple: different files that match it
         # equally (``_nearest`` picks among them for each trace).
-        self._found: dict[str, Path | tuple[Path, ...] | None] = {}
-        self._found_library: dict[str, Path | tuple[Path, ...] | None] = {}
+        self._found: dict[str, Path | _Copies | None] = {}
+        self._found_library: dict[str, Path | _Copies | None] = {}
         # The folder of the trace being resolved (``beside``): of different files that
-        # match a recorded path equally, the one nearest the trace is its run's copy.
+        # match a recorded path equally, the one in the trace's folder or the nearest
+        # folder above it is its run's copy.
         self._trace_dir: str | None = None
-        self._nearest_of: dict[tuple[Path, ...], Path | None] = {}
-        self._init_classes: dict[str, str | None] = {}
+        # Such tied files by their folder, built once and shared with every view.
+        self._by_folder: dict[_Copies, dict[str, Path]] = {}
+        self._nearest_of: dict[_Copies, Path | None] = {}
+        # (the file read, the __init__'s line) -> its class: by the file, not the recorded
+        # path, which names each run's copy alike.
+        self._init_classes: dict[tuple[Path | None, str], str | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
@@ -1004,33 +1017,44 @@ class SourceResolver:
     def beside(self, trace_path: str) -> SourceResolver:
         """This resolver for one trace: what it finds and parses is shared with every other
         trace's; of different files that match a recorded path equally (a script copied
-        beside each run's logs, edited between runs), it takes the one nearest the trace."""
+        beside each run's logs, edited between runs), it takes the one in the trace's
+        folder or the nearest folder above it: that run's copy. A copy of another run is
+        never taken, however near: it may be another version."""
         view = copy.copy(self)
-        local = "://" not in trace_path
-        view._trace_dir = os.path.dirname(os.path.realpath(trace_path)) if local else None
+        view._trace_dir = None
+        if "://" not in trace_path:
+            # The folder resolved, not the file: a trace stored as a symlink (git-annex,
+            # DVC) stays in its run's folder.
+            view._trace_dir = os.path.realpath(os.path.dirname(os.path.abspath(trace_path)))
         view._nearest_of = {}
         return view
 
-    def _nearest(self, found: Path | tuple[Path, ...] | None) -> Path | None:
-        """``found``, or of several different files the one whose folder shares the longest
-        path with the trace's folder, when one does; None when none is nearer."""
-        if not isinstance(found, tuple):
+    def _nearest(self, found: Path | _Copies | None) -> Path | None:
+        """``found``, or of several different files the one whose folder (above the tail
+        that matched the recorded path) is the trace's folder or the nearest one above it;
+        None when none is there."""
+        if not isinstance(found, _Copies):
             return found
         if self._trace_dir is None:
             return None
-        if found in self._nearest_of:
-            return self._nearest_of[found]
-        self._nearest_of[found] = None
-        shared = []
-        for path in found:
-            try:
-                common = os.path.commonpath([self._trace_dir, os.path.realpath(path.parent)])
-            except ValueError:  # another drive (Windows)
-                common = ""
-            shared.append(len(Path(common).parts) if common else 0)
-        best = max(shared)
-        if shared.count(best) == 1:
-            self._nearest_of[found] = found[shared.index(best)]
+        if found not in self._nearest_of:
+            folders = self._by_folder.get(found)
+            if folders is None:
+                # Each copy's folder is where the recorded path's matched tail starts
+                # (``run_a`` for ``run_a/mylib/dist.py`` matching ``mylib/dist.py``). The
+                # walk's paths: the roots resolved, and os.walk follows no link.
+                folders = self._by_folder[found] = {
+                    str(p.parents[found.matched - 1]): p for p in found.paths
+                }
+            nearest = None
+            folder = self._trace_dir
+            while True:
+                nearest = folders.get(folder)
+                parent = os.path.dirname(folder)
+                if nearest is not None or parent == folder:
+                    break
+                folder = parent
+            self._nearest_of[found] = nearest
         return self._nearest_of[found]
 
     def _suffix_index(self) -> dict[str, list[Path]]:
@@ -1087,7 +1111,7 @@ class SourceResolver:
             self._found[trace_file] = self._find(trace_file)
         return self._nearest(self._found[trace_file])
 
-    def _find(self, trace_file: str, walk: bool = True) -> Path | tuple[Path, ...] | None:
+    def _find(self, trace_file: str, walk: bool = True) -> Path | _Copies | None:
         if not trace_file or trace_file.startswith("<"):
             return None
         norm = trace_file.replace("\\", "/")
@@ -1140,7 +1164,7 @@ class SourceResolver:
         if 1 < len(files) <= _SAME_COPIES_MAX and _all_same_bytes(files):
             return files[0]
         # Different files: the trace's run may have its own copy (``_nearest``).
-        return tuple(files) if len(files) > 1 else None
+        return _Copies(tuple(files), best_len) if len(files) > 1 else None
 
     def find_library_file(self, trace_file: str) -> Path | None:
         """A library's file: at its recorded path, under the path map or a root; else under
@@ -1150,7 +1174,7 @@ class SourceResolver:
             return self._nearest(self._found_library[trace_file])
         # The roots' walk comes last: a path recorded relative to site-packages is most
         # likely the installed copy, and walking a home folder for it took seconds.
-        found: Path | tuple[Path, ...] | None = self._find(trace_file, walk=False)
+        found: Path | _Copies | None = self._find(trace_file, walk=False)
         norm = trace_file.replace("\\", "/")
         if found is None and norm and not norm.startswith(("<", "/", "..")):
             for folder in _library_dirs():
@@ -1379,20 +1403,20 @@ class SourceResolver:
         if not group or not group[0].startswith(INIT_CALL):
             return group
         where = group[0][len(INIT_CALL) :]
-        if where not in self._init_classes:
-            file, _, line = where[1:].rpartition(":")
-            # A library's path is looked up as a library's first: a user file of the same
-            # name (a ``normal.py`` of one's own) is not torch's.
-            if where[0] == "U":
-                found = self.find_file(file)
-            else:
-                found = self.find_library_file(file) or self.find_file(file)
+        file, _, line = where[1:].rpartition(":")
+        # A library's path is looked up as a library's first: a user file of the same
+        # name (a ``normal.py`` of one's own) is not torch's.
+        if where[0] == "U":
+            found = self.find_file(file)
+        else:
+            found = self.find_library_file(file) or self.find_file(file)
+        if (found, line) not in self._init_classes:
             data = self._source_bytes(found) if found is not None else None
             cls = None
             if data is not None and line.isdigit():
                 cls = _class_around(data.splitlines(), int(line))
-            self._init_classes[where] = cls
-        cls = self._init_classes[where]
+            self._init_classes[(found, line)] = cls
+        cls = self._init_classes[(found, line)]
         return (cls, *parsed.subclasses(cls)) if cls else (SOME_CLASS,)
 
     def _automaton(

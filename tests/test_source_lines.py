@@ -702,3 +702,74 @@ def test_the_report_names_each_runs_line_from_the_script_beside_it(tmp_path):
         assert result.info.error is None
         found[run] = {(s.source.line, s.source.line_exact) for s in result.syncs}
     assert found == {"run_a": {(6, True)}, "run_b": {(7, True)}}
+
+
+def test_a_run_without_its_own_copy_never_takes_another_runs(tmp_path):
+    """run_b's copy is nearer run_a's trace than anything else, but it is run_b's: another
+    version, whose line would be named exact. A copy in a folder above the trace (the
+    project's own file) is taken, as a single file would be."""
+    _edited_copies(tmp_path)
+    (tmp_path / "run_c" / "profile").mkdir(parents=True)
+    resolver = SourceResolver([str(tmp_path)])
+    run_c = resolver.beside(str(tmp_path / "run_c" / "profile" / "w.pt.trace.json"))
+    assert run_c.find_file("/cluster/job/train.py") is None
+    (tmp_path / "train.py").write_text((tmp_path / "run_a" / "train.py").read_text() + "\n")
+    again = SourceResolver([str(tmp_path)])
+    for run, expected in (("run_c", tmp_path / "train.py"), ("run_b", tmp_path / "run_b")):
+        view = again.beside(str(tmp_path / run / "profile" / "w.pt.trace.json"))
+        found = view.find_file("/cluster/job/train.py")
+        assert found == (expected if expected.suffix else expected / "train.py")
+
+
+def test_a_trace_stored_as_a_symlink_keeps_its_runs_copy(tmp_path):
+    """git-annex and DVC keep a trace as a link into a cache folder: the run is the folder
+    the link is in."""
+    _edited_copies(tmp_path)
+    cache = tmp_path / ".cache"
+    cache.mkdir()
+    for run in ("run_a", "run_b"):
+        stored = cache / f"{run}.json"
+        stored.write_text("{}")
+        (tmp_path / run / "w.pt.trace.json").symlink_to(stored)
+    resolver = SourceResolver([str(tmp_path)])
+    for run in ("run_a", "run_b"):
+        view = resolver.beside(str(tmp_path / run / "w.pt.trace.json"))
+        assert view.find_file("/cluster/job/train.py") == tmp_path / run / "train.py"
+
+
+def test_the_class_an_init_belongs_to_is_read_from_each_runs_own_copy(tmp_path):
+    """A class renamed between two runs' copies of a module: each run reads its own copy's
+    name, whichever run is resolved first (the name was cached by the recorded path)."""
+    for run, cls in (("run_a", "Normal"), ("run_b", "Gaussian")):
+        (tmp_path / run / "mylib").mkdir(parents=True)
+        (tmp_path / run / "mylib" / "dist.py").write_text(
+            f"class {cls}:\n    def __init__(self, x):\n        self.x = x\n"
+        )
+    frame = Frame("/cluster/job/mylib/dist.py", 2, "__init__", True)
+    group = (source.init_call(frame),)
+    parsed = source._ParsedFile(__import__("ast").parse("x = 1\n"))
+    for order in (("run_a", "run_b"), ("run_b", "run_a")):
+        resolver = SourceResolver([str(tmp_path)])
+        names = {}
+        for run in order:
+            view = resolver.beside(str(tmp_path / run / "w.pt.trace.json"))
+            names[run] = view._class_called(group, parsed)
+        assert names == {"run_a": ("Normal",), "run_b": ("Gaussian",)}
+
+
+def test_many_runs_copies_are_indexed_by_folder_once_for_every_run(tmp_path):
+    """Each trace looked at every copy (a realpath each): 3,000 runs took minutes. Now a
+    trace looks up the folders above it in one index of the copies."""
+    runs = 600
+    for i in range(runs):
+        (tmp_path / f"r{i}").mkdir()
+        (tmp_path / f"r{i}" / "train.py").write_text(f"x = {i}\n")
+    resolver = SourceResolver([str(tmp_path)])
+    resolver.find_file("/cluster/job/train.py")  # the walk, once
+    calls = []
+    for i in range(runs):
+        view = resolver.beside(str(tmp_path / f"r{i}" / "w.pt.trace.json"))
+        calls.append(view.find_file("/cluster/job/train.py"))
+    assert calls == [tmp_path / f"r{i}" / "train.py" for i in range(runs)]
+    # Counted, not timed: the folder index is built once for all the views.
+    assert len(resolver._by_folder) == 1

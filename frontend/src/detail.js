@@ -227,7 +227,10 @@ function siteStats(site, step) {
  * @returns {Promise<boolean | null>}
  */
 async function renderSource(slot, site, sync, ctx, hintElsewhere) {
-  const file = site?.file ?? sync?.source?.file ?? sync?.stack?.find((/** @type {any} */ f) => f.user)?.file;
+  const recorded = site?.file ?? sync?.source?.file ?? sync?.stack?.find((/** @type {any} */ f) => f.user)?.file;
+  // The file the engine read for it, where it read one: of several copies of a script (one
+  // beside each run's traces) the server alone could not tell which is this run's.
+  const file = (sync?.source?.file === recorded && sync?.source?.resolved_path) || recorded;
   const line = site?.line ?? sync?.source?.line ?? null;
   if (!file || !line) {
     replace(slot, h("div", { class: "sa-note", "data-testid": "source-note" }, "No source line for this finding: the trace has no Python stack for it (profile with with_stack=True)."));

@@ -192,7 +192,10 @@ export function siteWhere(site, short = (p) => p) {
           : "line where the function is defined in the file as it is now: the file changed since profiling, so the lines of its calls are candidates only"
         : site.def_line !== null && site.def_line !== undefined && site.def_line !== site.line
           ? "line the function was at when profiling started (it was already running): the sync is in a call at or after it"
-          : "line where the function is defined, not the call that synced: the trace records no call line, and none was found in the source";
+          : site.def_line === null || site.def_line === undefined
+            ? // No source read: the recorded line may be the def or where a running frame was.
+              "line the trace recorded for the function (where it is defined, or where it was when profiling started), not the call that synced: its source file was not read here"
+            : "line where the function is defined, not the call that synced: the trace records no call line, and none was found in the source";
     title += `\n* ${why}`;
   }
   /** @type {{id: string, text: string}[]} */

@@ -101,6 +101,11 @@ test("an inexact line is marked * with why; its candidates and a job's late peer
   ]);
   const running = siteWhere({ file: "t.py", line: 12, def_line: 3, line_exact: false });
   assert.match(running.title, /already running/);
+  // No source read: the recorded line is not said to be the def (it was on_step()'s call,
+  // the function already running, in a review's pair).
+  const unread = siteWhere({ file: "t.py", line: 286, def_line: null, line_exact: false });
+  assert.match(unread.title, /\* line the trace recorded for the function .*its source file was not read here/);
+  assert.doesNotMatch(unread.title, /line where the function is defined/);
 });
 
 test("the filter finds a site by the file:line the table shows", () => {

@@ -242,7 +242,7 @@ export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = 
     // One run on a GPU, the other CPU-only: their step times measure different machines.
     const change = Number.isFinite(changeUs) && changeUs ? ` (${formatDeltaUs(/** @type {number} */ (changeUs))} here)` : "";
     return {
-      text: `${formatCount(counts.fixed ?? 0)} sync sites fixed, ${formatCount(counts.new ?? 0)} new`,
+      text: `${plural(counts.fixed ?? 0, "sync site")} fixed, ${formatCount(counts.new ?? 0)} new`,
       tone: "neutral",
       note: `A CPU-only run and a GPU run: their step times do not compare${change}. The fixed and new sites are what counts.`,
     };

@@ -350,7 +350,8 @@ function teachingBanners(resp, latent, siteTotal) {
           "p",
           null,
           `Checked ${plural(summary.step_count || 0, "step")}`,
-          (resp.traces || []).length ? ` in ${plural(resp.traces.length, "trace file")}` : "",
+          // The files read: unreadable ones are in their own banner, checked for nothing.
+          readTraces(resp.traces).length ? ` in ${plural(readTraces(resp.traces).length, "trace file")}` : "",
           checked.length ? " for:" : ".",
         ),
         checked.length ? h("ul", null, checked.map((/** @type {string} */ c) => h("li", null, c))) : null,
@@ -358,6 +359,15 @@ function teachingBanners(resp, latent, siteTotal) {
     );
   }
   return out;
+}
+
+/**
+ * The trace files of an answer that were read (no `error`).
+ * @param {any[] | undefined} traces
+ * @returns {any[]}
+ */
+function readTraces(traces) {
+  return (traces || []).filter((/** @type {any} */ t) => t && !t.error);
 }
 
 /**

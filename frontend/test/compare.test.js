@@ -204,6 +204,8 @@ test("a CPU-only run against a GPU run gets a neutral headline by site counts", 
   assert.equal(head.tone, "neutral");
   assert.match(head.text, /2 sync sites fixed, 1 new/);
   assert.match(head.note, /step times do not compare/);
+  const one = compareHeadline({ latent: false, mixed: true, changeUs: 0, baseStepUs: 300000, counts: { fixed: 1, new: 0 } });
+  assert.equal(one.text, "1 sync site fixed, 0 new");
 });
 
 test("the baseline is pre-selected by name, and a run is never its own baseline", async () => {

@@ -1008,7 +1008,16 @@ def _load_side(path: str, args: argparse.Namespace) -> dict[str, Any]:
                     "RUN_FOLDER --json -o FILE`)"
                 )
             return data
-    report_set = _analyze_runs(path, args)
+    try:
+        report_set = _analyze_runs(path, args)
+    except UsageError as exc:
+        if not os.path.isfile(path):
+            raise
+        # A CSV or table export given as a side: say what compare reads.
+        raise UsageError(
+            f"{exc}\n  (compare reads a trace, a run's folder, or a report JSON written by "
+            f"`{PROG} report RUN --json -o FILE`)"
+        ) from None
     if len(report_set.runs) > 1:
         # Merged, each run's per-step figures were spread over every run's steps (a site
         # of one run read 0.07 a step beside itself at 1.0) and nothing said so.

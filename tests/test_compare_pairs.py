@@ -170,3 +170,12 @@ def test_two_cpu_only_runs_promise_no_saving(capsys, tmp_path):
     assert status == 0
     assert _saving_line(out).startswith("saving not measured: on the CPU these syncs cost nothing")
     assert "≤0 us" not in out
+
+
+def test_a_side_that_is_no_trace_nor_report_says_what_compare_reads(capsys, tmp_path):
+    exported = tmp_path / "base.csv"
+    exported.write_text("site,count\ntrain.py:8,5\n", encoding="utf-8")
+    status, _, err = _compare(capsys, str(exported), _trace("copy_and_item_fixed"))
+    assert status == 2
+    assert f"{exported.name}: no trace could be read" in err
+    assert "compare reads a trace, a run's folder, or a report JSON" in err

@@ -176,6 +176,11 @@ def build_sites(
                 saving_method=_method(methods),
                 saving_note="; ".join(notes) or None,
                 recorded_line=source.recorded_line if source else None,
+                source_read=(
+                    any(s.source is not None and bool(s.source.resolved_path) for s in members)
+                    if source is not None and source.file
+                    else None
+                ),
                 predicted_saving_with_others_us=with_others,
                 predicted_saving_with_others_per_step_us=(
                     None if with_others is None else with_others / max(step_count, 1)

@@ -69,6 +69,7 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
                 "predicted_saving_per_step_us": 0.0,
                 "methods": set(),
                 "line_exact": True,
+                "saving_by_line": {},
             }
         if site.get("line") is not None and site["line"] not in entry["lines"]:
             entry["lines"].append(site["line"])
@@ -88,6 +89,12 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
             entry["predicted_saving_per_step_us"] = None
         else:
             entry["predicted_saving_per_step_us"] += float(saving)
+        by_line = entry["saving_by_line"]
+        line = site.get("line")
+        if saving is None or (line in by_line and by_line[line] is None):
+            by_line[line] = None
+        else:
+            by_line[line] = by_line.get(line, 0.0) + float(saving)
         entry["methods"].add(site.get("saving_method"))
     for entry in merged.values():
         entry["per_step"] = entry["count"] / steps
@@ -165,6 +172,15 @@ def _compare_sites(
         before = _side(before_sites.get(key))
         after = _side(after_sites.get(key))
         current = (after_sites.get(key) or before_sites[key])["site"]
+        # A row on both sides whose baseline had lines the new run has not: those syncs
+        # were fixed though the row stays (one function's .cpu() and .tolist() are one row).
+        lines_fixed: list[int] = []
+        lines_fixed_saving: float | None = 0.0
+        if before is not None and after is not None:
+            by_line = before_sites[key]["saving_by_line"]
+            lines_fixed = sorted(set(before["lines"]) - set(after["lines"]))
+            savings = [by_line.get(line) for line in lines_fixed]
+            lines_fixed_saving = None if None in savings else float(sum(savings))
         rows.append(
             {
                 "key": key,
@@ -182,6 +198,9 @@ def _compare_sites(
                 "after": after,
                 "change_us": (after or {}).get("cost_per_step_us", 0.0)
                 - (before or {}).get("cost_per_step_us", 0.0),
+                "lines_fixed": lines_fixed,
+                # Their baseline's own predictions, summed (None: one has none).
+                "lines_fixed_saving_per_step_us": lines_fixed_saving if lines_fixed else None,
             }
         )
     rows.sort(key=lambda r: (STATUSES.index(r["status"]), -abs(r["change_us"]), r["key"]))
@@ -194,12 +213,15 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     Returns ``{"base": Summary, "new": Summary, "step_time_change_us" (host spans),
     "wall_step_time_change_us" (the longer of host and device span), "predicted_saving_us"
     (the baseline's replay of fixing every sync, per step), "measured_saving_us",
-    "predicted_saving_of_fixed_us" (the fixed sites' own predictions, summed),
-    "every_site_fixed" (no site of the baseline is left), "sites": [...],
+    "predicted_saving_of_fixed_us" (the fixed sites' own predictions and those of the
+    lines fixed in rows still there, summed), "every_site_fixed" (the baseline had sites,
+    and none is left), "unmeasured" ("cpu" or "npu" where neither run measured a wait:
+    no saving to predict or measure), "sites": [...],
     "latent_sites": [...], "counts": {status: n}, "note"}``; each site has ``key``, ``file``,
     ``line``, ``line_exact`` (of the side ``line`` is from; False: a line of the row is not
     the syncing call's, "*" in the report), ``func``, ``kind``, ``ops``, ``apis``, ``status``,
-    ``before`` / ``after``
+    ``lines_fixed`` (baseline lines of a row on both sides that the new run has not) with
+    ``lines_fixed_saving_per_step_us``, ``before`` / ``after``
     (null when absent on that side; each with its cost per step and the report's
     ``predicted_saving_per_step_us``, null where the report has none) and ``change_us``
     (per-step cost change). Latent sites
@@ -245,6 +267,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     base_median, new_median = _median_wall_step(base), _median_wall_step(new)
     fixed = [row for row in sites if row["status"] == "fixed"]
     fixed_savings = [(row["before"] or {}).get("predicted_saving_per_step_us") for row in fixed]
+    fixed_savings += [row["lines_fixed_saving_per_step_us"] for row in sites if row["lines_fixed"]]
+    baseline_rows = sum(1 for row in sites if row["before"])
     return {
         "base": base_summary,
         "new": new_summary,
@@ -262,7 +286,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             if fixed_savings and all(v is not None for v in fixed_savings)
             else None
         ),
-        "every_site_fixed": bool(sites) and len(fixed) == sum(1 for r in sites if r["before"]),
+        "every_site_fixed": baseline_rows > 0 and len(fixed) == baseline_rows,
+        "unmeasured": _unmeasured(base, new) if note is None and not sites else None,
         # The same from the median profiled step of each run: a few profiled steps with one
         # slow one (a data-loader stall) move the mean by more than the fix did.
         "measured_saving_median_us": (
@@ -289,6 +314,16 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             ),
         ),
     }
+
+
+def _unmeasured(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why neither run measured a wait: "npu" (a torch_npu trace without AscendCL calls),
+    "cpu" (CPU-only traces, latent sites at most), else None."""
+    if _unrecorded_npu(base) or _unrecorded_npu(new):
+        return "npu"
+    if _cpu_only(base) and _cpu_only(new):
+        return "cpu"
+    return None
 
 
 def _median_wall_step(report: dict[str, Any]) -> float | None:

@@ -347,6 +347,9 @@ class Site(msgspec.Struct):
     # that copies both ways (a helper moving a pipeline's tensors to the device, and its
     # outputs back), whose ``advice`` is the most frequent kind's only.
     other_kinds: dict[str, int] = field(default_factory=dict)
+    # Whether the source file of its line was read here (True: for one of its syncs at
+    # least; None: no source file, a stackless site): why an inexact line is inexact.
+    source_read: bool | None = None
 
 
 class StepStats(msgspec.Struct):

@@ -1576,14 +1576,17 @@ def pace_issue(analysis: JobAnalysis) -> Optional[JobIssue]:
     gaps = sum((c.arrival_gap_us for c in analysis.collectives if c.arrival_gap_us > 0), 0.0)
     note = ""
     share = _noise_floor_share(analysis.job, analysis.noise_us)
-    if share is not None and share > NOISE_FLOOR_STEP_SHARE:
+    floor_high = share is not None and share > NOISE_FLOOR_STEP_SHARE
+    if floor_high and held <= 0:
         # No lateness is called below the floor, so "waited 0 ms of it so far" would be
         # false: the others' waits for it are in the grid, uncalled.
         note = (
             "; no collective calls it late: lateness below the job's noise floor "
             f"({analysis.noise_us / 1000:.1f} ms) is not called lateness here"
         )
-    elif gaps > held + max(analysis.noise_us, 0.05 * gaps):
+    elif not floor_high and gaps > held + max(analysis.noise_us, 0.05 * gaps):
+        # (Under a high floor the lateness held is only what the floor let through: no
+        # measure of what is waited for later.)
         note = (
             "; its collectives' results are waited for later, so the others have waited "
             f"{held / 1000:.2f} ms of it so far: in a longer run they wait for it each step"

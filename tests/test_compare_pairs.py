@@ -57,20 +57,25 @@ def test_a_fix_of_one_site_of_two_is_held_to_that_sites_prediction(capsys):
         capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_fix_copy")
     )
     saving = _saving_line(text)
-    assert saving.startswith("saving predicted ~20 us per step for the 1 site fixed")
-    assert "every sync: ~4.58 ms" in saving
+    assert saving.startswith(
+        "saving predicted ~20 us per step for what was fixed (1 site; its own prediction;"
+    )
+    assert "every baseline sync: ~4.58 ms" in saving
     # The baseline's profiled steps: 43, 15.7, 36.2, 16.3, 24 ms: mean and median disagree.
     assert "from their median steps" in saving
 
 
 def test_every_site_fixed_is_held_to_the_all_syncs_prediction_and_none_fixed_says_so(capsys):
     _, text, _ = _compare(capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_fixed"))
-    assert _saving_line(text).startswith("saving predicted ~4.58 ms per step (every sync fixed)")
+    assert _saving_line(text).startswith(
+        "saving predicted ~4.58 ms per step (every baseline site fixed)"
+    )
     _, text, _ = _compare(
         capsys, _trace("copy_and_item_baseline"), _trace("copy_and_item_baseline")
     )
     assert _saving_line(text).startswith(
-        "saving no site fixed (every sync fixed: predicted ~4.58 ms per step), measured 0 us"
+        "saving no site fixed (every baseline sync fixed: predicted ~4.58 ms per step), "
+        "measured 0 us"
     )
 
 
@@ -179,3 +184,97 @@ def test_a_side_that_is_no_trace_nor_report_says_what_compare_reads(capsys, tmp_
     assert status == 2
     assert f"{exported.name}: no trace could be read" in err
     assert "compare reads a trace, a run's folder, or a report JSON" in err
+
+
+def test_a_baseline_without_syncs_is_not_said_to_have_them_all_fixed(capsys):
+    """Reversed pair (the fixed run as the baseline): 'every sync fixed' stood beside two
+    new sites."""
+    status, out, _ = _compare(
+        capsys, _trace("copy_and_item_fixed"), _trace("copy_and_item_baseline"), "--json"
+    )
+    result = json.loads(out)
+    assert status == 0 and result["counts"]["new"] == 2
+    assert result["every_site_fixed"] is False
+    _, text, _ = _compare(capsys, _trace("copy_and_item_fixed"), _trace("copy_and_item_baseline"))
+    assert _saving_line(text).startswith("saving the baseline had no sync to fix, measured")
+
+
+def test_a_line_fixed_in_a_row_still_there_is_held_to_its_own_prediction(capsys):
+    """readback_metrics: the .cpu() at 199 fixed, the .tolist() at 204 kept, one row. The
+    saving line said 'no site fixed'."""
+    _, out, _ = _compare(
+        capsys, _trace("readback_metrics_baseline"), _trace("readback_metrics_fix_cpu"), "--json"
+    )
+    result = json.loads(out)
+    (row,) = result["sites"]
+    assert row["status"] == "better" and row["lines_fixed"] == [199]
+    main(["report", _trace("readback_metrics_baseline"), "--json", "--source-root", str(PAIRS_DIR)])
+    base = json.loads(capsys.readouterr().out)
+    (at_199,) = [s for s in base["sites"] if s["line"] == 199]
+    assert row["lines_fixed_saving_per_step_us"] == pytest.approx(
+        at_199["predicted_saving_per_step_us"]
+    )
+    assert result["predicted_saving_of_fixed_us"] == pytest.approx(
+        at_199["predicted_saving_per_step_us"]
+    )
+    _, text, _ = _compare(
+        capsys, _trace("readback_metrics_baseline"), _trace("readback_metrics_fix_cpu")
+    )
+    assert "for what was fixed (1 line of a site still there; its own prediction;" in (
+        _saving_line(text)
+    )
+
+
+def test_a_fixed_site_without_a_prediction_of_its_own_is_not_no_site_fixed(capsys, tmp_path):
+    """A report JSON whose sites carry no prediction (schema /1 allows it): the header said
+    '1 fixed' and the saving line 'no site fixed'."""
+    main(["report", _trace("copy_and_item_baseline"), "--json", "--source-root", str(PAIRS_DIR)])
+    report = json.loads(capsys.readouterr().out)
+    for site in report["sites"]:
+        del site["predicted_saving_per_step_us"]
+    old = tmp_path / "base.json"
+    old.write_text(json.dumps(report), encoding="utf-8")
+    _, text, _ = _compare(capsys, str(old), _trace("copy_and_item_fix_copy"))
+    assert _saving_line(text).startswith("saving 1 site fixed, without a prediction of its own")
+
+
+def test_two_npu_runs_without_ascendcl_calls_are_not_called_cpu_runs(capsys, tmp_path):
+    from test_ascend_layout import write_run
+
+    base = write_run(tmp_path, level=0, run_name="a")
+    new = write_run(tmp_path, level=0, run_name="b")
+    status, out, _ = _compare(capsys, str(base), str(new))
+    assert status == 0
+    saving = _saving_line(out)
+    assert saving.startswith("saving not measured: the NPU traces recorded no AscendCL call")
+    assert "CPU" not in saving
+
+
+def test_the_inexact_footnote_is_given_for_every_marked_row():
+    """It was looked for at the end of each row's text: a merged row's '(before: ...)' and
+    the latent rows hid it."""
+    from tb_syncfinder.outputs.text import render_compare
+
+    def row(status: str, lines_before: list[int], lines_after: list[int]) -> dict:
+        return {
+            "key": "train.py:f:aten::nonzero:dynamic_shape",
+            "file": "train.py",
+            "line": lines_after[0],
+            "line_exact": False,
+            "func": "f",
+            "kind": "dynamic_shape",
+            "ops": ["aten::nonzero"],
+            "apis": [],
+            "status": status,
+            "before": {"lines": lines_before, "cost_per_step_us": 10.0, "per_step": 1.0},
+            "after": {"lines": lines_after, "cost_per_step_us": 5.0, "per_step": 0.5},
+            "change_us": -5.0,
+            "lines_fixed": sorted(set(lines_before) - set(lines_after)),
+        }
+
+    merged = {"sites": [row("better", [199, 204, 210], [199, 204])], "counts": {"better": 1}}
+    text = render_compare(merged, width=100)
+    assert "train.py:199,204* (before: 199,204,210)" in text
+    assert "* not the line of the syncing call" in text
+    latent = {"sites": [], "latent_sites": [row("worse", [10], [10])], "counts": {}}
+    assert "* not the line of the syncing call" in render_compare(latent, width=100)

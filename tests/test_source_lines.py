@@ -767,9 +767,34 @@ def test_many_runs_copies_are_indexed_by_folder_once_for_every_run(tmp_path):
     resolver = SourceResolver([str(tmp_path)])
     resolver.find_file("/cluster/job/train.py")  # the walk, once
     calls = []
+    built = []
     for i in range(runs):
         view = resolver.beside(str(tmp_path / f"r{i}" / "w.pt.trace.json"))
         calls.append(view.find_file("/cluster/job/train.py"))
+        built.append(id(next(iter(resolver._by_folder.values()))))
     assert calls == [tmp_path / f"r{i}" / "train.py" for i in range(runs)]
-    # Counted, not timed: the folder index is built once for all the views.
-    assert len(resolver._by_folder) == 1
+    # Counted, not timed: the folder index is built once for all the views (one object).
+    assert len(resolver._by_folder) == 1 and len(set(built)) == 1
+
+
+def test_a_site_says_whether_its_source_file_was_read(tmp_path):
+    """The dashboard told an unread file's def line from a read file's by the def line
+    alone, and so said a different reason from the CLI's (a review)."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import analyze
+
+    b = KinetoTraceBuilder()
+    frame = ("train.py", 4, "train_step")
+    with b.step(1), b.frame(frame):
+        item_sync(b, stack=[frame])
+    trace = b.write(tmp_path / "run" / "w.pt.trace.json")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (site,) = analyze(trace, source_roots=[str(elsewhere)]).sites
+    assert (site.line_exact, site.source_read) == (False, False)
+    (tmp_path / "train.py").write_text(
+        "import torch\n\n\ndef train_step(model, x):\n    loss = model(x)\n    return loss.item()\n"
+    )
+    (site,) = analyze(trace, source_roots=[str(tmp_path)]).sites
+    assert (site.line, site.line_exact, site.source_read) == (6, True, True)

@@ -233,11 +233,12 @@ export function stepTimeChange(changeUs, opts = {}) {
  * The compare headline. Real (GPU) sites: the step time change (`stepTimeChange`). Latent
  * sites (both runs CPU-only): neutral, with the fixed/new site counts, because a CPU step
  * time does not measure syncs that cost nothing without a GPU; the note says so.
- * One run CPU-only and the other not (`mixed`): neutral too, by site counts.
- * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>, mixed?: boolean}} args
+ * One run CPU-only and the other not (`mixed`): neutral too, by site counts. `npu`: the
+ * runs are torch_npu traces without AscendCL calls (the answer's `unmeasured`), not CPU runs.
+ * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>, mixed?: boolean, npu?: boolean}} args
  * @returns {{text: string, tone: "good" | "bad" | "neutral", note: string | null, caveat?: string | null}}
  */
-export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = false }) {
+export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = false, npu = false }) {
   if (mixed) {
     // One run on a GPU, the other CPU-only: their step times measure different machines.
     const change = Number.isFinite(changeUs) && changeUs ? ` (${formatDeltaUs(/** @type {number} */ (changeUs))} here)` : "";
@@ -259,9 +260,10 @@ export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = 
   return {
     text: `${sites(fixed)} fixed, ${formatCount(added)} new`,
     tone: "neutral",
-    note:
-      `CPU step time does not measure these syncs: without a GPU they cost nothing, so the ` +
-      `step time change${change} is CPU timing noise. The fixed and new sites are what counts.`,
+    note: npu
+      ? `These NPU traces recorded no AscendCL call (torch_npu's default profiler level), so no wait was measured: the step time change${change} is not the syncs'. The fixed and new sites are what counts.`
+      : `CPU step time does not measure these syncs: without a GPU they cost nothing, so the ` +
+        `step time change${change} is CPU timing noise. The fixed and new sites are what counts.`,
   };
 }
 
@@ -438,24 +440,51 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
 export function savingTexts(b, predictedUs, measuredUs, compared) {
   const approx = b.saving_method === "replay" ? "~" : "≤";
   const every = `${approx}${formatUs(predictedUs)}`;
-  const fixed = Number(compared?.counts?.fixed || 0);
+  const rows = compared?.sites || [];
+  const what = fixedWhat(rows);
+  const units = rows.filter((/** @type {any} */ r) => r.status === "fixed").length + rows.reduce((/** @type {number} */ n, /** @type {any} */ r) => n + (r.lines_fixed || []).length, 0);
   const ofFixed = compared?.predicted_saving_of_fixed_us;
   let predicted = `predicted ${every} by the baseline's replay`;
   let before = `predicted ${every}`;
-  if (compared && compared.every_site_fixed) {
-    predicted = `predicted ${every} by the baseline's replay (every sync fixed)`;
-  } else if (compared && fixed && ofFixed !== null && ofFixed !== undefined) {
-    const sites = fixed === 1 ? "the site fixed (its own prediction" : `the ${fixed} sites fixed (each one's own prediction, summed`;
-    predicted = `predicted ${approx}${formatUs(ofFixed)} by the baseline's replay for ${sites}; every sync: ${every})`;
-    before = `predicted ${approx}${formatUs(ofFixed)} for what was fixed`;
-  } else if (compared && "every_site_fixed" in compared) {
-    predicted = `no site fixed (every sync fixed: predicted ${every})`;
-    before = "no site fixed";
+  if (compared && "every_site_fixed" in compared) {
+    if (!rows.some((/** @type {any} */ r) => r.before)) {
+      predicted = "the baseline had no sync to fix";
+      before = "nothing to fix";
+    } else if (compared.every_site_fixed) {
+      predicted = `predicted ${every} by the baseline's replay (every baseline site fixed)`;
+    } else if (what && ofFixed !== null && ofFixed !== undefined) {
+      const own = units === 1 ? "its own prediction" : "each one's own prediction, summed";
+      predicted = `predicted ${approx}${formatUs(ofFixed)} by the baseline's replay for what was fixed (${what}; ${own}; every baseline sync: ${every})`;
+      before = `predicted ${approx}${formatUs(ofFixed)} for what was fixed`;
+    } else if (what) {
+      // Fixed, but a report without per-site predictions: only the all-syncs figure.
+      predicted = `${what} fixed, without a prediction of its own (every baseline sync: ${every})`;
+      before = "no prediction of its own";
+    } else {
+      predicted = `no site fixed (every baseline sync fixed: predicted ${every})`;
+      before = "no site fixed";
+    }
   }
   const median = compared?.measured_saving_median_us;
   const scale = b.mean_wall_step_time_us || b.mean_step_time_us || 0;
   const medianText = median !== null && median !== undefined && scale && Math.abs(median - measuredUs) > 0.1 * scale ? ` (mean steps; from the median steps ${formatUs(median)})` : "";
   return { span: `${predicted}; measured ${formatUs(measuredUs)} between the runs${medianText}`, before, after: `measured ${formatUs(measuredUs)}${medianText}` };
+}
+
+/**
+ * What a comparison fixed, in words, as the CLI says it: `1 site`, `2 lines of a site still
+ * there`, `1 site and 1 line of a site still there`; "" when nothing.
+ * @param {any[]} rows the `compare` answer's sites
+ * @returns {string}
+ */
+export function fixedWhat(rows) {
+  const sites = rows.filter((r) => r.status === "fixed").length;
+  const merged = rows.filter((r) => (r.lines_fixed || []).length);
+  const lines = merged.reduce((n, r) => n + r.lines_fixed.length, 0);
+  const parts = [];
+  if (sites) parts.push(`${sites} site${sites === 1 ? "" : "s"}`);
+  if (lines) parts.push(`${lines} line${lines === 1 ? "" : "s"} of ${merged.length === 1 ? "a site" : "sites"} still there`);
+  return parts.join(" and ");
 }
 
 /** How a compare table's header says a column's unit (as `summaryRows`' headings do). */

@@ -170,6 +170,35 @@ export function sitesInStep(sites, step) {
   };
 }
 
+/** @param {unknown} v */
+const known = (v) => v !== null && v !== undefined;
+
+/**
+ * Why a site's line is not the syncing call's, in the order the CLI's report tells it
+ * (`outputs/text.py` `_inexact_reason`): the file not read here first (`source_read`
+ * false; an older answer without the field: no def line and no recorded line stand for
+ * it), then a file changed since profiling, a function already running, its def line.
+ * @param {any} site
+ * @returns {string}
+ */
+export function inexactWhy(site) {
+  const unread = site.source_read === false || (!known(site.source_read) && !known(site.def_line) && !known(site.recorded_line));
+  if (unread) {
+    return known(site.def_line) && site.def_line === site.line
+      ? "line where the function is defined (the trace shows it called), not the call that synced: its source file was not found here"
+      : "line the trace recorded for the function (where it is defined, or where it was when profiling started), not the call that synced: its source file was not read here";
+  }
+  if (known(site.recorded_line)) {
+    return known(site.def_line)
+      ? "line where the function is defined in the file as it is now: the file changed since profiling, so the lines of its calls are candidates only"
+      : "line the trace recorded: the file found here has no such function there (it changed since profiling, or it is another file)";
+  }
+  if (known(site.def_line) && site.def_line !== site.line) {
+    return "line the function was at when profiling started (it was already running): the sync is in a call at or after it";
+  }
+  return "line where the function is defined, not the call that synced: the trace records no call line, and none was found in the source";
+}
+
 /**
  * A site's place as the sites table shows it, and what the CLI says under it: its
  * `file:line`, marked `*` when the line is not the exact call line (`line_exact` false) with
@@ -185,17 +214,7 @@ export function siteWhere(site, short = (p) => p) {
   const text = site.file ? `${short(site.file)}:${site.line ?? "?"}${inexact ? "*" : ""}` : "";
   let title = site.file ? `${site.file}:${site.line ?? ""}` : "";
   if (inexact) {
-    const why =
-      site.recorded_line !== null && site.recorded_line !== undefined
-        ? site.def_line === null || site.def_line === undefined
-          ? "line the trace recorded: the file found here has no such function there (it changed since profiling, or it is another file)"
-          : "line where the function is defined in the file as it is now: the file changed since profiling, so the lines of its calls are candidates only"
-        : site.def_line !== null && site.def_line !== undefined && site.def_line !== site.line
-          ? "line the function was at when profiling started (it was already running): the sync is in a call at or after it"
-          : site.def_line === null || site.def_line === undefined
-            ? // No source read: the recorded line may be the def or where a running frame was.
-              "line the trace recorded for the function (where it is defined, or where it was when profiling started), not the call that synced: its source file was not read here"
-            : "line where the function is defined, not the call that synced: the trace records no call line, and none was found in the source";
+    const why = inexactWhy(site);
     title += `\n* ${why}`;
   }
   /** @type {{id: string, text: string}[]} */

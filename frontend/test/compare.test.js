@@ -208,6 +208,12 @@ test("a CPU-only run against a GPU run gets a neutral headline by site counts", 
   assert.equal(one.text, "1 sync site fixed, 0 new");
 });
 
+test("two NPU runs without AscendCL calls are not told they ran on the CPU", () => {
+  const head = compareHeadline({ latent: true, npu: true, changeUs: 1000, baseStepUs: 300000, counts: { fixed: 1, new: 0 } });
+  assert.match(head.note, /NPU traces recorded no AscendCL call/);
+  assert.doesNotMatch(head.note, /CPU/);
+});
+
 test("the baseline is pre-selected by name, and a run is never its own baseline", async () => {
   const { defaultBaseline } = await import("../src/compare.js");
   const demo = ["cnn_baseline", "cnn_optimized", "seg_baseline", "seg_optimized"];

@@ -100,15 +100,25 @@ test("the compared sites' headers say each figure's unit, in the summary's words
 
 test("the saving row predicts what was fixed, not every sync, when only some sites were", async () => {
   const { savingTexts } = await import("../src/compare.js");
-  const counts = { fixed: 1, same: 1, better: 0, worse: 0, new: 0 };
-  const some = savingTexts(gpu, 4580, 11400, { counts, every_site_fixed: false, predicted_saving_of_fixed_us: 20, measured_saving_median_us: 8350 });
-  assert.match(some.span, /^predicted ~20 µs by the baseline's replay for the site fixed \(its own prediction; every sync: ~4\.58 ms\)/);
+  const fixedRow = { status: "fixed", before: { lines: [277] }, after: null, lines_fixed: [] };
+  const sameRow = { status: "same", before: { lines: [283] }, after: { lines: [283] }, lines_fixed: [] };
+  const some = savingTexts(gpu, 4580, 11400, { sites: [sameRow, fixedRow], every_site_fixed: false, predicted_saving_of_fixed_us: 20, measured_saving_median_us: 8350 });
+  assert.match(some.span, /^predicted ~20 µs by the baseline's replay for what was fixed \(1 site; its own prediction; every baseline sync: ~4\.58 ms\)/);
   // The mean of a few profiled steps and their median disagree: both are said.
   assert.match(some.span, /measured 11\.4 ms between the runs \(mean steps; from the median steps 8\.35 ms\)$/);
-  const all = savingTexts(gpu, 4580, 4300, { counts: { ...counts, same: 0, fixed: 2 }, every_site_fixed: true, predicted_saving_of_fixed_us: 4400, measured_saving_median_us: 4310 });
-  assert.equal(all.span, "predicted ~4.58 ms by the baseline's replay (every sync fixed); measured 4.30 ms between the runs");
-  const none = savingTexts(gpu, 3040, 0, { counts: { same: 2, fixed: 0 }, every_site_fixed: false, predicted_saving_of_fixed_us: null, measured_saving_median_us: 0 });
-  assert.match(none.span, /^no site fixed \(every sync fixed: predicted ~3\.04 ms\); measured 0 µs/);
+  const all = savingTexts(gpu, 4580, 4300, { sites: [fixedRow, { ...fixedRow }], every_site_fixed: true, predicted_saving_of_fixed_us: 4400, measured_saving_median_us: 4310 });
+  assert.equal(all.span, "predicted ~4.58 ms by the baseline's replay (every baseline site fixed); measured 4.30 ms between the runs");
+  const none = savingTexts(gpu, 3040, 0, { sites: [sameRow], every_site_fixed: false, predicted_saving_of_fixed_us: null, measured_saving_median_us: 0 });
+  assert.match(none.span, /^no site fixed \(every baseline sync fixed: predicted ~3\.04 ms\); measured 0 µs/);
+  // A line fixed in a row still there (one function's .cpu() and .tolist()) is a fix too.
+  const line = savingTexts(gpu, 4370, 0, { sites: [{ status: "better", before: { lines: [199, 204] }, after: { lines: [204] }, lines_fixed: [199] }], every_site_fixed: false, predicted_saving_of_fixed_us: 287, measured_saving_median_us: 0 });
+  assert.match(line.span, /^predicted ~287 µs by the baseline's replay for what was fixed \(1 line of a site still there; its own prediction;/);
+  // A baseline with nothing to fix: no "every sync fixed" beside the new run's syncs.
+  const nothing = savingTexts(gpu, 0, -14400, { sites: [{ status: "new", before: null, after: { lines: [283] }, lines_fixed: [] }], every_site_fixed: false, predicted_saving_of_fixed_us: null });
+  assert.match(nothing.span, /^the baseline had no sync to fix; measured/);
+  // A fixed site without a prediction of its own (an older report): not "no site fixed".
+  const unpredicted = savingTexts(gpu, 4580, 100, { sites: [sameRow, fixedRow], every_site_fixed: false, predicted_saving_of_fixed_us: null });
+  assert.match(unpredicted.span, /^1 site fixed, without a prediction of its own/);
   // An older server's answer has none of these fields: the all-syncs figure, as before.
   assert.match(savingTexts(gpu, 150, 140, null).span, /^predicted ~150 µs by the baseline's replay; measured 140 µs/);
 });

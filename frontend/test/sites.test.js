@@ -106,6 +106,12 @@ test("an inexact line is marked * with why; its candidates and a job's late peer
   const unread = siteWhere({ file: "t.py", line: 286, def_line: null, line_exact: false });
   assert.match(unread.title, /\* line the trace recorded for the function .*its source file was not read here/);
   assert.doesNotMatch(unread.title, /line where the function is defined/);
+  // As the CLI: a file not read whose frame was seen called is at its def line, and a read
+  // file's missing def line (a class body) is not "not read".
+  const called = siteWhere({ file: "t.py", line: 40, def_line: 40, line_exact: false, source_read: false });
+  assert.match(called.title, /\* line where the function is defined \(the trace shows it called\).*not found here/);
+  const read = siteWhere({ file: "t.py", line: 40, def_line: null, line_exact: false, source_read: true });
+  assert.doesNotMatch(read.title, /not read here|not found here/);
 });
 
 test("the filter finds a site by the file:line the table shows", () => {

@@ -1088,7 +1088,7 @@ def _compare_location(row: dict[str, Any]) -> str:
     lines = (row.get("after") or row.get("before") or {}).get("lines") or []
     if row.get("file") and len(lines) > 1:
         location = f"{row['file']}:{','.join(str(line) for line in lines)}"
-    if row.get("file") and row.get("line") is not None and row.get("line_exact") is False:
+    if _marked_inexact(row):
         location += "*"
     # A row that merges a function's sites of one kind: the lines it had before, where the
     # fix removed some of them (the one fixed was named nowhere).
@@ -1096,6 +1096,11 @@ def _compare_location(row: dict[str, Any]) -> str:
     if row.get("file") and row.get("after") and before and before != lines:
         location += f" (before: {','.join(str(line) for line in before)})"
     return location
+
+
+def _marked_inexact(row: dict[str, Any]) -> bool:
+    """A compared row whose line is not the syncing call's ("*")."""
+    return bool(row.get("file")) and row.get("line") is not None and row.get("line_exact") is False
 
 
 # Why a compared line may not be the call's: the report gives each site's reason.
@@ -1241,8 +1246,6 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             if moved:
                 detail = ", ".join(moved) + " · " + detail
             lines.extend(style(line, _DIM) for line in wrap(detail, width - 7, " " * 7))
-        if any(_compare_location(row).endswith("*") for row in sites):
-            lines.extend(wrap(COMPARE_INEXACT_NOTE, width, "  ", "    "))
     elif latent_rows:
         lines.append("  no measured synchronization in either run (CPU-only: latent sites below)")
     else:
@@ -1262,6 +1265,9 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
                     "       ",
                 )
             )
+    inexact = [row for row in sites + latent if _marked_inexact(row)]
+    if inexact:
+        lines.extend(wrap(COMPARE_INEXACT_NOTE, width, "  ", "    "))
     lines.append("")
     base = result.get("base") or {}
     new = result.get("new") or {}
@@ -1294,7 +1300,16 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             else "a CPU-only run's step time does not compare"
         )
         lines.extend(_wrap_labelled("saving", f"not measured: {why}", width))
-    elif not sites and latent_rows:
+    elif result.get("unmeasured") == "npu":
+        lines.extend(
+            _wrap_labelled(
+                "saving",
+                "not measured: the NPU traces recorded no AscendCL call, so no wait is in them "
+                "(torch_npu's profiler level 1 records them)",
+                width,
+            )
+        )
+    elif result.get("unmeasured") == "cpu":
         # Both CPU-only: no sync waited, so nothing was predicted and the step time change
         # is CPU timing, as the dashboard says.
         lines.extend(
@@ -1312,25 +1327,33 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
 
 def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
     """The baseline's prediction for what the new run fixed, beside the measured change: the
-    all-syncs figure only where every site was fixed (beside a fix of one site of several,
-    it read as a prediction the fix missed)."""
+    all-syncs figure only where every baseline site was fixed (beside a fix of one site of
+    several, it read as a prediction the fix missed)."""
     approx = "~" if base.get("saving_method") == "replay" else "≤"
     every = f"{approx}{format_us(float(result['predicted_saving_us']))}"
     measured = float(result["measured_saving_us"])
     measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
-    fixed = int((result.get("counts") or {}).get("fixed") or 0)
+    what = _fixed_what(result)
+    rows = result.get("sites") or []
+    units = sum(1 for r in rows if r.get("status") == "fixed") + sum(
+        len(r.get("lines_fixed") or []) for r in rows
+    )
+    own = "its own prediction" if units == 1 else "each one's own prediction, summed"
     of_fixed = result.get("predicted_saving_of_fixed_us")
-    if result.get("every_site_fixed"):
-        predicted = f"predicted {every} per step (every sync fixed)"
-    elif fixed and of_fixed is not None:
-        sites = "site" if fixed == 1 else "sites"
+    if not any(row.get("before") for row in rows):
+        predicted = "the baseline had no sync to fix"
+    elif result.get("every_site_fixed"):
+        predicted = f"predicted {every} per step (every baseline site fixed)"
+    elif what and of_fixed is not None:
         predicted = (
-            f"predicted {approx}{format_us(float(of_fixed))} per step for the {fixed} {sites} "
-            f"fixed ({'its' if fixed == 1 else 'each one’s'} own prediction"
-            f"{'' if fixed == 1 else ', summed'}; every sync: {every})"
+            f"predicted {approx}{format_us(float(of_fixed))} per step for what was fixed "
+            f"({what}; {own}; every baseline sync: {every})"
         )
+    elif what:
+        # Fixed, but a report without per-site predictions: only the all-syncs figure.
+        predicted = f"{what} fixed, without a prediction of its own (every baseline sync: {every})"
     else:
-        predicted = f"no site fixed (every sync fixed: predicted {every} per step)"
+        predicted = f"no site fixed (every baseline sync fixed: predicted {every} per step)"
     median = result.get("measured_saving_median_us")
     scale = _wall(base)  # a difference below a tenth of a step is no disagreement
     how = "wall step times of the profiled runs"
@@ -1338,6 +1361,24 @@ def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
         median_text = format_us(median) if median >= 0 else f"-{format_us(-median)}"
         how = f"mean wall step times of the profiled runs; from their median steps {median_text}"
     return f"{predicted}, measured {measured_text} ({how})"
+
+
+def _fixed_what(result: dict[str, Any]) -> str:
+    """What a comparison fixed, in words: ``1 site``, ``2 lines of a site still there``,
+    ``1 site and 1 line of a site still there``; empty when nothing."""
+    rows = result.get("sites") or []
+    sites = sum(1 for row in rows if row.get("status") == "fixed")
+    merged = [row for row in rows if row.get("lines_fixed")]
+    lines = sum(len(row["lines_fixed"]) for row in merged)
+    parts = []
+    if sites:
+        parts.append(f"{sites} site{'s' if sites != 1 else ''}")
+    if lines:
+        parts.append(
+            f"{lines} line{'s' if lines != 1 else ''} of "
+            f"{'a site' if len(merged) == 1 else 'sites'} still there"
+        )
+    return " and ".join(parts)
 
 
 def _wall(summary: dict[str, Any]) -> float:

@@ -330,7 +330,9 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert "by the baseline's replay" in saving.inner_text()
     # One of the baseline's sites was fixed: the prediction is that site's, the all-syncs
     # figure beside it (alone, it read as a prediction the fix missed).
-    assert "for the site fixed (its own prediction; every sync: " in saving.inner_text()
+    assert "for what was fixed (1 site; its own prediction; every baseline sync: " in (
+        saving.inner_text()
+    )
     assert "measured" in saving.inner_text()
     # The site's cost that went away, and beside it (not instead) what the baseline's
     # replay predicted its fix saves: the cost overstates that where work fills the gap.

@@ -57,6 +57,7 @@ from tb_syncfinder.models import (
     TraceSavings,
     source_files_of,
     sync_id_prefix,
+    unread_source_files,
 )
 from tb_syncfinder.reader import TraceReadError, explain_truncated, read_trace
 from tb_syncfinder.source import (
@@ -747,6 +748,7 @@ def _analyze_data(
     )
     read = resolver.read_stamps
     result.source_stamps = {f: read[f] for f in source_files_of(result) if f in read}
+    result.source_probes = resolver.probes(unread_source_files(result))
     return result
 
 

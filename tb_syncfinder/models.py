@@ -559,6 +559,10 @@ class TraceResult(msgspec.Struct):
     # Size and mtime (ns) of each source file its lines were resolved in, as it was read:
     # the plugin and the summaries compare them with the files now to see edits since.
     source_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Paths where a source file its lines did not find would have been found (under a root
+    # at its recorded path or by its name, beside the trace), absent then: one that appears
+    # (the user copied the file in) makes a cached result stale, as an edit does.
+    source_probes: list[str] = field(default_factory=list)
 
 
 class RunsReport(msgspec.Struct):
@@ -762,6 +766,24 @@ def source_files_of(result: Any) -> list[str]:
     return sorted(files)
 
 
+def unread_source_files(result: Any) -> list[str]:
+    """The recorded paths of the user files a result's lines were not found in (its syncs'
+    sources and the lines that ran them; not libraries')."""
+    files: set[str] = set()
+    for sync in [
+        *getattr(result, "syncs", ()),
+        *getattr(result, "latent", ()),
+        *getattr(result, "profiler_overhead", ()),
+        *getattr(result, "warmup_allocator", ()),
+        *getattr(result, "collective_worker", ()),
+    ]:
+        for source in (sync.source, sync.source.run_by if sync.source else None):
+            if source is not None and source.file and not source.resolved_path:
+                if not source.file.startswith("<"):
+                    files.add(source.file)
+    return sorted(files)
+
+
 def file_stamps(files: Iterable[str]) -> dict[str, tuple[int, int] | None]:
     """Size and mtime (ns) of each file as it is now (None: gone)."""
     stamps: dict[str, tuple[int, int] | None] = {}
@@ -783,6 +805,9 @@ def result_stamps(result: Any) -> dict[str, tuple[int, int] | None]:
     files = source_files_of(result)
     stamps = file_stamps([f for f in files if f not in recorded])
     stamps.update({f: tuple(recorded[f]) for f in files if f in recorded})
+    # Absent at analysis (None), as a file gone is: one that appears is a change.
+    for probe in getattr(result, "source_probes", None) or ():
+        stamps.setdefault(probe, None)
     return dict(sorted(stamps.items()))
 
 

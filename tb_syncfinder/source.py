@@ -1029,6 +1029,27 @@ class SourceResolver:
         view._nearest_of = {}
         return view
 
+    def probes(self, files: Iterable[str], limit: int = 64) -> list[str]:
+        """Where each recorded file, not found now, would be found if the user copied it
+        in: under a root at its recorded relative path or by its name, beside the trace, at
+        a --path-map target; those absent now, at most ``limit``."""
+        found: list[str] = []
+        for trace_file in files:
+            norm = trace_file.replace("\\", "/")
+            name = norm.rsplit("/", 1)[-1]
+            places = [os.path.join(root, name) for root in self.roots]
+            if not norm.startswith("/") and not norm.startswith(".."):
+                places += [os.path.join(root, norm) for root in self.roots]
+            if self._trace_dir is not None:
+                places.append(os.path.join(self._trace_dir, name))
+            places += [dst + norm[len(src) :] for src, dst in self.path_map if norm.startswith(src)]
+            for place in places:
+                if place not in found and not os.path.exists(place):
+                    found.append(place)
+                    if len(found) >= limit:
+                        return found
+        return found
+
     def _nearest(self, found: Path | _Copies | None) -> Path | None:
         """``found``, or of several different files the one whose folder (above the tail
         that matched the recorded path) is the trace's folder or the nearest one above it;

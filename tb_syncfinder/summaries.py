@@ -179,6 +179,8 @@ class SummaryStore:
         same = (
             envelope.options == options_fingerprint(options)
             and _present(file_stamps(envelope.sources)) == envelope.sources
+            # A source file not found then, copied in since: its lines would be found now.
+            and not _present(file_stamps(result.source_probes))
         )
         return Lookup(result, None, same)
 

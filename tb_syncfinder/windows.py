@@ -787,6 +787,7 @@ def merge(
         first.warmup_allocator += other.warmup_allocator
         first.collective_worker += other.collective_worker
         first.source_stamps.update(other.source_stamps)
+        first.source_probes += [p for p in other.source_probes if p not in first.source_probes]
     first.savings = _merge_savings([r.savings for r in results], note)
     info.saving_method = first.savings.method
     info.saving_note = first.savings.reason or ("; ".join(first.savings.notes) or None)

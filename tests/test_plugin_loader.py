@@ -179,6 +179,61 @@ def test_a_trace_whose_source_files_changed_is_analysed_again_while_running(
     assert len(analyzer.calls) == 2
 
 
+class MissingSourceAnalyzer(CountingAnalyzer):
+    """A result whose line was not found: ``source`` absent, probed where it would be."""
+
+    def __init__(self, source: Path) -> None:
+        super().__init__()
+        self.source = source
+
+    def __call__(self, ref: TraceRef, options: Any) -> Any:
+        super().__call__(ref, options)
+        found = self.source.exists()
+        src = SimpleNamespace(resolved_path=str(self.source) if found else None)
+        src.run_by = src.library = None
+        sync = SimpleNamespace(source=src, text=self.source.read_text() if found else None)
+        info = SimpleNamespace(path=ref.path, error=None, worker=ref.worker)
+        stat = self.source.stat() if found else None
+        return SimpleNamespace(
+            info=info,
+            syncs=[sync],
+            latent=[],
+            steps=[],
+            source_stamps={str(self.source): (stat.st_size, stat.st_mtime_ns)} if stat else {},
+            source_probes=[] if found else [str(self.source)],
+        )
+
+
+def test_a_source_file_copied_in_after_the_analysis_has_the_trace_analysed_again(
+    tmp_path: Path,
+) -> None:
+    """Its lines were not found; the user copies the file in: the running TensorBoard and a
+    restarted one (the disk cache) served the inexact lines until the trace changed."""
+    source = tmp_path / "train.py"
+    write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
+    analyzer = MissingSourceAnalyzer(source)
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", analyzer)
+    poll_and_wait(loader)
+    [first] = loader.results(loader.get_run("run"), None, None)
+    assert first.syncs[0].text is None
+    poll_and_wait(loader)
+    assert len(analyzer.calls) == 1
+    source.write_text("def train_step(loss):\n    return loss.item()\n")
+    poll_and_wait(loader)
+    [second] = loader.results(loader.get_run("run"), None, None)
+    assert len(analyzer.calls) == 2 and second.syncs[0].text == source.read_text()
+
+    source.unlink()
+    restarted = MissingSourceAnalyzer(source)
+    cold = make_loader(tmp_path / "logs", tmp_path / "cache2", restarted)
+    poll_and_wait(cold)
+    source.write_text("def train_step(loss):\n    return loss.item()\n")
+    again = MissingSourceAnalyzer(source)
+    warm = make_loader(tmp_path / "logs", tmp_path / "cache2", again)
+    poll_and_wait(warm)
+    assert len(again.calls) == 1  # the cached inexact result was not served
+
+
 def test_an_edit_made_while_a_trace_is_analysed_is_seen_at_the_next_poll(
     tmp_path: Path,
 ) -> None:

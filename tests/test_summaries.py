@@ -208,3 +208,31 @@ def test_the_code_digest_reads_a_crlf_checkout_of_the_same_code_as_the_same(
     assert digest_of(copy) == code_digest()
     (copy / "engine.py").write_bytes((copy / "engine.py").read_bytes() + b"# edited\r\n")
     assert digest_of(copy) != code_digest()
+
+
+def test_a_summary_made_without_its_source_file_is_recomputed_once_the_file_is_there(
+    tmp_path: Path,
+) -> None:
+    """The site kept its def line, inexact, while the file was missing; the user copies it
+    in: the summary (stamps of the files read only) was still served, unchanged."""
+    write_trace(tmp_path)
+    source = tmp_path / "src" / "train.py"
+    source.unlink()
+    refs = find_traces(str(tmp_path / "logs"))
+    store = SummaryStore()
+    first = analyze_runs(refs, options(tmp_path), summaries=store, write_summaries=True)
+    sync = first.results[0].syncs[0]
+    assert (sync.source.line, sync.source.line_exact) == (4, False)
+    assert str(source) in first.results[0].source_probes
+    analyze_runs(refs, options(tmp_path), summaries=store, mapper=never_called)
+    source.write_text(TRAIN_PY)
+    heard = []
+    second = analyze_runs(
+        refs,
+        options(tmp_path),
+        summaries=store,
+        on_result=lambda result, from_summary: heard.append(from_summary),
+    )
+    assert heard == [False]
+    sync = second.results[0].syncs[0]
+    assert (sync.source.line, sync.source.line_exact) == (6, True)

@@ -119,7 +119,12 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
         help="colour the table: auto = on a terminal unless NO_COLOR is set (default)",
     )
     parser.add_argument(
-        "-o", "--output", metavar="FILE", help="write the output to FILE instead of standard output"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the output to FILE instead of standard output ('-': standard output); "
+        "unless a format is given, FILE's extension picks it (.json, .csv, .sarif, .txt; "
+        "compare writes .json or text)",
     )
 
 
@@ -692,6 +697,20 @@ class _Progress:
         )
 
 
+def _format_of(path: str | None) -> str | None:
+    """The output format whose extension ``path`` ends with (the longest first: an
+    annotated trace's ``.sync_advisor.pt.trace.json`` before ``.json``), else None."""
+    if not path:
+        return None
+    from tb_syncfinder.outputs import FORMATS
+
+    name = path.lower()
+    for fmt in sorted(FORMATS.values(), key=lambda f: -len(f.extension)):
+        if name.endswith(fmt.extension):
+            return fmt.name
+    return None
+
+
 def _check_writable(path: str | None, option: str) -> None:
     """UsageError, before any analysis, when ``path`` (given to ``option``) cannot be
     written as a file: a folder, a folder that does not exist, no permission."""
@@ -885,7 +904,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
 
-    output_format = "json" if args.json else (args.format or "table")
+    if args.output == "-":
+        args.output = None  # the usual name for standard output
+    # -o results.sarif wrote the table under that name, and a code-scanning upload failed
+    # on it: without --format, the file's extension names the format.
+    output_format = "json" if args.json else (args.format or _format_of(args.output) or "table")
     if args.json and args.format not in (None, "json"):
         raise UsageError(f"--json and --format {args.format} contradict each other")
     _check_writable(args.output, "--output")
@@ -894,9 +917,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         report_set = _analyze_runs(args.path, args, args.runs)
     except NothingReadable as exc:
-        if args.output:
+        if args.output or output_format != "table":
             # Still exit 2, but leave the file a CI step reads (SARIF with the errors as
-            # notifications, JSON with each trace's error) rather than none at all.
+            # notifications, JSON with each trace's error) rather than none at all; the
+            # same on standard output (`--json | jq` read an empty stream).
             _refuse_inputs(args.output, "--output", exc.report_set.report)
             options = outputs.RenderOptions(color=False, top=args.top or None)
             _write(outputs.render(output_format, exc.report_set, options), args.output)
@@ -1036,6 +1060,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from tb_syncfinder.outputs.text import render_compare, with_relative_files
 
     with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
+    if args.output == "-":
+        args.output = None
+    as_json = args.json or _format_of(args.output) == "json"
     _check_writable(args.output, "--output")
     _warn_of_unused_options(args)
     base = _load_side(args.base, args)
@@ -1051,7 +1078,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _warn(result["detection_note"])
     if result.get("runs_note"):
         _warn(result["runs_note"])
-    if args.json:
+    if as_json:
         _write(dumps(result), args.output)
     else:
         shown = with_relative_files(result, os.getcwd())  # files as the shell names them

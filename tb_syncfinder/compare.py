@@ -21,6 +21,7 @@ from tb_syncfinder.catalogue import (
 )
 
 STATUSES = ("new", "worse", "better", "same", "fixed")
+COMPARE_SCHEMA = "tb_syncfinder.compare/1"
 # Relative change of a site's syncs per step, or of its cost per step (host wait + GPU
 # idle), beyond which it counts as better or worse; below it, run-to-run noise.
 THRESHOLD = 0.10
@@ -174,9 +175,11 @@ def _compare_sites(
         current = (after_sites.get(key) or before_sites[key])["site"]
         # A row on both sides whose baseline had lines the new run has not: those syncs
         # were fixed though the row stays (one function's .cpu() and .tolist() are one row).
+        # Only where the new run's lines are some of the baseline's: lines that moved (an
+        # edit above, a file found on one side only) say nothing of which were fixed.
         lines_fixed: list[int] = []
         lines_fixed_saving: float | None = 0.0
-        if before is not None and after is not None:
+        if before is not None and after is not None and set(after["lines"]) < set(before["lines"]):
             by_line = before_sites[key]["saving_by_line"]
             lines_fixed = sorted(set(before["lines"]) - set(after["lines"]))
             savings = [by_line.get(line) for line in lines_fixed]
@@ -270,6 +273,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     fixed_savings += [row["lines_fixed_saving_per_step_us"] for row in sites if row["lines_fixed"]]
     baseline_rows = sum(1 for row in sites if row["before"])
     return {
+        # What reads this can tell it from a report (tb_syncfinder.report/1) and its version.
+        "schema": COMPARE_SCHEMA,
         "base": base_summary,
         "new": new_summary,
         "step_time_change_us": new_step - base_step if base_step and new_step else None,
@@ -277,7 +282,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         # What the baseline's replay predicted fixing every sync saves per step, and what
         # the new run saves (its wall step time against the baseline's), both profiled.
         "predicted_saving_us": float(predicted) if predicted is not None else None,
-        "measured_saving_us": -wall_change if wall_change is not None else None,
+        # (+ 0.0: no "-0 us" where nothing changed)
+        "measured_saving_us": -wall_change + 0.0 if wall_change is not None else None,
         # Where only some sites were fixed, what the baseline predicted for those: each
         # fixed site's own prediction, summed (syncs that wait for the same work save more
         # together than apart). None with no fixed site or one without a figure.
@@ -291,7 +297,9 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         # The same from the median profiled step of each run: a few profiled steps with one
         # slow one (a data-loader stall) move the mean by more than the fix did.
         "measured_saving_median_us": (
-            base_median - new_median if base_median is not None and new_median is not None else None
+            base_median - new_median + 0.0
+            if base_median is not None and new_median is not None
+            else None
         ),
         "sites": sites,
         "latent_sites": latent_sites,

@@ -1524,7 +1524,9 @@ def settled_truncation(reason: str, mtime_s: float | None) -> str:
     if _STILL_WRITTEN not in reason:
         return reason
     since = (
-        f"unchanged since {time.strftime('%Y-%m-%d %H:%M', time.localtime(mtime_s))}: "
+        # In UTC, named: the text lands in JSON, SARIF and summaries read on other
+        # machines (a runner's local time read 10:36 in one zone and 19:36 in another).
+        f"unchanged since {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(mtime_s))}: "
         if mtime_s is not None
         else ""
     )

@@ -278,3 +278,43 @@ def test_the_inexact_footnote_is_given_for_every_marked_row():
     assert "* not the line of the syncing call" in text
     latent = {"sites": [], "latent_sites": [row("worse", [10], [10])], "counts": {}}
     assert "* not the line of the syncing call" in render_compare(latent, width=100)
+
+
+def test_lines_that_moved_are_not_counted_as_fixed(capsys, tmp_path):
+    """The same trace, its source found on one side only (283 exact against 286, the def
+    line): 'same', and a saving 'for what was fixed' was claimed. Lines an edit moved are
+    no fix either."""
+    report = tmp_path / "found.json"
+    main(
+        ["report", _trace("readback_metrics_baseline"), "--json", "-o", str(report)]
+        + ["--source-root", str(PAIRS_DIR)]
+    )
+    moved = json.loads(report.read_text(encoding="utf-8"))
+    for site in moved["sites"]:
+        site["line"] += 7  # lines added above the function
+    shifted = tmp_path / "shifted.json"
+    shifted.write_text(json.dumps(moved), encoding="utf-8")
+    capsys.readouterr()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copied = elsewhere / "readback_metrics_baseline.pt.trace.json.gz"
+    shutil.copy(_trace("readback_metrics_baseline"), copied)
+    unread = tmp_path / "unread.json"
+    main(["report", str(copied), "--json", "-o", str(unread), "--source-root", str(elsewhere)])
+    assert all(not s["line_exact"] for s in json.loads(unread.read_text())["sites"])
+    capsys.readouterr()
+    for side in (str(shifted), str(unread)):
+        _, out, _ = _compare(capsys, str(report), side, "--json")
+        result = json.loads(out)
+        assert all(not row["lines_fixed"] for row in result["sites"])
+        assert result["predicted_saving_of_fixed_us"] is None
+
+
+def test_the_comparison_json_names_its_schema_and_no_change_is_plus_zero(capsys):
+    import math
+
+    trace = _trace("copy_and_item_baseline")
+    _, out, _ = _compare(capsys, trace, trace, "--json")
+    result = json.loads(out)
+    assert result["schema"] == "tb_syncfinder.compare/1"
+    assert math.copysign(1.0, result["measured_saving_us"]) == 1.0

@@ -967,13 +967,13 @@ def test_a_cut_trace_that_went_quiet_is_said_not_to_be_written_even_from_the_cac
     first = loader(0)
     for _ in range(loader_module.MAX_TRANSIENT_ATTEMPTS):
         poll_and_wait(first)
-    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(old.stat().st_mtime))
+    since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(old.stat().st_mtime))
     settled = f"truncated JSON (unchanged since {since}: cut short, not being written)"
     assert reasons(first) == {
         "old.pt.trace.json": settled,
         "fresh.pt.trace.json": "truncated JSON (still being written?)",
     }
-    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(fresh.stat().st_mtime))
+    since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(fresh.stat().st_mtime))
     answered = f"truncated JSON (unchanged since {since}: cut short, not being written)"
     generation = first.get_run("run").generation
     first.clock = lambda: time.time() + 3600  # the same TensorBoard, an hour later

@@ -142,7 +142,7 @@ def test_a_trace_cut_short_long_ago_is_not_asked_if_it_is_still_being_written(tm
     two_hours_ago = time.time() - 2 * 3600
     os.utime(old, (two_hours_ago, two_hours_ago))
     assert analyze_trace(str(fresh)).info.error == "truncated gzip data (still being written?)"
-    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(two_hours_ago))
+    since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(two_hours_ago))
     for window_bytes in (0, 8):
         assert analyze_trace(str(old), Options(window_bytes=window_bytes)).info.error == (
             f"truncated JSON (unchanged since {since}: cut short, not being written)"
@@ -612,4 +612,24 @@ def test_gzip_members_are_all_read_and_trailing_garbage_ignored(tmp_path):
     data = read_trace(str(path), chunk_bytes=SMALL_CHUNK)
     assert _events_json(data) == _events_json(
         read_trace(_write_doc(tmp_path, "plain", shape("record_shapes")).as_posix())
+    )
+
+
+def test_a_settled_truncation_names_its_time_in_utc(monkeypatch):
+    """The text lands in JSON, SARIF and summaries read elsewhere: in the runner's local
+    time it read 10:36 in one zone and 19:36 in another."""
+    import time
+
+    from tb_syncfinder.reader import settled_truncation
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        text = settled_truncation("truncated JSON (still being written?)", 0.0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert (
+        text
+        == "truncated JSON (unchanged since 1970-01-01 00:00 UTC: cut short, not being written)"
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tb_syncfinder import __version__, catalogue
+from tb_syncfinder.compare import site_match_key
 from tb_syncfinder.outputs.csv import _advice_title, _texts
 from tb_syncfinder.query import sites_with_latent
 
@@ -149,8 +150,29 @@ def _site_traces(report_json: dict[str, Any]) -> dict[tuple[bool, str], list[str
     return {key: list(traces) for key, traces in found.items()}
 
 
+def _fingerprints(rows: list[tuple[dict[str, Any], bool]]) -> dict[int, str]:
+    """Each site's identity from one run to the next (``id(site)`` -> it): the file's name,
+    function, first operator and kind, as compare matches sites, and its place in line
+    order among the sites sharing those. The site key (``file:line:op``) changed with any
+    line added above a sync, a checkout at another path, or a runner where the source was
+    not found, and code scanning closed each alert and opened another."""
+    groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
+    for site, latent in rows:
+        groups.setdefault((latent, site_match_key(site)), []).append(site)
+    found: dict[int, str] = {}
+    for (latent, key), sites in groups.items():
+        ordered = sorted(sites, key=lambda s: (s.get("line") or 0, str(s.get("key") or "")))
+        for place, site in enumerate(ordered, 1):
+            found[id(site)] = f"{'latent:' if latent else ''}{key}#{place}"
+    return found
+
+
 def _result(
-    site: dict[str, Any], latent: bool, rule_index: int, location: dict[str, Any]
+    site: dict[str, Any],
+    latent: bool,
+    rule_index: int,
+    location: dict[str, Any],
+    fingerprint: str,
 ) -> dict[str, Any]:
     kind = site.get("kind") or "unknown"
     share = float(site.get("share_of_step") or 0.0)
@@ -160,7 +182,7 @@ def _result(
         "level": "note" if latent else ("error" if share >= _ERROR_SHARE else "warning"),
         "message": {"text": _message(site, latent, stackless=not _has_line(site))},
         "locations": [location],
-        "partialFingerprints": {"syncSite/v1": str(site.get("key") or "")},
+        "partialFingerprints": {"syncSite/v2": fingerprint},
         "properties": {
             "count": int(site.get("count") or 0),
             "perStep": float(site.get("per_step") or 0.0),
@@ -318,12 +340,14 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
     kinds_used += [k for k in kinds(placed) if k not in kinds_used]
     rule_index = {kind: i for i, kind in enumerate(kinds_used)}
     resolved = _resolved_files(report_json)
+    fingerprints = _fingerprints(ranked)
     results: list[dict[str, Any]] = [
         _result(
             site,
             latent,
             rule_index[site.get("kind") or "unknown"],
             _line_location(site, root, resolved.get(str(site.get("key") or ""))),
+            fingerprints[id(site)],
         )
         for site, latent in located
     ]
@@ -333,6 +357,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
             latent,
             rule_index[site.get("kind") or "unknown"],
             _trace_location(site, trace, root),
+            fingerprints[id(site)],
         )
         result["properties"]["pythonStack"] = False
         result["properties"]["trace"] = _trace_artifact(trace, root)["uri"]

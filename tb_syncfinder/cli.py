@@ -697,6 +697,15 @@ class _Progress:
         )
 
 
+def _rendered(outputs: Any, name: str, report_set: Any, options: Any) -> bytes:
+    """The output in format ``name``; a format the runs do not fit (the annotated trace,
+    named by ``-o``'s extension, needs one trace) is a usage error, not a traceback."""
+    try:
+        return outputs.render(name, report_set, options)
+    except ValueError as exc:
+        raise UsageError(f"--output as {name}: {exc}") from None
+
+
 def _format_of(path: str | None) -> str | None:
     """The output format whose extension ``path`` ends with (the longest first: an
     annotated trace's ``.sync_advisor.pt.trace.json`` before ``.json``), else None."""
@@ -705,6 +714,8 @@ def _format_of(path: str | None) -> str | None:
     from tb_syncfinder.outputs import FORMATS
 
     name = path.lower()
+    if name.endswith(".sarif.json"):  # a common name for SARIF logs
+        return "sarif"
     for fmt in sorted(FORMATS.values(), key=lambda f: -len(f.extension)):
         if name.endswith(fmt.extension):
             return fmt.name
@@ -923,7 +934,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             # same on standard output (`--json | jq` read an empty stream).
             _refuse_inputs(args.output, "--output", exc.report_set.report)
             options = outputs.RenderOptions(color=False, top=args.top or None)
-            _write(outputs.render(output_format, exc.report_set, options), args.output)
+            _write(_rendered(outputs, output_format, exc.report_set, options), args.output)
         raise
     if not args.latent:
         report_set = report_set.without_latent()
@@ -951,7 +962,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     _refuse_inputs(args.output, "--output", report_set.report)
     _refuse_inputs(args.annotate, "--annotate", report_set.report)
     options = outputs.RenderOptions(color=_output_color(args), top=args.top or None)
-    _write(outputs.render(output_format, report_set, options), args.output)
+    _write(_rendered(outputs, output_format, report_set, options), args.output)
 
     if args.annotate:
         try:
@@ -1062,7 +1073,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with_one_blas_thread(os.environ)  # before numpy's first import (the replay's)
     if args.output == "-":
         args.output = None
-    as_json = args.json or _format_of(args.output) == "json"
+    named = _format_of(args.output)
+    if named not in (None, "json", "table"):
+        # compare writes the comparison as JSON or text: a .sarif or .csv name got the table.
+        raise UsageError(
+            f"--output {args.output}: compare writes JSON (.json, or --json) or text, not {named}"
+        )
+    as_json = args.json or named == "json"
     _check_writable(args.output, "--output")
     _warn_of_unused_options(args)
     base = _load_side(args.base, args)

@@ -178,10 +178,12 @@ def _compare_sites(
         # Only where the new run's lines are some of the baseline's: lines that moved (an
         # edit above, a file found on one side only) say nothing of which were fixed.
         lines_fixed: list[int] = []
+        lines_fixed_count = 0
         lines_fixed_saving: float | None = 0.0
-        if before is not None and after is not None and set(after["lines"]) < set(before["lines"]):
+        if before is not None and after is not None:
+            lines_fixed_count = max(0, len(set(before["lines"])) - len(set(after["lines"])))
+            lines_fixed = _lines_fixed(before["lines"], after["lines"]) if lines_fixed_count else []
             by_line = before_sites[key]["saving_by_line"]
-            lines_fixed = sorted(set(before["lines"]) - set(after["lines"]))
             savings = [by_line.get(line) for line in lines_fixed]
             lines_fixed_saving = None if None in savings else float(sum(savings))
         rows.append(
@@ -202,6 +204,8 @@ def _compare_sites(
                 "change_us": (after or {}).get("cost_per_step_us", 0.0)
                 - (before or {}).get("cost_per_step_us", 0.0),
                 "lines_fixed": lines_fixed,
+                # How many lines the row lost (lines_fixed names them where it can tell).
+                "lines_fixed_count": lines_fixed_count,
                 # Their baseline's own predictions, summed (None: one has none).
                 "lines_fixed_saving_per_step_us": lines_fixed_saving if lines_fixed else None,
             }
@@ -223,8 +227,9 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     "latent_sites": [...], "counts": {status: n}, "note"}``; each site has ``key``, ``file``,
     ``line``, ``line_exact`` (of the side ``line`` is from; False: a line of the row is not
     the syncing call's, "*" in the report), ``func``, ``kind``, ``ops``, ``apis``, ``status``,
-    ``lines_fixed`` (baseline lines of a row on both sides that the new run has not) with
-    ``lines_fixed_saving_per_step_us``, ``before`` / ``after``
+    ``lines_fixed_count`` (how many lines a row on both sides lost) and ``lines_fixed``
+    (which, where that can be told) with ``lines_fixed_saving_per_step_us``, ``before`` /
+    ``after``
     (null when absent on that side; each with its cost per step and the report's
     ``predicted_saving_per_step_us``, null where the report has none) and ``change_us``
     (per-step cost change). Latent sites
@@ -270,7 +275,13 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     base_median, new_median = _median_wall_step(base), _median_wall_step(new)
     fixed = [row for row in sites if row["status"] == "fixed"]
     fixed_savings = [(row["before"] or {}).get("predicted_saving_per_step_us") for row in fixed]
-    fixed_savings += [row["lines_fixed_saving_per_step_us"] for row in sites if row["lines_fixed"]]
+    fixed_savings += [
+        row["lines_fixed_saving_per_step_us"]
+        if len(row["lines_fixed"]) == row["lines_fixed_count"]
+        else None  # lines lost, but which the moved lines do not tell: no prediction
+        for row in sites
+        if row["lines_fixed_count"]
+    ]
     baseline_rows = sum(1 for row in sites if row["before"])
     return {
         # What reads this can tell it from a report (tb_syncfinder.report/1) and its version.
@@ -322,6 +333,21 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             ),
         ),
     }
+
+
+def _lines_fixed(before: list[int], after: list[int]) -> list[int]:
+    """The baseline lines of a row still there that the new run lost: those missing from
+    it, or, where an edit moved the rest, those no single offset of the rest explains
+    away; [] when several offsets explain it (which line went cannot be told)."""
+    before_set, after_set = set(before), set(after)
+    if after_set <= before_set:
+        return sorted(before_set - after_set)
+    found: set[tuple[int, ...]] = set()
+    for offset in {a - b for a in after_set for b in before_set}:
+        moved = {a - offset for a in after_set}
+        if moved <= before_set:
+            found.add(tuple(sorted(before_set - moved)))
+    return list(next(iter(found))) if len(found) == 1 else []
 
 
 def _unmeasured(base: dict[str, Any], new: dict[str, Any]) -> str | None:

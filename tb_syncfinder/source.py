@@ -1031,18 +1031,32 @@ class SourceResolver:
 
     def probes(self, files: Iterable[str], limit: int = 64) -> list[str]:
         """Where each recorded file, not found now, would be found if the user copied it
-        in: under a root at its recorded relative path or by its name, beside the trace, at
-        a --path-map target; those absent now, at most ``limit``."""
+        in, as ``_find`` looks: at its recorded path, at a --path-map target, under a root
+        at its relative path, at each tail of it of a folder and more (a checkout of the
+        recorded tree) or by its name, beside the trace when that is under a root; those
+        absent now, at most ``limit``. (A file only the roots' walk would find, deeper, is
+        not among them.)"""
         found: list[str] = []
         for trace_file in files:
             norm = trace_file.replace("\\", "/")
-            name = norm.rsplit("/", 1)[-1]
-            places = [os.path.join(root, name) for root in self.roots]
-            if not norm.startswith("/") and not norm.startswith(".."):
-                places += [os.path.join(root, norm) for root in self.roots]
-            if self._trace_dir is not None:
-                places.append(os.path.join(self._trace_dir, name))
-            places += [dst + norm[len(src) :] for src, dst in self.path_map if norm.startswith(src)]
+            parts = [p for p in norm.split("/") if p and p not in (".", "..")]
+            if not parts:
+                continue
+            places = [norm] if norm.startswith("/") else []
+            for src, dst in self.path_map:
+                src_norm = src.replace("\\", "/")
+                if norm.startswith(src_norm):
+                    places.append(dst + norm[len(src_norm) :])
+            for root in self.roots:
+                if not norm.startswith(("/", "..")) and ":" not in parts[0]:
+                    places.append(os.path.join(root, *parts))
+                for keep in range(min(len(parts), 4), 0, -1):  # _under_root's tails
+                    places.append(os.path.join(root, *parts[-keep:]))
+            if self._trace_dir is not None and any(
+                self._trace_dir == root or self._trace_dir.startswith(root.rstrip(os.sep) + os.sep)
+                for root in self.roots
+            ):
+                places.append(os.path.join(self._trace_dir, parts[-1]))
             for place in places:
                 if place not in found and not os.path.exists(place):
                     found.append(place)

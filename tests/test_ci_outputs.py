@@ -61,33 +61,65 @@ def test_a_machine_format_on_standard_output_is_written_when_no_trace_could_be_r
     assert report["traces"][0]["error"]
 
 
-def test_sarif_fingerprints_survive_a_checkout_elsewhere_and_a_runner_without_the_source(
-    tmp_path, capsys
-):
-    """The fingerprint was the site key, file:line:op: another runner without the source (the
-    def line instead of the call's), or lines added above the call, gave every alert a new
-    identity."""
+def test_sarif_fingerprints_survive_a_checkout_elsewhere_and_lines_added_above(tmp_path, capsys):
+    """The fingerprint was the site key, file:line:op: a checkout at another path with lines
+    added above the calls gave every alert a new identity."""
     assert main(["report", str(TRACE), "--format", "sarif", "--source-root", str(PAIRS_DIR)]) == 0
-    found = json.loads(capsys.readouterr().out)
-    elsewhere = tmp_path / "runner"
-    elsewhere.mkdir()
-    shutil.copy(TRACE, elsewhere / TRACE.name)
-    empty = tmp_path / "nothing"
-    empty.mkdir()
-    args = ["report", str(elsewhere / TRACE.name), "--format", "sarif", "--source-root", str(empty)]
-    assert main(args) == 0
-    unread = json.loads(capsys.readouterr().out)
-    lines = {
-        r["locations"][0]["physicalLocation"]["region"]["startLine"]
-        for r in found["runs"][0]["results"]
-    }
-    other = {
-        r["locations"][0]["physicalLocation"]["region"]["startLine"]
-        for r in unread["runs"][0]["results"]
-    }
-    assert lines != other  # the lines differ (exact against the def line)...
-    assert _fingerprints(found) == _fingerprints(unread)  # ...the alerts are the same
-    assert len(set(_fingerprints(found))) == len(found["runs"][0]["results"])
+    here = json.loads(capsys.readouterr().out)
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    shutil.copy(TRACE, checkout / TRACE.name)
+    shutil.copy(PAIRS_DIR / "savings_workloads.py", checkout / "savings_workloads.py")
+    args = ["report", str(checkout / TRACE.name), "--format", "sarif"]
+    assert main([*args, "--source-root", str(checkout)]) == 0
+    there = json.loads(capsys.readouterr().out)
+    assert _fingerprints(here) == _fingerprints(there)
+    assert len(set(_fingerprints(here))) == len(here["runs"][0]["results"])
+    # A later recording of the code with lines added above the calls: the same identities.
+    from tb_syncfinder.outputs.sarif import _fingerprints as fingerprints_of
+
+    before, after = tmp_path / "before.py", tmp_path / "after.py"
+    body = "def f(x):\n    a = x.cpu()\n    b = x.tolist()\n"
+    before.write_text(body, encoding="utf-8")
+    after.write_text("import os\n\n\n" + body, encoding="utf-8")
+
+    def site(line: int, key: str) -> dict:
+        return {"key": key, "file": "m.py", "line": line, "line_exact": True, "func": "f"} | {
+            "ops": ["aten::to"],
+            "kind": "device_to_host_copy",
+        }
+
+    old_sites = [(site(2, "m.py:2:aten::to"), False), (site(3, "m.py:3:aten::to"), False)]
+    new_sites = [(site(5, "m.py:5:aten::to"), False), (site(6, "m.py:6:aten::to"), False)]
+    old_ids = fingerprints_of(
+        old_sites, {"m.py:2:aten::to": str(before), "m.py:3:aten::to": str(before)}
+    )
+    new_ids = fingerprints_of(
+        new_sites, {"m.py:5:aten::to": str(after), "m.py:6:aten::to": str(after)}
+    )
+    assert [old_ids[id(s)] for s, _ in old_sites] == [new_ids[id(s)] for s, _ in new_sites]
+
+
+def test_a_fixed_site_leaves_the_other_sites_of_its_function_their_identity(capsys):
+    """readback_metrics: a .cpu() (199) and a .tolist() (204) of one function, one operator
+    and kind. Numbered by line, fixing the .cpu() made the .tolist() alert #1, the .cpu()'s:
+    code scanning closed the .tolist() alert and moved the .cpu()'s. Their lines' text
+    tells them apart."""
+    logs = {}
+    for name in ("readback_metrics_baseline", "readback_metrics_fix_cpu"):
+        trace = PAIRS_DIR / f"{name}.pt.trace.json.gz"
+        assert (
+            main(["report", str(trace), "--format", "sarif", "--source-root", str(PAIRS_DIR)]) == 0
+        )
+        log = json.loads(capsys.readouterr().out)
+        logs[name] = {
+            r["locations"][0]["physicalLocation"]["region"]["startLine"]: r["partialFingerprints"][
+                "syncSite/v2"
+            ]
+            for r in log["runs"][0]["results"]
+        }
+    assert set(logs["readback_metrics_baseline"]) == {199, 204}
+    assert logs["readback_metrics_fix_cpu"] == {204: logs["readback_metrics_baseline"][204]}
 
 
 def test_compare_writes_json_to_a_json_named_file(tmp_path, capsys):
@@ -95,3 +127,23 @@ def test_compare_writes_json_to_a_json_named_file(tmp_path, capsys):
     base, fixed = TRACE, PAIRS_DIR / "dynamic_shapes_fixed.pt.trace.json.gz"
     assert main(["compare", str(base), str(fixed), "-o", str(out)]) == 0
     assert json.loads(out.read_text(encoding="utf-8"))["schema"] == "tb_syncfinder.compare/1"
+
+
+def test_output_names_that_fit_no_format_of_the_command_are_refused(tmp_path, capsys):
+    """An annotated trace named by -o for two traces ended in a traceback (exit 1); compare
+    -o c.sarif wrote the text table; .sarif.json is a SARIF log's usual name."""
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("copy_and_item_baseline", "copy_and_item_fixed"):
+        shutil.copy(PAIRS_DIR / f"{name}.pt.trace.json.gz", two / f"{name}.pt.trace.json.gz")
+    out = tmp_path / "x.sync_advisor.pt.trace.json"
+    assert main(["report", str(two), "-o", str(out)]) == 2
+    assert "the annotated trace needs exactly one trace" in capsys.readouterr().err
+    fixed = PAIRS_DIR / "dynamic_shapes_fixed.pt.trace.json.gz"
+    for name in ("c.sarif", "c.csv"):
+        assert main(["compare", str(TRACE), str(fixed), "-o", str(tmp_path / name)]) == 2
+        assert "compare writes JSON" in capsys.readouterr().err
+        assert not (tmp_path / name).exists()
+    sarif = tmp_path / "results.sarif.json"
+    assert main(["report", str(TRACE), "-o", str(sarif)]) == 0
+    assert json.loads(sarif.read_text(encoding="utf-8"))["version"] == "2.1.0"

@@ -318,3 +318,30 @@ def test_the_comparison_json_names_its_schema_and_no_change_is_plus_zero(capsys)
     result = json.loads(out)
     assert result["schema"] == "tb_syncfinder.compare/1"
     assert math.copysign(1.0, result["measured_saving_us"]) == 1.0
+
+
+def test_a_line_fixed_while_the_rest_moved_is_counted_and_named_where_it_can_be(capsys, tmp_path):
+    """Most fixes add or remove lines above the sync that stays. The .cpu() at 199 fixed and
+    the .tolist() moved from 204 to 202: which line went, 199 (the rest moved up 2) or 204
+    (moved down 3), the lines cannot tell; a line still went, and the saving line said 'no
+    site fixed'."""
+    from tb_syncfinder.compare import _lines_fixed
+
+    assert _lines_fixed([199, 204], [204]) == [199]
+    assert _lines_fixed([199, 204, 210], [201, 207]) == [199]  # one offset explains it
+    assert _lines_fixed([199, 204], [202]) == []  # two offsets do
+    fixed = tmp_path / "fix_cpu.json"
+    main(["report", _trace("readback_metrics_fix_cpu"), "--json", "-o", str(fixed)])
+    report = json.loads(fixed.read_text(encoding="utf-8"))
+    for site in report["sites"]:
+        site["line"] -= 2
+    fixed.write_text(json.dumps(report), encoding="utf-8")
+    capsys.readouterr()
+    _, out, _ = _compare(capsys, _trace("readback_metrics_baseline"), str(fixed), "--json")
+    (row,) = json.loads(out)["sites"]
+    assert (row["lines_fixed_count"], row["lines_fixed"]) == (1, [])
+    assert json.loads(out)["predicted_saving_of_fixed_us"] is None
+    _, text, _ = _compare(capsys, _trace("readback_metrics_baseline"), str(fixed))
+    assert _saving_line(text).startswith(
+        "saving 1 line of a site still there fixed, without a prediction of its own"
+    )

@@ -236,3 +236,32 @@ def test_a_summary_made_without_its_source_file_is_recomputed_once_the_file_is_t
     assert heard == [False]
     sync = second.results[0].syncs[0]
     assert (sync.source.line, sync.source.line_exact) == (6, True)
+
+
+def test_a_checkout_of_the_recorded_tree_cloned_under_the_root_makes_the_summary_stale(
+    tmp_path: Path,
+) -> None:
+    """Recorded on another machine as /home/alice/proj/bench/train.py: a clone under the
+    root holding proj/bench/train.py is found by its tail, and was not watched."""
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b, stack=[("/home/alice/proj/bench/train.py", 4, "train_step")])
+    b.write(tmp_path / "logs" / "run" / "w.pt.trace.json")
+    root = tmp_path / "work"
+    root.mkdir()
+    used = Options(source_roots=(str(root),))
+    refs = find_traces(str(tmp_path / "logs"))
+    store = SummaryStore()
+    first = analyze_runs(refs, used, summaries=store, write_summaries=True)
+    assert first.results[0].syncs[0].source.line_exact is False
+    # Beside the trace is outside every root: the finder never looks there, nor a probe.
+    assert not any(p.startswith(str(tmp_path / "logs")) for p in first.results[0].source_probes)
+    (root / "proj" / "bench").mkdir(parents=True)
+    (root / "proj" / "bench" / "train.py").write_text(TRAIN_PY)
+    heard = []
+    second = analyze_runs(
+        refs, used, summaries=store, on_result=lambda r, from_summary: heard.append(from_summary)
+    )
+    assert heard == [False]
+    sync = second.results[0].syncs[0]
+    assert (sync.source.line, sync.source.line_exact) == (6, True)

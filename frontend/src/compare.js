@@ -442,7 +442,7 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
   const every = `${approx}${formatUs(predictedUs)}`;
   const rows = compared?.sites || [];
   const what = fixedWhat(rows);
-  const units = rows.filter((/** @type {any} */ r) => r.status === "fixed").length + rows.reduce((/** @type {number} */ n, /** @type {any} */ r) => n + (r.lines_fixed || []).length, 0);
+  const units = rows.filter((/** @type {any} */ r) => r.status === "fixed").length + rows.reduce((/** @type {number} */ n, /** @type {any} */ r) => n + linesLost(r), 0);
   const ofFixed = compared?.predicted_saving_of_fixed_us;
   let predicted = `predicted ${every} by the baseline's replay`;
   let before = `predicted ${every}`;
@@ -472,6 +472,16 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
 }
 
 /**
+ * How many lines a compared row on both sides lost (`lines_fixed_count`; an answer without
+ * it: the lines it names).
+ * @param {any} row
+ * @returns {number}
+ */
+function linesLost(row) {
+  return Number(row.lines_fixed_count || (row.lines_fixed || []).length || 0);
+}
+
+/**
  * What a comparison fixed, in words, as the CLI says it: `1 site`, `2 lines of a site still
  * there`, `1 site and 1 line of a site still there`; "" when nothing.
  * @param {any[]} rows the `compare` answer's sites
@@ -479,8 +489,8 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
  */
 export function fixedWhat(rows) {
   const sites = rows.filter((r) => r.status === "fixed").length;
-  const merged = rows.filter((r) => (r.lines_fixed || []).length);
-  const lines = merged.reduce((n, r) => n + r.lines_fixed.length, 0);
+  const merged = rows.filter((r) => linesLost(r));
+  const lines = merged.reduce((n, r) => n + linesLost(r), 0);
   const parts = [];
   if (sites) parts.push(`${sites} site${sites === 1 ? "" : "s"}`);
   if (lines) parts.push(`${lines} line${lines === 1 ? "" : "s"} of ${merged.length === 1 ? "a site" : "sites"} still there`);

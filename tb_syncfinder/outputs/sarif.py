@@ -9,6 +9,7 @@ counts them. Nothing the report lists is left out of the log."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import re
@@ -150,20 +151,44 @@ def _site_traces(report_json: dict[str, Any]) -> dict[tuple[bool, str], list[str
     return {key: list(traces) for key, traces in found.items()}
 
 
-def _fingerprints(rows: list[tuple[dict[str, Any], bool]]) -> dict[int, str]:
+def _line_text(path: str | None, line: Any, cache: dict[str, list[str] | None]) -> str | None:
+    """The stripped text of ``line`` of the file read at ``path`` (None: unreadable)."""
+    if not path or not isinstance(line, int) or line < 1:
+        return None
+    if path not in cache:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                cache[path] = handle.read().splitlines()
+        except OSError:
+            cache[path] = None
+    lines = cache[path]
+    return lines[line - 1].strip() if lines is not None and line <= len(lines) else None
+
+
+def _fingerprints(
+    rows: list[tuple[dict[str, Any], bool]], resolved: dict[str, str]
+) -> dict[int, str]:
     """Each site's identity from one run to the next (``id(site)`` -> it): the file's name,
-    function, first operator and kind, as compare matches sites, and its place in line
-    order among the sites sharing those. The site key (``file:line:op``) changed with any
-    line added above a sync, a checkout at another path, or a runner where the source was
-    not found, and code scanning closed each alert and opened another."""
-    groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
+    function, first operator and kind, as compare matches sites, then the text of its exact
+    line where the source was read (a ``.cpu()`` and a ``.tolist()`` of one function stay
+    apart, and each keeps its identity when the other is fixed or lines move), else its
+    place in line order among the sites sharing the rest. The site key (``file:line:op``)
+    changed with any line added above a sync, a checkout at another path, or a runner
+    where the source was not found, and code scanning closed each alert and opened
+    another. (Latent and real sites are kept apart: a CPU-only run's are notes.)"""
+    cache: dict[str, list[str] | None] = {}
+    groups: dict[tuple[bool, str, str], list[dict[str, Any]]] = {}
     for site, latent in rows:
-        groups.setdefault((latent, site_match_key(site)), []).append(site)
+        text = None
+        if site.get("line_exact"):
+            text = _line_text(resolved.get(str(site.get("key") or "")), site.get("line"), cache)
+        line_id = "line:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12] if text else ""
+        groups.setdefault((latent, site_match_key(site), line_id), []).append(site)
     found: dict[int, str] = {}
-    for (latent, key), sites in groups.items():
+    for (latent, key, line_id), sites in groups.items():
         ordered = sorted(sites, key=lambda s: (s.get("line") or 0, str(s.get("key") or "")))
         for place, site in enumerate(ordered, 1):
-            found[id(site)] = f"{'latent:' if latent else ''}{key}#{place}"
+            found[id(site)] = f"{'latent:' if latent else ''}{key}:{line_id}#{place}"
     return found
 
 
@@ -340,7 +365,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
     kinds_used += [k for k in kinds(placed) if k not in kinds_used]
     rule_index = {kind: i for i, kind in enumerate(kinds_used)}
     resolved = _resolved_files(report_json)
-    fingerprints = _fingerprints(ranked)
+    fingerprints = _fingerprints(ranked, resolved)
     results: list[dict[str, Any]] = [
         _result(
             site,

@@ -1336,7 +1336,7 @@ def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
     what = _fixed_what(result)
     rows = result.get("sites") or []
     units = sum(1 for r in rows if r.get("status") == "fixed") + sum(
-        len(r.get("lines_fixed") or []) for r in rows
+        int(r.get("lines_fixed_count") or len(r.get("lines_fixed") or [])) for r in rows
     )
     own = "its own prediction" if units == 1 else "each one's own prediction, summed"
     of_fixed = result.get("predicted_saving_of_fixed_us")
@@ -1368,8 +1368,12 @@ def _fixed_what(result: dict[str, Any]) -> str:
     ``1 site and 1 line of a site still there``; empty when nothing."""
     rows = result.get("sites") or []
     sites = sum(1 for row in rows if row.get("status") == "fixed")
-    merged = [row for row in rows if row.get("lines_fixed")]
-    lines = sum(len(row["lines_fixed"]) for row in merged)
+
+    def lost(row: dict[str, Any]) -> int:
+        return int(row.get("lines_fixed_count") or len(row.get("lines_fixed") or []))
+
+    merged = [row for row in rows if lost(row)]
+    lines = sum(lost(row) for row in merged)
     parts = []
     if sites:
         parts.append(f"{sites} site{'s' if sites != 1 else ''}")

@@ -173,10 +173,9 @@ def _compare_sites(
         before = _side(before_sites.get(key))
         after = _side(after_sites.get(key))
         current = (after_sites.get(key) or before_sites[key])["site"]
-        # A row on both sides whose baseline had lines the new run has not: those syncs
-        # were fixed though the row stays (one function's .cpu() and .tolist() are one row).
-        # Only where the new run's lines are some of the baseline's: lines that moved (an
-        # edit above, a file found on one side only) say nothing of which were fixed.
+        # A row on both sides that lost lines: those syncs were fixed though the row stays
+        # (one function's .cpu() and .tolist() are one row). Which ones, where the lines
+        # that stay tell it (``_lines_fixed``); lines that only moved are no fix.
         lines_fixed: list[int] = []
         lines_fixed_count = 0
         lines_fixed_saving: float | None = 0.0

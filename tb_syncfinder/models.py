@@ -744,17 +744,22 @@ class RankTrace(msgspec.Struct):
         return (self.base_time_ns or 0) / 1000.0
 
 
-def source_files_of(result: Any) -> list[str]:
-    """The local source files a result's lines were resolved in (its syncs' sources, the
-    callers and library frames they name)."""
-    files: set[str] = set()
-    for sync in [
+def _every_sync(result: Any) -> list[Any]:
+    """A result's syncs of every list (found, latent, and those listed apart)."""
+    return [
         *getattr(result, "syncs", ()),
         *getattr(result, "latent", ()),
         *getattr(result, "profiler_overhead", ()),
         *getattr(result, "warmup_allocator", ()),
         *getattr(result, "collective_worker", ()),
-    ]:
+    ]
+
+
+def source_files_of(result: Any) -> list[str]:
+    """The local source files a result's lines were resolved in (its syncs' sources, the
+    callers and library frames they name)."""
+    files: set[str] = set()
+    for sync in _every_sync(result):
         pending = [sync.source]
         while pending:
             source = pending.pop()
@@ -770,13 +775,7 @@ def unread_source_files(result: Any) -> list[str]:
     """The recorded paths of the user files a result's lines were not found in (its syncs'
     sources and the lines that ran them; not libraries')."""
     files: set[str] = set()
-    for sync in [
-        *getattr(result, "syncs", ()),
-        *getattr(result, "latent", ()),
-        *getattr(result, "profiler_overhead", ()),
-        *getattr(result, "warmup_allocator", ()),
-        *getattr(result, "collective_worker", ()),
-    ]:
+    for sync in _every_sync(result):
         for source in (sync.source, sync.source.run_by if sync.source else None):
             if source is not None and source.file and not source.resolved_path:
                 if not source.file.startswith("<"):

@@ -984,8 +984,8 @@ class SourceResolver:
     ) -> None:
         self.roots = [_resolved(r) for r in (roots or [os.getcwd()])]
         self.path_map = [(str(a), str(b)) for a, b in path_map]
-        # A path the trace names -> its file here; a tuple: different files that match it
-        # equally (``_nearest`` picks among them for each trace).
+        # A path the trace names -> its file here; ``_Copies``: different files that match
+        # it equally (``_nearest`` picks among them for each trace).
         self._found: dict[str, Path | _Copies | None] = {}
         self._found_library: dict[str, Path | _Copies | None] = {}
         # The folder of the trace being resolved (``beside``): of different files that
@@ -1081,14 +1081,9 @@ class SourceResolver:
                 folders = self._by_folder[found] = {
                     str(p.parents[found.matched - 1]): p for p in found.paths
                 }
-            nearest = None
             folder = self._trace_dir
-            while True:
-                nearest = folders.get(folder)
-                parent = os.path.dirname(folder)
-                if nearest is not None or parent == folder:
-                    break
-                folder = parent
+            while (nearest := folders.get(folder)) is None and os.path.dirname(folder) != folder:
+                folder = os.path.dirname(folder)
             self._nearest_of[found] = nearest
         return self._nearest_of[found]
 

@@ -1333,11 +1333,8 @@ def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
     every = f"{approx}{format_us(float(result['predicted_saving_us']))}"
     measured = float(result["measured_saving_us"])
     measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
-    what = _fixed_what(result)
+    what, units = _fixed_what(result)
     rows = result.get("sites") or []
-    units = sum(1 for r in rows if r.get("status") == "fixed") + sum(
-        int(r.get("lines_fixed_count") or len(r.get("lines_fixed") or [])) for r in rows
-    )
     own = "its own prediction" if units == 1 else "each one's own prediction, summed"
     of_fixed = result.get("predicted_saving_of_fixed_us")
     if not any(row.get("before") for row in rows):
@@ -1363,17 +1360,13 @@ def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
     return f"{predicted}, measured {measured_text} ({how})"
 
 
-def _fixed_what(result: dict[str, Any]) -> str:
-    """What a comparison fixed, in words: ``1 site``, ``2 lines of a site still there``,
-    ``1 site and 1 line of a site still there``; empty when nothing."""
+def _fixed_what(result: dict[str, Any]) -> tuple[str, int]:
+    """What a comparison fixed, in words (``1 site``, ``2 lines of a site still there``,
+    ``1 site and 1 line of a site still there``; empty when nothing), and how many."""
     rows = result.get("sites") or []
     sites = sum(1 for row in rows if row.get("status") == "fixed")
-
-    def lost(row: dict[str, Any]) -> int:
-        return int(row.get("lines_fixed_count") or len(row.get("lines_fixed") or []))
-
-    merged = [row for row in rows if lost(row)]
-    lines = sum(lost(row) for row in merged)
+    merged = [row for row in rows if row.get("lines_fixed_count")]
+    lines = sum(int(row["lines_fixed_count"]) for row in merged)
     parts = []
     if sites:
         parts.append(f"{sites} site{'s' if sites != 1 else ''}")
@@ -1382,7 +1375,7 @@ def _fixed_what(result: dict[str, Any]) -> str:
             f"{lines} line{'s' if lines != 1 else ''} of "
             f"{'a site' if len(merged) == 1 else 'sites'} still there"
         )
-    return " and ".join(parts)
+    return " and ".join(parts), sites + lines
 
 
 def _wall(summary: dict[str, Any]) -> float:

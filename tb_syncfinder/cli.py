@@ -164,6 +164,23 @@ _COMPARE_EXIT = (
 )
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser that takes its paths before, between and after options
+    (``report a.gz --json b.gz``), as most tools do: a CI step that appends a flag after a
+    glob was refused with "unrecognized arguments"."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing:  # argparse's intermixed parse calls this in its turn
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -172,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         "their cost, source line and fix.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     report = commands.add_parser(
         "report",

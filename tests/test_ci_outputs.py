@@ -147,3 +147,20 @@ def test_output_names_that_fit_no_format_of_the_command_are_refused(tmp_path, ca
     sarif = tmp_path / "results.sarif.json"
     assert main(["report", str(TRACE), "-o", str(sarif)]) == 0
     assert json.loads(sarif.read_text(encoding="utf-8"))["version"] == "2.1.0"
+
+
+def test_paths_may_come_after_options(tmp_path, capsys):
+    """`report a.gz --json b.gz` (a flag appended after a glob in a CI step) was refused
+    with "unrecognized arguments: b.gz"; compare's two sides may sit around its options."""
+    fixed = PAIRS_DIR / "dynamic_shapes_fixed.pt.trace.json.gz"
+    assert main(["report", str(TRACE), "--json", str(fixed)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(Path(t["path"]).name for t in report["traces"]) == sorted(
+        [TRACE.name, fixed.name]
+    )
+    assert main(["compare", str(TRACE), "--json", str(fixed)]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "tb_syncfinder.compare/1"
+    # A missing path is still a usage error, and an unknown option still refused.
+    assert main(["report", "--json"]) == 2
+    assert "required: PATH" in capsys.readouterr().err
+    assert main(["report", str(TRACE), "--no-such-option"]) == 2

@@ -958,6 +958,10 @@ _WALKED = "/"
 _SAME_COPIES_MAX = 8
 
 
+def _is_within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _all_same_bytes(paths: list[Path]) -> bool:
     try:
         first = paths[0].read_bytes()
@@ -995,6 +999,8 @@ class SourceResolver:
         # Such tied files by their folder, built once and shared with every view.
         self._by_folder: dict[_Copies, dict[str, Path]] = {}
         self._nearest_of: dict[_Copies, Path | None] = {}
+        # (folder, depth) -> whether it holds trace files (``_holds_traces``), shared.
+        self._trace_folders: dict[tuple[str, int], bool] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
         # path, which names each run's copy alike.
         self._init_classes: dict[tuple[Path | None, str], str | None] = {}
@@ -1053,8 +1059,7 @@ class SourceResolver:
                 for keep in range(min(len(parts), 4), 0, -1):  # _under_root's tails
                     places.append(os.path.join(root, *parts[-keep:]))
             if self._trace_dir is not None and any(
-                self._trace_dir == root or self._trace_dir.startswith(root.rstrip(os.sep) + os.sep)
-                for root in self.roots
+                _is_within(self._trace_dir, root) for root in self.roots
             ):
                 places.append(os.path.join(self._trace_dir, parts[-1]))
             for place in places:
@@ -1071,7 +1076,7 @@ class SourceResolver:
         if not isinstance(found, _Copies):
             return found
         if self._trace_dir is None:
-            return None
+            return found.paths[0] if len(found.paths) == 1 else None
         if found not in self._nearest_of:
             folders = self._by_folder.get(found)
             if folders is None:
@@ -1084,8 +1089,56 @@ class SourceResolver:
             folder = self._trace_dir
             while (nearest := folders.get(folder)) is None and os.path.dirname(folder) != folder:
                 folder = os.path.dirname(folder)
+            if nearest is None and len(found.paths) == 1:
+                # The only file of that name, not above this trace: the project's file,
+                # unless it lies in another run's folder (a copy archived with that run,
+                # maybe another version of the script).
+                (copy_folder,) = folders
+                if not self._in_another_run(copy_folder):
+                    nearest = found.paths[0]
             self._nearest_of[found] = nearest
         return self._nearest_of[found]
+
+    def _in_another_run(self, folder: str) -> bool:
+        """Whether ``folder`` (neither the trace's folder nor above it) is, or is inside, a
+        run's folder below the root it is under: one that holds trace files, itself or in
+        a folder of its own (``run_a/train.py`` beside ``run_a/profile/*.pt.trace.json``)."""
+        root = max((r for r in self.roots if _is_within(folder, r)), key=len, default=None)
+        if root is None:
+            return False
+        trace_dir = self._trace_dir or ""
+        while folder != root and not _is_within(trace_dir, folder):
+            if self._holds_traces(folder, depth=1):
+                return True
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+        return False
+
+    def _holds_traces(self, folder: str, depth: int) -> bool:
+        """Whether ``folder``, or a folder ``depth`` levels below it at most, holds a trace
+        file (listed once per folder)."""
+        from tb_syncfinder.discovery import is_trace_file_name
+
+        key = (folder, depth)
+        if key not in self._trace_folders:
+            holds = False
+            inside: list[str] = []
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        if is_trace_file_name(entry.name):
+                            holds = True
+                            break
+                        if depth and not entry.name.startswith(".") and entry.is_dir():
+                            inside.append(entry.path)
+            except OSError:
+                pass
+            if not holds:
+                holds = any(self._holds_traces(sub, depth - 1) for sub in inside)
+            self._trace_folders[key] = holds
+        return self._trace_folders[key]
 
     def _suffix_index(self) -> dict[str, list[Path]]:
         index = self._index
@@ -1188,7 +1241,9 @@ class SourceResolver:
         # A broken symlink is listed as a file by os.walk: only a readable file counts.
         files = [path for path in best if path.is_file()]
         if len(files) == 1:
-            return files[0]
+            # Found by its tail alone: whether it may stand for this trace's file depends
+            # on where it lies against the trace (``_nearest``).
+            return _Copies((files[0],), best_len)
         # Copies of one file (a script copied beside each run's logs): any of them gives
         # the same lines. Different files of one name stay ambiguous.
         if 1 < len(files) <= _SAME_COPIES_MAX and _all_same_bytes(files):

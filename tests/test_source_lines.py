@@ -721,6 +721,40 @@ def test_a_run_without_its_own_copy_never_takes_another_runs(tmp_path):
         assert found == (expected if expected.suffix else expected / "train.py")
 
 
+def test_the_only_copy_of_a_script_is_not_taken_for_a_run_it_was_not_archived_with(tmp_path):
+    """Only run_a archived its script (beside its profile folder): run_b, profiled before
+    the archiving began, may have run another version, whose line would be named exact.
+    The project's own file, in no run's folder, is still taken for every run."""
+    _edited_copies(tmp_path)
+    (tmp_path / "run_b" / "train.py").unlink()
+    for run in ("run_a", "run_b"):
+        (tmp_path / run / "profile" / "w.pt.trace.json").write_text("[]")
+    resolver = SourceResolver([str(tmp_path)])
+    found = {
+        run: resolver.beside(str(tmp_path / run / "profile" / "w.pt.trace.json")).find_file(
+            "/cluster/job/train.py"
+        )
+        for run in ("run_a", "run_b")
+    }
+    assert found == {"run_a": tmp_path / "run_a" / "train.py", "run_b": None}
+    # Traces directly in the run's folder, beside its script: the same.
+    (tmp_path / "run_a" / "profile" / "w.pt.trace.json").rename(
+        tmp_path / "run_a" / "w.pt.trace.json"
+    )
+    view = SourceResolver([str(tmp_path)]).beside(str(tmp_path / "run_b" / "profile" / "x.json"))
+    assert view.find_file("/cluster/job/train.py") is None
+    # Without a trace to place it (a resolver of no run), the single file is taken.
+    assert SourceResolver([str(tmp_path)]).find_file("/cluster/job/train.py") is not None
+    # The project's file, beside the logdir rather than in a run: every run takes it.
+    (tmp_path / "run_a" / "train.py").unlink()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("x = 1\n")
+    again = SourceResolver([str(tmp_path)])
+    for run in ("run_a", "run_b"):
+        view = again.beside(str(tmp_path / run / "profile" / "w.pt.trace.json"))
+        assert view.find_file("/cluster/job/train.py") == tmp_path / "src" / "train.py"
+
+
 def test_a_trace_stored_as_a_symlink_keeps_its_runs_copy(tmp_path):
     """git-annex and DVC keep a trace as a link into a cache folder: the run is the folder
     the link is in."""

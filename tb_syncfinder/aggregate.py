@@ -52,6 +52,12 @@ SAVING_HOW = {
     "mixed": "replayed where the trace allowed it; the upper bound (host wait plus bubble) "
     "for traces that could not be replayed",
 }
+# How, where no trace's device activity was read (torch_npu): the bound lacks the bubble.
+SAVING_HOW_IDLE_UNREAD = (
+    "not predicted: only the host wait is known, and it is no upper bound (the NPU's idle "
+    "time after each sync is not read: the saving may be larger, or smaller where the NPU is "
+    "busy)"
+)
 
 
 def site_key(source: Source | None, op: str | None, api: str, kind: str = "") -> str:
@@ -117,10 +123,13 @@ def build_sites(
         predicted = 0.0
         methods: set[str] = set()
         notes: list[str] = []
+        idle_read = not by_trace  # a report without figures: what it says is measured
         for trace in dict.fromkeys(s.trace for s in members):
             figures = by_trace.get(trace)
             if figures is None:
+                idle_read = True
                 continue
+            idle_read = idle_read or figures.device_idle_read
             predicted += figures.sites.get(key, 0.0)
             bound_why = figures.bound_sites.get(key)
             methods.add("bound" if bound_why else figures.method)
@@ -188,6 +197,7 @@ def build_sites(
                 copy_direction_guessed=kind == DEVICE_TO_HOST_COPY
                 and all(s.copy_direction_guessed for s in members if s.kind == kind),
                 other_kinds={k: n for k, n in kinds.most_common() if k != kind},
+                gpu_idle_measured=idle_read,
             )
         )
     if not latent:
@@ -356,6 +366,9 @@ def build_report(results: list[TraceResult]) -> Report:
         + [(r, r.info.window_note) for r in analysed],
         several=len(about) > 1,
     )
+    # Every trace the figures are about has its device activity unread (torch_npu): its
+    # zero idle is no measurement and its bound no upper bound.
+    idle_read = not about or any(r.savings.device_idle_read for r in about)
     summary = Summary(
         sync_count=len(syncs),
         host_wait_us=wait,
@@ -376,12 +389,13 @@ def build_report(results: list[TraceResult]) -> Report:
         predicted_step_time_us=max(0.0, mean_wall - predicted / step_count) if step_count else 0.0,
         saving_method=method,
         saving_note="; ".join(reasons) or None,
-        saving_how=SAVING_HOW[method],
+        saving_how=SAVING_HOW[method] if idle_read else SAVING_HOW_IDLE_UNREAD,
         mean_device_step_time_us=_mean_device_step_us(results),
         mean_wall_step_time_us=mean_wall,
         gpu_idle_from_syncs_us=idle_from_syncs,
         sync_idle_share=idle_from_syncs / window if window > 0 else 0.0,
         replay_fidelity_error=max((s.fidelity_error for s in replayed), default=0.0),
+        gpu_idle_measured=idle_read,
     )
     _profiler_summary(summary, analysed)
     overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]

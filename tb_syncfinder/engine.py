@@ -461,6 +461,7 @@ def _trace_savings(
         return TraceSavings(
             method="bound",
             reason=reason,
+            device_idle_read=not (result is None and device_kind == "npu"),
             all_syncs_us=bounds.saving_us(syncs, step_markers),
             sites={
                 key: bounds.saving_us([syncs[i] for i in members], step_markers)

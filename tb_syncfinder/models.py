@@ -350,6 +350,10 @@ class Site(msgspec.Struct):
     # Whether the source file of its line was read here (True: for one of its syncs at
     # least; None: no source file, a stackless site): why an inexact line is inexact.
     source_read: bool | None = None
+    # False when none of its traces' device activity is read (torch_npu's "Ascend
+    # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
+    # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.
+    gpu_idle_measured: bool = True
 
 
 class StepStats(msgspec.Struct):
@@ -396,6 +400,9 @@ class TraceSavings(msgspec.Struct):
     # same device work, what fixing both saves).
     with_others: dict[str, float] = field(default_factory=dict)
     fix_with: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # False where the device's work is in the trace but not read (``catalogue.
+    # NPU_NOT_REPLAYED``): no bubble after a sync is known, so the bound is the host wait.
+    device_idle_read: bool = True
 
 
 class Summary(msgspec.Struct):
@@ -442,6 +449,9 @@ class Summary(msgspec.Struct):
     # together, so no step of the job is shorter than it. What ``profiler_note`` and
     # ``unprofiled_saving_at_most_per_step_us`` bound the saving by. None: as above.
     busiest_worker_device_busy_per_step_us: float | None = None
+    # As on Site: False when no trace of the run has its device activity read (torch_npu):
+    # ``gpu_idle_us`` is 0 for want of a record and the predicted saving is no upper bound.
+    gpu_idle_measured: bool = True
 
 
 class ProfilerOverhead(msgspec.Struct):

@@ -201,3 +201,67 @@ def test_compare_of_a_default_level_baseline_says_its_waits_were_not_recorded(
     assert "the baseline is an NPU trace without AscendCL calls" in text
     assert "CPU-only" not in text
     assert "not regressions (and not gated)" in " ".join(out.err.split())
+
+
+def test_an_npu_runs_idle_and_saving_are_said_not_measured_not_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """torch_npu's device rows are not read: every output said "GPU idle 0 us" and a saving
+    "≤ host wait" called an upper bound, which the unread idle can exceed."""
+    import csv
+
+    run = write_run(tmp_path, level=2)
+    assert main(["report", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"]["gpu_idle_measured"] is False
+    assert "no upper bound" in report["summary"]["saving_how"]
+    assert [s["gpu_idle_measured"] for s in report["sites"]] == [False]
+    assert main(["report", str(run)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "GPU idle after not measured" in text and "saving not predicted" in text
+    assert "≤" not in text and "upper bound:" not in text and "no upper bound" in text
+    assert main(["report", str(run), "--format", "csv"]) == 0
+    (row,) = csv.DictReader(capsys.readouterr().out.splitlines())
+    assert row["gpu_idle_us"] == "" and row["predicted_saving_per_step_us"] == ""
+    assert main(["report", str(run), "--format", "sarif"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    message = result["message"]["text"]
+    assert "with the NPU" in message and "NPU idle after not measured" in message
+    assert "GPU" not in message.split(" Fix: ")[0]
+    assert result["properties"]["gpuIdleMeasured"] is False
+
+
+def test_sarif_says_npu_for_a_default_level_trace_and_why_a_bare_call_has_no_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """SARIF called a Level0 trace's latent syncs a GPU's "in a CPU-only trace", and asked
+    for with_stack=True for the device synchronize torch_npu records outside any operator
+    (it stacks operators only)."""
+    assert main(["report", str(write_run(tmp_path, level=0)), "--format", "sarif"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    message = result["message"]["text"]
+    assert "with the NPU" in message and "NPU trace without AscendCL calls" in message
+    assert "CPU-only" not in message
+    events = torch_npu_trace(level=2)
+    events.append(_x("AscendCL@aclrtSynchronizeDevice", CANN_PID, T0 + 700, 200.0))
+    trace = tmp_path / "bare" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps(events))
+    assert main(["report", str(tmp_path / "bare"), "--format", "sarif"]) == 0
+    results = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    (bare,) = [r for r in results if "aclrtSynchronizeDevice" in r["message"]["text"]]
+    assert "operators only" in bare["message"]["text"]
+    assert "with_stack=True" not in bare["message"]["text"]
+
+
+def test_a_default_level_run_shows_no_measured_zeros_in_the_runs_overview(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    write_run(tmp_path, level=0, run_name="level0")
+    write_run(tmp_path, level=2, run_name="level2")
+    assert main(["report", str(tmp_path)]) == 0
+    rows = {
+        ln.split()[0]: ln.split()[1:] for ln in capsys.readouterr().out.splitlines() if ln.strip()
+    }
+    assert rows["level0"] == ["2", "-", "-", "-", "1.0"]
+    assert rows["level2"][1] == "1.0"

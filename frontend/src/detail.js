@@ -202,14 +202,14 @@ function siteStats(site, step) {
     step !== null && step !== undefined ? h("span", { class: "sa-muted" }, "whole run:") : null,
     stat("count", formatCount(site.count)),
     stat("per step", formatCount(site.per_step)),
-    latent ? null : stat(site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", savingText(site)),
+    latent ? null : stat(site.gpu_idle_measured === false ? "saves per step" : site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", site.gpu_idle_measured === false ? "not predicted" : savingText(site)),
     // What fixing it saves per step once every other site is fixed too (the replay's; null: not replayed so).
     latent || site.predicted_saving_with_others_per_step_us === null || site.predicted_saving_with_others_per_step_us === undefined
       ? null
       : stat("saves per step with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
-    latent ? null : stat("GPU idle", formatUs(site.gpu_idle_us)),
+    latent ? null : stat(site.gpu_idle_measured === false ? "NPU idle" : "GPU idle", site.gpu_idle_measured === false ? "not measured" : formatUs(site.gpu_idle_us)),
     latent ? null : stat("share", formatPct(site.share_of_step)),
   );
 }

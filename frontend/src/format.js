@@ -173,10 +173,23 @@ function groupThousands(s) {
   return (neg ? MINUS : "") + grouped + (frac !== undefined ? "." + frac : "");
 }
 
-/** A site's predicted saving per step; "≤" marks the upper bound (trace not replayed). @param {any} site */
+/**
+ * A site's predicted saving per step; "≤" marks the upper bound (trace not replayed), "–"
+ * none (the device's idle time unread, torch_npu: the host wait alone bounds nothing).
+ * @param {any} site
+ */
 export function savingText(site) {
+  if (site.gpu_idle_measured === false) return "–";
   const us = formatUs(site.predicted_saving_per_step_us ?? 0);
   return site.saving_method === "replay" ? us : `≤${us}`;
+}
+
+/** Why a figure is not shown where the device's idle time is unread (`gpu_idle_measured`). */
+export const IDLE_UNREAD = "not measured: the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read yet, so neither its idle time after a sync nor a saving is known";
+
+/** A site's device idle after its syncs; "–" where not measured. @param {any} site */
+export function idleText(site) {
+  return site.gpu_idle_measured === false ? "–" : formatUs(site.gpu_idle_us);
 }
 
 /**

@@ -6,7 +6,7 @@
 import { getJson } from "./api.js";
 import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
-import { formatCount, formatPct, formatUs, howObtainedText, plural, savingText, shortPath, siteCountText, siteFallbackLabel, withMicro } from "./format.js";
+import { formatCount, formatPct, formatUs, howObtainedText, idleText, IDLE_UNREAD, plural, savingText, shortPath, siteCountText, siteFallbackLabel, withMicro } from "./format.js";
 import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
 import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
@@ -98,7 +98,7 @@ export async function renderHotspots(ctx) {
     "div",
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
-    headlineCards(summary, latent, summaryResp.job_ranks || 0),
+    headlineCards(summary, latent, summaryResp.job_ranks || 0, latentOnNpu(summaryResp.traces)),
     // One line on how the predicted savings were obtained (replay, or the bound and why).
     latent || !summary.saving_how
       ? null
@@ -371,11 +371,22 @@ function readTraces(traces) {
 }
 
 /**
+ * Whether the latent syncs are an NPU's: every trace read is torch_npu's without AscendCL
+ * calls (its default profiler level), none CPU-only.
+ * @param {any[] | undefined} traces
+ */
+function latentOnNpu(traces) {
+  const read = readTraces(traces);
+  return read.length > 0 && read.every((/** @type {any} */ t) => t.device === "npu" && t.has_runtime === false);
+}
+
+/**
  * @param {any} summary
  * @param {boolean} latent
  * @param {number} [ranks] the job's ranks these traces are (`job_ranks`; 0: not a job)
+ * @param {boolean} [npu] the latent syncs are an NPU's (`latentOnNpu`)
  */
-function headlineCards(summary, latent, ranks = 0) {
+function headlineCards(summary, latent, ranks = 0, npu = false) {
   const steps = summary.step_count || 0;
   // A job's steps add up over its ranks: "16 steps" of a 2-rank job of 8 read as the job's.
   const ofRanks = ranks > 1 ? ` of ${formatCount(ranks)} ranks` : "";
@@ -387,7 +398,7 @@ function headlineCards(summary, latent, ranks = 0) {
     return h(
       "div",
       { class: "sa-cards" },
-      card("Latent syncs", formatCount(summary.latent_count || 0), "would block on a GPU", "latent"),
+      card("Latent syncs", formatCount(summary.latent_count || 0), `would block on ${npu ? "the NPU" : "a GPU"}`, "latent"),
       card("Steps", formatCount(steps), `mean ${formatUs(summary.mean_step_time_us)}`, "steps"),
     );
   }
@@ -399,20 +410,24 @@ function headlineCards(summary, latent, ranks = 0) {
     // The bubbles after the syncs (each sync's end to the device's next work, shared ones
     // counted once), not the idle the syncs cause: that is on the step-time card (worded as
     // the CLI words it, "GPU idle caused by syncs").
-    card(
-      "GPU idle after syncs",
-      formatUs(perStep(summary.gpu_idle_us || 0)),
-      `per step, ${formatUs(summary.gpu_idle_us)} in total`,
-      "idle",
-      "GPU idle after syncs: from each sync's end until the GPU is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the step-time card gives the part that goes away with them.",
-    ),
+    summary.gpu_idle_measured === false
+      ? card("NPU idle after syncs", "not measured", "the NPU's own tasks are not read yet", "idle", IDLE_UNREAD)
+      : card(
+          "GPU idle after syncs",
+          formatUs(perStep(summary.gpu_idle_us || 0)),
+          `per step, ${formatUs(summary.gpu_idle_us)} in total`,
+          "idle",
+          "GPU idle after syncs: from each sync's end until the GPU is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the step-time card gives the part that goes away with them.",
+        ),
     card("Share of step time", formatPct(summary.share_of_step ?? 0), shareBasis(summary), "share"),
-    card(
-      "Step time if removed",
-      formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
-      `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
-      "estimate",
-    ),
+    summary.gpu_idle_measured === false
+      ? card("Step time if removed", "not predicted", `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}; only the host wait is known, and it is no bound`, "estimate", summary.saving_how || null)
+      : card(
+          "Step time if removed",
+          formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
+          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
+          "estimate",
+        ),
   );
 }
 
@@ -877,7 +892,7 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
       latent ? null : h("td", { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" }, savingText(site)),
       latent ? null : h("td", { class: "num col-wait", title: site.whole ? `whole run: ${formatUs(site.whole.host_wait_us)}` : null }, formatUs(site.host_wait_us)),
-      latent ? null : h("td", { class: "num col-idle", title: site.whole ? `whole run: ${formatUs(site.whole.gpu_idle_us)}` : null }, formatUs(site.gpu_idle_us)),
+      latent ? null : h("td", { class: "num col-idle", title: site.gpu_idle_measured === false ? IDLE_UNREAD : site.whole ? `whole run: ${formatUs(site.whole.gpu_idle_us)}` : null }, idleText(site)),
       latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),
     ),
   );

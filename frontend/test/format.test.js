@@ -112,3 +112,15 @@ test("a note the plugin wrote in ASCII reads in the dashboard's unit", async () 
   assert.equal(withMicro("saves 287 us per step, 4.0 us each; 1.50 ms"), "saves 287 µs per step, 4.0 µs each; 1.50 ms");
   assert.equal(withMicro("status quo: users"), "status quo: users");
 });
+
+test("a site whose device idle is unread shows no idle and no saving, not zeros or a bound", async () => {
+  const { idleText, savingText } = await import("../src/format.js");
+  const npu = { gpu_idle_us: 0, gpu_idle_measured: false, predicted_saving_per_step_us: 520, saving_method: "bound" };
+  assert.equal(idleText(npu), "\u2013");
+  assert.equal(savingText(npu), "\u2013");
+  const gpu = { ...npu, gpu_idle_measured: true };
+  assert.equal(idleText(gpu), "0 µs");
+  assert.equal(savingText(gpu), "≤520 µs");
+  // A report from before the field: measured, as it always was.
+  assert.equal(idleText({ gpu_idle_us: 10 }), "10 µs");
+});

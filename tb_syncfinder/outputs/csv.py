@@ -88,9 +88,12 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
     rows = []
     for rank, (site, latent) in enumerate(sites_with_latent(report_json), start=1):
         latent = bool(latent or site.get("latent"))
+        # Not predicted where the device's idle time is unread (torch_npu): the host wait
+        # alone bounds nothing, so no figure rather than one that reads as a bound.
+        predicted = not latent and site.get("gpu_idle_measured") is not False
         saving = (
-            ["", "", ""]
-            if latent
+            ["", "", "" if latent else site.get("saving_method") or ""]
+            if not predicted
             else [
                 _number(site.get("predicted_saving_us")),
                 _number(site.get("predicted_saving_per_step_us")),
@@ -117,7 +120,8 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
                 _number(site.get("per_step")),
                 _number(site.get("host_wait_us")),
                 _number(site.get("mean_host_wait_us")),
-                _number(site.get("gpu_idle_us")),
+                # Blank where not measured (torch_npu's device rows unread), not a 0.
+                "" if site.get("gpu_idle_measured") is False else _number(site.get("gpu_idle_us")),
                 _number(site.get("share_of_step"), 6),
                 " ".join(_texts(site.get("steps"))),
                 _advice_title(site),

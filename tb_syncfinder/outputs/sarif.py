@@ -14,7 +14,7 @@ import os
 import posixpath
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 from tb_syncfinder import __version__, catalogue
@@ -55,7 +55,23 @@ def sarif_uri(file: str, root: str | None = None) -> str:
     return quote("/".join(parts), safe="/-_.~")
 
 
-def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str:
+class _Device(NamedTuple):
+    """What a site's traces say of the device it waits for, for its message."""
+
+    word: str = "GPU"  # "NPU" where every trace of the site is torch_npu's
+    # Where its latent syncs were found, when not in a CPU-only trace.
+    latent_where: str = "in a CPU-only trace"
+    # Whether no Python stack can be recorded for it (torch_npu: only on operators).
+    never_stacked: bool = False
+
+
+_GPU = _Device()
+_NPU_UNRECORDED = "in an NPU trace without AscendCL calls (torch_npu's default profiler level)"
+
+
+def _message(
+    site: dict[str, Any], latent: bool, stackless: bool = False, device: _Device = _GPU
+) -> str:
     from tb_syncfinder.outputs.text import format_share, format_us
 
     # Outside any operator, the call itself (cudaDeviceSynchronize, hipDeviceSynchronize).
@@ -68,24 +84,34 @@ def _message(site: dict[str, Any], latent: bool, stackless: bool = False) -> str
     count = int(site.get("count") or 0)
     if latent:
         text = (
-            f"{ops} ({kind}) would synchronize the host with the GPU "
-            f"({count} call{'s' if count != 1 else ''} in a CPU-only trace)."
+            f"{ops} ({kind}) would synchronize the host with the {device.word} "
+            f"({count} call{'s' if count != 1 else ''} {device.latent_where})."
         )
     else:
+        idle = (
+            format_us(site.get("gpu_idle_us"))
+            if site.get("gpu_idle_measured") is not False
+            else "not measured (the NPU's own tasks are not read yet)"
+        )
         text = (
-            f"{ops} ({kind}) synchronizes the host with the GPU: {count} "
+            f"{ops} ({kind}) synchronizes the host with the {device.word}: {count} "
             f"time{'s' if count != 1 else ''} ({float(site.get('per_step') or 0):.1f} per "
-            f"step), host wait {format_us(site.get('host_wait_us'))}, GPU idle after "
-            f"{format_us(site.get('gpu_idle_us'))}, "
-            f"{format_share(site.get('share_of_step'))} of step time."
+            f"step), host wait {format_us(site.get('host_wait_us'))}, {device.word} idle "
+            f"after {idle}, {format_share(site.get('share_of_step'))} of step time."
         )
     if stackless:
-        text += (
-            " No Python stack was recorded, so the source line is unknown: profile with "
-            "with_stack=True to locate it."
-            if not site.get("file")
-            else " The trace recorded no line for it."
-        )
+        if site.get("file"):
+            text += " The trace recorded no line for it."
+        elif device.never_stacked and not site.get("ops"):
+            text += (
+                " torch_npu records Python stacks on operators only, so a call outside any "
+                "operator has no source line (look for torch.npu.synchronize() and the like)."
+            )
+        else:
+            text += (
+                " No Python stack was recorded, so the source line is unknown: profile with "
+                "with_stack=True to locate it."
+            )
     candidates = site.get("candidates") or []
     if site.get("file") and not site.get("line_exact"):
         # Say what the result's line is, and which lines to look at.
@@ -198,6 +224,7 @@ def _result(
     rule_index: int,
     location: dict[str, Any],
     fingerprint: str,
+    device: _Device = _GPU,
 ) -> dict[str, Any]:
     kind = site.get("kind") or "unknown"
     share = float(site.get("share_of_step") or 0.0)
@@ -205,7 +232,7 @@ def _result(
         "ruleId": kind,
         "ruleIndex": rule_index,
         "level": "note" if latent else ("error" if share >= _ERROR_SHARE else "warning"),
-        "message": {"text": _message(site, latent, stackless=not _has_line(site))},
+        "message": {"text": _message(site, latent, stackless=not _has_line(site), device=device)},
         "locations": [location],
         "partialFingerprints": {"syncSite/v2": fingerprint},
         "properties": {
@@ -213,6 +240,7 @@ def _result(
             "perStep": float(site.get("per_step") or 0.0),
             "hostWaitUs": float(site.get("host_wait_us") or 0.0),
             "gpuIdleUs": float(site.get("gpu_idle_us") or 0.0),
+            "gpuIdleMeasured": site.get("gpu_idle_measured") is not False,
             "shareOfStep": share,
             "ops": _texts(site.get("ops")),
             "lineExact": bool(site.get("line_exact")),
@@ -347,6 +375,20 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
         for t in report_json.get("traces") or []
         if isinstance(t, dict) and t.get("path") and not t.get("error")
     ]
+    infos = {
+        str(t["path"]): t
+        for t in report_json.get("traces") or []
+        if isinstance(t, dict) and t.get("path") and not t.get("error")
+    }
+
+    def device(site: dict[str, Any], latent: bool) -> _Device:
+        keys = site_traces.get((latent, str(site.get("key") or ""))) or ()
+        found = [infos[p] for p in keys if p in infos] or list(infos.values())
+        if not found or any(t.get("device") != "npu" for t in found):
+            return _GPU
+        unrecorded = all(catalogue.npu_without_calls(t) for t in found)
+        return _Device("NPU", _NPU_UNRECORDED if unrecorded else "in NPU traces", True)
+
     placed: list[tuple[dict[str, Any], bool, str]] = []
     for site, latent in stackless:
         traces = site_traces.get((latent, str(site.get("key") or ""))) or readable
@@ -373,6 +415,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
             rule_index[site.get("kind") or "unknown"],
             _line_location(site, root, resolved.get(str(site.get("key") or ""))),
             fingerprints[id(site)],
+            device(site, latent),
         )
         for site, latent in located
     ]
@@ -383,6 +426,7 @@ def to_sarif(report_json: dict[str, Any], root: str | None = None) -> dict[str, 
             rule_index[site.get("kind") or "unknown"],
             _trace_location(site, trace, root),
             fingerprints[id(site)],
+            device(site, latent),
         )
         result["properties"]["pythonStack"] = False
         result["properties"]["trace"] = _trace_artifact(trace, root)["uri"]

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tb_syncfinder.catalogue import NPU_LEVEL_ADVICE, kind_rank, npu_without_calls
+from tb_syncfinder.catalogue import (
+    NPU_LEVEL_ADVICE,
+    NPU_NOT_REPLAYED,
+    kind_rank,
+    npu_without_calls,
+)
 from tb_syncfinder.catalogue import kind as catalogue_kind
 from tb_syncfinder.models import Report
 from tb_syncfinder.query import rank_sites
@@ -407,16 +412,32 @@ def _site_columns(latent: bool) -> list[Column]:
         columns += [
             Column("saves/step", lambda row: _saving_text(row[1])),
             Column("wait", lambda row: format_us(row[1].get("host_wait_us"))),
-            Column("GPU idle", lambda row: format_us(row[1].get("gpu_idle_us"))),
+            Column("GPU idle", lambda row: _idle_text(row[1])),
             Column("share", lambda row: format_share(row[1].get("share_of_step"))),
         ]
     return columns
 
 
 def _saving_text(site: dict[str, Any]) -> str:
-    """The predicted saving per step; ``≤`` marks the upper bound (a trace not replayed)."""
+    """The predicted saving per step; ``≤`` marks the upper bound (a trace not replayed),
+    ``-`` none (the device's idle time not read: the host wait alone bounds nothing)."""
+    if site.get("gpu_idle_measured") is False:
+        return "-"
     value = format_us(site.get("predicted_saving_per_step_us"))
     return value if site.get("saving_method") == "replay" else "≤" + value
+
+
+def _idle_text(site: dict[str, Any]) -> str:
+    return "-" if site.get("gpu_idle_measured") is False else format_us(site.get("gpu_idle_us"))
+
+
+_IDLE_UNREAD_SUMMARY = "not measured (the NPU's own tasks are not read yet)"
+
+# Under a table with a site whose device idle is not read (torch_npu's device rows).
+_IDLE_UNREAD_NOTE = (
+    "-: not measured: the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read "
+    "yet, so neither the NPU's idle time after a sync nor a saving is known"
+)
 
 
 # Why a line is marked ``*``, by what the engine knew: the footnote says the real reason.
@@ -507,6 +528,8 @@ def _site_table(
     reasons = dict.fromkeys(r for r in (_inexact_reason(s, resolved) for s in shown) if r)
     for reason in reasons:
         lines.extend(wrap("* " + _INEXACT_REASONS[reason], width, "", "  "))
+    if not latent and any(s.get("gpu_idle_measured") is False for s in shown):
+        lines.extend(wrap(_IDLE_UNREAD_NOTE, width, "", "  "))
     if not latent and shown:
         # wait and GPU idle sum every profiled step, beside per-step columns: a 43.4 ms
         # "wait" next to an 8.78 ms per-step figure in compare read as a contradiction.
@@ -552,6 +575,7 @@ def _summary_lines(
     count = int(summary.get("sync_count") or 0)
     host_wait = float(summary.get("host_wait_us") or 0.0)
     gpu_idle = float(summary.get("gpu_idle_us") or 0.0)
+    idle_read = summary.get("gpu_idle_measured") is not False
     lines = [style("Summary", _BOLD)]
     latent = int(summary.get("latent_count") or 0)
     if count == 0 and (latent or cpu_only):
@@ -610,7 +634,9 @@ def _summary_lines(
         lines.extend(
             _wrap_labelled(
                 "GPU idle after",
-                f"{format_us(gpu_idle / steps)} per step  ({format_us(gpu_idle)} total)",
+                f"{format_us(gpu_idle / steps)} per step  ({format_us(gpu_idle)} total)"
+                if idle_read
+                else _IDLE_UNREAD_SUMMARY,
                 width,
             )
         )
@@ -619,7 +645,11 @@ def _summary_lines(
             _wrap_labelled("syncs", f"{count}  (no ProfilerStep markers: whole trace)", width)
         )
         lines.append(_label("host wait") + format_us(host_wait))
-        lines.append(_label("GPU idle after") + format_us(gpu_idle))
+        lines.extend(
+            _wrap_labelled(
+                "GPU idle after", format_us(gpu_idle) if idle_read else _IDLE_UNREAD_SUMMARY, width
+            )
+        )
     share = float(summary.get("share_of_step") or 0.0)
     share_color = _RED if share >= _SHARE_RED else (_YELLOW if share >= _SHARE_YELLOW else "")
     share_text = style(format_share(share), share_color)
@@ -732,6 +762,9 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
         f"{approx}{format_us(saving)} per step ({format_share(share)}) with every sync "
         f"removed; step ~{format_us(max(wall - saving, 0.0))}"
     )
+    if summary.get("gpu_idle_measured") is False:
+        # The host wait alone is no bound: "saves ≤522 us" would be a promise.
+        text = "not predicted (see how obtained)"
     idle = float(summary.get("sync_idle_share") or 0.0)
     if method != "bound":
         text += f"; GPU idle caused by syncs {format_share(idle)} of the time"
@@ -739,6 +772,8 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     how = summary.get("saving_how") or ""
     note = summary.get("saving_note")
     profiler = summary.get("profiler_note")
+    if summary.get("gpu_idle_measured") is False and note == NPU_NOT_REPLAYED:
+        note = None  # the line above says it
     if how:
         lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
     if profiler:
@@ -990,8 +1025,10 @@ def _overview_cells(data: dict[str, Any]) -> list[str] | None:
     latent = int(summary.get("latent_count") or 0)
     # No ProfilerStep markers: the whole trace counts as one step, as the summary says.
     per = max(steps, 1)
-    if count == 0 and _is_cpu_only(data):
-        # CPU-only: no wait to measure; what matters is how many syncs a GPU run would make.
+    readable = [t for t in traces if not t.get("error")]
+    if count == 0 and (_is_cpu_only(data) or all(npu_without_calls(t) for t in readable)):
+        # CPU-only, or torch_npu without AscendCL calls: no wait to measure; what matters is
+        # how many syncs it would make.
         return [str(steps), "-", "-", "-", f"{latent / per:.1f}"]
     return [
         str(steps),

@@ -122,12 +122,15 @@ KINDS: tuple[SyncKind, ...] = (
             text=(
                 "Operators whose output size depends on tensor values (nonzero, unique, "
                 "masked_select, boolean-mask indexing) must copy the size to the host before "
-                "allocating. Use fixed-shape alternatives: `torch.where`, masks multiplied in, "
-                "`ignore_index`, `scatter_add_` into a fixed-size tensor."
+                "allocating. Use fixed-shape alternatives: `torch.where(mask, x, 0)` or "
+                "`masked_fill` (not `x * mask`: a NaN or inf at a masked position survives a "
+                "multiply), `ignore_index`, `scatter_add_` into a fixed-size tensor. The "
+                "result keeps every row, so divide by the mask's count, not the length."
             ),
-            before="selected = logits[mask]\n",
+            before="selected = logits[mask]            # (K, C)\nmean = selected.mean(0)\n",
             after=(
-                "selected = torch.where(mask.unsqueeze(-1), logits, torch.zeros_like(logits))\n"
+                "selected = logits.masked_fill(~mask.unsqueeze(-1), 0)  # (N, C), 0 outside\n"
+                "mean = selected.sum(0) / mask.sum().clamp_min(1)      # over the K kept rows\n"
             ),
         ),
         removes=_WAIT_AND_IDLE,
@@ -137,7 +140,7 @@ KINDS: tuple[SyncKind, ...] = (
         label="device→host copy",
         summary="Blocking device-to-host copy",
         description=(
-            "A copy from the GPU into pageable host memory (.cpu(), .numpy(), .to('cpu')) "
+            "A copy from the GPU to the host (.cpu(), .to('cpu'), also before .numpy()) "
             "blocks the host until the copy and everything queued before it finish."
         ),
         colour="#00838f",
@@ -145,9 +148,9 @@ KINDS: tuple[SyncKind, ...] = (
         advice=Advice(
             title="Do not copy to the host inside the step",
             text=(
-                "`.cpu()`, `.numpy()`, `.to('cpu')` wait for the GPU and copy into pageable "
-                "memory. Keep the computation on the device, or copy into a pinned buffer with "
-                "`non_blocking=True` and read it after an event says it is ready."
+                "`.cpu()` and `.to('cpu')` (also before `.numpy()`) wait for all queued work on "
+                "the GPU, then copy. Keep the computation on the device, or copy into a pinned "
+                "buffer with `non_blocking=True` and read it after an event says it is ready."
             ),
             before="preds = logits.argmax(1).cpu().numpy()\n",
             after=(
@@ -164,18 +167,22 @@ KINDS: tuple[SyncKind, ...] = (
         label="blocking host→device",
         summary="Blocking host-to-device copy",
         description=(
-            "A copy from pageable host memory to the GPU is staged synchronously; pinned "
-            "memory with non_blocking=True lets it overlap with compute."
+            "A host-to-device copy without non_blocking=True waits for the copy and the work "
+            "queued before it, pinned or not; from pageable memory even a non_blocking copy "
+            "is staged synchronously. Pinned memory with non_blocking=True lets it overlap "
+            "with compute."
         ),
         colour="#2e7d32",
         colour_dark="#81c784",
         advice=Advice(
             title="Pin host memory and copy with non_blocking=True",
             text=(
-                "Copying a batch from pageable host memory blocks the host: torch waits for "
-                "the copy before going on. Load batches into pinned memory "
-                "(`DataLoader(pin_memory=True)`) and copy them with `non_blocking=True`, so "
-                "the copy overlaps with the work already queued on the GPU."
+                "`.to(device)` without `non_blocking=True` ends in a stream synchronize: the "
+                "host waits for the copy and everything queued before it, pinned or not; from "
+                "pageable memory the copy is staged on the host even with `non_blocking=True`. "
+                "Load batches into pinned memory (`DataLoader(pin_memory=True)`) and copy them "
+                "with `non_blocking=True` (both are needed), so the copy overlaps with the "
+                "work already queued on the GPU."
             ),
             before=(
                 "loader = DataLoader(ds, batch_size=64)\n"
@@ -204,9 +211,11 @@ KINDS: tuple[SyncKind, ...] = (
             title="Drop debugging synchronizes",
             text=(
                 "`torch.cuda.synchronize()`, `event.synchronize()` and `stream.synchronize()` "
-                "stop the host until the GPU is done. Remove them from the training loop (they "
-                "are only needed around timing code); use events and `stream.wait_event` to "
-                "order work between streams without blocking the host."
+                "stop the host until the GPU is done. Remove the ones left from debugging or "
+                "timing. One that guards a host read of a `non_blocking` copy, or data another "
+                "stream or process uses, must stay: move it as late as possible, or poll "
+                "`event.query()`. Use events and `stream.wait_event` to order work between "
+                "streams without blocking the host."
             ),
             before=(
                 "loss.backward()\ntorch.cuda.synchronize()   # debugging leftover\nopt.step()\n"
@@ -235,12 +244,15 @@ KINDS: tuple[SyncKind, ...] = (
             text=(
                 "Launch collectives with `async_op=True` and call `work.wait()` just before the "
                 "result is needed, so compute overlaps communication; keep `dist.barrier()` "
-                "out of the step; keep collective results (split sizes, counts) on the device "
-                "or exchange them ahead of time (torchrec's `TrainPipelineSparseDist` fetches "
-                "the next batch's splits while this one computes)."
+                "out of the step; exchange the values the host needs (all-to-all split sizes, "
+                "which `all_to_all_single` takes as host lists) a step ahead (torchrec's "
+                "`TrainPipelineSparseDist` fetches the next batch's splits while this one "
+                "computes)."
             ),
             before=(
-                "dist.all_reduce(stats)            # the host waits for every rank\n"
+                "dist.all_reduce(stats)  # gloo, or NCCL with TORCH_NCCL_BLOCKING_WAIT=1:\n"
+                "                        # the host waits for every rank (plain NCCL: the\n"
+                "                        # stream does, and nothing after it overlaps)\n"
                 "loss = criterion(model(x), y)\n"
             ),
             after=(
@@ -276,7 +288,8 @@ KINDS: tuple[SyncKind, ...] = (
                 "sizes, allocate buffers once, and set "
                 "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so the allocator grows a "
                 "segment instead of allocating new ones (`torch.cuda.memory_stats()` counts "
-                "`num_alloc_retries`)."
+                "the `cudaMalloc` and `cudaFree` calls in `num_device_alloc` and "
+                "`num_device_free`)."
             ),
             before=(
                 "for x in batches:            # every batch a new length\n"
@@ -942,15 +955,17 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "not a cost of the steady state: profile after a warm-up step, or run each "
                 "transform once before. If the site shows in every step, the shapes change "
                 "from step to step (or outgrow the cache's `max_size`): pad the signals to "
-                "a few fixed lengths so that each plan is made once."
+                "a few fixed lengths so that each plan is made once. Padding changes the "
+                "spectrum (`n // 2 + 1` bins, spaced `1 / n`): crop or resample downstream "
+                "where the bins must match the original length."
             ),
             before=(
                 "for wave in loader:  # a different length every step\n"
-                "    spec = torch.fft.rfft(wave.cuda())\n"
+                "    spec = torch.fft.rfft(wave.to(device))\n"
             ),
             after=(
                 "n = 1 << (wave.shape[-1] - 1).bit_length()  # a few fixed lengths\n"
-                "spec = torch.fft.rfft(wave.cuda(), n=n)\n"
+                "spec = torch.fft.rfft(wave.to(device, non_blocking=True), n=n)\n"
             ),
             removes="making a plan in the profiled steps (each plan is still made once)",
         ),
@@ -990,16 +1005,20 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             text=(
                 "`torch.nonzero(mask)` / `torch.where(mask)` with one argument return as many "
                 "rows as there are True values, so the host must wait to learn the count. "
-                "Keep the full shape and mask the values instead, or use "
-                "`nonzero_static(size=...)` when an upper bound is known."
+                "Keep the full shape and mask the values with `torch.where` instead (a "
+                "multiply by the mask keeps a NaN or inf from a masked position). "
+                "`torch.nonzero_static(mask, size=K)` has a fixed shape too, but pads with "
+                "`fill_value` (-1 by default, which indexes the last element: mask those rows "
+                "out) and silently drops matches beyond K."
             ),
             before=(
                 "idx = torch.nonzero(target != ignore)\n"
                 "loss = per_pixel[idx[:, 0], idx[:, 1]].mean()\n"
             ),
             after=(
-                "valid = (target != ignore).float()\n"
-                "loss = (per_pixel * valid).sum() / valid.sum().clamp_min(1)\n"
+                "valid = target != ignore\n"
+                "loss = torch.where(valid, per_pixel, 0.0).sum() / valid.sum().clamp_min(1)\n"
+                "# (no valid pixel: 0, where the mean of none was NaN)\n"
             ),
         ),
     ),
@@ -1025,7 +1044,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             ),
             before="labels, counts = torch.unique(target, return_counts=True)\n",
             after=(
-                "flat = target.flatten()\n"
+                "flat = target.flatten().long()   # scatter_add_ indexes with int64\n"
                 "counts = torch.zeros(num_classes, dtype=torch.long, device=flat.device)\n"
                 "counts.scatter_add_(0, flat, torch.ones_like(flat))\n"
                 "present = counts > 0   # fixed shape, stays on the GPU\n"
@@ -1036,12 +1055,13 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         frozenset({"aten::index", "aten::index_put_", "aten::index_put", "aten::masked_select"}),
         frozenset({DYNAMIC_SHAPE}),
         Advice(
-            title="Replace the boolean mask with ignore_index or a multiplied mask",
+            title="Replace the boolean mask with ignore_index or torch.where",
             text=(
                 "Indexing with a boolean mask (`x[mask]`, `masked_select`) produces a "
                 "data-dependent shape and waits for the GPU. For losses use "
                 "`CrossEntropyLoss(ignore_index=...)`; elsewhere use `torch.where` or "
-                "multiply by the mask so shapes stay fixed."
+                "`masked_fill` so shapes stay fixed (not a multiply by the mask: a NaN or inf "
+                "at a masked position survives it)."
             ),
             before=(
                 "keep = target != 255\n"
@@ -1057,7 +1077,9 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             title="Pass output_size to repeat_interleave",
             text=(
                 "`repeat_interleave(repeats)` must read the sum of `repeats` on the host. "
-                "When you know the total, pass `output_size=` and it stays asynchronous."
+                "When you know the total, pass `output_size=` and it stays asynchronous. It "
+                "must equal `repeats.sum()` exactly: on CUDA a wrong value is a device-side "
+                "assert, not an error you can catch."
             ),
             before="out = x.repeat_interleave(repeats, dim=0)\n",
             after="out = x.repeat_interleave(repeats, dim=0, output_size=total)\n",
@@ -1070,7 +1092,8 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             title="Keep dist.barrier() out of the training step",
             text=(
                 "`dist.barrier()` makes every rank wait for the slowest and, with NCCL, "
-                "synchronizes the device. Collectives already order the ranks' work: drop the "
+                "synchronizes the host with the current stream. Collectives already order the "
+                "ranks' work: drop the "
                 "barrier from the loop (keep it around checkpointing or setup if needed)."
             ),
             before="loss.backward()\ndist.barrier()          # every step\nopt.step()\n",
@@ -1081,13 +1104,17 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         frozenset({"aten::normal"}),
         frozenset({SCALAR_READBACK}),
         Advice(
-            title="Sample as mean + std * randn_like(std), not torch.normal(mean, std)",
+            title="Sample as mean + std * noise, not torch.normal(mean, std)",
             text=(
                 "`torch.normal(mean, std)` with a tensor `std`, and `Normal(...).sample()`, "
                 "which calls it, check on the host that no std is negative: read-backs that "
-                "wait for the GPU on every call. `mean + std * torch.randn_like(std)` draws "
-                "from the same distribution without reading; for a distribution object, "
-                "`rsample().detach()` does that."
+                "wait for the GPU on every call. Draw the noise at the broadcast shape and "
+                "scale it: `(mean + std * torch.randn(torch.broadcast_shapes(mean.shape, "
+                "std.shape), device=std.device, dtype=std.dtype)).detach()` (not "
+                "`randn_like(std)`, which reuses one noise row where `mean` has more rows; "
+                "`.detach()` keeps `torch.normal`'s zero gradients: drop it only to train "
+                "through the sample). For a distribution object, `rsample().detach()` does "
+                "that."
             ),
             before="action = policy.sample()            # torch.normal: checks std on the host\n",
             after="action = policy.rsample().detach()  # loc + scale * noise, no check\n",
@@ -1103,8 +1130,9 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "decomposition: on an H200 one 256 x 256 `eigh` copied to the host and "
                 "waited 13 times, 2.2 ms in all, and it checks its error code on the host "
                 "too. No `_ex` form avoids that. Refresh the decomposition every N steps, "
-                "as preconditioners and whitening do, or decompose every matrix in one "
-                "batched call instead of one call per matrix."
+                "as preconditioners and whitening do. A batched call waits once only for "
+                "small matrices (up to 32 x 32, cuSOLVER's batched path); larger ones are "
+                "decomposed one at a time."
             ),
             before=(
                 "for step, batch in enumerate(loader):\n"
@@ -1198,11 +1226,19 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "and `eigvals` copy to the host and wait inside the decomposition, many "
                 "times a call (on an H200 a 128 x 128 `svd` 15 times, `eig` about 170); "
                 "`lstsq` reads its solver's error code on the host. Call it every N steps "
-                "rather than every step, or on every matrix in one batched call rather "
-                "than one call per matrix."
+                "rather than every step. A batched call of small matrices (up to 32 x 32, "
+                "cuSOLVER's batched path) waits once; larger ones are still decomposed, and "
+                "waited for, one matrix at a time."
             ),
-            before=("for w in weights:\n    s = torch.linalg.svdvals(w)  # one wait per matrix\n"),
-            after=("s = torch.linalg.svdvals(torch.stack(weights))  # one wait\n"),
+            before=(
+                "for step, batch in enumerate(loader):\n"
+                "    s = torch.linalg.svdvals(w)  # waits every step\n"
+            ),
+            after=(
+                "for step, batch in enumerate(loader):\n"
+                "    if step % 100 == 0:\n"
+                "        s = torch.linalg.svdvals(w)  # waits every 100 steps\n"
+            ),
         ),
     ),
     OpAdvice(
@@ -1212,10 +1248,12 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             title="Do not branch on a GPU tensor",
             text=(
                 "`if t:`, `while t:`, `bool(t)` and `assert t` read the tensor on the host. "
-                "Express the condition with `torch.where`, or check it every N steps."
+                "Express the condition with `torch.where` or an operator that needs no "
+                "branch, check it every N steps, or turn an `assert t` into "
+                "`torch._assert_async(t)`, which fails on the device."
             ),
             before="if (loss > 10).any():\n    loss = loss.clamp(max=10)\n",
-            after="loss = torch.where(loss > 10, loss.clamp(max=10), loss)\n",
+            after="loss = loss.clamp(max=10)   # no branch: the same result\n",
         ),
     ),
 )
@@ -1232,29 +1270,25 @@ SMALL_COPY_BYTES = 64
 
 HOST_TO_DEVICE_ADVICE: dict[str, Advice] = {
     "indexed_assign": Advice(
-        title="Assign the value on the device: masked_fill_, index_fill_ or torch.where",
+        title="Assign the value on the device: index_fill_ or torch.where",
         text=(
-            "`target[inds] = -1` with a Python number makes torch build `-1` as a CPU tensor "
-            "and copy it to the GPU inside `index_put_`, waiting for the copy. Methods that "
-            "take the number as an argument copy nothing: `target.masked_fill_(mask, -1)` for "
-            "a boolean mask, `target.index_fill_(0, inds, -1)` for an index tensor, "
-            "`torch.where(mask, -1, target)`; or build the value on the device once and pass "
-            "it to `index_put_`."
+            "`target[inds] = -1` with a Python number and an index tensor makes torch build "
+            "`-1` as a CPU tensor and copy it to the GPU inside `index_put_`, waiting for the "
+            "copy. Methods that take the number as an argument copy nothing: "
+            "`target.index_fill_(0, inds, -1)`, `torch.where(mask, -1, target)`; or build the "
+            "value on the device once and pass it to `index_put_`. (With a boolean mask on "
+            "the device, `target[mask] = -1` is already a `masked_fill_`: no copy.)"
         ),
         before="target[inds] = -1            # -1 is copied from the host every time\n",
-        after=(
-            "target.index_fill_(0, inds, -1)   # inds: an index tensor on the GPU\n"
-            "# or, with a boolean mask:\n"
-            "target.masked_fill_(mask, -1)\n"
-        ),
+        after="target.index_fill_(0, inds, -1)   # inds: an index tensor on the GPU\n",
     ),
     "cpu_tensor_in_device_op": Advice(
         title="Create the tensor on the device, once, instead of mixing in a CPU tensor",
         text=(
-            "A CPU tensor used by an operator on GPU tensors (an index, a weight, a bound) is "
-            "copied to the GPU first, and the host waits for that copy. Create it on the "
-            "device, once, outside the step, and reuse it; a single value can stay a Python "
-            "number."
+            "A CPU tensor used by an operator on GPU tensors (most often an index tensor: "
+            "`x[:, idx]`) is copied to the GPU first, and the host waits for that copy. "
+            "Create it on the device, once, outside the step, and reuse it; a single value "
+            "can stay a Python number."
         ),
         before=(
             "for x in loader:\n"

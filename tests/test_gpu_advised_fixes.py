@@ -24,9 +24,9 @@ SOURCE = (HERE / "record_advised_fixes.py").read_text(encoding="utf-8").splitlin
 TITLES = {
     "matrix_power": "Invert with inv_ex, then raise to a positive power",
     "repeat_interleave": "Pass output_size to repeat_interleave",
-    "normal": "Sample as mean + std * randn_like(std), not torch.normal(mean, std)",
+    "normal": "Sample as mean + std * noise, not torch.normal(mean, std)",
     "branch": "Do not branch on a GPU tensor",
-    "mask": "Replace the boolean mask with ignore_index or a multiplied mask",
+    "mask": "Replace the boolean mask with ignore_index or torch.where",
     "nonzero": "Use torch.where (fixed shape) instead of nonzero",
     "unique": "Count into a fixed-size tensor instead of unique",
 }

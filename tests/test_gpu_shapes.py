@@ -30,7 +30,7 @@ TRACES = tuple(sorted(p.name for p in HERE.glob("*.pt.trace.json.gz")))
 FIXES = {
     "distributions_baseline": {
         "Turn off torch.distributions' argument checks in the training loop",
-        "Sample as mean + std * randn_like(std), not torch.normal(mean, std)",
+        "Sample as mean + std * noise, not torch.normal(mean, std)",
     },
     "pack_padded_baseline": {"Sort the batch by length where it is made; pass enforce_sorted=True"},
     "clip_nonfinite_baseline": {"Leave error_if_nonfinite off in clip_grad_norm_"},

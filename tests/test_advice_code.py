@@ -1,0 +1,92 @@
+"""The code the advice tells users to write instead gives the results the code it replaces
+gave: run here on CPU tensors (whether a fix removes the sync is the GPU validation's
+question, docs/validation.md; whether it changes the numbers is this file's). A review
+found fixes that silently changed results: a multiply by a mask turning a NaN at an ignored
+pixel into a NaN loss, a ``torch.where`` that kept every row where the code it replaced
+kept some, a count that failed on int32 labels."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tb_syncfinder import catalogue  # noqa: E402
+
+
+def _op_advice(op: str) -> catalogue.Advice:
+    (found,) = [entry.advice for entry in catalogue.OP_ADVICE if op in entry.ops]
+    return found
+
+
+def _run(code: str, **names: object) -> dict[str, object]:
+    scope: dict[str, object] = {"torch": torch, **names}
+    exec(code, scope)  # the advice's own snippet, as the user would paste it
+    return scope
+
+
+def test_the_nonzero_fix_gives_the_same_loss_with_a_nan_at_an_ignored_pixel() -> None:
+    advice = _op_advice("aten::nonzero")
+    per_pixel = torch.tensor([[1.0, float("nan")], [3.0, 2.0]])
+    target = torch.tensor([[1, 255], [2, 1]])
+    before = _run(advice.before, per_pixel=per_pixel, target=target, ignore=255)["loss"]
+    after = _run(advice.after, per_pixel=per_pixel, target=target, ignore=255)["loss"]
+    assert torch.isfinite(after) and torch.allclose(before, after)
+
+
+def test_the_dynamic_shape_fix_keeps_the_mean_of_the_kept_rows() -> None:
+    advice = catalogue.kind(catalogue.DYNAMIC_SHAPE).advice
+    logits = torch.arange(12.0).reshape(4, 3)
+    mask = torch.tensor([True, False, True, False])
+    before = _run(advice.before, logits=logits, mask=mask)["mean"]
+    after = _run(advice.after, logits=logits, mask=mask)["mean"]
+    assert torch.allclose(before, after)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_the_unique_fix_counts_labels_of_any_integer_type(dtype: torch.dtype) -> None:
+    advice = _op_advice("aten::unique")
+    target = torch.tensor([[0, 2, 2], [3, 0, 2]], dtype=dtype)
+    scope = _run(advice.after, target=target, num_classes=5)
+    labels, counts = torch.unique(target, return_counts=True)
+    assert scope["counts"][labels.long()].tolist() == counts.tolist()
+    assert scope["present"].nonzero().flatten().tolist() == labels.long().tolist()
+
+
+def test_the_branch_fix_gives_the_branchs_result() -> None:
+    advice = _op_advice("aten::is_nonzero")
+    for values in ([3.0, 12.0], [1.0, 2.0]):
+        loss = torch.tensor(values)
+        before = _run(advice.before, loss=loss.clone())["loss"]
+        after = _run(advice.after, loss=loss.clone())["loss"]
+        assert torch.equal(before, after)
+
+
+def test_the_normal_fix_draws_independent_rows_at_the_broadcast_shape() -> None:
+    """``mean + std * randn_like(std)`` with a (4, 3) mean and a (3,) std reused one noise
+    row for all four; the advice names the broadcast shape instead."""
+    text = _op_advice("aten::normal").text
+    assert "torch.broadcast_shapes(mean.shape, std.shape)" in text and ".detach()" in text
+    mean, std = torch.zeros(4, 3), torch.ones(3)
+    torch.manual_seed(0)
+    noise = torch.randn(torch.broadcast_shapes(mean.shape, std.shape))
+    sample = (mean + std * noise).detach()
+    assert sample.shape == torch.normal(mean, std.expand(4, 3)).shape
+    assert len({tuple(row.tolist()) for row in sample}) == 4
+
+
+def test_the_repeat_interleave_fix_gives_the_same_rows_with_the_right_total() -> None:
+    advice = _op_advice("aten::repeat_interleave")
+    x, repeats = torch.arange(6).reshape(3, 2), torch.tensor([1, 0, 2])
+    before = _run(advice.before, x=x, repeats=repeats)["out"]
+    after = _run(advice.after, x=x, repeats=repeats, total=int(repeats.sum()))["out"]
+    assert torch.equal(before, after)
+    assert "must equal `repeats.sum()` exactly" in advice.text
+
+
+def test_the_indexed_assign_fix_assigns_what_the_indexing_did() -> None:
+    advice = catalogue.HOST_TO_DEVICE_ADVICE["indexed_assign"]
+    inds = torch.tensor([0, 2])
+    before = _run(advice.before, target=torch.zeros(4), inds=inds)["target"]
+    after = _run(advice.after, target=torch.zeros(4), inds=inds)["target"]
+    assert torch.equal(before, after)

@@ -1256,6 +1256,73 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             after="loss = loss.clamp(max=10)   # no branch: the same result\n",
         ),
     ),
+    # Operators that read a value back inside when an argument is left out (the number of
+    # classes, the range): the fix is to pass it.
+    OpAdvice(
+        frozenset({"aten::one_hot"}),
+        frozenset({SCALAR_READBACK}),
+        Advice(
+            title="Pass num_classes to one_hot",
+            text=(
+                "`F.one_hot(x)` without `num_classes` reads `x.max()` on the host to size its "
+                "output, waiting for the GPU. Pass `num_classes=` and on CUDA it reads "
+                "nothing. (On the CPU one_hot reads the range either way, to check it, so a "
+                "CPU trace shows this read with `num_classes` too.)"
+            ),
+            before="onehot = F.one_hot(labels)\n",
+            after="onehot = F.one_hot(labels, num_classes=num_classes)\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::bincount"}),
+        frozenset({SCALAR_READBACK, DEVICE_TO_HOST_COPY}),
+        Advice(
+            title="Count with scatter_add_ into a fixed-size tensor, not bincount",
+            text=(
+                "`torch.bincount` on CUDA reads the input's min and max on the host to size "
+                "its output, with or without `minlength`. When the number of classes is "
+                "known, count with `scatter_add_` (or `index_add_`) into a tensor of that "
+                "size: no read, a fixed shape."
+            ),
+            before="counts = torch.bincount(labels, minlength=num_classes)\n",
+            after=(
+                "idx = labels.long()\n"
+                "counts = torch.zeros(num_classes, dtype=torch.long, device=idx.device)\n"
+                "counts.scatter_add_(0, idx, torch.ones_like(idx))\n"
+            ),
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::histc"}),
+        frozenset({SCALAR_READBACK}),
+        Advice(
+            title="Pass min and max to histc",
+            text=(
+                "`torch.histc(x, bins)` with the default `min=max=0` reads the input's min and "
+                "max on the host to find its range, waiting for the GPU. Pass the range "
+                "(`min=`, `max=`) when it is known: then it reads nothing."
+            ),
+            before="hist = torch.histc(x, bins=64)\n",
+            after="hist = torch.histc(x, bins=64, min=-4.0, max=4.0)  # the known range\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::ctc_loss"}),
+        frozenset({DEVICE_TO_HOST_COPY, SCALAR_READBACK}),
+        Advice(
+            title="Give ctc_loss its lengths as CPU tensors or lists",
+            text=(
+                "`F.ctc_loss` needs `input_lengths` and `target_lengths` on the host: given "
+                "as device tensors, they are copied back on every call, waiting for the GPU. "
+                "Keep them as the data loader made them, on the CPU (or Python lists)."
+            ),
+            before=(
+                "lengths = lengths.to(device)\n"
+                "loss = F.ctc_loss(log_probs, targets, lengths, target_lengths)\n"
+            ),
+            after="loss = F.ctc_loss(log_probs, targets, lengths, target_lengths)  # CPU lengths\n",
+        ),
+    ),
 )
 
 

@@ -90,3 +90,20 @@ def test_the_indexed_assign_fix_assigns_what_the_indexing_did() -> None:
     before = _run(advice.before, target=torch.zeros(4), inds=inds)["target"]
     after = _run(advice.after, target=torch.zeros(4), inds=inds)["target"]
     assert torch.equal(before, after)
+
+
+def test_the_fixes_for_arguments_left_out_give_the_same_results() -> None:
+    labels = torch.tensor([0, 3, 1, 3])
+    one_hot = _op_advice("aten::one_hot")
+    scope = {"labels": labels, "num_classes": 4, "F": torch.nn.functional}
+    assert torch.equal(
+        _run(one_hot.before, **scope)["onehot"], _run(one_hot.after, **scope)["onehot"]
+    )
+    bincount = _op_advice("aten::bincount")
+    for dtype in (torch.int32, torch.int64):
+        scope = {"labels": labels.to(dtype), "num_classes": 5}
+        before = _run(bincount.before, **scope)["counts"]
+        assert torch.equal(before, _run(bincount.after, **scope)["counts"])
+    histc = _op_advice("aten::histc")
+    x = torch.tensor([-4.0, -1.0, 0.5, 4.0])  # its own range is the one the fix passes
+    assert torch.equal(_run(histc.before, x=x)["hist"], _run(histc.after, x=x)["hist"])

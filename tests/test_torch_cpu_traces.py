@@ -297,3 +297,29 @@ def test_a_branch_whose_call_is_recorded_under_another_name_is_never_placed_else
         else:
             assert ALIASED_LINE in sync.source.candidates
             assert INT_GUARD_LINE in sync.source.candidates
+
+
+READ_WHEN_LEFT_OUT = """\
+import torch
+import torch.nn.functional as F
+
+
+def train_step(x, step):
+    labels = (x[0] * 2).abs().long().clamp(max=4)
+    onehot = F.one_hot(labels)
+    hist = torch.histc(x, bins=8)
+    ranged = torch.histc(x, bins=8, min=-4.0, max=4.0)
+    return onehot.sum() + hist.sum() + ranged.sum()
+"""
+ONE_HOT_LINE, HISTC_LINE = 7, 8
+
+
+def test_ops_that_read_back_when_an_argument_is_left_out_say_to_pass_it(tmp_path):
+    """``one_hot`` without ``num_classes`` and ``histc`` without its range read the input's
+    extremes on the host: their fix is the argument, not the generic read-back advice; a
+    ``histc`` given its range reads nothing."""
+    report = _profiled_report(tmp_path, "read_when_left_out", READ_WHEN_LEFT_OUT)
+    titles = {s.line: s.advice["title"] for s in report.latent_sites}
+    assert titles[ONE_HOT_LINE] == "Pass num_classes to one_hot"
+    assert titles[HISTC_LINE] == "Pass min and max to histc"
+    assert HISTC_LINE + 1 not in titles

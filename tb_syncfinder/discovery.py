@@ -247,7 +247,8 @@ def run_folder(path: str) -> str:
 
 
 def find_traces(path: str) -> list[TraceRef]:
-    """Every trace under ``path``: a trace file (any name), a run folder or a logdir of runs.
+    """Every trace under ``path``: a trace file (any name), a run folder or a logdir of runs,
+    or one torch_npu worker's folder (``W_ascend_pt``, or its ``ASCEND_PROFILER_OUTPUT``).
 
     Returns ``[]`` for a directory without traces; raises ``TraceNotFoundError`` when
     ``path`` does not exist.
@@ -257,7 +258,50 @@ def find_traces(path: str) -> list[TraceRef]:
         raise TraceNotFoundError(path)
     if not fs.isdir(path):
         return [_single_file_ref(fs, fs.abspath(path))]
+    worker_trace = _ascend_worker_trace(fs, _strip_trailing_sep(fs.abspath(path)))
+    if worker_trace is not None:
+        return [_single_file_ref(fs, worker_trace)]
     return [ref for refs in list_runs(path).values() for ref in refs]
+
+
+def _ascend_worker_trace(fs: Any, folder: str) -> str | None:
+    """The trace of a torch_npu worker's folder given itself (a user pasting the folder
+    torch_npu printed), or of its ``ASCEND_PROFILER_OUTPUT``; None for any other folder."""
+    name = fs.basename(folder)
+    if ASCEND_DIR_PATTERN.match(name):
+        trace = fs.join(folder, ASCEND_OUTPUT_DIR, ASCEND_TRACE_FILE)
+    elif name == ASCEND_OUTPUT_DIR and ASCEND_DIR_PATTERN.match(fs.basename(_parent(folder))):
+        trace = fs.join(folder, ASCEND_TRACE_FILE)
+    else:
+        return None
+    return trace if fs.exists(trace) else None
+
+
+def unread_ascend_folders(path: str, limit: int = 3) -> list[tuple[str, str]]:
+    """torch_npu worker folders under ``path`` (itself included, a few levels down) without
+    a ``trace_view.json`` to read, with why: ``"unparsed"`` (the raw data, not parsed yet)
+    or ``"db"`` (parsed into a database only, ``export_type=db``). At most ``limit``."""
+    found: list[tuple[str, str]] = []
+    if is_remote(path) or not os.path.isdir(path):
+        return found
+    top = os.path.abspath(path).rstrip(os.sep)
+    for folder, subdirs, _files in os.walk(top):
+        if folder[len(top) :].count(os.sep) >= 3:
+            subdirs[:] = []
+        if not ASCEND_DIR_PATTERN.match(os.path.basename(folder)):
+            continue
+        subdirs[:] = []  # its own contents are torch_npu's, not other workers
+        output = os.path.join(folder, ASCEND_OUTPUT_DIR)
+        if os.path.exists(os.path.join(output, ASCEND_TRACE_FILE)):
+            continue
+        try:
+            databases = [n for n in os.listdir(output) if n.endswith(".db")]
+        except OSError:
+            databases = []
+        found.append((folder, "db" if databases else "unparsed"))
+        if len(found) >= limit:
+            break
+    return found
 
 
 def open_trace_bytes(path: str) -> bytes:

@@ -265,3 +265,40 @@ def test_a_default_level_run_shows_no_measured_zeros_in_the_runs_overview(
     }
     assert rows["level0"] == ["2", "-", "-", "-", "1.0"]
     assert rows["level2"][1] == "1.0"
+
+
+def test_a_workers_own_folder_or_its_output_folder_is_read_as_its_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The folder torch_npu names when it is done (``W_ascend_pt``) was "no traces found
+    (looked for ... *_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json)": the very file."""
+    run = write_run(tmp_path, level=2, worker_dir="host_123_1736405444130_ascend_pt")
+    worker = run / "host_123_1736405444130_ascend_pt"
+    for given in (worker, worker / "ASCEND_PROFILER_OUTPUT"):
+        assert main(["report", str(given), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        (trace,) = report["traces"]
+        assert trace["path"].endswith("trace_view.json") and len(report["sites"]) == 1
+
+
+@pytest.mark.parametrize("layout", ["unparsed", "db"])
+def test_a_worker_folder_without_a_trace_says_why_and_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture, layout: str
+) -> None:
+    """torch_npu's raw folder (not parsed yet) got "profiler_info.json may be a trace under
+    another name"; a database-only export got a bare "no traces found"."""
+    worker = tmp_path / "run" / "host_1_20240101_ascend_pt"
+    if layout == "unparsed":
+        (worker / "FRAMEWORK").mkdir(parents=True)
+        (worker / "profiler_info.json").write_text("{}")
+    else:
+        (worker / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+        (worker / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db").write_bytes(b"")
+    for given in (tmp_path, worker):
+        assert main(["report", str(given)]) == 2
+        error = " ".join(capsys.readouterr().err.split())
+        assert str(worker) in error and "under another name" not in error
+        if layout == "unparsed":
+            assert f"analyse(profiler_path={str(worker.parent)!r})" in error
+        else:
+            assert "database only" in error and "export_type text" in error

@@ -302,3 +302,28 @@ def test_a_worker_folder_without_a_trace_says_why_and_what_to_run(
             assert f"analyse(profiler_path={str(worker.parent)!r})" in error
         else:
             assert "database only" in error and "export_type text" in error
+
+
+def test_compare_gives_a_side_without_waits_its_latent_syncs_not_zeros(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """It said "syncs per step 0.0 -> 2.0, share 0% -> 52%": the Level0 baseline measured
+    no wait, so its zeros read as a regression from none."""
+    base = write_run(tmp_path, level=0, run_name="level0", upload=True)
+    new = write_run(tmp_path, level=2, run_name="level2", upload=True)
+    main(["compare", str(base), str(new)])
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    assert "syncs per step 1.0 latent -> 2.0" in lines
+    assert "share of step - -> 52%" in lines
+
+
+def test_csv_latent_rows_leave_the_waits_they_did_not_measure_blank(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import csv
+
+    assert main(["report", str(write_run(tmp_path, level=0)), "--format", "csv"]) == 0
+    (row,) = csv.DictReader(capsys.readouterr().out.splitlines())
+    assert row["latent"] == "1" and row["count"] == "2"
+    for column in ("host_wait_us", "mean_host_wait_us", "gpu_idle_us", "share_of_step"):
+        assert row[column] == "", column

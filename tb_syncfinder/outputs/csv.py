@@ -118,11 +118,15 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
                 " ".join(dict.fromkeys(_texts(site.get("apis")))),
                 site.get("count") or 0,
                 _number(site.get("per_step")),
-                _number(site.get("host_wait_us")),
-                _number(site.get("mean_host_wait_us")),
+                # A latent row measured no wait (CPU-only, or torch_npu without AscendCL
+                # calls): blank, as its saving is, not a 0 that reads as measured.
+                "" if latent else _number(site.get("host_wait_us")),
+                "" if latent else _number(site.get("mean_host_wait_us")),
                 # Blank where not measured (torch_npu's device rows unread), not a 0.
-                "" if site.get("gpu_idle_measured") is False else _number(site.get("gpu_idle_us")),
-                _number(site.get("share_of_step"), 6),
+                ""
+                if latent or site.get("gpu_idle_measured") is False
+                else _number(site.get("gpu_idle_us")),
+                "" if latent else _number(site.get("share_of_step"), 6),
                 " ".join(_texts(site.get("steps"))),
                 _advice_title(site),
                 site.get("key") or "",

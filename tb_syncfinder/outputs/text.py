@@ -1219,6 +1219,23 @@ def _predicted_saving_text(before: dict[str, Any] | None) -> str | None:
     return f"fixing it saves {approx}{format_us(float(saving))}/step (predicted)"
 
 
+def _latent_only(summary: dict[str, Any]) -> bool:
+    """A side that measured no wait but lists latent syncs (CPU-only, or torch_npu without
+    AscendCL calls): its 0 syncs and 0 % share are no measurement."""
+    return not summary.get("sync_count") and bool(summary.get("latent_count"))
+
+
+def _compare_syncs_text(summary: dict[str, Any]) -> str:
+    if _latent_only(summary):
+        steps = max(int(summary.get("step_count") or 0), 1)
+        return f"{_per_step_text(int(summary['latent_count']) / steps)} latent"
+    return _per_step_text(float(summary.get("syncs_per_step") or 0))
+
+
+def _compare_share_text(summary: dict[str, Any]) -> str:
+    return "-" if _latent_only(summary) else format_share(summary.get("share_of_step"))
+
+
 def render_compare(result: dict[str, Any], color: bool = False, width: int | None = None) -> str:
     """``compare.compare(...)`` as terminal text: one line per site, then the step time."""
     width = _width(width)
@@ -1310,13 +1327,10 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     new = result.get("new") or {}
     lines.append(style("Summary", _BOLD))
     lines.append(
-        _label("syncs per step")
-        + _per_step_text(float(base.get("syncs_per_step") or 0))
-        + f" -> {_per_step_text(float(new.get('syncs_per_step') or 0))}"
+        _label("syncs per step") + f"{_compare_syncs_text(base)} -> {_compare_syncs_text(new)}"
     )
     lines.append(
-        _label("share of step") + f"{format_share(base.get('share_of_step'))}"
-        f" -> {format_share(new.get('share_of_step'))}"
+        _label("share of step") + f"{_compare_share_text(base)} -> {_compare_share_text(new)}"
     )
     change = result.get("wall_step_time_change_us", result.get("step_time_change_us"))
     if change is not None:

@@ -452,3 +452,32 @@ def _lines_apart(first: Source | None, second: Source | None) -> bool:
     if first is None or second is None or not (first.line_exact and second.line_exact):
         return False
     return (first.file, first.line) != (second.file, second.line)
+
+
+def unjudged_uploads(
+    tl: Timeline, episodes: list[Episode], within: tuple[float, float] | None = None
+) -> tuple[int, float]:
+    """(count, host time in them, us) of the asynchronous host-to-device copies in no
+    episode whose device side does not say whether the host memory was pinned (ROCm's
+    ``Memcpy HtoD (Host -> Device)``; CUDA's names ``Pinned`` or ``Pageable``): from
+    pageable memory such a copy blocks the host, which the trace cannot show. ``within``:
+    only calls starting in that time range (a window's own steps)."""
+    if tl.device_kind != "rocm":
+        return 0, 0.0
+    in_episodes = {id(c.event) for e in episodes for c in e.calls}
+    count, host_us = 0, 0.0
+    for thread in tl.threads.values():
+        for e in thread.runtime:
+            if e.name not in ASYNC_COPY_APIS or id(e) in in_episodes:
+                continue
+            if within is not None and not within[0] <= e.ts < within[1]:
+                continue
+            names = [d.name for d in tl.device_events(e, thread) if d.cat != "cuda_sync"]
+            direction = next(filter(None, map(_copy_direction, names)), None)
+            if direction is None and e.args is not None and e.args.kind in _HIP_KIND:
+                direction = _HIP_KIND[e.args.kind]
+            if direction != "HtoD" or any("Pinned" in n or "Pageable" in n for n in names):
+                continue
+            count += 1
+            host_us += e.dur
+    return count, host_us

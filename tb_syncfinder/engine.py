@@ -42,7 +42,13 @@ from tb_syncfinder.cost import (
     step_stats,
     sync_cost,
 )
-from tb_syncfinder.detect import Episode, detect_latent, detect_syncs, one_copy_per_chain
+from tb_syncfinder.detect import (
+    Episode,
+    detect_latent,
+    detect_syncs,
+    one_copy_per_chain,
+    unjudged_uploads,
+)
 from tb_syncfinder.models import (
     Attribution,
     Report,
@@ -600,7 +606,9 @@ def _analyze_data(
         core_steps = {step.number for step in tl.steps if core[0] <= step.ts < core[1]}
     # The replay's episode index of each blocking sync (the findings skip those listed apart).
     episode_of: dict[str, int] = {}
-    for episodes in (detect_syncs(tl), detect_latent(tl)):
+    blocking = detect_syncs(tl)
+    uploads = unjudged_uploads(tl, blocking, core)
+    for episodes in (blocking, detect_latent(tl)):
         attributions = [attribute(episode) for episode in episodes]
         if episodes and episodes[0].latent:
             episodes, attributions = _latent_where_it_may_sync(episodes, attributions)
@@ -708,6 +716,7 @@ def _analyze_data(
     if core is not None:
         attribute.note_library_calls()
     info = _info(ref, tl)
+    info.unjudged_uploads, info.unjudged_upload_host_us = uploads
     info.repairs = repairs
     info.step_markers = bool(tl.steps) or tl.only_closing_step
     if not tl.steps:

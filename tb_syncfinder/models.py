@@ -130,6 +130,12 @@ class TraceInfo(msgspec.Struct):
     # Whether the trace holds runtime / driver / AscendCL calls: a device trace without any
     # (torch_npu's default profiler level) shows no wait for the device at all.
     has_runtime: bool = False
+    # Asynchronous host-to-device copies whose records do not say whether the host memory
+    # was pinned (ROCm's): from pageable memory each blocks the host, which the trace does
+    # not show, so they are counted, with the host's time in them, not judged
+    # (``detect.unjudged_uploads``).
+    unjudged_uploads: int = 0
+    unjudged_upload_host_us: float = 0.0
 
 
 class Observed(msgspec.Struct, frozen=True):

@@ -774,6 +774,8 @@ def merge(
         info.has_stacks = info.has_stacks or o.has_stacks
         info.has_gpu_activity = info.has_gpu_activity or o.has_gpu_activity
         info.has_runtime = info.has_runtime or o.has_runtime
+        info.unjudged_uploads += o.unjudged_uploads  # each window's own steps only
+        info.unjudged_upload_host_us += o.unjudged_upload_host_us
         info.step_markers = info.step_markers and o.step_markers
         info.device = info.device if info.device not in (None, "cpu") else o.device
         info.device_name = info.device_name or o.device_name

@@ -337,3 +337,28 @@ def test_a_line_that_copies_both_ways_says_its_other_kind(tmp_path):
     assert site.other_kinds == {catalogue.BLOCKING_HOST_TO_DEVICE: 1}
     label = catalogue.kind(catalogue.BLOCKING_HOST_TO_DEVICE).label
     assert f"also 1 {label}, whose fix is not the one below" in " ".join(report.to_text().split())
+
+
+def test_a_rocm_upload_that_may_be_from_pageable_memory_is_said_not_judged(tmp_path, capsys):
+    """ROCm names every upload ``Memcpy HtoD (Host -> Device)``: a ``non_blocking`` copy
+    from pageable memory (which blocks the host) looks like a pinned one. The report said
+    "No host-device synchronizations found"; it now counts them, with the host's time in
+    them, as not judged. A CUDA trace names the memory, so has none."""
+    from tb_syncfinder.cli import main
+
+    b = KinetoTraceBuilder(device_name="AMD Instinct MI250X")
+    with b.step(1), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+        b.runtime("hipMemcpyAsync", dur=2500, memcpy=("HtoD", "Host"), bytes=64 << 20)
+    with b.step(2), b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_"):
+        b.runtime("hipMemcpyWithStream", dur=60, memcpy=("HtoD", "Host"))  # blocking: a sync
+    result = _analyze(b, tmp_path)
+    trace = result.info
+    assert trace.device == "rocm" and len(result.syncs) == 1
+    assert (trace.unjudged_uploads, trace.unjudged_upload_host_us) == (1, 2500.0)
+    assert main(["report", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Not judged: 1 asynchronous host-to-device copy (2.50 ms of host time" in text
+    pinned = KinetoTraceBuilder()
+    with pinned.step(1), pinned.op("aten::to"), pinned.op("aten::copy_"):
+        pinned.runtime("cudaMemcpyAsync", dur=10, memcpy=("HtoD", "Pinned"), bytes=4096)
+    assert _analyze(pinned, tmp_path / "cuda").info.unjudged_uploads == 0

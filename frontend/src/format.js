@@ -237,3 +237,18 @@ export function spanLabels(spans) {
   const clash = new Set(coarse).size < coarse.length;
   return new Map(named.map((s, i) => [s, clash ? label(s, true) : coarse[i]]));
 }
+
+/**
+ * The note on host-to-device copies whose records do not say whether the host memory was
+ * pinned (ROCm's; the traces' `unjudged_uploads`), as the CLI's "Not judged" line; null
+ * where there are none.
+ * @param {any[] | undefined} traces
+ * @returns {string | null}
+ */
+export function unjudgedUploadsText(traces) {
+  const read = (traces || []).filter((t) => t && !t.error);
+  const count = read.reduce((n, t) => n + (t.unjudged_uploads || 0), 0);
+  if (!count) return null;
+  const hostUs = read.reduce((n, t) => n + (t.unjudged_upload_host_us || 0), 0);
+  return `Not judged: ${plural(count, "asynchronous host-to-device copy", "asynchronous host-to-device copies")} (${formatUs(hostUs)} of host time in the calls): ROCm traces do not record whether the host memory was pinned, and from pageable memory such a copy blocks the host. Load into pinned memory (pin_memory=True) to be sure it does not.`;
+}

@@ -6,7 +6,7 @@
 import { getJson } from "./api.js";
 import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
-import { formatCount, formatPct, formatUs, howObtainedText, idleText, IDLE_UNREAD, plural, savingText, shortPath, siteCountText, siteFallbackLabel, withMicro } from "./format.js";
+import { formatCount, formatPct, formatUs, howObtainedText, idleText, IDLE_UNREAD, plural, savingText, shortPath, siteCountText, siteFallbackLabel, unjudgedUploadsText, withMicro } from "./format.js";
 import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
 import { compareRunNames } from "./state.js";
 import { inlineCode } from "./markup.js";
@@ -106,6 +106,8 @@ export async function renderHotspots(ctx) {
     // Where the profiler's own overhead is a large share of the step: what the prediction
     // is for, and the bound the device's busy time sets without the profiler.
     latent || !summary.profiler_note ? null : h("p", { class: "sa-note sa-profiler", "data-testid": "profiler-note" }, withMicro(summary.profiler_note)),
+    // Copies the trace cannot judge (ROCm records no pinned or pageable): said, not passed over.
+    unjudgedUploadsText(summaryResp.traces) ? h("p", { class: "sa-note", "data-testid": "unjudged-uploads" }, unjudgedUploadsText(summaryResp.traces)) : null,
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
     latent ? null : cachedStepChart(stepsResp, summaryResp.traces, sel, state, app, ctx.width),
     h(

@@ -124,3 +124,11 @@ test("a site whose device idle is unread shows no idle and no saving, not zeros 
   // A report from before the field: measured, as it always was.
   assert.equal(idleText({ gpu_idle_us: 10 }), "10 µs");
 });
+
+test("copies a ROCm trace cannot judge are said as the CLI says them, and nothing without them", async () => {
+  const { unjudgedUploadsText } = await import("../src/format.js");
+  assert.equal(unjudgedUploadsText([{ unjudged_uploads: 0 }]), null);
+  assert.equal(unjudgedUploadsText(undefined), null);
+  const text = unjudgedUploadsText([{ unjudged_uploads: 2, unjudged_upload_host_us: 5000 }, { error: "bad", unjudged_uploads: 9 }]);
+  assert.match(text, /^Not judged: 2 asynchronous host-to-device copies \(5\.00 ms of host time in the calls\): ROCm traces/);
+});

@@ -904,6 +904,10 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             # The label once, the rest aligned under the list (wrap repeats its indent).
             lines.extend([body[0]] + [" " * len(head) + line[len(head) :] for line in body[1:]])
         lines.append("")
+    unjudged = unjudged_uploads_text(readable)
+    if unjudged:
+        lines.extend(style(line, _YELLOW) for line in wrap("Not judged: " + unjudged, width))
+        lines.append("")
     if latent_sites:
         lines.extend(
             style(line, _BOLD)
@@ -971,6 +975,21 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     while lines and lines[-1] == "":
         lines.pop()
     return lines
+
+
+def unjudged_uploads_text(traces: list[dict[str, Any]]) -> str | None:
+    """The sentence on the host-to-device copies whose records do not say whether the
+    host memory was pinned (``TraceInfo.unjudged_uploads``), or None where there are none."""
+    count = sum(int(t.get("unjudged_uploads") or 0) for t in traces)
+    if not count:
+        return None
+    host_us = sum(float(t.get("unjudged_upload_host_us") or 0.0) for t in traces)
+    return (
+        f"{plural(count, 'asynchronous host-to-device copy', 'asynchronous host-to-device copies')}"
+        f" ({format_us(host_us)} of host time in the calls): ROCm traces do not record whether "
+        "the host memory was pinned, and from pageable memory such a copy blocks the host. "
+        "Load into pinned memory (pin_memory=True) to be sure it does not."
+    )
 
 
 def _finish(lines: list[str]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
@@ -15,6 +15,7 @@ from tb_syncfinder.catalogue import (
     KIND_NAMES,
     TENSOR_TEXT_OP,
     advice_for,
+    advice_on_device,
     is_warmup_annotation,
 )
 from tb_syncfinder.cost import (
@@ -80,6 +81,14 @@ def _method(methods: set[str]) -> str:
     return "mixed" if methods else "bound"
 
 
+def _one_device(members: Sequence[Sync], devices: Mapping[str, str | None] | None) -> str | None:
+    """The device kind of every trace of these syncs, where it is one (None otherwise)."""
+    if not devices:
+        return None
+    found = {devices.get(s.trace) for s in members}
+    return found.pop() if len(found) == 1 else None
+
+
 def build_sites(
     syncs: list[Sync],
     step_count: int,
@@ -87,12 +96,15 @@ def build_sites(
     latent: bool = False,
     savings: Sequence[tuple[str, TraceSavings]] = (),
     wall_time_us: float | None = None,
+    devices: Mapping[str, str | None] | None = None,
 ) -> list[Site]:
     """Sites of these syncs (grouped by their ``site_key``), sorted by predicted saving,
     then cost or count. ``savings``: (trace path, its what-if figures) of the traces the
     syncs come from; a site's predicted saving is the sum of its traces' figures.
     ``wall_time_us``: the steps' wall time in all (default ``step_time_us``), which a site's
-    saving with the others must reach a share of for its "fix together" note."""
+    saving with the others must reach a share of for its "fix together" note.
+    ``devices``: each trace's device kind (``TraceInfo.device``): the advice of a site all
+    of whose traces are of one device is worded for it (``catalogue.advice_on_device``)."""
     by_trace = dict(savings)
     groups: dict[str, list[Sync]] = {}
     for sync in syncs:
@@ -151,24 +163,30 @@ def build_sites(
                 host_wait_us=wait,
                 gpu_idle_us=idle,
                 share_of_step=min(1.0, (wait + idle) / step_time_us) if step_time_us else 0.0,
-                advice=advice_for(
-                    kind,
-                    ops,
-                    max((s.bytes or 0) for s in members) or None,
-                    list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
-                    # One member's stack: a site's syncs come through one call of one
-                    # line, so through the same library code (a long run has thousands).
-                    [(f.file, f.func) for f in next((s.stack for s in members if s.stack), [])],
-                    # What every sync called, and the library call each is the first of:
-                    # a fix that one sync's calls tell (a library's set-up) is not that of
-                    # the site's others.
-                    set.intersection(*(set(s.apis) for s in members)),
-                    None
-                    if any(s.first_call_of is None for s in members)
-                    else [
-                        (s.first_call_of, bool(s.op_chain) and s.op_chain[-1] == s.first_call_of)
-                        for s in members
-                    ],
+                advice=advice_on_device(
+                    advice_for(
+                        kind,
+                        ops,
+                        max((s.bytes or 0) for s in members) or None,
+                        list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
+                        # One member's stack: a site's syncs come through one call of one
+                        # line, so through the same library code (a long run has thousands).
+                        [(f.file, f.func) for f in next((s.stack for s in members if s.stack), [])],
+                        # What every sync called, and the library call each is the first of:
+                        # a fix that one sync's calls tell (a library's set-up) is not that of
+                        # the site's others.
+                        set.intersection(*(set(s.apis) for s in members)),
+                        None
+                        if any(s.first_call_of is None for s in members)
+                        else [
+                            (
+                                s.first_call_of,
+                                bool(s.op_chain) and s.op_chain[-1] == s.first_call_of,
+                            )
+                            for s in members
+                        ],
+                    ),
+                    _one_device(members, devices),
                 ),
                 mean_host_wait_us=wait / len(members),
                 line_exact=all(s.source is not None and s.source.line_exact for s in members),
@@ -350,6 +368,7 @@ def build_report(results: list[TraceResult]) -> Report:
     by_kind = Counter(s.kind for s in syncs)
     analysed = [r for r in results if not r.info.error]
     savings = [(r.info.path, r.savings) for r in analysed]
+    devices = {r.info.path: r.info.device for r in analysed}
     predicted = sum((r.savings.all_syncs_us for r in analysed), 0.0)
     wall = sum((st.wall_time_us or st.step_time_us for st in steps), 0.0)
     mean_wall = wall / step_count if step_count else 0.0
@@ -405,10 +424,12 @@ def build_report(results: list[TraceResult]) -> Report:
         traces=traces,
         summary=summary,
         syncs=syncs,
-        sites=build_sites(syncs, step_count, step_time, savings=savings, wall_time_us=wall),
+        sites=build_sites(
+            syncs, step_count, step_time, savings=savings, wall_time_us=wall, devices=devices
+        ),
         latent=latent,
         steps=steps,
-        latent_sites=build_sites(latent, step_count, step_time, latent=True),
+        latent_sites=build_sites(latent, step_count, step_time, latent=True, devices=devices),
         profiler_overhead=ProfilerOverhead(
             count=len(overhead),
             host_wait_us=sum((s.host_wait_us for s in overhead), 0.0),

@@ -1755,6 +1755,31 @@ def advice_for(
     return fields
 
 
+# The advice is written for CUDA (ROCm's torch build keeps ``torch.cuda``); torch_npu's
+# API has the same calls under ``torch.npu`` and its allocator the same options.
+_NPU_WORDS = (
+    (re.compile(r"\btorch\.cuda\."), "torch.npu."),
+    (re.compile(r"\bPYTORCH_CUDA_ALLOC_CONF\b"), "PYTORCH_NPU_ALLOC_CONF"),
+    (re.compile(r"\bGPU\b"), "NPU"),
+)
+
+
+def advice_on_device(advice: dict[str, Any], device: str | None) -> dict[str, Any]:
+    """``advice`` (``advice_for``'s) in the words of the device its syncs waited for: on an
+    NPU, ``torch.npu.Event()`` and "the NPU" where it says ``torch.cuda.Event()`` and "the
+    GPU". Other devices: ``advice`` itself."""
+    if device != ASCEND.device_kind:
+        return advice
+    worded = dict(advice)
+    for field in ("title", "text", "before", "after", "removes"):
+        value = worded.get(field)
+        if isinstance(value, str):
+            for pattern, word in _NPU_WORDS:
+                value = pattern.sub(word, value)
+            worded[field] = value
+    return worded
+
+
 def to_json() -> dict[str, Any]:
     """What the dashboard needs of the catalogue (the plugin's ``catalogue`` route)."""
     return {"kinds": [k.to_json() for k in KINDS], "checked": list(CHECKED)}

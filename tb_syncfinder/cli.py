@@ -757,6 +757,26 @@ def _format_of(path: str | None) -> str | None:
     return None
 
 
+# Extensions of plain text, which the table is: no note that it was written under them.
+_TEXT_EXTENSIONS = ("", ".txt", ".text", ".log", ".out")
+
+
+def _note_unnamed_format(path: str | None, chosen: bool) -> None:
+    """Say so where ``-o`` names a file whose extension no format has (``out.md``,
+    ``out.html``) and none was chosen: the table is written, which the name does not say."""
+    if chosen or not path or _format_of(path):
+        return
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in _TEXT_EXTENSIONS:
+        from tb_syncfinder.outputs import FORMATS
+
+        print(
+            f"{PROG}: note: no format is named by {extension}: writing the terminal table to "
+            f"{path} (--format picks one of {', '.join(f for f in FORMATS if f != 'trace')})",
+            file=sys.stderr,
+        )
+
+
 def _check_writable(path: str | None, option: str) -> None:
     """UsageError, before any analysis, when ``path`` (given to ``option``) cannot be
     written as a file: a folder, a folder that does not exist, no permission."""
@@ -957,6 +977,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     output_format = "json" if args.json else (args.format or _format_of(args.output) or "table")
     if args.json and args.format not in (None, "json"):
         raise UsageError(f"--json and --format {args.format} contradict each other")
+    _note_unnamed_format(args.output, bool(args.json or args.format))
     _check_writable(args.output, "--output")
     _check_writable(args.annotate, "--annotate")
     _warn_of_unused_options(args)

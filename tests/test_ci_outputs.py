@@ -164,3 +164,16 @@ def test_paths_may_come_after_options(tmp_path, capsys):
     assert main(["report", "--json"]) == 2
     assert "required: PATH" in capsys.readouterr().err
     assert main(["report", str(TRACE), "--no-such-option"]) == 2
+
+
+def test_an_output_name_no_format_has_says_the_table_was_written(tmp_path, capsys):
+    """`-o report.md` wrote the terminal table without a word: a user expecting Markdown
+    learned it from the file."""
+    out = tmp_path / "report.md"
+    assert main(["report", str(TRACE), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "no format is named by .md" in err and "table, json, csv, sarif" in err
+    assert out.read_text(encoding="utf-8").startswith("Sync Advisor")
+    for quiet in (["-o", str(tmp_path / "report.txt")], ["-o", str(out), "--format", "table"]):
+        assert main(["report", str(TRACE), *quiet]) == 0
+        assert "no format is named" not in capsys.readouterr().err

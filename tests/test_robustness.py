@@ -607,3 +607,17 @@ def test_repairs_made_while_reading_are_reported_on_the_trace(tmp_path):
     assert result.info.error is None
     assert "escaped backslashes in Windows paths" in result.info.repairs
     assert "quoted N/A values" in result.info.repairs
+
+
+def test_an_empty_trace_is_said_empty_not_cpu_only(tmp_path, capsys):
+    """An empty event list (a torch_npu trace_view.json of `[]`, a Kineto file written
+    before any step) was "CPU-only trace: nothing ran on a GPU", with a summary of zeros."""
+    from tb_syncfinder.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "w.pt.trace.json").write_text('{"traceEvents": []}')
+    assert main(["report", str(run)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 trace (empty 1)" in text and "Empty trace: no event was recorded" in text
+    assert "CPU-only" not in text and "Summary" not in text

@@ -802,7 +802,7 @@ def _traces_line(traces: list[dict[str, Any]]) -> str:
     ok = [t for t in traces if not t.get("error")]
     devices: dict[str, int] = {}
     for t in ok:
-        device = t.get("device") or "unknown"
+        device = "empty" if t.get("event_count") == 0 else t.get("device") or "unknown"
         devices[device] = devices.get(device, 0) + 1
     text = plural(len(traces), "trace")
     if devices:
@@ -860,7 +860,18 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     ]
     npu_unrecorded = bool(unrecorded) and not sites and not cpu_traces
     npu_latent = bool(unrecorded) and not cpu_traces  # the latent sites are the NPU's
-    if sites:
+    # Nothing recorded at all: not a CPU-only trace (an empty torch_npu or CUDA file said
+    # "nothing ran on a GPU"), and no summary of zeros.
+    empty = bool(readable) and all(t.get("event_count") == 0 for t in readable)
+    if empty:
+        title = (
+            f"{'Empty trace' if len(readable) == 1 else 'Empty traces'}: no event was "
+            "recorded, so there is nothing to analyse (was the file written before the "
+            "profiler recorded a step?)"
+        )
+        lines.extend(style(line, _BOLD) for line in wrap(title, width))
+        lines.append("")
+    elif sites:
         title = f"Host-device synchronizations by predicted saving ({plural(len(sites), 'site')})"
         lines.append(style(title, _BOLD))
         lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
@@ -936,7 +947,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         else:
             lines.extend(wrap(_not_listed_on_cpu(readable), width))
         lines.append("")
-    if readable:
+    if readable and not empty:
         unmarked = sum(1 for t in readable if t.get("step_markers") is False)
         marked = {t.get("path") for t in readable if t.get("step_markers") is not False}
         outside = sum(

@@ -798,11 +798,21 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     return lines
 
 
+def _empty(trace: dict[str, Any]) -> bool:
+    """A trace read without a single event (its device then defaults to "cpu")."""
+    return (
+        trace.get("event_count") == 0
+        and trace.get("device") in (None, "cpu")
+        and not trace.get("has_gpu_activity")
+        and not trace.get("has_runtime")
+    )
+
+
 def _traces_line(traces: list[dict[str, Any]]) -> str:
     ok = [t for t in traces if not t.get("error")]
     devices: dict[str, int] = {}
     for t in ok:
-        device = "empty" if t.get("event_count") == 0 else t.get("device") or "unknown"
+        device = "empty" if _empty(t) else t.get("device") or "unknown"
         devices[device] = devices.get(device, 0) + 1
     text = plural(len(traces), "trace")
     if devices:
@@ -862,7 +872,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     npu_latent = bool(unrecorded) and not cpu_traces  # the latent sites are the NPU's
     # Nothing recorded at all: not a CPU-only trace (an empty torch_npu or CUDA file said
     # "nothing ran on a GPU"), and no summary of zeros.
-    empty = bool(readable) and all(t.get("event_count") == 0 for t in readable)
+    empty = not sites and not latent_sites and bool(readable) and all(map(_empty, readable))
     if empty:
         title = (
             f"{'Empty trace' if len(readable) == 1 else 'Empty traces'}: no event was "

@@ -305,7 +305,7 @@ function teachingBanners(resp, latent, siteTotal) {
           ? h(
               "p",
               null,
-              `These ${formatCount(summary.latent_count)} operator calls would synchronize the host with the GPU if this code ran on CUDA. `,
+              `These ${formatCount(summary.latent_count)} operator calls would synchronize the host with a GPU if this code ran on one (CUDA or ROCm). `,
               "They cost nothing here, so they are listed without timings: fix them before moving to a GPU.",
             )
           : h("p", null, "No operator in it would synchronize on a GPU either."),

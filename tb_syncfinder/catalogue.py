@@ -1764,17 +1764,34 @@ _NPU_WORDS = (
 )
 
 
+# ROCm keeps torch.cuda and torch.backends.cudnn; its libraries and runtime calls are
+# named otherwise.
+_ROCM_WORDS = (
+    (re.compile(r"\bcuDNN\b"), "MIOpen"),
+    (re.compile(r"\bcuBLAS\b"), "rocBLAS"),
+    (re.compile(r"\bcuFFT\b"), "rocFFT"),
+    (re.compile(r"\bcuSOLVER\b"), "rocSOLVER"),
+    (re.compile(r"\bcudaMalloc\b"), "hipMalloc"),
+    (re.compile(r"\bcudaFree\b"), "hipFree"),
+    (re.compile(r"\bcudaHostAlloc\b"), "hipHostMalloc"),
+    (re.compile(r"\bcudaEventSynchronize\b"), "hipEventSynchronize"),
+)
+_DEVICE_WORDS = {"npu": _NPU_WORDS, "rocm": _ROCM_WORDS}
+
+
 def advice_on_device(advice: dict[str, Any], device: str | None) -> dict[str, Any]:
     """``advice`` (``advice_for``'s) in the words of the device its syncs waited for: on an
     NPU, ``torch.npu.Event()`` and "the NPU" where it says ``torch.cuda.Event()`` and "the
-    GPU". Other devices: ``advice`` itself."""
-    if device != ASCEND.device_kind:
+    GPU"; on ROCm, MIOpen and ``hipMalloc`` where it says cuDNN and ``cudaMalloc``. Other
+    devices: ``advice`` itself."""
+    words = _DEVICE_WORDS.get(device or "")
+    if words is None:
         return advice
     worded = dict(advice)
     for field in ("title", "text", "before", "after", "removes"):
         value = worded.get(field)
         if isinstance(value, str):
-            for pattern, word in _NPU_WORDS:
+            for pattern, word in words:
                 value = pattern.sub(word, value)
             worded[field] = value
     return worded

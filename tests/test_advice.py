@@ -180,3 +180,30 @@ def test_a_backward_copys_fix_is_read_from_its_own_chain_not_its_forward_operato
     by_forward = catalogue.advice_for(catalogue.DYNAMIC_SHAPE, mask, None, ["aten::index"])
     assert "boolean mask" in by_forward["title"]
     assert "boolean mask" not in catalogue.advice_for(catalogue.DYNAMIC_SHAPE, mask)["title"]
+
+
+def test_a_rocm_sites_advice_names_rocms_libraries_and_calls(tmp_path) -> None:
+    """A ROCm user was told "`cudaMalloc` / `cudaFree` synchronize the device" for a
+    ``hipMalloc``, and of "cuDNN benchmark mode" inside ``miopen_convolution_backward``."""
+    from tb_syncfinder.aggregate import build_report
+    from tb_syncfinder.engine import analyze_trace
+
+    b = KinetoTraceBuilder(device_name="AMD Instinct MI300X")
+    for step in (1, 2):
+        with b.step(step):
+            b.advance(1000)
+            with b.op("aten::convolution_backward"), b.op("aten::miopen_convolution_backward"):
+                b.runtime("hipEventSynchronize", dur=100)
+                b.kernel("MIOpenConvBwd", dur=100)
+            b.advance(1000)
+            with b.op("aten::empty"):
+                b.runtime("hipMalloc", dur=150)
+    result = analyze_trace(str(b.write(tmp_path / "w.pt.trace.json")))
+    assert result.info.device == "rocm"
+    advice = {s.kind: s.advice for s in build_report([result]).sites}
+    allocator = " ".join(advice[catalogue.ALLOCATOR_SYNC].values())
+    assert "hipMalloc" in allocator and "cudaMalloc" not in allocator
+    assert advice[catalogue.EXPLICIT_SYNC]["title"].startswith("MIOpen benchmark mode")
+    # On CUDA, the advice as written.
+    cuda = catalogue.advice_for(catalogue.ALLOCATOR_SYNC, ["aten::empty"])
+    assert catalogue.advice_on_device(cuda, "cuda") == cuda and "cudaMalloc" in cuda["text"]

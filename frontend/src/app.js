@@ -40,6 +40,10 @@ import { chooseTheme } from "./theme.js";
 
 /** The parts of the view state whose change is a move Back returns from (`setState`). */
 const NAVIGATION_KEYS = Object.freeze(["run", "worker", "span", "view", "base", "site", "step"]);
+// The keys the pickers set (run, worker, span, baseline), and how soon after one change
+// another counts as the same burst of arrow presses: one history entry for them all.
+const PICKER_KEYS = Object.freeze(["run", "worker", "span", "base"]);
+const PICK_BURST_MS = 1000;
 
 /** How often the runs list is polled: fast while the plugin is still loading traces. */
 const POLL_LOADING_MS = 3000;
@@ -52,6 +56,8 @@ export class App {
   /** @param {HTMLElement} root */
   constructor(root) {
     this.root = root;
+    /** When a picker last changed the view (ms), for one history entry per burst; null: not the last change. @type {number | null} */
+    this.lastPick = null;
     this.inVsCode = detectVsCode();
     /**
      * TensorBoard's page around this frame (same origin), whose address bar shows only its
@@ -279,13 +285,20 @@ export class App {
       const to = /** @type {any} */ (patch)[key];
       return key in patch && to !== was && !(was === null && key in shown && to === shown[key]);
     });
-    if (moved) {
+    // Arrow keys on a closed picker change it at every press: one history entry for the
+    // burst (Back then returns to the run before it, not through each run passed over).
+    const now = Date.now();
+    const picked = moved && PICKER_KEYS.some((key) => key in patch);
+    const burst = picked && this.lastPick !== null && now - this.lastPick < PICK_BURST_MS;
+    this.lastPick = picked ? now : null;
+    const push = moved && !burst;
+    if (push) {
       // The entry Back returns to names the view it showed: the run opened by default
       // included (an entry without the plugin's keys would be given the new view).
       if (this.state.run === null && this.shownRun) this.state = { ...this.state, run: this.shownRun };
       this.writeUrl(false);
-      this.stateFromUrl = false;
     }
+    if (moved) this.stateFromUrl = false;
     this.state = patchState(this.state, patch);
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
@@ -294,7 +307,7 @@ export class App {
       this.missingBase = null;
       this.selfBase = null;
     }
-    this.writeUrl(moved);
+    this.writeUrl(push);
     this.render();
   }
 

@@ -268,7 +268,7 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
             "span",
             { class: `ln${no === src.line ? " hl" : ""}`, "data-line": no, "aria-current": no === src.line ? "true" : null },
             h("span", { class: "no" }, String(no)),
-            h("span", { class: "src" }, tokenizePython(text).map((t) => (t.type === "txt" ? t.text : h("span", { class: `t-${t.type}` }, t.text)))),
+            hangingLine("span", "src", text, (rest) => tokenizePython(rest).map((t) => (t.type === "txt" ? t.text : h("span", { class: `t-${t.type}` }, t.text)))),
           );
         }),
       ),
@@ -523,8 +523,8 @@ function adviceSection(advice) {
         ? h(
             "div",
             { class: "ba" },
-            h("div", null, h("span", null, "Before"), h("pre", null, advice.before || "")),
-            h("div", null, h("span", null, "After"), h("pre", null, advice.after || "")),
+            h("div", null, h("span", null, "Before"), h("pre", null, codeLines(advice.before || ""))),
+            h("div", null, h("span", null, "After"), h("pre", null, codeLines(advice.after || ""))),
           )
         : null,
     ),
@@ -787,4 +787,36 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
     h("div", { class: "sa-occ-head" }, heading, h("span", { class: "sa-field sa-occ-order" }, h("label", { for: "sa-osort" }, "Order"), orderBox)),
     box,
   ];
+}
+
+/**
+ * One line of code whose wrapped rows start under its code, not at column 0: its leading
+ * indentation in a span that never wraps, and a hanging indent as wide (Python's
+ * indentation is its meaning; a narrow panel wrapped an indented line to a row of blanks
+ * and then the code at column 0). The text is all still there to copy.
+ * @param {string} tag
+ * @param {string} cls
+ * @param {string} text the line, without its newline
+ * @param {(rest: string) => any} body what to draw of the line after its indentation
+ */
+export function hangingLine(tag, cls, text, body) {
+  const lead = /^[ \t]*/.exec(text)?.[0] ?? "";
+  const width = [...lead].reduce((n, c) => n + (c === "\t" ? 4 : 1), 0);
+  return h(
+    tag,
+    { class: cls, style: width ? { "padding-left": `${width}ch`, "text-indent": `-${width}ch` } : null },
+    lead ? h("span", { class: "ind" }, lead) : null,
+    body(text.slice(lead.length)),
+  );
+}
+
+/**
+ * A code sample's lines (the advice's before and after), each wrapping under its own
+ * indentation (`hangingLine`).
+ * @param {string} code
+ */
+function codeLines(code) {
+  const lines = code.replace(/\n$/, "").split("\n");
+  // Each line a block of its own: no newline characters (a copy puts one between blocks).
+  return lines.map((line) => hangingLine("span", "cl", line, (rest) => rest));
 }

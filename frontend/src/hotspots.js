@@ -120,7 +120,8 @@ export async function renderHotspots(ctx) {
           "div",
           { class: "sa-section-title" },
           latent ? "Latent sync sites" : "Hotspots",
-          h("span", { class: "sa-chip", "data-testid": "site-count" }, siteCountText(shown.length, sites.total)),
+          // Announced as it changes (a filter typed): a screen reader hears how many are left.
+          h("span", { class: "sa-chip", role: "status", "data-testid": "site-count" }, siteCountText(shown.length, sites.total)),
           state.step !== null
             ? h(
                 "span",

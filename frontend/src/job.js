@@ -147,7 +147,10 @@ export function rankOrder(job, first = RANKS_FIRST) {
  * @param {number} folded
  */
 function foldable(table, testid, total, folded) {
-  if (!folded) return table;
+  // In a scroll box of its own: a wide grid (many steps, long worker names) scrolls
+  // sideways instead of widening the page.
+  const wrapped = h("div", { class: "sa-table-wrap" }, table);
+  if (!folded) return wrapped;
   const button = h(
     "button",
     {
@@ -164,7 +167,7 @@ function foldable(table, testid, total, folded) {
     },
     `show all ${total} ranks`,
   );
-  return h("div", null, table, h("p", { class: "sa-note" }, `${total - folded} of ${total} ranks shown: the late ones and those the others waited for most. `, button));
+  return h("div", null, wrapped, h("p", { class: "sa-note" }, `${total - folded} of ${total} ranks shown: the late ones and those the others waited for most. `, button));
 }
 
 /**
@@ -267,6 +270,9 @@ export const SITE_COLUMNS = [
 function siteTable(job, sites, app = null) {
   if (!sites.length) return h("p", { class: "sa-note" }, "No host wait on a late rank explains its lateness.");
   return h(
+    "div",
+    { class: "sa-table-wrap" },
+    h(
     "table",
     { class: "sa-table", "data-testid": "job-sites" },
     h(
@@ -310,6 +316,7 @@ function siteTable(job, sites, app = null) {
           h("td", { title: s.bound ? "upper bound" : "" }, formatUs(s.job_saving_per_step_us), s.bound ? "*" : ""),
         );
       }),
+    ),
     ),
   );
 }

@@ -19,5 +19,7 @@ export function render() {
   style.textContent = css;
   document.head.appendChild(style);
   document.title = "Sync Advisor";
+  // TensorBoard's frame page declares no language: screen readers guess it otherwise.
+  if (!document.documentElement.lang) document.documentElement.lang = "en";
   new App(document.body).start();
 }

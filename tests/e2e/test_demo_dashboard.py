@@ -124,7 +124,7 @@ def test_seg_baseline_in_the_tab_shows_latent_unique_nonzero_and_mask_at_their_l
     assert DEMO_RUNS <= set(runs), runs
     frame.select_option("#sa-run", "seg_baseline")
     banner = frame.wait_for_selector("[data-testid=no-gpu]")
-    assert "would synchronize the host with the GPU" in banner.inner_text()
+    assert "would synchronize the host with a GPU" in banner.inner_text()
     frame.wait_for_function(
         "[...document.querySelectorAll('[data-testid=sites] tbody tr')]"
         ".some(r => r.innerText.includes('seg.py:'))"

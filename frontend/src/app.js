@@ -115,7 +115,8 @@ export class App {
     this.pendingFocus = /** @type {string | null} */ (null);
     // Set by a click on a site's row: the detail it opens is scrolled into view if it is
     // drawn off the screen (below the table).
-    this.revealDetail = false;
+    // A link that names a site opens with its detail in view too.
+    this.revealDetail = Boolean(this.state.site);
     // The selection whose view is drawn (run, worker, span, view, base), as JSON; null
     // before the first.
     this.drawnKey = /** @type {string | null} */ (null);
@@ -140,7 +141,10 @@ export class App {
     this.noticeKey = "";
     this.bannerEl = h("div", { class: "sa-banners" });
     this.viewEl = h("main", { class: "sa-view", "aria-live": "off" });
-    this.appEl = h("div", { class: "sa-app" }, this.headerEl, this.noticeEl, this.bannerEl, this.viewEl);
+    // What a screen reader is told when a row opens its site's detail (the focus stays on
+    // the row, and nothing else would say the detail changed).
+    this.announceEl = h("div", { class: "visually-hidden", role: "status", "data-testid": "announce" });
+    this.appEl = h("div", { class: "sa-app" }, this.headerEl, this.noticeEl, this.bannerEl, this.viewEl, this.announceEl);
     replace(root, this.appEl, this.toastEl);
     // Drawings are laid out for the frame's width: redraw when it changes a lot.
     this.lastWidth = 0;
@@ -546,6 +550,10 @@ export class App {
             // panel), off the screen: scrolled to, or the click seemed to do nothing.
             if (reveal && gen === this.renderGen && panel.getBoundingClientRect().top > innerHeight - 48) {
               panel.scrollIntoView({ block: "start" });
+            }
+            if (reveal && gen === this.renderGen) {
+              const title = panel.querySelector("h2")?.textContent;
+              if (title) this.announceEl.textContent = `Detail shown: ${title}`;
             }
             if (gen !== this.renderGen || !focus || document.activeElement !== document.body) return;
             restoreFocus(focus);

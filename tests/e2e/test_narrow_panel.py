@@ -174,3 +174,28 @@ def test_arrow_keys_on_the_run_picker_make_one_history_entry(
     page.go_back()
     page.wait_for_function("location.hash.includes('run=baseline')")
     assert page_errors == []
+
+
+def test_a_link_to_a_site_opens_with_its_detail_in_view_and_a_row_opened_is_announced(
+    narrow_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """In one column (a narrow panel) a shared link to a site opened at the page's top,
+    its detail a screen below; Enter on a row opened a detail a screen reader heard nothing
+    of."""
+    page = new_page(browser, page_errors, width=600, height=700)
+    page.goto(
+        plugin_url(narrow_board, f"#run=baseline&site=train.py%3A{ITEM_LINE}%3Aaten%3A%3Aitem")
+    )
+    page.wait_for_selector("[data-testid=advice]")
+    page.wait_for_function(
+        "document.querySelector('.sa-detail-slot').getBoundingClientRect().top < innerHeight"
+    )
+    page.goto(plugin_url(narrow_board, "#run=optimized"))
+    page.reload()
+    page.locator("[data-testid=sites] tbody tr").first.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("[data-testid=advice]")
+    page.wait_for_function(
+        "document.querySelector('[data-testid=announce]').textContent.startsWith('Detail shown')"
+    )
+    assert page_errors == []

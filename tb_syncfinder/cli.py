@@ -1005,6 +1005,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from tb_syncfinder.query import with_unprofiled_step
 
         step_us = args.unprofiled_step_ms * 1000.0
+        summary = report_set.report.get("summary") or {}
+        if not summary.get("sync_count") and not any(
+            t.get("has_gpu_activity") or t.get("has_runtime")
+            for t in report_set.report.get("traces") or []
+            if not t.get("error")
+        ):
+            # A CPU-only trace (or torch_npu's without AscendCL calls) measured no wait: the
+            # summary that would show the figure is not printed, so it went unseen.
+            _warn(
+                "--unprofiled-step-ms: no wait was measured in these traces (CPU-only, or "
+                "without runtime calls), so there is no saving to bound; ignored"
+            )
         report_set = ReportSet(
             with_unprofiled_step(report_set.report, step_us),
             {name: with_unprofiled_step(run, step_us) for name, run in report_set.runs.items()},

@@ -343,3 +343,27 @@ def test_the_advice_on_an_npu_names_torch_npu_and_the_npu(
     words = " ".join(" ".join(str(v) for v in site["advice"].values()) for site in sites)
     assert "torch.npu.synchronize()" in words and "torch.npu.Event()" in words
     assert "torch.cuda" not in words and "GPU" not in words
+
+
+def test_an_unprofiled_step_time_given_for_a_run_without_waits_says_it_is_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """On a CPU-only trace, or torch_npu's at its default level, --unprofiled-step-ms was
+    dropped without a word (the summary that shows it is not printed there)."""
+    run = write_run(tmp_path, level=0)
+    assert main(["report", str(run), "--unprofiled-step-ms", "12"]) == 0
+    assert "--unprofiled-step-ms: no wait was measured" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "report",
+                str(write_run(tmp_path, level=2, run_name="l2")),
+                "--unprofiled-step-ms",
+                "12",
+            ]
+        )
+        == 0
+    )
+    captured = capsys.readouterr()
+    assert "no wait was measured" not in captured.err
+    assert "no device busy time" in " ".join(captured.out.split())

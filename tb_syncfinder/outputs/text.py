@@ -783,7 +783,7 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
         at_most = summary.get("unprofiled_saving_at_most_per_step_us")
         text = f"{format_us(float(unprofiled))} per step (given)"
         if at_most is None:
-            text += ": the trace gives no GPU busy time to bound the saving by"
+            text += ": the trace gives no device busy time to bound the saving by"
         else:
             busiest = summary.get("busiest_worker_device_busy_per_step_us")
             of_workers = busiest is not None and busiest != summary.get("device_busy_per_step_us")

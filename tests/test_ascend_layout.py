@@ -219,6 +219,7 @@ def test_an_npu_runs_idle_and_saving_are_said_not_measured_not_zero(
     assert main(["report", str(run)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "GPU idle after not measured" in text and "saving not predicted" in text
+    assert "step time 1.00 ms mean (the host's: the NPU's own tasks are not read)" in text
     assert "≤" not in text and "upper bound:" not in text and "no upper bound" in text
     assert main(["report", str(run), "--format", "csv"]) == 0
     (row,) = csv.DictReader(capsys.readouterr().out.splitlines())

@@ -755,6 +755,8 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     saving = float(summary.get("predicted_saving_per_step_us") or 0.0)
     method = summary.get("saving_method") or "bound"
     spans = f" (host {format_us(host)}, device {format_us(device)})" if device else ""
+    if not device and summary.get("gpu_idle_measured") is False:
+        spans = " (the host's: the NPU's own tasks are not read)"
     lines = _wrap_labelled("step time", f"{format_us(wall)} mean{spans}", width)
     approx = "~" if method == "replay" else "≤"
     share = saving / wall if wall else 0.0

@@ -417,7 +417,12 @@ def _window_bytes(window_mb: float | None) -> int | None:
 
 
 def _find_refs(path: str) -> list[Any]:
-    from tb_syncfinder.discovery import TraceNotFoundError, find_traces, unread_ascend_folders
+    from tb_syncfinder.discovery import (
+        TraceNotFoundError,
+        find_traces,
+        unread_ascend_folders,
+        unread_ascend_reason,
+    )
 
     try:
         refs = find_traces(path)
@@ -435,7 +440,7 @@ def _find_refs(path: str) -> list[Any]:
         if unread:
             # torch_npu's raw folder holds JSON files of its own (profiler_info.json): no
             # trace under another name.
-            message += "; " + "; ".join(_ascend_unread_text(f, why) for f, why in unread)
+            message += "; " + "; ".join(f"{f}: {unread_ascend_reason(f, why)}" for f, why in unread)
         elif others:  # prof.export_chrome_trace("trace.json"): any name the user chose
             message += (
                 f"; {others[0]} may be a trace under another name: pass the file itself, "
@@ -443,19 +448,6 @@ def _find_refs(path: str) -> list[Any]:
             )
         raise UsageError(message)
     return refs
-
-
-def _ascend_unread_text(folder: str, why: str) -> str:
-    if why == "db":
-        return (
-            f"{folder} was exported as a database only (export_type db), which is not read: "
-            "export it as text too (torch_npu's export_type text writes trace_view.json)"
-        )
-    return (
-        f"{folder} is torch_npu's raw data, not parsed yet: parse it with "
-        "`from torch_npu.profiler.profiler import analyse; "
-        f"analyse(profiler_path={os.path.dirname(folder)!r})`"
-    )
 
 
 def _other_json_files(path: str, limit: int = 2000) -> list[str]:

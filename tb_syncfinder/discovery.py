@@ -277,6 +277,21 @@ def _ascend_worker_trace(fs: Any, folder: str) -> str | None:
     return trace if fs.exists(trace) else None
 
 
+def unread_ascend_reason(folder: str, why: str) -> str:
+    """Why a folder ``unread_ascend_folders`` found has nothing to read, and what to run."""
+    if why == "db":
+        return (
+            "torch_npu's output exported as a database only (export_type db), which is not "
+            "read: export it as text too (torch_npu's export_type text writes "
+            "trace_view.json)"
+        )
+    return (
+        "torch_npu's raw data, not parsed yet: parse it with "
+        "`from torch_npu.profiler.profiler import analyse; "
+        f"analyse(profiler_path={os.path.dirname(folder)!r})`"
+    )
+
+
 def unread_ascend_folders(path: str, limit: int = 3) -> list[tuple[str, str]]:
     """torch_npu worker folders under ``path`` (itself included, a few levels down) without
     a ``trace_view.json`` to read, with why: ``"unparsed"`` (the raw data, not parsed yet)

@@ -303,6 +303,17 @@ def test_a_worker_folder_without_a_trace_says_why_and_what_to_run(
         else:
             assert "database only" in error and "export_type text" in error
 
+    # In TensorBoard no run of it appears: the logdir's unreadable files say why.
+    from tb_syncfinder.plugin.cache import DiskCache
+    from tb_syncfinder.plugin.loader import TraceLoader
+
+    cache = DiskCache(str(tmp_path / "cache"))
+    loader = TraceLoader([(None, str(tmp_path / "run"))], {}, cache, use_processes=False)
+    assert loader.discover() == {}
+    (error,) = loader.logdir_errors
+    assert error["path"] == str(worker) and error["run"] is None
+    assert ("not parsed yet" if layout == "unparsed" else "database only") in error["reason"]
+
 
 def test_compare_gives_a_side_without_waits_its_latent_syncs_not_zeros(
     tmp_path: Path, capsys: pytest.CaptureFixture

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from tb_syncfinder.discovery import stat_trace
+from tb_syncfinder.discovery import stat_trace, unread_ascend_folders, unread_ascend_reason
 from tb_syncfinder.models import TraceInfo, TraceRef, file_stamps, result_stamps
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
 from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
@@ -327,6 +327,12 @@ class TraceLoader:
             for run, refs in runs.items():
                 name = _prefixed(prefix, run)
                 found[name] = [msgspec.structs.replace(ref, run=name) for ref in refs]
+            # torch_npu's folders with nothing to read yet (raw data, a database export):
+            # no run of them appears, so say why where the unreadable files are listed.
+            errors.extend(
+                {"path": folder, "run": None, "reason": unread_ascend_reason(folder, why)}
+                for folder, why in unread_ascend_folders(logdir)
+            )
         with self.lock:
             self.logdir_errors = errors
         return found

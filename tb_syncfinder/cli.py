@@ -172,7 +172,9 @@ class _CommandParser(argparse.ArgumentParser):
     _intermixing = False
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if self._intermixing:  # argparse's intermixed parse calls this in its turn
+        # argparse's intermixed parse calls this in its turn; and it drops what follows
+        # "--" (``report -- -x.json``), which the plain parse keeps as paths.
+        if self._intermixing or (args is not None and "--" in args):
             return super().parse_known_args(args, namespace)
         self._intermixing = True
         try:

@@ -164,6 +164,12 @@ def test_paths_may_come_after_options(tmp_path, capsys):
     assert main(["report", "--json"]) == 2
     assert "required: PATH" in capsys.readouterr().err
     assert main(["report", str(TRACE), "--no-such-option"]) == 2
+    # After "--" every word is a path, even one that starts with "-".
+    dashed = tmp_path / "-x.pt.trace.json"
+    shutil.copy(TRACE, dashed)
+    capsys.readouterr()
+    assert main(["report", "--json", "--", str(dashed)]) == 0
+    assert json.loads(capsys.readouterr().out)["traces"][0]["path"] == str(dashed)
 
 
 def test_an_output_name_no_format_has_says_the_table_was_written(tmp_path, capsys):

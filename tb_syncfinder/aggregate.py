@@ -208,6 +208,10 @@ def build_sites(
                     if source is not None and source.file
                     else None
                 ),
+                other_run_copy=next(
+                    (s.source.other_run_copy for s in members if s.source is not None),
+                    None,
+                ),
                 predicted_saving_with_others_us=with_others,
                 predicted_saving_with_others_per_step_us=(
                     None if with_others is None else with_others / max(step_count, 1)

@@ -89,6 +89,9 @@ class Source(msgspec.Struct):
     run_by: Source | None = None
     library: Source | None = None
     recorded_line: int | None = None
+    # The only file of that name found, not taken: it lies in another run's folder, beside
+    # that run's traces, and may be another version (``SourceResolver._in_another_run``).
+    other_run_copy: str | None = None
 
 
 class TraceInfo(msgspec.Struct):
@@ -356,6 +359,8 @@ class Site(msgspec.Struct):
     # Whether the source file of its line was read here (True: for one of its syncs at
     # least; None: no source file, a stackless site): why an inexact line is inexact.
     source_read: bool | None = None
+    # As on Source: the file not taken because it lies in another run's folder.
+    other_run_copy: str | None = None
     # False when none of its traces' device activity is read (torch_npu's "Ascend
     # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
     # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.

@@ -999,8 +999,10 @@ class SourceResolver:
         # Such tied files by their folder, built once and shared with every view.
         self._by_folder: dict[_Copies, dict[str, Path]] = {}
         self._nearest_of: dict[_Copies, Path | None] = {}
-        # (folder, depth) -> whether it holds trace files (``_holds_traces``), shared.
-        self._trace_folders: dict[tuple[str, int], bool] = {}
+        # Folder -> whether it holds trace files (``_holds_traces``), shared.
+        self._trace_folders: dict[str, bool] = {}
+        # Of this trace's view: a lone match not taken, as it lies in another run's folder.
+        self._refused: dict[_Copies, Path] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
         # path, which names each run's copy alike.
         self._init_classes: dict[tuple[Path | None, str], str | None] = {}
@@ -1033,6 +1035,7 @@ class SourceResolver:
             # DVC) stays in its run's folder.
             view._trace_dir = os.path.realpath(os.path.dirname(os.path.abspath(trace_path)))
         view._nearest_of = {}
+        view._refused = {}
         return view
 
     def probes(self, files: Iterable[str], limit: int = 64) -> list[str]:
@@ -1094,21 +1097,31 @@ class SourceResolver:
                 # unless it lies in another run's folder (a copy archived with that run,
                 # maybe another version of the script).
                 (copy_folder,) = folders
-                if not self._in_another_run(copy_folder):
+                if self._in_another_run(copy_folder):
+                    self._refused[found] = found.paths[0]
+                else:
                     nearest = found.paths[0]
             self._nearest_of[found] = nearest
         return self._nearest_of[found]
 
+    def refused_copy(self, trace_file: str) -> Path | None:
+        """The file found for ``trace_file`` and not taken for this trace because it lies in
+        another run's folder (``find_file`` gave None for it), else None."""
+        found = self._found.get(trace_file)
+        return self._refused.get(found) if isinstance(found, _Copies) else None
+
     def _in_another_run(self, folder: str) -> bool:
         """Whether ``folder`` (neither the trace's folder nor above it) is, or is inside, a
-        run's folder below the root it is under: one that holds trace files, itself or in
-        a folder of its own (``run_a/train.py`` beside ``run_a/profile/*.pt.trace.json``)."""
+        run's folder below the root it is under: one that holds trace files or torch_npu
+        worker folders itself (``run_a/train.py`` beside ``run_a/*.pt.trace.json``). Not a
+        folder whose subfolder holds them: ``scripts/train.py`` beside ``scripts/log/``, an
+        earlier ``tensorboard_trace_handler("./log")``, is the project's script."""
         root = max((r for r in self.roots if _is_within(folder, r)), key=len, default=None)
         if root is None:
             return False
         trace_dir = self._trace_dir or ""
         while folder != root and not _is_within(trace_dir, folder):
-            if self._holds_traces(folder, depth=1):
+            if self._holds_traces(folder):
                 return True
             parent = os.path.dirname(folder)
             if parent == folder:
@@ -1116,29 +1129,23 @@ class SourceResolver:
             folder = parent
         return False
 
-    def _holds_traces(self, folder: str, depth: int) -> bool:
-        """Whether ``folder``, or a folder ``depth`` levels below it at most, holds a trace
-        file (listed once per folder)."""
-        from tb_syncfinder.discovery import is_trace_file_name
+    def _holds_traces(self, folder: str) -> bool:
+        """Whether ``folder`` holds a trace file or a torch_npu worker folder (listed once
+        per folder)."""
+        from tb_syncfinder.discovery import ASCEND_DIR_PATTERN, is_trace_file_name
 
-        key = (folder, depth)
-        if key not in self._trace_folders:
+        if folder not in self._trace_folders:
             holds = False
-            inside: list[str] = []
             try:
                 with os.scandir(folder) as entries:
-                    for entry in entries:
-                        if is_trace_file_name(entry.name):
-                            holds = True
-                            break
-                        if depth and not entry.name.startswith(".") and entry.is_dir():
-                            inside.append(entry.path)
+                    holds = any(
+                        is_trace_file_name(e.name) or ASCEND_DIR_PATTERN.match(e.name)
+                        for e in entries
+                    )
             except OSError:
                 pass
-            if not holds:
-                holds = any(self._holds_traces(sub, depth - 1) for sub in inside)
-            self._trace_folders[key] = holds
-        return self._trace_folders[key]
+            self._trace_folders[folder] = holds
+        return self._trace_folders[folder]
 
     def _suffix_index(self) -> dict[str, list[Path]]:
         index = self._index
@@ -1391,7 +1398,16 @@ class SourceResolver:
             # the frame entered while profiling ran; else it may be where a running frame
             # was (a loop calling prof.step()): no def line is claimed.
             def_line = frame.line if query.entered else None
-            return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
+            refused = self.refused_copy(frame.file) if path is None else None
+            return Source(
+                frame.file,
+                frame.line,
+                def_line,
+                frame.func,
+                False,
+                resolved,
+                other_run_copy=str(refused) if refused is not None else None,
+            )
         scope = parsed.scope_at(frame.line, frame.func)
         start = None
         line: int | None = frame.line  # the line said when no call line is certain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -722,37 +723,62 @@ def test_a_run_without_its_own_copy_never_takes_another_runs(tmp_path):
 
 
 def test_the_only_copy_of_a_script_is_not_taken_for_a_run_it_was_not_archived_with(tmp_path):
-    """Only run_a archived its script (beside its profile folder): run_b, profiled before
-    the archiving began, may have run another version, whose line would be named exact.
-    The project's own file, in no run's folder, is still taken for every run."""
+    """Only run_a archived its script beside its traces: run_b, profiled before the
+    archiving began, may have run another version, whose line would be named exact. A
+    script whose subfolder holds traces (``scripts/log/``, an earlier
+    ``tensorboard_trace_handler("./log")``) is the project's, taken for every run, as is
+    a file in no run's folder."""
     _edited_copies(tmp_path)
     (tmp_path / "run_b" / "train.py").unlink()
-    for run in ("run_a", "run_b"):
-        (tmp_path / run / "profile" / "w.pt.trace.json").write_text("[]")
+    (tmp_path / "run_a" / "w.pt.trace.json").write_text("[]")
+    (tmp_path / "run_b" / "profile" / "w.pt.trace.json").write_text("[]")
     resolver = SourceResolver([str(tmp_path)])
-    found = {
-        run: resolver.beside(str(tmp_path / run / "profile" / "w.pt.trace.json")).find_file(
-            "/cluster/job/train.py"
-        )
-        for run in ("run_a", "run_b")
-    }
-    assert found == {"run_a": tmp_path / "run_a" / "train.py", "run_b": None}
-    # Traces directly in the run's folder, beside its script: the same.
-    (tmp_path / "run_a" / "profile" / "w.pt.trace.json").rename(
-        tmp_path / "run_a" / "w.pt.trace.json"
-    )
-    view = SourceResolver([str(tmp_path)]).beside(str(tmp_path / "run_b" / "profile" / "x.json"))
-    assert view.find_file("/cluster/job/train.py") is None
+    run_b = resolver.beside(str(tmp_path / "run_b" / "profile" / "w.pt.trace.json"))
+    assert run_b.find_file("/cluster/job/train.py") is None
+    assert run_b.refused_copy("/cluster/job/train.py") == tmp_path / "run_a" / "train.py"
+    run_a = resolver.beside(str(tmp_path / "run_a" / "w.pt.trace.json"))
+    assert run_a.find_file("/cluster/job/train.py") == tmp_path / "run_a" / "train.py"
+    assert run_a.refused_copy("/cluster/job/train.py") is None
+    # torch_npu's runs: worker folders, not trace files, beside the script.
+    (tmp_path / "run_a" / "w.pt.trace.json").unlink()
+    (tmp_path / "run_a" / "host_1_ascend_pt").mkdir()
+    again = SourceResolver([str(tmp_path)]).beside(str(tmp_path / "run_b" / "profile" / "x.json"))
+    assert again.find_file("/cluster/job/train.py") is None
     # Without a trace to place it (a resolver of no run), the single file is taken.
     assert SourceResolver([str(tmp_path)]).find_file("/cluster/job/train.py") is not None
-    # The project's file, beside the logdir rather than in a run: every run takes it.
+    # The project's script beside a folder of old traces of its own: taken.
     (tmp_path / "run_a" / "train.py").unlink()
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "train.py").write_text("x = 1\n")
-    again = SourceResolver([str(tmp_path)])
+    (tmp_path / "scripts" / "log").mkdir(parents=True)
+    (tmp_path / "scripts" / "log" / "old.pt.trace.json").write_text("[]")
+    (tmp_path / "scripts" / "train.py").write_text("x = 1\n")
+    project = SourceResolver([str(tmp_path)])
     for run in ("run_a", "run_b"):
-        view = again.beside(str(tmp_path / run / "profile" / "w.pt.trace.json"))
-        assert view.find_file("/cluster/job/train.py") == tmp_path / "src" / "train.py"
+        view = project.beside(str(tmp_path / run / "profile" / "w.pt.trace.json"))
+        assert view.find_file("/cluster/job/train.py") == tmp_path / "scripts" / "train.py"
+
+
+def test_a_line_whose_only_file_is_another_runs_says_so(tmp_path, capsys):
+    """The footnote blamed --source-root ("its source file was not found") for a file
+    that was found, and refused as another run's copy."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder.cli import main
+
+    _edited_copies(tmp_path)
+    (tmp_path / "run_b" / "train.py").unlink()
+    (tmp_path / "run_a" / "old.pt.trace.json").write_text("[]")
+    b = KinetoTraceBuilder()
+    frame = ("/cluster/job/train.py", 4, "train_step")
+    with b.step(1), b.frame(frame):
+        item_sync(b, stack=[frame])
+    trace = b.write(tmp_path / "run_b" / "profile" / "w.pt.trace.json")
+    assert main(["report", str(trace), "--source-root", str(tmp_path), "--json"]) == 0
+    (site,) = json.loads(capsys.readouterr().out)["sites"]
+    assert site["other_run_copy"] == str(tmp_path / "run_a" / "train.py")
+    assert site["line_exact"] is False
+    assert main(["report", str(trace), "--source-root", str(tmp_path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "lies in another run's folder" in text and "was not found" not in text
 
 
 def test_a_trace_stored_as_a_symlink_keeps_its_runs_copy(tmp_path):

@@ -183,6 +183,9 @@ const known = (v) => v !== null && v !== undefined;
  */
 export function inexactWhy(site) {
   const unread = site.source_read === false || (!known(site.source_read) && !known(site.def_line) && !known(site.recorded_line));
+  if (unread && site.other_run_copy) {
+    return `line the trace recorded for the function, not the call that synced: the only copy of its source file found (${site.other_run_copy}) lies in another run's folder, beside that run's traces, and may be another version`;
+  }
   if (unread) {
     return known(site.def_line) && site.def_line === site.line
       ? "line where the function is defined (the trace shows it called), not the call that synced: its source file was not found here"

@@ -157,3 +157,10 @@ test("a site that also synced in another way says so, as its fix is the most fre
   assert.deepEqual(notes.map((n) => n.id), ["other-kinds"]);
   assert.match(notes[0].text, /^also 25 .+, whose fix is not the one shown$/);
 });
+
+test("an inexact line whose only file is another run's copy says so, not that it was not found", async () => {
+  const { inexactWhy } = await import("../src/sites.js");
+  const why = inexactWhy({ line: 4, def_line: 4, source_read: false, other_run_copy: "/logs/run_a/train.py" });
+  assert.match(why, /only copy of its source file found \(\/logs\/run_a\/train\.py\) lies in another run's folder/);
+  assert.doesNotMatch(inexactWhy({ line: 4, def_line: 4, source_read: false }), /another run/);
+});

@@ -447,6 +447,10 @@ _INEXACT_REASONS = {
     "not_found": "line the trace recorded for the function (where it starts, or where it was "
     "when profiling started), not the call that syncs: its source file was not found "
     "(try --source-root / --path-map)",
+    "other_run": "line the trace recorded for the function, not the call that syncs: the "
+    "only copy of its source file found lies in another run's folder, beside that run's "
+    "traces, and may be another version (copy this run's beside its traces, or name it with "
+    "--path-map)",
     "defined": "line where the function is defined: the source does not single out one call "
     "that syncs",
     "running": "line the function was at when profiling started (it was already running): "
@@ -463,7 +467,7 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
     if not site.get("file") or site.get("line") is None or site.get("line_exact"):
         return None
     if not resolved.get(site.get("key") or "", False):
-        return "not_found"
+        return "other_run" if site.get("other_run_copy") else "not_found"
     if site.get("recorded_line") is not None:
         return "missing" if site.get("def_line") is None else "changed"
     def_line = site.get("def_line")

@@ -135,13 +135,14 @@ def build_sites(
         predicted = 0.0
         methods: set[str] = set()
         notes: list[str] = []
-        idle_read = not by_trace  # a report without figures: what it says is measured
+        # Measured only where every trace of the site had its device read: an NPU trace's
+        # host-wait-only figure summed with a GPU's would pass as a bound.
+        idle_read = True
         for trace in dict.fromkeys(s.trace for s in members):
             figures = by_trace.get(trace)
             if figures is None:
-                idle_read = True
                 continue
-            idle_read = idle_read or figures.device_idle_read
+            idle_read = idle_read and figures.device_idle_read
             predicted += figures.sites.get(key, 0.0)
             bound_why = figures.bound_sites.get(key)
             methods.add("bound" if bound_why else figures.method)
@@ -389,9 +390,9 @@ def build_report(results: list[TraceResult]) -> Report:
         + [(r, r.info.window_note) for r in analysed],
         several=len(about) > 1,
     )
-    # Every trace the figures are about has its device activity unread (torch_npu): its
-    # zero idle is no measurement and its bound no upper bound.
-    idle_read = not about or any(r.savings.device_idle_read for r in about)
+    # A trace the figures are about has its device activity unread (torch_npu): its zero
+    # idle is no measurement, and a bound summed with it no upper bound.
+    idle_read = all(r.savings.device_idle_read for r in about)
     summary = Summary(
         sync_count=len(syncs),
         host_wait_us=wait,

@@ -71,6 +71,7 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
                 "methods": set(),
                 "line_exact": True,
                 "saving_by_line": {},
+                "gpu_idle_measured": True,
             }
         if site.get("line") is not None and site["line"] not in entry["lines"]:
             entry["lines"].append(site["line"])
@@ -97,6 +98,10 @@ def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dic
         else:
             by_line[line] = by_line.get(line, 0.0) + float(saving)
         entry["methods"].add(site.get("saving_method"))
+        # A report without the field (older versions) measured what it says.
+        entry["gpu_idle_measured"] = entry["gpu_idle_measured"] and (
+            site.get("gpu_idle_measured") is not False
+        )
     for entry in merged.values():
         entry["per_step"] = entry["count"] / steps
         entry["cost_per_step_us"] = (entry["host_wait_us"] + entry["gpu_idle_us"]) / steps
@@ -118,6 +123,8 @@ def _side(entry: dict[str, Any] | None) -> dict[str, Any] | None:
         "per_step": entry["per_step"],
         "host_wait_us": entry["host_wait_us"],
         "gpu_idle_us": entry["gpu_idle_us"],
+        # False where the device's idle time was not read (torch_npu): no bound either.
+        "gpu_idle_measured": entry["gpu_idle_measured"],
         "cost_per_step_us": entry["cost_per_step_us"],
         "share_of_step": entry["share_of_step"],
         "predicted_saving_per_step_us": entry["predicted_saving_per_step_us"],

@@ -361,7 +361,7 @@ class Site(msgspec.Struct):
     source_read: bool | None = None
     # As on Source: the file not taken because it lies in another run's folder.
     other_run_copy: str | None = None
-    # False when none of its traces' device activity is read (torch_npu's "Ascend
+    # False when one of its traces' device activity is not read (torch_npu's "Ascend
     # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
     # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.
     gpu_idle_measured: bool = True
@@ -460,7 +460,7 @@ class Summary(msgspec.Struct):
     # together, so no step of the job is shorter than it. What ``profiler_note`` and
     # ``unprofiled_saving_at_most_per_step_us`` bound the saving by. None: as above.
     busiest_worker_device_busy_per_step_us: float | None = None
-    # As on Site: False when no trace of the run has its device activity read (torch_npu):
+    # As on Site: False when a trace of the run has its device activity unread (torch_npu):
     # ``gpu_idle_us`` is 0 for want of a record and the predicted saving is no upper bound.
     gpu_idle_measured: bool = True
 

@@ -804,7 +804,7 @@ def _merge_savings(parts: Sequence[TraceSavings], note: str) -> TraceSavings:
     merged = TraceSavings(
         method="replay" if replayed else "bound",
         reason=None if replayed else parts[0].reason,
-        device_idle_read=any(p.device_idle_read for p in parts),
+        device_idle_read=all(p.device_idle_read for p in parts),
     )
     for part in parts:
         merged.all_syncs_us += part.all_syncs_us

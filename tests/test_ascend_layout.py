@@ -379,3 +379,39 @@ def test_an_unprofiled_step_time_given_for_a_run_without_waits_says_it_is_ignore
     captured = capsys.readouterr()
     assert "no wait was measured" not in captured.err
     assert "no device busy time" in " ".join(captured.out.split())
+
+
+def test_compare_of_two_npu_runs_predicts_no_saving(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """compare printed "fixing it saves ≤2 us/step (predicted)" and "every baseline sync:
+    ≤522 us" for NPU runs whose idle time is not read."""
+    base = write_run(tmp_path, level=2, run_name="base", upload=True)
+    new = write_run(tmp_path, level=2, run_name="new")
+    main(["compare", str(base), str(new)])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "≤" not in text and "saving not predicted (the NPU's own tasks are not read)" in text
+    assert "fixing it saves: not predicted" in text
+
+
+def test_a_run_mixing_an_npu_trace_with_a_gpu_trace_claims_no_bound_for_their_site(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The NPU trace's host-wait-only figure was summed with the GPU's into an "upper
+    bound" marked measured."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    run = write_run(tmp_path, level=2)
+    b = KinetoTraceBuilder()
+    for step in (1, 2):
+        with b.step(step):
+            item_sync(
+                b, stack=[("/home/u/main.py", 375, "train"), ("/home/u/main.py", 483, "__str__")]
+            )
+    b.write(run / "gpu.pt.trace.json")
+    assert main(["report", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(t["device"] for t in report["traces"]) == ["cuda", "npu"]
+    (site,) = report["sites"]  # the same line in both traces: one site
+    assert site["count"] == 4 and site["gpu_idle_measured"] is False
+    assert report["summary"]["gpu_idle_measured"] is False

@@ -154,6 +154,8 @@ export function changeText(site, opts = {}) {
       // gap: the baseline's prediction goes beside it, as the Hotspots view's Saves/step.
       const saving = site.before?.predicted_saving_per_step_us;
       if (typeof saving !== "number" || !Number.isFinite(saving)) return text;
+      // The NPU's idle time unread: the host wait alone bounds nothing.
+      if (site.before?.gpu_idle_measured === false) return `${text}; saving not predicted`;
       const approx = site.before?.saving_method === "replay" ? "~" : "≤";
       return `${text}; saves ${approx}${formatUs(saving)}/step (predicted)`;
     }
@@ -416,7 +418,7 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
   const wholeRun = [
     { id: "steps", label: "steps profiled", ...pair((s) => formatCount(s.step_count), false) },
     { id: "host-wait", label: "host wait", ...pair((s) => formatUs(s.host_wait_us)) },
-    { id: "gpu-idle", label: "GPU idle after syncs", ...pair((s) => formatUs(s.gpu_idle_us)) },
+    { id: "gpu-idle", label: "GPU idle after syncs", ...pair((s) => (s.gpu_idle_measured === false ? "not measured" : formatUs(s.gpu_idle_us))) },
     { id: "share", label: "share of step time (wait + idle)", ...pair((s) => formatPct(s.share_of_step)) },
   ];
   return [
@@ -464,6 +466,11 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
       predicted = `no site fixed (every baseline sync fixed: predicted ${every})`;
       before = "no site fixed";
     }
+  }
+  if (b.gpu_idle_measured === false) {
+    // As the CLI: no prediction set beside the measure where the NPU's idle is unread.
+    predicted = "not predicted (the NPU's own tasks are not read)";
+    before = "not predicted";
   }
   const median = compared?.measured_saving_median_us;
   const scale = b.mean_wall_step_time_us || b.mean_step_time_us || 0;

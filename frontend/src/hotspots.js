@@ -448,6 +448,7 @@ export function shareBasis(summary) {
 
 /** @param {any} site */
 function savingTitle(site) {
+  if (site.gpu_idle_measured === false) return IDLE_UNREAD;
   if (site.saving_method === "replay") return "predicted by replaying the profiled steps without this site's syncs";
   return `upper bound (host wait + GPU bubble)${site.saving_note ? `: ${site.saving_note}` : ""}`;
 }

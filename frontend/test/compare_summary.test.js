@@ -129,3 +129,13 @@ test("a compared site marks a line that is not the call's, and the lines a fix r
   assert.equal(compareLocation(row), "train.py:204* (before: 199,204)");
   assert.equal(compareLocation({ ...row, line_exact: true, before: { lines: [204] } }), "train.py:204");
 });
+
+test("an NPU baseline's saving is not predicted in the compare view, nor its idle shown as 0", async () => {
+  const { savingTexts, summaryRows } = await import("../src/compare.js");
+  const npu = { saving_method: "bound", gpu_idle_measured: false, gpu_idle_us: 0, mean_wall_step_time_us: 1000 };
+  const texts = savingTexts(npu, 522, 10, { sites: [{ status: "fixed", before: { predicted_saving_per_step_us: 2 } }], every_site_fixed: false, predicted_saving_of_fixed_us: 2, measured_saving_median_us: 10 });
+  assert.match(texts.span, /^not predicted/);
+  assert.doesNotMatch(texts.span, /≤/);
+  const idle = summaryRows({ base: npu, new: npu }).flatMap((g) => g.rows).find((r) => r.id === "gpu-idle");
+  assert.equal(idle.before, "not measured");
+});

@@ -1261,6 +1261,8 @@ def _predicted_saving_text(before: dict[str, Any] | None) -> str | None:
     saving = side.get("predicted_saving_per_step_us")
     if saving is None:
         return None
+    if side.get("gpu_idle_measured") is False:
+        return "fixing it saves: not predicted (the NPU's idle time is not read)"
     approx = "~" if side.get("saving_method") == "replay" else "≤"
     return f"fixing it saves {approx}{format_us(float(saving))}/step (predicted)"
 
@@ -1430,6 +1432,12 @@ def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
     every = f"{approx}{format_us(float(result['predicted_saving_us']))}"
     measured = float(result["measured_saving_us"])
     measured_text = format_us(measured) if measured >= 0 else f"-{format_us(-measured)}"
+    if base.get("gpu_idle_measured") is False:
+        # The host wait alone bounds nothing: no prediction to set beside the measure.
+        return (
+            "not predicted (the NPU's own tasks are not read), measured "
+            f"{measured_text} (wall step times of the profiled runs)"
+        )
     what, units = _fixed_what(result)
     rows = result.get("sites") or []
     own = "its own prediction" if units == 1 else "each one's own prediction, summed"

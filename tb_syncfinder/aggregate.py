@@ -440,7 +440,7 @@ def build_report(results: list[TraceResult]) -> Report:
             host_wait_us=sum((s.host_wait_us for s in overhead), 0.0),
             syncs=overhead,
         ),
-        warmup_allocator=build_warmup_allocator(warmup),
+        warmup_allocator=build_warmup_allocator(warmup, devices),
         collective_worker=CollectiveWorker(
             count=len(worker), host_wait_us=sum((s.host_wait_us for s in worker), 0.0), syncs=worker
         ),
@@ -567,9 +567,12 @@ def _busiest_worker(busy: list[TraceResult]) -> tuple[str | None, float | None]:
     return (worker if len(per_step) > 1 else None), per_step[worker]
 
 
-def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:
+def build_warmup_allocator(
+    syncs: list[Sync], devices: Mapping[str, str | None] | None = None
+) -> WarmupAllocator:
     """The allocator syncs listed apart as warm-up: their cost, the warm-up regions they ran
-    in and the allocator advice (for the operators that allocated most often)."""
+    in and the allocator advice (for the operators that allocated most often), in the words
+    of their traces' device (``devices``, as ``build_sites``)."""
     if not syncs:
         return WarmupAllocator()
     regions = list(
@@ -581,6 +584,9 @@ def build_warmup_allocator(syncs: list[Sync]) -> WarmupAllocator:
         host_wait_us=sum((s.host_wait_us for s in syncs), 0.0),
         gpu_idle_us=idle_union_us(syncs),
         regions=regions,
-        advice=advice_for(ALLOCATOR_SYNC, [op for op, _ in ops.most_common()]),
+        advice=advice_on_device(
+            advice_for(ALLOCATOR_SYNC, [op for op, _ in ops.most_common()]),
+            _one_device(syncs, devices),
+        ),
         syncs=syncs,
     )

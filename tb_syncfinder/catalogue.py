@@ -1760,6 +1760,12 @@ def advice_for(
 _NPU_WORDS = (
     (re.compile(r"\btorch\.cuda\."), "torch.npu."),
     (re.compile(r"\bPYTORCH_CUDA_ALLOC_CONF\b"), "PYTORCH_NPU_ALLOC_CONF"),
+    (re.compile(r"\bcudaMalloc\b"), "aclrtMalloc"),
+    (re.compile(r"\bcudaFree\b"), "aclrtFree"),
+    (re.compile(r"\bcudaHostAlloc\b"), "aclrtMallocHost"),
+    # torch_npu's counters are not known to be torch.cuda's: the parenthesis naming them goes.
+    (re.compile(r" \(`torch\.npu\.memory_stats\(\)` counts .*?`num_device_free`\)"), ""),
+    (re.compile(r"\b([Aa]) GPU\b"), r"\1n NPU"),
     (re.compile(r"\bGPU\b"), "NPU"),
 )
 

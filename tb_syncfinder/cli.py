@@ -765,8 +765,9 @@ def _note_unnamed_format(path: str | None, chosen: bool) -> None:
         from tb_syncfinder.outputs import FORMATS
 
         print(
-            f"{PROG}: note: no format is named by {extension}: writing the terminal table to "
-            f"{path} (--format picks one of {', '.join(f for f in FORMATS if f != 'trace')})",
+            f"{PROG}: note: no format is named by {extension}: writing the terminal text to "
+            f"{path} (--format picks one of {', '.join(f for f in FORMATS if f != 'trace')}; "
+            "compare writes text or, with --json, JSON)",
             file=sys.stderr,
         )
 
@@ -1142,6 +1143,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             f"--output {args.output}: compare writes JSON (.json, or --json) or text, not {named}"
         )
     as_json = args.json or named == "json"
+    _note_unnamed_format(args.output, bool(args.json))
     _check_writable(args.output, "--output")
     _warn_of_unused_options(args)
     base = _load_side(args.base, args)

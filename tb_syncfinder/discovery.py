@@ -285,6 +285,11 @@ def unread_ascend_reason(folder: str, why: str) -> str:
             "read: export it as text too (torch_npu's export_type text writes "
             "trace_view.json)"
         )
+    if why == "no_view":
+        return (
+            "torch_npu's parsed output holds no trace_view.json (its parse failed or is "
+            "still running: see the folder's logs/)"
+        )
     return (
         "torch_npu's raw data, not parsed yet: parse it with "
         "`from torch_npu.profiler.profiler import analyse; "
@@ -294,13 +299,15 @@ def unread_ascend_reason(folder: str, why: str) -> str:
 
 def unread_ascend_folders(path: str, limit: int = 3) -> list[tuple[str, str]]:
     """torch_npu worker folders under ``path`` (itself included, a few levels down) without
-    a ``trace_view.json`` to read, with why: ``"unparsed"`` (the raw data, not parsed yet)
-    or ``"db"`` (parsed into a database only, ``export_type=db``). At most ``limit``."""
+    a ``trace_view.json`` to read, with why: ``"unparsed"`` (the raw data, not parsed yet),
+    ``"db"`` (parsed into a database only, ``export_type=db``) or ``"no_view"`` (parsed,
+    without it: failed, or still running). At most ``limit``."""
     found: list[tuple[str, str]] = []
     if is_remote(path) or not os.path.isdir(path):
         return found
     top = os.path.abspath(path).rstrip(os.sep)
-    for folder, subdirs, _files in os.walk(top):
+    # Links followed, as the runs' own walk does (a depth bound keeps a loop finite).
+    for folder, subdirs, _files in os.walk(top, followlinks=True):
         if folder[len(top) :].count(os.sep) >= 3:
             subdirs[:] = []
         if not ASCEND_DIR_PATTERN.match(os.path.basename(folder)):
@@ -310,10 +317,18 @@ def unread_ascend_folders(path: str, limit: int = 3) -> list[tuple[str, str]]:
         if os.path.exists(os.path.join(output, ASCEND_TRACE_FILE)):
             continue
         try:
-            databases = [n for n in os.listdir(output) if n.endswith(".db")]
+            names = os.listdir(output)
         except OSError:
-            databases = []
-        found.append((folder, "db" if databases else "unparsed"))
+            names = None
+        if names is None:
+            why = "unparsed"
+        elif any(n.endswith(".db") for n in names) and not any(
+            n.endswith((".json", ".csv")) for n in names
+        ):
+            why = "db"
+        else:
+            why = "no_view"
+        found.append((folder, why))
         if len(found) >= limit:
             break
     return found

@@ -207,3 +207,18 @@ def test_a_rocm_sites_advice_names_rocms_libraries_and_calls(tmp_path) -> None:
     # On CUDA, the advice as written.
     cuda = catalogue.advice_for(catalogue.ALLOCATOR_SYNC, ["aten::empty"])
     assert catalogue.advice_on_device(cuda, "cuda") == cuda and "cudaMalloc" in cuda["text"]
+
+
+def test_an_npu_sites_advice_reads_as_english_and_names_no_cuda_counter() -> None:
+    """ "Do not branch on a NPU tensor"; and under torch.npu, the allocator's advice named
+    torch.cuda's counters of cudaMalloc calls."""
+    branch = catalogue.advice_on_device(
+        catalogue.advice_for("scalar_readback", ["aten::is_nonzero"]), "npu"
+    )
+    assert branch["title"] == "Do not branch on an NPU tensor"
+    allocator = catalogue.advice_on_device(
+        catalogue.advice_for("allocator_sync", ["aten::empty"]), "npu"
+    )
+    text = allocator["text"]
+    assert "aclrtMalloc" in text and "cudaMalloc" not in text and "num_device_alloc" not in text
+    assert "PYTORCH_NPU_ALLOC_CONF" in text

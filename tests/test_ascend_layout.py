@@ -164,7 +164,7 @@ def test_a_run_mixing_levels_lists_the_recorded_syncs_and_says_what_the_other_mi
     trace.write_text(json.dumps(level0))
     assert main(["report", str(run)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "Host-device synchronizations by predicted saving" in text
+    assert "Host-device synchronizations by host wait" in text
     assert "1 NPU trace of these without AscendCL calls: no wait can be seen in it" in text
     assert "CPU-only" not in text and "on a GPU" not in text
 
@@ -218,7 +218,8 @@ def test_an_npu_runs_idle_and_saving_are_said_not_measured_not_zero(
     assert [s["gpu_idle_measured"] for s in report["sites"]] == [False]
     assert main(["report", str(run)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "GPU idle after not measured" in text and "saving not predicted" in text
+    assert "NPU idle after not measured" in text and "saving not predicted" in text
+    assert "synchronizations by host wait" in text
     assert "step time 1.00 ms mean (the host's: the NPU's own tasks are not read)" in text
     assert "≤" not in text and "upper bound:" not in text and "no upper bound" in text
     assert main(["report", str(run), "--format", "csv"]) == 0
@@ -281,7 +282,7 @@ def test_a_workers_own_folder_or_its_output_folder_is_read_as_its_trace(
         assert trace["path"].endswith("trace_view.json") and len(report["sites"]) == 1
 
 
-@pytest.mark.parametrize("layout", ["unparsed", "db"])
+@pytest.mark.parametrize("layout", ["unparsed", "db", "no_view"])
 def test_a_worker_folder_without_a_trace_says_why_and_what_to_run(
     tmp_path: Path, capsys: pytest.CaptureFixture, layout: str
 ) -> None:
@@ -291,17 +292,22 @@ def test_a_worker_folder_without_a_trace_says_why_and_what_to_run(
     if layout == "unparsed":
         (worker / "FRAMEWORK").mkdir(parents=True)
         (worker / "profiler_info.json").write_text("{}")
-    else:
+    elif layout == "db":
         (worker / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
         (worker / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db").write_bytes(b"")
+    else:  # parsed, but its parse stopped before the timeline
+        (worker / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+        (worker / "ASCEND_PROFILER_OUTPUT" / "operator_details.csv").write_text("a,b\n")
     for given in (tmp_path, worker):
         assert main(["report", str(given)]) == 2
         error = " ".join(capsys.readouterr().err.split())
         assert str(worker) in error and "under another name" not in error
         if layout == "unparsed":
             assert f"analyse(profiler_path={str(worker.parent)!r})" in error
-        else:
+        elif layout == "db":
             assert "database only" in error and "export_type text" in error
+        else:
+            assert "holds no trace_view.json" in error and "logs/" in error
 
     # In TensorBoard no run of it appears: the logdir's unreadable files say why.
     from tb_syncfinder.plugin.cache import DiskCache
@@ -312,7 +318,8 @@ def test_a_worker_folder_without_a_trace_says_why_and_what_to_run(
     assert loader.discover() == {}
     (error,) = loader.logdir_errors
     assert error["path"] == str(worker) and error["run"] is None
-    assert ("not parsed yet" if layout == "unparsed" else "database only") in error["reason"]
+    expected = {"unparsed": "not parsed yet", "db": "database only", "no_view": "no trace_view"}
+    assert expected[layout] in error["reason"]
 
 
 def test_compare_gives_a_side_without_waits_its_latent_syncs_not_zeros(

@@ -162,6 +162,7 @@ export class App {
       if (document.visibilityState === "visible") this.pollRunsNow();
     });
     window.addEventListener("hashchange", () => {
+      this.lastPick = null; // Back or Forward ends a burst: the next pick is a new entry
       this.state = decodeState(location.hash);
       this.stateFromUrl = true;
       this.missingRun = null;
@@ -180,6 +181,7 @@ export class App {
       if (named === null) {
         this.writeUrl();
       } else if (encodeState(named) !== encodeState(this.state)) {
+        this.lastPick = null;
         this.state = named;
         this.stateFromUrl = true;
         this.missingRun = null;
@@ -292,7 +294,9 @@ export class App {
     // Arrow keys on a closed picker change it at every press: one history entry for the
     // burst (Back then returns to the run before it, not through each run passed over).
     const now = Date.now();
-    const picked = moved && PICKER_KEYS.some((key) => key in patch);
+    // A picker's change is one that changes a picker's key (a row or bar click that only
+    // resets the worker is none).
+    const picked = moved && PICKER_KEYS.some((key) => key in patch && /** @type {any} */ (patch)[key] !== /** @type {any} */ (this.state)[key] && /** @type {any} */ (patch)[key] !== null);
     const burst = picked && this.lastPick !== null && now - this.lastPick < PICK_BURST_MS;
     this.lastPick = picked ? now : null;
     const push = moved && !burst;
@@ -544,16 +548,19 @@ export class App {
         // The focus was inside the detail (an occurrence's row): back there once it is drawn.
         if (panel) {
           const reveal = this.revealDetail;
-          this.revealDetail = false;
           renderDetail(ctx, /** @type {HTMLElement} */ (panel)).then(() => {
+            // A render overtaken (a poll of the runs while the first answers load) keeps the
+            // reveal for the one after it.
+            if (gen !== this.renderGen) return;
+            this.revealDetail = false;
             // Opened by a row below which it is drawn (one column: a narrow page or
             // panel), off the screen: scrolled to, or the click seemed to do nothing.
-            if (reveal && gen === this.renderGen && panel.getBoundingClientRect().top > innerHeight - 48) {
+            if (reveal && panel.getBoundingClientRect().top > innerHeight - 48) {
               panel.scrollIntoView({ block: "start" });
             }
-            if (reveal && gen === this.renderGen) {
+            if (reveal) {
               const title = panel.querySelector("h2")?.textContent;
-              if (title) this.announceEl.textContent = `Detail shown: ${title}`;
+              if (title) this.announce(`Detail shown: ${title}`);
             }
             if (gen !== this.renderGen || !focus || document.activeElement !== document.body) return;
             restoreFocus(focus);
@@ -955,6 +962,15 @@ export class App {
         ].join("\n"),
       ),
     );
+  }
+
+  /**
+   * Say `text` to a screen reader, from a live region that outlives the view's redraws (a
+   * region drawn anew with the view is often not read).
+   * @param {string} text
+   */
+  announce(text) {
+    if (this.announceEl.textContent !== text) this.announceEl.textContent = text;
   }
 
   /**

@@ -93,6 +93,8 @@ export async function renderHotspots(ctx) {
   const inStep = sitesInStep(sites.items, state.step);
   const shown = sortSites(filterSites(inStep.sites, state), view.sort, view.order);
   const stepInfo = state.step === null ? null : { step: state.step, inStep: inStep.inStep };
+  // A filter typed or a kind picked: a screen reader hears how many sites are left.
+  if ((state.q || state.kind) && ctx.app?.announce) ctx.app.announce(siteCountText(shown.length, sites.total));
   const hasDetail = !!state.site;
   return h(
     "div",
@@ -120,8 +122,7 @@ export async function renderHotspots(ctx) {
           "div",
           { class: "sa-section-title" },
           latent ? "Latent sync sites" : "Hotspots",
-          // Announced as it changes (a filter typed): a screen reader hears how many are left.
-          h("span", { class: "sa-chip", role: "status", "data-testid": "site-count" }, siteCountText(shown.length, sites.total)),
+          h("span", { class: "sa-chip", "data-testid": "site-count" }, siteCountText(shown.length, sites.total)),
           state.step !== null
             ? h(
                 "span",

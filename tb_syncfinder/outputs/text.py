@@ -637,7 +637,7 @@ def _summary_lines(
         )
         lines.extend(
             _wrap_labelled(
-                "GPU idle after",
+                "GPU idle after" if idle_read else "NPU idle after",
                 f"{format_us(gpu_idle / steps)} per step  ({format_us(gpu_idle)} total)"
                 if idle_read
                 else _IDLE_UNREAD_SUMMARY,
@@ -651,7 +651,9 @@ def _summary_lines(
         lines.append(_label("host wait") + format_us(host_wait))
         lines.extend(
             _wrap_labelled(
-                "GPU idle after", format_us(gpu_idle) if idle_read else _IDLE_UNREAD_SUMMARY, width
+                "GPU idle after" if idle_read else "NPU idle after",
+                format_us(gpu_idle) if idle_read else _IDLE_UNREAD_SUMMARY,
+                width,
             )
         )
     share = float(summary.get("share_of_step") or 0.0)
@@ -778,8 +780,8 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     how = summary.get("saving_how") or ""
     note = summary.get("saving_note")
     profiler = summary.get("profiler_note")
-    if summary.get("gpu_idle_measured") is False and note == NPU_NOT_REPLAYED:
-        note = None  # the line above says it
+    if summary.get("gpu_idle_measured") is False and str(note or "").startswith(NPU_NOT_REPLAYED):
+        note = None  # the line above says it (with the workers it holds for, in a job)
     if how:
         lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
     if profiler:
@@ -888,7 +890,13 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         lines.extend(style(line, _BOLD) for line in wrap(title, width))
         lines.append("")
     elif sites:
-        title = f"Host-device synchronizations by predicted saving ({plural(len(sites), 'site')})"
+        # Nothing predicted where the device's idle time is unread: ranked by the host's wait.
+        ranked_by = (
+            "host wait"
+            if all(site.get("gpu_idle_measured") is False for site in sites)
+            else "predicted saving"
+        )
+        title = f"Host-device synchronizations by {ranked_by} ({plural(len(sites), 'site')})"
         lines.append(style(title, _BOLD))
         lines.extend(_site_table(data, sites, style, top, latent=False, width=width))
         if unrecorded:

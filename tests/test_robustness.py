@@ -619,5 +619,36 @@ def test_an_empty_trace_is_said_empty_not_cpu_only(tmp_path, capsys):
     (run / "w.pt.trace.json").write_text('{"traceEvents": []}')
     assert main(["report", str(run)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "1 trace (empty 1)" in text and "Empty trace: no event was recorded" in text
+    assert (
+        "1 trace (empty 1)" in text and "Empty trace: no event of the program was recorded" in text
+    )
     assert "CPU-only" not in text and "Summary" not in text
+    # As Kineto writes a file stopped before any step: metadata, its own span, instants.
+    kineto = {
+        "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "name": "PyTorch Profiler (0)",
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "ts": 1000.0,
+                "dur": 5.0,
+            },
+            {
+                "ph": "i",
+                "s": "t",
+                "name": "Iteration Start: PyTorch Profiler",
+                "pid": "Traces",
+                "tid": "PyTorch Profiler",
+                "ts": 1000.0,
+            },
+        ],
+    }
+    (run / "w.pt.trace.json").write_text(json.dumps(kineto))
+    assert main(["report", str(run)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Empty trace: no event of the program was recorded" in text and "CPU-only" not in text

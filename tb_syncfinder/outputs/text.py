@@ -807,9 +807,14 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
 
 
 def _empty(trace: dict[str, Any]) -> bool:
-    """A trace read without a single event (its device then defaults to "cpu")."""
+    """A trace that recorded nothing of the program (its device then defaults to "cpu"):
+    no event at all, or, as Kineto writes a file stopped before any step, only metadata,
+    the profiler's own span and instants: no step and no host event."""
+    nothing = trace.get("event_count") == 0 or (
+        trace.get("step_markers") is False and trace.get("host_events_per_step") == 0
+    )
     return (
-        trace.get("event_count") == 0
+        nothing
         and trace.get("device") in (None, "cpu")
         and not trace.get("has_gpu_activity")
         and not trace.get("has_runtime")
@@ -883,8 +888,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     empty = not sites and not latent_sites and bool(readable) and all(map(_empty, readable))
     if empty:
         title = (
-            f"{'Empty trace' if len(readable) == 1 else 'Empty traces'}: no event was "
-            "recorded, so there is nothing to analyse (was the file written before the "
+            f"{'Empty trace' if len(readable) == 1 else 'Empty traces'}: no event of the "
+            "program was recorded, so there is nothing to analyse (was the file written before the "
             "profiler recorded a step?)"
         )
         lines.extend(style(line, _BOLD) for line in wrap(title, width))

@@ -653,9 +653,14 @@ def is_warmup_listed(kind_name: str, annotations: Iterable[str]) -> bool:
     return kind_name in WARMUP_LISTED_KINDS and any(map(is_warmup_annotation, annotations))
 
 
+# Operators whose CUDA kernels read a value back inside while their CPU kernels do not
+# (so no aten::item shows on a CPU trace): ``torch.equal`` (``.all().item()``),
+# ``torch.bincount`` (its input's min and max).
+READING_OPS = frozenset({"aten::equal", "aten::bincount"})
+
 # The kind an operator in the chain gives a sync.
 OP_KINDS: dict[str, str] = {
-    **{op: SCALAR_READBACK for op in SCALAR_OPS},
+    **{op: SCALAR_READBACK for op in SCALAR_OPS | READING_OPS},
     **{op: DYNAMIC_SHAPE for op in DYNAMIC_OPS},
 }
 # A chain holding operators of several kinds takes the first of these, wherever in the chain
@@ -667,13 +672,31 @@ OP_KIND_PRECEDENCE: tuple[str, ...] = (DYNAMIC_SHAPE, SCALAR_READBACK)
 # Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.
 # aten::tolist has never been one (a latent finding for it would be a behaviour change of its
 # own to decide), hence the difference.
-LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS
+LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS | READING_OPS
 # Operators whose CPU kernels read a scalar that their CUDA kernels keep on the device: a
 # trigger inside one is no latent sync. ``torch.linalg.lu_solve`` on the CPU reads its
 # pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there, and
 # ``torch.cholesky_inverse`` checks an error code; on an H200 none of them made torch's
 # sync detector warn (docs/validation.md, section 11).
 LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve", "aten::cholesky_inverse"})
+# Operators whose CPU kernels read a scalar (``aten::item``) where their CUDA kernels read
+# none, though other triggers inside them are real (``x[mask] = other[mask]`` runs nonzero
+# on both): ``x[mask] = 0`` is a ``masked_fill_`` of a host number on CUDA; ``std``/``var``
+# over all elements read the mean on the CPU only; ``_assert_async`` (``torch.multinomial``)
+# asserts on the device; the backward of ``max()``, ``min()``, ``median()`` and
+# ``nanmedian()`` (``evenly_distribute_backward``) reads ``isnan`` on the CPU only.
+LATENT_CPU_ONLY_SCALAR_READS = frozenset(
+    {
+        "aten::_index_put_impl_",
+        "aten::std",
+        "aten::var",
+        "aten::_assert_async",
+        "MaxBackward1",
+        "MinBackward1",
+        "MedianBackward0",
+        "NanmedianBackward0",
+    }
+)
 
 # Tensor methods that copy a GPU tensor to the host and wait for the copy, but run no
 # operator of their own that says so on the CPU (``.tolist()`` runs none, ``.cpu()`` an
@@ -745,6 +768,8 @@ OP_CALLEES: dict[str, list[list[str]]] = {
     "aten::index_put": [["__setitem__"], ["index_put"]],
     "aten::where": [["where"]],
     "aten::repeat_interleave": [["repeat_interleave"]],
+    "aten::equal": [["equal"]],
+    "aten::bincount": [["bincount"]],
     "aten::to": _TO_CALLEES,
     "aten::_to_copy": _TO_CALLEES,
     "aten::copy_": [["copy_"], *_TO_CALLEES[:1], ["__setitem__"]],
@@ -1254,6 +1279,22 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             ),
             before="if (loss > 10).any():\n    loss = loss.clamp(max=10)\n",
             after="loss = loss.clamp(max=10)   # no branch: the same result\n",
+        ),
+    ),
+    OpAdvice(
+        frozenset({"aten::equal"}),
+        frozenset({SCALAR_READBACK}),
+        Advice(
+            title="Compare on the device: (a == b).all() instead of torch.equal",
+            text=(
+                "`torch.equal(a, b)` returns a Python bool, so on a GPU it reads "
+                "`(a == b).all()` back to the host and waits. `(a == b).all()` is the same "
+                "answer as a device tensor: keep it there, combine it with `torch.where`, or "
+                "read it only when you log. Where the shapes may differ, compare them first "
+                "(`a.shape == b.shape` reads nothing)."
+            ),
+            before="if not torch.equal(pred, target):\n    mismatches += 1\n",
+            after="mismatches += (pred != target).any()  # a device tensor (same shapes)\n",
         ),
     ),
     # Operators that read a value back inside when an argument is left out (the number of

@@ -359,6 +359,11 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                 continue
             if any(nodes[j].name in LATENT_CPU_ONLY_READS for j in thread.ancestors(i)[1:]):
                 continue
+            if node.name in catalogue.SCALAR_OPS and any(
+                nodes[j].name in catalogue.LATENT_CPU_ONLY_SCALAR_READS
+                for j in thread.ancestors(i)[1:]
+            ):
+                continue
             outer = _outermost_op(thread, i)
             episode = by_outer.get(outer)
             if episode is not None:

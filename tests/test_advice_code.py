@@ -107,3 +107,14 @@ def test_the_fixes_for_arguments_left_out_give_the_same_results() -> None:
     histc = _op_advice("aten::histc")
     x = torch.tensor([-4.0, -1.0, 0.5, 4.0])  # its own range is the one the fix passes
     assert torch.equal(_run(histc.before, x=x)["hist"], _run(histc.after, x=x)["hist"])
+
+
+def test_the_equal_fix_counts_the_mismatches_torch_equal_counted() -> None:
+    advice = _op_advice("aten::equal")
+    for pred, target in (
+        (torch.tensor([1, 2]), torch.tensor([1, 2])),
+        (torch.tensor([1, 2]), torch.tensor([1, 3])),
+    ):
+        before = _run(advice.before, pred=pred, target=target, mismatches=0)["mismatches"]
+        after = _run(advice.after, pred=pred, target=target, mismatches=0)["mismatches"]
+        assert int(after) == before

@@ -23,7 +23,9 @@ RECORDED = {
     for row in json.loads((HERE / "first_calls.json").read_text(encoding="utf-8"))
 }
 CUBLAS_TITLE = "cuBLAS setting itself up in its first matrix multiply"
+ROCBLAS_TITLE = CUBLAS_TITLE.replace("cuBLAS", "rocBLAS")
 CUDNN_TITLE = "cuDNN setting itself up on its first call"
+MIOPEN_TITLE = CUDNN_TITLE.replace("cuDNN", "MIOpen")
 ALLOCATOR_TITLE = catalogue.kind(catalogue.ALLOCATOR_SYNC).advice.title
 SCRIPT = (HERE / "record_first_calls.py").read_text(encoding="utf-8").splitlines()
 
@@ -164,7 +166,8 @@ CONV = ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_
         ([(LINEAR, ("cudaMalloc", "cudaFree"))], CUBLAS_TITLE),
         ([(LINEAR, ("cudaFree", "cudaMemcpy"))], CUBLAS_TITLE),
         ([(LINEAR, ("cuMemAlloc_v2", "cuMemFree_v2"))], CUBLAS_TITLE),
-        ([(["aten::matmul", "aten::mm"], ("hipMalloc", "hipFree"))], CUBLAS_TITLE),
+        # (On ROCm the library is named as ROCm names it.)
+        ([(["aten::matmul", "aten::mm"], ("hipMalloc", "hipFree"))], ROCBLAS_TITLE),
         # cuDNN's: a free and pinned host memory, forward and (below a clone) backward.
         ([(CONV, ("cudaMalloc", "cudaFree", "cudaHostAlloc"))], CUDNN_TITLE),
         (
@@ -178,7 +181,7 @@ CONV = ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_
         ),
         (
             [(["aten::conv2d", "aten::miopen_convolution"], ("hipFree", "hipHostMalloc"))],
-            CUDNN_TITLE,
+            MIOPEN_TITLE,
         ),
         # A structured kernel's output allocated with no aten::empty under it (a cache
         # miss: shapes that change), and the output's aten::empty: the allocator's.

@@ -323,3 +323,49 @@ def test_ops_that_read_back_when_an_argument_is_left_out_say_to_pass_it(tmp_path
     assert titles[ONE_HOT_LINE] == "Pass num_classes to one_hot"
     assert titles[HISTC_LINE] == "Pass min and max to histc"
     assert HISTC_LINE + 1 not in titles
+
+
+CPU_ONLY_READS = """\
+import torch
+
+
+def train_step(x, step):
+    y = x.clone()
+    mask = y > 0
+    y[mask] = 0
+    spread = x.std() + x.var()
+    picks = torch.multinomial(torch.softmax(x[0], 0), 2)
+    same = torch.equal(x, x.clone())
+    counts = torch.bincount((x[0] > 0).long())
+    return y, spread, picks, same, counts
+"""
+EQUAL_LINE, BINCOUNT_LINE = 10, 11
+
+
+def test_reads_only_a_cpu_kernel_makes_are_no_latent_syncs_and_gpu_only_reads_are(tmp_path):
+    """``x[mask] = 0`` (a masked_fill of a host number on CUDA), ``std``/``var`` and
+    ``multinomial`` read a scalar on the CPU only: they were listed as latent syncs. And
+    ``torch.equal`` and ``torch.bincount``, which read back on CUDA only, were missing."""
+    report = _profiled_report(tmp_path, "cpu_only_reads", CPU_ONLY_READS)
+    lines = {s.line: s for s in report.latent_sites}
+    assert sorted(lines) == [EQUAL_LINE, BINCOUNT_LINE], {k: v.ops for k, v in lines.items()}
+    assert lines[EQUAL_LINE].line_exact and lines[BINCOUNT_LINE].line_exact
+    assert lines[EQUAL_LINE].advice["title"].startswith("Compare on the device")
+    assert lines[BINCOUNT_LINE].advice["title"].startswith("Count with scatter_add_")
+
+
+MAX_BACKWARD = """\
+import torch
+
+
+def train_step(x, step):
+    w = x.clone().requires_grad_(True)
+    w.max().backward()
+    return w.grad
+"""
+
+
+def test_the_backward_of_a_full_max_reads_nothing_on_a_gpu(tmp_path):
+    """``evenly_distribute_backward`` reads ``isnan`` on the CPU only."""
+    report = _profiled_report(tmp_path, "max_backward", MAX_BACKWARD)
+    assert report.latent_sites == []

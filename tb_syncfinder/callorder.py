@@ -239,9 +239,18 @@ class _Builder:
             return self.emit(s, "binop", node, opt)
         if isinstance(node, ast.Compare):
             s = self.expr(node.left, s, opt)
-            for comparator in node.comparators:
+            if len(node.comparators) == 1:
+                return self.expr(node.comparators[0], s, opt)
+            # A chain (``0 < t < 1``) takes the truth of each comparison but the last, and
+            # stops at the first false one, as ``and`` does.
+            join = self.a.new()
+            for i, comparator in enumerate(node.comparators):
                 s = self.expr(comparator, s, opt)
-            return s
+                if i < len(node.comparators) - 1:
+                    s = self.emit(s, "truth", node, opt)
+                    self.link(s, join)  # short circuit
+            self.link(s, join)
+            return join
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 s = self.expr(child, s, opt)
@@ -439,6 +448,11 @@ def _line_of(kind: str, node: ast.AST) -> int:
     if kind == "truth" or isinstance(node, ast.withitem):
         expr = node.context_expr if isinstance(node, ast.withitem) else node
         return expr.lineno  # type: ignore[attr-defined]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        # A method call's line is its name's (Python 3.11 on: the line tracebacks and the
+        # profiler record), not where a chain split over lines starts:
+        # ``y.abs()`` / ``.sum()`` / ``.item()`` is at ``.item()``'s line.
+        return node.func.end_lineno or node.lineno
     return node.lineno  # type: ignore[attr-defined]
 
 

@@ -73,7 +73,8 @@ def test_calls_in_one_statement_follow_evaluation_order_not_line_order():
                 y.item(),
             ).item()
         """
-    assert _lines(args, (N, N, N)) == [[3], [4], [2]]
+    # The method's own line: ``).item()``, where Python (3.11 on) and the profiler put it.
+    assert _lines(args, (N, N, N)) == [[3], [4], [5]]
 
 
 def test_a_loop_repeats_its_body_any_number_of_times():
@@ -185,3 +186,32 @@ def test_comprehensions_run_their_calls_any_number_of_times():
             return xs[0].item()
         """
     assert _lines(source, (N, N, N)) == [[2], [2], [3]]
+
+
+def test_a_method_chain_split_over_lines_is_at_the_methods_line_and_a_chained_compare_has_truths():
+    """``y.abs()`` / ``.sum()`` / ``.item()`` over three lines was named at the chain's first
+    line (Python records ``.item()``'s); ``0 < t < 1`` takes the truth of ``0 < t`` before
+    going on, which the model had none of (its truth went to another ``if``)."""
+    chain = """\
+        def f(y):
+            v = (
+                y.abs()
+                .sum()
+                .item()
+            )
+        """
+    assert _lines(chain, (N,)) == [[5]]
+    compare = """\
+        def f(t, step):
+            if step >= 0:
+                pass
+            if 0 < t < 1:
+                pass
+        """
+
+    def any_truth(kind, node):  # each truth may read a tensor, or a number (no sync)
+        return (N, True) if kind == "truth" else (None, False)
+
+    # Two truths seen: both at the chain's line, or one at ``if step >= 0`` first. The
+    # model without the chain's own truth could only say (2, 4), named exact.
+    assert _lines(compare, (N, N), any_truth) == [[2, 4], [4]]

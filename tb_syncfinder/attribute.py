@@ -793,14 +793,18 @@ class Attributor:
                     if position is not None
                     else None
                 )
-            if frames[level - 1][1].file != "<built-in>" and op >= 0:
+            called = frames[level - 1][1]
+            if called.file != "<built-in>" and op >= 0 and not _is_dunder(called.func):
                 # A Python function whose frames carry another name than the one called
                 # (torch.unique runs as boolean_dispatch's ``fn``): the names that usually
                 # run the operator, except those the trace shows as built-in calls (a
                 # ``.item()`` in the user's code would have its own built-in frame), and
                 # never an evaluation point without a frame: the frame was called
                 # (``Normal(loc, scale, validate_args=not fixed)`` syncs in ``__init__``,
-                # not at ``not fixed``).
+                # not at ``not fixed``). Not for a special method, which syntax calls
+                # (``3.0 in t`` runs ``__contains__``, ``str(t)`` ``__repr__``): the source
+                # names no call of it, and another call of those names (a ``float(step)``)
+                # would be taken for it, exact.
                 builtins = self.builtin_names()
                 chain = [thread.nodes[i].name for i in op_chain(thread, op)]
                 first = observed[named] if len(observed) > named else None
@@ -1112,3 +1116,7 @@ __all__ = [
     "parse_frame",
     "OP",
 ]
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")

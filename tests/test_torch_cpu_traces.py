@@ -369,3 +369,26 @@ def test_the_backward_of_a_full_max_reads_nothing_on_a_gpu(tmp_path):
     """``evenly_distribute_backward`` reads ``isnan`` on the CPU only."""
     report = _profiled_report(tmp_path, "max_backward", MAX_BACKWARD)
     assert report.latent_sites == []
+
+
+SYNTAX_CALLS = """\
+import torch
+
+
+def train_step(x, step):
+    lr = float(step)
+    y = x * lr
+    hit = 3.0 in y
+    return hit
+"""
+FLOAT_LINE, CONTAINS_LINE = 5, 7
+
+
+def test_a_special_method_called_by_syntax_is_not_named_at_another_call(tmp_path):
+    """``3.0 in y`` runs ``Tensor.__contains__``, whose item() was named exact at the one
+    ``float(step)`` of the function: a call of one of the names an item() is usually made
+    by, but a Python number's."""
+    report = _profiled_report(tmp_path, "syntax_calls", SYNTAX_CALLS)
+    named = [(s.line, s.line_exact) for s in report.latent_sites]
+    assert (FLOAT_LINE, True) not in named, named
+    assert named, "the read-back is still listed"

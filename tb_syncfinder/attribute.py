@@ -1022,7 +1022,9 @@ class Attributor:
             or (not stack and self.is_profiler_stop(episode)),
         )
         link = self.forward_of(thread, op_nodes)
-        if link is not None:
+        # A backward the user wrote (a custom Function's ``backward``, a module's backward
+        # hook) syncs at its own line: the forward call is where it came from, not the line.
+        if link is not None and not _user_code_inside(thread, located, link[0]):
             self._attach_forward(attribution, thread, link)
         return attribution
 
@@ -1120,3 +1122,12 @@ __all__ = [
 
 def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _user_code_inside(thread: HostThread, located: list[tuple[int, Frame]], op: int) -> bool:
+    """Whether a user frame of ``located`` ran inside operator ``op`` (its own Python)."""
+    start, end = thread.starts[op], thread.ends[op]
+    return any(
+        frame.user and i >= 0 and start <= thread.starts[i] and thread.ends[i] <= end
+        for i, frame in located
+    )

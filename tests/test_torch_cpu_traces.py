@@ -392,3 +392,36 @@ def test_a_special_method_called_by_syntax_is_not_named_at_another_call(tmp_path
     named = [(s.line, s.line_exact) for s in report.latent_sites]
     assert (FLOAT_LINE, True) not in named, named
     assert named, "the read-back is still listed"
+
+
+CUSTOM_BACKWARD = """\
+import torch
+
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.seen = g.abs().max().item()
+        return g * 2
+
+
+def train_step(x, step):
+    w = x.clone().requires_grad_(True)
+    out = Scale.apply(w).pow(2).mean()
+    out.backward()
+    return w.grad
+"""
+BACKWARD_ITEM_LINE, APPLY_LINE = 11, 17
+
+
+def test_a_sync_in_a_backward_the_user_wrote_is_at_its_own_line(tmp_path):
+    """A custom Function's backward reads ``.item()``: it was named at the forward
+    ``Scale.apply`` line, exact, the real line only under "run by"."""
+    report = _profiled_report(tmp_path, "custom_backward", CUSTOM_BACKWARD)
+    named = {(s.line, s.line_exact) for s in report.latent_sites}
+    assert (BACKWARD_ITEM_LINE, True) in named, named
+    assert all(line != APPLY_LINE for line, _exact in named), named

@@ -604,6 +604,11 @@ class Attributor:
             self._builtin_names = frozenset(m.group(1) for m in found if m and m.group(1))
         return self._builtin_names
 
+    def _builtins_called(self, thread: HostThread, index: int) -> frozenset[str]:
+        """Names of the built-ins frame ``index`` called itself (its children)."""
+        found = (_BUILTIN_RE.match(thread.nodes[k].name) for k in self._kids(thread, index))
+        return frozenset(m.group(1) for m in found if m and m.group(1))
+
     def _kids(self, thread: HostThread, index: int) -> list[int]:
         """Python children of a frame in time order, ``nn.Module: X`` entries opened up (they
         stand in for the module's ``_wrapped_call_impl`` frame). Kept per frame (never to
@@ -805,7 +810,10 @@ class Attributor:
                 # (``3.0 in t`` runs ``__contains__``, ``str(t)`` ``__repr__``): the source
                 # names no call of it, and another call of those names (a ``float(step)``)
                 # would be taken for it, exact.
-                builtins = self.builtin_names()
+                # Only the built-ins this frame called itself: ``torch.unique_consecutive``
+                # calls its built-in from torch's own Python, and a trace-wide list dropped
+                # the name, leaving ``unique`` to match another line (a dead branch's).
+                builtins = self._builtins_called(thread, index)
                 chain = [thread.nodes[i].name for i in op_chain(thread, op)]
                 first = observed[named] if len(observed) > named else None
                 for group in callee_groups(None, chain):

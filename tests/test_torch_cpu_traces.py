@@ -425,3 +425,26 @@ def test_a_sync_in_a_backward_the_user_wrote_is_at_its_own_line(tmp_path):
     named = {(s.line, s.line_exact) for s in report.latent_sites}
     assert (BACKWARD_ITEM_LINE, True) in named, named
     assert all(line != APPLY_LINE for line, _exact in named), named
+
+
+UNIQUE_CONSECUTIVE = """\
+import torch
+
+
+def train_step(x, step):
+    runs = torch.unique_consecutive((x[0] > 0).long())
+    if step < 0:
+        kinds = torch.unique(x)
+        return kinds
+    return runs
+"""
+CONSECUTIVE_LINE, DEAD_UNIQUE_LINE = 5, 7
+
+
+def test_unique_consecutive_is_at_its_own_line_not_a_dead_branchs_unique(tmp_path):
+    """torch.unique_consecutive runs its built-in from torch's own Python; the built-in's
+    name, seen in the trace, was dropped from what the line is matched by, and the
+    ``torch.unique`` of a branch that never ran was named, exact."""
+    report = _profiled_report(tmp_path, "unique_consecutive", UNIQUE_CONSECUTIVE)
+    named = {(s.line, s.line_exact) for s in report.latent_sites}
+    assert named == {(CONSECUTIVE_LINE, True)}, named

@@ -941,6 +941,8 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
         for call in ast.walk(test):
             if isinstance(call, ast.Call):
                 func = call.func
+                if isinstance(func, ast.Name) and func.id in _PLAIN_VALUE_BUILTINS:
+                    continue  # ``if any(flags):`` tests a Python bool: never the sync
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 called_here.add(name)
     if any(not names.get(line) for line in lines):
@@ -950,6 +952,28 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
 
 
 _TRUTH_TESTED = (ast.If, ast.While, ast.IfExp, ast.Assert)
+# Python's built-in functions whose result is a plain Python value, never a tensor: a test
+# of one reads nothing back (``if any(flags):`` beside ``if float(step) >= 0 and t:``,
+# whose frameless ``float`` left ``any`` the last call seen before ``t``'s truth).
+_PLAIN_VALUE_BUILTINS = frozenset(
+    {
+        "any",
+        "all",
+        "len",
+        "isinstance",
+        "issubclass",
+        "callable",
+        "hasattr",
+        "bool",
+        "int",
+        "float",
+        "str",
+        "repr",
+        "type",
+        "id",
+        "hash",
+    }
+)
 
 
 # The suffix index's mark that the roots were walked (no file is named this).

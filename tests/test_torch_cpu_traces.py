@@ -448,3 +448,29 @@ def test_unique_consecutive_is_at_its_own_line_not_a_dead_branchs_unique(tmp_pat
     report = _profiled_report(tmp_path, "unique_consecutive", UNIQUE_CONSECUTIVE)
     named = {(s.line, s.line_exact) for s in report.latent_sites}
     assert named == {(CONSECUTIVE_LINE, True)}, named
+
+
+PLAIN_ANY = """\
+import torch
+
+
+def train_step(x, step):
+    flags = [step > 0, step > 1]
+    a = (x > -1e9).all()
+    if any(flags):
+        pass
+    if float(step) >= 0 and a:
+        return x
+    return x
+"""
+PLAIN_ANY_LINE, TENSOR_TRUTH_LINE = 7, 9
+
+
+def test_a_test_of_pythons_any_is_not_taken_for_a_tensors_truth(tmp_path):
+    """``if any(flags):`` (Python's any, a Python bool) was named exact for the truth of
+    the tensor ``a`` two lines below: any was the last call the trace saw before it."""
+    report = _profiled_report(tmp_path, "plain_any", PLAIN_ANY)
+    truths = [s for s in report.latent_sites if s.kind == "scalar_readback"]
+    assert truths, [(s.line, s.ops) for s in report.latent_sites]
+    assert all((s.line, s.line_exact) != (PLAIN_ANY_LINE, True) for s in truths)
+    assert any(s.line == TENSOR_TRUTH_LINE or TENSOR_TRUTH_LINE in s.candidates for s in truths)

@@ -680,14 +680,16 @@ LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS | READING_OPS
 # sync detector warn (docs/validation.md, section 11).
 LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve", "aten::cholesky_inverse"})
 # Operators whose CPU kernels read a scalar (``aten::item``) where their CUDA kernels read
-# none, though other triggers inside them are real (``x[mask] = other[mask]`` runs nonzero
-# on both): ``x[mask] = 0`` is a ``masked_fill_`` of a host number on CUDA; ``std``/``var``
-# over all elements read the mean on the CPU only; ``_assert_async`` (``torch.multinomial``)
-# asserts on the device; the backward of ``max()``, ``min()``, ``median()`` and
-# ``nanmedian()`` (``evenly_distribute_backward``) reads ``isnan`` on the CPU only.
+# none, though other triggers inside them would be real: ``std``/``var`` over all elements
+# read the mean on the CPU only; ``_assert_async`` (``torch.multinomial``) asserts on the
+# device; the backward of ``max()``, ``min()``, ``median()`` and ``nanmedian()``
+# (``evenly_distribute_backward``) reads ``isnan`` on the CPU only. (``x[mask] = 0``, a
+# ``masked_fill_`` of a host number on CUDA, is told apart in ``detect`` by the number
+# lifted just before it: ``x[mask] = t`` of a device tensor runs nonzero there.)
+INDEX_PUT_IMPL = "aten::_index_put_impl_"
+LIFTED_NUMBER = "aten::lift_fresh"
 LATENT_CPU_ONLY_SCALAR_READS = frozenset(
     {
-        "aten::_index_put_impl_",
         "aten::std",
         "aten::var",
         "aten::_assert_async",

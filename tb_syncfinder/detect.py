@@ -33,8 +33,10 @@ from tb_syncfinder.catalogue import (
     ASYNC_COPY_APIS,
     BLOCKING_SYNC_RECORDS,
     COPY_OPS,
+    INDEX_PUT_IMPL,
     LATENT_CPU_ONLY_READS,
     LATENT_TRIGGERS,
+    LIFTED_NUMBER,
     NON_BLOCKING_APIS,
     OP_KINDS,
     SYNC_COPY_APIS,
@@ -359,9 +361,12 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                 continue
             if any(nodes[j].name in LATENT_CPU_ONLY_READS for j in thread.ancestors(i)[1:]):
                 continue
-            if node.name in catalogue.SCALAR_OPS and any(
-                nodes[j].name in catalogue.LATENT_CPU_ONLY_SCALAR_READS
-                for j in thread.ancestors(i)[1:]
+            if node.name in catalogue.SCALAR_OPS and (
+                any(
+                    nodes[j].name in catalogue.LATENT_CPU_ONLY_SCALAR_READS
+                    for j in thread.ancestors(i)[1:]
+                )
+                or _assigns_a_host_number(thread, i)
             ):
                 continue
             outer = _outermost_op(thread, i)
@@ -486,3 +491,26 @@ def unjudged_uploads(
             count += 1
             host_us += e.dur
     return count, host_us
+
+
+def _assigns_a_host_number(thread: HostThread, i: int) -> bool:
+    """Whether the read ``i`` is inside an indexed assignment of a Python number
+    (``x[mask] = 0``): its ``index_put_`` follows the number's ``aten::lift_fresh`` (with an
+    ``aten::to`` between for an int). On CUDA that is a ``masked_fill_`` of a host number,
+    no read; ``x[mask] = t`` of a tensor lifts nothing, and runs ``nonzero`` there."""
+    nodes = thread.nodes
+    ancestors = thread.ancestors(i)
+    if not any(nodes[j].name == INDEX_PUT_IMPL for j in ancestors):
+        return False
+    outer = _outermost_op(thread, i)  # the index_put_ of the assignment
+    parent = thread.parent[outer]
+    seen = 0
+    for k in range(outer - 1, -1, -1):
+        if thread.parent[k] != parent:
+            continue  # inside an earlier sibling
+        if nodes[k].name == LIFTED_NUMBER:
+            return True
+        seen += 1
+        if seen >= 2 or nodes[k].name not in ("aten::to", "aten::_to_copy"):
+            return False
+    return False

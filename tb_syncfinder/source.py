@@ -933,18 +933,23 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
     a lambda ``<lambda>``, a decorated function its wrapper), so when no test calls it, or
     a test calls nothing (``if t:``, which may be the one), every line stays."""
     names: dict[int, set[str]] = {}
+    plain: dict[int, bool] = {}
     for node in ast.walk(scope):
         test = getattr(node, "test", None) if isinstance(node, _TRUTH_TESTED) else None
         if test is None or test.lineno not in lines:
             continue
+        plain[test.lineno] = plain.get(test.lineno, True) and _plain_test(test)
         called_here = names.setdefault(test.lineno, set())
         for call in ast.walk(test):
             if isinstance(call, ast.Call):
                 func = call.func
-                if isinstance(func, ast.Name) and func.id in _PLAIN_VALUE_BUILTINS:
-                    continue  # ``if any(flags):`` tests a Python bool: never the sync
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                 called_here.add(name)
+    # A test of Python values only (``if isinstance(out, tuple):``, ``if any(flags):``,
+    # ``if len(y.shape) == 2:``) reads no tensor: never the truth that synced.
+    tensorish = [line for line in lines if not plain.get(line, False)]
+    if tensorish and len(tensorish) < len(lines):
+        lines = tensorish
     if any(not names.get(line) for line in lines):
         return lines  # a test of a plain name may be the one: no evidence against it
     kept = [line for line in lines if called in names[line]]
@@ -953,8 +958,9 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
 
 _TRUTH_TESTED = (ast.If, ast.While, ast.IfExp, ast.Assert)
 # Python's built-in functions whose result is a plain Python value, never a tensor: a test
-# of one reads nothing back (``if any(flags):`` beside ``if float(step) >= 0 and t:``,
-# whose frameless ``float`` left ``any`` the last call seen before ``t``'s truth).
+# made of them reads nothing back (``if any(flags):`` beside ``if float(step) >= 0 and t:``,
+# whose frameless ``float`` left ``any`` the last call seen before ``t``'s truth). Not
+# ``bool``: ``if bool(t):`` is a tensor's truth.
 _PLAIN_VALUE_BUILTINS = frozenset(
     {
         "any",
@@ -964,7 +970,6 @@ _PLAIN_VALUE_BUILTINS = frozenset(
         "issubclass",
         "callable",
         "hasattr",
-        "bool",
         "int",
         "float",
         "str",
@@ -974,6 +979,25 @@ _PLAIN_VALUE_BUILTINS = frozenset(
         "hash",
     }
 )
+
+
+def _plain_test(test: ast.expr) -> bool:
+    """Whether a truth test is made only of those built-ins' results and constants, joined
+    by ``and``/``or``/``not`` and comparisons: no name, attribute or other call whose value
+    may be a tensor."""
+    if isinstance(test, ast.BoolOp):
+        return all(_plain_test(value) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _plain_test(test.operand)
+    if isinstance(test, ast.Compare):
+        return all(_plain_test(part) for part in (test.left, *test.comparators))
+    if isinstance(test, ast.Constant):
+        return True
+    return (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id in _PLAIN_VALUE_BUILTINS
+    )
 
 
 # The suffix index's mark that the roots were walked (no file is named this).
@@ -1137,15 +1161,20 @@ class SourceResolver:
     def _in_another_run(self, folder: str) -> bool:
         """Whether ``folder`` (neither the trace's folder nor above it) is, or is inside, a
         run's folder below the root it is under: one that holds trace files or torch_npu
-        worker folders itself (``run_a/train.py`` beside ``run_a/*.pt.trace.json``). Not a
-        folder whose subfolder holds them: ``scripts/train.py`` beside ``scripts/log/``, an
-        earlier ``tensorboard_trace_handler("./log")``, is the project's script."""
+        worker folders itself (``run_a/train.py`` beside ``run_a/*.pt.trace.json``), or in
+        a subfolder named as the trace's own folder (``run_a/profile/`` for a trace in
+        ``run_b/profile/``: the same layout). Not ``scripts/train.py`` beside a
+        ``scripts/log/`` of old traces (an earlier ``tensorboard_trace_handler("./log")``):
+        the project's script."""
         root = max((r for r in self.roots if _is_within(folder, r)), key=len, default=None)
         if root is None:
             return False
         trace_dir = self._trace_dir or ""
+        layout = os.path.basename(trace_dir)
         while folder != root and not _is_within(trace_dir, folder):
-            if self._holds_traces(folder):
+            if self._holds_traces(folder) or (
+                layout and self._holds_traces(os.path.join(folder, layout))
+            ):
                 return True
             parent = os.path.dirname(folder)
             if parent == folder:

@@ -744,6 +744,12 @@ def test_the_only_copy_of_a_script_is_not_taken_for_a_run_it_was_not_archived_wi
     (tmp_path / "run_a" / "host_1_ascend_pt").mkdir()
     again = SourceResolver([str(tmp_path)]).beside(str(tmp_path / "run_b" / "profile" / "x.json"))
     assert again.find_file("/cluster/job/train.py") is None
+    # Its traces in a folder of its own named as this trace's (the same layout): the same.
+    (tmp_path / "run_a" / "host_1_ascend_pt").rmdir()
+    (tmp_path / "run_a" / "profile" / "w.pt.trace.json").write_text("[]")
+    mirrored = SourceResolver([str(tmp_path)])
+    view = mirrored.beside(str(tmp_path / "run_b" / "profile" / "w.pt.trace.json"))
+    assert view.find_file("/cluster/job/train.py") is None
     # Without a trace to place it (a resolver of no run), the single file is taken.
     assert SourceResolver([str(tmp_path)]).find_file("/cluster/job/train.py") is not None
     # The project's script beside a folder of old traces of its own: taken.
@@ -779,6 +785,7 @@ def test_a_line_whose_only_file_is_another_runs_says_so(tmp_path, capsys):
     assert main(["report", str(trace), "--source-root", str(tmp_path)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "lies in another run's folder" in text and "was not found" not in text
+    assert str(tmp_path / "run_a" / "train.py") in text
 
 
 def test_a_trace_stored_as_a_symlink_keeps_its_runs_copy(tmp_path):

@@ -474,3 +474,49 @@ def test_a_test_of_pythons_any_is_not_taken_for_a_tensors_truth(tmp_path):
     assert truths, [(s.line, s.ops) for s in report.latent_sites]
     assert all((s.line, s.line_exact) != (PLAIN_ANY_LINE, True) for s in truths)
     assert any(s.line == TENSOR_TRUTH_LINE or TENSOR_TRUTH_LINE in s.candidates for s in truths)
+
+
+GUARDED_ANY = """\
+import torch
+
+
+def train_step(x, step):
+    y = x * 2
+    out = (y,)
+    if isinstance(out, tuple):
+        y = out[0]
+    if y.any():
+        return y
+    return x
+"""
+GUARD_LINE, TENSOR_ANY_LINE = 7, 9
+
+
+def test_a_guard_of_python_values_beside_a_tensors_test_leaves_it_exact(tmp_path):
+    """``if isinstance(out, tuple):`` reads no tensor: ``if y.any():`` is the truth, exact
+    (a first version of the rule for Python's any made both lines candidates)."""
+    report = _profiled_report(tmp_path, "guarded_any", GUARDED_ANY)
+    named = {(s.line, s.line_exact) for s in report.latent_sites}
+    assert (TENSOR_ANY_LINE, True) in named, named
+
+
+MASKED_ASSIGNS = """\
+import torch
+
+
+def train_step(x, step):
+    y = x.clone()
+    y[y > 0] = 0
+    t = x.mean()
+    y[x > 0] = t
+    return y
+"""
+NUMBER_ASSIGN_LINE, TENSOR_ASSIGN_LINE = 6, 8
+
+
+def test_a_masked_assignment_of_a_number_is_no_latent_sync_but_of_a_tensor_is(tmp_path):
+    """``y[mask] = 0`` is a masked_fill_ of a host number on CUDA: no read (it was listed);
+    ``y[mask] = t`` of a device tensor runs nonzero there (a first version hid it too)."""
+    report = _profiled_report(tmp_path, "masked_assigns", MASKED_ASSIGNS)
+    lines = {s.line for s in report.latent_sites}
+    assert NUMBER_ASSIGN_LINE not in lines and TENSOR_ASSIGN_LINE in lines, lines

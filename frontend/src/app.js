@@ -40,9 +40,8 @@ import { chooseTheme } from "./theme.js";
 
 /** The parts of the view state whose change is a move Back returns from (`setState`). */
 const NAVIGATION_KEYS = Object.freeze(["run", "worker", "span", "view", "base", "site", "step"]);
-// The keys the pickers set (run, worker, span, baseline), and how soon after one change
-// another counts as the same burst of arrow presses: one history entry for them all.
-const PICKER_KEYS = Object.freeze(["run", "worker", "span", "base"]);
+// How soon after a picker's change (run, worker, span, baseline) another counts as the same
+// burst of arrow presses: one history entry for them all.
 const PICK_BURST_MS = 1000;
 
 /** How often the runs list is polled: fast while the plugin is still loading traces. */
@@ -278,8 +277,10 @@ export class App {
    * Change the view state, write it to the location hash (replace: no history spam for
    * every keystroke) and re-render.
    * @param {Partial<ViewState>} patch
+   * @param {{picked?: boolean}} [options] `picked`: a picker's own change (a burst of them is
+   *   one history entry)
    */
-  setState(patch) {
+  setState(patch, { picked: picked_ = false } = {}) {
     // A move to another place (run, worker, view, site, step) is a history entry, so that
     // Back returns to the run and site before it and not out of the tab; a sort, a filter
     // typed, an occurrence picked replace the current one.
@@ -294,9 +295,9 @@ export class App {
     // Arrow keys on a closed picker change it at every press: one history entry for the
     // burst (Back then returns to the run before it, not through each run passed over).
     const now = Date.now();
-    // A picker's change is one that changes a picker's key (a row or bar click that only
-    // resets the worker is none).
-    const picked = moved && PICKER_KEYS.some((key) => key in patch && /** @type {any} */ (patch)[key] !== /** @type {any} */ (this.state)[key] && /** @type {any} */ (patch)[key] !== null);
+    // A picker's change (its select's own handler says so; a row or bar click that resets
+    // the worker is none), to "all workers" or "no baseline" too.
+    const picked = moved && picked_;
     const burst = picked && this.lastPick !== null && now - this.lastPick < PICK_BURST_MS;
     this.lastPick = picked ? now : null;
     const push = moved && !burst;
@@ -543,8 +544,10 @@ export class App {
       this.viewEl.removeAttribute("aria-busy");
       if (this.pendingFocus === pending) this.pendingFocus = null;
       restoreFocus(focus);
+      if (this.state.view === "compare" || !this.state.site) this.revealDetail = false;
       if (this.state.view !== "compare" && this.state.site) {
         const panel = this.viewEl.querySelector(".sa-detail-slot");
+        if (!panel) this.revealDetail = false;
         // The focus was inside the detail (an occurrence's row): back there once it is drawn.
         if (panel) {
           const reveal = this.revealDetail;
@@ -566,6 +569,9 @@ export class App {
             restoreFocus(focus);
             // The panel is drawn anew, scrolled to its top: show the row focused in it.
             if (panel.contains(document.activeElement)) document.activeElement?.scrollIntoView({ block: "nearest" });
+          }, () => {
+            // Failed to draw: no later, unrelated detail is to be scrolled to.
+            if (gen === this.renderGen) this.revealDetail = false;
           });
         }
       }
@@ -640,14 +646,17 @@ export class App {
         id: "sa-run",
         "data-focus-key": "run",
         onchange: (/** @type {Event} */ e) =>
-          this.setState({
-            run: /** @type {HTMLSelectElement} */ (e.target).value,
-            worker: null,
-            span: null,
-            site: null,
-            sync: null,
-            step: null,
-          }),
+          this.setState(
+            {
+              run: /** @type {HTMLSelectElement} */ (e.target).value,
+              worker: null,
+              span: null,
+              site: null,
+              sync: null,
+              step: null,
+            },
+            { picked: true },
+          ),
       },
       runs.map((/** @type {any} */ r) =>
         h(
@@ -665,7 +674,7 @@ export class App {
         disabled: workers.length === 0,
         onchange: (/** @type {Event} */ e) => {
           const v = /** @type {HTMLSelectElement} */ (e.target).value;
-          this.setState({ worker: v || null, span: null, site: null, sync: null, step: null });
+          this.setState({ worker: v || null, span: null, site: null, sync: null, step: null }, { picked: true });
         },
       },
       h("option", { value: "" }, workers.length > 1 ? `All workers (${workers.length})` : "All workers"),
@@ -687,7 +696,7 @@ export class App {
                 "data-focus-key": "span",
                 onchange: (/** @type {Event} */ e) => {
                   const v = /** @type {HTMLSelectElement} */ (e.target).value;
-                  this.setState({ span: v || null, site: null, sync: null, step: null });
+                  this.setState({ span: v || null, site: null, sync: null, step: null }, { picked: true });
                 },
               },
               h("option", { value: "" }, "All spans"),

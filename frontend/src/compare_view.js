@@ -51,7 +51,7 @@ export async function renderCompare(ctx) {
       {
         id: "sa-base",
         "data-focus-key": "base",
-        onchange: (/** @type {Event} */ e) => app.setState({ base: /** @type {HTMLSelectElement} */ (e.target).value || null }),
+        onchange: (/** @type {Event} */ e) => app.setState({ base: /** @type {HTMLSelectElement} */ (e.target).value || null }, { picked: true }),
       },
       h("option", { value: "", selected: !base }, "Pick a baseline…"),
       others.map((/** @type {any} */ r) => h("option", { value: r.name, selected: r.name === base }, runOptionLabel(r))),

@@ -531,7 +531,11 @@ def _site_table(
     resolved = _resolved_sites(data)
     reasons = dict.fromkeys(r for r in (_inexact_reason(s, resolved) for s in shown) if r)
     for reason in reasons:
-        lines.extend(wrap("* " + _INEXACT_REASONS[reason], width, "", "  "))
+        text = _INEXACT_REASONS[reason]
+        if reason == "other_run":
+            copy = next((s["other_run_copy"] for s in shown if s.get("other_run_copy")), None)
+            text += f": {copy}" if copy else ""
+        lines.extend(wrap("* " + text, width, "", "  "))
     if not latent and any(s.get("gpu_idle_measured") is False for s in shown):
         lines.extend(wrap(_IDLE_UNREAD_NOTE, width, "", "  "))
     if not latent and shown:

@@ -784,7 +784,11 @@ class Attributor:
                     else None
                 )
             named = len(groups)  # the groups of frame names start here
-            for depth in range(min(len(path), _MAX_CALL_DEPTH)):
+            # Below a special method run by syntax (``3.0 in t`` runs ``__contains__``,
+            # which calls ``.item()``) the source has no call of the deeper names: they
+            # would match another line's (``t.sum().item()``), exact.
+            depths = 1 if _is_dunder(path[0]) else min(len(path), _MAX_CALL_DEPTH)
+            for depth in range(depths):
                 names = tuple(path[: depth + 1])
                 if names == ("__init__",):
                     # A class called: the source calls it by the class's name, which only

@@ -30,10 +30,11 @@ N = "N"  # one of the calls looked for
 P = "P"  # the profiler's step() call
 
 # What an evaluation point is: a call, a subscript read or write, an implicit truth test, an
-# f-string field's __format__, a binary operation, a for loop's __iter__ / __next__, a with
-# item's __enter__ / __exit__. A matcher turns (kind, node) into (label, optional): the label
-# is None (nothing observable), a token, or a tuple of tokens when the point may show as any
-# one of them (a subscript may run aten::index, or __index__ on a list).
+# f-string field's __format__, an ``in`` test's __contains__, a binary operation, a for
+# loop's __iter__ / __next__, a with item's __enter__ / __exit__. A matcher turns (kind,
+# node) into (label, optional): the label is None (nothing observable), a token, or a tuple
+# of tokens when the point may show as any one of them (a subscript may run aten::index, or
+# __index__ on a list).
 Matcher = Callable[[str, ast.AST], "tuple[str | tuple[str, ...] | None, bool]"]
 
 _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -163,6 +164,12 @@ class _Builder:
     def link(self, s: int, t: int) -> None:
         self.a.eps[s].append(t)
 
+    def contains(self, s: int, op: ast.cmpop, node: ast.Compare, opt: bool) -> int:
+        """``a in b`` calls ``b.__contains__(a)`` once both sides are evaluated."""
+        if isinstance(op, (ast.In, ast.NotIn)):
+            return self.emit(s, "contains", node, opt)
+        return s
+
     # -- expressions -----------------------------------------------------------------
     def expr(self, node: ast.AST | None, s: int, opt: bool = False) -> int:
         if node is None:
@@ -240,12 +247,14 @@ class _Builder:
         if isinstance(node, ast.Compare):
             s = self.expr(node.left, s, opt)
             if len(node.comparators) == 1:
-                return self.expr(node.comparators[0], s, opt)
+                s = self.expr(node.comparators[0], s, opt)
+                return self.contains(s, node.ops[0], node, opt)
             # A chain (``0 < t < 1``) takes the truth of each comparison but the last, and
             # stops at the first false one, as ``and`` does.
             join = self.a.new()
-            for i, comparator in enumerate(node.comparators):
+            for i, (op, comparator) in enumerate(zip(node.ops, node.comparators, strict=True)):
                 s = self.expr(comparator, s, opt)
+                s = self.contains(s, op, node, opt)
                 if i < len(node.comparators) - 1:
                     s = self.emit(s, "truth", node, opt)
                     self.link(s, join)  # short circuit

@@ -280,8 +280,12 @@ _DUNDER_KINDS = {
     "__getitem__": "load",
     "__setitem__": "store",
     "__bool__": "truth",
+    "__contains__": "contains",
     "format": "format",
 }
+# Special methods a call of a type runs with no frame of its own between (``str(t)`` runs
+# ``Tensor.__repr__`` directly; ``repr(t)`` and ``print(t)`` show as built-in calls).
+_DUNDER_TYPE_CALLS = {"__bool__": "bool", "__repr__": "str", "__str__": "str"}
 # Names in ``OP_CALLEES`` that stand for an evaluation point without a call (a truth test,
 # a subscript, a format): guessed from an operator, never what a called Python frame of
 # another name was (``Normal(..., validate_args=not fixed)`` syncs in ``__init__``).
@@ -520,8 +524,7 @@ def _matcher(
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
-    if "__bool__" in calls:
-        typed_calls.add("bool")
+    typed_calls.update(_DUNDER_TYPE_CALLS[name] for name in calls & _DUNDER_TYPE_CALLS.keys())
 
     def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
         if frameless:

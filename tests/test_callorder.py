@@ -215,3 +215,23 @@ def test_a_method_chain_split_over_lines_is_at_the_methods_line_and_a_chained_co
     # Two truths seen: both at the chain's line, or one at ``if step >= 0`` first. The
     # model without the chain's own truth could only say (2, 4), named exact.
     assert _lines(compare, (N, N), any_truth) == [[2, 4], [4]]
+
+
+def test_an_in_test_calls_contains_after_both_sides_and_a_chain_once_per_in():
+    """``a in b`` runs ``b.__contains__(a)`` once both sides are evaluated (a list's runs
+    nothing the trace shows, so each may be missing); a chain (``0 < t in s``) runs it
+    once, unless its first comparison is false; ``==`` runs none."""
+
+    def contains(kind, node):
+        return (N, True) if kind == "contains" else (None, False)
+
+    source = """\
+        def f(t, s):
+            hit = 3.0 in t
+            miss = t not in s
+            same = t == s
+            both = 0 < t in s
+        """
+    assert _lines(source, (N,), contains) == [[2, 3, 5]]
+    assert _lines(source, (N, N, N), contains) == [[2], [3], [5]]
+    assert _lines(source, (N, N, N, N), contains) is None

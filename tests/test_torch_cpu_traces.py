@@ -387,11 +387,37 @@ FLOAT_LINE, CONTAINS_LINE = 5, 7
 def test_a_special_method_called_by_syntax_is_not_named_at_another_call(tmp_path):
     """``3.0 in y`` runs ``Tensor.__contains__``, whose item() was named exact at the one
     ``float(step)`` of the function: a call of one of the names an item() is usually made
-    by, but a Python number's."""
+    by, but a Python number's. The ``in`` test runs it: that is its line."""
     report = _profiled_report(tmp_path, "syntax_calls", SYNTAX_CALLS)
     named = [(s.line, s.line_exact) for s in report.latent_sites]
-    assert (FLOAT_LINE, True) not in named, named
-    assert named, "the read-back is still listed"
+    assert named == [(CONTAINS_LINE, True)], named
+
+
+SYNTAX_BESIDE_ITEM = """\
+import torch
+
+
+def train_step(x, step):
+    y = x * 2
+    hit = 3.0 in x
+    text = str(x[0, :2])
+    total = y.sum().item()
+    return hit, text, total
+"""
+IN_LINE, STR_LINE, ITEM_LINE = 6, 7, 8
+
+
+def test_an_in_test_and_str_of_a_tensor_are_at_their_lines_not_at_a_later_item(tmp_path):
+    """``Tensor.__contains__`` calls ``.item()``: the frame below the special method was
+    matched to the function's own ``y.sum().item()``, so both reads were named there,
+    exact, and the ``in`` line nowhere (the same on an H200, docs/validation.md section
+    14). ``str(t)`` runs ``__repr__`` with no frame between: its line, not the def line."""
+    report = _profiled_report(tmp_path, "syntax_beside_item", SYNTAX_BESIDE_ITEM)
+    named = {s.line: (s.line_exact, s.count) for s in report.latent_sites}
+    steps = sum(t.steps for t in report.traces)
+    assert named[IN_LINE] == (True, steps) and named[ITEM_LINE] == (True, steps), named
+    assert named[STR_LINE][0], named
+    assert set(named) == {IN_LINE, STR_LINE, ITEM_LINE}, named
 
 
 CUSTOM_BACKWARD = """\

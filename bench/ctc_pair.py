@@ -1,11 +1,12 @@
 """A GPU-bound CTC training step, its loss called torch's own way (padded targets and lengths
-on the GPU) or cuDNN's (1-D int32 targets on the CPU, lengths as lists): unprofiled step
-times, rounds alternated, and one profiled trace of each with stacks.
+on the GPU), cuDNN's (1-D int32 targets on the CPU, lengths as lists) or as the catalogue
+advises (cuDNN's, ``reduction='none'`` and the mean on the device): unprofiled step times,
+rounds alternated, and one profiled trace of each with stacks.
 
     python bench/ctc_pair.py --out DIR [--rounds 5] [--steps 30]
 
-Writes ``DIR/ctc_native.pt.trace.json.gz``, ``DIR/ctc_cudnn.pt.trace.json.gz`` and
-``DIR/ctc_pair.json`` (per-round mean step times, ms).
+Writes ``DIR/ctc_WAY.pt.trace.json.gz`` for each way and ``DIR/ctc_pair.json`` (per-round
+mean step times, ms).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 T, N, C, S, WIDTH = 100, 32, 48, 30, 4096
+WAYS = ("native", "cudnn", "advised")
 
 
 def make_model(device: torch.device) -> torch.nn.Module:
@@ -45,10 +47,16 @@ def step(model, opt, features, targets, target_lengths, way: str, device) -> Non
             torch.full((N,), T, device=device),
             target_lengths.to(device),
         )  # the native way
-    else:
+    elif way == "cudnn":
         lengths = target_lengths.tolist()
         flat = torch.cat([t[:n] for t, n in zip(targets, lengths, strict=True)]).int()
         loss = F.ctc_loss(log_probs, flat, [T] * N, lengths)  # the cuDNN way
+    else:  # the advice: cuDNN's way, no reduction, the mean on the device
+        lengths = target_lengths.tolist()
+        flat = torch.cat([t[:n] for t, n in zip(targets, lengths, strict=True)]).int()
+        per_seq = F.ctc_loss(log_probs, flat, [T] * N, lengths, reduction="none")
+        divide = target_lengths.to(device, non_blocking=True).clamp_min(1)
+        loss = (per_seq / divide).mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -77,15 +85,15 @@ def main() -> None:
     batches = [
         tuple(t.pin_memory() if i == 0 else t for i, t in enumerate(batch())) for _ in range(4)
     ]
-    for way in ("native", "cudnn"):
+    for way in WAYS:
         timed(model, opt, batches, way, device, 10)  # warm: kernels, cuBLAS, cuDNN
-    times: dict[str, list[float]] = {"native": [], "cudnn": []}
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
     for _ in range(args.rounds):
-        for way in ("native", "cudnn"):
+        for way in WAYS:
             times[way].append(round(timed(model, opt, batches, way, device, args.steps), 3))
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    for way in ("native", "cudnn"):
+    for way in WAYS:
         path = args.out / f"ctc_{way}.pt.trace.json"
         with profile(
             activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],

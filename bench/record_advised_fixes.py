@@ -4,8 +4,7 @@ two probes recorded with Python stacks, each beside the lines
 
 - ``advised_fixes``: each sync the catalogue has an operator's fix for, called at its own
   line (``# SYNC: name``), and the fix's code (the advice's ``after``) at the next lines
-  (``# FIX: name``; ``# FEWEST: name`` where the advice's code still waits, the least the
-  operator can: ``ctc_loss`` through cuDNN);
+  (``# FIX: name``);
 - ``tricky_lines``: Python shapes that once got a wrong line (a comprehension, a lambda, a
   property, a decorated function, ``nn.Module.forward``, ``3.0 in t``, ``str(t)``, a
   chained comparison, a method chain over lines, a custom ``backward``,
@@ -89,11 +88,12 @@ def probe(device: torch.device) -> None:
     lengths = torch.full((4,), 50, dtype=torch.long)
     target_lengths = torch.full((4,), 10, dtype=torch.long)
     on_device = ctc_targets.to(device), lengths.to(device), target_lengths.to(device)
+    pinned_lengths = target_lengths.pin_memory() if device.type == "cuda" else target_lengths
     F.ctc_loss(log_probs, *on_device)  # SYNC: ctc_loss
-    # No way of calling ctc_loss on CUDA waits less than cuDNN's, which waits once (a
-    # recording of 2026-11-27 marked CPU lengths as the fix: they wait 6 times, not 8).
-    flat = ctc_targets.flatten().int()  # the advice: 1-D int32 targets on the CPU, lists
-    F.ctc_loss(log_probs, flat, [50] * 4, target_lengths.tolist())  # FEWEST: ctc_loss
+    # A recording of 2026-11-27 marked CPU lengths as the fix: they wait 6 times, not 8.
+    flat = ctc_targets.flatten().int()  # FIX: ctc_loss
+    per_seq = F.ctc_loss(log_probs, flat, [50] * 4, [10] * 4, reduction="none")  # FIX: ctc_loss
+    (per_seq / pinned_lengths.to(device, non_blocking=True)).mean()  # FIX: ctc_loss
 
 
 class Gate(torch.nn.Module):

@@ -30,8 +30,9 @@ N = "N"  # one of the calls looked for
 P = "P"  # the profiler's step() call
 
 # What an evaluation point is: a call, a subscript read or write, an implicit truth test, an
-# f-string field's __format__, an ``in`` test's __contains__, a binary operation, a for
-# loop's __iter__ / __next__, a with item's __enter__ / __exit__. A matcher turns (kind,
+# f-string field's __format__, an ``in`` test's __contains__, a ``str()``, ``%`` or ``!r``
+# field's __repr__, a binary operation, a for loop's __iter__ / __next__, a with item's
+# __enter__ / __exit__. A matcher turns (kind,
 # node) into (label, optional): the label is None (nothing observable), a token, or a tuple
 # of tokens when the point may show as any one of them (a subscript may run aten::index, or
 # __index__ on a list).
@@ -164,6 +165,20 @@ class _Builder:
     def link(self, s: int, t: int) -> None:
         self.a.eps[s].append(t)
 
+    def emit_any(self, s: int, kind: str, node: ast.AST) -> int:
+        """A point that may run its call any number of times, none included (``str`` of a
+        container runs ``__repr__`` once per element; of a number, none the trace shows)."""
+        label, _optional = self.match(kind, node)
+        if not label:
+            return s
+        t = self.a.new()
+        line = _line_of(kind, node)
+        for one in (label,) if isinstance(label, str) else label:
+            self.a.edges[s].append((one, t, line))
+            self.a.edges[t].append((one, t, line))
+        self.a.eps[s].append(t)
+        return t
+
     def contains(self, s: int, op: ast.cmpop, node: ast.Compare, opt: bool) -> int:
         """``a in b`` calls ``b.__contains__(a)`` once both sides are evaluated."""
         if isinstance(op, (ast.In, ast.NotIn)):
@@ -185,7 +200,12 @@ class _Builder:
                 s = self.expr(arg, s, opt)
             for kw in node.keywords:
                 s = self.expr(kw.value, s, opt)
-            return self.emit(s, "call", node, opt)
+            s = self.emit(s, "call", node, opt)
+            if isinstance(func, ast.Name) and func.id == "str":
+                # A type called: no frame of its own, the argument's __repr__ (or each
+                # element's, for a container) runs right under this one.
+                s = self.emit_any(s, "repr", node)
+            return s
         if isinstance(node, ast.Subscript):
             s = self.expr(node.value, s, opt)
             s = self.expr(node.slice, s, opt)
@@ -226,6 +246,8 @@ class _Builder:
         if isinstance(node, ast.FormattedValue):
             s = self.expr(node.value, s, opt)
             s = self.expr(node.format_spec, s, opt)
+            if node.conversion != -1:  # ``!s`` / ``!r`` / ``!a``: repr() first, then a str's format
+                return self.emit_any(s, "repr", node)
             return self.emit(s, "format", node, opt)
         if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
             s = self.expr(node.value, s, opt)
@@ -243,7 +265,10 @@ class _Builder:
         if isinstance(node, ast.BinOp):
             s = self.expr(node.left, s, opt)
             s = self.expr(node.right, s, opt)
-            return self.emit(s, "binop", node, opt)
+            s = self.emit(s, "binop", node, opt)
+            if isinstance(node.op, ast.Mod) and _is_text(node.left):
+                s = self.emit_any(s, "repr", node)  # ``"%s" % t``: str(t) of each value
+            return s
         if isinstance(node, ast.Compare):
             s = self.expr(node.left, s, opt)
             if len(node.comparators) == 1:
@@ -451,6 +476,12 @@ class _Builder:
                 s = self.expr(expr, s)
             return s
         return s  # pass, import, global, nonlocal
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str)
+    )
 
 
 def _line_of(kind: str, node: ast.AST) -> int:

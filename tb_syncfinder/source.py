@@ -281,11 +281,14 @@ _DUNDER_KINDS = {
     "__setitem__": "store",
     "__bool__": "truth",
     "__contains__": "contains",
+    # ``str(t)``, ``"%s" % t``, ``f"{t!r}"`` run ``Tensor.__repr__`` with no frame between
+    # (``repr(t)`` and ``print(t)`` show as built-in calls).
+    "__repr__": "repr",
+    "__str__": "repr",
     "format": "format",
 }
-# Special methods a call of a type runs with no frame of its own between (``str(t)`` runs
-# ``Tensor.__repr__`` directly; ``repr(t)`` and ``print(t)`` show as built-in calls).
-_DUNDER_TYPE_CALLS = {"__bool__": "bool", "__repr__": "str", "__str__": "str"}
+# Special methods a call of a type runs with no frame of its own between.
+_DUNDER_TYPE_CALLS = {"__bool__": "bool"}
 # Names in ``OP_CALLEES`` that stand for an evaluation point without a call (a truth test,
 # a subscript, a format): guessed from an operator, never what a called Python frame of
 # another name was (``Normal(..., validate_args=not fixed)`` syncs in ``__init__``).

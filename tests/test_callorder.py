@@ -235,3 +235,25 @@ def test_an_in_test_calls_contains_after_both_sides_and_a_chain_once_per_in():
     assert _lines(source, (N,), contains) == [[2, 3, 5]]
     assert _lines(source, (N, N, N), contains) == [[2], [3], [5]]
     assert _lines(source, (N, N, N, N), contains) is None
+
+
+def test_str_percent_and_a_conversion_field_may_each_run_repr_any_number_of_times():
+    """``str(x)``, ``"%s" % x`` and ``f"{x!r}"`` run ``__repr__`` with no frame between:
+    none for a number, one per tensor in a container. ``f"{x}"`` runs ``__format__``."""
+
+    def repr_points(kind, node):
+        return (N, False) if kind == "repr" else (None, False)
+
+    source = """\
+        def f(t, step):
+            tag = str(step)
+            msg = "%s %s" % (t, t)
+            note = f"{t!r} {t}"
+        """
+    assert _lines(source, (N,), repr_points) == [[2, 3, 4]]
+    assert _lines(source, (N, N, N), repr_points) == [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    only_percent = """\
+        def f(t):
+            msg = "%s" % t
+        """
+    assert _lines(only_percent, (N, N), repr_points) == [[2], [2]]

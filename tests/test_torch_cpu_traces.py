@@ -546,3 +546,50 @@ def test_a_masked_assignment_of_a_number_is_no_latent_sync_but_of_a_tensor_is(tm
     report = _profiled_report(tmp_path, "masked_assigns", MASKED_ASSIGNS)
     lines = {s.line for s in report.latent_sites}
     assert NUMBER_ASSIGN_LINE not in lines and TENSOR_ASSIGN_LINE in lines, lines
+
+
+TEXT_BESIDE_STR_OF_A_NUMBER = """\
+import torch
+
+
+def train_step(x, step):
+    tag = str(step)
+    msg = "%s" % x[0, :2]
+    note = f"{x[1, :2]!r}"
+    table = str({"a": x[2, 0], "b": x[2, 1]})
+    return tag, msg, note, table
+"""
+STR_STEP_LINE, PERCENT_LINE, CONVERSION_LINE, DICT_LINE = 5, 6, 7, 8
+
+
+def test_a_tensor_turned_into_text_by_syntax_is_never_named_at_a_str_of_a_number(tmp_path):
+    """``"%s" % t``, ``f"{t!r}"`` and ``str()`` of a dict of tensors run
+    ``Tensor.__repr__`` with no frame between, as ``str(t)`` does: a first version matched
+    every such read to the one visible ``str(...)`` call, ``str(step)`` of a Python number,
+    exact (a review found it). Each is a point that may run it any number of times: here
+    the reads are candidates of their lines, never ``str(step)`` exact."""
+    report = _profiled_report(tmp_path, "text_beside_str", TEXT_BESIDE_STR_OF_A_NUMBER)
+    named = [(s.line, s.line_exact, tuple(s.candidates)) for s in report.latent_sites]
+    assert named, "the reads are listed"
+    assert all(not (line == STR_STEP_LINE and exact) for line, exact, _c in named), named
+    placed = {line for line, exact, _c in named if exact}
+    placed |= {c for _line, exact, cands in named if not exact for c in cands}
+    assert {PERCENT_LINE, CONVERSION_LINE, DICT_LINE} <= placed, named
+
+
+PERCENT_BESIDE_STR_OF_A_NUMBER = """\
+import torch
+
+
+def train_step(x, step):
+    tag = str(step)
+    msg = "%s" % x[0, :2]
+    return tag, msg
+"""
+
+
+def test_a_percent_format_of_a_tensor_is_not_named_at_the_str_of_a_number_before_it(tmp_path):
+    """The review's case: the ``"%s" % t`` read was named at ``str(step)``, exact."""
+    report = _profiled_report(tmp_path, "percent_beside_str", PERCENT_BESIDE_STR_OF_A_NUMBER)
+    named = [(s.line, s.line_exact, tuple(s.candidates)) for s in report.latent_sites]
+    assert named == [(4, False, (STR_STEP_LINE, PERCENT_LINE))], named

@@ -22,6 +22,7 @@ with an int) is an ``N`` transition with an epsilon beside it.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
@@ -201,9 +202,13 @@ class _Builder:
             for kw in node.keywords:
                 s = self.expr(kw.value, s, opt)
             s = self.emit(s, "call", node, opt)
-            if isinstance(func, ast.Name) and func.id == "str":
-                # A type called: no frame of its own, the argument's __repr__ (or each
-                # element's, for a container) runs right under this one.
+            called_str = isinstance(func, ast.Name) and func.id == "str"
+            if (called_str and not (node.args and _is_text(node.args[0]))) or any(
+                isinstance(arg, ast.Name) and arg.id in ("str", "repr") for arg in node.args
+            ):
+                # A type called (or passed, ``map(str, rows)``): no frame of its own, the
+                # argument's __repr__ (or each element's, for a container) runs right under
+                # this one.
                 s = self.emit_any(s, "repr", node)
             return s
         if isinstance(node, ast.Subscript):
@@ -248,7 +253,12 @@ class _Builder:
             s = self.expr(node.format_spec, s, opt)
             if node.conversion != -1:  # ``!s`` / ``!r`` / ``!a``: repr() first, then a str's format
                 return self.emit_any(s, "repr", node)
-            return self.emit(s, "format", node, opt)
+            s = self.emit(s, "format", node, opt)
+            if node.format_spec is None:
+                # object.__format__ (a list, dict or tuple of tensors) runs str(): each
+                # element's __repr__ right under this frame.
+                s = self.emit_any(s, "repr", node)
+            return s
         if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
             s = self.expr(node.value, s, opt)
             # The frame is suspended here and resumed later as a new call event.
@@ -266,7 +276,7 @@ class _Builder:
             s = self.expr(node.left, s, opt)
             s = self.expr(node.right, s, opt)
             s = self.emit(s, "binop", node, opt)
-            if isinstance(node.op, ast.Mod) and _is_text(node.left):
+            if isinstance(node.op, ast.Mod) and _may_run_repr(node.left):
                 s = self.emit_any(s, "repr", node)  # ``"%s" % t``: str(t) of each value
             return s
         if isinstance(node, ast.Compare):
@@ -482,6 +492,21 @@ def _is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.JoinedStr) or (
         isinstance(node, ast.Constant) and isinstance(node.value, str)
     )
+
+
+# A %-format's conversion that runs str() or repr() of its value (not %d, %f, %x...).
+_REPR_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[sra]")
+
+
+def _may_run_repr(left: ast.expr) -> bool:
+    """Whether ``left % x`` may run ``__repr__``: a literal format only with %s, %r or %a
+    (``"run%d" % step`` does not); anything else (a name, a call) may be a format too."""
+    if isinstance(left, ast.Constant):
+        if isinstance(left.value, (str, bytes)):
+            text = left.value if isinstance(left.value, str) else left.value.decode("latin-1")
+            return bool(_REPR_CONVERSION.search(text.replace("%%", "")))
+        return False
+    return True
 
 
 def _line_of(kind: str, node: ast.AST) -> int:

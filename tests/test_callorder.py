@@ -257,3 +257,26 @@ def test_str_percent_and_a_conversion_field_may_each_run_repr_any_number_of_time
             msg = "%s" % t
         """
     assert _lines(only_percent, (N, N), repr_points) == [[2], [2]]
+
+
+def test_only_a_format_that_may_convert_with_str_or_repr_runs_repr():
+    """``"run%d" % n`` and ``"lr %.3f" % lr`` convert with no ``__repr__``; ``FMT % x``
+    may (a name may hold any format); ``str("text")`` cannot; ``f"{d}"`` without a spec
+    may (``object.__format__`` runs ``str()``), ``f"{v:.3f}"`` cannot; ``map(str, rows)``
+    may."""
+
+    def repr_points(kind, node):
+        return (N, False) if kind == "repr" else (None, False)
+
+    source = """\
+        def f(t, n, lr, d, v, rows):
+            a = "run%d" % n
+            b = "lr %.3f" % lr
+            c = FMT % t
+            e = str("text")
+            g = f"{d}"
+            h = f"{v:.3f}"
+            k = list(map(str, rows))
+            m = "%(name)s done, 100%%" % d
+        """
+    assert _lines(source, (N,), repr_points) == [[4, 6, 8, 9]]

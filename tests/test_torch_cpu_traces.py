@@ -593,3 +593,50 @@ def test_a_percent_format_of_a_tensor_is_not_named_at_the_str_of_a_number_before
     report = _profiled_report(tmp_path, "percent_beside_str", PERCENT_BESIDE_STR_OF_A_NUMBER)
     named = [(s.line, s.line_exact, tuple(s.candidates)) for s in report.latent_sites]
     assert named == [(4, False, (STR_STEP_LINE, PERCENT_LINE))], named
+
+
+LOGGING_SHAPES = """\
+import torch
+
+
+def with_a_dict(x, step):
+    name = "run%d" % step
+    metrics = {"loss": x[0, 0]}
+    msg = f"{metrics}"
+    return name, msg
+
+
+def with_map_str(x, step):
+    tag = str(step)
+    parts = list(map(str, x[:2, :2]))
+    return tag, parts
+
+
+def with_a_float_format(x, step):
+    lr = "lr %.3f" % (0.1 * step)
+    msg = str(x[0, :2])
+    return lr, msg
+
+
+def train_step(x, step):
+    return with_a_dict(x, step), with_map_str(x, step), with_a_float_format(x, step)
+"""
+RUN_D_LINE, FSTRING_DICT_LINE = 5, 7
+STR_STEP_IN_MAP_LINE, MAP_STR_LINE = 12, 13
+LR_LINE, STR_T_LINE = 18, 19
+
+
+def test_logging_shapes_name_their_own_lines_and_never_a_format_of_a_number(tmp_path):
+    """A second review of the text points: ``f"{metrics}"`` of a dict of tensors (run by
+    ``object.__format__``'s ``str()``) was named at ``"run%d" % step``, exact, and
+    ``map(str, rows)`` at ``str(step)``, exact; ``"lr %.3f" % lr`` made a ``str(t)`` after it
+    inexact. ``%d`` and ``%f`` run no ``__repr__``; a field with no format spec and ``str``
+    passed as a value may."""
+    report = _profiled_report(tmp_path, "logging_shapes", LOGGING_SHAPES)
+    named = {(s.func, s.line, s.line_exact, tuple(s.candidates)) for s in report.latent_sites}
+    assert ("with_a_dict", FSTRING_DICT_LINE, True, ()) in named, named
+    assert ("with_a_float_format", STR_T_LINE, True, ()) in named, named
+    (in_map,) = [n for n in named if n[0] == "with_map_str"]
+    assert not in_map[2] and MAP_STR_LINE in in_map[3], in_map
+    wrong = {RUN_D_LINE, STR_STEP_IN_MAP_LINE, LR_LINE}
+    assert not [n for n in named if n[1] in wrong and n[2]], named

@@ -93,7 +93,7 @@ def probe(device: torch.device) -> None:
     # A recording of 2026-11-27 marked CPU lengths as the fix: they wait 6 times, not 8.
     flat = ctc_targets.flatten().int()  # FIX: ctc_loss
     per_seq = F.ctc_loss(log_probs, flat, [50] * 4, [10] * 4, reduction="none")  # FIX: ctc_loss
-    (per_seq / pinned_lengths.to(device, non_blocking=True)).mean()  # FIX: ctc_loss
+    (per_seq / pinned_lengths.to(device, non_blocking=True).clamp_min(1)).mean()  # FIX: ctc_loss
 
 
 class Gate(torch.nn.Module):

@@ -136,6 +136,53 @@ def test_the_ctc_loss_fix_gives_the_mean_loss_of_padded_targets_and_tensor_lengt
         "input_lengths": torch.tensor([30, 20, 25, 12]),
         "target_lengths": torch.tensor([10, 7, 0, 3]),
     }
+    for zero_infinity in (False, True):
+        if zero_infinity:  # the advice says to keep it: both calls pass it
+            scope["F"] = _with_zero_infinity(torch.nn.functional)
+        log_probs = scope["log_probs"].clone().requires_grad_(True)
+        before = _run(advice.before, **{**scope, "log_probs": log_probs})["loss"]
+        (grad_before,) = torch.autograd.grad(before, log_probs)
+        after = _run(advice.after, **{**scope, "log_probs": log_probs})["loss"]
+        (grad_after,) = torch.autograd.grad(after, log_probs)
+        assert torch.isfinite(before) and torch.allclose(before, after)
+        assert torch.allclose(grad_before, grad_after, atol=1e-6)
+    flat = _run(advice.after, **scope)["flat"]
+    assert flat.dim() == 1 and flat.dtype == torch.int32
+    assert "flat = targets.int()" in advice.after  # targets given 1-D already
+
+
+def _with_zero_infinity(functional: object) -> object:
+    """``F`` whose ctc_loss passes zero_infinity=True, as a user's call that had it would."""
+
+    class _F:
+        def __getattr__(self, name: str) -> object:
+            return getattr(functional, name)
+
+        @staticmethod
+        def ctc_loss(*args: object, **kwargs: object) -> object:
+            return functional.ctc_loss(*args, zero_infinity=True, **kwargs)
+
+    return _F()
+
+
+def test_the_fix_for_ctc_loss_already_on_cudnn_gives_the_mean_it_replaces() -> None:
+    """cuDNN's way with the mean reduction: ``reduction='none'`` and the mean on the device
+    gives the same loss (each divided by its target length, clamped to 1)."""
+    (advice,) = [
+        entry.advice for entry in catalogue.OP_ADVICE if "aten::_cudnn_ctc_loss" in entry.ops
+    ][:1]
+    assert advice.title.startswith("ctc_loss on cuDNN")
+    torch.manual_seed(0)
+    lengths = [10, 7, 0, 3]
+    scope = {
+        "F": torch.nn.functional,
+        "device": "cpu",
+        "log_probs": torch.randn(30, 4, 12).log_softmax(2),
+        "flat": torch.randint(1, 12, (sum(lengths),)).int(),
+        "input_lengths": [30, 30, 30, 30],
+        "target_lengths": lengths,
+        "lengths_tensor": torch.tensor(lengths),
+    }
     before = _run(advice.before, **scope)["loss"]
     after = _run(advice.after, **scope)["loss"]
-    assert torch.isfinite(before) and torch.allclose(before, after)
+    assert torch.allclose(before, after)

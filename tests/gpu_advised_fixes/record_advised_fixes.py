@@ -84,12 +84,16 @@ def probe(device: torch.device) -> None:
     torch.equal(pred, labels)  # SYNC: equal
     (pred != labels).any()  # FIX: equal
     log_probs = torch.randn(50, 4, 20, device=device).log_softmax(2)
-    ctc_targets = torch.randint(1, 20, (4, 10), device=device)
+    ctc_targets = torch.randint(1, 20, (4, 10))
     lengths = torch.full((4,), 50, dtype=torch.long)
     target_lengths = torch.full((4,), 10, dtype=torch.long)
-    on_device = lengths.to(device), target_lengths.to(device)
-    F.ctc_loss(log_probs, ctc_targets, *on_device)  # SYNC: ctc_loss
-    F.ctc_loss(log_probs, ctc_targets, lengths, target_lengths)  # FIX: ctc_loss
+    on_device = ctc_targets.to(device), lengths.to(device), target_lengths.to(device)
+    pinned_lengths = target_lengths.pin_memory() if device.type == "cuda" else target_lengths
+    F.ctc_loss(log_probs, *on_device)  # SYNC: ctc_loss
+    # A recording of 2026-11-27 marked CPU lengths as the fix: they wait 6 times, not 8.
+    flat = ctc_targets.flatten().int()  # FIX: ctc_loss
+    per_seq = F.ctc_loss(log_probs, flat, [50] * 4, [10] * 4, reduction="none")  # FIX: ctc_loss
+    (per_seq / pinned_lengths.to(device, non_blocking=True).clamp_min(1)).mean()  # FIX: ctc_loss
 
 
 class Gate(torch.nn.Module):

@@ -202,10 +202,7 @@ class _Builder:
             for kw in node.keywords:
                 s = self.expr(kw.value, s, opt)
             s = self.emit(s, "call", node, opt)
-            called_str = isinstance(func, ast.Name) and func.id == "str"
-            if (called_str and not (node.args and _is_text(node.args[0]))) or any(
-                isinstance(arg, ast.Name) and arg.id in ("str", "repr") for arg in node.args
-            ):
+            if _may_run_repr_call(node):
                 # A type called (or passed, ``map(str, rows)``): no frame of its own, the
                 # argument's __repr__ (or each element's, for a container) runs right under
                 # this one.
@@ -254,9 +251,9 @@ class _Builder:
             if node.conversion != -1:  # ``!s`` / ``!r`` / ``!a``: repr() first, then a str's format
                 return self.emit_any(s, "repr", node)
             s = self.emit(s, "format", node, opt)
-            if node.format_spec is None:
+            if _may_be_empty(node.format_spec):
                 # object.__format__ (a list, dict or tuple of tensors) runs str(): each
-                # element's __repr__ right under this frame.
+                # element's __repr__ right under this frame. Any other spec makes it raise.
                 s = self.emit_any(s, "repr", node)
             return s
         if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
@@ -276,7 +273,7 @@ class _Builder:
             s = self.expr(node.left, s, opt)
             s = self.expr(node.right, s, opt)
             s = self.emit(s, "binop", node, opt)
-            if isinstance(node.op, ast.Mod) and _may_run_repr(node.left):
+            if isinstance(node.op, ast.Mod) and _may_run_repr(node.left, node.right):
                 s = self.emit_any(s, "repr", node)  # ``"%s" % t``: str(t) of each value
             return s
         if isinstance(node, ast.Compare):
@@ -369,7 +366,10 @@ class _Builder:
                 s = self.expr(node.value, s)
                 return self.emit(s, "store", target)
             s = self.expr(target.value, s) if isinstance(target, ast.Attribute) else s
-            return self.expr(node.value, s)
+            s = self.expr(node.value, s)
+            if isinstance(node.op, ast.Mod) and _may_run_repr(target, node.value):
+                s = self.emit_any(s, "repr", node)  # ``msg %= t``
+            return s
         if isinstance(node, ast.AnnAssign):
             if node.value is None:
                 return s
@@ -498,15 +498,51 @@ def _is_text(node: ast.expr) -> bool:
 _REPR_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[sra]")
 
 
-def _may_run_repr(left: ast.expr) -> bool:
-    """Whether ``left % x`` may run ``__repr__``: a literal format only with %s, %r or %a
-    (``"run%d" % step`` does not); anything else (a name, a call) may be a format too."""
+def _may_run_repr(left: ast.expr, right: ast.expr) -> bool:
+    """Whether ``left % right`` may run ``__repr__``: a literal format only with %s, %r or
+    %a (``"run%d" % step`` does not); a name or a call may hold a format, but not when the
+    right side is a number or the left is arithmetic (``step % 2``, ``(i + 1) % n``)."""
     if isinstance(left, ast.Constant):
         if isinstance(left.value, (str, bytes)):
             text = left.value if isinstance(left.value, str) else left.value.decode("latin-1")
             return bool(_REPR_CONVERSION.search(text.replace("%%", "")))
         return False
-    return True
+    if isinstance(left, ast.JoinedStr):
+        return True
+    if isinstance(right, ast.Constant) and isinstance(right.value, (int, float)):
+        return False
+    return not isinstance(left, (ast.BinOp, ast.UnaryOp))
+
+
+# Built-ins that, passed as a value (``map(str, rows)``, ``map("{}".format, rows)``), turn
+# each element into text with no frame of their own; ``defaultdict(str)`` calls its
+# argument with none.
+_TEXT_FUNCTIONS = frozenset({"str", "repr", "ascii"})
+
+
+def _may_run_repr_call(node: ast.Call) -> bool:
+    """Whether a call may run ``__repr__`` right under the calling frame: ``str(x)`` (not of
+    a literal), or a text function passed to another call."""
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "str":
+        return not (node.args and _is_text(node.args[0]))
+    if isinstance(func, ast.Name) and func.id == "defaultdict":
+        return False
+    passed = [*node.args, *(keyword.value for keyword in node.keywords)]
+    return any(
+        (isinstance(arg, ast.Name) and arg.id in _TEXT_FUNCTIONS)
+        or (isinstance(arg, ast.Attribute) and arg.attr == "format")
+        for arg in passed
+    )
+
+
+def _may_be_empty(spec: ast.expr | None) -> bool:
+    """Whether an f-string field's format spec may be empty (``f"{x}"``, ``f"{x:}"``,
+    ``f"{x:{width}}"``): only then does ``object.__format__`` accept it."""
+    if spec is None:
+        return True
+    values = spec.values if isinstance(spec, ast.JoinedStr) else [spec]
+    return not any(isinstance(v, ast.Constant) and v.value for v in values)
 
 
 def _line_of(kind: str, node: ast.AST) -> int:

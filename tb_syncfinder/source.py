@@ -289,6 +289,8 @@ _DUNDER_KINDS = {
 }
 # Special methods a call of a type runs with no frame of its own between.
 _DUNDER_TYPE_CALLS = {"__bool__": "bool"}
+# The special methods that turn a tensor into text.
+_TEXT_DUNDERS = frozenset({"__repr__", "__str__"})
 # Names in ``OP_CALLEES`` that stand for an evaluation point without a call (a truth test,
 # a subscript, a format): guessed from an operator, never what a called Python frame of
 # another name was (``Normal(..., validate_args=not fixed)`` syncs in ``__init__``).
@@ -1531,7 +1533,10 @@ class SourceResolver:
                 continue
             observed = query.observed[g] if g < len(query.observed) else None
             lines = reachable
-            certain = recorded_line is None
+            # Text formatting runs __repr__ from more places than the model has (``msg %=
+            # t``, an alias of str, ``map(ascii, rows)``...): one of those would fit any
+            # place that may run it, so its lines are candidates, never claimed.
+            certain = recorded_line is None and not _TEXT_DUNDERS.intersection(named)
             if observed is not None:
                 aligned = self._align(automaton, observed)
                 if aligned is not None:

@@ -178,12 +178,13 @@ def test_each_read_is_named_at_its_line_or_among_the_candidates_and_no_other_lin
     inexact = [s for s in ours if not s.line_exact]
     candidates = {line for s in inexact for line in s.candidates}
     assert warned <= exact | candidates
-    assert {
-        _line_of("_hit = 3.0 in x  # READ: contains"),
-        _line_of("str(x[0, :2])  # READ: str"),
-    } <= exact
+    assert _line_of("_hit = 3.0 in x  # READ: contains") in exact
+    # Text's __repr__ is a candidate, never claimed (a review found text made where the
+    # model has no point named at another line, exact).
+    as_text = _line_of("str(x[0, :2])  # READ: str")
+    assert as_text not in exact and as_text in candidates
     assert not {s.line for s in ours} & set(NO_READ_LINES)
-    assert len(exact) >= 16
+    assert len(exact) >= 15
 
 
 def _cpu_report(tmp_path: Path, probe: str):

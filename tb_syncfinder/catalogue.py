@@ -1366,7 +1366,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
     # wait, if any, is the mean reduction's (the episode takes the first call's chain).
     OpAdvice(
         frozenset({"aten::_cudnn_ctc_loss"}),
-        frozenset({DEVICE_TO_HOST_COPY, SCALAR_READBACK, BLOCKING_HOST_TO_DEVICE}),
+        frozenset({BLOCKING_HOST_TO_DEVICE}),
         Advice(
             title="ctc_loss on cuDNN: take the mean on the device, the rest stays",
             text=(
@@ -1386,7 +1386,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             after=(
                 "per_seq = F.ctc_loss(log_probs, flat, input_lengths, target_lengths,\n"
                 "                     reduction='none')\n"
-                "# the loader's lengths tensor (pin_memory=True): an upload that does not wait\n"
+                "# lengths_tensor: the loader's target lengths (pin_memory=True), not a list\n"
                 "divide = lengths_tensor.to(device, non_blocking=True).clamp_min(1)\n"
                 "loss = (per_seq / divide).mean()  # what reduction='mean' gives\n"
             ),

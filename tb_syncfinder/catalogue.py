@@ -1322,7 +1322,8 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "`F.one_hot(x)` without `num_classes` reads `x.max()` on the host to size its "
                 "output, waiting for the GPU. Pass `num_classes=` and on CUDA it reads "
                 "nothing. (On the CPU one_hot reads the range either way, to check it, so a "
-                "CPU trace shows this read with `num_classes` too.)"
+                "CPU trace recorded without `record_shapes` shows this read with "
+                "`num_classes` too: with it, the recorded inputs tell them apart.)"
             ),
             before="onehot = F.one_hot(labels)\n",
             after="onehot = F.one_hot(labels, num_classes=num_classes)\n",

@@ -42,7 +42,7 @@ from tb_syncfinder.catalogue import (
     SYNC_COPY_APIS,
     is_explicit_sync_api,
 )
-from tb_syncfinder.reader import Event
+from tb_syncfinder.reader import ONE_HOT, Event
 from tb_syncfinder.timeline import ANNOTATION, OP, PYTHON, HostThread, Timeline, correlation_of
 
 if TYPE_CHECKING:
@@ -364,6 +364,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
             if node.name in catalogue.SCALAR_OPS and (
                 any(
                     nodes[j].name in catalogue.LATENT_CPU_ONLY_SCALAR_READS
+                    or _one_hot_given_its_classes(nodes[j])
                     for j in thread.ancestors(i)[1:]
                 )
                 or _assigns_a_host_number(thread, i)
@@ -491,6 +492,21 @@ def unjudged_uploads(
             count += 1
             host_us += e.dur
     return count, host_us
+
+
+def _one_hot_given_its_classes(node: Event) -> bool:
+    """Whether ``node`` is an ``F.one_hot(x, num_classes=N)`` (its ``Concrete Inputs``, with
+    ``record_shapes``): its CPU kernel reads the range to check it, its CUDA kernel reads
+    nothing (an H200 warned at none). Without the inputs it cannot be told: still listed."""
+    if node.name != ONE_HOT or node.args is None:
+        return False
+    concrete = node.args.concrete_inputs
+    if not isinstance(concrete, list) or len(concrete) < 2:
+        return False
+    try:
+        return int(concrete[1]) != -1
+    except (TypeError, ValueError):
+        return False
 
 
 def _assigns_a_host_number(thread: HostThread, i: int) -> bool:

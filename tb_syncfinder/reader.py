@@ -143,6 +143,9 @@ class Args(Struct, gc=False, omit_defaults=True):
     # every operator, and decoding a list per operator would cost time and memory).
     input_dims: Any = msgspec.field(default=None, name="tb_syncfinder: Input Dims")
     input_type: Any = msgspec.field(default=None, name="tb_syncfinder: Input type")
+    # ``Concrete Inputs`` (record_shapes) of ``aten::one_hot`` alone, set by the reader the
+    # same way: whether ``num_classes`` was passed (its CPU kernel reads either way).
+    concrete_inputs: Any = msgspec.field(default=None, name="tb_syncfinder: Concrete Inputs")
     sequence_number: _Scalar = msgspec.field(default=None, name="Sequence number")
     fwd_thread_id: _Scalar = msgspec.field(default=None, name="Fwd thread id")
 
@@ -255,10 +258,12 @@ class _ProbeArgs(Struct, gc=False):
     # for every event of the chunk, used for the ops that need them only.
     input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
 
 
 class _Probe(Struct, gc=False):
-    """What is read a second time from a chunk that holds a ``nccl:*`` op."""
+    """What is read a second time from a chunk that holds a ``nccl:*`` op or
+    ``aten::one_hot``."""
 
     name: Any = None
     ph: Any = None  # only an X event's own probe counts
@@ -368,11 +373,14 @@ _KEY_TAIL = re.compile(rb"[ \t\r\n]*(?::[ \t\r\n]*)?")
 _OPEN, _CLOSE, _COMMA, _LBRACE = ord("["), ord("]"), ord(","), ord("{")
 NCCL_OP_PREFIX = "nccl:"
 _PROBE_NCCL = b'"' + NCCL_OP_PREFIX.encode()
+ONE_HOT = "aten::one_hot"
+_PROBE_ONE_HOT = b'"' + ONE_HOT.encode() + b'"'
 # The same with the key as Kineto writes it: CPython's search skips further past a miss of
 # a longer needle, and `"nccl:` ends in a byte JSON is full of (a 54 MB NCCL trace: 28 ms
 # for the short needle, 16 ms for this one). The short needle is the fallback.
 _NAME_KEY = b'"name": '
 _PROBE_NCCL_KEYED = _NAME_KEY + _PROBE_NCCL
+_PROBE_ONE_HOT_KEYED = _NAME_KEY + _PROBE_ONE_HOT
 # The end of the event a probe hit is in, as Kineto lays it out: the first "}" after the hit
 # followed by a separator. Only a guess: the decode of exactly that much says if it was.
 _EVENT_END = re.compile(rb"\}[ \t\r\n]*[,\]]")
@@ -579,6 +587,8 @@ def _set_probed_args(probes: list[Any], events: list[Any]) -> None:
         if isinstance(probe.name, str) and probe.name.startswith(NCCL_OP_PREFIX):
             event.args.input_dims = _GENERIC_DECODER.decode(probe.args.input_dims)
             event.args.input_type = _GENERIC_DECODER.decode(probe.args.input_type)
+        elif probe.name == ONE_HOT:
+            event.args.concrete_inputs = _GENERIC_DECODER.decode(probe.args.concrete_inputs)
 
 
 def _error_byte(message: str) -> int | None:
@@ -730,16 +740,23 @@ def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
                 kept.append(raw)
     # The keys no decoder fills (``Args.input_dims``): set aside and attached after.
     nccl_inputs: dict[int, tuple[Any, Any]] = {}
+    one_hot_inputs: dict[int, Any] = {}
     for i, raw in enumerate(kept):
         args = raw.get("args")
         name = raw.get("name")
         if isinstance(args, dict) and isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
             nccl_inputs[i] = (args.get("Input Dims"), args.get("Input type"))
+        elif isinstance(args, dict) and name == ONE_HOT:
+            one_hot_inputs[i] = args.get("Concrete Inputs")
     events = _convert_events(kept)
     for i, (dims, types) in nccl_inputs.items():
         event = events[i]
         if event is not None and getattr(event, "args", None) is not None:
             event.args.input_dims, event.args.input_type = dims, types
+    for i, concrete in one_hot_inputs.items():
+        event = events[i]
+        if event is not None and getattr(event, "args", None) is not None:
+            event.args.concrete_inputs = concrete
     good = [e for e in events if e is not None]
     counts.malformed += len(events) - len(good)
     return good
@@ -1186,7 +1203,11 @@ class _Reader:
         Whether the chunk has an op to probe is read from its decoded names (a few hundred
         distinct ones), not by searching its bytes: those searches were 37 ms of every
         54 MB read, with or without such an op."""
-        probed = {name for name in set(map(_EVENT_NAME, events)) if name.startswith(NCCL_OP_PREFIX)}
+        probed = {
+            name
+            for name in set(map(_EVENT_NAME, events))
+            if name.startswith(NCCL_OP_PREFIX) or name == ONE_HOT
+        }
         if probed and not self._probe_each(view, a, k, events, probed):
             with view[a : k + 1] as chunk:
                 self._attach_probed_args(chunk, events)
@@ -1250,10 +1271,17 @@ class _Reader:
             return True  # the names were of events of other phases: nothing to probe
         if len(wanted) > len(events) // 8:
             return False  # as many decodes alone as the chunk again: probe it whole
+        nccl = any(name.startswith(NCCL_OP_PREFIX) for name in probed)
+        one_hot = ONE_HOT in probed
         for keyed in (True, False):
             skip = len(_NAME_KEY) if keyed else 0  # hits at the name's opening quote
-            needle = _PROBE_NCCL_KEYED if keyed else _PROBE_NCCL
-            hits = [at + skip for at in _needle_hits(self.buf, needle, a, k)]
+            needles = [
+                *([_PROBE_NCCL_KEYED if keyed else _PROBE_NCCL] if nccl else []),
+                *([_PROBE_ONE_HOT_KEYED if keyed else _PROBE_ONE_HOT] if one_hot else []),
+            ]
+            hits = sorted(
+                at + skip for needle in needles for at in _needle_hits(self.buf, needle, a, k)
+            )
             if len(hits) == len(wanted):
                 probes = self._probes_at(view, a, k, hits, wanted)
                 if probes is not None:
@@ -1290,7 +1318,7 @@ class _Reader:
 
     def _attach_probed_args(self, chunk: memoryview, events: list[Any]) -> None:
         """Set ``args.input_dims`` / ``input_type`` on the chunk's ``nccl:*`` ops (2023
-        collective sizes)."""
+        collective sizes), ``args.concrete_inputs`` on its ``aten::one_hot``."""
         try:
             probes = _PROBE_DECODER.decode(chunk)
         except (msgspec.ValidationError, msgspec.DecodeError):
@@ -1307,6 +1335,8 @@ class _Reader:
             if isinstance(name, str) and name.startswith(NCCL_OP_PREFIX):
                 event.args.input_dims = args.get("Input Dims")
                 event.args.input_type = args.get("Input type")
+            elif name == ONE_HOT:
+                event.args.concrete_inputs = args.get("Concrete Inputs")
 
     def _tail(self, is_object: bool) -> None:
         """Check and read what follows the event list (the other top-level keys)."""

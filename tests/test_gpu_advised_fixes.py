@@ -187,7 +187,7 @@ def test_each_read_is_named_at_its_line_or_among_the_candidates_and_no_other_lin
     assert len(exact) >= 15
 
 
-def _cpu_report(tmp_path: Path, probe: str):
+def _cpu_report(tmp_path: Path, probe: str, record_shapes: bool = False):
     """The fixture script's ``probe`` profiled on the CPU with stacks, and its report."""
     torch = pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("advised_fixes", HERE / "record_advised_fixes.py")
@@ -197,7 +197,9 @@ def _cpu_report(tmp_path: Path, probe: str):
         spec.loader.exec_module(module)
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=record_shapes
+        ) as prof:
             getattr(module, probe)(torch.device("cpu"))
     finally:
         sys.modules.pop("advised_fixes", None)
@@ -224,21 +226,22 @@ def test_a_cpu_trace_of_the_probe_lists_the_same_lines_and_fixes_as_latent(
         assert latent[line] == TITLES[SYNC_LINES[line]], line
 
 
+@pytest.mark.parametrize("record_shapes", [False, True])
 def test_a_cpu_trace_of_the_tricky_lines_lists_what_read_on_the_h200_and_nothing_else(
-    tmp_path: Path,
+    tmp_path: Path, record_shapes: bool
 ) -> None:
     """The latent findings of a CPU trace are the CUDA truth: each line that read on the
-    H200 is listed (exact, or a candidate where the order cannot tell), and of the 8 calls
-    that read nothing there only ``one_hot`` given ``num_classes`` (its CPU kernel reads
-    either way; the advice says so). A masked assignment of a number, ``std``,
-    ``multinomial`` and a full ``max()``'s backward were listed before this round's
-    earlier fixes."""
-    report = _cpu_report(tmp_path, "tricky_lines")
+    H200 is listed (exact, or a candidate where the order cannot tell), and none of the 8
+    calls that read nothing there, but, in a trace without ``record_shapes``, ``one_hot``
+    given ``num_classes`` (its CPU kernel reads either way; only the recorded inputs say
+    it was passed). A masked assignment of a number, ``std``, ``multinomial`` and a full
+    ``max()``'s backward were listed before this round's earlier fixes."""
+    report = _cpu_report(tmp_path, "tricky_lines", record_shapes)
     ours = report.latent_sites
     named = {s.line for s in ours} | {line for s in ours for line in s.candidates}
     assert set(READ_LINES) <= named, set(READ_LINES) - named
     one_hot_given = _line_of("F.one_hot(labels, num_classes=4)  # NO READ: one_hot_num_classes")
-    assert named & set(NO_READ_LINES) == {one_hot_given}
+    assert named & set(NO_READ_LINES) == (set() if record_shapes else {one_hot_given})
     exact = {s.line for s in ours if s.line_exact}
     assert exact <= set(READ_LINES) | {one_hot_given}, exact - set(READ_LINES)
 

@@ -460,6 +460,66 @@ def test_probed_arguments_are_read_event_by_event_or_from_the_whole_chunk(
     assert bool(whole) is not _READ_EVENT_BY_EVENT[layout]
 
 
+def _one_hot_trace() -> dict:
+    """Operators with ``Concrete Inputs`` on every one (record_shapes), among them
+    ``aten::one_hot`` with and without ``num_classes`` and a ``nccl:*`` op to probe too."""
+    b = KinetoTraceBuilder(gpu=False)
+    with b.step(1):
+        for n in range(60):
+            with b.op("aten::add", args={"Concrete Inputs": ["", "", "1"]}):
+                pass
+            if n % 20 == 0:
+                classes = "-1" if n == 20 else str(n + 4)
+                with b.op("aten::one_hot", args={"Concrete Inputs": ["", classes]}):
+                    pass
+            if n == 30:
+                with b.op("nccl:all_reduce", args={"Input Dims": [[7, 2]], "Input type": ["f"]}):
+                    pass
+    return b.to_dict()
+
+
+@pytest.mark.parametrize("layout", ["kineto", "args_first", "lenient"])
+def test_one_hots_concrete_inputs_are_kept_on_every_decode_path(tmp_path, monkeypatch, layout):
+    """Whether ``F.one_hot`` was given ``num_classes`` is in its ``Concrete Inputs`` only
+    (its CPU kernel reads the range either way): the reader keeps them on that op alone,
+    read event by event, from the whole chunk (another writer's key order), or by the
+    lenient decode of a chunk with a broken event."""
+    from tb_syncfinder import reader
+
+    doc = _one_hot_trace()
+    if layout == "args_first":
+        doc["traceEvents"] = [
+            {"args": e["args"], **{k: v for k, v in e.items() if k != "args"}} if "args" in e else e
+            for e in doc["traceEvents"]
+        ]
+    text = json.dumps(doc)
+    if layout == "lenient":  # a bare N/A (invalid JSON) in one event: the slow path
+        text = text.replace('"", "", "1"]', '"", "", N/A]', 1)
+    path = tmp_path / "one_hot.pt.trace.json"
+    path.write_text(text)
+    whole = []
+    real = reader._Reader._attach_probed_args
+    monkeypatch.setattr(
+        reader._Reader,
+        "_attach_probed_args",
+        lambda self, *a: (whole.append(1), real(self, *a))[1],
+    )
+    data = read_trace(str(path))
+    ops = [e for e in data.events if type(e) is Event and e.cat == "cpu_op"]
+    assert [e.args.concrete_inputs for e in ops if e.name == "aten::one_hot"] == [
+        ["", "4"],
+        ["", "-1"],
+        ["", "44"],
+    ]
+    assert all(e.args.concrete_inputs is None for e in ops if e.name != "aten::one_hot")
+    (nccl,) = [e for e in ops if e.name.startswith("nccl:")]
+    assert nccl.args.input_dims == [[7, 2]]
+    if layout == "lenient":
+        assert data.slow_chunks == 1
+    else:
+        assert data.fast_path and bool(whole) is (layout == "args_first")
+
+
 # -- hostile input: a named error for what is not a trace, bounded work on the rest --------
 
 

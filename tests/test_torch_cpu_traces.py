@@ -197,13 +197,15 @@ def main(trace_path, steps=3):
 """
 
 
-def _profiled_report(tmp_path, name: str, step_code: str, **globals_: object):
-    """``step_code`` (a module defining ``train_step``) profiled on the CPU with
-    ``PROFILED_LOOP``, and its report with the script's folder as source root."""
+def _profiled_report(
+    tmp_path, name: str, step_code: str, loop: str = PROFILED_LOOP, **globals_: object
+):
+    """``step_code`` (a module defining ``train_step``) profiled on the CPU with ``loop``,
+    and its report with the script's folder as source root."""
     import runpy
 
     script = tmp_path / f"{name}.py"
-    script.write_text(step_code + PROFILED_LOOP)
+    script.write_text(step_code + loop)
     trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
     trace.parent.mkdir(parents=True)
     runpy.run_path(str(script), init_globals=globals_)["main"](str(trace))
@@ -323,6 +325,31 @@ def test_ops_that_read_back_when_an_argument_is_left_out_say_to_pass_it(tmp_path
     assert titles[ONE_HOT_LINE] == "Pass num_classes to one_hot"
     assert titles[HISTC_LINE] == "Pass min and max to histc"
     assert HISTC_LINE + 1 not in titles
+
+
+def test_one_hot_given_num_classes_is_no_latent_sync_where_the_trace_records_shapes(tmp_path):
+    """On CUDA ``one_hot(x, num_classes=N)`` reads nothing (an H200 warned at none); its CPU
+    kernel reads the range either way. With ``record_shapes`` the trace says whether
+    ``num_classes`` was passed (``Concrete Inputs``): only the call without it is listed."""
+    with_shapes = PROFILED_LOOP.replace("with_stack=True,", "with_stack=True, record_shapes=True,")
+    assert with_shapes != PROFILED_LOOP
+    report = _profiled_report(tmp_path, "one_hots", ONE_HOTS, loop=with_shapes)
+    assert sorted(s.line for s in report.latent_sites) == [ONE_HOT_BARE_LINE]
+
+
+ONE_HOTS = """\
+import torch
+import torch.nn.functional as F
+
+
+def train_step(x, step):
+    labels = (x[0] * 2).abs().long().clamp(max=3)
+    bare = F.one_hot(labels)
+    named = F.one_hot(labels, num_classes=4)
+    positional = F.one_hot(labels, 4)
+    return bare, named, positional
+"""
+ONE_HOT_BARE_LINE = 7
 
 
 CPU_ONLY_READS = """\

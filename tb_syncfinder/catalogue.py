@@ -1822,8 +1822,9 @@ def advice_for(
     is its chain's innermost (None: some sync is in no first call), for the fixes that
     depend on them (a library's set-up)."""
     record = kind(kind_name)
-    # A print, then a library's own fix (its code is not the user's to change), then what
-    # was copied, then the operators.
+    # A print, then a library's own fix (its code is not the user's to change), then an
+    # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
+    # operators.
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
     if refinement is None and ops:
         called = set(apis)

@@ -364,10 +364,10 @@ def detect_latent(tl: Timeline) -> list[Episode]:
             if node.name in catalogue.SCALAR_OPS and (
                 any(
                     nodes[j].name in catalogue.LATENT_CPU_ONLY_SCALAR_READS
-                    or _one_hot_given_its_classes(nodes[j])
                     for j in thread.ancestors(i)[1:]
                 )
                 or _assigns_a_host_number(thread, i)
+                or _read_by_one_hot_given_its_classes(thread, i)
             ):
                 continue
             outer = _outermost_op(thread, i)
@@ -492,6 +492,17 @@ def unjudged_uploads(
             count += 1
             host_us += e.dur
     return count, host_us
+
+
+def _read_by_one_hot_given_its_classes(thread: HostThread, i: int) -> bool:
+    """Whether the read ``i`` is ``F.one_hot(x, num_classes=N)``'s own (its nearest
+    enclosing operator that is not a read: a read a tensor subclass's Python makes inside
+    it is still one on CUDA)."""
+    nodes = thread.nodes
+    for j in thread.ancestors(i)[1:]:
+        if nodes[j].name not in catalogue.SCALAR_OPS:
+            return _one_hot_given_its_classes(nodes[j])
+    return False
 
 
 def _one_hot_given_its_classes(node: Event) -> bool:

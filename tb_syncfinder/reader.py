@@ -1203,14 +1203,26 @@ class _Reader:
         Whether the chunk has an op to probe is read from its decoded names (a few hundred
         distinct ones), not by searching its bytes: those searches were 37 ms of every
         54 MB read, with or without such an op."""
+        one_hot = self._one_hot_inputs_wanted()
         probed = {
             name
             for name in set(map(_EVENT_NAME, events))
-            if name.startswith(NCCL_OP_PREFIX) or name == ONE_HOT
+            if name.startswith(NCCL_OP_PREFIX) or (one_hot and name == ONE_HOT)
         }
         if probed and not self._probe_each(view, a, k, events, probed):
             with view[a : k + 1] as chunk:
                 self._attach_probed_args(chunk, events)
+
+    def _one_hot_inputs_wanted(self) -> bool:
+        """Whether ``aten::one_hot``'s inputs are worth a probe: only a trace recorded with
+        shapes has them, and only one without a GPU has a latent finding they settle (a
+        GPU trace's one_hot reads or not by itself; probing its chunks cost 5-13 %)."""
+        top = self.top
+        return (
+            bool(top.get("record_shapes"))
+            and not top.get("deviceProperties")
+            and top.get("cuda_runtime_version") is None
+        )
 
     def _keep(self, events: list[Any]) -> None:
         """Keep a chunk's events, sorted by kind for the timeline (one pass over them

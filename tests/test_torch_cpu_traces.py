@@ -337,6 +337,47 @@ def test_one_hot_given_num_classes_is_no_latent_sync_where_the_trace_records_sha
     assert sorted(s.line for s in report.latent_sites) == [ONE_HOT_BARE_LINE]
 
 
+SUBCLASS_READ_INSIDE_ONE_HOT = """\
+import torch
+import torch.nn.functional as F
+from torch.utils._pytree import tree_map
+
+
+class Checked(torch.Tensor):
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda t: t.elem if isinstance(t, Checked) else t
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel():
+            bad = bool(out.reshape(-1)[0].item() < -1e9)
+        return tree_map(lambda t: Checked(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+def train_step(x, step):
+    labels = Checked((x[0] * 2).abs().long().clamp(max=3))
+    return F.one_hot(labels, num_classes=4)
+"""
+SUBCLASS_ITEM_LINE = 19
+
+
+def test_a_read_a_subclass_makes_inside_one_hot_is_listed_though_num_classes_is_given(tmp_path):
+    """A review: the first rule skipped every read inside a one_hot given its classes,
+    also the ``.item()`` a ``__torch_dispatch__`` subclass's Python makes there (one_hot
+    decomposes for it), a real read on CUDA. Only one_hot's own read is skipped."""
+    with_shapes = PROFILED_LOOP.replace("with_stack=True,", "with_stack=True, record_shapes=True,")
+    report = _profiled_report(
+        tmp_path, "subclass_one_hot", SUBCLASS_READ_INSIDE_ONE_HOT, loop=with_shapes
+    )
+    assert SUBCLASS_ITEM_LINE in {s.line for s in report.latent_sites}
+
+
 ONE_HOTS = """\
 import torch
 import torch.nn.functional as F

@@ -658,8 +658,8 @@ def is_warmup_listed(kind_name: str, annotations: Iterable[str]) -> bool:
 # ``torch.bincount`` (its input's min and max).
 READING_OPS = frozenset({"aten::equal", "aten::bincount"})
 
-# What a CTC loss runs as, forward and backward, cuDNN's and torch's own kernels: each copies
-# between host and device inside (their fix is how ctc_loss is called).
+# What a CTC loss runs as, forward and backward, cuDNN's, MIOpen's and torch's own kernels:
+# each copies between host and device inside (their fix is how ctc_loss is called).
 CTC_LOSS_OPS = frozenset(
     {
         "aten::ctc_loss",
@@ -667,8 +667,12 @@ CTC_LOSS_OPS = frozenset(
         "aten::_ctc_loss_backward",
         "aten::_cudnn_ctc_loss",
         "aten::_use_cudnn_ctc_loss",
+        "aten::miopen_ctc_loss",
+        "aten::_use_miopen_ctc_loss",
     }
 )
+CTC_TITLE = "Call ctc_loss the way cuDNN takes it, and average on the device"
+CUDNN_CTC_TITLE = "ctc_loss on cuDNN: take the mean on the device, the rest stays"
 
 # The kind an operator in the chain gives a sync.
 OP_KINDS: dict[str, str] = {
@@ -1369,7 +1373,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         frozenset({"aten::_cudnn_ctc_loss"}),
         frozenset({BLOCKING_HOST_TO_DEVICE}),
         Advice(
-            title="ctc_loss on cuDNN: take the mean on the device, the rest stays",
+            title=CUDNN_CTC_TITLE,
             text=(
                 "This `F.ctc_loss` already runs cuDNN's kernel. Its own small uploads of the "
                 "labels show here as blocking copies but do not wait for the GPU's queue "
@@ -1401,7 +1405,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         CTC_LOSS_OPS,
         frozenset({DEVICE_TO_HOST_COPY, SCALAR_READBACK, BLOCKING_HOST_TO_DEVICE}),
         Advice(
-            title="Call ctc_loss the way cuDNN takes it, and average on the device",
+            title=CTC_TITLE,
             text=(
                 "`F.ctc_loss` on CUDA waits for the GPU inside: torch's own kernel copies the "
                 "targets and lengths between host and device with blocking copies however "
@@ -1912,14 +1916,31 @@ _ROCM_WORDS = (
 _DEVICE_WORDS = {"npu": _NPU_WORDS, "rocm": _ROCM_WORDS}
 
 
+# Advice whose vendor words are facts of a measurement on CUDA (the waits of cuDNN's
+# ctc_loss): on another device they are kept as they are, and what is known there is said.
+_MEASURED_ON_CUDA = {
+    "rocm": (
+        " (All measured with CUDA and cuDNN. On ROCm torch's own kernel is the same code; "
+        "MIOpen's ctc_loss, which torch takes under similar conditions, was not measured.)"
+    ),
+    "npu": (
+        " (All measured with CUDA and cuDNN. On an NPU torch_npu runs its own CTC kernel: "
+        "whether and where it waits was not measured.)"
+    ),
+}
+_MEASURED_ON_CUDA_TITLES = frozenset({CTC_TITLE, CUDNN_CTC_TITLE})
+
+
 def advice_on_device(advice: dict[str, Any], device: str | None) -> dict[str, Any]:
     """``advice`` (``advice_for``'s) in the words of the device its syncs waited for: on an
     NPU, ``torch.npu.Event()`` and "the NPU" where it says ``torch.cuda.Event()`` and "the
     GPU"; on ROCm, MIOpen and ``hipMalloc`` where it says cuDNN and ``cudaMalloc``. Other
-    devices: ``advice`` itself."""
+    devices: ``advice`` itself. Advice measured on CUDA keeps its words, with a note."""
     words = _DEVICE_WORDS.get(device or "")
     if words is None:
         return advice
+    if advice.get("title") in _MEASURED_ON_CUDA_TITLES:
+        return {**advice, "text": advice["text"] + _MEASURED_ON_CUDA[device or ""]}
     worded = dict(advice)
     for field in ("title", "text", "before", "after", "removes"):
         value = worded.get(field)

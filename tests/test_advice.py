@@ -222,3 +222,21 @@ def test_an_npu_sites_advice_reads_as_english_and_names_no_cuda_counter() -> Non
     text = allocator["text"]
     assert "aclrtMalloc" in text and "cudaMalloc" not in text and "num_device_alloc" not in text
     assert "PYTORCH_NPU_ALLOC_CONF" in text
+
+
+def test_advice_measured_on_cuda_keeps_its_words_on_rocm_and_an_npu_and_says_so() -> None:
+    """ctc_loss's advice is a measurement of cuDNN on CUDA: translated word for word on
+    ROCm it claimed that MIOpen's kernel waits none and saved 2 ms, which nobody measured.
+    It keeps its words, and says what is known on the other device."""
+    for ops in (["aten::ctc_loss", "aten::to"], ["aten::ctc_loss", "aten::_cudnn_ctc_loss"]):
+        cuda = catalogue.advice_for(catalogue.BLOCKING_HOST_TO_DEVICE, ops)
+        assert catalogue.advice_on_device(cuda, "cuda") == cuda
+        for device, known in (("rocm", "MIOpen's ctc_loss"), ("npu", "torch_npu runs its own")):
+            worded = catalogue.advice_on_device(cuda, device)
+            assert worded["title"] == cuda["title"] and "cuDNN" in worded["text"]
+            assert worded["text"].startswith(cuda["text"]) and known in worded["text"]
+            assert "was not measured" in worded["text"]
+    on_rocm = catalogue.advice_for(
+        catalogue.BLOCKING_HOST_TO_DEVICE, ["aten::ctc_loss", "aten::miopen_ctc_loss"]
+    )
+    assert on_rocm["title"] == catalogue.CTC_TITLE

@@ -33,10 +33,9 @@ P = "P"  # the profiler's step() call
 # What an evaluation point is: a call, a subscript read or write, an implicit truth test, an
 # f-string field's __format__, an ``in`` test's __contains__, a ``str()``, ``%`` or ``!r``
 # field's __repr__, a binary operation, a for loop's __iter__ / __next__, a with item's
-# __enter__ / __exit__. A matcher turns (kind,
-# node) into (label, optional): the label is None (nothing observable), a token, or a tuple
-# of tokens when the point may show as any one of them (a subscript may run aten::index, or
-# __index__ on a list).
+# __enter__ / __exit__. A matcher turns (kind, node) into (label, optional): the label is
+# None (nothing observable), a token, or a tuple of tokens when the point may show as any
+# one of them (a subscript may run aten::index, or __index__ on a list).
 Matcher = Callable[[str, ast.AST], "tuple[str | tuple[str, ...] | None, bool]"]
 
 _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -151,7 +150,17 @@ class _Builder:
         self.yields: list[int] = []  # states after a yield/await: where a generator resumes
 
     # -- helpers ---------------------------------------------------------------------
-    def emit(self, s: int, kind: str, node: ast.AST, optional_all: bool = False) -> int:
+    def emit(
+        self,
+        s: int,
+        kind: str,
+        node: ast.AST,
+        optional_all: bool = False,
+        repeated: bool = False,
+    ) -> int:
+        """The point ``node`` of ``kind``; ``repeated``: one that may run its call any
+        number of times, none included (``str`` of a container runs ``__repr__`` once per
+        element; of a number, none the trace shows)."""
         label, optional = self.match(kind, node)
         if not label:
             return s
@@ -159,26 +168,14 @@ class _Builder:
         line = _line_of(kind, node)
         for one in (label,) if isinstance(label, str) else label:
             self.a.edges[s].append((one, t, line))
-        if optional or optional_all:
+            if repeated:
+                self.a.edges[t].append((one, t, line))
+        if optional or optional_all or repeated:
             self.a.eps[s].append(t)
         return t
 
     def link(self, s: int, t: int) -> None:
         self.a.eps[s].append(t)
-
-    def emit_any(self, s: int, kind: str, node: ast.AST) -> int:
-        """A point that may run its call any number of times, none included (``str`` of a
-        container runs ``__repr__`` once per element; of a number, none the trace shows)."""
-        label, _optional = self.match(kind, node)
-        if not label:
-            return s
-        t = self.a.new()
-        line = _line_of(kind, node)
-        for one in (label,) if isinstance(label, str) else label:
-            self.a.edges[s].append((one, t, line))
-            self.a.edges[t].append((one, t, line))
-        self.a.eps[s].append(t)
-        return t
 
     def contains(self, s: int, op: ast.cmpop, node: ast.Compare, opt: bool) -> int:
         """``a in b`` calls ``b.__contains__(a)`` once both sides are evaluated."""
@@ -206,7 +203,7 @@ class _Builder:
                 # A type called (or passed, ``map(str, rows)``): no frame of its own, the
                 # argument's __repr__ (or each element's, for a container) runs right under
                 # this one.
-                s = self.emit_any(s, "repr", node)
+                s = self.emit(s, "repr", node, repeated=True)
             return s
         if isinstance(node, ast.Subscript):
             s = self.expr(node.value, s, opt)
@@ -249,12 +246,12 @@ class _Builder:
             s = self.expr(node.value, s, opt)
             s = self.expr(node.format_spec, s, opt)
             if node.conversion != -1:  # ``!s`` / ``!r`` / ``!a``: repr() first, then a str's format
-                return self.emit_any(s, "repr", node)
+                return self.emit(s, "repr", node, repeated=True)
             s = self.emit(s, "format", node, opt)
             if _may_be_empty(node.format_spec):
                 # object.__format__ (a list, dict or tuple of tensors) runs str(): each
                 # element's __repr__ right under this frame. Any other spec makes it raise.
-                s = self.emit_any(s, "repr", node)
+                s = self.emit(s, "repr", node, repeated=True)
             return s
         if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
             s = self.expr(node.value, s, opt)
@@ -274,7 +271,7 @@ class _Builder:
             s = self.expr(node.right, s, opt)
             s = self.emit(s, "binop", node, opt)
             if isinstance(node.op, ast.Mod) and _may_run_repr(node.left, node.right):
-                s = self.emit_any(s, "repr", node)  # ``"%s" % t``: str(t) of each value
+                s = self.emit(s, "repr", node, repeated=True)  # ``"%s" % t``: str(t) of each value
             return s
         if isinstance(node, ast.Compare):
             s = self.expr(node.left, s, opt)
@@ -368,7 +365,7 @@ class _Builder:
             s = self.expr(target.value, s) if isinstance(target, ast.Attribute) else s
             s = self.expr(node.value, s)
             if isinstance(node.op, ast.Mod) and _may_run_repr(target, node.value):
-                s = self.emit_any(s, "repr", node)  # ``msg %= t``
+                s = self.emit(s, "repr", node, repeated=True)  # ``msg %= t``
             return s
         if isinstance(node, ast.AnnAssign):
             if node.value is None:

@@ -1857,33 +1857,31 @@ def advice_for(
     if refinement is None and kind_name == BLOCKING_HOST_TO_DEVICE:
         # An operator that copies inside itself (ctc_loss) is fixed by how it is called,
         # not by what it copied; the innermost such operator is the one that copied.
-        refinement = next(
-            (
-                entry.advice
-                for op in reversed(ops)
-                for entry in OP_ADVICE
-                if not entry.apis and op in entry.ops and kind_name in entry.kinds
-            ),
-            None,
-        )
+        refinement = _operator_fix(reversed(ops), kind_name)
     if refinement is None and kind_name == BLOCKING_HOST_TO_DEVICE:
         pattern = host_to_device_pattern(ops, bytes)
         refinement = HOST_TO_DEVICE_ADVICE[pattern] if pattern else None
     if refinement is None:
         # The outermost operator is what the user wrote (x[mask] -> aten::index), so it
         # picks the refinement before the inner ones (aten::nonzero).
-        refinement = next(
-            (
-                entry.advice
-                for op in (*forward_ops, *ops)
-                for entry in OP_ADVICE
-                if not entry.apis and op in entry.ops and kind_name in entry.kinds
-            ),
-            record.advice,
-        )
+        refinement = _operator_fix((*forward_ops, *ops), kind_name) or record.advice
     fields = msgspec.to_builtins(refinement)
     fields["removes"] = refinement.removes or record.removes
     return fields
+
+
+def _operator_fix(ops: Iterable[str], kind_name: str) -> Advice | None:
+    """The fix of the first of ``ops`` (in the order given) that an ``OP_ADVICE`` entry
+    without calls has for this kind; None: none has."""
+    return next(
+        (
+            entry.advice
+            for op in ops
+            for entry in OP_ADVICE
+            if not entry.apis and op in entry.ops and kind_name in entry.kinds
+        ),
+        None,
+    )
 
 
 # The advice is written for CUDA (ROCm's torch build keeps ``torch.cuda``); torch_npu's

@@ -287,8 +287,6 @@ _DUNDER_KINDS = {
     "__str__": "repr",
     "format": "format",
 }
-# Special methods a call of a type runs with no frame of its own between.
-_DUNDER_TYPE_CALLS = {"__bool__": "bool"}
 # The special methods that turn a tensor into text.
 _TEXT_DUNDERS = frozenset({"__repr__", "__str__"})
 # Names in ``OP_CALLEES`` that stand for an evaluation point without a call (a truth test,
@@ -529,7 +527,8 @@ def _matcher(
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
-    typed_calls.update(_DUNDER_TYPE_CALLS[name] for name in calls & _DUNDER_TYPE_CALLS.keys())
+    if "__bool__" in calls:
+        typed_calls.add("bool")
 
     def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
         if frameless:

@@ -138,18 +138,26 @@ def build_sites(
         # Measured only where every trace of the site had its device read: an NPU trace's
         # host-wait-only figure summed with a GPU's would pass as a bound.
         idle_read = True
+        # Without the profiler: from every trace of the site, else None (one not fitted).
+        unprofiled_parts: list[float | None] = []
         for trace in dict.fromkeys(s.trace for s in members):
             figures = by_trace.get(trace)
             if figures is None:
                 continue
             idle_read = idle_read and figures.device_idle_read
             predicted += figures.sites.get(key, 0.0)
+            unprofiled_parts.append(figures.unprofiled_sites.get(key))
             bound_why = figures.bound_sites.get(key)
             methods.add("bound" if bound_why else figures.method)
             if figures.method == "bound" and figures.reason and figures.reason not in notes:
                 notes.append(figures.reason)
             if bound_why and bound_why not in notes:
                 notes.append(bound_why)
+        unprofiled = (
+            sum(unprofiled_parts)  # type: ignore[arg-type]
+            if unprofiled_parts and None not in unprofiled_parts
+            else None
+        )
         with_others = _with_others(key, members, by_trace)
         sites.append(
             Site(
@@ -201,6 +209,13 @@ def build_sites(
                 library=source.library if source else None,
                 predicted_saving_us=predicted,
                 predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
+                unprofiled_predicted_saving_per_step_us=(
+                    None
+                    if unprofiled is None
+                    else unprofiled / step_count
+                    if step_count
+                    else unprofiled
+                ),
                 saving_method=_method(methods),
                 saving_note="; ".join(notes) or None,
                 recorded_line=source.recorded_line if source else None,
@@ -381,6 +396,10 @@ def build_report(results: list[TraceResult]) -> Report:
     # The traces the saving is about: a CPU-only trace without syncs has nothing to replay,
     # and neither its method nor its reason is the run's.
     counted = [r for r in analysed if r.syncs or r.info.has_gpu_activity]
+    # Unprofiled: only where every trace the saving is about was fitted (one trace left at
+    # its profiled figure would pass for an unprofiled one).
+    fitted = [r.savings.unprofiled_all_syncs_us for r in counted]
+    unprofiled = sum(fitted) if fitted and None not in fitted else None  # type: ignore[arg-type]
     method = _method({r.savings.method for r in counted})
     window = sum((s.window_us for s in replayed), 0.0)
     idle_from_syncs = sum((s.gpu_idle_from_syncs_us for s in replayed), 0.0)
@@ -411,6 +430,9 @@ def build_report(results: list[TraceResult]) -> Report:
         predicted_saving_us=predicted,
         predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
         predicted_step_time_us=max(0.0, mean_wall - predicted / step_count) if step_count else 0.0,
+        unprofiled_predicted_saving_per_step_us=(
+            None if unprofiled is None else unprofiled / step_count if step_count else unprofiled
+        ),
         saving_method=method,
         saving_note="; ".join(reasons) or None,
         saving_how=SAVING_HOW[method] if idle_read else SAVING_HOW_IDLE_UNREAD,

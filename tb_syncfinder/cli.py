@@ -250,9 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MS",
         help="your program's mean step time without the profiler (from its own logs): the "
-        "report then says the most that fixing every sync can save per step, that time "
-        "minus the GPU's busy time per step (the saving it predicts is the profiled "
-        "program's, whose host the profiler slows)",
+        "report then also predicts what fixing the syncs saves without the profiler (the "
+        "trace replayed with the profiler's estimated host overhead taken out, scaled so "
+        "that its steps take this time), and the most that fixing every sync can save per "
+        "step, that time minus the GPU's busy time per step",
     )
     report.add_argument(
         "--top",
@@ -407,6 +408,11 @@ def _engine_options(args: argparse.Namespace) -> Any:
         contexts=False,
         source_packs=SOURCE_PACKS,
         window_bytes=_window_bytes(window_mb),
+        unprofiled_step_us=(
+            args.unprofiled_step_ms * 1000.0
+            if getattr(args, "unprofiled_step_ms", None) is not None
+            else None
+        ),
     )
 
 

@@ -119,6 +119,9 @@ class Options(msgspec.Struct):
     # The share of the memory available at analysis time that one analysis may count on,
     # for the automatic window size: the plugin's workers analyse traces side by side.
     memory_share: float = 1.0
+    # The program's mean step time measured without the profiler (us): each replayed trace
+    # is also replayed as the program runs without it (``whatif.unprofiled_savings``).
+    unprofiled_step_us: float | None = None
 
     def resolver(self) -> SourceResolver:
         roots, path_map = with_source_packs(
@@ -537,6 +540,32 @@ def _set_profiler_info(info: TraceInfo, savings: TraceSavings, step_count: int) 
     info.device_busy_per_step_us = busy / steps if busy is not None and step_count else None
 
 
+def _unprofiled(
+    tl: Timeline,
+    whatif: TraceWhatIf,
+    episodes: Sequence[Episode],
+    syncs: list[Sync],
+    episode_of: dict[str, int],
+    step_us: float,
+    core: tuple[float, float] | None,
+) -> Any:
+    """``whatif.unprofiled_savings`` for the program's syncs and sites (a window of a larger
+    trace is not fitted: its steps are not the whole program's)."""
+    from tb_syncfinder.whatif import UnprofiledSavings, unprofiled_savings
+
+    result = whatif.result
+    if core is not None or result is None or not result.available:
+        why = "analysed in windows" if core is not None else "not replayed"
+        return UnprofiledSavings(step_us=step_us, reason=f"not fitted: {why}")
+    counted = set(result.counted)
+    sites: dict[str, list[int]] = {}
+    for sync in syncs:
+        index = episode_of.get(sync.id)
+        if index is not None and index in counted:
+            sites.setdefault(sync.site_key, []).append(index)
+    return unprofiled_savings(tl, episodes, sorted(counted), sites, step_us)
+
+
 def _fix_together(
     savings: TraceSavings,
     result: Any,
@@ -606,6 +635,7 @@ def _analyze_data(
         core_steps = {step.number for step in tl.steps if core[0] <= step.ts < core[1]}
     # The replay's episode index of each blocking sync (the findings skip those listed apart).
     episode_of: dict[str, int] = {}
+    replayed_episodes: list[Episode] = []
     blocking = detect_syncs(tl)
     uploads = unjudged_uploads(tl, blocking, core)
     for episodes in (blocking, detect_latent(tl)):
@@ -661,6 +691,7 @@ def _analyze_data(
             whatif = replay_stage(
                 tl, episodes, replay_keys, listed_apart=apart, span_steps=core_steps, carry=carry
             )
+            replayed_episodes = episodes
             if whatif.episode_us:
                 savings = list(whatif.episode_us)
         stages = zip(episodes, attributions, sources, costs, keys, savings, place, strict=True)
@@ -705,6 +736,17 @@ def _analyze_data(
     _profiler_figures(trace_savings, tl, whatif, core_steps)
     if core is None and whatif is not None and whatif.result is not None and syncs:
         _fix_together(trace_savings, whatif.result, syncs, episode_of, steps)
+    unprofiled = None
+    if options.unprofiled_step_us and trace_savings.method == "replay" and whatif is not None:
+        unprofiled = _unprofiled(
+            tl, whatif, replayed_episodes, syncs, episode_of, options.unprofiled_step_us, core
+        )
+        if unprofiled.scale is not None and unprofiled.all_syncs_per_step_us is not None:
+            n_steps = max(len(steps), 1)
+            trace_savings.unprofiled_all_syncs_us = unprofiled.all_syncs_per_step_us * n_steps
+            trace_savings.unprofiled_sites = {
+                key: per_step * n_steps for key, per_step in unprofiled.groups.items()
+            }
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         contexts = sync_contexts(
@@ -726,6 +768,9 @@ def _analyze_data(
     info.saving_method = trace_savings.method
     info.saving_note = trace_savings.reason or ("; ".join(trace_savings.notes) or None)
     _set_profiler_info(info, trace_savings, len(steps))
+    if unprofiled is not None:
+        info.unprofiled_overhead_scale = unprofiled.scale
+        info.unprofiled_note = unprofiled.reason
     rank = None
     if is_job_rank(distributed_info):  # the job stage's input, imported for a rank's trace
         from tb_syncfinder.jobs import rank_trace

@@ -130,6 +130,12 @@ class TraceInfo(msgspec.Struct):
     host_events_per_step: float = 0.0
     profiler_overhead_per_step_us: float = 0.0
     device_busy_per_step_us: float | None = None
+    # With the step time measured without the profiler (``Options.unprofiled_step_us``,
+    # ``report --unprofiled-step-ms``): the scale of the profiler's estimated host overhead
+    # whose removal makes the replayed steps take that time (``whatif.unprofiled_savings``;
+    # 0: the profiled replay is no slower), and why there is none (None: not asked, or fitted).
+    unprofiled_overhead_scale: float | None = None
+    unprofiled_note: str | None = None
     # Whether the trace holds runtime / driver / AscendCL calls: a device trace without any
     # (torch_npu's default profiler level) shows no wait for the device at all.
     has_runtime: bool = False
@@ -365,6 +371,9 @@ class Site(msgspec.Struct):
     # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
     # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.
     gpu_idle_measured: bool = True
+    # As on Summary: what removing this site's syncs saves per step without the profiler
+    # (None: not asked, or one of its traces could not be fitted).
+    unprofiled_predicted_saving_per_step_us: float | None = None
 
 
 class StepStats(msgspec.Struct):
@@ -414,6 +423,11 @@ class TraceSavings(msgspec.Struct):
     # False where the device's work is in the trace but not read (``catalogue.
     # NPU_NOT_REPLAYED``): no bubble after a sync is known, so the bound is the host wait.
     device_idle_read: bool = True
+    # ``whatif.unprofiled_savings`` where a step time measured without the profiler was
+    # given: what every sync and each site (key) save unprofiled, per step times the
+    # trace's steps, as ``all_syncs_us`` and ``sites`` are over them (None: not fitted).
+    unprofiled_all_syncs_us: float | None = None
+    unprofiled_sites: dict[str, float] = field(default_factory=dict)
 
 
 class Summary(msgspec.Struct):
@@ -463,6 +477,12 @@ class Summary(msgspec.Struct):
     # As on Site: False when a trace of the run has its device activity unread (torch_npu):
     # ``gpu_idle_us`` is 0 for want of a record and the predicted saving is no upper bound.
     gpu_idle_measured: bool = True
+    # With the step time measured without the profiler: what removing every sync saves per
+    # step in the program running without it (each trace replayed with the profiler's
+    # estimated host overhead scaled to reproduce that step, ``TraceInfo.
+    # unprofiled_overhead_scale``; the mean over the steps after each trace's first, as a
+    # step time measured over a loop). None: not asked, or a trace could not be fitted.
+    unprofiled_predicted_saving_per_step_us: float | None = None
 
 
 class ProfilerOverhead(msgspec.Struct):

@@ -43,7 +43,9 @@ saving is how much earlier the window ends (``Saving.total_us``), split per step
 earlier each step completes relative to the previous one (``Saving.per_step_us``). So the
 bubble a step-end sync leaves at the start of the next step counts, in the next step.
 
-Limits: durations are the recorded ones (the profiler's own overhead included); a thread
+Limits: durations are the recorded ones (the profiler's own overhead included; given the
+step time measured without the profiler, ``unprofiled_savings`` replays the trace with the
+host's estimated share of it taken out, scaled to reproduce that step); a thread
 is modelled as waiting on another only when it records no activity at all while the other
 runs; the first step cannot benefit from syncs before the window, and the saving of a sync in
 the last step may only show after the window (``Saving.steady_us`` leaves the first step out).
@@ -90,12 +92,14 @@ __all__ = [
     "Saving",
     "StepReplay",
     "TraceWhatIf",
+    "UnprofiledSavings",
     "WhatIf",
     "profiler_episodes",
     "collective_earlier",
     "fix_together",
     "replay",
     "replay_stage",
+    "unprofiled_savings",
 ]
 
 TOL_US = 1.0  # Kineto rounds to 1 us in older traces: dependencies may appear this late
@@ -651,6 +655,116 @@ def replay_stage(
         steps,
         per_step,
     )
+
+
+# The profiler's estimated host overhead (``cost``'s weights) is scaled by at most this to
+# reproduce a step the user measured without the profiler. Past it, what the profiler added
+# is not the host's work alone (CUPTI slowed the device too, or the program timed is not the
+# one profiled), and no corrected figure is given. On the 13 GPU recordings of
+# docs/validation.md (sections 5, 14 and 15) the fits that held took 0.15 to 3.9.
+UNPROFILED_SCALE_MAX = 4.0
+UNPROFILED_FIT_ROUNDS = 12
+# Within this share of the step given, a replayed step reproduces it.
+UNPROFILED_FIT_TOL = 0.001
+
+
+class UnprofiledSavings(msgspec.Struct):
+    """What removing the syncs saves in the program as it runs without the profiler
+    (``unprofiled_savings``): the trace replayed with each host thread's work less the
+    profiler's estimated overhead times ``scale``, the scale that makes the replayed steps
+    take the step time measured without the profiler."""
+
+    step_us: float  # the unprofiled mean step given
+    scale: float | None = None  # None: no scale reproduces it (``reason``)
+    profiled_step_us: float = 0.0  # the unmodified replay's mean step (after the first)
+    replayed_step_us: float = 0.0  # the replay's mean step at ``scale``
+    # What every counted sync removed saves per step, and each group (site key), as the
+    # step given is measured: the mean over the steps after the first.
+    all_syncs_per_step_us: float | None = None
+    groups: dict[str, float] = msgspec.field(default_factory=dict)
+    reason: str | None = None
+
+
+def _steady_saving(saving: Saving) -> float:
+    """A saving per step over the steps after the first (all of them if there is one)."""
+    per_step = saving.per_step_us
+    later = per_step[1:] or per_step
+    return sum(later) / len(later) if later else 0.0
+
+
+def _steady_step(graph: _Graph) -> float:
+    """The replay's mean step after the first (the first runs set-up and starts from idle,
+    as a step time measured over a loop leaves out)."""
+    intervals = graph.base_metrics.intervals
+    later = intervals[1:] or intervals
+    return sum(later) / len(later) if later else 0.0
+
+
+def unprofiled_savings(
+    tl: Timeline,
+    episodes: Sequence[Episode],
+    counted: Collection[int],
+    groups: Mapping[str, Collection[int]],
+    step_us: float,
+) -> UnprofiledSavings:
+    """The savings of every counted sync removed and of each group (a site's syncs), in the
+    program as it runs without the profiler, whose mean step the user measured
+    (``step_us``). The profiler's estimated cost of each host event (``cost``: 3.5 us per
+    operator, runtime call or annotation, 1 us per Python frame) is taken out of each host
+    thread's work, times a scale found so that the replayed steps take ``step_us``: the
+    host then reaches each launch, sync and step boundary earlier, and the device's work
+    runs as the launches and queues allow (its durations are the recorded ones). A step the
+    profiled replay already takes no longer than ``step_us`` keeps its figures (scale 0);
+    one that no scale up to ``UNPROFILED_SCALE_MAX`` brings down to it gets none, and says
+    why."""
+    found = UnprofiledSavings(step_us=step_us)
+    episodes = list(episodes)
+
+    def graph_at(scale: float) -> _Graph:
+        built = _build(tl, episodes, overhead_scale=scale)
+        if isinstance(built, str):
+            raise _Unavailable(built)
+        return built
+
+    try:
+        graph = graph_at(0.0)
+        profiled = found.profiled_step_us = _steady_step(graph)
+        scale = 0.0
+        if profiled > step_us * (1 + UNPROFILED_FIT_TOL):
+            top = graph_at(UNPROFILED_SCALE_MAX)
+            if _steady_step(top) > step_us * (1 + UNPROFILED_FIT_TOL):
+                found.replayed_step_us = _steady_step(top)
+                found.reason = (
+                    f"even without {UNPROFILED_SCALE_MAX:g}x the profiler's estimated host "
+                    f"overhead the replayed step takes {found.replayed_step_us / 1000:.2f} ms, "
+                    f"above the {step_us / 1000:.2f} ms given: what the profiler added here is "
+                    "not the host's work alone (or the step given is another program's)"
+                )
+                return found
+            low, high = 0.0, UNPROFILED_SCALE_MAX
+            graph = top
+            for _ in range(UNPROFILED_FIT_ROUNDS):
+                middle = (low + high) / 2
+                trial = graph_at(middle)
+                if _steady_step(trial) > step_us:
+                    low = middle
+                else:
+                    high, graph = middle, trial
+                if abs(_steady_step(graph) - step_us) <= step_us * UNPROFILED_FIT_TOL:
+                    break
+            scale = high
+    except _Unavailable as exc:
+        found.reason = f"replay unavailable: {exc}"
+        return found
+    found.scale = scale
+    found.replayed_step_us = _steady_step(graph)
+    everything = frozenset(counted)
+    found.all_syncs_per_step_us = (
+        _steady_saving(graph.saving_from(graph.metrics_for(everything))) if everything else 0.0
+    )
+    for key, members in groups.items():
+        found.groups[key] = _steady_saving(graph.saving(frozenset(members))) if members else 0.0
+    return found
 
 
 def _live_graph(result: WhatIf) -> _Graph | None:
@@ -2967,10 +3081,12 @@ class _Builder:
         keyed: bool = False,
         typical: tuple[float, float, int] | None = None,
         lane_prev: Mapping[Any, tuple[float, float]] | None = None,
+        overhead_scale: float = 0.0,
     ) -> None:
         self.tl = tl
         self.episodes = episodes
         self.keyed = keyed
+        self.overhead_scale = overhead_scale
         self.typical = typical
         self.lane_prev = lane_prev or {}  # ``ReplayCarry.lanes``
         self.t0 = tl.span[0]
@@ -3576,12 +3692,27 @@ class _Builder:
             if tids[th.tid] == 1
         }
 
+        # Host times as the program would run them without the profiler (``_overhead_warps``):
+        # each offset from a host point is taken between warped times. None: as recorded.
+        warps = self._overhead_warps() if self.overhead_scale > 0 else None
+
+        def warped(h: int, t: Any) -> Any:
+            if warps is None:
+                return t
+            starts, removed = warps[h]
+            return t - removed[np.searchsorted(starts, t, side="right")]
+
+        warped_times = [
+            list(warped(h, np.asarray(times, float)).tolist()) if warps is not None else times
+            for h, times in enumerate(thread_times)
+        ]
+
         def host_ref(h: int, t: float) -> tuple[int, float]:
             times = thread_times[h]
             k = bisect_right(times, t) - 1
             if k < 0:
                 return -1, t
-            return thread_vars[h][k], t - times[k]
+            return thread_vars[h][k], float(warped(h, t)) - warped_times[h][k]
 
         # Device inputs: launch, stream predecessor, event waits.
         d_ts, d_end = self.d_ts, self.d_end
@@ -3629,7 +3760,8 @@ class _Builder:
             vars_ = np.asarray(thread_vars[h], dtype=np.int64)
             valid = k >= 0
             la_var[items[valid]] = vars_[k[valid]]
-            la_off[items[valid]] = ts[valid] - times[k[valid]] + w_launch[items[valid]]
+            times_w = np.asarray(warped_times[h], float)
+            la_off[items[valid]] = warped(h, ts[valid]) - times_w[k[valid]] + w_launch[items[valid]]
             if not valid.all():
                 orphan[items[~valid]] = True
         pv_var = np.where(same_lane, np.arange(n) + n - 1, -1)
@@ -3668,13 +3800,13 @@ class _Builder:
         # Host points.
         tasks_host = []
         for p, jump in enumerate(jumps):
-            times = thread_times[jump.thread]
+            times = warped_times[jump.thread]
             # The point before this one (a search of the list here was quadratic: 0.33 s
             # of a 1 GB trace's 4,004 syncs).
             k = place_in_thread[p] - 1
             if jump.chained and k >= 0:
                 av = thread_vars[jump.thread][k]
-                ao = jump.t - times[k] - jump.wait
+                ao = times[k + 1] - times[k] - jump.wait
             else:
                 av, ao = -1, 0.0
             extra = []
@@ -3744,6 +3876,35 @@ class _Builder:
         g.stats = self.stats
         g.stats.update(host_points=float(m), order_violations=float(violations))
         return g
+
+    def _overhead_warps(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per thread: its host events' starts (relative to ``t0``) and, per count of them
+        started, the profiler's estimated overhead up to there (``cost``'s weights times
+        ``overhead_scale``): ``t - removed[searchsorted(starts, t, 'right')]`` is a host
+        time as the program would reach it unprofiled."""
+        from tb_syncfinder.cost import PROFILER_US_PER_HOST_EVENT, PROFILER_US_PER_PYTHON_EVENT
+
+        warps = []
+        for th in self.threads:
+            starts = np.concatenate(
+                [
+                    np.asarray(th.starts, float),
+                    np.fromiter((r.ts for r in th.runtime), float, len(th.runtime)),
+                ]
+            )
+            python = (
+                np.asarray(th.kinds, dtype=np.int64) == PYTHON if th.kinds else np.zeros(0, bool)
+            )
+            weights = np.concatenate(
+                [
+                    np.where(python, PROFILER_US_PER_PYTHON_EVENT, PROFILER_US_PER_HOST_EVENT),
+                    np.full(len(th.runtime), PROFILER_US_PER_HOST_EVENT),
+                ]
+            )
+            order = np.argsort(starts, kind="stable")
+            removed = np.concatenate([[0.0], np.cumsum(weights[order]) * self.overhead_scale])
+            warps.append((starts[order] - self.t0, removed))
+        return warps
 
     def finish_order(self, g: _Graph) -> int:
         """Check the evaluation order; rebuild it topologically if some input comes late."""
@@ -3964,11 +4125,13 @@ def _build(
     keyed: bool = False,
     typical: tuple[float, float, int] | None = None,
     lane_prev: Mapping[Any, tuple[float, float]] | None = None,
+    overhead_scale: float = 0.0,
 ) -> _Graph | str:
     """``keyed``: the graph keeps what names its variables (``_Identity``), for ``carry``;
     ``typical``: ``_Graph.typical`` of an earlier window, used if it had more samples;
-    ``lane_prev``: ``ReplayCarry.lanes``."""
-    builder = _Builder(tl, episodes, keyed, typical, lane_prev)
+    ``lane_prev``: ``ReplayCarry.lanes``; ``overhead_scale``: the host's work without the
+    profiler's estimated overhead times this (0: as recorded)."""
+    builder = _Builder(tl, episodes, keyed, typical, lane_prev, overhead_scale)
     reason = builder.collect()
     if reason is not None:
         return reason

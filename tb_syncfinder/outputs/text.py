@@ -516,6 +516,16 @@ def _site_table(
         where = _where_text(site)
         if where:
             lines.extend(style(line, _DIM) for line in wrap(where, detail_width, _INDENT))
+        unprofiled = site.get("unprofiled_predicted_saving_per_step_us")
+        if unprofiled is not None and not latent:  # given the step time without the profiler
+            lines.extend(
+                style(line, _DIM)
+                for line in wrap(
+                    f"without the profiler: saves ~{format_us(float(unprofiled))} per step",
+                    detail_width,
+                    _INDENT,
+                )
+            )
         together = site.get("fix_with_note")
         if together and not latent:  # it saves much more with another site fixed too
             lines.extend(style(line, _YELLOW) for line in wrap(together, detail_width, _INDENT))
@@ -572,11 +582,12 @@ def _summary_lines(
     outside: int = 0,
     ranks: int = 0,
     device: str = "GPU",
+    fit_notes: Sequence[str] = (),
 ) -> list[str]:
-    """``device``: what the latent syncs would wait for ("NPU": traces of one recorded
-    without AscendCL calls). ``unmarked``: readable traces without ProfilerStep markers
-    (each counts as one step: said beside every per-step figure, which would be misread
-    otherwise);
+    """``fit_notes``: as ``_saving_lines`` takes them. ``device``: what the latent syncs
+    would wait for ("NPU": traces of one recorded without AscendCL calls). ``unmarked``:
+    readable traces without ProfilerStep markers (each counts as one step: said beside
+    every per-step figure, which would be misread otherwise);
     ``outside``: syncs in no step of a trace that has steps (in the totals, in no step's
     bar); ``ranks``: the ranks of a job whose traces these are (their steps add up)."""
     steps = int(summary.get("step_count") or 0)
@@ -669,7 +680,7 @@ def _summary_lines(
         # The share is over the host's step; beside a longer step time it would be misread.
         share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
     lines.extend(_wrap_labelled("share of step", share_text, width))
-    lines.extend(_saving_lines(summary, width))
+    lines.extend(_saving_lines(summary, width, fit_notes))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
@@ -745,7 +756,9 @@ def _wrap_labelled(label: str, text: str, width: int) -> list[str]:
     return [lines[0]] + [" " * len(head) + line[len(head) :] for line in lines[1:]]
 
 
-def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
+def _saving_lines(summary: dict[str, Any], width: int, fit_notes: Sequence[str] = ()) -> list[str]:
+    """``fit_notes``: why a trace's saving without the profiler could not be fitted
+    (``TraceInfo.unprofiled_note``)."""
     """Step time (the longer of host and device span) and what removing every sync saves,
     with one line on how that was obtained."""
     host = float(summary.get("mean_step_time_us") or 0.0)
@@ -794,15 +807,29 @@ def _saving_lines(summary: dict[str, Any], width: int) -> list[str]:
     if unprofiled:
         at_most = summary.get("unprofiled_saving_at_most_per_step_us")
         text = f"{format_us(float(unprofiled))} per step (given)"
+        corrected = summary.get("unprofiled_predicted_saving_per_step_us")
+        if corrected is not None:
+            text += (
+                f": fixing every sync saves ~{format_us(float(corrected))} per step without "
+                "the profiler (replayed with the profiler's estimated host overhead taken "
+                "out, scaled so that the steps take the time given)"
+            )
+        elif fit_notes:
+            text += f": no prediction without the profiler ({'; '.join(fit_notes)})"
         if at_most is None:
-            text += ": the trace gives no device busy time to bound the saving by"
+            text += (
+                f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "
+                "device busy time to bound the saving by"
+            )
         else:
             busiest = summary.get("busiest_worker_device_busy_per_step_us")
             of_workers = busiest is not None and busiest != summary.get("device_busy_per_step_us")
             text += (
-                f": fixing every sync saves at most {format_us(float(at_most))} per step "
-                f"(the step minus the {'busiest worker' if of_workers else 'GPU'}'s busy time"
+                f"; at most {format_us(float(at_most))} per step "
+                if corrected is not None or fit_notes
+                else f": fixing every sync saves at most {format_us(float(at_most))} per step "
             )
+            text += f"(the step minus the {'busiest worker' if of_workers else 'GPU'}'s busy time"
             if saving > at_most:
                 text += f"; the {format_us(saving)} above is the profiled program's"
             text += ")"
@@ -999,6 +1026,11 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 outside,
                 ranks=ranks,
                 device="NPU" if npu_latent else "GPU",
+                fit_notes=list(
+                    dict.fromkeys(
+                        t["unprofiled_note"] for t in readable if t.get("unprofiled_note")
+                    )
+                ),
             )
         )
         lines.append("")

@@ -194,6 +194,7 @@ def build_sites(
                             )
                             for s in members
                         ],
+                        all(s.source is not None and s.source.loop_line for s in members),
                     ),
                     _one_device(members, devices),
                 ),

@@ -92,6 +92,9 @@ class Source(msgspec.Struct):
     # The only file of that name found, not taken: it lies in another run's folder, beside
     # that run's traces, and may be another version (``SourceResolver._in_another_run``).
     other_run_copy: str | None = None
+    # An exact line inside a loop of its function (a ``for`` or ``while`` body, or a
+    # comprehension), so run once per pass: the first line of the innermost such loop.
+    loop_line: int | None = None
 
 
 class TraceInfo(msgspec.Struct):

@@ -726,6 +726,34 @@ def _class_around(lines: list[bytes], def_line: int) -> str | None:
     return None
 
 
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def loop_around(scope: ast.AST, line: int) -> int | None:
+    """The first line of the innermost loop of ``scope`` (not of a function or class
+    defined in it) whose every pass runs ``line``: a ``for`` body (not its header, whose
+    iterable is made once), a ``while`` with its test, a comprehension. None: none."""
+    found: int | None = None
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        end = getattr(node, "end_lineno", None)
+        first = getattr(node, "lineno", None)
+        if first is None or end is None or not first <= line <= end:
+            if not isinstance(node, (ast.expr, ast.stmt)):
+                stack.extend(ast.iter_child_nodes(node))
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            if node.body and node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
+                found = node.lineno if found is None or node.lineno > found else found
+        elif isinstance(node, (ast.While, *_COMPREHENSIONS)):
+            found = node.lineno if found is None or node.lineno > found else found
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def _first_line(node: ast.AST) -> int:
     """Where a scope's frame starts (``co_firstlineno``): its first decorator's line, if any."""
     decorators = getattr(node, "decorator_list", None) or []
@@ -1549,7 +1577,15 @@ class SourceResolver:
             if len(lines) > 1 and label == "<truth>" and query.called_before:
                 lines = _truths_reading(scope, lines, query.called_before)
             if len(lines) == 1 and certain:
-                return Source(frame.file, lines[0], def_line, frame.func, True, resolved)
+                return Source(
+                    frame.file,
+                    lines[0],
+                    def_line,
+                    frame.func,
+                    True,
+                    resolved,
+                    loop_line=loop_around(scope, lines[0]),
+                )
             return Source(
                 frame.file,
                 line,

@@ -194,7 +194,14 @@ def build_sites(
                             )
                             for s in members
                         ],
-                        all(s.source is not None and s.source.loop_line for s in members),
+                        # A selection per group: every sync's line in a loop over groups
+                        # (a backward pass does not run once per pass of it).
+                        all(
+                            s.source is not None
+                            and s.source.loop_line is not None
+                            and not s.source.backward
+                            for s in members
+                        ),
                     ),
                     _one_device(members, devices),
                 ),

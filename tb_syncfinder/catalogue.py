@@ -694,12 +694,10 @@ LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS | READING_OPS
 # pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there, and
 # ``torch.cholesky_inverse`` checks an error code; on an H200 none of them made torch's
 # sync detector warn (docs/validation.md, section 11).
-# ``torch.nn.functional.grouped_mm`` (``aten::_grouped_mm``, forward and backward) reads its
-# offsets on the CPU; on an H200 neither a hand-written MoE layer nor transformers' grouped
-# experts made the detector warn (section 15).
-LATENT_CPU_ONLY_READS = frozenset(
-    {"aten::linalg_lu_solve", "aten::cholesky_inverse", "aten::_grouped_mm"}
-)
+# (Not ``aten::_grouped_mm``: it reads nothing on an H100/H200-class GPU in bfloat16, as
+# section 15 measured, but its fallback, for other dtypes and GPUs, copies the offsets to the
+# host, and a CPU trace does not say which a GPU run would take.)
+LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve", "aten::cholesky_inverse"})
 # Operators whose CPU kernels read a scalar (``aten::item``) where their CUDA kernels read
 # none, though other triggers inside them would be real: ``std``/``var`` over all elements
 # read the mean on the CPU only; ``_assert_async`` (``torch.multinomial``) asserts on the
@@ -1541,6 +1539,9 @@ class LibraryAdvice(msgspec.Struct, frozen=True):
     advice: Advice
     # Only for syncs with one of these operators in their chain (empty: any).
     ops: frozenset[str] = frozenset()
+    # Only where the frame just inside the matched one (the function it called) is in a
+    # file whose path matches this (None: any).
+    called_file: str | None = None
 
 
 # Hugging Face Transformers checks whether an attention mask masks anything before SDPA
@@ -1578,8 +1579,9 @@ HF_EXPERTS_ADVICE = Advice(
         "mask, three tensors indexed with the index, a GPU scalar), plus once per layer for "
         'the list of experts hit. `experts_implementation="grouped_mm"`, the default in '
         "transformers 5, sorts the tokens by expert and runs every expert in two grouped "
-        "matmuls, reading nothing back (where torch's kernel cannot run, before torch 2.9 or "
-        "an SM80 GPU, transformers' fallback reads the offsets once per matmul). Measured on "
+        "matmuls, reading nothing back in bfloat16 on an H100, H200 or later GPU (elsewhere "
+        "torch's or transformers' fallback copies the offsets to the host once per matmul: "
+        "2 reads a layer instead of 5 per expert). Measured on "
         "an H200 (a Mixtral of 4 layers of 8 experts, bf16): 164 reads a step to none, "
         "100 ms to 37 ms a step. Its sums run in float32 where the loop's ran in bfloat16: "
         "results differ by rounding."
@@ -1606,6 +1608,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         frozenset(
             {"aten::nonzero", "aten::where", "aten::is_nonzero", "aten::_local_scalar_dense"}
         ),
+        # The wrapper calling the model's own experts' forward: the eager loop (not
+        # batched_mm, grouped_mm's fallback or an implementation a user registered).
+        r"transformers/models/[^/]+/modeling_[^/]+\.py$",
     ),
     LibraryAdvice(
         "transformers/modeling_attn_mask_utils.py",
@@ -1764,12 +1769,18 @@ def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -
     """The ``LIBRARY_ADVICE`` fix of a sync whose stack has these ``(file, function)``
     frames (any order) and operator chain, if one of them ran the library code that
     syncs."""
-    frames = list(frames)
+    frames = list(frames)  # innermost first
     chain = set(ops)
     for entry in LIBRARY_ADVICE:
         if entry.ops and entry.ops.isdisjoint(chain):
             continue
-        if any(_frame_matches(path, func, entry.file, entry.funcs) for path, func in frames):
+        for n, (path, func) in enumerate(frames):
+            if not _frame_matches(path, func, entry.file, entry.funcs):
+                continue
+            if entry.called_file is not None and not (
+                n > 0 and re.search(entry.called_file, frames[n - 1][0].replace("\\", "/"))
+            ):
+                continue
             return entry.advice
     return None
 
@@ -1866,9 +1877,9 @@ LOOP_SELECTION_ADVICE = Advice(
         "`max`: no read), and then either split them with one `.tolist()` of the counts for "
         "the whole loop, or read nothing: run per-group matrix multiplies in one "
         "`torch.nn.functional.grouped_mm(rows, weights, offs=counts.cumsum(0, "
-        "dtype=torch.int32))` (bfloat16 on an SM80+ GPU, torch 2.10+), and per-group sums with "
-        "`index_add_` / `scatter_add_`. A mask the loop does not split by group: keep the "
-        "full shape with `torch.where`."
+        "dtype=torch.int32))` (torch 2.10+; it reads nothing in bfloat16 on an H100, H200 or "
+        "later GPU, and copies the offsets to the host once per call elsewhere), and "
+        "per-group sums with `index_add_` / `scatter_add_`."
     ),
     before=(
         "for e in range(num_experts):\n"

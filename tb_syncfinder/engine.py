@@ -563,7 +563,9 @@ def _unprofiled(
         index = episode_of.get(sync.id)
         if index is not None and index in counted:
             sites.setdefault(sync.site_key, []).append(index)
-    return unprofiled_savings(tl, episodes, sorted(counted), sites, step_us)
+    # The replay's own graph: its base values are back as built after every what-if.
+    graph = result._graph
+    return unprofiled_savings(tl, episodes, sorted(counted), sites, step_us, graph)
 
 
 def _fix_together(
@@ -741,12 +743,9 @@ def _analyze_data(
         unprofiled = _unprofiled(
             tl, whatif, replayed_episodes, syncs, episode_of, options.unprofiled_step_us, core
         )
-        if unprofiled.scale is not None and unprofiled.all_syncs_per_step_us is not None:
-            n_steps = max(len(steps), 1)
-            trace_savings.unprofiled_all_syncs_us = unprofiled.all_syncs_per_step_us * n_steps
-            trace_savings.unprofiled_sites = {
-                key: per_step * n_steps for key, per_step in unprofiled.groups.items()
-            }
+        if unprofiled.scale is not None and unprofiled.all_syncs_us is not None:
+            trace_savings.unprofiled_all_syncs_us = unprofiled.all_syncs_us
+            trace_savings.unprofiled_sites = dict(unprofiled.groups)
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         contexts = sync_contexts(

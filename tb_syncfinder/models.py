@@ -427,8 +427,8 @@ class TraceSavings(msgspec.Struct):
     # NPU_NOT_REPLAYED``): no bubble after a sync is known, so the bound is the host wait.
     device_idle_read: bool = True
     # ``whatif.unprofiled_savings`` where a step time measured without the profiler was
-    # given: what every sync and each site (key) save unprofiled, per step times the
-    # trace's steps, as ``all_syncs_us`` and ``sites`` are over them (None: not fitted).
+    # given: what every sync and each site (key) save unprofiled over the profiled steps,
+    # as ``all_syncs_us`` and ``sites`` (None: not fitted).
     unprofiled_all_syncs_us: float | None = None
     unprofiled_sites: dict[str, float] = field(default_factory=dict)
 
@@ -483,8 +483,8 @@ class Summary(msgspec.Struct):
     # With the step time measured without the profiler: what removing every sync saves per
     # step in the program running without it (each trace replayed with the profiler's
     # estimated host overhead scaled to reproduce that step, ``TraceInfo.
-    # unprofiled_overhead_scale``; the mean over the steps after each trace's first, as a
-    # step time measured over a loop). None: not asked, or a trace could not be fitted.
+    # unprofiled_overhead_scale``; per step as ``predicted_saving_per_step_us``, which it
+    # equals at a scale of 0). None: not asked, or a trace could not be fitted.
     unprofiled_predicted_saving_per_step_us: float | None = None
 
 

@@ -67,22 +67,13 @@ def site_cost_us(site: Any) -> float:
 
 
 def rank_sites(sites: Iterable[T]) -> list[T]:
-    """The report's order: the largest predicted saving (the what-if replay's, issue 11;
-    without the profiler where the user gave the step time measured so, which a profiled
-    program's host-bound replay can rank last) first, then costliest (host wait plus GPU
-    idle), then most frequent, then by key (stable across runs). Latent sites cost
-    nothing, so they come by count."""
-
-    def saving(site: T) -> float:
-        unprofiled = _get(site, "unprofiled_predicted_saving_per_step_us")
-        if unprofiled is not None:
-            return float(unprofiled)
-        return float(_get(site, "predicted_saving_per_step_us") or 0.0)
-
+    """The report's order: the largest predicted saving (the what-if replay's, issue 11)
+    first, then costliest (host wait plus GPU idle), then most frequent, then by key
+    (stable across runs). Latent sites cost nothing, so they come by count."""
     return sorted(
         sites,
         key=lambda s: (
-            -saving(s),
+            -float(_get(s, "predicted_saving_us") or 0.0),
             -site_cost_us(s),
             -int(_get(s, "count") or 0),
             str(_get(s, "key") or ""),

@@ -731,27 +731,66 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 def loop_around(scope: ast.AST, line: int) -> int | None:
     """The first line of the innermost loop of ``scope`` (not of a function or class
-    defined in it) whose every pass runs ``line``: a ``for`` body (not its header, whose
-    iterable is made once), a ``while`` with its test, a comprehension. None: none."""
+    defined in it) that runs ``line`` once per pass with the pass's own value: a ``for``
+    body or a comprehension whose loop variable the statement at ``line`` uses
+    (``torch.where(expert_mask[e])`` in ``for e in range(n)``): a selection per group. Not a
+    ``for`` header (its iterable is made once), an ``else``, or a ``while`` (no value of its
+    own per pass). None: none."""
+    statement = _statement_at(scope, line)
+    if statement is None:
+        return None
+    used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
     found: int | None = None
     stack = list(ast.iter_child_nodes(scope))
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        end = getattr(node, "end_lineno", None)
-        first = getattr(node, "lineno", None)
-        if first is None or end is None or not first <= line <= end:
-            if not isinstance(node, (ast.expr, ast.stmt)):
-                stack.extend(ast.iter_child_nodes(node))
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is not None and end is not None and not first <= line <= end:
             continue
+        targets: set[str] = set()
         if isinstance(node, (ast.For, ast.AsyncFor)):
-            if node.body and node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
-                found = node.lineno if found is None or node.lineno > found else found
-        elif isinstance(node, (ast.While, *_COMPREHENSIONS)):
-            found = node.lineno if found is None or node.lineno > found else found
+            body_end = node.body[-1].end_lineno or node.body[-1].lineno
+            if node.body[0].lineno <= line <= body_end and line > (node.iter.end_lineno or 0):
+                targets = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        elif isinstance(node, _COMPREHENSIONS):
+            targets = {
+                n.id
+                for generator in node.generators
+                for n in ast.walk(generator.target)
+                if isinstance(n, ast.Name)
+            }
+        if targets & used and first is not None and (found is None or first > found):
+            found = first
         stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _statement_at(scope: ast.AST, line: int) -> ast.stmt | None:
+    """The innermost statement of ``scope`` whose lines hold ``line`` (a compound
+    statement's header line: the header alone, its test or iterable)."""
+    best: ast.stmt | None = None
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is None or end is None or not first <= line <= end:
+            continue
+        if isinstance(node, ast.stmt):
+            best = node
+        stack.extend(ast.iter_child_nodes(node))
+    if best is not None and hasattr(best, "body") and line == best.lineno:
+        # A header: only what the header holds, not the body below it.
+        header = [
+            getattr(best, name)
+            for name in ("test", "iter", "target", "items", "subject")
+            if getattr(best, name, None) is not None
+        ]
+        return ast.Module(
+            body=[ast.Expr(value=v) for v in header if isinstance(v, ast.expr)], type_ignores=[]
+        )  # type: ignore[return-value]
+    return best
 
 
 def _first_line(node: ast.AST) -> int:

@@ -85,6 +85,13 @@ def options_fingerprint(options: Any) -> dict[str, Any]:
         "context_window_us": options.context_window_us,
         "context_max_events": options.context_max_events,
         "whatif": getattr(options, "whatif", True),
+        # Only when given (a summary written without it stays valid without it): the
+        # figures without the profiler are fitted to this step time.
+        **(
+            {"unprofiled_step_us": options.unprofiled_step_us}
+            if getattr(options, "unprofiled_step_us", None)
+            else {}
+        ),
     }
 
 

@@ -666,6 +666,9 @@ UNPROFILED_SCALE_MAX = 4.0
 UNPROFILED_FIT_ROUNDS = 12
 # Within this share of the step given, a replayed step reproduces it.
 UNPROFILED_FIT_TOL = 0.001
+# A step given this much longer than the profiled replay's is no unprofiled step of it (a
+# host jitters from run to run: within it, the profiled figures stand).
+UNPROFILED_STEP_ABOVE = 0.25
 
 
 class UnprofiledSavings(msgspec.Struct):
@@ -678,26 +681,24 @@ class UnprofiledSavings(msgspec.Struct):
     scale: float | None = None  # None: no scale reproduces it (``reason``)
     profiled_step_us: float = 0.0  # the unmodified replay's mean step (after the first)
     replayed_step_us: float = 0.0  # the replay's mean step at ``scale``
-    # What every counted sync removed saves per step, and each group (site key), as the
-    # step given is measured: the mean over the steps after the first.
-    all_syncs_per_step_us: float | None = None
+    # What removing every counted sync and each group (site key) saves over the profiled
+    # steps, as ``WhatIf.all_syncs`` and ``group_savings`` (so that a scale of 0 gives the
+    # profiled figures; None: not fitted).
+    all_syncs_us: float | None = None
     groups: dict[str, float] = msgspec.field(default_factory=dict)
     reason: str | None = None
 
 
-def _steady_saving(saving: Saving) -> float:
-    """A saving per step over the steps after the first (all of them if there is one)."""
-    per_step = saving.per_step_us
-    later = per_step[1:] or per_step
-    return sum(later) / len(later) if later else 0.0
-
-
 def _steady_step(graph: _Graph) -> float:
-    """The replay's mean step after the first (the first runs set-up and starts from idle,
-    as a step time measured over a loop leaves out)."""
+    """The replay's typical step: the median of the steps after the first (the first runs
+    set-up and starts from idle, as a step time measured over a loop leaves out; a host's
+    hiccup in one of a few profiled steps would move a mean far from the loop's)."""
     intervals = graph.base_metrics.intervals
-    later = intervals[1:] or intervals
-    return sum(later) / len(later) if later else 0.0
+    later = sorted(intervals[1:] or intervals)
+    if not later:
+        return 0.0
+    middle = len(later) // 2
+    return later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
 
 
 def unprofiled_savings(
@@ -706,6 +707,7 @@ def unprofiled_savings(
     counted: Collection[int],
     groups: Mapping[str, Collection[int]],
     step_us: float,
+    graph: _Graph | None = None,
 ) -> UnprofiledSavings:
     """The savings of every counted sync removed and of each group (a site's syncs), in the
     program as it runs without the profiler, whose mean step the user measured
@@ -716,9 +718,23 @@ def unprofiled_savings(
     runs as the launches and queues allow (its durations are the recorded ones). A step the
     profiled replay already takes no longer than ``step_us`` keeps its figures (scale 0);
     one that no scale up to ``UNPROFILED_SCALE_MAX`` brings down to it gets none, and says
-    why."""
+    why. ``graph``: the trace's unmodified replay graph, if built (its base values as
+    built)."""
     found = UnprofiledSavings(step_us=step_us)
     episodes = list(episodes)
+    if not step_us > 0 or step_us == float("inf"):
+        found.reason = "not fitted: the step time given is not a positive number"
+        return found
+    if not tl.steps:
+        found.reason = (
+            "not fitted: the trace has no ProfilerStep markers, so no step of it is the "
+            "step measured"
+        )
+        return found
+    if not counted:  # nothing to remove: nothing saved, whatever the host's overhead
+        found.scale, found.all_syncs_us = 0.0, 0.0
+        found.groups = {key: 0.0 for key in groups}
+        return found
 
     def graph_at(scale: float) -> _Graph:
         built = _build(tl, episodes, overhead_scale=scale)
@@ -727,9 +743,16 @@ def unprofiled_savings(
         return built
 
     try:
-        graph = graph_at(0.0)
+        graph = graph if graph is not None else graph_at(0.0)
         profiled = found.profiled_step_us = _steady_step(graph)
         scale = 0.0
+        if step_us > profiled * (1 + UNPROFILED_STEP_ABOVE):
+            found.reason = (
+                f"not fitted: the {step_us / 1000:.2f} ms given is longer than the profiled "
+                f"replay's {profiled / 1000:.2f} ms step, which the profiler's overhead "
+                "cannot make: another program's step, or one timed with more in it"
+            )
+            return found
         if profiled > step_us * (1 + UNPROFILED_FIT_TOL):
             top = graph_at(UNPROFILED_SCALE_MAX)
             if _steady_step(top) > step_us * (1 + UNPROFILED_FIT_TOL):
@@ -759,11 +782,11 @@ def unprofiled_savings(
     found.scale = scale
     found.replayed_step_us = _steady_step(graph)
     everything = frozenset(counted)
-    found.all_syncs_per_step_us = (
-        _steady_saving(graph.saving_from(graph.metrics_for(everything))) if everything else 0.0
+    found.all_syncs_us = (
+        graph.saving_from(graph.metrics_for(everything)).total_us if everything else 0.0
     )
     for key, members in groups.items():
-        found.groups[key] = _steady_saving(graph.saving(frozenset(members))) if members else 0.0
+        found.groups[key] = graph.saving(frozenset(members)).total_us if members else 0.0
     return found
 
 
@@ -3699,8 +3722,14 @@ class _Builder:
         def warped(h: int, t: Any) -> Any:
             if warps is None:
                 return t
-            starts, removed = warps[h]
-            return t - removed[np.searchsorted(starts, t, side="right")]
+            starts, cost, reached = warps[h]
+            k = np.searchsorted(starts, t, side="right") - 1
+            if np.ndim(t) == 0:
+                return t if k < 0 else max(reached[k], t - cost[k])
+            out = np.array(t, dtype=float)
+            after = k >= 0
+            out[after] = np.maximum(reached[k[after]], out[after] - cost[k[after]])
+            return out
 
         warped_times = [
             list(warped(h, np.asarray(times, float)).tolist()) if warps is not None else times
@@ -3806,7 +3835,7 @@ class _Builder:
             k = place_in_thread[p] - 1
             if jump.chained and k >= 0:
                 av = thread_vars[jump.thread][k]
-                ao = times[k + 1] - times[k] - jump.wait
+                ao = max(0.0, times[k + 1] - times[k] - jump.wait)
             else:
                 av, ao = -1, 0.0
             extra = []
@@ -3877,11 +3906,11 @@ class _Builder:
         g.stats.update(host_points=float(m), order_violations=float(violations))
         return g
 
-    def _overhead_warps(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per thread: its host events' starts (relative to ``t0``) and, per count of them
-        started, the profiler's estimated overhead up to there (``cost``'s weights times
-        ``overhead_scale``): ``t - removed[searchsorted(starts, t, 'right')]`` is a host
-        time as the program would reach it unprofiled."""
+    def _overhead_warps(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per thread: its host events' starts (relative to ``t0``), the profiler's estimated
+        overhead of the events up to each (``cost``'s weights times ``overhead_scale``),
+        and the warped time each start reaches (see ``assemble``'s ``warped``): a host time
+        as the program would reach it unprofiled."""
         from tb_syncfinder.cost import PROFILER_US_PER_HOST_EVENT, PROFILER_US_PER_PYTHON_EVENT
 
         warps = []
@@ -3902,8 +3931,16 @@ class _Builder:
                 ]
             )
             order = np.argsort(starts, kind="stable")
-            removed = np.concatenate([[0.0], np.cumsum(weights[order]) * self.overhead_scale])
-            warps.append((starts[order] - self.t0, removed))
+            starts = starts[order] - self.t0
+            # The overhead an event costs is the host's time right after it starts (the
+            # profiler recording it), taken from there on as far as the host's time allows:
+            # warped time W(t) = max over s <= t of (s - C(s)), C the overhead of the events
+            # started by s. It never runs backwards (nested events that start within a
+            # microsecond of each other leave no time to take, and their overhead is taken
+            # after them), and it takes every microsecond of overhead where time allows.
+            cost = np.cumsum(weights[order] * self.overhead_scale)
+            before = np.concatenate([[0.0], cost[:-1]])
+            warps.append((starts, cost, np.maximum.accumulate(starts - before)))
         return warps
 
     def finish_order(self, g: _Graph) -> int:

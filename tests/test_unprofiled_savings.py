@@ -86,8 +86,8 @@ def test_the_saving_without_the_profiler_is_what_the_fix_measured_unprofiled(nam
     measured = statistics.median(savings)
     profiled, unprofiled, report = _per_step_ms(trace, step_ms)
     assert unprofiled is not None, report.traces[0].unprofiled_note
-    assert min(savings) <= unprofiled <= max(savings)
-    assert unprofiled == pytest.approx(measured, rel=0.3)
+    assert unprofiled == pytest.approx(measured, rel=0.25)
+    assert abs(unprofiled - measured) < abs(profiled - measured)
     scale = report.traces[0].unprofiled_overhead_scale
     assert scale is not None and 0 < scale <= 4
     if name in ("moe_loop", "transformer_logging", "demo_cnn"):
@@ -95,7 +95,7 @@ def test_the_saving_without_the_profiler_is_what_the_fix_measured_unprofiled(nam
         assert abs(profiled - measured) > measured / 3
 
 
-def test_an_expert_loops_site_ranks_by_what_it_saves_without_the_profiler() -> None:
+def test_an_expert_loop_looks_free_profiled_and_costs_ms_without_the_profiler() -> None:
     trace, step_ms, _ = CASES["moe_loop"]
     _, _, report = _per_step_ms(trace, step_ms)
     (site,) = report.sites
@@ -114,12 +114,17 @@ def test_without_a_step_time_nothing_is_fitted() -> None:
 
 def test_a_profiled_run_no_slower_than_the_step_given_keeps_its_figures() -> None:
     """item_logging's profiled replay (15.3 ms a step) is already faster than its noisy
-    unprofiled median (15.8 ms): nothing of the profiler's is taken out."""
+    unprofiled median (15.8 ms): nothing of the profiler's is taken out, and the figure
+    without the profiler is the profiled one, per site too."""
     pair = PAIRS["item_logging"]
     trace = TESTS / "gpu_pairs" / pair["baseline"]["trace"]
-    _, unprofiled, report = _per_step_ms(trace, pair["baseline"]["median_ms"])
+    profiled, unprofiled, report = _per_step_ms(trace, pair["baseline"]["median_ms"])
     assert report.traces[0].unprofiled_overhead_scale == 0.0
-    assert unprofiled == pytest.approx(4.93, abs=0.05)  # the replay's steps after the first
+    assert unprofiled == pytest.approx(profiled)
+    for site in report.sites:
+        assert site.unprofiled_predicted_saving_per_step_us == pytest.approx(
+            site.predicted_saving_per_step_us
+        )
 
 
 def test_a_step_the_host_overhead_cannot_explain_gets_no_figure_and_says_why(
@@ -147,6 +152,64 @@ def test_the_report_says_the_saving_without_the_profiler_per_site_and_in_all(
     trace, step_ms, _ = CASES["moe_loop"]
     assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms:.2f}"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "without the profiler: saves ~3.5" in text
-    assert "fixing every sync saves ~3.5" in text and "ms per step without the profiler" in text
+    assert "without the profiler: saves ~4.1" in text
+    assert "fixing every sync saves ~4.1" in text and "ms per step without the profiler" in text
     assert "at most 9.9" in text  # the bound beside it: the step minus the GPU's busy time
+
+
+def test_the_replay_without_the_profiler_never_runs_host_time_backwards() -> None:
+    """Nested events start within a microsecond of each other: the overhead of each is taken
+    from the host's time only as far as there is time, so no offset from a host point goes
+    negative, even at the largest scale (a review found 564 of 715 launch offsets negative
+    on the demo seg trace, and fits that held only by that)."""
+    from tb_syncfinder.detect import detect_syncs
+    from tb_syncfinder.reader import read_trace
+    from tb_syncfinder.timeline import build_timeline
+    from tb_syncfinder.whatif import UNPROFILED_SCALE_MAX, _build
+
+    trace, _, _ = CASES["moe_loop"]
+    timeline = build_timeline(read_trace(str(trace)))
+    graph = _build(timeline, detect_syncs(timeline), overhead_scale=UNPROFILED_SCALE_MAX)
+    offsets = [task[4] for task in graph.tasks if task[3] >= 0]
+    assert offsets and min(offsets) >= 0.0
+
+
+def test_a_step_longer_than_the_profiled_one_gets_no_figure_and_says_why() -> None:
+    trace, step_ms, _ = CASES["moe_loop"]
+    _, unprofiled, report = _per_step_ms(trace, step_ms * 10)
+    assert unprofiled is None
+    assert "longer than the profiled replay's" in (report.traces[0].unprofiled_note or "")
+
+
+def test_a_trace_without_syncs_saves_nothing_without_fitting() -> None:
+    pair = PAIRS["dynamic_shapes"]
+    trace = TESTS / "gpu_pairs" / pair["fixed"]["trace"]
+    _, unprofiled, report = _per_step_ms(trace, pair["fixed"]["median_ms"])
+    assert report.syncs == [] and unprofiled == 0.0
+    assert report.traces[0].unprofiled_note is None
+
+
+def test_a_trace_without_step_markers_is_not_fitted(tmp_path: Path) -> None:
+    import gzip
+
+    trace, step_ms, _ = CASES["demo_cnn"]
+    document = json.loads(gzip.decompress(trace.read_bytes()))
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    stripped = tmp_path / "cnn_nosteps.pt.trace.json"
+    stripped.write_text(json.dumps(document))
+    _, unprofiled, report = _per_step_ms(stripped, step_ms)
+    assert unprofiled is None
+    assert "no ProfilerStep markers" in (report.traces[0].unprofiled_note or "")
+
+
+def test_a_cached_summary_is_not_taken_for_another_step_time() -> None:
+    from tb_syncfinder.engine import Options
+    from tb_syncfinder.summaries import options_fingerprint
+
+    plain = options_fingerprint(Options())
+    assert "unprofiled_step_us" not in plain  # summaries written without it stay valid
+    assert options_fingerprint(Options(unprofiled_step_us=46970.0)) != options_fingerprint(
+        Options(unprofiled_step_us=60000.0)
+    )

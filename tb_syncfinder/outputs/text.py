@@ -583,9 +583,11 @@ def _summary_lines(
     ranks: int = 0,
     device: str = "GPU",
     fit_notes: Sequence[str] = (),
+    fit_scales: Sequence[float] = (),
 ) -> list[str]:
-    """``fit_notes``: as ``_saving_lines`` takes them. ``device``: what the latent syncs
-    would wait for ("NPU": traces of one recorded without AscendCL calls). ``unmarked``:
+    """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them. ``device``: what
+    the latent syncs would wait for ("NPU": traces of one recorded without AscendCL calls).
+    ``unmarked``:
     readable traces without ProfilerStep markers (each counts as one step: said beside
     every per-step figure, which would be misread otherwise);
     ``outside``: syncs in no step of a trace that has steps (in the totals, in no step's
@@ -680,7 +682,7 @@ def _summary_lines(
         # The share is over the host's step; beside a longer step time it would be misread.
         share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
     lines.extend(_wrap_labelled("share of step", share_text, width))
-    lines.extend(_saving_lines(summary, width, fit_notes))
+    lines.extend(_saving_lines(summary, width, fit_notes, fit_scales))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
@@ -756,9 +758,14 @@ def _wrap_labelled(label: str, text: str, width: int) -> list[str]:
     return [lines[0]] + [" " * len(head) + line[len(head) :] for line in lines[1:]]
 
 
-def _saving_lines(summary: dict[str, Any], width: int, fit_notes: Sequence[str] = ()) -> list[str]:
+def _saving_lines(
+    summary: dict[str, Any],
+    width: int,
+    fit_notes: Sequence[str] = (),
+    fit_scales: Sequence[float] = (),
+) -> list[str]:
     """``fit_notes``: why a trace's saving without the profiler could not be fitted
-    (``TraceInfo.unprofiled_note``)."""
+    (``TraceInfo.unprofiled_note``); ``fit_scales``: the fitted traces' scales."""
     """Step time (the longer of host and device span) and what removing every sync saves,
     with one line on how that was obtained."""
     host = float(summary.get("mean_step_time_us") or 0.0)
@@ -809,13 +816,21 @@ def _saving_lines(summary: dict[str, Any], width: int, fit_notes: Sequence[str] 
         text = f"{format_us(float(unprofiled))} per step (given)"
         corrected = summary.get("unprofiled_predicted_saving_per_step_us")
         if corrected is not None:
+            how = (
+                "the profiled replay's steps take no longer than that: nothing of the "
+                "profiler's is taken out"
+                if fit_scales and not any(fit_scales)
+                else "replayed with the profiler's estimated host overhead taken out, "
+                "scaled so that the steps take the time given"
+            )
             text += (
                 f": fixing every sync saves ~{format_us(float(corrected))} per step without "
-                "the profiler (replayed with the profiler's estimated host overhead taken "
-                "out, scaled so that the steps take the time given)"
+                f"the profiler ({how})"
             )
         elif fit_notes:
-            text += f": no prediction without the profiler ({'; '.join(fit_notes)})"
+            more = len(fit_notes) - 1
+            alike = f" (and in {plural(more, 'trace')} more alike)" if more else ""
+            text += f": no prediction without the profiler ({fit_notes[0]}{alike})"
         if at_most is None:
             text += (
                 f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "
@@ -1026,11 +1041,12 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 outside,
                 ranks=ranks,
                 device="NPU" if npu_latent else "GPU",
-                fit_notes=list(
-                    dict.fromkeys(
-                        t["unprofiled_note"] for t in readable if t.get("unprofiled_note")
-                    )
-                ),
+                fit_notes=[t["unprofiled_note"] for t in readable if t.get("unprofiled_note")],
+                fit_scales=[
+                    float(t["unprofiled_overhead_scale"])
+                    for t in readable
+                    if t.get("unprofiled_overhead_scale") is not None
+                ],
             )
         )
         lines.append("")

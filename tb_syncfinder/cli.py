@@ -536,6 +536,13 @@ def _analyze_runs(
     paths = [paths] if isinstance(paths, str) else list(paths)
     path = paths[0] if len(paths) == 1 else f"{len(paths)} paths"  # for messages
     refs = _select_runs(path, _find_refs_of(paths), wanted)
+    runs = list(dict.fromkeys(ref.run for ref in refs))
+    if getattr(args, "unprofiled_step_ms", None) is not None and len(runs) > 1:
+        # Before the analysis, which would fit every run's traces to one program's step.
+        raise UsageError(
+            f"--unprofiled-step-ms: {len(runs)} runs here ({', '.join(map(str, runs))}); a "
+            "step time is one program's: pick the run it was measured for with --run NAME"
+        )
     use_ray = _uses_ray(args)
     store = None
     if not getattr(args, "no_summaries", False):

@@ -213,3 +213,14 @@ def test_a_cached_summary_is_not_taken_for_another_step_time() -> None:
     assert options_fingerprint(Options(unprofiled_step_us=46970.0)) != options_fingerprint(
         Options(unprofiled_step_us=60000.0)
     )
+
+
+def test_the_profiler_note_tells_a_terminal_user_how_to_get_the_figure(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    trace, step_ms, _ = CASES["moe_loop"]
+    assert main(["report", str(trace)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Give it with --unprofiled-step-ms T for a prediction without the profiler" in text
+    assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms:.2f}"]) == 0
+    assert "Give it with" not in capsys.readouterr().out

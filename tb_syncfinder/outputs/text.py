@@ -808,9 +808,14 @@ def _saving_lines(
         note = None  # the line above says it (with the workers it holds for, in a job)
     if how:
         lines.extend(_wrap_labelled("how obtained", how + (f" ({note})" if note else ""), width))
-    if profiler:
-        lines.extend(_wrap_labelled("profiler", profiler, width))
     unprofiled = summary.get("unprofiled_step_time_us")
+    if profiler:
+        if not unprofiled and summary.get("saving_method") == "replay":
+            # The terminal's user can give the step time; the note (also the tab's) can't say so.
+            profiler += (
+                " Give it with --unprofiled-step-ms T for a prediction without the profiler."
+            )
+        lines.extend(_wrap_labelled("profiler", profiler, width))
     if unprofiled:
         at_most = summary.get("unprofiled_saving_at_most_per_step_us")
         text = f"{format_us(float(unprofiled))} per step (given)"

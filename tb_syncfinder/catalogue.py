@@ -1610,7 +1610,7 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         ),
         # The wrapper calling the model's own experts' forward: the eager loop (not
         # batched_mm, grouped_mm's fallback or an implementation a user registered).
-        r"transformers/models/[^/]+/modeling_[^/]+\.py$",
+        r"(transformers/models/[^/]+|transformers_modules/.+)/modeling_[^/]+\.py$",
     ),
     LibraryAdvice(
         "transformers/modeling_attn_mask_utils.py",
@@ -1777,12 +1777,21 @@ def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -
         for n, (path, func) in enumerate(frames):
             if not _frame_matches(path, func, entry.file, entry.funcs):
                 continue
-            if entry.called_file is not None and not (
-                n > 0 and re.search(entry.called_file, frames[n - 1][0].replace("\\", "/"))
-            ):
-                continue
+            if entry.called_file is not None:
+                inner = [
+                    p.replace("\\", "/")
+                    for p, _f in reversed(frames[:n])
+                    if not _PASS_THROUGH.search(p.replace("\\", "/"))
+                ]
+                if not inner or not re.search(entry.called_file, inner[0]):
+                    continue
             return entry.advice
     return None
+
+
+# Frames a call passes through on its way to the function it names (torch.compile's and
+# no_grad's wrappers, functools'): not the function called.
+_PASS_THROUGH = re.compile(r"(torch/_dynamo/|torch/utils/_contextlib\.py$|/functools\.py$)")
 
 
 # --- a tensor turned into text ----------------------------------------------------------

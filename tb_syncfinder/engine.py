@@ -555,7 +555,11 @@ def _unprofiled(
 
     result = whatif.result
     if core is not None or result is None or not result.available:
-        why = "analysed in windows" if core is not None else "not replayed"
+        why = (
+            "analysed in windows (--window-mb 0 reads a trace whole, if memory allows)"
+            if core is not None
+            else "not replayed"
+        )
         return UnprofiledSavings(step_us=step_us, reason=f"not fitted: {why}")
     counted = set(result.counted)
     sites: dict[str, list[int]] = {}
@@ -743,9 +747,14 @@ def _analyze_data(
         unprofiled = _unprofiled(
             tl, whatif, replayed_episodes, syncs, episode_of, options.unprofiled_step_us, core
         )
-        if unprofiled.scale is not None and unprofiled.all_syncs_us is not None:
-            trace_savings.unprofiled_all_syncs_us = unprofiled.all_syncs_us
-            trace_savings.unprofiled_sites = dict(unprofiled.groups)
+        if unprofiled.all_syncs_per_step_us is not None:
+            # Per step (the typical step's saving) times the steps: the run's figure is
+            # divided by its steps again, as the profiled one is.
+            n_steps = max(len(steps), 1)
+            trace_savings.unprofiled_all_syncs_us = unprofiled.all_syncs_per_step_us * n_steps
+            trace_savings.unprofiled_sites = {
+                key: us * n_steps for key, us in unprofiled.groups.items()
+            }
     contexts: dict[str, dict[str, Any]] = {}
     if options.contexts:
         contexts = sync_contexts(

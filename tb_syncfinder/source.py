@@ -736,6 +736,8 @@ def loop_around(scope: ast.AST, line: int) -> int | None:
     (``torch.where(expert_mask[e])`` in ``for e in range(n)``): a selection per group. Not a
     ``for`` header (its iterable is made once), an ``else``, or a ``while`` (no value of its
     own per pass). None: none."""
+    if isinstance(scope, _COMPREHENSIONS):  # the frame of a comprehension (``<genexpr>``)
+        return scope.lineno if _per_element(scope) else None
     statement = _statement_at(scope, line)
     if statement is None:
         return None
@@ -749,22 +751,41 @@ def loop_around(scope: ast.AST, line: int) -> int | None:
         first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if first is not None and end is not None and not first <= line <= end:
             continue
-        targets: set[str] = set()
+        per_pass = False
         if isinstance(node, (ast.For, ast.AsyncFor)):
             body_end = node.body[-1].end_lineno or node.body[-1].lineno
             if node.body[0].lineno <= line <= body_end and line > (node.iter.end_lineno or 0):
-                targets = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+                per_pass = bool(_bound_names(node.target) & used)
         elif isinstance(node, _COMPREHENSIONS):
-            targets = {
-                n.id
-                for generator in node.generators
-                for n in ast.walk(generator.target)
-                if isinstance(n, ast.Name)
-            }
-        if targets & used and first is not None and (found is None or first > found):
+            per_pass = _per_element(node)
+        if per_pass and first is not None and (found is None or first > found):
             found = first
         stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    """The names a loop's target binds (``for i, (a, *b) in``), not those of an attribute
+    or item it assigns (``for self.x in``: ``self`` is only read)."""
+    return {
+        n.id for n in ast.walk(target) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def _per_element(node: ast.AST) -> bool:
+    """Whether a comprehension's per-element parts (its element, conditions, inner
+    iterables) call something with its loop variables around: its first iterable is made
+    once."""
+    generators = node.generators  # type: ignore[attr-defined]
+    targets = set().union(*(_bound_names(g.target) for g in generators))
+    parts = [getattr(node, name) for name in ("elt", "key", "value") if hasattr(node, name)]
+    parts += [condition for g in generators for condition in g.ifs]
+    parts += [g.iter for g in generators[1:]]
+    nodes = [n for part in parts for n in ast.walk(part)]
+    used = {n.id for n in nodes if isinstance(n, ast.Name)}
+    # A call among them (one that may read back); without one the line's read is in the
+    # first iterable (``[r for r in torch.nonzero(x)]``), made once.
+    return bool(targets & used) and any(isinstance(n, ast.Call) for n in nodes)
 
 
 def _statement_at(scope: ast.AST, line: int) -> ast.stmt | None:

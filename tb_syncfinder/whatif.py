@@ -680,25 +680,36 @@ class UnprofiledSavings(msgspec.Struct):
     step_us: float  # the unprofiled mean step given
     scale: float | None = None  # None: no scale reproduces it (``reason``)
     profiled_step_us: float = 0.0  # the unmodified replay's mean step (after the first)
-    replayed_step_us: float = 0.0  # the replay's mean step at ``scale``
-    # What removing every counted sync and each group (site key) saves over the profiled
-    # steps, as ``WhatIf.all_syncs`` and ``group_savings`` (so that a scale of 0 gives the
-    # profiled figures; None: not fitted).
-    all_syncs_us: float | None = None
+    replayed_step_us: float = 0.0  # the replay's typical step at ``scale``
+    # What removing every counted sync and each group (site key) takes off the typical
+    # step (``_typical_saving``), the statistic the fit matched (None: not fitted).
+    all_syncs_per_step_us: float | None = None
     groups: dict[str, float] = msgspec.field(default_factory=dict)
     reason: str | None = None
 
 
-def _steady_step(graph: _Graph) -> float:
-    """The replay's typical step: the median of the steps after the first (the first runs
+def _typical(intervals: Sequence[float]) -> float:
+    """A replay's typical step: the median of the steps after the first (the first runs
     set-up and starts from idle, as a step time measured over a loop leaves out; a host's
     hiccup in one of a few profiled steps would move a mean far from the loop's)."""
-    intervals = graph.base_metrics.intervals
     later = sorted(intervals[1:] or intervals)
     if not later:
         return 0.0
     middle = len(later) // 2
     return later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
+
+
+def _steady_step(graph: _Graph) -> float:
+    return _typical(graph.base_metrics.intervals)
+
+
+def _typical_saving(graph: _Graph, saving: Saving) -> float:
+    """What a what-if takes off the typical step (``_typical``): the statistic the fit
+    matched the step given with, on both sides (a mean of the savings let one slow step
+    the median leaves out make most of the figure)."""
+    base = graph.base_metrics.intervals
+    after = [b - s for b, s in zip(base, saving.per_step_us, strict=True)]
+    return _typical(base) - _typical(after)
 
 
 def unprofiled_savings(
@@ -731,10 +742,6 @@ def unprofiled_savings(
             "step measured"
         )
         return found
-    if not counted:  # nothing to remove: nothing saved, whatever the host's overhead
-        found.scale, found.all_syncs_us = 0.0, 0.0
-        found.groups = {key: 0.0 for key in groups}
-        return found
 
     def graph_at(scale: float) -> _Graph:
         built = _build(tl, episodes, overhead_scale=scale)
@@ -746,22 +753,38 @@ def unprofiled_savings(
         graph = graph if graph is not None else graph_at(0.0)
         profiled = found.profiled_step_us = _steady_step(graph)
         scale = 0.0
+        typical = f"{profiled / 1000:.2f} ms, the median of the replayed steps after the first"
         if step_us > profiled * (1 + UNPROFILED_STEP_ABOVE):
             found.reason = (
                 f"not fitted: the {step_us / 1000:.2f} ms given is longer than the profiled "
-                f"replay's {profiled / 1000:.2f} ms step, which the profiler's overhead "
-                "cannot make: another program's step, or one timed with more in it"
+                f"step ({typical}), which the profiler's overhead cannot make: another "
+                "program's step, or one timed with more in it"
             )
+            return found
+        busy = graph.busy_us() / max(len(graph.step_refs), 1)
+        if step_us < busy * (1 - UNPROFILED_FIT_TOL):
+            found.reason = (
+                f"not fitted: the {step_us / 1000:.2f} ms given is shorter than the GPU's busy "
+                f"time per step ({busy / 1000:.2f} ms), which no program doing this GPU work "
+                "runs faster than: another program's step?"
+            )
+            return found
+        if not counted:  # nothing to remove: saves nothing, whatever the host's overhead
+            found.all_syncs_per_step_us = 0.0
+            found.groups = {key: 0.0 for key in groups}
+            found.reason = "no sync to remove: nothing to save, with the profiler or without"
             return found
         if profiled > step_us * (1 + UNPROFILED_FIT_TOL):
             top = graph_at(UNPROFILED_SCALE_MAX)
             if _steady_step(top) > step_us * (1 + UNPROFILED_FIT_TOL):
                 found.replayed_step_us = _steady_step(top)
                 found.reason = (
-                    f"even without {UNPROFILED_SCALE_MAX:g}x the profiler's estimated host "
-                    f"overhead the replayed step takes {found.replayed_step_us / 1000:.2f} ms, "
-                    f"above the {step_us / 1000:.2f} ms given: what the profiler added here is "
-                    "not the host's work alone (or the step given is another program's)"
+                    f"not fitted: even without {UNPROFILED_SCALE_MAX:g}x the profiler's "
+                    "estimated host overhead the replayed step (the median after the first) "
+                    f"takes {found.replayed_step_us / 1000:.2f} ms, above the "
+                    f"{step_us / 1000:.2f} ms given: what the profiler added here is not the "
+                    "host's work per recorded event alone (or the step given is another "
+                    "program's)"
                 )
                 return found
             low, high = 0.0, UNPROFILED_SCALE_MAX
@@ -782,11 +805,13 @@ def unprofiled_savings(
     found.scale = scale
     found.replayed_step_us = _steady_step(graph)
     everything = frozenset(counted)
-    found.all_syncs_us = (
-        graph.saving_from(graph.metrics_for(everything)).total_us if everything else 0.0
+    found.all_syncs_per_step_us = _typical_saving(
+        graph, graph.saving_from(graph.metrics_for(everything))
     )
     for key, members in groups.items():
-        found.groups[key] = graph.saving(frozenset(members)).total_us if members else 0.0
+        found.groups[key] = (
+            _typical_saving(graph, graph.saving(frozenset(members))) if members else 0.0
+        )
     return found
 
 

@@ -731,7 +731,9 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         "waiting_for",
         "predicted_saving_with_others_per_step_us",
         "fix_with",
+        "unprofiled_predicted_saving_per_step_us",
     }
+    assert added["unprofiled_predicted_saving_per_step_us"] == ""  # no step time given
     assert float(added["predicted_saving_us"]) == pytest.approx(
         site["predicted_saving_us"], abs=1e-3
     )

@@ -185,6 +185,10 @@ def test_a_cpu_trace_of_an_expert_loop_gets_the_loop_advice(tmp_path: Path) -> N
         (15, None),  # a micro-batch loop whose mask is not the loop's
         (19, None),  # a while's else runs once
         (20, None),  # a one-line for: its header
+        (22, None),  # the comprehension's read is in its iterable, made once
+        (24, None),  # an attribute as the loop's target: `h` is only read
+        (25, 23),
+        (26, 26),  # a generator passed to sum()
     ],
 )
 def test_a_line_is_in_a_loop_over_groups_when_it_uses_the_loops_value(
@@ -212,6 +216,11 @@ def test_a_line_is_in_a_loop_over_groups_when_it_uses_the_loops_value(
         "        u = torch.nonzero(x)\n"
         "    for e in m.nonzero(): h(e)\n"
         "    return t\n"
+        "    rows = [r for r in torch.nonzero(x > 0)]\n"
+        "    for h.cur, (a, b) in masks:\n"
+        "        z = torch.nonzero(h.mask)\n"
+        "        w = torch.nonzero(a)\n"
+        "    s = sum(torch.nonzero(k).numel() for k in masks)\n"
     )
     (function,) = ast.parse(source).body
     assert loop_around(function, line) == loop
@@ -227,3 +236,14 @@ def test_transformers_experts_advice_is_for_the_models_own_loop_only() -> None:
     assert catalogue.library_advice([eager, wrapper], ops) == catalogue.HF_EXPERTS_ADVICE
     mine = ("/home/me/my_experts.py", "my_sorted_experts")
     assert catalogue.library_advice([mine, wrapper], ops) is None
+
+
+def test_transformers_experts_advice_sees_through_wrappers_and_remote_code() -> None:
+    wrapper = ("C:\\venv\\Lib\\site-packages\\transformers\\integrations\\moe.py", "forward")
+    ops = ["aten::nonzero"]
+    dynamo = ("/venv/site-packages/torch/_dynamo/eval_frame.py", "_fn")
+    remote = (
+        "/home/me/.cache/huggingface/modules/transformers_modules/org/repo/abc123/modeling_x.py",
+        "forward",
+    )
+    assert catalogue.library_advice([remote, dynamo, wrapper], ops) == catalogue.HF_EXPERTS_ADVICE

@@ -52,6 +52,9 @@ SAVING_COLUMNS = [
     # empty where not replayed or no site does), space-separated.
     "predicted_saving_with_others_per_step_us",
     "fix_with",
+    # What fixing it saves per step without the profiler (``report --unprofiled-step-ms``;
+    # empty where not asked or not fitted).
+    "unprofiled_predicted_saving_per_step_us",
 ]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
@@ -103,6 +106,7 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
             site.get("waiting_for") or "",
             "" if latent else _number(site.get("predicted_saving_with_others_per_step_us")),
             " ".join(_texts(site.get("fix_with"))),
+            "" if latent else _number(site.get("unprofiled_predicted_saving_per_step_us")),
         ]
         cells = (
             [

@@ -246,6 +246,12 @@ def _result(
             "lineExact": bool(site.get("line_exact")),
             "latent": latent,
             "fixWith": _texts(site.get("fix_with")),
+            # Per step without the profiler, where the step time was given and fitted.
+            **(
+                {"unprofiledSavingPerStepUs": float(unprofiled)}
+                if (unprofiled := site.get("unprofiled_predicted_saving_per_step_us")) is not None
+                else {}
+            ),
         },
     }
 

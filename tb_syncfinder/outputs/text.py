@@ -764,10 +764,10 @@ def _saving_lines(
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
 ) -> list[str]:
-    """``fit_notes``: why a trace's saving without the profiler could not be fitted
-    (``TraceInfo.unprofiled_note``); ``fit_scales``: the fitted traces' scales."""
     """Step time (the longer of host and device span) and what removing every sync saves,
-    with one line on how that was obtained."""
+    with one line on how that was obtained. ``fit_notes``: why a trace's saving without the
+    profiler could not be fitted (``TraceInfo.unprofiled_note``); ``fit_scales``: the
+    fitted traces' scales."""
     host = float(summary.get("mean_step_time_us") or 0.0)
     wall = float(summary.get("mean_wall_step_time_us") or 0.0) or host
     if wall <= 0:
@@ -821,13 +821,20 @@ def _saving_lines(
         text = f"{format_us(float(unprofiled))} per step (given)"
         corrected = summary.get("unprofiled_predicted_saving_per_step_us")
         if corrected is not None:
-            how = (
-                "the profiled replay's steps take no longer than that: nothing of the "
-                "profiler's is taken out"
-                if fit_scales and not any(fit_scales)
-                else "replayed with the profiler's estimated host overhead taken out, "
-                "scaled so that the steps take the time given"
-            )
+            if not fit_scales:
+                how = "no sync to remove"
+            elif not any(fit_scales):
+                how = (
+                    "the profiled replay's typical step takes no longer than that: nothing of "
+                    "the profiler's is taken out; the typical step's saving, where the line "
+                    "above is the mean over every profiled step"
+                )
+            else:
+                how = (
+                    "replayed with the profiler's estimated host overhead taken out, scaled "
+                    "so that the typical step, the median after the first, takes the time "
+                    "given; what removing them takes off that step"
+                )
             text += (
                 f": fixing every sync saves ~{format_us(float(corrected))} per step without "
                 f"the profiler ({how})"

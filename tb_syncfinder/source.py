@@ -37,7 +37,7 @@ import os
 import re
 import site
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -735,13 +735,13 @@ def loop_around(scope: ast.AST, line: int) -> int | None:
     body or a comprehension whose loop variable the statement at ``line`` uses
     (``torch.where(expert_mask[e])`` in ``for e in range(n)``): a selection per group. Not a
     ``for`` header (its iterable is made once), an ``else``, or a ``while`` (no value of its
-    own per pass). None: none."""
+    own per pass); a comprehension whose read may be in its first iterable (``_per_element``).
+    None: none."""
     if isinstance(scope, _COMPREHENSIONS):  # the frame of a comprehension (``<genexpr>``)
         return scope.lineno if _per_element(scope) else None
-    statement = _statement_at(scope, line)
-    if statement is None:
+    used = _names_at(scope, line)
+    if used is None:
         return None
-    used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)}
     found: int | None = None
     stack = list(ast.iter_child_nodes(scope))
     while stack:
@@ -788,9 +788,10 @@ def _per_element(node: ast.AST) -> bool:
     return bool(targets & used) and any(isinstance(n, ast.Call) for n in nodes)
 
 
-def _statement_at(scope: ast.AST, line: int) -> ast.stmt | None:
-    """The innermost statement of ``scope`` whose lines hold ``line`` (a compound
-    statement's header line: the header alone, its test or iterable)."""
+def _names_at(scope: ast.AST, line: int) -> set[str] | None:
+    """The names the innermost statement of ``scope`` holding ``line`` uses (on a compound
+    statement's header line, the header's alone: its test, iterable, target or items);
+    None: no statement holds it."""
     best: ast.stmt | None = None
     stack = list(ast.iter_child_nodes(scope))
     while stack:
@@ -801,17 +802,19 @@ def _statement_at(scope: ast.AST, line: int) -> ast.stmt | None:
         if isinstance(node, ast.stmt):
             best = node
         stack.extend(ast.iter_child_nodes(node))
-    if best is not None and hasattr(best, "body") and line == best.lineno:
+    if best is None:
+        return None
+    parts: list[Any] = [best]
+    if hasattr(best, "body") and line == best.lineno:
         # A header: only what the header holds, not the body below it.
-        header = [
-            getattr(best, name)
-            for name in ("test", "iter", "target", "items", "subject")
-            if getattr(best, name, None) is not None
-        ]
-        return ast.Module(
-            body=[ast.Expr(value=v) for v in header if isinstance(v, ast.expr)], type_ignores=[]
-        )  # type: ignore[return-value]
-    return best
+        parts = [getattr(best, name, None) for name in ("test", "iter", "target", "items")]
+    return {n.id for part in parts if part for n in _walk(part) if isinstance(n, ast.Name)}
+
+
+def _walk(part: Any) -> Iterator[ast.AST]:
+    """``ast.walk`` of a node or of each node in a list (a ``with`` header's items)."""
+    for node in part if isinstance(part, list) else [part]:
+        yield from ast.walk(node)
 
 
 def _first_line(node: ast.AST) -> int:

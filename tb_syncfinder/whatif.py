@@ -660,8 +660,8 @@ def replay_stage(
 # The profiler's estimated host overhead (``cost``'s weights) is scaled by at most this to
 # reproduce a step the user measured without the profiler. Past it, what the profiler added
 # is not the host's work alone (CUPTI slowed the device too, or the program timed is not the
-# one profiled), and no corrected figure is given. On the 13 GPU recordings of
-# docs/validation.md (sections 5, 14 and 15) the fits that held took 0.15 to 3.9.
+# one profiled), and no corrected figure is given. On the GPU recordings of
+# docs/validation.md section 15 the fits that held took 0.09 to 1.94.
 UNPROFILED_SCALE_MAX = 4.0
 UNPROFILED_FIT_ROUNDS = 12
 # Within this share of the step given, a replayed step reproduces it.
@@ -677,9 +677,9 @@ class UnprofiledSavings(msgspec.Struct):
     profiler's estimated overhead times ``scale``, the scale that makes the replayed steps
     take the step time measured without the profiler."""
 
-    step_us: float  # the unprofiled mean step given
+    step_us: float  # the unprofiled step given
     scale: float | None = None  # None: no scale reproduces it (``reason``)
-    profiled_step_us: float = 0.0  # the unmodified replay's mean step (after the first)
+    profiled_step_us: float = 0.0  # the unmodified replay's typical step (``_typical``)
     replayed_step_us: float = 0.0  # the replay's typical step at ``scale``
     # What removing every counted sync and each group (site key) takes off the typical
     # step (``_typical_saving``), the statistic the fit matched (None: not fitted).
@@ -726,11 +726,12 @@ def unprofiled_savings(
     operator, runtime call or annotation, 1 us per Python frame) is taken out of each host
     thread's work, times a scale found so that the replayed steps take ``step_us``: the
     host then reaches each launch, sync and step boundary earlier, and the device's work
-    runs as the launches and queues allow (its durations are the recorded ones). A step the
-    profiled replay already takes no longer than ``step_us`` keeps its figures (scale 0);
-    one that no scale up to ``UNPROFILED_SCALE_MAX`` brings down to it gets none, and says
-    why. ``graph``: the trace's unmodified replay graph, if built (its base values as
-    built)."""
+    runs as the launches and queues allow (its durations are the recorded ones); the figures
+    are what removing the syncs takes off the typical step (``_typical_saving``). A step the
+    profiled replay already takes no longer than ``step_us`` is replayed as recorded (scale
+    0); one that no scale up to ``UNPROFILED_SCALE_MAX`` brings down to it, or a step time
+    the trace rules out, gets none, and says why. ``graph``: the trace's unmodified replay
+    graph, if built (its base values as built)."""
     found = UnprofiledSavings(step_us=step_us)
     episodes = list(episodes)
     if not step_us > 0 or step_us == float("inf"):
@@ -3814,7 +3815,7 @@ class _Builder:
             vars_ = np.asarray(thread_vars[h], dtype=np.int64)
             valid = k >= 0
             la_var[items[valid]] = vars_[k[valid]]
-            times_w = np.asarray(warped_times[h], float)
+            times_w = times if warps is None else np.asarray(warped_times[h], float)
             la_off[items[valid]] = warped(h, ts[valid]) - times_w[k[valid]] + w_launch[items[valid]]
             if not valid.all():
                 orphan[items[~valid]] = True
@@ -3860,7 +3861,9 @@ class _Builder:
             k = place_in_thread[p] - 1
             if jump.chained and k >= 0:
                 av = thread_vars[jump.thread][k]
-                ao = max(0.0, times[k + 1] - times[k] - jump.wait)
+                ao = times[k + 1] - times[k] - jump.wait
+                if warps is not None:  # a wait may start where time was taken out before it
+                    ao = max(0.0, ao)
             else:
                 av, ao = -1, 0.0
             extra = []
@@ -3946,9 +3949,9 @@ class _Builder:
                     np.fromiter((r.ts for r in th.runtime), float, len(th.runtime)),
                 ]
             )
-            python = (
-                np.asarray(th.kinds, dtype=np.int64) == PYTHON if th.kinds else np.zeros(0, bool)
-            )
+            python = np.asarray(th.kinds, dtype=np.int64) == PYTHON
+            if len(python) != len(th.starts):  # no nodes swept: none of them a frame
+                python = np.zeros(len(th.starts), dtype=bool)
             weights = np.concatenate(
                 [
                     np.where(python, PROFILER_US_PER_PYTHON_EVENT, PROFILER_US_PER_HOST_EVENT),

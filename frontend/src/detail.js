@@ -15,7 +15,7 @@ import { inlineCode } from "./markup.js";
 import { apiUrl } from "./query.js";
 import { selectionWhere } from "./repairs.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
-import { nextRowIndex, siteWhere } from "./sites.js";
+import { nextRowIndex, siteWhere, withUnprofiled } from "./sites.js";
 import { OCC_SORTS, occPagePatch, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
@@ -91,7 +91,7 @@ export async function renderDetail(ctx, slot) {
         "×",
       ),
       header(site, sync, app),
-      site ? siteStats(site, state.step) : null,
+      site ? siteStats(withUnprofiled([site], ctx.unprofiledSites)[0], state.step) : null,
       // A site that saves much less alone than with another fixed too: which, and both.
       site?.fix_with_note && !site.latent ? h("p", { class: "sa-note sa-fix-with", "data-testid": "detail-fix-with" }, withMicro(site.fix_with_note)) : null,
       h("h3", null, "Source"),
@@ -207,6 +207,9 @@ function siteStats(site, step) {
     latent || site.predicted_saving_with_others_per_step_us === null || site.predicted_saving_with_others_per_step_us === undefined
       ? null
       : stat("saves per step with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
+    latent || typeof site.unprofiled_predicted_saving_per_step_us !== "number"
+      ? null
+      : stat("without the profiler", `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}`),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
     latent ? null : stat(site.gpu_idle_measured === false ? "NPU idle" : "GPU idle", site.gpu_idle_measured === false ? "not measured" : formatUs(site.gpu_idle_us)),

@@ -8,10 +8,10 @@ import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, howObtainedText, idleText, IDLE_UNREAD, plural, savingText, shortPath, siteCountText, siteFallbackLabel, unjudgedUploadsText, withMicro } from "./format.js";
 import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
-import { compareRunNames } from "./state.js";
+import { compareRunNames, validStepMs } from "./state.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName, selectionWhere } from "./repairs.js";
-import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES } from "./sites.js";
+import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES, withUnprofiled } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
 const PAGE = 500;
@@ -82,6 +82,14 @@ export async function renderHotspots(ctx) {
     }
   }
   const summary = summaryResp.summary || {};
+  // The saving without the profiler, for the step time the user measured without it (the
+  // form below asks for it): the selection's traces replayed again in the plugin's
+  // analysis processes, kept per step time.
+  const unprofilable = !latent && summary.saving_method === "replay";
+  const unprofiled = unprofilable && state.unprof !== null ? await unprofiledAnswer(sel, state.unprof) : null;
+  if (!ctx.isCurrent()) return null;
+  ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
+  const siteItems = withUnprofiled(sites.items, unprofiled?.sites);
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
   const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";
   // A column the plugin does not sort by (a hand-edited link): the address says the order
@@ -90,7 +98,7 @@ export async function renderHotspots(ctx) {
   const sortKey = latent && COST_KEYS.has(served) ? "count" : served;
   const view = { ...state, sort: sortKey, order: sortKey === state.sort ? state.order : "desc" };
   // With a step selected, the count, wait and idle of that step (the chart bar's figures).
-  const inStep = sitesInStep(sites.items, state.step);
+  const inStep = sitesInStep(siteItems, state.step);
   const shown = sortSites(filterSites(inStep.sites, state), view.sort, view.order);
   const stepInfo = state.step === null ? null : { step: state.step, inStep: inStep.inStep };
   // A filter typed or a kind picked: a screen reader hears how many sites are left.
@@ -108,6 +116,7 @@ export async function renderHotspots(ctx) {
     // Where the profiler's own overhead is a large share of the step: what the prediction
     // is for, and the bound the device's busy time sets without the profiler.
     latent || !summary.profiler_note ? null : h("p", { class: "sa-note sa-profiler", "data-testid": "profiler-note" }, withMicro(summary.profiler_note)),
+    unprofilable ? unprofiledForm(state, app, unprofiled) : null,
     // Copies the trace cannot judge (ROCm records no pinned or pageable): said, not passed over.
     unjudgedUploadsText(summaryResp.traces) ? h("p", { class: "sa-note", "data-testid": "unjudged-uploads" }, unjudgedUploadsText(summaryResp.traces)) : null,
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
@@ -162,6 +171,77 @@ export async function renderHotspots(ctx) {
           })
         : null,
     ),
+  );
+}
+
+/**
+ * The `unprofiled` route's answer for a step time, or `{error}` saying why there is none.
+ * @param {Record<string, any>} sel
+ * @param {number} stepMs
+ */
+async function unprofiledAnswer(sel, stepMs) {
+  try {
+    return await getJson("unprofiled", { ...sel, step_ms: stepMs });
+  } catch (e) {
+    return { error: e instanceof Error ? e.message : String(e) };
+  }
+}
+
+/**
+ * The step time measured without the profiler, asked for, and what the replay then says
+ * fixing every sync saves (the CLI's `--unprofiled-step-ms` and its "unprofiled" line).
+ * @param {any} state
+ * @param {any} app
+ * @param {any} answer the `unprofiled` answer, `{error}`, or null (no step time given)
+ */
+function unprofiledForm(state, app, answer) {
+  const inputId = "sa-unprof-input";
+  const problem = h("span", { class: "sa-unprof-problem", role: "alert", "data-testid": "unprofiled-problem" });
+  const input = /** @type {HTMLInputElement} */ (
+    h("input", {
+      id: inputId,
+      type: "text",
+      inputmode: "decimal",
+      size: 9,
+      autocomplete: "off",
+      placeholder: "e.g. 46.97",
+      value: state.unprof === null ? "" : String(state.unprof),
+      "data-testid": "unprofiled-input",
+      "data-focus-key": "unprofiled-input",
+    })
+  );
+  return h(
+    "form",
+    {
+      class: "sa-note sa-unprof",
+      "data-testid": "unprofiled-form",
+      onsubmit: (/** @type {Event} */ e) => {
+        e.preventDefault();
+        const text = input.value.trim();
+        const stepMs = text ? validStepMs(text) : null;
+        if (text && stepMs === null) {
+          problem.textContent = `"${text}" is not a step time: give it in milliseconds, e.g. 46.97`;
+          return;
+        }
+        problem.textContent = "";
+        app.pendingFocus = "unprofiled-input";
+        app.setState({ unprof: stepMs });
+      },
+    },
+    h("label", { for: inputId }, "Step time without the profiler "),
+    input,
+    " ms ",
+    h("button", { type: "submit", "data-testid": "unprofiled-predict" }, "Predict"),
+    problem,
+    answer === null
+      ? h(
+          "p",
+          { class: "sa-muted" },
+          "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
+        )
+      : answer.error
+        ? h("p", { class: "sa-unprof-problem", "data-testid": "unprofiled-error" }, answer.error)
+        : h("p", { "data-testid": "unprofiled-text" }, withMicro(answer.text || "")),
   );
 }
 
@@ -895,7 +975,17 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${site.kind}${latent ? " latent" : ""}`, title: kindDescription(site.kind) }, kindLabel(site.kind))),
       h("td", { class: "num col-count", title: site.whole ? `whole run: ${formatCount(site.whole.count)}` : null }, formatCount(site.count)),
       h("td", { class: "num col-perstep" }, formatCount(site.per_step)),
-      latent ? null : h("td", { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" }, savingText(site)),
+      latent
+        ? null
+        : h(
+            "td",
+            { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" },
+            savingText(site),
+            // Given the step time without the profiler: the site's saving there too.
+            typeof site.unprofiled_predicted_saving_per_step_us === "number"
+              ? h("div", { class: "sa-muted sa-unprof-saving", "data-testid": "row-unprofiled", title: "what fixing it saves per step without the profiler (the step time given above)" }, `~${formatUs(site.unprofiled_predicted_saving_per_step_us)} unprofiled`)
+              : null,
+          ),
       latent ? null : h("td", { class: "num col-wait", title: site.whole ? `whole run: ${formatUs(site.whole.host_wait_us)}` : null }, formatUs(site.host_wait_us)),
       latent ? null : h("td", { class: "num col-idle", title: site.gpu_idle_measured === false ? IDLE_UNREAD : site.whole ? `whole run: ${formatUs(site.whole.gpu_idle_us)}` : null }, idleText(site)),
       latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),

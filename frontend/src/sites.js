@@ -239,3 +239,19 @@ export function siteWhere(site, short = (p) => p) {
   if (others.length) notes.push({ id: "other-kinds", text: `also ${others.map(([k, n]) => `${n} ${kindLabel(k)}`).join(", ")}, whose fix is not the one shown` });
   return { text, inexact, title, notes };
 }
+
+/**
+ * The sites with each one's saving without the profiler (the `unprofiled` route's `sites`,
+ * by key) as `unprofiled_predicted_saving_per_step_us`, the field the CLI's JSON carries;
+ * the sites as they are where there is none.
+ * @template {{key: string}} T
+ * @param {T[]} items
+ * @param {Record<string, number | null> | null | undefined} bySite
+ * @returns {T[]}
+ */
+export function withUnprofiled(items, bySite) {
+  if (!bySite) return items;
+  return items.map((site) =>
+    Object.prototype.hasOwnProperty.call(bySite, site.key) ? { ...site, unprofiled_predicted_saving_per_step_us: bySite[site.key] } : site,
+  );
+}

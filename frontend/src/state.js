@@ -27,6 +27,8 @@ export const VIEWS = Object.freeze(["hotspots", "compare"]);
  * @property {number} occ        where the detail's occurrences list starts (a page's offset)
  * @property {string | null} base baseline run for compare
  * @property {boolean} latent     show latent (would-sync-on-GPU) findings
+ * @property {number | null} unprof the step time in ms the user measured without the profiler,
+ *                               for the saving without it (the CLI's --unprofiled-step-ms)
  */
 
 /**
@@ -217,6 +219,7 @@ export function defaultState() {
     occ: 0,
     base: null,
     latent: false,
+    unprof: null,
   };
 }
 
@@ -294,6 +297,8 @@ export function occPagePatch(patch, named, shown) {
 export function patchState(state, patch) {
   const next = { ...state, ...patch };
   if (!("occ" in patch) && OCC_SCOPE.some((k) => k in patch && patch[k] !== state[k])) next.occ = 0;
+  // A step time measured without the profiler is one program's: not another run's.
+  if (!("unprof" in patch) && "run" in patch && patch.run !== state.run) next.unprof = null;
   return next;
 }
 
@@ -339,6 +344,7 @@ const KEYS = /** @type {const} */ ([
   "kind",
   "q",
   "latent",
+  "unprof",
   "sort",
   "order",
   "site",
@@ -418,6 +424,9 @@ export function decodeState(hash) {
       case "occ":
         state.occ = validOcc(value);
         break;
+      case "unprof":
+        state.unprof = validStepMs(value);
+        break;
       case "osort":
         state.osort = validOccSort(value);
         break;
@@ -428,6 +437,23 @@ export function decodeState(hash) {
   // The occurrences list is a site's: without one, where it starts means nothing.
   if (state.site === null) state.occ = 0;
   return state;
+}
+
+/** The step times (ms) the plugin's `unprofiled` route takes: a microsecond to an hour. */
+export const STEP_MS_MIN = 0.001;
+export const STEP_MS_MAX = 3.6e6;
+
+/**
+ * A step time in ms as typed or in a URL: a plain decimal number (`46.97`, `12`, `4.7e1`)
+ * within what the plugin takes, else null (`abc`, `-5`, `0`, `Infinity`, `0x10`).
+ * @param {string} value
+ * @returns {number | null}
+ */
+export function validStepMs(value) {
+  const text = String(value ?? "").trim();
+  if (!/^(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$/.test(text)) return null;
+  const n = Number(text);
+  return Number.isFinite(n) && n >= STEP_MS_MIN && n <= STEP_MS_MAX ? n : null;
 }
 
 /** The largest offset the plugin's `syncs` route takes. */
@@ -505,7 +531,7 @@ export function osortNeedsRewrite(hash, state, tb = false) {
  * Whether a location hash is to be written again because a value of it was read otherwise
  * than it is written (`occNeedsRewrite`, `osortNeedsRewrite`).
  * @param {string | null | undefined} hash
- * @param {{occ: number, osort: string}} state the view state decoded from it
+ * @param {{occ: number, osort: string, view: string, sort: string, order: string, step: number | null, unprof: number | null}} state the view state decoded from it
  * @param {boolean} [tb]
  * @returns {boolean}
  */
@@ -516,17 +542,17 @@ export function hashNeedsRewrite(hash, state, tb = false) {
 /**
  * Whether a location hash names a view, a sort column, an order or a step that the view
  * state decoded from it does not hold (`view=bogus`, `sort=Bad-Key`, `order=sideways`,
- * `step=abc`, or two of one): the view fell back to the default and the address kept the
+ * `step=abc`, `unprof=-3`, or two of one): the view fell back to the default and the address kept the
  * value, which "Copy link" passed on. (A sort column of the right form that the plugin does
  * not sort by is known only with its catalogue: the sites view drops that one.)
  * @param {string | null | undefined} hash
- * @param {{view: string, sort: string, order: string, step: number | null}} state
+ * @param {{view: string, sort: string, order: string, step: number | null, unprof: number | null}} state
  * @param {boolean} [tb]
  * @returns {boolean}
  */
 export function choiceNeedsRewrite(hash, state, tb = false) {
   const prefix = tb ? TB_PREFIX : "";
-  return /** @type {const} */ (["view", "sort", "order", "step"]).some((key) => {
+  return /** @type {const} */ (["view", "sort", "order", "step", "unprof"]).some((key) => {
     const texts = keyTexts(hash, key, prefix);
     const value = state[key];
     return texts.length > 1 || (texts.length === 1 && texts[0] !== (value === null ? "" : String(value)));

@@ -817,51 +817,76 @@ def _saving_lines(
             )
         lines.extend(_wrap_labelled("profiler", profiler, width))
     if unprofiled:
-        at_most = summary.get("unprofiled_saving_at_most_per_step_us")
-        text = f"{format_us(float(unprofiled))} per step (given)"
-        corrected = summary.get("unprofiled_predicted_saving_per_step_us")
-        if corrected is not None:
-            if not fit_scales:
-                how = "no sync to remove"
-            elif not any(fit_scales):
-                how = (
-                    "the profiled replay's typical step takes no longer than that: nothing of "
-                    "the profiler's is taken out; the typical step's saving, where the line "
-                    "above is the mean over every profiled step"
-                )
-            else:
-                how = (
-                    "replayed with the profiler's estimated host overhead taken out, scaled "
-                    "so that the typical step, the median after the first, takes the time "
-                    "given; what removing them takes off that step"
-                )
-            text += (
-                f": fixing every sync saves ~{format_us(float(corrected))} per step without "
-                f"the profiler ({how})"
-            )
-        elif fit_notes:
-            more = len(fit_notes) - 1
-            alike = f" (and in {plural(more, 'trace')} more alike)" if more else ""
-            text += f": no prediction without the profiler ({fit_notes[0]}{alike})"
-        if at_most is None:
-            text += (
-                f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "
-                "device busy time to bound the saving by"
-            )
-        else:
-            busiest = summary.get("busiest_worker_device_busy_per_step_us")
-            of_workers = busiest is not None and busiest != summary.get("device_busy_per_step_us")
-            text += (
-                f"; at most {format_us(float(at_most))} per step "
-                if corrected is not None or fit_notes
-                else f": fixing every sync saves at most {format_us(float(at_most))} per step "
-            )
-            text += f"(the step minus the {'busiest worker' if of_workers else 'GPU'}'s busy time"
-            if saving > at_most:
-                text += f"; the {format_us(saving)} above is the profiled program's"
-            text += ")"
+        text = unprofiled_text(summary, fit_notes, fit_scales)
         lines.extend(_wrap_labelled("unprofiled", text, width))
     return lines
+
+
+def unprofiled_text(
+    summary: dict[str, Any], fit_notes: Sequence[str] = (), fit_scales: Sequence[float] = ()
+) -> str:
+    """What a report with ``summary.unprofiled_step_time_us`` says of the step without the
+    profiler (the terminal's "unprofiled" line, the tab's under its input): the step time
+    given, what fixing every sync then saves, or why there is no figure, and the bound.
+    ``fit_notes`` and ``fit_scales`` as ``_saving_lines`` takes them."""
+    unprofiled = summary.get("unprofiled_step_time_us")
+    saving = float(summary.get("predicted_saving_per_step_us") or 0.0)
+    at_most = summary.get("unprofiled_saving_at_most_per_step_us")
+    text = f"{format_us(float(unprofiled))} per step (given)"
+    corrected = summary.get("unprofiled_predicted_saving_per_step_us")
+    if corrected is not None:
+        if not fit_scales:
+            how = "no sync to remove"
+        elif not any(fit_scales):
+            how = (
+                "the profiled replay's typical step takes no longer than that: nothing of "
+                "the profiler's is taken out; the typical step's saving, where the line "
+                "above is the mean over every profiled step"
+            )
+        else:
+            how = (
+                "replayed with the profiler's estimated host overhead taken out, scaled "
+                "so that the typical step, the median after the first, takes the time "
+                "given; what removing them takes off that step"
+            )
+        text += (
+            f": fixing every sync saves ~{format_us(float(corrected))} per step without "
+            f"the profiler ({how})"
+        )
+    elif fit_notes:
+        more = len(fit_notes) - 1
+        alike = f" (and in {plural(more, 'trace')} more alike)" if more else ""
+        text += f": no prediction without the profiler ({fit_notes[0]}{alike})"
+    if at_most is None:
+        text += (
+            f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "
+            "device busy time to bound the saving by"
+        )
+    else:
+        busiest = summary.get("busiest_worker_device_busy_per_step_us")
+        of_workers = busiest is not None and busiest != summary.get("device_busy_per_step_us")
+        text += (
+            f"; at most {format_us(float(at_most))} per step "
+            if corrected is not None or fit_notes
+            else f": fixing every sync saves at most {format_us(float(at_most))} per step "
+        )
+        text += f"(the step minus the {'busiest worker' if of_workers else 'GPU'}'s busy time"
+        if saving > at_most:
+            text += f"; the {format_us(saving)} above is the profiled program's"
+        text += ")"
+    return text
+
+
+def unprofiled_fits(traces: Sequence[dict[str, Any]]) -> tuple[list[str], list[float]]:
+    """The readable traces' fits without the profiler, as ``unprofiled_text`` takes them:
+    why each one not fitted was not (``unprofiled_note``), and each fitted one's scale."""
+    notes = [t["unprofiled_note"] for t in traces if t.get("unprofiled_note")]
+    scales = [
+        float(t["unprofiled_overhead_scale"])
+        for t in traces
+        if t.get("unprofiled_overhead_scale") is not None
+    ]
+    return notes, scales
 
 
 def _empty(trace: dict[str, Any]) -> bool:
@@ -1043,6 +1068,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             if sync.get("step") is None and sync.get("trace") in marked
         )
         ranks = len((data.get("job") or {}).get("ranks") or [])
+        fit_notes, fit_scales = unprofiled_fits(readable)
         lines.extend(
             _summary_lines(
                 summary,
@@ -1053,12 +1079,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 outside,
                 ranks=ranks,
                 device="NPU" if npu_latent else "GPU",
-                fit_notes=[t["unprofiled_note"] for t in readable if t.get("unprofiled_note")],
-                fit_scales=[
-                    float(t["unprofiled_overhead_scale"])
-                    for t in readable
-                    if t.get("unprofiled_overhead_scale") is not None
-                ],
+                fit_notes=fit_notes,
+                fit_scales=fit_scales,
             )
         )
         lines.append("")

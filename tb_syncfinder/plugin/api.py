@@ -158,6 +158,98 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
     }
 
 
+# The saving without the profiler replays each trace of the selection again: a selection
+# of more traces than this (a job's ranks) is refused, the user picks a worker.
+UNPROFILED_MAX_TRACES = 16
+# What the answer carries of the summary (the rest is the selection's summary as it is).
+UNPROFILED_SUMMARY_FIELDS = (
+    "unprofiled_step_time_us",
+    "unprofiled_predicted_saving_per_step_us",
+    "unprofiled_saving_at_most_per_step_us",
+    "predicted_saving_per_step_us",
+    "saving_method",
+)
+
+
+def unprofiled_impl(
+    loader: TraceLoader, run: Any, worker: str | None, span: str | None, step_ms: float
+) -> dict[str, Any]:
+    """What fixing the syncs saves without the profiler, given the step time the user
+    measured without it (the CLI's ``report --unprofiled-step-ms``): each replayed trace
+    of the selection analysed again with that step time, in the analysis processes; the
+    others as they are. ``summary``: the report's unprofiled fields; ``sites``: each site's
+    ``unprofiled_predicted_saving_per_step_us`` by key; ``text``: the terminal's
+    "unprofiled" line; ``traces``: each trace's fit (scale, or the note why none)."""
+    import msgspec
+
+    from tb_syncfinder.engine import report_runs
+    from tb_syncfinder.outputs.text import unprofiled_fits, unprofiled_text
+
+    with loader.lock:
+        states = [
+            state
+            for state in run.traces.values()
+            if (worker is None or state.ref.worker == worker)
+            and (span is None or state.ref.span == span)
+        ]
+    kept = loader.results(run, worker, span)
+    by_path = {result.info.path: result for result in kept}
+    again = [
+        state.ref
+        for state in states
+        if (result := by_path.get(state.ref.path)) is not None
+        and not result.info.error
+        and result.savings.method == "replay"
+    ]
+    if not again:
+        raise errors.InvalidArgumentError(
+            "no trace here was replayed (CPU-only, without device activity, or not analysed "
+            "yet): a step time without the profiler has nothing to be fitted to"
+        )
+    if len(again) > UNPROFILED_MAX_TRACES:
+        raise errors.InvalidArgumentError(
+            f"the saving without the profiler replays each trace again: {len(again)} traces "
+            f"here, at most {UNPROFILED_MAX_TRACES}; pick a worker (or a span)"
+        )
+    step_us = step_ms * 1000.0
+    options = msgspec.structs.replace(loader.options, unprofiled_step_us=step_us)
+    redone = dict(
+        zip((ref.path for ref in again), loader.analyze_again(again, options), strict=True)
+    )
+    results = [redone.get(result.info.path, result) for result in kept]
+    report = query.with_unprofiled_step(report_runs(results).report.to_json(), step_us)
+    summary = report["summary"]
+    readable = [t for t in report["traces"] if not t.get("error")]
+    text = unprofiled_text(summary, *unprofiled_fits(readable))
+    failed = [
+        f"{os.path.basename(path)}: {result.info.error}"
+        for path, result in redone.items()
+        if result.info.error
+    ]
+    if failed:
+        # Its figure is then missing from the total: say why, not only "no figure".
+        said = "Not analysed again with this step time: " + "; ".join(failed) + "."
+        text = said if len(failed) == len(redone) else f"{said} {text}"
+    return {
+        "step_ms": step_ms,
+        "summary": {name: summary.get(name) for name in UNPROFILED_SUMMARY_FIELDS},
+        "text": text,
+        "sites": {
+            site["key"]: site.get("unprofiled_predicted_saving_per_step_us")
+            for site in report["sites"]
+        },
+        "traces": [
+            {
+                "path": t.get("path"),
+                "error": t.get("error"),
+                "unprofiled_overhead_scale": t.get("unprofiled_overhead_scale"),
+                "unprofiled_note": t.get("unprofiled_note"),
+            }
+            for t in report["traces"]
+        ],
+    }
+
+
 def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:
     """The syncs kept out of the findings and totals (the profiler's own synchronize,
     allocator syncs in warm-up regions, a communication library's worker waiting for its

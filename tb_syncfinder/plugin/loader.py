@@ -81,6 +81,9 @@ WRITING_QUIET_S = 60.0
 # later, always have one. Analysed in seconds below it (and never split into windows).
 BIG_TRACE_BYTES = 64 << 20
 GZIP_RATIO = 8
+# How long a request for a trace analysed again with other options (``analyze_again``)
+# waits for it: a 1 GB trace read in windows takes minutes.
+AGAIN_TIMEOUT_S = 600.0
 BEING_WRITTEN = "being written: the file changed while it was read (read again on the next scan)"
 
 
@@ -762,6 +765,29 @@ class TraceLoader:
         if state.mtime_ns is None:  # a remote file: its size alone tells it changed
             return False
         return self.clock() - state.mtime_ns / 1e9 >= WRITING_QUIET_S
+
+    def analyze_again(self, refs: Sequence[TraceRef], options: Any) -> list[Any]:
+        """``refs`` analysed with other ``options`` (the saving without the profiler: a
+        replay fitted to a step time the user gives), in the analysis processes beside the
+        queue, each ``TraceResult`` as it comes (an error result where its analysis fails).
+        Nothing of the loader's own state changes: the traces' kept results stay."""
+        futures = []
+        for ref in refs:
+            try:
+                futures.append(self._pool().submit(self.analyze_fn, ref, options))
+            except RuntimeError as exc:  # a pool shut down under us: that trace fails alone
+                futures.append(exc)
+        results = []
+        for ref, future in zip(refs, futures, strict=True):
+            try:
+                if isinstance(future, Exception):
+                    raise future
+                results.append(future.result(timeout=AGAIN_TIMEOUT_S))
+            except concurrent.futures.TimeoutError:
+                results.append(error_result(ref, f"not analysed in {AGAIN_TIMEOUT_S:.0f} s"))
+            except Exception as exc:  # noqa: BLE001 - one trace's failure is its own
+                results.append(error_result(ref, f"analysis failed: {exc}"))
+        return results
 
     # ----- selections -------------------------------------------------------------------
     def results(self, run: RunState, worker: str | None, span: str | None) -> list[Any]:

@@ -46,6 +46,28 @@ def integer(
     return value
 
 
+def number(request: wrappers.Request, name: str, lo: float, hi: float) -> float:
+    """A required decimal number (``46.97``, ``4.7e1``) in ``lo``..``hi``: no NaN, no
+    infinity, no hex."""
+    value_text = text(request, name, required=True)
+    assert value_text is not None
+    if not re.fullmatch(r"[0-9]{0,24}(\.[0-9]{0,24})?([eE][-+]?[0-9]{1,3})?", value_text.strip()):
+        raise errors.InvalidArgumentError(
+            f"parameter {name!r} must be a number, got {value_text!r}"
+        )
+    try:
+        value = float(value_text)
+    except ValueError:  # "." or "e5": matched, but no number
+        raise errors.InvalidArgumentError(
+            f"parameter {name!r} must be a number, got {value_text!r}"
+        ) from None
+    if not lo <= value <= hi:
+        raise errors.InvalidArgumentError(
+            f"parameter {name!r} must be in {lo:g}..{hi:g}, got {value:g}"
+        )
+    return value
+
+
 def flag(request: wrappers.Request, name: str) -> bool:
     value = text(request, name)
     if value in (None, "0", "false"):

@@ -149,6 +149,9 @@ ANSWER_ROUTES: dict[str, Callable[[wrappers.Request], tuple[tuple, Make]]] = {
     "/sync": _sync_query,
     "/job": _job_query,
 }
+# The step times the saving without the profiler takes, in ms: a microsecond to an hour.
+UNPROFILED_MIN_MS = 0.001
+UNPROFILED_MAX_MS = 3_600_000.0
 # Query strings whose checked arguments are kept (a repeated request skips parsing them),
 # and the longest one kept.
 QUERIES_MAX = 1024
@@ -230,6 +233,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
             "/source": self._source,
             "/compare": self._compare,
             "/export": self._export,
+            "/unprofiled": self._unprofiled,
         }
         apps = {route: self._wsgi(handler) for route, handler in routes.items()}
         for route, parse in ANSWER_ROUTES.items():
@@ -426,6 +430,22 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
                 raise
             body = missing_source_json(file, line, exc)
         return self._respond(request, body)
+
+    def _unprofiled(self, request: wrappers.Request) -> Any:
+        """The saving without the profiler for the step time the user measured without it
+        (``step_ms``): the selection's replayed traces analysed again with it, once per
+        step time while the selection stands (kept with its other answers)."""
+        worker = params.text(request, "worker")
+        span = params.text(request, "span")
+        run = self.selections.lookup(params.text(request, "run", required=True), worker, span)
+        step_ms = params.number(request, "step_ms", UNPROFILED_MIN_MS, UNPROFILED_MAX_MS)
+        sel = self.selections.get(run, worker, span)
+        return self._answer(
+            request,
+            sel,
+            ("unprofiled", step_ms),
+            lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms),
+        )
 
     def _refuse_a_trace_changed_since_analysis(self, sel: Selection) -> None:
         """The annotated trace reads its file again: one replaced since its analysis (and

@@ -17,6 +17,7 @@ With SYNC_ADVISOR_SCREENSHOTS=1 the views are saved as docs/screenshots/demo-*.p
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -317,4 +318,71 @@ def test_a_later_steps_sync_keeps_its_host_rows_in_the_timeline(
     assert any(b["y"] == top and b["title"].startswith("ProfilerStep#") for b in bars), bars
     assert any(b["sync"] and "cudaStreamSynchronize" in b["title"] for b in bars), bars
     assert any("aten::item" in b["title"] for b in bars), bars
+    assert page_errors == []
+
+
+def _cli_report(trace_dir: Path, *args: str) -> dict:
+    """``tb-syncfinder report DIR --format json ARGS`` as a user runs it."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "report", str(trace_dir), "--format", "json", *args],
+        env=checkout_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_in_the_link(
+    demo_board: str, browser: Any, page_errors: list[str], tmp_path: Path
+) -> None:
+    """The tab asks for the step time measured without the profiler and shows what the CLI's
+    ``report --unprofiled-step-ms`` says for it: the same figure for every sync and for the
+    ``loss.item()`` site, in the table and the detail; the link carries it, a reload keeps
+    it, and what is no step time is said, not sent."""
+    from tb_syncfinder.demo.runner import BUNDLED_TRACES_DIR
+    from tb_syncfinder.outputs.text import format_us
+
+    timed = json.loads((BUNDLED_TRACES_DIR / "unprofiled_step_times.json").read_text())
+    step_ms = round(timed["runs"]["cnn_baseline"]["median_ms"], 2)  # as a user types it
+    trace = BUNDLED_TRACES_DIR / "cnn_baseline.pt.trace.json.gz"
+    (tmp_path / trace.name).write_bytes(trace.read_bytes())
+    cli = _cli_report(tmp_path, "--unprofiled-step-ms", str(step_ms))
+    every = cli["summary"]["unprofiled_predicted_saving_per_step_us"]
+    assert every is not None and every > 0, cli["summary"]
+    item_line = sync_marks(CNN_SOURCE)["item"]
+    item_site = next(s for s in cli["sites"] if s.get("line") == item_line)
+    item_us = item_site["unprofiled_predicted_saving_per_step_us"]
+    assert item_us is not None and item_us > 0, item_site
+
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(demo_board, "#run=gpu_cnn_baseline"))
+    rows(page)
+    form = page.locator("[data-testid=unprofiled-form]")
+    assert "Step time without the profiler" in form.inner_text()
+    assert page.locator("[data-testid=row-unprofiled]").count() == 0  # none before it is given
+    # Not a step time: said beside the field, nothing asked of the plugin.
+    page.fill("[data-testid=unprofiled-input]", "fast")
+    page.click("[data-testid=unprofiled-predict]")
+    assert "not a step time" in page.inner_text("[data-testid=unprofiled-problem]")
+    assert "unprof=" not in page.evaluate("location.hash")
+    page.fill("[data-testid=unprofiled-input]", str(step_ms))
+    page.press("[data-testid=unprofiled-input]", "Enter")
+    text = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
+    assert f"fixing every sync saves ~{format_us(every).replace(' us', ' µs')} per step" in text, (
+        text,
+        every,
+    )
+    assert f"unprof={step_ms}" in page.evaluate("location.hash")
+    row = page.locator("[data-testid=sites] tbody tr", has_text=f"cnn.py:{item_line}")
+    cell = row.locator("[data-testid=row-unprofiled]").inner_text()
+    assert cell == f"~{format_us(item_us).replace(' us', ' µs')} unprofiled", (cell, item_us)
+    row.click()
+    stats = page.wait_for_selector("[data-testid=site-stats]").inner_text()
+    assert f"without the profiler ~{format_us(item_us).replace(' us', ' µs')}" in stats, stats
+    # A reload (or the link shared) shows the same prediction without typing it again.
+    page.reload()
+    again = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
+    assert again == text
+    assert page.input_value("[data-testid=unprofiled-input]") == str(step_ms)
+    page.wait_for_timeout(300)
+    shot(page, "demo-unprofiled.png", full_page=False)
     assert page_errors == []

@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { choiceNeedsRewrite, decodeState, defaultState, encodeState, patchState, validStepMs } from "../src/state.js";
+import { sitesInStep, withUnprofiled } from "../src/sites.js";
+
+test("a step time is a plain decimal number of ms within what the plugin takes", () => {
+  for (const [text, ms] of [["46.97", 46.97], ["12", 12], [" 8.5 ", 8.5], [".5", 0.5], ["4.7e1", 47], ["14.510858859999871", 14.510858859999871], ["3600000", 3.6e6]]) {
+    assert.equal(validStepMs(text), ms, text);
+  }
+  for (const text of ["", "fast", "-3", "0", "0.0001", "3600001", "Infinity", "NaN", "0x10", "1,5", "12ms", ".", "e5", "1e"]) {
+    assert.equal(validStepMs(text), null, text);
+  }
+});
+
+test("the step time travels in the link and a malformed one is dropped from it", () => {
+  const state = { ...defaultState(), run: "gpu_cnn_baseline", unprof: 14.51 };
+  const hash = encodeState(state);
+  assert.equal(hash, "#run=gpu_cnn_baseline&unprof=14.51");
+  assert.deepEqual(decodeState(hash), state);
+  for (const bad of ["#unprof=-3", "#unprof=abc", "#unprof=0"]) {
+    const decoded = decodeState(bad);
+    assert.equal(decoded.unprof, null, bad);
+    assert.equal(choiceNeedsRewrite(bad, decoded), true, bad);
+  }
+  assert.equal(choiceNeedsRewrite(hash, decodeState(hash)), false);
+});
+
+test("a step time is the run's: another run drops it, another worker or site keeps it", () => {
+  const state = { ...defaultState(), run: "a", unprof: 14.51 };
+  assert.equal(patchState(state, { run: "b" }).unprof, null);
+  assert.equal(patchState(state, { run: "a" }).unprof, 14.51);
+  assert.equal(patchState(state, { worker: "w1", site: "x" }).unprof, 14.51);
+  assert.equal(patchState(state, { run: "b", unprof: 9 }).unprof, 9);
+});
+
+test("each site gets its saving without the profiler by key, also a null one, and keeps it per step", () => {
+  const sites = [
+    { key: "a", count: 5, per_step: 1, steps: { 2: { count: 1, host_wait_us: 1, gpu_idle_us: 0 } } },
+    { key: "b", count: 3, per_step: 1 },
+    { key: "c", count: 1, per_step: 1 },
+  ];
+  const merged = withUnprofiled(sites, { a: 2268.5, b: null });
+  assert.equal(merged[0].unprofiled_predicted_saving_per_step_us, 2268.5);
+  assert.ok("unprofiled_predicted_saving_per_step_us" in merged[1]);
+  assert.equal(merged[1].unprofiled_predicted_saving_per_step_us, null);
+  assert.equal("unprofiled_predicted_saving_per_step_us" in merged[2], false);
+  assert.equal(sites[0].unprofiled_predicted_saving_per_step_us, undefined); // a copy
+  assert.equal(withUnprofiled(sites, null), sites);
+  // A step picked in the chart: the whole run's figure stays on the site.
+  const inStep = sitesInStep(merged, 2).sites;
+  assert.equal(inStep.find((s) => s.key === "a")?.unprofiled_predicted_saving_per_step_us, 2268.5);
+});

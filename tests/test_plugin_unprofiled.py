@@ -228,14 +228,96 @@ def test_an_unknown_run_or_worker_is_a_404(client: Client) -> None:
     assert get(client, "unprofiled", run="cnn", worker="nope", step_ms="3")[0] == 404
 
 
-def test_a_trace_whose_analysis_fails_again_is_an_error_of_its_own_not_a_500(
+def test_a_failed_replay_is_a_503_naming_the_trace_and_is_tried_again_when_asked_again(
     client: Client, counting: CountingAnalysis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(counting, "fail", OSError("disk gone"))
     status, body = get(client, "unprofiled", run="cnn", step_ms="13.25")
-    assert status == 200, body
-    assert "disk gone" in body["traces"][0]["error"]
-    assert body["summary"]["unprofiled_predicted_saving_per_step_us"] is None
-    assert body["text"] == (
-        "Not analysed again with this step time: gpu0.pt.trace.json.gz: analysis failed: disk gone."
+    assert status == 503, body
+    assert body["error"] == (
+        "not analysed again with this step time: gpu0.pt.trace.json.gz: analysis failed: disk gone"
     )
+    # Not kept: asked again once the cause is gone, it is replayed and answered.
+    monkeypatch.setattr(counting, "fail", None)
+    before = len(counting.with_step)
+    status, body = get(client, "unprofiled", run="cnn", step_ms="13.25")
+    assert status == 200, body
+    assert len(counting.with_step) == before + 1
+    assert body["summary"]["unprofiled_predicted_saving_per_step_us"] > 0
+
+
+def test_one_workers_failed_replay_gives_no_figure_for_the_others_alone(
+    client: Client, counting: CountingAnalysis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"n": 0}
+    real = CountingAnalysis.__call__
+
+    def second_fails(self: CountingAnalysis, ref: Any, options: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise MemoryError("out of memory")
+        return real(self, ref, options)
+
+    monkeypatch.setattr(CountingAnalysis, "__call__", second_fails)
+    status, body = get(client, "unprofiled", run="two_workers", step_ms="14.7")
+    assert status == 503 and "out of memory" in body["error"], body
+
+
+def test_a_trace_replaced_since_its_analysis_is_a_409_not_a_replay_of_another_file(
+    client: Client, logdir: Path, counting: CountingAnalysis
+) -> None:
+    import os
+
+    path = logdir / "cnn" / "gpu0.pt.trace.json.gz"
+    stat = path.stat()
+    before = len(counting.with_step)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    try:
+        status, body = get(client, "unprofiled", run="cnn", step_ms="14.25")
+    finally:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert status == 409 and "changed since it was analysed" in body["error"], body
+    assert len(counting.with_step) == before
+
+
+def test_requests_at_once_for_one_step_time_replay_it_once(
+    client: Client, counting: CountingAnalysis
+) -> None:
+    before = len(counting.with_step)
+    answers: list[tuple[int, Any]] = []
+    threads = [
+        threading.Thread(
+            target=lambda: answers.append(get(client, "unprofiled", run="cnn", step_ms="14.125"))
+        )
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [status for status, _ in answers] == [200] * 4
+    assert all(body == answers[0][1] for _, body in answers)
+    assert len(counting.with_step) == before + 1
+
+
+def test_replays_not_over_by_the_deadline_are_a_503_at_the_deadline_not_one_per_trace(
+    client: Client, counting: CountingAnalysis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from tb_syncfinder.plugin import loader as loader_module
+
+    real = CountingAnalysis.__call__
+
+    def slow(self: CountingAnalysis, ref: Any, options: Any) -> Any:
+        time.sleep(1.5)
+        return real(self, ref, options)
+
+    monkeypatch.setattr(CountingAnalysis, "__call__", slow)
+    monkeypatch.setattr(loader_module, "AGAIN_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    status, body = get(client, "unprofiled", run="two_workers", step_ms="14.3")
+    waited = time.monotonic() - started
+    assert status == 503 and "not analysed in 1 s" in body["error"], body
+    assert waited < 1.4, waited  # one deadline for both traces, not one each
+    time.sleep(2)  # the analysis that was running ends before the next test

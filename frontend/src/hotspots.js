@@ -86,8 +86,9 @@ export async function renderHotspots(ctx) {
   // form below asks for it): the selection's traces replayed again in the plugin's
   // analysis processes, kept per step time.
   const unprofilable = !latent && summary.saving_method === "replay";
-  const unprofiled = unprofilable && state.unprof !== null ? await unprofiledAnswer(sel, state.unprof) : null;
-  if (!ctx.isCurrent()) return null;
+  // Never awaited here: a large trace takes as long as its analysis, and the view is drawn
+  // meanwhile, saying so; its answer draws the view again.
+  const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
   ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
   const siteItems = withUnprofiled(sites.items, unprofiled?.sites);
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
@@ -175,28 +176,62 @@ export async function renderHotspots(ctx) {
 }
 
 /**
- * The `unprofiled` route's answer for a step time, or `{error}` saying why there is none.
+ * The `unprofiled` answers (or `{error}`) come in by selection and step time: kept here so
+ * that the view drawn again when one arrives (and at every later draw) has it at once.
+ * @type {Map<string, any>}
+ */
+const unprofiledAnswers = new Map();
+const UNPROFILED_KEPT = 32;
+
+/**
+ * The `unprofiled` route's answer for a step time, `{error}` saying why there is none, or
+ * `{pending: true}` while it is being made (asked now if it was not: the view is drawn
+ * again when it comes, if still the view shown).
  * @param {Record<string, any>} sel
  * @param {number} stepMs
+ * @param {any} ctx
  */
-async function unprofiledAnswer(sel, stepMs) {
-  try {
-    return await getJson("unprofiled", { ...sel, step_ms: stepMs });
-  } catch (e) {
-    return { error: e instanceof Error ? e.message : String(e) };
-  }
+function unprofiledAnswer(sel, stepMs, ctx) {
+  const key = JSON.stringify([sel, stepMs]);
+  const found = unprofiledAnswers.get(key);
+  if (found) return found;
+  const pending = { pending: true };
+  unprofiledAnswers.set(key, pending);
+  while (unprofiledAnswers.size > UNPROFILED_KEPT) unprofiledAnswers.delete(unprofiledAnswers.keys().next().value);
+  getJson("unprofiled", { ...sel, step_ms: stepMs })
+    .then(
+      (answer) => answer,
+      (e) => ({ error: e instanceof Error ? e.message : String(e) }),
+    )
+    .then((answer) => {
+      // A failed one is shown once, then asked again (the plugin keeps only good answers).
+      unprofiledAnswers.set(key, answer.error ? { ...answer, retry: true } : answer);
+      // Drawn again while the view still asks for it (a poll may have drawn it meanwhile).
+      if (ctx.app.state.unprof === stepMs) ctx.app.render();
+    });
+  return pending;
 }
+
+/**
+ * What the user typed into the step time field and has not asked for yet, and what was
+ * wrong with it: kept across the view's draws (a poll while traces load draws it again).
+ * @type {{run: string | null, text: string, problem: string}}
+ */
+const draft = { run: null, text: "", problem: "" };
 
 /**
  * The step time measured without the profiler, asked for, and what the replay then says
  * fixing every sync saves (the CLI's `--unprofiled-step-ms` and its "unprofiled" line).
  * @param {any} state
  * @param {any} app
- * @param {any} answer the `unprofiled` answer, `{error}`, or null (no step time given)
+ * @param {any} answer the `unprofiled` answer, `{error}`, `{pending}`, or null (no step time given)
  */
 function unprofiledForm(state, app, answer) {
   const inputId = "sa-unprof-input";
-  const problem = h("span", { class: "sa-unprof-problem", role: "alert", "data-testid": "unprofiled-problem" });
+  const problemId = "sa-unprof-problem";
+  const given = state.unprof === null ? "" : String(state.unprof);
+  const typed = draft.run === state.run ? draft : { text: given, problem: "" };
+  const problem = h("span", { id: problemId, class: "sa-unprof-problem", role: "alert", "data-testid": "unprofiled-problem" }, typed.problem);
   const input = /** @type {HTMLInputElement} */ (
     h("input", {
       id: inputId,
@@ -205,11 +240,28 @@ function unprofiledForm(state, app, answer) {
       size: 9,
       autocomplete: "off",
       placeholder: "e.g. 46.97",
-      value: state.unprof === null ? "" : String(state.unprof),
+      value: typed.text,
+      "aria-describedby": problemId,
+      "aria-invalid": typed.problem ? "true" : null,
       "data-testid": "unprofiled-input",
       "data-focus-key": "unprofiled-input",
+      oninput: () => {
+        Object.assign(draft, { run: state.run, text: input.value, problem: "" });
+      },
     })
   );
+  const result =
+    answer === null
+      ? h(
+          "p",
+          { class: "sa-muted" },
+          "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
+        )
+      : answer.pending
+        ? h("p", { role: "status", "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), `Replaying for ${formatMs(state.unprof)} a step… (as long as the trace's analysis took)`)
+        : answer.error
+          ? h("p", { class: "sa-unprof-problem", role: "alert", "data-testid": "unprofiled-error" }, answer.error)
+          : h("p", { role: "status", "data-testid": "unprofiled-text" }, withMicro(answer.text || ""));
   return h(
     "form",
     {
@@ -220,29 +272,30 @@ function unprofiledForm(state, app, answer) {
         const text = input.value.trim();
         const stepMs = text ? validStepMs(text) : null;
         if (text && stepMs === null) {
-          problem.textContent = `"${text}" is not a step time: give it in milliseconds, e.g. 46.97`;
+          Object.assign(draft, { run: state.run, text: input.value, problem: `"${text}" is not a step time: give it in milliseconds, e.g. 46.97` });
+          problem.textContent = draft.problem;
+          input.setAttribute("aria-invalid", "true");
           return;
         }
-        problem.textContent = "";
+        Object.assign(draft, { run: null, text: "", problem: "" });
+        // Asked again after a failure: tried again, not the failure shown again.
+        for (const [key, kept] of unprofiledAnswers) if (kept.retry) unprofiledAnswers.delete(key);
         app.pendingFocus = "unprofiled-input";
-        app.setState({ unprof: stepMs });
+        if (stepMs === state.unprof) app.render();
+        else app.setState({ unprof: stepMs });
       },
     },
-    h("label", { for: inputId }, "Step time without the profiler "),
+    h("label", { for: inputId }, "Step time without the profiler (ms) "),
     input,
-    " ms ",
     h("button", { type: "submit", "data-testid": "unprofiled-predict" }, "Predict"),
     problem,
-    answer === null
-      ? h(
-          "p",
-          { class: "sa-muted" },
-          "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
-        )
-      : answer.error
-        ? h("p", { class: "sa-unprof-problem", "data-testid": "unprofiled-error" }, answer.error)
-        : h("p", { "data-testid": "unprofiled-text" }, withMicro(answer.text || "")),
+    result,
   );
+}
+
+/** @param {number} ms */
+function formatMs(ms) {
+  return formatUs(ms * 1000);
 }
 
 /**

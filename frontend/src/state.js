@@ -176,7 +176,7 @@ export function reconcileRun(runs, state) {
   const shown = pickRun(runs, null);
   return {
     missing: state.run,
-    patch: { run: shown ? shown.name : null, worker: null, span: null, step: null, site: null, sync: null, occ: 0 },
+    patch: { run: shown ? shown.name : null, worker: null, span: null, step: null, site: null, sync: null, occ: 0, unprof: null },
   };
 }
 

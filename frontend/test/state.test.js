@@ -130,10 +130,11 @@ test("a run the view names that is not listed is replaced, with nothing of its s
     { name: "cpu", device_activity: false },
     { name: "gpu", device_activity: true },
   ];
-  const state = { ...defaultState(), run: "no_such_run", worker: "w0", span: "2", step: 551, site: "a.py:3:aten::item", sync: "x-1" };
+  const state = { ...defaultState(), run: "no_such_run", worker: "w0", span: "2", step: 551, site: "a.py:3:aten::item", sync: "x-1", unprof: 14.51 };
   assert.deepEqual(reconcileRun(runs, state), {
     missing: "no_such_run",
-    patch: { run: "gpu", worker: null, span: null, step: null, site: null, sync: null, occ: 0 },
+    // The step time too: measured for the missing run's program, not the one shown.
+    patch: { run: "gpu", worker: null, span: null, step: null, site: null, sync: null, occ: 0, unprof: null },
   });
   // Nothing to change: the run is there, no run is named, or no run is listed yet.
   assert.equal(reconcileRun(runs, { ...state, run: "cpu" }), null);

@@ -158,6 +158,38 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
     }
 
 
+class ConflictError(errors.PublicError):
+    """A trace replaced since its analysis (409): answered from the file now, the answer
+    would not be the analysis shown."""
+
+    http_code = 409
+
+
+class UnavailableError(errors.PublicError):
+    """An answer that could not be made now and may be later (503): not kept."""
+
+    http_code = 503
+
+
+def _refuse_traces_changed_since_analysis(states: list[Any]) -> None:
+    """409 when one of ``states``' files is not the one analysed (and the next poll has not
+    seen it yet): analysed again now, its sites would not be those the tab shows."""
+    from tb_syncfinder.discovery import stat_trace
+
+    for state in states:
+        if state.size is None:  # a remote file: its size was not read with a stat
+            continue
+        try:
+            now = stat_trace(state.ref.path)
+        except OSError:
+            continue  # gone: its analysis says so
+        if now != (state.size, state.mtime_ns):
+            raise ConflictError(
+                f"{state.ref.path} changed since it was analysed; it is analysed again at "
+                "the next reload: ask again then"
+            )
+
+
 # The saving without the profiler replays each trace of the selection again: a selection
 # of more traces than this (a job's ranks) is refused, the user picks a worker.
 UNPROFILED_MAX_TRACES = 16
@@ -211,6 +243,7 @@ def unprofiled_impl(
             f"the saving without the profiler replays each trace again: {len(again)} traces "
             f"here, at most {UNPROFILED_MAX_TRACES}; pick a worker (or a span)"
         )
+    _refuse_traces_changed_since_analysis([state for state in states if state.ref in again])
     step_us = step_ms * 1000.0
     options = msgspec.structs.replace(loader.options, unprofiled_step_us=step_us)
     redone = dict(
@@ -218,22 +251,24 @@ def unprofiled_impl(
     )
     results = [redone.get(result.info.path, result) for result in kept]
     report = query.with_unprofiled_step(report_runs(results).report.to_json(), step_us)
-    summary = report["summary"]
-    readable = [t for t in report["traces"] if not t.get("error")]
-    text = unprofiled_text(summary, *unprofiled_fits(readable))
     failed = [
         f"{os.path.basename(path)}: {result.info.error}"
         for path, result in redone.items()
         if result.info.error
     ]
     if failed:
-        # Its figure is then missing from the total: say why, not only "no figure".
-        said = "Not analysed again with this step time: " + "; ".join(failed) + "."
-        text = said if len(failed) == len(redone) else f"{said} {text}"
+        # Without a trace the figures (and the bound) would be the others' only, under the
+        # selection's profiled figures: no answer, and none kept (asked again, it is tried
+        # again).
+        raise UnavailableError(
+            "not analysed again with this step time: " + "; ".join(failed),
+        )
+    summary = report["summary"]
+    readable = [t for t in report["traces"] if not t.get("error")]
     return {
         "step_ms": step_ms,
         "summary": {name: summary.get(name) for name in UNPROFILED_SUMMARY_FIELDS},
-        "text": text,
+        "text": unprofiled_text(summary, *unprofiled_fits(readable)),
         "sites": {
             site["key"]: site.get("unprofiled_predicted_saving_per_step_us")
             for site in report["sites"]

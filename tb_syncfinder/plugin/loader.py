@@ -81,8 +81,8 @@ WRITING_QUIET_S = 60.0
 # later, always have one. Analysed in seconds below it (and never split into windows).
 BIG_TRACE_BYTES = 64 << 20
 GZIP_RATIO = 8
-# How long a request for a trace analysed again with other options (``analyze_again``)
-# waits for it: a 1 GB trace read in windows takes minutes.
+# How long a request for traces analysed again with other options (``analyze_again``)
+# waits for them all: a 1 GB trace read in windows takes minutes.
 AGAIN_TIMEOUT_S = 600.0
 BEING_WRITTEN = "being written: the file changed while it was read (read again on the next scan)"
 
@@ -768,25 +768,44 @@ class TraceLoader:
 
     def analyze_again(self, refs: Sequence[TraceRef], options: Any) -> list[Any]:
         """``refs`` analysed with other ``options`` (the saving without the profiler: a
-        replay fitted to a step time the user gives), in the analysis processes beside the
-        queue, each ``TraceResult`` as it comes (an error result where its analysis fails).
+        replay fitted to a step time the user gives), in the analysis processes, each
+        ``TraceResult`` in the order of ``refs`` (an error result where its analysis fails
+        or is not over by ``AGAIN_TIMEOUT_S`` after the first started). At most all the
+        processes but one at a time, so that the loader's queue goes on beside them.
         Nothing of the loader's own state changes: the traces' kept results stay."""
-        futures = []
-        for ref in refs:
-            try:
-                futures.append(self._pool().submit(self.analyze_fn, ref, options))
-            except RuntimeError as exc:  # a pool shut down under us: that trace fails alone
-                futures.append(exc)
-        results = []
-        for ref, future in zip(refs, futures, strict=True):
-            try:
-                if isinstance(future, Exception):
-                    raise future
-                results.append(future.result(timeout=AGAIN_TIMEOUT_S))
-            except concurrent.futures.TimeoutError:
-                results.append(error_result(ref, f"not analysed in {AGAIN_TIMEOUT_S:.0f} s"))
-            except Exception as exc:  # noqa: BLE001 - one trace's failure is its own
-                results.append(error_result(ref, f"analysis failed: {exc}"))
+        results: list[Any] = [None] * len(refs)
+        waiting = list(enumerate(refs))
+        running: dict[concurrent.futures.Future, int] = {}
+        slots = max(1, self.max_workers - 1)
+        deadline = time.monotonic() + AGAIN_TIMEOUT_S
+        while waiting or running:
+            while waiting and len(running) < slots:
+                index, ref = waiting.pop(0)
+                try:
+                    running[self._pool().submit(self.analyze_fn, ref, options)] = index
+                except RuntimeError as exc:  # a pool shut down under us: that trace fails
+                    results[index] = error_result(ref, f"cannot start analysis ({exc})")
+            if not running:
+                continue
+            done, _ = concurrent.futures.wait(
+                running,
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            if not done:  # out of time: what has not started never will
+                late = f"not analysed in {AGAIN_TIMEOUT_S:.0f} s"
+                for future, index in running.items():
+                    future.cancel()  # a job already running goes on to its end
+                    results[index] = error_result(refs[index], late)
+                for index, ref in waiting:
+                    results[index] = error_result(ref, late)
+                break
+            for future in done:
+                index = running.pop(future)
+                try:
+                    results[index] = future.result()
+                except Exception as exc:  # noqa: BLE001 - one trace's failure is its own
+                    results[index] = error_result(refs[index], f"analysis failed: {exc}")
         return results
 
     # ----- selections -------------------------------------------------------------------

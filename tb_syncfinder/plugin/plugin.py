@@ -61,10 +61,6 @@ class MethodNotAllowedError(errors.PublicError):
     http_code = 405
 
 
-class ConflictError(errors.PublicError):
-    http_code = 409
-
-
 def make_engine_options(settings: PluginSettings) -> Any:
     """The engine's Options for these settings: source roots, path map and the demo's
     sources (so its runs resolve for a plain ``tensorboard --logdir`` from any folder)."""
@@ -152,6 +148,8 @@ ANSWER_ROUTES: dict[str, Callable[[wrappers.Request], tuple[tuple, Make]]] = {
 # The step times the saving without the profiler takes, in ms: a microsecond to an hour.
 UNPROFILED_MIN_MS = 0.001
 UNPROFILED_MAX_MS = 3_600_000.0
+# How long a request waits for another one's prediction without the profiler to be made.
+UNPROFILED_WAIT_S = 600.0
 # Query strings whose checked arguments are kept (a repeated request skips parsing them),
 # and the longest one kept.
 QUERIES_MAX = 1024
@@ -205,6 +203,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         self.selections = Selections(self.loader)
         self._queries: dict[tuple[str, str], _Query] = {}  # by (route, query string)
         self._queries_lock = threading.Lock()
+        self._unprofiled_lock = threading.Lock()
         if start and main_module_rerun():
             # Built while multiprocessing runs the user's script again in a worker (not
             # ours): say why, and do not load all the traces again in there.
@@ -440,12 +439,23 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         run = self.selections.lookup(params.text(request, "run", required=True), worker, span)
         step_ms = params.number(request, "step_ms", UNPROFILED_MIN_MS, UNPROFILED_MAX_MS)
         sel = self.selections.get(run, worker, span)
-        return self._answer(
-            request,
-            sel,
-            ("unprofiled", step_ms),
-            lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms),
-        )
+        key = ("unprofiled", step_ms)
+        kept = sel.kept(key)
+        if kept is None:
+            # One at a time: a second request for the same step time (a reload, another tab)
+            # finds the first one's answer instead of replaying again, and requests for many
+            # step times queue here instead of filling the analysis processes.
+            if not self._unprofiled_lock.acquire(timeout=UNPROFILED_WAIT_S):
+                raise api.UnavailableError(
+                    "another prediction without the profiler is being made: ask again soon"
+                )
+            try:
+                kept = sel.answer(
+                    key, lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms)
+                )
+            finally:
+                self._unprofiled_lock.release()
+        return http_util.Respond(request, kept.gzip, "application/json", content_encoding="gzip")
 
     def _refuse_a_trace_changed_since_analysis(self, sel: Selection) -> None:
         """The annotated trace reads its file again: one replaced since its analysis (and
@@ -463,7 +473,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         except OSError:
             return
         if now != (state.size, state.mtime_ns):
-            raise ConflictError(
+            raise api.ConflictError(
                 f"{state.ref.path} changed since it was analysed; it is analysed again "
                 "at the next reload: export again then"
             )

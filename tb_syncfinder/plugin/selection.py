@@ -153,6 +153,10 @@ class Selection:
             return found
         return cache.put(self.token, key, Answer(gzip_json(make())))
 
+    def kept(self, key: tuple) -> Answer | None:
+        """The answer made for ``key`` if the cache still keeps it."""
+        return None if self.answers is None else self.answers.get(self.token, key)
+
     def plain(self, key: tuple, answer: Answer) -> bytes:
         """``answer``'s plain JSON, made once and counted in the cache's bytes."""
         made = answer.has_plain

@@ -79,7 +79,7 @@ def counting() -> CountingAnalysis:
 
 
 @pytest.fixture(scope="module")
-def client(logdir: Path, counting: CountingAnalysis, tmp_path_factory) -> Client:
+def plugin(logdir: Path, counting: CountingAnalysis, tmp_path_factory) -> SyncAdvisorPlugin:
     cache = tmp_path_factory.mktemp("cache")
     settings = PluginSettings(
         logdirs=[(None, str(logdir))],
@@ -92,8 +92,13 @@ def client(logdir: Path, counting: CountingAnalysis, tmp_path_factory) -> Client
     plugin = SyncAdvisorPlugin(context, settings, start=False, analyze_fn=counting)
     plugin.loader.poll()
     assert plugin.loader.wait_idle(120)
-    yield Client(TensorBoardWSGI([plugin]))
+    yield plugin
     plugin.loader.stop()
+
+
+@pytest.fixture(scope="module")
+def client(plugin: SyncAdvisorPlugin) -> Client:
+    return Client(TensorBoardWSGI([plugin]))
 
 
 def get(client: Client, route: str, **params: Any) -> tuple[int, Any]:
@@ -321,3 +326,56 @@ def test_replays_not_over_by_the_deadline_are_a_503_at_the_deadline_not_one_per_
     assert status == 503 and "not analysed in 1 s" in body["error"], body
     assert waited < 1.4, waited  # one deadline for both traces, not one each
     time.sleep(2)  # the analysis that was running ends before the next test
+
+
+def _slow(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    import time
+
+    real = CountingAnalysis.__call__
+
+    def slow(self: CountingAnalysis, ref: Any, options: Any) -> Any:
+        if options.unprofiled_step_us is not None:
+            time.sleep(seconds)
+        return real(self, ref, options)
+
+    monkeypatch.setattr(CountingAnalysis, "__call__", slow)
+
+
+def test_a_replay_past_the_deadline_keeps_its_place_in_the_pool_until_it_ends(
+    plugin: SyncAdvisorPlugin, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from tb_syncfinder.plugin import loader as loader_module
+
+    _slow(monkeypatch, 1.5)
+    monkeypatch.setattr(loader_module, "AGAIN_TIMEOUT_S", 0.5)
+    status, body = get(client, "unprofiled", run="cnn", step_ms="14.05")
+    assert status == 503 and "not analysed in 0 s" in body["error"], body
+    # Still running: its process is not free for the queue, nor for the next prediction.
+    assert len(plugin.loader._in_pool) == 1
+    time.sleep(1.6)
+    assert plugin.loader._in_pool == []
+
+
+def test_predictions_for_two_step_times_run_beside_each_other(
+    plugin: SyncAdvisorPlugin, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    assert plugin.loader.max_workers >= 2
+    _slow(monkeypatch, 1.0)
+    answers: list[tuple[int, Any]] = []
+    threads = [
+        threading.Thread(
+            target=lambda ms=ms: answers.append(get(client, "unprofiled", run="cnn", step_ms=ms))
+        )
+        for ms in ("14.01", "14.02")
+    ]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [status for status, _ in answers] == [200, 200]
+    assert time.monotonic() - started < 1.9  # not one after the other

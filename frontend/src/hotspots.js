@@ -192,7 +192,8 @@ const UNPROFILED_KEPT = 32;
  * @param {any} ctx
  */
 function unprofiledAnswer(sel, stepMs, ctx) {
-  const key = JSON.stringify([sel, stepMs]);
+  // The run's generation too: a trace analysed again (changed, edited sources) is asked again.
+  const key = JSON.stringify([sel, ctx.app.currentRun()?.generation ?? null, stepMs]);
   const found = unprofiledAnswers.get(key);
   if (found) return found;
   const pending = { pending: true };
@@ -204,10 +205,14 @@ function unprofiledAnswer(sel, stepMs, ctx) {
       (e) => ({ error: e instanceof Error ? e.message : String(e) }),
     )
     .then((answer) => {
-      // A failed one is shown once, then asked again (the plugin keeps only good answers).
+      // A failed one stays shown until Predict asks again (the plugin keeps only good answers).
       unprofiledAnswers.set(key, answer.error ? { ...answer, retry: true } : answer);
-      // Drawn again while the view still asks for it (a poll may have drawn it meanwhile).
-      if (ctx.app.state.unprof === stepMs) ctx.app.render();
+      // Drawn again while the view still asks for it (a poll may have drawn it meanwhile),
+      // and said once: the view's nodes are drawn anew at every draw, so a live region in
+      // them would be heard at each one, or at none.
+      if (ctx.app.state.unprof !== stepMs) return;
+      ctx.app.render();
+      ctx.app.announce?.(answer.error ? `No prediction without the profiler: ${answer.error}` : withMicro(answer.text || ""));
     });
   return pending;
 }
@@ -231,7 +236,7 @@ function unprofiledForm(state, app, answer) {
   const problemId = "sa-unprof-problem";
   const given = state.unprof === null ? "" : String(state.unprof);
   const typed = draft.run === state.run ? draft : { text: given, problem: "" };
-  const problem = h("span", { id: problemId, class: "sa-unprof-problem", role: "alert", "data-testid": "unprofiled-problem" }, typed.problem);
+  const problem = h("span", { id: problemId, class: "sa-unprof-problem", "data-testid": "unprofiled-problem" }, typed.problem);
   const input = /** @type {HTMLInputElement} */ (
     h("input", {
       id: inputId,
@@ -258,10 +263,10 @@ function unprofiledForm(state, app, answer) {
           "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
         )
       : answer.pending
-        ? h("p", { role: "status", "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), `Replaying for ${formatMs(state.unprof)} a step… (as long as the trace's analysis took)`)
+        ? h("p", { "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), `Replaying for ${formatMs(state.unprof)} a step… (as long as the trace's analysis took)`)
         : answer.error
-          ? h("p", { class: "sa-unprof-problem", role: "alert", "data-testid": "unprofiled-error" }, answer.error)
-          : h("p", { role: "status", "data-testid": "unprofiled-text" }, withMicro(answer.text || ""));
+          ? h("p", { class: "sa-unprof-problem", "data-testid": "unprofiled-error" }, answer.error)
+          : h("p", { "data-testid": "unprofiled-text" }, withMicro(answer.text || ""));
   return h(
     "form",
     {
@@ -275,19 +280,21 @@ function unprofiledForm(state, app, answer) {
           Object.assign(draft, { run: state.run, text: input.value, problem: `"${text}" is not a step time: give it in milliseconds, e.g. 46.97` });
           problem.textContent = draft.problem;
           input.setAttribute("aria-invalid", "true");
+          app.announce?.(draft.problem);
           return;
         }
         Object.assign(draft, { run: null, text: "", problem: "" });
         // Asked again after a failure: tried again, not the failure shown again.
         for (const [key, kept] of unprofiledAnswers) if (kept.retry) unprofiledAnswers.delete(key);
-        app.pendingFocus = "unprofiled-input";
+        // The focus stays where it was (the field, caret and all, or the button): the
+        // draw puts it back by its focus key.
         if (stepMs === state.unprof) app.render();
         else app.setState({ unprof: stepMs });
       },
     },
     h("label", { for: inputId }, "Step time without the profiler (ms) "),
     input,
-    h("button", { type: "submit", "data-testid": "unprofiled-predict" }, "Predict"),
+    h("button", { type: "submit", "data-testid": "unprofiled-predict", "data-focus-key": "unprofiled-predict" }, "Predict"),
     problem,
     result,
   );

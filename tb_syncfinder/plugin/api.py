@@ -227,7 +227,7 @@ def unprofiled_impl(
     kept = loader.results(run, worker, span)
     by_path = {result.info.path: result for result in kept}
     again = [
-        state.ref
+        state
         for state in states
         if (result := by_path.get(state.ref.path)) is not None
         and not result.info.error
@@ -243,11 +243,11 @@ def unprofiled_impl(
             f"the saving without the profiler replays each trace again: {len(again)} traces "
             f"here, at most {UNPROFILED_MAX_TRACES}; pick a worker (or a span)"
         )
-    _refuse_traces_changed_since_analysis([state for state in states if state.ref in again])
+    _refuse_traces_changed_since_analysis(again)
     step_us = step_ms * 1000.0
     options = msgspec.structs.replace(loader.options, unprofiled_step_us=step_us)
     redone = dict(
-        zip((ref.path for ref in again), loader.analyze_again(again, options), strict=True)
+        zip((state.ref.path for state in again), loader.analyze_again(again, options), strict=True)
     )
     results = [redone.get(result.info.path, result) for result in kept]
     report = query.with_unprofiled_step(report_runs(results).report.to_json(), step_us)

@@ -231,6 +231,7 @@ class TraceLoader:
         self.found_any = False  # cheap answer for is_active()
         self.polled_once = False
         self.changed = threading.Condition(self.lock)  # notified when a trace settles
+        self._place_freed = threading.Condition(self.lock)  # a place in the pool freed
 
         self._executor: concurrent.futures.Executor | None = None
         # Traces to analyse, and those in the pool (at most max_workers): see next_trace.
@@ -526,8 +527,10 @@ class TraceLoader:
     def _release(self, state: TraceState) -> None:
         """``state``'s analysis is over (whatever came of it): its process is free."""
         with self.lock:
-            if state in self._in_pool:
-                self._in_pool.remove(state)
+            # By identity: a trace analysed again (``analyze_again``) has a state of its own
+            # whose fields may equal its queue state's.
+            self._in_pool = [other for other in self._in_pool if other is not state]
+            self._place_freed.notify_all()
         self._dispatch()
 
     def _submit(self, state: TraceState) -> bool:
@@ -766,47 +769,75 @@ class TraceLoader:
             return False
         return self.clock() - state.mtime_ns / 1e9 >= WRITING_QUIET_S
 
-    def analyze_again(self, refs: Sequence[TraceRef], options: Any) -> list[Any]:
-        """``refs`` analysed with other ``options`` (the saving without the profiler: a
-        replay fitted to a step time the user gives), in the analysis processes, each
-        ``TraceResult`` in the order of ``refs`` (an error result where its analysis fails
-        or is not over by ``AGAIN_TIMEOUT_S`` after the first started). At most all the
-        processes but one at a time, so that the loader's queue goes on beside them.
-        Nothing of the loader's own state changes: the traces' kept results stay."""
-        results: list[Any] = [None] * len(refs)
-        waiting = list(enumerate(refs))
+    def analyze_again(self, states: Sequence[TraceState], options: Any) -> list[Any]:
+        """``states``' traces analysed with other ``options`` (the saving without the
+        profiler: a replay fitted to a step time the user gives), in the analysis processes,
+        each ``TraceResult`` in their order (an error result where its analysis fails or has
+        not ended ``AGAIN_TIMEOUT_S`` after the call). Each takes a place in the pool as the
+        queue's traces do (``_in_pool``, with ``next_trace``'s rule for big traces), leaving
+        one process to the queue while it has traces waiting; one still running at the
+        deadline keeps its place until it ends. The traces' kept results stay."""
+        results: list[Any] = [None] * len(states)
+        waiting = list(enumerate(states))
         running: dict[concurrent.futures.Future, int] = {}
-        slots = max(1, self.max_workers - 1)
         deadline = time.monotonic() + AGAIN_TIMEOUT_S
         while waiting or running:
-            while waiting and len(running) < slots:
-                index, ref = waiting.pop(0)
+            started = []
+            with self.lock:
+                while waiting:
+                    index, state = waiting[0]
+                    job = TraceState(state.ref, state.size, state.mtime_ns, status=RUNNING)
+                    if not self._may_start_again(job):
+                        break
+                    waiting.pop(0)
+                    job.in_pool = True
+                    self._in_pool.append(job)
+                    started.append((index, job))
+            for index, job in started:
                 try:
-                    running[self._pool().submit(self.analyze_fn, ref, options)] = index
+                    future = self._pool().submit(self.analyze_fn, job.ref, options)
                 except RuntimeError as exc:  # a pool shut down under us: that trace fails
-                    results[index] = error_result(ref, f"cannot start analysis ({exc})")
-            if not running:
-                continue
-            done, _ = concurrent.futures.wait(
-                running,
-                timeout=max(0.0, deadline - time.monotonic()),
-                return_when=concurrent.futures.FIRST_COMPLETED,
-            )
-            if not done:  # out of time: what has not started never will
+                    results[index] = error_result(job.ref, f"cannot start analysis ({exc})")
+                    self._release(job)
+                    continue
+                future.add_done_callback(lambda _f, job=job: self._release(job))
+                running[future] = index
+            left = deadline - time.monotonic()
+            if left <= 0:  # out of time: what has not started never will
                 late = f"not analysed in {AGAIN_TIMEOUT_S:.0f} s"
                 for future, index in running.items():
-                    future.cancel()  # a job already running goes on to its end
-                    results[index] = error_result(refs[index], late)
-                for index, ref in waiting:
-                    results[index] = error_result(ref, late)
+                    future.cancel()  # a job already running goes on, in its place
+                    results[index] = error_result(states[index].ref, late)
+                for index, state in waiting:
+                    results[index] = error_result(state.ref, late)
                 break
+            if running:
+                # Woken at least every 0.5 s while traces wait for a place that may free.
+                done, _ = concurrent.futures.wait(
+                    running,
+                    timeout=min(left, 0.5) if waiting else left,
+                    return_when=concurrent.futures.FIRST_COMPLETED,
+                )
+            else:
+                done = set()
+                with self._place_freed:
+                    self._place_freed.wait(timeout=min(left, 0.5))
             for future in done:
                 index = running.pop(future)
                 try:
                     results[index] = future.result()
                 except Exception as exc:  # noqa: BLE001 - one trace's failure is its own
-                    results[index] = error_result(refs[index], f"analysis failed: {exc}")
+                    results[index] = error_result(states[index].ref, f"analysis failed: {exc}")
         return results
+
+    def _may_start_again(self, job: TraceState) -> bool:
+        """Whether a trace analysed again may take a place in the pool now (under the lock):
+        one is free, and another stays free for the queue's waiting traces (where there are
+        several processes), and ``next_trace`` would start it (a big one)."""
+        free = self.max_workers - len(self._in_pool)
+        if free <= 0 or (self._waiting and self.max_workers > 1 and free < 2):
+            return False
+        return next_trace([job], self._in_pool, self.max_workers) is job
 
     # ----- selections -------------------------------------------------------------------
     def results(self, run: RunState, worker: str | None, span: str | None) -> list[Any]:

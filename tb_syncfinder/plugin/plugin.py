@@ -13,6 +13,7 @@ used to build a path.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import logging
@@ -148,7 +149,7 @@ ANSWER_ROUTES: dict[str, Callable[[wrappers.Request], tuple[tuple, Make]]] = {
 # The step times the saving without the profiler takes, in ms: a microsecond to an hour.
 UNPROFILED_MIN_MS = 0.001
 UNPROFILED_MAX_MS = 3_600_000.0
-# How long a request waits for another one's prediction without the profiler to be made.
+# How long a request waits for another request's prediction of the same step time.
 UNPROFILED_WAIT_S = 600.0
 # Query strings whose checked arguments are kept (a repeated request skips parsing them),
 # and the longest one kept.
@@ -204,6 +205,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         self._queries: dict[tuple[str, str], _Query] = {}  # by (route, query string)
         self._queries_lock = threading.Lock()
         self._unprofiled_lock = threading.Lock()
+        self._unprofiled_flights: dict[tuple, concurrent.futures.Future] = {}
         if start and main_module_rerun():
             # Built while multiprocessing runs the user's script again in a worker (not
             # ours): say why, and do not load all the traces again in there.
@@ -442,20 +444,44 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         key = ("unprofiled", step_ms)
         kept = sel.kept(key)
         if kept is None:
-            # One at a time: a second request for the same step time (a reload, another tab)
-            # finds the first one's answer instead of replaying again, and requests for many
-            # step times queue here instead of filling the analysis processes.
-            if not self._unprofiled_lock.acquire(timeout=UNPROFILED_WAIT_S):
-                raise api.UnavailableError(
-                    "another prediction without the profiler is being made: ask again soon"
-                )
-            try:
-                kept = sel.answer(
-                    key, lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms)
-                )
-            finally:
-                self._unprofiled_lock.release()
+            kept = self._unprofiled_once(
+                sel, key, lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms)
+            )
         return http_util.Respond(request, kept.gzip, "application/json", content_encoding="gzip")
+
+    def _unprofiled_once(self, sel: Selection, key: tuple, make: Callable[[], Any]) -> Any:
+        """``sel.answer(key, make)``, made once at a time per selection and step time: a
+        second request for it (a reload, another tab) waits for the first one's answer, or
+        its error, instead of replaying again. Other step times go on beside it, as far as
+        the pool has places (``TraceLoader.analyze_again``)."""
+        flight_key = (sel.token, key)
+        with self._unprofiled_lock:
+            found = sel.kept(key)
+            if found is not None:
+                return found
+            flight = self._unprofiled_flights.get(flight_key)
+            owner = flight is None
+            if owner:
+                flight = self._unprofiled_flights[flight_key] = concurrent.futures.Future()
+        assert flight is not None
+        if not owner:
+            try:
+                return flight.result(timeout=UNPROFILED_WAIT_S)
+            except concurrent.futures.TimeoutError:
+                raise api.UnavailableError(
+                    "the same prediction without the profiler is still being made: ask again soon"
+                ) from None
+        try:
+            answer = sel.answer(key, make)
+        except BaseException as exc:
+            flight.set_exception(exc)
+            raise
+        else:
+            flight.set_result(answer)
+            return answer
+        finally:
+            with self._unprofiled_lock:
+                self._unprofiled_flights.pop(flight_key, None)
 
     def _refuse_a_trace_changed_since_analysis(self, sel: Selection) -> None:
         """The annotated trace reads its file again: one replaced since its analysis (and

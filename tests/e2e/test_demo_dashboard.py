@@ -363,10 +363,21 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     page.fill("[data-testid=unprofiled-input]", "fast")
     page.click("[data-testid=unprofiled-predict]")
     assert "not a step time" in page.inner_text("[data-testid=unprofiled-problem]")
+    assert page.get_attribute("[data-testid=unprofiled-input]", "aria-invalid") == "true"
+    assert "not a step time" in page.inner_text("[data-testid=announce]")  # heard, too
     assert "unprof=" not in page.evaluate("location.hash")
     page.fill("[data-testid=unprofiled-input]", str(step_ms))
     page.press("[data-testid=unprofiled-input]", "Enter")
     text = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
+    # Heard once it comes, and the field keeps the focus with the caret where it was.
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=announce]').textContent.includes("
+        "'fixing every sync saves')"
+    )
+    focused = page.evaluate(
+        "() => [document.activeElement.dataset.testid, document.activeElement.selectionStart]"
+    )
+    assert focused == ["unprofiled-input", len(str(step_ms))], focused
     assert f"fixing every sync saves ~{format_us(every).replace(' us', ' µs')} per step" in text, (
         text,
         every,

@@ -207,3 +207,31 @@ def test_a_run_whose_only_trace_is_still_loading_shows_only_the_loading_state(
     assert page.locator("[data-testid^=card-]").count() == 0
     assert "Latent" not in page.inner_text("body")
     assert page_errors == []
+
+
+def test_a_prediction_without_the_profiler_is_asked_again_once_its_trace_changed(
+    live: tuple[str, Path], browser: Any, page_errors: list[str]
+) -> None:
+    """The tab keeps the ``unprofiled`` answers it got; one for a trace since replaced (the
+    run's generation moved) is the old trace's, and is asked for again."""
+    import time
+
+    base, logdir = live
+    write_run(logdir, "unprof_live", item=True, nonzero=True, steps=3)
+    page = new_page(browser, page_errors)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/unprofiled?" in r.url else None)
+    page.goto(plugin_url(base, "#run=unprof_live&unprof=2.5"))
+    poll_until(page, "[data-testid=unprofiled-text], [data-testid=unprofiled-error]")
+    assert len(asked) == 1, asked
+    # The trace is written again (another recording, one sync fewer): a newer mtime.
+    time.sleep(1.1)
+    write_run(logdir, "unprof_live", item=True, nonzero=False, steps=3)
+    for _ in range(60):
+        page.evaluate("window.dispatchEvent(new Event('focus'))")
+        if len(asked) > 1:
+            break
+        page.wait_for_timeout(500)
+    assert len(asked) == 2, asked
+    poll_until(page, "[data-testid=unprofiled-text], [data-testid=unprofiled-error]")
+    assert page_errors == []

@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.fixture_traces import ITEM_LINE, TRAIN_PY, write_run
 from tests.e2e.helpers import (
+    get_json,
     new_page,
     plugin_url,
     rows,
@@ -218,6 +219,15 @@ def test_a_prediction_without_the_profiler_is_asked_again_once_its_trace_changed
 
     base, logdir = live
     write_run(logdir, "unprof_live", item=True, nonzero=True, steps=3)
+    # Analysed before the page opens: a link naming a run not listed yet shows another run,
+    # without the step time (it is the named run's).
+    for _ in range(120):
+        runs = get_json(f"{base}/data/plugin/sync_advisor/runs")["runs"]
+        if any(r["name"] == "unprof_live" and not r["loading"] for r in runs):
+            break
+        time.sleep(0.25)
+    else:
+        raise AssertionError(f"unprof_live never analysed: {runs}")
     page = new_page(browser, page_errors)
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url) if "/unprofiled?" in r.url else None)

@@ -209,7 +209,7 @@ function siteStats(site, step) {
       : stat("saves per step with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
     latent || typeof site.unprofiled_predicted_saving_per_step_us !== "number"
       ? null
-      : stat("without the profiler", `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}`),
+      : stat("saves per step without the profiler", `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}`),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
     latent ? null : stat(site.gpu_idle_measured === false ? "NPU idle" : "GPU idle", site.gpu_idle_measured === false ? "not measured" : formatUs(site.gpu_idle_us)),

@@ -85,7 +85,8 @@ export async function renderHotspots(ctx) {
   // The saving without the profiler, for the step time the user measured without it (the
   // form below asks for it): the selection's traces replayed again in the plugin's
   // analysis processes, kept per step time.
-  const unprofilable = !latent && summary.saving_method === "replay";
+  // Where there are syncs to remove (none: nothing to save, with the profiler or without).
+  const unprofilable = !latent && summary.saving_method === "replay" && summary.sync_count > 0;
   // Never awaited here: a large trace takes as long as its analysis, and the view is drawn
   // meanwhile, saying so; its answer draws the view again.
   const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
@@ -252,6 +253,9 @@ function unprofiledForm(state, app, answer) {
       "data-focus-key": "unprofiled-input",
       oninput: () => {
         Object.assign(draft, { run: state.run, text: input.value, problem: "" });
+        // What was wrong with the value before is not said of the one being typed.
+        problem.textContent = "";
+        input.removeAttribute("aria-invalid");
       },
     })
   );
@@ -263,10 +267,19 @@ function unprofiledForm(state, app, answer) {
           "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
         )
       : answer.pending
-        ? h("p", { "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), `Replaying for ${formatMs(state.unprof)} a step… (as long as the trace's analysis took)`)
+        ? h("p", { "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), `Replaying the trace for a step of ${state.unprof} ms… (about as long as its analysis took)`)
         : answer.error
           ? h("p", { class: "sa-unprof-problem", "data-testid": "unprofiled-error" }, answer.error)
-          : h("p", { "data-testid": "unprofiled-text" }, withMicro(answer.text || ""));
+          : h(
+              "p",
+              {
+                "data-testid": "unprofiled-text",
+                // No figure (not fitted): said as a note, not as a result.
+                "data-fitted": String(typeof answer.summary?.unprofiled_predicted_saving_per_step_us === "number"),
+                class: typeof answer.summary?.unprofiled_predicted_saving_per_step_us === "number" ? null : "sa-unprof-none",
+              },
+              withMicro(answer.text || ""),
+            );
   return h(
     "form",
     {
@@ -288,6 +301,7 @@ function unprofiledForm(state, app, answer) {
         for (const [key, kept] of unprofiledAnswers) if (kept.retry) unprofiledAnswers.delete(key);
         // The focus stays where it was (the field, caret and all, or the button): the
         // draw puts it back by its focus key.
+        if (stepMs === null && state.unprof !== null) app.announce?.("Prediction without the profiler cleared");
         if (stepMs === state.unprof) app.render();
         else app.setState({ unprof: stepMs });
       },
@@ -298,11 +312,6 @@ function unprofiledForm(state, app, answer) {
     problem,
     result,
   );
-}
-
-/** @param {number} ms */
-function formatMs(ms) {
-  return formatUs(ms * 1000);
 }
 
 /**

@@ -444,13 +444,15 @@ export const STEP_MS_MIN = 0.001;
 export const STEP_MS_MAX = 3.6e6;
 
 /**
- * A step time in ms as typed or in a URL: a plain decimal number (`46.97`, `12`, `4.7e1`)
- * within what the plugin takes, else null (`abc`, `-5`, `0`, `Infinity`, `0x10`).
+ * A step time in ms as typed or in a URL: a plain decimal number (`46.97`, `12`, `4.7e1`),
+ * with a decimal comma (`14,51`) or its unit (`14.5 ms`) as people write it, within what
+ * the plugin takes, else null (`abc`, `-5`, `0`, `Infinity`, `0x10`, `1,234.5`, `14 s`).
  * @param {string} value
  * @returns {number | null}
  */
 export function validStepMs(value) {
-  const text = String(value ?? "").trim();
+  let text = String(value ?? "").trim().replace(/\s*ms$/i, "");
+  if (!text.includes(".") && (text.match(/,/g) || []).length === 1) text = text.replace(",", ".");
   if (!/^(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$/.test(text)) return null;
   const n = Number(text);
   return Number.isFinite(n) && n >= STEP_MS_MIN && n <= STEP_MS_MAX ? n : null;

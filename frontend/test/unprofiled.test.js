@@ -4,10 +4,10 @@ import { choiceNeedsRewrite, decodeState, defaultState, encodeState, patchState,
 import { sitesInStep, withUnprofiled } from "../src/sites.js";
 
 test("a step time is a plain decimal number of ms within what the plugin takes", () => {
-  for (const [text, ms] of [["46.97", 46.97], ["12", 12], [" 8.5 ", 8.5], [".5", 0.5], ["4.7e1", 47], ["14.510858859999871", 14.510858859999871], ["3600000", 3.6e6]]) {
+  for (const [text, ms] of [["46.97", 46.97], ["12", 12], [" 8.5 ", 8.5], [".5", 0.5], ["4.7e1", 47], ["14.510858859999871", 14.510858859999871], ["3600000", 3.6e6], ["14,51", 14.51], ["14.5 ms", 14.5], ["14.5ms", 14.5], ["14,5 MS", 14.5]]) {
     assert.equal(validStepMs(text), ms, text);
   }
-  for (const text of ["", "fast", "-3", "0", "0.0001", "3600001", "Infinity", "NaN", "0x10", "1,5", "12ms", ".", "e5", "1e"]) {
+  for (const text of ["", "fast", "-3", "0", "0.0001", "3600001", "Infinity", "NaN", "0x10", "1,234.5", "1,2,3", "14 s", "14 us", ".", "e5", "1e", "ms"]) {
     assert.equal(validStepMs(text), null, text);
   }
 });

@@ -366,6 +366,9 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     assert page.get_attribute("[data-testid=unprofiled-input]", "aria-invalid") == "true"
     assert "not a step time" in page.inner_text("[data-testid=announce]")  # heard, too
     assert "unprof=" not in page.evaluate("location.hash")
+    page.fill("[data-testid=unprofiled-input]", "x")  # typing again clears the old problem
+    assert page.inner_text("[data-testid=unprofiled-problem]") == ""
+    assert page.get_attribute("[data-testid=unprofiled-input]", "aria-invalid") is None
     page.fill("[data-testid=unprofiled-input]", str(step_ms))
     page.press("[data-testid=unprofiled-input]", "Enter")
     text = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
@@ -388,7 +391,8 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     assert cell == f"~{format_us(item_us).replace(' us', ' µs')} unprofiled", (cell, item_us)
     row.click()
     stats = page.wait_for_selector("[data-testid=site-stats]").inner_text()
-    assert f"without the profiler ~{format_us(item_us).replace(' us', ' µs')}" in stats, stats
+    saves = f"saves per step without the profiler ~{format_us(item_us).replace(' us', ' µs')}"
+    assert saves in stats, stats
     # A reload (or the link shared) shows the same prediction without typing it again.
     page.reload()
     again = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
@@ -396,4 +400,13 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     assert page.input_value("[data-testid=unprofiled-input]") == str(step_ms)
     page.wait_for_timeout(300)
     shot(page, "demo-unprofiled.png", full_page=False)
+    # A step shorter than the GPU's own work: no figure, said as a note, not as a result.
+    page.fill("[data-testid=unprofiled-input]", "5")
+    page.press("[data-testid=unprofiled-input]", "Enter")
+    page.wait_for_selector("[data-testid=unprofiled-text][data-fitted=false]")
+    assert "shorter than the GPU's busy time" in page.inner_text("[data-testid=unprofiled-text]")
+    # The fixed run has no sync left: nothing to predict, no form.
+    page.goto(plugin_url(demo_board, "#run=gpu_cnn_optimized&unprof=12.04"))
+    page.wait_for_selector("[data-testid=no-syncs]")
+    assert page.locator("[data-testid=unprofiled-form]").count() == 0
     assert page_errors == []

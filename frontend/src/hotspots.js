@@ -201,10 +201,7 @@ function unprofiledAnswer(sel, stepMs, ctx) {
   unprofiledAnswers.set(key, pending);
   while (unprofiledAnswers.size > UNPROFILED_KEPT) unprofiledAnswers.delete(unprofiledAnswers.keys().next().value);
   getJson("unprofiled", { ...sel, step_ms: stepMs })
-    .then(
-      (answer) => answer,
-      (e) => ({ error: e instanceof Error ? e.message : String(e) }),
-    )
+    .catch((e) => ({ error: e instanceof Error ? e.message : String(e) }))
     .then((answer) => {
       // A failed one stays shown until Predict asks again (the plugin keeps only good answers).
       unprofiledAnswers.set(key, answer.error ? { ...answer, retry: true } : answer);
@@ -259,6 +256,7 @@ function unprofiledForm(state, app, answer) {
       },
     })
   );
+  const fitted = typeof answer?.summary?.unprofiled_predicted_saving_per_step_us === "number";
   const result =
     answer === null
       ? h(
@@ -275,8 +273,8 @@ function unprofiledForm(state, app, answer) {
               {
                 "data-testid": "unprofiled-text",
                 // No figure (not fitted): said as a note, not as a result.
-                "data-fitted": String(typeof answer.summary?.unprofiled_predicted_saving_per_step_us === "number"),
-                class: typeof answer.summary?.unprofiled_predicted_saving_per_step_us === "number" ? null : "sa-unprof-none",
+                "data-fitted": String(fitted),
+                class: fitted ? null : "sa-unprof-none",
               },
               withMicro(answer.text || ""),
             );

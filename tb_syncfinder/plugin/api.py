@@ -171,9 +171,11 @@ class UnavailableError(errors.PublicError):
     http_code = 503
 
 
-def _refuse_traces_changed_since_analysis(states: list[Any]) -> None:
+def refuse_traces_changed_since_analysis(states: list[Any], then: str) -> None:
     """409 when one of ``states``' files is not the one analysed (and the next poll has not
-    seen it yet): analysed again now, its sites would not be those the tab shows."""
+    seen it yet): read again now (an export drawing the findings onto the trace, a replay
+    with another step time), it would not be the analysis shown. ``then``: what the user
+    does after the next poll ("export again then")."""
     from tb_syncfinder.discovery import stat_trace
 
     for state in states:
@@ -186,7 +188,7 @@ def _refuse_traces_changed_since_analysis(states: list[Any]) -> None:
         if now != (state.size, state.mtime_ns):
             raise ConflictError(
                 f"{state.ref.path} changed since it was analysed; it is analysed again at "
-                "the next reload: ask again then"
+                f"the next reload: {then}"
             )
 
 
@@ -243,7 +245,7 @@ def unprofiled_impl(
             f"the saving without the profiler replays each trace again: {len(again)} traces "
             f"here, at most {UNPROFILED_MAX_TRACES}; pick a worker (or a span)"
         )
-    _refuse_traces_changed_since_analysis(again)
+    refuse_traces_changed_since_analysis(again, "ask again then")
     step_us = step_ms * 1000.0
     options = msgspec.structs.replace(loader.options, unprofiled_step_us=step_us)
     redone = dict(

@@ -441,13 +441,12 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         run = self.selections.lookup(params.text(request, "run", required=True), worker, span)
         step_ms = params.number(request, "step_ms", UNPROFILED_MIN_MS, UNPROFILED_MAX_MS)
         sel = self.selections.get(run, worker, span)
-        key = ("unprofiled", step_ms)
-        kept = sel.kept(key)
-        if kept is None:
-            kept = self._unprofiled_once(
-                sel, key, lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms)
-            )
-        return http_util.Respond(request, kept.gzip, "application/json", content_encoding="gzip")
+        answer = self._unprofiled_once(
+            sel,
+            ("unprofiled", step_ms),
+            lambda: api.unprofiled_impl(self.loader, run, worker, span, step_ms),
+        )
+        return http_util.Respond(request, answer.gzip, "application/json", content_encoding="gzip")
 
     def _unprofiled_once(self, sel: Selection, key: tuple, make: Callable[[], Any]) -> Any:
         """``sel.answer(key, make)``, made once at a time per selection and step time: a
@@ -487,22 +486,11 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         """The annotated trace reads its file again: one replaced since its analysis (and
         before the next poll sees it) would get the old analysis's findings drawn onto
         other events. 409 then; a file gone is the renderer's 400."""
-        from tb_syncfinder.discovery import stat_trace
-
         readable = [t for t in sel.report_json.get("traces") or [] if not t.get("error")]
         run = self.loader.get_run(sel.run)
         state = run.traces.get(readable[0]["path"]) if run and len(readable) == 1 else None
-        if state is None or state.size is None:
-            return
-        try:
-            now = stat_trace(state.ref.path)
-        except OSError:
-            return
-        if now != (state.size, state.mtime_ns):
-            raise api.ConflictError(
-                f"{state.ref.path} changed since it was analysed; it is analysed again "
-                "at the next reload: export again then"
-            )
+        if state is not None:
+            api.refuse_traces_changed_since_analysis([state], "export again then")
 
     def _compare(self, request: wrappers.Request) -> Any:
         new = self._selection(request)

@@ -11,7 +11,7 @@ import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nex
 import { compareRunNames, validStepMs } from "./state.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName, selectionWhere } from "./repairs.js";
-import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES, withUnprofiled } from "./sites.js";
+import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES, UNPROFILED_SORT, withUnprofiled } from "./sites.js";
 
 /** The plugin caps `limit` at 500; runs with more sites are fetched page by page. */
 const PAGE = 500;
@@ -92,8 +92,12 @@ export async function renderHotspots(ctx) {
   const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
   ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
   const siteItems = withUnprofiled(sites.items, unprofiled?.sites);
+  // The column of savings without the profiler: once an answer gives a site a figure.
+  const unprofiledColumn = hasUnprofiledFigures(unprofiled?.sites);
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
-  const served = isSiteSort(state.sort) ? state.sort : "predicted_saving_us";
+  // The dashboard's own column (fed by the `unprofiled` route, not the plugin's site list)
+  // is sorted by while a step time is given: the answer may still be on its way.
+  const served = isSiteSort(state.sort) || (state.sort === UNPROFILED_SORT && unprofilable && state.unprof !== null) ? state.sort : "predicted_saving_us";
   // A column the plugin does not sort by (a hand-edited link): the address says the order
   // shown, not the one asked for, so "Copy link" does not pass it on.
   if (served !== state.sort) app.noteState({ sort: served, order: "desc" });
@@ -157,7 +161,7 @@ export async function renderHotspots(ctx) {
         ),
         filters(state, app, sites.items),
         stepInfo && shown.length ? stepNote(stepInfo) : null,
-        sitesTable(shown, view, app, latent, stepInfo),
+        sitesTable(shown, view, app, latent, stepInfo, unprofiledColumn),
         listedApart(summaryResp.listed_apart),
       ),
       hasDetail
@@ -973,7 +977,18 @@ function columnScope(key, stepInfo) {
 }
 
 /** Cost columns, left out for latent findings (they cost nothing where they were seen). */
-const COST_KEYS = new Set(["predicted_saving_us", "host_wait_us", "gpu_idle_us", "share_of_step"]);
+const COST_KEYS = new Set(["predicted_saving_us", "host_wait_us", "gpu_idle_us", "share_of_step", UNPROFILED_SORT]);
+
+const UNPROFILED_CELL_TITLE = "What fixing this site alone saves per step without the profiler, at the step time given above (– where the replay gives it no figure)";
+
+/**
+ * Whether an `unprofiled` answer's sites carry a figure (none when the traces were not
+ * fitted to the step time: the note above says why, and a column of dashes would not).
+ * @param {Record<string, number | null> | null | undefined} bySite
+ */
+function hasUnprofiledFigures(bySite) {
+  return !!bySite && Object.values(bySite).some((us) => typeof us === "number");
+}
 
 const COLUMNS = [
   { key: "file", label: "Location", cls: "col-loc", title: "The line of your code that synced (* where the exact call line is not known), or the operator where the trace has no Python stack" },
@@ -983,6 +998,7 @@ const COLUMNS = [
   { key: "count", label: "Count", cls: "col-count num", title: "Syncs at this site over the profiled steps" },
   { key: "per_step", label: "Per step", cls: "col-perstep num", title: "Syncs at this site per profiled step" },
   { key: "predicted_saving_us", label: "Saves/step", cls: "col-save num", title: "Step time saved per step by fixing this site alone. Sites that wait for the same GPU work save more fixed together: the saving with every sync removed is on the step-time card, and each site's with the others fixed in its detail" },
+  { key: UNPROFILED_SORT, label: "Unprofiled", cls: "col-unprof num", title: "Step time saved per step by fixing this site alone in a run without the profiler: the replay fitted to the step time given above", unprofiled: true },
   { key: "host_wait_us", label: "Host wait", cls: "col-wait num", title: "Time the host waited in this site's syncs, over the profiled steps (the card gives it per step)" },
   { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num", title: "Time the GPU idled after this site's syncs, over the profiled steps" },
   { key: "share_of_step", label: "Share", cls: "col-share num", title: "Host wait + GPU idle of this site over the profiled steps' time" },
@@ -995,8 +1011,10 @@ const COLUMNS = [
  * @param {boolean} latent
  * @param {{step: number, inStep: boolean} | null} stepInfo with a step selected: its
  *   number, and whether the count, wait and idle are the step's (else the whole run's)
+ * @param {boolean} unprofiledColumn whether a step time without the profiler gave the
+ *   sites figures (their column is shown)
  */
-function sitesTable(sites, state, app, latent, stepInfo) {
+function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn) {
   if (!sites.length) {
     return h("div", { class: "sa-empty", "data-testid": "no-sites" }, state.q || state.kind || state.step !== null ? "No site matches the filters." : latent ? "No latent sync sites." : "No sync sites.");
   }
@@ -1048,11 +1066,15 @@ function sitesTable(sites, state, app, latent, stepInfo) {
             "td",
             { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" },
             savingText(site),
-            // Given the step time without the profiler: the site's saving there too.
-            typeof site.unprofiled_predicted_saving_per_step_us === "number"
-              ? h("div", { class: "sa-muted sa-unprof-saving", "data-testid": "row-unprofiled", title: "what fixing it saves per step without the profiler (the step time given above)" }, `~${formatUs(site.unprofiled_predicted_saving_per_step_us)} unprofiled`)
-              : null,
           ),
+      // Given the step time without the profiler: the site's saving there too.
+      unprofiledColumn
+        ? h(
+            "td",
+            { class: "num col-unprof", "data-testid": "row-unprofiled", title: UNPROFILED_CELL_TITLE },
+            typeof site.unprofiled_predicted_saving_per_step_us === "number" ? `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}` : "–",
+          )
+        : null,
       latent ? null : h("td", { class: "num col-wait", title: site.whole ? `whole run: ${formatUs(site.whole.host_wait_us)}` : null }, formatUs(site.host_wait_us)),
       latent ? null : h("td", { class: "num col-idle", title: site.gpu_idle_measured === false ? IDLE_UNREAD : site.whole ? `whole run: ${formatUs(site.whole.gpu_idle_us)}` : null }, idleText(site)),
       latent ? null : h("td", { class: "num col-share" }, formatPct(site.share_of_step)),
@@ -1070,7 +1092,7 @@ function sitesTable(sites, state, app, latent, stepInfo) {
       rowKeys(e);
     },
   }, rows);
-  const columns = latent ? COLUMNS.filter((c) => !COST_KEYS.has(c.key)) : COLUMNS;
+  const columns = COLUMNS.filter((c) => !(latent && COST_KEYS.has(c.key)) && (unprofiledColumn || !c.unprofiled));
   const head = h(
     "tr",
     null,

@@ -14,8 +14,15 @@ import { siteFallbackLabel } from "./format.js";
  * @returns {"asc" | "desc"}
  */
 export function defaultOrder(key) {
-  return siteSortOrder(key);
+  return key === UNPROFILED_SORT ? "desc" : siteSortOrder(key);
 }
+
+/**
+ * The column of each site's saving without the profiler: the dashboard's own, from the
+ * `unprofiled` route's answer for the step time given (the plugin's site list has no such
+ * figure to sort by), largest first.
+ */
+export const UNPROFILED_SORT = "unprofiled_predicted_saving_per_step_us";
 
 /**
  * Next sort after a click on a column header: the same column flips the order, a new

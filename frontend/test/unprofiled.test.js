@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { choiceNeedsRewrite, decodeState, defaultState, encodeState, patchState, validStepMs } from "../src/state.js";
-import { sitesInStep, withUnprofiled } from "../src/sites.js";
+import { defaultOrder, nextSort, sitesInStep, sortSites, UNPROFILED_SORT, withUnprofiled } from "../src/sites.js";
 
 test("a step time is a plain decimal number of ms within what the plugin takes", () => {
   for (const [text, ms] of [["46.97", 46.97], ["12", 12], [" 8.5 ", 8.5], [".5", 0.5], ["4.7e1", 47], ["14.510858859999871", 14.510858859999871], ["3600000", 3.6e6], ["14,51", 14.51], ["14.5 ms", 14.5], ["14.5ms", 14.5], ["14,5 MS", 14.5]]) {
@@ -49,4 +49,30 @@ test("each site gets its saving without the profiler by key, also a null one, an
   // A step picked in the chart: the whole run's figure stays on the site.
   const inStep = sitesInStep(merged, 2).sites;
   assert.equal(inStep.find((s) => s.key === "a")?.unprofiled_predicted_saving_per_step_us, 2268.5);
+});
+
+test("sites sort by their saving without the profiler, largest first, those without a figure last", () => {
+  // Profiled ranking a, b, c, d; without the profiler b saves the most and c has no figure.
+  const sites = [
+    { key: "a", predicted_saving_us: 130 },
+    { key: "b", predicted_saving_us: 120 },
+    { key: "c", predicted_saving_us: 90 },
+    { key: "d", predicted_saving_us: 10 },
+  ];
+  const merged = withUnprofiled(sites, { a: 130, b: 228, c: null, d: 15 });
+  assert.equal(defaultOrder(UNPROFILED_SORT), "desc");
+  const first = nextSort({ sort: "predicted_saving_us", order: "desc" }, UNPROFILED_SORT);
+  assert.deepEqual(first, { sort: UNPROFILED_SORT, order: "desc" });
+  assert.deepEqual(sortSites(merged, first.sort, first.order).map((s) => s.key), ["b", "a", "d", "c"]);
+  const flipped = nextSort(first, UNPROFILED_SORT);
+  assert.deepEqual(sortSites(merged, flipped.sort, flipped.order).map((s) => s.key), ["d", "a", "b", "c"]);
+  // Before the answer comes no site has the figure: the plugin's ranking stays.
+  assert.deepEqual(sortSites(sites, UNPROFILED_SORT, "desc").map((s) => s.key), ["a", "b", "c", "d"]);
+});
+
+test("the sort by the saving without the profiler travels in the link", () => {
+  const state = { ...defaultState(), run: "gpu_seg_baseline", unprof: 47.5, sort: UNPROFILED_SORT };
+  const hash = encodeState(state);
+  assert.ok(hash.includes(`sort=${UNPROFILED_SORT}`), hash);
+  assert.deepEqual(decodeState(hash), state);
 });

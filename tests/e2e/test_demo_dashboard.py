@@ -359,6 +359,8 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     form = page.locator("[data-testid=unprofiled-form]")
     assert "Step time without the profiler" in form.inner_text()
     assert page.locator("[data-testid=row-unprofiled]").count() == 0  # none before it is given
+    unprofiled_sort = "[data-sort=unprofiled_predicted_saving_per_step_us]"
+    assert page.locator(unprofiled_sort).count() == 0  # nor its column
     # Not a step time: said beside the field, nothing asked of the plugin.
     page.fill("[data-testid=unprofiled-input]", "fast")
     page.click("[data-testid=unprofiled-predict]")
@@ -388,7 +390,25 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     assert f"unprof={step_ms}" in page.evaluate("location.hash")
     row = page.locator("[data-testid=sites] tbody tr", has_text=f"cnn.py:{item_line}")
     cell = row.locator("[data-testid=row-unprofiled]").inner_text()
-    assert cell == f"~{format_us(item_us).replace(' us', ' µs')} unprofiled", (cell, item_us)
+    assert cell == f"~{format_us(item_us).replace(' us', ' µs')}", (cell, item_us)
+    # Its own column, sorted by with a click: the CLI's sites in the order of that figure.
+    page.click(f"[data-testid=sites] {unprofiled_sort}")
+    page.wait_for_function("location.hash.includes('sort=unprofiled_predicted_saving_per_step_us')")
+    by_unprofiled = sorted(
+        (s for s in cli["sites"] if s.get("unprofiled_predicted_saving_per_step_us") is not None),
+        key=lambda s: -s["unprofiled_predicted_saving_per_step_us"],
+    )
+    shown = page.locator("[data-testid=sites] [data-testid=row-unprofiled]").all_inner_texts()
+    expected = [
+        f"~{format_us(s['unprofiled_predicted_saving_per_step_us']).replace(' us', ' µs')}"
+        for s in by_unprofiled
+    ]
+    assert shown[: len(expected)] == expected, (shown, expected)
+    header = page.locator(
+        "[data-testid=sites] th",
+        has=page.locator(unprofiled_sort),
+    )
+    assert header.get_attribute("aria-sort") == "descending"
     row.click()
     stats = page.wait_for_selector("[data-testid=site-stats]").inner_text()
     saves = f"saves per step without the profiler ~{format_us(item_us).replace(' us', ' µs')}"

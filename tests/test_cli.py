@@ -1110,6 +1110,9 @@ def test_unprofiled_step_time_bounds_what_fixing_every_sync_can_save(
     assert main(["report", str(trace), "--unprofiled-step-ms", str(step_ms)]) == 0
     text = capsys.readouterr().out
     assert "unprofiled" in text and "at most 40 us per step" in text
+    # The step time echoed as typed, not rounded to a measured figure's 3 digits.
+    assert main(["report", str(trace), "--unprofiled-step-ms", "14.51"]) == 0
+    assert "14.51 ms per step (given)" in capsys.readouterr().out
     # Faster than the GPU's own work: nothing left to save.
     assert main(["report", str(trace), "--json", "--unprofiled-step-ms", "0.001"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"][

@@ -97,6 +97,13 @@ def format_us(us: float | None) -> str:
     return f"{sign}{_sig3(magnitude / 1e6)} s"
 
 
+def given_ms(us: float) -> str:
+    """A time the user gave in milliseconds, as given: 14.51 ms is ``14.51``, not the
+    3-digit ``14.5`` of a measured figure (to 0.1 us; no trailing zeros)."""
+    text = f"{round(us / 1000, 4):.4f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
+
+
 def format_share(share: float | None) -> str:
     """A fraction 0..1 as a percentage: 74%, 5.4%, <0.1% for a share too small to show
     (never 0.0% for one that is not nothing). The dashboard's ``formatPct`` to the digit."""
@@ -832,7 +839,9 @@ def unprofiled_text(
     unprofiled = summary.get("unprofiled_step_time_us")
     saving = float(summary.get("predicted_saving_per_step_us") or 0.0)
     at_most = summary.get("unprofiled_saving_at_most_per_step_us")
-    text = f"{format_us(float(unprofiled))} per step (given)"
+    # The step time as the user gave it (14.51 ms), not rounded to 3 digits as a figure
+    # the tool measured would be ("14.5 ms" read as a different time from the one typed).
+    text = f"{given_ms(float(unprofiled))} ms per step (given)"
     corrected = summary.get("unprofiled_predicted_saving_per_step_us")
     if corrected is not None:
         if not fit_scales:

@@ -484,3 +484,32 @@ def test_sarif_places_a_site_at_its_file_as_found_under_the_root(
         for r in sarif["runs"][0]["results"]
     ]
     assert f"src/model/{found.name}" in uris
+
+
+def test_sarif_places_a_site_found_in_an_installed_package_at_the_repositorys_copy(
+    sample_report: Report, tmp_path: Path
+) -> None:
+    """A virtual environment inside the clone (``.venv``, as the README sets up) holds an
+    installed copy of the project: a line found there is placed at the repository's own
+    file, which code scanning knows, not inside ``.venv`` (gitignored); where the
+    repository has no such file, at the path the trace recorded."""
+    report = sample_report.to_json()
+    site = next(s for s in report["sites"] if s["key"] == report["syncs"][0]["site_key"])
+    name = Path(site["file"]).name
+    installed = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "proj" / name
+    for sync in report["syncs"]:
+        if sync["site_key"] == site["key"]:
+            sync["source"]["resolved_path"] = str(installed)
+
+    def uri() -> str:
+        result = next(
+            r
+            for r in to_sarif(report, root=str(tmp_path))["runs"][0]["results"]
+            if r["locations"][0]["physicalLocation"]["region"]["startLine"] == site["line"]
+        )
+        return result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+
+    assert uri() == Path(site["file"]).as_posix().lstrip("/")  # no repository copy
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / name).write_text("x = 1\n" * 50)
+    assert uri() == f"proj/{name}"

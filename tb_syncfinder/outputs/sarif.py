@@ -275,8 +275,10 @@ def _line_location(
     # machine that ran it (savings_workloads.py), which code scanning could not place when
     # --source-root found it at tests/gpu_shapes/savings_workloads.py.
     file = str(site["file"])
-    if resolved and _under_root(resolved, root):
-        file = os.path.abspath(resolved)
+    if resolved:
+        found = _repository_file(resolved, root)
+        if found is not None:
+            file = found
     return {
         "physicalLocation": {
             "artifactLocation": {
@@ -320,6 +322,25 @@ def _trace_artifact(trace: str, root: str | None) -> dict[str, str]:
     if _under_root(path, root):
         return {"uri": sarif_uri(path, root), "uriBaseId": "%SRCROOT%"}
     return {"uri": Path(path).as_uri()}
+
+
+# An installed package's folder: a file in it is no file of the repository, even where the
+# virtual environment sits inside the clone (``.venv/lib/python3.11/site-packages/...``).
+_INSTALLED_PACKAGES = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+
+
+def _repository_file(resolved: str, root: str | None) -> str | None:
+    """The repository's own copy of a source file found at ``resolved`` (absolute), where
+    the root holds one: the file itself, or for a file of an installed package (the demo's
+    ``tb_syncfinder/demo/cnn.py`` run from a virtual environment in the clone, a project
+    installed in editable mode elsewhere) the same path inside the package under the root.
+    None: keep the path the trace recorded."""
+    installed = _INSTALLED_PACKAGES.search(resolved)
+    if installed is None:
+        return os.path.abspath(resolved) if _under_root(resolved, root) else None
+    base = os.path.abspath(root if root is not None else os.getcwd())
+    in_repository = os.path.join(base, resolved[installed.end() :])
+    return in_repository if os.path.isfile(in_repository) else None
 
 
 def _under_root(path: str, root: str | None) -> bool:

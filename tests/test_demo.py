@@ -581,3 +581,25 @@ def test_a_port_given_and_taken_is_said_so_first_with_what_to_do(tmp_path, capsy
     err = capsys.readouterr().err
     assert f"could not bind to port {port}" in err and "Traceback" not in err
     assert f"port {port} is taken: give another with --port" in err
+
+
+def test_a_port_given_and_taken_is_refused_before_any_profiling(tmp_path, capsys):
+    """``demo --port N`` with N taken profiled every run (a minute on 2 cores) before
+    TensorBoard failed to bind it: now it is refused first, nothing written."""
+    from tb_syncfinder.demo import cli as demo_cli
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("localhost", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    logdir = tmp_path / "logs"
+    try:
+        parser = argparse.ArgumentParser()
+        demo_cli.add_arguments(parser)
+        args = parser.parse_args(["--logdir", str(logdir), "--port", str(port)])
+        assert demo_cli.run(args) == 2
+    finally:
+        taken.close()
+    captured = capsys.readouterr()
+    assert f"port {port} is taken: give another with --port" in captured.err
+    assert "Profiling" not in captured.out and not logdir.exists()

@@ -141,6 +141,14 @@ def _trains_on_cpu(device: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 on success, 2 when it cannot run as asked."""
     logdir = Path(args.logdir).resolve()
+    if not args.no_tensorboard and args.port is not None and _port_taken(args.port, args.bind_all):
+        # Said before a minute of profiling, not after it (TensorBoard would fail to bind).
+        print(
+            f"tb-syncfinder demo: port {args.port} is taken: give another with --port, or "
+            "leave --port out for the first free port from 6006",
+            file=sys.stderr,
+        )
+        return 2
     print(f"Profiling the Sync Advisor demo into {logdir} ...")
     if args.size == "large" and _trains_on_cpu(args.device):
         print(
@@ -198,6 +206,13 @@ def run(args: argparse.Namespace) -> int:
     if args.no_tensorboard:
         return 0
     return _serve(logdir, args.port, args.bind_all)
+
+
+def _port_taken(port: int, bind_all: bool) -> bool:
+    """Whether TensorBoard could not bind ``port`` now (on every address with --bind-all)."""
+    from tb_syncfinder.demo.serve import port_is_free
+
+    return not port_is_free(port, "0.0.0.0" if bind_all else "localhost")
 
 
 def _serve(logdir: Path, port: int | None, bind_all: bool) -> int:

@@ -8,7 +8,7 @@ import { h, rovingKeys, s } from "./dom.js";
 import { isSiteSort, kindDescription, kindLabel, kindRank } from "./catalogue.js";
 import { formatCount, formatPct, formatUs, howObtainedText, idleText, IDLE_UNREAD, plural, savingText, shortPath, siteCountText, siteFallbackLabel, unjudgedUploadsText, withMicro } from "./format.js";
 import { binSteps, groupSteps, groupWithStep, hasAxisLabel, layoutStepChart, nextBarIndex, stepsPerBar, thinAxisLabels } from "./layout.js";
-import { compareRunNames, validStepMs } from "./state.js";
+import { compareRunNames, stepMsProblem, validStepMs } from "./state.js";
 import { inlineCode } from "./markup.js";
 import { awaitingFirstTrace, nothingReadable, selectionName, selectionWhere } from "./repairs.js";
 import { filterSites, nextRowIndex, nextSort, siteWhere, sitesInStep, sortSites, STEP_FIGURES, UNPROFILED_SORT, withUnprofiled } from "./sites.js";
@@ -92,12 +92,20 @@ export async function renderHotspots(ctx) {
   const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
   ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
   const siteItems = withUnprofiled(sites.items, unprofiled?.sites);
-  // The column of savings without the profiler: once an answer gives a site a figure.
-  const unprofiledColumn = hasUnprofiledFigures(unprofiled?.sites);
+  // The column of savings without the profiler: once an answer gives a site a figure, and
+  // while the answer the table is sorted by is on its way (its cells say so).
+  const unprofiledFigures = hasUnprofiledFigures(unprofiled?.sites);
+  const sortedByUnprofiled = state.sort === UNPROFILED_SORT;
+  const unprofiledColumn = unprofiledFigures ? "figures" : sortedByUnprofiled && unprofiled?.pending ? "pending" : null;
   // Latent findings have no cost: sorting by a cost column would be arbitrary, use count.
   // The dashboard's own column (fed by the `unprofiled` route, not the plugin's site list)
-  // is sorted by while a step time is given: the answer may still be on its way.
-  const served = isSiteSort(state.sort) || (state.sort === UNPROFILED_SORT && unprofilable && state.unprof !== null) ? state.sort : "predicted_saving_us";
+  // is sorted by while a step time is given, also where this selection has nothing to
+  // predict (a worker without syncs: the next one may have), until an answer comes without
+  // a figure to sort by (not fitted, or failed): then the order shown is the profiled one,
+  // and the link says so.
+  const unprofiledSettledEmpty = unprofiled !== null && !unprofiled.pending && !unprofiledFigures;
+  const keepsUnprofiledSort = sortedByUnprofiled && state.unprof !== null && !unprofiledSettledEmpty;
+  const served = isSiteSort(state.sort) || keepsUnprofiledSort ? state.sort : "predicted_saving_us";
   // A column the plugin does not sort by (a hand-edited link): the address says the order
   // shown, not the one asked for, so "Copy link" does not pass it on.
   if (served !== state.sort) app.noteState({ sort: served, order: "desc" });
@@ -292,7 +300,7 @@ function unprofiledForm(state, app, answer) {
         const text = input.value.trim();
         const stepMs = text ? validStepMs(text) : null;
         if (text && stepMs === null) {
-          Object.assign(draft, { run: state.run, text: input.value, problem: `"${text}" is not a step time: give it in milliseconds, e.g. 46.97` });
+          Object.assign(draft, { run: state.run, text: input.value, problem: stepMsProblem(text) });
           problem.textContent = draft.problem;
           input.setAttribute("aria-invalid", "true");
           app.announce?.(draft.problem);
@@ -1011,8 +1019,8 @@ const COLUMNS = [
  * @param {boolean} latent
  * @param {{step: number, inStep: boolean} | null} stepInfo with a step selected: its
  *   number, and whether the count, wait and idle are the step's (else the whole run's)
- * @param {boolean} unprofiledColumn whether a step time without the profiler gave the
- *   sites figures (their column is shown)
+ * @param {"figures" | "pending" | null} unprofiledColumn the column of savings without the
+ *   profiler: shown with the answer's figures, or while the answer it is sorted by comes
  */
 function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn) {
   if (!sites.length) {
@@ -1066,13 +1074,18 @@ function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn) {
             "td",
             { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" },
             savingText(site),
+            // Sites waiting for the same GPU work save little alone and much together (the
+            // card's saving): said in the row, as the terminal does, not only in the detail.
+            site.fix_with_note && typeof site.predicted_saving_with_others_per_step_us === "number"
+              ? h("div", { class: "sa-muted sa-with-others", "data-testid": "row-with-others", title: withMicro(site.fix_with_note) }, `with others: ${formatUs(site.predicted_saving_with_others_per_step_us)}`)
+              : null,
           ),
       // Given the step time without the profiler: the site's saving there too.
       unprofiledColumn
         ? h(
             "td",
-            { class: "num col-unprof", "data-testid": "row-unprofiled", title: UNPROFILED_CELL_TITLE },
-            typeof site.unprofiled_predicted_saving_per_step_us === "number" ? `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}` : "–",
+            { class: "num col-unprof", "data-testid": "row-unprofiled", title: unprofiledColumn === "pending" ? "replaying the trace for the step time given above" : UNPROFILED_CELL_TITLE },
+            typeof site.unprofiled_predicted_saving_per_step_us === "number" ? `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}` : unprofiledColumn === "pending" ? "…" : "–",
           )
         : null,
       latent ? null : h("td", { class: "num col-wait", title: site.whole ? `whole run: ${formatUs(site.whole.host_wait_us)}` : null }, formatUs(site.host_wait_us)),

@@ -451,11 +451,35 @@ export const STEP_MS_MAX = 3.6e6;
  * @returns {number | null}
  */
 export function validStepMs(value) {
+  const n = typedMs(value);
+  return n !== null && n >= STEP_MS_MIN && n <= STEP_MS_MAX ? n : null;
+}
+
+/**
+ * What is wrong with a step time as typed (`validStepMs` null for it): no number of ms, or
+ * one outside what the plugin takes (said with the range, not as "not a step time").
+ * @param {string} value
+ * @returns {string}
+ */
+export function stepMsProblem(value) {
+  const text = String(value ?? "").trim();
+  const n = typedMs(value);
+  if (n !== null && n > 0) return `"${text}" ms is outside the step times the replay takes: from ${STEP_MS_MIN} to ${STEP_MS_MAX} ms`;
+  return `"${text}" is not a step time: give it in milliseconds, e.g. 46.97`;
+}
+
+/**
+ * The number of ms a text holds as people write one (`14.51`, `14,51`, `14.5 ms`, `4.7e1`),
+ * whatever its size; null for any other text.
+ * @param {string} value
+ * @returns {number | null}
+ */
+function typedMs(value) {
   let text = String(value ?? "").trim().replace(/\s*ms$/i, "");
   if (!text.includes(".") && (text.match(/,/g) || []).length === 1) text = text.replace(",", ".");
   if (!/^(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$/.test(text)) return null;
   const n = Number(text);
-  return Number.isFinite(n) && n >= STEP_MS_MIN && n <= STEP_MS_MAX ? n : null;
+  return Number.isFinite(n) ? n : null;
 }
 
 /** The largest offset the plugin's `syncs` route takes. */

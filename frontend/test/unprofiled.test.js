@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { choiceNeedsRewrite, decodeState, defaultState, encodeState, patchState, validStepMs } from "../src/state.js";
+import { choiceNeedsRewrite, decodeState, defaultState, encodeState, patchState, stepMsProblem, validStepMs } from "../src/state.js";
 import { defaultOrder, nextSort, sitesInStep, sortSites, UNPROFILED_SORT, withUnprofiled } from "../src/sites.js";
 
 test("a step time is a plain decimal number of ms within what the plugin takes", () => {
@@ -75,4 +75,14 @@ test("the sort by the saving without the profiler travels in the link", () => {
   const hash = encodeState(state);
   assert.ok(hash.includes(`sort=${UNPROFILED_SORT}`), hash);
   assert.deepEqual(decodeState(hash), state);
+});
+
+test("a number of ms out of range is told the range, any other text that it is no step time", () => {
+  for (const text of ["1e9", "0.0001", "3600001", "5000000 ms"]) {
+    assert.equal(validStepMs(text), null, text);
+    assert.match(stepMsProblem(text), /outside the step times the replay takes: from 0.001 to 3600000 ms/, text);
+  }
+  for (const text of ["fast", "-3", "0", "14 s", "Infinity"]) {
+    assert.match(stepMsProblem(text), /is not a step time: give it in milliseconds/, text);
+  }
 });

@@ -425,8 +425,48 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     page.press("[data-testid=unprofiled-input]", "Enter")
     page.wait_for_selector("[data-testid=unprofiled-text][data-fitted=false]")
     assert "shorter than the GPU's busy time" in page.inner_text("[data-testid=unprofiled-text]")
+    # Nothing to sort by: the profiled order is shown, its header marked, the link says so.
+    page.wait_for_function("!location.hash.includes('sort=')")
+    assert page.locator(unprofiled_sort).count() == 0
+    saves = page.locator(
+        "[data-testid=sites] th", has=page.locator("[data-sort=predicted_saving_us]")
+    )
+    assert saves.get_attribute("aria-sort") == "descending"
     # The fixed run has no sync left: nothing to predict, no form.
     page.goto(plugin_url(demo_board, "#run=gpu_cnn_optimized&unprof=12.04"))
     page.wait_for_selector("[data-testid=no-syncs]")
     assert page.locator("[data-testid=unprofiled-form]").count() == 0
+    assert page_errors == []
+
+
+def test_sites_that_save_little_alone_say_what_they_save_with_the_others_in_their_row(
+    demo_board: str, browser: Any, page_errors: list[str], tmp_path: Path
+) -> None:
+    """The seg run's sites wait for the same GPU work: each saves ~0.2 ms alone and ~3 ms a
+    step with the others fixed (the card's figure). The table said only the first, so a
+    user ranking by it would leave them; each row now says the second, as the terminal
+    does under each site, with the terminal's whole sentence on hover."""
+    from tb_syncfinder.demo.runner import BUNDLED_TRACES_DIR
+    from tb_syncfinder.outputs.text import format_us
+
+    trace = BUNDLED_TRACES_DIR / "seg_baseline.pt.trace.json.gz"
+    (tmp_path / trace.name).write_bytes(trace.read_bytes())
+    noted = {
+        s["key"]: s
+        for s in _cli_report(tmp_path)["sites"]
+        if s.get("fix_with_note") and s.get("predicted_saving_with_others_per_step_us")
+    }
+    assert len(noted) >= 2, noted
+
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(demo_board, "#run=gpu_seg_baseline"))
+    rows(page)
+    for key, site in noted.items():
+        row = page.locator(f"[data-testid=sites] tbody tr[data-site='{key}']")
+        cell = row.locator("[data-testid=row-with-others]")
+        with_others = format_us(site["predicted_saving_with_others_per_step_us"])
+        assert cell.inner_text() == f"with others: {with_others.replace(' us', ' µs')}"
+        assert cell.get_attribute("title") == re.sub(r"(\d) us\b", r"\1 µs", site["fix_with_note"])
+    # A site that saves as much alone says nothing more.
+    assert page.locator("[data-testid=row-with-others]").count() == len(noted)
     assert page_errors == []

@@ -70,6 +70,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _step_ms(text: str) -> float:
+    """A step time in ms within what the plugin's field also takes (each echoed as given)."""
+    from tb_syncfinder.models import UNPROFILED_STEP_MAX_MS, UNPROFILED_STEP_MIN_MS
+
+    value = _positive_float(text)
+    if not UNPROFILED_STEP_MIN_MS <= value <= UNPROFILED_STEP_MAX_MS:
+        raise argparse.ArgumentTypeError(
+            f"expected a step time from {UNPROFILED_STEP_MIN_MS:g} to "
+            f"{UNPROFILED_STEP_MAX_MS:.0f} ms, got {text}"
+        )
+    return value
+
+
 def _window_mb(text: str) -> float:
     try:
         value = float(text)
@@ -246,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument(
         "--unprofiled-step-ms",
-        type=_positive_float,
+        type=_step_ms,
         default=None,
         metavar="MS",
         help="your program's mean step time without the profiler (from its own logs): the "

@@ -38,6 +38,13 @@ SITE_KEYS = 2
 LATENT_METHODS = ["cpu", "tolist"]
 
 
+# The step times without the profiler a report takes, in ms (the CLI's
+# --unprofiled-step-ms, the plugin's ``unprofiled`` route): a microsecond to an hour, so
+# that each is echoed as given (``outputs.text.given_ms``).
+UNPROFILED_STEP_MIN_MS = 0.001
+UNPROFILED_STEP_MAX_MS = 3_600_000.0
+
+
 class TraceRef(msgspec.Struct, frozen=True):
     """One trace file as the PyTorch Profiler tab names it: run / worker / span."""
 

@@ -762,7 +762,7 @@ def unprofiled_savings(
         )
         if step_us > profiled * (1 + UNPROFILED_STEP_ABOVE):
             found.reason = (
-                f"not fitted: the {step_us / 1000:.2f} ms given is longer than the profiled "
+                "not fitted: the step time given is longer than the profiled "
                 f"step ({typical}), which the profiler's overhead cannot make: another "
                 "program's step, or one timed with more in it"
             )
@@ -770,7 +770,7 @@ def unprofiled_savings(
         busy = graph.busy_us() / max(len(graph.step_refs), 1)
         if step_us < busy * (1 - UNPROFILED_FIT_TOL):
             found.reason = (
-                f"not fitted: the {step_us / 1000:.2f} ms given is shorter than the GPU's busy "
+                "not fitted: the step time given is shorter than the GPU's busy "
                 f"time per step ({busy / 1000:.2f} ms), which no program doing this GPU work "
                 "runs faster than: another program's step?"
             )
@@ -787,8 +787,8 @@ def unprofiled_savings(
                 found.reason = (
                     f"not fitted: even without {UNPROFILED_SCALE_MAX:g}x the profiler's "
                     "estimated host overhead the replayed step (the median after the first) "
-                    f"takes {found.replayed_step_us / 1000:.2f} ms, above the "
-                    f"{step_us / 1000:.2f} ms given: what the profiler added here is not the "
+                    f"takes {found.replayed_step_us / 1000:.2f} ms, above the step time "
+                    "given: what the profiler added here is not the "
                     "host's work per recorded event alone (or the step given is another "
                     "program's)"
                 )

@@ -1113,6 +1113,8 @@ def test_unprofiled_step_time_bounds_what_fixing_every_sync_can_save(
     # The step time echoed as typed, not rounded to a measured figure's 3 digits.
     assert main(["report", str(trace), "--unprofiled-step-ms", "14.51"]) == 0
     assert "14.51 ms per step (given)" in capsys.readouterr().out
+    assert main(["report", str(trace), "--unprofiled-step-ms", "14.510858859999871"]) == 0
+    assert "14.5108588599999 ms per step (given)" in capsys.readouterr().out
     # Faster than the GPU's own work: nothing left to save.
     assert main(["report", str(trace), "--json", "--unprofiled-step-ms", "0.001"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"][
@@ -1120,7 +1122,7 @@ def test_unprofiled_step_time_bounds_what_fixing_every_sync_can_save(
     ] == pytest.approx(0.0)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "abc", "inf"])
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "inf", "1e9", "0.00004"])
 def test_an_unprofiled_step_time_that_is_not_a_positive_number_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture, value: str
 ) -> None:

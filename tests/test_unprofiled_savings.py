@@ -261,3 +261,20 @@ def test_csv_and_sarif_carry_the_figure_without_the_profiler(
     assert main(["report", str(trace), "--format", "sarif", *given]) == 0
     (result,) = json.loads(capsys.readouterr().out)["runs"][0]["results"]
     assert result["properties"]["unprofiledSavingPerStepUs"] > 2500
+
+
+def test_traces_not_fitted_for_different_reasons_are_each_said_not_counted_alike() -> None:
+    """A job's rank 0 had no sync to remove, its rank 1 was not fitted: the line said rank
+    0's reason "and in 1 trace more alike", which rank 1's was not. Reasons that differ only
+    in their figures are still one reason, with a count."""
+    from tb_syncfinder.outputs.text import unprofiled_text
+
+    summary = {"unprofiled_step_time_us": 13180.0, "unprofiled_saving_at_most_per_step_us": None}
+    none_left = "no sync to remove: nothing to save, with the profiler or without"
+    busy = "not fitted: the step time given is shorter than the GPU's busy time per step ({})"
+    text = unprofiled_text(summary, [none_left, busy.format("14.20 ms"), busy.format("15.01 ms")])
+    assert "13.18 ms per step (given)" in text
+    assert f"({none_left}; in 2 other traces: {busy.format('14.20 ms')})" in text
+    assert "alike" not in text
+    alike = unprofiled_text(summary, [busy.format("14.20 ms"), busy.format("15.01 ms")])
+    assert f"({busy.format('14.20 ms')} (and in 1 trace more alike))" in alike

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import textwrap
 from collections.abc import Callable, Sequence
@@ -99,9 +100,11 @@ def format_us(us: float | None) -> str:
 
 def given_ms(us: float) -> str:
     """A time the user gave in milliseconds, as given: 14.51 ms is ``14.51``, not the
-    3-digit ``14.5`` of a measured figure (to 0.1 us; no trailing zeros)."""
-    text = f"{round(us / 1000, 4):.4f}".rstrip("0").rstrip(".")
-    return text if text not in ("", "-0") else "0"
+    3-digit ``14.5`` of a measured figure. 15 significant digits: the ms a person types
+    come back whole through the us a report holds (14.51 is 14510.000000000002 us), and
+    every step time taken (``models.UNPROFILED_STEP_MIN_MS`` to ``MAX_MS``) is written
+    without an exponent."""
+    return f"{us / 1000:.15g}"
 
 
 def format_share(share: float | None) -> str:
@@ -829,6 +832,10 @@ def _saving_lines(
     return lines
 
 
+# The figures in a reason a trace was not fitted: two reasons alike but for them are one.
+_FIGURES = re.compile(r"\d+(?:\.\d+)?")
+
+
 def unprofiled_text(
     summary: dict[str, Any], fit_notes: Sequence[str] = (), fit_scales: Sequence[float] = ()
 ) -> str:
@@ -863,9 +870,21 @@ def unprofiled_text(
             f"the profiler ({how})"
         )
     elif fit_notes:
-        more = len(fit_notes) - 1
-        alike = f" (and in {plural(more, 'trace')} more alike)" if more else ""
-        text += f": no prediction without the profiler ({fit_notes[0]}{alike})"
+        # Each reason once, with how many traces gave it ("alike": the same reason, its
+        # figures the trace's own); a rank not fitted for another reason is said too, not
+        # counted as alike (a job's rank 0 with no sync, its rank 1 not fitted).
+        by_reason: dict[str, list[str]] = {}
+        for note in fit_notes:
+            by_reason.setdefault(_FIGURES.sub("#", note), []).append(note)
+        parts = []
+        for notes in by_reason.values():
+            more = len(notes) - 1
+            if not parts:
+                alike = f" (and in {plural(more, 'trace')} more alike)" if more else ""
+                parts.append(f"{notes[0]}{alike}")
+            else:
+                parts.append(f"in {plural(len(notes), 'other trace')}: {notes[0]}")
+        text += f": no prediction without the profiler ({'; '.join(parts)})"
     if at_most is None:
         text += (
             f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "

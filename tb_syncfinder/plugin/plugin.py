@@ -32,7 +32,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_syncfinder.demo.sources import SOURCE_PACKS
-from tb_syncfinder.models import TraceRef
+from tb_syncfinder.models import UNPROFILED_STEP_MAX_MS, UNPROFILED_STEP_MIN_MS, TraceRef
 from tb_syncfinder.plugin import api, params
 from tb_syncfinder.plugin.cache import DiskCache
 from tb_syncfinder.plugin.loader import TraceLoader
@@ -147,8 +147,8 @@ ANSWER_ROUTES: dict[str, Callable[[wrappers.Request], tuple[tuple, Make]]] = {
     "/job": _job_query,
 }
 # The step times the saving without the profiler takes, in ms: a microsecond to an hour.
-UNPROFILED_MIN_MS = 0.001
-UNPROFILED_MAX_MS = 3_600_000.0
+UNPROFILED_MIN_MS = UNPROFILED_STEP_MIN_MS
+UNPROFILED_MAX_MS = UNPROFILED_STEP_MAX_MS
 # How long a request waits for another request's prediction of the same step time.
 UNPROFILED_WAIT_S = 600.0
 # Query strings whose checked arguments are kept (a repeated request skips parsing them),

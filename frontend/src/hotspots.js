@@ -122,7 +122,7 @@ export async function renderHotspots(ctx) {
     "div",
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
-    headlineCards(summary, latent, summaryResp.job_ranks || 0, latentOnNpu(summaryResp.traces)),
+    headlineCards(summary, latent, summaryResp.job_ranks || 0, latentOnNpu(summaryResp.traces), unprofiledFigure(state.unprof, unprofiled)),
     // One line on how the predicted savings were obtained (replay, or the bound and why).
     latent || !summary.saving_how
       ? null
@@ -544,19 +544,33 @@ function latentOnNpu(traces) {
 }
 
 /**
+ * The step time given without the profiler and what fixing every sync saves there, where
+ * the `unprofiled` answer has that figure (fitted); else null.
+ * @param {number | null} stepMs
+ * @param {any} answer
+ * @returns {{stepMs: number, savingUs: number} | null}
+ */
+function unprofiledFigure(stepMs, answer) {
+  const savingUs = answer?.summary?.unprofiled_predicted_saving_per_step_us;
+  return stepMs !== null && typeof savingUs === "number" ? { stepMs, savingUs } : null;
+}
+
+/**
  * @param {any} summary
  * @param {boolean} latent
  * @param {number} [ranks] the job's ranks these traces are (`job_ranks`; 0: not a job)
  * @param {boolean} [npu] the latent syncs are an NPU's (`latentOnNpu`)
+ * @param {{stepMs: number, savingUs: number} | null} [unprofiled] the saving without the
+ *   profiler for the step time given (the form's answer), shown beside the profiled one
  */
-function headlineCards(summary, latent, ranks = 0, npu = false) {
+function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = null) {
   const steps = summary.step_count || 0;
   // A job's steps add up over its ranks: "16 steps" of a 2-rank job of 8 read as the job's.
   const ofRanks = ranks > 1 ? ` of ${formatCount(ranks)} ranks` : "";
   const perStep = (/** @type {number} */ v) => (steps ? v / steps : v);
   /** @param {string} label @param {string} value @param {string} sub @param {string} id @param {string | null} [title] */
-  const card = (label, value, sub, id, title = null) =>
-    h("div", { class: "sa-card", "data-testid": `card-${id}`, title }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub));
+  const card = (label, value, sub, id, title = null, more = null) =>
+    h("div", { class: "sa-card", "data-testid": `card-${id}`, title }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub), more);
   if (latent) {
     return h(
       "div",
@@ -590,6 +604,16 @@ function headlineCards(summary, latent, ranks = 0, npu = false) {
           formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
           `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
           "estimate",
+          null,
+          // The figures above are the profiled program's: given the step time without the
+          // profiler, the card says that program's too, not only the form below.
+          unprofiled
+            ? h(
+                "div",
+                { class: "sub sa-card-unprof", "data-testid": "card-estimate-unprofiled" },
+                `without the profiler: ${unprofiled.stepMs} ms → ~${formatUs(Math.max(unprofiled.stepMs * 1000 - unprofiled.savingUs, 0))}, ~${formatUs(unprofiled.savingUs)} saved per step`,
+              )
+            : null,
         ),
   );
 }

@@ -388,6 +388,13 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
         every,
     )
     assert f"unprof={step_ms}" in page.evaluate("location.hash")
+    # The step-time card says the program without the profiler too, not only the form.
+    card = page.inner_text("[data-testid=card-estimate-unprofiled]")
+    after = format_us(max(step_ms * 1000 - every, 0.0)).replace(" us", " µs")
+    every_text = format_us(every).replace(" us", " µs")
+    assert card == (
+        f"without the profiler: {step_ms} ms → ~{after}, ~{every_text} saved per step"
+    ), card
     row = page.locator("[data-testid=sites] tbody tr", has_text=f"cnn.py:{item_line}")
     cell = row.locator("[data-testid=row-unprofiled]").inner_text()
     assert cell == f"~{format_us(item_us).replace(' us', ' µs')}", (cell, item_us)
@@ -425,6 +432,7 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     page.press("[data-testid=unprofiled-input]", "Enter")
     page.wait_for_selector("[data-testid=unprofiled-text][data-fitted=false]")
     assert "shorter than the GPU's busy time" in page.inner_text("[data-testid=unprofiled-text]")
+    assert page.locator("[data-testid=card-estimate-unprofiled]").count() == 0  # no figure
     # Nothing to sort by: the profiled order is shown, its header marked, the link says so.
     page.wait_for_function("!location.hash.includes('sort=')")
     assert page.locator(unprofiled_sort).count() == 0

@@ -557,8 +557,10 @@ export class App {
             if (gen !== this.renderGen) return;
             this.revealDetail = false;
             // Opened by a row below which it is drawn (one column: a narrow page or
-            // panel), off the screen: scrolled to, or the click seemed to do nothing.
-            if (reveal && panel.getBoundingClientRect().top > innerHeight - 48) {
+            // panel), off the screen, or beside the table with only its top edge in view
+            // (a 1600x857 window: the cards, notes and chart fill most of it): scrolled
+            // to, or the click seemed to do nothing but drop columns from the table.
+            if (reveal && panel.getBoundingClientRect().top > innerHeight * 0.6) {
               panel.scrollIntoView({ block: "start" });
             }
             if (reveal) {

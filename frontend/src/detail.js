@@ -573,7 +573,8 @@ function viewersSection(sync, context, sel, where, app) {
           },
           "PyTorch Profiler tab",
         ),
-        ": Runs ",
+        // It opens on whatever run it last showed: what to pick there is said as such.
+        ", then pick Runs ",
         h("b", null, sel.run),
         worker ? [", Workers ", h("b", null, worker)] : null,
         span ? [", Spans ", h("b", null, span)] : null,

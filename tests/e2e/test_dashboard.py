@@ -1231,7 +1231,7 @@ def test_the_detail_opens_the_pytorch_profiler_tab_and_says_where_the_sync_is(
     frame.locator("[data-testid=sites] tbody tr", has_text=f"train.py:{ITEM_LINE}").click()
     link = frame.wait_for_selector("[data-testid=profiler-link]")
     text = link.inner_text()
-    assert "Runs baseline" in text and "Workers worker0" in text and "Views Trace" in text
+    assert "then pick Runs baseline" in text and "Workers worker0" in text and "Views Trace" in text
     assert re.search(r"into ProfilerStep#1", text), text
     perfetto = frame.locator("[data-testid=perfetto-link] a[download]")
     assert "format=trace" in perfetto.get_attribute("href")

@@ -421,3 +421,23 @@ def test_an_installed_package_ships_the_traces_and_resolves_their_lines_to_itsel
             for (name, _line), sync in exact.items():
                 assert Path(sync["resolved"]).resolve() == package / "demo" / name
                 assert sync["wait"] > 0
+
+
+def test_the_readmes_gpu_example_is_what_the_report_prints(tmp_path, monkeypatch, capsys):
+    """README shows `tb-syncfinder report syncfinder-demo-logs/gpu_seg_baseline` word for
+    word; a newcomer diffing it against their terminal found a line it had lost."""
+    from tb_syncfinder.cli import main
+
+    command = "tb-syncfinder report syncfinder-demo-logs/gpu_seg_baseline"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = readme[readme.index(f"$ {command}\n") + len(command) + 3 :]
+    shown = shown[: shown.index("```")]
+    run = tmp_path / "syncfinder-demo-logs" / "gpu_seg_baseline"
+    run.mkdir(parents=True)
+    trace = BUNDLED_TRACES_DIR / "seg_baseline.pt.trace.json.gz"
+    (run / trace.name).write_bytes(trace.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    main(["report", "syncfinder-demo-logs/gpu_seg_baseline"])
+    assert capsys.readouterr().out == shown

@@ -254,7 +254,7 @@ function unprofiledForm(state, app, answer) {
       inputmode: "decimal",
       size: 9,
       autocomplete: "off",
-      placeholder: "e.g. 46.97",
+      // No example number: one beside this run's own step time read as a suggested value.
       value: typed.text,
       "aria-describedby": problemId,
       "aria-invalid": typed.problem ? "true" : null,

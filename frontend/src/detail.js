@@ -461,7 +461,8 @@ function timelineSection(context, sync, panelWidth) {
     leader,
     placed.labels.map((l, i) => s("text", { class: i === 0 ? "band-label wait" : "band-label idle", x: l.x, y: l.y, "text-anchor": l.anchor }, l.text)),
     L.rows.map((/** @type {any} */ r) => [
-      s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18)),
+      // A label cut short ("GPU 0 stream 7 sy…") says itself whole on hover.
+      s("text", { class: "lane-label", x: 2, y: r.y + r.h - 4 }, truncate(r.label, L.labelW < 100 ? 12 : 18), r.label && r.label.length > (L.labelW < 100 ? 12 : 18) ? s("title", null, r.label) : null),
       r.items.map((/** @type {any} */ it) => {
         const text = barLabel(it.name, it.w);
         return s(

@@ -53,11 +53,21 @@ SAVING_HOW = {
     "mixed": "replayed where the trace allowed it; the upper bound (host wait plus bubble) "
     "for traces that could not be replayed",
 }
+
+
+def _on_npu(how: str, results: Sequence[TraceResult]) -> str:
+    """``how`` in the words of an NPU where every trace it is about is one's (torch_npu's
+    tasks read for the idle after each sync: "the NPU bubble", not "the GPU bubble")."""
+    if results and all(r.info.device == "npu" for r in results):
+        return how.replace("GPU", "NPU")
+    return how
+
+
 # How, where no trace's device activity was read (torch_npu): the bound lacks the bubble.
 SAVING_HOW_IDLE_UNREAD = (
-    "not predicted: only the host wait is known, and it is no upper bound (the NPU's idle "
-    "time after each sync is not read: the saving may be larger, or smaller where the NPU is "
-    "busy)"
+    "not predicted: only the host wait is known, and it is no upper bound (the trace holds "
+    "no task of the NPU's own, so its idle time after each sync is not known: the saving may "
+    "be larger, or smaller where the NPU is busy)"
 )
 
 
@@ -443,7 +453,7 @@ def build_report(results: list[TraceResult]) -> Report:
         ),
         saving_method=method,
         saving_note="; ".join(reasons) or None,
-        saving_how=SAVING_HOW[method] if idle_read else SAVING_HOW_IDLE_UNREAD,
+        saving_how=(_on_npu(SAVING_HOW[method], about) if idle_read else SAVING_HOW_IDLE_UNREAD),
         mean_device_step_time_us=_mean_device_step_us(results),
         mean_wall_step_time_us=mean_wall,
         gpu_idle_from_syncs_us=idle_from_syncs,

@@ -515,18 +515,24 @@ def may_block(name: str) -> bool:
 
 
 def device_kind_of(
-    runtime_names: Iterable[str], has_device_activity: bool, process_labels: Iterable[str] = ()
+    runtime_names: Iterable[str],
+    has_device_activity: bool,
+    process_labels: Iterable[str] = (),
+    npu_tasks: bool = False,
 ) -> str:
     """The trace's device kind from the names of its runtime calls: "rocm", "npu", "cuda",
     or "cpu" when it has neither runtime calls nor device activity. A trace without either
     whose processes are labelled "NPU" (torch_npu's "Ascend Hardware", recorded at its
-    default profiler level, which writes no AscendCL call) is "npu": not a CPU-only one."""
+    default profiler level, which writes no AscendCL call) is "npu": not a CPU-only one;
+    so is one whose device activity is an NPU's tasks (``npu_tasks``), calls or none."""
     names = set(runtime_names)
     for backend in BACKENDS:
         if backend is CUDA:
             break
         if any(n.startswith(backend.call_prefixes) for n in names):
             return backend.device_kind
+    if npu_tasks:
+        return ASCEND.device_kind
     if names or has_device_activity:
         return CUDA.device_kind
     if any(str(label).upper().startswith("NPU") for label in process_labels):
@@ -534,10 +540,27 @@ def device_kind_of(
     return "cpu"
 
 
-# Why the replay does not run on an NPU trace (torch_npu's device tasks are in processes
-# of their own, "Ascend Hardware", which the timeline does not read as device lanes yet).
+# torch_npu files the NPU's tasks in a process of this name, a row per stream, with no
+# category; the timeline reads them as the device's lanes.
+NPU_TASK_PROCESS = "Ascend Hardware"
+# NPU tasks that are no work of the device's: a stream waiting for an event (what
+# cudaStreamWaitEvent is on CUDA, which writes no device record) and the profiler's own
+# placeholders. Without them the NPU's busy time of MindStudio Insight's published level-2
+# recording is 105.6 ms, its own "Computing" plus "Communication (not overlapped)" 104.8 ms
+# and a 0.83 ms host-to-device copy it counts in neither (docs/validation.md, section 9).
+NPU_IDLE_TASK_TYPES = frozenset({"EVENT_WAIT_SQE", "PLACE_HOLDER_SQE"})
+
+# Why the replay does not run on an NPU trace: without "Ascend Hardware" rows the device's
+# work is not in the trace at all (``NPU_NOT_REPLAYED``); with them its idle time is read,
+# but nothing links a task to the call that launched it (torch_npu's flows go through its
+# task queue), so the saving is the bound of the host wait and the idle after each sync.
 NPU_NOT_REPLAYED = (
-    "the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read yet: nothing to replay"
+    "the trace holds no task of the NPU's own (torch_npu's \"Ascend Hardware\" rows): nothing "
+    "to replay"
+)
+NPU_TASKS_NOT_LINKED = (
+    "the NPU's tasks are read for its idle time, but not linked to the calls that launched "
+    "them: nothing to replay"
 )
 
 

@@ -25,6 +25,7 @@ from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
     LATENT_TENSOR_METHODS,
     NPU_NOT_REPLAYED,
+    NPU_TASKS_NOT_LINKED,
     SCALAR_READBACK,
     TENSOR_TEXT_OP,
     formats_tensor,
@@ -448,29 +449,30 @@ def _trace_savings(
     step_markers: bool,
     windowed: bool = False,
     device_kind: str | None = None,
+    device_activity: bool = False,
 ) -> TraceSavings:
     """The what-if stage's figures for the report: the replay's, else the bound's with the
     reason the replay was not used (``whatif`` None: the stage did not run). ``windowed``:
     a window's, replayed with a ``whatif.ReplayCarry``. ``device_kind`` "npu": the device
-    work is there but not read (``catalogue.NPU_NOT_REPLAYED``), not absent."""
+    works, read for its idle time where the trace holds its tasks (``device_activity``) and
+    not replayed (``catalogue.NPU_TASKS_NOT_LINKED``), else not in the trace at all
+    (``catalogue.NPU_NOT_REPLAYED``): not absent."""
     groups: dict[str, list[int]] = {}
     for index, sync in enumerate(syncs):
         groups.setdefault(sync.site_key, []).append(index)
     result = whatif.result if whatif is not None else None
     if result is None or not result.available:
         if result is None:
-            reason = (
-                NPU_NOT_REPLAYED
-                if device_kind == "npu"
-                else "no device activity: nothing to replay"
-            )
+            reason = "no device activity: nothing to replay"
+            if device_kind == "npu":
+                reason = NPU_TASKS_NOT_LINKED if device_activity else NPU_NOT_REPLAYED
         else:
             reason = f"replay unavailable: {result.reason}"
         bounds = StepBounds(steps)
         return TraceSavings(
             method="bound",
             reason=reason,
-            device_idle_read=not (result is None and device_kind == "npu"),
+            device_idle_read=not (result is None and device_kind == "npu" and not device_activity),
             all_syncs_us=bounds.saving_us(syncs, step_markers),
             sites={
                 key: bounds.saving_us([syncs[i] for i in members], step_markers)
@@ -671,7 +673,11 @@ def _analyze_data(
         savings: list[float | None] = [None] * len(episodes)
         # A window without device work still replays what the windows before it left
         # running (a device queue, a host ahead of it).
-        replayable = tl.has_gpu_activity or (carry is not None and bool(carry.states))
+        # An NPU's tasks are read for its idle time only: nothing links them to the calls
+        # that launched them, which the replay's graph is made of.
+        replayable = (tl.has_gpu_activity and tl.device_kind != "npu") or (
+            carry is not None and bool(carry.states)
+        )
         if not built and options.whatif and replayable:  # blocking ones only
             from tb_syncfinder.whatif import replay_stage
 
@@ -737,7 +743,7 @@ def _analyze_data(
     if core_steps is not None:
         steps = [step for step in steps if step.step in core_steps]
     trace_savings = _trace_savings(
-        whatif, syncs, steps, bool(tl.steps), carry is not None, tl.device_kind
+        whatif, syncs, steps, bool(tl.steps), carry is not None, tl.device_kind, tl.has_gpu_activity
     )
     _profiler_figures(trace_savings, tl, whatif, core_steps)
     if core is None and whatif is not None and whatif.result is not None and syncs:

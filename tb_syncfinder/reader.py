@@ -146,6 +146,9 @@ class Args(Struct, gc=False, omit_defaults=True):
     # ``Concrete Inputs`` (record_shapes) of ``aten::one_hot`` alone, set by the reader the
     # same way: whether ``num_classes`` was passed (its CPU kernel reads either way).
     concrete_inputs: Any = msgspec.field(default=None, name="tb_syncfinder: Concrete Inputs")
+    # torch_npu's NPU tasks ("Ascend Hardware" rows): what kind of task (a wait on an event,
+    # a placeholder of the profiler's own, a kernel, a copy).
+    task_type: Union[str, None] = msgspec.field(default=None, name="Task Type")
     sequence_number: _Scalar = msgspec.field(default=None, name="Sequence number")
     fwd_thread_id: _Scalar = msgspec.field(default=None, name="Fwd thread id")
 

@@ -28,6 +28,8 @@ import msgspec
 
 from tb_syncfinder.catalogue import (
     ASCEND,
+    NPU_IDLE_TASK_TYPES,
+    NPU_TASK_PROCESS,
     UNCATEGORISED_CALL_PREFIXES,
     device_kind_of,
     is_profiler_frame,
@@ -409,6 +411,9 @@ class _Builder:
         self.needs_flows = False  # runtime calls without correlation: join through flows
         self.op_lo = float("inf")
         self.op_hi = float("-inf")
+        # The processes holding an NPU's tasks, by the NPU's number, and those tasks.
+        self.device_numbers: dict[Any, int] = {}
+        self.npu_tasks: list[Event] = []
 
     def thread_of(self, e: Event) -> HostThread:
         key = (e.pid, e.tid)
@@ -509,6 +514,29 @@ class _Builder:
             owner.runtime = sorted([*owner.runtime, *thread.runtime], key=_TS)
             del self.threads[key]
 
+    def take_npu_tasks(self, events: list[Event]) -> list[Event]:
+        """The NPU's tasks among events of no known category (torch_npu writes none on
+        them), kept for ``add_npu_tasks``; the other events returned. A task that is no
+        work of the device's (a wait for an event, a placeholder) is left out: the device
+        idles through it."""
+        numbers = self.device_numbers
+        tasks = [e for e in events if e.pid in numbers]
+        if not tasks:
+            return events
+        self.npu_tasks.extend(
+            e for e in tasks if e.args is None or e.args.task_type not in NPU_IDLE_TASK_TYPES
+        )
+        return [e for e in events if e.pid not in numbers]
+
+    def add_npu_tasks(self, runtime_names: set[str]) -> None:
+        """The NPU's tasks as device activity per (NPU, stream) lane, where the trace has
+        the calls that wait for them (AscendCL's, torch_npu's level 1 and up). At its
+        default level no wait is recorded: its syncs are listed as latent, as on a CPU, and
+        the tasks measure nothing."""
+        if self.npu_tasks and runtime_names:
+            self.add_device("", self.npu_tasks)
+        self.npu_tasks = []
+
     def add_runtime(self, events: list[Event]) -> None:
         """Runtime / driver calls: kept apart per thread, they never contain anything."""
         last_key = None
@@ -564,7 +592,7 @@ class _Builder:
         per_device: dict[Any, list[list[Event]]] = {}
         for lane, events in self.lanes.items():
             events.sort(key=_TS)
-            device = lane[0]
+            device = self.device_numbers.get(lane[0], lane[0])
             for e in events:
                 if e.args is not None and isinstance(e.args.device, int):
                     device = e.args.device
@@ -602,10 +630,14 @@ class _Builder:
         return lo, hi
 
 
-def _names(metadata: list[MetaEvent]) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
-    """Process labels ("CPU", "GPU 0") and thread names from the metadata events."""
+def _names(
+    metadata: list[MetaEvent],
+) -> tuple[dict[Any, str], dict[tuple[Any, Any], str], list[Any]]:
+    """Process labels ("CPU", "GPU 0") and thread names from the metadata events, and the
+    processes holding an NPU's tasks (torch_npu's "Ascend Hardware"), in the order named."""
     process_labels: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
+    npu_task_processes: list[Any] = []
     for meta in metadata:
         args = meta.args
         if args is None:
@@ -614,7 +646,10 @@ def _names(metadata: list[MetaEvent]) -> tuple[dict[Any, str], dict[tuple[Any, A
             process_labels[meta.pid] = args.labels
         elif meta.name == "thread_name" and args.name:
             thread_names[(meta.pid, meta.tid)] = args.name
-    return process_labels, thread_names
+        elif meta.name == "process_name" and args.name == NPU_TASK_PROCESS:
+            if meta.pid not in npu_task_processes:
+                npu_task_processes.append(meta.pid)
+    return process_labels, thread_names, npu_task_processes
 
 
 def build_timeline(data: TraceData) -> Timeline:
@@ -625,11 +660,16 @@ def build_timeline(data: TraceData) -> Timeline:
     """
     by_kind = data.by_kind or events_by_kind(data.events)
     buckets, flow_starts = by_kind.by_category, by_kind.flow_starts
-    process_labels, thread_names = _names(by_kind.metadata)
+    process_labels, thread_names, npu_task_processes = _names(by_kind.metadata)
     builder = _Builder()
+    # Each NPU by its number (0, 1, ...), not by the process id torch_npu files its tasks
+    # under ("NPU 3254508960 stream 2" named no device a user knows).
+    builder.device_numbers = {pid: n for n, pid in enumerate(npu_task_processes)}
     class_of = {cat: category_class(cat) for cat in buckets}
     for cat, events in buckets.items():
         base = class_of[cat]
+        if base == OTHER and npu_task_processes:
+            events = builder.take_npu_tasks(events)
         if base in (OP, ANNOTATION, PYTHON, OTHER):
             builder.add_host(base, events)
         elif base == IGNORED:
@@ -644,6 +684,7 @@ def build_timeline(data: TraceData) -> Timeline:
     for thread in builder.threads.values():
         runtime_names.update(r.name for r in thread.runtime)
         _sweep(thread, class_of)
+    builder.add_npu_tasks(runtime_names)
     flow_correlation: dict[tuple[Any, Any, float], Any] = {}
     if builder.needs_flows:
         for flow in flow_starts:
@@ -665,7 +706,9 @@ def build_timeline(data: TraceData) -> Timeline:
             only_closing_step = True
             steps.pop()
     has_gpu_activity = bool(device_activity)
-    device_kind = device_kind_of(runtime_names, has_gpu_activity, process_labels.values())
+    device_kind = device_kind_of(
+        runtime_names, has_gpu_activity, process_labels.values(), bool(builder.device_numbers)
+    )
     device_name = None
     if device_kind != "cpu":  # deviceProperties lists GPUs present, not used ones
         device_name = next((str(p["name"]) for p in data.device_properties if p.get("name")), None)

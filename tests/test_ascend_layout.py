@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tb_syncfinder import analyze
+from tb_syncfinder.catalogue import NPU_TASKS_NOT_LINKED
 from tb_syncfinder.cli import main
 
 PYTHON_PID, CANN_PID, HARDWARE_PID = 3178231, 3254508768, 3254508960
@@ -39,11 +40,15 @@ def _meta(pid: int, name: str, labels: str | None = None) -> list[dict[str, Any]
     return events
 
 
-def torch_npu_trace(level: int, steps: int = 2, upload: bool = False) -> list[dict[str, Any]]:
+def torch_npu_trace(
+    level: int, steps: int = 2, upload: bool = False, tasks: bool = True
+) -> list[dict[str, Any]]:
     """Two steps, each printing a loss (``aten::item``); at level 1 and up the AscendCL
     calls, and the profiler's own ``aclrtSynchronizeDevice`` as it stops. ``upload``: each
     step starts with a batch's ``.to(device)``, whose stream sync is all the host side
-    shows of it."""
+    shows of it. ``tasks``: the NPU's tasks ("Ascend Hardware" rows: a kernel per step, and
+    a stream's wait for an event, which is no work of the device's); without them the NPU's
+    idle time is not in the trace."""
     stack = {"Call stack": "/home/u/main.py(483): __str__;\r\n/home/u/main.py(375): train"}
     events = [
         *_meta(PYTHON_PID, "Python", "CPU"),
@@ -62,16 +67,27 @@ def torch_npu_trace(level: int, steps: int = 2, upload: bool = False) -> list[di
                     _x("AscendCL@aclrtSynchronizeStreamWithTimeout", CANN_PID, ts + 2, 2.0)
                 )
         events.append(_x("aten::mul", PYTHON_PID, ts + 5, 3.0, cat="cpu_op"))
-        events.append(
-            _x(
-                "aclnnMul_MulAiCore_Mul",
-                HARDWARE_PID,
-                ts + 8,
-                500.0,
-                tid=2,
-                args={"Task Type": "AI_CORE"},
+        if tasks:
+            events.append(
+                _x(
+                    "aclnnMul_MulAiCore_Mul",
+                    HARDWARE_PID,
+                    ts + 8,
+                    500.0,
+                    tid=2,
+                    args={"Task Type": "AI_CORE"},
+                )
             )
-        )
+            events.append(
+                _x(
+                    "EVENT_WAIT",
+                    HARDWARE_PID,
+                    ts + 550,
+                    400.0,
+                    tid=4,
+                    args={"Task Type": "EVENT_WAIT_SQE"},
+                )
+            )
         events.append(_x("aten::item", PYTHON_PID, ts + 10, 600.0, cat="cpu_op", args=stack))
         events.append(_x("aten::_local_scalar_dense", PYTHON_PID, ts + 12, 590.0, cat="cpu_op"))
         if level >= 1:
@@ -97,10 +113,11 @@ def write_run(
     worker_dir: str = "rank0_ascend_pt",
     run_name: str = "run",
     upload: bool = False,
+    tasks: bool = True,
 ) -> Path:
     trace = root / run_name / worker_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     trace.parent.mkdir(parents=True)
-    trace.write_text(json.dumps(torch_npu_trace(level, upload=upload)))
+    trace.write_text(json.dumps(torch_npu_trace(level, upload=upload, tasks=tasks)))
     return root / run_name
 
 
@@ -117,7 +134,12 @@ def test_ascendcl_calls_of_the_cann_process_are_syncs_of_the_operators_around_th
         assert [frame.func for frame in sync.stack][:1] == ["__str__"]
     # The profiler's synchronize as it stops: listed apart, not a finding.
     assert report.profiler_overhead.count == 1
-    assert "Ascend Hardware" in (report.summary.saving_note or "")
+    # The NPU's tasks are read: its idle after each sync (to the step's end, 450 us: the
+    # stream's wait for an event then is no work of the NPU's), not replayed.
+    assert report.summary.gpu_idle_measured is True
+    assert report.summary.gpu_idle_us == pytest.approx(900.0)
+    assert report.summary.saving_method == "bound"
+    assert report.summary.saving_note == NPU_TASKS_NOT_LINKED
 
 
 def test_a_torch_npu_trace_at_its_default_level_says_its_waits_are_not_recorded(
@@ -164,7 +186,7 @@ def test_a_run_mixing_levels_lists_the_recorded_syncs_and_says_what_the_other_mi
     trace.write_text(json.dumps(level0))
     assert main(["report", str(run)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "Host-device synchronizations by host wait" in text
+    assert "Host-device synchronizations by predicted saving" in text
     assert "1 NPU trace of these without AscendCL calls: no wait can be seen in it" in text
     assert "CPU-only" not in text and "on a GPU" not in text
 
@@ -184,7 +206,8 @@ def test_the_plugin_summary_says_an_npu_run_has_runtime_calls(tmp_path: Path) ->
         )
         sel = SimpleNamespace(report_json=report.to_json(), top_kinds=[], loading=False)
         answer = summary_impl(sel)  # type: ignore[arg-type]
-        assert answer["has_gpu_activity"] is False
+        # The NPU's tasks are its activity where calls wait for it (level 1 and up).
+        assert answer["has_gpu_activity"] is expected
         assert answer["has_runtime"] is expected
 
 
@@ -206,11 +229,12 @@ def test_compare_of_a_default_level_baseline_says_its_waits_were_not_recorded(
 def test_an_npu_runs_idle_and_saving_are_said_not_measured_not_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """torch_npu's device rows are not read: every output said "GPU idle 0 us" and a saving
-    "≤ host wait" called an upper bound, which the unread idle can exceed."""
+    """A trace without the NPU's own tasks (torch_npu's "Ascend Hardware" rows): every output
+    said "GPU idle 0 us" and a saving "≤ host wait" called an upper bound, which the idle it
+    cannot see can exceed."""
     import csv
 
-    run = write_run(tmp_path, level=2)
+    run = write_run(tmp_path, level=2, tasks=False)
     assert main(["report", str(run), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["summary"]["gpu_idle_measured"] is False
@@ -220,7 +244,7 @@ def test_an_npu_runs_idle_and_saving_are_said_not_measured_not_zero(
     text = " ".join(capsys.readouterr().out.split())
     assert "NPU idle after not measured" in text and "saving not predicted" in text
     assert "synchronizations by host wait" in text
-    assert "step time 1.00 ms mean (the host's: the NPU's own tasks are not read)" in text
+    assert "step time 1.00 ms mean (the host's: the trace holds no task of the NPU's own)" in text
     assert "≤" not in text and "upper bound:" not in text and "no upper bound" in text
     assert main(["report", str(run), "--format", "csv"]) == 0
     (row,) = csv.DictReader(capsys.readouterr().out.splitlines())
@@ -332,7 +356,7 @@ def test_compare_gives_a_side_without_waits_its_latent_syncs_not_zeros(
     main(["compare", str(base), str(new)])
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
     assert "syncs per step 1.0 latent -> 2.0" in lines
-    assert "share of step - -> 52%" in lines
+    assert "share of step - -> 98%" in lines  # host wait and the NPU idle after it
 
 
 def test_csv_latent_rows_leave_the_waits_they_did_not_measure_blank(
@@ -392,12 +416,14 @@ def test_compare_of_two_npu_runs_predicts_no_saving(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """compare printed "fixing it saves ≤2 us/step (predicted)" and "every baseline sync:
-    ≤522 us" for NPU runs whose idle time is not read."""
-    base = write_run(tmp_path, level=2, run_name="base", upload=True)
-    new = write_run(tmp_path, level=2, run_name="new")
+    ≤522 us" for NPU runs whose idle time is not in the trace."""
+    base = write_run(tmp_path, level=2, run_name="base", upload=True, tasks=False)
+    new = write_run(tmp_path, level=2, run_name="new", tasks=False)
     main(["compare", str(base), str(new)])
     text = " ".join(capsys.readouterr().out.split())
-    assert "≤" not in text and "saving not predicted (the NPU's own tasks are not read)" in text
+    assert (
+        "≤" not in text and "saving not predicted (no task of the NPU's own in the trace)" in text
+    )
     assert "fixing it saves: not predicted" in text
 
 
@@ -405,10 +431,10 @@ def test_a_run_mixing_an_npu_trace_with_a_gpu_trace_claims_no_bound_for_their_si
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """The NPU trace's host-wait-only figure was summed with the GPU's into an "upper
-    bound" marked measured."""
+    bound" marked measured (a trace without the NPU's tasks)."""
     from kineto_builder import KinetoTraceBuilder, item_sync
 
-    run = write_run(tmp_path, level=2)
+    run = write_run(tmp_path, level=2, tasks=False)
     b = KinetoTraceBuilder()
     for step in (1, 2):
         with b.step(step):
@@ -422,3 +448,34 @@ def test_a_run_mixing_an_npu_trace_with_a_gpu_trace_claims_no_bound_for_their_si
     (site,) = report["sites"]  # the same line in both traces: one site
     assert site["count"] == 4 and site["gpu_idle_measured"] is False
     assert report["summary"]["gpu_idle_measured"] is False
+
+
+def test_the_npus_tasks_give_its_idle_after_each_sync_on_lanes_named_by_its_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """torch_npu's "Ascend Hardware" rows were not read: every NPU run's idle after a sync
+    was "not measured" and its saving "not predicted". They are the NPU's lanes now, named
+    as a user knows the device ("NPU 0 stream 2", not the process id torch_npu files them
+    under); a stream's wait for an event is no work of the NPU's. Not replayed: nothing
+    links a task to the call that launched it, so the saving is the bound."""
+    from tb_syncfinder.reader import read_trace
+    from tb_syncfinder.timeline import build_timeline
+
+    run = write_run(tmp_path, level=2)
+    trace = run / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    tl = build_timeline(read_trace(str(trace)))
+    assert tl.device_kind == "npu" and list(tl.device_activity) == [0]
+    assert sorted(tl.lane_label(lane) for lane in tl.lanes) == ["NPU 0 stream 2"]
+    assert len(tl.device_activity[0].starts) == 2  # the kernels; not the event waits
+    assert main(["report", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    summary = report["summary"]
+    assert summary["gpu_idle_measured"] is True and summary["gpu_idle_us"] == pytest.approx(900)
+    assert summary["saving_method"] == "bound" and "NPU bubble" in summary["saving_how"]
+    # The bound: each step's host wait (520 us) and the NPU's idle after it (450 us).
+    assert summary["predicted_saving_per_step_us"] == pytest.approx(520 + 450)
+    assert [site["gpu_idle_measured"] for site in report["sites"]] == [True]
+    assert main(["report", str(run)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "wait NPU idle share" in text and "NPU idle after 450 us per step" in text
+    assert "GPU" not in text

@@ -469,7 +469,7 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
   }
   if (b.gpu_idle_measured === false) {
     // As the CLI: no prediction set beside the measure where the NPU's idle is unread.
-    predicted = "not predicted (the NPU's own tasks are not read)";
+    predicted = "not predicted (no task of the NPU's own in the trace)";
     before = "not predicted";
   }
   const median = compared?.measured_saving_median_us;

@@ -91,14 +91,14 @@ export async function renderDetail(ctx, slot) {
         "×",
       ),
       header(site, sync, app),
-      site ? siteStats(withUnprofiled([site], ctx.unprofiledSites)[0], state.step) : null,
+      site ? siteStats(withUnprofiled([site], ctx.unprofiledSites)[0], state.step, ctx.idleOn || "GPU") : null,
       // A site that saves much less alone than with another fixed too: which, and both.
       site?.fix_with_note && !site.latent ? h("p", { class: "sa-note sa-fix-with", "data-testid": "detail-fix-with" }, withMicro(site.fix_with_note)) : null,
       h("h3", null, "Source"),
       h("div", { class: "sa-source-slot" }, h("span", { class: "sa-spinner" })),
-      sync ? chainSection(sync) : null,
+      sync ? chainSection(sync, ctx.idleOn || "GPU") : null,
       sync ? stackSection(sync, app) : null,
-      detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26) : null,
+      detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26, ctx.idleOn || "GPU") : null,
       site?.advice ? adviceSection(site.advice) : null,
       sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app) : null,
       occurrences(syncs, fetchPage, syncId, app, ctx, latent ? null : validOccSort(state.osort)),
@@ -191,8 +191,9 @@ function lineNote(site, sync, readable) {
  * step's; these say so).
  * @param {any} site
  * @param {number | null} step
+ * @param {string} idleOn what idled after the syncs: "GPU", or "NPU" for torch_npu's traces
  */
-function siteStats(site, step) {
+function siteStats(site, step, idleOn) {
   const latent = !!site.latent;
   /** @param {string} label @param {string} value */
   const stat = (label, value) => h("span", null, `${label} `, h("b", null, value));
@@ -212,7 +213,7 @@ function siteStats(site, step) {
       : stat("saves per step without the profiler", `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}`),
     latent ? null : stat("host wait", formatUs(site.host_wait_us)),
     latent ? null : stat("mean", formatUs(site.mean_host_wait_us)),
-    latent ? null : stat(site.gpu_idle_measured === false ? "NPU idle" : "GPU idle", site.gpu_idle_measured === false ? "not measured" : formatUs(site.gpu_idle_us)),
+    latent ? null : stat(site.gpu_idle_measured === false ? "NPU idle" : `${idleOn} idle`, site.gpu_idle_measured === false ? "not measured" : formatUs(site.gpu_idle_us)),
     latent ? null : stat("share", formatPct(site.share_of_step)),
   );
 }
@@ -284,7 +285,7 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
 }
 
 /** @param {any} sync */
-function chainSection(sync) {
+function chainSection(sync, idleOn) {
   const chain = sync.op_chain?.length ? sync.op_chain : [sync.op, sync.trigger_op].filter(Boolean);
   const apis = sync.apis?.length ? sync.apis : [sync.api];
   const rows = [
@@ -295,7 +296,7 @@ function chainSection(sync) {
     ["Step", sync.step ?? "–"],
     ["Thread", String(sync.thread ?? "–")],
     sync.latent ? null : ["Host wait", formatUs(sync.host_wait_us)],
-    sync.latent ? null : ["GPU idle after", formatUs(sync.gpu_idle_after_us)],
+    sync.latent ? null : [`${idleOn} idle after`, formatUs(sync.gpu_idle_after_us)],
     sync.bytes ? ["Bytes", formatBytes(sync.bytes)] : null,
     sync.trace ? ["Trace", h("span", { class: "mono" }, sync.trace)] : null,
   ].filter(Boolean);
@@ -423,7 +424,7 @@ function frameButton(frame, app, label) {
  * @param {any} sync
  * @param {number} panelWidth
  */
-function timelineSection(context, sync, panelWidth) {
+function timelineSection(context, sync, panelWidth, idleOn) {
   const width = Math.round(Math.max(300, Math.min(900, panelWidth || 560)));
   const labelW = width < 420 ? 80 : 110;
   const syncApis = sync?.apis || (sync?.api ? [sync.api] : []);
@@ -431,7 +432,7 @@ function timelineSection(context, sync, panelWidth) {
   if (!probe) return null;
   const waitText = sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`;
   // Only a bubble that is drawn is labelled; one that runs past the window says it goes on.
-  const idleText = probe.bubble ? `GPU idle ${formatUs(sync?.gpu_idle_after_us)}${probe.bubble.clipped ? " \u2192" : ""}` : null;
+  const idleText = probe.bubble ? `${idleOn} idle ${formatUs(sync?.gpu_idle_after_us)}${probe.bubble.clipped ? " \u2192" : ""}` : null;
   const placed = placeBandLabels({ wait: probe.wait, bubble: probe.bubble, width, waitText, idleText });
   const L = /** @type {NonNullable<ReturnType<typeof layoutTimeline>>} */ (layoutTimeline(context, { width, labelW, rowH: 16, top: placed.top, syncApis }));
   const isSyncApi = (/** @type {string} */ name) => (sync?.apis || [sync?.api]).includes(name);
@@ -455,7 +456,7 @@ function timelineSection(context, sync, panelWidth) {
       ? s(
           "rect",
           { class: `bubble-band${L.bubble.thin ? " thin" : ""}`, x: L.bubble.x, y: bandTop, width: L.bubble.w, height: L.height - bandTop - 18 },
-          s("title", null, `GPU idle ${formatUs(sync?.gpu_idle_after_us)} after the sync${L.bubble.thin ? " (drawn wider than it is at this scale)" : ""}${L.bubble.clipped ? ", going on past the window" : ""}`),
+          s("title", null, `${idleOn} idle ${formatUs(sync?.gpu_idle_after_us)} after the sync${L.bubble.thin ? " (drawn wider than it is at this scale)" : ""}${L.bubble.clipped ? ", going on past the window" : ""}`),
         )
       : null,
     leader,
@@ -499,9 +500,9 @@ function timelineSection(context, sync, panelWidth) {
         { class: "sa-legend" },
         // A latent sync blocks nothing on a CPU: its band marks where it would wait.
         h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), sync?.latent ? "where it would wait on a GPU" : "host blocked"),
-        L.bubble ? h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), "GPU bubble after it") : null,
+        L.bubble ? h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), `${idleOn} bubble after it`) : null,
         L.bubbleBeyond && sync?.gpu_idle_after_us
-          ? h("span", { "data-testid": "bubble-beyond" }, `GPU idle ${formatUs(sync.gpu_idle_after_us)} after it, past the right edge of this window`)
+          ? h("span", { "data-testid": "bubble-beyond" }, `${idleOn} idle ${formatUs(sync.gpu_idle_after_us)} after it, past the right edge of this window`)
           : null,
       ),
     ),

@@ -185,7 +185,7 @@ export function savingText(site) {
 }
 
 /** Why a figure is not shown where the device's idle time is unread (`gpu_idle_measured`). */
-export const IDLE_UNREAD = "not measured: the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read yet, so neither its idle time after a sync nor a saving is known";
+export const IDLE_UNREAD = "not measured: the trace holds no task of the NPU's own (torch_npu's \"Ascend Hardware\" rows), so neither its idle time after a sync nor a saving is known";
 
 /** A site's device idle after its syncs; "–" where not measured. @param {any} site */
 export function idleText(site) {

@@ -91,6 +91,10 @@ export async function renderHotspots(ctx) {
   // meanwhile, saying so; its answer draws the view again.
   const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
   ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
+  // What the syncs waited for, as the figures name it: an NPU where every trace read is
+  // torch_npu's (its tasks' idle time), else a GPU.
+  const idleOn = onNpu(summaryResp.traces) ? "NPU" : "GPU";
+  ctx.idleOn = idleOn; // read by the detail panel
   const siteItems = withUnprofiled(sites.items, unprofiled?.sites);
   // The column of savings without the profiler: once an answer gives a site a figure, and
   // while the answer the table is sorted by is on its way (its cells say so).
@@ -122,7 +126,7 @@ export async function renderHotspots(ctx) {
     "div",
     { class: "sa-hotspots" },
     teachingBanners(summaryResp, latent, sites.total),
-    headlineCards(summary, latent, summaryResp.job_ranks || 0, latentOnNpu(summaryResp.traces), unprofiledFigure(state.unprof, unprofiled)),
+    headlineCards(summary, latent, summaryResp.job_ranks || 0, latentOnNpu(summaryResp.traces), unprofiledFigure(state.unprof, unprofiled), idleOn),
     // One line on how the predicted savings were obtained (replay, or the bound and why).
     latent || !summary.saving_how
       ? null
@@ -169,7 +173,7 @@ export async function renderHotspots(ctx) {
         ),
         filters(state, app, sites.items),
         stepInfo && shown.length ? stepNote(stepInfo) : null,
-        sitesTable(shown, view, app, latent, stepInfo, unprofiledColumn),
+        sitesTable(shown, view, app, latent, stepInfo, unprofiledColumn, idleOn),
         listedApart(summaryResp.listed_apart),
       ),
       hasDetail
@@ -534,6 +538,15 @@ function readTraces(traces) {
 }
 
 /**
+ * Whether every trace read is torch_npu's (measured or not): its figures are an NPU's.
+ * @param {any[] | undefined} traces
+ */
+function onNpu(traces) {
+  const read = readTraces(traces);
+  return read.length > 0 && read.every((/** @type {any} */ t) => t.device === "npu");
+}
+
+/**
  * Whether the latent syncs are an NPU's: every trace read is torch_npu's without AscendCL
  * calls (its default profiler level), none CPU-only.
  * @param {any[] | undefined} traces
@@ -563,7 +576,7 @@ function unprofiledFigure(stepMs, answer) {
  * @param {{stepMs: number, savingUs: number} | null} [unprofiled] the saving without the
  *   profiler for the step time given (the form's answer), shown beside the profiled one
  */
-function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = null) {
+function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = null, idleOn = "GPU") {
   const steps = summary.step_count || 0;
   // A job's steps add up over its ranks: "16 steps" of a 2-rank job of 8 read as the job's.
   const ofRanks = ranks > 1 ? ` of ${formatCount(ranks)} ranks` : "";
@@ -588,21 +601,21 @@ function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = nul
     // counted once), not the idle the syncs cause: that is on the step-time card (worded as
     // the CLI words it, "GPU idle caused by syncs").
     summary.gpu_idle_measured === false
-      ? card("NPU idle after syncs", "not measured", "the NPU's own tasks are not read yet", "idle", IDLE_UNREAD)
+      ? card("NPU idle after syncs", "not measured", "the trace holds no task of the NPU's own", "idle", IDLE_UNREAD)
       : card(
-          "GPU idle after syncs",
+          `${idleOn} idle after syncs`,
           formatUs(perStep(summary.gpu_idle_us || 0)),
           `per step, ${formatUs(summary.gpu_idle_us)} in total`,
           "idle",
-          "GPU idle after syncs: from each sync's end until the GPU is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the step-time card gives the part that goes away with them.",
+          `${idleOn} idle after syncs: from each sync's end until the ${idleOn} is busy again, a gap shared by back-to-back syncs counted once. Some of it would remain without the syncs; the step-time card gives the part that goes away with them.`,
         ),
-    card("Share of step time", formatPct(summary.share_of_step ?? 0), shareBasis(summary), "share"),
+    card("Share of step time", formatPct(summary.share_of_step ?? 0), shareBasis(summary, idleOn), "share"),
     summary.gpu_idle_measured === false
       ? card("Step time if removed", "not predicted", `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}; only the host wait is known, and it is no bound`, "estimate", summary.saving_how || null)
       : card(
           "Step time if removed",
           formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
-          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step; GPU idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}`,
+          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step${summary.saving_method === "replay" ? `; ${idleOn} idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}` : ""}`,
           "estimate",
           null,
           // The figures above are the profiled program's: given the step time without the
@@ -622,12 +635,13 @@ function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = nul
  * What the share of step time is a share of: the host's steps, which the step-time card's
  * "now" exceeds where the device ran on after the host (as the CLI says).
  * @param {any} summary
+ * @param {string} [idleOn] what idled: "GPU", or "NPU" for torch_npu's traces
  */
-export function shareBasis(summary) {
+export function shareBasis(summary, idleOn = "GPU") {
   const host = summary.mean_step_time_us || 0;
   const wall = summary.mean_wall_step_time_us || 0;
-  if (host > 0 && wall > host * 1.05) return `host wait + GPU idle, of the host's ${formatUs(host)} step (the device's is longer)`;
-  return "host wait + GPU idle";
+  if (host > 0 && wall > host * 1.05) return `host wait + ${idleOn} idle, of the host's ${formatUs(host)} step (the device's is longer)`;
+  return `host wait + ${idleOn} idle`;
 }
 
 /** @param {any} site */
@@ -835,7 +849,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
         "span",
         { class: "sa-legend" },
         h("span", null, h("i", { style: { background: "var(--wait)" } }), "host wait"),
-        h("span", null, h("i", { style: { background: "var(--idle)" } }), "GPU idle after sync"),
+        h("span", null, h("i", { style: { background: "var(--idle)" } }), `${onNpu(traces) ? "NPU" : "GPU"} idle after sync`),
         h("span", null, h("i", { style: { background: "var(--line)", height: "2px" } }), binned ? "most syncs in a step (right axis)" : "sync count (right axis)"),
         h(
           "span",
@@ -1046,7 +1060,7 @@ const COLUMNS = [
  * @param {"figures" | "pending" | null} unprofiledColumn the column of savings without the
  *   profiler: shown with the answer's figures, or while the answer it is sorted by comes
  */
-function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn) {
+function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn, idleOn = "GPU") {
   if (!sites.length) {
     return h("div", { class: "sa-empty", "data-testid": "no-sites" }, state.q || state.kind || state.step !== null ? "No site matches the filters." : latent ? "No latent sync sites." : "No sync sites.");
   }
@@ -1146,10 +1160,10 @@ function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn) {
           {
             "data-sort": c.key,
             "data-focus-key": `sort-${c.key}`,
-            title: c.title,
+            title: c.title.replace(/\bGPU\b/g, idleOn),
             onclick: () => app.setState(nextSort(state, c.key)),
           },
-          c.label,
+          c.label.replace(/\bGPU\b/g, idleOn),
         ),
         columnScope(c.key, stepInfo),
       ),

@@ -91,7 +91,7 @@ def _message(
         idle = (
             format_us(site.get("gpu_idle_us"))
             if site.get("gpu_idle_measured") is not False
-            else "not measured (the NPU's own tasks are not read yet)"
+            else "not measured (the trace holds no task of the NPU's own)"
         )
         text = (
             f"{ops} ({kind}) synchronizes the host with the {device.word}: {count} "

@@ -390,7 +390,7 @@ def _advice_title(site: dict[str, Any]) -> str:
     return str(advice.get("title") or "").strip()
 
 
-def _site_columns(latent: bool) -> list[Column]:
+def _site_columns(latent: bool, device: str = "GPU") -> list[Column]:
     """The site table's columns, most useful last to drop. A new column is one entry here
     (its ``drop`` says how soon it gives way on a narrow terminal). Latent findings cost
     nothing where they were seen: no cost columns."""
@@ -422,7 +422,7 @@ def _site_columns(latent: bool) -> list[Column]:
         columns += [
             Column("saves/step", lambda row: _saving_text(row[1])),
             Column("wait", lambda row: format_us(row[1].get("host_wait_us"))),
-            Column("GPU idle", lambda row: _idle_text(row[1])),
+            Column(f"{device} idle", lambda row: _idle_text(row[1])),
             Column("share", lambda row: format_share(row[1].get("share_of_step"))),
         ]
     return columns
@@ -441,12 +441,12 @@ def _idle_text(site: dict[str, Any]) -> str:
     return "-" if site.get("gpu_idle_measured") is False else format_us(site.get("gpu_idle_us"))
 
 
-_IDLE_UNREAD_SUMMARY = "not measured (the NPU's own tasks are not read yet)"
+_IDLE_UNREAD_SUMMARY = "not measured (the trace holds no task of the NPU's own)"
 
 # Under a table with a site whose device idle is not read (torch_npu's device rows).
 _IDLE_UNREAD_NOTE = (
-    "-: not measured: the NPU's own tasks (torch_npu's \"Ascend Hardware\" rows) are not read "
-    "yet, so neither the NPU's idle time after a sync nor a saving is known"
+    "-: not measured: the trace holds no task of the NPU's own (torch_npu's \"Ascend Hardware\" "
+    "rows), so neither the NPU's idle time after a sync nor a saving is known"
 )
 
 
@@ -486,6 +486,13 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
     return "defined"
 
 
+def _device_word(data: dict[str, Any]) -> str:
+    """What the report's syncs waited for, as its tables name it: "NPU" where every trace
+    read is torch_npu's (its tasks' idle time is the NPU's), else "GPU"."""
+    read = [t for t in data.get("traces") or [] if not t.get("error")]
+    return "NPU" if read and all(t.get("device") == "npu" for t in read) else "GPU"
+
+
 def _resolved_sites(data: dict[str, Any]) -> dict[str, bool]:
     """Site key -> whether the source file of its syncs was read."""
     found: dict[str, bool] = {}
@@ -507,7 +514,7 @@ def _site_table(
 ) -> list[str]:
     ordered = rank_sites(sites)
     shown = ordered if not top or top <= 0 else ordered[:top]
-    layout = _layout(_site_columns(latent), list(enumerate(shown, 1)), width)
+    layout = _layout(_site_columns(latent, _device_word(data)), list(enumerate(shown, 1)), width)
     lines = [style(layout.header(), _BOLD)]
     detail_width = width - len(_INDENT)
     for index, site in enumerate(shown):
@@ -566,8 +573,8 @@ def _site_table(
         lines.extend(
             style(line, _DIM)
             for line in wrap(
-                f"count, wait, GPU idle: over {over}; /step, saves/step: per step; share: "
-                "of the steps' time",
+                f"count, wait, {_device_word(data)} idle: over {over}; /step, saves/step: per "
+                "step; share: of the steps' time",
                 width,
             )
         )
@@ -594,6 +601,7 @@ def _summary_lines(
     device: str = "GPU",
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
+    idle_device: str = "GPU",
 ) -> list[str]:
     """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them. ``device``: what
     the latent syncs would wait for ("NPU": traces of one recorded without AscendCL calls).
@@ -664,7 +672,7 @@ def _summary_lines(
         )
         lines.extend(
             _wrap_labelled(
-                "GPU idle after" if idle_read else "NPU idle after",
+                f"{idle_device} idle after" if idle_read else "NPU idle after",
                 f"{format_us(gpu_idle / steps)} per step  ({format_us(gpu_idle)} total)"
                 if idle_read
                 else _IDLE_UNREAD_SUMMARY,
@@ -678,7 +686,7 @@ def _summary_lines(
         lines.append(_label("host wait") + format_us(host_wait))
         lines.extend(
             _wrap_labelled(
-                "GPU idle after" if idle_read else "NPU idle after",
+                f"{idle_device} idle after" if idle_read else "NPU idle after",
                 format_us(gpu_idle) if idle_read else _IDLE_UNREAD_SUMMARY,
                 width,
             )
@@ -796,7 +804,7 @@ def _saving_lines(
     method = summary.get("saving_method") or "bound"
     spans = f" (host {format_us(host)}, device {format_us(device)})" if device else ""
     if not device and summary.get("gpu_idle_measured") is False:
-        spans = " (the host's: the NPU's own tasks are not read)"
+        spans = " (the host's: the trace holds no task of the NPU's own)"
     lines = _wrap_labelled("step time", f"{format_us(wall)} mean{spans}", width)
     approx = "~" if method == "replay" else "≤"
     share = saving / wall if wall else 0.0
@@ -1109,6 +1117,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 device="NPU" if npu_latent else "GPU",
                 fit_notes=fit_notes,
                 fit_scales=fit_scales,
+                idle_device=_device_word(data),
             )
         )
         lines.append("")
@@ -1389,7 +1398,7 @@ def _predicted_saving_text(before: dict[str, Any] | None) -> str | None:
     if saving is None:
         return None
     if side.get("gpu_idle_measured") is False:
-        return "fixing it saves: not predicted (the NPU's idle time is not read)"
+        return "fixing it saves: not predicted (the trace holds no task of the NPU's own)"
     approx = "~" if side.get("saving_method") == "replay" else "≤"
     return f"fixing it saves {approx}{format_us(float(saving))}/step (predicted)"
 
@@ -1562,7 +1571,7 @@ def _compare_saving_text(result: dict[str, Any], base: dict[str, Any]) -> str:
     if base.get("gpu_idle_measured") is False:
         # The host wait alone bounds nothing: no prediction to set beside the measure.
         return (
-            "not predicted (the NPU's own tasks are not read), measured "
+            "not predicted (no task of the NPU's own in the trace), measured "
             f"{measured_text} (wall step times of the profiled runs)"
         )
     what, units = _fixed_what(result)

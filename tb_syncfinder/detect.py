@@ -22,7 +22,7 @@ is not a sync.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -260,6 +260,38 @@ def copy_direction_guessed(op_names: list[str], calls: list[Call], kind: str) ->
     return not any(directions) and any(name in COPY_OPS for name in op_names)
 
 
+# torch_npu's copy tasks say which way they went ("memcpy direction").
+_NPU_COPY_DIRECTIONS = {"host to device": "HtoD", "device to host": "DtoH"}
+
+
+def _npu_copies(tl: Timeline) -> tuple[list[float], list[str]]:
+    """The starts and directions of the NPU's copy tasks that give one, sorted by start."""
+    copies = sorted(
+        (e.ts, _NPU_COPY_DIRECTIONS[e.args.memcpy_direction])
+        for events in tl.lanes.values()
+        for e in events
+        if e.args is not None and e.args.memcpy_direction in _NPU_COPY_DIRECTIONS
+    )
+    return [ts for ts, _ in copies], [direction for _, direction in copies]
+
+
+def _copy_told_by_the_npu(episode: Episode, copies: tuple[list[float], list[str]]) -> None:
+    """A guessed copy's direction from the NPU's copy tasks that started between its
+    operator's start and the end of the wait (the copy the sync waited for): torch_npu's
+    host side shows a ``.to()`` only as a stream sync, its "Ascend Hardware" rows say which
+    way it went. An upload is a blocking host-to-device copy (pageable memory); where the
+    tasks disagree, or none started then, the guess stays, said."""
+    starts, directions = copies
+    thread = episode.thread
+    start = thread.starts[episode.outer_op] if episode.outer_op >= 0 else episode.ts
+    found = set(directions[bisect_left(starts, start) : bisect_right(starts, episode.end)])
+    if len(found) != 1:
+        return
+    episode.direction_guessed = False
+    if found == {"HtoD"}:
+        episode.kind = catalogue.BLOCKING_HOST_TO_DEVICE
+
+
 def detect_syncs(tl: Timeline) -> list[Episode]:
     """Every blocking episode of the trace, in time order."""
     episodes: list[Episode] = []
@@ -279,6 +311,9 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
     # while empty, it was a pass over every runtime call per allocator call in a trace whose
     # calls have no correlation: 34 s for 4,000 steps.)
     launched_at: dict[Any, float] | None = None
+    # The NPU's copy tasks with their direction, by start: built at the first copy of an
+    # NPU trace whose direction the host side does not give.
+    npu_copies: tuple[list[float], list[str]] | None = None
     for thread in tl.threads.values():
         groups: dict[int, Episode] = {}
         pending_copies: dict[int, list[Call]] = {}  # outer op -> async copies not yet proven
@@ -326,6 +361,10 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
                 names, episode.calls, innermost_annotation(thread, episode.anchor)
             )
             episode.direction_guessed = copy_direction_guessed(names, episode.calls, episode.kind)
+            if episode.direction_guessed and tl.device_kind == "npu":
+                if npu_copies is None:
+                    npu_copies = _npu_copies(tl)
+                _copy_told_by_the_npu(episode, npu_copies)
         episodes.extend(thread_episodes)
     episodes.sort(key=lambda ep: ep.ts)
     return episodes

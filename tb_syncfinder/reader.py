@@ -149,6 +149,8 @@ class Args(Struct, gc=False, omit_defaults=True):
     # torch_npu's NPU tasks ("Ascend Hardware" rows): what kind of task (a wait on an event,
     # a placeholder of the profiler's own, a kernel, a copy).
     task_type: Union[str, None] = msgspec.field(default=None, name="Task Type")
+    # ... and a copy task's direction ("host to device", "device to host").
+    memcpy_direction: Union[str, None] = msgspec.field(default=None, name="memcpy direction")
     sequence_number: _Scalar = msgspec.field(default=None, name="Sequence number")
     fwd_thread_id: _Scalar = msgspec.field(default=None, name="Fwd thread id")
 

@@ -41,14 +41,19 @@ def _meta(pid: int, name: str, labels: str | None = None) -> list[dict[str, Any]
 
 
 def torch_npu_trace(
-    level: int, steps: int = 2, upload: bool = False, tasks: bool = True
+    level: int,
+    steps: int = 2,
+    upload: bool = False,
+    tasks: bool = True,
+    copy_direction: str | None = None,
 ) -> list[dict[str, Any]]:
     """Two steps, each printing a loss (``aten::item``); at level 1 and up the AscendCL
     calls, and the profiler's own ``aclrtSynchronizeDevice`` as it stops. ``upload``: each
     step starts with a batch's ``.to(device)``, whose stream sync is all the host side
     shows of it. ``tasks``: the NPU's tasks ("Ascend Hardware" rows: a kernel per step, and
     a stream's wait for an event, which is no work of the device's); without them the NPU's
-    idle time is not in the trace."""
+    idle time is not in the trace. ``copy_direction``: the upload's copy task on the NPU,
+    with its "memcpy direction" ("host to device", "device to host")."""
     stack = {"Call stack": "/home/u/main.py(483): __str__;\r\n/home/u/main.py(375): train"}
     events = [
         *_meta(PYTHON_PID, "Python", "CPU"),
@@ -65,6 +70,11 @@ def torch_npu_trace(
             if level >= 1:
                 events.append(
                     _x("AscendCL@aclrtSynchronizeStreamWithTimeout", CANN_PID, ts + 2, 2.0)
+                )
+            if copy_direction:
+                copy_args = {"Task Type": "PCIE_DMA_SQE", "memcpy direction": copy_direction}
+                events.append(
+                    _x("MEMCPY_ASYNC", HARDWARE_PID, ts + 2.5, 1.0, tid=2, args=copy_args)
                 )
         events.append(_x("aten::mul", PYTHON_PID, ts + 5, 3.0, cat="cpu_op"))
         if tasks:
@@ -114,10 +124,12 @@ def write_run(
     run_name: str = "run",
     upload: bool = False,
     tasks: bool = True,
+    copy_direction: str | None = None,
 ) -> Path:
     trace = root / run_name / worker_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     trace.parent.mkdir(parents=True)
-    trace.write_text(json.dumps(torch_npu_trace(level, upload=upload, tasks=tasks)))
+    events = torch_npu_trace(level, upload=upload, tasks=tasks, copy_direction=copy_direction)
+    trace.write_text(json.dumps(events))
     return root / run_name
 
 
@@ -479,3 +491,27 @@ def test_the_npus_tasks_give_its_idle_after_each_sync_on_lanes_named_by_its_numb
     text = " ".join(capsys.readouterr().out.split())
     assert "wait NPU idle share" in text and "NPU idle after 450 us per step" in text
     assert "GPU" not in text
+
+
+@pytest.mark.parametrize(
+    ("direction", "kind"),
+    [("host to device", "blocking_host_to_device"), ("device to host", "device_to_host_copy")],
+)
+def test_the_npus_copy_task_says_which_way_a_to_went(
+    tmp_path: Path, capsys: pytest.CaptureFixture, direction: str, kind: str
+) -> None:
+    """torch_npu's host side shows a ``.to()`` only as a stream sync inside ``aten::copy_``:
+    taken for a copy to the host and said to be a guess, though the NPU's copy task beside
+    it says which way it went (the published recording's was a 19 MB upload). Read from
+    that task now: an upload is a blocking host-to-device copy, with its fix."""
+    run = write_run(tmp_path, level=2, upload=True, copy_direction=direction)
+    assert main(["report", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (copy,) = [site for site in report["sites"] if site["ops"][0] == "aten::to"]
+    assert copy["kind"] == kind and copy["copy_direction_guessed"] is False
+    # Without the task the guess stays, said.
+    run = write_run(tmp_path / "none", level=2, upload=True)
+    assert main(["report", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (copy,) = [site for site in report["sites"] if site["ops"][0] == "aten::to"]
+    assert copy["kind"] == "device_to_host_copy" and copy["copy_direction_guessed"] is True

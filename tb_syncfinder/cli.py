@@ -856,11 +856,14 @@ def _warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
-def _sites_of(report_json: dict[str, Any], trace: str, steps: set[Any], most: int = 3) -> str:
+def _sites_of(
+    report_json: dict[str, Any], trace: str, steps: set[Any], most: int = 3, key: str = "syncs"
+) -> str:
     """The sites of a trace's syncs in ``steps``, most syncs first: ``train.py:42 (8),
-    loss.py:7 (4)`` (the operator or call where a sync has no source line)."""
+    loss.py:7 (4)`` (the operator or call where a sync has no source line). ``key``: "syncs",
+    or "latent" for the latent ones."""
     counts: dict[str, int] = {}
-    for sync in report_json.get("syncs") or []:
+    for sync in report_json.get(key) or []:
         if sync.get("trace") != trace or sync.get("step") not in steps:
             continue
         source = sync.get("source") or {}
@@ -941,18 +944,30 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         step = sync.get("step")
         if trace in cpu_only and (step is not None or trace in unmarked):
             latent_counts[(trace, step)] = latent_counts.get((trace, step), 0) + 1
+    # One line per trace here too, as for measured syncs (a line per step was five lines
+    # for the demo's CPU run against one for its GPU run).
+    latent_over: dict[str, list[tuple[Any, int]]] = {}
     for (trace, step), count in latent_counts.items():
         if count > limit:
-            name = os.path.basename(trace) or "trace"
-            where = (
-                f"step {step} of {name}"
-                if step is not None
-                else f"{name} (no ProfilerStep markers, counted as one step)"
+            latent_over.setdefault(trace, []).append((step, count))
+    what = "operators that would synchronize on a GPU"
+    for trace, steps_over in latent_over.items():
+        name = os.path.basename(trace) or "trace"
+        worst_step, most = max(steps_over, key=lambda item: item[1])
+        if worst_step is None:
+            text = (
+                f"{name} (no ProfilerStep markers, counted as one step) has {most} latent "
+                f"syncs, {what} (limit {limit})"
             )
-            problems.append(
-                f"{where_run(trace)}{where} has {count} latent syncs, operators that would "
-                f"synchronize on a GPU (limit {limit})"
+        elif len(steps_over) == 1:
+            text = f"step {worst_step} of {name} has {most} latent syncs, {what} (limit {limit})"
+        else:
+            text = (
+                f"{len(steps_over)} steps of {name} have more than "
+                f"{plural(limit, 'latent sync')} ({what}), up to {most} (step {worst_step})"
             )
+        at = _sites_of(report_json, trace, {step for step, _ in steps_over}, key="latent")
+        problems.append(f"{where_run(trace)}{text}{f'; at {at}' if at else ''}")
     return problems
 
 

@@ -785,6 +785,45 @@ def test_the_gate_counts_latent_syncs_of_a_cpu_only_trace_unless_left_out(
     assert "latent" not in capsys.readouterr().err
 
 
+def test_the_gate_says_a_cpu_traces_steps_over_the_limit_in_one_line_as_for_a_gpu_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The demo's CPU run printed a line per step over the limit (five), its GPU run one
+    line with the worst step and the sites: the CPU's now reads as the GPU's."""
+    where = {"ph": "X", "pid": 1, "tid": 1, "args": {}}
+    events = []
+    for step in range(1, 4):
+        t0 = 1000.0 * step
+        events.append(
+            {
+                **where,
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "ts": t0,
+                "dur": 900.0,
+            }
+        )
+        for n in range(step + 1):  # 2, 3 and 4 latent syncs
+            events.append(
+                {
+                    **where,
+                    "cat": "cpu_op",
+                    "name": "aten::nonzero",
+                    "ts": t0 + 10 + 100 * n,
+                    "dur": 30.0,
+                }
+            )
+    trace = tmp_path / "run" / "cpu.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps({"traceEvents": events}))
+    assert main(["report", str(trace), "--max-syncs-per-step", "2"]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "too many syncs" in line]
+    assert lines == [
+        "tb-syncfinder: too many syncs: 2 steps of cpu.pt.trace.json have more than 2 latent "
+        "syncs (operators that would synchronize on a GPU), up to 4 (step 3); at aten::nonzero (7)"
+    ]
+
+
 def test_a_gate_that_could_not_read_a_trace_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -75,8 +75,9 @@ def check(path: str) -> None:
     steps = max(report.summary.step_count, 1)
     print(f"{path}")
     print(
-        f"  NPU busy per step: engine {busy / steps / 1000:.2f} ms (every task but event waits "
-        f"and placeholders); torch_npu's Computing + Communication (Not Overlapped) "
+        f"  NPU busy per step: {busy / steps / 1000:.2f} ms as the engine counts it (every "
+        f"task but event waits and placeholders); torch_npu's Computing + Communication (Not "
+        f"Overlapped) "
         f"{theirs / steps / 1000:.2f} ms"
     )
     lo = min((a for a, _ in analysed), default=None)

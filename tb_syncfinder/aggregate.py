@@ -57,9 +57,15 @@ SAVING_HOW = {
 
 def _on_npu(how: str, results: Sequence[TraceResult]) -> str:
     """``how`` in the words of an NPU where every trace it is about is one's (torch_npu's
-    tasks read for the idle after each sync: "the NPU bubble", not "the GPU bubble")."""
+    tasks read for the idle after each sync: "the NPU bubble", not "the GPU bubble"), with
+    the cap its work sets (``cost.StepBounds``)."""
     if results and all(r.info.device == "npu" for r in results):
-        return how.replace("GPU", "NPU")
+        how = how.replace("GPU", "NPU")
+        if all(r.savings.device_busy_us is not None for r in results):
+            how = how.replace(
+                "after each sync, per step",
+                "after each sync, per step, at most the step less the NPU's work in it",
+            )
     return how
 
 

@@ -1091,6 +1091,12 @@ def _calls_of(
     api = max(calls, key=lambda c: c.event.dur).event.name
     device_id = None
     copied = 0
+    if tl.npu_of_process:
+        # An AscendCL call has no device record of its own: its process says its NPU.
+        device_id = next(
+            (tl.npu_of_process[c.event.pid] for c in calls if c.event.pid in tl.npu_of_process),
+            None,
+        )
     for call in calls:
         for d in call.device_events:
             if device_id is None:

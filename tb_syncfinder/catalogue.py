@@ -543,6 +543,8 @@ def device_kind_of(
 # torch_npu files the NPU's tasks in a process of this name, a row per stream, with no
 # category; the timeline reads them as the device's lanes.
 NPU_TASK_PROCESS = "Ascend Hardware"
+# ... and its AscendCL calls in one of this name (only at profiler level 1 and up).
+NPU_CALL_PROCESS = "CANN"
 # NPU tasks that are no work of the device's: a stream waiting for an event (what
 # cudaStreamWaitEvent is on CUDA, which writes no device record) and the profiler's own
 # placeholders. Without them the NPU's busy time of MindStudio Insight's published level-2
@@ -559,8 +561,8 @@ NPU_NOT_REPLAYED = (
     "to replay"
 )
 NPU_TASKS_NOT_LINKED = (
-    "the NPU's tasks are read for its idle time, but not linked to the calls that launched "
-    "them: nothing to replay"
+    "the NPU's tasks are read for its idle time, but the replay does not follow torch_npu's "
+    "task queue, through which the calls launch them: not replayed"
 )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -38,6 +38,7 @@ from tb_syncfinder.context import sync_contexts
 from tb_syncfinder.cost import (
     FIX_WITH_STEP_SHARE,
     StepBounds,
+    device_busy_by_step,
     host_event_counts,
     profiler_overhead_us,
     step_stats,
@@ -299,7 +300,12 @@ def _analyze_in_windows(
             log.info("%s: window %d of %d analysed", ref.path, len(results), len(parts.paths))
     finally:
         parts.close()
-    note = windows.window_note(len(results), window_bytes, asked=bool(options.window_bytes))
+    note = windows.window_note(
+        len(results),
+        window_bytes,
+        asked=bool(options.window_bytes),
+        replayed=any(r.savings.method == "replay" for r in results),
+    )
     # ``merge`` makes the trace's what-if figures anew: the profiler's overhead added up
     # here (no "fix together" figures: those need a whole trace's replay).
     host_events = sum(r.savings.host_events for r in results)
@@ -449,14 +455,16 @@ def _trace_savings(
     step_markers: bool,
     windowed: bool = False,
     device_kind: str | None = None,
-    device_activity: bool = False,
+    device_busy: Mapping[int, float] | None = None,
 ) -> TraceSavings:
     """The what-if stage's figures for the report: the replay's, else the bound's with the
     reason the replay was not used (``whatif`` None: the stage did not run). ``windowed``:
     a window's, replayed with a ``whatif.ReplayCarry``. ``device_kind`` "npu": the device
-    works, read for its idle time where the trace holds its tasks (``device_activity``) and
-    not replayed (``catalogue.NPU_TASKS_NOT_LINKED``), else not in the trace at all
+    works, read for its idle time where the trace holds its tasks (``device_busy``: its
+    work per step, which bounds what a step can lose) and not replayed
+    (``catalogue.NPU_TASKS_NOT_LINKED``), else not in the trace at all
     (``catalogue.NPU_NOT_REPLAYED``): not absent."""
+    device_activity = device_busy is not None
     groups: dict[str, list[int]] = {}
     for index, sync in enumerate(syncs):
         groups.setdefault(sync.site_key, []).append(index)
@@ -468,7 +476,7 @@ def _trace_savings(
                 reason = NPU_TASKS_NOT_LINKED if device_activity else NPU_NOT_REPLAYED
         else:
             reason = f"replay unavailable: {result.reason}"
-        bounds = StepBounds(steps)
+        bounds = StepBounds(steps, device_busy)
         return TraceSavings(
             method="bound",
             reason=reason,
@@ -478,6 +486,13 @@ def _trace_savings(
                 key: bounds.saving_us([syncs[i] for i in members], step_markers)
                 for key, members in groups.items()
             },
+            # The device's work in the reported steps (the bound of a step without the
+            # profiler: no step is shorter than it).
+            device_busy_us=(
+                sum(device_busy.get(st.step, 0.0) for st in steps)
+                if device_busy is not None
+                else None
+            ),
         )
     sites = {}
     bound_sites = {}
@@ -742,8 +757,10 @@ def _analyze_data(
     )
     if core_steps is not None:
         steps = [step for step in steps if step.step in core_steps]
+    # An NPU's tasks, read but not replayed: their work per step bounds what a step loses.
+    npu_busy = device_busy_by_step(tl) if tl.device_kind == "npu" and tl.has_gpu_activity else None
     trace_savings = _trace_savings(
-        whatif, syncs, steps, bool(tl.steps), carry is not None, tl.device_kind, tl.has_gpu_activity
+        whatif, syncs, steps, bool(tl.steps), carry is not None, tl.device_kind, npu_busy
     )
     _profiler_figures(trace_savings, tl, whatif, core_steps)
     if core is None and whatif is not None and whatif.result is not None and syncs:

@@ -231,12 +231,14 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
     a step shorter than that work (docs/validation.md, section 5: it held in all 19 GPU
     recordings, and was within 5 % of the measured saving where the fix kept the work); of
     a job's ranks, the busiest one's. None where the device's busy time is unknown (a
-    CPU-only trace, a replay-less one)."""
+    CPU-only trace, a replay-less one but an NPU's)."""
     summary = dict(report_json.get("summary") or {})
     busy = summary.get("busiest_worker_device_busy_per_step_us")
     if busy is None:  # a report written before that field: one worker's is the same
         busy = summary.get("device_busy_per_step_us")
-    usable = busy is not None and busy > 0 and summary.get("saving_method") == "replay"
+    # Replayed, or bounded with the device's work read (an NPU's tasks); not a run mixing
+    # the two, whose busy time is only its replayed traces'.
+    usable = busy is not None and busy > 0 and summary.get("saving_method") in ("replay", "bound")
     summary["unprofiled_step_time_us"] = step_time_us
     summary["unprofiled_saving_at_most_per_step_us"] = (
         max(0.0, step_time_us - busy) if usable else None

@@ -124,6 +124,7 @@ class Args(Struct, gc=False, omit_defaults=True):
     kind: _Scalar = None  # hip memcpy kind on ROCm runtime calls ("1" = HtoD, "2" = DtoH)
     name: Union[str, None] = None  # metadata events: process_name / thread_name
     labels: Union[str, None] = None  # metadata events: process_labels ("CPU", "GPU 0")
+    sort_index: _Scalar = None  # metadata events: process_sort_index
     # Collective ops and NCCL kernels (the job stage, collectives.py): keys Kineto writes on
     # those events only, so other events pay nothing. Same attribute names as
     # collectives.CommArgs; types vary between versions, hence Any. Not "Input Dims" /

@@ -22,12 +22,13 @@ import re
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, compress, islice
 from operator import add, attrgetter, eq
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from tb_syncfinder.catalogue import (
     ASCEND,
+    NPU_CALL_PROCESS,
     NPU_IDLE_TASK_TYPES,
     NPU_TASK_PROCESS,
     UNCATEGORISED_CALL_PREFIXES,
@@ -181,6 +182,9 @@ class Timeline(msgspec.Struct):
     # The trace's one step was the profiler's closing step (``_closed_by_the_profiler``),
     # dropped: the trace has step markers and no step of the program (not one pseudo-step).
     only_closing_step: bool = False
+    # torch_npu's processes by the NPU they are of (``npu_of_process``): which NPU an
+    # AscendCL call, filed in its "CANN" process, waited for.
+    npu_of_process: dict[Any, int] = msgspec.field(default_factory=dict)
     _step_starts: list[float] = msgspec.field(default_factory=list)
 
     def correlation(self, runtime_event: Event, thread: HostThread) -> Any:
@@ -528,12 +532,13 @@ class _Builder:
         )
         return [e for e in events if e.pid not in numbers]
 
-    def add_npu_tasks(self, runtime_names: set[str]) -> None:
-        """The NPU's tasks as device activity per (NPU, stream) lane, where the trace has
-        the calls that wait for them (AscendCL's, torch_npu's level 1 and up). At its
-        default level no wait is recorded: its syncs are listed as latent, as on a CPU, and
-        the tasks measure nothing."""
-        if self.npu_tasks and runtime_names:
+    def add_npu_tasks(self, calls_recorded: bool) -> None:
+        """The NPU's tasks as device activity per (NPU, stream) lane, where the trace
+        records the calls that wait for them (AscendCL's, torch_npu's level 1 and up; in a
+        window of such a trace, also one that holds none of them). At its default level no
+        wait is recorded: its syncs are listed as latent, as on a CPU, and the tasks
+        measure nothing."""
+        if self.npu_tasks and calls_recorded:
             self.add_device("", self.npu_tasks)
         self.npu_tasks = []
 
@@ -630,14 +635,27 @@ class _Builder:
         return lo, hi
 
 
-def _names(
-    metadata: list[MetaEvent],
-) -> tuple[dict[Any, str], dict[tuple[Any, Any], str], list[Any]]:
-    """Process labels ("CPU", "GPU 0") and thread names from the metadata events, and the
-    processes holding an NPU's tasks (torch_npu's "Ascend Hardware"), in the order named."""
+class _Names(NamedTuple):
+    """What the metadata events name."""
+
+    process_labels: dict[Any, str]  # "CPU", "GPU 0"
+    thread_names: dict[tuple[Any, Any], str]
+    # The processes holding an NPU's tasks (torch_npu's "Ascend Hardware"), in the order
+    # named, and the NPU each of torch_npu's processes is of (``npu_of_process``).
+    npu_task_processes: list[Any]
+    npu_of: dict[Any, int]
+    # Whether torch_npu named a process for its AscendCL calls ("CANN"): recorded at level 1
+    # or above, where calls wait for the NPU (a window of such a trace may hold none).
+    npu_calls_recorded: bool
+
+
+def _names(metadata: list[MetaEvent]) -> _Names:
+    """The process labels, thread names and torch_npu's processes the metadata names."""
     process_labels: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     npu_task_processes: list[Any] = []
+    sort_indices: dict[Any, Any] = {}
+    npu_calls_recorded = False
     for meta in metadata:
         args = meta.args
         if args is None:
@@ -649,7 +667,33 @@ def _names(
         elif meta.name == "process_name" and args.name == NPU_TASK_PROCESS:
             if meta.pid not in npu_task_processes:
                 npu_task_processes.append(meta.pid)
-    return process_labels, thread_names, npu_task_processes
+        elif meta.name == "process_name" and args.name == NPU_CALL_PROCESS:
+            npu_calls_recorded = True
+        elif meta.name == "process_sort_index" and args.sort_index is not None:
+            sort_indices[meta.pid] = args.sort_index
+    return _Names(
+        process_labels,
+        thread_names,
+        npu_task_processes,
+        npu_of_process(sort_indices),
+        npu_calls_recorded,
+    )
+
+
+def npu_of_process(sort_indices: dict[Any, Any]) -> dict[Any, int]:
+    """The NPU each of torch_npu's processes ("Ascend Hardware", "CANN", ...) is of, from its
+    pid: torch_npu writes it as the host's pid, the process's sort index and the NPU's
+    number in 10, 5 and 5 bits (rank 1's "Ascend Hardware", sort index 13, is 3254511009:
+    pid 3178233, 13, NPU 1). Only where the pid's middle bits are the process's own sort
+    index, which no other writer's pid would match by chance."""
+    return {
+        pid: pid & 0x1F
+        for pid, index in sort_indices.items()
+        if isinstance(pid, int)
+        and isinstance(index, int)
+        and pid > 0x3FF
+        and (pid >> 5) & 0x1F == index
+    }
 
 
 def build_timeline(data: TraceData) -> Timeline:
@@ -660,11 +704,14 @@ def build_timeline(data: TraceData) -> Timeline:
     """
     by_kind = data.by_kind or events_by_kind(data.events)
     buckets, flow_starts = by_kind.by_category, by_kind.flow_starts
-    process_labels, thread_names, npu_task_processes = _names(by_kind.metadata)
+    names = _names(by_kind.metadata)
+    process_labels, thread_names = names.process_labels, names.thread_names
+    npu_task_processes, npu_of = names.npu_task_processes, names.npu_of
     builder = _Builder()
-    # Each NPU by its number (0, 1, ...), not by the process id torch_npu files its tasks
-    # under ("NPU 3254508960 stream 2" named no device a user knows).
-    builder.device_numbers = {pid: n for n, pid in enumerate(npu_task_processes)}
+    # Each NPU by its number, not by the process id torch_npu files its tasks under ("NPU
+    # 3254508960 stream 2" named no device a user knows): the number its pid carries, else
+    # (another writer's pids) the order the processes are named in.
+    builder.device_numbers = {pid: npu_of.get(pid, n) for n, pid in enumerate(npu_task_processes)}
     class_of = {cat: category_class(cat) for cat in buckets}
     for cat, events in buckets.items():
         base = class_of[cat]
@@ -684,7 +731,7 @@ def build_timeline(data: TraceData) -> Timeline:
     for thread in builder.threads.values():
         runtime_names.update(r.name for r in thread.runtime)
         _sweep(thread, class_of)
-    builder.add_npu_tasks(runtime_names)
+    builder.add_npu_tasks(bool(runtime_names) or names.npu_calls_recorded)
     flow_correlation: dict[tuple[Any, Any, float], Any] = {}
     if builder.needs_flows:
         for flow in flow_starts:
@@ -733,5 +780,6 @@ def build_timeline(data: TraceData) -> Timeline:
         flow_correlation=flow_correlation,
         torch_version=data.torch_version,
         only_closing_step=only_closing_step,
+        npu_of_process=npu_of if builder.device_numbers else {},
         _step_starts=[s.ts for s in steps],
     )

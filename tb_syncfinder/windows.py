@@ -739,16 +739,21 @@ def split(path: str, found: Scan, bounds: list[float], folder: Optional[str] = N
 # The windows' results as one
 
 
-def window_note(n_windows: int, window_bytes: int, asked: bool = False) -> str:
+def window_note(
+    n_windows: int, window_bytes: int, asked: bool = False, replayed: bool = True
+) -> str:
     """What analysing a trace in ``n_windows`` windows of about ``window_bytes`` of JSON
     leaves out, and why it was split: the window size the user asked for (``asked``,
-    ``--window-mb``), or the memory budget this machine has."""
+    ``--window-mb``), or the memory budget this machine has. ``replayed``: whether any
+    window was replayed (an NPU's tasks are not: what the replay leaves out is not said)."""
     size = f"{window_bytes / 1e9:.1f} GB" if window_bytes >= 1e9 else f"{window_bytes / 1e6:.1f} MB"
     why = (
         "the window size asked for with --window-mb (TensorBoard: --sync_advisor_window_mb)"
         if asked
         else "the trace is larger than the memory budget"
     )
+    if not replayed:
+        return f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; {why})"
     return (
         f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; "
         f"{why}), each replayed from where the window "

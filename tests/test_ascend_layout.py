@@ -57,7 +57,8 @@ def torch_npu_trace(
     stack = {"Call stack": "/home/u/main.py(483): __str__;\r\n/home/u/main.py(375): train"}
     events = [
         *_meta(PYTHON_PID, "Python", "CPU"),
-        *_meta(CANN_PID, "CANN"),
+        # At level 0 torch_npu names no "CANN" process (MindStudio's level-0 recording).
+        *(_meta(CANN_PID, "CANN") if level >= 1 else []),
         *_meta(HARDWARE_PID, "Ascend Hardware", "NPU"),
     ]
     ts = T0
@@ -412,7 +413,7 @@ def test_an_unprofiled_step_time_given_for_a_run_without_waits_says_it_is_ignore
         main(
             [
                 "report",
-                str(write_run(tmp_path, level=2, run_name="l2")),
+                str(write_run(tmp_path, level=2, run_name="l2", tasks=False)),
                 "--unprofiled-step-ms",
                 "12",
             ]
@@ -422,6 +423,11 @@ def test_an_unprofiled_step_time_given_for_a_run_without_waits_says_it_is_ignore
     captured = capsys.readouterr()
     assert "no wait was measured" not in captured.err
     assert "no device busy time" in " ".join(captured.out.split())
+    # With the NPU's tasks its work per step (a 500 us kernel) bounds the step.
+    run = write_run(tmp_path, level=2, run_name="l2_tasks")
+    assert main(["report", str(run), "--unprofiled-step-ms", "12"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at most 11.5 ms per step (the step minus the NPU's busy time" in text
 
 
 def test_compare_of_two_npu_runs_predicts_no_saving(
@@ -484,8 +490,11 @@ def test_the_npus_tasks_give_its_idle_after_each_sync_on_lanes_named_by_its_numb
     summary = report["summary"]
     assert summary["gpu_idle_measured"] is True and summary["gpu_idle_us"] == pytest.approx(900)
     assert summary["saving_method"] == "bound" and "NPU bubble" in summary["saving_how"]
-    # The bound: each step's host wait (520 us) and the NPU's idle after it (450 us).
-    assert summary["predicted_saving_per_step_us"] == pytest.approx(520 + 450)
+    # The bound: each step's host wait (520 us) and the NPU's idle after it (450 us), but
+    # no more than the step (1 ms) less the NPU's work in it (a 500 us kernel).
+    assert summary["predicted_saving_per_step_us"] == pytest.approx(1000 - 500)
+    assert "at most the step less the NPU's work in it" in summary["saving_how"]
+    assert summary["device_busy_per_step_us"] == pytest.approx(500)
     assert [site["gpu_idle_measured"] for site in report["sites"]] == [True]
     assert main(["report", str(run)]) == 0
     text = " ".join(capsys.readouterr().out.split())
@@ -515,3 +524,72 @@ def test_the_npus_copy_task_says_which_way_a_to_went(
     report = json.loads(capsys.readouterr().out)
     (copy,) = [site for site in report["sites"] if site["ops"][0] == "aten::to"]
     assert copy["kind"] == "device_to_host_copy" and copy["copy_direction_guessed"] is True
+
+
+def test_an_npu_trace_read_in_windows_measures_what_it_measures_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Each window is read as a trace of its own: one without AscendCL calls (the last
+    steps here) dropped its NPU tasks and the merged trace read "not measured". Whether
+    the calls are recorded is the trace's ("CANN" named in every window's metadata)."""
+    events = [
+        e
+        for e in torch_npu_trace(2, steps=6)
+        if not (e.get("pid") == CANN_PID and e.get("ph") == "X" and float(e["ts"]) > T0 + 3000)
+    ]
+    trace = tmp_path / "run" / "w.pt.trace.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps(events))
+    summaries = []
+    for window_mb in ("0", "0.002"):
+        assert main(["report", str(trace), "--json", "--window-mb", window_mb]) == 0
+        report = json.loads(capsys.readouterr().out)
+        summaries.append(report["summary"])
+    assert report["traces"][0]["windows"] > 1
+    for summary in summaries:
+        assert summary["gpu_idle_measured"] is True
+    assert summaries[0]["gpu_idle_us"] == summaries[1]["gpu_idle_us"] == pytest.approx(1350)
+    assert summaries[0]["predicted_saving_us"] == pytest.approx(summaries[1]["predicted_saving_us"])
+    assert "each replayed" not in (summaries[1]["saving_note"] or "")
+
+
+def test_an_npu_is_named_by_the_number_torch_npu_writes_in_its_processes_ids() -> None:
+    """Rank 1 of the published recording ran on NPU 1, yet its lanes read "NPU 0" (the
+    first "Ascend Hardware" named) and its syncs were charged to the busiest NPU. torch_npu
+    writes a process's id as the host's pid, its sort index and the NPU's number (10, 5
+    and 5 bits): the number is read where the sort index checks out, for the tasks' lanes
+    and for the NPU an AscendCL call (in "CANN") waited for."""
+    from tb_syncfinder.timeline import npu_of_process
+
+    hardware, cann = (3178233 << 10) | (13 << 5) | 1, (3178233 << 10) | (7 << 5) | 1
+    assert (hardware, cann) == (3254511009, 3254510817)  # rank 1's, as recorded
+    assert npu_of_process({hardware: 13, cann: 7, 3178233: 0, 5: 0}) == {hardware: 1, cann: 1}
+    assert npu_of_process({hardware: 12}) == {}  # another writer's id: not read as one
+
+
+def test_an_npus_syncs_and_lanes_are_of_the_npu_its_processes_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same on a whole trace: rank 1's processes, with their sort indices."""
+    hardware, cann = (3178233 << 10) | (13 << 5) | 1, (3178233 << 10) | (7 << 5) | 1
+    events = json.loads(
+        json.dumps(torch_npu_trace(2))
+        .replace(str(HARDWARE_PID), str(hardware))
+        .replace(str(CANN_PID), str(cann))
+    )
+    for pid, index in ((hardware, 13), (cann, 7)):
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": index},
+            }
+        )
+    trace = tmp_path / "run" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps(events))
+    report = analyze(str(trace))
+    assert {sync.device_id for sync in report.syncs} == {1}
+    assert report.summary.gpu_idle_us == pytest.approx(900)

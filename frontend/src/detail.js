@@ -724,7 +724,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
           h("th", { scope: "col" }, "Step"),
           h("th", { scope: "col" }, "Waited in"),
           costHead("host_wait_us", "Wait", "host wait"),
-          costHead("gpu_idle_after_us", "Idle after", "GPU idle after the sync"),
+          costHead("gpu_idle_after_us", "Idle after", `${ctx.idleOn || "GPU"} idle after the sync`),
           costHead("predicted_saving_us", "Saves", "what removing this sync alone saves (the what-if replay's figure; \u2264 an upper bound where the trace could not be replayed)"),
         ),
       ),

@@ -615,7 +615,7 @@ function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = nul
       : card(
           "Step time if removed",
           formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
-          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step${summary.saving_method === "replay" ? `; ${idleOn} idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}` : ""}`,
+          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step${summary.saving_method !== "bound" ? `; ${idleOn} idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}` : ""}`,
           "estimate",
           null,
           // The figures above are the profiled program's: given the step time without the
@@ -645,10 +645,10 @@ export function shareBasis(summary, idleOn = "GPU") {
 }
 
 /** @param {any} site */
-function savingTitle(site) {
+function savingTitle(site, idleOn = "GPU") {
   if (site.gpu_idle_measured === false) return IDLE_UNREAD;
   if (site.saving_method === "replay") return "predicted by replaying the profiled steps without this site's syncs";
-  return `upper bound (host wait + GPU bubble)${site.saving_note ? `: ${site.saving_note}` : ""}`;
+  return `upper bound (host wait + ${idleOn} bubble)${site.saving_note ? `: ${site.saving_note}` : ""}`;
 }
 
 /** Above this many workers in one selection, the chart shows one bar per worker. */
@@ -704,6 +704,7 @@ function cachedStepChart(stepsResp, traces, sel, state, app, viewWidth) {
  */
 function stepChart(steps, traces, view, app, viewWidth) {
   if (!steps.length) return null;
+  const idleOn = onNpu(traces) ? "NPU" : "GPU"; // what idled after the syncs
   // Workers in rank order (rank2 before rank10), as the Worker picker lists them; a
   // worker's spans keep their order (the sort is stable).
   let groups = groupSteps(steps, traces).sort((a, b) => compareRunNames(a.worker ?? a.label, b.worker ?? b.label));
@@ -764,12 +765,12 @@ function stepChart(steps, traces, view, app, viewWidth) {
   // What a bar says: a step's figures; a bin's costliest step's, and its means per step.
   const figures = (/** @type {number} */ i, /** @type {boolean} */ long, selected = false) => {
     const x = shown[i];
-    const own = `${formatCount(x.sync_count)} syncs, ${long ? "host wait" : "wait"} ${formatUs(x.host_wait_us)}, ${long ? "GPU idle" : "idle"} ${formatUs(x.gpu_idle_us)}`;
+    const own = `${formatCount(x.sync_count)} syncs, ${long ? "host wait" : "wait"} ${formatUs(x.host_wait_us)}, ${long ? `${idleOn} idle` : "idle"} ${formatUs(x.gpu_idle_us)}`;
     if (!binned) return long ? own : `${own}, step ${formatUs(x.step_time_us)}`;
     const p = x.peak;
     return (
-      `steps ${x.first}\u2013${x.last} (${formatCount(x.size)}), bar = costliest step ${p.step}: ${formatCount(p.sync_count)} syncs, host wait ${formatUs(p.host_wait_us)}, GPU idle ${formatUs(p.gpu_idle_us)}` +
-      `; mean per step: host wait ${formatUs(x.mean.host_wait_us)}, GPU idle ${formatUs(x.mean.gpu_idle_us)}` +
+      `steps ${x.first}\u2013${x.last} (${formatCount(x.size)}), bar = costliest step ${p.step}: ${formatCount(p.sync_count)} syncs, host wait ${formatUs(p.host_wait_us)}, ${idleOn} idle ${formatUs(p.gpu_idle_us)}` +
+      `; mean per step: host wait ${formatUs(x.mean.host_wait_us)}, ${idleOn} idle ${formatUs(x.mean.gpu_idle_us)}` +
       // On the bin holding the selected step, Enter (or a click) clears the step filter.
       (selected ? `; ${long ? "Enter" : "click"} clears the step filter` : long ? `; Enter selects step ${p.step}` : `; click selects step ${p.step}`)
     );
@@ -809,12 +810,12 @@ function stepChart(steps, traces, view, app, viewWidth) {
     {
       viewBox: `0 0 ${width} ${height}`,
       role: "group",
-      "aria-label": `${perWorker ? "Host wait, GPU idle and syncs per step, per worker" : binned ? `Host wait, GPU idle and sync count per step, ${perBar} steps per bar, each bar its costliest step` : "Host wait, GPU idle and sync count per step"}; arrow keys move between bars, Enter selects`,
+      "aria-label": `${perWorker ? `Host wait, ${idleOn} idle and syncs per step, per worker` : binned ? `Host wait, ${idleOn} idle and sync count per step, ${perBar} steps per bar, each bar its costliest step` : `Host wait, ${idleOn} idle and sync count per step`}; arrow keys move between bars, Enter selects`,
       onkeydown: onKey,
     },
     s("line", { class: "axis", x1: L.pad.l, x2: L.pad.l + L.plotW, y1: L.baseY, y2: L.baseY }),
     // An empty chart has no scale to label: say what it shows instead of a "0 µs" top.
-    empty ? s("text", { class: "empty", x: L.pad.l + L.plotW / 2, y: L.pad.t + L.plotH / 2, "text-anchor": "middle" }, "no host wait or GPU idle after a sync in these steps") : s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
+    empty ? s("text", { class: "empty", x: L.pad.l + L.plotW / 2, y: L.pad.t + L.plotH / 2, "text-anchor": "middle" }, `no host wait or ${idleOn} idle after a sync in these steps`) : s("text", { x: L.pad.l - 4, y: L.pad.t + 8, "text-anchor": "end" }, formatUs(L.maxUs)),
     empty ? null : s("text", { x: L.pad.l - 4, y: L.baseY, "text-anchor": "end" }, "0"),
     L.maxCount ? s("text", { x: L.pad.l + L.plotW + 4, y: L.pad.t + 8 }, `${formatCount(L.maxCount)}`) : null,
     barEls,
@@ -844,12 +845,12 @@ function stepChart(steps, traces, view, app, viewWidth) {
       "div",
       { class: "sa-section-title" },
       perWorker ? `Per worker (${formatCount(groups.length)})` : grouped ? `Per step, per worker (${formatCount(groups.length)})` : "Per step",
-      binned ? h("span", { class: "sa-chip", "data-testid": "steps-per-bar", title: "More steps than the chart has room for: each bar holds consecutive steps and is drawn as the costliest of them (most host wait + GPU idle)" }, `${formatCount(total)} steps, ${formatCount(perBar)} per bar`) : null,
+      binned ? h("span", { class: "sa-chip", "data-testid": "steps-per-bar", title: `More steps than the chart has room for: each bar holds consecutive steps and is drawn as the costliest of them (most host wait + ${idleOn} idle)` }, `${formatCount(total)} steps, ${formatCount(perBar)} per bar`) : null,
       h(
         "span",
         { class: "sa-legend" },
         h("span", null, h("i", { style: { background: "var(--wait)" } }), "host wait"),
-        h("span", null, h("i", { style: { background: "var(--idle)" } }), `${onNpu(traces) ? "NPU" : "GPU"} idle after sync`),
+        h("span", null, h("i", { style: { background: "var(--idle)" } }), `${idleOn} idle after sync`),
         h("span", null, h("i", { style: { background: "var(--line)", height: "2px" } }), binned ? "most syncs in a step (right axis)" : "sync count (right axis)"),
         h(
           "span",
@@ -1110,7 +1111,7 @@ function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn, idleO
         ? null
         : h(
             "td",
-            { class: "num col-save", title: savingTitle(site), "data-method": site.saving_method || "bound" },
+            { class: "num col-save", title: savingTitle(site, idleOn), "data-method": site.saving_method || "bound" },
             savingText(site),
             // Sites waiting for the same GPU work save little alone and much together (the
             // card's saving): said in the row, as the terminal does, not only in the detail.

@@ -700,7 +700,7 @@ def _summary_lines(
         # The share is over the host's step; beside a longer step time it would be misread.
         share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
     lines.extend(_wrap_labelled("share of step", share_text, width))
-    lines.extend(_saving_lines(summary, width, fit_notes, fit_scales))
+    lines.extend(_saving_lines(summary, width, fit_notes, fit_scales, idle_device))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
@@ -781,6 +781,7 @@ def _saving_lines(
     width: int,
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
+    device_word: str = "GPU",
 ) -> list[str]:
     """Step time (the longer of host and device span) and what removing every sync saves,
     with one line on how that was obtained. ``fit_notes``: why a trace's saving without the
@@ -835,7 +836,7 @@ def _saving_lines(
             )
         lines.extend(_wrap_labelled("profiler", profiler, width))
     if unprofiled:
-        text = unprofiled_text(summary, fit_notes, fit_scales)
+        text = unprofiled_text(summary, fit_notes, fit_scales, device_word)
         lines.extend(_wrap_labelled("unprofiled", text, width))
     return lines
 
@@ -845,7 +846,10 @@ _FIGURES = re.compile(r"\d+(?:\.\d+)?")
 
 
 def unprofiled_text(
-    summary: dict[str, Any], fit_notes: Sequence[str] = (), fit_scales: Sequence[float] = ()
+    summary: dict[str, Any],
+    fit_notes: Sequence[str] = (),
+    fit_scales: Sequence[float] = (),
+    device: str = "GPU",
 ) -> str:
     """What a report with ``summary.unprofiled_step_time_us`` says of the step without the
     profiler (the terminal's "unprofiled" line, the tab's under its input): the step time
@@ -906,7 +910,7 @@ def unprofiled_text(
             if corrected is not None or fit_notes
             else f": fixing every sync saves at most {format_us(float(at_most))} per step "
         )
-        text += f"(the step minus the {'busiest worker' if of_workers else 'GPU'}'s busy time"
+        text += f"(the step minus the {'busiest worker' if of_workers else device}'s busy time"
         if saving > at_most:
             text += f"; the {format_us(saving)} above is the profiled program's"
         text += ")"

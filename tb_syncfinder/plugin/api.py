@@ -148,8 +148,8 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         "device": devices.most_common(1)[0][0] if devices else "unknown",
         "has_stacks": any(t.get("has_stacks") for t in traces),
         "has_gpu_activity": any(t.get("has_gpu_activity") for t in traces),
-        # Runtime calls without device activity (an NPU trace, whose task rows are not
-        # read): its syncs are real ones, not latent findings of a CPU run.
+        # Runtime calls without device activity (an NPU trace without its "Ascend
+        # Hardware" rows): its syncs are real ones, not latent findings of a CPU run.
         "has_runtime": any(t.get("has_runtime") for t in traces),
         "loading": sel.loading,
         "listed_apart": _listed_apart(report),

@@ -112,9 +112,11 @@ export class App {
     this.shownBase = null;
     /** A data-focus-key to focus after the next render (instead of the focused element's). */
     this.pendingFocus = /** @type {string | null} */ (null);
-    // Set by a click on a site's row: the detail it opens is scrolled into view if it is
-    // drawn off the screen (below the table).
-    // A link that names a site opens with its detail in view too.
+    // Set by a click on a site's row ("row"): the detail it opens is scrolled into view if
+    // it is drawn off the screen (below the table), or beside the table with only its top
+    // edge in view. A link that names a site opens with its detail in view too (true), the
+    // page left where it is unless the detail is off the screen.
+    /** @type {boolean | "row"} */
     this.revealDetail = Boolean(this.state.site);
     // The selection whose view is drawn (run, worker, span, view, base), as JSON; null
     // before the first.
@@ -560,7 +562,7 @@ export class App {
             // panel), off the screen, or beside the table with only its top edge in view
             // (a 1600x857 window: the cards, notes and chart fill most of it): scrolled
             // to, or the click seemed to do nothing but drop columns from the table.
-            if (reveal && panel.getBoundingClientRect().top > innerHeight * 0.6) {
+            if (reveal && panel.getBoundingClientRect().top > (reveal === "row" ? innerHeight * 0.6 : innerHeight - 48)) {
               panel.scrollIntoView({ block: "start" });
             }
             if (reveal) {

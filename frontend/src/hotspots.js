@@ -1066,7 +1066,7 @@ function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn, idleO
     return h("div", { class: "sa-empty", "data-testid": "no-sites" }, state.q || state.kind || state.step !== null ? "No site matches the filters." : latent ? "No latent sync sites." : "No sync sites.");
   }
   const select = (/** @type {any} */ site) => {
-    app.revealDetail = true; // below the table on a narrow page: bring it into view
+    app.revealDetail = "row"; // below the table, or its top at the window's foot: into view
     app.setState({ site: site.key, sync: null });
   };
   const selectedIndex = sites.findIndex((x) => x.key === state.site);

@@ -478,3 +478,26 @@ def test_sites_that_save_little_alone_say_what_they_save_with_the_others_in_thei
     # A site that saves as much alone says nothing more.
     assert page.locator("[data-testid=row-with-others]").count() == len(noted)
     assert page_errors == []
+
+
+def test_a_rows_detail_with_only_its_top_edge_in_view_is_scrolled_to(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """At 1600x857 the cards, notes, form and chart fill most of the window: a row's click
+    showed only the table losing columns, its detail starting at the window's foot."""
+    page = new_page(browser, page_errors, width=1600, height=857)
+    page.goto(plugin_url(demo_board, "#run=gpu_seg_baseline"))
+    rows(page)
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    page.wait_for_selector("[data-testid=site-stats]")
+    page.wait_for_function(
+        "document.querySelector('.sa-detail-slot').getBoundingClientRect().top < innerHeight / 4"
+    )
+    assert page.evaluate("scrollY") > 0
+    # The clicked row stays in view beside it.
+    top = page.evaluate(
+        "document.querySelector('[data-testid=sites] tr[aria-current=true]')"
+        ".getBoundingClientRect().top"
+    )
+    assert 0 <= top < 857, top
+    assert page_errors == []

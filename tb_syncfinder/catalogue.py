@@ -551,11 +551,17 @@ NPU_CALL_PROCESS = "CANN"
 # recording is 105.6 ms, its own "Computing" plus "Communication (not overlapped)" 104.8 ms
 # and a 0.83 ms host-to-device copy it counts in neither (docs/validation.md, section 9).
 NPU_IDLE_TASK_TYPES = frozenset({"EVENT_WAIT_SQE", "PLACE_HOLDER_SQE"})
+# NPU tasks that wait for another rank (HCCL's "Notify Wait"): the NPU is not idle then,
+# as an NCCL kernel waiting for its peers is not on CUDA, but it is no work of its own that
+# a step must last for: fixing the peers' syncs may shorten it. Left out of the work that
+# caps the bound (``cost.device_busy_by_step``): 95.8 of the 105.6 ms of the published
+# level-2 recording's step.
+NPU_PEER_WAIT_TASK_TYPES = frozenset({"Notify Wait"})
 
 # Why the replay does not run on an NPU trace: without "Ascend Hardware" rows the device's
 # work is not in the trace at all (``NPU_NOT_REPLAYED``); with them its idle time is read,
-# but nothing links a task to the call that launched it (torch_npu's flows go through its
-# task queue), so the saving is the bound of the host wait and the idle after each sync.
+# but the replay does not follow torch_npu's task queue, through which the calls launch
+# the tasks, so the saving is the bound of the host wait and the idle after each sync.
 NPU_NOT_REPLAYED = (
     "the trace holds no task of the NPU's own (torch_npu's \"Ascend Hardware\" rows): nothing "
     "to replay"

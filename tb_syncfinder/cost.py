@@ -27,8 +27,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
 
+from tb_syncfinder.catalogue import NPU_PEER_WAIT_TASK_TYPES
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
 from tb_syncfinder.query import union_length
@@ -236,21 +238,35 @@ class StepBounds:
         )
 
 
-def device_busy_by_step(tl: Timeline) -> dict[int, float]:
-    """Per step (by number), the time the busiest device worked in it: the union of its
-    activity clipped to the step. Linear in the activity and the steps (each step a bisect
-    and the activity it holds)."""
+def device_busy_by_step(
+    tl: Timeline, waits: Collection[str] = NPU_PEER_WAIT_TASK_TYPES
+) -> dict[int, float]:
+    """Per step (by number; the one pseudo-step of a trace without step markers), the time
+    the busiest device worked in it: the union of its activity clipped to the step, less
+    its tasks of the ``waits`` types (an NPU waiting for its peers). Linear in the
+    activity and the steps but for one sort per device."""
+    per_device: dict[Any, list[tuple[float, float]]] = {}
+    for lane, events in tl.lane_activity.items():
+        spans = per_device.setdefault(tl.lane_device.get(lane, lane[0]), [])
+        spans.extend(
+            (e.ts, e.ts + e.dur) for e in events if e.args is None or e.args.task_type not in waits
+        )
+    devices = []
+    for spans in per_device.values():
+        spans.sort()
+        ends = [b for _, b in spans]
+        devices.append(([a for a, _ in spans], ends, list(accumulate(ends, max))))
+    windows = [(st.number, st.ts, st.end) for st in tl.steps] or [(NO_STEP, *tl.span)]
     busy: dict[int, float] = {}
-    for step in tl.steps:
+    for number, ts, end in windows:
         most = 0.0
-        for activity in tl.device_activity.values():
-            starts, ends, reach = activity.starts, activity.ends, activity.max_end_before
-            i = bisect_left(starts, step.ts)
+        for starts, ends, reach in devices:
+            i = bisect_left(starts, ts)
             # Work started before the step and running into it, then what starts in it.
-            lo, hi = step.ts, min(reach[i - 1], step.end) if i > 0 else step.ts
+            lo, hi = ts, min(reach[i - 1], end) if i > 0 else ts
             total = 0.0
-            while i < len(starts) and starts[i] < step.end:
-                a, b = starts[i], min(ends[i], step.end)
+            while i < len(starts) and starts[i] < end:
+                a, b = starts[i], min(ends[i], end)
                 if a > hi:
                     total += max(0.0, hi - lo)
                     lo, hi = a, b
@@ -260,5 +276,5 @@ def device_busy_by_step(tl: Timeline) -> dict[int, float]:
             total += max(0.0, hi - lo)
             most = max(most, total)
         # Several threads may record the same step number: the longest's figure stands.
-        busy[step.number] = max(busy.get(step.number, 0.0), most)
+        busy[number] = max(busy.get(number, 0.0), most)
     return busy

@@ -688,8 +688,8 @@ def _analyze_data(
         savings: list[float | None] = [None] * len(episodes)
         # A window without device work still replays what the windows before it left
         # running (a device queue, a host ahead of it).
-        # An NPU's tasks are read for its idle time only: nothing links them to the calls
-        # that launched them, which the replay's graph is made of.
+        # An NPU's tasks are read for its idle time only: the replay's graph does not follow
+        # torch_npu's task queue, through which the calls launch them.
         replayable = (tl.has_gpu_activity and tl.device_kind != "npu") or (
             carry is not None and bool(carry.states)
         )

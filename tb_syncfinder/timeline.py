@@ -402,6 +402,30 @@ def _in_profiler_frame(thread: HostThread, ts: float) -> bool:
     return False
 
 
+def _npu_numbers(
+    task_processes: list[Any], npu_of: dict[Any, int]
+) -> tuple[dict[Any, int], dict[Any, int]]:
+    """Each process of an NPU's tasks by its device number, and each of torch_npu's
+    processes (its calls' "CANN") by the device number of the NPU it is of: the NPU's own
+    number where every NPU of the file has one of its own, else (another writer's pids, a
+    file merging hosts whose ranks use the same NPU) the order the task processes are
+    named in, each process joined to its NPU by the host and NPU its pid carries."""
+    own = [npu_of.get(pid) for pid in task_processes]
+    if None not in own and len(set(own)) == len(own):
+        numbers = {pid: npu_of[pid] for pid in task_processes}
+    else:
+        numbers = {pid: n for n, pid in enumerate(task_processes)}
+    of_host_npu = {
+        (pid >> 10, npu_of[pid]): numbers[pid] for pid in task_processes if pid in npu_of
+    }
+    by_process = {
+        pid: of_host_npu[(pid >> 10, npu)]
+        for pid, npu in npu_of.items()
+        if (pid >> 10, npu) in of_host_npu
+    }
+    return numbers, by_process
+
+
 class _Builder:
     """The state ``build_timeline`` fills, one method per kind of event bucket."""
 
@@ -685,7 +709,8 @@ def npu_of_process(sort_indices: dict[Any, Any]) -> dict[Any, int]:
     pid: torch_npu writes it as the host's pid, the process's sort index and the NPU's
     number in 10, 5 and 5 bits (rank 1's "Ascend Hardware", sort index 13, is 3254511009:
     pid 3178233, 13, NPU 1). Only where the pid's middle bits are the process's own sort
-    index, which no other writer's pid would match by chance."""
+    index (another writer's pid may match by chance, one in 32: only the processes of an
+    NPU's tasks and calls are looked up in it)."""
     return {
         pid: pid & 0x1F
         for pid, index in sort_indices.items()
@@ -709,9 +734,8 @@ def build_timeline(data: TraceData) -> Timeline:
     npu_task_processes, npu_of = names.npu_task_processes, names.npu_of
     builder = _Builder()
     # Each NPU by its number, not by the process id torch_npu files its tasks under ("NPU
-    # 3254508960 stream 2" named no device a user knows): the number its pid carries, else
-    # (another writer's pids) the order the processes are named in.
-    builder.device_numbers = {pid: npu_of.get(pid, n) for n, pid in enumerate(npu_task_processes)}
+    # 3254508960 stream 2" named no device a user knows).
+    builder.device_numbers, npu_of = _npu_numbers(npu_task_processes, npu_of)
     class_of = {cat: category_class(cat) for cat in buckets}
     for cat, events in buckets.items():
         base = class_of[cat]

@@ -753,7 +753,11 @@ def window_note(
         else "the trace is larger than the memory budget"
     )
     if not replayed:
-        return f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; {why})"
+        return (
+            f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; "
+            f"{why}): the device's idle from work launched two or more steps before a "
+            "window is not seen"
+        )
     return (
         f"analysed in {n_windows} windows of whole steps (about {size} of JSON each; "
         f"{why}), each replayed from where the window "

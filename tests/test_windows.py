@@ -587,6 +587,11 @@ def test_the_window_note_says_a_split_asked_for_was_asked_not_a_memory_budget():
     assert "asked for with --window-mb" in asked and "about 5.0 MB of JSON each" in asked
     budget = windows.window_note(3, 5_000_000)
     assert "the trace is larger than the memory budget" in budget
+    # No window replayed (an NPU's, a trace whose replay was unavailable): no word of a
+    # replay, but what the windows leave out of the idle still said.
+    bound = windows.window_note(3, 5_000_000, replayed=False)
+    assert "replayed" not in bound
+    assert "idle from work launched two or more steps before a window is not seen" in bound
 
 
 def test_a_trace_split_by_a_window_size_given_in_the_options_says_it_was_asked(tmp_path):

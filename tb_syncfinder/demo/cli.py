@@ -85,6 +85,11 @@ def _site_label(site) -> str:
     label = f"{site.kind} {what} {where} x{site.count}"
     if not site.latent:
         label += f", host wait {_ms(site.host_wait_us)}"
+        # What the sites are listed by (a 0.07 ms wait above a 0.25 ms one read as
+        # unsorted): what fixing each saves per step, as the report ranks them.
+        if site.gpu_idle_measured and site.predicted_saving_per_step_us is not None:
+            how = "~" if site.saving_method == "replay" else "≤"
+            label += f", saves {how}{_ms(site.predicted_saving_per_step_us)} a step"
     return label
 
 

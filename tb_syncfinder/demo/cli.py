@@ -89,7 +89,9 @@ def _site_label(site) -> str:
         # unsorted): what fixing each saves per step, as the report ranks them.
         if site.gpu_idle_measured and site.predicted_saving_per_step_us is not None:
             how = "~" if site.saving_method == "replay" else "≤"
-            label += f", saves {how}{_ms(site.predicted_saving_per_step_us)} a step"
+            from tb_syncfinder.outputs.text import format_us  # 2 us, not "0.00 ms"
+
+            label += f", saves {how}{format_us(site.predicted_saving_per_step_us)} a step"
     return label
 
 

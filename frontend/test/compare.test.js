@@ -105,8 +105,8 @@ test("a gone site also says what its fix saves, as the baseline predicted", () =
 });
 
 test("step time change is good news when negative and bad when positive", () => {
-  assert.deepEqual(stepTimeChange(-2500), { text: "steps faster by 2.50 ms", tone: "good" });
-  assert.deepEqual(stepTimeChange(800), { text: "steps slower by 800 µs", tone: "bad" });
+  assert.deepEqual(stepTimeChange(-2500), { text: "profiled steps faster by 2.50 ms", tone: "good" });
+  assert.deepEqual(stepTimeChange(800), { text: "profiled steps slower by 800 µs", tone: "bad" });
   assert.equal(stepTimeChange(0).tone, "neutral");
   assert.equal(stepTimeChange(null).tone, "neutral");
   assert.equal(STATUS_TONE.fixed, "good");
@@ -133,7 +133,7 @@ test("a step time change within 2 % of the baseline step is neither better nor w
   assert.equal(stepTimeChange(-59, { baseStepUs: 3000 }).tone, "neutral");
   // 142 µs on a 3.2 ms step is 4.4 %: a real change, with its share of the step.
   const real = stepTimeChange(-142, { baseStepUs: 3200 });
-  assert.deepEqual(real, { text: "steps faster by 142 µs (\u22124.4 %)", tone: "good" });
+  assert.deepEqual(real, { text: "profiled steps faster by 142 µs (\u22124.4 %)", tone: "good" });
   assert.equal(stepTimeChange(300, { baseStepUs: 3000 }).tone, "bad");
 });
 
@@ -154,7 +154,7 @@ test("a GPU compare headline is the step time change, without the latent note", 
   const counts = { worse: 1, new: 0, fixed: 1, better: 0, same: 0 };
   const head = compareHeadline({ latent: false, changeUs: -142, baseStepUs: 3200, counts });
   assert.equal(head.tone, "good");
-  assert.match(head.text, /^steps faster by 142 µs/);
+  assert.match(head.text, /^profiled steps faster by 142 µs/);
   assert.equal(head.note, null);
   assert.match(head.caveat, /^Profiled step times include the profiler's overhead/);
   assert.equal(compareHeadline({ latent: false, changeUs: 0, baseStepUs: 3200, counts }).caveat, null);

@@ -342,7 +342,7 @@ def test_compare_marks_the_removed_item_as_fixed_with_the_step_time_change(
     assert nonzero.get_attribute("data-status") in {"same", "better", "worse"}
     # 3.20 ms -> 3.06 ms per step (-4.4 %): beyond noise, good news.
     headline = page.locator("[data-testid=step-change]")
-    assert "steps faster by" in headline.inner_text()
+    assert "profiled steps faster by" in headline.inner_text()
     assert headline.get_attribute("data-tone") == "good"
     assert page.locator("[data-testid=step-change-note]").count() == 0
     assert page.locator("[data-testid=compare-note]").count() == 0  # both runs on a GPU

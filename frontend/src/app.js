@@ -498,8 +498,13 @@ export class App {
     if (pending) focus = { key: pending, start: null, end: null };
     this.reconcileRun();
     this.reconcileBase();
+    const inHeader = this.headerEl?.contains(document.activeElement) ?? false;
     this.renderHeader();
     this.renderBanners();
+    // The header is drawn anew at once: a control of it keeps the focus now, not once the
+    // view's answers come (a run's arrow key pressed meanwhile went to the page's body,
+    // and a keyboard user's next press changed nothing: 200 ms on a loaded machine).
+    if (inHeader && focus && !pending) restoreFocus(focus);
     const sel = this.selection();
     if (!sel) {
       if (this.pendingFocus === pending) this.pendingFocus = null;

@@ -54,20 +54,12 @@ SAVING_HOW = {
     "for traces that could not be replayed",
 }
 
-
-def _on_npu(how: str, results: Sequence[TraceResult]) -> str:
-    """``how`` in the words of an NPU where every trace it is about is one's (torch_npu's
-    tasks read for the idle after each sync: "the NPU bubble", not "the GPU bubble"), with
-    the cap its work sets (``cost.StepBounds``)."""
-    if results and all(r.info.device == "npu" for r in results):
-        how = how.replace("GPU", "NPU")
-        if all(r.savings.device_busy_us is not None for r in results):
-            how = how.replace(
-                "after each sync, per step",
-                "after each sync, per step, at most the step less the NPU's work in it",
-            )
-    return how
-
+# How, where every trace is an NPU's with its tasks read: the bubble is the NPU's, and its
+# own work in a step caps what the step can lose (``cost.StepBounds``).
+SAVING_HOW_NPU = (
+    "upper bound: host wait plus the NPU bubble after each sync, per step, at most the step "
+    "less the NPU's work in it (the trace could not be replayed)"
+)
 
 # How, where no trace's device activity was read (torch_npu): the bound lacks the bubble.
 SAVING_HOW_IDLE_UNREAD = (
@@ -459,7 +451,13 @@ def build_report(results: list[TraceResult]) -> Report:
         ),
         saving_method=method,
         saving_note="; ".join(reasons) or None,
-        saving_how=(_on_npu(SAVING_HOW[method], about) if idle_read else SAVING_HOW_IDLE_UNREAD),
+        saving_how=(
+            SAVING_HOW_IDLE_UNREAD
+            if not idle_read
+            else SAVING_HOW_NPU
+            if method == "bound" and about and all(r.info.device == "npu" for r in about)
+            else SAVING_HOW[method]
+        ),
         mean_device_step_time_us=_mean_device_step_us(results),
         mean_wall_step_time_us=mean_wall,
         gpu_idle_from_syncs_us=idle_from_syncs,

@@ -261,20 +261,16 @@ def device_busy_by_step(
     for number, ts, end in windows:
         most = 0.0
         for starts, ends, reach in devices:
-            i = bisect_left(starts, ts)
+            first = bisect_left(starts, ts)
             # Work started before the step and running into it, then what starts in it.
-            lo, hi = ts, min(reach[i - 1], end) if i > 0 else ts
-            total = 0.0
-            while i < len(starts) and starts[i] < end:
-                a, b = starts[i], min(ends[i], end)
-                if a > hi:
-                    total += max(0.0, hi - lo)
-                    lo, hi = a, b
-                elif b > hi:
-                    hi = b
-                i += 1
-            total += max(0.0, hi - lo)
-            most = max(most, total)
-        # Several threads may record the same step number: the longest's figure stands.
+            inside = (
+                [(ts, min(reach[first - 1], end))] if first > 0 and reach[first - 1] > ts else []
+            )
+            last = bisect_left(starts, end, first)
+            inside += [
+                (a, min(b, end)) for a, b in zip(starts[first:last], ends[first:last], strict=True)
+            ]
+            most = max(most, union_length(inside))
+        # Several threads may record the same step number: the busiest one's work stands.
         busy[number] = max(busy.get(number, 0.0), most)
     return busy

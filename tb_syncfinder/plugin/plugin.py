@@ -146,9 +146,6 @@ ANSWER_ROUTES: dict[str, Callable[[wrappers.Request], tuple[tuple, Make]]] = {
     "/sync": _sync_query,
     "/job": _job_query,
 }
-# The step times the saving without the profiler takes, in ms: a microsecond to an hour.
-UNPROFILED_MIN_MS = UNPROFILED_STEP_MIN_MS
-UNPROFILED_MAX_MS = UNPROFILED_STEP_MAX_MS
 # How long a request waits for another request's prediction of the same step time.
 UNPROFILED_WAIT_S = 600.0
 # Query strings whose checked arguments are kept (a repeated request skips parsing them),
@@ -439,7 +436,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         worker = params.text(request, "worker")
         span = params.text(request, "span")
         run = self.selections.lookup(params.text(request, "run", required=True), worker, span)
-        step_ms = params.number(request, "step_ms", UNPROFILED_MIN_MS, UNPROFILED_MAX_MS)
+        step_ms = params.number(request, "step_ms", UNPROFILED_STEP_MIN_MS, UNPROFILED_STEP_MAX_MS)
         sel = self.selections.get(run, worker, span)
         answer = self._unprofiled_once(
             sel,

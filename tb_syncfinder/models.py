@@ -43,6 +43,10 @@ LATENT_METHODS = ["cpu", "tolist"]
 # that each is echoed as given (``outputs.text.given_ms``).
 UNPROFILED_STEP_MIN_MS = 0.001
 UNPROFILED_STEP_MAX_MS = 3_600_000.0
+# How the reason a trace was not fitted to a step time (``TraceInfo.unprofiled_note``)
+# starts when that step is longer than the profiled one: a step of another program, whose
+# "at most" bound (the step less the device's work) says nothing of this one.
+NOT_FITTED_LONGER_THAN_PROFILED = "not fitted: the step time given is longer than the profiled"
 
 
 class TraceRef(msgspec.Struct, frozen=True):

@@ -83,6 +83,7 @@ from tb_syncfinder.catalogue import (
 )
 from tb_syncfinder.cost import FIX_WITH_OWN_SHARE
 from tb_syncfinder.detect import Call, Episode
+from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
@@ -762,7 +763,7 @@ def unprofiled_savings(
         )
         if step_us > profiled * (1 + UNPROFILED_STEP_ABOVE):
             found.reason = (
-                "not fitted: the step time given is longer than the profiled "
+                f"{NOT_FITTED_LONGER_THAN_PROFILED} "
                 f"step ({typical}), which the profiler's overhead cannot make: another "
                 "program's step, or one timed with more in it"
             )

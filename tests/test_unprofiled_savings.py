@@ -203,6 +203,20 @@ def test_a_step_longer_than_the_profiled_one_gets_no_figure_and_says_why() -> No
     assert "longer than the profiled step" in (report.traces[0].unprofiled_note or "")
 
 
+def test_a_step_ruled_out_as_another_programs_gets_no_at_most_bound(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """500 ms given for a 16 ms step: the report said it was another program's step, then
+    "at most 488 ms per step" for this one, a bound from the step it had just ruled out."""
+    trace, step_ms, _ = CASES["moe_loop"]
+    assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms * 10:.2f}"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "longer than the profiled step" in text
+    assert "at most" not in text.split("per step (given)", 1)[1].split("by kind", 1)[0]
+    assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms:.2f}"]) == 0
+    assert "at most" in capsys.readouterr().out  # a step of this program keeps its bound
+
+
 def test_a_trace_without_syncs_saves_nothing_without_fitting() -> None:
     pair = PAIRS["dynamic_shapes"]
     trace = TESTS / "gpu_pairs" / pair["fixed"]["trace"]

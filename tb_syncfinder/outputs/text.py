@@ -28,7 +28,7 @@ from tb_syncfinder.catalogue import (
     npu_without_calls,
 )
 from tb_syncfinder.catalogue import kind as catalogue_kind
-from tb_syncfinder.models import Report
+from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED, Report
 from tb_syncfinder.query import rank_sites
 
 if TYPE_CHECKING:
@@ -897,6 +897,13 @@ def unprofiled_text(
             else:
                 parts.append(f"in {plural(len(notes), 'other trace')}: {notes[0]}")
         text += f": no prediction without the profiler ({'; '.join(parts)})"
+    if (
+        fit_notes
+        and not fit_scales
+        and all(note.startswith(NOT_FITTED_LONGER_THAN_PROFILED) for note in fit_notes)
+    ):
+        # Every trace ruled the step out as another program's: a bound from it is none.
+        return text
     if at_most is None:
         text += (
             f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "

@@ -391,13 +391,13 @@ export function selfBaselineText(run, base) {
  * steps profiled, which is the group's first row). A CPU-only side measures no wait: its
  * cost rows read "–", never 0. The saving row (the baseline's predicted saving per step
  * beside the one measured) only when both are known and both runs are on a GPU.
- * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean, compared?: any}} args
+ * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean, compared?: any, idleOn?: string}} args
  *   `base`, `new`: the `compare` answer's summaries; `predictedUs`, `measuredUs`: its
  *   `predicted_saving_us` and `measured_saving_us`; `compared`: the whole answer (what
- *   was fixed, for the saving row's words)
+ *   was fixed, for the saving row's words); `idleOn`: as `compareIdleOn` says it
  * @returns {{unit: "step" | "run", title: string, rows: {id: string, label: string, before: string, after: string}[]}[]}
  */
-export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false, compared = null }) {
+export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false, compared = null, idleOn = "GPU" }) {
   const b = base || {};
   const n = after || {};
   /** A figure of each side, "–" for a CPU-only side where `cost` (it measures no wait). */
@@ -420,7 +420,7 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
   const wholeRun = [
     { id: "steps", label: "steps profiled", ...pair((s) => formatCount(s.step_count), false) },
     { id: "host-wait", label: "host wait", ...pair((s) => formatUs(s.host_wait_us)) },
-    { id: "gpu-idle", label: "GPU idle after syncs", ...pair((s) => (s.gpu_idle_measured === false ? "not measured" : formatUs(s.gpu_idle_us))) },
+    { id: "gpu-idle", label: `${idleOn} idle after syncs`, ...pair((s) => (s.gpu_idle_measured === false ? "not measured" : formatUs(s.gpu_idle_us))) },
     { id: "share", label: "share of step time (wait + idle)", ...pair((s) => formatPct(s.share_of_step)) },
   ];
   return [
@@ -506,6 +506,18 @@ export function fixedWhat(rows) {
   return parts.join(" and ");
 }
 
+/**
+ * What idled after the syncs of two compared runs, in their own word: "NPU" when both are
+ * torch_npu's, "device" when one is, else "GPU".
+ * @param {any} baseSummary the baseline's `summary` answer
+ * @param {any} newSummary this run's
+ * @returns {string}
+ */
+export function compareIdleOn(baseSummary, newSummary) {
+  const npu = [baseSummary, newSummary].filter((s) => s?.device === "npu").length;
+  return npu === 2 ? "NPU" : npu === 1 ? "device" : "GPU";
+}
+
 /** How a compare table's header says a column's unit (as `summaryRows`' headings do). */
 export const UNIT_WORDS = Object.freeze({ step: "per step", run: "whole run" });
 
@@ -516,10 +528,11 @@ export const UNIT_WORDS = Object.freeze({ step: "per step", run: "whole run" });
  * idle after, the mean of the profiled steps: runs of different lengths compare fairly) and
  * its change, or, sites compared by count (`byCount`: a CPU-only run), the syncs per step.
  * @param {boolean} byCount
+ * @param {string} [idleOn] what idled after the syncs: "GPU", "NPU" (both runs torch_npu's) or "device"
  * @returns {{id: string, label: string, unit: "step" | "run" | null, title: string | null, cls: string | null}[]}
  */
-export function compareColumns(byCount) {
-  const perStep = byCount ? "syncs per step (mean of the profiled steps)" : "host wait + GPU idle after the syncs, per step (mean of the profiled steps)";
+export function compareColumns(byCount, idleOn = "GPU") {
+  const perStep = byCount ? "syncs per step (mean of the profiled steps)" : `host wait + ${idleOn} idle after the syncs, per step (mean of the profiled steps)`;
   const wholeRun = "syncs over the whole run (all profiled steps)";
   /** @param {string} id @param {string} label @param {string | null} [cls] */
   const plain = (id, label, cls = null) => ({ id, label, unit: null, title: null, cls });
@@ -536,7 +549,7 @@ export function compareColumns(byCount) {
       id: "change",
       label: "Change",
       unit: "step",
-      title: byCount ? "syncs per step, baseline → this run" : "the cost per step that went away, came or changed (host wait + GPU idle after, mean of the profiled steps)",
+      title: byCount ? "syncs per step, baseline → this run" : `the cost per step that went away, came or changed (host wait + ${idleOn} idle after, mean of the profiled steps)`,
       cls: "col-change",
     },
   ];

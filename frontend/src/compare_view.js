@@ -17,6 +17,7 @@ import {
   compareHeadline,
   pickBaseline,
   compareBasis,
+  compareIdleOn,
   compareLocation,
   COMPARE_INEXACT_TITLE,
   countByStatus,
@@ -126,6 +127,7 @@ export async function renderCompare(ctx) {
   // A CPU-only run measures no wait: its cost rows read "–" (as its hotspots do), never 0.
   const cpuBase = baseSummary?.has_gpu_activity === false && !baseSummary?.has_runtime;
   const cpuNew = newSummary?.has_gpu_activity === false && !newSummary?.has_runtime;
+  const idleOn = compareIdleOn(baseSummary, newSummary);
   // CPU-only runs have no real syncs: their latent (would-sync-on-GPU) sites are compared by
   // count per step, as are all sites when only one run is CPU-only (then `note` says so).
   const basis = compareBasis(data);
@@ -184,7 +186,7 @@ export async function renderCompare(ctx) {
         { class: "sa-table sa-summary", "data-testid": "compare-summary", "aria-label": "The two runs per step and over the whole run" },
         h("thead", null, h("tr", null, h("th", null, ""), h("th", { class: "num" }, base), h("th", { class: "num" }, sel.run))),
         // A group per unit, its heading saying what each row under it is measured over.
-        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew, compared: data }).map((group) =>
+        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew, compared: data, idleOn }).map((group) =>
           h(
             "tbody",
             { "data-unit": group.unit },
@@ -219,7 +221,7 @@ export async function renderCompare(ctx) {
                 "tr",
                 null,
                 // Each figure's unit under its label: whole-run counts beside per-step costs.
-                compareColumns(byCount).map((c) =>
+                compareColumns(byCount, idleOn).map((c) =>
                   h(
                     "th",
                     { class: c.cls, scope: "col", title: c.title, "data-col": c.id },

@@ -16,7 +16,7 @@ import { apiUrl } from "./query.js";
 import { selectionWhere } from "./repairs.js";
 import { frameLines, frameLocation, isOpenable, splitStack, stackToShow, vscodeMessage } from "./stack.js";
 import { nextRowIndex, siteWhere, withUnprofiled } from "./sites.js";
-import { OCC_SORTS, occPagePatch, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
+import { OCC_SORTS, occPagePatch, occSortWords, occurrencePages, occurrencesParams, validOccSort } from "./state.js";
 import { traceLocator, traceSelection } from "./trace_link.js";
 
 /** Lines of source shown either side of the sync's line. */
@@ -695,7 +695,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
         { type: "button", class: "sa-linkish", "data-testid": `occ-${key}`, "data-focus-key": `occ-${key}`, "aria-label": name, disabled: to === null, onclick: () => (to === null ? null : go(to)) },
         label,
       );
-    const range = (OCC_SORTS.find((o) => o.key === order) ?? OCC_SORTS[0]).range;
+    const range = occSortWords(order, ctx.idleOn).range;
     const pager =
       p.pages > 1
         ? h(
@@ -787,7 +787,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
         show(next, 0, null);
       },
     },
-    OCC_SORTS.map((o) => h("option", { value: o.key, selected: o.key === order }, o.label)),
+    OCC_SORTS.map((o) => h("option", { value: o.key, selected: o.key === order }, occSortWords(o.key, ctx.idleOn).label)),
   ));
   return [
     h("div", { class: "sa-occ-head" }, heading, h("span", { class: "sa-field sa-occ-order" }, h("label", { for: "sa-osort" }, "Order"), orderBox)),

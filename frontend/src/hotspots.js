@@ -250,7 +250,10 @@ function unprofiledForm(state, app, answer) {
   const problemId = "sa-unprof-problem";
   const given = state.unprof === null ? "" : String(state.unprof);
   const typed = draft.run === state.run ? draft : { text: given, problem: "" };
-  const problem = h("span", { id: problemId, class: "sa-unprof-problem", "data-testid": "unprofiled-problem" }, typed.problem);
+  // What is wrong with the value typed, and that the answer still shown is another value's
+  // (it stayed under the problem as if it were the answer to it).
+  const problemText = (/** @type {string} */ wrong) => (wrong && answer !== null ? `${wrong} The answer below is still the one for ${state.unprof} ms.` : wrong);
+  const problem = h("span", { id: problemId, class: "sa-unprof-problem", "data-testid": "unprofiled-problem" }, problemText(typed.problem));
   const input = /** @type {HTMLInputElement} */ (
     h("input", {
       id: inputId,
@@ -269,6 +272,8 @@ function unprofiledForm(state, app, answer) {
         // What was wrong with the value before is not said of the one being typed.
         problem.textContent = "";
         input.removeAttribute("aria-invalid");
+        result.classList.remove("sa-unprof-stale");
+        result.removeAttribute("data-stale");
       },
     })
   );
@@ -294,6 +299,12 @@ function unprofiledForm(state, app, answer) {
               },
               withMicro(answer.text || ""),
             );
+  const markStale = () => {
+    if (answer === null) return;
+    result.classList.add("sa-unprof-stale");
+    result.setAttribute("data-stale", "true");
+  };
+  if (typed.problem) markStale();
   return h(
     "form",
     {
@@ -305,9 +316,10 @@ function unprofiledForm(state, app, answer) {
         const stepMs = text ? validStepMs(text) : null;
         if (text && stepMs === null) {
           Object.assign(draft, { run: state.run, text: input.value, problem: stepMsProblem(text) });
-          problem.textContent = draft.problem;
+          problem.textContent = problemText(draft.problem);
           input.setAttribute("aria-invalid", "true");
-          app.announce?.(draft.problem);
+          markStale();
+          app.announce?.(problemText(draft.problem));
           return;
         }
         Object.assign(draft, { run: null, text: "", problem: "" });

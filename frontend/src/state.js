@@ -240,6 +240,18 @@ export const OCC_SORTS = Object.freeze([
 ]);
 
 /**
+ * How the occurrences list says an order (`OCC_SORTS`' key; unknown: as they ran), on the
+ * run's own device: `OCC_SORTS` says GPU, and a torch_npu run's is an NPU.
+ * @param {string} key
+ * @param {string} [idleOn] "GPU" or "NPU"
+ * @returns {{label: string, range: string}}
+ */
+export function occSortWords(key, idleOn = "GPU") {
+  const order = OCC_SORTS.find((o) => o.key === key) ?? OCC_SORTS[0];
+  return { label: order.label.replace("GPU", idleOn), range: order.range.replace("GPU", idleOn) };
+}
+
+/**
  * The occurrences order an `osort` value in a URL names: one of `OCC_SORTS`' keys, else ""
  * (as they ran).
  * @param {string} value

@@ -139,3 +139,18 @@ test("an NPU baseline's saving is not predicted in the compare view, nor its idl
   const idle = summaryRows({ base: npu, new: npu }).flatMap((g) => g.rows).find((r) => r.id === "gpu-idle");
   assert.equal(idle.before, "not measured");
 });
+
+test("two NPU runs compared say the NPU idled; a GPU run beside an NPU run, the device", async () => {
+  const { compareColumns, compareIdleOn, summaryRows } = await import("../src/compare.js");
+  const npu = { device: "npu" };
+  const gpuRun = { device: "cuda" };
+  assert.equal(compareIdleOn(npu, npu), "NPU");
+  assert.equal(compareIdleOn(gpuRun, npu), "device");
+  assert.equal(compareIdleOn(gpuRun, gpuRun), "GPU");
+  assert.equal(compareIdleOn(null, gpuRun), "GPU");
+  const idle = summaryRows({ base: gpu, new: gpuAfter, idleOn: "NPU" }).flatMap((g) => g.rows).find((r) => r.id === "gpu-idle");
+  assert.equal(idle.label, "NPU idle after syncs");
+  const titles = compareColumns(false, "NPU").map((c) => c.title || "").join(" ");
+  assert.match(titles, /NPU idle after/);
+  assert.doesNotMatch(titles, /GPU/);
+});

@@ -8,6 +8,7 @@ import {
   hashNeedsRewrite,
   OCC_PAGE,
   OCC_SORTS,
+  occSortWords,
   occurrencesParams,
   osortNeedsRewrite,
   patchState,
@@ -129,4 +130,10 @@ test("the direction of an order comes from the catalogue's sync_sorts", () => {
   setCatalogue({ kinds: [], sync_sorts: "nonsense" });
   assert.equal(syncSortOrder("gpu_idle_after_us"), "desc");
   setCatalogue(null);
+});
+
+test("an NPU run's occurrences are ordered by the NPU's idle, in those words", () => {
+  assert.deepEqual(occSortWords("gpu_idle_after_us", "NPU"), { label: "longest NPU idle after", range: "longest NPU idle after first" });
+  assert.equal(occSortWords("gpu_idle_after_us").label, "longest GPU idle after");
+  assert.equal(occSortWords("no such order", "NPU").range, "in the order they ran");
 });

@@ -440,6 +440,15 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
         "[data-testid=sites] th", has=page.locator("[data-sort=predicted_saving_us]")
     )
     assert saves.get_attribute("aria-sort") == "descending"
+    # A value that is no step time, typed over it: the answer still shown is said to be
+    # the one for 5 ms, and dimmed (it read as the answer to the value typed).
+    page.fill("[data-testid=unprofiled-input]", "-1")
+    page.press("[data-testid=unprofiled-input]", "Enter")
+    problem = page.inner_text("[data-testid=unprofiled-problem]")
+    assert "The answer below is still the one for 5 ms." in problem, problem
+    assert page.get_attribute("[data-testid=unprofiled-text]", "data-stale") == "true"
+    page.fill("[data-testid=unprofiled-input]", "5")  # typing again: no longer said stale
+    assert page.get_attribute("[data-testid=unprofiled-text]", "data-stale") is None
     # The fixed run has no sync left: nothing to predict, no form.
     page.goto(plugin_url(demo_board, "#run=gpu_cnn_optimized&unprof=12.04"))
     page.wait_for_selector("[data-testid=no-syncs]")

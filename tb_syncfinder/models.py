@@ -47,6 +47,9 @@ UNPROFILED_STEP_MAX_MS = 3_600_000.0
 # starts when that step is longer than the profiled one: a step of another program, whose
 # "at most" bound (the step less the device's work) says nothing of this one.
 NOT_FITTED_LONGER_THAN_PROFILED = "not fitted: the step time given is longer than the profiled"
+# A step given this much longer than the profiled step is no unprofiled step of it (a host
+# jitters from run to run: within it, the profiled figures stand).
+UNPROFILED_STEP_ABOVE = 0.25
 
 
 class TraceRef(msgspec.Struct, frozen=True):

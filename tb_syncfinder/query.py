@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED, UNPROFILED_STEP_ABOVE
+
 T = TypeVar("T")
 
 # Columns a site list can be sorted by, with the order a first click starts with: costs and
@@ -243,7 +245,54 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
     summary["unprofiled_saving_at_most_per_step_us"] = (
         max(0.0, step_time_us - busy) if usable else None
     )
+    traces = report_json.get("traces")
+    if usable and summary.get("saving_method") == "bound":
+        # Not replayed, so no fit rules a step out as the replay does (``whatif.
+        # unprofiled_savings``): the profiled steps do, by the same measure.
+        typical = _typical_profiled_step_us(report_json.get("steps") or [])
+        if typical and step_time_us > typical * (1 + UNPROFILED_STEP_ABOVE):
+            summary["unprofiled_saving_at_most_per_step_us"] = None
+            note = (
+                f"{NOT_FITTED_LONGER_THAN_PROFILED} step ({typical / 1000:.2f} ms, the "
+                "median of the profiled steps after the first), which the profiler's overhead "
+                "cannot make: another program's step, or one timed with more in it"
+            )
+            traces = [
+                {**t, "unprofiled_note": note}
+                if isinstance(t, dict) and not t.get("error") and not t.get("unprofiled_note")
+                else t
+                for t in traces or []
+            ]
+            return {**report_json, "summary": summary, "traces": traces}
     return {**report_json, "summary": summary}
+
+
+def bounded_by_device_work(summary: dict[str, Any]) -> bool:
+    """Whether a report not replayed still bounds the saving by its device's own work per
+    step (torch_npu's tasks read): what ``with_unprofiled_step`` then says of a step time
+    without the profiler, with no trace analysed again."""
+    busy = summary.get("busiest_worker_device_busy_per_step_us")
+    if busy is None:
+        busy = summary.get("device_busy_per_step_us")
+    return summary.get("saving_method") == "bound" and busy is not None and busy > 0
+
+
+def _typical_profiled_step_us(steps: Sequence[dict[str, Any]]) -> float:
+    """The profiled step a step time without the profiler is held against: each trace's
+    median wall time of its steps after the first (the first runs set-up), the longest of
+    the traces' (a job's ranks step together)."""
+    by_trace: dict[Any, list[float]] = {}
+    for step in steps:
+        wall = float(step.get("wall_time_us") or step.get("step_time_us") or 0.0)
+        if wall > 0:
+            by_trace.setdefault(step.get("trace"), []).append(wall)
+    typical = 0.0
+    for walls in by_trace.values():
+        later = sorted(walls[1:] or walls)
+        middle = len(later) // 2
+        median = later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
+        typical = max(typical, median)
+    return typical
 
 
 def page(items: Sequence[Any], offset: int, limit: int, **extra: Any) -> dict[str, Any]:

@@ -83,7 +83,7 @@ from tb_syncfinder.catalogue import (
 )
 from tb_syncfinder.cost import FIX_WITH_OWN_SHARE
 from tb_syncfinder.detect import Call, Episode
-from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED
+from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED, UNPROFILED_STEP_ABOVE
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
@@ -667,9 +667,6 @@ UNPROFILED_SCALE_MAX = 4.0
 UNPROFILED_FIT_ROUNDS = 12
 # Within this share of the step given, a replayed step reproduces it.
 UNPROFILED_FIT_TOL = 0.001
-# A step given this much longer than the profiled replay's is no unprofiled step of it (a
-# host jitters from run to run: within it, the profiled figures stand).
-UNPROFILED_STEP_ABOVE = 0.25
 
 
 class UnprofiledSavings(msgspec.Struct):

@@ -425,9 +425,25 @@ def test_an_unprofiled_step_time_given_for_a_run_without_waits_says_it_is_ignore
     assert "no device busy time" in " ".join(captured.out.split())
     # With the NPU's tasks its work per step (a 500 us kernel) bounds the step.
     run = write_run(tmp_path, level=2, run_name="l2_tasks")
+    assert main(["report", str(run), "--unprofiled-step-ms", "0.9"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at most 400 us per step (the step minus the NPU's busy time" in text
+
+
+def test_an_npu_step_time_longer_than_the_profiled_step_is_ruled_out_as_another_programs(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """12 ms given for a 1 ms profiled step: the report said "at most 11.5 ms per step",
+    a bound from a step the profiler's overhead cannot have made of this program's (the
+    replayed path rules such a step out; the NPU's, not replayed, did not)."""
+    run = write_run(tmp_path, level=2, run_name="l2_tasks")
     assert main(["report", str(run), "--unprofiled-step-ms", "12"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "at most 11.5 ms per step (the step minus the NPU's busy time" in text
+    assert "the step time given is longer than the profiled step (1.00 ms" in text
+    assert "at most" not in text.split("per step (given)", 1)[1]
+    assert main(["report", str(run), "--unprofiled-step-ms", "1.2", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["unprofiled_saving_at_most_per_step_us"] == pytest.approx(700.0)
 
 
 def test_compare_of_two_npu_runs_predicts_no_saving(

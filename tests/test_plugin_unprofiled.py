@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from tensorboard.backend.application import TensorBoardWSGI
 from tensorboard.plugins import base_plugin
+from test_ascend_layout import torch_npu_trace
 from werkzeug.test import Client
 
 from tb_syncfinder.cli import main
@@ -34,6 +35,7 @@ TIMED = json.loads((BUNDLED_TRACES_DIR / "unprofiled_step_times.json").read_text
 CNN_STEP_MS = round(TIMED["cnn_baseline"]["median_ms"], 2)
 CNN = BUNDLED_TRACES_DIR / "cnn_baseline.pt.trace.json.gz"
 CNN_FIXED = BUNDLED_TRACES_DIR / "cnn_optimized.pt.trace.json.gz"
+NPU_TRACE = "npu0.pt.trace.json"  # torch_npu's, with the NPU's tasks: 1 ms steps, 500 us work
 
 
 class CountingAnalysis:
@@ -70,6 +72,10 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy(trace, root / run / f"{worker}.pt.trace.json.gz")
     source = tmp_path_factory.mktemp("cpu_src") / "train.py"
     profile_workload(WORKLOAD, source, root / "cpu" / "host.pt.trace.json")
+    (root / "npu").mkdir()
+    (root / "npu" / NPU_TRACE).write_text(
+        json.dumps({"traceEvents": torch_npu_trace(2, steps=4, upload=True)})
+    )
     return root
 
 
@@ -191,6 +197,30 @@ def test_each_worker_of_a_run_is_replayed_and_too_many_are_refused(
     assert "2 traces here, at most 1; pick a worker" in body["error"]
     status, body = get(client, "unprofiled", run="two_workers", worker="worker_a", step_ms="14.6")
     assert status == 200 and len(body["traces"]) == 1
+
+
+def test_an_npu_run_gets_the_bound_its_tasks_set_as_the_cli_says_without_a_replay(
+    client: Client, counting: CountingAnalysis, logdir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """NPU runs are not replayed: the form was not offered, and the bound their tasks' work
+    sets in a step timed without the profiler came from the CLI only."""
+    before = len(counting.with_step)
+    status, body = get(client, "unprofiled", run="npu", step_ms="0.9")
+    assert status == 200, body
+    assert len(counting.with_step) == before  # nothing analysed again
+    assert body["summary"]["saving_method"] == "bound"
+    assert body["summary"]["unprofiled_saving_at_most_per_step_us"] == pytest.approx(400.0)
+    assert body["summary"]["unprofiled_predicted_saving_per_step_us"] is None
+    assert body["sites"] and all(us is None for us in body["sites"].values())
+    assert main(["report", str(logdir / "npu" / NPU_TRACE), "--unprofiled-step-ms", "0.9"]) == 0
+    terminal = " ".join(capsys.readouterr().out.split())
+    assert " ".join(body["text"].split()) in terminal
+    assert "at most 400 us per step (the step minus the NPU's busy time" in body["text"]
+    # A step no profiler overhead makes of a 1 ms one: ruled out, no bound from it.
+    status, body = get(client, "unprofiled", run="npu", step_ms="12")
+    assert status == 200, body
+    assert body["summary"]["unprofiled_saving_at_most_per_step_us"] is None
+    assert "longer than the profiled step" in body["text"] and "at most" not in body["text"]
 
 
 def test_a_cpu_only_run_has_nothing_to_fit_and_says_so(client: Client) -> None:

@@ -85,16 +85,19 @@ export async function renderHotspots(ctx) {
   // The saving without the profiler, for the step time the user measured without it (the
   // form below asks for it): the selection's traces replayed again in the plugin's
   // analysis processes, kept per step time.
-  // Where there are syncs to remove (none: nothing to save, with the profiler or without).
-  const unprofilable = !latent && summary.saving_method === "replay" && summary.sync_count > 0;
-  // Never awaited here: a large trace takes as long as its analysis, and the view is drawn
-  // meanwhile, saying so; its answer draws the view again.
-  const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
-  ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
   // What the syncs waited for, as the figures name it: an NPU where every trace read is
   // torch_npu's (its tasks' idle time), else a GPU.
   const idleOn = onNpu(summaryResp.traces) ? "NPU" : "GPU";
   ctx.idleOn = idleOn; // read by the detail panel
+  // An NPU run is not replayed, but its tasks' work per step bounds the saving in a step
+  // timed without the profiler (the CLI's `--unprofiled-step-ms` on it): no figure per site.
+  const boundOnly = idleOn === "NPU" && summary.saving_method === "bound" && (summary.busiest_worker_device_busy_per_step_us ?? summary.device_busy_per_step_us ?? 0) > 0;
+  // Where there are syncs to remove (none: nothing to save, with the profiler or without).
+  const unprofilable = !latent && (summary.saving_method === "replay" || boundOnly) && summary.sync_count > 0;
+  // Never awaited here: a large trace takes as long as its analysis, and the view is drawn
+  // meanwhile, saying so; its answer draws the view again.
+  const unprofiled = unprofilable && state.unprof !== null ? unprofiledAnswer(sel, state.unprof, ctx) : null;
+  ctx.unprofiledSites = unprofiled?.sites || null; // read by the detail panel
   const siteItems = withUnprofiled(sites.items, unprofiled?.sites);
   // The column of savings without the profiler: once an answer gives a site a figure, and
   // while the answer the table is sorted by is on its way (its cells say so).
@@ -134,7 +137,7 @@ export async function renderHotspots(ctx) {
     // Where the profiler's own overhead is a large share of the step: what the prediction
     // is for, and the bound the device's busy time sets without the profiler.
     latent || !summary.profiler_note ? null : h("p", { class: "sa-note sa-profiler", "data-testid": "profiler-note" }, withMicro(summary.profiler_note)),
-    unprofilable ? unprofiledForm(state, app, unprofiled) : null,
+    unprofilable ? unprofiledForm(state, app, unprofiled, boundOnly) : null,
     // Copies the trace cannot judge (ROCm records no pinned or pageable): said, not passed over.
     unjudgedUploadsText(summaryResp.traces) ? h("p", { class: "sa-note", "data-testid": "unjudged-uploads" }, unjudgedUploadsText(summaryResp.traces)) : null,
     // On a CPU-only trace every step has zero syncs and zero cost: nothing to draw.
@@ -244,8 +247,9 @@ const draft = { run: null, text: "", problem: "" };
  * @param {any} state
  * @param {any} app
  * @param {any} answer the `unprofiled` answer, `{error}`, `{pending}`, or null (no step time given)
+ * @param {boolean} [boundOnly] an NPU run: not replayed, the answer is the bound its work sets
  */
-function unprofiledForm(state, app, answer) {
+function unprofiledForm(state, app, answer, boundOnly = false) {
   const inputId = "sa-unprof-input";
   const problemId = "sa-unprof-problem";
   const given = state.unprof === null ? "" : String(state.unprof);
@@ -283,10 +287,12 @@ function unprofiledForm(state, app, answer) {
       ? h(
           "p",
           { class: "sa-muted" },
-          "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
+          boundOnly
+            ? "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: no fix that keeps the NPU's work makes a step shorter than that work, so fixing every sync saves at most that step less it (NPU traces are not replayed: no figure per site)."
+            : "The profiler slows the host, so the savings above are the profiled program's. Time some steps of the same program without it (the median after warm-up) and give it here: each trace is replayed again with the profiler's estimated overhead taken out until its typical step takes that time.",
         )
       : answer.pending
-        ? h("p", { "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), `Replaying the trace for a step of ${state.unprof} ms… (about as long as its analysis took)`)
+        ? h("p", { "data-testid": "unprofiled-pending" }, h("span", { class: "sa-spinner", "aria-hidden": "true" }), boundOnly ? `Bounding the saving for a step of ${state.unprof} ms…` : `Replaying the trace for a step of ${state.unprof} ms… (about as long as its analysis took)`)
         : answer.error
           ? h("p", { class: "sa-unprof-problem", "data-testid": "unprofiled-error" }, answer.error)
           : h(

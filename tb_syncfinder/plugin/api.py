@@ -217,7 +217,6 @@ def unprofiled_impl(
     import msgspec
 
     from tb_syncfinder.engine import report_runs
-    from tb_syncfinder.outputs.text import unprofiled_fits, unprofiled_text
 
     with loader.lock:
         states = [
@@ -236,6 +235,9 @@ def unprofiled_impl(
         and result.savings.method == "replay"
     ]
     if not again:
+        bounded = _unprofiled_bound(kept, step_ms)
+        if bounded is not None:
+            return bounded
         raise errors.InvalidArgumentError(
             "no trace here was replayed (CPU-only, without device activity, or not analysed "
             "yet): a step time without the profiler has nothing to be fitted to"
@@ -265,12 +267,19 @@ def unprofiled_impl(
         raise UnavailableError(
             "not analysed again with this step time: " + "; ".join(failed),
         )
+    return _unprofiled_answer(step_ms, report, "GPU")
+
+
+def _unprofiled_answer(step_ms: float, report: dict[str, Any], device: str) -> dict[str, Any]:
+    """The ``unprofiled`` route's answer from a report with the step time given."""
+    from tb_syncfinder.outputs.text import unprofiled_fits, unprofiled_text
+
     summary = report["summary"]
     readable = [t for t in report["traces"] if not t.get("error")]
     return {
         "step_ms": step_ms,
         "summary": {name: summary.get(name) for name in UNPROFILED_SUMMARY_FIELDS},
-        "text": unprofiled_text(summary, *unprofiled_fits(readable)),
+        "text": unprofiled_text(summary, *unprofiled_fits(readable), device=device),
         "sites": {
             site["key"]: site.get("unprofiled_predicted_saving_per_step_us")
             for site in report["sites"]
@@ -285,6 +294,23 @@ def unprofiled_impl(
             for t in report["traces"]
         ],
     }
+
+
+def _unprofiled_bound(kept: list[Any], step_ms: float) -> dict[str, Any] | None:
+    """The answer for a selection not replayed whose device's own work per step is read
+    (torch_npu's tasks): the most fixing every sync saves in a step of ``step_ms``, that
+    step less the work, as ``report --unprofiled-step-ms`` says it; no trace is analysed
+    again. None where the selection gives no such bound."""
+    from tb_syncfinder.engine import report_runs
+
+    if all(result.info.error for result in kept):
+        return None
+    report = report_runs(kept).report.to_json()
+    if not query.bounded_by_device_work(report["summary"]):
+        return None
+    npu = all(t.get("device") == "npu" for t in report["traces"])
+    report = query.with_unprofiled_step(report, step_ms * 1000.0)
+    return _unprofiled_answer(step_ms, report, "NPU" if npu else "device")
 
 
 def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:

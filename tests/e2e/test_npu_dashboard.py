@@ -1,0 +1,79 @@
+"""torch_npu runs in a real TensorBoard and a headless Chromium: their figures are an NPU's,
+in the compare view and the occurrences' orders as in the rest of the tab, and the step
+time without the profiler gives the bound the NPU's own work sets (NPU runs are not
+replayed: the form was not offered, and that bound came from the CLI only)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import new_page, plugin_url, serve_tensorboard, skip_without_browser
+
+skip_without_browser()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_ascend_layout import torch_npu_trace  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def npu_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Two torch_npu runs with the NPU's tasks (1 ms steps, 500 us of NPU work each): one
+    whose steps each upload a batch and print a loss, one that only prints it."""
+    logdir = tmp_path_factory.mktemp("npu_logdir")
+    for run, upload in (("npu_base", True), ("npu_new", False)):
+        (logdir / run).mkdir()
+        trace = {"traceEvents": torch_npu_trace(2, steps=4, upload=upload)}
+        (logdir / run / "npu0.pt.trace.json").write_text(json.dumps(trace), encoding="utf-8")
+    with serve_tensorboard(logdir, cwd=logdir, expected_runs={"npu_base", "npu_new"}) as base:
+        yield base
+
+
+def test_an_npu_runs_step_time_without_the_profiler_gives_the_bound_of_its_work(
+    npu_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(npu_board, "#run=npu_base"))
+    form = page.wait_for_selector("[data-testid=unprofiled-form]")
+    assert "NPU traces are not replayed" in form.inner_text()
+    page.fill("[data-testid=unprofiled-input]", "0.9")
+    page.press("[data-testid=unprofiled-input]", "Enter")
+    text = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
+    assert "fixing every sync saves at most 400 µs per step (the step minus the NPU's" in text
+    assert "unprof=0.9" in page.evaluate("location.hash")
+    # No figure per site: no column of them.
+    assert page.locator("[data-testid=row-unprofiled]").count() == 0
+    # A step the profiler's overhead cannot make of a 1 ms one: no bound from it.
+    page.fill("[data-testid=unprofiled-input]", "12")
+    page.press("[data-testid=unprofiled-input]", "Enter")
+    page.wait_for_function(
+        "() => (document.querySelector('[data-testid=unprofiled-text]') || {}).textContent"
+        "?.includes('12 ms per step')"
+    )
+    text = page.inner_text("[data-testid=unprofiled-text]")
+    assert "longer than the profiled step" in text and "at most" not in text
+    assert page_errors == []
+
+
+def test_the_compare_view_and_the_occurrences_of_npu_runs_say_npu(
+    npu_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(npu_board, "#run=npu_new&view=compare&base=npu_base"))
+    summary = page.wait_for_selector("[data-testid=compare-summary]").inner_text()
+    assert "NPU idle after syncs" in summary and "GPU" not in summary, summary
+    titles = page.eval_on_selector_all(
+        "[data-testid=compare-sites] th[title]", "ths => ths.map(th => th.title)"
+    )
+    assert titles and not any("GPU" in t for t in titles), titles
+    # A site of 4 occurrences: its orders say the NPU's idle.
+    page.goto(plugin_url(npu_board, "#run=npu_new"))
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    order = page.wait_for_selector("[data-testid=occ-sort]")
+    options = order.eval_on_selector_all("option", "os => os.map(o => o.textContent)")
+    assert "longest NPU idle after" in options and not any("GPU" in o for o in options), options
+    assert page_errors == []

@@ -44,12 +44,25 @@ LATENT_METHODS = ["cpu", "tolist"]
 UNPROFILED_STEP_MIN_MS = 0.001
 UNPROFILED_STEP_MAX_MS = 3_600_000.0
 # How the reason a trace was not fitted to a step time (``TraceInfo.unprofiled_note``)
-# starts when that step is longer than the profiled one: a step of another program, whose
-# "at most" bound (the step less the device's work) says nothing of this one.
+# starts when that step is longer than the profiled one or shorter than the device's work
+# (a step of another program), or when the trace has no steps.
 NOT_FITTED_LONGER_THAN_PROFILED = "not fitted: the step time given is longer than the profiled"
+NOT_FITTED_SHORTER_THAN_BUSY = "not fitted: the step time given is shorter than the"
+NOT_FITTED_NO_STEPS = "not fitted: the trace has no ProfilerStep markers"
+# The notes of a step time ruled out by the trace (or, without step markers, that no step
+# of it is): an "at most" bound from that time is none.
+STEP_TIME_RULED_OUT = (
+    NOT_FITTED_LONGER_THAN_PROFILED,
+    NOT_FITTED_SHORTER_THAN_BUSY,
+    NOT_FITTED_NO_STEPS,
+)
+# The note of a trace with no sync to remove, fitted to a step time or not.
+NO_SYNC_TO_REMOVE = "no sync to remove: nothing to save, with the profiler or without"
 # A step given this much longer than the profiled step is no unprofiled step of it (a host
 # jitters from run to run: within it, the profiled figures stand).
 UNPROFILED_STEP_ABOVE = 0.25
+# Within this share of the step given, a replayed step reproduces it.
+UNPROFILED_FIT_TOL = 0.001
 
 
 class TraceRef(msgspec.Struct, frozen=True):

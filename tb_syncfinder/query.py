@@ -11,7 +11,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED, UNPROFILED_STEP_ABOVE
+from tb_syncfinder.models import (
+    NOT_FITTED_LONGER_THAN_PROFILED,
+    NOT_FITTED_SHORTER_THAN_BUSY,
+    UNPROFILED_FIT_TOL,
+    UNPROFILED_STEP_ABOVE,
+)
 
 T = TypeVar("T")
 
@@ -250,13 +255,22 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
         # Not replayed, so no fit rules a step out as the replay does (``whatif.
         # unprofiled_savings``): the profiled steps do, by the same measure.
         typical = _typical_profiled_step_us(report_json.get("steps") or [])
+        note = None
         if typical and step_time_us > typical * (1 + UNPROFILED_STEP_ABOVE):
-            summary["unprofiled_saving_at_most_per_step_us"] = None
             note = (
                 f"{NOT_FITTED_LONGER_THAN_PROFILED} step ({typical / 1000:.2f} ms, the "
                 "median of the profiled steps after the first), which the profiler's overhead "
                 "cannot make: another program's step, or one timed with more in it"
             )
+        elif step_time_us < busy * (1 - UNPROFILED_FIT_TOL):
+            device = "NPU" if all_on_npu(report_json) else "device"
+            note = (
+                f"{NOT_FITTED_SHORTER_THAN_BUSY} {device}'s busy time per step "
+                f"({busy / 1000:.2f} ms), which no program doing this {device} work runs "
+                "faster than: another program's step?"
+            )
+        if note is not None:
+            summary["unprofiled_saving_at_most_per_step_us"] = None
             traces = [
                 {**t, "unprofiled_note": note}
                 if isinstance(t, dict) and not t.get("error") and not t.get("unprofiled_note")
@@ -265,6 +279,12 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
             ]
             return {**report_json, "summary": summary, "traces": traces}
     return {**report_json, "summary": summary}
+
+
+def all_on_npu(report_json: dict[str, Any]) -> bool:
+    """Whether every trace a report read is torch_npu's."""
+    traces = [t for t in report_json.get("traces") or [] if not t.get("error")]
+    return bool(traces) and all(t.get("device") == "npu" for t in traces)
 
 
 def bounded_by_device_work(summary: dict[str, Any]) -> bool:

@@ -83,7 +83,14 @@ from tb_syncfinder.catalogue import (
 )
 from tb_syncfinder.cost import FIX_WITH_OWN_SHARE
 from tb_syncfinder.detect import Call, Episode
-from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED, UNPROFILED_STEP_ABOVE
+from tb_syncfinder.models import (
+    NO_SYNC_TO_REMOVE,
+    NOT_FITTED_LONGER_THAN_PROFILED,
+    NOT_FITTED_NO_STEPS,
+    NOT_FITTED_SHORTER_THAN_BUSY,
+    UNPROFILED_FIT_TOL,
+    UNPROFILED_STEP_ABOVE,
+)
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
@@ -665,8 +672,6 @@ def replay_stage(
 # docs/validation.md section 15 the fits that held took 0.09 to 1.94.
 UNPROFILED_SCALE_MAX = 4.0
 UNPROFILED_FIT_ROUNDS = 12
-# Within this share of the step given, a replayed step reproduces it.
-UNPROFILED_FIT_TOL = 0.001
 
 
 class UnprofiledSavings(msgspec.Struct):
@@ -736,10 +741,7 @@ def unprofiled_savings(
         found.reason = "not fitted: the step time given is not a positive number"
         return found
     if not tl.steps:
-        found.reason = (
-            "not fitted: the trace has no ProfilerStep markers, so no step of it is the "
-            "step measured"
-        )
+        found.reason = f"{NOT_FITTED_NO_STEPS}, so no step of it is the step measured"
         return found
 
     def graph_at(scale: float) -> _Graph:
@@ -768,7 +770,7 @@ def unprofiled_savings(
         busy = graph.busy_us() / max(len(graph.step_refs), 1)
         if step_us < busy * (1 - UNPROFILED_FIT_TOL):
             found.reason = (
-                "not fitted: the step time given is shorter than the GPU's busy "
+                f"{NOT_FITTED_SHORTER_THAN_BUSY} GPU's busy "
                 f"time per step ({busy / 1000:.2f} ms), which no program doing this GPU work "
                 "runs faster than: another program's step?"
             )
@@ -776,7 +778,7 @@ def unprofiled_savings(
         if not counted:  # nothing to remove: saves nothing, whatever the host's overhead
             found.all_syncs_per_step_us = 0.0
             found.groups = {key: 0.0 for key in groups}
-            found.reason = "no sync to remove: nothing to save, with the profiler or without"
+            found.reason = NO_SYNC_TO_REMOVE
             return found
         if profiled > step_us * (1 + UNPROFILED_FIT_TOL):
             top = graph_at(UNPROFILED_SCALE_MAX)
@@ -809,13 +811,28 @@ def unprofiled_savings(
     found.scale = scale
     found.replayed_step_us = _steady_step(graph)
     everything = frozenset(counted)
-    found.all_syncs_per_step_us = _typical_saving(
-        graph, graph.saving_from(graph.metrics_for(everything))
-    )
-    for key, members in groups.items():
-        found.groups[key] = (
-            _typical_saving(graph, graph.saving(frozenset(members))) if members else 0.0
+    all_syncs = graph.saving_from(graph.metrics_for(everything))
+    typical_saving = _typical_saving(graph, all_syncs)
+    # Each step's saving is how much earlier it ends than the step before: a host that runs
+    # ahead into a queue saves much in a step or two and gives some back in the next ones,
+    # and with a few profiled steps their median can come out longer than the recorded one.
+    # No typical saving is told then; the profiled figure, a mean over the steps, stands.
+    slack = step_us * UNPROFILED_FIT_TOL
+    if typical_saving < -slack:
+        later = all_syncs.per_step_us[1:]
+        found.reason = (
+            "not fitted: without the syncs the replayed steps after the first take from "
+            f"{max(later) / 1000:.2f} ms less to {-min(later) / 1000:.2f} ms more than "
+            f"recorded, their median {-typical_saving / 1000:.2f} ms more: the "
+            f"{len(all_syncs.per_step_us)} profiled steps give no typical saving to tell "
+            "(more steps profiled may)"
         )
+        return found
+    found.all_syncs_per_step_us = max(typical_saving, 0.0)
+    for key, members in groups.items():
+        group = _typical_saving(graph, graph.saving(frozenset(members))) if members else 0.0
+        if group >= -slack:  # a site's alike: no figure (None), not a negative one
+            found.groups[key] = max(group, 0.0)
     return found
 
 

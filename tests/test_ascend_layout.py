@@ -441,6 +441,10 @@ def test_an_npu_step_time_longer_than_the_profiled_step_is_ruled_out_as_another_
     text = " ".join(capsys.readouterr().out.split())
     assert "the step time given is longer than the profiled step (1.00 ms" in text
     assert "at most" not in text.split("per step (given)", 1)[1]
+    assert main(["report", str(run), "--unprofiled-step-ms", "0.3"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "shorter than the NPU's busy time per step (0.50 ms)" in text
+    assert "at most" not in text.split("per step (given)", 1)[1]
     assert main(["report", str(run), "--unprofiled-step-ms", "1.2", "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["unprofiled_saving_at_most_per_step_us"] == pytest.approx(700.0)

@@ -203,18 +203,38 @@ def test_a_step_longer_than_the_profiled_one_gets_no_figure_and_says_why() -> No
     assert "longer than the profiled step" in (report.traces[0].unprofiled_note or "")
 
 
+@pytest.mark.parametrize(
+    ("times", "says"),
+    [
+        (10.0, "longer than the profiled step"),
+        (0.5, "shorter than the GPU's busy time"),
+    ],
+)
 def test_a_step_ruled_out_as_another_programs_gets_no_at_most_bound(
-    capsys: pytest.CaptureFixture,
+    capsys: pytest.CaptureFixture, times: float, says: str
 ) -> None:
     """500 ms given for a 16 ms step: the report said it was another program's step, then
-    "at most 488 ms per step" for this one, a bound from the step it had just ruled out."""
+    "at most 488 ms per step" for this one, a bound from the step it had just ruled out (and
+    "at most 0 us" for a step shorter than the GPU's work)."""
     trace, step_ms, _ = CASES["moe_loop"]
-    assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms * 10:.2f}"]) == 0
+    assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms * times:.2f}"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "longer than the profiled step" in text
+    assert says in text
     assert "at most" not in text.split("per step (given)", 1)[1].split("by kind", 1)[0]
     assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms:.2f}"]) == 0
     assert "at most" in capsys.readouterr().out  # a step of this program keeps its bound
+
+
+def test_a_replay_whose_median_step_gets_longer_without_the_syncs_gives_no_figure() -> None:
+    """A job's rank given 28 ms: without its item() the replayed host ran ahead, two steps
+    took 11-13 ms less and the later ones 1-4 ms more, and the report said fixing every
+    sync "saves ~-1.05 ms per step" (the median of the later steps, longer)."""
+    trace = TESTS / "gpu_job" / "baseline" / "rank1.pt.trace.json.gz"
+    _, unprofiled, report = _per_step_ms(trace, 28.0)
+    assert unprofiled is None
+    note = report.traces[0].unprofiled_note or ""
+    assert "give no typical saving to tell" in note, note
+    assert all(s.unprofiled_predicted_saving_per_step_us is None for s in report.sites)
 
 
 def test_a_trace_without_syncs_saves_nothing_without_fitting() -> None:
@@ -225,7 +245,9 @@ def test_a_trace_without_syncs_saves_nothing_without_fitting() -> None:
     assert "no sync to remove" in (report.traces[0].unprofiled_note or "")
 
 
-def test_a_trace_without_step_markers_is_not_fitted(tmp_path: Path) -> None:
+def test_a_trace_without_step_markers_is_not_fitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     import gzip
 
     trace, step_ms, _ = CASES["demo_cnn"]
@@ -238,6 +260,10 @@ def test_a_trace_without_step_markers_is_not_fitted(tmp_path: Path) -> None:
     _, unprofiled, report = _per_step_ms(stripped, step_ms)
     assert unprofiled is None
     assert "no ProfilerStep markers" in (report.traces[0].unprofiled_note or "")
+    # No step of it is the step given: no "at most" bound from it either.
+    assert main(["report", str(stripped), "--unprofiled-step-ms", str(step_ms)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at most" not in text.split("per step (given)", 1)[1].split("by kind", 1)[0]
 
 
 def test_a_cached_summary_is_not_taken_for_another_step_time() -> None:
@@ -288,7 +314,10 @@ def test_traces_not_fitted_for_different_reasons_are_each_said_not_counted_alike
     busy = "not fitted: the step time given is shorter than the GPU's busy time per step ({})"
     text = unprofiled_text(summary, [none_left, busy.format("14.20 ms"), busy.format("15.01 ms")])
     assert "13.18 ms per step (given)" in text
-    assert f"({none_left}; in 2 other traces: {busy.format('14.20 ms')})" in text
-    assert "alike" not in text
+    # Why the traces with syncs got no figure first, the one without a sync after it.
+    assert (
+        f"({busy.format('14.20 ms')} (and in 1 trace more alike); in 1 other trace: {none_left})"
+        in text
+    )
     alike = unprofiled_text(summary, [busy.format("14.20 ms"), busy.format("15.01 ms")])
     assert f"({busy.format('14.20 ms')} (and in 1 trace more alike))" in alike

@@ -28,7 +28,7 @@ from tb_syncfinder.catalogue import (
     npu_without_calls,
 )
 from tb_syncfinder.catalogue import kind as catalogue_kind
-from tb_syncfinder.models import NOT_FITTED_LONGER_THAN_PROFILED, Report
+from tb_syncfinder.models import NO_SYNC_TO_REMOVE, STEP_TIME_RULED_OUT, Report
 from tb_syncfinder.query import rank_sites
 
 if TYPE_CHECKING:
@@ -886,7 +886,9 @@ def unprofiled_text(
         # figures the trace's own); a rank not fitted for another reason is said too, not
         # counted as alike (a job's rank 0 with no sync, its rank 1 not fitted).
         by_reason: dict[str, list[str]] = {}
-        for note in fit_notes:
+        # A trace that had nothing to remove is said last: first, why those with syncs got
+        # no figure (a job's rank 0 without a sync read as the job having nothing to save).
+        for note in sorted(fit_notes, key=lambda note: note == NO_SYNC_TO_REMOVE):
             by_reason.setdefault(_FIGURES.sub("#", note), []).append(note)
         parts = []
         for notes in by_reason.values():
@@ -900,9 +902,10 @@ def unprofiled_text(
     if (
         fit_notes
         and not fit_scales
-        and all(note.startswith(NOT_FITTED_LONGER_THAN_PROFILED) for note in fit_notes)
+        and all(note.startswith(STEP_TIME_RULED_OUT) for note in fit_notes)
     ):
-        # Every trace ruled the step out as another program's: a bound from it is none.
+        # Every trace ruled the step out as another program's (or has no step it could be):
+        # a bound from it is none.
         return text
     if at_most is None:
         text += (

@@ -308,9 +308,8 @@ def _unprofiled_bound(kept: list[Any], step_ms: float) -> dict[str, Any] | None:
     report = report_runs(kept).report.to_json()
     if not query.bounded_by_device_work(report["summary"]):
         return None
-    npu = all(t.get("device") == "npu" for t in report["traces"])
-    report = query.with_unprofiled_step(report, step_ms * 1000.0)
-    return _unprofiled_answer(step_ms, report, "NPU" if npu else "device")
+    device = "NPU" if query.all_on_npu(report) else "device"
+    return _unprofiled_answer(step_ms, query.with_unprofiled_step(report, step_ms * 1000.0), device)
 
 
 def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:

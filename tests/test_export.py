@@ -176,6 +176,30 @@ def test_sarif_results_point_at_relative_file_and_line_with_cost_and_advice(
     assert results[1]["level"] == "warning"
 
 
+def test_a_replayed_sites_sarif_level_is_what_fixing_it_saves_not_its_wait(
+    sample_report: Report,
+) -> None:
+    """A real A100 site with 68 % of the step in host wait that the replay said saves 0 us
+    (the GPU's work hid the wait) was an error; sites that each save little alone but
+    ~18 % of the step once the others are fixed were warnings."""
+    report = sample_report.to_json()
+    report["summary"]["mean_wall_step_time_us"] = 10_000.0
+    hidden, together = report["sites"][:2]
+    hidden.update(share_of_step=0.68, saving_method="replay", predicted_saving_per_step_us=0.0)
+    together.update(
+        share_of_step=0.01,
+        saving_method="replay",
+        predicted_saving_per_step_us=100.0,
+        predicted_saving_with_others_per_step_us=1_800.0,
+    )
+    results = to_sarif(report)["runs"][0]["results"]
+    levels = {
+        r["locations"][0]["physicalLocation"]["region"]["startLine"]: r["level"] for r in results
+    }
+    assert levels[hidden["line"]] == "warning"
+    assert levels[together["line"]] == "error"
+
+
 def _stackless_report(sample_report: Report) -> dict:
     """The sample report plus a site without a Python stack whose syncs were found in
     ``/home/me/proj/traces/w1.pt.trace.json``."""

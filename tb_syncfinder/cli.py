@@ -892,6 +892,7 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     def where_run(trace: str | None) -> str:
         return f"run {run_of.get(trace)}: " if several_runs and run_of.get(trace) else ""
 
+    name_of = _trace_names(report_json)
     # One line per trace, not per step (eight lines a trace for a job of eight steps), with
     # the sites its steps over the limit synced at: what to open.
     over: dict[str, list[dict[str, Any]]] = {}
@@ -899,7 +900,7 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         if int(step.get("sync_count") or 0) > limit:
             over.setdefault(step.get("trace") or "", []).append(step)
     for trace, steps in over.items():
-        where = os.path.basename(trace) or "trace"
+        where = name_of(trace)
         worst = max(steps, key=lambda step: int(step.get("sync_count") or 0))
         most = int(worst.get("sync_count") or 0)
         if len(steps) == 1:
@@ -923,15 +924,18 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         if count > limit:
             problems.append(
                 f"{where_run(trace)}"
-                f"{os.path.basename(trace) or 'trace'} (no ProfilerStep markers, "
+                f"{name_of(trace)} (no ProfilerStep markers, "
                 f"counted as one step) has {count} syncs (limit {limit})"
             )
     # A CPU-only trace (a CI runner's) has no sync at all, only latent ones: the operators
-    # that would synchronize on a GPU are what the gate can check there.
-    cpu_only = {
-        t.get("path")
+    # that would synchronize on a GPU are what the gate can check there. So has torch_npu's
+    # at its default level: the operators sync on the NPU, with no wait recorded.
+    gated = {
+        t.get("path"): "operators that synchronize on the NPU, no wait recorded"
+        if t.get("device") == "npu"
+        else "operators that would synchronize on a GPU"
         for t in report_json.get("traces") or []
-        if not t.get("error") and t.get("device") == "cpu"
+        if _latent_gated(t)
     }
     # A trace without ProfilerStep markers counts as one step (the engine gives it one
     # pseudo-step, so ``steps`` does not tell): its latent syncs all have no step.
@@ -942,7 +946,7 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     for sync in report_json.get("latent") or []:
         trace = sync.get("trace") or ""
         step = sync.get("step")
-        if trace in cpu_only and (step is not None or trace in unmarked):
+        if trace in gated and (step is not None or trace in unmarked):
             latent_counts[(trace, step)] = latent_counts.get((trace, step), 0) + 1
     # One line per trace here too, as for measured syncs (a line per step was five lines
     # for the demo's CPU run against one for its GPU run).
@@ -950,9 +954,9 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     for (trace, step), count in latent_counts.items():
         if count > limit:
             latent_over.setdefault(trace, []).append((step, count))
-    what = "operators that would synchronize on a GPU"
     for trace, steps_over in latent_over.items():
-        name = os.path.basename(trace) or "trace"
+        name = name_of(trace)
+        what = gated[trace]
         worst_step, most = max(steps_over, key=lambda item: item[1])
         if worst_step is None:
             text = (
@@ -971,6 +975,38 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
     return problems
 
 
+def _latent_gated(trace: dict[str, Any]) -> bool:
+    """Whether a gate counts a trace's latent syncs: it has no measured one to count (CPU
+    only, or torch_npu's without AscendCL calls)."""
+    from tb_syncfinder.catalogue import npu_without_calls
+
+    if _unchecked(trace):
+        return False
+    return trace.get("device") == "cpu" or npu_without_calls(trace)
+
+
+def _trace_names(report_json: dict[str, Any]) -> Callable[[str], str]:
+    """How a gate's line names a trace: its file name, or where several traces share it
+    (torch_npu names every rank's ``trace_view.json``), its path below the folder they
+    share."""
+    by_run: dict[Any, list[str]] = {}
+    for t in report_json.get("traces") or []:
+        if t.get("path"):
+            by_run.setdefault(t.get("run"), []).append(str(t["path"]))
+    named: dict[str, str] = {}
+    for paths in by_run.values():  # a line names the run too where there are several
+        names = [os.path.basename(p) for p in paths]
+        if len(set(names)) == len(names):
+            named.update(zip(paths, names, strict=True))
+            continue
+        try:
+            shared = os.path.commonpath([os.path.dirname(p) for p in paths])
+        except ValueError:  # relative and absolute paths mixed
+            shared = ""
+        named.update((p, os.path.relpath(p, shared) if shared else p) for p in paths)
+    return lambda trace: named.get(trace) or os.path.basename(trace) or "trace"
+
+
 def _unchecked(trace: dict[str, Any]) -> str | None:
     """Why a gate cannot vouch for a trace: unreadable, or read but empty (a profiler that
     wrote no event passed a gate of 0 syncs as a CPU-only trace, exit 0)."""
@@ -986,13 +1022,21 @@ def _gate_notes(report_json: dict[str, Any], latent: bool = True) -> list[str]:
     that CPU-only traces are gated on their latent syncs."""
     traces = report_json.get("traces") or []
     notes = [f"cannot check {t.get('path')}: {_unchecked(t)}" for t in traces if _unchecked(t)]
-    cpu_only = [t for t in traces if not _unchecked(t) and t.get("device") == "cpu"]
+    cpu_only = [t for t in traces if _latent_gated(t) and t.get("device") == "cpu"]
     if cpu_only and latent:
         several = len(cpu_only) > 1
         notes.append(
             f"{len(cpu_only)} CPU-only trace{'s' if several else ''}: "
             f"{'their' if several else 'its'} latent syncs (operators that would "
             "synchronize on a GPU) are counted; --no-latent leaves them out"
+        )
+    npu = [t for t in traces if _latent_gated(t) and t.get("device") == "npu"]
+    if npu and latent:
+        several = len(npu) > 1
+        notes.append(
+            f"{len(npu)} torch_npu trace{'s' if several else ''} without AscendCL calls: "
+            f"{'their' if several else 'its'} latent syncs (operators that synchronize on "
+            "the NPU, no wait recorded) are counted; --no-latent leaves them out"
         )
     return notes
 

@@ -11,6 +11,7 @@ level (no AscendCL call) read as a CPU-only trace; ``rank0_ascend_pt`` was not f
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -699,3 +700,25 @@ def test_a_file_merging_two_hosts_npu_0_keeps_the_two_npus_apart(tmp_path: Path)
     assert sorted({s.device_id for s in report.syncs}) == [0, 1]
     # Each rank's syncs idle on its own NPU: 450 us a step, and 10 us before its kernel.
     assert report.summary.gpu_idle_us == pytest.approx(2 * 450 + 2 * 10)
+
+
+def test_the_gate_counts_an_npu_runs_latent_syncs_and_names_each_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """At torch_npu's default level the report said "these operators synchronize on the
+    NPU", 1 per step, and ``--max-syncs-per-step 0`` passed it (only a CPU-only trace's
+    latent syncs were gated); a job's ranks, each a ``trace_view.json``, read alike."""
+    run = write_run(tmp_path, level=0)
+    assert main(["report", str(run), "--max-syncs-per-step", "0"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "its latent syncs (operators that synchronize on the NPU, no wait recorded)" in err
+    assert "have more than 0 latent syncs (operators that synchronize on the NPU" in err
+    assert main(["report", str(run), "--max-syncs-per-step", "0", "--no-latent"]) == 0
+    capsys.readouterr()
+    job = write_run(tmp_path, level=1, run_name="job")
+    (job / "rank1_ascend_pt").mkdir()
+    shutil.copytree(job / "rank0_ascend_pt", job / "rank1_ascend_pt", dirs_exist_ok=True)
+    assert main(["report", str(job), "--max-syncs-per-step", "0"]) == 1
+    err = capsys.readouterr().err
+    for rank in ("rank0_ascend_pt", "rank1_ascend_pt"):
+        assert f"of {rank}/ASCEND_PROFILER_OUTPUT/trace_view.json" in err, err

@@ -309,9 +309,9 @@ def _fix_with(
     partner, together = _partner(site.key, groups, by_trace)
     if partner is None or together - own < FIX_WITH_PARTNER_SHARE * (with_others - own):
         site.fix_with_note = (
-            f"Fixing this alone saves {format_us(own / steps)} per step; with every other "
-            f"site fixed too, {format_us(with_others / steps)} per step: other syncs wait "
-            "for the same GPU work."
+            f"Fixing this alone saves {format_us(own / steps)} per step; once every other "
+            f"site is fixed, fixing this one saves {format_us(with_others / steps)} per step: "
+            "other syncs wait for the same GPU work."
         )
         return
     site.fix_with = [partner]
@@ -325,7 +325,7 @@ def _fix_with(
     )
     if together < FIX_WITH_PAIR_SHARE * with_others:  # more sites wait for that work
         note += (
-            f" With every other site fixed too, fixing this one saves "
+            f" Once every other site is fixed, fixing this one saves "
             f"{format_us(with_others / steps)} per step."
         )
     site.fix_with_note = note

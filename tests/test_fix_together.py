@@ -277,14 +277,14 @@ def test_the_note_says_the_saving_with_every_site_where_the_pair_holds_less_of_i
     assert a.fix_with == ["b"] and a.fix_with_saving_us == 2000.0
     assert a.fix_with_note == (
         "Fixing this alone saves 100 us per step: the .tolist() at line 9 then waits for the "
-        "same GPU work. Fixed together they save 2.00 ms per step. With every other site "
-        "fixed too, fixing this one saves 3.00 ms per step."
+        "same GPU work. Fixed together they save 2.00 ms per step. Once every other site "
+        "is fixed, fixing this one saves 3.00 ms per step."
     )
     # Its trace named no partner for b: the note without one.
     assert b.fix_with == [] and b.fix_with_saving_us is None
     assert b.fix_with_note == (
-        "Fixing this alone saves 50 us per step; with every other site fixed too, 2.00 ms "
-        "per step: other syncs wait for the same GPU work."
+        "Fixing this alone saves 50 us per step; once every other site is fixed, "
+        "fixing this one saves 2.00 ms per step: other syncs wait for the same GPU work."
     )
     # A pair that recovers less than half of what the others add (1.00 ms of 2.90): no
     # partner named, the note without one.
@@ -292,8 +292,8 @@ def test_the_note_says_the_saving_with_every_site_where_the_pair_holds_less_of_i
     a, _b = sorted(build_sites(syncs, 1, 10_000.0, savings=[("t0", figures)]), key=lambda s: s.key)
     assert a.fix_with == [] and a.fix_with_saving_us is None
     assert a.fix_with_note == (
-        "Fixing this alone saves 100 us per step; with every other site fixed too, 3.00 ms "
-        "per step: other syncs wait for the same GPU work."
+        "Fixing this alone saves 100 us per step; once every other site is fixed, "
+        "fixing this one saves 3.00 ms per step: other syncs wait for the same GPU work."
     )
     figures.fix_with["a"] = ("b", 100.0 + 0.5 * 2900.0)  # half of it: named
     a, _b = sorted(build_sites(syncs, 1, 10_000.0, savings=[("t0", figures)]), key=lambda s: s.key)
@@ -329,8 +329,8 @@ def test_traces_naming_different_partners_name_none() -> None:
     assert a.predicted_saving_with_others_per_step_us == 2000.0
     assert a.fix_with == [] and a.fix_with_saving_us is None
     assert a.fix_with_note == (
-        "Fixing this alone saves 10 us per step; with every other site fixed too, 2.00 ms "
-        "per step: other syncs wait for the same GPU work."
+        "Fixing this alone saves 10 us per step; once every other site is fixed, "
+        "fixing this one saves 2.00 ms per step: other syncs wait for the same GPU work."
     )
     # The same partner in both: named, with both traces' figures added.
     savings = [("t0", figures("b")), ("t1", figures("b"))]
@@ -388,8 +388,8 @@ def test_sites_whose_best_pair_recovers_little_get_the_note_without_a_partner() 
     backward = by_key["169:autograd::engine::evaluate_function: IndexBackward0"]
     assert all(site.fix_with == [] for site in report.sites)
     assert index.fix_with_note == (
-        "Fixing this alone saves 394 us per step; with every other site fixed too, 2.19 ms "
-        "per step: other syncs wait for the same GPU work."
+        "Fixing this alone saves 394 us per step; once every other site is fixed, "
+        "fixing this one saves 2.19 ms per step: other syncs wait for the same GPU work."
     )
     for site in (nonzero, unique):
         assert site.fix_with_note is not None
@@ -411,7 +411,7 @@ def test_the_demo_segs_backward_index_names_no_partner() -> None:
     assert backward.predicted_saving_with_others_per_step_us == pytest.approx(961, abs=20)
     assert backward.fix_with == []
     assert backward.fix_with_note is not None
-    assert backward.fix_with_note.startswith("Fixing this alone saves 0.98 us per step; with every")
+    assert backward.fix_with_note.startswith("Fixing this alone saves 0.98 us per step; once every")
     assert backward.fix_with_note.endswith(": other syncs wait for the same GPU work.")
 
 

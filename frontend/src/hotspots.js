@@ -1134,7 +1134,7 @@ function sitesTable(sites, state, app, latent, stepInfo, unprofiledColumn, idleO
             // Sites waiting for the same GPU work save little alone and much together (the
             // card's saving): said in the row, as the terminal does, not only in the detail.
             site.fix_with_note && typeof site.predicted_saving_with_others_per_step_us === "number"
-              ? h("div", { class: "sa-muted sa-with-others", "data-testid": "row-with-others", title: withMicro(site.fix_with_note) }, `with others: ${formatUs(site.predicted_saving_with_others_per_step_us)}`)
+              ? h("div", { class: "sa-muted sa-with-others", "data-testid": "row-with-others", title: withMicro(site.fix_with_note) }, `after the others: ${formatUs(site.predicted_saving_with_others_per_step_us)}`)
               : null,
           ),
       // Given the step time without the profiler: the site's saving there too.

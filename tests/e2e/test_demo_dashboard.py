@@ -482,7 +482,7 @@ def test_sites_that_save_little_alone_say_what_they_save_with_the_others_in_thei
         row = page.locator(f"[data-testid=sites] tbody tr[data-site='{key}']")
         cell = row.locator("[data-testid=row-with-others]")
         with_others = format_us(site["predicted_saving_with_others_per_step_us"])
-        assert cell.inner_text() == f"with others: {with_others.replace(' us', ' µs')}"
+        assert cell.inner_text() == f"after the others: {with_others.replace(' us', ' µs')}"
         assert cell.get_attribute("title") == re.sub(r"(\d) us\b", r"\1 µs", site["fix_with_note"])
     # A site that saves as much alone says nothing more.
     assert page.locator("[data-testid=row-with-others]").count() == len(noted)

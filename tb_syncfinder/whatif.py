@@ -702,6 +702,16 @@ def _typical(intervals: Sequence[float]) -> float:
     return later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
 
 
+def _typical_words(steps: int) -> str | None:
+    """Which step of ``steps`` replayed ones ``_typical`` takes, in words (None: the only
+    one)."""
+    if steps <= 1:
+        return None
+    if steps == 2:
+        return "the replayed step after the first"
+    return "the median of the replayed steps after the first"
+
+
 def _steady_step(graph: _Graph) -> float:
     return _typical(graph.base_metrics.intervals)
 
@@ -756,9 +766,11 @@ def unprofiled_savings(
         scale = 0.0
         # Steps end one after the other this often: a device span per step (the step time
         # shown beside it) can be longer where steps overlap on the device.
+        which = _typical_words(len(graph.base_metrics.intervals))
         typical = (
-            f"{profiled / 1000:.2f} ms from one step's end to the next, the median of the "
-            "replayed steps after the first"
+            f"{profiled / 1000:.2f} ms, the only step replayed"
+            if which is None
+            else f"{profiled / 1000:.2f} ms from one step's end to the next, {which}"
         )
         if step_us > profiled * (1 + UNPROFILED_STEP_ABOVE):
             found.reason = (
@@ -785,8 +797,9 @@ def unprofiled_savings(
             if _steady_step(top) > step_us * (1 + UNPROFILED_FIT_TOL):
                 found.replayed_step_us = _steady_step(top)
                 found.reason = (
-                    f"not fitted: even without {UNPROFILED_SCALE_MAX:g}x the profiler's "
-                    "estimated host overhead the replayed step (the median after the first) "
+                    f"not fitted: even with {UNPROFILED_SCALE_MAX:g}x the profiler's "
+                    "estimated host overhead taken out, the replayed step "
+                    f"({which or 'the only one'}) "
                     f"takes {found.replayed_step_us / 1000:.2f} ms, above the step time "
                     "given: what the profiler added here is not the "
                     "host's work per recorded event alone (or the step given is another "

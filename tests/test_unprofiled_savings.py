@@ -164,7 +164,7 @@ def test_a_step_the_host_overhead_cannot_explain_gets_no_figure_and_says_why(
     step = str(pair["baseline"]["median_ms"])
     assert main(["report", str(trace), "--unprofiled-step-ms", step]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "no prediction without the profiler (not fitted: even without 4x" in text
+    assert "no prediction without the profiler (not fitted: even with 4x" in text
     assert "without the profiler: saves" not in text
 
 
@@ -321,3 +321,18 @@ def test_traces_not_fitted_for_different_reasons_are_each_said_not_counted_alike
     )
     alike = unprofiled_text(summary, [busy.format("14.20 ms"), busy.format("15.01 ms")])
     assert f"({busy.format('14.20 ms')} (and in 1 trace more alike))" in alike
+
+
+def test_a_one_step_traces_reasons_say_its_only_step_not_a_median_after_the_first(
+    capsys: pytest.CaptureFixture, real_traces_dir: Path
+) -> None:
+    """The ROCm trace has one profiled step: its reasons said "the median after the first"
+    of it, and "even without 4x the profiler's overhead" for 4x of it taken out."""
+    trace = real_traces_dir / "rocm_mi250_minitoy.pt.trace.json.gz"
+    said = {}
+    for step_ms in ("5", "500"):
+        assert main(["report", str(trace), "--unprofiled-step-ms", step_ms]) == 0
+        said[step_ms] = " ".join(capsys.readouterr().out.split()).split("per step (given)", 1)[1]
+        assert "after the first" not in said[step_ms]
+    assert "even with 4x the profiler's estimated host overhead taken out" in said["5"]
+    assert "longer than the profiled step (9.29 ms, the only step replayed)" in said["500"]

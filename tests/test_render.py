@@ -930,6 +930,27 @@ def test_a_jobs_top_sites_cut_by_the_json_are_counted_as_all_not_as_free() -> No
     assert "Top sites by cost to the job (10 of 60)" in text
 
 
+def test_a_job_with_no_collective_matched_measures_no_collective_wait_nor_lateness() -> None:
+    """One rank of sixteen: "0 collectives matched", then "collective wait 0 us" beside its
+    33.5 ms collective_wait site, and a lateness grid of 0s its legend said would be dots."""
+    from tb_syncfinder.outputs.job_text import job_lines
+
+    total = {"rank": 0, "worker": "w0", "sync_wait_us": 762e3, "wait_in_collectives_us": 0.0}
+    steps = [
+        {"rank": 0, "step": n, "wait_us": 0.0, "late_us": 0.0, "collectives": 0} for n in (1, 2)
+    ]
+    job = {"world_size": 16, "backend": "nccl", "ranks": [0], "collective_count": 0,
+           "rank_totals": [total], "rank_steps": steps}  # fmt: skip
+    text = "\n".join(job_lines({"job": job}, lambda text, *_: text, 100))
+    row = next(line for line in text.splitlines() if line.strip().startswith("0  w0"))
+    assert row.split()[-3:] == ["-", "-", "-"], row
+    assert "Lateness per rank and step" not in text
+    job["collective_count"] = 3  # matched elsewhere: a step of this rank without one is "."
+    text = "\n".join(job_lines({"job": job}, lambda text, *_: text, 100))
+    grid = next(line for line in text.splitlines()[::-1] if line.strip().startswith("0 "))
+    assert grid.split()[1:] == [".", "."], grid
+
+
 def test_the_profilers_note_has_a_line_of_its_own_and_is_not_repeated(
     sample_report: Report,
 ) -> None:

@@ -13,12 +13,12 @@ import { siteWhere } from "./sites.js";
 
 /**
  * One grid cell's text and class: `+` for the time this rank held the others, `−` for the
- * time it waited on a peer, `·` where it took no part in that step.
+ * time it waited on a peer, `·` where none of its collectives was matched in that step.
  * @param {any} row  a `rank_steps` entry or undefined
  * @returns {{text: string, cls: string}}
  */
 export function lateCell(row) {
-  if (!row) return { text: "·", cls: "sa-job-none" };
+  if (!row || row.collectives === 0) return { text: "·", cls: "sa-job-none" };
   if (row.late_us > 0) return { text: `+${formatUs(row.late_us)}`, cls: "sa-job-late" };
   if (row.wait_us > 0) return { text: `\u2212${formatUs(row.wait_us)}`, cls: "sa-job-wait" };
   return { text: "0", cls: "sa-job-none" };
@@ -219,6 +219,9 @@ function rankTable(job) {
   const folded = new Set(order.rest);
   const byRank = new Map((job.rank_totals || []).map((/** @type {any} */ r) => [r.rank, r]));
   const rows = [...order.first, ...order.rest].filter((r) => byRank.has(r)).map((r) => byRank.get(r));
+  // No collective matched across ranks: the collectives' columns measured nothing ("–",
+  // not "0 µs" beside a rank's collective wait sites).
+  const ofMatched = (/** @type {number} */ us) => (job.collective_count === 0 ? "–" : formatUs(us));
   const table = h(
     "table",
     { class: "sa-table", "data-testid": "job-ranks" },
@@ -235,9 +238,9 @@ function rankTable(job) {
           h("td", { class: "sa-job-worker", title: r.path || null }, r.worker || "-"),
           h("td", null, formatUs(r.sync_wait_us)),
           h("td", null, formatUs(r.blocking_wait_us)),
-          h("td", null, formatUs(r.wait_in_collectives_us)),
-          h("td", null, formatUs(r.late_us)),
-          h("td", null, formatUs(r.caused_wait_us)),
+          h("td", null, ofMatched(r.wait_in_collectives_us)),
+          h("td", null, ofMatched(r.late_us)),
+          h("td", null, ofMatched(r.caused_wait_us)),
         ),
       ),
     ),

@@ -8,6 +8,8 @@ test("a rank that held the others reads +, one that waited reads −, absent rea
   assert.deepEqual(lateCell({ late_us: 0, wait_us: 4000 }), { text: "\u22124.00 ms", cls: "sa-job-wait" });
   assert.deepEqual(lateCell(undefined), { text: "·", cls: "sa-job-none" });
   assert.deepEqual(lateCell({ late_us: 0, wait_us: 0 }), { text: "0", cls: "sa-job-none" });
+  // A step where none of the rank's collectives was matched: as the legend says, not "0".
+  assert.deepEqual(lateCell({ late_us: 0, wait_us: 0, collectives: 0 }), { text: "·", cls: "sa-job-none" });
 });
 
 test("ranks read as a list with ranges", () => {

@@ -80,8 +80,14 @@ def _table(
     return lines
 
 
-def _rank_columns() -> list[Column]:
-    def us(key: str) -> Callable[[dict[str, Any]], str]:
+def _rank_columns(matched: bool = True) -> list[Column]:
+    """``matched``: whether any collective was matched across ranks; without one the
+    collectives' columns measured nothing ("-", not a "0 us" beside a rank's collective
+    wait sites)."""
+
+    def us(key: str, of_matched: bool = False) -> Callable[[dict[str, Any]], str]:
+        if of_matched and not matched:
+            return lambda row: "-"
         return lambda row: format_us(float(row.get(key) or 0.0))
 
     return [
@@ -89,9 +95,9 @@ def _rank_columns() -> list[Column]:
         Column("worker", lambda row: row.get("worker") or "-", align="<", wrap=True),
         Column("host wait", us("sync_wait_us")),
         Column("blocking", us("blocking_wait_us"), drop=2),
-        Column("collective wait", us("wait_in_collectives_us")),
-        Column("late", us("late_us")),
-        Column("others waited", us("caused_wait_us"), drop=1),
+        Column("collective wait", us("wait_in_collectives_us", of_matched=True)),
+        Column("late", us("late_us", of_matched=True)),
+        Column("others waited", us("caused_wait_us", of_matched=True), drop=1),
     ]
 
 
@@ -99,7 +105,7 @@ def _grid_columns(steps: list[int]) -> list[Column]:
     def cell(step: int) -> Callable[[tuple[int, dict[int, dict[str, Any]]]], str]:
         def text(row: tuple[int, dict[int, dict[str, Any]]]) -> str:
             found = row[1].get(step)
-            if found is None:
+            if found is None or found.get("collectives") == 0:
                 return "."
             late = float(found.get("late_us") or 0.0)
             wait = float(found.get("wait_us") or 0.0)
@@ -185,14 +191,16 @@ def job_lines(
         lines.append("")
         lines.append(style("Ranks: host wait in syncs beside wait in collectives", bold))
         rows = [row for row in totals if int(row["rank"]) in shown_ranks]
-        lines.extend(_table(_rank_columns(), rows, width, style, bold))
+        matched = bool(job.get("collective_count"))
+        lines.extend(_table(_rank_columns(matched), rows, width, style, bold))
         if left_out:
             lines.append(
                 f"{_INDENT}... {left_out} more ranks, none later than these "
                 "(--top N shows more; --json has every rank)"
             )
     rank_steps = job.get("rank_steps") or []
-    if rank_steps:
+    # No collective matched across ranks: every cell would be "." (none matched).
+    if rank_steps and job.get("collective_count", 1):
         steps = sorted({int(r["step"]) for r in rank_steps})
         grid: dict[int, dict[int, dict[str, Any]]] = {}
         for row in rank_steps:

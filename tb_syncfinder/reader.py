@@ -1061,10 +1061,23 @@ class _Reader:
         return True
 
     def _not_a_trace(self) -> TraceReadError:
+        # Events with a 'ph' but times or fields no reader takes ("ts": "abc") are said as
+        # that: "an object with a 'ph'" sent the user looking for a 'ph' that was there.
+        counts = self.counts
+        unreadable = [
+            f"{n} {'entry' if n == 1 else 'entries'} {what}"
+            for n, what in (
+                (counts.malformed, "with a field of the wrong type (a 'ts' that is no number?)"),
+                (counts.no_start, "without a 'ts'"),
+                (counts.bad_times, "with times no profiler writes"),
+            )
+            if n
+        ]
         return TraceReadError(
             self.path,
             f"not a PyTorch profiler trace: none of the {self.entries} entries of "
-            "its event list is a readable trace event (an object with a 'ph')",
+            "its event list is a readable trace event (an object with a 'ph')"
+            + (f": {', '.join(unreadable)}" if unreadable else ""),
         )
 
     def _cut_and_decode(self, pos: int) -> tuple[int, bool] | None:

@@ -716,3 +716,15 @@ def test_a_settled_truncation_names_its_time_in_utc(monkeypatch):
         text
         == "truncated JSON (unchanged since 1970-01-01 00:00 UTC: cut short, not being written)"
     )
+
+
+def test_events_with_a_ph_but_unreadable_times_are_said_as_that(tmp_path: Path) -> None:
+    """An event {"ph": "X", "ts": "abc"} was said not to be "an object with a 'ph'"."""
+    path = tmp_path / "w1.pt.trace.json"
+    event = {"ph": "X", "ts": "abc", "dur": 1, "name": "a", "pid": 1, "tid": 1}
+    path.write_text(json.dumps({"traceEvents": [event, {**event, "ts": None, "dur": 1e30}]}))
+    with pytest.raises(TraceReadError) as info:
+        read_trace(str(path))
+    said = str(info.value)
+    assert "1 entry with a field of the wrong type (a 'ts' that is no number?)" in said, said
+    assert "1 entry with times no profiler writes" in said, said

@@ -930,6 +930,25 @@ def test_a_jobs_top_sites_cut_by_the_json_are_counted_as_all_not_as_free() -> No
     assert "Top sites by cost to the job (10 of 60)" in text
 
 
+def test_a_jobs_site_not_at_the_syncing_line_is_marked_as_in_the_sites_table() -> None:
+    from tb_syncfinder.outputs.job_text import job_lines
+
+    site = {
+        "rank": 1,
+        "file": "job_workload.py",
+        "line": 94,
+        "line_exact": False,
+        "caused_wait_us": 8990.0,
+        "job_saving_us": 20080.0,
+        "job_saving_per_step_us": 2510.0,
+    }
+    job = {"world_size": 2, "backend": "nccl", "ranks": [0, 1], "site_count": 1, "sites": [site]}
+    text = "\n".join(job_lines({"job": job}, lambda text, *_: text, 100))
+    assert "job_workload.py:94*" in text
+    site["line_exact"] = True
+    assert "job_workload.py:94*" not in "\n".join(job_lines({"job": job}, lambda t, *_: t, 100))
+
+
 def test_a_job_with_no_collective_matched_measures_no_collective_wait_nor_lateness() -> None:
     """One rank of sixteen: "0 collectives matched", then "collective wait 0 us" beside its
     33.5 ms collective_wait site, and a lateness grid of 0s its legend said would be dots."""

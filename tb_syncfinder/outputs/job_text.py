@@ -62,9 +62,12 @@ def _ranks_shown(totals: list[dict[str, Any]], top: int | None) -> list[int]:
 
 
 def _site_location(site: dict[str, Any]) -> str:
+    """As the sites table says it: a line that is not the syncing call's marked "*"."""
     file = site.get("file") or "?"
     line = site.get("line")
-    return f"{file}:{line}" if line is not None else file
+    if line is None:
+        return file
+    return f"{file}:{line}{'*' if site.get('line_exact') is False else ''}"
 
 
 def _table(

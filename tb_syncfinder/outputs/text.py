@@ -602,8 +602,10 @@ def _summary_lines(
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
     idle_device: str = "GPU",
+    job_saving_per_step_us: float | None = None,
 ) -> list[str]:
-    """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them. ``device``: what
+    """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them;
+    ``job_saving_per_step_us``: what fixing every site saves a step of the job. ``device``: what
     the latent syncs would wait for ("NPU": traces of one recorded without AscendCL calls).
     ``unmarked``:
     readable traces without ProfilerStep markers (each counts as one step: said beside
@@ -700,7 +702,16 @@ def _summary_lines(
         # The share is over the host's step; beside a longer step time it would be misread.
         share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
     lines.extend(_wrap_labelled("share of step", share_text, width))
-    lines.extend(_saving_lines(summary, width, fit_notes, fit_scales, idle_device))
+    for_job = None
+    if ranks > 1 and job_saving_per_step_us is not None and count:
+        # The means above are over every rank's steps: a sync of one rank of two read as
+        # half of what the job, whose ranks step together, saves.
+        for_job = (
+            f"~{format_us(job_saving_per_step_us)} per step with every site fixed: its "
+            f"{ranks} ranks step together (the figures above are means over each rank's "
+            "steps; Job, below)"
+        )
+    lines.extend(_saving_lines(summary, width, fit_notes, fit_scales, idle_device, for_job))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
@@ -782,11 +793,12 @@ def _saving_lines(
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
     device_word: str = "GPU",
+    for_job: str | None = None,
 ) -> list[str]:
     """Step time (the longer of host and device span) and what removing every sync saves,
     with one line on how that was obtained. ``fit_notes``: why a trace's saving without the
     profiler could not be fitted (``TraceInfo.unprofiled_note``); ``fit_scales``: the
-    fitted traces' scales."""
+    fitted traces' scales; ``for_job``: what a job's step saves, said under the saving."""
     host = float(summary.get("mean_step_time_us") or 0.0)
     wall = float(summary.get("mean_wall_step_time_us") or 0.0) or host
     if wall <= 0:
@@ -820,6 +832,8 @@ def _saving_lines(
     if method != "bound":
         text += f"; GPU idle caused by syncs {format_share(idle)} of the time"
     lines.extend(_wrap_labelled("saving", text, width))
+    if for_job:
+        lines.extend(_wrap_labelled("for the job", for_job, width))
     how = summary.get("saving_how") or ""
     note = summary.get("saving_note")
     profiler = summary.get("profiler_note")
@@ -1117,7 +1131,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             for sync in data.get("syncs") or []
             if sync.get("step") is None and sync.get("trace") in marked
         )
-        ranks = len((data.get("job") or {}).get("ranks") or [])
+        job = data.get("job") or {}
+        ranks = len(job.get("ranks") or [])
         fit_notes, fit_scales = unprofiled_fits(readable)
         lines.extend(
             _summary_lines(
@@ -1132,6 +1147,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 fit_notes=fit_notes,
                 fit_scales=fit_scales,
                 idle_device=_device_word(data),
+                job_saving_per_step_us=job.get("job_saving_per_step_us"),
             )
         )
         lines.append("")

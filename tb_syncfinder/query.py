@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 from tb_syncfinder.models import (
     NOT_FITTED_LONGER_THAN_PROFILED,
+    NOT_FITTED_NO_STEPS,
     NOT_FITTED_SHORTER_THAN_BUSY,
+    STEP_TIME_RULED_OUT,
     UNPROFILED_FIT_TOL,
     UNPROFILED_STEP_ABOVE,
 )
@@ -250,35 +252,50 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
     summary["unprofiled_saving_at_most_per_step_us"] = (
         max(0.0, step_time_us - busy) if usable else None
     )
-    traces = report_json.get("traces")
+    traces = list(report_json.get("traces") or [])
     if usable and summary.get("saving_method") == "bound":
         # Not replayed, so no fit rules a step out as the replay does (``whatif.
-        # unprofiled_savings``): the profiled steps do, by the same measure.
-        typical = _typical_profiled_step_us(report_json.get("steps") or [])
-        note = None
-        if typical and step_time_us > typical * (1 + UNPROFILED_STEP_ABOVE):
-            note = (
-                f"{NOT_FITTED_LONGER_THAN_PROFILED} step ({typical / 1000:.2f} ms, the "
-                "median of the profiled steps after the first), which the profiler's overhead "
-                "cannot make: another program's step, or one timed with more in it"
-            )
-        elif step_time_us < busy * (1 - UNPROFILED_FIT_TOL):
-            device = "NPU" if all_on_npu(report_json) else "device"
-            note = (
-                f"{NOT_FITTED_SHORTER_THAN_BUSY} {device}'s busy time per step "
-                f"({busy / 1000:.2f} ms), which no program doing this {device} work runs "
-                "faster than: another program's step?"
-            )
+        # unprofiled_savings``): the profiled steps do, by the same measures.
+        note = _bound_rule_out(report_json, step_time_us, busy)
         if note is not None:
-            summary["unprofiled_saving_at_most_per_step_us"] = None
             traces = [
                 {**t, "unprofiled_note": note}
                 if isinstance(t, dict) and not t.get("error") and not t.get("unprofiled_note")
                 else t
-                for t in traces or []
+                for t in traces
             ]
-            return {**report_json, "summary": summary, "traces": traces}
-    return {**report_json, "summary": summary}
+    notes = [t.get("unprofiled_note") for t in traces if isinstance(t, dict) and not t.get("error")]
+    fitted = any(
+        t.get("unprofiled_overhead_scale") is not None for t in traces if isinstance(t, dict)
+    )
+    if notes and not fitted and all(str(n or "").startswith(STEP_TIME_RULED_OUT) for n in notes):
+        # Every trace ruled the step out as another program's (or has no step it could be):
+        # the bound of that step is none of this program's.
+        summary["unprofiled_saving_at_most_per_step_us"] = None
+    return {**report_json, "summary": summary, "traces": traces}
+
+
+def _bound_rule_out(report_json: dict[str, Any], step_time_us: float, busy: float) -> str | None:
+    """Why a run not replayed rules out a step time without the profiler (the replay's
+    reasons, ``whatif.unprofiled_savings``, on the profiled steps): none where it does not."""
+    readable = [t for t in report_json.get("traces") or [] if not t.get("error")]
+    if readable and all(t.get("step_markers") is False for t in readable):
+        return f"{NOT_FITTED_NO_STEPS}, so no step of it is the step measured"
+    typical, which = _typical_profiled_step(report_json.get("steps") or [])
+    if typical and step_time_us > typical * (1 + UNPROFILED_STEP_ABOVE):
+        return (
+            f"{NOT_FITTED_LONGER_THAN_PROFILED} step ({typical / 1000:.2f} ms, {which}), "
+            "which the profiler's overhead cannot make: another program's step, or one timed "
+            "with more in it"
+        )
+    if step_time_us < busy * (1 - UNPROFILED_FIT_TOL):
+        device = "NPU" if all_on_npu(report_json) else "device"
+        return (
+            f"{NOT_FITTED_SHORTER_THAN_BUSY} {device}'s busy time per step "
+            f"({busy / 1000:.2f} ms), which no program doing this {device} work runs faster "
+            "than: another program's step?"
+        )
+    return None
 
 
 def all_on_npu(report_json: dict[str, Any]) -> bool:
@@ -297,22 +314,31 @@ def bounded_by_device_work(summary: dict[str, Any]) -> bool:
     return summary.get("saving_method") == "bound" and busy is not None and busy > 0
 
 
-def _typical_profiled_step_us(steps: Sequence[dict[str, Any]]) -> float:
-    """The profiled step a step time without the profiler is held against: each trace's
-    median wall time of its steps after the first (the first runs set-up), the longest of
-    the traces' (a job's ranks step together)."""
+def _typical_profiled_step(steps: Sequence[dict[str, Any]]) -> tuple[float, str]:
+    """The profiled step a step time without the profiler is held against, and which it is
+    in words: each trace's median wall time of its steps after the first (the first runs
+    set-up), the longest of the traces' (a job's ranks step together)."""
     by_trace: dict[Any, list[float]] = {}
     for step in steps:
         wall = float(step.get("wall_time_us") or step.get("step_time_us") or 0.0)
         if wall > 0:
             by_trace.setdefault(step.get("trace"), []).append(wall)
-    typical = 0.0
+    typical, most = 0.0, 0
     for walls in by_trace.values():
         later = sorted(walls[1:] or walls)
         middle = len(later) // 2
         median = later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
-        typical = max(typical, median)
-    return typical
+        typical, most = max(typical, median), max(most, len(walls))
+    which = (
+        "the only step profiled"
+        if most <= 1
+        else "the step profiled after the first"
+        if most == 2
+        else "the median of the profiled steps after the first"
+    )
+    if len(by_trace) > 1:
+        which += ", the longest of the traces'"
+    return typical, which
 
 
 def page(items: Sequence[Any], offset: int, limit: int, **extra: Any) -> dict[str, Any]:

@@ -700,6 +700,7 @@ class _Counts:
 
     def __init__(self) -> None:
         self.malformed = 0  # entries that could not be converted
+        self.not_objects = 0  # of them, entries that are no JSON object at all
         self.bad_times = 0  # events dropped for non-finite or absurd times
         self.no_start = 0  # complete events and flow starts dropped for having no ``ts``
         self.clamped = 0  # negative durations set to 0
@@ -741,6 +742,7 @@ def _lenient_events(raw_events: list[Any], counts: _Counts) -> list[Any]:
     for raw in raw_events:
         if not isinstance(raw, dict):
             counts.malformed += 1
+            counts.not_objects += 1
         elif isinstance(raw.get("ph"), str) and raw["ph"] in _KNOWN_PHASES:
             if _fix_times(raw, counts):
                 kept.append(raw)
@@ -1067,7 +1069,11 @@ class _Reader:
         unreadable = [
             f"{n} {'entry' if n == 1 else 'entries'} {what}"
             for n, what in (
-                (counts.malformed, "with a field of the wrong type (a 'ts' that is no number?)"),
+                (counts.not_objects, "that are no object"),
+                (
+                    counts.malformed - counts.not_objects,
+                    "with a field of the wrong type (a 'ts' that is no number?)",
+                ),
                 (counts.no_start, "without a 'ts'"),
                 (counts.bad_times, "with times no profiler writes"),
             )

@@ -821,26 +821,30 @@ def unprofiled_savings(
     except _Unavailable as exc:
         found.reason = f"replay unavailable: {exc}"
         return found
-    found.scale = scale
-    found.replayed_step_us = _steady_step(graph)
     everything = frozenset(counted)
     all_syncs = graph.saving_from(graph.metrics_for(everything))
     typical_saving = _typical_saving(graph, all_syncs)
     # Each step's saving is how much earlier it ends than the step before: a host that runs
     # ahead into a queue saves much in a step or two and gives some back in the next ones,
     # and with a few profiled steps their median can come out longer than the recorded one.
-    # No typical saving is told then; the profiled figure, a mean over the steps, stands.
+    # No typical saving is told then (and the trace is not fitted: no scale is kept); the
+    # profiled figure, a mean over the steps, stands.
     slack = step_us * UNPROFILED_FIT_TOL
     if typical_saving < -slack:
-        later = all_syncs.per_step_us[1:]
+        later = all_syncs.per_step_us[1:] or all_syncs.per_step_us
+        sides = [
+            f"{most / 1000:.2f} ms less" if (most := max(later)) > 0 else None,
+            f"{-least / 1000:.2f} ms more" if (least := min(later)) < 0 else None,
+        ]
         found.reason = (
-            "not fitted: without the syncs the replayed steps after the first take from "
-            f"{max(later) / 1000:.2f} ms less to {-min(later) / 1000:.2f} ms more than "
-            f"recorded, their median {-typical_saving / 1000:.2f} ms more: the "
-            f"{len(all_syncs.per_step_us)} profiled steps give no typical saving to tell "
-            "(more steps profiled may)"
+            "not fitted: without the syncs the replayed steps after the first take "
+            f"{' to '.join(side for side in sides if side)} than recorded, their median "
+            f"{-typical_saving / 1000:.2f} ms more: the {len(all_syncs.per_step_us)} "
+            "profiled steps give no typical saving to tell (more steps profiled may)"
         )
         return found
+    found.scale = scale
+    found.replayed_step_us = _steady_step(graph)
     found.all_syncs_per_step_us = max(typical_saving, 0.0)
     for key, members in groups.items():
         group = _typical_saving(graph, graph.saving(frozenset(members))) if members else 0.0

@@ -449,6 +449,21 @@ def test_an_npu_step_time_longer_than_the_profiled_step_is_ruled_out_as_another_
     assert main(["report", str(run), "--unprofiled-step-ms", "1.2", "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["unprofiled_saving_at_most_per_step_us"] == pytest.approx(700.0)
+    # Without step markers no step of it is the one timed; a one-step trace has no median.
+    events = [
+        e for e in torch_npu_trace(2) if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    unmarked = tmp_path / "unmarked.pt.trace.json"
+    unmarked.write_text(json.dumps(events))
+    assert main(["report", str(unmarked), "--unprofiled-step-ms", "3", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["summary"]["unprofiled_saving_at_most_per_step_us"] is None
+    assert "no ProfilerStep markers" in answer["traces"][0]["unprofiled_note"]
+    one_step = tmp_path / "one_step.pt.trace.json"
+    one_step.write_text(json.dumps(torch_npu_trace(2, steps=1)))
+    assert main(["report", str(one_step), "--unprofiled-step-ms", "12"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(1.00 ms, the only step profiled)" in text
 
 
 def test_compare_of_two_npu_runs_predicts_no_saving(

@@ -147,7 +147,7 @@ def test_a_jobs_steps_are_said_to_add_up_over_its_ranks(capsys):
     # rank 1's item() every step, 2.51 ms, as the Job section says.
     flowing = " ".join(out.split())
     assert "saving ~1.25 ms per step" in flowing
-    assert "for the job ~2.51 ms per step with every site fixed: its 2 ranks step together" in (
+    assert "for the job ~2.51 ms per step, its sites' savings to the job added up: its 2 ranks" in (
         flowing
     )
 

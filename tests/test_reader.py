@@ -728,3 +728,7 @@ def test_events_with_a_ph_but_unreadable_times_are_said_as_that(tmp_path: Path) 
     said = str(info.value)
     assert "1 entry with a field of the wrong type (a 'ts' that is no number?)" in said, said
     assert "1 entry with times no profiler writes" in said, said
+    path.write_text(json.dumps({"traceEvents": [1, 2, "x"]}))
+    with pytest.raises(TraceReadError) as info:
+        read_trace(str(path))
+    assert str(info.value).endswith(": 3 entries that are no object"), str(info.value)

@@ -970,6 +970,29 @@ def test_a_job_with_no_collective_matched_measures_no_collective_wait_nor_latene
     assert grid.split()[1:] == [".", "."], grid
 
 
+@pytest.mark.parametrize(
+    ("what_if", "matched", "said"),
+    [
+        ("replay", 4, "for the job ~2.51 ms per step, its sites' savings to the job added up"),
+        ("bound", 4, "for the job ≤2.51 ms per step"),
+        ("none", 4, None),  # the job's what-if did not run: no figure of the job's step
+        ("replay", 0, None),  # no collective matched: the ranks are not known to step together
+    ],
+)
+def test_a_jobs_summary_says_what_its_step_saves_only_where_the_job_was_costed(
+    sample_report: Report, what_if: str, matched: int, said: str | None
+) -> None:
+    data = sample_report.to_json()
+    data["summary"].update(saving_how="predicted by replaying", saving_method="replay")
+    data["job"] = {"world_size": 2, "ranks": [0, 1], "collective_count": matched,
+                   "what_if": what_if, "job_saving_per_step_us": 2510.0}  # fmt: skip
+    flowing = " ".join(render_report(data).split())
+    if said is None:
+        assert "for the job" not in flowing
+    else:
+        assert said in flowing, flowing
+
+
 def test_the_profilers_note_has_a_line_of_its_own_and_is_not_repeated(
     sample_report: Report,
 ) -> None:

@@ -203,6 +203,16 @@ def test_a_step_longer_than_the_profiled_one_gets_no_figure_and_says_why() -> No
     assert "longer than the profiled step" in (report.traces[0].unprofiled_note or "")
 
 
+def test_a_step_ruled_out_has_no_bound_in_the_json_either(capsys: pytest.CaptureFixture) -> None:
+    """The text left the bound out and the JSON (and the tab's answer) still carried it."""
+    trace, step_ms, _ = CASES["moe_loop"]
+    assert main(["report", str(trace), "--unprofiled-step-ms", str(step_ms * 10), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["unprofiled_saving_at_most_per_step_us"] is None
+    assert main(["report", str(trace), "--unprofiled-step-ms", str(step_ms), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["unprofiled_saving_at_most_per_step_us"]
+
+
 @pytest.mark.parametrize(
     ("times", "says"),
     [
@@ -222,7 +232,9 @@ def test_a_step_ruled_out_as_another_programs_gets_no_at_most_bound(
     assert says in text
     assert "at most" not in text.split("per step (given)", 1)[1].split("by kind", 1)[0]
     assert main(["report", str(trace), "--unprofiled-step-ms", f"{step_ms:.2f}"]) == 0
-    assert "at most" in capsys.readouterr().out  # a step of this program keeps its bound
+    text = " ".join(capsys.readouterr().out.split())
+    # A step of this program keeps its bound.
+    assert "at most" in text.split("per step (given)", 1)[1].split("by kind", 1)[0]
 
 
 def test_a_replay_whose_median_step_gets_longer_without_the_syncs_gives_no_figure() -> None:
@@ -234,6 +246,7 @@ def test_a_replay_whose_median_step_gets_longer_without_the_syncs_gives_no_figur
     assert unprofiled is None
     note = report.traces[0].unprofiled_note or ""
     assert "give no typical saving to tell" in note, note
+    assert report.traces[0].unprofiled_overhead_scale is None  # not fitted: no scale kept
     assert all(s.unprofiled_predicted_saving_per_step_us is None for s in report.sites)
 
 

@@ -207,7 +207,7 @@ function siteStats(site, step, idleOn) {
     // What fixing it saves per step once every other site is fixed too (the replay's; null: not replayed so).
     latent || site.predicted_saving_with_others_per_step_us === null || site.predicted_saving_with_others_per_step_us === undefined
       ? null
-      : stat("saves per step with the others fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
+      : stat("saves per step once the others are fixed", formatUs(site.predicted_saving_with_others_per_step_us)),
     latent || typeof site.unprofiled_predicted_saving_per_step_us !== "number"
       ? null
       : stat("saves per step without the profiler", `~${formatUs(site.unprofiled_predicted_saving_per_step_us)}`),

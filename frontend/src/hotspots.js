@@ -281,7 +281,10 @@ function unprofiledForm(state, app, answer, boundOnly = false) {
       },
     })
   );
-  const fitted = typeof answer?.summary?.unprofiled_predicted_saving_per_step_us === "number";
+  // A figure to show: the replay's saving, or on an NPU run (not replayed) its bound.
+  const fitted =
+    typeof answer?.summary?.unprofiled_predicted_saving_per_step_us === "number" ||
+    (boundOnly && typeof answer?.summary?.unprofiled_saving_at_most_per_step_us === "number");
   const result =
     answer === null
       ? h(
@@ -1062,7 +1065,7 @@ const COLUMNS = [
   { key: "kind", label: "Kind", cls: "col-kind", title: "What made the host wait" },
   { key: "count", label: "Count", cls: "col-count num", title: "Syncs at this site over the profiled steps" },
   { key: "per_step", label: "Per step", cls: "col-perstep num", title: "Syncs at this site per profiled step" },
-  { key: "predicted_saving_us", label: "Saves/step", cls: "col-save num", title: "Step time saved per step by fixing this site alone. Sites that wait for the same GPU work save more fixed together: the saving with every sync removed is on the step-time card, and each site's with the others fixed in its detail" },
+  { key: "predicted_saving_us", label: "Saves/step", cls: "col-save num", title: "Step time saved per step by fixing this site alone. Sites that wait for the same GPU work save more fixed together: the saving with every sync removed is on the step-time card, and what each site saves once the others are fixed in its detail and under its figure" },
   { key: UNPROFILED_SORT, label: "Unprofiled", cls: "col-unprof num", title: "Step time saved per step by fixing this site alone in a run without the profiler: the replay fitted to the step time given above", unprofiled: true },
   { key: "host_wait_us", label: "Host wait", cls: "col-wait num", title: "Time the host waited in this site's syncs, over the profiled steps (the card gives it per step)" },
   { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num", title: "Time the GPU idled after this site's syncs, over the profiled steps" },

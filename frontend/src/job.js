@@ -91,7 +91,7 @@ export function jobParts(job) {
       ? `${job.collective_count || 0} collectives matched, ${job.late_collective_count || 0} with a late rank; lateness below ${formatUs(job.noise_us || 0)} is not called lateness`
       : null,
     alone,
-    grid: compared && (job.rank_steps || []).length > 0,
+    grid: compared && (job.rank_steps || []).length > 0 && job.collective_count !== 0,
     sites: compared ? sites.slice(0, 10) : [],
     ranks: compared,
   };

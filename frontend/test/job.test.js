@@ -68,6 +68,8 @@ test("a real job keeps its grid and ranks, says the missing ranks once, drops ze
   assert.equal(parts.grid, true);
   assert.equal(parts.ranks, true);
   assert.deepEqual(parts.sites.map((s) => s.rank), [3, 5]);
+  // No collective matched across the ranks: a grid of dots says nothing, and is not drawn.
+  assert.equal(jobParts({ world_size: 2, ranks: [0, 1], missing_ranks: [], rank_steps: [{ rank: 0, step: 1 }], collective_count: 0 }).grid, false);
 });
 
 test("the rank that sets the job's pace is said, other notes are not", () => {

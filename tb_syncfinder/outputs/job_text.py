@@ -194,7 +194,7 @@ def job_lines(
         lines.append("")
         lines.append(style("Ranks: host wait in syncs beside wait in collectives", bold))
         rows = [row for row in totals if int(row["rank"]) in shown_ranks]
-        matched = bool(job.get("collective_count"))
+        matched = bool(job.get("collective_count", 1))  # absent: a report from before it
         lines.extend(_table(_rank_columns(matched), rows, width, style, bold))
         if left_out:
             lines.append(

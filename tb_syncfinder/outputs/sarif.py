@@ -35,11 +35,11 @@ _ERROR_SHARE = 0.10
 
 
 def _level(site: dict[str, Any], latent: bool, step_us: float) -> str:
-    """A site's SARIF level. A replayed site's by what fixing it saves: alone, with the
-    sites it waits with, or once every other site is fixed (sites that wait for the same
-    work each save little alone). A wait the device's work hides saves nothing, and such a
-    site with 68 % of the step in host wait was an error beside a table saying it saves
-    0 us."""
+    """A site's SARIF level. A replayed site's by what fixing it saves: alone, with the one
+    site it waits with, or a job's step (its ranks step together). A wait the device's work
+    hides saves nothing, and such a site with 68 % of the step in host wait was an error
+    beside a table saying it saves 0 us. (Not by what it saves once every other site is
+    fixed: three sites waiting for the same work each got it, and a 2 us site was an error.)"""
     if latent:
         return "note"
     if site.get("saving_method") == "replay" and step_us > 0:
@@ -48,7 +48,7 @@ def _level(site: dict[str, Any], latent: bool, step_us: float) -> str:
             for field in (
                 "predicted_saving_per_step_us",
                 "fix_with_saving_per_step_us",
-                "predicted_saving_with_others_per_step_us",
+                "job_saving_per_step_us",
             )
         )
         return "error" if saving / step_us >= _ERROR_SHARE else "warning"

@@ -614,10 +614,10 @@ def _summary_lines(
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
     idle_device: str = "GPU",
-    job_saving_per_step_us: float | None = None,
+    job: dict[str, Any] | None = None,
 ) -> list[str]:
-    """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them;
-    ``job_saving_per_step_us``: what fixing every site saves a step of the job. ``device``: what
+    """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them; ``job``: the
+    report's job section (what its sites save a step of the job). ``device``: what
     the latent syncs would wait for ("NPU": traces of one recorded without AscendCL calls).
     ``unmarked``:
     readable traces without ProfilerStep markers (each counts as one step: said beside
@@ -715,14 +715,20 @@ def _summary_lines(
         share_text += f"  (of the host's {format_us(host_step)} step; the device's is longer)"
     lines.extend(_wrap_labelled("share of step", share_text, width))
     for_job = None
-    if ranks > 1 and job_saving_per_step_us is not None and count:
-        # The means above are over every rank's steps: a sync of one rank of two read as
-        # half of what the job, whose ranks step together, saves.
-        for_job = (
-            f"~{format_us(job_saving_per_step_us)} per step with every site fixed: its "
-            f"{ranks} ranks step together (the figures above are means over each rank's "
-            "steps; Job, below)"
-        )
+    job = job or {}
+    saving_to_job = job.get("job_saving_per_step_us")
+    # Only where the ranks' collectives were matched and the job's what-if ran: then its
+    # ranks are known to step together.
+    if ranks > 1 and saving_to_job is not None and count and job.get("collective_count", 1):
+        if job.get("what_if") in ("replay", "bound"):
+            # The means above are over every rank's steps: a sync of one rank of two read
+            # as half of what the job, whose ranks step together, saves.
+            for_job = (
+                f"{'≤' if job.get('what_if') == 'bound' else '~'}"
+                f"{format_us(float(saving_to_job))} per step, its sites' savings to the job "
+                f"added up: its {ranks} ranks step together (the figures above are means "
+                "over each rank's steps; Job, below)"
+            )
     lines.extend(_saving_lines(summary, width, fit_notes, fit_scales, idle_device, for_job))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
@@ -1161,7 +1167,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 fit_notes=fit_notes,
                 fit_scales=fit_scales,
                 idle_device=_device_word(data),
-                job_saving_per_step_us=job.get("job_saving_per_step_us"),
+                job=job,
             )
         )
         lines.append("")

@@ -91,7 +91,7 @@ def test_the_site_detail_names_the_other_site_its_syncs_then_wait_for(
     assert f"the .tolist() at line {TOLIST_LINE} then waits for the same GPU work." in note
     assert "Fixed together they save 1." in note and note.endswith(" ms per step.")
     stats = page.inner_text("[data-testid=site-stats]")
-    assert "saves per step with the others fixed" in stats  # a per-step figure, as beside it
+    assert "saves per step once the others are fixed" in stats  # a per-step figure, as beside it
     # The other site names this one.
     page.locator("[data-testid=sites] tbody tr", has_text=f"metrics.py:{TOLIST_LINE}").click()
     page.wait_for_function(

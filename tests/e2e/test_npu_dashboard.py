@@ -42,8 +42,10 @@ def test_an_npu_runs_step_time_without_the_profiler_gives_the_bound_of_its_work(
     assert "NPU traces are not replayed" in form.inner_text()
     page.fill("[data-testid=unprofiled-input]", "0.9")
     page.press("[data-testid=unprofiled-input]", "Enter")
-    text = page.wait_for_selector("[data-testid=unprofiled-text]").inner_text()
+    answer = page.wait_for_selector("[data-testid=unprofiled-text]")
+    text = answer.inner_text()
     assert "fixing every sync saves at most 400 µs per step (the step minus the NPU's" in text
+    assert answer.get_attribute("data-fitted") == "true"  # a figure, not a note of none
     assert "unprof=0.9" in page.evaluate("location.hash")
     # No figure per site: no column of them.
     assert page.locator("[data-testid=row-unprofiled]").count() == 0
@@ -56,6 +58,7 @@ def test_an_npu_runs_step_time_without_the_profiler_gives_the_bound_of_its_work(
     )
     text = page.inner_text("[data-testid=unprofiled-text]")
     assert "longer than the profiled step" in text and "at most" not in text
+    assert page.get_attribute("[data-testid=unprofiled-text]", "data-fitted") == "false"
     assert page_errors == []
 
 

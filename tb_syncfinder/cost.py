@@ -217,6 +217,18 @@ class StepBounds:
             if number in self.room:
                 self.room[number] = max(0.0, self.room[number] - busy)
 
+    def cap_each(self, syncs: list[Sync], step_markers: bool = True) -> None:
+        """Each sync's own bound (its wait and the bubble after it) at most what its step
+        can lose: an NPU's sync said "saves ≤970 us" in a 1 ms step with 500 us of the
+        NPU's work, beside its site's ≤499 us a step."""
+        room = self.room
+        for sync in syncs:
+            if sync.saving_method != "bound":
+                continue
+            left = room.get(sync.step if step_markers else NO_STEP)
+            if left is not None and sync.predicted_saving_us > left:
+                sync.predicted_saving_us = left
+
     def saving_us(self, syncs: list[Sync], step_markers: bool = True) -> float:
         by_step: dict[int, list[tuple[float, float]]] = {}
         for sync in syncs:

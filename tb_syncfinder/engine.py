@@ -477,6 +477,7 @@ def _trace_savings(
         else:
             reason = f"replay unavailable: {result.reason}"
         bounds = StepBounds(steps, device_busy)
+        bounds.cap_each(syncs, step_markers)
         return TraceSavings(
             method="bound",
             reason=reason,

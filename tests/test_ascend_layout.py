@@ -737,3 +737,16 @@ def test_the_gate_counts_an_npu_runs_latent_syncs_and_names_each_rank(
     err = capsys.readouterr().err
     for rank in ("rank0_ascend_pt", "rank1_ascend_pt"):
         assert f"of {rank}/ASCEND_PROFILER_OUTPUT/trace_view.json" in err, err
+
+
+def test_an_npu_syncs_own_bound_is_at_most_what_its_step_can_lose(tmp_path: Path) -> None:
+    """Each of the four print()s said "saves ≤970 us" in its 1 ms step holding 500 us of
+    the NPU's work, beside the site's ≤500 us a step: its wait and bubble, uncapped."""
+    run = write_run(tmp_path, level=2)
+    report = analyze(str(run / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"))
+    items = [s for s in report.syncs if s.op == "aten::item"]
+    assert items and all(s.saving_method == "bound" for s in items)
+    assert all(s.host_wait_us + s.gpu_idle_after_us > 500.0 for s in items)  # uncapped: more
+    assert all(s.predicted_saving_us <= 500.0 for s in items)
+    (site,) = [s for s in report.sites if s.key.endswith("aten::item")]
+    assert sum(s.predicted_saving_us for s in items) == pytest.approx(site.predicted_saving_us)

@@ -300,10 +300,20 @@ export function compareBasis(data) {
 }
 
 /** Words in a run name that say which side of a change it is, left out to pair runs. */
-const SIDE_WORDS = /(^|[-_. ])(baseline|base|before|old|optimi[sz]ed|opt|after|new|fixed)(?=$|[-_. ])/gi;
+const SIDE_WORDS = /(^|[-_. /])(baseline|base|before|old|optimi[sz]ed|opt|after|new|fixed)(?=$|[-_. /])/gi;
 
-/** A run's name without its side words: the runs of one change share it. @param {string} run */
-const stem = (run) => run.replace(SIDE_WORDS, "$1").replace(/[-_. ]+$/, "").toLowerCase();
+/**
+ * A run's name without its side words: the runs of one change share it. A run of
+ * `tensorboard_trace_handler`'s layout (`seg_baseline/plugins/profile/2026_11_26_01_14_11`)
+ * is named by its folder: each run's profile folder has its own time.
+ * @param {string} run
+ */
+const stem = (run) =>
+  run
+    .replace(/\/plugins\/profile\/[^/]*$/, "")
+    .replace(SIDE_WORDS, "$1")
+    .replace(/[-_. ]+$/, "")
+    .toLowerCase();
 
 /** @param {string} run */
 const isBaseline = (run) => /baseline/i.test(run);

@@ -180,7 +180,7 @@ export async function renderCompare(ctx) {
       : null,
     h(
       "div",
-      { class: "sa-table-wrap", style: { "max-width": "640px", "margin-bottom": "12px" } },
+      { class: "sa-table-wrap sa-summary-wrap", style: { "margin-bottom": "12px" } },
       h(
         "table",
         { class: "sa-table sa-summary", "data-testid": "compare-summary", "aria-label": "The two runs per step and over the whole run" },

@@ -227,6 +227,10 @@ test("the baseline is pre-selected by name, and a run is never its own baseline"
   for (const runs of [demo, ["a", "b"], ["baseline", "x"]]) {
     for (const r of runs) assert.notEqual(defaultBaseline(runs, r), r);
   }
+  // tensorboard_trace_handler's layout: each run's profile folder has its own time.
+  const profiled = demo.map((r, n) => `${r}/plugins/profile/2026_11_26_01_1${n}_11`);
+  assert.equal(defaultBaseline(profiled, profiled[3]), profiled[2]);
+  assert.equal(defaultBaseline(profiled, profiled[1]), profiled[0]);
 });
 
 test("a compared row merging several lines names every line, as the CLI does", () => {

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -19,17 +20,21 @@ skip_without_browser()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_ascend_layout import torch_npu_trace  # noqa: E402
 
+# Runs as tensorboard_trace_handler lays them out: each in a profile folder of its own time.
+BASE = "npu_baseline/plugins/profile/2026_11_27_01_14_11"
+NEW = "npu_optimized/plugins/profile/2026_11_27_02_20_45"
+
 
 @pytest.fixture(scope="module")
 def npu_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two torch_npu runs with the NPU's tasks (1 ms steps, 500 us of NPU work each): one
     whose steps each upload a batch and print a loss, one that only prints it."""
     logdir = tmp_path_factory.mktemp("npu_logdir")
-    for run, upload in (("npu_base", True), ("npu_new", False)):
-        (logdir / run).mkdir()
+    for run, upload in ((BASE, True), (NEW, False)):
+        (logdir / run).mkdir(parents=True)
         trace = {"traceEvents": torch_npu_trace(2, steps=4, upload=upload)}
         (logdir / run / "npu0.pt.trace.json").write_text(json.dumps(trace), encoding="utf-8")
-    with serve_tensorboard(logdir, cwd=logdir, expected_runs={"npu_base", "npu_new"}) as base:
+    with serve_tensorboard(logdir, cwd=logdir, expected_runs={BASE, NEW}) as base:
         yield base
 
 
@@ -37,7 +42,7 @@ def test_an_npu_runs_step_time_without_the_profiler_gives_the_bound_of_its_work(
     npu_board: str, browser: Any, page_errors: list[str]
 ) -> None:
     page = new_page(browser, page_errors, width=1600, height=1000)
-    page.goto(plugin_url(npu_board, "#run=npu_base"))
+    page.goto(plugin_url(npu_board, f"#run={quote(BASE, safe='')}"))
     form = page.wait_for_selector("[data-testid=unprofiled-form]")
     assert "NPU traces are not replayed" in form.inner_text()
     page.fill("[data-testid=unprofiled-input]", "0.9")
@@ -66,15 +71,22 @@ def test_the_compare_view_and_the_occurrences_of_npu_runs_say_npu(
     npu_board: str, browser: Any, page_errors: list[str]
 ) -> None:
     page = new_page(browser, page_errors, width=1600, height=1000)
-    page.goto(plugin_url(npu_board, "#run=npu_new&view=compare&base=npu_base"))
+    # No baseline named: the run of the same name, in its own profile folder, is taken.
+    page.goto(plugin_url(npu_board, f"#run={quote(NEW, safe='')}&view=compare"))
     summary = page.wait_for_selector("[data-testid=compare-summary]").inner_text()
     assert "NPU idle after syncs" in summary and "GPU" not in summary, summary
+    # The run names wrap in their heads: the table fits its box (it hid a column at 1600 px).
+    widths = page.eval_on_selector(
+        "[data-testid=compare-summary]",
+        "t => [t.parentElement.scrollWidth, t.parentElement.clientWidth]",
+    )
+    assert widths[0] <= widths[1], widths
     titles = page.eval_on_selector_all(
         "[data-testid=compare-sites] th[title]", "ths => ths.map(th => th.title)"
     )
     assert titles and not any("GPU" in t for t in titles), titles
     # A site of 4 occurrences: its orders say the NPU's idle.
-    page.goto(plugin_url(npu_board, "#run=npu_new"))
+    page.goto(plugin_url(npu_board, f"#run={quote(NEW, safe='')}"))
     page.locator("[data-testid=sites] tbody tr").first.click()
     order = page.wait_for_selector("[data-testid=occ-sort]")
     options = order.eval_on_selector_all("option", "os => os.map(o => o.textContent)")

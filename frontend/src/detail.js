@@ -423,6 +423,7 @@ function frameButton(frame, app, label) {
  * @param {any} context
  * @param {any} sync
  * @param {number} panelWidth
+ * @param {string} idleOn "GPU", or "NPU" for torch_npu's traces
  */
 function timelineSection(context, sync, panelWidth, idleOn) {
   const width = Math.round(Math.max(300, Math.min(900, panelWidth || 560)));
@@ -430,7 +431,10 @@ function timelineSection(context, sync, panelWidth, idleOn) {
   const syncApis = sync?.apis || (sync?.api ? [sync.api] : []);
   const probe = layoutTimeline(context, { width, labelW, rowH: 16, syncApis });
   if (!probe) return null;
-  const waitText = sync?.latent ? "would sync here on a GPU" : `wait ${formatUs(sync?.host_wait_us)}`;
+  // A latent sync of torch_npu's default level syncs on the NPU, its wait not recorded; a
+  // CPU-only run's would on a GPU.
+  const latentWait = idleOn === "NPU" ? "syncs here on the NPU (wait not recorded)" : "would sync here on a GPU";
+  const waitText = sync?.latent ? latentWait : `wait ${formatUs(sync?.host_wait_us)}`;
   // Only a bubble that is drawn is labelled; one that runs past the window says it goes on.
   const idleText = probe.bubble ? `${idleOn} idle ${formatUs(sync?.gpu_idle_after_us)}${probe.bubble.clipped ? " \u2192" : ""}` : null;
   const placed = placeBandLabels({ wait: probe.wait, bubble: probe.bubble, width, waitText, idleText });
@@ -499,7 +503,7 @@ function timelineSection(context, sync, panelWidth, idleOn) {
         "div",
         { class: "sa-legend" },
         // A latent sync blocks nothing on a CPU: its band marks where it would wait.
-        h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), sync?.latent ? "where it would wait on a GPU" : "host blocked"),
+        h("span", null, h("i", { style: { background: "var(--wait)", opacity: "0.5" } }), sync?.latent ? (idleOn === "NPU" ? "where it waits on the NPU (not recorded)" : "where it would wait on a GPU") : "host blocked"),
         L.bubble ? h("span", null, h("i", { style: { background: "var(--idle)", opacity: "0.6" } }), `${idleOn} bubble after it`) : null,
         L.bubbleBeyond && sync?.gpu_idle_after_us
           ? h("span", { "data-testid": "bubble-beyond" }, `${idleOn} idle ${formatUs(sync.gpu_idle_after_us)} after it, past the right edge of this window`)

@@ -523,7 +523,7 @@ function teachingBanners(resp, latent, siteTotal) {
         { class: "sa-banner", "data-testid": "no-stacks" },
         h("h3", null, "No Python stacks in this trace"),
         h("p", null, "Without stacks the Sync Advisor can name the operator but not your source line. Profile with with_stack=True:"),
-        h("pre", { class: "sa-code" }, "with torch.profiler.profile(\n    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],\n    with_stack=True,      # Python stacks -> exact source lines\n    with_modules=True,    # nn.Module path of each finding\n    on_trace_ready=torch.profiler.tensorboard_trace_handler(\"./logs/run\"),\n) as prof:\n    ..."),
+        h("pre", { class: "sa-code" }, withStackSnippet(resp.device)),
       ),
     );
   }
@@ -556,6 +556,41 @@ function teachingBanners(resp, latent, siteTotal) {
  */
 function readTraces(traces) {
   return (traces || []).filter((/** @type {any} */ t) => t && !t.error);
+}
+
+/**
+ * How to profile with Python stacks on the run's device: torch_npu's own profiler on an
+ * NPU (at Level1, whose AscendCL calls show the waits), the CPU alone on a CPU-only run,
+ * else CUDA's activity (ROCm's too).
+ * @param {string | undefined} device the selection's device (`summary` answer's `device`)
+ * @returns {string}
+ */
+export function withStackSnippet(device) {
+  if (device === "npu") {
+    return [
+      "import torch_npu",
+      "with torch_npu.profiler.profile(",
+      "    activities=[torch_npu.profiler.ProfilerActivity.CPU,",
+      "                torch_npu.profiler.ProfilerActivity.NPU],",
+      "    with_stack=True,      # Python stacks -> exact source lines",
+      "    with_modules=True,    # nn.Module path of each finding",
+      "    experimental_config=torch_npu.profiler._ExperimentalConfig(",
+      "        profiler_level=torch_npu.profiler.ProfilerLevel.Level1),  # the waits",
+      '    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler("./logs/run"),',
+      ") as prof:",
+      "    ...",
+    ].join("\n");
+  }
+  const activities = device === "cpu" ? "[ProfilerActivity.CPU]" : "[ProfilerActivity.CPU, ProfilerActivity.CUDA]";
+  return [
+    "with torch.profiler.profile(",
+    `    activities=${activities},`,
+    "    with_stack=True,      # Python stacks -> exact source lines",
+    "    with_modules=True,    # nn.Module path of each finding",
+    '    on_trace_ready=torch.profiler.tensorboard_trace_handler("./logs/run"),',
+    ") as prof:",
+    "    ...",
+  ].join("\n");
 }
 
 /**

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { latentMode } from "../src/hotspots.js";
+import { latentMode, withStackSnippet } from "../src/hotspots.js";
 
 test("a run with runtime calls but no device rows read (an NPU's) shows its syncs, not latent ones", () => {
   // torch_npu's Level1/Level2 traces: AscendCL calls, the NPU's task rows not read. The
@@ -11,4 +11,15 @@ test("a run with runtime calls but no device rows read (an NPU's) shows its sync
   assert.equal(latentMode({ has_gpu_activity: false }, { latent: false }), true); // an older plugin's answer
   assert.equal(latentMode({ has_gpu_activity: true, has_runtime: true }, { latent: false }), false);
   assert.equal(latentMode({ has_gpu_activity: true }, { latent: true }), true);
+});
+
+test("the with_stack snippet is torch_npu's on an NPU run, the CPU's alone on a CPU-only one", () => {
+  const npu = withStackSnippet("npu");
+  assert.match(npu, /torch_npu\.profiler\.profile\(/);
+  assert.match(npu, /ProfilerActivity\.NPU/);
+  assert.match(npu, /ProfilerLevel\.Level1/);
+  assert.doesNotMatch(npu, /CUDA/);
+  assert.match(withStackSnippet("cpu"), /activities=\[ProfilerActivity\.CPU\],/);
+  assert.match(withStackSnippet("cuda"), /ProfilerActivity\.CUDA/);
+  assert.match(withStackSnippet(undefined), /with_stack=True/);
 });

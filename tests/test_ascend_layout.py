@@ -481,6 +481,27 @@ def test_compare_of_two_npu_runs_predicts_no_saving(
     assert "fixing it saves: not predicted" in text
 
 
+def test_an_npu_run_compared_with_a_gpu_run_is_compared_by_count_not_by_step_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The tab said "profiled steps faster by 15.7 ms (-94 %)" in green, and "measured
+    15.7 ms" beside the GPU baseline's predicted 3.49 ms, of an NPU run against it."""
+    from tb_syncfinder.demo.runner import BUNDLED_TRACES_DIR
+
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    trace = BUNDLED_TRACES_DIR / "cnn_baseline.pt.trace.json.gz"
+    (gpu / trace.name).write_bytes(trace.read_bytes())
+    npu = write_run(tmp_path, level=2, run_name="npu")
+    main(["compare", str(gpu), str(npu)])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one run is on an NPU and the other on a GPU" in text
+    assert "saving not measured: an NPU run's step time does not compare with a GPU run's" in text
+    assert main(["compare", str(gpu), str(npu), "--json"]) in (0, 1)
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["note"].startswith("one run is on an NPU")
+
+
 def test_a_run_mixing_an_npu_trace_with_a_gpu_trace_claims_no_bound_for_their_site(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

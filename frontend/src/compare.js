@@ -239,17 +239,19 @@ export function stepTimeChange(changeUs, opts = {}) {
  * time does not measure syncs that cost nothing without a GPU; the note says so.
  * One run CPU-only and the other not (`mixed`): neutral too, by site counts. `npu`: the
  * runs are torch_npu traces without AscendCL calls (the answer's `unmeasured`), not CPU runs.
- * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>, mixed?: boolean, npu?: boolean}} args
+ * `npuAndGpu`: the mixed runs are an NPU's and a GPU's, not a CPU-only one.
+ * @param {{latent: boolean, changeUs: number | null | undefined, baseStepUs?: number | null, counts: Record<string, number>, mixed?: boolean, npu?: boolean, npuAndGpu?: boolean}} args
  * @returns {{text: string, tone: "good" | "bad" | "neutral", note: string | null, caveat?: string | null}}
  */
-export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = false, npu = false }) {
+export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = false, npu = false, npuAndGpu = false }) {
   if (mixed) {
-    // One run on a GPU, the other CPU-only: their step times measure different machines.
+    // One run on a GPU, the other CPU-only (or on an NPU): their step times measure
+    // different machines.
     const change = Number.isFinite(changeUs) && changeUs ? ` (${formatDeltaUs(/** @type {number} */ (changeUs))} here)` : "";
     return {
       text: `${plural(counts.fixed ?? 0, "sync site")} fixed, ${formatCount(counts.new ?? 0)} new`,
       tone: "neutral",
-      note: `A CPU-only run and a GPU run: their step times do not compare${change}. The fixed and new sites are what counts.`,
+      note: `${npuAndGpu ? "An NPU run and a GPU run" : "A CPU-only run and a GPU run"}: their step times do not compare${change}. The fixed and new sites are what counts.`,
     };
   }
   if (!latent) {
@@ -401,13 +403,14 @@ export function selfBaselineText(run, base) {
  * steps profiled, which is the group's first row). A CPU-only side measures no wait: its
  * cost rows read "–", never 0. The saving row (the baseline's predicted saving per step
  * beside the one measured) only when both are known and both runs are on a GPU.
- * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean, compared?: any, idleOn?: string}} args
+ * @param {{base: any, new: any, predictedUs?: number | null, measuredUs?: number | null, cpuBase?: boolean, cpuNew?: boolean, compared?: any, idleOn?: string, mixed?: boolean}} args
  *   `base`, `new`: the `compare` answer's summaries; `predictedUs`, `measuredUs`: its
  *   `predicted_saving_us` and `measured_saving_us`; `compared`: the whole answer (what
- *   was fixed, for the saving row's words); `idleOn`: as `compareIdleOn` says it
+ *   was fixed, for the saving row's words); `idleOn`: as `compareIdleOn` says it; `mixed`:
+ *   runs whose step times do not compare (sites by count), with no saving row
  * @returns {{unit: "step" | "run", title: string, rows: {id: string, label: string, before: string, after: string}[]}[]}
  */
-export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false, compared = null, idleOn = "GPU" }) {
+export function summaryRows({ base, new: after, predictedUs = null, measuredUs = null, cpuBase = false, cpuNew = false, compared = null, idleOn = "GPU", mixed = false }) {
   const b = base || {};
   const n = after || {};
   /** A figure of each side, "–" for a CPU-only side where `cost` (it measures no wait). */
@@ -415,7 +418,7 @@ export function summaryRows({ base, new: after, predictedUs = null, measuredUs =
   const stepTime = (/** @type {any} */ s) => formatUs(s.mean_wall_step_time_us || s.mean_step_time_us);
   const perStep = [
     { id: "step-time", label: "step time", ...pair(stepTime, false) },
-    predictedUs != null && measuredUs != null && !cpuBase && !cpuNew
+    predictedUs != null && measuredUs != null && !cpuBase && !cpuNew && !mixed
       ? {
           id: "saving",
           label: "saving",

@@ -138,7 +138,7 @@ export async function renderCompare(ctx) {
   const counts = countByStatus(sites);
   const b = data.base || {};
   const n = data.new || {};
-  const headline = compareHeadline({ latent, mixed: byCount && !latent, npu: data.unmeasured === "npu", changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
+  const headline = compareHeadline({ latent, mixed: byCount && !latent, npu: data.unmeasured === "npu", npuAndGpu: idleOn === "device" && baseSummary?.device !== "cpu" && newSummary?.device !== "cpu", changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
   // A compared site opens in Hotspots (a fixed one is not in this run: it opens nothing).
   const open = (/** @type {any} */ x) => (x.status === "fixed" ? null : openSite(app, { ...x, latent, mixed: byCount && !latent }));
   return h(
@@ -186,7 +186,7 @@ export async function renderCompare(ctx) {
         { class: "sa-table sa-summary", "data-testid": "compare-summary", "aria-label": "The two runs per step and over the whole run" },
         h("thead", null, h("tr", null, h("th", null, ""), h("th", { class: "num" }, base), h("th", { class: "num" }, sel.run))),
         // A group per unit, its heading saying what each row under it is measured over.
-        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew, compared: data, idleOn }).map((group) =>
+        summaryRows({ base: b, new: n, predictedUs: data.predicted_saving_us, measuredUs: data.measured_saving_us, cpuBase, cpuNew, compared: data, idleOn, mixed: byCount && !latent }).map((group) =>
           h(
             "tbody",
             { "data-unit": group.unit },

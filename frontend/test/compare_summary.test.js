@@ -154,3 +154,12 @@ test("two NPU runs compared say the NPU idled; a GPU run beside an NPU run, the 
   assert.match(titles, /NPU idle after/);
   assert.doesNotMatch(titles, /GPU/);
 });
+
+test("an NPU run against a GPU run: no predicted-vs-measured row, a neutral headline naming both", async () => {
+  const { compareHeadline, summaryRows } = await import("../src/compare.js");
+  const rows = summaryRows({ base: gpu, new: gpuAfter, predictedUs: 150, measuredUs: 15700, mixed: true }).flatMap((g) => g.rows);
+  assert.equal(rows.find((r) => r.id === "saving"), undefined);
+  const head = compareHeadline({ latent: false, mixed: true, npuAndGpu: true, changeUs: -15700, counts: { fixed: 2, new: 2 } });
+  assert.equal(head.tone, "neutral");
+  assert.match(head.note, /^An NPU run and a GPU run: their step times do not compare/);
+});

@@ -1579,9 +1579,12 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     measured = result.get("measured_saving_us")
     if result.get("note"):
         # One run CPU-only: its step time measures another machine, as the dashboard says.
+        note = str(result["note"])
         why = (
             "one run's waits were not recorded"
-            if "without AscendCL calls" in str(result["note"])
+            if "without AscendCL calls" in note
+            else "an NPU run's step time does not compare with a GPU run's"
+            if "on an NPU and the other on a GPU" in note
             else "a CPU-only run's step time does not compare"
         )
         lines.extend(_wrap_labelled("saving", f"not measured: {why}", width))

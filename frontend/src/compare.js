@@ -488,8 +488,12 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
     before = "not predicted";
   }
   const median = compared?.measured_saving_median_us;
-  const scale = b.mean_wall_step_time_us || b.mean_step_time_us || 0;
-  const medianText = median !== null && median !== undefined && scale && Math.abs(median - measuredUs) > 0.1 * scale ? ` (mean steps; from the median steps ${formatUs(median)})` : "";
+  const step = b.mean_wall_step_time_us || b.mean_step_time_us || 0;
+  // As the CLI's rule (`_mean_and_median_disagree`): by a quarter of the larger and a
+  // fiftieth of the step, the same whichever run is the baseline.
+  const gap = median !== null && median !== undefined ? Math.abs(median - measuredUs) : 0;
+  const disagree = gap > 0.25 * Math.max(Math.abs(measuredUs), Math.abs(median ?? 0)) && gap > 0.02 * step;
+  const medianText = disagree ? ` (mean steps; from the median steps ${formatUs(/** @type {number} */ (median))})` : "";
   return { span: `${predicted}; measured ${formatUs(measuredUs)} between the runs${medianText}`, before, after: `measured ${formatUs(measuredUs)}${medianText}` };
 }
 

@@ -163,3 +163,12 @@ test("an NPU run against a GPU run: no predicted-vs-measured row, a neutral head
   assert.equal(head.tone, "neutral");
   assert.match(head.note, /^An NPU run and a GPU run: their step times do not compare/);
 });
+
+test("the median steps' saving is said whichever run is the baseline", async () => {
+  const { savingTexts } = await import("../src/compare.js");
+  const seg = { ...gpu, mean_wall_step_time_us: 15800 };
+  const optimized = { ...gpu, mean_wall_step_time_us: 13070 };
+  const all = { sites: [], every_site_fixed: true, predicted_saving_of_fixed_us: 3040 };
+  assert.match(savingTexts(seg, 3040, 2730, { ...all, measured_saving_median_us: 1200 }).span, /from the median steps 1\.20 ms/);
+  assert.match(savingTexts(optimized, 0, -2730, { ...all, measured_saving_median_us: -1200 }).span, /from the median steps/);
+});

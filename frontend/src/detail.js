@@ -651,6 +651,7 @@ function revealSelectedOccurrence(panel) {
  *   which cost nothing where they were seen, listed as they ran with no order to pick
  */
 function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
+  const latentList = osort === null;
   const total = first.total ?? (first.items || []).length;
   if (total <= 1 && (first.items || []).length <= 1) return null;
   const box = h("div", { class: "sa-occ-list" });
@@ -726,10 +727,11 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
           "tr",
           null,
           h("th", { scope: "col" }, "Step"),
-          h("th", { scope: "col" }, "Waited in"),
-          costHead("host_wait_us", "Wait", "host wait"),
-          costHead("gpu_idle_after_us", "Idle after", `${ctx.idleOn || "GPU"} idle after the sync`),
-          costHead("predicted_saving_us", "Saves", "what removing this sync alone saves (the what-if replay's figure; \u2264 an upper bound where the trace could not be replayed)"),
+          // Latent findings cost nothing where they were seen: no columns of dashes.
+          h("th", { scope: "col" }, latentList ? (ctx.idleOn === "NPU" ? "Syncs in" : "Would wait in") : "Waited in"),
+          latentList ? null : costHead("host_wait_us", "Wait", "host wait"),
+          latentList ? null : costHead("gpu_idle_after_us", "Idle after", `${ctx.idleOn || "GPU"} idle after the sync`),
+          latentList ? null : costHead("predicted_saving_us", "Saves", "what removing this sync alone saves (the what-if replay's figure; \u2264 an upper bound where the trace could not be replayed)"),
         ),
       ),
       h(
@@ -747,9 +749,9 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
             },
             h("td", null, x.step ?? "\u2013"),
             h("td", { class: "mono" }, x.api),
-            h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.host_wait_us)),
-            h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.gpu_idle_after_us)),
-            h("td", { class: "num" }, x.latent ? "\u2013" : `${x.saving_method === "replay" ? "" : "\u2264"}${formatUs(x.predicted_saving_us ?? 0)}`),
+            latentList ? null : h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.host_wait_us)),
+            latentList ? null : h("td", { class: "num" }, x.latent ? "\u2013" : formatUs(x.gpu_idle_after_us)),
+            latentList ? null : h("td", { class: "num" }, x.latent ? "\u2013" : `${x.saving_method === "replay" ? "" : "\u2264"}${formatUs(x.predicted_saving_us ?? 0)}`),
           ),
         ),
       ),

@@ -23,6 +23,7 @@ from test_ascend_layout import torch_npu_trace  # noqa: E402
 # Runs as tensorboard_trace_handler lays them out: each in a profile folder of its own time.
 BASE = "npu_baseline/plugins/profile/2026_11_27_01_14_11"
 NEW = "npu_optimized/plugins/profile/2026_11_27_02_20_45"
+LEVEL0 = "npu_level0"  # torch_npu's default level: no AscendCL call, its syncs latent
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +31,11 @@ def npu_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two torch_npu runs with the NPU's tasks (1 ms steps, 500 us of NPU work each): one
     whose steps each upload a batch and print a loss, one that only prints it."""
     logdir = tmp_path_factory.mktemp("npu_logdir")
-    for run, upload in ((BASE, True), (NEW, False)):
+    for run, level, upload in ((BASE, 2, True), (NEW, 2, False), (LEVEL0, 0, False)):
         (logdir / run).mkdir(parents=True)
-        trace = {"traceEvents": torch_npu_trace(2, steps=4, upload=upload)}
+        trace = {"traceEvents": torch_npu_trace(level, steps=4, upload=upload)}
         (logdir / run / "npu0.pt.trace.json").write_text(json.dumps(trace), encoding="utf-8")
-    with serve_tensorboard(logdir, cwd=logdir, expected_runs={BASE, NEW}) as base:
+    with serve_tensorboard(logdir, cwd=logdir, expected_runs={BASE, NEW, LEVEL0}) as base:
         yield base
 
 
@@ -91,4 +92,21 @@ def test_the_compare_view_and_the_occurrences_of_npu_runs_say_npu(
     order = page.wait_for_selector("[data-testid=occ-sort]")
     options = order.eval_on_selector_all("option", "os => os.map(o => o.textContent)")
     assert "longest NPU idle after" in options and not any("GPU" in o for o in options), options
+    assert page_errors == []
+
+
+def test_a_level0_runs_latent_syncs_are_said_to_sync_on_the_npu_with_no_cost_columns(
+    npu_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    """At torch_npu's default level the timeline said the print "would sync here on a GPU",
+    and its occurrences were a table of dashes under "Waited in | Wait | Idle after"."""
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(npu_board, f"#run={LEVEL0}"))
+    page.locator("[data-testid=sites] tbody tr").first.click()
+    table = page.wait_for_selector("[data-testid=occurrences]")
+    heads = table.eval_on_selector_all("thead th", "ths => ths.map(th => th.textContent)")
+    assert heads == ["Step", "Syncs in"], heads
+    timeline = page.wait_for_selector("[data-testid=detail]").inner_text()
+    assert "on a GPU" not in timeline, timeline
+    assert "syncs here on the NPU" in page.content()
     assert page_errors == []

@@ -395,17 +395,28 @@ def test_source_with_missing_ok_still_serves_and_refuses_as_before(
     assert (status, body) == plain
     assert status == 200 and SOURCE_FIELDS <= set(body) and body["missing"] is False
     assert body["lines"] == ["import torch"]
-    # Refusals stay errors: outside the roots (whether or not the file exists), not .py,
-    # a bad name or parameter.
+    # A file not served (outside the roots, whether or not it exists; not .py) is a 200
+    # saying so to the dashboard: a trace from another machine names its frames by paths
+    # outside the roots, and each site opened logged a failed request. Without missing_ok
+    # it is the 403 as before, and a bad name stays a 400.
     for name, code in [
         (str(workspace / "secret.py"), 403),
         ("/etc/passwd", 403),
+        ("/home/u/gone.py", 403),
         ("../gone.py", 403),
         ("notes.txt", 403),
         ("..%2fsecret.py", 400),
     ]:
         status, body = get(client, "source", file=name, line=1, missing_ok=1)
-        assert status == code and "missing" not in body and body["error"], (name, body)
+        if code == 400:
+            assert status == 400 and "missing" not in body and body["error"], (name, body)
+            continue
+        assert status == 200 and body["missing"] is True and body["status"] == 403, (name, body)
+        assert (
+            body["lines"] == []
+            and body["error"] == get(client, "source", file=name, line=1)[1]["error"]
+        )
+        assert get(client, "source", file=name, line=1)[0] == 403
     assert get(client, "source", file="workload.py", line=0, missing_ok=1)[0] == 400
     assert get(client, "source", file="gone.py", line=1, missing_ok="x")[0] == 400
 

@@ -417,14 +417,15 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
         file = params.text(request, "file", required=True)
         line = params.integer(request, "line", 1, 1, 10**9)
         context = params.integer(request, "context", 5, 0, 50)
-        # A file that is not there is expected (a trace from another checkout, a file since
-        # removed): a client that asks for it so (the dashboard) gets a 200 answer saying
-        # so, not a 404 its browser logs as an error. Refusals (400, 403) stay errors.
+        # A file that is not there, or not served (a trace from another machine names its
+        # frames by paths outside the source roots: the usual case), is expected: a client
+        # that asks for it so (the dashboard) gets a 200 answer saying so, not a 404 or
+        # 403 its browser logs as an error once per site opened. A bad request stays a 400.
         missing_ok = params.flag(request, "missing_ok")
         try:
             body = self.guard.read(file, line, context).to_json()
         except SourceError as exc:
-            if not (missing_ok and exc.status == 404):
+            if not (missing_ok and exc.status in (403, 404)):
                 raise
             body = missing_source_json(file, line, exc)
         return self._respond(request, body)

@@ -68,10 +68,11 @@ class SourceLines:
 
 def missing_source_json(name: str, line: int, error: SourceError) -> dict:
     """The ``source`` answer, with ``missing_ok=1``, for a file (or a line of it) that is not
-    there: a 200 answer instead of the 404, so that a browser does not log a failed request
-    for what the dashboard expects and says in words. It has the served answer's fields,
-    empty (``path`` and ``start`` null, ``lines`` []), ``missing: true``, and the 404's
-    ``error`` and ``hint`` (when it has one)."""
+    there or not served: a 200 answer instead of the 404 or 403, so that a browser does not
+    log a failed request for what the dashboard expects and says in words. It has the served
+    answer's fields, empty (``path`` and ``start`` null, ``lines`` []), ``missing: true``,
+    ``status`` (the 404 or 403 it stands for), and its ``error`` and ``hint`` (when it has
+    one). A 403 is said the same whether or not the file exists."""
     body: dict = {
         "file": name,
         "path": None,
@@ -79,6 +80,7 @@ def missing_source_json(name: str, line: int, error: SourceError) -> dict:
         "line": line,
         "lines": [],
         "missing": True,
+        "status": error.status,
         "error": error.message,
     }
     if error.hint:

@@ -7,7 +7,7 @@
 import { ApiError, getJson } from "./api.js";
 import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel, syncSortOrder } from "./catalogue.js";
-import { countNames, formatBytes, formatCount, formatPct, formatUs, savingText, siteFallbackLabel, withMicro } from "./format.js";
+import { countNames, formatBytes, formatCount, formatPct, formatUs, profilerSpanName, savingText, siteFallbackLabel, spanLabels, withMicro } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -100,7 +100,7 @@ export async function renderDetail(ctx, slot) {
       sync ? stackSection(sync, app) : null,
       detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26, ctx.idleOn || "GPU") : null,
       site?.advice ? adviceSection(site.advice) : null,
-      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app) : null,
+      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app, ctx.idleOn || "GPU") : null,
       occurrences(syncs, fetchPage, syncId, app, ctx, latent ? null : validOccSort(state.osort)),
     );
     replace(slot, panel);
@@ -557,8 +557,9 @@ function withCode(text) {
  * @param {{run: string, worker: string | null, span: string | null}} sel
  * @param {{worker: string, span: string | null} | null} where the sync's trace
  * @param {any} app
+ * @param {string} [idleOn] "NPU" for torch_npu's runs, which the PyTorch Profiler tab lists not
  */
-function viewersSection(sync, context, sel, where, app) {
+function viewersSection(sync, context, sel, where, app, idleOn = "GPU") {
   const at = traceLocator(sync, context);
   const worker = where?.worker ?? sel.worker;
   const span = where?.span ?? null;
@@ -566,7 +567,12 @@ function viewersSection(sync, context, sel, where, app) {
     at.step ? `${formatUs(at.offsetUs)} into ${at.step}` : null,
     at.thread ? `thread ${at.thread}` : null,
   ].filter(Boolean).join(", ");
-  const profiler = app.profilerTab
+  // The tab numbers a worker's spans 1, 2, ... (the span's own name, an epoch time, is in
+  // no list there); it does not list torch_npu's runs at all.
+  const workerSpans = (app.currentRun?.()?.workers || []).find((/** @type {any} */ w) => w.name === worker)?.spans || [];
+  const spanThere = span ? profilerSpanName(workerSpans, span) : null;
+  const spanLabel = span ? spanLabels(workerSpans).get(String(span)) ?? span : null;
+  const profiler = app.profilerTab && idleOn !== "NPU"
     ? h(
         "li",
         { "data-testid": "profiler-link" },
@@ -583,7 +589,7 @@ function viewersSection(sync, context, sel, where, app) {
         ", then pick Runs ",
         h("b", null, sel.run),
         worker ? [", Workers ", h("b", null, worker)] : null,
-        span ? [", Spans ", h("b", null, span)] : null,
+        span ? [", Spans ", h("b", null, spanThere ?? span), spanThere ? ` (${spanLabel})` : null] : null,
         ", Views ",
         h("b", null, "Trace"),
         place ? `; ${place}` : "",

@@ -216,6 +216,20 @@ export function withMicro(text) {
 const EPOCH_MS = /^\d{12,14}$/;
 
 /**
+ * A span as TensorBoard's PyTorch Profiler tab names it: its place among the worker's
+ * spans, in their names' order, from 1 (torch-tb-profiler's loader numbers them so; its
+ * "Spans" list is 1, 2, ...); null when the span is not among them.
+ * @param {(string | null)[]} spans the worker's spans
+ * @param {string} span
+ * @returns {string | null}
+ */
+export function profilerSpanName(spans, span) {
+  const sorted = spans.filter((s) => s !== null && s !== undefined).map(String).sort();
+  const at = sorted.indexOf(String(span));
+  return at < 0 ? null : String(at + 1);
+}
+
+/**
  * How the span selector names each span: a span that is an epoch-millisecond time (the
  * file name part tensorboard_trace_handler writes, `1700000000000`) as a local date-time,
  * `2023-11-14 22:13:20`, to the millisecond when two spans would read the same; other names

@@ -132,3 +132,11 @@ test("copies a ROCm trace cannot judge are said as the CLI says them, and nothin
   const text = unjudgedUploadsText([{ unjudged_uploads: 2, unjudged_upload_host_us: 5000 }, { error: "bad", unjudged_uploads: 9 }]);
   assert.match(text, /^Not judged: 2 asynchronous host-to-device copies \(5\.00 ms of host time in the calls\): ROCm traces/);
 });
+
+test("a span is named as the PyTorch Profiler tab numbers it: its place in the worker's spans", async () => {
+  const { profilerSpanName } = await import("../src/format.js");
+  const spans = ["1764118459000", "1764118451000"];
+  assert.equal(profilerSpanName(spans, "1764118451000"), "1");
+  assert.equal(profilerSpanName(spans, "1764118459000"), "2");
+  assert.equal(profilerSpanName(spans, "nope"), null);
+});

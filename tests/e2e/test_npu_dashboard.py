@@ -92,6 +92,10 @@ def test_the_compare_view_and_the_occurrences_of_npu_runs_say_npu(
     order = page.wait_for_selector("[data-testid=occ-sort]")
     options = order.eval_on_selector_all("option", "os => os.map(o => o.textContent)")
     assert "longest NPU idle after" in options and not any("GPU" in o for o in options), options
+    # The PyTorch Profiler tab lists no torch_npu run: no "then pick Runs ..." to follow;
+    # the trace with a Sync Advisor track, for Perfetto, stays.
+    page.wait_for_selector("[data-testid=perfetto-link]")
+    assert page.locator("[data-testid=profiler-link]").count() == 0
     assert page_errors == []
 
 

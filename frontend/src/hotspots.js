@@ -479,6 +479,8 @@ function teachingBanners(resp, latent, siteTotal) {
           ".",
           summary.latent_count ? ` Listed below, without timings: the ${formatCount(summary.latent_count)} operator calls that synchronize the host with the NPU.` : "",
         ),
+        // What that list leaves out (the terminal's words): it read as every sync there is.
+        resp.latent_not_listed ? h("p", { "data-testid": "not-listed" }, resp.latent_not_listed) : null,
       ),
     );
   } else if (resp.has_gpu_activity === false && !resp.has_runtime) {
@@ -495,6 +497,7 @@ function teachingBanners(resp, latent, siteTotal) {
               "They cost nothing here, so they are listed without timings: fix them before moving to a GPU.",
             )
           : h("p", null, "No operator in it would synchronize on a GPU either."),
+        resp.latent_not_listed ? h("p", { "data-testid": "not-listed" }, resp.latent_not_listed) : null,
       ),
     );
   }

@@ -1132,16 +1132,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             )
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
-        if npu_latent:
-            lines.extend(
-                wrap(
-                    "Not listed: copies to or from the host (.cpu(), .tolist(), .to()), which "
-                    "only the AscendCL calls show.",
-                    width,
-                )
-            )
-        else:
-            lines.extend(wrap(_not_listed_on_cpu(readable), width))
+        lines.extend(wrap(latent_not_listed(readable), width))
         lines.append("")
     if readable and not empty:
         unmarked = sum(1 for t in readable if t.get("step_markers") is False)
@@ -1731,6 +1722,21 @@ def with_relative_files(data: dict[str, Any], root: str | None) -> dict[str, Any
     if isinstance(job, dict) and job.get("sites"):
         out["job"] = {**job, "sites": [site(row) for row in job["sites"]]}
     return out
+
+
+def latent_not_listed(traces: list[dict[str, Any]]) -> str:
+    """What a run's latent list leaves out, said under it (the terminal's and the tab's):
+    torch_npu's traces without AscendCL calls (and no CPU-only trace) miss the copies, which
+    only those calls show; a CPU-only trace, ``_not_listed_on_cpu``. ``traces``: the
+    readable ``TraceInfo``s as JSON."""
+    unrecorded = any(npu_without_calls(t) for t in traces)
+    cpu = any(t.get("device") in (None, "cpu") and not t.get("has_gpu_activity") for t in traces)
+    if unrecorded and not cpu:
+        return (
+            "Not listed: copies to or from the host (.cpu(), .tolist(), .to()), which only the "
+            "AscendCL calls show."
+        )
+    return _not_listed_on_cpu(traces)
 
 
 def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:

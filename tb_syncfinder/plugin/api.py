@@ -151,6 +151,8 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         # Runtime calls without device activity (an NPU trace without its "Ascend
         # Hardware" rows): its syncs are real ones, not latent findings of a CPU run.
         "has_runtime": any(t.get("has_runtime") for t in traces),
+        # What the latent list leaves out (the terminal's line under it); null without one.
+        "latent_not_listed": _latent_not_listed(report, traces),
         "loading": sel.loading,
         "listed_apart": _listed_apart(report),
         # The ranks of the job these traces are (0: not a job): its steps add up over them.
@@ -310,6 +312,14 @@ def _unprofiled_bound(kept: list[Any], step_ms: float) -> dict[str, Any] | None:
         return None
     device = "NPU" if query.all_on_npu(report) else "device"
     return _unprofiled_answer(step_ms, query.with_unprofiled_step(report, step_ms * 1000.0), device)
+
+
+def _latent_not_listed(report: dict[str, Any], traces: list[dict[str, Any]]) -> str | None:
+    if not report.get("latent_sites"):
+        return None
+    from tb_syncfinder.outputs.text import latent_not_listed
+
+    return latent_not_listed([t for t in traces if not t.get("error")])
 
 
 def _listed_apart(report: dict[str, Any]) -> dict[str, Any]:

@@ -1256,6 +1256,8 @@ def test_cpu_only_trace_shows_latent_findings_and_says_they_sync_on_a_gpu(
     page.goto(plugin_url(board, "#run=cpu_only"))
     banner = page.wait_for_selector("[data-testid=no-gpu]")
     assert "would synchronize" in banner.inner_text()
+    # What the list cannot hold, as the terminal says it (the copies a GPU run would make).
+    assert "Not listed on a CPU-only trace" in banner.inner_text()
     texts = rows(page)
     assert any(f"train.py:{ITEM_LINE}" in t for t in texts), texts
     assert any(f"train.py:{NONZERO_LINE}" in t for t in texts), texts

@@ -18,9 +18,9 @@ import {
   decodeState,
   encodeState,
   hashNeedsRewrite,
+  linkStepTimeProblem,
   missingWorkerOrSpan,
   parseTbHash,
-  TB_PREFIX,
   patchState,
   pickRun,
   reconcileRun,
@@ -29,6 +29,7 @@ import {
   sortRuns,
   sortWorkers,
   stateFromTbHash,
+  TB_PREFIX,
   tbHashWithState,
   vscodeAncestry,
   vscodeFlag,
@@ -108,6 +109,11 @@ export class App {
      * @type {string | null}
      */
     this.selfBase = null;
+    /**
+     * What was wrong with the step time the view's link named, dropped (`unprof=-5`): said
+     * until dismissed or another link is followed. @type {string | null}
+     */
+    this.badStepTime = linkStepTimeProblem(fromFrame ? location.hash : this.tb?.location.hash, this.state, !fromFrame);
     /** The baseline the compare view last used. @type {string | null} */
     this.shownBase = null;
     /** A data-focus-key to focus after the next render (instead of the focused element's). */
@@ -170,6 +176,7 @@ export class App {
       this.missingPart = null;
       this.missingBase = null;
       this.selfBase = null;
+      this.badStepTime = linkStepTimeProblem(location.hash, this.state);
       if (hashNeedsRewrite(location.hash, this.state)) this.writeUrl();
       this.render();
     });
@@ -189,6 +196,7 @@ export class App {
         this.missingPart = null;
         this.missingBase = null;
         this.selfBase = null;
+        this.badStepTime = linkStepTimeProblem(tb.location.hash, named, true);
         this.writeUrl();
         this.render();
       } else if (hashNeedsRewrite(tb.location.hash, named, true)) {
@@ -314,6 +322,7 @@ export class App {
     // The user picked a run (or a baseline): the notice about a missing one has done its job.
     if ("run" in patch) this.missingRun = null;
     if ("run" in patch || "site" in patch || "step" in patch) this.missingPart = null;
+    if ("unprof" in patch) this.badStepTime = null; // a step time given since: said no more
     if ("run" in patch || "base" in patch) {
       this.missingBase = null;
       this.selfBase = null;
@@ -915,6 +924,10 @@ export class App {
     const selfBase = compare ? this.selfBase : null;
     if (selfBase) {
       notices.push({ testid: "self-base", text: [selfBaselineText(selfBase, this.shownBase)], pickerId: "sa-base", forget: () => (this.selfBase = null) });
+    }
+    if (this.badStepTime) {
+      const text = [h("b", null, "The step time without the profiler in the link was left out"), `: ${this.badStepTime}.`];
+      notices.push({ testid: "bad-step-time", text, pickerId: "sa-unprof-input", forget: () => (this.badStepTime = null) });
     }
     const els = notices.map((n) => this.notice(n.testid, n.text, n.pickerId, n.forget));
     const key = els.map((el) => `${el.dataset.testid}: ${el.textContent}`).join("\n");

@@ -578,6 +578,22 @@ export function hashNeedsRewrite(hash, state, tb = false) {
 }
 
 /**
+ * What is wrong with the step time a link names (`unprof=-5`), which the view drops: said,
+ * not dropped without a word (the one who sent the link measured it). Null where the link
+ * names none, or one the view took.
+ * @param {string | null | undefined} hash
+ * @param {{unprof: number | null}} state the view state decoded from it
+ * @param {boolean} [tb] a TensorBoard hash (keys prefixed)
+ * @returns {string | null}
+ */
+export function linkStepTimeProblem(hash, state, tb = false) {
+  const texts = keyTexts(hash, "unprof", tb ? TB_PREFIX : "");
+  if (state.unprof !== null || texts.length === 0) return null;
+  if (texts.length > 1) return `the link names ${texts.length} step times ("${texts.join('", "')}")`;
+  return texts[0].trim() ? stepMsProblem(texts[0]) : null;
+}
+
+/**
  * Whether a location hash names a view, a sort column, an order or a step that the view
  * state decoded from it does not hold (`view=bogus`, `sort=Bad-Key`, `order=sideways`,
  * `step=abc`, `unprof=-3`, or two of one): the view fell back to the default and the address kept the

@@ -61,3 +61,14 @@ test("another page or order of the occurrences names the occurrence still shown 
   assert.deepEqual(occPagePatch({ occ: 400 }, "s1", "s1"), { occ: 400 });
   assert.deepEqual(occPagePatch({ occ: 400 }, null, null), { occ: 400 });
 });
+
+test("a step time in a link that is no step time is said, not dropped without a word", async () => {
+  const { decodeState, linkStepTimeProblem } = await import("../src/state.js");
+  const bad = "#run=r&unprof=-5";
+  assert.match(linkStepTimeProblem(bad, decodeState(bad)), /"-5" is not a step time/);
+  const far = "#run=r&unprof=9e9";
+  assert.match(linkStepTimeProblem(far, decodeState(far)), /outside the step times the replay takes/);
+  const good = "#run=r&unprof=14.51";
+  assert.equal(linkStepTimeProblem(good, decodeState(good)), null);
+  assert.equal(linkStepTimeProblem("#run=r", decodeState("#run=r")), null);
+});

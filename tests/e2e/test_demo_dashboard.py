@@ -456,6 +456,22 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     assert page_errors == []
 
 
+def test_a_links_step_time_that_is_no_step_time_is_said_not_dropped_without_a_word(
+    demo_board: str, browser: Any, page_errors: list[str]
+) -> None:
+    page = new_page(browser, page_errors, width=1600, height=1000)
+    page.goto(plugin_url(demo_board, "#run=gpu_cnn_baseline&unprof=-5"))
+    notice = page.wait_for_selector("[data-testid=bad-step-time]").inner_text()
+    assert '"-5" is not a step time' in notice, notice
+    page.wait_for_function("!location.hash.includes('unprof=')")
+    assert page.input_value("[data-testid=unprofiled-input]") == ""
+    # A step time given since: the notice has done its job.
+    page.fill("[data-testid=unprofiled-input]", "14.51")
+    page.press("[data-testid=unprofiled-input]", "Enter")
+    page.wait_for_selector("[data-testid=bad-step-time]", state="detached")
+    assert page_errors == []
+
+
 def test_sites_that_save_little_alone_say_what_they_save_with_the_others_in_their_row(
     demo_board: str, browser: Any, page_errors: list[str], tmp_path: Path
 ) -> None:

@@ -887,7 +887,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
             "g",
             { class: "group", "data-group": groups[gi].label },
             s("line", { class: "group-rule", x1: sp.x + 2, x2: sp.x + sp.w - 2, y1: L.baseY + 20, y2: L.baseY + 20 }),
-            s("text", { class: "group-label", x: sp.x + sp.w / 2, y: L.baseY + 32, "text-anchor": "middle" }, truncateText(groups[gi].label, Math.max(3, Math.floor(sp.w / 6)))),
+            s("text", { class: "group-label", x: sp.x + sp.w / 2, y: L.baseY + 32, "text-anchor": "middle" }, groupLabelText(groups[gi].label, Math.max(3, Math.floor(sp.w / 6)))),
             s("title", null, groups[gi].label),
           ),
         )
@@ -1015,6 +1015,21 @@ function goToStep(groups, view, app) {
 /** @param {string} text @param {number} n */
 function truncateText(text, n) {
   return text.length > n ? text.slice(0, Math.max(1, n - 1)) + "\u2026" : text;
+}
+
+/**
+ * A step chart group's label in `n` characters: a worker's span (`hostA · 2025-11-26
+ * 00:54:11`) cut in its middle, keeping the end that tells the spans apart (cut at the
+ * end, two spans of a worker read the same at 600 px); another label cut at its end.
+ * @param {string} label
+ * @param {number} n
+ */
+export function groupLabelText(label, n) {
+  const at = label.indexOf(" \u00b7 ");
+  if (label.length <= n || at < 0) return truncateText(label, n);
+  const tail = n - 1 - Math.min(at, Math.max(1, Math.floor(n / 3)));
+  if (tail < 3) return truncateText(label, n);
+  return label.slice(0, n - 1 - tail) + "\u2026" + label.slice(label.length - tail);
 }
 
 /**

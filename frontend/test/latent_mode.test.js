@@ -23,3 +23,14 @@ test("the with_stack snippet is torch_npu's on an NPU run, the CPU's alone on a 
   assert.match(withStackSnippet("cuda"), /ProfilerActivity\.CUDA/);
   assert.match(withStackSnippet(undefined), /with_stack=True/);
 });
+
+test("a worker's two spans keep the end that tells them apart when the chart cuts their labels", async () => {
+  const { groupLabelText } = await import("../src/hotspots.js");
+  const a = groupLabelText("hostA \u00b7 2025-11-26 00:54:11", 20);
+  const b = groupLabelText("hostA \u00b7 2025-11-26 00:57:40", 20);
+  assert.equal(a.length, 20);
+  assert.notEqual(a, b);
+  assert.ok(a.endsWith("00:54:11") && a.startsWith("host"), a);
+  assert.equal(groupLabelText("worker0", 20), "worker0");
+  assert.equal(groupLabelText("a-very-long-worker-name", 10), "a-very-lo\u2026");
+});

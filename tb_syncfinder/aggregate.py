@@ -399,7 +399,7 @@ def build_report(results: list[TraceResult]) -> Report:
     step_time = sum((st.step_time_us for st in steps), 0.0)
     wait = sum((s.host_wait_us for s in syncs), 0.0)
     idle = idle_union_us(syncs)
-    saving = sum(map(_estimated_saving_us, results), 0.0)
+    saving = sum((estimated_saving_us(r.steps, r.syncs, r.info.step_markers) for r in results), 0.0)
     mean_step = step_time / step_count if step_count else 0.0
     by_kind = Counter(s.kind for s in syncs)
     analysed = [r for r in results if not r.info.error]
@@ -496,18 +496,6 @@ def _mean_device_step_us(results: list[TraceResult]) -> float:
     without a GPU (a CPU gloo rank beside a CUDA one) halved the CUDA rank's 31.6 ms."""
     steps = [st for r in results if r.info.has_gpu_activity for st in r.steps]
     return sum(st.device_time_us for st in steps) / len(steps) if steps else 0.0
-
-
-def _estimated_saving_us(result: TraceResult) -> float:
-    """A trace's upper-bound saving (``cost.estimated_saving_us``), at most its steps' time
-    less the device's work in them where that is known: no fix that keeps the work makes a
-    step shorter (the demo cnn's bound read a 7.4 ms step beside 11.9 ms of GPU work)."""
-    bound = estimated_saving_us(result.steps, result.syncs, result.info.step_markers)
-    busy = result.savings.device_busy_us if result.savings is not None else None
-    if busy is None or not result.steps:
-        return bound
-    wall = sum((st.wall_time_us or st.step_time_us for st in result.steps), 0.0)
-    return min(bound, max(0.0, wall - busy))
 
 
 def _profiler_summary(summary: Summary, analysed: list[TraceResult]) -> None:

@@ -100,7 +100,7 @@ export async function renderDetail(ctx, slot) {
       sync ? stackSection(sync, app) : null,
       detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26, ctx.idleOn || "GPU") : null,
       site?.advice ? adviceSection(site.advice) : null,
-      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app, ctx.idleOn || "GPU") : null,
+      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app, (traces || []).find((/** @type {any} */ t) => t.path === sync.trace)?.profiler_tab !== false) : null,
       occurrences(syncs, fetchPage, syncId, app, ctx, latent ? null : validOccSort(state.osort)),
     );
     replace(slot, panel);
@@ -557,9 +557,10 @@ function withCode(text) {
  * @param {{run: string, worker: string | null, span: string | null}} sel
  * @param {{worker: string, span: string | null} | null} where the sync's trace
  * @param {any} app
- * @param {string} [idleOn] "NPU" for torch_npu's runs, which the PyTorch Profiler tab lists not
+ * @param {boolean} [listed] whether the PyTorch Profiler tab lists the sync's trace (the
+ *   summary's `profiler_tab`; absent from an older plugin's answer: taken as listed)
  */
-function viewersSection(sync, context, sel, where, app, idleOn = "GPU") {
+function viewersSection(sync, context, sel, where, app, listed = true) {
   const at = traceLocator(sync, context);
   const worker = where?.worker ?? sel.worker;
   const span = where?.span ?? null;
@@ -568,11 +569,12 @@ function viewersSection(sync, context, sel, where, app, idleOn = "GPU") {
     at.thread ? `thread ${at.thread}` : null,
   ].filter(Boolean).join(", ");
   // The tab numbers a worker's spans 1, 2, ... (the span's own name, an epoch time, is in
-  // no list there); it does not list torch_npu's runs at all.
+  // no list there); it does not list a trace its loader does not take (torch_npu's
+  // `*_ascend_pt/.../trace_view.json`).
   const workerSpans = (app.currentRun?.()?.workers || []).find((/** @type {any} */ w) => w.name === worker)?.spans || [];
   const spanThere = span ? profilerSpanName(workerSpans, span) : null;
   const spanLabel = span ? spanLabels(workerSpans).get(String(span)) ?? span : null;
-  const profiler = app.profilerTab && idleOn !== "NPU"
+  const profiler = app.profilerTab && listed
     ? h(
         "li",
         { "data-testid": "profiler-link" },

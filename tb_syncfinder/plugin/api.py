@@ -13,6 +13,7 @@ from urllib.parse import quote
 from tensorboard import errors
 
 from tb_syncfinder import catalogue, query
+from tb_syncfinder.discovery import is_trace_file_name
 from tb_syncfinder.plugin.loader import ERROR, NO_SUMMARY, RETRY, TraceLoader
 from tb_syncfinder.plugin.selection import Selection, workers_of
 
@@ -139,7 +140,13 @@ def _common_folder(paths: list[str]) -> str:
 
 def summary_impl(sel: Selection) -> dict[str, Any]:
     report = sel.report_json
-    traces = report["traces"]
+    # Each trace says whether the PyTorch Profiler tab lists it (a file named as its loader
+    # takes workers; not torch_npu's ``*_ascend_pt/.../trace_view.json``): the detail
+    # tells where to look there only for a trace that tab shows.
+    traces = [
+        {**t, "profiler_tab": is_trace_file_name(os.path.basename(str(t.get("path") or "")))}
+        for t in report["traces"]
+    ]
     devices = Counter(t["device"] for t in traces if t.get("device") and not t.get("error"))
     return {
         "summary": report["summary"],

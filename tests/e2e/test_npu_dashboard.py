@@ -18,12 +18,13 @@ from tests.e2e.helpers import new_page, plugin_url, serve_tensorboard, skip_with
 
 skip_without_browser()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_ascend_layout import torch_npu_trace  # noqa: E402
+from test_ascend_layout import torch_npu_trace, write_run  # noqa: E402
 
 # Runs as tensorboard_trace_handler lays them out: each in a profile folder of its own time.
 BASE = "npu_baseline/plugins/profile/2026_11_27_01_14_11"
 NEW = "npu_optimized/plugins/profile/2026_11_27_02_20_45"
 LEVEL0 = "npu_level0"  # torch_npu's default level: no AscendCL call, its syncs latent
+ASCEND = "npu_ascend"  # torch_npu's own layout, which the PyTorch Profiler tab lists not
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,8 @@ def npu_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         (logdir / run).mkdir(parents=True)
         trace = {"traceEvents": torch_npu_trace(level, steps=4, upload=upload)}
         (logdir / run / "npu0.pt.trace.json").write_text(json.dumps(trace), encoding="utf-8")
-    with serve_tensorboard(logdir, cwd=logdir, expected_runs={BASE, NEW, LEVEL0}) as base:
+    write_run(logdir, level=2, run_name=ASCEND)
+    with serve_tensorboard(logdir, cwd=logdir, expected_runs={BASE, NEW, LEVEL0, ASCEND}) as base:
         yield base
 
 
@@ -92,8 +94,13 @@ def test_the_compare_view_and_the_occurrences_of_npu_runs_say_npu(
     order = page.wait_for_selector("[data-testid=occ-sort]")
     options = order.eval_on_selector_all("option", "os => os.map(o => o.textContent)")
     assert "longest NPU idle after" in options and not any("GPU" in o for o in options), options
-    # The PyTorch Profiler tab lists no torch_npu run: no "then pick Runs ..." to follow;
-    # the trace with a Sync Advisor track, for Perfetto, stays.
+    # A trace named as the PyTorch Profiler tab's loader takes workers: where to look there.
+    page.wait_for_selector("[data-testid=perfetto-link]")
+    assert "then pick Runs" in page.inner_text("[data-testid=profiler-link]")
+    # torch_npu's own layout (RUN/W_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json) the
+    # tab does not list: no "then pick Runs ..." to follow; the Perfetto trace stays.
+    page.goto(plugin_url(npu_board, f"#run={ASCEND}"))
+    page.locator("[data-testid=sites] tbody tr").first.click()
     page.wait_for_selector("[data-testid=perfetto-link]")
     assert page.locator("[data-testid=profiler-link]").count() == 0
     assert page_errors == []

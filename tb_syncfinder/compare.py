@@ -249,16 +249,19 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     base_summary = base.get("summary") or {}
     new_summary = new.get("summary") or {}
     note = None
+    note_kind = None
     if _cpu_only(base) != _cpu_only(new):
         # A CPU-only run has only latent sites (no wait was measured): compared against a
         # GPU run's real sites, every site would read "fixed" (or "new") though nothing
         # changed in the code. Compare both runs' sites together, by count per step.
         side = "baseline" if _cpu_only(base) else "new run"
+        unrecorded = _unrecorded_npu(base if side == "baseline" else new)
+        note_kind = "npu_unrecorded" if unrecorded else "cpu"
         note = (
             f"the {side} is an NPU trace without AscendCL calls (torch_npu's default profiler "
             "level): its waits were not recorded, so sites are compared by count per step, "
             "not by cost"
-            if _unrecorded_npu(base if side == "baseline" else new)
+            if unrecorded
             else "one run is CPU-only: sites are compared by count per step, "
             "not by cost (a CPU-only trace measures no wait)"
         )
@@ -266,9 +269,10 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         new = _with_latent_as_sites(new)
         sites = _compare_sites(base, new, "sites", "per_step")
         latent_sites: list[dict[str, Any]] = []
-    elif _all_npu(base) != _all_npu(new) and not _cpu_only(base):
+    elif _npu_against_gpu(base, new):
         # An NPU run against a GPU run: the same code's waits on two devices, whose step
         # times and costs say nothing of a fix (a green "faster by 15.7 ms (-94 %)").
+        note_kind = "npu_gpu"
         note = (
             "one run is on an NPU and the other on a GPU: their step times and costs do not "
             "compare, so sites are compared by count per step"
@@ -331,6 +335,9 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "latent_sites": latent_sites,
         "counts": counts,
         "note": note,
+        # Which note: "cpu" (one run CPU-only), "npu_unrecorded" (one run torch_npu's
+        # without AscendCL calls), "npu_gpu" (an NPU run against a GPU run); null without.
+        "note_kind": note_kind,
         "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
         "keys_differ": _keys_differ(base, new),
         # Both mark rows: each runs whatever the other found.
@@ -570,10 +577,23 @@ def _cpu_only(report: dict[str, Any]) -> bool:
     return not report.get("sites") and bool(report.get("latent_sites"))
 
 
-def _all_npu(report: dict[str, Any]) -> bool:
-    """Every analysed trace of the run is torch_npu's."""
+def _device_kinds(report: dict[str, Any]) -> set[str]:
+    """The kinds of device a run's analysed traces are of: "npu", "cpu" (CPU-only) or
+    "gpu" (CUDA, ROCm)."""
     analysed = [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
-    return bool(analysed) and all(t.get("device") == "npu" for t in analysed)
+    return {
+        "npu" if t.get("device") == "npu" else "cpu" if t.get("device") in (None, "cpu") else "gpu"
+        for t in analysed
+    }
+
+
+def _npu_against_gpu(base: dict[str, Any], new: dict[str, Any]) -> bool:
+    """One run on an NPU and none on a GPU, the other on a GPU and none on an NPU (a run
+    may also hold CPU-only traces)."""
+    a, b = _device_kinds(base), _device_kinds(new)
+    return ("npu" in a and "gpu" not in a and "gpu" in b and "npu" not in b) or (
+        "npu" in b and "gpu" not in b and "gpu" in a and "npu" not in a
+    )
 
 
 def _unrecorded_npu(report: dict[str, Any]) -> bool:

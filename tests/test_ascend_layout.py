@@ -499,7 +499,17 @@ def test_an_npu_run_compared_with_a_gpu_run_is_compared_by_count_not_by_step_tim
     assert "saving not measured: an NPU run's step time does not compare with a GPU run's" in text
     assert main(["compare", str(gpu), str(npu), "--json"]) in (0, 1)
     answer = json.loads(capsys.readouterr().out)
-    assert answer["note"].startswith("one run is on an NPU")
+    assert answer["note"].startswith("one run is on an NPU") and answer["note_kind"] == "npu_gpu"
+    # A run of NPU and CPU-only traces against the GPU run: the same (it was compared by
+    # cost, "measured 9.08 ms"); against an NPU run, no GPU on either side: no such note.
+    step = _x("ProfilerStep#1", PYTHON_PID, T0, 100.0, cat="cpu_op")
+    add = _x("aten::add", PYTHON_PID, T0 + 1, 5.0, cat="cpu_op")
+    (npu / "host1.pt.trace.json").write_text(json.dumps({"traceEvents": [step, add]}))
+    assert main(["compare", str(gpu), str(npu), "--json"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["note_kind"] == "npu_gpu"
+    other = write_run(tmp_path, level=2, run_name="npu_other")
+    assert main(["compare", str(other), str(npu), "--json"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["note_kind"] != "npu_gpu"
 
 
 def test_a_run_mixing_an_npu_trace_with_a_gpu_trace_claims_no_bound_for_their_site(

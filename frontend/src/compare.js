@@ -488,9 +488,10 @@ export function savingTexts(b, predictedUs, measuredUs, compared) {
     before = "not predicted";
   }
   const median = compared?.measured_saving_median_us;
-  const step = b.mean_wall_step_time_us || b.mean_step_time_us || 0;
+  const n = compared?.new || {};
+  const step = Math.max(b.mean_wall_step_time_us || b.mean_step_time_us || 0, n.mean_wall_step_time_us || n.mean_step_time_us || 0);
   // As the CLI's rule (`_mean_and_median_disagree`): by a quarter of the larger and a
-  // fiftieth of the step, the same whichever run is the baseline.
+  // fiftieth of the longer of the two runs' steps, the same whichever is the baseline.
   const gap = median !== null && median !== undefined ? Math.abs(median - measuredUs) : 0;
   const disagree = gap > 0.25 * Math.max(Math.abs(measuredUs), Math.abs(median ?? 0)) && gap > 0.02 * step;
   const medianText = disagree ? ` (mean steps; from the median steps ${formatUs(/** @type {number} */ (median))})` : "";

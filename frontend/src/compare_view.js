@@ -138,7 +138,7 @@ export async function renderCompare(ctx) {
   const counts = countByStatus(sites);
   const b = data.base || {};
   const n = data.new || {};
-  const headline = compareHeadline({ latent, mixed: byCount && !latent, npu: data.unmeasured === "npu", npuAndGpu: idleOn === "device" && baseSummary?.device !== "cpu" && newSummary?.device !== "cpu", changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
+  const headline = compareHeadline({ latent, mixed: byCount && !latent, npu: data.unmeasured === "npu", npuAndGpu: data.note_kind === "npu_gpu", changeUs: data.wall_step_time_change_us ?? data.step_time_change_us, baseStepUs: b.mean_wall_step_time_us || b.mean_step_time_us, counts });
   // A compared site opens in Hotspots (a fixed one is not in this run: it opens nothing).
   const open = (/** @type {any} */ x) => (x.status === "fixed" ? null : openSite(app, { ...x, latent, mixed: byCount && !latent }));
   return h(

@@ -172,3 +172,11 @@ test("the median steps' saving is said whichever run is the baseline", async () 
   assert.match(savingTexts(seg, 3040, 2730, { ...all, measured_saving_median_us: 1200 }).span, /from the median steps 1\.20 ms/);
   assert.match(savingTexts(optimized, 0, -2730, { ...all, measured_saving_median_us: -1200 }).span, /from the median steps/);
 });
+
+test("the median rule takes the longer of the two runs' steps, so swapping them changes nothing", async () => {
+  const { savingTexts } = await import("../src/compare.js");
+  const s40 = { ...gpu, mean_wall_step_time_us: 40000 };
+  const s60 = { ...gpu, mean_wall_step_time_us: 60000 };
+  const said = (base, other, mean, median) => /median steps/.test(savingTexts(base, 0, mean, { sites: [], every_site_fixed: false, new: other, measured_saving_median_us: median }).span);
+  assert.equal(said(s40, s60, 1000, 2000), said(s60, s40, -1000, -2000));
+});

@@ -68,6 +68,18 @@ def test_symlink_named_py_pointing_out_of_the_root_is_refused(project: Path) -> 
     assert status_of(guard, "outside/secret.py") == 403
 
 
+def test_a_file_found_out_of_the_root_through_a_link_reads_as_one_not_there(
+    project: Path,
+) -> None:
+    """The resolver's suffix match found ``zzz/outside/secret.py`` through a link under the
+    root: a 403 for the file that exists, a 404 for one that does not, which told a caller
+    what exists outside the roots. Both are "not found" now."""
+    (project / "outside").symlink_to(project.parent, target_is_directory=True)
+    guard = SourceGuard([str(project)])
+    assert status_of(guard, "zzz/outside/secret.py") == status_of(guard, "zzz/outside/none.py")
+    assert status_of(guard, "zzz/outside/secret.py") == 404
+
+
 def test_symlink_inside_the_root_to_a_file_inside_it_is_served(project: Path) -> None:
     (project / "alias.py").symlink_to(project / "train.py")
     assert SourceGuard([str(project)]).read("alias.py", 1, 0).lines == ["line 1"]

@@ -152,7 +152,8 @@ class SourceGuard:
             raise SourceError(403, f"{name}: no source root is configured")
         outside = False
         unreadable = ""
-        for candidate in [*self.candidates(name), self._engine_candidate(name)]:
+        named = [(c, False) for c in self.candidates(name)]
+        for candidate, proposed in [*named, (self._engine_candidate(name), True)]:
             if candidate is None:
                 continue
             try:
@@ -163,8 +164,10 @@ class SourceGuard:
             # fails both the suffix and the roots test.
             if resolved.suffix != ".py" or not self._inside_roots(resolved):
                 # 403 whether or not it exists: a 404 here would let a caller probe
-                # which .py files exist anywhere on the machine.
-                outside = True
+                # which .py files exist anywhere on the machine. The resolver proposes only
+                # files that exist: one it found outside the roots (through a link under
+                # them) is passed over, not a 403 its absence would have made a 404.
+                outside = outside or not proposed
                 continue
             try:
                 # os.stat, not Path.is_file: that raises every OSError but "not there"

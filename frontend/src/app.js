@@ -200,6 +200,13 @@ export class App {
         this.writeUrl();
         this.render();
       } else if (hashNeedsRewrite(tb.location.hash, named, true)) {
+        // The same view, its address edited: a step time added there that is none is said
+        // too (else it was rewritten away without a word).
+        const problem = linkStepTimeProblem(tb.location.hash, named, true);
+        if (problem) {
+          this.badStepTime = problem;
+          this.renderNotices();
+        }
         this.writeUrl();
       }
     });

@@ -1050,3 +1050,17 @@ def test_files_under_the_root_are_named_relative_to_it_and_the_json_is_left_as_i
     assert second == outside  # outside the root, or already relative: as recorded
     assert shown["job"]["sites"][0]["file"] == os.path.join("pkg", "train.py")
     assert data["sites"][0]["file"] == "/home/me/proj/pkg/train.py"  # a copy
+
+
+def test_what_a_latent_list_leaves_out_is_said_for_each_kind_of_trace_in_the_run() -> None:
+    """A run of torch_npu's Level0 traces and CPU-only ones was told only the CPU's: the
+    copies the NPU traces cannot show went unsaid."""
+    from tb_syncfinder.outputs.text import latent_not_listed
+
+    npu = {"device": "npu", "has_runtime": False, "has_gpu_activity": False}
+    cpu = {"device": "cpu", "has_gpu_activity": False, "has_stacks": False}
+    only_npu = latent_not_listed([npu])
+    assert only_npu.startswith("Not listed: copies") and "CPU-only" not in only_npu
+    assert latent_not_listed([cpu]).startswith("Not listed on a CPU-only trace")
+    both = latent_not_listed([npu, cpu])
+    assert "AscendCL calls show (the NPU traces)." in both and "CPU-only trace" in both

@@ -98,9 +98,10 @@ export async function renderDetail(ctx, slot) {
       h("div", { class: "sa-source-slot" }, h("span", { class: "sa-spinner" })),
       sync ? chainSection(sync, ctx.idleOn || "GPU") : null,
       sync ? stackSection(sync, app) : null,
-      detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26, ctx.idleOn || "GPU") : null,
+      // The sync's own trace says its device (a run may hold NPU and CPU-only traces).
+      detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26, traceOf(sync, traces)?.device === "npu" ? "NPU" : ctx.idleOn || "GPU") : null,
       site?.advice ? adviceSection(site.advice) : null,
-      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app, (traces || []).find((/** @type {any} */ t) => t.path === sync.trace)?.profiler_tab !== false) : null,
+      sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app, traceOf(sync, traces)?.profiler_tab !== false) : null,
       occurrences(syncs, fetchPage, syncId, app, ctx, latent ? null : validOccSort(state.osort)),
     );
     replace(slot, panel);
@@ -546,6 +547,16 @@ function adviceSection(advice) {
  */
 function withCode(text) {
   return inlineCode(text).map((part) => (part.code ? h("code", null, part.text) : part.text));
+}
+
+/**
+ * The summary's entry of the trace a sync is in (null without one).
+ * @param {any} sync
+ * @param {any[] | null | undefined} traces the summary's traces
+ * @returns {any}
+ */
+function traceOf(sync, traces) {
+  return sync ? (traces || []).find((/** @type {any} */ t) => t.path === sync.trace) ?? null : null;
 }
 
 /**

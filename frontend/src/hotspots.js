@@ -526,7 +526,8 @@ function teachingBanners(resp, latent, siteTotal) {
         { class: "sa-banner", "data-testid": "no-stacks" },
         h("h3", null, "No Python stacks in this trace"),
         h("p", null, "Without stacks the Sync Advisor can name the operator but not your source line. Profile with with_stack=True:"),
-        h("pre", { class: "sa-code" }, withStackSnippet(resp.device)),
+        // torch_npu's snippet where an NPU trace lacks stacks (a run may also hold others).
+        h("pre", { class: "sa-code" }, withStackSnippet((resp.traces || []).some((/** @type {any} */ t) => !t.error && t.device === "npu" && !t.has_stacks) ? "npu" : resp.device)),
       ),
     );
   }

@@ -1733,11 +1733,14 @@ def latent_not_listed(traces: list[dict[str, Any]]) -> str:
     readable ``TraceInfo``s as JSON."""
     unrecorded = any(npu_without_calls(t) for t in traces)
     cpu = any(t.get("device") in (None, "cpu") and not t.get("has_gpu_activity") for t in traces)
+    npu_text = (
+        "Not listed: copies to or from the host (.cpu(), .tolist(), .to()), which only the "
+        "AscendCL calls show."
+    )
     if unrecorded and not cpu:
-        return (
-            "Not listed: copies to or from the host (.cpu(), .tolist(), .to()), which only the "
-            "AscendCL calls show."
-        )
+        return npu_text
+    if unrecorded:  # NPU traces and CPU-only ones: what each leaves out
+        return f"{npu_text[:-1]} (the NPU traces). {_not_listed_on_cpu(traces)}"
     return _not_listed_on_cpu(traces)
 
 

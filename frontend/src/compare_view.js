@@ -164,7 +164,7 @@ export async function renderCompare(ctx) {
     ),
     headline.note ? h("p", { class: "sa-note", "data-testid": "step-change-note" }, headline.note) : null,
     headline.caveat ? h("p", { class: "sa-muted sa-small", "data-testid": "step-change-caveat" }, headline.caveat) : null,
-    basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note) : null,
+    basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note.charAt(0).toUpperCase() + basis.note.slice(1)) : null,
     // Same trace files, or different GPUs: the plugin's word on what the step times mean.
     data.runs_note ? h("p", { class: "sa-note", "data-testid": "runs-note" }, data.runs_note) : null,
     sel.worker !== null && !sameWorker

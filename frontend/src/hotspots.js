@@ -256,7 +256,7 @@ function unprofiledForm(state, app, answer, boundOnly = false) {
   const typed = draft.run === state.run ? draft : { text: given, problem: "" };
   // What is wrong with the value typed, and that the answer still shown is another value's
   // (it stayed under the problem as if it were the answer to it).
-  const problemText = (/** @type {string} */ wrong) => (wrong && answer !== null ? `${wrong} The answer below is still the one for ${state.unprof} ms.` : wrong);
+  const problemText = (/** @type {string} */ wrong) => (wrong && answer !== null ? `${wrong.replace(/\.?$/, ".")} The answer below is still the one for ${state.unprof} ms.` : wrong);
   const problem = h("span", { id: problemId, class: "sa-unprof-problem", "data-testid": "unprofiled-problem" }, problemText(typed.problem));
   const input = /** @type {HTMLInputElement} */ (
     h("input", {

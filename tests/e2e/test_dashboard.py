@@ -536,7 +536,7 @@ def test_compare_of_a_gpu_run_with_a_cpu_only_run_counts_sites_and_says_why(
     page.goto(plugin_url(board, "#run=baseline&view=compare&base=cpu_only"))
     page.wait_for_selector("[data-testid=compare-sites] tbody tr")
     note = page.inner_text("[data-testid=compare-note]")
-    assert "one run is CPU-only" in note and "count per step" in note, note
+    assert "One run is CPU-only" in note and "count per step" in note, note
     # The same two sites run once per step in both: same, not "fixed" plus "new".
     statuses = page.eval_on_selector_all(
         "[data-testid=compare-sites] tbody tr", "rows => rows.map(r => r.dataset.status)"

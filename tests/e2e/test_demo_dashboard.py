@@ -445,7 +445,8 @@ def test_the_step_time_without_the_profiler_gives_the_clis_saving_per_site_and_i
     page.fill("[data-testid=unprofiled-input]", "-1")
     page.press("[data-testid=unprofiled-input]", "Enter")
     problem = page.inner_text("[data-testid=unprofiled-problem]")
-    assert "The answer below is still the one for 5 ms." in problem, problem
+    # Two sentences, each ended (they ran together: "e.g. 46.97 The answer below ...").
+    assert "e.g. 46.97. The answer below is still the one for 5 ms." in problem, problem
     assert page.get_attribute("[data-testid=unprofiled-text]", "data-stale") == "true"
     page.fill("[data-testid=unprofiled-input]", "5")  # typing again: no longer said stale
     assert page.get_attribute("[data-testid=unprofiled-text]", "data-stale") is None

@@ -1022,22 +1022,19 @@ def _gate_notes(report_json: dict[str, Any], latent: bool = True) -> list[str]:
     that CPU-only traces are gated on their latent syncs."""
     traces = report_json.get("traces") or []
     notes = [f"cannot check {t.get('path')}: {_unchecked(t)}" for t in traces if _unchecked(t)]
-    cpu_only = [t for t in traces if _latent_gated(t) and t.get("device") == "cpu"]
-    if cpu_only and latent:
-        several = len(cpu_only) > 1
-        notes.append(
-            f"{len(cpu_only)} CPU-only trace{'s' if several else ''}: "
-            f"{'their' if several else 'its'} latent syncs (operators that would "
-            "synchronize on a GPU) are counted; --no-latent leaves them out"
-        )
-    npu = [t for t in traces if _latent_gated(t) and t.get("device") == "npu"]
-    if npu and latent:
-        several = len(npu) > 1
-        notes.append(
-            f"{len(npu)} torch_npu trace{'s' if several else ''} without AscendCL calls: "
-            f"{'their' if several else 'its'} latent syncs (operators that synchronize on "
-            "the NPU, no wait recorded) are counted; --no-latent leaves them out"
-        )
+    for device, which, what in (
+        ("cpu", "CPU-only trace", "operators that would synchronize on a GPU"),
+        ("npu", "torch_npu trace", "operators that synchronize on the NPU, no wait recorded"),
+    ):
+        gated = [t for t in traces if _latent_gated(t) and t.get("device") == device]
+        if gated and latent:
+            several = len(gated) > 1
+            without = " without AscendCL calls" if device == "npu" else ""
+            notes.append(
+                f"{len(gated)} {which}{'s' if several else ''}{without}: "
+                f"{'their' if several else 'its'} latent syncs ({what}) are counted; "
+                "--no-latent leaves them out"
+            )
     return notes
 
 

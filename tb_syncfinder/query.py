@@ -242,9 +242,7 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
     a job's ranks, the busiest one's. None where the device's busy time is unknown (a
     CPU-only trace, a replay-less one but an NPU's)."""
     summary = dict(report_json.get("summary") or {})
-    busy = summary.get("busiest_worker_device_busy_per_step_us")
-    if busy is None:  # a report written before that field: one worker's is the same
-        busy = summary.get("device_busy_per_step_us")
+    busy = _device_busy_per_step(summary)
     # Replayed, or bounded with the device's work read (an NPU's tasks); not a run mixing
     # the two, whose busy time is only its replayed traces'.
     usable = busy is not None and busy > 0 and summary.get("saving_method") in ("replay", "bound")
@@ -268,9 +266,7 @@ def with_unprofiled_step(report_json: dict[str, Any], step_time_us: float) -> di
     fitted = any(
         t.get("unprofiled_overhead_scale") is not None for t in traces if isinstance(t, dict)
     )
-    if notes and not fitted and all(str(n or "").startswith(STEP_TIME_RULED_OUT) for n in notes):
-        # Every trace ruled the step out as another program's (or has no step it could be):
-        # the bound of that step is none of this program's.
+    if step_time_ruled_out(notes, fitted):
         summary["unprofiled_saving_at_most_per_step_us"] = None
     return {**report_json, "summary": summary, "traces": traces}
 
@@ -308,37 +304,65 @@ def bounded_by_device_work(summary: dict[str, Any]) -> bool:
     """Whether a report not replayed still bounds the saving by its device's own work per
     step (torch_npu's tasks read): what ``with_unprofiled_step`` then says of a step time
     without the profiler, with no trace analysed again."""
-    busy = summary.get("busiest_worker_device_busy_per_step_us")
-    if busy is None:
-        busy = summary.get("device_busy_per_step_us")
+    busy = _device_busy_per_step(summary)
     return summary.get("saving_method") == "bound" and busy is not None and busy > 0
+
+
+def _device_busy_per_step(summary: dict[str, Any]) -> float | None:
+    """The device's busy time per step a step time is bounded by: the busiest worker's (a
+    report written before that field: one worker's, the same)."""
+    busy = summary.get("busiest_worker_device_busy_per_step_us")
+    return summary.get("device_busy_per_step_us") if busy is None else busy
+
+
+def typical_step(intervals: Sequence[float]) -> float:
+    """A run's typical step: the median of the steps after the first (the first runs set-up
+    and starts from idle, as a step time measured over a loop leaves out; a host's hiccup in
+    one of a few profiled steps would move a mean far from the loop's). The replay's fit
+    (``whatif``) and the bound of a run not replayed hold a step time against it."""
+    later = sorted(intervals[1:] or intervals)
+    if not later:
+        return 0.0
+    middle = len(later) // 2
+    return later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
+
+
+def typical_step_words(steps: int, done: str) -> str | None:
+    """Which of ``steps`` steps ``typical_step`` takes, in words (``done``: "replayed" or
+    "profiled"); None for the only one."""
+    if steps <= 1:
+        return None
+    if steps == 2:
+        return f"the {done} step after the first"
+    return f"the median of the {done} steps after the first"
 
 
 def _typical_profiled_step(steps: Sequence[dict[str, Any]]) -> tuple[float, str]:
     """The profiled step a step time without the profiler is held against, and which it is
-    in words: each trace's median wall time of its steps after the first (the first runs
-    set-up), the longest of the traces' (a job's ranks step together)."""
+    in words: each trace's ``typical_step`` of its wall times, the longest of the traces'
+    (a job's ranks step together)."""
     by_trace: dict[Any, list[float]] = {}
     for step in steps:
         wall = float(step.get("wall_time_us") or step.get("step_time_us") or 0.0)
         if wall > 0:
             by_trace.setdefault(step.get("trace"), []).append(wall)
-    typical, most = 0.0, 0
-    for walls in by_trace.values():
-        later = sorted(walls[1:] or walls)
-        middle = len(later) // 2
-        median = later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
-        typical, most = max(typical, median), max(most, len(walls))
-    which = (
-        "the only step profiled"
-        if most <= 1
-        else "the step profiled after the first"
-        if most == 2
-        else "the median of the profiled steps after the first"
-    )
+    typical = max(map(typical_step, by_trace.values()), default=0.0)
+    most = max(map(len, by_trace.values()), default=0)
+    which = typical_step_words(most, "profiled") or "the only step profiled"
     if len(by_trace) > 1:
         which += ", the longest of the traces'"
     return typical, which
+
+
+def step_time_ruled_out(notes: Sequence[str | None], fitted: bool) -> bool:
+    """Whether every trace ruled a step time out (``models.STEP_TIME_RULED_OUT``: longer
+    than the profiled step, shorter than the device's work, no step markers) and none was
+    fitted: the "at most" bound of that step is none of this program's."""
+    return (
+        bool(notes)
+        and not fitted
+        and all(str(n or "").startswith(STEP_TIME_RULED_OUT) for n in notes)
+    )
 
 
 def page(items: Sequence[Any], offset: int, limit: int, **extra: Any) -> dict[str, Any]:

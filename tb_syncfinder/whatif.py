@@ -91,6 +91,7 @@ from tb_syncfinder.models import (
     UNPROFILED_FIT_TOL,
     UNPROFILED_STEP_ABOVE,
 )
+from tb_syncfinder.query import typical_step, typical_step_words
 from tb_syncfinder.timeline import ANNOTATION, PYTHON, HostThread, Timeline
 
 __all__ = [
@@ -682,7 +683,7 @@ class UnprofiledSavings(msgspec.Struct):
 
     step_us: float  # the unprofiled step given
     scale: float | None = None  # None: no scale reproduces it (``reason``)
-    profiled_step_us: float = 0.0  # the unmodified replay's typical step (``_typical``)
+    profiled_step_us: float = 0.0  # the unmodified replay's typical step (``query.typical_step``)
     replayed_step_us: float = 0.0  # the replay's typical step at ``scale``
     # What removing every counted sync and each group (site key) takes off the typical
     # step (``_typical_saving``), the statistic the fit matched (None: not fitted).
@@ -691,38 +692,17 @@ class UnprofiledSavings(msgspec.Struct):
     reason: str | None = None
 
 
-def _typical(intervals: Sequence[float]) -> float:
-    """A replay's typical step: the median of the steps after the first (the first runs
-    set-up and starts from idle, as a step time measured over a loop leaves out; a host's
-    hiccup in one of a few profiled steps would move a mean far from the loop's)."""
-    later = sorted(intervals[1:] or intervals)
-    if not later:
-        return 0.0
-    middle = len(later) // 2
-    return later[middle] if len(later) % 2 else (later[middle - 1] + later[middle]) / 2
-
-
-def _typical_words(steps: int) -> str | None:
-    """Which step of ``steps`` replayed ones ``_typical`` takes, in words (None: the only
-    one)."""
-    if steps <= 1:
-        return None
-    if steps == 2:
-        return "the replayed step after the first"
-    return "the median of the replayed steps after the first"
-
-
 def _steady_step(graph: _Graph) -> float:
-    return _typical(graph.base_metrics.intervals)
+    return typical_step(graph.base_metrics.intervals)
 
 
 def _typical_saving(graph: _Graph, saving: Saving) -> float:
-    """What a what-if takes off the typical step (``_typical``): the statistic the fit
+    """What a what-if takes off the typical step (``query.typical_step``): the statistic the fit
     matched the step given with, on both sides (a mean of the savings let one slow step
     the median leaves out make most of the figure)."""
     base = graph.base_metrics.intervals
     after = [b - s for b, s in zip(base, saving.per_step_us, strict=True)]
-    return _typical(base) - _typical(after)
+    return typical_step(base) - typical_step(after)
 
 
 def unprofiled_savings(
@@ -766,7 +746,7 @@ def unprofiled_savings(
         scale = 0.0
         # Steps end one after the other this often: a device span per step (the step time
         # shown beside it) can be longer where steps overlap on the device.
-        which = _typical_words(len(graph.base_metrics.intervals))
+        which = typical_step_words(len(graph.base_metrics.intervals), "replayed")
         typical = (
             f"{profiled / 1000:.2f} ms, the only step replayed"
             if which is None

@@ -28,8 +28,8 @@ from tb_syncfinder.catalogue import (
     npu_without_calls,
 )
 from tb_syncfinder.catalogue import kind as catalogue_kind
-from tb_syncfinder.models import NO_SYNC_TO_REMOVE, STEP_TIME_RULED_OUT, Report
-from tb_syncfinder.query import rank_sites
+from tb_syncfinder.models import NO_SYNC_TO_REMOVE, Report
+from tb_syncfinder.query import rank_sites, step_time_ruled_out
 
 if TYPE_CHECKING:
     from tb_syncfinder.outputs import RenderOptions, ReportSet
@@ -719,16 +719,16 @@ def _summary_lines(
     saving_to_job = job.get("job_saving_per_step_us")
     # Only where the ranks' collectives were matched and the job's what-if ran: then its
     # ranks are known to step together.
-    if ranks > 1 and saving_to_job is not None and count and job.get("collective_count", 1):
-        if job.get("what_if") in ("replay", "bound"):
-            # The means above are over every rank's steps: a sync of one rank of two read
-            # as half of what the job, whose ranks step together, saves.
-            for_job = (
-                f"{'≤' if job.get('what_if') == 'bound' else '~'}"
-                f"{format_us(float(saving_to_job))} per step, its sites' savings to the job "
-                f"added up: its {ranks} ranks step together (the figures above are means "
-                "over each rank's steps; Job, below)"
-            )
+    costed = job.get("what_if") in ("replay", "bound") and job.get("collective_count", 1)
+    if ranks > 1 and saving_to_job is not None and count and costed:
+        # The means above are over every rank's steps: a sync of one rank of two read as
+        # half of what the job, whose ranks step together, saves.
+        for_job = (
+            f"{'≤' if job.get('what_if') == 'bound' else '~'}"
+            f"{format_us(float(saving_to_job))} per step, its sites' savings to the job "
+            f"added up: its {ranks} ranks step together (the figures above are means over "
+            "each rank's steps; Job, below)"
+        )
     lines.extend(_saving_lines(summary, width, fit_notes, fit_scales, idle_device, for_job))
     by_kind = summary.get("by_kind") or {}
     if by_kind:
@@ -931,14 +931,8 @@ def unprofiled_text(
             else:
                 parts.append(f"in {plural(len(notes), 'other trace')}: {notes[0]}")
         text += f": no prediction without the profiler ({'; '.join(parts)})"
-    if (
-        fit_notes
-        and not fit_scales
-        and all(note.startswith(STEP_TIME_RULED_OUT) for note in fit_notes)
-    ):
-        # Every trace ruled the step out as another program's (or has no step it could be):
-        # a bound from it is none.
-        return text
+    if step_time_ruled_out(fit_notes, bool(fit_scales)):
+        return text  # a bound from a step ruled out is none
     if at_most is None:
         text += (
             f"{';' if corrected is not None or fit_notes else ':'} the trace gives no "

@@ -1118,12 +1118,19 @@ def _all_same_bytes(paths: list[Path]) -> bool:
         return False
 
 
-class _Copies(NamedTuple):
+class _Copies:
     """Different files under the roots that match a recorded path equally: the last
-    ``matched`` parts of each are the recorded path's."""
+    ``matched`` parts of each are the recorded path's.
 
-    paths: tuple[Path, ...]
-    matched: int
+    Made once per recorded path (``SourceResolver._found``) and then a key of the per-trace
+    caches, so it hashes by identity: a tuple's hash walks every path, and a script copied
+    into each of 2,000 experiment folders cost 0.8 ms per sync looked up."""
+
+    __slots__ = ("paths", "matched")
+
+    def __init__(self, paths: tuple[Path, ...], matched: int) -> None:
+        self.paths = paths
+        self.matched = matched
 
 
 class SourceResolver:

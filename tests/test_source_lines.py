@@ -844,6 +844,34 @@ def test_many_runs_copies_are_indexed_by_folder_once_for_every_run(tmp_path):
     assert len(resolver._by_folder) == 1 and len(set(built)) == 1
 
 
+def test_looking_up_a_script_copied_in_many_runs_again_never_hashes_its_copies(
+    tmp_path, monkeypatch
+):
+    """Each sync's lookup of a file found in many folders hashed every copy's path (the
+    copies were a tuple, the key of the per-trace caches): 2,000 lookups took 2 s with a
+    script copied into 2,000 experiment folders. Counted, not timed."""
+    import pathlib
+
+    for i in range(50):
+        (tmp_path / f"exp{i}").mkdir()
+        (tmp_path / f"exp{i}" / "train.py").write_text(f"x = {i}\n")
+    (tmp_path / "exp7" / "logs").mkdir()
+    view = SourceResolver([str(tmp_path)]).beside(str(tmp_path / "exp7" / "logs" / "w.json"))
+    assert view.find_file("/cluster/job/train.py") == tmp_path / "exp7" / "train.py"
+    hashed = []
+    real_hash = pathlib.PurePath.__hash__
+
+    def counting_hash(path: pathlib.PurePath) -> int:
+        hashed.append(path)
+        return real_hash(path)
+
+    monkeypatch.setattr(pathlib.PurePath, "__hash__", counting_hash)
+    for _ in range(10):
+        assert view.find_file("/cluster/job/train.py") == tmp_path / "exp7" / "train.py"
+        assert view.refused_copy("/cluster/job/train.py") is None
+    assert hashed == []
+
+
 def test_a_site_says_whether_its_source_file_was_read(tmp_path):
     """The dashboard told an unread file's def line from a read file's by the def line
     alone, and so said a different reason from the CLI's (a review)."""

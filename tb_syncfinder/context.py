@@ -12,7 +12,13 @@ from typing import Any
 
 from tb_syncfinder.models import Sync
 from tb_syncfinder.reader import Event
-from tb_syncfinder.timeline import PYTHON, HostThread, Timeline, end_tolerance
+from tb_syncfinder.timeline import (
+    END_TOLERANCE_SHARE,
+    END_TOLERANCE_US,
+    PYTHON,
+    HostThread,
+    Timeline,
+)
 
 _TS = attrgetter("ts")
 
@@ -44,12 +50,19 @@ def _without_overlaps(drawn: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
     out = []
     for event, depth in drawn:
         start = event.ts
-        tolerance = end_tolerance(start)
-        while depth < len(busy_until) and busy_until[depth] > start + tolerance:
+        # ``end_tolerance(start)`` inlined: a call per drawn event was a third of this loop,
+        # run for every sync of a trace the tab shows.
+        tolerance = abs(start) * END_TOLERANCE_SHARE
+        if tolerance < END_TOLERANCE_US:
+            tolerance = END_TOLERANCE_US
+        free_from = start + tolerance
+        while depth < len(busy_until) and busy_until[depth] > free_from:
             depth += 1
         while len(busy_until) <= depth:
             busy_until.append(float("-inf"))
-        busy_until[depth] = max(busy_until[depth], start + event.dur)
+        end = start + event.dur
+        if end > busy_until[depth]:
+            busy_until[depth] = end
         out.append((event, depth))
     return out
 

@@ -277,16 +277,16 @@ def _sweep(thread: HostThread, class_of: dict[str, int]) -> None:
 
 # Ends are ``ts + dur``, each rounded (ns -> us) on its own: a node ending this little past
 # the one around it is still inside it (as ``HostThread.innermost`` allows).
-_END_TOLERANCE_US = 1e-3
+END_TOLERANCE_US = 1e-3
 # A double holds a time of ~1.7e15 us (microseconds since the epoch) to 0.25 us: there a
 # child's ``ts + dur`` may pass its parent's by a rounding step, and was taken for a span
 # that outlives it (42 parents of a real trace changed so).
-_END_TOLERANCE_SHARE = 1e-15
+END_TOLERANCE_SHARE = 1e-15
 
 
 def end_tolerance(end: float) -> float:
     """How far past another's end a node may end and still be inside it."""
-    return max(_END_TOLERANCE_US, abs(end) * _END_TOLERANCE_SHARE)
+    return max(END_TOLERANCE_US, abs(end) * END_TOLERANCE_SHARE)
 
 
 def _enclosing_on_stack(

@@ -102,7 +102,9 @@ class Source(msgspec.Struct):
     ``def_line`` are then the function's first line in the file as it is, never exact,
     and ``candidates`` the lines of its calls that may be the sync. When the file has no
     one function of that name to follow (none, or several), ``line`` is the recorded line
-    and ``def_line`` None: the file here cannot say more.
+    and ``def_line`` None: the file here cannot say more. ``def_line`` is None too where
+    the file was not read (``resolved_path`` None): a definition line is only ever read
+    from the file.
     """
 
     file: str

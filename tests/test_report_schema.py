@@ -375,3 +375,74 @@ def test_times_are_written_as_floats_even_when_there_is_nothing(
     assert main(["report", str(mixed / "bad"), "--json", "-o", str(out)]) == 2
     capsys.readouterr()
     assert _whole_numbers(json.loads(out.read_text())) == []
+
+
+# Every key path of the CLI's JSON on the inputs below, as of 2026-11-28 (regenerate with
+# ``python tests/test_report_schema.py``, which only ever adds paths: a path that goes away
+# is a field renamed or dropped, or an input that no longer has such a record).
+KEY_PATHS_FILE = Path(__file__).resolve().parent / "report_key_paths.txt"
+# Objects whose keys are data (kind names, ranks), not fields.
+_DATA_KEYED = ("by_kind", "counts")
+
+
+def _report_key_paths(value: Any, prefix: str = "$") -> set[str]:
+    found: set[str] = set()
+    if isinstance(value, dict):
+        data_keyed = prefix.rsplit(".", 1)[-1] in _DATA_KEYED
+        for key, inner in value.items():
+            path = f"{prefix}.{{}}" if data_keyed else f"{prefix}.{key}"
+            found.add(path)
+            found |= _report_key_paths(inner, path)
+    elif isinstance(value, list):
+        for inner in value:
+            found |= _report_key_paths(inner, prefix + "[]")
+    return found
+
+
+def _cli_key_paths(tmp_path: Path) -> set[str]:
+    """The key paths of ``report --format json`` on: a built run of a CUDA and a CPU-only
+    trace (syncs with a readable source, latent findings), the bundled demo's four H100
+    runs as one logdir, a real two-rank job (``tests/gpu_job``), and a demo trace with the
+    step time measured without the profiler."""
+    import contextlib
+    import io
+    import json
+
+    from tb_syncfinder.cli import main
+
+    repo = Path(__file__).resolve().parent.parent
+    demo = repo / "tb_syncfinder" / "demo" / "traces"
+    inputs = [
+        [str(_gpu_and_cpu_run(tmp_path)), "--source-root", str(tmp_path / "src")],
+        [str(demo)],
+        [str(repo / "tests" / "gpu_job" / "baseline")],
+        [str(demo / "cnn_baseline.pt.trace.json.gz"), "--unprofiled-step-ms", "14.5"],
+    ]
+    paths: set[str] = set()
+    for args in inputs:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["report", *args, "--format", "json"]) == 0, args
+        paths |= _report_key_paths(json.loads(out.getvalue()))
+    return paths
+
+
+def test_no_key_path_of_the_cli_json_is_ever_renamed_or_dropped(tmp_path: Path) -> None:
+    """The whole report, every extension included, not only issue 2's names: each key path
+    the CLI's JSON had on these inputs (lists as ``[]``) is still there."""
+    recorded = set(KEY_PATHS_FILE.read_text(encoding="utf-8").split())
+    missing = recorded - _cli_key_paths(tmp_path)
+    assert not missing, (
+        "key paths of the report JSON renamed or dropped (or no input has such a record any "
+        f"more: add one that has): {sorted(missing)}"
+    )
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        known = set(KEY_PATHS_FILE.read_text(encoding="utf-8").split())
+        known |= _cli_key_paths(Path(folder))
+    KEY_PATHS_FILE.write_text("".join(f"{p}\n" for p in sorted(known)), encoding="utf-8")
+    print(f"{KEY_PATHS_FILE}: {len(known)} key paths")

@@ -25,8 +25,10 @@ which a local CLI run should not pay. Locally their io layer is ``os`` with
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
+import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,6 +85,16 @@ def _remote_io() -> Any:
     return tb_io
 
 
+@functools.lru_cache(maxsize=256)
+def _warn_loop(folder: str) -> None:
+    """Once per folder and process: TensorBoard's plugin walks the logdir at every poll."""
+    import logging  # only here: a walk without a loop never loads it
+
+    logging.getLogger(__name__).warning(
+        "sync advisor: %s is a link to a folder above it; not followed", folder
+    )
+
+
 class _LocalFs:
     """The subset of torch_tb_profiler.io used here, for local paths, without its imports."""
 
@@ -116,8 +128,26 @@ class _LocalFs:
 
     @staticmethod
     def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
-        # followlinks=True like torch-tb-profiler: users build symlink trees of runs.
-        return os.walk(top, followlinks=True)
+        """``os.walk`` with ``followlinks=True`` like torch-tb-profiler (users build symlink
+        trees of runs), but never into a folder that is one of its own ancestors: two links
+        to each other's folders made 82 runs, 41 folders deep, each analysed on its own.
+        A folder reached by two paths that are no loop (``latest -> run_42``) is still a run
+        under each, as in the PyTorch Profiler tab."""
+        ancestors: dict[str, frozenset[tuple[int, int]]] = {}
+        for root, dirs, files in os.walk(top, followlinks=True):
+            try:
+                st = os.stat(root)
+            except OSError:
+                dirs[:] = []
+                continue
+            key = (st.st_dev, st.st_ino)
+            above = ancestors.get(os.path.dirname(root), frozenset())
+            if key in above:
+                dirs[:] = []
+                _warn_loop(root)
+                continue
+            ancestors[root] = above | {key}
+            yield root, dirs, files
 
 
 def _fs(path: str) -> Any:
@@ -135,12 +165,24 @@ def _parent(path: str) -> str:
     return os.path.dirname(path)
 
 
+def shown_name(name: str) -> str:
+    """A run or worker name as text: a folder or file name whose bytes are not UTF-8
+    (decoded by ``os`` with lone surrogates) with those bytes as ``\\xff``. A lone
+    surrogate cannot be put in a URL (the tab's ``encodeURIComponent`` throws, and the
+    whole run list stayed "Loading runs...") nor come back in one; the name is a key only,
+    the trace's path keeps the real bytes."""
+    if name.isascii():
+        return name
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _worker_and_span(file_name: str) -> tuple[str, str | None] | None:
     match = worker_pattern().match(file_name)
     if not match:
         return None
     span = match.group(2)
-    return match.group(1), (span[1:] if span else None)  # drop the leading dot, as RunLoader
+    # Drop the leading dot, as RunLoader.
+    return shown_name(match.group(1)), (span[1:] if span else None)
 
 
 def _sort_key(ref: TraceRef) -> tuple[str, int, str, str]:
@@ -164,14 +206,54 @@ def _run_traces(fs: Any, run_dir: str, run_name: str) -> list[TraceRef]:
         if ascend:
             trace = fs.join(full, ASCEND_OUTPUT_DIR, ASCEND_TRACE_FILE)
             if fs.exists(trace):
-                refs.append(TraceRef(trace, run_name, ascend.group(1), ascend.group(2)))
+                worker = shown_name(ascend.group(1))
+                refs.append(TraceRef(trace, run_name, worker, ascend.group(2)))
             continue
         parsed = _worker_and_span(entry)
         if parsed is None or fs.isdir(full):
             continue
         refs.append(TraceRef(full, run_name, parsed[0], parsed[1]))
+    refs = _one_of_each_gzip_copy(fs, refs)
     refs.sort(key=_sort_key)
     return refs
+
+
+def _one_of_each_gzip_copy(fs: Any, refs: list[TraceRef]) -> list[TraceRef]:
+    """``w.pt.trace.json`` beside ``w.pt.trace.json.gz`` (``gzip -k``, ``gunzip -k``) is one
+    trace twice: both were read, and every count of the worker's span doubled. The newer
+    file is kept (the .gz where they tie or a time is unknown), the other named in a
+    warning."""
+    paths = {ref.path for ref in refs}
+    kept = []
+    for ref in refs:
+        other = ref.path[:-3] if ref.path.endswith(".gz") else ref.path + ".gz"
+        if other not in paths:
+            kept.append(ref)
+            continue
+        gz, plain = (ref.path, other) if ref.path.endswith(".gz") else (other, ref.path)
+        newer = gz
+        if fs is _LocalFs:
+            with contextlib.suppress(OSError):
+                if os.stat(plain).st_mtime_ns > os.stat(gz).st_mtime_ns:
+                    newer = plain
+        if ref.path == newer:
+            kept.append(ref)
+        else:
+            _warn_copy(ref.path, newer)
+    return kept
+
+
+@functools.lru_cache(maxsize=256)
+def _warn_copy(skipped: str, kept: str) -> None:
+    """Once per pair and process, as ``_warn_loop``."""
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "sync advisor: %s and %s name one trace, one of them gzipped: read once, from %s",
+        skipped,
+        kept,
+        kept,
+    )
 
 
 def _run_dirs(fs: Any, logdir: str) -> Iterator[str]:
@@ -208,6 +290,7 @@ def list_runs(logdir: str) -> dict[str, list[TraceRef]]:
             name = fs.basename(run_dir) or run_dir
         else:
             name = fs.relpath(run_dir, root).replace(os.sep, "/")
+        name = shown_name(name)
         traces = _run_traces(fs, run_dir, name)
         if traces:
             runs[name] = traces
@@ -217,7 +300,7 @@ def list_runs(logdir: str) -> dict[str, list[TraceRef]]:
 def _single_file_ref(fs: Any, path: str) -> TraceRef:
     name = fs.basename(path)
     parent = _parent(path)
-    run = fs.basename(parent) or parent
+    run = shown_name(fs.basename(parent) or parent)
     parsed = _worker_and_span(name)
     if parsed is not None:
         return TraceRef(path, run, parsed[0], parsed[1])
@@ -226,11 +309,12 @@ def _single_file_ref(fs: Any, path: str) -> TraceRef:
         ascend = ASCEND_DIR_PATTERN.match(fs.basename(worker_dir))
         if ascend:
             run_dir = _parent(worker_dir)
-            return TraceRef(path, fs.basename(run_dir) or run_dir, ascend.group(1), ascend.group(2))
+            run_name = shown_name(fs.basename(run_dir) or run_dir)
+            return TraceRef(path, run_name, shown_name(ascend.group(1)), ascend.group(2))
     # Any other file name: the user named it, so take it; the worker is its name without
     # the JSON suffixes.
     worker = re.sub(r"(\.pt)?(\.trace)?\.json(\.gz)?$", "", name) or name
-    return TraceRef(path, run, worker, None)
+    return TraceRef(path, run, shown_name(worker), None)
 
 
 def run_folder(path: str) -> str:
@@ -342,6 +426,9 @@ def open_trace_bytes(path: str) -> bytes:
     if is_remote(path):
         with _remote_errors_as_oserror(path):
             return _remote_io().read(path)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        # A named pipe would wait for a writer: never in a request's thread.
+        raise OSError(f"{path}: not a regular file")
     with open(path, "rb") as handle:
         return handle.read()
 

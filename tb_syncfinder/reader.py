@@ -44,9 +44,11 @@ once (a single event, the keys before or after the event list) is limited to
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
+import stat
 import time
 import zlib
 from collections.abc import Iterator
@@ -1522,19 +1524,68 @@ def open_trace(path: str) -> IO[bytes]:
             from tb_syncfinder.discovery import open_trace_bytes
 
             return io.BytesIO(open_trace_bytes(path))
-        handle = open(path, "rb")  # noqa: SIM115 - the caller closes it
+        handle = _open_local(path)
         try:
+            if stat.S_ISFIFO(os.fstat(handle.fileno()).st_mode):
+                return _drained_pipe(path, handle)
             _refuse_an_unfinished_file(path, handle)
         except BaseException:
             handle.close()
             raise
         return handle
     except FileNotFoundError as exc:
+        if os.path.islink(path):
+            target = os.readlink(path)
+            raise TraceReadError(
+                path, f"a symbolic link to {target}, which does not exist"
+            ) from exc
         raise TraceReadError(path, "no such file") from exc
     except IsADirectoryError as exc:
         raise TraceReadError(path, "is a directory, not a trace file") from exc
     except OSError as exc:
         raise TraceReadError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
+_PIPE_WRITER_WAIT_S = 1.0
+
+
+def _open_local(path: str) -> IO[bytes]:
+    """``open(path, "rb")`` that never waits: a named pipe (FIFO) is opened without waiting
+    for a writer (a FIFO named like a trace in a logdir held an analysis process forever,
+    and two of them every process of the plugin's pool), then read as a file again."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _drained_pipe(path: str, handle: IO[bytes]) -> IO[bytes]:
+    """A named pipe's whole stream (``report <(zcat trace.json.gz)`` gives one), or
+    ``TraceReadError`` where nothing opens it for writing within ``_PIPE_WRITER_WAIT_S``
+    (a read without a writer ends at once; one may be opening it as this is read)."""
+    chunks: list[bytes] = []
+    give_up_at = time.monotonic() + _PIPE_WRITER_WAIT_S
+    with handle:
+        fd = handle.fileno()
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if chunk:
+                chunks.append(chunk)
+            elif chunks or time.monotonic() >= give_up_at:
+                break
+            else:
+                time.sleep(0.05)
+    data = b"".join(chunks)
+    if not data:
+        raise TraceReadError(
+            path, "a named pipe (FIFO) that nothing writes to, not a trace file: nothing to read"
+        )
+    return io.BytesIO(data)
 
 
 def _refuse_an_unfinished_file(path: str, handle: IO[bytes]) -> None:

@@ -149,3 +149,43 @@ def test_remote_logdir_goes_through_torch_tb_profiler_io(tmp_path: Path) -> None
         assert ref.path == f"{bucket}/runA/w.123.pt.trace.json"
         assert (ref.worker, ref.span) == ("w", "123")
         assert open_trace_bytes(ref.path) == b"remote-bytes"
+
+
+def test_names_whose_bytes_are_not_utf8_are_text_a_url_can_carry(tmp_path: Path) -> None:
+    """A folder or file name with bytes that are not UTF-8 came out with lone surrogates:
+    the tab's encodeURIComponent threw on such a run name (its whole run list stayed
+    "Loading runs...") and no request could name it. The name is text now; the path keeps
+    the real bytes, so the file is still read."""
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/a\xffname")
+    trace = Path(folder) / os.fsdecode(b"h\xfex.pt.trace.json")
+    touch(trace)
+    ((ref,),) = list_runs(str(tmp_path)).values()
+    assert (ref.run, ref.worker) == ("a\\xffname", "h\\xfex")
+    assert ref.run.encode("utf-8") and ref.worker.encode("utf-8")  # no lone surrogate
+    assert ref.path == str(trace) and os.path.exists(ref.path)
+    assert list(list_runs(str(tmp_path))) == ["a\\xffname"]
+
+
+def test_links_between_two_run_folders_are_not_followed_round_and_round(tmp_path: Path) -> None:
+    """Two folders linking to each other made 82 runs, 41 folders deep, each analysed: a
+    folder is not entered again below itself. Reached by a path that is no loop, it is a
+    run there too, as in the PyTorch Profiler tab."""
+    touch(tmp_path / "loopA" / "a.pt.trace.json")
+    touch(tmp_path / "loopB" / "b.pt.trace.json")
+    (tmp_path / "loopA" / "toB").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB" / "toA").symlink_to(tmp_path / "loopA")
+    assert list(list_runs(str(tmp_path))) == ["loopA", "loopA/toB", "loopB", "loopB/toA"]
+
+
+def test_a_trace_beside_its_gzipped_copy_is_read_once_from_the_newer(tmp_path: Path) -> None:
+    """``gzip -k`` leaves ``w.pt.trace.json`` beside ``w.pt.trace.json.gz``: both were read
+    and every count of the worker's span doubled."""
+    plain = touch(tmp_path / "run" / "w.123.pt.trace.json")
+    packed = touch(tmp_path / "run" / "w.123.pt.trace.json.gz", gzip.compress(plain.read_bytes()))
+    touch(tmp_path / "run" / "other.123.pt.trace.json")
+    os.utime(plain, ns=(1_000_000_000, 1_000_000_000))
+    paths = [ref.path for ref in find_traces(str(tmp_path))]
+    assert paths == [str(tmp_path / "run" / "other.123.pt.trace.json"), str(packed)]
+    os.utime(packed, ns=(500_000_000, 500_000_000))  # gunzip -k: the plain file is newer
+    assert str(plain) in [ref.path for ref in find_traces(str(tmp_path))]
+    assert str(packed) not in [ref.path for ref in find_traces(str(tmp_path))]

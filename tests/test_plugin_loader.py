@@ -983,3 +983,50 @@ def test_a_cut_trace_that_went_quiet_is_said_not_to_be_written_even_from_the_cac
     later = loader(3600)  # TensorBoard restarted an hour later: answers from the cache
     poll_and_wait(later)
     assert reasons(later)["fresh.pt.trace.json"] == answered
+
+
+def _engine(ref: TraceRef, options: Any) -> Any:
+    from tb_syncfinder.engine import analyze_trace
+
+    return analyze_trace(ref)
+
+
+@pytest.mark.timeout(120)
+def test_a_link_to_nothing_and_a_fifo_are_error_entries_and_loading_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A dangling symlink named like a trace was left out without a word (a run of it alone
+    read as a trace without device activity), and a FIFO held its analysis process forever
+    (two held every process of the pool, and no run loaded any more). Each is now an error
+    entry naming why, analysed once, and the traces beside them and after them load."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    run = tmp_path / "logs" / "run"
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b)
+    b.write(run / "good.pt.trace.json")
+    (run / "gone.pt.trace.json.gz").symlink_to(tmp_path / "nowhere.json.gz")
+    os.mkfifo(run / "pipe.pt.trace.json")
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", _engine, max_workers=1)
+    poll_and_wait(loader)
+    traces = loader.get_run("run").traces
+    errors = {os.path.basename(path): state.error for path, state in traces.items()}
+    assert errors == {
+        "good.pt.trace.json": None,
+        "gone.pt.trace.json.gz": (
+            f"a symbolic link to {tmp_path / 'nowhere.json.gz'}, which does not exist"
+        ),
+        "pipe.pt.trace.json": (
+            "a named pipe (FIFO) that nothing writes to, not a trace file: nothing to read"
+        ),
+    }
+    b.write(tmp_path / "logs" / "after" / "late.pt.trace.json")
+    poll_and_wait(loader)
+    assert statuses(loader)["late.pt.trace.json"] == DONE
+    poll_and_wait(loader)
+    # Each analysed once, not at every poll.
+    assert (
+        loader.get_run("run").traces[str(run / "gone.pt.trace.json.gz")]
+        is traces[str(run / "gone.pt.trace.json.gz")]
+    )

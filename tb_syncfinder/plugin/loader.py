@@ -93,6 +93,19 @@ def looks_transient(reason: str) -> bool:
     return any(marker in text for marker in TRANSIENT_MARKERS)
 
 
+def _file_version(path: str) -> tuple[int | None, int | None]:
+    """``stat_trace``, with a symbolic link to nothing as (None, None): such a link is
+    listed at every poll, so it is analysed once and the reader names where it points (as
+    the CLI does), where it had been left out silently: a run of it alone read as a trace
+    without device activity."""
+    try:
+        return stat_trace(path)
+    except OSError:
+        if os.path.islink(path):
+            return None, None
+        raise
+
+
 def queue_weight(path: str, size: int | None) -> int:
     """About how much JSON a trace holds, from its file's size: what orders the queue."""
     if size is None:
@@ -393,7 +406,7 @@ class TraceLoader:
         """Update one trace's state from a fresh stat (and its source files' from
         ``sources_now``); returns it when it needs analysis."""
         try:
-            size, mtime_ns = stat_trace(ref.path)
+            size, mtime_ns = _file_version(ref.path)
         except OSError as exc:
             # Gone between listing and stat (rotated, deleted): next poll settles it.
             logger.debug("sync_advisor: cannot stat %s (%s)", ref.path, exc)
@@ -713,7 +726,7 @@ class TraceLoader:
         changed_meanwhile = False
         if not from_cache:
             try:
-                changed_meanwhile = stat_trace(state.ref.path) != (state.size, state.mtime_ns)
+                changed_meanwhile = _file_version(state.ref.path) != (state.size, state.mtime_ns)
             except OSError:
                 changed_meanwhile = True
         with self.changed:

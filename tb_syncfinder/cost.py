@@ -164,7 +164,7 @@ def step_stats(
                 stats[step.number] = StepStats(
                     step.number, step.end - step.ts, 0, 0.0, 0.0, tl.path
                 )
-    elif not tl.only_closing_step:  # a trace of the profiler's closing step has no step
+    elif not tl.only_closing_step and tl.records_work:  # the profiler's closing step: none
         stats[NO_STEP] = StepStats(NO_STEP, max(0.0, tl.span[1] - tl.span[0]), 0, 0.0, 0.0, tl.path)
     in_step: dict[int, list[Sync]] = {}
     for sync in syncs:

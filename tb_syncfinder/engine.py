@@ -153,7 +153,9 @@ def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
     if tl is not None:
         info.device = tl.device_kind
         info.device_name = tl.device_name
-        info.steps = len({s.number for s in tl.steps}) or (0 if tl.only_closing_step else 1)
+        info.steps = len({s.number for s in tl.steps}) or (
+            0 if tl.only_closing_step or not tl.records_work else 1
+        )
         info.has_stacks = tl.has_stacks
         info.has_gpu_activity = tl.has_gpu_activity
         info.has_runtime = tl.has_runtime

@@ -187,6 +187,15 @@ class Timeline(msgspec.Struct):
     npu_of_process: dict[Any, int] = msgspec.field(default_factory=dict)
     _step_starts: list[float] = msgspec.field(default_factory=list)
 
+    @property
+    def records_work(self) -> bool:
+        """Whether any host or device event with a time was recorded: a trace of none (an
+        empty event list, metadata only) is no step of the program, not a step of 0 us
+        (one such file beside a real trace halved its run's figures per step)."""
+        return bool(self.device_activity) or any(
+            t.starts or t.runtime for t in self.threads.values()
+        )
+
     def correlation(self, runtime_event: Event, thread: HostThread) -> Any:
         corr = correlation_of(runtime_event)
         if corr is None and self.flow_correlation:

@@ -732,3 +732,59 @@ def test_events_with_a_ph_but_unreadable_times_are_said_as_that(tmp_path: Path) 
     with pytest.raises(TraceReadError) as info:
         read_trace(str(path))
     assert str(info.value).endswith(": 3 entries that are no object"), str(info.value)
+
+
+def test_a_file_that_recorded_nothing_is_no_step_of_its_run(tmp_path):
+    """An empty trace (``[]``) beside a real one counted as a step of 0 us: the run's
+    syncs per step halved and its mean step with them. It counts no step now, and the
+    tab's device is the real trace's (its with_stack snippet kept ProfilerActivity.CUDA)."""
+    from tb_syncfinder import analyze
+    from tb_syncfinder.plugin.api import summary_impl
+
+    run = tmp_path / "run"
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b)
+    b.write(run / "good.pt.trace.json")
+    alone = analyze(run / "good.pt.trace.json").summary
+    (run / "empty.pt.trace.json").write_text("[]")
+    both = analyze(run)
+    assert (both.summary.step_count, both.summary.syncs_per_step) == (1, alone.syncs_per_step)
+    assert both.summary.mean_step_time_us == alone.mean_step_time_us
+    assert {t.path.rsplit("/", 1)[-1]: t.steps for t in both.traces} == {
+        "empty.pt.trace.json": 0,
+        "good.pt.trace.json": 1,
+    }
+
+    class Selection:  # what summary_impl reads of the plugin's selection
+        report_json = both.to_json()
+        top_kinds: list[Any] = []
+        loading = False
+
+    assert summary_impl(Selection())["device"] == "cuda"  # type: ignore[arg-type]
+
+
+def test_a_named_pipe_is_read_when_something_writes_to_it(tmp_path):
+    """``tb-syncfinder report <(zcat trace.json.gz)`` gives the reader a pipe: it is read
+    whole (a FIFO nothing writes to ends at once, ``test_plugin_loader``)."""
+    import os
+    import threading
+
+    b = KinetoTraceBuilder()
+    with b.step(1):
+        item_sync(b)
+    content = b.write(tmp_path / "t.pt.trace.json").read_bytes()
+    pipe = tmp_path / "pipe.pt.trace.json"
+    os.mkfifo(pipe)
+
+    def write() -> None:
+        with open(pipe, "wb") as handle:
+            handle.write(content)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        data = read_trace(str(pipe))
+    finally:
+        writer.join(10)
+    assert len(data.events) == len(read_trace(str(tmp_path / "t.pt.trace.json")).events) > 0

@@ -501,8 +501,10 @@ function teachingBanners(resp, latent, siteTotal) {
       ),
     );
   }
-  const traces = resp.traces || [];
-  const unmarked = traces.filter((/** @type {any} */ t) => t.step_markers === false && !t.error).length;
+  // Of the traces read, those counted as one step each: not an unreadable file, nor one
+  // that recorded nothing (no step at all), which "1 of 5 trace files" had counted.
+  const traces = readTraces(resp.traces);
+  const unmarked = traces.filter((/** @type {any} */ t) => t.step_markers === false && t.steps > 0).length;
   if (unmarked) {
     out.push(
       h(

@@ -965,7 +965,7 @@ def unprofiled_fits(traces: Sequence[dict[str, Any]]) -> tuple[list[str], list[f
     return notes, scales
 
 
-def _empty(trace: dict[str, Any]) -> bool:
+def recorded_nothing(trace: dict[str, Any]) -> bool:
     """A trace that recorded nothing of the program (its device then defaults to "cpu"):
     no event at all, or, as Kineto writes a file stopped before any step, only metadata,
     the profiler's own span and instants: no step and no host event."""
@@ -984,7 +984,7 @@ def _traces_line(traces: list[dict[str, Any]]) -> str:
     ok = [t for t in traces if not t.get("error")]
     devices: dict[str, int] = {}
     for t in ok:
-        device = "empty" if _empty(t) else t.get("device") or "unknown"
+        device = "empty" if recorded_nothing(t) else t.get("device") or "unknown"
         devices[device] = devices.get(device, 0) + 1
     text = plural(len(traces), "trace")
     if devices:
@@ -1044,7 +1044,9 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     npu_latent = bool(unrecorded) and not cpu_traces  # the latent sites are the NPU's
     # Nothing recorded at all: not a CPU-only trace (an empty torch_npu or CUDA file said
     # "nothing ran on a GPU"), and no summary of zeros.
-    empty = not sites and not latent_sites and bool(readable) and all(map(_empty, readable))
+    empty = (
+        not sites and not latent_sites and bool(readable) and all(map(recorded_nothing, readable))
+    )
     if empty:
         title = (
             f"{'Empty trace' if len(readable) == 1 else 'Empty traces'}: no event of the "

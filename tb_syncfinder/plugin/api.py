@@ -139,6 +139,8 @@ def _common_folder(paths: list[str]) -> str:
 
 
 def summary_impl(sel: Selection) -> dict[str, Any]:
+    from tb_syncfinder.outputs.text import recorded_nothing
+
     report = sel.report_json
     # Each trace says whether the PyTorch Profiler tab lists it (a file named as its loader
     # takes workers; not torch_npu's ``*_ascend_pt/.../trace_view.json``): the detail
@@ -147,7 +149,13 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         {**t, "profiler_tab": is_trace_file_name(os.path.basename(str(t.get("path") or "")))}
         for t in report["traces"]
     ]
-    devices = Counter(t["device"] for t in traces if t.get("device") and not t.get("error"))
+    # A file that recorded nothing defaults to "cpu": beside a GPU trace it took the run's
+    # device (and the with_stack snippet dropped ProfilerActivity.CUDA).
+    devices = Counter(
+        t["device"]
+        for t in traces
+        if t.get("device") and not t.get("error") and not recorded_nothing(t)
+    )
     return {
         "summary": report["summary"],
         "traces": traces,

@@ -10,15 +10,20 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
-def analyze(path, **options) -> Report:
-    """Analyse a trace file, run folder or logdir; see ``tb_syncfinder.engine.analyze``.
-    Traces of the bundled demo resolve to its installed sources.
+def analyze(path: Any, **options: Any) -> Report:
+    """Analyse a trace file, run folder or logdir (a path); see
+    ``tb_syncfinder.engine.analyze`` for the options (``source_roots``, ``path_map``,
+    ``whatif``, ``unprofiled_step_us``, ...). Traces of the bundled demo resolve to its
+    installed sources. Raises ``engine.NoTracesError`` (a ``FileNotFoundError``) where the
+    path holds no trace; a trace that cannot be read is named in the report with why.
+    ``report.to_text()`` is the terminal's report, ``report.to_json()`` the JSON.
 
     ``path`` may also be a stopped ``torch.profiler.profile`` (in a notebook, right after
     its ``with`` block): its trace (with a schedule, its last cycle's) is exported once to
     a temporary file, run ``profiler``, kept while the profiler object lives, so that
-    calling this again (other ``source_roots``) reads the same. Source lines are looked
-    for under ``source_roots``, default the working directory."""
+    calling this again (other ``source_roots``) reads the same; ``ValueError`` says why
+    where it cannot be (never started, its trace already saved by ``on_trace_ready``).
+    Source lines are looked for under ``source_roots``, default the working directory."""
     from tb_syncfinder.demo.sources import SOURCE_PACKS
     from tb_syncfinder.engine import analyze as analyze_path
 

@@ -32,6 +32,7 @@ from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import (
     EVALUATION_POINTS,
     INIT_CALL,
+    IPYTHON_CELL,
     MODULE_CALL,
     SourcePack,
     callee_groups,
@@ -112,8 +113,12 @@ def _packed_or_own(norm: str, packs: Sequence[SourcePack]) -> bool | None:
 def is_user_file(path: str, packs: Sequence[SourcePack] = ()) -> bool:
     """True for the user's own code; False for torch, site-packages, built-ins, stdlib.
     Files shipped in ``packs`` (the demo's workloads) count as user code even installed."""
-    if not path or path.startswith("<"):
-        return False  # <built-in ...>, <frozen importlib._bootstrap>, <string>
+    if not path:
+        return False
+    if path.startswith("<"):
+        # <built-in ...>, <frozen importlib._bootstrap>, <string>; but an IPython cell's
+        # code, <ipython-input-4-faad06d10617>, is the user's.
+        return IPYTHON_CELL.match(path) is not None
     norm = path.replace("\\", "/")
     packed = _packed_or_own(norm, packs)
     if packed is not None:

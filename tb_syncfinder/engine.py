@@ -950,11 +950,17 @@ def analyze_runs(
 def analyze(
     path: str | os.PathLike[str],
     *,
-    source_roots: Sequence[str] = (),
-    path_map: Sequence[tuple[str, str] | str] = (),
+    source_roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
+    path_map: str | Sequence[tuple[str, str] | str] = (),
     **kw: Any,
 ) -> Report:
     """Analyse a trace file, a run folder or a logdir into one ``Report``.
+
+    ``source_roots``: the folders (or one folder) where source files are looked for
+    (default: the working directory); ``path_map``: ``"FROM=TO"`` strings or (FROM, TO)
+    pairs for sources recorded under another path (or one such string). Further keywords
+    are ``Options`` fields: ``whatif`` (False: no replay), ``unprofiled_step_us`` (the
+    step time measured without the profiler), ``window_bytes``, ``source_packs``.
 
     Per-file problems end up in ``TraceInfo.error`` (and ``Summary.error_count``); a path
     that does not exist or holds no trace raises ``NoTracesError``.
@@ -965,7 +971,21 @@ def analyze(
     # A Report holds no detail-view contexts (only a TraceResult does): not computed
     # unless asked for.
     kw.setdefault("contexts", False)
-    options = Options(source_roots=tuple(source_roots), path_map=tuple(path_map), **kw)
+    # One root or one FROM=TO given bare: tuple() of a string made a root of each of its
+    # characters ("/" among them: the whole file system searched).
+    if isinstance(source_roots, (str, os.PathLike)):
+        source_roots = (source_roots,)
+    if isinstance(path_map, str):
+        path_map = (path_map,)
+    unknown = sorted(set(kw) - set(Options.__struct_fields__))
+    if unknown:
+        raise TypeError(
+            f"analyze() got an unexpected keyword argument {unknown[0]!r}; its options: "
+            + ", ".join(Options.__struct_fields__)
+        )
+    options = Options(
+        source_roots=tuple(map(os.fspath, source_roots)), path_map=tuple(path_map), **kw
+    )
     try:
         refs = find_traces(path)
     except TraceNotFoundError as exc:

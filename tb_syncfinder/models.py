@@ -602,7 +602,11 @@ class Report(msgspec.Struct):
         most (None: all), ``width`` columns (None: the terminal's)."""
         from tb_syncfinder.outputs.text import render_report
 
-        return render_report(self, top=top, width=width)
+        return render_report(self, top=top, width=width, python=True)
+
+    def __str__(self) -> str:
+        # print(report) is the text (the ten costliest sites), not thousands of fields.
+        return self.to_text(top=10)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # IPython and Jupyter show a report as its text, not as thousands of fields.

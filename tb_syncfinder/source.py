@@ -613,6 +613,12 @@ def _indent(text: bytes) -> int:
     return len(text) - len(text.lstrip(b" \t"))
 
 
+# How IPython names a cell's code where no file stands for it (the terminal, kernels
+# without ipykernel 6's compiler, Colab): ``<ipython-input-4-faad06d10617>``, its lines in
+# ``linecache`` as a Jupyter cell's ``/tmp/ipykernel_<pid>/<hash>.py`` are.
+IPYTHON_CELL = re.compile(r"<ipython-input-\d+-[0-9a-f]+>\Z")
+
+
 def _unsaved_source(name: str) -> bytes | None:
     """The source of code that has no file, where this process holds it: a Jupyter cell
     (``/tmp/ipykernel_<pid>/<hash>.py``) is compiled under a file name that does not
@@ -1365,8 +1371,12 @@ class SourceResolver:
         return self._nearest(self._found[trace_file])
 
     def _find(self, trace_file: str, walk: bool = True) -> Path | _Copies | None:
-        if not trace_file or trace_file.startswith("<"):
+        if not trace_file:
             return None
+        if trace_file.startswith("<"):
+            # Built-ins and frozen modules have no source; an IPython cell's may be here.
+            cell = IPYTHON_CELL.match(trace_file) and _unsaved_source(trace_file)
+            return Path(trace_file) if cell else None
         norm = trace_file.replace("\\", "/")
         for src, dst in self.path_map:
             src_norm = src.replace("\\", "/")

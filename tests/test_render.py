@@ -87,6 +87,13 @@ def test_top_limits_the_sites_and_says_how_many_are_hidden(sample_report: Report
     assert "1 more site (--top 0 shows all)" in text
 
 
+def test_a_report_read_in_python_gives_its_hints_in_pythons_words(sample_report: Report) -> None:
+    """In a notebook ``--top 0`` and ``--source-root`` are no help (a review of the API)."""
+    text = sample_report.to_text(top=1)
+    assert "1 more site (report.to_text() shows all)" in text and "--top" not in text
+    assert str(sample_report) == sample_report.to_text(top=10)
+
+
 def test_definition_line_is_marked_when_the_call_line_is_unknown() -> None:
     site = make_site(
         "train.py",

@@ -893,3 +893,27 @@ def test_a_site_says_whether_its_source_file_was_read(tmp_path):
     )
     (site,) = analyze(trace, source_roots=[str(tmp_path)]).sites
     assert (site.line, site.line_exact, site.source_read) == (6, True, True)
+
+
+def test_one_source_root_given_as_a_string_is_one_root(tmp_path, monkeypatch):
+    """``analyze(path, source_roots="src")`` made a root of each character ("s", "r",
+    "c"; with "/tmp/x", "/": the whole file system walked) and named the def line."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import analyze
+
+    b = KinetoTraceBuilder()
+    frame = ("train.py", 4, "train_step")
+    with b.step(1), b.frame(frame):
+        item_sync(b, stack=[frame])
+    trace = b.write(tmp_path / "run" / "w.pt.trace.json")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(
+        "import torch\n\n\ndef train_step(model, x):\n    loss = model(x)\n    return loss.item()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    for roots in ("src", tmp_path / "src", [tmp_path / "src"]):
+        (site,) = analyze(trace, source_roots=roots).sites
+        assert (site.line, site.line_exact) == (6, True), roots
+    with pytest.raises(TypeError, match="unexpected keyword argument 'source_root'.*source_roots"):
+        analyze(trace, source_root="src")

@@ -549,6 +549,30 @@ def test_a_notebook_cells_lines_are_exact_when_analysed_in_its_kernel(tmp_path):
     assert all(s.source.file == name for s in report.latent)
 
 
+def test_an_ipython_cell_without_a_file_names_its_exact_lines(tmp_path):
+    """The terminal IPython, kernels without ipykernel 6's compiler and Colab name a cell's
+    code ``<ipython-input-N-hash>``: it was taken for a built-in, and the finding named the
+    IPython launcher's line (``ipython:8``). Its lines are in ``linecache`` as a Jupyter
+    cell's are."""
+    import linecache
+
+    from torch.profiler import ProfilerActivity, profile
+
+    name = "<ipython-input-4-faad06d10617>"
+    linecache.cache[name] = (len(NOTEBOOK_CELL), None, NOTEBOOK_CELL.splitlines(True), name)
+    try:
+        namespace: dict = {}
+        exec(compile(NOTEBOOK_CELL, name, "exec"), namespace)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            namespace["cell_step"](torch.randn(16, 16))
+        report = analyze(prof, source_roots=[str(tmp_path)])
+    finally:
+        linecache.cache.pop(name, None)
+    found = sorted((s.source.line, s.source.line_exact, s.op or "-") for s in report.latent)
+    assert found == [(3, True, "aten::item"), (4, True, "aten::to")]
+    assert all(s.source.file == name for s in report.latent)
+
+
 EDGE_COPIES = textwrap.dedent(
     """\
     import torch

@@ -63,8 +63,17 @@ def _width(width: int | None) -> int:
 
 
 class _Style:
-    def __init__(self, color: bool) -> None:
+    """How the text is written: with ANSI colours or not, and for the terminal or for
+    Python (``Report.to_text``, a notebook), whose reader passes ``source_roots=`` and
+    calls ``to_text()``, not ``--source-root`` and ``--top 0``."""
+
+    def __init__(self, color: bool, python: bool = False) -> None:
         self.color = color
+        self.python = python
+
+    def term(self, flags: str) -> str:
+        """A hint's command-line words, in Python's where the reader is in Python."""
+        return _PYTHON_TERMS.get(flags, flags) if self.python else flags
 
     def __call__(self, text: str, *codes: str) -> str:
         codes = tuple(code for code in codes if code)
@@ -450,17 +459,24 @@ _IDLE_UNREAD_NOTE = (
 )
 
 
+# The command line's words in the hints, and what a Python caller writes instead.
+_PYTHON_TERMS = {
+    "--source-root / --path-map": "source_roots= / path_map= of tb_syncfinder.analyze",
+    "--path-map": "path_map= of tb_syncfinder.analyze",
+    "--top 0 shows all": "report.to_text() shows all",
+}
+
 # Why a line is marked ``*``, by what the engine knew: the footnote says the real reason.
 _INEXACT_REASONS = {
     # Unread, the recorded line is the function's first line or, for a frame running when
     # the profiler started (a loop calling prof.step()), the line it was at then.
     "not_found": "line the trace recorded for the function (where it starts, or where it was "
     "when profiling started), not the call that syncs: its source file was not found "
-    "(try --source-root / --path-map)",
+    "(try {--source-root / --path-map})",
     "other_run": "line the trace recorded for the function, not the call that syncs: the "
     "only copy of its source file found lies in another run's folder, beside that run's "
     "traces, and may be another version (copy this run's beside its traces, or name it with "
-    "--path-map)",
+    "{--path-map})",
     "defined": "line where the function is defined: the source does not single out one call "
     "that syncs",
     "running": "line the function was at when profiling started (it was already running): "
@@ -566,11 +582,11 @@ def _site_table(
             )
     hidden = len(ordered) - len(shown)
     if hidden > 0:
-        lines.append(f"... {plural(hidden, 'more site')} (--top 0 shows all)")
+        lines.append(f"... {plural(hidden, 'more site')} ({style.term('--top 0 shows all')})")
     resolved = _resolved_sites(data)
     reasons = dict.fromkeys(r for r in (_inexact_reason(s, resolved) for s in shown) if r)
     for reason in reasons:
-        text = _INEXACT_REASONS[reason]
+        text = re.sub(r"\{([^}]+)\}", lambda m: style.term(m.group(1)), _INEXACT_REASONS[reason])
         if reason == "other_run":
             copy = next((s["other_run_copy"] for s in shown if s.get("other_run_copy")), None)
             text += f": {copy}" if copy else ""
@@ -1203,16 +1219,17 @@ def render_report(
     color: bool = False,
     top: int | None = None,
     width: int | None = None,
+    python: bool = False,
 ) -> str:
     """The report as terminal text: sites by cost, latent findings, summary, errors.
 
     ``report`` is a ``Report`` or its ``to_json()`` dict; ``top`` limits the sites shown
     (None or 0: all); ``width`` in columns (None: the terminal's). Returns text ending in a
-    newline; ANSI colours only when ``color``.
+    newline; ANSI colours only when ``color``; hints in Python's words when ``python``.
     """
     data = report.to_json() if isinstance(report, Report) else report
     width = _width(width)
-    style = _Style(color)
+    style = _Style(color, python)
     lines = [
         style("Sync Advisor", _BOLD, _CYAN) + "  " + _traces_line(data.get("traces") or []),
         "",

@@ -29,8 +29,30 @@ def analyze(path: Any, **options: Any) -> Report:
 
     options.setdefault("source_packs", SOURCE_PACKS)
     if hasattr(path, "export_chrome_trace"):
+        options["source_roots"] = _with_scripts_folder(options.get("source_roots"))
         return analyze_path(_exported_trace(path), **options)
     return analyze_path(path, **options)
+
+
+def _with_scripts_folder(roots: Any) -> list[Any]:
+    """``roots`` (default: the working directory) and, after them, the folder of the script
+    this process runs: torch records a frame's file relative to its ``sys.path`` entry, so
+    ``python scripts/train.py`` records ``train.py``, which the working directory holds
+    nowhere but in folders of other scripts of that name (``examples/train.py``)."""
+    import os
+    import sys
+
+    if roots is None or isinstance(roots, (str, os.PathLike)):
+        roots = [roots] if roots is not None else []
+    roots = list(roots) or [os.getcwd()]
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not script:
+        return roots  # a notebook, an interactive interpreter
+    folder = os.path.dirname(os.path.abspath(script))
+    norm = folder.replace("\\", "/")
+    if "site-packages" in norm or "dist-packages" in norm or folder == os.path.dirname(folder):
+        return roots  # a launcher (ipykernel's), or the file system's root
+    return roots + [folder]
 
 
 # Where a profiler object's exported trace is kept (an attribute of the profiler, so that

@@ -1072,3 +1072,47 @@ def test_a_namespace_assigned_star_imported_or_shadowed_is_followed(tmp_path, na
     prof.export_chrome_trace(str(path))
     report = analyze(path, source_roots=[str(tmp_path)])
     assert [(line, exact) for _file, line, exact, _op in _findings(report)] == expected
+
+
+SCRIPT_IN_A_FOLDER = textwrap.dedent(
+    """\
+    import torch
+    import tb_syncfinder
+    from torch.profiler import profile, ProfilerActivity
+
+    model = torch.nn.Linear(8, 1)
+
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        return loss.item()
+
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        step(torch.randn(4, 8))
+    (site,) = tb_syncfinder.analyze(prof).latent_sites
+    print(site.file, site.line, site.line_exact)
+    """
+)
+
+
+def test_analyze_prof_finds_the_script_it_runs_beside_others_of_its_name(tmp_path):
+    """``python scripts/train.py`` from a project that also has ``examples/train.py``:
+    torch records ``train.py`` (relative to the script's ``sys.path`` entry), the working
+    directory holds it in two folders, and ``analyze(prof)`` named the def line. The
+    running script's folder is a root after the others."""
+    import subprocess
+
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text(SCRIPT_IN_A_FOLDER)
+    (tmp_path / "examples" / "train.py").write_text("def step(x):\n    return x\n")
+    done = subprocess.run(
+        [sys.executable, "scripts/train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert done.stdout.split() == ["train.py", "10", "True"]

@@ -1078,7 +1078,7 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
         frozenset({"aten::nonzero", "aten::argwhere", "aten::where"}),
         frozenset({DYNAMIC_SHAPE}),
         Advice(
-            title="Use torch.where (fixed shape) instead of nonzero",
+            title="Keep the full shape: three-argument torch.where(mask, x, y), not nonzero",
             text=(
                 "`torch.nonzero(mask)` / `torch.where(mask)` with one argument return as many "
                 "rows as there are True values, so the host must wait to learn the count. "

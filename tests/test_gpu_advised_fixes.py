@@ -27,7 +27,7 @@ TITLES = {
     "normal_sample": "Sample as mean + std * noise, not torch.normal(mean, std)",
     "branch": "Do not branch on a GPU tensor",
     "mask": "Replace the boolean mask with ignore_index or torch.where",
-    "nonzero": "Use torch.where (fixed shape) instead of nonzero",
+    "nonzero": "Keep the full shape: three-argument torch.where(mask, x, y), not nonzero",
     "unique": "Count into a fixed-size tensor instead of unique",
     "one_hot": "Pass num_classes to one_hot",
     "histc": "Pass min and max to histc",

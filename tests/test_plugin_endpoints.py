@@ -508,6 +508,9 @@ def test_an_export_of_a_trace_replaced_since_its_analysis_is_refused_not_mislabe
     status, body = get(client, "export", run="run_cpu", format="trace")
     assert status == 409 and "changed since it was analysed" in body["error"]
     assert get(client, "export", run="run_cpu", format="json")[0] == 200  # the report itself
+    trace.unlink()  # gone before the next poll: said so, not "Invalid argument" (400)
+    status, body = get(client, "export", run="run_cpu", format="trace")
+    assert status == 409 and "removed since it was analysed" in body["error"], body
 
 
 def test_an_export_of_a_run_named_beyond_ascii_keeps_its_name_for_the_browser(

@@ -201,7 +201,11 @@ def refuse_traces_changed_since_analysis(states: list[Any], then: str) -> None:
         try:
             now = stat_trace(state.ref.path)
         except OSError:
-            continue  # gone: its analysis says so
+            # Gone (deleted, moved): said as a change is, not as a bad argument (400).
+            raise ConflictError(
+                f"{state.ref.path} was removed since it was analysed; it leaves the list at "
+                "the next reload"
+            ) from None
         if now != (state.size, state.mtime_ns):
             raise ConflictError(
                 f"{state.ref.path} changed since it was analysed; it is analysed again at "

@@ -395,15 +395,17 @@ def test_new_runs_and_files_appear_and_removed_ones_go_without_restart(tmp_path:
 
     write_trace(logs / "run_b" / "w0.pt.trace.json")
     write_trace(logs / "run_a" / "w1.pt.trace.json")
+    write_trace(logs / "run_0" / "w0.pt.trace.json")
     poll_and_wait(loader)
-    assert loader.run_names() == ["run_a", "run_b"]
+    # In a restart's order (a review: a run found later was listed last).
+    assert loader.run_names() == ["run_0", "run_a", "run_b"]
     assert len(loader.get_run("run_a").traces) == 2
 
     for f in (logs / "run_b").iterdir():
         f.unlink()
     (logs / "run_b").rmdir()
     poll_and_wait(loader)
-    assert loader.run_names() == ["run_a"]
+    assert loader.run_names() == ["run_0", "run_a"]
 
 
 def test_at_most_max_workers_files_are_analysed_at_once(tmp_path: Path) -> None:

@@ -376,6 +376,9 @@ class TraceLoader:
                     state = self._refresh(run, ref, sources_now)
                     if state is not None:
                         to_submit.append(state)
+            # In the order a restart lists them (each logdir's runs by name): a run found
+            # while TensorBoard ran was listed last.
+            self.runs = {name: self.runs[name] for name in found}
         for state in to_submit:
             self._start(state)
         self._dispatch()  # after the whole scan: the smallest of all it found go first

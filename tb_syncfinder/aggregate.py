@@ -244,6 +244,9 @@ def build_sites(
                     (s.source.other_run_copy for s in members if s.source is not None),
                     None,
                 ),
+                copies_found=max(
+                    (s.source.copies_found for s in members if s.source is not None), default=0
+                ),
                 predicted_saving_with_others_us=with_others,
                 predicted_saving_with_others_per_step_us=(
                     None if with_others is None else with_others / max(step_count, 1)

@@ -121,6 +121,9 @@ class Source(msgspec.Struct):
     # The only file of that name found, not taken: it lies in another run's folder, beside
     # that run's traces, and may be another version (``SourceResolver._in_another_run``).
     other_run_copy: str | None = None
+    # Different files of that name found under the roots, none in the trace's folder or
+    # above it, so none taken (0: not so): the line is the recorded one for that reason.
+    copies_found: int = 0
     # An exact line inside a loop of its function (a ``for`` or ``while`` body, or a
     # comprehension), so run once per pass: the first line of the innermost such loop.
     loop_line: int | None = None
@@ -399,6 +402,8 @@ class Site(msgspec.Struct):
     source_read: bool | None = None
     # As on Source: the file not taken because it lies in another run's folder.
     other_run_copy: str | None = None
+    # As on Source: the different files of that name, none taken.
+    copies_found: int = 0
     # False when one of its traces' device activity is not read (torch_npu's "Ascend
     # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
     # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.

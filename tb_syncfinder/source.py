@@ -1265,6 +1265,15 @@ class SourceResolver:
             self._nearest_of[found] = nearest
         return self._nearest_of[found]
 
+    def copies_found(self, trace_file: str) -> int:
+        """How many different files match ``trace_file`` equally where ``find_file`` took
+        none of them (none in the trace's folder or above it, and not one refused as
+        another run's): 0 otherwise."""
+        found = self._found.get(trace_file)
+        if not isinstance(found, _Copies) or len(found.paths) < 2 or found in self._refused:
+            return 0
+        return len(found.paths) if self._nearest(found) is None else 0
+
     def refused_copy(self, trace_file: str) -> Path | None:
         """The file found for ``trace_file`` and not taken for this trace because it lies in
         another run's folder (``find_file`` gave None for it), else None."""
@@ -1580,6 +1589,7 @@ class SourceResolver:
                 False,
                 resolved,
                 other_run_copy=str(refused) if refused is not None else None,
+                copies_found=self.copies_found(frame.file) if path is None else 0,
             )
         scope = parsed.scope_at(frame.line, frame.func)
         start = None

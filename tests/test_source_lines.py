@@ -917,3 +917,28 @@ def test_one_source_root_given_as_a_string_is_one_root(tmp_path, monkeypatch):
         assert (site.line, site.line_exact) == (6, True), roots
     with pytest.raises(TypeError, match="unexpected keyword argument 'source_root'.*source_roots"):
         analyze(trace, source_root="src")
+
+
+def test_a_line_left_inexact_for_several_copies_says_so_not_not_found(tmp_path):
+    """Two different train.py under the root and none beside the trace: none is taken, and
+    the footnote said "its source file was not found" of a file found twice (a review)."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    from tb_syncfinder import analyze
+
+    b = KinetoTraceBuilder()
+    frame = ("train.py", 4, "train_step")
+    with b.step(1), b.frame(frame):
+        item_sync(b, stack=[frame])
+    trace = b.write(tmp_path / "logs" / "run" / "w.pt.trace.json")
+    for folder, extra in (("scripts", ""), ("examples", "\n# another version\n")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_text(
+            "import torch\n\n\ndef train_step(model, x):\n    return model(x).item()\n" + extra
+        )
+    report = analyze(trace, source_roots=[str(tmp_path)])
+    (site,) = report.sites
+    assert (site.line, site.line_exact, site.copies_found) == (4, False, 2)
+    text = " ".join(report.to_text().split())
+    assert "2 different files of its name lie under the source roots" in text
+    assert "was not found" not in text

@@ -193,6 +193,9 @@ export function inexactWhy(site) {
   if (unread && site.other_run_copy) {
     return `line the trace recorded for the function, not the call that synced: the only copy of its source file found (${site.other_run_copy}) lies in another run's folder, beside that run's traces, and may be another version`;
   }
+  if (unread && site.copies_found) {
+    return `line the trace recorded for the function, not the call that synced: ${site.copies_found} different files of its name lie under the source roots, none in the trace's folder or above it, so none was taken`;
+  }
   if (unread) {
     return known(site.def_line) && site.def_line === site.line
       ? "line where the function is defined (the trace shows it called), not the call that synced: its source file was not found here"

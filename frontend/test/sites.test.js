@@ -164,3 +164,10 @@ test("an inexact line whose only file is another run's copy says so, not that it
   assert.match(why, /only copy of its source file found \(\/logs\/run_a\/train\.py\) lies in another run's folder/);
   assert.doesNotMatch(inexactWhy({ line: 4, def_line: 4, source_read: false }), /another run/);
 });
+
+test("an inexact line left for several different files of its name says so, not that none was found", async () => {
+  const { inexactWhy } = await import("../src/sites.js");
+  const why = inexactWhy({ line: 4, def_line: 4, source_read: false, copies_found: 2 });
+  assert.match(why, /2 different files of its name lie under the source roots/);
+  assert.doesNotMatch(why, /not found/);
+});

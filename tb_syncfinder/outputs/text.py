@@ -477,6 +477,9 @@ _INEXACT_REASONS = {
     "only copy of its source file found lies in another run's folder, beside that run's "
     "traces, and may be another version (copy this run's beside its traces, or name it with "
     "{--path-map})",
+    "copies": "line the trace recorded for the function, not the call that syncs: different "
+    "files of its name lie under the source roots, none in the trace's folder or above it, so "
+    "none was taken (name the right one with {--source-root / --path-map})",
     "defined": "line where the function is defined: the source does not single out one call "
     "that syncs",
     "running": "line the function was at when profiling started (it was already running): "
@@ -493,7 +496,9 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
     if not site.get("file") or site.get("line") is None or site.get("line_exact"):
         return None
     if not resolved.get(site.get("key") or "", False):
-        return "other_run" if site.get("other_run_copy") else "not_found"
+        if site.get("other_run_copy"):
+            return "other_run"
+        return "copies" if site.get("copies_found") else "not_found"
     if site.get("recorded_line") is not None:
         return "missing" if site.get("def_line") is None else "changed"
     def_line = site.get("def_line")
@@ -590,6 +595,9 @@ def _site_table(
         if reason == "other_run":
             copy = next((s["other_run_copy"] for s in shown if s.get("other_run_copy")), None)
             text += f": {copy}" if copy else ""
+        if reason == "copies":
+            count = max(int(s.get("copies_found") or 0) for s in shown)
+            text = text.replace("different files", f"{count} different files", 1)
         lines.extend(wrap("* " + text, width, "", "  "))
     if not latent and any(s.get("gpu_idle_measured") is False for s in shown):
         lines.extend(wrap(_IDLE_UNREAD_NOTE, width, "", "  "))

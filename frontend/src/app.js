@@ -823,11 +823,18 @@ export class App {
     if (errors.length) {
       // Every trace of the run failed: there are no others, and the reasons are all there is.
       const ofRun = errors.filter((/** @type {any} */ e) => e.run === runName).length;
-      const banner = unreadableBanner(this.currentRun()?.trace_count || 0, ofRun);
+      const writing = errors.filter((/** @type {any} */ e) => e.run === runName && e.being_written).length;
+      const banner = unreadableBanner(this.currentRun()?.trace_count || 0, ofRun, writing);
       parts.push(
         h(
           "details",
-          { class: "sa-banner error", "data-testid": "file-errors", "data-all": String(banner.all), open: errorsOpen || banner.open },
+          {
+            // Being written is no failure: not red.
+            class: banner.all && ofRun > 0 && writing === ofRun ? "sa-banner info" : "sa-banner error",
+            "data-testid": "file-errors",
+            "data-all": String(banner.all),
+            open: errorsOpen || banner.open,
+          },
           h(
             "summary",
             null,

@@ -33,10 +33,20 @@ export function repairNotices(traces, max = MAX_REPAIR_NOTICES) {
  * the title says so and the reasons are shown open.
  * @param {number} traceCount the run's `trace_count` (readable or not)
  * @param {number} errorCount its unreadable files (the `runs` answer's errors of this run)
+ * @param {number} [writingCount] of those, the files still being written (`being_written`):
+ *   where they are all of the run's, the run is not broken, it is being written (a review:
+ *   a red "No trace of this run could be read" over a profile still being saved)
  * @returns {{all: boolean, title: string, open: boolean}}
  */
-export function unreadableBanner(traceCount, errorCount) {
+export function unreadableBanner(traceCount, errorCount, writingCount = 0) {
   const all = runUnreadable({ trace_count: traceCount, error_count: errorCount });
+  if (all && errorCount > 0 && writingCount === errorCount) {
+    return {
+      all,
+      title: errorCount > 1 ? `The traces of this run are still being written (${errorCount} files)` : "The trace of this run is still being written",
+      open: true,
+    };
+  }
   if (all) {
     return {
       all,

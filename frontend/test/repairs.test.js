@@ -42,6 +42,9 @@ test("a run whose every trace failed says none could be read, open; otherwise th
   assert.equal(some.open, false);
   assert.equal(some.title, "1 trace file of this run could not be read (the others are analysed)");
   assert.equal(unreadableBanner(5, 2).title, "2 trace files of this run could not be read (the others are analysed)");
+  // Every file of the run still being written: not a broken run.
+  assert.equal(unreadableBanner(1, 1, 1).title, "The trace of this run is still being written");
+  assert.equal(unreadableBanner(2, 2, 1).title, "No trace of this run could be read (2 files)");
 });
 
 test("a selection is unreadable only when it has traces and each failed", () => {

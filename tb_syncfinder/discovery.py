@@ -142,7 +142,8 @@ class _LocalFs:
                 continue
             key = (st.st_dev, st.st_ino)
             above = ancestors.get(os.path.dirname(root), frozenset())
-            if key in above:
+            # An inode number of 0 (some FUSE and SMB mounts) names no folder: not a loop.
+            if st.st_ino and key in above:
                 dirs[:] = []
                 _warn_loop(root)
                 continue
@@ -173,7 +174,10 @@ def shown_name(name: str) -> str:
     the trace's path keeps the real bytes."""
     if name.isascii():
         return name
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte decoded to (a Windows name)
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _worker_and_span(file_name: str) -> tuple[str, str | None] | None:
@@ -233,9 +237,14 @@ def _one_of_each_gzip_copy(fs: Any, refs: list[TraceRef]) -> list[TraceRef]:
         gz, plain = (ref.path, other) if ref.path.endswith(".gz") else (other, ref.path)
         newer = gz
         if fs is _LocalFs:
-            with contextlib.suppress(OSError):
-                if os.stat(plain).st_mtime_ns > os.stat(gz).st_mtime_ns:
-                    newer = plain
+            times = {}
+            for candidate in (gz, plain):
+                with contextlib.suppress(OSError):
+                    times[candidate] = os.stat(candidate).st_mtime_ns
+            if len(times) == 1:
+                newer = next(iter(times))  # the other is a link to nothing (an unfetched copy)
+            elif times and times[plain] > times[gz]:
+                newer = plain
         if ref.path == newer:
             kept.append(ref)
         else:
@@ -291,6 +300,10 @@ def list_runs(logdir: str) -> dict[str, list[TraceRef]]:
         else:
             name = fs.relpath(run_dir, root).replace(os.sep, "/")
         name = shown_name(name)
+        if name in runs:  # "a\xffb" taken by a folder of that very text: both kept
+            name = next(
+                f"{name} ({n})" for n in range(2, len(runs) + 3) if f"{name} ({n})" not in runs
+            )
         traces = _run_traces(fs, run_dir, name)
         if traces:
             runs[name] = traces

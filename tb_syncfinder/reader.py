@@ -1553,11 +1553,14 @@ def _open_local(path: str) -> IO[bytes]:
     """``open(path, "rb")`` that never waits: a named pipe (FIFO) is opened without waiting
     for a writer (a FIFO named like a trace in a logdir held an analysis process forever,
     and two of them every process of the plugin's pool), then read as a file again."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    nonblocking = getattr(os, "O_NONBLOCK", 0)  # POSIX only: Windows has no FIFO to wait on
+    flags = os.O_RDONLY | nonblocking | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
     try:
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        os.set_blocking(fd, True)
+        if nonblocking:
+            os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -1565,27 +1568,47 @@ def _open_local(path: str) -> IO[bytes]:
 
 
 def _drained_pipe(path: str, handle: IO[bytes]) -> IO[bytes]:
-    """A named pipe's whole stream (``report <(zcat trace.json.gz)`` gives one), or
-    ``TraceReadError`` where nothing opens it for writing within ``_PIPE_WRITER_WAIT_S``
-    (a read without a writer ends at once; one may be opening it as this is read)."""
-    chunks: list[bytes] = []
+    """A named pipe's stream (``report <(zcat trace.json.gz)`` gives one), read as it
+    comes once its first bytes are in, or ``TraceReadError`` where nothing opens it for
+    writing within ``_PIPE_WRITER_WAIT_S`` (a read without a writer ends at once; one may
+    be opening it as this is read)."""
     give_up_at = time.monotonic() + _PIPE_WRITER_WAIT_S
-    with handle:
-        fd = handle.fileno()
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if chunk:
-                chunks.append(chunk)
-            elif chunks or time.monotonic() >= give_up_at:
-                break
-            else:
-                time.sleep(0.05)
-    data = b"".join(chunks)
-    if not data:
+    fd = handle.fileno()
+    while True:
+        first = os.read(fd, 1 << 16)
+        if first or time.monotonic() >= give_up_at:
+            break
+        time.sleep(0.05)
+    if not first:
+        handle.close()
         raise TraceReadError(
             path, "a named pipe (FIFO) that nothing writes to, not a trace file: nothing to read"
         )
-    return io.BytesIO(data)
+    return io.BufferedReader(_AfterFirstBytes(first, handle))
+
+
+class _AfterFirstBytes(io.RawIOBase):
+    """``first``, then the rest of ``handle``: a pipe whose first read waited for its
+    writer, streamed on (read whole, a 300 MB trace held 620 MB)."""
+
+    def __init__(self, first: bytes, handle: IO[bytes]) -> None:
+        self._first = memoryview(first)
+        self._handle = handle
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._first:
+            n = min(len(buffer), len(self._first))
+            buffer[:n] = self._first[:n]
+            self._first = self._first[n:]
+            return n
+        return self._handle.readinto(buffer)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
 
 
 def _refuse_an_unfinished_file(path: str, handle: IO[bytes]) -> None:

@@ -189,3 +189,18 @@ def test_a_trace_beside_its_gzipped_copy_is_read_once_from_the_newer(tmp_path: P
     os.utime(packed, ns=(500_000_000, 500_000_000))  # gunzip -k: the plain file is newer
     assert str(plain) in [ref.path for ref in find_traces(str(tmp_path))]
     assert str(packed) not in [ref.path for ref in find_traces(str(tmp_path))]
+
+
+def test_a_gzipped_copy_that_is_a_link_to_nothing_leaves_the_readable_one(tmp_path: Path) -> None:
+    """A git-annex or DVC logdir with one copy not fetched: the dangling .gz was kept and
+    the readable trace beside it dropped (a review)."""
+    plain = touch(tmp_path / "run" / "w.123.pt.trace.json")
+    (tmp_path / "run" / "w.123.pt.trace.json.gz").symlink_to(tmp_path / "annex" / "missing")
+    assert [ref.path for ref in find_traces(str(tmp_path))] == [str(plain)]
+
+
+def test_a_shown_name_taken_by_a_folder_of_that_text_keeps_both_runs(tmp_path: Path) -> None:
+    raw = os.fsdecode(os.fsencode(str(tmp_path)) + b"/a\xffb")
+    touch(Path(raw) / "w.pt.trace.json")
+    touch(tmp_path / "a\\xffb" / "w.pt.trace.json")
+    assert sorted(list_runs(str(tmp_path))) == ["a\\xffb", "a\\xffb (2)"]

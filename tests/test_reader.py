@@ -764,7 +764,7 @@ def test_a_file_that_recorded_nothing_is_no_step_of_its_run(tmp_path):
     assert summary_impl(Selection())["device"] == "cuda"  # type: ignore[arg-type]
 
 
-def test_a_named_pipe_is_read_when_something_writes_to_it(tmp_path):
+def test_a_named_pipe_is_read_when_something_writes_to_it(tmp_path, monkeypatch):
     """``tb-syncfinder report <(zcat trace.json.gz)`` gives the reader a pipe: it is read
     whole (a FIFO nothing writes to ends at once, ``test_plugin_loader``)."""
     import os
@@ -781,7 +781,11 @@ def test_a_named_pipe_is_read_when_something_writes_to_it(tmp_path):
         with open(pipe, "wb") as handle:
             handle.write(content)
 
-    writer = threading.Thread(target=write)
+    from tb_syncfinder import reader
+
+    # However late the writer thread starts; the read goes on as soon as bytes come.
+    monkeypatch.setattr(reader, "_PIPE_WRITER_WAIT_S", 60.0)
+    writer = threading.Thread(target=write, daemon=True)
     writer.start()
     try:
         data = read_trace(str(pipe))

@@ -1107,9 +1107,13 @@ def test_analyze_prof_finds_the_script_it_runs_beside_others_of_its_name(tmp_pat
     (tmp_path / "examples").mkdir()
     (tmp_path / "scripts" / "train.py").write_text(SCRIPT_IN_A_FOLDER)
     (tmp_path / "examples" / "train.py").write_text("def step(x):\n    return x\n")
+    import os
+
+    repo = str(Path(__file__).resolve().parent.parent)  # this checkout, not an installed one
     done = subprocess.run(
         [sys.executable, "scripts/train.py"],
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": repo},
         capture_output=True,
         text=True,
         timeout=300,

@@ -483,7 +483,7 @@ class SyncAdvisorPlugin(base_plugin.TBPlugin):
     def _refuse_a_trace_changed_since_analysis(self, sel: Selection) -> None:
         """The annotated trace reads its file again: one replaced since its analysis (and
         before the next poll sees it) would get the old analysis's findings drawn onto
-        other events. 409 then; a file gone is the renderer's 400."""
+        other events. 409 then, and for a file removed since."""
         readable = [t for t in sel.report_json.get("traces") or [] if not t.get("error")]
         run = self.loader.get_run(sel.run)
         state = run.traces.get(readable[0]["path"]) if run and len(readable) == 1 else None

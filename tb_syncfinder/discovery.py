@@ -86,13 +86,11 @@ def _remote_io() -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _warn_loop(folder: str) -> None:
-    """Once per folder and process: TensorBoard's plugin walks the logdir at every poll."""
-    import logging  # only here: a walk without a loop never loads it
+def _warn_once(message: str) -> None:
+    """Once per message and process: TensorBoard's plugin walks the logdir at every poll."""
+    import logging  # only here: a walk that finds nothing to say never loads it
 
-    logging.getLogger(__name__).warning(
-        "sync advisor: %s is a link to a folder above it; not followed", folder
-    )
+    logging.getLogger(__name__).warning("sync advisor: %s", message)
 
 
 class _LocalFs:
@@ -145,7 +143,7 @@ class _LocalFs:
             # An inode number of 0 (some FUSE and SMB mounts) names no folder: not a loop.
             if st.st_ino and key in above:
                 dirs[:] = []
-                _warn_loop(root)
+                _warn_once(f"{root} is a link to a folder above it; not followed")
                 continue
             ancestors[root] = above | {key}
             yield root, dirs, files
@@ -225,44 +223,28 @@ def _run_traces(fs: Any, run_dir: str, run_name: str) -> list[TraceRef]:
 def _one_of_each_gzip_copy(fs: Any, refs: list[TraceRef]) -> list[TraceRef]:
     """``w.pt.trace.json`` beside ``w.pt.trace.json.gz`` (``gzip -k``, ``gunzip -k``) is one
     trace twice: both were read, and every count of the worker's span doubled. The newer
-    file is kept (the .gz where they tie or a time is unknown), the other named in a
-    warning."""
+    file is kept (the .gz where they tie or a time is unknown; the one that exists where
+    the other is a link to nothing, an unfetched copy), the other named in a warning."""
     paths = {ref.path for ref in refs}
-    kept = []
-    for ref in refs:
-        other = ref.path[:-3] if ref.path.endswith(".gz") else ref.path + ".gz"
-        if other not in paths:
-            kept.append(ref)
+    dropped = set()
+    for gz in (ref.path for ref in refs if ref.path.endswith(".gz")):
+        plain = gz[:-3]
+        if plain not in paths:
             continue
-        gz, plain = (ref.path, other) if ref.path.endswith(".gz") else (other, ref.path)
-        newer = gz
+        kept = gz
         if fs is _LocalFs:
             times = {}
             for candidate in (gz, plain):
                 with contextlib.suppress(OSError):
                     times[candidate] = os.stat(candidate).st_mtime_ns
-            if len(times) == 1:
-                newer = next(iter(times))  # the other is a link to nothing (an unfetched copy)
-            elif times and times[plain] > times[gz]:
-                newer = plain
-        if ref.path == newer:
-            kept.append(ref)
-        else:
-            _warn_copy(ref.path, newer)
-    return kept
-
-
-@functools.lru_cache(maxsize=256)
-def _warn_copy(skipped: str, kept: str) -> None:
-    """Once per pair and process, as ``_warn_loop``."""
-    import logging
-
-    logging.getLogger(__name__).warning(
-        "sync advisor: %s and %s name one trace, one of them gzipped: read once, from %s",
-        skipped,
-        kept,
-        kept,
-    )
+            if len(times) == 1 or (times and times[plain] > times[gz]):
+                kept = max(times, key=times.__getitem__)
+        skipped = plain if kept == gz else gz
+        dropped.add(skipped)
+        _warn_once(
+            f"{skipped} and {kept} name one trace, one of them gzipped: read once, from {kept}"
+        )
+    return [ref for ref in refs if ref.path not in dropped]
 
 
 def _run_dirs(fs: Any, logdir: str) -> Iterator[str]:

@@ -1527,7 +1527,7 @@ def open_trace(path: str) -> IO[bytes]:
         handle = _open_local(path)
         try:
             if stat.S_ISFIFO(os.fstat(handle.fileno()).st_mode):
-                return _drained_pipe(path, handle)
+                return _pipe_stream(path, handle)
             _refuse_an_unfinished_file(path, handle)
         except BaseException:
             handle.close()
@@ -1567,7 +1567,7 @@ def _open_local(path: str) -> IO[bytes]:
         raise
 
 
-def _drained_pipe(path: str, handle: IO[bytes]) -> IO[bytes]:
+def _pipe_stream(path: str, handle: IO[bytes]) -> IO[bytes]:
     """A named pipe's stream (``report <(zcat trace.json.gz)`` gives one), read as it
     comes once its first bytes are in, or ``TraceReadError`` where nothing opens it for
     writing within ``_PIPE_WRITER_WAIT_S`` (a read without a writer ends at once; one may
@@ -1579,8 +1579,7 @@ def _drained_pipe(path: str, handle: IO[bytes]) -> IO[bytes]:
         if first or time.monotonic() >= give_up_at:
             break
         time.sleep(0.05)
-    if not first:
-        handle.close()
+    if not first:  # the caller closes the handle
         raise TraceReadError(
             path, "a named pipe (FIFO) that nothing writes to, not a trace file: nothing to read"
         )

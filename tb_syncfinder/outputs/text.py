@@ -754,7 +754,9 @@ def _summary_lines(
             f"added up: its {ranks} ranks step together (the figures above are means over "
             "each rank's steps; Job, below)"
         )
-    lines.extend(_saving_lines(summary, width, fit_notes, fit_scales, idle_device, for_job, style))
+    lines.extend(
+        _saving_lines(summary, width, fit_notes, fit_scales, idle_device, for_job, style=style)
+    )
     by_kind = summary.get("by_kind") or {}
     if by_kind:
         kinds = sorted(by_kind.items(), key=lambda kv: kind_rank(kv[0]))
@@ -837,7 +839,8 @@ def _saving_lines(
     fit_scales: Sequence[float] = (),
     device_word: str = "GPU",
     for_job: str | None = None,
-    style: _Style | None = None,
+    *,
+    style: _Style,
 ) -> list[str]:
     """Step time (the longer of host and device span) and what removing every sync saves,
     with one line on how that was obtained. ``fit_notes``: why a trace's saving without the
@@ -889,7 +892,7 @@ def _saving_lines(
     if profiler:
         if not unprofiled and summary.get("saving_method") == "replay":
             # The terminal's user can give the step time; the note (also the tab's) can't say so.
-            give = style.term("--unprofiled-step-ms T") if style else "--unprofiled-step-ms T"
+            give = style.term("--unprofiled-step-ms T")
             profiler += f" Give it with {give} for a prediction without the profiler."
         lines.extend(_wrap_labelled("profiler", profiler, width))
     if unprofiled:

@@ -281,6 +281,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Ray spreads the parsing over a cluster (docs/scale.md)",
     )
     scale.add_argument(
+        "-j",
+        "--jobs",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="analysis processes on this machine (default 0: one per core, up to 8, where "
+        "several traces hold more than 64 MB of JSON between them; 1: none, in this process)",
+    )
+    scale.add_argument(
         "--ray",
         action="store_true",
         help="analyse the traces as Ray tasks, on a local cluster unless --ray-address is "
@@ -405,6 +414,8 @@ def _warn_of_unused_options(args: argparse.Namespace) -> None:
             _warn(f"--source-root {root}: no such directory; source lines are not looked up there")
     if getattr(args, "ray_workers", 0) and not _uses_ray(args):
         _warn("--ray-workers is for a Ray run: add --ray (or --ray-address); analysed locally")
+    if getattr(args, "jobs", 0) and _uses_ray(args):
+        _warn("--jobs is for this machine's processes; a Ray run's are its workers (--ray-workers)")
 
 
 def _engine_options(args: argparse.Namespace) -> Any:
@@ -570,6 +581,12 @@ def _analyze_runs(
         from tb_syncfinder.fanout import ray_mapper
 
         mapper = ray_mapper(args.ray_address, args.ray_workers or None, on_cluster=progress.cluster)
+    elif len(refs) > 1 and getattr(args, "jobs", 0) != 1:
+        from tb_syncfinder.fanout import process_mapper
+
+        mapper = process_mapper(
+            getattr(args, "jobs", 0) or None, progress_lines=lambda ref: ref.path in progress.large
+        )
     try:
         analysed = analyze_runs(
             refs,

@@ -1,17 +1,23 @@
-"""Past one machine: the per-trace stage mapped over a Ray cluster (the optional extra,
-``pip install 'ray>=2.10'``, the ``ray`` extra); the job-level stages still run on the driver.
+"""The per-trace stage fanned out: over this machine's cores (``process_mapper``: analysis
+processes of ``plugin.workers``, the plugin's own), or past one machine over a Ray cluster
+(``ray_mapper``; the optional extra, ``pip install 'ray>=2.10'``). The job-level stages
+still run on the driver.
 
-Tasks read the traces from where they are (local paths, NFS, ``s3://``/``gs://`` through
+A process of this machine costs about a third of a second to start (an interpreter and the
+engine's imports, numpy among them), so ``local_processes`` asks for them only where the
+JSON to read is more than a few such starts' worth; small jobs stay in the one process.
+
+Ray's tasks read the traces from where they are (local paths, NFS, ``s3://``/``gs://`` through
 torch-tb-profiler's io layer, as on one machine), write each trace's summary there (so the
 plugin and later runs read them instead of parsing), and return only what the reduce needs:
 the result without its detail-view contexts (those stay in the summary). Small traces are
 batched into one task (a task costs ~1.5 ms of scheduling; 200 tiny traces one by one were
-slower than serial), large ones get a task each. Nothing here runs unless Ray is asked for:
-the local path never imports it.
+slower than serial), large ones get a task each. Ray is imported only when it is asked for.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import time
@@ -21,7 +27,7 @@ from typing import Any
 import msgspec
 
 from tb_syncfinder.discovery import stat_trace
-from tb_syncfinder.engine import Options, TraceMapper, analyze_trace
+from tb_syncfinder.engine import Options, TraceMapper, analyze_trace, map_locally
 from tb_syncfinder.models import TraceInfo, TraceRef, TraceResult
 from tb_syncfinder.summaries import SummaryStore
 
@@ -92,6 +98,125 @@ def analyze_batch(
     return results
 
 
+# Below this much JSON to analyse, starting processes costs more than it saves (each start
+# is ~0.3 s, and ~0.4 s of analysis per 54 MB of JSON on one core: measured with
+# bench/bench_scale.py --local).
+PROCESSES_MIN_JSON_BYTES = 64 << 20
+# The most processes asked for by default: each holds a trace's analysis (2-3x its JSON).
+PROCESSES_MAX_DEFAULT = 8
+
+
+def _json_size(ref: TraceRef) -> int:
+    """About how much JSON a trace holds (its file's size where that cannot be told)."""
+    from tb_syncfinder.windows import json_bytes
+
+    size = json_bytes(ref.path)
+    if size is None:
+        try:
+            size = stat_trace(ref.path)[0] or 0
+        except OSError:
+            size = 0  # the analysis will say why it cannot be read
+    return size
+
+
+def local_processes(refs: Sequence[TraceRef], jobs: int | None = None) -> int:
+    """How many analysis processes to read ``refs`` with: ``jobs`` when given (at most one
+    per trace; 1: none, in this process), else one per core (at most
+    ``PROCESSES_MAX_DEFAULT``) where there are several traces and enough JSON that the
+    starts pay, else 1."""
+    if len(refs) < 2:
+        return 1
+    if jobs:
+        return max(1, min(jobs, len(refs)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    wanted = min(cores or 1, PROCESSES_MAX_DEFAULT, len(refs))
+    if wanted < 2 or sum(map(_json_size, refs)) < PROCESSES_MIN_JSON_BYTES:
+        return 1
+    return wanted
+
+
+def _failed(ref: TraceRef, reason: str) -> TraceResult:
+    return TraceResult(TraceInfo(ref.path, ref.worker, ref.span, ref.run, error=reason))
+
+
+def analyze_in_process(ref: TraceRef, options: Options, progress_lines: bool) -> TraceResult:
+    """One trace in an analysis process (a pool job: top level, importable by name).
+    ``progress_lines``: the engine's progress lines (reading in windows) go to stderr, as
+    the driver shows them for its large traces."""
+    if progress_lines:
+        import logging
+
+        logger = logging.getLogger("tb_syncfinder")
+        if not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("tb-syncfinder: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+    return analyze_trace(ref, options)
+
+
+def process_mapper(
+    jobs: int | None = None,
+    *,
+    progress_lines: Callable[[TraceRef], bool] | None = None,
+    analyze: Callable[[TraceRef, Options, bool], TraceResult] = analyze_in_process,
+) -> TraceMapper:
+    """A per-trace map over analysis processes of this machine, as many as
+    ``local_processes`` says for the traces to read (largest first; with one, in this
+    process), each trace's result yielded as it is done. Each analysis gets its share of the
+    memory (``Options.memory_share``), so that those side by side split into windows what
+    one alone would read whole. A process that dies fails its trace only, with how it died;
+    where no process can start at all, the traces are read here, one after the other.
+    ``progress_lines(ref)``: whether that trace's progress lines are shown; ``analyze``:
+    what a process runs per trace (top level, importable by name)."""
+
+    def mapper(
+        refs: Sequence[TraceRef], options: Options, store: SummaryStore | None
+    ) -> Iterator[TraceResult]:
+        from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
+
+        count = local_processes(refs, jobs)
+        if count < 2:
+            yield from map_locally(refs, options, store)
+            return
+        shared = msgspec.structs.replace(
+            options, memory_share=min(options.memory_share, 1.0 / count)
+        )
+        try:
+            pool = ProcessPool(count, idle_timeout_s=None)
+        except WorkerStartError:
+            yield from map_locally(refs, options, store)
+            return
+        try:
+            order = sorted(refs, key=_json_size, reverse=True)
+            futures = {
+                pool.submit(analyze, ref, shared, bool(progress_lines and progress_lines(ref))): ref
+                for ref in order
+            }
+            here: list[TraceRef] = []
+            for future in concurrent.futures.as_completed(futures):
+                ref = futures[future]
+                try:
+                    result = future.result()
+                except WorkerStartError as exc:
+                    if not pool.started_any:
+                        here.append(ref)  # no process starts here: read it in this one
+                        continue
+                    result = _failed(ref, f"cannot start an analysis process ({exc})")
+                except WorkerDied as exc:
+                    result = _failed(ref, str(exc))
+                except Exception as exc:  # noqa: BLE001 - one trace's failure, not the run's
+                    result = _failed(ref, f"analysis failed: {type(exc).__name__}: {exc}")
+                if store is not None:
+                    store.put(ref, result, options)
+                yield result
+            yield from map_locally(here, options, store)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return mapper
+
+
 @dataclasses.dataclass
 class ClusterInfo:
     """What the driver saw of the cluster, for progress lines and benchmarks."""
@@ -146,9 +271,7 @@ def ray_mapper(
                     except Exception as exc:  # noqa: BLE001 - a lost task fails its traces only
                         reason = f"analysis task failed on the cluster: {type(exc).__name__}"
                         for ref in batch:
-                            yield TraceResult(
-                                TraceInfo(ref.path, ref.worker, ref.span, ref.run, error=reason)
-                            )
+                            yield _failed(ref, reason)
         finally:
             if connected_here:
                 ray.shutdown()

@@ -91,3 +91,22 @@ def blas_threads_setting_and_threads_numpy_starts() -> tuple[str | None, int]:
     import numpy  # noqa: F401 - the import is what starts OpenBLAS's threads
 
     return os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")) - before
+
+
+def analyze_in_process_or_die(ref: Any, options: Any, progress_lines: bool) -> Any:
+    """``fanout.analyze_in_process``, but a trace whose file name starts with "crash" kills
+    the process analysing it (as the out-of-memory killer would)."""
+    from tb_syncfinder.fanout import analyze_in_process
+
+    if os.path.basename(ref.path).startswith("crash"):
+        die()
+    return analyze_in_process(ref, options, progress_lines)
+
+
+def memory_share_and_pid(ref: Any, options: Any, progress_lines: bool) -> Any:
+    """No analysis: a failed result whose reason is the memory share the process was given,
+    its pid and whether progress lines were asked for."""
+    from tb_syncfinder.models import TraceInfo, TraceResult
+
+    reason = f"{options.memory_share} {os.getpid()} {progress_lines}"
+    return TraceResult(TraceInfo(ref.path, ref.worker, ref.span, ref.run, error=reason))

@@ -17,7 +17,7 @@ setup(
     python_requires=">=3.10",  # torch 2.13 needs 3.10; the code uses 3.10 APIs (bisect key=)
     packages=find_packages(include=["tb_syncfinder", "tb_syncfinder.*"]),
     package_data={
-        "tb_syncfinder": ["static/*", "demo/*.py", "demo/traces/*"],
+        "tb_syncfinder": ["py.typed", "static/*", "demo/*.py", "demo/traces/*"],
     },
     include_package_data=True,
     install_requires=[

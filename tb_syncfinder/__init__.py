@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 def analyze(path: Any, **options: Any) -> Report:
     """Analyse a trace file, run folder or logdir (a path); see
     ``tb_syncfinder.engine.analyze`` for the options (``source_roots``, ``path_map``,
-    ``whatif``, ``unprofiled_step_us``, ...). Traces of the bundled demo resolve to its
+    ``jobs``, ``whatif``, ``unprofiled_step_us``, ...). Traces of the bundled demo resolve to its
     installed sources. Raises ``engine.NoTracesError`` (a ``FileNotFoundError``) where the
     path holds no trace; a trace that cannot be read is named in the report with why.
     ``report.to_text()`` is the terminal's report, ``report.to_json()`` the JSON.

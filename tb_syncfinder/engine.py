@@ -952,13 +952,16 @@ def analyze(
     *,
     source_roots: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
     path_map: str | Sequence[tuple[str, str] | str] = (),
+    jobs: int | None = None,
     **kw: Any,
 ) -> Report:
     """Analyse a trace file, a run folder or a logdir into one ``Report``.
 
     ``source_roots``: the folders (or one folder) where source files are looked for
     (default: the working directory); ``path_map``: ``"FROM=TO"`` strings or (FROM, TO)
-    pairs for sources recorded under another path (or one such string). Further keywords
+    pairs for sources recorded under another path (or one such string); ``jobs``: analysis
+    processes of this machine for several traces (default: as ``tb-syncfinder report``
+    decides, one per core where the traces are large; 1: in this process). Further keywords
     are ``Options`` fields: ``whatif`` (False: no replay), ``unprofiled_step_us`` (the
     step time measured without the profiler), ``window_bytes``, ``source_packs``.
 
@@ -981,7 +984,7 @@ def analyze(
     if unknown:
         raise TypeError(
             f"analyze() got an unexpected keyword argument {unknown[0]!r}; its options: "
-            + ", ".join(Options.__struct_fields__)
+            + ", ".join((*Options.__struct_fields__, "jobs"))
         )
     options = Options(
         source_roots=tuple(map(os.fspath, source_roots)), path_map=tuple(path_map), **kw
@@ -994,4 +997,9 @@ def analyze(
         raise NoTracesError(
             path, "no PyTorch profiler traces found (*.pt.trace.json[.gz] or trace_view.json)"
         )
-    return analyze_runs(refs, options).report
+    mapper = None
+    if len(refs) > 1 and jobs != 1:
+        from tb_syncfinder.fanout import process_mapper
+
+        mapper = process_mapper(jobs)
+    return analyze_runs(refs, options, mapper=mapper).report

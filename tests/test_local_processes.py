@@ -140,3 +140,13 @@ def test_jobs_with_ray_is_said_to_do_nothing(capsys: pytest.CaptureFixture) -> N
     assert "--jobs is for this machine's processes" in capsys.readouterr().err
     cli._warn_of_unused_options(argparse.Namespace(**{**vars(args), "ray": False}))
     assert capsys.readouterr().err == ""
+
+
+def test_the_python_api_takes_jobs_and_gives_the_same_report(tmp_path: Path) -> None:
+    import tb_syncfinder
+
+    logdir = _logdir(tmp_path)
+    alone = tb_syncfinder.analyze(logdir, jobs=1)
+    spread = tb_syncfinder.analyze(logdir, jobs=2)
+    assert spread.to_json() == alone.to_json()
+    assert alone.summary.sync_count > 0

@@ -9,11 +9,12 @@ the gates count latent syncs (operators that would synchronize on a GPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from tb_syncfinder import __version__
@@ -587,15 +588,18 @@ def _analyze_runs(
         mapper = process_mapper(
             getattr(args, "jobs", 0) or None, progress_lines=lambda ref: ref.path in progress.large
         )
+    # The engine's progress lines for a large trace; why a summary could not be written.
+    log_level = "INFO" if progress.large else "WARNING" if write else None
     try:
-        analysed = analyze_runs(
-            refs,
-            _engine_options(args),
-            mapper=mapper,
-            summaries=store,
-            write_summaries=write,
-            on_result=progress.result,
-        )
+        with _package_log_lines(log_level):
+            analysed = analyze_runs(
+                refs,
+                _engine_options(args),
+                mapper=mapper,
+                summaries=store,
+                write_summaries=write,
+                on_result=progress.result,
+            )
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: {exc}") from None
     except RuntimeError as exc:  # fanout.FanoutError: no Ray, no cluster
@@ -662,6 +666,37 @@ def _tell_summaries_written(store: Any, analysed: Sequence[str]) -> None:
         _warn(f"{missing} trace {what} could not be written to {where}")
 
 
+@contextlib.contextmanager
+def _package_log_lines(level: str | None) -> Iterator[None]:
+    """While the analysis runs, the package's log lines from ``level`` ("INFO",
+    "WARNING"; None: none) up on
+    stderr as the command's own lines: a trace read in windows, a summary that could not
+    be written (with why)."""
+    if level is None:
+        yield
+        return
+    import logging
+
+    class _Lines(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            text = record.getMessage()
+            if record.levelno >= logging.WARNING:
+                return f"{PROG}: warning: {text}"
+            return f"{PROG}: {text}"
+
+    logger = logging.getLogger("tb_syncfinder")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Lines())
+    was = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(was)
+
+
 def _uses_ray(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "ray", False) or getattr(args, "ray_address", None))
 
@@ -686,7 +721,6 @@ class _Progress:
         self.started = time.perf_counter()
         self.cluster_note = ""
         self.large: dict[str, int] = {}  # trace path -> bytes of JSON, for the large ones
-        self._log_handler: Any = None
 
     def announce_large(self, refs: Sequence[Any], windows_asked: bool) -> None:
         """Say, before a long silence, which traces are large (the analysis takes about a
@@ -705,14 +739,6 @@ class _Progress:
                 self.large[ref.path] = size
         if not self.large:
             return
-        import logging
-
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
-        logger = logging.getLogger("tb_syncfinder")
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        self._log_handler = handler
         for path, size in self.large.items():
             if size >= _LARGE_JSON_BYTES:
                 print(
@@ -753,11 +779,6 @@ class _Progress:
             )
 
     def done(self) -> None:
-        if self._log_handler is not None:
-            import logging
-
-            logging.getLogger("tb_syncfinder").removeHandler(self._log_handler)
-            self._log_handler = None
         if not self.verbose and not self.from_summaries:
             return
         analysed = self.total - self.from_summaries

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -29,7 +30,8 @@ import msgspec
 from tb_syncfinder.discovery import stat_trace
 from tb_syncfinder.engine import Options, TraceMapper, analyze_trace, map_locally
 from tb_syncfinder.models import TraceInfo, TraceRef, TraceResult
-from tb_syncfinder.summaries import SummaryStore
+from tb_syncfinder.reader import NO_SUCH_FILE
+from tb_syncfinder.summaries import SummaryStore, is_remote
 
 BATCH_BYTES = 64 << 20  # a task's share of trace bytes (compressed, as stored)
 BATCH_MAX = 64  # traces per task at most
@@ -86,16 +88,21 @@ def batches(
 
 def analyze_batch(
     refs: Sequence[TraceRef], options: Options, store: SummaryStore | None
-) -> list[TraceResult]:
-    """One task: analyse, keep the summary, return what the driver's reduce needs."""
+) -> tuple[list[TraceResult], list[str]]:
+    """One task: analyse, keep the summary, return what the driver's reduce needs, and why
+    each summary that could not be written was not (the task's own log lines never reach
+    the driver)."""
     resolver = options.resolver()
     results = []
+    unwritten = []
     for ref in refs:
         result = analyze_trace(ref, options, resolver)
         if store is not None:
-            store.put(ref, result, options)
+            reason = store.write_failure(ref, result, options)
+            if reason:
+                unwritten.append(reason)
         results.append(msgspec.structs.replace(result, contexts={}))
-    return results
+    return results, unwritten
 
 
 # Below this much JSON to analyse, starting processes costs more than it saves (each start
@@ -236,12 +243,16 @@ def ray_mapper(
     on_cluster: Callable[[ClusterInfo], None] | None = None,
 ) -> TraceMapper:
     """A per-trace map over Ray: a local cluster of ``workers`` CPUs (default: all), or the
-    running cluster at ``address`` ("auto", "ray://head:10001"). The cluster this starts is
-    stopped when the map ends; a joined one is only disconnected from."""
+    running cluster at ``address`` ("auto", "ray://head:10001"; without one, at
+    ``RAY_ADDRESS`` where that is set, as every Ray program does). The cluster this starts
+    is stopped when the map ends; a joined one is only disconnected from."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
 
     def mapper(
         refs: Sequence[TraceRef], options: Options, store: SummaryStore | None
     ) -> Iterator[TraceResult]:
+        import logging
+
         ray = _ray()
         # Workers have their own working directory: resolve sources against the driver's.
         options = msgspec.structs.replace(
@@ -267,11 +278,16 @@ def ray_mapper(
                 for object_ref in done:
                     batch = pending.pop(object_ref)
                     try:
-                        yield from ray.get(object_ref)
+                        results, unwritten = ray.get(object_ref)
                     except Exception as exc:  # noqa: BLE001 - a lost task fails its traces only
                         reason = f"analysis task failed on the cluster: {type(exc).__name__}"
                         for ref in batch:
                             yield _failed(ref, reason)
+                        continue
+                    for reason in unwritten:
+                        logging.getLogger("tb_syncfinder.summaries").warning("%s", reason)
+                    for result in results:
+                        yield _seen_here_not_there(result)
         finally:
             if connected_here:
                 ray.shutdown()
@@ -279,10 +295,46 @@ def ray_mapper(
     return mapper
 
 
+def _seen_here_not_there(result: TraceResult) -> TraceResult:
+    """A trace a task found no file for, though this machine has it: said so (on a cluster
+    each node reads the path itself)."""
+    info = result.info
+    if info.error == NO_SUCH_FILE and not is_remote(info.path) and os.path.isfile(info.path):
+        info.error = (
+            f"{NO_SUCH_FILE} on the Ray node that read it, though this machine has it: the "
+            "traces must be where every node reads them (a shared filesystem, s3://)"
+        )
+    return result
+
+
+# Ray retries an address that nothing answers at for minutes (821 s seen) before it says
+# so: a plain connection first tells at once.
+CONNECT_CHECK_S = 5.0
+
+
+def _check_reachable(address: str) -> None:
+    """Raise ``FanoutError`` where ``address`` is host:port (or ray://host:port) and
+    nothing answers there."""
+    text = address[len("ray://") :] if address.startswith("ray://") else address
+    host, sep, port = text.rpartition(":")
+    if not sep or "://" in text or not port.isdigit():
+        return  # "auto", "local": Ray's own look-up, which answers at once
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_CHECK_S):
+            pass
+    except OSError as exc:
+        raise FanoutError(
+            f"cannot join the Ray cluster at {address}: nothing answers at {host}:{port} "
+            f"({exc.strerror or exc}); is the cluster up (`ray status` on its head node)?"
+        ) from None
+
+
 def _connect(ray: Any, address: str | None, workers: int | None) -> None:
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         if address:
+            _check_reachable(address)
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         else:
             # A local cluster runs this very package, installed or a checkout.

@@ -105,6 +105,9 @@ class TraceReadError(Exception):
 # unions keep the fast path working on all of them.
 _Scalar = Union[int, float, str, None]
 
+# The reason of a trace whose file is not there.
+NO_SUCH_FILE = "no such file"
+
 # How the repair note of a trace with nothing to analyse starts (a CI gate cannot pass it).
 EMPTY_TRACE = "empty trace"
 
@@ -1539,7 +1542,7 @@ def open_trace(path: str) -> IO[bytes]:
             raise TraceReadError(
                 path, f"a symbolic link to {target}, which does not exist"
             ) from exc
-        raise TraceReadError(path, "no such file") from exc
+        raise TraceReadError(path, NO_SUCH_FILE) from exc
     except IsADirectoryError as exc:
         raise TraceReadError(path, "is a directory, not a trace file") from exc
     except OSError as exc:

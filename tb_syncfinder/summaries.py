@@ -136,6 +136,9 @@ class SummaryStore:
     """Summaries beside each trace (``directory=None``) or in ``directory``."""
 
     def __init__(self, directory: str | None = None) -> None:
+        # Absolute: a Ray task on another node runs in a folder of its own.
+        if directory is not None and not is_remote(directory):
+            directory = os.path.abspath(directory)
         self.directory = directory
 
     def path_for(self, trace_path: str) -> str:
@@ -214,10 +217,21 @@ class SummaryStore:
         cannot be written or must not be kept (a result with an error)."""
         if result.info.error:
             return False
+        reason = self.write_failure(ref, result, options)
+        if reason:
+            _logger().warning("%s", reason)
+        return reason is None
+
+    def write_failure(self, ref: TraceRef, result: TraceResult, options: Any) -> str | None:
+        """``put`` for a caller that shows the failure itself (a Ray task, whose log lines
+        never reach the driver): why the summary could not be written, or None (written,
+        or not to be kept: a result with an error, a trace gone since)."""
+        if result.info.error:
+            return None
         try:
             size, mtime_ns = stat_trace(ref.path)
         except OSError:
-            return False
+            return None
         payload = _ENCODER.encode(result)
         compressed = len(payload) > _COMPRESS_ABOVE
         if compressed:
@@ -242,9 +256,8 @@ class SummaryStore:
         try:
             self._write(target, data)
         except Exception as exc:  # noqa: BLE001 - a summary is an optimisation only
-            _logger().warning("cannot write summary %s (%s)", target, exc)
-            return False
-        return True
+            return f"cannot write summary {target} ({exc})"
+        return None
 
     @staticmethod
     def _write(path: str, data: bytes) -> None:
@@ -260,9 +273,10 @@ class SummaryStore:
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
         # Write then rename: a reader (a plugin, another task) never sees half a summary.
-        import tempfile  # writing only: a report that reads summaries never needs it
-
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
+        # Created as open() creates files (0666 less the umask, as the traces beside it):
+        # mkstemp's 0600 kept a TensorBoard of another user, or a colleague, from reading it.
+        tmp = os.path.join(folder, f".tmp-{os.getpid()}-{os.urandom(6).hex()}{SUFFIX}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

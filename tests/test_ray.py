@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_a_running_cluster_is_joined_by_its_address_and_left_alone_without_one(
 ) -> None:
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     port = _free_port()
-    started = subprocess.run(
+    starting = subprocess.Popen(
         [
             ray_cli,
             "start",
@@ -113,11 +114,15 @@ def test_a_running_cluster_is_joined_by_its_address_and_left_alone_without_one(
             "--include-dashboard=false",
             "--disable-usage-stats",
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=180,
+        # Its daemons stay in this new process group, and only they are stopped at the end:
+        # `ray stop` would stop every Ray cluster of the machine, a user's too.
+        start_new_session=True,
     )
-    assert started.returncode == 0, started.stderr
+    _out, err = starting.communicate(timeout=180)
+    assert starting.returncode == 0, err
     try:
         # Without an address, --ray starts a cluster of its own even while another one runs
         # on this machine (ray.init() would join that one and refuse the worker count).
@@ -144,7 +149,31 @@ def test_a_running_cluster_is_joined_by_its_address_and_left_alone_without_one(
         data = json.loads((tmp_path / "joined.json").read_text())
         assert len(data["syncs"]) == 2 * TRACES_PER_RUN * 2
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)
+        _stop_process_group(starting.pid)
+
+
+def _stop_process_group(group: int) -> None:
+    """Stop the daemons of the cluster ``ray start`` started (its process group), no other."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while _running_in_group(group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def _running_in_group(group: int) -> bool:
+    """Whether a process of ``group`` still runs (a zombie waits for its parent, not us)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            return True
+    return False
 
 
 def test_without_ray_installed_the_report_says_how_to_get_it(

@@ -293,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument(
         "--ray",
         action="store_true",
-        help="analyse the traces as Ray tasks, on a local cluster unless --ray-address is "
-        "given, and write their summaries (needs Ray: pip install 'ray>=2.10')",
+        help="analyse the traces as Ray tasks, on a local cluster unless --ray-address (or "
+        "RAY_ADDRESS) is given, and write their summaries (needs Ray: pip install 'ray>=2.10')",
     )
     scale.add_argument(
         "--ray-address",

@@ -150,26 +150,41 @@ class _HelpFormatter(argparse.HelpFormatter):
     def _split_lines(self, text: str, width: int) -> list[str]:
         import textwrap
 
-        return textwrap.wrap(
-            " ".join(text.split()), width, break_on_hyphens=False, break_long_words=False
+        lines = textwrap.wrap(
+            _whole_commands(text), width, break_on_hyphens=False, break_long_words=False
         )
+        return [line.replace(_GLUE, " ") for line in lines]
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
 
         return textwrap.fill(
-            " ".join(text.split()),
+            _whole_commands(text),
             width,
             initial_indent=indent,
             subsequent_indent=indent,
             break_on_hyphens=False,
             break_long_words=False,
-        )
+        ).replace(_GLUE, " ")
+
+
+# Joins the words of a command in help text while it is wrapped (no line break inside
+# ``pip install 'ray>=2.10'``, which is pasted whole); a space again once wrapped.
+_GLUE = "\0"
+
+
+def _whole_commands(text: str) -> str:
+    import re
+
+    text = " ".join(text.split())
+    return re.sub(r"pip install '[^']*'", lambda m: m.group(0).replace(" ", _GLUE), text)
 
 
 _REPORT_EXIT = (
     "exit status: 0 fine; 1 when --max-syncs-per-step is exceeded; 2 for unusable input "
-    "(the reason is printed), and when a gate was asked for and a trace could not be read"
+    "(the reason is printed), and when a gate was asked for and a trace could not be read. "
+    "A Ray cluster that goes away during a --ray run ends the process with Ray's status 1 "
+    "and its own message, nothing written"
 )
 _COMPARE_EXIT = (
     "exit status: 0 fine; 1 with --fail-on-regression when a site is new or worse; 2 for "
@@ -306,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative,
         default=0,
         metavar="N",
-        help="CPUs of the local Ray cluster (default: all of this machine's)",
+        help="CPUs of the local Ray cluster, at most this machine's (default 0: all of "
+        "them; a joined cluster has its own)",
     )
     scale.add_argument(
         "--summaries-dir",
@@ -415,6 +431,11 @@ def _warn_of_unused_options(args: argparse.Namespace) -> None:
             _warn(f"--source-root {root}: no such directory; source lines are not looked up there")
     if getattr(args, "ray_workers", 0) and not _uses_ray(args):
         _warn("--ray-workers is for a Ray run: add --ray (or --ray-address); analysed locally")
+    cores = os.cpu_count() or 1
+    if getattr(args, "ray_workers", 0) > cores and _uses_ray(args) and not args.ray_address:
+        _warn(f"--ray-workers {args.ray_workers}: this machine has {cores} CPUs, all of them used")
+    if getattr(args, "ray_workers", 0) and getattr(args, "ray_address", None):
+        _warn("--ray-workers is for the local cluster --ray starts; a joined cluster has its own")
     if getattr(args, "jobs", 0) and _uses_ray(args):
         _warn("--jobs is for this machine's processes; a Ray run's are its workers (--ray-workers)")
 
@@ -591,7 +612,7 @@ def _analyze_runs(
     # The engine's progress lines for a large trace; why a summary could not be written.
     log_level = "INFO" if progress.large else "WARNING" if write else None
     try:
-        with _package_log_lines(log_level):
+        with _package_log_lines(log_level), _stdout_to_stderr(use_ray):
             analysed = analyze_runs(
                 refs,
                 _engine_options(args),
@@ -664,6 +685,34 @@ def _tell_summaries_written(store: Any, analysed: Sequence[str]) -> None:
         missing = len(paths) - len(written)
         what = "summaries" if missing != 1 else "summary"
         _warn(f"{missing} trace {what} could not be written to {where}")
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(wanted: bool) -> Iterator[None]:
+    """While ``wanted``, what the process writes to its stdout goes to stderr: Ray prints
+    its workers' and raylet's messages there ("(raylet) A worker died..."), whatever
+    ``log_to_driver`` says, and the report written after would start with them."""
+    if not wanted:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no stdout or stderr file descriptor: Python's prints only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # Python's prints, whatever fd 1 is
+            yield
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager
@@ -748,10 +797,18 @@ class _Progress:
 
     def cluster(self, info: Any) -> None:
         where = info.address or "a local Ray cluster"
-        self.cluster_note = f" on {where} ({info.cpus:g} CPUs, {info.tasks} tasks)"
+        if info.local_instead:
+            self.cluster_note = " on this machine"
+            print(
+                f"{PROG}: Ray: {info.local_instead}: analysed on this machine, without "
+                "starting a local cluster (that takes 5-10 s)",
+                file=sys.stderr,
+            )
+            return
+        tasks = _count(info.tasks, "task")
+        self.cluster_note = f" on {where} ({info.cpus:g} CPUs, {tasks})"
         print(
-            f"{PROG}: Ray: {where} ready in {info.start_s:.1f} s, {info.cpus:g} CPUs, "
-            f"{info.tasks} tasks",
+            f"{PROG}: Ray: {where} ready in {info.start_s:.1f} s, {info.cpus:g} CPUs, {tasks}",
             file=sys.stderr,
         )
 
@@ -770,6 +827,11 @@ class _Progress:
             return  # the report itself names the traces that failed
         if info.error:
             print(f"{PROG}: [{self.seen}/{self.total}] {info.path}: {info.error}", file=sys.stderr)
+        elif self.total > _PROGRESS_EACH_UP_TO:
+            # A thousand ranks: a line every tenth of them, the failures each by name.
+            step = max(1, self.total // 10)
+            if self.seen % step == 0 or self.seen == self.total:
+                print(f"{PROG}: [{self.seen}/{self.total}] traces done", file=sys.stderr)
         else:
             how = "summary" if from_summary else "analysed"
             print(
@@ -781,13 +843,21 @@ class _Progress:
     def done(self) -> None:
         if not self.verbose and not self.from_summaries:
             return
-        analysed = self.total - self.from_summaries
+        analysed = self.total - self.from_summaries - self.failed
         print(
             f"{PROG}: {self.total} traces: {self.from_summaries} from summaries, "
-            f"{analysed} analysed{self.cluster_note if analysed else ''}, "
+            f"{analysed} analysed{self.cluster_note if analysed + self.failed else ''}, "
             f"{self.failed} failed, in {time.perf_counter() - self.started:.1f} s",
             file=sys.stderr,
         )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+# Up to this many traces, a Ray run says each as it is done; past it, every tenth.
+_PROGRESS_EACH_UP_TO = 100
 
 
 def _rendered(outputs: Any, name: str, report_set: Any, options: Any) -> bytes:

@@ -109,6 +109,10 @@ def analyze_batch(
 # is ~0.3 s, and ~0.4 s of analysis per 54 MB of JSON on one core: measured with
 # bench/bench_scale.py --local).
 PROCESSES_MIN_JSON_BYTES = 64 << 20
+# Below this much JSON to analyse, ``--ray`` without an address starts no local cluster
+# (5-10 s to start and stop here, for ~0.4 s of work per 54 MB of JSON on one core): the
+# traces are read on this machine as without Ray, summaries written all the same.
+LOCAL_CLUSTER_MIN_JSON_BYTES = PROCESSES_MIN_JSON_BYTES
 # The most processes asked for by default: each holds a trace's analysis (2-3x its JSON).
 PROCESSES_MAX_DEFAULT = 8
 
@@ -232,6 +236,8 @@ class ClusterInfo:
     cpus: float = 0.0
     start_s: float = 0.0  # time to start or join the cluster
     tasks: int = 0
+    # Why no local cluster was started (the traces analysed in this machine's processes).
+    local_instead: str = ""
 
 
 def ray_mapper(
@@ -259,8 +265,21 @@ def ray_mapper(
             options, source_roots=tuple(options.source_roots) or (os.getcwd(),)
         )
         info = ClusterInfo(address=address)
-        started = time.perf_counter()
         connected_here = not ray.is_initialized()
+        if connected_here and not address:
+            json_bytes = sum(map(_json_size, refs))
+            if json_bytes < LOCAL_CLUSTER_MIN_JSON_BYTES:
+                # Less work than a local cluster's start and stop (5-10 s): the same
+                # results, summaries included, from this machine's processes.
+                info.local_instead = (
+                    f"{len(refs)} trace{'s' if len(refs) != 1 else ''} to analyse, "
+                    f"{json_bytes / 1e6:.0f} MB of JSON"
+                )
+                if on_cluster is not None:
+                    on_cluster(info)
+                yield from process_mapper(workers)(refs, options, store)
+                return
+        started = time.perf_counter()
         if connected_here:
             _connect(ray, address, workers)
         info.start_s = time.perf_counter() - started
@@ -280,9 +299,15 @@ def ray_mapper(
                     try:
                         results, unwritten = ray.get(object_ref)
                     except Exception as exc:  # noqa: BLE001 - a lost task fails its traces only
-                        reason = f"analysis task failed on the cluster: {type(exc).__name__}"
-                        for ref in batch:
-                            yield _failed(ref, reason)
+                        if len(batch) > 1:
+                            # Each trace of the batch again as a task of its own (those that
+                            # never ran, too): a crash then fails only the trace it was in.
+                            for ref in batch:
+                                pending[task.remote([ref], options, store)] = [ref]
+                            info.tasks += len(batch)
+                            continue
+                        reason = f"analysis task failed on the cluster: {_ray_reason(exc)}"
+                        yield _failed(batch[0], reason)
                         continue
                     for reason in unwritten:
                         logging.getLogger("tb_syncfinder.summaries").warning("%s", reason)
@@ -293,6 +318,14 @@ def ray_mapper(
                 ray.shutdown()
 
     return mapper
+
+
+def _ray_reason(exc: BaseException) -> str:
+    """A failed task's exception in a line: its type and the first line of Ray's text
+    (which says where it ran and how the worker ended: a pid, a node, OOM or a signal)."""
+    text = str(exc).strip().splitlines()
+    first = next((line.strip() for line in text if line.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def _seen_here_not_there(result: TraceResult) -> TraceResult:
@@ -337,20 +370,32 @@ def _connect(ray: Any, address: str | None, workers: int | None) -> None:
             _check_reachable(address)
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         else:
-            # A local cluster runs this very package, installed or a checkout.
-            pythonpath = os.pathsep.join(
-                filter(None, [package_parent, os.environ.get("PYTHONPATH")])
-            )
-            # address="local": a new cluster of our own even when another one runs on this
-            # machine (ray.init() would join that one, and refuses num_cpus then).
-            ray.init(
-                address="local",
-                num_cpus=workers or os.cpu_count(),
-                include_dashboard=False,
-                logging_level="ERROR",
-                log_to_driver=False,
-                runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
-            )
+            # A local cluster runs this very package, installed or a checkout: its raylet,
+            # started here, hands this PYTHONPATH on to its workers. (A runtime_env with it
+            # made Ray start other workers than those it prestarts: 1.5-2 s a run.)
+            was = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, was]))
+            cores = os.cpu_count() or 1
+            try:
+                # address="local": a new cluster of our own even when another one runs on
+                # this machine (ray.init() would join that one, and refuses num_cpus then).
+                ray.init(
+                    address="local",
+                    num_cpus=min(workers or cores, cores),
+                    include_dashboard=False,
+                    logging_level="ERROR",
+                    log_to_driver=False,
+                )
+            finally:
+                if was is None:
+                    del os.environ["PYTHONPATH"]
+                else:
+                    os.environ["PYTHONPATH"] = was
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
-        raise FanoutError(f"cannot start or join {where}: {exc}") from exc
+        why = str(exc)
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and str(cause).strip() and str(cause).strip() not in why:
+            # Ray's ConnectionError hides what it met (a missing token, a refused connection).
+            why += f" ({str(cause).strip().splitlines()[-1]})"
+        raise FanoutError(f"cannot start or join {where}: {why}") from exc

@@ -5,6 +5,7 @@ other users and other nodes see them."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -26,8 +27,9 @@ from tb_syncfinder.summaries import SummaryStore
 class _Done:
     """A finished task's object ref (hashable, as Ray's are)."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any = None, error: Exception | None = None) -> None:
         self.value = value
+        self.error = error
 
 
 class _FakeRay:
@@ -55,7 +57,10 @@ class _FakeRay:
             class _Task:
                 @staticmethod
                 def remote(*args: Any) -> Any:
-                    return _Done(fn(*args))
+                    try:
+                        return _Done(fn(*args))
+                    except Exception as exc:  # noqa: BLE001 - Ray keeps it for get()
+                        return _Done(error=exc)
 
             return _Task
 
@@ -65,6 +70,8 @@ class _FakeRay:
         return pending[:num_returns], pending[num_returns:]
 
     def get(self, object_ref: Any) -> Any:
+        if object_ref.error is not None:
+            raise object_ref.error
         return object_ref.value
 
 
@@ -73,6 +80,8 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> _FakeRay:
     fake = _FakeRay()
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # These traces are tiny: a cluster, not the local path, even so.
+    monkeypatch.setattr(fanout, "LOCAL_CLUSTER_MIN_JSON_BYTES", 0)
     return fake
 
 
@@ -180,3 +189,79 @@ def test_a_relative_summaries_dir_is_this_folders(
     store = SummaryStore("sums")
     assert store.directory == str(tmp_path / "sums")  # a task on another node: the same
     assert SummaryStore("s3://bucket/sums").directory == "s3://bucket/sums"
+
+
+def test_too_little_work_for_a_local_cluster_is_read_here_and_said_so(
+    fake_ray: _FakeRay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(fanout, "LOCAL_CLUSTER_MIN_JSON_BYTES", 64 << 20)
+    logdir = _logdir(tmp_path)
+    assert main(["report", str(logdir), "--ray", "--format", "json", "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert fake_ray.init_calls == []  # no cluster started
+    assert "2 traces to analyse, 0 MB of JSON: analysed on this machine" in captured.err
+    assert "2 traces: 0 from summaries, 2 analysed on this machine, 0 failed" in captured.err
+    assert len(list(logdir.rglob("*.summary"))) == 2  # as a Ray run writes them
+    assert json.loads(captured.out)["traces"]
+
+
+def test_a_crashed_task_is_retried_trace_by_trace_and_fails_only_its_trace(
+    fake_ray: _FakeRay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    logdir = _logdir(tmp_path, traces=3)
+    crash = logdir / "run" / "rank1.pt.trace.json"
+    analyse = fanout.analyze_trace
+
+    def crashing(ref: Any, *args: Any) -> Any:
+        if ref.path == str(crash):
+            raise RuntimeError("The worker died (pid 4242, node 10.0.0.7): killed by OOM\nmore")
+        return analyse(ref, *args)
+
+    monkeypatch.setattr(fanout, "analyze_trace", crashing)
+    out = tmp_path / "r.json"
+    assert main(["report", str(logdir), "--ray", "--no-summaries", "-o", str(out)]) == 0
+    traces = {t["path"]: t for t in json.loads(out.read_text())["traces"]}
+    assert traces[str(crash)]["error"] == (
+        "analysis task failed on the cluster: RuntimeError: The worker died (pid 4242, node "
+        "10.0.0.7): killed by OOM"
+    )
+    assert [p for p, t in traces.items() if t["error"]] == [str(crash)]
+    err = capsys.readouterr().err
+    assert "3 traces: 0 from summaries, 2 analysed on a local Ray cluster" in err
+    assert "1 failed" in err
+
+
+def test_what_ray_prints_on_stdout_goes_to_stderr_not_into_the_report(
+    fake_ray: _FakeRay,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    analyse = fanout.analyze_trace
+
+    def noisy(*args: Any) -> Any:
+        print("(raylet) A worker died or was killed while executing a task", flush=True)
+        os.write(1, b"(raylet) from the C++ side\n")
+        return analyse(*args)
+
+    monkeypatch.setattr(fanout, "analyze_trace", noisy)
+    assert main(["report", str(_logdir(tmp_path)), "--ray", "--format", "json"]) == 0
+    captured = capfd.readouterr()
+    assert json.loads(captured.out)["traces"]  # the report alone
+    assert captured.err.count("(raylet)") == 4
+
+
+def test_more_ray_workers_than_cpus_is_said_and_capped(
+    fake_ray: _FakeRay, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cores = os.cpu_count() or 1
+    args = ["report", str(_logdir(tmp_path)), "--ray", "--ray-workers", "100000", "--json"]
+    assert main(args) == 0
+    assert fake_ray.init_calls[0]["num_cpus"] == cores
+    assert f"this machine has {cores} CPUs" in capsys.readouterr().err

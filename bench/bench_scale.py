@@ -2,12 +2,13 @@
 
     python bench/bench_scale.py [--copies 6] [--workers 2] [--ranks 1000]
 
-1. Copies of the 54 MB A100 trace: serial time on this process, then the Ray map on a local
+1. Copies of the 54 MB A100 trace: serial time on this process, as many analysis processes
+   of this machine as ``--workers`` (their start included), then the Ray map on a local
    cluster of ``--workers`` CPUs (started first, its start-up printed apart). Prints traces
    per second per worker and the map's time over serial time / workers (goal: <= 1.1).
 2. A generated logdir of ``--ranks`` small rank traces, end to end through
-   ``tb-syncfinder report`` (local, then --ray), and once more reading the summaries the
-   Ray run wrote.
+   ``tb-syncfinder report`` (local, then --ray, which reads so little JSON on this machine
+   without starting a cluster), and once more reading the summaries the --ray run wrote.
 Needs the ray extra (pip install 'ray>=2.10', or '.[ray]' in the clone). Benchmarks print;
 they never fail.
 """
@@ -40,7 +41,7 @@ def map_speed(copies: int, workers: int) -> None:
 
     from tb_syncfinder.discovery import find_traces
     from tb_syncfinder.engine import Options, analyze_runs
-    from tb_syncfinder.fanout import ray_mapper
+    from tb_syncfinder.fanout import process_mapper, ray_mapper
 
     with tempfile.TemporaryDirectory() as tmp:
         _copies(Path(tmp), copies)
@@ -49,10 +50,16 @@ def map_speed(copies: int, workers: int) -> None:
         start = time.perf_counter()
         analyze_runs(refs, options)
         serial = time.perf_counter() - start
+        # This machine's analysis processes (what `report` uses without Ray), their start
+        # included: no cluster to start.
+        start = time.perf_counter()
+        analyze_runs(refs, options, mapper=process_mapper(workers))
+        processes = time.perf_counter() - start
 
         start = time.perf_counter()
         package_parent = str(REPO)
         ray.init(
+            address="local",  # a cluster of its own, as --ray starts (never another's)
             num_cpus=workers,
             include_dashboard=False,
             logging_level="ERROR",
@@ -81,6 +88,10 @@ def map_speed(copies: int, workers: int) -> None:
         f"{copies / mapped / workers:6.2f} traces/s per worker"
     )
     print(f"  cluster start (apart)   {cluster_start:7.2f} s")
+    print(
+        f"  {workers} local processes       {processes:7.2f} s  "
+        f"{copies / processes / workers:6.2f} traces/s per process (their start included)"
+    )
     print(f"  map / (serial / workers) = {mapped / ideal:.2f}  (goal <= 1.1)")
 
 

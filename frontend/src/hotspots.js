@@ -545,7 +545,8 @@ function teachingBanners(resp, latent, siteTotal) {
           null,
           `Checked ${plural(summary.step_count || 0, "step")}`,
           // The files read: unreadable ones are in their own banner, checked for nothing.
-          readTraces(resp.traces).length ? ` in ${plural(readTraces(resp.traces).length, "trace file")}` : "",
+          // Files that recorded nothing of the program ([] or metadata only) were not checked.
+          checkedTraces(resp.traces).length ? ` in ${plural(checkedTraces(resp.traces).length, "trace file")}` : "",
           checked.length ? " for:" : ".",
         ),
         checked.length ? h("ul", null, checked.map((/** @type {string} */ c) => h("li", null, c))) : null,
@@ -562,6 +563,26 @@ function teachingBanners(resp, latent, siteTotal) {
  */
 function readTraces(traces) {
   return (traces || []).filter((/** @type {any} */ t) => t && !t.error);
+}
+
+/**
+ * Whether a trace recorded nothing of the program: no event at all, or (as Kineto writes a
+ * file stopped before any step) only metadata and the profiler's own span, on no device.
+ * The text report's ``outputs.text.recorded_nothing``, to the letter.
+ * @param {any} trace a `traces[]` entry of an answer
+ */
+export function recordedNothing(trace) {
+  const nothing = trace.event_count === 0 || (trace.step_markers === false && trace.host_events_per_step === 0);
+  return nothing && (trace.device == null || trace.device === "cpu") && !trace.has_gpu_activity && !trace.has_runtime;
+}
+
+/**
+ * The trace files of an answer that were read and recorded something: those a "no sync
+ * found" was checked in.
+ * @param {any[] | undefined} traces
+ */
+export function checkedTraces(traces) {
+  return readTraces(traces).filter((/** @type {any} */ t) => !recordedNothing(t));
 }
 
 /**

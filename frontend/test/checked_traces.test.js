@@ -1,0 +1,23 @@
+import test from "node:test";
+import assert from "node:assert/strict";
+import { checkedTraces, recordedNothing } from "../src/hotspots.js";
+
+const real = { path: "a.pt.trace.json.gz", error: null, event_count: 8550, device: "cuda", has_gpu_activity: true, steps: 5 };
+const empty = { path: "e.pt.trace.json", error: null, event_count: 0, device: "cpu", has_gpu_activity: false, has_runtime: false, steps: 0 };
+const stoppedEarly = { path: "m.pt.trace.json", error: null, event_count: 4, device: null, step_markers: false, host_events_per_step: 0 };
+const broken = { path: "b.pt.trace.json", error: "invalid JSON" };
+const cpuOnly = { path: "c.pt.trace.json", error: null, event_count: 300, device: "cpu", step_markers: true, host_events_per_step: 40 };
+
+test("a trace of [] or metadata only is not counted among the files checked", () => {
+  assert.equal(recordedNothing(empty), true);
+  assert.equal(recordedNothing(stoppedEarly), true);
+  assert.equal(recordedNothing(real), false);
+  assert.equal(recordedNothing(cpuOnly), false);
+  assert.deepEqual(checkedTraces([real, empty, stoppedEarly, broken, cpuOnly]).map((t) => t.path), ["a.pt.trace.json.gz", "c.pt.trace.json"]);
+  assert.deepEqual(checkedTraces(undefined), []);
+});
+
+test("an empty trace on a device is counted: it is the device's, not nothing", () => {
+  assert.equal(recordedNothing({ ...empty, has_runtime: true }), false);
+  assert.equal(recordedNothing({ ...empty, device: "cuda" }), false);
+});

@@ -31,7 +31,15 @@ setup(
         "msgspec>=0.18",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "ruff", "playwright>=1.40", "jsonschema>=4"],
+        # wheel: tests/test_packaging.py builds one (setuptools before 70.1 needs it).
+        "test": [
+            "pytest>=7",
+            "pytest-timeout",
+            "ruff",
+            "playwright>=1.40",
+            "jsonschema>=4",
+            "wheel",
+        ],
         # Past one machine: the per-trace analysis as Ray tasks (tb-syncfinder report --ray).
         "ray": ["ray>=2.10"],
     },

@@ -431,9 +431,11 @@ def _warn_of_unused_options(args: argparse.Namespace) -> None:
             _warn(f"--source-root {root}: no such directory; source lines are not looked up there")
     if getattr(args, "ray_workers", 0) and not _uses_ray(args):
         _warn("--ray-workers is for a Ray run: add --ray (or --ray-address); analysed locally")
-    cores = os.cpu_count() or 1
-    if getattr(args, "ray_workers", 0) > cores and _uses_ray(args) and not args.ray_address:
-        _warn(f"--ray-workers {args.ray_workers}: this machine has {cores} CPUs, all of them used")
+    if getattr(args, "ray_workers", 0) and _uses_ray(args) and not args.ray_address:
+        from tb_syncfinder.fanout import usable_cpus  # the local cluster's cap
+
+        if args.ray_workers > (cores := usable_cpus()):
+            _warn(f"--ray-workers {args.ray_workers}: this machine has {cores} CPUs, all used")
     if getattr(args, "ray_workers", 0) and getattr(args, "ray_address", None):
         _warn("--ray-workers is for the local cluster --ray starts; a joined cluster has its own")
     if getattr(args, "jobs", 0) and _uses_ray(args):
@@ -609,8 +611,9 @@ def _analyze_runs(
         mapper = process_mapper(
             getattr(args, "jobs", 0) or None, progress_lines=lambda ref: ref.path in progress.large
         )
-    # The engine's progress lines for a large trace; why a summary could not be written.
-    log_level = "INFO" if progress.large else "WARNING" if write else None
+    # The engine's progress lines for a large trace; why a summary could not be written;
+    # what the analysis processes warn of.
+    log_level = "INFO" if progress.large else "WARNING" if write or mapper else None
     try:
         with _package_log_lines(log_level), _stdout_to_stderr(use_ray):
             analysed = analyze_runs(
@@ -696,10 +699,13 @@ def _stdout_to_stderr(wanted: bool) -> Iterator[None]:
         yield
         return
     sys.stdout.flush()
+    saved = -1
     try:
         saved = os.dup(1)
         os.dup2(2, 1)
-    except OSError:  # no stdout or stderr file descriptor: Python's prints only
+    except OSError:
+        if saved >= 0:
+            os.close(saved)  # no stdout or stderr file descriptor: Python's prints only
         with contextlib.redirect_stdout(sys.stderr):
             yield
         return
@@ -736,6 +742,9 @@ def _package_log_lines(level: str | None) -> Iterator[None]:
     logger = logging.getLogger("tb_syncfinder")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Lines())
+    # The analysis processes' own lines are TensorBoard's log (a process that died, one
+    # replaced for its size): here each trace's result already says what befell it.
+    handler.addFilter(lambda record: not record.name.startswith("tb_syncfinder.plugin"))
     was = logger.level
     logger.addHandler(handler)
     logger.setLevel(level)

@@ -139,11 +139,21 @@ def local_processes(refs: Sequence[TraceRef], jobs: int | None = None) -> int:
         return 1
     if jobs:
         return max(1, min(jobs, len(refs)))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    wanted = min(cores or 1, PROCESSES_MAX_DEFAULT, len(refs))
+    if any(is_remote(ref.path) for ref in refs):
+        # Sizing them is a request each, and a file system registered in this process
+        # only (a plugin's, a test's) is unknown to a fresh one: here, unless asked.
+        return 1
+    wanted = min(usable_cpus(), PROCESSES_MAX_DEFAULT, len(refs))
     if wanted < 2 or sum(map(_json_size, refs)) < PROCESSES_MIN_JSON_BYTES:
         return 1
     return wanted
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _failed(ref: TraceRef, reason: str) -> TraceResult:
@@ -297,7 +307,9 @@ def ray_mapper(
                 for object_ref in done:
                     batch = pending.pop(object_ref)
                     try:
-                        results, unwritten = ray.get(object_ref)
+                        answer = ray.get(object_ref)
+                        # A node with a tb-syncfinder before 2026-11-28 returns the list alone.
+                        results, unwritten = answer if isinstance(answer, tuple) else (answer, [])
                     except Exception as exc:  # noqa: BLE001 - a lost task fails its traces only
                         if len(batch) > 1:
                             # Each trace of the batch again as a task of its own (those that
@@ -365,9 +377,10 @@ def _check_reachable(address: str) -> None:
 
 def _connect(ray: Any, address: str | None, workers: int | None) -> None:
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if address:
+        _check_reachable(address)  # its own message, not wrapped in the one below
     try:
         if address:
-            _check_reachable(address)
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         else:
             # A local cluster runs this very package, installed or a checkout: its raylet,
@@ -375,7 +388,7 @@ def _connect(ray: Any, address: str | None, workers: int | None) -> None:
             # made Ray start other workers than those it prestarts: 1.5-2 s a run.)
             was = os.environ.get("PYTHONPATH")
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, was]))
-            cores = os.cpu_count() or 1
+            cores = usable_cpus()
             try:
                 # address="local": a new cluster of our own even when another one runs on
                 # this machine (ray.init() would join that one, and refuses num_cpus then).

@@ -1124,6 +1124,24 @@ def _all_same_bytes(paths: list[Path]) -> bool:
         return False
 
 
+# Trailing path components a library file found by the roots' walk must share with its
+# recorded path (all of them where it has fewer): its package's folders, not its name only.
+LIBRARY_TAIL_MIN = 3
+
+
+def _names_the_library_file(found: Path | _Copies | None, recorded: str) -> bool:
+    """Whether ``found`` (by the roots' walk) ends with enough of the recorded library path."""
+    if found is None:
+        return True
+    parts = [p for p in recorded.split("/") if p and p not in (".", "..")]
+    need = min(len(parts), LIBRARY_TAIL_MIN)
+    for path in found.paths if isinstance(found, _Copies) else (found,):
+        tail = path.parts[-need:] if need else ()
+        if list(tail) != parts[-need:]:
+            return False
+    return True
+
+
 class _Copies:
     """Different files under the roots that match a recorded path equally: the last
     ``matched`` parts of each are the recorded path's.
@@ -1459,6 +1477,11 @@ class SourceResolver:
         if found is None:
             self.find_file(trace_file)
             found = self._found[trace_file]
+            if not _names_the_library_file(found, norm):
+                # A user's file is found by its name alone (``train.py``); a library's
+                # ``torch/cuda/__init__.py`` is not any ``__init__.py`` under the roots
+                # (without torch installed, the demo's own ``__init__.py`` was taken).
+                found = None
         self._found_library[trace_file] = found
         return self._nearest(found)
 

@@ -45,6 +45,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from array import array
 from bisect import bisect_left, bisect_right
@@ -226,7 +227,10 @@ def json_bytes(path: str) -> Optional[int]:
     inflated size modulo 4 GiB: taken as at least 3x the file); None when it cannot be
     read (the whole read says why) or is no local file."""
     try:
-        size = os.path.getsize(path)  # a URL fails here: remote traces are read whole
+        st = os.stat(path)  # a URL fails here: remote traces are read whole
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a FIFO would block an open, and lose what a read takes from it
+        size = st.st_size
         with open(path, "rb") as handle:
             if handle.read(2) != b"\x1f\x8b":
                 return size

@@ -35,7 +35,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tb_syncfinder import analyze
+pytest.importorskip("torch")  # the demo's runner imports its workloads
+
+from tb_syncfinder import analyze  # noqa: E402
 from tb_syncfinder.compare import compare, site_match_key
 from tb_syncfinder.demo.runner import (
     BUNDLED_TRACES_DIR,

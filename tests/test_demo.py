@@ -21,11 +21,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 
-from tb_syncfinder.demo import cli as demo_cli
-from tb_syncfinder.demo import cnn, seg
-from tb_syncfinder.demo.runner import (
+torch = pytest.importorskip("torch")  # the demo's workloads run on it
+
+from tb_syncfinder.demo import cli as demo_cli  # noqa: E402
+from tb_syncfinder.demo import cnn, seg  # noqa: E402
+from tb_syncfinder.demo.runner import (  # noqa: E402
     DEMO_DIR,
     RUNS,
     DemoError,

@@ -128,7 +128,8 @@ def test_an_address_nothing_answers_at_fails_at_once_naming_it(
     assert code == 2
     assert time.monotonic() - started < fanout.CONNECT_CHECK_S + 5  # Ray took 821 s
     err = capsys.readouterr().err
-    assert f"cannot join the Ray cluster at 127.0.0.1:{port}: nothing answers at" in err
+    assert f"error: cannot join the Ray cluster at 127.0.0.1:{port}: nothing answers at" in err
+    assert "cannot start or join" not in err  # said once, not wrapped again
     assert "ray status" in err
     assert fake_ray.init_calls == []  # Ray never asked
 
@@ -260,8 +261,8 @@ def test_what_ray_prints_on_stdout_goes_to_stderr_not_into_the_report(
 def test_more_ray_workers_than_cpus_is_said_and_capped(
     fake_ray: _FakeRay, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cores = os.cpu_count() or 1
+    cores = fanout.usable_cpus()
     args = ["report", str(_logdir(tmp_path)), "--ray", "--ray-workers", "100000", "--json"]
     assert main(args) == 0
     assert fake_ray.init_calls[0]["num_cpus"] == cores
-    assert f"this machine has {cores} CPUs" in capsys.readouterr().err
+    assert f"this machine has {cores} CPUs, all used" in capsys.readouterr().err

@@ -150,3 +150,50 @@ def test_the_python_api_takes_jobs_and_gives_the_same_report(tmp_path: Path) -> 
     spread = tb_syncfinder.analyze(logdir, jobs=2)
     assert spread.to_json() == alone.to_json()
     assert alone.summary.sync_count > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_fifo_beside_the_traces_is_not_opened_to_size_the_job(tmp_path: Path) -> None:
+    """Sizing the job (is it worth processes?) stats the files: opening a FIFO blocked the
+    whole report, and reading two bytes of a pipe (``report <(zcat a) <(zcat b)``) lost
+    them from the trace."""
+    logdir = _logdir(tmp_path)
+    os.mkfifo(logdir / "cnn" / "pipe.pt.trace.json")
+    done = _report(logdir, "--format", "json")  # the default: sizes the job first
+    assert done.returncode == 0, done.stderr
+    assert "a named pipe (FIFO) that nothing writes to" in done.stderr
+    assert fanout._json_size(find_traces(str(logdir))[0]) > 0
+
+
+def test_the_cli_shows_the_packages_warnings_but_not_the_analysis_processes_own(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    import logging
+
+    with cli._package_log_lines("WARNING"):
+        logging.getLogger("tb_syncfinder.plugin.workers").warning("sync_advisor: pid 1 died")
+        logging.getLogger("tb_syncfinder.summaries").warning("cannot write summary x (full)")
+        logging.getLogger("tb_syncfinder.windows").info("window 1 of 2 analysed")
+    err = capsys.readouterr().err
+    assert err == "tb-syncfinder: warning: cannot write summary x (full)\n"
+    logging.getLogger("tb_syncfinder.summaries").warning("after")
+    assert "tb-syncfinder" not in capsys.readouterr().err  # the handler went with the run
+
+
+def test_remote_traces_stay_in_one_process_unless_asked(tmp_path: Path) -> None:
+    from tb_syncfinder.models import TraceRef
+
+    refs = [
+        TraceRef(f"s3://bucket/job/rank{n}.pt.trace.json.gz", "job", f"rank{n}") for n in (0, 1)
+    ]
+    assert fanout.local_processes(refs) == 1
+    assert fanout.local_processes(refs, jobs=2) == 2
+
+
+def test_the_python_api_refuses_a_jobs_that_is_no_count(tmp_path: Path) -> None:
+    import tb_syncfinder
+
+    logdir = _logdir(tmp_path)
+    for bad in ("2", -3, 1.5, True):
+        with pytest.raises(ValueError, match="jobs: a whole number"):
+            tb_syncfinder.analyze(logdir, jobs=bad)

@@ -23,11 +23,14 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 from werkzeug.test import Client, EnvironBuilder, run_wsgi_app
 
-from tb_syncfinder.demo.runner import BUNDLED_TRACES_DIR
 from tb_syncfinder.plugin import SyncAdvisorPlugin, api
 from tb_syncfinder.plugin import plugin as plugin_module
 from tb_syncfinder.plugin.selection import Answer, AnswerCache, gzip_json
 from tb_syncfinder.plugin.settings import PluginSettings
+
+# The demo's bundled traces (not through the demo's runner, which needs torch).
+BUNDLED_TRACES_DIR = Path(__file__).resolve().parents[1] / "tb_syncfinder" / "demo" / "traces"
+
 
 PLUGIN = "/data/plugin/sync_advisor/"
 BASELINE = BUNDLED_TRACES_DIR / "cnn_baseline.pt.trace.json.gz"

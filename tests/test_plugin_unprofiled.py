@@ -23,12 +23,15 @@ from test_ascend_layout import torch_npu_trace
 from werkzeug.test import Client
 
 from tb_syncfinder.cli import main
-from tb_syncfinder.demo.runner import BUNDLED_TRACES_DIR
 from tb_syncfinder.outputs.text import format_us
 from tb_syncfinder.plugin import SyncAdvisorPlugin
 from tb_syncfinder.plugin import api as api_module
 from tb_syncfinder.plugin.loader import analyze_in_worker
 from tb_syncfinder.plugin.settings import PluginSettings
+
+# The demo's bundled traces (not through the demo's runner, which needs torch).
+BUNDLED_TRACES_DIR = Path(__file__).resolve().parents[1] / "tb_syncfinder" / "demo" / "traces"
+
 
 PLUGIN = "/data/plugin/sync_advisor/"
 TIMED = json.loads((BUNDLED_TRACES_DIR / "unprofiled_step_times.json").read_text("utf-8"))["runs"]

@@ -527,6 +527,26 @@ def test_a_library_path_is_looked_for_in_site_packages_before_walking_the_roots(
     )
 
 
+def test_a_library_not_installed_is_not_any_file_of_its_name_under_the_roots(tmp_path, monkeypatch):
+    # Without torch installed, torch/cuda/__init__.py was the demo's own __init__.py.
+    (tmp_path / "proj" / "pkg").mkdir(parents=True)
+    (tmp_path / "proj" / "pkg" / "__init__.py").write_text("def synchronize():\n    pass\n")
+    (tmp_path / "proj" / "vendor" / "torch" / "cuda").mkdir(parents=True)
+    monkeypatch.setattr(source, "_library_dirs", lambda: [])
+    resolver = SourceResolver([str(tmp_path / "proj")])
+    assert resolver.find_library_file("torch/cuda/__init__.py") is None
+    # A user's file is still found by its name alone.
+    assert resolver.find_file("pkg/__init__.py") == tmp_path / "proj" / "pkg" / "__init__.py"
+    # A checkout of the library under the roots holds its whole path: found.
+    vendored = tmp_path / "proj" / "vendor" / "torch" / "cuda" / "__init__.py"
+    vendored.write_text("def synchronize():\n    pass\n")
+    again = SourceResolver([str(tmp_path / "proj")])
+    assert again.find_library_file("torch/cuda/__init__.py") == vendored
+    # Recorded as an absolute path of another machine: its last three parts must match.
+    remote = "/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py"
+    assert SourceResolver([str(tmp_path / "proj")]).find_library_file(remote) == vendored
+
+
 def test_a_library_frame_of_a_function_this_version_lacks_says_only_its_recorded_line(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "trainer.py").write_text(LIBRARY)

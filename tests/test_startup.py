@@ -7,6 +7,7 @@ job stage imported only for a trace that needs them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pkgutil
@@ -21,6 +22,8 @@ import tb_syncfinder
 REPO = Path(__file__).resolve().parents[1]
 # The demo's workloads import torch and run at import, and ``__main__`` runs the CLI.
 NOT_IMPORTED_ALONE = {"tb_syncfinder.demo.cnn", "tb_syncfinder.demo.seg", "tb_syncfinder.__main__"}
+if importlib.util.find_spec("torch") is None:  # the demo needs torch; the tool does not
+    NOT_IMPORTED_ALONE |= {"tb_syncfinder.demo.cli", "tb_syncfinder.demo.runner"}
 
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -116,7 +116,10 @@ def test_a_gpu_report_loads_the_replay_and_a_single_trace_no_job_stage(tmp_path:
     modules, report, threads = _loaded_after_report(trace)
     assert report["syncs"][0]["saving_method"] == "replay"
     assert "tb_syncfinder.whatif" in modules
-    assert "numpy.ma" not in modules  # 25 ms of start-up for nothing (np.unique, percentile)
+    import numpy
+
+    if int(numpy.__version__.split(".")[0]) >= 2:  # numpy 1.x's own import loads numpy.ma
+        assert "numpy.ma" not in modules  # 25 ms of start-up for nothing (np.unique, ...)
     assert "tb_syncfinder.jobs" not in modules
     assert "hashlib" not in modules
     # numpy's OpenBLAS started with one thread: each of its threads spins at start-up

@@ -28,7 +28,11 @@ setup(
         "torch>=1.8",
         "numpy",
         # Typed decoding is ~3x faster than json.loads on a 54 MB trace (bench/bench_engine.py).
-        "msgspec>=0.18",
+        # 0.18.0-0.18.3 crash the interpreter at import on Python 3.12, and 3.13 has no
+        # wheel below 0.19 (a compatibility review, 2026-11-28).
+        "msgspec>=0.18; python_version < '3.12'",
+        "msgspec>=0.18.4; python_version == '3.12'",
+        "msgspec>=0.19; python_version >= '3.13'",
     ],
     extras_require={
         # wheel: tests/test_packaging.py builds one (setuptools before 70.1 needs it).

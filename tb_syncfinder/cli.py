@@ -723,10 +723,9 @@ def _stdout_to_stderr(wanted: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _package_log_lines(level: str | None) -> Iterator[None]:
-    """While the analysis runs, the package's log lines from ``level`` ("INFO",
-    "WARNING"; None: none) up on
-    stderr as the command's own lines: a trace read in windows, a summary that could not
-    be written (with why)."""
+    """While the analysis runs, the package's log lines from ``level`` up ("INFO",
+    "WARNING"; None: none) on stderr as the command's own lines: a trace read in windows,
+    a summary that could not be written (with why)."""
     if level is None:
         yield
         return

@@ -986,6 +986,8 @@ def analyze(
             f"analyze() got an unexpected keyword argument {unknown[0]!r}; its options: "
             + ", ".join((*Options.__struct_fields__, "jobs"))
         )
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
+        raise ValueError(f"jobs: a whole number of processes, 0 or more (0: decide), not {jobs!r}")
     options = Options(
         source_roots=tuple(map(os.fspath, source_roots)), path_map=tuple(path_map), **kw
     )
@@ -997,8 +999,6 @@ def analyze(
         raise NoTracesError(
             path, "no PyTorch profiler traces found (*.pt.trace.json[.gz] or trace_view.json)"
         )
-    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
-        raise ValueError(f"jobs: a whole number of processes, 0 or more (0: decide), not {jobs!r}")
     mapper = None
     if len(refs) > 1 and jobs != 1:
         from tb_syncfinder.fanout import process_mapper

@@ -107,7 +107,7 @@ def analyze_batch(
 
 # Below this much JSON to analyse, starting processes costs more than it saves (each start
 # is ~0.3 s, and ~0.4 s of analysis per 54 MB of JSON on one core: measured with
-# bench/bench_scale.py --local).
+# bench/bench_local_processes.py).
 PROCESSES_MIN_JSON_BYTES = 64 << 20
 # Below this much JSON to analyse, ``--ray`` without an address starts no local cluster
 # (5-10 s to start and stop here, for ~0.4 s of work per 54 MB of JSON on one core): the
@@ -130,11 +130,15 @@ def _json_size(ref: TraceRef) -> int:
     return size
 
 
-def local_processes(refs: Sequence[TraceRef], jobs: int | None = None) -> int:
+def local_processes(
+    refs: Sequence[TraceRef],
+    jobs: int | None = None,
+    size: Callable[[TraceRef], int] = _json_size,
+) -> int:
     """How many analysis processes to read ``refs`` with: ``jobs`` when given (at most one
     per trace; 1: none, in this process), else one per core (at most
     ``PROCESSES_MAX_DEFAULT``) where there are several traces and enough JSON that the
-    starts pay, else 1."""
+    starts pay, else 1. ``size``: each trace's JSON (the caller's, where it keeps them)."""
     if len(refs) < 2:
         return 1
     if jobs:
@@ -144,7 +148,7 @@ def local_processes(refs: Sequence[TraceRef], jobs: int | None = None) -> int:
         # only (a plugin's, a test's) is unknown to a fresh one: here, unless asked.
         return 1
     wanted = min(usable_cpus(), PROCESSES_MAX_DEFAULT, len(refs))
-    if wanted < 2 or sum(map(_json_size, refs)) < PROCESSES_MIN_JSON_BYTES:
+    if wanted < 2 or sum(map(size, refs)) < PROCESSES_MIN_JSON_BYTES:
         return 1
     return wanted
 
@@ -196,7 +200,14 @@ def process_mapper(
     ) -> Iterator[TraceResult]:
         from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
 
-        count = local_processes(refs, jobs)
+        sizes: dict[str, int] = {}  # each file stat'ed once: to decide, then to order
+
+        def size(ref: TraceRef) -> int:
+            if ref.path not in sizes:
+                sizes[ref.path] = _json_size(ref)
+            return sizes[ref.path]
+
+        count = local_processes(refs, jobs, size)
         if count < 2:
             yield from map_locally(refs, options, store)
             return
@@ -209,7 +220,7 @@ def process_mapper(
             yield from map_locally(refs, options, store)
             return
         try:
-            order = sorted(refs, key=_json_size, reverse=True)
+            order = sorted(refs, key=size, reverse=True)
             futures = {
                 pool.submit(analyze, ref, shared, bool(progress_lines and progress_lines(ref))): ref
                 for ref in order

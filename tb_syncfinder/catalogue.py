@@ -1831,6 +1831,10 @@ _PASS_THROUGH = re.compile(r"(torch/_dynamo/|torch/utils/_contextlib\.py$|/funct
 # f-strings and logging run it, and on a GPU tensor it reads values back several ways
 # (``item`` per element shown, ``is_nonzero`` and ``masked_select`` to pick the format).
 TENSOR_TEXT_FILES = ("torch/_tensor_str.py",)
+# An f-string or ``format()`` with a spec (``f"{loss:.3f}"``) of a one-element tensor does not
+# go through that module: ``Tensor.__format__`` reads it with ``item()`` and formats the
+# number. The same print, the same fix.
+TENSOR_FORMAT_FUNCS = (("torch/_tensor.py", frozenset({"__format__"})),)
 # The site's operator for such syncs: one print is one site, whatever ops it ran.
 TENSOR_TEXT_OP = "print(tensor)"
 TENSOR_TEXT_ADVICE = Advice(
@@ -1894,10 +1898,19 @@ def in_host_only_library(frames: Iterable[tuple[str, str]], ops: Iterable[str] =
     return False
 
 
-def formats_tensor(files: Iterable[str]) -> bool:
-    """Whether a sync whose stack has these files (any order) came from turning a tensor
-    into text: it is then a scalar read-back at the print, whichever operator ran."""
-    return any(path.replace("\\", "/").endswith(TENSOR_TEXT_FILES) for path in files if path)
+def formats_tensor(frames: Iterable[tuple[str, str]]) -> bool:
+    """Whether a sync whose stack has these ``(file, function)`` frames (any order) came
+    from turning a tensor into text: it is then a scalar read-back at the print, whichever
+    operator ran."""
+    for path, func in frames:
+        if not path:
+            continue
+        normal = path.replace("\\", "/")
+        if normal.endswith(TENSOR_TEXT_FILES) or any(
+            _frame_matches(normal, func, file, funcs) for file, funcs in TENSOR_FORMAT_FUNCS
+        ):
+            return True
+    return False
 
 
 # Selecting each group's rows by a mask, once per pass of a loop over the groups (the

@@ -673,7 +673,9 @@ def _analyze_data(
             episodes, attributions, sources = one_copy_per_chain(episodes, attributions, sources)
         # A tensor turned into text (print, str, f-string, logging) reads values back
         # through several operators: one scalar read-back at the print, one site.
-        as_text = [formats_tensor(frame.file for frame in a.stack) for a in attributions]
+        as_text = [
+            formats_tensor((frame.file, frame.func) for frame in a.stack) for a in attributions
+        ]
         for episode, text in zip(episodes, as_text, strict=True):
             if text:
                 episode.kind = SCALAR_READBACK

@@ -244,6 +244,31 @@ def test_printing_a_tensor_is_one_read_back_site_at_the_print_with_the_print_fix
     assert (PRINT_ITEM_LINE, "scalar_readback", "aten::item") in others
 
 
+FORMATTING = """\
+import torch
+
+
+def train_step(x, step):
+    loss = (x @ x).mean()
+    print(f"loss {loss:.3f}", file=SINK)
+    return loss
+"""
+FORMAT_LINE = 6
+
+
+def test_an_f_string_of_a_tensor_is_the_print_site_with_the_print_fix(tmp_path):
+    """``f"{loss:.3f}"`` does not go through torch/_tensor_str.py: Tensor.__format__ reads
+    the number with item(). It is the same print, with the same fix, not an item() whose
+    fix shows a ``.item()`` the line does not have."""
+    import io
+
+    report = _profiled_report(tmp_path, "formatting", FORMATTING, SINK=io.StringIO())
+    (site,) = report.latent_sites
+    assert (site.line, site.kind, site.ops[0]) == (FORMAT_LINE, "scalar_readback", "print(tensor)")
+    assert "aten::item" in site.ops
+    assert site.advice["title"] == "Do not print device tensors inside the step"
+
+
 GUARDED_BRANCH = """\
 import torch
 

@@ -96,6 +96,18 @@ def _window_mb(text: str) -> float:
     return value
 
 
+def _add_jobs_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="analysis processes on this machine (default 0: one per core, up to 8, where "
+        "several traces hold more than 64 MB of JSON between them; 1: none, in this process)",
+    )
+
+
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source-root",
@@ -296,15 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         "per-trace summaries are read back instead of parsing a trace again; "
         "Ray spreads the parsing over a cluster (docs/scale.md)",
     )
-    scale.add_argument(
-        "-j",
-        "--jobs",
-        type=_non_negative,
-        default=0,
-        metavar="N",
-        help="analysis processes on this machine (default 0: one per core, up to 8, where "
-        "several traces hold more than 64 MB of JSON between them; 1: none, in this process)",
-    )
+    _add_jobs_option(scale)
     scale.add_argument(
         "--ray",
         action="store_true",
@@ -369,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
             "runs, latent syncs per step)"
         ),
     )
+    _add_jobs_option(compare)
     _add_source_options(compare)
     _add_output_options(compare)
     compare.set_defaults(handler=_cmd_compare)

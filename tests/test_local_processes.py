@@ -197,3 +197,26 @@ def test_the_python_api_refuses_a_jobs_that_is_no_count(tmp_path: Path) -> None:
     for bad in ("2", -3, 1.5, True):
         with pytest.raises(ValueError, match="jobs: a whole number"):
             tb_syncfinder.analyze(logdir, jobs=bad)
+
+
+def test_compare_takes_jobs_as_report_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A side that is a logdir of one run's traces is analysed in ``--jobs`` processes,
+    with the same comparison as in one process."""
+    logdir = _logdir(tmp_path)
+    base, new = str(logdir / "cnn"), str(logdir / "seg")
+    asked: list[int | None] = []
+    real_mapper = fanout.process_mapper
+
+    def recording_mapper(jobs: int | None, **kwargs: object) -> object:
+        asked.append(jobs)
+        return real_mapper(jobs, **kwargs)
+
+    monkeypatch.setattr(fanout, "process_mapper", recording_mapper)
+    outputs = []
+    for jobs in ("1", "2"):
+        status = cli.main(["compare", base, new, "--json", "--jobs", jobs])
+        outputs.append((status, capsys.readouterr().out))
+    assert asked == [2, 2]  # each side of the second comparison, none of the first
+    assert outputs[0] == outputs[1] and outputs[0][0] == 0 and outputs[0][1].startswith("{")

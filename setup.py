@@ -43,6 +43,11 @@ setup(
             "playwright>=1.40",
             "jsonschema>=4",
             "wheel",
+            # tests/test_notebook_cells.py runs a notebook in a real Jupyter kernel: the
+            # name ipykernel gives a cell's code is what the engine looks notebooks up by.
+            "ipykernel",
+            "nbclient",
+            "nbformat",
         ],
         # Past one machine: the per-trace analysis as Ray tasks (tb-syncfinder report --ray).
         "ray": ["ray>=2.10"],

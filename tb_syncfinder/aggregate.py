@@ -247,6 +247,7 @@ def build_sites(
                 copies_found=max(
                     (s.source.copies_found for s in members if s.source is not None), default=0
                 ),
+                cell=source.cell if source else None,
                 predicted_saving_with_others_us=with_others,
                 predicted_saving_with_others_per_step_us=(
                     None if with_others is None else with_others / max(step_count, 1)

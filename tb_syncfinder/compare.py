@@ -19,6 +19,7 @@ from tb_syncfinder.catalogue import (
     FFT_OPS,
     npu_without_calls,
 )
+from tb_syncfinder.models import KERNEL_CELL
 
 STATUSES = ("new", "worse", "better", "same", "fixed")
 COMPARE_SCHEMA = "tb_syncfinder.compare/1"
@@ -33,15 +34,23 @@ def _basename(file: str | None) -> str:
     return file.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
 
 
+# The file part of a Jupyter cell's sites: ipykernel names a cell's code by a hash of its
+# text, which an edit of the cell (the fix of one of its syncs) changes.
+JUPYTER_CELL = "<jupyter cell>"
+
+
 def site_match_key(site: dict[str, Any]) -> str:
-    """``basename:func:first op:kind``, the identity of a site across runs."""
+    """``basename:func:first op:kind``, the identity of a site across runs (a Jupyter cell's
+    code: ``<jupyter cell>`` for its basename)."""
     ops = site.get("ops") or []
     # Outside any operator the API call tells sites apart (cudaDeviceSynchronize and
     # cudaEventSynchronize are both explicit syncs, of no function in a stackless trace).
     first_op = ops[0] if ops else (site.get("apis") or [""])[0]
     return ":".join(
         [
-            _basename(site.get("file")),
+            JUPYTER_CELL
+            if KERNEL_CELL.search(str(site.get("file") or "").replace("\\", "/"))
+            else _basename(site.get("file")),
             site.get("func") or "",
             first_op or "",
             site.get("kind") or "",
@@ -197,6 +206,8 @@ def _compare_sites(
                 "key": key,
                 "file": current.get("file"),
                 "line": current.get("line"),
+                # A Jupyter cell's: the notebook cell it is in (as on the report's site).
+                "cell": current.get("cell"),
                 "line_exact": (after or before or {}).get("line_exact", True),
                 "func": current.get("func"),
                 "kind": current.get("kind"),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from collections.abc import Iterable
 from typing import Any, Optional
 
@@ -83,6 +84,27 @@ class Frame(msgspec.Struct):
     user: bool  # True for the user's own code (not torch, site-packages or built-ins)
 
 
+# ipykernel (6 and later) compiles a Jupyter cell under ``<tmp>/ipykernel_<pid>/<n>.py``, ``n``
+# the murmur2 hash of the cell's text (ipykernel/compiler.py), and never writes that file.
+KERNEL_CELL = re.compile(r"(?:^|/)ipykernel_\d+/(\d+)\.py\Z")
+
+
+class NotebookCell(msgspec.Struct):
+    """The Jupyter cell a frame ran in, found in a notebook saved under the source roots.
+
+    ipykernel compiles a cell under ``<tmp>/ipykernel_<pid>/<hash of its text>.py``, a file
+    it never writes; a notebook cell with the same text (the same hash) is that code.
+    ``notebook``: the ``.ipynb`` file here; ``index``: the cell's place among the notebook's
+    cells, from 1; ``execution_count``: its ``In [n]`` as the notebook was saved (None when
+    saved without it); ``copies``: how many cells under the roots hold the same text (the
+    one named is in the notebook nearest the trace's folder, else the first found)."""
+
+    notebook: str
+    index: int
+    execution_count: int | None = None
+    copies: int = 1
+
+
 class Source(msgspec.Struct):
     """The user source line a finding points at.
 
@@ -127,6 +149,10 @@ class Source(msgspec.Struct):
     # An exact line inside a loop of its function (a ``for`` or ``while`` body, or a
     # comprehension), so run once per pass: the first line of the innermost such loop.
     loop_line: int | None = None
+    # A Jupyter cell's code (``file`` is ipykernel's name for it): the notebook cell that
+    # holds it, ``line`` counted in the cell as IPython counts it ("Cell In[4], line 6") and
+    # ``resolved_path`` the notebook.
+    cell: NotebookCell | None = None
 
 
 class TraceInfo(msgspec.Struct):
@@ -404,6 +430,8 @@ class Site(msgspec.Struct):
     other_run_copy: str | None = None
     # As on Source: the different files of that name, none taken.
     copies_found: int = 0
+    # As on Source: the Jupyter cell of its line.
+    cell: NotebookCell | None = None
     # False when one of its traces' device activity is not read (torch_npu's "Ascend
     # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
     # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.

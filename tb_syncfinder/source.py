@@ -45,7 +45,15 @@ import msgspec
 
 from tb_syncfinder.callorder import Automaton, Matcher, N, P, align, build
 from tb_syncfinder.catalogue import API_CALLEES, OP_CALLEES
-from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed, Source
+from tb_syncfinder.models import (
+    KERNEL_CELL,
+    Attribution,
+    CallQuery,
+    Frame,
+    NotebookCell,
+    Observed,
+    Source,
+)
 
 # Directories never searched for sources when matching path suffixes.
 _SKIP_DIRS = frozenset(
@@ -617,6 +625,74 @@ def _indent(text: bytes) -> int:
 # without ipykernel 6's compiler, Colab): ``<ipython-input-4-faad06d10617>``, its lines in
 # ``linecache`` as a Jupyter cell's ``/tmp/ipykernel_<pid>/<hash>.py`` are.
 IPYTHON_CELL = re.compile(r"<ipython-input-\d+-[0-9a-f]+>\Z")
+
+# A trace read outside the kernel (TensorBoard, the CLI) finds a cell's text (``KERNEL_CELL``)
+# in the notebook saved under the roots, by ipykernel's hash of it. An edited cell hashes to
+# another name: no guess is made.
+_KERNEL_CELL_SEED = 0xC70F6907
+_MURMUR_M = 0x5BD1E995
+_MASK32 = 0xFFFFFFFF
+# A notebook past this size is mostly outputs (images): not read for its cells.
+_MAX_NOTEBOOK_BYTES = 64 << 20
+# A key of the roots' walk index: the notebooks found (file names never hold "\0").
+_NOTEBOOKS = "\0notebooks"
+
+
+def kernel_cell_hash(text: str) -> int:
+    """ipykernel's number for a cell of this text: murmur2 (x86, 32 bits) of its UTF-8
+    bytes with ipykernel's seed, as ``<tmp>/ipykernel_<pid>/<number>.py`` names it."""
+    data = text.encode("utf-8", "surrogatepass")
+    length = len(data)
+    h = _KERNEL_CELL_SEED ^ length
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = (int.from_bytes(data[i : i + 4], "little") * _MURMUR_M) & _MASK32
+        k ^= k >> 24
+        k = (k * _MURMUR_M) & _MASK32
+        h = ((h * _MURMUR_M) & _MASK32) ^ k
+    if length & 3:
+        h ^= int.from_bytes(data[whole:], "little")
+        h = (h * _MURMUR_M) & _MASK32
+    h ^= h >> 13
+    h = (h * _MURMUR_M) & _MASK32
+    return h ^ (h >> 15)
+
+
+class _KernelCell(NamedTuple):
+    notebook: Path
+    index: int  # among the notebook's cells, from 1
+    execution_count: int | None
+    text: bytes
+
+
+def _notebook_cells(path: Path) -> list[_KernelCell]:
+    """The code cells of a saved notebook (nbformat 4; an unreadable one has none)."""
+    try:
+        if path.stat().st_size > _MAX_NOTEBOOK_BYTES:
+            return []
+        document = msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError, RecursionError):
+        return []
+    cells = document.get("cells") if isinstance(document, dict) else None
+    found: list[_KernelCell] = []
+    for index, cell in enumerate(cells if isinstance(cells, list) else [], start=1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source")
+        if isinstance(source, list) and all(isinstance(part, str) for part in source):
+            source = "".join(source)
+        if not isinstance(source, str) or len(source) > _MAX_SOURCE_BYTES:
+            continue
+        count = cell.get("execution_count")
+        found.append(
+            _KernelCell(
+                path,
+                index,
+                count if type(count) is int else None,
+                source.encode("utf-8", "surrogatepass"),
+            )
+        )
+    return found
 
 
 def _unsaved_source(name: str) -> bytes | None:
@@ -1199,6 +1275,10 @@ class SourceResolver:
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
         self._alignments: dict[Any, Any] = {}
+        # ipykernel's cell number -> the notebook cells of that text (built at the first
+        # cell frame, shared with every view), and a recorded cell path found so -> its cell.
+        self._kernel_cells: dict[int, list[_KernelCell]] = {}
+        self._cell_of: dict[str, NotebookCell] = {}
 
     # -- files -------------------------------------------------------------------------
     def beside(self, trace_path: str) -> SourceResolver:
@@ -1228,8 +1308,8 @@ class SourceResolver:
         for trace_file in files:
             norm = trace_file.replace("\\", "/")
             parts = [p for p in norm.split("/") if p and p not in (".", "..")]
-            if not parts:
-                continue
+            if not parts or KERNEL_CELL.search(norm):
+                continue  # a Jupyter cell's code is read from a notebook, never its own file
             places = [norm] if norm.startswith("/") else []
             for src, dst in self.path_map:
                 src_norm = src.replace("\\", "/")
@@ -1363,6 +1443,11 @@ class SourceResolver:
                                 seen.add(path)
                                 index.setdefault(name, []).append(path)
                                 count += 1
+                        elif name.endswith(".ipynb"):
+                            path = Path(dirpath, name)
+                            if path not in seen:
+                                seen.add(path)
+                                index.setdefault(_NOTEBOOKS, []).append(path)
                     if count > _MAX_INDEXED_FILES or walked > _MAX_WALKED_ENTRIES:
                         self.search_cut.append(root)
                         import logging  # only here: a CLI run that never cuts skips it
@@ -1412,8 +1497,17 @@ class SourceResolver:
                 if candidate.is_file():
                     return candidate
         candidate = Path(norm)
+        kernel_cell = KERNEL_CELL.search(norm)
+        if kernel_cell is not None and walk and not candidate.is_file():
+            # Its notebook names the cell; in the kernel that ran it (``analyze(prof)``)
+            # its lines are in ``linecache`` too, but a notebook saved since names it.
+            in_notebook = self._kernel_cell(norm, int(kernel_cell.group(1)))
+            if in_notebook is not None:
+                return in_notebook
         if candidate.is_absolute() and (candidate.is_file() or _unsaved_source(norm)):
             return candidate
+        if kernel_cell is not None:
+            return None
         if not candidate.is_absolute() and not norm.startswith(".."):
             for root in self.roots:
                 joined = Path(root, norm)
@@ -1457,6 +1551,48 @@ class SourceResolver:
             return files[0]
         # Different files: the trace's run may have its own copy (``_nearest``).
         return _Copies(tuple(files), best_len) if len(files) > 1 else None
+
+    def _kernel_cell(self, recorded: str, number: int) -> Path | None:
+        """The recorded path of a Jupyter cell's code, standing for the text of the notebook
+        cell it hashes to (read like a file's: ``_source_bytes``); None when no notebook
+        under the roots holds a cell of that text."""
+        cells = self._kernel_cells
+        if -1 not in cells:  # the notebooks' cells, read once (-1: no cell's number)
+            for notebook in sorted(self._suffix_index().get(_NOTEBOOKS, [])):
+                for cell in _notebook_cells(notebook):
+                    text = cell.text.decode("utf-8", "surrogatepass")
+                    cells.setdefault(kernel_cell_hash(text), []).append(cell)
+            cells[-1] = []
+        found = cells.get(number)
+        if not found:
+            return None
+        cell = found[0]  # of copies of one text (a notebook copied), the first by path
+        path = Path(recorded)
+        self._bytes[path] = cell.text
+        try:
+            stat = cell.notebook.stat()
+            self.read_stamps[str(cell.notebook)] = (stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            pass
+        self._cell_of[str(path)] = NotebookCell(
+            str(cell.notebook), cell.index, cell.execution_count, len(found)
+        )
+        return path
+
+    def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:
+        """The notebook cell a Jupyter cell's recorded path stands for, and its text; None
+        for any other path, or a cell no notebook under the roots holds."""
+        path = self.find_file(trace_file)
+        cell = self._cell_of.get(str(path)) if path is not None else None
+        text = self._bytes.get(path) if path is not None else None
+        return (cell, text) if cell is not None and text is not None else None
+
+    def _in_cell(self, source: Source) -> Source:
+        """``source`` with the notebook cell its file stands for, if it is a cell's code."""
+        cell = self._cell_of.get(source.resolved_path) if source.resolved_path else None
+        if cell is None:
+            return source
+        return msgspec.structs.replace(source, resolved_path=cell.notebook, cell=cell)
 
     def find_library_file(self, trace_file: str) -> Path | None:
         """A library's file: at its recorded path, under the path map or a root; else under
@@ -1565,13 +1701,15 @@ class SourceResolver:
             def_line = None
             if parsed is not None and frame.line is not None:
                 def_line = parsed.enclosing_function_line(frame.line)
-            return Source(
-                frame.file,
-                frame.line,
-                def_line,
-                frame.func,
-                True,
-                str(path) if path is not None else None,
+            return self._in_cell(
+                Source(
+                    frame.file,
+                    frame.line,
+                    def_line,
+                    frame.func,
+                    True,
+                    str(path) if path is not None else None,
+                )
             )
         observed = None
         if occurrence is not None:
@@ -1584,7 +1722,11 @@ class SourceResolver:
         sequence of such calls leave one line; otherwise the frame's line, inexact, with the
         candidate lines. A frame already running when profiling started is followed from its
         recorded line; a library frame's file is also looked for in this interpreter's
-        site-packages (and its def line must name the same function, or nothing is said)."""
+        site-packages (and its def line must name the same function, or nothing is said). A
+        Jupyter cell's code is read from its notebook (``Source.cell``)."""
+        return self._in_cell(self._resolve_call(query))
+
+    def _resolve_call(self, query: CallQuery) -> Source:
         query = _dynamo_resumed(query)
         frame = query.frame
         path = self.find_file(frame.file) if frame.user else self.find_library_file(frame.file)

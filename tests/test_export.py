@@ -447,7 +447,9 @@ def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
         "waiting_for",
         "predicted_saving_with_others_per_step_us",
         "fix_with",
-        "unprofiled_predicted_saving_per_step_us",  # added last: no column moves
+        "unprofiled_predicted_saving_per_step_us",
+        "notebook",  # added last: no column moves
+        "notebook_cell",
     ]
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["file"], r["predicted_saving_us"]) for r in rows[:2]] == [

@@ -3,7 +3,7 @@
  * Display logic of the compare view (baseline run vs this run). The classification itself
  * comes from the plugin's `compare` route (`compare.py`); this orders and words it. Pure.
  */
-import { formatCount, formatDeltaUs, formatPct, formatUs, plural, shortPath, siteFallbackLabel } from "./format.js";
+import { cellPlace, formatCount, formatDeltaUs, formatPct, formatUs, plural, shortPath, siteFallbackLabel } from "./format.js";
 
 /** Display order: what got worse or appeared first, then the wins, then the unchanged. */
 export const STATUS_ORDER = Object.freeze(["worse", "new", "fixed", "better", "same"]);
@@ -173,7 +173,7 @@ export function changeText(site, opts = {}) {
  * The label of a compared site: `…/demo/cnn.py:95,96` when the row merges the sites of one
  * function, operator and kind at several lines (the `lines` of its newer side, as the CLI
  * names it), `file:line` otherwise, the operator or API when there is no source line.
- * @param {{file?: string | null, line?: number | null, line_exact?: boolean, lines?: number[] | null, before?: any, after?: any, ops?: string[] | null, apis?: string[] | null}} site
+ * @param {{file?: string | null, line?: number | null, line_exact?: boolean, lines?: number[] | null, before?: any, after?: any, ops?: string[] | null, apis?: string[] | null, cell?: any}} site
  * @returns {string}
  */
 export function compareLocation(site) {
@@ -187,7 +187,8 @@ export function compareLocation(site) {
   // some of them (the CLI's row says the same).
   const before = site.after && site.before && Array.isArray(site.before.lines) ? site.before.lines : [];
   const was = before.length && before.join(",") !== lines.join(",") ? ` (before: ${before.join(",")})` : "";
-  return `${shortPath(site.file)}:${where}${mark}${was}`;
+  // A Jupyter cell's code: its notebook and cell, as the report's row names it.
+  return `${cellPlace(site.cell, shortPath) ?? shortPath(site.file)}:${where}${mark}${was}`;
 }
 
 /** The title of a compared site's `*`: why the line may not be the call's. */

@@ -7,7 +7,7 @@
 import { ApiError, getJson } from "./api.js";
 import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel, syncSortOrder } from "./catalogue.js";
-import { countNames, formatBytes, formatCount, formatPct, formatUs, profilerSpanName, savingText, siteFallbackLabel, spanLabels, withMicro } from "./format.js";
+import { cellPlace, countNames, formatBytes, formatCount, formatPct, formatUs, profilerSpanName, savingText, siteFallbackLabel, spanLabels, withMicro } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -139,6 +139,7 @@ function header(site, sync, app) {
   const kind = site?.kind ?? sync?.kind;
   const latent = !!(site?.latent || sync?.latent);
   const defLine = site?.def_line ?? sync?.source?.def_line ?? null;
+  const cell = site?.cell ?? sync?.source?.cell ?? null;
   return h(
     "div",
     null,
@@ -147,7 +148,9 @@ function header(site, sync, app) {
       "h2",
       null,
       file
-        ? frameButton({ file: sync?.source?.resolved_path || file, line, func: func || "", user: true }, app, `${file}:${line ?? "?"}`)
+        ? // A Jupyter cell's code is asked for by its recorded name: the server reads it from
+          // the notebook (resolved_path), which is JSON, not the cell's lines.
+          frameButton({ file: (!cell && sync?.source?.resolved_path) || file, line, func: func || "", user: true }, app, `${cellPlace(cell) ?? file}:${line ?? "?"}`)
         : `${siteFallbackLabel(site || { ops: sync?.op_chain, apis: sync?.apis })} (no source line)`,
     ),
     func
@@ -178,6 +181,7 @@ function lineNote(site, sync, readable) {
     func: site.func ?? sync?.source?.func ?? null,
     readable,
     recordedLine: site.recorded_line ?? sync?.source?.recorded_line ?? null,
+    file: site.file ?? sync?.source?.file ?? null,
   });
   return h(
     "div",
@@ -235,7 +239,8 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
   const recorded = site?.file ?? sync?.source?.file ?? sync?.stack?.find((/** @type {any} */ f) => f.user)?.file;
   // The file the engine read for it, where it read one: of several copies of a script (one
   // beside each run's traces) the server alone could not tell which is this run's.
-  const file = (sync?.source?.file === recorded && sync?.source?.resolved_path) || recorded;
+  // A Jupyter cell's code is read by its recorded name (the server finds its notebook).
+  const file = (sync?.source?.file === recorded && !sync?.source?.cell && sync?.source?.resolved_path) || recorded;
   const line = site?.line ?? sync?.source?.line ?? null;
   if (!file || !line) {
     replace(slot, h("div", { class: "sa-note", "data-testid": "source-note" }, "No source line for this finding: the trace has no Python stack for it (profile with with_stack=True)."));

@@ -103,6 +103,29 @@ export function shortPath(path, parts = 2) {
  * @param {number | null | undefined} line
  * @returns {string}
  */
+/**
+ * Where a Jupyter cell's code is, as IPython names it ("Cell In[4], line 6"): the notebook
+ * and `In[4]` (the execution count it was saved with), else `cell 3` (its place in the
+ * notebook); null when `cell` is none (the file is a file).
+ * @param {{notebook?: string | null, index?: number | null, execution_count?: number | null} | null | undefined} cell
+ * @param {(path: string) => string} [short] how the notebook's path is shortened
+ * @returns {string | null}
+ */
+export function cellPlace(cell, short = (p) => p) {
+  if (!cell || !cell.notebook) return null;
+  return `${short(cell.notebook)} ${cellName(cell)}`;
+}
+
+/**
+ * `In[4]` for a notebook cell saved with its execution count, else `cell 3`.
+ * @param {{index?: number | null, execution_count?: number | null}} cell
+ * @returns {string}
+ */
+export function cellName(cell) {
+  const count = cell.execution_count;
+  return count !== null && count !== undefined ? `In[${count}]` : `cell ${cell.index}`;
+}
+
 export function fileLine(file, line) {
   if (!file) return "(no source)";
   return line === null || line === undefined ? file : `${file}:${line}`;

@@ -15,14 +15,32 @@ export const SOURCE_ROOT_HINT =
   "--sync_advisor_path_map FROM=TO (e.g. /workspace=/home/me/project) or " +
   "--sync_advisor_source_root DIR, or run it from the project's directory.";
 
+/** How to let the plugin read a Jupyter cell's code: from the notebook that holds it. */
+export const NOTEBOOK_HINT =
+  "Save the notebook with the cell as it ran, and start TensorBoard from the notebook's " +
+  "folder or with --sync_advisor_source_root DIR.";
+
+// ipykernel's name for a cell's code (<tmp>/ipykernel_<pid>/<hash of its text>.py): a file
+// that never exists; the plugin reads the cell from a notebook under the source roots.
+const KERNEL_CELL = /(?:^|[/\\])ipykernel_\d+[/\\]\d+\.py$/;
+
 /**
- * @param {{line: number | null | undefined, defLine: number | null | undefined, func?: string | null, readable: boolean, recordedLine?: number | null}} args
+ * Whether `file` is ipykernel's name for a Jupyter cell's code.
+ * @param {string | null | undefined} file
+ */
+export function isKernelCell(file) {
+  return !!file && KERNEL_CELL.test(file);
+}
+
+/**
+ * @param {{line: number | null | undefined, defLine: number | null | undefined, func?: string | null, readable: boolean, recordedLine?: number | null, file?: string | null}} args
  *   `readable`: whether the plugin could read the source file. `recordedLine`: set when the
  *   file no longer has the function where the trace recorded it (it changed since
  *   profiling); `line` is then the function's first line in the file as it is now.
+ *   `file`: the recorded file (a Jupyter cell's is read from its notebook).
  * @returns {{text: string, hint: string | null}}
  */
-export function inexactLineNote({ line, defLine, func, readable, recordedLine = null }) {
+export function inexactLineNote({ line, defLine, func, readable, recordedLine = null, file = null }) {
   const where = `Line ${line ?? "?"}`;
   const fn = func ? `${func}()` : "the function";
   if (recordedLine !== null && recordedLine !== undefined && (defLine === null || defLine === undefined)) {
@@ -44,6 +62,14 @@ export function inexactLineNote({ line, defLine, func, readable, recordedLine = 
     };
   }
   const atDef = line !== null && line !== undefined && line === defLine;
+  if (!readable && isKernelCell(file)) {
+    return {
+      text:
+        `${where} is the line the trace recorded for ${fn}, not the call that synced: it ran in a ` +
+        "Jupyter cell, and no notebook under the source roots holds that cell as it ran.",
+      hint: NOTEBOOK_HINT,
+    };
+  }
   if (!readable) {
     // Unread, the engine claims a def line only where the trace shows the frame entered
     // while profiling ran; otherwise the line may be where an already running frame was.

@@ -5,7 +5,7 @@
  * route, and ties keep the order the plugin sent (the report's ranking).
  */
 import { kindLabel, siteSortOrder } from "./catalogue.js";
-import { siteFallbackLabel } from "./format.js";
+import { cellName, cellPlace, siteFallbackLabel } from "./format.js";
 
 /**
  * The order a column starts with when first clicked (the plugin's: costs descending,
@@ -224,8 +224,12 @@ export function inexactWhy(site) {
  */
 export function siteWhere(site, short = (p) => p) {
   const inexact = !!site.file && site.line !== null && site.line !== undefined && site.line_exact === false;
-  const text = site.file ? `${short(site.file)}:${site.line ?? "?"}${inexact ? "*" : ""}` : "";
+  // A Jupyter cell's code: its notebook and cell, not ipykernel's name for it.
+  const place = cellPlace(site.cell, short) ?? (site.file ? short(site.file) : "");
+  const text = site.file ? `${place}:${site.line ?? "?"}${inexact ? "*" : ""}` : "";
   let title = site.file ? `${site.file}:${site.line ?? ""}` : "";
+  if (site.file && site.cell?.notebook) title = `${site.cell.notebook}, ${cellName(site.cell)}, line ${site.line ?? "?"}\n(run as ${site.file})`;
+  if ((site.cell?.copies ?? 1) > 1) title += `\n${site.cell.copies} notebook cells under the source roots hold this code; the first of them is named`;
   if (inexact) {
     const why = inexactWhy(site);
     title += `\n* ${why}`;

@@ -282,3 +282,9 @@ test("a baseline run's counterpart is the one other run of its name, not a basel
   assert.equal(counterpartOf(["baseline", "optimized"], "baseline"), "optimized");
   assert.equal(counterpartOf([], null), null);
 });
+
+test("a compared Jupyter cell's site is named by its notebook and cell", async () => {
+  const { compareLocation } = await import("../src/compare.js");
+  const row = { file: "/tmp/ipykernel_9/1.py", line: 7, line_exact: true, cell: { notebook: "/w/nb/train.ipynb", index: 2, execution_count: 5 }, after: { lines: [7] } };
+  assert.match(compareLocation(row), /train\.ipynb In\[5\]:7$/);
+});

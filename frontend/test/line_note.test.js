@@ -48,3 +48,14 @@ test("a file without the function at all says the recorded line is all there is"
   assert.doesNotMatch(note.text, /is defined|already running/);
   assert.equal(note.hint, SOURCE_ROOT_HINT);
 });
+
+test("an unread Jupyter cell's line says no notebook holds the cell, with how to give it one", async () => {
+  const { inexactLineNote, isKernelCell, NOTEBOOK_HINT } = await import("../src/line_note.js");
+  const note = inexactLineNote({ line: 3, defLine: 3, func: "train_step", readable: false, file: "/tmp/ipykernel_42/2312009515.py" });
+  assert.match(note.text, /ran in a Jupyter cell, and no notebook under the source roots holds that cell as it ran/);
+  assert.equal(note.hint, NOTEBOOK_HINT);
+  assert.ok(isKernelCell("C:\\Users\\me\\AppData\\Local\\Temp\\ipykernel_7\\1.py"));
+  assert.ok(!isKernelCell("/w/ipykernel_helpers.py"));
+  // A script's file keeps the source-root note.
+  assert.doesNotMatch(inexactLineNote({ line: 3, defLine: 3, readable: false, file: "/w/train.py" }).text, /Jupyter/);
+});

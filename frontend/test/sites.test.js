@@ -171,3 +171,14 @@ test("an inexact line left for several different files of its name says so, not 
   assert.match(why, /2 different files of its name lie under the source roots/);
   assert.doesNotMatch(why, /not found/);
 });
+
+test("a Jupyter cell's site is named by its notebook and cell, not ipykernel's file name", () => {
+  const cell = { notebook: "/w/train.ipynb", index: 2, execution_count: 4, copies: 1 };
+  const where = siteWhere({ file: "/tmp/ipykernel_42/2312009515.py", line: 6, line_exact: true, cell });
+  assert.equal(where.text, "/w/train.ipynb In[4]:6");
+  assert.match(where.title, /^\/w\/train\.ipynb, In\[4\], line 6\n\(run as \/tmp\/ipykernel_42\/2312009515\.py\)$/);
+  // Saved without its execution count (outputs cleared): its place in the notebook.
+  const cleared = siteWhere({ file: "/tmp/ipykernel_42/1.py", line: 3, line_exact: false, cell: { ...cell, execution_count: null, copies: 2 } }, (p) => p.split("/").pop() ?? p);
+  assert.equal(cleared.text, "train.ipynb cell 2:3*");
+  assert.match(cleared.title, /2 notebook cells under the source roots hold this code/);
+});

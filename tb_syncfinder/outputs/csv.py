@@ -55,6 +55,10 @@ SAVING_COLUMNS = [
     # What fixing it saves per step without the profiler (``report --unprofiled-step-ms``;
     # empty where not asked or not fitted).
     "unprofiled_predicted_saving_per_step_us",
+    # A Jupyter cell's site (``file`` is ipykernel's name for its code): the notebook and the
+    # cell, as IPython names it ("In[4]", else "cell 3"); ``line`` is the cell's.
+    "notebook",
+    "notebook_cell",
 ]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
@@ -107,6 +111,7 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
             "" if latent else _number(site.get("predicted_saving_with_others_per_step_us")),
             " ".join(_texts(site.get("fix_with"))),
             "" if latent else _number(site.get("unprofiled_predicted_saving_per_step_us")),
+            *_cell_cells(site.get("cell")),
         ]
         cells = (
             [
@@ -139,6 +144,16 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
         )
         rows.append(cells)
     return rows
+
+
+def _cell_cells(cell: Any) -> list[str]:
+    if not isinstance(cell, dict) or not cell.get("notebook"):
+        return ["", ""]
+    count = cell.get("execution_count")
+    return [
+        str(cell["notebook"]),
+        f"In[{count}]" if count is not None else f"cell {cell.get('index')}",
+    ]
 
 
 def _texts(values: Any) -> list[str]:

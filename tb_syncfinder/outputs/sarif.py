@@ -299,6 +299,12 @@ def _line_location(
     # machine that ran it (savings_workloads.py), which code scanning could not place when
     # --source-root found it at tests/gpu_shapes/savings_workloads.py.
     file = str(site["file"])
+    line = int(site["line"])
+    cell = site.get("cell")
+    if isinstance(cell, dict) and cell.get("notebook"):
+        # A Jupyter cell's line: the notebook, at the line of its JSON that holds it.
+        resolved = str(cell["notebook"])
+        line = notebook_file_line(resolved, int(cell.get("index") or 0), line) or 1
     if resolved:
         found = _repository_file(resolved, root)
         if found is not None:
@@ -309,9 +315,38 @@ def _line_location(
                 "uri": sarif_uri(file, root),
                 "uriBaseId": "%SRCROOT%",
             },
-            "region": {"startLine": int(site["line"])},
+            "region": {"startLine": line},
         },
     }
+
+
+def notebook_file_line(notebook: str, index: int, line: int) -> int | None:
+    """The line of the ``.ipynb`` file (its JSON) that holds ``line`` of its ``index``-th
+    cell (both from 1), as Jupyter writes a notebook (a cell's source one JSON string per
+    line); None where the file is not written so, or does not hold it."""
+    import json
+
+    try:
+        with open(notebook, encoding="utf-8") as handle:
+            text = handle.read()
+        cells = json.loads(text).get("cells")
+        source = cells[index - 1]["source"] if index >= 1 else None
+    except (OSError, ValueError, AttributeError, LookupError, TypeError):
+        return None
+    if isinstance(source, str):
+        source = source.splitlines(keepends=True)
+    if not isinstance(source, list) or not 1 <= line <= len(source):
+        return None
+    wanted = [json.dumps(part, ensure_ascii=False) for part in source]
+    rows = [row.strip().removesuffix(",") for row in text.splitlines()]
+    starts = [
+        start
+        for start in range(len(rows) - len(wanted) + 1)
+        if rows[start : start + len(wanted)] == wanted
+    ]
+    # The cell's lines in a row; where another cell has the same text, the index-th of them
+    # cannot be told from the rows alone: the first is as good a guess as none, so none.
+    return starts[0] + line if len(starts) == 1 else None
 
 
 def _trace_location(site: dict[str, Any], trace: str, root: str | None) -> dict[str, Any]:

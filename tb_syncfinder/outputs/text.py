@@ -28,7 +28,7 @@ from tb_syncfinder.catalogue import (
     npu_without_calls,
 )
 from tb_syncfinder.catalogue import kind as catalogue_kind
-from tb_syncfinder.models import NO_SYNC_TO_REMOVE, Report
+from tb_syncfinder.models import KERNEL_CELL, NO_SYNC_TO_REMOVE, Report
 from tb_syncfinder.query import rank_sites, step_time_ruled_out
 
 if TYPE_CHECKING:
@@ -319,10 +319,22 @@ def site_location(site: dict[str, Any]) -> str:
         handle = ops[0] if ops else (apis[0] if apis else "")
         return f"[{handle}] (no stack)" if handle else "(no Python stack)"
     line = site.get("line")
+    cell = site.get("cell")
+    if isinstance(cell, dict) and cell.get("notebook"):
+        # A Jupyter cell's code: the notebook and the cell as IPython names it ("Cell In[4],
+        # line 6"), not ipykernel's name for it (/tmp/ipykernel_<pid>/<hash>.py).
+        file = f"{cell['notebook']} {cell_name(cell)}"
     if line is None:
         return file
     mark = "" if site.get("line_exact") else "*"
     return f"{file}:{line}{mark}"
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    """``In[4]`` for a notebook cell saved with its execution count, else ``cell 3`` (its
+    place in the notebook)."""
+    count = cell.get("execution_count")
+    return f"In[{count}]" if count is not None else f"cell {cell.get('index')}"
 
 
 def _ops_text(site: dict[str, Any]) -> str:
@@ -380,6 +392,12 @@ def _where_text(site: dict[str, Any]) -> str | None:
     candidates = site.get("candidates") or []
     if not site.get("line_exact") and candidates:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))
+    cell = site.get("cell")
+    if isinstance(cell, dict) and (cell.get("copies") or 1) > 1:
+        parts.append(
+            f"{cell['copies']} notebook cells under the source roots hold this code; "
+            "the first of them is named"
+        )
     if site.get("waiting_for"):  # a job's: these syncs waited for a late peer, not the GPU
         parts.append(str(site["waiting_for"]))
     if site.get("copy_direction_guessed"):
@@ -463,6 +481,7 @@ _IDLE_UNREAD_NOTE = (
 _PYTHON_TERMS = {
     "--source-root / --path-map": "source_roots= / path_map= of tb_syncfinder.analyze",
     "--path-map": "path_map= of tb_syncfinder.analyze",
+    "--source-root": "source_roots= of tb_syncfinder.analyze",
     "--top 0 shows all": "report.to_text() shows all",
     "--unprofiled-step-ms T": "unprofiled_step_us=T*1000 of tb_syncfinder.analyze (T in ms)",
 }
@@ -474,6 +493,10 @@ _INEXACT_REASONS = {
     "not_found": "line the trace recorded for the function (where it starts, or where it was "
     "when profiling started), not the call that syncs: its source file was not found "
     "(try {--source-root / --path-map})",
+    "cell_not_found": "line the trace recorded for the function, not the call that syncs: "
+    "it ran in a Jupyter cell, and no notebook under the source roots holds that cell as it "
+    "ran (save the notebook with the cell unchanged, and name its folder with "
+    "{--source-root})",
     "other_run": "line the trace recorded for the function, not the call that syncs: the "
     "only copy of its source file found lies in another run's folder, beside that run's "
     "traces, and may be another version (copy this run's beside its traces, or name it with "
@@ -499,7 +522,10 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
     if not resolved.get(site.get("key") or "", False):
         if site.get("other_run_copy"):
             return "other_run"
-        return "copies" if site.get("copies_found") else "not_found"
+        if site.get("copies_found"):
+            return "copies"
+        in_cell = KERNEL_CELL.search(str(site["file"]).replace("\\", "/"))
+        return "cell_not_found" if in_cell else "not_found"
     if site.get("recorded_line") is not None:
         return "missing" if site.get("def_line") is None else "changed"
     def_line = site.get("def_line")
@@ -1368,11 +1394,12 @@ def _compare_location(row: dict[str, Any]) -> str:
             "line_exact": True,
             "ops": row.get("ops"),
             "apis": row.get("apis"),
+            "cell": row.get("cell"),
         }
     )
     lines = (row.get("after") or row.get("before") or {}).get("lines") or []
     if row.get("file") and len(lines) > 1:
-        location = f"{row['file']}:{','.join(str(line) for line in lines)}"
+        location = f"{location.rsplit(':', 1)[0]}:{','.join(str(line) for line in lines)}"
     if _marked_inexact(row):
         location += "*"
     # A row that merges a function's sites of one kind: the lines it had before, where the
@@ -1735,6 +1762,9 @@ def with_relative_files(data: dict[str, Any], root: str | None) -> dict[str, Any
 
     def site(row: dict[str, Any]) -> dict[str, Any]:
         changed: dict[str, Any] = {"file": relative_file(row.get("file"), root)}
+        cell = row.get("cell")
+        if isinstance(cell, dict) and cell.get("notebook"):
+            changed["cell"] = {**cell, "notebook": relative_file(cell["notebook"], root)}
         for field in ("run_by", "library"):  # the line that ran a backward, the one that synced
             inner = row.get(field)
             if isinstance(inner, dict) and inner.get("file"):

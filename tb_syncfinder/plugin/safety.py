@@ -184,21 +184,44 @@ class SourceGuard:
             raise SourceError(404, f"{name}: cannot be read under the source roots ({unreadable})")
         raise SourceError(404, f"{name}: not found under the source roots")
 
+    def _notebook_cell(self, name: str) -> tuple[Path, bytes] | None:
+        """A Jupyter cell's code (ipykernel's ``<tmp>/ipykernel_<pid>/<hash>.py``, a file
+        that never exists) as the engine reads it: the notebook under the roots that holds
+        it, and the cell's text. None for any other name."""
+        from tb_syncfinder.models import KERNEL_CELL
+
+        if not name.endswith(".py") or KERNEL_CELL.search(name.replace("\\", "/")) is None:
+            return None
+        self._engine_candidate(name)  # the resolver, fresh when its memo is full
+        assert self._resolver is not None
+        found = self._resolver.notebook_cell(name)
+        if found is None:
+            return None
+        cell, text = found
+        notebook = Path(os.path.realpath(cell.notebook))
+        if notebook.suffix != ".ipynb" or not self._inside_roots(notebook):
+            return None
+        return notebook, text
+
     def read(self, name: str, line: int, context: int = 5) -> SourceLines:
         """``context`` lines either side of ``line`` (1-based) of the file ``name``."""
         if line < 1:
             raise SourceError(400, "parameter 'line' must be >= 1")
         if not 0 <= context <= MAX_CONTEXT_LINES:
             raise SourceError(400, f"parameter 'context' must be in 0..{MAX_CONTEXT_LINES}")
-        path = self.resolve(name)
-        try:
-            size = path.stat().st_size
-            if size > MAX_SOURCE_BYTES:
-                raise SourceError(403, f"{name}: larger than {MAX_SOURCE_BYTES} bytes")
-            with open(path, "rb") as f:
-                data = f.read(MAX_SOURCE_BYTES + 1)
-        except OSError as exc:
-            raise SourceError(404, f"{name}: cannot be read ({exc.strerror})") from None
+        cell = self._notebook_cell(name)
+        if cell is not None:
+            path, data = cell
+        else:
+            path = self.resolve(name)
+            try:
+                size = path.stat().st_size
+                if size > MAX_SOURCE_BYTES:
+                    raise SourceError(403, f"{name}: larger than {MAX_SOURCE_BYTES} bytes")
+                with open(path, "rb") as f:
+                    data = f.read(MAX_SOURCE_BYTES + 1)
+            except OSError as exc:
+                raise SourceError(404, f"{name}: cannot be read ({exc.strerror})") from None
         if len(data) > MAX_SOURCE_BYTES:
             raise SourceError(403, f"{name}: larger than {MAX_SOURCE_BYTES} bytes")
         if b"\x00" in data:

@@ -1,0 +1,327 @@
+"""A Jupyter cell's syncs are placed in the notebook under the source roots that holds the
+cell: ipykernel compiles a cell under ``<tmp>/ipykernel_<pid>/<murmur2 of its text>.py``, a
+file that never exists, so the trace names that file.
+
+The traces here are recorded by torch on the CPU from code compiled under ipykernel's name
+for it, as ipykernel compiles a cell; ``test_a_notebook_run_by_a_real_kernel_*`` runs a
+notebook in a real kernel (where ipykernel and nbclient are installed) to check the name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import analyze
+from tb_syncfinder.plugin.safety import SourceError, SourceGuard
+from tb_syncfinder.source import kernel_cell_hash
+
+torch = pytest.importorskip("torch")
+
+STEP_CELL = """import torch
+
+
+def train_step(x, step):
+    y = x @ x
+    loss = y.mean()
+    total = loss.item()
+    return total"""
+ITEM_LINE = 7  # of the cell, as IPython counts it ("Cell In[3], line 7")
+
+LOOP_CELL = """def profile_steps(trace_path, steps=3):
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for n in range(steps + 1):
+            train_step(torch.randn(8, 8), n)
+            prof.step()"""
+
+
+def _reference_murmur2(data: str, seed: int) -> int:
+    """ipykernel's own ``compiler.murmur2_x86``, as it is written there."""
+    m = 0x5BD1E995
+    chars = [chr(d) for d in str.encode(data, "utf8")]
+    length = len(chars)
+    h = seed ^ length
+    rounded_end = length & 0xFFFFFFFC
+    for i in range(0, rounded_end, 4):
+        k = (
+            (ord(chars[i]) & 0xFF)
+            | ((ord(chars[i + 1]) & 0xFF) << 8)
+            | ((ord(chars[i + 2]) & 0xFF) << 16)
+            | (ord(chars[i + 3]) << 24)
+        )
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    val = length & 0x03
+    k = 0
+    if val == 3:
+        k = (ord(chars[rounded_end + 2]) & 0xFF) << 16
+    if val in [2, 3]:
+        k |= (ord(chars[rounded_end + 1]) & 0xFF) << 8
+    if val in [1, 2, 3]:
+        k |= ord(chars[rounded_end]) & 0xFF
+        h ^= k
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def test_a_cells_number_is_ipykernels_for_texts_of_every_length_and_script() -> None:
+    for text in ["", "a", "ab", "abc", "abcd", STEP_CELL, LOOP_CELL, "x = 'ü€😀'\n", "é" * 7]:
+        assert kernel_cell_hash(text) == _reference_murmur2(text, 0xC70F6907), text
+
+
+def _cell_file(pid: int, text: str) -> str:
+    return f"{tempfile.gettempdir()}/ipykernel_{pid}/{kernel_cell_hash(text)}.py"
+
+
+def _run_as_cells(cells: list[str], trace: Path, pid: int = 4242) -> None:
+    """Each cell's code compiled under ipykernel's name for it and run, as a kernel runs
+    a notebook's cells; the last profiles the steps into ``trace``."""
+    namespace: dict[str, object] = {}
+    for text in cells:
+        exec(compile(text, _cell_file(pid, text), "exec"), namespace)  # noqa: S102
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    namespace["profile_steps"](str(trace))  # type: ignore[operator]
+
+
+def _notebook(path: Path, cells: list[str], first_count: int = 3) -> None:
+    """A notebook as Jupyter saves it (nbformat 4, one JSON string per source line)."""
+    document = {
+        "cells": [
+            {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Training\n"]},
+            *(
+                {
+                    "cell_type": "code",
+                    "execution_count": first_count + i,
+                    "id": f"c{i}",
+                    "metadata": {},
+                    "outputs": [],
+                    "source": text.splitlines(keepends=True),
+                }
+                for i, text in enumerate(cells)
+            ),
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A notebook's two cells run as a kernel runs them, profiled into logs/run."""
+    folder = tmp_path_factory.mktemp("notebook")
+    _run_as_cells([STEP_CELL, LOOP_CELL], folder / "logs" / "run" / "w.pt.trace.json")
+    return folder
+
+
+def test_a_cells_sync_is_placed_in_its_notebook_cell_at_the_exact_line(
+    recorded: Path, tmp_path: Path
+) -> None:
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    report = analyze(recorded / "logs", source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.file == _cell_file(4242, STEP_CELL)  # what the trace names, as before
+    assert (site.line, site.line_exact, site.func) == (ITEM_LINE, True, "train_step")
+    assert site.cell is not None
+    assert (site.cell.notebook, site.cell.index, site.cell.execution_count) == (
+        str(tmp_path / "train.ipynb"),
+        2,  # after the markdown cell
+        3,
+    )
+    assert site.cell.copies == 1
+
+
+def test_the_terminal_names_the_notebook_and_the_cell_as_ipython_does(
+    recorded: Path, tmp_path: Path
+) -> None:
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    shown = subprocess.run(
+        [sys.executable, "-m", "tb_syncfinder", "report", str(recorded / "logs")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # the notebook's folder: the default source root
+        env={**os.environ, "COLUMNS": "120"},
+        timeout=120,
+        check=True,
+    ).stdout
+    assert f"train.ipynb In[3]:{ITEM_LINE} " in shown
+    assert "ipykernel_4242" not in shown
+
+
+def test_a_cell_edited_since_the_run_is_not_guessed(recorded: Path, tmp_path: Path) -> None:
+    """Another text is another cell: the notebook as saved no longer holds the code that
+    ran, so nothing is placed in it and the recorded line stays, inexact."""
+    edited = STEP_CELL.replace("total = loss.item()", "total = loss.detach()")
+    _notebook(tmp_path / "train.ipynb", [edited, LOOP_CELL])
+    (site,) = analyze(recorded / "logs", source_roots=[str(tmp_path)]).latent_sites
+    assert site.cell is None
+    assert not site.line_exact
+
+
+def test_copies_of_a_cell_are_counted_and_the_first_notebook_named(
+    recorded: Path, tmp_path: Path
+) -> None:
+    _notebook(tmp_path / "a_train.ipynb", [STEP_CELL, LOOP_CELL])
+    _notebook(tmp_path / "b_copy.ipynb", [STEP_CELL], first_count=9)
+    (site,) = analyze(recorded / "logs", source_roots=[str(tmp_path)]).latent_sites
+    assert site.cell is not None
+    assert (Path(site.cell.notebook).name, site.cell.copies) == ("a_train.ipynb", 2)
+
+
+def test_sarif_points_at_the_notebooks_json_line_that_holds_the_cells_line(
+    recorded: Path, tmp_path: Path
+) -> None:
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    out = subprocess.run(
+        [sys.executable, "-m", "tb_syncfinder", "report", str(recorded / "logs")]
+        + ["--format", "sarif", "--source-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=True,
+    ).stdout
+    (result,) = json.loads(out)["runs"][0]["results"]
+    location = result["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == "train.ipynb"
+    line = location["region"]["startLine"]
+    text = (tmp_path / "train.ipynb").read_text().splitlines()[line - 1]
+    assert json.loads(text.strip().removesuffix(",")) == "    total = loss.item()\n"
+
+
+def test_csv_names_the_notebook_and_the_cell_in_columns_of_their_own(
+    recorded: Path, tmp_path: Path
+) -> None:
+    import csv
+    import io
+
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    out = subprocess.run(
+        [sys.executable, "-m", "tb_syncfinder", "report", str(recorded / "logs")]
+        + ["--format", "csv", "--source-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert (row["notebook"], row["notebook_cell"], row["line"]) == (
+        str(tmp_path / "train.ipynb"),
+        "In[3]",
+        str(ITEM_LINE),
+    )
+
+
+def test_the_tabs_source_view_reads_the_cell_from_the_notebook_inside_the_roots_only(
+    tmp_path: Path,
+) -> None:
+    inside, outside = tmp_path / "project", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    _notebook(inside / "train.ipynb", [STEP_CELL])
+    _notebook(outside / "other.ipynb", [LOOP_CELL])
+    lines = SourceGuard([str(inside)]).read(_cell_file(7, STEP_CELL), ITEM_LINE, 1)
+    assert lines.lines == ["    loss = y.mean()", "    total = loss.item()", "    return total"]
+    assert lines.path == str((inside / "train.ipynb").resolve())
+    # A cell only a notebook outside the roots holds is not served.
+    with pytest.raises(SourceError):
+        SourceGuard([str(inside)]).read(_cell_file(7, LOOP_CELL), 1, 1)
+
+
+NOTEBOOK_RUN = r"""
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+
+cells = json.loads(sys.argv[1])
+nb = nbformat.v4.new_notebook()
+nb.cells = [nbformat.v4.new_code_cell(text) for text in cells]
+NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+nbformat.write(nb, sys.argv[2])
+"""
+
+
+def test_a_notebook_run_by_a_real_kernel_is_placed_in_its_cells(tmp_path: Path) -> None:
+    """The name checked against ipykernel itself: a notebook executed in a Jupyter kernel
+    (nbclient), saved with its execution counts, profiled from its own cells."""
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    cells = [STEP_CELL, LOOP_CELL, f"profile_steps({str(trace)!r})"]
+    trace.parent.mkdir(parents=True)
+    subprocess.run(
+        [sys.executable, "-c", NOTEBOOK_RUN, json.dumps(cells), str(tmp_path / "train.ipynb")],
+        check=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    (site,) = analyze(tmp_path / "logs", source_roots=[str(tmp_path)]).latent_sites
+    assert "ipykernel_" in site.file
+    assert site.cell is not None
+    assert (site.cell.index, site.cell.execution_count, site.line) == (1, 1, ITEM_LINE)
+    assert site.line_exact
+
+
+TWO_READS_CELL = """import torch
+
+
+def train_step(x, step):
+    y = x @ x
+    peak = y.max().item()
+    total = y.mean().item()
+    return total + peak"""
+ONE_READ_CELL = TWO_READS_CELL.replace("peak = y.max().item()", "peak = 0.0")
+
+
+def test_compare_matches_a_cells_sites_across_an_edit_of_the_cell(tmp_path: Path) -> None:
+    """Fixing one read of a cell gives the cell another name (ipykernel hashes its text):
+    the function's reads are still one site, one line fewer, not one fixed and one new."""
+    from tb_syncfinder.compare import compare
+
+    reports = []
+    for name, cell in (("base", TWO_READS_CELL), ("new", ONE_READ_CELL)):
+        _run_as_cells([cell, LOOP_CELL], tmp_path / name / "logs" / "run" / "w.pt.trace.json")
+        _notebook(tmp_path / name / "train.ipynb", [cell, LOOP_CELL])
+        report = analyze(tmp_path / name / "logs", source_roots=[str(tmp_path / name)])
+        reports.append(report.to_json())
+    (row,) = compare(*reports)["latent_sites"]
+    assert (row["status"], row["lines_fixed"], row["line"]) == ("better", [6], 7)
+    assert row["cell"]["notebook"] == str(tmp_path / "new" / "train.ipynb")
+
+
+def test_in_the_kernel_a_saved_notebook_names_the_cell_and_linecache_serves_without_one(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """``analyze(prof)`` in the notebook: the kernel holds the cell's lines (``linecache``),
+    so the line is exact either way; a notebook saved with the cell names it."""
+    import linecache
+
+    name = _cell_file(4242, STEP_CELL)
+    linecache.cache[name] = (len(STEP_CELL), None, STEP_CELL.splitlines(True), name)
+    try:
+        (alone,) = analyze(recorded / "logs", source_roots=[str(tmp_path)]).latent_sites
+        _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+        (named,) = analyze(recorded / "logs", source_roots=[str(tmp_path)]).latent_sites
+    finally:
+        linecache.cache.pop(name, None)
+    assert (alone.line, alone.line_exact, alone.cell) == (ITEM_LINE, True, None)
+    assert (named.line, named.line_exact) == (ITEM_LINE, True)
+    assert named.cell is not None and named.cell.execution_count == 3

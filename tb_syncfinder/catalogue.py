@@ -764,7 +764,31 @@ LATENT_CPU_ONLY_SCALAR_READS = frozenset(
 LATENT_TENSOR_METHODS: dict[str, tuple[str, str]] = {
     "cpu": (DEVICE_TO_HOST_COPY, "aten::to"),
     "tolist": (DEVICE_TO_HOST_COPY, "aten::to"),
+    "to": (DEVICE_TO_HOST_COPY, "aten::to"),
 }
+# Of those, the methods that copy to the host only as some calls make them: ``.to(device)``
+# is an upload as often as not, so a ``.to()`` is a latent copy only where its source line
+# names the host (``to_the_host``).
+LATENT_METHODS_BY_LINE = frozenset({"to"})
+_TO_CALL = re.compile(r"\.to\(")
+_FIRST_ARG_CPU = re.compile(r"""\s*(?:(['"])cpu\1|torch\.device\(\s*(['"])cpu\2\s*\))""")
+_DEVICE_ARG_CPU = re.compile(r"""\bdevice\s*=\s*(?:(['"])cpu\1|torch\.device\(\s*(['"])cpu\2)""")
+_NON_BLOCKING = re.compile(r"\bnon_blocking\s*=\s*True\b")
+
+
+def to_the_host(line: str) -> bool:
+    """Whether a source line's one ``.to(...)`` call copies to the host and waits: its
+    device is the literal ``'cpu'`` (or ``torch.device('cpu')``), and not
+    ``non_blocking=True`` (a copy to pinned memory that does not wait). A line of several
+    ``.to(`` calls, or whose device is a variable, cannot say which the trace recorded."""
+    calls = list(_TO_CALL.finditer(line))
+    if len(calls) != 1:
+        return False
+    args = line[calls[0].end() :]
+    to_cpu = _FIRST_ARG_CPU.match(args) or _DEVICE_ARG_CPU.search(args)
+    return bool(to_cpu) and not _NON_BLOCKING.search(args)
+
+
 # torch's Python tracer names a built-in after the type of its first receiver in a
 # session: ``<built-in method cpu of Parameter object>`` names every later ``.cpu()`` too.
 # Any type but these is a tensor's (numpy's and array's names hold a dot: never matched).

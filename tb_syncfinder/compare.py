@@ -536,7 +536,13 @@ def _mark_newly_listed(
     apis = {f"Tensor.{method}" for method in missing}
     marked = 0
     for row in latent_rows:
-        if row["status"] == "new" and row["apis"] and set(row["apis"]) <= apis:
+        # A copy by a newly listed method, with what read its result (``x.to('cpu')
+        # .item()`` was an item() site, and is now the copy's: ``Tensor.to, Tensor.item``).
+        if (
+            row["status"] == "new"
+            and set(row["apis"] or ()) & apis
+            and all(str(api).startswith("Tensor.") for api in row["apis"])
+        ):
             row["newly_listed"] = True
             marked += 1
     if not marked:

@@ -418,6 +418,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                     episode.trigger = episode.anchor = i
                 continue
             episode = by_outer[outer] = Episode(thread, [], i, outer, latent=True, trigger=i)
+            episode.after_cpu = _item_after_cpu(thread, outer)
             episodes.append(episode)
         for episode in by_outer.values():
             names = [nodes[j].name for j in op_chain(thread, episode.trigger)]
@@ -450,6 +451,23 @@ def _latent_tensor_method(thread: HostThread, index: int, method: str) -> Episod
     return episode
 
 
+def _item_after_cpu(thread: HostThread, outer: int) -> int:
+    """For the operator ``outer`` run by a recorded ``.item()`` call made right after a
+    ``.cpu()`` by the same caller (``x.cpu().item()``): that ``.cpu()``'s node; else -1. On a
+    GPU the ``.item()`` then reads the host tensor ``.cpu()`` returned: one copy, one wait."""
+    call = thread.parent[outer]
+    if call < 0 or thread.kinds[call] != PYTHON:
+        return -1
+    if catalogue.tensor_method(thread.nodes[call].name) != "item":
+        return -1
+    return _cpu_call_before(thread, call)
+
+
+# Recorded Tensor methods that copy to the host, after which a ``.tolist()`` or ``.item()``
+# reads a host tensor.
+_COPY_METHODS = frozenset({"cpu", "to"})
+
+
 def _cpu_call_before(thread: HostThread, index: int) -> int:
     """The node of a recorded ``.cpu()`` that the same caller made right before the call at
     ``index``, nothing called between; else -1."""
@@ -457,18 +475,21 @@ def _cpu_call_before(thread: HostThread, index: int) -> int:
     for j in range(index - 1, parent, -1):
         if thread.parent[j] == parent:
             called = catalogue.tensor_method(thread.nodes[j].name)
-            return j if thread.kinds[j] == PYTHON and called == "cpu" else -1
+            # ``.to()`` too: one to the host is kept as a copy by its line, else dropped
+            # before ``one_copy_per_chain`` looks for it (``x.to(dtype).tolist()`` copies).
+            return j if thread.kinds[j] == PYTHON and called in _COPY_METHODS else -1
     return -1
 
 
 def one_copy_per_chain(
     episodes: list[Episode], attributions: list[Attribution], sources: list[Source | None]
 ) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
-    """One latent copy for a recorded ``.tolist()`` made right after a ``.cpu()`` by the same
-    caller, nothing called between (``Episode.after_cpu``): on a GPU ``x.cpu().tolist()``
-    copies and waits once, in ``.cpu()``; its ``.tolist()`` reads the host tensor ``.cpu()``
-    returned. The ``.tolist()`` is left out and named on the ``.cpu()``'s finding (its
-    ``apis``: ``Tensor.cpu``, ``Tensor.tolist``), unless the source shows the two calls at
+    """One latent copy for a recorded ``.tolist()`` or ``.item()`` made right after a
+    ``.cpu()`` by the same caller, nothing called between (``Episode.after_cpu``): on a GPU
+    ``x.cpu().tolist()`` copies and waits once, in ``.cpu()``; its ``.tolist()`` reads the
+    host tensor ``.cpu()`` returned (so does ``x.cpu().item()``'s ``.item()``). The
+    ``.tolist()`` is left out and named on the ``.cpu()``'s finding (its ``apis``:
+    ``Tensor.cpu``, ``Tensor.tolist``), unless the source shows the two calls at
     different exact lines (``c = x.cpu()`` then ``y.tolist()``, which may read another GPU
     tensor): then both stay.
 
@@ -479,15 +500,18 @@ def one_copy_per_chain(
     cpu_at = {
         (id(episode.thread), episode.call): n
         for n, episode in enumerate(episodes)
-        if episode.method == "cpu"
+        if episode.method in _COPY_METHODS
     }
     kept = []
     for n, (episode, source) in enumerate(zip(episodes, sources, strict=True)):
         cpu = cpu_at.get((id(episode.thread), episode.after_cpu), -1)
         if episode.after_cpu >= 0 and cpu >= 0 and not _lines_apart(sources[cpu], source):
             apis = attributions[cpu].apis
-            if attributions[n].api not in apis:
-                apis.append(attributions[n].api)
+            # A recorded method is named so already (``Tensor.tolist``); an ``.item()`` is
+            # found by its operator.
+            api = attributions[n].api if episode.method else "Tensor.item"
+            if api not in apis:
+                apis.append(api)
             continue
         kept.append(n)
     return (

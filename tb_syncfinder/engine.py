@@ -23,6 +23,7 @@ import msgspec
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
+    LATENT_METHODS_BY_LINE,
     LATENT_TENSOR_METHODS,
     NPU_NOT_REPLAYED,
     NPU_TASKS_NOT_LINKED,
@@ -32,6 +33,7 @@ from tb_syncfinder.catalogue import (
     in_host_only_library,
     is_collective_worker_sync,
     is_warmup_listed,
+    to_the_host,
 )
 from tb_syncfinder.collectives import is_job_rank
 from tb_syncfinder.context import sync_contexts
@@ -450,6 +452,30 @@ def _latent_where_it_may_sync(
     return [episodes[n] for n in kept], [attributions[n] for n in kept]
 
 
+def _latent_copies_by_line(
+    resolver: SourceResolver,
+    episodes: list[Episode],
+    attributions: list[Attribution],
+    sources: list[Source | None],
+) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
+    """The latent findings, less recorded ``.to()`` calls whose exact source line does not
+    name the host (``catalogue.to_the_host``): ``.to(device)`` is an upload as often as not,
+    and a CPU trace says nothing of where a tensor would live."""
+    kept = [
+        n
+        for n, (episode, source) in enumerate(zip(episodes, sources, strict=True))
+        if episode.method not in LATENT_METHODS_BY_LINE
+        or to_the_host(resolver.line_text(source) or "")
+    ]
+    if len(kept) == len(episodes):
+        return episodes, attributions, sources
+    return (
+        [episodes[n] for n in kept],
+        [attributions[n] for n in kept],
+        [sources[n] for n in kept],
+    )
+
+
 def _trace_savings(
     whatif: TraceWhatIf | None,
     syncs: list[Sync],
@@ -669,6 +695,10 @@ def _analyze_data(
         if episodes and episodes[0].latent:
             episodes, attributions = _latent_where_it_may_sync(episodes, attributions)
         sources = resolve_sources(resolver, attributions)
+        if episodes and episodes[0].latent:
+            episodes, attributions, sources = _latent_copies_by_line(
+                resolver, episodes, attributions, sources
+            )
         if any(episode.after_cpu >= 0 for episode in episodes):
             episodes, attributions, sources = one_copy_per_chain(episodes, attributions, sources)
         # A tensor turned into text (print, str, f-string, logging) reads values back

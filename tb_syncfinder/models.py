@@ -34,9 +34,10 @@ SCHEMA = "tb_syncfinder.report/1"
 # their merged sites fixed or new.
 SITE_KEYS = 2
 # The Tensor methods a CPU-only trace's latent findings list where they were recorded as
-# calls (``catalogue.LATENT_TENSOR_METHODS``; absent from reports before 2026-11-25):
-# ``compare`` tells a site of a newly listed kind from a regression with it.
-LATENT_METHODS = ["cpu", "tolist"]
+# calls (``catalogue.LATENT_TENSOR_METHODS``; absent from reports before 2026-11-25;
+# ``to`` since 2026-11-28, a ``.to('cpu')`` by its line): ``compare`` tells a site of a
+# newly listed kind from a regression with it.
+LATENT_METHODS = ["cpu", "tolist", "to"]
 
 
 # The step times without the profiler a report takes, in ms (the CLI's

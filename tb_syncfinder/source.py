@@ -1587,6 +1587,26 @@ class SourceResolver:
         text = self._bytes.get(path) if path is not None else None
         return (cell, text) if cell is not None and text is not None else None
 
+    def line_text(self, source: Source | None) -> str | None:
+        """The text of a source's exact line as read (a cell's from its notebook cell); None
+        where the line is not exact or its file was not read."""
+        if source is None or not source.line_exact or source.line is None:
+            return None
+        if source.resolved_path is None:
+            return None
+        # A cell's text is kept under its recorded name (``_kernel_cell``).
+        cell = source.cell is not None
+        path = Path(source.file.replace("\\", "/") if cell else source.resolved_path)
+        data = self._bytes.get(path)
+        if data is None and not cell:
+            data = self._source_bytes(path)
+        if data is None:
+            return None
+        lines = data.splitlines()
+        if not 1 <= source.line <= len(lines):
+            return None
+        return lines[source.line - 1].decode("utf-8", "replace")
+
     def _in_cell(self, source: Source) -> Source:
         """``source`` with the notebook cell its file stands for, if it is a cell's code."""
         cell = self._cell_of.get(source.resolved_path) if source.resolved_path else None

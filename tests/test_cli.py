@@ -732,8 +732,11 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         "predicted_saving_with_others_per_step_us",
         "fix_with",
         "unprofiled_predicted_saving_per_step_us",
+        "notebook",
+        "notebook_cell",
     }
     assert added["unprofiled_predicted_saving_per_step_us"] == ""  # no step time given
+    assert added["notebook"] == added["notebook_cell"] == ""  # not a Jupyter cell's
     assert float(added["predicted_saving_us"]) == pytest.approx(
         site["predicted_saving_us"], abs=1e-3
     )
@@ -925,7 +928,7 @@ def test_compare_does_not_gate_on_copies_a_baseline_of_an_older_version_could_no
     saved.write_text(json.dumps(older))
     assert main(["compare", str(saved), str(new), "--fail-on-regression"]) == 0
     err = capsys.readouterr().err
-    assert "1 new latent site of .cpu(), .tolist(): the baseline's tb-syncfinder" in err
+    assert "1 new latent site of .cpu(), .to(), .tolist(): the baseline's tb-syncfinder" in err
     assert main(["compare", str(saved), str(new), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["latent_sites"]
     assert row["status"] == "new" and row["newly_listed"] is True

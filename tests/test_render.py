@@ -139,7 +139,7 @@ def test_cpu_only_trace_lists_latent_sites_as_would_synchronize() -> None:
     assert "without Python stacks: copies to or from the host (.cpu(), .tolist()" in flat
     report.traces[0].has_stacks = True
     flat = " ".join(render_report(report).split())
-    assert "Not listed on a CPU-only trace: .to() copies and pageable uploads" in flat
+    assert "Not listed on a CPU-only trace: .to() copies whose line does not name the host" in flat
     assert ".tolist()" not in flat
 
 
@@ -809,6 +809,8 @@ def test_a_cpu_only_report_without_its_latent_list_does_not_claim_there_are_none
     assert "Latent syncs not listed (--no-latent): 5 calls in it would synchronize" in text
     none = render_report(_cpu_only_report_json(latent_count=0, steps=1))
     assert "No operator in it would synchronize on a GPU either." in none
+    # ... with what a CPU-only trace cannot show, as under a latent list.
+    assert "Not listed on a CPU-only trace" in " ".join(none.split())
 
 
 def test_the_idle_after_syncs_is_not_called_idle_they_caused(sample_report: Report) -> None:

@@ -415,7 +415,7 @@ COPIES = textwrap.dedent(
                 log_step(x, with_stack)
     """
 )
-TOLIST_COPY, CPU_COPY = 7, 8
+TOLIST_COPY, CPU_COPY, TO_CPU_COPY = 7, 8, 10
 
 
 def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path):
@@ -424,7 +424,8 @@ def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path)
     every ``.to()``), but with stacks it records them as built-in calls: each is a latent
     device-to-host copy at its line, keyed and named by the operator a GPU trace shows
     (``aten::to``), its API the method, never the tensor's address. ``.numpy()`` (never a
-    GPU tensor) and ``.to("cpu")`` (an upload for all the trace says) are not listed."""
+    GPU tensor) is not listed; ``.to("cpu")`` is where its line names the host (the trace
+    alone cannot tell it from an upload)."""
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "copies.py"
     path.write_text(COPIES)
@@ -436,12 +437,22 @@ def test_cpu_and_tolist_are_latent_copies_when_the_trace_records_calls(tmp_path)
     one_step = [
         ("copies.py", TOLIST_COPY, True, "aten::to"),
         ("copies.py", CPU_COPY, True, "aten::to"),
+        ("copies.py", TO_CPU_COPY, True, "aten::to"),
     ]
     assert _findings(report) == one_step * 2
     assert {s.kind for s in report.latent} == {"device_to_host_copy"}
     keys = sorted(site.key for site in report.latent_sites)
-    assert keys == [f"{path}:{TOLIST_COPY}:aten::to", f"{path}:{CPU_COPY}:aten::to"]
-    assert sorted(s.api for s in report.latent) == ["Tensor.cpu"] * 2 + ["Tensor.tolist"] * 2
+    assert keys == sorted(
+        f"{path}:{line}:aten::to" for line in (TOLIST_COPY, CPU_COPY, TO_CPU_COPY)
+    )
+    assert sorted(s.api for s in report.latent) == (
+        ["Tensor.cpu"] * 2 + ["Tensor.to"] * 2 + ["Tensor.tolist"] * 2
+    )
+    # Without its source, a .to() may be an upload: not listed.
+    path.rename(tmp_path / "copies.py.away")
+    unread = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "logs")])
+    path.write_text(COPIES)
+    assert TO_CPU_COPY not in {s.line for s in unread.latent_sites}
     # Without stacks nothing tells these copies from uploads: none is listed.
     bare = analyze(tmp_path / "logs" / "nostack", source_roots=[str(tmp_path / "src")])
     assert bare.latent == []
@@ -469,9 +480,10 @@ def test_a_stopped_profiler_object_is_analysed_and_shows_as_text(tmp_path):
     assert sorted((Path(s.file).name, s.line) for s in report.latent_sites) == [
         ("copies.py", TOLIST_COPY),
         ("copies.py", CPU_COPY),
+        ("copies.py", TO_CPU_COPY),
     ]
     text = report.to_text()
-    assert "Latent syncs (2 sites)" in text and f"copies.py:{CPU_COPY}" in text
+    assert "Latent syncs (3 sites)" in text and f"copies.py:{CPU_COPY}" in text
 
     class Printer:
         shown = ""

@@ -269,6 +269,37 @@ def test_an_f_string_of_a_tensor_is_the_print_site_with_the_print_fix(tmp_path):
     assert site.advice["title"] == "Do not print device tensors inside the step"
 
 
+COPIES_THEN_READS = """\
+import torch
+
+DEV = torch.device("cpu")
+
+
+def train_step(x, step):
+    loss = (x * 2).sum()
+    a = loss.cpu().item()
+    b = loss.to("cpu").item()
+    c = x.to(torch.float64).tolist()
+    d = x.to(DEV)
+    return a, b, c, d
+"""
+CPU_ITEM_LINE, TO_CPU_ITEM_LINE, CAST_TOLIST_LINE = 8, 9, 10
+
+
+def test_a_read_of_what_a_copy_to_the_host_returned_is_that_copy_only(tmp_path):
+    """On a GPU ``x.cpu().item()`` and ``x.to("cpu").item()`` wait once, in the copy: the
+    ``.item()`` reads a host tensor. One latent copy each, as a GPU trace shows, naming
+    both calls; a ``.to()`` that is a cast stays out, its ``.tolist()`` in; a ``.to(DEV)``
+    cannot say where it goes."""
+    report = _profiled_report(tmp_path, "copies_then_reads", COPIES_THEN_READS)
+    found = sorted((s.line, s.kind, tuple(s.apis)) for s in report.latent_sites)
+    assert found == [
+        (CPU_ITEM_LINE, "device_to_host_copy", ("Tensor.cpu", "Tensor.item")),
+        (TO_CPU_ITEM_LINE, "device_to_host_copy", ("Tensor.to", "Tensor.item")),
+        (CAST_TOLIST_LINE, "device_to_host_copy", ("Tensor.tolist",)),
+    ]
+
+
 GUARDED_BRANCH = """\
 import torch
 

@@ -1145,7 +1145,10 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 )
             )
         elif not latent_sites:
+            # What a CPU-only trace cannot show stays said (the tab says it there too): a
+            # ``.to("cuda")`` upload or pageable copy would sync on a GPU all the same.
             lines.append("  No operator in it would synchronize on a GPU either.")
+            lines.extend(wrap(latent_not_listed(readable), width, "  "))
         lines.append("")
     elif npu_unrecorded:
         title = "NPU trace without AscendCL calls: no wait for the NPU can be seen in it."
@@ -1805,14 +1808,14 @@ def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
     cpu = [t for t in traces if t.get("device") == "cpu"]
     if cpu and all(t.get("has_stacks") for t in cpu):
         return (
-            "Not listed on a CPU-only trace: .to() copies and pageable uploads; nothing on "
-            "a CPU run says which tensors would live on the GPU. Profile on the GPU to see "
-            "them."
+            "Not listed on a CPU-only trace: .to() copies whose line does not name the host "
+            "(.to(device)) and pageable uploads; nothing on a CPU run says which tensors "
+            "would live on the GPU. Profile on the GPU to see them."
         )
     return (
         "Not listed on a CPU-only trace without Python stacks: copies to or from the host "
         "(.cpu(), .tolist(), .to(), pageable uploads). Record with with_stack=True to list "
-        ".cpu() and .tolist(); profile on the GPU to see the rest."
+        ".cpu(), .tolist() and .to('cpu'); profile on the GPU to see the rest."
     )
 
 

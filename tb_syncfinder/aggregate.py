@@ -210,6 +210,8 @@ def build_sites(
                             and not s.source.backward
                             for s in members
                         ),
+                        # A read that sets a size (a slice bound, range(n)): every sync's.
+                        all(s.source is not None and s.source.read_as_size for s in members),
                     ),
                     _one_device(members, devices),
                 ),

@@ -1977,6 +1977,32 @@ LOOP_SELECTION_ADVICE = Advice(
 )
 
 
+# A scalar read whose value sets a size on the host (``source.read_as_size``): a slice
+# bound, ``range(n)``, a factory's size, an index. Keeping it on the device is no fix there.
+SIZE_READ_ADVICE = Advice(
+    title="This read sets a size: take it from the host, or keep the shape fixed",
+    text=(
+        "The value read here decides a size on the host (a slice bound, `range(n)`, a "
+        "tensor's shape, an index), so it cannot stay on the device, and each read waits "
+        "for all the GPU work queued before it. Where the value is known on the host "
+        "already, use that copy: the lengths from the data loader before `.to(device)`, a "
+        "count from the batch's Python lists. Where it is not, keep the shape fixed so that "
+        "nothing is read: pad to the fixed maximum and mask the padding, or give the "
+        "operator its size (`output_size=`, `minlength=`). To index with a one-element "
+        "tensor, keep it a tensor: `x.index_select(0, i.view(1))` reads nothing."
+    ),
+    before=(
+        "lengths = batch_lengths.to(device)\n"
+        "x = x[:, : lengths.max()]              # reads the max back: waits for the GPU\n"
+    ),
+    after=(
+        "lengths = batch_lengths.to(device, non_blocking=True)  # loader's CPU tensor\n"
+        "x = x[:, : int(batch_lengths.max())]   # read on the host: no wait\n"
+    ),
+    removes="the read of the size",
+)
+
+
 def advice_for(
     kind_name: str,
     ops: list[str],
@@ -1986,6 +2012,7 @@ def advice_for(
     apis: Iterable[str] = (),
     first_calls: Iterable[tuple[str, bool]] | None = None,
     in_loop: bool = False,
+    as_size: bool = False,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -1997,7 +2024,8 @@ def advice_for(
     library operator each sync is inside the first call of, with whether that operator
     is its chain's innermost (None: some sync is in no first call), for the fixes that
     depend on them (a library's set-up). ``in_loop``: every sync's line runs once per pass
-    of a loop of its function (``Source.loop_line``): a selection there is one per group."""
+    of a loop of its function (``Source.loop_line``): a selection there is one per group.
+    ``as_size``: every sync's read sets a size on the host (``Source.read_as_size``)."""
     record = kind(kind_name)
     # A print, then a library's own fix (its code is not the user's to change), then an
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
@@ -2044,7 +2072,11 @@ def advice_for(
     if refinement is None:
         # The outermost operator is what the user wrote (x[mask] -> aten::index), so it
         # picks the refinement before the inner ones (aten::nonzero).
-        refinement = _operator_fix((*forward_ops, *ops), kind_name) or record.advice
+        refinement = _operator_fix((*forward_ops, *ops), kind_name)
+    if refinement is None and as_size and kind_name == SCALAR_READBACK:
+        refinement = SIZE_READ_ADVICE
+    if refinement is None:
+        refinement = record.advice
     fields = msgspec.to_builtins(refinement)
     fields["removes"] = refinement.removes or record.removes
     return fields

@@ -423,6 +423,11 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         for episode in by_outer.values():
             names = [nodes[j].name for j in op_chain(thread, episode.trigger)]
             episode.kind = classify(names, [])
+            if episode.kind == catalogue.SCALAR_READBACK and INDEX_PUT_IMPL in names:
+                # ``x[mask] = t`` of a tensor (a number is left out above): the CPU kernel
+                # reads the value, a GPU's takes the mask's ``nonzero`` instead (its fill
+                # needs a host number), as a GPU trace shows it.
+                episode.kind = catalogue.DYNAMIC_SHAPE
     episodes.sort(key=lambda ep: ep.ts)
     return episodes
 

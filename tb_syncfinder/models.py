@@ -150,6 +150,9 @@ class Source(msgspec.Struct):
     # An exact line inside a loop of its function (a ``for`` or ``while`` body, or a
     # comprehension), so run once per pass: the first line of the innermost such loop.
     loop_line: int | None = None
+    # An exact line whose scalar read sets a size on the host (a slice bound, ``range(n)``, a
+    # factory's size, an index: ``source.read_as_size``): it cannot stay on the device.
+    read_as_size: bool = False
     # A Jupyter cell's code (``file`` is ipykernel's name for it): the notebook cell that
     # holds it, ``line`` counted in the cell as IPython counts it ("Cell In[4], line 6") and
     # ``resolved_path`` the notebook.

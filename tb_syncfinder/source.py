@@ -846,6 +846,119 @@ def loop_around(scope: ast.AST, line: int) -> int | None:
     return found
 
 
+# Calls whose arguments are sizes, counts or bounds the host must know: ``range(n)``, torch's
+# factories and the shape methods. A value read back into one sets a shape, not a number to log.
+_SIZE_CALLS = frozenset(
+    {
+        "range",
+        "arange",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "linspace",
+        "eye",
+        "new_zeros",
+        "new_ones",
+        "new_empty",
+        "new_full",
+        "view",
+        "reshape",
+        "expand",
+        "narrow",
+        "repeat",
+        "topk",
+        "multinomial",
+    }
+)
+# Of those, the keywords that are sizes, the calls whose second argument is a fill value,
+# and the functions of ``torch`` that take the tensor first.
+_SIZE_KEYWORDS = frozenset(
+    {"size", "start", "end", "step", "steps", "low", "high", "n", "m", "k", "length", "num_samples"}
+)
+_FILLS = frozenset({"full", "new_full"})
+_TENSOR_FIRST = frozenset({"view", "reshape", "expand", "narrow", "repeat", "topk", "multinomial"})
+# Explicit reads of one value (``t.item()``, ``int(t)``).
+_READ_METHODS = frozenset({"item"})
+_READ_FUNCTIONS = frozenset({"int"})
+
+
+def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
+    """Whether a scalar read at ``line`` sets a size on the host: the read (``t.item()``,
+    ``int(t)``; with ``frameless``, any expression, as an implicit ``__index__`` reads the
+    tensor itself) is a slice bound, a subscript's index, or an argument of a size-taking
+    call (``range``, a factory, a shape method). Such a value cannot stay on the device."""
+    for statement in _statements_at(scope, line):
+        stack: list[tuple[ast.AST, bool]] = [(statement, False)]
+        while stack:
+            node, in_size = stack.pop()
+            if (
+                in_size
+                and getattr(node, "lineno", line) == line
+                and _reads_a_value(node, frameless)
+            ):
+                return True
+            for child in ast.iter_child_nodes(node):
+                stack.append((child, in_size or _is_size_position(node, child)))
+    return False
+
+
+def _statements_at(scope: ast.AST, line: int) -> list[ast.stmt]:
+    """The innermost statements of ``scope`` that hold ``line``."""
+    found: list[ast.stmt] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is None or end is None or not first <= line <= end:
+            continue
+        if isinstance(node, ast.stmt):
+            inner = [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+            if not any((c.lineno <= line <= (c.end_lineno or c.lineno)) for c in inner):
+                found.append(node)
+                continue
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _is_size_position(parent: ast.AST, child: ast.AST) -> bool:
+    """Whether ``child`` of ``parent`` is a size, bound or index the host needs."""
+    if isinstance(parent, ast.Slice):
+        return True
+    if isinstance(parent, ast.Subscript):
+        return child is parent.slice and not isinstance(child, (ast.Slice, ast.Tuple))
+    if not isinstance(parent, ast.Call) or child is parent.func:
+        return False
+    func = parent.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if name not in _SIZE_CALLS:
+        return False
+    if isinstance(child, ast.keyword):
+        return child.arg in _SIZE_KEYWORDS
+    position = next((n for n, arg in enumerate(parent.args) if arg is child), -1)
+    if name in _FILLS:
+        return position == 0  # the size; the value it fills with is a number
+    # ``torch.narrow(x, 0, 0, n)``: the tensor first, then sizes (``x.narrow(0, 0, n)``).
+    namespace = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+    if namespace and func.value.id == "torch" and name in _TENSOR_FIRST:  # type: ignore[union-attr]
+        return position > 0
+    return position >= 0
+
+
+def _reads_a_value(node: ast.AST, frameless: bool) -> bool:
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _READ_METHODS:
+            return True
+        if isinstance(func, ast.Name) and func.id in _READ_FUNCTIONS:
+            return True
+    return frameless and isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))
+
+
 def _bound_names(target: ast.AST) -> set[str]:
     """The names a loop's target binds (``for i, (a, *b) in``), not those of an attribute
     or item it assigns (``for self.x in``: ``self`` is only read)."""
@@ -1860,6 +1973,11 @@ class SourceResolver:
                     True,
                     resolved,
                     loop_line=loop_around(scope, lines[0]),
+                    # Read without a call of its own (``x[:n]``), or by the size-taking
+                    # call itself (``torch.arange(n)`` reads ``n``): the tensor is the read.
+                    read_as_size=read_as_size(
+                        scope, lines[0], label == "<scalar>" or bool(_SIZE_CALLS & set(group))
+                    ),
                 )
             return Source(
                 frame.file,

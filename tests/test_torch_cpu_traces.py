@@ -269,6 +269,45 @@ def test_an_f_string_of_a_tensor_is_the_print_site_with_the_print_fix(tmp_path):
     assert site.advice["title"] == "Do not print device tensors inside the step"
 
 
+SIZE_READS = """\
+import torch
+
+
+def trim(x, lengths):
+    return x[:, : lengths.max()]
+
+
+def count(lengths):
+    for _ in range(lengths.min().item()):
+        pass
+
+
+def train_step(x, step):
+    lengths = (x[:, 0].abs() * 6).long().clamp(1, 8)
+    trimmed = trim(x, lengths)
+    rows = torch.arange(lengths.sum())
+    count(lengths)
+    logged = trimmed.mean().item()
+    return rows, logged
+"""
+TRIM_LINE, RANGE_LINE, ARANGE_LINE, LOGGED_LINE = 5, 9, 16, 18
+
+
+def test_a_read_that_sets_a_size_gets_the_size_fix_and_a_logged_read_keeps_its_own(tmp_path):
+    """A value read back to trim padding, size a tensor or count a loop cannot stay on the
+    device, so "keep it on the device" is no fix there: those lines get the size's fix
+    (take it from the host, or keep the shape fixed); a value read to log keeps the read's."""
+    report = _profiled_report(tmp_path, "size_reads", SIZE_READS)
+    titles = {s.line: s.advice["title"] for s in report.latent_sites}
+    size_title = "This read sets a size: take it from the host, or keep the shape fixed"
+    assert {
+        line: titles.get(line) for line in (TRIM_LINE, ARANGE_LINE, RANGE_LINE)
+    } == dict.fromkeys((TRIM_LINE, ARANGE_LINE, RANGE_LINE), size_title)
+    assert titles[LOGGED_LINE] == "Keep the value on the device; read it every N steps"
+    sizes = {s.source.line for s in report.latent if s.source and s.source.read_as_size}
+    assert sizes == {TRIM_LINE, ARANGE_LINE, RANGE_LINE}
+
+
 COPIES_THEN_READS = """\
 import torch
 

@@ -702,6 +702,15 @@ CTC_LOSS_OPS = frozenset(
         "aten::_use_miopen_ctc_loss",
     }
 )
+# The kind a CPU-only trace gives a CTC loss that would copy between host and device on a GPU,
+# as a GPU trace gives it (docs/validation.md, section 14): its forward reads the targets
+# and lengths back, its backward uploads them (torch's kernel; cuDNN's keeps the gradients
+# of its forward). cuDNN's kernel with ``reduction='none'`` waits for nothing, which a CPU
+# trace cannot tell: the fix says when it is taken.
+LATENT_CTC_KINDS = {
+    "aten::ctc_loss": DEVICE_TO_HOST_COPY,
+    "aten::_ctc_loss_backward": BLOCKING_HOST_TO_DEVICE,
+}
 CTC_TITLE = "Call ctc_loss the way cuDNN takes it, and average on the device"
 CUDNN_CTC_TITLE = "ctc_loss on cuDNN: take the mean on the device, the rest stays"
 
@@ -719,7 +728,9 @@ OP_KIND_PRECEDENCE: tuple[str, ...] = (DYNAMIC_SHAPE, SCALAR_READBACK)
 # Ops that always sync when their inputs are on a GPU: latent findings in CPU-only traces.
 # aten::tolist has never been one (a latent finding for it would be a behaviour change of its
 # own to decide), hence the difference.
-LATENT_TRIGGERS = (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS | READING_OPS
+LATENT_TRIGGERS = (
+    (SCALAR_OPS - {"aten::tolist"}) | DYNAMIC_OPS | READING_OPS | set(LATENT_CTC_KINDS)
+)
 # Operators whose CPU kernels read a scalar that their CUDA kernels keep on the device: a
 # trigger inside one is no latent sync. ``torch.linalg.lu_solve`` on the CPU reads its
 # pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there, and

@@ -423,6 +423,12 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         for episode in by_outer.values():
             names = [nodes[j].name for j in op_chain(thread, episode.trigger)]
             episode.kind = classify(names, [])
+            ctc = next(
+                (catalogue.LATENT_CTC_KINDS[n] for n in names if n in catalogue.LATENT_CTC_KINDS),
+                None,
+            )
+            if ctc is not None:
+                episode.kind = ctc  # copies inside it, as a GPU trace shows them
             if episode.kind == catalogue.SCALAR_READBACK and INDEX_PUT_IMPL in names:
                 # ``x[mask] = t`` of a tensor (a number is left out above): the CPU kernel
                 # reads the value, a GPU's takes the mask's ``nonzero`` instead (its fill

@@ -269,6 +269,36 @@ def test_an_f_string_of_a_tensor_is_the_print_site_with_the_print_fix(tmp_path):
     assert site.advice["title"] == "Do not print device tensors inside the step"
 
 
+CTC = """\
+import torch
+import torch.nn.functional as F
+
+
+def train_step(x, step):
+    lp = x.repeat(1, 2)[:, :12].reshape(8, 2, 6).log_softmax(-1).detach().requires_grad_()
+    loss = F.ctc_loss(lp, torch.tensor([[1, 2], [3, 4]]), [8, 8], [2, 2])
+    loss.backward()
+    return loss
+"""
+CTC_LINE = 7
+
+
+def test_a_ctc_loss_is_the_copies_a_gpu_run_makes_in_it_forward_and_backward(tmp_path):
+    """torch's CTC kernel copies targets and lengths between host and device on a GPU
+    (docs/validation.md, section 14), with no operator on the CPU that says so: its forward
+    is a latent copy to the host and its backward one to the device, as a GPU trace shows
+    them, with the fix that says how cuDNN's kernel takes it."""
+    report = _profiled_report(tmp_path, "ctc", CTC)
+    found = sorted((s.line, s.kind, s.backward) for s in report.latent_sites)
+    assert found == [
+        (CTC_LINE, "blocking_host_to_device", True),
+        (CTC_LINE, "device_to_host_copy", False),
+    ]
+    assert {s.advice["title"] for s in report.latent_sites} == {
+        "Call ctc_loss the way cuDNN takes it, and average on the device"
+    }
+
+
 SIZE_READS = """\
 import torch
 

@@ -531,23 +531,24 @@ def _mark_newly_listed(
     version did not list (a baseline written before ``.cpu()`` / ``.tolist()`` were):
     not regressions of the program. Returns what to tell the user, or None."""
     missing = set(new.get("latent_methods") or ()) - set(base.get("latent_methods") or ())
-    if not missing:
+    missing_ops = set(new.get("latent_ops") or ()) - set(base.get("latent_ops") or ())
+    if not missing and not missing_ops:
         return None
     apis = {f"Tensor.{method}" for method in missing}
     marked = 0
     for row in latent_rows:
         # A copy by a newly listed method, with what read its result (``x.to('cpu')
-        # .item()`` was an item() site, and is now the copy's: ``Tensor.to, Tensor.item``).
-        if (
-            row["status"] == "new"
-            and set(row["apis"] or ()) & apis
-            and all(str(api).startswith("Tensor.") for api in row["apis"])
-        ):
+        # .item()`` was an item() site, and is now the copy's: ``Tensor.to, Tensor.item``);
+        # or a newly listed operator's.
+        by_method = set(row["apis"] or ()) & apis and all(
+            str(api).startswith("Tensor.") for api in row["apis"]
+        )
+        if row["status"] == "new" and (by_method or set(row["ops"] or ()) & missing_ops):
             row["newly_listed"] = True
             marked += 1
     if not marked:
         return None
-    calls = ", ".join(f".{method}()" for method in sorted(missing))
+    calls = ", ".join([f".{method}()" for method in sorted(missing)] + sorted(missing_ops))
     return (
         f"{marked} new latent site{'s' if marked != 1 else ''} of {calls}: the baseline's "
         "tb-syncfinder did not list these calls in CPU-only traces, so they are not "

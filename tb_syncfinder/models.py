@@ -38,6 +38,9 @@ SITE_KEYS = 2
 # ``to`` since 2026-11-28, a ``.to('cpu')`` by its line): ``compare`` tells a site of a
 # newly listed kind from a regression with it.
 LATENT_METHODS = ["cpu", "tolist", "to"]
+# Likewise the operators listed as latent since a version (absent from reports before
+# 2026-11-28): a CTC loss's copies.
+LATENT_OPS = ["aten::ctc_loss", "aten::_ctc_loss_backward"]
 
 
 # The step times without the profiler a report takes, in ms (the CLI's
@@ -632,6 +635,7 @@ class Report(msgspec.Struct):
             "job": self.job,
             "site_keys": SITE_KEYS,
             "latent_methods": LATENT_METHODS,
+            "latent_ops": LATENT_OPS,
         }
 
     def to_text(self, top: int | None = None, width: int | None = 100) -> str:

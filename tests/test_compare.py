@@ -225,3 +225,28 @@ def test_both_detection_notes_mark_their_rows_together(sample_report: Report) ->
     assert by_kind["device_to_host_copy"].get("newly_listed") is True
     assert "CPU-only trace cannot show" in result["detection_note"]
     assert ".tolist()" in result["detection_note"]
+
+
+def test_a_ctc_loss_newly_listed_on_the_cpu_is_not_a_regression_of_an_older_baseline(
+    sample_report: Report,
+) -> None:
+    """CPU-only traces list a CTC loss's copies since 2026-11-28: against a baseline written
+    before (no ``latent_ops``) they are newly listed, not new; against one that lists them,
+    they gate as usual."""
+    base = sample_report.to_json()
+    base["sites"], base["syncs"], base["latent_sites"] = [], [], []
+    base["traces"][0].update(device="cpu", has_gpu_activity=False)
+    base.pop("latent_ops", None)
+    new = copy.deepcopy(base)
+    new["latent_ops"] = ["aten::ctc_loss", "aten::_ctc_loss_backward"]
+    ctc = copy.deepcopy(_site(sample_report.to_json(), "scalar_readback"))
+    ctc.update(
+        kind="device_to_host_copy", ops=["aten::ctc_loss"], apis=["aten::ctc_loss"], latent=True
+    )
+    ctc["key"] = "t.py:3:aten::ctc_loss"
+    new["latent_sites"] = [ctc]
+    (row,) = compare(base, new)["latent_sites"]
+    assert row["status"] == "new" and row.get("newly_listed") is True
+    base["latent_ops"] = new["latent_ops"]
+    (row,) = compare(base, new)["latent_sites"]
+    assert row["status"] == "new" and not row.get("newly_listed")

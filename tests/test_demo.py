@@ -136,15 +136,17 @@ def test_demo_summary_shows_the_bundled_gpu_baselines_waiting_at_their_lines(dem
     summary = output.split("What the Sync Advisor finds:", 1)[1].split("Reports on", 1)[0]
     gpu_part = summary.split("  gpu_cnn_baseline", 1)[1]
     for run in ("gpu_cnn_baseline", "gpu_seg_baseline"):
-        found = re.search(rf"^\s+{run}\s+\d+ syncs in \d+ sites, host wait (\d+\.\d+) ms",
+        found = re.search(rf"^\s+{run}\s+\d+ syncs in \d+ sites, host wait (\d+\.?\d*) ms, "
+                          r"GPU idle after them [\d.]+ (?:us|ms), over \d+ steps$",
                           summary, re.M)  # fmt: skip
         assert found and float(found.group(1)) > 0, (run, summary)
     for word, name in (("item", "cnn.py"), ("nonzero", "seg.py"), ("mask", "seg.py")):
         line = next(n for n, w in marker_lines(DEMO_DIR / name).items() if w == word)
-        # e.g. "dynamic_shape aten::nonzero at seg.py:77 x5, host wait 0.09 ms, saves ~2 us a
-        # step": the figure the sites are listed by is said.
+        # e.g. "dynamic_shape aten::nonzero at seg.py:77 x5, host wait 71 us in all, saves ~2 us
+        # a step": the figure the sites are listed by is said, and which figure is per step.
         found = re.search(
-            rf" at {name}:{line} x\d+, host wait (\d+\.\d+) ms, saves ~[\d.]+ (?:us|ms) a step$",
+            rf" at {name}:{line} x\d+, host wait (\d+\.?\d*) (?:us|ms) in all, "
+            r"saves ~[\d.]+ (?:us|ms) a step$",
             gpu_part,
             re.M,
         )

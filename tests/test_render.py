@@ -828,7 +828,10 @@ def test_the_idle_after_syncs_is_not_called_idle_they_caused(sample_report: Repo
     (idle,) = [line for line in text.splitlines() if "500 us per step" in line]
     assert idle.split()[:3] == ["GPU", "idle", "after"] and "caused" not in idle
     flowing = " ".join(text.split())  # wrapped lines joined
-    assert flowing.count("caused") == 1 and "GPU idle caused by syncs 0.2% of the time" in flowing
+    assert (
+        flowing.count("caused") == 1
+        and "GPU idle caused by syncs (after them and later) 0.2% of the time" in flowing
+    )
 
 
 def test_the_share_says_it_is_of_the_hosts_step_when_the_device_step_is_longer(

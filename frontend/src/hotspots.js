@@ -698,7 +698,7 @@ function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = nul
       : card(
           "Step time if removed",
           formatUs(summary.saving_how ? summary.predicted_step_time_us : summary.estimated_step_time_us),
-          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step${summary.saving_method !== "bound" ? `; ${idleOn} idle caused by syncs ${formatPct(summary.sync_idle_share ?? 0)}` : ""}`,
+          `now ${formatUs(summary.mean_wall_step_time_us || summary.mean_step_time_us)}, ${summary.saving_method === "replay" ? "~" : "≤"}${formatUs(summary.predicted_saving_per_step_us ?? 0)} saved per step${summary.saving_method !== "bound" ? `; ${idleOn} idle caused by syncs (after them and later) ${formatPct(summary.sync_idle_share ?? 0)}` : ""}`,
           "estimate",
           null,
           // The figures above are the profiled program's: given the step time without the
@@ -1146,7 +1146,7 @@ const COLUMNS = [
   { key: UNPROFILED_SORT, label: "Unprofiled", cls: "col-unprof num", title: "Step time saved per step by fixing this site alone in a run without the profiler: the replay fitted to the step time given above", unprofiled: true },
   { key: "host_wait_us", label: "Host wait", cls: "col-wait num", title: "Time the host waited in this site's syncs, over the profiled steps (the card gives it per step)" },
   { key: "gpu_idle_us", label: "GPU idle", cls: "col-idle num", title: "Time the GPU idled after this site's syncs, over the profiled steps" },
-  { key: "share_of_step", label: "Share", cls: "col-share num", title: "Host wait + GPU idle of this site over the profiled steps' time" },
+  { key: "share_of_step", label: "Share", cls: "col-share num", title: "Host wait + GPU idle of this site over the profiled steps' time: what its syncs cost, not what fixing them saves (the saving column)" },
 ];
 
 /**

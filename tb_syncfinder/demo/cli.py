@@ -84,24 +84,22 @@ def _site_label(site) -> str:
     what = what.replace("autograd::engine::evaluate_function: ", "")  # a backward op
     label = f"{site.kind} {what} {where} x{site.count}"
     if not site.latent:
-        label += f", host wait {_ms(site.host_wait_us)}"
+        from tb_syncfinder.outputs.text import format_us  # as the report writes it
+
+        # In all, as the count beside it: the saving after it is per step, and says so.
+        label += f", host wait {format_us(site.host_wait_us)} in all"
         # What the sites are listed by (a 0.07 ms wait above a 0.25 ms one read as
         # unsorted): what fixing each saves per step, as the report ranks them.
         if site.gpu_idle_measured and site.predicted_saving_per_step_us is not None:
             how = "~" if site.saving_method == "replay" else "≤"
-            from tb_syncfinder.outputs.text import format_us  # 2 us, not "0.00 ms"
-
             label += f", saves {how}{format_us(site.predicted_saving_per_step_us)} a step"
     return label
-
-
-def _ms(microseconds: float) -> str:
-    return f"{microseconds / 1000:.2f} ms"
 
 
 def _summarize_run(run: DemoRun) -> list[str]:
     """One line per run with what the engine found, then one line per site."""
     from tb_syncfinder import analyze
+    from tb_syncfinder.outputs.text import format_us
 
     report = analyze(run.path)
     errors = [trace for trace in report.traces if trace.error]
@@ -113,8 +111,9 @@ def _summarize_run(run: DemoRun) -> list[str]:
         lines.append(
             f"  {run.name:<20} {_count(summary.sync_count, 'sync')} in "
             f"{_count(len(report.sites), 'site')}, "
-            f"host wait {_ms(summary.host_wait_us)}, "
-            f"GPU idle after them {_ms(summary.gpu_idle_us)}"
+            f"host wait {format_us(summary.host_wait_us)}, "
+            f"GPU idle after them {format_us(summary.gpu_idle_us)}, "
+            f"over {_count(summary.step_count, 'step')}"
         )
         lines += [f"      {_site_label(site)}" for site in report.sites]
     elif report.latent:

@@ -637,7 +637,8 @@ def _site_table(
             style(line, _DIM)
             for line in wrap(
                 f"count, wait, {_device_word(data)} idle: over {over}; /step, saves/step: per "
-                "step; share: of the steps' time",
+                f"step; share: wait + {_device_word(data)} idle as a share of the steps' time "
+                "(what the syncs cost; saves/step is what fixing them gives back)",
                 width,
             )
         )
@@ -903,7 +904,11 @@ def _saving_lines(
         text = "not predicted (see how obtained)"
     idle = float(summary.get("sync_idle_share") or 0.0)
     if method != "bound":
-        text += f"; GPU idle caused by syncs {format_share(idle)} of the time"
+        # All the idle the syncs cause, in the bubbles right after them and where the launches
+        # they delayed come late: more than "GPU idle after" (those bubbles only).
+        text += (
+            f"; GPU idle caused by syncs (after them and later) {format_share(idle)} of the time"
+        )
     lines.extend(_wrap_labelled("saving", text, width))
     if for_job:
         lines.extend(_wrap_labelled("for the job", for_job, width))

@@ -844,7 +844,9 @@ def _match_groups(
         issues.append(
             JobIssue(
                 POINT_TO_POINT_SKIPPED,
-                f"{count} point-to-point ops of group {group!r} are not matched",
+                f"{count} point-to-point ops of "
+                + ("no recorded process group" if group == "" else f"group {group!r}")
+                + " are not matched",
                 group=group,
                 severity="info",
             )

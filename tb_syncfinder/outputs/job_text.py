@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tb_syncfinder.outputs.text import Column, _layout, format_us, wrap
+from tb_syncfinder.outputs.text import _DIM, Column, _layout, format_us, wrap
 
 _INDENT = "  "
 
@@ -171,7 +171,8 @@ def job_lines(
             wrap(
                 f"{job.get('collective_count', 0)} collectives matched, "
                 f"{job.get('late_collective_count', 0)} with a late rank; noise floor "
-                f"{format_us(float(job.get('noise_us') or 0.0))}",
+                f"{format_us(float(job.get('noise_us') or 0.0))} (a rank later than this to "
+                "a collective is late)",
                 width,
                 _INDENT,
                 _INDENT,
@@ -196,6 +197,19 @@ def job_lines(
         rows = [row for row in totals if int(row["rank"]) in shown_ranks]
         matched = bool(job.get("collective_count", 1))  # absent: a report from before it
         lines.extend(_table(_rank_columns(matched), rows, width, style, bold))
+        lines.extend(
+            style(line, _DIM)
+            for line in wrap(
+                "host wait: in the rank's syncs; blocking: in blocking Python calls that are "
+                "no sync (time.sleep, a lock, a queue); collective wait: in collectives "
+                "matched across ranks, waiting for a peer; late: how late the rank came to "
+                "them; others waited: what its lateness cost the other ranks"
+                + ("" if matched else "; -: no collective matched across ranks, none measured"),
+                width,
+                _INDENT,
+                _INDENT,
+            )
+        )
         if left_out:
             lines.append(
                 f"{_INDENT}... {left_out} more ranks, none later than these "

@@ -250,6 +250,12 @@ def build_sites(
                     (s.source.copies_found for s in members if s.source is not None), default=0
                 ),
                 cell=source.cell if source else None,
+                annotations=[
+                    name
+                    for name, _ in Counter(
+                        s.annotations[-1] for s in members if s.annotations
+                    ).most_common(3)
+                ],
                 predicted_saving_with_others_us=with_others,
                 predicted_saving_with_others_per_step_us=(
                     None if with_others is None else with_others / max(step_count, 1)

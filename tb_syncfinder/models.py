@@ -439,6 +439,9 @@ class Site(msgspec.Struct):
     copies_found: int = 0
     # As on Source: the Jupyter cell of its line.
     cell: NotebookCell | None = None
+    # The innermost annotation (``record_function``, ``## name ##``) its syncs ran in, most
+    # frequent first, at most 3: what tells apart sites of a trace without Python stacks.
+    annotations: list[str] = field(default_factory=list)
     # False when one of its traces' device activity is not read (torch_npu's "Ascend
     # Hardware" rows): ``gpu_idle_us`` is then 0 for want of a record, not measured, and
     # the bound in ``predicted_saving_us`` is the host wait alone, not an upper bound.

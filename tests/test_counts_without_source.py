@@ -183,3 +183,21 @@ def test_a_tolist_right_after_a_cpu_is_one_copy_unless_the_source_shows_two_line
     kept, named, _sources = one_copy_per_chain(episodes, attributions, [cpu, tolist])
     assert len(kept) == copies
     assert named[0].apis == (["Tensor.cpu"] if copies == 2 else ["Tensor.cpu", "Tensor.tolist"])
+
+
+def test_sites_without_a_stack_say_the_annotations_they_ran_in(tmp_path: Path) -> None:
+    """In a trace without Python stacks every blocking ``aten::to`` reads
+    ``[aten::to] (no stack)``: the ``record_function`` annotations around its syncs are what
+    tells one site from another, in the JSON and under the site."""
+    from kineto_builder import KinetoTraceBuilder, item_sync
+
+    b = KinetoTraceBuilder()
+    for n in range(2):
+        with b.step(n):
+            with b.annotation("## sparse_data_dist ##"):
+                item_sync(b, stack=())
+    trace = b.write(tmp_path / "w.pt.trace.json")
+    report = analyze(trace)
+    (site,) = report.sites
+    assert site.file is None and site.annotations == ["## sparse_data_dist ##"]
+    assert "in ## sparse_data_dist ##" in report.to_text()

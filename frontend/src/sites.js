@@ -236,6 +236,9 @@ export function siteWhere(site, short = (p) => p) {
   }
   /** @type {{id: string, text: string}[]} */
   const notes = [];
+  // No stack: the annotations it ran in tell it from the other sites of its operator.
+  const annotations = (site.annotations || []).filter(Boolean);
+  if (!site.file && annotations.length) notes.push({ id: "annotations", text: `in ${annotations.join(", ")}` });
   const candidates = site.candidates || [];
   if (inexact && candidates.length) notes.push({ id: "candidates", text: `candidate lines ${candidates.join(", ")}` });
   // A line's forward and backward syncs are two sites of one line: say which this is.

@@ -182,3 +182,10 @@ test("a Jupyter cell's site is named by its notebook and cell, not ipykernel's f
   assert.equal(cleared.text, "train.ipynb cell 2:3*");
   assert.match(cleared.title, /2 notebook cells under the source roots hold this code/);
 });
+
+test("a site without a stack is told apart by the annotations it ran in", () => {
+  const where = siteWhere({ file: null, line: null, ops: ["aten::to"], annotations: ["## sparse_data_dist ##", "## recat ##"] });
+  assert.deepEqual(where.notes.map((n) => n.text), ["in ## sparse_data_dist ##, ## recat ##"]);
+  // A site with a line says where it is: no annotation note.
+  assert.equal(siteWhere({ file: "t.py", line: 3, line_exact: true, annotations: ["## fwd ##"] }).notes.length, 0);
+});

@@ -372,6 +372,10 @@ def _where_text(site: dict[str, Any]) -> str | None:
     site."""
     parts = []
     file = site.get("file")
+    annotations = [str(a) for a in site.get("annotations") or [] if a]
+    if not file and annotations:
+        # No stack: the annotations it ran in tell it from the other sites of its operator.
+        parts.append("in " + ", ".join(annotations))
     run_by = site.get("run_by") or {}
     if site.get("backward"):
         parts.append(

@@ -280,7 +280,12 @@ def test_a_cpu_ranks_sleep_that_sets_the_pace_is_costed_what_fixing_it_saves(tmp
     slept = _slept_per_step_us(report, "rank1", 0.03)
     assert within(top["job_saving_per_step_us"], slept, 0.2), (top, slept)
     first = min(job["late_arrivals"], key=lambda a: (a["step"], a["k"]))
-    assert first["step"] == 1 and first["explained_us"] > 0.8 * first["lateness_us"], first
+    # Explained by the sleep: most of it, or of the lateness where that is shorter. Under
+    # load the lateness grows past the 30 ms slept (39.5 ms in one CI run) and what the
+    # sleep explains stays the sleep (30.1 ms).
+    asleep_us = 0.03e6
+    assert first["step"] == 1, first
+    assert first["explained_us"] > 0.8 * min(first["lateness_us"], asleep_us), first
 
 
 @pytest.mark.parametrize(

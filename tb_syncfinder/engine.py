@@ -54,6 +54,7 @@ from tb_syncfinder.detect import (
     unjudged_uploads,
 )
 from tb_syncfinder.models import (
+    KERNEL_CELL,
     Attribution,
     Report,
     RunsReport,
@@ -869,7 +870,11 @@ def _analyze_data(
     )
     read = resolver.read_stamps
     result.source_stamps = {f: read[f] for f in source_files_of(result) if f in read}
-    result.source_probes = resolver.probes(unread_source_files(result))
+    unread = unread_source_files(result)
+    result.source_probes = resolver.probes(unread)
+    if any(KERNEL_CELL.search(path.replace("\\", "/")) for path in unread):
+        # A Jupyter cell no notebook held as it ran: its notebook saved since may.
+        result.source_stamps.update(resolver.notebook_stamps())
     return result
 
 

@@ -924,7 +924,9 @@ def result_stamps(result: Any) -> dict[str, tuple[int, int] | None]:
     recorded = getattr(result, "source_stamps", None) or {}
     files = source_files_of(result)
     stamps = file_stamps([f for f in files if f not in recorded])
-    stamps.update({f: tuple(recorded[f]) for f in files if f in recorded})
+    # Every file recorded, not only those the lines came from: the notebooks looked in for
+    # a Jupyter cell not found (saved since, one may hold it).
+    stamps.update({f: tuple(stamp) for f, stamp in recorded.items()})
     # Absent at analysis (None), as a file gone is: one that appears is a change.
     for probe in getattr(result, "source_probes", None) or ():
         stamps.setdefault(probe, None)

@@ -1692,6 +1692,20 @@ class SourceResolver:
         )
         return path
 
+    def notebook_stamps(self) -> dict[str, tuple[int, int]]:
+        """Size and mtime (ns) of each notebook the cells were looked for in (none before a
+        cell frame was): a cell not found may be in one once it is saved again."""
+        if -1 not in self._kernel_cells:
+            return {}
+        stamps = {}
+        for notebook in self._index.get(_NOTEBOOKS, []):
+            try:
+                stat = notebook.stat()
+            except OSError:
+                continue
+            stamps[str(notebook)] = (stat.st_size, stat.st_mtime_ns)
+        return stamps
+
     def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:
         """The notebook cell a Jupyter cell's recorded path stands for, and its text; None
         for any other path, or a cell no notebook under the roots holds."""

@@ -325,3 +325,26 @@ def test_in_the_kernel_a_saved_notebook_names_the_cell_and_linecache_serves_with
     assert (alone.line, alone.line_exact, alone.cell) == (ITEM_LINE, True, None)
     assert (named.line, named.line_exact) == (ITEM_LINE, True)
     assert named.cell is not None and named.cell.execution_count == 3
+
+
+def test_a_cell_no_notebook_held_is_looked_for_again_once_a_notebook_changes(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """The tab says to save the notebook: a result whose cell no notebook held records the
+    notebooks it looked in, so that saving one is a change (the plugin analyses the trace
+    again, a summary is stale) and the cell is found then."""
+    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.models import file_stamps, result_stamps
+
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, [STEP_CELL.replace("loss.item()", "loss.detach()"), LOOP_CELL])
+    (trace,) = (recorded / "logs" / "run").iterdir()
+    options = Options(source_roots=[str(tmp_path)])
+    before = analyze_trace(str(trace), options)
+    stamps = result_stamps(before)
+    assert str(notebook) in stamps and all(s.source.cell is None for s in before.latent)
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])  # saved with the cell as it ran
+    os.utime(notebook, ns=(notebook.stat().st_atime_ns, notebook.stat().st_mtime_ns + 10**9))
+    assert file_stamps([str(notebook)])[str(notebook)] != stamps[str(notebook)]
+    after = analyze_trace(str(trace), options)
+    assert {s.source.line for s in after.latent if s.source.cell} == {ITEM_LINE}

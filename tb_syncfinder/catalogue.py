@@ -704,13 +704,13 @@ CTC_LOSS_OPS = frozenset(
 )
 # The kind a CPU-only trace gives a CTC loss that would copy between host and device on a GPU,
 # as a GPU trace gives it (docs/validation.md, section 14): its forward reads the targets
-# and lengths back, its backward uploads them (torch's kernel; cuDNN's keeps the gradients
-# of its forward). cuDNN's kernel with ``reduction='none'`` waits for nothing, which a CPU
-# trace cannot tell: the fix says when it is taken.
-LATENT_CTC_KINDS = {
-    "aten::ctc_loss": DEVICE_TO_HOST_COPY,
-    "aten::_ctc_loss_backward": BLOCKING_HOST_TO_DEVICE,
-}
+# and lengths back. Only where its line shows the mean reduction (the default), which waits
+# on every GPU kernel (its upload of the target lengths): cuDNN's kernel with
+# ``reduction='none'`` waits for nothing, and torch's with it does, which a CPU trace cannot
+# tell apart (``ctc_waits_by_line``); nor its backward (cuDNN's keeps its forward's gradients).
+LATENT_CTC_KINDS = {"aten::ctc_loss": DEVICE_TO_HOST_COPY}
+_CTC_CALL = re.compile(r"\bctc_loss\(")
+_REDUCTION = re.compile(r"""\breduction\s*=\s*(?:(['"])(\w+)\1)?""")
 CTC_TITLE = "Call ctc_loss the way cuDNN takes it, and average on the device"
 CUDNN_CTC_TITLE = "ctc_loss on cuDNN: take the mean on the device, the rest stays"
 
@@ -781,21 +781,67 @@ LATENT_TENSOR_METHODS: dict[str, tuple[str, str]] = {
 # is an upload as often as not, so a ``.to()`` is a latent copy only where its source line
 # names the host (``to_the_host``).
 LATENT_METHODS_BY_LINE = frozenset({"to"})
+# Operators kept as latent only where their line says they wait (``ctc_waits_by_line``).
+LATENT_OPS_BY_LINE = frozenset(LATENT_CTC_KINDS)
 _TO_CALL = re.compile(r"\.to\(")
 _FIRST_ARG_CPU = re.compile(r"""\s*(?:(['"])cpu\1|torch\.device\(\s*(['"])cpu\2\s*\))""")
 _DEVICE_ARG_CPU = re.compile(r"""\bdevice\s*=\s*(?:(['"])cpu\1|torch\.device\(\s*(['"])cpu\2)""")
 _NON_BLOCKING = re.compile(r"\bnon_blocking\s*=\s*True\b")
 
 
+def call_arguments(line: str, start: int) -> str | None:
+    """The text between the parenthesis opened just before ``start`` and the one closing it
+    on this line (brackets inside string literals skipped); None where the call goes on to
+    the next line or a comment comes first: its arguments are not all on the line."""
+    depth = 1
+    quote = ""
+    index = start
+    while index < len(line):
+        char = line[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "#":
+            return None
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return line[start:index]
+        index += 1
+    return None
+
+
+def ctc_waits_by_line(line: str) -> bool:
+    """Whether a source line's one ``ctc_loss(...)`` call takes the mean reduction (given or
+    by default), which waits for the GPU whichever kernel runs it."""
+    calls = list(_CTC_CALL.finditer(line))
+    if len(calls) != 1:
+        return False
+    args = call_arguments(line, calls[0].end())
+    if args is None:
+        return False
+    reduction = _REDUCTION.search(args)
+    return reduction is None or reduction.group(2) == "mean"
+
+
 def to_the_host(line: str) -> bool:
     """Whether a source line's one ``.to(...)`` call copies to the host and waits: its
     device is the literal ``'cpu'`` (or ``torch.device('cpu')``), and not
     ``non_blocking=True`` (a copy to pinned memory that does not wait). A line of several
-    ``.to(`` calls, or whose device is a variable, cannot say which the trace recorded."""
+    ``.to(`` calls, or whose device is a variable, cannot say which the trace recorded; only
+    the call's own arguments count (not another call's ``device="cpu"``, nor a comment's)."""
     calls = list(_TO_CALL.finditer(line))
     if len(calls) != 1:
         return False
-    args = line[calls[0].end() :]
+    args = call_arguments(line, calls[0].end())
+    if args is None:
+        return False
     to_cpu = _FIRST_ARG_CPU.match(args) or _DEVICE_ARG_CPU.search(args)
     return bool(to_cpu) and not _NON_BLOCKING.search(args)
 

@@ -34,23 +34,33 @@ def _basename(file: str | None) -> str:
     return file.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
 
 
-# The file part of a Jupyter cell's sites: ipykernel names a cell's code by a hash of its
-# text, which an edit of the cell (the fix of one of its syncs) changes.
-JUPYTER_CELL = "<jupyter cell>"
+def _file_part(site: dict[str, Any]) -> str:
+    """A site's file as compare matches it: its base name; for a Jupyter cell found in its
+    notebook, the notebook's and the cell's (its nbformat id, else its place): ipykernel
+    names a cell's code by a hash of its text, which an edit of the cell (the fix of one of
+    its syncs) changes. A cell not found keeps that name: no other tells cells apart."""
+    cell = site.get("cell")
+    file = str(site.get("file") or "")
+    if (
+        isinstance(cell, dict)
+        and cell.get("notebook")
+        and KERNEL_CELL.search(file.replace("\\", "/"))
+    ):
+        which = cell.get("id") or f"cell {cell.get('index')}"
+        return f"{_basename(str(cell['notebook']))}[{which}]"
+    return _basename(site.get("file"))
 
 
 def site_match_key(site: dict[str, Any]) -> str:
     """``basename:func:first op:kind``, the identity of a site across runs (a Jupyter cell's
-    code: ``<jupyter cell>`` for its basename)."""
+    code: its notebook and cell for its basename)."""
     ops = site.get("ops") or []
     # Outside any operator the API call tells sites apart (cudaDeviceSynchronize and
     # cudaEventSynchronize are both explicit syncs, of no function in a stackless trace).
     first_op = ops[0] if ops else (site.get("apis") or [""])[0]
     return ":".join(
         [
-            JUPYTER_CELL
-            if KERNEL_CELL.search(str(site.get("file") or "").replace("\\", "/"))
-            else _basename(site.get("file")),
+            _file_part(site),
             site.get("func") or "",
             first_op or "",
             site.get("kind") or "",

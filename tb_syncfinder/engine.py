@@ -24,11 +24,13 @@ from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
     LATENT_METHODS_BY_LINE,
+    LATENT_OPS_BY_LINE,
     LATENT_TENSOR_METHODS,
     NPU_NOT_REPLAYED,
     NPU_TASKS_NOT_LINKED,
     SCALAR_READBACK,
     TENSOR_TEXT_OP,
+    ctc_waits_by_line,
     formats_tensor,
     in_host_only_library,
     is_collective_worker_sync,
@@ -461,12 +463,21 @@ def _latent_copies_by_line(
 ) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
     """The latent findings, less recorded ``.to()`` calls whose exact source line does not
     name the host (``catalogue.to_the_host``): ``.to(device)`` is an upload as often as not,
-    and a CPU trace says nothing of where a tensor would live."""
+    and a CPU trace says nothing of where a tensor would live; and less CTC losses whose
+    line does not show the mean reduction, the one that waits whatever kernel runs it."""
     kept = [
         n
-        for n, (episode, source) in enumerate(zip(episodes, sources, strict=True))
-        if episode.method not in LATENT_METHODS_BY_LINE
-        or to_the_host(resolver.line_text(source) or "")
+        for n, (episode, attribution, source) in enumerate(
+            zip(episodes, attributions, sources, strict=True)
+        )
+        if (
+            episode.method not in LATENT_METHODS_BY_LINE
+            or to_the_host(resolver.line_text(source) or "")
+        )
+        and (
+            LATENT_OPS_BY_LINE.isdisjoint(attribution.op_chain)
+            or ctc_waits_by_line(resolver.line_text(source) or "")
+        )
     ]
     if len(kept) == len(episodes):
         return episodes, attributions, sources

@@ -32,7 +32,10 @@ SCHEMA = "tb_syncfinder.report/1"
 # is ``op:kind`` (before: ``op:api``, unlike syncs together) and a printed tensor is one
 # ``print(tensor)`` site. Reports without it are older; compare says so instead of calling
 # their merged sites fixed or new.
-SITE_KEYS = 2
+# 3 since 2026-11-28: an f-string of a tensor is the print's site, ``x[mask] = t`` of a tensor
+# a dynamic shape, ``x.cpu().item()`` one copy, and a Jupyter cell's site is keyed by its
+# notebook cell (compare).
+SITE_KEYS = 3
 # The Tensor methods a CPU-only trace's latent findings list where they were recorded as
 # calls (``catalogue.LATENT_TENSOR_METHODS``; absent from reports before 2026-11-25;
 # ``to`` since 2026-11-28, a ``.to('cpu')`` by its line): ``compare`` tells a site of a
@@ -40,7 +43,7 @@ SITE_KEYS = 2
 LATENT_METHODS = ["cpu", "tolist", "to"]
 # Likewise the operators listed as latent since a version (absent from reports before
 # 2026-11-28): a CTC loss's copies.
-LATENT_OPS = ["aten::ctc_loss", "aten::_ctc_loss_backward"]
+LATENT_OPS = ["aten::ctc_loss"]
 
 
 # The step times without the profiler a report takes, in ms (the CLI's
@@ -101,12 +104,14 @@ class NotebookCell(msgspec.Struct):
     ``notebook``: the ``.ipynb`` file here; ``index``: the cell's place among the notebook's
     cells, from 1; ``execution_count``: its ``In [n]`` as the notebook was saved (None when
     saved without it); ``copies``: how many cells under the roots hold the same text (the
-    one named is in the notebook nearest the trace's folder, else the first found)."""
+    one named is the first by the notebooks' paths); ``id``: the cell's nbformat id (4.5 and
+    later; None before), which stays as cells are added above it."""
 
     notebook: str
     index: int
     execution_count: int | None = None
     copies: int = 1
+    id: str | None = None
 
 
 class Source(msgspec.Struct):

@@ -36,6 +36,7 @@ import copy
 import os
 import re
 import site
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -663,15 +664,20 @@ class _KernelCell(NamedTuple):
     index: int  # among the notebook's cells, from 1
     execution_count: int | None
     text: bytes
+    id: str | None
 
 
 def _notebook_cells(path: Path) -> list[_KernelCell]:
-    """The code cells of a saved notebook (nbformat 4; an unreadable one has none)."""
+    """The code cells of a saved notebook (nbformat 4; an unreadable one has none, nor a
+    FIFO or other file that is not a regular one: reading it could wait forever)."""
     try:
-        if path.stat().st_size > _MAX_NOTEBOOK_BYTES:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode) or status.st_size > _MAX_NOTEBOOK_BYTES:
             return []
-        document = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError, RecursionError):
+        data = path.read_bytes()
+        # A BOM some editors write; invalid UTF-8 in a string is a ValueError of its own.
+        document = msgspec.json.decode(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
+    except (OSError, ValueError, RecursionError, MemoryError):
         return []
     cells = document.get("cells") if isinstance(document, dict) else None
     found: list[_KernelCell] = []
@@ -684,12 +690,14 @@ def _notebook_cells(path: Path) -> list[_KernelCell]:
         if not isinstance(source, str) or len(source) > _MAX_SOURCE_BYTES:
             continue
         count = cell.get("execution_count")
+        cell_id = cell.get("id")
         found.append(
             _KernelCell(
                 path,
                 index,
                 count if type(count) is int else None,
                 source.encode("utf-8", "surrogatepass"),
+                cell_id if isinstance(cell_id, str) else None,
             )
         )
     return found
@@ -890,8 +898,8 @@ _READ_FUNCTIONS = frozenset({"int"})
 def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
     """Whether a scalar read at ``line`` sets a size on the host: the read (``t.item()``,
     ``int(t)``; with ``frameless``, any expression, as an implicit ``__index__`` reads the
-    tensor itself) is a slice bound, a subscript's index, or an argument of a size-taking
-    call (``range``, a factory, a shape method). Such a value cannot stay on the device."""
+    tensor itself) is a slice bound or an argument of a size-taking call (``range``, a
+    factory, a shape method). Such a value cannot stay on the device."""
     for statement in _statements_at(scope, line):
         stack: list[tuple[ast.AST, bool]] = [(statement, False)]
         while stack:
@@ -929,8 +937,8 @@ def _is_size_position(parent: ast.AST, child: ast.AST) -> bool:
     """Whether ``child`` of ``parent`` is a size, bound or index the host needs."""
     if isinstance(parent, ast.Slice):
         return True
-    if isinstance(parent, ast.Subscript):
-        return child is parent.slice and not isinstance(child, (ast.Slice, ast.Tuple))
+    # Not a subscript's plain index: ``counts[int(t)] += 1`` looks a Python list up (a count
+    # to keep on the device), ``x[i]`` sets no size either.
     if not isinstance(parent, ast.Call) or child is parent.func:
         return False
     func = parent.func
@@ -1392,6 +1400,10 @@ class SourceResolver:
         # cell frame, shared with every view), and a recorded cell path found so -> its cell.
         self._kernel_cells: dict[int, list[_KernelCell]] = {}
         self._cell_of: dict[str, NotebookCell] = {}
+        # Each notebook read for its cells -> its size and mtime then.
+        self._notebooks_read: dict[str, tuple[int, int]] = {}
+        # A file's lines for ``line_text``, split once.
+        self._split: dict[Path, list[bytes]] = {}
 
     # -- files -------------------------------------------------------------------------
     def beside(self, trace_path: str) -> SourceResolver:
@@ -1672,6 +1684,11 @@ class SourceResolver:
         cells = self._kernel_cells
         if -1 not in cells:  # the notebooks' cells, read once (-1: no cell's number)
             for notebook in sorted(self._suffix_index().get(_NOTEBOOKS, [])):
+                try:
+                    status = notebook.stat()
+                    self._notebooks_read[str(notebook)] = (status.st_size, status.st_mtime_ns)
+                except OSError:
+                    continue
                 for cell in _notebook_cells(notebook):
                     text = cell.text.decode("utf-8", "surrogatepass")
                     cells.setdefault(kernel_cell_hash(text), []).append(cell)
@@ -1688,23 +1705,15 @@ class SourceResolver:
         except OSError:
             pass
         self._cell_of[str(path)] = NotebookCell(
-            str(cell.notebook), cell.index, cell.execution_count, len(found)
+            str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
         )
         return path
 
     def notebook_stamps(self) -> dict[str, tuple[int, int]]:
-        """Size and mtime (ns) of each notebook the cells were looked for in (none before a
-        cell frame was): a cell not found may be in one once it is saved again."""
-        if -1 not in self._kernel_cells:
-            return {}
-        stamps = {}
-        for notebook in self._index.get(_NOTEBOOKS, []):
-            try:
-                stat = notebook.stat()
-            except OSError:
-                continue
-            stamps[str(notebook)] = (stat.st_size, stat.st_mtime_ns)
-        return stamps
+        """Size and mtime (ns) of each notebook the cells were looked for in, as they were
+        read (none before a cell frame was): a cell not found may be in one once it is
+        saved again."""
+        return dict(self._notebooks_read)
 
     def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:
         """The notebook cell a Jupyter cell's recorded path stands for, and its text; None
@@ -1724,12 +1733,14 @@ class SourceResolver:
         # A cell's text is kept under its recorded name (``_kernel_cell``).
         cell = source.cell is not None
         path = Path(source.file.replace("\\", "/") if cell else source.resolved_path)
-        data = self._bytes.get(path)
-        if data is None and not cell:
-            data = self._source_bytes(path)
-        if data is None:
-            return None
-        lines = data.splitlines()
+        lines = self._split.get(path)
+        if lines is None:
+            data = self._bytes.get(path)
+            if data is None and not cell:
+                data = self._source_bytes(path)
+            if data is None:
+                return None
+            lines = self._split[path] = data.splitlines()  # once per file, not per sync
         if not 1 <= source.line <= len(lines):
             return None
         return lines[source.line - 1].decode("utf-8", "replace")

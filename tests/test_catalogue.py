@@ -50,7 +50,7 @@ def test_every_refinement_names_catalogued_kinds_and_sync_operators() -> None:
             op.startswith("aten::") or catalogue.is_collective_op(op) for op in entry.ops
         )
     for op in catalogue.LATENT_TRIGGERS:
-        assert op in catalogue.OP_KINDS
+        assert op in catalogue.OP_KINDS or op in catalogue.LATENT_CTC_KINDS
 
 
 def test_advice_follows_the_outermost_operator_and_says_what_it_removes() -> None:

@@ -213,16 +213,16 @@ def test_a_cpu_trace_of_the_probe_lists_the_same_lines_and_fixes_as_latent(
     tmp_path: Path,
 ) -> None:
     """On the CPU nothing waits; the same probe's trace lists as latent the lines that
-    synced on the H200, with the same fixes (``inv_ex``'s CPU-only read is not one), but
-    ctc_loss's (on the CPU its lengths are already there) and the set-up copies; and
-    ``one_hot`` given ``num_classes``, whose CPU kernel reads either way and which a trace
-    without ``record_shapes`` cannot tell apart."""
+    synced on the H200, with the same fixes (``inv_ex``'s CPU-only read is not one), the
+    set-up copies apart: ctc_loss's too (its mean reduction waits on any GPU), not the fix
+    that waited for nothing there (cuDNN's kernel, ``reduction="none"``); and ``one_hot``
+    given ``num_classes``, whose CPU kernel reads either way and which a trace without
+    ``record_shapes`` cannot tell apart."""
     report = _cpu_report(tmp_path, "probe")
     latent = {s.line: s.advice["title"] for s in report.latent_sites if s.func == "probe"}
     one_hot_given = _line_of("F.one_hot(labels, num_classes=10)  # FIX: one_hot")
-    ctc = {line for line, name in SYNC_LINES.items() if name == "ctc_loss"}
-    assert set(latent) == set(SYNC_LINES) - ctc | {one_hot_given}
-    for line in set(SYNC_LINES) - ctc:
+    assert set(latent) == set(SYNC_LINES) | {one_hot_given}
+    for line in SYNC_LINES:
         assert latent[line] == TITLES[SYNC_LINES[line]], line
 
 

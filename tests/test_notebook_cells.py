@@ -348,3 +348,40 @@ def test_a_cell_no_notebook_held_is_looked_for_again_once_a_notebook_changes(
     assert file_stamps([str(notebook)])[str(notebook)] != stamps[str(notebook)]
     after = analyze_trace(str(trace), options)
     assert {s.source.line for s in after.latent if s.source.cell} == {ITEM_LINE}
+
+
+def test_notebooks_that_cannot_be_read_are_passed_over_not_fatal(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """A notebook of invalid UTF-8, one with a BOM, and a FIFO named ``.ipynb`` beside the
+    one that holds the cell: the cell is found, nothing waits for a writer, nothing fails."""
+    (tmp_path / "a_bad.ipynb").write_bytes(b'{"cells":[{"cell_type":"code","source":"x = \xe9"}]}')
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "b_pipe.ipynb")
+    _notebook(tmp_path / "c_train.ipynb", [STEP_CELL, LOOP_CELL])
+    bom = tmp_path / "d_bom.ipynb"
+    _notebook(bom, [STEP_CELL, LOOP_CELL])
+    bom.write_bytes(b"\xef\xbb\xbf" + bom.read_bytes())
+    (site,) = analyze(recorded / "logs", source_roots=[str(tmp_path)]).latent_sites
+    assert site.cell is not None and Path(site.cell.notebook).name == "c_train.ipynb"
+    assert site.cell.copies == 2  # the BOM's notebook holds it too
+    guard = SourceGuard([str(tmp_path)])
+    assert guard.read(_cell_file(5, STEP_CELL), ITEM_LINE, 0).lines == ["    total = loss.item()"]
+
+
+def test_the_source_view_checks_a_cell_name_as_any_other_and_sees_a_notebook_saved_later(
+    tmp_path: Path,
+) -> None:
+    guard = SourceGuard([str(tmp_path)])
+    for bad in ("/" + "a" * 300 + "/ipykernel_1/2.py", "x" * 10_000 + "/ipykernel_1/2.py"):
+        with pytest.raises(SourceError) as raised:
+            guard.read(bad, 1, 0)
+        assert raised.value.status in (400, 403, 404)  # an answer, not an OSError (a 500)
+    # The hint says to save the notebook: the view finds the cell once it is.
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, [LOOP_CELL])
+    with pytest.raises(SourceError):
+        guard.read(_cell_file(9, STEP_CELL), ITEM_LINE, 0)
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])
+    os.utime(notebook, ns=(notebook.stat().st_atime_ns, notebook.stat().st_mtime_ns + 10**9))
+    assert guard.read(_cell_file(9, STEP_CELL), ITEM_LINE, 0).lines == ["    total = loss.item()"]

@@ -136,8 +136,10 @@ class SourceGuard:
     def _inside_roots(self, resolved: Path) -> bool:
         return any(resolved == root or resolved.is_relative_to(root) for root in self.roots)
 
-    def resolve(self, name: str) -> Path:
-        """The safe local file for ``name``; raises SourceError (400/403/404) otherwise."""
+    @staticmethod
+    def _check_name(name: str) -> None:
+        """SourceError 400 for a name no file is asked by (empty, too long, control or
+        percent-encoded characters)."""
         if not name:
             raise SourceError(400, "parameter 'file' is required")
         if len(name) > MAX_NAME_CHARS:
@@ -146,6 +148,10 @@ class SourceGuard:
             raise SourceError(400, "parameter 'file' holds control characters")
         if _ENCODED.search(name):
             raise SourceError(400, "parameter 'file' holds percent-encoded characters")
+
+    def resolve(self, name: str) -> Path:
+        """The safe local file for ``name``; raises SourceError (400/403/404) otherwise."""
+        self._check_name(name)
         if not name.endswith(".py"):
             raise SourceError(403, f"{name}: only .py files are served")
         if not self.roots:
@@ -194,7 +200,17 @@ class SourceGuard:
             return None
         self._engine_candidate(name)  # the resolver, fresh when its memo is full
         assert self._resolver is not None
-        found = self._resolver.notebook_cell(name)
+        try:
+            found = self._resolver.notebook_cell(name)
+            if found is None and self._resolver.notebook_stamps() != self._current_notebooks():
+                # A notebook saved since the resolver looked (the tab's hint says to save
+                # it): look again, with a fresh resolver.
+                self._resolver = None
+                self._engine_candidate(name)
+                assert self._resolver is not None
+                found = self._resolver.notebook_cell(name)
+        except (OSError, ValueError):
+            return None
         if found is None:
             return None
         cell, text = found
@@ -203,12 +219,25 @@ class SourceGuard:
             return None
         return notebook, text
 
+    def _current_notebooks(self) -> dict[str, tuple[int, int]]:
+        """The notebooks the resolver found, as they are now (size, mtime)."""
+        assert self._resolver is not None
+        stamps = {}
+        for path in self._resolver.notebook_stamps():
+            try:
+                status = os.stat(path)
+            except OSError:
+                continue
+            stamps[path] = (status.st_size, status.st_mtime_ns)
+        return stamps
+
     def read(self, name: str, line: int, context: int = 5) -> SourceLines:
         """``context`` lines either side of ``line`` (1-based) of the file ``name``."""
         if line < 1:
             raise SourceError(400, "parameter 'line' must be >= 1")
         if not 0 <= context <= MAX_CONTEXT_LINES:
             raise SourceError(400, f"parameter 'context' must be in 0..{MAX_CONTEXT_LINES}")
+        self._check_name(name)
         cell = self._notebook_cell(name)
         if cell is not None:
             path, data = cell

@@ -580,10 +580,11 @@ def _keys_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
         return None
     return (
         f"the {' and the '.join(older)} report{'s were' if len(older) > 1 else ' was'} written "
-        "by an older tb-syncfinder, whose sites without a source line put unlike syncs "
-        "together and whose prints were several sites: some sites read as fixed or new "
-        "though nothing changed; analyse the traces again (or compare the trace folders) "
-        "for a like-for-like comparison"
+        "by another version of tb-syncfinder, which keys sites otherwise (sites without a "
+        "source line, prints and f-strings of tensors, boolean-mask assignments, "
+        "x.cpu().item(), Jupyter cells): some sites read as fixed or new though nothing "
+        "changed; analyse the traces again (or compare the trace folders) for a "
+        "like-for-like comparison"
     )
 
 

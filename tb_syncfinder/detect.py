@@ -22,7 +22,9 @@ is not a sync.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -493,7 +495,10 @@ def _cpu_call_before(thread: HostThread, index: int) -> int:
 
 
 def one_copy_per_chain(
-    episodes: list[Episode], attributions: list[Attribution], sources: list[Source | None]
+    episodes: list[Episode],
+    attributions: list[Attribution],
+    sources: list[Source | None],
+    line_text: Callable[[Source | None], str | None] = lambda source: None,
 ) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
     """One latent copy for a recorded ``.tolist()`` or ``.item()`` made right after a
     ``.cpu()`` by the same caller, nothing called between (``Episode.after_cpu``): on a GPU
@@ -516,7 +521,12 @@ def one_copy_per_chain(
     kept = []
     for n, (episode, source) in enumerate(zip(episodes, sources, strict=True)):
         cpu = cpu_at.get((id(episode.thread), episode.after_cpu), -1)
-        if episode.after_cpu >= 0 and cpu >= 0 and not _lines_apart(sources[cpu], source):
+        if (
+            episode.after_cpu >= 0
+            and cpu >= 0
+            and not _lines_apart(sources[cpu], source)
+            and (episode.method or _reads_the_copy(line_text(source)))
+        ):
             apis = attributions[cpu].apis
             # A recorded method is named so already (``Tensor.tolist``); an ``.item()`` is
             # found by its operator.
@@ -530,6 +540,17 @@ def one_copy_per_chain(
         [attributions[n] for n in kept],
         [sources[n] for n in kept],
     )
+
+
+# ``x.cpu().item()``, ``x.to("cpu").item()``: the read is of the copy's result.
+_CHAINED_READ = re.compile(r"\.(?:cpu\(\s*\)|to\([^()]*\))\s*\.item\(")
+
+
+def _reads_the_copy(line: str | None) -> bool:
+    """Whether an ``.item()`` right after a copy reads that copy's result: its line chains
+    the two, or the line is not read (the trace's order is all there is). Not
+    ``return preds.cpu(), loss.item()``, another tensor's read."""
+    return line is None or _CHAINED_READ.search(line) is not None
 
 
 def _lines_apart(first: Source | None, second: Source | None) -> bool:

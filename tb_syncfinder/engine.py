@@ -712,7 +712,9 @@ def _analyze_data(
                 resolver, episodes, attributions, sources
             )
         if any(episode.after_cpu >= 0 for episode in episodes):
-            episodes, attributions, sources = one_copy_per_chain(episodes, attributions, sources)
+            episodes, attributions, sources = one_copy_per_chain(
+                episodes, attributions, sources, resolver.line_text
+            )
         # A tensor turned into text (print, str, f-string, logging) reads values back
         # through several operators: one scalar read-back at the print, one site.
         as_text = [

@@ -356,9 +356,10 @@ def train_step(x, step):
     d = x.to(DEV)
     e = x.to(DEV); f = torch.zeros(2, device="cpu")  # noqa: E702
     g = x.to(DEV)  # device="cpu" when testing on a laptop
-    return a, b, c, d, e, f, g
+    h, i = x.cpu(), loss.item()
+    return a, b, c, d, e, f, g, h, i
 """
-CPU_ITEM_LINE, TO_CPU_ITEM_LINE, CAST_TOLIST_LINE = 8, 9, 10
+CPU_ITEM_LINE, TO_CPU_ITEM_LINE, CAST_TOLIST_LINE, TWO_TENSORS_LINE = 8, 9, 10, 14
 
 
 def test_a_read_of_what_a_copy_to_the_host_returned_is_that_copy_only(tmp_path):
@@ -372,6 +373,9 @@ def test_a_read_of_what_a_copy_to_the_host_returned_is_that_copy_only(tmp_path):
         (CPU_ITEM_LINE, "device_to_host_copy", ("Tensor.cpu", "Tensor.item")),
         (TO_CPU_ITEM_LINE, "device_to_host_copy", ("Tensor.to", "Tensor.item")),
         (CAST_TOLIST_LINE, "device_to_host_copy", ("Tensor.tolist",)),
+        # Another tensor's read right after a copy is a read of its own.
+        (TWO_TENSORS_LINE, "device_to_host_copy", ("Tensor.cpu",)),
+        (TWO_TENSORS_LINE, "scalar_readback", ("aten::_local_scalar_dense",)),
     ]
 
 

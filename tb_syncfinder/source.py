@@ -663,8 +663,29 @@ class _KernelCell(NamedTuple):
     notebook: Path
     index: int  # among the notebook's cells, from 1
     execution_count: int | None
-    text: bytes
+    text: bytes  # as IPython compiles it (``_as_compiled``): the trace's lines are of it
     id: str | None
+    number: int  # ipykernel's name for it: the hash of its text as written
+
+
+# A line IPython runs as a magic or a shell command (``%time f()``, ``!ls``, ``x = !ls``):
+# it compiles a call in its place, on the same line.
+_MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w., ]+=\s*[%!])")
+
+
+def _as_compiled(source: str) -> str:
+    """A cell's text as IPython compiles it, for its line numbers and a parse: its leading
+    empty lines dropped (IPython drops them, so the trace's line 1 is the first line with
+    code), each magic or shell line a ``pass`` of its indent (IPython puts a call there)."""
+    lines = source.splitlines(keepends=True)
+    first = 0
+    while first < len(lines) and not lines[first].strip():
+        first += 1
+    compiled = []
+    for line in lines[first:]:
+        magic = _MAGIC_LINE.match(line)
+        compiled.append(f"{magic.group(1)}pass\n" if magic else line)
+    return "".join(compiled)
 
 
 def _notebook_cells(path: Path) -> list[_KernelCell]:
@@ -689,6 +710,8 @@ def _notebook_cells(path: Path) -> list[_KernelCell]:
             source = "".join(source)
         if not isinstance(source, str) or len(source) > _MAX_SOURCE_BYTES:
             continue
+        if source.lstrip().startswith("%%"):
+            continue  # a cell magic runs its body under another name
         count = cell.get("execution_count")
         cell_id = cell.get("id")
         found.append(
@@ -696,8 +719,9 @@ def _notebook_cells(path: Path) -> list[_KernelCell]:
                 path,
                 index,
                 count if type(count) is int else None,
-                source.encode("utf-8", "surrogatepass"),
+                _as_compiled(source).encode("utf-8", "surrogatepass"),
                 cell_id if isinstance(cell_id, str) else None,
+                kernel_cell_hash(source),
             )
         )
     return found
@@ -1690,8 +1714,7 @@ class SourceResolver:
                 except OSError:
                     continue
                 for cell in _notebook_cells(notebook):
-                    text = cell.text.decode("utf-8", "surrogatepass")
-                    cells.setdefault(kernel_cell_hash(text), []).append(cell)
+                    cells.setdefault(cell.number, []).append(cell)
             cells[-1] = []
         found = cells.get(number)
         if not found:

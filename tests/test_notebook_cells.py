@@ -385,3 +385,25 @@ def test_the_source_view_checks_a_cell_name_as_any_other_and_sees_a_notebook_sav
     _notebook(notebook, [STEP_CELL, LOOP_CELL])
     os.utime(notebook, ns=(notebook.stat().st_atime_ns, notebook.stat().st_mtime_ns + 10**9))
     assert guard.read(_cell_file(9, STEP_CELL), ITEM_LINE, 0).lines == ["    total = loss.item()"]
+
+
+def test_a_cell_with_leading_empty_lines_and_a_magic_keeps_its_exact_line(tmp_path: Path) -> None:
+    """IPython compiles a cell without its leading empty lines, a magic as a call on its
+    line: the trace's lines are of that text, and so is the line named (a real kernel)."""
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    step = "\n\n%env TB_SYNCFINDER_TEST=1\n" + STEP_CELL
+    cells = [step, LOOP_CELL, f"profile_steps({str(trace)!r})"]
+    trace.parent.mkdir(parents=True)
+    subprocess.run(
+        [sys.executable, "-c", NOTEBOOK_RUN, json.dumps(cells), str(tmp_path / "train.ipynb")],
+        check=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    (site,) = analyze(tmp_path / "logs", source_roots=[str(tmp_path)]).latent_sites
+    assert site.cell is not None and site.line_exact
+    assert site.line == ITEM_LINE + 1  # the magic's line; the empty lines above are dropped
+    lines = SourceGuard([str(tmp_path)]).read(site.file, site.line, 0).lines
+    assert lines == ["    total = loss.item()"]

@@ -335,7 +335,12 @@ def notebook_file_line(notebook: str, index: int, line: int) -> int | None:
         return None
     if isinstance(source, str):
         source = source.splitlines(keepends=True)
-    if not isinstance(source, list) or not 1 <= line <= len(source):
+    if not isinstance(source, list) or not all(isinstance(part, str) for part in source):
+        return None
+    # The trace counts a cell's lines as IPython compiles it, without its leading empty lines.
+    leading = next((n for n, part in enumerate(source) if part.strip()), len(source))
+    line += leading
+    if not 1 <= line <= len(source):
         return None
     wanted = [json.dumps(part, ensure_ascii=False) for part in source]
     rows = [row.strip().removesuffix(",") for row in text.splitlines()]

@@ -1424,6 +1424,9 @@ class SourceResolver:
         # cell frame, shared with every view), and a recorded cell path found so -> its cell.
         self._kernel_cells: dict[int, list[_KernelCell]] = {}
         self._cell_of: dict[str, NotebookCell] = {}
+        # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
+        # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
+        self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
         # Each notebook read for its cells -> its size and mtime then.
         self._notebooks_read: dict[str, tuple[int, int]] = {}
         # A file's lines for ``line_text``, split once.
@@ -2020,10 +2023,9 @@ class SourceResolver:
                     frame.func,
                     True,
                     resolved,
-                    loop_line=loop_around(scope, lines[0]),
                     # Read without a call of its own (``x[:n]``), or by the size-taking
                     # call itself (``torch.arange(n)`` reads ``n``): the tensor is the read.
-                    read_as_size=read_as_size(
+                    **self._line_facts(
                         scope, lines[0], label == "<scalar>" or bool(_SIZE_CALLS & set(group))
                     ),
                 )
@@ -2040,6 +2042,18 @@ class SourceResolver:
         return Source(
             frame.file, line, def_line, frame.func, False, resolved, recorded_line=recorded_line
         )
+
+    def _line_facts(self, scope: ast.AST, line: int, frameless: bool) -> dict[str, Any]:
+        """``loop_line`` and ``read_as_size`` of an exact line, walked once per line: a
+        trace resolves one line for each of its calls (thousands a run)."""
+        key = (id(scope), line, frameless)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = self._facts[key] = {
+                "loop_line": loop_around(scope, line),
+                "read_as_size": read_as_size(scope, line, frameless),
+            }
+        return facts
 
     def _class_called(self, group: tuple[str, ...], parsed: _ParsedFile) -> tuple[str, ...]:
         """A class called (an ``init_call`` group) as its name, read from the ``class``

@@ -1725,11 +1725,8 @@ class SourceResolver:
         cell = found[0]  # of copies of one text (a notebook copied), the first by path
         path = Path(recorded)
         self._bytes[path] = cell.text
-        try:
-            stat = cell.notebook.stat()
-            self.read_stamps[str(cell.notebook)] = (stat.st_size, stat.st_mtime_ns)
-        except OSError:
-            pass
+        # The notebook as read, for an edit made since to show as a change.
+        self.read_stamps[str(cell.notebook)] = self._notebooks_read[str(cell.notebook)]
         self._cell_of[str(path)] = NotebookCell(
             str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Optional
 
 import msgspec
@@ -94,6 +94,11 @@ class Frame(msgspec.Struct):
 # ipykernel (6 and later) compiles a Jupyter cell under ``<tmp>/ipykernel_<pid>/<n>.py``, ``n``
 # the murmur2 hash of the cell's text (ipykernel/compiler.py), and never writes that file.
 KERNEL_CELL = re.compile(r"(?:^|/)ipykernel_\d+/(\d+)\.py\Z")
+
+# A source file as an analysis read it: its size and mtime (ns); a notebook's also the
+# digest of its code cells (``source.notebook_code_digest``), so that a save that changed
+# only its outputs is no change (``stamp_holds``).
+Stamp = tuple[Any, ...]
 
 
 class NotebookCell(msgspec.Struct):
@@ -682,9 +687,9 @@ class TraceResult(msgspec.Struct):
     # trace without distributedInfo.
     rank: RankTrace | None = None
     savings: TraceSavings = field(default_factory=TraceSavings)
-    # Size and mtime (ns) of each source file its lines were resolved in, as it was read:
-    # the plugin and the summaries compare them with the files now to see edits since.
-    source_stamps: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Each source file its lines were resolved in, as it was read (``Stamp``): the plugin
+    # and the summaries compare them with the files now to see edits since.
+    source_stamps: dict[str, Stamp] = field(default_factory=dict)
     # Paths where a source file its lines did not find would have been found (under a root
     # at its recorded path or by its name, beside the trace), absent then: one that appears
     # (the user copied the file in) makes a cached result stale, as an edit does.
@@ -909,20 +914,60 @@ def unread_source_files(result: Any) -> list[str]:
     return sorted(files)
 
 
-def file_stamps(files: Iterable[str]) -> dict[str, tuple[int, int] | None]:
-    """Size and mtime (ns) of each file as it is now (None: gone)."""
-    stamps: dict[str, tuple[int, int] | None] = {}
+def file_stamps(
+    files: Iterable[str],
+    notebooks: Collection[str] = (),
+    read: dict[str, Stamp] | None = None,
+) -> dict[str, Stamp | None]:
+    """Size and mtime (ns) of each file as it is now (None: gone); each of ``notebooks``
+    with the digest of its code cells too, read again only where ``read`` (what the caller
+    keeps of the notebooks read before, filled here) has it at another size or mtime."""
+    stamps: dict[str, Stamp | None] = {}
+    notebooks = set(notebooks)
     for path in files:
         try:
             stat = os.stat(path)
         except OSError:
             stamps[path] = None
-        else:
-            stamps[path] = (stat.st_size, stat.st_mtime_ns)
+            continue
+        stamp: Stamp = (stat.st_size, stat.st_mtime_ns)
+        if path in notebooks:
+            known = read.get(path) if read is not None else None
+            if known is not None and known[:2] == stamp:
+                stamp = known
+            else:
+                from tb_syncfinder.source import notebook_code_digest
+
+                stamp = (*stamp, notebook_code_digest(path))
+                if read is not None:
+                    read[path] = stamp
+        stamps[path] = stamp
     return stamps
 
 
-def result_stamps(result: Any) -> dict[str, tuple[int, int] | None]:
+def stamp_holds(recorded: Stamp | None, now: Stamp | None) -> bool:
+    """Whether a file is as a result read it: of the same size and mtime, or a notebook of
+    the same code (both stamps with its digest: a save of new outputs changes nothing)."""
+    if recorded is None or now is None:
+        return recorded is None and now is None
+    if tuple(recorded[:2]) == tuple(now[:2]):
+        return True
+    return len(recorded) > 2 and len(now) > 2 and recorded[2] == now[2]
+
+
+def stamps_hold(recorded: dict[str, Any]) -> bool:
+    """Whether every file of ``recorded`` (path -> ``Stamp`` or None: absent then) is as it
+    was; a notebook is read only where its size or mtime changed."""
+    now = file_stamps(recorded)
+    moved = [path for path, stamp in recorded.items() if not stamp_holds(stamp, now[path])]
+    notebooks = [path for path in moved if recorded[path] is not None and len(recorded[path]) > 2]
+    if len(notebooks) < len(moved):
+        return False
+    now.update(file_stamps(notebooks, notebooks))
+    return all(stamp_holds(recorded[path], now[path]) for path in notebooks)
+
+
+def result_stamps(result: Any) -> dict[str, Stamp | None]:
     """Size and mtime of each source file a result's lines came from, as the analysis read
     it (``TraceResult.source_stamps``), else as it is now (None: gone). Taken at read time,
     an edit made while the trace was analysed still differs from the file afterwards."""

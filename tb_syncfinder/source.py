@@ -54,6 +54,7 @@ from tb_syncfinder.models import (
     NotebookCell,
     Observed,
     Source,
+    Stamp,
 )
 
 # Directories never searched for sources when matching path suffixes.
@@ -688,21 +689,56 @@ def _as_compiled(source: str) -> str:
     return "".join(compiled)
 
 
-def _notebook_cells(path: Path) -> list[_KernelCell]:
-    """The code cells of a saved notebook (nbformat 4; an unreadable one has none, nor a
-    FIFO or other file that is not a regular one: reading it could wait forever)."""
+def _read_notebook(path: Path) -> tuple[list[Any], str | None] | None:
+    """The cells of a saved notebook as written (nbformat 4), and the digest of its code
+    cells (``_code_digest``); None for one that cannot be read, or a FIFO or other file
+    that is not a regular one (reading it could wait forever)."""
     try:
         status = path.stat()
         if not stat.S_ISREG(status.st_mode) or status.st_size > _MAX_NOTEBOOK_BYTES:
-            return []
+            return None
         data = path.read_bytes()
         # A BOM some editors write; invalid UTF-8 in a string is a ValueError of its own.
         document = msgspec.json.decode(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     except (OSError, ValueError, RecursionError, MemoryError):
-        return []
+        return None
     cells = document.get("cells") if isinstance(document, dict) else None
+    cells = cells if isinstance(cells, list) else []
+    return cells, _code_digest(cells)
+
+
+def _code_digest(cells: list[Any]) -> str | None:
+    """A digest of what a notebook gives the analysis: each code cell's place, execution
+    count, id and text. Jupyter saves a notebook every two minutes while a cell's outputs
+    grow (a training loop's progress): only these make a result read from it stale."""
+    try:
+        from _sha1 import sha1  # hashlib loads OpenSSL (``models.sync_id_prefix``)
+    except ImportError:
+        from hashlib import sha1
+
+    code = [
+        [index, cell.get("execution_count"), cell.get("id"), cell.get("source")]
+        for index, cell in enumerate(cells, start=1)
+        if isinstance(cell, dict) and cell.get("cell_type") == "code"
+    ]
+    try:
+        return sha1(msgspec.json.encode(code)).hexdigest()
+    except (TypeError, ValueError, OverflowError):
+        return None  # values no JSON decode gives (cannot be); unreadable either way
+
+
+def notebook_code_digest(path: str) -> str | None:
+    """The digest of a notebook's code cells as it is now (``_code_digest``); None where it
+    cannot be read."""
+    read = _read_notebook(Path(path))
+    return read[1] if read is not None else None
+
+
+def _notebook_cells(cells: list[Any], path: Path) -> list[_KernelCell]:
+    """The code cells of a notebook (``_read_notebook``'s), each with ipykernel's name for
+    it and its text as IPython compiles it."""
     found: list[_KernelCell] = []
-    for index, cell in enumerate(cells if isinstance(cells, list) else [], start=1):
+    for index, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source")
@@ -1412,7 +1448,7 @@ class SourceResolver:
         # Size and mtime (ns) of each file read, taken just before reading it: a result
         # records them for its lines' files, so an edit made while (or after) the trace was
         # analysed shows as a change (``models.result_stamps``).
-        self.read_stamps: dict[str, tuple[int, int]] = {}
+        self.read_stamps: dict[str, Stamp] = {}
         self._lines: dict[Path, list[bytes] | None] = {}
         # The suffix walk's index (file name -> paths), walked once: the dict is shared with
         # every ``beside`` view, so the walk's completion is a key of it, not an attribute.
@@ -1427,8 +1463,9 @@ class SourceResolver:
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
-        # Each notebook read for its cells -> its size and mtime then.
-        self._notebooks_read: dict[str, tuple[int, int]] = {}
+        # Each notebook read for its cells -> its size and mtime then, and the digest of its
+        # code cells as read.
+        self._notebooks_read: dict[str, tuple[int, int, str | None]] = {}
         # A file's lines for ``line_text``, split once.
         self._split: dict[Path, list[bytes]] = {}
 
@@ -1713,10 +1750,18 @@ class SourceResolver:
             for notebook in sorted(self._suffix_index().get(_NOTEBOOKS, [])):
                 try:
                     status = notebook.stat()
-                    self._notebooks_read[str(notebook)] = (status.st_size, status.st_mtime_ns)
                 except OSError:
                     continue
-                for cell in _notebook_cells(notebook):
+                read = _read_notebook(notebook)
+                # Its stamp carries the digest of its code: a save of new outputs is none
+                # of a result's business (``models.stamp_holds``).
+                digest = read[1] if read is not None else None
+                self._notebooks_read[str(notebook)] = (
+                    status.st_size,
+                    status.st_mtime_ns,
+                    digest,
+                )
+                for cell in _notebook_cells(read[0], notebook) if read is not None else ():
                     cells.setdefault(cell.number, []).append(cell)
             cells[-1] = []
         found = cells.get(number)
@@ -1732,10 +1777,10 @@ class SourceResolver:
         )
         return path
 
-    def notebook_stamps(self) -> dict[str, tuple[int, int]]:
-        """Size and mtime (ns) of each notebook the cells were looked for in, as they were
-        read (none before a cell frame was): a cell not found may be in one once it is
-        saved again."""
+    def notebook_stamps(self) -> dict[str, tuple[int, int, str | None]]:
+        """Size, mtime (ns) and code digest of each notebook the cells were looked for in,
+        as they were read (none before a cell frame was): a cell not found may be in one
+        once its code is saved again."""
         return dict(self._notebooks_read)
 
     def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:

@@ -33,7 +33,14 @@ import msgspec
 from tb_syncfinder import models
 from tb_syncfinder.code_version import code_version
 from tb_syncfinder.discovery import is_remote, stat_trace
-from tb_syncfinder.models import TraceRef, TraceResult, file_stamps, result_stamps
+from tb_syncfinder.models import (
+    Stamp,
+    TraceRef,
+    TraceResult,
+    file_stamps,
+    result_stamps,
+    stamps_hold,
+)
 
 
 def _logger() -> Any:
@@ -103,7 +110,8 @@ class _Envelope(msgspec.Struct):
     size: int | None
     mtime_ns: int | None
     options: dict[str, Any]
-    sources: dict[str, list[int]]  # resolved source file -> [size, mtime_ns]
+    # resolved source file -> [size, mtime_ns], a notebook's with its code digest (``Stamp``)
+    sources: dict[str, list[int | str | None]]
     compressed: bool
     result: bytes  # the TraceResult's msgpack, zlib-compressed when ``compressed``
 
@@ -126,9 +134,9 @@ class Lookup(msgspec.Struct):
     same_options: bool = True  # made with the options asked for
 
 
-def _present(stamps: dict[str, tuple[int, int] | None]) -> dict[str, list[int]]:
-    """[size, mtime_ns] of each source file that exists (a missing one is left out, so a
-    summary whose sources are gone no longer matches)."""
+def _present(stamps: dict[str, Stamp | None]) -> dict[str, list[int | str | None]]:
+    """[size, mtime_ns] of each source file that exists, a notebook's with its code digest
+    (a missing one is left out, so a summary whose sources are gone no longer matches)."""
     return {path: list(stamp) for path, stamp in stamps.items() if stamp is not None}
 
 
@@ -188,7 +196,7 @@ class SummaryStore:
         result.info.run, result.info.worker, result.info.span = ref.run, ref.worker, ref.span
         same = (
             envelope.options == options_fingerprint(options)
-            and _present(file_stamps(envelope.sources)) == envelope.sources
+            and stamps_hold(envelope.sources)
             # A source file not found then, copied in since: its lines would be found now.
             and not _present(file_stamps(result.source_probes))
         )

@@ -334,7 +334,7 @@ def test_a_cell_no_notebook_held_is_looked_for_again_once_a_notebook_changes(
     notebooks it looked in, so that saving one is a change (the plugin analyses the trace
     again, a summary is stale) and the cell is found then."""
     from tb_syncfinder.engine import Options, analyze_trace
-    from tb_syncfinder.models import file_stamps, result_stamps
+    from tb_syncfinder.models import result_stamps, stamps_hold
 
     notebook = tmp_path / "train.ipynb"
     _notebook(notebook, [STEP_CELL.replace("loss.item()", "loss.detach()"), LOOP_CELL])
@@ -345,7 +345,7 @@ def test_a_cell_no_notebook_held_is_looked_for_again_once_a_notebook_changes(
     assert str(notebook) in stamps and all(s.source.cell is None for s in before.latent)
     _notebook(notebook, [STEP_CELL, LOOP_CELL])  # saved with the cell as it ran
     os.utime(notebook, ns=(notebook.stat().st_atime_ns, notebook.stat().st_mtime_ns + 10**9))
-    assert file_stamps([str(notebook)])[str(notebook)] != stamps[str(notebook)]
+    assert not stamps_hold(stamps)
     after = analyze_trace(str(trace), options)
     assert {s.source.line for s in after.latent if s.source.cell} == {ITEM_LINE}
 
@@ -407,3 +407,120 @@ def test_a_cell_with_leading_empty_lines_and_a_magic_keeps_its_exact_line(tmp_pa
     assert site.line == ITEM_LINE + 1  # the magic's line; the empty lines above are dropped
     lines = SourceGuard([str(tmp_path)]).read(site.file, site.line, 0).lines
     assert lines == ["    total = loss.item()"]
+
+
+def _saved_with_outputs(notebook: Path) -> None:
+    """The notebook saved again as Jupyter autosaves it while a cell prints: new outputs
+    and metadata, the same code; a later mtime."""
+    document = json.loads(notebook.read_text())
+    for cell in document["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = [{"name": "stdout", "output_type": "stream", "text": ["step 9\n"]}]
+    document["metadata"]["widgets"] = {"state": {}}
+    mtime = notebook.stat().st_mtime_ns
+    notebook.write_text(json.dumps(document, indent=1))
+    os.utime(notebook, ns=(mtime + 10**9, mtime + 10**9))
+
+
+def test_a_save_of_new_outputs_leaves_a_result_standing_and_an_edit_of_code_does_not(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """Jupyter saves a notebook every two minutes while a training cell prints: a result
+    whose lines are in its cells is stale only once its code changes (a cell edited, run
+    again, moved), as a summary and the plugin's cache read it."""
+    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.models import result_stamps, stamps_hold
+
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])
+    (trace,) = (recorded / "logs" / "run").iterdir()
+    result = analyze_trace(str(trace), Options(source_roots=[str(tmp_path)]))
+    assert {s.source.cell.notebook for s in result.latent if s.source.cell} == {str(notebook)}
+    stamps = result_stamps(result)
+    _saved_with_outputs(notebook)
+    assert stamps_hold(stamps)
+    document = json.loads(notebook.read_text())
+    document["cells"][1]["execution_count"] = 12  # the cell run again: In[12]
+    notebook.write_text(json.dumps(document, indent=1))
+    assert not stamps_hold(stamps)
+    _notebook(notebook, [STEP_CELL + "\n", LOOP_CELL])
+    assert not stamps_hold(stamps)
+
+
+def test_the_plugin_analyses_again_on_a_code_edit_of_a_cells_notebook_not_on_an_autosave(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """The running TensorBoard: an autosave of outputs is no reason to analyse again (a
+    large trace took seconds of a core every two minutes), nor to read the notebook at
+    every poll; saving an edited cell is."""
+    from tb_syncfinder.engine import Options
+    from tb_syncfinder.models import source_files_of
+    from tb_syncfinder.plugin.cache import DiskCache
+    from tb_syncfinder.plugin.loader import TraceLoader
+
+    notebook = tmp_path / "src" / "train.ipynb"
+    notebook.parent.mkdir()
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])
+    loader = TraceLoader(
+        [(None, str(recorded / "logs"))],
+        Options(source_roots=[str(notebook.parent)]),
+        DiskCache(None),
+        use_processes=False,
+        reload_interval_s=3600,
+    )
+    loader.poll()
+    assert loader.wait_idle(60)
+    run = loader.get_run("run")
+    (first,) = loader.results(run, None, None)
+    assert str(notebook) in source_files_of(first)
+    generation = run.generation
+    _saved_with_outputs(notebook)
+    reads = []
+    import tb_syncfinder.source as source_module
+
+    real = source_module.notebook_code_digest
+
+    def counted(path: str) -> str | None:
+        reads.append(path)
+        return real(path)
+
+    source_module.notebook_code_digest = counted
+    try:
+        for _ in range(3):
+            loader.poll()
+            assert loader.wait_idle(60)
+    finally:
+        source_module.notebook_code_digest = real
+    assert run.generation == generation and loader.results(run, None, None) == [first]
+    assert reads == [str(notebook)]  # read once for the save, not at every poll
+    _notebook(notebook, [STEP_CELL.replace("loss.item()", "float(loss)"), LOOP_CELL])
+    loader.poll()
+    assert loader.wait_idle(60)
+    assert run.generation > generation
+    (second,) = loader.results(run, None, None)
+    assert all(s.source.cell is None for s in second.latent)  # no notebook holds the cell now
+
+
+def test_a_summary_of_a_cells_trace_outlives_an_autosave_not_an_edit_of_the_cell(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """``report --summaries`` on a cluster: the summary stored beside the trace still
+    answers after Jupyter saved new outputs, and not after the cell's code changed."""
+    from tb_syncfinder.discovery import find_traces
+    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.summaries import SummaryStore
+
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])
+    logs = tmp_path / "logs"
+    (logs / "run").mkdir(parents=True)
+    (trace,) = (recorded / "logs" / "run").iterdir()
+    (logs / "run" / trace.name).write_bytes(trace.read_bytes())
+    (ref,) = find_traces(str(logs))
+    options = Options(source_roots=[str(tmp_path)])
+    store = SummaryStore(str(tmp_path / "summaries"))
+    assert store.put(ref, analyze_trace(ref, options), options)
+    _saved_with_outputs(notebook)
+    assert store.get(ref, options).same_options
+    _notebook(notebook, [STEP_CELL.replace("loss.item()", "float(loss)"), LOOP_CELL])
+    assert not store.get(ref, options).same_options

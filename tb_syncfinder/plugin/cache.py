@@ -21,7 +21,7 @@ from typing import Any
 
 from tb_syncfinder import __version__
 from tb_syncfinder.code_version import code_digest
-from tb_syncfinder.models import file_stamps, result_stamps
+from tb_syncfinder.models import result_stamps, stamps_hold
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class DiskCache:
             logger.info("sync_advisor: dropping unreadable cache entry %s (%s)", file, exc)
             self._drop(file)
             return None
-        if stamps != file_stamps(stamps):
+        if not stamps_hold(stamps):
             logger.info("sync_advisor: source files changed since %s was cached", file)
             self._drop(file)
             return None

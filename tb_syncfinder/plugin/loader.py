@@ -37,7 +37,14 @@ from typing import Any
 import msgspec
 
 from tb_syncfinder.discovery import stat_trace, unread_ascend_folders, unread_ascend_reason
-from tb_syncfinder.models import TraceInfo, TraceRef, file_stamps, result_stamps
+from tb_syncfinder.models import (
+    Stamp,
+    TraceInfo,
+    TraceRef,
+    file_stamps,
+    result_stamps,
+    stamp_holds,
+)
 from tb_syncfinder.plugin.cache import DiskCache, cache_key
 from tb_syncfinder.plugin.workers import ProcessPool, WorkerDied, WorkerStartError
 from tb_syncfinder.reader import settled_truncation
@@ -163,7 +170,7 @@ class TraceState:
     # Size and mtime of each source file the result's lines were resolved in (None: gone),
     # when settled from an analysis or the disk cache: a poll that finds one changed has
     # the trace analysed again, so the lines follow the user's edits while TensorBoard runs.
-    source_stamps: dict[str, tuple[int, int] | None] | None = None
+    source_stamps: dict[str, Stamp | None] | None = None
     # The result of the version before, served while this one is analysed when only its
     # source files changed (the trace is the same: its findings stay listed meanwhile).
     previous_result: Any = None
@@ -255,6 +262,9 @@ class TraceLoader:
         self._dispatch_again = False
         # What "now" is for a file's mtime (tests move it).
         self.clock: Callable[[], float] = time.time
+        # Each notebook a result's lines came from, as the poll last read it (its stamp
+        # with its code digest): read again only once it is saved (``file_stamps``).
+        self._notebooks_read: dict[str, Stamp] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -386,19 +396,22 @@ class TraceLoader:
             self.polled_once = True
             self.changed.notify_all()
 
-    def _source_files_now(self) -> dict[str, tuple[int, int] | None]:
+    def _source_files_now(self) -> dict[str, Stamp | None]:
         """Size and mtime of every source file an analysed result's lines came from, each
-        file once (the ranks of a job share theirs), outside the lock: a slow file system
-        must not hold up the requests."""
+        file once (the ranks of a job share theirs), and a notebook's code digest (read
+        again only once it is saved), outside the lock: a slow file system must not hold
+        up the requests."""
         with self.lock:
-            files = {
-                path
+            stamps = [
+                (path, stamp)
                 for run in self.runs.values()
                 for state in run.traces.values()
                 if state.status == DONE and state.source_stamps
-                for path in state.source_stamps
-            }
-        return file_stamps(sorted(files))
+                for path, stamp in state.source_stamps.items()
+            ]
+        files = sorted({path for path, _ in stamps})
+        notebooks = {path for path, stamp in stamps if stamp is not None and len(stamp) > 2}
+        return file_stamps(files, notebooks, self._notebooks_read)
 
     def _refresh(
         self,
@@ -420,8 +433,9 @@ class TraceLoader:
             and state.status == DONE
             and state.source_stamps
             and (state.size, state.mtime_ns) == (size, mtime_ns)
-            and any(
-                sources_now.get(path, stamp) != stamp for path, stamp in state.source_stamps.items()
+            and not all(
+                stamp_holds(stamp, sources_now.get(path, stamp))
+                for path, stamp in state.source_stamps.items()
             )
         ):
             logger.info("sync_advisor: source files of %s changed; analysing again", ref.path)

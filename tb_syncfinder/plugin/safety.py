@@ -194,7 +194,7 @@ class SourceGuard:
         """A Jupyter cell's code (ipykernel's ``<tmp>/ipykernel_<pid>/<hash>.py``, a file
         that never exists) as the engine reads it: the notebook under the roots that holds
         it, and the cell's text. None for any other name."""
-        from tb_syncfinder.models import KERNEL_CELL
+        from tb_syncfinder.models import KERNEL_CELL, stamps_hold
 
         if not name.endswith(".py") or KERNEL_CELL.search(name.replace("\\", "/")) is None:
             return None
@@ -202,7 +202,7 @@ class SourceGuard:
         assert self._resolver is not None
         try:
             found = self._resolver.notebook_cell(name)
-            if found is None and self._resolver.notebook_stamps() != self._current_notebooks():
+            if found is None and not stamps_hold(self._resolver.notebook_stamps()):
                 # A notebook saved since the resolver looked (the tab's hint says to save
                 # it): look again, with a fresh resolver.
                 self._resolver = None
@@ -218,18 +218,6 @@ class SourceGuard:
         if notebook.suffix != ".ipynb" or not self._inside_roots(notebook):
             return None
         return notebook, text
-
-    def _current_notebooks(self) -> dict[str, tuple[int, int]]:
-        """The notebooks the resolver found, as they are now (size, mtime)."""
-        assert self._resolver is not None
-        stamps = {}
-        for path in self._resolver.notebook_stamps():
-            try:
-                status = os.stat(path)
-            except OSError:
-                continue
-            stamps[path] = (status.st_size, status.st_mtime_ns)
-        return stamps
 
     def read(self, name: str, line: int, context: int = 5) -> SourceLines:
         """``context`` lines either side of ``line`` (1-based) of the file ``name``."""

@@ -672,18 +672,27 @@ class _KernelCell(NamedTuple):
 # A line IPython runs as a magic or a shell command (``%time f()``, ``!ls``, ``x = !ls``):
 # it compiles a call in its place, on the same line.
 _MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w., ]+=\s*[%!])")
+# IPython's ``leading_indent``: a cell whose first line is indented loses that indent.
+_LEADING_INDENT = re.compile(r"^[ \t]+")
 
 
 def _as_compiled(source: str) -> str:
     """A cell's text as IPython compiles it, for its line numbers and a parse: its leading
     empty lines dropped (IPython drops them, so the trace's line 1 is the first line with
-    code), each magic or shell line a ``pass`` of its indent (IPython puts a call there)."""
+    code), the first line's indent taken off every line that starts with it (a block
+    pasted from inside a function runs), each magic or shell line a ``pass`` of its indent
+    (IPython puts a call there)."""
     lines = source.splitlines(keepends=True)
     first = 0
     while first < len(lines) and not lines[first].strip():
         first += 1
+    lines = lines[first:]
+    indent = _LEADING_INDENT.match(lines[0]) if lines else None
+    if indent is not None:
+        space = indent.group(0)
+        lines = [line[len(space) :] if line.startswith(space) else line for line in lines]
     compiled = []
-    for line in lines[first:]:
+    for line in lines:
         magic = _MAGIC_LINE.match(line)
         compiled.append(f"{magic.group(1)}pass\n" if magic else line)
     return "".join(compiled)

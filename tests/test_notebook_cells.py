@@ -409,6 +409,29 @@ def test_a_cell_with_leading_empty_lines_and_a_magic_keeps_its_exact_line(tmp_pa
     assert lines == ["    total = loss.item()"]
 
 
+def test_a_cell_whose_first_line_is_indented_is_read_dedented_as_ipython_runs_it(
+    tmp_path: Path,
+) -> None:
+    """A block pasted from inside a function: IPython takes the first line's indent off
+    every line before compiling it, so the cell runs, and its lines parse as it ran."""
+    transform = pytest.importorskip("IPython.core.inputtransformer2").TransformerManager()
+    pasted = "".join(f"    {line}" if line.strip() else line for line in STEP_CELL.splitlines(True))
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    namespace: dict[str, object] = {}
+    for raw in (pasted, LOOP_CELL):
+        # As ipykernel runs a cell: IPython's text compiled under the raw text's name.
+        code = compile(transform.transform_cell(raw), _cell_file(4343, raw), "exec")
+        exec(code, namespace)  # noqa: S102
+    trace.parent.mkdir(parents=True)
+    namespace["profile_steps"](str(trace))  # type: ignore[operator]
+    _notebook(tmp_path / "train.ipynb", [pasted, LOOP_CELL])
+    (site,) = analyze(tmp_path / "logs", source_roots=[str(tmp_path)]).latent_sites
+    assert site.cell is not None and (site.line, site.line_exact) == (ITEM_LINE, True)
+    assert site.func == "train_step"
+    lines = SourceGuard([str(tmp_path)]).read(site.file, site.line, 0).lines
+    assert lines == ["    total = loss.item()"]
+
+
 def _saved_with_outputs(notebook: Path) -> None:
     """The notebook saved again as Jupyter autosaves it while a cell prints: new outputs
     and metadata, the same code; a later mtime."""

@@ -512,6 +512,10 @@ class Attributor:
             tree = self._trees[key] = _PythonTree(thread)
         return tree
 
+    def frames_made(self) -> list[Frame]:
+        """Every frame made so far, once each: the stacks that hold a frame share it."""
+        return [frame for frame in self._frames_by_name.values() if frame is not None]
+
     def frame(self, thread: HostThread, index: int) -> Frame | None:
         key = (thread.pid, thread.tid, index)
         if key not in self._frames:

@@ -58,6 +58,7 @@ from tb_syncfinder.detect import (
 from tb_syncfinder.models import (
     KERNEL_CELL,
     Attribution,
+    Frame,
     Report,
     RunsReport,
     Source,
@@ -794,6 +795,7 @@ def _analyze_data(
             )
             if sync.profiler_overhead or sync.warmup_allocator:
                 sync.collective_worker = False
+    cell_notebooks = _frames_in_cells(resolver, attribute.frames_made())
     overhead = [s for found in built for s in found if s.profiler_overhead]
     warmup = [s for found in built for s in found if s.warmup_allocator]
     worker = [s for found in built for s in found if s.collective_worker]
@@ -882,13 +884,29 @@ def _analyze_data(
         savings=trace_savings,
     )
     read = resolver.read_stamps
-    result.source_stamps = {f: read[f] for f in source_files_of(result) if f in read}
+    result.source_stamps = {
+        f: read[f] for f in (*source_files_of(result), *cell_notebooks) if f in read
+    }
     unread = unread_source_files(result)
     result.source_probes = resolver.probes(unread)
     if any(KERNEL_CELL.search(path.replace("\\", "/")) for path in unread):
         # A Jupyter cell no notebook held as it ran: its notebook saved since may.
         result.source_stamps.update(resolver.notebook_stamps())
     return result
+
+
+def _frames_in_cells(resolver: SourceResolver, frames: Sequence[Frame]) -> list[str]:
+    """Each frame of a Jupyter cell's code given the notebook cell under the roots that
+    holds it (``Frame.cell``: a function defined in one cell and called from another shows
+    as ``train.ipynb In[3]``, not as ipykernel's file); the notebooks named."""
+    notebooks: list[str] = []
+    for frame in frames:
+        if "ipykernel_" in frame.file:  # before the pattern: most frames are no cell's
+            cell = resolver.frame_cell(frame.file)
+            if cell is not None:
+                frame.cell = cell
+                notebooks.append(cell.notebook)
+    return notebooks
 
 
 def _run_report(members: Sequence[TraceResult]) -> Report:

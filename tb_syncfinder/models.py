@@ -82,13 +82,16 @@ class TraceRef(msgspec.Struct, frozen=True):
     span: str | None = None
 
 
-class Frame(msgspec.Struct):
+class Frame(msgspec.Struct, omit_defaults=True):
     """One Python frame of a ``with_stack`` stack, innermost first in a list."""
 
     file: str
     line: int | None
     func: str
     user: bool  # True for the user's own code (not torch, site-packages or built-ins)
+    # A Jupyter cell's frame (``KERNEL_CELL``): the notebook cell under the source roots
+    # that holds its code, as ``Source.cell``; left out of the JSON for any other frame.
+    cell: NotebookCell | None = None
 
 
 # ipykernel (6 and later) compiles a Jupyter cell under ``<tmp>/ipykernel_<pid>/<n>.py``, ``n``

@@ -1792,6 +1792,16 @@ class SourceResolver:
         once its code is saved again."""
         return dict(self._notebooks_read)
 
+    def frame_cell(self, trace_file: str) -> NotebookCell | None:
+        """The notebook cell a frame's recorded file stands for where it is a Jupyter cell's
+        code (``KERNEL_CELL``) that a notebook under the roots holds; None otherwise."""
+        norm = trace_file.replace("\\", "/")
+        number = KERNEL_CELL.search(norm)
+        if number is None:
+            return None
+        path = self._kernel_cell(norm, int(number.group(1)))
+        return self._cell_of.get(str(path)) if path is not None else None
+
     def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:
         """The notebook cell a Jupyter cell's recorded path stands for, and its text; None
         for any other path, or a cell no notebook under the roots holds."""

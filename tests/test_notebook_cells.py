@@ -547,3 +547,39 @@ def test_a_summary_of_a_cells_trace_outlives_an_autosave_not_an_edit_of_the_cell
     assert store.get(ref, options).same_options
     _notebook(notebook, [STEP_CELL.replace("loss.item()", "float(loss)"), LOOP_CELL])
     assert not store.get(ref, options).same_options
+
+
+def test_stack_frames_of_other_cells_are_named_by_their_cells_and_others_carry_no_cell(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """``train_step`` is defined in one cell and called by ``profile_steps`` in the next:
+    the detail's stack shows each frame's cell, not ipykernel's file names."""
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    data = analyze(recorded / "logs", source_roots=[str(tmp_path)]).to_json()
+    sync = data["latent"][0]
+    cells = {f["func"]: f["cell"] for f in sync["stack"] if "cell" in f}
+    assert {func: cell["execution_count"] for func, cell in cells.items()} == {
+        "train_step": 3,
+        "profile_steps": 4,
+    }
+    assert cells["profile_steps"]["notebook"] == str(tmp_path / "train.ipynb")
+    others = [f for f in sync["stack"] if f["func"] not in cells]
+    assert others and all(set(f) == {"file", "line", "func", "user"} for f in others)
+
+
+def test_the_annotated_trace_names_a_cells_sync_by_its_notebook_cell(tmp_path: Path) -> None:
+    from tb_syncfinder.cli import main
+    from tests.kineto_builder import KinetoTraceBuilder, item_sync
+
+    builder = KinetoTraceBuilder()
+    with builder.step(0):
+        item_sync(builder, stack=[(_cell_file(4242, STEP_CELL), 4, "train_step")])
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    builder.write(trace)
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    out = tmp_path / "annotated.json"
+    argv = ["report", str(trace), "--source-root", str(tmp_path), "--annotate", str(out)]
+    assert main([*argv, "-o", str(tmp_path / "report")]) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    sources = {e["args"]["source"] for e in events if e.get("cat") == "sync_advisor"}
+    assert sources == {f"{tmp_path / 'train.ipynb'} In[3]:{ITEM_LINE}"}

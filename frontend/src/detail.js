@@ -406,13 +406,15 @@ function runByLine(runBy, app) {
 
 /**
  * A frame as a button: opens it in VS Code, or copies `path:line`.
- * @param {{file: string, line: number | null, func: string}} frame
+ * @param {{file: string, line: number | null, func: string, cell?: any}} frame
  * @param {any} app
  * @param {string | null} label
  */
 function frameButton(frame, app, label) {
   const loc = frameLocation(frame);
-  if (!isOpenable(frame)) return h("span", { class: "mono" }, label ?? `${frame.func} ${loc}`);
+  // A Jupyter cell's frame by its notebook cell: ipykernel's file for it never exists.
+  const place = frame.cell ? `${cellPlace(frame.cell)}:${frame.line ?? "?"}` : loc;
+  if (!isOpenable(frame)) return h("span", { class: "mono" }, label ?? `${frame.func} ${place}`);
   return h(
     "button",
     {
@@ -421,7 +423,7 @@ function frameButton(frame, app, label) {
       title: app.inVsCode ? `Open ${loc} in VS Code` : `Copy ${loc}`,
       onclick: () => app.openFrame(frame, { vscodeMessage, frameLocation }),
     },
-    label ?? [h("span", { class: "fn" }, frame.func || "?"), "  ", loc],
+    label ?? [h("span", { class: "fn" }, frame.func || "?"), "  ", place],
   );
 }
 

@@ -4,7 +4,8 @@
  */
 
 /**
- * @typedef {{file: string, line: number | null, func: string, user: boolean}} Frame
+ * A frame as the report stores it; `cell`: the notebook cell of a Jupyter cell's frame.
+ * @typedef {{file: string, line: number | null, func: string, user: boolean, cell?: {notebook: string, index: number, execution_count: number | null} | null}} Frame
  */
 
 /**

@@ -43,13 +43,22 @@ def _free_pid(events: list[Any]) -> int:
 def _source_text(sync: dict[str, Any]) -> str:
     source = sync.get("source") or {}
     if source.get("file"):
-        line = source.get("line")
-        return f"{source['file']}:{line}" if line is not None else str(source["file"])
+        return _place(source)
     for frame in sync.get("stack") or []:
         if isinstance(frame, dict) and frame.get("user") and frame.get("file"):
-            line = frame.get("line")
-            return f"{frame['file']}:{line}" if line is not None else str(frame["file"])
+            return _place(frame)
     return ""
+
+
+def _place(where: dict[str, Any]) -> str:
+    """``file:line``; a Jupyter cell's as ``train.ipynb In[4]:6`` (ipykernel's file for the
+    cell never exists)."""
+    from tb_syncfinder.outputs.text import cell_name
+
+    cell = where.get("cell")
+    file = f"{cell['notebook']} {cell_name(cell)}" if cell else str(where["file"])
+    line = where.get("line")
+    return f"{file}:{line}" if line is not None else file
 
 
 def annotate_trace(

@@ -22,16 +22,18 @@ CELL = (
     "    return loss.item()"
 )
 ITEM_LINE = 5  # of the cell
+LOOP = "for x in batches:\n    train_step(model, x)"
 
 
 def test_a_notebooks_sync_is_named_by_its_cell_and_shows_the_cells_lines(
     tmp_path: Any, browser: Any, page_errors: list[str]
 ) -> None:
     recorded = f"{tempfile.gettempdir()}/ipykernel_4242/{kernel_cell_hash(CELL)}.py"
+    loop = f"{tempfile.gettempdir()}/ipykernel_4242/{kernel_cell_hash(LOOP)}.py"
     b = KinetoTraceBuilder()
     for n in range(2):
         with b.step(n):
-            item_sync(b, stack=[(recorded, 1, "train_step")])
+            item_sync(b, stack=[(loop, 1, "<module>"), (recorded, 1, "train_step")])
     b.write(tmp_path / "logs" / "run" / "worker0.pt.trace.json")
     notebook = {
         "cells": [
@@ -50,6 +52,14 @@ def test_a_notebooks_sync_is_named_by_its_cell_and_shows_the_cells_lines(
                 "metadata": {},
                 "outputs": [],
                 "source": CELL.splitlines(keepends=True),
+            },
+            {
+                "cell_type": "code",
+                "execution_count": 5,
+                "id": "c",
+                "metadata": {},
+                "outputs": [],
+                "source": LOOP.splitlines(keepends=True),
             },
         ],
         "metadata": {},
@@ -71,4 +81,8 @@ def test_a_notebooks_sync_is_named_by_its_cell_and_shows_the_cells_lines(
         # The cell's lines, not the notebook's JSON.
         code = page.inner_text("[data-testid=source]")
         assert "out = model(x)" in code and '"cell_type"' not in code
+        # The stack names each frame's cell, the loop's cell too.
+        frames = page.inner_text("[data-testid=user-frames]")
+        assert "train.ipynb In[5]:1" in frames and "train.ipynb In[4]:1" in frames, frames
+        assert "ipykernel_4242" not in frames, frames
     assert not page_errors

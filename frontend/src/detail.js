@@ -290,13 +290,26 @@ async function renderSource(slot, site, sync, ctx, hintElsewhere) {
   }
 }
 
+/**
+ * One blocking call of the sync, with its count; where it made several kinds of call, the
+ * one the host waited in longest (`api`, what its row in the occurrences names) is marked.
+ * @param {{name: string, count: number}} a
+ * @param {any} sync
+ * @param {string[]} apis
+ */
+function apiName(a, sync, apis) {
+  const code = h("code", null, a.count > 1 ? `${a.name} ×${a.count}` : a.name);
+  if (sync.latent || a.name !== sync.api || new Set(apis).size < 2) return code;
+  return h("span", null, code, " ", h("span", { class: "sa-tag", title: "the call the host waited in longest: the one each occurrence's row names" }, "longest"));
+}
+
 /** @param {any} sync */
 function chainSection(sync, idleOn) {
   const chain = sync.op_chain?.length ? sync.op_chain : [sync.op, sync.trigger_op].filter(Boolean);
   const apis = sync.apis?.length ? sync.apis : [sync.api];
   const rows = [
     ["Operators", h("span", { class: "sa-chain" }, chain.length ? interleave(chain.map((/** @type {string} */ o) => h("code", null, o)), " → ") : "(bare API call outside any operator)")],
-    [sync.latent ? "Would wait in" : "Waited in", h("span", { class: "sa-chain" }, interleave(countNames(apis).map((a) => h("code", null, a.count > 1 ? `${a.name} ×${a.count}` : a.name)), ", "))],
+    [sync.latent ? "Would wait in" : "Waited in", h("span", { class: "sa-chain", "data-testid": "waited-in" }, interleave(countNames(apis).map((a) => apiName(a, sync, apis)), ", "))],
     sync.annotations?.length ? ["Annotations", sync.annotations.join(" / ")] : null,
     sync.module ? ["Module", h("code", null, sync.module)] : null,
     ["Step", sync.step ?? "–"],
@@ -754,7 +767,7 @@ function occurrences(first, fetchPage, selectedId, app, ctx, osort) {
           null,
           h("th", { scope: "col" }, "Step"),
           // Latent findings cost nothing where they were seen: no columns of dashes.
-          h("th", { scope: "col" }, latentList ? (ctx.idleOn === "NPU" ? "Syncs in" : "Would wait in") : "Waited in"),
+          h("th", { scope: "col", title: latentList ? null : "the blocking call the host waited in longest" }, latentList ? (ctx.idleOn === "NPU" ? "Syncs in" : "Would wait in") : "Waited in"),
           latentList ? null : costHead("host_wait_us", "Wait", "host wait"),
           latentList ? null : costHead("gpu_idle_after_us", "Idle after", `${ctx.idleOn || "GPU"} idle after the sync`),
           latentList ? null : costHead("predicted_saving_us", "Saves", "what removing this sync alone saves (the what-if replay's figure; \u2264 an upper bound where the trace could not be replayed)"),

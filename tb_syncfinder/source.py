@@ -664,38 +664,107 @@ class _KernelCell(NamedTuple):
     notebook: Path
     index: int  # among the notebook's cells, from 1
     execution_count: int | None
-    text: bytes  # as IPython compiles it (``_as_compiled``): the trace's lines are of it
+    text: bytes  # as IPython compiles it (``_as_run``): the trace's lines are of it
     id: str | None
     number: int  # ipykernel's name for it: the hash of its text as written
+    shown: bytes  # as written, on the same lines as ``text``: what the source view shows
 
 
-# A line IPython runs as a magic or a shell command (``%time f()``, ``!ls``, ``x = !ls``):
-# it compiles a call in its place, on the same line.
-_MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w., ]+=\s*[%!])")
+# What makes a statement a magic or a shell command in IPython (``%time f()``, ``!ls``, ``x =
+# !ls``, ``,f a`` autocall): it compiles a call in its place, on the same line. Only at the
+# start of a statement: ``% (epoch, loss)`` continuing a ``print(`` is Python's operator.
+_MAGIC_START = re.compile(r"(\s*)(?:[%!?,;/]|[\w.,\s]+=\s*[%!])")
 # IPython's ``leading_indent``: a cell whose first line is indented loses that indent.
 _LEADING_INDENT = re.compile(r"^[ \t]+")
+# IPython's prompt strippers: a cell pasted from a session (``>>> x = f()``, ``In [3]: ``)
+# runs without its prompts, where its first line (or its second) has one. (initial, every)
+_PROMPTS = (
+    (re.compile(r"^>>>( |$)"), re.compile(r"^(>>>|\.\.\.)( |$)")),
+    (re.compile(r"^(In \[\d+\]: |\s*\.{3,}: ?)"), re.compile(r"^(In \[\d+\]: |\s*\.{3,}: ?)")),
+)
 
 
-def _as_compiled(source: str) -> str:
-    """A cell's text as IPython compiles it, for its line numbers and a parse: its leading
-    empty lines dropped (IPython drops them, so the trace's line 1 is the first line with
-    code), the first line's indent taken off every line that starts with it (a block
-    pasted from inside a function runs), each magic or shell line a ``pass`` of its indent
-    (IPython puts a call there)."""
+def _as_run(source: str) -> tuple[str, str]:
+    """A cell's text as IPython compiles it, for a parse, and as written, for the view: the
+    two on the same lines, as the trace counts them. Its leading empty lines are dropped
+    (IPython drops them: the trace's line 1 is the first line with code); for the parse,
+    IPython's clean-up follows (the first line's indent taken off every line that starts
+    with it: a block pasted from inside a function; a session's prompts stripped), then
+    each statement that is a magic or a shell command becomes a ``pass`` of its indent."""
     lines = source.splitlines(keepends=True)
     first = 0
     while first < len(lines) and not lines[first].strip():
         first += 1
-    lines = lines[first:]
+    shown = lines = lines[first:]
     indent = _LEADING_INDENT.match(lines[0]) if lines else None
     if indent is not None:
         space = indent.group(0)
         lines = [line[len(space) :] if line.startswith(space) else line for line in lines]
+    for initial, prompt in _PROMPTS:
+        if lines and (initial.match(lines[0]) or (len(lines) > 1 and prompt.match(lines[1]))):
+            lines = [prompt.sub("", line, count=1) for line in lines]
     compiled = []
+    scan = _StatementScan()
     for line in lines:
-        magic = _MAGIC_LINE.match(line)
-        compiled.append(f"{magic.group(1)}pass\n" if magic else line)
-    return "".join(compiled)
+        magic = _MAGIC_START.match(line) if scan.at_start() else None
+        if magic is not None:
+            compiled.append(f"{magic.group(1)}pass\n")
+            scan.after_magic(line)
+        else:
+            compiled.append(line)
+            scan.feed(line)
+    return "".join(compiled), "".join(shown)
+
+
+class _StatementScan:
+    """Whether the next line of a cell starts a statement: not inside brackets, a string
+    or a backslash continuation (what IPython reads from its tokens, read here without a
+    tokenizer, which differs between Python versions on ``!``)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote: str | None = None  # the open string's delimiter
+        self.continued = False
+
+    def at_start(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def after_magic(self, line: str) -> None:
+        self.continued = line.rstrip("\r\n").endswith("\\")
+
+    def feed(self, line: str) -> None:
+        text = line.rstrip("\r\n")
+        i, n = 0, len(text)
+        comment = False
+        while i < n:
+            char = text[i]
+            if self.quote is not None:
+                if char == "\\":
+                    i += 2
+                    continue
+                if text.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = None
+                    continue
+                i += 1
+                continue
+            if char == "#":
+                comment = True  # a backslash ending it continues nothing
+                break
+            if char in "'\"":
+                triple = char * 3
+                self.quote = triple if text.startswith(triple, i) else char
+                i += len(self.quote)
+                continue
+            if char in "([{":
+                self.depth += 1
+            elif char in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        ends_escaped = not comment and text.endswith("\\")
+        self.continued = ends_escaped and self.quote is None
+        if self.quote is not None and len(self.quote) == 1 and not ends_escaped:
+            self.quote = None  # a one-line string cannot go on: the line is broken, not it
 
 
 def _read_notebook(path: Path) -> tuple[list[Any], str | None] | None:
@@ -759,14 +828,16 @@ def _notebook_cells(cells: list[Any], path: Path) -> list[_KernelCell]:
             continue  # a cell magic runs its body under another name
         count = cell.get("execution_count")
         cell_id = cell.get("id")
+        compiled, shown = _as_run(source)
         found.append(
             _KernelCell(
                 path,
                 index,
                 count if type(count) is int else None,
-                _as_compiled(source).encode("utf-8", "surrogatepass"),
+                compiled.encode("utf-8", "surrogatepass"),
                 cell_id if isinstance(cell_id, str) else None,
                 kernel_cell_hash(source),
+                shown.encode("utf-8", "surrogatepass"),
             )
         )
     return found
@@ -1469,6 +1540,8 @@ class SourceResolver:
         # cell frame, shared with every view), and a recorded cell path found so -> its cell.
         self._kernel_cells: dict[int, list[_KernelCell]] = {}
         self._cell_of: dict[str, NotebookCell] = {}
+        # ... and its text as written (magics, prompts), for the source view.
+        self._cell_shown: dict[str, bytes] = {}
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
@@ -1779,6 +1852,7 @@ class SourceResolver:
         cell = found[0]  # of copies of one text (a notebook copied), the first by path
         path = Path(recorded)
         self._bytes[path] = cell.text
+        self._cell_shown[str(path)] = cell.shown
         # The notebook as read, for an edit made since to show as a change.
         self.read_stamps[str(cell.notebook)] = self._notebooks_read[str(cell.notebook)]
         self._cell_of[str(path)] = NotebookCell(
@@ -1803,11 +1877,12 @@ class SourceResolver:
         return self._cell_of.get(str(path)) if path is not None else None
 
     def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:
-        """The notebook cell a Jupyter cell's recorded path stands for, and its text; None
-        for any other path, or a cell no notebook under the roots holds."""
+        """The notebook cell a Jupyter cell's recorded path stands for, and its text as
+        written (its magics, not what IPython ran in their place); None for any other path,
+        or a cell no notebook under the roots holds."""
         path = self.find_file(trace_file)
         cell = self._cell_of.get(str(path)) if path is not None else None
-        text = self._bytes.get(path) if path is not None else None
+        text = self._cell_shown.get(str(path)) if path is not None else None
         return (cell, text) if cell is not None and text is not None else None
 
     def line_text(self, source: Source | None) -> str | None:

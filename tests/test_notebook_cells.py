@@ -20,7 +20,7 @@ import pytest
 
 from tb_syncfinder import analyze
 from tb_syncfinder.plugin.safety import SourceError, SourceGuard
-from tb_syncfinder.source import kernel_cell_hash
+from tb_syncfinder.source import _as_run, kernel_cell_hash
 
 torch = pytest.importorskip("torch")
 
@@ -405,8 +405,10 @@ def test_a_cell_with_leading_empty_lines_and_a_magic_keeps_its_exact_line(tmp_pa
     (site,) = analyze(tmp_path / "logs", source_roots=[str(tmp_path)]).latent_sites
     assert site.cell is not None and site.line_exact
     assert site.line == ITEM_LINE + 1  # the magic's line; the empty lines above are dropped
-    lines = SourceGuard([str(tmp_path)]).read(site.file, site.line, 0).lines
-    assert lines == ["    total = loss.item()"]
+    guard = SourceGuard([str(tmp_path)])
+    assert guard.read(site.file, site.line, 0).lines == ["    total = loss.item()"]
+    # The view shows the magic as written, not the statement IPython ran in its place.
+    assert guard.read(site.file, 1, 0).lines == ["%env TB_SYNCFINDER_TEST=1"]
 
 
 def test_a_cell_whose_first_line_is_indented_is_read_dedented_as_ipython_runs_it(
@@ -429,7 +431,7 @@ def test_a_cell_whose_first_line_is_indented_is_read_dedented_as_ipython_runs_it
     assert site.cell is not None and (site.line, site.line_exact) == (ITEM_LINE, True)
     assert site.func == "train_step"
     lines = SourceGuard([str(tmp_path)]).read(site.file, site.line, 0).lines
-    assert lines == ["    total = loss.item()"]
+    assert lines == ["        total = loss.item()"]  # the view shows the cell as written
 
 
 def _saved_with_outputs(notebook: Path) -> None:
@@ -583,3 +585,64 @@ def test_the_annotated_trace_names_a_cells_sync_by_its_notebook_cell(tmp_path: P
     events = json.loads(out.read_text())["traceEvents"]
     sources = {e["args"]["source"] for e in events if e.get("cat") == "sync_advisor"}
     assert sources == {f"{tmp_path / 'train.ipynb'} In[3]:{ITEM_LINE}"}
+
+
+# Cells whose lines IPython runs as written, or as a call in a magic's place: black's layout
+# of a %-format continued on the next line, a comparison continued, strings and comments
+# holding what looks like a magic, a backslash continuation, prompts of a pasted session.
+IPYTHON_CELLS = [
+    'print(\n    "epoch %d loss %.4f"\n    % (epoch, loss.item())\n)\n%time f()\n',
+    "keep = (\n    y\n    != 0\n)\n!ls -l\nfiles = !ls\n",
+    'doc = """\n%not a magic\n!nor this\n"""\n%env A=1\n',
+    "x = 1 + \\\n    2  # % comment \\\n%who\n",
+    "for i in range(3):\n    %time g(i)\n    y = [\n        i,\n        !i,\n    ]\n",
+    "s = 'it\\'s'  # (\n%pwd\n",
+    ">>> x = torch.ones(3)\n>>> idx = x.nonzero()\n... \n",
+    "In [3]: x = torch.ones(3)\n   ...: y = x.sum()\n",
+    "    a = 1\n    %time b = a\n      c = 2\n",
+]
+
+
+@pytest.mark.parametrize("cell", IPYTHON_CELLS)
+def test_a_cell_is_read_line_for_line_as_ipython_transforms_it(cell: str) -> None:
+    """Against IPython's own transformer: a line IPython runs as a call in a magic's place
+    is a ``pass`` here (an ``%`` continuing a statement is Python's operator: taken for a
+    magic, black's layout of a %-format lost every exact line of its cell); every other
+    line is what IPython compiles; the view's text is the cell as written."""
+    transform = pytest.importorskip("IPython.core.inputtransformer2").TransformerManager()
+    compiled, shown = _as_run(cell)
+    ran = transform.transform_cell(cell).splitlines()
+    ours = compiled.splitlines()
+    assert len(ours) == len(ran), (ours, ran)
+    for mine, theirs in zip(ours, ran, strict=True):
+        if "get_ipython()" in theirs:
+            assert mine.strip() == "pass" and mine[: -len("pass")] == theirs[: len(mine) - 4]
+        else:
+            assert mine == theirs
+    assert shown.splitlines() == cell.splitlines()
+
+
+def test_a_percent_format_continued_on_its_own_line_keeps_the_cells_exact_lines(
+    tmp_path: Path,
+) -> None:
+    """black writes a long %-format's operator at the start of a line: the mask and the
+    read in that cell are named at their own lines, not at the cell's def line."""
+    step = (
+        "import torch\n"
+        "\n"
+        "\n"
+        "def train_step(x, step):\n"
+        "    y = (x @ x).relu()\n"
+        "    loss = y.mean()\n"
+        "    print(\n"
+        '        "step %d loss %.4f"\n'
+        "        % (step, loss.item())\n"
+        "    )\n"
+        "    return y"
+    )
+    _run_as_cells([step, LOOP_CELL], tmp_path / "logs" / "run" / "w.pt.trace.json")
+    _notebook(tmp_path / "train.ipynb", [step, LOOP_CELL])
+    sites = analyze(tmp_path / "logs", source_roots=[str(tmp_path)]).latent_sites
+    reads = [s for s in sites if s.func == "train_step"]
+    assert reads and all(s.cell is not None and s.line_exact for s in reads)
+    assert {s.line for s in reads} == {9}

@@ -703,8 +703,11 @@ def _analyze_data(
     replayed_episodes: list[Episode] = []
     blocking = detect_syncs(tl)
     uploads = unjudged_uploads(tl, blocking, core)
-    for episodes in (blocking, detect_latent(tl)):
-        attributions = [attribute(episode) for episode in episodes]
+    may_sync = detect_latent(tl)
+    batches = [(episodes, [attribute(e) for e in episodes]) for episodes in (blocking, may_sync)]
+    # Every frame is made by now: of copies of a notebook, the one holding the trace's cells.
+    resolver.prefer_cells(frame.file for frame in attribute.frames_made())
+    for episodes, attributions in batches:
         if episodes and episodes[0].latent:
             episodes, attributions = _latent_where_it_may_sync(episodes, attributions)
         sources = resolve_sources(resolver, attributions)

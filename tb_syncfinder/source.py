@@ -636,6 +636,8 @@ _MURMUR_M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
 # A notebook past this size is mostly outputs (images): not read for its cells.
 _MAX_NOTEBOOK_BYTES = 64 << 20
+# Jupyter's name for a duplicated notebook (File > Duplicate): ``train-Copy1.ipynb``.
+_JUPYTER_DUPLICATE = re.compile(r"-Copy\d+\.ipynb\Z")
 # A key of the roots' walk index: the notebooks found (file names never hold "\0").
 _NOTEBOOKS = "\0notebooks"
 
@@ -1542,6 +1544,10 @@ class SourceResolver:
         self._cell_of: dict[str, NotebookCell] = {}
         # ... and its text as written (magics, prompts), for the source view.
         self._cell_shown: dict[str, bytes] = {}
+        # Of this trace's view: the numbers of its cells' frames (``prefer_cells``), and how
+        # many of them each notebook holds (made at the first copy ranked).
+        self._trace_cells: frozenset[int] = frozenset()
+        self._cells_held: dict[Path, int] | None = None
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
@@ -1566,6 +1572,8 @@ class SourceResolver:
             view._trace_dir = os.path.realpath(os.path.dirname(os.path.abspath(trace_path)))
         view._nearest_of = {}
         view._refused = {}
+        view._trace_cells = frozenset()
+        view._cells_held = None
         return view
 
     def probes(self, files: Iterable[str], limit: int = 64) -> list[str]:
@@ -1849,7 +1857,7 @@ class SourceResolver:
         found = cells.get(number)
         if not found:
             return None
-        cell = found[0]  # of copies of one text (a notebook copied), the first by path
+        cell = min(found, key=self._notebook_rank) if len(found) > 1 else found[0]
         path = Path(recorded)
         self._bytes[path] = cell.text
         self._cell_shown[str(path)] = cell.shown
@@ -1859,6 +1867,40 @@ class SourceResolver:
             str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
         )
         return path
+
+    def prefer_cells(self, trace_files: Iterable[str]) -> None:
+        """This trace's frames' files: of copies of a cell (a notebook duplicated, copied
+        into each experiment's folder, an edited copy), the one in the notebook that holds
+        the most of the trace's cells is named, so that one trace's cells are named in one
+        notebook (``_notebook_rank``)."""
+        numbers = set()
+        for trace_file in trace_files:
+            number = KERNEL_CELL.search(trace_file.replace("\\", "/"))
+            if number is not None:
+                numbers.add(int(number.group(1)))
+        self._trace_cells = frozenset(numbers)
+        self._cells_held = None
+
+    def _notebook_rank(self, cell: _KernelCell) -> tuple[int, int, bool, str]:
+        """How a copy of a cell ranks (lowest first): its notebook holding more of the
+        trace's cells (``prefer_cells``), then lying nearer the trace (its folder or one
+        above: that run's copy), then not named as Jupyter names a duplicate
+        (``train-Copy1.ipynb``), then by path."""
+        held = self._cells_held
+        if held is None:
+            held = self._cells_held = {}
+            for number in self._trace_cells:
+                for copy_ in {c.notebook for c in self._kernel_cells.get(number, ())}:
+                    held[copy_] = held.get(copy_, 0) + 1
+        shared = 0
+        if self._trace_dir is not None:
+            folder = os.path.realpath(cell.notebook.parent)
+            try:
+                shared = len(Path(os.path.commonpath([folder, self._trace_dir])).parts)
+            except ValueError:  # another drive
+                shared = 0
+        duplicate = _JUPYTER_DUPLICATE.search(cell.notebook.name) is not None
+        return (-held.get(cell.notebook, 0), -shared, duplicate, str(cell.notebook))
 
     def notebook_stamps(self) -> dict[str, tuple[int, int, str | None]]:
         """Size, mtime (ns) and code digest of each notebook the cells were looked for in,

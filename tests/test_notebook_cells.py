@@ -176,14 +176,39 @@ def test_a_cell_edited_since_the_run_is_not_guessed(recorded: Path, tmp_path: Pa
     assert not site.line_exact
 
 
-def test_copies_of_a_cell_are_counted_and_the_first_notebook_named(
+def test_copies_of_a_cell_are_counted_and_the_notebook_holding_the_runs_cells_named(
     recorded: Path, tmp_path: Path
 ) -> None:
-    _notebook(tmp_path / "a_train.ipynb", [STEP_CELL, LOOP_CELL])
-    _notebook(tmp_path / "b_copy.ipynb", [STEP_CELL], first_count=9)
-    (site,) = analyze(recorded / "logs", source_roots=[str(tmp_path)]).latent_sites
-    assert site.cell is not None
-    assert (Path(site.cell.notebook).name, site.cell.copies) == ("a_train.ipynb", 2)
+    """An edited copy (``a_edited``: its loop cell changed) sorts first, a duplicate
+    (``train-Copy1``) holds every cell too: the cells are named in the one notebook that
+    holds all the trace's cells, by Jupyter's name for the original; the stack's frames
+    too, so that one sync's cells are never named in two notebooks."""
+    _notebook(tmp_path / "a_edited.ipynb", [STEP_CELL, LOOP_CELL + "\n# edited"], first_count=9)
+    _notebook(tmp_path / "train.ipynb", [STEP_CELL, LOOP_CELL])
+    _notebook(tmp_path / "train-Copy1.ipynb", [STEP_CELL, LOOP_CELL])
+    data = analyze(recorded / "logs", source_roots=[str(tmp_path)]).to_json()
+    (site,) = data["latent_sites"]
+    assert (Path(site["cell"]["notebook"]).name, site["cell"]["copies"]) == ("train.ipynb", 3)
+    named = {Path(f["cell"]["notebook"]).name for f in data["latent"][0]["stack"] if "cell" in f}
+    assert named == {"train.ipynb"}
+
+
+def test_each_experiments_trace_is_named_in_its_own_folders_copy_of_the_notebook(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """A notebook copied into each experiment's folder beside its logs: a run's cells are
+    named in the copy beside them, as a script's copy is."""
+    (trace,) = (recorded / "logs" / "run").iterdir()
+    for experiment in ("a_exp", "b_exp"):
+        (tmp_path / experiment / "logs" / "run").mkdir(parents=True)
+        _notebook(tmp_path / experiment / "train.ipynb", [STEP_CELL, LOOP_CELL])
+        (tmp_path / experiment / "logs" / "run" / trace.name).write_bytes(trace.read_bytes())
+    for experiment in ("a_exp", "b_exp"):
+        logs = tmp_path / experiment / "logs"
+        (site,) = analyze(logs, source_roots=[str(tmp_path)]).latent_sites
+        assert site.cell is not None and site.cell.notebook == str(
+            tmp_path / experiment / "train.ipynb"
+        )
 
 
 def test_sarif_points_at_the_notebooks_json_line_that_holds_the_cells_line(

@@ -54,22 +54,56 @@ def _file_part(site: dict[str, Any]) -> str:
 def site_match_key(site: dict[str, Any]) -> str:
     """``basename:func:first op:kind``, the identity of a site across runs (a Jupyter cell's
     code: its notebook and cell for its basename)."""
+    return ":".join(_identity(site))
+
+
+def _identity(site: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A site's file part, function, first operator and kind (``site_match_key``)."""
     ops = site.get("ops") or []
     # Outside any operator the API call tells sites apart (cudaDeviceSynchronize and
     # cudaEventSynchronize are both explicit syncs, of no function in a stackless trace).
     first_op = ops[0] if ops else (site.get("apis") or [""])[0]
-    return ":".join(
-        [
-            _file_part(site),
-            site.get("func") or "",
-            first_op or "",
-            site.get("kind") or "",
-        ]
+    return (
+        _file_part(site),
+        site.get("func") or "",
+        first_op or "",
+        site.get("kind") or "",
     )
 
 
 def _steps(report: dict[str, Any]) -> int:
     return max(int((report.get("summary") or {}).get("step_count") or 0), 1)
+
+
+def _cell_code(site: dict[str, Any]) -> bool:
+    """Whether a site is in a Jupyter cell's code (ipykernel's name for it)."""
+    return KERNEL_CELL.search(str(site.get("file") or "").replace("\\", "/")) is not None
+
+
+def _join_cells(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> None:
+    """Key a cell's site of ``after`` as its match in ``before`` where one side's cell was
+    not found in a notebook (it keeps ipykernel's name, a hash of the text, which the edit
+    between the runs changed) and nothing else tells them apart: one unmatched cell site
+    on each side of one function, first operator and kind. Two runs of one notebook
+    session, the first analysed once its cell was edited, read as "new" and "fixed"."""
+
+    def unmatched(sites: dict[str, dict[str, Any]], others: dict[str, Any]) -> dict[Any, list]:
+        found: dict[Any, list[str]] = {}
+        for key, entry in sites.items():
+            site = entry["site"]
+            if key not in others and _cell_code(site):
+                found.setdefault(_identity(site)[1:], []).append(key)
+        return found
+
+    lost, gained = unmatched(before, after), unmatched(after, before)
+    for rest, keys in gained.items():
+        was = lost.get(rest, [])
+        if len(keys) != 1 or len(was) != 1:
+            continue
+        old, new = was[0], keys[0]
+        if before[old]["site"].get("cell") and after[new]["site"].get("cell"):
+            continue  # both found: their notebook cells differ, so they are two cells
+        after[old] = after.pop(new)
 
 
 def _merge(report: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -194,6 +228,7 @@ def _compare_sites(
 ) -> list[dict[str, Any]]:
     before_sites = _merge(base, base.get(field) or [])
     after_sites = _merge(new, new.get(field) or [])
+    _join_cells(before_sites, after_sites)
     rows = []
     for key in list(before_sites) + [k for k in after_sites if k not in before_sites]:
         before = _side(before_sites.get(key))

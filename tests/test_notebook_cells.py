@@ -332,6 +332,32 @@ def test_compare_matches_a_cells_sites_across_an_edit_of_the_cell(tmp_path: Path
     assert row["cell"]["notebook"] == str(tmp_path / "new" / "train.ipynb")
 
 
+def test_compare_matches_a_cell_the_notebook_no_longer_holds_with_its_edited_cell(
+    tmp_path: Path,
+) -> None:
+    """Two runs of one notebook session, the first analysed after its cell was edited (the
+    notebook holds only the new text, so the first run's cell keeps ipykernel's name): its
+    reads are still the function's one site, fewer, not a new site and a fixed one, and the
+    gate passes."""
+    from tb_syncfinder.cli import main
+    from tb_syncfinder.compare import compare
+
+    _run_as_cells([TWO_READS_CELL, LOOP_CELL], tmp_path / "logs" / "run1" / "w.pt.trace.json")
+    _run_as_cells([ONE_READ_CELL, LOOP_CELL], tmp_path / "logs" / "run2" / "w.pt.trace.json")
+    _notebook(tmp_path / "train.ipynb", [ONE_READ_CELL, LOOP_CELL])
+    base, new = (
+        analyze(tmp_path / "logs" / run, source_roots=[str(tmp_path)]).to_json()
+        for run in ("run1", "run2")
+    )
+    assert base["latent_sites"][0]["cell"] is None and new["latent_sites"][0]["cell"]
+    (row,) = compare(base, new)["latent_sites"]
+    assert (row["status"], row["func"]) == ("better", "train_step")
+    assert row["cell"]["notebook"] == str(tmp_path / "train.ipynb")
+    logs = tmp_path / "logs"
+    argv = ["compare", str(logs / "run1"), str(logs / "run2"), "--fail-on-regression"]
+    assert main([*argv, "--source-root", str(tmp_path)]) == 0
+
+
 def test_in_the_kernel_a_saved_notebook_names_the_cell_and_linecache_serves_without_one(
     recorded: Path, tmp_path: Path
 ) -> None:

@@ -1014,6 +1014,11 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         return f"run {run_of.get(trace)}: " if several_runs and run_of.get(trace) else ""
 
     name_of = _trace_names(report_json)
+    # A trace without ProfilerStep markers counts as one step (the engine gives it one
+    # pseudo-step, so ``steps`` does not tell): its syncs all have no step.
+    unmarked = {
+        t.get("path") for t in report_json.get("traces") or [] if t.get("step_markers") is False
+    }
     # One line per trace, not per step (eight lines a trace for a job of eight steps), with
     # the sites its steps over the limit synced at: what to open.
     over: dict[str, list[dict[str, Any]]] = {}
@@ -1024,14 +1029,21 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         where = name_of(trace)
         worst = max(steps, key=lambda step: int(step.get("sync_count") or 0))
         most = int(worst.get("sync_count") or 0)
-        if len(steps) == 1:
+        numbers = {step.get("step") for step in steps}
+        if trace in unmarked:
+            # Its one pseudo-step is the whole trace: no "step 0" the program had.
+            text = (
+                f"{where} (no ProfilerStep markers, counted as one step) has "
+                f"{plural(most, 'sync')} (limit {limit})"
+            )
+            numbers = {None}
+        elif len(steps) == 1:
             text = f"step {worst.get('step')} of {where} has {plural(most, 'sync')} (limit {limit})"
         else:
             text = (
                 f"{len(steps)} steps of {where} have more than {plural(limit, 'sync')}, "
                 f"up to {most} (step {worst.get('step')})"
             )
-        numbers = {step.get("step") for step in steps}
         at = _sites_of(report_json, trace, numbers)
         problems.append(f"{where_run(trace)}{text}{f'; at {at}' if at else ''}")
     traced_steps = {
@@ -1057,11 +1069,6 @@ def step_violations(report_json: dict[str, Any], limit: int) -> list[str]:
         else "operators that would synchronize on a GPU"
         for t in report_json.get("traces") or []
         if _latent_gated(t)
-    }
-    # A trace without ProfilerStep markers counts as one step (the engine gives it one
-    # pseudo-step, so ``steps`` does not tell): its latent syncs all have no step.
-    unmarked = {
-        t.get("path") for t in report_json.get("traces") or [] if t.get("step_markers") is False
     }
     latent_counts: dict[tuple[str, Any], int] = {}
     for sync in report_json.get("latent") or []:
@@ -1378,6 +1385,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if regressions and result["keys_differ"]:
             # Not a verdict on the code: the sites changed their identity, not the program.
             print(f"{PROG}: cannot gate across reports of two site-key formats", file=sys.stderr)
+            return 2
+        if regressions and result.get("steps_differ"):
+            # Costs per step of a run counted in whole traces against one counted in steps.
+            print(
+                f"{PROG}: cannot gate per step across runs with and without ProfilerStep markers",
+                file=sys.stderr,
+            )
             return 2
         if regressions:
             for site, latent in regressions:

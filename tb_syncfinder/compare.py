@@ -300,7 +300,8 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     says so. ``unreadable``: each trace file of either run that could not be read
     (``{"side": "base"|"new", "path", "error"}``): the comparison is of the others only.
     ``keys_differ``: why the sites are not comparable one to one (a report JSON written by
-    an older version), else None.
+    an older version), else None. ``steps_differ``: why their figures per step are not
+    (one run's traces without ProfilerStep markers), else None; ``runs_note`` says it too.
     """
     base_summary = base.get("summary") or {}
     new_summary = new.get("summary") or {}
@@ -346,8 +347,15 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     base_wall = float(base_summary.get("mean_wall_step_time_us") or 0.0) or base_step
     new_wall = float(new_summary.get("mean_wall_step_time_us") or 0.0) or new_step
     wall_change = new_wall - base_wall if base_wall and new_wall else None
+    steps_differ = _steps_differ(base, new)
+    if steps_differ:
+        # A whole unmarked trace's "step" against a real step measures no change.
+        base_step = new_step = 0.0
+        wall_change = None
     predicted = base_summary.get("predicted_saving_per_step_us")
     base_median, new_median = _median_wall_step(base), _median_wall_step(new)
+    if steps_differ:
+        base_median = new_median = None
     fixed = [row for row in sites if row["status"] == "fixed"]
     fixed_savings = [(row["before"] or {}).get("predicted_saving_per_step_us") for row in fixed]
     fixed_savings += [
@@ -396,12 +404,16 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "note_kind": note_kind,
         "unreadable": _unreadable(base, "base") + _unreadable(new, "new"),
         "keys_differ": _keys_differ(base, new),
+        # Why per-step figures do not compare (one run's traces without step markers, the
+        # other's with), else None: ``--fail-on-regression`` cannot gate on them.
+        "steps_differ": steps_differ,
         # Both mark rows: each runs whatever the other found.
         "detection_note": _joined(
             _mark_newly_listed(base, new, latent_sites if note is None else sites),
             _mark_unseen_on_cpu(base, sites if note is not None else []),
         ),
         "runs_note": _joined(
+            steps_differ,
             _runs_note(base, new),
             _setup_note(
                 base,
@@ -598,6 +610,41 @@ def _mark_newly_listed(
         f"{marked} new latent site{'s' if marked != 1 else ''} of {calls}: the baseline's "
         "tb-syncfinder did not list these calls in CPU-only traces, so they are not "
         "regressions (and not gated); write the baseline again to compare them"
+    )
+
+
+def _unmarked(report: dict[str, Any]) -> list[str]:
+    """The trace files of a run without ProfilerStep markers (each counted as one step)."""
+    return [
+        str(t.get("path"))
+        for t in report.get("traces") or []
+        if isinstance(t, dict) and not t.get("error") and t.get("step_markers") is False
+    ]
+
+
+def _steps_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why the two runs' figures per step do not compare: one run's traces have step
+    markers and the other's (some of them) have none, so that a whole trace counts as one
+    step there (five iterations' syncs read as one step's: "+400 %"). None where both
+    count steps alike (every trace marked, or none on either side)."""
+    unmarked = {side: _unmarked(report) for side, report in (("baseline", base), ("new run", new))}
+    analysed = {
+        side: [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
+        for side, report in (("baseline", base), ("new run", new))
+    }
+    none_marked = {side: len(unmarked[side]) == len(analysed[side]) for side in unmarked}
+    if not any(unmarked.values()) or all(none_marked.values()):
+        return None
+    sides = [side for side in unmarked if unmarked[side]]
+    named = "; ".join(
+        f"{side}: {', '.join(os.path.basename(p) for p in unmarked[side][:3])}"
+        + (f" and {len(unmarked[side]) - 3} more" if len(unmarked[side]) > 3 else "")
+        for side in sides
+    )
+    return (
+        f"per-step figures do not compare: traces without ProfilerStep markers ({named}) "
+        "count as one step each, whatever they hold; profile both runs with a schedule and "
+        "call prof.step() each step"
     )
 
 

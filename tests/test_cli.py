@@ -1183,3 +1183,56 @@ def test_an_unprofiled_step_time_for_a_logdir_of_several_runs_asks_which_run(
     err = capsys.readouterr().err
     assert "2 runs here" in err and "--run NAME" in err
     assert main(["report", str(tmp_path), "--run", "fixed", "--unprofiled-step-ms", "5"]) == 0
+
+
+def _iterations(path: Path, marked: bool, iterations: int = 5) -> Path:
+    """A CUDA trace of ``iterations`` loop iterations of two ``.item()`` each, with a
+    ProfilerStep marker per iteration or none (profiled without ``prof.step()``)."""
+    from contextlib import nullcontext
+
+    from tests.kineto_builder import KinetoTraceBuilder, item_sync
+
+    builder = KinetoTraceBuilder()
+    for n in range(iterations):
+        with builder.step(n) if marked else nullcontext():
+            item_sync(builder, stack=[("train.py", 8, "train_step")])
+            item_sync(builder, stack=[("train.py", 9, "train_step")])
+    return builder.write(path)
+
+
+def test_the_gate_names_a_gpu_trace_without_step_markers_as_one_step_with_its_sites(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Not "step 0 of w.pt.trace.json" (a step the program never had) with no site: the
+    whole trace is the step, and its lines are what to open."""
+    trace = _iterations(tmp_path / "run" / "w.pt.trace.json", marked=False)
+    out = str(tmp_path / "report.txt")
+    assert main(["report", str(trace), "--max-syncs-per-step", "3", "-o", out]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "too many syncs" in line]
+    assert lines == [
+        "tb-syncfinder: too many syncs: w.pt.trace.json (no ProfilerStep markers, counted as "
+        "one step) has 10 syncs (limit 3); at train.py:8* (5), train.py:9* (5)"
+    ]
+
+
+def test_compare_does_not_gate_per_step_across_runs_with_and_without_step_markers(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same five iterations, profiled with prof.step() and without: the whole unmarked
+    trace is one "step", so its sites read five times worse per step ("+400 %") though
+    nothing changed. The comparison says why, and the gate cannot pass or fail on it."""
+    from tb_syncfinder.compare import compare
+
+    marked = _iterations(tmp_path / "marked" / "w.pt.trace.json", marked=True).parent
+    unmarked = _iterations(tmp_path / "unmarked" / "w.pt.trace.json", marked=False).parent
+    out = str(tmp_path / "cmp")
+    assert main(["compare", str(marked), str(unmarked), "--fail-on-regression", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert "per-step figures do not compare" in err and "new run: w.pt.trace.json" in err
+    assert "cannot gate per step across runs with and without ProfilerStep markers" in err
+    from tb_syncfinder import analyze
+
+    base, new = (analyze(p).to_json() for p in (marked, unmarked))
+    assert compare(base, new)["steps_differ"] is not None
+    assert compare(base, base)["steps_differ"] is None
+    assert compare(new, new)["steps_differ"] is None  # per trace on both sides: alike

@@ -66,7 +66,11 @@ export async function renderHotspots(ctx) {
   // Only once the run is read: a trace still loading may hold them.
   const settled = !app.currentRun()?.loading;
   const where = selectionWhere(sel, app.workerSpans());
-  const knownStep = state.step === null || (stepsResp.steps || []).some((/** @type {any} */ s) => s.step === state.step);
+  // A trace without ProfilerStep markers has one bar for the whole trace, "step 0" in the
+  // data, which no sync is in: never a step to filter to (an empty table, then a detail
+  // saying to record stacks the trace has).
+  const unmarked = unmarkedPaths(summaryResp.traces);
+  const knownStep = state.step === null || (stepsResp.steps || []).some((/** @type {any} */ s) => s.step === state.step && !unmarked.has(s.trace));
   if (settled && !knownStep) {
     app.dropMissing(`Step ${state.step}`, where, { step: null, site: null, sync: null, occ: 0 });
     return renderHotspots({ ...ctx, state: app.state });
@@ -755,6 +759,15 @@ let chartCache = null;
  * @param {number} viewWidth
  * @returns {HTMLElement | null}
  */
+/**
+ * The paths of the traces without ProfilerStep markers (each one step, the whole trace).
+ * @param {any[] | null | undefined} traces
+ * @returns {Set<string>}
+ */
+export function unmarkedPaths(traces) {
+  return new Set((traces || []).filter((t) => t.step_markers === false).map((t) => t.path));
+}
+
 function cachedStepChart(stepsResp, traces, sel, state, app, viewWidth) {
   const c = chartCache;
   if (c && c.steps === stepsResp && c.traces === traces && c.width === viewWidth) {
@@ -803,6 +816,9 @@ function stepChart(steps, traces, view, app, viewWidth) {
     });
   }
   const grouped = !perWorker && groups.length > 1;
+  const unmarked = unmarkedPaths(traces);
+  // Whether bar `i` is a whole trace without step markers: no step to filter to.
+  const wholeTrace = (/** @type {number} */ i) => !perWorker && !!shown[i] && unmarked.has(shown[i].trace ?? shown[i].peak?.trace);
   // Laid out at the real width so text stays 10 px in a narrow VS Code panel too.
   const width = Math.round(Math.max(300, Math.min(1600, viewWidth || 960)));
   const height = (width < 600 ? 140 : 170) + (grouped ? 14 : 0);
@@ -837,6 +853,11 @@ function stepChart(steps, traces, view, app, viewWidth) {
     }
     // Step numbers are per worker: filtering to a step of one worker selects that worker.
     const where = grouped ? { worker: g.worker, span: g.span } : {};
+    if (wholeTrace(i)) {
+      // The whole trace, not a step: its worker (where there are several), no step filter.
+      if (grouped) app.setState({ ...where, step: null, sync: null });
+      return;
+    }
     // Picking the selected step (or its bin) again clears the filter; a bin picks its
     // costliest step.
     app.setState({ ...where, step: isSelected(i) ? null : shown[i].step, sync: null });
@@ -844,12 +865,12 @@ function stepChart(steps, traces, view, app, viewWidth) {
   const empty = L.maxUs === 0;
   // Worker names under the bars: every k-th where they would collide.
   const workerAxis = thinAxisLabels(L.bars[0]?.band.w ?? 0, perWorker ? groups.map((g) => g.label) : []);
-  const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : String(binned ? shown[i].first : shown[i].step));
+  const label = (/** @type {number} */ i) => (perWorker ? groups[i].label : wholeTrace(i) ? "all" : String(binned ? shown[i].first : shown[i].step));
   // What a bar says: a step's figures; a bin's costliest step's, and its means per step.
   const figures = (/** @type {number} */ i, /** @type {boolean} */ long, selected = false) => {
     const x = shown[i];
     const own = `${formatCount(x.sync_count)} syncs, ${long ? "host wait" : "wait"} ${formatUs(x.host_wait_us)}, ${long ? `${idleOn} idle` : "idle"} ${formatUs(x.gpu_idle_us)}`;
-    if (!binned) return long ? own : `${own}, step ${formatUs(x.step_time_us)}`;
+    if (!binned || wholeTrace(i)) return long ? own : `${own}, ${wholeTrace(i) ? "trace" : "step"} ${formatUs((binned ? x.peak : x).step_time_us)}`;
     const p = x.peak;
     return (
       `steps ${x.first}\u2013${x.last} (${formatCount(x.size)}), bar = costliest step ${p.step}: ${formatCount(p.sync_count)} syncs, host wait ${formatUs(p.host_wait_us)}, ${idleOn} idle ${formatUs(p.gpu_idle_us)}` +
@@ -862,7 +883,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
   const barEls = L.bars.map((b, i) => {
     const g = groupOf(i);
     const where = grouped || perWorker ? `${g.label}, ` : "";
-    const what = perWorker ? "per step: " : binned ? "" : `step ${b.step}: `;
+    const what = perWorker ? "per step: " : wholeTrace(i) ? "the whole trace (no ProfilerStep markers: profile with a schedule and call prof.step() to see its steps): " : binned ? "" : `step ${b.step}: `;
     return s(
       "g",
       {
@@ -870,6 +891,7 @@ function stepChart(steps, traces, view, app, viewWidth) {
         tabindex: "-1",
         role: "button",
         "data-step": perWorker ? null : b.step,
+        "data-whole-trace": wholeTrace(i) ? "true" : null,
         "data-first": binned ? shown[i].first : null,
         "data-last": binned ? shown[i].last : null,
         "data-worker": grouped || perWorker ? g.worker : null,

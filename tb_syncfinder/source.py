@@ -808,10 +808,24 @@ def _code_digest(cells: list[Any]) -> str | None:
 
 
 def notebook_code_digest(path: str) -> str | None:
-    """The digest of a notebook's code cells as it is now (``_code_digest``); None where it
+    """What a result read from a notebook depends on, as it is now: the digest of its code
+    cells (``_code_digest``); of a folder, the names of the notebooks in it (a notebook
+    saved there since may hold a cell not found: ``_folder_notebooks``). None where it
     cannot be read."""
+    if os.path.isdir(path):
+        names = _folder_notebooks(path)
+        return None if names is None else "\0".join(names)
     read = _read_notebook(Path(path))
     return read[1] if read is not None else None
+
+
+def _folder_notebooks(folder: str) -> list[str] | None:
+    """The notebooks in a folder, by name (not its other files: Jupyter saves a notebook
+    through a temporary file, which moves the folder's mtime at every save)."""
+    try:
+        return sorted(name for name in os.listdir(folder) if name.endswith(".ipynb"))
+    except OSError:
+        return None
 
 
 def _notebook_cells(cells: list[Any], path: Path) -> list[_KernelCell]:
@@ -1552,7 +1566,7 @@ class SourceResolver:
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
         # Each notebook read for its cells -> its size and mtime then, and the digest of its
-        # code cells as read.
+        # code cells as read; each folder looked in, with the notebooks in it then.
         self._notebooks_read: dict[str, tuple[int, int, str | None]] = {}
         # A file's lines for ``line_text``, split once.
         self._split: dict[Path, list[bytes]] = {}
@@ -1837,7 +1851,20 @@ class SourceResolver:
         under the roots holds a cell of that text."""
         cells = self._kernel_cells
         if -1 not in cells:  # the notebooks' cells, read once (-1: no cell's number)
-            for notebook in sorted(self._suffix_index().get(_NOTEBOOKS, [])):
+            notebooks = sorted(self._suffix_index().get(_NOTEBOOKS, []))
+            # The folders a notebook saved later would most likely be in (the roots, those
+            # of the notebooks found), by the notebooks they hold then.
+            for folder in {*map(str, self.roots), *(str(n.parent) for n in notebooks)}:
+                try:
+                    status = os.stat(folder)
+                except OSError:
+                    continue
+                self._notebooks_read[folder] = (
+                    status.st_size,
+                    status.st_mtime_ns,
+                    notebook_code_digest(folder),
+                )
+            for notebook in notebooks:
                 try:
                     status = notebook.stat()
                 except OSError:
@@ -1904,8 +1931,9 @@ class SourceResolver:
 
     def notebook_stamps(self) -> dict[str, tuple[int, int, str | None]]:
         """Size, mtime (ns) and code digest of each notebook the cells were looked for in,
-        as they were read (none before a cell frame was): a cell not found may be in one
-        once its code is saved again."""
+        as they were read, and of the folders, the notebooks they held (none before a cell
+        frame was): a cell not found may be in one once its code is saved again, or in a
+        notebook saved since beside them (VS Code's untitled notebook, saved once run)."""
         return dict(self._notebooks_read)
 
     def frame_cell(self, trace_file: str) -> NotebookCell | None:

@@ -697,3 +697,34 @@ def test_a_percent_format_continued_on_its_own_line_keeps_the_cells_exact_lines(
     reads = [s for s in sites if s.func == "train_step"]
     assert reads and all(s.cell is not None and s.line_exact for s in reads)
     assert {s.line for s in reads} == {9}
+
+
+def test_a_notebook_saved_after_the_analysis_beside_the_others_is_a_change_a_save_is_not(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """The cell was not found (its notebook not saved yet: VS Code's untitled notebook);
+    saving it under the roots, beside the notebooks there, makes the result stale, so the
+    plugin analyses the trace again. Jupyter's save through a temporary file of another
+    notebook moves the folder's mtime and changes nothing."""
+    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.models import result_stamps, stamps_hold
+
+    other = tmp_path / "other.ipynb"
+    _notebook(other, [LOOP_CELL])
+    (trace,) = (recorded / "logs" / "run").iterdir()
+    options = Options(source_roots=[str(tmp_path)])
+    before = analyze_trace(str(trace), options)
+    assert all(s.source.cell is None for s in before.latent)
+    stamps = result_stamps(before)
+    saved = tmp_path / ".~other.ipynb"
+    saved.write_text(other.read_text())
+    _saved_with_outputs(saved)
+    os.replace(saved, other)  # as Jupyter saves: a temporary file renamed over it
+    folder = os.stat(tmp_path)
+    os.utime(tmp_path, ns=(folder.st_atime_ns, folder.st_mtime_ns + 10**9))
+    assert stamps_hold(stamps)
+    _notebook(tmp_path / "Untitled-1.ipynb", [STEP_CELL, LOOP_CELL])
+    os.utime(tmp_path, ns=(folder.st_atime_ns, folder.st_mtime_ns + 2 * 10**9))
+    assert not stamps_hold(stamps)
+    after = analyze_trace(str(trace), options)
+    assert {s.source.line for s in after.latent if s.source.cell} == {ITEM_LINE}

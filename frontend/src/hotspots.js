@@ -508,7 +508,12 @@ function teachingBanners(resp, latent, siteTotal) {
   // Of the traces read, those counted as one step each: not an unreadable file, nor one
   // that recorded nothing (no step at all), which "1 of 5 trace files" had counted.
   const traces = readTraces(resp.traces);
-  const unmarked = traces.filter((/** @type {any} */ t) => t.step_markers === false && t.steps > 0).length;
+  const unmarkedTraces = traces.filter((/** @type {any} */ t) => t.step_markers === false && t.steps > 0);
+  const unmarked = unmarkedTraces.length;
+  // Beside files with steps, which ones: the run's figures per step mix whole traces in.
+  const some = unmarked < traces.length;
+  const named = unmarkedTraces.slice(0, 3).map((/** @type {any} */ t) => t.worker || String(t.path || "").split(/[\\/]/).pop());
+  const more = unmarked > 3 ? ` and ${formatCount(unmarked - 3)} more` : "";
   if (unmarked) {
     out.push(
       h(
@@ -518,7 +523,9 @@ function teachingBanners(resp, latent, siteTotal) {
         h(
           "p",
           null,
-          `${unmarked > 1 ? "Each is" : "It is"} counted as one step, so the per-step figures are per trace file. Profile with a schedule and call `,
+          some
+            ? `${named.join(", ")}${more} ${unmarked > 1 ? "are each" : "is"} counted as one step beside the other files' steps, so the run's figures per step mix whole traces with steps. Profile with a schedule and call `
+            : `${unmarked > 1 ? "Each is" : "It is"} counted as one step, so the per-step figures are per trace file. Profile with a schedule and call `,
           h("code", null, "prof.step()"),
           " at the end of each training step to see them per step.",
         ),

@@ -57,8 +57,11 @@ def test_the_bar_of_a_trace_without_step_markers_is_the_whole_trace_not_a_step_f
 
         # A run of a marked worker and an unmarked one: the marked worker's steps filter,
         # the unmarked worker's bar selects that worker only.
+        page = new_page(browser, page_errors)
         page.goto(plugin_url(base, "#run=mixed"))
         rows(page)
+        banner = page.inner_text("[data-testid=no-step-markers]")
+        assert "worker1 is counted as one step beside the other files' steps" in banner, banner
         page.click(".sa-chart g.step[data-worker=worker0][data-step='2']")
         page.wait_for_selector("[data-testid=step-filter]:has-text('step 2')")
         page.goto(plugin_url(base, "#run=mixed"))

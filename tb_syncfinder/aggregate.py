@@ -476,6 +476,9 @@ def build_report(results: list[TraceResult]) -> Report:
         sync_idle_share=idle_from_syncs / window if window > 0 else 0.0,
         replay_fidelity_error=max((s.fidelity_error for s in replayed), default=0.0),
         gpu_idle_measured=idle_read,
+        traces_without_step_markers=sum(
+            1 for r in analysed if not r.info.step_markers and r.info.steps > 0
+        ),
     )
     _profiler_summary(summary, analysed)
     overhead = [s for r in results for s in getattr(r, "profiler_overhead", ())]

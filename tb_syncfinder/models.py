@@ -571,6 +571,10 @@ class Summary(msgspec.Struct):
     # unprofiled_overhead_scale``; per step as ``predicted_saving_per_step_us``, which it
     # equals at a scale of 0). None: not asked, or a trace could not be fitted.
     unprofiled_predicted_saving_per_step_us: float | None = None
+    # How many of the traces read have no ProfilerStep markers (``TraceInfo.step_markers``):
+    # each counts as one step, so where this is not 0 the figures per step are, in part or
+    # all, per trace file (a tool reading the summary alone could not tell).
+    traces_without_step_markers: int = 0
 
 
 class ProfilerOverhead(msgspec.Struct):

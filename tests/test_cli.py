@@ -1233,6 +1233,8 @@ def test_compare_does_not_gate_per_step_across_runs_with_and_without_step_marker
     from tb_syncfinder import analyze
 
     base, new = (analyze(p).to_json() for p in (marked, unmarked))
+    counted = [r["summary"]["traces_without_step_markers"] for r in (base, new)]
+    assert counted == [0, 1]
     assert compare(base, new)["steps_differ"] is not None
     assert compare(base, base)["steps_differ"] is None
     assert compare(new, new)["steps_differ"] is None  # per trace on both sides: alike

@@ -1386,8 +1386,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             # Not a verdict on the code: the sites changed their identity, not the program.
             print(f"{PROG}: cannot gate across reports of two site-key formats", file=sys.stderr)
             return 2
-        if regressions and result.get("steps_differ"):
-            # Costs per step of a run counted in whole traces against one counted in steps.
+        if result.get("steps_differ"):
+            # Costs per step of a run counted in whole traces against one counted in steps:
+            # a regression reads as "better" one way round, a non-change as "worse" the other.
             print(
                 f"{PROG}: cannot gate per step across runs with and without ProfilerStep markers",
                 file=sys.stderr,

@@ -91,6 +91,10 @@ def _join_cells(before: dict[str, dict[str, Any]], after: dict[str, dict[str, An
         found: dict[Any, list[str]] = {}
         for key, entry in sites.items():
             site = entry["site"]
+            # A cell's top-level code is ``<module>`` in every cell: nothing tells two
+            # cells' reads apart there (a read gone from one, another added elsewhere).
+            if site.get("func") in (None, "", "<module>"):
+                continue
             if key not in others and _cell_code(site):
                 found.setdefault(_identity(site)[1:], []).append(key)
         return found
@@ -626,14 +630,20 @@ def _steps_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     """Why the two runs' figures per step do not compare: one run's traces have step
     markers and the other's (some of them) have none, so that a whole trace counts as one
     step there (five iterations' syncs read as one step's: "+400 %"). None where both
-    count steps alike (every trace marked, or none on either side)."""
+    count steps alike (the same share of their traces without markers: none, all, or a
+    marked train trace beside an unmarked eval trace on each side)."""
     unmarked = {side: _unmarked(report) for side, report in (("baseline", base), ("new run", new))}
     analysed = {
         side: [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
         for side, report in (("baseline", base), ("new run", new))
     }
-    none_marked = {side: len(unmarked[side]) == len(analysed[side]) for side in unmarked}
-    if not any(unmarked.values()) or all(none_marked.values()):
+    # Alike: the same share of each run's traces counted whole (none, all, or a train
+    # trace with markers beside an eval trace without on both sides).
+    shares = {
+        side: len(unmarked[side]) / len(analysed[side]) if analysed[side] else 0.0
+        for side in unmarked
+    }
+    if shares["baseline"] == shares["new run"]:
         return None
     sides = [side for side in unmarked if unmarked[side]]
     named = "; ".join(

@@ -1238,3 +1238,32 @@ def test_compare_does_not_gate_per_step_across_runs_with_and_without_step_marker
     assert compare(base, new)["steps_differ"] is not None
     assert compare(base, base)["steps_differ"] is None
     assert compare(new, new)["steps_differ"] is None  # per trace on both sides: alike
+    # The other way round, a real regression (three reads an iteration, not two) read as
+    # "better" per step: the gate cannot pass either.
+    worse = tmp_path / "worse" / "w.pt.trace.json"
+    from tests.kineto_builder import KinetoTraceBuilder, item_sync
+
+    builder = KinetoTraceBuilder()
+    for n in range(5):
+        with builder.step(n):
+            for line in (8, 9, 10):
+                item_sync(builder, stack=[("train.py", line, "train_step")])
+    builder.write(worse)
+    capsys.readouterr()
+    argv = ["compare", str(unmarked), str(worse.parent), "--fail-on-regression", "-o", out]
+    assert main(argv) == 2
+
+
+def test_runs_that_both_mix_marked_and_unmarked_traces_alike_are_gated_as_usual(
+    tmp_path: Path,
+) -> None:
+    """A marked training trace beside an unmarked evaluation trace, in both runs: their
+    figures per step are made alike, so the gate judges them (a new read fails it)."""
+    from tb_syncfinder import analyze
+    from tb_syncfinder.compare import compare
+
+    for run in ("base", "new"):
+        _iterations(tmp_path / run / "train.pt.trace.json", marked=True)
+        _iterations(tmp_path / run / "eval.pt.trace.json", marked=False)
+    base, new = (analyze(tmp_path / run).to_json() for run in ("base", "new"))
+    assert compare(base, new)["steps_differ"] is None

@@ -358,6 +358,24 @@ def test_compare_matches_a_cell_the_notebook_no_longer_holds_with_its_edited_cel
     assert main([*argv, "--source-root", str(tmp_path)]) == 0
 
 
+def test_compare_does_not_join_two_cells_top_level_reads_by_their_module_name() -> None:
+    """Every cell's top-level code is ``<module>``: a read gone from one cell (not found,
+    edited since) and another added in another cell are one fixed and one new, not one
+    "same" row that lets the gate miss the new read."""
+    from tb_syncfinder.compare import compare
+
+    def report(site: dict) -> dict:
+        return {"summary": {"step_count": 1}, "site_keys": 3, "traces": [], "sites": [site]}
+
+    gone = {"file": _cell_file(1, "a.item()"), "func": "<module>", "kind": "scalar_readback"}
+    added = {**gone, "file": _cell_file(1, "b.item()")}
+    added["cell"] = {"notebook": "/n/train.ipynb", "index": 3, "id": "c3"}
+    for site in (gone, added):
+        site.update(ops=["aten::item"], count=1, host_wait_us=10.0, line=1)
+    statuses = sorted(row["status"] for row in compare(report(gone), report(added))["sites"])
+    assert statuses == ["fixed", "new"]
+
+
 def test_in_the_kernel_a_saved_notebook_names_the_cell_and_linecache_serves_without_one(
     recorded: Path, tmp_path: Path
 ) -> None:

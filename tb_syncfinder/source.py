@@ -676,6 +676,8 @@ class _KernelCell(NamedTuple):
 # !ls``, ``,f a`` autocall): it compiles a call in its place, on the same line. Only at the
 # start of a statement: ``% (epoch, loss)`` continuing a ``print(`` is Python's operator.
 _MAGIC_START = re.compile(r"(\s*)(?:[%!?,;/]|[\w.,\s]+=\s*[%!])")
+# A line as Python's compiler counts them: ended by \n, \r\n or \r (or the text's end).
+_PYTHON_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 # IPython's ``leading_indent``: a cell whose first line is indented loses that indent.
 _LEADING_INDENT = re.compile(r"^[ \t]+")
 # IPython's prompt strippers: a cell pasted from a session (``>>> x = f()``, ``In [3]: ``)
@@ -693,7 +695,9 @@ def _as_run(source: str) -> tuple[str, str]:
     IPython's clean-up follows (the first line's indent taken off every line that starts
     with it: a block pasted from inside a function; a session's prompts stripped), then
     each statement that is a magic or a shell command becomes a ``pass`` of its indent."""
-    lines = source.splitlines(keepends=True)
+    # Lines as Python counts them: not at the form feeds, separators and ``\u2028`` that
+    # ``str.splitlines`` also breaks at (inside a string they are text).
+    lines = _PYTHON_LINES.findall(source)
     first = 0
     while first < len(lines) and not lines[first].strip():
         first += 1
@@ -820,10 +824,15 @@ def notebook_code_digest(path: str) -> str | None:
 
 
 def _folder_notebooks(folder: str) -> list[str] | None:
-    """The notebooks in a folder, by name (not its other files: Jupyter saves a notebook
-    through a temporary file, which moves the folder's mtime at every save)."""
+    """The notebooks in a folder, by name (not its other files, nor the hidden copy
+    ``.~train.ipynb`` Jupyter keeps while it saves one: a save moves the folder's mtime and
+    is no new notebook)."""
     try:
-        return sorted(name for name in os.listdir(folder) if name.endswith(".ipynb"))
+        return sorted(
+            name
+            for name in os.listdir(folder)
+            if name.endswith(".ipynb") and not name.startswith(".")
+        )
     except OSError:
         return None
 
@@ -1736,7 +1745,8 @@ class SourceResolver:
                                 seen.add(path)
                                 index.setdefault(name, []).append(path)
                                 count += 1
-                        elif name.endswith(".ipynb"):
+                        elif name.endswith(".ipynb") and not name.startswith("."):
+                            # (not Jupyter's hidden copy made while saving, ``.~x.ipynb``)
                             path = Path(dirpath, name)
                             if path not in seen:
                                 seen.add(path)

@@ -669,6 +669,7 @@ IPYTHON_CELLS = [
     ">>> x = torch.ones(3)\n>>> idx = x.nonzero()\n... \n",
     "In [3]: x = torch.ones(3)\n   ...: y = x.sum()\n",
     "    a = 1\n    %time b = a\n      c = 2\n",
+    "s = 'a\u2028%b'  # a line separator inside a string is text\n%pwd\n",
 ]
 
 
@@ -722,8 +723,8 @@ def test_a_notebook_saved_after_the_analysis_beside_the_others_is_a_change_a_sav
 ) -> None:
     """The cell was not found (its notebook not saved yet: VS Code's untitled notebook);
     saving it under the roots, beside the notebooks there, makes the result stale, so the
-    plugin analyses the trace again. Jupyter's save through a temporary file of another
-    notebook moves the folder's mtime and changes nothing."""
+    plugin analyses the trace again. Jupyter's save of another notebook (through a hidden
+    copy beside it) moves the folder's mtime and changes nothing."""
     from tb_syncfinder.engine import Options, analyze_trace
     from tb_syncfinder.models import result_stamps, stamps_hold
 
@@ -734,12 +735,14 @@ def test_a_notebook_saved_after_the_analysis_beside_the_others_is_a_change_a_sav
     before = analyze_trace(str(trace), options)
     assert all(s.source.cell is None for s in before.latent)
     stamps = result_stamps(before)
-    saved = tmp_path / ".~other.ipynb"
-    saved.write_text(other.read_text())
-    _saved_with_outputs(saved)
-    os.replace(saved, other)  # as Jupyter saves: a temporary file renamed over it
+    # As jupyter_server saves: a hidden copy beside it while it writes, then removed.
+    backup = tmp_path / ".~other.ipynb"
+    backup.write_text(other.read_text())
+    _saved_with_outputs(other)
     folder = os.stat(tmp_path)
     os.utime(tmp_path, ns=(folder.st_atime_ns, folder.st_mtime_ns + 10**9))
+    assert stamps_hold(stamps)  # polled while the copy is there
+    backup.unlink()
     assert stamps_hold(stamps)
     _notebook(tmp_path / "Untitled-1.ipynb", [STEP_CELL, LOOP_CELL])
     os.utime(tmp_path, ns=(folder.st_atime_ns, folder.st_mtime_ns + 2 * 10**9))

@@ -1562,8 +1562,10 @@ class SourceResolver:
         self._automata: dict[Any, Automaton] = {}
         self._alignments: dict[Any, Any] = {}
         # ipykernel's cell number -> the notebook cells of that text (built at the first
-        # cell frame, shared with every view), and a recorded cell path found so -> its cell.
+        # cell frame, shared with every view); a recorded cell path found so -> those cells
+        # (shared), and -> the one named in this trace's view (``_cell_for``).
         self._kernel_cells: dict[int, list[_KernelCell]] = {}
+        self._copies_of: dict[str, list[_KernelCell]] = {}
         self._cell_of: dict[str, NotebookCell] = {}
         # ... and its text as written (magics, prompts), for the source view.
         self._cell_shown: dict[str, bytes] = {}
@@ -1597,6 +1599,7 @@ class SourceResolver:
         view._refused = {}
         view._trace_cells = frozenset()
         view._cells_held = None
+        view._cell_of = {}
         return view
 
     def probes(self, files: Iterable[str], limit: int = 64) -> list[str]:
@@ -1894,16 +1897,32 @@ class SourceResolver:
         found = cells.get(number)
         if not found:
             return None
-        cell = min(found, key=self._notebook_rank) if len(found) > 1 else found[0]
         path = Path(recorded)
-        self._bytes[path] = cell.text
-        self._cell_shown[str(path)] = cell.shown
-        # The notebook as read, for an edit made since to show as a change.
-        self.read_stamps[str(cell.notebook)] = self._notebooks_read[str(cell.notebook)]
-        self._cell_of[str(path)] = NotebookCell(
-            str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
-        )
+        # Copies of one text have the same lines: which copy names it is each trace's
+        # (``_cell_for``), the text everyone's.
+        self._bytes[path] = found[0].text
+        self._cell_shown[str(path)] = found[0].shown
+        self._copies_of[str(path)] = found
         return path
+
+    def _cell_for(self, recorded: str | None) -> NotebookCell | None:
+        """The notebook cell that a Jupyter cell's recorded path (found by ``_kernel_cell``)
+        stands for in this trace's view: of copies, the one ``_notebook_rank`` puts first,
+        once per view, so that a sync's line and its stack's frames name one notebook."""
+        if recorded is None:
+            return None
+        chosen = self._cell_of.get(recorded)
+        if chosen is None:
+            found = self._copies_of.get(recorded)
+            if not found:
+                return None
+            cell = min(found, key=self._notebook_rank) if len(found) > 1 else found[0]
+            # The notebook as read, for an edit made since to show as a change.
+            self.read_stamps[str(cell.notebook)] = self._notebooks_read[str(cell.notebook)]
+            chosen = self._cell_of[recorded] = NotebookCell(
+                str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
+            )
+        return chosen
 
     def prefer_cells(self, trace_files: Iterable[str]) -> None:
         """This trace's frames' files: of copies of a cell (a notebook duplicated, copied
@@ -1954,14 +1973,14 @@ class SourceResolver:
         if number is None:
             return None
         path = self._kernel_cell(norm, int(number.group(1)))
-        return self._cell_of.get(str(path)) if path is not None else None
+        return self._cell_for(str(path)) if path is not None else None
 
     def notebook_cell(self, trace_file: str) -> tuple[NotebookCell, bytes] | None:
         """The notebook cell a Jupyter cell's recorded path stands for, and its text as
         written (its magics, not what IPython ran in their place); None for any other path,
         or a cell no notebook under the roots holds."""
         path = self.find_file(trace_file)
-        cell = self._cell_of.get(str(path)) if path is not None else None
+        cell = self._cell_for(str(path)) if path is not None else None
         text = self._cell_shown.get(str(path)) if path is not None else None
         return (cell, text) if cell is not None and text is not None else None
 
@@ -1989,7 +2008,7 @@ class SourceResolver:
 
     def _in_cell(self, source: Source) -> Source:
         """``source`` with the notebook cell its file stands for, if it is a cell's code."""
-        cell = self._cell_of.get(source.resolved_path) if source.resolved_path else None
+        cell = self._cell_for(source.resolved_path)
         if cell is None:
             return source
         return msgspec.structs.replace(source, resolved_path=cell.notebook, cell=cell)

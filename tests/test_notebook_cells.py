@@ -209,6 +209,14 @@ def test_each_experiments_trace_is_named_in_its_own_folders_copy_of_the_notebook
         assert site.cell is not None and site.cell.notebook == str(
             tmp_path / experiment / "train.ipynb"
         )
+    # Both in one analysis (one resolver; the traces come from one kernel, so they name
+    # the cells alike): each trace's sync and its stack's frames in its own copy.
+    data = analyze(tmp_path, source_roots=[str(tmp_path)]).to_json()
+    for sync in data["latent"]:
+        experiment = Path(sync["trace"]).parents[2].name
+        named = {sync["source"]["cell"]["notebook"]}
+        named |= {f["cell"]["notebook"] for f in sync["stack"] if "cell" in f}
+        assert named == {str(tmp_path / experiment / "train.ipynb")}, (experiment, named)
 
 
 def test_sarif_points_at_the_notebooks_json_line_that_holds_the_cells_line(

@@ -618,11 +618,15 @@ def _mark_newly_listed(
 
 
 def _unmarked(report: dict[str, Any]) -> list[str]:
-    """The trace files of a run without ProfilerStep markers (each counted as one step)."""
+    """The trace files of a run without ProfilerStep markers (each counted as one step;
+    not one that recorded nothing, which is no step at all)."""
     return [
         str(t.get("path"))
         for t in report.get("traces") or []
-        if isinstance(t, dict) and not t.get("error") and t.get("step_markers") is False
+        if isinstance(t, dict)
+        and not t.get("error")
+        and t.get("step_markers") is False
+        and int(t.get("steps") or 0) > 0
     ]
 
 

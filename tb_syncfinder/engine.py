@@ -887,9 +887,12 @@ def _analyze_data(
         savings=trace_savings,
     )
     read = resolver.read_stamps
-    result.source_stamps = {
-        f: read[f] for f in (*source_files_of(result), *cell_notebooks) if f in read
-    }
+    files = source_files_of(result)
+    result.source_stamps = {f: read[f] for f in files if f in read}
+    # A notebook by what it holds of the trace's cells (not its outputs, nor other cells).
+    notebooks = {*cell_notebooks, *(f for f in files if f.endswith(".ipynb"))}
+    if notebooks:
+        result.source_stamps.update(resolver.notebook_stamps(notebooks))
     unread = unread_source_files(result)
     result.source_probes = resolver.probes(unread)
     if any(KERNEL_CELL.search(path.replace("\\", "/")) for path in unread):

@@ -99,8 +99,10 @@ class Frame(msgspec.Struct, omit_defaults=True):
 KERNEL_CELL = re.compile(r"(?:^|/)ipykernel_\d+/(\d+)\.py\Z")
 
 # A source file as an analysis read it: its size and mtime (ns); a notebook's also the
-# digest of its code cells (``source.notebook_code_digest``), so that a save that changed
-# only its outputs is no change (``stamp_holds``).
+# digest of what it held of the trace's cells and their numbers (``cells_digest``), a
+# folder's the notebooks in it, so that a save that changed only outputs is no change
+# (``stamp_holds``). As ``file_stamps`` takes one now, a notebook's third part is what it
+# holds (``source.stamp_content``), from which the digest of any cells is made.
 Stamp = tuple[Any, ...]
 
 
@@ -943,34 +945,54 @@ def file_stamps(
             if known is not None and known[:2] == stamp:
                 stamp = known
             else:
-                from tb_syncfinder.source import notebook_code_digest
+                from tb_syncfinder.source import stamp_content
 
-                stamp = (*stamp, notebook_code_digest(path))
+                stamp = (*stamp, stamp_content(path))
                 if read is not None:
                     read[path] = stamp
         stamps[path] = stamp
     return stamps
 
 
+def cells_digest(held: Any, numbers: Iterable[int]) -> str | None:
+    """The digest of what a notebook holds (``source._held``: each code cell's number,
+    place, execution count and id) of the cells ``numbers``: a result read from the
+    notebook for a trace of those cells is stale once this changes (one of them edited,
+    run again, moved, or saved for the first time), and not for another cell's change."""
+    if held is None:
+        return None
+    try:
+        from _sha1 import sha1  # hashlib loads OpenSSL (``sync_id_prefix``)
+    except ImportError:
+        from hashlib import sha1
+    wanted = set(numbers)
+    picked = [list(cell) for cell in held if cell[0] in wanted]
+    return sha1(msgspec.json.encode(picked)).hexdigest()
+
+
 def stamp_holds(recorded: Stamp | None, now: Stamp | None) -> bool:
-    """Whether a file is as a result read it: of the same size and mtime, or a notebook of
-    the same code (both stamps with its digest: a save of new outputs changes nothing)."""
+    """Whether a file is as a result read it: of the same size and mtime, or a notebook
+    holding its trace's cells as it did (a save of new outputs, or a change to another
+    cell, changes nothing: ``cells_digest``), or a folder holding the same notebooks."""
     if recorded is None or now is None:
         return recorded is None and now is None
     if tuple(recorded[:2]) == tuple(now[:2]):
         return True
+    if len(recorded) > 3:  # a notebook's: (size, mtime, digest of its cells, their numbers)
+        return len(now) > 2 and recorded[2] == cells_digest(now[2], recorded[3])
     return len(recorded) > 2 and len(now) > 2 and recorded[2] == now[2]
 
 
-def stamps_hold(recorded: dict[str, Any]) -> bool:
+def stamps_hold(recorded: dict[str, Any], read: dict[str, Stamp] | None = None) -> bool:
     """Whether every file of ``recorded`` (path -> ``Stamp`` or None: absent then) is as it
-    was; a notebook is read only where its size or mtime changed."""
+    was; a notebook or folder is read only where its size or mtime changed (``read``: as
+    in ``file_stamps``, what the caller keeps of those read before)."""
     now = file_stamps(recorded)
     moved = [path for path, stamp in recorded.items() if not stamp_holds(stamp, now[path])]
     notebooks = [path for path in moved if recorded[path] is not None and len(recorded[path]) > 2]
     if len(notebooks) < len(moved):
         return False
-    now.update(file_stamps(notebooks, notebooks))
+    now.update(file_stamps(notebooks, notebooks, read))
     return all(stamp_holds(recorded[path], now[path]) for path in notebooks)
 
 

@@ -38,7 +38,7 @@ import re
 import site
 import stat
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -773,10 +773,10 @@ class _StatementScan:
             self.quote = None  # a one-line string cannot go on: the line is broken, not it
 
 
-def _read_notebook(path: Path) -> tuple[list[Any], str | None] | None:
-    """The cells of a saved notebook as written (nbformat 4), and the digest of its code
-    cells (``_code_digest``); None for one that cannot be read, or a FIFO or other file
-    that is not a regular one (reading it could wait forever)."""
+def _read_notebook(path: Path) -> list[Any] | None:
+    """The cells of a saved notebook as written (nbformat 4); None for one that cannot be
+    read, or a FIFO or other file that is not a regular one (reading it could wait
+    forever)."""
     try:
         status = path.stat()
         if not stat.S_ISREG(status.st_mode) or status.st_size > _MAX_NOTEBOOK_BYTES:
@@ -787,40 +787,27 @@ def _read_notebook(path: Path) -> tuple[list[Any], str | None] | None:
     except (OSError, ValueError, RecursionError, MemoryError):
         return None
     cells = document.get("cells") if isinstance(document, dict) else None
-    cells = cells if isinstance(cells, list) else []
-    return cells, _code_digest(cells)
+    return cells if isinstance(cells, list) else []
 
 
-def _code_digest(cells: list[Any]) -> str | None:
-    """A digest of what a notebook gives the analysis: each code cell's place, execution
-    count, id and text. Jupyter saves a notebook every two minutes while a cell's outputs
-    grow (a training loop's progress): only these make a result read from it stale."""
-    try:
-        from _sha1 import sha1  # hashlib loads OpenSSL (``models.sync_id_prefix``)
-    except ImportError:
-        from hashlib import sha1
-
-    code = [
-        [index, cell.get("execution_count"), cell.get("id"), cell.get("source")]
-        for index, cell in enumerate(cells, start=1)
-        if isinstance(cell, dict) and cell.get("cell_type") == "code"
-    ]
-    try:
-        return sha1(msgspec.json.encode(code)).hexdigest()
-    except (TypeError, ValueError, OverflowError):
-        return None  # values no JSON decode gives (cannot be); unreadable either way
+def _held(cells: list[_KernelCell]) -> tuple[tuple[int, int, int | None, str | None], ...]:
+    """What a notebook holds for the analysis: each code cell's number (ipykernel's name
+    for its text), place, execution count and id. A result read from it depends on those
+    of its trace's cells alone (``models.cells_digest``): not on outputs, which Jupyter
+    saves every two minutes while a cell prints, nor on the cells it never ran."""
+    return tuple((cell.number, cell.index, cell.execution_count, cell.id) for cell in cells)
 
 
-def notebook_code_digest(path: str) -> str | None:
-    """What a result read from a notebook depends on, as it is now: the digest of its code
-    cells (``_code_digest``); of a folder, the names of the notebooks in it (a notebook
-    saved there since may hold a cell not found: ``_folder_notebooks``). None where it
-    cannot be read."""
+def stamp_content(path: str) -> Any:
+    """What a result read from a notebook or a folder depends on, as it is now: the
+    notebook's code cells (``_held``), the names of the notebooks in the folder (one saved
+    there since may hold a cell not found: ``_folder_notebooks``). None where it cannot be
+    read."""
     if os.path.isdir(path):
         names = _folder_notebooks(path)
         return None if names is None else "\0".join(names)
-    read = _read_notebook(Path(path))
-    return read[1] if read is not None else None
+    cells = _read_notebook(Path(path))
+    return None if cells is None else _held(_notebook_cells(cells, Path(path)))
 
 
 def _folder_notebooks(folder: str) -> list[str] | None:
@@ -1576,9 +1563,10 @@ class SourceResolver:
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
-        # Each notebook read for its cells -> its size and mtime then, and the digest of its
-        # code cells as read; each folder looked in, with the notebooks in it then.
-        self._notebooks_read: dict[str, tuple[int, int, str | None]] = {}
+        # Each notebook read for its cells -> its size and mtime then, and what it held
+        # (``_held``); each folder looked in -> its size, mtime and the notebooks in it.
+        self._notebooks_read: dict[str, tuple[int, int, Any]] = {}
+        self._folders_read: dict[str, Stamp] = {}
         # A file's lines for ``line_text``, split once.
         self._split: dict[Path, list[bytes]] = {}
 
@@ -1872,10 +1860,10 @@ class SourceResolver:
                     status = os.stat(folder)
                 except OSError:
                     continue
-                self._notebooks_read[folder] = (
+                self._folders_read[folder] = (
                     status.st_size,
                     status.st_mtime_ns,
-                    notebook_code_digest(folder),
+                    stamp_content(folder),
                 )
             for notebook in notebooks:
                 try:
@@ -1883,15 +1871,14 @@ class SourceResolver:
                 except OSError:
                     continue
                 read = _read_notebook(notebook)
-                # Its stamp carries the digest of its code: a save of new outputs is none
-                # of a result's business (``models.stamp_holds``).
-                digest = read[1] if read is not None else None
+                found = _notebook_cells(read, notebook) if read is not None else []
+                # What it held of code, not its outputs (``notebook_stamps``).
                 self._notebooks_read[str(notebook)] = (
                     status.st_size,
                     status.st_mtime_ns,
-                    digest,
+                    _held(found) if read is not None else None,
                 )
-                for cell in _notebook_cells(read[0], notebook) if read is not None else ():
+                for cell in found:
                     cells.setdefault(cell.number, []).append(cell)
             cells[-1] = []
         found = cells.get(number)
@@ -1917,8 +1904,6 @@ class SourceResolver:
             if not found:
                 return None
             cell = min(found, key=self._notebook_rank) if len(found) > 1 else found[0]
-            # The notebook as read, for an edit made since to show as a change.
-            self.read_stamps[str(cell.notebook)] = self._notebooks_read[str(cell.notebook)]
             chosen = self._cell_of[recorded] = NotebookCell(
                 str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
             )
@@ -1958,12 +1943,27 @@ class SourceResolver:
         duplicate = _JUPYTER_DUPLICATE.search(cell.notebook.name) is not None
         return (-held.get(cell.notebook, 0), -shared, duplicate, str(cell.notebook))
 
-    def notebook_stamps(self) -> dict[str, tuple[int, int, str | None]]:
-        """Size, mtime (ns) and code digest of each notebook the cells were looked for in,
-        as they were read, and of the folders, the notebooks they held (none before a cell
-        frame was): a cell not found may be in one once its code is saved again, or in a
-        notebook saved since beside them (VS Code's untitled notebook, saved once run)."""
-        return dict(self._notebooks_read)
+    def notebook_stamps(
+        self, paths: Collection[str] | None = None, numbers: Iterable[int] | None = None
+    ) -> dict[str, Stamp]:
+        """Each notebook the cells were looked for in (of ``paths``, where given) as it was
+        read: its size and mtime (ns), and what it held of the cells ``numbers`` (default:
+        this trace's, ``prefer_cells``) as ``models.cells_digest`` and those numbers, so
+        that running or editing another cell changes nothing. Without ``paths``, also the
+        folders, by the notebooks they held (none of either before a cell frame was): a
+        cell not found may be in a notebook once it is saved again, or in a notebook saved
+        since beside them (VS Code's untitled notebook, saved once run)."""
+        from tb_syncfinder.models import cells_digest
+
+        wanted = tuple(sorted(set(self._trace_cells if numbers is None else numbers)))
+        stamps: dict[str, Stamp] = {
+            path: (size, mtime_ns, cells_digest(held, wanted), wanted)
+            for path, (size, mtime_ns, held) in self._notebooks_read.items()
+            if paths is None or path in paths
+        }
+        if paths is None:
+            stamps.update(self._folders_read)
+        return stamps
 
     def frame_cell(self, trace_file: str) -> NotebookCell | None:
         """The notebook cell a frame's recorded file stands for where it is a Jupyter cell's

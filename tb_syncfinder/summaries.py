@@ -110,8 +110,9 @@ class _Envelope(msgspec.Struct):
     size: int | None
     mtime_ns: int | None
     options: dict[str, Any]
-    # resolved source file -> [size, mtime_ns], a notebook's with its code digest (``Stamp``)
-    sources: dict[str, list[int | str | None]]
+    # resolved source file -> [size, mtime_ns], a notebook's with the digest of its cells
+    # and their numbers, a folder's with its notebooks (``Stamp``)
+    sources: dict[str, list[Any]]
     compressed: bool
     result: bytes  # the TraceResult's msgpack, zlib-compressed when ``compressed``
 
@@ -134,7 +135,7 @@ class Lookup(msgspec.Struct):
     same_options: bool = True  # made with the options asked for
 
 
-def _present(stamps: dict[str, Stamp | None]) -> dict[str, list[int | str | None]]:
+def _present(stamps: dict[str, Stamp | None]) -> dict[str, list[Any]]:
     """[size, mtime_ns] of each source file that exists, a notebook's with its code digest
     (a missing one is left out, so a summary whose sources are gone no longer matches)."""
     return {path: list(stamp) for path, stamp in stamps.items() if stamp is not None}

@@ -528,8 +528,9 @@ def test_a_save_of_new_outputs_leaves_a_result_standing_and_an_edit_of_code_does
     recorded: Path, tmp_path: Path
 ) -> None:
     """Jupyter saves a notebook every two minutes while a training cell prints: a result
-    whose lines are in its cells is stale only once its code changes (a cell edited, run
-    again, moved), as a summary and the plugin's cache read it."""
+    whose lines are in its cells is stale only once one of the trace's cells changes
+    (edited, run again, moved), not another cell, as a summary and the plugin's cache
+    read it."""
     from tb_syncfinder.engine import Options, analyze_trace
     from tb_syncfinder.models import result_stamps, stamps_hold
 
@@ -541,8 +542,13 @@ def test_a_save_of_new_outputs_leaves_a_result_standing_and_an_edit_of_code_does
     stamps = result_stamps(result)
     _saved_with_outputs(notebook)
     assert stamps_hold(stamps)
+    # Another cell added and run (not one the trace ran): nothing the result shows changed.
     document = json.loads(notebook.read_text())
-    document["cells"][1]["execution_count"] = 12  # the cell run again: In[12]
+    other = {**document["cells"][1], "id": "new", "execution_count": 20}
+    document["cells"].append({**other, "source": ["print('hello')"]})
+    notebook.write_text(json.dumps(document, indent=1))
+    assert stamps_hold(stamps)
+    document["cells"][1]["execution_count"] = 12  # the trace's cell run again: In[12]
     notebook.write_text(json.dumps(document, indent=1))
     assert not stamps_hold(stamps)
     _notebook(notebook, [STEP_CELL + "\n", LOOP_CELL])
@@ -580,19 +586,19 @@ def test_the_plugin_analyses_again_on_a_code_edit_of_a_cells_notebook_not_on_an_
     reads = []
     import tb_syncfinder.source as source_module
 
-    real = source_module.notebook_code_digest
+    real = source_module.stamp_content
 
-    def counted(path: str) -> str | None:
+    def counted(path: str) -> object:
         reads.append(path)
         return real(path)
 
-    source_module.notebook_code_digest = counted
+    source_module.stamp_content = counted
     try:
         for _ in range(3):
             loader.poll()
             assert loader.wait_idle(60)
     finally:
-        source_module.notebook_code_digest = real
+        source_module.stamp_content = real
     assert run.generation == generation and loader.results(run, None, None) == [first]
     assert reads == [str(notebook)]  # read once for the save, not at every poll
     _notebook(notebook, [STEP_CELL.replace("loss.item()", "float(loss)"), LOOP_CELL])

@@ -13,6 +13,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tensorboard import errors
 
@@ -98,6 +99,9 @@ class SourceGuard:
         self.path_map = list(path_map or [])
         self._resolver = None
         self._resolver_lookups = 0
+        # Each notebook read to see whether its cells changed, as last read: one growing
+        # its outputs while a cell trains is read once per save, not at every request.
+        self._notebooks_now: dict[str, Any] = {}
 
     def _engine_candidate(self, name: str) -> Path | None:
         """The file the engine's resolver would read for ``name`` (suffix match under the
@@ -196,13 +200,16 @@ class SourceGuard:
         it, and the cell's text. None for any other name."""
         from tb_syncfinder.models import KERNEL_CELL, stamps_hold
 
-        if not name.endswith(".py") or KERNEL_CELL.search(name.replace("\\", "/")) is None:
+        cell = KERNEL_CELL.search(name.replace("\\", "/")) if name.endswith(".py") else None
+        if cell is None:
             return None
         self._engine_candidate(name)  # the resolver, fresh when its memo is full
         assert self._resolver is not None
         try:
             found = self._resolver.notebook_cell(name)
-            if found is None and not stamps_hold(self._resolver.notebook_stamps()):
+            # The notebooks and folders as the resolver read them, for this cell alone.
+            stamps = self._resolver.notebook_stamps(numbers=[int(cell.group(1))])
+            if found is None and not stamps_hold(stamps, self._notebooks_now):
                 # A notebook saved since the resolver looked (the tab's hint says to save
                 # it): look again, with a fresh resolver.
                 self._resolver = None

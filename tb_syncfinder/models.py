@@ -114,7 +114,8 @@ class NotebookCell(msgspec.Struct):
     ``notebook``: the ``.ipynb`` file here; ``index``: the cell's place among the notebook's
     cells, from 1; ``execution_count``: its ``In [n]`` as the notebook was saved (None when
     saved without it); ``copies``: how many cells under the roots hold the same text (the
-    one named is the first by the notebooks' paths); ``id``: the cell's nbformat id (4.5 and
+    one named is in the notebook holding the most of the trace's cells, then the nearest
+    the trace: ``SourceResolver._notebook_rank``); ``id``: the cell's nbformat id (4.5 and
     later; None before), which stays as cells are added above it."""
 
     notebook: str

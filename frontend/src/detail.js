@@ -150,7 +150,7 @@ function header(site, sync, app) {
       file
         ? // A Jupyter cell's code is asked for by its recorded name: the server reads it from
           // the notebook (resolved_path), which is JSON, not the cell's lines.
-          frameButton({ file: (!cell && sync?.source?.resolved_path) || file, line, func: func || "", user: true }, app, `${cellPlace(cell) ?? file}:${line ?? "?"}`)
+          frameButton({ file: (!cell && sync?.source?.resolved_path) || file, line, func: func || "", user: true, cell }, app, `${cellPlace(cell) ?? file}:${line ?? "?"}`)
         : `${siteFallbackLabel(site || { ops: sync?.op_chain, apis: sync?.apis })} (no source line)`,
     ),
     func
@@ -424,10 +424,9 @@ function runByLine(runBy, app) {
  * @param {string | null} label
  */
 function frameButton(frame, app, label) {
-  const loc = frameLocation(frame);
   // A Jupyter cell's frame by its notebook cell: ipykernel's file for it never exists.
-  const place = frame.cell ? `${cellPlace(frame.cell)}:${frame.line ?? "?"}` : loc;
-  if (!isOpenable(frame)) return h("span", { class: "mono" }, label ?? `${frame.func} ${place}`);
+  const loc = frameLocation(frame);
+  if (!isOpenable(frame)) return h("span", { class: "mono" }, label ?? `${frame.func} ${loc}`);
   return h(
     "button",
     {
@@ -436,7 +435,7 @@ function frameButton(frame, app, label) {
       title: app.inVsCode ? `Open ${loc} in VS Code` : `Copy ${loc}`,
       onclick: () => app.openFrame(frame, { vscodeMessage, frameLocation }),
     },
-    label ?? [h("span", { class: "fn" }, frame.func || "?"), "  ", place],
+    label ?? [h("span", { class: "fn" }, frame.func || "?"), "  ", loc],
   );
 }
 

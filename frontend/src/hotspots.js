@@ -757,6 +757,15 @@ const MAX_STEP_GROUPS = 8;
 let chartCache = null;
 
 /**
+ * The paths of the traces without ProfilerStep markers (each one step, the whole trace).
+ * @param {any[] | null | undefined} traces
+ * @returns {Set<string>}
+ */
+export function unmarkedPaths(traces) {
+  return new Set((traces || []).filter((t) => t.step_markers === false).map((t) => t.path));
+}
+
+/**
  * The per-step chart, drawn again only when its data or width changed (see `chartCache`).
  * @param {any} stepsResp the `steps` answer
  * @param {any[] | undefined} traces the summary's traces
@@ -766,15 +775,6 @@ let chartCache = null;
  * @param {number} viewWidth
  * @returns {HTMLElement | null}
  */
-/**
- * The paths of the traces without ProfilerStep markers (each one step, the whole trace).
- * @param {any[] | null | undefined} traces
- * @returns {Set<string>}
- */
-export function unmarkedPaths(traces) {
-  return new Set((traces || []).filter((t) => t.step_markers === false).map((t) => t.path));
-}
-
 function cachedStepChart(stepsResp, traces, sel, state, app, viewWidth) {
   const c = chartCache;
   if (c && c.steps === stepsResp && c.traces === traces && c.width === viewWidth) {

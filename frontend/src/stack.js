@@ -1,4 +1,5 @@
 // @ts-check
+import { cellName } from "./format.js";
 /**
  * Python stacks: ordering for display and the "open this frame" action. Pure.
  */
@@ -23,21 +24,26 @@ export function splitStack(stack) {
 }
 
 /**
- * The text copied to the clipboard for a frame: `path:line` (path alone without a line).
- * @param {{file: string, line?: number | null}} frame
+ * The text copied to the clipboard for a frame: `path:line` (path alone without a line); a
+ * Jupyter cell's frame by its notebook cell (`train.ipynb In[4]:6`), as IPython names it:
+ * ipykernel's file for the cell never exists.
+ * @param {{file: string, line?: number | null, cell?: {notebook: string, index?: number | null, execution_count?: number | null} | null}} frame
  * @returns {string}
  */
 export function frameLocation(frame) {
-  return frame.line ? `${frame.file}:${frame.line}` : frame.file;
+  const place = frame.cell?.notebook ? `${frame.cell.notebook} ${cellName(frame.cell)}` : frame.file;
+  return frame.line ? `${place}:${frame.line}` : place;
 }
 
 /**
  * The message VS Code's TensorBoard integration understands, as the PyTorch Profiler tab
- * sends it: `{filename, line}` with a 0-based line.
- * @param {{file: string, line?: number | null}} frame
+ * sends it: `{filename, line}` with a 0-based line; for a Jupyter cell's frame, its
+ * notebook (a line of the cell is none of the notebook file's).
+ * @param {{file: string, line?: number | null, cell?: {notebook: string} | null}} frame
  * @returns {{filename: string, line: number}}
  */
 export function vscodeMessage(frame) {
+  if (frame.cell?.notebook) return { filename: frame.cell.notebook, line: 0 };
   return { filename: frame.file, line: Math.max(0, (frame.line ?? 1) - 1) };
 }
 

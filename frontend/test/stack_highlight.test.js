@@ -23,6 +23,10 @@ test("VS Code gets a 0-based line, the clipboard gets path:line", () => {
   assert.deepEqual(vscodeMessage({ file: "a.py", line: null }), { filename: "a.py", line: 0 });
   assert.equal(frameLocation(stack[1]), "train/loss.py:12");
   assert.equal(frameLocation({ file: "a.py", line: null }), "a.py");
+  // A Jupyter cell's frame: its notebook cell, never ipykernel's file for it.
+  const cellFrame = { file: "/tmp/ipykernel_7/123.py", line: 6, cell: { notebook: "/w/train.ipynb", index: 2, execution_count: 4 } };
+  assert.equal(frameLocation(cellFrame), "/w/train.ipynb In[4]:6");
+  assert.deepEqual(vscodeMessage(cellFrame), { filename: "/w/train.ipynb", line: 0 });
 });
 
 test("built-ins and module markers are not openable files", () => {

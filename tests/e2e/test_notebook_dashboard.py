@@ -85,6 +85,9 @@ def test_a_notebooks_sync_is_named_by_its_cell_and_shows_the_cells_lines(
         frames = page.inner_text("[data-testid=user-frames]")
         assert "train.ipynb In[5]:1" in frames and "train.ipynb In[4]:1" in frames, frames
         assert "ipykernel_4242" not in frames, frames
+        # Copied (outside VS Code) as IPython names it, not as ipykernel's missing file.
+        copied = page.get_attribute("[data-testid=user-frames] .sa-frame", "data-frame")
+        assert copied == f"{tmp_path / 'train.ipynb'} In[4]:1", copied
         # Of the calls it waited in, the one its occurrence row names is marked.
         waited = page.inner_text("[data-testid=waited-in]")
         words = waited.replace(",", " ").split()

@@ -1230,6 +1230,8 @@ def test_compare_does_not_gate_per_step_across_runs_with_and_without_step_marker
     err = capsys.readouterr().err
     assert "per-step figures do not compare" in err and "new run: w.pt.trace.json" in err
     assert "cannot gate per step across runs with and without ProfilerStep markers" in err
+    headline = (tmp_path / "cmp").read_text().splitlines()[0]
+    assert headline == "Sync Advisor: compare  per step not comparable: 1 worse"
     from tb_syncfinder import analyze
 
     base, new = (analyze(p).to_json() for p in (marked, unmarked))

@@ -1541,6 +1541,9 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
     ]
     if latent_tally:
         tally.append(", ".join(latent_tally) + " (latent)")
+    if result.get("steps_differ"):
+        # Statuses of figures per step that do not compare: none is a verdict (below).
+        tally = [": ".join(["per step not comparable", *(["; ".join(tally)] if tally else [])])]
     lines = [style("Sync Advisor: compare", _BOLD, _CYAN) + "  " + "; ".join(tally)]
     unreadable = result.get("unreadable") or []
     if unreadable:

@@ -763,3 +763,19 @@ def test_a_notebook_saved_after_the_analysis_beside_the_others_is_a_change_a_sav
     assert not stamps_hold(stamps)
     after = analyze_trace(str(trace), options)
     assert {s.source.line for s in after.latent if s.source.cell} == {ITEM_LINE}
+
+
+def test_sarif_points_at_no_line_of_a_cell_whose_text_changed_since_the_analysis(
+    tmp_path: Path,
+) -> None:
+    """A report rendered once the notebook was edited: the cell at the recorded place holds
+    other code now, so no line of it is pointed at (the file's first line instead)."""
+    from tb_syncfinder.outputs.sarif import notebook_file_line
+
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])
+    ran = kernel_cell_hash(STEP_CELL)
+    line = notebook_file_line(str(notebook), 2, ITEM_LINE, ran)
+    assert line is not None and "total = loss.item()" in notebook.read_text().splitlines()[line - 1]
+    _notebook(notebook, [LOOP_CELL, STEP_CELL])  # cells moved: index 2 is the loop's now
+    assert notebook_file_line(str(notebook), 2, ITEM_LINE, ran) is None

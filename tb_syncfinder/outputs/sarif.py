@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from tb_syncfinder import __version__, catalogue
 from tb_syncfinder.compare import site_match_key
+from tb_syncfinder.models import KERNEL_CELL
 from tb_syncfinder.outputs.csv import _advice_title, _texts
 from tb_syncfinder.query import sites_with_latent
 
@@ -304,7 +305,9 @@ def _line_location(
     if isinstance(cell, dict) and cell.get("notebook"):
         # A Jupyter cell's line: the notebook, at the line of its JSON that holds it.
         resolved = str(cell["notebook"])
-        line = notebook_file_line(resolved, int(cell.get("index") or 0), line) or 1
+        number = KERNEL_CELL.search(file.replace("\\", "/"))
+        ran = int(number.group(1)) if number else None
+        line = notebook_file_line(resolved, int(cell.get("index") or 0), line, ran) or 1
     if resolved:
         found = _repository_file(resolved, root)
         if found is not None:
@@ -320,11 +323,17 @@ def _line_location(
     }
 
 
-def notebook_file_line(notebook: str, index: int, line: int) -> int | None:
+def notebook_file_line(
+    notebook: str, index: int, line: int, number: int | None = None
+) -> int | None:
     """The line of the ``.ipynb`` file (its JSON) that holds ``line`` of its ``index``-th
     cell (both from 1), as Jupyter writes a notebook (a cell's source one JSON string per
-    line); None where the file is not written so, or does not hold it."""
+    line); None where the file is not written so, or does not hold it, or (``number``:
+    ipykernel's name for the cell that ran) where that cell's text is another now (the
+    notebook edited since the analysis: a line of another cell would be pointed at)."""
     import json
+
+    from tb_syncfinder.source import kernel_cell_hash
 
     try:
         with open(notebook, encoding="utf-8") as handle:
@@ -336,6 +345,8 @@ def notebook_file_line(notebook: str, index: int, line: int) -> int | None:
     if isinstance(source, str):
         source = source.splitlines(keepends=True)
     if not isinstance(source, list) or not all(isinstance(part, str) for part in source):
+        return None
+    if number is not None and kernel_cell_hash("".join(source)) != number:
         return None
     # The trace counts a cell's lines as IPython compiles it, without its leading empty lines.
     leading = next((n for n, part in enumerate(source) if part.strip()), len(source))

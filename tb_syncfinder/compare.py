@@ -637,8 +637,13 @@ def _steps_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     count steps alike (the same share of their traces without markers: none, all, or a
     marked train trace beside an unmarked eval trace on each side)."""
     unmarked = {side: _unmarked(report) for side, report in (("baseline", base), ("new run", new))}
+    # Of the traces that count steps: not one that recorded nothing (no step at all).
     analysed = {
-        side: [t for t in report.get("traces") or [] if isinstance(t, dict) and not t.get("error")]
+        side: [
+            t
+            for t in report.get("traces") or []
+            if isinstance(t, dict) and not t.get("error") and int(t.get("steps") or 0) > 0
+        ]
         for side, report in (("baseline", base), ("new run", new))
     }
     # Alike: the same share of each run's traces counted whole (none, all, or a train

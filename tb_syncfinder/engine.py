@@ -320,6 +320,9 @@ def _analyze_in_windows(
     python_events = sum(r.savings.python_events for r in results)
     busy_parts = [r.savings.device_busy_us for r in results if r.savings.device_busy_us is not None]
     merged = windows.merge(results, note, parts.cores)
+    # Each window stamped the notebooks by the trace's cells seen up to it: by all of them.
+    notebooks = [f for f, stamp in merged.source_stamps.items() if stamp and len(stamp) > 3]
+    merged.source_stamps.update(resolver.notebook_stamps(notebooks))
     merged.savings.host_events = host_events
     merged.savings.python_events = python_events
     merged.savings.device_busy_us = sum(busy_parts) if busy_parts else None

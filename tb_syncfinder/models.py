@@ -957,9 +957,10 @@ def file_stamps(
 
 def cells_digest(held: Any, numbers: Iterable[int]) -> str | None:
     """The digest of what a notebook holds (``source._held``: each code cell's number,
-    place, execution count and id) of the cells ``numbers``: a result read from the
-    notebook for a trace of those cells is stale once this changes (one of them edited,
-    run again, moved, or saved for the first time), and not for another cell's change."""
+    place, execution count and id) of the cells ``numbers``, but their execution counts: a
+    result read from the notebook for a trace of those cells is stale once this changes
+    (one of them edited, moved, or saved for the first time), and not for another cell's
+    change, nor for one of them run again (a later run is no run the trace recorded)."""
     if held is None:
         return None
     try:
@@ -967,7 +968,9 @@ def cells_digest(held: Any, numbers: Iterable[int]) -> str | None:
     except ImportError:
         from hashlib import sha1
     wanted = set(numbers)
-    picked = [list(cell) for cell in held if cell[0] in wanted]
+    # Not the execution count: running the profiling cell again (In[5] -> In[9]) would have
+    # every earlier trace of it analysed again, and named by a run it was not recorded in.
+    picked = [[cell[0], cell[1], cell[3]] for cell in held if cell[0] in wanted]
     return sha1(msgspec.json.encode(picked)).hexdigest()
 
 

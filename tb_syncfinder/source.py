@@ -1914,13 +1914,14 @@ class SourceResolver:
         into each experiment's folder, an edited copy), the one in the notebook that holds
         the most of the trace's cells is named, so that one trace's cells are named in one
         notebook (``_notebook_rank``)."""
-        numbers = set()
+        numbers = set(self._trace_cells)  # a trace read in windows: each window's, added
         for trace_file in trace_files:
             number = KERNEL_CELL.search(trace_file.replace("\\", "/"))
             if number is not None:
                 numbers.add(int(number.group(1)))
-        self._trace_cells = frozenset(numbers)
-        self._cells_held = None
+        if numbers != self._trace_cells:
+            self._trace_cells = frozenset(numbers)
+            self._cells_held = None
 
     def _notebook_rank(self, cell: _KernelCell) -> tuple[int, int, bool, str]:
         """How a copy of a cell ranks (lowest first): its notebook holding more of the
@@ -1956,13 +1957,16 @@ class SourceResolver:
         from tb_syncfinder.models import cells_digest
 
         wanted = tuple(sorted(set(self._trace_cells if numbers is None else numbers)))
+        # Copied first, in one step: the plugin's source view reads from several threads,
+        # and another may be filling these while this one iterates.
+        read, folders = dict(self._notebooks_read), dict(self._folders_read)
         stamps: dict[str, Stamp] = {
             path: (size, mtime_ns, cells_digest(held, wanted), wanted)
-            for path, (size, mtime_ns, held) in self._notebooks_read.items()
+            for path, (size, mtime_ns, held) in read.items()
             if paths is None or path in paths
         }
         if paths is None:
-            stamps.update(self._folders_read)
+            stamps.update(folders)
         return stamps
 
     def frame_cell(self, trace_file: str) -> NotebookCell | None:

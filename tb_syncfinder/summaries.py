@@ -149,6 +149,9 @@ class SummaryStore:
         if directory is not None and not is_remote(directory):
             directory = os.path.abspath(directory)
         self.directory = directory
+        # Notebooks read to check summaries' stamps (``models.file_stamps``): once per save,
+        # not once per summary of a trace of their cells.
+        self._notebooks_read: dict[str, Any] = {}
 
     def path_for(self, trace_path: str) -> str:
         if self.directory is not None:
@@ -197,7 +200,7 @@ class SummaryStore:
         result.info.run, result.info.worker, result.info.span = ref.run, ref.worker, ref.span
         same = (
             envelope.options == options_fingerprint(options)
-            and stamps_hold(envelope.sources)
+            and stamps_hold(envelope.sources, self._notebooks_read)
             # A source file not found then, copied in since: its lines would be found now.
             and not _present(file_stamps(result.source_probes))
         )

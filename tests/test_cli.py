@@ -1269,3 +1269,6 @@ def test_runs_that_both_mix_marked_and_unmarked_traces_alike_are_gated_as_usual(
         _iterations(tmp_path / run / "eval.pt.trace.json", marked=False)
     base, new = (analyze(tmp_path / run).to_json() for run in ("base", "new"))
     assert compare(base, new)["steps_differ"] is None
+    # A trace that recorded nothing counts no step either way: no share of unmarked ones.
+    (tmp_path / "new" / "empty.pt.trace.json").write_text('{"traceEvents": []}')
+    assert compare(base, analyze(tmp_path / "new").to_json())["steps_differ"] is None

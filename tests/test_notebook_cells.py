@@ -529,8 +529,7 @@ def test_a_save_of_new_outputs_leaves_a_result_standing_and_an_edit_of_code_does
 ) -> None:
     """Jupyter saves a notebook every two minutes while a training cell prints: a result
     whose lines are in its cells is stale only once one of the trace's cells changes
-    (edited, run again, moved), not another cell, as a summary and the plugin's cache
-    read it."""
+    (edited, moved), not another cell, as a summary and the plugin's cache read it."""
     from tb_syncfinder.engine import Options, analyze_trace
     from tb_syncfinder.models import result_stamps, stamps_hold
 
@@ -548,8 +547,8 @@ def test_a_save_of_new_outputs_leaves_a_result_standing_and_an_edit_of_code_does
     document["cells"].append({**other, "source": ["print('hello')"]})
     notebook.write_text(json.dumps(document, indent=1))
     assert stamps_hold(stamps)
-    document["cells"][1]["execution_count"] = 12  # the trace's cell run again: In[12]
-    notebook.write_text(json.dumps(document, indent=1))
+    document["cells"].insert(1, {**other, "id": "above", "source": ["x = 1"]})
+    notebook.write_text(json.dumps(document, indent=1))  # a cell added above: moved
     assert not stamps_hold(stamps)
     _notebook(notebook, [STEP_CELL + "\n", LOOP_CELL])
     assert not stamps_hold(stamps)
@@ -779,3 +778,66 @@ def test_sarif_points_at_no_line_of_a_cell_whose_text_changed_since_the_analysis
     assert line is not None and "total = loss.item()" in notebook.read_text().splitlines()[line - 1]
     _notebook(notebook, [LOOP_CELL, STEP_CELL])  # cells moved: index 2 is the loop's now
     assert notebook_file_line(str(notebook), 2, ITEM_LINE, ran) is None
+
+
+WINDOW_A_CELL = """def step_a(x):
+    y = x @ x
+    return y.mean().item()"""
+WINDOW_B_CELL = """def step_b(x):
+    y = x + x
+    return y.sum().item()"""
+WINDOW_LOOP_CELL = """import torch
+
+
+def profile_steps(trace_path, steps=8):
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for n in range(steps + 1):
+            x = torch.randn(8, 8)
+            for _ in range(20):
+                (step_a if n < 5 else step_b)(x)
+            prof.step()"""
+
+
+def test_a_trace_read_in_windows_is_stamped_by_the_cells_of_all_its_windows(
+    tmp_path: Path,
+) -> None:
+    """The first steps run one cell's function, the last another's: read in windows, the
+    result still goes stale when the first cell is edited, as read whole."""
+    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.models import result_stamps, stamps_hold
+
+    cells = [WINDOW_A_CELL, WINDOW_B_CELL, WINDOW_LOOP_CELL]
+    trace = tmp_path / "logs" / "run" / "w.pt.trace.json"
+    _run_as_cells(cells, trace)
+    notebook = tmp_path / "src" / "train.ipynb"
+    notebook.parent.mkdir()
+    _notebook(notebook, cells)
+    windowed = Options(source_roots=[str(notebook.parent)], window_bytes=trace.stat().st_size // 4)
+    result = analyze_trace(str(trace), windowed)
+    assert result.info.windows > 1
+    assert {s.source.func for s in result.latent if s.source.cell} >= {"step_a", "step_b"}
+    stamps = result_stamps(result)
+    _notebook(notebook, [WINDOW_A_CELL.replace(".item()", ".tolist()"), *cells[1:]])
+    os.utime(notebook, ns=(notebook.stat().st_atime_ns, notebook.stat().st_mtime_ns + 10**9))
+    assert not stamps_hold(stamps)
+
+
+def test_running_the_profiling_cell_again_leaves_the_earlier_traces_standing(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """Each profiling run runs the profiling cell again (In[5], then In[9]): that is no
+    change to the traces recorded before, which would all be analysed again."""
+    from tb_syncfinder.engine import Options, analyze_trace
+    from tb_syncfinder.models import result_stamps, stamps_hold
+
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, [STEP_CELL, LOOP_CELL])
+    (trace,) = (recorded / "logs" / "run").iterdir()
+    stamps = result_stamps(analyze_trace(str(trace), Options(source_roots=[str(tmp_path)])))
+    _notebook(notebook, [STEP_CELL, LOOP_CELL], first_count=9)
+    assert stamps_hold(stamps)

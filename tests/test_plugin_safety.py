@@ -175,3 +175,13 @@ def test_tensorboard_started_from_the_filesystem_root_serves_no_source_by_defaul
 
     assert default_source_roots("/") == []
     assert default_source_roots("/srv/project") == [os.path.realpath("/srv/project")]
+
+
+def test_the_source_view_counts_lines_as_python_does_past_a_line_separator_in_a_string(
+    tmp_path: Path,
+) -> None:
+    """A \u2028 inside a string is text to Python (and to the trace's line numbers): the
+    view split there too, and showed every later line one off."""
+    source = tmp_path / "train.py"
+    source.write_text("s = 'a\u2028b'\nx = 1\nloss.item()\n", encoding="utf-8")
+    assert SourceGuard([str(tmp_path)]).read(str(source), 3, 0).lines == ["loss.item()"]

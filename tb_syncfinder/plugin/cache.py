@@ -79,6 +79,8 @@ class DiskCache:
 
     def __init__(self, directory: str | None) -> None:
         self.directory = Path(directory) if directory else None
+        # Notebooks read to check entries' stamps (``models.file_stamps``): once per save.
+        self._notebooks_read: dict[str, Any] = {}
         if self.directory is not None:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,7 @@ class DiskCache:
             logger.info("sync_advisor: dropping unreadable cache entry %s (%s)", file, exc)
             self._drop(file)
             return None
-        if not stamps_hold(stamps):
+        if not stamps_hold(stamps, self._notebooks_read):
             logger.info("sync_advisor: source files changed since %s was cached", file)
             self._drop(file)
             return None

@@ -250,7 +250,11 @@ class SourceGuard:
             raise SourceError(403, f"{name}: larger than {MAX_SOURCE_BYTES} bytes")
         if b"\x00" in data:
             raise SourceError(403, f"{name}: not a text file")
-        all_lines = data.decode("utf-8", errors="replace").splitlines()
+        # Split where Python counts lines (as the trace's line numbers do): bytes split at
+        # \n, \r\n and \r only, not at a \u2028 or form feed inside a string, as text would.
+        all_lines = [
+            line_bytes.decode("utf-8", errors="replace") for line_bytes in data.splitlines()
+        ]
         if line > max(len(all_lines), 1):
             raise SourceError(
                 404, f"{name}: has {len(all_lines)} lines, line {line} asked for", hint=""

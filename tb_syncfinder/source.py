@@ -790,12 +790,16 @@ def _read_notebook(path: Path) -> list[Any] | None:
     return cells if isinstance(cells, list) else []
 
 
-def _held(cells: list[_KernelCell]) -> tuple[tuple[int, int, int | None, str | None], ...]:
-    """What a notebook holds for the analysis: each code cell's number (ipykernel's name
-    for its text), place, execution count and id. A result read from it depends on those
-    of its trace's cells alone (``models.cells_digest``): not on outputs, which Jupyter
-    saves every two minutes while a cell prints, nor on the cells it never ran."""
-    return tuple((cell.number, cell.index, cell.execution_count, cell.id) for cell in cells)
+def _held(cells: list[Any]) -> tuple[tuple[int, int, int | None, str | None], ...]:
+    """What a notebook (``_read_notebook``'s cells) holds for the analysis: each code
+    cell's number (ipykernel's name for its text), place, execution count and id. A result
+    read from it depends on those of its trace's cells alone (``models.cells_digest``): not
+    on outputs, which Jupyter saves every two minutes while a cell prints, nor on the cells
+    it never ran. (Without reading each cell as IPython runs it: a save is read for this.)"""
+    return tuple(
+        (kernel_cell_hash(source), index, count, cell_id)
+        for index, source, count, cell_id in _code_cells(cells)
+    )
 
 
 def stamp_content(path: str) -> Any:
@@ -807,7 +811,7 @@ def stamp_content(path: str) -> Any:
         names = _folder_notebooks(path)
         return None if names is None else "\0".join(names)
     cells = _read_notebook(Path(path))
-    return None if cells is None else _held(_notebook_cells(cells, Path(path)))
+    return None if cells is None else _held(cells)
 
 
 def _folder_notebooks(folder: str) -> list[str] | None:
@@ -824,10 +828,9 @@ def _folder_notebooks(folder: str) -> list[str] | None:
         return None
 
 
-def _notebook_cells(cells: list[Any], path: Path) -> list[_KernelCell]:
-    """The code cells of a notebook (``_read_notebook``'s), each with ipykernel's name for
-    it and its text as IPython compiles it."""
-    found: list[_KernelCell] = []
+def _code_cells(cells: list[Any]) -> Iterator[tuple[int, str, int | None, str | None]]:
+    """Each code cell of a notebook (``_read_notebook``'s) that ipykernel names by its text:
+    its place (from 1), text as written, execution count and id."""
     for index, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -840,14 +843,27 @@ def _notebook_cells(cells: list[Any], path: Path) -> list[_KernelCell]:
             continue  # a cell magic runs its body under another name
         count = cell.get("execution_count")
         cell_id = cell.get("id")
+        yield (
+            index,
+            source,
+            count if type(count) is int else None,
+            cell_id if isinstance(cell_id, str) else None,
+        )
+
+
+def _notebook_cells(cells: list[Any], path: Path) -> list[_KernelCell]:
+    """The code cells of a notebook (``_read_notebook``'s), each with ipykernel's name for
+    it and its text as IPython compiles it."""
+    found: list[_KernelCell] = []
+    for index, source, count, cell_id in _code_cells(cells):
         compiled, shown = _as_run(source)
         found.append(
             _KernelCell(
                 path,
                 index,
-                count if type(count) is int else None,
+                count,
                 compiled.encode("utf-8", "surrogatepass"),
-                cell_id if isinstance(cell_id, str) else None,
+                cell_id,
                 kernel_cell_hash(source),
                 shown.encode("utf-8", "surrogatepass"),
             )
@@ -1876,7 +1892,7 @@ class SourceResolver:
                 self._notebooks_read[str(notebook)] = (
                     status.st_size,
                     status.st_mtime_ns,
-                    _held(found) if read is not None else None,
+                    _held(read) if read is not None else None,
                 )
                 for cell in found:
                     cells.setdefault(cell.number, []).append(cell)

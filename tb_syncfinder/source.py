@@ -1892,7 +1892,10 @@ class SourceResolver:
                 self._notebooks_read[str(notebook)] = (
                     status.st_size,
                     status.st_mtime_ns,
-                    _held(read) if read is not None else None,
+                    # As ``_held`` reads it, from the cells just hashed.
+                    tuple((c.number, c.index, c.execution_count, c.id) for c in found)
+                    if read is not None
+                    else None,
                 )
                 for cell in found:
                     cells.setdefault(cell.number, []).append(cell)

@@ -841,3 +841,16 @@ def test_running_the_profiling_cell_again_leaves_the_earlier_traces_standing(
     stamps = result_stamps(analyze_trace(str(trace), Options(source_roots=[str(tmp_path)])))
     _notebook(notebook, [STEP_CELL, LOOP_CELL], first_count=9)
     assert stamps_hold(stamps)
+
+
+def test_what_a_notebook_holds_reads_the_same_at_analysis_and_at_a_poll(tmp_path: Path) -> None:
+    """The analysis stamps a notebook from the cells it hashed, a poll from a light read:
+    the two agree, or every poll would take an unchanged notebook for a changed one."""
+    from tb_syncfinder.source import SourceResolver, stamp_content
+
+    cells = ["\n%time x = 1\n", STEP_CELL, "%%capture\nprint(1)", LOOP_CELL, "", "  y = 2"]
+    notebook = tmp_path / "train.ipynb"
+    _notebook(notebook, cells)
+    resolver = SourceResolver([str(tmp_path)])
+    assert resolver.frame_cell(_cell_file(1, STEP_CELL)) is not None
+    assert resolver._notebooks_read[str(notebook)][2] == stamp_content(str(notebook))

@@ -675,6 +675,10 @@ function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = nul
   // A job's steps add up over its ranks: "16 steps" of a 2-rank job of 8 read as the job's.
   const ofRanks = ranks > 1 ? ` of ${formatCount(ranks)} ranks` : "";
   const perStep = (/** @type {number} */ v) => (steps ? v / steps : v);
+  // Every "step" a whole trace without ProfilerStep markers: said per trace, as it is.
+  const wholeTraces = steps > 0 && (summary.traces_without_step_markers || 0) === steps;
+  const unit = wholeTraces ? "trace" : "step";
+  const stepsText = wholeTraces ? `${plural(steps, "trace file")} (no step markers)` : plural(steps, "step");
   /** @param {string} label @param {string} value @param {string} sub @param {string} id @param {string | null} [title] */
   const card = (label, value, sub, id, title = null, more = null) =>
     h("div", { class: "sa-card", "data-testid": `card-${id}`, title }, h("div", { class: "label" }, label), h("div", { class: "value" }, value), h("div", { class: "sub" }, sub), more);
@@ -683,14 +687,14 @@ function headlineCards(summary, latent, ranks = 0, npu = false, unprofiled = nul
       "div",
       { class: "sa-cards" },
       card("Latent syncs", formatCount(summary.latent_count || 0), `would block on ${npu ? "the NPU" : "a GPU"}`, "latent"),
-      card("Steps", formatCount(steps), `mean ${formatUs(summary.mean_step_time_us)}`, "steps"),
+      card(wholeTraces ? "Traces (no step markers)" : "Steps", formatCount(steps), `mean ${formatUs(summary.mean_step_time_us)}`, "steps"),
     );
   }
   return h(
     "div",
     { class: "sa-cards" },
-    card("Syncs per step", formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${plural(steps, "step")}${ofRanks}`, "syncs"),
-    card("Host wait per step", formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
+    card(`Syncs per ${unit}`, formatCount(summary.syncs_per_step ?? 0), `${formatCount(summary.sync_count || 0)} in ${stepsText}${ofRanks}`, "syncs"),
+    card(`Host wait per ${unit}`, formatUs(perStep(summary.host_wait_us || 0)), `${formatUs(summary.host_wait_us)} in total`, "wait"),
     // The bubbles after the syncs (each sync's end to the device's next work, shared ones
     // counted once), not the idle the syncs cause: that is on the step-time card (worded as
     // the CLI words it, "GPU idle caused by syncs").

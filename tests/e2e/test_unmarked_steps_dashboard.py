@@ -33,6 +33,10 @@ def test_the_bar_of_a_trace_without_step_markers_is_the_whole_trace_not_a_step_f
         page = new_page(browser, page_errors)
         page.goto(plugin_url(base, "#run=plain"))
         assert rows(page)
+        # Its figures are per trace, and said so.
+        syncs_card = page.inner_text("[data-testid=card-syncs]")
+        assert "Syncs per trace" in syncs_card and "1 trace file (no step markers)" in syncs_card
+        assert "Host wait per trace" in page.inner_text("[data-testid=card-wait]")
         bar = page.locator(".sa-chart g.step[data-whole-trace=true]")
         assert bar.count() == 1
         assert "the whole trace (no ProfilerStep markers" in (bar.get_attribute("aria-label") or "")
@@ -60,6 +64,7 @@ def test_the_bar_of_a_trace_without_step_markers_is_the_whole_trace_not_a_step_f
         page = new_page(browser, page_errors)
         page.goto(plugin_url(base, "#run=mixed"))
         rows(page)
+        assert "Syncs per step" in page.inner_text("[data-testid=card-syncs]")  # steps, mostly
         banner = page.inner_text("[data-testid=no-step-markers]")
         assert "worker1 is counted as one step beside the other files' steps" in banner, banner
         page.click(".sa-chart g.step[data-worker=worker0][data-step='2']")

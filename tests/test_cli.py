@@ -1213,6 +1213,8 @@ def test_the_gate_names_a_gpu_trace_without_step_markers_as_one_step_with_its_si
         "tb-syncfinder: too many syncs: w.pt.trace.json (no ProfilerStep markers, counted as "
         "one step) has 10 syncs (limit 3); at train.py:8* (5), train.py:9* (5)"
     ]
+    legend = " ".join(Path(out).read_text().split())
+    assert "over the 1 trace (no step markers); /step, saves/step: per step, here per" in legend
 
 
 def test_compare_does_not_gate_per_step_across_runs_with_and_without_step_markers(

@@ -635,13 +635,19 @@ def _site_table(
     if not latent and shown:
         # wait and GPU idle sum every profiled step, beside per-step columns: a 43.4 ms
         # "wait" next to an 8.78 ms per-step figure in compare read as a contradiction.
-        steps = int((data.get("summary") or {}).get("step_count") or 0)
+        summary = data.get("summary") or {}
+        steps = int(summary.get("step_count") or 0)
         over = f"the {plural(steps, 'profiled step')}" if steps else "the trace"
+        per = "step"
+        if steps and int(summary.get("traces_without_step_markers") or 0) == steps:
+            # Each "step" a whole trace without ProfilerStep markers.
+            over = f"the {plural(steps, 'trace')} (no step markers)"
+            per = "step, here per trace"
         lines.extend(
             style(line, _DIM)
             for line in wrap(
                 f"count, wait, {_device_word(data)} idle: over {over}; /step, saves/step: per "
-                f"step; share: wait + {_device_word(data)} idle as a share of the steps' time "
+                f"{per}; share: wait + {_device_word(data)} idle as a share of the steps' time "
                 "(what the syncs cost; saves/step is what fixing them gives back)",
                 width,
             )

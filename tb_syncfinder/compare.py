@@ -617,16 +617,13 @@ def _mark_newly_listed(
     )
 
 
-def _unmarked(report: dict[str, Any]) -> list[str]:
-    """The trace files of a run without ProfilerStep markers (each counted as one step;
-    not one that recorded nothing, which is no step at all)."""
+def _stepped(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trace files of a run that count steps: read, and not one that recorded nothing
+    (no step at all)."""
     return [
-        str(t.get("path"))
+        t
         for t in report.get("traces") or []
-        if isinstance(t, dict)
-        and not t.get("error")
-        and t.get("step_markers") is False
-        and int(t.get("steps") or 0) > 0
+        if isinstance(t, dict) and not t.get("error") and int(t.get("steps") or 0) > 0
     ]
 
 
@@ -636,15 +633,10 @@ def _steps_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     step there (five iterations' syncs read as one step's: "+400 %"). None where both
     count steps alike (the same share of their traces without markers: none, all, or a
     marked train trace beside an unmarked eval trace on each side)."""
-    unmarked = {side: _unmarked(report) for side, report in (("baseline", base), ("new run", new))}
-    # Of the traces that count steps: not one that recorded nothing (no step at all).
-    analysed = {
-        side: [
-            t
-            for t in report.get("traces") or []
-            if isinstance(t, dict) and not t.get("error") and int(t.get("steps") or 0) > 0
-        ]
-        for side, report in (("baseline", base), ("new run", new))
+    analysed = {side: _stepped(report) for side, report in (("baseline", base), ("new run", new))}
+    unmarked = {
+        side: [str(t.get("path")) for t in traces if t.get("step_markers") is False]
+        for side, traces in analysed.items()
     }
     # Alike: the same share of each run's traces counted whole (none, all, or a train
     # trace with markers beside an eval trace without on both sides).

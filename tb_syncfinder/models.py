@@ -963,15 +963,11 @@ def cells_digest(held: Any, numbers: Iterable[int]) -> str | None:
     change, nor for one of them run again (a later run is no run the trace recorded)."""
     if held is None:
         return None
-    try:
-        from _sha1 import sha1  # hashlib loads OpenSSL (``sync_id_prefix``)
-    except ImportError:
-        from hashlib import sha1
     wanted = set(numbers)
     # Not the execution count: running the profiling cell again (In[5] -> In[9]) would have
     # every earlier trace of it analysed again, and named by a run it was not recorded in.
     picked = [[cell[0], cell[1], cell[3]] for cell in held if cell[0] in wanted]
-    return sha1(msgspec.json.encode(picked)).hexdigest()
+    return _sha1(msgspec.json.encode(picked))
 
 
 def stamp_holds(recorded: Stamp | None, now: Stamp | None) -> bool:
@@ -1019,10 +1015,15 @@ def result_stamps(result: Any) -> dict[str, Stamp | None]:
 def sync_id_prefix(trace_path: str) -> str:
     """The first 8 hex digits of the SHA-1 of a trace's path: every sync id of the trace
     starts with it, so that ids are unique across a run's traces."""
+    return _sha1(trace_path.encode("utf-8", "surrogateescape"))[:8]
+
+
+def _sha1(data: bytes) -> str:
+    """The SHA-1 of ``data`` in hex."""
     try:
         # hashlib's import loads OpenSSL (~3 ms of every report's start-up); the builtin
         # module gives the same digest. Builds without it (FIPS) fall back to hashlib.
         from _sha1 import sha1
     except ImportError:
         from hashlib import sha1
-    return sha1(trace_path.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return sha1(data).hexdigest()

@@ -1,5 +1,5 @@
 // @ts-check
-import { cellName } from "./format.js";
+import { cellPlace } from "./format.js";
 /**
  * Python stacks: ordering for display and the "open this frame" action. Pure.
  */
@@ -31,7 +31,7 @@ export function splitStack(stack) {
  * @returns {string}
  */
 export function frameLocation(frame) {
-  const place = frame.cell?.notebook ? `${frame.cell.notebook} ${cellName(frame.cell)}` : frame.file;
+  const place = cellPlace(frame.cell) ?? frame.file;
   return frame.line ? `${place}:${frame.line}` : place;
 }
 

@@ -1654,6 +1654,10 @@ class LibraryAdvice(msgspec.Struct, frozen=True):
     # Only where the frame just inside the matched one (the function it called) is in a
     # file whose path matches this (None: any).
     called_file: str | None = None
+    # Only where the matched frame is the sync's innermost (but for frames a call passes
+    # through): the read is that function's own, not one in a function it called. For a
+    # training loop's function, whose frame is on the stack of every sync of the step.
+    innermost: bool = False
 
 
 # Hugging Face Transformers checks whether an attention mask masks anything before SDPA
@@ -1663,8 +1667,9 @@ _HF_MASK_ADVICE = Advice(
     title="Pass attention_mask=None when no sequence is padded",
     text=(
         "Before attention, Hugging Face Transformers reads on the host whether the attention "
-        "mask masks anything (`_ignore_causal_mask_sdpa`), to run SDPA's causal kernel "
-        "without a mask: a read-back on every forward. When batches are not padded "
+        "mask masks anything (`_ignore_causal_mask_sdpa`; `_ignore_bidirectional_mask_sdpa` "
+        "in an encoder such as BERT), to run SDPA without a mask: a read-back on every "
+        "forward. When batches are not padded "
         "(fixed-length or packed sequences), do not pass the mask: a tokenizer returns one "
         "of ones anyway. With padded batches the read stays."
     ),
@@ -1709,9 +1714,91 @@ HF_EXPERTS_ADVICE = Advice(
     ),
 )
 
+# Hugging Face Transformers' Trainer checks each step's loss for NaN and inf on the host,
+# in its training loop's own code (``torch.isnan(tr_loss_step) or torch.isinf(...)``:
+# ``_run_epoch`` in 5.x, ``_inner_training_loop`` in 4.x), to leave such a loss out of the
+# logged average. Checked with transformers 5.24 (a CPU run's latent reads, docs/validation.md
+# section 18): 3 reads a step with the default, 1 with the filter off.
+_HF_TRAINER_NAN_FILTER_ADVICE = Advice(
+    title="Pass logging_nan_inf_filter=False to TrainingArguments",
+    text=(
+        "Trainer checks every step's loss for NaN and inf on the host (`torch.isnan(loss) or "
+        "torch.isinf(loss)`, with `logging_nan_inf_filter=True`, the default), to leave such "
+        "a loss out of the loss it logs: a read-back per step that waits for the step's "
+        "forward and backward. The check only touches the logged average, not training: "
+        "`TrainingArguments(logging_nan_inf_filter=False)` drops it (a NaN loss then shows "
+        "in the log, which is where you want to see it)."
+    ),
+    before="args = TrainingArguments(output_dir=out)   # checks every loss on the host\n",
+    after="args = TrainingArguments(output_dir=out, logging_nan_inf_filter=False)\n",
+)
+
+# Trainer's logging step reads the loss summed since the last log and the gradient norm
+# (``tr_loss ... .mean().item()``, ``grad_norm.item()`` in ``_maybe_log_save_evaluate``).
+_HF_TRAINER_LOGGING_ADVICE = Advice(
+    title="Log less often: raise logging_steps",
+    text=(
+        "On each logging step Trainer reads on the host the loss summed since the last log "
+        "and the gradient norm (`.item()` in `_maybe_log_save_evaluate`): each read waits for "
+        "all the work queued. With `logging_steps=1` that is every step. Log every 50 to 500 "
+        "steps (`logging_steps`; 500 by default): the logged loss is still the mean over the "
+        "steps since the last log."
+    ),
+    before="args = TrainingArguments(output_dir=out, logging_steps=1)   # reads every step\n",
+    after="args = TrainingArguments(output_dir=out, logging_steps=100)\n",
+)
+
+# ``generate()`` decides after each new token whether every sequence has finished:
+# ``StopCheck.__call__`` reads ``bool(unfinished_sequences.max() == 0)`` in transformers 5
+# (a read one token late, ``DeferredStopCheck``, only on Apple's MPS), 4.x reads the same flag
+# in ``_has_unfinished_sequences``. One read per token, whatever the batch.
+_HF_GENERATE_STOP_ADVICE = Advice(
+    title="generate() reads whether to stop after every token: batch the prompts",
+    text=(
+        "After each new token, `generate()` reads on the host whether every sequence has "
+        "finished (`bool(unfinished_sequences.max() == 0)`), so the host waits for each "
+        "token's forward pass before it queues the next. The read is transformers', not your "
+        "code's, and no `generate()` argument removes it on CUDA (transformers reads it a "
+        "token late only on Apple's MPS). It is one read per token whatever the batch: "
+        "generating for many prompts in one call makes the same reads serve all of them."
+    ),
+    before=(
+        "for prompt in prompts:   # one read per token per prompt\n"
+        '    batch = tokenizer(prompt, return_tensors="pt").to(device)\n'
+        "    out = model.generate(**batch, max_new_tokens=64)\n"
+    ),
+    after=(
+        'tokenizer.padding_side = "left"   # a decoder-only model pads on the left\n'
+        'batch = tokenizer(prompts, return_tensors="pt", padding=True).to(device)\n'
+        "out = model.generate(**batch, max_new_tokens=64)   # one read per token for all\n"
+    ),
+    removes="reads per prompt: one read per token serves the whole batch",
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     LibraryAdvice(
-        "transformers/masking_utils.py", frozenset({"_ignore_causal_mask_sdpa"}), _HF_MASK_ADVICE
+        "transformers/masking_utils.py",
+        frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
+        _HF_MASK_ADVICE,
+    ),
+    LibraryAdvice(
+        "transformers/trainer.py",
+        frozenset({"_run_epoch", "_inner_training_loop"}),
+        _HF_TRAINER_NAN_FILTER_ADVICE,
+        frozenset({"aten::is_nonzero"}),
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "transformers/trainer.py",
+        frozenset({"_maybe_log_save_evaluate"}),
+        _HF_TRAINER_LOGGING_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "transformers/generation/utils.py",
+        frozenset({"__call__", "_has_unfinished_sequences"}),
+        _HF_GENERATE_STOP_ADVICE,
+        innermost=True,
     ),
     LibraryAdvice(
         "transformers/integrations/moe.py",
@@ -1726,7 +1813,7 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     ),
     LibraryAdvice(
         "transformers/modeling_attn_mask_utils.py",
-        frozenset({"_ignore_causal_mask_sdpa"}),
+        frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
     ),
     # GradScaler.step reads found_inf (``sum(v.item() ...)`` in ``_maybe_opt_step``) for an
@@ -1889,11 +1976,13 @@ def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -
         for n, (path, func) in enumerate(frames):
             if not _frame_matches(path, func, entry.file, entry.funcs):
                 continue
+            if entry.innermost and not all(
+                p == "<built-in>" or passes_through(p) for p, _f in frames[:n]
+            ):
+                continue  # (a built-in's frame is the read itself: ``.item()``)
             if entry.called_file is not None:
                 inner = [
-                    p.replace("\\", "/")
-                    for p, _f in reversed(frames[:n])
-                    if not _PASS_THROUGH.search(p.replace("\\", "/"))
+                    p.replace("\\", "/") for p, _f in reversed(frames[:n]) if not passes_through(p)
                 ]
                 if not inner or not re.search(entry.called_file, inner[0]):
                     continue
@@ -1904,6 +1993,12 @@ def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -
 # Frames a call passes through on its way to the function it names (torch.compile's and
 # no_grad's wrappers, functools'): not the function called.
 _PASS_THROUGH = re.compile(r"(torch/_dynamo/|torch/utils/_contextlib\.py$|/functools\.py$)")
+
+
+def passes_through(path: str) -> bool:
+    """Whether a frame of this file is a wrapper a call passes through (``no_grad``'s,
+    torch.compile's, functools'), not the function called."""
+    return _PASS_THROUGH.search(path.replace("\\", "/")) is not None
 
 
 # --- a tensor turned into text ----------------------------------------------------------

@@ -227,3 +227,43 @@ def test_an_event_sync_inside_a_convolution_is_cudnns_benchmark_not_a_debugging_
     assert site.kind == catalogue.EXPLICIT_SYNC
     assert site.advice["title"].startswith("cuDNN benchmark mode")
     assert "drop_last=True" in site.advice["after"]
+
+
+def test_a_training_loops_own_read_gets_its_knob_and_a_read_deeper_under_it_does_not() -> None:
+    """Trainer's NaN check reads in ``_run_epoch`` itself; the model's mask check runs under
+    the same frame, deeper: only the first is the loop's, and each gets its own fix."""
+    loop = ("transformers/trainer.py", "_run_epoch")
+    truth = ["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"]
+    nan_check = catalogue.advice_for(catalogue.SCALAR_READBACK, truth, frames=[loop])
+    assert "logging_nan_inf_filter=False" in nan_check["after"]
+    # No Python frame between the loop and the read but no_grad's wrapper: still its own.
+    wrapped = [("torch/utils/_contextlib.py", "decorate_context"), loop]
+    assert catalogue.advice_for(catalogue.SCALAR_READBACK, truth, frames=wrapped) == nan_check
+    bert_mask = [("transformers/masking_utils.py", "_ignore_bidirectional_mask_sdpa"), loop]
+    mask = catalogue.advice_for(catalogue.SCALAR_READBACK, truth, frames=bert_mask)
+    assert mask["title"] == "Pass attention_mask=None when no sequence is padded"
+    in_model = [("transformers/models/bert/modeling_bert.py", "forward"), loop]
+    other = catalogue.advice_for(catalogue.SCALAR_READBACK, truth, frames=in_model)
+    assert "logging_nan_inf_filter" not in other["after"]
+    # The logging step's reads, and generate()'s stop check after each token.
+    logging = catalogue.advice_for(
+        catalogue.SCALAR_READBACK,
+        ["aten::item", "aten::_local_scalar_dense"],
+        frames=[
+            ("<built-in>", "item"),
+            ("transformers/trainer.py", "_maybe_log_save_evaluate"),
+            loop,
+        ],
+    )
+    assert "logging_steps=100" in logging["after"]
+    stop = catalogue.advice_for(
+        catalogue.SCALAR_READBACK,
+        truth,
+        frames=[
+            ("transformers/generation/utils.py", "__call__"),
+            ("transformers/generation/utils.py", "_sample"),
+            ("transformers/generation/utils.py", "generate"),
+        ],
+    )
+    assert stop["title"].startswith("generate() reads whether to stop after every token")
+    assert "padding=True" in stop["after"]

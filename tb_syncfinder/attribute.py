@@ -26,6 +26,7 @@ from tb_syncfinder.catalogue import (
     MATMUL_OPS,
     PROFILER_STOP_APIS,
     SETUP_CALLS,
+    passes_through,
 )
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
@@ -220,6 +221,32 @@ _FRAMELESS_CLASSES = {
 # Frame names a Python-level wrapper runs under (decorators, nn.Module calls): the name the
 # user's code called is further down.
 _MAX_CALL_DEPTH = 3
+
+
+def _call_depths(below: list[tuple[int, Frame]]) -> int:
+    """How many frames under the user's (``below``, innermost first) may name the call
+    its line made: ``_MAX_CALL_DEPTH`` of them, not counting the wrappers a call passes
+    through on the way (``no_grad``'s, functools') or a frame repeating the one above it
+    (a decorator applied twice): ``model.generate(...)`` runs two of transformers'
+    ``wrapped_func`` and ``decorate_context`` before ``generate``, and its line was not
+    found."""
+    counted = 0
+    above: Frame | None = None
+    for depth, (_index, frame) in enumerate(reversed(below), 1):
+        repeated = above is not None and (frame.file, frame.func, frame.line) == (
+            above.file,
+            above.func,
+            above.line,
+        )
+        above = frame
+        if repeated or passes_through(frame.file):
+            continue
+        counted += 1
+        if counted == _MAX_CALL_DEPTH:
+            return depth
+    return len(below)
+
+
 _PROFILER_DIRS = ("torch/profiler/",)
 _BACKWARD_SUFFIX_RE = re.compile(r"Backward\d*$")
 _CAMEL_RE = re.compile(r"(?<!^)(?=[A-Z])")
@@ -796,7 +823,7 @@ class Attributor:
             # Below a special method run by syntax (``3.0 in t`` runs ``__contains__``,
             # which calls ``.item()``) the source has no call of the deeper names: they
             # would match another line's (``t.sum().item()``), exact.
-            depths = 1 if _is_dunder(path[0]) else min(len(path), _MAX_CALL_DEPTH)
+            depths = 1 if _is_dunder(path[0]) else _call_depths(frames[:level])
             for depth in range(depths):
                 names = tuple(path[: depth + 1])
                 if names == ("__init__",):

@@ -545,6 +545,11 @@ def _may_be_empty(spec: ast.expr | None) -> bool:
 def _line_of(kind: str, node: ast.AST) -> int:
     if kind == "truth" or isinstance(node, ast.withitem):
         expr = node.context_expr if isinstance(node, ast.withitem) else node
+        # ``if a and b:`` tests ``a`` where it stands (the BoolOp emits it) and the whole
+        # test is ``b``'s truth: where ``b`` is, on a condition split over lines
+        # (transformers' ``and (mask == 1).all()`` three lines below its ``if (``).
+        while isinstance(expr, ast.BoolOp):
+            expr = expr.values[-1]
         return expr.lineno  # type: ignore[attr-defined]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         # A method call's line is its name's (Python 3.11 on: the line tracebacks and the

@@ -908,7 +908,15 @@ def _function_end(lines: list[bytes], first: int, func: str) -> int | None:
             return None
     for index in range(body + 1, len(lines)):
         text = lines[index].strip()
-        if text and not text.startswith(b"#") and _indent(lines[index]) <= indent:
+        # A closing bracket at the def's own indent (black's ``) -> None:`` under a long
+        # signature) ends the signature, not the function: taken for its end, the block of
+        # transformers' ``Trainer._run_epoch`` held its signature alone.
+        if (
+            text
+            and not text.startswith(b"#")
+            and text[:1] not in b")]}"
+            and _indent(lines[index]) <= indent
+        ):
             return index
     return len(lines)
 

@@ -1775,11 +1775,50 @@ _HF_GENERATE_STOP_ADVICE = Advice(
     removes="reads per prompt: one read per token serves the whole batch",
 )
 
+# Lightning turns every tensor logged with ``prog_bar=True`` into a number each training
+# step (``_ResultCollection.metrics``: ``convert_tensors_to_scalars``, an ``.item()``), for
+# the bar, shown or not; and every logged tensor when it writes the loggers (``log_metrics``,
+# each ``log_every_n_steps`` steps, and at an epoch's end). Checked with lightning 2.6 on CPU
+# traces (docs/validation.md, section 18): ``prog_bar=False`` left no read in the steps.
+_LIGHTNING_PROGRESS_BAR_ADVICE = Advice(
+    title="Drop prog_bar=True from values Lightning logs every step",
+    text=(
+        "Lightning turns every tensor you `self.log(..., prog_bar=True)` into a Python number "
+        "(`.item()`) every training step, to show it in the progress bar, and does so with "
+        "the bar hidden too (`enable_progress_bar=False`): each read waits for the step's GPU "
+        "work. Leave `prog_bar` off for values logged every step: the loggers still get them, "
+        "read only when they are written (every `log_every_n_steps` steps)."
+    ),
+    before='self.log("train_loss", loss, prog_bar=True)   # read every step\n',
+    after='self.log("train_loss", loss)   # written (and read) every log_every_n_steps steps\n',
+)
+_LIGHTNING_LOGGER_ADVICE = Advice(
+    title="Write Lightning's logs less often: raise log_every_n_steps",
+    text=(
+        "When Lightning writes what you `self.log` to its loggers it turns each tensor into a "
+        "Python number (`.item()`), waiting for the GPU: every `log_every_n_steps` steps "
+        "(50 by default) for values logged on each step, and at an epoch's end for those "
+        "logged `on_epoch`. With `Trainer(log_every_n_steps=1)` that is every step."
+    ),
+    before="trainer = Trainer(log_every_n_steps=1)    # reads the logged values every step\n",
+    after="trainer = Trainer(log_every_n_steps=50)   # the default\n",
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     LibraryAdvice(
         "transformers/masking_utils.py",
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
+    ),
+    LibraryAdvice(
+        "trainer/connectors/logger_connector/result.py",
+        frozenset({"metrics"}),
+        _LIGHTNING_PROGRESS_BAR_ADVICE,
+    ),
+    LibraryAdvice(
+        "trainer/connectors/logger_connector/logger_connector.py",
+        frozenset({"log_metrics"}),
+        _LIGHTNING_LOGGER_ADVICE,
     ),
     LibraryAdvice(
         "transformers/trainer.py",
@@ -1968,6 +2007,18 @@ def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -
     """The ``LIBRARY_ADVICE`` fix of a sync whose stack has these ``(file, function)``
     frames (any order) and operator chain, if one of them ran the library code that
     syncs."""
+    found = library_fix(frames, ops)
+    return found[0].advice if found is not None else None
+
+
+def library_fix(
+    frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()
+) -> tuple[LibraryAdvice, tuple[str, str]] | None:
+    """The ``LIBRARY_ADVICE`` entry that fixes a sync with these ``(file, function)`` frames
+    (innermost first) and operator chain, and the frame it matched: the library code whose
+    read the fix is about, which tells a site's syncs apart where the innermost frame is a
+    helper they share (Lightning's ``to_item`` under its progress bar's and its loggers'
+    reads)."""
     frames = list(frames)  # innermost first
     chain = set(ops)
     for entry in LIBRARY_ADVICE:
@@ -1986,7 +2037,7 @@ def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -
                 ]
                 if not inner or not re.search(entry.called_file, inner[0]):
                     continue
-            return entry.advice
+            return entry, (path, func)
     return None
 
 

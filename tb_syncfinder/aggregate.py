@@ -69,15 +69,36 @@ SAVING_HOW_IDLE_UNREAD = (
 )
 
 
-def site_key(source: Source | None, op: str | None, api: str, kind: str = "") -> str:
+def site_key(
+    source: Source | None,
+    op: str | None,
+    api: str,
+    kind: str = "",
+    library: tuple[str, str] | None = None,
+) -> str:
     """``file:line:op`` of a sync (``file:line:api`` outside any operator). Without a source
     line: ``op:kind``, or ``-:api:kind`` outside any operator. The operator alone puts unlike
     syncs together (in a trace without stacks every blocking ``aten::to`` copy is one,
     whether a read-back, a pageable upload or a collective's result awaited) and a site has
     one kind and one fix; the API call that waited longest varies from call to call of one
-    copy (the copy or the stream synchronize after it), so it is no part of the key."""
+    copy (the copy or the stream synchronize after it), so it is no part of the key.
+
+    A sync inside a library the user's line called adds ``@file:function`` of the library's
+    code that synced: one call of the user's (``trainer.train()``, ``model.generate()``)
+    runs many reads of the library's, each with its own fix, and one site of them named the
+    first one's. By function, not line: one fix for one function's reads (Trainer's logging
+    reads the loss and the gradient norm). Not for a printed tensor: one print is one site,
+    whatever lines of torch's formatting read it. ``library``: the ``(file, function)`` a
+    library's fix is about (``catalogue.library_fix``), which keys the site instead of the
+    innermost library frame: Lightning's progress bar and its loggers read through one
+    helper, ``to_item``, for two fixes."""
     if source is not None and source.file:
-        return f"{source.file}:{source.line}:{op or api}"
+        key = f"{source.file}:{source.line}:{op or api}"
+        if library is None and source.library is not None and source.library.file:
+            library = (source.library.file, source.library.func)
+        if library is not None and op != TENSOR_TEXT_OP:
+            key += f"@{library[0]}:{library[1]}"
+        return key
     if not kind:
         return f"{op or '-'}:{api}"
     return f"{op}:{kind}" if op else f"-:{api}:{kind}"

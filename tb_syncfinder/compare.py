@@ -17,6 +17,7 @@ from tb_syncfinder.catalogue import (
     DEVICE_TO_HOST_COPY,
     EXPLICIT_SYNC,
     FFT_OPS,
+    TENSOR_TEXT_OP,
     npu_without_calls,
 )
 from tb_syncfinder.models import KERNEL_CELL
@@ -53,8 +54,21 @@ def _file_part(site: dict[str, Any]) -> str:
 
 def site_match_key(site: dict[str, Any]) -> str:
     """``basename:func:first op:kind``, the identity of a site across runs (a Jupyter cell's
-    code: its notebook and cell for its basename)."""
-    return ":".join(_identity(site))
+    code: its notebook and cell for its basename); for a sync inside a library the user's
+    line called, ``@`` the library file's basename and function (as ``aggregate.site_key``:
+    a fix of one of the library's reads under ``trainer.train()`` is that row's, not a
+    change of one row holding them all)."""
+    key = ":".join(_identity(site))
+    library = site.get("library") or {}
+    if library.get("file") and TENSOR_TEXT_OP not in (site.get("ops") or []):
+        # The report's key names the library code the fix is about (``aggregate.site_key``),
+        # which may be an outer frame than ``library``'s (Lightning's ``to_item`` helper).
+        _head, at, tail = str(site.get("key") or "").rpartition("@")
+        file, colon, func = tail.rpartition(":")
+        if not (at and colon):
+            file, func = str(library["file"]), str(library.get("func") or "")
+        key += f"@{_basename(file)}:{func}"
+    return key
 
 
 def _identity(site: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -257,6 +271,9 @@ def _compare_sites(
                 "line": current.get("line"),
                 # A Jupyter cell's: the notebook cell it is in (as on the report's site).
                 "cell": current.get("cell"),
+                # The library line that synced, where the user's line called a library (as
+                # on the report's site): what tells the rows of one call apart.
+                "library": current.get("library"),
                 "line_exact": (after or before or {}).get("line_exact", True),
                 "func": current.get("func"),
                 "kind": current.get("kind"),
@@ -675,9 +692,9 @@ def _keys_differ(base: dict[str, Any], new: dict[str, Any]) -> str | None:
         f"the {' and the '.join(older)} report{'s were' if len(older) > 1 else ' was'} written "
         "by another version of tb-syncfinder, which keys sites otherwise (sites without a "
         "source line, prints and f-strings of tensors, boolean-mask assignments, "
-        "x.cpu().item(), Jupyter cells): some sites read as fixed or new though nothing "
-        "changed; analyse the traces again (or compare the trace folders) for a "
-        "like-for-like comparison"
+        "x.cpu().item(), Jupyter cells, a library's reads under one call of yours): some "
+        "sites read as fixed or new though nothing changed; analyse the traces again (or "
+        "compare the trace folders) for a like-for-like comparison"
     )
 
 

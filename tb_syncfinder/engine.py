@@ -35,6 +35,7 @@ from tb_syncfinder.catalogue import (
     in_host_only_library,
     is_collective_worker_sync,
     is_warmup_listed,
+    library_fix,
     to_the_host,
 )
 from tb_syncfinder.collectives import is_job_rank
@@ -426,7 +427,11 @@ def _site_key(
     as_text: bool = False,
 ) -> str:
     op = TENSOR_TEXT_OP if as_text else _operator(episode, attribution)
-    return site_key(source, op, attribution.api, episode.kind)
+    fixed_at = None
+    if source is not None and source.library is not None:
+        found = library_fix(((f.file, f.func) for f in attribution.stack), attribution.op_chain)
+        fixed_at = found[1] if found is not None else None
+    return site_key(source, op, attribution.api, episode.kind, fixed_at)
 
 
 def _operator(episode: Episode, attribution: Attribution) -> str | None:

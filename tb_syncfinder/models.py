@@ -35,7 +35,10 @@ SCHEMA = "tb_syncfinder.report/1"
 # 3 since 2026-11-28: an f-string of a tensor is the print's site, ``x[mask] = t`` of a tensor
 # a dynamic shape, ``x.cpu().item()`` one copy, and a Jupyter cell's site is keyed by its
 # notebook cell (compare).
-SITE_KEYS = 3
+# 4 since 2026-11-28, later: a sync inside a library the user's line called is keyed by the
+# library's function too (``trainer.train()``'s NaN check and its model's mask check were one
+# site, named after the first).
+SITE_KEYS = 4
 # The Tensor methods a CPU-only trace's latent findings list where they were recorded as
 # calls (``catalogue.LATENT_TENSOR_METHODS``; absent from reports before 2026-11-25;
 # ``to`` since 2026-11-28, a ``.to('cpu')`` by its line): ``compare`` tells a site of a

@@ -734,9 +734,12 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         "unprofiled_predicted_saving_per_step_us",
         "notebook",
         "notebook_cell",
+        "library_line",
+        "library_func",
     }
     assert added["unprofiled_predicted_saving_per_step_us"] == ""  # no step time given
     assert added["notebook"] == added["notebook_cell"] == ""  # not a Jupyter cell's
+    assert added["library_line"] == added["library_func"] == ""  # no library call
     assert float(added["predicted_saving_us"]) == pytest.approx(
         site["predicted_saving_us"], abs=1e-3
     )
@@ -863,6 +866,18 @@ def test_a_folder_of_traces_under_other_names_points_at_them(
     err = capsys.readouterr().err
     assert f"{exported} may be a trace under another name: pass the file itself" in err
     assert main(["report", str(exported)]) == 0
+
+
+def test_a_logdir_with_runs_still_names_a_trace_under_another_name_it_passed_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """accelerate's profile_0.json in one run's folder: the logdir's other runs were reported
+    and it was passed over without a word."""
+    write_cpu_trace(tmp_path / "logs" / "run" / "cpu.pt.trace.json")
+    unnamed = write_cpu_trace(tmp_path / "logs" / "accel" / "profile_0.json")
+    assert main(["report", str(tmp_path / "logs")]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {unnamed}: begins like a profiler trace, but is not read as one" in err
 
 
 def test_a_path_map_that_matches_no_frame_is_warned_about(

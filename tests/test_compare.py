@@ -156,7 +156,7 @@ def test_a_compare_row_carries_the_sites_api_calls(sample_report: Report) -> Non
 
 def test_a_report_from_before_todays_site_keys_is_said_to_differ(sample_report: Report) -> None:
     current = sample_report.to_json()
-    assert current["site_keys"] == 3
+    assert current["site_keys"] == 4
     assert compare(current, current)["keys_differ"] is None
     older = {k: v for k, v in current.items() if k != "site_keys"}
     why = compare(older, current)["keys_differ"]
@@ -250,3 +250,51 @@ def test_a_ctc_loss_newly_listed_on_the_cpu_is_not_a_regression_of_an_older_base
     base["latent_ops"] = new["latent_ops"]
     (row,) = compare(base, new)["latent_sites"]
     assert row["status"] == "new" and not row.get("newly_listed")
+
+
+def test_a_library_read_fixed_under_a_call_still_reading_elsewhere_is_a_fixed_row() -> None:
+    """``trainer.train()`` ran the Trainer's NaN check and the model's mask check; with
+    ``logging_nan_inf_filter=False`` the first is gone. Rows by library function say that,
+    where one row for the line read "better"."""
+
+    def site(func: str, line: int, count: int) -> dict:
+        return {
+            "file": "/w/train.py",
+            "line": 36,
+            "func": "<module>",
+            "kind": "scalar_readback",
+            "ops": ["aten::is_nonzero", "aten::item"],
+            "count": count,
+            "latent": True,
+            "library": {"file": f"transformers/{func[0]}.py", "line": line, "func": func[1]},
+        }
+
+    nan_check = site(("trainer", "_run_epoch"), 1920, 6)
+    mask = site(("masking_utils", "_ignore_bidirectional_mask_sdpa"), 354, 3)
+
+    def report(sites: list) -> dict:
+        return {"summary": {"step_count": 3}, "site_keys": 4, "traces": [], "latent_sites": sites}
+
+    result = compare(report([nan_check, mask]), report([mask]))
+    rows = {row["library"]["func"]: row["status"] for row in result["latent_sites"]}
+    assert rows == {"_run_epoch": "fixed", "_ignore_bidirectional_mask_sdpa": "same"}
+    # Lightning's two reads through one helper: the report's keys say which code each is.
+    helper = {"file": "lightning/fabric/utilities/apply_func.py", "line": 134, "func": "to_item"}
+    bar, logs = (
+        {
+            **site(("x", "y"), 0, count),
+            "library": helper,
+            "key": f"/w/train.py:36:aten::item@lightning/pytorch/{where}",
+        }
+        for where, count in (
+            ("trainer/connectors/logger_connector/result.py:metrics", 6),
+            ("trainer/connectors/logger_connector/logger_connector.py:log_metrics", 1),
+        )
+    )
+    rows = compare(report([bar, logs]), report([logs]))["latent_sites"]
+    assert sorted((r["status"], r["before"]["count"]) for r in rows) == [("fixed", 6), ("same", 1)]
+    from tb_syncfinder.outputs.text import render_compare
+
+    text = render_compare(result, width=200)
+    assert "fixed  /w/train.py:36" in text
+    assert "· synced in transformers/trainer.py:1920* (_run_epoch)" in text

@@ -448,8 +448,10 @@ def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
         "predicted_saving_with_others_per_step_us",
         "fix_with",
         "unprofiled_predicted_saving_per_step_us",
-        "notebook",  # added last: no column moves
+        "notebook",
         "notebook_cell",
+        "library_line",  # added last: no column moves
+        "library_func",
     ]
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["file"], r["predicted_saving_us"]) for r in rows[:2]] == [

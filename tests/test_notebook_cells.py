@@ -373,7 +373,7 @@ def test_compare_does_not_join_two_cells_top_level_reads_by_their_module_name() 
     from tb_syncfinder.compare import compare
 
     def report(site: dict) -> dict:
-        return {"summary": {"step_count": 1}, "site_keys": 3, "traces": [], "sites": [site]}
+        return {"summary": {"step_count": 1}, "site_keys": 4, "traces": [], "sites": [site]}
 
     gone = {"file": _cell_file(1, "a.item()"), "func": "<module>", "kind": "scalar_readback"}
     added = {**gone, "file": _cell_file(1, "b.item()")}

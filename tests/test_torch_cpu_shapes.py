@@ -314,6 +314,205 @@ def test_library_sync_names_the_users_call_line_and_the_library_line(tmp_path, s
     assert sites == {(GENERATE_LINE, LIBRARY_ITEM), (OWN_ITEM, None)}
 
 
+# A library shaped as transformers' is: ``generate`` under two of its own decorators and
+# ``no_grad``'s, reading in a helper and in itself; a training loop with a black-style
+# signature that the profiler starts inside (its callback steps the profiler, as a
+# TrainerCallback does), reading in the last operand of a condition split over lines.
+LOOP_LIBRARY = textwrap.dedent(
+    """\
+    import functools
+
+    import torch
+
+
+    def _kept(f):
+        @functools.wraps(f)
+        def wrapped_func(*args, **kwargs):
+            return f(*args, **kwargs)
+
+        return wrapped_func
+
+
+    def _mask_ok(mask):
+        return bool(mask.all())
+
+
+    @_kept
+    @_kept
+    @torch.no_grad()
+    def generate(x, mask, steps=2):
+        for _ in range(steps):
+            if _mask_ok(mask):
+                x = x + 1
+            if (x > 1e9).any():
+                break
+        return x
+
+
+    def fit(
+        step_fn,
+        batches,
+        on_step_end,
+    ):
+        for batch in batches:
+            loss = step_fn(batch)
+            if (
+                loss is not None
+                and batch is not None
+                and (loss > 1e9).all()
+            ):
+                continue
+            on_step_end()
+    """
+)
+MASK_READ, GENERATE_READ, FIT_DEF, FIT_READ, FIT_AT_START = 15, 25, 30, 40, 43
+LOOP_USER = textwrap.dedent(
+    """\
+    import torch
+    from fakeloop import lib
+
+
+    def main(prof):
+        x, mask = torch.zeros(4), torch.ones(4, dtype=torch.bool)
+        for _ in range(4):
+            out = lib.generate(x, mask)
+            prof.step()
+        return out
+
+
+    def train(prof):
+        lib.fit(lambda b: (b * 2).sum(), [torch.ones(3)] * 6, prof.step)
+    """
+)
+GENERATE_CALL, FIT_CALL = 8, 14
+
+
+def test_a_libraries_reads_under_one_call_are_sites_of_their_own_at_the_call_line(
+    tmp_path, site_packages
+):
+    """``model.generate(...)`` in a loop stepping the profiler: the call line is found
+    through the library's decorators, and the reads of two library functions under it are
+    two sites, each naming its own line. A library loop already running when profiling
+    started (a Trainer's ``_run_epoch``, stepped from a callback, its signature over
+    several lines) names its function and its candidate lines, the read's among them."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    (site_packages / "fakeloop").mkdir()
+    (site_packages / "fakeloop" / "__init__.py").write_text("")
+    (site_packages / "fakeloop" / "lib.py").write_text(LOOP_LIBRARY)
+    (tmp_path / "user_loop.py").write_text(LOOP_USER)
+    module = _load(tmp_path / "user_loop.py", "user_loop")
+    logdir = tmp_path / "logs"
+    try:
+        for run, wait in ((module.main, 0), (module.train, 1)):
+            with profile(
+                activities=[ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=schedule(wait=wait, warmup=1, active=2, repeat=1),
+                on_trace_ready=tensorboard_trace_handler(str(logdir)),
+            ) as prof:
+                run(prof)
+    finally:
+        for name in ("fakeloop", "fakeloop.lib", "user_loop"):
+            sys.modules.pop(name, None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    sites = {
+        (s.line, s.line_exact, s.library.func, s.library.line, s.library.line_exact)
+        for s in report.latent_sites
+    }
+    assert sites == {
+        (GENERATE_CALL, True, "_mask_ok", MASK_READ, True),
+        (GENERATE_CALL, True, "generate", GENERATE_READ, True),
+        # The line the running loop was at (its callback's call), not exact.
+        (FIT_CALL, True, "fit", FIT_AT_START, False),
+    }, sites
+    assert len({s.key for s in report.latent_sites}) == 3
+    fit = next(s for s in report.latent_sites if s.library.func == "fit")
+    assert fit.library.def_line == FIT_DEF
+    assert FIT_READ in fit.library.candidates, fit.library.candidates
+
+
+# Lightning's shape: one helper (``to_item``) reads for the progress bar every step and for
+# the loggers when they are written; two reads, two fixes, under one ``trainer.fit()``.
+FAKE_LIGHTNING = {
+    "apply_func.py": """\
+def to_item(value):
+    return value.item()
+
+
+def convert_tensors_to_scalars(data):
+    return {k: to_item(v) for k, v in data.items()}
+""",
+    "trainer/connectors/logger_connector/result.py": """\
+from fakepl.apply_func import convert_tensors_to_scalars
+
+
+def metrics(logged):
+    return convert_tensors_to_scalars(logged)
+""",
+    "trainer/connectors/logger_connector/logger_connector.py": """\
+from fakepl.apply_func import convert_tensors_to_scalars
+
+
+def log_metrics(logged):
+    return convert_tensors_to_scalars(logged)
+""",
+    "fit.py": """\
+import torch
+
+from fakepl.trainer.connectors.logger_connector import logger_connector, result
+
+
+def fit(step_fn, steps, on_step_end):
+    for step in range(steps):
+        loss = step_fn(torch.ones(3))
+        result.metrics({"loss": loss})
+        if step % 2 == 1:
+            logger_connector.log_metrics({"loss": loss})
+        on_step_end()
+""",
+}
+
+
+def test_a_frameworks_reads_through_one_helper_are_told_apart_by_the_code_they_fix(
+    tmp_path, site_packages
+):
+    """Lightning's progress bar and its loggers read through the same ``to_item``: one site
+    said "drop prog_bar" for both. Keyed by the library code each fix is about, they are
+    two sites, each with its own fix and count."""
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    for name, text in FAKE_LIGHTNING.items():
+        path = site_packages / "fakepl" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for folder in path.relative_to(site_packages).parents:
+            (site_packages / folder / "__init__.py").touch()
+    (tmp_path / "user_fit.py").write_text(
+        "from fakepl.fit import fit\n\n\ndef main(prof):\n"
+        "    fit(lambda b: (b * 2).sum(), 4, prof.step)\n"
+    )
+    module = _load(tmp_path / "user_fit.py", "user_fit")
+    logdir = tmp_path / "logs"
+    try:
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            with_stack=True,
+            on_trace_ready=tensorboard_trace_handler(str(logdir)),
+        ) as prof:
+            module.main(prof)
+    finally:
+        for name in [n for n in sys.modules if n == "fakepl" or n.startswith("fakepl.")]:
+            sys.modules.pop(name)
+        sys.modules.pop("user_fit", None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    sites = {(s.line, s.library.func, s.count, s.advice["title"]) for s in report.latent_sites}
+    assert sites == {
+        (5, "to_item", 4, "Drop prog_bar=True from values Lightning logs every step"),
+        (5, "to_item", 2, "Write Lightning's logs less often: raise log_every_n_steps"),
+    }, sites
+
+
 def test_the_validation_bench_shape_workloads_find_every_marked_line_on_the_cpu(tmp_path):
     # bench/validate_sync_debug.py runs the same shapes under torch's sync detector on a
     # GPU; on the CPU its engine half compares latent sites with the `# sync:` markers.

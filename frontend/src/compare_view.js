@@ -6,10 +6,10 @@
 import { getJson } from "./api.js";
 import { h, rovingKeys } from "./dom.js";
 import { kindLabel } from "./catalogue.js";
-import { formatCount } from "./format.js";
+import { formatCount, shortPath } from "./format.js";
 import { unreadableFiles } from "./hotspots.js";
 import { nothingReadable, runOptionLabel, selectionName } from "./repairs.js";
-import { nextRowIndex } from "./sites.js";
+import { libraryText, nextRowIndex } from "./sites.js";
 import {
   changeText,
   compareColumns,
@@ -258,6 +258,8 @@ export async function renderCompare(ctx) {
                     // The operator, as the CLI's row shows it: a line's forward and backward
                     // syncs, or its copy and its item(), read as the same row otherwise.
                     x.ops && x.ops.length ? h("span", { class: "sa-site-note", "data-testid": "compare-op" }, x.ops.length > 1 ? `${x.ops[0]} → … ${x.ops[x.ops.length - 1]}` : x.ops[0]) : null,
+                    // One call of the user's running several of a library's reads: which.
+                    x.library && x.library.file ? h("span", { class: "sa-site-note", "data-testid": "compare-library" }, libraryText(x.library, x.file, shortPath)) : null,
                   ),
                   h("td", { class: "mono col-func" }, x.func || "–"),
                   h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),

@@ -42,7 +42,7 @@ export function isKernelCell(file) {
  */
 export function inexactLineNote({ line, defLine, func, readable, recordedLine = null, file = null }) {
   const where = `Line ${line ?? "?"}`;
-  const fn = func ? `${func}()` : "the function";
+  const fn = func === "<module>" ? "the script's top level" : func ? `${func}()` : "the function";
   if (recordedLine !== null && recordedLine !== undefined && (defLine === null || defLine === undefined)) {
     return {
       text:
@@ -83,7 +83,7 @@ export function inexactLineNote({ line, defLine, func, readable, recordedLine = 
   }
   const recorded = atDef
     ? `${where} is where ${fn} is defined: the trace records no call line`
-    : `${where} is the line the frame was at when recorded (${fn} was already running when profiling started): the sync is in a call at or after it`;
+    : `${where} is the line the frame was at when recorded (${fn} was already running when profiling started): the sync is in a call it made after that, which in a loop may stand above it`;
   return {
     text: `${recorded}, and the source does not single out one call that syncs.`,
     hint: null,

@@ -206,10 +206,31 @@ export function inexactWhy(site) {
       ? "line where the function is defined in the file as it is now: the file changed since profiling, so the lines of its calls are candidates only"
       : "line the trace recorded: the file found here has no such function there (it changed since profiling, or it is another file)";
   }
-  if (known(site.def_line) && site.def_line !== site.line) {
-    return "line the function was at when profiling started (it was already running): the sync is in a call at or after it";
+  if ((known(site.def_line) && site.def_line !== site.line) || site.func === "<module>") {
+    return "line the function was at when profiling started (it was already running): the sync is in a call it made after that, which in a loop may stand above it";
   }
   return "line where the function is defined, not the call that synced: the trace records no call line, and none was found in the source";
+}
+
+/** At most this many candidate lines of a library's function are named (`LIBRARY_CANDIDATES_SHOWN`). */
+const LIBRARY_CANDIDATES_SHOWN = 6;
+
+/**
+ * `synced in transformers/trainer.py:2257 (_maybe_log_save_evaluate)`, as the CLI's
+ * `library_text`: not exact, the function's own line stands for it (a loop running when
+ * profiling started recorded its callback's call), with its few candidate lines.
+ * @param {any} library the site's `library` source
+ * @param {string | null | undefined} file the site's own file
+ * @param {(path: string) => string} short
+ */
+export function libraryText(library, file, short = (p) => p) {
+  const exact = !!library.line_exact;
+  const line = !exact && known(library.def_line) ? library.def_line : library.line;
+  const where = library.file === file ? `line ${line ?? "?"}` : `${short(library.file)}:${line ?? "?"}`;
+  const inner = library.func ? [String(library.func)] : [];
+  const candidates = library.candidates || [];
+  if (!exact && candidates.length > 0 && candidates.length <= LIBRARY_CANDIDATES_SHOWN) inner.push(`candidate lines ${candidates.join(", ")}`);
+  return `synced in ${where}${exact ? "" : "*"}${inner.length ? ` (${inner.join("; ")})` : ""}`;
 }
 
 /**
@@ -247,6 +268,9 @@ export function siteWhere(site, short = (p) => p) {
     const by = runBy ? `, run by line ${runBy.line}${runBy.func ? ` (${runBy.func})` : ""}` : "";
     notes.push({ id: "backward", text: `backward of this line${by}` });
   }
+  // Inside a library the line called (`trainer.train()`): the library's code that read,
+  // which is what the fix below is about; as the CLI says it.
+  if (site.library && site.library.file) notes.push({ id: "library", text: libraryText(site.library, site.file, short) });
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
   // A copy whose direction no record gives: its kind (a copy to the host) is a guess.
   if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });

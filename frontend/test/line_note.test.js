@@ -13,6 +13,7 @@ test("a line other than the def line is the line the running frame was at when r
   for (const defLine of [null, 1, 30]) {
     const note = inexactLineNote({ line: 26, defLine, func: "<module>", readable: true });
     assert.match(note.text, /^Line 26 is the line the frame was at when recorded/);
+    assert.match(note.text, /the script's top level was already running/);
     assert.doesNotMatch(note.text, /is defined/);
     assert.equal(note.hint, null);
   }

@@ -189,3 +189,31 @@ test("a site without a stack is told apart by the annotations it ran in", () => 
   // A site with a line says where it is: no annotation note.
   assert.equal(siteWhere({ file: "t.py", line: 3, line_exact: true, annotations: ["## fwd ##"] }).notes.length, 0);
 });
+
+test("a sync inside a library the line called names the library's line under it, as the CLI does", () => {
+  // trainer.train() runs the Trainer's NaN check and the model's mask check: two sites of
+  // one line, told apart (and advised) by the library code that read.
+  const site = {
+    file: "w1_trainer.py",
+    line: 36,
+    line_exact: true,
+    library: { file: "transformers/trainer.py", line: 1957, def_line: 1827, line_exact: false, func: "_run_epoch", candidates: [1879, 1888, 1897, 1901, 1906, 1907, 1920] },
+  };
+  // The loop was running when profiling started: its recorded line is its callback's call,
+  // so the function's line stands for it; seven candidates name nothing to check.
+  assert.deepEqual(siteWhere(site, (p) => p).notes, [{ id: "library", text: "synced in transformers/trainer.py:1827* (_run_epoch)" }]);
+  const mask = { ...site, library: { file: "transformers/masking_utils.py", line: 332, def_line: 332, line_exact: false, func: "_ignore_bidirectional_mask_sdpa", candidates: [345, 353, 354, 356] } };
+  assert.equal(siteWhere(mask).notes[0].text, "synced in transformers/masking_utils.py:332* (_ignore_bidirectional_mask_sdpa; candidate lines 345, 353, 354, 356)");
+  const exact = { ...site, library: { ...site.library, line: 2257, line_exact: true, func: "_maybe_log_save_evaluate" } };
+  assert.equal(siteWhere(exact).notes[0].text, "synced in transformers/trainer.py:2257 (_maybe_log_save_evaluate)");
+  assert.deepEqual(siteWhere({ ...site, library: null }).notes, []);
+});
+
+test("a script's top level at the line profiling started is said to have been running, not defined there", () => {
+  // model.generate(...) in a loop that calls prof.step(): the module's frame shows the
+  // prof.step() line; it has no def line, and it is no definition.
+  const top = siteWhere({ file: "gen.py", line: 21, def_line: null, func: "<module>", line_exact: false, source_read: true });
+  assert.match(top.title, /already running/);
+  assert.match(top.title, /in a loop may stand above it/);
+  assert.doesNotMatch(top.title, /where the function is defined/);
+});

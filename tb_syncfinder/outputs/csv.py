@@ -59,6 +59,10 @@ SAVING_COLUMNS = [
     # cell, as IPython names it ("In[4]", else "cell 3"); ``line`` is the cell's.
     "notebook",
     "notebook_cell",
+    # Inside a library the line called (``trainer.train()``): the library's line that synced
+    # (``*`` after it where not exact) and its function: the row's fix is about that code.
+    "library_line",
+    "library_func",
 ]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
@@ -112,6 +116,7 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
             " ".join(_texts(site.get("fix_with"))),
             "" if latent else _number(site.get("unprofiled_predicted_saving_per_step_us")),
             *_cell_cells(site.get("cell")),
+            *_library_cells(site.get("library")),
         ]
         cells = (
             [
@@ -154,6 +159,14 @@ def _cell_cells(cell: Any) -> list[str]:
         str(cell["notebook"]),
         f"In[{count}]" if count is not None else f"cell {cell.get('index')}",
     ]
+
+
+def _library_cells(library: Any) -> list[str]:
+    if not isinstance(library, dict) or not library.get("file"):
+        return ["", ""]
+    line = "" if library.get("line") is None else library["line"]
+    mark = "" if library.get("line_exact") else "*"
+    return [f"{library['file']}:{line}{mark}", str(library.get("func") or "")]
 
 
 def _texts(values: Any) -> list[str]:

@@ -151,6 +151,15 @@ def _message(
             if candidates
             else "."
         )
+    library = site.get("library") or {}
+    if library.get("file"):
+        from tb_syncfinder.outputs.text import library_text
+
+        # The user's line called a library: its code that read is what the fix is about.
+        exact = library.get("line_exact")
+        text += f" It {library_text(library, mark='')}" + (
+            "." if exact else ", in that function, at a line the trace does not tell."
+        )
     together = str(site.get("fix_with_note") or "").strip()
     if together and not latent:
         # Before the fix: a code-scanning annotation at one of two sites that wait for the

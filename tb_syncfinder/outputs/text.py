@@ -359,6 +359,31 @@ def _line_of(source: dict[str, Any], file: str | None) -> str:
     return where + mark
 
 
+# At most this many candidate lines of a library's function are named under a site: more
+# say nothing a reader could check (a training loop's dozens of truth tests).
+LIBRARY_CANDIDATES_SHOWN = 6
+
+
+def library_text(library: dict[str, Any], file: str | None = None, mark: str = "*") -> str:
+    """``synced in transformers/trainer.py:2257 (_maybe_log_save_evaluate)``: the library's
+    line that synced, under the user's line that called it. Not exact, the function's own
+    line stands for it (a loop already running when profiling started recorded the line
+    it was at then, its callback's call, which a user took for the culprit), with its few
+    candidate lines."""
+    shown = dict(library)
+    exact = bool(library.get("line_exact"))
+    if not exact and library.get("def_line") is not None:
+        shown["line"] = library["def_line"]
+    text = f"synced in {_line_of(shown, file)}"
+    if not exact:
+        text = text[:-1] + mark  # _line_of's "*"
+    inner = [str(library["func"])] if library.get("func") else []
+    candidates = library.get("candidates") or []
+    if not exact and 0 < len(candidates) <= LIBRARY_CANDIDATES_SHOWN:
+        inner.append("candidate lines " + ", ".join(map(str, candidates)))
+    return text + (f" ({'; '.join(inner)})" if inner else "")
+
+
 # A copy whose kind is a guess (``Site.copy_direction_guessed``), said where the site is.
 COPY_DIRECTION_NOTE = (
     "no record says which way this copy went (taken as one to the host; an upload to the "
@@ -389,10 +414,7 @@ def _where_text(site: dict[str, Any]) -> str | None:
         )
     library = site.get("library") or {}
     if library.get("file"):
-        parts.append(
-            f"synced in {_line_of(library, file)}"
-            + (f" ({library['func']})" if library.get("func") else "")
-        )
+        parts.append(library_text(library, file))
     candidates = site.get("candidates") or []
     if not site.get("line_exact") and candidates:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))
@@ -511,7 +533,7 @@ _INEXACT_REASONS = {
     "defined": "line where the function is defined: the source does not single out one call "
     "that syncs",
     "running": "line the function was at when profiling started (it was already running): "
-    "the sync is in a call at or after it",
+    "the sync is in a call it made after that, which in a loop may stand above it",
     "changed": "line where the function is defined in the file as it is now: the file "
     "changed since profiling (the trace recorded another line), so the lines of its calls "
     "are candidates only",
@@ -535,6 +557,8 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
     def_line = site.get("def_line")
     if def_line is not None and def_line != site.get("line"):
         return "running"
+    if site.get("func") == "<module>":
+        return "running"  # a script's top level has no def: it ran before the profiler
     return "defined"
 
 
@@ -1588,6 +1612,9 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             lines.extend(style(line, status_style) for line in layout.row(index))
             ops = " > ".join(row.get("ops") or []) or "(no operator)"
             detail = f"{row.get('kind')}: {ops}"
+            library = row.get("library") or {}
+            if library.get("file"):  # one call of the user's, several of a library's reads
+                detail += " · " + library_text(library, row.get("file"))
             # On a fixed row, as the dashboard: what the fix was worth, as predicted.
             saving = (
                 _predicted_saving_text(row.get("before")) if row.get("status") == "fixed" else None
@@ -1623,7 +1650,12 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
                 wrap(
                     f"{row.get('status', '?'):<6} {_compare_location(row)} "
                     f"{row.get('func') or '-'} "
-                    f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})",
+                    f"{' > '.join(row.get('ops') or [])} ({row.get('kind')})"
+                    + (
+                        f" · {library_text(row['library'], row.get('file'))}"
+                        if (row.get("library") or {}).get("file")
+                        else ""
+                    ),
                     width,
                     "  ",
                     "       ",

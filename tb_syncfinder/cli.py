@@ -508,6 +508,13 @@ def _find_refs(path: str) -> list[Any]:
                 "or name it NAME.pt.trace.json as tensorboard_trace_handler does"
             )
         raise UsageError(message)
+    if os.path.isdir(path):
+        from tb_syncfinder.discovery import UNNAMED_TRACE_REASON, unnamed_traces
+
+        # Beside the traces found, a trace under a name of the user's was passed over
+        # without a word (accelerate's profile_0.json in one run of a logdir).
+        for file in unnamed_traces(path):
+            _warn(f"{file}: {UNNAMED_TRACE_REASON}")
     return refs
 
 

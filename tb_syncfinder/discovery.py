@@ -29,6 +29,7 @@ import functools
 import os
 import re
 import stat
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +50,7 @@ __all__ = [
     "is_trace_file_name",
     "list_runs",
     "open_trace_bytes",
+    "unnamed_traces",
     "worker_pattern",
 ]
 
@@ -354,6 +356,82 @@ def _ascend_worker_trace(fs: Any, folder: str) -> str | None:
     else:
         return None
     return trace if fs.exists(trace) else None
+
+
+# How a profiler trace written under a name of the user's begins: Kineto's JSON opens with
+# its schema version (or, from other writers, its events or device list); the legacy
+# autograd profiler's is a list of events.
+_TRACE_START = re.compile(
+    rb'\A\s*(?:\{\s*"(?:schemaVersion|traceEvents|deviceProperties|distributedInfo)"'
+    rb'|\[\s*\{\s*"(?:name|ph|cat|pid)")'
+)
+UNNAMED_TRACE_REASON = (
+    "begins like a profiler trace, but is not read as one: only files named "
+    "NAME.pt.trace.json[.gz] are a run's traces, in TensorBoard as in a logdir's report "
+    "(accelerate's ProfileKwargs and prof.export_chrome_trace() take any name). Rename it "
+    "so, or pass the file itself to tb-syncfinder report"
+)
+
+
+def unnamed_traces(
+    path: str,
+    limit: int = 3,
+    looked: int = 200,
+    memo: dict[tuple[str, int, int], bool] | None = None,
+) -> list[str]:
+    """JSON files under ``path`` (itself included, a few levels down) that begin like a
+    profiler trace but are not named as a run's trace: accelerate's ``profile_0.json``, a
+    ``prof.export_chrome_trace("trace.json")``. Neither tab lists them, and a logdir's other
+    runs hid that they were passed over. At most ``limit``, of the first ``looked`` JSON
+    files; ``memo`` keeps what each file's first bytes said, by (path, size, mtime), for a
+    caller that looks again (the plugin's polls)."""
+    found: list[str] = []
+    if is_remote(path) or not os.path.isdir(path):
+        return found
+    pattern = worker_pattern()
+    top = os.path.abspath(path).rstrip(os.sep)
+    seen = 0
+    for folder, subdirs, files in os.walk(top, followlinks=True):
+        subdirs.sort()  # the same files named, poll after poll
+        if folder[len(top) :].count(os.sep) >= 5:
+            subdirs[:] = []
+        if ASCEND_DIR_PATTERN.match(os.path.basename(folder)):
+            subdirs[:] = []  # torch_npu's own files, read (or not) as its worker's
+            continue
+        for name in sorted(files):
+            if not name.endswith((".json", ".json.gz")) or pattern.match(name):
+                continue
+            seen += 1
+            if seen > looked:
+                return found
+            file = os.path.join(folder, name)
+            if _begins_like_a_trace(file, memo):
+                found.append(file)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _begins_like_a_trace(file: str, memo: dict[tuple[str, int, int], bool] | None) -> bool:
+    try:
+        st = os.stat(file)
+    except OSError:
+        return False
+    key = (file, st.st_size, st.st_mtime_ns)
+    if memo is not None and key in memo:
+        return memo[key]
+    head = b""
+    with contextlib.suppress(OSError, EOFError, zlib.error):
+        with open(file, "rb") as handle:
+            head = handle.read(4096)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(31).decompress(head, 4096)
+    if head[:3] == b"\xef\xbb\xbf":
+        head = head[3:]
+    begins = _TRACE_START.match(head) is not None
+    if memo is not None:
+        memo[key] = begins
+    return begins
 
 
 def unread_ascend_reason(folder: str, why: str) -> str:

@@ -12,6 +12,7 @@ from tb_syncfinder.discovery import (
     is_trace_file_name,
     list_runs,
     open_trace_bytes,
+    unnamed_traces,
 )
 
 
@@ -204,3 +205,22 @@ def test_a_shown_name_taken_by_a_folder_of_that_text_keeps_both_runs(tmp_path: P
     touch(Path(raw) / "w.pt.trace.json")
     touch(tmp_path / "a\\xffb" / "w.pt.trace.json")
     assert sorted(list_runs(str(tmp_path))) == ["a\\xffb", "a\\xffb (2)"]
+
+
+def test_a_trace_under_a_name_of_the_users_is_found_beside_the_runs(tmp_path: Path) -> None:
+    """accelerate's ``ProfileKwargs(output_trace_dir=...)`` writes ``profile_0.json``: no
+    tab lists it, and in a logdir with other runs nothing said so. A trace of any name is
+    told by its first bytes (gzipped too, and the legacy profiler's list of events); the
+    JSON a training run writes beside its traces is not one."""
+    touch(tmp_path / "run" / "w.pt.trace.json")
+    kineto = touch(tmp_path / "accel" / "profile_0.json", b'{\n  "schemaVersion": 1,\n')
+    legacy = touch(tmp_path / "accel" / "legacy.json", b'[{"name": "aten::mm", "ph": "X"}]')
+    zipped = touch(tmp_path / "deep" / "a" / "t.json.gz", gzip.compress(b'{"traceEvents": []}'))
+    touch(tmp_path / "out" / "config.json", b'{"hidden_size": 64}')
+    touch(tmp_path / "out" / "trainer_state.json", b'{"best_metric": null, "log_history": []}')
+    memo: dict = {}
+    found = unnamed_traces(str(tmp_path), limit=10, memo=memo)
+    assert sorted(found) == sorted(map(str, (kineto, legacy, zipped)))
+    assert len(memo) == 5  # each JSON file's first bytes read once, kept for the next poll
+    assert unnamed_traces(str(tmp_path), limit=1) == [str(legacy)]  # the first, by name
+    assert unnamed_traces(str(tmp_path / "run")) == []

@@ -586,6 +586,21 @@ def test_a_missing_logdir_is_reported_and_the_others_still_load(tmp_path: Path) 
     assert "nowhere" in loader.logdir_errors[0]["reason"]
 
 
+def test_a_trace_under_a_name_of_the_users_is_listed_with_why_beside_the_runs(
+    tmp_path: Path,
+) -> None:
+    write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
+    unnamed = tmp_path / "logs" / "accel" / "profile_0.json"
+    unnamed.parent.mkdir(parents=True)
+    unnamed.write_bytes((tmp_path / "logs" / "run" / "w0.pt.trace.json").read_bytes())
+    loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())
+    poll_and_wait(loader)
+    assert loader.run_names() == ["run"]
+    (error,) = loader.logdir_errors
+    assert error["path"] == str(unnamed)
+    assert "NAME.pt.trace.json" in error["reason"]
+
+
 def test_background_thread_polls_on_its_own(tmp_path: Path) -> None:
     write_trace(tmp_path / "logs" / "run" / "w0.pt.trace.json")
     loader = make_loader(tmp_path / "logs", tmp_path / "cache", CountingAnalyzer())

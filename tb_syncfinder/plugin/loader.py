@@ -36,7 +36,13 @@ from typing import Any
 
 import msgspec
 
-from tb_syncfinder.discovery import stat_trace, unread_ascend_folders, unread_ascend_reason
+from tb_syncfinder.discovery import (
+    UNNAMED_TRACE_REASON,
+    stat_trace,
+    unnamed_traces,
+    unread_ascend_folders,
+    unread_ascend_reason,
+)
 from tb_syncfinder.models import (
     Stamp,
     TraceInfo,
@@ -248,6 +254,9 @@ class TraceLoader:
         self.lock = threading.RLock()
         self.runs: dict[str, RunState] = {}
         self.logdir_errors: list[dict[str, Any]] = []  # a logdir that cannot be listed
+        # What each JSON file's first bytes said (a trace under another name or not), by
+        # (path, size, mtime): a poll reads only new and changed files' (``unnamed_traces``).
+        self._first_bytes: dict[tuple[str, int, int], bool] = {}
         self.found_any = False  # cheap answer for is_active()
         self.polled_once = False
         self.changed = threading.Condition(self.lock)  # notified when a trace settles
@@ -359,6 +368,13 @@ class TraceLoader:
             errors.extend(
                 {"path": folder, "run": None, "reason": unread_ascend_reason(folder, why)}
                 for folder, why in unread_ascend_folders(logdir)
+            )
+            # A trace under a name of the user's: passed over, as by the Profiler tab.
+            if len(self._first_bytes) > 10_000:  # files rewritten poll after poll
+                self._first_bytes.clear()
+            errors.extend(
+                {"path": file, "run": None, "reason": UNNAMED_TRACE_REASON}
+                for file in unnamed_traces(logdir, memo=self._first_bytes)
             )
         with self.lock:
             self.logdir_errors = errors

@@ -838,7 +838,9 @@ export class App {
           h(
             "summary",
             null,
-            ofRun ? banner.title : `${errors.length} trace file${errors.length > 1 ? "s" : ""} of the logdir could not be read`,
+            // The logdir's own: a logdir not listed, torch_npu's folders not parsed yet, a
+            // trace under a name of the user's: none was read, each says why.
+            ofRun ? banner.title : `${errors.length} path${errors.length > 1 ? "s" : ""} of the logdir not read as traces`,
             elsewhere ? `; ${elsewhere} more in other runs` : "",
           ),
           h(

@@ -79,6 +79,19 @@ _LIBRARY_PACKAGES = frozenset(
         "lightning",
         "pytorch_lightning",
         "lightning_fabric",
+        # Lightning's and torchmetrics' own: taken for the user's code where the machine
+        # analysing the trace has them not installed (a laptop, a CI job with tb-syncfinder
+        # alone), naming lightning_utilities/core/apply_func.py as the user's line.
+        "lightning_utilities",
+        "torchmetrics",
+        "peft",
+        "trl",
+        "diffusers",
+        "xformers",
+        "flash_attn",
+        "bitsandbytes",
+        "torchao",
+        "einops",
         "deepspeed",
         "fairscale",
         "apex",

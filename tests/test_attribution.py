@@ -76,6 +76,10 @@ def test_user_frames_exclude_torch_site_packages_builtins_and_stdlib():
     assert not is_user_file("enum.py")
     assert not is_user_file("<built-in method item of Tensor object at 0x1>")
     assert not is_user_file("my/profiler.py")
+    # Lightning's helpers and torchmetrics, as torch shortens them, on a machine that does
+    # not have them installed (a laptop reading a cluster's traces): not the user's code.
+    assert not is_user_file("lightning_utilities/core/apply_func.py")
+    assert not is_user_file("torchmetrics/functional/classification/stat_scores.py")
 
 
 def test_frame_parsing_handles_builtins_and_module_entries():

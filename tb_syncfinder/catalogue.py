@@ -1804,11 +1804,40 @@ _LIGHTNING_LOGGER_ADVICE = Advice(
     after="trainer = Trainer(log_every_n_steps=50)   # the default\n",
 )
 
+# torchmetrics checks a classification metric's inputs on the host in every ``update()``
+# while ``validate_args`` is on (the default): how many distinct values the targets and
+# integer predictions hold (``len(torch.unique(t))``), whether binary labels are 0 or 1.
+# Read in torchmetrics 1.9 (``classification/stat_scores.py``: ``if self.validate_args:``).
+_TORCHMETRICS_VALIDATION_ADVICE = Advice(
+    title="Build torchmetrics' metrics with validate_args=False",
+    text=(
+        "With `validate_args=True`, the default, a torchmetrics classification metric "
+        "(`Accuracy`, `F1Score`, `Precision`, `StatScores`, ...) checks every `update()`'s "
+        "inputs on the host: the distinct values of the targets and of integer predictions "
+        "(`torch.unique`), whether binary labels are 0 or 1. Each check reads the GPU back. "
+        "Check the inputs once while developing, then build the metric with "
+        "`validate_args=False`."
+    ),
+    before='acc = Accuracy(task="multiclass", num_classes=10)   # checks every update\n',
+    after='acc = Accuracy(task="multiclass", num_classes=10, validate_args=False)\n',
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     LibraryAdvice(
         "transformers/masking_utils.py",
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
+    ),
+    LibraryAdvice(
+        "torchmetrics/functional/classification/stat_scores.py",
+        frozenset(
+            {
+                "_binary_stat_scores_tensor_validation",
+                "_multiclass_stat_scores_tensor_validation",
+                "_multilabel_stat_scores_tensor_validation",
+            }
+        ),
+        _TORCHMETRICS_VALIDATION_ADVICE,
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/result.py",

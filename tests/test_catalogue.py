@@ -193,7 +193,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
     assert other["title"] == catalogue.kind(catalogue.SCALAR_READBACK).advice.title
     for entry in catalogue.LIBRARY_ADVICE:
         assert entry.file.startswith(
-            ("torch/", "transformers/", "trainer/connectors/logger_connector/")  # Lightning's
+            ("torch/", "transformers/", "torchmetrics/", "trainer/connectors/logger_connector/")
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
 
@@ -269,3 +269,39 @@ def test_a_training_loops_own_read_gets_its_knob_and_a_read_deeper_under_it_does
     )
     assert stop["title"].startswith("generate() reads whether to stop after every token")
     assert "padding=True" in stop["after"]
+
+
+def test_torchmetrics_checks_get_validate_args_false_and_lightnings_reads_their_settings() -> None:
+    unique = ["aten::unique_dim", "aten::_unique2"]
+    check = catalogue.advice_for(
+        catalogue.DYNAMIC_SHAPE,
+        unique,
+        frames=[
+            ("torch/functional.py", "_unique_impl"),
+            (
+                "torchmetrics/functional/classification/stat_scores.py",
+                "_multiclass_stat_scores_tensor_validation",
+            ),
+            ("torchmetrics/classification/stat_scores.py", "update"),
+        ],
+    )
+    assert "validate_args=False" in check["after"]
+    item = ["aten::item", "aten::_local_scalar_dense"]
+    helper = ("lightning/fabric/utilities/apply_func.py", "to_item")
+    bar = catalogue.library_fix(
+        [helper, ("lightning/pytorch/trainer/connectors/logger_connector/result.py", "metrics")],
+        item,
+    )
+    logs = catalogue.library_fix(
+        [
+            helper,
+            (
+                "lightning/pytorch/trainer/connectors/logger_connector/logger_connector.py",
+                "log_metrics",
+            ),
+        ],
+        item,
+    )
+    assert bar is not None and logs is not None
+    assert "prog_bar" in bar[0].advice.title and bar[1][1] == "metrics"
+    assert "log_every_n_steps" in logs[0].advice.title and logs[1][1] == "log_metrics"

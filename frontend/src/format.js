@@ -235,8 +235,15 @@ export function withMicro(text) {
   return text.replace(/(\d) us\b/g, "$1 µs");
 }
 
-/** A span name that is a time in epoch milliseconds (tensorboard_trace_handler's). */
-const EPOCH_MS = /^\d{12,14}$/;
+/**
+ * A span name that is a time since the epoch, as tensorboard_trace_handler writes it: in
+ * milliseconds (torch 1.x), in nanoseconds (`time.time_ns()`, torch 2: 19 digits, shown raw
+ * until 2026-11-28), or in microseconds.
+ */
+const EPOCH_TIME = /^(?:\d{12,14}|\d{16}|\d{19})$/;
+
+/** @param {string} s an `EPOCH_TIME` name @returns {number} its milliseconds */
+const epochMs = (s) => Number(s.length > 14 ? s.slice(0, s.length - (s.length === 16 ? 3 : 6)) : s);
 
 /**
  * A span as TensorBoard's PyTorch Profiler tab names it: its place among the worker's
@@ -253,8 +260,9 @@ export function profilerSpanName(spans, span) {
 }
 
 /**
- * How the span selector names each span: a span that is an epoch-millisecond time (the
- * file name part tensorboard_trace_handler writes, `1700000000000`) as a local date-time,
+ * How the span selector names each span: a span that is a time since the epoch (the file
+ * name part tensorboard_trace_handler writes: `1700000000000` ms, `1795867266511259255` ns)
+ * as a local date-time,
  * `2023-11-14 22:13:20`, to the millisecond when two spans would read the same; other names
  * as they are. The raw value stays available to the caller (a tooltip).
  * @param {(string | null)[]} spans
@@ -264,8 +272,8 @@ export function spanLabels(spans) {
   const named = spans.filter((s) => s !== null && s !== undefined).map(String);
   /** @param {string} s @param {boolean} ms */
   const label = (s, ms) => {
-    if (!EPOCH_MS.test(s)) return s;
-    const d = new Date(Number(s));
+    if (!EPOCH_TIME.test(s)) return s;
+    const d = new Date(epochMs(s));
     const p = (/** @type {number} */ n, w = 2) => String(n).padStart(w, "0");
     const time = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
     return ms ? `${time}.${p(d.getMilliseconds(), 3)}` : time;

@@ -92,6 +92,11 @@ test("epoch-millisecond spans read as local date-times, to the ms only when two 
   assert.equal(close.get("1700000000000"), `${local(1700000000000)}.000`);
   // Other span names (a number too short to be a time, a word) stay as they are.
   assert.deepEqual([...spanLabels(["2", "warmup"]).values()], ["2", "warmup"]);
+  // torch 2's tensorboard_trace_handler names spans by time.time_ns(): 19 digits, a date
+  // too (the Lightning walk's Span menu listed 1795878150541300067).
+  const ns = spanLabels(["1700000000000123456", "1700000100000654321"]);
+  assert.equal(ns.get("1700000000000123456"), local(1700000000000));
+  assert.equal(ns.get("1700000100000654321"), local(1700000100000));
 });
 
 test("how the savings were obtained gives the saving's note, not the profiler's", async () => {

@@ -540,7 +540,14 @@ function teachingBanners(resp, latent, siteTotal) {
         h("h3", null, "No Python stacks in this trace"),
         h("p", null, "Without stacks the Sync Advisor can name the operator but not your source line. Profile with with_stack=True:"),
         // torch_npu's snippet where an NPU trace lacks stacks (a run may also hold others).
-        h("pre", { class: "sa-code" }, withStackSnippet((resp.traces || []).some((/** @type {any} */ t) => !t.error && t.device === "npu" && !t.has_stacks) ? "npu" : resp.device)),
+        h(
+          "pre",
+          { class: "sa-code" },
+          withStackSnippet(
+            (resp.traces || []).some((/** @type {any} */ t) => !t.error && t.device === "npu" && !t.has_stacks) ? "npu" : resp.device,
+            readTraces(resp.traces).some((/** @type {any} */ t) => LIGHTNING_TRACE.test(String(t.path || ""))),
+          ),
+        ),
       ),
     );
   }
@@ -596,14 +603,28 @@ export function checkedTraces(traces) {
   return readTraces(traces).filter((/** @type {any} */ t) => !recordedNothing(t));
 }
 
+/** The file names Lightning's PyTorchProfiler writes (`fit-prof-[Strategy]SingleDeviceStrategy.training_step.<ns>.pt.trace.json`). */
+const LIGHTNING_TRACE = /\[(?:Strategy|LightningModule)\][^/\\]*\.pt\.trace\.json(?:\.gz)?$/;
+
 /**
  * How to profile with Python stacks on the run's device: torch_npu's own profiler on an
  * NPU (at Level1, whose AscendCL calls show the waits), the CPU alone on a CPU-only run,
- * else CUDA's activity (ROCm's too).
+ * else CUDA's activity (ROCm's too); Lightning's profiler for traces it wrote (it passes
+ * `with_stack` on to torch's).
  * @param {string | undefined} device the selection's device (`summary` answer's `device`)
+ * @param {boolean} [lightning] the traces are Lightning's `PyTorchProfiler`'s
  * @returns {string}
  */
-export function withStackSnippet(device) {
+export function withStackSnippet(device, lightning = false) {
+  if (lightning && device !== "npu") {
+    return [
+      "from lightning.pytorch.profilers import PyTorchProfiler",
+      "",
+      "trainer = Trainer(profiler=PyTorchProfiler(",
+      "    with_stack=True,      # Python stacks -> exact source lines",
+      "))",
+    ].join("\n");
+  }
   if (device === "npu") {
     return [
       "import torch_npu",

@@ -20,6 +20,11 @@ test("the with_stack snippet is torch_npu's on an NPU run, the CPU's alone on a 
   assert.match(npu, /ProfilerLevel\.Level1/);
   assert.doesNotMatch(npu, /CUDA/);
   assert.match(withStackSnippet("cpu"), /activities=\[ProfilerActivity\.CPU\],/);
+  // Traces Lightning's PyTorchProfiler wrote: its own profiler, which passes with_stack on.
+  const lightning = withStackSnippet("cpu", true);
+  assert.match(lightning, /Trainer\(profiler=PyTorchProfiler\(/);
+  assert.match(lightning, /with_stack=True/);
+  assert.match(withStackSnippet("npu", true), /torch_npu\.profiler\.profile/);
   assert.match(withStackSnippet("cuda"), /ProfilerActivity\.CUDA/);
   assert.match(withStackSnippet(undefined), /with_stack=True/);
 });

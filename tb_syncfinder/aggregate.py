@@ -17,6 +17,7 @@ from tb_syncfinder.catalogue import (
     advice_for,
     advice_on_device,
     is_warmup_annotation,
+    library_frames,
 )
 from tb_syncfinder.cost import (
     FIX_WITH_OWN_SHARE,
@@ -102,6 +103,16 @@ def site_key(
     if not kind:
         return f"{op or '-'}:{api}"
     return f"{op}:{kind}" if op else f"-:{api}:{kind}"
+
+
+def key_library(key: str) -> tuple[str, str] | None:
+    """The ``(file, function)`` of the library code a ``site_key`` names after its ``@``,
+    else None. The last ``@`` (a user's path may hold one before it; a function's name
+    cannot), and the last ``:`` after it. Only for a site with a ``library``, whose key ends
+    so: a key without that part may hold an ``@`` in its user's path."""
+    _head, at, tail = key.rpartition("@")
+    file, colon, func = tail.rpartition(":")
+    return (file, func) if at and colon and file else None
 
 
 def _method(methods: set[str]) -> str:
@@ -209,7 +220,7 @@ def build_sites(
                         list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
                         # One member's stack: a site's syncs come through one call of one
                         # line, so through the same library code (a long run has thousands).
-                        [(f.file, f.func) for f in next((s.stack for s in members if s.stack), [])],
+                        library_frames(next((s.stack for s in members if s.stack), [])),
                         # What every sync called, and the library call each is the first of:
                         # a fix that one sync's calls tell (a library's set-up) is not that of
                         # the site's others.

@@ -2032,6 +2032,22 @@ def _frame_matches(path: str, func: str, file: str, funcs: frozenset[str]) -> bo
     return path.replace("\\", "/").endswith(file) and (not funcs or func in funcs)
 
 
+def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:
+    """``(file, function)`` of a sync's frames (``Frame``s, innermost first) inside the
+    user's innermost one: the library code the user's line called. A library frame above
+    it called the user's code (Lightning's ``metrics()`` computing the user's own
+    ``Metric.compute``): its fix is not the user's read's."""
+    frames = []
+    for frame in stack:
+        # A model's own code loaded with trust_remote_code (``transformers_modules/``) is
+        # named as the user's, but it is the library's to call: transformers' MoE wrapper
+        # runs it (``HF_EXPERTS_ADVICE``'s ``called_file``).
+        if frame.user and "transformers_modules/" not in frame.file.replace("\\", "/"):
+            break
+        frames.append((frame.file, frame.func))
+    return frames
+
+
 def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -> Advice | None:
     """The ``LIBRARY_ADVICE`` fix of a sync whose stack has these ``(file, function)``
     frames (any order) and operator chain, if one of them ran the library code that

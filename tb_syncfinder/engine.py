@@ -36,6 +36,7 @@ from tb_syncfinder.catalogue import (
     is_collective_worker_sync,
     is_warmup_listed,
     library_fix,
+    library_frames,
     to_the_host,
 )
 from tb_syncfinder.collectives import is_job_rank
@@ -429,7 +430,7 @@ def _site_key(
     op = TENSOR_TEXT_OP if as_text else _operator(episode, attribution)
     fixed_at = None
     if source is not None and source.library is not None:
-        found = library_fix(((f.file, f.func) for f in attribution.stack), attribution.op_chain)
+        found = library_fix(library_frames(attribution.stack), attribution.op_chain)
         fixed_at = found[1] if found is not None else None
     return site_key(source, op, attribution.api, episode.kind, fixed_at)
 

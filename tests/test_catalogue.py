@@ -305,3 +305,28 @@ def test_torchmetrics_checks_get_validate_args_false_and_lightnings_reads_their_
     assert bar is not None and logs is not None
     assert "prog_bar" in bar[0].advice.title and bar[1][1] == "metrics"
     assert "log_every_n_steps" in logs[0].advice.title and logs[1][1] == "log_metrics"
+
+
+def test_a_library_frame_above_the_users_code_gives_no_fix_of_its_own() -> None:
+    """Lightning's ``metrics()`` computes the user's own ``Metric.compute``, whose ``.item()``
+    is the user's read: "drop prog_bar=True" is not its fix. The library code a fix is about
+    is what the user's innermost line called."""
+    from tb_syncfinder.models import Frame
+
+    result = ("lightning/pytorch/trainer/connectors/logger_connector/result.py", 470, "metrics")
+    user_compute = Frame("my_metric.py", 10, "compute", True)
+    stack = [
+        Frame("<built-in>", None, "item", False),
+        user_compute,
+        Frame(*result, False),
+        Frame("train.py", 57, "<module>", True),
+    ]
+    frames = catalogue.library_frames(stack)
+    assert frames == [("<built-in>", "item")]
+    assert catalogue.library_fix(frames, ["aten::item"]) is None
+    # Under the library's own helper (no user frame between), the fix stands.
+    inside = [Frame("lightning/fabric/utilities/apply_func.py", 134, "to_item", False)]
+    found = catalogue.library_fix(
+        catalogue.library_frames([*inside, Frame(*result, False), stack[-1]]), ["aten::item"]
+    )
+    assert found is not None and found[1] == (result[0], "metrics")

@@ -234,6 +234,7 @@ _FRAMELESS_CLASSES = {
 # Frame names a Python-level wrapper runs under (decorators, nn.Module calls): the name the
 # user's code called is further down.
 _MAX_CALL_DEPTH = 3
+_MAX_WRAPPERS = 4
 
 
 def _call_depths(below: list[tuple[int, Frame]]) -> int:
@@ -252,6 +253,10 @@ def _call_depths(below: list[tuple[int, Frame]]) -> int:
             above.line,
         )
         above = frame
+        # At most _MAX_WRAPPERS passed over: a function calling itself hundreds deep repeats
+        # its frame too, and the paths of names made of them overflowed the stack.
+        if depth == _MAX_CALL_DEPTH + _MAX_WRAPPERS:
+            return depth
         if repeated or passes_through(frame.file):
             continue
         counted += 1

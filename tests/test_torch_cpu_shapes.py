@@ -430,6 +430,17 @@ def test_a_libraries_reads_under_one_call_are_sites_of_their_own_at_the_call_lin
     fit = next(s for s in report.latent_sites if s.library.func == "fit")
     assert fit.library.def_line == FIT_DEF
     assert FIT_READ in fit.library.candidates, fit.library.candidates
+    # Every output names the running loop at its function's line, not its callback's call.
+    import csv
+    import io
+
+    from tb_syncfinder.outputs.csv import to_csv
+    from tb_syncfinder.outputs.text import render_report
+
+    rows = list(csv.DictReader(io.StringIO(to_csv(report.to_json()))))
+    (shown,) = {r["library_line"] for r in rows if r["library_func"] == "fit"}
+    assert shown.endswith(f"fakeloop/lib.py:{FIT_DEF}*"), shown
+    assert f"fakeloop/lib.py:{FIT_DEF}* (fit; candidate lines" in render_report(report, width=400)
 
 
 # Lightning's shape: one helper (``to_item``) reads for the progress bar every step and for
@@ -511,6 +522,15 @@ def test_a_frameworks_reads_through_one_helper_are_told_apart_by_the_code_they_f
         (5, "to_item", 4, "Drop prog_bar=True from values Lightning logs every step"),
         (5, "to_item", 2, "Write Lightning's logs less often: raise log_every_n_steps"),
     }, sites
+    # The two rows say which code each fix is about, not the helper alone.
+    from tb_syncfinder.outputs.text import render_report
+
+    # (Paths relative to site-packages, or absolute where torch listed its prefixes before
+    # the folder was on sys.path.)
+    text = render_report(report, width=400)
+    assert "(to_item), under " in text
+    assert "fakepl/trainer/connectors/logger_connector/result.py (metrics)" in text
+    assert "fakepl/trainer/connectors/logger_connector/logger_connector.py (log_metrics)" in text
 
 
 def test_the_validation_bench_shape_workloads_find_every_marked_line_on_the_cpu(tmp_path):
@@ -1331,3 +1351,36 @@ def test_analyze_prof_finds_the_script_it_runs_beside_others_of_its_name(tmp_pat
         check=True,
     )
     assert done.stdout.split() == ["train.py", "10", "True"]
+
+
+def test_a_library_calling_itself_hundreds_deep_is_analysed(tmp_path, site_packages):
+    """A read at the bottom of a library's self-recursion 400 deep: every frame repeats the
+    one above it, and passing them all over as wrappers made paths of 400 names whose walk
+    overflowed the interpreter's stack ("analysis failed: RecursionError")."""
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    (site_packages / "fakerec").mkdir()
+    (site_packages / "fakerec" / "__init__.py").write_text("")
+    (site_packages / "fakerec" / "rec.py").write_text(
+        "def rec(x, n):\n    return x.sum().item() if n == 0 else rec(x, n - 1)\n"
+    )
+    (tmp_path / "user_rec.py").write_text(
+        "import torch\nfrom fakerec.rec import rec\n\n\n"
+        "def main():\n    return rec(torch.ones(3), 400)\n"
+    )
+    module = _load(tmp_path / "user_rec.py", "user_rec")
+    logdir = tmp_path / "logs"
+    try:
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            with_stack=True,
+            on_trace_ready=tensorboard_trace_handler(str(logdir)),
+        ):
+            module.main()
+    finally:
+        for name in ("fakerec", "fakerec.rec", "user_rec"):
+            sys.modules.pop(name, None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    assert not [t.error for t in report.traces if t.error]
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.library.func) == (6, True, "rec")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tb_syncfinder.aggregate import key_library
 from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
     BLOCKING_HOST_TO_DEVICE,
@@ -52,21 +53,22 @@ def _file_part(site: dict[str, Any]) -> str:
     return _basename(site.get("file"))
 
 
-def site_match_key(site: dict[str, Any]) -> str:
+def site_match_key(site: dict[str, Any], library_part: bool = True) -> str:
     """``basename:func:first op:kind``, the identity of a site across runs (a Jupyter cell's
     code: its notebook and cell for its basename); for a sync inside a library the user's
     line called, ``@`` the library file's basename and function (as ``aggregate.site_key``:
     a fix of one of the library's reads under ``trainer.train()`` is that row's, not a
-    change of one row holding them all)."""
+    change of one row holding them all). ``library_part`` False: without it (SARIF's
+    fingerprints, which code scanning keeps from one version to the next)."""
     key = ":".join(_identity(site))
     library = site.get("library") or {}
-    if library.get("file") and TENSOR_TEXT_OP not in (site.get("ops") or []):
+    if library_part and library.get("file") and TENSOR_TEXT_OP not in (site.get("ops") or []):
         # The report's key names the library code the fix is about (``aggregate.site_key``),
         # which may be an outer frame than ``library``'s (Lightning's ``to_item`` helper).
-        _head, at, tail = str(site.get("key") or "").rpartition("@")
-        file, colon, func = tail.rpartition(":")
-        if not (at and colon):
-            file, func = str(library["file"]), str(library.get("func") or "")
+        file, func = key_library(str(site.get("key") or "")) or (
+            str(library["file"]),
+            str(library.get("func") or ""),
+        )
         key += f"@{_basename(file)}:{func}"
     return key
 

@@ -222,15 +222,34 @@ const LIBRARY_CANDIDATES_SHOWN = 6;
  * @param {any} library the site's `library` source
  * @param {string | null | undefined} file the site's own file
  * @param {(path: string) => string} short
+ * @param {{file: string, func: string} | null} [via] the code the site's fix is about (`keyLibrary`)
  */
-export function libraryText(library, file, short = (p) => p) {
+export function libraryText(library, file, short = (p) => p, via = null) {
   const exact = !!library.line_exact;
   const line = !exact && known(library.def_line) ? library.def_line : library.line;
   const where = library.file === file ? `line ${line ?? "?"}` : `${short(library.file)}:${line ?? "?"}`;
   const inner = library.func ? [String(library.func)] : [];
   const candidates = library.candidates || [];
   if (!exact && candidates.length > 0 && candidates.length <= LIBRARY_CANDIDATES_SHOWN) inner.push(`candidate lines ${candidates.join(", ")}`);
-  return `synced in ${where}${exact ? "" : "*"}${inner.length ? ` (${inner.join("; ")})` : ""}`;
+  // The library code the site's fix is about, where it is above a helper two sites share.
+  const under = via && (via.file !== library.file || via.func !== library.func) ? `, under ${via.file} (${via.func})` : "";
+  return `synced in ${where}${exact ? "" : "*"}${inner.length ? ` (${inner.join("; ")})` : ""}${under}`;
+}
+
+/**
+ * The library code a site key names after its `@` (`aggregate.key_library`): the last `@`,
+ * then the last `:` after it; null without. Only for a site with a `library`, whose key
+ * ends so (a key without that part may hold an `@` in its user's path).
+ * @param {string | null | undefined} key
+ * @returns {{file: string, func: string} | null}
+ */
+export function keyLibrary(key) {
+  const text = String(key || "");
+  const at = text.lastIndexOf("@");
+  if (at < 0) return null;
+  const tail = text.slice(at + 1);
+  const colon = tail.lastIndexOf(":");
+  return colon > 0 ? { file: tail.slice(0, colon), func: tail.slice(colon + 1) } : null;
 }
 
 /**
@@ -270,7 +289,7 @@ export function siteWhere(site, short = (p) => p) {
   }
   // Inside a library the line called (`trainer.train()`): the library's code that read,
   // which is what the fix below is about; as the CLI says it.
-  if (site.library && site.library.file) notes.push({ id: "library", text: libraryText(site.library, site.file, short) });
+  if (site.library && site.library.file) notes.push({ id: "library", text: libraryText(site.library, site.file, short, keyLibrary(site.key)) });
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
   // A copy whose direction no record gives: its kind (a copy to the host) is a guess.
   if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });

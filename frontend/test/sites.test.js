@@ -217,3 +217,18 @@ test("a script's top level at the line profiling started is said to have been ru
   assert.match(top.title, /in a loop may stand above it/);
   assert.doesNotMatch(top.title, /where the function is defined/);
 });
+
+test("two sites reading through one library helper say which library code each fix is about", async () => {
+  const { keyLibrary } = await import("../src/sites.js");
+  const helper = { file: "lightning/fabric/utilities/apply_func.py", line: 134, line_exact: true, func: "to_item" };
+  const bar = { file: "train.py", line: 57, line_exact: true, library: helper, key: "train.py:57:aten::item@lightning/pytorch/trainer/connectors/logger_connector/result.py:metrics" };
+  assert.deepEqual(keyLibrary(bar.key), { file: "lightning/pytorch/trainer/connectors/logger_connector/result.py", func: "metrics" });
+  assert.equal(
+    siteWhere(bar).notes[0].text,
+    "synced in lightning/fabric/utilities/apply_func.py:134 (to_item), under lightning/pytorch/trainer/connectors/logger_connector/result.py (metrics)",
+  );
+  // Where the key names the same code as the library line, nothing is added; a user's path
+  // with an @ before the library part is read from the last one.
+  const own = { ...bar, key: "/home/a@b/train.py:57:aten::item@lightning/fabric/utilities/apply_func.py:to_item" };
+  assert.equal(siteWhere(own).notes[0].text, "synced in lightning/fabric/utilities/apply_func.py:134 (to_item)");
+});

@@ -164,9 +164,14 @@ def _cell_cells(cell: Any) -> list[str]:
 def _library_cells(library: Any) -> list[str]:
     if not isinstance(library, dict) or not library.get("file"):
         return ["", ""]
-    line = "" if library.get("line") is None else library["line"]
+    from tb_syncfinder.outputs.text import library_line_shown
+
+    # The line the table, SARIF and the tab name (its function's where not exact).
     mark = "" if library.get("line_exact") else "*"
-    return [f"{library['file']}:{line}{mark}", str(library.get("func") or "")]
+    return [
+        f"{library['file']}:{library_line_shown(library)}{mark}",
+        str(library.get("func") or ""),
+    ]
 
 
 def _texts(values: Any) -> list[str]:

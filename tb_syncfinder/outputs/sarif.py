@@ -156,10 +156,11 @@ def _message(
         from tb_syncfinder.outputs.text import library_text
 
         # The user's line called a library: its code that read is what the fix is about.
-        exact = library.get("line_exact")
-        text += f" It {library_text(library, mark='')}" + (
-            "." if exact else ", in that function, at a line the trace does not tell."
-        )
+        if library.get("line_exact"):
+            text += f" It {library_text(library, mark='')}."
+        else:
+            # The line the trace tells is the function's, not the read's.
+            text += f" It {library_text(library, mark='')}: the read is inside that function."
     together = str(site.get("fix_with_note") or "").strip()
     if together and not latent:
         # Before the fix: a code-scanning annotation at one of two sites that wait for the
@@ -242,7 +243,9 @@ def _fingerprints(
         if site.get("line_exact"):
             text = _line_text(resolved.get(str(site.get("key") or "")), site.get("line"), cache)
         line_id = "line:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12] if text else ""
-        groups.setdefault((latent, site_match_key(site), line_id), []).append(site)
+        # Without the library's part (``site_keys`` 4): the fingerprints of earlier versions
+        # stay; sites of one call told apart by it take their places in line and key order.
+        groups.setdefault((latent, site_match_key(site, False), line_id), []).append(site)
     found: dict[int, str] = {}
     for (latent, key, line_id), sites in groups.items():
         ordered = sorted(sites, key=lambda s: (s.get("line") or 0, str(s.get("key") or "")))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tb_syncfinder.aggregate import key_library
 from tb_syncfinder.catalogue import (
     NPU_LEVEL_ADVICE,
     NPU_NOT_REPLAYED,
@@ -364,16 +365,29 @@ def _line_of(source: dict[str, Any], file: str | None) -> str:
 LIBRARY_CANDIDATES_SHOWN = 6
 
 
-def library_text(library: dict[str, Any], file: str | None = None, mark: str = "*") -> str:
+def library_line_shown(library: dict[str, Any]) -> int | str:
+    """The line a library's code that synced is named at: its own, exact; else its
+    function's where the file was read (a loop running when profiling started recorded its
+    callback's call); "?" where the trace recorded none."""
+    line = library.get("line")
+    if not library.get("line_exact") and library.get("def_line") is not None:
+        line = library["def_line"]
+    return "?" if line is None else line
+
+
+def library_text(
+    library: dict[str, Any],
+    file: str | None = None,
+    mark: str = "*",
+    via: tuple[str, str] | None = None,
+) -> str:
     """``synced in transformers/trainer.py:2257 (_maybe_log_save_evaluate)``: the library's
     line that synced, under the user's line that called it. Not exact, the function's own
     line stands for it (a loop already running when profiling started recorded the line
     it was at then, its callback's call, which a user took for the culprit), with its few
     candidate lines."""
-    shown = dict(library)
     exact = bool(library.get("line_exact"))
-    if not exact and library.get("def_line") is not None:
-        shown["line"] = library["def_line"]
+    shown = {**library, "line": library_line_shown(library)}
     text = f"synced in {_line_of(shown, file)}"
     if not exact:
         text = text[:-1] + mark  # _line_of's "*"
@@ -381,7 +395,12 @@ def library_text(library: dict[str, Any], file: str | None = None, mark: str = "
     candidates = library.get("candidates") or []
     if not exact and 0 < len(candidates) <= LIBRARY_CANDIDATES_SHOWN:
         inner.append("candidate lines " + ", ".join(map(str, candidates)))
-    return text + (f" ({'; '.join(inner)})" if inner else "")
+    text += f" ({'; '.join(inner)})" if inner else ""
+    if via is not None and via != (library.get("file"), library.get("func")):
+        # The site's key names the library code its fix is about, above a helper both of
+        # two sites read through (Lightning's progress bar and loggers, ``to_item``).
+        text += f", under {via[0]} ({via[1]})"
+    return text
 
 
 # A copy whose kind is a guess (``Site.copy_direction_guessed``), said where the site is.
@@ -414,7 +433,7 @@ def _where_text(site: dict[str, Any]) -> str | None:
         )
     library = site.get("library") or {}
     if library.get("file"):
-        parts.append(library_text(library, file))
+        parts.append(library_text(library, file, via=key_library(str(site.get("key") or ""))))
     candidates = site.get("candidates") or []
     if not site.get("line_exact") and candidates:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))

@@ -390,9 +390,21 @@ def unnamed_traces(
         return found
     pattern = worker_pattern()
     top = os.path.abspath(path).rstrip(os.sep)
+    if top.endswith(os.sep + ASCEND_OUTPUT_DIR):
+        return found  # one torch_npu worker's output, its trace_view.json read as its trace
     seen = 0
+    walked: set[tuple[int, int]] = set()  # folders by (device, inode): links round and round
     for folder, subdirs, files in os.walk(top, followlinks=True):
         subdirs.sort()  # the same files named, poll after poll
+        try:
+            info = os.stat(folder)
+        except OSError:
+            subdirs[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in walked:
+            subdirs[:] = []
+            continue
+        walked.add((info.st_dev, info.st_ino))
         if folder[len(top) :].count(os.sep) >= 5:
             subdirs[:] = []
         if ASCEND_DIR_PATTERN.match(os.path.basename(folder)):
@@ -417,6 +429,8 @@ def _begins_like_a_trace(file: str, memo: dict[tuple[str, int, int], bool] | Non
         st = os.stat(file)
     except OSError:
         return False
+    if not stat.S_ISREG(st.st_mode):
+        return False  # a named pipe would wait for a writer, in the plugin's poll thread
     key = (file, st.st_size, st.st_mtime_ns)
     if memo is not None and key in memo:
         return memo[key]

@@ -224,3 +224,19 @@ def test_a_trace_under_a_name_of_the_users_is_found_beside_the_runs(tmp_path: Pa
     assert len(memo) == 5  # each JSON file's first bytes read once, kept for the next poll
     assert unnamed_traces(str(tmp_path), limit=1) == [str(legacy)]  # the first, by name
     assert unnamed_traces(str(tmp_path / "run")) == []
+
+
+def test_the_look_for_traces_under_other_names_neither_hangs_nor_loops_nor_names_npu_traces(
+    tmp_path: Path,
+) -> None:
+    """A named pipe is never opened (it waits for a writer: in the plugin's poll thread); a
+    link back up names a file once; torch_npu's trace_view.json, read as its worker's trace
+    when its folder is given, is no trace under another name."""
+    kineto = touch(tmp_path / "logs" / "accel" / "profile_0.json", b'{"schemaVersion": 1}')
+    os.mkfifo(tmp_path / "logs" / "accel" / "pipe.json")
+    (tmp_path / "logs" / "accel" / "up").symlink_to(tmp_path / "logs")
+    assert unnamed_traces(str(tmp_path / "logs"), limit=10) == [str(kineto)]
+    output = tmp_path / "npu" / "w_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    touch(output / "trace_view.json", b'{"traceEvents": []}')
+    for given in (output, output.parent, output.parent.parent):
+        assert unnamed_traces(str(given)) == []

@@ -265,6 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
         "repeatable); an unknown name exits 2 listing the runs found",
     )
     report.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="NAME",
+        dest="workers",
+        help="only the trace files of this worker (as the tabs name it; a shell pattern: "
+        "'*training_step*' for the training traces Lightning's profiler writes beside its "
+        "validation ones, whose steps the figures per step would mix in); repeatable",
+    )
+    report.add_argument(
         "--format", choices=FORMATS, default=None, help="output format (default: table)"
     )
     report.add_argument(
@@ -584,6 +594,26 @@ def _select_runs(path: str, refs: list[Any], wanted: Sequence[str]) -> list[Any]
     return [ref for ref in refs if ref.run in wanted]
 
 
+def _select_workers(path: str, refs: list[Any], patterns: Sequence[str]) -> list[Any]:
+    """The traces of the workers ``--worker`` names (shell patterns; all when none)."""
+    if not patterns:
+        return refs
+    import fnmatch
+
+    def named(worker: str, pattern: str) -> bool:
+        # A name as it is too: Lightning's hold brackets, a pattern's character class.
+        return worker == pattern or fnmatch.fnmatchcase(worker, pattern)
+
+    unmatched = [p for p in patterns if not any(named(r.worker, p) for r in refs)]
+    if unmatched:
+        found = ", ".join(dict.fromkeys(ref.worker for ref in refs))
+        raise UsageError(
+            f"{path}: no worker matches {', '.join(repr(p) for p in unmatched)}; workers "
+            f"found: {found}"
+        )
+    return [r for r in refs if any(named(r.worker, p) for p in patterns)]
+
+
 def _analyze_runs(
     paths: str | Sequence[str], args: argparse.Namespace, wanted: Sequence[str] = ()
 ) -> Any:
@@ -596,6 +626,7 @@ def _analyze_runs(
     paths = [paths] if isinstance(paths, str) else list(paths)
     path = paths[0] if len(paths) == 1 else f"{len(paths)} paths"  # for messages
     refs = _select_runs(path, _find_refs_of(paths), wanted)
+    refs = _select_workers(path, refs, getattr(args, "workers", ()))
     runs = list(dict.fromkeys(ref.run for ref in refs))
     if getattr(args, "unprofiled_step_ms", None) is not None and len(runs) > 1:
         # Before the analysis, which would fit every run's traces to one program's step.

@@ -1289,3 +1289,27 @@ def test_runs_that_both_mix_marked_and_unmarked_traces_alike_are_gated_as_usual(
     # A trace that recorded nothing counts no step either way: no share of unmarked ones.
     (tmp_path / "new" / "empty.pt.trace.json").write_text('{"traceEvents": []}')
     assert compare(base, analyze(tmp_path / "new").to_json())["steps_differ"] is None
+
+
+def test_worker_picks_the_training_traces_lightning_writes_beside_its_validation_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Lightning's PyTorchProfiler writes a training and a validation trace into one folder:
+    one run of two workers, whose figures per step mix both traces' steps. ``--worker``
+    picks one, by its name as it is (brackets and all) or by a shell pattern."""
+    run = tmp_path / "prof"
+    training = "fit-prof-[Strategy]SingleDeviceStrategy.training_step"
+    write_cpu_trace(run / f"{training}.1795878848364846130.pt.trace.json", count=2)
+    validation = "fit-prof-[Strategy]SingleDeviceStrategy.validation_step"
+    write_cpu_trace(run / f"{validation}.1795878848588392783.pt.trace.json")
+    assert main(["report", str(run), "--format", "json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert len(both["traces"]) == 2
+    for pattern in ("*training_step*", training):
+        assert main(["report", str(run), "--worker", pattern, "--format", "json"]) == 0
+        picked = json.loads(capsys.readouterr().out)
+        assert [t["worker"] for t in picked["traces"]] == [training]
+        assert picked["summary"]["latent_count"] == 2
+    assert main(["report", str(run), "--worker", "*test_step*"]) == 2
+    err = capsys.readouterr().err
+    assert "no worker matches '*test_step*'; workers found: fit-prof-[Strategy]" in err

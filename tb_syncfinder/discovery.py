@@ -393,18 +393,10 @@ def unnamed_traces(
     if top.endswith(os.sep + ASCEND_OUTPUT_DIR):
         return found  # one torch_npu worker's output, its trace_view.json read as its trace
     seen = 0
-    walked: set[tuple[int, int]] = set()  # folders by (device, inode): links round and round
-    for folder, subdirs, files in os.walk(top, followlinks=True):
+    named: set[str] = set()  # a file reached by two links (``latest -> run_42``) named once
+    # The runs' own walk: links followed, never round a loop.
+    for folder, subdirs, files in _LocalFs.walk(top):
         subdirs.sort()  # the same files named, poll after poll
-        try:
-            info = os.stat(folder)
-        except OSError:
-            subdirs[:] = []
-            continue
-        if (info.st_dev, info.st_ino) in walked:
-            subdirs[:] = []
-            continue
-        walked.add((info.st_dev, info.st_ino))
         if folder[len(top) :].count(os.sep) >= 5:
             subdirs[:] = []
         if ASCEND_DIR_PATTERN.match(os.path.basename(folder)):
@@ -417,7 +409,8 @@ def unnamed_traces(
             if seen > looked:
                 return found
             file = os.path.join(folder, name)
-            if _begins_like_a_trace(file, memo):
+            if _begins_like_a_trace(file, memo) and os.path.realpath(file) not in named:
+                named.add(os.path.realpath(file))
                 found.append(file)
                 if len(found) >= limit:
                     return found

@@ -385,12 +385,11 @@ def library_text(
     line that synced, under the user's line that called it. Not exact, the function's own
     line stands for it (a loop already running when profiling started recorded the line
     it was at then, its callback's call, which a user took for the culprit), with its few
-    candidate lines."""
+    candidate lines; ``mark`` follows such a line. ``via``: the library code the site's fix
+    is about (``aggregate.key_library``), said where it is another function."""
     exact = bool(library.get("line_exact"))
-    shown = {**library, "line": library_line_shown(library)}
-    text = f"synced in {_line_of(shown, file)}"
-    if not exact:
-        text = text[:-1] + mark  # _line_of's "*"
+    shown = {**library, "line": library_line_shown(library), "line_exact": True}
+    text = f"synced in {_line_of(shown, file)}" + ("" if exact else mark)
     inner = [str(library["func"])] if library.get("func") else []
     candidates = library.get("candidates") or []
     if not exact and 0 < len(candidates) <= LIBRARY_CANDIDATES_SHOWN:

@@ -684,6 +684,20 @@ def is_warmup_listed(kind_name: str, annotations: Iterable[str]) -> bool:
     return kind_name in WARMUP_LISTED_KINDS and any(map(is_warmup_annotation, annotations))
 
 
+# Lightning's ``PyTorchProfiler`` writes one trace per loop it profiles into one folder,
+# named ``<stage>-<filename>-<action>.<ns>.pt.trace.json`` with the action the loop's step
+# hook (``[Strategy]SingleDeviceStrategy.training_step``, ``...validation_step``): the
+# worker names of a run whose traces are steps of different loops, not ranks of one job.
+LIGHTNING_LOOP_WORKER = re.compile(r"\.(training|validation|test|predict)_step$")
+
+
+def lightning_loop(worker: str) -> str | None:
+    """The loop (``training_step``, ``validation_step``, ...) a Lightning profiler's trace
+    was recorded in, from its worker name; None for any other worker."""
+    match = LIGHTNING_LOOP_WORKER.search(worker)
+    return f"{match.group(1)}_step" if match else None
+
+
 # Operators whose CUDA kernels read a value back inside while their CPU kernels do not
 # (so no aten::item shows on a CPU trace): ``torch.equal`` (``.all().item()``),
 # ``torch.bincount`` (its input's min and max).

@@ -581,6 +581,13 @@ class Summary(msgspec.Struct):
     # each counts as one step, so where this is not 0 the figures per step are, in part or
     # all, per trace file (a tool reading the summary alone could not tell).
     traces_without_step_markers: int = 0
+    # Where the per-step figures average the steps of several workers that are not ranks
+    # of one job (Lightning's training and validation loops written into one folder, or
+    # two programs' traces in one run): each worker's steps (``run/worker`` across runs),
+    # and one line saying so. Empty / None where the steps are one program's (a single
+    # worker, or the ranks of a job, which step together).
+    steps_by_worker: dict[str, int] = field(default_factory=dict)
+    steps_note: str | None = None
 
 
 class ProfilerOverhead(msgspec.Struct):

@@ -9,7 +9,8 @@ from kineto_builder import KinetoTraceBuilder, item_sync
 
 from tb_syncfinder import analyze, catalogue, models
 from tb_syncfinder.catalogue import advice_for
-from tb_syncfinder.engine import NoTracesError
+from tb_syncfinder.discovery import find_traces
+from tb_syncfinder.engine import NoTracesError, analyze_runs
 
 
 def _run(tmp_path):
@@ -218,3 +219,71 @@ def test_a_tensor_printed_inside_a_library_is_one_print_site_with_the_print_fix(
     (site,) = analyze(str(tmp_path / "run")).sites
     assert site.ops[0] == "print(tensor)" and site.kind == catalogue.SCALAR_READBACK
     assert site.count == 4 and site.advice["title"] == catalogue.TENSOR_TEXT_ADVICE.title
+
+
+def _stepped(path, steps, reads=True, rank=None):
+    b = KinetoTraceBuilder()
+    if rank is not None:
+        b.set_distributed(rank=rank, world_size=2)
+    for n in range(steps):
+        with b.step(n):
+            if reads:
+                item_sync(b, stack=[("model.py", 12, "training_step")])
+            b.kernel(dur=100)
+    b.write(path)
+
+
+def test_lightning_training_and_validation_traces_are_said_averaged_with_each_loops_steps(
+    tmp_path,
+):
+    prof = tmp_path / "prof"
+    train = "fit-x-[Strategy]SingleDeviceStrategy.training_step"
+    val = "fit-x-[Strategy]SingleDeviceStrategy.validation_step"
+    _stepped(prof / f"{train}.1795878232849391401.pt.trace.json", 10)
+    _stepped(prof / f"{val}.1795878233945858423.pt.trace.json", 5, reads=False)
+    report = analyze(str(prof))
+    assert report.summary.steps_by_worker == {train: 10, val: 5}
+    note = report.summary.steps_note
+    assert "15 steps of Lightning's training_step and validation_step loops" in note
+    assert f"{train} (10 steps)" in note and "--worker" in note
+    assert report.sites[0].per_step == pytest.approx(10 / 15)
+    text = report.to_text()
+    assert text.index("Per-step figures are over the 15 steps") < text.index("model.py")
+    # One worker picked: its own steps, nothing to say.
+    alone = analyze(str(prof / f"{train}.1795878232849391401.pt.trace.json"))
+    assert alone.summary.steps_note is None and alone.summary.steps_by_worker == {}
+    assert alone.sites[0].per_step == pytest.approx(1.0)
+
+
+def test_ranks_of_a_job_and_spans_of_one_worker_are_not_said_averaged(tmp_path):
+    for rank in (0, 1):
+        _stepped(tmp_path / "job" / f"rank{rank}.1.pt.trace.json", 4, rank=rank)
+    _stepped(tmp_path / "spans" / "host_1.1700000000001.pt.trace.json", 4)
+    _stepped(tmp_path / "spans" / "host_1.1700000000002.pt.trace.json", 4)
+    for run in ("job", "spans"):
+        summary = analyze(str(tmp_path / run)).summary
+        assert summary.steps_note is None and summary.steps_by_worker == {}, run
+
+
+def test_two_programs_traces_in_one_run_are_said_averaged(tmp_path):
+    _stepped(tmp_path / "run" / "train.1.pt.trace.json", 6)
+    _stepped(tmp_path / "run" / "eval.1.pt.trace.json", 2, reads=False)
+    summary = analyze(str(tmp_path / "run")).summary
+    assert summary.steps_by_worker == {"eval": 2, "train": 6} or summary.steps_by_worker == {
+        "train": 6,
+        "eval": 2,
+    }
+    assert "8 steps of 2 workers that are not ranks of one job" in summary.steps_note
+
+
+def test_several_runs_merged_are_said_averaged_by_run_and_empty_traces_are_left_out(tmp_path):
+    _stepped(tmp_path / "logs" / "base" / "w.1.pt.trace.json", 4)
+    _stepped(tmp_path / "logs" / "fixed" / "w.1.pt.trace.json", 4, reads=False)
+    # A trace that recorded nothing beside them: no step of it is averaged in.
+    (tmp_path / "logs" / "fixed" / "empty.1.pt.trace.json").write_text('{"traceEvents": []}')
+    runs = analyze_runs(find_traces(str(tmp_path / "logs")))
+    merged = runs.report.summary
+    assert merged.steps_by_worker == {"base/w": 4, "fixed/w": 4}
+    assert "over the 8 steps of 2 runs, averaged together" in merged.steps_note
+    assert "report --run NAME" in merged.steps_note
+    assert all(report.summary.steps_note is None for report in runs.runs.values())

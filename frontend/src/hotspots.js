@@ -132,7 +132,7 @@ export async function renderHotspots(ctx) {
   return h(
     "div",
     { class: "sa-hotspots" },
-    teachingBanners(summaryResp, latent, sites.total),
+    teachingBanners(summaryResp, latent, sites.total, app),
     headlineCards(summary, latent, summaryResp.job_ranks || 0, latentOnNpu(summaryResp.traces), unprofiledFigure(state.unprof, unprofiled), idleOn),
     // One line on how the predicted savings were obtained (replay, or the bound and why).
     latent || !summary.saving_how
@@ -445,13 +445,56 @@ function listedApart(apart) {
 }
 
 /**
+ * The per-step figures average the steps of workers that are not ranks of one job
+ * (Lightning's training and validation traces in one folder): said, with a button per
+ * worker to see its own figures (the engine's `summary.steps_note`, `steps_by_worker`).
+ * @param {any} summary
+ * @param {any} app
+ */
+export function stepsNoteBanner(summary, app) {
+  const note = summary.steps_note;
+  const workers = Object.entries(summary.steps_by_worker || {});
+  if (!note || workers.length < 2) return null;
+  // Across runs the names are "run/worker": the Worker menu picks within one run.
+  const pickable = app && workers.every(([name]) => !name.includes("/"));
+  return h(
+    "div",
+    { class: "sa-banner", "data-testid": "steps-note" },
+    h("h3", null, `Per-step figures average ${plural(workers.length, "worker")}' steps`),
+    h("p", null, note.charAt(0).toUpperCase() + note.slice(1) + "."),
+    pickable
+      ? h(
+          "p",
+          { class: "sa-worker-picks" },
+          workers.map(([name, steps]) =>
+            h(
+              "button",
+              {
+                type: "button",
+                class: "sa-linkish",
+                "data-testid": "steps-note-worker",
+                "data-worker": name,
+                onclick: () => app.setState({ worker: name, span: null, step: null, site: null, sync: null }),
+              },
+              `${name} (${plural(steps, "step")})`,
+            ),
+          ),
+        )
+      : null,
+  );
+}
+
+/**
  * @param {any} resp summary response
  * @param {boolean} latent
  * @param {number} siteTotal
+ * @param {any} [app] the app (its setState), for the banners that pick a worker
  */
-function teachingBanners(resp, latent, siteTotal) {
+function teachingBanners(resp, latent, siteTotal, app = null) {
   const summary = resp.summary || {};
   const out = [];
+  const mixed = stepsNoteBanner(summary, app);
+  if (mixed) out.push(mixed);
   if (resp.loading) {
     out.push(
       h(

@@ -1136,6 +1136,11 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     latent_sites = data.get("latent_sites") or []
 
     lines: list[str] = []
+    steps_note = summary.get("steps_note")
+    if steps_note:
+        # Before the sites: every /step figure below is over these steps.
+        lines.extend(wrap(steps_note[:1].upper() + steps_note[1:] + ".", width, "", "  "))
+        lines.append("")
     readable = [t for t in traces if not t.get("error")]
     cpu_only = (
         bool(readable)

@@ -365,7 +365,8 @@ def _fix_with(
     other = groups[partner][0]
     note = (
         f"Fixing this alone saves {format_us(own / steps)} per step: "
-        f"{_call_text(other, site.file)} then waits for the same GPU work. Fixed together "
+        f"{_call_text(other, site.file)}{_under_text(partner, groups)} then waits for the "
+        "same GPU work. Fixed together "
         f"they save {format_us(together / steps)} per step."
     )
     if together < FIX_WITH_PAIR_SHARE * with_others:  # more sites wait for that work
@@ -392,6 +393,21 @@ def _partner(
     if partner is None or partner not in groups:
         return None, 0.0
     return partner, together
+
+
+def _under_text(key: str, groups: Mapping[str, list[Sync]]) -> str:
+    """``, under lib/file.py (func)`` where site ``key`` shares its line and operator with
+    another site, split from it by the library code that synced (``site_key``): Lightning's
+    progress bar and loggers read under one ``trainer.fit()`` line, and a partner named by
+    that line alone named either."""
+    library = key_library(key)
+    if library is None:
+        return ""
+    head = key[: -len(f"@{library[0]}:{library[1]}")]
+    shared = (k for k in groups if k != key and (k == head or k.startswith(head + "@")))
+    if next(shared, None) is None:
+        return ""
+    return f", under {library[0]} ({library[1]})"
 
 
 def _call_text(sync: Sync, file: str | None) -> str:

@@ -450,3 +450,34 @@ def test_a_pair_that_gains_nothing_is_not_named(tmp_path: Path) -> None:
         site.fix_with_note and site.fix_with_note.endswith("wait for the same GPU work.")
         for site in report.sites
     )
+
+
+def test_a_partner_sharing_the_sites_line_is_named_by_its_library_code(tmp_path: Path) -> None:
+    """Two reads under one call of the user's (``trainer.fit()``), split into two sites by
+    the library code that read (Lightning's progress bar and its loggers): named by the
+    line alone, the partner was either of them."""
+    user = ("train.py", 20, "main")
+    bar = ("lightning/pytorch/trainer/connectors/logger_connector/result.py", 100, "metrics")
+    logs = (
+        "lightning/pytorch/trainer/connectors/logger_connector/logger_connector.py",
+        200,
+        "log_metrics",
+    )
+    b = KinetoTraceBuilder()
+    for n in range(1, STEPS + 1):
+        with b.step(n), b.frames([user]):
+            b.kernel(dur=2000)
+            with b.frames([bar]):
+                _read_back(b, ("lightning/fabric/utilities/apply_func.py", 120, "to_item"), "cpu")
+            with b.frames([logs]):
+                _read_back(b, ("lightning/fabric/utilities/apply_func.py", 120, "to_item"), "cpu")
+            b.advance(1500)
+    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    by_library = {site.key.rpartition(":")[2]: site for site in report.sites}
+    metrics, log_metrics = by_library["metrics"], by_library["log_metrics"]
+    assert metrics.fix_with == [log_metrics.key] and log_metrics.fix_with == [metrics.key]
+    assert (
+        f"at line 20, under {logs[0]} (log_metrics) then waits for the same GPU work"
+        in metrics.fix_with_note
+    ), metrics.fix_with_note
+    assert f"at line 20, under {bar[0]} (metrics) then waits" in log_metrics.fix_with_note

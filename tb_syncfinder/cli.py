@@ -108,6 +108,17 @@ def _add_jobs_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
     )
 
 
+def _add_step_annotation_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--step-annotation",
+        default=None,
+        metavar="NAME",
+        help="in traces without ProfilerStep markers (no prof.step()), count the spans of "
+        "this record_function name as the steps (a shell pattern such as 'step_*' for "
+        "names with a number); without it such a trace is one step",
+    )
+
+
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source-root",
@@ -281,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the JSON report (same as --format json)"
     )
     _add_source_options(report)
+    _add_step_annotation_option(report)
     report.add_argument(
         "--max-syncs-per-step",
         type=_non_negative,
@@ -385,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_jobs_option(compare)
     _add_source_options(compare)
+    _add_step_annotation_option(compare)
     _add_output_options(compare)
     compare.set_defaults(handler=_cmd_compare)
 
@@ -476,6 +489,7 @@ def _engine_options(args: argparse.Namespace) -> Any:
             if getattr(args, "unprofiled_step_ms", None) is not None
             else None
         ),
+        step_annotation=getattr(args, "step_annotation", None) or None,
     )
 
 

@@ -132,6 +132,10 @@ class Options(msgspec.Struct):
     # The program's mean step time measured without the profiler (us): each replayed trace
     # is also replayed as the program runs without it (``whatif.unprofiled_savings``).
     unprofiled_step_us: float | None = None
+    # In a trace without ProfilerStep markers, the ``record_function`` name (or shell
+    # pattern) whose spans are the steps (``timeline.annotation_steps``); None: the whole
+    # trace is one step, as before.
+    step_annotation: str | None = None
 
     def resolver(self) -> SourceResolver:
         roots, path_map = with_source_packs(
@@ -169,6 +173,9 @@ def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
         info.has_runtime = tl.has_runtime
         info.event_count = tl.event_count
         info.torch_version = tl.torch_version
+        info.steps_from_annotation = tl.steps_from_annotation
+        if tl.step_annotation_hint is not None:
+            info.step_annotation_hint, info.step_annotation_hint_count = tl.step_annotation_hint
     return info
 
 
@@ -694,7 +701,7 @@ def _analyze_data(
     distributed_info = getattr(data, "distributed_info", None)
     base_time_ns = getattr(data, "base_time_ns", None)
     host_name = getattr(data, "host_name", None)
-    tl = build_timeline(data)
+    tl = build_timeline(data, options.step_annotation)
     if getattr(data, "by_kind", None) is not None:
         data.by_kind = None  # the caller still holds ``data``: not these lists too
     del data  # the events live on in the timeline only until this function returns

@@ -199,6 +199,13 @@ class TraceInfo(msgspec.Struct):
     repairs: list[str] = field(default_factory=list)  # what reading had to fix or skip
     # False when the trace has no ProfilerStep#N markers: it then counts as one step (0).
     step_markers: bool = True
+    # Without ProfilerStep markers: the ``record_function`` name whose spans were counted as
+    # the steps (``report --step-annotation``; ``step_markers`` is then True), and, where
+    # none was asked for, the name whose top-level spans repeat most (trailing digits as
+    # ``*``), with how many: what to ask for (None / 0: no name repeats).
+    steps_from_annotation: str | None = None
+    step_annotation_hint: str | None = None
+    step_annotation_hint_count: int = 0
     saving_method: str = "bound"  # "replay" when the what-if replay gave its savings
     saving_note: str | None = None  # why the bound was used, or what the replay noted
     # Analysed in this many windows of whole steps (a trace past the memory budget,

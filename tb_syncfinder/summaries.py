@@ -99,6 +99,12 @@ def options_fingerprint(options: Any) -> dict[str, Any]:
             if getattr(options, "unprofiled_step_us", None)
             else {}
         ),
+        # Likewise: the record_function spans counted as steps in a trace without markers.
+        **(
+            {"step_annotation": options.step_annotation}
+            if getattr(options, "step_annotation", None)
+            else {}
+        ),
     }
 
 

@@ -182,6 +182,11 @@ class Timeline(msgspec.Struct):
     # The trace's one step was the profiler's closing step (``_closed_by_the_profiler``),
     # dropped: the trace has step markers and no step of the program (not one pseudo-step).
     only_closing_step: bool = False
+    # Without ProfilerStep markers: the ``record_function`` name whose spans were taken as
+    # the steps (``annotation_steps``, asked for), else the one whose spans look like them
+    # with how many there are (``repeated_annotation``, a hint; None: none repeats).
+    steps_from_annotation: str | None = None
+    step_annotation_hint: tuple[str, int] | None = None
     # torch_npu's processes by the NPU they are of (``npu_of_process``): which NPU an
     # AscendCL call, filed in its "CANN" process, waited for.
     npu_of_process: dict[Any, int] = msgspec.field(default_factory=dict)
@@ -730,11 +735,84 @@ def npu_of_process(sort_indices: dict[Any, Any]) -> dict[Any, int]:
     }
 
 
-def build_timeline(data: TraceData) -> Timeline:
+def _annotation_matcher(name: str) -> Any:
+    """A test of a ``record_function`` name: equal to ``name``, or matching it as a shell
+    pattern where it has one (``step_*`` for ``record_function(f"step_{i}")``)."""
+    if any(c in name for c in "*?["):
+        import fnmatch  # only when asked for a pattern
+
+        return re.compile(fnmatch.translate(name)).match
+    return name.__eq__
+
+
+def _outermost_annotations(threads: dict[Any, HostThread], matches: Any) -> list[Event]:
+    """The annotation spans whose names ``matches`` accepts and that no other such span
+    holds (on their thread), by start. Only the annotations are looked at (a C-level
+    filter of the thread's kinds): a few per step among thousands of operators."""
+    found = []
+    for thread in threads.values():
+        nodes, kinds, parent = thread.nodes, thread.kinds, thread.parent
+        for i in compress(range(len(kinds)), map(ANNOTATION.__eq__, kinds)):
+            if not matches(nodes[i].name):
+                continue
+            j = parent[i]
+            while j >= 0 and not (kinds[j] == ANNOTATION and matches(nodes[j].name)):
+                j = parent[j]
+            if j < 0:
+                found.append(nodes[i])
+    found.sort(key=_TS)
+    return found
+
+
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+
+
+def annotation_steps(threads: dict[Any, HostThread], name: str) -> list[Step]:
+    """Steps from the spans of the ``record_function`` ``name`` (exact, or a shell pattern)
+    in a trace without ProfilerStep markers: each outermost span one step, a span that
+    starts inside the one before left out (another thread's at the same time). Numbered by
+    the names' trailing numbers where each has its own (``step_12``), else 0, 1, 2, ..."""
+    kept: list[Event] = []
+    for e in _outermost_annotations(threads, _annotation_matcher(name)):
+        if kept and e.ts < kept[-1].ts + kept[-1].dur:
+            continue
+        kept.append(e)
+    found = [_TRAILING_NUMBER.search(e.name) for e in kept]
+    numbers: list[int] = [int(m.group(1)) for m in found if m is not None]
+    if len(numbers) != len(kept) or len(set(numbers)) != len(numbers):
+        numbers = list(range(len(kept)))
+    return [Step(n, e.ts, e.ts + e.dur, e.pid, e.tid) for n, e in zip(numbers, kept, strict=True)]
+
+
+def repeated_annotation(threads: dict[Any, HostThread]) -> tuple[str, int] | None:
+    """In a trace without ProfilerStep markers, the ``record_function`` name (trailing
+    digits as ``*``: ``step_*``) of the top-level annotations that repeat most, at least
+    twice, with how many: what ``annotation_steps`` would take as steps if asked. Only a
+    hint: the user knows whether those spans are the training steps."""
+    counts: dict[str, int] = {}
+    for e in _outermost_annotations(threads, _any_annotation):
+        name = e.name
+        if name.startswith("ProfilerStep#"):
+            continue
+        name = _TRAILING_NUMBER.sub("*", name)
+        counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    name = max(counts, key=counts.__getitem__)  # the first seen of the most frequent
+    return (name, counts[name]) if counts[name] >= 2 else None
+
+
+def _any_annotation(name: str) -> bool:
+    return True
+
+
+def build_timeline(data: TraceData, step_annotation: str | None = None) -> Timeline:
     """Arrange the decoded events of one trace; linear in the number of events (plus sorts).
 
     Complete events come sorted by category (the reader does it as it reads); each
-    category is handled with its class decided once, not per event.
+    category is handled with its class decided once, not per event. ``step_annotation``:
+    in a trace without ProfilerStep markers, the ``record_function`` name (or shell
+    pattern) whose spans are the steps (``annotation_steps``).
     """
     by_kind = data.by_kind or events_by_kind(data.events)
     buckets, flow_starts = by_kind.by_category, by_kind.flow_starts
@@ -773,6 +851,14 @@ def build_timeline(data: TraceData) -> Timeline:
     lane_device, lane_activity, device_activity = builder.device_activity()
     steps = builder.steps
     steps.sort(key=lambda s: s.ts)
+    steps_from = None
+    step_hint = None
+    if not steps:
+        if step_annotation:
+            steps = annotation_steps(builder.threads, step_annotation)
+            steps_from = step_annotation if steps else None
+        if not steps:
+            step_hint = repeated_annotation(builder.threads)
     # A schedule whose next cycle starts as the loop ends (``repeat=0``, the default) makes
     # the profiler's exit write a trace of that one closing step: counted, each such trace
     # added a step to its run (363 item() calls over 3 steps read as 90.8 per step).
@@ -813,6 +899,8 @@ def build_timeline(data: TraceData) -> Timeline:
         flow_correlation=flow_correlation,
         torch_version=data.torch_version,
         only_closing_step=only_closing_step,
+        steps_from_annotation=steps_from,
+        step_annotation_hint=step_hint,
         npu_of_process=npu_of if builder.device_numbers else {},
         _step_starts=[s.ts for s in steps],
     )

@@ -445,6 +445,28 @@ function listedApart(apart) {
 }
 
 /**
+ * Traces without ProfilerStep markers whose top-level record_function spans repeat under
+ * one name (the engine's `step_annotation_hint`): the report counts them as steps when
+ * asked (`--step-annotation`); the tab says how, as the terminal does.
+ * @param {any[]} unmarked the unmarked traces read
+ */
+export function annotationStepsHint(unmarked) {
+  const names = new Set(unmarked.map((/** @type {any} */ t) => t.step_annotation_hint ?? null));
+  if (!unmarked.length || names.size !== 1 || names.has(null)) return null;
+  const name = String([...names][0]);
+  const count = unmarked.reduce((/** @type {number} */ n, /** @type {any} */ t) => n + (t.step_annotation_hint_count || 0), 0);
+  return h(
+    "p",
+    { "data-testid": "step-annotation-hint" },
+    `Or count its ${formatCount(count)} `,
+    h("code", null, `record_function("${name}")`),
+    " spans as the steps: ",
+    h("code", null, `tb-syncfinder report LOGDIR --step-annotation '${name}'`),
+    ".",
+  );
+}
+
+/**
  * The per-step figures average the steps of workers that are not ranks of one job
  * (Lightning's training and validation traces in one folder): said, with a button per
  * worker to see its own figures (the engine's `summary.steps_note`, `steps_by_worker`).
@@ -572,6 +594,7 @@ function teachingBanners(resp, latent, siteTotal, app = null) {
           h("code", null, "prof.step()"),
           " at the end of each training step to see them per step.",
         ),
+        annotationStepsHint(unmarkedTraces),
       ),
     );
   }

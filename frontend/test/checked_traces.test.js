@@ -21,3 +21,22 @@ test("an empty trace on a device is counted: it is the device's, not nothing", (
   assert.equal(recordedNothing({ ...empty, has_runtime: true }), false);
   assert.equal(recordedNothing({ ...empty, device: "cuda" }), false);
 });
+
+test("traces without step markers whose record_function spans repeat are told how to count them", async () => {
+  const { annotationStepsHint } = await import("../src/hotspots.js");
+  globalThis.document = {
+    createElement: (tag) => ({ tag, children: [], attrs: {}, setAttribute(k, v) { this.attrs[k] = v; }, appendChild(c) { this.children.push(c); }, append(...c) { this.children.push(...c); } }),
+    createTextNode: (text) => ({ text }),
+  };
+  try {
+    const hint = annotationStepsHint([{ step_markers: false, step_annotation_hint: "train_step", step_annotation_hint_count: 6 }]);
+    assert.ok(hint);
+    const text = JSON.stringify(hint);
+    assert.match(text, /--step-annotation 'train_step'/);
+    assert.match(text, /Or count its 6 /);
+    assert.equal(annotationStepsHint([{ step_markers: false, step_annotation_hint: null }]), null);
+    assert.equal(annotationStepsHint([{ step_annotation_hint: "a" }, { step_annotation_hint: "b" }]), null);
+  } finally {
+    delete globalThis.document;
+  }
+});

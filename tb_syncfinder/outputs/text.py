@@ -706,6 +706,21 @@ def _label(text: str) -> str:
     return f"  {text:<17}"
 
 
+def step_annotation_hint(traces: Sequence[dict[str, Any]]) -> str:
+    """For traces without ProfilerStep markers whose top-level ``record_function`` spans
+    repeat under one name: how to count those spans as the steps (empty otherwise)."""
+    unmarked = [t for t in traces if t.get("step_markers") is False]
+    names = {t.get("step_annotation_hint") for t in unmarked}
+    if not unmarked or len(names) != 1 or None in names:
+        return ""
+    name = str(names.pop())
+    count = sum(int(t.get("step_annotation_hint_count") or 0) for t in unmarked)
+    return (
+        f", or count its {count} record_function({name!r}) spans as steps: "
+        f"--step-annotation '{name}'"
+    )
+
+
 def _summary_lines(
     summary: dict[str, Any],
     style: _Style,
@@ -715,6 +730,7 @@ def _summary_lines(
     outside: int = 0,
     ranks: int = 0,
     device: str = "GPU",
+    step_hint: str = "",
     fit_notes: Sequence[str] = (),
     fit_scales: Sequence[float] = (),
     idle_device: str = "GPU",
@@ -747,7 +763,7 @@ def _summary_lines(
         if latent and unmarked:
             text += (
                 f" ({plural(unmarked, 'trace')} without ProfilerStep markers, each counted as "
-                "one step: profile with a schedule and call prof.step())"
+                f"one step: profile with a schedule and call prof.step(){step_hint})"
             )
         lines.extend(_wrap_labelled("latent syncs", text, width))
         mean_step = float(summary.get("mean_step_time_us") or 0.0)
@@ -772,7 +788,7 @@ def _summary_lines(
         if unmarked:
             over += (
                 f"; {plural(unmarked, 'trace')} without ProfilerStep markers, each counted "
-                "as one step: profile with a schedule and call prof.step()"
+                f"as one step: profile with a schedule and call prof.step(){step_hint}"
             )
         lines.extend(
             _wrap_labelled(
@@ -1141,6 +1157,20 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         # Before the sites: every /step figure below is over these steps.
         lines.extend(wrap(steps_note[:1].upper() + steps_note[1:] + ".", width, "", "  "))
         lines.append("")
+    annotated = {t.get("steps_from_annotation") for t in traces if t.get("steps_from_annotation")}
+    if annotated:
+        names = ", ".join(f"record_function({name!r})" for name in sorted(annotated))
+        lines.extend(
+            wrap(
+                f"Steps: the spans of {names} (--step-annotation), in "
+                f"{plural(sum(1 for t in traces if t.get('steps_from_annotation')), 'trace')} "
+                "without ProfilerStep markers.",
+                width,
+                "",
+                "  ",
+            )
+        )
+        lines.append("")
     readable = [t for t in traces if not t.get("error")]
     cpu_only = (
         bool(readable)
@@ -1270,6 +1300,7 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 outside,
                 ranks=ranks,
                 device="NPU" if npu_latent else "GPU",
+                step_hint=step_annotation_hint(readable),
                 fit_notes=fit_notes,
                 fit_scales=fit_scales,
                 idle_device=_device_word(data),

@@ -11,7 +11,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -295,6 +295,14 @@ def is_profiler_stack(stack: Sequence[Frame]) -> bool:
     return False
 
 
+# The profiler's step frames, by name first (``torch/profiler/profiler.py(794): step``), and
+# how far above one a frame still counts as holding it (``_holds_profiler_step``): a loader
+# wrapper's ``__next__`` calling ``prof.step()`` is one level, a callback list two or three.
+_NAME = attrgetter("name")
+_ENDS_AS_STEP = methodcaller("endswith", "): step")
+_STEP_HOLDER_DEPTH = 3
+
+
 class _PythonTree:
     """One host thread's python_function frames: parents (recorded ``Python parent id``,
     else time nesting among frames only) and children in time order. Built once per thread:
@@ -388,7 +396,8 @@ class Attributor:
         # path asks the file system whether an installed package has it (frames are never
         # changed once made, so syncs may share them).
         self._frames_by_name: dict[str, Frame | None] = {}
-        self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int]]] = {}
+        self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int], tuple[str, ...]]] = {}
+        self._step_holders: dict[tuple[Any, Any], set[int]] = {}
         self._direct_ops: dict[Any, list[int]] = {}
         self._builtins: bool | None = None
         self._profiler_stop: Any = None  # the profiler's stop call (False: none), found once
@@ -747,17 +756,19 @@ class Attributor:
 
     def _sequence(
         self, thread: HostThread, frame_index: int, match: Any
-    ) -> tuple[tuple[str, ...], dict[int, int]]:
+    ) -> tuple[tuple[str, ...], dict[int, int], tuple[str, ...]]:
         """The observed calls of one kind a frame made as tokens ("N" for a child frame on
         the ``match`` path of names; for frameless operators their class, every class at
-        once so that each orders the others; "P" for the profiler's step), and the token
-        position of each matching node."""
+        once so that each orders the others; "P" for the profiler's step, or for a child
+        frame holding it below: a loader wrapper's ``__next__``, a callback), the token
+        position of each matching node, and the names of those holding children."""
         key = (thread.pid, thread.tid, frame_index, match)
         cached = self._tokens.get(key)
         if cached is not None:
             return cached
         tokens: list[str] = []
         positions: dict[int, int] = {}
+        wrappers: dict[str, None] = {}
         kids = self._kids(thread, frame_index)
         if isinstance(match, tuple):  # a path of call names under this frame
             for child in kids:
@@ -768,9 +779,22 @@ class Attributor:
                 elif self._has_path(thread, child, match):
                     positions[child] = len(tokens)
                     tokens.append(N)
+                elif self._holds_profiler_step(thread, child):
+                    tokens.append(P)
+                    frame = self.frame(thread, child)
+                    if frame is not None:
+                        wrappers[frame.func] = None
         else:  # frameless operators: ``match`` holds (operator name, token) pairs
             labels = dict(match)
-            steps = [c for c in kids if self._is_profiler_step(thread, c)]
+            steps = []
+            for c in kids:
+                if self._is_profiler_step(thread, c):
+                    steps.append(c)
+                elif self._holds_profiler_step(thread, c):
+                    steps.append(c)
+                    frame = self.frame(thread, c)
+                    if frame is not None:
+                        wrappers[frame.func] = None
             ops = [j for j in self._direct(thread, frame_index) if thread.nodes[j].name in labels]
             events = sorted(
                 [(thread.starts[j], 0, j) for j in ops] + [(thread.starts[c], 1, c) for c in steps]
@@ -781,9 +805,37 @@ class Attributor:
                 else:
                     positions[j] = len(tokens)
                     tokens.append(labels[thread.nodes[j].name])
-        result = (tuple(tokens), positions)
+        result = (tuple(tokens), positions, tuple(wrappers))
         self._tokens[key] = result
         return result
+
+    def _holds_profiler_step(self, thread: HostThread, index: int) -> bool:
+        """Whether the profiler's step runs in a frame's frames a few levels below it (a
+        loader wrapper's ``__next__`` calling ``prof.step()``, a callback's hook): its
+        call marks a step boundary in the frame that made it, as ``prof.step()`` itself
+        does. Found from the profiler's steps up (a handful a trace), not by a walk down
+        every child."""
+        key = (thread.pid, thread.tid)
+        holders = self._step_holders.get(key)
+        if holders is None:
+            holders = set()
+            tree = self.tree(thread)
+            for step in self._profiler_steps(thread):
+                j = tree.parent.get(step, -1)
+                for _level in range(_STEP_HOLDER_DEPTH):
+                    if j < 0:
+                        break
+                    holders.add(j)
+                    j = tree.parent.get(j, -1)
+            self._step_holders[key] = holders
+        return index in holders
+
+    def _profiler_steps(self, thread: HostThread) -> list[int]:
+        """The frames of the profiler's ``step`` on a thread (found by name first: a C-level
+        scan of the names; only those frames are made)."""
+        nodes = thread.nodes
+        named = compress(range(len(nodes)), map(_ENDS_AS_STEP, map(_NAME, nodes)))
+        return [i for i in named if self._is_profiler_step(thread, i)]
 
     # -- stacks ------------------------------------------------------------------------
     def python_stack(
@@ -829,11 +881,11 @@ class Attributor:
                 # An nn.Module called: the source calls it by the name of an instance of
                 # its class (``encoder(x)``), not by any frame's name.
                 names = (MODULE_CALL + cls,)
-                tokens, positions = self._sequence(thread, index, names)
+                tokens, positions, wrappers = self._sequence(thread, index, names)
                 groups.append(names)
                 position = positions.get(child)
                 observed.append(
-                    Observed(tokens, position, (thread.pid, thread.tid, index, names))
+                    Observed(tokens, position, (thread.pid, thread.tid, index, names), wrappers)
                     if position is not None
                     else None
                 )
@@ -849,10 +901,10 @@ class Attributor:
                     # its ``__init__``'s file and line tell (and only its own calls count).
                     names = (init_call(frames[level - 1][1]),)
                 groups.append((names[-1],))
-                tokens, positions = self._sequence(thread, index, names)
+                tokens, positions, wrappers = self._sequence(thread, index, names)
                 position = positions.get(child)
                 observed.append(
-                    Observed(tokens, position, (thread.pid, thread.tid, index, names))
+                    Observed(tokens, position, (thread.pid, thread.tid, index, names), wrappers)
                     if position is not None
                     else None
                 )
@@ -894,10 +946,10 @@ class Attributor:
                 groups.extend(tuple(g) for g in callee_groups(None, chain))
                 match = frozenset({(name, N)})
                 optional = True
-            tokens, positions = self._sequence(thread, index, match)
+            tokens, positions, wrappers = self._sequence(thread, index, match)
             position = positions.get(op)
             seq = (
-                Observed(tokens, position, (thread.pid, thread.tid, index, match))
+                Observed(tokens, position, (thread.pid, thread.tid, index, match), wrappers)
                 if position is not None
                 else None
             )

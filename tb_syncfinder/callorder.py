@@ -406,7 +406,10 @@ class _Builder:
             if nxt == head:
                 nxt = self.a.new()
                 self.link(head, nxt)
-            self.resume[id(node)] = nxt
+            # Running at the header: in its ``__next__``, which may still show (a loader
+            # wrapper's generator stepping the profiler as profiling starts); where the
+            # matcher gives ``__next__`` nothing, ``head`` moves to ``nxt`` by epsilon alone.
+            self.resume[id(node)] = head
             exit_ = self.a.new()
             self.link(nxt, exit_)  # __next__ raised StopIteration
             after = self.a.new()

@@ -250,6 +250,10 @@ class Observed(msgspec.Struct, frozen=True):
     tokens: tuple[str, ...]
     index: int
     key: Any
+    # The names of the frame's calls whose frames hold the profiler's step below them (a
+    # loader wrapper's ``__next__``, a callback's hook): each is a ``"P"`` of ``tokens``,
+    # which the source marks at those calls (and at a ``for`` loop's ``__next__``).
+    step_calls: tuple[str, ...] = ()
 
 
 class CallQuery(msgspec.Struct, frozen=True):

@@ -524,10 +524,23 @@ def _matcher(
     optional_calls: bool,
     profiler_names: frozenset[str],
     bindings: Bindings,
+    step_calls: tuple[str, ...] = (),
+    scope_calls: frozenset[str] = frozenset(),
+    start_line: int | None = None,
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
-    (the observed sequence holds them all, so that each orders the others)."""
+    (the observed sequence holds them all, so that each orders the others). ``step_calls``:
+    the names of calls whose frames ran the profiler's step below them (``Observed.
+    step_calls``): each such call, and a ``for`` loop's ``__next__`` when one is
+    ``__next__`` (a loader wrapper stepping the profiler), may emit ``P``: may, as the
+    loop may be another one, and a callback may step the profiler only now and then. But
+    must, at the loop whose header a running frame was at (``start_line``) when profiling
+    started: it was in that loop's ``__next__``, which stepped the profiler into recording."""
+    wrapped = frozenset(step_calls)
+    # A wrapper the scope calls by no name: a generator resumed by a ``for`` loop (its
+    # frames carry the generator's name, ``__iter__`` of a wrapping iterable).
+    steps_in_next = bool(wrapped - scope_calls)
     frameless = bool(group) and group[0] in _FRAMELESS
     kinds: set[str] = set()  # evaluation point kinds that emit N
     typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
@@ -565,7 +578,11 @@ def _matcher(
                 return N, True  # a class called, or a class without a Python __init__
             if name == "step" and not profiler_names:
                 return P, True  # which .step() is the profiler's is not known
+            if name in wrapped:
+                return P, True
             return None, False
+        if kind == "next" and steps_in_next:
+            return P, getattr(node, "lineno", None) != start_line
         if kind not in kinds:
             return None, False
         if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
@@ -573,6 +590,33 @@ def _matcher(
         return N, True
 
     return match
+
+
+def _called_names(scope: ast.AST) -> frozenset[str]:
+    """The names the scope's own calls are made by (``f(...)``, ``x.f(...)``), except
+    those of a ``for`` loop's iterable (``metric_logger.log_every(loader, ...)``): a
+    generator called there runs, under its own name, in the loop's ``__next__``."""
+    iterated = {
+        id(call)
+        for loop in ast.walk(scope)
+        if isinstance(loop, (ast.For, ast.AsyncFor))
+        for call in ast.walk(loop.iter)
+        if isinstance(call, ast.Call)
+    }
+    return frozenset(
+        name
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Call)
+        and id(node) not in iterated
+        and (name := _call_name(node)) is not None
+    )
+
+
+def _without_steps(observed: Observed) -> Observed:
+    """``observed`` without its profiler steps (``P``), its index moved to match."""
+    tokens = tuple(t for t in observed.tokens if t != P)
+    index = observed.index - observed.tokens[: observed.index].count(P)
+    return Observed(tokens, index, ("without steps", observed.key))
 
 
 def _label(group: tuple[str, ...]) -> str:
@@ -2256,14 +2300,15 @@ class SourceResolver:
         prefix = start is not None or query.truncated or recorded_line is not None
         for g, named in enumerate(query.groups):
             group = self._class_called(named, parsed)
+            observed = query.observed[g] if g < len(query.observed) else None
+            step_calls = observed.step_calls if observed is not None else ()
             automaton = self._automaton(
-                path, parsed, scope, group, query.optional_calls, start, prefix
+                path, parsed, scope, group, query.optional_calls, start, prefix, step_calls
             )
             label = _label(group)
             reachable = automaton.reachable_lines(label)
             if not reachable:
                 continue
-            observed = query.observed[g] if g < len(query.observed) else None
             lines = reachable
             # Text formatting runs __repr__ from more places than the model has (``msg %=
             # t``, an alias of str, ``map(ascii, rows)``...): one of those would fit any
@@ -2271,6 +2316,13 @@ class SourceResolver:
             certain = recorded_line is None and not _TEXT_DUNDERS.intersection(named)
             if observed is not None:
                 aligned = self._align(automaton, observed)
+                if aligned is None and step_calls:
+                    # The steps where the source does not place them (a call by another
+                    # name): aligned without them, as before they were seen.
+                    automaton = self._automaton(
+                        path, parsed, scope, group, query.optional_calls, start, prefix
+                    )
+                    aligned = self._align(automaton, _without_steps(observed))
                 if aligned is not None:
                     lines = aligned
                 else:
@@ -2354,11 +2406,20 @@ class SourceResolver:
         optional_calls: bool,
         start: int | None,
         prefix: bool,
+        step_calls: tuple[str, ...] = (),
     ) -> Automaton:
-        key = (path, id(scope), group, optional_calls, start, prefix)
+        key = (path, id(scope), group, optional_calls, start, prefix, step_calls)
         automaton = self._automata.get(key)
         if automaton is None:
-            matcher = _matcher(group, optional_calls, parsed.profiler_names, parsed.bindings(scope))
+            matcher = _matcher(
+                group,
+                optional_calls,
+                parsed.profiler_names,
+                parsed.bindings(scope),
+                step_calls,
+                _called_names(scope) if step_calls else frozenset(),
+                start,
+            )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton
         return automaton

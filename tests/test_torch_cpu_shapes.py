@@ -1384,3 +1384,63 @@ def test_a_library_calling_itself_hundreds_deep_is_analysed(tmp_path, site_packa
     assert not [t.error for t in report.traces if t.error]
     (site,) = report.latent_sites
     assert (site.line, site.line_exact, site.library.func) == (6, True, "rec")
+
+
+# -- a loop stepping the profiler from its loader's wrapper (timm, torchvision) -------------
+
+STEPPING_LOADER = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+
+    def stepping(loader, on_step):
+        for i, batch in enumerate(loader):
+            if i:
+                on_step()
+            yield batch
+        on_step()
+
+
+    def train_one_epoch(loader, distributed, log_interval=2):
+        total = 0.0
+        for batch_idx, x in enumerate(loader):
+            loss = (x * 2).sum()
+            total += loss.item()
+            if batch_idx % log_interval == 0:
+                if distributed:
+                    loss_avg = loss.mean().item()
+                    loss_now = loss.max().item()
+        return total
+
+
+    def main(out, distributed):
+        data = [torch.randn(16, 8) for _ in range(8)]
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=1, warmup=1, active=4, repeat=1),
+                     on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+            train_one_epoch(stepping(data, prof.step), distributed)
+    """
+)
+EVERY_STEP, AVG_READ, NOW_READ = 17, 20, 21
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_a_loop_stepped_by_its_loaders_wrapper_names_each_read_at_its_line(tmp_path, distributed):
+    """timm's and torchvision's loops step the profiler from a wrapper of their loader (a
+    generator's ``__next__``), and the loop was running when the schedule began recording.
+    Without the steps as boundaries, every read after the first was "61*" with the reads
+    under ``if args.distributed:`` as candidates, or one of them: now each is exact."""
+    (tmp_path / "stepping_loader.py").write_text(STEPPING_LOADER)
+    module = _load(tmp_path / "stepping_loader.py", "stepping_loader")
+    out = tmp_path / "logs" / "run" / "host_1.1700000000000.pt.trace.json"
+    out.parent.mkdir(parents=True)
+    module.main(str(out), distributed)
+    sys.modules.pop("stepping_loader", None)
+    report = analyze(out, source_roots=[str(tmp_path)])
+    expected = {EVERY_STEP: 4}
+    if distributed:
+        expected.update({AVG_READ: 2, NOW_READ: 2})
+    assert {(s.line, s.line_exact): s.count for s in report.latent_sites} == {
+        (line, True): count for line, count in expected.items()
+    }

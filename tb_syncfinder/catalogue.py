@@ -844,6 +844,18 @@ def ctc_waits_by_line(line: str) -> bool:
     return reduction is None or reduction.group(2) == "mean"
 
 
+# Tensors made on the host from Python data, by these factories of ``torch`` called without
+# a ``device=``: a read of one (``torch.tensor(list(self.deque)).median().item()``, the
+# smoothed values of torchvision's reference ``MetricLogger``) waits for no device on a GPU
+# run either, so a CPU trace's read of it is no latent sync. And the methods that may move
+# a tensor elsewhere, after which nothing is known of where it lives.
+HOST_TENSOR_FACTORIES = frozenset({"tensor", "as_tensor", "from_numpy"})
+DEVICE_MOVES = frozenset({"to", "cuda", "npu", "xpu", "mps", "type", "pin_memory"})
+# The calls that read a tensor's value back to the host (as a latent scalar read names it).
+HOST_READ_METHODS = frozenset({"item", "tolist"})
+HOST_READ_BUILTINS = frozenset({"float", "int", "bool"})
+
+
 def to_the_host(line: str) -> bool:
     """Whether a source line's one ``.to(...)`` call copies to the host and waits: its
     device is the literal ``'cpu'`` (or ``torch.device('cpu')``), and not
@@ -1925,6 +1937,31 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
                 "scaler.step(optimizer)   # found_inf stays on the device\n"
             ),
         ),
+    ),
+    # AveragedModel (torch.optim.swa_utils; torchvision's ExponentialMovingAverage derives
+    # from it) reads its step counter ``n_averaged``, a buffer on the model's device, twice
+    # per update: ``bool(self.n_averaged == 0)`` and ``if self.n_averaged > 0:`` (torch 2.13).
+    LibraryAdvice(
+        "torch/optim/swa_utils.py",
+        frozenset({"update_parameters"}),
+        Advice(
+            title="Update the AveragedModel every N steps, not every step",
+            text=(
+                "`AveragedModel.update_parameters` (torchvision's `ExponentialMovingAverage` "
+                "is one) reads its step counter `n_averaged`, a tensor on the model's "
+                "device, twice on the host every update, and each read waits for the step's "
+                "GPU work. Update it every N steps, with the decay raised to the power N as "
+                "torchvision's reference scripts do (`--model-ema-steps`, 32 by default), or "
+                "keep the average with `torch._foreach_lerp_` over the parameters, which reads "
+                "nothing (timm's `ModelEmaV3` does so)."
+            ),
+            before="ema.update_parameters(model)            # 2 reads, every step\n",
+            after=(
+                "if step % ema_steps == 0:               # decay ** ema_steps per update\n"
+                "    ema.update_parameters(model)        # 2 reads every ema_steps steps\n"
+            ),
+        ),
+        innermost=True,
     ),
     LibraryAdvice(
         "torch/distributions/distribution.py",

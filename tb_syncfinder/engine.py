@@ -480,8 +480,11 @@ def _latent_copies_by_line(
 ) -> tuple[list[Episode], list[Attribution], list[Source | None]]:
     """The latent findings, less recorded ``.to()`` calls whose exact source line does not
     name the host (``catalogue.to_the_host``): ``.to(device)`` is an upload as often as not,
-    and a CPU trace says nothing of where a tensor would live; and less CTC losses whose
-    line does not show the mean reduction, the one that waits whatever kernel runs it."""
+    and a CPU trace says nothing of where a tensor would live; less CTC losses whose
+    line does not show the mean reduction, the one that waits whatever kernel runs it; and
+    less reads of tensors the code made on the host from Python data (``source.
+    reads_host_made_tensor``: ``torch.tensor(list(self.deque)).median().item()``), which
+    wait for no GPU on a GPU run either."""
     kept = [
         n
         for n, (episode, attribution, source) in enumerate(
@@ -495,6 +498,7 @@ def _latent_copies_by_line(
             LATENT_OPS_BY_LINE.isdisjoint(attribution.op_chain)
             or ctc_waits_by_line(resolver.line_text(source) or "")
         )
+        and not (episode.kind == SCALAR_READBACK and resolver.reads_host_made(source))
     ]
     if len(kept) == len(episodes):
         return episodes, attributions, sources

@@ -45,7 +45,14 @@ from typing import Any, NamedTuple
 import msgspec
 
 from tb_syncfinder.callorder import Automaton, Matcher, N, P, align, build
-from tb_syncfinder.catalogue import API_CALLEES, OP_CALLEES
+from tb_syncfinder.catalogue import (
+    API_CALLEES,
+    DEVICE_MOVES,
+    HOST_READ_BUILTINS,
+    HOST_READ_METHODS,
+    HOST_TENSOR_FACTORIES,
+    OP_CALLEES,
+)
 from tb_syncfinder.models import (
     KERNEL_CELL,
     Attribution,
@@ -1135,6 +1142,99 @@ def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
     return False
 
 
+def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
+    """Whether every read of a tensor's value at ``line`` (``.item()``, ``.tolist()``,
+    ``float(t)``) is of a tensor made on the host from Python data: by ``torch.tensor``
+    and the like without a ``device=`` (``catalogue.HOST_TENSOR_FACTORIES``), on that line
+    or bound to a name every assignment of which in ``scope`` before the line is one, with
+    only methods that keep its device between (``d.median().item()``). Such a read waits
+    for no GPU: torchvision's ``SmoothedValue.median`` was a latent sync on every CPU
+    trace, ranked first. False where any read may be of another tensor."""
+    reads = [
+        node
+        for statement in _statements_at(scope, line)
+        for node in ast.walk(statement)
+        if getattr(node, "lineno", None) == line and _read_receiver(node) is not None
+    ]
+    return bool(reads) and all(
+        _host_made(scope, _read_receiver(node), line)  # type: ignore[arg-type]
+        for node in reads
+    )
+
+
+def _read_receiver(node: ast.AST) -> ast.expr | None:
+    """The tensor expression a value-reading call reads, else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in HOST_READ_METHODS and not node.args:
+        return func.value
+    if isinstance(func, ast.Name) and func.id in HOST_READ_BUILTINS and len(node.args) == 1:
+        return node.args[0]
+    return None
+
+
+def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
+    # Through the methods that keep a tensor where it is (``.median()``, ``.float()``).
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        if _is_host_factory(expr):
+            return True
+        if expr.func.attr in DEVICE_MOVES or any(k.arg == "device" for k in expr.keywords):
+            return False
+        expr = expr.func.value
+    if isinstance(expr, ast.Call):
+        return _is_host_factory(expr)
+    if isinstance(expr, ast.Name) and depth < 3:
+        values = _assigned_before(scope, expr.id, line)
+        return bool(values) and all(
+            value is not None and _host_made(scope, value, line, depth + 1) for value in values
+        )
+    return False
+
+
+def _is_host_factory(call: ast.Call) -> bool:
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in HOST_TENSOR_FACTORIES
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "torch"
+        and not any(k.arg in ("device", None) for k in call.keywords)  # None: ``**kwargs``
+    )
+
+
+def _assigned_before(scope: ast.AST, name: str, line: int) -> list[ast.expr | None]:
+    """The values ``name`` is bound to in ``scope`` (not in nested functions), each
+    ``None`` where the binding is not a plain ``name = value`` before ``line`` (a
+    parameter, a loop target, an augmented assignment, a later one): then nothing is
+    known. Empty: never bound here (a global, an enclosing function's)."""
+    values: list[ast.expr | None] = []
+    args = getattr(scope, "args", None)
+    if isinstance(args, ast.arguments):
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        if any(a is not None and a.arg == name for a in every):
+            values.append(None)
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES_AST):
+            continue
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            values.append(None)  # bound by a loop, ``with ... as``, a walrus, a tuple
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            plain = len(node.targets) == 1 and node.lineno < line
+            values.append(node.value if plain else None)
+            stack.append(node.value)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return values
+
+
+_NESTED_SCOPES_AST = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 def _statements_at(scope: ast.AST, line: int) -> list[ast.stmt]:
     """The innermost statements of ``scope`` that hold ``line``."""
     found: list[ast.stmt] = []
@@ -1631,6 +1731,7 @@ class SourceResolver:
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
+        self._host_made: dict[tuple[str, int, str], bool] = {}
         # Each notebook read for its cells -> its size and mtime then, and what it held
         # (``_held``); each folder looked in -> its size, mtime and the notebooks in it.
         self._notebooks_read: dict[str, tuple[int, int, Any]] = {}
@@ -2080,6 +2181,24 @@ class SourceResolver:
         if not 1 <= source.line <= len(lines):
             return None
         return lines[source.line - 1].decode("utf-8", "replace")
+
+    def reads_host_made(self, source: Source | None) -> bool:
+        """Whether a source's exact line reads only tensors made on the host from Python
+        data (``reads_host_made_tensor``); False where the line is not exact, or its file
+        or function is not here as recorded (a notebook cell's is not looked at)."""
+        if source is None or not source.line_exact or source.line is None:
+            return False
+        if source.resolved_path is None or source.cell is not None:
+            return False
+        # Once per line: a CPU trace of a long run has thousands of reads on a few lines.
+        key = (source.resolved_path, source.line, source.func)
+        found = self._host_made.get(key)
+        if found is None:
+            parsed = self._parse(Path(source.resolved_path))
+            scope = parsed.running_scope(source.line, source.func) if parsed else None
+            found = scope is not None and reads_host_made_tensor(scope, source.line)
+            self._host_made[key] = found
+        return found
 
     def _in_cell(self, source: Source) -> Source:
         """``source`` with the notebook cell its file stands for, if it is a cell's code."""

@@ -1,0 +1,111 @@
+"""Reads of tensors the code made on the host from Python data are no latent syncs: on a GPU
+run they wait for nothing either. torchvision's reference ``SmoothedValue.median``
+(``torch.tensor(list(self.deque)).median().item()``) was the first latent site of every
+CPU trace of its training script, and failed a ``--max-syncs-per-step`` gate."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import analyze, catalogue
+from tb_syncfinder.source import reads_host_made_tensor
+
+torch = pytest.importorskip("torch")
+
+
+def _reads_host_made(code: str, line: int) -> bool:
+    scope = ast.parse(textwrap.dedent(code)).body[0]
+    return reads_host_made_tensor(scope, line)
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "host"),
+    [
+        ("def f(q):\n    d = torch.tensor(list(q))\n    return d.median().item()\n", 3, True),
+        ("def f(q):\n    return torch.tensor(q).mean().item()\n", 2, True),
+        ("def f(q):\n    return float(torch.as_tensor(q).sum())\n", 2, True),
+        (
+            "def f(q):\n    d = torch.tensor(q, dtype=torch.float32)\n"
+            "    return d.mean().tolist()\n",
+            3,
+            True,
+        ),
+        # On a device, moved, a parameter, rebound, or one of two reads unknown: kept.
+        ("def f(q, dev):\n    return torch.tensor(q, device=dev).item()\n", 2, False),
+        ("def f(q, dev):\n    d = torch.tensor(q).to(dev)\n    return d.item()\n", 3, False),
+        ("def f(q):\n    d = torch.tensor(q)\n    d = d.cuda()\n    return d.item()\n", 4, False),
+        ("def f(d):\n    return d.median().item()\n", 2, False),
+        ("def f(q, y):\n    return torch.tensor(q).item() + y.item()\n", 2, False),
+        ("def f(q, kw):\n    return torch.tensor(q, **kw).item()\n", 2, False),
+        ("def f(q):\n    for d in q:\n        d.item()\n", 3, False),
+        ("def f(loss):\n    return loss.item()\n", 2, False),
+    ],
+)
+def test_a_read_is_host_made_only_where_every_read_on_the_line_is_of_a_python_made_tensor(
+    code, line, host
+):
+    assert _reads_host_made(code, line) is host
+
+
+SMOOTHED = textwrap.dedent(
+    """\
+    from collections import deque
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+
+    class SmoothedValue:
+        def __init__(self):
+            self.deque = deque(maxlen=20)
+
+        def update(self, value):
+            self.deque.append(value)
+
+        @property
+        def median(self):
+            d = torch.tensor(list(self.deque))
+            return d.median().item()
+
+
+    def main(out):
+        meter = SmoothedValue()
+        w = torch.randn(8, 8)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            for _ in range(4):
+                loss = (w @ w).sum()
+                meter.update(loss.item())
+                print(meter.median)
+        prof.export_chrome_trace(out)
+    """
+)
+LOSS_ITEM = 26
+
+
+def test_a_cpu_trace_lists_the_losss_read_and_not_the_meters_host_median(tmp_path: Path):
+    (tmp_path / "smoothed.py").write_text(SMOOTHED)
+    spec = importlib.util.spec_from_file_location("smoothed", tmp_path / "smoothed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["smoothed"] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    module.main(str(out))
+    sys.modules.pop("smoothed", None)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert [(s.line, s.line_exact, s.count) for s in report.latent_sites] == [(LOSS_ITEM, True, 4)]
+
+
+def test_averaged_models_counter_reads_get_the_every_n_steps_fix():
+    found = catalogue.library_fix(
+        [("<built-in>", "__bool__"), ("torch/optim/swa_utils.py", "update_parameters")],
+        ["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"],
+    )
+    assert found is not None
+    assert found[0].advice.title == "Update the AveragedModel every N steps, not every step"
+    assert "ema_steps" in found[0].advice.after

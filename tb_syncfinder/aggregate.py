@@ -253,6 +253,7 @@ def build_sites(
                 def_line=source.def_line if source else None,
                 apis=apis,
                 steps=sorted({s.step for s in members if s.step is not None}),
+                **_step_spread(members),
                 latent=latent,
                 candidates=_candidates(members),
                 backward=bool(source and source.backward),
@@ -424,6 +425,15 @@ def _call_text(sync: Sync, file: str | None) -> str:
         return f"the {call}"
     where = f"line {source.line}" if source.file == file else f"{source.file}:{source.line}"
     return f"the {call} at {where}"
+
+
+def _step_spread(members: list[Sync]) -> dict[str, int]:
+    """``steps_with_syncs`` and ``max_per_step`` of a site's syncs (by trace and step)."""
+    per_step = Counter((s.trace, s.step) for s in members if s.step is not None)
+    return {
+        "steps_with_syncs": len(per_step),
+        "max_per_step": max(per_step.values(), default=0),
+    }
 
 
 def _candidates(members: list[Sync]) -> list[int]:

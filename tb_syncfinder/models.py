@@ -479,6 +479,11 @@ class Site(msgspec.Struct):
     # As on Summary: what removing this site's syncs saves per step without the profiler
     # (None: not asked, or one of its traces could not be fitted).
     unprofiled_predicted_saving_per_step_us: float | None = None
+    # How its syncs fall over the steps: in how many steps (of a trace each) it synced, and
+    # the most in one. ``per_step`` is their mean over every step: 3.5 a step may be 7 in
+    # every second step (a log every N steps), which these say (0: no step markers).
+    steps_with_syncs: int = 0
+    max_per_step: int = 0
 
 
 class StepStats(msgspec.Struct):

@@ -287,3 +287,22 @@ def test_several_runs_merged_are_said_averaged_by_run_and_empty_traces_are_left_
     assert "over the 8 steps of 2 runs, averaged together" in merged.steps_note
     assert "report --run NAME" in merged.steps_note
     assert all(report.summary.steps_note is None for report in runs.runs.values())
+
+
+def test_a_site_syncing_in_some_steps_says_in_how_many_and_the_most_in_one(tmp_path):
+    b = KinetoTraceBuilder()
+    for n in range(4):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 4, "train_step")])
+            if n % 2 == 0:  # a log every second step: three reads at once
+                for _ in range(3):
+                    item_sync(b, stack=[("train.py", 9, "log")])
+    report = analyze(str(b.write(tmp_path / "run" / "w.pt.trace.json")))
+    by_func = {site.func: site for site in report.sites}
+    every, logged = by_func["train_step"], by_func["log"]
+    assert (every.steps_with_syncs, every.max_per_step) == (4, 1)
+    assert (logged.steps_with_syncs, logged.max_per_step) == (2, 3)
+    assert logged.per_step == pytest.approx(1.5)
+    text = report.to_text(top=0)
+    assert "in 2 of 4 steps, up to 3 in one" in text
+    assert "in 4 of 4 steps" not in text

@@ -7,7 +7,7 @@
 import { ApiError, getJson } from "./api.js";
 import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel, syncSortOrder } from "./catalogue.js";
-import { cellPlace, countNames, formatBytes, formatCount, formatPct, formatUs, profilerSpanName, savingText, siteFallbackLabel, spanLabels, withMicro } from "./format.js";
+import { cellPlace, countNames, formatBytes, formatCount, formatPct, formatUs, profilerSpanName, savingText, siteFallbackLabel, spanLabels, spreadText, withMicro } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -208,6 +208,7 @@ function siteStats(site, step, idleOn) {
     step !== null && step !== undefined ? h("span", { class: "sa-muted" }, "whole run:") : null,
     stat("count", formatCount(site.count)),
     stat("per step", formatCount(site.per_step)),
+    spreadText(site) ? h("span", { "data-testid": "site-spread" }, spreadText(site)) : null,
     latent ? null : stat(site.gpu_idle_measured === false ? "saves per step" : site.saving_method === "replay" ? "saves per step" : "saves per step (bound)", site.gpu_idle_measured === false ? "not predicted" : savingText(site)),
     // What fixing it saves per step once every other site is fixed too (the replay's; null: not replayed so).
     latent || site.predicted_saving_with_others_per_step_us === null || site.predicted_saving_with_others_per_step_us === undefined

@@ -297,3 +297,19 @@ export function unjudgedUploadsText(traces) {
   const hostUs = read.reduce((n, t) => n + (t.unjudged_upload_host_us || 0), 0);
   return `Not judged: ${plural(count, "asynchronous host-to-device copy", "asynchronous host-to-device copies")} (${formatUs(hostUs)} of host time in the calls): ROCm traces do not record whether the host memory was pinned, and from pageable memory such a copy blocks the host. Load into pinned memory (pin_memory=True) to be sure it does not.`;
 }
+
+/**
+ * "in 3 of 6 steps, up to 7 in one" where a site synced in only some of the steps (the
+ * engine's `steps_with_syncs`, `max_per_step`): its per-step figure is a mean, and a log
+ * every N steps reads several at once. The steps are the site's run's: count / per_step.
+ * Empty where it synced in every step, or the trace has no step markers.
+ * @param {any} site
+ */
+export function spreadText(site) {
+  const withSyncs = site.steps_with_syncs || 0;
+  const perStep = site.per_step || 0;
+  const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;
+  if (!(withSyncs > 0 && withSyncs < steps)) return "";
+  const most = site.max_per_step || 0;
+  return `in ${formatCount(withSyncs)} of ${plural(steps, "step")}${most > 1 ? `, up to ${formatCount(most)} in one` : ""}`;
+}

@@ -145,3 +145,11 @@ test("a span is named as the PyTorch Profiler tab numbers it: its place in the w
   assert.equal(profilerSpanName(spans, "1764118459000"), "2");
   assert.equal(profilerSpanName(spans, "nope"), null);
 });
+
+test("a site syncing in some steps says in how many and the most in one", async () => {
+  const { spreadText } = await import("../src/format.js");
+  assert.equal(spreadText({ count: 21, per_step: 3.5, steps_with_syncs: 3, max_per_step: 7 }), "in 3 of 6 steps, up to 7 in one");
+  assert.equal(spreadText({ count: 3, per_step: 0.5, steps_with_syncs: 3, max_per_step: 1 }), "in 3 of 6 steps");
+  assert.equal(spreadText({ count: 6, per_step: 1, steps_with_syncs: 6, max_per_step: 1 }), "");
+  assert.equal(spreadText({ count: 6, per_step: 6, steps_with_syncs: 0, max_per_step: 0 }), "");
+});

@@ -605,6 +605,17 @@ def _by_unprofiled(sites: list[dict[str, Any]]) -> bool:
     )
 
 
+def spread_text(site: dict[str, Any], step_count: int) -> str:
+    """``in 3 of 6 steps, up to 7 in one`` where a site synced in only some of the steps:
+    its /step figure is a mean (a log every N steps reads 7 at once, not 3.5 a step)."""
+    with_syncs = int(site.get("steps_with_syncs") or 0)
+    if not 0 < with_syncs < step_count:
+        return ""
+    most = int(site.get("max_per_step") or 0)
+    text = f"in {with_syncs} of {plural(step_count, 'step')}"
+    return text + (f", up to {most} in one" if most > 1 else "")
+
+
 def _site_table(
     data: dict[str, Any],
     sites: list[dict[str, Any]],
@@ -639,6 +650,9 @@ def _site_table(
         where = _where_text(site)
         if where:
             lines.extend(style(line, _DIM) for line in wrap(where, detail_width, _INDENT))
+        spread = spread_text(site, int((data.get("summary") or {}).get("step_count") or 0))
+        if spread:
+            lines.extend(style(line, _DIM) for line in wrap(spread, detail_width, _INDENT))
         unprofiled = site.get("unprofiled_predicted_saving_per_step_us")
         if unprofiled is not None and not latent:  # given the step time without the profiler
             lines.extend(

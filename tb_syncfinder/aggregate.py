@@ -254,6 +254,7 @@ def build_sites(
                 apis=apis,
                 steps=sorted({s.step for s in members if s.step is not None}),
                 **_step_spread(members),
+                periodic_guard=source.periodic_guard if source and source.line_exact else None,
                 latent=latent,
                 candidates=_candidates(members),
                 backward=bool(source and source.backward),

@@ -175,6 +175,10 @@ class Source(msgspec.Struct):
     # An exact line whose scalar read sets a size on the host (a slice bound, ``range(n)``, a
     # factory's size, an index: ``source.read_as_size``): it cannot stay on the device.
     read_as_size: bool = False
+    # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
+    # ``source.periodic_guard``): that test, as written; its reads are already made every
+    # N steps, not every step.
+    periodic_guard: str | None = None
     # A Jupyter cell's code (``file`` is ipykernel's name for it): the notebook cell that
     # holds it, ``line`` counted in the cell as IPython counts it ("Cell In[4], line 6") and
     # ``resolved_path`` the notebook.
@@ -484,6 +488,8 @@ class Site(msgspec.Struct):
     # every second step (a log every N steps), which these say (0: no step markers).
     steps_with_syncs: int = 0
     max_per_step: int = 0
+    # As on Source: the ``%`` test its exact line runs under (already every N steps).
+    periodic_guard: str | None = None
 
 
 class StepStats(msgspec.Struct):

@@ -1046,6 +1046,30 @@ def _class_around(lines: list[bytes], def_line: int) -> str | None:
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
+def periodic_guard(scope: ast.AST, line: int) -> str | None:
+    """The test, as written, of the innermost ``if`` of ``scope`` whose body (not its
+    ``else``) runs ``line`` and whose test takes a remainder (``update_idx %
+    args.log_interval == 0``): the line runs every N passes, not every one. None: none."""
+    found: str | None = None
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES_AST):
+            continue
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is not None and end is not None and not first <= line <= end:
+            continue
+        if isinstance(node, ast.If) and node.body:
+            body_end = node.body[-1].end_lineno or node.body[-1].lineno
+            in_body = node.body[0].lineno <= line <= body_end
+            if in_body and any(
+                isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
+            ):
+                found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def loop_around(scope: ast.AST, line: int) -> int | None:
     """The first line of the innermost loop of ``scope`` (not of a function or class
     defined in it) that runs ``line`` once per pass with the pass's own value: a ``for``
@@ -2489,6 +2513,7 @@ class SourceResolver:
             facts = self._facts[key] = {
                 "loop_line": loop_around(scope, line),
                 "read_as_size": read_as_size(scope, line, frameless),
+                "periodic_guard": periodic_guard(scope, line),
             }
         return facts
 

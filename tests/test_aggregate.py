@@ -306,3 +306,23 @@ def test_a_site_syncing_in_some_steps_says_in_how_many_and_the_most_in_one(tmp_p
     text = report.to_text(top=0)
     assert "in 2 of 4 steps, up to 3 in one" in text
     assert "in 4 of 4 steps" not in text
+
+
+def test_a_line_under_a_remainder_test_is_said_to_run_every_n_steps_already(tmp_path):
+    from tb_syncfinder.source import periodic_guard
+
+    code = (
+        "def train(loader, log_every):\n"
+        "    for step, x in enumerate(loader):\n"
+        "        loss = x.sum()\n"
+        "        if step % log_every == 0:\n"
+        "            print(loss.item())\n"
+        "        else:\n"
+        "            loss.item()\n"
+    )
+    import ast
+
+    scope = ast.parse(code).body[0]
+    assert periodic_guard(scope, 5) == "step % log_every == 0"
+    assert periodic_guard(scope, 7) is None  # the else runs the other passes
+    assert periodic_guard(scope, 3) is None

@@ -1444,3 +1444,7 @@ def test_a_loop_stepped_by_its_loaders_wrapper_names_each_read_at_its_line(tmp_p
     assert {(s.line, s.line_exact): s.count for s in report.latent_sites} == {
         (line, True): count for line, count in expected.items()
     }
+    # The logged reads run every second step, and say so.
+    guards = {s.line: s.periodic_guard for s in report.latent_sites}
+    assert guards.pop(EVERY_STEP) is None
+    assert set(guards.values()) <= {"batch_idx % log_interval == 0"}

@@ -302,14 +302,18 @@ export function unjudgedUploadsText(traces) {
  * "in 3 of 6 steps, up to 7 in one" where a site synced in only some of the steps (the
  * engine's `steps_with_syncs`, `max_per_step`): its per-step figure is a mean, and a log
  * every N steps reads several at once. The steps are the site's run's: count / per_step.
- * Empty where it synced in every step, or the trace has no step markers.
+ * Empty where it synced in every step, or the trace has no step markers; where its line
+ * runs under a test with a remainder (`periodic_guard`), that it is already every N steps.
  * @param {any} site
  */
 export function spreadText(site) {
+  const guard = site.periodic_guard;
+  const already = guard ? `already every N steps (under if ${guard}:)` : "";
   const withSyncs = site.steps_with_syncs || 0;
   const perStep = site.per_step || 0;
   const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;
-  if (!(withSyncs > 0 && withSyncs < steps)) return "";
+  if (!(withSyncs > 0 && withSyncs < steps)) return already;
   const most = site.max_per_step || 0;
-  return `in ${formatCount(withSyncs)} of ${plural(steps, "step")}${most > 1 ? `, up to ${formatCount(most)} in one` : ""}`;
+  const text = `in ${formatCount(withSyncs)} of ${plural(steps, "step")}${most > 1 ? `, up to ${formatCount(most)} in one` : ""}`;
+  return already ? `${text}: ${already}` : text;
 }

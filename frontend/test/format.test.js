@@ -152,4 +152,8 @@ test("a site syncing in some steps says in how many and the most in one", async 
   assert.equal(spreadText({ count: 3, per_step: 0.5, steps_with_syncs: 3, max_per_step: 1 }), "in 3 of 6 steps");
   assert.equal(spreadText({ count: 6, per_step: 1, steps_with_syncs: 6, max_per_step: 1 }), "");
   assert.equal(spreadText({ count: 6, per_step: 6, steps_with_syncs: 0, max_per_step: 0 }), "");
+  assert.equal(
+    spreadText({ count: 3, per_step: 0.5, steps_with_syncs: 3, max_per_step: 1, periodic_guard: "i % 2 == 0" }),
+    "in 3 of 6 steps: already every N steps (under if i % 2 == 0:)",
+  );
 });

@@ -608,12 +608,15 @@ def _by_unprofiled(sites: list[dict[str, Any]]) -> bool:
 def spread_text(site: dict[str, Any], step_count: int) -> str:
     """``in 3 of 6 steps, up to 7 in one`` where a site synced in only some of the steps:
     its /step figure is a mean (a log every N steps reads 7 at once, not 3.5 a step)."""
+    guard = site.get("periodic_guard")
+    already = f"already every N steps (under `if {guard}:`)" if guard else ""
     with_syncs = int(site.get("steps_with_syncs") or 0)
     if not 0 < with_syncs < step_count:
-        return ""
+        return already
     most = int(site.get("max_per_step") or 0)
     text = f"in {with_syncs} of {plural(step_count, 'step')}"
-    return text + (f", up to {most} in one" if most > 1 else "")
+    text += f", up to {most} in one" if most > 1 else ""
+    return f"{text}: {already}" if already else text
 
 
 def _site_table(

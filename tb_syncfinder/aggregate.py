@@ -403,7 +403,14 @@ def _under_text(key: str, groups: Mapping[str, list[Sync]]) -> str:
     progress bar and loggers read under one ``trainer.fit()`` line, and a partner named by
     that line alone named either."""
     library = key_library(key)
-    if library is None:
+    # Only a key that carries a library part: one of its syncs ran that library code (a
+    # user's path may hold an ``@`` too, ``/ws/job@2/train.py``).
+    members = groups.get(key) or []
+    if library is None or not any(
+        not frame.user and frame.func == library[1] and frame.file.endswith(library[0])
+        for sync in members[:1]
+        for frame in sync.stack
+    ):
         return ""
     head = key[: -len(f"@{library[0]}:{library[1]}")]
     shared = (k for k in groups if k != key and (k == head or k.startswith(head + "@")))

@@ -481,3 +481,18 @@ def test_a_partner_sharing_the_sites_line_is_named_by_its_library_code(tmp_path:
         in metrics.fix_with_note
     ), metrics.fix_with_note
     assert f"at line 20, under {bar[0]} (metrics) then waits" in log_metrics.fix_with_note
+
+
+def test_a_user_path_holding_an_at_sign_adds_no_library_to_the_partners_name(tmp_path: Path):
+    """A Jenkins workspace (``/ws/job@2/...``): the ``@`` of a site key without a library
+    part was read as one, and every note named its partner ``, under 2/train.py:...``."""
+    b = KinetoTraceBuilder()
+    for n in range(1, STEPS + 1):
+        with b.step(n):
+            b.kernel(dur=2000)
+            _read_back(b, ("/ws/job@2/train.py", 4, "read_predictions"), "cpu")
+            _read_back(b, ("/ws/job@2/train.py", 9, "read_tops"), "tolist")
+            b.advance(1500)
+    report = analyze(b.write(tmp_path / "run" / "w.pt.trace.json"))
+    notes = [site.fix_with_note for site in report.sites if site.fix_with_note]
+    assert notes and all(", under " not in note for note in notes), notes

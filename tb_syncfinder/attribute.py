@@ -396,8 +396,9 @@ class Attributor:
         # path asks the file system whether an installed package has it (frames are never
         # changed once made, so syncs may share them).
         self._frames_by_name: dict[str, Frame | None] = {}
-        self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int], tuple[str, ...]]] = {}
+        self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int], tuple[Any, ...]]] = {}
         self._step_holders: dict[tuple[Any, Any], set[int]] = {}
+        self._wrappers: dict[tuple[Any, Any, int], dict[str, tuple[str, int | None]]] = {}
         self._direct_ops: dict[Any, list[int]] = {}
         self._builtins: bool | None = None
         self._profiler_stop: Any = None  # the profiler's stop call (False: none), found once
@@ -768,8 +769,8 @@ class Attributor:
             return cached
         tokens: list[str] = []
         positions: dict[int, int] = {}
-        wrappers: dict[str, None] = {}
         kids = self._kids(thread, frame_index)
+        wrappers = self._step_wrappers(thread, frame_index, kids)
         if isinstance(match, tuple):  # a path of call names under this frame
             for child in kids:
                 # The profiler's step first: a sync in another ``step`` (``scaler.step``,
@@ -779,22 +780,16 @@ class Attributor:
                 elif self._has_path(thread, child, match):
                     positions[child] = len(tokens)
                     tokens.append(N)
-                elif self._holds_profiler_step(thread, child):
+                elif wrappers and self._func_of(thread, child) in wrappers:
                     tokens.append(P)
-                    frame = self.frame(thread, child)
-                    if frame is not None:
-                        wrappers[frame.func] = None
         else:  # frameless operators: ``match`` holds (operator name, token) pairs
             labels = dict(match)
-            steps = []
-            for c in kids:
-                if self._is_profiler_step(thread, c):
-                    steps.append(c)
-                elif self._holds_profiler_step(thread, c):
-                    steps.append(c)
-                    frame = self.frame(thread, c)
-                    if frame is not None:
-                        wrappers[frame.func] = None
+            steps = [
+                c
+                for c in kids
+                if self._is_profiler_step(thread, c)
+                or (wrappers and self._func_of(thread, c) in wrappers)
+            ]
             ops = [j for j in self._direct(thread, frame_index) if thread.nodes[j].name in labels]
             events = sorted(
                 [(thread.starts[j], 0, j) for j in ops] + [(thread.starts[c], 1, c) for c in steps]
@@ -805,9 +800,35 @@ class Attributor:
                 else:
                     positions[j] = len(tokens)
                     tokens.append(labels[thread.nodes[j].name])
-        result = (tuple(tokens), positions, tuple(wrappers))
+        result = (tuple(tokens), positions, tuple(wrappers.items()))
         self._tokens[key] = result
         return result
+
+    def _func_of(self, thread: HostThread, index: int) -> str | None:
+        frame = self.frame(thread, index)
+        return frame.func if frame is not None else None
+
+    def _step_wrappers(
+        self, thread: HostThread, frame_index: int, kids: list[int]
+    ) -> dict[str, tuple[str, int | None]]:
+        """The functions a frame called that ran the profiler's step below them (a loader
+        wrapper's generator, a callback), by name, with the file and line of one of their
+        frames (for the source to tell a generator). Every call of such a function counts
+        as a step boundary of the frame, stepping or not: a wrapper that steps every second
+        batch still marks each ``__next__``."""
+        key = (thread.pid, thread.tid, frame_index)
+        found = self._wrappers.get(key)
+        if found is None:
+            found = {}
+            for child in kids:
+                if not self._is_profiler_step(thread, child) and self._holds_profiler_step(
+                    thread, child
+                ):
+                    frame = self.frame(thread, child)
+                    if frame is not None and frame.func not in found:
+                        found[frame.func] = (frame.file, frame.line)
+            self._wrappers[key] = found
+        return found
 
     def _holds_profiler_step(self, thread: HostThread, index: int) -> bool:
         """Whether the profiler's step runs in a frame's frames a few levels below it (a

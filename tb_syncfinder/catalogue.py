@@ -684,6 +684,27 @@ def is_warmup_listed(kind_name: str, annotations: Iterable[str]) -> bool:
     return kind_name in WARMUP_LISTED_KINDS and any(map(is_warmup_annotation, annotations))
 
 
+# The ``record_function`` spans torch (and its profiler) open by themselves, by prefix: not
+# a user's step, whatever they repeat (a ``DataLoader``'s fetches, an optimizer's calls).
+TORCH_OWN_ANNOTATIONS = (
+    "ProfilerStep#",
+    "enumerate(DataLoader)#",
+    "Optimizer.",
+    "## ",
+    "Torch-Compiled Region",
+    "CompiledFunction",
+    "DistributedDataParallel.",
+    "DataParallel.",
+    "nccl:",
+    "gloo:",
+    "c10d::",
+    "[pl][",  # Lightning's profiler
+    "[LightningModule]",
+    "[Strategy]",
+    "[Callback]",
+)
+
+
 # Lightning's ``PyTorchProfiler`` writes one trace per loop it profiles into one folder,
 # named ``<stage>-<filename>-<action>.<ns>.pt.trace.json`` with the action the loop's step
 # hook (``[Strategy]SingleDeviceStrategy.training_step``, ``...validation_step``): the
@@ -1950,10 +1971,12 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
                 "`AveragedModel.update_parameters` (torchvision's `ExponentialMovingAverage` "
                 "is one) reads its step counter `n_averaged`, a tensor on the model's "
                 "device, twice on the host every update, and each read waits for the step's "
-                "GPU work. Update it every N steps, with the decay raised to the power N as "
-                "torchvision's reference scripts do (`--model-ema-steps`, 32 by default), or "
-                "keep the average with `torch._foreach_lerp_` over the parameters, which reads "
-                "nothing (timm's `ModelEmaV3` does so)."
+                "GPU work. For an exponential moving average, update it every N steps with "
+                "the decay raised to the power N, as torchvision's reference scripts do "
+                "(`--model-ema-steps`, 32 by default), or keep the average with "
+                "`torch._foreach_lerp_` over the parameters, which reads nothing (timm's "
+                "`ModelEmaV3` does so). SWA's plain average is updated once an epoch, where "
+                "the reads cost nothing."
             ),
             before="ema.update_parameters(model)            # 2 reads, every step\n",
             after=(

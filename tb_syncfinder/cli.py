@@ -1025,6 +1025,31 @@ def _write(data: bytes, output: str | None, option: str = "--output") -> None:
     stream.flush()
 
 
+def _warn_of_unmatched_step_annotation(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """``--step-annotation`` that found no span in a trace without step markers: said, with
+    the name that repeats there, instead of a silent one step per trace."""
+    from tb_syncfinder.outputs.text import plural
+
+    name = getattr(args, "step_annotation", None)
+    if not name:
+        return
+    missed = [
+        t
+        for t in report.get("traces") or []
+        if not t.get("error") and t.get("step_markers") is False
+    ]
+    if not missed:
+        return
+    hints = sorted(
+        {str(t["step_annotation_hint"]) for t in missed if t.get("step_annotation_hint")}
+    )
+    _warn(
+        f"--step-annotation {name!r}: no record_function span of that name in "
+        f"{plural(len(missed), 'trace')} without ProfilerStep markers, each counted as one step"
+        + (f" (the names that repeat there: {', '.join(hints)})" if hints else "")
+    )
+
+
 def _warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
@@ -1278,6 +1303,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             with_unprofiled_step(report_set.report, step_us),
             {name: with_unprofiled_step(run, step_us) for name, run in report_set.runs.items()},
         )
+    _warn_of_unmatched_step_annotation(args, report_set.report)
     # On stderr in every format, the table's included: its Errors section comes last, so
     # behind `| head` or `-o FILE` an unreadable trace went unseen.
     if not _uses_ray(args):  # a Ray run named them already

@@ -23,6 +23,7 @@ import msgspec
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
+    HOST_READ_METHODS,
     LATENT_METHODS_BY_LINE,
     LATENT_OPS_BY_LINE,
     LATENT_TENSOR_METHODS,
@@ -498,7 +499,11 @@ def _latent_copies_by_line(
             LATENT_OPS_BY_LINE.isdisjoint(attribution.op_chain)
             or ctc_waits_by_line(resolver.line_text(source) or "")
         )
-        and not (episode.kind == SCALAR_READBACK and resolver.reads_host_made(source))
+        and not (
+            # The read itself (``.item()``), not a factory's reads of the tensors it is
+            # given: ``torch.tensor(losses)`` of GPU scalars reads each of them.
+            attribution.called in HOST_READ_METHODS and resolver.reads_host_made(source)
+        )
     ]
     if len(kept) == len(episodes):
         return episodes, attributions, sources

@@ -254,10 +254,12 @@ class Observed(msgspec.Struct, frozen=True):
     tokens: tuple[str, ...]
     index: int
     key: Any
-    # The names of the frame's calls whose frames hold the profiler's step below them (a
-    # loader wrapper's ``__next__``, a callback's hook): each is a ``"P"`` of ``tokens``,
-    # which the source marks at those calls (and at a ``for`` loop's ``__next__``).
-    step_calls: tuple[str, ...] = ()
+    # The functions the frame called whose frames hold the profiler's step below them (a
+    # loader wrapper's generator or ``__next__``, a callback's hook), each as (name, (file,
+    # line of one of its frames)): every call of one is a ``"P"`` of ``tokens``, which the
+    # source marks at calls of that name, or at a ``for`` loop's ``__next__`` where the
+    # function is an iterator's (a generator, or ``__next__``).
+    step_calls: tuple[tuple[str, tuple[str, int | None]], ...] = ()
 
 
 class CallQuery(msgspec.Struct, frozen=True):

@@ -532,22 +532,20 @@ def _matcher(
     profiler_names: frozenset[str],
     bindings: Bindings,
     step_calls: tuple[str, ...] = (),
-    scope_calls: frozenset[str] = frozenset(),
+    steps_in_next: bool = False,
     start_line: int | None = None,
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
     (the observed sequence holds them all, so that each orders the others). ``step_calls``:
-    the names of calls whose frames ran the profiler's step below them (``Observed.
-    step_calls``): each such call, and a ``for`` loop's ``__next__`` when one is
-    ``__next__`` (a loader wrapper stepping the profiler), may emit ``P``: may, as the
-    loop may be another one, and a callback may step the profiler only now and then. But
-    must, at the loop whose header a running frame was at (``start_line``) when profiling
-    started: it was in that loop's ``__next__``, which stepped the profiler into recording."""
+    the names of functions whose frames ran the profiler's step below them (``Observed.
+    step_calls``), each call of which the trace shows as a ``P``: a call of such a name
+    may emit it (may: the name may be another object's). ``steps_in_next``: one of them is
+    an iterator's (a generator resumed by a ``for`` loop, or a ``__next__``), so a ``for``
+    loop's ``__next__`` may emit ``P``, and must at the loop whose header a running frame
+    was at (``start_line``) when profiling started: that ``__next__`` ran the iterator,
+    which stepped the profiler into recording, and each of its calls shows."""
     wrapped = frozenset(step_calls)
-    # A wrapper the scope calls by no name: a generator resumed by a ``for`` loop (its
-    # frames carry the generator's name, ``__iter__`` of a wrapping iterable).
-    steps_in_next = bool(wrapped - scope_calls)
     frameless = bool(group) and group[0] in _FRAMELESS
     kinds: set[str] = set()  # evaluation point kinds that emit N
     typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
@@ -599,24 +597,16 @@ def _matcher(
     return match
 
 
-def _called_names(scope: ast.AST) -> frozenset[str]:
-    """The names the scope's own calls are made by (``f(...)``, ``x.f(...)``), except
-    those of a ``for`` loop's iterable (``metric_logger.log_every(loader, ...)``): a
-    generator called there runs, under its own name, in the loop's ``__next__``."""
-    iterated = {
-        id(call)
-        for loop in ast.walk(scope)
-        if isinstance(loop, (ast.For, ast.AsyncFor))
-        for call in ast.walk(loop.iter)
-        if isinstance(call, ast.Call)
-    }
-    return frozenset(
-        name
-        for node in ast.walk(scope)
-        if isinstance(node, ast.Call)
-        and id(node) not in iterated
-        and (name := _call_name(node)) is not None
-    )
+def _is_generator(scope: ast.AST) -> bool:
+    """A ``yield`` in the function's own body (not in a function defined in it)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, _NESTED_SCOPES_AST):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _without_steps(observed: Observed) -> Observed:
@@ -1166,6 +1156,9 @@ def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
     return False
 
 
+_DEFAULT_DEVICE_SET = re.compile(rb"set_default_device|set_default_tensor_type")
+
+
 def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
     """Whether every read of a tensor's value at ``line`` (``.item()``, ``.tolist()``,
     ``float(t)``) is of a tensor made on the host from Python data: by ``torch.tensor``
@@ -1199,11 +1192,12 @@ def _read_receiver(node: ast.AST) -> ast.expr | None:
 
 
 def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
-    # Through the methods that keep a tensor where it is (``.median()``, ``.float()``).
+    # Through the methods that keep a tensor where it is and take no other tensor
+    # (``.median()``, ``.sum(0)``): ``.mul(loss)`` of a GPU ``loss`` is on the GPU.
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
         if _is_host_factory(expr):
             return True
-        if expr.func.attr in DEVICE_MOVES or any(k.arg == "device" for k in expr.keywords):
+        if expr.func.attr in DEVICE_MOVES or not _constant_arguments(expr):
             return False
         expr = expr.func.value
     if isinstance(expr, ast.Call):
@@ -1217,13 +1211,43 @@ def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> boo
 
 
 def _is_host_factory(call: ast.Call) -> bool:
+    """``torch.tensor(data)`` and the like without a device, of Python data: a display, a
+    comprehension, a constant or ``list(...)`` (a tensor given as the data keeps its device,
+    ``torch.tensor(t)`` of a GPU ``t`` is on the GPU; ``from_numpy`` takes an array only)."""
     func = call.func
-    return (
+    if not (
         isinstance(func, ast.Attribute)
         and func.attr in HOST_TENSOR_FACTORIES
         and isinstance(func.value, ast.Name)
         and func.value.id == "torch"
+        and call.args
         and not any(k.arg in ("device", None) for k in call.keywords)  # None: ``**kwargs``
+    ):
+        return False
+    return func.attr == "from_numpy" or _python_data(call.args[0])
+
+
+def _python_data(node: ast.expr) -> bool:
+    if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.operand, ast.Constant)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("list", "tuple", "range", "sorted")
+    )
+
+
+def _constant_arguments(call: ast.Call) -> bool:
+    """Whether a method call's arguments are all constants (a dim, a dtype's name)."""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return all(
+        isinstance(v, ast.Constant)
+        or (
+            isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "torch"
+        )
+        for v in values
     )
 
 
@@ -1756,6 +1780,7 @@ class SourceResolver:
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
         self._host_made: dict[tuple[str, int, str], bool] = {}
+        self._iterators: dict[tuple[str, int | None, str], bool] = {}
         # Each notebook read for its cells -> its size and mtime then, and what it held
         # (``_held``); each folder looked in -> its size, mtime and the notebooks in it.
         self._notebooks_read: dict[str, tuple[int, int, Any]] = {}
@@ -2218,7 +2243,10 @@ class SourceResolver:
         key = (source.resolved_path, source.line, source.func)
         found = self._host_made.get(key)
         if found is None:
-            parsed = self._parse(Path(source.resolved_path))
+            path = Path(source.resolved_path)
+            data = self._source_bytes(path) or b""
+            # A program that sets the default device makes its factories' tensors there.
+            parsed = None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
             scope = parsed.running_scope(source.line, source.func) if parsed else None
             found = scope is not None and reads_host_made_tensor(scope, source.line)
             self._host_made[key] = found
@@ -2444,9 +2472,19 @@ class SourceResolver:
         for g, named in enumerate(query.groups):
             group = self._class_called(named, parsed)
             observed = query.observed[g] if g < len(query.observed) else None
-            step_calls = observed.step_calls if observed is not None else ()
+            wrappers = observed.step_calls if observed is not None else ()
+            step_calls = tuple(name for name, _where in wrappers)
+            steps_in_next = any(self._is_iterator(name, where) for name, where in wrappers)
             automaton = self._automaton(
-                path, parsed, scope, group, query.optional_calls, start, prefix, step_calls
+                path,
+                parsed,
+                scope,
+                group,
+                query.optional_calls,
+                start,
+                prefix,
+                step_calls,
+                steps_in_next,
             )
             label = _label(group)
             reachable = automaton.reachable_lines(label)
@@ -2551,8 +2589,9 @@ class SourceResolver:
         start: int | None,
         prefix: bool,
         step_calls: tuple[str, ...] = (),
+        steps_in_next: bool = False,
     ) -> Automaton:
-        key = (path, id(scope), group, optional_calls, start, prefix, step_calls)
+        key = (path, id(scope), group, optional_calls, start, prefix, step_calls, steps_in_next)
         automaton = self._automata.get(key)
         if automaton is None:
             matcher = _matcher(
@@ -2561,12 +2600,35 @@ class SourceResolver:
                 parsed.profiler_names,
                 parsed.bindings(scope),
                 step_calls,
-                _called_names(scope) if step_calls else frozenset(),
+                steps_in_next,
                 start,
             )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton
         return automaton
+
+    def _is_iterator(self, name: str, where: tuple[str, int | None]) -> bool:
+        """Whether a function the trace named ``name`` at ``where`` (file, line of one of
+        its frames) runs as an iterator: a ``__next__``, or a generator (a ``yield`` in its
+        own body, read from its file: a callback reached by another name, ``hooks.after =
+        self._after_batch``, is no loop's ``__next__``). False where the file is not here."""
+        if name == "__next__":
+            return True
+        file, line = where
+        key = (file, line, name)
+        found = self._iterators.get(key)
+        if found is None:
+            found = False
+            path = self.find_file(file) or self.find_library_file(file)
+            if path is not None and line is not None:
+                parsed = self._parse_function(path, line, name)
+                if parsed is None:
+                    parsed = self._parse(path)
+                if isinstance(parsed, _ParsedFile):
+                    scope = parsed.scope_at(line, name) or parsed.running_scope(line, name)
+                    found = scope is not None and _is_generator(scope)
+            self._iterators[key] = found
+        return found
 
     def _align(self, automaton: Automaton, observed: Observed) -> list[int] | None:
         """The lines the observed call at ``observed.index`` can be on, or None when the

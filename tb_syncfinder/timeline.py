@@ -31,6 +31,7 @@ from tb_syncfinder.catalogue import (
     NPU_CALL_PROCESS,
     NPU_IDLE_TASK_TYPES,
     NPU_TASK_PROCESS,
+    TORCH_OWN_ANNOTATIONS,
     UNCATEGORISED_CALL_PREFIXES,
     device_kind_of,
     is_profiler_frame,
@@ -748,20 +749,29 @@ def _annotation_matcher(name: str) -> Any:
 def _outermost_annotations(threads: dict[Any, HostThread], matches: Any) -> list[Event]:
     """The annotation spans whose names ``matches`` accepts and that no other such span
     holds (on their thread), by start. Only the annotations are looked at (a C-level
-    filter of the thread's kinds): a few per step among thousands of operators."""
+    filter of the thread's kinds), in start order with the end of the last one kept: no
+    walk up each one's parents (a trace of 10^5 ``record_function`` spans in deep stacks)."""
     found = []
     for thread in threads.values():
-        nodes, kinds, parent = thread.nodes, thread.kinds, thread.parent
-        for i in compress(range(len(kinds)), map(ANNOTATION.__eq__, kinds)):
-            if not matches(nodes[i].name):
-                continue
-            j = parent[i]
-            while j >= 0 and not (kinds[j] == ANNOTATION and matches(nodes[j].name)):
-                j = parent[j]
-            if j < 0:
-                found.append(nodes[i])
+        nodes, kinds = thread.nodes, thread.kinds
+        spans = [
+            nodes[i]
+            for i in compress(range(len(kinds)), map(ANNOTATION.__eq__, kinds))
+            if matches(nodes[i].name)
+        ]
+        spans.sort(key=_START_LONGEST_FIRST)
+        end = float("-inf")
+        for e in spans:
+            if e.ts < end:
+                continue  # inside the last one kept
+            found.append(e)
+            end = e.ts + e.dur
     found.sort(key=_TS)
     return found
+
+
+def _START_LONGEST_FIRST(e: Event) -> tuple[float, float]:
+    return (e.ts, -e.dur)
 
 
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
@@ -790,11 +800,8 @@ def repeated_annotation(threads: dict[Any, HostThread]) -> tuple[str, int] | Non
     twice, with how many: what ``annotation_steps`` would take as steps if asked. Only a
     hint: the user knows whether those spans are the training steps."""
     counts: dict[str, int] = {}
-    for e in _outermost_annotations(threads, _any_annotation):
-        name = e.name
-        if name.startswith("ProfilerStep#"):
-            continue
-        name = _TRAILING_NUMBER.sub("*", name)
+    for e in _outermost_annotations(threads, _users_annotation):
+        name = _TRAILING_NUMBER.sub("*", e.name)
         counts[name] = counts.get(name, 0) + 1
     if not counts:
         return None
@@ -802,8 +809,10 @@ def repeated_annotation(threads: dict[Any, HostThread]) -> tuple[str, int] | Non
     return (name, counts[name]) if counts[name] >= 2 else None
 
 
-def _any_annotation(name: str) -> bool:
-    return True
+def _users_annotation(name: str) -> bool:
+    """Not one torch makes itself (``enumerate(DataLoader)#...``, ``Optimizer.step#...``):
+    a loader's fetches repeat once more than the steps, and are no step."""
+    return not name.startswith(TORCH_OWN_ANNOTATIONS)
 
 
 def build_timeline(data: TraceData, step_annotation: str | None = None) -> Timeline:

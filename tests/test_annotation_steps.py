@@ -60,7 +60,7 @@ def test_record_function_spans_count_as_steps_when_asked_and_are_hinted_otherwis
     assert info.step_markers is False and plain.summary.step_count == 1
     assert (info.step_annotation_hint, info.step_annotation_hint_count) == ("train_step", 6)
     assert plain.latent_sites[0].per_step == pytest.approx(6.0)
-    assert "--step-annotation 'train_step'" in plain.to_text()
+    assert "--step-annotation train_step" in plain.to_text()
 
     stepped = analyze(str(trace), source_roots=[str(tmp_path)], step_annotation="train_step")
     info = stepped.traces[0]
@@ -109,3 +109,28 @@ def test_the_cli_and_the_summaries_take_the_option(tmp_path, capsys):
     assert options_fingerprint(Options(step_annotation="train_step"))["step_annotation"] == (
         "train_step"
     )
+
+
+def test_the_hint_passes_over_torchs_own_annotations_and_an_unmatched_name_is_said(
+    tmp_path, capsys
+):
+    """A loop over a DataLoader: its fetches (``enumerate(DataLoader)#...``) repeat once more
+    than the steps, and were hinted as the steps (review)."""
+    b = KinetoTraceBuilder()
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    for _n in range(8):
+        with b.annotation(fetch):
+            b.advance(10)
+        with b.annotation("train_step"), b.annotation("Optimizer.step#SGD.step"):
+            item_sync(b)
+    with b.annotation(fetch):
+        b.advance(10)
+    trace = b.write(tmp_path / "run" / "w.pt.trace.json")
+    report = analyze(str(trace))
+    assert report.traces[0].step_annotation_hint == "train_step"
+    assert report.traces[0].step_annotation_hint_count == 8
+    code = main(["report", str(trace), "--step-annotation", "train_stp", "--json"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "--step-annotation 'train_stp': no record_function span of that name" in err
+    assert "(the names that repeat there: train_step)" in err

@@ -28,10 +28,10 @@ def _reads_host_made(code: str, line: int) -> bool:
     ("code", "line", "host"),
     [
         ("def f(q):\n    d = torch.tensor(list(q))\n    return d.median().item()\n", 3, True),
-        ("def f(q):\n    return torch.tensor(q).mean().item()\n", 2, True),
-        ("def f(q):\n    return float(torch.as_tensor(q).sum())\n", 2, True),
+        ("def f(q):\n    return torch.tensor(q).mean().item()\n", 2, False),  # q: a tensor?
+        ("def f(q):\n    return float(torch.as_tensor(list(q)).sum())\n", 2, True),
         (
-            "def f(q):\n    d = torch.tensor(q, dtype=torch.float32)\n"
+            "def f(q):\n    d = torch.tensor(list(q), dtype=torch.float32)\n"
             "    return d.mean().tolist()\n",
             3,
             True,
@@ -44,6 +44,12 @@ def _reads_host_made(code: str, line: int) -> bool:
         ("def f(q, y):\n    return torch.tensor(q).item() + y.item()\n", 2, False),
         ("def f(q, kw):\n    return torch.tensor(q, **kw).item()\n", 2, False),
         ("def f(q):\n    for d in q:\n        d.item()\n", 3, False),
+        # Found by a review: data that may be tensors, and methods taking another tensor.
+        ("def f(losses):\n    return torch.tensor(losses).mean().item()\n", 2, False),
+        ("def f(t):\n    return torch.as_tensor(t).item()\n", 2, False),
+        ("def f(loss):\n    return torch.tensor(0.5).mul(loss).item()\n", 2, False),
+        ("def f(loss):\n    return torch.tensor(2.0).type_as(loss).item()\n", 2, False),
+        ("def f(q):\n    return torch.tensor([1.0, 2.0]).sum(0).item()\n", 2, True),
         ("def f(loss):\n    return loss.item()\n", 2, False),
     ],
 )
@@ -99,6 +105,22 @@ def test_a_cpu_trace_lists_the_losss_read_and_not_the_meters_host_median(tmp_pat
     sys.modules.pop("smoothed", None)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     assert [(s.line, s.line_exact, s.count) for s in report.latent_sites] == [(LOSS_ITEM, True, 4)]
+
+
+def test_a_program_that_sets_the_default_device_keeps_its_factories_reads(tmp_path: Path):
+    """``torch.set_default_device("cuda")`` puts ``torch.tensor(...)`` on the GPU. (Only
+    written, not run: it would change every later trace of the test process.)"""
+    code = SMOOTHED + '\n\ndef on_gpu():\n    torch.set_default_device("cuda")\n'
+    (tmp_path / "smoothed.py").write_text(code)
+    spec = importlib.util.spec_from_file_location("smoothed", tmp_path / "smoothed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["smoothed"] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    module.main(str(out))
+    sys.modules.pop("smoothed", None)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert len(report.latent_sites) == 2  # the median's read is listed again
 
 
 def test_averaged_models_counter_reads_get_the_every_n_steps_fix():

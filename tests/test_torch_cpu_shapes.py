@@ -1448,3 +1448,87 @@ def test_a_loop_stepped_by_its_loaders_wrapper_names_each_read_at_its_line(tmp_p
     guards = {s.line: s.periodic_guard for s in report.latent_sites}
     assert guards.pop(EVERY_STEP) is None
     assert set(guards.values()) <= {"batch_idx % log_interval == 0"}
+
+
+# Found by a review: a wrapper stepping the profiler every second batch (gradient
+# accumulation), and a callback reached by another name than its function's. With the
+# step required at every ``__next__``, the first named a dead branch's line exact; taken
+# for a generator, the second named the wrong one of two reads exact.
+ACCUMULATING = textwrap.dedent(
+    """\
+    import torch
+
+
+    def stepping(loader, on_step, every=2):
+        for i, batch in enumerate(loader):
+            if i and i % every == 0:
+                on_step()
+            yield batch
+        on_step()
+
+
+    def train(loader, w):
+        total = 0.0
+        for i, x in enumerate(loader):
+            loss = (x @ w).sum()
+            total += loss.item()
+            if i < 0:
+                total += loss.max().item()
+        return total
+
+
+    class Hooks:
+        def __init__(self, prof):
+            self.prof = prof
+            self.after = self._after_batch
+
+        def _after_batch(self):
+            self.prof.step()
+
+
+    def train_with_hooks(data, w, hooks):
+        total = 0.0
+        for i, x in enumerate(data):
+            loss = (x @ w).sum()
+            total += loss.item()
+            hooks.after()
+            if i % 2:
+                total += loss.max().item()
+        return total
+    """
+)
+
+
+@pytest.mark.parametrize("shape", ["accumulating", "aliased_callback"])
+def test_a_step_boundary_is_placed_only_where_the_trace_shows_it(tmp_path, shape):
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    (tmp_path / "accumulating.py").write_text(ACCUMULATING)
+    module = _load(tmp_path / "accumulating.py", "accumulating")
+    w = torch.randn(8, 8)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+    ) as prof:
+        if shape == "accumulating":
+            module.train(module.stepping([torch.randn(4, 8) for _ in range(16)], prof.step), w)
+        else:
+            hooks = module.Hooks(prof)
+            module.train_with_hooks([torch.randn(4, 8) for _ in range(10)], w, hooks)
+    sys.modules.pop("accumulating", None)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    exact = [s.source.line for s in report.latent if s.source.line_exact]
+    if shape == "accumulating":
+        assert len(report.latent) == 6 and exact == [16] * 6  # never the dead branch's 18
+    else:
+        # Recorded: iteration 1's second read, then 2, 3 (both reads) and 4: lines 38, 35,
+        # 35, 38, 35. The callback's frames carry another name than the call's, so no step
+        # boundary is placed: lines are candidates, and none claimed exact is wrong.
+        assert len(report.latent) == 5
+        assert exact.count(35) <= 3 and exact.count(38) <= 2 and set(exact) <= {35, 38}
+        assert all(
+            set(s.source.candidates) == {35, 38} for s in report.latent if not s.source.line_exact
+        )

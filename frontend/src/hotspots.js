@@ -461,7 +461,7 @@ export function annotationStepsHint(unmarked) {
     `Or count its ${formatCount(count)} `,
     h("code", null, `record_function("${name}")`),
     " spans as the steps: ",
-    h("code", null, `tb-syncfinder report LOGDIR --step-annotation '${name}'`),
+    h("code", null, `tb-syncfinder report LOGDIR --step-annotation '${name.replace(/'/g, "'\\''")}'`),
     ".",
   );
 }

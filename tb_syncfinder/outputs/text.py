@@ -732,9 +732,11 @@ def step_annotation_hint(traces: Sequence[dict[str, Any]]) -> str:
         return ""
     name = str(names.pop())
     count = sum(int(t.get("step_annotation_hint_count") or 0) for t in unmarked)
+    import shlex  # only for such a trace
+
     return (
         f", or count its {count} record_function({name!r}) spans as steps: "
-        f"--step-annotation '{name}'"
+        f"--step-annotation {shlex.quote(name)}"
     )
 
 

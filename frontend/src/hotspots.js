@@ -455,13 +455,16 @@ export function annotationStepsHint(unmarked) {
   if (!unmarked.length || names.size !== 1 || names.has(null)) return null;
   const name = String([...names][0]);
   const count = unmarked.reduce((/** @type {number} */ n, /** @type {any} */ t) => n + (t.step_annotation_hint_count || 0), 0);
+  const quoted = name.replace(/'/g, "'\\''");
   return h(
     "p",
     { "data-testid": "step-annotation-hint" },
     `Or count its ${formatCount(count)} `,
     h("code", null, `record_function("${name}")`),
-    " spans as the steps: ",
-    h("code", null, `tb-syncfinder report LOGDIR --step-annotation '${name.replace(/'/g, "'\\''")}'`),
+    " spans as the steps: start TensorBoard with ",
+    h("code", null, `--sync_advisor_step_annotation '${quoted}'`),
+    ", or run ",
+    h("code", null, `tb-syncfinder report LOGDIR --step-annotation '${quoted}'`),
     ".",
   );
 }

@@ -33,6 +33,7 @@ test("traces without step markers whose record_function spans repeat are told ho
     assert.ok(hint);
     const text = JSON.stringify(hint);
     assert.match(text, /--step-annotation 'train_step'/);
+    assert.match(text, /--sync_advisor_step_annotation 'train_step'/);
     assert.match(text, /Or count its 6 /);
     assert.equal(annotationStepsHint([{ step_markers: false, step_annotation_hint: null }]), null);
     assert.equal(annotationStepsHint([{ step_annotation_hint: "a" }, { step_annotation_hint: "b" }]), null);

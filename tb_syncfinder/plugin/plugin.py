@@ -75,6 +75,7 @@ def make_engine_options(settings: PluginSettings) -> Any:
         window_bytes=None
         if window_mb is None
         else (max(1, int(window_mb * 1e6)) if window_mb else 0),
+        step_annotation=settings.step_annotation,
     )
 
 

@@ -34,6 +34,9 @@ class PluginSettings:
     # A trace's analysis window in MB of JSON (the CLI's --window-mb): None sizes it from
     # the memory this process may use, 0 never splits.
     window_mb: float | None = None
+    # In traces without ProfilerStep markers, the record_function name (or shell pattern)
+    # whose spans are the steps (the CLI's --step-annotation); None: one step a trace.
+    step_annotation: str | None = None
 
 
 def parse_logdir_spec(spec: str) -> list[tuple[str | None, str]]:
@@ -96,6 +99,7 @@ def settings_from_flags(flags: Any, context_logdir: str | None) -> PluginSetting
         max_workers=int(getattr(flags, flag_name("max_workers"), 0) or 0),
         summaries_dir=getattr(flags, flag_name("summaries_dir"), None) or None,
         window_mb=_window_mb(getattr(flags, flag_name("window_mb"), None)),
+        step_annotation=getattr(flags, flag_name("step_annotation"), None) or None,
     )
 
 
@@ -175,6 +179,14 @@ def define_flags(parser: Any) -> None:
         help="Sync Advisor: analyse a trace larger than this many MB of JSON in windows of "
         "whole steps (default: sized from the memory TensorBoard may use, its container's "
         "limit included; 0: never split), as 'tb-syncfinder report --window-mb'.",
+    )
+    group.add_argument(
+        f"--{flag_name('step_annotation')}",
+        metavar="NAME",
+        default=None,
+        help="Sync Advisor: in traces without ProfilerStep markers (no prof.step()), count "
+        "the spans of this record_function name as the steps (a shell pattern such as "
+        "'step_*' for numbered names), as 'tb-syncfinder report --step-annotation'.",
     )
 
 

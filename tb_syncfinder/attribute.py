@@ -396,7 +396,7 @@ class Attributor:
         # path asks the file system whether an installed package has it (frames are never
         # changed once made, so syncs may share them).
         self._frames_by_name: dict[str, Frame | None] = {}
-        self._tokens: dict[Any, tuple[tuple[str, ...], dict[int, int], tuple[Any, ...]]] = {}
+        self._tokens: dict[Any, Any] = {}  # (thread, frame, match) -> ``_sequence``'s answer
         self._step_holders: dict[tuple[Any, Any], set[int]] = {}
         self._wrappers: dict[tuple[Any, Any, int], dict[str, tuple[str, int | None]]] = {}
         self._direct_ops: dict[Any, list[int]] = {}
@@ -757,12 +757,12 @@ class Attributor:
 
     def _sequence(
         self, thread: HostThread, frame_index: int, match: Any
-    ) -> tuple[tuple[str, ...], dict[int, int], tuple[str, ...]]:
+    ) -> tuple[tuple[str, ...], dict[int, int], tuple[tuple[str, tuple[str, int | None]], ...]]:
         """The observed calls of one kind a frame made as tokens ("N" for a child frame on
         the ``match`` path of names; for frameless operators their class, every class at
         once so that each orders the others; "P" for the profiler's step, or for a child
         frame holding it below: a loader wrapper's ``__next__``, a callback), the token
-        position of each matching node, and the names of those holding children."""
+        position of each matching node, and those functions (``_step_wrappers``)."""
         key = (thread.pid, thread.tid, frame_index, match)
         cached = self._tokens.get(key)
         if cached is not None:

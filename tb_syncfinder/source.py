@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from tb_syncfinder.callorder import Automaton, Matcher, N, P, align, build
+from tb_syncfinder.callorder import _NESTED_SCOPES, Automaton, Matcher, N, P, align, build
 from tb_syncfinder.catalogue import (
     API_CALLEES,
     DEVICE_MOVES,
@@ -604,7 +604,7 @@ def _is_generator(scope: ast.AST) -> bool:
         node = stack.pop()
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             return True
-        if not isinstance(node, _NESTED_SCOPES_AST):
+        if not isinstance(node, _NESTED_SCOPES):
             stack.extend(ast.iter_child_nodes(node))
     return False
 
@@ -1044,7 +1044,7 @@ def periodic_guard(scope: ast.AST, line: int) -> str | None:
     stack = list(ast.iter_child_nodes(scope))
     while stack:
         node = stack.pop()
-        if isinstance(node, _NESTED_SCOPES_AST):
+        if isinstance(node, _NESTED_SCOPES):
             continue
         first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if first is not None and end is not None and not first <= line <= end:
@@ -1200,8 +1200,6 @@ def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> boo
         if expr.func.attr in DEVICE_MOVES or not _constant_arguments(expr):
             return False
         expr = expr.func.value
-    if isinstance(expr, ast.Call):
-        return _is_host_factory(expr)
     if isinstance(expr, ast.Name) and depth < 3:
         values = _assigned_before(scope, expr.id, line)
         return bool(values) and all(
@@ -1265,7 +1263,7 @@ def _assigned_before(scope: ast.AST, name: str, line: int) -> list[ast.expr | No
     stack = list(ast.iter_child_nodes(scope))
     while stack:
         node = stack.pop()
-        if isinstance(node, _NESTED_SCOPES_AST):
+        if isinstance(node, _NESTED_SCOPES):
             continue
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
             values.append(None)  # bound by a loop, ``with ... as``, a walrus, a tuple
@@ -1278,9 +1276,6 @@ def _assigned_before(scope: ast.AST, name: str, line: int) -> list[ast.expr | No
             continue
         stack.extend(ast.iter_child_nodes(node))
     return values
-
-
-_NESTED_SCOPES_AST = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def _statements_at(scope: ast.AST, line: int) -> list[ast.stmt]:

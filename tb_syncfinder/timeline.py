@@ -759,7 +759,7 @@ def _outermost_annotations(threads: dict[Any, HostThread], matches: Any) -> list
             for i in compress(range(len(kinds)), map(ANNOTATION.__eq__, kinds))
             if matches(nodes[i].name)
         ]
-        spans.sort(key=_START_LONGEST_FIRST)
+        spans.sort(key=_start_longest_first)
         end = float("-inf")
         for e in spans:
             if e.ts < end:
@@ -770,7 +770,7 @@ def _outermost_annotations(threads: dict[Any, HostThread], matches: Any) -> list
     return found
 
 
-def _START_LONGEST_FIRST(e: Event) -> tuple[float, float]:
+def _start_longest_first(e: Event) -> tuple[float, float]:
     return (e.ts, -e.dur)
 
 

@@ -581,10 +581,11 @@ def _steps_of_unrelated_workers(
     analysed traces are of several workers that are not all ranks of a job (whose steps
     run side by side, so their mean is the job's step). Lightning's training and validation
     traces in one folder were read as 0.7 reads per step for a read of every training
-    step, without a word. Across runs (the merged report of several), ``run/worker``."""
-    if all(r.rank is not None for r in analysed):
-        return {}, None
+    step, without a word. Across runs (the merged report of several), ``run/worker``: two
+    jobs' ranks included, as their runs' steps are averaged together as any others'."""
     runs = {r.info.run for r in analysed if r.steps}
+    if all(r.rank is not None for r in analysed) and len(runs) < 2:
+        return {}, None
     steps: dict[str, int] = {}
     for r in analysed:
         if not r.steps:  # a trace that recorded no step adds none to the average
@@ -604,7 +605,9 @@ def _steps_of_unrelated_workers(
         what = (
             "Lightning's " + " and ".join(dict.fromkeys(loop for loop in loops if loop)) + " loops"
             if all(loops)
-            else f"{len(steps)} workers that are not ranks of one job"
+            # Not "not ranks": a DDP job's traces lack distributedInfo where torch wrote
+            # none (before 1.10, or exported before init_process_group).
+            else f"{len(steps)} workers whose traces do not name them ranks of one job"
         )
         pick = "pick one worker to see its own (the tab's Worker menu, or report --worker NAME)"
     note = (

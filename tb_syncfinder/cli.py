@@ -1025,19 +1025,26 @@ def _write(data: bytes, output: str | None, option: str = "--output") -> None:
     stream.flush()
 
 
-def _warn_of_unmatched_step_annotation(args: argparse.Namespace, report: dict[str, Any]) -> None:
+def _warn_of_step_annotation_misfits(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """``--step-annotation`` that found no span in a trace without step markers: said, with
-    the name that repeats there, instead of a silent one step per trace."""
+    the name that repeats there, instead of a silent one step per trace. A pattern that
+    took the spans of several names is said too: their spans were all counted as steps."""
     from tb_syncfinder.outputs.text import plural
 
     name = getattr(args, "step_annotation", None)
     if not name:
         return
-    missed = [
-        t
-        for t in report.get("traces") or []
-        if not t.get("error") and t.get("step_markers") is False
-    ]
+    from tb_syncfinder.outputs.text import several_step_annotation_names
+
+    traces = [t for t in report.get("traces") or [] if not t.get("error")]
+    matched = several_step_annotation_names(traces)
+    if matched:
+        _warn(
+            f"--step-annotation {name!r} matched {len(matched)} record_function names "
+            f"({', '.join(matched)}): each span of each is counted as a step; give the one "
+            "that spans a training step"
+        )
+    missed = [t for t in traces if t.get("step_markers") is False]
     if not missed:
         return
     hints = sorted(
@@ -1303,7 +1310,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             with_unprofiled_step(report_set.report, step_us),
             {name: with_unprofiled_step(run, step_us) for name, run in report_set.runs.items()},
         )
-    _warn_of_unmatched_step_annotation(args, report_set.report)
+    _warn_of_step_annotation_misfits(args, report_set.report)
     # On stderr in every format, the table's included: its Errors section comes last, so
     # behind `| head` or `-o FILE` an unreadable trace went unseen.
     if not _uses_ray(args):  # a Ray run named them already

@@ -175,6 +175,7 @@ def _info(ref: TraceRef, tl: Timeline | None = None) -> TraceInfo:
         info.event_count = tl.event_count
         info.torch_version = tl.torch_version
         info.steps_from_annotation = tl.steps_from_annotation
+        info.step_annotation_names = list(tl.step_annotation_names)
         if tl.step_annotation_hint is not None:
             info.step_annotation_hint, info.step_annotation_hint_count = tl.step_annotation_hint
     return info

@@ -208,6 +208,9 @@ class TraceInfo(msgspec.Struct):
     # none was asked for, the name whose top-level spans repeat most (trailing digits as
     # ``*``), with how many: what to ask for (None / 0: no name repeats).
     steps_from_annotation: str | None = None
+    # The names (trailing digits as ``*``) whose spans ``steps_from_annotation`` took: more
+    # than one when a pattern matched several (each span of each counted as a step).
+    step_annotation_names: list[str] = field(default_factory=list)
     step_annotation_hint: str | None = None
     step_annotation_hint_count: int = 0
     saving_method: str = "bound"  # "replay" when the what-if replay gave its savings

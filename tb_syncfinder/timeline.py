@@ -187,6 +187,7 @@ class Timeline(msgspec.Struct):
     # the steps (``annotation_steps``, asked for), else the one whose spans look like them
     # with how many there are (``repeated_annotation``, a hint; None: none repeats).
     steps_from_annotation: str | None = None
+    step_annotation_names: list[str] = msgspec.field(default_factory=list)
     step_annotation_hint: tuple[str, int] | None = None
     # torch_npu's processes by the NPU they are of (``npu_of_process``): which NPU an
     # AscendCL call, filed in its "CANN" process, waited for.
@@ -777,11 +778,15 @@ def _start_longest_first(e: Event) -> tuple[float, float]:
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
 
 
-def annotation_steps(threads: dict[Any, HostThread], name: str) -> list[Step]:
+def annotation_steps(threads: dict[Any, HostThread], name: str) -> tuple[list[Step], list[str]]:
     """Steps from the spans of the ``record_function`` ``name`` (exact, or a shell pattern)
     in a trace without ProfilerStep markers: each outermost span one step, a span that
     starts inside the one before left out (another thread's at the same time). Numbered by
-    the names' trailing numbers where each has its own (``step_12``), else 0, 1, 2, ..."""
+    the names' trailing numbers where each has its own (``step_12``), else 0, 1, 2, ...
+
+    With the steps, the names they were spans of (trailing digits as ``*``), in order of
+    first appearance: a pattern that takes two names (``'Optimizer.*'``: each step's
+    ``zero_grad`` and ``step``) counts two steps per iteration, which the user is told."""
     kept: list[Event] = []
     for e in _outermost_annotations(threads, _annotation_matcher(name)):
         if kept and e.ts < kept[-1].ts + kept[-1].dur:
@@ -791,7 +796,8 @@ def annotation_steps(threads: dict[Any, HostThread], name: str) -> list[Step]:
     numbers: list[int] = [int(m.group(1)) for m in found if m is not None]
     if len(numbers) != len(kept) or len(set(numbers)) != len(numbers):
         numbers = list(range(len(kept)))
-    return [Step(n, e.ts, e.ts + e.dur, e.pid, e.tid) for n, e in zip(numbers, kept, strict=True)]
+    steps = [Step(n, e.ts, e.ts + e.dur, e.pid, e.tid) for n, e in zip(numbers, kept, strict=True)]
+    return steps, list(dict.fromkeys(_TRAILING_NUMBER.sub("*", e.name) for e in kept))
 
 
 def repeated_annotation(threads: dict[Any, HostThread]) -> tuple[str, int] | None:
@@ -861,10 +867,11 @@ def build_timeline(data: TraceData, step_annotation: str | None = None) -> Timel
     steps = builder.steps
     steps.sort(key=lambda s: s.ts)
     steps_from = None
+    step_names: list[str] = []
     step_hint = None
     if not steps:
         if step_annotation:
-            steps = annotation_steps(builder.threads, step_annotation)
+            steps, step_names = annotation_steps(builder.threads, step_annotation)
             steps_from = step_annotation if steps else None
         if not steps:
             step_hint = repeated_annotation(builder.threads)
@@ -909,6 +916,7 @@ def build_timeline(data: TraceData, step_annotation: str | None = None) -> Timel
         torch_version=data.torch_version,
         only_closing_step=only_closing_step,
         steps_from_annotation=steps_from,
+        step_annotation_names=step_names,
         step_annotation_hint=step_hint,
         npu_of_process=npu_of if builder.device_numbers else {},
         _step_starts=[s.ts for s in steps],

@@ -273,7 +273,9 @@ def test_two_programs_traces_in_one_run_are_said_averaged(tmp_path):
         "train": 6,
         "eval": 2,
     }
-    assert "8 steps of 2 workers that are not ranks of one job" in summary.steps_note
+    assert "8 steps of 2 workers whose traces do not name them ranks of one job" in (
+        summary.steps_note
+    )
 
 
 def test_several_runs_merged_are_said_averaged_by_run_and_empty_traces_are_left_out(tmp_path):
@@ -286,6 +288,24 @@ def test_several_runs_merged_are_said_averaged_by_run_and_empty_traces_are_left_
     assert merged.steps_by_worker == {"base/w": 4, "fixed/w": 4}
     assert "over the 8 steps of 2 runs, averaged together" in merged.steps_note
     assert "report --run NAME" in merged.steps_note
+    assert all(report.summary.steps_note is None for report in runs.runs.values())
+
+
+def test_two_jobs_ranks_merged_across_runs_are_said_averaged_by_run(tmp_path):
+    """Each run a job of two ranks: within a run the ranks' mean is the job's step, but the
+    merged report averages both jobs' steps, and said nothing of it."""
+    for run, steps in (("base", 4), ("fixed", 2)):
+        for rank in (0, 1):
+            _stepped(tmp_path / "logs" / run / f"rank{rank}.1.pt.trace.json", steps, rank=rank)
+    runs = analyze_runs(find_traces(str(tmp_path / "logs")))
+    merged = runs.report.summary
+    assert "over the 12 steps of 2 runs, averaged together" in merged.steps_note
+    assert merged.steps_by_worker == {
+        "base/rank0": 4,
+        "base/rank1": 4,
+        "fixed/rank0": 2,
+        "fixed/rank1": 2,
+    }
     assert all(report.summary.steps_note is None for report in runs.runs.values())
 
 

@@ -134,3 +134,31 @@ def test_the_hint_passes_over_torchs_own_annotations_and_an_unmatched_name_is_sa
     err = capsys.readouterr().err
     assert "--step-annotation 'train_stp': no record_function span of that name" in err
     assert "(the names that repeat there: train_step)" in err
+
+
+def test_a_pattern_matching_several_names_is_said_in_the_report_and_on_stderr(tmp_path, capsys):
+    """``'Optimizer.*'`` takes each iteration's ``zero_grad`` and ``step`` spans: two "steps"
+    an iteration, and before, not a word of it."""
+    b = KinetoTraceBuilder()
+    for _n in range(3):
+        with b.annotation("Optimizer.zero_grad#SGD.zero_grad"):
+            b.advance(5)
+        item_sync(b)
+        with b.annotation("Optimizer.step#SGD.step"):
+            b.advance(5)
+    trace = b.write(tmp_path / "run" / "w.pt.trace.json")
+    report = analyze(str(trace), step_annotation="Optimizer.*")
+    assert report.summary.step_count == 6
+    assert report.traces[0].step_annotation_names == [
+        "Optimizer.zero_grad#SGD.zero_grad",
+        "Optimizer.step#SGD.step",
+    ]
+    assert "it matched 2 names ('Optimizer.zero_grad#SGD.zero_grad'" in report.to_text()
+    one = analyze(str(trace), step_annotation="Optimizer.step*")
+    assert one.traces[0].step_annotation_names == ["Optimizer.step#SGD.step"]
+    assert "matched" not in one.to_text()
+
+    code = main(["report", str(trace), "--step-annotation", "Optimizer.*", "--json"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "--step-annotation 'Optimizer.*' matched 2 record_function names" in err

@@ -723,6 +723,15 @@ def _label(text: str) -> str:
     return f"  {text:<17}"
 
 
+def several_step_annotation_names(traces: Sequence[dict[str, Any]]) -> list[str]:
+    """The names a ``--step-annotation`` pattern took the steps from, where it took more
+    than one in some trace (``'Optimizer.*'``: ``zero_grad``'s and ``step``'s spans, two
+    "steps" an iteration); empty where each trace's steps are spans of one name."""
+    if not any(len(t.get("step_annotation_names") or ()) > 1 for t in traces):
+        return []
+    return list(dict.fromkeys(n for t in traces for n in t.get("step_annotation_names") or ()))
+
+
 def step_annotation_hint(traces: Sequence[dict[str, Any]]) -> str:
     """For traces without ProfilerStep markers whose top-level ``record_function`` spans
     repeat under one name: how to count those spans as the steps (empty otherwise)."""
@@ -1179,11 +1188,18 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
     annotated = {t.get("steps_from_annotation") for t in traces if t.get("steps_from_annotation")}
     if annotated:
         names = ", ".join(f"record_function({name!r})" for name in sorted(annotated))
+        matched = several_step_annotation_names(traces)
         lines.extend(
             wrap(
                 f"Steps: the spans of {names} (--step-annotation), in "
                 f"{plural(sum(1 for t in traces if t.get('steps_from_annotation')), 'trace')} "
-                "without ProfilerStep markers.",
+                "without ProfilerStep markers"
+                + (
+                    f"; it matched {len(matched)} names ({', '.join(map(repr, matched))}), "
+                    "each span of each counted as a step."
+                    if matched
+                    else "."
+                ),
                 width,
                 "",
                 "  ",

@@ -470,6 +470,34 @@ export function annotationStepsHint(unmarked) {
 }
 
 /**
+ * Traces whose steps are spans of a record_function (TensorBoard started with
+ * `--sync_advisor_step_annotation`): said, as the terminal says it, with the names a
+ * pattern took where it took several (each span of each counted as a step).
+ * @param {any[]} traces the traces read
+ */
+export function annotationStepsNote(traces) {
+  const annotated = traces.filter((/** @type {any} */ t) => t.steps_from_annotation);
+  if (!annotated.length) return null;
+  const asked = [...new Set(annotated.map((/** @type {any} */ t) => String(t.steps_from_annotation)))];
+  const several = annotated.some((/** @type {any} */ t) => (t.step_annotation_names || []).length > 1);
+  const names = [...new Set(annotated.flatMap((/** @type {any} */ t) => t.step_annotation_names || []))];
+  return h(
+    "div",
+    { class: several ? "sa-banner" : "sa-banner info", "data-testid": "steps-from-annotation" },
+    h(
+      "p",
+      null,
+      "Steps: the spans of ",
+      asked.map((name, i) => [i ? ", " : "", h("code", null, `record_function("${name}")`)]),
+      ` (--sync_advisor_step_annotation), in ${plural(annotated.length, "trace")} without ProfilerStep markers.`,
+      several
+        ? ` It matched ${formatCount(names.length)} names (${names.join(", ")}), and each span of each is counted as a step: give the one that spans a training step.`
+        : "",
+    ),
+  );
+}
+
+/**
  * The per-step figures average the steps of workers that are not ranks of one job
  * (Lightning's training and validation traces in one folder): said, with a button per
  * worker to see its own figures (the engine's `summary.steps_note`, `steps_by_worker`).
@@ -576,6 +604,8 @@ function teachingBanners(resp, latent, siteTotal, app = null) {
   // Of the traces read, those counted as one step each: not an unreadable file, nor one
   // that recorded nothing (no step at all), which "1 of 5 trace files" had counted.
   const traces = readTraces(resp.traces);
+  const fromAnnotation = annotationStepsNote(traces);
+  if (fromAnnotation) out.push(fromAnnotation);
   const unmarkedTraces = traces.filter((/** @type {any} */ t) => t.step_markers === false && t.steps > 0);
   const unmarked = unmarkedTraces.length;
   // Beside files with steps, which ones: the run's figures per step mix whole traces in.

@@ -41,3 +41,24 @@ test("traces without step markers whose record_function spans repeat are told ho
     delete globalThis.document;
   }
 });
+
+test("steps taken from a record_function are said, and a pattern's several names warned of", async () => {
+  const { annotationStepsNote } = await import("../src/hotspots.js");
+  globalThis.document = {
+    createElement: (tag) => ({ tag, children: [], attrs: {}, setAttribute(k, v) { this.attrs[k] = v; }, appendChild(c) { this.children.push(c); }, append(...c) { this.children.push(...c); } }),
+    createTextNode: (text) => ({ text }),
+  };
+  try {
+    assert.equal(annotationStepsNote([{ step_markers: true }]), null);
+    const one = JSON.stringify(annotationStepsNote([{ steps_from_annotation: "train_step", step_annotation_names: ["train_step"] }]));
+    assert.match(one, /record_function\(\\"train_step\\"\)/);
+    assert.match(one, /in 1 trace without ProfilerStep markers\./);
+    assert.doesNotMatch(one, /matched/);
+    const several = JSON.stringify(
+      annotationStepsNote([{ steps_from_annotation: "Optimizer.*", step_annotation_names: ["Optimizer.zero_grad#SGD.zero_grad", "Optimizer.step#SGD.step"] }]),
+    );
+    assert.match(several, /It matched 2 names \(Optimizer.zero_grad#SGD.zero_grad, Optimizer.step#SGD.step\)/);
+  } finally {
+    delete globalThis.document;
+  }
+});

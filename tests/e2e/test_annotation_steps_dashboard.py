@@ -43,4 +43,29 @@ def test_record_function_steps_are_hinted_and_counted_with_the_flag(
         card = page.inner_text("[data-testid=card-syncs]")
         assert "Syncs per step" in card and "4 in 4 steps" in card, card
         assert page.locator("[data-testid=no-step-markers]").count() == 0
+        said = page.inner_text("[data-testid=steps-from-annotation]")
+        assert 'Steps: the spans of record_function("train_step")' in said, said
+        assert "matched" not in said
+    # A pattern that takes two names: each span of each a step, and said.
+    flag = ["--sync_advisor_step_annotation", "*_step"]
+    _write_two_names(tmp_path / "logs2" / "plain" / "worker0.pt.trace.json")
+    with serve_tensorboard(
+        tmp_path / "logs2", cwd=tmp_path, expected_runs={"plain"}, extra_args=flag
+    ) as base:
+        page = new_page(browser, page_errors)
+        page.goto(plugin_url(base, "#run=plain"))
+        assert rows(page)
+        said = page.inner_text("[data-testid=steps-from-annotation]")
+        assert "It matched 2 names (train_step, eval_step)" in said, said
     assert page_errors == []
+
+
+def _write_two_names(path: Any) -> None:
+    builder = KinetoTraceBuilder()
+    for _n in range(3):
+        with builder.annotation("train_step"):
+            item_sync(builder, stack=[("train.py", 8, "train_step")])
+            builder.kernel(dur=200)
+        with builder.annotation("eval_step"):
+            builder.advance(50)
+    builder.write(path)

@@ -781,8 +781,9 @@ _TRAILING_NUMBER = re.compile(r"(\d+)$")
 def annotation_steps(threads: dict[Any, HostThread], name: str) -> tuple[list[Step], list[str]]:
     """Steps from the spans of the ``record_function`` ``name`` (exact, or a shell pattern)
     in a trace without ProfilerStep markers: each outermost span one step, a span that
-    starts inside the one before left out (another thread's at the same time). Numbered by
-    the names' trailing numbers where each has its own (``step_12``), else 0, 1, 2, ...
+    starts inside the one before left out (another thread's at the same time), each step
+    ending where the next begins (the last at its span's end). Numbered by the names'
+    trailing numbers where each has its own (``step_12``), else 0, 1, 2, ...
 
     With the steps, the names they were spans of (trailing digits as ``*``), in order of
     first appearance: a pattern that takes two names (``'Optimizer.*'``: each step's
@@ -796,7 +797,13 @@ def annotation_steps(threads: dict[Any, HostThread], name: str) -> tuple[list[St
     numbers: list[int] = [int(m.group(1)) for m in found if m is not None]
     if len(numbers) != len(kept) or len(set(numbers)) != len(numbers):
         numbers = list(range(len(kept)))
-    steps = [Step(n, e.ts, e.ts + e.dur, e.pid, e.tid) for n, e in zip(numbers, kept, strict=True)]
+    # Each step runs to the next one's start, as a ProfilerStep runs from one prof.step() to
+    # the next: the loader's work between the spans is the iteration's, and a read in it
+    # was counted in no step, its time in no step's.
+    ends = [e.ts for e in kept[1:]] + [kept[-1].ts + kept[-1].dur] if kept else []
+    steps = [
+        Step(n, e.ts, end, e.pid, e.tid) for n, e, end in zip(numbers, kept, ends, strict=True)
+    ]
     return steps, list(dict.fromkeys(_TRAILING_NUMBER.sub("*", e.name) for e in kept))
 
 

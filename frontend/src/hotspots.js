@@ -489,7 +489,7 @@ export function annotationStepsNote(traces) {
       null,
       "Steps: the spans of ",
       asked.map((name, i) => [i ? ", " : "", h("code", null, `record_function("${name}")`)]),
-      ` (--sync_advisor_step_annotation), in ${plural(annotated.length, "trace")} without ProfilerStep markers.`,
+      ` (--sync_advisor_step_annotation), each to the next one's start, in ${plural(annotated.length, "trace")} without ProfilerStep markers.`,
       several
         ? ` It matched ${formatCount(names.length)} names (${names.join(", ")}), and each span of each is counted as a step: give the one that spans a training step.`
         : "",

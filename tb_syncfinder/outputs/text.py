@@ -1191,7 +1191,8 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         matched = several_step_annotation_names(traces)
         lines.extend(
             wrap(
-                f"Steps: the spans of {names} (--step-annotation), in "
+                f"Steps: the spans of {names} (--step-annotation), each to the next one's "
+                "start, in "
                 f"{plural(sum(1 for t in traces if t.get('steps_from_annotation')), 'trace')} "
                 "without ProfilerStep markers"
                 + (

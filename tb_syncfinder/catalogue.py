@@ -963,6 +963,11 @@ OP_CALLEES: dict[str, list[list[str]]] = {
 }
 # Callees of a bare API call outside any operator (torch.cuda.synchronize(), event waits).
 API_CALLEES: list[list[str]] = [["synchronize"], ["wait", "record"]]
+# Methods whose call waits for a device by itself, whatever it is called on
+# (``torch.cuda.synchronize()``, ``torch.accelerator.synchronize()``, ``event.synchronize()``,
+# ``stream.synchronize()``): on a CPU-only trace none of them ran (torch.cuda's raises without
+# a GPU), so the profiled functions' calls of them are read from the source instead.
+EXPLICIT_SYNC_METHODS: frozenset[str] = frozenset({"synchronize"})
 
 # --- advice refinements ---------------------------------------------------------------
 

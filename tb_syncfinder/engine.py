@@ -869,6 +869,15 @@ def _analyze_data(
     if core is not None:
         attribute.note_library_calls()
     info = _info(ref, tl)
+    if not (tl.has_gpu_activity or tl.has_runtime) and tl.device_kind in (None, "cpu"):
+        # Nothing ran on a device, so no explicit synchronize did: read from the source.
+        lines_run: dict[tuple[str, str], set[int]] = {}
+        for sync in latent:
+            src = sync.source
+            if src is not None and src.file and src.func:
+                lines = [src.line] if src.line_exact and src.line else src.candidates
+                lines_run.setdefault((src.file, src.func), set()).update(lines)
+        info.unrun_syncs = resolver.unrun_syncs(attribute.frames_made(), lines_run)
     info.unjudged_uploads, info.unjudged_upload_host_us = uploads
     info.repairs = repairs
     info.step_markers = bool(tl.steps) or tl.only_closing_step

@@ -185,6 +185,19 @@ class Source(msgspec.Struct):
     cell: NotebookCell | None = None
 
 
+class UnrunSync(msgspec.Struct, omit_defaults=True):
+    """An explicit synchronize (``torch.cuda.synchronize()``, ``event.synchronize()``) in a
+    function a CPU-only trace shows running, which did not run there: read from the source,
+    it would make the host wait on a GPU wherever its condition holds (``guard``: the test
+    of the innermost ``if`` around it, as written)."""
+
+    file: str  # as the trace names it
+    line: int
+    func: str
+    code: str  # the call, as written
+    guard: str | None = None
+
+
 class TraceInfo(msgspec.Struct):
     """One analysed trace file, or the reason it could not be analysed (``error``)."""
 
@@ -213,6 +226,9 @@ class TraceInfo(msgspec.Struct):
     step_annotation_names: list[str] = field(default_factory=list)
     step_annotation_hint: str | None = None
     step_annotation_hint_count: int = 0
+    # A CPU-only trace: the explicit synchronizes of the functions it shows running, none of
+    # which ran there (``UnrunSync``), by file and line.
+    unrun_syncs: list[UnrunSync] = field(default_factory=list)
     saving_method: str = "bound"  # "replay" when the what-if replay gave its savings
     saving_note: str | None = None  # why the bound was used, or what the replay noted
     # Analysed in this many windows of whole steps (a trace past the memory budget,

@@ -38,7 +38,7 @@ import re
 import site
 import stat
 import sys
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,6 +48,7 @@ from tb_syncfinder.callorder import _NESTED_SCOPES, Automaton, Matcher, N, P, al
 from tb_syncfinder.catalogue import (
     API_CALLEES,
     DEVICE_MOVES,
+    EXPLICIT_SYNC_METHODS,
     HOST_READ_BUILTINS,
     HOST_READ_METHODS,
     HOST_TENSOR_FACTORIES,
@@ -62,6 +63,7 @@ from tb_syncfinder.models import (
     Observed,
     Source,
     Stamp,
+    UnrunSync,
 )
 
 # Directories never searched for sources when matching path suffixes.
@@ -1058,6 +1060,51 @@ def periodic_guard(scope: ast.AST, line: int) -> str | None:
                 found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
         stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
+    """The calls of ``scope``'s own code (not of a function or class defined in it) that
+    wait for a device by themselves (``EXPLICIT_SYNC_METHODS``: ``torch.cuda.synchronize()``,
+    ``event.synchronize()``), each as (line, the call as written, the test of the innermost
+    ``if`` whose body or ``else`` holds it, or None), by line."""
+    found: list[tuple[int, str, str | None]] = []
+    # (node, the innermost if's test around it)
+    stack: list[tuple[ast.AST, str | None]] = [(node, None) for node in ast.iter_child_nodes(scope)]
+    while stack:
+        node, guard = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in EXPLICIT_SYNC_METHODS
+        ):
+            found.append((node.lineno, ast.unparse(node), guard))
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            stack.append((node.test, guard))
+            stack.extend((child, test) for child in (*node.body, *node.orelse))
+        else:
+            stack.extend((child, guard) for child in ast.iter_child_nodes(node))
+    return sorted(set(found), key=lambda f: (f[0], f[1]))
+
+
+def loops_around(scope: ast.AST, line: int) -> list[tuple[int, int]]:
+    """The first and last lines of each ``for`` and ``while`` loop of ``scope``'s own code
+    whose body runs ``line``, outermost first."""
+    found: list[tuple[int, int]] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is not None and end is not None and not first <= line <= end:
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and first and end:
+            found.append((first, end))
+        stack.extend(ast.iter_child_nodes(node))
+    return sorted(found)
 
 
 def loop_around(scope: ast.AST, line: int) -> int | None:
@@ -2246,6 +2293,49 @@ class SourceResolver:
             found = scope is not None and reads_host_made_tensor(scope, source.line)
             self._host_made[key] = found
         return found
+
+    def unrun_syncs(
+        self, frames: Iterable[Frame], lines_run: Mapping[tuple[str, str], Collection[int]]
+    ) -> list[UnrunSync]:
+        """The explicit synchronizes (``explicit_syncs``) of the user's functions these
+        frames ran, for a CPU-only trace, where none of them ran: a timing loop's
+        ``torch.cuda.synchronize()`` under ``if device_type == "cuda":`` waits on every step
+        of a GPU run, and the trace had nothing to say of it. A frame's function is looked
+        for as the source resolution does (a fresh call's at its def line: all of it ran
+        while profiled; a running one's around its line, a module's top level: only what
+        shares a loop with a line its syncs were found on, ``lines_run`` by (file,
+        function), as the code before and after the profiled loop ran outside it); a
+        notebook cell's is not."""
+        found: dict[tuple[str, int, str], UnrunSync] = {}
+        seen: set[tuple[str, int | None, str]] = set()
+        for frame in frames:
+            key = (frame.file, frame.line, frame.func)
+            if not frame.user or frame.line is None or frame.cell is not None or key in seen:
+                continue
+            seen.add(key)
+            path = self.find_file(frame.file)
+            parsed = self._parse(path) if path is not None else None
+            if parsed is None:
+                continue
+            scope = parsed.scope_at(frame.line, frame.func)
+            ran = None  # every line of a fresh call's function ran while profiled
+            if scope is None:
+                scope = parsed.running_scope(frame.line, frame.func)
+                ran = lines_run.get((frame.file, frame.func), ())
+            if scope is None:
+                continue
+            for line, code, guard in explicit_syncs(scope):
+                if ran is not None and not any(
+                    first <= other <= end
+                    for first, end in loops_around(scope, line)
+                    for other in ran
+                ):
+                    continue  # before or after the profiled loop, if it ran at all
+                found.setdefault(
+                    (frame.file, line, code),
+                    UnrunSync(frame.file, line, frame.func, code, guard),
+                )
+        return [found[k] for k in sorted(found)]
 
     def _in_cell(self, source: Source) -> Source:
         """``source`` with the notebook cell its file stands for, if it is a cell's code."""

@@ -794,6 +794,7 @@ def merge(
         info.device_name = info.device_name or o.device_name
         info.torch_version = info.torch_version or o.torch_version
         info.repairs += [r for r in o.repairs if r not in info.repairs]
+        info.unrun_syncs += [u for u in o.unrun_syncs if u not in info.unrun_syncs]
         first.syncs += other.syncs
         first.latent += other.latent
         first.steps += other.steps
@@ -803,6 +804,8 @@ def merge(
         first.collective_worker += other.collective_worker
         first.source_stamps.update(other.source_stamps)
         first.source_probes += [p for p in other.source_probes if p not in first.source_probes]
+    if info.has_gpu_activity or info.has_runtime:
+        info.unrun_syncs = []  # a window ran on the device: not a CPU-only trace after all
     first.savings = _merge_savings([r.savings for r in results], note)
     info.saving_method = first.savings.method
     info.saving_note = first.savings.reason or ("; ".join(first.savings.notes) or None)

@@ -1277,6 +1277,9 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             # ``.to("cuda")`` upload or pageable copy would sync on a GPU all the same.
             lines.append("  No operator in it would synchronize on a GPU either.")
             lines.extend(wrap(latent_not_listed(readable), width, "  "))
+            unrun = unrun_syncs_text(readable)
+            if unrun:
+                lines.extend(wrap(unrun, width, "  ", "    "))
         lines.append("")
     elif npu_unrecorded:
         title = "NPU trace without AscendCL calls: no wait for the NPU can be seen in it."
@@ -1314,6 +1317,9 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
         lines.extend(wrap(latent_not_listed(readable), width))
+        unrun = unrun_syncs_text(readable)
+        if unrun:
+            lines.extend(wrap(unrun, width, "", "  "))
         lines.append("")
     if readable and not empty:
         unmarked = sum(1 for t in readable if t.get("step_markers") is False)
@@ -1952,6 +1958,30 @@ def latent_not_listed(traces: list[dict[str, Any]]) -> str:
     if unrecorded:  # NPU traces and CPU-only ones: what each leaves out
         return f"{npu_text[:-1]} (the NPU traces). {_not_listed_on_cpu(traces)}"
     return _not_listed_on_cpu(traces)
+
+
+def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | None:
+    """The explicit synchronizes a CPU-only run's functions hold, none of which ran
+    (``TraceInfo.unrun_syncs``), said under its latent list: on a GPU each waits wherever
+    its condition holds. None: none."""
+    found: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for trace in traces:
+        for unrun in trace.get("unrun_syncs") or ():
+            found.setdefault((unrun["file"], unrun["line"], unrun["code"]), unrun)
+    if not found:
+        return None
+    named = []
+    for (file, line, code), unrun in sorted(found.items())[:most]:
+        guard = unrun.get("guard")
+        where = f"in {unrun.get('func')}" + (f", under `if {guard}:`" if guard else "")
+        named.append(f"{os.path.basename(file)}:{line} {code} ({where})")
+    more = f"; and {len(found) - most} more" if len(found) > most else ""
+    return (
+        "Not run on this CPU trace, but each waits for the GPU wherever it runs: "
+        + "; ".join(named)
+        + more
+        + "."
+    )
 
 
 def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:

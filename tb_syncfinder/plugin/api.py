@@ -168,6 +168,8 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         "has_runtime": any(t.get("has_runtime") for t in traces),
         # What the latent list leaves out (the terminal's line under it); null without one.
         "latent_not_listed": _latent_not_listed(report, traces),
+        # A CPU-only run's explicit synchronizes that never ran (the terminal's line too).
+        "unrun_syncs": _unrun_syncs(traces),
         "loading": sel.loading,
         "listed_apart": _listed_apart(report),
         # The ranks of the job these traces are (0: not a job): its steps add up over them.
@@ -331,6 +333,12 @@ def _unprofiled_bound(kept: list[Any], step_ms: float) -> dict[str, Any] | None:
         return None
     device = "NPU" if query.all_on_npu(report) else "device"
     return _unprofiled_answer(step_ms, query.with_unprofiled_step(report, step_ms * 1000.0), device)
+
+
+def _unrun_syncs(traces: list[dict[str, Any]]) -> str | None:
+    from tb_syncfinder.outputs.text import unrun_syncs_text
+
+    return unrun_syncs_text([t for t in traces if not t.get("error")])
 
 
 def _latent_not_listed(report: dict[str, Any], traces: list[dict[str, Any]]) -> str | None:

@@ -1,0 +1,117 @@
+"""A CPU-only trace's functions that hold an explicit synchronize: none ran there
+(``torch.cuda.synchronize()`` under ``if device_type == "cuda":``, the timing line of the
+GPT training scripts), and each waits on every step of a GPU run. Before, a CPU report of
+such a loop said nothing of it; now the trace lists them (``unrun_syncs``), the report and
+the tab say them under the latent syncs."""
+
+from __future__ import annotations
+
+import ast
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from kineto_builder import KinetoTraceBuilder, item_sync
+
+from tb_syncfinder import analyze
+from tb_syncfinder.cli import main
+from tb_syncfinder.source import explicit_syncs
+
+_LOOP = textwrap.dedent(
+    """\
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+    def never_called():
+        torch.cuda.synchronize()
+
+
+    def train(model, opt, data, prof):
+        for x, y in data:
+            t0 = time.time()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if device_type == "cuda":
+                torch.cuda.synchronize()
+
+            def timing():  # defined, not called: its synchronize is not the loop's
+                torch.cuda.synchronize()
+
+            print(f"loss {loss.item():.4f} dt {time.time() - t0:.3f}")
+            prof.step()
+
+
+    def run(out):
+        model = torch.nn.Linear(16, 16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = [(torch.randn(8, 16), torch.randn(8, 16)) for _ in range(6)]
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            with_stack=True,
+            schedule=schedule(wait=1, warmup=1, active=3),
+            on_trace_ready=lambda p: p.export_chrome_trace(out),
+        ) as prof:
+            train(model, opt, data, prof)
+    """
+)
+
+
+def test_explicit_syncs_are_read_with_their_guard_and_not_from_nested_functions():
+    tree = ast.parse(_LOOP)
+    train = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train")
+    assert explicit_syncs(train) == [(21, "torch.cuda.synchronize()", "device_type == 'cuda'")]
+    stream = ast.parse("if a:\n    pass\nelse:\n    s.synchronize()\nev.synchronize()\n")
+    assert explicit_syncs(stream) == [(4, "s.synchronize()", "a"), (5, "ev.synchronize()", None)]
+
+
+def _record(tmp_path: Path) -> Path:
+    torch = pytest.importorskip("torch")
+    del torch
+    script = tmp_path / "loop.py"
+    script.write_text(_LOOP)
+    scope: dict = {}
+    exec(compile(_LOOP, str(script), "exec"), scope)
+    out = tmp_path / "logs" / "run" / "host_1.1700000000000.pt.trace.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scope["run"](str(out))
+    return out
+
+
+def test_a_cpu_trace_lists_the_synchronize_its_loop_holds_and_says_it(tmp_path, capsys):
+    trace = _record(tmp_path)
+    report = analyze(str(trace), source_roots=[str(tmp_path)])
+    unrun = report.traces[0].unrun_syncs
+    assert [(u.line, u.func, u.code, u.guard) for u in unrun] == [
+        (21, "train", "torch.cuda.synchronize()", "device_type == 'cuda'")
+    ]
+    text = " ".join(report.to_text().split())
+    assert "Not run on this CPU trace, but each waits for the GPU wherever it runs: loop.py:21" in (
+        text
+    )
+    assert "under `if device_type == 'cuda':`" in text
+    out = tmp_path / "r.json"
+    assert main(["report", str(trace), "--source-root", str(tmp_path), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["traces"][0]["unrun_syncs"][0]["line"] == 21
+
+
+def test_a_gpu_trace_lists_no_unrun_synchronize(tmp_path):
+    """Where the device ran, a synchronize that ran is a sync of the trace; one that did
+    not was not reached on that run: nothing is read from the source."""
+    (tmp_path / "train.py").write_text(_LOOP)
+    b = KinetoTraceBuilder()
+    for n in range(3):
+        with b.step(n):
+            item_sync(b, stack=[("train.py", 13, "train")])
+            b.kernel(dur=100)
+    trace = b.write(tmp_path / "run" / "w.pt.trace.json")
+    report = analyze(str(trace), source_roots=[str(tmp_path)])
+    assert report.traces[0].has_gpu_activity and report.traces[0].unrun_syncs == []
+    assert "Not run on this CPU trace" not in report.to_text()

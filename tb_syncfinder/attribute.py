@@ -12,11 +12,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from operator import attrgetter, itemgetter, methodcaller
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from tb_syncfinder.callorder import N, P
+from tb_syncfinder.callorder import ANCHOR, N, P
 from tb_syncfinder.catalogue import (
     API_CALLEES,
     CUDNN_OPS,
@@ -359,6 +359,23 @@ class _PythonTree:
 
 
 _FIRST = itemgetter(0)
+
+
+class _Sequence(NamedTuple):
+    """``Attributor._sequence``'s answer for one frame and kind of call."""
+
+    tokens: tuple[str, ...]
+    positions: dict[int, int]  # node index -> its token's position
+    step_calls: tuple[tuple[str, tuple[str, int | None]], ...]
+    calls: tuple[str, ...]  # ``Observed.calls``
+
+    def observed(self, position: int | None, where: tuple[HostThread, int, Any]) -> Observed | None:
+        """The ``Observed`` of the call at ``position`` (None: not one of them)."""
+        if position is None:
+            return None
+        thread, index, match = where
+        key = (thread.pid, thread.tid, index, match)
+        return Observed(self.tokens, position, key, self.step_calls, self.calls)
 
 
 class LibraryCalls(msgspec.Struct):
@@ -755,19 +772,20 @@ class Attributor:
             self._direct_ops[key] = found
         return found
 
-    def _sequence(
-        self, thread: HostThread, frame_index: int, match: Any
-    ) -> tuple[tuple[str, ...], dict[int, int], tuple[tuple[str, tuple[str, int | None]], ...]]:
+    def _sequence(self, thread: HostThread, frame_index: int, match: Any) -> _Sequence:
         """The observed calls of one kind a frame made as tokens ("N" for a child frame on
         the ``match`` path of names; for frameless operators their class, every class at
         once so that each orders the others; "P" for the profiler's step, or for a child
         frame holding it below: a loader wrapper's ``__next__``, a callback), the token
-        position of each matching node, and those functions (``_step_wrappers``)."""
+        position of each matching node, those functions (``_step_wrappers``), and for a
+        path of names the tokens with the other child frames between them (``Observed.
+        calls``)."""
         key = (thread.pid, thread.tid, frame_index, match)
         cached = self._tokens.get(key)
         if cached is not None:
             return cached
         tokens: list[str] = []
+        calls: list[str] = []
         positions: dict[int, int] = {}
         kids = self._kids(thread, frame_index)
         wrappers = self._step_wrappers(thread, frame_index, kids)
@@ -777,11 +795,18 @@ class Attributor:
                 # ``sched.step``) has the group ("step",) too.
                 if self._is_profiler_step(thread, child):
                     tokens.append(P)
+                    calls.append(P)
                 elif self._has_path(thread, child, match):
                     positions[child] = len(tokens)
                     tokens.append(N)
-                elif wrappers and self._func_of(thread, child) in wrappers:
-                    tokens.append(P)
+                    calls.append(N)
+                else:
+                    func = self._func_of(thread, child)
+                    if wrappers and func in wrappers:
+                        tokens.append(P)
+                        calls.append(P)
+                    elif func:
+                        calls.append(ANCHOR + func)
         else:  # frameless operators: ``match`` holds (operator name, token) pairs
             labels = dict(match)
             steps = [
@@ -800,7 +825,7 @@ class Attributor:
                 else:
                     positions[j] = len(tokens)
                     tokens.append(labels[thread.nodes[j].name])
-        result = (tuple(tokens), positions, tuple(wrappers.items()))
+        result = _Sequence(tuple(tokens), positions, tuple(wrappers.items()), tuple(calls))
         self._tokens[key] = result
         return result
 
@@ -902,14 +927,9 @@ class Attributor:
                 # An nn.Module called: the source calls it by the name of an instance of
                 # its class (``encoder(x)``), not by any frame's name.
                 names = (MODULE_CALL + cls,)
-                tokens, positions, wrappers = self._sequence(thread, index, names)
+                seq = self._sequence(thread, index, names)
                 groups.append(names)
-                position = positions.get(child)
-                observed.append(
-                    Observed(tokens, position, (thread.pid, thread.tid, index, names), wrappers)
-                    if position is not None
-                    else None
-                )
+                observed.append(seq.observed(seq.positions.get(child), (thread, index, names)))
             named = len(groups)  # the groups of frame names start here
             # Below a special method run by syntax (``3.0 in t`` runs ``__contains__``,
             # which calls ``.item()``) the source has no call of the deeper names: they
@@ -922,13 +942,8 @@ class Attributor:
                     # its ``__init__``'s file and line tell (and only its own calls count).
                     names = (init_call(frames[level - 1][1]),)
                 groups.append((names[-1],))
-                tokens, positions, wrappers = self._sequence(thread, index, names)
-                position = positions.get(child)
-                observed.append(
-                    Observed(tokens, position, (thread.pid, thread.tid, index, names), wrappers)
-                    if position is not None
-                    else None
-                )
+                seq = self._sequence(thread, index, names)
+                observed.append(seq.observed(seq.positions.get(child), (thread, index, names)))
             called = frames[level - 1][1]
             if called.file != "<built-in>" and op >= 0 and not _is_dunder(called.func):
                 # A Python function whose frames carry another name than the one called
@@ -967,14 +982,8 @@ class Attributor:
                 groups.extend(tuple(g) for g in callee_groups(None, chain))
                 match = frozenset({(name, N)})
                 optional = True
-            tokens, positions, wrappers = self._sequence(thread, index, match)
-            position = positions.get(op)
-            seq = (
-                Observed(tokens, position, (thread.pid, thread.tid, index, match), wrappers)
-                if position is not None
-                else None
-            )
-            observed = [seq] * len(groups)
+            seq = self._sequence(thread, index, match)
+            observed = [seq.observed(seq.positions.get(op), (thread, index, match))] * len(groups)
             called_before = self._called_before(thread, index, op)
         else:
             # A runtime call outside any operator, with no frame under this one (a trace

@@ -29,6 +29,9 @@ import msgspec
 
 N = "N"  # one of the calls looked for
 P = "P"  # the profiler's step() call
+# A call of another name the frame made, as its child frame's name follows (``A:backward``):
+# it places the calls looked for between the calls around them (which branch ran).
+ANCHOR = "A:"
 
 # What an evaluation point is: a call, a subscript read or write, an implicit truth test, an
 # f-string field's __format__, an ``in`` test's __contains__, a ``str()``, ``%`` or ``!r``

@@ -279,6 +279,12 @@ class Observed(msgspec.Struct, frozen=True):
     # source marks at calls of that name, or at a ``for`` loop's ``__next__`` where the
     # function is an iterator's (a generator, or ``__next__``).
     step_calls: tuple[tuple[str, tuple[str, int | None]], ...] = ()
+    # ``tokens`` with the frame's other child frames between them, each ``"A:" + its
+    # function's name`` (``callorder.ANCHOR``), in time order: which of two branches calling
+    # the same name ran (``scaler.step(opt)`` or ``opt.step()``; a module-level loop's
+    # validation block or its logging) shows in the calls around it. Empty for frameless
+    # operators.
+    calls: tuple[str, ...] = ()
 
 
 class CallQuery(msgspec.Struct, frozen=True):

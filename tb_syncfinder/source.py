@@ -44,7 +44,16 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from tb_syncfinder.callorder import _NESTED_SCOPES, Automaton, Matcher, N, P, align, build
+from tb_syncfinder.callorder import (
+    _NESTED_SCOPES,
+    ANCHOR,
+    Automaton,
+    Matcher,
+    N,
+    P,
+    align,
+    build,
+)
 from tb_syncfinder.catalogue import (
     API_CALLEES,
     DEVICE_MOVES,
@@ -536,6 +545,7 @@ def _matcher(
     step_calls: tuple[str, ...] = (),
     steps_in_next: bool = False,
     start_line: int | None = None,
+    anchors: frozenset[str] = frozenset(),
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
@@ -546,7 +556,9 @@ def _matcher(
     an iterator's (a generator resumed by a ``for`` loop, or a ``__next__``), so a ``for``
     loop's ``__next__`` may emit ``P``, and must at the loop whose header a running frame
     was at (``start_line``) when profiling started: that ``__next__`` ran the iterator,
-    which stepped the profiler into recording, and each of its calls shows."""
+    which stepped the profiler into recording, and each of its calls shows. ``anchors``:
+    names of other calls the trace shows the frame making (``Observed.calls``): a call of
+    one may emit ``ANCHOR + name`` (may: it may run no Python frame, or be another's)."""
     wrapped = frozenset(step_calls)
     frameless = bool(group) and group[0] in _FRAMELESS
     kinds: set[str] = set()  # evaluation point kinds that emit N
@@ -587,6 +599,11 @@ def _matcher(
                 return P, True  # which .step() is the profiler's is not known
             if name in wrapped:
                 return P, True
+            if anchors:
+                # By the name it is called by, or one bound to it (``log = helper``).
+                named = anchors.intersection((name, *bound))
+                if named:
+                    return tuple(ANCHOR + n for n in sorted(named)), True
             return None, False
         if kind == "next" and steps_in_next:
             return P, getattr(node, "lineno", None) != start_line
@@ -1806,6 +1823,7 @@ class SourceResolver:
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
         self._alignments: dict[Any, Any] = {}
+        self._scope_calls: dict[int, frozenset[str]] = {}  # id(scope) -> ``_call_names``
         # ipykernel's cell number -> the notebook cells of that text (built at the first
         # cell frame, shared with every view); a recorded cell path found so -> those cells
         # (shared), and -> the one named in this trace's view (``_cell_for``).
@@ -2589,6 +2607,33 @@ class SourceResolver:
                         path, parsed, scope, group, query.optional_calls, start, prefix
                     )
                     aligned = self._align(automaton, _without_steps(observed))
+                elif aligned is not None and len(aligned) > 1 and observed.calls:
+                    # Several lines fit the calls of this name alone: the frame's other
+                    # calls around them may tell which branch ran. Only narrowed: where
+                    # those do not fit the source (a call by another name), as before.
+                    anchors = self._call_names(scope).intersection(
+                        t[len(ANCHOR) :] for t in observed.calls if t.startswith(ANCHOR)
+                    )
+                    if anchors:
+                        anchors = frozenset(anchors.difference(group))
+                        narrowed = self._align_anchored(
+                            self._automaton(
+                                path,
+                                parsed,
+                                scope,
+                                group,
+                                query.optional_calls,
+                                start,
+                                prefix,
+                                step_calls,
+                                steps_in_next,
+                                anchors,
+                            ),
+                            observed,
+                            anchors,
+                        )
+                        if narrowed and set(narrowed) < set(aligned):
+                            aligned = narrowed
                 if aligned is not None:
                     lines = aligned
                 else:
@@ -2675,8 +2720,19 @@ class SourceResolver:
         prefix: bool,
         step_calls: tuple[str, ...] = (),
         steps_in_next: bool = False,
+        anchors: frozenset[str] = frozenset(),
     ) -> Automaton:
-        key = (path, id(scope), group, optional_calls, start, prefix, step_calls, steps_in_next)
+        key = (
+            path,
+            id(scope),
+            group,
+            optional_calls,
+            start,
+            prefix,
+            step_calls,
+            steps_in_next,
+            anchors,
+        )
         automaton = self._automata.get(key)
         if automaton is None:
             matcher = _matcher(
@@ -2687,6 +2743,7 @@ class SourceResolver:
                 step_calls,
                 steps_in_next,
                 start,
+                anchors,
             )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton
@@ -2714,6 +2771,53 @@ class SourceResolver:
                     found = scope is not None and _is_generator(scope)
             self._iterators[key] = found
         return found
+
+    def _call_names(self, scope: ast.AST) -> frozenset[str]:
+        """The names ``scope``'s own code calls (not a function or class defined in it)."""
+        names = self._scope_calls.get(id(scope))
+        if names is None:
+            found: set[str] = set()
+            stack = list(ast.iter_child_nodes(scope))
+            while stack:
+                node = stack.pop()
+                if isinstance(node, _NESTED_SCOPES):
+                    continue
+                if isinstance(node, ast.Call):
+                    name = _call_name(node)
+                    if name:
+                        found.add(name)
+                stack.extend(ast.iter_child_nodes(node))
+            names = self._scope_calls[id(scope)] = frozenset(found)
+        return names
+
+    def _align_anchored(
+        self, automaton: Automaton, observed: Observed, anchors: frozenset[str]
+    ) -> list[int] | None:
+        """``_align`` over ``observed.calls``: the calls looked for among the frame's other
+        calls of ``anchors``' names (the rest, calls the source makes by other names or
+        none, left out). None where the source cannot produce that sequence."""
+        tokens: list[str] = []
+        index = None
+        looked_for = 0  # N and P tokens seen: ``observed.tokens``' positions
+        keep_steps = P not in observed.tokens or bool(automaton.reachable_lines(P))
+        for token in observed.calls:
+            if token.startswith(ANCHOR):
+                if token[len(ANCHOR) :] in anchors:
+                    tokens.append(token)
+                continue
+            if looked_for == observed.index:
+                index = len(tokens)
+            looked_for += 1
+            if token == P and not keep_steps:
+                continue
+            tokens.append(token)
+        if index is None:
+            return None
+        key = (id(automaton), observed.key, tuple(tokens))
+        if key not in self._alignments:
+            self._alignments[key] = (align(automaton, tokens), True)
+        aligned, _kept = self._alignments[key]
+        return sorted(aligned[index]) if aligned is not None else None
 
     def _align(self, automaton: Automaton, observed: Observed) -> list[int] | None:
         """The lines the observed call at ``observed.index`` can be on, or None when the

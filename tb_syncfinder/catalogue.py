@@ -1991,6 +1991,37 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         ),
         innermost=True,
     ),
+    # Indexing a NumPy memmap (nanoGPT's and llm.c's data loaders) with tensors: memmap's
+    # Python ``__getitem__`` turns each tensor bound into an int (``__index__``, a read).
+    # nanoGPT draws the indices with ``torch.randint`` on the CPU: reads of host tensors.
+    *(
+        LibraryAdvice(
+            f"numpy/{package}memmap.py",
+            frozenset({"__getitem__"}),
+            Advice(
+                title="Index NumPy data with CPU indices",
+                text=(
+                    "Indexing a NumPy array or memmap with a tensor reads each index back "
+                    "to the host. Whether that waits for a GPU depends on where the indices "
+                    "live, which a CPU trace cannot tell: drawn on the CPU "
+                    "(`torch.randint(...)` without `device=`, as nanoGPT's `get_batch` "
+                    "does) they wait for nothing, and this read costs nothing on a GPU run; "
+                    "on the GPU, each index waits for the GPU's queued work. Keep the indices "
+                    "on the CPU, and index with Python ints (`ix.tolist()`): one conversion "
+                    "instead of one per bound."
+                ),
+                before=(
+                    "ix = torch.randint(len(data) - T, (B,), device=device)\n"
+                    "x = torch.stack([torch.from_numpy(data[i:i+T]) for i in ix])\n"
+                ),
+                after=(
+                    "ix = torch.randint(len(data) - T, (B,)).tolist()   # on the CPU\n"
+                    "x = torch.stack([torch.from_numpy(data[i:i+T]) for i in ix])\n"
+                ),
+            ),
+        )
+        for package in ("_core/", "core/")
+    ),
     LibraryAdvice(
         "torch/distributions/distribution.py",
         frozenset({"__init__", "_validate_sample"}),

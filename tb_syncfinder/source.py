@@ -2611,11 +2611,10 @@ class SourceResolver:
                     # Several lines fit the calls of this name alone: the frame's other
                     # calls around them may tell which branch ran. Only narrowed: where
                     # those do not fit the source (a call by another name), as before.
-                    anchors = self._call_names(scope).intersection(
-                        t[len(ANCHOR) :] for t in observed.calls if t.startswith(ANCHOR)
-                    )
+                    # Every other name the scope calls: one automaton per scope and name,
+                    # whichever of them an invocation shows.
+                    anchors = self._call_names(scope).difference(group)
                     if anchors:
-                        anchors = frozenset(anchors.difference(group))
                         narrowed = self._align_anchored(
                             self._automaton(
                                 path,
@@ -2796,28 +2795,28 @@ class SourceResolver:
         """``_align`` over ``observed.calls``: the calls looked for among the frame's other
         calls of ``anchors``' names (the rest, calls the source makes by other names or
         none, left out). None where the source cannot produce that sequence."""
-        tokens: list[str] = []
-        index = None
-        looked_for = 0  # N and P tokens seen: ``observed.tokens``' positions
-        keep_steps = P not in observed.tokens or bool(automaton.reachable_lines(P))
-        for token in observed.calls:
-            if token.startswith(ANCHOR):
-                if token[len(ANCHOR) :] in anchors:
-                    tokens.append(token)
-                continue
-            if looked_for == observed.index:
-                index = len(tokens)
-            looked_for += 1
-            if token == P and not keep_steps:
-                continue
-            tokens.append(token)
-        if index is None:
-            return None
-        key = (id(automaton), observed.key, tuple(tokens))
+        # Once per invocation: each of its calls of that name asks in turn.
+        key = (id(automaton), observed.key, observed.calls, "anchored")
         if key not in self._alignments:
-            self._alignments[key] = (align(automaton, tokens), True)
-        aligned, _kept = self._alignments[key]
-        return sorted(aligned[index]) if aligned is not None else None
+            tokens: list[str] = []
+            at: list[int | None] = []  # ``observed.tokens``' positions -> ``tokens``'
+            keep_steps = P not in observed.tokens or bool(automaton.reachable_lines(P))
+            for token in observed.calls:
+                if token.startswith(ANCHOR):
+                    if token[len(ANCHOR) :] in anchors:
+                        tokens.append(token)
+                    continue
+                if token == P and not keep_steps:
+                    at.append(None)
+                    continue
+                at.append(len(tokens))
+                tokens.append(token)
+            self._alignments[key] = (align(automaton, tokens), at)
+        aligned, at = self._alignments[key]
+        index = at[observed.index] if observed.index < len(at) else None
+        if aligned is None or index is None:
+            return None
+        return sorted(aligned[index])
 
     def _align(self, automaton: Automaton, observed: Observed) -> list[int] | None:
         """The lines the observed call at ``observed.index`` can be on, or None when the

@@ -2339,7 +2339,9 @@ class SourceResolver:
             ran = None  # every line of a fresh call's function ran while profiled
             if scope is None:
                 scope = parsed.running_scope(frame.line, frame.func)
-                ran = lines_run.get((frame.file, frame.func), ())
+                # With its own syncs' lines, the line it was at when recording began: the
+                # prof.step() of a schedule, in the loop (its reads may all be a helper's).
+                ran = {frame.line, *lines_run.get((frame.file, frame.func), ())}
             if scope is None:
                 continue
             for line, code, guard in explicit_syncs(scope):

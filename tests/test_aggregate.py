@@ -346,3 +346,16 @@ def test_a_line_under_a_remainder_test_is_said_to_run_every_n_steps_already(tmp_
     assert periodic_guard(scope, 5) == "step % log_every == 0"
     assert periodic_guard(scope, 7) is None  # the else runs the other passes
     assert periodic_guard(scope, 3) is None
+
+
+def test_a_remainder_test_true_in_every_step_is_not_said_to_thin_the_reads():
+    """nanoGPT's ``log_interval = 1``: the read ran in 5 of 5 steps, and was said to run
+    "already every N steps" (a user walk)."""
+    from tb_syncfinder.outputs.text import spread_text
+
+    guarded = {"periodic_guard": "it % log_interval == 0", "max_per_step": 1}
+    every = spread_text({**guarded, "steps_with_syncs": 5}, 5)
+    assert every == "under `if it % log_interval == 0:`, true in every profiled step"
+    assert spread_text({**guarded, "steps_with_syncs": 2}, 5).endswith(
+        "already every N steps (under `if it % log_interval == 0:`)"
+    )

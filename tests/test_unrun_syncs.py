@@ -115,3 +115,50 @@ def test_a_gpu_trace_lists_no_unrun_synchronize(tmp_path):
     report = analyze(str(trace), source_roots=[str(tmp_path)])
     assert report.traces[0].has_gpu_activity and report.traces[0].unrun_syncs == []
     assert "Not run on this CPU trace" not in report.to_text()
+
+
+def test_a_module_loops_synchronize_is_named_when_its_reads_are_a_helpers(tmp_path):
+    """The loop's only read is in a helper: the module frame had no sync of its own to say
+    the loop ran profiled, and the note went missing (a user walk). The line it was at when
+    the schedule began recording, its ``prof.step()``, is in the loop."""
+    script = tmp_path / "unrun.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+            device_type = "cpu"
+
+
+            def log(t):
+                return t.item()
+
+
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+            )
+            w = torch.randn(8, 8, requires_grad=True)
+            prof.start()
+            for step in range(5):
+                loss = (w @ torch.randn(8, 8)).pow(2).mean()
+                loss.backward()
+                if device_type == "cuda":
+                    torch.cuda.synchronize()
+                print(f"loss {log(loss):.4f}")
+                prof.step()
+            prof.stop()
+            if device_type == "cuda":
+                torch.cuda.synchronize()  # after the loop: not the profiled steps'
+            """
+        )
+    )
+    import runpy
+
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    lines = [u.line for t in report.traces for u in t.unrun_syncs]
+    assert lines == [22], lines

@@ -156,4 +156,9 @@ test("a site syncing in some steps says in how many and the most in one", async 
     spreadText({ count: 3, per_step: 0.5, steps_with_syncs: 3, max_per_step: 1, periodic_guard: "i % 2 == 0" }),
     "in 3 of 6 steps: already every N steps (under if i % 2 == 0:)",
   );
+  // nanoGPT's log_interval = 1: the guard let the read through on every step.
+  assert.equal(
+    spreadText({ count: 6, per_step: 1, steps_with_syncs: 6, max_per_step: 1, periodic_guard: "i % n == 0" }),
+    "under if i % n == 0:, true in every profiled step",
+  );
 });

@@ -611,6 +611,9 @@ def spread_text(site: dict[str, Any], step_count: int) -> str:
     guard = site.get("periodic_guard")
     already = f"already every N steps (under `if {guard}:`)" if guard else ""
     with_syncs = int(site.get("steps_with_syncs") or 0)
+    if guard and with_syncs >= step_count > 0:
+        # nanoGPT's ``log_interval = 1``: the test lets the read through on every step.
+        return f"under `if {guard}:`, true in every profiled step"
     if not 0 < with_syncs < step_count:
         return already
     most = int(site.get("max_per_step") or 0)

@@ -390,7 +390,12 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         for i, node in enumerate(nodes):
             if kinds[i] == PYTHON:
                 method = catalogue.tensor_method(node.name)
-                if method in catalogue.LATENT_TENSOR_METHODS:
+                if method in catalogue.LATENT_TENSOR_METHODS and not any(
+                    # Under a TorchFunctionMode (``with torch.device(...)``) the call is
+                    # recorded again inside its ``__torch_function__``: one copy.
+                    kinds[j] == PYTHON and catalogue.tensor_method(nodes[j].name) == method
+                    for j in thread.ancestors(i)[1:]
+                ):
                     episodes.append(_latent_tensor_method(thread, i, method))
                 continue
             if kinds[i] != OP or node.name not in LATENT_TRIGGERS:

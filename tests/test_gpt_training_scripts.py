@@ -59,3 +59,38 @@ def test_indexing_a_memmap_with_tensors_gets_the_cpu_indices_fix(tmp_path):
     assert memmap and memmap[0].advice is not None
     assert memmap[0].advice["title"] == "Index NumPy data with CPU indices"
     assert "which a CPU trace cannot tell" in memmap[0].advice["text"]
+
+
+def test_a_tolist_under_a_torch_function_mode_is_one_copy(tmp_path):
+    """``with torch.device(...)`` (a TorchFunctionMode, as scripts set the default device
+    with) records each ``.tolist()`` again inside its ``__torch_function__``: two sites and
+    twice the copies (a user walk)."""
+    script = tmp_path / "mode.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+            )
+            w = torch.randn(8, 8, requires_grad=True)
+            prof.start()
+            with torch.device("cpu"):
+                for step in range(5):
+                    loss = (w @ torch.randn(8, 8)).pow(2).mean()
+                    loss.backward()
+                    values = loss.detach().reshape(1).tolist()
+                    prof.step()
+            prof.stop()
+            """
+        )
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    copies = [s for s in report.latent_sites if s.line == 15]
+    assert [s.count for s in copies] == [3], [(s.line, s.count) for s in report.latent_sites]

@@ -2774,21 +2774,33 @@ class SourceResolver:
         return found
 
     def _call_names(self, scope: ast.AST) -> frozenset[str]:
-        """The names ``scope``'s own code calls (not a function or class defined in it)."""
+        """The names ``scope``'s own code calls (not a function or class defined in it),
+        less those a ``for`` loop's iterable calls: a generator's frames show once per
+        resume (build-nanogpt's ``enumerate(iterate_examples("val"))``), not once per call,
+        and would fit no branch."""
         names = self._scope_calls.get(id(scope))
         if names is None:
             found: set[str] = set()
-            stack = list(ast.iter_child_nodes(scope))
+            iterated: set[str] = set()
+            stack: list[tuple[ast.AST, bool]] = [(n, False) for n in ast.iter_child_nodes(scope)]
             while stack:
-                node = stack.pop()
+                node, in_iter = stack.pop()
                 if isinstance(node, _NESTED_SCOPES):
                     continue
                 if isinstance(node, ast.Call):
                     name = _call_name(node)
                     if name:
-                        found.add(name)
-                stack.extend(ast.iter_child_nodes(node))
-            names = self._scope_calls[id(scope)] = frozenset(found)
+                        (iterated if in_iter else found).add(name)
+                if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    stack.append((node.iter, True))
+                    stack.extend(
+                        (child, in_iter)
+                        for child in ast.iter_child_nodes(node)
+                        if child is not node.iter
+                    )
+                else:
+                    stack.extend((child, in_iter) for child in ast.iter_child_nodes(node))
+            names = self._scope_calls[id(scope)] = frozenset(found - iterated)
         return names
 
     def _align_anchored(

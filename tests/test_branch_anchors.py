@@ -178,3 +178,36 @@ def test_a_call_by_another_name_pins_no_read_on_the_wrong_branch(tmp_path):
     assert all(not exact or line in (14, 17) for line, exact, _c in found), found
     odd = [f for f in found if f[0] == 14 or 14 in f[2]]
     assert odd and all(line != 17 or not exact for line, exact, _c in odd), found
+
+
+def test_a_generator_iterated_in_a_periodic_block_leaves_every_steps_read_exact(tmp_path):
+    """build-nanogpt with HellaSwag on: ``for ... in enumerate(iterate_examples("val"))``
+    every few steps. A generator's frame shows once per resume, which fit no branch, and
+    the logging's ``{norm:.4f}`` stayed inexact in every step (a user walk)."""
+    found = _run(
+        tmp_path,
+        """\
+        import torch
+
+
+        def examples():
+            for i in range(3):
+                yield i
+
+
+        w = torch.randn(4)
+        prof = PROFILER
+        prof.start()
+        for step in range(8):
+            if step % 4 == 0:
+                print(f"val {w.sum().item():.4f}")
+                for ex in examples():
+                    pass
+            norm = w.norm()
+            print(f"step {step} | loss: {w.mean().item():.6f} | norm: {norm:.4f}")
+            prof.step()
+        prof.stop()
+        """,
+    )
+    assert found and all(exact for _line, exact, _c in found), found
+    assert sorted({line for line, _e, _c in found}) == [14, 18]

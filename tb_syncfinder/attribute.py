@@ -413,7 +413,7 @@ class Attributor:
         # path asks the file system whether an installed package has it (frames are never
         # changed once made, so syncs may share them).
         self._frames_by_name: dict[str, Frame | None] = {}
-        self._tokens: dict[Any, Any] = {}  # (thread, frame, match) -> ``_sequence``'s answer
+        self._tokens: dict[Any, _Sequence] = {}  # (thread, frame, match) -> ``_sequence``'s
         self._step_holders: dict[tuple[Any, Any], set[int]] = {}
         self._wrappers: dict[tuple[Any, Any, int], dict[str, tuple[str, int | None]]] = {}
         self._direct_ops: dict[Any, list[int]] = {}

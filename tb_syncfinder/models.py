@@ -176,7 +176,7 @@ class Source(msgspec.Struct):
     # factory's size, an index: ``source.read_as_size``): it cannot stay on the device.
     read_as_size: bool = False
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
-    # ``source.periodic_guard``): that test, as written; its reads are already made every
+    # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every
     # N steps, not every step.
     periodic_guard: str | None = None
     # A Jupyter cell's code (``file`` is ipykernel's name for it): the notebook cell that
@@ -189,12 +189,12 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     """An explicit synchronize (``torch.cuda.synchronize()``, ``event.synchronize()``) in a
     function a CPU-only trace shows running, which did not run there: read from the source,
     it would make the host wait on a GPU wherever its condition holds (``guard``: the test
-    of the innermost ``if`` around it, as written)."""
+    of the innermost ``if`` around it, as Python prints it)."""
 
     file: str  # as the trace names it
     line: int
     func: str
-    code: str  # the call, as written
+    code: str  # the call, as Python prints it (``ast.unparse``: quotes may differ)
     guard: str | None = None
 
 

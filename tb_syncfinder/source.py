@@ -1056,7 +1056,7 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def periodic_guard(scope: ast.AST, line: int) -> str | None:
-    """The test, as written, of the innermost ``if`` of ``scope`` whose body (not its
+    """The test (as Python prints it) of the innermost ``if`` of ``scope`` whose body (not its
     ``else``) runs ``line`` and whose test takes a remainder (``update_idx %
     args.log_interval == 0``): the line runs every N passes, not every one. None: none."""
     found: str | None = None
@@ -1082,8 +1082,9 @@ def periodic_guard(scope: ast.AST, line: int) -> str | None:
 def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     """The calls of ``scope``'s own code (not of a function or class defined in it) that
     wait for a device by themselves (``EXPLICIT_SYNC_METHODS``: ``torch.cuda.synchronize()``,
-    ``event.synchronize()``), each as (line, the call as written, the test of the innermost
-    ``if`` whose body or ``else`` holds it, or None), by line."""
+    ``event.synchronize()``), each as (line, the call, the test of the innermost
+    ``if`` whose body or ``else`` holds it, or None; both as Python prints them: quotes and
+    parentheses may differ from the file's), by line."""
     found: list[tuple[int, str, str | None]] = []
     # (node, the innermost if's test around it)
     stack: list[tuple[ast.AST, str | None]] = [(node, None) for node in ast.iter_child_nodes(scope)]
@@ -2809,9 +2810,15 @@ class SourceResolver:
         """``_align`` over ``observed.calls``: the calls looked for among the frame's other
         calls of ``anchors``' names (the rest, calls the source makes by other names or
         none, left out). None where the source cannot produce that sequence."""
-        # Once per invocation: each of its calls of that name asks in turn.
-        key = (id(automaton), observed.key, observed.calls, "anchored")
-        if key not in self._alignments:
+        # Once per invocation: each of its calls of that name asks in turn, with the same
+        # ``calls`` (the attribute stage's one tuple per frame), so that tuple's identity
+        # keys it: hashing it, thousands of calls long in a long run's module-level loop,
+        # for each read was quadratic. The entry holds the tuple, so its id is not reused
+        # while the entry lives; another window's calls of the same invocation are another
+        # tuple.
+        key = (id(automaton), observed.key, id(observed.calls), "anchored")
+        cached = self._alignments.get(key)
+        if cached is None or cached[2] is not observed.calls:
             tokens: list[str] = []
             at: list[int | None] = []  # ``observed.tokens``' positions -> ``tokens``'
             keep_steps = P not in observed.tokens or bool(automaton.reachable_lines(P))
@@ -2825,8 +2832,8 @@ class SourceResolver:
                     continue
                 at.append(len(tokens))
                 tokens.append(token)
-            self._alignments[key] = (align(automaton, tokens), at)
-        aligned, at = self._alignments[key]
+            self._alignments[key] = (align(automaton, tokens), at, observed.calls)
+        aligned, at, _calls = self._alignments[key]
         index = at[observed.index] if observed.index < len(at) else None
         if aligned is None or index is None:
             return None

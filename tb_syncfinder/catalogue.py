@@ -871,6 +871,35 @@ def ctc_waits_by_line(line: str) -> bool:
 # run either, so a CPU trace's read of it is no latent sync. And the methods that may move
 # a tensor elsewhere, after which nothing is known of where it lives.
 HOST_TENSOR_FACTORIES = frozenset({"tensor", "as_tensor", "from_numpy"})
+# And the factories that take sizes and a seed, never data: without a ``device=`` their
+# tensor is on the host whatever their arguments are (nanoGPT's ``get_batch`` draws its
+# indices with ``torch.randint(...)`` and indexes a memmap with each: 144 reads of a
+# 5-step CPU trace, none of which waits for a GPU on a GPU run).
+HOST_SHAPE_FACTORIES = frozenset(
+    {
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "arange",
+        "linspace",
+        "logspace",
+        "eye",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+    }
+)
+
+
+def numpy_index_read(library_file: str, func: str) -> bool:
+    """Whether a read made under this library frame, called from the user's code, reads
+    the index of a subscript: NumPy's Python ``__getitem__`` (``np.memmap``'s) holds no
+    tensor but the one it is indexed with, which it turns into an int."""
+    return library_file.startswith("numpy/") and func == "__getitem__"
+
+
 DEVICE_MOVES = frozenset({"to", "cuda", "npu", "xpu", "mps", "type", "pin_memory"})
 # The calls that read a tensor's value back to the host (as a latent scalar read names it).
 HOST_READ_METHODS = frozenset({"item", "tolist"})

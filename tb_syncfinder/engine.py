@@ -38,6 +38,7 @@ from tb_syncfinder.catalogue import (
     is_warmup_listed,
     library_fix,
     library_frames,
+    numpy_index_read,
     to_the_host,
 )
 from tb_syncfinder.collectives import is_job_rank
@@ -485,8 +486,9 @@ def _latent_copies_by_line(
     and a CPU trace says nothing of where a tensor would live; less CTC losses whose
     line does not show the mean reduction, the one that waits whatever kernel runs it; and
     less reads of tensors the code made on the host from Python data (``source.
-    reads_host_made_tensor``: ``torch.tensor(list(self.deque)).median().item()``), which
-    wait for no GPU on a GPU run either."""
+    reads_host_made_tensor``: ``torch.tensor(list(self.deque)).median().item()``) or of
+    host-made indices into NumPy data (``source.indexes_host_values``), which wait for no
+    GPU on a GPU run either."""
     kept = [
         n
         for n, (episode, attribution, source) in enumerate(
@@ -504,6 +506,13 @@ def _latent_copies_by_line(
             # The read itself (``.item()``), not a factory's reads of the tensors it is
             # given: ``torch.tensor(losses)`` of GPU scalars reads each of them.
             attribution.called in HOST_READ_METHODS and resolver.reads_host_made(source)
+        )
+        and not (
+            # A NumPy array indexed with tensors drawn on the host (nanoGPT's ``get_batch``).
+            source is not None
+            and source.library is not None
+            and numpy_index_read(source.library.file, source.library.func)
+            and resolver.indexes_host_made(source)
         )
     ]
     if len(kept) == len(episodes):

@@ -60,6 +60,7 @@ from tb_syncfinder.catalogue import (
     EXPLICIT_SYNC_METHODS,
     HOST_READ_BUILTINS,
     HOST_READ_METHODS,
+    HOST_SHAPE_FACTORIES,
     HOST_TENSOR_FACTORIES,
     OP_CALLEES,
 )
@@ -1276,17 +1277,20 @@ def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> boo
 def _is_host_factory(call: ast.Call) -> bool:
     """``torch.tensor(data)`` and the like without a device, of Python data: a display, a
     comprehension, a constant or ``list(...)`` (a tensor given as the data keeps its device,
-    ``torch.tensor(t)`` of a GPU ``t`` is on the GPU; ``from_numpy`` takes an array only)."""
+    ``torch.tensor(t)`` of a GPU ``t`` is on the GPU; ``from_numpy`` takes an array only);
+    or a factory of sizes without a device (``torch.randint(n, (B,))``)."""
     func = call.func
     if not (
         isinstance(func, ast.Attribute)
-        and func.attr in HOST_TENSOR_FACTORIES
+        and func.attr in HOST_TENSOR_FACTORIES | HOST_SHAPE_FACTORIES
         and isinstance(func.value, ast.Name)
         and func.value.id == "torch"
         and call.args
         and not any(k.arg in ("device", None) for k in call.keywords)  # None: ``**kwargs``
     ):
         return False
+    if func.attr in HOST_SHAPE_FACTORIES:
+        return True
     return func.attr == "from_numpy" or _python_data(call.args[0])
 
 
@@ -1339,8 +1343,152 @@ def _assigned_before(scope: ast.AST, name: str, line: int) -> list[ast.expr | No
             values.append(node.value if plain else None)
             stack.append(node.value)
             continue
+        elif isinstance(node, ast.Assign) and (paired := _paired_value(node, name)) is not None:
+            # ``block_size, batch_size = 8, 2``: each name its own element.
+            values.append(paired if node.lineno < line else None)
+            stack.append(node.value)
+            continue
         stack.extend(ast.iter_child_nodes(node))
     return values
+
+
+def _paired_value(node: ast.Assign, name: str) -> ast.expr | None:
+    """The element of ``a, b = x, y`` bound to ``name``; None where the assignment is not
+    of a display of as many elements to plain names, or does not bind ``name``."""
+    if len(node.targets) != 1:
+        return None
+    target, value = node.targets[0], node.value
+    if not (
+        isinstance(target, (ast.Tuple, ast.List))
+        and isinstance(value, (ast.Tuple, ast.List))
+        and len(target.elts) == len(value.elts)
+        and all(isinstance(t, ast.Name) for t in target.elts)
+        and not any(isinstance(v, ast.Starred) for v in value.elts)
+    ):
+        return None
+    return next(
+        (v for t, v in zip(target.elts, value.elts, strict=True) if t.id == name),  # type: ignore[attr-defined]
+        None,
+    )
+
+
+def indexes_host_values(
+    scope: ast.AST, enclosing: Sequence[ast.AST], line: int | None = None
+) -> bool:
+    """Whether every index that a subscript in ``scope`` reads (on ``line``; None: anywhere
+    in the scope) is a value the host has without a device: a number, or a tensor made on
+    the host (``_host_made``) or an element of one. ``enclosing``: the scopes around
+    ``scope``, innermost first, where its free names are bound (a comprehension's iterable
+    and the names it reads from its function, then the module's).
+
+    nanoGPT's ``[torch.from_numpy(data[i:i+block_size]) for i in ix]`` with ``ix =
+    torch.randint(...)`` reads each bound through ``np.memmap.__getitem__``: on a GPU run
+    the indices are still on the CPU, and those reads wait for nothing. False where any
+    index may be another tensor, or there is no subscript to read."""
+    parts = [
+        (part, [*comprehensions, scope, *enclosing])
+        for node, comprehensions in _scope_walk(scope)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.ctx, ast.Load)
+        and (line is None or node.lineno <= line <= (node.end_lineno or node.lineno))
+        for part in _index_parts(node.slice)
+    ]
+    return bool(parts) and all(_host_value(part, chain, line) for part, chain in parts)
+
+
+def _scope_walk(scope: ast.AST) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
+    """The nodes of ``scope``, not those of the functions nested in it (whose frames are
+    their own), each with the comprehensions around it in ``scope``, innermost first (in
+    Python 3.12 most run in their function's frame)."""
+    stack: list[tuple[ast.AST, list[ast.AST]]] = [
+        (child, []) for child in ast.iter_child_nodes(scope)
+    ]
+    while stack:
+        node, comprehensions = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        yield node, comprehensions
+        inner = [node, *comprehensions] if isinstance(node, _COMPREHENSIONS) else comprehensions
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def _index_parts(index: ast.expr) -> list[ast.expr]:
+    if isinstance(index, ast.Slice):
+        return [part for part in (index.lower, index.upper, index.step) if part is not None]
+    if isinstance(index, ast.Tuple):
+        return [part for element in index.elts for part in _index_parts(element)]
+    return [index]
+
+
+_HOST_NUMBER_CALLS = frozenset({"len"})
+
+
+def _host_value(expr: ast.expr, chain: Sequence[ast.AST], line: int | None, depth: int = 0) -> bool:
+    """Whether ``expr``, evaluated in ``chain[0]`` (the scopes around it after it), is a
+    number or a tensor on the host. Arithmetic of such values is one too; a GPU operand
+    would put the result on the GPU, so every operand must be one. ``line``: where the
+    innermost function (or the module) of ``chain`` runs; None: anywhere."""
+    if depth > 4 or not chain:  # ``n = n + 1``, or a chain too long to follow
+        return False
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, (int, float, bool))
+    if isinstance(expr, ast.UnaryOp):
+        return _host_value(expr.operand, chain, line, depth)
+    if isinstance(expr, ast.BinOp):
+        return _host_value(expr.left, chain, line, depth) and _host_value(
+            expr.right, chain, line, depth
+        )
+    if isinstance(expr, ast.Subscript):
+        # Part of a host tensor is on the host (a GPU index into it is an error).
+        return _host_value(expr.value, chain, line, depth)
+    running = next((at for at, s in enumerate(chain) if not isinstance(s, _COMPREHENSIONS)), None)
+    if running is None:
+        return False
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and expr.func.id in _HOST_NUMBER_CALLS:
+            return True
+        return _host_made(chain[running], expr, line if line is not None else _AFTER_EVERY_LINE)
+    if not isinstance(expr, ast.Name):
+        return False
+    for at, scope in enumerate(chain):
+        if isinstance(scope, _COMPREHENSIONS):
+            for number, generator in enumerate(scope.generators):
+                if expr.id in _bound_names(generator.target):
+                    if not isinstance(generator.target, ast.Name):
+                        return False  # an element unpacked: its parts are not followed
+                    # The first iterable is evaluated in the scope around the comprehension.
+                    where = chain[at + 1 :] if number == 0 else chain[at:]
+                    return _host_value(generator.iter, where, line, depth + 1)
+            continue
+        # The running scope's bindings count before its line; an outer function's or the
+        # module's, wherever they are (a function runs after the module has bound them).
+        before = line if at == running and line is not None else _AFTER_EVERY_LINE
+        values = _assigned_before(scope, expr.id, before)
+        if values:
+            # A ``for`` loop's plain target (one unknown binding each) is an element of
+            # what it iterates: ``for i in ix: data[i:i + T]``.
+            iterables = _loop_iterables(scope, expr.id)
+            known = [value for value in values if value is not None]
+            return len(values) - len(known) == len(iterables) and all(
+                _host_value(value, chain[at:], before, depth + 1) for value in known + iterables
+            )
+    return False
+
+
+def _loop_iterables(scope: ast.AST, name: str) -> list[ast.expr]:
+    """What the ``for`` loops of ``scope`` (not of the functions in it) whose target is
+    ``name`` itself iterate."""
+    return [
+        node.iter
+        for node, _ in _scope_walk(scope)
+        if isinstance(node, (ast.For, ast.AsyncFor))
+        and isinstance(node.target, ast.Name)
+        and node.target.id == name
+    ]
+
+
+_AFTER_EVERY_LINE = 1 << 30
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _statements_at(scope: ast.AST, line: int) -> list[ast.stmt]:
@@ -1543,6 +1691,23 @@ class _ParsedFile:
                 ):
                     best = node
         return best
+
+    def enclosing_scopes(self, scope: ast.AST) -> list[ast.AST]:
+        """The scopes whose names ``scope`` reads, innermost first, the module last (a
+        class body's names are not among them: its methods do not see them)."""
+        pending: list[tuple[ast.AST, list[ast.AST]]] = [(self.tree, [])]
+        while pending:
+            node, around = pending.pop()
+            if node is scope:
+                return [*reversed(around), self.tree]
+            inner = (
+                [*around, node]
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                or isinstance(node, _COMPREHENSIONS)
+                else around
+            )
+            pending.extend((child, inner) for child in ast.iter_child_nodes(node))
+        return [self.tree]
 
     def resumes_at(self, line: int, func: str) -> bool:
         """Whether a frame named ``func`` can be at ``line`` when it is entered again: a
@@ -1841,6 +2006,7 @@ class SourceResolver:
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
         self._host_made: dict[tuple[str, int, str], bool] = {}
+        self._host_indexes: dict[tuple[str, int, str, bool], bool] = {}
         self._iterators: dict[tuple[str, int | None, str], bool] = {}
         # Each notebook read for its cells -> its size and mtime then, and what it held
         # (``_held``); each folder looked in -> its size, mtime and the notebooks in it.
@@ -2311,6 +2477,34 @@ class SourceResolver:
             scope = parsed.running_scope(source.line, source.func) if parsed else None
             found = scope is not None and reads_host_made_tensor(scope, source.line)
             self._host_made[key] = found
+        return found
+
+    def indexes_host_made(self, source: Source | None) -> bool:
+        """Whether a read made by a library's ``__getitem__`` under this source (``np.memmap``
+        indexed with tensors) reads only indices the host has without a device
+        (``indexes_host_values``): of the source's exact line, or else of any subscript in
+        its function. False where the file or function is not here as recorded."""
+        if source is None or source.line is None or source.resolved_path is None:
+            return False
+        if source.cell is not None:
+            return False
+        key = (source.resolved_path, source.line, source.func, source.line_exact)
+        found = self._host_indexes.get(key)
+        if found is None:
+            path = Path(source.resolved_path)
+            data = self._source_bytes(path) or b""
+            parsed = None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
+            scope = parsed.running_scope(source.line, source.func) if parsed else None
+            found = (
+                parsed is not None
+                and scope is not None
+                and indexes_host_values(
+                    scope,
+                    parsed.enclosing_scopes(scope) if scope is not parsed.tree else [],
+                    source.line if source.line_exact else None,
+                )
+            )
+            self._host_indexes[key] = found
         return found
 
     def unrun_syncs(

@@ -604,6 +604,40 @@ def test_an_inexact_line_of_a_file_that_was_read_says_why_not_that_it_was_not_fo
     assert "where it was when profiling started" in " ".join(unread.split())
 
 
+def test_each_kind_of_inexact_line_has_its_own_mark_and_legend() -> None:
+    """A table with a running frame's line and a definition line marked both "*" under two
+    legends, and no row said which was its own (a user's walk of nanoGPT)."""
+    running = make_site(
+        "train.py", 157, "train", "explicit_sync", [], 1, 30.0, 0.0, line_exact=False, def_line=150
+    )
+    at_def = make_site(
+        "model.py", 8, "forward", "explicit_sync", [], 1, 20.0, 0.0, line_exact=False, def_line=8
+    )
+    also_running = make_site(
+        "loop.py", 40, "fit", "explicit_sync", [], 1, 10.0, 0.0, line_exact=False, def_line=12
+    )
+    data = Report(
+        traces=[TraceInfo("t", "w", None, device="cuda")],
+        summary=Summary(3, 60.0, 0.0, 100.0),
+        syncs=[],
+        sites=[running, at_def, also_running],
+        latent=[],
+    ).to_json()
+    data["syncs"] = [
+        {"site_key": site.key, "source": {"resolved_path": f"/src/{site.file}"}}
+        for site in (running, at_def, also_running)
+    ]
+    lines = render_report(data).splitlines()
+    rows = {line.split()[1]: line for line in lines if line[:1].isdigit()}
+    assert set(rows) == {"train.py:157*", "model.py:8**", "loop.py:40*"}, rows
+    legends = [line for line in lines if line.startswith("*")]
+    assert [legend.split()[0] for legend in legends] == ["*", "**"]
+    assert "already running" in legends[0] and "does not single out" in legends[1]
+    # One kind alone keeps the one mark.
+    data["sites"] = [data["sites"][1]]
+    assert "model.py:8* " in render_report(data) + " "
+
+
 def test_a_site_says_what_its_location_alone_does_not_backward_library_and_candidates() -> None:
     from tb_syncfinder.models import Source
 

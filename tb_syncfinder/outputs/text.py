@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -310,8 +310,9 @@ def _layout(columns: Sequence[Column], rows: Sequence[Any], width: int) -> _Layo
 # --- the site table -------------------------------------------------------------------
 
 
-def site_location(site: dict[str, Any]) -> str:
-    """``file:line`` of a site, ``*`` marking a line that is not the exact call line."""
+def site_location(site: dict[str, Any], mark: str = "*") -> str:
+    """``file:line`` of a site, ``mark`` following a line that is not the exact call line
+    (``*``; ``**`` and on where the table explains several kinds of such lines)."""
     file = site.get("file")
     if not file:
         # No with_stack: the operator (or API call) is the best handle the user has.
@@ -327,8 +328,7 @@ def site_location(site: dict[str, Any]) -> str:
         file = f"{cell['notebook']} {cell_name(cell)}"
     if line is None:
         return file
-    mark = "" if site.get("line_exact") else "*"
-    return f"{file}:{line}{mark}"
+    return f"{file}:{line}{'' if site.get('line_exact') else mark}"
 
 
 def cell_name(cell: dict[str, Any]) -> str:
@@ -461,13 +461,22 @@ def _advice_title(site: dict[str, Any]) -> str:
     return str(advice.get("title") or "").strip()
 
 
-def _site_columns(latent: bool, device: str = "GPU") -> list[Column]:
+def _site_columns(
+    latent: bool, device: str = "GPU", marks: Mapping[int, str] | None = None
+) -> list[Column]:
     """The site table's columns, most useful last to drop. A new column is one entry here
     (its ``drop`` says how soon it gives way on a narrow terminal). Latent findings cost
-    nothing where they were seen: no cost columns."""
+    nothing where they were seen: no cost columns. ``marks``: a row's number -> the mark of
+    its inexact line, where it is not ``*``."""
+    marks = marks or {}
     columns = [
         Column("#", lambda row: str(row[0])),
-        Column("site (file:line)", lambda row: site_location(row[1]), align="<", wrap=True),
+        Column(
+            "site (file:line)",
+            lambda row: site_location(row[1], marks.get(row[0], "*")),
+            align="<",
+            wrap=True,
+        ),
         Column(
             "function",
             lambda row: row[1].get("func") or "-",
@@ -637,7 +646,15 @@ def _site_table(
         # sites that save half of that).
         ordered.sort(key=lambda site: -float(site["unprofiled_predicted_saving_per_step_us"]))
     shown = ordered if not top or top <= 0 else ordered[:top]
-    layout = _layout(_site_columns(latent, _device_word(data)), list(enumerate(shown, 1)), width)
+    # Each kind of inexact line its own mark, where the table has several: a row's "*"
+    # said one of two legends, and no row said which (a user's walk of nanoGPT).
+    resolved = _resolved_sites(data)
+    row_reasons = {n: _inexact_reason(site, resolved) for n, site in enumerate(shown, 1)}
+    reasons = list(dict.fromkeys(r for r in row_reasons.values() if r))
+    reason_marks = {reason: "*" * (n + 1) for n, reason in enumerate(reasons)}
+    marks = {n: reason_marks[r] for n, r in row_reasons.items() if r}
+    columns = _site_columns(latent, _device_word(data), marks)
+    layout = _layout(columns, list(enumerate(shown, 1)), width)
     lines = [style(layout.header(), _BOLD)]
     detail_width = width - len(_INDENT)
     for index, site in enumerate(shown):
@@ -681,8 +698,6 @@ def _site_table(
     hidden = len(ordered) - len(shown)
     if hidden > 0:
         lines.append(f"... {plural(hidden, 'more site')} ({style.term('--top 0 shows all')})")
-    resolved = _resolved_sites(data)
-    reasons = dict.fromkeys(r for r in (_inexact_reason(s, resolved) for s in shown) if r)
     for reason in reasons:
         text = re.sub(r"\{([^}]+)\}", lambda m: style.term(m.group(1)), _INEXACT_REASONS[reason])
         if reason == "other_run":
@@ -691,7 +706,8 @@ def _site_table(
         if reason == "copies":
             count = max(int(s.get("copies_found") or 0) for s in shown)
             text = text.replace("different files", f"{count} different files", 1)
-        lines.extend(wrap("* " + text, width, "", "  "))
+        mark = reason_marks[reason]
+        lines.extend(wrap(f"{mark} {text}", width, "", " " * (len(mark) + 1)))
     if not latent and any(s.get("gpu_idle_measured") is False for s in shown):
         lines.extend(wrap(_IDLE_UNREAD_NOTE, width, "", "  "))
     if not latent and shown:

@@ -97,6 +97,8 @@ def test_a_cpu_trace_lists_the_synchronize_its_loop_holds_and_says_it(tmp_path, 
         text
     )
     assert "under `if device_type == 'cuda':`" in text
+    # With a fix of its own: most such synchronizes time the step.
+    assert "Fix: drop debugging synchronizes; to time steps, synchronize only every N" in text
     out = tmp_path / "r.json"
     assert main(["report", str(trace), "--source-root", str(tmp_path), "-o", str(out)]) == 0
     assert json.loads(out.read_text())["traces"][0]["unrun_syncs"][0]["line"] == 21

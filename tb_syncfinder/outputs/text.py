@@ -23,6 +23,7 @@ import msgspec
 
 from tb_syncfinder.aggregate import key_library
 from tb_syncfinder.catalogue import (
+    EXPLICIT_SYNC,
     NPU_LEVEL_ADVICE,
     NPU_NOT_REPLAYED,
     kind_rank,
@@ -1999,8 +2000,17 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
         "Not run on this CPU trace, but each waits for the GPU wherever it runs: "
         + "; ".join(named)
         + more
-        + "."
+        + ". Fix: "
+        + UNRUN_SYNC_FIX
     )
+
+
+# What to do about an explicit synchronize a CPU trace shows only in the source (it had no
+# fix of its own, a user's walk found): most time a step, as build-nanogpt's does.
+UNRUN_SYNC_FIX = (
+    f"{catalogue_kind(EXPLICIT_SYNC).advice.title.lower()}; to time steps, synchronize only "
+    "every N steps, or record torch.cuda.Event(enable_timing=True) and read it every N steps."
+)
 
 
 def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:

@@ -1222,7 +1222,10 @@ def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
     return False
 
 
-_DEFAULT_DEVICE_SET = re.compile(rb"set_default_device|set_default_tensor_type")
+# ``with torch.device("cuda"):`` makes the factories in it put their tensors there too.
+_DEFAULT_DEVICE_SET = re.compile(
+    rb"set_default_device|set_default_tensor_type|\bwith\b[^\n]*\btorch\.device\s*\("
+)
 
 
 def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:

@@ -32,7 +32,10 @@ def _run(tmp_path: Path, source: str) -> list[tuple[int | None, bool, list[int]]
     script.write_text(textwrap.dedent(source).replace("PROFILER", _PROFILER))
     logdir = tmp_path / "logs"
     sys.modules.pop("__main__x", None)
-    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)}, run_name="__main__x")
+    # ``DEVICE``: tensors made where a GPU run would put them (the trace cannot tell, so
+    # their reads are latent syncs; ``torch.randn(4)`` alone is on the host, and is none).
+    globals_ = {"LOGDIR": str(logdir), "DEVICE": "cpu"}
+    runpy.run_path(str(script), init_globals=globals_, run_name="__main__x")
     report = analyze(str(logdir), source_roots=[str(tmp_path)])
     return [
         (s.source.line, s.source.line_exact, list(s.source.candidates))
@@ -127,7 +130,7 @@ def test_alternating_branches_are_told_apart_by_their_other_calls(tmp_path):
         def loop(prof):
             out = []
             for i in range(8):
-                x = torch.randn(4)
+                x = torch.randn(4, device=DEVICE)
                 if i % 2:
                     log_train(x)
                     out.append(x.sum().item())
@@ -161,7 +164,7 @@ def test_a_call_by_another_name_pins_no_read_on_the_wrong_branch(tmp_path):
         def loop(prof):
             f = log_eval
             for i in range(8):
-                x = torch.randn(4)
+                x = torch.randn(4, device=DEVICE)
                 if i % 2:
                     f(x)
                     x.sum().item()
@@ -195,7 +198,7 @@ def test_a_generator_iterated_in_a_periodic_block_leaves_every_steps_read_exact(
                 yield i
 
 
-        w = torch.randn(4)
+        w = torch.randn(4, device=DEVICE)
         prof = PROFILER
         prof.start()
         for step in range(8):

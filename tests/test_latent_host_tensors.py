@@ -51,6 +51,10 @@ def _reads_host_made(code: str, line: int) -> bool:
         ("def f(loss):\n    return torch.tensor(2.0).type_as(loss).item()\n", 2, False),
         ("def f(q):\n    return torch.tensor([1.0, 2.0]).sum(0).item()\n", 2, True),
         ("def f(loss):\n    return loss.item()\n", 2, False),
+        # Factories of sizes without a device (nanoGPT's ``torch.zeros(eval_iters)``).
+        ("def f(n):\n    d = torch.zeros(n)\n    return d.mean().item()\n", 3, True),
+        ("def f(n, dev):\n    return torch.randint(n, (2,), device=dev).sum().item()\n", 2, False),
+        ("def f(x):\n    return torch.zeros_like(x).sum().item()\n", 2, False),
     ],
 )
 def test_a_read_is_host_made_only_where_every_read_on_the_line_is_of_a_python_made_tensor(
@@ -131,3 +135,19 @@ def test_averaged_models_counter_reads_get_the_every_n_steps_fix():
     assert found is not None
     assert found[0].advice.title == "Update the AveragedModel every N steps, not every step"
     assert "ema_steps" in found[0].advice.after
+
+
+def test_factories_under_a_device_context_keep_their_reads(tmp_path: Path):
+    """``with torch.device("cuda"):`` puts ``torch.zeros(...)`` on the GPU: a file with one
+    is not read for host-made tensors."""
+    code = SMOOTHED + '\n\ndef on_gpu():\n    with torch.device("cuda"):\n        pass\n'
+    (tmp_path / "smoothed.py").write_text(code)
+    spec = importlib.util.spec_from_file_location("smoothed", tmp_path / "smoothed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["smoothed"] = module
+    spec.loader.exec_module(module)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    module.main(str(out))
+    sys.modules.pop("smoothed", None)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert len(report.latent_sites) == 2

@@ -255,6 +255,15 @@ def build_sites(
                 steps=sorted({s.step for s in members if s.step is not None}),
                 **_step_spread(members),
                 periodic_guard=source.periodic_guard if source and source.line_exact else None,
+                after_sync=(
+                    source.after_sync
+                    if source is not None
+                    and all(
+                        s.source is not None and s.source.after_sync == source.after_sync
+                        for s in members
+                    )
+                    else None
+                ),
                 latent=latent,
                 candidates=_candidates(members),
                 backward=bool(source and source.backward),

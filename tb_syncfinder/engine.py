@@ -73,6 +73,7 @@ from tb_syncfinder.models import (
     TraceRef,
     TraceResult,
     TraceSavings,
+    UnrunSync,
     source_files_of,
     sync_id_prefix,
     unread_source_files,
@@ -887,6 +888,16 @@ def _analyze_data(
                 lines = [src.line] if src.line_exact and src.line else src.candidates
                 lines_run.setdefault((src.file, src.func), set()).update(lines)
         info.unrun_syncs = resolver.unrun_syncs(attribute.frames_made(), lines_run)
+        if info.unrun_syncs:
+            # A read just after one of them finds a GPU idle: it waits there first.
+            after: dict[tuple[str, int | None, str], UnrunSync | None] = {}
+            for sync in latent:
+                src = sync.source
+                if src is not None and src.line_exact:
+                    key = (src.file, src.line, src.func)
+                    if key not in after:
+                        after[key] = resolver.sync_before(src, info.unrun_syncs)
+                    src.after_sync = after[key]
     info.unjudged_uploads, info.unjudged_upload_host_us = uploads
     info.repairs = repairs
     info.step_markers = bool(tl.steps) or tl.only_closing_step

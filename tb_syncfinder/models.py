@@ -128,6 +128,19 @@ class NotebookCell(msgspec.Struct):
     id: str | None = None
 
 
+class UnrunSync(msgspec.Struct, omit_defaults=True):
+    """An explicit synchronize (``torch.cuda.synchronize()``, ``event.synchronize()``) in a
+    function a CPU-only trace shows running, which did not run there: read from the source,
+    it would make the host wait on a GPU wherever its condition holds (``guard``: the test
+    of the innermost ``if`` around it, as Python prints it)."""
+
+    file: str  # as the trace names it
+    line: int
+    func: str
+    code: str  # the call, as Python prints it (``ast.unparse``: quotes may differ)
+    guard: str | None = None
+
+
 class Source(msgspec.Struct):
     """The user source line a finding points at.
 
@@ -183,19 +196,11 @@ class Source(msgspec.Struct):
     # holds it, ``line`` counted in the cell as IPython counts it ("Cell In[4], line 6") and
     # ``resolved_path`` the notebook.
     cell: NotebookCell | None = None
-
-
-class UnrunSync(msgspec.Struct, omit_defaults=True):
-    """An explicit synchronize (``torch.cuda.synchronize()``, ``event.synchronize()``) in a
-    function a CPU-only trace shows running, which did not run there: read from the source,
-    it would make the host wait on a GPU wherever its condition holds (``guard``: the test
-    of the innermost ``if`` around it, as Python prints it)."""
-
-    file: str  # as the trace names it
-    line: int
-    func: str
-    code: str  # the call, as Python prints it (``ast.unparse``: quotes may differ)
-    guard: str | None = None
+    # A CPU-only trace's explicit synchronize that did not run (``TraceInfo.unrun_syncs``)
+    # and stands before this exact line in the same pass of its loop, with nothing between
+    # but calls that queue no device work (``source.sync_before``): on a GPU the host waits
+    # there first, and this read waits little until that synchronize goes.
+    after_sync: UnrunSync | None = None
 
 
 class TraceInfo(msgspec.Struct):
@@ -517,6 +522,9 @@ class Site(msgspec.Struct):
     max_per_step: int = 0
     # As on Source: the ``%`` test its exact line runs under (already every N steps).
     periodic_guard: str | None = None
+    # As on Source: the unrun explicit synchronize before its exact line in each pass (a
+    # CPU-only trace's), where every one of its syncs has it.
+    after_sync: UnrunSync | None = None
 
 
 class StepStats(msgspec.Struct):

@@ -1126,6 +1126,106 @@ def loops_around(scope: ast.AST, line: int) -> list[tuple[int, int]]:
     return sorted(found)
 
 
+# The calls that queue no device work, between a synchronize and a read after it: a step's
+# timing and its log (build-nanogpt's ``t1 = time.time()`` and ``print(f"... {loss_accum.
+# item():.6f} ...")``), by builtin name, by method name (not of ``torch``), or of ``time``.
+_HOST_ONLY_CALLS = frozenset(
+    {"print", "len", "int", "float", "str", "round", "abs", "format", "open"}
+)
+_HOST_ONLY_METHODS = frozenset(
+    {"item", "tolist", "write", "flush", "append", "info", "debug", "warning", "format"}
+)
+_HOST_ONLY_MODULES = frozenset({"time", "datetime", "math", "logging", "logger"})
+
+
+def runs_just_before(scope: ast.AST, sync_line: int, read_line: int) -> bool:
+    """Whether the statement at ``sync_line`` runs before ``read_line`` in each pass of the
+    innermost loop of ``scope`` that runs the read (or in each run of ``scope`` where no
+    loop does), on the same path (not in another branch of an ``if``), with no call
+    between them that may queue device work (``_HOST_ONLY_CALLS``): a read there finds the
+    device idle."""
+    loops = loops_around(scope, read_line)
+    if loops:
+        first, _end = loops[-1]
+        loop = next(
+            node
+            for node, _ in _scope_walk(scope)
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.lineno == first
+        )
+        body: list[ast.stmt] = loop.body
+    else:
+        body = getattr(scope, "body", None) or []
+        if not isinstance(body, list):  # a lambda's body is one expression
+            return False
+    while True:
+        at_sync = _statement_holding(body, sync_line)
+        at_read = _statement_holding(body, read_line)
+        if at_sync is None or at_read is None:
+            return False
+        if at_sync is at_read:
+            inner = _block_holding_both(at_sync, sync_line, read_line)
+            if inner is None:
+                return False
+            body = inner
+            continue
+        if at_sync.lineno > at_read.lineno:
+            return False
+        after = at_sync.end_lineno or at_sync.lineno
+        between = body[body.index(at_sync) + 1 : body.index(at_read) + 1]
+        # A function defined between them runs none of its body there.
+        nodes = [
+            node
+            for statement in between
+            if not isinstance(statement, _NESTED_SCOPES)
+            for node in (statement, *(n for n, _ in _scope_walk(statement)))
+        ]
+        return all(
+            _queues_no_device_work(node)
+            for node in nodes
+            if isinstance(node, ast.Call) and after < node.lineno <= read_line
+        )
+
+
+def _statement_holding(body: list[ast.stmt], line: int) -> ast.stmt | None:
+    return next(
+        (s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)),
+        None,
+    )
+
+
+def _block_holding_both(statement: ast.stmt, first: int, second: int) -> list[ast.stmt] | None:
+    """The block of a compound statement holding both lines (an ``if``'s body, or its
+    ``else``; a ``with``'s or ``try``'s body); None where they are in different blocks,
+    or the statement has none (one statement spanning both lines)."""
+    if isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
+        return None  # a loop inside the pass: its body runs many times, or none
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if (
+            isinstance(block, list)
+            and block
+            and all(_statement_holding(block, line) is not None for line in (first, second))
+        ):
+            return block
+    return None
+
+
+def _queues_no_device_work(call: ast.Call) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in _HOST_ONLY_CALLS
+    if not isinstance(func, ast.Attribute):
+        return False
+    root = func.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id == "torch":
+        return False
+    if isinstance(func.value, ast.Name) and func.value.id in _HOST_ONLY_MODULES:
+        return True
+    return func.attr in _HOST_ONLY_METHODS
+
+
 def loop_around(scope: ast.AST, line: int) -> int | None:
     """The first line of the innermost loop of ``scope`` (not of a function or class
     defined in it) that runs ``line`` once per pass with the pass's own value: a ``for``
@@ -1491,7 +1591,6 @@ def _loop_iterables(scope: ast.AST, name: str) -> list[ast.expr]:
 
 
 _AFTER_EVERY_LINE = 1 << 30
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _statements_at(scope: ast.AST, line: int) -> list[ast.stmt]:
@@ -2481,6 +2580,33 @@ class SourceResolver:
             found = scope is not None and reads_host_made_tensor(scope, source.line)
             self._host_made[key] = found
         return found
+
+    def sync_before(self, source: Source, unrun: Sequence[UnrunSync]) -> UnrunSync | None:
+        """Of a CPU-only trace's unrun synchronizes, the one that runs just before this
+        source's exact line in each pass of its loop (``runs_just_before``); None: none."""
+        if not source.line_exact or source.line is None or source.resolved_path is None:
+            return None
+        if source.cell is not None:
+            return None
+        before = [
+            u
+            for u in unrun
+            if u.file == source.file and u.func == source.func and u.line < source.line
+        ]
+        if not before:
+            return None
+        parsed = self._parse(Path(source.resolved_path))
+        scope = parsed.running_scope(source.line, source.func) if parsed else None
+        if scope is None:
+            return None
+        return next(
+            (
+                u
+                for u in sorted(before, key=lambda u: -u.line)
+                if runs_just_before(scope, u.line, source.line)
+            ),
+            None,
+        )
 
     def indexes_host_made(self, source: Source | None) -> bool:
         """Whether a read made by a library's ``__getitem__`` under this source (``np.memmap``

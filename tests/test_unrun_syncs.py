@@ -16,7 +16,7 @@ from kineto_builder import KinetoTraceBuilder, item_sync
 
 from tb_syncfinder import analyze
 from tb_syncfinder.cli import main
-from tb_syncfinder.source import explicit_syncs
+from tb_syncfinder.source import explicit_syncs, runs_just_before
 
 _LOOP = textwrap.dedent(
     """\
@@ -99,6 +99,10 @@ def test_a_cpu_trace_lists_the_synchronize_its_loop_holds_and_says_it(tmp_path, 
     assert "under `if device_type == 'cuda':`" in text
     # With a fix of its own: most such synchronizes time the step.
     assert "Fix: drop debugging synchronizes; to time steps, synchronize only every N" in text
+    # The loop's logged read comes just after it: on a GPU the host has waited already.
+    (logged,) = [site for site in report.latent_sites if site.line == 26]
+    assert logged.after_sync is not None and logged.after_sync.line == 21
+    assert "after torch.cuda.synchronize() (line 21, not run here): on a GPU the host" in text
     out = tmp_path / "r.json"
     assert main(["report", str(trace), "--source-root", str(tmp_path), "-o", str(out)]) == 0
     assert json.loads(out.read_text())["traces"][0]["unrun_syncs"][0]["line"] == 21
@@ -164,3 +168,60 @@ def test_a_module_loops_synchronize_is_named_when_its_reads_are_a_helpers(tmp_pa
     report = analyze(str(logdir), source_roots=[str(tmp_path)])
     lines = [u.line for t in report.traces for u in t.unrun_syncs]
     assert lines == [22], lines
+
+
+@pytest.mark.parametrize(
+    ("body", "after"),
+    [
+        # build-nanogpt: timing and a log between; a file opened to write the log.
+        (
+            "for s in range(3):\n    loss = model(x)\n    if cuda:\n"
+            "        torch.cuda.synchronize()\n    t1 = time.time()\n    if master:\n"
+            "        with open(p) as f:\n"
+            "            f.write(f'{loss.item()}')\n",
+            True,
+        ),
+        # Work queued between them: the read waits for it.
+        (
+            "for s in range(3):\n    torch.cuda.synchronize()\n    loss = model(x)\n"
+            "    print(loss.item())\n",
+            False,
+        ),
+        (
+            "for s in range(3):\n    torch.cuda.synchronize()\n    y = torch.log(x)\n"
+            "    print(y.item())\n",
+            False,
+        ),
+        # At the top of the pass, the read before it; or in the other branch.
+        (
+            "for s in range(3):\n    print(loss.item())\n    torch.cuda.synchronize()\n",
+            False,
+        ),
+        (
+            "for s in range(3):\n    if a:\n        torch.cuda.synchronize()\n"
+            "    else:\n        print(loss.item())\n",
+            False,
+        ),
+        # In a loop of its own inside the pass: it may run no time.
+        (
+            "for s in range(3):\n    for k in ks:\n        torch.cuda.synchronize()\n"
+            "    print(loss.item())\n",
+            True,
+        ),
+    ],
+)
+def test_a_read_runs_just_after_a_synchronize_only_on_its_path_with_no_device_work_between(
+    body, after
+):
+    tree = ast.parse(body)
+    (sync_line,) = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "synchronize"
+    ]
+    (read_line,) = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "item"
+    ]
+    assert runs_just_before(tree, sync_line, read_line) is after

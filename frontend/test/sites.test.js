@@ -232,3 +232,11 @@ test("two sites reading through one library helper say which library code each f
   const own = { ...bar, key: "/home/a@b/train.py:57:aten::item@lightning/fabric/utilities/apply_func.py:to_item" };
   assert.equal(siteWhere(own).notes[0].text, "synced in lightning/fabric/utilities/apply_func.py:134 (to_item)");
 });
+
+test("a read just after an unrun synchronize says the host waits there first, as the CLI does", () => {
+  const site = { file: "train_gpt2.py", line: 521, line_exact: true, latent: true, after_sync: { file: "train_gpt2.py", line: 515, func: "<module>", code: "torch.cuda.synchronize()", guard: "device_type == 'cuda'" } };
+  assert.deepEqual(siteWhere(site).notes, [
+    { id: "after-sync", text: "after torch.cuda.synchronize() (line 515, not run here): on a GPU the host waits there first, so this read costs little until that synchronize goes" },
+  ]);
+  assert.deepEqual(siteWhere({ ...site, after_sync: null }).notes, []);
+});

@@ -447,6 +447,9 @@ def _where_text(site: dict[str, Any]) -> str | None:
         parts.append(str(site["waiting_for"]))
     if site.get("copy_direction_guessed"):
         parts.append(COPY_DIRECTION_NOTE)
+    after = site.get("after_sync")
+    if isinstance(after, dict):
+        parts.append(after_sync_text(after))
     others = site.get("other_kinds") or {}
     if others:  # the fix shown is the most frequent kind's only
         parts.append(
@@ -455,6 +458,16 @@ def _where_text(site: dict[str, Any]) -> str | None:
             + ", whose fix is not the one below"
         )
     return "; ".join(parts) or None
+
+
+def after_sync_text(after: dict[str, Any]) -> str:
+    """What a latent read just after an unrun explicit synchronize (``Site.after_sync``)
+    costs: on a GPU the host waits at the synchronize first, so fixing the read alone
+    saves little (build-nanogpt's logged ``loss_accum.item()``)."""
+    return (
+        f"after {after.get('code')} (line {after.get('line')}, not run here): on a GPU the "
+        "host waits there first, so this read costs little until that synchronize goes"
+    )
 
 
 def _advice_title(site: dict[str, Any]) -> str:

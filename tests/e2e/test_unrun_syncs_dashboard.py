@@ -1,6 +1,7 @@
 """A CPU-only run whose loop holds ``torch.cuda.synchronize()`` under a device check, in a
 real TensorBoard and Chromium: the tab's "No GPU activity" banner names the line, which
-never ran on the CPU and waits on every step of a GPU run."""
+never ran on the CPU and waits on every step of a GPU run; the read logged just after it
+says so in its row."""
 
 from __future__ import annotations
 
@@ -22,4 +23,7 @@ def test_the_no_gpu_banner_names_the_synchronize_that_did_not_run(
         assert rows(page)
         said = page.inner_text("[data-testid=no-gpu] [data-testid=unrun-syncs]")
         assert "loop.py:21 torch.cuda.synchronize() (in train, under `if device_type" in said
+        # The logged read just after it says the host waits at the synchronize first.
+        after = page.inner_text("[data-testid=row-after-sync]")
+        assert "after torch.cuda.synchronize() (line 21, not run here)" in after
     assert page_errors == []

@@ -1135,15 +1135,21 @@ _HOST_ONLY_CALLS = frozenset(
 _HOST_ONLY_METHODS = frozenset(
     {"item", "tolist", "write", "flush", "append", "info", "debug", "warning", "format"}
 )
-_HOST_ONLY_MODULES = frozenset({"time", "datetime", "math", "logging", "logger"})
+_HOST_ONLY_MODULES = frozenset({"time", "datetime", "math", "logging", "logger", "os", "sys"})
 
 
-def runs_just_before(scope: ast.AST, sync_line: int, read_line: int) -> bool:
+def runs_just_before(
+    scope: ast.AST,
+    sync_line: int,
+    read_line: int,
+    functions: Mapping[str, ast.AST] | None = None,
+) -> bool:
     """Whether the statement at ``sync_line`` runs before ``read_line`` in each pass of the
     innermost loop of ``scope`` that runs the read (or in each run of ``scope`` where no
     loop does), on the same path (not in another branch of an ``if``), with no call
-    between them that may queue device work (``_HOST_ONLY_CALLS``): a read there finds the
-    device idle."""
+    between them that may queue device work (``_HOST_ONLY_CALLS``; ``functions``: the
+    file's own functions by name, a call of which counts by the calls in it, as llm.c's
+    ``print0`` wraps ``print``): a read there finds the device idle."""
     loops = loops_around(scope, read_line)
     if loops:
         first, _end = loops[-1]
@@ -1180,7 +1186,7 @@ def runs_just_before(scope: ast.AST, sync_line: int, read_line: int) -> bool:
             for node in (statement, *(n for n, _ in _scope_walk(statement)))
         ]
         return all(
-            _queues_no_device_work(node)
+            _queues_no_device_work(node, functions or {})
             for node in nodes
             if isinstance(node, ast.Call) and after < node.lineno <= read_line
         )
@@ -1210,10 +1216,23 @@ def _block_holding_both(statement: ast.stmt, first: int, second: int) -> list[as
     return None
 
 
-def _queues_no_device_work(call: ast.Call) -> bool:
+def _queues_no_device_work(
+    call: ast.Call, functions: Mapping[str, ast.AST], depth: int = 0
+) -> bool:
     func = call.func
     if isinstance(func, ast.Name):
-        return func.id in _HOST_ONLY_CALLS
+        if func.id in _HOST_ONLY_CALLS:
+            return True
+        helper = functions.get(func.id)
+        return (
+            helper is not None
+            and depth < 2
+            and all(
+                _queues_no_device_work(node, functions, depth + 1)
+                for node, _ in _scope_walk(helper)
+                if isinstance(node, ast.Call)
+            )
+        )
     if not isinstance(func, ast.Attribute):
         return False
     root = func.value
@@ -1221,7 +1240,7 @@ def _queues_no_device_work(call: ast.Call) -> bool:
         root = root.value
     if isinstance(root, ast.Name) and root.id == "torch":
         return False
-    if isinstance(func.value, ast.Name) and func.value.id in _HOST_ONLY_MODULES:
+    if isinstance(root, ast.Name) and root.id in _HOST_ONLY_MODULES:
         return True
     return func.attr in _HOST_ONLY_METHODS
 
@@ -2599,11 +2618,17 @@ class SourceResolver:
         scope = parsed.running_scope(source.line, source.func) if parsed else None
         if scope is None:
             return None
+        # The file's own top-level functions, each name once (``print0``).
+        defined: dict[str, list[ast.AST]] = {}
+        for node in parsed.tree.body:  # type: ignore[union-attr]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.setdefault(node.name, []).append(node)
+        functions = {name: nodes[0] for name, nodes in defined.items() if len(nodes) == 1}
         return next(
             (
                 u
                 for u in sorted(before, key=lambda u: -u.line)
-                if runs_just_before(scope, u.line, source.line)
+                if runs_just_before(scope, u.line, source.line, functions)
             ),
             None,
         )

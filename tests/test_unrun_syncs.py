@@ -225,3 +225,33 @@ def test_a_read_runs_just_after_a_synchronize_only_on_its_path_with_no_device_wo
         if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "item"
     ]
     assert runs_just_before(tree, sync_line, read_line) is after
+
+
+def test_a_helper_of_the_file_that_only_prints_lets_the_read_follow_the_synchronize():
+    """llm.c logs through its own ``print0`` (``print`` on rank 0): a call of the file's
+    own function counts by the calls in it."""
+    module = ast.parse(
+        textwrap.dedent(
+            """\
+            def print0(*args):
+                if int(os.environ.get("RANK", 0)) == 0:
+                    print(*args)
+
+
+            def evaluate(m):
+                return m(x)
+
+
+            for step in range(3):
+                torch.cuda.synchronize()
+                print0(f"norm {norm:.4f} {lossf.item()}")
+                torch.cuda.synchronize()
+                evaluate(model)
+                print0(f"val {val.item()}")
+            """
+        )
+    )
+    functions = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
+    assert runs_just_before(module, 11, 12, functions)
+    assert not runs_just_before(module, 11, 12)  # print0 unknown: it may queue work
+    assert not runs_just_before(module, 13, 15, functions)  # evaluate() runs the model

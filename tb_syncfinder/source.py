@@ -363,6 +363,25 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
 _PROFILE_CLASSES = frozenset({"profile", "_KinetoProfile"})
 
 
+# What a profiler made out of sight is called (``prof``, ``profiler``, ``torch_profiler``,
+# ``self.prof``): never an optimizer or a scheduler.
+_PROFILER_NAME = re.compile(r"(?:^|_)prof(?:iler)?(?:_|$)")
+
+
+def _receiver_name(call: ast.Call) -> str | None:
+    """The name a method is called on: ``prof`` of ``prof.step()`` and of
+    ``self.prof.step()``; None for another receiver (``make()[0].step()``)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    receiver = func.value
+    if isinstance(receiver, ast.Name):
+        return receiver.id
+    if isinstance(receiver, ast.Attribute):
+        return receiver.attr
+    return None
+
+
 def _may_index_with_tensor(node: ast.AST, slices: bool = False) -> bool:
     """Whether a subscript's index can be a tensor or a list (aten::index, a sync for a
     mask): not for constants, slices and tuples of those. With ``slices``, also whether a
@@ -583,10 +602,9 @@ def _matcher(
             name = _call_name(node)
             if isinstance(func, ast.Name) and name in typed_calls:
                 return N, True
-            receiver = func.value if isinstance(func, ast.Attribute) else None
             # ``prof.step()`` is the profiler's even when the sync is in another ``step``
             # (``scaler.step(optimizer)``, ``optimizer.step()``): the trace observes it so.
-            if name == "step" and isinstance(receiver, ast.Name) and receiver.id in profiler_names:
+            if name == "step" and _receiver_name(node) in profiler_names:
                 return P, False
             bound = bindings.of_call(node)
             namespaced = _builtin_names(func, bindings)
@@ -1731,6 +1749,7 @@ class _ParsedFile:
         self.scopes: dict[int, list[ast.AST]] = {}
         self.functions: dict[int, ast.AST] = {}
         names: set[str] = set()
+        step_receivers: set[str] = set()
         assignments: list[ast.AST] = []
         function_nodes: list[ast.AST] = []
         self._subclasses: dict[str, set[str]] = {}  # a base class's name -> classes here
@@ -1763,8 +1782,21 @@ class _ParsedFile:
                     )
                     if name:
                         self._subclasses.setdefault(name, set()).add(node.name)
+            elif isinstance(node, ast.Call) and _call_name(node) == "step":
+                receiver = _receiver_name(node)
+                if receiver is not None:
+                    step_receivers.add(receiver)
         # Names bound to a torch.profiler.profile object: their .step() is the profiler's.
+        # A profiler made elsewhere (``prof = make_profiler(cfg)``, torchtitan's ``with
+        # maybe_enable_profiling(...) as torch_profiler``) is known by its name: with no
+        # name for it, every ``.step()`` might be it and need not be (the optimizer's), so
+        # a loop's passes aligned without it (llm.c's validation reads fit its train read).
         self.profiler_names = frozenset(names)
+        # Used only where the trace shows the profiler's steps in the frame: a synthetic
+        # or callback-stepped profiler's are not there to align with.
+        self.named_profilers = frozenset(
+            () if names else (r for r in step_receivers if _PROFILER_NAME.search(r))
+        )
         self._assignments = assignments
         self._function_nodes = function_nodes
         self._index: _BindingIndex | None = None
@@ -2929,6 +2961,7 @@ class SourceResolver:
             wrappers = observed.step_calls if observed is not None else ()
             step_calls = tuple(name for name, _where in wrappers)
             steps_in_next = any(self._is_iterator(name, where) for name, where in wrappers)
+            steps_seen = observed is not None and P in observed.tokens
             automaton = self._automaton(
                 path,
                 parsed,
@@ -2939,6 +2972,7 @@ class SourceResolver:
                 prefix,
                 step_calls,
                 steps_in_next,
+                steps_seen=steps_seen,
             )
             label = _label(group)
             reachable = automaton.reachable_lines(label)
@@ -2978,6 +3012,7 @@ class SourceResolver:
                                 step_calls,
                                 steps_in_next,
                                 anchors,
+                                steps_seen,
                             ),
                             observed,
                             anchors,
@@ -3071,7 +3106,11 @@ class SourceResolver:
         step_calls: tuple[str, ...] = (),
         steps_in_next: bool = False,
         anchors: frozenset[str] = frozenset(),
+        steps_seen: bool = False,
     ) -> Automaton:
+        """``steps_seen``: the frame's observed calls hold the profiler's steps, so a
+        profiler known only by its name (``_ParsedFile.named_profilers``) steps there."""
+        profilers = parsed.profiler_names or (parsed.named_profilers if steps_seen else frozenset())
         key = (
             path,
             id(scope),
@@ -3082,13 +3121,14 @@ class SourceResolver:
             step_calls,
             steps_in_next,
             anchors,
+            profilers,
         )
         automaton = self._automata.get(key)
         if automaton is None:
             matcher = _matcher(
                 group,
                 optional_calls,
-                parsed.profiler_names,
+                profilers,
                 parsed.bindings(scope),
                 step_calls,
                 steps_in_next,

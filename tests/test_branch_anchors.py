@@ -214,3 +214,49 @@ def test_a_generator_iterated_in_a_periodic_block_leaves_every_steps_read_exact(
     )
     assert found and all(exact for _line, exact, _c in found), found
     assert sorted({line for line, _e, _c in found}) == [14, 18]
+
+
+def test_a_profiler_made_by_a_helper_is_known_by_its_name_and_places_the_validation_reads(
+    tmp_path,
+):
+    """llm.c's loop with the profiler from the user's own helper (``prof =
+    make_profiler()``): no ``profile(...)`` call names it, so every ``.step()`` might have
+    been the profiler's, and none had to be: a pass could end without one, and the
+    validation reads fit the training read's line too (inexact, both lines)."""
+    found = _run(
+        tmp_path,
+        """\
+        import torch
+
+
+        def make_profiler():
+            return PROFILER
+
+
+        w = torch.randn(1, device=DEVICE)
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        prof = make_profiler()
+        prof.start()
+        for step in range(8):
+            if step % 3 == 0:
+                val = 0.0
+                for _ in range(2):
+                    val += w.item()
+            opt.step()
+            loss = w.item()
+            prof.step()
+        prof.stop()
+        """,
+    )
+    # Profiled: steps 2 to 6; validation at 3 and 6 (two reads each).
+    assert found == [
+        (18, True, []),
+        (16, True, []),
+        (16, True, []),
+        (18, True, []),
+        (18, True, []),
+        (18, True, []),
+        (16, True, []),
+        (16, True, []),
+        (18, True, []),
+    ], found

@@ -32,6 +32,7 @@ from tb_syncfinder.cost import (
     profiler_overhead_us,
 )
 from tb_syncfinder.models import (
+    CallerCount,
     CollectiveWorker,
     ProfilerOverhead,
     Report,
@@ -255,6 +256,7 @@ def build_sites(
                 steps=sorted({s.step for s in members if s.step is not None}),
                 **_step_spread(members),
                 periodic_guard=source.periodic_guard if source and source.line_exact else None,
+                callers=_callers(members),
                 after_sync=(
                     source.after_sync
                     if source is not None
@@ -451,6 +453,21 @@ def _step_spread(members: list[Sync]) -> dict[str, int]:
         "steps_with_syncs": len(per_step),
         "max_per_step": max(per_step.values(), default=0),
     }
+
+
+def _callers(members: Sequence[Sync]) -> list[CallerCount]:
+    """A site's syncs by the user's line that called its function, most first (ties by
+    place); empty where no user frame called it."""
+    counts: dict[tuple[str, int | None, str, bool], int] = {}
+    for sync in members:
+        called_from = sync.source.called_from if sync.source is not None else None
+        if called_from is not None:
+            key = (called_from.file, called_from.line, called_from.func, called_from.line_exact)
+            counts[key] = counts.get(key, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1] or 0))
+    return [
+        CallerCount(file, line, func, exact, count) for (file, line, func, exact), count in ordered
+    ]
 
 
 def _candidates(members: list[Sync]) -> list[int]:

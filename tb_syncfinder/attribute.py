@@ -1018,18 +1018,21 @@ class Attributor:
 
     def _frame_queries(
         self, thread: HostThread, frames: list[tuple[int, Frame]], op: int
-    ) -> tuple[CallQuery | None, CallQuery | None]:
-        """The user's call (innermost user frame) and, when that call went into a library,
-        the library's own call that synced (its innermost Python frame)."""
+    ) -> tuple[CallQuery | None, CallQuery | None, CallQuery | None]:
+        """The user's call (innermost user frame); when that call went into a library, the
+        library's own call that synced (its innermost Python frame); and the call of the
+        user's function by the next user frame out, where one called it."""
         user = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
         if user is None:
-            return None, None
+            return None, None, None
         user_query = self.query(thread, frames, user, op)
         library = next(
             (n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"), None
         )
         library_query = self.query(thread, frames, library, op) if library is not None else None
-        return user_query, library_query
+        caller = next((n for n in range(user + 1, len(frames)) if frames[n][1].user), None)
+        caller_query = self.query(thread, frames, caller, op) if caller is not None else None
+        return user_query, library_query, caller_query
 
     # -- backward passes ---------------------------------------------------------------
     def _forward_index(self) -> dict[Any, list[tuple[HostThread, int]]]:
@@ -1125,9 +1128,9 @@ class Attributor:
         call_lines = False
         invocation: Any = None
         outer = op_nodes[0] if op_nodes else -1
-        user_call = library_call = None
+        user_call = library_call = caller_call = None
         if located:
-            user_call, library_call = self._frame_queries(thread, located, outer)
+            user_call, library_call, caller_call = self._frame_queries(thread, located, outer)
             user = next((i for i, f in located if f.user), None)
             invocation = (thread.pid, thread.tid, user) if user is not None else None
         else:
@@ -1166,6 +1169,7 @@ class Attributor:
             called=called_name(stack),
             user_call=user_call,
             library_call=library_call,
+            caller_call=caller_call,
             profiler_overhead=is_profiler_stack(stack)
             or (not stack and self.is_profiler_stop(episode)),
         )
@@ -1187,7 +1191,9 @@ class Attributor:
         frames, _modules = self.python_stack(fthread, fthread.starts[outer], fthread.ends[outer])
         attribution.forward_stack = [f for _i, f in frames]
         if frames:
-            attribution.forward_call, _library = self._frame_queries(fthread, frames, outer)
+            attribution.forward_call, _library, _caller = self._frame_queries(
+                fthread, frames, outer
+            )
         if attribution.user_call is not None:
             attribution.run_by_call = attribution.user_call  # backward ran on this thread
             return
@@ -1196,7 +1202,7 @@ class Attributor:
         ts, end = thread.starts[backward_op], thread.ends[backward_op]
         waiting, _modules = self.python_stack(fthread, ts, end)
         if waiting:
-            attribution.run_by_call, _library = self._frame_queries(fthread, waiting, -1)
+            attribution.run_by_call, _library, _caller = self._frame_queries(fthread, waiting, -1)
 
 
 def _is_forward(fwd_thread_id: Any) -> bool:

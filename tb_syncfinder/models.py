@@ -141,6 +141,28 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     guard: str | None = None
 
 
+class CallSite(msgspec.Struct, omit_defaults=True):
+    """A line of the user's that called the function a sync is in (``Source.called_from``):
+    a helper's read (``def to_float(t): return t.item()``) is one site at the helper's
+    line, and the calls of it are where the user changes what is read and how often."""
+
+    file: str
+    line: int | None
+    func: str
+    line_exact: bool
+
+
+class CallerCount(msgspec.Struct):
+    """A site's syncs by the user's line that called the function they are in
+    (``Site.callers``)."""
+
+    file: str
+    line: int | None
+    func: str
+    line_exact: bool
+    count: int
+
+
 class Source(msgspec.Struct):
     """The user source line a finding points at.
 
@@ -201,6 +223,9 @@ class Source(msgspec.Struct):
     # but calls that queue no device work (``source.sync_before``): on a GPU the host waits
     # there first, and this read waits little until that synchronize goes.
     after_sync: UnrunSync | None = None
+    # The user's line that called this line's function, where another user frame did
+    # (``Attribution.caller_call``); None where none (a loop's own frame, a script's top).
+    called_from: CallSite | None = None
 
 
 class TraceInfo(msgspec.Struct):
@@ -344,6 +369,9 @@ class Attribution(msgspec.Struct):
     # forward operation's call and the call that ran the backward pass.
     user_call: CallQuery | None = None
     library_call: CallQuery | None = None
+    # The call of the user's function (the innermost user frame) by the next user frame
+    # out, where there is one: the line that called the helper the sync is in.
+    caller_call: CallQuery | None = None
     backward: bool = False
     forward_op: str | None = None
     forward_stack: list[Frame] = field(default_factory=list)
@@ -525,6 +553,10 @@ class Site(msgspec.Struct):
     # As on Source: the unrun explicit synchronize before its exact line in each pass (a
     # CPU-only trace's), where every one of its syncs has it.
     after_sync: UnrunSync | None = None
+    # Its syncs by the user's line that called its function (``Source.called_from``), most
+    # first; empty where no user frame called it. A helper called from several lines
+    # (``to_float(loss)``, ``to_float(acc)``) is one site with several callers.
+    callers: list[CallerCount] = field(default_factory=list)
 
 
 class StepStats(msgspec.Struct):

@@ -68,6 +68,7 @@ from tb_syncfinder.models import (
     KERNEL_CELL,
     Attribution,
     CallQuery,
+    CallSite,
     Frame,
     NotebookCell,
     Observed,
@@ -3315,4 +3316,10 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
     source = resolver.resolve_call(attribution.user_call)
     if attribution.library_call is not None:
         source.library = resolver.resolve_call(attribution.library_call)
+    if attribution.caller_call is not None:
+        caller = resolver.resolve_call(attribution.caller_call)
+        source = msgspec.structs.replace(
+            source,
+            called_from=CallSite(caller.file, caller.line, caller.func, caller.line_exact),
+        )
     return source

@@ -252,6 +252,28 @@ export function keyLibrary(key) {
   return colon > 0 ? { file: tail.slice(0, colon), func: tail.slice(colon + 1) } : null;
 }
 
+/** At most this many of a site's calling lines are named (the CLI's `CALLERS_SHOWN`). */
+const CALLERS_SHOWN = 4;
+
+/**
+ * "called from line 16 (4), line 17 (4)": the user's lines that called a site's function
+ * (`callers`), where there are two or more, as the CLI says it; null where fewer.
+ * @param {any} site
+ * @param {(path: string) => string} [short]
+ * @returns {string | null}
+ */
+export function callersText(site, short = (p) => p) {
+  const callers = (site.callers || []).filter(Boolean);
+  if (callers.length < 2) return null;
+  const named = callers.slice(0, CALLERS_SHOWN).map((/** @type {any} */ c) => {
+    const where = c.file === site.file ? `line ${c.line ?? "?"}` : `${short(c.file)}:${c.line ?? "?"}`;
+    return `${where}${c.line_exact ? "" : "*"} (${c.count})`;
+  });
+  const more = callers.length - CALLERS_SHOWN;
+  const rest = callers.slice(CALLERS_SHOWN).reduce((/** @type {number} */ n, /** @type {any} */ c) => n + (c.count || 0), 0);
+  return `called from ${named.join(", ")}${more > 0 ? `, and ${more} more line${more === 1 ? "" : "s"} (${rest})` : ""}`;
+}
+
 /**
  * A site's place as the sites table shows it, and what the CLI says under it: its
  * `file:line`, marked `*` when the line is not the exact call line (`line_exact` false) with
@@ -295,6 +317,9 @@ export function siteWhere(site, short = (p) => p) {
   if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });
   // A CPU trace's read just after an explicit synchronize that did not run there: on a
   // GPU the host waits at the synchronize first (as the CLI says it: `after_sync_text`).
+  // A helper called from several of the user's lines: which of them read how often.
+  const callers = callersText(site, short);
+  if (callers) notes.push({ id: "callers", text: callers });
   const after = site.after_sync;
   if (after && after.line !== null && after.line !== undefined) notes.push({ id: "after-sync", text: `after ${after.code} (line ${after.line}, not run here): on a GPU the host waits there first, so this read costs little until that synchronize goes` });
   // One line syncing in two ways (moving a pipeline's inputs to the device and its outputs

@@ -240,3 +240,18 @@ test("a read just after an unrun synchronize says the host waits there first, as
   ]);
   assert.deepEqual(siteWhere({ ...site, after_sync: null }).notes, []);
 });
+
+test("a helper called from several lines names them with their counts, as the CLI does", async () => {
+  const { callersText } = await import("../src/sites.js");
+  const site = { file: "w.py", line: 5, line_exact: true, callers: [
+    { file: "w.py", line: 16, func: "<module>", line_exact: true, count: 4 },
+    { file: "w.py", line: 17, func: "<module>", line_exact: true, count: 4 },
+    { file: "loop.py", line: 19, func: "fit", line_exact: false, count: 2 },
+  ] };
+  assert.equal(callersText(site), "called from line 16 (4), line 17 (4), loop.py:19* (2)");
+  assert.deepEqual(siteWhere(site).notes, [{ id: "callers", text: "called from line 16 (4), line 17 (4), loop.py:19* (2)" }]);
+  // One caller is the loop that runs it: the stack says so, no note.
+  assert.equal(callersText({ ...site, callers: site.callers.slice(0, 1) }), null);
+  const many = { ...site, callers: [1, 2, 3, 4, 5, 6].map((n) => ({ file: "w.py", line: n, func: "f", line_exact: true, count: n })) };
+  assert.equal(callersText(many), "called from line 1 (1), line 2 (2), line 3 (3), line 4 (4), and 2 more lines (11)");
+});

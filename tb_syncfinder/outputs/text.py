@@ -450,6 +450,9 @@ def _where_text(site: dict[str, Any]) -> str | None:
     after = site.get("after_sync")
     if isinstance(after, dict):
         parts.append(after_sync_text(after))
+    callers = callers_text(site)
+    if callers:
+        parts.append(callers)
     others = site.get("other_kinds") or {}
     if others:  # the fix shown is the most frequent kind's only
         parts.append(
@@ -458,6 +461,28 @@ def _where_text(site: dict[str, Any]) -> str | None:
             + ", whose fix is not the one below"
         )
     return "; ".join(parts) or None
+
+
+# At most this many of a site's calling lines are named; the rest are counted.
+CALLERS_SHOWN = 4
+
+
+def callers_text(site: dict[str, Any]) -> str | None:
+    """``called from train.py:16 (4), train.py:17 (4), train.py:19 (2)``: the user's lines
+    that called a site's function (``Site.callers``), where there are two or more (one is
+    the loop that runs it, which the stack shows). None: fewer."""
+    callers = [c for c in site.get("callers") or [] if isinstance(c, dict)]
+    if len(callers) < 2:
+        return None
+    file = site.get("file")
+    named = [f"{_line_of(c, file)} ({c.get('count')})" for c in callers[:CALLERS_SHOWN]]
+    more = len(callers) - CALLERS_SHOWN
+    rest = sum(int(c.get("count") or 0) for c in callers[CALLERS_SHOWN:])
+    return (
+        "called from "
+        + ", ".join(named)
+        + (f", and {plural(more, 'more line')} ({rest})" if more > 0 else "")
+    )
 
 
 def after_sync_text(after: dict[str, Any]) -> str:

@@ -1,0 +1,28 @@
+"""A helper's read called from several lines, in a real TensorBoard and Chromium: the tab's
+row names the lines that called it, with their counts, as the CLI does."""
+
+from __future__ import annotations
+
+import runpy
+from typing import Any
+
+from tests.e2e.helpers import new_page, plugin_url, rows, serve_tensorboard, skip_without_browser
+from tests.test_callers import _SCRIPT
+
+skip_without_browser()
+
+
+def test_the_row_of_a_helpers_read_names_the_lines_that_called_it(
+    tmp_path: Any, browser: Any, page_errors: list[str]
+) -> None:
+    script = tmp_path / "w.py"
+    script.write_text(_SCRIPT)
+    logdir = tmp_path / "logs" / "run"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    with serve_tensorboard(tmp_path / "logs", cwd=tmp_path, expected_runs={"run"}) as base:
+        page = new_page(browser, page_errors)
+        page.goto(plugin_url(base, "#run=run"))
+        assert rows(page)
+        said = page.inner_text("[data-testid=row-callers]")
+        assert said == "called from line 23 (4), line 24 (4), line 26 (2)"
+    assert page_errors == []

@@ -1,0 +1,86 @@
+"""A read in a helper of the user's (``def to_float(t): return t.item()``) is one site at
+the helper's line, whichever line called it: the calls of it, where the user decides what
+is read and how often, were not said. Each site now counts its syncs by the user's line
+that called its function (``Site.callers``), and the report names them where there are
+several."""
+
+from __future__ import annotations
+
+import runpy
+import textwrap
+
+import pytest
+
+from tb_syncfinder import analyze
+
+torch = pytest.importorskip("torch")
+
+_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+
+    def to_float(t):
+        return t.item()
+
+
+    def train_step(w):
+        loss = (w @ w).sum()
+        return to_float(loss)
+
+
+    w = torch.randn(8, 8, device=DEVICE)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(6):
+        loss = (w @ w).sum()
+        a = to_float(loss)
+        b = to_float(loss * 2)
+        if step % 2 == 0:
+            c = to_float(loss.mean())
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def test_a_helpers_read_is_counted_by_the_lines_that_called_it(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(_SCRIPT)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.func, site.count) == (5, "to_float", 10)
+    assert [(c.line, c.line_exact, c.func, c.count) for c in site.callers] == [
+        (23, True, "<module>", 4),
+        (24, True, "<module>", 4),
+        (26, True, "<module>", 2),
+    ]
+    text = " ".join(report.to_text().split())
+    assert "called from line 23 (4), line 24 (4), line 26 (2)" in text
+
+
+def test_a_function_called_from_one_line_names_no_caller(tmp_path):
+    """One caller is the loop that runs the function: the stack says it, the report does
+    not repeat it under every site."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        _SCRIPT.replace(
+            "    a = to_float(loss)\n    b = to_float(loss * 2)\n"
+            "    if step % 2 == 0:\n        c = to_float(loss.mean())\n",
+            "    a = train_step(w)\n",
+        )
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.func == "to_float"
+    assert [(c.line, c.func, c.count) for c in site.callers] == [(10, "train_step", 4)]
+    assert "called from" not in report.to_text()

@@ -1742,6 +1742,10 @@ def _first_line(node: ast.AST) -> int:
     return min([d.lineno for d in decorators] + [node.lineno])  # type: ignore[attr-defined]
 
 
+# A Windows path recorded on Windows (``C:/Users/a/train.py``): absolute there, not here.
+_WINDOWS_DRIVE = re.compile(r"[A-Za-z]:/")
+
+
 class _ParsedFile:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -2428,6 +2432,12 @@ class SourceResolver:
                 best, best_len = [path], n
             elif n == best_len:
                 best.append(path)
+        if best_len < len(parts) and not candidate.is_absolute() and not _WINDOWS_DRIVE.match(norm):
+            # A relative path is torch's for a file under a ``sys.path`` entry (an installed
+            # package's ``metricpkg/metrics.py``): its folders are the module's, so only the
+            # whole path names it. A tail of it is another module (``./metrics.py``), and a
+            # bare ``__init__.py`` any package's.
+            return None
         if direct is not None and best_len <= direct_len:
             # Nothing under the roots matches more of the recorded path than the file at
             # that tail (the walk may have been cut, or tie with a copy elsewhere).

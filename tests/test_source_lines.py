@@ -962,3 +962,24 @@ def test_a_line_left_inexact_for_several_copies_says_so_not_not_found(tmp_path):
     text = " ".join(report.to_text().split())
     assert "2 different files of its name lie under the source roots" in text
     assert "was not found" not in text
+
+
+def test_a_relative_recorded_path_is_found_only_by_its_whole_path(tmp_path):
+    """torch records a file under a ``sys.path`` entry relative to it (an installed
+    package's ``metricpkg/metrics.py``): its folders are the module's. A tail of it is
+    another module: an unrelated ``./metrics.py``, and the demo's own ``__init__.py`` for a
+    package's ``__init__.py`` (a user walk of timm found both taken, lines and all)."""
+    (tmp_path / "metrics.py").write_text("# another module\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "__init__.py").write_text("# another package\n")
+    (tmp_path / "repo" / "pkg").mkdir(parents=True)
+    (tmp_path / "repo" / "pkg" / "model.py").write_text("x = 1\n")
+    (tmp_path / "train.py").write_text("x = 1\n")
+    resolver = SourceResolver([str(tmp_path)])
+    assert resolver.find_file("metricpkg/metrics.py") is None
+    assert resolver.find_file("metricpkg/__init__.py") is None
+    # The whole relative path under a folder of the root, and a bare script name: found.
+    assert resolver.find_file("pkg/model.py") == tmp_path / "repo" / "pkg" / "model.py"
+    assert resolver.find_file("train.py") == tmp_path / "train.py"
+    # An absolute path recorded on another machine is found by its longest tail, as before.
+    assert resolver.find_file("/home/alice/proj/train.py") == tmp_path / "train.py"

@@ -478,8 +478,14 @@ def _engine_options(args: argparse.Namespace) -> Any:
 
     window_mb = getattr(args, "window_mb", None)
     # The timeline context around each sync is for the dashboard's detail view only.
+    # The roots named first, then the current directory, which ``--help`` and the README
+    # promise is always searched (given roots had replaced it, as the plugin's do).
+    here = os.getcwd()
+    roots = [*args.source_root]
+    if not any(os.path.realpath(root) == os.path.realpath(here) for root in roots):
+        roots.append(here)
     return Options(
-        source_roots=tuple(args.source_root),
+        source_roots=tuple(roots),
         path_map=tuple(args.path_map),
         contexts=False,
         source_packs=SOURCE_PACKS,

@@ -1313,3 +1313,47 @@ def test_worker_picks_the_training_traces_lightning_writes_beside_its_validation
     assert main(["report", str(run), "--worker", "*test_step*"]) == 2
     err = capsys.readouterr().err
     assert "no worker matches '*test_step*'; workers found: fit-prof-[Strategy]" in err
+
+
+def test_a_source_root_given_keeps_the_current_directory_searched(tmp_path, monkeypatch):
+    """``--help`` and the README say the current directory is always searched; a root
+    given had replaced it, and a script beside the logs went unread (a user walk)."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+            w = torch.randn(4, 4)
+            with torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler("logs/run"),
+            ) as prof:
+                for step in range(5):
+                    loss = (w @ w).sum()
+                    print(loss.item())
+                    prof.step()
+            """
+        )
+    )
+    # Run as a user runs it, from its folder: torch records the frame as ``train.py``,
+    # relative to the script's ``sys.path`` entry (not found beside the logs' folder).
+    subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "r.json"
+    assert main(["report", "logs", "--source-root", str(elsewhere), "-o", str(out)]) == 0
+    (site,) = json.loads(out.read_text())["latent_sites"]
+    assert (site["line"], site["line_exact"]) == (11, True)

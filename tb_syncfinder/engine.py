@@ -506,7 +506,17 @@ def _latent_copies_by_line(
         and not (
             # The read itself (``.item()``), not a factory's reads of the tensors it is
             # given: ``torch.tensor(losses)`` of GPU scalars reads each of them.
-            attribution.called in HOST_READ_METHODS and resolver.reads_host_made(source)
+            (attribution.called in HOST_READ_METHODS and resolver.reads_host_made(source))
+            # Or a library's own read (the innermost frame a built-in ``item``) of a tensor
+            # it made on the host: timm's scheduler draws its learning-rate noise with a CPU
+            # generator and reads it, 14 of a run's 19 latent syncs.
+            or (
+                source is not None
+                and source.library is not None
+                and bool(attribution.stack)
+                and attribution.stack[0].func in HOST_READ_METHODS
+                and resolver.reads_host_made(source.library)
+            )
         )
         and not (
             # A NumPy array indexed with tensors drawn on the host (nanoGPT's ``get_batch``).

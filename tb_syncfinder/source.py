@@ -2623,23 +2623,30 @@ class SourceResolver:
         return lines[source.line - 1].decode("utf-8", "replace")
 
     def reads_host_made(self, source: Source | None) -> bool:
-        """Whether a source's exact line reads only tensors made on the host from Python
-        data (``reads_host_made_tensor``); False where the line is not exact, or its file
+        """Whether a source's line reads only tensors made on the host from Python data
+        (``reads_host_made_tensor``): its exact line, or else every one of its candidate
+        lines (a library's ``while`` loop that draws ``torch.randn(1, generator=g).item()``
+        until it fits, timm's learning-rate noise); False where there are none, or its file
         or function is not here as recorded (a notebook cell's is not looked at)."""
-        if source is None or not source.line_exact or source.line is None:
+        if source is None or source.line is None:
             return False
-        if source.resolved_path is None or source.cell is not None:
+        lines = [source.line] if source.line_exact else list(source.candidates)
+        if not lines or source.resolved_path is None or source.cell is not None:
             return False
+        return all(self._reads_host_made_at(source, line) for line in lines)
+
+    def _reads_host_made_at(self, source: Source, line: int) -> bool:
         # Once per line: a CPU trace of a long run has thousands of reads on a few lines.
-        key = (source.resolved_path, source.line, source.func)
+        assert source.resolved_path is not None
+        key = (source.resolved_path, line, source.func)
         found = self._host_made.get(key)
         if found is None:
             path = Path(source.resolved_path)
             data = self._source_bytes(path) or b""
             # A program that sets the default device makes its factories' tensors there.
             parsed = None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
-            scope = parsed.running_scope(source.line, source.func) if parsed else None
-            found = scope is not None and reads_host_made_tensor(scope, source.line)
+            scope = parsed.running_scope(line, source.func) if parsed else None
+            found = scope is not None and reads_host_made_tensor(scope, line)
             self._host_made[key] = found
         return found
 

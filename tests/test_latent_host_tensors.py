@@ -151,3 +151,79 @@ def test_factories_under_a_device_context_keep_their_reads(tmp_path: Path):
     sys.modules.pop("smoothed", None)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     assert len(report.latent_sites) == 2
+
+
+def test_a_librarys_read_of_a_tensor_it_made_on_the_host_is_no_latent_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """timm's scheduler draws its learning-rate noise with a CPU generator and reads it
+    (``torch.randn(1, generator=g).item()``, in a ``while`` loop with another such read):
+    14 of a run's 19 latent syncs, read in the library's code, where only the user's line
+    was checked. The library's lines are now checked too, each of its candidates."""
+    packages = tmp_path / "site-packages"
+    (packages / "noisylib").mkdir(parents=True)
+    (packages / "noisylib" / "__init__.py").write_text("")
+    (packages / "noisylib" / "sched.py").write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+
+            def calculate_noise(t, normal=True):
+                g = torch.Generator()
+                g.manual_seed(42 + t)
+                if normal:
+                    while True:
+                        noise = torch.randn(1, generator=g).item()
+                        if abs(noise) < 2.0:
+                            return noise
+                return torch.rand(1, generator=g).item() - 0.5
+
+
+            def device_noise(t, device):
+                return torch.randn(1, device=device).item()
+            """
+        )
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(
+            """\
+            import torch
+            from noisylib import sched
+
+
+            def run(out):
+                w = torch.randn(4, 4, device=DEVICE)
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=True,
+                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                    on_trace_ready=lambda p: p.export_chrome_trace(out),
+                ) as prof:
+                    for step in range(5):
+                        lr = 0.1 * (1 + sched.calculate_noise(step))
+                        other = sched.device_noise(step, DEVICE)
+                        loss = (w @ w).sum().item()
+                        prof.step()
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("noisylib", None)
+    sys.modules.pop("noisylib.sched", None)
+    import train  # type: ignore[import-not-found]
+
+    train.DEVICE = "cpu"
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    try:
+        train.run(str(out))
+    finally:
+        for name in ("train", "noisylib", "noisylib.sched"):
+            sys.modules.pop(name, None)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    listed = {
+        (s.line, s.library.func if s.library else None): s.count for s in report.latent_sites
+    }
+    # The loss's read and the library's read of a tensor made where ``device`` says stay.
+    assert listed == {(15, "device_noise"): 3, (16, None): 3}, listed

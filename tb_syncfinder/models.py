@@ -139,6 +139,9 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     func: str
     code: str  # the call, as Python prints it (``ast.unparse``: quotes may differ)
     guard: str | None = None
+    # Where it runs under more than one ``if``: each one's test whose body holds it,
+    # outermost first (``args.synchronize_step``, then ``device.type == 'cuda'``).
+    guards: list[str] = field(default_factory=list)
 
 
 class CallSite(msgspec.Struct, omit_defaults=True):

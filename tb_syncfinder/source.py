@@ -1127,6 +1127,28 @@ def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     return sorted(set(found), key=lambda f: (f[0], f[1]))
 
 
+def guards_around(scope: ast.AST, line: int) -> list[str]:
+    """The tests of the ``if`` statements of ``scope``'s own code whose body (not their
+    ``else``) holds ``line``, outermost first, as Python prints them: timm's
+    ``torch.cuda.synchronize()`` runs under ``if args.synchronize_step:`` and then ``if
+    device.type == 'cuda':``, and the inner test alone read as every CUDA step."""
+    found: list[tuple[int, str]] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is not None and end is not None and not first <= line <= end:
+            continue
+        if isinstance(node, ast.If) and any(
+            child.lineno <= line <= (child.end_lineno or child.lineno) for child in node.body
+        ):
+            found.append((node.lineno, ast.unparse(node.test)))
+        stack.extend(ast.iter_child_nodes(node))
+    return [test for _line, test in sorted(found)]
+
+
 def loops_around(scope: ast.AST, line: int) -> list[tuple[int, int]]:
     """The first and last lines of each ``for`` and ``while`` loop of ``scope``'s own code
     whose body runs ``line``, outermost first."""
@@ -2750,9 +2772,12 @@ class SourceResolver:
                     for other in ran
                 ):
                     continue  # before or after the profiled loop, if it ran at all
+                guards = guards_around(scope, line)
                 found.setdefault(
                     (frame.file, line, code),
-                    UnrunSync(frame.file, line, frame.func, code, guard),
+                    UnrunSync(
+                        frame.file, line, frame.func, code, guard, guards if len(guards) > 1 else []
+                    ),
                 )
         return [found[k] for k in sorted(found)]
 

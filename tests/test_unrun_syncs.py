@@ -16,7 +16,7 @@ from kineto_builder import KinetoTraceBuilder, item_sync
 
 from tb_syncfinder import analyze
 from tb_syncfinder.cli import main
-from tb_syncfinder.source import explicit_syncs, runs_just_before
+from tb_syncfinder.source import explicit_syncs, guards_around, runs_just_before
 
 _LOOP = textwrap.dedent(
     """\
@@ -255,3 +255,24 @@ def test_a_helper_of_the_file_that_only_prints_lets_the_read_follow_the_synchron
     assert runs_just_before(module, 11, 12, functions)
     assert not runs_just_before(module, 11, 12)  # print0 unknown: it may queue work
     assert not runs_just_before(module, 13, 15, functions)  # evaluate() runs the model
+
+
+def test_a_synchronize_under_nested_ifs_is_said_under_each_of_their_tests(tmp_path):
+    """timm's ``torch.cuda.synchronize()`` runs only with ``--synchronize-step``: the
+    innermost test alone (``device.type == 'cuda'``) read as every CUDA step (a user
+    walk). An ``elif`` chain's earlier tests hold it in their ``else``: not said."""
+    tree = ast.parse(
+        textwrap.dedent(
+            """\
+            for batch in loader:
+                if args.synchronize_step:
+                    if device.type == 'cuda':
+                        torch.cuda.synchronize()
+                    elif device.type == 'npu':
+                        torch.npu.synchronize()
+            """
+        )
+    )
+    assert guards_around(tree, 4) == ["args.synchronize_step", "device.type == 'cuda'"]
+    assert guards_around(tree, 6) == ["args.synchronize_step", "device.type == 'npu'"]
+    assert guards_around(tree, 1) == []

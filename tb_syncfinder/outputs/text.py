@@ -2031,7 +2031,10 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
     named = []
     for (file, line, code), unrun in sorted(found.items())[:most]:
         guard = unrun.get("guard")
-        where = f"in {unrun.get('func')}" + (f", under `if {guard}:`" if guard else "")
+        guards = unrun.get("guards") or ([guard] if guard else [])
+        where = f"in {unrun.get('func')}" + (
+            ", under " + " and ".join(f"`if {test}:`" for test in guards) if guards else ""
+        )
         named.append(f"{os.path.basename(file)}:{line} {code} ({where})")
     more = f"; and {len(found) - most} more" if len(found) > most else ""
     return (

@@ -222,8 +222,6 @@ def test_a_librarys_read_of_a_tensor_it_made_on_the_host_is_no_latent_sync(
         for name in ("train", "noisylib", "noisylib.sched"):
             sys.modules.pop(name, None)
     report = analyze(str(out), source_roots=[str(tmp_path)])
-    listed = {
-        (s.line, s.library.func if s.library else None): s.count for s in report.latent_sites
-    }
+    listed = {(s.line, s.library.func if s.library else None): s.count for s in report.latent_sites}
     # The loss's read and the library's read of a tensor made where ``device`` says stay.
     assert listed == {(15, "device_noise"): 3, (16, None): 3}, listed

@@ -588,6 +588,18 @@ class Attributor:
         """Every frame made so far, once each: the stacks that hold a frame share it."""
         return [frame for frame in self._frames_by_name.values() if frame is not None]
 
+    def frames_run(self) -> list[Frame]:
+        """A frame for each distinct Python function the trace shows running, made where
+        no sync made it (a loop with nothing to read: its explicit synchronizes are still
+        worth naming); once per name, as ``frame`` makes them."""
+        for thread in self.tl.threads.values():
+            kinds = thread.kinds
+            nodes = thread.nodes
+            names = {nodes[i].name for i in compress(range(len(kinds)), map(PYTHON.__eq__, kinds))}
+            for name in names - self._frames_by_name.keys():
+                self._frames_by_name[name] = parse_frame(name, self.packs)
+        return self.frames_made()
+
     def frame(self, thread: HostThread, index: int) -> Frame | None:
         key = (thread.pid, thread.tid, index)
         if key not in self._frames:

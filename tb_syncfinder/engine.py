@@ -897,7 +897,12 @@ def _analyze_data(
             if src is not None and src.file and src.func:
                 lines = [src.line] if src.line_exact and src.line else src.candidates
                 lines_run.setdefault((src.file, src.func), set()).update(lines)
-        info.unrun_syncs = resolver.unrun_syncs(attribute.frames_made(), lines_run)
+        frames = attribute.frames_made()
+        if not any(frame.user for frame in frames):
+            # No sync came from the user's code (a loop that reads nothing): its functions
+            # are read all the same, from the frames the trace shows running.
+            frames = attribute.frames_run()
+        info.unrun_syncs = resolver.unrun_syncs(frames, lines_run)
         if info.unrun_syncs:
             # A read just after one of them finds a GPU idle: it waits there first.
             after: dict[tuple[str, int | None, str], UnrunSync | None] = {}

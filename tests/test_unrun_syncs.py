@@ -276,3 +276,43 @@ def test_a_synchronize_under_nested_ifs_is_said_under_each_of_their_tests(tmp_pa
     assert guards_around(tree, 4) == ["args.synchronize_step", "device.type == 'cuda'"]
     assert guards_around(tree, 6) == ["args.synchronize_step", "device.type == 'npu'"]
     assert guards_around(tree, 1) == []
+
+
+def test_a_module_loop_that_reads_nothing_still_names_its_synchronize(tmp_path):
+    """No read at all in the loop: no sync made a frame, so no function was read for its
+    synchronizes, and the note went missing (a user walk). The frames the trace shows
+    running are read instead."""
+    script = tmp_path / "unrun.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+            device_type = "cpu"
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+            )
+            w = torch.randn(8, 8, requires_grad=True)
+            prof.start()
+            for step in range(5):
+                (w @ torch.randn(8, 8)).pow(2).mean().backward()
+                if device_type == "cuda":
+                    torch.cuda.synchronize()
+                prof.step()
+            prof.stop()
+            if device_type == "cuda":
+                torch.cuda.synchronize()  # after the loop: not the profiled steps'
+            """
+        )
+    )
+    import runpy
+
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    assert report.latent_sites == []
+    lines = [u.line for t in report.traces for u in t.unrun_syncs]
+    assert lines == [15], lines

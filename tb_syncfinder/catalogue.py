@@ -86,7 +86,9 @@ KINDS: tuple[SyncKind, ...] = (
             text=(
                 "`.item()`, `float(t)`, `.tolist()`, `print(t)` and `if t:` copy a GPU value to "
                 "the host and wait for every queued kernel first. Accumulate on the device and "
-                "read the value only when you log (e.g. every 100 steps)."
+                "read the value only when you log (e.g. every 100 steps). Where a number is "
+                "needed after the loop (a value returned to a JSON log or a scheduler), "
+                "convert it there once with `.item()`."
             ),
             before=(
                 "for step, (x, y) in enumerate(loader):\n"

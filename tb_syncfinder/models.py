@@ -153,6 +153,9 @@ class CallSite(msgspec.Struct, omit_defaults=True):
     line: int | None
     func: str
     line_exact: bool
+    # As on Source: the ``%`` test that exact calling line runs under (a logging helper
+    # called under ``if step % log_every == 0:``: its reads are already every N steps).
+    periodic_guard: str | None = None
 
 
 class CallerCount(msgspec.Struct):
@@ -164,6 +167,7 @@ class CallerCount(msgspec.Struct):
     func: str
     line_exact: bool
     count: int
+    periodic_guard: str | None = None  # as on CallSite
 
 
 class Source(msgspec.Struct):

@@ -3362,6 +3362,12 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
         caller = resolver.resolve_call(attribution.caller_call)
         source = msgspec.structs.replace(
             source,
-            called_from=CallSite(caller.file, caller.line, caller.func, caller.line_exact),
+            called_from=CallSite(
+                caller.file,
+                caller.line,
+                caller.func,
+                caller.line_exact,
+                caller.periodic_guard if caller.line_exact else None,
+            ),
         )
     return source

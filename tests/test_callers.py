@@ -84,3 +84,28 @@ def test_a_function_called_from_one_line_names_no_caller(tmp_path):
     assert site.func == "to_float"
     assert [(c.line, c.func, c.count) for c in site.callers] == [(10, "train_step", 4)]
     assert "called from" not in report.to_text()
+
+
+def test_a_helpers_read_called_under_a_periodic_test_is_already_every_n_steps(tmp_path):
+    """A logging helper called under ``if step % 2 == 0:``: its own line runs under no test,
+    and the read was not said to be already every N steps, as the same read written in the
+    loop was."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        _SCRIPT.replace(
+            "    a = to_float(loss)\n    b = to_float(loss * 2)\n"
+            "    if step % 2 == 0:\n        c = to_float(loss.mean())\n",
+            "    if step % 2 == 0:\n        c = to_float(loss.mean())\n",
+        )
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.periodic_guard is None
+    assert [(c.line, c.periodic_guard) for c in site.callers] == [(24, "step % 2 == 0")]
+    text = " ".join(report.to_text().split())
+    assert (
+        "in 2 of 4 steps: already every N steps (under `if step % 2 == 0:`, around its call "
+        "at line 24)"
+    ) in text

@@ -299,6 +299,25 @@ export function unjudgedUploadsText(traces) {
 }
 
 /**
+ * The `%` test a site's reads run under, and where, as the CLI's `periodic_guard_of`: its
+ * own line's, else the one test every line that called its function runs under (a logging
+ * helper called under `if step % log_every == 0:`).
+ * @param {any} site
+ * @returns {[string | null, string]}
+ */
+export function periodicGuardOf(site) {
+  if (site.periodic_guard) return [String(site.periodic_guard), ""];
+  const callers = (site.callers || []).filter(Boolean);
+  const guards = new Set(callers.map((/** @type {any} */ c) => c.periodic_guard ?? null));
+  if (!callers.length || guards.size !== 1 || guards.has(null)) return [null, ""];
+  const guard = String([...guards][0]);
+  if (callers.length > 1) return [guard, ", around its calls"];
+  const c = callers[0];
+  const where = c.file === site.file ? `line ${c.line ?? "?"}` : `${c.file}:${c.line ?? "?"}`;
+  return [guard, `, around its call at ${where}${c.line_exact ? "" : "*"}`];
+}
+
+/**
  * "in 3 of 6 steps, up to 7 in one" where a site synced in only some of the steps (the
  * engine's `steps_with_syncs`, `max_per_step`): its per-step figure is a mean, and a log
  * every N steps reads several at once. The steps are the site's run's: count / per_step.
@@ -307,8 +326,8 @@ export function unjudgedUploadsText(traces) {
  * @param {any} site
  */
 export function spreadText(site) {
-  const guard = site.periodic_guard;
-  const already = guard ? `already every N steps (under if ${guard}:)` : "";
+  const [guard, around] = periodicGuardOf(site);
+  const already = guard ? `already every N steps (under if ${guard}:${around})` : "";
   const withSyncs = site.steps_with_syncs || 0;
   const perStep = site.per_step || 0;
   const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;

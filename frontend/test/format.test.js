@@ -162,3 +162,13 @@ test("a site syncing in some steps says in how many and the most in one", async 
     "under if i % n == 0:, true in every profiled step",
   );
 });
+
+test("a helper's read called under a periodic test is already every N steps, as the CLI says", async () => {
+  const { spreadText, periodicGuardOf } = await import("../src/format.js");
+  const site = { file: "w.py", count: 2, per_step: 0.5, steps_with_syncs: 2, max_per_step: 1, periodic_guard: null, callers: [{ file: "w.py", line: 24, func: "<module>", line_exact: true, count: 2, periodic_guard: "step % 2 == 0" }] };
+  assert.deepEqual(periodicGuardOf(site), ["step % 2 == 0", ", around its call at line 24"]);
+  assert.equal(spreadText(site), "in 2 of 4 steps: already every N steps (under if step % 2 == 0:, around its call at line 24)");
+  // A caller without the test: nothing is said of it.
+  const mixed = { ...site, callers: [...site.callers, { file: "w.py", line: 30, func: "f", line_exact: true, count: 1, periodic_guard: null }] };
+  assert.deepEqual(periodicGuardOf(mixed), [null, ""]);
+});

@@ -653,11 +653,28 @@ def _by_unprofiled(sites: list[dict[str, Any]]) -> bool:
     )
 
 
+def periodic_guard_of(site: dict[str, Any]) -> tuple[str | None, str]:
+    """The ``%`` test a site's reads run under, and where: its own line's
+    (``periodic_guard``), else the one test every line that called its function runs under
+    (a logging helper called under ``if step % log_every == 0:``), said "around its call at
+    line N" (or "around its calls")."""
+    guard = site.get("periodic_guard")
+    if guard:
+        return str(guard), ""
+    callers = [c for c in site.get("callers") or [] if isinstance(c, dict)]
+    guards = {c.get("periodic_guard") for c in callers}
+    if not callers or len(guards) != 1 or None in guards:
+        return None, ""
+    if len(callers) > 1:
+        return str(guards.pop()), ", around its calls"
+    return str(guards.pop()), f", around its call at {_line_of(callers[0], site.get('file'))}"
+
+
 def spread_text(site: dict[str, Any], step_count: int) -> str:
     """``in 3 of 6 steps, up to 7 in one`` where a site synced in only some of the steps:
     its /step figure is a mean (a log every N steps reads 7 at once, not 3.5 a step)."""
-    guard = site.get("periodic_guard")
-    already = f"already every N steps (under `if {guard}:`)" if guard else ""
+    guard, around = periodic_guard_of(site)
+    already = f"already every N steps (under `if {guard}:`{around})" if guard else ""
     with_syncs = int(site.get("steps_with_syncs") or 0)
     if guard and with_syncs >= step_count > 0:
         # nanoGPT's ``log_interval = 1``: the test lets the read through on every step.

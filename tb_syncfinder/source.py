@@ -38,7 +38,7 @@ import re
 import site
 import stat
 import sys
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -1183,14 +1183,14 @@ def runs_just_before(
     scope: ast.AST,
     sync_line: int,
     read_line: int,
-    functions: Mapping[str, ast.AST] | None = None,
+    function_named: Callable[[str], ast.AST | None] | None = None,
 ) -> bool:
     """Whether the statement at ``sync_line`` runs before ``read_line`` in each pass of the
     innermost loop of ``scope`` that runs the read (or in each run of ``scope`` where no
     loop does), on the same path (not in another branch of an ``if``), with no call
-    between them that may queue device work (``_HOST_ONLY_CALLS``; ``functions``: the
-    file's own functions by name, a call of which counts by the calls in it, as llm.c's
-    ``print0`` wraps ``print``): a read there finds the device idle."""
+    between them that may queue device work (``_HOST_ONLY_CALLS``; ``function_named``:
+    the file's one function of a name, a call of which counts by the calls in it, as
+    llm.c's ``print0`` wraps ``print``): a read there finds the device idle."""
     loops = loops_around(scope, read_line)
     if loops:
         first, _end = loops[-1]
@@ -1227,7 +1227,7 @@ def runs_just_before(
             for node in (statement, *(n for n, _ in _scope_walk(statement)))
         ]
         return all(
-            _queues_no_device_work(node, functions or {})
+            _queues_no_device_work(node, function_named or _no_function)
             for node in nodes
             if isinstance(node, ast.Call) and after < node.lineno <= read_line
         )
@@ -1257,22 +1257,22 @@ def _block_holding_both(statement: ast.stmt, first: int, second: int) -> list[as
     return None
 
 
+def _no_function(_name: str) -> ast.AST | None:
+    return None
+
+
 def _queues_no_device_work(
-    call: ast.Call, functions: Mapping[str, ast.AST], depth: int = 0
+    call: ast.Call, function_named: Callable[[str], ast.AST | None], depth: int = 0
 ) -> bool:
     func = call.func
     if isinstance(func, ast.Name):
         if func.id in _HOST_ONLY_CALLS:
             return True
-        helper = functions.get(func.id)
-        return (
-            helper is not None
-            and depth < 2
-            and all(
-                _queues_no_device_work(node, functions, depth + 1)
-                for node, _ in _scope_walk(helper)
-                if isinstance(node, ast.Call)
-            )
+        helper = function_named(func.id) if depth < 2 else None
+        return helper is not None and all(
+            _queues_no_device_work(node, function_named, depth + 1)
+            for node, _ in _scope_walk(helper)
+            if isinstance(node, ast.Call)
         )
     if not isinstance(func, ast.Attribute):
         return False
@@ -1880,12 +1880,8 @@ class _ParsedFile:
             node, around = pending.pop()
             if node is scope:
                 return [*reversed(around), self.tree]
-            inner = (
-                [*around, node]
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                or isinstance(node, _COMPREHENSIONS)
-                else around
-            )
+            scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_COMPREHENSIONS)
+            inner = [*around, node] if isinstance(node, scopes) else around
             pending.extend((child, inner) for child in ast.iter_child_nodes(node))
         return [self.tree]
 
@@ -2663,14 +2659,17 @@ class SourceResolver:
         key = (source.resolved_path, line, source.func)
         found = self._host_made.get(key)
         if found is None:
-            path = Path(source.resolved_path)
-            data = self._source_bytes(path) or b""
-            # A program that sets the default device makes its factories' tensors there.
-            parsed = None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
+            parsed = self._parse_for_host_check(Path(source.resolved_path))
             scope = parsed.running_scope(line, source.func) if parsed else None
             found = scope is not None and reads_host_made_tensor(scope, line)
             self._host_made[key] = found
         return found
+
+    def _parse_for_host_check(self, path: Path) -> _ParsedFile | None:
+        """``path`` parsed for the checks of tensors made on the host; None where the
+        program sets the default device, which makes its factories' tensors there."""
+        data = self._source_bytes(path) or b""
+        return None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
 
     def sync_before(self, source: Source, unrun: Sequence[UnrunSync]) -> UnrunSync | None:
         """Of a CPU-only trace's unrun synchronizes, the one that runs just before this
@@ -2690,17 +2689,11 @@ class SourceResolver:
         scope = parsed.running_scope(source.line, source.func) if parsed else None
         if scope is None:
             return None
-        # The file's own top-level functions, each name once (``print0``).
-        defined: dict[str, list[ast.AST]] = {}
-        for node in parsed.tree.body:  # type: ignore[union-attr]
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                defined.setdefault(node.name, []).append(node)
-        functions = {name: nodes[0] for name, nodes in defined.items() if len(nodes) == 1}
         return next(
             (
                 u
                 for u in sorted(before, key=lambda u: -u.line)
-                if runs_just_before(scope, u.line, source.line, functions)
+                if runs_just_before(scope, u.line, source.line, parsed.only_function_named)
             ),
             None,
         )
@@ -2717,9 +2710,7 @@ class SourceResolver:
         key = (source.resolved_path, source.line, source.func, source.line_exact)
         found = self._host_indexes.get(key)
         if found is None:
-            path = Path(source.resolved_path)
-            data = self._source_bytes(path) or b""
-            parsed = None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
+            parsed = self._parse_for_host_check(Path(source.resolved_path))
             scope = parsed.running_scope(source.line, source.func) if parsed else None
             found = (
                 parsed is not None
@@ -3360,14 +3351,11 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
         source.library = resolver.resolve_call(attribution.library_call)
     if attribution.caller_call is not None:
         caller = resolver.resolve_call(attribution.caller_call)
-        source = msgspec.structs.replace(
-            source,
-            called_from=CallSite(
-                caller.file,
-                caller.line,
-                caller.func,
-                caller.line_exact,
-                caller.periodic_guard if caller.line_exact else None,
-            ),
+        source.called_from = CallSite(
+            caller.file,
+            caller.line,
+            caller.func,
+            caller.line_exact,
+            caller.periodic_guard if caller.line_exact else None,
         )
     return source

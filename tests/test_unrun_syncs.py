@@ -252,9 +252,9 @@ def test_a_helper_of_the_file_that_only_prints_lets_the_read_follow_the_synchron
         )
     )
     functions = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
-    assert runs_just_before(module, 11, 12, functions)
+    assert runs_just_before(module, 11, 12, functions.get)
     assert not runs_just_before(module, 11, 12)  # print0 unknown: it may queue work
-    assert not runs_just_before(module, 13, 15, functions)  # evaluate() runs the model
+    assert not runs_just_before(module, 13, 15, functions.get)  # evaluate() runs the model
 
 
 def test_a_synchronize_under_nested_ifs_is_said_under_each_of_their_tests(tmp_path):

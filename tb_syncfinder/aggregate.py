@@ -458,7 +458,7 @@ def _step_spread(members: list[Sync]) -> dict[str, int]:
 def _callers(members: Sequence[Sync]) -> list[CallerCount]:
     """A site's syncs by the user's line that called its function, most first (ties by
     place); empty where no user frame called it."""
-    counts: dict[tuple[str, int | None, str, bool, str | None], int] = {}
+    counts: dict[tuple[str, int | None, str, bool, str | None, str | None, int | None], int] = {}
     for sync in members:
         called_from = sync.source.called_from if sync.source is not None else None
         if called_from is not None:
@@ -468,12 +468,14 @@ def _callers(members: Sequence[Sync]) -> list[CallerCount]:
                 called_from.func,
                 called_from.line_exact,
                 called_from.periodic_guard,
+                called_from.periodic_guard_file,
+                called_from.periodic_guard_line,
             )
             counts[key] = counts.get(key, 0) + 1
     ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1] or 0))
     return [
-        CallerCount(file, line, func, exact, count, guard)
-        for (file, line, func, exact, guard), count in ordered
+        CallerCount(file, line, func, exact, count, guard, guard_file, guard_line)
+        for (file, line, func, exact, guard, guard_file, guard_line), count in ordered
     ]
 
 

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([^ >]*)")
 _MODULE_PREFIX = "nn.Module: "
+# User frames past the caller whose ``%`` tests a sync's site may run under.
+_OUTER_FRAMES = 3
 # The profiler's frame that starts tracing (torch.profiler.profile and the autograd
 # profiler it drives), and how many python frames into a thread it is looked for.
 _PROFILER_START = re.compile(
@@ -1029,22 +1031,35 @@ class Attributor:
         return frame.func if frame is not None else None
 
     def _frame_queries(
-        self, thread: HostThread, frames: list[tuple[int, Frame]], op: int
-    ) -> tuple[CallQuery | None, CallQuery | None, CallQuery | None]:
+        self,
+        thread: HostThread,
+        frames: list[tuple[int, Frame]],
+        op: int,
+        with_callers: bool = True,
+    ) -> tuple[CallQuery | None, CallQuery | None, CallQuery | None, list[CallQuery]]:
         """The user's call (innermost user frame); when that call went into a library, the
-        library's own call that synced (its innermost Python frame); and the call of the
-        user's function by the next user frame out, where one called it."""
+        library's own call that synced (its innermost Python frame); and, ``with_callers``,
+        the call of the user's function by the next user frame out, where one called it,
+        and the calls by the user frames further out (``Attribution.outer_calls``)."""
         user = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
         if user is None:
-            return None, None, None
+            return None, None, None, []
         user_query = self.query(thread, frames, user, op)
         library = next(
             (n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"), None
         )
         library_query = self.query(thread, frames, library, op) if library is not None else None
-        caller = next((n for n in range(user + 1, len(frames)) if frames[n][1].user), None)
-        caller_query = self.query(thread, frames, caller, op) if caller is not None else None
-        return user_query, library_query, caller_query
+        callers = [n for n in range(user + 1, len(frames)) if frames[n][1].user]
+        if not callers or not with_callers:
+            return user_query, library_query, None, []
+        outer: list[CallQuery] = []
+        # Out to the frame that steps the profiler: a test around a call further out is
+        # about epochs, not steps. Three frames at most, where none does (no steps).
+        for inner, level in zip(callers, callers[1 : _OUTER_FRAMES + 1], strict=False):
+            if self._steps_profiler(thread, frames[inner][0]):
+                break
+            outer.append(self.query(thread, frames, level, op))
+        return user_query, library_query, self.query(thread, frames, callers[0], op), outer
 
     # -- backward passes ---------------------------------------------------------------
     def _forward_index(self) -> dict[Any, list[tuple[HostThread, int]]]:
@@ -1141,8 +1156,11 @@ class Attributor:
         invocation: Any = None
         outer = op_nodes[0] if op_nodes else -1
         user_call = library_call = caller_call = None
+        outer_calls: list[CallQuery] = []
         if located:
-            user_call, library_call, caller_call = self._frame_queries(thread, located, outer)
+            user_call, library_call, caller_call, outer_calls = self._frame_queries(
+                thread, located, outer
+            )
             user = next((i for i, f in located if f.user), None)
             invocation = (thread.pid, thread.tid, user) if user is not None else None
         else:
@@ -1182,6 +1200,7 @@ class Attributor:
             user_call=user_call,
             library_call=library_call,
             caller_call=caller_call,
+            outer_calls=outer_calls,
             profiler_overhead=is_profiler_stack(stack)
             or (not stack and self.is_profiler_stop(episode)),
         )
@@ -1203,8 +1222,8 @@ class Attributor:
         frames, _modules = self.python_stack(fthread, fthread.starts[outer], fthread.ends[outer])
         attribution.forward_stack = [f for _i, f in frames]
         if frames:
-            attribution.forward_call, _library, _caller = self._frame_queries(
-                fthread, frames, outer
+            attribution.forward_call, *_rest = self._frame_queries(
+                fthread, frames, outer, with_callers=False
             )
         if attribution.user_call is not None:
             attribution.run_by_call = attribution.user_call  # backward ran on this thread
@@ -1214,7 +1233,9 @@ class Attributor:
         ts, end = thread.starts[backward_op], thread.ends[backward_op]
         waiting, _modules = self.python_stack(fthread, ts, end)
         if waiting:
-            attribution.run_by_call, _library, _caller = self._frame_queries(fthread, waiting, -1)
+            attribution.run_by_call, *_rest = self._frame_queries(
+                fthread, waiting, -1, with_callers=False
+            )
 
 
 def _is_forward(fwd_thread_id: Any) -> bool:

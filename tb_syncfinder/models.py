@@ -154,8 +154,12 @@ class CallSite(msgspec.Struct, omit_defaults=True):
     func: str
     line_exact: bool
     # As on Source: the ``%`` test that exact calling line runs under (a logging helper
-    # called under ``if step % log_every == 0:``: its reads are already every N steps).
+    # called under ``if step % log_every == 0:``: its reads are already every N steps);
+    # else the test a call further out runs under, on ``periodic_guard_line`` of
+    # ``periodic_guard_file`` (the loop's ``progress.display(i)``, two calls out).
     periodic_guard: str | None = None
+    periodic_guard_file: str | None = None
+    periodic_guard_line: int | None = None
 
 
 class CallerCount(msgspec.Struct):
@@ -168,6 +172,8 @@ class CallerCount(msgspec.Struct):
     line_exact: bool
     count: int
     periodic_guard: str | None = None  # as on CallSite
+    periodic_guard_file: str | None = None
+    periodic_guard_line: int | None = None
 
 
 class Source(msgspec.Struct):
@@ -379,6 +385,11 @@ class Attribution(msgspec.Struct):
     # The call of the user's function (the innermost user frame) by the next user frame
     # out, where there is one: the line that called the helper the sync is in.
     caller_call: CallQuery | None = None
+    # The calls by the user frames further out, innermost first, up to the frame that
+    # steps the profiler (the training loop's): where the caller's line runs under no
+    # ``%`` test, one of theirs may (ProgressMeter's ``display`` called under ``if i %
+    # print_freq == 0:``, two calls above ``AverageMeter.__str__``).
+    outer_calls: list[CallQuery] = field(default_factory=list)
     backward: bool = False
     forward_op: str | None = None
     forward_stack: list[Frame] = field(default_factory=list)

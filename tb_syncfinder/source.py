@@ -1758,6 +1758,14 @@ def _walk(part: Any) -> Iterator[ast.AST]:
         yield from ast.walk(node)
 
 
+def _on_one_line(scope: ast.AST) -> bool:
+    """Whether a comprehension or lambda's frame runs one line only: any call it makes,
+    by syntax or by name, is on that line."""
+    return isinstance(scope, (*_COMPREHENSIONS, ast.Lambda)) and scope.lineno == getattr(
+        scope, "end_lineno", None
+    )
+
+
 def _first_line(node: ast.AST) -> int:
     """Where a scope's frame starts (``co_firstlineno``): its first decorator's line, if any."""
     decorators = getattr(node, "decorator_list", None) or []
@@ -3015,8 +3023,12 @@ class SourceResolver:
             lines = reachable
             # Text formatting runs __repr__ from more places than the model has (``msg %=
             # t``, an alias of str, ``map(ascii, rows)``...): one of those would fit any
-            # place that may run it, so its lines are candidates, never claimed.
-            certain = recorded_line is None and not _TEXT_DUNDERS.intersection(named)
+            # place that may run it, so its lines are candidates, never claimed; but a
+            # comprehension or lambda on one line runs it only there (ProgressMeter's
+            # ``[str(meter) for meter in self.meters]``).
+            certain = recorded_line is None and (
+                not _TEXT_DUNDERS.intersection(named) or _on_one_line(scope)
+            )
             if observed is not None:
                 aligned = self._align(automaton, observed)
                 if aligned is None and step_calls:
@@ -3358,4 +3370,21 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
             caller.line_exact,
             caller.periodic_guard if caller.line_exact else None,
         )
+        if source.called_from.periodic_guard is None:
+            _guard_further_out(resolver, attribution.outer_calls, source.called_from)
     return source
+
+
+def _guard_further_out(
+    resolver: SourceResolver, outer_calls: Sequence[CallQuery], called_from: CallSite
+) -> None:
+    """The first ``%`` test an exact line further out runs under, set on ``called_from``:
+    every call below that line runs under it too, whatever lines the frames between ran
+    (an inexact one between is passed over: the test further out holds all the same)."""
+    for query in outer_calls:
+        outer = resolver.resolve_call(query)
+        if outer.line_exact and outer.periodic_guard is not None:
+            called_from.periodic_guard = outer.periodic_guard
+            called_from.periodic_guard_file = outer.file
+            called_from.periodic_guard_line = outer.line
+            return

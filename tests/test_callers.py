@@ -109,3 +109,86 @@ def test_a_helpers_read_called_under_a_periodic_test_is_already_every_n_steps(tm
         "in 2 of 4 steps: already every N steps (under `if step % 2 == 0:`, around its call "
         "at line 24)"
     ) in text
+
+
+_METER_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+
+    class Meter:
+        def __init__(self, val):
+            self.val = val
+
+        def __str__(self):
+            return f"{self.val:.3f}"
+
+
+    def display(meters):
+        entries = [str(meter) for meter in meters]
+        print(" ".join(entries))
+
+
+    w = torch.randn(8, 8, device=DEVICE)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(6):
+        loss = (w @ w).sum()
+        if step % 2 == 0:
+            display([Meter(loss), Meter(loss.mean())])
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def test_a_read_two_calls_below_a_periodic_test_is_already_every_n_steps(tmp_path):
+    """pytorch/examples' imagenet: ``AverageMeter.__str__`` reads under ``ProgressMeter.
+    display``'s ``[str(meter) for meter in self.meters]``, called under ``if i %
+    args.print_freq == 0:``. Only the caller's own line was looked at for the test, so the
+    read was not said to be already every N steps."""
+    script = tmp_path / "w.py"
+    script.write_text(_METER_SCRIPT)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.func, site.count, site.periodic_guard) == (9, "__str__", 4, None)
+    (caller,) = site.callers
+    # The comprehension's one line is where its str() ran (3.11 gives it a frame).
+    assert (caller.line, caller.line_exact) == (13, True)
+    assert (caller.periodic_guard, caller.periodic_guard_line) == ("step % 2 == 0", 28)
+    text = " ".join(report.to_text().split())
+    assert (
+        "in 2 of 4 steps, up to 2 in one: already every N steps (under `if step % 2 == 0:`, "
+        "around the call at line 28 that leads here)"
+    ) in text
+
+
+def test_a_test_outside_the_loop_that_steps_the_profiler_is_not_said(tmp_path):
+    """A ``%`` test around the call of the training loop's function is about epochs: the
+    reads inside run on every step of the epochs it lets through."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        _METER_SCRIPT.replace(
+            "prof.start()\nfor step in range(6):\n    loss = (w @ w).sum()\n"
+            "    if step % 2 == 0:\n        display([Meter(loss), Meter(loss.mean())])\n"
+            "    prof.step()\n",
+            "prof.start()\n\n\ndef epoch():\n    for step in range(3):\n"
+            "        loss = (w @ w).sum()\n        display([Meter(loss)])\n"
+            "        prof.step()\n\n\nfor number in range(4):\n    if number % 2 == 0:\n"
+            "        epoch()\n",
+        )
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.func == "__str__" and site.count == 4
+    assert [c.periodic_guard for c in site.callers] == [None]
+    assert "already every N steps" not in report.to_text()

@@ -301,7 +301,8 @@ export function unjudgedUploadsText(traces) {
 /**
  * The `%` test a site's reads run under, and where, as the CLI's `periodic_guard_of`: its
  * own line's, else the one test every line that called its function runs under (a logging
- * helper called under `if step % log_every == 0:`).
+ * helper called under `if step % log_every == 0:`), or a test around a call further out
+ * (`periodic_guard_line`: progress.display, two calls above the read).
  * @param {any} site
  * @returns {[string | null, string]}
  */
@@ -313,6 +314,12 @@ export function periodicGuardOf(site) {
   const guard = String([...guards][0]);
   if (callers.length > 1) return [guard, ", around its calls"];
   const c = callers[0];
+  if (c.periodic_guard_line != null) {
+    // A test around a call further out (progress.display, two calls above the read).
+    const file = c.periodic_guard_file;
+    const outer = file === site.file ? `line ${c.periodic_guard_line}` : `${file}:${c.periodic_guard_line}`;
+    return [guard, `, around the call at ${outer} that leads here`];
+  }
   const where = c.file === site.file ? `line ${c.line ?? "?"}` : `${c.file}:${c.line ?? "?"}`;
   return [guard, `, around its call at ${where}${c.line_exact ? "" : "*"}`];
 }

@@ -172,3 +172,14 @@ test("a helper's read called under a periodic test is already every N steps, as 
   const mixed = { ...site, callers: [...site.callers, { file: "w.py", line: 30, func: "f", line_exact: true, count: 1, periodic_guard: null }] };
   assert.deepEqual(periodicGuardOf(mixed), [null, ""]);
 });
+
+test("a test around a call further out is said with that call's line", async () => {
+  const { spreadText, periodicGuardOf } = await import("../src/format.js");
+  // imagenet's AverageMeter.__str__, under ProgressMeter.display, under the loop's test.
+  const caller = { file: "main.py", line: 504, func: "<listcomp>", line_exact: true, count: 20, periodic_guard: "i % args.print_freq == 0", periodic_guard_file: "main.py", periodic_guard_line: 358 };
+  const site = { file: "main.py", count: 20, per_step: 20 / 11, steps_with_syncs: 5, max_per_step: 4, periodic_guard: null, callers: [caller] };
+  assert.deepEqual(periodicGuardOf(site), ["i % args.print_freq == 0", ", around the call at line 358 that leads here"]);
+  assert.equal(spreadText(site), "in 5 of 11 steps, up to 4 in one: already every N steps (under if i % args.print_freq == 0:, around the call at line 358 that leads here)");
+  const elsewhere = { ...site, callers: [{ ...caller, periodic_guard_file: "train.py" }] };
+  assert.deepEqual(periodicGuardOf(elsewhere), ["i % args.print_freq == 0", ", around the call at train.py:358 that leads here"]);
+});

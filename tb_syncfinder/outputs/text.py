@@ -657,7 +657,8 @@ def periodic_guard_of(site: dict[str, Any]) -> tuple[str | None, str]:
     """The ``%`` test a site's reads run under, and where: its own line's
     (``periodic_guard``), else the one test every line that called its function runs under
     (a logging helper called under ``if step % log_every == 0:``), said "around its call at
-    line N" (or "around its calls")."""
+    line N" (or "around its calls"); a test around a call further out (``progress.display``
+    two calls above the read), "around the call at line N that leads here"."""
     guard = site.get("periodic_guard")
     if guard:
         return str(guard), ""
@@ -667,7 +668,16 @@ def periodic_guard_of(site: dict[str, Any]) -> tuple[str | None, str]:
         return None, ""
     if len(callers) > 1:
         return str(guards.pop()), ", around its calls"
-    return str(guards.pop()), f", around its call at {_line_of(callers[0], site.get('file'))}"
+    caller = callers[0]
+    if caller.get("periodic_guard_line") is not None:
+        outer = {
+            "file": caller.get("periodic_guard_file"),
+            "line": caller.get("periodic_guard_line"),
+            "line_exact": True,
+        }
+        where = _line_of(outer, site.get("file"))
+        return str(guards.pop()), f", around the call at {where} that leads here"
+    return str(guards.pop()), f", around its call at {_line_of(caller, site.get('file'))}"
 
 
 def spread_text(site: dict[str, Any], step_count: int) -> str:

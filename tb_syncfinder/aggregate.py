@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
@@ -35,6 +36,7 @@ from tb_syncfinder.models import (
     CallerCount,
     CollectiveWorker,
     ProfilerOverhead,
+    ReadLine,
     Report,
     Site,
     Source,
@@ -151,6 +153,7 @@ def build_sites(
     groups: dict[str, list[Sync]] = {}
     for sync in syncs:
         groups.setdefault(sync.site_key, []).append(sync)
+    by_id = {sync.id: sync for sync in syncs if sync.latent}
     sites = []
     for key, members in groups.items():
         first = members[0]
@@ -257,6 +260,7 @@ def build_sites(
                 **_step_spread(members),
                 periodic_guard=source.periodic_guard if source and source.line_exact else None,
                 callers=_callers(members),
+                **_after_reads(members, by_id),
                 after_sync=(
                     source.after_sync
                     if source is not None
@@ -452,6 +456,21 @@ def _step_spread(members: list[Sync]) -> dict[str, int]:
     return {
         "steps_with_syncs": len(per_step),
         "max_per_step": max(per_step.values(), default=0),
+    }
+
+
+def _after_reads(members: Sequence[Sync], by_id: Mapping[str, Sync]) -> dict[str, Any]:
+    """``after_read_count`` and ``after_read`` of a site's syncs (``Sync.after_read``)."""
+    before = [by_id.get(s.after_read) for s in members if s.after_read]
+    lines = {
+        (b.source.file, b.source.line, b.source.func, b.source.line_exact)
+        for b in before
+        if b is not None and b.source is not None
+    }
+    one = len(before) == len(members) and len(lines) == 1
+    return {
+        "after_read_count": len(before),
+        "after_read": ReadLine(*lines.pop()) if one else None,
     }
 
 

@@ -873,6 +873,36 @@ def ctc_waits_by_line(line: str) -> bool:
 # run either, so a CPU trace's read of it is no latent sync. And the methods that may move
 # a tensor elsewhere, after which nothing is known of where it lives.
 HOST_TENSOR_FACTORIES = frozenset({"tensor", "as_tensor", "from_numpy"})
+# Operators that launch no device kernel: views, metadata, and allocations from the
+# caching allocator. Between two reads of a CPU-only trace they queue nothing the second
+# waits for (``cost.reads_right_after``): ``Tensor.__format__`` runs ``self.detach().item()``,
+# so four formatted meters are four reads with a ``detach`` before each, and one wait on a
+# GPU. A view that has to copy (``reshape`` of a strided tensor) shows its copy's
+# operator under it, which is not one of these.
+QUEUES_NO_DEVICE_WORK = frozenset(
+    {
+        "detach",
+        "aten::detach",
+        "aten::alias",
+        "aten::view",
+        "aten::_reshape_alias",
+        "aten::reshape",
+        "aten::as_strided",
+        "aten::select",
+        "aten::slice",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::expand",
+        "aten::t",
+        "aten::transpose",
+        "aten::permute",
+        "aten::lift_fresh",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::empty",
+        "aten::empty_strided",
+    }
+)
 # And the factories that take sizes and a seed, never data: without a ``device=`` their
 # tensor is on the host whatever their arguments are (nanoGPT's ``get_batch`` draws its
 # indices with ``torch.randint(...)`` and indexes a memmap with each: 144 reads of a

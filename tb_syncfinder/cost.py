@@ -25,16 +25,16 @@ estimated saving.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Collection, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Mapping, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from tb_syncfinder.catalogue import NPU_PEER_WAIT_TASK_TYPES
+from tb_syncfinder.catalogue import NPU_PEER_WAIT_TASK_TYPES, QUEUES_NO_DEVICE_WORK
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
 from tb_syncfinder.query import union_length
-from tb_syncfinder.timeline import PYTHON, Timeline
+from tb_syncfinder.timeline import OP, PYTHON, Timeline
 
 if TYPE_CHECKING:
     from tb_syncfinder.whatif import StepReplay
@@ -142,6 +142,35 @@ def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncC
     busy = tl.device_activity[device].next_busy(end)
     idle_until = cap if busy is None else min(busy, cap)
     return SyncCost(host_wait, max(0.0, float(idle_until - end)), charged)
+
+
+def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
+    """Of a CPU-only trace's latent reads, for each the index of the one just before it on
+    its thread where no operator began between the two; None where one did, or none came
+    before. On a GPU the first read waits for the device's queue to drain and the next
+    finds it empty, whatever it reads (ProgressMeter's four formatted meters: one wait, not
+    four). Any other operator between may queue device work the next read waits for: only
+    views and allocations (``catalogue.QUEUES_NO_DEVICE_WORK``), Python frames and
+    annotations may stand between."""
+    after: list[int | None] = [None] * len(episodes)
+    by_thread: dict[int, list[tuple[float, float, int]]] = {}
+    for n, episode in enumerate(episodes):
+        node = episode.outer_op if episode.outer_op >= 0 else episode.anchor
+        if node >= 0:
+            thread = episode.thread
+            spans = by_thread.setdefault(id(thread), [])
+            spans.append((thread.starts[node], thread.ends[node], n))
+    for spans in by_thread.values():
+        spans.sort()
+        thread = episodes[spans[0][2]].thread
+        starts, kinds, nodes = thread.starts, thread.kinds, thread.nodes
+        for (_start, end, before), (start, _end, n) in zip(spans, spans[1:], strict=False):
+            if start < end:
+                continue  # one inside the other: not one after the other
+            gap = range(bisect_right(starts, end), bisect_left(starts, start))
+            if all(kinds[i] != OP or nodes[i].name in QUEUES_NO_DEVICE_WORK for i in gap):
+                after[n] = before
+    return after
 
 
 def step_stats(

@@ -49,6 +49,7 @@ from tb_syncfinder.cost import (
     device_busy_by_step,
     host_event_counts,
     profiler_overhead_us,
+    reads_right_after,
     step_stats,
     sync_cost,
 )
@@ -821,13 +822,18 @@ def _analyze_data(
             if whatif.episode_us:
                 savings = list(whatif.episode_us)
         stages = zip(episodes, attributions, sources, costs, keys, savings, place, strict=True)
+        # A latent read right after another with nothing queued between waits for nothing.
+        read_before = reads_right_after(episodes) if episodes and episodes[0].latent else None
+        ids: dict[int, str] = {}
         found: list[Sync] = []
         for n, (e, a, src, c, key, saving, where) in enumerate(stages):
             if where:
                 continue
-            sync_id = f"{prefix}-{first_id + len(found)}"
+            sync_id = ids[n] = f"{prefix}-{first_id + len(found)}"
             sync = _build_sync(e, a, src, c, ref.path, sync_id, key, saving)
             sync.collective_worker = on_worker[n]
+            if read_before is not None and read_before[n] is not None:
+                sync.after_read = ids.get(read_before[n])  # type: ignore[arg-type]
             found.append(sync)
             if not built:
                 episode_of[sync_id] = n
@@ -852,6 +858,10 @@ def _analyze_data(
         [s for s in found if not (s.profiler_overhead or s.warmup_allocator or s.collective_worker)]
         for found in built
     )
+    listed = {s.id for s in latent}
+    for sync in latent:
+        if sync.after_read not in listed:
+            sync.after_read = None  # the read before is listed apart: not one of the user's
     steps = step_stats(
         tl, syncs, whatif.steps if whatif else {}, whatif.per_step_us if whatif else {}
     )

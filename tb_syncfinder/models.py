@@ -469,6 +469,20 @@ class Sync(msgspec.Struct):
     # cuDNN) setting itself up; or inside a cuFFT transform that made a plan; None
     # otherwise (``Attribution.first_call_of``).
     first_call_of: str | None = None
+    # A CPU-only trace's latent read right after another listed read on its thread, with no
+    # operator between (``cost.reads_right_after``): that read's id. On a GPU the host
+    # waits at that one and finds the queue empty here; None otherwise.
+    after_read: str | None = None
+
+
+class ReadLine(msgspec.Struct, omit_defaults=True):
+    """The line of the read every one of a site's reads came right after
+    (``Site.after_read``)."""
+
+    file: str | None
+    line: int | None
+    func: str | None
+    line_exact: bool = False
 
 
 class Site(msgspec.Struct):
@@ -575,6 +589,11 @@ class Site(msgspec.Struct):
     # first; empty where no user frame called it. A helper called from several lines
     # (``to_float(loss)``, ``to_float(acc)``) is one site with several callers.
     callers: list[CallerCount] = field(default_factory=list)
+    # How many of its latent reads came right after another read with nothing queued
+    # between (``Sync.after_read``): on a GPU only the first of such a run waits. Where
+    # every one of them did, and after reads of one line, that line (``after_read``).
+    after_read_count: int = 0
+    after_read: ReadLine | None = None
 
 
 class StepStats(msgspec.Struct):

@@ -299,6 +299,24 @@ export function unjudgedUploadsText(traces) {
 }
 
 /**
+ * What a site's latent reads right after other reads cost (`after_read_count`), as the
+ * CLI's `after_read_text`: on a GPU the first read of such a run waits for the device and
+ * the next find its queue empty. Null: none of its reads did.
+ * @param {any} site
+ * @returns {string | null}
+ */
+export function afterReadText(site) {
+  const count = site.after_read_count || 0;
+  if (!count) return null;
+  const before = site.after_read;
+  if (before) {
+    const where = before.file === site.file ? `line ${before.line ?? "?"}` : `${before.file}:${before.line ?? "?"}`;
+    return `right after the read at ${where}${before.line_exact ? "" : "*"}, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes`;
+  }
+  return `${formatCount(count)} of these ${formatCount(site.count || 0)} reads come right after another read, nothing queued between: on a GPU only the first read of each such run waits`;
+}
+
+/**
  * The `%` test a site's reads run under, and where, as the CLI's `periodic_guard_of`: its
  * own line's, else the one test every line that called its function runs under (a logging
  * helper called under `if step % log_every == 0:`), or a test around a call further out

@@ -5,7 +5,7 @@
  * route, and ties keep the order the plugin sent (the report's ranking).
  */
 import { kindLabel, siteSortOrder } from "./catalogue.js";
-import { cellName, cellPlace, siteFallbackLabel } from "./format.js";
+import { afterReadText, cellName, cellPlace, siteFallbackLabel } from "./format.js";
 
 /**
  * The order a column starts with when first clicked (the plugin's: costs descending,
@@ -315,13 +315,16 @@ export function siteWhere(site, short = (p) => p) {
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
   // A copy whose direction no record gives: its kind (a copy to the host) is a guess.
   if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });
-  // A CPU trace's read just after an explicit synchronize that did not run there: on a
-  // GPU the host waits at the synchronize first (as the CLI says it: `after_sync_text`).
   // A helper called from several of the user's lines: which of them read how often.
   const callers = callersText(site, short);
   if (callers) notes.push({ id: "callers", text: callers });
+  // A CPU trace's read just after an explicit synchronize that did not run there: on a
+  // GPU the host waits at the synchronize first (as the CLI says it: `after_sync_text`).
   const after = site.after_sync;
   if (after && after.line !== null && after.line !== undefined) notes.push({ id: "after-sync", text: `after ${after.code} (line ${after.line}, not run here): on a GPU the host waits there first, so this read costs little until that synchronize goes` });
+  // Reads right after other reads, nothing queued between: only the first of a run waits.
+  const readBefore = afterReadText(site);
+  if (readBefore) notes.push({ id: "after-read", text: readBefore });
   // One line syncing in two ways (moving a pipeline's inputs to the device and its outputs
   // back): the fix shown is the most frequent kind's only.
   const others = Object.entries(site.other_kinds || {});

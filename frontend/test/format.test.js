@@ -183,3 +183,20 @@ test("a test around a call further out is said with that call's line", async () 
   const elsewhere = { ...site, callers: [{ ...caller, periodic_guard_file: "train.py" }] };
   assert.deepEqual(periodicGuardOf(elsewhere), ["i % args.print_freq == 0", ", around the call at train.py:358 that leads here"]);
 });
+
+test("reads right after other reads are said as the CLI says them", async () => {
+  const { afterReadText } = await import("../src/format.js");
+  assert.equal(afterReadText({ count: 4, after_read_count: 0 }), null);
+  assert.equal(
+    afterReadText({ file: "w.py", count: 4, after_read_count: 4, after_read: { file: "w.py", line: 14, func: "<module>", line_exact: true } }),
+    "right after the read at line 14, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes",
+  );
+  assert.equal(
+    afterReadText({ file: "w.py", count: 4, after_read_count: 4, after_read: { file: "u.py", line: 3, func: "f" } }),
+    "right after the read at u.py:3*, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes",
+  );
+  assert.equal(
+    afterReadText({ file: "main.py", count: 20, after_read_count: 15, after_read: null }),
+    "15 of these 20 reads come right after another read, nothing queued between: on a GPU only the first read of each such run waits",
+  );
+});

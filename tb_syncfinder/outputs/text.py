@@ -450,6 +450,9 @@ def _where_text(site: dict[str, Any]) -> str | None:
     after = site.get("after_sync")
     if isinstance(after, dict):
         parts.append(after_sync_text(after))
+    read_before = after_read_text(site)
+    if read_before:
+        parts.append(read_before)
     callers = callers_text(site)
     if callers:
         parts.append(callers)
@@ -492,6 +495,27 @@ def after_sync_text(after: dict[str, Any]) -> str:
     return (
         f"after {after.get('code')} (line {after.get('line')}, not run here): on a GPU the "
         "host waits there first, so this read costs little until that synchronize goes"
+    )
+
+
+def after_read_text(site: dict[str, Any]) -> str | None:
+    """What a site's latent reads right after other reads cost (``Site.after_read_count``):
+    on a GPU the first read of such a run waits for the device and the next find its queue
+    empty (ProgressMeter's formatted meters). None: none of its reads did."""
+    count = int(site.get("after_read_count") or 0)
+    if not count:
+        return None
+    before = site.get("after_read")
+    if isinstance(before, dict):
+        return (
+            f"right after the read at {_line_of(before, site.get('file'))}, nothing queued "
+            "between: on a GPU the host waits there first, so this read costs little until "
+            "that one goes"
+        )
+    total = int(site.get("count") or 0)
+    return (
+        f"{count} of these {total} reads come right after another read, nothing queued "
+        "between: on a GPU only the first read of each such run waits"
     )
 
 

@@ -1,0 +1,92 @@
+"""A CPU-only trace's latent reads right after other reads, with nothing queued between: on
+a GPU the first read waits for the device's queue and the next find it empty. pytorch/
+examples' imagenet formats four tensor meters per log line (``top1.val``, ``top1.avg``,
+...): one wait on a GPU, listed as four reads of equal weight."""
+
+from __future__ import annotations
+
+import runpy
+import textwrap
+
+import pytest
+
+from tb_syncfinder import analyze
+
+torch = pytest.importorskip("torch")
+
+_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+    w = torch.randn(8, 8, device=DEVICE)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(6):
+        loss = (w @ w).sum()
+        acc = (w > 0).float().mean()
+        loss_value = loss.item()
+        acc_value = acc.item()
+        norm = w.norm()
+        print(f"{norm:.3f} {loss:.3f} {acc:.3f}")
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def _report(tmp_path, script: str):
+    path = tmp_path / "w.py"
+    path.write_text(script)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(path), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    return report, {site.line: site for site in report.latent_sites}
+
+
+def test_a_read_right_after_another_names_it_and_costs_little(tmp_path):
+    report, sites = _report(tmp_path, _SCRIPT)
+    assert sorted(sites) == [14, 15, 17]
+    loss_read, acc_read = sites[14], sites[15]
+    # The first read of the step follows the step's matmul: it waits.
+    assert (loss_read.after_read_count, loss_read.after_read) == (0, None)
+    # ``acc.item()`` right after ``loss.item()``, nothing between.
+    assert acc_read.after_read_count == 4
+    assert acc_read.after_read is not None
+    assert (acc_read.after_read.line, acc_read.after_read.line_exact) == (14, True)
+    by_id = {sync.id: sync for sync in report.latent}
+    for sync in report.latent:
+        if sync.source.line == 15:
+            assert by_id[sync.after_read].source.line == 14
+    text = " ".join(report.to_text().split())
+    assert (
+        "right after the read at line 14, nothing queued between: on a GPU the host waits "
+        "there first, so this read costs little until that one goes"
+    ) in text
+
+
+def test_reads_of_one_line_after_its_first_are_counted(tmp_path):
+    """``w.norm()`` queues work after ``acc.item()``: the print's first read waits for it,
+    its next two (each after a ``detach``, which queues nothing) do not."""
+    report, sites = _report(tmp_path, _SCRIPT)
+    printed = sites[17]
+    assert printed.count == 12
+    assert (printed.after_read_count, printed.after_read) == (8, None)
+    assert "8 of these 12 reads come right after another read" in " ".join(report.to_text().split())
+
+
+def test_a_read_after_device_work_is_not_said_to_cost_little(tmp_path):
+    report, sites = _report(
+        tmp_path,
+        _SCRIPT.replace(
+            "    acc_value = acc.item()\n",
+            "    acc = acc * 2\n    acc_value = acc.item()\n",
+        ),
+    )
+    assert sorted(sites) == [14, 16, 18]
+    assert sites[16].after_read_count == 0
+    assert "right after the read" not in report.to_text()

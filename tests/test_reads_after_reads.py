@@ -90,3 +90,21 @@ def test_a_read_after_device_work_is_not_said_to_cost_little(tmp_path):
     assert sorted(sites) == [14, 16, 18]
     assert sites[16].after_read_count == 0
     assert "right after the read" not in report.to_text()
+
+
+def test_a_read_after_an_unrun_synchronize_and_a_read_says_both(tmp_path):
+    """build-nanogpt logs ``loss_accum.item()`` and ``norm`` on one line after its timing
+    synchronize: the second read is cheap while the synchronize stays, and after it goes
+    while the first read stays."""
+    script = _SCRIPT.replace(
+        '    print(f"{norm:.3f} {loss:.3f} {acc:.3f}")\n',
+        "    if DEVICE == 'cuda':\n        torch.cuda.synchronize()\n"
+        '    print(f"{loss.item():.3f} {norm:.3f}")\n',
+    )
+    report, sites = _report(tmp_path, script)
+    text = " ".join(report.to_text().split())
+    assert (
+        "after torch.cuda.synchronize() (line 18, not run here): on a GPU the host waits there "
+        "first, so this read costs little until that synchronize goes; right after another "
+        "read on this line too, nothing queued between: it costs little while that one stays"
+    ) in text

@@ -309,11 +309,15 @@ export function afterReadText(site) {
   const count = site.after_read_count || 0;
   if (!count) return null;
   const before = site.after_read;
+  // After an unrun synchronize too (`after_sync`, said first): what stays once it goes.
+  const too = site.after_sync ? " too" : "";
   if (before) {
-    const where = before.file === site.file ? `line ${before.line ?? "?"}` : `${before.file}:${before.line ?? "?"}`;
-    return `right after the read at ${where}${before.line_exact ? "" : "*"}, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes`;
+    const line = before.file === site.file ? `line ${before.line ?? "?"}` : `${before.file}:${before.line ?? "?"}`;
+    const where = before.file === site.file && before.line === site.line ? "another read on this line" : `the read at ${line}${before.line_exact ? "" : "*"}`;
+    if (too) return `right after ${where}${too}, nothing queued between: it costs little while that one stays`;
+    return `right after ${where}, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes`;
   }
-  return `${formatCount(count)} of these ${formatCount(site.count || 0)} reads come right after another read, nothing queued between: on a GPU only the first read of each such run waits`;
+  return `${formatCount(count)} of these ${formatCount(site.count || 0)} reads come right after another read${too}, nothing queued between: on a GPU only the first read of each such run waits`;
 }
 
 /**

@@ -199,4 +199,19 @@ test("reads right after other reads are said as the CLI says them", async () => 
     afterReadText({ file: "main.py", count: 20, after_read_count: 15, after_read: null }),
     "15 of these 20 reads come right after another read, nothing queued between: on a GPU only the first read of each such run waits",
   );
+  // build-nanogpt's logged line: two reads of one line, after an unrun synchronize.
+  const after_sync = { file: "train.py", line: 515, func: "<module>", code: "torch.cuda.synchronize()" };
+  const before = { file: "train.py", line: 521, func: "<module>", line_exact: true };
+  assert.equal(
+    afterReadText({ file: "train.py", line: 521, count: 5, after_read_count: 5, after_read: before, after_sync }),
+    "right after another read on this line too, nothing queued between: it costs little while that one stays",
+  );
+  assert.equal(
+    afterReadText({ file: "train.py", line: 521, count: 5, after_read_count: 5, after_read: before }),
+    "right after another read on this line, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes",
+  );
+  assert.equal(
+    afterReadText({ file: "train.py", line: 483, count: 4, after_read_count: 2, after_read: null, after_sync }),
+    "2 of these 4 reads come right after another read too, nothing queued between: on a GPU only the first read of each such run waits",
+  );
 });

@@ -506,16 +506,30 @@ def after_read_text(site: dict[str, Any]) -> str | None:
     if not count:
         return None
     before = site.get("after_read")
+    # After an unrun synchronize too (``after_sync``, said first): what stays once it goes.
+    too = " too" if isinstance(site.get("after_sync"), dict) else ""
     if isinstance(before, dict):
+        same_line = before.get("file") == site.get("file") and before.get("line") == site.get(
+            "line"
+        )
+        where = (
+            "another read on this line"
+            if same_line
+            else f"the read at {_line_of(before, site.get('file'))}"
+        )
+        if too:
+            return (
+                f"right after {where}{too}, nothing queued between: it costs little while "
+                "that one stays"
+            )
         return (
-            f"right after the read at {_line_of(before, site.get('file'))}, nothing queued "
-            "between: on a GPU the host waits there first, so this read costs little until "
-            "that one goes"
+            f"right after {where}, nothing queued between: on a GPU the host waits there "
+            "first, so this read costs little until that one goes"
         )
     total = int(site.get("count") or 0)
     return (
-        f"{count} of these {total} reads come right after another read, nothing queued "
-        "between: on a GPU only the first read of each such run waits"
+        f"{count} of these {total} reads come right after another read{too}, nothing "
+        "queued between: on a GPU only the first read of each such run waits"
     )
 
 

@@ -903,6 +903,19 @@ QUEUES_NO_DEVICE_WORK = frozenset(
         "aten::empty_strided",
     }
 )
+# The operators of a read itself: a scalar's (``.item()``, a truth test) or a copy to the
+# host's (``.cpu()``, ``.tolist()``); a read made of these waits for the queue and runs
+# nothing of its own on the device first (``cost.reads_right_after``).
+READ_ONLY_OPS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::copy_",
+    }
+)
 # And the factories that take sizes and a seed, never data: without a ``device=`` their
 # tensor is on the host whatever their arguments are (nanoGPT's ``get_batch`` draws its
 # indices with ``torch.randint(...)`` and indexes a memmap with each: 144 reads of a

@@ -30,7 +30,11 @@ from collections.abc import Collection, Mapping, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from tb_syncfinder.catalogue import NPU_PEER_WAIT_TASK_TYPES, QUEUES_NO_DEVICE_WORK
+from tb_syncfinder.catalogue import (
+    NPU_PEER_WAIT_TASK_TYPES,
+    QUEUES_NO_DEVICE_WORK,
+    READ_ONLY_OPS,
+)
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
 from tb_syncfinder.query import union_length
@@ -146,12 +150,14 @@ def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncC
 
 def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
     """Of a CPU-only trace's latent reads, for each the index of the one just before it on
-    its thread where no operator began between the two; None where one did, or none came
-    before. On a GPU the first read waits for the device's queue to drain and the next
-    finds it empty, whatever it reads (ProgressMeter's four formatted meters: one wait, not
-    four). Any other operator between may queue device work the next read waits for: only
-    views and allocations (``catalogue.QUEUES_NO_DEVICE_WORK``), Python frames and
-    annotations may stand between."""
+    its thread where nothing that queues device work ran between the two, and the read
+    itself runs nothing but the read; None otherwise, or where none came before. On a GPU
+    the first waits for the device's queue to drain and the next finds it empty
+    (ProgressMeter's four formatted meters: one wait, not four). Between them only views
+    and allocations (``catalogue.QUEUES_NO_DEVICE_WORK``), Python frames and annotations;
+    in the read, those and the read's own operators (``catalogue.READ_ONLY_OPS``): a
+    ``nonzero`` or a linear-algebra check runs its own kernels first and waits for them
+    (``bench/reads_after_reads_gpu.py`` measures both on recorded GPU traces)."""
     after: list[int | None] = [None] * len(episodes)
     by_thread: dict[int, list[tuple[float, float, int]]] = {}
     for n, episode in enumerate(episodes):
@@ -164,11 +170,17 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
         spans.sort()
         thread = episodes[spans[0][2]].thread
         starts, kinds, nodes = thread.starts, thread.kinds, thread.nodes
-        for (_start, end, before), (start, _end, n) in zip(spans, spans[1:], strict=False):
+        for (_start, end, before), (start, read_end, n) in zip(spans, spans[1:], strict=False):
             if start < end:
                 continue  # one inside the other: not one after the other
             gap = range(bisect_right(starts, end), bisect_left(starts, start))
-            if all(kinds[i] != OP or nodes[i].name in QUEUES_NO_DEVICE_WORK for i in gap):
+            read = range(gap.stop, bisect_right(starts, read_end))
+            if all(kinds[i] != OP or nodes[i].name in QUEUES_NO_DEVICE_WORK for i in gap) and all(
+                kinds[i] != OP
+                or nodes[i].name in QUEUES_NO_DEVICE_WORK
+                or nodes[i].name in READ_ONLY_OPS
+                for i in read
+            ):
                 after[n] = before
     return after
 

@@ -754,6 +754,8 @@ def _analyze_data(
     batches = [(episodes, [attribute(e) for e in episodes]) for episodes in (blocking, may_sync)]
     # Every frame is made by now: of copies of a notebook, the one holding the trace's cells.
     resolver.prefer_cells(frame.file for frame in attribute.frames_made())
+    # Of different files of one recorded name, the one holding the functions the trace ran.
+    resolver.prefer_copies(attribute.frames_made())
     for episodes, attributions in batches:
         if episodes and episodes[0].latent:
             episodes, attributions = _latent_where_it_may_sync(episodes, attributions)

@@ -2432,10 +2432,16 @@ class SourceResolver:
         if kernel_cell is not None:
             return None
         if not candidate.is_absolute() and not norm.startswith(".."):
-            for root in self.roots:
-                joined = Path(root, norm)
-                if joined.is_file():
-                    return joined
+            in_roots = [Path(root, norm) for root in self.roots if Path(root, norm).is_file()]
+            if len(in_roots) == 1 or (
+                1 < len(in_roots) <= _SAME_COPIES_MAX and _all_same_bytes(in_roots)
+            ):
+                return in_roots[0]
+            if in_roots:
+                # ``main.py`` under two roots (pytorch/examples names every script so): the
+                # trace's own folder, or the one whose functions the trace ran, decides
+                # (``_nearest``, ``prefer_copies``); not the first root given.
+                return _Copies(tuple(in_roots), len(Path(norm).parts))
         # Suffix match: the trace was recorded elsewhere; find the file under a root whose
         # path ends with the longest run of the same components. A tie is ambiguous: None.
         parts = [p for p in norm.split("/") if p and p not in (".", "..")]
@@ -2546,6 +2552,48 @@ class SourceResolver:
                 str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
             )
         return chosen
+
+    def prefer_copies(self, frames: Iterable[Frame]) -> None:
+        """This trace's user frames: of different files that match a recorded path equally
+        and none of which lies by the trace (``_nearest``), the one file that holds every
+        function the trace ran from that path where the trace says (``main.py`` of two
+        scripts given as two source roots: each run reads its own)."""
+        ran: dict[str, set[tuple[str, int | None]]] = {}
+        for frame in frames:
+            if frame.user:
+                ran.setdefault(frame.file, set()).add((frame.func, frame.line))
+        for trace_file, functions in ran.items():
+            if self.find_file(trace_file) is not None:
+                continue  # one file, or the copy by the trace
+            found = self._found.get(trace_file)
+            if not isinstance(found, _Copies) or len(found.paths) < 2 or found in self._refused:
+                continue
+            holding = [path for path in found.paths if self._holds(path, functions)]
+            if len(holding) == 1:
+                self._nearest_of[found] = holding[0]
+
+    def _holds(self, path: Path, functions: set[tuple[str, int | None]]) -> bool:
+        """Whether ``path`` has each (function, line) as a frame: a def of that name that
+        starts at the line or holds it (``<module>``: a statement of the module's own, not
+        a def's or a class's body)."""
+        parsed = self._parse(path)
+        if parsed is None:
+            return False
+        module_lines = [
+            (statement.lineno, statement.end_lineno or statement.lineno)
+            for statement in parsed.tree.body
+            if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
+        return all(
+            line is not None
+            and (
+                any(first <= line <= last for first, last in module_lines)
+                if func == "<module>"
+                else parsed.scope_at(line, func) is not None
+                or parsed.running_scope(line, func) is not None
+            )
+            for func, line in functions
+        )
 
     def prefer_cells(self, trace_files: Iterable[str]) -> None:
         """This trace's frames' files: of copies of a cell (a notebook duplicated, copied

@@ -1357,3 +1357,74 @@ def test_a_source_root_given_keeps_the_current_directory_searched(tmp_path, monk
     assert main(["report", "logs", "--source-root", str(elsewhere), "-o", str(out)]) == 0
     (site,) = json.loads(out.read_text())["latent_sites"]
     assert (site["line"], site["line_exact"]) == (11, True)
+
+
+_TWO_SCRIPTS = {
+    # pytorch/examples names every script main.py: one read in a function, ...
+    "lm": """\
+import torch
+
+net = torch.nn.Linear(8, 1)
+
+
+def train():
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler("../logs/lm"),
+    ) as prof:
+        for step in range(5):
+            loss = net(torch.randn(4, 8)).mean()
+            total = loss.item()
+            prof.step()
+
+
+train()
+""",
+    # ... and two at the module's top, on lines the other file has inside its function.
+    "gan": """\
+import torch
+
+net = torch.nn.Linear(8, 1)
+with torch.profiler.profile(
+    activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True,
+    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+    on_trace_ready=torch.profiler.tensorboard_trace_handler("../logs/gan"),
+) as prof:
+    for step in range(5):
+        out = net(torch.randn(4, 8))
+        d_x = out.mean().item()
+        print(step, out.sum().item(), d_x)
+        prof.step()
+""",
+}
+
+
+@pytest.mark.parametrize("order", [("lm", "gan"), ("gan", "lm")])
+def test_scripts_of_one_name_under_two_source_roots_are_each_read_for_its_own_run(
+    tmp_path, monkeypatch, order
+):
+    """A user walk of pytorch/examples: with ``--source-root lm --source-root gan``, both
+    runs' ``main.py`` was read from the first root, and the other run's sites fell back to
+    the recorded line, starred, two sites merged into one."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    for name, text in _TWO_SCRIPTS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "main.py").write_text(text)
+        # Run from its folder: torch records the frames as the relative ``main.py``.
+        subprocess.run(
+            [sys.executable, "main.py"], cwd=tmp_path / name, check=True, capture_output=True
+        )
+    monkeypatch.chdir(tmp_path / "logs")  # a folder with no main.py of its own
+    roots = [arg for name in order for arg in ("--source-root", str(tmp_path / name))]
+    out = tmp_path / "r.json"
+    assert main(["report", str(tmp_path / "logs"), *roots, "-o", str(out)]) == 0
+    runs = {run["run"]: run for run in json.loads(out.read_text())["runs"]}
+    lines = {
+        name: sorted((s["line"], s["line_exact"]) for s in runs[name]["latent_sites"])
+        for name in runs
+    }
+    assert lines == {"lm": [(14, True)], "gan": [(11, True), (12, True)]}

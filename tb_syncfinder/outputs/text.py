@@ -2121,12 +2121,15 @@ UNRUN_SYNC_FIX = (
 
 def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
     """What a CPU-only trace's latent list leaves out: ``.cpu()`` and ``.tolist()`` are
-    seen only as recorded calls (``with_stack``), the other copies never."""
+    seen only as recorded calls (``with_stack``) of the user's own code (a library's are of
+    host tensors as often as not: ``catalogue.LATENT_TENSOR_METHODS``), the other copies
+    never."""
     cpu = [t for t in traces if t.get("device") == "cpu"]
     if cpu and all(t.get("has_stacks") for t in cpu):
         return (
             "Not listed on a CPU-only trace: .to() copies whose line does not name the host "
-            "(.to(device)) and pageable uploads; nothing on a CPU run says which tensors "
+            "(.to(device)), the copies libraries make in their own code (torchvision's "
+            "save_image) and pageable uploads; nothing on a CPU run says which tensors "
             "would live on the GPU. Profile on the GPU to see them."
         )
     return (

@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([^ >]*)")
 _MODULE_PREFIX = "nn.Module: "
+# A comprehension's frame (Python before 3.12 gives it one): called by syntax at its own
+# line, never by another name, so the names that usually run its operator are not looked
+# for (minGPT's ``[itos[int(i)] for i in y]`` fit a ``loss.item()`` elsewhere, exact).
+_COMPREHENSION_FRAMES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
 # User frames past the caller whose ``%`` tests a sync's site may run under.
 _OUTER_FRAMES = 3
 # The profiler's frame that starts tracing (torch.profiler.profile and the autograd
@@ -959,7 +963,12 @@ class Attributor:
                 seq = self._sequence(thread, index, names)
                 observed.append(seq.observed(seq.positions.get(child), (thread, index, names)))
             called = frames[level - 1][1]
-            if called.file != "<built-in>" and op >= 0 and not _is_dunder(called.func):
+            if (
+                called.file != "<built-in>"
+                and op >= 0
+                and not _is_dunder(called.func)
+                and called.func not in _COMPREHENSION_FRAMES
+            ):
                 # A Python function whose frames carry another name than the one called
                 # (torch.unique runs as boolean_dispatch's ``fn``): the names that usually
                 # run the operator, except those the trace shows as built-in calls (a

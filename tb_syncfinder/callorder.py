@@ -272,7 +272,10 @@ class _Builder:
         if isinstance(node, ast.BinOp):
             s = self.expr(node.left, s, opt)
             s = self.expr(node.right, s, opt)
-            s = self.emit(s, "binop", node, opt)
+            # ``"%d + %d = %d" % (a, b, c)``: a numeric conversion reads each value that is a
+            # tensor (minGPT's adder prints four); one point per conversion.
+            for _ in range(_numeric_conversions(node)):
+                s = self.emit(s, "binop", node, opt)
             if isinstance(node.op, ast.Mod) and _may_run_repr(node.left, node.right):
                 s = self.emit(s, "repr", node, repeated=True)  # ``"%s" % t``: str(t) of each value
             return s
@@ -306,6 +309,9 @@ class _Builder:
         s = self.expr(generators[0].iter, s, opt)
         if isinstance(node, ast.GeneratorExp):
             return s  # consumed lazily, elsewhere
+        # Before Python 3.12 the comprehension is a call of a frame of its own here
+        # (``<listcomp>``); since, it runs inline and no trace shows such a call.
+        s = self.emit(s, "comprehension", node, opt)
         head = self.a.new()
         self.link(s, head)
         t = head
@@ -499,6 +505,25 @@ def _is_text(node: ast.expr) -> bool:
 
 # A %-format's conversion that runs str() or repr() of its value (not %d, %f, %x...).
 _REPR_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[sra]")
+
+
+# A %-format's numeric conversions (%d, %.2f, %x...), each of which reads a tensor value.
+_NUMERIC_CONVERSION = re.compile(
+    r"%(?:\([^)]*\))?[#0 +-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diouxXeEfFgGc]"
+)
+
+
+def _numeric_conversions(node: ast.BinOp) -> int:
+    """How many values ``node`` may read as numbers: a literal format's numeric
+    conversions (at least one: any other ``%`` is one point, as before)."""
+    left = node.left
+    if (
+        isinstance(node.op, ast.Mod)
+        and isinstance(left, ast.Constant)
+        and isinstance(left.value, str)
+    ):
+        return max(1, len(_NUMERIC_CONVERSION.findall(left.value.replace("%%", ""))))
+    return 1
 
 
 def _may_run_repr(left: ast.expr, right: ast.expr) -> bool:

@@ -505,9 +505,16 @@ def _latent_copies_by_line(
             or ctc_waits_by_line(resolver.line_text(source) or "")
         )
         and not (
-            # The read itself (``.item()``), not a factory's reads of the tensors it is
-            # given: ``torch.tensor(losses)`` of GPU scalars reads each of them.
-            (attribution.called in HOST_READ_METHODS and resolver.reads_host_made(source))
+            # The read itself (``.item()``; or a read without a call frame: ``int(t)``, ``if
+            # t:``), not a factory's reads of the tensors it is given: ``torch.tensor(losses)``
+            # of GPU scalars reads each of them.
+            (
+                (
+                    attribution.called in HOST_READ_METHODS
+                    or (attribution.called is None and episode.kind == SCALAR_READBACK)
+                )
+                and resolver.reads_host_made(source)
+            )
             # Or a library's own read (the innermost frame a built-in ``item``) of a tensor
             # it made on the host: timm's scheduler draws its learning-rate noise with a CPU
             # generator and reads it, 14 of a run's 19 latent syncs.

@@ -627,6 +627,14 @@ def _matcher(
             return None, False
         if kind == "next" and steps_in_next:
             return P, getattr(node, "lineno", None) != start_line
+        if kind == "comprehension":
+            # Its frame's name (``<listcomp>``), called by syntax where it stands.
+            name = _SCOPE_NAMES.get(type(node), "")
+            if name in calls:
+                return N, optional_calls
+            if name in anchors:
+                return ANCHOR + name, True
+            return None, False
         if kind not in kinds:
             return None, False
         if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
@@ -1396,16 +1404,43 @@ def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
     only methods that keep its device between (``d.median().item()``). Such a read waits
     for no GPU: torchvision's ``SmoothedValue.median`` was a latent sync on every CPU
     trace, ranked first. False where any read may be of another tensor."""
+    statements = _statements_at(scope, line)
     reads = [
         node
-        for statement in _statements_at(scope, line)
+        for statement in statements
         for node in ast.walk(statement)
         if getattr(node, "lineno", None) == line and _read_receiver(node) is not None
     ]
-    return bool(reads) and all(
-        _host_made(scope, _read_receiver(node), line)  # type: ignore[arg-type]
-        for node in reads
+    # A truth test on the line reads its tensor too (``if not correct[i]:`` of a ``.cpu()``
+    # result, minGPT's adder): its tested values must all be host-made as well.
+    tests = [
+        statement.test
+        for statement in statements
+        if isinstance(statement, (ast.If, ast.While, ast.Assert)) and statement.test.lineno == line
+    ]
+    return bool(reads or tests) and (
+        all(
+            _host_made(scope, _read_receiver(node), line)  # type: ignore[arg-type]
+            for node in reads
+        )
+        and all(_host_truth(scope, test, line) for test in tests)
     )
+
+
+def _host_truth(scope: ast.AST, test: ast.expr, line: int) -> bool:
+    """Whether every tensor a truth test may read is made on the host: ``not``, ``and``,
+    ``or`` of such tests, a comparison of host-made tensors with constants, or a host-made
+    tensor itself. A name of unknown value (``mistakes < 5``) may be a tensor: False."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _host_truth(scope, test.operand, line)
+    if isinstance(test, ast.BoolOp):
+        return all(_host_truth(scope, value, line) for value in test.values)
+    if isinstance(test, ast.Compare):
+        return all(
+            isinstance(part, ast.Constant) or _host_made(scope, part, line)
+            for part in (test.left, *test.comparators)
+        )
+    return _host_made(scope, test, line)
 
 
 def _read_receiver(node: ast.AST) -> ast.expr | None:
@@ -1422,10 +1457,16 @@ def _read_receiver(node: ast.AST) -> ast.expr | None:
 
 def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
     # Through the methods that keep a tensor where it is and take no other tensor
-    # (``.median()``, ``.sum(0)``): ``.mul(loss)`` of a GPU ``loss`` is on the GPU.
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        if _is_host_factory(expr):
-            return True
+    # (``.median()``, ``.sum(0)``): ``.mul(loss)`` of a GPU ``loss`` is on the GPU; and
+    # through indexing, which keeps it where it is too (``correct[i]``).
+    while isinstance(expr, (ast.Call, ast.Subscript)):
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+            continue
+        if not isinstance(expr.func, ast.Attribute):
+            break
+        if _is_host_factory(expr, scope, line) or _moved_to_host(expr):
+            return True  # whatever it was made from: ``(pred == gt).cpu()`` is on the host
         if expr.func.attr in DEVICE_MOVES or not _constant_arguments(expr):
             return False
         expr = expr.func.value
@@ -1437,11 +1478,40 @@ def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> boo
     return False
 
 
-def _is_host_factory(call: ast.Call) -> bool:
+def _moved_to_host(call: ast.Call) -> bool:
+    """``t.cpu()``, or ``t.to("cpu")`` / ``t.to(torch.device("cpu"))`` / ``t.to(device=
+    "cpu")``: its result is on the host, wherever ``t`` was (the copy itself is a read of
+    its own, listed at its line)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr == "cpu":
+        return not call.args and not call.keywords
+    if func.attr != "to":
+        return False
+    targets = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "device")]
+    return len(targets) == 1 and _names_the_host(targets[0])
+
+
+def _names_the_host(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "device"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == "cpu"
+    )
+
+
+def _is_host_factory(call: ast.Call, scope: ast.AST | None = None, line: int = 0) -> bool:
     """``torch.tensor(data)`` and the like without a device, of Python data: a display, a
-    comprehension, a constant or ``list(...)`` (a tensor given as the data keeps its device,
-    ``torch.tensor(t)`` of a GPU ``t`` is on the GPU; ``from_numpy`` takes an array only);
-    or a factory of sizes without a device (``torch.randint(n, (B,))``)."""
+    comprehension, a constant or ``list(...)``, or a name ``scope`` binds only to those
+    before ``line`` (minGPT's ``results = []`` appended to); a tensor given as the data
+    keeps its device, ``torch.tensor(t)`` of a GPU ``t`` is on the GPU; ``from_numpy`` takes
+    an array only; or a factory of sizes without a device (``torch.randint(n, (B,))``)."""
     func = call.func
     if not (
         isinstance(func, ast.Attribute)
@@ -1454,7 +1524,11 @@ def _is_host_factory(call: ast.Call) -> bool:
         return False
     if func.attr in HOST_SHAPE_FACTORIES:
         return True
-    return func.attr == "from_numpy" or _python_data(call.args[0])
+    data = call.args[0]
+    if isinstance(data, ast.Name) and scope is not None and func.attr != "from_numpy":
+        values = _assigned_before(scope, data.id, line)
+        return bool(values) and all(v is not None and _python_data(v) for v in values)
+    return func.attr == "from_numpy" or _python_data(data)
 
 
 def _python_data(node: ast.expr) -> bool:

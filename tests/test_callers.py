@@ -192,3 +192,54 @@ def test_a_test_outside_the_loop_that_steps_the_profiler_is_not_said(tmp_path):
     assert site.func == "__str__" and site.count == 4
     assert [c.periodic_guard for c in site.callers] == [None]
     assert "already every N steps" not in report.to_text()
+
+
+_COMPREHENSION_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+    itos = dict(enumerate("abcdef"))
+    loss = torch.tensor(1.5, requires_grad=True) * 2
+
+
+    def callback(it):
+        if it % 3 == 0:
+            print(f"iter {it}: loss {loss.item():.5f}")
+        if it % 5 == 0:
+            y = torch.arange(6) * (loss.detach() > 0)
+            completion = "".join([itos[int(i)] for i in y])
+
+
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=5),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(7):
+        callback(step)
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def test_a_comprehensions_reads_are_under_the_test_of_the_line_that_runs_it(tmp_path):
+    """minGPT's chargpt decodes a sample with ``[itos[int(i)] for i in y]`` under ``if
+    it % 5 == 0:``. Before Python 3.12 the comprehension is a frame of its own, and its call
+    was placed at the callback's ``loss.item()`` line, exact, under that line's ``% 3``."""
+    script = tmp_path / "w.py"
+    script.write_text(_COMPREHENSION_SCRIPT)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    site = next(s for s in report.latent_sites if s.line == 12)
+    assert site.count == 6
+    if site.func == "<listcomp>":  # Python before 3.12
+        assert [(c.line, c.line_exact, c.periodic_guard) for c in site.callers] == [
+            (12, True, "it % 5 == 0")
+        ]
+    text = " ".join(report.to_text().split())
+    assert "already every N steps (under `if it % 5 == 0:`" in text
+    assert "under `if it % 3 == 0:`, around its call" not in text

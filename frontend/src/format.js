@@ -317,7 +317,7 @@ export function afterReadText(site) {
     if (too) return `right after ${where}${too}, nothing queued between: it costs little while that one stays`;
     return `right after ${where}, nothing queued between: on a GPU the host waits there first, so this read costs little until that one goes`;
   }
-  return `${formatCount(count)} of these ${formatCount(site.count || 0)} reads come right after another read${too}, nothing queued between: on a GPU only the first read of each such run waits`;
+  return `${formatCount(count)} of these ${formatCount(site.count || 0)} reads ${count === 1 ? "comes" : "come"} right after another read${too}, nothing queued between: on a GPU only the first read of each such run waits`;
 }
 
 /**

@@ -527,8 +527,9 @@ def after_read_text(site: dict[str, Any]) -> str | None:
             "first, so this read costs little until that one goes"
         )
     total = int(site.get("count") or 0)
+    verb = "comes" if count == 1 else "come"
     return (
-        f"{count} of these {total} reads come right after another read{too}, nothing "
+        f"{count} of these {total} reads {verb} right after another read{too}, nothing "
         "queued between: on a GPU only the first read of each such run waits"
     )
 

@@ -2130,8 +2130,8 @@ def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
         return (
             "Not listed on a CPU-only trace: .to() copies whose line does not name the host "
             "(.to(device)), the copies libraries make in their own code (torchvision's "
-            "save_image) and pageable uploads; nothing on a CPU run says which tensors "
-            "would live on the GPU. Profile on the GPU to see them."
+            "save_image, torch.save of GPU tensors) and pageable uploads; nothing on a CPU "
+            "run says which tensors would live on the GPU. Profile on the GPU to see them."
         )
     return (
         "Not listed on a CPU-only trace without Python stacks: copies to or from the host "

@@ -412,6 +412,8 @@ class Bindings(NamedTuple):
 
     names: dict[str, frozenset[str]]
     attributes: dict[str, frozenset[str]]
+    # The names of the file's own functions and methods.
+    defined: frozenset[str] = frozenset()
 
     def of_call(self, node: ast.AST) -> frozenset[str]:
         """What the callee of ``node`` (a call) may be bound to."""
@@ -479,10 +481,19 @@ class _BindingIndex:
     file's one walk found, by their source positions, in one sweep (a visitor over the
     tree took 9 ms on a 400-line script)."""
 
-    def __init__(self, assignments: list[ast.AST], functions: list[ast.AST]) -> None:
+    def __init__(
+        self,
+        assignments: list[ast.AST],
+        functions: list[ast.AST],
+        classes: Sequence[ast.ClassDef] = (),
+    ) -> None:
         self.functions = sorted(functions, key=_start)
         self.names: dict[int | None, dict[str, set[str]]] = {}
         self.attributes: dict[str, set[str]] = {}
+        # The same, by the class whose body (its methods) assigns them; None: outside any.
+        self.classes = list(classes)
+        self.class_attributes: dict[int | None, dict[str, set[str]]] = {}
+        self._class_bindings: dict[int, dict[str, frozenset[str]]] = {}
         # Per owner, its names with their paths followed (``_followed``), once.
         self._followed: dict[int | None, dict[str, frozenset[str]]] = {}
         open_functions: list[ast.AST] = []  # enclosing the sweep's position, outermost first
@@ -521,6 +532,11 @@ class _BindingIndex:
                         names.add(namespace)
                 elif isinstance(target, ast.Attribute) and bound is not None:
                     self.attributes.setdefault(target.attr, set()).add(bound)
+                    owner_class = self._class_at(node)
+                    by_class = self.class_attributes.setdefault(
+                        id(owner_class) if owner_class is not None else None, {}
+                    )
+                    by_class.setdefault(target.attr, set()).add(bound)
 
     def bindings(self, scope: ast.AST) -> Bindings:
         owners: list[int | None] = [None]
@@ -536,10 +552,48 @@ class _BindingIndex:
                 visible = {**names, **{name: frozenset(bound) for name, bound in own.items()}}
                 followed = self._followed[owner] = _followed(visible, own)
             names.update(followed)
-        attributes = {name: frozenset(bound) for name, bound in self.attributes.items()}
+        attributes = self._attributes_for(scope)
         if "*" in names:  # a star import: which bare names the file's own functions hold
             names[DEFINED] = frozenset(getattr(f, "name", "") for f in self.functions)
-        return Bindings(names, attributes)
+        defined = frozenset(getattr(f, "name", "") for f in self.functions)
+        return Bindings(names, attributes, defined)
+
+    def _class_at(self, node: ast.AST) -> ast.ClassDef | None:
+        """The innermost class of the file whose body holds ``node``."""
+        at, end = _start(node), _end(node)
+        holding = [c for c in self.classes if _start(c) <= at and end <= _end(c)]
+        return max(holding, key=_start) if holding else None
+
+    def _attributes_for(self, scope: ast.AST) -> dict[str, frozenset[str]]:
+        """Attribute bindings as a call in ``scope`` sees them: in a class's method, those
+        its class and its bases in the file (and code outside any class) assign; another
+        class's ``self.encoder = nn.Embedding(...)`` is not this one's (word_language_model's
+        ``TransformerModel`` gets its ``self.encoder`` from nn.Transformer). Elsewhere,
+        every attribute assigned in the file."""
+        cls = self._class_at(scope) if hasattr(scope, "lineno") else None
+        if cls is None:
+            return {name: frozenset(bound) for name, bound in self.attributes.items()}
+        found = self._class_bindings.get(id(cls))
+        if found is None:
+            by_name = {c.name: c for c in self.classes}
+            chain, pending = [], [cls]
+            while pending:
+                current = pending.pop()
+                if current in chain:
+                    continue
+                chain.append(current)
+                for base in current.bases:
+                    named = _base_name(base)
+                    if named in by_name:
+                        pending.append(by_name[named])
+            merged: dict[str, set[str]] = {}
+            for owner in [None, *(id(c) for c in chain)]:
+                for name, bound in self.class_attributes.get(owner, {}).items():
+                    merged.setdefault(name, set()).update(bound)
+            found = self._class_bindings[id(cls)] = {
+                name: frozenset(bound) for name, bound in merged.items()
+            }
+        return found
 
 
 # A group for a call of an nn.Module: the class the trace's ``nn.Module: Cls_0`` entry
@@ -613,6 +667,11 @@ def _matcher(
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls
+            if modules and not bound and _on_self(func) and name not in bindings.defined:
+                # An attribute the file never binds nor defines: one a library base class
+                # set (``self.encoder`` of a subclass of nn.Transformer). It may be the
+                # module; claimed only where the alignment leaves it alone.
+                return N, True
             if some_class and name and name[:1].isupper():
                 return N, True  # a class called, or a class without a Python __init__
             if name == "step" and not profiler_names:
@@ -642,6 +701,19 @@ def _matcher(
         return N, True
 
     return match
+
+
+def _base_name(base: ast.expr) -> str:
+    """A base class's name as written: ``Transformer`` of ``nn.Transformer``."""
+    return base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+
+
+def _on_self(func: ast.AST) -> bool:
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+    )
 
 
 def _is_generator(scope: ast.AST) -> bool:
@@ -1861,6 +1933,7 @@ class _ParsedFile:
         step_receivers: set[str] = set()
         assignments: list[ast.AST] = []
         function_nodes: list[ast.AST] = []
+        class_nodes: list[ast.ClassDef] = []
         self._subclasses: dict[str, set[str]] = {}  # a base class's name -> classes here
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_SCOPE_NAMES)):
@@ -1885,6 +1958,7 @@ class _ParsedFile:
                 if isinstance(node, ast.Assign) and _call_name(node.value) in _PROFILE_CLASSES:
                     names.update(t.id for t in node.targets if isinstance(t, ast.Name))
             elif isinstance(node, ast.ClassDef):
+                class_nodes.append(node)
                 for base in node.bases:
                     name = (
                         base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
@@ -1908,6 +1982,7 @@ class _ParsedFile:
         )
         self._assignments = assignments
         self._function_nodes = function_nodes
+        self._class_nodes = class_nodes
         self._index: _BindingIndex | None = None
 
     def subclasses(self, cls: str) -> list[str]:
@@ -1926,7 +2001,7 @@ class _ParsedFile:
         """What the names a call in ``scope`` uses are bound to (indexed once, when a call
         is first looked for in this file)."""
         if self._index is None:
-            self._index = _BindingIndex(self._assignments, self._function_nodes)
+            self._index = _BindingIndex(self._assignments, self._function_nodes, self._class_nodes)
         return self._index.bindings(scope)
 
     def scope_at(self, line: int, func: str) -> ast.AST | None:

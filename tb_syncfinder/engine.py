@@ -513,6 +513,8 @@ def _latent_copies_by_line(
                     attribution.called in HOST_READ_METHODS
                     or (attribution.called is None and episode.kind == SCALAR_READBACK)
                 )
+                # ``x.cpu().item()``: one copy, named by both calls (``one_copy_per_chain``).
+                and episode.after_cpu < 0
                 and resolver.reads_host_made(source)
             )
             # Or a library's own read (the innermost frame a built-in ``item``) of a tensor

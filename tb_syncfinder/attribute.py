@@ -432,6 +432,7 @@ class Attributor:
         self._kid_lists: dict[tuple[Any, Any, int], list[int]] = {}
         self._kid_starts: dict[tuple[Any, Any, int], list[float]] = {}
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
+        self._builtins_of: dict[tuple[Any, Any, int], frozenset[str]] = {}
         self._started: dict[Any, float | None] = {}
         self._first_library_calls: dict[Any, float] = {}
         self._unrecorded_copies: dict[Any, tuple[list[float], list[Any]]] | None = None
@@ -704,9 +705,15 @@ class Attributor:
         return self._builtin_names
 
     def _builtins_called(self, thread: HostThread, index: int) -> frozenset[str]:
-        """Names of the built-ins frame ``index`` called itself (its children)."""
-        found = (_BUILTIN_RE.match(thread.nodes[k].name) for k in self._kids(thread, index))
-        return frozenset(m.group(1) for m in found if m and m.group(1))
+        """Names of the built-ins frame ``index`` called itself (its children); once per
+        frame: the calls further out of each sync ask it of a loop's frame."""
+        key = (thread.pid, thread.tid, index)
+        names = self._builtins_of.get(key)
+        if names is None:
+            found = (_BUILTIN_RE.match(thread.nodes[k].name) for k in self._kids(thread, index))
+            names = frozenset(m.group(1) for m in found if m and m.group(1))
+            self._builtins_of[key] = names
+        return names
 
     def _kids(self, thread: HostThread, index: int) -> list[int]:
         """Python children of a frame in time order, ``nn.Module: X`` entries opened up (they
@@ -744,6 +751,9 @@ class Attributor:
         return end
 
     def _is_profiler_step(self, thread: HostThread, index: int) -> bool:
+        # A Python frame's event is named ``file(line): func``: only a ``step`` is parsed.
+        if not thread.nodes[index].name.endswith("step"):
+            return False
         frame = self.frame(thread, index)
         return frame is not None and frame.func == "step" and _is_profiler_file(frame.file)
 
@@ -1045,14 +1055,15 @@ class Attributor:
         frames: list[tuple[int, Frame]],
         op: int,
         with_callers: bool = True,
-    ) -> tuple[CallQuery | None, CallQuery | None, CallQuery | None, list[CallQuery]]:
+    ) -> tuple[CallQuery | None, CallQuery | None, CallQuery | None, list[CallQuery], bool]:
         """The user's call (innermost user frame); when that call went into a library, the
         library's own call that synced (its innermost Python frame); and, ``with_callers``,
         the call of the user's function by the next user frame out, where one called it,
-        and the calls by the user frames further out (``Attribution.outer_calls``)."""
+        the calls by the user frames further out (``Attribution.outer_calls``), and whether
+        the user's frame steps the profiler itself (``Attribution.steps_own_frame``)."""
         user = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
         if user is None:
-            return None, None, None, []
+            return None, None, None, [], False
         user_query = self.query(thread, frames, user, op)
         library = next(
             (n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"), None
@@ -1060,15 +1071,20 @@ class Attributor:
         library_query = self.query(thread, frames, library, op) if library is not None else None
         callers = [n for n in range(user + 1, len(frames)) if frames[n][1].user]
         if not callers or not with_callers:
-            return user_query, library_query, None, []
+            return user_query, library_query, None, [], False
+        caller_query = self.query(thread, frames, callers[0], op)
+        if self._steps_profiler(thread, frames[user][0]):
+            # The sync's own frame steps the profiler: its callers are outside the steps,
+            # and a test around its call is about epochs.
+            return user_query, library_query, caller_query, [], True
         outer: list[CallQuery] = []
-        # Out to the frame that steps the profiler: a test around a call further out is
-        # about epochs, not steps. Three frames at most, where none does (no steps).
+        # Out to the frame that steps the profiler, for the same reason. Three frames at
+        # most, where none does (no steps).
         for inner, level in zip(callers, callers[1 : _OUTER_FRAMES + 1], strict=False):
             if self._steps_profiler(thread, frames[inner][0]):
                 break
             outer.append(self.query(thread, frames, level, op))
-        return user_query, library_query, self.query(thread, frames, callers[0], op), outer
+        return user_query, library_query, caller_query, outer, False
 
     # -- backward passes ---------------------------------------------------------------
     def _forward_index(self) -> dict[Any, list[tuple[HostThread, int]]]:
@@ -1166,9 +1182,10 @@ class Attributor:
         outer = op_nodes[0] if op_nodes else -1
         user_call = library_call = caller_call = None
         outer_calls: list[CallQuery] = []
+        steps_own_frame = False
         if located:
-            user_call, library_call, caller_call, outer_calls = self._frame_queries(
-                thread, located, outer
+            user_call, library_call, caller_call, outer_calls, steps_own_frame = (
+                self._frame_queries(thread, located, outer)
             )
             user = next((i for i, f in located if f.user), None)
             invocation = (thread.pid, thread.tid, user) if user is not None else None
@@ -1210,6 +1227,7 @@ class Attributor:
             library_call=library_call,
             caller_call=caller_call,
             outer_calls=outer_calls,
+            steps_own_frame=steps_own_frame,
             profiler_overhead=is_profiler_stack(stack)
             or (not stack and self.is_profiler_stop(episode)),
         )

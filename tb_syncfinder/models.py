@@ -390,6 +390,9 @@ class Attribution(msgspec.Struct):
     # ``%`` test, one of theirs may (ProgressMeter's ``display`` called under ``if i %
     # print_freq == 0:``, two calls above ``AverageMeter.__str__``).
     outer_calls: list[CallQuery] = field(default_factory=list)
+    # The user's frame steps the profiler itself (a training loop's function): the lines
+    # that called it are outside the steps, and a ``%`` test there is about epochs.
+    steps_own_frame: bool = False
     backward: bool = False
     forward_op: str | None = None
     forward_stack: list[Frame] = field(default_factory=list)

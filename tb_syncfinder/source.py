@@ -2305,6 +2305,8 @@ class SourceResolver:
         self._trace_folders: dict[str, bool] = {}
         # Of this trace's view: a lone match not taken, as it lies in another run's folder.
         self._refused: dict[_Copies, Path] = {}
+        # The functions this trace ran, by recorded file (``prefer_copies``).
+        self._ran: dict[str, set[tuple[str, int | None]]] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
         # path, which names each run's copy alike.
         self._init_classes: dict[tuple[Path | None, str], str | None] = {}
@@ -2363,6 +2365,7 @@ class SourceResolver:
             view._trace_dir = os.path.realpath(os.path.dirname(os.path.abspath(trace_path)))
         view._nearest_of = {}
         view._refused = {}
+        view._ran = {}
         view._trace_cells = frozenset()
         view._cells_held = None
         view._cell_of = {}
@@ -2552,7 +2555,13 @@ class SourceResolver:
         """The readable local file for a path as the trace names it, or None."""
         if trace_file not in self._found:
             self._found[trace_file] = self._find(trace_file)
-        return self._nearest(self._found[trace_file])
+        found = self._found[trace_file]
+        nearest = self._nearest(found)
+        if nearest is None and isinstance(found, _Copies):
+            nearest = self._copy_that_ran(trace_file, found)
+            if nearest is not None:
+                self._nearest_of[found] = nearest
+        return nearest
 
     def _find(self, trace_file: str, walk: bool = True) -> Path | _Copies | None:
         if not trace_file:
@@ -2704,22 +2713,24 @@ class SourceResolver:
 
     def prefer_copies(self, frames: Iterable[Frame]) -> None:
         """This trace's user frames: of different files that match a recorded path equally
-        and none of which lies by the trace (``_nearest``), the one file that holds every
-        function the trace ran from that path where the trace says (``main.py`` of two
-        scripts given as two source roots: each run reads its own)."""
+        and none of which lies by the trace (``_nearest``), ``find_file`` takes the one file
+        that holds every function the trace ran from that path where the trace says
+        (``main.py`` of two scripts given as two source roots: each run reads its own).
+        Only noted here: a file is looked for when a line of it is."""
         ran: dict[str, set[tuple[str, int | None]]] = {}
         for frame in frames:
             if frame.user:
                 ran.setdefault(frame.file, set()).add((frame.func, frame.line))
-        for trace_file, functions in ran.items():
-            if self.find_file(trace_file) is not None:
-                continue  # one file, or the copy by the trace
-            found = self._found.get(trace_file)
-            if not isinstance(found, _Copies) or len(found.paths) < 2 or found in self._refused:
-                continue
-            holding = [path for path in found.paths if self._holds(path, functions)]
-            if len(holding) == 1:
-                self._nearest_of[found] = holding[0]
+        self._ran = ran
+
+    def _copy_that_ran(self, trace_file: str, found: _Copies) -> Path | None:
+        """Of ``found``'s files, the one holding every function the trace ran from
+        ``trace_file`` (``prefer_copies``); None: none or several."""
+        functions = self._ran.get(trace_file)
+        if not functions or len(found.paths) < 2 or found in self._refused:
+            return None
+        holding = [path for path in found.paths if self._holds(path, functions)]
+        return holding[0] if len(holding) == 1 else None
 
     def _holds(self, path: Path, functions: set[tuple[str, int | None]]) -> bool:
         """Whether ``path`` has each (function, line) as a frame: a def of that name that
@@ -3565,7 +3576,9 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
             caller.line,
             caller.func,
             caller.line_exact,
-            caller.periodic_guard if caller.line_exact else None,
+            caller.periodic_guard
+            if caller.line_exact and not attribution.steps_own_frame
+            else None,
         )
         if source.called_from.periodic_guard is None:
             _guard_further_out(resolver, attribution.outer_calls, source.called_from)

@@ -243,3 +243,45 @@ def test_a_comprehensions_reads_are_under_the_test_of_the_line_that_runs_it(tmp_
     text = " ".join(report.to_text().split())
     assert "already every N steps (under `if it % 5 == 0:`" in text
     assert "under `if it % 3 == 0:`, around its call" not in text
+
+
+def test_a_test_around_the_call_of_the_loop_that_steps_the_profiler_is_not_said(tmp_path):
+    """A read in the training loop's own function, called under ``if epoch % 2 == 0:``: it
+    reads on every step of the epochs that test lets through, not every N steps."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+            w = torch.randn(8, 8)
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+            )
+
+
+            def train_one_epoch():
+                for step in range(3):
+                    loss = (w @ w).sum()
+                    print(loss.item())
+                    prof.step()
+
+
+            prof.start()
+            for epoch in range(4):
+                if epoch % 2 == 0:
+                    train_one_epoch()
+            prof.stop()
+            """
+        )
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.func) == (15, "train_one_epoch")
+    assert [c.periodic_guard for c in site.callers] == [None]
+    assert "already every N steps" not in report.to_text()

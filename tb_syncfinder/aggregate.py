@@ -249,6 +249,8 @@ def build_sites(
                         ),
                         # A read that sets a size (a slice bound, range(n)): every sync's.
                         all(s.source is not None and s.source.read_as_size for s in members),
+                        # A loop's element read one at a time: every sync's.
+                        all(s.source is not None and s.source.reads_elements for s in members),
                     ),
                     _one_device(members, devices),
                 ),

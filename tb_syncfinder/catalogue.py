@@ -2435,6 +2435,22 @@ SIZE_READ_ADVICE = Advice(
 )
 
 
+# Scalar reads of a tensor's elements one by one in a loop (``source.reads_elements``):
+# one read converts them all.
+ELEMENT_READ_ADVICE = Advice(
+    title="Convert the tensor once, not each element",
+    text=(
+        "Each element read here (`int(i)`, `i.item()`, `float(i)`) is a read of its own, "
+        "and the first of them waits for all the GPU work queued before it. Convert the "
+        "whole tensor in one read with `.tolist()` and loop over the Python numbers; for a "
+        "list of tensors, `torch.stack(xs).tolist()`."
+    ),
+    before="text = ''.join([itos[int(i)] for i in y])   # one read per element\n",
+    after="text = ''.join([itos[i] for i in y.tolist()])  # one read\n",
+    removes="every read but one",
+)
+
+
 def advice_for(
     kind_name: str,
     ops: list[str],
@@ -2445,6 +2461,7 @@ def advice_for(
     first_calls: Iterable[tuple[str, bool]] | None = None,
     in_loop: bool = False,
     as_size: bool = False,
+    per_element: bool = False,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -2457,7 +2474,9 @@ def advice_for(
     is its chain's innermost (None: some sync is in no first call), for the fixes that
     depend on them (a library's set-up). ``in_loop``: every sync's line runs once per pass
     of a loop of its function (``Source.loop_line``): a selection there is one per group.
-    ``as_size``: every sync's read sets a size on the host (``Source.read_as_size``)."""
+    ``as_size``: every sync's read sets a size on the host (``Source.read_as_size``).
+    ``per_element``: every sync reads one element of what a loop iterates
+    (``Source.reads_elements``)."""
     record = kind(kind_name)
     # A print, then a library's own fix (its code is not the user's to change), then an
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
@@ -2507,6 +2526,8 @@ def advice_for(
         refinement = _operator_fix((*forward_ops, *ops), kind_name)
     if refinement is None and as_size and kind_name == SCALAR_READBACK:
         refinement = SIZE_READ_ADVICE
+    if refinement is None and per_element and kind_name == SCALAR_READBACK:
+        refinement = ELEMENT_READ_ADVICE
     if refinement is None:
         refinement = record.advice
     fields = msgspec.to_builtins(refinement)

@@ -223,6 +223,10 @@ class Source(msgspec.Struct):
     # An exact line whose scalar read sets a size on the host (a slice bound, ``range(n)``, a
     # factory's size, an index: ``source.read_as_size``): it cannot stay on the device.
     read_as_size: bool = False
+    # An exact line whose reads are each of one element of what a loop over it iterates
+    # (``[itos[int(i)] for i in y]``: ``source.reads_elements``): one read per element,
+    # where one ``.tolist()`` of the whole would do.
+    reads_elements: bool = False
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
     # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every
     # N steps, not every step.

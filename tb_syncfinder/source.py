@@ -1462,6 +1462,43 @@ def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
     return False
 
 
+def reads_elements(scope: ast.AST, line: int) -> bool:
+    """Whether every value read at ``line`` (``int(i)``, ``i.item()``, ``float(i)``) is the
+    plain target of a ``for`` loop or a comprehension around the line, over anything but
+    ``range()``: an element of a tensor (or of a list of them), read one at a time where
+    one ``.tolist()`` would read them all (chargpt's ``[itos[int(i)] for i in y]``)."""
+    iterables: dict[str, ast.expr] = {}
+    for node, _ in [(scope, None), *_scope_walk(scope)]:
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            spans, pairs = [node], [(node.target, node.iter)]
+        elif isinstance(node, _COMPREHENSIONS):
+            spans, pairs = [node], [(g.target, g.iter) for g in node.generators]
+        else:
+            continue
+        if not all(s.lineno <= line <= (s.end_lineno or s.lineno) for s in spans):
+            continue
+        for target, iterable in pairs:
+            if isinstance(target, ast.Name):
+                iterables[target.id] = iterable
+    roots = [scope] if isinstance(scope, _COMPREHENSIONS) else _statements_at(scope, line)
+    receivers = [
+        _read_receiver(node)
+        for root in roots
+        for node in ast.walk(root)
+        if getattr(node, "lineno", None) == line and _read_receiver(node) is not None
+    ]
+    return bool(receivers) and all(
+        isinstance(r, ast.Name)
+        and r.id in iterables
+        and not (
+            isinstance(iterables[r.id], ast.Call)
+            and isinstance(iterables[r.id].func, ast.Name)
+            and iterables[r.id].func.id == "range"  # type: ignore[attr-defined]
+        )
+        for r in receivers
+    )
+
+
 # ``with torch.device("cuda"):`` makes the factories in it put their tensors there too.
 _DEFAULT_DEVICE_SET = re.compile(
     rb"set_default_device|set_default_tensor_type|\bwith\b[^\n]*\btorch\.device\s*\("
@@ -3320,6 +3357,7 @@ class SourceResolver:
             facts = self._facts[key] = {
                 "loop_line": loop_around(scope, line),
                 "read_as_size": read_as_size(scope, line, frameless),
+                "reads_elements": reads_elements(scope, line),
                 "periodic_guard": periodic_guard(scope, line),
             }
         return facts

@@ -1,0 +1,65 @@
+"""A tensor converted one element at a time (minGPT's chargpt decodes a sample with
+``[itos[int(i)] for i in y]``: 513 reads where one ``y.tolist()`` does): the advice was to
+keep the value on the device, which cannot be done for text. It now says to convert the
+tensor once."""
+
+from __future__ import annotations
+
+import ast
+import runpy
+
+import pytest
+
+from tb_syncfinder import analyze
+from tb_syncfinder.catalogue import SCALAR_READBACK, advice_for
+from tb_syncfinder.source import reads_elements
+from tests.test_callers import _COMPREHENSION_SCRIPT
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "per_element"),
+    [
+        ("def f(y):\n    s = ''.join([itos[int(i)] for i in y])\n", 2, True),
+        ("def f(y):\n    for i in y:\n        print(i.item())\n", 3, True),
+        ("def f(ys):\n    return [float(v) for v in ys]\n", 2, True),
+        # An index over a range, another tensor, an unpacked element: not so.
+        ("def f(y):\n    for i in range(3):\n        print(y[i].item())\n", 3, False),
+        ("def f(y, t):\n    for i in y:\n        print(t.item())\n", 3, False),
+        ("def f(y):\n    for b, (x, z) in enumerate(y):\n        print(x.item())\n", 3, False),
+        ("def f(y, t):\n    for i in y:\n        print(i.item(), t.item())\n", 3, False),
+        ("def f(loss):\n    return loss.item()\n", 2, False),
+    ],
+)
+def test_a_read_of_each_element_of_what_a_loop_iterates_is_told(code, line, per_element):
+    assert reads_elements(ast.parse(code).body[0], line) is per_element
+
+
+def test_the_advice_for_element_reads_is_to_convert_once():
+    advice = advice_for(SCALAR_READBACK, ["aten::item"], per_element=True)
+    assert advice["title"] == "Convert the tensor once, not each element"
+    assert "y.tolist()" in advice["after"]
+    assert advice_for(SCALAR_READBACK, ["aten::item"])["title"] != advice["title"]
+
+
+def test_a_samples_decoding_is_told_to_convert_the_tensor_once(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(_COMPREHENSION_SCRIPT)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    titles = {s.line: s.advice["title"] for s in report.latent_sites}
+    assert titles[12] == "Convert the tensor once, not each element"
+    assert titles[9] == "Keep the value on the device; read it every N steps"
+
+
+def test_the_element_fix_gives_the_text_the_reads_gave():
+    from tb_syncfinder.catalogue import ELEMENT_READ_ADVICE
+
+    made = {}
+    for code in (ELEMENT_READ_ADVICE.before, ELEMENT_READ_ADVICE.after):
+        scope = {"itos": dict(enumerate("abcdef")), "y": torch.tensor([3, 1, 4])}
+        exec(code, scope)  # noqa: S102 - the catalogue's own example code
+        made[code] = scope["text"]
+    assert list(made.values()) == ["dbe", "dbe"]

@@ -843,8 +843,8 @@ def _analyze_data(
             sync_id = ids[n] = f"{prefix}-{first_id + len(found)}"
             sync = _build_sync(e, a, src, c, ref.path, sync_id, key, saving)
             sync.collective_worker = on_worker[n]
-            if read_before is not None and read_before[n] is not None:
-                sync.after_read = ids.get(read_before[n])  # type: ignore[arg-type]
+            if read_before is not None and (before := read_before[n]) is not None:
+                sync.after_read = ids.get(before)
             found.append(sync)
             if not built:
                 episode_of[sync_id] = n

@@ -1470,33 +1470,36 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
     iterables: dict[str, ast.expr] = {}
     for node, _ in [(scope, None), *_scope_walk(scope)]:
         if isinstance(node, (ast.For, ast.AsyncFor)):
-            spans, pairs = [node], [(node.target, node.iter)]
+            pairs = [(node.target, node.iter)]
         elif isinstance(node, _COMPREHENSIONS):
-            spans, pairs = [node], [(g.target, g.iter) for g in node.generators]
+            pairs = [(g.target, g.iter) for g in node.generators]
         else:
             continue
-        if not all(s.lineno <= line <= (s.end_lineno or s.lineno) for s in spans):
-            continue
-        for target, iterable in pairs:
-            if isinstance(target, ast.Name):
-                iterables[target.id] = iterable
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            iterables.update((t.id, i) for t, i in pairs if isinstance(t, ast.Name))
     roots = [scope] if isinstance(scope, _COMPREHENSIONS) else _statements_at(scope, line)
-    receivers = [
-        _read_receiver(node)
-        for root in roots
-        for node in ast.walk(root)
-        if getattr(node, "lineno", None) == line and _read_receiver(node) is not None
-    ]
+    receivers = _read_receivers(roots, line)
     return bool(receivers) and all(
-        isinstance(r, ast.Name)
-        and r.id in iterables
-        and not (
-            isinstance(iterables[r.id], ast.Call)
-            and isinstance(iterables[r.id].func, ast.Name)
-            and iterables[r.id].func.id == "range"  # type: ignore[attr-defined]
-        )
+        isinstance(r, ast.Name) and r.id in iterables and not _is_range(iterables[r.id])
         for r in receivers
     )
+
+
+def _is_range(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+    )
+
+
+def _read_receivers(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
+    """The tensors the value-reading calls on ``line`` under ``roots`` read
+    (``_read_receiver``)."""
+    return [
+        receiver
+        for root in roots
+        for node in ast.walk(root)
+        if getattr(node, "lineno", None) == line and (receiver := _read_receiver(node)) is not None
+    ]
 
 
 # ``with torch.device("cuda"):`` makes the factories in it put their tensors there too.
@@ -1514,12 +1517,7 @@ def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
     for no GPU: torchvision's ``SmoothedValue.median`` was a latent sync on every CPU
     trace, ranked first. False where any read may be of another tensor."""
     statements = _statements_at(scope, line)
-    reads = [
-        node
-        for statement in statements
-        for node in ast.walk(statement)
-        if getattr(node, "lineno", None) == line and _read_receiver(node) is not None
-    ]
+    reads = _read_receivers(statements, line)
     # A truth test on the line reads its tensor too (``if not correct[i]:`` of a ``.cpu()``
     # result, minGPT's adder): its tested values must all be host-made as well.
     tests = [
@@ -1528,10 +1526,7 @@ def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
         if isinstance(statement, (ast.If, ast.While, ast.Assert)) and statement.test.lineno == line
     ]
     return bool(reads or tests) and (
-        all(
-            _host_made(scope, _read_receiver(node), line)  # type: ignore[arg-type]
-            for node in reads
-        )
+        all(_host_made(scope, receiver, line) for receiver in reads)
         and all(_host_truth(scope, test, line) for test in tests)
     )
 
@@ -1997,9 +1992,7 @@ class _ParsedFile:
             elif isinstance(node, ast.ClassDef):
                 class_nodes.append(node)
                 for base in node.bases:
-                    name = (
-                        base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
-                    )
+                    name = _base_name(base)
                     if name:
                         self._subclasses.setdefault(name, set()).add(node.name)
             elif isinstance(node, ast.Call) and _call_name(node) == "step":
@@ -2627,7 +2620,7 @@ class SourceResolver:
         if kernel_cell is not None:
             return None
         if not candidate.is_absolute() and not norm.startswith(".."):
-            in_roots = [Path(root, norm) for root in self.roots if Path(root, norm).is_file()]
+            in_roots = [path for root in self.roots if (path := Path(root, norm)).is_file()]
             if len(in_roots) == 1 or (
                 1 < len(in_roots) <= _SAME_COPIES_MAX and _all_same_bytes(in_roots)
             ):

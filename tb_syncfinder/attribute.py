@@ -29,7 +29,7 @@ from tb_syncfinder.catalogue import (
     passes_through,
 )
 from tb_syncfinder.detect import Episode, op_chain
-from tb_syncfinder.models import Attribution, CallQuery, Frame, Observed
+from tb_syncfinder.models import COMPREHENSION_FRAMES, Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import (
     EVALUATION_POINTS,
     INIT_CALL,
@@ -55,10 +55,6 @@ if TYPE_CHECKING:
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _BUILTIN_RE = re.compile(r"^<built-in (?:method|function) ([^ >]*)")
 _MODULE_PREFIX = "nn.Module: "
-# A comprehension's frame (Python before 3.12 gives it one): called by syntax at its own
-# line, never by another name, so the names that usually run its operator are not looked
-# for (minGPT's ``[itos[int(i)] for i in y]`` fit a ``loss.item()`` elsewhere, exact).
-_COMPREHENSION_FRAMES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
 # User frames past the caller whose ``%`` tests a sync's site may run under.
 _OUTER_FRAMES = 3
 # The profiler's frame that starts tracing (torch.profiler.profile and the autograd
@@ -977,7 +973,10 @@ class Attributor:
                 called.file != "<built-in>"
                 and op >= 0
                 and not _is_dunder(called.func)
-                and called.func not in _COMPREHENSION_FRAMES
+                # A comprehension is called by syntax at its own line, never by another
+                # name, so the names that usually run its operator are not looked for
+                # (minGPT's ``[itos[int(i)] for i in y]`` fit a ``loss.item()`` elsewhere).
+                and called.func not in COMPREHENSION_FRAMES
             ):
                 # A Python function whose frames carry another name than the one called
                 # (torch.unique runs as boolean_dispatch's ``fn``): the names that usually

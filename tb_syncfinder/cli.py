@@ -1458,6 +1458,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _warn(result["keys_differ"])
     if result.get("detection_note"):
         _warn(result["detection_note"])
+    if result.get("replacement_note"):
+        _warn(result["replacement_note"])
     if result.get("runs_note"):
         _warn(result["runs_note"])
     if as_json:
@@ -1471,7 +1473,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             (site, latent)
             for latent, rows in ((False, result["sites"]), (True, result.get("latent_sites")))
             for site in rows or []
-            if site["status"] in ("new", "worse") and not site.get("newly_listed")
+            if site["status"] in ("new", "worse")
+            and not site.get("newly_listed")
+            and not site.get("replaces")
         ]
         if regressions and result["keys_differ"]:
             # Not a verdict on the code: the sites changed their identity, not the program.

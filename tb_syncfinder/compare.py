@@ -21,7 +21,7 @@ from tb_syncfinder.catalogue import (
     TENSOR_TEXT_OP,
     npu_without_calls,
 )
-from tb_syncfinder.models import KERNEL_CELL
+from tb_syncfinder.models import COMPREHENSION_FRAMES, KERNEL_CELL
 
 STATUSES = ("new", "worse", "better", "same", "fixed")
 COMPARE_SCHEMA = "tb_syncfinder.compare/1"
@@ -250,10 +250,12 @@ def _compare_sites(
     after_sites = _merge(new, new.get(field) or [])
     _join_cells(before_sites, after_sites)
     rows = []
+    groups: list[tuple[str, ...] | None] = []
     for key in list(before_sites) + [k for k in after_sites if k not in before_sites]:
         before = _side(before_sites.get(key))
         after = _side(after_sites.get(key))
         current = (after_sites.get(key) or before_sites[key])["site"]
+        groups.append(_function_of(current))
         # A row on both sides that lost lines: those syncs were fixed though the row stays
         # (one function's .cpu() and .tolist() are one row). Which ones, where the lines
         # that stay tell it (``_lines_fixed``); lines that only moved are no fix.
@@ -293,10 +295,80 @@ def _compare_sites(
                 "lines_fixed_count": lines_fixed_count,
                 # Their baseline's own predictions, summed (None: one has none).
                 "lines_fixed_saving_per_step_us": lines_fixed_saving if lines_fixed else None,
+                # The keys of the rows of the same function whose syncs this new row took
+                # the place of (``_mark_replacements``): not a regression, and not gated.
+                "replaces": [],
             }
         )
+    _mark_replacements(rows, groups, measure)
     rows.sort(key=lambda r: (STATUSES.index(r["status"]), -abs(r["change_us"]), r["key"]))
     return rows
+
+
+def _function_of(site: dict[str, Any]) -> tuple[str, ...] | None:
+    """The code a site is in, as compare matches it: its file part and function, and the
+    library code under the user's call where it has one; None without a file (nothing tells
+    such a site's function)."""
+    file_part, func, _op, _kind = _identity(site)
+    if not file_part:
+        return None
+    if func in COMPREHENSION_FRAMES:
+        # Its function's code: the one function of the file part its callers name (the fix
+        # of ``[itos[int(i)] for i in y]`` is a ``y.tolist()`` in the function around it).
+        around = {
+            (_file_part(caller), caller.get("func") or "")
+            for caller in site.get("callers") or []
+            if isinstance(caller, dict)
+        }
+        if len(around) == 1 and next(iter(around))[0] == file_part:
+            func = next(iter(around))[1]
+    library = site_match_key(site).partition("@")[2] if site.get("library") else ""
+    return (file_part, func, library)
+
+
+def _mark_replacements(
+    rows: list[dict[str, Any]], groups: list[tuple[str, ...] | None], measure: str
+) -> None:
+    """Give the new rows of a function ``replaces``: the keys of its rows that were fixed or
+    got better, where together the new rows sync no more often per step, and cost no more
+    per step, than those rows freed (within ``THRESHOLD``). The advised fix of a function's
+    reads of one element at a time is one ``.tolist()``: a site of another operator, so a
+    row "new" beside the "fixed" ones, and ``--fail-on-regression`` failed the fix it had
+    advised (chargpt: 103 reads a step became one)."""
+    by_function: dict[tuple[str, ...], list[int]] = {}
+    for index, group in enumerate(groups):
+        if group is not None:
+            by_function.setdefault(group, []).append(index)
+    measures = ("per_step",) if measure == "per_step" else ("per_step", measure)
+    for indices in by_function.values():
+        added = [rows[i] for i in indices if rows[i]["status"] == "new"]
+        freed_rows = [rows[i] for i in indices if rows[i]["status"] in ("fixed", "better")]
+        if not added or not freed_rows:
+            continue
+        fits = True
+        for name in measures:
+            freed = sum(
+                float(row["before"][name]) - float((row["after"] or {}).get(name) or 0.0)
+                for row in freed_rows
+            )
+            came = sum(float(row["after"][name]) for row in added)
+            fits = fits and freed > 0 and came <= freed * (1 + THRESHOLD)
+        if fits:
+            for row in added:
+                row["replaces"] = [row_freed["key"] for row_freed in freed_rows]
+
+
+def _replacement_note(rows: list[dict[str, Any]]) -> str | None:
+    """What the rows marked by ``_mark_replacements`` mean, for the user; None without."""
+    marked = [row for row in rows if row.get("replaces")]
+    if not marked:
+        return None
+    count = len(marked)
+    return (
+        f"{count} new site{'s' if count != 1 else ''} in place of syncs fixed in the same "
+        "function (fewer syncs per step there than before): not "
+        f"{'regressions' if count != 1 else 'a regression'} (and not gated)"
+    )
 
 
 def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +385,9 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     ``line``, ``line_exact`` (of the side ``line`` is from; False: a line of the row is not
     the syncing call's, "*" in the report), ``func``, ``kind``, ``ops``, ``apis``, ``status``,
     ``lines_fixed_count`` (how many lines a row on both sides lost) and ``lines_fixed``
-    (which, where that can be told) with ``lines_fixed_saving_per_step_us``, ``before`` /
+    (which, where that can be told) with ``lines_fixed_saving_per_step_us``, ``replaces``
+    (the keys of the rows of its function a new row took the place of: not gated; see
+    ``replacement_note``), ``before`` /
     ``after``
     (null when absent on that side; each with its cost per step and the report's
     ``predicted_saving_per_step_us``, null where the report has none) and ``change_us``
@@ -435,6 +509,9 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             _mark_newly_listed(base, new, latent_sites if note is None else sites),
             _mark_unseen_on_cpu(base, sites if note is not None else []),
         ),
+        # Why new rows that take the place of a function's fixed syncs are not gated
+        # (their ``replaces``), else None.
+        "replacement_note": _replacement_note(sites + latent_sites),
         "runs_note": _joined(
             steps_differ,
             _runs_note(base, new),

@@ -101,6 +101,10 @@ class Frame(msgspec.Struct, omit_defaults=True):
 # the murmur2 hash of the cell's text (ipykernel/compiler.py), and never writes that file.
 KERNEL_CELL = re.compile(r"(?:^|/)ipykernel_\d+/(\d+)\.py\Z")
 
+# The frames Python (before 3.12) gives a comprehension: code of the function around it,
+# called by syntax at its own line.
+COMPREHENSION_FRAMES = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+
 # A source file as an analysis read it: its size and mtime (ns); a notebook's also the
 # digest of what it held of the trace's cells and their numbers (``cells_digest``), a
 # folder's the notebooks in it, so that a save that changed only outputs is no change

@@ -275,6 +275,33 @@ export function compareHeadline({ latent, changeUs, baseStepUs, counts, mixed = 
 }
 
 /**
+ * "in place of the syncs at line 122 (...)" for a new row that took the place of its
+ * function's fixed or fewer syncs (compare.py's `replaces`: not a regression), else null.
+ * As the CLI's `replaces_text`.
+ * @param {{replaces?: string[] | null}} site
+ * @param {{key?: string, before?: any}[]} rows the compared rows the keys are among
+ * @returns {string | null}
+ */
+export function replacesText(site, rows) {
+  const keys = new Set(site.replaces || []);
+  if (!keys.size) return null;
+  const lines = [...new Set(rows.filter((r) => keys.has(/** @type {string} */ (r.key))).flatMap((r) => (r.before?.lines || []).filter((/** @type {any} */ l) => l !== null && l !== undefined)))].sort((a, b) => a - b);
+  const where = lines.length ? ` at line${lines.length !== 1 ? "s" : ""} ${lines.join(", ")}` : "";
+  return `in place of the syncs${where} (fewer syncs in this function than before)`;
+}
+
+/**
+ * A compared row's status tone: a new row in place of its function's fixed syncs is no bad
+ * news (compare.py does not gate it).
+ * @param {{status: string, replaces?: string[] | null}} site
+ * @returns {"good" | "bad" | "neutral"}
+ */
+export function rowTone(site) {
+  if (site.status === "new" && (site.replaces || []).length) return "neutral";
+  return /** @type {any} */ (STATUS_TONE)[site.status] ?? "neutral";
+}
+
+/**
  * Tone of a status count badge: a status's colour only when there is something to count;
  * "0 worse" is no bad news.
  * @param {string} status

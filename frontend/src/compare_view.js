@@ -16,6 +16,8 @@ import {
   counterpartOf,
   compareHeadline,
   pickBaseline,
+  replacesText,
+  rowTone,
   compareBasis,
   compareIdleOn,
   compareLocation,
@@ -28,7 +30,6 @@ import {
   sortCompareSites,
   STATUS_LABELS,
   STATUS_ORDER,
-  STATUS_TONE,
   summaryRows,
   UNIT_WORDS,
   withPerStepCosts,
@@ -167,6 +168,8 @@ export async function renderCompare(ctx) {
     basis.note ? h("p", { class: "sa-note", "data-testid": "compare-note" }, basis.note.charAt(0).toUpperCase() + basis.note.slice(1)) : null,
     // Same trace files, or different GPUs: the plugin's word on what the step times mean.
     data.runs_note ? h("p", { class: "sa-note", "data-testid": "runs-note" }, data.runs_note) : null,
+    // New rows in place of a function's fixed syncs: why they are no regression.
+    data.replacement_note ? h("p", { class: "sa-note", "data-testid": "replacement-note" }, data.replacement_note.charAt(0).toUpperCase() + data.replacement_note.slice(1)) : null,
     sel.worker !== null && !sameWorker
       ? h("p", { class: "sa-note", "data-testid": "base-all-workers" }, `The baseline ${base} has no worker ${sel.worker}: compared against all its workers.`)
       : null,
@@ -250,7 +253,7 @@ export async function renderCompare(ctx) {
                     class: x.status === "fixed" ? "no-open" : null,
                     onclick: () => open(x),
                   },
-                  h("td", null, h("span", { class: `sa-badge s-${/** @type {any} */ (STATUS_TONE)[x.status] || "neutral"}` }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
+                  h("td", null, h("span", { class: `sa-badge s-${rowTone(x)}`, "data-tone": rowTone(x) }, /** @type {any} */ (STATUS_LABELS)[x.status] || x.status)),
                   h(
                     "td",
                     { class: "loc mono", title: x.line_exact === false && x.file ? `${x.file}\n${COMPARE_INEXACT_TITLE}` : x.file || "" },
@@ -260,6 +263,8 @@ export async function renderCompare(ctx) {
                     x.ops && x.ops.length ? h("span", { class: "sa-site-note", "data-testid": "compare-op" }, x.ops.length > 1 ? `${x.ops[0]} → … ${x.ops[x.ops.length - 1]}` : x.ops[0]) : null,
                     // One call of the user's running several of a library's reads: which.
                     x.library && x.library.file ? h("span", { class: "sa-site-note", "data-testid": "compare-library" }, libraryText(x.library, x.file, shortPath)) : null,
+                    // A new row in place of its function's fixed syncs (not gated): where.
+                    replacesText(x, sites) ? h("span", { class: "sa-site-note", "data-testid": "compare-replaces" }, replacesText(x, sites)) : null,
                   ),
                   h("td", { class: "mono col-func" }, x.func || "–"),
                   h("td", { class: "col-kind" }, h("span", { class: `sa-badge k-${x.kind}` }, kindLabel(x.kind))),

@@ -288,3 +288,18 @@ test("a compared Jupyter cell's site is named by its notebook and cell", async (
   const row = { file: "/tmp/ipykernel_9/1.py", line: 7, line_exact: true, cell: { notebook: "/w/nb/train.ipynb", index: 2, execution_count: 5 }, after: { lines: [7] } };
   assert.match(compareLocation(row), /train\.ipynb In\[5\]:7$/);
 });
+
+test("a new row in place of its function's fixed syncs names their lines and is no bad news", async () => {
+  const { replacesText, rowTone } = await import("../src/compare.js");
+  const fixed = { key: "chargpt.py:batch:aten::item:scalar_readback", status: "fixed", before: { lines: [122] }, after: null };
+  const added = { key: "chargpt.py:batch:aten::to:device_to_host_copy", status: "new", replaces: [fixed.key], before: null, after: { lines: [121] } };
+  assert.equal(replacesText(added, [added, fixed]), "in place of the syncs at line 122 (fewer syncs in this function than before)");
+  assert.equal(rowTone(added), "neutral");
+  // A new row of its own is a regression, as before.
+  const alone = { ...added, replaces: [] };
+  assert.equal(replacesText(alone, [alone, fixed]), null);
+  assert.equal(rowTone(alone), "bad");
+  assert.equal(rowTone(fixed), "good");
+  // An older answer without the field.
+  assert.equal(replacesText({ status: "new" }, []), null);
+});

@@ -1775,6 +1775,27 @@ def _compare_share_text(summary: dict[str, Any]) -> str:
     return "-" if _latent_only(summary) else format_share(summary.get("share_of_step"))
 
 
+def replaces_text(row: dict[str, Any], rows: list[dict[str, Any]]) -> str | None:
+    """The words "in place of the syncs at line 122 (...)" for a new row that took the
+    place of its function's fixed or fewer syncs (compare's ``replaces``), else None."""
+    keys = set(row.get("replaces") or ())
+    if not keys:
+        return None
+    lines = sorted(
+        {
+            line
+            for other in rows
+            if other.get("key") in keys
+            for line in ((other.get("before") or {}).get("lines") or [])
+            if line is not None
+        }
+    )
+    where = (
+        f" at line{'s' if len(lines) != 1 else ''} {', '.join(map(str, lines))}" if lines else ""
+    )
+    return f"in place of the syncs{where} (fewer syncs in this function than before)"
+
+
 def render_compare(result: dict[str, Any], color: bool = False, width: int | None = None) -> str:
     """``compare.compare(...)`` as terminal text: one line per site, then the step time."""
     width = _width(width)
@@ -1818,6 +1839,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
         lines.extend(wrap(str(result["note"]), width, "  "))
     if result.get("detection_note"):
         lines.extend(wrap(str(result["detection_note"]), width, "  "))
+    if result.get("replacement_note"):
+        lines.extend(wrap(str(result["replacement_note"]), width, "  "))
     if result.get("runs_note"):
         lines.extend(wrap(str(result["runs_note"]), width, "  "))
     lines.append("")
@@ -1841,6 +1864,9 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
             )
             if saving:
                 detail = f"{saving} · {detail}"
+            replaced = replaces_text(row, sites)
+            if replaced:
+                detail = f"{replaced} · {detail}"
             moved = layout.below(index)
             if moved:
                 detail = ", ".join(moved) + " · " + detail
@@ -1875,7 +1901,8 @@ def render_compare(result: dict[str, Any], color: bool = False, width: int | Non
                         f" · {library_text(row['library'], row.get('file'))}"
                         if (row.get("library") or {}).get("file")
                         else ""
-                    ),
+                    )
+                    + (f" · {replaced}" if (replaced := replaces_text(row, latent_rows)) else ""),
                     width,
                     "  ",
                     "       ",

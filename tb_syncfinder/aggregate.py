@@ -35,6 +35,7 @@ from tb_syncfinder.cost import (
 from tb_syncfinder.models import (
     CallerCount,
     CollectiveWorker,
+    LineCount,
     ProfilerOverhead,
     ReadLine,
     Report,
@@ -277,6 +278,7 @@ def build_sites(
                 backward=bool(source and source.backward),
                 run_by=source.run_by if source else None,
                 library=source.library if source else None,
+                library_lines=_library_lines(members),
                 predicted_saving_us=predicted,
                 predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
                 unprofiled_predicted_saving_per_step_us=(
@@ -498,6 +500,28 @@ def _callers(members: Sequence[Sync]) -> list[CallerCount]:
         CallerCount(file, line, func, exact, count, guard, guard_file, guard_line)
         for (file, line, func, exact, guard, guard_file, guard_line), count in ordered
     ]
+
+
+def _library_lines(members: Sequence[Sync]) -> list[LineCount]:
+    """A site's syncs by the exact line of its library code that synced, in line order,
+    where there are two or more such lines; empty where any is inexact or of other code."""
+    first = members[0].source.library if members[0].source is not None else None
+    if first is None:
+        return []
+    counts: dict[int, int] = {}
+    for sync in members:
+        library = sync.source.library if sync.source is not None else None
+        if (
+            library is None
+            or library.line is None
+            or not library.line_exact
+            or (library.file, library.func) != (first.file, first.func)
+        ):
+            return []
+        counts[library.line] = counts.get(library.line, 0) + 1
+    if len(counts) < 2:
+        return []
+    return [LineCount(line, count) for line, count in sorted(counts.items())]
 
 
 def _candidates(members: list[Sync]) -> list[int]:

@@ -180,6 +180,13 @@ class CallerCount(msgspec.Struct):
     periodic_guard_line: int | None = None
 
 
+class LineCount(msgspec.Struct):
+    """A site's syncs at one line of the library code they ran (``Site.library_lines``)."""
+
+    line: int
+    count: int
+
+
 class Source(msgspec.Struct):
     """The user source line a finding points at.
 
@@ -605,6 +612,11 @@ class Site(msgspec.Struct):
     # every one of them did, and after reads of one line, that line (``after_read``).
     after_read_count: int = 0
     after_read: ReadLine | None = None
+    # Its syncs by the line of its library code (``library``) that synced, in line order,
+    # where they ran two or more lines of it, each exact: one user call (``model.learn()``)
+    # runs a library function's several reads, each its own line (``ppo.py`` reads four
+    # losses with ``.item()``); ``library`` is the first of them. Empty otherwise.
+    library_lines: list[LineCount] = field(default_factory=list)
 
 
 class StepStats(msgspec.Struct):

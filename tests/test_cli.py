@@ -736,6 +736,7 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         "notebook_cell",
         "library_line",
         "library_func",
+        "library_lines",
     }
     assert added["unprofiled_predicted_saving_per_step_us"] == ""  # no step time given
     assert added["notebook"] == added["notebook_cell"] == ""  # not a Jupyter cell's

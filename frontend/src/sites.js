@@ -223,16 +223,24 @@ const LIBRARY_CANDIDATES_SHOWN = 6;
  * @param {string | null | undefined} file the site's own file
  * @param {(path: string) => string} short
  * @param {{file: string, func: string} | null} [via] the code the site's fix is about (`keyLibrary`)
+ * @param {{line: number, count: number}[] | null} [lines] the site's `library_lines`: where its
+ *   syncs ran several lines of that code, each is named with its count
  */
-export function libraryText(library, file, short = (p) => p, via = null) {
+export function libraryText(library, file, short = (p) => p, via = null, lines = null) {
   const exact = !!library.line_exact;
+  const under = via && (via.file !== library.file || via.func !== library.func) ? `, under ${via.file} (${via.func})` : "";
+  if (lines && lines.length > 1) {
+    const where = library.file === file ? "this file" : short(library.file);
+    let named = lines.map((l) => `${l.line} (${l.count})`);
+    if (named.length > LIBRARY_CANDIDATES_SHOWN) named = [...named.slice(0, LIBRARY_CANDIDATES_SHOWN), `${named.length - LIBRARY_CANDIDATES_SHOWN} more`];
+    return `synced in ${where}${library.func ? ` (${library.func})` : ""} at lines ${named.join(", ")}${under}`;
+  }
   const line = !exact && known(library.def_line) ? library.def_line : library.line;
   const where = library.file === file ? `line ${line ?? "?"}` : `${short(library.file)}:${line ?? "?"}`;
   const inner = library.func ? [String(library.func)] : [];
   const candidates = library.candidates || [];
   if (!exact && candidates.length > 0 && candidates.length <= LIBRARY_CANDIDATES_SHOWN) inner.push(`candidate lines ${candidates.join(", ")}`);
   // The library code the site's fix is about, where it is above a helper two sites share.
-  const under = via && (via.file !== library.file || via.func !== library.func) ? `, under ${via.file} (${via.func})` : "";
   return `synced in ${where}${exact ? "" : "*"}${inner.length ? ` (${inner.join("; ")})` : ""}${under}`;
 }
 
@@ -311,7 +319,7 @@ export function siteWhere(site, short = (p) => p) {
   }
   // Inside a library the line called (`trainer.train()`): the library's code that read,
   // which is what the fix below is about; as the CLI says it.
-  if (site.library && site.library.file) notes.push({ id: "library", text: libraryText(site.library, site.file, short, keyLibrary(site.key)) });
+  if (site.library && site.library.file) notes.push({ id: "library", text: libraryText(site.library, site.file, short, keyLibrary(site.key), site.library_lines) });
   if (site.waiting_for) notes.push({ id: "waiting-for", text: String(site.waiting_for) });
   // A copy whose direction no record gives: its kind (a copy to the host) is a guess.
   if (site.copy_direction_guessed) notes.push({ id: "copy-direction", text: "no record says which way this copy went (taken as one to the host; an upload from pageable memory looks the same)" });

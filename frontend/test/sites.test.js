@@ -255,3 +255,16 @@ test("a helper called from several lines names them with their counts, as the CL
   const many = { ...site, callers: [1, 2, 3, 4, 5, 6].map((n) => ({ file: "w.py", line: n, func: "f", line_exact: true, count: n })) };
   assert.equal(callersText(many), "called from line 1 (1), line 2 (2), line 3 (3), line 4 (4), and 2 more lines (11)");
 });
+
+test("a site whose syncs ran several lines of one library function names each with its count", async () => {
+  const { siteWhere, libraryText } = await import("../src/sites.js");
+  const library = { file: "stable_baselines3/ppo/ppo.py", line: 230, line_exact: true, func: "train" };
+  const lines = [{ line: 230, count: 4 }, { line: 231, count: 4 }, { line: 292, count: 1 }];
+  const site = { file: "train_sb3.py", line: 33, line_exact: true, key: "train_sb3.py:33:aten::item@stable_baselines3/ppo/ppo.py:train", library, library_lines: lines };
+  const note = siteWhere(site).notes.find((n) => n.id === "library");
+  assert.equal(note.text, "synced in stable_baselines3/ppo/ppo.py (train) at lines 230 (4), 231 (4), 292 (1)");
+  // One line: as before.
+  assert.equal(libraryText(library, "train_sb3.py", (p) => p, null, []), "synced in stable_baselines3/ppo/ppo.py:230 (train)");
+  const many = Array.from({ length: 8 }, (_, i) => ({ line: 10 + i, count: 1 }));
+  assert.match(libraryText(library, "x.py", (p) => p, null, many), /at lines 10 \(1\), 11 \(1\), 12 \(1\), 13 \(1\), 14 \(1\), 15 \(1\), 2 more$/);
+});

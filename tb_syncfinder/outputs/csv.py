@@ -63,6 +63,10 @@ SAVING_COLUMNS = [
     # (``*`` after it where not exact) and its function: the row's fix is about that code.
     "library_line",
     "library_func",
+    # Where its syncs ran two or more lines of that library code (``library_lines``): each
+    # line and its count, space-separated (``230:4 231:4 292:1``); ``library_line`` is the
+    # first of them. Empty otherwise.
+    "library_lines",
 ]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
@@ -117,6 +121,11 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
             "" if latent else _number(site.get("unprofiled_predicted_saving_per_step_us")),
             *_cell_cells(site.get("cell")),
             *_library_cells(site.get("library")),
+            " ".join(
+                f"{entry.get('line')}:{entry.get('count')}"
+                for entry in site.get("library_lines") or []
+                if isinstance(entry, dict)
+            ),
         ]
         cells = (
             [

@@ -157,7 +157,8 @@ def _message(
 
         # The user's line called a library: its code that read is what the fix is about.
         if library.get("line_exact"):
-            text += f" It {library_text(library, mark='')}."
+            lines = site.get("library_lines") or ()
+            text += f" It {library_text(library, mark='', lines=lines)}."
         else:
             # The line the trace tells is the function's, not the read's.
             text += f" It {library_text(library, mark='')}: the read is inside that function."

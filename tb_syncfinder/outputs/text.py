@@ -381,14 +381,28 @@ def library_text(
     file: str | None = None,
     mark: str = "*",
     via: tuple[str, str] | None = None,
+    lines: Sequence[dict[str, Any]] = (),
 ) -> str:
     """``synced in transformers/trainer.py:2257 (_maybe_log_save_evaluate)``: the library's
     line that synced, under the user's line that called it. Not exact, the function's own
     line stands for it (a loop already running when profiling started recorded the line
     it was at then, its callback's call, which a user took for the culprit), with its few
     candidate lines; ``mark`` follows such a line. ``via``: the library code the site's fix
-    is about (``aggregate.key_library``), said where it is another function."""
+    is about (``aggregate.key_library``), said where it is another function. ``lines``: the
+    site's ``library_lines``, where its syncs ran several lines of that code: each is
+    named, with its count (``ppo.py (train) at lines 230 (4), 231 (4), 292 (1)``)."""
     exact = bool(library.get("line_exact"))
+    if len(lines) > 1:
+        where = "this file" if library.get("file") == file else str(library.get("file"))
+        named = [f"{entry['line']} ({entry['count']})" for entry in lines]
+        if len(named) > LIBRARY_CANDIDATES_SHOWN:
+            rest = len(named) - LIBRARY_CANDIDATES_SHOWN
+            named = [*named[:LIBRARY_CANDIDATES_SHOWN], f"{rest} more"]
+        func = f" ({library['func']})" if library.get("func") else ""
+        text = f"synced in {where}{func} at lines {', '.join(named)}"
+        if via is not None and via != (library.get("file"), library.get("func")):
+            text += f", under {via[0]} ({via[1]})"
+        return text
     shown = {**library, "line": library_line_shown(library), "line_exact": True}
     text = f"synced in {_line_of(shown, file)}" + ("" if exact else mark)
     inner = [str(library["func"])] if library.get("func") else []
@@ -433,7 +447,14 @@ def _where_text(site: dict[str, Any]) -> str | None:
         )
     library = site.get("library") or {}
     if library.get("file"):
-        parts.append(library_text(library, file, via=key_library(str(site.get("key") or ""))))
+        parts.append(
+            library_text(
+                library,
+                file,
+                via=key_library(str(site.get("key") or "")),
+                lines=site.get("library_lines") or (),
+            )
+        )
     candidates = site.get("candidates") or []
     if not site.get("line_exact") and candidates:
         parts.append("candidate lines " + ", ".join(map(str, candidates)))

@@ -1,0 +1,88 @@
+"""A library function that reads several tensors, each at its own line (Stable-Baselines3's
+``PPO.train`` reads four losses with ``.item()`` at ppo.py:230, 231, 245, 254 and 292): one
+user call (``model.learn()``) makes them one site, which named only the first line, exact,
+for all of them (65 of the site's 85 reads were elsewhere)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import analyze
+from tb_syncfinder.outputs.csv import to_csv
+from tb_syncfinder.outputs.text import render_report
+
+torch = pytest.importorskip("torch")
+
+
+def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    packages = tmp_path / "site-packages"
+    (packages / "readlib").mkdir(parents=True)
+    (packages / "readlib" / "__init__.py").write_text("")
+    (packages / "readlib" / "algo.py").write_text(
+        textwrap.dedent(
+            """\
+            def train(model, x):
+                loss = model(x).sum()
+                a = loss.item()
+                b = (loss * 2).item()
+                for _ in range(2):
+                    c = (loss * 3).item()
+                return a + b + c
+            """
+        )
+    )
+    (tmp_path / "learn.py").write_text(
+        textwrap.dedent(
+            """\
+            import torch
+            from readlib import algo
+
+
+            def run(out):
+                model = torch.nn.Linear(4, 2)
+                x = torch.randn(8, 4)
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=True,
+                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                    on_trace_ready=lambda p: p.export_chrome_trace(out),
+                ) as prof:
+                    for step in range(5):
+                        algo.train(model, x)
+                        prof.step()
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    try:
+        import learn  # type: ignore[import-not-found]
+
+        learn.run(str(out))
+    finally:
+        for name in ("learn", "readlib", "readlib.algo"):
+            sys.modules.pop(name, None)
+    return out
+
+
+def test_a_librarys_reads_at_several_lines_are_each_named_with_their_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _record(tmp_path, monkeypatch)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.file.rsplit("/", 1)[-1], site.line, site.count) == ("learn.py", 15, 12)
+    assert site.library is not None and site.library.func == "train"
+    assert [(entry.line, entry.count) for entry in site.library_lines] == [(3, 3), (4, 3), (6, 6)]
+    text = render_report(report.to_json(), width=200)
+    assert "synced in readlib/algo.py (train) at lines 3 (3), 4 (3), 6 (6)" in text
+    [row] = csv.DictReader(io.StringIO(to_csv(report.to_json())))
+    assert row["library_lines"] == "3:3 4:3 6:6"
+    assert row["library_line"] == "readlib/algo.py:3"

@@ -101,6 +101,51 @@ _LIBRARY_PACKAGES = frozenset(
         "tqdm",
         "torch_npu",
         "typing_extensions",
+        # Reinforcement learning: Stable-Baselines3's rollouts and updates read the policy's
+        # actions and losses in its own code under one ``model.learn()``. Not installed
+        # where the trace was analysed, its files were the user's (every site at one of
+        # its def lines, none at ``model.learn()``, a gate failing that passed where it was).
+        "stable_baselines3",
+        "sb3_contrib",
+        "rl_zoo3",
+        "gymnasium",
+        "gym",
+        "torchrl",
+        "tensordict",
+        # Other training and model libraries with names of their own (not ``datasets`` or
+        # ``models``, which are as often a project's own folders).
+        "ultralytics",
+        "mmcv",
+        "mmengine",
+        "mmdet",
+        "mmseg",
+        "mmpretrain",
+        "detectron2",
+        "fairseq",
+        "torch_geometric",
+        "dgl",
+        "kornia",
+        "monai",
+        "pytorch3d",
+        "sentence_transformers",
+        "open_clip",
+        "torchtune",
+        "torchtitan",
+        "megatron",
+        "nemo",
+        "ignite",
+        "composer",
+        "huggingface_hub",
+        "safetensors",
+        "tokenizers",
+        "sentencepiece",
+        "tiktoken",
+        "wandb",
+        "mlflow",
+        "tensorboardX",
+        "sklearn",
+        "scipy",
+        "pandas",
     }
 )
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__main__"}

@@ -80,6 +80,12 @@ def test_user_frames_exclude_torch_site_packages_builtins_and_stdlib():
     # not have them installed (a laptop reading a cluster's traces): not the user's code.
     assert not is_user_file("lightning_utilities/core/apply_func.py")
     assert not is_user_file("torchmetrics/functional/classification/stat_scores.py")
+    # Stable-Baselines3 and the environments it steps, likewise: a CI job with tb-syncfinder
+    # alone listed its rollout's reads at its def lines as the user's, and failed the gate.
+    assert not is_user_file("stable_baselines3/common/on_policy_algorithm.py")
+    assert not is_user_file("gymnasium/wrappers/common.py")
+    # A project's own folder of a common name stays the user's.
+    assert is_user_file("datasets/coco.py")
 
 
 def test_frame_parsing_handles_builtins_and_module_entries():

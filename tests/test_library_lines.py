@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -59,16 +61,19 @@ def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             """
         )
     )
-    monkeypatch.syspath_prepend(str(packages))
-    monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "host_1.1700000000000.pt.trace.json"
-    try:
-        import learn  # type: ignore[import-not-found]
-
-        learn.run(str(out))
-    finally:
-        for name in ("learn", "readlib", "readlib.algo"):
-            sys.modules.pop(name, None)
+    # In a process of its own: torch shortens a frame's path by the ``sys.path`` its
+    # profiler first saw in a process (an earlier test's), as a user's run does.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "-c", f"import learn; learn.run({str(out)!r})"],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    # Where the report runs, ``readlib`` is installed: a library.
+    monkeypatch.syspath_prepend(str(packages))
     return out
 
 
@@ -86,3 +91,17 @@ def test_a_librarys_reads_at_several_lines_are_each_named_with_their_count(
     [row] = csv.DictReader(io.StringIO(to_csv(report.to_json())))
     assert row["library_lines"] == "3:3 4:3 6:6"
     assert row["library_line"] == "readlib/algo.py:3"
+
+
+def test_a_package_not_installed_where_the_report_runs_is_said_to_be_maybe_a_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same trace read where ``readlib`` is not installed (a CI job with tb-syncfinder
+    alone): its files are taken for the user's, at their recorded lines, and the footnote
+    of those lines says what to do if the package is a library."""
+    out = _record(tmp_path, monkeypatch)
+    monkeypatch.undo()  # readlib off sys.path: not importable here
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert {s.file for s in report.latent_sites} == {"readlib/algo.py"}
+    text = " ".join(render_report(report.to_json(), width=400).split())
+    assert "if its package is a library (installed where the trace was recorded, not here)" in text

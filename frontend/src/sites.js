@@ -197,9 +197,15 @@ export function inexactWhy(site) {
     return `line the trace recorded for the function, not the call that synced: ${site.copies_found} different files of its name lie under the source roots, none in the trace's folder or above it, so none was taken`;
   }
   if (unread) {
-    return known(site.def_line) && site.def_line === site.line
+    // A file in a package folder as torch shortens a library's path (`rlpkg/algo.py`): a
+    // library neither known nor installed where TensorBoard runs is taken for the user's.
+    const file = String(site.file || "").replace(/\\/g, "/");
+    const library = file.includes("/") && !file.startsWith("/") && !/(^|\/)ipykernel_\d+\//.test(file)
+      ? "; if its package is a library (installed where the trace was recorded, not here), run TensorBoard where it is installed: its reads are then told under your line that called it"
+      : "";
+    return (known(site.def_line) && site.def_line === site.line
       ? "line where the function is defined (the trace shows it called), not the call that synced: its source file was not found here"
-      : "line the trace recorded for the function (where it is defined, or where it was when profiling started), not the call that synced: its source file was not read here";
+      : "line the trace recorded for the function (where it is defined, or where it was when profiling started), not the call that synced: its source file was not read here") + library;
   }
   if (known(site.recorded_line)) {
     return known(site.def_line)

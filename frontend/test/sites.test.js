@@ -268,3 +268,11 @@ test("a site whose syncs ran several lines of one library function names each wi
   const many = Array.from({ length: 8 }, (_, i) => ({ line: 10 + i, count: 1 }));
   assert.match(libraryText(library, "x.py", (p) => p, null, many), /at lines 10 \(1\), 11 \(1\), 12 \(1\), 13 \(1\), 14 \(1\), 15 \(1\), 2 more$/);
 });
+
+test("an unread file in a package folder says a library not installed here is taken for your code", async () => {
+  const { inexactWhy } = await import("../src/sites.js");
+  assert.match(inexactWhy({ file: "rlpkg/algo.py", line: 4, def_line: 4, source_read: false }), /if its package is a library .* run TensorBoard where it is installed/);
+  // A script of its own, or an absolute path: no such word.
+  assert.doesNotMatch(inexactWhy({ file: "train.py", line: 4, def_line: 4, source_read: false }), /package/);
+  assert.doesNotMatch(inexactWhy({ file: "/home/me/p/train.py", line: 4, def_line: 4, source_read: false }), /package/);
+});

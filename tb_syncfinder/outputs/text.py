@@ -645,6 +645,12 @@ _INEXACT_REASONS = {
     "not_found": "line the trace recorded for the function (where it starts, or where it was "
     "when profiling started), not the call that syncs: its source file was not found "
     "(try {--source-root / --path-map})",
+    # A file in a package folder as torch shortens a library's path (``rlpkg/algo.py``):
+    # a library neither known nor installed where the report runs is taken for the user's.
+    "package_not_found": "line the trace recorded for the function, not the call that syncs: "
+    "its source file was not found (try {--source-root / --path-map}); if its package is a "
+    "library (installed where the trace was recorded, not here), run the report where it is "
+    "installed: its reads are then told under your line that called it",
     "cell_not_found": "line the trace recorded for the function, not the call that syncs: "
     "it ran in a Jupyter cell, and no notebook under the source roots holds that cell as it "
     "ran (save the notebook with the cell unchanged, and name its folder with "
@@ -676,8 +682,11 @@ def _inexact_reason(site: dict[str, Any], resolved: dict[str, bool]) -> str | No
             return "other_run"
         if site.get("copies_found"):
             return "copies"
-        in_cell = KERNEL_CELL.search(str(site["file"]).replace("\\", "/"))
-        return "cell_not_found" if in_cell else "not_found"
+        file = str(site["file"]).replace("\\", "/")
+        if KERNEL_CELL.search(file):
+            return "cell_not_found"
+        # Relative, in a folder: a path torch shortened to its ``sys.path`` entry.
+        return "package_not_found" if "/" in file and not file.startswith("/") else "not_found"
     if site.get("recorded_line") is not None:
         return "missing" if site.get("def_line") is None else "changed"
     def_line = site.get("def_line")

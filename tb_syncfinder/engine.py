@@ -62,8 +62,10 @@ from tb_syncfinder.detect import (
 )
 from tb_syncfinder.models import (
     KERNEL_CELL,
+    LIBRARY_COPIES_KEPT,
     Attribution,
     Frame,
+    LibraryCopy,
     Report,
     RunsReport,
     Source,
@@ -460,21 +462,68 @@ def _operator(episode: Episode, attribution: Attribution) -> str | None:
 
 def _latent_where_it_may_sync(
     episodes: list[Episode], attributions: list[Attribution]
-) -> tuple[list[Episode], list[Attribution]]:
+) -> tuple[list[Episode], list[Attribution], list[tuple[str, Attribution]]]:
     """A CPU-only trace's latent findings, less those that would wait for nothing on a GPU
     either: recorded Tensor method calls the user's code did not make itself (a library's
     ``.tolist()`` is of host tensors as often as not; ``catalogue.LATENT_TENSOR_METHODS``)
     and reads of host tensors by construction: data loading, an optimizer's step counter,
-    a fused optimizer's CPU kernel (``catalogue.in_host_only_library``)."""
-    kept = [
-        n
-        for n, (episode, attribution) in enumerate(zip(episodes, attributions, strict=True))
-        if (not episode.method or attribution.called == episode.method)
-        and not in_host_only_library(
+    a fused optimizer's CPU kernel (``catalogue.in_host_only_library``). Also returns the
+    attributions of the first kind, the copies a library made, which are counted apart
+    (``_library_copies``)."""
+    kept: list[int] = []
+    by_library: list[tuple[str, Attribution]] = []
+    for n, (episode, attribution) in enumerate(zip(episodes, attributions, strict=True)):
+        if in_host_only_library(
             ((frame.file, frame.func) for frame in attribution.stack), attribution.op_chain
+        ):
+            continue
+        if not episode.method or attribution.called == episode.method:
+            kept.append(n)
+        elif not formats_tensor((frame.file, frame.func) for frame in attribution.stack):
+            by_library.append((episode.method, attribution))
+    return [episodes[n] for n in kept], [attributions[n] for n in kept], by_library
+
+
+def _library_copies(
+    resolver: SourceResolver, copies: list[tuple[str, Attribution]]
+) -> list[LibraryCopy]:
+    """The copies a library made in its own code (``_latent_where_it_may_sync``), by the
+    library's line and the user's line that called it, most first: ``.cpu()`` and
+    ``.tolist()``, and a ``.to()`` only where the library's line names the host (a library's
+    ``.to(device)`` is an upload as often as not)."""
+    if not copies:
+        return []
+    counts: dict[tuple[Any, ...], int] = {}
+    sources = resolve_sources(resolver, [attribution for _method, attribution in copies])
+    for (method, _attribution), source in zip(copies, sources, strict=True):
+        library = source.library if source is not None else None
+        if library is None or not library.file:
+            continue  # no user line called it, or no library line: nothing to name
+        if method in LATENT_METHODS_BY_LINE and not (
+            library.line_exact and to_the_host(resolver.line_text(library) or "")
+        ):
+            continue
+        key = (
+            library.file,
+            # An inexact line is the one the trace recorded for the frame (its def line, or
+            # where it was when profiling started): by function only, or one call's copies
+            # split in two (SB3's rollout read at 162* and 192*).
+            library.line if library.line_exact else None,
+            library.func,
+            library.line_exact,
+            method,
+            source.file if source is not None else None,
+            source.line if source is not None else None,
+            source.func if source is not None else None,
         )
+        counts[key] = counts.get(key, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], str(item[0][0]), item[0][1] or 0))
+    return [
+        LibraryCopy(file, line, func or "", exact, method, count, user_file, user_line, user_func)
+        for (file, line, func, exact, method, user_file, user_line, user_func), count in ordered[
+            :LIBRARY_COPIES_KEPT
+        ]
     ]
-    return [episodes[n] for n in kept], [attributions[n] for n in kept]
 
 
 def _latent_copies_by_line(
@@ -765,9 +814,11 @@ def _analyze_data(
     resolver.prefer_cells(frame.file for frame in attribute.frames_made())
     # Of different files of one recorded name, the one holding the functions the trace ran.
     resolver.prefer_copies(attribute.frames_made())
+    library_copies: list[LibraryCopy] = []
     for episodes, attributions in batches:
         if episodes and episodes[0].latent:
-            episodes, attributions = _latent_where_it_may_sync(episodes, attributions)
+            episodes, attributions, by_library = _latent_where_it_may_sync(episodes, attributions)
+            library_copies = _library_copies(resolver, by_library)
         sources = resolve_sources(resolver, attributions)
         if episodes and episodes[0].latent:
             episodes, attributions, sources = _latent_copies_by_line(
@@ -924,6 +975,7 @@ def _analyze_data(
             # are read all the same, from the frames the trace shows running.
             frames = attribute.frames_run()
         info.unrun_syncs = resolver.unrun_syncs(frames, lines_run)
+        info.library_copies = library_copies
         if info.unrun_syncs:
             # A read just after one of them finds a GPU idle: it waits there first.
             after: dict[tuple[str, int | None, str], UnrunSync | None] = {}

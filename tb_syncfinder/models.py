@@ -148,6 +148,54 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     guards: list[str] = field(default_factory=list)
 
 
+class LibraryCopy(msgspec.Struct, omit_defaults=True):
+    """Copies to the host a library made in its own code, seen in a CPU-only trace as its
+    recorded ``.cpu()`` / ``.tolist()`` (or a ``.to()`` whose line names the host): not
+    listed as latent syncs, since a library copies host tensors as often as not, but
+    counted (``TraceInfo.library_copies``): on a GPU each waits where its tensor lives
+    there (Stable-Baselines3's ``actions.cpu().numpy()`` of the policy's output, once per
+    environment step). By the library's line and the user's line that called it."""
+
+    file: str  # the library's file, as the trace names it
+    line: int | None
+    func: str
+    line_exact: bool
+    method: str  # the Tensor method called: "cpu", "tolist" or "to"
+    count: int
+    user_file: str | None = None  # the user's line that called the library, where one did
+    user_line: int | None = None
+    user_func: str | None = None
+
+
+# Of a trace's library copies, at most this many places are kept (most first).
+LIBRARY_COPIES_KEPT = 20
+
+
+def merge_library_copies(first: list[LibraryCopy], other: list[LibraryCopy]) -> list[LibraryCopy]:
+    """Two windows' library copies of one trace, counts summed by place, most first."""
+    if not other:
+        return first
+    by_place: dict[tuple[Any, ...], LibraryCopy] = {}
+    for copy in [*first, *other]:
+        place = (
+            copy.file,
+            copy.line,
+            copy.func,
+            copy.line_exact,
+            copy.method,
+            copy.user_file,
+            copy.user_line,
+            copy.user_func,
+        )
+        kept = by_place.get(place)
+        if kept is None:
+            by_place[place] = msgspec.structs.replace(copy)
+        else:
+            kept.count += copy.count
+    ordered = sorted(by_place.values(), key=lambda c: (-c.count, c.file, c.line or 0))
+    return ordered[:LIBRARY_COPIES_KEPT]
+
+
 class CallSite(msgspec.Struct, omit_defaults=True):
     """A line of the user's that called the function a sync is in (``Source.called_from``):
     a helper's read (``def to_float(t): return t.item()``) is one site at the helper's
@@ -287,6 +335,9 @@ class TraceInfo(msgspec.Struct):
     # A CPU-only trace: the explicit synchronizes of the functions it shows running, none of
     # which ran there (``UnrunSync``), by file and line.
     unrun_syncs: list[UnrunSync] = field(default_factory=list)
+    # A CPU-only trace: the copies to the host libraries made in their own code, not listed
+    # (``LibraryCopy``), most first.
+    library_copies: list[LibraryCopy] = field(default_factory=list)
     saving_method: str = "bound"  # "replay" when the what-if replay gave its savings
     saving_note: str | None = None  # why the bound was used, or what the replay noted
     # Analysed in this many windows of whole steps (a trace past the memory budget,

@@ -598,6 +598,8 @@ function teachingBanners(resp, latent, siteTotal, app = null) {
             )
           : h("p", null, "No operator in it would synchronize on a GPU either."),
         resp.latent_not_listed ? h("p", { "data-testid": "not-listed" }, resp.latent_not_listed) : null,
+        // Copies to the host a library made in its own code: counted, not listed.
+        resp.library_copies ? h("p", { "data-testid": "library-copies" }, resp.library_copies) : null,
         // Explicit synchronizes in the functions that ran: none ran here, each would there.
         resp.unrun_syncs ? h("p", { "data-testid": "unrun-syncs" }, resp.unrun_syncs) : null,
       ),

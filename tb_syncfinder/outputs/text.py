@@ -1429,7 +1429,13 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
         elif not latent_sites:
             # What a CPU-only trace cannot show stays said (the tab says it there too): a
             # ``.to("cuda")`` upload or pageable copy would sync on a GPU all the same.
-            lines.append("  No operator in it would synchronize on a GPU either.")
+            copies = library_copies_text(readable)
+            lines.append(
+                "  No operator in it would synchronize on a GPU either"
+                + (", but for the copies libraries made (below)." if copies else ".")
+            )
+            if copies:
+                lines.extend(wrap(copies, width, "  ", "    "))
             lines.extend(wrap(latent_not_listed(readable), width, "  "))
             unrun = unrun_syncs_text(readable)
             if unrun:
@@ -1470,6 +1476,9 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
             )
         )
         lines.extend(_site_table(data, latent_sites, style, top, latent=True, width=width))
+        copies = library_copies_text(readable)
+        if copies:
+            lines.extend(wrap(copies, width, "", "  "))
         lines.extend(wrap(latent_not_listed(readable), width))
         unrun = unrun_syncs_text(readable)
         if unrun:
@@ -2169,6 +2178,54 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
     )
 
 
+def library_copies_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | None:
+    """The copies to the host libraries made in their own code in a CPU-only run
+    (``TraceInfo.library_copies``), said under its latent list: not listed, since a library
+    copies host tensors as often as not, but counted, with where. None: none."""
+    counts: dict[tuple[Any, ...], int] = {}
+    steps = 0
+    for trace in traces:
+        copies = trace.get("library_copies") or ()
+        if copies:
+            steps += int(trace.get("steps") or 0)
+        for copy in copies:
+            key = (
+                copy.get("file"),
+                copy.get("line") if copy.get("line_exact") else None,
+                copy.get("func"),
+                copy.get("method"),
+                copy.get("user_file"),
+                copy.get("user_line"),
+            )
+            counts[key] = counts.get(key, 0) + int(copy.get("count") or 0)
+    if not counts:
+        return None
+    steps = max(steps, 1)
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], str(item[0][0]), item[0][1] or 0))
+    users = {(key[4], key[5]) for key in counts}
+    one_user = len(users) == 1 and next(iter(users))[0] is not None
+    named = []
+    for (file, line, func, method, user_file, user_line), count in ordered[:most]:
+        where = f"{file}:{line}" if line is not None else str(file)
+        under = "" if one_user or user_file is None else f", under {user_file}:{user_line}"
+        named.append(
+            f"{_per_step_text(count / steps)} a step at {where} ({func}, .{method}(){under})"
+        )
+    more = f"; and {len(ordered) - most} more places" if len(ordered) > most else ""
+    total = sum(counts.values())
+    user_file, user_line = next(iter(users))
+    return (
+        "Copies to the host that libraries made in their own code, not listed: on a GPU "
+        "each waits where its tensor lives there, which a CPU trace cannot tell (profile on "
+        "the GPU to see): "
+        + "; ".join(named)
+        + more
+        + f"; {_per_step_text(total / steps)} a step in all"
+        + (f", under {user_file}:{user_line}" if one_user else "")
+        + "."
+    )
+
+
 # What to do about an explicit synchronize a CPU trace shows only in the source (it had no
 # fix of its own, a user's walk found): most time a step, as build-nanogpt's does.
 UNRUN_SYNC_FIX = (
@@ -2184,9 +2241,11 @@ def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
     never."""
     cpu = [t for t in traces if t.get("device") == "cpu"]
     if cpu and all(t.get("has_stacks") for t in cpu):
+        # Those counted (``library_copies_text``) are said apart: here, the others.
+        other = "other " if any(t.get("library_copies") for t in traces) else ""
         return (
             "Not listed on a CPU-only trace: .to() copies whose line does not name the host "
-            "(.to(device)), the copies libraries make in their own code (torchvision's "
+            f"(.to(device)), the {other}copies libraries make in their own code (torchvision's "
             "save_image, torch.save of GPU tensors) and pageable uploads; nothing on a CPU "
             "run says which tensors would live on the GPU. Profile on the GPU to see them."
         )

@@ -170,6 +170,9 @@ def summary_impl(sel: Selection) -> dict[str, Any]:
         "latent_not_listed": _latent_not_listed(report, traces),
         # A CPU-only run's explicit synchronizes that never ran (the terminal's line too).
         "unrun_syncs": _unrun_syncs(traces),
+        # The copies to the host libraries made in their own code, counted, not listed
+        # (the terminal's line under the latent list; null without).
+        "library_copies": _library_copies(traces),
         "loading": sel.loading,
         "listed_apart": _listed_apart(report),
         # The ranks of the job these traces are (0: not a job): its steps add up over them.
@@ -333,6 +336,12 @@ def _unprofiled_bound(kept: list[Any], step_ms: float) -> dict[str, Any] | None:
         return None
     device = "NPU" if query.all_on_npu(report) else "device"
     return _unprofiled_answer(step_ms, query.with_unprofiled_step(report, step_ms * 1000.0), device)
+
+
+def _library_copies(traces: list[dict[str, Any]]) -> str | None:
+    from tb_syncfinder.outputs.text import library_copies_text
+
+    return library_copies_text([t for t in traces if not t.get("error")])
 
 
 def _unrun_syncs(traces: list[dict[str, Any]]) -> str | None:

@@ -2038,6 +2038,38 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
             ),
         ),
     ),
+    # LBFGS decides on the host, in every inner iteration, whether to go on (torch 2.13
+    # ``torch/optim/lbfgs.py``): ``float(orig_loss)``, ``if opt_cond:`` of
+    # ``flat_grad.abs().max() <= tolerance_grad``, ``if ys > 1e-10:``, ``if gtd >
+    # -tolerance_change:``, and ``_strong_wolfe``'s tests. pytorch/examples'
+    # time_sequence_prediction: 16,835 of its 16,940 latent reads (a user's walk).
+    LibraryAdvice(
+        "torch/optim/lbfgs.py",
+        frozenset({"step", "_strong_wolfe", "_cubic_interpolate", "_directional_evaluate"}),
+        Advice(
+            title="LBFGS reads on the host every iteration: run fewer, or on the CPU",
+            text=(
+                "`torch.optim.LBFGS.step` decides on the host, in every inner iteration, "
+                "whether to go on: it reads the loss (`float(loss)`), the largest gradient "
+                "(`flat_grad.abs().max() <= tolerance_grad`), the curvature (`ys > 1e-10`) "
+                "and the step's change, and each read waits for the GPU work before it. How "
+                "it is called does not remove them: there are as many as the iterations it "
+                "runs (`max_iter`, 20 by default, per `step`). Fewer iterations per step "
+                "read less; a small model (a few thousand parameters) is often faster on "
+                "the CPU, where the reads cost nothing; a first-order optimizer (Adam) reads "
+                "nothing."
+            ),
+            before=(
+                "optimizer = torch.optim.LBFGS(model.parameters(), lr=0.8)\n"
+                "optimizer.step(closure)   # up to 20 iterations, several reads each\n"
+            ),
+            after=(
+                "optimizer = torch.optim.LBFGS(model.parameters(), lr=0.8, max_iter=5)\n"
+                "optimizer.step(closure)   # fewer iterations a step, fewer reads\n"
+            ),
+        ),
+        innermost=True,
+    ),
     # AveragedModel (torch.optim.swa_utils; torchvision's ExponentialMovingAverage derives
     # from it) reads its step counter ``n_averaged``, a buffer on the model's device, twice
     # per update: ``bool(self.n_averaged == 0)`` and ``if self.n_averaged > 0:`` (torch 2.13).

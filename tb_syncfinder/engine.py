@@ -24,6 +24,7 @@ from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
     HOST_READ_METHODS,
+    HOST_TENSOR_FACTORIES,
     LATENT_METHODS_BY_LINE,
     LATENT_OPS_BY_LINE,
     LATENT_TENSOR_METHODS,
@@ -565,6 +566,13 @@ def _latent_copies_by_line(
                 # ``x.cpu().item()``: one copy, named by both calls (``one_copy_per_chain``).
                 and episode.after_cpu < 0
                 and resolver.reads_host_made(source)
+            )
+            # Or ``torch.tensor([R])``'s read of each tensor its written-out list holds,
+            # where each is made on the host (actor_critic's returns).
+            or (
+                attribution.called in HOST_TENSOR_FACTORIES
+                and episode.kind == SCALAR_READBACK
+                and resolver.reads_host_made(source, by_factory=True)
             )
             # Or a library's own read (the innermost frame a built-in ``item``) of a tensor
             # it made on the host: timm's scheduler draws its learning-rate noise with a CPU

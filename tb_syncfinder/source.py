@@ -1508,15 +1508,26 @@ _DEFAULT_DEVICE_SET = re.compile(
 )
 
 
-def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
+def reads_host_made_tensor(
+    scope: ast.AST, line: int, module: ast.AST | None = None, by_factory: bool = False
+) -> bool:
     """Whether every read of a tensor's value at ``line`` (``.item()``, ``.tolist()``,
     ``float(t)``) is of a tensor made on the host from Python data: by ``torch.tensor``
     and the like without a ``device=`` (``catalogue.HOST_TENSOR_FACTORIES``), on that line
     or bound to a name every assignment of which in ``scope`` before the line is one, with
     only methods that keep its device between (``d.median().item()``). Such a read waits
     for no GPU: torchvision's ``SmoothedValue.median`` was a latent sync on every CPU
-    trace, ranked first. False where any read may be of another tensor."""
+    trace, ranked first. False where any read may be of another tensor. ``module``: the
+    file's, where the names a function does not bind are looked up. ``by_factory``: the
+    reads ``torch.tensor([R])`` makes of the tensors its list holds (pytorch/examples'
+    actor_critic reads each return so): each must be host-made, and every such call on
+    the line must be of a list or tuple written out."""
     statements = _statements_at(scope, line)
+    if by_factory:
+        elements = _factory_elements(statements, line)
+        return bool(elements) and all(
+            _host_made(scope, element, line, module=module) for element in elements
+        )
     reads = _read_receivers(statements, line)
     # A truth test on the line reads its tensor too (``if not correct[i]:`` of a ``.cpu()``
     # result, minGPT's adder): its tested values must all be host-made as well.
@@ -1526,25 +1537,56 @@ def reads_host_made_tensor(scope: ast.AST, line: int) -> bool:
         if isinstance(statement, (ast.If, ast.While, ast.Assert)) and statement.test.lineno == line
     ]
     return bool(reads or tests) and (
-        all(_host_made(scope, receiver, line) for receiver in reads)
-        and all(_host_truth(scope, test, line) for test in tests)
+        all(_host_made(scope, receiver, line, module=module) for receiver in reads)
+        and all(_host_truth(scope, test, line, module) for test in tests)
     )
 
 
-def _host_truth(scope: ast.AST, test: ast.expr, line: int) -> bool:
+def _factory_elements(statements: Sequence[ast.AST], line: int) -> list[ast.expr]:
+    """The values ``torch.tensor([...])`` / ``torch.as_tensor((...))`` calls on ``line``
+    read (the elements of their written-out list, numbers aside); empty where one such
+    call is given anything else (``torch.tensor(losses)``: what it holds is not known)."""
+    elements: list[ast.expr] = []
+    for root in statements:
+        for node in ast.walk(root):
+            if not (
+                getattr(node, "lineno", None) == line
+                and isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("tensor", "as_tensor")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
+                and node.args
+            ):
+                continue
+            data = node.args[0]
+            if not isinstance(data, (ast.List, ast.Tuple)):
+                return []
+            elements += [e for e in data.elts if not _host_number(e)]
+    return elements
+
+
+def _host_number(node: ast.expr) -> bool:
+    """A number written out (``1e-8``, ``-1``, ``True``)."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
+
+
+def _host_truth(scope: ast.AST, test: ast.expr, line: int, module: ast.AST | None = None) -> bool:
     """Whether every tensor a truth test may read is made on the host: ``not``, ``and``,
     ``or`` of such tests, a comparison of host-made tensors with constants, or a host-made
     tensor itself. A name of unknown value (``mistakes < 5``) may be a tensor: False."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _host_truth(scope, test.operand, line)
+        return _host_truth(scope, test.operand, line, module)
     if isinstance(test, ast.BoolOp):
-        return all(_host_truth(scope, value, line) for value in test.values)
+        return all(_host_truth(scope, value, line, module) for value in test.values)
     if isinstance(test, ast.Compare):
         return all(
-            isinstance(part, ast.Constant) or _host_made(scope, part, line)
+            isinstance(part, ast.Constant) or _host_made(scope, part, line, module=module)
             for part in (test.left, *test.comparators)
         )
-    return _host_made(scope, test, line)
+    return _host_made(scope, test, line, module=module)
 
 
 def _read_receiver(node: ast.AST) -> ast.expr | None:
@@ -1559,7 +1601,40 @@ def _read_receiver(node: ast.AST) -> ast.expr | None:
     return None
 
 
-def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
+# Calls whose result is a Python number, whatever they are given.
+_PYTHON_NUMBER_CALLS = frozenset({"float", "int", "bool", "len"})
+_PYTHON_VALUE_METHODS = frozenset({"item", "tolist"})
+# How many bindings deep a name is followed (``n = n + 1`` would go on for ever).
+_HOST_DEPTH = 6
+
+
+def _host_made(
+    scope: ast.AST,
+    expr: ast.expr,
+    line: int,
+    depth: int = 0,
+    module: ast.AST | None = None,
+) -> bool:
+    """Whether ``expr``, evaluated at ``line`` of ``scope``, is a value on the host: a
+    tensor made there from Python data (or moved there), a part of one, arithmetic of
+    such values and numbers, or a Python number. ``module``: where names ``scope`` does
+    not bind are looked up (a module-level ``eps = np.finfo(np.float32).eps.item()``)."""
+    if depth > _HOST_DEPTH:
+        return False
+    if _host_number(expr):
+        return True
+    if isinstance(expr, ast.UnaryOp):
+        return _host_made(scope, expr.operand, line, depth, module)
+    if isinstance(expr, ast.BinOp):
+        # A GPU operand would put the result on the GPU: every operand must be the host's.
+        return _host_made(scope, expr.left, line, depth, module) and _host_made(
+            scope, expr.right, line, depth, module
+        )
+    if isinstance(expr, ast.Call) and (
+        (isinstance(expr.func, ast.Name) and expr.func.id in _PYTHON_NUMBER_CALLS)
+        or (isinstance(expr.func, ast.Attribute) and expr.func.attr in _PYTHON_VALUE_METHODS)
+    ):
+        return True  # a Python value (the read that made it is a read of its own)
     # Through the methods that keep a tensor where it is and take no other tensor
     # (``.median()``, ``.sum(0)``): ``.mul(loss)`` of a GPU ``loss`` is on the GPU; and
     # through indexing, which keeps it where it is too (``correct[i]``).
@@ -1574,12 +1649,156 @@ def _host_made(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> boo
         if expr.func.attr in DEVICE_MOVES or not _constant_arguments(expr):
             return False
         expr = expr.func.value
-    if isinstance(expr, ast.Name) and depth < 3:
-        values = _assigned_before(scope, expr.id, line)
-        return bool(values) and all(
-            value is not None and _host_made(scope, value, line, depth + 1) for value in values
-        )
+    if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Constant)):
+        return _host_made(scope, expr, line, depth + 1, module)  # ``(h * 2 - 1).sum()``
+    if not isinstance(expr, ast.Name):
+        return False
+    values = _reaching_values(scope, expr.id, line)
+    if not values and module is not None and _module_function(module, scope):
+        # Not bound in a function of the module's own: the module's (a function runs after
+        # the module bound it).
+        scope, line = module, _AFTER_EVERY_LINE
+        values = _reaching_values(module, expr.id, line)
+    # Each value where it is evaluated: ``returns = torch.tensor(returns)`` reads the list
+    # the name held on that line, not what it holds at the read.
+    return bool(values) and all(
+        value is not None
+        and _host_made(scope, value, getattr(value, "lineno", line), depth + 1, module)
+        for value in values
+    )
+
+
+def _module_function(module: ast.AST, scope: ast.AST) -> bool:
+    """Whether ``scope`` is a function at the top of ``module`` or a method of a class
+    there: its free names are the module's (a nested function's may be its outer one's)."""
+    for node in getattr(module, "body", ()):
+        if node is scope:
+            return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if isinstance(node, ast.ClassDef) and any(child is scope for child in node.body):
+            return isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef))
     return False
+
+
+def _reaching_values(scope: ast.AST, name: str, line: int) -> list[ast.expr | None]:
+    """The values ``name`` may hold at ``line`` of ``scope`` (``_assigned_before``'s, each
+    None where unknown), less those no path brings there: inside a ``for`` loop that binds
+    it (and nothing else in its body does), the element of what the loop iterates (``for
+    (log_prob, value), R in zip(saved_actions, returns)``: an element of ``returns``);
+    else after a plain ``name = value`` at the top of the scope's body, that value and the
+    bindings after it (``returns = torch.tensor(returns)`` then ``returns = (returns -
+    returns.mean()) / ...``: the list it was before is gone)."""
+    loop = _binding_loop(scope, name, line)
+    if loop is not None:
+        return [_element_of(loop.target, loop.iter, name)]
+    body = getattr(scope, "body", None)
+    last: ast.Assign | None = None
+    if isinstance(body, list):
+        for statement in body:
+            if statement.lineno >= line:
+                break
+            if (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and statement.targets[0].id == name
+                and (statement.end_lineno or statement.lineno) < line
+            ):
+                last = statement
+    if last is None:
+        return _assigned_before(scope, name, line)
+    in_loop = _in_loop(scope, line)
+    after = [
+        value
+        for at, value in _bindings(scope, name)
+        if at > (last.end_lineno or last.lineno) and (in_loop or at < line)
+    ]
+    return [last.value, *after]
+
+
+def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
+    """Each binding of ``name`` in ``scope`` (not in nested functions) with its line: the
+    value of a plain ``name = value`` (or of its element in ``a, b = x, y``), else None."""
+    found: list[tuple[int, ast.expr | None]] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            plain = len(node.targets) == 1
+            found.append((node.lineno, node.value if plain else None))
+            stack.append(node.value)
+            continue
+        if isinstance(node, ast.Assign) and (paired := _paired_value(node, name)) is not None:
+            found.append((node.lineno, paired))
+            stack.append(node.value)
+            continue
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            found.append((node.lineno, None))
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _binding_loop(scope: ast.AST, name: str, line: int) -> ast.For | None:
+    """The innermost ``for`` loop of ``scope`` whose body holds ``line`` and whose target
+    binds ``name``, where nothing else in its body binds it; else None."""
+    found: ast.For | None = None
+    for node, _ in _scope_walk(scope):
+        if not isinstance(node, ast.For) or name not in _bound_names(node.target):
+            continue
+        first, last = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
+        if not first <= line <= last:
+            continue
+        if found is None or node.lineno > found.lineno:
+            found = node
+    if found is None:
+        return None
+    inner = ast.Module(body=found.body, type_ignores=[])
+    return None if _bindings(inner, name) else found
+
+
+def _element_of(target: ast.expr, iterable: ast.expr, name: str) -> ast.expr | None:
+    """What a loop's ``target`` binds ``name`` to, as an expression of ``iterable``: an
+    element of it (``iterable[0]`` stands for any), through ``zip(a, b)`` and
+    ``enumerate(x)``; None where that is not told."""
+    if _is_range(iterable):
+        return ast.Constant(0) if isinstance(target, ast.Name) else None  # a Python int
+    if isinstance(target, ast.Name):
+        return ast.Subscript(value=iterable, slice=ast.Constant(0), ctx=ast.Load())
+    if not isinstance(target, (ast.Tuple, ast.List)) or not isinstance(iterable, ast.Call):
+        return None
+    func = iterable.func
+    if not isinstance(func, ast.Name) or iterable.keywords:
+        return None
+    parts = target.elts
+    if func.id == "zip" and len(iterable.args) == len(parts):
+        sources = list(iterable.args)
+    elif func.id == "enumerate" and len(iterable.args) == 1 and len(parts) == 2:
+        sources = [ast.Constant(0), iterable.args[0]]  # the count is a Python int
+    else:
+        return None
+    for part, source in zip(parts, sources, strict=True):
+        if name not in _bound_names(part):
+            continue
+        if isinstance(part, ast.Name):
+            return (
+                source
+                if isinstance(source, ast.Constant)
+                else ast.Subscript(value=source, slice=ast.Constant(0), ctx=ast.Load())
+            )
+        return None  # unpacked further: its parts are not followed
+    return None
+
+
+def _in_loop(scope: ast.AST, line: int) -> bool:
+    """Whether a loop of ``scope`` (not of nested functions) holds ``line``."""
+    return any(
+        isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node, _ in _scope_walk(scope)
+    )
 
 
 def _moved_to_host(call: ast.Call) -> bool:
@@ -1630,7 +1849,7 @@ def _is_host_factory(call: ast.Call, scope: ast.AST | None = None, line: int = 0
         return True
     data = call.args[0]
     if isinstance(data, ast.Name) and scope is not None and func.attr != "from_numpy":
-        values = _assigned_before(scope, data.id, line)
+        values = _reaching_values(scope, data.id, line)
         return bool(values) and all(v is not None and _python_data(v) for v in values)
     return func.attr == "from_numpy" or _python_data(data)
 
@@ -2886,28 +3105,31 @@ class SourceResolver:
             return None
         return lines[source.line - 1].decode("utf-8", "replace")
 
-    def reads_host_made(self, source: Source | None) -> bool:
+    def reads_host_made(self, source: Source | None, by_factory: bool = False) -> bool:
         """Whether a source's line reads only tensors made on the host from Python data
         (``reads_host_made_tensor``): its exact line, or else every one of its candidate
         lines (a library's ``while`` loop that draws ``torch.randn(1, generator=g).item()``
         until it fits, timm's learning-rate noise); False where there are none, or its file
-        or function is not here as recorded (a notebook cell's is not looked at)."""
+        or function is not here as recorded (a notebook cell's is not looked at).
+        ``by_factory``: the reads are ``torch.tensor([...])``'s of what its list holds."""
         if source is None or source.line is None:
             return False
         lines = [source.line] if source.line_exact else list(source.candidates)
         if not lines or source.resolved_path is None or source.cell is not None:
             return False
-        return all(self._reads_host_made_at(source, line) for line in lines)
+        return all(self._reads_host_made_at(source, line, by_factory) for line in lines)
 
-    def _reads_host_made_at(self, source: Source, line: int) -> bool:
+    def _reads_host_made_at(self, source: Source, line: int, by_factory: bool) -> bool:
         # Once per line: a CPU trace of a long run has thousands of reads on a few lines.
         assert source.resolved_path is not None
-        key = (source.resolved_path, line, source.func)
+        key = (source.resolved_path, line, source.func, by_factory)
         found = self._host_made.get(key)
         if found is None:
             parsed = self._parse_for_host_check(Path(source.resolved_path))
             scope = parsed.running_scope(line, source.func) if parsed else None
-            found = scope is not None and reads_host_made_tensor(scope, line)
+            found = scope is not None and reads_host_made_tensor(
+                scope, line, parsed.tree if parsed else None, by_factory
+            )
             self._host_made[key] = found
         return found
 

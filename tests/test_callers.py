@@ -199,7 +199,7 @@ _COMPREHENSION_SCRIPT = textwrap.dedent(
     import torch
 
     itos = dict(enumerate("abcdef"))
-    loss = torch.tensor(1.5, requires_grad=True) * 2
+    loss = torch.tensor(1.5, requires_grad=True, device="cpu") * 2  # a GPU run's device
 
 
     def callback(it):

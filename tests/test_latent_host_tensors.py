@@ -104,7 +104,7 @@ SMOOTHED = textwrap.dedent(
 
     def main(out):
         meter = SmoothedValue()
-        w = torch.randn(8, 8)
+        w = torch.randn(8, 8, device="cpu")  # where a GPU run puts it
         with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
             for _ in range(4):
                 loss = (w @ w).sum()
@@ -287,3 +287,81 @@ def test_reads_of_a_copys_result_are_no_latent_syncs(tmp_path):
     runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
     report = analyze(str(logdir), source_roots=[str(tmp_path)])
     assert [(site.line, site.count) for site in report.latent_sites] == [(13, 3)]
+
+
+_ACTOR_CRITIC = """\
+eps = np.finfo(np.float32).eps.item()
+
+
+def finish(model, saved):
+    R = 0
+    returns = []
+    for r in model.rewards[::-1]:
+        R = r + 0.99 * R
+        returns.insert(0, R)
+    returns = torch.tensor(returns)
+    returns = (returns - returns.mean()) / (returns.std() + eps)
+    for (log_prob, value), R in zip(saved, returns):
+        a = R.item()
+        b = torch.tensor([R])
+        c = value.item()
+    r0 = returns[0]
+    d = torch.tensor([r0, 1.0])
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "by_factory", "host"),
+    [
+        (13, False, True),  # R: an element of returns, through zip
+        (14, True, True),  # torch.tensor([R]) reads R, made on the host
+        (15, False, False),  # value: an element of saved, not known
+        (17, True, True),  # r0 = returns[0]; the number beside it reads nothing
+    ],
+)
+def test_pytorch_examples_actor_critic_returns_are_made_on_the_host(line, by_factory, host):
+    """pytorch/examples' actor_critic normalises its returns, made from Python floats,
+    and reads each through a loop over ``zip(saved_actions, returns)`` with
+    ``torch.tensor([R])``: 49 of a run's 245 latent reads were listed, each a host read
+    (a user's walk). Its ``eps`` is the module's."""
+    module = ast.parse(_ACTOR_CRITIC)
+    scope = module.body[1]
+    assert reads_host_made_tensor(scope, line, module, by_factory=by_factory) is host
+    if line == 14:  # without the module, eps is not known: kept
+        assert reads_host_made_tensor(scope, line, None, by_factory=True) is False
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "host", "by_factory"),
+    [
+        # A list filled with what may be GPU tensors stays unknown, and so its elements.
+        (
+            "def f(loss):\n    ls = []\n    ls.append(loss)\n    return ls[-1].item()\n",
+            4,
+            False,
+            False,
+        ),
+        # A name rebound later in the loop that reads it may hold that value next pass.
+        (
+            "def f(gpu):\n    x = torch.tensor([1.0])\n    for i in range(3):\n"
+            "        x.item()\n        x = gpu\n",
+            4,
+            False,
+            False,
+        ),
+        # Arithmetic of a host tensor with a name not known: kept.
+        ("def f(g):\n    h = torch.zeros(3)\n    return (h + g).sum().item()\n", 3, False, False),
+        ("def f():\n    h = torch.zeros(3)\n    return (h * 2 - 1).sum().item()\n", 3, True, False),
+        # A factory given a list not written out, or an element not known: kept.
+        ("def f(losses):\n    return torch.tensor(losses)\n", 2, False, True),
+        ("def f(v):\n    return torch.tensor([v])\n", 2, False, True),
+        # A loop over a DataLoader's batches: not known.
+        ("def f(loader):\n    for x, y in loader:\n        x.sum().item()\n", 3, False, False),
+        ("def f():\n    for i, t in enumerate(torch.ones(3)):\n        t.item()\n", 3, True, False),
+    ],
+)
+def test_reads_through_loops_rebindings_and_factories_are_host_made_only_where_known(
+    code, line, host, by_factory
+):
+    module = ast.parse(code)
+    assert reads_host_made_tensor(module.body[0], line, module, by_factory) is host

@@ -140,7 +140,7 @@ RUNNING_LOOP = textwrap.dedent(
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    w = torch.randn(8, 4)
+    w = torch.randn(8, 4, device="cpu")  # where a GPU run puts it: not made on the host
     scale = torch.ones(1).item()
     with profile(activities=[ProfilerActivity.CPU], with_stack=True,
                  schedule=schedule(wait=0, warmup=1, active=2),

@@ -475,6 +475,9 @@ class Attributor:
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._builtins_of: dict[tuple[Any, Any, int], frozenset[str]] = {}
         self._started: dict[Any, float | None] = {}
+        # The lines the frames of a (file, function) entered while profiling ran recorded:
+        # their def line (``entered_lines``).
+        self._entered: dict[tuple[str, str], set[int]] = {}
         self._first_library_calls: dict[Any, float] = {}
         self._unrecorded_copies: dict[Any, tuple[list[float], list[Any]]] | None = None
 
@@ -631,6 +634,11 @@ class Attributor:
         if tree is None:
             tree = self._trees[key] = _PythonTree(thread)
         return tree
+
+    def entered_lines(self) -> dict[tuple[str, str], set[int]]:
+        """The lines the frames of each (file, function) recorded where they were entered
+        while profiling ran (their def line), of the syncs attributed so far."""
+        return self._entered
 
     def frames_made(self) -> list[Frame]:
         """Every frame made so far, once each: the stacks that hold a frame share it."""
@@ -1070,6 +1078,8 @@ class Attributor:
             optional = True
         started = self.profiling_started(thread)
         entered = started is not None and thread.starts[index] > started
+        if entered and frame.line is not None:
+            self._entered.setdefault((frame.file, frame.func), set()).add(frame.line)
         return CallQuery(
             frame, tuple(groups), tuple(observed), truncated, optional, entered, called_before
         )

@@ -822,6 +822,8 @@ def _analyze_data(
     resolver.prefer_cells(frame.file for frame in attribute.frames_made())
     # Of different files of one recorded name, the one holding the functions the trace ran.
     resolver.prefer_copies(attribute.frames_made())
+    # An unread file's frame running when profiling started: at its function's def line.
+    resolver.prefer_def_lines(attribute.entered_lines())
     library_copies: list[LibraryCopy] = []
     for episodes, attributions in batches:
         if episodes and episodes[0].latent:

@@ -2556,6 +2556,7 @@ class SourceResolver:
         self._refused: dict[_Copies, Path] = {}
         # The functions this trace ran, by recorded file (``prefer_copies``).
         self._ran: dict[str, set[tuple[str, int | None]]] = {}
+        self._def_lines: dict[tuple[str, str], int] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
         # path, which names each run's copy alike.
         self._init_classes: dict[tuple[Path | None, str], str | None] = {}
@@ -2959,6 +2960,16 @@ class SourceResolver:
                 str(cell.notebook), cell.index, cell.execution_count, len(found), cell.id
             )
         return chosen
+
+    def prefer_def_lines(self, entered: Mapping[tuple[str, str], set[int]]) -> None:
+        """This trace's frames entered while profiling ran, by (file, function): the lines
+        they recorded, their def line. An unread file's frame already running when
+        profiling started recorded where it was instead; it is named at that def line, as
+        the frames of its function entered later are (one site, not two: Stable-Baselines3's
+        rollout read at 162* and 192* where its source was not found)."""
+        self._def_lines = {
+            key: next(iter(lines)) for key, lines in entered.items() if len(lines) == 1
+        }
 
     def prefer_copies(self, frames: Iterable[Frame]) -> None:
         """This trace's user frames: of different files that match a recorded path equally
@@ -3396,12 +3407,17 @@ class SourceResolver:
         if parsed is None or frame.line is None:
             # Unread, the recorded line is where the function starts only if the trace shows
             # the frame entered while profiling ran; else it may be where a running frame
-            # was (a loop calling prof.step()): no def line is claimed.
+            # was (a loop calling prof.step()): no def line is claimed, unless the frames of
+            # that function entered later all recorded one (``prefer_def_lines``).
             def_line = frame.line if query.entered else None
+            line = frame.line
+            if not query.entered:
+                def_line = self._def_lines.get((frame.file, frame.func))
+                line = def_line if def_line is not None else frame.line
             refused = self.refused_copy(frame.file) if path is None else None
             return Source(
                 frame.file,
-                frame.line,
+                line,
                 def_line,
                 frame.func,
                 False,

@@ -162,3 +162,57 @@ def test_two_windows_library_copies_add_up_by_place() -> None:
     merged = merge_library_copies(a, b)
     assert [(c.line, c.count) for c in merged] == [(5, 5), (4, 3)]
     assert a[1].count == 1  # the first window's records are not changed
+
+
+_ROLLOUT = """\
+import torch
+
+
+def collect(policy, n, on_start):
+    on_start()  # the user's callback steps the profiler (SB3's on_rollout_start)
+    obs = torch.zeros(1, 4)
+    for _ in range(n):
+        action = policy(obs).argmax(dim=1)
+        action = action.cpu()
+"""
+
+_LEARN = """\
+import sys
+
+import torch
+from rollpkg.algo import collect
+
+policy = torch.nn.Linear(4, 2)
+with torch.profiler.profile(
+    activities=[torch.profiler.ProfilerActivity.CPU],
+    with_stack=True,
+    schedule=torch.profiler.schedule(wait=1, warmup=1, active=5, repeat=1),
+    on_trace_ready=torch.profiler.tensorboard_trace_handler(sys.argv[1]),
+) as prof:
+    for it in range(8):
+        collect(policy, 8, prof.step)
+"""
+
+
+def test_a_frame_running_when_profiling_started_is_one_site_with_its_later_calls(
+    tmp_path: Path,
+) -> None:
+    """A package whose source is not found, whose function steps the profiler through a
+    callback (Stable-Baselines3's ``collect_rollouts``): that call's frame recorded the
+    line it was at when tracing started, the later calls' their def line, and one line
+    read 8 times a step was two sites, 6.4 and 1.6 a step."""
+    package = tmp_path / "site-packages" / "rollpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "algo.py").write_text(_ROLLOUT)
+    (tmp_path / "learn.py").write_text(_LEARN)
+    subprocess.run(
+        [sys.executable, "learn.py", str(tmp_path / "logs" / "run")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site-packages")},
+        check=True,
+        capture_output=True,
+    )
+    report = analyze(str(tmp_path / "logs" / "run"), source_roots=[str(tmp_path / "elsewhere")])
+    sites = [(s.file, s.line, s.line_exact, s.per_step) for s in report.latent_sites]
+    assert sites == [("rollpkg/algo.py", 4, False, 8.0)]

@@ -2052,20 +2052,23 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
                 "`torch.optim.LBFGS.step` decides on the host, in every inner iteration, "
                 "whether to go on: it reads the loss (`float(loss)`), the largest gradient "
                 "(`flat_grad.abs().max() <= tolerance_grad`), the curvature (`ys > 1e-10`) "
-                "and the step's change, and each read waits for the GPU work before it. How "
-                "it is called does not remove them: there are as many as the iterations it "
-                "runs (`max_iter`, 20 by default, per `step`). Fewer iterations per step "
-                "read less; a small model (a few thousand parameters) is often faster on "
-                "the CPU, where the reads cost nothing; a first-order optimizer (Adam) reads "
-                "nothing."
+                "and the step's change, and its two-loop recursion turns two numbers per "
+                "stored pair into Python floats (`alpha=-al[i]`); each read waits for the GPU "
+                "work before it. How it is called does not remove them: they grow with the "
+                "iterations it runs (`max_iter`, 20 by default, per `step`) and the pairs it "
+                "keeps (`history_size`, 100). Fewer of either read less; a small model (a few "
+                "thousand parameters) is often faster on the CPU, where the reads cost "
+                "nothing; a first-order optimizer (Adam) reads nothing."
             ),
             before=(
                 "optimizer = torch.optim.LBFGS(model.parameters(), lr=0.8)\n"
                 "optimizer.step(closure)   # up to 20 iterations, several reads each\n"
             ),
             after=(
-                "optimizer = torch.optim.LBFGS(model.parameters(), lr=0.8, max_iter=5)\n"
-                "optimizer.step(closure)   # fewer iterations a step, fewer reads\n"
+                "optimizer = torch.optim.LBFGS(\n"
+                "    model.parameters(), lr=0.8, max_iter=5, history_size=10\n"
+                ")\n"
+                "optimizer.step(closure)   # fewer iterations and pairs, fewer reads\n"
             ),
         ),
         innermost=True,

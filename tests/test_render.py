@@ -1102,6 +1102,27 @@ def test_files_under_the_root_are_named_relative_to_it_and_the_json_is_left_as_i
     assert data["sites"][0]["file"] == "/home/me/proj/pkg/train.py"  # a copy
 
 
+def test_a_file_the_trace_named_relative_to_its_script_is_named_as_the_shell_names_it() -> None:
+    """pytorch/examples' ``vae/main.py``, run from ``vae/`` and reported from the folder
+    above: the trace names it ``main.py``, SARIF ``vae/main.py``, and the table said
+    ``main.py`` (a user's walk). The file its syncs were read from names it now."""
+    from tb_syncfinder.outputs.text import with_relative_files
+
+    root = "/home/me/examples"
+    read = {"source": {"resolved_path": "/home/me/examples/vae/main.py"}, "site_key": "k"}
+    elsewhere = {"source": {"resolved_path": "/tmp/x/main.py"}, "site_key": "o"}
+    data = {
+        "sites": [{"key": "k", "file": "main.py"}],
+        "latent_sites": [{"key": "o", "file": "main.py"}, {"key": "u", "file": "train.py"}],
+        "syncs": [read],
+        "latent": [elsewhere],
+    }
+    shown = with_relative_files(data, root)
+    assert shown["sites"][0]["file"] == os.path.join("vae", "main.py")
+    # Read outside the root, or not read: as recorded.
+    assert [row["file"] for row in shown["latent_sites"]] == ["main.py", "train.py"]
+
+
 def test_what_a_latent_list_leaves_out_is_said_for_each_kind_of_trace_in_the_run() -> None:
     """A run of torch_npu's Level0 traces and CPU-only ones was told only the CPU's: the
     copies the NPU traces cannot show went unsaid."""

@@ -2110,9 +2110,30 @@ def with_relative_files(data: dict[str, Any], root: str | None) -> dict[str, Any
     user, in /home/me/repo, reads pkg/mod.py."""
     if not root:
         return data
+    # The file each site's syncs were read from: a path the trace recorded relative to its
+    # script's folder (``main.py`` of ``vae/main.py``, run from the folder above) is named
+    # as the shell names it, as SARIF does.
+    read_from: dict[str, str] = {}
+    for sync in (data.get("syncs") or []) + (data.get("latent") or []):
+        source = sync.get("source") or {}
+        key = sync.get("site_key")
+        if key and key not in read_from and source.get("resolved_path"):
+            read_from[key] = str(source["resolved_path"])
+
+    def shown_file(row: dict[str, Any]) -> str | None:
+        file = row.get("file")
+        read = read_from.get(str(row.get("key") or ""))
+        if (
+            file
+            and read
+            and not os.path.isabs(file)
+            and read.replace("\\", "/").endswith("/" + file.replace("\\", "/"))
+        ):
+            return relative_file(read, root) if relative_file(read, root) != read else file
+        return relative_file(file, root)
 
     def site(row: dict[str, Any]) -> dict[str, Any]:
-        changed: dict[str, Any] = {"file": relative_file(row.get("file"), root)}
+        changed: dict[str, Any] = {"file": shown_file(row)}
         cell = row.get("cell")
         if isinstance(cell, dict) and cell.get("notebook"):
             changed["cell"] = {**cell, "notebook": relative_file(cell["notebook"], root)}

@@ -252,6 +252,8 @@ def build_sites(
                         all(s.source is not None and s.source.read_as_size for s in members),
                         # A loop's element read one at a time: every sync's.
                         all(s.source is not None and s.source.reads_elements for s in members),
+                        # A sampled value the host needs at once: every sync's.
+                        all(s.source is not None and s.source.reads_sample for s in members),
                     ),
                     _one_device(members, devices),
                 ),

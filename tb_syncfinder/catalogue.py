@@ -2486,6 +2486,32 @@ ELEMENT_READ_ADVICE = Advice(
 )
 
 
+# A value a sampling call drew, read every step (``source.reads_sample``): an action for
+# an environment, a token to decode. The host needs it at once, so "read it every N
+# steps" does not apply; one read can serve many.
+SAMPLE_READ_ADVICE = Advice(
+    title="Sample for many at once: one read serves them all",
+    text=(
+        "The host needs this sampled value at once (an action for the environment, a "
+        "token to print or feed back), so it cannot wait to be read every N steps, and "
+        "each read waits for the forward pass before it. Sample for several environments "
+        "or sequences in one batch (`gymnasium.vector`, Stable-Baselines3's `n_envs`, a "
+        "batch of prompts) and read them with one `.tolist()`; a small policy often runs "
+        "as fast on the CPU, where the read costs nothing; a token fed back can stay on "
+        "the device and be decoded at the end."
+    ),
+    before=(
+        "action = Categorical(probs).sample()\n"
+        "state, reward, done, *_ = env.step(action.item())     # one read per step\n"
+    ),
+    after=(
+        "actions = Categorical(probs).sample()                # one per environment\n"
+        "states, rewards, dones, *_ = envs.step(actions.tolist())   # one read for all\n"
+    ),
+    removes="reads per environment or sequence: one read serves the batch",
+)
+
+
 def advice_for(
     kind_name: str,
     ops: list[str],
@@ -2497,6 +2523,7 @@ def advice_for(
     in_loop: bool = False,
     as_size: bool = False,
     per_element: bool = False,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -2511,7 +2538,8 @@ def advice_for(
     of a loop of its function (``Source.loop_line``): a selection there is one per group.
     ``as_size``: every sync's read sets a size on the host (``Source.read_as_size``).
     ``per_element``: every sync reads one element of what a loop iterates
-    (``Source.reads_elements``)."""
+    (``Source.reads_elements``). ``sampled``: every sync reads a value a sampling call
+    drew (``Source.reads_sample``)."""
     record = kind(kind_name)
     # A print, then a library's own fix (its code is not the user's to change), then an
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
@@ -2563,6 +2591,8 @@ def advice_for(
         refinement = SIZE_READ_ADVICE
     if refinement is None and per_element and kind_name == SCALAR_READBACK:
         refinement = ELEMENT_READ_ADVICE
+    if refinement is None and sampled and kind_name == SCALAR_READBACK:
+        refinement = SAMPLE_READ_ADVICE
     if refinement is None:
         refinement = record.advice
     fields = msgspec.to_builtins(refinement)

@@ -286,6 +286,9 @@ class Source(msgspec.Struct):
     # (``[itos[int(i)] for i in y]``: ``source.reads_elements``): one read per element,
     # where one ``.tolist()`` of the whole would do.
     reads_elements: bool = False
+    # An exact line whose reads are each of a value a sampling call drew (``m.sample()
+    # .item()``: ``source.reads_sample``): an action or a token the host needs at once.
+    reads_sample: bool = False
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
     # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every
     # N steps, not every step.

@@ -1485,6 +1485,37 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
     )
 
 
+# Calls that draw a random value from what a model computed: a distribution's
+# ``sample()``, ``torch.multinomial`` / ``probs.multinomial``.
+_SAMPLING_CALLS = frozenset({"sample", "multinomial"})
+
+
+def reads_sample(scope: ast.AST, line: int) -> bool:
+    """Whether every value read at ``line`` (``action.item()``) is one drawn by a sampling
+    call (``_SAMPLING_CALLS``), on the line or bound to a name every value of which before
+    the line is one, through methods of constant arguments (``.squeeze(0)``): an action
+    for an environment, a token to decode, which the host needs at once (pytorch/examples'
+    actor_critic and reinforce read ``m.sample().item()`` every environment step)."""
+    receivers = _read_receivers(_statements_at(scope, line), line)
+    return bool(receivers) and all(_sampled(scope, r, line) for r in receivers)
+
+
+def _sampled(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        if expr.func.attr in _SAMPLING_CALLS:
+            return True
+        if not _constant_arguments(expr):
+            return False
+        expr = expr.func.value
+    if isinstance(expr, ast.Name) and depth < 3:
+        values = _reaching_values(scope, expr.id, line)
+        return bool(values) and all(
+            value is not None and _sampled(scope, value, getattr(value, "lineno", line), depth + 1)
+            for value in values
+        )
+    return False
+
+
 def _is_range(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
@@ -3589,6 +3620,7 @@ class SourceResolver:
                 "loop_line": loop_around(scope, line),
                 "read_as_size": read_as_size(scope, line, frameless),
                 "reads_elements": reads_elements(scope, line),
+                "reads_sample": reads_sample(scope, line),
                 "periodic_guard": periodic_guard(scope, line),
             }
         return facts

@@ -1,0 +1,86 @@
+"""A sampled value read every step (pytorch/examples' actor_critic and reinforce return
+``m.sample().item()`` to the environment each step): the host needs it at once, and the
+advice to keep it on the device and read it every N steps could not apply (a user's walk:
+20 % of actor_critic's reads, 33 % of reinforce's)."""
+
+from __future__ import annotations
+
+import ast
+import runpy
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tb_syncfinder import analyze
+from tb_syncfinder.catalogue import SAMPLE_READ_ADVICE, SCALAR_READBACK, advice_for
+from tb_syncfinder.source import reads_sample
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "sampled"),
+    [
+        ("def f(m):\n    action = m.sample()\n    return action.item()\n", 3, True),
+        ("def f(p):\n    return torch.multinomial(p, 1).squeeze(0).item()\n", 2, True),
+        ("def f(p):\n    return p.multinomial(1).item()\n", 2, True),
+        # A greedy pick, a loss, or a name of other values too: not known to be a sample.
+        ("def f(q):\n    return q.argmax().item()\n", 2, False),
+        ("def f(loss):\n    return loss.item()\n", 2, False),
+        ("def f(m, t):\n    a = m.sample()\n    a = t\n    return a.item()\n", 4, False),
+        ("def f(m, t):\n    return m.sample().item() + t.item()\n", 2, False),
+    ],
+)
+def test_a_read_of_a_sampled_value_is_told(code, line, sampled):
+    assert reads_sample(ast.parse(code).body[0], line) is sampled
+
+
+def test_the_advice_for_a_sampled_read_is_to_sample_for_many_at_once():
+    advice = advice_for(SCALAR_READBACK, ["aten::item"], sampled=True)
+    assert advice["title"] == SAMPLE_READ_ADVICE.title
+    assert advice_for(SCALAR_READBACK, ["aten::item"])["title"] != advice["title"]
+    for code in (SAMPLE_READ_ADVICE.before, SAMPLE_READ_ADVICE.after):
+        ast.parse(code)
+
+
+_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+    from torch.distributions import Categorical
+
+    policy = torch.nn.Linear(4, 2)
+
+
+    def select_action(state):
+        probs = torch.softmax(policy(state), -1)
+        m = Categorical(probs, validate_args=False)
+        action = m.sample()
+        return action.item()
+
+
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for episode in range(5):
+        state = torch.randn(4, device="cpu")
+        for t in range(3):
+            action = select_action(state)
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def test_an_action_sampled_for_the_environment_is_told_to_sample_for_many(tmp_path: Path):
+    script = tmp_path / "w.py"
+    script.write_text(_SCRIPT)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    [site] = [s for s in report.latent_sites if s.line == 11]
+    assert (site.count, site.advice["title"]) == (9, SAMPLE_READ_ADVICE.title)

@@ -254,7 +254,7 @@ def test_a_test_around_the_call_of_the_loop_that_steps_the_profiler_is_not_said(
             """\
             import torch
 
-            w = torch.randn(8, 8)
+            w = torch.randn(8, 8, device="cpu")  # where a GPU run puts it
             prof = torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU],
                 with_stack=True,

@@ -1330,7 +1330,7 @@ def test_a_source_root_given_keeps_the_current_directory_searched(tmp_path, monk
             """\
             import torch
 
-            w = torch.randn(4, 4)
+            w = torch.randn(4, 4, device="cpu")  # where a GPU run puts it
             with torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True,
                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),

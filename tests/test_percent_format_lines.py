@@ -18,7 +18,7 @@ _SCRIPT = textwrap.dedent(
     """\
     import torch
 
-    x = torch.randn(4)
+    x = torch.randn(4, device="cpu")  # where a GPU run puts it
     prof = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         with_stack=True,

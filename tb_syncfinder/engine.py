@@ -492,6 +492,16 @@ def _library_copies(
     library's line and the user's line that called it, most first: ``.cpu()`` and
     ``.tolist()``, and a ``.to()`` only where the library's line names the host (a library's
     ``.to(device)`` is an upload as often as not)."""
+    # A library's ``.to()`` counts only where its line names the host: files with no such
+    # line are passed over before any line is resolved.
+    copies = [
+        (method, attribution)
+        for method, attribution in copies
+        if method not in LATENT_METHODS_BY_LINE
+        or resolver.may_copy_to_the_host(
+            next((f.file for f in attribution.stack if f.file != "<built-in>"), "")
+        )
+    ]
     if not copies:
         return []
     counts: dict[tuple[Any, ...], int] = {}

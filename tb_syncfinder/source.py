@@ -63,6 +63,7 @@ from tb_syncfinder.catalogue import (
     HOST_SHAPE_FACTORIES,
     HOST_TENSOR_FACTORIES,
     OP_CALLEES,
+    to_the_host,
 )
 from tb_syncfinder.models import (
     KERNEL_CELL,
@@ -2588,6 +2589,8 @@ class SourceResolver:
         # The functions this trace ran, by recorded file (``prefer_copies``).
         self._ran: dict[str, set[tuple[str, int | None]]] = {}
         self._def_lines: dict[tuple[str, str], int] = {}
+        # A library file -> whether a ``.to()`` of it names the host (``may_copy_to_the_host``).
+        self._names_host: dict[str, bool] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
         # path, which names each run's copy alike.
         self._init_classes: dict[tuple[Path | None, str], str | None] = {}
@@ -3288,6 +3291,23 @@ class SourceResolver:
         if cell is None:
             return source
         return msgspec.structs.replace(source, resolved_path=cell.notebook, cell=cell)
+
+    def may_copy_to_the_host(self, trace_file: str) -> bool:
+        """Whether a library file has a line whose ``.to(...)`` names the host
+        (``catalogue.to_the_host``), read once per file; True where it is not found (the
+        caller then resolves the line, which tells). A file without one (torch's
+        ``clip_grad.py``, 80 of nanoGPT's ``.to()`` calls a run) needs no line resolved."""
+        found = self._names_host.get(trace_file)
+        if found is None:
+            path = self.find_library_file(trace_file)
+            data = self._source_bytes(path) if path is not None else None
+            found = data is None or any(
+                to_the_host(line.decode("utf-8", "replace"))
+                for line in data.splitlines()
+                if b".to(" in line
+            )
+            self._names_host[trace_file] = found
+        return found
 
     def find_library_file(self, trace_file: str) -> Path | None:
         """A library's file: at its recorded path, under the path map or a root; else under

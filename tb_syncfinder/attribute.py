@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import sys
+import sysconfig
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
@@ -171,9 +172,11 @@ def _packed_or_own(norm: str, packs: Sequence[SourcePack]) -> bool | None:
     return False if _at_component(norm, _OWN_PACKAGE) is not None else None
 
 
-def is_user_file(path: str, packs: Sequence[SourcePack] = ()) -> bool:
+def is_user_file(path: str, packs: Sequence[SourcePack] = (), func: str | None = None) -> bool:
     """True for the user's own code; False for torch, site-packages, built-ins, stdlib.
-    Files shipped in ``packs`` (the demo's workloads) count as user code even installed."""
+    Files shipped in ``packs`` (the demo's workloads) count as user code even installed.
+    ``func``: the frame's function, which tells a script named as a standard module
+    (``code.py``, ``queue.py``) from that module (``_stdlib_function``)."""
     if not path:
         return False
     if path.startswith("<"):
@@ -195,9 +198,36 @@ def is_user_file(path: str, packs: Sequence[SourcePack] = ()) -> bool:
         # An absolute path inside a Python installation's lib/pythonX.Y is the stdlib.
         return re.search(r"/lib/python\d+(\.\d+)?/", norm) is None
     top = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else parts[0]
-    if top in _LIBRARY_PACKAGES or top in _STDLIB:
+    if top in _LIBRARY_PACKAGES:
         return False
+    if top in _STDLIB:
+        # A script of the user's may have a standard module's name (``code.py``, a
+        # ``bisect.py``): torch shortens both alike. The module's own frames run functions
+        # it defines; a script's top level, or a function the module has not, is the user's.
+        return len(parts) == 1 and func is not None and not _stdlib_function(parts[0], func)
     return not _installed_here(parts)
+
+
+_STDLIB_DEFS: dict[str, frozenset[bytes] | None] = {}
+_DEF_NAME = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
+
+
+def _stdlib_function(file: str, func: str) -> bool:
+    """Whether this interpreter's standard module ``file`` (``bisect.py``) defines a
+    function or class named ``func``, or ``func`` is no plain name (``<lambda>``,
+    ``<listcomp>``: not told apart). True where the module is not a file here (then
+    nothing tells the frame is not its)."""
+    if not func.isidentifier():
+        return func != "<module>"
+    names = _STDLIB_DEFS.get(file, b"")
+    if names == b"":
+        try:
+            with open(os.path.join(sysconfig.get_paths()["stdlib"], file), "rb") as handle:
+                names = frozenset(_DEF_NAME.findall(handle.read()))
+        except OSError:
+            names = None
+        _STDLIB_DEFS[file] = names
+    return names is None or func.encode() in names
 
 
 _INSTALLED: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
@@ -241,7 +271,10 @@ def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
     if match:
         path = match.group(1)
         return Frame(
-            file=path, line=int(match.group(2)), func=match.group(3), user=is_user_file(path, packs)
+            file=path,
+            line=int(match.group(2)),
+            func=match.group(3),
+            user=is_user_file(path, packs, match.group(3)),
         )
     builtin = _BUILTIN_RE.match(name)
     if builtin:

@@ -88,6 +88,20 @@ def test_user_frames_exclude_torch_site_packages_builtins_and_stdlib():
     assert is_user_file("datasets/coco.py")
 
 
+def test_a_script_named_as_a_standard_module_is_the_users_code():
+    """torchvision's detection walk saved its script as ``bisect.py``: torch names a script
+    and a standard module alike (``bisect.py``), and its nonzero read "(no stack)". The
+    frame's function tells: the module's own (``insort_right``) or the script's."""
+    assert is_user_file("bisect.py", (), "<module>")
+    assert is_user_file("code.py", (), "train_step")
+    assert not is_user_file("bisect.py", (), "insort_right")
+    assert not is_user_file("typing.py", (), "inner")
+    assert not is_user_file("copy.py", (), "<listcomp>")  # not told apart: the module's
+    assert not is_user_file("logging/__init__.py", (), "info")
+    assert parse_frame("queue.py(12): <module>").user
+    assert not parse_frame("queue.py(154): get").user
+
+
 def test_frame_parsing_handles_builtins_and_module_entries():
     assert parse_frame("<built-in method nonzero of type object at 0x7f>").func == "nonzero"
     assert parse_frame("<built-in function linear>").func == "linear"

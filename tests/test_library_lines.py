@@ -216,3 +216,39 @@ def test_a_frame_running_when_profiling_started_is_one_site_with_its_later_calls
     report = analyze(str(tmp_path / "logs" / "run"), source_roots=[str(tmp_path / "elsewhere")])
     sites = [(s.file, s.line, s.line_exact, s.per_step) for s in report.latent_sites]
     assert sites == [("rollpkg/algo.py", 4, False, 8.0)]
+
+
+_NONZERO_SCRIPT = """\
+import sys
+
+import torch
+
+prof = torch.profiler.profile(
+    activities=[torch.profiler.ProfilerActivity.CPU],
+    with_stack=True,
+    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+    on_trace_ready=torch.profiler.tensorboard_trace_handler(sys.argv[1]),
+)
+prof.start()
+for _ in range(5):
+    x = torch.randn(100, device="cpu")
+    idx = torch.nonzero(x > 0)
+    prof.step()
+prof.stop()
+"""
+
+
+def test_a_script_named_as_a_standard_module_is_reported_at_its_line(tmp_path: Path) -> None:
+    """A script saved as ``bisect.py`` (a walk of torchvision's detection reference): its
+    reads were "(no stack)", the script taken for the standard module."""
+    (tmp_path / "bisect.py").write_text(_NONZERO_SCRIPT)
+    subprocess.run(
+        [sys.executable, "bisect.py", str(tmp_path / "logs" / "run")],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    report = analyze(str(tmp_path / "logs" / "run"), source_roots=[str(tmp_path)])
+    assert [(s.file, s.line, s.line_exact, s.per_step) for s in report.latent_sites] == [
+        ("bisect.py", 14, True, 1.0)
+    ]

@@ -32,6 +32,7 @@ Legacy ``Call stack`` lines are call lines already (``line_exact=True``).
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import os
 import re
@@ -668,10 +669,18 @@ def _matcher(
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls
-            if modules and not bound and _on_self(func) and name not in bindings.defined:
+            if (
+                modules
+                and not bound
+                and (_on_self(func) or (isinstance(func, ast.Name) and name not in _BUILTINS))
+                and name not in bindings.defined
+            ):
                 # An attribute the file never binds nor defines: one a library base class
-                # set (``self.encoder`` of a subclass of nn.Transformer). It may be the
-                # module; claimed only where the alignment leaves it alone.
+                # set (``self.encoder`` of a subclass of nn.Transformer); or a name bound
+                # to what the source does not tell (a parameter: torchvision's detection
+                # ``train_one_epoch(model, ...)``; a factory's result, ``model =
+                # get_model(...)``). It may be the module; claimed only where the alignment
+                # leaves it alone.
                 return N, True
             if some_class and name and name[:1].isupper():
                 return N, True  # a class called, or a class without a Python __init__
@@ -707,6 +716,9 @@ def _matcher(
 def _base_name(base: ast.expr) -> str:
     """A base class's name as written: ``Transformer`` of ``nn.Transformer``."""
     return base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 def _on_self(func: ast.AST) -> bool:

@@ -1068,7 +1068,11 @@ MODULES_IN_A_LIST = textwrap.dedent(
 def test_modules_called_through_a_loop_variable_are_not_pinned_on_the_one_named_call(tmp_path):
     """``final`` is the one instance of the class the file names; the syncs are the two
     ``blk(...)`` calls of the inner loop, whose instances come from a list. The trace shows
-    three calls of the class a step, the source names one: the sync's line is not claimed."""
+    three calls of the class a step, the source names one: the sync was never put at
+    ``final``'s line. Since a call of a name bound to what the source does not tell (a
+    loop's element, a parameter) may be the module, the two calls before ``final``'s are
+    placed at ``blk(...)``, exact (torchvision's detection ``train_one_epoch(model, ...)``
+    calls its parameter)."""
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "module_list.py"
     path.write_text(MODULES_IN_A_LIST)
@@ -1076,9 +1080,59 @@ def test_modules_called_through_a_loop_variable_are_not_pinned_on_the_one_named_
     module.main(str(tmp_path / "logs" / "run"))
     sys.modules.pop("module_list", None)
     report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
-    assert report.latent and all(not s.source.line_exact for s in report.latent)
-    final_line = _marked(MODULES_IN_A_LIST)["loop"] + 1
-    assert all(s.source.line != final_line for s in report.latent)
+    loop_line = _marked(MODULES_IN_A_LIST)["loop"]
+    assert report.latent and all(
+        s.source.line == loop_line and s.source.line_exact for s in report.latent
+    )
+
+
+MODULE_FROM_A_FACTORY = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    def get_model():
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+
+    def train_one_epoch(model, x, causal, logdir):
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=0, warmup=1, active=2),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for _ in range(3):
+                out = model(x, mask=causal)  # sync: param
+                out.sum().backward()
+                prof.step()
+
+
+    def main(logdir):
+        torch.manual_seed(0)
+        built = get_model()
+        causal = nn.Transformer.generate_square_subsequent_mask(6)
+        train_one_epoch(built, torch.randn(4, 6, 16, device="cpu"), causal, logdir)
+    """
+)
+
+
+def test_a_module_called_through_a_parameter_is_placed_at_its_call(tmp_path):
+    """torchvision's detection reference builds its model with ``get_model(...)`` and calls
+    it in ``train_one_epoch(model, ...)``: the source names no class for ``model``, and the
+    model's reads were at the function's def line. A call of a name bound to what the
+    source does not tell may be the module; the alignment places it, exact."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "factory.py"
+    path.write_text(MODULE_FROM_A_FACTORY)
+    module = _load(path, "factory")
+    module.main(str(tmp_path / "logs" / "run"))
+    sys.modules.pop("factory", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    line = _marked(MODULE_FROM_A_FACTORY)["param"]
+    assert report.latent and {(s.source.line, s.source.line_exact) for s in report.latent} == {
+        (line, True)
+    }
 
 
 # -- the call a library sync came through, as code writes it --------------------------------

@@ -1690,7 +1690,9 @@ def _host_made(
             break
         if _is_host_factory(expr, scope, line) or _moved_to_host(expr):
             return True  # whatever it was made from: ``(pred == gt).cpu()`` is on the host
-        if expr.func.attr in DEVICE_MOVES or not _constant_arguments(expr):
+        if expr.func.attr in DEVICE_MOVES or not (
+            _constant_arguments(expr) or _host_arguments(scope, expr, line, depth, module)
+        ):
             return False
         expr = expr.func.value
     if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Constant)):
@@ -1709,6 +1711,25 @@ def _host_made(
         value is not None
         and _host_made(scope, value, getattr(value, "lineno", line), depth + 1, module)
         for value in values
+    )
+
+
+def _host_arguments(
+    scope: ast.AST, call: ast.Call, line: int, depth: int, module: ast.AST | None
+) -> bool:
+    """Whether every argument of a method call is a host value (``_host_made``: a number,
+    a host tensor): the result stays where its receiver is (torchvision's ``torch.empty(1)
+    .uniform_(0.0, float(len(k))).item()``); a GPU tensor given would move it there."""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return (
+        all(
+            (isinstance(v, ast.Constant) and not isinstance(v.value, str))
+            or _host_made(scope, v, line, depth + 1, module)
+            for v in values
+            if not isinstance(v, ast.Starred)
+        )
+        and not any(isinstance(v, ast.Starred) for v in values)
+        and None not in (k.arg for k in call.keywords)
     )
 
 

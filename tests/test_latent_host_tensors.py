@@ -352,6 +352,15 @@ def test_pytorch_examples_actor_critic_returns_are_made_on_the_host(line, by_fac
         # Arithmetic of a host tensor with a name not known: kept.
         ("def f(g):\n    h = torch.zeros(3)\n    return (h + g).sum().item()\n", 3, False, False),
         ("def f():\n    h = torch.zeros(3)\n    return (h * 2 - 1).sum().item()\n", 3, True, False),
+        # A method given host values keeps a host tensor on the host (torchvision's
+        # detection transform draws its size so); given a tensor not known, not.
+        (
+            "def f(k):\n    return int(torch.empty(1).uniform_(0.0, float(len(k))).item())\n",
+            2,
+            True,
+            False,
+        ),
+        ("def f(x):\n    return torch.empty(1).uniform_(0.0, x.max()).item()\n", 2, False, False),
         # A factory given a list not written out, or an element not known: kept.
         ("def f(losses):\n    return torch.tensor(losses)\n", 2, False, True),
         ("def f(v):\n    return torch.tensor([v])\n", 2, False, True),

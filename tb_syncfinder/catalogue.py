@@ -612,6 +612,10 @@ DYNAMIC_OPS = frozenset(
         "aten::unique_dim_consecutive",
         "aten::masked_select",
         "aten::repeat_interleave",
+        # torchvision's non-maximum suppression keeps a data-dependent number of boxes: its
+        # CUDA kernel learns it on the host (``masked_select`` of its keep mask, or a copy
+        # of the mask back); its CPU kernel reads nothing, so a CPU trace shows only it.
+        "torchvision::nms",
     }
 )
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::cpu"})
@@ -1279,6 +1283,27 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "loader = DataLoader(data, batch_size=64, drop_last=True)\n"
                 "prof = profile(schedule=schedule(wait=1, warmup=2, active=3))\n"
             ),
+        ),
+    ),
+    OpAdvice(
+        frozenset({"torchvision::nms"}),
+        frozenset({DYNAMIC_SHAPE}),
+        Advice(
+            title="Run NMS once per batch, not once per image or class",
+            text=(
+                "torchvision's `nms` returns as many boxes as it keeps, so on a GPU it "
+                "learns that count on the host, waiting for the detection head's work: "
+                "that is what non-maximum suppression is. Call it as few times as you can: "
+                "once for all images and classes of a batch with `batched_nms`, whose "
+                "`idxs` keep each image's (and class's) boxes apart, rather than in a loop. "
+                "torchvision's own detection models already call it once per image."
+            ),
+            before=("keep = [nms(b, s, 0.5) for b, s in zip(boxes, scores)]   # one wait each\n"),
+            after=(
+                "image = torch.cat([torch.full((len(b),), i) for i, b in enumerate(boxes)])\n"
+                "keep = batched_nms(torch.cat(boxes), torch.cat(scores), image, 0.5)  # one\n"
+            ),
+            removes="a wait per call: one per batch stays",
         ),
     ),
     OpAdvice(

@@ -47,7 +47,8 @@ def test_every_refinement_names_catalogued_kinds_and_sync_operators() -> None:
     for entry in catalogue.OP_ADVICE:
         assert entry.kinds <= set(KIND_NAMES)
         assert entry.ops and all(
-            op.startswith("aten::") or catalogue.is_collective_op(op) for op in entry.ops
+            op.startswith(("aten::", "torchvision::")) or catalogue.is_collective_op(op)
+            for op in entry.ops
         )
     for op in catalogue.LATENT_TRIGGERS:
         assert op in catalogue.OP_KINDS or op in catalogue.LATENT_CTC_KINDS
@@ -336,3 +337,18 @@ def test_a_library_frame_above_the_users_code_gives_no_fix_of_its_own() -> None:
         catalogue.library_frames([*inside, Frame(*result, False), stack[-1]]), ["aten::item"]
     )
     assert found is not None and found[1] == (result[0], "metrics")
+
+
+def test_torchvisions_nms_is_a_dynamic_shape_with_its_own_fix(tmp_path):
+    """torchvision's ``nms`` keeps a data-dependent number of boxes and waits on CUDA (its
+    kernel learns the count on the host); its CPU kernel reads nothing, so a CPU trace of a
+    detection model listed none of its 6 calls a step (a walk of torchvision's detection
+    reference)."""
+    from tb_syncfinder import analyze
+    from tests.test_cli import write_cpu_trace
+
+    assert catalogue.OP_KINDS["torchvision::nms"] == catalogue.DYNAMIC_SHAPE
+    trace = write_cpu_trace(tmp_path / "run" / "cpu.pt.trace.json", op="torchvision::nms", count=3)
+    [site] = analyze(str(trace)).latent_sites
+    assert (site.kind, site.count) == (catalogue.DYNAMIC_SHAPE, 3)
+    assert site.advice["title"] == "Run NMS once per batch, not once per image or class"

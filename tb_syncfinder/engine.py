@@ -559,6 +559,7 @@ def _latent_copies_by_line(
         if (
             episode.method not in LATENT_METHODS_BY_LINE
             or to_the_host(resolver.line_text(source) or "")
+            or resolver.copies_to_the_host_by_name(source)
         )
         and (
             LATENT_OPS_BY_LINE.isdisjoint(attribution.op_chain)

@@ -1881,6 +1881,41 @@ def _moved_to_host(call: ast.Call) -> bool:
     return len(targets) == 1 and _names_the_host(targets[0])
 
 
+def _to_host_by_name(chain: Sequence[ast.AST], line: int) -> bool:
+    """Whether ``line`` of ``chain[0]`` (the scopes around it after it) holds one ``.to(X)``
+    call, not ``non_blocking=True``, whose device ``X`` is a name every value of which where
+    the line runs names the host; looked up in the innermost scope that binds it."""
+    scope = chain[0]
+    # A comprehension's frame (Python before 3.12) is an expression: no statements.
+    roots = [scope] if isinstance(scope, _COMPREHENSIONS) else _statements_at(scope, line)
+    calls = [
+        node
+        for statement in roots
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Call)
+        and getattr(node, "lineno", None) == line
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "to"
+    ]
+    if len(calls) != 1:
+        return False
+    call = calls[0]
+    if any(
+        k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+        for k in call.keywords
+    ):
+        return False
+    targets = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "device")]
+    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+        return False
+    name = targets[0].id
+    for at, scope in enumerate(chain):
+        values = _reaching_values(scope, name, line if at == 0 else _AFTER_EVERY_LINE)
+        if values:
+            return all(v is not None and _names_the_host(v) for v in values)
+    return False
+
+
 def _names_the_host(node: ast.expr) -> bool:
     if isinstance(node, ast.Constant):
         return node.value == "cpu"
@@ -2622,6 +2657,9 @@ class SourceResolver:
         # The functions this trace ran, by recorded file (``prefer_copies``).
         self._ran: dict[str, set[tuple[str, int | None]]] = {}
         self._def_lines: dict[tuple[str, str], int] = {}
+        # An exact line -> whether its ``.to()`` names the host through a name
+        # (``copies_to_the_host_by_name``).
+        self._host_copies: dict[tuple[str, int, str], bool] = {}
         # A library file -> whether a ``.to()`` of it names the host (``may_copy_to_the_host``).
         self._names_host: dict[str, bool] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
@@ -3243,6 +3281,31 @@ class SourceResolver:
             ),
             None,
         )
+
+    def copies_to_the_host_by_name(self, source: Source | None) -> bool:
+        """Whether a source's exact line holds one ``.to(device)`` call whose device is a name
+        bound, where the line runs, only to the host (``cpu_device = torch.device("cpu")``
+        in torchvision's detection ``evaluate``, then ``v.to(cpu_device)`` in a
+        comprehension), and not ``non_blocking=True``: the name ``catalogue.to_the_host``
+        cannot read."""
+        if source is None or not source.line_exact or source.line is None:
+            return False
+        if source.resolved_path is None or source.cell is not None:
+            return False
+        key = (source.resolved_path, source.line, source.func)
+        found = self._host_copies.get(key)
+        if found is None:
+            parsed = self._parse(Path(source.resolved_path))
+            scope = parsed.running_scope(source.line, source.func) if parsed else None
+            found = False
+            if parsed is not None and scope is not None:
+                chain = [
+                    scope,
+                    *(parsed.enclosing_scopes(scope) if scope is not parsed.tree else []),
+                ]
+                found = _to_host_by_name(chain, source.line)
+            self._host_copies[key] = found
+        return found
 
     def indexes_host_made(self, source: Source | None) -> bool:
         """Whether a read made by a library's ``__getitem__`` under this source (``np.memmap``

@@ -374,3 +374,41 @@ def test_reads_through_loops_rebindings_and_factories_are_host_made_only_where_k
 ):
     module = ast.parse(code)
     assert reads_host_made_tensor(module.body[0], line, module, by_factory) is host
+
+
+_TO_CPU_DEVICE = """\
+import torch
+
+model = torch.nn.Linear(4, 4)
+cpu_device = torch.device("cpu")
+other = torch.device(DEVICE)
+prof = torch.profiler.profile(
+    activities=[torch.profiler.ProfilerActivity.CPU],
+    with_stack=True,
+    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+    on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+)
+prof.start()
+for _ in range(5):
+    outputs = [{"boxes": model(torch.randn(2, 4))}]
+    outputs = [{k: v.to(cpu_device) for k, v in t.items()} for t in outputs]
+    moved = [o["boxes"].to(other) for o in outputs]
+    pinned = outputs[0]["boxes"].to(cpu_device, non_blocking=True)
+    prof.step()
+prof.stop()
+"""
+
+
+def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) -> None:
+    """torchvision's detection ``evaluate`` copies its outputs back with ``v.to(cpu_device)``
+    after ``cpu_device = torch.device("cpu")``: a ``.to()`` whose line names no host was
+    not listed (3 copies a step missing). A name bound only to the host is read now; one
+    bound to anything else, and a ``non_blocking`` copy, still are not."""
+    import runpy
+
+    script = tmp_path / "w.py"
+    script.write_text(_TO_CPU_DEVICE)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    assert [(s.line, s.line_exact, s.count) for s in report.latent_sites] == [(15, True, 3)]

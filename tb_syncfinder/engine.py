@@ -480,7 +480,11 @@ def _latent_where_it_may_sync(
             continue
         if not episode.method or attribution.called == episode.method:
             kept.append(n)
-        elif not formats_tensor((frame.file, frame.func) for frame in attribution.stack):
+        elif episode.after_cpu < 0 and not formats_tensor(
+            (frame.file, frame.func) for frame in attribution.stack
+        ):
+            # (A ``.tolist()`` right after a ``.cpu()`` is that copy's: ``x.cpu().tolist()``
+            # is one copy, PyG's ``unbatch_edge_index`` made one a call.)
             by_library.append((episode.method, attribution))
     return [episodes[n] for n in kept], [attributions[n] for n in kept], by_library
 

@@ -1379,6 +1379,31 @@ def _queues_no_device_work(
     return func.attr in _HOST_ONLY_METHODS
 
 
+# Calls that end a training step: a loop making them is the training loop, one pass per
+# step, not a loop over the groups of one step.
+_TRAINING_STEP_CALLS = frozenset({"backward", "step", "zero_grad"})
+
+
+def _steps_training(loop: ast.AST) -> bool:
+    """Whether a loop's body (not a function defined in it) runs ``loss.backward()``,
+    ``optimizer.step()``, ``optimizer.zero_grad()`` or ``prof.step()``: the training loop
+    (PyG's ``for batch in loader:`` with a mask of the batch's labels was told to select
+    the groups once)."""
+    stack: list[ast.AST] = list(getattr(loop, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _TRAINING_STEP_CALLS
+        ):
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def loop_around(scope: ast.AST, line: int) -> int | None:
     """The first line of the innermost loop of ``scope`` (not of a function or class
     defined in it) that runs ``line`` once per pass with the pass's own value: a ``for``
@@ -1405,7 +1430,7 @@ def loop_around(scope: ast.AST, line: int) -> int | None:
         if isinstance(node, (ast.For, ast.AsyncFor)):
             body_end = node.body[-1].end_lineno or node.body[-1].lineno
             if node.body[0].lineno <= line <= body_end and line > (node.iter.end_lineno or 0):
-                per_pass = bool(_bound_names(node.target) & used)
+                per_pass = bool(_bound_names(node.target) & used) and not _steps_training(node)
         elif isinstance(node, _COMPREHENSIONS):
             per_pass = _per_element(node)
         if per_pass and first is not None and (found is None or first > found):

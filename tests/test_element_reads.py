@@ -63,3 +63,29 @@ def test_the_element_fix_gives_the_text_the_reads_gave():
         exec(code, scope)  # noqa: S102 - the catalogue's own example code
         made[code] = scope["text"]
     assert list(made.values()) == ["dbe", "dbe"]
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "loop"),
+    [
+        # A loop over the groups of one step: the selection runs once per group.
+        ("def f(x, m, n):\n    for e in range(n):\n        x[m == e]\n", 3, 2),
+        # The training loop: one pass per step (PyG's ``for batch in loader``), not groups.
+        (
+            "def f(loader, model, opt):\n    for x, y in loader:\n        keep = y >= 0\n"
+            "        model(x)[keep].sum().backward()\n        opt.step()\n",
+            4,
+            None,
+        ),
+        (
+            "def f(loader, prof):\n    for x, y in loader:\n        y[y > 0]\n"
+            "        prof.step()\n",
+            3,
+            None,
+        ),
+    ],
+)
+def test_a_selection_in_the_training_loop_is_not_one_per_group(code, line, loop):
+    from tb_syncfinder.source import loop_around
+
+    assert loop_around(ast.parse(code).body[0], line) == loop

@@ -2063,6 +2063,66 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
             ),
         ),
     ),
+    # PyTorch Geometric's layers add and remove self-loops in every forward (GCNConv's
+    # ``gcn_norm`` runs ``add_remaining_self_loops``, GATConv ``remove_self_loops`` then
+    # ``add_self_loops``): boolean masks of the edges, read back on a GPU. A walk of PyG
+    # 2.x's examples (docs/validation.md, section 24): ``cached=True`` removed GCNConv's.
+    LibraryAdvice(
+        "torch_geometric/utils/loop.py",
+        frozenset({"add_remaining_self_loops", "remove_self_loops", "add_self_loops"}),
+        Advice(
+            title="Add the self-loops once, not in every forward",
+            text=(
+                "PyTorch Geometric's `GCNConv` and `GATConv` add self-loops to the graph in "
+                "every forward (`add_remaining_self_loops`, `remove_self_loops`): boolean "
+                "masks of the edges, each read back from the GPU. Where the graph does not "
+                "change (full-batch training on one graph), build `GCNConv(..., "
+                "cached=True)`, which keeps the normalised graph after its first forward; or "
+                "add the loops once before training and build the layers with "
+                "`add_self_loops=False`."
+            ),
+            before="conv = GATConv(in_dim, out_dim)   # adds self-loops every forward\n",
+            after=(
+                "edge_index, _ = add_self_loops(remove_self_loops(edge_index)[0], "
+                "num_nodes=n)\n"
+                "conv = GATConv(in_dim, out_dim, add_self_loops=False)\n"
+            ),
+        ),
+    ),
+    # PyG's ``scatter`` (and the pools built on it: ``global_add_pool``...) infers its output
+    # size from ``int(index.max()) + 1`` where none is given: a read back on a GPU.
+    LibraryAdvice(
+        "torch_geometric/utils/_scatter.py",
+        frozenset({"scatter"}),
+        Advice(
+            title="Give PyG's pooling and scatter their output size",
+            text=(
+                "PyTorch Geometric's `scatter`, and the pools built on it "
+                "(`global_add_pool`, `global_mean_pool`, `global_max_pool`), read "
+                "`int(index.max()) + 1` back from the GPU to learn how many outputs to make "
+                "when no size is given. Pass it: `global_add_pool(x, batch, "
+                "size=data.num_graphs)`, `scatter(src, index, dim_size=num_nodes)`."
+            ),
+            before="out = global_add_pool(x, batch)   # reads index.max()\n",
+            after="out = global_add_pool(x, batch, size=num_graphs)\n",
+        ),
+    ),
+    # ``maybe_num_nodes`` reads ``int(edge_index.max()) + 1`` where no ``num_nodes`` is given.
+    LibraryAdvice(
+        "torch_geometric/utils/num_nodes.py",
+        frozenset({"maybe_num_nodes"}),
+        Advice(
+            title="Give PyG's graph utilities num_nodes",
+            text=(
+                "Without `num_nodes`, PyTorch Geometric's graph utilities (`to_undirected`, "
+                "`degree`, `softmax`, `negative_sampling`, `subgraph`...) read "
+                "`int(edge_index.max()) + 1` back from the GPU to count the nodes. Pass "
+                "`num_nodes=data.num_nodes` (a Python int on the host)."
+            ),
+            before="edge_index = to_undirected(edge_index)\n",
+            after="edge_index = to_undirected(edge_index, num_nodes=data.num_nodes)\n",
+        ),
+    ),
     # LBFGS decides on the host, in every inner iteration, whether to go on (torch 2.13
     # ``torch/optim/lbfgs.py``): ``float(orig_loss)``, ``if opt_cond:`` of
     # ``flat_grad.abs().max() <= tolerance_grad``, ``if ys > 1e-10:``, ``if gtd >

@@ -200,6 +200,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "torchmetrics/",
                 "trainer/connectors/logger_connector/",
                 "numpy/",
+                "torch_geometric/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -352,3 +353,38 @@ def test_torchvisions_nms_is_a_dynamic_shape_with_its_own_fix(tmp_path):
     [site] = analyze(str(trace)).latent_sites
     assert (site.kind, site.count) == (catalogue.DYNAMIC_SHAPE, 3)
     assert site.advice["title"] == "Run NMS once per batch, not once per image or class"
+
+
+@pytest.mark.parametrize(
+    ("frames", "title"),
+    [
+        (
+            [
+                ("torch_geometric/utils/loop.py", "add_remaining_self_loops"),
+                ("torch_geometric/nn/conv/gcn_conv.py", "gcn_norm"),
+            ],  # fmt: skip
+            "Add the self-loops once, not in every forward",
+        ),
+        (
+            [
+                ("torch_geometric/utils/_scatter.py", "scatter"),
+                ("torch_geometric/nn/pool/glob.py", "global_add_pool"),
+            ],  # fmt: skip
+            "Give PyG's pooling and scatter their output size",
+        ),
+        (
+            [
+                ("torch_geometric/utils/num_nodes.py", "maybe_num_nodes"),
+                ("torch_geometric/utils/undirected.py", "to_undirected"),
+            ],  # fmt: skip
+            "Give PyG's graph utilities num_nodes",
+        ),
+    ],
+)
+def test_pyg_reads_get_the_argument_that_removes_them(frames, title):
+    """PyTorch Geometric's own reads (self-loops, scatter's size, the node count) were told
+    to use ignore_index or keep the value on the device, which a caller cannot do in PyG's
+    code (a walk of its examples: 20 of gcn's 100 reads); the arguments that remove them
+    (checked to give the same outputs with PyG 2.x) are said now."""
+    found = catalogue.library_fix([("<built-in>", "item"), *frames], ["aten::item"])
+    assert found is not None and found[0].advice.title == title

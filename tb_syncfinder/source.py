@@ -1430,7 +1430,13 @@ def loop_around(scope: ast.AST, line: int) -> int | None:
         if isinstance(node, (ast.For, ast.AsyncFor)):
             body_end = node.body[-1].end_lineno or node.body[-1].lineno
             if node.body[0].lineno <= line <= body_end and line > (node.iter.end_lineno or 0):
-                per_pass = bool(_bound_names(node.target) & used) and not _steps_training(node)
+                per_pass = (
+                    bool(_bound_names(node.target) & used)
+                    and not _steps_training(node)
+                    # A loop over a list written out (``for mask in [train_mask, val_mask]``
+                    # in PyG's ``test()``) visits a few named things, not a step's groups.
+                    and not isinstance(node.iter, (ast.List, ast.Tuple))
+                )
         elif isinstance(node, _COMPREHENSIONS):
             per_pass = _per_element(node)
         if per_pass and first is not None and (found is None or first > found):

@@ -83,6 +83,8 @@ def test_the_element_fix_gives_the_text_the_reads_gave():
             3,
             None,
         ),
+        # A loop over a few masks written out (PyG's ``test()``): not groups.
+        ("def f(p, y, a, b):\n    for m in [a, b]:\n        (p[m] == y[m]).sum()\n", 3, None),
     ],
 )
 def test_a_selection_in_the_training_loop_is_not_one_per_group(code, line, loop):

@@ -345,7 +345,7 @@ def test_a_read_that_sets_a_size_gets_the_size_fix_and_a_logged_read_keeps_its_o
 COPIES_THEN_READS = """\
 import torch
 
-DEV = torch.device("cpu")
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def train_step(x, step):
@@ -366,7 +366,9 @@ def test_a_read_of_what_a_copy_to_the_host_returned_is_that_copy_only(tmp_path):
     """On a GPU ``x.cpu().item()`` and ``x.to("cpu").item()`` wait once, in the copy: the
     ``.item()`` reads a host tensor. One latent copy each, as a GPU trace shows, naming
     both calls; a ``.to()`` that is a cast stays out, its ``.tolist()`` in; a ``.to(DEV)``
-    cannot say where it goes, whatever another call or a comment on its line says."""
+    cannot say where it goes, whatever another call or a comment on its line says (``DEV``
+    is the GPU where there is one; a name bound only to the host is read since
+    ``tests/test_latent_host_tensors.py``'s ``cpu_device``)."""
     report = _profiled_report(tmp_path, "copies_then_reads", COPIES_THEN_READS)
     found = sorted((s.line, s.kind, tuple(s.apis)) for s in report.latent_sites)
     assert found == [

@@ -63,7 +63,6 @@ from tb_syncfinder.detect import (
 )
 from tb_syncfinder.models import (
     KERNEL_CELL,
-    LIBRARY_COPIES_KEPT,
     Attribution,
     Frame,
     LibraryCopy,
@@ -80,6 +79,7 @@ from tb_syncfinder.models import (
     UnrunSync,
     source_files_of,
     sync_id_prefix,
+    tally_library_copies,
     unread_source_files,
 )
 from tb_syncfinder.reader import TraceReadError, explain_truncated, read_trace
@@ -508,37 +508,33 @@ def _library_copies(
     ]
     if not copies:
         return []
-    counts: dict[tuple[Any, ...], int] = {}
     sources = resolve_sources(resolver, [attribution for _method, attribution in copies])
+    found: list[LibraryCopy] = []
     for (method, _attribution), source in zip(copies, sources, strict=True):
         library = source.library if source is not None else None
-        if library is None or not library.file:
+        if source is None or library is None or not library.file:
             continue  # no user line called it, or no library line: nothing to name
         if method in LATENT_METHODS_BY_LINE and not (
             library.line_exact and to_the_host(resolver.line_text(library) or "")
         ):
             continue
-        key = (
-            library.file,
-            # An inexact line is the one the trace recorded for the frame (its def line, or
-            # where it was when profiling started): by function only, or one call's copies
-            # split in two (SB3's rollout read at 162* and 192*).
-            library.line if library.line_exact else None,
-            library.func,
-            library.line_exact,
-            method,
-            source.file if source is not None else None,
-            source.line if source is not None else None,
-            source.func if source is not None else None,
+        found.append(
+            LibraryCopy(
+                library.file,
+                # An inexact line is the one the trace recorded for the frame (its def line,
+                # or where it was when profiling started): by function only, or one call's
+                # copies split in two (SB3's rollout read at 162* and 192*).
+                library.line if library.line_exact else None,
+                library.func or "",
+                library.line_exact,
+                method,
+                1,
+                source.file,
+                source.line,
+                source.func,
+            )
         )
-        counts[key] = counts.get(key, 0) + 1
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], str(item[0][0]), item[0][1] or 0))
-    return [
-        LibraryCopy(file, line, func or "", exact, method, count, user_file, user_line, user_func)
-        for (file, line, func, exact, method, user_file, user_line, user_func), count in ordered[
-            :LIBRARY_COPIES_KEPT
-        ]
-    ]
+    return tally_library_copies(found)
 
 
 def _latent_copies_by_line(

@@ -171,12 +171,12 @@ class LibraryCopy(msgspec.Struct, omit_defaults=True):
 LIBRARY_COPIES_KEPT = 20
 
 
-def merge_library_copies(first: list[LibraryCopy], other: list[LibraryCopy]) -> list[LibraryCopy]:
-    """Two windows' library copies of one trace, counts summed by place, most first."""
-    if not other:
-        return first
+def tally_library_copies(copies: Iterable[LibraryCopy]) -> list[LibraryCopy]:
+    """Library copies counted by place (library line, method, the user's line that called
+    it), most first, the first ``LIBRARY_COPIES_KEPT``: a trace's (one record a copy) or
+    two windows' of one trace. The records given are not changed."""
     by_place: dict[tuple[Any, ...], LibraryCopy] = {}
-    for copy in [*first, *other]:
+    for copy in copies:
         place = (
             copy.file,
             copy.line,

@@ -1751,16 +1751,14 @@ def _host_arguments(
     """Whether every argument of a method call is a host value (``_host_made``: a number,
     a host tensor): the result stays where its receiver is (torchvision's ``torch.empty(1)
     .uniform_(0.0, float(len(k))).item()``); a GPU tensor given would move it there."""
-    values = [*call.args, *(k.value for k in call.keywords)]
-    return (
-        all(
-            (isinstance(v, ast.Constant) and not isinstance(v.value, str))
-            or _host_made(scope, v, line, depth + 1, module)
-            for v in values
-            if not isinstance(v, ast.Starred)
-        )
-        and not any(isinstance(v, ast.Starred) for v in values)
-        and None not in (k.arg for k in call.keywords)
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        return False  # ``*args``, ``**kwargs``: not known
+    return all(
+        (isinstance(v, ast.Constant) and not isinstance(v.value, str))
+        or _host_made(scope, v, line, depth + 1, module)
+        for v in [*call.args, *(k.value for k in call.keywords)]
     )
 
 
@@ -1813,7 +1811,8 @@ def _reaching_values(scope: ast.AST, name: str, line: int) -> list[ast.expr | No
 
 def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
     """Each binding of ``name`` in ``scope`` (not in nested functions) with its line: the
-    value of a plain ``name = value`` (or of its element in ``a, b = x, y``), else None."""
+    value of a plain ``name = value`` (or of its element in ``block_size, batch_size = 8,
+    2``), else None (a loop target, ``with ... as``, a walrus, an augmented assignment)."""
     found: list[tuple[int, ast.expr | None]] = []
     stack = list(ast.iter_child_nodes(scope))
     while stack:
@@ -1908,8 +1907,15 @@ def _moved_to_host(call: ast.Call) -> bool:
         return not call.args and not call.keywords
     if func.attr != "to":
         return False
+    device = _to_device(call)
+    return device is not None and _names_the_host(device)
+
+
+def _to_device(call: ast.Call) -> ast.expr | None:
+    """The device a ``.to(...)`` call is given, first or as ``device=``; None: none, or
+    more than one."""
     targets = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "device")]
-    return len(targets) == 1 and _names_the_host(targets[0])
+    return targets[0] if len(targets) == 1 else None
 
 
 def _to_host_by_name(chain: Sequence[ast.AST], line: int) -> bool:
@@ -1936,10 +1942,10 @@ def _to_host_by_name(chain: Sequence[ast.AST], line: int) -> bool:
         for k in call.keywords
     ):
         return False
-    targets = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "device")]
-    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+    device = _to_device(call)
+    if not isinstance(device, ast.Name):
         return False
-    name = targets[0].id
+    name = device.id
     for at, scope in enumerate(chain):
         values = _reaching_values(scope, name, line if at == 0 else _AFTER_EVERY_LINE)
         if values:
@@ -2020,27 +2026,7 @@ def _assigned_before(scope: ast.AST, name: str, line: int) -> list[ast.expr | No
         every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
         if any(a is not None and a.arg == name for a in every):
             values.append(None)
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _NESTED_SCOPES):
-            continue
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
-            values.append(None)  # bound by a loop, ``with ... as``, a walrus, a tuple
-        elif isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            plain = len(node.targets) == 1 and node.lineno < line
-            values.append(node.value if plain else None)
-            stack.append(node.value)
-            continue
-        elif isinstance(node, ast.Assign) and (paired := _paired_value(node, name)) is not None:
-            # ``block_size, batch_size = 8, 2``: each name its own element.
-            values.append(paired if node.lineno < line else None)
-            stack.append(node.value)
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-    return values
+    return values + [value if at < line else None for at, value in _bindings(scope, name)]
 
 
 def _paired_value(node: ast.Assign, name: str) -> ast.expr | None:

@@ -57,7 +57,7 @@ from typing import IO, Any, Optional, Union
 import msgspec
 from msgspec import Struct
 
-from tb_syncfinder.models import TraceResult, TraceSavings, merge_library_copies
+from tb_syncfinder.models import TraceResult, TraceSavings, tally_library_copies
 from tb_syncfinder.reader import (
     CHUNK_BYTES,
     MAX_HELD_BYTES,
@@ -795,7 +795,7 @@ def merge(
         info.torch_version = info.torch_version or o.torch_version
         info.repairs += [r for r in o.repairs if r not in info.repairs]
         info.unrun_syncs += [u for u in o.unrun_syncs if u not in info.unrun_syncs]
-        info.library_copies = merge_library_copies(info.library_copies, o.library_copies)
+        info.library_copies = tally_library_copies([*info.library_copies, *o.library_copies])
         first.syncs += other.syncs
         first.latent += other.latent
         first.steps += other.steps

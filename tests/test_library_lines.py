@@ -155,14 +155,14 @@ def test_a_librarys_copies_to_the_host_are_counted_apart_by_line(
 
 
 def test_two_windows_library_copies_add_up_by_place() -> None:
-    from tb_syncfinder.models import LibraryCopy, merge_library_copies
+    from tb_syncfinder.models import LibraryCopy, tally_library_copies
 
     a = [
         LibraryCopy("lib/a.py", 4, "f", True, "cpu", 3),
         LibraryCopy("lib/a.py", 5, "f", True, "cpu", 1),
     ]
     b = [LibraryCopy("lib/a.py", 5, "f", True, "cpu", 4)]
-    merged = merge_library_copies(a, b)
+    merged = tally_library_copies([*a, *b])
     assert [(c.line, c.count) for c in merged] == [(5, 5), (4, 3)]
     assert a[1].count == 1  # the first window's records are not changed
 

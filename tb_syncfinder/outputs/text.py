@@ -2129,7 +2129,8 @@ def with_relative_files(data: dict[str, Any], root: str | None) -> dict[str, Any
             and not os.path.isabs(file)
             and read.replace("\\", "/").endswith("/" + file.replace("\\", "/"))
         ):
-            return relative_file(read, root) if relative_file(read, root) != read else file
+            shown = relative_file(read, root)
+            return shown if shown != read else file
         return relative_file(file, root)
 
     def site(row: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from tb_syncfinder.catalogue import (
     CUDNN_OPS,
     FFT_OPS,
     FFT_SETUP_CALLS,
+    LIBRARY_PACKAGES,
     LIBRARY_SETUP_OPS,
     MATMUL_OPS,
     PROFILER_STOP_APIS,
@@ -66,89 +67,6 @@ _PROFILER_START = re.compile(
 _PROFILER_START_WITHIN = 5000
 _MODULE_INDEX_RE = re.compile(r"_\d+$")
 
-# Libraries whose files show up with paths shortened to the package (relative to
-# site-packages) in modern traces; anything under them is library code.
-_LIBRARY_PACKAGES = frozenset(
-    {
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "torchtext",
-        "functorch",
-        "triton",
-        "numpy",
-        "transformers",
-        "accelerate",
-        "lightning",
-        "pytorch_lightning",
-        "lightning_fabric",
-        # Lightning's and torchmetrics' own: taken for the user's code where the machine
-        # analysing the trace has them not installed (a laptop, a CI job with tb-syncfinder
-        # alone), naming lightning_utilities/core/apply_func.py as the user's line.
-        "lightning_utilities",
-        "torchmetrics",
-        "peft",
-        "trl",
-        "diffusers",
-        "xformers",
-        "flash_attn",
-        "bitsandbytes",
-        "torchao",
-        "einops",
-        "deepspeed",
-        "fairscale",
-        "apex",
-        "timm",
-        "tqdm",
-        "torch_npu",
-        "typing_extensions",
-        # Reinforcement learning: Stable-Baselines3's rollouts and updates read the policy's
-        # actions and losses in its own code under one ``model.learn()``. Not installed
-        # where the trace was analysed, its files were the user's (every site at one of
-        # its def lines, none at ``model.learn()``, a gate failing that passed where it was).
-        "stable_baselines3",
-        "sb3_contrib",
-        "rl_zoo3",
-        "gymnasium",
-        "gym",
-        "torchrl",
-        "tensordict",
-        # Other training and model libraries with names of their own (not ``datasets`` or
-        # ``models``, which are as often a project's own folders).
-        "ultralytics",
-        "mmcv",
-        "mmengine",
-        "mmdet",
-        "mmseg",
-        "mmpretrain",
-        "detectron2",
-        "fairseq",
-        "torch_geometric",
-        "dgl",
-        "kornia",
-        "monai",
-        "pytorch3d",
-        "sentence_transformers",
-        "open_clip",
-        "torchtune",
-        "torchtitan",
-        "megatron",
-        "nemo",
-        "ignite",
-        "composer",
-        "huggingface_hub",
-        "safetensors",
-        "tokenizers",
-        "sentencepiece",
-        "tiktoken",
-        "wandb",
-        "mlflow",
-        "tensorboardX",
-        "sklearn",
-        "scipy",
-        "pandas",
-    }
-)
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__main__"}
 _OWN_PACKAGE = "tb_syncfinder/"
 
@@ -198,7 +116,7 @@ def is_user_file(path: str, packs: Sequence[SourcePack] = (), func: str | None =
         # An absolute path inside a Python installation's lib/pythonX.Y is the stdlib.
         return re.search(r"/lib/python\d+(\.\d+)?/", norm) is None
     top = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else parts[0]
-    if top in _LIBRARY_PACKAGES:
+    if top in LIBRARY_PACKAGES:
         return False
     if top in _STDLIB:
         # A script of the user's may have a standard module's name (``code.py``, a

@@ -2767,3 +2767,89 @@ def advice_on_device(advice: dict[str, Any], device: str | None) -> dict[str, An
 def to_json() -> dict[str, Any]:
     """What the dashboard needs of the catalogue (the plugin's ``catalogue`` route)."""
     return {"kinds": [k.to_json() for k in KINDS], "checked": list(CHECKED)}
+
+
+# Libraries whose files show up with paths shortened to the package (relative to
+# site-packages) in modern traces; anything under them is library code. Their functions
+# compute where the tensors they are given are (``source._host_made``).
+LIBRARY_PACKAGES = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "functorch",
+        "triton",
+        "numpy",
+        "transformers",
+        "accelerate",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        # Lightning's and torchmetrics' own: taken for the user's code where the machine
+        # analysing the trace has them not installed (a laptop, a CI job with tb-syncfinder
+        # alone), naming lightning_utilities/core/apply_func.py as the user's line.
+        "lightning_utilities",
+        "torchmetrics",
+        "peft",
+        "trl",
+        "diffusers",
+        "xformers",
+        "flash_attn",
+        "bitsandbytes",
+        "torchao",
+        "einops",
+        "deepspeed",
+        "fairscale",
+        "apex",
+        "timm",
+        "tqdm",
+        "torch_npu",
+        "typing_extensions",
+        # Reinforcement learning: Stable-Baselines3's rollouts and updates read the policy's
+        # actions and losses in its own code under one ``model.learn()``. Not installed
+        # where the trace was analysed, its files were the user's (every site at one of
+        # its def lines, none at ``model.learn()``, a gate failing that passed where it was).
+        "stable_baselines3",
+        "sb3_contrib",
+        "rl_zoo3",
+        "gymnasium",
+        "gym",
+        "torchrl",
+        "tensordict",
+        # Other training and model libraries with names of their own (not ``datasets`` or
+        # ``models``, which are as often a project's own folders).
+        "ultralytics",
+        "mmcv",
+        "mmengine",
+        "mmdet",
+        "mmseg",
+        "mmpretrain",
+        "detectron2",
+        "fairseq",
+        "torch_geometric",
+        "dgl",
+        "kornia",
+        "monai",
+        "pytorch3d",
+        "sentence_transformers",
+        "open_clip",
+        "torchtune",
+        "torchtitan",
+        "megatron",
+        "nemo",
+        "ignite",
+        "composer",
+        "huggingface_hub",
+        "safetensors",
+        "tokenizers",
+        "sentencepiece",
+        "tiktoken",
+        "wandb",
+        "mlflow",
+        "tensorboardX",
+        "sklearn",
+        "scipy",
+        "pandas",
+    }
+)

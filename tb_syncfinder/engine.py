@@ -585,6 +585,10 @@ def _latent_copies_by_line(
                 and episode.kind == SCALAR_READBACK
                 and resolver.reads_host_made(source, by_factory=True)
             )
+            # Or anything on a line that reads host values only (a mask or a library's
+            # read on a loader's batch before its ``.to(device)``: PyG's ``to_undirected
+            # (data.edge_index)``, 30 of a run's 70 latent syncs).
+            or resolver.touches_only_host(source)
             # Or a library's own read (the innermost frame a built-in ``item``) of a tensor
             # it made on the host: timm's scheduler draws its learning-rate noise with a CPU
             # generator and reads it, 14 of a run's 19 latent syncs.

@@ -63,6 +63,7 @@ from tb_syncfinder.catalogue import (
     HOST_READ_METHODS,
     HOST_SHAPE_FACTORIES,
     HOST_TENSOR_FACTORIES,
+    LIBRARY_PACKAGES,
     OP_CALLEES,
     to_the_host,
 )
@@ -1617,6 +1618,96 @@ def reads_host_made_tensor(
     )
 
 
+def touches_only_host_values(scope: ast.AST, line: int, module: ast.AST | None = None) -> bool:
+    """Whether every value the statement at ``line`` reads is on the host (``_host_made``),
+    through the builtins, the module's functions whose results are on the host and known
+    libraries' functions (which compute where they are given: ``catalogue.
+    LIBRARY_PACKAGES``); no method of an object the code did not make on the host
+    (``model(x)``, ``optimizer.step()``) and no move to a device. A mask, a read or a
+    library's read on such a line waits for no GPU on a GPU run either: PyG's
+    ``remove_self_loops(ei)`` on a loader's batch before its ``.to(device)``, ``h[h > 0]``
+    of a helper's ``.cpu()`` result. False where the line holds anything else."""
+    parts: list[ast.expr] = []
+    for statement in _statements_at(scope, line):
+        if isinstance(statement, (ast.If, ast.While)):
+            parts.append(statement.test)
+        elif isinstance(statement, (ast.For, ast.AsyncFor)):
+            parts.append(statement.iter)
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if statement.value is None:
+                return False
+            parts.append(statement.value)
+            # ``x[mask] = 0`` writes through a mask: it reads ``x`` and ``mask``.
+            parts += [n for t in targets for n in ast.walk(t) if isinstance(n, ast.Subscript)]
+            if isinstance(statement, ast.AugAssign):
+                parts.append(statement.target)
+        elif isinstance(statement, (ast.Expr, ast.Return)) and statement.value is not None:
+            parts.append(statement.value)
+        else:
+            return False
+    return bool(parts) and all(_host_only(scope, part, line, module) for part in parts)
+
+
+def _host_only(scope: ast.AST, expr: ast.expr, line: int, module: ast.AST | None) -> bool:
+    """Whether evaluating ``expr`` reads host values only (``touches_only_host_values``)."""
+
+    def each(parts: Iterable[ast.expr | None]) -> bool:
+        return all(p is None or _host_only(scope, p, line, module) for p in parts)
+
+    if isinstance(expr, ast.Constant):
+        return True
+    if isinstance(expr, ast.Name):
+        return _host_made(scope, expr, line, module=module)
+    if isinstance(expr, (ast.BinOp, ast.Compare, ast.BoolOp, ast.List, ast.Tuple, ast.Set)):
+        return each(_operands(expr) if not isinstance(expr, ast.Set) else expr.elts)
+    if isinstance(expr, ast.UnaryOp):
+        return _host_only(scope, expr.operand, line, module)
+    if isinstance(expr, ast.IfExp):
+        return each((expr.test, expr.body, expr.orelse))
+    if isinstance(expr, ast.Dict):
+        return each(expr.keys) and each(expr.values)
+    if isinstance(expr, (ast.Starred, ast.FormattedValue)):
+        return _host_only(scope, expr.value, line, module)
+    if isinstance(expr, ast.JoinedStr):
+        return each(expr.values)
+    if isinstance(expr, ast.Slice):
+        return each((expr.lower, expr.upper, expr.step))
+    if isinstance(expr, ast.Subscript):
+        return each((expr.value, expr.slice))
+    if isinstance(expr, ast.Attribute):
+        return _constant_value(expr) or _host_only(scope, expr.value, line, module)
+    if not isinstance(expr, ast.Call):
+        return False  # a lambda, a comprehension: not followed
+    if not (each(expr.args) and each(k.value for k in expr.keywords)):
+        return False
+    func = expr.func
+    if isinstance(func, ast.Name):
+        if module is not None and (
+            _module_def(module, scope, func) is not None
+            or _library_function(module, scope, func) is not None
+        ):
+            return _host_made(scope, expr, line, module=module)
+        return (
+            func.id in _BUILTINS
+            and not _assigned_before(scope, func.id, _AFTER_EVERY_LINE)
+            and not (module is not None and _imports(module).get(func.id))
+        )
+    if not isinstance(func, ast.Attribute):
+        return False
+    root = _root_name(func)
+    if root is not None and (root == "torch" or (module is not None and root in _imports(module))):
+        # A module's function: a known library's that stays on the host, or not known.
+        return (
+            module is not None
+            and _library_function(module, scope, func) is not None
+            and _host_made(scope, expr, line, module=module)
+        )
+    if func.attr in DEVICE_MOVES and not _moved_to_host(expr):
+        return False
+    return _host_only(scope, func.value, line, module)  # a method of a host value
+
+
 def _factory_elements(statements: Sequence[ast.AST], line: int) -> list[ast.expr]:
     """The values ``torch.tensor([...])`` / ``torch.as_tensor((...))`` calls on ``line``
     read (the elements of their written-out list, numbers aside); empty where one such
@@ -1698,18 +1789,27 @@ def _host_made(
         return False
     if _host_number(expr):
         return True
+    if isinstance(expr, _LoopElement):
+        # ``for data in loader: ... data = data.to(device)``: the loop moves what it is
+        # given to the device, so the loader gives it on the host.
+        return _moves_to_a_device(expr.loop, expr.name) or _host_made(
+            scope, expr.value, line, depth, module
+        )
     if isinstance(expr, ast.UnaryOp):
         return _host_made(scope, expr.operand, line, depth, module)
-    if isinstance(expr, ast.BinOp):
+    if isinstance(expr, (ast.BinOp, ast.Compare, ast.BoolOp, ast.List, ast.Tuple)):
         # A GPU operand would put the result on the GPU: every operand must be the host's.
-        return _host_made(scope, expr.left, line, depth, module) and _host_made(
-            scope, expr.right, line, depth, module
-        )
+        return all(_host_made(scope, part, line, depth, module) for part in _operands(expr))
+    if isinstance(expr, ast.Attribute) and not isinstance(expr.value, ast.Call):
+        # A field of a host value (a loader's batch: ``data.edge_index``).
+        return _host_made(scope, expr.value, line, depth, module)
     if isinstance(expr, ast.Call) and (
         (isinstance(expr.func, ast.Name) and expr.func.id in _PYTHON_NUMBER_CALLS)
         or (isinstance(expr.func, ast.Attribute) and expr.func.attr in _PYTHON_VALUE_METHODS)
     ):
         return True  # a Python value (the read that made it is a read of its own)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and module is not None:
+        return _call_on_host(scope, expr, line, depth, module)
     # Through the methods that keep a tensor where it is and take no other tensor
     # (``.median()``, ``.sum(0)``): ``.mul(loss)`` of a GPU ``loss`` is on the GPU; and
     # through indexing, which keeps it where it is too (``correct[i]``).
@@ -1721,12 +1821,14 @@ def _host_made(
             break
         if _is_host_factory(expr, scope, line) or _moved_to_host(expr):
             return True  # whatever it was made from: ``(pred == gt).cpu()`` is on the host
+        if module is not None and _library_function(module, scope, expr.func) is not None:
+            return _call_on_host(scope, expr, line, depth, module)  # ``torch.cat([a, b])``
         if expr.func.attr in DEVICE_MOVES or not (
             _constant_arguments(expr) or _host_arguments(scope, expr, line, depth, module)
         ):
             return False
         expr = expr.func.value
-    if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Constant)):
+    if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Attribute)):
         return _host_made(scope, expr, line, depth + 1, module)  # ``(h * 2 - 1).sum()``
     if not isinstance(expr, ast.Name):
         return False
@@ -1738,11 +1840,190 @@ def _host_made(
         values = _reaching_values(module, expr.id, line)
     # Each value where it is evaluated: ``returns = torch.tensor(returns)`` reads the list
     # the name held on that line, not what it holds at the read.
+    # A list bound to a name may have anything appended to it later (``ls.append(loss)``).
     return bool(values) and all(
         value is not None
+        and not isinstance(value, ast.List)
         and _host_made(scope, value, getattr(value, "lineno", line), depth + 1, module)
         for value in values
     )
+
+
+def _operands(expr: ast.expr) -> list[ast.expr]:
+    if isinstance(expr, ast.BinOp):
+        return [expr.left, expr.right]
+    if isinstance(expr, ast.Compare):
+        return [expr.left, *expr.comparators]
+    if isinstance(expr, ast.BoolOp):
+        return list(expr.values)
+    return list(expr.elts)  # type: ignore[attr-defined]
+
+
+def _call_on_host(scope: ast.AST, call: ast.Call, line: int, depth: int, module: ast.AST) -> bool:
+    """Whether a function's result is on the host: a function of the module each of whose
+    ``return`` values is (``def infer(t): return (t * 2).cpu()``), or a known library's
+    function (``catalogue.LIBRARY_PACKAGES``: torch's, PyG's ``remove_self_loops``,
+    ``DataLoader``) given host values, at least one of them not a constant (with constants
+    alone, where it puts its result is the library's choice), and no device."""
+    defined = _module_def(module, scope, call.func)
+    if defined is not None:
+        returns = [node.value for node, _ in _scope_walk(defined) if isinstance(node, ast.Return)]
+        yields = any(
+            isinstance(node, (ast.Yield, ast.YieldFrom)) for node, _ in _scope_walk(defined)
+        )
+        return (
+            bool(returns)
+            and not yields
+            and all(
+                value is not None and _host_made(defined, value, value.lineno, depth + 1, module)
+                for value in returns
+            )
+        )
+    if _library_function(module, scope, call.func) is None:
+        return False
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    values: list[ast.expr] = list(call.args)
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            return False  # ``**kwargs``: not known
+        if keyword.arg == "device":
+            if not _names_the_host(keyword.value):
+                return False
+            continue
+        values.append(keyword.value)
+    given = [v for v in values if not _constant_value(v)]
+    return bool(given) and all(_host_made(scope, v, line, depth + 1, module) for v in given)
+
+
+def _constant_value(node: ast.expr) -> bool:
+    """A constant, or an attribute of ``torch`` (a dtype, ``torch.long``)."""
+    return isinstance(node, ast.Constant) or (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "torch"
+    )
+
+
+# Namespaces of a library's calls that put their results on a device of their own.
+_DEVICE_NAMESPACES = frozenset({"cuda", "npu", "xpu", "mps", "distributed"})
+
+
+def _library_function(module: ast.AST, scope: ast.AST, func: ast.expr) -> str | None:
+    """The module a called name or dotted name comes from where that is a known library
+    (``catalogue.LIBRARY_PACKAGES``) and ``scope`` does not bind it otherwise: ``degree``
+    after ``from torch_geometric.utils import degree``, ``F.cross_entropy``, ``torch.cat``;
+    None for anything else, and for ``torch.cuda.*`` and the like, whose results are on
+    their device."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or _DEVICE_NAMESPACES.intersection(parts):
+        return None
+    if _assigned_before(scope, func.id, _AFTER_EVERY_LINE) or (
+        scope is not module and _bindings(module, func.id)
+    ):
+        return None
+    source = _imports(module).get(func.id)
+    if source is None or source.split(".")[0] not in LIBRARY_PACKAGES:
+        return None
+    return source
+
+
+def _imports(module: ast.AST) -> dict[str, str]:
+    """The names a module's imports bind (at its top, and in its ``if`` and ``try``
+    blocks), each with the module it comes from; relative imports left out."""
+    found: dict[str, str] = {}
+    stack = list(getattr(module, "body", ()))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    found[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".")[0]
+                    found[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                found[alias.asname or alias.name] = node.module
+        elif isinstance(node, (ast.If, ast.Try)):
+            stack.extend(stmt for block in _blocks_of(node) for stmt in block)
+    return found
+
+
+def _module_def(module: ast.AST, scope: ast.AST, func: ast.expr) -> ast.FunctionDef | None:
+    """The function at the top of ``module`` a called name names, where neither ``scope``
+    nor the module binds the name otherwise."""
+    if not isinstance(func, ast.Name):
+        return None
+    if _assigned_before(scope, func.id, _AFTER_EVERY_LINE) or _bindings(module, func.id):
+        return None
+    return next(
+        (
+            node
+            for node in getattr(module, "body", ())
+            if isinstance(node, ast.FunctionDef) and node.name == func.id
+        ),
+        None,
+    )
+
+
+def _moves_to_a_device(loop: ast.For | ast.AsyncFor, name: str) -> bool:
+    """Whether ``loop``'s body moves (a part of) ``name`` to a device: ``name.to(device)``,
+    ``name.x.cuda()``, or in a comprehension over it (``{k: v.to(device) for k, v in
+    name.items()}``, ``tuple(t.to(device) for t in name)``); not ``.to(torch.float16)``,
+    a dtype, nor a copy to the host."""
+    body = ast.Module(body=loop.body, type_ignores=[])
+    # A comprehension's variables stand for what it iterates.
+    stands_for: dict[str, str] = {}
+    for node, _ in _scope_walk(body):
+        if isinstance(node, _COMPREHENSIONS):
+            for generator in node.generators:
+                root = _root_name(generator.iter)
+                if root is not None:
+                    for bound in _bound_names(generator.target):
+                        stands_for[bound] = stands_for.get(root, root)
+    for node, _ in _scope_walk(body):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _DEVICE_MOVE_CALLS
+        ):
+            continue
+        root = _root_name(node.func.value)
+        if root is None or stands_for.get(root, root) != name:
+            continue
+        if node.func.attr != "to":
+            return True
+        device = _to_device(node)
+        if device is not None and not _names_the_host(device) and not _is_dtype(device):
+            return True
+    return False
+
+
+_DEVICE_MOVE_CALLS = frozenset({"to", "cuda", "npu", "xpu", "mps"})
+
+
+def _root_name(expr: ast.expr) -> str | None:
+    """The name an expression's attributes, items and method calls start from."""
+    while True:
+        if isinstance(expr, (ast.Attribute, ast.Subscript)):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        else:
+            return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _is_dtype(node: ast.expr) -> bool:
+    """``torch.float16``, ``x.dtype``, a name of a dtype (``dtype``, ``ptdtype``)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "dtype" or (
+            isinstance(node.value, ast.Name) and node.value.id == "torch"
+        )
+    return isinstance(node, ast.Name) and "dtype" in node.id
 
 
 def _host_arguments(
@@ -1775,38 +2056,127 @@ def _module_function(module: ast.AST, scope: ast.AST) -> bool:
 
 def _reaching_values(scope: ast.AST, name: str, line: int) -> list[ast.expr | None]:
     """The values ``name`` may hold at ``line`` of ``scope`` (``_assigned_before``'s, each
-    None where unknown), less those no path brings there: inside a ``for`` loop that binds
-    it (and nothing else in its body does), the element of what the loop iterates (``for
-    (log_prob, value), R in zip(saved_actions, returns)``: an element of ``returns``);
-    else after a plain ``name = value`` at the top of the scope's body, that value and the
-    bindings after it (``returns = torch.tensor(returns)`` then ``returns = (returns -
-    returns.mean()) / ...``: the list it was before is gone)."""
-    loop = _binding_loop(scope, name, line)
-    if loop is not None:
-        return [_element_of(loop.target, loop.iter, name)]
+    None where unknown), less those no path brings there. From the innermost block that
+    holds the line outwards: after a plain ``name = value`` in that block, that value and
+    the bindings after it (``returns = torch.tensor(returns)`` then ``returns = (returns -
+    returns.mean()) / ...``: the list it was before is gone; in a loop's body, ``ei =
+    ei[0]`` at the top of a pass); else, in the body of a ``for`` loop that binds it, the
+    element of what the loop iterates (``_LoopElement``: ``for (log_prob, value), R in
+    zip(saved_actions, returns)``, an element of ``returns``) and the bindings before the
+    line in the pass. A binding after the line counts where a loop inside the block runs
+    the line again."""
     body = getattr(scope, "body", None)
-    last: ast.Assign | None = None
-    if isinstance(body, list):
-        for statement in body:
-            if statement.lineno >= line:
-                break
-            if (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and statement.targets[0].id == name
-                and (statement.end_lineno or statement.lineno) < line
-            ):
-                last = statement
-    if last is None:
+    if not isinstance(body, list):
         return _assigned_before(scope, name, line)
-    in_loop = _in_loop(scope, line)
-    after = [
-        value
-        for at, value in _bindings(scope, name)
-        if at > (last.end_lineno or last.lineno) and (in_loop or at < line)
+    path = _blocks_holding(body, line)
+    for depth in range(len(path) - 1, -1, -1):
+        block, index, owner = path[depth]
+        # A loop inside this block that holds the line runs it again after later bindings.
+        again = any(isinstance(o, _LOOPS) for _, _, o in path[depth + 1 :])
+        last = next(
+            (
+                at
+                for at in range(index - 1, -1, -1)
+                if _plain_assignment(block[at], name) is not None
+            ),
+            None,
+        )
+        if last is not None:
+            value = _plain_assignment(block[last], name)
+            return [value, *_bindings_between(block[last + 1 : index + 1], name, line, again)]
+        if (
+            isinstance(owner, (ast.For, ast.AsyncFor))
+            and block is owner.body
+            and name in _bound_names(owner.target)
+        ):
+            element = _element_of(owner.target, owner.iter, name)
+            marked = None if element is None else _LoopElement(element, owner, name)
+            return [marked, *_bindings_between(block[: index + 1], name, line, again)]
+    return _assigned_before(scope, name, line)
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+class _LoopElement(ast.expr):
+    """What a ``for`` loop's target binds a name to in a pass (``value``: an expression
+    of the loop's iterable), with the loop: its body may move the element to a device,
+    which says where the iterable keeps it (``for data in loader: ... data.to(device)``).
+    Evaluated where the loop starts."""
+
+    _fields = ("value",)
+
+    def __init__(self, value: ast.expr, loop: ast.For | ast.AsyncFor, name: str) -> None:
+        super().__init__(value=value, lineno=loop.lineno, col_offset=loop.col_offset)
+        self.loop = loop
+        self.name = name
+
+
+def _blocks_holding(
+    body: list[ast.stmt], line: int
+) -> list[tuple[list[ast.stmt], int, ast.AST | None]]:
+    """The statement lists that hold ``line``, outermost first: each with the index of
+    its statement that holds the line and the compound statement it is a block of (None:
+    the scope's own body). Nested functions and classes are not entered."""
+    path: list[tuple[list[ast.stmt], int, ast.AST | None]] = []
+    block, owner = body, None
+    while True:
+        index = next(
+            (
+                n
+                for n, statement in enumerate(block)
+                if statement.lineno <= line <= (statement.end_lineno or statement.lineno)
+            ),
+            None,
+        )
+        if index is None:
+            return path
+        path.append((block, index, owner))
+        statement = block[index]
+        if isinstance(statement, _NESTED_SCOPES):
+            return path
+        inner = next(
+            (
+                child
+                for child in _blocks_of(statement)
+                if child and child[0].lineno <= line <= (child[-1].end_lineno or child[-1].lineno)
+            ),
+            None,
+        )
+        if inner is None:
+            return path
+        block, owner = inner, statement
+
+
+def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists a compound statement holds (its body, ``else``, handlers, cases)."""
+    blocks = [
+        getattr(statement, field)
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(getattr(statement, field, None), list)
     ]
-    return [last.value, *after]
+    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
+    blocks += [case.body for case in getattr(statement, "cases", ())]
+    return blocks
+
+
+def _plain_assignment(statement: ast.stmt, name: str) -> ast.expr | None:
+    """The value a statement binds ``name`` to where it is ``name = value`` (or ``a, name
+    = x, y``, a display of as many elements); else None."""
+    if not isinstance(statement, ast.Assign):
+        return None
+    if len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+        return statement.value if statement.targets[0].id == name else None
+    return _paired_value(statement, name)
+
+
+def _bindings_between(
+    statements: list[ast.stmt], name: str, line: int, again: bool
+) -> list[ast.expr | None]:
+    """The values the bindings of ``name`` in ``statements`` give it (None: unknown): those
+    before ``line``, or all of them where ``again`` (a loop runs the line after them)."""
+    inner = ast.Module(body=statements, type_ignores=[])
+    return [value for at, value in _bindings(inner, name) if again or at < line]
 
 
 def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
@@ -1836,64 +2206,42 @@ def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
     return found
 
 
-def _binding_loop(scope: ast.AST, name: str, line: int) -> ast.For | None:
-    """The innermost ``for`` loop of ``scope`` whose body holds ``line`` and whose target
-    binds ``name``, where nothing else in its body binds it; else None."""
-    found: ast.For | None = None
-    for node, _ in _scope_walk(scope):
-        if not isinstance(node, ast.For) or name not in _bound_names(node.target):
-            continue
-        first, last = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
-        if not first <= line <= last:
-            continue
-        if found is None or node.lineno > found.lineno:
-            found = node
-    if found is None:
-        return None
-    inner = ast.Module(body=found.body, type_ignores=[])
-    return None if _bindings(inner, name) else found
-
-
 def _element_of(target: ast.expr, iterable: ast.expr, name: str) -> ast.expr | None:
-    """What a loop's ``target`` binds ``name`` to, as an expression of ``iterable``: an
-    element of it (``iterable[0]`` stands for any), through ``zip(a, b)`` and
-    ``enumerate(x)``; None where that is not told."""
+    """What a loop's ``target`` binds ``name`` to, as an expression of ``iterable``: a part
+    of an element of it (``iterable[0]`` stands for any, ``iterable[0][0]`` for a part of
+    one: ``for x, y in loader``), through ``zip(a, b)`` and ``enumerate(x)``; None where
+    that is not told (a starred target)."""
     if _is_range(iterable):
         return ast.Constant(0) if isinstance(target, ast.Name) else None  # a Python int
-    if isinstance(target, ast.Name):
-        return ast.Subscript(value=iterable, slice=ast.Constant(0), ctx=ast.Load())
-    if not isinstance(target, (ast.Tuple, ast.List)) or not isinstance(iterable, ast.Call):
+    if any(isinstance(node, ast.Starred) for node in ast.walk(target)):
         return None
-    func = iterable.func
-    if not isinstance(func, ast.Name) or iterable.keywords:
+    if isinstance(target, ast.Name):
+        return _any_element(iterable)
+    if not isinstance(target, (ast.Tuple, ast.List)):
         return None
     parts = target.elts
-    if func.id == "zip" and len(iterable.args) == len(parts):
-        sources = list(iterable.args)
-    elif func.id == "enumerate" and len(iterable.args) == 1 and len(parts) == 2:
-        sources = [ast.Constant(0), iterable.args[0]]  # the count is a Python int
-    else:
-        return None
+    sources: list[ast.expr] | None = None
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name):
+        func, args = iterable.func.id, iterable.args
+        if func == "zip" and not iterable.keywords and len(args) == len(parts):
+            sources = list(args)
+        elif func == "enumerate" and len(args) == 1 and len(parts) == 2:
+            sources = [ast.Constant(0), args[0]]  # the count is a Python int
+    if sources is None:
+        # Unpacked from one element: each part is a part of it.
+        return _any_element(_any_element(iterable))
     for part, source in zip(parts, sources, strict=True):
         if name not in _bound_names(part):
             continue
-        if isinstance(part, ast.Name):
-            return (
-                source
-                if isinstance(source, ast.Constant)
-                else ast.Subscript(value=source, slice=ast.Constant(0), ctx=ast.Load())
-            )
-        return None  # unpacked further: its parts are not followed
+        if isinstance(source, ast.Constant):
+            return source if isinstance(part, ast.Name) else None
+        element = _any_element(source)
+        return element if isinstance(part, ast.Name) else _any_element(element)
     return None
 
 
-def _in_loop(scope: ast.AST, line: int) -> bool:
-    """Whether a loop of ``scope`` (not of nested functions) holds ``line``."""
-    return any(
-        isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-        and node.lineno <= line <= (node.end_lineno or node.lineno)
-        for node, _ in _scope_walk(scope)
-    )
+def _any_element(iterable: ast.expr) -> ast.Subscript:
+    return ast.Subscript(value=iterable, slice=ast.Constant(0), ctx=ast.Load())
 
 
 def _moved_to_host(call: ast.Call) -> bool:
@@ -2713,6 +3061,7 @@ class SourceResolver:
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
         self._host_made: dict[tuple[str, int, str], bool] = {}
+        self._host_only: dict[tuple[str, int, str], bool] = {}
         self._host_indexes: dict[tuple[str, int, str, bool], bool] = {}
         self._iterators: dict[tuple[str, int | None, str], bool] = {}
         # Each notebook read for its cells -> its size and mtime then, and what it held
@@ -3264,6 +3613,30 @@ class SourceResolver:
                 scope, line, parsed.tree if parsed else None, by_factory
             )
             self._host_made[key] = found
+        return found
+
+    def touches_only_host(self, source: Source | None) -> bool:
+        """Whether a source's line reads only values on the host (``touches_only_host_
+        values``): its exact line, or else every one of its candidate lines; False where
+        there are none, or its file or function is not here as recorded."""
+        if source is None or source.line is None:
+            return False
+        lines = [source.line] if source.line_exact else list(source.candidates)
+        if not lines or source.resolved_path is None or source.cell is not None:
+            return False
+        path = source.resolved_path
+        found = True
+        for line in lines:
+            key = (path, line, source.func)
+            known = self._host_only.get(key)
+            if known is None:
+                parsed = self._parse_for_host_check(Path(path))
+                scope = parsed.running_scope(line, source.func) if parsed else None
+                known = scope is not None and touches_only_host_values(
+                    scope, line, parsed.tree if parsed else None
+                )
+                self._host_only[key] = known
+            found = found and known
         return found
 
     def _parse_for_host_check(self, path: Path) -> _ParsedFile | None:

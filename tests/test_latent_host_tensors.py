@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tb_syncfinder import analyze, catalogue
-from tb_syncfinder.source import reads_host_made_tensor
+from tb_syncfinder.source import reads_host_made_tensor, touches_only_host_values
 
 torch = pytest.importorskip("torch")
 
@@ -249,7 +249,8 @@ _COPY_RESULTS = textwrap.dedent(
     """\
     import torch
 
-    x = torch.randn(4, 8)
+    # Where the model's outputs are: a GPU run's device (the copy below waits there).
+    x = torch.randn(4, 8, device="cuda" if torch.cuda.is_available() else "cpu")
     prof = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         with_stack=True,
@@ -286,7 +287,7 @@ def test_reads_of_a_copys_result_are_no_latent_syncs(tmp_path):
     logdir = tmp_path / "logs"
     runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
     report = analyze(str(logdir), source_roots=[str(tmp_path)])
-    assert [(site.line, site.count) for site in report.latent_sites] == [(13, 3)]
+    assert [(site.line, site.count) for site in report.latent_sites] == [(14, 3)]
 
 
 _ACTOR_CRITIC = """\
@@ -412,3 +413,161 @@ def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) ->
     runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
     report = analyze(str(logdir), source_roots=[str(tmp_path)])
     assert [(s.line, s.line_exact, s.count) for s in report.latent_sites] == [(15, True, 3)]
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "host"),
+    [
+        # The loop moves what its loader gives to the device: before that, it is the
+        # host's; after it, the device's.
+        (
+            "def f(loader, dev):\n    for (ei,) in loader:\n        ei = ei[0]\n"
+            "        n = int(ei.max())\n        ei = ei.to(dev)\n        m = int(ei.max())\n",
+            4,
+            True,
+        ),
+        (
+            "def f(loader, dev):\n    for (ei,) in loader:\n        ei = ei[0]\n"
+            "        n = int(ei.max())\n        ei = ei.to(dev)\n        m = int(ei.max())\n",
+            6,
+            False,
+        ),
+        # A field of the batch, and the move in a comprehension over it.
+        (
+            "def f(loader, dev):\n    for data in loader:\n        data.y.sum().item()\n"
+            "        data = {k: v.to(dev) for k, v in data.items()}\n",
+            3,
+            True,
+        ),
+        # A cast is not a move: nothing says where the loader's batch is.
+        (
+            "def f(loader):\n    for x in loader:\n        x.sum().item()\n"
+            "        x = x.to(torch.float16)\n",
+            3,
+            False,
+        ),
+        # A loader over host-made tensors gives host tensors.
+        (
+            "from torch.utils.data import DataLoader, TensorDataset\n"
+            "def f():\n"
+            "    loader = DataLoader(TensorDataset(torch.randint(0, 9, (8, 3))), batch_size=2)\n"
+            "    for (x,) in loader:\n        x.sum().item()\n",
+            5,
+            True,
+        ),
+        # A module's function whose every return is a copy to the host.
+        (
+            "def infer(t):\n    return (t * 2).cpu()\n"
+            "def f(x):\n    h = infer(x)\n    return h.sum().item()\n",
+            5,
+            True,
+        ),
+        (
+            "def infer(t):\n    return t * 2\n"
+            "def f(x):\n    h = infer(x)\n    return h.sum().item()\n",
+            5,
+            False,
+        ),
+        # A name a `while` loop rebinds after the read reaches the read next pass.
+        (
+            "def f(gpu):\n    x = torch.zeros(1)\n    while True:\n        x.item()\n"
+            "        x = gpu\n",
+            4,
+            False,
+        ),
+    ],
+)
+def test_loader_batches_and_helpers_results_are_host_made_only_where_the_code_says(
+    code, line, host
+):
+    module = ast.parse(code)
+    scope = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "f")
+    assert reads_host_made_tensor(scope, line, module) is host
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "host"),
+    [
+        # A known library's function given a host batch computes on the host.
+        (
+            "from torch_geometric.utils import remove_self_loops\n"
+            "def f(loader, dev):\n    for (ei,) in loader:\n"
+            "        ei, _ = remove_self_loops(ei)\n        ei = ei.to(dev)\n",
+            4,
+            True,
+        ),
+        # A boolean mask of a host tensor, and a write through one.
+        ("def f():\n    h = torch.zeros(4).cpu()\n    k = int(h[h > 0].sum())\n", 3, True),
+        ("def f():\n    h = torch.zeros(4)\n    h[h > 0] = 1.0\n", 3, True),
+        # A module (an object the code did not make on the host) or a device move: not.
+        ("def f(model):\n    h = torch.zeros(4)\n    y = model(h)[h > 0]\n", 3, False),
+        ("def f(dev):\n    h = torch.zeros(4)\n    k = int(h.to(dev)[h > 0].sum())\n", 3, False),
+        # A library function of its own device, or of constants alone: not known.
+        ("def f():\n    h = torch.zeros(4)\n    torch.cuda.comm.broadcast(h, [0, 1])\n", 3, False),
+        ("from mylib import make\ndef f():\n    make(4).sum().item()\n", 3, False),
+        # A function of the user's own module not known to stay on the host.
+        (
+            "from utils import helper\ndef f():\n    h = torch.zeros(4)\n    helper(h)[h > 0]\n",
+            4,
+            False,
+        ),
+    ],
+)
+def test_lines_of_host_values_only_are_told_from_lines_that_may_touch_the_device(code, line, host):
+    module = ast.parse(code)
+    scope = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "f")
+    assert touches_only_host_values(scope, line, module) is host
+
+
+_LOADER_BATCH = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def infer(t):
+    return (t * 2).cpu()
+
+
+def run(logdir):
+    loader = DataLoader(TensorDataset(torch.randint(0, 50, (64, 30))), batch_size=8)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir),
+    )
+    prof.start()
+    for (ei,) in loader:
+        n = int(ei.max())
+        kept = torch.unique(ei[ei > 0])
+        ei = ei.to(DEV)
+        m = int(ei.max())
+        h = infer(ei)
+        k = int(h[h > 0].sum())
+        prof.step()
+    prof.stop()
+"""
+
+
+def test_reads_of_a_loaders_batch_before_its_move_and_of_a_helpers_copy_are_not_listed(
+    tmp_path, monkeypatch
+):
+    """PyG's walk: reads of the loader's batch before its ``.to(device)`` (by the user or
+    a library's function) and of a helper's ``.cpu()`` result wait for no GPU; 42 of the
+    walk's 128 latent syncs were such. The read after the move and the helper's copy
+    stay."""
+    script = tmp_path / "loader_batch.py"
+    script.write_text(_LOADER_BATCH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("loader_batch")
+    try:
+        module.run(str(tmp_path / "logs"))
+    finally:
+        sys.modules.pop("loader_batch", None)
+    report = analyze(str(tmp_path / "logs"), source_roots=[str(tmp_path)])
+    listed = sorted({(site.line, site.kind) for site in report.latent_sites})
+    assert listed == [(8, "device_to_host_copy"), (24, "scalar_readback")], listed

@@ -1971,29 +1971,27 @@ def _module_def(module: ast.AST, scope: ast.AST, func: ast.expr) -> ast.Function
 
 
 def _moves_to_a_device(loop: ast.For | ast.AsyncFor, name: str) -> bool:
-    """Whether ``loop``'s body moves (a part of) ``name`` to a device: ``name.to(device)``,
-    ``name.x.cuda()``, or in a comprehension over it (``{k: v.to(device) for k, v in
-    name.items()}``, ``tuple(t.to(device) for t in name)``); not ``.to(torch.float16)``,
-    a dtype, nor a copy to the host."""
+    """Whether ``loop``'s body moves ``name`` itself to a device: ``name.to(device)``,
+    ``name.cuda()``, or each of its elements in a comprehension over it (``{k: v.to(device)
+    for k, v in name.items()}``, ``tuple(t.to(device) for t in name)``); not a move of one
+    field (PyG's ``batch.edge_index.to(device)``, where ``batch.y`` may be on the device
+    already), not ``.to(torch.float16)``, a dtype, nor a copy to the host."""
     body = ast.Module(body=loop.body, type_ignores=[])
-    # A comprehension's variables stand for what it iterates.
-    stands_for: dict[str, str] = {}
+    # A comprehension's variables over the name (or its ``items()``) stand for its elements.
+    movers = {name}
     for node, _ in _scope_walk(body):
         if isinstance(node, _COMPREHENSIONS):
             for generator in node.generators:
-                root = _root_name(generator.iter)
-                if root is not None:
-                    for bound in _bound_names(generator.target):
-                        stands_for[bound] = stands_for.get(root, root)
+                if _iterates(generator.iter, name):
+                    movers |= _bound_names(generator.target)
     for node, _ in _scope_walk(body):
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in _DEVICE_MOVE_CALLS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in movers
         ):
-            continue
-        root = _root_name(node.func.value)
-        if root is None or stands_for.get(root, root) != name:
             continue
         if node.func.attr != "to":
             return True
@@ -2001,6 +1999,18 @@ def _moves_to_a_device(loop: ast.For | ast.AsyncFor, name: str) -> bool:
         if device is not None and not _names_the_host(device) and not _is_dtype(device):
             return True
     return False
+
+
+def _iterates(iterable: ast.expr, name: str) -> bool:
+    """``name``, ``name.items()`` or ``name.values()``."""
+    if (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Attribute)
+        and iterable.func.attr in ("items", "values")
+        and not iterable.args
+    ):
+        iterable = iterable.func.value
+    return isinstance(iterable, ast.Name) and iterable.id == name
 
 
 _DEVICE_MOVE_CALLS = frozenset({"to", "cuda", "npu", "xpu", "mps"})

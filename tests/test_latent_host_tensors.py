@@ -439,6 +439,14 @@ def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) ->
             3,
             True,
         ),
+        # A move of one field says nothing of the others (PyG's reddit.py keeps ``x`` and
+        # ``y`` on the device and moves ``edge_index`` per batch).
+        (
+            "def f(loader, dev):\n    for batch in loader:\n        int(batch.y.sum())\n"
+            "        batch.edge_index.to(dev)\n",
+            3,
+            False,
+        ),
         # A cast is not a move: nothing says where the loader's batch is.
         (
             "def f(loader):\n    for x in loader:\n        x.sum().item()\n"

@@ -821,7 +821,7 @@ EDGE_COPIES = textwrap.dedent(
                 out = model(x)
                 rows = out.detach().cpu().tolist()
                 host = out.detach().cpu()
-                labels = x.tolist()
+                labels = out.detach().tolist()
         return weights, rows, host, labels
     """
 )
@@ -1156,15 +1156,19 @@ EDGE_HEAD = textwrap.dedent(
             return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
 
 
+    # Where a GPU run keeps the tensors (a library given host tensors alone stays there).
+    DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
     def main(logdir):
         torch.manual_seed(0)
-        mean, std = torch.zeros(4), torch.ones(4)
+        mean, std = torch.zeros(4, device=DEV), torch.ones(4, device=DEV)
         layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
         enc = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).apply(lambda m: None)
         clippers = [nn.utils.clip_grad_norm_]
         built = Hub.from_pretrained("tiny")
         causal = nn.Transformer.generate_square_subsequent_mask(6)
-        x = torch.randn(4, 6, 16, requires_grad=True)
+        x = torch.randn(4, 6, 16, requires_grad=True, device=DEV)
         with profile(activities=[ProfilerActivity.CPU], with_stack=True,
                      schedule=schedule(wait=0, warmup=1, active=2),
                      on_trace_ready=tensorboard_trace_handler(logdir)) as prof:

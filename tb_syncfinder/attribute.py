@@ -29,6 +29,7 @@ from tb_syncfinder.catalogue import (
     PROFILER_STOP_APIS,
     SETUP_CALLS,
     passes_through,
+    wraps_one_op,
 )
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import COMPREHENSION_FRAMES, Attribution, CallQuery, Frame, Observed
@@ -1070,8 +1071,17 @@ class Attributor:
         if user is None:
             return None, None, None, [], False
         user_query = self.query(thread, frames, user, op)
+        inside = [n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"]
+        # The innermost frame of the library's own code, past torch's wrappers of one
+        # operator and the wrappers a call passes through; torch's frame where there is
+        # no other (the user's ``torch.unique(x)``).
         library = next(
-            (n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"), None
+            (
+                n
+                for n in inside
+                if not (wraps_one_op(frames[n][1].file) or passes_through(frames[n][1].file))
+            ),
+            inside[0] if inside else None,
         )
         library_query = self.query(thread, frames, library, op) if library is not None else None
         callers = [n for n in range(user + 1, len(frames)) if frames[n][1].user]

@@ -274,8 +274,13 @@ class _Builder:
             s = self.expr(node.right, s, opt)
             # ``"%d + %d = %d" % (a, b, c)``: a numeric conversion reads each value that is a
             # tensor (minGPT's adder prints four); one point per conversion.
-            for _ in range(_numeric_conversions(node)):
-                s = self.emit(s, "binop", node, opt)
+            if isinstance(node.op, ast.Mod) and format_pieces(node.left) is not None:
+                # A format built by arithmetic (ultralytics' ``("%11s" * 2 + "%11.4g" * (2 +
+                # n)) % (...)``): how many numeric conversions it has is not written out.
+                s = self.emit(s, "binop", node, opt, repeated=True)
+            else:
+                for _ in range(_numeric_conversions(node)):
+                    s = self.emit(s, "binop", node, opt)
             if isinstance(node.op, ast.Mod) and _may_run_repr(node.left, node.right):
                 s = self.emit(s, "repr", node, repeated=True)  # ``"%s" % t``: str(t) of each value
             return s
@@ -526,10 +531,35 @@ def _numeric_conversions(node: ast.BinOp) -> int:
     return 1
 
 
+def format_pieces(node: ast.expr) -> list[str] | None:
+    """The literal pieces of a text format built by ``+`` and ``*`` from strings
+    (``"%11s" * 2 + "%11.4g" * (2 + n)``); None where ``node`` is not such arithmetic (a
+    literal alone, a number's)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult))):
+        return None
+
+    def pieces(part: ast.expr) -> list[str] | None:
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            return [part.value]
+        if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Add):
+            left, right = pieces(part.left), pieces(part.right)
+            return None if left is None or right is None else left + right
+        if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Mult):
+            # ``"%11s" * 2``: the text either side, the count the other.
+            return pieces(part.left) or pieces(part.right)
+        return None
+
+    return pieces(node)
+
+
 def _may_run_repr(left: ast.expr, right: ast.expr) -> bool:
-    """Whether ``left % right`` may run ``__repr__``: a literal format only with %s, %r or
-    %a (``"run%d" % step`` does not); a name or a call may hold a format, but not when the
-    right side is a number or the left is arithmetic (``step % 2``, ``(i + 1) % n``)."""
+    """Whether ``left % right`` may run ``__repr__``: a literal format (or one built from
+    literals) only with %s, %r or %a (``"run%d" % step`` does not); a name or a call may
+    hold a format, but not when the right side is a number or the left is arithmetic
+    (``step % 2``, ``(i + 1) % n``)."""
+    built = format_pieces(left)
+    if built is not None:
+        return any(_REPR_CONVERSION.search(text.replace("%%", "")) for text in built)
     if isinstance(left, ast.Constant):
         if isinstance(left.value, (str, bytes)):
             text = left.value if isinstance(left.value, str) else left.value.decode("latin-1")

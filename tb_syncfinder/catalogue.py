@@ -2401,6 +2401,18 @@ def passes_through(path: str) -> bool:
     return _PASS_THROUGH.search(path.replace("\\", "/")) is not None
 
 
+# torch's Python wrappers around one operator (``Tensor.unique`` and ``torch.unique``'s
+# ``_unique_impl``, an operator's ``__call__``, ``handle_torch_function``): where a library's
+# code called them, the library's own line is the one to name (ultralytics' ``loss.py:400``
+# ``batch_idx.unique(...)``, not ``torch/functional.py:973``).
+_ONE_OP_WRAPPERS = re.compile(r"torch/(?:functional|_ops|_tensor|_jit_internal|overrides)\.py$")
+
+
+def wraps_one_op(path: str) -> bool:
+    """Whether a frame of this file is torch's Python wrapper around one operator."""
+    return _ONE_OP_WRAPPERS.search(path.replace("\\", "/")) is not None
+
+
 # --- a tensor turned into text ----------------------------------------------------------
 
 # torch's own module that formats a tensor as text: ``print(t)``, ``str(t)``, ``repr(t)``,
@@ -2626,10 +2638,14 @@ def advice_for(
     (``Source.reads_elements``). ``sampled``: every sync reads a value a sampling call
     drew (``Source.reads_sample``)."""
     record = kind(kind_name)
+    frames = list(frames)
     # A print, then a library's own fix (its code is not the user's to change), then an
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
     # operators.
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
+    # A fix for code of a library the user called, where no entry of the library's own
+    # says what of it to set: an edit of that library, and the report says so.
+    edits_library = None if refinement is not None else called_library(frames)
     if refinement is None and ops:
         called = set(apis)
         firsts = None if first_calls is None else list(first_calls)
@@ -2682,7 +2698,44 @@ def advice_for(
         refinement = record.advice
     fields = msgspec.to_builtins(refinement)
     fields["removes"] = refinement.removes or record.removes
+    if edits_library is not None:
+        fields["library_code"] = edits_library
     return fields
+
+
+# Packages whose functions a user's code calls directly, with the fixes written for such
+# calls (torch's own; numpy's).
+_FRAMEWORK_PACKAGES = frozenset({"torch", "functorch", "triton", "numpy", "torch_npu"})
+
+
+def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
+    """The known library (``LIBRARY_PACKAGES``, torch and numpy aside) whose code the user's
+    line called, of a sync's library frames (``library_frames``, innermost first): the
+    package of the outermost one (ultralytics' ``model.train()``, whose loss syncs through
+    torchvision and torch); None where it is torch's or not known."""
+    if not frames:
+        return None
+    package = library_package(frames[-1][0])
+    return package if package not in _FRAMEWORK_PACKAGES else None
+
+
+def library_package(path: str) -> str | None:
+    """The known library (``LIBRARY_PACKAGES``) a file is of: the folder after
+    ``site-packages`` (or ``dist-packages``), else the first of a path shortened to its
+    package (``ultralytics/utils/loss.py``); None for any other."""
+    parts = [part for part in path.replace("\\", "/").split("/") if part]
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            at = len(parts) - 1 - parts[::-1].index(marker)
+            parts = parts[at + 1 :]
+            break
+    else:
+        if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
+            return None  # an absolute path outside site-packages: a checkout, the user's
+    if len(parts) < 2:
+        return None
+    top = parts[0]
+    return top if top in LIBRARY_PACKAGES else None
 
 
 def _operator_fix(ops: Iterable[str], kind_name: str) -> Advice | None:

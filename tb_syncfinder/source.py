@@ -54,6 +54,7 @@ from tb_syncfinder.callorder import (
     P,
     align,
     build,
+    format_pieces,
 )
 from tb_syncfinder.catalogue import (
     API_CALLEES,
@@ -355,10 +356,9 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
         return tuple(labels)
     if kind == "binop":
         left = node.left  # type: ignore[attr-defined]
-        if (
-            isinstance(node.op, ast.Mod)  # type: ignore[attr-defined]
-            and isinstance(left, ast.Constant)
-            and isinstance(left.value, str)
+        if isinstance(node.op, ast.Mod) and (  # type: ignore[attr-defined]
+            (isinstance(left, ast.Constant) and isinstance(left.value, str))
+            or format_pieces(left) is not None
         ):
             return ("<scalar>",)
     return ()

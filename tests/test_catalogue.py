@@ -388,3 +388,44 @@ def test_pyg_reads_get_the_argument_that_removes_them(frames, title):
     (checked to give the same outputs with PyG 2.x) are said now."""
     found = catalogue.library_fix([("<built-in>", "item"), *frames], ["aten::item"])
     assert found is not None and found[0].advice.title == title
+
+
+@pytest.mark.parametrize(
+    ("frames", "library"),
+    [
+        # ultralytics' loss syncs in torch's wrapper: the library the user called is named.
+        (
+            [("torch/functional.py", "_unique_impl"), ("ultralytics/utils/loss.py", "preprocess")],
+            "ultralytics",
+        ),
+        (
+            [("/venv/lib/python3.11/site-packages/transformers/trainer.py", "train")],
+            "transformers",
+        ),
+        # torch's own code (the user called it), a checkout outside site-packages, or a
+        # package not known: the fix is not said to be another library's.
+        ([("torch/nn/utils/clip_grad.py", "clip_grad_norm_")], None),
+        ([("/home/me/ultralytics/ultralytics/utils/loss.py", "preprocess")], None),
+        ([("mylib/loss.py", "f")], None),
+        ([], None),
+    ],
+)
+def test_the_library_a_users_line_called_is_told_from_torchs_own_code(frames, library):
+    assert catalogue.called_library(frames) == library
+
+
+def test_a_fix_inside_a_library_says_it_is_an_edit_there_unless_the_library_has_its_own():
+    """ultralytics' trainer reads its losses in its own code: the fix written for a user's
+    read is an edit of ultralytics, which the advice now says (``library_code``); PyG's
+    reads have fixes of PyG's own (an argument), which need no such word."""
+    ultralytics = [("<built-in>", "item"), ("ultralytics/utils/tal.py", "make_anchors")]
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=ultralytics)
+    assert advice["library_code"] == "ultralytics"
+    pyg = [
+        ("<built-in>", "item"),
+        ("torch_geometric/utils/num_nodes.py", "maybe_num_nodes"),
+        ("torch_geometric/utils/undirected.py", "to_undirected"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=pyg)
+    assert "library_code" not in advice
+    assert "library_code" not in catalogue.advice_for("scalar_readback", ["aten::item"])

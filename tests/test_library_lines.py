@@ -33,16 +33,21 @@ def train(model, x):
 """
 
 
-def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library_code: str = _READS) -> Path:
+def _record(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    library_code: str = _READS,
+    package: str = "readlib",
+) -> Path:
     packages = tmp_path / "site-packages"
-    (packages / "readlib").mkdir(parents=True)
-    (packages / "readlib" / "__init__.py").write_text("")
-    (packages / "readlib" / "algo.py").write_text(library_code)
+    (packages / package).mkdir(parents=True)
+    (packages / package / "__init__.py").write_text("")
+    (packages / package / "algo.py").write_text(library_code)
     (tmp_path / "learn.py").write_text(
         textwrap.dedent(
-            """\
+            f"""\
             import torch
-            from readlib import algo
+            from {package} import algo
 
 
             def run(out):
@@ -255,3 +260,38 @@ def test_a_script_named_as_a_standard_module_is_reported_at_its_line(tmp_path: P
     assert [(s.file, s.line, s.line_exact, s.per_step) for s in report.latent_sites] == [
         ("bisect.py", 14, True, 1.0)
     ]
+
+
+_TRAINER = """\
+def train(model, x):
+    out = model(x)
+    labels = out.argmax(1)
+    _, counts = labels.unique(return_counts=True)
+    losses = out.mean(0)
+    desc = ("%11s" * 2 + "%11.4g" * len(losses)) % ("1/1", "0G", *losses)
+    return desc, counts
+"""
+
+
+def test_a_known_librarys_reads_are_named_at_its_own_lines_and_its_fixes_said_to_be_its(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ultralytics' trainer (a walk of YOLO training): its ``batch_idx.unique(...)`` was
+    named at torch's wrapper (``torch/functional.py:973``, ``_unique_impl``), its progress
+    bar's ``("%11s" * 2 + "%11.4g" * n) % (...)`` at the trainer's def line with the true
+    line not a candidate, and its fixes read as the user's to make. Each is now named at
+    the library's own line, exact, and its fix is said to be an edit of the library."""
+    out = _record(tmp_path, monkeypatch, _TRAINER, package="ultralytics")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    found = {
+        (site.kind, site.library.file, site.library.line, site.library.line_exact): site.count
+        for site in report.latent_sites
+        if site.library is not None
+    }
+    assert found == {
+        ("dynamic_shape", "ultralytics/algo.py", 4, True): 3,
+        ("scalar_readback", "ultralytics/algo.py", 6, True): 6,
+    }, found
+    assert all(site.advice["library_code"] == "ultralytics" for site in report.latent_sites)
+    text = " ".join(render_report(report.to_json(), width=200).split())
+    assert "(an edit of ultralytics' own code: no setting of it is known to avoid this)" in text

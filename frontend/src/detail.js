@@ -7,7 +7,7 @@
 import { ApiError, getJson } from "./api.js";
 import { h, replace, rovingKeys, s } from "./dom.js";
 import { kindDescription, kindLabel, syncSortOrder } from "./catalogue.js";
-import { cellPlace, countNames, formatBytes, formatCount, formatPct, formatUs, profilerSpanName, savingText, siteFallbackLabel, spanLabels, spreadText, withMicro } from "./format.js";
+import { cellPlace, countNames, formatBytes, formatCount, formatPct, formatUs, libraryCodeText, profilerSpanName, savingText, siteFallbackLabel, spanLabels, spreadText, withMicro } from "./format.js";
 import { tokenizePython } from "./highlight.js";
 import { barLabel, LABEL_CHAR_PX, layoutTimeline, placeBandLabels, scrollToShow } from "./layout.js";
 import { inexactLineNote, SOURCE_ROOT_HINT } from "./line_note.js";
@@ -549,6 +549,9 @@ function adviceSection(advice) {
       advice.title ? h("b", null, withCode(advice.title)) : null,
       advice.text ? h("p", null, withCode(advice.text)) : null,
       advice.removes ? h("p", { class: "sa-note" }, `Removes: ${advice.removes}`) : null,
+      libraryCodeText(advice)
+        ? h("p", { class: "sa-note", "data-testid": "library-code" }, libraryCodeText(advice))
+        : null,
       advice.before || advice.after
         ? h(
             "div",

@@ -367,3 +367,15 @@ export function spreadText(site) {
   const text = `in ${formatCount(withSyncs)} of ${plural(steps, "step")}${most > 1 ? `, up to ${formatCount(most)} in one` : ""}`;
   return already ? `${text}: ${already}` : text;
 }
+
+/**
+ * What a fix for a library's own code means (`advice.library_code`, the package the
+ * user's line called): the text report's words; "" where the fix is the user's to make.
+ * @param {any} advice
+ */
+export function libraryCodeText(advice) {
+  const pkg = advice?.library_code;
+  if (!pkg) return "";
+  const owner = pkg.endsWith("s") ? `${pkg}'` : `${pkg}'s`;
+  return `An edit of ${owner} own code: no setting of it is known to avoid this.`;
+}

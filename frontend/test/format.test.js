@@ -215,3 +215,18 @@ test("reads right after other reads are said as the CLI says them", async () => 
     "2 of these 4 reads come right after another read too, nothing queued between: on a GPU only the first read of each such run waits",
   );
 });
+
+test("a fix for a library's own code says it is an edit there, in the text report's words", async () => {
+  const { libraryCodeText } = await import("../src/format.js");
+  assert.equal(
+    libraryCodeText({ title: "Keep the value on the device", library_code: "ultralytics" }),
+    "An edit of ultralytics' own code: no setting of it is known to avoid this.",
+  );
+  assert.equal(
+    libraryCodeText({ library_code: "transformers" }),
+    "An edit of transformers' own code: no setting of it is known to avoid this.",
+  );
+  assert.equal(libraryCodeText({ library_code: "timm" }), "An edit of timm's own code: no setting of it is known to avoid this.");
+  assert.equal(libraryCodeText({ title: "x" }), "");
+  assert.equal(libraryCodeText(null), "");
+});

@@ -555,6 +555,16 @@ def after_read_text(site: dict[str, Any]) -> str | None:
     )
 
 
+def library_code_text(site: dict[str, Any]) -> str:
+    """What a fix for a library's own code means (``advice.library_code``); empty where the
+    fix is the user's to make."""
+    package = (site.get("advice") or {}).get("library_code")
+    if not package:
+        return ""
+    owner = f"{package}'" if package.endswith("s") else f"{package}'s"
+    return f"(an edit of {owner} own code: no setting of it is known to avoid this)"
+
+
 def _advice_title(site: dict[str, Any]) -> str:
     advice = site.get("advice") or {}
     return str(advice.get("title") or "").strip()
@@ -830,6 +840,11 @@ def _site_table(
                 style(line, _GREEN)
                 for line in wrap("fix: " + title, detail_width, _INDENT, "     ")
             )
+            edits = library_code_text(site)
+            if edits:
+                lines.extend(
+                    style(line, _DIM) for line in wrap(edits, detail_width, _INDENT + "     ")
+                )
     hidden = len(ordered) - len(shown)
     if hidden > 0:
         lines.append(f"... {plural(hidden, 'more site')} ({style.term('--top 0 shows all')})")

@@ -10,6 +10,7 @@ import re
 import sys
 import sysconfig
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from operator import attrgetter, itemgetter, methodcaller
@@ -28,6 +29,7 @@ from tb_syncfinder.catalogue import (
     MATMUL_OPS,
     PROFILER_STOP_APIS,
     SETUP_CALLS,
+    called_library,
     passes_through,
     wraps_one_op,
 )
@@ -607,6 +609,31 @@ class Attributor:
             for name in names - self._frames_by_name.keys():
                 self._frames_by_name[name] = parse_frame(name, self.packs)
         return self.frames_made()
+
+    def library_functions_run(self) -> list[tuple[Frame, int]]:
+        """Each function of a known library's own code the trace shows running (not
+        torch's, ``catalogue.called_library``), with how many times it was entered: where
+        its explicit synchronizes are looked for on a CPU-only trace."""
+        counts: Counter[str] = Counter()
+        for thread in self.tl.threads.values():
+            kinds = thread.kinds
+            nodes = thread.nodes
+            counts.update(
+                nodes[i].name for i in compress(range(len(kinds)), map(PYTHON.__eq__, kinds))
+            )
+        found: list[tuple[Frame, int]] = []
+        for name, calls in counts.items():
+            if name not in self._frames_by_name:
+                self._frames_by_name[name] = parse_frame(name, self.packs)
+            frame = self._frames_by_name[name]
+            if (
+                frame is not None
+                and not frame.user
+                and frame.line is not None
+                and called_library([(frame.file, frame.func)]) is not None
+            ):
+                found.append((frame, calls))
+        return found
 
     def frame(self, thread: HostThread, index: int) -> Frame | None:
         key = (thread.pid, thread.tid, index)

@@ -1000,6 +1000,7 @@ def _analyze_data(
             # are read all the same, from the frames the trace shows running.
             frames = attribute.frames_run()
         info.unrun_syncs = resolver.unrun_syncs(frames, lines_run)
+        info.unrun_syncs += resolver.unrun_library_syncs(attribute.library_functions_run())
         info.library_copies = library_copies
         if info.unrun_syncs:
             # A read just after one of them finds a GPU idle: it waits there first.

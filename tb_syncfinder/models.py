@@ -146,6 +146,10 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     # Where it runs under more than one ``if``: each one's test whose body holds it,
     # outermost first (``args.synchronize_step``, then ``device.type == 'cuda'``).
     guards: list[str] = field(default_factory=list)
+    # In a known library's own code (ultralytics' ``Profile.time``, called by its validator
+    # and predictor): the package, and how many times its function ran in the trace.
+    library: str | None = None
+    calls: int | None = None
 
 
 class LibraryCopy(msgspec.Struct, omit_defaults=True):

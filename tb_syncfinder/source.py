@@ -66,6 +66,7 @@ from tb_syncfinder.catalogue import (
     HOST_TENSOR_FACTORIES,
     LIBRARY_PACKAGES,
     OP_CALLEES,
+    called_library,
     to_the_host,
 )
 from tb_syncfinder.models import (
@@ -3778,6 +3779,46 @@ class SourceResolver:
                     UnrunSync(
                         frame.file, line, frame.func, code, guard, guards if len(guards) > 1 else []
                     ),
+                )
+        return [found[k] for k in sorted(found)]
+
+    def unrun_library_syncs(self, calls: Iterable[tuple[Frame, int]]) -> list[UnrunSync]:
+        """The explicit synchronizes (``explicit_syncs``) in the functions of known
+        libraries' own code a CPU-only trace shows called (``Attributor.library_functions_run``:
+        each frame with how many times it ran), none of which ran: ultralytics' ``Profile.
+        time`` synchronizes under ``if self.accelerator is not None:`` 8 times a validation
+        batch on a GPU. Only calls made while profiled (the frame at its function's def
+        line) are read; a file is parsed only where it calls a ``synchronize``."""
+        found: dict[tuple[str, int, str], UnrunSync] = {}
+        for frame, count in calls:
+            if frame.line is None:
+                continue
+            path = self.find_library_file(frame.file)
+            data = self._source_bytes(path) if path is not None else None
+            if path is None or data is None or b"synchronize(" not in data:
+                continue
+            parsed = self._parse_function(path, frame.line, frame.func)
+            if parsed is None:
+                parsed = self._parse(path)
+            scope = parsed.scope_at(frame.line, frame.func) if parsed else None
+            if scope is None:
+                continue
+            library = called_library([(frame.file, frame.func)])
+            for line, code, guard in explicit_syncs(scope):
+                key = (frame.file, line, code)
+                if key in found:
+                    found[key].calls = (found[key].calls or 0) + count
+                    continue
+                guards = guards_around(scope, line)
+                found[key] = UnrunSync(
+                    frame.file,
+                    line,
+                    frame.func,
+                    code,
+                    guard,
+                    guards if len(guards) > 1 else [],
+                    library=library,
+                    calls=count,
                 )
         return [found[k] for k in sorted(found)]
 

@@ -295,3 +295,51 @@ def test_a_known_librarys_reads_are_named_at_its_own_lines_and_its_fixes_said_to
     assert all(site.advice["library_code"] == "ultralytics" for site in report.latent_sites)
     text = " ".join(render_report(report.to_json(), width=200).split())
     assert "(an edit of ultralytics' own code: no setting of it is known to avoid this)" in text
+
+
+_TIMED = """\
+import torch
+
+
+class Profile:
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def time(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        return 0.0
+
+
+def train(model, x):
+    timer = Profile(x.device)
+    out = model(x)
+    timer.time()
+    timer.time()
+    return out
+"""
+
+
+def test_a_known_librarys_synchronize_not_run_on_the_cpu_is_named_with_its_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ultralytics' ``Profile.time`` synchronizes under ``if self.accelerator is not
+    None:``, 8 times a validation batch on a GPU: the most frequent syncs of validation and
+    prediction, which a CPU-only report did not name (only the user's functions were
+    read). Now named, as the library's code, with how often its function ran."""
+    out = _record(tmp_path, monkeypatch, _TIMED, package="ultralytics")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [unrun] = report.traces[0].unrun_syncs
+    assert (unrun.file, unrun.line, unrun.func, unrun.library) == (
+        "ultralytics/algo.py",
+        10,
+        "time",
+        "ultralytics",
+    )
+    assert unrun.guard == "self.cuda" and unrun.calls == 6  # 2 a step, 3 steps
+    text = " ".join(render_report(report.to_json(), width=200).split())
+    assert (
+        "ultralytics/algo.py:10 torch.cuda.synchronize() (ultralytics' own code, in time, "
+        "under `if self.cuda:`; its function ran 6 times, 2.0 a step)"
+    ) in text
+    assert "Fix: an edit of the library's own code" in text

@@ -2197,21 +2197,43 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
             found.setdefault((unrun["file"], unrun["line"], unrun["code"]), unrun)
     if not found:
         return None
+    steps = sum(int(trace.get("steps") or 0) for trace in traces)
     named = []
-    for (file, line, code), unrun in sorted(found.items())[:most]:
+    # The user's own first: theirs to change.
+    ordered = sorted(found.items(), key=lambda item: (bool(item[1].get("library")), item[0]))
+    for (file, line, code), unrun in ordered[:most]:
         guard = unrun.get("guard")
         guards = unrun.get("guards") or ([guard] if guard else [])
         where = f"in {unrun.get('func')}" + (
             ", under " + " and ".join(f"`if {test}:`" for test in guards) if guards else ""
         )
+        library = unrun.get("library")
+        if library:
+            # A library's: its path as the trace names it, whose code it is, how often it ran.
+            calls = int(unrun.get("calls") or 0)
+            ran = f"; its function ran {plural(calls, 'time')}" + (
+                f", {calls / steps:.1f} a step" if steps else ""
+            )
+            owner = f"{library}'" if library.endswith("s") else f"{library}'s"
+            named.append(f"{file}:{line} {code} ({owner} own code, {where}{ran})")
+            continue
         named.append(f"{os.path.basename(file)}:{line} {code} ({where})")
     more = f"; and {len(found) - most} more" if len(found) > most else ""
+    libraries = [unrun for unrun in found.values() if unrun.get("library")]
+    if len(libraries) == len(found):
+        fix = "an edit of the library's own code: no setting of it is known to avoid them."
+    else:
+        fix = UNRUN_SYNC_FIX + (
+            " A library's are edits of its own code: no setting of it is known to avoid them."
+            if libraries
+            else ""
+        )
     return (
         "Not run on this CPU trace, but each waits for the GPU wherever it runs: "
         + "; ".join(named)
         + more
         + ". Fix: "
-        + UNRUN_SYNC_FIX
+        + fix
     )
 
 

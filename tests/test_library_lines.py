@@ -343,3 +343,52 @@ def test_a_known_librarys_synchronize_not_run_on_the_cpu_is_named_with_its_calls
         "under `if self.cuda:`; its function ran 6 times, 2.0 a step)"
     ) in text
     assert "Fix: an edit of the library's own code" in text
+
+
+_THREE_READS = """\
+def _log(loss):
+    return loss.item()
+
+
+def _count(out):
+    return int((out > 0).sum())
+
+
+def train(model, x):
+    out = model(x)
+    loss = out.sum()
+    a = _log(loss) if {log} else 0.0
+    b = _count(out)
+    c = [(out * 2).sum().item() for _ in range(1)]
+    return a, b, c
+"""
+
+
+def test_a_librarys_sites_under_one_call_keep_their_sarif_identity_when_one_is_fixed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three reads in a library under one user line (a YOLO walk: ultralytics' under
+    ``model.train()``) were numbered by place: with one fixed, the next took its
+    fingerprint, and code scanning kept the fixed alert open and closed another. Each is
+    now told by its library function."""
+    from tb_syncfinder.outputs.sarif import to_sarif
+
+    prints = {}
+    for name, log in (("before", True), ("after", False)):
+        out = _record(tmp_path / name, monkeypatch, _THREE_READS.format(log=log), "readlib")
+        report = analyze(str(out), source_roots=[str(tmp_path / name)])
+        sarif = to_sarif(report.to_json())
+        prints[name] = {
+            r["partialFingerprints"]["syncSite/v2"].rsplit("#", 1)[-1]: r["partialFingerprints"][
+                "syncSite/v2"
+            ]
+            for r in sarif["runs"][0]["results"]
+        }
+    assert set(prints["before"]) == {
+        "lib:algo.py:_log",
+        "lib:algo.py:_count",
+        "lib:algo.py:<listcomp>",
+    }
+    assert prints["after"] == {
+        key: value for key, value in prints["before"].items() if key != "lib:algo.py:_log"
+    }

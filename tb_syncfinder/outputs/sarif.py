@@ -250,8 +250,24 @@ def _fingerprints(
     found: dict[int, str] = {}
     for (latent, key, line_id), sites in groups.items():
         ordered = sorted(sites, key=lambda s: (s.get("line") or 0, str(s.get("key") or "")))
-        for place, site in enumerate(ordered, 1):
-            found[id(site)] = f"{'latent:' if latent else ''}{key}:{line_id}#{place}"
+        # A sync inside a library is told apart by the library's file name and function:
+        # its place among the sites of one call moved when another was fixed (ultralytics'
+        # reads under one ``model.train()``), and code scanning kept the fixed one's alert.
+        by_library: dict[str, list[dict[str, Any]]] = {}
+        places: list[dict[str, Any]] = []
+        for site in ordered:
+            library = site.get("library") or {}
+            if library.get("file") and library.get("func"):
+                name = os.path.basename(str(library["file"]).replace("\\", "/"))
+                by_library.setdefault(f"lib:{name}:{library['func']}", []).append(site)
+            else:
+                places.append(site)
+        prefix = f"{'latent:' if latent else ''}{key}:{line_id}#"
+        for place, site in enumerate(places, 1):
+            found[id(site)] = f"{prefix}{place}"
+        for part, same in by_library.items():
+            for place, site in enumerate(same, 1):
+                found[id(site)] = prefix + part + (f"#{place}" if place > 1 else "")
     return found
 
 

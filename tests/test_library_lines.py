@@ -392,3 +392,29 @@ def test_a_librarys_sites_under_one_call_keep_their_sarif_identity_when_one_is_f
     assert prints["after"] == {
         key: value for key, value in prints["before"].items() if key != "lib:algo.py:_log"
     }
+
+
+def test_a_known_library_not_installed_here_says_why_its_lines_are_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The YOLO trace read with a Python that has no ultralytics: its lines became def
+    lines marked ``*`` and nothing said why (a second walk). The table now says its source
+    is not readable here and what to do; SARIF says the fix is an edit of the library."""
+    from tb_syncfinder.outputs.sarif import to_sarif
+
+    out = _record(tmp_path, monkeypatch, _TRAINER, package="ultralytics")
+    monkeypatch.undo()  # not importable where the report runs
+    report = analyze(str(out), source_roots=[str(tmp_path / "elsewhere")])
+    assert report.latent_sites and all(
+        site.library is not None and not site.library.line_exact for site in report.latent_sites
+    )
+    text = " ".join(render_report(report.to_json(), width=200).split())
+    assert (
+        "Library lines marked * are the lines the trace recorded for their functions, not the "
+        "calls that synced: the source of ultralytics is not readable here."
+    ) in text
+    messages = [r["message"]["text"] for r in to_sarif(report.to_json())["runs"][0]["results"]]
+    assert all(
+        "(An edit of ultralytics' own code: no setting of it is known to avoid this.)" in m
+        for m in messages
+    )

@@ -173,6 +173,11 @@ def _message(
         advice_text = str((site.get("advice") or {}).get("text") or "").strip()
         if advice_text:
             text += f" {advice_text}"
+        from tb_syncfinder.outputs.text import library_code_text
+
+        edits = library_code_text(site).strip("()")
+        if edits:
+            text += f" ({edits[0].upper()}{edits[1:]}.)"
     return text
 
 

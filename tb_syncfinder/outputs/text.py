@@ -27,6 +27,7 @@ from tb_syncfinder.catalogue import (
     NPU_LEVEL_ADVICE,
     NPU_NOT_REPLAYED,
     kind_rank,
+    library_package,
     npu_without_calls,
 )
 from tb_syncfinder.catalogue import kind as catalogue_kind
@@ -555,6 +556,30 @@ def after_read_text(site: dict[str, Any]) -> str | None:
     )
 
 
+def unread_library_text(sites: Sequence[dict[str, Any]]) -> str:
+    """Why a library's lines are marked ``*``, where its source is not readable here (a
+    known library not installed where the report runs): they are the lines the trace
+    recorded for its functions, and the calls that synced are told where it is. Empty
+    where every library line shown was read."""
+    packages = sorted(
+        {
+            library_package(str(library.get("file") or "")) or str(library.get("file") or "")
+            for site in sites
+            if (library := site.get("library"))
+            and not library.get("line_exact")
+            and not library.get("resolved_path")
+        }
+    )
+    if not packages:
+        return ""
+    names = ", ".join(packages)
+    return (
+        f"Library lines marked * are the lines the trace recorded for their functions, not "
+        f"the calls that synced: the source of {names} is not readable here. Run the report "
+        "where it is installed, or name its site-packages folder with {--source-root}."
+    )
+
+
 def library_code_text(site: dict[str, Any]) -> str:
     """What a fix for a library's own code means (``advice.library_code``); empty where the
     fix is the user's to make."""
@@ -858,6 +883,11 @@ def _site_table(
             text = text.replace("different files", f"{count} different files", 1)
         mark = reason_marks[reason]
         lines.extend(wrap(f"{mark} {text}", width, "", " " * (len(mark) + 1)))
+    unread = unread_library_text(shown)
+    if unread:
+        lines.extend(
+            wrap(re.sub(r"\{([^}]+)\}", lambda m: style.term(m.group(1)), unread), width, "", "  ")
+        )
     if not latent and any(s.get("gpu_idle_measured") is False for s in shown):
         lines.extend(wrap(_IDLE_UNREAD_NOTE, width, "", "  "))
     if not latent and shown:

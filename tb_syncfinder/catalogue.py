@@ -2587,11 +2587,12 @@ ELEMENT_READ_ADVICE = Advice(
 # an environment, a token to decode. The host needs it at once, so "read it every N
 # steps" does not apply; one read can serve many.
 SAMPLE_READ_ADVICE = Advice(
-    title="Sample for many at once: one read serves them all",
+    title="Sample or choose for many at once: one read serves them all",
     text=(
-        "The host needs this sampled value at once (an action for the environment, a "
-        "token to print or feed back), so it cannot wait to be read every N steps, and "
-        "each read waits for the forward pass before it. Sample for several environments "
+        "The host needs this sampled or chosen value at once (an action for the "
+        "environment, a token to print or feed back), so it cannot wait to be read every N "
+        "steps, and each read waits for the forward pass before it. Sample (or take the "
+        "`argmax`) for several environments "
         "or sequences in one batch (`gymnasium.vector`, Stable-Baselines3's `n_envs`, a "
         "batch of prompts) and read them with one `.tolist()`; a small policy often runs "
         "as fast on the CPU, where the read costs nothing; a token fed back can stay on "

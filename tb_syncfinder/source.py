@@ -1531,9 +1531,10 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
     )
 
 
-# Calls that draw a random value from what a model computed: a distribution's
-# ``sample()``, ``torch.multinomial`` / ``probs.multinomial``.
-_SAMPLING_CALLS = frozenset({"sample", "multinomial"})
+# Calls that draw a random value from what a model computed, or choose one: a
+# distribution's ``sample()``, ``torch.multinomial`` / ``probs.multinomial``, a greedy
+# ``q.argmax()`` (DQN's action, greedy decoding's token).
+_SAMPLING_CALLS = frozenset({"sample", "multinomial", "argmax", "argmin"})
 
 
 def reads_sample(scope: ast.AST, line: int) -> bool:

@@ -25,8 +25,12 @@ torch = pytest.importorskip("torch")
         ("def f(m):\n    action = m.sample()\n    return action.item()\n", 3, True),
         ("def f(p):\n    return torch.multinomial(p, 1).squeeze(0).item()\n", 2, True),
         ("def f(p):\n    return p.multinomial(1).item()\n", 2, True),
-        # A greedy pick, a loss, or a name of other values too: not known to be a sample.
-        ("def f(q):\n    return q.argmax().item()\n", 2, False),
+        # A greedy pick (DQN's action, greedy decoding's token) is needed at once too (the
+        # RL walk's leftover: it kept the advice to read every N steps).
+        ("def f(q):\n    return q.argmax().item()\n", 2, True),
+        ("def f(logits):\n    return logits[:, -1].argmax(-1).item()\n", 2, True),
+        # An accuracy over argmax picks, a loss, or a name of other values too: not one.
+        ("def f(out, y):\n    return (out.argmax(1) == y).sum().item()\n", 2, False),
         ("def f(loss):\n    return loss.item()\n", 2, False),
         ("def f(m, t):\n    a = m.sample()\n    a = t\n    return a.item()\n", 4, False),
         ("def f(m, t):\n    return m.sample().item() + t.item()\n", 2, False),

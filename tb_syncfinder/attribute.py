@@ -1106,7 +1106,10 @@ class Attributor:
             (
                 n
                 for n in inside
-                if not (wraps_one_op(frames[n][1].file) or passes_through(frames[n][1].file))
+                if not (
+                    wraps_one_op(frames[n][1].file, frames[n][1].func)
+                    or passes_through(frames[n][1].file)
+                )
             ),
             inside[0] if inside else None,
         )

@@ -2408,9 +2408,18 @@ def passes_through(path: str) -> bool:
 _ONE_OP_WRAPPERS = re.compile(r"torch/(?:functional|_ops|_tensor|_jit_internal|overrides)\.py$")
 
 
-def wraps_one_op(path: str) -> bool:
-    """Whether a frame of this file is torch's Python wrapper around one operator."""
-    return _ONE_OP_WRAPPERS.search(path.replace("\\", "/")) is not None
+# Library functions that only call one operator (``torchvision.ops.nms`` calls
+# ``torch.ops.torchvision.nms``): the line that called them is the one to name.
+_ONE_OP_FUNCTIONS = frozenset({("torchvision/ops/boxes.py", "nms")})
+
+
+def wraps_one_op(path: str, func: str = "") -> bool:
+    """Whether a frame of this file (and function) is a Python wrapper around one
+    operator: torch's, or a library function that only calls one (``_ONE_OP_FUNCTIONS``)."""
+    normal = path.replace("\\", "/")
+    if _ONE_OP_WRAPPERS.search(normal) is not None:
+        return True
+    return any(normal.endswith(file) and func == name for file, name in _ONE_OP_FUNCTIONS)
 
 
 # --- a tensor turned into text ----------------------------------------------------------

@@ -429,3 +429,20 @@ def test_a_fix_inside_a_library_says_it_is_an_edit_there_unless_the_library_has_
     advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=pyg)
     assert "library_code" not in advice
     assert "library_code" not in catalogue.advice_for("scalar_readback", ["aten::item"])
+
+
+@pytest.mark.parametrize(
+    ("path", "func", "wraps"),
+    [
+        ("torch/functional.py", "_unique_impl", True),
+        ("/venv/lib/python3.11/site-packages/torch/_ops.py", "__call__", True),
+        ("torch/_tensor.py", "unique", True),
+        # torchvision's nms only calls its operator: the caller's line is the one to name.
+        ("torchvision/ops/boxes.py", "nms", True),
+        ("torchvision/ops/boxes.py", "_batched_nms_vanilla", False),
+        ("torch/nn/utils/clip_grad.py", "clip_grad_norm_", False),
+        ("ultralytics/utils/loss.py", "preprocess", False),
+    ],
+)
+def test_wrappers_of_one_operator_are_told_from_code_that_chose_to_call_it(path, func, wraps):
+    assert catalogue.wraps_one_op(path, func) is wraps

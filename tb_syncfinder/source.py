@@ -1693,7 +1693,10 @@ def _host_only(scope: ast.AST, expr: ast.expr, line: int, module: ast.AST | None
         return (
             func.id in _BUILTINS
             and not _assigned_before(scope, func.id, _AFTER_EVERY_LINE)
-            and not (module is not None and _imports(module).get(func.id))
+            # Not rebound by the module either (``print = log.info``).
+            and not (
+                module is not None and (_imports(module).get(func.id) or _bindings(module, func.id))
+            )
         )
     if not isinstance(func, ast.Attribute):
         return False

@@ -66,3 +66,38 @@ def test_a_librarys_reads_under_one_call_are_rows_naming_their_code_and_fix(
         listed = page.inner_text("[data-testid=file-errors]")
         assert str(unnamed) in listed and "NAME.pt.trace.json" in listed, listed
     assert page_errors == []
+
+
+def test_a_fix_in_a_librarys_own_code_says_so_in_the_detail(
+    tmp_path: Any, browser: Any, page_errors: list[str]
+) -> None:
+    """A YOLO walk: ultralytics' reads under ``model.train()`` got fixes written for the
+    user's own code, with nothing saying they are edits of ultralytics. The detail's fix
+    says so now; a library with a fix of its own (transformers' ``logging_steps``) needs
+    no such word."""
+    builder = KinetoTraceBuilder()
+    for n in range(3):
+        with builder.step(n):
+            item_sync(builder, stack=[TRAIN, ("ultralytics/utils/tal.py", 564, "make_anchors")])
+            item_sync(
+                builder,
+                stack=[TRAIN, LOOP, ("transformers/trainer.py", 2240, "_maybe_log_save_evaluate")],
+            )
+    builder.write(tmp_path / "logs" / "yolo" / "worker0.pt.trace.json")
+    with serve_tensorboard(tmp_path / "logs", cwd=tmp_path, expected_runs={"yolo"}) as base:
+        page = new_page(browser, page_errors)
+        page.goto(plugin_url(base, "#run=yolo"))
+        assert len(rows(page)) == 2
+        page.locator("[data-testid=sites] tbody tr", has_text="tal.py").first.click()
+        note = page.wait_for_selector("[data-testid=detail] [data-testid=library-code]")
+        assert note.inner_text() == (
+            "An edit of ultralytics' own code: no setting of it is known to avoid this."
+        )
+        page.locator("[data-testid=sites] tbody tr", has_text="trainer.py").first.click()
+        page.wait_for_selector("[data-testid=detail] [data-testid=advice]")
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=detail] [data-testid=advice]')"
+            ".textContent.includes('logging_steps')"
+        )
+        assert page.locator("[data-testid=detail] [data-testid=library-code]").count() == 0
+    assert page_errors == []

@@ -418,3 +418,55 @@ def test_a_known_library_not_installed_here_says_why_its_lines_are_marked(
         "(An edit of ultralytics' own code: no setting of it is known to avoid this.)" in m
         for m in messages
     )
+
+
+_RUNNING_LOOP = """\
+import torch
+
+
+def fit(prof, nw=0):
+    w = torch.randn(8, 1, requires_grad=True)
+    for i in range(5):
+        if nw and i <= nw:
+            lr = float(i / nw)
+        loss = (torch.randn(4, 8) @ w).pow(2).mean()
+        loss.backward()
+        desc = ("%8s" + "%10.4g") % (f"{i}/5", loss.detach())
+        prof.step()
+"""
+
+
+def test_a_computed_format_in_a_running_library_loop_is_never_beaten_by_a_dead_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library's loop already running when profiling started (ultralytics' ``_do_train``
+    steps the profiler through a callback) reads its loss through a computed ``%``-format;
+    a ``float()`` in a branch that never runs was named the line, exact (a second YOLO
+    walk). The format is a read now: the line is not claimed, and both are candidates."""
+    packages = tmp_path / "site-packages"
+    (packages / "looplib").mkdir(parents=True)
+    (packages / "looplib" / "__init__.py").write_text(_RUNNING_LOOP)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    script = textwrap.dedent(
+        f"""\
+        import torch, looplib
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            with_stack=True,
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+            on_trace_ready=lambda p: p.export_chrome_trace({str(out)!r}),
+        ) as prof:
+            looplib.fit(prof)
+        """
+    )
+    (tmp_path / "run.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "run.py"], env=env, cwd=tmp_path, check=True, capture_output=True
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert site.library is not None and site.library.file == "looplib/__init__.py"
+    assert not site.library.line_exact
+    assert 11 in site.library.candidates

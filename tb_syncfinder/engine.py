@@ -589,6 +589,9 @@ def _latent_copies_by_line(
             # read on a loader's batch before its ``.to(device)``: PyG's ``to_undirected
             # (data.edge_index)``, 30 of a run's 70 latent syncs).
             or resolver.touches_only_host(source)
+            # Or the library's own line that synced reads host values only (OpenCLIP's
+            # ``torch.where(ranking == ground_truth)`` of a ``.cpu()`` result's ranking).
+            or (source is not None and resolver.touches_only_host(source.library))
             # Or a library's own read (the innermost frame a built-in ``item``) of a tensor
             # it made on the host: timm's scheduler draws its learning-rate noise with a CPU
             # generator and reads it, 14 of a run's 19 latent syncs.

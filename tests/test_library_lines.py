@@ -470,3 +470,32 @@ def test_a_computed_format_in_a_running_library_loop_is_never_beaten_by_a_dead_l
     assert site.library is not None and site.library.file == "looplib/__init__.py"
     assert not site.library.line_exact
     assert 11 in site.library.candidates
+
+
+_METRICS = """\
+import torch
+
+
+def train(model, x):
+    out = model(x)
+    logits = out.detach().cpu()
+    ranking = torch.argsort(logits, descending=True)
+    hits = torch.where(ranking == 0)[1]
+    kept = out[out > 0]
+    return hits, kept
+"""
+
+
+def test_a_librarys_mask_of_its_own_host_copy_is_not_listed_its_device_mask_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCLIP's ``get_clip_metrics`` ranks a ``.cpu()`` copy and takes ``torch.where`` of
+    it: no GPU wait, left out in the user's code but listed in the library's (2 of
+    evaluation's 4 latent syncs, enough to fail ``--max-syncs-per-step 2``). The library's
+    line is checked as the user's is; its mask of the model's output stays."""
+    out = _record(tmp_path, monkeypatch, _METRICS, package="open_clip_train")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    found = sorted(
+        (site.kind, site.library.line) for site in report.latent_sites if site.library is not None
+    )
+    assert found == [("dynamic_shape", 9)], found

@@ -499,3 +499,35 @@ def test_a_librarys_mask_of_its_own_host_copy_is_not_listed_its_device_mask_is(
         (site.kind, site.library.line) for site in report.latent_sites if site.library is not None
     )
     assert found == [("dynamic_shape", 9)], found
+
+
+_LOGGED = """\
+_calls = [0]
+
+
+def train(model, x, log_every=2):
+    _calls[0] += 1
+    step = _calls[0]
+    loss = model(x).sum()
+    if step % log_every == 0:
+        print(loss.item())
+    return loss
+"""
+
+
+def test_a_librarys_own_every_n_steps_test_is_said_with_the_setting_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCLIP logs under ``if i % args.log_every_n_steps == 0:`` in its own loop: the
+    report said "no setting of it is known", though its ``--log-every-n-steps`` is that
+    setting and the library's line's test was in the JSON. Said now."""
+    out = _record(tmp_path, monkeypatch, _LOGGED, package="open_clip_train")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert site.library is not None and site.library.periodic_guard == "step % log_every == 0"
+    text = " ".join(render_report(report.to_json(), width=300).split())
+    assert "already every N steps (under `if step % log_every == 0:` in the library's code)" in text
+    assert (
+        "(an edit of open_clip_train's own code, which reads it only under `if step % "
+        "log_every == 0:`: the setting of open_clip_train behind that test reads it less often)"
+    ) in text

@@ -100,7 +100,7 @@ export async function renderDetail(ctx, slot) {
       sync ? stackSection(sync, app) : null,
       // The sync's own trace says its device (a run may hold NPU and CPU-only traces).
       detail?.context ? timelineSection(detail.context, sync, slot.clientWidth - 26, traceOf(sync, traces)?.device === "npu" ? "NPU" : ctx.idleOn || "GPU") : null,
-      site?.advice ? adviceSection(site.advice) : null,
+      site?.advice ? adviceSection(site.advice, site) : null,
       sync && !sync.latent ? viewersSection(sync, detail?.context, sel, traceSelection(sync.trace, traces), app, traceOf(sync, traces)?.profiler_tab !== false) : null,
       occurrences(syncs, fetchPage, syncId, app, ctx, latent ? null : validOccSort(state.osort)),
     );
@@ -539,8 +539,11 @@ function truncate(text, n) {
   return text && text.length > n ? text.slice(0, n - 1) + "…" : text || "";
 }
 
-/** @param {any} advice */
-function adviceSection(advice) {
+/**
+ * @param {any} advice
+ * @param {any} [site]
+ */
+function adviceSection(advice, site = null) {
   return [
     h("h3", null, "How to fix"),
     h(
@@ -549,8 +552,8 @@ function adviceSection(advice) {
       advice.title ? h("b", null, withCode(advice.title)) : null,
       advice.text ? h("p", null, withCode(advice.text)) : null,
       advice.removes ? h("p", { class: "sa-note" }, `Removes: ${advice.removes}`) : null,
-      libraryCodeText(advice)
-        ? h("p", { class: "sa-note", "data-testid": "library-code" }, libraryCodeText(advice))
+      libraryCodeText(advice, site)
+        ? h("p", { class: "sa-note", "data-testid": "library-code" }, libraryCodeText(advice, site))
         : null,
       advice.before || advice.after
         ? h(

@@ -332,7 +332,11 @@ export function periodicGuardOf(site) {
   if (site.periodic_guard) return [String(site.periodic_guard), ""];
   const callers = (site.callers || []).filter(Boolean);
   const guards = new Set(callers.map((/** @type {any} */ c) => c.periodic_guard ?? null));
-  if (!callers.length || guards.size !== 1 || guards.has(null)) return [null, ""];
+  if (!callers.length || guards.size !== 1 || guards.has(null)) {
+    // Else the test around the library's line that read (OpenCLIP's log_every_n_steps).
+    const libraryGuard = site.library?.periodic_guard;
+    return libraryGuard ? [String(libraryGuard), " in the library's code"] : [null, ""];
+  }
   const guard = String([...guards][0]);
   if (callers.length > 1) return [guard, ", around its calls"];
   const c = callers[0];
@@ -371,11 +375,18 @@ export function spreadText(site) {
 /**
  * What a fix for a library's own code means (`advice.library_code`, the package the
  * user's line called): the text report's words; "" where the fix is the user's to make.
+ * `site`: where the library's line has a test of its own that reads every N steps.
  * @param {any} advice
+ * @param {any} [site]
  */
-export function libraryCodeText(advice) {
+export function libraryCodeText(advice, site = null) {
   const pkg = advice?.library_code;
   if (!pkg) return "";
   const owner = pkg.endsWith("s") ? `${pkg}'` : `${pkg}'s`;
+  const guard = site?.library?.periodic_guard;
+  if (guard) {
+    // Its own test says how often: a setting of the library is likely behind it.
+    return `An edit of ${owner} own code, which reads it only under if ${guard}: the setting of ${pkg} behind that test reads it less often.`;
+  }
   return `An edit of ${owner} own code: no setting of it is known to avoid this.`;
 }

@@ -230,3 +230,25 @@ test("a fix for a library's own code says it is an edit there, in the text repor
   assert.equal(libraryCodeText({ title: "x" }), "");
   assert.equal(libraryCodeText(null), "");
 });
+
+test("a library's own every-N-steps test is said, and its fix points at the setting behind it", async () => {
+  const { libraryCodeText, spreadText } = await import("../src/format.js");
+  const site = {
+    count: 3,
+    per_step: 0.6,
+    steps_with_syncs: 3,
+    max_per_step: 1,
+    library: { file: "open_clip_train/train.py", line: 32, periodic_guard: "i % log_every_n_steps == 0" },
+    advice: { title: "Keep the value on the device", library_code: "open_clip_train" },
+  };
+  assert.equal(
+    spreadText(site),
+    "in 3 of 5 steps: already every N steps (under if i % log_every_n_steps == 0: in the library's code)",
+  );
+  assert.equal(
+    libraryCodeText(site.advice, site),
+    "An edit of open_clip_train's own code, which reads it only under if i % log_every_n_steps == 0: the setting of open_clip_train behind that test reads it less often.",
+  );
+  // The site's own test comes first.
+  assert.equal(spreadText({ ...site, periodic_guard: "step % 10 == 0" }), "in 3 of 5 steps: already every N steps (under if step % 10 == 0:)");
+});

@@ -587,6 +587,13 @@ def library_code_text(site: dict[str, Any]) -> str:
     if not package:
         return ""
     owner = f"{package}'" if package.endswith("s") else f"{package}'s"
+    guard = (site.get("library") or {}).get("periodic_guard")
+    if guard:
+        # Its own test says how often: a setting of the library is likely behind it.
+        return (
+            f"(an edit of {owner} own code, which reads it only under `if {guard}:`: the "
+            f"setting of {package} behind that test reads it less often)"
+        )
     return f"(an edit of {owner} own code: no setting of it is known to avoid this)"
 
 
@@ -769,7 +776,10 @@ def periodic_guard_of(site: dict[str, Any]) -> tuple[str | None, str]:
     callers = [c for c in site.get("callers") or [] if isinstance(c, dict)]
     guards = {c.get("periodic_guard") for c in callers}
     if not callers or len(guards) != 1 or None in guards:
-        return None, ""
+        # Else the test around the library's line that read (OpenCLIP's ``if i %
+        # args.log_every_n_steps == 0:`` in its ``train_one_epoch``).
+        library_guard = (site.get("library") or {}).get("periodic_guard")
+        return (str(library_guard), " in the library's code") if library_guard else (None, "")
     if len(callers) > 1:
         return str(guards.pop()), ", around its calls"
     caller = callers[0]

@@ -136,7 +136,9 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     """An explicit synchronize (``torch.cuda.synchronize()``, ``event.synchronize()``) in a
     function a CPU-only trace shows running, which did not run there: read from the source,
     it would make the host wait on a GPU wherever its condition holds (``guard``: the test
-    of the innermost ``if`` around it, as Python prints it)."""
+    of the innermost ``if`` around it, as Python prints it). Or a copy to the host that runs
+    only where its tensor is off the host (Keras' ``if x.device != torch.device("cpu"): x =
+    x.cpu()``), which no CPU trace shows either (``source.guarded_copies``)."""
 
     file: str  # as the trace names it
     line: int

@@ -1222,6 +1222,69 @@ def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     return sorted(set(found), key=lambda f: (f[0], f[1]))
 
 
+# A file that may hold an explicit synchronize or a copy to the host: read further.
+_MAY_WAIT_UNRUN = re.compile(rb"synchronize\(|\.cpu\(|\.to\(")
+
+
+def guarded_copies(scope: ast.AST) -> list[tuple[int, str, str | None]]:
+    """The copies to the host of ``scope``'s own code (``.cpu()``, ``.to("cpu")``) that
+    run only where a tensor is not on the host: in the body of an ``if`` that tests so
+    (``if x.device != torch.device("cpu"):``, ``if t.is_cuda:``), or in the ``else`` of
+    one that tests the opposite. On a CPU run they never run, and no trace shows them:
+    Keras' ``convert_to_numpy`` copies each metric so, two a training step on a GPU. As
+    ``explicit_syncs``: (line, the call, the ``if``'s test), by line."""
+    found: list[tuple[int, str, str | None]] = []
+    stack: list[tuple[ast.AST, str | None]] = [(node, None) for node in ast.iter_child_nodes(scope)]
+    while stack:
+        node, guard = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        if guard is not None and isinstance(node, ast.Call) and _moved_to_host(node):
+            found.append((node.lineno, ast.unparse(node), guard))
+        if isinstance(node, ast.If):
+            off = _off_host_test(node.test)
+            test = ast.unparse(node.test)
+            stack.append((node.test, guard))
+            stack.extend((child, test if off is True else guard) for child in node.body)
+            # (In the ``else`` of a test for the host, its negation is the guard.)
+            negated = f"not ({test})"
+            stack.extend((child, negated if off is False else guard) for child in node.orelse)
+        else:
+            stack.extend((child, guard) for child in ast.iter_child_nodes(node))
+    return sorted(set(found), key=lambda f: (f[0], f[1]))
+
+
+_DEVICE_FLAGS = {"is_cuda": True, "is_cpu": False}
+
+
+def _off_host_test(test: ast.expr) -> bool | None:
+    """True for a test that holds where a tensor is not on the host (``x.device !=
+    torch.device("cpu")``, ``x.device.type == "cuda"``, ``x.is_cuda``), False for its
+    opposite (``x.device.type == "cpu"``, ``x.is_cpu``), None for any other test."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _off_host_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Attribute) and test.attr in _DEVICE_FLAGS:
+        return _DEVICE_FLAGS[test.attr]
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    sides = [test.left, test.comparators[0]]
+    if not any(isinstance(n, ast.Attribute) and n.attr in ("device", "type") for n in sides):
+        return None
+    names = [
+        n.value
+        for side in sides
+        for n in ast.walk(side)
+        if isinstance(n, ast.Constant) and n.value in ("cpu", "cuda")
+    ]
+    if len(names) != 1:
+        return None
+    equal = isinstance(test.ops[0], (ast.Eq, ast.Is))
+    if not equal and not isinstance(test.ops[0], (ast.NotEq, ast.IsNot)):
+        return None
+    return (names[0] == "cuda") == equal
+
+
 def guards_around(scope: ast.AST, line: int) -> list[str]:
     """The tests of the ``if`` statements of ``scope``'s own code whose body (not their
     ``else``) holds ``line``, outermost first, as Python prints them: timm's
@@ -3770,7 +3833,7 @@ class SourceResolver:
                 ran = {frame.line, *lines_run.get((frame.file, frame.func), ())}
             if scope is None:
                 continue
-            for line, code, guard in explicit_syncs(scope):
+            for line, code, guard in [*explicit_syncs(scope), *guarded_copies(scope)]:
                 if ran is not None and not any(
                     first <= other <= end
                     for first, end in loops_around(scope, line)
@@ -3799,7 +3862,7 @@ class SourceResolver:
                 continue
             path = self.find_library_file(frame.file)
             data = self._source_bytes(path) if path is not None else None
-            if path is None or data is None or b"synchronize(" not in data:
+            if path is None or data is None or not _MAY_WAIT_UNRUN.search(data):
                 continue
             parsed = self._parse_function(path, frame.line, frame.func)
             if parsed is None:
@@ -3808,7 +3871,7 @@ class SourceResolver:
             if scope is None:
                 continue
             library = called_library([(frame.file, frame.func)])
-            for line, code, guard in explicit_syncs(scope):
+            for line, code, guard in [*explicit_syncs(scope), *guarded_copies(scope)]:
                 key = (frame.file, line, code)
                 if key in found:
                     found[key].calls = (found[key].calls or 0) + count

@@ -531,3 +531,43 @@ def test_a_librarys_own_every_n_steps_test_is_said_with_the_setting_behind_it(
         "(an edit of open_clip_train's own code, which reads it only under `if step % "
         "log_every == 0:`: the setting of open_clip_train behind that test reads it less often)"
     ) in text
+
+
+_KERAS_LIKE = """\
+import numpy as np
+import torch
+
+
+def convert_to_numpy(x):
+    if x.device != torch.device("cpu"):
+        x = x.cpu()
+    return np.array(x)
+
+
+def train(model, x):
+    loss = model(x).sum()
+    return convert_to_numpy(loss.detach())
+"""
+
+
+def test_a_librarys_copy_made_only_off_the_host_is_named_with_its_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keras' ``convert_to_numpy``, which copies each metric for the progress bar only
+    where it is off the host: a CPU report of ``model.fit()`` said no operator would
+    synchronize (a Keras walk: every per-batch read missed). Named now, as the library's,
+    with how often its function ran."""
+    out = _record(tmp_path, monkeypatch, _KERAS_LIKE, package="keras")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert report.latent_sites == []
+    [unrun] = report.traces[0].unrun_syncs
+    assert (unrun.file, unrun.line, unrun.code, unrun.library, unrun.calls) == (
+        "keras/algo.py",
+        7,
+        "x.cpu()",
+        "keras",
+        3,
+    )
+    text = " ".join(render_report(report.to_json(), width=200).split())
+    assert "keras/algo.py:7 x.cpu() (keras' own code, in convert_to_numpy, under `if" in text
+    assert "its function ran 3 times, 1.0 a step" in text

@@ -316,3 +316,85 @@ def test_a_module_loop_that_reads_nothing_still_names_its_synchronize(tmp_path):
     assert report.latent_sites == []
     lines = [u.line for t in report.traces for u in t.unrun_syncs]
     assert lines == [15], lines
+
+
+@pytest.mark.parametrize(
+    ("code", "found"),
+    [
+        # Keras' convert_to_numpy: the copy only where the tensor is off the host.
+        (
+            "def f(x):\n    if x.device != torch.device('cpu'):\n        x = x.cpu()\n",
+            [(3, "x.cpu()", "x.device != torch.device('cpu')")],
+        ),
+        (
+            "def f(t):\n    if t.is_cuda:\n        t = t.to('cpu')\n",
+            [(3, "t.to('cpu')", "t.is_cuda")],
+        ),
+        (
+            "def f(t):\n    if t.device.type == 'cpu':\n        pass\n"
+            "    else:\n        t = t.cpu()\n",
+            [(5, "t.cpu()", "not (t.device.type == 'cpu')")],
+        ),
+        # Runs on the host too (a CPU trace shows it), or under a test of something else.
+        ("def f(t):\n    if t.device.type == 'cpu':\n        t = t.cpu()\n", []),
+        ("def f(t, flag):\n    if flag:\n        t = t.cpu()\n", []),
+        ("def f(t):\n    t = t.cpu()\n", []),
+    ],
+)
+def test_copies_made_only_off_the_host_are_read_with_their_test(code, found):
+    from tb_syncfinder.source import guarded_copies
+
+    assert guarded_copies(ast.parse(code).body[0]) == found
+
+
+def test_a_copy_made_only_off_the_host_is_named_on_a_cpu_trace(tmp_path):
+    """Keras' ``convert_to_numpy`` copies a metric to the host only where it is not there
+    (``if x.device != torch.device("cpu"): x = x.cpu()``): on a CPU run the copy never
+    runs and no trace shows it, and the report said no operator would synchronize (a
+    Keras walk: every per-batch metric read missed). It is read from the source now, as
+    an unrun synchronize is, with a fix for a copy."""
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import numpy as np
+            import torch
+
+            DEV = "cuda" if torch.cuda.is_available() else "cpu"
+            w = torch.randn(8, 8, device=DEV, requires_grad=True)
+
+
+            def to_numpy(x):
+                if x.device != torch.device("cpu"):
+                    x = x.cpu()
+                return np.array(x)
+
+
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+            )
+            prof.start()
+            for step in range(5):
+                loss = (w @ w).square().mean()
+                loss.backward()
+                value = to_numpy(loss.detach())
+                prof.step()
+            prof.stop()
+            """
+        )
+    )
+    import runpy
+
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    unrun = [(u.line, u.func, u.code, u.guard) for t in report.traces for u in t.unrun_syncs]
+    assert unrun == [(10, "to_numpy", "x.cpu()", "x.device != torch.device('cpu')")], unrun
+    text = " ".join(report.to_text().split())
+    assert (
+        "guarded.py:10 x.cpu() (in to_numpy, under `if x.device != torch.device('cpu'):`)" in text
+    )
+    assert "Fix: keep the values on the device and copy them back once" in text

@@ -2232,9 +2232,12 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
     (``TraceInfo.unrun_syncs``), said under its latent list: on a GPU each waits wherever
     its condition holds. None: none."""
     found: dict[tuple[str, int, str], dict[str, Any]] = {}
+    calls: dict[tuple[str, int, str], int] = {}
     for trace in traces:
         for unrun in trace.get("unrun_syncs") or ():
-            found.setdefault((unrun["file"], unrun["line"], unrun["code"]), unrun)
+            key = (unrun["file"], unrun["line"], unrun["code"])
+            found.setdefault(key, unrun)
+            calls[key] = calls.get(key, 0) + int(unrun.get("calls") or 0)
     if not found:
         return None
     steps = sum(int(trace.get("steps") or 0) for trace in traces)
@@ -2250,9 +2253,9 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
         library = unrun.get("library")
         if library:
             # A library's: its path as the trace names it, whose code it is, how often it ran.
-            calls = int(unrun.get("calls") or 0)
-            ran = f"; its function ran {plural(calls, 'time')}" + (
-                f", {calls / steps:.1f} a step" if steps else ""
+            ran_calls = calls[(file, line, code)]  # in every trace of the run
+            ran = f"; its function ran {plural(ran_calls, 'time')}" + (
+                f", {ran_calls / steps:.1f} a step" if steps else ""
             )
             owner = f"{library}'" if library.endswith("s") else f"{library}'s"
             named.append(f"{file}:{line} {code} ({owner} own code, {where}{ran})")
@@ -2260,10 +2263,14 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
         named.append(f"{os.path.basename(file)}:{line} {code} ({where})")
     more = f"; and {len(found) - most} more" if len(found) > most else ""
     libraries = [unrun for unrun in found.values() if unrun.get("library")]
-    if len(libraries) == len(found):
+    own = [unrun for unrun in found.values() if not unrun.get("library")]
+    if not own:
         fix = "an edit of the library's own code: no setting of it is known to avoid them."
     else:
-        fix = UNRUN_SYNC_FIX + (
+        # A copy under a test of the tensor's device (``if x.device != cpu: x = x.cpu()``)
+        # is not a synchronize to drop: it is a copy to make less often.
+        copies = all("synchronize" not in str(unrun.get("code")) for unrun in own)
+        fix = (UNRUN_COPY_FIX if copies else UNRUN_SYNC_FIX) + (
             " A library's are edits of its own code: no setting of it is known to avoid them."
             if libraries
             else ""
@@ -2330,6 +2337,14 @@ def library_copies_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str 
 UNRUN_SYNC_FIX = (
     f"{catalogue_kind(EXPLICIT_SYNC).advice.title.lower()}; to time steps, synchronize only "
     "every N steps, or record torch.cuda.Event(enable_timing=True) and read it every N steps."
+)
+
+
+# What to do about a copy to the host that runs only off the host (``if x.is_cuda:
+# x = x.cpu()``): one copy where several were, as for any copy back.
+UNRUN_COPY_FIX = (
+    "keep the values on the device and copy them back once, after the loop or every N "
+    "steps (one torch.stack(...).cpu() for several)."
 )
 
 

@@ -183,6 +183,21 @@ def _installed_here(parts: list[str]) -> bool:
     return any(os.path.isfile(os.path.join(loc, *rest)) for loc in locations)
 
 
+def package_of(path: str) -> str | None:
+    """The top package of a library file: the folder after ``site-packages`` (or
+    ``dist-packages``), else the first folder of a path torch shortened to its package
+    (``open_clip_train/train.py``); None for a file outside any package."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            parts = parts[len(parts) - parts[::-1].index(marker) :]
+            break
+    else:
+        if path.startswith(("/", "<")) or (len(path) > 1 and path[1] == ":"):
+            return None
+    return parts[0] if len(parts) > 1 else None
+
+
 def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
     """A stack frame from a python_function name or a legacy ``Call stack`` entry."""
     name = name.strip()
@@ -434,6 +449,7 @@ class Attributor:
         self._entered: dict[tuple[str, str], set[int]] = {}
         self._first_library_calls: dict[Any, float] = {}
         self._unrecorded_copies: dict[Any, tuple[list[float], list[Any]]] | None = None
+        self._program: str | None = None  # ``_program_package``'s, "" for none
 
     # -- indexes -----------------------------------------------------------------------
     def first_call_of(
@@ -609,6 +625,42 @@ class Attributor:
             for name in names - self._frames_by_name.keys():
                 self._frames_by_name[name] = parse_frame(name, self.packs)
         return self.frames_made()
+
+    def user_frame(self, frames: Sequence[tuple[int, Frame]]) -> int | None:
+        """The position in ``frames`` (innermost first) of the user's innermost frame; where
+        none is the user's, the innermost of the package run as the program (``python -m
+        open_clip_train.main``: every frame is a library's, and every read had no line)."""
+        found = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
+        if found is not None:
+            return found
+        program = self._program_package()
+        if program is None:
+            return None
+        return next((n for n, (_i, f) in enumerate(frames) if package_of(f.file) == program), None)
+
+    def _program_package(self) -> str | None:
+        """The package of a library module run as the program by ``python -m`` (its
+        ``<module>`` frame called by ``runpy``); None: the program is the user's script."""
+        if self._program is None:
+            self._program = ""
+            for thread in self.tl.threads.values():
+                kinds, nodes, parent = thread.kinds, thread.nodes, thread.parent
+                for i in compress(range(len(kinds)), map(PYTHON.__eq__, kinds)):
+                    name = nodes[i].name
+                    if not name.endswith(": <module>") or parent[i] < 0:
+                        continue
+                    if "runpy" not in nodes[parent[i]].name:
+                        continue
+                    if name not in self._frames_by_name:
+                        self._frames_by_name[name] = parse_frame(name, self.packs)
+                    frame = self._frames_by_name[name]
+                    if frame is not None and not frame.user:
+                        self._program = package_of(frame.file) or ""
+                    if self._program:
+                        break
+                if self._program:
+                    break
+        return self._program or None
 
     def library_functions_run(self) -> list[tuple[Frame, int]]:
         """Each function of a known library's own code the trace shows running (not
@@ -1094,7 +1146,7 @@ class Attributor:
         the call of the user's function by the next user frame out, where one called it,
         the calls by the user frames further out (``Attribution.outer_calls``), and whether
         the user's frame steps the profiler itself (``Attribution.steps_own_frame``)."""
-        user = next((n for n, (_i, f) in enumerate(frames) if f.user), None)
+        user = self.user_frame(frames)
         if user is None:
             return None, None, None, [], False
         user_query = self.query(thread, frames, user, op)
@@ -1232,7 +1284,8 @@ class Attributor:
             user_call, library_call, caller_call, outer_calls, steps_own_frame = (
                 self._frame_queries(thread, located, outer)
             )
-            user = next((i for i, f in located if f.user), None)
+            at = self.user_frame(located)
+            user = located[at][0] if at is not None else None
             invocation = (thread.pid, thread.tid, user) if user is not None else None
         else:
             # Legacy traces: the stack is an argument of the operators, innermost op first.

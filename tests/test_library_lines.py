@@ -571,3 +571,56 @@ def test_a_librarys_copy_made_only_off_the_host_is_named_with_its_calls(
     text = " ".join(render_report(report.to_json(), width=200).split())
     assert "keras/algo.py:7 x.cpu() (keras' own code, in convert_to_numpy, under `if" in text
     assert "its function ran 3 times, 1.0 a step" in text
+
+
+_RUN_AS_MODULE = """\
+import sys
+
+import torch
+
+
+def train_one_epoch(out):
+    model = torch.nn.Linear(4, 2)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=lambda p: p.export_chrome_trace(out),
+    ) as prof:
+        for step in range(5):
+            loss = model(torch.randn(8, 4)).square().mean()
+            loss.backward()
+            value = loss.item()
+            top = model.weight.grad.abs().max().item()
+            prof.step()
+
+
+if __name__ == "__main__":
+    train_one_epoch(sys.argv[1])
+"""
+
+
+def test_a_librarys_module_run_as_the_program_is_read_as_the_users_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCLIP runs as ``python -m open_clip_train.main``: every frame is a library's, and
+    every read was "(no stack)", reads of different lines one site with one read's fix (a
+    walk: 24 of 24). The package run as the program stands for the user's code."""
+    packages = tmp_path / "site-packages"
+    (packages / "trainlib").mkdir(parents=True)
+    (packages / "trainlib" / "__init__.py").write_text("")
+    (packages / "trainlib" / "train.py").write_text(_RUN_AS_MODULE)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": str(packages)}
+    subprocess.run(
+        [sys.executable, "-m", "trainlib.train", str(out)],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    report = analyze(str(out), source_roots=[str(tmp_path / "elsewhere")])
+    found = sorted((site.line, site.line_exact, site.count) for site in report.latent_sites)
+    assert found == [(17, True, 3), (18, True, 3)], found
+    assert all(site.file.endswith("trainlib/train.py") for site in report.latent_sites)

@@ -336,8 +336,9 @@ def test_a_read_that_sets_a_size_gets_the_size_fix_and_a_logged_read_keeps_its_o
         line: titles.get(line) for line in (TRIM_LINE, ARANGE_LINE, RANGE_LINE)
     } == dict.fromkeys((TRIM_LINE, ARANGE_LINE, RANGE_LINE), size_title)
     assert titles[LOGGED_LINE] == "Keep the value on the device; read it every N steps"
-    # A Python list looked up by it sets no size: its read keeps the read's fix.
-    assert titles[LOOKUP_LINE] == "Keep the value on the device; read it every N steps"
+    # A Python list looked up by it sets no size; its read is of a value chosen by
+    # ``argmax``, which the host needs at once: chosen for many, one read serves them.
+    assert titles[LOOKUP_LINE] == "Sample or choose for many at once: one read serves them all"
     sizes = {s.source.line for s in report.latent if s.source and s.source.read_as_size}
     assert sizes == {TRIM_LINE, ARANGE_LINE, RANGE_LINE}
 

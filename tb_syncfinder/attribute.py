@@ -30,6 +30,7 @@ from tb_syncfinder.catalogue import (
     PROFILER_STOP_APIS,
     SETUP_CALLS,
     called_library,
+    package_of,
     passes_through,
     wraps_one_op,
 )
@@ -181,21 +182,6 @@ def _installed_here(parts: list[str]) -> bool:
         )
     rest = parts[1:] if len(parts) > 1 else parts
     return any(os.path.isfile(os.path.join(loc, *rest)) for loc in locations)
-
-
-def package_of(path: str) -> str | None:
-    """The top package of a library file: the folder after ``site-packages`` (or
-    ``dist-packages``), else the first folder of a path torch shortened to its package
-    (``open_clip_train/train.py``); None for a file outside any package."""
-    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts:
-            parts = parts[len(parts) - parts[::-1].index(marker) :]
-            break
-    else:
-        if path.startswith(("/", "<")) or (len(path) > 1 and path[1] == ":"):
-            return None
-    return parts[0] if len(parts) > 1 else None
 
 
 def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:

@@ -2729,22 +2729,26 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
     return package if package not in _FRAMEWORK_PACKAGES else None
 
 
-def library_package(path: str) -> str | None:
-    """The known library (``LIBRARY_PACKAGES``) a file is of: the folder after
-    ``site-packages`` (or ``dist-packages``), else the first of a path shortened to its
-    package (``ultralytics/utils/loss.py``); None for any other."""
-    parts = [part for part in path.replace("\\", "/").split("/") if part]
+def package_of(path: str) -> str | None:
+    """The top package of a library file: the folder after ``site-packages`` (or
+    ``dist-packages``), else the first folder of a path torch shortened to its package
+    (``open_clip_train/train.py``); None for a file in no package, or at an absolute path
+    outside site-packages (a checkout: the user's)."""
+    parts = [part for part in path.replace("\\", "/").split("/") if part and part != "."]
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:
-            at = len(parts) - 1 - parts[::-1].index(marker)
-            parts = parts[at + 1 :]
+            parts = parts[len(parts) - parts[::-1].index(marker) :]
             break
     else:
-        if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
-            return None  # an absolute path outside site-packages: a checkout, the user's
-    if len(parts) < 2:
-        return None
-    top = parts[0]
+        if path.startswith(("/", "\\", "<")) or (len(path) > 1 and path[1] == ":"):
+            return None
+    return parts[0] if len(parts) > 1 else None
+
+
+def library_package(path: str) -> str | None:
+    """The known library (``LIBRARY_PACKAGES``) a file is of (``package_of``); None for
+    any other."""
+    top = package_of(path)
     return top if top in LIBRARY_PACKAGES else None
 
 

@@ -2081,7 +2081,8 @@ def _iterates(iterable: ast.expr, name: str) -> bool:
     return isinstance(iterable, ast.Name) and iterable.id == name
 
 
-_DEVICE_MOVE_CALLS = frozenset({"to", "cuda", "npu", "xpu", "mps"})
+# The moves that put a tensor on a device (not a cast, ``type``; not ``pin_memory``).
+_DEVICE_MOVE_CALLS = DEVICE_MOVES - {"type", "pin_memory"}
 
 
 def _root_name(expr: ast.expr) -> str | None:

@@ -1200,26 +1200,16 @@ def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     ``event.synchronize()``), each as (line, the call, the test of the innermost
     ``if`` whose body or ``else`` holds it, or None; both as Python prints them: quotes and
     parentheses may differ from the file's), by line."""
-    found: list[tuple[int, str, str | None]] = []
-    # (node, the innermost if's test around it)
-    stack: list[tuple[ast.AST, str | None]] = [(node, None) for node in ast.iter_child_nodes(scope)]
-    while stack:
-        node, guard = stack.pop()
-        if isinstance(node, _NESTED_SCOPES):
-            continue
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in EXPLICIT_SYNC_METHODS
-        ):
-            found.append((node.lineno, ast.unparse(node), guard))
-        if isinstance(node, ast.If):
-            test = ast.unparse(node.test)
-            stack.append((node.test, guard))
-            stack.extend((child, test) for child in (*node.body, *node.orelse))
-        else:
-            stack.extend((child, guard) for child in ast.iter_child_nodes(node))
-    return sorted(set(found), key=lambda f: (f[0], f[1]))
+
+    def guards(node: ast.If, test: str) -> tuple[str, str]:
+        return test, test
+
+    found = {
+        (node.lineno, ast.unparse(node), guard)
+        for node, guard in _calls_under_tests(scope, guards)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in EXPLICIT_SYNC_METHODS
+    }
+    return sorted(found, key=lambda f: (f[0], f[1]))
 
 
 # A file that may hold an explicit synchronize or a copy to the host: read further.
@@ -1233,25 +1223,47 @@ def guarded_copies(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     one that tests the opposite. On a CPU run they never run, and no trace shows them:
     Keras' ``convert_to_numpy`` copies each metric so, two a training step on a GPU. As
     ``explicit_syncs``: (line, the call, the ``if``'s test), by line."""
-    found: list[tuple[int, str, str | None]] = []
+
+    def guards(node: ast.If, test: str) -> tuple[str | None, str | None]:
+        off = _off_host_test(node.test)
+        # (In the ``else`` of a test for the host, its negation is the guard.)
+        return (test if off is True else None), (f"not ({test})" if off is False else None)
+
+    found = {
+        (node.lineno, ast.unparse(node), guard)
+        for node, guard in _calls_under_tests(scope, guards, keep_outer=True)
+        if guard is not None and _moved_to_host(node)
+    }
+    return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+def _calls_under_tests(
+    scope: ast.AST,
+    guards: Callable[[ast.If, str], tuple[str | None, str | None]],
+    keep_outer: bool = False,
+) -> list[tuple[ast.Call, str | None]]:
+    """The calls of ``scope``'s own code, each with the guard of the innermost ``if``
+    around it: ``guards`` gives an ``if``'s guard for its body and for its ``else``
+    (from its test as Python prints it); a None there keeps the guard from further out
+    where ``keep_outer``, else none."""
+    found: list[tuple[ast.Call, str | None]] = []
     stack: list[tuple[ast.AST, str | None]] = [(node, None) for node in ast.iter_child_nodes(scope)]
     while stack:
         node, guard = stack.pop()
         if isinstance(node, _NESTED_SCOPES):
             continue
-        if guard is not None and isinstance(node, ast.Call) and _moved_to_host(node):
-            found.append((node.lineno, ast.unparse(node), guard))
+        if isinstance(node, ast.Call):
+            found.append((node, guard))
         if isinstance(node, ast.If):
-            off = _off_host_test(node.test)
-            test = ast.unparse(node.test)
+            body, orelse = guards(node, ast.unparse(node.test))
+            if keep_outer:
+                body, orelse = body or guard, orelse or guard
             stack.append((node.test, guard))
-            stack.extend((child, test if off is True else guard) for child in node.body)
-            # (In the ``else`` of a test for the host, its negation is the guard.)
-            negated = f"not ({test})"
-            stack.extend((child, negated if off is False else guard) for child in node.orelse)
+            stack.extend((child, body) for child in node.body)
+            stack.extend((child, orelse) for child in node.orelse)
         else:
             stack.extend((child, guard) for child in ast.iter_child_nodes(node))
-    return sorted(set(found), key=lambda f: (f[0], f[1]))
+    return found
 
 
 _DEVICE_FLAGS = {"is_cuda": True, "is_cpu": False}

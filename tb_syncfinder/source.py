@@ -1947,10 +1947,9 @@ def _call_on_host(scope: ast.AST, call: ast.Call, line: int, depth: int, module:
     alone, where it puts its result is the library's choice), and no device."""
     defined = _module_def(module, scope, call.func)
     if defined is not None:
-        returns = [node.value for node, _ in _scope_walk(defined) if isinstance(node, ast.Return)]
-        yields = any(
-            isinstance(node, (ast.Yield, ast.YieldFrom)) for node, _ in _scope_walk(defined)
-        )
+        nodes = [node for node, _ in _scope_walk(defined)]
+        returns = [node.value for node in nodes if isinstance(node, ast.Return)]
+        yields = any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in nodes)
         return (
             bool(returns)
             and not yields
@@ -3151,8 +3150,8 @@ class SourceResolver:
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
-        self._host_made: dict[tuple[str, int, str], bool] = {}
-        self._host_only: dict[tuple[str, int, str], bool] = {}
+        # (file, line, function, which check) -> whether it holds (``_holds_on_its_lines``)
+        self._host_checks: dict[tuple[Any, ...], bool] = {}
         self._host_indexes: dict[tuple[str, int, str, bool], bool] = {}
         self._iterators: dict[tuple[str, int | None, str], bool] = {}
         # Each notebook read for its cells -> its size and mtime then, and what it held
@@ -3685,50 +3684,44 @@ class SourceResolver:
         until it fits, timm's learning-rate noise); False where there are none, or its file
         or function is not here as recorded (a notebook cell's is not looked at).
         ``by_factory``: the reads are ``torch.tensor([...])``'s of what its list holds."""
-        if source is None or source.line is None:
-            return False
-        lines = [source.line] if source.line_exact else list(source.candidates)
-        if not lines or source.resolved_path is None or source.cell is not None:
-            return False
-        return all(self._reads_host_made_at(source, line, by_factory) for line in lines)
 
-    def _reads_host_made_at(self, source: Source, line: int, by_factory: bool) -> bool:
-        # Once per line: a CPU trace of a long run has thousands of reads on a few lines.
-        assert source.resolved_path is not None
-        key = (source.resolved_path, line, source.func, by_factory)
-        found = self._host_made.get(key)
-        if found is None:
-            parsed = self._parse_for_host_check(Path(source.resolved_path))
-            scope = parsed.running_scope(line, source.func) if parsed else None
-            found = scope is not None and reads_host_made_tensor(
-                scope, line, parsed.tree if parsed else None, by_factory
-            )
-            self._host_made[key] = found
-        return found
+        def check(scope: ast.AST, line: int, module: ast.AST | None) -> bool:
+            return reads_host_made_tensor(scope, line, module, by_factory)
+
+        return self._holds_on_its_lines(source, ("reads", by_factory), check)
 
     def touches_only_host(self, source: Source | None) -> bool:
         """Whether a source's line reads only values on the host (``touches_only_host_
-        values``): its exact line, or else every one of its candidate lines; False where
-        there are none, or its file or function is not here as recorded."""
+        values``), as ``reads_host_made`` reads its lines."""
+        return self._holds_on_its_lines(source, ("touches",), touches_only_host_values)
+
+    def _holds_on_its_lines(
+        self,
+        source: Source | None,
+        check_key: tuple[Any, ...],
+        check: Callable[[ast.AST, int, ast.AST | None], bool],
+    ) -> bool:
+        """Whether ``check`` (scope, line, module) holds on a source's exact line, or else on
+        every one of its candidate lines; False where there are none, or its file or
+        function is not here as recorded. Once per line and check: a CPU trace of a long
+        run has thousands of reads on a few lines."""
         if source is None or source.line is None:
             return False
         lines = [source.line] if source.line_exact else list(source.candidates)
-        if not lines or source.resolved_path is None or source.cell is not None:
-            return False
         path = source.resolved_path
-        found = True
+        if not lines or path is None or source.cell is not None:
+            return False
         for line in lines:
-            key = (path, line, source.func)
-            known = self._host_only.get(key)
-            if known is None:
+            key = (path, line, source.func, *check_key)
+            found = self._host_checks.get(key)
+            if found is None:
                 parsed = self._parse_for_host_check(Path(path))
                 scope = parsed.running_scope(line, source.func) if parsed else None
-                known = scope is not None and touches_only_host_values(
-                    scope, line, parsed.tree if parsed else None
-                )
-                self._host_only[key] = known
-            found = found and known
-        return found
+                found = scope is not None and check(scope, line, parsed.tree if parsed else None)
+                self._host_checks[key] = found
+            if not found:
+                return False
+        return True
 
     def _parse_for_host_check(self, path: Path) -> _ParsedFile | None:
         """``path`` parsed for the checks of tensors made on the host; None where the

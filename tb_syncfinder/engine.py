@@ -993,17 +993,20 @@ def _analyze_data(
         # Nothing ran on a device, so no explicit synchronize did: read from the source.
         lines_run: dict[tuple[str, str], set[int]] = {}
         for sync in latent:
-            src = sync.source
-            if src is not None and src.file and src.func:
-                lines = [src.line] if src.line_exact and src.line else src.candidates
-                lines_run.setdefault((src.file, src.func), set()).update(lines)
+            # The user's line and the library's it ran in: each marks a loop that ran.
+            for src in (sync.source, sync.source.library if sync.source else None):
+                if src is not None and src.file and src.func:
+                    lines = [src.line] if src.line_exact and src.line else src.candidates
+                    lines_run.setdefault((src.file, src.func), set()).update(lines)
         frames = attribute.frames_made()
         if not any(frame.user for frame in frames):
             # No sync came from the user's code (a loop that reads nothing): its functions
             # are read all the same, from the frames the trace shows running.
             frames = attribute.frames_run()
         info.unrun_syncs = resolver.unrun_syncs(frames, lines_run)
-        info.unrun_syncs += resolver.unrun_library_syncs(attribute.library_functions_run())
+        info.unrun_syncs += resolver.unrun_library_syncs(
+            attribute.library_functions_run(), lines_run
+        )
         info.library_copies = library_copies
         if info.unrun_syncs:
             # A read just after one of them finds a GPU idle: it waits there first.

@@ -149,7 +149,8 @@ class UnrunSync(msgspec.Struct, omit_defaults=True):
     # outermost first (``args.synchronize_step``, then ``device.type == 'cuda'``).
     guards: list[str] = field(default_factory=list)
     # In a known library's own code (ultralytics' ``Profile.time``, called by its validator
-    # and predictor): the package, and how many times its function ran in the trace.
+    # and predictor): the package, and how many times its function ran in the trace (None
+    # where it was already running when profiling started: the loop it holds ran on).
     library: str | None = None
     calls: int | None = None
 

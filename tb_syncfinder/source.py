@@ -1237,6 +1237,36 @@ def guarded_copies(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     return sorted(found, key=lambda f: (f[0], f[1]))
 
 
+def _scope_run(
+    parsed: Any, frame: Frame, lines_run: Mapping[tuple[str, str], Collection[int]]
+) -> tuple[ast.AST | None, set[int] | None]:
+    """The scope a frame's explicit synchronizes are read in, and the lines known to have
+    run in it: None for a fresh call (its function ran whole while profiled); for a frame
+    already running when recording began, the line it was at then (the prof.step() of a
+    schedule, in the loop) and its syncs' lines (its reads may all be a helper's)."""
+    scope = parsed.scope_at(frame.line, frame.func)
+    if scope is not None:
+        return scope, None
+    scope = parsed.running_scope(frame.line, frame.func)
+    return scope, {frame.line, *lines_run.get((frame.file, frame.func), ())}
+
+
+def _unrun_in(scope: ast.AST, ran: Collection[int] | None) -> list[tuple[int, str, str | None]]:
+    """``explicit_syncs`` and ``guarded_copies`` of ``scope``; with ``ran`` (a running
+    frame's lines), only those sharing a loop with one of them: the code before and after
+    the profiled loop ran outside it, if at all."""
+    found = [*explicit_syncs(scope), *guarded_copies(scope)]
+    if ran is None:
+        return found
+    return [
+        entry
+        for entry in found
+        if any(
+            first <= other <= end for first, end in loops_around(scope, entry[0]) for other in ran
+        )
+    ]
+
+
 def _calls_under_tests(
     scope: ast.AST,
     guards: Callable[[ast.If, str], tuple[str | None, str | None]],
@@ -3830,22 +3860,10 @@ class SourceResolver:
             parsed = self._parse(path) if path is not None else None
             if parsed is None:
                 continue
-            scope = parsed.scope_at(frame.line, frame.func)
-            ran = None  # every line of a fresh call's function ran while profiled
-            if scope is None:
-                scope = parsed.running_scope(frame.line, frame.func)
-                # With its own syncs' lines, the line it was at when recording began: the
-                # prof.step() of a schedule, in the loop (its reads may all be a helper's).
-                ran = {frame.line, *lines_run.get((frame.file, frame.func), ())}
+            scope, ran = _scope_run(parsed, frame, lines_run)
             if scope is None:
                 continue
-            for line, code, guard in [*explicit_syncs(scope), *guarded_copies(scope)]:
-                if ran is not None and not any(
-                    first <= other <= end
-                    for first, end in loops_around(scope, line)
-                    for other in ran
-                ):
-                    continue  # before or after the profiled loop, if it ran at all
+            for line, code, guard in _unrun_in(scope, ran):
                 guards = guards_around(scope, line)
                 found.setdefault(
                     (frame.file, line, code),
@@ -3855,13 +3873,20 @@ class SourceResolver:
                 )
         return [found[k] for k in sorted(found)]
 
-    def unrun_library_syncs(self, calls: Iterable[tuple[Frame, int]]) -> list[UnrunSync]:
+    def unrun_library_syncs(
+        self,
+        calls: Iterable[tuple[Frame, int]],
+        lines_run: Mapping[tuple[str, str], Collection[int]] | None = None,
+    ) -> list[UnrunSync]:
         """The explicit synchronizes (``explicit_syncs``) in the functions of known
         libraries' own code a CPU-only trace shows called (``Attributor.library_functions_run``:
         each frame with how many times it ran), none of which ran: ultralytics' ``Profile.
         time`` synchronizes under ``if self.accelerator is not None:`` 8 times a validation
-        batch on a GPU. Only calls made while profiled (the frame at its function's def
-        line) are read; a file is parsed only where it calls a ``synchronize``."""
+        batch on a GPU. A file is parsed only where it calls a ``synchronize``. A function
+        already running when profiling started (``open_clip_train``'s ``train_one_epoch``,
+        holding the profiled loop) is read as ``unrun_syncs`` reads the user's: only what
+        shares a loop with its recorded line or its syncs' library lines (``lines_run``);
+        how often those ran the trace cannot say (``calls`` None)."""
         found: dict[tuple[str, int, str], UnrunSync] = {}
         for frame, count in calls:
             if frame.line is None:
@@ -3873,14 +3898,19 @@ class SourceResolver:
             parsed = self._parse_function(path, frame.line, frame.func)
             if parsed is None:
                 parsed = self._parse(path)
-            scope = parsed.scope_at(frame.line, frame.func) if parsed else None
+            if not parsed:  # (False: another version of the library, without that function)
+                continue
+            scope, ran = _scope_run(parsed, frame, lines_run or {})
             if scope is None:
                 continue
+            if ran is not None:
+                count = None  # its loop ran on: how many passes, no call counts
             library = called_library([(frame.file, frame.func)])
-            for line, code, guard in [*explicit_syncs(scope), *guarded_copies(scope)]:
+            for line, code, guard in _unrun_in(scope, ran):
                 key = (frame.file, line, code)
                 if key in found:
-                    found[key].calls = (found[key].calls or 0) + count
+                    known = found[key].calls
+                    found[key].calls = None if known is None or count is None else known + count
                     continue
                 guards = guards_around(scope, line)
                 found[key] = UnrunSync(

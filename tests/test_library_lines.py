@@ -624,3 +624,73 @@ def test_a_librarys_module_run_as_the_program_is_read_as_the_users_code(
     found = sorted((site.line, site.line_exact, site.count) for site in report.latent_sites)
     assert found == [(17, True, 3), (18, True, 3)], found
     assert all(site.file.endswith("trainlib/train.py") for site in report.latent_sites)
+
+
+_HOLDS_THE_LOOP = """\
+import torch
+
+
+def train_one_epoch(model, out):
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # before the loop: ran once, before profiling
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=lambda p: p.export_chrome_trace(out),
+    ) as prof:
+        for step in range(5):
+            loss = model(torch.randn(8, 4)).square().mean()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            value = loss.item()
+            prof.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # after it
+"""
+
+
+def test_a_synchronize_in_the_library_loop_running_when_profiling_began_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCLIP's ``train_one_epoch`` holds the profiled loop: a timing synchronize in it,
+    under ``if device.type == "cuda":``, was not named on a CPU trace (only the library's
+    functions called while profiled were read), while the same loop in the user's code
+    was (a walk's repro). Now named, in the loop's lines only, with no call count the
+    trace cannot give."""
+    packages = tmp_path / "site-packages"
+    (packages / "open_clip_train").mkdir(parents=True)
+    (packages / "open_clip_train" / "__init__.py").write_text("")
+    (packages / "open_clip_train" / "train.py").write_text(_HOLDS_THE_LOOP)
+    (tmp_path / "main.py").write_text(
+        "import sys\n\nimport torch\nfrom open_clip_train import train\n\n"
+        "train.train_one_epoch(torch.nn.Linear(4, 2), sys.argv[1])\n"
+    )
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "main.py", str(out)],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert site.library is not None and site.library.line == 18 and site.count == 3
+    [unrun] = report.traces[0].unrun_syncs
+    assert (unrun.file, unrun.line, unrun.func, unrun.library, unrun.calls) == (
+        "open_clip_train/train.py",
+        17,
+        "train_one_epoch",
+        "open_clip_train",
+        None,
+    )
+    text = " ".join(render_report(report.to_json(), width=200).split())
+    assert (
+        "open_clip_train/train.py:17 torch.cuda.synchronize() (open_clip_train's own code, in "
+        "train_one_epoch, under `if device.type == 'cuda':`; in the loop it was running when "
+        "profiling started)"
+    ) in text

@@ -2257,6 +2257,8 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
             ran = f"; its function ran {plural(ran_calls, 'time')}" + (
                 f", {ran_calls / steps:.1f} a step" if steps else ""
             )
+            if unrun.get("calls") is None:  # in the loop its function held as profiling began
+                ran = "; in the loop it was running when profiling started"
             owner = f"{library}'" if library.endswith("s") else f"{library}'s"
             named.append(f"{file}:{line} {code} ({owner} own code, {where}{ran})")
             continue

@@ -370,9 +370,13 @@ def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThrea
     of the program: every per-step figure is divided by one step too many, and the replay's
     window runs on past the last real step. A runtime call in it that the profiler's own
     code made (its device synchronize on stopping) does not make it a step; one that no
-    profiler frame encloses, any operator or annotation, or a Python frame of the
-    program's (not torch's, not a built-in) does. Without stacks, the profiler's own
-    synchronize cannot be told from the program's: such a step stays."""
+    profiler frame encloses, or any operator or annotation, does. The program's Python
+    alone (the loop's exit, a progress bar closing, epoch-end callbacks: ultralytics' 127 us
+    ``ProfilerStep#8`` after 8 training steps) makes it a step only in a trace that runs
+    no operator at all: elsewhere it is no pass of the loop, and counted it put 2.7 reads
+    a step where every step made 3. Without stacks, the profiler's own synchronize cannot
+    be told from the program's: such a step stays."""
+    programs_python = False
     for thread in threads.values():
         starts, kinds, nodes = thread.starts, thread.kinds, thread.nodes
         first, last = bisect_left(starts, step.ts), bisect_right(starts, step.end)
@@ -380,15 +384,16 @@ def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThrea
             kind = kinds[i]
             if kind == OP or (kind == ANNOTATION and not nodes[i].name.startswith("ProfilerStep#")):
                 return False
-            if kind == PYTHON and _is_programs_frame(nodes[i].name):
-                return False  # code after the loop (a save_checkpoint()) is a step's work
+            if kind == PYTHON and not programs_python:
+                programs_python = _is_programs_frame(nodes[i].name)
         runtime_starts = thread.runtime_starts
         first = bisect_left(runtime_starts, step.ts)
         last = bisect_right(runtime_starts, step.end)
         for call in thread.runtime[first:last]:
             if not _in_profiler_frame(thread, call.ts):
                 return False
-    return True
+    # None in this step: the trace's operators, if any, ran in the steps before it.
+    return not programs_python or any(OP in thread.kinds for thread in threads.values())
 
 
 def _no_program_work(threads: dict[tuple[Any, Any], HostThread]) -> bool:
@@ -403,7 +408,7 @@ def _no_program_work(threads: dict[tuple[Any, Any], HostThread]) -> bool:
 
 def _is_programs_frame(name: str) -> bool:
     """A Python frame of the program's (not torch's own, not a built-in): ``train.py(42):
-    save_checkpoint``, ``nn.Module: Net_0``; a library's counts too (kept: a step)."""
+    save_checkpoint``, ``nn.Module: Net_0``; a library's counts too."""
     return not (name.startswith("<built-in") or _TORCH_FRAME.search(name))
 
 

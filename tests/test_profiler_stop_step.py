@@ -52,13 +52,24 @@ def _steps_then_last(tmp_path: Path, last: str) -> Path:
             elif last == "checkpoint_after_loop":
                 with b.frame(("train.py", 16, "save_checkpoint")):
                     b.advance(5000)
+            elif last == "library_epoch_end":
+                # ultralytics' loop ending: its progress bar closing, epoch-end callbacks.
+                with b.frame(("ultralytics/utils/tqdm.py", 335, "close")):
+                    b.advance(40)
+                with b.frame(("ultralytics/engine/trainer.py", 231, "run_callbacks")):
+                    b.advance(50)
             elif last != "nothing":
                 raise AssertionError(last)
     return b.write(tmp_path / "run" / "worker0.pt.trace.json")
 
 
-@pytest.mark.parametrize("last", ["nothing", "profiler_stop"])
+@pytest.mark.parametrize(
+    "last", ["nothing", "profiler_stop", "library_epoch_end", "checkpoint_after_loop"]
+)
 def test_a_last_step_holding_only_the_profilers_stop_is_not_counted(tmp_path, last):
+    """Nor one holding only the program's Python after the loop, in a trace whose steps
+    ran operators: no pass of the loop (a YOLO walk: ultralytics' 127 us closing step
+    made its 3 reads a step 2.7)."""
     result = analyze_trace(str(_steps_then_last(tmp_path, last)))
     assert result.info.steps == 3
     assert [s.step for s in result.steps] == [1, 2, 3]
@@ -68,11 +79,22 @@ def test_a_last_step_holding_only_the_profilers_stop_is_not_counted(tmp_path, la
     assert len(overhead) == (1 if last == "profiler_stop" else 0)
 
 
-@pytest.mark.parametrize("last", ["user_synchronize", "item_after_loop", "checkpoint_after_loop"])
+@pytest.mark.parametrize("last", ["user_synchronize", "item_after_loop"])
 def test_a_last_step_with_the_programs_work_is_counted(tmp_path, last):
     result = analyze_trace(str(_steps_then_last(tmp_path, last)))
     assert result.info.steps == 4
     assert [s.step for s in result.steps] == [1, 2, 3, 4]
+
+
+def test_a_last_step_of_python_alone_is_counted_where_no_step_ran_an_operator(tmp_path):
+    """A loop of the program's Python only (no operator anywhere): its last step is as
+    much a pass of the loop as the others."""
+    b = KinetoTraceBuilder()
+    for n in range(4):
+        with b.step(n + 1), b.frame(("train.py", 12, "env_step")):
+            b.advance(100)
+    result = analyze_trace(str(b.write(tmp_path / "run" / "worker0.pt.trace.json")))
+    assert result.info.steps == 4
 
 
 def test_a_trace_of_one_step_keeps_it_however_empty(tmp_path):

@@ -37,6 +37,7 @@ from tb_syncfinder.catalogue import (
 from tb_syncfinder.detect import Episode, op_chain
 from tb_syncfinder.models import COMPREHENSION_FRAMES, Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import (
+    CALL_CALL,
     EVALUATION_POINTS,
     INIT_CALL,
     IPYTHON_CELL,
@@ -44,6 +45,7 @@ from tb_syncfinder.source import (
     SourcePack,
     callee_groups,
     init_call,
+    instance_call,
 )
 from tb_syncfinder.timeline import (
     ANNOTATION,
@@ -835,6 +837,10 @@ class Attributor:
         frame = self.frame(thread, index)
         if names[0].startswith(INIT_CALL):
             return frame is not None and frame.func == "__init__" and init_call(frame) == names[0]
+        if names[0].startswith(CALL_CALL):
+            return (
+                frame is not None and frame.func == "__call__" and instance_call(frame) == names[0]
+            )
         if frame is None or frame.func != names[0]:
             return False
         return len(names) == 1 or any(
@@ -1035,6 +1041,11 @@ class Attributor:
                     # A class called: the source calls it by the class's name, which only
                     # its ``__init__``'s file and line tell (and only its own calls count).
                     names = (init_call(frames[level - 1][1]),)
+                elif names[-1] == "__call__" and frames[level - 1 - depth][1].func == "__call__":
+                    # An object called (diffusers' ``pipe(...)``), maybe through a decorator
+                    # (``@torch.no_grad()``): the source calls it by the name of an instance
+                    # of the class whose ``__call__`` that is, as an nn.Module's.
+                    names = (*names[:-1], instance_call(frames[level - 1 - depth][1]))
                 groups.append((names[-1],))
                 seq = self._sequence(thread, index, names)
                 observed.append(seq.observed(seq.positions.get(child), (thread, index, names)))

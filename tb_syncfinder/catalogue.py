@@ -2722,10 +2722,13 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
     """The known library (``LIBRARY_PACKAGES``, torch and numpy aside) whose code the user's
     line called, of a sync's library frames (``library_frames``, innermost first): the
     package of the outermost one (ultralytics' ``model.train()``, whose loss syncs through
-    torchvision and torch); None where it is torch's or not known."""
-    if not frames:
+    torchvision and torch); None where it is torch's or not known. A wrapper the call
+    passes through (``@torch.no_grad()``'s, around diffusers' ``DDPMPipeline.__call__``) is
+    not the code called."""
+    outermost = next((file for file, _func in reversed(frames) if not passes_through(file)), None)
+    if outermost is None:
         return None
-    package = library_package(frames[-1][0])
+    package = library_package(outermost)
     return package if package not in _FRAMEWORK_PACKAGES else None
 
 

@@ -608,12 +608,21 @@ MODULE_CALL = "<module>"
 INIT_CALL = "<init>"
 # Stands for a class whose name could not be read: any capitalised call may be it.
 SOME_CLASS = "<class>"
+# A group for an object called (its frame is its class's ``__call__``, not an nn.Module's):
+# ``instance_call(frame)`` of that ``__call__``, whose class the resolver reads there.
+CALL_CALL = "<call>"
 
 
 def init_call(frame: Frame) -> str:
     """The group name of a call of the class whose ``__init__`` frame is ``frame``: where
     that ``__init__`` is (``U`` a user file, ``L`` a library's, then ``FILE:LINE``)."""
     return f"{INIT_CALL}{'U' if frame.user else 'L'}{frame.file}:{frame.line}"
+
+
+def instance_call(frame: Frame) -> str:
+    """The group name of a call of an instance of the class whose ``__call__`` frame is
+    ``frame`` (diffusers' ``pipe(...)``), written as ``init_call``'s."""
+    return f"{CALL_CALL}{'U' if frame.user else 'L'}{frame.file}:{frame.line}"
 
 
 def _matcher(
@@ -1144,21 +1153,25 @@ def _parse_block(path: Path, lines: list[bytes], first: int, end: int) -> _Parse
 
 
 _CLASS_LINE = re.compile(rb"^([ \t]*)class[ \t]+(\w+)")
-_INIT_DEF_LINE = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+__init__\b")
+_METHOD_DEF_LINES = {
+    method: re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+" + method.encode() + rb"\b")
+    for method in ("__init__", "__call__")
+}
 
 
-def _class_around(lines: list[bytes], def_line: int) -> str | None:
-    """The class whose ``def __init__`` is at ``def_line`` of a file's ``lines`` (the nearest
-    ``class`` above it, less indented), read as text: a library's file is long to parse."""
+def _class_around(lines: list[bytes], def_line: int, method: str = "__init__") -> str | None:
+    """The class whose ``def __init__`` (or ``method``) is at ``def_line`` of a file's
+    ``lines`` (the nearest ``class`` above it, less indented), read as text: a library's file
+    is long to parse."""
     if not 0 < def_line <= len(lines):
         return None
-    # A decorated __init__'s frame starts at its first decorator: its def is below them.
+    # A decorated method's frame starts at its first decorator: its def is below them.
     index = def_line - 1
     while index < len(lines) - 1 and _DECORATOR_LINE.match(lines[index]):
         index += 1
-    at = _INIT_DEF_LINE.match(lines[index])
+    at = _METHOD_DEF_LINES[method].match(lines[index])
     if at is None:
-        return None  # another version of the file: no __init__ there
+        return None  # another version of the file: no such method there
     indent = len(at.group(1).expandtabs())
     for text in reversed(lines[: def_line - 1]):  # above the decorators too
         match = _CLASS_LINE.match(text)
@@ -3149,7 +3162,7 @@ class SourceResolver:
         self._names_host: dict[str, bool] = {}
         # (the file read, the __init__'s line) -> its class: by the file, not the recorded
         # path, which names each run's copy alike.
-        self._init_classes: dict[tuple[Path | None, str], str | None] = {}
+        self._init_classes: dict[tuple[Path | None, str, str], str | None] = {}
         self._parsed: dict[Path, _ParsedFile | None] = {}
         self._functions: dict[tuple[Path, int, str], _ParsedFile | None | bool] = {}
         self._bytes: dict[Path, bytes | None] = {}
@@ -4289,10 +4302,25 @@ class SourceResolver:
         """A class called (an ``init_call`` group) as its name, read from the ``class``
         statement around its ``__init__``, and the names of the calling file's classes
         derived from it; ``SOME_CLASS`` when that file is not here or holds no such
-        ``__init__`` there (the trace came from another version of it)."""
-        if not group or not group[0].startswith(INIT_CALL):
+        ``__init__`` there (the trace came from another version of it). An instance called
+        (an ``instance_call`` group) as a call of an instance of that class or those, as an
+        nn.Module's call is matched (``MODULE_CALL``); as a call of ``__call__`` (which no
+        line names) where the class cannot be read."""
+        if not group:
             return group
-        where = group[0][len(INIT_CALL) :]
+        if group[0].startswith(CALL_CALL):
+            cls = self._class_of_method(group[0][len(CALL_CALL) :], "__call__")
+            if cls is None:
+                return ("__call__",)
+            return tuple(MODULE_CALL + name for name in (cls, *parsed.subclasses(cls)))
+        if not group[0].startswith(INIT_CALL):
+            return group
+        cls = self._class_of_method(group[0][len(INIT_CALL) :], "__init__")
+        return (cls, *parsed.subclasses(cls)) if cls else (SOME_CLASS,)
+
+    def _class_of_method(self, where: str, method: str) -> str | None:
+        """The class whose ``method`` frame is at ``where`` (``U``/``L``, then ``FILE:LINE``,
+        as ``init_call`` writes it), read once per place; None where it cannot be read."""
         file, _, line = where[1:].rpartition(":")
         # A library's path is looked up as a library's first: a user file of the same
         # name (a ``normal.py`` of one's own) is not torch's.
@@ -4300,14 +4328,13 @@ class SourceResolver:
             found = self.find_file(file)
         else:
             found = self.find_library_file(file) or self.find_file(file)
-        if (found, line) not in self._init_classes:
+        if (found, line, method) not in self._init_classes:
             data = self._source_bytes(found) if found is not None else None
             cls = None
             if data is not None and line.isdigit():
-                cls = _class_around(data.splitlines(), int(line))
-            self._init_classes[(found, line)] = cls
-        cls = self._init_classes[(found, line)]
-        return (cls, *parsed.subclasses(cls)) if cls else (SOME_CLASS,)
+                cls = _class_around(data.splitlines(), int(line), method)
+            self._init_classes[(found, line, method)] = cls
+        return self._init_classes[(found, line, method)]
 
     def _automaton(
         self,

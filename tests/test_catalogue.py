@@ -402,9 +402,19 @@ def test_pyg_reads_get_the_argument_that_removes_them(frames, title):
             [("/venv/lib/python3.11/site-packages/transformers/trainer.py", "train")],
             "transformers",
         ),
+        # diffusers' pipeline under ``@torch.no_grad()``: its wrapper is not the code called.
+        (
+            [
+                ("diffusers/schedulers/scheduling_ddpm.py", "step"),
+                ("diffusers/pipelines/ddpm/pipeline_ddpm.py", "__call__"),
+                ("torch/utils/_contextlib.py", "decorate_context"),
+            ],
+            "diffusers",
+        ),
         # torch's own code (the user called it), a checkout outside site-packages, or a
         # package not known: the fix is not said to be another library's.
         ([("torch/nn/utils/clip_grad.py", "clip_grad_norm_")], None),
+        ([("torch/utils/_contextlib.py", "decorate_context")], None),
         ([("/home/me/ultralytics/ultralytics/utils/loss.py", "preprocess")], None),
         ([("mylib/loss.py", "f")], None),
         ([], None),

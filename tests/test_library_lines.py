@@ -694,3 +694,90 @@ def test_a_synchronize_in_the_library_loop_running_when_profiling_began_is_named
         "train_one_epoch, under `if device.type == 'cuda':`; in the loop it was running when "
         "profiling started)"
     ) in text
+
+
+_PIPELINE = """\
+import torch
+
+
+class Pipeline:
+    def __init__(self):
+        self.unet = torch.nn.Linear(4, 4)
+
+    @torch.no_grad()
+    def __call__(self, steps=3):
+        x = self.unet(torch.ones(2, 4))
+        for t in range(steps):
+            x = self.unet(x)
+            if x.sum().item() > 100:
+                x = x * 0
+        return x
+
+
+class PlainPipeline(Pipeline):
+    def __call__(self, steps=3):
+        x = self.unet(torch.ones(2, 4))
+        if x.abs().max().item() > 100:
+            x = x * 0
+        return x
+"""
+
+
+@pytest.mark.parametrize(("cls", "library_line"), [("Pipeline", 13), ("PlainPipeline", 21)])
+def test_a_read_in_a_library_objects_call_is_named_at_the_users_call_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cls: str, library_line: int
+) -> None:
+    """diffusers' ``DDPMPipeline.__call__`` (under ``@torch.no_grad()``), called as
+    ``images = pipe(...)``: its reads were put on the loop's ``prof.step()`` line, marked,
+    with a line after ``prof.stop()`` as the candidate, and the fix did not say it was an
+    edit of diffusers (a walk: 610 of 610 reads of the sampling run). The call of an
+    object is now matched as an nn.Module's call is, by an instance of its class."""
+    packages = tmp_path / "site-packages"
+    (packages / "diffusers").mkdir(parents=True)
+    (packages / "diffusers" / "__init__.py").write_text("")
+    (packages / "diffusers" / "pipe.py").write_text(_PIPELINE)
+    (tmp_path / "sample.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import sys
+
+            import torch
+            from diffusers.pipe import {cls}
+
+
+            def main(out):
+                pipe = {cls}()
+                prof = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=True,
+                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                    on_trace_ready=lambda p: p.export_chrome_trace(out),
+                )
+                prof.start()
+                for call in range(5):
+                    images = pipe(steps=3)
+                    prof.step()
+                prof.stop()
+                print(float(images.mean()))
+
+
+            main(sys.argv[1])
+            """
+        )
+    )
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "sample.py", str(out)],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.file, site.line, site.line_exact) == ("sample.py", 17, True)
+    assert site.library is not None
+    assert (site.library.line, site.library.line_exact) == (library_line, True)
+    assert site.advice["library_code"] == "diffusers"

@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from tb_syncfinder.catalogue import (
     ALLOCATOR_SYNC,
     CHECKED,
@@ -279,7 +281,7 @@ def build_sites(
                 candidates=_candidates(members),
                 backward=bool(source and source.backward),
                 run_by=source.run_by if source else None,
-                library=source.library if source else None,
+                library=_site_library(members, source),
                 library_lines=_library_lines(members),
                 predicted_saving_us=predicted,
                 predicted_saving_per_step_us=predicted / step_count if step_count else predicted,
@@ -502,6 +504,44 @@ def _callers(members: Sequence[Sync]) -> list[CallerCount]:
         CallerCount(file, line, func, exact, count, guard, guard_file, guard_line)
         for (file, line, func, exact, guard, guard_file, guard_line), count in ordered
     ]
+
+
+def _site_library(members: Sequence[Sync], source: Source | None) -> Source | None:
+    """The library line a site's syncs synced in: the first one's, where every member's
+    is exact (one line, or each named by ``_library_lines``) or all are inexact alike. Where
+    some are exact and others not, or their candidates differ, no one line holds for the
+    site: its function's, inexact, with every line any of them names as a candidate
+    (diffusers' ``DDPMScheduler.step``: half of its ``is_nonzero`` reads at line 504, exact,
+    the others inexact, had all been named at 504, exact)."""
+    library = source.library if source is not None else None
+    if library is None:
+        return None
+    exact_lines: set[int] = set()
+    candidates: set[int] = set()
+    every_exact = True
+    for sync in members:
+        other = sync.source.library if sync.source is not None else None
+        if other is None or (other.file, other.func) != (library.file, library.func):
+            return library  # other code: the site's fix names the first one's
+        if other.line_exact and other.line is not None:
+            exact_lines.add(other.line)
+        else:
+            every_exact = False
+            candidates.update(other.candidates)
+    if every_exact or (not exact_lines and candidates == set(library.candidates)):
+        return library
+    # The facts of an exact line (its loop, its every-N-steps test) hold for no one line.
+    return msgspec.structs.replace(
+        library,
+        line=library.def_line if library.def_line is not None else library.line,
+        line_exact=False,
+        candidates=sorted(exact_lines | candidates),
+        loop_line=None,
+        read_as_size=False,
+        reads_elements=False,
+        reads_sample=False,
+        periodic_guard=None,
+    )
 
 
 def _library_lines(members: Sequence[Sync]) -> list[LineCount]:

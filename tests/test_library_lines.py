@@ -781,3 +781,52 @@ def test_a_read_in_a_library_objects_call_is_named_at_the_users_call_of_it(
     assert site.library is not None
     assert (site.library.line, site.library.line_exact) == (library_line, True)
     assert site.advice["library_code"] == "diffusers"
+
+
+_SCHEDULER = """\
+import torch
+
+
+class Scheduler:
+    def __init__(self):
+        self.alphas = torch.linspace(0.99, 0.01, 10)
+        self.one = torch.tensor(1.0)
+        self.clip = True
+
+    def step(self, x, t):
+        prev_t = t - 1
+        a = self.alphas[t]
+        a_prev = self.alphas[prev_t] if prev_t >= 0 else self.one
+        if self.clip:
+            x = x.clamp(-1, 1)
+        x = x * (a / a_prev)
+        if t > 0:
+            x = x + torch.randn_like(x)
+        return x
+
+
+def train(model, x):
+    scheduler = Scheduler()
+    for t in torch.arange(9, -1, -1):
+        x = scheduler.step(x, t)
+    return x
+"""
+
+
+def test_a_sites_library_line_is_not_claimed_exact_where_its_reads_ran_several_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """diffusers' ``DDPMScheduler.step`` branches on ``prev_t >= 0`` and on ``t > 0``: the
+    first reads resolved exact, the others not, and the site took the first read's line,
+    exact, for all of them (a walk: 95 of 195 reads named at the wrong line, ``if t > 0:``
+    never named). Such a site is now at the function's line, inexact, with every line its
+    reads may be at as candidates."""
+    out = _record(tmp_path, monkeypatch, _SCHEDULER, package="diffusers")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    truth_tests = [site for site in report.latent_sites if site.ops[0] == "aten::is_nonzero"]
+    [site] = truth_tests
+    assert site.library is not None and site.library.func == "step"
+    assert not site.library.line_exact and site.library.line == 10
+    assert {13, 17} <= set(site.library.candidates), site.library.candidates
+    text = " ".join(render_report(report.to_json(), width=200).split())
+    assert "synced in diffusers/algo.py:10* (step; candidate lines" in text

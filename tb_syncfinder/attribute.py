@@ -29,6 +29,7 @@ from tb_syncfinder.catalogue import (
     MATMUL_OPS,
     PROFILER_STOP_APIS,
     SETUP_CALLS,
+    SUBCLASS_DISPATCH,
     called_library,
     package_of,
     passes_through,
@@ -270,6 +271,8 @@ def _call_depths(below: list[tuple[int, Frame]]) -> int:
 
 
 _PROFILER_DIRS = ("torch/profiler/",)
+# A Python frame's event name (``file(line): func``) of a tensor subclass's dispatcher.
+_DISPATCH_SUFFIXES = tuple(": " + func for func in sorted(SUBCLASS_DISPATCH))
 _BACKWARD_SUFFIX_RE = re.compile(r"Backward\d*$")
 _CAMEL_RE = re.compile(r"(?<!^)(?=[A-Z])")
 
@@ -794,7 +797,10 @@ class Attributor:
         if kids is None:
             kids = []
             for child in self.tree(thread).children.get(index, ()):
-                if thread.nodes[child].name.startswith(_MODULE_PREFIX):
+                name = thread.nodes[child].name
+                # (A tensor subclass's dispatcher, ``MetaTensor.__torch_function__``, is
+                # opened up as well: its calls are the caller's.)
+                if name.startswith(_MODULE_PREFIX) or name.endswith(_DISPATCH_SUFFIXES):
                     kids.extend(self._kids(thread, child))
                 else:
                     kids.append(child)
@@ -1143,6 +1149,9 @@ class Attributor:
         the call of the user's function by the next user frame out, where one called it,
         the calls by the user frames further out (``Attribution.outer_calls``), and whether
         the user's frame steps the profiler itself (``Attribution.steps_own_frame``)."""
+        # A tensor subclass's dispatchers run each operator for the code that called it:
+        # the calls are matched as if they were not there (``_kids`` opens them up too).
+        frames = [entry for entry in frames if entry[1].func not in SUBCLASS_DISPATCH]
         user = self.user_frame(frames)
         if user is None:
             return None, None, None, [], False

@@ -2348,8 +2348,17 @@ def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:
         # runs it (``HF_EXPERTS_ADVICE``'s ``called_file``).
         if frame.user and "transformers_modules/" not in frame.file.replace("\\", "/"):
             break
+        if frame.func in SUBCLASS_DISPATCH:
+            continue
         frames.append((frame.file, frame.func))
     return frames
+
+
+# A tensor subclass's dispatchers (MONAI's ``MetaTensor.__torch_function__``) run every
+# operator on the subclass for whoever called it: not the code called. Named as a library's
+# line, they hid the line that read (``meandice.py:392``) and made a user's own
+# ``loss.item()`` of a MetaTensor an edit of MONAI.
+SUBCLASS_DISPATCH = frozenset({"__torch_function__", "__torch_dispatch__"})
 
 
 def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -> Advice | None:

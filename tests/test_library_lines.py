@@ -830,3 +830,82 @@ def test_a_sites_library_line_is_not_claimed_exact_where_its_reads_ran_several_l
     assert {13, 17} <= set(site.library.candidates), site.library.candidates
     text = " ".join(render_report(report.to_json(), width=200).split())
     assert "synced in diffusers/algo.py:10* (step; candidate lines" in text
+
+
+_SUBCLASS = """\
+import torch
+
+
+class MetaTensor(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def dice(y_pred, y):
+    y_o = torch.sum(y)
+    if y_o > 0:
+        return torch.sum(torch.masked_select(y, y_pred > 0)) / y_o
+    return y_o
+"""
+
+
+def test_a_tensor_subclass_dispatcher_is_not_named_as_the_library_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MONAI's ``MetaTensor.__torch_function__`` runs every operator on its tensors: it was
+    named as the line that synced for MONAI's reads (hiding ``meandice.py:392``) and for
+    the user's own ``.item()`` of a MetaTensor, whose fix became "an edit of monai" (a
+    walk: 18 of 31 reads). A subclass's dispatcher is passed over as a wrapper."""
+    packages = tmp_path / "site-packages"
+    (packages / "monai").mkdir(parents=True)
+    (packages / "monai" / "__init__.py").write_text("")
+    (packages / "monai" / "metrics.py").write_text(_SUBCLASS)
+    (tmp_path / "val.py").write_text(
+        textwrap.dedent(
+            """\
+            import sys
+
+            import torch
+            from monai.metrics import MetaTensor, dice
+
+
+            def main(out):
+                model = torch.nn.Linear(4, 4)
+                x = torch.ones(2, 4)
+                prof = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=True,
+                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                    on_trace_ready=lambda p: p.export_chrome_trace(out),
+                )
+                prof.start()
+                for step in range(5):
+                    y = model(x).as_subclass(MetaTensor)
+                    d = dice(y, y.abs())
+                    v = d.mean().item()
+                    prof.step()
+                prof.stop()
+
+
+            main(sys.argv[1])
+            """
+        )
+    )
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "val.py", str(out)], env=env, cwd=tmp_path, check=True, capture_output=True
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    by_line = {}
+    for site in report.latent_sites:
+        library = site.library
+        by_line[(site.line, site.ops[0])] = (
+            (library.file, library.line, library.line_exact) if library else None,
+            site.advice.get("library_code"),
+        )
+    assert by_line[(19, "aten::is_nonzero")] == (("monai/metrics.py", 12, True), "monai")
+    assert by_line[(19, "aten::masked_select")] == (("monai/metrics.py", 13, True), "monai")
+    assert by_line[(20, "aten::item")] == (None, None)  # the user's own read

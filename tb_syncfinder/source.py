@@ -1183,10 +1183,15 @@ def _class_around(lines: list[bytes], def_line: int, method: str = "__init__") -
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def periodic_guard(scope: ast.AST, line: int) -> str | None:
+def periodic_guard(
+    scope: ast.AST, line: int, profilers: frozenset[str] = frozenset()
+) -> str | None:
     """The test (as Python prints it) of the innermost ``if`` of ``scope`` whose body (not its
     ``else``) runs ``line`` and whose test takes a remainder (``update_idx %
-    args.log_interval == 0``): the line runs every N passes, not every one. None: none."""
+    args.log_interval == 0``): the line runs every N passes, not every one. None: none.
+    Only out to the loop that steps one of the ``profilers`` (by name): a test around that
+    loop (MONAI's ``if (epoch + 1) % val_interval == 0:`` around its validation loop) says
+    which runs of the loop were profiled, not how often a profiled pass reads."""
     found: str | None = None
     stack = list(ast.iter_child_nodes(scope))
     while stack:
@@ -1196,6 +1201,12 @@ def periodic_guard(scope: ast.AST, line: int) -> str | None:
         first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if first is not None and end is not None and not first <= line <= end:
             continue
+        if (
+            profilers
+            and isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+            and _steps_a_profiler(node, profilers)
+        ):
+            found = None  # the walk goes inwards: the tests met so far are around the loop
         if isinstance(node, ast.If) and node.body:
             body_end = node.body[-1].end_lineno or node.body[-1].lineno
             in_body = node.body[0].lineno <= line <= body_end
@@ -1205,6 +1216,16 @@ def periodic_guard(scope: ast.AST, line: int) -> str | None:
                 found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
         stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _steps_a_profiler(loop: ast.AST, profilers: frozenset[str]) -> bool:
+    """Whether a loop's code calls ``.step()`` of one of these profilers (by name)."""
+    return any(
+        isinstance(node, ast.Call)
+        and _call_name(node) == "step"
+        and _receiver_name(node) in profilers
+        for node in ast.walk(loop)
+    )
 
 
 def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
@@ -4266,7 +4287,10 @@ class SourceResolver:
                     # Read without a call of its own (``x[:n]``), or by the size-taking
                     # call itself (``torch.arange(n)`` reads ``n``): the tensor is the read.
                     **self._line_facts(
-                        scope, lines[0], label == "<scalar>" or bool(_SIZE_CALLS & set(group))
+                        scope,
+                        lines[0],
+                        label == "<scalar>" or bool(_SIZE_CALLS & set(group)),
+                        parsed.profiler_names or parsed.named_profilers,
                     ),
                 )
             return Source(
@@ -4283,9 +4307,12 @@ class SourceResolver:
             frame.file, line, def_line, frame.func, False, resolved, recorded_line=recorded_line
         )
 
-    def _line_facts(self, scope: ast.AST, line: int, frameless: bool) -> dict[str, Any]:
+    def _line_facts(
+        self, scope: ast.AST, line: int, frameless: bool, profilers: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
         """``loop_line`` and ``read_as_size`` of an exact line, walked once per line: a
-        trace resolves one line for each of its calls (thousands a run)."""
+        trace resolves one line for each of its calls (thousands a run). ``profilers``: the
+        names of the file's profilers (``periodic_guard``)."""
         key = (id(scope), line, frameless)
         facts = self._facts.get(key)
         if facts is None:
@@ -4294,7 +4321,7 @@ class SourceResolver:
                 "read_as_size": read_as_size(scope, line, frameless),
                 "reads_elements": reads_elements(scope, line),
                 "reads_sample": reads_sample(scope, line),
-                "periodic_guard": periodic_guard(scope, line),
+                "periodic_guard": periodic_guard(scope, line, profilers),
             }
         return facts
 

@@ -348,6 +348,32 @@ def test_a_line_under_a_remainder_test_is_said_to_run_every_n_steps_already(tmp_
     assert periodic_guard(scope, 3) is None
 
 
+def test_a_remainder_test_around_the_loop_that_steps_the_profiler_thins_no_read():
+    """MONAI's ``if (epoch + 1) % val_interval == 0:`` around its profiled validation loop
+    made a read in every pass of that loop "already every N steps" (a walk: 12 of 21
+    reads); the test says which runs of the loop were profiled. A test inside the loop
+    still counts, and without a profiler's name every test does, as before."""
+    import ast
+
+    from tb_syncfinder.source import periodic_guard
+
+    code = (
+        "def main(loader, prof):\n"
+        "    for epoch in range(9):\n"
+        "        if (epoch + 1) % 2 == 0:\n"
+        "            for step, x in enumerate(loader):\n"
+        "                loss = x.sum().item()\n"
+        "                if step % 4 == 0:\n"
+        "                    print(x.max().item())\n"
+        "                prof.step()\n"
+    )
+    scope = ast.parse(code).body[0]
+    profilers = frozenset({"prof"})
+    assert periodic_guard(scope, 5, profilers) is None
+    assert periodic_guard(scope, 7, profilers) == "step % 4 == 0"
+    assert periodic_guard(scope, 5) == "(epoch + 1) % 2 == 0"
+
+
 def test_a_remainder_test_true_in_every_step_is_not_said_to_thin_the_reads():
     """nanoGPT's ``log_interval = 1``: the read ran in 5 of 5 steps, and was said to run
     "already every N steps" (a user walk)."""

@@ -285,3 +285,39 @@ def test_a_test_around_the_call_of_the_loop_that_steps_the_profiler_is_not_said(
     assert (site.line, site.func) == (15, "train_one_epoch")
     assert [c.periodic_guard for c in site.callers] == [None]
     assert "already every N steps" not in report.to_text()
+
+
+_VALIDATION_EVERY_N_EPOCHS = textwrap.dedent(
+    """\
+    import torch
+
+    w = torch.randn(8, 8, device=DEVICE)
+    val_interval = 1
+    for epoch in range(1):
+        if (epoch + 1) % val_interval == 0:
+            prof = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU],
+                with_stack=True,
+                schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+            )
+            prof.start()
+            for i in range(5):
+                v = (w @ w).sum().item()
+                prof.step()
+            prof.stop()
+    """
+)
+
+
+def test_a_test_around_the_profiled_loop_does_not_make_its_reads_every_n_steps(tmp_path):
+    """MONAI's validation every ``val_interval`` epochs: the test around the profiled loop
+    made its every-pass read "already every N steps" (a walk)."""
+    script = tmp_path / "w.py"
+    script.write_text(_VALIDATION_EVERY_N_EPOCHS)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.periodic_guard) == (15, True, None)
+    assert "every N steps (under" not in " ".join(report.to_text().split())

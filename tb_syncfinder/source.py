@@ -3169,6 +3169,9 @@ class SourceResolver:
         # Such tied files by their folder, built once and shared with every view.
         self._by_folder: dict[_Copies, dict[str, Path]] = {}
         self._nearest_of: dict[_Copies, Path | None] = {}
+        # Per trace (``beside``): a relative recorded path's file in the trace's folder or
+        # the nearest one above it, under a root (``_beside_trace``).
+        self._beside_of: dict[str, Path | None] = {}
         # Folder -> whether it holds trace files (``_holds_traces``), shared.
         self._trace_folders: dict[str, bool] = {}
         # Of this trace's view: a lone match not taken, as it lies in another run's folder.
@@ -3244,6 +3247,7 @@ class SourceResolver:
         view._trace_cells = frozenset()
         view._cells_held = None
         view._cell_of = {}
+        view._beside_of = {}
         return view
 
     def probes(self, files: Iterable[str], limit: int = 64) -> list[str]:
@@ -3431,12 +3435,42 @@ class SourceResolver:
         if trace_file not in self._found:
             self._found[trace_file] = self._find(trace_file)
         found = self._found[trace_file]
+        if isinstance(found, Path):
+            # One file under a root at the recorded relative path: a copy beside the trace,
+            # nearer, is that run's (the root's may be another version of the script).
+            beside = self._beside_trace(trace_file)
+            if beside is not None:
+                return beside
         nearest = self._nearest(found)
         if nearest is None and isinstance(found, _Copies):
             nearest = self._copy_that_ran(trace_file, found)
             if nearest is not None:
                 self._nearest_of[found] = nearest
         return nearest
+
+    def _beside_trace(self, trace_file: str) -> Path | None:
+        """The file at a relative recorded path (torch names a script by its path from its
+        ``sys.path`` entry: ``train.py``) in the trace's folder or the nearest folder above
+        it, below the root that holds the trace; None where there is none, or the path is
+        absolute. A run's logs written beside its script (``exp_c/logs``) are read with
+        ``exp_c/train.py``, not the same name in the folder the report runs in (a walk: every
+        line of a fixed run read from the baseline script, claimed exact)."""
+        if trace_file in self._beside_of:
+            return self._beside_of[trace_file]
+        found = None
+        norm = trace_file.replace("\\", "/")
+        trace_dir = self._trace_dir
+        if trace_dir is not None and not norm.startswith(("/", "..", "<")) and ":" not in norm:
+            root = max((r for r in self.roots if _is_within(trace_dir, r)), key=len, default=None)
+            folder = trace_dir
+            while root is not None and folder != root and _is_within(folder, root):
+                candidate = Path(folder, norm)
+                if candidate.is_file():
+                    found = candidate
+                    break
+                folder = os.path.dirname(folder)
+        self._beside_of[trace_file] = found
+        return found
 
     def _find(self, trace_file: str, walk: bool = True) -> Path | _Copies | None:
         if not trace_file:

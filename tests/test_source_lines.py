@@ -783,6 +783,27 @@ def test_the_only_copy_of_a_script_is_not_taken_for_a_run_it_was_not_archived_wi
         assert view.find_file("/cluster/job/train.py") == tmp_path / "scripts" / "train.py"
 
 
+def test_a_relative_script_beside_the_trace_beats_the_one_in_the_folder_the_report_runs(
+    tmp_path,
+):
+    """torch names a script by its path from its ``sys.path`` entry (``train.py``): a run
+    recorded in ``exp_c/`` with its logs in ``exp_c/logs`` was read with the project
+    folder's ``train.py`` (another version), its lines claimed exact (a MONAI walk: 5 of 5
+    lines of a fixed run named from the baseline script). The copy in the trace's folder
+    or the nearest folder above it, under the root, is the run's."""
+    (tmp_path / "train.py").write_text("x = 1\n")
+    (tmp_path / "exp_c" / "logs" / "run").mkdir(parents=True)
+    (tmp_path / "exp_c" / "train.py").write_text("y = 2\n")
+    resolver = SourceResolver([str(tmp_path)])
+    exp_c = resolver.beside(str(tmp_path / "exp_c" / "logs" / "run" / "w.pt.trace.json"))
+    assert exp_c.find_file("train.py") == tmp_path / "exp_c" / "train.py"
+    top = resolver.beside(str(tmp_path / "logs" / "w.pt.trace.json"))
+    assert top.find_file("train.py") == tmp_path / "train.py"
+    # A trace outside every root: the roots' file, as before.
+    elsewhere = resolver.beside("/elsewhere/logs/w.pt.trace.json")
+    assert elsewhere.find_file("train.py") == tmp_path / "train.py"
+
+
 def test_a_line_whose_only_file_is_another_runs_says_so(tmp_path, capsys):
     """The footnote blamed --source-root ("its source file was not found") for a file
     that was found, and refused as another run's copy."""

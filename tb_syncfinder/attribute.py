@@ -270,6 +270,19 @@ def _call_depths(below: list[tuple[int, Frame]]) -> int:
     return len(below)
 
 
+def _runs_an_op(thread: HostThread, index: int) -> bool:
+    """Whether an operator runs inside a node (a built-in's frame that calls one, not
+    ``isinstance`` or a context manager's ``__exit__``)."""
+    starts, ends, kinds = thread.starts, thread.ends, thread.kinds
+    end = ends[index]
+    for i in range(index + 1, len(starts)):
+        if starts[i] > end:
+            return False
+        if kinds[i] == OP and ends[i] <= end:
+            return True
+    return False
+
+
 _PROFILER_DIRS = ("torch/profiler/",)
 # A Python frame's event name (``file(line): func``) of a tensor subclass's dispatcher.
 _DISPATCH_SUFFIXES = tuple(": " + func for func in sorted(SUBCLASS_DISPATCH))
@@ -798,10 +811,17 @@ class Attributor:
             kids = []
             for child in self.tree(thread).children.get(index, ()):
                 name = thread.nodes[child].name
-                # (A tensor subclass's dispatcher, ``MetaTensor.__torch_function__``, is
-                # opened up as well: its calls are the caller's.)
-                if name.startswith(_MODULE_PREFIX) or name.endswith(_DISPATCH_SUFFIXES):
+                if name.startswith(_MODULE_PREFIX):
                     kids.extend(self._kids(thread, child))
+                elif name.endswith(_DISPATCH_SUFFIXES):
+                    # A tensor subclass's dispatcher (``MetaTensor.__torch_function__``):
+                    # the operator's call in it is the caller's; its own bookkeeping calls
+                    # (MONAI's ``update_meta``) are no calls of the caller's source.
+                    kids.extend(
+                        k
+                        for k in self._kids(thread, child)
+                        if thread.nodes[k].name.startswith("<built-in") and _runs_an_op(thread, k)
+                    )
                 else:
                     kids.append(child)
             self._kid_lists[key] = kids

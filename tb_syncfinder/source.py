@@ -611,6 +611,10 @@ SOME_CLASS = "<class>"
 # A group for an object called (its frame is its class's ``__call__``, not an nn.Module's):
 # ``instance_call(frame)`` of that ``__call__``, whose class the resolver reads there.
 CALL_CALL = "<call>"
+# With such a group: an instance of another class may be one of a subclass that inherits
+# that ``__call__`` (MONAI's ``DiceMetric``, whose ``__call__`` is its base class's in
+# another file); claimed only where the alignment leaves it alone.
+ANY_INSTANCE = "<instance>?"
 
 
 def init_call(frame: Frame) -> str:
@@ -654,6 +658,13 @@ def _matcher(
     calls = set() if frameless else set(group)
     modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     some_class = SOME_CLASS in calls
+    any_instance = ANY_INSTANCE in calls
+    # An instance of another class called: this group's object, or one whose own
+    # ``__call__`` the trace shows among the frame's other calls (MONAI's ``post(...)``, an
+    # ``AsDiscrete``, beside ``dice_metric(...)``): the alignment tells which.
+    instance_labels: str | tuple[str, ...] = (
+        (N, ANCHOR + "__call__") if any_instance and "__call__" in anchors else N
+    )
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
@@ -680,6 +691,8 @@ def _matcher(
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls
+            if any_instance and any(b.startswith(INSTANCE_OF) for b in bound):
+                return instance_labels, True
             if (
                 modules
                 and not bound
@@ -692,7 +705,7 @@ def _matcher(
                 # ``train_one_epoch(model, ...)``; a factory's result, ``model =
                 # get_model(...)``). It may be the module; claimed only where the alignment
                 # leaves it alone.
-                return N, True
+                return instance_labels, True
             if some_class and name and name[:1].isupper():
                 return N, True  # a class called, or a class without a Python __init__
             if name == "step" and not profiler_names:
@@ -4280,6 +4293,9 @@ class SourceResolver:
                     # Every other name the scope calls: one automaton per scope and name,
                     # whichever of them an invocation shows.
                     anchors = self._call_names(scope).difference(group)
+                    if ANY_INSTANCE in group:
+                        # Other objects' calls show as their ``__call__`` frames.
+                        anchors = anchors | {"__call__"}
                     if anchors:
                         narrowed = self._align_anchored(
                             self._automaton(
@@ -4373,7 +4389,8 @@ class SourceResolver:
             cls = self._class_of_method(group[0][len(CALL_CALL) :], "__call__")
             if cls is None:
                 return ("__call__",)
-            return tuple(MODULE_CALL + name for name in (cls, *parsed.subclasses(cls)))
+            classes = (cls, *parsed.subclasses(cls))
+            return (*(MODULE_CALL + name for name in classes), ANY_INSTANCE)
         if not group[0].startswith(INIT_CALL):
             return group
         cls = self._class_of_method(group[0][len(INIT_CALL) :], "__init__")

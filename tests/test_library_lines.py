@@ -909,3 +909,86 @@ def test_a_tensor_subclass_dispatcher_is_not_named_as_the_library_line(
     assert by_line[(19, "aten::is_nonzero")] == (("monai/metrics.py", 12, True), "monai")
     assert by_line[(19, "aten::masked_select")] == (("monai/metrics.py", 13, True), "monai")
     assert by_line[(20, "aten::item")] == (None, None)  # the user's own read
+
+
+_METRIC_BASE = """\
+class Cumulative:
+    def __call__(self, y_pred, y):
+        return self._compute(y_pred, y)
+"""
+
+_METRIC = """\
+import torch
+
+from monai.base import Cumulative
+
+
+class Dice(Cumulative):
+    def _compute(self, y_pred, y):
+        y_o = torch.sum(y)
+        if y_o > 0:
+            return torch.sum(y_pred * y) / y_o
+        return y_o
+
+
+class Post:
+    def __call__(self, x):
+        return torch.softmax(x, dim=-1)
+"""
+
+
+def test_an_object_whose_call_a_library_base_class_defines_is_named_at_its_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MONAI's ``dice_metric(...)``: DiceMetric inherits ``__call__`` from a base class in
+    another file, so the instance the user's line calls is of no class that call names.
+    Its reads were at the loop's ``prof.step()`` line, marked, with the lines around the
+    call as candidates and not the call (a walk: 8 of 21 validation reads). Another class's
+    object called beside it (``post(...)``) shows as its own ``__call__``: the call is
+    told from it."""
+    packages = tmp_path / "site-packages"
+    (packages / "monai").mkdir(parents=True)
+    (packages / "monai" / "__init__.py").write_text("")
+    (packages / "monai" / "base.py").write_text(_METRIC_BASE)
+    (packages / "monai" / "metrics.py").write_text(_METRIC)
+    (tmp_path / "val.py").write_text(
+        textwrap.dedent(
+            """\
+            import sys
+
+            import torch
+            from monai.metrics import Dice, Post
+
+
+            def main(out):
+                model = torch.nn.Linear(4, 4)
+                post = Post()
+                dice_metric = Dice()
+                prof = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=True,
+                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+                    on_trace_ready=lambda p: p.export_chrome_trace(out),
+                )
+                prof.start()
+                for step in range(5):
+                    p = post(model(torch.ones(2, 4)))
+                    dice_metric(p, model(torch.ones(2, 4)))
+                    prof.step()
+                prof.stop()
+
+
+            main(sys.argv[1])
+            """
+        )
+    )
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "val.py", str(out)], env=env, cwd=tmp_path, check=True, capture_output=True
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.file, site.line, site.line_exact) == ("val.py", 20, True)
+    assert site.library is not None and (site.library.line, site.library.line_exact) == (9, True)

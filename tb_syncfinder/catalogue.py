@@ -2035,6 +2035,38 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
     ),
+    # MONAI's sliding_window_inference builds its window weights on every call with
+    # compute_importance_map, which reads their minimum (``torch.min(importance_map).item()``,
+    # on the windows' device). A map passed in is used as it is. Checked on a CPU trace of
+    # MONAI 1.6.1 (docs/validation.md, section 27): the read gone, the Dice scores the same.
+    LibraryAdvice(
+        "monai/data/utils.py",
+        frozenset({"compute_importance_map"}),
+        Advice(
+            title="Pass sliding_window_inference a roi_weight_map computed once",
+            text=(
+                "`sliding_window_inference` computes its windows' weight map on every call, "
+                "and `compute_importance_map` reads the map's minimum back to the host "
+                "(`torch.min(importance_map).item()`). Compute the map once, on the device, "
+                "with the call's `mode` and `sigma_scale`, before the loop and pass it as "
+                "`roi_weight_map=`: it is used as it is, "
+                "without that read, wherever the window is the whole `roi_size` (an image at "
+                "least that large)."
+            ),
+            before=(
+                "for batch in val_loader:\n"
+                "    out = sliding_window_inference(x, roi_size, sw_batch_size, model)\n"
+            ),
+            after=(
+                "from monai.data.utils import compute_importance_map\n"
+                'roi_w = compute_importance_map(roi_size, mode="constant", device=device)\n'
+                "for batch in val_loader:\n"
+                "    out = sliding_window_inference(\n"
+                "        x, roi_size, sw_batch_size, model, roi_weight_map=roi_w\n"
+                "    )\n"
+            ),
+        ),
+    ),
     # GradScaler.step reads found_inf (``sum(v.item() ...)`` in ``_maybe_opt_step``) for an
     # optimizer without a fused step; a fused one takes found_inf as a tensor. Measured on an
     # H200 (docs/validation.md, section 8): the read cost 3.8 ms of a 16.9 ms step.
@@ -2479,6 +2511,12 @@ HOST_ONLY_LIBRARY_FUNCS = (("torch/optim/optimizer.py", frozenset({"_get_value"}
 HOST_STEP_OPTIMIZER_FILES = tuple(
     f"torch/optim/{name}.py" for name in ("adam", "adamw", "adamax", "adagrad", "nadam", "radam")
 )
+# Library functions that call themselves directly only for a tensor's metadata, which stays
+# on the host: MONAI's ``decollate_batch(batch.meta)`` for a MetaTensor (``MetaTensor.to``
+# moves the array, not ``.meta``), whose ``[t.item() for t in out_list]`` reads each
+# collated metadata scalar (``original_channel_dim``). Its other reads (a dict's values,
+# through ``_non_zipping_check``) may be of the user's device tensors.
+HOST_METADATA_RECURSION = (("monai/data/utils.py", frozenset({"decollate_batch"})),)
 # Fused optimizer kernels whose CPU implementation reads its step counters and learning rate
 # with ``item``; their device kernels take them as tensors.
 CPU_KERNEL_READ_OPS = frozenset(
@@ -2496,9 +2534,15 @@ def in_host_only_library(frames: Iterable[tuple[str, str]], ops: Iterable[str] =
     for index, (path, func) in enumerate(normal):
         if any(marker in path for marker in HOST_ONLY_LIBRARY_DIRS):
             return True
-        caller = normal[index + 1][0] if index + 1 < len(normal) else ""
+        caller, caller_func = normal[index + 1] if index + 1 < len(normal) else ("", "")
         if caller.endswith(HOST_STEP_OPTIMIZER_FILES) and any(
             _frame_matches(path, func, file, funcs) for file, funcs in HOST_ONLY_LIBRARY_FUNCS
+        ):
+            return True
+        if any(
+            _frame_matches(path, func, file, funcs)
+            and _frame_matches(caller, caller_func, file, funcs)
+            for file, funcs in HOST_METADATA_RECURSION
         ):
             return True
     return False

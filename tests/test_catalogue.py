@@ -201,6 +201,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "trainer/connectors/logger_connector/",
                 "numpy/",
                 "torch_geometric/",
+                "monai/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -456,3 +457,31 @@ def test_a_fix_inside_a_library_says_it_is_an_edit_there_unless_the_library_has_
 )
 def test_wrappers_of_one_operator_are_told_from_code_that_chose_to_call_it(path, func, wraps):
     assert catalogue.wraps_one_op(path, func) is wraps
+
+
+def test_monai_decollating_a_metatensors_metadata_reads_host_values():
+    """``decollate_batch(batch.meta)``: MONAI calls itself directly only for a MetaTensor's
+    metadata, which ``MetaTensor.to(device)`` leaves on the host (a walk: 8 of 21 of a
+    validation's listed reads). A dict's values, decollated through ``_non_zipping_check``,
+    may be the user's device tensors: still reads."""
+    utils = "/venv/lib/python3.11/site-packages/monai/data/utils.py"
+    read = [("<built-in>", "item"), (utils, "<listcomp>"), (utils, "decollate_batch")]
+    metadata = [*read, (utils, "_non_zipping_check"), (utils, "decollate_batch")]
+    assert catalogue.in_host_only_library([*metadata, (utils, "decollate_batch")])
+    assert not catalogue.in_host_only_library(metadata)
+
+
+def test_monais_window_weights_read_gets_the_roi_weight_map_fix():
+    """``sliding_window_inference`` builds its window weights every call and
+    ``compute_importance_map`` reads their minimum: MONAI's own ``roi_weight_map=`` removes
+    it, where the report said no setting was known (a walk, checked there: the read gone,
+    the Dice the same)."""
+    frames = [
+        ("<built-in>", "item"),
+        ("monai/data/utils.py", "compute_importance_map"),
+        ("monai/inferers/utils.py", "sliding_window_inference"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=frames)
+    assert advice["title"] == "Pass sliding_window_inference a roi_weight_map computed once"
+    assert "roi_weight_map=roi_w" in advice["after"]
+    assert "library_code" not in advice or advice["library_code"] is None

@@ -659,12 +659,19 @@ def _matcher(
     modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     some_class = SOME_CLASS in calls
     any_instance = ANY_INSTANCE in calls
-    # An instance of another class called: this group's object, or one whose own
-    # ``__call__`` the trace shows among the frame's other calls (MONAI's ``post(...)``, an
-    # ``AsDiscrete``, beside ``dice_metric(...)``): the alignment tells which.
-    instance_labels: str | tuple[str, ...] = (
-        (N, ANCHOR + "__call__") if any_instance and "__call__" in anchors else N
-    )
+
+    def maybe_the_object(name: str | None, bound: frozenset[str]) -> str | tuple[str, ...]:
+        """A call that may be the group's object (an nn.Module's, an instance's) or not:
+        then it shows as the function of its name (``sliding_window_inference(...)``) or,
+        an instance of another class, as its own ``__call__`` (MONAI's ``post(...)``, an
+        ``AsDiscrete``, beside ``dice_metric(...)``) among the frame's other calls. The
+        alignment tells which."""
+        labels = [N]
+        if any_instance and "__call__" in anchors:
+            labels.append(ANCHOR + "__call__")
+        labels.extend(ANCHOR + n for n in sorted(anchors.intersection((name or "", *bound))))
+        return labels[0] if len(labels) == 1 else tuple(labels)
+
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
@@ -692,7 +699,7 @@ def _matcher(
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
                 return N, optional_calls
             if any_instance and any(b.startswith(INSTANCE_OF) for b in bound):
-                return instance_labels, True
+                return maybe_the_object(name, bound), True
             if (
                 modules
                 and not bound
@@ -705,7 +712,7 @@ def _matcher(
                 # ``train_one_epoch(model, ...)``; a factory's result, ``model =
                 # get_model(...)``). It may be the module; claimed only where the alignment
                 # leaves it alone.
-                return instance_labels, True
+                return maybe_the_object(name, bound), True
             if some_class and name and name[:1].isupper():
                 return N, True  # a class called, or a class without a Python __init__
             if name == "step" and not profiler_names:
@@ -1202,9 +1209,10 @@ def periodic_guard(
     """The test (as Python prints it) of the innermost ``if`` of ``scope`` whose body (not its
     ``else``) runs ``line`` and whose test takes a remainder (``update_idx %
     args.log_interval == 0``): the line runs every N passes, not every one. None: none.
-    Only out to the loop that steps one of the ``profilers`` (by name): a test around that
-    loop (MONAI's ``if (epoch + 1) % val_interval == 0:`` around its validation loop) says
-    which runs of the loop were profiled, not how often a profiled pass reads."""
+    A test whose body steps one of the ``profilers`` (by name) is passed over: it holds
+    the profiled steps (MONAI's ``if (epoch + 1) % val_interval == 0:`` around its
+    validation loop and the read after it), so it says which runs were profiled, not how
+    often a profiled step reads."""
     found: str | None = None
     stack = list(ast.iter_child_nodes(scope))
     while stack:
@@ -1214,30 +1222,29 @@ def periodic_guard(
         first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if first is not None and end is not None and not first <= line <= end:
             continue
-        if (
-            profilers
-            and isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-            and _steps_a_profiler(node, profilers)
-        ):
-            found = None  # the walk goes inwards: the tests met so far are around the loop
         if isinstance(node, ast.If) and node.body:
             body_end = node.body[-1].end_lineno or node.body[-1].lineno
             in_body = node.body[0].lineno <= line <= body_end
-            if in_body and any(
-                isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
+            if (
+                in_body
+                and any(
+                    isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+                    for n in ast.walk(node.test)
+                )
+                and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
             ):
                 found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
         stack.extend(ast.iter_child_nodes(node))
     return found
 
 
-def _steps_a_profiler(loop: ast.AST, profilers: frozenset[str]) -> bool:
-    """Whether a loop's code calls ``.step()`` of one of these profilers (by name)."""
+def _steps_a_profiler(code: ast.AST, profilers: frozenset[str]) -> bool:
+    """Whether code calls ``.step()`` of one of these profilers (by name)."""
     return any(
         isinstance(node, ast.Call)
         and _call_name(node) == "step"
         and _receiver_name(node) in profilers
-        for node in ast.walk(loop)
+        for node in ast.walk(code)
     )
 
 

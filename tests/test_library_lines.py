@@ -934,6 +934,10 @@ class Dice(Cumulative):
 class Post:
     def __call__(self, x):
         return torch.softmax(x, dim=-1)
+
+
+def infer(x):
+    return x * 2
 """
 
 
@@ -944,8 +948,8 @@ def test_an_object_whose_call_a_library_base_class_defines_is_named_at_its_call(
     another file, so the instance the user's line calls is of no class that call names.
     Its reads were at the loop's ``prof.step()`` line, marked, with the lines around the
     call as candidates and not the call (a walk: 8 of 21 validation reads). Another class's
-    object called beside it (``post(...)``) shows as its own ``__call__``: the call is
-    told from it."""
+    object called beside it (``post(...)``) shows as its own ``__call__``, and a function
+    (``infer(...)``, a name the file does not bind) as itself: the call is told from them."""
     packages = tmp_path / "site-packages"
     (packages / "monai").mkdir(parents=True)
     (packages / "monai" / "__init__.py").write_text("")
@@ -957,7 +961,7 @@ def test_an_object_whose_call_a_library_base_class_defines_is_named_at_its_call(
             import sys
 
             import torch
-            from monai.metrics import Dice, Post
+            from monai.metrics import Dice, Post, infer
 
 
             def main(out):
@@ -972,7 +976,7 @@ def test_an_object_whose_call_a_library_base_class_defines_is_named_at_its_call(
                 )
                 prof.start()
                 for step in range(5):
-                    p = post(model(torch.ones(2, 4)))
+                    p = post(infer(model(torch.ones(2, 4))))
                     dice_metric(p, model(torch.ones(2, 4)))
                     prof.step()
                 prof.stop()

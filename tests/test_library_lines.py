@@ -81,6 +81,71 @@ def _record(
     return out
 
 
+def _run_program(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    package: str,
+    modules: dict[str, str],
+    program: str,
+) -> Path:
+    """A known library ``package`` (``modules``: file name -> code) installed beside a
+    program of the user's (``main.py``, run with the trace's path as its argument) in a
+    process of its own; the library importable where the report runs. The trace's path."""
+    packages = tmp_path / "site-packages"
+    (packages / package).mkdir(parents=True)
+    (packages / package / "__init__.py").write_text("")
+    for name, code in modules.items():
+        (packages / package / name).write_text(code)
+    (tmp_path / "main.py").write_text(program)
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "main.py", str(out)],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.syspath_prepend(str(packages))
+    return out
+
+
+def _profiled_loop(imports: str, setup: list[str], body: list[str]) -> str:
+    """A user's ``main.py``: ``setup`` lines, then five passes of ``body`` lines under a
+    profiler started and stopped around the loop (cycles of wait 1, warm-up 1, active 3)."""
+    lines = [
+        "import sys",
+        "",
+        "import torch",
+        imports,
+        "",
+        "",
+        "def main(out):",
+        "    model = torch.nn.Linear(4, 4)",
+        *("    " + line for line in setup),
+        "    prof = torch.profiler.profile(",
+        "        activities=[torch.profiler.ProfilerActivity.CPU],",
+        "        with_stack=True,",
+        "        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),",
+        "        on_trace_ready=lambda p: p.export_chrome_trace(out),",
+        "    )",
+        "    prof.start()",
+        "    for step in range(5):",
+        *("        " + line for line in body),
+        "        prof.step()",
+        "    prof.stop()",
+        "",
+        "",
+        "main(sys.argv[1])",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _line_of(program: str, text: str) -> int:
+    """The number of the first line of ``program`` holding ``text``."""
+    return next(n for n, line in enumerate(program.splitlines(), 1) if text in line)
+
+
 def test_a_librarys_reads_at_several_lines_are_each_named_with_their_count(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -659,24 +724,14 @@ def test_a_synchronize_in_the_library_loop_running_when_profiling_began_is_named
     functions called while profiled were read), while the same loop in the user's code
     was (a walk's repro). Now named, in the loop's lines only, with no call count the
     trace cannot give."""
-    packages = tmp_path / "site-packages"
-    (packages / "open_clip_train").mkdir(parents=True)
-    (packages / "open_clip_train" / "__init__.py").write_text("")
-    (packages / "open_clip_train" / "train.py").write_text(_HOLDS_THE_LOOP)
-    (tmp_path / "main.py").write_text(
+    out = _run_program(
+        tmp_path,
+        monkeypatch,
+        "open_clip_train",
+        {"train.py": _HOLDS_THE_LOOP},
         "import sys\n\nimport torch\nfrom open_clip_train import train\n\n"
-        "train.train_one_epoch(torch.nn.Linear(4, 2), sys.argv[1])\n"
+        "train.train_one_epoch(torch.nn.Linear(4, 2), sys.argv[1])\n",
     )
-    out = tmp_path / "host_1.1700000000000.pt.trace.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
-    subprocess.run(
-        [sys.executable, "main.py", str(out)],
-        env=env,
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-    )
-    monkeypatch.syspath_prepend(str(packages))
     report = analyze(str(out), source_roots=[str(tmp_path)])
     [site] = report.latent_sites
     assert site.library is not None and site.library.line == 18 and site.count == 3
@@ -732,52 +787,13 @@ def test_a_read_in_a_library_objects_call_is_named_at_the_users_call_of_it(
     with a line after ``prof.stop()`` as the candidate, and the fix did not say it was an
     edit of diffusers (a walk: 610 of 610 reads of the sampling run). The call of an
     object is now matched as an nn.Module's call is, by an instance of its class."""
-    packages = tmp_path / "site-packages"
-    (packages / "diffusers").mkdir(parents=True)
-    (packages / "diffusers" / "__init__.py").write_text("")
-    (packages / "diffusers" / "pipe.py").write_text(_PIPELINE)
-    (tmp_path / "sample.py").write_text(
-        textwrap.dedent(
-            f"""\
-            import sys
-
-            import torch
-            from diffusers.pipe import {cls}
-
-
-            def main(out):
-                pipe = {cls}()
-                prof = torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CPU],
-                    with_stack=True,
-                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
-                    on_trace_ready=lambda p: p.export_chrome_trace(out),
-                )
-                prof.start()
-                for call in range(5):
-                    images = pipe(steps=3)
-                    prof.step()
-                prof.stop()
-                print(float(images.mean()))
-
-
-            main(sys.argv[1])
-            """
-        )
+    program = _profiled_loop(
+        f"from diffusers.pipe import {cls}", [f"pipe = {cls}()"], ["images = pipe(steps=3)"]
     )
-    out = tmp_path / "host_1.1700000000000.pt.trace.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
-    subprocess.run(
-        [sys.executable, "sample.py", str(out)],
-        env=env,
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-    )
-    monkeypatch.syspath_prepend(str(packages))
+    out = _run_program(tmp_path, monkeypatch, "diffusers", {"pipe.py": _PIPELINE}, program)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     [site] = report.latent_sites
-    assert (site.file, site.line, site.line_exact) == ("sample.py", 17, True)
+    assert (site.file, site.line, site.line_exact) == ("main.py", _line_of(program, "pipe("), True)
     assert site.library is not None
     assert (site.library.line, site.library.line_exact) == (library_line, True)
     assert site.advice["library_code"] == "diffusers"
@@ -857,47 +873,12 @@ def test_a_tensor_subclass_dispatcher_is_not_named_as_the_library_line(
     named as the line that synced for MONAI's reads (hiding ``meandice.py:392``) and for
     the user's own ``.item()`` of a MetaTensor, whose fix became "an edit of monai" (a
     walk: 18 of 31 reads). A subclass's dispatcher is passed over as a wrapper."""
-    packages = tmp_path / "site-packages"
-    (packages / "monai").mkdir(parents=True)
-    (packages / "monai" / "__init__.py").write_text("")
-    (packages / "monai" / "metrics.py").write_text(_SUBCLASS)
-    (tmp_path / "val.py").write_text(
-        textwrap.dedent(
-            """\
-            import sys
-
-            import torch
-            from monai.metrics import MetaTensor, dice
-
-
-            def main(out):
-                model = torch.nn.Linear(4, 4)
-                x = torch.ones(2, 4)
-                prof = torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CPU],
-                    with_stack=True,
-                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
-                    on_trace_ready=lambda p: p.export_chrome_trace(out),
-                )
-                prof.start()
-                for step in range(5):
-                    y = model(x).as_subclass(MetaTensor)
-                    d = dice(y, y.abs())
-                    v = d.mean().item()
-                    prof.step()
-                prof.stop()
-
-
-            main(sys.argv[1])
-            """
-        )
+    program = _profiled_loop(
+        "from monai.metrics import MetaTensor, dice",
+        ["x = torch.ones(2, 4)"],
+        ["y = model(x).as_subclass(MetaTensor)", "d = dice(y, y.abs())", "v = d.mean().item()"],
     )
-    out = tmp_path / "host_1.1700000000000.pt.trace.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
-    subprocess.run(
-        [sys.executable, "val.py", str(out)], env=env, cwd=tmp_path, check=True, capture_output=True
-    )
-    monkeypatch.syspath_prepend(str(packages))
+    out = _run_program(tmp_path, monkeypatch, "monai", {"metrics.py": _SUBCLASS}, program)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     by_line = {}
     for site in report.latent_sites:
@@ -906,9 +887,10 @@ def test_a_tensor_subclass_dispatcher_is_not_named_as_the_library_line(
             (library.file, library.line, library.line_exact) if library else None,
             site.advice.get("library_code"),
         )
-    assert by_line[(19, "aten::is_nonzero")] == (("monai/metrics.py", 12, True), "monai")
-    assert by_line[(19, "aten::masked_select")] == (("monai/metrics.py", 13, True), "monai")
-    assert by_line[(20, "aten::item")] == (None, None)  # the user's own read
+    call, read = _line_of(program, "dice("), _line_of(program, "d.mean()")
+    assert by_line[(call, "aten::is_nonzero")] == (("monai/metrics.py", 12, True), "monai")
+    assert by_line[(call, "aten::masked_select")] == (("monai/metrics.py", 13, True), "monai")
+    assert by_line[(read, "aten::item")] == (None, None)  # the user's own read
 
 
 _METRIC_BASE = """\
@@ -950,49 +932,18 @@ def test_an_object_whose_call_a_library_base_class_defines_is_named_at_its_call(
     call as candidates and not the call (a walk: 8 of 21 validation reads). Another class's
     object called beside it (``post(...)``) shows as its own ``__call__``, and a function
     (``infer(...)``, a name the file does not bind) as itself: the call is told from them."""
-    packages = tmp_path / "site-packages"
-    (packages / "monai").mkdir(parents=True)
-    (packages / "monai" / "__init__.py").write_text("")
-    (packages / "monai" / "base.py").write_text(_METRIC_BASE)
-    (packages / "monai" / "metrics.py").write_text(_METRIC)
-    (tmp_path / "val.py").write_text(
-        textwrap.dedent(
-            """\
-            import sys
-
-            import torch
-            from monai.metrics import Dice, Post, infer
-
-
-            def main(out):
-                model = torch.nn.Linear(4, 4)
-                post = Post()
-                dice_metric = Dice()
-                prof = torch.profiler.profile(
-                    activities=[torch.profiler.ProfilerActivity.CPU],
-                    with_stack=True,
-                    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
-                    on_trace_ready=lambda p: p.export_chrome_trace(out),
-                )
-                prof.start()
-                for step in range(5):
-                    p = post(infer(model(torch.ones(2, 4))))
-                    dice_metric(p, model(torch.ones(2, 4)))
-                    prof.step()
-                prof.stop()
-
-
-            main(sys.argv[1])
-            """
-        )
+    program = _profiled_loop(
+        "from monai.metrics import Dice, Post, infer",
+        ["post = Post()", "dice_metric = Dice()"],
+        ["p = post(infer(model(torch.ones(2, 4))))", "dice_metric(p, model(torch.ones(2, 4)))"],
     )
-    out = tmp_path / "host_1.1700000000000.pt.trace.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
-    subprocess.run(
-        [sys.executable, "val.py", str(out)], env=env, cwd=tmp_path, check=True, capture_output=True
-    )
-    monkeypatch.syspath_prepend(str(packages))
+    modules = {"base.py": _METRIC_BASE, "metrics.py": _METRIC}
+    out = _run_program(tmp_path, monkeypatch, "monai", modules, program)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     [site] = report.latent_sites
-    assert (site.file, site.line, site.line_exact) == ("val.py", 20, True)
+    assert (site.file, site.line, site.line_exact) == (
+        "main.py",
+        _line_of(program, "dice_metric(p"),
+        True,
+    )
     assert site.library is not None and (site.library.line, site.library.line_exact) == (9, True)

@@ -31,6 +31,7 @@ from tb_syncfinder.catalogue import (
     SETUP_CALLS,
     SUBCLASS_DISPATCH,
     called_library,
+    dispatches_for_its_caller,
     package_of,
     passes_through,
     wraps_one_op,
@@ -1171,7 +1172,13 @@ class Attributor:
         the user's frame steps the profiler itself (``Attribution.steps_own_frame``)."""
         # A tensor subclass's dispatchers run each operator for the code that called it:
         # the calls are matched as if they were not there (``_kids`` opens them up too).
-        frames = [entry for entry in frames if entry[1].func not in SUBCLASS_DISPATCH]
+        frames = [
+            entry
+            for n, entry in enumerate(frames)
+            if not dispatches_for_its_caller(
+                entry[1].file, entry[1].func, frames[n - 1][1].file if n else None
+            )
+        ]
         user = self.user_frame(frames)
         if user is None:
             return None, None, None, [], False

@@ -2373,14 +2373,15 @@ def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:
     user's innermost one: the library code the user's line called. A library frame above
     it called the user's code (Lightning's ``metrics()`` computing the user's own
     ``Metric.compute``): its fix is not the user's read's."""
+    stack = list(stack)
     frames = []
-    for frame in stack:
+    for n, frame in enumerate(stack):
         # A model's own code loaded with trust_remote_code (``transformers_modules/``) is
         # named as the user's, but it is the library's to call: transformers' MoE wrapper
         # runs it (``HF_EXPERTS_ADVICE``'s ``called_file``).
         if frame.user and "transformers_modules/" not in frame.file.replace("\\", "/"):
             break
-        if frame.func in SUBCLASS_DISPATCH:
+        if dispatches_for_its_caller(frame.file, frame.func, stack[n - 1].file if n else None):
             continue
         frames.append((frame.file, frame.func))
     return frames
@@ -2391,6 +2392,20 @@ def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:
 # line, they hid the line that read (``meandice.py:392``) and made a user's own
 # ``loss.item()`` of a MetaTensor an edit of MONAI.
 SUBCLASS_DISPATCH = frozenset({"__torch_function__", "__torch_dispatch__"})
+_TORCH_FILE = re.compile(r"(?:^|/)torch/")
+
+
+def dispatches_for_its_caller(file: str, func: str, inner_file: str | None) -> bool:
+    """Whether a frame of ``func`` in ``file``, whose next frame inward is in
+    ``inner_file``, is a dispatcher passing its caller's operator on: torch's own
+    (``Tensor.__torch_function__``), or a tensor subclass's that hands it to torch
+    (``super().__torch_function__``, an ``OpOverload``'s call). Not where a read it leads
+    to is made; a dispatcher whose own code reads (``out[0].item()`` in a checking
+    subclass's ``__torch_dispatch__``) is."""
+    return func in SUBCLASS_DISPATCH and any(
+        where is not None and _TORCH_FILE.search(where.replace("\\", "/")) is not None
+        for where in (file, inner_file)
+    )
 
 
 def library_advice(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -> Advice | None:

@@ -212,7 +212,7 @@ class _Builder:
             s = self.expr(node.value, s, opt)
             s = self.expr(node.slice, s, opt)
             if isinstance(node.ctx, ast.Load):
-                return self.emit(s, "load", node, opt)
+                return self.subscript(s, "load", node, opt)
             return s  # a store is emitted by its assignment, after the value
         if isinstance(node, ast.BoolOp):
             join = self.a.new()
@@ -334,11 +334,20 @@ class _Builder:
         self.link(t, head)
         return head
 
+    def subscript(self, s: int, kind: str, node: ast.Subscript, opt: bool = False) -> int:
+        """A subscript's ``kind`` point (``load`` or ``store``), then one ``bound`` point per
+        further slice bound that may be a tensor: each reads its value back through
+        ``__index__`` (x-transformers' ``self.data[start : start + n]`` reads two)."""
+        s = self.emit(s, kind, node, opt)
+        for _ in range(_slice_bounds(node.slice) - 1):
+            s = self.emit(s, "bound", node, opt)
+        return s
+
     def store(self, target: ast.AST, s: int, opt: bool = False) -> int:
         if isinstance(target, ast.Subscript):
             s = self.expr(target.value, s, opt)
             s = self.expr(target.slice, s, opt)
-            return self.emit(s, "store", target, opt)
+            return self.subscript(s, "store", target, opt)
         if isinstance(target, ast.Attribute):
             return self.expr(target.value, s, opt)
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -373,9 +382,9 @@ class _Builder:
             if isinstance(target, ast.Subscript):
                 s = self.expr(target.value, s)
                 s = self.expr(target.slice, s)
-                s = self.emit(s, "load", target)
+                s = self.subscript(s, "load", target)
                 s = self.expr(node.value, s)
-                return self.emit(s, "store", target)
+                return self.subscript(s, "store", target)
             s = self.expr(target.value, s) if isinstance(target, ast.Attribute) else s
             s = self.expr(node.value, s)
             if isinstance(node.op, ast.Mod) and _may_run_repr(target, node.value):
@@ -601,6 +610,24 @@ def _may_be_empty(spec: ast.expr | None) -> bool:
         return True
     values = spec.values if isinstance(spec, ast.JoinedStr) else [spec]
     return not any(isinstance(v, ast.Constant) and v.value for v in values)
+
+
+def _slice_bounds(index: ast.AST) -> int:
+    """How many bounds of a subscript's slices may be tensors (not written as numbers)."""
+    slices = index.elts if isinstance(index, ast.Tuple) else [index]
+    return sum(
+        1
+        for part in slices
+        if isinstance(part, ast.Slice)
+        for bound in (part.lower, part.upper, part.step)
+        if bound is not None and not _is_number(bound)
+    )
+
+
+def _is_number(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant)
 
 
 def _line_of(kind: str, node: ast.AST) -> int:

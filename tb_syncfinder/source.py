@@ -347,6 +347,8 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
             if func.id in _SCALAR_TYPES:
                 return ("<scalar>",)
         return ()
+    if kind == "bound":
+        return ("<scalar>",)  # a slice's further bound read through ``__index__``
     if kind in ("load", "store"):
         index = node.slice  # type: ignore[attr-defined]
         labels = ["<load>" if kind == "load" else "<store>"]
@@ -1773,10 +1775,31 @@ def reads_host_made_tensor(
         for statement in statements
         if isinstance(statement, (ast.If, ast.While, ast.Assert)) and statement.test.lineno == line
     ]
+    if not (reads or tests):
+        # No call reads a value there: a subscript's index or slice bounds are read
+        # through ``__index__`` (x-transformers' ``self.data[start : start + n]`` of a
+        # ``torch.randint`` drawn on the host).
+        reads = _subscript_operands(statements, line)
     return bool(reads or tests) and (
         all(_host_made(scope, receiver, line, module=module) for receiver in reads)
         and all(_host_truth(scope, test, line, module) for test in tests)
     )
+
+
+def _subscript_operands(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
+    """The indices and slice bounds (not written as numbers) of the subscripts on ``line``."""
+    found: list[ast.expr] = []
+    for root in roots:
+        for node in ast.walk(root):
+            if not isinstance(node, ast.Subscript) or node.lineno != line:
+                continue
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            for part in parts:
+                bounds = (
+                    [part.lower, part.upper, part.step] if isinstance(part, ast.Slice) else [part]
+                )
+                found += [b for b in bounds if b is not None and not isinstance(b, ast.Constant)]
+    return found
 
 
 def touches_only_host_values(scope: ast.AST, line: int, module: ast.AST | None = None) -> bool:

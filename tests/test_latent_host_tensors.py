@@ -73,6 +73,16 @@ def _reads_host_made(code: str, line: int) -> bool:
             True,
         ),
         ("def f(results):\n    return torch.tensor(results).sum().item()\n", 2, False),
+        # No call reads on the line: a slice's bounds or an index are read (x-transformers'
+        # ``self.data[start : start + n]`` of a start drawn on the host).
+        (
+            "def f(self):\n    s = torch.randint(0, 9, (1,))\n    return self.data[s : s + 5]\n",
+            3,
+            True,
+        ),
+        ("def f(self, s):\n    return self.data[s : s + 5]\n", 2, False),
+        ("def f(self, m):\n    n = m.sum()\n    return self.data[:n]\n", 3, False),
+        ("def f(a):\n    t = torch.tensor(3)\n    return a[t]\n", 3, True),
     ],
 )
 def test_a_read_is_host_made_only_where_every_read_on_the_line_is_of_a_python_made_tensor(

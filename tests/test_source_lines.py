@@ -377,6 +377,29 @@ def test_implicit_index_reads_are_candidates_not_a_confident_float_line(tmp_path
     ]
 
 
+def test_a_slice_with_two_tensor_bounds_reads_twice_at_its_line(tmp_path):
+    """x-transformers' ``self.data[start : start + n]`` reads both bounds back through
+    ``__index__``: two frameless items that one point could not place, so the line was
+    marked inexact (and its host check never ran)."""
+    from kineto_builder import KinetoTraceBuilder
+
+    from tb_syncfinder.engine import Options, analyze_trace
+
+    (tmp_path / "sampler.py").write_text(
+        "def sample(self, start):\n    return self.data[start : start + 65].long()\n"
+    )
+    b = KinetoTraceBuilder()
+    with b.step(1), b.frame(("sampler.py", 1, "sample")):
+        for _ in range(2):
+            with b.op("aten::item"), b.op("aten::_local_scalar_dense"):
+                pass
+        with b.frame("<built-in method long of Tensor object at 0x1>"):
+            pass  # the trace records built-in calls: an item without one is implicit
+    path = b.write(tmp_path / "w.pt.trace.json")
+    syncs = analyze_trace(str(path), Options(source_roots=(str(tmp_path),))).latent
+    assert [(s.source.line, s.source.line_exact) for s in syncs] == [(2, True), (2, True)]
+
+
 def test_the_whole_recorded_path_under_a_root_is_found_without_walking_the_roots(
     tmp_path, monkeypatch
 ):

@@ -3063,13 +3063,21 @@ def with_source_packs(
     return roots, pairs
 
 
-def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
+def _truths_reading(
+    scope: ast.AST, lines: list[int], called: str, right_after: frozenset[int] = frozenset()
+) -> list[int]:
     """Of the truth tests on ``lines``, those whose expression calls ``called``: the frame
     called it last before its truth operator ran (``if t.any():`` beside ``if
     torch.cuda.is_available():``). Only that positive evidence narrows: a recorded frame
     name is often not the name the code wrote (an nn.Module call records ``_call_impl``,
     a lambda ``<lambda>``, a decorated function its wrapper), so when no test calls it, or
-    a test calls nothing (``if t:``, which may be the one), every line stays."""
+    a test calls nothing (``if t:``, which may be the one), every line stays; but for the
+    tests that call nothing and that no path reaches from a call of ``called`` without
+    another call between (``right_after``, ``_truths_right_after``): x-transformers'
+    ``if greedy:`` runs after ``exists(...)`` in every pass, never right after the
+    ``.all()`` of its per-token ``if is_eos_tokens.any(dim=-1).all():``."""
+    if right_after and right_after.intersection(lines):
+        lines = [line for line in lines if line in right_after]
     names: dict[int, set[str]] = {}
     plain: dict[int, bool] = {}
     for node in ast.walk(scope):
@@ -3092,6 +3100,36 @@ def _truths_reading(scope: ast.AST, lines: list[int], called: str) -> list[int]:
         return lines  # a test of a plain name may be the one: no evidence against it
     kept = [line for line in lines if called in names[line]]
     return kept or lines
+
+
+def _truths_right_after(scope: ast.AST, called: str) -> frozenset[int]:
+    """The lines of ``scope``'s truth tests that a path reaches from a call named ``called``
+    with no other call between: where a truth operator run right after that call may be.
+    A call of the frame's shows in the trace (its Python frame, a built-in's included), as
+    the frame's last call before an operator is read from it; but a class called may show
+    none (``float(step)``: a type's call, or a class without a Python ``__init__``), and
+    is passed through."""
+
+    def match(kind: str, node: ast.AST) -> tuple[str | None, bool]:
+        if kind == "call":
+            name = _call_name(node)
+            if name == called:
+                return "C", False
+            return "X", isinstance(getattr(builtins, name or "", None), type) or (
+                bool(name) and name[:1].isupper()
+            )
+        if kind == "truth":
+            return "T", True  # a test of a Python value runs no operator: passed through
+        return None, False
+
+    automaton = build(scope, match)
+    found: set[int] = set()
+    for edges in automaton.edges:
+        for label, dest, _line in edges:
+            if label == "C":
+                for state in automaton.closure(dest):
+                    found.update(line for kind, _d, line in automaton.edges[state] if kind == "T")
+    return frozenset(found)
 
 
 _TRUTH_TESTED = (ast.If, ast.While, ast.IfExp, ast.Assert)
@@ -3260,6 +3298,8 @@ class SourceResolver:
         # (scope, line, frameless) -> an exact line's loop and size facts (``_line_facts``);
         # the scopes are kept alive by ``_parsed`` and ``_functions``, so ids stay theirs.
         self._facts: dict[tuple[int, int, bool], dict[str, Any]] = {}
+        # Per scope and call name: ``_truths_right_after``'s lines.
+        self._truths_after: dict[tuple[int, str], frozenset[int]] = {}
         # (file, line, function, which check) -> whether it holds (``_holds_on_its_lines``)
         self._host_checks: dict[tuple[Any, ...], bool] = {}
         self._host_indexes: dict[tuple[str, int, str, bool], bool] = {}
@@ -4355,7 +4395,12 @@ class SourceResolver:
                     # line found is one of them, not the one.
                     certain = False
             if len(lines) > 1 and label == "<truth>" and query.called_before:
-                lines = _truths_reading(scope, lines, query.called_before)
+                key = (id(scope), query.called_before)
+                right_after = self._truths_after.get(key)
+                if right_after is None:
+                    right_after = _truths_right_after(scope, query.called_before)
+                    self._truths_after[key] = right_after
+                lines = _truths_reading(scope, lines, query.called_before, right_after)
             if len(lines) == 1 and certain:
                 return Source(
                     frame.file,

@@ -947,3 +947,47 @@ def test_an_object_whose_call_a_library_base_class_defines_is_named_at_its_call(
         True,
     )
     assert site.library is not None and (site.library.line, site.library.line_exact) == (9, True)
+
+
+_GENERATE = """\
+import torch
+
+
+def exists(v):
+    return v is not None
+
+
+@torch.no_grad()
+def generate(prompt, seq_len, eos_token=None, greedy=False):
+    out = prompt
+    for _ in range(seq_len):
+        if exists(eos_token) and seq_len > 10**6:
+            raise ValueError("too long")
+        if greedy:
+            pass
+        out = torch.cat((out, (out[:, -1:] * 7 + 3) % 11), dim=-1)
+        if not exists(eos_token):
+            continue
+        is_eos_tokens = out == eos_token
+        if is_eos_tokens.any(dim=-1).all():
+            break
+    return out
+"""
+
+
+def test_a_generate_loops_eos_check_is_named_at_its_line_past_a_plain_flag_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x-transformers' per-token eos check was named at ``generate``'s decorator line,
+    marked, because ``if greedy:`` (which calls nothing) might have been the truth read
+    (a walk): no path reaches it right after the ``.all()`` the trace shows last."""
+    program = _profiled_loop(
+        "from x_transformers.wrapper import generate",
+        [],
+        ["tokens = generate(torch.zeros(1, 4, dtype=torch.long), 8, eos_token=99)"],
+    )
+    out = _run_program(tmp_path, monkeypatch, "x_transformers", {"wrapper.py": _GENERATE}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert site.library is not None
+    assert (site.library.line, site.library.line_exact) == (20, True)

@@ -2035,6 +2035,35 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
     ),
+    # x-transformers' AutoregressiveWrapper.generate checks after every token whether each
+    # sequence has reached eos_token (``if is_eos_tokens.any(dim=-1).all(): break``), its
+    # only read per token; without eos_token it generates seq_len tokens. Checked on a CPU
+    # trace of x-transformers 2.26.4 (docs/validation.md, section 27): the 71 reads of 5
+    # calls gone, the script working.
+    LibraryAdvice(
+        "x_transformers/autoregressive_wrapper.py",
+        frozenset({"generate"}),
+        Advice(
+            title="Generate without eos_token, and cut at the first eos afterwards",
+            text=(
+                "x-transformers' `generate` checks after every token whether each sequence "
+                "has produced `eos_token` (`is_eos_tokens.any(dim=-1).all()`), to stop early: "
+                "a read-back per token. Without `eos_token` it generates `seq_len` tokens "
+                "with no read; mask what follows each sequence's first eos once, on the "
+                "device, after the call. It costs the tokens after the last eos; worth it "
+                "where most sequences run long."
+            ),
+            before="out = model.generate(prompts, seq_len, eos_token=eos)\n",
+            after=(
+                "out = model.generate(prompts, seq_len)\n"
+                "is_eos = (out == eos).int()\n"
+                "after_eos = (is_eos.cumsum(dim=-1) - is_eos) > 0  # past each first eos\n"
+                "out = out.masked_fill(after_eos, model.pad_value)\n"
+            ),
+        ),
+        ops=frozenset({"aten::is_nonzero"}),
+        innermost=True,
+    ),
     # MONAI's sliding_window_inference builds its window weights on every call with
     # compute_importance_map, which reads their minimum (``torch.min(importance_map).item()``,
     # on the windows' device). A map passed in is used as it is. Checked on a CPU trace of
@@ -2975,6 +3004,7 @@ LIBRARY_PACKAGES = frozenset(
         "open_clip_train",
         "keras",
         "fastai",
+        "x_transformers",
         "torchtune",
         "torchtitan",
         "megatron",

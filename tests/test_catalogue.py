@@ -202,6 +202,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "numpy/",
                 "torch_geometric/",
                 "monai/",
+                "x_transformers/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)

@@ -2050,8 +2050,8 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
                 "has produced `eos_token` (`is_eos_tokens.any(dim=-1).all()`), to stop early: "
                 "a read-back per token. Without `eos_token` it generates `seq_len` tokens "
                 "with no read; mask what follows each sequence's first eos once, on the "
-                "device, after the call. It costs the tokens after the last eos; worth it "
-                "where most sequences run long."
+                "device, after the call. It also generates the tokens after the last "
+                "sequence's eos: worth it where sequences run close to `seq_len` anyway."
             ),
             before="out = model.generate(prompts, seq_len, eos_token=eos)\n",
             after=(

@@ -1963,7 +1963,8 @@ _TORCHMETRICS_VALIDATION_ADVICE = Advice(
     title="Build torchmetrics' metrics with validate_args=False",
     text=(
         "With `validate_args=True`, the default, a torchmetrics classification metric "
-        "(`Accuracy`, `F1Score`, `Precision`, `StatScores`, ...) checks every `update()`'s "
+        "(`Accuracy`, `F1Score`, `Precision`, `AUROC`, `StatScores`, ...) checks every "
+        "`update()`'s "
         "inputs on the host: the distinct values of the targets and of integer predictions "
         "(`torch.unique`), whether binary labels are 0 or 1. Each check reads the GPU back. "
         "Check the inputs once while developing, then build the metric with "
@@ -1971,6 +1972,22 @@ _TORCHMETRICS_VALIDATION_ADVICE = Advice(
     ),
     before='acc = Accuracy(task="multiclass", num_classes=10)   # checks every update\n',
     after='acc = Accuracy(task="multiclass", num_classes=10, validate_args=False)\n',
+)
+
+# torchmetrics' aggregations (``MeanMetric``, ``SumMetric``, ...) look for NaN in every
+# ``update()`` (``if nans.any() or nans_weight.any():`` in ``_cast_and_nan_check_input``)
+# unless ``nan_strategy="disable"``. Checked on a CPU trace of torchmetrics 1.9
+# (docs/validation.md, section 27): the reads gone, the results the same.
+_TORCHMETRICS_NAN_ADVICE = Advice(
+    title='Build torchmetrics\' aggregations with nan_strategy="disable"',
+    text=(
+        "A torchmetrics aggregation (`MeanMetric`, `SumMetric`, `MaxMetric`, ...) looks for "
+        "NaN in every `update()`'s values (`nans.any()`), a read-back per update, to warn, "
+        "drop or raise. Where the values hold no NaN, or a NaN should show in the result, "
+        'build it with `nan_strategy="disable"`: no check, no read.'
+    ),
+    before="mean_loss = MeanMetric()               # checks every update for NaN\n",
+    after='mean_loss = MeanMetric(nan_strategy="disable")\n',
 )
 
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
@@ -1989,6 +2006,25 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
             }
         ),
         _TORCHMETRICS_VALIDATION_ADVICE,
+    ),
+    # AUROC, ROC and the precision-recall curves check their inputs the same way
+    # (``len(torch.unique(target))``), under the same flag. Checked on a CPU trace of
+    # torchmetrics 1.9 (docs/validation.md, section 27): the read gone with the flag.
+    LibraryAdvice(
+        "torchmetrics/functional/classification/precision_recall_curve.py",
+        frozenset(
+            {
+                "_binary_precision_recall_curve_tensor_validation",
+                "_multiclass_precision_recall_curve_tensor_validation",
+                "_multilabel_precision_recall_curve_tensor_validation",
+            }
+        ),
+        _TORCHMETRICS_VALIDATION_ADVICE,
+    ),
+    LibraryAdvice(
+        "torchmetrics/aggregation.py",
+        frozenset({"_cast_and_nan_check_input"}),
+        _TORCHMETRICS_NAN_ADVICE,
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/result.py",

@@ -486,3 +486,31 @@ def test_monais_window_weights_read_gets_the_roi_weight_map_fix():
     assert advice["title"] == "Pass sliding_window_inference a roi_weight_map computed once"
     assert "roi_weight_map=roi_w" in advice["after"]
     assert "library_code" not in advice or advice["library_code"] is None
+
+
+@pytest.mark.parametrize(
+    ("frames", "title"),
+    [
+        (
+            [
+                ("<built-in>", "unique"),
+                (
+                    "torchmetrics/functional/classification/precision_recall_curve.py",
+                    "_multiclass_precision_recall_curve_tensor_validation",
+                ),
+            ],
+            "Build torchmetrics' metrics with validate_args=False",
+        ),
+        (
+            [("torchmetrics/aggregation.py", "_cast_and_nan_check_input")],
+            'Build torchmetrics\' aggregations with nan_strategy="disable"',
+        ),
+    ],
+)
+def test_torchmetrics_auroc_checks_and_nan_checks_get_their_settings(frames, title):
+    """AUROC's input check and MeanMetric's NaN check were "an edit of torchmetrics' own
+    code" where ``validate_args=False`` and ``nan_strategy="disable"`` remove them (a walk,
+    both applied there: the reads gone, the results the same)."""
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
+    assert advice["title"] == title
+    assert advice.get("library_code") is None

@@ -592,6 +592,10 @@ def _latent_copies_by_line(
             # Or the library's own line that synced reads host values only (OpenCLIP's
             # ``torch.where(ranking == ground_truth)`` of a ``.cpu()`` result's ranking).
             or (source is not None and resolver.touches_only_host(source.library))
+            # Or a line that runs only where its tensor is on the host (torchmetrics'
+            # ``if tensor.device == torch.device("cpu"):`` branch; its GPU path reads none).
+            or resolver.runs_on_the_host_only(source)
+            or (source is not None and resolver.runs_on_the_host_only(source.library))
             # Or a library's own read (the innermost frame a built-in ``item``) of a tensor
             # it made on the host: timm's scheduler draws its learning-rate noise with a CPU
             # generator and reads it, 14 of a run's 19 latent syncs.

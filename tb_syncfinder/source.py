@@ -1383,6 +1383,31 @@ def _off_host_test(test: ast.expr) -> bool | None:
     return (names[0] == "cuda") == equal
 
 
+def runs_on_the_host_only(scope: ast.AST, line: int) -> bool:
+    """Whether ``line`` runs only where a tensor is on the host: in the body of an ``if``
+    of ``scope``'s own code whose test holds only there (``if tensor.device ==
+    torch.device("cpu"):``, torchmetrics' ``normalize_logits_if_needed``, whose GPU path
+    reads nothing), or in the ``else`` of one that holds only off it."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if first is not None and end is not None and not first <= line <= end:
+            continue
+        off_host = _off_host_test(node.test) if isinstance(node, ast.If) else None
+        if off_host is not None:
+            body_end = node.body[-1].end_lineno or node.body[-1].lineno  # type: ignore[attr-defined]
+            in_body = node.body[0].lineno <= line <= body_end  # type: ignore[attr-defined]
+            orelse = node.orelse  # type: ignore[attr-defined]
+            in_else = not in_body and bool(orelse) and orelse[0].lineno <= line
+            if (in_body and off_host is False) or (in_else and off_host is True):
+                return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def guards_around(scope: ast.AST, line: int) -> list[str]:
     """The tests of the ``if`` statements of ``scope``'s own code whose body (not their
     ``else``) holds ``line``, outermost first, as Python prints them: timm's
@@ -3870,6 +3895,15 @@ class SourceResolver:
             return reads_host_made_tensor(scope, line, module, by_factory)
 
         return self._holds_on_its_lines(source, ("reads", by_factory), check)
+
+    def runs_on_the_host_only(self, source: Source | None) -> bool:
+        """Whether a source's line runs only where its tensor is on the host
+        (``runs_on_the_host_only``), as ``reads_host_made`` reads its lines."""
+
+        def check(scope: ast.AST, line: int, _module: ast.AST | None) -> bool:
+            return runs_on_the_host_only(scope, line)
+
+        return self._holds_on_its_lines(source, ("host branch",), check)
 
     def touches_only_host(self, source: Source | None) -> bool:
         """Whether a source's line reads only values on the host (``touches_only_host_

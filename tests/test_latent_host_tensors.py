@@ -589,3 +589,26 @@ def test_reads_of_a_loaders_batch_before_its_move_and_of_a_helpers_copy_are_not_
     report = analyze(str(tmp_path / "logs"), source_roots=[str(tmp_path)])
     listed = sorted({(site.line, site.kind) for site in report.latent_sites})
     assert listed == [(8, "device_to_host_copy"), (24, "scalar_readback")], listed
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "host_only"),
+    [
+        # torchmetrics' normalize_logits_if_needed: the read under the CPU test only.
+        (
+            "def f(t):\n    if t.device == torch.device('cpu'):\n"
+            "        if not torch.all(t >= 0):\n            t = t.sigmoid()\n"
+            "        return t\n    c = (t < 0).any()\n    return torch.where(c, t.sigmoid(), t)\n",
+            3,
+            True,
+        ),
+        ("def f(t):\n    if t.is_cuda:\n        pass\n    else:\n        t.item()\n", 5, True),
+        ("def f(t):\n    if t.is_cuda:\n        t.item()\n", 3, False),
+        ("def f(t):\n    if t.device.type == 'cpu':\n        pass\n    t.item()\n", 4, False),
+        ("def f(t, flag):\n    if flag:\n        t.item()\n", 3, False),
+    ],
+)
+def test_a_line_under_a_test_that_holds_only_on_the_host_runs_there_only(code, line, host_only):
+    from tb_syncfinder.source import runs_on_the_host_only
+
+    assert runs_on_the_host_only(ast.parse(code).body[0], line) is host_only

@@ -995,3 +995,33 @@ def test_a_generate_loops_eos_check_is_named_at_its_line_past_a_plain_flag_test(
     assert (site.library.line, site.library.line_exact) == (20, True)
     # x-transformers' own setting: no eos_token (a walk: the 71 reads of 5 calls gone).
     assert site.advice["title"].startswith("Generate without eos_token")
+
+
+_CPU_BRANCH = """\
+import torch
+
+
+def normalize(tensor):
+    if tensor.device == torch.device("cpu"):
+        if not torch.all((tensor >= 0) * (tensor <= 1)):
+            tensor = tensor.sigmoid()
+        return tensor
+    condition = ((tensor < 0) | (tensor > 1)).any()
+    return torch.where(condition, tensor.sigmoid(), tensor)
+"""
+
+
+def test_a_librarys_read_only_on_the_cpu_path_is_no_latent_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchmetrics' ``normalize_logits_if_needed`` reads only under ``if tensor.device ==
+    torch.device("cpu"):``; its GPU path is a ``torch.where``. A CPU trace listed the read
+    as a GPU sync, 1.0 a step, "do not branch on a GPU tensor" (a walk)."""
+    program = _profiled_loop(
+        "from torchmetrics.compute import normalize",
+        [],
+        ["p = normalize(model(torch.ones(2, 4)))"],
+    )
+    out = _run_program(tmp_path, monkeypatch, "torchmetrics", {"compute.py": _CPU_BRANCH}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert report.latent_sites == []

@@ -1216,6 +1216,22 @@ def periodic_guard(
     validation loop and the read after it), so it says which runs were profiled, not how
     often a profiled step reads."""
     found: str | None = None
+    for node in _nodes_holding(scope, line):
+        if (
+            isinstance(node, ast.If)
+            and _in_body(node, line)
+            and any(
+                isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
+            )
+            and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
+        ):
+            found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
+    return found
+
+
+def _nodes_holding(scope: ast.AST, line: int) -> Iterator[ast.AST]:
+    """The nodes of ``scope``'s own code (not of a function or class defined in it) whose
+    lines hold ``line``, each before the nodes inside it."""
     stack = list(ast.iter_child_nodes(scope))
     while stack:
         node = stack.pop()
@@ -1224,20 +1240,15 @@ def periodic_guard(
         first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if first is not None and end is not None and not first <= line <= end:
             continue
-        if isinstance(node, ast.If) and node.body:
-            body_end = node.body[-1].end_lineno or node.body[-1].lineno
-            in_body = node.body[0].lineno <= line <= body_end
-            if (
-                in_body
-                and any(
-                    isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
-                    for n in ast.walk(node.test)
-                )
-                and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
-            ):
-                found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
+        yield node
         stack.extend(ast.iter_child_nodes(node))
-    return found
+
+
+def _in_body(node: ast.If, line: int) -> bool:
+    """Whether an ``if``'s body (not its ``else``) holds ``line``."""
+    return bool(node.body) and (
+        node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)
+    )
 
 
 def _steps_a_profiler(code: ast.AST, profilers: frozenset[str]) -> bool:
@@ -1388,23 +1399,14 @@ def runs_on_the_host_only(scope: ast.AST, line: int) -> bool:
     of ``scope``'s own code whose test holds only there (``if tensor.device ==
     torch.device("cpu"):``, torchmetrics' ``normalize_logits_if_needed``, whose GPU path
     reads nothing), or in the ``else`` of one that holds only off it."""
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _NESTED_SCOPES):
-            continue
-        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
-        if first is not None and end is not None and not first <= line <= end:
-            continue
+    for node in _nodes_holding(scope, line):
         off_host = _off_host_test(node.test) if isinstance(node, ast.If) else None
         if off_host is not None:
-            body_end = node.body[-1].end_lineno or node.body[-1].lineno  # type: ignore[attr-defined]
-            in_body = node.body[0].lineno <= line <= body_end  # type: ignore[attr-defined]
+            in_body = _in_body(node, line)  # type: ignore[arg-type]
             orelse = node.orelse  # type: ignore[attr-defined]
             in_else = not in_body and bool(orelse) and orelse[0].lineno <= line
             if (in_body and off_host is False) or (in_else and off_host is True):
                 return True
-        stack.extend(ast.iter_child_nodes(node))
     return False
 
 
@@ -1413,39 +1415,23 @@ def guards_around(scope: ast.AST, line: int) -> list[str]:
     ``else``) holds ``line``, outermost first, as Python prints them: timm's
     ``torch.cuda.synchronize()`` runs under ``if args.synchronize_step:`` and then ``if
     device.type == 'cuda':``, and the inner test alone read as every CUDA step."""
-    found: list[tuple[int, str]] = []
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _NESTED_SCOPES):
-            continue
-        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
-        if first is not None and end is not None and not first <= line <= end:
-            continue
-        if isinstance(node, ast.If) and any(
-            child.lineno <= line <= (child.end_lineno or child.lineno) for child in node.body
-        ):
-            found.append((node.lineno, ast.unparse(node.test)))
-        stack.extend(ast.iter_child_nodes(node))
+    found = [
+        (node.lineno, ast.unparse(node.test))
+        for node in _nodes_holding(scope, line)
+        if isinstance(node, ast.If)
+        and any(child.lineno <= line <= (child.end_lineno or child.lineno) for child in node.body)
+    ]
     return [test for _line, test in sorted(found)]
 
 
 def loops_around(scope: ast.AST, line: int) -> list[tuple[int, int]]:
     """The first and last lines of each ``for`` and ``while`` loop of ``scope``'s own code
     whose body runs ``line``, outermost first."""
-    found: list[tuple[int, int]] = []
-    stack = list(ast.iter_child_nodes(scope))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _NESTED_SCOPES):
-            continue
-        first, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
-        if first is not None and end is not None and not first <= line <= end:
-            continue
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and first and end:
-            found.append((first, end))
-        stack.extend(ast.iter_child_nodes(node))
-    return sorted(found)
+    return sorted(
+        (node.lineno, node.end_lineno)
+        for node in _nodes_holding(scope, line)
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.lineno and node.end_lineno
+    )
 
 
 # The calls that queue no device work, between a synchronize and a read after it: a step's

@@ -48,6 +48,7 @@ from tb_syncfinder.source import (
     callee_groups,
     init_call,
     instance_call,
+    method_at,
 )
 from tb_syncfinder.timeline import (
     ANNOTATION,
@@ -1073,7 +1074,13 @@ class Attributor:
                     # (``@torch.no_grad()``): the source calls it by the name of an instance
                     # of the class whose ``__call__`` that is, as an nn.Module's.
                     names = (*names[:-1], instance_call(frames[level - 1 - depth][1]))
-                groups.append((names[-1],))
+                callee = frames[level - 1 - depth][1]
+                if names[-1] == callee.func and _maybe_a_method(callee):
+                    # Where that function is: the resolver reads the class it is a method
+                    # of, to tell its calls from another class's of the same name.
+                    groups.append((names[-1], method_at(callee)))
+                else:
+                    groups.append((names[-1],))
                 seq = self._sequence(thread, index, names)
                 observed.append(seq.observed(seq.positions.get(child), (thread, index, names)))
             called = frames[level - 1][1]
@@ -1309,7 +1316,9 @@ class Attributor:
         stack = [f for _i, f in located]
         call_lines = False
         invocation: Any = None
-        outer = op_nodes[0] if op_nodes else -1
+        # The call's own outermost operator, below the Python frames: an operator holding
+        # Python (a ``torch.autograd.Function``'s) ran those frames, not the read.
+        outer = episode.outer_op if episode.outer_op >= 0 else (op_nodes[0] if op_nodes else -1)
         user_call = library_call = caller_call = None
         outer_calls: list[CallQuery] = []
         steps_own_frame = False
@@ -1469,6 +1478,18 @@ __all__ = [
     "parse_frame",
     "OP",
 ]
+
+
+def _maybe_a_method(frame: Frame) -> bool:
+    """Whether a frame may be a method called by its name on an object (``metric.
+    update(...)``): a Python function's, not a special method (syntax calls those), a
+    comprehension's, a lambda's or a module's."""
+    return (
+        frame.file != "<built-in>"
+        and frame.line is not None
+        and not _is_dunder(frame.func)
+        and frame.func.isidentifier()
+    )
 
 
 def _is_dunder(name: str) -> bool:

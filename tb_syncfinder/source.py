@@ -420,6 +420,47 @@ class Bindings(NamedTuple):
     attributes: dict[str, frozenset[str]]
     # The names of the file's own functions and methods.
     defined: frozenset[str] = frozenset()
+    # Names and attributes the file binds other than by assigning them (a parameter, a
+    # ``for`` or ``with`` target, ``+=``, ``global``): what their assignments say is not all
+    # they may hold.
+    loose: frozenset[str] = frozenset()
+
+    def holds_builtin(self, func: ast.AST) -> bool:
+        """Whether a method call's receiver (``stats`` of ``stats.update(...)``, or
+        ``self.stats``) only ever holds a built-in container, whose methods run no Python
+        frame: its call is not a Python function of the same name the trace shows."""
+        if not isinstance(func, ast.Attribute):
+            return False
+        receiver = func.value
+        if isinstance(receiver, ast.Name):
+            name, bound = receiver.id, self.names.get(receiver.id, frozenset())
+        elif isinstance(receiver, ast.Attribute):
+            name, bound = receiver.attr, self.attributes.get(receiver.attr, frozenset())
+        else:
+            return False
+        return bound == {BUILTIN_VALUE} and name not in self.loose
+
+    def receiver_classes(self, func: ast.AST) -> frozenset[str] | None:
+        """The classes a method call's receiver is an instance of, where every assignment
+        of it constructs one (``metric = MeanMetric()``); None where anything else may be
+        bound to it."""
+        if not isinstance(func, ast.Attribute):
+            return None
+        receiver = func.value
+        if isinstance(receiver, ast.Name):
+            name, bound = receiver.id, self.names.get(receiver.id)
+        elif isinstance(receiver, ast.Attribute):
+            name, bound = receiver.attr, self.attributes.get(receiver.attr)
+        else:
+            return None
+        if not bound or name in self.loose:
+            return None
+        classes = set()
+        for held in bound:
+            if not held.startswith(INSTANCE_OF) or held == SOME_INSTANCE:
+                return None
+            classes.add(held[len(INSTANCE_OF) :])
+        return frozenset(classes)
 
     def of_call(self, node: ast.AST) -> frozenset[str]:
         """What the callee of ``node`` (a call) may be bound to."""
@@ -458,10 +499,32 @@ def _bound_to(value: ast.AST | None) -> str | None:
         return value.id
     if isinstance(value, ast.Attribute):
         return value.attr
+    if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+        return BUILTIN_VALUE
+    if isinstance(value, ast.Call) and _call_name(value) in _BUILTIN_CONTAINERS:
+        func = value.func
+        if isinstance(func, ast.Name) or (
+            isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "collections"
+        ):
+            return BUILTIN_VALUE
     cls = _constructed_class(value) if value is not None else None
     if cls is None and _call_name(value) in _FACTORIES:
         return SOME_INSTANCE
     return INSTANCE_OF + cls if cls else None
+
+
+def _names_bound_by(target: ast.AST) -> Iterator[str]:
+    """The names and attributes a binding target binds (``a, self.b`` binds a and b; an
+    item, ``d[k]``, binds neither)."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Attribute):
+        yield target.attr
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _names_bound_by(element)
+    elif isinstance(target, ast.Starred):
+        yield from _names_bound_by(target.value)
 
 
 def _targets(node: ast.AST) -> list[ast.AST]:
@@ -492,7 +555,9 @@ class _BindingIndex:
         assignments: list[ast.AST],
         functions: list[ast.AST],
         classes: Sequence[ast.ClassDef] = (),
+        loose: frozenset[str] = frozenset(),
     ) -> None:
+        self.loose = loose
         self.functions = sorted(functions, key=_start)
         self.names: dict[int | None, dict[str, set[str]]] = {}
         self.attributes: dict[str, set[str]] = {}
@@ -562,7 +627,7 @@ class _BindingIndex:
         if "*" in names:  # a star import: which bare names the file's own functions hold
             names[DEFINED] = frozenset(getattr(f, "name", "") for f in self.functions)
         defined = frozenset(getattr(f, "name", "") for f in self.functions)
-        return Bindings(names, attributes, defined)
+        return Bindings(names, attributes, defined, self.loose)
 
     def _class_at(self, node: ast.AST) -> ast.ClassDef | None:
         """The innermost class of the file whose body holds ``node``."""
@@ -619,6 +684,27 @@ CALL_CALL = "<call>"
 ANY_INSTANCE = "<instance>?"
 
 
+# Beside a group's name: where the Python function of that name the trace shows is
+# (``method_at(frame)``), for the resolver to read the class it is a method of, if any, as
+# ``METHOD_OF`` and that class's name (and of the calling file's subclasses of it): a
+# call of that name on an instance of another class (a ``MeanMetric``'s ``update`` beside
+# a ``MetricCollection``'s) may run another function of that name.
+METHOD_AT = "<method-at>"
+METHOD_OF = "<method-of>"
+# What a name or attribute is bound to when assigned a built-in container (``stats = {}``,
+# ``history = []``, ``dict(...)``): its methods run no Python frame of their name.
+BUILTIN_VALUE = "<builtin>"
+_BUILTIN_CONTAINERS = frozenset(
+    {"dict", "list", "set", "frozenset", "tuple", "defaultdict", "OrderedDict", "Counter", "deque"}
+)
+
+
+def method_at(frame: Frame) -> str:
+    """The group entry saying where the function of ``frame`` is, written as
+    ``init_call``'s."""
+    return f"{METHOD_AT}{'U' if frame.user else 'L'}{frame.file}:{frame.line}"
+
+
 def init_call(frame: Frame) -> str:
     """The group name of a call of the class whose ``__init__`` frame is ``frame``: where
     that ``__init__`` is (``U`` a user file, ``L`` a library's, then ``FILE:LINE``)."""
@@ -658,6 +744,8 @@ def _matcher(
     kinds: set[str] = set()  # evaluation point kinds that emit N
     typed_calls: set[str] = set()  # bare calls of types (no frame) that may emit N
     calls = set() if frameless else set(group)
+    method_of = {n[len(METHOD_OF) :] for n in calls if n.startswith(METHOD_OF)}
+    calls.difference_update(METHOD_OF + n for n in method_of)
     modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     some_class = SOME_CLASS in calls
     any_instance = ANY_INSTANCE in calls
@@ -694,8 +782,22 @@ def _matcher(
             # (``scaler.step(optimizer)``, ``optimizer.step()``): the trace observes it so.
             if name == "step" and _receiver_name(node) in profiler_names:
                 return P, False
+            if name in calls and bindings.holds_builtin(func):
+                # ``stats.update(...)`` of a dict: a built-in call, never the Python function
+                # of that name below which the read ran. The trace shows it as a call of
+                # that name only where it records built-in calls and the read's function
+                # was called directly (not through a wrapper: torchmetrics' ``update`` runs
+                # as ``wrapped_func``): it may show, or not.
+                return N, True
             bound = bindings.of_call(node)
             namespaced = _builtin_names(func, bindings)
+            if name in calls and method_of:
+                held = bindings.receiver_classes(func)
+                if held is not None and held.isdisjoint(method_of):
+                    # An instance of another class: its method of that name may be the one
+                    # the trace shows (inherited from that class in a library) or another
+                    # (a ``MeanMetric``'s ``update`` beside a ``MetricCollection``'s).
+                    return N, True
             if name in calls or not calls.isdisjoint(bound) or not calls.isdisjoint(namespaced):
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
@@ -1175,23 +1277,31 @@ def _parse_block(path: Path, lines: list[bytes], first: int, end: int) -> _Parse
 
 
 _CLASS_LINE = re.compile(rb"^([ \t]*)class[ \t]+(\w+)")
-_METHOD_DEF_LINES = {
-    method: re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+" + method.encode() + rb"\b")
-    for method in ("__init__", "__call__")
-}
+_ANY_DEF_LINE = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]")
+_METHOD_DEF_LINES: dict[str, re.Pattern[bytes]] = {}
+
+
+def _method_def_line(method: str) -> re.Pattern[bytes]:
+    pattern = _METHOD_DEF_LINES.get(method)
+    if pattern is None:
+        pattern = _METHOD_DEF_LINES[method] = re.compile(
+            rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+" + re.escape(method.encode()) + rb"\b"
+        )
+    return pattern
 
 
 def _class_around(lines: list[bytes], def_line: int, method: str = "__init__") -> str | None:
     """The class whose ``def __init__`` (or ``method``) is at ``def_line`` of a file's
     ``lines`` (the nearest ``class`` above it, less indented), read as text: a library's file
-    is long to parse."""
+    is long to parse. None for a function defined in another function (a ``def`` less
+    indented comes first): a closure is no method of the class around that function."""
     if not 0 < def_line <= len(lines):
         return None
     # A decorated method's frame starts at its first decorator: its def is below them.
     index = def_line - 1
     while index < len(lines) - 1 and _DECORATOR_LINE.match(lines[index]):
         index += 1
-    at = _METHOD_DEF_LINES[method].match(lines[index])
+    at = _method_def_line(method).match(lines[index])
     if at is None:
         return None  # another version of the file: no such method there
     indent = len(at.group(1).expandtabs())
@@ -1199,6 +1309,9 @@ def _class_around(lines: list[bytes], def_line: int, method: str = "__init__") -
         match = _CLASS_LINE.match(text)
         if match and len(match.group(1).expandtabs()) < indent:
             return match.group(2).decode("ascii", "replace")
+        outer = _ANY_DEF_LINE.match(text)
+        if outer and len(outer.group(1).expandtabs()) < indent:
+            return None
     return None
 
 
@@ -2856,6 +2969,7 @@ class _ParsedFile:
         names: set[str] = set()
         step_receivers: set[str] = set()
         assignments: list[ast.AST] = []
+        loose: set[str] = set()  # ``Bindings.loose``
         function_nodes: list[ast.AST] = []
         class_nodes: list[ast.ClassDef] = []
         self._subclasses: dict[str, set[str]] = {}  # a base class's name -> classes here
@@ -2871,10 +2985,17 @@ class _ParsedFile:
                     self.functions.setdefault(first, node)
                     function_nodes.append(node)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                loose.update(_names_bound_by(node.optional_vars))
                 if _call_name(node.context_expr) in _PROFILE_CLASSES and isinstance(
                     node.optional_vars, ast.Name
                 ):
                     names.add(node.optional_vars.id)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.AugAssign)):
+                loose.update(_names_bound_by(node.target))
+            elif isinstance(node, ast.arg):
+                loose.add(node.arg)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                loose.update(node.names)
             elif isinstance(
                 node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Import, ast.ImportFrom)
             ):
@@ -2903,6 +3024,7 @@ class _ParsedFile:
             () if names else (r for r in step_receivers if _PROFILER_NAME.search(r))
         )
         self._assignments = assignments
+        self._loose = frozenset(loose)
         self._function_nodes = function_nodes
         self._class_nodes = class_nodes
         self._index: _BindingIndex | None = None
@@ -2923,7 +3045,9 @@ class _ParsedFile:
         """What the names a call in ``scope`` uses are bound to (indexed once, when a call
         is first looked for in this file)."""
         if self._index is None:
-            self._index = _BindingIndex(self._assignments, self._function_nodes, self._class_nodes)
+            self._index = _BindingIndex(
+                self._assignments, self._function_nodes, self._class_nodes, self._loose
+            )
         return self._index.bindings(scope)
 
     def scope_at(self, line: int, func: str) -> ast.AST | None:
@@ -4480,6 +4604,18 @@ class SourceResolver:
         line names) where the class cannot be read."""
         if not group:
             return group
+        if any(n.startswith(METHOD_AT) for n in group):
+            named = tuple(n for n in group if not n.startswith(METHOD_AT))
+            classes: list[str] = []
+            for where in group:
+                cls = (
+                    self._class_of_method(where[len(METHOD_AT) :], named[0])
+                    if where.startswith(METHOD_AT) and named
+                    else None
+                )
+                if cls is not None:
+                    classes.extend((cls, *parsed.subclasses(cls)))
+            return (*named, *(METHOD_OF + c for c in dict.fromkeys(classes)))
         if group[0].startswith(CALL_CALL):
             cls = self._class_of_method(group[0][len(CALL_CALL) :], "__call__")
             if cls is None:

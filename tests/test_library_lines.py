@@ -1025,3 +1025,93 @@ def test_a_librarys_read_only_on_the_cpu_path_is_no_latent_sync(
     out = _run_program(tmp_path, monkeypatch, "torchmetrics", {"compute.py": _CPU_BRANCH}, program)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     assert report.latent_sites == []
+
+
+_METRICS_UPDATE = """\
+import torch
+
+
+class Mean:
+    def __init__(self):
+        self.total = torch.zeros(())
+
+    def update(self, x):
+        if torch.isnan(x).any():
+            x = torch.nan_to_num(x)
+        self.total = self.total + x.sum()
+
+
+class Collection:
+    def __init__(self):
+        self.seen = torch.zeros((), dtype=torch.long)
+
+    def update(self, logits, y):
+        if y.max() >= logits.shape[-1]:
+            raise ValueError("a class out of range")
+        self.seen = self.seen + y.numel()
+
+
+class Sum(Mean):
+    pass
+"""
+
+
+def test_a_dicts_update_beside_a_librarys_update_is_not_taken_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchmetrics' ``metric.update(x)`` beside a dict's ``stats.update(step=i)`` in the
+    same loop: calls were told apart by name only, so the read went to the loop's
+    ``prof.step()`` line, marked, with both calls as candidates (a walk: 43 of 43 reads).
+    A dict's method runs no Python frame of its name: it is never the call."""
+    program = _profiled_loop(
+        "from torchmetrics.metrics import Mean",
+        ["mean = Mean()", "stats = {}", "x = torch.ones(8)"],
+        ["mean.update(model(x[:4]).mean())", "stats.update(step=step)"],
+    )
+    out = _run_program(
+        tmp_path, monkeypatch, "torchmetrics", {"metrics.py": _METRICS_UPDATE}, program
+    )
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.line, site.line_exact) == (_line_of(program, "mean.update("), True)
+    assert site.library is not None and (site.library.line, site.library.line_exact) == (9, True)
+
+
+def test_two_objects_calls_of_one_method_name_are_told_apart_by_their_classes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``MetricCollection``'s ``update`` and a ``MeanMetric``'s, one after the other in
+    the loop: each object's reads are named at its own call, by the class whose method the
+    trace shows, and not both at the ``prof.step()`` line with both calls as candidates
+    (the walk's 8 of 8 sites). An instance of a class inheriting that method (``Sum``) is
+    still its call where no other call fits."""
+    program = _profiled_loop(
+        "from torchmetrics.metrics import Collection, Mean, Sum",
+        [
+            "metrics = Collection()",
+            "mean = Mean()",
+            "total = Sum()",
+            "x = torch.ones(8, 4)",
+            "y = torch.zeros(8, dtype=torch.long)",
+        ],
+        [
+            "logits = model(x)",
+            "metrics.update(logits, y)",
+            "mean.update(logits.mean())",
+            "if step == 4:",
+            "    total.update(logits.sum())",
+        ],
+    )
+    out = _run_program(
+        tmp_path, monkeypatch, "torchmetrics", {"metrics.py": _METRICS_UPDATE}, program
+    )
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    found = {
+        (site.line, site.line_exact, site.library.line if site.library else None, site.count)
+        for site in report.latent_sites
+    }
+    assert found == {
+        (_line_of(program, "metrics.update("), True, 19, 3),
+        (_line_of(program, "mean.update("), True, 9, 3),
+        (_line_of(program, "total.update("), True, 9, 1),
+    }, found

@@ -182,6 +182,21 @@ def test_calls_of_one_operator_invocation_form_one_episode(tmp_path):
     assert [len(s.apis) for s in syncs] == [3, 2]
 
 
+def test_each_read_in_the_python_of_an_autograd_function_is_its_own_sync(tmp_path):
+    """A ``torch.autograd.Function``'s ``apply`` is recorded as an operator named after its
+    class, holding the Python of its ``forward``: linear_operator's conjugate gradients
+    read their residual every iteration inside one ``InvQuadLogdet``. Each read is a call
+    of its own, waited for apart; the operator does not make them one (a walk counted 5
+    of 85 reads on a CPU trace)."""
+    b = KinetoTraceBuilder()
+    with b.step(1), b.op("Solve", stack=[("train.py", 8, "train_step")]):
+        for _ in range(3):
+            item_sync(b, stack=[("solver.py", 20, "forward"), ("solver.py", 4, "cg")])
+    syncs = _analyze(b, tmp_path).syncs
+    assert [s.op_chain[:2] for s in syncs] == [["Solve", "aten::item"]] * 3
+    assert all(s.apis == ["cudaMemcpyAsync", "cudaStreamSynchronize"] for s in syncs)
+
+
 def test_pinned_non_blocking_copy_wait_event_and_event_query_are_not_syncs(tmp_path):
     b = KinetoTraceBuilder()
     with b.step(1):

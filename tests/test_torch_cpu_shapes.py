@@ -612,6 +612,58 @@ def test_a_compiled_function_reports_each_item_not_one_per_compiled_region(tmp_p
             assert truth in sync.source.candidates
 
 
+AUTOGRAD_FUNCTION = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    def solve(x):
+        for _ in range(4):
+            x = x * 0.5
+            if bool(x.norm() < 1e-9):
+                break
+        return x
+
+
+    class Solve(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return solve(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+
+    def main(logdir):
+        x = torch.randn(16, requires_grad=True)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=0, warmup=1, active=2),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for _ in range(3):
+                Solve.apply(x).sum().backward()
+                prof.step()
+    """
+)
+
+
+def test_each_read_inside_an_autograd_functions_forward_is_counted_at_its_line(tmp_path):
+    """A ``torch.autograd.Function``'s ``apply`` is recorded as an operator (``Solve``) holding
+    its ``forward``'s Python: the four reads of its loop were one finding per call, at the
+    function's def line, inexact (linear_operator's conjugate gradients: 5 of 85 reads
+    counted in a walk). Each read is a finding of its own, at its line."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "solver_step.py"
+    path.write_text(AUTOGRAD_FUNCTION)
+    module = _load(path, "solver_step")
+    module.main(str(tmp_path / "logs" / "run"))
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    [site] = report.latent_sites
+    assert (site.line, site.line_exact, site.count, site.per_step) == (8, True, 8, 4.0)
+    assert site.ops[0] == "Solve"
+
+
 # -- copies back to the host: .cpu() and .tolist() as recorded calls -------------------------
 
 COPIES = textwrap.dedent(

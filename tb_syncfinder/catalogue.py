@@ -776,11 +776,16 @@ LATENT_TRIGGERS = (
 # trigger inside one is no latent sync. ``torch.linalg.lu_solve`` on the CPU reads its
 # pivots (``aten::item``), so ``inv_ex`` and ``solve_ex`` read there, and
 # ``torch.cholesky_inverse`` checks an error code; on an H200 none of them made torch's
-# sync detector warn (docs/validation.md, section 11).
+# sync detector warn (docs/validation.md, section 11). ``torch.cholesky_solve`` checks its
+# error code on the CPU too; CUDA's cuSOLVER path reads it only in a debug build
+# (``TORCH_INTERNAL_ASSERT_DEBUG_ONLY`` in ``_cholesky_solve_helper_cuda_cusolver``: read
+# in torch's source, not measured), and MAGMA's returns it on the host.
 # (Not ``aten::_grouped_mm``: it reads nothing on an H100/H200-class GPU in bfloat16, as
 # section 15 measured, but its fallback, for other dtypes and GPUs, copies the offsets to the
 # host, and a CPU trace does not say which a GPU run would take.)
-LATENT_CPU_ONLY_READS = frozenset({"aten::linalg_lu_solve", "aten::cholesky_inverse"})
+LATENT_CPU_ONLY_READS = frozenset(
+    {"aten::linalg_lu_solve", "aten::cholesky_inverse", "aten::cholesky_solve"}
+)
 # Operators whose CPU kernels read a scalar (``aten::item``) where their CUDA kernels read
 # none, though other triggers inside them would be real: ``std``/``var`` over all elements
 # read the mean on the CPU only; ``_assert_async`` (``torch.multinomial``) asserts on the
@@ -1990,7 +1995,31 @@ _TORCHMETRICS_NAN_ADVICE = Advice(
     after='mean_loss = MeanMetric(nan_strategy="disable")\n',
 )
 
+# GPyTorch's ``ExactGP.__call__`` compares the inputs with the training data element by
+# element (``torch.equal``, a read-back each) to catch calling a model in training mode on
+# other data, or in eval mode on its own, only under ``gpytorch.settings.debug``, on by
+# default. A GPyTorch walk's CPU trace (docs/validation.md, section 28): one read a call
+# gone with the setting off, the loss the same.
+_GPYTORCH_DEBUG_ADVICE = Advice(
+    title="Turn GPyTorch's debug checks off: gpytorch.settings.debug(False)",
+    text=(
+        "An `ExactGP` model compares its inputs with its training data (`torch.equal`, a "
+        "read-back) on every call, to warn when it is called on the wrong data for its mode; "
+        "`gpytorch.settings.debug` runs those checks and is on by default. Once the "
+        "training loop is known to pass the training inputs, run it (and prediction) with "
+        "the setting off."
+    ),
+    before="output = model(train_x)\n",
+    after="with gpytorch.settings.debug(False):\n    output = model(train_x)\n",
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    LibraryAdvice(
+        "gpytorch/models/exact_gp.py",
+        frozenset({"<genexpr>"}),
+        _GPYTORCH_DEBUG_ADVICE,
+        frozenset({"aten::equal"}),
+    ),
     LibraryAdvice(
         "transformers/masking_utils.py",
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
@@ -3040,6 +3069,12 @@ LIBRARY_PACKAGES = frozenset(
         "open_clip_train",
         "keras",
         "fastai",
+        # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
+        # ``__call__``), which a report where fastai is not installed named as the user's.
+        "fastcore",
+        "fastprogress",
+        "gpytorch",
+        "linear_operator",
         "x_transformers",
         "torchtune",
         "torchtitan",

@@ -203,6 +203,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "torch_geometric/",
                 "monai/",
                 "x_transformers/",
+                "gpytorch/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -514,3 +515,27 @@ def test_torchmetrics_auroc_checks_and_nan_checks_get_their_settings(frames, tit
     advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
     assert advice["title"] == title
     assert advice.get("library_code") is None
+
+
+def test_gpytorchs_debug_checks_get_the_setting_that_turns_them_off() -> None:
+    """``ExactGP.__call__`` compares its inputs with the training data (``torch.equal``) under
+    ``gpytorch.settings.debug``, on by default: it was "an edit of gpytorch's own code"
+    with the generic ``torch.equal`` fix (a walk: the read gone with the setting off). Other
+    ``torch.equal`` reads of GPyTorch (a kernel's ``covar_dist``) keep the generic fix."""
+    check = [("<built-in>", "equal"), ("gpytorch/models/exact_gp.py", "<genexpr>")]
+    advice = catalogue.advice_for("scalar_readback", ["aten::equal"], frames=check)
+    assert advice["title"].endswith("gpytorch.settings.debug(False)")
+    assert "with gpytorch.settings.debug(False):" in advice["after"]
+    kernel = [("<built-in>", "equal"), ("gpytorch/kernels/kernel.py", "covar_dist")]
+    other = catalogue.advice_for("scalar_readback", ["aten::equal"], frames=kernel)
+    assert "gpytorch.settings" not in other["title"]
+
+
+@pytest.mark.parametrize("package", ["fastcore", "fastprogress", "gpytorch", "linear_operator"])
+def test_fastais_and_gpytorchs_own_packages_are_known_libraries(package: str) -> None:
+    """With fastai not installed where the report ran, fastcore's dispatch
+    (``fastcore/basics.py``'s ``__call__``) was taken for the user's code and every site
+    put there (a walk); GPyTorch's linear algebra is linear_operator's."""
+    frames = [("<built-in>", "item"), (f"{package}/core.py", "f"), ("fastai/learner.py", "fit")]
+    assert catalogue.library_package(f"{package}/core.py") == package
+    assert catalogue.called_library(frames[:2]) == package

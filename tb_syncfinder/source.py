@@ -1886,6 +1886,8 @@ def reads_host_made_tensor(
     actor_critic reads each return so): each must be host-made, and every such call on
     the line must be of a list or tuple written out."""
     statements = _statements_at(scope, line)
+    if not statements and isinstance(scope, (*_COMPREHENSIONS, ast.Lambda)):
+        statements = [scope]  # an expression's frame: its reads are in it
     if by_factory:
         elements = _factory_elements(statements, line)
         return bool(elements) and all(
@@ -2149,6 +2151,25 @@ def _host_made(
         # the module bound it).
         scope, line = module, _AFTER_EVERY_LINE
         values = _reaching_values(module, expr.id, line)
+    elif not values and module is not None and scope is not module:
+        # Not bound in a comprehension, a lambda or a nested function: a scope around it
+        # binds it. A comprehension runs where it stands (whisper's ``{j: p[i, j].item()
+        # for j in ...}`` of ``p = probs.cpu()`` just above); a nested function after the
+        # one around it bound the name (a closure over a schedule's host tensor).
+        inner = scope
+        for outer in _enclosing_scopes(module, scope):
+            later: list[ast.expr | None] = []
+            if not isinstance(inner, (*_COMPREHENSIONS, ast.Lambda)):
+                # What reaches its ``def``, and what the function around it binds after.
+                line = _first_line(inner)
+                later = [v for at, v in _bindings(outer, expr.id) if at > line]
+            scope, inner = outer, outer
+            values = _reaching_values(outer, expr.id, line) + later
+            if values or (outer is not module and _module_function(module, outer)):
+                break
+        if not values and scope is not module and _module_function(module, scope):
+            scope, line = module, _AFTER_EVERY_LINE
+            values = _reaching_values(module, expr.id, line)
     # Each value where it is evaluated: ``returns = torch.tensor(returns)`` reads the list
     # the name held on that line, not what it holds at the read.
     # A list bound to a name may have anything appended to it later (``ls.append(loss)``).
@@ -2364,6 +2385,26 @@ def _host_arguments(
     )
 
 
+def _enclosing_scopes(module: ast.AST, scope: ast.AST) -> list[ast.AST]:
+    """The functions, lambdas and comprehensions of ``module`` around ``scope``, innermost
+    first, then ``module``; empty where ``scope`` is not in it."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(module):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+        if node is scope:
+            break
+    if id(scope) not in parents:
+        return []
+    found: list[ast.AST] = []
+    node = parents[id(scope)]
+    while node is not module:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_COMPREHENSIONS)):
+            found.append(node)
+        node = parents[id(node)]
+    return [*found, module]
+
+
 def _module_function(module: ast.AST, scope: ast.AST) -> bool:
     """Whether ``scope`` is a function at the top of ``module`` or a method of a class
     there: its free names are the module's (a nested function's may be its outer one's)."""
@@ -2484,6 +2525,9 @@ def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
 def _plain_assignment(statement: ast.stmt, name: str) -> ast.expr | None:
     """The value a statement binds ``name`` to where it is ``name = value`` (or ``a, name
     = x, y``, a display of as many elements); else None."""
+    if isinstance(statement, ast.AnnAssign):  # ``mask: torch.Tensor = tokens.ge(4)``
+        target = statement.target
+        return statement.value if isinstance(target, ast.Name) and target.id == name else None
     if not isinstance(statement, ast.Assign):
         return None
     if len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
@@ -2519,6 +2563,15 @@ def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
             continue
         if isinstance(node, ast.Assign) and (paired := _paired_value(node, name)) is not None:
             found.append((node.lineno, paired))
+            stack.append(node.value)
+            continue
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+            and node.value is not None
+        ):
+            found.append((node.lineno, node.value))
             stack.append(node.value)
             continue
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):

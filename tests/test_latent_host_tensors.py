@@ -280,6 +280,7 @@ _COPY_RESULTS = textwrap.dedent(
         s = rt.sum().item()
         if rt.sum() > 0:
             pass
+        probs = [{j: c[i, j].item() for j in range(2)} for i in range(c.shape[0])]
         prof.step()
     prof.stop()
     """
@@ -289,7 +290,8 @@ _COPY_RESULTS = textwrap.dedent(
 def test_reads_of_a_copys_result_are_no_latent_syncs(tmp_path):
     """minGPT's adder copies its correct answers back with ``.cpu()`` and reads them one by
     one (``int(correct[i])``, ``if not correct[i]``): 20,000 of its 20,148 latent syncs, its
-    first two sites. Only the copy waits on a GPU."""
+    first two sites. Only the copy waits on a GPU. Read in a comprehension (whisper's
+    ``detect_language``, 99 reads a step of its greedy decoding), likewise."""
     import runpy
 
     script = tmp_path / "w.py"
@@ -612,3 +614,65 @@ def test_a_line_under_a_test_that_holds_only_on_the_host_runs_there_only(code, l
     from tb_syncfinder.source import runs_on_the_host_only
 
     assert runs_on_the_host_only(ast.parse(code).body[0], line) is host_only
+
+
+def _scope_of(tree: ast.Module, kind: type, first_line: int) -> ast.AST:
+    return next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, kind) and getattr(node, "lineno", None) == first_line
+    )
+
+
+_DETECT_LANGUAGE = """\
+import torch
+
+
+def detect(logits):
+    p = logits.softmax(dim=-1).cpu()
+    return [{j: p[i, j].item() for j in range(3)} for i in range(p.shape[0])]
+
+
+def detect_on_device(logits):
+    p = logits.softmax(dim=-1)
+    return [{j: p[i, j].item() for j in range(3)} for i in range(p.shape[0])]
+
+
+def schedule(pcts):
+    pcts = torch.cumsum(torch.tensor([0.0, 0.25, 1.0]), 0)
+
+    def inner():
+        return pcts[-1].item()
+
+    return inner
+
+
+def stamps():
+    tokens = torch.tensor([1, 5, 9, 2])
+    mask: torch.Tensor = tokens.ge(4)
+    return mask.sum().item()
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "first_line", "line", "host"),
+    [
+        (ast.DictComp, 6, 6, True),
+        (ast.ListComp, 6, 6, True),
+        (ast.DictComp, 11, 11, False),
+        (ast.FunctionDef, 17, 18, True),
+        (ast.FunctionDef, 23, 26, True),
+    ],
+)
+def test_reads_in_comprehensions_closures_and_annotated_names_are_followed_out(
+    kind, first_line, line, host
+):
+    """whisper's ``detect_language`` reads a ``.cpu()`` result element by element in a
+    comprehension, whose frame binds no ``p``: 99 reads a step, the first site of its
+    greedy report, were listed (a walk). A comprehension's free name is read where it
+    stands in the function around it; a closure's after that function bound it; and
+    ``mask: torch.Tensor = tokens.ge(4)`` is a binding as ``mask = ...`` is (whisper's
+    ``transcribe``)."""
+    tree = ast.parse(_DETECT_LANGUAGE)
+    scope = _scope_of(tree, kind, first_line)
+    assert reads_host_made_tensor(scope, line, tree) is host

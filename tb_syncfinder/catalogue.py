@@ -2013,7 +2013,25 @@ _GPYTORCH_DEBUG_ADVICE = Advice(
     after="with gpytorch.settings.debug(False):\n    output = model(train_x)\n",
 )
 
+# Whisper's decoding applies its timestamp rules to every token of every sample (a mask
+# and two truth tests read back each, ``ApplyTimestampRules.apply``). A Whisper walk's CPU
+# trace (docs/validation.md, section 28): with ``without_timestamps=True`` (and a language
+# given, which skips its detection) the reads a step went from 81 to 22.
+_WHISPER_TIMESTAMPS_ADVICE = Advice(
+    title="Decode with without_timestamps=True where no timestamps are needed",
+    text=(
+        "Whisper applies its timestamp rules to the logits of every token it decodes, each "
+        "time reading back which tokens were timestamps and whether a timestamp is likely: "
+        "several read-backs a token. Where the text alone is wanted, decode without "
+        "timestamps (`DecodingOptions(without_timestamps=True)`, or "
+        "`model.transcribe(audio, without_timestamps=True)`): the rules are not applied."
+    ),
+    before='options = whisper.DecodingOptions(language="en")\n',
+    after='options = whisper.DecodingOptions(language="en", without_timestamps=True)\n',
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    LibraryAdvice("whisper/decoding.py", frozenset({"apply"}), _WHISPER_TIMESTAMPS_ADVICE),
     LibraryAdvice(
         "gpytorch/models/exact_gp.py",
         frozenset({"<genexpr>"}),
@@ -3069,6 +3087,8 @@ LIBRARY_PACKAGES = frozenset(
         "open_clip_train",
         "keras",
         "fastai",
+        # OpenAI's Whisper (``openai-whisper``): its decoding reads every token.
+        "whisper",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

@@ -204,6 +204,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "monai/",
                 "x_transformers/",
                 "gpytorch/",
+                "whisper/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -539,3 +540,16 @@ def test_fastais_and_gpytorchs_own_packages_are_known_libraries(package: str) ->
     frames = [("<built-in>", "item"), (f"{package}/core.py", "f"), ("fastai/learner.py", "fit")]
     assert catalogue.library_package(f"{package}/core.py") == package
     assert catalogue.called_library(frames[:2]) == package
+
+
+def test_whispers_timestamp_rules_get_without_timestamps_and_its_other_reads_do_not() -> None:
+    """Whisper's ``ApplyTimestampRules.apply`` reads back several values a token: its fix was
+    a generic one, with no word that it is whisper's code, where ``without_timestamps=True``
+    removes every one of them (a walk: 81 reads a step down to 22 with a language given)."""
+    rules = [("<built-in>", "item"), ("whisper/decoding.py", "apply")]
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=rules)
+    assert "without_timestamps=True" in advice["after"]
+    loop = [("<built-in>", "item"), ("whisper/decoding.py", "_main_loop")]
+    other = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=loop)
+    assert "without_timestamps" not in other["title"]
+    assert other["library_code"] == "whisper"

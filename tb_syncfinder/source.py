@@ -425,35 +425,33 @@ class Bindings(NamedTuple):
     # they may hold.
     loose: frozenset[str] = frozenset()
 
-    def holds_builtin(self, func: ast.AST) -> bool:
-        """Whether a method call's receiver (``stats`` of ``stats.update(...)``, or
-        ``self.stats``) only ever holds a built-in container, whose methods run no Python
-        frame: its call is not a Python function of the same name the trace shows."""
+    def _receiver(self, func: ast.AST) -> frozenset[str]:
+        """What a method call's receiver (``stats`` of ``stats.update(...)``, or
+        ``self.stats``) is bound to by its assignments; empty where that is not all it may
+        hold (a parameter, a loop's target) or it is no name or attribute."""
         if not isinstance(func, ast.Attribute):
-            return False
-        receiver = func.value
-        if isinstance(receiver, ast.Name):
-            name, bound = receiver.id, self.names.get(receiver.id, frozenset())
-        elif isinstance(receiver, ast.Attribute):
-            name, bound = receiver.attr, self.attributes.get(receiver.attr, frozenset())
-        else:
-            return False
-        return bound == {BUILTIN_VALUE} and name not in self.loose
-
-    def receiver_classes(self, func: ast.AST) -> frozenset[str] | None:
-        """The classes a method call's receiver is an instance of, where every assignment
-        of it constructs one (``metric = MeanMetric()``); None where anything else may be
-        bound to it."""
-        if not isinstance(func, ast.Attribute):
-            return None
+            return frozenset()
         receiver = func.value
         if isinstance(receiver, ast.Name):
             name, bound = receiver.id, self.names.get(receiver.id)
         elif isinstance(receiver, ast.Attribute):
             name, bound = receiver.attr, self.attributes.get(receiver.attr)
         else:
-            return None
-        if not bound or name in self.loose:
+            return frozenset()
+        return frozenset() if bound is None or name in self.loose else bound
+
+    def holds_builtin(self, func: ast.AST) -> bool:
+        """Whether a method call's receiver only ever holds a built-in container, whose
+        methods run no Python frame: its call is not a Python function of the same name the
+        trace shows."""
+        return self._receiver(func) == {BUILTIN_VALUE}
+
+    def receiver_classes(self, func: ast.AST) -> frozenset[str] | None:
+        """The classes a method call's receiver is an instance of, where every assignment
+        of it constructs one (``metric = MeanMetric()``); None where anything else may be
+        bound to it."""
+        bound = self._receiver(func)
+        if not bound:
             return None
         classes = set()
         for held in bound:

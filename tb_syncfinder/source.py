@@ -1292,7 +1292,24 @@ def _class_around(lines: list[bytes], def_line: int, method: str = "__init__") -
     """The class whose ``def __init__`` (or ``method``) is at ``def_line`` of a file's
     ``lines`` (the nearest ``class`` above it, less indented), read as text: a library's file
     is long to parse. None for a function defined in another function (a ``def`` less
-    indented comes first): a closure is no method of the class around that function."""
+    indented comes first): a closure is no method of the class around that function. A
+    metaclass's name is marked (``METACLASS`` before it)."""
+    line = _class_line_around(lines, def_line, method)
+    if line is None:
+        return None
+    match = _CLASS_LINE.match(line)
+    name = match.group(2).decode("ascii", "replace") if match else ""
+    return METACLASS + name if _METACLASS_BASES.search(line) else name
+
+
+# Pyro's ``class DistributionMeta(ABCMeta):``, whose ``__call__`` runs for every
+# ``dist.Normal(...)``: the call of a class, not of an object.
+_METACLASS_BASES = re.compile(rb"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*\b(?:type|\w*Meta)\b")
+METACLASS = "<metaclass>"
+
+
+def _class_line_around(lines: list[bytes], def_line: int, method: str) -> bytes | None:
+    """The ``class`` line of ``_class_around``'s class."""
     if not 0 < def_line <= len(lines):
         return None
     # A decorated method's frame starts at its first decorator: its def is below them.
@@ -1306,7 +1323,7 @@ def _class_around(lines: list[bytes], def_line: int, method: str = "__init__") -
     for text in reversed(lines[: def_line - 1]):  # above the decorators too
         match = _CLASS_LINE.match(text)
         if match and len(match.group(1).expandtabs()) < indent:
-            return match.group(2).decode("ascii", "replace")
+            return text
         outer = _ANY_DEF_LINE.match(text)
         if outer and len(outer.group(1).expandtabs()) < indent:
             return None
@@ -4671,6 +4688,8 @@ class SourceResolver:
             cls = self._class_of_method(group[0][len(CALL_CALL) :], "__call__")
             if cls is None:
                 return ("__call__",)
+            if cls.startswith(METACLASS):
+                return (SOME_CLASS,)  # a class called: any capitalised call may be it
             classes = (cls, *parsed.subclasses(cls))
             return (*(MODULE_CALL + name for name in classes), ANY_INSTANCE)
         if not group[0].startswith(INIT_CALL):

@@ -1127,3 +1127,39 @@ def test_two_objects_calls_of_one_method_name_are_told_apart_by_their_classes(
         (_line_of(program, "mean.update("), True, 20, 3),
         (_line_of(program, "total.update("), True, 20, 1),
     }, found
+
+
+_METACLASS = """\
+import torch
+
+
+class DistributionMeta(type):
+    def __call__(cls, *args, **kwargs):
+        return super().__call__(*args, **kwargs)
+
+
+class Normal(metaclass=DistributionMeta):
+    def __init__(self, loc, scale):
+        if not (scale > 0).all():
+            raise ValueError("scale must be positive")
+        self.loc, self.scale = loc, scale
+"""
+
+
+def test_a_class_called_through_its_metaclass_is_named_at_the_classs_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pyro's distributions are made through a metaclass's ``__call__``: the reads of their
+    argument checks were taken for a call of an instance of the metaclass, and put on the
+    line calling the model (``self.linear(x)``, which reads nothing) as the candidate (a
+    walk: 1 of 8 sites). A metaclass's ``__call__`` is the call of a class."""
+    program = _profiled_loop(
+        "from pyro.dists import Normal",
+        ["x = torch.ones(2, 4)"],
+        ["s = model(x).abs() + 1", "y = model(x)", "d = Normal(y, s)"],
+    )
+    out = _run_program(tmp_path, monkeypatch, "pyro", {"dists.py": _METACLASS}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.line, site.line_exact) == (_line_of(program, "Normal(y, s)"), True)
+    assert site.library is not None and site.library.line == 11

@@ -24,6 +24,7 @@ Sources for the patterns: ``../shared/KINETO_NOTES.md`` (checked on real traces)
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -2030,7 +2031,65 @@ _WHISPER_TIMESTAMPS_ADVICE = Advice(
     after='options = whisper.DecodingOptions(language="en", without_timestamps=True)\n',
 )
 
+# torchdiffeq's adaptive solvers (dopri5, the default) accept or reject each step on the
+# host: the error norm, the new step size and the interpolation points are read back every
+# solver step, so the reads grow with the steps the tolerances ask for. A torchdiffeq walk's
+# CPU traces (docs/validation.md, section 28): ode_demo's solve 85.4 reads a step with dopri5
+# at rtol 1e-7, 28 with rk4 at a step of 0.05, the training still converging.
+_TORCHDIFFEQ_ADAPTIVE_ADVICE = Advice(
+    title="Take fewer solver steps: looser rtol/atol, or a fixed-step method",
+    text=(
+        "torchdiffeq's adaptive solvers (`dopri5`, the default) read back the error of every "
+        "step they try, to accept it and size the next: reads grow with the number of "
+        "steps. Looser tolerances (`rtol`, `atol`) take fewer steps; a fixed-step method "
+        "(`method='rk4', options=dict(step_size=...)`) sets its steps in advance and reads "
+        "less a step. Both change the solution's accuracy: check the loss."
+    ),
+    before="pred_y = odeint(func, batch_y0, batch_t)\n",
+    after=(
+        "pred_y = odeint(func, batch_y0, batch_t, method='rk4', options=dict(step_size=0.05))\n"
+    ),
+)
+
+# Pyro checks every sample site's log-probability for NaN and infinity (``warn_if_nan``,
+# ``warn_if_inf``: a read-back each) while its validation is on, the default. A Pyro walk's
+# CPU trace (docs/validation.md, section 28): SVI's reads a step 44.0 with it, 8.0 with
+# ``pyro.enable_validation(False)``, the loss the same.
+_PYRO_VALIDATION_ADVICE = Advice(
+    title="Turn Pyro's validation off once the model runs: pyro.enable_validation(False)",
+    text=(
+        "With validation on (Pyro's default), every sample site's log-probability is checked "
+        "for NaN and infinity and every distribution's arguments and samples are checked: "
+        "read-backs at each site, each step. Once the model and guide run without "
+        "warnings, turn it off for training; turn it on again to debug."
+    ),
+    before="for step in range(n_steps):\n    loss = svi.step(x, y)\n",
+    after="pyro.enable_validation(False)\nfor step in range(n_steps):\n    loss = svi.step(x, y)\n",
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    LibraryAdvice(
+        "pyro/util.py", frozenset({"warn_if_nan", "warn_if_inf"}), _PYRO_VALIDATION_ADVICE
+    ),
+    # Each for the reads of its own function's code, which stay sites of their own lines.
+    LibraryAdvice(
+        "torchdiffeq/_impl/rk_common.py",
+        frozenset({"_advance", "_adaptive_step", "_runge_kutta_step"}),
+        _TORCHDIFFEQ_ADAPTIVE_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "torchdiffeq/_impl/misc.py",
+        frozenset({"_optimal_step_size"}),
+        _TORCHDIFFEQ_ADAPTIVE_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "torchdiffeq/_impl/interp.py",
+        frozenset({"_interp_evaluate"}),
+        _TORCHDIFFEQ_ADAPTIVE_ADVICE,
+        innermost=True,
+    ),
     LibraryAdvice("whisper/decoding.py", frozenset({"apply"}), _WHISPER_TIMESTAMPS_ADVICE),
     LibraryAdvice(
         "gpytorch/models/exact_gp.py",
@@ -2835,7 +2894,7 @@ def advice_for(
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
     # A fix for code of a library the user called, where no entry of the library's own
     # says what of it to set: an edit of that library, and the report says so.
-    edits_library = None if refinement is not None else called_library(frames)
+    edits_library = None if refinement is not None else edited_library(frames)
     if refinement is None and ops:
         called = set(apis)
         firsts = None if first_calls is None else list(first_calls)
@@ -2910,6 +2969,24 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
         return None
     package = library_package(outermost)
     return package if package not in _FRAMEWORK_PACKAGES else None
+
+
+def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
+    """Whose code a fix of a sync in library frames (``library_frames``) edits: the known
+    library's the user's line called (``called_library``), else the package of the
+    outermost of those frames, one the catalogue does not know but the attribution found
+    installed (torchdiffeq's solvers), unless it is Python's own or torch's."""
+    known = called_library(frames)
+    if known is not None:
+        return known
+    outermost = next((file for file, _func in reversed(frames) if not passes_through(file)), None)
+    package = package_of(outermost) if outermost is not None else None
+    if package is None or package in _FRAMEWORK_PACKAGES or package in _STDLIB_MODULES:
+        return None
+    return package if package.isidentifier() else None
+
+
+_STDLIB_MODULES = frozenset(sys.stdlib_module_names)
 
 
 def package_of(path: str) -> str | None:
@@ -3096,6 +3173,8 @@ LIBRARY_PACKAGES = frozenset(
         "gpytorch",
         "linear_operator",
         "x_transformers",
+        "torchdiffeq",
+        "pyro",
         "torchtune",
         "torchtitan",
         "megatron",

@@ -205,6 +205,8 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "x_transformers/",
                 "gpytorch/",
                 "whisper/",
+                "pyro/",
+                "torchdiffeq/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -553,3 +555,47 @@ def test_whispers_timestamp_rules_get_without_timestamps_and_its_other_reads_do_
     other = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=loop)
     assert "without_timestamps" not in other["title"]
     assert other["library_code"] == "whisper"
+
+
+def test_pyros_nan_and_inf_checks_get_its_validation_setting() -> None:
+    """Pyro's ``warn_if_nan`` / ``warn_if_inf`` at every sample site were "Do not branch on a
+    GPU tensor", an edit of pyro/util.py, where ``pyro.enable_validation(False)`` removes
+    them (a walk: 44.0 reads a step to 8.0, the loss the same)."""
+    for func in ("warn_if_nan", "warn_if_inf"):
+        frames = [("<built-in>", "item"), ("pyro/util.py", func), ("pyro/infer/svi.py", "step")]
+        advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
+        assert "pyro.enable_validation(False)" in advice["after"]
+
+
+def test_torchdiffeqs_step_control_gets_fewer_steps_and_its_checks_do_not() -> None:
+    """torchdiffeq's adaptive solvers read every step they try; the fix a user has is the
+    steps they ask for (tolerances, a fixed-step method), for the reads of the step
+    control's own code only: its input checks, once a call, keep theirs."""
+    step = [("<built-in>", "item"), ("torchdiffeq/_impl/rk_common.py", "_adaptive_step")]
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=step)
+    assert "method='rk4'" in advice["after"]
+    under = [("torchdiffeq/_impl/misc.py", "_check_inputs"), *step[1:]]
+    other = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=under)
+    assert "rk4" not in other["after"] and other["library_code"] == "torchdiffeq"
+
+
+@pytest.mark.parametrize(
+    ("file", "edited"),
+    [
+        ("odesolve/_impl/rk_common.py", "odesolve"),
+        ("/venv/lib/python3.11/site-packages/odesolve/solver.py", "odesolve"),
+        ("logging/__init__.py", None),
+        ("torch/_tensor.py", None),
+        ("solver.py", None),
+    ],
+)
+def test_a_fix_in_an_installed_library_the_catalogue_does_not_know_says_whose_code_it_edits(
+    file: str, edited: str | None
+) -> None:
+    """torchdiffeq, installed where the report ran but not in the catalogue: its reads got
+    fixes written for the user's own code, with no word that they are edits of torchdiffeq
+    (a walk: 22 of 24 sites). A library frame's package is named, unless it is Python's own
+    (a ``logging`` call formatting a tensor) or torch's."""
+    frames = [("<built-in>", "item"), (file, "step")]
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
+    assert advice.get("library_code") == edited

@@ -32,6 +32,7 @@ from tb_syncfinder.catalogue import (
     SUBCLASS_DISPATCH,
     called_library,
     dispatches_for_its_caller,
+    edited_library,
     package_of,
     passes_through,
     wraps_one_op,
@@ -1375,15 +1376,25 @@ class Attributor:
         # A backward the user wrote (a custom Function's ``backward``, a module's backward
         # hook) syncs at its own line: the forward call is where it came from, not the line.
         if link is not None and not _user_code_inside(thread, located, link[0]):
-            self._attach_forward(attribution, thread, link)
+            self._attach_forward(
+                attribution, thread, link, _library_code_inside(thread, located, link[0])
+            )
         return attribution
 
     def _attach_forward(
-        self, attribution: Attribution, thread: HostThread, link: tuple[int, HostThread, int]
+        self,
+        attribution: Attribution,
+        thread: HostThread,
+        link: tuple[int, HostThread, int],
+        library_inside: bool = False,
     ) -> None:
+        """``library_inside``: a library's Python ran the backward (a custom Function's
+        ``backward`` in torchdiffeq's adjoint): its line is where the read is, kept with
+        the forward call the user wrote."""
         backward_op, fthread, forward_op = link
         attribution.backward = True
-        attribution.library_call = None
+        if not library_inside:
+            attribution.library_call = None
         attribution.forward_op = fthread.nodes[forward_op].name
         outer = op_chain(fthread, forward_op)[0]
         frames, _modules = self.python_stack(fthread, fthread.starts[outer], fthread.ends[outer])
@@ -1494,6 +1505,20 @@ def _maybe_a_method(frame: Frame) -> bool:
 
 def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _library_code_inside(thread: HostThread, located: list[tuple[int, Frame]], op: int) -> bool:
+    """Whether a library's own Python frame (not torch's, not a built-in) of ``located`` ran
+    inside operator ``op``."""
+    start, end = thread.starts[op], thread.ends[op]
+    return any(
+        not frame.user
+        and i >= 0
+        and start <= thread.starts[i]
+        and thread.ends[i] <= end
+        and edited_library([(frame.file, frame.func)]) is not None
+        for i, frame in located
+    )
 
 
 def _user_code_inside(thread: HostThread, located: list[tuple[int, Frame]], op: int) -> bool:

@@ -2974,16 +2974,21 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
 def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     """Whose code a fix of a sync in library frames (``library_frames``) edits: the known
     library's the user's line called (``called_library``), else the package of the
-    outermost of those frames, one the catalogue does not know but the attribution found
-    installed (torchdiffeq's solvers), unless it is Python's own or torch's."""
+    outermost of those frames that is neither Python's own nor torch's: one the catalogue
+    does not know but the attribution found installed (torchdiffeq's solvers), or one torch
+    called back (a custom Function's ``backward``, run by the user's ``loss.backward()``)."""
     known = called_library(frames)
     if known is not None:
         return known
-    outermost = next((file for file, _func in reversed(frames) if not passes_through(file)), None)
-    package = package_of(outermost) if outermost is not None else None
-    if package is None or package in _FRAMEWORK_PACKAGES or package in _STDLIB_MODULES:
-        return None
-    return package if package.isidentifier() else None
+    for file, _func in reversed(frames):
+        if passes_through(file):
+            continue
+        package = package_of(file)
+        if package is None or package in _FRAMEWORK_PACKAGES or package in _STDLIB_MODULES:
+            continue
+        if package.isidentifier():
+            return package
+    return None
 
 
 _STDLIB_MODULES = frozenset(sys.stdlib_module_names)

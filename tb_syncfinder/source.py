@@ -4925,11 +4925,18 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
             if attribution.run_by_call is not None
             else None
         )
+        # A library's Python that ran the backward (torchdiffeq's adjoint) read at its own
+        # line, kept as the read's library line.
+        library = (
+            resolver.resolve_call(attribution.library_call)
+            if attribution.library_call is not None
+            else None
+        )
         if attribution.forward_call is not None:
             forward = resolver.resolve_call(attribution.forward_call)
-            return msgspec.structs.replace(forward, backward=True, run_by=run_by)
+            return msgspec.structs.replace(forward, backward=True, run_by=run_by, library=library)
         if run_by is not None:
-            return msgspec.structs.replace(run_by, backward=True)
+            return msgspec.structs.replace(run_by, backward=True, library=library)
         return None
     if attribution.user_call is None:
         return None

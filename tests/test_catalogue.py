@@ -599,3 +599,21 @@ def test_a_fix_in_an_installed_library_the_catalogue_does_not_know_says_whose_co
     frames = [("<built-in>", "item"), (file, "step")]
     advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
     assert advice.get("library_code") == edited
+
+
+def test_a_fix_in_a_librarys_backward_run_by_torch_says_it_edits_that_library() -> None:
+    """The user's ``loss.backward()`` is torch's, which ran a library's ``Function.backward``
+    (torchdiffeq's adjoint): the code a fix edits is that library's, not torch's."""
+    frames = [
+        ("<built-in>", "item"),
+        ("odelib/adjoint.py", "_solve"),
+        ("odelib/adjoint.py", "backward"),
+        ("torch/autograd/function.py", "apply"),
+        ("torch/_tensor.py", "backward"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
+    assert advice["library_code"] == "odelib"
+    torch_only = [("<built-in>", "item"), ("torch/_tensor.py", "__repr__")]
+    assert "library_code" not in catalogue.advice_for(
+        "scalar_readback", ["aten::item"], frames=torch_only
+    )

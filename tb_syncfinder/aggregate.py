@@ -164,15 +164,23 @@ def build_sites(
         kind = kinds.most_common(1)[0][0]
         ops: list[str] = []
         apis: list[str] = []
+        # The operators around each sync's own (an autograd Function's, GPyTorch's
+        # ``Solve``): said where every sync of the site ran inside the same ones.
+        around: set[tuple[str, ...]] = set()
         for s in members:
             # A recorded Tensor method with no operator in a CPU trace (``.tolist()``) has
             # the one it runs on a GPU as its ``op``: the site names it, as a GPU run's.
-            for name in s.op_chain or ([s.op] if s.op else []):
+            chain = s.op_chain or ([s.op] if s.op else [])
+            at = chain.index(s.op) if s.op in chain else 0
+            around.add(tuple(chain[:at]))
+            for name in chain[at:]:
                 if name not in ops:
                     ops.append(name)
             for name in s.apis:
                 if name not in apis:
                     apis.append(name)
+        if len(around) == 1:
+            ops = [*next(iter(around)), *ops]
         # A tensor printed: said first (the key's operator part, file:line:op with a
         # source line, op:kind without one, e.g. a print inside a logging library).
         if key.endswith(":" + TENSOR_TEXT_OP) or key.startswith(TENSOR_TEXT_OP + ":"):

@@ -90,7 +90,7 @@ from tb_syncfinder.source import (
     resolve_sources,
     with_source_packs,
 )
-from tb_syncfinder.timeline import PYTHON, Timeline, build_timeline
+from tb_syncfinder.timeline import OP, PYTHON, Timeline, build_timeline
 
 if TYPE_CHECKING:
     from tb_syncfinder.summaries import SummaryStore
@@ -451,9 +451,13 @@ def _site_key(
 
 
 def _operator(episode: Episode, attribution: Attribution) -> str | None:
-    """The sync's operator: the outermost of its chain; for a recorded Tensor method with
-    none (``.tolist()`` on the CPU), the one it runs on a GPU, so that a CPU run keys and
-    names the line as a GPU run does."""
+    """The sync's operator: the outermost of its call (``Episode.outer_op``: below the
+    Python an autograd Function's operator holds, so that one read under two Functions,
+    GPyTorch's ``Solve`` and none, is one site); for a recorded Tensor method with none
+    (``.tolist()`` on the CPU), the one it runs on a GPU, so that a CPU run keys and names
+    the line as a GPU run does."""
+    if episode.outer_op >= 0 and episode.thread.kinds[episode.outer_op] == OP:
+        return episode.thread.nodes[episode.outer_op].name
     if attribution.op_chain:
         return attribution.op_chain[0]
     if episode.method:

@@ -1215,3 +1215,46 @@ def test_a_librarys_backward_that_reads_keeps_its_line_and_says_whose_code_it_is
         6,
     )
     assert site.advice["library_code"] == "odelib"
+
+
+_CHECKED_TWICE = """\
+import torch
+
+
+def _check(t):
+    assert (t[1:] > t[:-1]).all()
+
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        _check(t)
+        return t * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def run(t):
+    _check(t)
+    return Double.apply(t)
+"""
+
+
+def test_one_library_read_run_inside_and_outside_an_autograd_function_is_one_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchdiffeq checks its inputs before its adjoint Function and again inside its
+    ``forward``: the same line of the same user call was two rows of the same text, told
+    apart only by the operator around one of them (a walk: three lines listed twice;
+    GPyTorch's Cholesky check likewise). The site is keyed by the read's own operator."""
+    program = _profiled_loop(
+        "from chklib.run import run", ["t = torch.arange(5.0)"], ["y = run(t)"]
+    )
+    out = _run_program(tmp_path, monkeypatch, "chklib", {"run.py": _CHECKED_TWICE}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.line, site.count, site.per_step) == (_line_of(program, "run(t)"), 6, 2.0)
+    assert site.library is not None and site.library.line == 5
+    assert site.ops[0] == "aten::is_nonzero"

@@ -456,7 +456,13 @@ def _operator(episode: Episode, attribution: Attribution) -> str | None:
     GPyTorch's ``Solve`` and none, is one site); for a recorded Tensor method with none
     (``.tolist()`` on the CPU), the one it runs on a GPU, so that a CPU run keys and names
     the line as a GPU run does."""
-    if episode.outer_op >= 0 and episode.thread.kinds[episode.outer_op] == OP:
+    if (
+        not attribution.backward
+        and episode.outer_op >= 0
+        and episode.thread.kinds[episode.outer_op] == OP
+    ):
+        # (A backward's is its autograd node's, which keeps its reads apart from the
+        # forward's of the same line: torchdiffeq's adjoint solve runs the same code.)
         return episode.thread.nodes[episode.outer_op].name
     if attribution.op_chain:
         return attribution.op_chain[0]

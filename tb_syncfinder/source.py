@@ -346,6 +346,10 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
                 return ("<truth>",)
             if func.id in _SCALAR_TYPES:
                 return ("<scalar>",)
+        if isinstance(func, ast.Attribute) and func.attr == "Size":
+            # ``torch.Size(shape)`` reads each of its elements as an index (kornia's
+            # ``torch.Size(new_batch_shape)`` of a list holding a tensor's elements).
+            return ("<scalar>",)
         return ()
     if kind == "bound":
         return ("<scalar>",)  # a slice's further bound read through ``__index__``
@@ -3318,6 +3322,14 @@ def _truths_right_after(scope: ast.AST, called: str) -> frozenset[int]:
             name = _call_name(node)
             if name == called:
                 return "C", False
+            if name == "bool" and isinstance(node.func, ast.Name):  # type: ignore[attr-defined]
+                # ``positive = bool((sigma > 0).all())``: the truth of its argument (kornia),
+                # certain where that argument is the call just made.
+                made_here = any(
+                    isinstance(inner, ast.Call) and _call_name(inner) == called
+                    for inner in ast.walk(node)
+                )
+                return "T", not made_here
             return "X", isinstance(getattr(builtins, name or "", None), type) or (
                 bool(name) and name[:1].isupper()
             )

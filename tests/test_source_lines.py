@@ -1060,3 +1060,34 @@ def test_a_plain_test_no_path_reaches_right_after_the_call_that_preceded_the_rea
     assert _truths_reading(scope, [5, 11], "all", right_after) == [11]
     # Without that evidence (no path known), the plain test stays a candidate.
     assert _truths_reading(scope, [5, 11], "all") == [5, 11]
+
+
+def test_a_bool_call_of_the_call_just_made_is_the_truth_read_right_after_it():
+    """kornia's ``positive = bool((host_sigma > 0).all())`` reads the truth in ``bool(...)``,
+    which the search for the truths right after ``all`` passed over as a call of a type: its
+    line was missing from the candidates, and the test of ``positive`` on the next line and
+    a later ``if separable:`` were given (a walk: 2 of 4 library sites)."""
+    from tb_syncfinder.source import _truths_right_after
+
+    code = textwrap.dedent(
+        """        def blur(sigma, separable, check):
+            positive = bool((sigma > 0).all())
+            check(positive, "ok" if positive else "sigma must be positive")
+            if separable:
+                return sigma
+            return bool(separable)
+        """
+    )
+    scope = ast.parse(code).body[0]
+    assert _truths_right_after(scope, "all") == frozenset({2})
+
+
+def test_torch_size_of_a_list_of_elements_may_be_a_scalar_read():
+    """kornia's ``torch.Size(new_batch_shape)`` of a list holding a tensor's elements reads
+    each as an index (``__index__``, 2 a call): its line was no candidate of those reads."""
+    from tb_syncfinder.source import _frameless_labels
+
+    call = ast.parse("torch.Size(shape)").body[0].value
+    assert _frameless_labels("call", call) == ("<scalar>",)
+    other = ast.parse("torch.zeros(shape)").body[0].value
+    assert _frameless_labels("call", other) == ()

@@ -19,8 +19,8 @@ from tb_syncfinder.catalogue import (
     TENSOR_TEXT_OP,
     advice_for,
     advice_on_device,
+    fix_frames,
     is_warmup_annotation,
-    library_frames,
     lightning_loop,
 )
 from tb_syncfinder.cost import (
@@ -236,7 +236,10 @@ def build_sites(
                         list(dict.fromkeys(s.forward_op for s in members if s.forward_op)),
                         # One member's stack: a site's syncs come through one call of one
                         # line, so through the same library code (a long run has thousands).
-                        library_frames(next((s.stack for s in members if s.stack), [])),
+                        fix_frames(
+                            next((s.stack for s in members if s.stack), []),
+                            next((s.forward_stack for s in members if s.forward_stack), []),
+                        ),
                         # What every sync called, and the library call each is the first of:
                         # a fix that one sync's calls tell (a library's set-up) is not that of
                         # the site's others.

@@ -1400,9 +1400,13 @@ class Attributor:
         frames, _modules = self.python_stack(fthread, fthread.starts[outer], fthread.ends[outer])
         attribution.forward_stack = [f for _i, f in frames]
         if frames:
-            attribution.forward_call, *_rest = self._frame_queries(
+            attribution.forward_call, forward_library, *_rest = self._frame_queries(
                 fthread, frames, outer, with_callers=False
             )
+            if not library_inside:
+                # The backward of a library's operation (pytorch-metric-learning's
+                # reducer's boolean mask): its line is the library's that made it.
+                attribution.library_call = forward_library
         if attribution.user_call is not None:
             attribution.run_by_call = attribution.user_call  # backward ran on this thread
             return

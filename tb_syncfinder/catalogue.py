@@ -2578,6 +2578,16 @@ def _frame_matches(path: str, func: str, file: str, funcs: frozenset[str]) -> bo
     return path.replace("\\", "/").endswith(file) and (not funcs or func in funcs)
 
 
+def fix_frames(stack: Sequence[Any], forward_stack: Sequence[Any] = ()) -> list[tuple[str, str]]:
+    """The library frames a sync's fix is read from (``library_frames``): its own stack's;
+    for a backward that ran no library code of its own, its forward call's (the library
+    whose operation it is the gradient of)."""
+    own = library_frames(stack)
+    if forward_stack and edited_library(own) is None:
+        return library_frames(forward_stack)  # (torch's own backward machinery alone)
+    return own
+
+
 def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:
     """``(file, function)`` of a sync's frames (``Frame``s, innermost first) inside the
     user's innermost one: the library code the user's line called. A library frame above

@@ -33,12 +33,12 @@ from tb_syncfinder.catalogue import (
     SCALAR_READBACK,
     TENSOR_TEXT_OP,
     ctc_waits_by_line,
+    fix_frames,
     formats_tensor,
     in_host_only_library,
     is_collective_worker_sync,
     is_warmup_listed,
     library_fix,
-    library_frames,
     numpy_index_read,
     to_the_host,
 )
@@ -445,7 +445,9 @@ def _site_key(
     op = TENSOR_TEXT_OP if as_text else _operator(episode, attribution)
     fixed_at = None
     if source is not None and source.library is not None:
-        found = library_fix(library_frames(attribution.stack), attribution.op_chain)
+        found = library_fix(
+            fix_frames(attribution.stack, attribution.forward_stack), attribution.op_chain
+        )
         fixed_at = found[1] if found is not None else None
     return site_key(source, op, attribution.api, episode.kind, fixed_at)
 

@@ -693,6 +693,9 @@ ANY_INSTANCE = "<instance>?"
 # a ``MetricCollection``'s) may run another function of that name.
 METHOD_AT = "<method-at>"
 METHOD_OF = "<method-of>"
+# With those: a call on an instance of none of those classes is not the method (tried
+# first; see ``SourceResolver._resolve_call``).
+STRICT_CLASSES = "<strict>"
 # What a name or attribute is bound to when assigned a built-in container (``stats = {}``,
 # ``history = []``, ``dict(...)``): its methods run no Python frame of their name.
 BUILTIN_VALUE = "<builtin>"
@@ -748,6 +751,8 @@ def _matcher(
     calls = set() if frameless else set(group)
     method_of = {n[len(METHOD_OF) :] for n in calls if n.startswith(METHOD_OF)}
     calls.difference_update(METHOD_OF + n for n in method_of)
+    strict_classes = STRICT_CLASSES in calls
+    calls.discard(STRICT_CLASSES)
     modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     some_class = SOME_CLASS in calls
     any_instance = ANY_INSTANCE in calls
@@ -798,8 +803,9 @@ def _matcher(
                 if held is not None and held.isdisjoint(method_of):
                     # An instance of another class: its method of that name may be the one
                     # the trace shows (inherited from that class in a library) or another
-                    # (a ``MeanMetric``'s ``update`` beside a ``MetricCollection``'s).
-                    return N, True
+                    # (a ``MeanMetric``'s ``update`` beside a ``MetricCollection``'s);
+                    # ``STRICT_CLASSES``: taken for another.
+                    return (None, False) if strict_classes else (N, True)
             if name in calls or not calls.isdisjoint(bound) or not calls.isdisjoint(namespaced):
                 return N, optional_calls
             if modules and (not modules.isdisjoint(bound) or SOME_INSTANCE in bound):
@@ -4546,6 +4552,27 @@ class SourceResolver:
             step_calls = tuple(name for name, _where in wrappers)
             steps_in_next = any(self._is_iterator(name, where) for name, where in wrappers)
             steps_seen = observed is not None and P in observed.tokens
+            if observed is not None and any(n.startswith(METHOD_OF) for n in group):
+                # First with the calls on instances of other classes as not the method:
+                # a branch calling ``sal.attribute(...)`` (Captum's Saliency) beside one
+                # calling ``nt.attribute(...)`` (its NoiseTunnel) fits the trace either way
+                # where they may be it. Where that does not fit (the method inherited by
+                # another class, in a library), they may be it again.
+                strict = (*group, STRICT_CLASSES)
+                automaton = self._automaton(
+                    path,
+                    parsed,
+                    scope,
+                    strict,
+                    query.optional_calls,
+                    start,
+                    prefix,
+                    step_calls,
+                    steps_in_next,
+                    steps_seen=steps_seen,
+                )
+                if self._align(automaton, observed) is not None:
+                    group = strict
             automaton = self._automaton(
                 path,
                 parsed,

@@ -1289,3 +1289,57 @@ def test_the_backward_of_a_librarys_mask_names_the_library_line_that_made_it(
     assert backward.library is not None and backward.library.file == "pml/reducers.py"
     assert backward.library.line == 5
     assert backward.advice["library_code"] == "pml"
+
+
+_ATTRIBUTIONS = """\
+import functools
+
+import torch
+
+
+def log_usage(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+class Saliency:
+    @log_usage
+    def attribute(self, x):
+        return x.abs()
+
+
+class NoiseTunnel:
+    @log_usage
+    def attribute(self, x):
+        noisy = x + torch.ones_like(x)
+        if noisy.sum() > 1e9:
+            noisy = noisy * 0
+        return noisy
+"""
+
+
+def test_a_branch_calling_one_method_name_on_another_class_is_not_taken_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Captum's ``sal.attribute(...)`` and ``nt.attribute(...)`` in the two branches of a
+    loop, both through the same logging wrapper: NoiseTunnel's read fitted either branch
+    (a Saliency's call may be the method where it inherits it), so it was put on the
+    ``prof.step()`` line, marked, with both as candidates (a walk: 1 of 1 site of every
+    NoiseTunnel run). Another class's call is first taken for another method."""
+    program = _profiled_loop(
+        "from captum.attrs import NoiseTunnel, Saliency",
+        ["sal = Saliency()", "nt = NoiseTunnel()", "x = torch.ones(2, 4)"],
+        [
+            "if step % 2 == 1:",
+            "    a = sal.attribute(model(x))",
+            "else:",
+            "    b = nt.attribute(model(x))",
+        ],
+    )
+    out = _run_program(tmp_path, monkeypatch, "captum", {"attrs.py": _ATTRIBUTIONS}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [site] = report.latent_sites
+    assert (site.line, site.line_exact) == (_line_of(program, "nt.attribute("), True)

@@ -862,6 +862,10 @@ def _analyze_data(
     for episodes, attributions in batches:
         if episodes and episodes[0].latent:
             episodes, attributions, by_library = _latent_where_it_may_sync(episodes, attributions)
+            if core is not None:
+                # A window counts the copies of its own range: the windows either side
+                # count those in its context (five windows made 1.0 a step 2.6 in a walk).
+                by_library = [(m, a) for m, a in by_library if core[0] <= a.ts_us < core[1]]
             library_copies = _library_copies(resolver, by_library)
         sources = resolve_sources(resolver, attributions)
         if episodes and episodes[0].latent:

@@ -615,7 +615,16 @@ def _latent_copies_by_line(
                 source is not None
                 and source.library is not None
                 and bool(attribution.stack)
-                and attribution.stack[0].func in HOST_READ_METHODS
+                and (
+                    attribution.stack[0].func in HOST_READ_METHODS
+                    # Or read without a call in the library's own frame (an index:
+                    # Segment Anything's ``[masks[i] for i in keep]`` of host indices).
+                    or (
+                        episode.kind == SCALAR_READBACK
+                        and attribution.stack[0].file != "<built-in>"
+                        and not attribution.stack[0].user
+                    )
+                )
                 and resolver.reads_host_made(source.library)
             )
         )

@@ -1981,6 +1981,8 @@ def touches_only_host_values(scope: ast.AST, line: int, module: ast.AST | None =
             parts.append(statement.value)
         else:
             return False
+    if not parts and isinstance(scope, _COMPREHENSIONS):
+        parts = [scope]  # a comprehension's own frame: its expression is the line's
     return bool(parts) and all(_host_only(scope, part, line, module) for part in parts)
 
 
@@ -2012,8 +2014,17 @@ def _host_only(scope: ast.AST, expr: ast.expr, line: int, module: ast.AST | None
         return each((expr.value, expr.slice))
     if isinstance(expr, ast.Attribute):
         return _constant_value(expr) or _host_only(scope, expr.value, line, module)
+    if isinstance(expr, _COMPREHENSIONS) and module is not None:
+        # Its parts read in its own scope: its variables are elements of what it iterates,
+        # its other names the scopes' around it.
+        parts = [
+            *(g.iter for g in expr.generators),
+            *(test for g in expr.generators for test in g.ifs),
+            *(getattr(expr, name) for name in ("elt", "key", "value") if hasattr(expr, name)),
+        ]
+        return all(_host_only(expr, part, line, module) for part in parts)
     if not isinstance(expr, ast.Call):
-        return False  # a lambda, a comprehension: not followed
+        return False  # a lambda: not followed
     if not (each(expr.args) and each(k.value for k in expr.keywords)):
         return False
     func = expr.func
@@ -2033,7 +2044,9 @@ def _host_only(scope: ast.AST, expr: ast.expr, line: int, module: ast.AST | None
         )
     if not isinstance(func, ast.Attribute):
         return False
-    root = _root_name(func)
+    # A module's function is called by a dotted name; a method of a call's result
+    # (``torch.nonzero(m).flatten()``) is the result's, read as one below.
+    root = _dotted_root(func)
     if root is not None and (root == "torch" or (module is not None and root in _imports(module))):
         # A module's function: a known library's that stays on the host, or not known.
         return (
@@ -2170,6 +2183,15 @@ def _host_made(
         return _host_made(scope, expr, line, depth + 1, module)  # ``(h * 2 - 1).sum()``
     if not isinstance(expr, ast.Name):
         return False
+    if isinstance(scope, _COMPREHENSIONS):
+        # A comprehension's variable: an element of what it iterates (Segment Anything's
+        # ``[masks[i] for i in keep]`` of a ``torch.nonzero(...)`` of host masks).
+        for generator in scope.generators:
+            if expr.id in _bound_names(generator.target):
+                element = _element_of(generator.target, generator.iter, expr.id)
+                return element is not None and _host_made(
+                    scope, element, line, depth + 1, module
+                )
     values = _reaching_values(scope, expr.id, line)
     if not values and module is not None and _module_function(module, scope):
         # Not bound in a function of the module's own: the module's (a function runs after
@@ -2371,6 +2393,14 @@ def _iterates(iterable: ast.expr, name: str) -> bool:
 
 # The moves that put a tensor on a device (not a cast, ``type``; not ``pin_memory``).
 _DEVICE_MOVE_CALLS = DEVICE_MOVES - {"type", "pin_memory"}
+
+
+def _dotted_root(expr: ast.expr) -> str | None:
+    """The name a dotted name starts from (``torch`` of ``torch.linalg.norm``); None where
+    something else is between (a call, an item)."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _root_name(expr: ast.expr) -> str | None:
@@ -2743,11 +2773,16 @@ def _python_data(node: ast.expr) -> bool:
         return True
     if isinstance(node, ast.UnaryOp):
         return isinstance(node.operand, ast.Constant)
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("list", "tuple", "range", "sorted")
-    )
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Name):
+        return node.func.id in ("list", "tuple", "range", "sorted")
+    # A NumPy function's result (Segment Anything's ``torch.as_tensor(np.stack(masks))``):
+    # an array on the host.
+    root = node.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(root, ast.Name) and root.id in ("np", "numpy")
 
 
 def _constant_arguments(call: ast.Call) -> bool:

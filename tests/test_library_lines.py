@@ -1363,3 +1363,35 @@ def test_a_branch_calling_one_method_name_on_another_class_is_not_taken_for_it(
     report = analyze(str(out), source_roots=[str(tmp_path)])
     [site] = report.latent_sites
     assert (site.line, site.line_exact) == (_line_of(program, "nt.attribute("), True)
+
+
+_HOST_MASKS = """\
+import numpy as np
+import torch
+
+
+def postprocess(arrays):
+    masks = torch.as_tensor(np.stack(arrays))
+    keep = torch.nonzero(masks.sum((1, 2)) > 3).flatten()
+    return [arrays[i] for i in keep]
+"""
+
+
+def test_a_librarys_reads_of_masks_it_made_from_numpy_are_no_latent_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segment Anything's ``postprocess_small_regions`` stacks NumPy masks into a tensor,
+    takes ``torch.nonzero`` of it and indexes a list with each kept index: all on the host,
+    on a GPU run too. They were listed (a walk: 50 of 1,218 reads, its user's same lines
+    as well)."""
+    program = _profiled_loop(
+        "from sam.amg import postprocess",
+        [
+            "import numpy as np",
+            "arrays = [np.random.default_rng(i).random((8, 8)) > 0.5 for i in range(6)]",
+        ],
+        ["kept = postprocess(arrays)"],
+    )
+    out = _run_program(tmp_path, monkeypatch, "sam", {"amg.py": _HOST_MASKS}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert report.latent_sites == []

@@ -2189,9 +2189,7 @@ def _host_made(
         for generator in scope.generators:
             if expr.id in _bound_names(generator.target):
                 element = _element_of(generator.target, generator.iter, expr.id)
-                return element is not None and _host_made(
-                    scope, element, line, depth + 1, module
-                )
+                return element is not None and _host_made(scope, element, line, depth + 1, module)
     values = _reaching_values(scope, expr.id, line)
     if not values and module is not None and _module_function(module, scope):
         # Not bound in a function of the module's own: the module's (a function runs after

@@ -24,6 +24,7 @@ from tb_syncfinder.catalogue import (
     CUDNN_OPS,
     FFT_OPS,
     FFT_SETUP_CALLS,
+    INDEX_PUT_IMPL,
     LIBRARY_PACKAGES,
     LIBRARY_SETUP_OPS,
     MATMUL_OPS,
@@ -37,7 +38,7 @@ from tb_syncfinder.catalogue import (
     passes_through,
     wraps_one_op,
 )
-from tb_syncfinder.detect import Episode, op_chain
+from tb_syncfinder.detect import Episode, assigns_a_host_number, op_chain
 from tb_syncfinder.models import COMPREHENSION_FRAMES, Attribution, CallQuery, Frame, Observed
 from tb_syncfinder.source import (
     CALL_CALL,
@@ -1393,6 +1394,16 @@ class Attributor:
         the forward call the user wrote."""
         backward_op, fthread, forward_op = link
         attribution.backward = True
+        if fthread.nodes[forward_op].name in _INDEX_PUTS:
+            # The assignment's own kernel: its number lifted just before it says what the
+            # backward fills with (pytorch-metric-learning's ``x[mask] = finfo.min``).
+            end = fthread.ends[forward_op]
+            j = forward_op
+            while j < len(fthread.nodes) and fthread.starts[j] <= end:
+                if fthread.nodes[j].name == INDEX_PUT_IMPL:
+                    attribution.forward_assigns_number = assigns_a_host_number(fthread, j)
+                    break
+                j += 1
         if not library_inside:
             attribution.library_call = None
         attribution.forward_op = fthread.nodes[forward_op].name
@@ -1509,6 +1520,9 @@ def _maybe_a_method(frame: Frame) -> bool:
 
 def _is_dunder(name: str) -> bool:
     return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+_INDEX_PUTS = frozenset({"aten::index_put_", "aten::index_put", INDEX_PUT_IMPL})
 
 
 def _library_code_inside(thread: HostThread, located: list[tuple[int, Frame]], op: int) -> bool:

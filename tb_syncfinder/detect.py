@@ -421,7 +421,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                     nodes[j].name in catalogue.LATENT_CPU_ONLY_SCALAR_READS
                     for j in thread.ancestors(i)[1:]
                 )
-                or _assigns_a_host_number(thread, i)
+                or assigns_a_host_number(thread, i)
                 or _read_by_one_hot_given_its_classes(thread, i)
             ):
                 continue
@@ -629,7 +629,7 @@ def _one_hot_given_its_classes(node: Event) -> bool:
         return False
 
 
-def _assigns_a_host_number(thread: HostThread, i: int) -> bool:
+def assigns_a_host_number(thread: HostThread, i: int) -> bool:
     """Whether the read ``i`` is inside an indexed assignment of a Python number
     (``x[mask] = 0``): its ``index_put_`` follows the number's ``aten::lift_fresh`` (with an
     ``aten::to`` between for an int). On CUDA that is a ``masked_fill_`` of a host number,

@@ -25,6 +25,7 @@ from tb_syncfinder.attribute import Attributor, LibraryCalls
 from tb_syncfinder.catalogue import (
     HOST_READ_METHODS,
     HOST_TENSOR_FACTORIES,
+    INDEX_PUT_IMPL,
     LATENT_METHODS_BY_LINE,
     LATENT_OPS_BY_LINE,
     LATENT_TENSOR_METHODS,
@@ -489,6 +490,10 @@ def _latent_where_it_may_sync(
         if in_host_only_library(
             ((frame.file, frame.func) for frame in attribution.stack), attribution.op_chain
         ):
+            continue
+        if attribution.forward_assigns_number and INDEX_PUT_IMPL in attribution.op_chain:
+            # The backward of ``x[mask] = number``: a fill with a host number on CUDA too,
+            # as its forward is (``detect.assigns_a_host_number``).
             continue
         if not episode.method or attribution.called == episode.method:
             kept.append(n)

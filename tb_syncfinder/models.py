@@ -474,6 +474,9 @@ class Attribution(msgspec.Struct):
     forward_stack: list[Frame] = field(default_factory=list)
     forward_call: CallQuery | None = None
     run_by_call: CallQuery | None = None
+    # The forward was an indexed assignment of a Python number (``x[mask] = 0.5``): on CUDA
+    # it and its backward fill through the mask with a host number, reading nothing.
+    forward_assigns_number: bool = False
     # The library operator (``catalogue.LIBRARY_SETUP_OPS``, the chain's innermost such)
     # whose call set its library up with the sync inside: cuBLAS's or cuDNN's first call on
     # the thread in the trace, where the sync made a set-up call

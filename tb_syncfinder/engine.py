@@ -527,7 +527,8 @@ def _library_copies(
         return []
     sources = resolve_sources(resolver, [attribution for _method, attribution in copies])
     found: list[LibraryCopy] = []
-    for (method, _attribution), source in zip(copies, sources, strict=True):
+    steps_of: dict[tuple[Any, ...], set[int]] = {}  # a place's copies' steps
+    for (method, attribution), source in zip(copies, sources, strict=True):
         library = source.library if source is not None else None
         if source is None or library is None or not library.file:
             continue  # no user line called it, or no library line: nothing to name
@@ -549,9 +550,15 @@ def _library_copies(
                 source.file,
                 source.line,
                 source.func,
+                source.line_exact,
             )
         )
-    return tally_library_copies(found)
+        if attribution.step is not None:
+            steps_of.setdefault(found[-1].place(), set()).add(attribution.step)
+    tallied = tally_library_copies(found)
+    for copy in tallied:
+        copy.steps_with_copies = len(steps_of.get(copy.place(), ()))
+    return tallied
 
 
 def _latent_copies_by_line(

@@ -172,6 +172,26 @@ class LibraryCopy(msgspec.Struct, omit_defaults=True):
     user_file: str | None = None  # the user's line that called the library, where one did
     user_line: int | None = None
     user_func: str | None = None
+    # False where that line is not certain (the frame's recorded line, as a site's ``*``:
+    # a loop's ``prof.step()`` line where its calls of that name could not be told apart).
+    user_line_exact: bool = True
+    # In how many steps of the trace these copies were made (0: not counted, a report of an
+    # earlier version): a metric's ``compute()`` copies all its states in one step.
+    steps_with_copies: int = 0
+
+    def place(self) -> tuple[Any, ...]:
+        """What copies are counted together by (``tally_library_copies``)."""
+        return (
+            self.file,
+            self.line,
+            self.func,
+            self.line_exact,
+            self.method,
+            self.user_file,
+            self.user_line,
+            self.user_func,
+            self.user_line_exact,
+        )
 
 
 # Of a trace's library copies, at most this many places are kept (most first).
@@ -184,21 +204,14 @@ def tally_library_copies(copies: Iterable[LibraryCopy]) -> list[LibraryCopy]:
     two windows' of one trace. The records given are not changed."""
     by_place: dict[tuple[Any, ...], LibraryCopy] = {}
     for copy in copies:
-        place = (
-            copy.file,
-            copy.line,
-            copy.func,
-            copy.line_exact,
-            copy.method,
-            copy.user_file,
-            copy.user_line,
-            copy.user_func,
-        )
+        place = copy.place()
         kept = by_place.get(place)
         if kept is None:
             by_place[place] = msgspec.structs.replace(copy)
         else:
             kept.count += copy.count
+            # Two windows' steps are their own (each counts the copies of its range).
+            kept.steps_with_copies += copy.steps_with_copies
     ordered = sorted(by_place.values(), key=lambda c: (-c.count, c.file, c.line or 0))
     return ordered[:LIBRARY_COPIES_KEPT]
 

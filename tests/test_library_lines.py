@@ -244,6 +244,48 @@ def test_a_trace_read_in_windows_counts_each_library_copy_once(
     assert counts[0] == counts[1] == {(4, "cpu"): 6, (5, "tolist"): 3, (6, "to"): 3, (8, "cpu"): 3}
 
 
+_EPOCH_END_COPIES = """\
+def compute(states):
+    return [s.cpu() for s in states]
+"""
+
+
+def test_library_copies_made_in_one_step_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchmetrics' ``MeanAveragePrecision.compute()`` copies all its states in the one step
+    it runs: the note said "159.8 a step", as if every step copied (a walk). It says in how
+    many of the steps they were made."""
+    program = _profiled_loop(
+        "from metriclib.metric import compute",
+        ["states = [torch.ones(2) for _ in range(4)]"],
+        ["model(torch.ones(2, 4))", "if step == 4:", "    host = compute(states)"],
+    )
+    out = _run_program(
+        tmp_path, monkeypatch, "metriclib", {"metric.py": _EPOCH_END_COPIES}, program
+    )
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    [trace] = report.traces
+    [copy] = trace.library_copies
+    assert (copy.line, copy.count, copy.steps_with_copies) == (2, 4, 1)
+    text = " ".join(render_report(report.to_json(), width=400).split())
+    assert "1.3 a step (in 1 of 3 steps) at metriclib/metric.py:2 (<listcomp>, .cpu())" in text
+
+
+def test_library_copies_under_an_uncertain_user_line_mark_it() -> None:
+    """torchmetrics' ``compute_on_cpu`` copies, made through its ``update`` wrapper, were said
+    to be under the loop's ``prof.step()`` line as if certain (a walk): the user's line of a
+    library copy is marked as a site's is where it is not certain."""
+    from tb_syncfinder.outputs.text import library_copies_text
+
+    copy = {"file": "lib/m.py", "line": 5, "line_exact": True, "func": "f", "method": "to"}
+    copy.update(count=5, user_file="run.py", user_line=13, user_line_exact=False)
+    text = library_copies_text([{"steps": 5, "library_copies": [copy]}])
+    assert text is not None and text.endswith("under run.py:13*.")
+    copy["user_line_exact"] = True
+    assert library_copies_text([{"steps": 5, "library_copies": [copy]}]).endswith("run.py:13.")
+
+
 def test_two_windows_library_copies_add_up_by_place() -> None:
     from tb_syncfinder.models import LibraryCopy, tally_library_copies
 

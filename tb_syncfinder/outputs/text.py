@@ -2291,6 +2291,7 @@ def library_copies_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str 
     (``TraceInfo.library_copies``), said under its latent list: not listed, since a library
     copies host tensors as often as not, but counted, with where. None: none."""
     counts: dict[tuple[Any, ...], int] = {}
+    in_steps: dict[tuple[Any, ...], int] = {}  # ``steps_with_copies``, where counted
     steps = 0
     for trace in traces:
         copies = trace.get("library_copies") or ()
@@ -2303,9 +2304,11 @@ def library_copies_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str 
                 copy.get("func"),
                 copy.get("method"),
                 copy.get("user_file"),
-                copy.get("user_line"),
+                # Marked as a site's line is where it is not certain (``user_line_exact``).
+                f"{copy.get('user_line')}{'' if copy.get('user_line_exact', True) else '*'}",
             )
             counts[key] = counts.get(key, 0) + int(copy.get("count") or 0)
+            in_steps[key] = in_steps.get(key, 0) + int(copy.get("steps_with_copies") or 0)
     if not counts:
         return None
     steps = max(steps, 1)
@@ -2313,11 +2316,16 @@ def library_copies_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str 
     users = {(key[4], key[5]) for key in counts}
     one_user = len(users) == 1 and next(iter(users))[0] is not None
     named = []
-    for (file, line, func, method, user_file, user_line), count in ordered[:most]:
+    for key, count in ordered[:most]:
+        file, line, func, method, user_file, user_line = key
         where = f"{file}:{line}" if line is not None else str(file)
         under = "" if one_user or user_file is None else f", under {user_file}:{user_line}"
+        # All in a few steps (a metric's ``compute()``): a mean a step would hide it.
+        spread = in_steps.get(key, 0)
+        within = f" (in {spread} of {steps} steps)" if 0 < spread < steps else ""
         named.append(
-            f"{_per_step_text(count / steps)} a step at {where} ({func}, .{method}(){under})"
+            f"{_per_step_text(count / steps)} a step{within} at {where} "
+            f"({func}, .{method}(){under})"
         )
     more = f"; and {len(ordered) - most} more places" if len(ordered) > most else ""
     total = sum(counts.values())

@@ -79,6 +79,11 @@ _PROFILER_START_WITHIN = 5000
 _MODULE_INDEX_RE = re.compile(r"_\d+$")
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"__main__"}
+# A module inductor wrote for a compiled graph (``/tmp/torchinductor_<user>/kc/ckcc...py``,
+# or under ``TORCHINDUCTOR_CACHE_DIR``): named by a hash, in a folder of its first two
+# characters. Its ``call`` reads what ``capture_scalar_outputs`` captured; its line is no
+# line of the user's, and the name changes with every compile.
+_INDUCTOR_CODE = re.compile(r"(?:^|/)([a-z0-9]{2})/c\1[a-z0-9]{49}\.py$")
 _OWN_PACKAGE = "tb_syncfinder/"
 
 
@@ -113,6 +118,8 @@ def is_user_file(path: str, packs: Sequence[SourcePack] = (), func: str | None =
         # code, <ipython-input-4-faad06d10617>, is the user's.
         return IPYTHON_CELL.match(path) is not None
     norm = path.replace("\\", "/")
+    if _INDUCTOR_CODE.search(norm):
+        return False  # code torch.compile generated: the user's line is the compiled call's
     packed = _packed_or_own(norm, packs)
     if packed is not None:
         return packed

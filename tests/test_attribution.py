@@ -66,6 +66,17 @@ def test_sync_outside_any_step_has_no_step(tmp_path):
     assert sync.step is None and sync.op is None and sync.stack == []
 
 
+def test_code_torch_compile_generated_is_not_the_users():
+    """With ``capture_scalar_outputs``, a compiled graph's reads run in the module inductor
+    wrote (``/tmp/torchinductor_<user>/kc/ckcc....py``, named by a hash): it was named as the
+    user's line, exact, a file that changes with every compile (a walk: 3 of 5 sites)."""
+    generated = "ckccvyuyrl7vxlsahadhcedwupsofoaqtpz5ktnr4fh6ann6ujuc.py"
+    assert not is_user_file(f"/tmp/torchinductor_root/kc/{generated}")
+    assert not is_user_file(f"inductor_cache/kc/{generated}")
+    assert is_user_file(f"inductor_cache/ab/{generated}")  # not in its hash's folder
+    assert is_user_file("kc/ckcc.py")
+
+
 def test_user_frames_exclude_torch_site_packages_builtins_and_stdlib():
     assert is_user_file("train.py")
     assert is_user_file("/home/me/project/model.py")

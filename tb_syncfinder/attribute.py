@@ -1411,20 +1411,19 @@ class Attributor:
                     attribution.forward_assigns_number = assigns_a_host_number(fthread, j)
                     break
                 j += 1
-        if not library_inside:
-            attribution.library_call = None
         attribution.forward_op = fthread.nodes[forward_op].name
         outer = op_chain(fthread, forward_op)[0]
         frames, _modules = self.python_stack(fthread, fthread.starts[outer], fthread.ends[outer])
         attribution.forward_stack = [f for _i, f in frames]
+        forward_library = None
         if frames:
             attribution.forward_call, forward_library, *_rest = self._frame_queries(
                 fthread, frames, outer, with_callers=False
             )
-            if not library_inside:
-                # The backward of a library's operation (pytorch-metric-learning's
-                # reducer's boolean mask): its line is the library's that made it.
-                attribution.library_call = forward_library
+        if not library_inside:
+            # The backward of a library's operation (pytorch-metric-learning's reducer's
+            # boolean mask): its line is the library's that made it.
+            attribution.library_call = forward_library
         if attribution.user_call is not None:
             attribution.run_by_call = attribution.user_call  # backward ran on this thread
             return

@@ -2199,22 +2199,21 @@ def _host_made(
     elif not values and module is not None and scope is not module:
         # Not bound in a comprehension, a lambda or a nested function: a scope around it
         # binds it. A comprehension runs where it stands (whisper's ``{j: p[i, j].item()
-        # for j in ...}`` of ``p = probs.cpu()`` just above); a nested function after the
-        # one around it bound the name (a closure over a schedule's host tensor).
+        # for j in ...}`` of ``p = probs.cpu()`` just above); a function after the one
+        # around it bound the name (a closure over a schedule's host tensor), or the module.
         inner = scope
         for outer in _enclosing_scopes(module, scope):
             later: list[ast.expr | None] = []
-            if not isinstance(inner, (*_COMPREHENSIONS, ast.Lambda)):
+            if outer is module and not isinstance(inner, (*_COMPREHENSIONS, ast.Lambda)):
+                line = _AFTER_EVERY_LINE
+            elif not isinstance(inner, (*_COMPREHENSIONS, ast.Lambda)):
                 # What reaches its ``def``, and what the function around it binds after.
                 line = _first_line(inner)
                 later = [v for at, v in _bindings(outer, expr.id) if at > line]
-            scope, inner = outer, outer
+            scope = inner = outer
             values = _reaching_values(outer, expr.id, line) + later
-            if values or (outer is not module and _module_function(module, outer)):
+            if values:
                 break
-        if not values and scope is not module and _module_function(module, scope):
-            scope, line = module, _AFTER_EVERY_LINE
-            values = _reaching_values(module, expr.id, line)
     # Each value where it is evaluated: ``returns = torch.tensor(returns)`` reads the list
     # the name held on that line, not what it holds at the read.
     # A list bound to a name may have anything appended to it later (``ls.append(loss)``).
@@ -4585,18 +4584,20 @@ class SourceResolver:
             step_calls = tuple(name for name, _where in wrappers)
             steps_in_next = any(self._is_iterator(name, where) for name, where in wrappers)
             steps_seen = observed is not None and P in observed.tokens
+            # First with the calls on instances of other classes as not the method: a
+            # branch calling ``sal.attribute(...)`` (Captum's Saliency) beside one calling
+            # ``nt.attribute(...)`` (its NoiseTunnel) fits the trace either way where they
+            # may be it. Where that does not fit (the method inherited by another class, in
+            # a library), they may be it again.
+            tried = [group]
             if observed is not None and any(n.startswith(METHOD_OF) for n in group):
-                # First with the calls on instances of other classes as not the method:
-                # a branch calling ``sal.attribute(...)`` (Captum's Saliency) beside one
-                # calling ``nt.attribute(...)`` (its NoiseTunnel) fits the trace either way
-                # where they may be it. Where that does not fit (the method inherited by
-                # another class, in a library), they may be it again.
-                strict = (*group, STRICT_CLASSES)
+                tried.insert(0, (*group, STRICT_CLASSES))
+            for candidate in tried:
                 automaton = self._automaton(
                     path,
                     parsed,
                     scope,
-                    strict,
+                    candidate,
                     query.optional_calls,
                     start,
                     prefix,
@@ -4604,20 +4605,9 @@ class SourceResolver:
                     steps_in_next,
                     steps_seen=steps_seen,
                 )
-                if self._align(automaton, observed) is not None:
-                    group = strict
-            automaton = self._automaton(
-                path,
-                parsed,
-                scope,
-                group,
-                query.optional_calls,
-                start,
-                prefix,
-                step_calls,
-                steps_in_next,
-                steps_seen=steps_seen,
-            )
+                group = candidate
+                if observed is None or self._align(automaton, observed) is not None:
+                    break
             label = _label(group)
             reachable = automaton.reachable_lines(label)
             if not reachable:
@@ -4744,15 +4734,11 @@ class SourceResolver:
         line names) where the class cannot be read."""
         if not group:
             return group
-        if any(n.startswith(METHOD_AT) for n in group):
-            named = tuple(n for n in group if not n.startswith(METHOD_AT))
+        named = tuple(n for n in group if not n.startswith(METHOD_AT))
+        if named and len(named) < len(group):
             classes: list[str] = []
-            for where in group:
-                cls = (
-                    self._class_of_method(where[len(METHOD_AT) :], named[0])
-                    if where.startswith(METHOD_AT) and named
-                    else None
-                )
+            for where in group[len(named) :]:
+                cls = self._class_of_method(where[len(METHOD_AT) :], named[0])
                 if cls is not None:
                     classes.extend((cls, *parsed.subclasses(cls)))
             return (*named, *(METHOD_OF + c for c in dict.fromkeys(classes)))

@@ -48,6 +48,7 @@ from tb_syncfinder.source import (
     MODULE_CALL,
     SourcePack,
     callee_groups,
+    dynamo_resumed,
     init_call,
     instance_call,
     method_at,
@@ -251,6 +252,50 @@ _FRAMELESS_CLASSES = {
 # user's code called is further down.
 _MAX_CALL_DEPTH = 3
 _MAX_WRAPPERS = 4
+
+
+_DYNAMO_FILE = re.compile(r"(?:^|/)torch/_dynamo/")
+_TORCH_FILE = re.compile(r"(?:^|/)torch/")
+# torch.fx's generated ``forward`` of a graph (a backend that runs the graph as it is).
+_FX_CODE = "<eval_with_key>"
+
+
+def _runs_its_compiled_graph(below: list[tuple[int, Frame]]) -> bool:
+    """Whether ``below`` (the frames under a user frame, innermost first) is torch.compile
+    running that frame's own compiled graph: dynamo's frame right under it, and nothing
+    but torch's frames and the code torch.fx or inductor generated further in (a library's compiled
+    function called from the user's frame has its own frame among them)."""
+    if not below or not _DYNAMO_FILE.search(below[-1][1].file.replace("\\", "/")):
+        return False
+    for _index, frame in below:
+        file = frame.file.replace("\\", "/")
+        if (
+            file == "<built-in>"
+            or file.startswith(_FX_CODE)
+            or _TORCH_FILE.search(file)
+            or _INDUCTOR_CODE.search(file)
+        ):
+            continue
+        return False
+    return True
+
+
+def _past_resume_chain(frames: list[tuple[int, Frame]], user: int, callers: list[int]) -> list[int]:
+    """``callers`` (the user frames above ``frames[user]``) without the frames that only
+    continue the same compiled function: after a graph break, torch.compile's frame of a
+    function calls its resume function, which calls the next one; none of those calls is
+    in the source, whose caller is the frame above the chain."""
+    inner = frames[user][1]
+    while callers:
+        resumed = dynamo_resumed(inner.func)
+        outer = frames[callers[0]][1]
+        if resumed is None or outer.file != inner.file:
+            break
+        if outer.func != resumed and dynamo_resumed(outer.func) != resumed:
+            break
+        inner = outer
+        callers = callers[1:]
+    return callers
 
 
 def _call_depths(below: list[tuple[int, Frame]]) -> int:
@@ -1044,10 +1089,17 @@ class Attributor:
         return frames, modules
 
     def query(
-        self, thread: HostThread, frames: list[tuple[int, Frame]], level: int, op: int
+        self,
+        thread: HostThread,
+        frames: list[tuple[int, Frame]],
+        level: int,
+        op: int,
+        ordered: bool = True,
     ) -> CallQuery:
         """What ``frames[level]`` called to reach the sync: the frames below it (innermost
-        first before it in ``frames``) or, with none, the operator ``op`` it ran itself."""
+        first before it in ``frames``) or, with none, the operator ``op`` it ran itself.
+        ``ordered=False``: the frame's operators ran in another order than its source's
+        (a compiled graph's), so the calls are matched by their names alone."""
         index, frame = frames[level]
         path = [f.func for _i, f in reversed(frames[:level])]
         truncated = thread.ends[index] + 1.0 >= self._last_end(thread) or self._steps_profiler(
@@ -1072,7 +1124,16 @@ class Attributor:
             # which calls ``.item()``) the source has no call of the deeper names: they
             # would match another line's (``t.sum().item()``), exact.
             depths = 1 if _is_dunder(path[0]) else _call_depths(frames[:level])
+            user_above = False
             for depth in range(depths):
+                callee = frames[level - 1 - depth][1]
+                if user_above and callee.file == "<built-in>":
+                    # A built-in under the user's own function is a call of that function's
+                    # body, never the name the caller called it by: a function called
+                    # through an alias (``step_fn = torch.compile(f)``) had its ``.item()``
+                    # taken for the caller's own ``loss.item()`` line, exact.
+                    break
+                user_above = user_above or callee.user
                 names = tuple(path[: depth + 1])
                 if names == ("__init__",):
                     # A class called: the source calls it by the class's name, which only
@@ -1083,7 +1144,6 @@ class Attributor:
                     # (``@torch.no_grad()``): the source calls it by the name of an instance
                     # of the class whose ``__call__`` that is, as an nn.Module's.
                     names = (*names[:-1], instance_call(frames[level - 1 - depth][1]))
-                callee = frames[level - 1 - depth][1]
                 if names[-1] == callee.func and _maybe_a_method(callee):
                     # Where that function is: the resolver reads the class it is a method
                     # of, to tell its calls from another class's of the same name.
@@ -1096,6 +1156,8 @@ class Attributor:
             if (
                 called.file != "<built-in>"
                 and op >= 0
+                # Below a user's function (a caller's query), its own body ran the operator.
+                and not any(f.user for _i, f in frames[:level])
                 and not _is_dunder(called.func)
                 # A comprehension is called by syntax at its own line, never by another
                 # name, so the names that usually run its operator are not looked for
@@ -1128,7 +1190,9 @@ class Attributor:
         elif op >= 0:
             name = thread.nodes[op].name
             cls = _FRAMELESS_CLASSES.get(name)
-            if cls is not None and self.records_builtins():
+            # A compiled graph's read has no built-in frame even where the source calls
+            # one (``n = mask.sum().item()``).
+            if cls is not None and self.records_builtins() and ordered:
                 match = frozenset(_FRAMELESS_CLASSES.items())
                 groups.append((cls,))
             else:
@@ -1147,6 +1211,9 @@ class Attributor:
             groups.extend(tuple(g) for g in API_CALLEES)
             observed = [None] * len(groups)
             optional = True
+        if not ordered:
+            observed = [None] * len(groups)
+            called_before = None
         started = self.profiling_started(thread)
         entered = started is not None and thread.starts[index] > started
         if entered and frame.line is not None:
@@ -1198,7 +1265,17 @@ class Attributor:
         user = self.user_frame(frames)
         if user is None:
             return None, None, None, [], False
-        user_query = self.query(thread, frames, user, op)
+        if _runs_its_compiled_graph(frames[:user]):
+            # torch.compile's graph of the user's function, run from that function's own
+            # frame: its operators are the function's own lines (which ones, the graph
+            # does not say), not a call of dynamo's; the generated module's line, named
+            # by a hash that changes with each compile, is no library line.
+            # Nor is the graph's order of operators the source's.
+            frames = frames[user:]
+            user_query = self.query(thread, frames, 0, op, ordered=False)
+            user = 0
+        else:
+            user_query = self.query(thread, frames, user, op)
         inside = [n for n, (_i, f) in enumerate(frames[:user]) if f.file != "<built-in>"]
         # The innermost frame of the library's own code, past torch's wrappers of one
         # operator and the wrappers a call passes through; torch's frame where there is
@@ -1216,6 +1293,7 @@ class Attributor:
         )
         library_query = self.query(thread, frames, library, op) if library is not None else None
         callers = [n for n in range(user + 1, len(frames)) if frames[n][1].user]
+        callers = _past_resume_chain(frames, user, callers)
         if not callers or not with_callers:
             return user_query, library_query, None, [], False
         caller_query = self.query(thread, frames, callers[0], op)

@@ -515,6 +515,30 @@ def _bound_to(value: ast.AST | None) -> str | None:
     return INSTANCE_OF + cls if cls else None
 
 
+# Calls that return a callable running the function given first, under its own name:
+# ``step_fn = torch.compile(compute_loss)`` runs ``compute_loss``'s frame (dynamo's resume
+# frames carry its name too), as ``functools.partial(f, ...)`` does.
+_RUNS_THE_FUNCTION_GIVEN = frozenset({"compile", "partial"})
+
+
+def _values_bound(value: ast.AST | None, functions: frozenset[str]) -> list[str]:
+    """What an assignment's value may bind its target to: ``_bound_to``'s, both branches
+    of a conditional (``torch.compile(f) if compile else f``), and a function of the file
+    (``functions``) wrapped by a call that runs it under its own name."""
+    if isinstance(value, ast.IfExp):
+        return [*_values_bound(value.body, functions), *_values_bound(value.orelse, functions)]
+    if (
+        isinstance(value, ast.Call)
+        and _call_name(value) in _RUNS_THE_FUNCTION_GIVEN
+        and value.args
+        and isinstance(value.args[0], ast.Name)
+        and value.args[0].id in functions
+    ):
+        return [value.args[0].id]
+    bound = _bound_to(value)
+    return [bound] if bound is not None else []
+
+
 def _names_bound_by(target: ast.AST) -> Iterator[str]:
     """The names and attributes a binding target binds (``a, self.b`` binds a and b; an
     item, ``d[k]``, binds neither)."""
@@ -569,6 +593,7 @@ class _BindingIndex:
         self._class_bindings: dict[int, dict[str, frozenset[str]]] = {}
         # Per owner, its names with their paths followed (``_followed``), once.
         self._followed: dict[int | None, dict[str, frozenset[str]]] = {}
+        function_names = frozenset(getattr(f, "name", "") for f in self.functions)
         open_functions: list[ast.AST] = []  # enclosing the sweep's position, outermost first
         following = iter(self.functions)
         upcoming = next(following, None)
@@ -594,22 +619,21 @@ class _BindingIndex:
                         names.add(alias.name.rpartition(".")[2])
                     names.update(_import_bindings(node, alias))
                 continue
-            bound = _bound_to(node.value)  # type: ignore[attr-defined]
+            bound = _values_bound(node.value, function_names)  # type: ignore[attr-defined]
             namespace = _namespace_value(node.value)  # type: ignore[attr-defined]
             for target in _targets(node):
                 if isinstance(target, ast.Name):
                     names = self.names.setdefault(owner, {}).setdefault(target.id, set())
-                    if bound is not None:
-                        names.add(bound)
+                    names.update(bound)
                     if namespace is not None:
                         names.add(namespace)
-                elif isinstance(target, ast.Attribute) and bound is not None:
-                    self.attributes.setdefault(target.attr, set()).add(bound)
+                elif isinstance(target, ast.Attribute) and bound:
+                    self.attributes.setdefault(target.attr, set()).update(bound)
                     owner_class = self._class_at(node)
                     by_class = self.class_attributes.setdefault(
                         id(owner_class) if owner_class is not None else None, {}
                     )
-                    by_class.setdefault(target.attr, set()).add(bound)
+                    by_class.setdefault(target.attr, set()).update(bound)
 
     def bindings(self, scope: ast.AST) -> Bindings:
         owners: list[int | None] = [None]
@@ -909,7 +933,34 @@ _SCOPE_NAMES = {
 # function it resumes and the line it resumes at (torch/_dynamo/resume_execution.py), with
 # that line as its first: ``torch_dynamo_resume_in_train_step_at_42`` (its qualified name may
 # lead with ``Model.``).
-_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_\d+$")
+_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_(\d+)$")
+
+
+def dynamo_resumed(func: str) -> str | None:
+    """The name of the function a torch.compile resume function's frame resumes; None for
+    any other frame's."""
+    match = _DYNAMO_RESUME.match(func)
+    return match.group(1) if match is not None else None
+
+
+def _graph_break_line(observed: Observed | None, func: str) -> int | None:
+    """The line of the graph break the observed call ran at, where its frame is
+    torch.compile's frame of ``func`` (or of one of its resume functions): that frame runs
+    its code as a graph, then the instruction that broke the graph (the read, or the call
+    of a function leading to it) in its own frame, then calls the function resuming after
+    that line, ``torch_dynamo_resume_in_<func>_at_<line>``. None where the frame calls no
+    such function after the observed call."""
+    if observed is None or not observed.calls:
+        return None
+    seen = -1
+    for token in observed.calls:
+        if token == N:
+            seen += 1
+        elif seen >= observed.index and token.startswith(ANCHOR):
+            match = _DYNAMO_RESUME.match(token[len(ANCHOR) :])
+            if match is not None and match.group(1).rpartition(".")[2] == func:
+                return int(match.group(2))
+    return None
 
 
 def _dynamo_resumed(query: CallQuery) -> CallQuery:
@@ -917,10 +968,10 @@ def _dynamo_resumed(query: CallQuery) -> CallQuery:
     running from the line it resumes at (its calls after that line), whether or not it
     began while profiling ran."""
     frame = query.frame
-    match = _DYNAMO_RESUME.match(frame.func)
-    if match is None or frame.line is None:
+    resumed_func = dynamo_resumed(frame.func)
+    if resumed_func is None or frame.line is None:
         return query
-    resumed = msgspec.structs.replace(frame, func=match.group(1))
+    resumed = msgspec.structs.replace(frame, func=resumed_func)
     return msgspec.structs.replace(query, frame=resumed, entered=False)
 
 
@@ -4668,6 +4719,11 @@ class SourceResolver:
                     # variable, an index, a parameter holding the function or module). A
                     # line found is one of them, not the one.
                     certain = False
+            break_line = _graph_break_line(observed, frame.func)
+            if break_line in lines and recorded_line is None:
+                # Run in a compiled function's own frame, not in its graph: the
+                # instruction that broke the graph, whatever else the source might call.
+                lines, certain = [break_line], True
             if len(lines) > 1 and label == "<truth>" and query.called_before:
                 key = (id(scope), query.called_before)
                 right_after = self._truths_after.get(key)

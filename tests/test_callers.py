@@ -323,3 +323,70 @@ def test_a_test_around_the_profiled_loop_does_not_make_its_reads_every_n_steps(t
     found = sorted((s.line, s.line_exact, s.periodic_guard) for s in report.latent_sites)
     assert found == [(15, True, None), (17, True, None)]
     assert "every N steps (under" not in " ".join(report.to_text().split())
+
+
+_ALIAS_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+
+    def compute_loss(w):
+        loss = (w @ w).sum()
+        n = loss.item()
+        return loss * n
+
+
+    STEP_FN
+
+
+    def train_step(w):
+        loss = step_fn(w)
+        w.grad = None
+        return loss.item()
+
+
+    w = torch.randn(8, 8, device=DEVICE)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(6):
+        a = train_step(w)
+        b = train_step(w * 2)
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def _alias_callers(tmp_path, step_fn: str) -> list[tuple[int, bool, str]]:
+    script = tmp_path / "w.py"
+    script.write_text(_ALIAS_SCRIPT.replace("STEP_FN", step_fn))
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = [s for s in report.latent_sites if s.func == "compute_loss"]
+    assert (site.line, site.line_exact) == (6, True)
+    return [(c.line, c.line_exact, c.func) for c in site.callers]
+
+
+def test_a_function_called_by_a_name_the_source_does_not_tell_has_no_exact_caller(tmp_path):
+    """``step_fn`` bound to what a factory returns: the trace's ``compute_loss`` is called
+    by no name the caller's source shows. Its read (``.item()``, in ``compute_loss``'s own
+    frame) was taken for the caller's own ``loss.item()`` two lines below, exact (the
+    torch.compile walk's ``train.py:46``); the caller's line is not known."""
+    callers = _alias_callers(tmp_path, "def make():\n    return compute_loss\n\n\nstep_fn = make()")
+    assert callers == [(17, False, "train_step")]
+
+
+def test_a_function_bound_through_torch_compile_or_itself_is_called_at_its_alias(tmp_path):
+    """``step_fn = torch.compile(f) if COMPILE else f`` (the torch.compile walk's script):
+    either branch runs ``f``'s frame, so a call of ``step_fn`` is a call of ``f``."""
+    callers = _alias_callers(
+        tmp_path,
+        "COMPILE = False\nstep_fn = torch.compile(compute_loss) if COMPILE else compute_loss",
+    )
+    assert callers == [(15, True, "train_step")]

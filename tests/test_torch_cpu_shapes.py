@@ -577,6 +577,7 @@ COMPILED = textwrap.dedent(
 
 
     def main(logdir):
+        torch._dynamo.reset()  # another test's compiles change what this one's run does
         step = torch.compile(train_step, backend="eager")
         x = torch.randn(64, 64)
         for _ in range(3):
@@ -610,6 +611,79 @@ def test_a_compiled_function_reports_each_item_not_one_per_compiled_region(tmp_p
             assert sync.source.line == truth
         else:
             assert truth in sync.source.candidates
+
+
+def test_reads_after_a_graph_break_are_called_from_the_line_that_called_the_function(
+    tmp_path,
+):
+    """The read at line 9 runs in ``torch_dynamo_resume_in_train_step_at_7``, which
+    torch.compile's frame of ``train_step`` called: its caller was that frame (line 7,
+    inexact), a call no source makes. Both reads are called from ``step(x)`` in ``main``.
+    And each read is the instruction that broke its frame's graph, at the line its resume
+    function is named after: both were at either line (5 and 7, marked)."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "compiled_callers.py"
+    path.write_text(COMPILED)
+    module = _load(path, "compiled_callers")
+    module.main(str(tmp_path / "logs" / "run"))
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    callers = {
+        (site.line, site.line_exact): [(c.line, c.line_exact, c.func) for c in site.callers]
+        for site in report.latent_sites
+    }
+    assert callers == {(7, True): [(22, True, "main")], (9, True): [(22, True, "main")]}
+
+
+CAPTURED = textwrap.dedent(
+    """\
+    import torch
+    import torch._dynamo
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+
+    def train_step(x):
+        y = x * 2
+        z = y[y > 0]
+        n = y.sum().item()
+        return z.sum() + n
+
+
+    def main(logdir):
+        torch._dynamo.config.capture_scalar_outputs = True
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
+        try:
+            step = torch.compile(train_step, backend="eager")
+            x = torch.randn(64, 64)
+            for _ in range(3):
+                step(x)
+            with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                         on_trace_ready=tensorboard_trace_handler(logdir)):
+                for _ in range(2):
+                    step(x)
+        finally:
+            torch._dynamo.config.capture_scalar_outputs = False
+            torch._dynamo.config.capture_dynamic_output_shape_ops = False
+            torch._dynamo.reset()
+    """
+)
+
+
+def test_reads_captured_in_a_compiled_graph_are_at_their_own_lines(tmp_path):
+    """With ``capture_scalar_outputs`` the reads run inside the graph torch.compile made of
+    ``train_step``, below dynamo's and the graph's generated frames: the boolean mask was
+    at the function's def line (marked) and both were "synced in <eval_with_key>.1:4"
+    (the generated ``forward``; with inductor, a module named by a hash). The graph's
+    operators are the function's own lines, matched by name (their order is the graph's)."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "captured_step.py"
+    path.write_text(CAPTURED)
+    module = _load(path, "captured_step")
+    module.main(str(tmp_path / "logs" / "run"))
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(tmp_path / "src")])
+    lines = {
+        (s.op, s.source.line, s.source.line_exact, s.source.library is None) for s in report.latent
+    }
+    assert lines == {("aten::index", 8, True, True), ("aten::item", 9, True, True)}
 
 
 AUTOGRAD_FUNCTION = textwrap.dedent(

@@ -128,6 +128,11 @@ def _method(methods: set[str]) -> str:
     return "mixed" if methods else "bound"
 
 
+def _common(values: set[str | None]) -> str | None:
+    """The one value every member has; None where they differ."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
 def _one_device(members: Sequence[Sync], devices: Mapping[str, str | None] | None) -> str | None:
     """The device kind of every trace of these syncs, where it is one (None otherwise)."""
     if not devices:
@@ -267,6 +272,8 @@ def build_sites(
                         all(s.source is not None and s.source.reads_elements for s in members),
                         # A sampled value the host needs at once: every sync's.
                         all(s.source is not None and s.source.reads_sample for s in members),
+                        # Read in torch.compile'd code, the same way: every sync's.
+                        _common({s.source.compiled if s.source else None for s in members}),
                     ),
                     _one_device(members, devices),
                 ),

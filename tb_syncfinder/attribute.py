@@ -255,6 +255,9 @@ _MAX_WRAPPERS = 4
 
 
 _DYNAMO_FILE = re.compile(r"(?:^|/)torch/_dynamo/")
+# A frame of torch.compile's resume function, as the trace names it (``source.
+# dynamo_resumed``): ``train.py(29): torch_dynamo_resume_in_compute_loss_at_29``.
+_RESUME_CALL = re.compile(r"torch_dynamo_resume_in_.+_at_(\d+)$")
 _TORCH_FILE = re.compile(r"(?:^|/)torch/")
 # torch.fx's generated ``forward`` of a graph (a backend that runs the graph as it is).
 _FX_CODE = "<eval_with_key>"
@@ -503,6 +506,7 @@ class Attributor:
         self._kid_starts: dict[tuple[Any, Any, int], list[float]] = {}
         self._steps_the_profiler: dict[tuple[Any, Any, int], bool] = {}
         self._builtins_of: dict[tuple[Any, Any, int], frozenset[str]] = {}
+        self._resumes_of: dict[tuple[Any, Any, int], tuple[list[float], list[int]]] = {}
         self._started: dict[Any, float | None] = {}
         # The lines the frames of a (file, function) entered while profiling ran recorded:
         # their def line (``entered_lines``).
@@ -844,6 +848,28 @@ class Attributor:
             self._builtin_names = frozenset(m.group(1) for m in found if m and m.group(1))
         return self._builtin_names
 
+    def _graph_break_after(self, thread: HostThread, index: int, node: int) -> int | None:
+        """The line of the graph break ``node`` (a child of frame ``index``, or an
+        operator it ran) ran at, where that frame is torch.compile's frame of a function (or
+        of one of its resume functions): it runs its code as a graph, then the instruction
+        that broke the graph in its own frame, then calls the function resuming after that
+        line, ``torch_dynamo_resume_in_<func>_at_<line>``. None where the frame calls no
+        such function after ``node``. The resume calls are read once per frame."""
+        key = (thread.pid, thread.tid, index)
+        resumes = self._resumes_of.get(key)
+        if resumes is None:
+            starts: list[float] = []
+            lines: list[int] = []
+            for kid in self._kids(thread, index):
+                match = _RESUME_CALL.search(thread.nodes[kid].name)
+                if match is not None:
+                    starts.append(thread.starts[kid])
+                    lines.append(int(match.group(1)))
+            resumes = self._resumes_of[key] = (starts, lines)
+        starts, lines = resumes
+        at = bisect_left(starts, thread.starts[node])
+        return lines[at] if at < len(lines) else None
+
     def _builtins_called(self, thread: HostThread, index: int) -> frozenset[str]:
         """Names of the built-ins frame ``index`` called itself (its children); once per
         frame: the calls further out of each sync ask it of a loop's frame."""
@@ -1094,12 +1120,12 @@ class Attributor:
         frames: list[tuple[int, Frame]],
         level: int,
         op: int,
-        ordered: bool = True,
+        in_compiled_graph: bool = False,
     ) -> CallQuery:
         """What ``frames[level]`` called to reach the sync: the frames below it (innermost
         first before it in ``frames``) or, with none, the operator ``op`` it ran itself.
-        ``ordered=False``: the frame's operators ran in another order than its source's
-        (a compiled graph's), so the calls are matched by their names alone."""
+        ``in_compiled_graph``: ``op`` ran in torch.compile's graph of the frame's code
+        (``CallQuery.in_compiled_graph``)."""
         index, frame = frames[level]
         path = [f.func for _i, f in reversed(frames[:level])]
         truncated = thread.ends[index] + 1.0 >= self._last_end(thread) or self._steps_profiler(
@@ -1192,7 +1218,7 @@ class Attributor:
             cls = _FRAMELESS_CLASSES.get(name)
             # A compiled graph's read has no built-in frame even where the source calls
             # one (``n = mask.sum().item()``).
-            if cls is not None and self.records_builtins() and ordered:
+            if cls is not None and self.records_builtins() and not in_compiled_graph:
                 match = frozenset(_FRAMELESS_CLASSES.items())
                 groups.append((cls,))
             else:
@@ -1211,15 +1237,25 @@ class Attributor:
             groups.extend(tuple(g) for g in API_CALLEES)
             observed = [None] * len(groups)
             optional = True
-        if not ordered:
+        if in_compiled_graph:
             observed = [None] * len(groups)
             called_before = None
+        at = frames[level - 1][0] if path else op
+        graph_break = self._graph_break_after(thread, index, at) if at >= 0 else None
         started = self.profiling_started(thread)
         entered = started is not None and thread.starts[index] > started
         if entered and frame.line is not None:
             self._entered.setdefault((frame.file, frame.func), set()).add(frame.line)
         return CallQuery(
-            frame, tuple(groups), tuple(observed), truncated, optional, entered, called_before
+            frame,
+            tuple(groups),
+            tuple(observed),
+            truncated,
+            optional,
+            entered,
+            called_before,
+            in_compiled_graph,
+            graph_break,
         )
 
     def _called_before(self, thread: HostThread, index: int, op: int) -> str | None:
@@ -1272,7 +1308,7 @@ class Attributor:
             # by a hash that changes with each compile, is no library line.
             # Nor is the graph's order of operators the source's.
             frames = frames[user:]
-            user_query = self.query(thread, frames, 0, op, ordered=False)
+            user_query = self.query(thread, frames, 0, op, in_compiled_graph=True)
             user = 0
         else:
             user_query = self.query(thread, frames, user, op)

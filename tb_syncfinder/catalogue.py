@@ -2930,6 +2930,22 @@ SAMPLE_READ_ADVICE = Advice(
 )
 
 
+# A read in torch.compile'd code (``Source.compiled``), and what the fix means there: the
+# advice's ``compiled``.
+GRAPH_BREAK = "graph_break"
+IN_GRAPH = "in_graph"
+COMPILED_READS = {
+    GRAPH_BREAK: (
+        "In torch.compile'd code this read also breaks the graph: the fix joins the graphs "
+        "around this line."
+    ),
+    IN_GRAPH: (
+        "Captured in a torch.compile graph: it still waits for the GPU there, as in eager "
+        "code (the graph records no lines: this one is found by the read's name)."
+    ),
+}
+
+
 def advice_for(
     kind_name: str,
     ops: list[str],
@@ -2942,6 +2958,7 @@ def advice_for(
     as_size: bool = False,
     per_element: bool = False,
     sampled: bool = False,
+    compiled: str | None = None,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -2957,7 +2974,8 @@ def advice_for(
     ``as_size``: every sync's read sets a size on the host (``Source.read_as_size``).
     ``per_element``: every sync reads one element of what a loop iterates
     (``Source.reads_elements``). ``sampled``: every sync reads a value a sampling call
-    drew (``Source.reads_sample``)."""
+    drew (``Source.reads_sample``). ``compiled``: every sync was read in torch.compile'd
+    code, so (``Source.compiled``): the advice's ``compiled`` says what the fix means there."""
     record = kind(kind_name)
     frames = list(frames)
     # A print, then a library's own fix (its code is not the user's to change), then an
@@ -3021,6 +3039,8 @@ def advice_for(
     fields["removes"] = refinement.removes or record.removes
     if edits_library is not None:
         fields["library_code"] = edits_library
+    if compiled in COMPILED_READS:
+        fields["compiled"] = COMPILED_READS[compiled]
     return fields
 
 

@@ -325,6 +325,12 @@ class Source(msgspec.Struct):
     # The user's line that called this line's function, where another user frame did
     # (``Attribution.caller_call``); None where none (a loop's own frame, a script's top).
     called_from: CallSite | None = None
+    # Read in torch.compile'd code (``catalogue.COMPILED_READS``): ``"graph_break"``, in the
+    # compiled function's own frame where its graph broke (the function resumes after this
+    # line in another graph); ``"in_graph"``, inside a compiled graph
+    # (``capture_scalar_outputs``, ``capture_dynamic_output_shape_ops``). None: neither, or
+    # not told.
+    compiled: str | None = None
 
 
 class TraceInfo(msgspec.Struct):
@@ -443,6 +449,12 @@ class CallQuery(msgspec.Struct, frozen=True):
     optional_calls: bool = False
     entered: bool = False
     called_before: str | None = None
+    # The frame's operators ran in torch.compile's graph of its own code: the calls are
+    # matched by their names alone (the graph's order is not the source's).
+    in_compiled_graph: bool = False
+    # The frame is torch.compile's frame of a function, and the call ran in it at the graph
+    # break of this line: the frame called the function resuming after it next.
+    graph_break: int | None = None
 
 
 class Attribution(msgspec.Struct):

@@ -60,10 +60,12 @@ from tb_syncfinder.catalogue import (
     API_CALLEES,
     DEVICE_MOVES,
     EXPLICIT_SYNC_METHODS,
+    GRAPH_BREAK,
     HOST_READ_BUILTINS,
     HOST_READ_METHODS,
     HOST_SHAPE_FACTORIES,
     HOST_TENSOR_FACTORIES,
+    IN_GRAPH,
     LIBRARY_PACKAGES,
     OP_CALLEES,
     called_library,
@@ -933,7 +935,7 @@ _SCOPE_NAMES = {
 # function it resumes and the line it resumes at (torch/_dynamo/resume_execution.py), with
 # that line as its first: ``torch_dynamo_resume_in_train_step_at_42`` (its qualified name may
 # lead with ``Model.``).
-_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_(\d+)$")
+_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_\d+$")
 
 
 def dynamo_resumed(func: str) -> str | None:
@@ -941,26 +943,6 @@ def dynamo_resumed(func: str) -> str | None:
     any other frame's."""
     match = _DYNAMO_RESUME.match(func)
     return match.group(1) if match is not None else None
-
-
-def _graph_break_line(observed: Observed | None, func: str) -> int | None:
-    """The line of the graph break the observed call ran at, where its frame is
-    torch.compile's frame of ``func`` (or of one of its resume functions): that frame runs
-    its code as a graph, then the instruction that broke the graph (the read, or the call
-    of a function leading to it) in its own frame, then calls the function resuming after
-    that line, ``torch_dynamo_resume_in_<func>_at_<line>``. None where the frame calls no
-    such function after the observed call."""
-    if observed is None or not observed.calls:
-        return None
-    seen = -1
-    for token in observed.calls:
-        if token == N:
-            seen += 1
-        elif seen >= observed.index and token.startswith(ANCHOR):
-            match = _DYNAMO_RESUME.match(token[len(ANCHOR) :])
-            if match is not None and match.group(1).rpartition(".")[2] == func:
-                return int(match.group(2))
-    return None
 
 
 def _dynamo_resumed(query: CallQuery) -> CallQuery:
@@ -4628,6 +4610,7 @@ class SourceResolver:
                     )
                 return Source(frame.file, frame.line, def_line, frame.func, False, resolved)
         prefix = start is not None or query.truncated or recorded_line is not None
+        compiled = IN_GRAPH if query.in_compiled_graph else None
         for g, named in enumerate(query.groups):
             group = self._class_called(named, parsed)
             observed = query.observed[g] if g < len(query.observed) else None
@@ -4719,11 +4702,10 @@ class SourceResolver:
                     # variable, an index, a parameter holding the function or module). A
                     # line found is one of them, not the one.
                     certain = False
-            break_line = _graph_break_line(observed, frame.func)
-            if break_line in lines and recorded_line is None:
+            if query.graph_break in lines and recorded_line is None:
                 # Run in a compiled function's own frame, not in its graph: the
                 # instruction that broke the graph, whatever else the source might call.
-                lines, certain = [break_line], True
+                lines, certain, compiled = [query.graph_break], True, GRAPH_BREAK
             if len(lines) > 1 and label == "<truth>" and query.called_before:
                 key = (id(scope), query.called_before)
                 right_after = self._truths_after.get(key)
@@ -4747,6 +4729,7 @@ class SourceResolver:
                         label == "<scalar>" or bool(_SIZE_CALLS & set(group)),
                         parsed.profiler_names or parsed.named_profilers,
                     ),
+                    compiled=compiled,
                 )
             return Source(
                 frame.file,
@@ -4757,9 +4740,17 @@ class SourceResolver:
                 resolved,
                 candidates=list(lines),
                 recorded_line=recorded_line,
+                compiled=IN_GRAPH if query.in_compiled_graph else None,
             )
         return Source(
-            frame.file, line, def_line, frame.func, False, resolved, recorded_line=recorded_line
+            frame.file,
+            line,
+            def_line,
+            frame.func,
+            False,
+            resolved,
+            recorded_line=recorded_line,
+            compiled=IN_GRAPH if query.in_compiled_graph else None,
         )
 
     def _line_facts(
@@ -5048,7 +5039,14 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
         )
         if attribution.forward_call is not None:
             forward = resolver.resolve_call(attribution.forward_call)
-            return msgspec.structs.replace(forward, backward=True, run_by=run_by, library=library)
+            return msgspec.structs.replace(
+                forward,
+                backward=True,
+                run_by=run_by,
+                library=library,
+                # The forward broke the graph, not its backward, which autograd runs.
+                compiled=None if forward.compiled == GRAPH_BREAK else forward.compiled,
+            )
         if run_by is not None:
             return msgspec.structs.replace(run_by, backward=True, library=library)
         return None

@@ -651,3 +651,17 @@ def test_pytorch_metric_learnings_threshold_reducer_gets_the_mean_reducer() -> N
     ]
     advice = catalogue.advice_for("dynamic_shape", ["aten::index", "aten::nonzero"], frames=frames)
     assert "reducer=reducers.MeanReducer()" in advice["after"]
+
+
+def test_a_read_in_compiled_code_says_what_its_fix_means_there():
+    """torch.compile's walk: the fixes were eager code's word for word, with nothing saying a
+    read in a compiled function also breaks its graph, or that one captured in the graph
+    still waits."""
+    ops = ["aten::item", "aten::_local_scalar_dense"]
+    eager = catalogue.advice_for(catalogue.SCALAR_READBACK, ops)
+    assert "compiled" not in eager
+    broken = catalogue.advice_for(catalogue.SCALAR_READBACK, ops, compiled=catalogue.GRAPH_BREAK)
+    assert "breaks the graph" in broken["compiled"]
+    captured = catalogue.advice_for(catalogue.SCALAR_READBACK, ops, compiled=catalogue.IN_GRAPH)
+    assert "still waits" in captured["compiled"]
+    assert {k: v for k, v in broken.items() if k != "compiled"} == eager

@@ -632,6 +632,10 @@ def test_reads_after_a_graph_break_are_called_from_the_line_that_called_the_func
         for site in report.latent_sites
     }
     assert callers == {(7, True): [(22, True, "main")], (9, True): [(22, True, "main")]}
+    # Each is a graph break, and its fix says so.
+    assert {s.source.compiled for s in report.latent} == {"graph_break"}
+    text = " ".join(report.to_text().split())
+    assert text.count("this read also breaks the graph") == 2
 
 
 CAPTURED = textwrap.dedent(
@@ -684,6 +688,9 @@ def test_reads_captured_in_a_compiled_graph_are_at_their_own_lines(tmp_path):
         (s.op, s.source.line, s.source.line_exact, s.source.library is None) for s in report.latent
     }
     assert lines == {("aten::index", 8, True, True), ("aten::item", 9, True, True)}
+    # Captured, not a graph break: the fix says the graph still waits there.
+    assert {s.source.compiled for s in report.latent} == {"in_graph"}
+    assert all("torch.compile graph" in site.advice["compiled"] for site in report.latent_sites)
 
 
 AUTOGRAD_FUNCTION = textwrap.dedent(

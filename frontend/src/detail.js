@@ -555,6 +555,9 @@ function adviceSection(advice, site = null) {
       libraryCodeText(advice, site)
         ? h("p", { class: "sa-note", "data-testid": "library-code" }, libraryCodeText(advice, site))
         : null,
+      // Read in torch.compile'd code: what the fix means there (a graph break, or a read
+      // captured in the graph).
+      advice.compiled ? h("p", { class: "sa-note", "data-testid": "compiled-code" }, withCode(advice.compiled)) : null,
       advice.before || advice.after
         ? h(
             "div",

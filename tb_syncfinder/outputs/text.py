@@ -880,6 +880,11 @@ def _site_table(
                 lines.extend(
                     style(line, _DIM) for line in wrap(edits, detail_width, _INDENT + "     ")
                 )
+            compiled = (site.get("advice") or {}).get("compiled")
+            if compiled:  # read in torch.compile'd code: what the fix means there
+                lines.extend(
+                    style(line, _DIM) for line in wrap(compiled, detail_width, _INDENT + "     ")
+                )
     hidden = len(ordered) - len(shown)
     if hidden > 0:
         lines.append(f"... {plural(hidden, 'more site')} ({style.term('--top 0 shows all')})")

@@ -347,7 +347,13 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
             if func.id == "bool":
                 return ("<truth>",)
             if func.id in _SCALAR_TYPES:
-                return ("<scalar>",)
+                # ``range(2)``, ``float("nan")``: a literal is no tensor to read.
+                literals = all(
+                    isinstance(arg, ast.Constant)
+                    or (isinstance(arg, ast.UnaryOp) and isinstance(arg.operand, ast.Constant))
+                    for arg in node.args  # type: ignore[attr-defined]
+                )
+                return () if literals and not node.keywords else ("<scalar>",)  # type: ignore[attr-defined]
         if isinstance(func, ast.Attribute) and func.attr == "Size":
             # ``torch.Size(shape)`` reads each of its elements as an index (kornia's
             # ``torch.Size(new_batch_shape)`` of a list holding a tensor's elements).

@@ -1091,3 +1091,15 @@ def test_torch_size_of_a_list_of_elements_may_be_a_scalar_read():
     assert _frameless_labels("call", call) == ("<scalar>",)
     other = ast.parse("torch.zeros(shape)").body[0].value
     assert _frameless_labels("call", other) == ()
+
+
+def test_a_conversion_of_literals_reads_no_tensor():
+    """``for _ in range(2):`` beside ``print(float(l))`` under a module-level ``with
+    profile(...)``: the read's line was either (39 or 41, marked), ``range(2)`` taken for a
+    conversion that may read a tensor. A literal is no tensor."""
+    from tb_syncfinder.source import _frameless_labels
+
+    for literal in ("range(2)", "range(0, 10, -1)", "float('nan')", "int(3)"):
+        assert _frameless_labels("call", ast.parse(literal).body[0].value) == (), literal
+    for read in ("range(n)", "range(2, n)", "float(loss)", "int(-t)"):
+        assert _frameless_labels("call", ast.parse(read).body[0].value) == ("<scalar>",), read

@@ -1815,6 +1815,11 @@ class LibraryAdvice(msgspec.Struct, frozen=True):
     # through): the read is that function's own, not one in a function it called. For a
     # training loop's function, whose frame is on the stack of every sync of the step.
     innermost: bool = False
+    # Whether the matched frame keys the site, one site for the reads under it (Lightning's
+    # ``to_item``, a helper its progress bar's and loggers' reads share). False for a
+    # library's loop whose setting is the fix of the many functions it runs: each of those
+    # stays a site of its own lines.
+    keys_site: bool = True
 
 
 # Hugging Face Transformers checks whether an attention mask masks anything before SDPA
@@ -2106,7 +2111,39 @@ _PML_REDUCER_ADVICE = Advice(
     after="loss_func = losses.TripletMarginLoss(margin=0.2, reducer=reducers.MeanReducer())\n",
 )
 
+# Segment Anything's automatic mask generator runs its prompts in batches of
+# ``points_per_batch`` per crop, and each batch filters its masks on the host (``MaskData.
+# filter``'s boolean masks, ``if not torch.all(keep_mask)``, the prompt encoder's label
+# masks, each mask's run lengths). A Segment Anything walk's CPU traces (docs/validation.md,
+# section 28): with ``points_per_batch=16`` for 16 points (one batch per crop) those reads
+# went from 150 to 75 in 5 steps, the masks the same. Its ``if`` is the cheap path: without
+# it every batch filters 5 more keys (80 reads went to 120).
+_SAM_BATCH_ADVICE = Advice(
+    title="Raise points_per_batch: fewer batches, fewer reads per image",
+    text=(
+        "`SamAutomaticMaskGenerator` decodes its grid of points in batches of "
+        "`points_per_batch` (64 by default) in every crop, and filters each batch's masks on "
+        "the host: its boolean masks, `if not torch.all(keep_mask)` and each mask's run "
+        "lengths read back once per batch. A larger `points_per_batch` (up to "
+        "`points_per_side ** 2`, as the GPU's memory allows) runs fewer batches; "
+        "`crop_n_layers=0` runs one crop, and higher `pred_iou_thresh` and "
+        "`stability_score_thresh` keep fewer masks to encode. The masks are the same for "
+        "the same thresholds."
+    ),
+    before="generator = SamAutomaticMaskGenerator(sam, points_per_side=32)\n",
+    after=(
+        "generator = SamAutomaticMaskGenerator(sam, points_per_side=32, points_per_batch=256)\n"
+    ),
+    removes="reads per batch: those of the batches no longer run",
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    LibraryAdvice(
+        "segment_anything/automatic_mask_generator.py",
+        frozenset({"_process_batch"}),
+        _SAM_BATCH_ADVICE,
+        keys_site=False,
+    ),
     LibraryAdvice(
         "pytorch_metric_learning/reducers/threshold_reducer.py",
         frozenset({"element_reduction_helper"}),
@@ -3254,6 +3291,7 @@ LIBRARY_PACKAGES = frozenset(
         "torch_geometric",
         "dgl",
         "kornia",
+        "segment_anything",
         "monai",
         "pytorch3d",
         "sentence_transformers",

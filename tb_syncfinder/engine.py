@@ -449,7 +449,7 @@ def _site_key(
         found = library_fix(
             fix_frames(attribution.stack, attribution.forward_stack), attribution.op_chain
         )
-        fixed_at = found[1] if found is not None else None
+        fixed_at = found[1] if found is not None and found[0].keys_site else None
     return site_key(source, op, attribution.api, episode.kind, fixed_at)
 
 

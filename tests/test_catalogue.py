@@ -209,6 +209,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "torchdiffeq/",
                 "linear_operator/",
                 "pytorch_metric_learning/",
+                "segment_anything/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -665,3 +666,30 @@ def test_a_read_in_compiled_code_says_what_its_fix_means_there():
     captured = catalogue.advice_for(catalogue.SCALAR_READBACK, ops, compiled=catalogue.IN_GRAPH)
     assert "still waits" in captured["compiled"]
     assert {k: v for k, v in broken.items() if k != "compiled"} == eager
+
+
+def test_segment_anythings_per_batch_reads_get_points_per_batch() -> None:
+    """Segment Anything's automatic mask generator filters every batch of points on the
+    host: its reads said "an edit of segment_anything's own code: no setting of it is known
+    to avoid this", and its ``if not torch.all(keep_mask)`` got "Do not branch", which,
+    applied, filtered 5 more keys every batch (80 reads to 120). A larger
+    ``points_per_batch`` halved them (150 to 75, a walk). Its per-crop NMS keeps its own."""
+    batch = ("segment_anything/automatic_mask_generator.py", "_process_batch")
+    guard = [
+        ("<built-in>", "all"),
+        batch,
+        ("segment_anything/automatic_mask_generator.py", "generate"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=guard)
+    assert "points_per_batch=" in advice["after"]
+    assert advice.get("library_code") is None
+    filtering = [("segment_anything/utils/amg.py", "filter"), batch]
+    mask = catalogue.advice_for("dynamic_shape", ["aten::index", "aten::nonzero"], frames=filtering)
+    assert mask["title"] == advice["title"]
+    crop = [
+        ("torchvision/ops/boxes.py", "batched_nms"),
+        ("segment_anything/automatic_mask_generator.py", "_process_crop"),
+    ]
+    nms = catalogue.advice_for("dynamic_shape", ["torchvision::nms"], frames=crop)
+    assert "points_per_batch" not in nms["title"]
+    assert catalogue.library_package("segment_anything/utils/amg.py") == "segment_anything"

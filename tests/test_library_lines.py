@@ -1437,3 +1437,28 @@ def test_a_librarys_reads_of_masks_it_made_from_numpy_are_no_latent_syncs(
     out = _run_program(tmp_path, monkeypatch, "sam", {"amg.py": _HOST_MASKS}, program)
     report = analyze(str(out), source_roots=[str(tmp_path)])
     assert report.latent_sites == []
+
+
+def test_a_librarys_loop_fix_keeps_each_of_its_functions_reads_a_site(tmp_path: Path) -> None:
+    """Segment Anything's ``_process_batch`` runs its batch's filters (``MaskData.filter``)
+    and its own ``if not torch.all(keep_mask)``: both are fixed by ``points_per_batch``
+    (a walk: the fix was "an edit of segment_anything's own code"), and each stays a site
+    of its own lines: keyed by the loop's frame, they were one row named at one of them."""
+    from tests.kineto_builder import KinetoTraceBuilder, item_sync
+
+    run = ("run.py", 49, "<module>")
+    batch = ("segment_anything/automatic_mask_generator.py", 300, "_process_batch")
+    builder = KinetoTraceBuilder()
+    for n in range(3):
+        with builder.step(n):
+            item_sync(builder, stack=[run, batch, ("segment_anything/utils/amg.py", 49, "filter")])
+            item_sync(builder, stack=[run, batch])
+    trace = tmp_path / "logs" / "sam" / "worker0.pt.trace.json"
+    builder.write(trace)
+    report = analyze(str(tmp_path / "logs"))
+    sites = {s.library.func if s.library else None: s for s in report.sites}
+    assert set(sites) == {"filter", "_process_batch"}
+    for site in sites.values():
+        assert site.count == 3
+        assert site.advice["title"].startswith("Raise points_per_batch")
+        assert "library_code" not in site.advice

@@ -1820,11 +1820,27 @@ class LibraryAdvice(msgspec.Struct, frozen=True):
     # library's loop whose setting is the fix of the many functions it runs: each of those
     # stays a site of its own lines.
     keys_site: bool = True
+    # A fix of the arguments of a model's call: only where the model (the outermost frame
+    # whose file matches this; None: any) was called by the user's own line or by a file
+    # matching ``model_callers``, not by another library that makes those arguments itself
+    # (sentence-transformers' ``encode`` tokenizes and passes the attention mask).
+    model: str | None = None
+    model_callers: str | None = None
+    # Frames around the model's that are its library's decorators of its ``forward``.
+    model_wrappers: str | None = None
 
 
 # Hugging Face Transformers checks whether an attention mask masks anything before SDPA
 # (5.x: masking_utils; 4.x: modeling_attn_mask_utils, same function). Measured on an H200
 # with transformers 5.17: one read per forward with a mask of ones, none without a mask.
+# A Hugging Face model's files, the decorators transformers puts on their ``forward``, and
+# the callers of a model whose batches are the user's: the
+# user's own line (``model(**batch)``) or the Trainer (the user's dataset and collator).
+# Not a library that tokenizes itself (a sentence-transformers walk, docs/validation.md
+# section 29: its ``encode`` and its losses pass the mask they make), nor ``generate()``.
+_HF_MODEL = r"(transformers/models/[^/]+|transformers_modules/.+)/modeling_[^/]+\.py$"
+_HF_MODEL_WRAPPERS = r"transformers/utils/(generic|output_capturing)\.py$"
+_HF_MASK_CALLERS = r"transformers/trainer\.py$"
 _HF_MASK_ADVICE = Advice(
     title="Pass attention_mask=None when no sequence is padded",
     text=(
@@ -2137,7 +2153,41 @@ _SAM_BATCH_ADVICE = Advice(
     removes="reads per batch: those of the batches no longer run",
 )
 
+# sentence-transformers' ``encode`` runs the model once per ``batch_size`` sentences (32 by
+# default): every forward reads back whether the attention mask pads anything (Hugging
+# Face's check; the mask is encode's own), and with ``convert_to_numpy=True`` (the default)
+# each batch's embeddings are copied to the host. A sentence-transformers walk's CPU traces
+# (docs/validation.md, section 29): ``convert_to_tensor=True`` took its copies away (180 to
+# 90 reads logged in 5 steps), the same top hit found.
+_ST_ENCODE_ADVICE = Advice(
+    title="Encode in larger batches, and keep the embeddings on the device",
+    text=(
+        "`encode` runs the model once per `batch_size` sentences (32 by default), and every "
+        "forward reads back whether its attention mask pads anything; with "
+        "`convert_to_numpy=True`, the default, it also copies each batch's embeddings to "
+        "the host. A larger `batch_size` runs fewer forwards (as the GPU's memory allows); "
+        "`convert_to_tensor=True` keeps the embeddings on the device, where `util.cos_sim` "
+        "and `util.semantic_search` take them as they are."
+    ),
+    before="embeddings = model.encode(sentences)\n",
+    after="embeddings = model.encode(sentences, batch_size=256, convert_to_tensor=True)\n",
+    removes="reads per batch: those of the batches no longer run, and the copies",
+)
+
 LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
+    # Each of encode's reads stays a site of its own lines.
+    LibraryAdvice(
+        "sentence_transformers/sentence_transformer/model.py",
+        frozenset({"encode"}),
+        _ST_ENCODE_ADVICE,
+        keys_site=False,
+    ),
+    LibraryAdvice(
+        "sentence_transformers/SentenceTransformer.py",
+        frozenset({"encode"}),
+        _ST_ENCODE_ADVICE,
+        keys_site=False,
+    ),
     LibraryAdvice(
         "segment_anything/automatic_mask_generator.py",
         frozenset({"_process_batch"}),
@@ -2200,6 +2250,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "transformers/masking_utils.py",
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
+        model=_HF_MODEL,
+        model_callers=_HF_MASK_CALLERS,
+        model_wrappers=_HF_MODEL_WRAPPERS,
     ),
     LibraryAdvice(
         "torchmetrics/functional/classification/stat_scores.py",
@@ -2275,6 +2328,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "transformers/modeling_attn_mask_utils.py",
         frozenset({"_ignore_causal_mask_sdpa", "_ignore_bidirectional_mask_sdpa"}),
         _HF_MASK_ADVICE,
+        model=_HF_MODEL,
+        model_callers=_HF_MASK_CALLERS,
+        model_wrappers=_HF_MODEL_WRAPPERS,
     ),
     # x-transformers' AutoregressiveWrapper.generate checks after every token whether each
     # sequence has reached eos_token (``if is_eos_tokens.any(dim=-1).all(): break``), its
@@ -2716,6 +2772,10 @@ def library_fix(
                 p == "<built-in>" or passes_through(p) for p, _f in frames[:n]
             ):
                 continue  # (a built-in's frame is the read itself: ``.item()``)
+            if entry.model is not None and not _model_called_by(
+                frames, entry.model, entry.model_callers, entry.model_wrappers
+            ):
+                continue
             if entry.called_file is not None:
                 inner = [
                     p.replace("\\", "/") for p, _f in reversed(frames[:n]) if not passes_through(p)
@@ -2724,6 +2784,31 @@ def library_fix(
                     continue
             return entry, (path, func)
     return None
+
+
+def _model_called_by(
+    frames: list[tuple[str, str]], model: str, callers: str | None, wrappers: str | None
+) -> bool:
+    """Whether the model whose frames (innermost first) match ``model`` was called by the
+    user's line (no library frame outside the model's but torch's) or by a file matching
+    ``callers``: the first frame outside the innermost run of the model's frames (a model
+    calling its submodels) and of ``wrappers`` (its library's decorators on a ``forward``).
+    True where no frame matches (the user's line called the code that reads)."""
+    outside = [
+        p.replace("\\", "/")
+        for p, _f in frames
+        if not passes_through(p) and package_of(p) not in _FRAMEWORK_PACKAGES
+    ]
+    at = next((k for k, p in enumerate(outside) if re.search(model, p)), None)
+    if at is None:
+        return True
+    while at < len(outside) and (
+        re.search(model, outside[at]) or (wrappers and re.search(wrappers, outside[at]))
+    ):
+        at += 1
+    if at == len(outside):
+        return True
+    return callers is not None and re.search(callers, outside[at]) is not None
 
 
 # Frames a call passes through on its way to the function it names (torch.compile's and

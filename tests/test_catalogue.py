@@ -210,6 +210,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "linear_operator/",
                 "pytorch_metric_learning/",
                 "segment_anything/",
+                "sentence_transformers/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -693,3 +694,36 @@ def test_segment_anythings_per_batch_reads_get_points_per_batch() -> None:
     nms = catalogue.advice_for("dynamic_shape", ["torchvision::nms"], frames=crop)
     assert "points_per_batch" not in nms["title"]
     assert catalogue.library_package("segment_anything/utils/amg.py") == "segment_anything"
+
+
+def test_the_attention_mask_fix_is_only_where_the_user_makes_the_models_batch() -> None:
+    """Hugging Face's mask check says "Pass attention_mask=None": right where the user's
+    line or the Trainer (the user's dataset) calls the model. Under sentence-transformers
+    (a walk), which tokenizes and passes the mask itself, nothing of the user's can drop it:
+    ``encode``'s reads get its batch size and ``convert_to_tensor``, its trainer's none."""
+    truth = ["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"]
+    mask = ("transformers/masking_utils.py", "_ignore_bidirectional_mask_sdpa")
+    bert = ("transformers/models/bert/modeling_bert.py", "forward")
+    module = ("torch/nn/modules/module.py", "_call_impl")
+    st_module = ("sentence_transformers/models/Transformer.py", "forward")
+
+    def title(*outside: tuple[str, str]) -> str:
+        frames = [mask, bert, module, *outside]
+        return catalogue.advice_for(catalogue.SCALAR_READBACK, truth, frames=frames)["title"]
+
+    hf = "Pass attention_mask=None when no sequence is padded"
+    assert title() == hf
+    assert title(("transformers/trainer.py", "compute_loss")) == hf
+    encode = title(
+        st_module,
+        module,
+        ("sentence_transformers/sentence_transformer/model.py", "_inference"),
+        ("sentence_transformers/sentence_transformer/model.py", "encode"),
+    )
+    assert encode == "Encode in larger batches, and keep the embeddings on the device"
+    training = title(
+        st_module,
+        ("sentence_transformers/losses/MultipleNegativesRankingLoss.py", "forward"),
+        ("transformers/trainer.py", "compute_loss"),
+    )
+    assert training not in (hf, encode)

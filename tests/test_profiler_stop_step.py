@@ -49,6 +49,10 @@ def _steps_then_last(tmp_path: Path, last: str) -> Path:
                     b.runtime("cudaDeviceSynchronize")
             elif last == "item_after_loop":
                 item_sync(b, stack=(("train.py", 15, "main"),))
+            elif last == "item_then_profiler_stop":
+                item_sync(b, stack=(("train.py", 15, "main"),), kernel_us=None)
+                with b.frames(PROFILER_STOP_FRAMES):
+                    b.runtime("cudaDeviceSynchronize")
             elif last == "checkpoint_after_loop":
                 with b.frame(("train.py", 16, "save_checkpoint")):
                     b.advance(5000)
@@ -84,6 +88,17 @@ def test_a_last_step_with_the_programs_work_is_counted(tmp_path, last):
     result = analyze_trace(str(_steps_then_last(tmp_path, last)))
     assert result.info.steps == 4
     assert [s.step for s in result.steps] == [1, 2, 3, 4]
+
+
+def test_a_short_last_step_the_profilers_stop_closes_is_the_code_after_the_loop(tmp_path):
+    """A read after the loop, then the profiler's stop (``with profile(...)``'s exit, a
+    Trainer callback's ``prof.stop()``): a step far shorter than the loop's, no pass of it.
+    Counted (a sentence-transformers walk), each pass's read was "in 8 of 9 steps", 1.8 a
+    step where each made 2. The read after the loop is still listed."""
+    result = analyze_trace(str(_steps_then_last(tmp_path, "item_then_profiler_stop")))
+    assert result.info.steps == 3
+    assert [s.step for s in result.steps] == [1, 2, 3]
+    assert len([s for s in result.syncs if s.op == "aten::item"]) == 4
 
 
 def test_a_last_step_of_python_alone_is_counted_where_no_step_ran_an_operator(tmp_path):

@@ -107,11 +107,18 @@ def _packed_or_own(norm: str, packs: Sequence[SourcePack]) -> bool | None:
     return False if _at_component(norm, _OWN_PACKAGE) is not None else None
 
 
-def is_user_file(path: str, packs: Sequence[SourcePack] = (), func: str | None = None) -> bool:
+def is_user_file(
+    path: str,
+    packs: Sequence[SourcePack] = (),
+    func: str | None = None,
+    library_roots: Sequence[str] = (),
+) -> bool:
     """True for the user's own code; False for torch, site-packages, built-ins, stdlib.
     Files shipped in ``packs`` (the demo's workloads) count as user code even installed.
     ``func``: the frame's function, which tells a script named as a standard module
-    (``code.py``, ``queue.py``) from that module (``_stdlib_function``)."""
+    (``code.py``, ``queue.py``) from that module (``_stdlib_function``). ``library_roots``:
+    site-packages folders named as source roots (``library_roots``), whose packages are
+    libraries where the report runs without them installed."""
     if not path:
         return False
     if path.startswith("<"):
@@ -142,7 +149,23 @@ def is_user_file(path: str, packs: Sequence[SourcePack] = (), func: str | None =
         # ``bisect.py``): torch shortens both alike. The module's own frames run functions
         # it defines; a script's top level, or a function the module has not, is the user's.
         return len(parts) == 1 and func is not None and not _stdlib_function(parts[0], func)
+    if any(os.path.isfile(os.path.join(root, *parts)) for root in library_roots):
+        return False
     return not _installed_here(parts)
+
+
+def library_roots(source_roots: Sequence[str]) -> tuple[str, ...]:
+    """The source roots that are a Python environment's site-packages (or dist-packages)
+    folder, or inside one: the report runs where the traced program's libraries are not
+    installed (TensorBoard in an environment of its own), and the user named their folder
+    for their source (a Captum and a pytorch-tabnet walk: their code was taken for the
+    user's, every fix an edit of "your" code)."""
+    found = []
+    for root in source_roots:
+        parts = os.path.abspath(root).replace("\\", "/").split("/")
+        if "site-packages" in parts or "dist-packages" in parts:
+            found.append(root)
+    return tuple(found)
 
 
 _STDLIB_DEFS: dict[str, frozenset[bytes] | None] = {}
@@ -199,7 +222,9 @@ def _installed_here(parts: list[str]) -> bool:
     return any(os.path.isfile(os.path.join(loc, *rest)) for loc in locations)
 
 
-def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
+def parse_frame(
+    name: str, packs: Sequence[SourcePack] = (), library_roots: Sequence[str] = ()
+) -> Frame | None:
     """A stack frame from a python_function name or a legacy ``Call stack`` entry."""
     name = name.strip()
     if not name or name.startswith(_MODULE_PREFIX):
@@ -211,7 +236,7 @@ def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
             file=path,
             line=int(match.group(2)),
             func=match.group(3),
-            user=is_user_file(path, packs, match.group(3)),
+            user=is_user_file(path, packs, match.group(3), library_roots),
         )
     builtin = _BUILTIN_RE.match(name)
     if builtin:
@@ -219,11 +244,13 @@ def parse_frame(name: str, packs: Sequence[SourcePack] = ()) -> Frame | None:
     return Frame(file=name, line=None, func=name, user=False)
 
 
-def parse_call_stack(text: str, packs: Sequence[SourcePack] = ()) -> list[Frame]:
+def parse_call_stack(
+    text: str, packs: Sequence[SourcePack] = (), library_roots: Sequence[str] = ()
+) -> list[Frame]:
     """Legacy ``Call stack`` argument: ``a.py(50): f;b.py(112): g``, innermost first."""
     frames = []
     for part in re.split(r";\r?\n?", text):
-        frame = parse_frame(part, packs)
+        frame = parse_frame(part, packs, library_roots)
         if frame is not None:
             frames.append(frame)
     return frames
@@ -480,9 +507,11 @@ class Attributor:
         tl: Timeline,
         packs: Sequence[SourcePack] = (),
         library_calls: LibraryCalls | None = None,
+        library_roots: Sequence[str] = (),
     ) -> None:
         self.tl = tl
         self.packs = packs
+        self.library_roots = tuple(library_roots)
         self.library_calls = library_calls
         if library_calls is not None and library_calls.starts_at_first_step is None:
             library_calls.starts_at_first_step = not tl.steps or tl.steps[0].number == 0
@@ -687,7 +716,7 @@ class Attributor:
             nodes = thread.nodes
             names = {nodes[i].name for i in compress(range(len(kinds)), map(PYTHON.__eq__, kinds))}
             for name in names - self._frames_by_name.keys():
-                self._frames_by_name[name] = parse_frame(name, self.packs)
+                self._frames_by_name[name] = parse_frame(name, self.packs, self.library_roots)
         return self.frames_made()
 
     def user_frame(self, frames: Sequence[tuple[int, Frame]]) -> int | None:
@@ -716,7 +745,9 @@ class Attributor:
                     if "runpy" not in nodes[parent[i]].name:
                         continue
                     if name not in self._frames_by_name:
-                        self._frames_by_name[name] = parse_frame(name, self.packs)
+                        self._frames_by_name[name] = parse_frame(
+                            name, self.packs, self.library_roots
+                        )
                     frame = self._frames_by_name[name]
                     if frame is not None and not frame.user:
                         self._program = package_of(frame.file) or ""
@@ -740,7 +771,7 @@ class Attributor:
         found: list[tuple[Frame, int]] = []
         for name, calls in counts.items():
             if name not in self._frames_by_name:
-                self._frames_by_name[name] = parse_frame(name, self.packs)
+                self._frames_by_name[name] = parse_frame(name, self.packs, self.library_roots)
             frame = self._frames_by_name[name]
             if (
                 frame is not None
@@ -756,7 +787,7 @@ class Attributor:
         if key not in self._frames:
             name = thread.nodes[index].name
             if name not in self._frames_by_name:
-                self._frames_by_name[name] = parse_frame(name, self.packs)
+                self._frames_by_name[name] = parse_frame(name, self.packs, self.library_roots)
             self._frames[key] = self._frames_by_name[name]
         return self._frames[key]
 
@@ -1457,7 +1488,7 @@ class Attributor:
             for index in reversed(op_nodes):
                 args = nodes[index].args
                 if args is not None and args.call_stack:
-                    stack = parse_call_stack(args.call_stack, self.packs)
+                    stack = parse_call_stack(args.call_stack, self.packs, self.library_roots)
                     if stack:
                         call_lines = True
                         invocation = (thread.pid, thread.tid, index)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tb_syncfinder.aggregate import build_report, site_key
-from tb_syncfinder.attribute import Attributor, LibraryCalls
+from tb_syncfinder.attribute import Attributor, LibraryCalls, library_roots
 from tb_syncfinder.catalogue import (
     HOST_READ_METHODS,
     HOST_TENSOR_FACTORIES,
@@ -857,7 +857,9 @@ def _analyze_data(
     if getattr(data, "by_kind", None) is not None:
         data.by_kind = None  # the caller still holds ``data``: not these lists too
     del data  # the events live on in the timeline only until this function returns
-    attribute = Attributor(tl, options.source_packs, library_calls)
+    attribute = Attributor(
+        tl, options.source_packs, library_calls, library_roots(options.source_roots)
+    )
     prefix = sync_id_prefix(ref.path)
     built: list[list[Sync]] = []
     # None: no replay (switched off, or no device activity to replay). The stage, and numpy

@@ -176,6 +176,36 @@ def test_a_package_not_installed_where_the_report_runs_is_said_to_be_maybe_a_lib
     assert "if its package is a library (installed where the trace was recorded, not here)" in text
 
 
+def test_a_site_packages_folder_named_as_a_source_root_holds_libraries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read where ``readlib`` is not installed (TensorBoard in an environment of its own),
+    with the training environment's site-packages named as a source root: its files were
+    the user's (a Captum and a pytorch-tabnet walk: the user's ``fit(...)`` line named
+    nowhere, every fix an edit of "your" code). They are a library's: the site is at the
+    user's line, with the library's lines under it."""
+    out = _record(tmp_path, monkeypatch)
+    monkeypatch.undo()  # readlib off sys.path: not importable here
+    roots = [str(tmp_path), str(tmp_path / "site-packages")]
+    report = analyze(str(out), source_roots=roots)
+    [site] = report.latent_sites
+    assert (site.file.rsplit("/", 1)[-1], site.line) == ("learn.py", 15)
+    assert site.library is not None and site.library.file == "readlib/algo.py"
+
+
+def test_a_cpu_run_whose_only_reads_are_library_copies_does_not_say_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pytorch-tabnet walk: every read was a ``.cpu()`` in its own code, counted apart,
+    and the summary said "none: no operator here would synchronize on a GPU"."""
+    out = _record(tmp_path, monkeypatch, "def train(model, x):\n    return model(x).cpu()\n")
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    assert report.latent_sites == []
+    text = " ".join(render_report(report.to_json(), width=400).split())
+    assert "no operator here would synchronize" not in text
+    assert "latent syncs none listed; 3 copies to the host in libraries' own code" in text
+
+
 _COPIES = """\
 def train(model, x):
     out = model(x)

@@ -596,7 +596,10 @@ function teachingBanners(resp, latent, siteTotal, app = null) {
               `These ${formatCount(summary.latent_count)} operator calls would synchronize the host with a GPU if this code ran on one (CUDA or ROCm). `,
               "They cost nothing here, so they are listed without timings: fix them before moving to a GPU.",
             )
-          : h("p", null, "No operator in it would synchronize on a GPU either."),
+          : resp.library_copies
+            ? // Not none at all: each library copy waits where its tensor lives on a GPU.
+              h("p", null, "None is listed: only libraries' own copies to the host (below), each a wait on a GPU where its tensor lives there.")
+            : h("p", null, "No operator in it would synchronize on a GPU either."),
         resp.latent_not_listed ? h("p", { "data-testid": "not-listed" }, resp.latent_not_listed) : null,
         // Copies to the host a library made in its own code: counted, not listed.
         resp.library_copies ? h("p", { "data-testid": "library-copies" }, resp.library_copies) : null,

@@ -977,6 +977,7 @@ def _summary_lines(
     fit_scales: Sequence[float] = (),
     idle_device: str = "GPU",
     job: dict[str, Any] | None = None,
+    library_copies: int = 0,
 ) -> list[str]:
     """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them; ``job``: the
     report's job section (what its sites save a step of the job). ``device``: what
@@ -1002,6 +1003,18 @@ def _summary_lines(
             if latent
             else f"none: no operator here would synchronize on {_article(device)}"
         )
+        if library_copies:
+            # Not none at all where libraries copied to the host (said above): each waits
+            # where its tensor lives on the device, which a CPU trace cannot tell (a
+            # pytorch-tabnet walk: "none" where every one of its 103 copies would wait).
+            copies = plural(library_copies, "copy", "copies")
+            text = (
+                f"{text}; and {copies} to the host in libraries' own code (above), each a "
+                f"wait on {_article(device)} where its tensor lives there"
+                if latent
+                else f"none listed; {copies} to the host in libraries' own code (above), "
+                f"each a wait on {_article(device)} where its tensor lives there"
+            )
         if latent and unmarked:
             text += (
                 f" ({plural(unmarked, 'trace')} without ProfilerStep markers, each counted as "
@@ -1570,6 +1583,11 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                 fit_scales=fit_scales,
                 idle_device=_device_word(data),
                 job=job,
+                library_copies=sum(
+                    int(copy.get("count") or 0)
+                    for trace in readable
+                    for copy in trace.get("library_copies") or ()
+                ),
             )
         )
         lines.append("")

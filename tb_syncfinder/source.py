@@ -804,6 +804,10 @@ def _matcher(
     for name in calls:
         if name in _DUNDER_KINDS:
             kinds.add(_DUNDER_KINDS[name])
+    if "__iter__" in calls:
+        # An ``__iter__`` written as a generator (TorchRL's collectors) runs its frame on
+        # each ``next`` of the loop over it, not where ``iter`` makes it.
+        kinds.add("next")
     if "__bool__" in calls:
         typed_calls.add("bool")
 
@@ -883,9 +887,22 @@ def _matcher(
             return None, False
         if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
             return None, False
+        if kind in ("iter", "next") and _over_a_range(node):
+            return None, False  # a ``range``'s iterator runs no Python frame
         return N, True
 
     return match
+
+
+def _over_a_range(node: ast.AST) -> bool:
+    """Whether a loop iterates a ``range(...)`` (the inner ``for _ in range(epochs):`` of
+    TorchRL's PPO, beside the ``for data in collector:`` whose generator it was taken for)."""
+    iterable = getattr(node, "iter", None)
+    return (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Name)
+        and iterable.func.id == "range"
+    )
 
 
 def _base_name(base: ast.expr) -> str:

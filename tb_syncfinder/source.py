@@ -1459,11 +1459,13 @@ def explicit_syncs(scope: ast.AST) -> list[tuple[int, str, str | None]]:
     """The calls of ``scope``'s own code (not of a function or class defined in it) that
     wait for a device by themselves (``EXPLICIT_SYNC_METHODS``: ``torch.cuda.synchronize()``,
     ``event.synchronize()``), each as (line, the call, the test of the innermost
-    ``if`` whose body or ``else`` holds it, or None; both as Python prints them: quotes and
-    parentheses may differ from the file's), by line."""
+    ``if`` whose body holds it, or ``not (test)`` where its ``else`` does, or None; both as
+    Python prints them: quotes and parentheses may differ from the file's), by line. (The
+    ``else`` had the test itself: tensordict's non-CUDA synchronize was said to run "under
+    ``if device_type == 'cuda':``", a TorchRL walk.)"""
 
     def guards(node: ast.If, test: str) -> tuple[str, str]:
-        return test, test
+        return test, f"not ({test})"
 
     found = {
         (node.lineno, ast.unparse(node), guard)

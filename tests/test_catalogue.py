@@ -211,6 +211,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "pytorch_metric_learning/",
                 "segment_anything/",
                 "sentence_transformers/",
+                "torchrl/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -727,3 +728,18 @@ def test_the_attention_mask_fix_is_only_where_the_user_makes_the_models_batch() 
         ("transformers/trainer.py", "compute_loss"),
     )
     assert training not in (hf, encode)
+
+
+def test_torchrls_tanh_normal_bounds_check_gets_python_number_bounds() -> None:
+    """A TorchRL PPO walk: ``TanhNormal`` checks tensor bounds on the host once per action
+    sampled; the fix said "an edit of torchrl's own code: no setting of it is known",
+    where bounds given as Python numbers took 1,920 reads away in 5 steps. Only for the
+    reads in its ``__init__`` itself (not a sampling method's)."""
+    tanh = ("torchrl/modules/distributions/continuous.py", "__init__")
+    frames = [("<built-in>", "all"), tanh, ("tensordict/nn/probabilistic.py", "get_dist")]
+    advice = catalogue.advice_for(catalogue.SCALAR_READBACK, ["aten::is_nonzero"], frames=frames)
+    assert advice["title"] == "Pass TanhNormal's low and high as Python numbers"
+    assert advice.get("library_code") is None
+    deeper = [("torchrl/modules/distributions/utils.py", "safeatanh"), *frames[1:]]
+    other = catalogue.advice_for(catalogue.SCALAR_READBACK, ["aten::is_nonzero"], frames=deeper)
+    assert other["title"] != advice["title"]

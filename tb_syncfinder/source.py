@@ -4765,7 +4765,7 @@ class SourceResolver:
                 resolved,
                 candidates=list(lines),
                 recorded_line=recorded_line,
-                compiled=IN_GRAPH if query.in_compiled_graph else None,
+                compiled=compiled,
             )
         return Source(
             frame.file,
@@ -4775,7 +4775,7 @@ class SourceResolver:
             False,
             resolved,
             recorded_line=recorded_line,
-            compiled=IN_GRAPH if query.in_compiled_graph else None,
+            compiled=compiled,
         )
 
     def _line_facts(

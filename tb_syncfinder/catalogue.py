@@ -3222,7 +3222,16 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     library's the user's line called (``called_library``), else the package of the
     outermost of those frames that is neither Python's own nor torch's: one the catalogue
     does not know but the attribution found installed (torchdiffeq's solvers), or one torch
-    called back (a custom Function's ``backward``, run by the user's ``loss.backward()``)."""
+    called back (a custom Function's ``backward``, run by the user's ``loss.backward()``).
+    None where the user's line called the library's ``cpu`` (a TensorDict's ``td.cpu()``):
+    the copy is the user's to move or drop."""
+    called = next(((f, func) for f, func in reversed(frames) if not passes_through(f)), None)
+    if (
+        called is not None
+        and called[1] == "cpu"
+        and package_of(called[0]) not in _FRAMEWORK_PACKAGES
+    ):
+        return None
     known = called_library(frames)
     if known is not None:
         return known

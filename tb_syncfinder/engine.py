@@ -495,7 +495,13 @@ def _latent_where_it_may_sync(
             # The backward of ``x[mask] = number``: a fill with a host number on CUDA too,
             # as its forward is (``detect.assigns_a_host_number``).
             continue
-        if not episode.method or attribution.called == episode.method:
+        if (
+            not episode.method
+            or attribution.called == episode.method
+            # The user's ``.cpu()`` of a container that moves each tensor with ``.to()``
+            # (TensorDict's: TorchRL's ``replay_buffer.extend(data_view.cpu())``).
+            or (attribution.called == "cpu" and episode.method == "to")
+        ):
             kept.append(n)
         elif episode.after_cpu < 0 and not formats_tensor(
             (frame.file, frame.func) for frame in attribution.stack
@@ -584,6 +590,8 @@ def _latent_copies_by_line(
             episode.method not in LATENT_METHODS_BY_LINE
             or to_the_host(resolver.line_text(source) or "")
             or resolver.copies_to_the_host_by_name(source)
+            # The ``.to()`` a container's ``.cpu()`` makes of each tensor (TensorDict's).
+            or attribution.called == "cpu"
         )
         and (
             LATENT_OPS_BY_LINE.isdisjoint(attribution.op_chain)

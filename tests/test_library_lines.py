@@ -1558,3 +1558,62 @@ def test_a_librarys_generator_read_under_a_loop_with_an_inner_range_loop_is_list
     assert set(by_line) == {(13, True), (15, True)}
     collected = by_line[(13, True)]
     assert collected.library is not None and collected.library.func == "__iter__"
+
+
+_BOX = """\
+class Box:
+    def __init__(self, **tensors):
+        self.tensors = tensors
+
+    def to(self, device):
+        return Box(**{k: v.to(device) for k, v in self.tensors.items()})
+
+    def cpu(self):
+        return self.to("cpu")
+"""
+
+
+def test_the_users_cpu_of_a_container_is_the_users_copy(tmp_path: Path) -> None:
+    """TorchRL's ``replay_buffer.extend(data_view.cpu())``: a TensorDict's ``cpu()`` moves
+    each tensor with ``.to(device)`` in tensordict's code, whose line does not name the
+    host, so the copy was neither listed nor counted (a walk; a tensor's ``.cpu()`` on the
+    next line was). It is the user's line's copy, and the user's to move or drop."""
+    packages = tmp_path / "site-packages"
+    (packages / "boxlib").mkdir(parents=True)
+    (packages / "boxlib" / "__init__.py").write_text(_BOX)
+    (tmp_path / "loop.py").write_text(
+        textwrap.dedent(
+            """\
+            import torch
+            from boxlib import Box
+
+
+            def run(out):
+                model = torch.nn.Linear(4, 4)
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU],
+                    with_stack=True,
+                    schedule=torch.profiler.schedule(wait=1, warmup=0, active=3, repeat=1),
+                    on_trace_ready=lambda p: p.export_chrome_trace(out),
+                ) as prof:
+                    for _ in range(5):
+                        box = Box(out=model(torch.randn(8, 4, requires_grad=True)))
+                        host = box.cpu()
+                        prof.step()
+            """
+        )
+    )
+    out = tmp_path / "host_1.1700000000000.pt.trace.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(packages)])}
+    subprocess.run(
+        [sys.executable, "-c", f"import loop; loop.run({str(out)!r})"],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    report = analyze(str(out), source_roots=[str(tmp_path), str(packages)])
+    [site] = report.latent_sites
+    assert (site.line, site.line_exact, site.count) == (15, True, 3)
+    assert site.kind == "device_to_host_copy"
+    assert "library_code" not in site.advice

@@ -48,6 +48,7 @@ from tb_syncfinder.source import (
     MODULE_CALL,
     SourcePack,
     callee_groups,
+    dynamo_resume_line,
     dynamo_resumed,
     init_call,
     instance_call,
@@ -282,9 +283,6 @@ _MAX_WRAPPERS = 4
 
 
 _DYNAMO_FILE = re.compile(r"(?:^|/)torch/_dynamo/")
-# A frame of torch.compile's resume function, as the trace names it (``source.
-# dynamo_resumed``): ``train.py(29): torch_dynamo_resume_in_compute_loss_at_29``.
-_RESUME_CALL = re.compile(r"torch_dynamo_resume_in_.+_at_(\d+)$")
 _TORCH_FILE = re.compile(r"(?:^|/)torch/")
 # torch.fx's generated ``forward`` of a graph (a backend that runs the graph as it is).
 _FX_CODE = "<eval_with_key>"
@@ -293,8 +291,8 @@ _FX_CODE = "<eval_with_key>"
 def _runs_its_compiled_graph(below: list[tuple[int, Frame]]) -> bool:
     """Whether ``below`` (the frames under a user frame, innermost first) is torch.compile
     running that frame's own compiled graph: dynamo's frame right under it, and nothing
-    but torch's frames and the code torch.fx or inductor generated further in (a library's compiled
-    function called from the user's frame has its own frame among them)."""
+    but torch's frames and the code torch.fx or inductor generated further in (a library's
+    compiled function called from the user's frame has its own frame among them)."""
     if not below or not _DYNAMO_FILE.search(below[-1][1].file.replace("\\", "/")):
         return False
     for _index, frame in below:
@@ -892,10 +890,11 @@ class Attributor:
             starts: list[float] = []
             lines: list[int] = []
             for kid in self._kids(thread, index):
-                match = _RESUME_CALL.search(thread.nodes[kid].name)
-                if match is not None:
+                called = self.frame(thread, kid)
+                line = dynamo_resume_line(called.func) if called is not None else None
+                if line is not None:
                     starts.append(thread.starts[kid])
-                    lines.append(int(match.group(1)))
+                    lines.append(line)
             resumes = self._resumes_of[key] = (starts, lines)
         starts, lines = resumes
         at = bisect_left(starts, thread.starts[node])
@@ -1271,8 +1270,15 @@ class Attributor:
         if in_compiled_graph:
             observed = [None] * len(groups)
             called_before = None
+        # Only torch.compile's frames of a function (dynamo's frame calls them, or they
+        # are resume functions) call resume functions.
         at = frames[level - 1][0] if path else op
-        graph_break = self._graph_break_after(thread, index, at) if at >= 0 else None
+        compiled_frame = dynamo_resumed(frame.func) is not None or (
+            level + 1 < len(frames) and _DYNAMO_FILE.search(frames[level + 1][1].file) is not None
+        )
+        graph_break = (
+            self._graph_break_after(thread, index, at) if at >= 0 and compiled_frame else None
+        )
         started = self.profiling_started(thread)
         entered = started is not None and thread.starts[index] > started
         if entered and frame.line is not None:

@@ -958,7 +958,7 @@ _SCOPE_NAMES = {
 # function it resumes and the line it resumes at (torch/_dynamo/resume_execution.py), with
 # that line as its first: ``torch_dynamo_resume_in_train_step_at_42`` (its qualified name may
 # lead with ``Model.``).
-_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_\d+$")
+_DYNAMO_RESUME = re.compile(r"(?:.*\.)?torch_dynamo_resume_in_(.+)_at_(\d+)$")
 
 
 def dynamo_resumed(func: str) -> str | None:
@@ -966,6 +966,13 @@ def dynamo_resumed(func: str) -> str | None:
     any other frame's."""
     match = _DYNAMO_RESUME.match(func)
     return match.group(1) if match is not None else None
+
+
+def dynamo_resume_line(func: str) -> int | None:
+    """The line a torch.compile resume function's frame resumes after (where its function's
+    graph broke); None for any other frame's."""
+    match = _DYNAMO_RESUME.match(func)
+    return int(match.group(2)) if match is not None else None
 
 
 def _dynamo_resumed(query: CallQuery) -> CallQuery:

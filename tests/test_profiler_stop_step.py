@@ -62,25 +62,37 @@ def _steps_then_last(tmp_path: Path, last: str) -> Path:
                     b.advance(40)
                 with b.frame(("ultralytics/engine/trainer.py", 231, "run_callbacks")):
                     b.advance(50)
+            elif last == "loader_exit":
+                # The loop's last fetch: the loader raises StopIteration (with workers, after
+                # joining them: 29 ms in a DLRM walk, longer than the steps).
+                with (
+                    b.frame(("torch/utils/data/dataloader.py", 733, "__next__")),
+                    b.annotation("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"),
+                ):
+                    b.advance(29000)
+                with b.frames(PROFILER_STOP_FRAMES):
+                    b.runtime("cudaDeviceSynchronize")
             elif last != "nothing":
                 raise AssertionError(last)
     return b.write(tmp_path / "run" / "worker0.pt.trace.json")
 
 
 @pytest.mark.parametrize(
-    "last", ["nothing", "profiler_stop", "library_epoch_end", "checkpoint_after_loop"]
+    "last",
+    ["nothing", "profiler_stop", "library_epoch_end", "checkpoint_after_loop", "loader_exit"],
 )
 def test_a_last_step_holding_only_the_profilers_stop_is_not_counted(tmp_path, last):
     """Nor one holding only the program's Python after the loop, in a trace whose steps
     ran operators: no pass of the loop (a YOLO walk: ultralytics' 127 us closing step
-    made its 3 reads a step 2.7)."""
+    made its 3 reads a step 2.7); nor the loader's fetch that ends the loop, however long
+    (a DLRM walk: 1.0 read a step read as 0.8)."""
     result = analyze_trace(str(_steps_then_last(tmp_path, last)))
     assert result.info.steps == 3
     assert [s.step for s in result.steps] == [1, 2, 3]
     assert len([s for s in result.syncs if s.op == "aten::item"]) == 3
     # The profiler's own wait is still listed, apart from the findings.
     overhead = result.profiler_overhead
-    assert len(overhead) == (1 if last == "profiler_stop" else 0)
+    assert len(overhead) == (1 if last in ("profiler_stop", "loader_exit") else 0)
 
 
 @pytest.mark.parametrize("last", ["user_synchronize", "item_after_loop"])
@@ -221,3 +233,45 @@ def test_a_first_step_alone_in_its_trace_is_kept_however_empty(tmp_path):
         b.advance(5000)
     result = analyze_trace(str(b.write(tmp_path / "run" / "worker0.pt.trace.json")))
     assert result.info.steps == 1 and [s.step for s in result.steps] == [0]
+
+
+DATALOADER_LOOP = textwrap.dedent(
+    """\
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+    def main(logdir, workers):
+        model = torch.nn.Linear(4, 1)
+        data = torch.utils.data.TensorDataset(torch.randn(48, 4))
+        loader = torch.utils.data.DataLoader(data, batch_size=8, num_workers=workers)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True,
+                     schedule=schedule(wait=1, warmup=1, active=10, repeat=1),
+                     on_trace_ready=tensorboard_trace_handler(logdir)) as prof:
+            for (x,) in loader:
+                loss = model(x).sum()
+                value = loss.item()  # every step
+                prof.step()
+        return value
+    """
+)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataloaders_last_fetch_after_the_loop_is_no_step(tmp_path, workers):
+    """Six batches, steps 2-5 profiled: the loader's fetch that ends the loop opens
+    ``ProfilerStep#6`` and the profiler's exit closes it (with workers, it joins them and
+    takes longer than any step). Four steps, one read in each."""
+    src = tmp_path / "src" / "loader_loop.py"
+    src.parent.mkdir()
+    src.write_text(DATALOADER_LOOP)
+    spec = importlib.util.spec_from_file_location("loader_loop", src)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(str(tmp_path / "logs" / "run"), workers)
+    sys.modules.pop("loader_loop", None)
+    report = analyze(tmp_path / "logs" / "run", source_roots=[str(src.parent)])
+    assert sum(t.steps for t in report.traces) == 4
+    items = [s for s in report.latent_sites if "aten::item" in s.ops]
+    assert len(items) == 1 and items[0].count == 4
+    assert items[0].per_step == pytest.approx(1.0)

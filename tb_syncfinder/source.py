@@ -3506,6 +3506,14 @@ def _is_within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def _shared_folder(path: str, folder: str) -> str:
+    """The deepest folder holding both (absolute paths); "" where none does (other drives)."""
+    try:
+        return os.path.commonpath([path, folder])
+    except ValueError:
+        return ""
+
+
 def _all_same_bytes(paths: list[Path]) -> bool:
     try:
         first = paths[0].read_bytes()
@@ -3855,7 +3863,10 @@ class SourceResolver:
         it, below the root that holds the trace; None where there is none, or the path is
         absolute. A run's logs written beside its script (``exp_c/logs``) are read with
         ``exp_c/train.py``, not the same name in the folder the report runs in (a walk: every
-        line of a fixed run read from the baseline script, claimed exact)."""
+        line of a fixed run read from the baseline script, claimed exact). Logs under no
+        root (``report ../logs/r`` run in the script's folder) are searched up to the folder
+        they share with the nearest root, that folder left out as a root's own is: the
+        current folder's script had been read for a run whose own copy lay in its folder."""
         if trace_file in self._beside_of:
             return self._beside_of[trace_file]
         found = None
@@ -3863,6 +3874,11 @@ class SourceResolver:
         trace_dir = self._trace_dir
         if trace_dir is not None and not norm.startswith(("/", "..", "<")) and ":" not in norm:
             root = max((r for r in self.roots if _is_within(trace_dir, r)), key=len, default=None)
+            if root is None:
+                shared = max(
+                    (_shared_folder(trace_dir, r) for r in self.roots), key=len, default=""
+                )
+                root = shared or None
             folder = trace_dir
             while root is not None and folder != root and _is_within(folder, root):
                 candidate = Path(folder, norm)

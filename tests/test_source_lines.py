@@ -828,6 +828,28 @@ def test_a_relative_script_beside_the_trace_beats_the_one_in_the_folder_the_repo
     assert elsewhere.find_file("train.py") == tmp_path / "train.py"
 
 
+def test_a_runs_own_copy_beside_logs_under_no_root_beats_the_folder_the_report_runs_in(
+    tmp_path,
+):
+    """``report ../logs/r`` run in the project's folder: the run's logs lie under no root,
+    and its own copy of the script (kept in its folder, another version) was passed over
+    for the project's, its lines claimed exact (a DLRM walk: 2 of 2 sites of a fixed run).
+    The logs' folders are searched up to the folder they share with the root, that folder
+    left out."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "train.py").write_text("x = 1\n")
+    (tmp_path / "train.py").write_text("z = 3\n")  # the shared folder's: no run's copy
+    (tmp_path / "logs" / "r").mkdir(parents=True)
+    (tmp_path / "logs" / "r" / "train.py").write_text("y = 2\n")
+    (tmp_path / "logs" / "s").mkdir()
+    resolver = SourceResolver([str(tmp_path / "proj")])
+    own = resolver.beside(str(tmp_path / "logs" / "r" / "w.pt.trace.json"))
+    assert own.find_file("train.py") == tmp_path / "logs" / "r" / "train.py"
+    # A run without a copy of its own: the root's file, not the shared folder's.
+    other = resolver.beside(str(tmp_path / "logs" / "s" / "w.pt.trace.json"))
+    assert other.find_file("train.py") == tmp_path / "proj" / "train.py"
+
+
 def test_a_line_whose_only_file_is_another_runs_says_so(tmp_path, capsys):
     """The footnote blamed --source-root ("its source file was not found") for a file
     that was found, and refused as another run's copy."""

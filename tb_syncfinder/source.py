@@ -1415,19 +1415,36 @@ def periodic_guard(
     A test whose body steps one of the ``profilers`` (by name) is passed over: it holds
     the profiled steps (MONAI's ``if (epoch + 1) % val_interval == 0:`` around its
     validation loop and the read after it), so it says which runs were profiled, not how
-    often a profiled step reads."""
+    often a profiled step reads. A name tested that every binding reaching the ``if`` sets
+    from a remainder counts too (DLRM's ``should_print = ((j + 1) % args.print_freq == 0)
+    or ...`` then ``if should_print:``)."""
     found: str | None = None
     for node in _nodes_holding(scope, line):
         if (
             isinstance(node, ast.If)
             and _in_body(node, line)
-            and any(
-                isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node.test)
-            )
+            and _takes_a_remainder(scope, node.test)
             and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
         ):
             found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
     return found
+
+
+def _has_remainder(expr: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(expr))
+
+
+def _takes_a_remainder(scope: ast.AST, test: ast.expr) -> bool:
+    """Whether a test takes a remainder, itself or through a name each value of which
+    reaching the test does."""
+    if _has_remainder(test):
+        return True
+    for name in ast.walk(test):
+        if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load):
+            values = _reaching_values(scope, name.id, test.lineno)
+            if values and all(v is not None and _has_remainder(v) for v in values):
+                return True
+    return False
 
 
 def _nodes_holding(scope: ast.AST, line: int) -> Iterator[ast.AST]:

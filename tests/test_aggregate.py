@@ -348,6 +348,33 @@ def test_a_line_under_a_remainder_test_is_said_to_run_every_n_steps_already(tmp_
     assert periodic_guard(scope, 3) is None
 
 
+def test_a_flag_set_from_a_remainder_is_a_remainder_test():
+    """DLRM's ``should_print = ((j + 1) % args.print_freq == 0) or (j + 1 == nbatches)``
+    then ``if should_print:``: its reads were advised to be made every N steps, which they
+    were (a walk: 48 of 56 reads). A flag set otherwise anywhere reaching the test is not
+    one."""
+    import ast
+
+    from tb_syncfinder.source import periodic_guard
+
+    code = (
+        "def train(loader, args, nbatches, verbose):\n"
+        "    for j, x in enumerate(loader):\n"
+        "        loss = x.sum()\n"
+        "        should_print = ((j + 1) % args.print_freq == 0) or (j + 1 == nbatches)\n"
+        "        if should_print:\n"
+        "            print(loss.item())\n"
+        "        show = (j + 1) % 10 == 0\n"
+        "        if verbose:\n"
+        "            show = True\n"
+        "        if show:\n"
+        "            print(loss.item())\n"
+    )
+    scope = ast.parse(code).body[0]
+    assert periodic_guard(scope, 6) == "should_print"
+    assert periodic_guard(scope, 11) is None
+
+
 def test_a_remainder_test_around_the_loop_that_steps_the_profiler_thins_no_read():
     """MONAI's ``if (epoch + 1) % val_interval == 0:`` around its profiled validation loop
     made a read in every pass of that loop "already every N steps" (a walk: 12 of 21

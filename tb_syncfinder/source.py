@@ -3602,6 +3602,9 @@ class SourceResolver:
         self._refused: dict[_Copies, Path] = {}
         # The functions this trace ran, by recorded file (``prefer_copies``).
         self._ran: dict[str, set[tuple[str, int | None]]] = {}
+        # Whether a file of the program this trace ran sets the default device (``_ran``'s
+        # files): a factory's tensor anywhere in it is then made there.
+        self._sets_default_device: bool | None = None
         self._def_lines: dict[tuple[str, str], int] = {}
         # An exact line -> whether its ``.to()`` names the host through a name
         # (``copies_to_the_host_by_name``).
@@ -3670,6 +3673,7 @@ class SourceResolver:
         view._nearest_of = {}
         view._refused = {}
         view._ran = {}
+        view._sets_default_device = None
         view._trace_cells = frozenset()
         view._cells_held = None
         view._cell_of = {}
@@ -4252,8 +4256,9 @@ class SourceResolver:
         path = source.resolved_path
         if not lines or path is None or source.cell is not None:
             return False
+        default_device = self._program_sets_default_device()
         for line in lines:
-            key = (path, line, source.func, *check_key)
+            key = (path, line, source.func, default_device, *check_key)
             found = self._host_checks.get(key)
             if found is None:
                 parsed = self._parse_for_host_check(Path(path))
@@ -4266,9 +4271,25 @@ class SourceResolver:
 
     def _parse_for_host_check(self, path: Path) -> _ParsedFile | None:
         """``path`` parsed for the checks of tensors made on the host; None where the
-        program sets the default device, which makes its factories' tensors there."""
+        program sets the default device, which makes its factories' tensors there: in this
+        file, or in another file of the program (nerf-pytorch's ``run_nerf.py`` sets
+        ``torch.cuda.FloatTensor`` as the default type for its helpers' ``torch.Tensor
+        ([10.])``, whose read was dropped as a host tensor's)."""
         data = self._source_bytes(path) or b""
-        return None if _DEFAULT_DEVICE_SET.search(data) else self._parse(path)
+        if _DEFAULT_DEVICE_SET.search(data) or self._program_sets_default_device():
+            return None
+        return self._parse(path)
+
+    def _program_sets_default_device(self) -> bool:
+        """Whether a file of the program this trace ran (``prefer_copies``'s user files)
+        sets the default device or tensor type; found once per trace."""
+        if self._sets_default_device is None:
+            self._sets_default_device = any(
+                (path := self.find_file(recorded)) is not None
+                and _DEFAULT_DEVICE_SET.search(self._source_bytes(path) or b"") is not None
+                for recorded in sorted(self._ran)
+            )
+        return self._sets_default_device
 
     def sync_before(self, source: Source, unrun: Sequence[UnrunSync]) -> UnrunSync | None:
         """Of a CPU-only trace's unrun synchronizes, the one that runs just before this

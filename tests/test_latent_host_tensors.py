@@ -696,3 +696,34 @@ def test_numpys_results_and_a_host_nonzeros_method_results_are_host_values():
     assert touches_only_host_values(scope, 32, tree)
     device = ast.parse("def f(x):\n    return torch.nonzero(x > 3).flatten()\n")
     assert not touches_only_host_values(device.body[0], 2, device)
+
+
+def test_a_default_device_set_in_another_file_of_the_program_keeps_the_reads(tmp_path: Path):
+    """nerf-pytorch's ``run_nerf.py`` sets ``torch.cuda.FloatTensor`` as the default type,
+    and its helpers' ``torch.Tensor([10.]).item()`` reads a GPU tensor: the read, in a
+    file that sets no default, was dropped as a host tensor's (a walk). The program's
+    files are its frames' (written, not run, as above)."""
+    meter, train = SMOOTHED.split("\n\ndef main(out):\n")
+    (tmp_path / "meters.py").write_text(meter)
+    main_code = (
+        "import torch\nfrom torch.profiler import ProfilerActivity, profile\n"
+        "from meters import SmoothedValue\n\n\ndef main(out):\n" + train
+    )
+    for sets_default in (False, True):
+        extra = '\n\ndef on_gpu():\n    torch.set_default_tensor_type("torch.cuda.FloatTensor")\n'
+        (tmp_path / "train_split.py").write_text(main_code + (extra if sets_default else ""))
+        sys.path.insert(0, str(tmp_path))
+        try:
+            spec = importlib.util.spec_from_file_location(
+                "train_split", tmp_path / "train_split.py"
+            )
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            out = tmp_path / f"split_{int(sets_default)}.1700000000000.pt.trace.json"
+            module.main(str(out))
+        finally:
+            sys.path.remove(str(tmp_path))
+            sys.modules.pop("meters", None)
+        report = analyze(str(out), source_roots=[str(tmp_path)])
+        files = sorted(Path(s.file).name for s in report.latent_sites)
+        assert files == (["meters.py", "train_split.py"] if sets_default else ["train_split.py"])

@@ -3220,9 +3220,11 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
 def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     """Whose code a fix of a sync in library frames (``library_frames``) edits: the known
     library's the user's line called (``called_library``), else the package of the
-    outermost of those frames that is neither Python's own nor torch's: one the catalogue
-    does not know but the attribution found installed (torchdiffeq's solvers), or one torch
-    called back (a custom Function's ``backward``, run by the user's ``loss.backward()``).
+    innermost of those frames that is neither Python's own nor torch's, the one whose line
+    reads: one the catalogue does not know but the attribution found installed
+    (torchdiffeq's solvers), or one torch called back (a custom Function's ``backward``,
+    run by the user's ``loss.backward()``). (The outermost's named the package that called
+    it: denoising-diffusion-pytorch's Trainer for the reads in ema_pytorch's ``update``.)
     None where the user's line called the library's ``cpu`` (a TensorDict's ``td.cpu()``):
     the copy is the user's to move or drop."""
     called = next(((f, func) for f, func in reversed(frames) if not passes_through(f)), None)
@@ -3235,7 +3237,7 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     known = called_library(frames)
     if known is not None:
         return known
-    for file, _func in reversed(frames):
+    for file, _func in frames:
         if passes_through(file):
             continue
         package = package_of(file)

@@ -743,3 +743,24 @@ def test_torchrls_tanh_normal_bounds_check_gets_python_number_bounds() -> None:
     deeper = [("torchrl/modules/distributions/utils.py", "safeatanh"), *frames[1:]]
     other = catalogue.advice_for(catalogue.SCALAR_READBACK, ["aten::is_nonzero"], frames=deeper)
     assert other["title"] != advice["title"]
+
+
+def test_a_fix_in_a_library_another_library_called_edits_the_one_whose_line_reads():
+    """denoising-diffusion-pytorch's Trainer calls ema_pytorch's ``EMA.update``, which
+    reads its step counter: the fix was "an edit of denoising_diffusion_pytorch's own
+    code" beside "synced in ema_pytorch/ema_pytorch.py:280" (a walk). The known library
+    the user called still comes first, and a torch frame between is passed over."""
+    from tb_syncfinder.catalogue import edited_library
+
+    site = "/venv/lib/python3.11/site-packages"
+    frames = [
+        (f"{site}/ema_pytorch/ema_pytorch.py", "update"),
+        (f"{site}/torch/utils/_contextlib.py", "decorate_context"),
+        (f"{site}/denoising_diffusion_pytorch/denoising_diffusion_pytorch.py", "train"),
+    ]
+    assert edited_library(frames) == "ema_pytorch"
+    assert edited_library([(f"{site}/torch/nn/modules/module.py", "_call_impl"), *frames]) == (
+        "ema_pytorch"
+    )
+    known = [*frames[:2], (f"{site}/ultralytics/engine/trainer.py", "train")]
+    assert edited_library(known) == "ultralytics"

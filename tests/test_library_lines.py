@@ -316,6 +316,17 @@ def test_library_copies_under_an_uncertain_user_line_mark_it() -> None:
     assert library_copies_text([{"steps": 5, "library_copies": [copy]}]).endswith("run.py:13.")
 
 
+def test_library_copies_a_step_count_the_steps_of_the_runs_traces_without_copies() -> None:
+    """One copy in two traces of 5 steps each read "0.2 a step (in 1 of 5 steps)": the
+    steps of the trace without a copy were left out (a denoising-diffusion walk)."""
+    from tb_syncfinder.outputs.text import library_copies_text
+
+    copy = {"file": "lib/m.py", "line": 5, "line_exact": True, "func": "save", "method": "cpu"}
+    copy.update(count=1, steps_with_copies=1, user_file="run.py", user_line=13)
+    text = library_copies_text([{"steps": 5, "library_copies": [copy]}, {"steps": 5}])
+    assert text is not None and "0.1 a step (in 1 of 10 steps) at lib/m.py:5" in text
+
+
 def test_two_windows_library_copies_add_up_by_place() -> None:
     from tb_syncfinder.models import LibraryCopy, tally_library_copies
 

@@ -2312,14 +2312,15 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
 def library_copies_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | None:
     """The copies to the host libraries made in their own code in a CPU-only run
     (``TraceInfo.library_copies``), said under its latent list: not listed, since a library
-    copies host tensors as often as not, but counted, with where. None: none."""
+    copies host tensors as often as not, but counted, with where. None: none. A step is
+    any of the run's traces' (those of a trace without a copy had been left out: one copy
+    in two traces of 5 steps each read "0.2 a step (in 1 of 5 steps)", a walk)."""
     counts: dict[tuple[Any, ...], int] = {}
     in_steps: dict[tuple[Any, ...], int] = {}  # ``steps_with_copies``, where counted
     steps = 0
     for trace in traces:
         copies = trace.get("library_copies") or ()
-        if copies:
-            steps += int(trace.get("steps") or 0)
+        steps += int(trace.get("steps") or 0)
         for copy in copies:
             key = (
                 copy.get("file"),

@@ -1587,6 +1587,26 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
             after="mismatches += (pred != target).any()  # a device tensor (same shapes)\n",
         ),
     ),
+    # torch's own backward of ``cumprod`` reads ``(input == 0).any()`` on the host, on every
+    # device (``cumprod_backward`` in FunctionsManual.cpp), to pick its formula: the forward
+    # line reads nothing (nerf-pytorch's transmittance, a walk, got the ``.item()`` fix).
+    OpAdvice(
+        frozenset({"aten::cumprod_backward"}),
+        frozenset({SCALAR_READBACK}),
+        Advice(
+            title="For a positive input, cumprod as exp(cumsum(log(x)))",
+            text=(
+                "The backward of `torch.cumprod` checks its input for zeros on the host "
+                "(`(input == 0).any().item()`), waiting for the GPU in every backward pass; "
+                "no argument avoids it. Where the input is positive (probabilities, "
+                "transmittances `1 - alpha + eps`), `torch.exp(torch.cumsum(torch.log(x), "
+                "dim))` gives the same values and a backward that reads nothing. Where it may "
+                "hold zeros, the read stays: keep cumprod."
+            ),
+            before="t = torch.cumprod(x, dim=-1)\n",
+            after="t = torch.exp(torch.cumsum(torch.log(x), dim=-1))  # x > 0\n",
+        ),
+    ),
     # Operators that read a value back inside when an argument is left out (the number of
     # classes, the range): the fix is to pass it.
     OpAdvice(

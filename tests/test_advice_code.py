@@ -186,3 +186,25 @@ def test_the_fix_for_ctc_loss_already_on_cudnn_gives_the_mean_it_replaces() -> N
     before = _run(advice.before, **scope)["loss"]
     after = _run(advice.after, **scope)["loss"]
     assert torch.allclose(before, after)
+
+
+def test_the_cumprod_fix_gives_the_same_values_and_gradient_with_no_read_in_backward() -> None:
+    """nerf-pytorch's transmittance ``torch.cumprod(1 - alpha + 1e-10, -1)``: torch's
+    cumprod backward reads ``(input == 0).any()`` on the host (a walk got the ``.item()``
+    fix for it); the advised form of a positive input gives the same values and gradient,
+    and its backward runs no ``item``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    advice = _op_advice("aten::cumprod_backward")
+    base = torch.rand(4, 6, dtype=torch.float64) * 0.9 + 0.05
+    results = []
+    for code in (advice.before, advice.after):
+        x = base.clone().requires_grad_()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t = _run(code, x=x)["t"]
+            t.sum().backward()
+        names = {event.name for event in prof.events()}
+        results.append((t.detach(), x.grad, "aten::item" in names))
+    (t_before, grad_before, read_before), (t_after, grad_after, read_after) = results
+    assert torch.allclose(t_before, t_after) and torch.allclose(grad_before, grad_after)
+    assert read_before and not read_after

@@ -390,3 +390,18 @@ def test_a_function_bound_through_torch_compile_or_itself_is_called_at_its_alias
         "COMPILE = False\nstep_fn = torch.compile(compute_loss) if COMPILE else compute_loss",
     )
     assert callers == [(15, True, "train_step")]
+
+
+def test_callers_of_one_line_told_apart_by_their_remainder_tests_say_the_test():
+    """nerf-pytorch's ``render_rays`` reached from ``batchify_rays:59`` in training and, every
+    ``i_testset`` steps, in the test-set render: "called from line 59 (75), line 59 (13)",
+    two labels alike. The caller whose calls run under a ``%`` test says it."""
+    from tb_syncfinder.outputs.text import callers_text
+
+    site = {"file": "w.py", "line": 9}
+    every = {"file": "w.py", "line": 14, "line_exact": True, "count": 5, "periodic_guard": None}
+    guarded = {**every, "count": 1, "periodic_guard": "step % 4 == 0"}
+    site["callers"] = [every, guarded]
+    assert callers_text(site) == "called from line 14 (5), line 14 (1, under `if step % 4 == 0:`)"
+    site["callers"] = [{**every, "periodic_guard": "step % 4 == 0"}, guarded]
+    assert callers_text(site) == "called from line 14 (5), line 14 (1)"

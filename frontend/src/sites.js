@@ -271,7 +271,9 @@ const CALLERS_SHOWN = 4;
 
 /**
  * "called from line 16 (4), line 17 (4)": the user's lines that called a site's function
- * (`callers`), where there are two or more, as the CLI says it; null where fewer.
+ * (`callers`), where there are two or more, as the CLI says it; null where fewer. Where the
+ * callers' `%` tests differ, each that has one says it (one line reached every step and
+ * every N steps read "line 59 (75), line 59 (13)").
  * @param {any} site
  * @param {(path: string) => string} [short]
  * @returns {string | null}
@@ -279,9 +281,11 @@ const CALLERS_SHOWN = 4;
 export function callersText(site, short = (p) => p) {
   const callers = (site.callers || []).filter(Boolean);
   if (callers.length < 2) return null;
+  const guards = new Set(callers.map((/** @type {any} */ c) => c.periodic_guard ?? null));
   const named = callers.slice(0, CALLERS_SHOWN).map((/** @type {any} */ c) => {
     const where = c.file === site.file ? `line ${c.line ?? "?"}` : `${short(c.file)}:${c.line ?? "?"}`;
-    return `${where}${c.line_exact ? "" : "*"} (${c.count})`;
+    const under = guards.size > 1 && c.periodic_guard ? `, under \`if ${c.periodic_guard}:\`` : "";
+    return `${where}${c.line_exact ? "" : "*"} (${c.count}${under})`;
   });
   const more = callers.length - CALLERS_SHOWN;
   const rest = callers.slice(CALLERS_SHOWN).reduce((/** @type {number} */ n, /** @type {any} */ c) => n + (c.count || 0), 0);

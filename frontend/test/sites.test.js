@@ -256,6 +256,19 @@ test("a helper called from several lines names them with their counts, as the CL
   assert.equal(callersText(many), "called from line 1 (1), line 2 (2), line 3 (3), line 4 (4), and 2 more lines (11)");
 });
 
+test("callers of one line told apart by their % tests say the test", async () => {
+  const { callersText } = await import("../src/sites.js");
+  // nerf-pytorch: one line reached every step and from the test-set render every N steps.
+  const site = { file: "w.py", line: 9, line_exact: true, callers: [
+    { file: "w.py", line: 14, func: "render", line_exact: true, count: 5, periodic_guard: null },
+    { file: "w.py", line: 14, func: "render", line_exact: true, count: 1, periodic_guard: "step % 4 == 0" },
+  ] };
+  assert.equal(callersText(site), "called from line 14 (5), line 14 (1, under `if step % 4 == 0:`)");
+  // The same test for all: the site's own note says it, not each caller.
+  const same = { ...site, callers: site.callers.map((c) => ({ ...c, periodic_guard: "step % 4 == 0" })) };
+  assert.equal(callersText(same), "called from line 14 (5), line 14 (1)");
+});
+
 test("a site whose syncs ran several lines of one library function names each with its count", async () => {
   const { siteWhere, libraryText } = await import("../src/sites.js");
   const library = { file: "stable_baselines3/ppo/ppo.py", line: 230, line_exact: true, func: "train" };

@@ -495,12 +495,21 @@ CALLERS_SHOWN = 4
 def callers_text(site: dict[str, Any]) -> str | None:
     """``called from train.py:16 (4), train.py:17 (4), train.py:19 (2)``: the user's lines
     that called a site's function (``Site.callers``), where there are two or more (one is
-    the loop that runs it, which the stack shows). None: fewer."""
+    the loop that runs it, which the stack shows). None: fewer. Where the callers' ``%``
+    tests differ, each that has one says it: one line reached every step and every N steps
+    (nerf-pytorch's training and test-set renders) read "line 59 (75), line 59 (13)"."""
     callers = [c for c in site.get("callers") or [] if isinstance(c, dict)]
     if len(callers) < 2:
         return None
     file = site.get("file")
-    named = [f"{_line_of(c, file)} ({c.get('count')})" for c in callers[:CALLERS_SHOWN]]
+    guards = {c.get("periodic_guard") for c in callers}
+
+    def label(caller: dict[str, Any]) -> str:
+        guard = caller.get("periodic_guard") if len(guards) > 1 else None
+        under = f", under `if {guard}:`" if guard else ""
+        return f"{_line_of(caller, file)} ({caller.get('count')}{under})"
+
+    named = [label(c) for c in callers[:CALLERS_SHOWN]]
     more = len(callers) - CALLERS_SHOWN
     rest = sum(int(c.get("count") or 0) for c in callers[CALLERS_SHOWN:])
     return (

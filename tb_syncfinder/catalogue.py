@@ -3205,7 +3205,9 @@ def advice_for(
         refinement = SIZE_READ_ADVICE
     if refinement is None and per_element and kind_name == SCALAR_READBACK:
         refinement = ELEMENT_READ_ADVICE
-    if refinement is None and sampled and kind_name == SCALAR_READBACK:
+    if refinement is None and sampled and kind_name in (SCALAR_READBACK, DEVICE_TO_HOST_COPY):
+        # A copy of a sampled action (``action.cpu().numpy()``) is needed at once as well:
+        # a pinned buffer read later does not help (a CleanRL walk).
         refinement = SAMPLE_READ_ADVICE
     if refinement is None:
         refinement = record.advice

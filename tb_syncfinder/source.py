@@ -1934,9 +1934,28 @@ def reads_sample(scope: ast.AST, line: int) -> bool:
     call (``_SAMPLING_CALLS``), on the line or bound to a name every value of which before
     the line is one, through methods of constant arguments (``.squeeze(0)``): an action
     for an environment, a token to decode, which the host needs at once (pytorch/examples'
-    actor_critic and reinforce read ``m.sample().item()`` every environment step)."""
-    receivers = _read_receivers(_statements_at(scope, line), line)
+    actor_critic and reinforce read ``m.sample().item()`` every environment step), or
+    copies to the host (CleanRL's ``envs.step(action.cpu().numpy())``: the same need)."""
+    receivers = [
+        receiver
+        for root in _statements_at(scope, line)
+        for node in ast.walk(root)
+        if getattr(node, "lineno", None) == line
+        and (receiver := _read_receiver(node) or _copy_receiver(node)) is not None
+    ]
     return bool(receivers) and all(_sampled(scope, r, line) for r in receivers)
+
+
+def _copy_receiver(node: ast.AST) -> ast.expr | None:
+    """The tensor a ``.cpu()`` call copies to the host, else None."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "cpu"
+        and not node.args
+    ):
+        return node.func.value
+    return None
 
 
 def _sampled(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:

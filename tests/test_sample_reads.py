@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from tb_syncfinder import analyze
-from tb_syncfinder.catalogue import SAMPLE_READ_ADVICE, SCALAR_READBACK, advice_for
+from tb_syncfinder.catalogue import (
+    DEVICE_TO_HOST_COPY,
+    SAMPLE_READ_ADVICE,
+    SCALAR_READBACK,
+    advice_for,
+)
 from tb_syncfinder.source import reads_sample
 
 torch = pytest.importorskip("torch")
@@ -34,6 +39,15 @@ torch = pytest.importorskip("torch")
         ("def f(loss):\n    return loss.item()\n", 2, False),
         ("def f(m, t):\n    a = m.sample()\n    a = t\n    return a.item()\n", 4, False),
         ("def f(m, t):\n    return m.sample().item() + t.item()\n", 2, False),
+        # A copy of a sampled action for the environment (CleanRL's ``envs.step(action.cpu()
+        # .numpy())``), and one of the logits: only the first.
+        (
+            "def f(m, envs):\n    action = m.sample()\n    envs.step(action.cpu().numpy())\n",
+            3,
+            True,
+        ),
+        ("def f(m):\n    return m.sample().tolist()\n", 2, True),
+        ("def f(logits):\n    return logits.cpu().numpy()\n", 2, False),
     ],
 )
 def test_a_read_of_a_sampled_value_is_told(code, line, sampled):
@@ -44,6 +58,10 @@ def test_the_advice_for_a_sampled_read_is_to_sample_for_many_at_once():
     advice = advice_for(SCALAR_READBACK, ["aten::item"], sampled=True)
     assert advice["title"] == SAMPLE_READ_ADVICE.title
     assert advice_for(SCALAR_READBACK, ["aten::item"])["title"] != advice["title"]
+    # A copy of one is needed at once too: a pinned buffer read later does not help (the
+    # copy's own fix, a CleanRL walk: 64 of 223 reads a step).
+    copy = advice_for(DEVICE_TO_HOST_COPY, ["aten::to", "aten::_to_copy"], sampled=True)
+    assert copy["title"] == SAMPLE_READ_ADVICE.title
     for code in (SAMPLE_READ_ADVICE.before, SAMPLE_READ_ADVICE.after):
         ast.parse(code)
 

@@ -3511,10 +3511,21 @@ _PLAIN_VALUE_BUILTINS = frozenset(
 )
 
 
+# The names scripts give their parsed command line or config (``args = parser.parse_args()``,
+# CleanRL's ``args = tyro.cli(Args)``, Hydra's ``cfg``): an attribute of one is a setting,
+# never a tensor (CleanRL's ``if args.norm_adv:`` was a candidate for its ``approx_kl`` test).
+_SETTINGS_NAMES = frozenset({"args", "opt", "opts", "hparams", "flags", "FLAGS", "cfg", "config"})
+
+
 def _plain_test(test: ast.expr) -> bool:
-    """Whether a truth test is made only of those built-ins' results and constants, joined
-    by ``and``/``or``/``not`` and comparisons: no name, attribute or other call whose value
-    may be a tensor."""
+    """Whether a truth test is made only of those built-ins' results, constants and
+    settings (``args.norm_adv``, ``_SETTINGS_NAMES``), joined by ``and``/``or``/``not`` and
+    comparisons: no other name, attribute or call whose value may be a tensor."""
+    if isinstance(test, ast.Attribute):
+        base = test.value
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        return isinstance(base, ast.Name) and base.id in _SETTINGS_NAMES
     if isinstance(test, ast.BoolOp):
         return all(_plain_test(value) for value in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):

@@ -1084,6 +1084,33 @@ def test_a_plain_test_no_path_reaches_right_after_the_call_that_preceded_the_rea
     assert _truths_reading(scope, [5, 11], "all") == [5, 11]
 
 
+def test_a_test_of_a_setting_is_no_candidate_for_a_tensors_truth():
+    """CleanRL's PPO: ``if args.target_kl is not None and approx_kl > args.target_kl:`` read
+    the tensor, and ``if args.norm_adv:`` and ``if args.clip_vloss:`` in the same loop were
+    its candidates with it (its line the loop's ``prof.step()``, marked: a walk). An
+    attribute of the parsed command line or config is a setting, never a tensor; one of
+    any other name stays a candidate."""
+    from tb_syncfinder.source import _truths_reading
+
+    code = textwrap.dedent(
+        """\
+        def update(args, approx_kl, model):
+            for epoch in range(args.update_epochs):
+                if args.norm_adv:
+                    pass
+                if cfg.train.clip:
+                    pass
+                if args.target_kl is not None and approx_kl > args.target_kl:
+                    break
+                if model.training:
+                    pass
+        """
+    )
+    scope = ast.parse(code).body[0]
+    assert _truths_reading(scope, [3, 5, 7], "gt") == [7]
+    assert _truths_reading(scope, [3, 7, 9], "gt") == [7, 9]
+
+
 def test_a_bool_call_of_the_call_just_made_is_the_truth_read_right_after_it():
     """kornia's ``positive = bool((host_sigma > 0).all())`` reads the truth in ``bool(...)``,
     which the search for the truths right after ``all`` passed over as a call of a type: its

@@ -1936,13 +1936,7 @@ def reads_sample(scope: ast.AST, line: int) -> bool:
     for an environment, a token to decode, which the host needs at once (pytorch/examples'
     actor_critic and reinforce read ``m.sample().item()`` every environment step), or
     copies to the host (CleanRL's ``envs.step(action.cpu().numpy())``: the same need)."""
-    receivers = [
-        receiver
-        for root in _statements_at(scope, line)
-        for node in ast.walk(root)
-        if getattr(node, "lineno", None) == line
-        and (receiver := _read_receiver(node) or _copy_receiver(node)) is not None
-    ]
+    receivers = _read_receivers(_statements_at(scope, line), line, copies=True)
     return bool(receivers) and all(_sampled(scope, r, line) for r in receivers)
 
 
@@ -1980,14 +1974,16 @@ def _is_range(node: ast.expr) -> bool:
     )
 
 
-def _read_receivers(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
+def _read_receivers(roots: Sequence[ast.AST], line: int, copies: bool = False) -> list[ast.expr]:
     """The tensors the value-reading calls on ``line`` under ``roots`` read
-    (``_read_receiver``)."""
+    (``_read_receiver``); with ``copies``, those ``.cpu()`` calls copy too."""
     return [
         receiver
         for root in roots
         for node in ast.walk(root)
-        if getattr(node, "lineno", None) == line and (receiver := _read_receiver(node)) is not None
+        if getattr(node, "lineno", None) == line
+        and (receiver := _read_receiver(node) or (_copy_receiver(node) if copies else None))
+        is not None
     ]
 
 

@@ -596,6 +596,7 @@ def _latent_copies_by_line(
         and (
             LATENT_OPS_BY_LINE.isdisjoint(attribution.op_chain)
             or ctc_waits_by_line(resolver.line_text(source) or "")
+            or resolver.calls_a_mean_ctc_loss_module(source)
         )
         and not (
             # The read itself (``.item()``; or a read without a call frame: ``int(t)``, ``if

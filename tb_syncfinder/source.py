@@ -1968,6 +1968,63 @@ def _sampled(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
     return False
 
 
+def calls_a_mean_ctc_loss_module(scope: ast.AST, line: int, module: ast.AST) -> bool:
+    """Whether a call on ``line`` is of an ``nn.CTCLoss`` made with the mean reduction (given
+    or by default; ``CTCLoss(blank, reduction, zero_infinity)``): ``criterion(preds, text,
+    preds_size, length)`` of a ``criterion = nn.CTCLoss()``, bound in ``scope``, the module,
+    or as an attribute (``self.criterion = ...``) anywhere in the file. Such a call waits on
+    a GPU as ``F.ctc_loss(...)`` written out does (``catalogue.ctc_waits_by_line``); a
+    CRNN walk's 28 calls of one were never listed."""
+    for statement in _statements_at(scope, line):
+        for call in ast.walk(statement):
+            if not isinstance(call, ast.Call) or call.lineno != line:
+                continue
+            func = call.func
+            values: list[ast.expr | None] = []
+            if isinstance(func, ast.Name):
+                values = [v for v in _reaching_values(scope, func.id, line) if v is not None]
+                if not values:  # a parameter (``def train(net, criterion, ...)``): the module's
+                    values = _reaching_values(module, func.id, _AFTER_EVERY_LINE)
+                # ``criterion = criterion.cuda()`` moves the same loss.
+                values = [v for v in values if not _moves_itself(v, func.id)]
+            elif isinstance(func, ast.Attribute):
+                values = [
+                    node.value
+                    for node in ast.walk(module)
+                    if isinstance(node, ast.Assign)
+                    and any(
+                        isinstance(t, ast.Attribute) and t.attr == func.attr for t in node.targets
+                    )
+                ]
+            if values and all(_makes_a_mean_ctc_loss(value) for value in values):
+                return True
+    return False
+
+
+def _moves_itself(value: ast.expr | None, name: str) -> bool:
+    """Whether ``value`` is ``name.cuda()``, ``name.to(...)`` or the like: the same module."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in ("cuda", "to", "cpu")
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
+    )
+
+
+def _makes_a_mean_ctc_loss(value: ast.expr | None) -> bool:
+    if not (isinstance(value, ast.Call) and _call_name(value) == "CTCLoss"):
+        return False
+    reduction = next((kw.value for kw in value.keywords if kw.arg == "reduction"), None)
+    if reduction is None and len(value.args) > 1:
+        reduction = value.args[1]
+    if any(kw.arg is None for kw in value.keywords) or any(
+        isinstance(arg, ast.Starred) for arg in value.args
+    ):
+        return False  # ``**kwargs``: the reduction is not in the source
+    return reduction is None or (isinstance(reduction, ast.Constant) and reduction.value == "mean")
+
+
 def _is_range(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
@@ -4342,6 +4399,22 @@ class SourceResolver:
                 if runs_just_before(scope, u.line, source.line, parsed.only_function_named)
             ),
             None,
+        )
+
+    def calls_a_mean_ctc_loss_module(self, source: Source | None) -> bool:
+        """Whether a source's exact line calls an ``nn.CTCLoss`` of the mean reduction
+        (``calls_a_mean_ctc_loss_module``)."""
+        if source is None or not source.line_exact or source.line is None:
+            return False
+        path = source.resolved_path
+        if path is None or source.cell is not None:
+            return False
+        parsed = self._parse(Path(path))
+        scope = parsed.running_scope(source.line, source.func) if parsed else None
+        return (
+            parsed is not None
+            and scope is not None
+            and calls_a_mean_ctc_loss_module(scope, source.line, parsed.tree)
         )
 
     def copies_to_the_host_by_name(self, source: Source | None) -> bool:

@@ -298,6 +298,38 @@ def test_a_ctc_loss_with_the_mean_reduction_is_the_copy_a_gpu_run_makes_in_it(tm
     }
 
 
+CTC_MODULE = """\
+import torch
+from torch.nn import CTCLoss
+
+criterion = CTCLoss()
+per_sequence = CTCLoss(reduction="none")
+
+
+def loss_of(criterion, lp):
+    return criterion(lp, torch.tensor([[1, 2], [3, 4]]), [8, 8], [2, 2])
+
+
+def train_step(x, step):
+    lp = x.repeat(1, 2)[:, :12].reshape(8, 2, 6).log_softmax(-1).detach().requires_grad_()
+    loss = loss_of(criterion, lp)
+    loss.backward()
+    kept = per_sequence(lp, torch.tensor([1, 2, 3, 4]).int(), [8, 8], [2, 2])
+    return loss, kept
+"""
+CTC_MODULE_LINE = 9
+
+
+def test_a_ctc_loss_module_of_the_mean_reduction_is_the_copy_as_f_ctc_loss(tmp_path):
+    """``nn.CTCLoss`` called as a module (a CRNN walk's ``cost = criterion(preds, text,
+    preds_size, length)``, in a function given the module's ``criterion``): its line shows
+    no ``ctc_loss(``, and none of its 28 calls was listed. The reduction is read where the
+    module was made: the mean's call is listed as ``F.ctc_loss``'s is, ``"none"``'s not."""
+    report = _profiled_report(tmp_path, "ctc_module", CTC_MODULE)
+    found = sorted((s.line, s.kind, s.backward) for s in report.latent_sites)
+    assert found == [(CTC_MODULE_LINE, "device_to_host_copy", False)]
+
+
 SIZE_READS = """\
 import torch
 

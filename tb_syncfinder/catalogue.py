@@ -3197,14 +3197,16 @@ def advice_for(
         and not LOOP_SELECTION_OPS.isdisjoint((*forward_ops, *ops))
     ):
         refinement = LOOP_SELECTION_ADVICE
+    if refinement is None and per_element and kind_name == SCALAR_READBACK:
+        # Before the branch's fix: ``if t[i] != 0:`` in a loop over ``range(n)`` reads an
+        # element a pass; one ``.tolist()`` before the loop reads them all.
+        refinement = ELEMENT_READ_ADVICE
     if refinement is None:
         # The outermost operator is what the user wrote (x[mask] -> aten::index), so it
         # picks the refinement before the inner ones (aten::nonzero).
         refinement = _operator_fix((*forward_ops, *ops), kind_name)
     if refinement is None and as_size and kind_name == SCALAR_READBACK:
         refinement = SIZE_READ_ADVICE
-    if refinement is None and per_element and kind_name == SCALAR_READBACK:
-        refinement = ELEMENT_READ_ADVICE
     if refinement is None and sampled and kind_name in (SCALAR_READBACK, DEVICE_TO_HOST_COPY):
         # A copy of a sampled action (``action.cpu().numpy()``) is needed at once as well:
         # a pinned buffer read later does not help (a CleanRL walk).

@@ -24,8 +24,25 @@ torch = pytest.importorskip("torch")
         ("def f(y):\n    s = ''.join([itos[int(i)] for i in y])\n", 2, True),
         ("def f(y):\n    for i in y:\n        print(i.item())\n", 3, True),
         ("def f(ys):\n    return [float(v) for v in ys]\n", 2, True),
-        # An index over a range, another tensor, an unpacked element: not so.
-        ("def f(y):\n    for i in range(3):\n        print(y[i].item())\n", 3, False),
+        # An element indexed by a ``range()`` loop's target is one too (a CRNN decode's
+        # ``for i in range(length): if t[i] != 0 and ...``: 1,248 reads told not to branch),
+        # read by a call, a truth test or an index; the index itself reads nothing.
+        ("def f(y):\n    for i in range(3):\n        print(y[i].item())\n", 3, True),
+        (
+            "def f(t, n):\n    for i in range(n):\n        if t[i] != 0 and t[i - 1] != t[i]:\n"
+            "            pass\n",
+            3,
+            True,
+        ),
+        ("def f(t, a):\n    return ''.join([a[i - 1] for i in t])\n", 2, True),
+        ("def f(t, n, a):\n    for i in range(n):\n        print(a[t[i] - 1])\n", 3, True),
+        ("def f(t, n, a):\n    for i in range(n):\n        print(a[i])\n", 3, False),
+        (
+            "def f(t, n):\n    for i in range(n):\n        if t[i] != n.sum():\n            pass\n",
+            3,
+            False,
+        ),
+        # Another tensor, an unpacked element: not so.
         ("def f(y, t):\n    for i in y:\n        print(t.item())\n", 3, False),
         ("def f(y):\n    for b, (x, z) in enumerate(y):\n        print(x.item())\n", 3, False),
         ("def f(y, t):\n    for i in y:\n        print(i.item(), t.item())\n", 3, False),
@@ -41,6 +58,9 @@ def test_the_advice_for_element_reads_is_to_convert_once():
     assert advice["title"] == "Convert the tensor once, not each element"
     assert "y.tolist()" in advice["after"]
     assert advice_for(SCALAR_READBACK, ["aten::item"])["title"] != advice["title"]
+    # A truth test of each element is read the same way: converted once, not "do not branch".
+    test_ops = ["aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"]
+    assert advice_for(SCALAR_READBACK, test_ops, per_element=True)["title"] == advice["title"]
 
 
 def test_a_samples_decoding_is_told_to_convert_the_tensor_once(tmp_path):

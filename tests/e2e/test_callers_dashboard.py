@@ -24,7 +24,9 @@ def test_the_row_of_a_helpers_read_names_the_lines_that_called_it(
         page.goto(plugin_url(base, "#run=run"))
         assert rows(page)
         said = page.inner_text("[data-testid=row-callers]")
-        assert said == "called from line 23 (4), line 24 (4), line 26 (2)"
+        assert (
+            said == "called from line 23 (4), line 24 (4), line 26 (2, under `if step % 2 == 0:`)"
+        )
     assert page_errors == []
 
 

@@ -175,7 +175,12 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
                 continue  # one inside the other: not one after the other
             gap = range(bisect_right(starts, end), bisect_left(starts, start))
             read = range(gap.stop, bisect_right(starts, read_end))
-            if all(kinds[i] != OP or nodes[i].name in QUEUES_NO_DEVICE_WORK for i in gap) and all(
+            if all(
+                kinds[i] != OP
+                or nodes[i].name in QUEUES_NO_DEVICE_WORK
+                or _in_a_numpy_call(thread, i)
+                for i in gap
+            ) and all(
                 kinds[i] != OP
                 or nodes[i].name in QUEUES_NO_DEVICE_WORK
                 or nodes[i].name in READ_ONLY_OPS
@@ -183,6 +188,24 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
             ):
                 after[n] = before
     return after
+
+
+# ``Tensor.numpy()``: the host tensor it is given (a copy's result) is only viewed, though
+# its ``aten::to`` shows as an operator (a CleanRL walk: the read after
+# ``b_values.cpu().numpy()`` was not said to follow it).
+_NUMPY_CALL = "<built-in method numpy of Tensor object"
+
+
+def _in_a_numpy_call(thread: Any, node: int) -> bool:
+    """Whether an operator runs inside a ``Tensor.numpy()`` call (its Python frame)."""
+    parent = thread.parent[node]
+    while parent >= 0 and thread.kinds[parent] == OP:
+        parent = thread.parent[parent]
+    return (
+        parent >= 0
+        and thread.kinds[parent] == PYTHON
+        and thread.nodes[parent].name.startswith(_NUMPY_CALL)
+    )
 
 
 def step_stats(

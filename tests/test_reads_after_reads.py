@@ -79,6 +79,26 @@ def test_reads_of_one_line_after_its_first_are_counted(tmp_path):
     assert "8 of these 12 reads come right after another read" in " ".join(report.to_text().split())
 
 
+def test_a_read_after_a_copys_numpy_follows_the_copy(tmp_path):
+    """``y_pred = b_values.cpu().numpy()`` then ``v_loss.item()`` (CleanRL's PPO): the
+    ``aten::to`` that ``.numpy()`` runs on the host copy queues nothing on a GPU, but was
+    taken for device work, so the read after it was not said to follow the copy (a walk).
+    A ``.to()`` of the program's own between stays device work."""
+    script = _SCRIPT.replace(
+        "    acc_value = acc.item()\n",
+        "    as_array = w.cpu().numpy()\n    acc_value = acc.item()\n",
+    )
+    _, sites = _report(tmp_path, script)
+    assert sites[16].after_read is not None and sites[16].after_read.line == 15
+    moved = script.replace(
+        "    acc_value = acc.item()\n",
+        "    acc = acc.to(DEVICE)\n    acc_value = acc.item()\n",
+    )
+    (tmp_path / "moved").mkdir()
+    _, sites = _report(tmp_path / "moved", moved)
+    assert sites[17].after_read_count == 0
+
+
 def test_a_read_after_device_work_is_not_said_to_cost_little(tmp_path):
     report, sites = _report(
         tmp_path,

@@ -3665,6 +3665,13 @@ def _shared_folder(path: str, folder: str) -> str:
         return ""
 
 
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def _all_same_bytes(paths: list[Path]) -> bool:
     try:
         first = paths[0].read_bytes()
@@ -3724,6 +3731,9 @@ class SourceResolver:
         # match a recorded path equally, the one in the trace's folder or the nearest
         # folder above it is its run's copy.
         self._trace_dir: str | None = None
+        # When the trace being resolved was written (``beside``): a tied copy of a file
+        # written after it is not what the run ran (``_copy_that_ran``).
+        self._trace_written_ns: int | None = None
         # Such tied files by their folder, built once and shared with every view.
         self._by_folder: dict[_Copies, dict[str, Path]] = {}
         self._nearest_of: dict[_Copies, Path | None] = {}
@@ -3804,6 +3814,9 @@ class SourceResolver:
             # The folder resolved, not the file: a trace stored as a symlink (git-annex,
             # DVC) stays in its run's folder.
             view._trace_dir = os.path.realpath(os.path.dirname(os.path.abspath(trace_path)))
+        view._trace_written_ns = None
+        if "://" not in trace_path:
+            view._trace_written_ns = _mtime_ns(Path(trace_path))
         view._nearest_of = {}
         view._refused = {}
         view._ran = {}
@@ -4221,6 +4234,15 @@ class SourceResolver:
         if not functions or len(found.paths) < 2 or found in self._refused:
             return None
         holding = [path for path in found.paths if self._holds(path, functions)]
+        if len(holding) > 1 and self._trace_written_ns is not None:
+            # Of copies that all hold those functions, one written after the trace is not
+            # the version that ran (``cp -r proj proj_fixed`` to try a fix made every line of
+            # the run's report inexact, its host reads listed again: a segmentation walk).
+            holding = [
+                path
+                for path in holding
+                if (written := _mtime_ns(path)) is not None and written <= self._trace_written_ns
+            ]
         return holding[0] if len(holding) == 1 else None
 
     def _holds(self, path: Path, functions: set[tuple[str, int | None]]) -> bool:

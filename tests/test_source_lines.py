@@ -850,6 +850,43 @@ def test_a_runs_own_copy_beside_logs_under_no_root_beats_the_folder_the_report_r
     assert other.find_file("train.py") == tmp_path / "proj" / "train.py"
 
 
+def test_of_copies_holding_the_run_s_functions_one_written_after_the_trace_did_not_run(
+    tmp_path,
+):
+    """``cp -r proj proj_fixed`` to try a fix, then ``report logs/base`` from the folder
+    holding both: each copy holds the functions the run ran, so neither was taken, and
+    every line of the run's report went inexact (a segmentation walk: 25 latent syncs to
+    61, the host reads unfiltered). A copy written after the trace is not what it ran."""
+    import os
+
+    for name, extra in (("proj", ""), ("proj_fixed", "    loss = loss * 2\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.py").write_text(
+            f"import torch\n\n\ndef train_step(model, x):\n    loss = model(x)\n"
+            f"{extra}    return loss.item()\n"
+        )
+    (tmp_path / "logs" / "base").mkdir(parents=True)
+    trace = tmp_path / "logs" / "base" / "w.pt.trace.json"
+    trace.write_text("[]")
+    os.utime(tmp_path / "proj" / "train.py", ns=(1_000_000_000, 1_000_000_000))
+    os.utime(trace, ns=(2_000_000_000, 2_000_000_000))
+    os.utime(tmp_path / "proj_fixed" / "train.py", ns=(3_000_000_000, 3_000_000_000))
+    stack = [Frame("<built-in>", None, "item", False), Frame("train.py", 4, "train_step", True)]
+    view = SourceResolver([str(tmp_path)]).beside(str(trace))
+    view.prefer_copies(stack)
+    source = view.resolve(stack, ["item"])
+    assert (source.resolved_path, source.line, source.line_exact) == (
+        str(tmp_path / "proj" / "train.py"),
+        6,
+        True,
+    )
+    # Both written before the trace (``cp -p``): the trace cannot tell, as before.
+    os.utime(tmp_path / "proj_fixed" / "train.py", ns=(1_000_000_000, 1_000_000_000))
+    view = SourceResolver([str(tmp_path)]).beside(str(trace))
+    view.prefer_copies(stack)
+    assert view.find_file("train.py") is None
+
+
 def test_a_line_whose_only_file_is_another_runs_says_so(tmp_path, capsys):
     """The footnote blamed --source-root ("its source file was not found") for a file
     that was found, and refused as another run's copy."""

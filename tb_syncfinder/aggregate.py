@@ -283,7 +283,8 @@ def build_sites(
                 apis=apis,
                 steps=sorted({s.step for s in members if s.step is not None}),
                 **_step_spread(members),
-                periodic_guard=source.periodic_guard if source and source.line_exact else None,
+                # An inexact line's where all its candidates run under one test.
+                periodic_guard=source.periodic_guard if source else None,
                 callers=_callers(members),
                 **_after_reads(members, by_id),
                 after_sync=(

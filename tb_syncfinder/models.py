@@ -311,7 +311,7 @@ class Source(msgspec.Struct):
     reads_sample: bool = False
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
     # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every
-    # N steps, not every step.
+    # N steps, not every step. An inexact line's, where every candidate runs under that test.
     periodic_guard: str | None = None
     # A Jupyter cell's code (``file`` is ipykernel's name for it): the notebook cell that
     # holds it, ``line`` counted in the cell as IPython counts it ("Cell In[4], line 6") and

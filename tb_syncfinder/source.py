@@ -4999,6 +4999,9 @@ class SourceResolver:
                 candidates=list(lines),
                 recorded_line=recorded_line,
                 compiled=compiled,
+                periodic_guard=self._shared_guard(
+                    scope, lines, parsed.profiler_names or parsed.named_profilers
+                ),
             )
         return Source(
             frame.file,
@@ -5010,6 +5013,16 @@ class SourceResolver:
             recorded_line=recorded_line,
             compiled=compiled,
         )
+
+    def _shared_guard(
+        self, scope: ast.AST, lines: Sequence[int], profilers: frozenset[str]
+    ) -> str | None:
+        """The ``%`` test every one of an inexact line's candidates runs under, where it is
+        one: a call in both branches of an ``if``/``else`` under ``if i % print_freq == 0:``
+        (torchvision's ``MetricLogger.log_every``: 58 of a walk's 63 reads told to read
+        every N steps, which they did)."""
+        guards = {periodic_guard(scope, line, profilers) for line in lines}
+        return guards.pop() if len(guards) == 1 else None
 
     def _line_facts(
         self, scope: ast.AST, line: int, frameless: bool, profilers: frozenset[str] = frozenset()
@@ -5320,9 +5333,8 @@ def _source_of(resolver: SourceResolver, attribution: Attribution) -> Source | N
             caller.line,
             caller.func,
             caller.line_exact,
-            caller.periodic_guard
-            if caller.line_exact and not attribution.steps_own_frame
-            else None,
+            # An inexact line's: the test all its candidates run under (``_shared_guard``).
+            caller.periodic_guard if not attribution.steps_own_frame else None,
         )
         if source.called_from.periodic_guard is None:
             _guard_further_out(resolver, attribution.outer_calls, source.called_from)
@@ -5337,7 +5349,7 @@ def _guard_further_out(
     (an inexact one between is passed over: the test further out holds all the same)."""
     for query in outer_calls:
         outer = resolver.resolve_call(query)
-        if outer.line_exact and outer.periodic_guard is not None:
+        if outer.periodic_guard is not None:
             called_from.periodic_guard = outer.periodic_guard
             called_from.periodic_guard_file = outer.file
             called_from.periodic_guard_line = outer.line

@@ -3244,11 +3244,12 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
 def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     """Whose code a fix of a sync in library frames (``library_frames``) edits: the known
     library's the user's line called (``called_library``), else the package of the
-    innermost of those frames that is neither Python's own nor torch's, the one whose line
-    reads: one the catalogue does not know but the attribution found installed
+    innermost of those frames that is neither Python's own nor torch's nor one the
+    catalogue knows, the one whose line reads: one the attribution found installed
     (torchdiffeq's solvers), or one torch called back (a custom Function's ``backward``,
-    run by the user's ``loss.backward()``). (The outermost's named the package that called
-    it: denoising-diffusion-pytorch's Trainer for the reads in ema_pytorch's ``update``.)
+    run by the user's ``loss.backward()``); else the outermost known one. (The outermost's
+    named the package that called it: denoising-diffusion-pytorch's Trainer for the reads in
+    ema_pytorch's ``update``.)
     None where the user's line called the library's ``cpu`` (a TensorDict's ``td.cpu()``):
     the copy is the user's to move or drop."""
     called = next(((f, func) for f, func in reversed(frames) if not passes_through(f)), None)
@@ -3261,15 +3262,22 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     known = called_library(frames)
     if known is not None:
         return known
-    for file, _func in frames:
-        if passes_through(file):
-            continue
-        package = package_of(file)
-        if package is None or package in _FRAMEWORK_PACKAGES or package in _STDLIB_MODULES:
-            continue
-        if package.isidentifier():
-            return package
-    return None
+    # The innermost package the catalogue does not know (its line reads), else the
+    # outermost known one: a known library's operators read by their nature (torchvision's
+    # NMS), and the fix is in how the package around them calls them (ultralytics').
+    packages = [
+        package
+        for file, _func in frames
+        if not passes_through(file)
+        and (package := package_of(file)) is not None
+        and package not in _FRAMEWORK_PACKAGES
+        and package not in _STDLIB_MODULES
+        and package.isidentifier()
+    ]
+    unknown = [package for package in packages if package not in LIBRARY_PACKAGES]
+    if unknown:
+        return unknown[0]
+    return packages[-1] if packages else None
 
 
 _STDLIB_MODULES = frozenset(sys.stdlib_module_names)

@@ -764,3 +764,23 @@ def test_a_fix_in_a_library_another_library_called_edits_the_one_whose_line_read
     )
     known = [*frames[:2], (f"{site}/ultralytics/engine/trainer.py", "train")]
     assert edited_library(known) == "ultralytics"
+
+
+def test_a_known_librarys_operator_read_is_an_edit_of_the_package_calling_it():
+    """ultralytics calls torchvision's NMS per image (through a torch wrapper, so the user's
+    line called no known library first): the fix is in ultralytics' loop, not an edit of
+    torchvision, whose operator reads by its nature."""
+    from tb_syncfinder.catalogue import edited_library
+
+    site = "/venv/lib/python3.11/site-packages"
+    frames = [
+        ("<built-in>", "nms"),
+        (f"{site}/torch/_ops.py", "__call__"),
+        (f"{site}/torchvision/ops/boxes.py", "nms"),
+        (f"{site}/ultralytics/utils/nms.py", "non_max_suppression"),
+        (f"{site}/ultralytics/models/yolo/detect/predict.py", "postprocess"),
+        (f"{site}/ultralytics/engine/predictor.py", "stream_inference"),
+        ("<built-in>", "send"),
+        (f"{site}/torch/utils/_contextlib.py", "generator_context"),
+    ]
+    assert edited_library(frames) == "ultralytics"

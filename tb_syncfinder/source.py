@@ -1431,19 +1431,38 @@ def periodic_guard(
 
 
 def _has_remainder(expr: ast.AST) -> bool:
-    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(expr))
+    """Whether ``expr`` takes a remainder: a ``%`` of numbers, not a string's formatting
+    (``"loss_%s" % name``)."""
+    return any(
+        isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Mod)
+        and not isinstance(n.left, ast.JoinedStr)
+        and not (isinstance(n.left, ast.Constant) and isinstance(n.left.value, (str, bytes)))
+        for n in ast.walk(expr)
+    )
+
+
+def _flags_tested(test: ast.expr) -> list[str]:
+    """The names a test takes as truth values (``if should_print:``, ``if a or not b:``),
+    not those it computes with (``hist[slot] > 0``)."""
+    if isinstance(test, ast.Name):
+        return [test.id]
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _flags_tested(test.operand)
+    if isinstance(test, ast.BoolOp):
+        return [name for value in test.values for name in _flags_tested(value)]
+    return []
 
 
 def _takes_a_remainder(scope: ast.AST, test: ast.expr) -> bool:
-    """Whether a test takes a remainder, itself or through a name each value of which
-    reaching the test does."""
+    """Whether a test takes a remainder, itself or through a flag it tests each value of
+    which reaching the test does."""
     if _has_remainder(test):
         return True
-    for name in ast.walk(test):
-        if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load):
-            values = _reaching_values(scope, name.id, test.lineno)
-            if values and all(v is not None and _has_remainder(v) for v in values):
-                return True
+    for name in _flags_tested(test):
+        values = _reaching_values(scope, name, test.lineno)
+        if values and all(v is not None and _has_remainder(v) for v in values):
+            return True
     return False
 
 
@@ -1906,6 +1925,7 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
     ``range()``: an element of a tensor (or of a list of them), read one at a time where
     one ``.tolist()`` would read them all (chargpt's ``[itos[int(i)] for i in y]``)."""
     iterables: dict[str, ast.expr] = {}
+    filled: set[str] = set()  # tensors a loop around the line writes element by element
     for node, _ in [(scope, None), *_scope_walk(scope)]:
         if isinstance(node, (ast.For, ast.AsyncFor)):
             pairs = [(node.target, node.iter)]
@@ -1915,6 +1935,8 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
             continue
         if node.lineno <= line <= (node.end_lineno or node.lineno):
             iterables.update((t.id, i) for t, i in pairs if isinstance(t, ast.Name))
+            if isinstance(node, (ast.For, ast.AsyncFor)):
+                filled.update(_filled_by_element(node))
     roots = [scope] if isinstance(scope, _COMPREHENSIONS) else _statements_at(scope, line)
     receivers: list[ast.expr] = _read_receivers(roots, line)
     if not receivers:
@@ -1928,12 +1950,32 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
             and statement.test.lineno == line
         ] + _subscript_operands(roots, line)
     # An index that is a Python number (``t[i]`` of a ``range()`` loop's ``i``) reads nothing.
-    kinds = [_element_of_a_loop(r, iterables) for r in receivers]
+    # A tensor the loop fills as it goes (a decoder's ``tokens[t] = out.argmax()`` then ``if
+    # tokens[t] == eos:``) cannot be converted before it: not an element read.
+    kinds = [_element_of_a_loop(r, iterables, filled) for r in receivers]
     kinds = [kind for kind in kinds if kind != "plain"]
     return bool(kinds) and all(kind == "element" for kind in kinds)
 
 
-def _element_of_a_loop(expr: ast.expr, iterables: dict[str, ast.expr]) -> str | None:
+def _filled_by_element(loop: ast.For | ast.AsyncFor) -> set[str]:
+    """The names a loop's body assigns through an index (``tokens[t] = ...``)."""
+    names: set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                names.add(target.value.id)
+    return names
+
+
+def _element_of_a_loop(
+    expr: ast.expr, iterables: dict[str, ast.expr], filled: Collection[str] = ()
+) -> str | None:
     """ "element" where ``expr`` is an element of what a loop around iterates, or arithmetic
     and tests of such elements with Python numbers: the target of a loop over anything but
     ``range()`` (``for i in t``), or an index by a ``range()`` loop's target (``t[i]``,
@@ -1947,7 +1989,9 @@ def _element_of_a_loop(expr: ast.expr, iterables: dict[str, ast.expr]) -> str | 
             return None
         return "plain" if _is_range(iterable) else "element"
     if isinstance(expr, ast.Subscript):
-        index = _element_of_a_loop(expr.slice, iterables)
+        if isinstance(expr.value, ast.Name) and expr.value.id in filled:
+            return None
+        index = _element_of_a_loop(expr.slice, iterables, filled)
         return (
             "element" if index == "plain" and _names_a_range_target(expr.slice, iterables) else None
         )
@@ -1960,7 +2004,7 @@ def _element_of_a_loop(expr: ast.expr, iterables: dict[str, ast.expr]) -> str | 
             parts = [expr.left, *expr.comparators]
         else:
             parts = list(expr.values)
-        kinds = [_element_of_a_loop(part, iterables) for part in parts]
+        kinds = [_element_of_a_loop(part, iterables, filled) for part in parts]
         if None in kinds:
             return None
         return "element" if "element" in kinds else "plain"
@@ -1978,6 +2022,7 @@ def _names_a_range_target(expr: ast.expr, iterables: dict[str, ast.expr]) -> boo
 # distribution's ``sample()``, ``torch.multinomial`` / ``probs.multinomial``, a greedy
 # ``q.argmax()`` (DQN's action, greedy decoding's token).
 _SAMPLING_CALLS = frozenset({"sample", "multinomial", "argmax", "argmin"})
+_DRAWING_CALLS = frozenset({"sample", "multinomial"})
 
 
 def reads_sample(scope: ast.AST, line: int) -> bool:
@@ -1987,8 +2032,15 @@ def reads_sample(scope: ast.AST, line: int) -> bool:
     for an environment, a token to decode, which the host needs at once (pytorch/examples'
     actor_critic and reinforce read ``m.sample().item()`` every environment step), or
     copies to the host (CleanRL's ``envs.step(action.cpu().numpy())``: the same need)."""
-    receivers = _read_receivers(_statements_at(scope, line), line, copies=True)
-    return bool(receivers) and all(_sampled(scope, r, line) for r in receivers)
+    roots = _statements_at(scope, line)
+    reads = _read_receivers(roots, line)
+    copies = [r for r in _read_receivers(roots, line, copies=True) if r not in reads]
+    # A copy of a greedy pick is an evaluation's as often as not (``preds.append(out.argmax
+    # (1).cpu())``): only a drawn sample's copy is needed at once.
+    return bool(reads or copies) and (
+        all(_sampled(scope, r, line) for r in reads)
+        and all(_sampled(scope, r, line, _DRAWING_CALLS) for r in copies)
+    )
 
 
 def _copy_receiver(node: ast.AST) -> ast.expr | None:
@@ -2003,9 +2055,15 @@ def _copy_receiver(node: ast.AST) -> ast.expr | None:
     return None
 
 
-def _sampled(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
+def _sampled(
+    scope: ast.AST,
+    expr: ast.expr,
+    line: int,
+    calls: frozenset[str] = _SAMPLING_CALLS,
+    depth: int = 0,
+) -> bool:
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        if expr.func.attr in _SAMPLING_CALLS:
+        if expr.func.attr in calls:
             return True
         if not _constant_arguments(expr):
             return False
@@ -2013,7 +2071,8 @@ def _sampled(scope: ast.AST, expr: ast.expr, line: int, depth: int = 0) -> bool:
     if isinstance(expr, ast.Name) and depth < 3:
         values = _reaching_values(scope, expr.id, line)
         return bool(values) and all(
-            value is not None and _sampled(scope, value, getattr(value, "lineno", line), depth + 1)
+            value is not None
+            and _sampled(scope, value, getattr(value, "lineno", line), calls, depth + 1)
             for value in values
         )
     return False
@@ -2033,10 +2092,16 @@ def calls_a_mean_ctc_loss_module(scope: ast.AST, line: int, module: ast.AST) -> 
             func = call.func
             values: list[ast.expr | None] = []
             if isinstance(func, ast.Name):
-                values = [v for v in _reaching_values(scope, func.id, line) if v is not None]
+                # ``criterion = criterion.cuda()`` moves the same loss: the bindings that made it.
+                values = [
+                    v
+                    for v in _reaching_values(scope, func.id, line)
+                    if v is not None and not _moves_itself(v, func.id)
+                ]
+                if not values:
+                    values = [v for _at, v in _bindings(scope, func.id)]
                 if not values:  # a parameter (``def train(net, criterion, ...)``): the module's
                     values = _reaching_values(module, func.id, _AFTER_EVERY_LINE)
-                # ``criterion = criterion.cuda()`` moves the same loss.
                 values = [v for v in values if not _moves_itself(v, func.id)]
             elif isinstance(func, ast.Attribute):
                 values = [
@@ -2064,6 +2129,13 @@ def _moves_itself(value: ast.expr | None, name: str) -> bool:
 
 
 def _makes_a_mean_ctc_loss(value: ast.expr | None) -> bool:
+    # ``nn.CTCLoss(zero_infinity=True).to(device)``: the loss made, then moved.
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in ("cuda", "to", "cpu")
+    ):
+        value = value.func.value
     if not (isinstance(value, ast.Call) and _call_name(value) == "CTCLoss"):
         return False
     reduction = next((kw.value for kw in value.keywords if kw.arg == "reduction"), None)
@@ -2098,6 +2170,15 @@ def _read_receivers(roots: Sequence[ast.AST], line: int, copies: bool = False) -
 # ``with torch.device("cuda"):`` makes the factories in it put their tensors there too.
 _DEFAULT_DEVICE_SET = re.compile(
     rb"set_default_device|set_default_tensor_type|\bwith\b[^\n]*\btorch\.device\s*\("
+)
+# Of those, on a line that is no comment, the settings that may put another file's
+# factories on a GPU: a default device given (unless the literal CPU or meta), a CUDA tensor
+# type (``torch.cuda.FloatTensor``, nerf-pytorch's), a device context (unless CPU or meta).
+_GPU_DEFAULT_SET = re.compile(
+    rb"^[^#\n]*(?:set_default_device\s*\((?!\s*['\"](?:cpu|meta)['\"])"
+    rb"|set_default_tensor_type\s*\([^\n]*cuda"
+    rb"|\bwith\b[^\n]*\btorch\.device\s*\((?!\s*['\"](?:cpu|meta)['\"]))",
+    re.MULTILINE,
 )
 
 
@@ -3749,6 +3830,8 @@ class SourceResolver:
         # Whether a file of the program this trace ran sets the default device (``_ran``'s
         # files): a factory's tensor anywhere in it is then made there.
         self._sets_default_device: bool | None = None
+        # (scope, candidate lines, profilers) -> the ``%`` test all run under (``_shared_guard``).
+        self._shared_guards: dict[tuple[Any, ...], str | None] = {}
         self._def_lines: dict[tuple[str, str], int] = {}
         # An exact line -> whether its ``.to()`` names the host through a name
         # (``copies_to_the_host_by_name``).
@@ -4438,11 +4521,13 @@ class SourceResolver:
 
     def _program_sets_default_device(self) -> bool:
         """Whether a file of the program this trace ran (``prefer_copies``'s user files)
-        sets the default device or tensor type; found once per trace."""
+        sets a default device that may be a GPU (``_GPU_DEFAULT_SET``: not ``with
+        torch.device("meta")`` nor a CPU tensor type, which a file's own check still takes);
+        found once per trace."""
         if self._sets_default_device is None:
             self._sets_default_device = any(
                 (path := self.find_file(recorded)) is not None
-                and _DEFAULT_DEVICE_SET.search(self._source_bytes(path) or b"") is not None
+                and _GPU_DEFAULT_SET.search(self._source_bytes(path) or b"") is not None
                 for recorded in sorted(self._ran)
             )
         return self._sets_default_device
@@ -4524,7 +4609,13 @@ class SourceResolver:
             return False
         if source.cell is not None:
             return False
-        key = (source.resolved_path, source.line, source.func, source.line_exact)
+        key = (
+            source.resolved_path,
+            source.line,
+            source.func,
+            source.line_exact,
+            self._program_sets_default_device(),
+        )
         found = self._host_indexes.get(key)
         if found is None:
             parsed = self._parse_for_host_check(Path(source.resolved_path))
@@ -4999,7 +5090,10 @@ class SourceResolver:
                 candidates=list(lines),
                 recorded_line=recorded_line,
                 compiled=compiled,
-                periodic_guard=self._shared_guard(
+                # Not where the file changed since the recording: its lines are guesses.
+                periodic_guard=None
+                if recorded_line is not None
+                else self._shared_guard(
                     scope, lines, parsed.profiler_names or parsed.named_profilers
                 ),
             )
@@ -5021,8 +5115,11 @@ class SourceResolver:
         one: a call in both branches of an ``if``/``else`` under ``if i % print_freq == 0:``
         (torchvision's ``MetricLogger.log_every``: 58 of a walk's 63 reads told to read
         every N steps, which they did)."""
-        guards = {periodic_guard(scope, line, profilers) for line in lines}
-        return guards.pop() if len(guards) == 1 else None
+        key = (id(scope), tuple(lines), profilers)
+        if key not in self._shared_guards:
+            guards = {periodic_guard(scope, line, profilers) for line in lines}
+            self._shared_guards[key] = guards.pop() if len(guards) == 1 else None
+        return self._shared_guards[key]
 
     def _line_facts(
         self, scope: ast.AST, line: int, frameless: bool, profilers: frozenset[str] = frozenset()

@@ -373,6 +373,20 @@ def test_a_flag_set_from_a_remainder_is_a_remainder_test():
     scope = ast.parse(code).body[0]
     assert periodic_guard(scope, 6) == "should_print"
     assert periodic_guard(scope, 11) is None
+    # A string's formatting is no remainder, nor is a name the test computes with (a review).
+    other = (
+        "def train(loader, stats, name, hist):\n"
+        "    for i, x in enumerate(loader):\n"
+        '        key = "loss_%s" % name\n'
+        "        if key in stats:\n"
+        "            stats[key] += x.sum().item()\n"
+        "        slot = i % 4\n"
+        "        if hist[slot] > 0:\n"
+        "            print(x.sum().item())\n"
+    )
+    scope = ast.parse(other).body[0]
+    assert periodic_guard(scope, 5) is None
+    assert periodic_guard(scope, 8) is None
 
 
 def test_a_remainder_test_around_the_loop_that_steps_the_profiler_thins_no_read():

@@ -42,6 +42,13 @@ torch = pytest.importorskip("torch")
             3,
             False,
         ),
+        # A tensor the loop fills as it goes (a decoder's tokens): no conversion before it.
+        (
+            "def f(out, tokens, n):\n    for t in range(n):\n        tokens[t] = out.argmax()\n"
+            "        if tokens[t] == 2:\n            break\n",
+            4,
+            False,
+        ),
         # Another tensor, an unpacked element: not so.
         ("def f(y, t):\n    for i in y:\n        print(t.item())\n", 3, False),
         ("def f(y):\n    for b, (x, z) in enumerate(y):\n        print(x.item())\n", 3, False),

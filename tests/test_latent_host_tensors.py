@@ -727,3 +727,26 @@ def test_a_default_device_set_in_another_file_of_the_program_keeps_the_reads(tmp
         report = analyze(str(out), source_roots=[str(tmp_path)])
         files = sorted(Path(s.file).name for s in report.latent_sites)
         assert files == (["meters.py", "train_split.py"] if sets_default else ["train_split.py"])
+
+
+@pytest.mark.parametrize(
+    ("text", "gpu"),
+    [
+        (
+            b"torch.set_default_tensor_type("
+            b"'torch.cuda.FloatTensor' if ok else 'torch.FloatTensor')",
+            True,
+        ),
+        (b'torch.set_default_device("cuda")', True),
+        (b"torch.set_default_device(device)", True),
+        (b'with torch.device("cuda:0"):', True),
+        # Not a GPU for the other files (a review): meta, the CPU, a comment.
+        (b'with torch.device("meta"):', False),
+        (b"torch.set_default_tensor_type(torch.DoubleTensor)", False),
+        (b'# torch.set_default_device("cuda")', False),
+    ],
+)
+def test_a_default_device_that_may_be_a_gpu_is_told_from_meta_and_the_cpu(text, gpu):
+    from tb_syncfinder.source import _GPU_DEFAULT_SET
+
+    assert (_GPU_DEFAULT_SET.search(text) is not None) is gpu

@@ -48,6 +48,8 @@ torch = pytest.importorskip("torch")
         ),
         ("def f(m):\n    return m.sample().tolist()\n", 2, True),
         ("def f(logits):\n    return logits.cpu().numpy()\n", 2, False),
+        # An evaluation's greedy picks copied (a review): not needed at once.
+        ("def f(out, preds):\n    preds.append(out.argmax(1).cpu())\n", 2, False),
     ],
 )
 def test_a_read_of_a_sampled_value_is_told(code, line, sampled):

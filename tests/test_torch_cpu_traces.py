@@ -330,6 +330,31 @@ def test_a_ctc_loss_module_of_the_mean_reduction_is_the_copy_as_f_ctc_loss(tmp_p
     assert found == [(CTC_MODULE_LINE, "device_to_host_copy", False)]
 
 
+@pytest.mark.parametrize(
+    ("code", "line", "waits"),
+    [
+        # Made, then moved (a review): the same loss.
+        (
+            "criterion = nn.CTCLoss(zero_infinity=True).to(dev)\n"
+            "def f(x):\n    return criterion(x)\n",
+            3,
+            True,
+        ),
+        ("def f(x):\n    c = nn.CTCLoss()\n    c = c.to(dev)\n    return c(x)\n", 4, True),
+        ("def f(x):\n    c = nn.CTCLoss(blank=0, reduction='sum')\n    return c(x)\n", 3, False),
+        ("def f(x, **kw):\n    c = nn.CTCLoss(**kw)\n    return c(x)\n", 3, False),
+    ],
+)
+def test_the_reduction_of_a_ctc_loss_module_is_read_where_it_was_made(code, line, waits):
+    import ast
+
+    from tb_syncfinder.source import calls_a_mean_ctc_loss_module
+
+    module = ast.parse("import torch.nn as nn\n" + code)
+    scope = next(n for n in module.body if isinstance(n, ast.FunctionDef))
+    assert calls_a_mean_ctc_loss_module(scope, line + 1, module) is waits
+
+
 SIZE_READS = """\
 import torch
 

@@ -691,11 +691,13 @@ def is_warmup_listed(kind_name: str, annotations: Iterable[str]) -> bool:
     return kind_name in WARMUP_LISTED_KINDS and any(map(is_warmup_annotation, annotations))
 
 
+# A ``DataLoader``'s fetch (its iterator's ``__next__``), as the span torch opens around it.
+DATALOADER_FETCH = "enumerate(DataLoader)#"
 # The ``record_function`` spans torch (and its profiler) open by themselves, by prefix: not
 # a user's step, whatever they repeat (a ``DataLoader``'s fetches, an optimizer's calls).
 TORCH_OWN_ANNOTATIONS = (
     "ProfilerStep#",
-    "enumerate(DataLoader)#",
+    DATALOADER_FETCH,
     "Optimizer.",
     "## ",
     "Torch-Compiled Region",

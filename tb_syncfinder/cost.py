@@ -34,6 +34,7 @@ from tb_syncfinder.catalogue import (
     NPU_PEER_WAIT_TASK_TYPES,
     QUEUES_NO_DEVICE_WORK,
     READ_ONLY_OPS,
+    tensor_method,
 )
 from tb_syncfinder.detect import Episode
 from tb_syncfinder.models import Attribution, StepStats, Sync, SyncCost
@@ -190,21 +191,18 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
     return after
 
 
-# ``Tensor.numpy()``: the host tensor it is given (a copy's result) is only viewed, though
-# its ``aten::to`` shows as an operator (a CleanRL walk: the read after
-# ``b_values.cpu().numpy()`` was not said to follow it).
-_NUMPY_CALL = "<built-in method numpy of Tensor object"
-
-
 def _in_a_numpy_call(thread: Any, node: int) -> bool:
-    """Whether an operator runs inside a ``Tensor.numpy()`` call (its Python frame)."""
+    """Whether an operator runs inside a ``Tensor.numpy()`` call (its Python frame): the
+    host tensor it is given (a copy's result) is only viewed, though its ``aten::to``
+    shows as an operator (a CleanRL walk: the read after ``b_values.cpu().numpy()`` was not
+    said to follow it)."""
     parent = thread.parent[node]
     while parent >= 0 and thread.kinds[parent] == OP:
         parent = thread.parent[parent]
     return (
         parent >= 0
         and thread.kinds[parent] == PYTHON
-        and thread.nodes[parent].name.startswith(_NUMPY_CALL)
+        and tensor_method(thread.nodes[parent].name) == "numpy"
     )
 
 

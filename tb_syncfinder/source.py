@@ -2034,7 +2034,7 @@ def reads_sample(scope: ast.AST, line: int) -> bool:
     copies to the host (CleanRL's ``envs.step(action.cpu().numpy())``: the same need)."""
     roots = _statements_at(scope, line)
     reads = _read_receivers(roots, line)
-    copies = [r for r in _read_receivers(roots, line, copies=True) if r not in reads]
+    copies = _read_receivers(roots, line, _copy_receiver)
     # A copy of a greedy pick is an evaluation's as often as not (``preds.append(out.argmax
     # (1).cpu())``): only a drawn sample's copy is needed at once.
     return bool(reads or copies) and (
@@ -2154,16 +2154,19 @@ def _is_range(node: ast.expr) -> bool:
     )
 
 
-def _read_receivers(roots: Sequence[ast.AST], line: int, copies: bool = False) -> list[ast.expr]:
+def _read_receivers(
+    roots: Sequence[ast.AST],
+    line: int,
+    receiver_of: Callable[[ast.AST], ast.expr | None] | None = None,
+) -> list[ast.expr]:
     """The tensors the value-reading calls on ``line`` under ``roots`` read
-    (``_read_receiver``); with ``copies``, those ``.cpu()`` calls copy too."""
+    (``_read_receiver``), or those another kind of call takes (``_copy_receiver``)."""
+    receiver_of = receiver_of or _read_receiver
     return [
         receiver
         for root in roots
         for node in ast.walk(root)
-        if getattr(node, "lineno", None) == line
-        and (receiver := _read_receiver(node) or (_copy_receiver(node) if copies else None))
-        is not None
+        if getattr(node, "lineno", None) == line and (receiver := receiver_of(node)) is not None
     ]
 
 
@@ -3832,6 +3835,8 @@ class SourceResolver:
         self._sets_default_device: bool | None = None
         # (scope, candidate lines, profilers) -> the ``%`` test all run under (``_shared_guard``).
         self._shared_guards: dict[tuple[Any, ...], str | None] = {}
+        # (file, line, function) -> whether it calls a mean CTC loss module.
+        self._ctc_modules: dict[tuple[str, int, str], bool] = {}
         self._def_lines: dict[tuple[str, str], int] = {}
         # An exact line -> whether its ``.to()`` names the host through a name
         # (``copies_to_the_host_by_name``).
@@ -4567,13 +4572,17 @@ class SourceResolver:
         path = source.resolved_path
         if path is None or source.cell is not None:
             return False
-        parsed = self._parse(Path(path))
-        scope = parsed.running_scope(source.line, source.func) if parsed else None
-        return (
-            parsed is not None
-            and scope is not None
-            and calls_a_mean_ctc_loss_module(scope, source.line, parsed.tree)
-        )
+        key = (path, source.line, source.func)
+        found = self._ctc_modules.get(key)
+        if found is None:  # once per line: a long run calls its loss every step
+            parsed = self._parse(Path(path))
+            scope = parsed.running_scope(source.line, source.func) if parsed else None
+            found = self._ctc_modules[key] = (
+                parsed is not None
+                and scope is not None
+                and calls_a_mean_ctc_loss_module(scope, source.line, parsed.tree)
+            )
+        return found
 
     def copies_to_the_host_by_name(self, source: Source | None) -> bool:
         """Whether a source's exact line holds one ``.to(device)`` call whose device is a name

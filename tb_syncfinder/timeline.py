@@ -28,6 +28,7 @@ import msgspec
 
 from tb_syncfinder.catalogue import (
     ASCEND,
+    DATALOADER_FETCH,
     NPU_CALL_PROCESS,
     NPU_IDLE_TASK_TYPES,
     NPU_TASK_PROCESS,
@@ -400,7 +401,7 @@ def _closed_by_the_profiler(step: Step, threads: dict[tuple[Any, Any], HostThrea
 # The spans a step holds that are the loop's own, not a pass's work: the step itself, and
 # the loader's fetch that ends the loop (its last ``__next__`` raises StopIteration; with
 # workers it joins them: a 29 ms ``ProfilerStep#6`` after four 1 ms steps in a DLRM walk).
-_LOOP_OWN_SPANS = ("ProfilerStep#", "enumerate(DataLoader)#")
+_LOOP_OWN_SPANS = ("ProfilerStep#", DATALOADER_FETCH)
 
 
 # The profiler stopping outside a ``prof.step()``: ``with profile(...)``'s exit, or

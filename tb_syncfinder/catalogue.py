@@ -798,6 +798,12 @@ LATENT_CPU_ONLY_READS = frozenset(
 # lifted just before it: ``x[mask] = t`` of a device tensor runs nonzero there.)
 INDEX_PUT_IMPL = "aten::_index_put_impl_"
 LIFTED_NUMBER = "aten::lift_fresh"
+# torch's own seed draw, ``torch.empty((), dtype=torch.int64).random_().item()``: the
+# DataLoader's base seed at each ``iter(loader)`` and a shuffling ``RandomSampler``'s seed,
+# sibling operators in this order. A host tensor: in a trace with stacks torch's frames say
+# so; without stacks these operators are all there is, and every shuffled DataLoader of a
+# CPU trace listed a read no line of the program makes.
+HOST_SEED_DRAW = ("aten::empty", "aten::random_", "aten::item")
 LATENT_CPU_ONLY_SCALAR_READS = frozenset(
     {
         "aten::std",

@@ -423,6 +423,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                 )
                 or assigns_a_host_number(thread, i)
                 or _read_by_one_hot_given_its_classes(thread, i)
+                or (not tl.has_stacks and draws_a_host_seed(thread, i))
             ):
                 continue
             outer = _outermost_op(thread, i)
@@ -627,6 +628,28 @@ def _one_hot_given_its_classes(node: Event) -> bool:
         return int(concrete[1]) != -1
     except (TypeError, ValueError):
         return False
+
+
+def draws_a_host_seed(thread: HostThread, i: int) -> bool:
+    """Whether the read ``i`` is the ``.item()`` of ``torch.empty((), dtype=torch.int64)
+    .random_()``, its sibling operators right before it (``catalogue.HOST_SEED_DRAW``):
+    torch's DataLoader and samplers drawing a seed on the host. Only for a trace without
+    stacks, where nothing else tells it from the program's own reads; a program drawing
+    that way on a GPU tensor is taken for a host draw too."""
+    nodes = thread.nodes
+    outer = _outermost_op(thread, i)
+    *before, read = catalogue.HOST_SEED_DRAW
+    if nodes[outer].name != read:
+        return False
+    parent = thread.parent[outer]
+    for k in range(outer - 1, parent, -1):  # no sibling starts before the parent
+        if thread.parent[k] != parent:
+            continue  # inside an earlier sibling
+        if nodes[k].name != before.pop():
+            return False
+        if not before:
+            return True
+    return False
 
 
 def assigns_a_host_number(thread: HostThread, i: int) -> bool:

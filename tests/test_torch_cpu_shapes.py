@@ -988,6 +988,36 @@ def test_latent_copies_are_the_users_own_once_per_copy_whatever_the_tensor_type(
     assert not any("torch/utils/data" in f.file for s in report.latent for f in s.stack)
 
 
+def test_a_dataloaders_seed_draws_are_no_latent_reads_in_a_trace_without_stacks(tmp_path):
+    """Each ``iter(loader)`` draws a base seed and a shuffling sampler another, as
+    ``torch.empty((), dtype=torch.int64).random_().item()`` on the host: without stacks
+    they were listed as an ``aten::item`` of the program. The loss's ``.item()`` stays."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    model = torch.nn.Linear(4, 2)
+    logdir = tmp_path / "logs" / "run"
+    reads = 0
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=6),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
+        for _epoch in range(4):
+            for x, y in DataLoader(data, batch_size=8, shuffle=True):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                if _epoch % 2:
+                    loss.item()
+                    reads += 1
+                prof.step()
+    report = analyze(logdir)
+    assert not report.traces[0].has_stacks
+    items = [s for s in report.latent_sites if s.ops[0] == "aten::item"]
+    assert [(s.file, s.count) for s in items] == [(None, 3)]  # epochs 2 and 4, in 6 steps
+
+
 # -- mixed precision: GradScaler and the optimizers' own reads ------------------------------
 
 GRAD_SCALER = textwrap.dedent(

@@ -2948,9 +2948,23 @@ HOST_ONLY_LIBRARY_DIRS = ("torch/utils/data/",)
 # capturable or fused, and read it with ``_get_value`` (``item``) every step, once per
 # parameter. ASGD keeps its step, eta and mu on the parameter's device: its reads sync.
 HOST_ONLY_LIBRARY_FUNCS = (("torch/optim/optimizer.py", frozenset({"_get_value"})),)
-HOST_STEP_OPTIMIZER_FILES = tuple(
-    f"torch/optim/{name}.py" for name in ("adam", "adamw", "adamax", "adagrad", "nadam", "radam")
+_HOST_STEP_OPTIMIZERS = (
+    ("adam", "Adam"),
+    ("adamw", "AdamW"),
+    ("adamax", "Adamax"),
+    ("adagrad", "Adagrad"),
+    ("nadam", "NAdam"),
+    ("radam", "RAdam"),
 )
+HOST_STEP_OPTIMIZER_FILES = tuple(f"torch/optim/{name}.py" for name, _ in _HOST_STEP_OPTIMIZERS)
+# Their profiler spans, for a trace without stacks: a read directly inside one is
+# ``_get_value``'s, unless a closure ran in it (``opt.step(closure)``, whose backward
+# shows: ``BACKWARD_OP_PREFIX``), whose reads may be of the program's device tensors.
+HOST_STEP_OPTIMIZER_SPANS = frozenset(
+    f"Optimizer.step#{cls}.step" for _, cls in _HOST_STEP_OPTIMIZERS
+)
+# The autograd engine's node of each backward function it runs.
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 # Library functions that call themselves directly only for a tensor's metadata, which stays
 # on the host: MONAI's ``decollate_batch(batch.meta)`` for a MetaTensor (``MetaTensor.to``
 # moves the array, not ``.meta``), whose ``[t.item() for t in out_list]`` reads each

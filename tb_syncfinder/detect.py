@@ -33,6 +33,7 @@ from tb_syncfinder import catalogue
 from tb_syncfinder.catalogue import (
     ALLOCATOR_APIS,
     ASYNC_COPY_APIS,
+    BACKWARD_OP_PREFIX,
     BLOCKING_SYNC_RECORDS,
     COPY_OPS,
     INDEX_PUT_IMPL,
@@ -394,6 +395,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
     episodes: list[Episode] = []
     for thread in tl.threads.values():
         by_outer: dict[int, Episode] = {}
+        closures: dict[int, bool] = {}  # optimizer span -> whether a closure ran in it
         nodes = thread.nodes
         kinds = thread.kinds
         for i, node in enumerate(nodes):
@@ -423,7 +425,13 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                 )
                 or assigns_a_host_number(thread, i)
                 or _read_by_one_hot_given_its_classes(thread, i)
-                or (not tl.has_stacks and draws_a_host_seed(thread, i))
+                or (
+                    not tl.has_stacks
+                    and (
+                        draws_a_host_seed(thread, i)
+                        or reads_a_host_step_counter(thread, i, closures)
+                    )
+                )
             ):
                 continue
             outer = _outermost_op(thread, i)
@@ -650,6 +658,30 @@ def draws_a_host_seed(thread: HostThread, i: int) -> bool:
         if not before:
             return True
     return False
+
+
+def reads_a_host_step_counter(thread: HostThread, i: int, closures: dict[int, bool]) -> bool:
+    """Whether the read ``i`` is directly inside the step of one of torch's optimizers
+    that keep their step counters on the host (``catalogue.HOST_STEP_OPTIMIZER_SPANS``),
+    where no closure ran: ``_get_value``'s ``step.item()``, once per parameter. For a trace
+    without stacks, where the span is all there is to tell it by. ``closures`` caches, per
+    span, whether a backward ran inside it."""
+    nodes = thread.nodes
+    span = thread.parent[_outermost_op(thread, i)]
+    if span < 0 or nodes[span].name not in catalogue.HOST_STEP_OPTIMIZER_SPANS:
+        return False
+    closure = closures.get(span)
+    if closure is None:
+        starts, end = thread.starts, thread.ends[span]
+        closure = False
+        for k in range(span + 1, len(nodes)):
+            if starts[k] > end:
+                break
+            if nodes[k].name.startswith(BACKWARD_OP_PREFIX):
+                closure = True
+                break
+        closures[span] = closure
+    return not closure
 
 
 def assigns_a_host_number(thread: HostThread, i: int) -> bool:

@@ -1018,6 +1018,62 @@ def test_a_dataloaders_seed_draws_are_no_latent_reads_in_a_trace_without_stacks(
     assert [(s.file, s.count) for s in items] == [(None, 3)]  # epochs 2 and 4, in 6 steps
 
 
+@pytest.mark.parametrize(
+    ("optimizer_name", "options", "closure", "listed"),
+    [
+        ("Adam", {}, False, 0),
+        ("AdamW", {"foreach": True}, False, 0),
+        ("NAdam", {}, False, 0),
+        ("Adam", {"fused": True}, False, 0),
+        # A closure's reads may be of device tensors: the step's reads stay listed, the
+        # closure's loss.item() and the counters' (4 parameters) alike, 3 steps.
+        ("Adam", {}, True, 3 * (1 + 4)),
+        # ASGD keeps its counters on the parameters' device: its reads sync.
+        ("ASGD", {}, False, 3 * 4 * 3),
+    ],
+)
+def test_an_optimizers_host_step_counters_are_no_latent_reads_in_a_trace_without_stacks(
+    tmp_path, optimizer_name, options, closure, listed
+):
+    """Adam and its kin read each parameter's step counter with ``.item()``, a host
+    tensor on a GPU run too: with stacks torch's frames said so, without them every Adam
+    step of a CPU trace listed one read per parameter."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = getattr(torch.optim, optimizer_name)(model.parameters(), lr=0.01, **options)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+
+    def loss_and_grad():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    def logged_loss():
+        loss = loss_and_grad()
+        loss.item()
+        return loss
+
+    logdir = tmp_path / "logs" / "run"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=3),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
+        for _ in range(4):
+            if closure:
+                optimizer.step(logged_loss)
+            else:
+                loss_and_grad()
+                optimizer.step()
+            prof.step()
+    report = analyze(logdir)
+    assert not report.traces[0].has_stacks
+    assert sum(s.count for s in report.latent_sites) == listed
+
+
 # -- mixed precision: GradScaler and the optimizers' own reads ------------------------------
 
 GRAD_SCALER = textwrap.dedent(

@@ -36,6 +36,7 @@ from tb_syncfinder.catalogue import (
     BACKWARD_OP_PREFIX,
     BLOCKING_SYNC_RECORDS,
     COPY_OPS,
+    DATALOADER_FETCH,
     INDEX_PUT_IMPL,
     LATENT_CPU_ONLY_READS,
     LATENT_TRIGGERS,
@@ -429,6 +430,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                     not tl.has_stacks
                     and (
                         draws_a_host_seed(thread, i)
+                        or in_a_dataloader_fetch(thread, i)
                         or reads_a_host_step_counter(thread, i, closures)
                     )
                 )
@@ -658,6 +660,18 @@ def draws_a_host_seed(thread: HostThread, i: int) -> bool:
         if not before:
             return True
     return False
+
+
+def in_a_dataloader_fetch(thread: HostThread, i: int) -> bool:
+    """Whether the read ``i`` ran inside a DataLoader's fetch (its ``__next__`` span,
+    ``DATALOADER_FETCH``): the dataset's and its transforms' work, on host tensors
+    by construction (``catalogue.HOST_ONLY_LIBRARY_DIRS``: a trace with stacks tells it by
+    ``torch/utils/data``'s frames; without stacks the span is all there is)."""
+    nodes, kinds = thread.nodes, thread.kinds
+    return any(
+        kinds[j] == ANNOTATION and nodes[j].name.startswith(DATALOADER_FETCH)
+        for j in thread.ancestors(i)[1:]
+    )
 
 
 def reads_a_host_step_counter(thread: HostThread, i: int, closures: dict[int, bool]) -> bool:

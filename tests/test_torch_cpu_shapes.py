@@ -1018,6 +1018,41 @@ def test_a_dataloaders_seed_draws_are_no_latent_reads_in_a_trace_without_stacks(
     assert [(s.file, s.count) for s in items] == [(None, 3)]  # epochs 2 and 4, in 6 steps
 
 
+def test_a_datasets_reads_in_a_loaders_fetch_are_no_latent_reads_without_stacks(tmp_path):
+    """A dataset's random augmentations decide on host tensors (torchvision's
+    ``RandomResizedCrop.get_params`` reads ``torch.empty(1).uniform_(...).item()``, its
+    flips ``if torch.rand(1) < p:``) inside the loader's fetch: 130 reads a step were
+    listed for torchvision's transforms in a trace without stacks."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    from torch.utils.data import DataLoader, Dataset
+
+    class Augmented(Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, index):
+            image = torch.rand(3, 8, 8)
+            if torch.rand(1) < 0.5:
+                image = image.flip(-1)
+            scale = torch.empty(1).uniform_(0.5, 1.0).item()
+            return image * scale, index % 2
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 2))
+    logdir = tmp_path / "logs" / "run"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=3),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
+        for x, y in DataLoader(Augmented(), batch_size=4):
+            torch.nn.functional.cross_entropy(model(x), y).item()
+            prof.step()
+    report = analyze(logdir)
+    assert not report.traces[0].has_stacks
+    assert [(s.ops[0], s.count) for s in report.latent_sites] == [("aten::item", 3)]
+
+
 @pytest.mark.parametrize(
     ("optimizer_name", "options", "closure", "listed"),
     [

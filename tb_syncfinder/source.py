@@ -472,6 +472,12 @@ class Bindings(NamedTuple):
             classes.add(held[len(INSTANCE_OF) :])
         return frozenset(classes)
 
+    def only_loose(self, bound: frozenset[str]) -> bool:
+        """Whether ``bound`` holds only names the file binds otherwise than by assigning
+        them (a parameter, a loop's target) and defines no function of: what they hold
+        is not known."""
+        return bool(bound) and all(b in self.loose and b not in self.defined for b in bound)
+
     def of_call(self, node: ast.AST) -> frozenset[str]:
         """What the callee of ``node`` (a call) may be bound to."""
         func = getattr(node, "func", None)
@@ -850,7 +856,7 @@ def _matcher(
                 return maybe_the_object(name, bound), True
             if (
                 modules
-                and not bound
+                and (not bound or bindings.only_loose(bound))
                 and (_on_self(func) or (isinstance(func, ast.Name) and name not in _BUILTINS))
                 and name not in bindings.defined
             ):
@@ -858,8 +864,9 @@ def _matcher(
                 # set (``self.encoder`` of a subclass of nn.Transformer); or a name bound
                 # to what the source does not tell (a parameter: torchvision's detection
                 # ``train_one_epoch(model, ...)``; a factory's result, ``model =
-                # get_model(...)``). It may be the module; claimed only where the alignment
-                # leaves it alone.
+                # get_model(...)``); or an attribute set from one (DETR's ``self.matcher =
+                # matcher`` in ``__init__``). It may be the module; claimed only where the
+                # alignment leaves it alone.
                 return maybe_the_object(name, bound), True
             if some_class and name and name[:1].isupper():
                 return N, True  # a class called, or a class without a Python __init__

@@ -454,3 +454,68 @@ def test_a_call_in_both_branches_under_a_remainder_test_is_every_n_steps(tmp_pat
     assert site.line == 7
     text = " ".join(report.to_text().split())
     assert "already every N steps (under `if i % 2 == 0:`" in text
+
+
+_INJECTED = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+    from helpers import is_dist, world_size
+
+
+    class Matcher(nn.Module):
+        def forward(self, x):
+            return (x * 2).cpu()
+
+
+    class Criterion(nn.Module):
+        def __init__(self, matcher):
+            super().__init__()
+            self.matcher = matcher
+
+        def forward(self, x, aux):
+            indices = self.matcher(x)
+            if is_dist():
+                pass
+            n = world_size()
+            for a in aux:
+                indices = self.matcher(a)
+            return indices, n
+
+
+    criterion = Criterion(Matcher())
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    ) as prof:
+        for _ in range(5):
+            x = torch.randn(4, 4)
+            criterion(x, [x + 1])
+            prof.step()
+    """
+)
+
+
+def test_a_module_given_to_init_is_called_where_its_attribute_is_not_at_other_calls(
+    tmp_path, monkeypatch
+):
+    """DETR's ``SetCriterion`` keeps the ``HungarianMatcher`` it is given (``self.matcher
+    = matcher``): the calls of that attribute were never taken for the module's, so the
+    functions imported from another file between them (``is_dist()``, ``world_size()``)
+    were, and the matcher's ``.cpu()`` was said to be called from lines 18 and 20, exact."""
+    (tmp_path / "helpers.py").write_text(
+        "def is_dist():\n    return False\n\n\ndef world_size():\n    return 1\n"
+    )
+    script = tmp_path / "w.py"
+    script.write_text(_INJECTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = [s for s in report.latent_sites if s.line == 8]
+    assert [(c.line, c.line_exact, c.count) for c in site.callers] == [
+        (17, True, 3),
+        (22, True, 3),
+    ]

@@ -2045,6 +2045,74 @@ _TORCHMETRICS_NAN_ADVICE = Advice(
     after='mean_loss = MeanMetric(nan_strategy="disable")\n',
 )
 
+# PyTorch-Ignite's ``create_supervised_trainer`` returns ``loss.item()`` from every
+# iteration by default (its ``output_transform``, a lambda in ``ignite/engine/__init__.py``).
+# Checked on CPU traces of pytorch-ignite 0.5.5 (docs/validation.md, section 31): with
+# ``loss.detach()`` returned, no read is left in the iterations.
+_IGNITE_OUTPUT_TRANSFORM_ADVICE = Advice(
+    title="Return the loss tensor from Ignite's trainer: output_transform=... loss.detach()",
+    text=(
+        "`create_supervised_trainer` turns every iteration's loss into a Python number "
+        "(`output_transform` defaults to `lambda x, y, y_pred, loss: loss.item()`), a "
+        "read-back that waits for the iteration's forward and backward. Pass an "
+        "`output_transform` returning the tensor, and read it where you log it, every N "
+        "iterations. A `ProgressBar` or `RunningAverage` given that output reads it on each "
+        "event it is attached to: attach them every N iterations too."
+    ),
+    before="trainer = create_supervised_trainer(model, optimizer, loss_fn, device=device)\n",
+    after=(
+        "trainer = create_supervised_trainer(\n"
+        "    model, optimizer, loss_fn, device=device,\n"
+        "    output_transform=lambda x, y, y_pred, loss: loss.detach())\n"
+        "\n"
+        "@trainer.on(Events.ITERATION_COMPLETED(every=100))\n"
+        "def log_loss(engine):\n"
+        '    print(f"loss {engine.state.output.item():.4f}")   # one read per 100\n'
+    ),
+)
+
+# Ignite's output handlers (``ProgressBar``, the TensorBoard, Visdom, ... loggers' output
+# handlers) turn each 0-d tensor they show into a number (``handle_value_fn``'s
+# ``value.item()`` in ``ignite/handlers/base_logger.py``) on every event they are attached
+# to. Checked on CPU traces of pytorch-ignite 0.5.5 (docs/validation.md, section 31): 5
+# reads in 5 iterations attached to every iteration, 1 with ``every=4``.
+_IGNITE_HANDLER_EVERY_ADVICE = Advice(
+    title="Attach Ignite's progress bar and loggers every N iterations, not every one",
+    text=(
+        "An Ignite output handler (`ProgressBar`, a TensorBoard or other logger's "
+        "`OutputHandler`) turns each tensor it shows into a Python number (`.item()`) on "
+        "every event it is attached to: every iteration by default, each read waiting for "
+        "the GPU. Attach it to `Events.ITERATION_COMPLETED(every=N)`; the values it shows "
+        "are then read once per N iterations."
+    ),
+    before='pbar.attach(trainer, output_transform=lambda out: {"loss": out})\n',
+    after=(
+        'pbar.attach(trainer, output_transform=lambda out: {"loss": out},\n'
+        "            event_name=Events.ITERATION_COMPLETED(every=50))\n"
+    ),
+)
+
+# Ignite's metrics keep their totals on ``device``, the CPU unless given one: each
+# ``update()`` copies its batch's result there (``torch.sum(correct).to(self._device)``, a
+# copy to the host and a wait per batch on a GPU, which a CPU run cannot show), and
+# ``compute()`` reads the totals (``.item()``: a host read with the default device, one
+# read per computation with ``device=device``). Read in pytorch-ignite 0.5.5
+# (``metrics/accuracy.py``, ``loss.py``, ``metric.py``'s ``completed``; docs/validation.md,
+# section 31).
+_IGNITE_METRIC_DEVICE_ADVICE = Advice(
+    title="Build Ignite's metrics with device=device",
+    text=(
+        "An Ignite metric (`Accuracy`, `Loss`, `RunningAverage`, ...) keeps its totals on "
+        "its `device`, the CPU unless you pass one: on a GPU each `update()` then copies "
+        "its batch's result to the host and waits for it, once per batch (a CPU trace "
+        "cannot show those copies; what it shows is `compute()` reading the totals). With "
+        "`device=device` the totals stay on the GPU and `compute()` reads them once, when "
+        "the metric is computed."
+    ),
+    before=('metrics = {"acc": Accuracy(), "nll": Loss(loss_fn)}   # a copy per batch each\n'),
+    after=('metrics = {"acc": Accuracy(device=device), "nll": Loss(loss_fn, device=device)}\n'),
+)
+
 # GPyTorch's ``ExactGP.__call__`` compares the inputs with the training data element by
 # element (``torch.equal``, a read-back each) to catch calling a model in training mode on
 # other data, or in eval mode on its own, only under ``gpytorch.settings.debug``, on by
@@ -2343,6 +2411,27 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "torchmetrics/aggregation.py",
         frozenset({"_cast_and_nan_check_input"}),
         _TORCHMETRICS_NAN_ADVICE,
+    ),
+    LibraryAdvice(
+        "ignite/engine/__init__.py",
+        frozenset({"<lambda>"}),
+        _IGNITE_OUTPUT_TRANSFORM_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "ignite/handlers/base_logger.py",
+        frozenset({"handle_value_fn"}),
+        _IGNITE_HANDLER_EVERY_ADVICE,
+        innermost=True,
+    ),
+    *(
+        LibraryAdvice(
+            f"ignite/metrics/{name}.py",
+            frozenset({func}),
+            _IGNITE_METRIC_DEVICE_ADVICE,
+            innermost=True,
+        )
+        for name, func in (("accuracy", "compute"), ("loss", "compute"), ("metric", "completed"))
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/result.py",
@@ -3498,6 +3587,9 @@ LIBRARY_PACKAGES = frozenset(
         "megatron",
         "nemo",
         "ignite",
+        # skorch's ``NeuralNet`` runs the loop (``fit``, ``predict_proba``) in its own code,
+        # and copies outputs to the host there (``to_numpy``'s ``if X.is_cuda:``).
+        "skorch",
         "composer",
         "huggingface_hub",
         "safetensors",

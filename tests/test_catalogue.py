@@ -212,6 +212,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "segment_anything/",
                 "sentence_transformers/",
                 "torchrl/",
+                "ignite/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -522,6 +523,49 @@ def test_torchmetrics_auroc_checks_and_nan_checks_get_their_settings(frames, tit
     both applied there: the reads gone, the results the same)."""
     advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=frames)
     assert advice["title"] == title
+    assert advice.get("library_code") is None
+
+
+@pytest.mark.parametrize(
+    ("frames", "title", "setting"),
+    [
+        (
+            [
+                ("<built-in>", "item"),
+                ("ignite/engine/__init__.py", "<lambda>"),
+                ("ignite/engine/__init__.py", "update"),
+            ],
+            "Return the loss tensor from Ignite's trainer: output_transform=... loss.detach()",
+            "output_transform=lambda x, y, y_pred, loss: loss.detach()",
+        ),
+        (
+            [
+                ("<built-in>", "item"),
+                ("ignite/handlers/base_logger.py", "handle_value_fn"),
+                ("ignite/handlers/base_logger.py", "_setup_output_metrics_state_attrs"),
+            ],
+            "Attach Ignite's progress bar and loggers every N iterations, not every one",
+            "event_name=Events.ITERATION_COMPLETED(every=50)",
+        ),
+        (
+            [
+                ("<built-in>", "item"),
+                ("ignite/metrics/accuracy.py", "compute"),
+                ("ignite/metrics/metric.py", "completed"),
+            ],
+            "Build Ignite's metrics with device=device",
+            "Accuracy(device=device)",
+        ),
+    ],
+)
+def test_ignites_default_output_and_progress_bar_reads_get_their_settings(frames, title, setting):
+    """``create_supervised_trainer``'s default ``output_transform`` (``loss.item()``), a
+    ``ProgressBar`` attached to every iteration and a metric's ``compute()`` were "an edit of
+    ignite's own code: no setting of it is known" (a walk: ``loss.detach()`` returned left no
+    read; ``every=4``, 1 in 4; a metric on the CPU, the default, copies every batch)."""
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=frames)
+    assert advice["title"] == title
+    assert setting in advice["after"]
     assert advice.get("library_code") is None
 
 

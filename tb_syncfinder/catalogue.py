@@ -919,7 +919,15 @@ QUEUES_NO_DEVICE_WORK = frozenset(
         "aten::resolve_neg",
         "aten::empty",
         "aten::empty_strided",
+        # ``nn.Module._apply``'s check before each tensor it moves (``net.cpu()``).
+        "aten::_has_compatible_shallow_copy_type",
     }
+)
+# A line converting the host copy it just made (``t.cpu().float().numpy()``, torchvision's
+# and many image loggers' ``tensor2im``): the conversion's operators run on the host copy,
+# queueing nothing on the device before the next read (``cost.reads_right_after``).
+CONVERTED_COPY = re.compile(
+    r"\.cpu\(\s*\)\s*\.(float|double|half|bfloat16|long|int|short|bool|byte|to|type)\("
 )
 # The operators of a read itself: a scalar's (``.item()``, a truth test) or a copy to the
 # host's (``.cpu()``, ``.tolist()``); a read made of these waits for the queue and runs

@@ -149,7 +149,9 @@ def sync_cost(tl: Timeline, episode: Episode, attribution: Attribution) -> SyncC
     return SyncCost(host_wait, max(0.0, float(idle_until - end)), charged)
 
 
-def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
+def reads_right_after(
+    episodes: Sequence[Episode], conversions: Sequence[str | None] | None = None
+) -> list[int | None]:
     """Of a CPU-only trace's latent reads, for each the index of the one just before it on
     its thread where nothing that queues device work ran between the two, and the read
     itself runs nothing but the read; None otherwise, or where none came before. On a GPU
@@ -158,7 +160,10 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
     and allocations (``catalogue.QUEUES_NO_DEVICE_WORK``), Python frames and annotations;
     in the read, those and the read's own operators (``catalogue.READ_ONLY_OPS``): a
     ``nonzero`` or a linear-algebra check runs its own kernels first and waits for them
-    (``bench/reads_after_reads_gpu.py`` measures both on recorded GPU traces)."""
+    (``bench/reads_after_reads_gpu.py`` measures both on recorded GPU traces).
+    ``conversions``: per read, the method its line calls on the host copy it made
+    (``catalogue.CONVERTED_COPY``: ``.cpu().float()``), whose operators after it queue
+    nothing either."""
     after: list[int | None] = [None] * len(episodes)
     by_thread: dict[int, list[tuple[float, float, int]]] = {}
     for n, episode in enumerate(episodes):
@@ -176,10 +181,12 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
                 continue  # one inside the other: not one after the other
             gap = range(bisect_right(starts, end), bisect_left(starts, start))
             read = range(gap.stop, bisect_right(starts, read_end))
+            converted = conversions[before] if conversions is not None else None
             if all(
                 kinds[i] != OP
                 or nodes[i].name in QUEUES_NO_DEVICE_WORK
-                or _in_a_numpy_call(thread, i)
+                or _in_a_method_call(thread, i, "numpy")
+                or (converted is not None and _in_a_method_call(thread, i, converted))
                 for i in gap
             ) and all(
                 kinds[i] != OP
@@ -191,18 +198,19 @@ def reads_right_after(episodes: Sequence[Episode]) -> list[int | None]:
     return after
 
 
-def _in_a_numpy_call(thread: Any, node: int) -> bool:
-    """Whether an operator runs inside a ``Tensor.numpy()`` call (its Python frame): the
-    host tensor it is given (a copy's result) is only viewed, though its ``aten::to``
-    shows as an operator (a CleanRL walk: the read after ``b_values.cpu().numpy()`` was not
-    said to follow it)."""
+def _in_a_method_call(thread: Any, node: int, method: str) -> bool:
+    """Whether an operator runs inside a call of that tensor method (its Python frame).
+    ``numpy``: the host tensor it is given (a copy's result) is only viewed, though its
+    ``aten::to`` shows as an operator (a CleanRL walk: the read after
+    ``b_values.cpu().numpy()`` was not said to follow it); a conversion of the copy a line
+    just made (``.cpu().float()``) runs on the host too."""
     parent = thread.parent[node]
     while parent >= 0 and thread.kinds[parent] == OP:
         parent = thread.parent[parent]
     return (
         parent >= 0
         and thread.kinds[parent] == PYTHON
-        and tensor_method(thread.nodes[parent].name) == "numpy"
+        and tensor_method(thread.nodes[parent].name) == method
     )
 
 

@@ -23,6 +23,7 @@ import msgspec
 from tb_syncfinder.aggregate import build_report, site_key
 from tb_syncfinder.attribute import Attributor, LibraryCalls, library_roots
 from tb_syncfinder.catalogue import (
+    CONVERTED_COPY,
     HOST_READ_METHODS,
     HOST_TENSOR_FACTORIES,
     INDEX_PUT_IMPL,
@@ -965,7 +966,9 @@ def _analyze_data(
                 savings = list(whatif.episode_us)
         stages = zip(episodes, attributions, sources, costs, keys, savings, place, strict=True)
         # A latent read right after another with nothing queued between waits for nothing.
-        read_before = reads_right_after(episodes) if episodes and episodes[0].latent else None
+        read_before = None
+        if episodes and episodes[0].latent:
+            read_before = reads_right_after(episodes, _copy_conversions(sources, resolver))
         ids: dict[int, str] = {}
         found: list[Sync] = []
         for n, (e, a, src, c, key, saving, where) in enumerate(stages):
@@ -1126,6 +1129,19 @@ def _analyze_data(
         # A Jupyter cell no notebook held as it ran: its notebook saved since may.
         result.source_stamps.update(resolver.notebook_stamps())
     return result
+
+
+def _copy_conversions(
+    sources: Sequence[Source | None], resolver: SourceResolver
+) -> list[str | None]:
+    """Per read, the tensor method its exact line calls on the host copy it just made
+    (``catalogue.CONVERTED_COPY``: ``.cpu().float()``), for ``reads_right_after``."""
+    found: list[str | None] = []
+    for source in sources:
+        text = resolver.line_text(source) if source is not None else None
+        match = CONVERTED_COPY.search(text) if text else None
+        found.append(match.group(1) if match else None)
+    return found
 
 
 def _frames_in_cells(resolver: SourceResolver, frames: Sequence[Frame]) -> list[str]:

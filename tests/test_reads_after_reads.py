@@ -99,6 +99,44 @@ def test_a_read_after_a_copys_numpy_follows_the_copy(tmp_path):
     assert sites[17].after_read_count == 0
 
 
+@pytest.mark.parametrize(
+    ("copy", "after"),
+    [
+        # CycleGAN's ``tensor2im``: ``image_tensor[0].cpu().float().numpy()`` per visual.
+        ("    as_array = w.cpu().float().numpy()\n", True),
+        ("    as_array = w.cpu().double()\n", True),
+        # A cast of another tensor between queues its kernel on a GPU.
+        ("    as_array = w.cpu()\n    other = w.float()\n", False),
+    ],
+)
+def test_a_read_after_a_copy_converted_on_the_host_follows_the_copy(tmp_path, copy, after):
+    """The ``.float()`` of the host copy a line just made runs on the host: the read after
+    it was not said to follow the copy (a walk of CycleGAN: 16 copies a display step, one
+    wait on a GPU)."""
+    script = _SCRIPT.replace(
+        "    acc_value = acc.item()\n", copy + "    acc_value = acc.item()\n"
+    )
+    _, sites = _report(tmp_path, script)
+    read = sites[15 + copy.count("\n")]
+    assert (read.after_read is not None) is after
+
+
+def test_a_modules_copies_to_the_host_follow_each_other(tmp_path):
+    """``net.cpu()`` copies each parameter after ``nn.Module._apply``'s metadata check
+    (``aten::_has_compatible_shallow_copy_type``), which queues nothing: on a GPU only the
+    first copy waits (CycleGAN's checkpoint, 184 copies a save, said to be 184 waits)."""
+    script = _SCRIPT.replace(
+        "    loss_value = loss.item()\n",
+        "    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))\n"
+        "    net.cpu()\n"
+        "    loss_value = loss.item()\n",
+    )
+    _, sites = _report(tmp_path, script)
+    copies = [site for site in sites.values() if site.line == 15]
+    assert copies and copies[0].count == 16  # 4 tensors, 4 steps
+    assert copies[0].after_read_count == 12
+
+
 def test_a_read_after_device_work_is_not_said_to_cost_little(tmp_path):
     report, sites = _report(
         tmp_path,

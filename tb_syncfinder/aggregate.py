@@ -274,6 +274,8 @@ def build_sites(
                         all(s.source is not None and s.source.reads_sample for s in members),
                         # Read in torch.compile'd code, the same way: every sync's.
                         _common({s.source.compiled if s.source else None for s in members}),
+                        # A copy a host call takes at once (a checkpoint): every sync's.
+                        _common({s.source.host_use if s.source else None for s in members}),
                     ),
                     _one_device(members, devices),
                 ),

@@ -3239,6 +3239,59 @@ COMPILED_READS = {
 }
 
 
+# Copies to the host that a host call takes at once (``source.host_use``): neither kept
+# on the device nor read later, only made once for many, or differently.
+HOST_USE_ADVICE: dict[str, Advice] = {
+    # CycleGAN's ``save_networks``: ``torch.save(net.module.cpu().state_dict(), path)`` then
+    # ``net.cuda()``, every parameter and gradient copied to the host and uploaded back.
+    "torch.save": Advice(
+        title="Save the checkpoint from the device: torch.save(net.state_dict(), path)",
+        text=(
+            "A checkpoint has to reach the host, so this copy waits for the GPU wherever it "
+            "is made. Moving the model to the host to save it (`net.cpu()`) copies every "
+            "parameter and gradient one by one, and moving it back (`net.cuda()`) uploads "
+            "them all again. `torch.save(net.state_dict(), path)` copies each tensor to the "
+            "host itself and leaves the model where it is (load it with `map_location`). "
+            "Save every N epochs, not every few steps; "
+            "`torch.distributed.checkpoint.async_save` writes it in the background."
+        ),
+        before="torch.save(net.cpu().state_dict(), path)\nnet.cuda()\n",
+        after=(
+            "torch.save(net.state_dict(), path)   # no move to the host and back\n"
+            "# later: net.load_state_dict(torch.load(path, map_location=device))\n"
+        ),
+        removes="the copies of the gradients, and the uploads back: the parameters are copied once",
+    ),
+    # DETR's ``HungarianMatcher``: the cost matrix copied to the host for scipy, once per
+    # decoder layer with auxiliary losses (6 a step by default), its result needed by the
+    # loss of the same step.
+    "linear_sum_assignment": Advice(
+        title="One copy for every matching: scipy's solver needs the cost matrix at once",
+        text=(
+            "scipy's `linear_sum_assignment` runs on the host, and the step's loss needs its "
+            "result, so the cost matrix has to be copied there and the host waits: a pinned "
+            "buffer read later does not help. What can go is one wait per matching: a "
+            "matcher called once per decoder layer (auxiliary losses) copies once per layer. "
+            "Build the cost matrices of all layers on the device, copy them with one "
+            "`.cpu()`, then solve each on the host; or solve the assignment on the GPU."
+        ),
+        before=(
+            "for aux in outputs['aux_outputs']:          # one copy per decoder layer\n"
+            "    indices = self.matcher(aux, targets)   # C.cpu() -> linear_sum_assignment\n"
+        ),
+        after=(
+            "costs = torch.stack([cost_matrix(o, targets) for o in all_outputs])\n"
+            "costs = costs.cpu()                         # one copy for every layer\n"
+            "indices = [\n"
+            "    [linear_sum_assignment(c[i]) for i, c in enumerate(layer.split(sizes, -1))]\n"
+            "    for layer in costs\n"
+            "]\n"
+        ),
+        removes="the waits of every matching but one a step",
+    ),
+}
+
+
 def advice_for(
     kind_name: str,
     ops: list[str],
@@ -3252,6 +3305,7 @@ def advice_for(
     per_element: bool = False,
     sampled: bool = False,
     compiled: str | None = None,
+    host_use: str | None = None,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -3268,7 +3322,8 @@ def advice_for(
     ``per_element``: every sync reads one element of what a loop iterates
     (``Source.reads_elements``). ``sampled``: every sync reads a value a sampling call
     drew (``Source.reads_sample``). ``compiled``: every sync was read in torch.compile'd
-    code, so (``Source.compiled``): the advice's ``compiled`` says what the fix means there."""
+    code, so (``Source.compiled``): the advice's ``compiled`` says what the fix means there.
+    ``host_use``: the host call every sync's copy is taken by at once (``Source.host_use``)."""
     record = kind(kind_name)
     frames = list(frames)
     # A print, then a library's own fix (its code is not the user's to change), then an
@@ -3326,6 +3381,8 @@ def advice_for(
         refinement = _operator_fix((*forward_ops, *ops), kind_name)
     if refinement is None and as_size and kind_name == SCALAR_READBACK:
         refinement = SIZE_READ_ADVICE
+    if refinement is None and host_use in HOST_USE_ADVICE and kind_name == DEVICE_TO_HOST_COPY:
+        refinement = HOST_USE_ADVICE[host_use]
     if refinement is None and sampled and kind_name in (SCALAR_READBACK, DEVICE_TO_HOST_COPY):
         # A copy of a sampled action (``action.cpu().numpy()``) is needed at once as well:
         # a pinned buffer read later does not help (a CleanRL walk).

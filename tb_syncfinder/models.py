@@ -309,6 +309,10 @@ class Source(msgspec.Struct):
     # An exact line whose reads are each of a value a sampling call drew (``m.sample()
     # .item()``: ``source.reads_sample``): an action or a token the host needs at once.
     reads_sample: bool = False
+    # An exact line whose copy to the host a host call takes at once (``torch.save`` of it,
+    # a checkpoint; scipy's ``linear_sum_assignment`` given it: ``source.host_use``): the
+    # copy cannot be deferred or kept on the device, only made once for many.
+    host_use: str | None = None
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
     # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every
     # N steps, not every step. An inexact line's, where every candidate runs under that test.

@@ -760,6 +760,12 @@ def instance_call(frame: Frame) -> str:
     return f"{CALL_CALL}{'U' if frame.user else 'L'}{frame.file}:{frame.line}"
 
 
+# Library base classes any class may derive from, out of sight of the file: a call of one of
+# their methods on an instance of any other class may run it (CycleGAN's ``net.cpu()`` of a
+# ``torch.nn.Sequential``, beside ``net.module.cpu()``).
+_OPEN_BASE_CLASSES = frozenset({"Module"})
+
+
 def _matcher(
     group: tuple[str, ...],
     optional_calls: bool,
@@ -789,7 +795,9 @@ def _matcher(
     calls = set() if frameless else set(group)
     method_of = {n[len(METHOD_OF) :] for n in calls if n.startswith(METHOD_OF)}
     calls.difference_update(METHOD_OF + n for n in method_of)
-    strict_classes = STRICT_CLASSES in calls
+    # A method of a base class every model derives from, in libraries too (``Module.cpu``):
+    # an instance of a class the file does not define (``nn.Sequential``) may be one.
+    strict_classes = STRICT_CLASSES in calls and method_of.isdisjoint(_OPEN_BASE_CLASSES)
     calls.discard(STRICT_CLASSES)
     modules = {INSTANCE_OF + n[len(MODULE_CALL) :] for n in calls if n.startswith(MODULE_CALL)}
     some_class = SOME_CLASS in calls
@@ -2083,6 +2091,52 @@ def _sampled(
             for value in values
         )
     return False
+
+
+def host_use(scope: ast.AST, line: int) -> str | None:
+    """The host call that takes what ``line`` copies to the host (a ``.cpu()``) at once,
+    as ``catalogue.HOST_USE_ADVICE`` names it: ``torch.save`` of it on the line (a
+    checkpoint, CycleGAN's ``torch.save(net.module.cpu().state_dict(), path)``), or
+    scipy's ``linear_sum_assignment`` given, later in the scope, the name the line binds
+    (DETR's Hungarian matcher, ``C = C.view(bs, q, -1).cpu()``). None for any other copy:
+    such a copy cannot be deferred, only made once for many."""
+    roots = _statements_at(scope, line)
+    copies = [
+        node
+        for root in roots
+        for node in ast.walk(root)
+        if getattr(node, "lineno", None) == line and _copy_receiver(node) is not None
+    ]
+    if not copies:
+        return None
+    for root in roots:
+        for call in ast.walk(root):
+            if (
+                isinstance(call, ast.Call)
+                and _call_name(call) == "save"
+                and _receiver_name(call) == "torch"
+                and call.args
+                and any(node in copies for node in ast.walk(call.args[0]))
+            ):
+                return "torch.save"
+    bound = {
+        name
+        for root in roots
+        if isinstance(root, ast.Assign) and any(node in copies for node in ast.walk(root.value))
+        for target in root.targets
+        for name in _names_bound_by(target)
+    }
+    if not bound:
+        return None
+    for node in ast.walk(scope):
+        if (
+            isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return))
+            and node.lineno > line
+            and any(_call_name(c) == "linear_sum_assignment" for c in ast.walk(node))
+            and any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(node))
+        ):
+            return "linear_sum_assignment"
+    return None
 
 
 def calls_a_mean_ctc_loss_module(scope: ast.AST, line: int, module: ast.AST) -> bool:
@@ -3842,6 +3896,7 @@ class SourceResolver:
         self._sets_default_device: bool | None = None
         # (scope, candidate lines, profilers) -> the ``%`` test all run under (``_shared_guard``).
         self._shared_guards: dict[tuple[Any, ...], str | None] = {}
+        self._shared_host_uses: dict[tuple[Any, ...], str | None] = {}
         # (file, line, function) -> whether it calls a mean CTC loss module.
         self._ctc_modules: dict[tuple[str, int, str], bool] = {}
         self._def_lines: dict[tuple[str, str], int] = {}
@@ -5112,6 +5167,7 @@ class SourceResolver:
                 else self._shared_guard(
                     scope, lines, parsed.profiler_names or parsed.named_profilers
                 ),
+                host_use=None if recorded_line is not None else self._shared_host_use(scope, lines),
             )
         return Source(
             frame.file,
@@ -5137,6 +5193,16 @@ class SourceResolver:
             self._shared_guards[key] = guards.pop() if len(guards) == 1 else None
         return self._shared_guards[key]
 
+    def _shared_host_use(self, scope: ast.AST, lines: Sequence[int]) -> str | None:
+        """The host call every one of an inexact line's candidates gives its copy to
+        (``host_use``): CycleGAN's ``torch.save(net.module.cpu().state_dict(), path)`` and
+        ``torch.save(net.cpu().state_dict(), path)``, in the two branches of ``if``."""
+        key = (id(scope), tuple(lines))
+        if key not in self._shared_host_uses:
+            uses = {host_use(scope, line) for line in lines}
+            self._shared_host_uses[key] = uses.pop() if len(uses) == 1 else None
+        return self._shared_host_uses[key]
+
     def _line_facts(
         self, scope: ast.AST, line: int, frameless: bool, profilers: frozenset[str] = frozenset()
     ) -> dict[str, Any]:
@@ -5151,6 +5217,7 @@ class SourceResolver:
                 "read_as_size": read_as_size(scope, line, frameless),
                 "reads_elements": reads_elements(scope, line),
                 "reads_sample": reads_sample(scope, line),
+                "host_use": host_use(scope, line),
                 "periodic_guard": periodic_guard(scope, line, profilers),
             }
         return facts

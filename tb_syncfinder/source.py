@@ -338,7 +338,9 @@ _FRAMELESS = ("<truth>", "<scalar>", "<load>", "<store>")
 _SCALAR_TYPES = frozenset({"float", "int", "complex", "range"})
 
 
-def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
+def _frameless_labels(
+    kind: str, node: ast.AST, counters: frozenset[str] = frozenset()
+) -> tuple[str, ...]:
     if kind == "truth":
         return ("<truth>",)
     if kind == "call":
@@ -363,6 +365,8 @@ def _frameless_labels(kind: str, node: ast.AST) -> tuple[str, ...]:
         return ("<scalar>",)  # a slice's further bound read through ``__index__``
     if kind in ("load", "store"):
         index = node.slice  # type: ignore[attr-defined]
+        if isinstance(index, ast.Name) and index.id in counters:
+            return ()  # a loop's int counter (``_loop_counters``): no tensor is read
         labels = ["<load>" if kind == "load" else "<store>"]
         if kind == "load" and not _may_index_with_tensor(index):
             labels = []
@@ -775,6 +779,7 @@ def _matcher(
     steps_in_next: bool = False,
     start_line: int | None = None,
     anchors: frozenset[str] = frozenset(),
+    counters: frozenset[str] = frozenset(),
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
@@ -787,7 +792,9 @@ def _matcher(
     was at (``start_line``) when profiling started: that ``__next__`` ran the iterator,
     which stepped the profiler into recording, and each of its calls shows. ``anchors``:
     names of other calls the trace shows the frame making (``Observed.calls``): a call of
-    one may emit ``ANCHOR + name`` (may: it may run no Python frame, or be another's)."""
+    one may emit ``ANCHOR + name`` (may: it may run no Python frame, or be another's).
+    ``counters``: names only ever bound as a loop's int counter (``_loop_counters``): an
+    index by one reads no tensor."""
     wrapped = frozenset(step_calls)
     frameless = bool(group) and group[0] in _FRAMELESS
     kinds: set[str] = set()  # evaluation point kinds that emit N
@@ -827,7 +834,7 @@ def _matcher(
 
     def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
         if frameless:
-            labels = _frameless_labels(kind, node)
+            labels = _frameless_labels(kind, node, counters)
             if labels:
                 return labels, True
         if kind == "call":
@@ -900,8 +907,12 @@ def _matcher(
             return None, False
         if kind not in kinds:
             return None, False
-        if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
-            return None, False
+        if kind == "load":
+            index = node.slice  # type: ignore[attr-defined]
+            if not _may_index_with_tensor(index) or (
+                isinstance(index, ast.Name) and index.id in counters
+            ):
+                return None, False
         if kind in ("iter", "next") and _over_a_range(node):
             return None, False  # a ``range``'s iterator runs no Python frame
         return N, True
@@ -2213,6 +2224,56 @@ def _is_range(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
     )
+
+
+def _loop_counters(scope: ast.AST) -> frozenset[str]:
+    """Names ``scope`` binds only as a loop's counter, a Python int: the index of ``for i,
+    x in enumerate(...)`` or the target of ``for i in range(...)`` (in a comprehension
+    too). An index by one (``results[i]``) reads no tensor (DETR's ``PostProcessSegm``:
+    its slice bounds were not told from the ``results[i]["masks"]`` beside them)."""
+    counters: set[str] = set()
+    other: set[str] = set()
+    pending: list[ast.AST] = list(ast.iter_child_nodes(scope))
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        args = scope.args
+        for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+            if arg is not None:
+                other.add(arg.arg)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            other.add(getattr(node, "name", ""))
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            target, iterable = node.target, node.iter
+            counter = None
+            if isinstance(target, ast.Name) and _is_range(iterable):
+                counter = target
+            elif (
+                isinstance(target, ast.Tuple)
+                and target.elts
+                and isinstance(target.elts[0], ast.Name)
+                and _call_name(iterable) == "enumerate"
+            ):
+                counter = target.elts[0]
+                other.update(n for e in target.elts[1:] for n in _names_bound_by(e))
+            if counter is not None:
+                counters.add(counter.id)
+            else:
+                other.update(_names_bound_by(target))
+        pending.extend(ast.iter_child_nodes(node))
+    # Any other binding of a counter's name (an assignment, ``+=``, a ``with`` target) makes
+    # it something else there.
+    for node in ast.walk(scope):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                other.update(_names_bound_by(target))
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    other.update(_names_bound_by(item.optional_vars))
+    return frozenset(counters - other)
 
 
 def _read_receivers(
@@ -5311,6 +5372,7 @@ class SourceResolver:
                 steps_in_next,
                 start,
                 anchors,
+                _loop_counters(scope),
             )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton

@@ -955,3 +955,37 @@ def test_text_made_where_the_model_has_no_point_is_never_named_at_another_str(tm
     report = _profiled_report(tmp_path, "unmodelled_text", UNMODELLED_TEXT)
     assert report.latent_sites, "the reads are listed"
     assert not [s for s in report.latent_sites if s.line_exact and s.line == TAG_LINE]
+
+
+POST_PROCESS = """\
+import torch
+
+
+class PostProcess(torch.nn.Module):
+    @torch.no_grad()
+    def forward(self, results, masks, sizes):
+        for i, (mask, size) in enumerate(zip(masks, sizes)):
+            height, width = size[0], size[1]
+            results[i]["masks"] = mask[:, :height, :width].unsqueeze(1)
+            results[i]["masks"] = results[i]["masks"].float()
+        return results
+
+
+post = PostProcess()
+
+
+def train_step(x, step):
+    masks = torch.rand(2, 3, 16, 16) > 0.5
+    post([{}, {}], masks, torch.tensor([[16, 12], [14, 16]]))
+"""
+
+
+def test_slice_bounds_beside_an_enumerate_counters_index_are_at_their_own_line(tmp_path):
+    """DETR's ``PostProcessSegm`` reads two slice bounds per image, ``mask[:, :h, :w]``,
+    beside ``results[i]["masks"]`` on that line and the next: an index by ``enumerate``'s
+    counter, a Python int, was taken for a tensor read too, so the bounds were at the
+    ``def`` line with three candidates and the generic fix."""
+    report = _profiled_report(tmp_path, "post_process", POST_PROCESS)
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.count) == (9, True, 12)
+    assert site.advice["title"].startswith("This read sets a size")

@@ -220,6 +220,7 @@ def build_sites(
             else None
         )
         with_others = _with_others(key, members, by_trace)
+        spread = _step_spread(members)
         sites.append(
             Site(
                 key=key,
@@ -276,6 +277,10 @@ def build_sites(
                         _common({s.source.compiled if s.source else None for s in members}),
                         # A copy a host call takes at once (a checkpoint): every sync's.
                         _common({s.source.host_use if s.source else None for s in members}),
+                        # Read every N steps already: by its own or its call's `%` test,
+                        # every sync, and not in every step.
+                        all(map(_under_a_periodic_test, members))
+                        and 0 < spread["steps_with_syncs"] < step_count,
                     ),
                     _one_device(members, devices),
                 ),
@@ -284,7 +289,7 @@ def build_sites(
                 def_line=source.def_line if source else None,
                 apis=apis,
                 steps=sorted({s.step for s in members if s.step is not None}),
-                **_step_spread(members),
+                **spread,
                 # An inexact line's where all its candidates run under one test.
                 periodic_guard=source.periodic_guard if source else None,
                 callers=_callers(members),
@@ -477,6 +482,16 @@ def _call_text(sync: Sync, file: str | None) -> str:
         return f"the {call}"
     where = f"line {source.line}" if source.file == file else f"{source.file}:{source.line}"
     return f"the {call} at {where}"
+
+
+def _under_a_periodic_test(sync: Sync) -> bool:
+    """Whether a sync's line, or the line of the user's that called its function, runs
+    under a ``%`` test (``Source.periodic_guard``): read every N steps already."""
+    source = sync.source
+    if source is None:
+        return False
+    called = source.called_from
+    return bool(source.periodic_guard) or (called is not None and bool(called.periodic_guard))
 
 
 def _step_spread(members: list[Sync]) -> dict[str, int]:

@@ -3239,6 +3239,30 @@ COMPILED_READS = {
 }
 
 
+# A scalar read made every N steps already (under ``if step % log_every == 0:``): its
+# kind's fix is what the code does. CycleGAN's ``get_current_losses`` reads 8 losses one
+# by one each ``print_freq`` iterations (a walk: on a GPU the first waits, the rest follow).
+PERIODIC_READ_ADVICE = Advice(
+    title="Read every N steps already: read the values together, or less often",
+    text=(
+        "This read runs only every N steps already, so little is left to gain here: each "
+        "time it runs it waits once for the GPU's queue. Where it reads several tensors "
+        "one after another (a dict of losses, a row of meters), stack them on the device "
+        "and read them with one `.tolist()`: one copy for all of them. A larger N reads "
+        "less often."
+    ),
+    before=(
+        "if step % log_every == 0:\n"
+        "    logged = {name: float(losses[name]) for name in names}   # a read each\n"
+    ),
+    after=(
+        "if step % log_every == 0:\n"
+        "    values = torch.stack([losses[name].detach() for name in names]).tolist()\n"
+        "    logged = dict(zip(names, values))   # one read for all\n"
+    ),
+    removes="every read of a logging step but one",
+)
+
 # Copies to the host that a host call takes at once (``source.host_use``): neither kept
 # on the device nor read later, only made once for many, or differently.
 HOST_USE_ADVICE: dict[str, Advice] = {
@@ -3306,6 +3330,7 @@ def advice_for(
     sampled: bool = False,
     compiled: str | None = None,
     host_use: str | None = None,
+    periodic: bool = False,
 ) -> dict[str, Any]:
     """``{"title", "text", "before", "after", "removes"}`` for a site of this kind,
     operator chain (outermost first) and, for copies, the most bytes one of its syncs
@@ -3323,7 +3348,9 @@ def advice_for(
     (``Source.reads_elements``). ``sampled``: every sync reads a value a sampling call
     drew (``Source.reads_sample``). ``compiled``: every sync was read in torch.compile'd
     code, so (``Source.compiled``): the advice's ``compiled`` says what the fix means there.
-    ``host_use``: the host call every sync's copy is taken by at once (``Source.host_use``)."""
+    ``host_use``: the host call every sync's copy is taken by at once (``Source.host_use``).
+    ``periodic``: every sync is read under a ``%`` test (``Source.periodic_guard``, its own
+    or its caller's), in some steps only: read every N steps already."""
     record = kind(kind_name)
     frames = list(frames)
     # A print, then a library's own fix (its code is not the user's to change), then an
@@ -3387,6 +3414,9 @@ def advice_for(
         # A copy of a sampled action (``action.cpu().numpy()``) is needed at once as well:
         # a pinned buffer read later does not help (a CleanRL walk).
         refinement = SAMPLE_READ_ADVICE
+    if refinement is None and periodic and kind_name == SCALAR_READBACK:
+        # Its kind's fix ("read it every N steps") is what the code does already.
+        refinement = PERIODIC_READ_ADVICE
     if refinement is None:
         refinement = record.advice
     fields = msgspec.to_builtins(refinement)

@@ -519,3 +519,52 @@ def test_a_module_given_to_init_is_called_where_its_attribute_is_not_at_other_ca
         (17, True, 3),
         (22, True, 3),
     ]
+
+
+_LOGGED_LOSSES = textwrap.dedent(
+    """\
+    import torch
+
+
+    def current_losses(losses):
+        return {name: float(value) for name, value in losses.items()}
+
+
+    w = torch.randn(8, 8)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(6):
+        losses = {"a": (w @ w).sum(), "b": w.mean(), "c": w.std()}
+        if step % EVERY == 0:
+            logged = current_losses(losses)
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("every", "title"),
+    [
+        (2, "Read every N steps already: read the values together, or less often"),
+        # ``% 1`` lets every step through: the kind's own fix stands.
+        (1, "Keep the value on the device; read it every N steps"),
+    ],
+)
+def test_reads_every_n_steps_already_get_the_fix_of_reading_them_together(tmp_path, every, title):
+    """CycleGAN's ``get_current_losses``, called every ``print_freq`` iterations, reads its 8
+    losses one by one: the report said "already every N steps" and then, as its fix, "read
+    it every N steps" (a walk)."""
+    script = tmp_path / "w.py"
+    script.write_text(_LOGGED_LOSSES)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "EVERY": every})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.line == 5
+    assert site.advice["title"] == title

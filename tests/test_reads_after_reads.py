@@ -113,9 +113,7 @@ def test_a_read_after_a_copy_converted_on_the_host_follows_the_copy(tmp_path, co
     """The ``.float()`` of the host copy a line just made runs on the host: the read after
     it was not said to follow the copy (a walk of CycleGAN: 16 copies a display step, one
     wait on a GPU)."""
-    script = _SCRIPT.replace(
-        "    acc_value = acc.item()\n", copy + "    acc_value = acc.item()\n"
-    )
+    script = _SCRIPT.replace("    acc_value = acc.item()\n", copy + "    acc_value = acc.item()\n")
     _, sites = _report(tmp_path, script)
     read = sites[15 + copy.count("\n")]
     assert (read.after_read is not None) is after

@@ -1453,7 +1453,22 @@ def periodic_guard(
             and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
         ):
             found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
-    return found
+    return found or _every_n_decorator(scope)
+
+
+def _every_n_decorator(scope: ast.AST) -> str | None:
+    """``@`` and the decorator of ``scope`` that runs it on every N-th event, as Python
+    prints it: PyTorch-Ignite's ``@trainer.on(Events.ITERATION_COMPLETED(every=100))``, a
+    handler logging ``engine.state.output`` (its reads are every N iterations already);
+    None where there is none (or ``every=1``)."""
+    for decorator in getattr(scope, "decorator_list", ()):
+        for node in ast.walk(decorator):
+            for keyword in getattr(node, "keywords", ()):
+                if keyword.arg == "every" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value in (None, 1)
+                ):
+                    return "@" + ast.unparse(decorator)
+    return None
 
 
 def _has_remainder(expr: ast.AST) -> bool:

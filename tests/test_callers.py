@@ -568,3 +568,73 @@ def test_reads_every_n_steps_already_get_the_fix_of_reading_them_together(tmp_pa
     (site,) = report.latent_sites
     assert site.line == 5
     assert site.advice["title"] == title
+
+
+_EVERY_N_HANDLER = textwrap.dedent(
+    """\
+    import torch
+
+
+    class Events:  # PyTorch-Ignite's, as far as the source tells
+        @staticmethod
+        def ITERATION_COMPLETED(every=1):
+            return every
+
+
+    class Engine:
+        def __init__(self):
+            self.handlers, self.iteration, self.output = [], 0, None
+
+        def on(self, every):
+            def attach(handler):
+                self.handlers.append((every, handler))
+                return handler
+
+            return attach
+
+        def fire(self):
+            for every, handler in self.handlers:
+                if self.iteration % every == 0:
+                    handler(self)
+
+
+    trainer = Engine()
+
+
+    @trainer.on(Events.ITERATION_COMPLETED(every=2))
+    def log_loss(engine):
+        print(f"loss {engine.output:.3f}")
+
+
+    w = torch.randn(8, 8)
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=4),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for step in range(6):
+        trainer.iteration, trainer.output = step, (w @ w).sum()
+        trainer.fire()
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def test_a_handler_run_every_n_events_is_read_every_n_steps_already(tmp_path):
+    """PyTorch-Ignite's ``@trainer.on(Events.ITERATION_COMPLETED(every=N))`` runs a handler
+    every N iterations: its reads were told to be made every N steps (a walk)."""
+    script = tmp_path / "w.py"
+    script.write_text(_EVERY_N_HANDLER)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.count) == (32, 2)
+    assert site.periodic_guard == "@trainer.on(Events.ITERATION_COMPLETED(every=2))"
+    text = " ".join(report.to_text().split())
+    assert (
+        "already every N steps (under `@trainer.on(Events.ITERATION_COMPLETED(every=2))`)" in text
+    )

@@ -321,6 +321,15 @@ export function afterReadText(site) {
 }
 
 /**
+ * How a `periodic_guard` reads in the code, as the CLI's `guard_statement`: `if step % 10
+ * == 0:` for a test, the decorator itself for a handler run every N events.
+ * @param {string} guard
+ */
+export function guardStatement(guard) {
+  return guard.startsWith("@") ? guard : `if ${guard}:`;
+}
+
+/**
  * The `%` test a site's reads run under, and where, as the CLI's `periodic_guard_of`: its
  * own line's, else the one test every line that called its function runs under (a logging
  * helper called under `if step % log_every == 0:`), or a test around a call further out
@@ -360,12 +369,12 @@ export function periodicGuardOf(site) {
  */
 export function spreadText(site) {
   const [guard, around] = periodicGuardOf(site);
-  const already = guard ? `already every N steps (under if ${guard}:${around})` : "";
+  const already = guard ? `already every N steps (under ${guardStatement(guard)}${around})` : "";
   const withSyncs = site.steps_with_syncs || 0;
   const perStep = site.per_step || 0;
   const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;
   // nanoGPT's log_interval = 1: the test lets the read through on every step.
-  if (guard && steps > 0 && withSyncs >= steps) return `under if ${guard}:, true in every profiled step`;
+  if (guard && steps > 0 && withSyncs >= steps) return `under ${guardStatement(guard)}, true in every profiled step`;
   if (!(withSyncs > 0 && withSyncs < steps)) return already;
   const most = site.max_per_step || 0;
   const text = `in ${formatCount(withSyncs)} of ${plural(steps, "step")}${most > 1 ? `, up to ${formatCount(most)} in one` : ""}`;
@@ -386,7 +395,7 @@ export function libraryCodeText(advice, site = null) {
   const guard = site?.library?.periodic_guard;
   if (guard) {
     // Its own test says how often: a setting of the library is likely behind it.
-    return `An edit of ${owner} own code, which reads it only under if ${guard}: the setting of ${pkg} behind that test reads it less often.`;
+    return `An edit of ${owner} own code, which reads it only under ${guardStatement(guard)} the setting of ${pkg} behind that test reads it less often.`;
   }
   return `An edit of ${owner} own code: no setting of it is known to avoid this.`;
 }

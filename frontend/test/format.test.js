@@ -161,6 +161,11 @@ test("a site syncing in some steps says in how many and the most in one", async 
     spreadText({ count: 6, per_step: 1, steps_with_syncs: 6, max_per_step: 1, periodic_guard: "i % n == 0" }),
     "under if i % n == 0:, true in every profiled step",
   );
+  // PyTorch-Ignite's handler run every N events: its decorator is the test.
+  assert.equal(
+    spreadText({ count: 2, per_step: 0.5, steps_with_syncs: 2, max_per_step: 1, periodic_guard: "@trainer.on(Events.ITERATION_COMPLETED(every=2))" }),
+    "in 2 of 4 steps: already every N steps (under @trainer.on(Events.ITERATION_COMPLETED(every=2)))",
+  );
 });
 
 test("a helper's read called under a periodic test is already every N steps, as the CLI says", async () => {

@@ -506,7 +506,7 @@ def callers_text(site: dict[str, Any]) -> str | None:
 
     def label(caller: dict[str, Any]) -> str:
         guard = caller.get("periodic_guard") if len(guards) > 1 else None
-        under = f", under `if {guard}:`" if guard else ""
+        under = f", under `{guard_statement(guard)}`" if guard else ""
         return f"{_line_of(caller, file)} ({caller.get('count')}{under})"
 
     named = [label(c) for c in callers[:CALLERS_SHOWN]]
@@ -600,8 +600,9 @@ def library_code_text(site: dict[str, Any]) -> str:
     if guard:
         # Its own test says how often: a setting of the library is likely behind it.
         return (
-            f"(an edit of {owner} own code, which reads it only under `if {guard}:`: the "
-            f"setting of {package} behind that test reads it less often)"
+            f"(an edit of {owner} own code, which reads it only under "
+            f"`{guard_statement(guard)}`: the setting of {package} behind that test reads it "
+            "less often)"
         )
     return f"(an edit of {owner} own code: no setting of it is known to avoid this)"
 
@@ -803,15 +804,21 @@ def periodic_guard_of(site: dict[str, Any]) -> tuple[str | None, str]:
     return str(guards.pop()), f", around its call at {_line_of(caller, site.get('file'))}"
 
 
+def guard_statement(guard: str) -> str:
+    """How a ``periodic_guard`` reads in the code: ``if step % 10 == 0:`` for a test, the
+    decorator itself for a handler run every N events (``@trainer.on(...)``)."""
+    return guard if guard.startswith("@") else f"if {guard}:"
+
+
 def spread_text(site: dict[str, Any], step_count: int) -> str:
     """``in 3 of 6 steps, up to 7 in one`` where a site synced in only some of the steps:
     its /step figure is a mean (a log every N steps reads 7 at once, not 3.5 a step)."""
     guard, around = periodic_guard_of(site)
-    already = f"already every N steps (under `if {guard}:`{around})" if guard else ""
+    already = f"already every N steps (under `{guard_statement(guard)}`{around})" if guard else ""
     with_syncs = int(site.get("steps_with_syncs") or 0)
     if guard and with_syncs >= step_count > 0:
         # nanoGPT's ``log_interval = 1``: the test lets the read through on every step.
-        return f"under `if {guard}:`, true in every profiled step"
+        return f"under `{guard_statement(guard)}`, true in every profiled step"
     if not 0 < with_syncs < step_count:
         return already
     most = int(site.get("max_per_step") or 0)

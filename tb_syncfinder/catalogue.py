@@ -2926,7 +2926,7 @@ def library_fix(
             if not _frame_matches(path, func, entry.file, entry.funcs):
                 continue
             if entry.innermost and not all(
-                p == "<built-in>" or passes_through(p) for p, _f in frames[:n]
+                p == BUILTIN_FRAME or passes_through(p) for p, _f in frames[:n]
             ):
                 continue  # (a built-in's frame is the read itself: ``.item()``)
             if entry.model is not None and not _model_called_by(
@@ -3062,6 +3062,18 @@ HOST_STEP_OPTIMIZER_SPANS = frozenset(
 )
 # The autograd engine's node of each backward function it runs.
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+# The file of a built-in function's frame (``<built-in method zeros ...>``), as attribution
+# names it.
+BUILTIN_FRAME = "<built-in>"
+# Library functions whose own reads are of host tensors on every device, whatever calls
+# them: torch's RNNs read a ``PackedSequence``'s ``batch_sizes`` (``int(batch_sizes[0])``,
+# ``max_batch_size = batch_sizes[0]`` as a size), a CPU tensor by construction
+# (``pack_padded_sequence`` makes it from CPU lengths). A tutorials walk: two phantom syncs
+# a call on every packed GRU's line. Only where the function's frame is the read's
+# innermost: a hook it runs is another's code.
+HOST_READING_LIBRARY_FUNCS = (
+    ("torch/nn/modules/rnn.py", frozenset({"get_expected_hidden_size", "forward"})),
+)
 # Library functions that call themselves directly only for a tensor's metadata, which stays
 # on the host: MONAI's ``decollate_batch(batch.meta)`` for a MetaTensor (``MetaTensor.to``
 # moves the array, not ``.meta``), whose ``[t.item() for t in out_list]`` reads each
@@ -3077,11 +3089,17 @@ CPU_KERNEL_READ_OPS = frozenset(
 
 def in_host_only_library(frames: Iterable[tuple[str, str]], ops: Iterable[str] = ()) -> bool:
     """Whether a latent sync with these ``(file, function)`` stack frames (innermost first)
-    and operator chain reads host tensors by construction: host-only library code, an
+    and operator chain reads host tensors by construction: host-only library code, a
+    library function reading host tensors of its own (an RNN's ``batch_sizes``), an
     optimizer's step counter, or a fused optimizer's CPU kernel."""
     if any(op in CPU_KERNEL_READ_OPS for op in ops):
         return True
     normal = [(path.replace("\\", "/"), func) for path, func in frames if path]
+    innermost = next((frame for frame in normal if frame[0] != BUILTIN_FRAME), None)
+    if innermost is not None and any(
+        _frame_matches(*innermost, file, funcs) for file, funcs in HOST_READING_LIBRARY_FUNCS
+    ):
+        return True
     for index, (path, func) in enumerate(normal):
         if any(marker in path for marker in HOST_ONLY_LIBRARY_DIRS):
             return True
@@ -3644,6 +3662,10 @@ LIBRARY_PACKAGES = frozenset(
         "gym",
         "torchrl",
         "tensordict",
+        # Tianshou's collectors and trainers: under one ``run_training(...)`` (a walk of its
+        # DQN, PPO and SAC, where it was not installed: 100 reads a step at its def lines
+        # instead of 66 at the user's call, and a gate failing that passed where it was).
+        "tianshou",
         # Other training and model libraries with names of their own (not ``datasets`` or
         # ``models``, which are as often a project's own folders).
         "ultralytics",

@@ -1109,6 +1109,33 @@ def test_an_optimizers_host_step_counters_are_no_latent_reads_in_a_trace_without
     assert sum(s.count for s in report.latent_sites) == listed
 
 
+def test_an_rnns_reads_of_a_packed_sequences_batch_sizes_are_no_latent_reads(tmp_path):
+    """A GRU given a ``PackedSequence`` reads its ``batch_sizes`` (``int(batch_sizes[0])``,
+    a size for ``torch.zeros``), a CPU tensor on every device: two sites a call were listed
+    at every packed RNN's line (the chatbot tutorial's encoder). The loss's read stays."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    gru = torch.nn.GRU(4, 8)
+    logdir = tmp_path / "logs" / "run"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=3),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
+        for _ in range(4):
+            lengths = torch.tensor([5, 3, 2])
+            packed = pack_padded_sequence(torch.randn(5, 3, 4), lengths)
+            _, hidden = gru(packed)
+            hidden.sum().item()
+            prof.step()
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    assert [(s.ops[0], s.count, s.library) for s in report.latent_sites] == [
+        ("aten::item", 3, None)
+    ]
+
+
 # -- mixed precision: GradScaler and the optimizers' own reads ------------------------------
 
 GRAD_SCALER = textwrap.dedent(

@@ -2119,6 +2119,14 @@ def _sampled(
     return False
 
 
+def _root_name(expr: ast.expr | None) -> str | None:
+    """The name a chain of attributes, calls and subscripts starts from (``net`` of
+    ``net.module.eval().state_dict()``), else None."""
+    while isinstance(expr, (ast.Attribute, ast.Call, ast.Subscript)):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
 def host_use(scope: ast.AST, line: int) -> str | None:
     """The host call that takes what ``line`` copies to the host (a ``.cpu()``) at once,
     as ``catalogue.HOST_USE_ADVICE`` names it: ``torch.save`` of it on the line (a
@@ -2152,6 +2160,20 @@ def host_use(scope: ast.AST, line: int) -> str | None:
         for target in root.targets
         for name in _names_bound_by(target)
     }
+    moved = {name for copy in copies if (name := _root_name(_copy_receiver(copy))) is not None}
+    for node in ast.walk(scope):
+        # ``transformer.eval().cpu()``, then ``torch.save(transformer.state_dict(), path)``
+        # lines later (pytorch/examples' fast_neural_style): the model moved to be saved.
+        if (
+            moved
+            and isinstance(node, ast.Call)
+            and node.lineno > line
+            and _call_name(node) == "save"
+            and _receiver_name(node) == "torch"
+            and node.args
+            and _root_name(node.args[0]) in moved
+        ):
+            return "torch.save"
     if not bound:
         return None
     for node in ast.walk(scope):

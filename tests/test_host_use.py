@@ -111,3 +111,31 @@ def test_a_checkpoint_saved_from_a_module_moved_to_the_host_gets_the_save_from_t
     assert not site.line_exact and sorted(site.candidates) == [9, 11]
     assert site.advice["title"].startswith("Save the checkpoint from the device")
     assert "torch.save(net.state_dict(), path)" in site.advice["after"]
+
+
+_MOVED_TO_SAVE = textwrap.dedent(
+    """\
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+
+
+    def step(it):
+        net(torch.randn(2, 4)).sum().backward()
+        if it % 2 == 0:
+            net.eval().cpu()
+            path = SAVE_TO
+            torch.save(net.state_dict(), path)
+            net.train()
+    """
+)
+
+
+def test_a_model_moved_to_the_host_to_be_saved_lines_later_gets_the_save_fix(tmp_path):
+    """pytorch/examples' fast_neural_style checkpoints with ``transformer.eval().cpu()``,
+    then ``torch.save(transformer.state_dict(), path)`` two lines later: the copy got the
+    generic "pinned buffer" fix, which no model being saved can take (a walk)."""
+    report = _report(tmp_path, _MOVED_TO_SAVE)
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact) == (9, True)
+    assert site.advice["title"].startswith("Save the checkpoint from the device")

@@ -373,6 +373,7 @@ _BAD_ESCAPE_RE = re.compile(rb'\\(?!["\\/bfnrtu])')
 _NON_FINITE_REPAIR = "NaN / Infinity values read as null"
 _NON_FINITE_RE = re.compile(rb"(?<=[:\[,])(\s*)-?(?:NaN|Infinity)(?=\s*[,}\]])")
 _UTF8_REPAIR = "invalid UTF-8 bytes replaced"
+_INVALID_UTF8 = "Invalid UTF-8"  # msgspec 0.23's DecodeError for it
 _NA_REPAIR = "quoted N/A values"
 _ESCAPE_REPAIR = "escaped backslashes in Windows paths"
 _BYTE_RE = re.compile(r" \(byte (\d+)\)$")
@@ -654,16 +655,18 @@ def _repair_decode(
                 return _GENERIC_DECODER.decode(text)
             except RecursionError:
                 raise TraceReadError(path, _TOO_DEEP) from None
-            except UnicodeDecodeError:
-                if _UTF8_REPAIR in done:
-                    raise TraceReadError(path, "not UTF-8 text (not a JSON trace?)") from None
-                # A name in another encoding (a Latin-1 file path): keep the event, with
-                # U+FFFD for the bytes that do not decode.
-                text = text.decode("utf-8", "replace").encode("utf-8")
-                done.append(_UTF8_REPAIR)
-                continue
-            except msgspec.DecodeError as exc:
+            except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+                # msgspec before 0.23 raised UnicodeDecodeError for invalid UTF-8, 0.23 a
+                # DecodeError saying "Invalid UTF-8 encoded string".
                 message = str(exc)
+                if isinstance(exc, UnicodeDecodeError) or _INVALID_UTF8 in message:
+                    if _UTF8_REPAIR in done:
+                        raise TraceReadError(path, "not UTF-8 text (not a JSON trace?)") from None
+                    # A name in another encoding (a Latin-1 file path): keep the event, with
+                    # U+FFFD for the bytes that do not decode.
+                    text = text.decode("utf-8", "replace").encode("utf-8")
+                    done.append(_UTF8_REPAIR)
+                    continue
                 byte = _error_byte(message)
                 truncated = "truncated" in message.lower()
                 if cut and (truncated or (byte is not None and byte >= len(text) - 1)):

@@ -3206,7 +3206,10 @@ ELEMENT_READ_ADVICE = Advice(
         "Each element read here (`int(i)`, `i.item()`, `float(i)`) is a read of its own, "
         "and the first of them waits for all the GPU work queued before it. Convert the "
         "whole tensor in one read with `.tolist()` and loop over the Python numbers; for a "
-        "list of tensors, `torch.stack(xs).tolist()`."
+        "list of tensors, `torch.stack(xs).tolist()`. A tensor made again from the elements "
+        "(`torch.LongTensor([[t[i][0] for i in range(n)]])`, the chatbot tutorial's next "
+        "decoder input) is made on the device by indexing, with no read at all: "
+        "`t[:, 0].view(1, -1)`."
     ),
     before="text = ''.join([itos[int(i)] for i in y])   # one read per element\n",
     after="text = ''.join([itos[i] for i in y.tolist()])  # one read\n",

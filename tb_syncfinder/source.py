@@ -1940,11 +1940,16 @@ _READ_METHODS = frozenset({"item"})
 _READ_FUNCTIONS = frozenset({"int"})
 
 
-def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
+def read_as_size(
+    scope: ast.AST, line: int, frameless: bool = False, module: ast.AST | None = None
+) -> bool:
     """Whether a scalar read at ``line`` sets a size on the host: the read (``t.item()``,
-    ``int(t)``; with ``frameless``, any expression, as an implicit ``__index__`` reads the
-    tensor itself) is a slice bound or an argument of a size-taking call (``range``, a
-    factory, a shape method). Such a value cannot stay on the device."""
+    ``int(t)``; with ``frameless``, any expression but a Python number, as an implicit
+    ``__index__`` reads the tensor itself) is a slice bound or an argument of a size-taking
+    call (``range``, a factory, a shape method). Such a value cannot stay on the device.
+    ``module``: where names ``scope`` does not bind are looked up (the chatbot tutorial's
+    ``range(batch_size)`` of a module's ``batch_size = 64``, beside the elements its line
+    reads, is no read)."""
     for statement in _statements_at(scope, line):
         stack: list[tuple[ast.AST, bool]] = [(statement, False)]
         while stack:
@@ -1953,6 +1958,11 @@ def read_as_size(scope: ast.AST, line: int, frameless: bool = False) -> bool:
                 in_size
                 and getattr(node, "lineno", line) == line
                 and _reads_a_value(node, frameless)
+                and not (
+                    frameless
+                    and isinstance(node, ast.expr)
+                    and _host_made(scope, node, line, module=module)
+                )
             ):
                 return True
             for child in ast.iter_child_nodes(node):
@@ -1984,18 +1994,61 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
         # No call reads: a truth test or an index reads the elements (a CRNN decode's
         # ``[alphabet[i - 1] for i in t]`` and ``for i in range(n): if t[i] != 0:``, 84 %
         # of a walk's reads, were told to read every N steps and not to branch).
-        receivers = [
-            statement.test
-            for statement in roots
-            if isinstance(statement, (ast.If, ast.While, ast.Assert))
-            and statement.test.lineno == line
-        ] + _subscript_operands(roots, line)
+        receivers = (
+            [
+                statement.test
+                for statement in roots
+                if isinstance(statement, (ast.If, ast.While, ast.Assert))
+                and statement.test.lineno == line
+            ]
+            + _subscript_operands(roots, line)
+            + _constructor_elements(roots, line)
+        )
     # An index that is a Python number (``t[i]`` of a ``range()`` loop's ``i``) reads nothing.
     # A tensor the loop fills as it goes (a decoder's ``tokens[t] = out.argmax()`` then ``if
     # tokens[t] == eos:``) cannot be converted before it: not an element read.
     kinds = [_element_of_a_loop(r, iterables, filled) for r in receivers]
     kinds = [kind for kind in kinds if kind != "plain"]
     return bool(kinds) and all(kind == "element" for kind in kinds)
+
+
+# Calls that make a tensor from Python data, reading each tensor element given to them.
+_TENSOR_CONSTRUCTORS = frozenset(
+    {
+        "tensor",
+        "as_tensor",
+        "Tensor",
+        "LongTensor",
+        "FloatTensor",
+        "IntTensor",
+        "BoolTensor",
+        "DoubleTensor",
+        "HalfTensor",
+    }
+)
+
+
+def _constructor_elements(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
+    """The elements given to a tensor constructor on ``line`` in a list or comprehension
+    (``torch.LongTensor([[topi[i][0] for i in range(n)]])``: each ``topi[i][0]``)."""
+    elements: list[ast.expr] = []
+    for root in roots:
+        for node in ast.walk(root):
+            if (
+                getattr(node, "lineno", None) == line
+                and _call_name(node) in _TENSOR_CONSTRUCTORS
+                and node.args  # type: ignore[attr-defined]
+            ):
+                pending = [node.args[0]]  # type: ignore[attr-defined]
+                while pending:
+                    value = pending.pop()
+                    if isinstance(value, (ast.List, ast.Tuple)):
+                        pending.extend(value.elts)
+                    elif isinstance(value, (ast.ListComp, ast.GeneratorExp)):
+                        pending.append(value.elt)
+                    elif not isinstance(value, ast.Constant):
+                        elements.append(value)
+    return elements
 
 
 def _filled_by_element(loop: ast.For | ast.AsyncFor) -> set[str]:
@@ -2033,9 +2086,14 @@ def _element_of_a_loop(
         if isinstance(expr.value, ast.Name) and expr.value.id in filled:
             return None
         index = _element_of_a_loop(expr.slice, iterables, filled)
-        return (
-            "element" if index == "plain" and _names_a_range_target(expr.slice, iterables) else None
-        )
+        if index == "plain" and _names_a_range_target(expr.slice, iterables):
+            return "element"
+        # A part of an element by a constant index (``topi[i][0]``, ``row[0]``).
+        if isinstance(expr.slice, ast.Constant) and (
+            _element_of_a_loop(expr.value, iterables, filled) == "element"
+        ):
+            return "element"
+        return None
     if isinstance(expr, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp)):
         if isinstance(expr, ast.BinOp):
             parts = [expr.left, expr.right]
@@ -5246,6 +5304,7 @@ class SourceResolver:
                         lines[0],
                         label == "<scalar>" or bool(_SIZE_CALLS & set(group)),
                         parsed.profiler_names or parsed.named_profilers,
+                        parsed.tree,
                     ),
                     compiled=compiled,
                 )
@@ -5302,7 +5361,12 @@ class SourceResolver:
         return self._shared_host_uses[key]
 
     def _line_facts(
-        self, scope: ast.AST, line: int, frameless: bool, profilers: frozenset[str] = frozenset()
+        self,
+        scope: ast.AST,
+        line: int,
+        frameless: bool,
+        profilers: frozenset[str] = frozenset(),
+        module: ast.AST | None = None,
     ) -> dict[str, Any]:
         """``loop_line`` and ``read_as_size`` of an exact line, walked once per line: a
         trace resolves one line for each of its calls (thousands a run). ``profilers``: the
@@ -5312,7 +5376,7 @@ class SourceResolver:
         if facts is None:
             facts = self._facts[key] = {
                 "loop_line": loop_around(scope, line),
-                "read_as_size": read_as_size(scope, line, frameless),
+                "read_as_size": read_as_size(scope, line, frameless, module),
                 "reads_elements": reads_elements(scope, line),
                 "reads_sample": reads_sample(scope, line),
                 "host_use": host_use(scope, line),

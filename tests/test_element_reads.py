@@ -12,7 +12,7 @@ import pytest
 
 from tb_syncfinder import analyze
 from tb_syncfinder.catalogue import SCALAR_READBACK, advice_for
-from tb_syncfinder.source import reads_elements
+from tb_syncfinder.source import read_as_size, reads_elements
 from tests.test_callers import _COMPREHENSION_SCRIPT
 
 torch = pytest.importorskip("torch")
@@ -49,6 +49,15 @@ torch = pytest.importorskip("torch")
             4,
             False,
         ),
+        # A tensor made again from a tensor's elements (the chatbot tutorial's next decoder
+        # input, 56 reads a step told they set a size), and a part of each element.
+        (
+            "def f(topi, n):\n    return torch.LongTensor([[topi[i][0] for i in range(n)]])\n",
+            2,
+            True,
+        ),
+        ("def f(y):\n    return [row[0].item() for row in y]\n", 2, True),
+        ("def f(n):\n    return torch.LongTensor([[1 for _ in range(n)]])\n", 2, False),
         # Another tensor, an unpacked element: not so.
         ("def f(y, t):\n    for i in y:\n        print(t.item())\n", 3, False),
         ("def f(y):\n    for b, (x, z) in enumerate(y):\n        print(x.item())\n", 3, False),
@@ -119,3 +128,18 @@ def test_a_selection_in_the_training_loop_is_not_one_per_group(code, line, loop)
     from tb_syncfinder.source import loop_around
 
     assert loop_around(ast.parse(code).body[0], line) == loop
+
+
+def test_a_size_that_is_a_modules_number_is_no_read_of_the_line():
+    """``range(batch_size)`` of a module's ``batch_size = 64`` on a line whose constructor
+    reads a tensor's elements: the line's reads were told they set a size."""
+    module = ast.parse(
+        "batch_size = 64\n\n"
+        "def f(topi):\n"
+        "    return torch.LongTensor([[topi[i][0] for i in range(batch_size)]])\n"
+        "def g(x, n):\n"
+        "    return x[:n]\n"
+    )
+    f, g = module.body[1], module.body[2]
+    assert not read_as_size(f, 4, frameless=True, module=module)
+    assert read_as_size(g, 6, frameless=True, module=module)

@@ -2720,6 +2720,11 @@ def _host_made(
             values = _reaching_values(outer, expr.id, line) + later
             if values:
                 break
+    # ``b += 1`` in a loop reaches its own line again: what it adds to is what the other
+    # bindings made (a fixed point), so that pass adds nothing to check.
+    values = [
+        v for v in values if not (isinstance(v, _AugmentedValue) and v.lineno == line)
+    ] or values
     # Each value where it is evaluated: ``returns = torch.tensor(returns)`` reads the list
     # the name held on that line, not what it holds at the read.
     # A list bound to a name may have anything appended to it later (``ls.append(loss)``).
@@ -3102,10 +3107,15 @@ def _bindings_between(
     return [value for at, value in _bindings(inner, name) if again or at < line]
 
 
+class _AugmentedValue(ast.BinOp):
+    """What ``name += value`` binds: ``name + value``, ``name`` read where it stands."""
+
+
 def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
     """Each binding of ``name`` in ``scope`` (not in nested functions) with its line: the
     value of a plain ``name = value`` (or of its element in ``block_size, batch_size = 8,
-    2``), else None (a loop target, ``with ... as``, a walrus, an augmented assignment)."""
+    2``; of ``name + value`` for ``name += value``), else None (a loop target, ``with ...
+    as``, a walrus)."""
     found: list[tuple[int, ast.expr | None]] = []
     stack = list(ast.iter_child_nodes(scope))
     while stack:
@@ -3130,6 +3140,16 @@ def _bindings(scope: ast.AST, name: str) -> list[tuple[int, ast.expr | None]]:
             and node.value is not None
         ):
             found.append((node.lineno, node.value))
+            stack.append(node.value)
+            continue
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            if node.target.id == name:
+                # ``b += 1`` binds what ``b + 1`` is (a host tensor plus a number stays on
+                # the host: the char-RNN tutorial's ``loss += l`` of ``torch.Tensor([0])``).
+                value = ast.copy_location(
+                    _AugmentedValue(ast.Name(name, ast.Load()), node.op, node.value), node
+                )
+                found.append((node.lineno, value))
             stack.append(node.value)
             continue
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):

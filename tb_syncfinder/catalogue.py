@@ -2987,8 +2987,16 @@ _ONE_OP_WRAPPERS = re.compile(r"torch/(?:functional|_ops|_tensor|_jit_internal|o
 
 
 # Library functions that only call one operator (``torchvision.ops.nms`` calls
-# ``torch.ops.torchvision.nms``): the line that called them is the one to name.
-_ONE_OP_FUNCTIONS = frozenset({("torchvision/ops/boxes.py", "nms")})
+# ``torch.ops.torchvision.nms``), or only convert what they are given (Tianshou's
+# ``to_numpy``, ``x.detach().cpu().numpy()``, under every one of its copies: a walk's "32.0 a
+# step at converter.py:20" were an action's copies and a statistic's): the line that called
+# them is the one to name.
+_ONE_OP_FUNCTIONS = frozenset(
+    {
+        ("torchvision/ops/boxes.py", "nms"),
+        ("tianshou/data/utils/converter.py", "to_numpy"),
+    }
+)
 
 
 def wraps_one_op(path: str, func: str = "") -> bool:

@@ -828,3 +828,13 @@ def test_a_known_librarys_operator_read_is_an_edit_of_the_package_calling_it():
         (f"{site}/torch/utils/_contextlib.py", "generator_context"),
     ]
     assert edited_library(frames) == "ultralytics"
+
+
+def test_a_librarys_conversion_helper_is_passed_for_the_line_that_called_it() -> None:
+    """Tianshou copies through ``to_numpy`` (``x.detach().cpu().numpy()``) everywhere: its
+    copies were all named at that one line (a walk); the calling line tells an action's copy
+    from a statistic's. Its other functions are its own code."""
+    site = "/venv/lib/python3.11/site-packages/tianshou/data/utils/converter.py"
+    assert catalogue.wraps_one_op(site, "to_numpy")
+    assert not catalogue.wraps_one_op(site, "to_torch")
+    assert not catalogue.wraps_one_op("tianshou/algorithm/modelfree/dqn.py", "forward")

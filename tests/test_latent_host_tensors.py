@@ -382,8 +382,18 @@ def test_pytorch_examples_actor_critic_returns_are_made_on_the_host(line, by_fac
         ("def f():\n    for i, t in enumerate(torch.ones(3)):\n        t.item()\n", 3, True, False),
         # ``+=`` of a number keeps a host tensor on the host (the char-RNN tutorial's
         # ``loss = torch.Tensor([0])``); of a tensor not known, not.
-        ("def f():\n    b = torch.tensor([0.0])\n    b += 1\n    return b.item()\n", 4, True, False),
-        ("def f(l):\n    b = torch.tensor([0.0])\n    b += l\n    return b.item()\n", 4, False, False),
+        (
+            "def f():\n    b = torch.tensor([0.0])\n    b += 1\n    return b.item()\n",
+            4,
+            True,
+            False,
+        ),
+        (
+            "def f(g):\n    b = torch.tensor([0.0])\n    b += g\n    return b.item()\n",
+            4,
+            False,
+            False,
+        ),
         (
             "def f(n):\n    b = torch.zeros(1)\n    for i in range(n):\n        b += 1\n"
             "    return b.item()\n",

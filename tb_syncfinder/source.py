@@ -907,12 +907,9 @@ def _matcher(
             return None, False
         if kind not in kinds:
             return None, False
-        if kind == "load":
-            index = node.slice  # type: ignore[attr-defined]
-            if not _may_index_with_tensor(index) or (
-                isinstance(index, ast.Name) and index.id in counters
-            ):
-                return None, False
+        # (A loop counter's index is kept here: ``dataset[i]`` runs ``__getitem__``.)
+        if kind == "load" and not _may_index_with_tensor(node.slice):  # type: ignore[attr-defined]
+            return None, False
         if kind in ("iter", "next") and _over_a_range(node):
             return None, False  # a ``range``'s iterator runs no Python frame
         return N, True
@@ -2177,12 +2174,43 @@ def _sampled(
     return False
 
 
-def _root_name(expr: ast.expr | None) -> str | None:
-    """The name a chain of attributes, calls and subscripts starts from (``net`` of
-    ``net.module.eval().state_dict()``), else None."""
-    while isinstance(expr, (ast.Attribute, ast.Call, ast.Subscript)):
-        expr = expr.func if isinstance(expr, ast.Call) else expr.value
-    return expr.id if isinstance(expr, ast.Name) else None
+# What a model is put in a mode by, or reached through, on its way to be saved
+# (``net.module.eval().cpu()``): calls of these, without arguments, keep it the model.
+_MODEL_CHAIN_METHODS = frozenset({"eval", "train", "cpu", "float", "half", "double"})
+
+
+def _model_chain_root(expr: ast.expr | None) -> str | None:
+    """The name a model expression starts from: attributes and argument-free mode calls
+    (``net``, ``self.net.module``, ``net.eval()``); None for anything that computes
+    (``self.model(x)``, ``x.softmax(-1)``): that is a tensor, not a model."""
+    while True:
+        if isinstance(expr, ast.Attribute):
+            expr = expr.value
+        elif (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in _MODEL_CHAIN_METHODS
+            and not expr.args
+            and not expr.keywords
+        ):
+            expr = expr.func.value
+        else:
+            return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _saved_state(call: ast.Call) -> str | None:
+    """The model whose ``state_dict()`` a ``torch.save(...)`` call saves
+    (``_model_chain_root`` of ``X`` in ``torch.save(X.state_dict(), path)``), else None."""
+    if _call_name(call) != "save" or _receiver_name(call) != "torch" or not call.args:
+        return None
+    saved = call.args[0]
+    if not (
+        isinstance(saved, ast.Call)
+        and isinstance(saved.func, ast.Attribute)
+        and saved.func.attr == "state_dict"
+    ):
+        return None
+    return _model_chain_root(saved.func.value)
 
 
 def host_use(scope: ast.AST, line: int) -> str | None:
@@ -2201,14 +2229,17 @@ def host_use(scope: ast.AST, line: int) -> str | None:
     ]
     if not copies:
         return None
+    # Copies of a model (``net.module.cpu()``), not of what it computed (``model(x).cpu()``).
+    moved = {
+        name for copy in copies if (name := _model_chain_root(_copy_receiver(copy))) is not None
+    }
     for root in roots:
         for call in ast.walk(root):
             if (
                 isinstance(call, ast.Call)
-                and _call_name(call) == "save"
-                and _receiver_name(call) == "torch"
-                and call.args
+                and _saved_state(call) is not None
                 and any(node in copies for node in ast.walk(call.args[0]))
+                and moved
             ):
                 return "torch.save"
     bound = {
@@ -2218,7 +2249,6 @@ def host_use(scope: ast.AST, line: int) -> str | None:
         for target in root.targets
         for name in _names_bound_by(target)
     }
-    moved = {name for copy in copies if (name := _root_name(_copy_receiver(copy))) is not None}
     for node in ast.walk(scope):
         # ``transformer.eval().cpu()``, then ``torch.save(transformer.state_dict(), path)``
         # lines later (pytorch/examples' fast_neural_style): the model moved to be saved.
@@ -2226,10 +2256,7 @@ def host_use(scope: ast.AST, line: int) -> str | None:
             moved
             and isinstance(node, ast.Call)
             and node.lineno > line
-            and _call_name(node) == "save"
-            and _receiver_name(node) == "torch"
-            and node.args
-            and _root_name(node.args[0]) in moved
+            and _saved_state(node) in moved
         ):
             return "torch.save"
     if not bound:

@@ -638,3 +638,53 @@ def test_a_handler_run_every_n_events_is_read_every_n_steps_already(tmp_path):
     assert (
         "already every N steps (under `@trainer.on(Events.ITERATION_COMPLETED(every=2))`)" in text
     )
+
+
+_GETITEM_BY_COUNTER = textwrap.dedent(
+    """\
+    import torch
+
+
+    class Scores:
+        def __init__(self, t):
+            self.t = t
+
+        def __getitem__(self, i):
+            return self.t[i].item()
+
+
+    def summarize(scores, n):
+        table = Scores(scores)
+        out = []
+        for i in range(n):
+            out.append(table[i])
+        return out
+
+
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+    )
+    prof.start()
+    for it in range(5):
+        summarize(torch.randn(4), 4)
+        prof.step()
+    prof.stop()
+    """
+)
+
+
+def test_an_index_by_a_loop_counter_still_calls_a_getitem_at_its_line(tmp_path):
+    """A loop's int counter indexes no tensor (``_loop_counters``), but ``table[i]`` of an
+    object runs its ``__getitem__``: its read's caller is that line, exact (a review: it
+    fell back to the function's line when the counter rule was applied there too)."""
+    script = tmp_path / "w.py"
+    script.write_text(_GETITEM_BY_COUNTER)
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.line == 9
+    assert [(c.line, c.line_exact, c.count) for c in site.callers] == [(16, True, 12)]

@@ -139,3 +139,43 @@ def test_a_model_moved_to_the_host_to_be_saved_lines_later_gets_the_save_fix(tmp
     (site,) = report.latent_sites
     assert (site.line, site.line_exact) == (9, True)
     assert site.advice["title"].startswith("Save the checkpoint from the device")
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "use"),
+    [
+        # Copies of what a model computed, and a tensor saved: no model moved to be saved.
+        (
+            "def f(self, x, path):\n    preds = [self.model(x).cpu()]\n"
+            "    torch.save(self.model.state_dict(), path)\n",
+            2,
+            None,
+        ),
+        (
+            "def f(model, x, path):\n    feats = model.forward(x).cpu()\n"
+            "    torch.save(model.state_dict(), path)\n",
+            2,
+            None,
+        ),
+        ("def f(x, path):\n    torch.save(x.softmax(-1).cpu(), path)\n", 2, None),
+        # The model moved, on the line or before its save.
+        (
+            "def f(net, path):\n    torch.save(net.module.cpu().state_dict(), path)\n",
+            2,
+            "torch.save",
+        ),
+        (
+            "def f(net, path):\n    net.eval().cpu()\n    torch.save(net.state_dict(), path)\n",
+            2,
+            "torch.save",
+        ),
+    ],
+)
+def test_only_a_model_moved_to_be_saved_is_a_checkpoints_copy(code, line, use):
+    """A review: ``self.model(x).cpu()`` before a ``torch.save(self.model.state_dict())``,
+    and ``torch.save(t.cpu(), path)`` of a tensor, were given the checkpoint fix."""
+    import ast
+
+    from tb_syncfinder.source import host_use
+
+    assert host_use(ast.parse(code).body[0], line) == use

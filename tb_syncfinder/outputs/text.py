@@ -2415,8 +2415,11 @@ def _not_listed_on_cpu(traces: list[dict[str, Any]]) -> str:
         )
     return (
         "Not listed on a CPU-only trace without Python stacks: copies to or from the host "
-        "(.cpu(), .tolist(), .to(), pageable uploads). Record with with_stack=True to list "
-        ".cpu(), .tolist() and .to('cpu'); profile on the GPU to see the rest."
+        "(.cpu(), .tolist(), .to(), pageable uploads), and reads inside a DataLoader's fetch "
+        "or an Adam-family optimizer's step, taken for torch's own of host tensors (a read "
+        "of yours there, in a dataset on the GPU or a step hook, cannot be told from them). "
+        "Record with with_stack=True to list .cpu(), .tolist() and .to('cpu') and to tell "
+        "those reads apart; profile on the GPU to see the rest."
     )
 
 

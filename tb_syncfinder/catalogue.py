@@ -2105,12 +2105,11 @@ _IGNITE_HANDLER_EVERY_ADVICE = Advice(
 # copy to the host and a wait per batch on a GPU, which a CPU run cannot show), and
 # ``compute()`` reads the totals (``.item()``: a host read with the default device, one
 # read per computation with ``device=device``). Read in pytorch-ignite 0.5.5
-# (``metrics/accuracy.py``, ``loss.py``, ``metric.py``'s ``completed``; docs/validation.md,
-# section 31).
+# (``metrics/accuracy.py``, ``loss.py``; docs/validation.md, section 31).
 _IGNITE_METRIC_DEVICE_ADVICE = Advice(
     title="Build Ignite's metrics with device=device",
     text=(
-        "An Ignite metric (`Accuracy`, `Loss`, `RunningAverage`, ...) keeps its totals on "
+        "An Ignite metric (`Accuracy`, `Loss`, ...) keeps its totals on "
         "its `device`, the CPU unless you pass one: on a GPU each `update()` then copies "
         "its batch's result to the host and waits for it, once per batch (a CPU trace "
         "cannot show those copies; what it shows is `compute()` reading the totals). With "
@@ -2439,7 +2438,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
             _IGNITE_METRIC_DEVICE_ADVICE,
             innermost=True,
         )
-        for name, func in (("accuracy", "compute"), ("loss", "compute"), ("metric", "completed"))
+        # Not ``metric.py``'s ``completed`` (``result.item()`` of a metric computed as a
+        # tensor): a ``RunningAverage`` computed every iteration reads there on any device.
+        for name, func in (("accuracy", "compute"), ("loss", "compute"))
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/result.py",

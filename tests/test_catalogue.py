@@ -838,3 +838,12 @@ def test_a_librarys_conversion_helper_is_passed_for_the_line_that_called_it() ->
     assert catalogue.wraps_one_op(site, "to_numpy")
     assert not catalogue.wraps_one_op(site, "to_torch")
     assert not catalogue.wraps_one_op("tianshou/algorithm/modelfree/dqn.py", "forward")
+
+
+def test_a_running_averages_read_on_completion_gets_no_metric_device_fix() -> None:
+    """``Metric.completed`` reads a metric computed as a tensor (``RunningAverage``, every
+    iteration): on any device it waits there, so ``device=device`` removes nothing (a
+    review). An ``Accuracy``'s ``compute()`` read keeps that fix."""
+    frames = [("<built-in>", "item"), ("ignite/metrics/metric.py", "completed")]
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=frames)
+    assert advice["title"] != "Build Ignite's metrics with device=device"

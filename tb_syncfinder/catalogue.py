@@ -3496,6 +3496,25 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     ):
         return None
     known = called_library(frames)
+    if known in LOOP_LIBRARIES:
+        # A loop's library runs other packages' code (TRL's ``compute_loss`` of a Trainer
+        # subclass, under ``trainer.train()``): the package it called into, going in from
+        # its outermost frames, is the one whose code reads (a TRL walk: 17 of DPO's 25
+        # reads a step said to be edits of transformers).
+        for file, _func in reversed(frames):
+            if passes_through(file) or wraps_one_op(file):
+                continue
+            package = package_of(file)
+            if package == known:
+                continue
+            if (
+                package is not None
+                and package not in _FRAMEWORK_PACKAGES
+                and package not in _STDLIB_MODULES
+                and package.isidentifier()
+            ):
+                return package
+            break
     if known is not None:
         return known
     # The innermost package the catalogue does not know (its line reads), else the
@@ -3517,6 +3536,22 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
 
 
 _STDLIB_MODULES = frozenset(sys.stdlib_module_names)
+# Libraries whose training loop runs other packages' code: Hugging Face's ``Trainer`` (TRL's
+# and sentence-transformers' subclasses), Lightning's (a LightningModule of another
+# package), accelerate's, Ignite's ``Engine``, Keras' and fastai's fit, Composer's.
+LOOP_LIBRARIES = frozenset(
+    {
+        "transformers",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "accelerate",
+        "ignite",
+        "keras",
+        "fastai",
+        "composer",
+    }
+)
 
 
 def package_of(path: str) -> str | None:

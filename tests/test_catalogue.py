@@ -847,3 +847,47 @@ def test_a_running_averages_read_on_completion_gets_no_metric_device_fix() -> No
     frames = [("<built-in>", "item"), ("ignite/metrics/metric.py", "completed")]
     advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=frames)
     assert advice["title"] != "Build Ignite's metrics with device=device"
+
+
+@pytest.mark.parametrize(
+    ("frames", "edited"),
+    [
+        # TRL's SFTTrainer.compute_loss, run by transformers' Trainer.train().
+        (
+            [
+                ("<built-in>", "item"),
+                ("trl/trainer/sft_trainer.py", "compute_loss"),
+                ("transformers/trainer.py", "training_step"),
+                ("transformers/trainer.py", "_inner_training_loop"),
+                ("transformers/trainer.py", "train"),
+            ],
+            "trl",
+        ),
+        # A LightningModule of another package, run by Lightning's fit loop.
+        (
+            [
+                ("<built-in>", "item"),
+                ("pytorch_forecasting/models/base_model.py", "training_step"),
+                ("lightning/pytorch/loops/fit_loop.py", "run"),
+                ("lightning/pytorch/trainer/trainer.py", "fit"),
+            ],
+            "pytorch_forecasting",
+        ),
+        # Trainer's own read, and the model it runs: transformers'.
+        (
+            [
+                ("<built-in>", "item"),
+                ("transformers/models/llama/modeling_llama.py", "forward"),
+                ("transformers/trainer.py", "training_step"),
+                ("transformers/trainer.py", "train"),
+            ],
+            "transformers",
+        ),
+    ],
+)
+def test_a_read_in_code_a_librarys_loop_runs_is_an_edit_of_that_code(frames, edited) -> None:
+    """Reads in TRL's ``compute_loss``, under ``trainer.train()``, were "an edit of
+    transformers' own code" (a walk: 17 of DPO's 25 reads a step): the loop's library runs
+    other packages' code, and the first package its frames call into is the one to edit."""
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=frames)
+    assert advice.get("library_code") == edited

@@ -338,11 +338,38 @@ _FRAMELESS = ("<truth>", "<scalar>", "<load>", "<store>")
 _SCALAR_TYPES = frozenset({"float", "int", "complex", "range"})
 
 
+# Calls whose result is a Python bool, whatever they are given.
+_BOOL_CALLS = frozenset({"isinstance", "issubclass", "hasattr", "callable"})
+
+
+def _tests_no_tensor(test: ast.AST) -> bool:
+    """Whether a truth test's value is a Python bool however it runs: ``x is None``,
+    ``mode == "train"`` (a tensor compared with a string is not equal, without a read),
+    ``isinstance(x, T)``, a constant, ``not``/``and``/``or`` of such tests. A TRL walk:
+    ``if mode == "train":`` beside its ``.item()`` reads made their lines inexact."""
+    if isinstance(test, ast.Constant):
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _tests_no_tensor(test.operand)
+    if isinstance(test, ast.BoolOp):
+        return all(_tests_no_tensor(value) for value in test.values)
+    if isinstance(test, ast.Call):
+        return isinstance(test.func, ast.Name) and test.func.id in _BOOL_CALLS
+    if isinstance(test, ast.Compare):
+        if all(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops):
+            return True
+        return all(isinstance(op, (ast.Eq, ast.NotEq)) for op in test.ops) and any(
+            isinstance(part, ast.Constant) and isinstance(part.value, str)
+            for part in (test.left, *test.comparators)
+        )
+    return False
+
+
 def _frameless_labels(
     kind: str, node: ast.AST, counters: frozenset[str] = frozenset()
 ) -> tuple[str, ...]:
     if kind == "truth":
-        return ("<truth>",)
+        return () if _tests_no_tensor(node) else ("<truth>",)
     if kind == "call":
         func = node.func  # type: ignore[attr-defined]
         if isinstance(func, ast.Name):

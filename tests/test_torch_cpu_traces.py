@@ -989,3 +989,36 @@ def test_slice_bounds_beside_an_enumerate_counters_index_are_at_their_own_line(t
     (site,) = report.latent_sites
     assert (site.line, site.line_exact, site.count) == (9, True, 12)
     assert site.advice["title"].startswith("This read sets a size")
+
+
+NON_TENSOR_TESTS = """\
+import torch
+
+
+def metrics(a, b, mode, extra=None):
+    out = {}
+    n = b.sum()
+    if extra is not None:
+        out["extra"] = extra
+    out["ent"] = (a.sum() / n).item() if n > 0 else 0.0
+    if mode == "train":
+        out["tokens"] = b.sum().item()
+    return out
+
+
+def train_step(x, step):
+    metrics(x, torch.ones(8, 8), "train")
+"""
+
+
+def test_tests_that_read_no_tensor_leave_the_reads_beside_them_exact(tmp_path):
+    """TRL's metrics (``x.item() if n > 0 else 0.0`` beside ``if mode == "train":`` and
+    ``if x is not None:``) were at the function's line, marked, with every test among the
+    candidates: a comparison with a string or with ``None`` reads no tensor (a walk)."""
+    report = _profiled_report(tmp_path, "non_tensor_tests", NON_TENSOR_TESTS)
+    lines = sorted((s.line, s.line_exact, s.ops[0]) for s in report.latent_sites)
+    assert lines == [
+        (9, True, "aten::is_nonzero"),
+        (9, True, "aten::item"),
+        (11, True, "aten::item"),
+    ]

@@ -366,7 +366,10 @@ def _tests_no_tensor(test: ast.AST) -> bool:
 
 
 def _frameless_labels(
-    kind: str, node: ast.AST, counters: frozenset[str] = frozenset()
+    kind: str,
+    node: ast.AST,
+    counters: frozenset[str] = frozenset(),
+    lookups: frozenset[int] = frozenset(),
 ) -> tuple[str, ...]:
     if kind == "truth":
         return () if _tests_no_tensor(node) else ("<truth>",)
@@ -392,8 +395,10 @@ def _frameless_labels(
         return ("<scalar>",)  # a slice's further bound read through ``__index__``
     if kind in ("load", "store"):
         index = node.slice  # type: ignore[attr-defined]
-        if isinstance(index, ast.Name) and index.id in counters:
-            return ()  # a loop's int counter (``_loop_counters``): no tensor is read
+        if (isinstance(index, ast.Name) and index.id in counters) or id(node) in lookups:
+            # A loop's int counter (``_loop_counters``), or a lookup whose result is then
+            # looked up by a string (``_dict_lookups``): no tensor is indexed.
+            return ()
         labels = ["<load>" if kind == "load" else "<store>"]
         if kind == "load" and not _may_index_with_tensor(index):
             labels = []
@@ -807,6 +812,7 @@ def _matcher(
     start_line: int | None = None,
     anchors: frozenset[str] = frozenset(),
     counters: frozenset[str] = frozenset(),
+    lookups: frozenset[int] = frozenset(),
 ) -> Matcher:
     """What in the source emits the group's calls and the profiler's step (``P``). A group
     of names emits ``N``; a frameless class emits every frameless class, each its own label
@@ -821,7 +827,8 @@ def _matcher(
     names of other calls the trace shows the frame making (``Observed.calls``): a call of
     one may emit ``ANCHOR + name`` (may: it may run no Python frame, or be another's).
     ``counters``: names only ever bound as a loop's int counter (``_loop_counters``): an
-    index by one reads no tensor."""
+    index by one reads no tensor; ``lookups``: the ids of subscripts whose result is looked
+    up by a string (``_dict_lookups``), no tensor's."""
     wrapped = frozenset(step_calls)
     frameless = bool(group) and group[0] in _FRAMELESS
     kinds: set[str] = set()  # evaluation point kinds that emit N
@@ -861,7 +868,7 @@ def _matcher(
 
     def match(kind: str, node: ast.AST) -> tuple[str | tuple[str, ...] | None, bool]:
         if frameless:
-            labels = _frameless_labels(kind, node, counters)
+            labels = _frameless_labels(kind, node, counters, lookups)
             if labels:
                 return labels, True
         if kind == "call":
@@ -2423,6 +2430,21 @@ def _loop_counters(scope: ast.AST) -> frozenset[str]:
                 if item.optional_vars is not None:
                     other.update(_names_bound_by(item.optional_vars))
     return frozenset(counters - other)
+
+
+def _dict_lookups(scope: ast.AST) -> frozenset[int]:
+    """The ids of ``scope``'s subscripts whose result is subscripted by a string
+    (``METRICS[mode]`` of ``METRICS[mode]["acc"]``): a tensor takes no string index, so the
+    value looked up is no tensor and the lookup indexes none (TRL's
+    ``self._metrics[mode]["..."]`` beside its masks made their lines inexact)."""
+    return frozenset(
+        id(node.value)
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+    )
 
 
 def _read_receivers(
@@ -5548,6 +5570,7 @@ class SourceResolver:
                 start,
                 anchors,
                 _loop_counters(scope),
+                _dict_lookups(scope),
             )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton

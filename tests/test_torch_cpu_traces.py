@@ -1022,3 +1022,30 @@ def test_tests_that_read_no_tensor_leave_the_reads_beside_them_exact(tmp_path):
         (9, True, "aten::item"),
         (11, True, "aten::item"),
     ]
+
+
+DICT_LOOKUPS = """\
+import torch
+
+METRICS = {"train": {"a": [], "b": []}}
+
+
+def metrics(logits, mask, mode):
+    kept = logits[mask.bool()].sum()
+    METRICS[mode]["a"].append(kept.item())
+    METRICS[mode]["b"] = mask.sum()
+
+
+def train_step(x, step):
+    metrics(x, x > 0, "train")
+"""
+
+
+def test_a_lookup_then_looked_up_by_a_string_indexes_no_tensor(tmp_path):
+    """TRL's ``_compute_loss`` masks its logits beside ``self._metrics[mode]["..."]``
+    appends: each ``X[mode]`` lookup was taken for a possible mask, so the masks went to
+    the function's line with 16 candidates (a walk). What a string then indexes is no
+    tensor."""
+    report = _profiled_report(tmp_path, "dict_lookups", DICT_LOOKUPS)
+    lines = sorted((s.line, s.line_exact, s.ops[-1]) for s in report.latent_sites)
+    assert lines == [(7, True, "aten::nonzero"), (8, True, "aten::_local_scalar_dense")]

@@ -3478,8 +3478,9 @@ def called_library(frames: Sequence[tuple[str, str]]) -> str | None:
 
 
 def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
-    """Whose code a fix of a sync in library frames (``library_frames``) edits: the known
-    library's the user's line called (``called_library``), else the package of the
+    """Whose code a fix of a sync in library frames (``library_frames``) edits: under a
+    loop's library (``LOOP_LIBRARIES``), the innermost package's, whose line reads; the
+    known library's the user's line called (``called_library``), else the package of the
     innermost of those frames that is neither Python's own nor torch's nor one the
     catalogue knows, the one whose line reads: one the attribution found installed
     (torchdiffeq's solvers), or one torch called back (a custom Function's ``backward``,
@@ -3496,39 +3497,29 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     ):
         return None
     known = called_library(frames)
-    if known in LOOP_LIBRARIES:
-        # A loop's library runs other packages' code (TRL's ``compute_loss`` of a Trainer
-        # subclass, under ``trainer.train()``): the package it called into, going in from
-        # its outermost frames, is the one whose code reads (a TRL walk: 17 of DPO's 25
-        # reads a step said to be edits of transformers).
-        for file, _func in reversed(frames):
-            if passes_through(file) or wraps_one_op(file):
-                continue
-            package = package_of(file)
-            if package == known:
-                continue
-            if (
-                package is not None
-                and package not in _FRAMEWORK_PACKAGES
-                and package not in _STDLIB_MODULES
-                and package.isidentifier()
-            ):
-                return package
-            break
-    if known is not None:
-        return known
-    # The innermost package the catalogue does not know (its line reads), else the
-    # outermost known one: a known library's operators read by their nature (torchvision's
-    # NMS), and the fix is in how the package around them calls them (ultralytics').
     packages = [
         package
         for file, _func in frames
         if not passes_through(file)
+        and not wraps_one_op(file, _func)
         and (package := package_of(file)) is not None
         and package not in _FRAMEWORK_PACKAGES
         and package not in _STDLIB_MODULES
         and package.isidentifier()
     ]
+    if known in LOOP_LIBRARIES and packages:
+        # A loop's library runs other packages' code (TRL's ``compute_loss`` of a Trainer
+        # subclass; a LightningModule of pytorch-forecasting, through torch's optimizer
+        # closure): the innermost package, whose line reads, is the one to edit (a TRL walk:
+        # 17 of DPO's 25 reads a step were said to be transformers'). A model of the loop's
+        # own library that code runs is its own again (transformers' mask check under
+        # sentence-transformers' loss).
+        return packages[0]
+    if known is not None:
+        return known
+    # The innermost package the catalogue does not know (its line reads), else the
+    # outermost known one: a known library's operators read by their nature (torchvision's
+    # NMS), and the fix is in how the package around them calls them (ultralytics').
     unknown = [package for package in packages if package not in LIBRARY_PACKAGES]
     if unknown:
         return unknown[0]

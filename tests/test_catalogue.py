@@ -873,6 +873,36 @@ def test_a_running_averages_read_on_completion_gets_no_metric_device_fix() -> No
             ],
             "pytorch_forecasting",
         ),
+        # A LightningModule's step run through torch's optimizer closure (Lightning's
+        # automatic optimization): torch's frames between are no package's to edit.
+        (
+            [
+                ("<built-in>", "item"),
+                ("pytorch_forecasting/models/temporal_fusion_transformer/_tft.py", "forward"),
+                ("pytorch_forecasting/models/base/_base_model.py", "training_step"),
+                ("lightning/pytorch/core/module.py", "_closure"),
+                ("torch/optim/optimizer.py", "wrapper"),
+                ("torch/optim/adam.py", "step"),
+                ("lightning/pytorch/core/optimizer.py", "step"),
+                ("lightning/pytorch/loops/fit_loop.py", "run"),
+                ("lightning/pytorch/trainer/trainer.py", "fit"),
+            ],
+            "pytorch_forecasting",
+        ),
+        # transformers' mask check in a model sentence-transformers' loss runs under
+        # transformers' Trainer: transformers', whose line reads.
+        (
+            [
+                ("<built-in>", "item"),
+                ("transformers/masking_utils.py", "_ignore_bidirectional_mask_sdpa"),
+                ("transformers/models/bert/modeling_bert.py", "forward"),
+                ("sentence_transformers/models/Transformer.py", "forward"),
+                ("sentence_transformers/trainer.py", "compute_loss"),
+                ("transformers/trainer.py", "training_step"),
+                ("transformers/trainer.py", "train"),
+            ],
+            "transformers",
+        ),
         # Trainer's own read, and the model it runs: transformers'.
         (
             [

@@ -326,6 +326,20 @@ def _past_resume_chain(frames: list[tuple[int, Frame]], user: int, callers: list
     return callers
 
 
+# The names decorators give the function they return (``functools.wraps`` keeps the
+# decorated function's name on the object, not on its frame).
+_DECORATOR_FRAMES = frozenset(
+    {"wrapper", "wrapper_fn", "wrapped", "wrapped_func", "inner", "decorated", "_wrapper"}
+)
+
+
+def _a_librarys_decorator(frame: Frame) -> bool:
+    """Whether a library frame is a decorator's wrapper (wandb's ``Run.log`` runs as three
+    of them, ``wrapper``, ``wrapper_fn``, ``wrapper``, before ``log``): passed over, as a
+    call's own name is deeper."""
+    return not frame.user and frame.func in _DECORATOR_FRAMES
+
+
 def _call_depths(below: list[tuple[int, Frame]]) -> int:
     """How many frames under the user's (``below``, innermost first) may name the call
     its line made: ``_MAX_CALL_DEPTH`` of them, not counting the wrappers a call passes
@@ -346,7 +360,7 @@ def _call_depths(below: list[tuple[int, Frame]]) -> int:
         # its frame too, and the paths of names made of them overflowed the stack.
         if depth == _MAX_CALL_DEPTH + _MAX_WRAPPERS:
             return depth
-        if repeated or passes_through(frame.file):
+        if repeated or passes_through(frame.file) or _a_librarys_decorator(frame):
             continue
         counted += 1
         if counted == _MAX_CALL_DEPTH:
@@ -1211,6 +1225,11 @@ class Attributor:
             called = frames[level - 1][1]
             if (
                 called.file != "<built-in>"
+                # torch's own Python (``torch.unique`` runs as ``fn``): another library's
+                # function is called by its own names, and the operator's (``item``) are
+                # its code's, deeper (wandb's ``log`` reads in ``json_friendly``: a
+                # ``val.item()`` elsewhere in the caller was taken for it, exact).
+                and package_of(called.file) in ("torch", None)
                 and op >= 0
                 # Below a user's function (a caller's query), its own body ran the operator.
                 and not any(f.user for _i, f in frames[:level])

@@ -2981,10 +2981,13 @@ def passes_through(path: str) -> bool:
 
 
 # torch's Python wrappers around one operator (``Tensor.unique`` and ``torch.unique``'s
-# ``_unique_impl``, an operator's ``__call__``, ``handle_torch_function``): where a library's
+# ``_unique_impl``, an operator's ``__call__``, ``handle_torch_function``; a tensor's text,
+# ``_tensor_str``, under tqdm's ``set_postfix``): where a library's
 # code called them, the library's own line is the one to name (ultralytics' ``loss.py:400``
 # ``batch_idx.unique(...)``, not ``torch/functional.py:973``).
-_ONE_OP_WRAPPERS = re.compile(r"torch/(?:functional|_ops|_tensor|_jit_internal|overrides)\.py$")
+_ONE_OP_WRAPPERS = re.compile(
+    r"torch/(?:functional|_ops|_tensor|_tensor_str|_jit_internal|overrides)\.py$"
+)
 
 
 # Library functions that only call one operator (``torchvision.ops.nms`` calls
@@ -3387,6 +3390,9 @@ def advice_for(
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
     # operators.
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
+    if refinement is TENSOR_TEXT_ADVICE and periodic and kind_name == SCALAR_READBACK:
+        # A print every N steps already: "print a number every N steps" is what it does.
+        refinement = PERIODIC_READ_ADVICE
     # A fix for code of a library the user called, where no entry of the library's own
     # says what of it to set: an edit of that library, and the report says so.
     edits_library = None if refinement is not None else edited_library(frames)
@@ -3497,6 +3503,11 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     ):
         return None
     known = called_library(frames)
+    if known in LOGGING_LIBRARIES:
+        # A logger converting the value the user's line gave it (``wandb.log({"loss":
+        # loss})`` reads ``loss.item()`` in wandb's code): the fix is the user's, what and how
+        # often to log, not an edit of the logger.
+        return None
     packages = [
         package
         for file, _func in frames
@@ -3527,6 +3538,35 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
 
 
 _STDLIB_MODULES = frozenset(sys.stdlib_module_names)
+# Loggers' conversions of the values they are given (TensorBoard's ``add_scalar(tag,
+# loss, step)`` runs ``make_np``: ``loss.detach().cpu().numpy()``): a copy there is the
+# user's read of the value logged, not a library's own copy counted apart (a walk:
+# ``add_scalar(loss)`` was said to fix ``add_scalar(loss.item())``).
+LOGGED_VALUE_FILES = ("torch/utils/tensorboard/", "tensorboardX/", "wandb/", "mlflow/")
+
+
+def converts_a_logged_value(frames: Iterable[tuple[str, str]]) -> bool:
+    """Whether a copy's frames run through a logger's conversion (``LOGGED_VALUE_FILES``)."""
+    return any(
+        marker in path.replace("\\", "/") for path, _func in frames for marker in LOGGED_VALUE_FILES
+    )
+
+
+# Loggers and progress bars: what they read is a value the user's line gave them.
+LOGGING_LIBRARIES = frozenset(
+    {
+        "wandb",
+        "tensorboardX",
+        "mlflow",
+        "tqdm",
+        "rich",
+        "comet_ml",
+        "neptune",
+        "clearml",
+        "aim",
+        "dvclive",
+    }
+)
 # Libraries whose training loop runs other packages' code: Hugging Face's ``Trainer`` (TRL's
 # and sentence-transformers' subclasses), Lightning's (a LightningModule of another
 # package), accelerate's, Ignite's ``Engine``, Keras' and fastai's fit, Composer's.

@@ -34,6 +34,7 @@ from tb_syncfinder.catalogue import (
     NPU_TASKS_NOT_LINKED,
     SCALAR_READBACK,
     TENSOR_TEXT_OP,
+    converts_a_logged_value,
     ctc_waits_by_line,
     fix_frames,
     formats_tensor,
@@ -502,6 +503,8 @@ def _latent_where_it_may_sync(
             # The user's ``.cpu()`` of a container that moves each tensor with ``.to()``
             # (TensorDict's: TorchRL's ``replay_buffer.extend(data_view.cpu())``).
             or (attribution.called == "cpu" and episode.method == "to")
+            # A logger's conversion of the value the user's line gave it.
+            or converts_a_logged_value((frame.file, frame.func) for frame in attribution.stack)
         ):
             kept.append(n)
         elif episode.after_cpu < 0 and not formats_tensor(

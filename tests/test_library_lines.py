@@ -1628,3 +1628,104 @@ def test_the_users_cpu_of_a_container_is_the_users_copy(tmp_path: Path) -> None:
     assert (site.line, site.line_exact, site.count) == (15, True, 3)
     assert site.kind == "device_to_host_copy"
     assert "library_code" not in site.advice
+
+
+_DECORATED_LOGGER = """\
+import functools
+
+
+def _attach(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _noop(func):
+    @functools.wraps(func)
+    def wrapper_fn(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper_fn
+
+
+def json_friendly(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+@_attach
+@_noop
+@_attach
+def log(data, step=None):
+    return {key: json_friendly(value) for key, value in data.items()}
+"""
+
+
+def test_a_loggers_read_under_its_decorators_is_at_the_logging_call(tmp_path, monkeypatch):
+    """wandb's ``log`` runs as three decorator frames (``wrapper``, ``wrapper_fn``,
+    ``wrapper``) before ``log``: the call at the user's line was not found by that name, and
+    the read's own name, ``item``, was matched to another line's ``val.item()``, exact (a
+    walk). The fix is the user's: what and how often to log, not an edit of the logger."""
+    program = _profiled_loop(
+        "import wandb",
+        [],
+        [
+            "loss = model(torch.ones(2, 4)).sum()",
+            'wandb.log({"loss": loss}, step=step)',
+            "if step % 100 == 99:",
+            '    wandb.log({"val": loss.item()}, step=step)',
+        ],
+    )
+    out = _run_program(tmp_path, monkeypatch, "wandb", {"__init__.py": _DECORATED_LOGGER}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.count) == (18, True, 3)
+    assert site.advice.get("library_code") is None
+
+
+def test_a_tensor_given_to_tensorboards_add_scalar_is_the_users_read(tmp_path):
+    """``writer.add_scalar("loss", loss, step)`` copies the tensor to the host in torch's
+    TensorBoard code (``make_np``): it was a library's copy, counted apart, and a compare of
+    ``add_scalar(loss.item())`` against it said "fixed" (a walk)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    script = tmp_path / "w.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+
+            def train(writer, steps, step_hook):
+                model = torch.nn.Linear(4, 1)
+                for step in range(steps):
+                    loss = model(torch.ones(2, 4)).sum()
+                    writer.add_scalar("loss", loss, step)
+                    step_hook()
+            """
+        )
+    )
+    monkeypatch_path = str(tmp_path)
+    sys.path.insert(0, monkeypatch_path)
+    try:
+        import importlib
+
+        module = importlib.import_module("w")
+        logdir = tmp_path / "logs" / "run"
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            with_stack=True,
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(logdir)),
+        ) as prof:
+            writer = SummaryWriter(str(tmp_path / "tb"))
+            module.train(writer, 5, prof.step)
+            writer.close()
+    finally:
+        sys.path.remove(monkeypatch_path)
+        sys.modules.pop("w", None)
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.count) == (8, True, 3)
+    assert site.kind == "device_to_host_copy"

@@ -20,6 +20,7 @@ from tb_syncfinder.catalogue import (
     advice_for,
     advice_on_device,
     fix_frames,
+    is_framework_file,
     is_warmup_annotation,
     lightning_loop,
 )
@@ -268,15 +269,15 @@ def build_sites(
                             for s in members
                         ),
                         # A read that sets a size (a slice bound, range(n)): every sync's.
-                        all(s.source is not None and s.source.read_as_size for s in members),
+                        all(_line_fact(s, "read_as_size") for s in members),
                         # A loop's element read one at a time: every sync's.
-                        all(s.source is not None and s.source.reads_elements for s in members),
+                        all(_line_fact(s, "reads_elements") for s in members),
                         # A sampled value the host needs at once: every sync's.
-                        all(s.source is not None and s.source.reads_sample for s in members),
+                        all(_line_fact(s, "reads_sample") for s in members),
                         # Read in torch.compile'd code, the same way: every sync's.
                         _common({s.source.compiled if s.source else None for s in members}),
                         # A copy a host call takes at once (a checkpoint): every sync's.
-                        _common({s.source.host_use if s.source else None for s in members}),
+                        _common({_line_fact(s, "host_use") for s in members}),
                         # Read every N steps already: by its own or its call's `%` test,
                         # every sync, and not in every step.
                         all(map(_under_a_periodic_test, members))
@@ -482,6 +483,22 @@ def _call_text(sync: Sync, file: str | None) -> str:
         return f"the {call}"
     where = f"line {source.line}" if source.file == file else f"{source.file}:{source.line}"
     return f"the {call} at {where}"
+
+
+def _line_fact(sync: Sync, name: str) -> Any:
+    """A fact of the line that read (``Source.read_as_size``, ``reads_elements``,
+    ``reads_sample``, ``host_use``): the library's line where the read is in a library's
+    code (pytorch-forecasting's ``_tft.py`` slicing by a tensor's item: a size, told "keep
+    it on the device"), else the user's."""
+    source = sync.source
+    if source is None:
+        return None
+    library = source.library
+    if library is not None and library.line_exact and not is_framework_file(library.file):
+        return getattr(library, name)
+    # torch's own Python around the read (``Tensor.__format__`` of a ``print``): the user's
+    # line says what is read.
+    return getattr(source, name)
 
 
 def _under_a_periodic_test(sync: Sync) -> bool:

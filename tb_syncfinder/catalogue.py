@@ -3601,6 +3601,11 @@ def package_of(path: str) -> str | None:
     return parts[0] if len(parts) > 1 else None
 
 
+def is_framework_file(path: str) -> bool:
+    """Whether a file is torch's (or numpy's, triton's...) own Python."""
+    return package_of(path) in _FRAMEWORK_PACKAGES
+
+
 def library_package(path: str) -> str | None:
     """The known library (``LIBRARY_PACKAGES``) a file is of (``package_of``); None for
     any other."""

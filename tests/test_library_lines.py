@@ -1729,3 +1729,27 @@ def test_a_tensor_given_to_tensorboards_add_scalar_is_the_users_read(tmp_path):
     (site,) = report.latent_sites
     assert (site.line, site.line_exact, site.count) == (8, True, 3)
     assert site.kind == "device_to_host_copy"
+
+
+_SIZE_IN_LIBRARY = """\
+def padded(lengths, x):
+    longest = lengths.max()
+    return x[:, :longest]
+"""
+
+
+def test_a_size_a_librarys_line_reads_gets_the_size_fix(tmp_path, monkeypatch):
+    """pytorch-forecasting slices by a tensor's maximum in its own code (``_tft.py``): the
+    library's line was known to read a size (``read_as_size``), but the fix came from the
+    user's ``trainer.fit(...)`` line: "keep the value on the device" (a walk, 5 of TFT's 17
+    reads a step)."""
+    program = _profiled_loop(
+        "from sizelib.ops import padded",
+        [],
+        ["x = model(torch.ones(2, 4))", "padded(torch.tensor([2, 3]), x)"],
+    )
+    out = _run_program(tmp_path, monkeypatch, "sizelib", {"ops.py": _SIZE_IN_LIBRARY}, program)
+    report = analyze(str(out), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert site.library is not None and (site.library.line, site.library.line_exact) == (3, True)
+    assert site.advice["title"].startswith("This read sets a size")

@@ -988,23 +988,31 @@ def test_latent_copies_are_the_users_own_once_per_copy_whatever_the_tensor_type(
     assert not any("torch/utils/data" in f.file for s in report.latent for f in s.stack)
 
 
+def _cpu_profile(logdir: Path, active: int, stacks: bool = False):
+    """A CPU profile with shapes, one warm-up step then ``active`` steps, written to
+    ``logdir`` (without Python stacks unless ``stacks``: most users' traces)."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    return profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=stacks,
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=active),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    )
+
+
 def test_a_dataloaders_seed_draws_are_no_latent_reads_in_a_trace_without_stacks(tmp_path):
     """Each ``iter(loader)`` draws a base seed and a shuffling sampler another, as
     ``torch.empty((), dtype=torch.int64).random_().item()`` on the host: without stacks
     they were listed as an ``aten::item`` of the program. The loss's ``.item()`` stays."""
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
     from torch.utils.data import DataLoader, TensorDataset
 
     data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
     model = torch.nn.Linear(4, 2)
     logdir = tmp_path / "logs" / "run"
     reads = 0
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        record_shapes=True,
-        schedule=schedule(wait=0, warmup=1, active=6),
-        on_trace_ready=tensorboard_trace_handler(str(logdir)),
-    ) as prof:
+    with _cpu_profile(logdir, active=6) as prof:
         for _epoch in range(4):
             for x, y in DataLoader(data, batch_size=8, shuffle=True):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -1023,7 +1031,6 @@ def test_a_datasets_reads_in_a_loaders_fetch_are_no_latent_reads_without_stacks(
     ``RandomResizedCrop.get_params`` reads ``torch.empty(1).uniform_(...).item()``, its
     flips ``if torch.rand(1) < p:``) inside the loader's fetch: 130 reads a step were
     listed for torchvision's transforms in a trace without stacks."""
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
     from torch.utils.data import DataLoader, Dataset
 
     class Augmented(Dataset):
@@ -1039,12 +1046,7 @@ def test_a_datasets_reads_in_a_loaders_fetch_are_no_latent_reads_without_stacks(
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 2))
     logdir = tmp_path / "logs" / "run"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        record_shapes=True,
-        schedule=schedule(wait=0, warmup=1, active=3),
-        on_trace_ready=tensorboard_trace_handler(str(logdir)),
-    ) as prof:
+    with _cpu_profile(logdir, active=3) as prof:
         for x, y in DataLoader(Augmented(), batch_size=4):
             torch.nn.functional.cross_entropy(model(x), y).item()
             prof.step()
@@ -1073,8 +1075,6 @@ def test_an_optimizers_host_step_counters_are_no_latent_reads_in_a_trace_without
     """Adam and its kin read each parameter's step counter with ``.item()``, a host
     tensor on a GPU run too: with stacks torch's frames said so, without them every Adam
     step of a CPU trace listed one read per parameter."""
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     optimizer = getattr(torch.optim, optimizer_name)(model.parameters(), lr=0.01, **options)
     x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
@@ -1091,12 +1091,7 @@ def test_an_optimizers_host_step_counters_are_no_latent_reads_in_a_trace_without
         return loss
 
     logdir = tmp_path / "logs" / "run"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        record_shapes=True,
-        schedule=schedule(wait=0, warmup=1, active=3),
-        on_trace_ready=tensorboard_trace_handler(str(logdir)),
-    ) as prof:
+    with _cpu_profile(logdir, active=3) as prof:
         for _ in range(4):
             if closure:
                 optimizer.step(logged_loss)
@@ -1114,16 +1109,10 @@ def test_an_rnns_reads_of_a_packed_sequences_batch_sizes_are_no_latent_reads(tmp
     a size for ``torch.zeros``), a CPU tensor on every device: two sites a call were listed
     at every packed RNN's line (the chatbot tutorial's encoder). The loss's read stays."""
     from torch.nn.utils.rnn import pack_padded_sequence
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     gru = torch.nn.GRU(4, 8)
     logdir = tmp_path / "logs" / "run"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=schedule(wait=0, warmup=1, active=3),
-        on_trace_ready=tensorboard_trace_handler(str(logdir)),
-    ) as prof:
+    with _cpu_profile(logdir, active=3, stacks=True) as prof:
         for _ in range(4):
             lengths = torch.tensor([5, 3, 2])
             packed = pack_padded_sequence(torch.randn(5, 3, 4), lengths)

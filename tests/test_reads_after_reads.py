@@ -164,3 +164,17 @@ def test_a_read_after_an_unrun_synchronize_and_a_read_says_both(tmp_path):
         "first, so this read costs little until that synchronize goes; right after another "
         "read on this line too, nothing queued between: it costs little while that one stays"
     ) in text
+
+
+def test_the_summary_says_how_many_latent_reads_come_right_after_another(tmp_path):
+    """fast_neural_style's checkpoint moves its model to the host, 248 copies a save one
+    after another: the summary said all "would make the host wait on a GPU" (a walk), where
+    each site said only the first of each run waits."""
+    report, sites = _report(tmp_path, _SCRIPT)
+    after = sum(site.after_read_count for site in sites.values())
+    assert after == 12  # acc.item() after loss.item() (4), and 8 of the print's 12
+    text = " ".join(report.to_text().split())
+    assert (
+        "would make the host wait on a GPU (12 of them right after another read: on a GPU "
+        "only the first of each such run waits)"
+    ) in text

@@ -994,6 +994,7 @@ def _summary_lines(
     idle_device: str = "GPU",
     job: dict[str, Any] | None = None,
     library_copies: int = 0,
+    latent_after_reads: int = 0,
 ) -> list[str]:
     """``fit_notes``, ``fit_scales``: as ``_saving_lines`` takes them; ``job``: the
     report's job section (what its sites save a step of the job). ``device``: what
@@ -1030,6 +1031,13 @@ def _summary_lines(
                 if latent
                 else f"none listed; {copies} to the host in libraries' own code (above), "
                 f"each a wait on {_article(device)} where its tensor lives there"
+            )
+        if latent and latent_after_reads:
+            # Counted, as the gate counts them, but on a GPU each waits for nothing queued
+            # (a walk: a checkpoint's 248 module copies a save read as 248 waits).
+            text += (
+                f" ({latent_after_reads} of them right after another read: on "
+                f"{_article(device)} only the first of each such run waits)"
             )
         if latent and unmarked:
             text += (
@@ -1603,6 +1611,9 @@ def _report_body(data: dict[str, Any], style: _Style, top: int | None, width: in
                     int(copy.get("count") or 0)
                     for trace in readable
                     for copy in trace.get("library_copies") or ()
+                ),
+                latent_after_reads=sum(
+                    1 for sync in data.get("latent") or [] if sync.get("after_read")
                 ),
             )
         )

@@ -2120,6 +2120,24 @@ _IGNITE_METRIC_DEVICE_ADVICE = Advice(
     after=('metrics = {"acc": Accuracy(device=device), "nll": Loss(loss_fn, device=device)}\n'),
 )
 
+# Lightning Fabric's ``clip_gradients`` passes ``error_if_nonfinite=True`` (its default) to
+# ``clip_grad_norm_``, whose check of the norm then reads it every call (a Fabric walk).
+_FABRIC_CLIP_ADVICE = Advice(
+    title="Pass error_if_nonfinite=False to fabric.clip_gradients",
+    text=(
+        "Fabric's `clip_gradients` checks the gradients' norm for NaN and inf on the host "
+        "(`error_if_nonfinite=True`, its default, unlike `clip_grad_norm_`'s): a read-back per "
+        "call that waits for the backward pass. Pass `error_if_nonfinite=False`; where a "
+        "non-finite norm should stop the run, check the norm it returns every N steps."
+    ),
+    before="fabric.clip_gradients(model, optimizer, max_norm=1.0)   # reads every step\n",
+    after=(
+        "norm = fabric.clip_gradients(model, optimizer, max_norm=1.0, error_if_nonfinite=False)\n"
+        "if step % 100 == 0 and not torch.isfinite(norm):   # one read per 100 steps\n"
+        '    raise RuntimeError(f"non-finite gradient norm at step {step}")\n'
+    ),
+)
+
 # GPyTorch's ``ExactGP.__call__`` compares the inputs with the training data element by
 # element (``torch.equal``, a read-back each) to catch calling a model in training mode on
 # other data, or in eval mode on its own, only under ``gpytorch.settings.debug``, on by
@@ -2441,6 +2459,10 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         # Not ``metric.py``'s ``completed`` (``result.item()`` of a metric computed as a
         # tensor): a ``RunningAverage`` computed every iteration reads there on any device.
         for name, func in (("accuracy", "compute"), ("loss", "compute"))
+    ),
+    *(
+        LibraryAdvice(f"{package}/fabric.py", frozenset({"clip_gradients"}), _FABRIC_CLIP_ADVICE)
+        for package in ("lightning/fabric", "lightning_fabric")
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/result.py",
@@ -3503,7 +3525,11 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
     ):
         return None
     known = called_library(frames)
-    if known in LOGGING_LIBRARIES:
+    if known in LOGGING_LIBRARIES or any(
+        _frame_matches(path, func, file, funcs)
+        for path, func in frames
+        for file, funcs in LOGGING_CALLS
+    ):
         # A logger converting the value the user's line gave it (``wandb.log({"loss":
         # loss})`` reads ``loss.item()`` in wandb's code): the fix is the user's, what and how
         # often to log, not an edit of the logger.
@@ -3552,6 +3578,12 @@ def converts_a_logged_value(frames: Iterable[tuple[str, str]]) -> bool:
     )
 
 
+# Logging calls of libraries that are more than loggers (Lightning Fabric's ``fabric.log``,
+# ``log_dict``): what they read is a value the user's line gave them.
+LOGGING_CALLS = tuple(
+    (f"{package}/fabric.py", frozenset({"log", "log_dict"}))
+    for package in ("lightning/fabric", "lightning_fabric")
+)
 # Loggers and progress bars: what they read is a value the user's line gave them.
 LOGGING_LIBRARIES = frozenset(
     {

@@ -946,6 +946,14 @@ def _matcher(
             return None, False
         if kind in ("iter", "next") and _over_a_range(node):
             return None, False  # a ``range``'s iterator runs no Python frame
+        if (
+            kind in ("format", "repr")
+            and isinstance(getattr(node, "value", None), ast.Name)
+            and node.value.id in counters  # type: ignore[attr-defined]
+        ):
+            # A loop's int counter formatted (``f"step{step}.ckpt"``) runs no tensor's
+            # ``__format__``: a Fabric walk's guarded print lost its line to one.
+            return None, False
         return N, True
 
     return match

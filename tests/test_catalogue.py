@@ -213,6 +213,8 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "sentence_transformers/",
                 "torchrl/",
                 "ignite/",
+                "lightning/fabric/",
+                "lightning_fabric/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -921,3 +923,26 @@ def test_a_read_in_code_a_librarys_loop_runs_is_an_edit_of_that_code(frames, edi
     other packages' code, and the first package its frames call into is the one to edit."""
     advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=frames)
     assert advice.get("library_code") == edited
+
+
+def test_fabrics_clip_and_log_get_the_fix_of_the_users_call() -> None:
+    """Lightning Fabric's ``clip_gradients`` checks the norm by default: the fix said to
+    leave ``error_if_nonfinite`` off "(the default)", a call the user never wrote; and
+    ``fabric.log("loss", loss)`` was "an edit of lightning's own code" (a walk)."""
+    clip = [
+        ("<built-in>", "item"),
+        ("torch/nn/utils/clip_grad.py", "_get_total_norm"),
+        ("torch/nn/utils/clip_grad.py", "clip_grad_norm_"),
+        ("lightning/fabric/fabric.py", "clip_gradients"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ["aten::is_nonzero"], frames=clip)
+    assert advice["title"] == "Pass error_if_nonfinite=False to fabric.clip_gradients"
+    log = [
+        ("<built-in>", "item"),
+        ("lightning/fabric/utilities/apply_func.py", "convert_tensors_to_scalars"),
+        ("lightning/fabric/loggers/csv_logs.py", "log_metrics"),
+        ("lightning/fabric/fabric.py", "log_dict"),
+        ("lightning/fabric/fabric.py", "log"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=log)
+    assert advice.get("library_code") is None

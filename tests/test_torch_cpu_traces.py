@@ -1049,3 +1049,34 @@ def test_a_lookup_then_looked_up_by_a_string_indexes_no_tensor(tmp_path):
     report = _profiled_report(tmp_path, "dict_lookups", DICT_LOOKUPS)
     lines = sorted((s.line, s.line_exact, s.ops[-1]) for s in report.latent_sites)
     assert lines == [(7, True, "aten::nonzero"), (8, True, "aten::_local_scalar_dense")]
+
+
+FORMATTED_COUNTER = """\
+import torch
+
+
+def main(trace_path, steps=4):
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(trace_path),
+    ) as prof:
+        for step in range(steps + 1):
+            loss = (torch.randn(8, 8, device=DEVICE) * 2).sum()
+            if step % 2 == 0:
+                print(f"loss {loss:.4f}")
+            name = f"step{step}.ckpt"
+            prof.step()
+"""
+
+
+def test_a_formatted_loop_counter_is_no_candidate_for_a_formatted_read(tmp_path):
+    """A Fabric walk: ``f"step{step}.ckpt"`` of the loop's int counter was taken for a
+    second ``__format__`` of a tensor, and the print under ``if step % 2 == 0:`` went to
+    the ``prof.step()`` line, marked, its test lost."""
+    report = _profiled_report(
+        tmp_path, "formatted_counter", FORMATTED_COUNTER, loop="", DEVICE="cpu"
+    )
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.periodic_guard) == (14, True, "step % 2 == 0")

@@ -2138,6 +2138,36 @@ _FABRIC_CLIP_ADVICE = Advice(
     ),
 )
 
+# PyKEEN's margin ranking loss pairs every positive with its negatives under LCWA with
+# masks and ``nonzero`` (``process_lcwa_scores``: 4 reads a batch, 2 more in the backward);
+# a pointwise loss takes the scores as they are. Checked on CPU traces of pykeen 1.11.1
+# (docs/validation.md, section 31): ``loss="BCEWithLogits"`` left no read.
+_PYKEEN_LCWA_LOSS_ADVICE = Advice(
+    title='Train PyKEEN\'s LCWA loop with a pointwise loss: loss="BCEWithLogits"',
+    text=(
+        "Under the LCWA training loop, PyKEEN's margin ranking loss (the pipeline's default) "
+        "pairs each positive with its negatives through boolean masks and `nonzero`: "
+        "read-backs every batch, and again in the backward. A pointwise loss "
+        '(`loss="BCEWithLogits"`, `"softplus"`) scores all entities as they are, with no '
+        "read; or keep the margin loss with the sLCWA loop."
+    ),
+    before='pipeline(dataset=..., model="ComplEx", training_loop="LCWA")\n',
+    after='pipeline(dataset=..., model="ComplEx", training_loop="LCWA", loss="BCEWithLogits")\n',
+)
+# PyKEEN's filtered evaluation finds the known triples of each batch with ``nonzero`` and
+# checks the filtered scores, once per batch and side.
+_PYKEEN_EVAL_BATCH_ADVICE = Advice(
+    title="Evaluate PyKEEN with a larger batch_size: its reads are per evaluation batch",
+    text=(
+        "PyKEEN's filtered rank-based evaluation finds each batch's known triples with "
+        "`nonzero` and checks the filtered scores on the host: read-backs once per batch "
+        "and side. A larger evaluation `batch_size` (the stopper's `evaluation_batch_size`, "
+        "and a lower `frequency` for early stopping) makes fewer of them."
+    ),
+    before="evaluator.evaluate(model, triples, batch_size=64)\n",
+    after="evaluator.evaluate(model, triples, batch_size=1024)   # 16x fewer reads\n",
+)
+
 # GPyTorch's ``ExactGP.__call__`` compares the inputs with the training data element by
 # element (``torch.equal``, a read-back each) to catch calling a model in training mode on
 # other data, or in eval mode on its own, only under ``gpytorch.settings.debug``, on by
@@ -2463,6 +2493,12 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     *(
         LibraryAdvice(f"{package}/fabric.py", frozenset({"clip_gradients"}), _FABRIC_CLIP_ADVICE)
         for package in ("lightning/fabric", "lightning_fabric")
+    ),
+    LibraryAdvice("pykeen/losses.py", frozenset({"process_lcwa_scores"}), _PYKEEN_LCWA_LOSS_ADVICE),
+    LibraryAdvice(
+        "pykeen/evaluation/evaluator.py",
+        frozenset({"create_sparse_positive_filter_", "filter_scores_"}),
+        _PYKEEN_EVAL_BATCH_ADVICE,
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/result.py",
@@ -3107,6 +3143,9 @@ BUILTIN_FRAME = "<built-in>"
 # innermost: a hook it runs is another's code.
 HOST_READING_LIBRARY_FUNCS = (
     ("torch/nn/modules/rnn.py", frozenset({"get_expected_hidden_size", "forward"})),
+    # PyKEEN de-duplicates its triples factory's CPU triples before the evaluator moves
+    # them to the device (a walk: ``unique(dim=0)`` told to count into a fixed-size tensor).
+    ("pykeen/utils.py", frozenset({"prepare_filter_triples"})),
 )
 # Library functions that call themselves directly only for a tensor's metadata, which stays
 # on the host: MONAI's ``decollate_batch(batch.meta)`` for a MetaTensor (``MetaTensor.to``
@@ -3129,7 +3168,14 @@ def in_host_only_library(frames: Iterable[tuple[str, str]], ops: Iterable[str] =
     if any(op in CPU_KERNEL_READ_OPS for op in ops):
         return True
     normal = [(path.replace("\\", "/"), func) for path, func in frames if path]
-    innermost = next((frame for frame in normal if frame[0] != BUILTIN_FRAME), None)
+    innermost = next(
+        (
+            frame
+            for frame in normal
+            if frame[0] != BUILTIN_FRAME and not wraps_one_op(frame[0], frame[1])
+        ),
+        None,
+    )
     if innermost is not None and any(
         _frame_matches(*innermost, file, funcs) for file, funcs in HOST_READING_LIBRARY_FUNCS
     ):
@@ -3812,6 +3858,8 @@ LIBRARY_PACKAGES = frozenset(
         "linear_operator",
         "x_transformers",
         "torchdiffeq",
+        # PyKEEN's ``pipeline(...)`` trains and evaluates in its own code.
+        "pykeen",
         "pyro",
         "pytorch_metric_learning",
         "torchtune",

@@ -215,6 +215,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "ignite/",
                 "lightning/fabric/",
                 "lightning_fabric/",
+                "pykeen/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -946,3 +947,41 @@ def test_fabrics_clip_and_log_get_the_fix_of_the_users_call() -> None:
     ]
     advice = catalogue.advice_for("scalar_readback", ["aten::item"], frames=log)
     assert advice.get("library_code") is None
+
+
+@pytest.mark.parametrize(
+    ("frames", "ops", "title"),
+    [
+        (
+            [("<built-in>", "nonzero"), ("pykeen/losses.py", "process_lcwa_scores")],
+            ["aten::nonzero"],
+            'Train PyKEEN\'s LCWA loop with a pointwise loss: loss="BCEWithLogits"',
+        ),
+        (
+            [
+                ("<built-in>", "nonzero"),
+                ("pykeen/evaluation/evaluator.py", "create_sparse_positive_filter_"),
+            ],
+            ["aten::nonzero"],
+            "Evaluate PyKEEN with a larger batch_size: its reads are per evaluation batch",
+        ),
+    ],
+)
+def test_pykeens_loss_and_evaluation_reads_get_its_settings(frames, ops, title) -> None:
+    """PyKEEN's LCWA margin loss and filtered evaluation were "an edit of pykeen's own code:
+    no setting of it is known" (a walk: ``loss="BCEWithLogits"`` left no read; the
+    evaluation's reads follow its batch size)."""
+    advice = catalogue.advice_for("dynamic_shape", ops, frames=frames)
+    assert advice["title"] == title
+
+
+def test_pykeens_de_duplication_of_its_host_triples_is_no_latent_read() -> None:
+    """``prepare_filter_triples`` runs ``unique(dim=0)`` on the triples factory's CPU
+    triples, through torch's ``Tensor.unique`` wrapper (a walk: listed, told to count into a
+    fixed-size tensor)."""
+    frames = [
+        ("<built-in>", "unique_dim"),
+        ("torch/_tensor.py", "unique"),
+        ("pykeen/utils.py", "prepare_filter_triples"),
+    ]
+    assert catalogue.in_host_only_library(frames)

@@ -372,7 +372,8 @@ def _frameless_labels(
     lookups: frozenset[int] = frozenset(),
 ) -> tuple[str, ...]:
     if kind == "truth":
-        return () if _tests_no_tensor(node) else ("<truth>",)
+        flag = isinstance(node, ast.Name) and node.id in counters
+        return () if flag or _tests_no_tensor(node) else ("<truth>",)
     if kind == "call":
         func = node.func  # type: ignore[attr-defined]
         if isinstance(func, ast.Name):
@@ -2388,6 +2389,43 @@ def _is_range(node: ast.expr) -> bool:
     return (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
     )
+
+
+def _bool_flags(scope: ast.AST) -> frozenset[str]:
+    """``scope``'s parameters that are flags, annotated ``bool`` or with a default of
+    ``True`` or ``False``, and bound nowhere else in it: a test of one reads no tensor
+    (PyKEEN's ``if backward:`` of ``backward: bool = True`` beside its ``isfinite`` read
+    left that line marked)."""
+    args = getattr(scope, "args", None)
+    if not isinstance(args, ast.arguments):
+        return frozenset()
+    positional = [*args.posonlyargs, *args.args]
+    defaults: dict[str, ast.expr] = dict(
+        zip(
+            (a.arg for a in positional[len(positional) - len(args.defaults) :]),
+            args.defaults,
+            strict=True,
+        )
+    )
+    defaults.update(
+        (a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
+    )
+    flags = {
+        arg.arg
+        for arg in (*positional, *args.kwonlyargs)
+        if (isinstance(arg.annotation, ast.Name) and arg.annotation.id == "bool")
+        or (
+            isinstance(defaults.get(arg.arg), ast.Constant)
+            and isinstance(defaults[arg.arg].value, bool)  # type: ignore[union-attr]
+        )
+    }
+    rebound = {
+        name
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+        for name in (node.id,)
+    }
+    return frozenset(flags - rebound)
 
 
 def _loop_counters(scope: ast.AST) -> frozenset[str]:
@@ -5577,7 +5615,7 @@ class SourceResolver:
                 steps_in_next,
                 start,
                 anchors,
-                _loop_counters(scope),
+                _loop_counters(scope) | _bool_flags(scope),
                 _dict_lookups(scope),
             )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)

@@ -1080,3 +1080,32 @@ def test_a_formatted_loop_counter_is_no_candidate_for_a_formatted_read(tmp_path)
     )
     (site,) = report.latent_sites
     assert (site.line, site.line_exact, site.periodic_guard) == (14, True, "step % 2 == 0")
+
+
+BOOL_FLAG = """\
+import torch
+
+
+def forward_pass(x, backward: bool = True, log=False):
+    loss = (x * 2).sum()
+    if not torch.isfinite(loss):
+        raise ValueError("loss is not finite")
+    if backward:
+        loss = loss * 1
+    if log:
+        print("logging")
+    return loss.item()
+
+
+def train_step(x, step):
+    forward_pass(x)
+"""
+
+
+def test_a_test_of_a_flag_parameter_is_no_candidate_for_a_truth_read(tmp_path):
+    """PyKEEN's ``if not torch.isfinite(loss):`` beside ``if backward:`` of ``backward:
+    bool = True`` was at the function's line, marked: a parameter annotated ``bool`` or
+    defaulting to one is a flag, whose test reads no tensor (a walk)."""
+    report = _profiled_report(tmp_path, "bool_flag", BOOL_FLAG)
+    lines = sorted((s.line, s.line_exact, s.ops[0]) for s in report.latent_sites)
+    assert lines == [(6, True, "aten::is_nonzero"), (12, True, "aten::item")]

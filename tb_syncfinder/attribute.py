@@ -34,6 +34,7 @@ from tb_syncfinder.catalogue import (
     called_library,
     dispatches_for_its_caller,
     edited_library,
+    is_framework_file,
     package_of,
     passes_through,
     wraps_one_op,
@@ -1229,7 +1230,7 @@ class Attributor:
                 # function is called by its own names, and the operator's (``item``) are
                 # its code's, deeper (wandb's ``log`` reads in ``json_friendly``: a
                 # ``val.item()`` elsewhere in the caller was taken for it, exact).
-                and package_of(called.file) in ("torch", None)
+                and (package_of(called.file) is None or is_framework_file(called.file))
                 and op >= 0
                 # Below a user's function (a caller's query), its own body ran the operator.
                 and not any(f.user for _i, f in frames[:level])

@@ -3613,14 +3613,16 @@ _STDLIB_MODULES = frozenset(sys.stdlib_module_names)
 # Loggers' conversions of the values they are given (TensorBoard's ``add_scalar(tag,
 # loss, step)`` runs ``make_np``: ``loss.detach().cpu().numpy()``): a copy there is the
 # user's read of the value logged, not a library's own copy counted apart (a walk:
-# ``add_scalar(loss)`` was said to fix ``add_scalar(loss.item())``).
-LOGGED_VALUE_FILES = ("torch/utils/tensorboard/", "tensorboardX/", "wandb/", "mlflow/")
+# ``add_scalar(loss)`` was said to fix ``add_scalar(loss.item())``). torch's own logger,
+# and the packages of ``LOGGING_LIBRARIES``.
+_TORCH_LOGGER = "torch/utils/tensorboard/"
 
 
 def converts_a_logged_value(frames: Iterable[tuple[str, str]]) -> bool:
-    """Whether a copy's frames run through a logger's conversion (``LOGGED_VALUE_FILES``)."""
+    """Whether a copy's frames run through a logger's conversion."""
     return any(
-        marker in path.replace("\\", "/") for path, _func in frames for marker in LOGGED_VALUE_FILES
+        _TORCH_LOGGER in path.replace("\\", "/") or package_of(path) in LOGGING_LIBRARIES
+        for path, _func in frames
     )
 
 

@@ -2420,10 +2420,9 @@ def _bool_flags(scope: ast.AST) -> frozenset[str]:
         )
     }
     rebound = {
-        name
+        node.id
         for node in ast.walk(scope)
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
-        for name in (node.id,)
     }
     return frozenset(flags - rebound)
 
@@ -4219,6 +4218,9 @@ class SourceResolver:
         self._index: dict[str, list[Path]] = {}
         self.search_cut: list[str] = []  # roots whose suffix search stopped early
         self._automata: dict[Any, Automaton] = {}
+        # Per scope: its names that hold Python values (loop counters, flags) and its
+        # lookups a string then indexes, for every automaton of it (``_python_indices``).
+        self._scope_indices: dict[int, tuple[frozenset[str], frozenset[int]]] = {}
         self._alignments: dict[Any, Any] = {}
         self._scope_calls: dict[int, frozenset[str]] = {}  # id(scope) -> ``_call_names``
         # ipykernel's cell number -> the notebook cells of that text (built at the first
@@ -5615,12 +5617,22 @@ class SourceResolver:
                 steps_in_next,
                 start,
                 anchors,
-                _loop_counters(scope) | _bool_flags(scope),
-                _dict_lookups(scope),
+                *self._python_indices(scope),
             )
             automaton = build(scope, matcher, start_line=start, prefix=prefix)
             self._automata[key] = automaton
         return automaton
+
+    def _python_indices(self, scope: ast.AST) -> tuple[frozenset[str], frozenset[int]]:
+        """``scope``'s loop counters and flag parameters, and its string-indexed lookups
+        (``_loop_counters``, ``_bool_flags``, ``_dict_lookups``), walked once per scope."""
+        found = self._scope_indices.get(id(scope))
+        if found is None:
+            found = self._scope_indices[id(scope)] = (
+                _loop_counters(scope) | _bool_flags(scope),
+                _dict_lookups(scope),
+            )
+        return found
 
     def _is_iterator(self, name: str, where: tuple[str, int | None]) -> bool:
         """Whether a function the trace named ``name`` at ``where`` (file, line of one of

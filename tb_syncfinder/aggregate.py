@@ -40,6 +40,7 @@ from tb_syncfinder.models import (
     CollectiveWorker,
     LineCount,
     ProfilerOverhead,
+    RankCount,
     ReadLine,
     Report,
     Site,
@@ -150,6 +151,7 @@ def build_sites(
     savings: Sequence[tuple[str, TraceSavings]] = (),
     wall_time_us: float | None = None,
     devices: Mapping[str, str | None] | None = None,
+    job: JobRanks | None = None,
 ) -> list[Site]:
     """Sites of these syncs (grouped by their ``site_key``), sorted by predicted saving,
     then cost or count. ``savings``: (trace path, its what-if figures) of the traces the
@@ -157,7 +159,9 @@ def build_sites(
     ``wall_time_us``: the steps' wall time in all (default ``step_time_us``), which a site's
     saving with the others must reach a share of for its "fix together" note.
     ``devices``: each trace's device kind (``TraceInfo.device``): the advice of a site all
-    of whose traces are of one device is worded for it (``catalogue.advice_on_device``)."""
+    of whose traces are of one device is worded for it (``catalogue.advice_on_device``).
+    ``job``: where the syncs' traces are the ranks of one job, which trace is which rank
+    (each site's syncs by rank, ``Site.ranks``)."""
     by_trace = dict(savings)
     groups: dict[str, list[Sync]] = {}
     for sync in syncs:
@@ -222,6 +226,7 @@ def build_sites(
         )
         with_others = _with_others(key, members, by_trace)
         spread = _step_spread(members)
+        by_rank = job.counts(members) if job else []
         sites.append(
             Site(
                 key=key,
@@ -281,7 +286,7 @@ def build_sites(
                         # Read every N steps already: by its own or its call's `%` test,
                         # every sync, and not in every step.
                         all(map(_under_a_periodic_test, members))
-                        and 0 < spread["steps_with_syncs"] < step_count,
+                        and _in_some_steps(spread["steps_with_syncs"], step_count, by_rank),
                     ),
                     _one_device(members, devices),
                 ),
@@ -349,6 +354,8 @@ def build_sites(
                 and all(s.copy_direction_guessed for s in members if s.kind == kind),
                 other_kinds={k: n for k, n in kinds.most_common() if k != kind},
                 gpu_idle_measured=idle_read,
+                ranks=by_rank,
+                job_ranks=len(job.steps) if job else 0,
             )
         )
     if not latent:
@@ -511,6 +518,60 @@ def _under_a_periodic_test(sync: Sync) -> bool:
     return bool(source.periodic_guard) or (called is not None and bool(called.periodic_guard))
 
 
+class JobRanks(msgspec.Struct, frozen=True):
+    """The ranks of a job whose traces a report is of: each trace's rank and each rank's
+    profiled steps."""
+
+    rank_of: dict[str, int]  # trace path -> its rank
+    steps: dict[int, int]  # rank -> its profiled steps, over its traces
+
+    def counts(self, members: Sequence[Sync]) -> list[RankCount]:
+        """A site's syncs by rank, each rank that had any."""
+        count: Counter[int] = Counter()
+        steps_with: dict[int, set[tuple[str, int]]] = {}
+        for sync in members:
+            rank = self.rank_of.get(sync.trace)
+            if rank is None:
+                continue
+            count[rank] += 1
+            if sync.step is not None:
+                steps_with.setdefault(rank, set()).add((sync.trace, sync.step))
+        return [
+            RankCount(
+                rank=rank,
+                count=count[rank],
+                steps=self.steps.get(rank, 0),
+                steps_with_syncs=len(steps_with.get(rank, ())),
+            )
+            for rank in sorted(count)
+        ]
+
+
+def job_ranks(analysed: Sequence[TraceResult]) -> JobRanks | None:
+    """Which trace is which rank, where the analysed traces are the ranks of one job (two
+    ranks or more, one run); None otherwise (a per-rank split of one rank says nothing)."""
+    if not analysed or len({r.info.run for r in analysed}) > 1:
+        return None
+    rank_of: dict[str, int] = {}
+    steps: Counter[int] = Counter()
+    for result in analysed:
+        rank = result.rank.rank if result.rank is not None else None
+        if rank is None:
+            return None
+        rank_of[result.info.path] = rank
+        steps[rank] += len(result.steps)
+    return JobRanks(rank_of, dict(steps)) if len(steps) > 1 else None
+
+
+def _in_some_steps(steps_with_syncs: int, step_count: int, by_rank: list[RankCount]) -> bool:
+    """Whether a site synced in some of the steps but not all; in a job, some of a rank's
+    own (a read on rank 0 alone in each of its steps is in every step there, though in half
+    of the job's rank-steps)."""
+    if by_rank:
+        return any(0 < entry.steps_with_syncs < entry.steps for entry in by_rank)
+    return 0 < steps_with_syncs < step_count
+
+
 def _step_spread(members: list[Sync]) -> dict[str, int]:
     """``steps_with_syncs`` and ``max_per_step`` of a site's syncs (by trace and step)."""
     per_step = Counter((s.trace, s.step) for s in members if s.step is not None)
@@ -659,6 +720,7 @@ def build_report(results: list[TraceResult]) -> Report:
     analysed = [r for r in results if not r.info.error]
     savings = [(r.info.path, r.savings) for r in analysed]
     devices = {r.info.path: r.info.device for r in analysed}
+    job = job_ranks(analysed)
     predicted = sum((r.savings.all_syncs_us for r in analysed), 0.0)
     wall = sum((st.wall_time_us or st.step_time_us for st in steps), 0.0)
     mean_wall = wall / step_count if step_count else 0.0
@@ -732,11 +794,19 @@ def build_report(results: list[TraceResult]) -> Report:
         summary=summary,
         syncs=syncs,
         sites=build_sites(
-            syncs, step_count, step_time, savings=savings, wall_time_us=wall, devices=devices
+            syncs,
+            step_count,
+            step_time,
+            savings=savings,
+            wall_time_us=wall,
+            devices=devices,
+            job=job,
         ),
         latent=latent,
         steps=steps,
-        latent_sites=build_sites(latent, step_count, step_time, latent=True, devices=devices),
+        latent_sites=build_sites(
+            latent, step_count, step_time, latent=True, devices=devices, job=job
+        ),
         profiler_overhead=ProfilerOverhead(
             count=len(overhead),
             host_wait_us=sum((s.host_wait_us for s in overhead), 0.0),

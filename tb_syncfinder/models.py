@@ -248,6 +248,16 @@ class CallerCount(msgspec.Struct):
     periodic_guard_line: int | None = None
 
 
+class RankCount(msgspec.Struct):
+    """A site's syncs on one rank of a job (``Site.ranks``): how many, and in how many of
+    that rank's profiled steps."""
+
+    rank: int
+    count: int
+    steps: int  # the rank's profiled steps (of its traces in the run)
+    steps_with_syncs: int
+
+
 class LineCount(msgspec.Struct):
     """A site's syncs at one line of the library code they ran (``Site.library_lines``)."""
 
@@ -710,6 +720,12 @@ class Site(msgspec.Struct):
     # runs a library function's several reads, each its own line (``ppo.py`` reads four
     # losses with ``.item()``); ``library`` is the first of them. Empty otherwise.
     library_lines: list[LineCount] = field(default_factory=list)
+    # In a run whose traces are the ranks of one job (two or more; ``job_ranks`` of them):
+    # its syncs on each rank that had any, by rank. ``per_step`` is over every rank's steps,
+    # so a read on rank 0 alone in each step of a two-rank job is 0.5 a step there; these
+    # say it is 1.0 a step on rank 0 and none on rank 1. Empty / 0 otherwise.
+    ranks: list[RankCount] = field(default_factory=list)
+    job_ranks: int = 0
 
 
 class StepStats(msgspec.Struct):

@@ -61,6 +61,8 @@ class JobSpec:
     subgroups: bool = True
     legacy: bool = False  # 2023 shapes: nccl:* ops, Input Dims, absolute ts, no pg_config
     item: bool = True  # each rank reads its loss back (.item()) every step
+    item_ranks: Sequence[int] | None = None  # those ranks alone do (None: every rank)
+    item_steps: Sequence[int] | None = None  # in those steps alone (None: every step)
 
 
 def _jitter(rank: int, step: int, salt: int = 0) -> float:
@@ -152,7 +154,11 @@ def simulate(
             stacks[r].enter_context(b.frame((TRAIN_FILE, DEF_LINE, "train_step")))
             b.advance(20 + _jitter(r, s))
             b.kernel(dur=spec.compute_us + spec.late.get((r, s), 0.0))
-            if spec.item:
+            if (
+                spec.item
+                and (spec.item_ranks is None or r in spec.item_ranks)
+                and (spec.item_steps is None or s in spec.item_steps)
+            ):
                 with b.op("aten::item", called="item"), b.op("aten::_local_scalar_dense"):
                     b.runtime("cudaMemcpyAsync", dur=5, memcpy=("DtoH", "Pageable"), bytes=4)
                     b.runtime("cudaStreamSynchronize")

@@ -737,6 +737,7 @@ def test_csv_adds_the_predicted_saving_after_every_existing_column(
         "library_line",
         "library_func",
         "library_lines",
+        "ranks",
     }
     assert added["unprofiled_predicted_saving_per_step_us"] == ""  # no step time given
     assert added["notebook"] == added["notebook_cell"] == ""  # not a Jupyter cell's

@@ -453,6 +453,7 @@ def test_csv_ends_with_the_predicted_saving_it_is_ranked_by_and_its_method(
         "library_line",  # added last: no column moves
         "library_func",
         "library_lines",
+        "ranks",
     ]
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["file"], r["predicted_saving_us"]) for r in rows[:2]] == [

@@ -511,6 +511,75 @@ def test_nccl_job_report_text_warns_about_the_missing_and_early_ranks(nccl_repor
     assert f"[{R.MISSING_RANKS}]" in text and f"[{R.STOPPED_EARLY}]" in text
 
 
+def item_site(report: dict[str, Any]) -> dict[str, Any]:
+    return next(s for s in report["sites"] if s["line"] == ITEM_LINE)
+
+
+def test_a_read_on_one_rank_alone_is_said_per_step_of_that_rank_not_of_the_job(tmp_path):
+    # Rank 0 alone logs its loss, in each step (``if rank == 0: print(loss.item())``): a
+    # mean over both ranks' steps read 0.5 a step, "in 5 of 10 steps", naming no rank.
+    import csv
+    import io
+
+    from tb_syncfinder.outputs.csv import to_csv
+    from tb_syncfinder.outputs.text import render_report
+
+    write_job(tmp_path / "run", JobSpec(world=2, ranks_per_host=2, steps=5, item_ranks=[0]))
+    report = analysed(tmp_path)
+    site = item_site(report)
+    assert site["per_step"] == 0.5  # the schema's figure, over every rank's steps, stays
+    assert site["job_ranks"] == 2
+    assert site["ranks"] == [{"rank": 0, "count": 5, "steps": 5, "steps_with_syncs": 5}]
+    text = render_report(report, width=200)
+    assert "on rank 0 only, of the job's 2 ranks: 1.0 a step there" in text
+    assert "in 5 of 10 steps" not in text
+    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    assert next(r for r in rows if r["line"] == str(ITEM_LINE))["ranks"] == "0:5/5"
+
+
+def test_a_read_in_some_steps_of_some_ranks_names_each_ranks_own_steps(tmp_path):
+    from tb_syncfinder.outputs.text import ranks_text
+
+    spec = JobSpec(world=4, ranks_per_host=4, steps=4, item_ranks=[1, 3], item_steps=[2, 4])
+    write_job(tmp_path / "run", spec)
+    site = item_site(analysed(tmp_path))
+    assert [(r["rank"], r["count"], r["steps_with_syncs"]) for r in site["ranks"]] == [
+        (1, 2, 2),
+        (3, 2, 2),
+    ]
+    assert ranks_text(site) == (
+        "on 2 of the job's 4 ranks: rank 1: 0.5 a step, in 2 of its 4 steps; "
+        "rank 3: 0.5 a step, in 2 of its 4 steps"
+    )
+
+
+def test_a_read_alike_on_every_rank_says_nothing_by_rank(tmp_path):
+    from tb_syncfinder.outputs.text import ranks_text
+
+    write_job(tmp_path / "run", JobSpec(world=2, ranks_per_host=2, steps=3))
+    site = item_site(analysed(tmp_path))
+    assert len(site["ranks"]) == 2 and site["job_ranks"] == 2
+    assert ranks_text(site) == ""
+
+
+def test_a_guarded_read_on_one_rank_says_its_rank_and_its_guard():
+    from tb_syncfinder.outputs.text import spread_text
+
+    site = {
+        "count": 5,
+        "per_step": 0.5,
+        "steps_with_syncs": 5,
+        "max_per_step": 1,
+        "periodic_guard": "step % 10 == 0",
+        "job_ranks": 2,
+        "ranks": [{"rank": 0, "count": 5, "steps": 5, "steps_with_syncs": 5}],
+    }
+    assert spread_text(site, 10) == (
+        "on rank 0 only, of the job's 2 ranks: 1.0 a step there: "
+        "already every N steps (under `if step % 10 == 0:`)"
+    )
+
+
 def test_run_without_distributed_info_has_no_job(tmp_path):
     from kineto_builder import KinetoTraceBuilder, item_sync
 
@@ -521,6 +590,7 @@ def test_run_without_distributed_info_has_no_job(tmp_path):
     doc = analysed(tmp_path)
     assert doc["job"] is None
     assert all(s["local_saving_us"] is None and s["job_saving_us"] == 0.0 for s in doc["sites"])
+    assert all(s["ranks"] == [] and s["job_ranks"] == 0 for s in doc["sites"])
 
 
 # -- the rank trace through summaries, pickling and replays ----------------------------------

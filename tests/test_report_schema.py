@@ -382,7 +382,7 @@ def test_times_are_written_as_floats_even_when_there_is_nothing(
 # is a field renamed or dropped, or an input that no longer has such a record).
 KEY_PATHS_FILE = Path(__file__).resolve().parent / "report_key_paths.txt"
 # Objects whose keys are data (kind names, ranks), not fields.
-_DATA_KEYED = ("by_kind", "counts")
+_DATA_KEYED = ("by_kind", "counts", "steps_by_worker")
 
 
 def _report_key_paths(value: Any, prefix: str = "$") -> set[str]:

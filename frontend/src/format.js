@@ -359,6 +359,46 @@ export function periodicGuardOf(site) {
   return [guard, `, around its call at ${where}${c.line_exact ? "" : "*"}`];
 }
 
+/** Ranks named one by one in a site's split by rank; past this many, how many more. */
+const RANKS_NAMED = 4;
+
+/**
+ * Where a job's site does not sync alike on every rank (the engine's `ranks`, `job_ranks`):
+ * on which ranks, and how often on each one's own steps ("on rank 0 only, of the job's 2
+ * ranks: 1.0 a step there"). Its per-step figure is over every rank's steps. Empty where it
+ * is alike on every rank, or the run is no job. As the text report's `ranks_text`.
+ * @param {any} site
+ */
+export function ranksText(site) {
+  const jobRanks = site.job_ranks || 0;
+  const ranks = site.ranks || [];
+  if (jobRanks < 2 || ranks.length === 0) return "";
+  /** @param {any} e @returns {[string, string]} */
+  const onItsSteps = (e) => {
+    const steps = e.steps || 0;
+    const count = e.count || 0;
+    const withSyncs = e.steps_with_syncs || 0;
+    const rate = steps ? `${(count / steps).toFixed(1)} a step` : `${count} in all`;
+    const within = withSyncs > 0 && withSyncs < steps ? `, in ${withSyncs} of its ${plural(steps, "step")}` : "";
+    return [rate, within];
+  };
+  const rates = new Set(ranks.map((/** @type {any} */ e) => onItsSteps(e).join("")));
+  if (ranks.length >= jobRanks && rates.size === 1) return "";
+  if (ranks.length === 1) {
+    const [rate, within] = onItsSteps(ranks[0]);
+    return `on rank ${ranks[0].rank} only, of the job's ${jobRanks} ranks: ${rate} there${within}`;
+  }
+  const where = ranks.length < jobRanks
+    ? `on ${ranks.length} of the job's ${jobRanks} ranks`
+    : `on each of the job's ${jobRanks} ranks, unlike`;
+  const parts = ranks.slice(0, RANKS_NAMED).map((/** @type {any} */ e) => {
+    const [rate, within] = onItsSteps(e);
+    return `rank ${e.rank}: ${rate}${within}`;
+  });
+  if (ranks.length > RANKS_NAMED) parts.push(`${ranks.length - RANKS_NAMED} more`);
+  return `${where}: ${parts.join("; ")}`;
+}
+
 /**
  * "in 3 of 6 steps, up to 7 in one" where a site synced in only some of the steps (the
  * engine's `steps_with_syncs`, `max_per_step`): its per-step figure is a mean, and a log
@@ -370,6 +410,10 @@ export function periodicGuardOf(site) {
 export function spreadText(site) {
   const [guard, around] = periodicGuardOf(site);
   const already = guard ? `already every N steps (under ${guardStatement(guard)}${around})` : "";
+  // In a job where it does not sync alike on every rank: by rank, as the steps are every
+  // rank's ("in 5 of 10 steps" of a read on one of two ranks read as every second step).
+  const byRank = ranksText(site);
+  if (byRank) return already ? `${byRank}: ${already}` : byRank;
   const withSyncs = site.steps_with_syncs || 0;
   const perStep = site.per_step || 0;
   const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;

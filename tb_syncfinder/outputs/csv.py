@@ -12,6 +12,7 @@ import csv
 import io
 from typing import TYPE_CHECKING, Any
 
+from tb_syncfinder.outputs.text import ranks_text
 from tb_syncfinder.query import sites_with_latent
 
 if TYPE_CHECKING:
@@ -67,9 +68,24 @@ SAVING_COLUMNS = [
     # line and its count, space-separated (``230:4 231:4 292:1``); ``library_line`` is the
     # first of them. Empty otherwise.
     "library_lines",
+    # In a job whose ranks do not all sync here alike (``ranks``): each rank that did, its
+    # syncs and its own steps, space-separated (``0:5/5``: 5 syncs in rank 0's 5 steps).
+    # Empty where every rank synced alike, or the run is no job.
+    "ranks",
 ]
 CSV_COLUMNS = [*SITE_COLUMNS, *SAVING_COLUMNS]
 RUNS_CSV_COLUMNS = [*SITE_COLUMNS, "run", *SAVING_COLUMNS]
+
+
+def _ranks_cell(site: dict[str, Any]) -> str:
+    """The ``ranks`` column: where the text report splits the site by rank (``ranks_text``)."""
+    if not ranks_text(site):
+        return ""
+    return " ".join(
+        f"{entry.get('rank')}:{entry.get('count')}/{entry.get('steps')}"
+        for entry in site.get("ranks") or []
+        if isinstance(entry, dict)
+    )
 
 
 def _advice_title(site: dict[str, Any]) -> str:
@@ -126,6 +142,7 @@ def _csv_rows(report_json: dict[str, Any]) -> list[tuple[list[Any], list[Any]]]:
                 for entry in site.get("library_lines") or []
                 if isinstance(entry, dict)
             ),
+            _ranks_cell(site),
         ]
         cells = (
             [

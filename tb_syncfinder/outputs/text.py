@@ -810,11 +810,62 @@ def guard_statement(guard: str) -> str:
     return guard if guard.startswith("@") else f"if {guard}:"
 
 
+# Ranks named one by one in a site's split by rank; past this many, how many more.
+RANKS_NAMED = 4
+
+
+def ranks_text(site: dict[str, Any]) -> str:
+    """Where a job's site does not sync alike on every rank (``Site.ranks``): on which
+    ranks, and how often on each of its own steps (``on rank 0 only, of the job's 2 ranks:
+    1.0 a step there``). Its /step figure is over every rank's steps: a read of rank 0's
+    alone, in each step of two ranks, is 0.5 there. Empty where it is alike on every rank,
+    or the run is no job."""
+    job_ranks = int(site.get("job_ranks") or 0)
+    ranks = site.get("ranks") or []
+    if job_ranks < 2 or not ranks:
+        return ""
+
+    def on_its_steps(entry: dict[str, Any]) -> tuple[str, str]:
+        steps = int(entry.get("steps") or 0)
+        count = int(entry.get("count") or 0)
+        with_syncs = int(entry.get("steps_with_syncs") or 0)
+        rate = f"{count / steps:.1f} a step" if steps else f"{count} in all"
+        within = ""
+        if 0 < with_syncs < steps:
+            within = f", in {with_syncs} of its {plural(steps, 'step')}"
+        return rate, within
+
+    rates = {on_its_steps(entry) for entry in ranks}
+    if len(ranks) >= job_ranks and len(rates) == 1:
+        return ""
+    if len(ranks) == 1:
+        rate, within = on_its_steps(ranks[0])
+        return (
+            f"on rank {ranks[0].get('rank')} only, of the job's {job_ranks} ranks: "
+            f"{rate} there{within}"
+        )
+    where = (
+        f"on {len(ranks)} of the job's {job_ranks} ranks"
+        if len(ranks) < job_ranks
+        else f"on each of the job's {job_ranks} ranks, unlike"
+    )
+    parts = ["rank {}: {}{}".format(e.get("rank"), *on_its_steps(e)) for e in ranks[:RANKS_NAMED]]
+    if len(ranks) > RANKS_NAMED:
+        parts.append(f"{len(ranks) - RANKS_NAMED} more")
+    return f"{where}: " + "; ".join(parts)
+
+
 def spread_text(site: dict[str, Any], step_count: int) -> str:
     """``in 3 of 6 steps, up to 7 in one`` where a site synced in only some of the steps:
-    its /step figure is a mean (a log every N steps reads 7 at once, not 3.5 a step)."""
+    its /step figure is a mean (a log every N steps reads 7 at once, not 3.5 a step). In a
+    job where it does not sync alike on every rank, by rank instead (``ranks_text``): the
+    steps are every rank's, and "in 5 of 10 steps" of a read on one of two ranks in each
+    of its steps read as every second step."""
     guard, around = periodic_guard_of(site)
     already = f"already every N steps (under `{guard_statement(guard)}`{around})" if guard else ""
+    by_rank = ranks_text(site)
+    if by_rank:
+        return f"{by_rank}: {already}" if already else by_rank
     with_syncs = int(site.get("steps_with_syncs") or 0)
     if guard and with_syncs >= step_count > 0:
         # nanoGPT's ``log_interval = 1``: the test lets the read through on every step.

@@ -1493,7 +1493,52 @@ def periodic_guard(
             and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
         ):
             found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
-    return found or _every_n_decorator(scope)
+    return found or _every_n_decorator(scope) or _after_a_stepping_loop(scope, line, profilers)
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def loop_header(loop: ast.For | ast.AsyncFor | ast.While) -> str:
+    """A loop's first line as Python prints it: ``for epoch in range(epochs):``."""
+    if isinstance(loop, ast.While):
+        return f"while {ast.unparse(loop.test)}:"
+    keyword = "async for" if isinstance(loop, ast.AsyncFor) else "for"
+    return f"{keyword} {ast.unparse(loop.target)} in {ast.unparse(loop.iter)}:"
+
+
+def _after_a_stepping_loop(scope: ast.AST, line: int, profilers: frozenset[str]) -> str | None:
+    """The header of the loop of ``scope`` that runs ``line`` once a pass beside a loop of its
+    body that steps one of the ``profilers`` (an epoch loop's ``print(f"... {total / n}")``
+    after its loop over batches): each pass of it is many profiled steps, so the line runs
+    every N steps already (a walk's epoch-end print of a loss kept on the device, the fix
+    the tool itself gives, was told not to print inside the step). None: the innermost loop
+    around ``line`` that steps a profiler steps it beside ``line`` (each pass is a step),
+    or none does."""
+    if not profilers:
+        return None
+    loops = [
+        node
+        for node in _nodes_holding(scope, line)
+        if isinstance(node, _LOOPS)
+        and node.body
+        and node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)
+    ]
+    for loop in reversed(loops):  # the innermost first
+        holding = [s for s in loop.body if s.lineno <= line <= (s.end_lineno or s.lineno)]
+        if any(_steps_a_profiler(s, profilers) for s in holding):
+            return None  # the line is beside the step, or inside what steps it
+        steppers = [s for s in loop.body if s not in holding and _steps_a_profiler(s, profilers)]
+        if steppers:
+            inner_loops_step = all(
+                any(
+                    isinstance(node, _LOOPS) and _steps_a_profiler(node, profilers)
+                    for node in ast.walk(stepper)
+                )
+                for stepper in steppers
+            )
+            return loop_header(loop) if inner_loops_step else None
+    return None
 
 
 def _every_n_decorator(scope: ast.AST) -> str | None:

@@ -688,3 +688,69 @@ def test_an_index_by_a_loop_counter_still_calls_a_getitem_at_its_line(tmp_path):
     (site,) = report.latent_sites
     assert site.line == 9
     assert [(c.line, c.line_exact, c.count) for c in site.callers] == [(16, True, 12)]
+
+
+_EPOCH_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+
+
+    def train(epochs, batches):
+        w = torch.randn(8, 8, device=DEVICE, requires_grad=True)
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            with_stack=True,
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=5, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),
+        ) as prof:
+            for epoch in range(epochs):
+                total = torch.zeros((), device=DEVICE)
+                for batch in range(batches):
+                    loss = (w @ w).sum()
+                    total += loss.detach()
+                    STEP_IN_BATCH
+                print(f"epoch {epoch}: loss {total / batches:.4f}")
+                STEP_IN_EPOCH
+
+
+    train(EPOCHS, 3)
+    """
+)
+
+
+def _epoch_report(tmp_path, step_in_batch: bool, epochs: int):
+    script = tmp_path / "w.py"
+    script.write_text(
+        _EPOCH_SCRIPT.replace("STEP_IN_BATCH", "prof.step()" if step_in_batch else "pass")
+        .replace("STEP_IN_EPOCH", "pass" if step_in_batch else "prof.step()")
+        .replace("EPOCHS", str(epochs))
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir), "DEVICE": "cpu"})
+    return analyze(str(logdir), source_roots=[str(tmp_path)])
+
+
+def test_an_epochs_read_after_its_loop_that_steps_the_profiler_is_already_every_n_steps(
+    tmp_path,
+):
+    # The fix the tool gives (``total += loss.detach()``, read once an epoch) was told "Do
+    # not print device tensors inside the step": the print runs once a pass of the epoch
+    # loop, after the loop over batches that steps the profiler.
+    report = _epoch_report(tmp_path, step_in_batch=True, epochs=3)
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.count) == (18, True, 2)
+    assert site.periodic_guard == "for epoch in range(epochs):"
+    assert site.advice["title"].startswith("Read every N steps already")
+    text = report.to_text()
+    assert (
+        "already every N steps (once a pass of `for epoch in range(epochs):`, after its loop "
+        "that steps the profiler)" in " ".join(text.split())
+    )
+
+
+def test_an_epochs_read_is_every_step_where_the_epoch_loop_steps_the_profiler(tmp_path):
+    # One profiled step an epoch: the print beside ``prof.step()`` reads in each step.
+    report = _epoch_report(tmp_path, step_in_batch=False, epochs=7)
+    (site,) = report.latent_sites
+    assert (site.line, site.periodic_guard) == (18, None)
+    assert not site.advice["title"].startswith("Read every N steps already")

@@ -326,7 +326,18 @@ export function afterReadText(site) {
  * @param {string} guard
  */
 export function guardStatement(guard) {
-  return guard.startsWith("@") ? guard : `if ${guard}:`;
+  return guard.startsWith("@") || guard.endsWith(":") ? guard : `if ${guard}:`;
+}
+
+/**
+ * Where a `periodic_guard` puts its line, as the CLI's `guard_phrase`: under its test, or,
+ * for a loop's header, once a pass of that loop (an epoch's print after its batches).
+ * @param {string} guard
+ * @param {string} [quote] around the code (the callers' line has it in backticks)
+ */
+export function guardPhrase(guard, quote = "") {
+  if (guard.endsWith(":")) return `once a pass of ${quote}${guard}${quote}, after its loop that steps the profiler`;
+  return `under ${quote}${guardStatement(guard)}${quote}`;
 }
 
 /**
@@ -409,7 +420,7 @@ export function ranksText(site) {
  */
 export function spreadText(site) {
   const [guard, around] = periodicGuardOf(site);
-  const already = guard ? `already every N steps (under ${guardStatement(guard)}${around})` : "";
+  const already = guard ? `already every N steps (${guardPhrase(guard)}${around})` : "";
   // In a job where it does not sync alike on every rank: by rank, as the steps are every
   // rank's ("in 5 of 10 steps" of a read on one of two ranks read as every second step).
   const byRank = ranksText(site);
@@ -418,7 +429,11 @@ export function spreadText(site) {
   const perStep = site.per_step || 0;
   const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;
   // nanoGPT's log_interval = 1: the test lets the read through on every step.
-  if (guard && steps > 0 && withSyncs >= steps) return `under ${guardStatement(guard)}, true in every profiled step`;
+  if (guard && steps > 0 && withSyncs >= steps) {
+    // A pass of the loop for each step: the line ran in every one.
+    if (guard.endsWith(":")) return `${guardPhrase(guard)}, one step a pass`;
+    return `under ${guardStatement(guard)}, true in every profiled step`;
+  }
   if (!(withSyncs > 0 && withSyncs < steps)) return already;
   const most = site.max_per_step || 0;
   const text = `in ${formatCount(withSyncs)} of ${plural(steps, "step")}${most > 1 ? `, up to ${formatCount(most)} in one` : ""}`;

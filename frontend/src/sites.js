@@ -5,7 +5,7 @@
  * route, and ties keep the order the plugin sent (the report's ranking).
  */
 import { kindLabel, siteSortOrder } from "./catalogue.js";
-import { afterReadText, cellName, cellPlace, guardStatement, siteFallbackLabel } from "./format.js";
+import { afterReadText, cellName, cellPlace, guardPhrase, siteFallbackLabel } from "./format.js";
 
 /**
  * The order a column starts with when first clicked (the plugin's: costs descending,
@@ -284,7 +284,7 @@ export function callersText(site, short = (p) => p) {
   const guards = new Set(callers.map((/** @type {any} */ c) => c.periodic_guard ?? null));
   const named = callers.slice(0, CALLERS_SHOWN).map((/** @type {any} */ c) => {
     const where = c.file === site.file ? `line ${c.line ?? "?"}` : `${short(c.file)}:${c.line ?? "?"}`;
-    const under = guards.size > 1 && c.periodic_guard ? `, under \`${guardStatement(c.periodic_guard)}\`` : "";
+    const under = guards.size > 1 && c.periodic_guard ? `, ${guardPhrase(c.periodic_guard, "\`")}` : "";
     return `${where}${c.line_exact ? "" : "*"} (${c.count}${under})`;
   });
   const more = callers.length - CALLERS_SHOWN;

@@ -168,6 +168,20 @@ test("a site syncing in some steps says in how many and the most in one", async 
   );
 });
 
+test("an epoch's read after its loop that steps the profiler is once a pass of the epoch loop, as the CLI says", async () => {
+  const { spreadText, guardStatement } = await import("../src/format.js");
+  const guard = "for epoch in range(epochs):";
+  assert.equal(guardStatement(guard), guard);
+  assert.equal(
+    spreadText({ count: 2, per_step: 0.4, steps_with_syncs: 2, max_per_step: 1, periodic_guard: guard }),
+    "in 2 of 5 steps: already every N steps (once a pass of for epoch in range(epochs):, after its loop that steps the profiler)",
+  );
+  assert.equal(
+    spreadText({ count: 5, per_step: 1, steps_with_syncs: 5, max_per_step: 1, periodic_guard: guard }),
+    "once a pass of for epoch in range(epochs):, after its loop that steps the profiler, one step a pass",
+  );
+});
+
 test("a job's site read on some ranks alone says so per rank's own steps, as the CLI says", async () => {
   const { spreadText, ranksText } = await import("../src/format.js");
   // Rank 0 alone logs its loss each step: 0.5 a step over both ranks' steps, not every second step.

@@ -506,7 +506,7 @@ def callers_text(site: dict[str, Any]) -> str | None:
 
     def label(caller: dict[str, Any]) -> str:
         guard = caller.get("periodic_guard") if len(guards) > 1 else None
-        under = f", under `{guard_statement(guard)}`" if guard else ""
+        under = f", {guard_phrase(guard)}" if guard else ""
         return f"{_line_of(caller, file)} ({caller.get('count')}{under})"
 
     named = [label(c) for c in callers[:CALLERS_SHOWN]]
@@ -806,8 +806,18 @@ def periodic_guard_of(site: dict[str, Any]) -> tuple[str | None, str]:
 
 def guard_statement(guard: str) -> str:
     """How a ``periodic_guard`` reads in the code: ``if step % 10 == 0:`` for a test, the
-    decorator itself for a handler run every N events (``@trainer.on(...)``)."""
-    return guard if guard.startswith("@") else f"if {guard}:"
+    decorator itself for a handler run every N events (``@trainer.on(...)``), the loop's
+    header for a line run once a pass of a loop beside the loop that steps the profiler
+    (``for epoch in range(epochs):``)."""
+    return guard if guard.startswith("@") or guard.endswith(":") else f"if {guard}:"
+
+
+def guard_phrase(guard: str) -> str:
+    """Where a ``periodic_guard`` puts its line: ``under `if step % 10 == 0:` ``, or, for
+    a loop's header, once a pass of that loop (an epoch's print after its batches)."""
+    if guard.endswith(":"):
+        return f"once a pass of `{guard}`, after its loop that steps the profiler"
+    return f"under `{guard_statement(guard)}`"
 
 
 # Ranks named one by one in a site's split by rank; past this many, how many more.
@@ -862,13 +872,15 @@ def spread_text(site: dict[str, Any], step_count: int) -> str:
     steps are every rank's, and "in 5 of 10 steps" of a read on one of two ranks in each
     of its steps read as every second step."""
     guard, around = periodic_guard_of(site)
-    already = f"already every N steps (under `{guard_statement(guard)}`{around})" if guard else ""
+    already = f"already every N steps ({guard_phrase(guard)}{around})" if guard else ""
     by_rank = ranks_text(site)
     if by_rank:
         return f"{by_rank}: {already}" if already else by_rank
     with_syncs = int(site.get("steps_with_syncs") or 0)
     if guard and with_syncs >= step_count > 0:
         # nanoGPT's ``log_interval = 1``: the test lets the read through on every step.
+        if guard.endswith(":"):  # a pass of the loop for each step
+            return f"{guard_phrase(guard)}, one step a pass"
         return f"under `{guard_statement(guard)}`, true in every profiled step"
     if not 0 < with_syncs < step_count:
         return already

@@ -3105,6 +3105,32 @@ TENSOR_TEXT_ADVICE = Advice(
 )
 
 
+# A print of a tensor in a logger's message built in the call (``source.host_use`` of
+# ``"logging"``): the f-string runs, and reads, whether or not the logger's level is on.
+LAZY_LOG_ADVICE = Advice(
+    title="Give the tensor to the logger as an argument: logger.info('loss %s', loss)",
+    text=(
+        "An f-string (or `.format`, or `%`) in a logger's call formats the tensor before the "
+        "logger looks at its level: each call reads the tensor back and waits for every "
+        "queued kernel, even where the message is never shown. Passed as an argument, the "
+        "logger formats it only when it shows the message: no read at all while that level "
+        "is off. Where it is shown, it still reads once a call: log a Python number every "
+        "N steps there."
+    ),
+    before=(
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x), y)\n"
+        '    logger.debug(f"step {step} loss {loss}")   # reads the GPU tensor, shown or not\n'
+    ),
+    after=(
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x), y)\n"
+        '    logger.debug("step %d loss %s", step, loss)   # read only when DEBUG is on\n'
+    ),
+    removes="every read while the logger's level is off",
+)
+
+
 # Library code that works on host tensors by construction: data loading runs before the
 # batch is moved to the device (DataLoader seeds its workers with ``.item()``, samplers
 # shuffle with ``torch.randperm(n).tolist()``). Its would-be syncs in a CPU-only trace
@@ -3449,7 +3475,8 @@ def advice_for(
     (``Source.reads_elements``). ``sampled``: every sync reads a value a sampling call
     drew (``Source.reads_sample``). ``compiled``: every sync was read in torch.compile'd
     code, so (``Source.compiled``): the advice's ``compiled`` says what the fix means there.
-    ``host_use``: the host call every sync's copy is taken by at once (``Source.host_use``).
+    ``host_use``: the host call every sync's copy is taken by at once (``Source.host_use``),
+    or ``logging``: every sync's print is a logger's message built in its call.
     ``periodic``: every sync is read under a ``%`` test (``Source.periodic_guard``, its own
     or its caller's), in some steps only: read every N steps already."""
     record = kind(kind_name)
@@ -3458,7 +3485,11 @@ def advice_for(
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
     # operators.
     refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
-    if refinement is TENSOR_TEXT_ADVICE and periodic and kind_name == SCALAR_READBACK:
+    if refinement is TENSOR_TEXT_ADVICE and host_use == "logging":
+        # A logger's message formatted in the call: the logger's own arguments make no
+        # read while its level is off, and one only when the message is shown.
+        refinement = LAZY_LOG_ADVICE
+    elif refinement is TENSOR_TEXT_ADVICE and periodic and kind_name == SCALAR_READBACK:
         # A print every N steps already: "print a number every N steps" is what it does.
         refinement = PERIODIC_READ_ADVICE
     # A fix for code of a library the user called, where no entry of the library's own

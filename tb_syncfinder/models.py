@@ -321,7 +321,8 @@ class Source(msgspec.Struct):
     reads_sample: bool = False
     # An exact line whose copy to the host a host call takes at once (``torch.save`` of it,
     # a checkpoint; scipy's ``linear_sum_assignment`` given it: ``source.host_use``): the
-    # copy cannot be deferred or kept on the device, only made once for many.
+    # copy cannot be deferred or kept on the device, only made once for many. ``logging``:
+    # a line that builds a logger's message (``logger.info(f"{loss}")``), read shown or not.
     host_use: str | None = None
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
     # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every

@@ -2307,7 +2307,9 @@ def host_use(scope: ast.AST, line: int) -> str | None:
     checkpoint, CycleGAN's ``torch.save(net.module.cpu().state_dict(), path)``), or
     scipy's ``linear_sum_assignment`` given, later in the scope, the name the line binds
     (DETR's Hungarian matcher, ``C = C.view(bs, q, -1).cpu()``). None for any other copy:
-    such a copy cannot be deferred, only made once for many."""
+    such a copy cannot be deferred, only made once for many. For a line that copies
+    nothing: ``logging`` where it builds a logger's message (``logger.info(f"{loss}")``),
+    whose read is made at once, shown or not."""
     roots = _statements_at(scope, line)
     copies = [
         node
@@ -2316,7 +2318,15 @@ def host_use(scope: ast.AST, line: int) -> str | None:
         if getattr(node, "lineno", None) == line and _copy_receiver(node) is not None
     ]
     if not copies:
-        return None
+        # A logger's message built on the line: ``logger.info(f"loss {loss}")`` formats the
+        # tensor before the logger looks at its level (a walk: a read a step, nothing shown).
+        eager = any(
+            _builds_a_log_message(node)
+            for root in roots
+            for node in ast.walk(root)
+            if getattr(node, "lineno", None) == line
+        )
+        return "logging" if eager else None
     # Copies of a model (``net.module.cpu()``), not of what it computed (``model(x).cpu()``).
     moved = {
         name for copy in copies if (name := _model_chain_root(_copy_receiver(copy))) is not None
@@ -2358,6 +2368,45 @@ def host_use(scope: ast.AST, line: int) -> str | None:
         ):
             return "linear_sum_assignment"
     return None
+
+
+# A logger's methods that take a message (``logger.log`` after its level).
+_LOG_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "critical", "exception", "fatal", "log"}
+)
+
+
+def _builds_a_log_message(node: ast.AST) -> bool:
+    """Whether ``node`` calls a logger (a receiver named like one: ``logger``, ``log``,
+    ``logging``, ``self.logger``) with a message formatted in the call, an f-string with a
+    value, ``"...".format(...)`` or ``"..." % ...``: built whether or not the level is on,
+    where the logger's own ``%`` arguments are formatted only when the message is shown."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _LOG_METHODS
+    ):
+        return False
+    receiver = _receiver_name(node)
+    if receiver is None or "log" not in receiver.lower():
+        return False
+    args = node.args[1:] if node.func.attr == "log" else node.args
+    if not args:
+        return False
+    message = args[0]
+    if isinstance(message, ast.JoinedStr):
+        return any(isinstance(value, ast.FormattedValue) for value in message.values)
+    if isinstance(message, ast.Call) and isinstance(message.func, ast.Attribute):
+        formatted = message.func.value
+        return message.func.attr == "format" and (
+            isinstance(formatted, ast.Constant) and isinstance(formatted.value, str)
+        )
+    return (
+        isinstance(message, ast.BinOp)
+        and isinstance(message.op, ast.Mod)
+        and isinstance(message.left, ast.Constant)
+        and isinstance(message.left.value, str)
+    )
 
 
 def calls_a_mean_ctc_loss_module(scope: ast.AST, line: int, module: ast.AST) -> bool:

@@ -179,3 +179,56 @@ def test_only_a_model_moved_to_be_saved_is_a_checkpoints_copy(code, line, use):
     from tb_syncfinder.source import host_use
 
     assert host_use(ast.parse(code).body[0], line) == use
+
+
+_LOGGER = textwrap.dedent(
+    """\
+    import logging
+
+    import torch
+
+    logger = logging.getLogger("w")
+    logger.setLevel(logging.WARNING)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def step(it):
+        loss = (torch.randn(8, 8, device=device) @ torch.randn(8, 8, device=device)).sum()
+        logger.info(f"step {it} loss {loss}")
+        logger.debug("step %d loss %s", it, loss)
+        print(f"loss {loss * 2}")
+    """
+)
+
+
+def test_a_loggers_message_built_in_its_call_gets_the_loggers_own_arguments_fix(tmp_path):
+    """A walk: ``logger.info(f"... {loss}")`` read the tensor each step while INFO was off,
+    and was told to print a number every N steps; the logger's ``%s`` argument (the next
+    line) reads nothing then. A ``print`` keeps the print fix."""
+    report = _report(tmp_path, _LOGGER)
+    titles = {s.line: s.advice["title"] for s in report.latent_sites}
+    assert set(titles) == {11, 13}  # the logger's own argument is never formatted
+    assert titles[11].startswith("Give the tensor to the logger as an argument")
+    assert titles[13] == "Do not print device tensors inside the step"
+    assert {s.source.host_use for s in report.latent if s.source.line == 11} == {"logging"}
+
+
+@pytest.mark.parametrize(
+    ("call", "logging_"),
+    [
+        ('logger.info(f"loss {loss}")', True),
+        ('self.logger.warning("loss {}".format(loss))', True),
+        ('log.debug("loss %s" % loss)', True),
+        ('logging.log(logging.INFO, f"loss {loss}")', True),
+        ('logger.info("loss %s", loss)', False),  # formatted only when shown
+        ('logger.info(f"done")', False),  # nothing formatted
+        ('wandb.log({"loss": loss})', False),  # no logger's message
+        ('print(f"loss {loss}")', False),
+    ],
+)
+def test_a_loggers_message_is_one_formatted_in_its_call(call, logging_):
+    import ast
+
+    from tb_syncfinder.source import host_use
+
+    scope = ast.parse(f"def f(self, loss):\n    {call}\n").body[0]
+    assert host_use(scope, 2) == ("logging" if logging_ else None)

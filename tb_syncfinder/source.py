@@ -2863,9 +2863,12 @@ def _host_made(
         return True
     if isinstance(expr, _LoopElement):
         # ``for data in loader: ... data = data.to(device)``: the loop moves what it is
-        # given to the device, so the loader gives it on the host.
-        return _moves_to_a_device(expr.loop, expr.name) or _host_made(
-            scope, expr.value, line, depth, module
+        # given to the device, so the loader gives it on the host; so it gives the rest of
+        # the batch, where it moves a part of it and not this one.
+        return (
+            _moves_to_a_device(expr.loop, expr.name)
+            or _moves_a_part_of_its_batch(expr.loop, expr.name)
+            or _host_made(scope, expr.value, line, depth, module)
         )
     if isinstance(expr, ast.UnaryOp):
         return _host_made(scope, expr.operand, line, depth, module)
@@ -3100,6 +3103,34 @@ def _moves_to_a_device(loop: ast.For | ast.AsyncFor, name: str) -> bool:
         if device is not None and not _names_the_host(device) and not _is_dtype(device):
             return True
     return False
+
+
+def _moves_a_part_of_its_batch(loop: ast.For | ast.AsyncFor, name: str) -> bool:
+    """Whether ``loop`` unpacks ``name`` beside other parts of one batch (``for data,
+    labels in loader:``, ``for i, (data, labels) in enumerate(loader):``), moves one of
+    them to a device and never ``name``: the loader gives its batches on the host, and this
+    part stays there (pytorch-metric-learning's README loop moves ``data`` alone; its
+    losses move their own copy of ``labels``, and a walk's ``torch.unique(labels)`` was
+    listed as a read a GPU run would wait for). Not over ``zip(...)``: its parts come from
+    several iterables."""
+    iterable = loop.iter
+    if isinstance(iterable, ast.Call) and _call_name(iterable) in ("zip", "zip_longest"):
+        return False
+    batch = next(
+        (
+            node
+            for node in ast.walk(loop.target)
+            if isinstance(node, (ast.Tuple, ast.List))
+            and any(isinstance(e, ast.Name) and e.id == name for e in node.elts)
+        ),
+        None,
+    )
+    if batch is None or _moves_to_a_device(loop, name):
+        return False
+    return any(
+        isinstance(part, ast.Name) and part.id != name and _moves_to_a_device(loop, part.id)
+        for part in batch.elts
+    )
 
 
 def _iterates(iterable: ast.expr, name: str) -> bool:

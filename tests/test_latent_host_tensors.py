@@ -480,6 +480,28 @@ def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) ->
             3,
             False,
         ),
+        # A part of the batch the loop never moves, beside one it moves: the loader's
+        # (pytorch-metric-learning's README loop moves ``data`` alone).
+        (
+            "def f(loader, dev):\n    for i, (data, labels) in enumerate(loader):\n"
+            "        data = data.to(dev)\n        n = labels.max().item()\n",
+            4,
+            True,
+        ),
+        (
+            "def f(loader, dev):\n    for data, labels in loader:\n"
+            "        data, labels = data.to(dev), labels.to(dev)\n        labels.sum().item()\n",
+            4,
+            False,
+        ),
+        ("def f(loader):\n    for data, labels in loader:\n        labels.sum().item()\n", 3, False),
+        # Parts of several iterables: a move of one says nothing of the other.
+        (
+            "def f(a, b, dev):\n    for x, y in zip(a, b):\n        x = x.to(dev)\n"
+            "        y.sum().item()\n",
+            4,
+            False,
+        ),
         # A cast is not a move: nothing says where the loader's batch is.
         (
             "def f(loader):\n    for x in loader:\n        x.sum().item()\n"
@@ -535,6 +557,13 @@ def test_loader_batches_and_helpers_results_are_host_made_only_where_the_code_sa
             "def f(loader, dev):\n    for (ei,) in loader:\n"
             "        ei, _ = remove_self_loops(ei)\n        ei = ei.to(dev)\n",
             4,
+            True,
+        ),
+        # A part of the batch the loop never moves, beside one it moves.
+        (
+            "import torch\ndef f(loader, dev):\n    for i, (data, labels) in enumerate(loader):\n"
+            "        data = data.to(dev)\n        n = len(torch.unique(labels))\n",
+            5,
             True,
         ),
         # A boolean mask of a host tensor, and a write through one.

@@ -494,7 +494,11 @@ def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) ->
             4,
             False,
         ),
-        ("def f(loader):\n    for data, labels in loader:\n        labels.sum().item()\n", 3, False),
+        (
+            "def f(loader):\n    for data, labels in loader:\n        labels.sum().item()\n",
+            3,
+            False,
+        ),
         # Parts of several iterables: a move of one says nothing of the other.
         (
             "def f(a, b, dev):\n    for x, y in zip(a, b):\n        x = x.to(dev)\n"

@@ -2278,6 +2278,47 @@ _PML_REDUCER_ADVICE = Advice(
     after="loss_func = losses.TripletMarginLoss(margin=0.2, reducer=reducers.MeanReducer())\n",
 )
 
+# pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
+# distances read a mean or a count back with ``.item()`` in these functions, each only under
+# ``if self.collect_stats:`` (False unless passed, or set for all with
+# ``c_f.COLLECT_STATS``). A walk (pytorch-metric-learning 2.8.1, ``PairMarginMiner(...,
+# collect_stats=True)``): two reads a step in ``set_stats``, told "no setting is known".
+_PML_COLLECT_STATS_ADVICE = Advice(
+    title="Collect the statistics only when you log them: collect_stats=False",
+    text=(
+        "pytorch-metric-learning records its statistics (mean distances and angles, how many "
+        "pairs passed a margin) only where `collect_stats=True` was passed to the miner, "
+        "loss, reducer or distance, or set for all with `c_f.COLLECT_STATS = True`; each "
+        "one is a `.item()` read back on the host on every call. Leave it off, the default, "
+        "while training, or set the object's `collect_stats` only in the steps that log "
+        "the statistics."
+    ),
+    before=(
+        "miner = miners.PairMarginMiner(pos_margin=0.2, neg_margin=0.8, collect_stats=True)\n"
+        "for step, (data, labels) in enumerate(loader):\n"
+        "    pairs = miner(model(data), labels)\n"
+    ),
+    after=(
+        "miner = miners.PairMarginMiner(pos_margin=0.2, neg_margin=0.8)\n"
+        "for step, (data, labels) in enumerate(loader):\n"
+        "    miner.collect_stats = step % log_every == 0   # read only when logged\n"
+        "    pairs = miner(model(data), labels)\n"
+    ),
+    removes="the statistics' reads in the steps that do not log them",
+)
+_PML_STATS_FUNCTIONS = (
+    ("miners/pair_margin_miner.py", "set_stats"),
+    ("miners/triplet_margin_miner.py", "set_stats"),
+    ("miners/batch_easy_hard_miner.py", "set_stats"),
+    ("miners/angular_miner.py", "set_stats"),
+    ("losses/angular_loss.py", "set_stats"),
+    ("losses/tuplet_margin_loss.py", "set_stats"),
+    ("losses/large_margin_softmax_loss.py", "get_angles"),
+    ("regularizers/sparse_centers_regularizer.py", "set_stats"),
+    ("reducers/threshold_reducer.py", "set_stats"),
+    ("distances/base_distance.py", "set_default_stats"),
+)
+
 # Segment Anything's automatic mask generator runs its prompts in batches of
 # ``points_per_batch`` per crop, and each batch filters its masks on the host (``MaskData.
 # filter``'s boolean masks, ``if not torch.all(keep_mask)``, the prompt encoder's label
@@ -2381,6 +2422,15 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "pytorch_metric_learning/reducers/threshold_reducer.py",
         frozenset({"element_reduction_helper"}),
         _PML_REDUCER_ADVICE,
+    ),
+    *(
+        LibraryAdvice(
+            f"pytorch_metric_learning/{file}",
+            frozenset({func}),
+            _PML_COLLECT_STATS_ADVICE,
+            innermost=True,
+        )
+        for file, func in _PML_STATS_FUNCTIONS
     ),
     LibraryAdvice(
         "linear_operator/utils/linear_cg.py",
@@ -2915,8 +2965,16 @@ def fix_frames(stack: Sequence[Any], forward_stack: Sequence[Any] = ()) -> list[
     for a backward that ran no library code of its own, its forward call's (the library
     whose operation it is the gradient of)."""
     own = library_frames(stack)
-    if forward_stack and edited_library(own) is None:
+    if not forward_stack:
+        return own
+    if edited_library(own) is None:
         return library_frames(forward_stack)  # (torch's own backward machinery alone)
+    forward = library_frames(forward_stack)
+    if library_fix(own) is None and library_fix(forward) is not None:
+        # A library's loop ran the backward (pytorch-metric-learning's trainer calling
+        # ``loss.backward()``), and a setting of the forward's library removes both reads:
+        # the forward row's fix (a reducer's mask, a walk) is the backward row's.
+        return forward
     return own
 
 

@@ -985,3 +985,70 @@ def test_pykeens_de_duplication_of_its_host_triples_is_no_latent_read() -> None:
         ("pykeen/utils.py", "prepare_filter_triples"),
     ]
     assert catalogue.in_host_only_library(frames)
+
+
+@pytest.mark.parametrize(
+    ("frames", "title"),
+    [
+        # The read is the statistics function's own: its setting turns it off.
+        (
+            [
+                ("<built-in>", "item"),
+                ("pytorch_metric_learning/miners/pair_margin_miner.py", "set_stats"),
+                ("pytorch_metric_learning/miners/pair_margin_miner.py", "mine"),
+                ("pytorch_metric_learning/miners/base_miner.py", "forward"),
+            ],
+            "Collect the statistics only when you log them: collect_stats=False",
+        ),
+        # A read of the miner's own, outside its statistics: no setting is known.
+        (
+            [
+                ("<built-in>", "item"),
+                ("pytorch_metric_learning/miners/pair_margin_miner.py", "mine"),
+                ("pytorch_metric_learning/miners/base_miner.py", "forward"),
+            ],
+            "Keep the value on the device; read it every N steps",
+        ),
+    ],
+)
+def test_pytorch_metric_learnings_statistics_reads_get_their_setting(frames, title) -> None:
+    """A walk: ``PairMarginMiner(..., collect_stats=True)`` read two means a step in
+    ``set_stats``, under ``if self.collect_stats:``, and was told "an edit of
+    pytorch_metric_learning's own code: no setting of it is known"."""
+    advice = catalogue.advice_for(
+        "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+    )
+    assert advice["title"] == title
+
+
+def test_a_backward_a_librarys_loop_ran_takes_the_fix_of_its_forwards_library() -> None:
+    """A walk: under pytorch-metric-learning's ``MetricLossOnly`` trainer, the reducer's
+    mask got ``reducer=MeanReducer()`` in its forward row and "an edit of
+    pytorch_metric_learning's own code" in its backward row, run by the trainer's
+    ``loss.backward()``: one setting removes both."""
+    from tb_syncfinder.models import Frame
+
+    user = Frame("train.py", 184, "main", True)
+    backward = [
+        Frame("torch/_tensor.py", 625, "backward", False),
+        Frame("pytorch_metric_learning/trainers/base_trainer.py", 169, "backward", False),
+        Frame("pytorch_metric_learning/trainers/base_trainer.py", 120, "train", False),
+        user,
+    ]
+    forward = [
+        Frame(
+            "pytorch_metric_learning/reducers/threshold_reducer.py",
+            36,
+            "element_reduction_helper",
+            False,
+        ),
+        Frame(
+            "pytorch_metric_learning/trainers/base_trainer.py", 160, "forward_and_backward", False
+        ),
+        user,
+    ]
+    frames = catalogue.fix_frames(backward, forward)
+    advice = catalogue.advice_for("dynamic_shape", ["aten::nonzero"], frames=frames)
+    assert advice["title"] == "Average every loss: reducer=reducers.MeanReducer()"
+    # A backward whose own library has a fix keeps it.
+    assert catalogue.fix_frames(forward, backward) == catalogue.library_frames(forward)

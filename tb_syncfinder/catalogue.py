@@ -2994,7 +2994,30 @@ def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:
         if dispatches_for_its_caller(frame.file, frame.func, stack[n - 1].file if n else None):
             continue
         frames.append((frame.file, frame.func))
+    if frames and _forwards_the_users_read(frames):
+        return []
     return frames
+
+
+# Methods a tensor-like object of a library forwards a read to (Opacus' ghost clipping
+# loss, ``DPTensorFastGradientClipping.item``: ``return self.detach().item()``).
+_FORWARDED_READS = frozenset(
+    {"item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__format__"}
+)
+
+
+def _forwards_the_users_read(frames: list[tuple[str, str]]) -> bool:
+    """Whether a library's frames (innermost first) are only its method of a read's name,
+    called from the user's line, and the read it makes at once: the user's ``loss.item()``
+    of a library's tensor-like result. A walk: Opacus' ghost clipping loss made the user's
+    own ``loss.item()`` "an edit of opacus' own code"."""
+    path, func = frames[-1]
+    if func not in _FORWARDED_READS or path == BUILTIN_FRAME or is_framework_file(path):
+        return False
+    return all(
+        inner == BUILTIN_FRAME or passes_through(inner) or is_framework_file(inner)
+        for inner, _func in frames[:-1]
+    )
 
 
 # A tensor subclass's dispatchers (MONAI's ``MetaTensor.__torch_function__``) run every
@@ -3230,6 +3253,12 @@ HOST_READING_LIBRARY_FUNCS = (
     # PyKEEN de-duplicates its triples factory's CPU triples before the evaluator moves
     # them to the device (a walk: ``unique(dim=0)`` told to count into a fixed-size tensor).
     ("pykeen/utils.py", frozenset({"prepare_filter_triples"})),
+    # Opacus' DP RNNs (``DPLSTM``, ``DPGRU``, ``DPRNN``) run a packed sequence's time steps
+    # in Python, reading its ``batch_sizes`` (a CPU tensor by construction, as for torch's
+    # own RNNs): a walk's ``DPLSTM`` on packed input, 48 phantom reads a step, each told
+    # to edit Opacus. These functions read nothing else.
+    ("opacus/layers/dp_rnn.py", frozenset({"forward", "forward_layer"})),
+    ("opacus/utils/packed_sequences.py", frozenset({"compute_seq_lengths"})),
 )
 # Library functions that call themselves directly only for a tensor's metadata, which stays
 # on the host: MONAI's ``decollate_batch(batch.meta)`` for a MetaTensor (``MetaTensor.to``
@@ -3941,6 +3970,9 @@ LIBRARY_PACKAGES = frozenset(
         "fastai",
         # OpenAI's Whisper (``openai-whisper``): its decoding reads every token.
         "whisper",
+        # Opacus (differential privacy): its clipping, its DP layers and its accountant,
+        # under the user's ``optimizer.step()`` and model calls.
+        "opacus",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

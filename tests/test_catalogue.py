@@ -1052,3 +1052,48 @@ def test_a_backward_a_librarys_loop_ran_takes_the_fix_of_its_forwards_library() 
     assert advice["title"] == "Average every loss: reducer=reducers.MeanReducer()"
     # A backward whose own library has a fix keeps it.
     assert catalogue.fix_frames(forward, backward) == catalogue.library_frames(forward)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [("<built-in>", "item"), ("opacus/layers/dp_rnn.py", "forward_layer")],
+        [("<built-in>", "__int__"), ("opacus/layers/dp_rnn.py", "forward")],
+        [("<built-in>", "item"), ("opacus/utils/packed_sequences.py", "compute_seq_lengths")],
+    ],
+)
+def test_opacus_dp_rnns_reads_of_a_packed_sequences_batch_sizes_are_no_latent_reads(frames):
+    """A walk: Opacus' ``DPLSTM`` on packed input read its ``batch_sizes`` (a CPU tensor by
+    construction) 48 times a step in Python, listed as three sites to edit Opacus for."""
+    assert catalogue.in_host_only_library(frames)
+    assert not catalogue.in_host_only_library(
+        [("<built-in>", "item"), ("opacus/optimizers/optimizer.py", "clip_and_accumulate")]
+    )
+
+
+def test_a_librarys_tensor_like_forwarding_the_users_read_is_no_edit_of_the_library() -> None:
+    """A walk: with Opacus' ghost clipping the loss is its ``DPTensorFastGradientClipping``,
+    whose ``item()`` is ``return self.detach().item()``: the user's ``loss.item()`` was
+    told to be "an edit of opacus' own code"."""
+    from tb_syncfinder.models import Frame
+
+    user = Frame("train.py", 28, "train", True)
+    forwarded = [
+        Frame("<built-in>", None, "item", False),
+        Frame("opacus/utils/fast_gradient_clipping_utils.py", 52, "item", False),
+        user,
+    ]
+    assert catalogue.library_frames(forwarded) == []
+    assert catalogue.edited_library(catalogue.library_frames(forwarded)) is None
+    # A library's own method that reads through its own code is the library's.
+    own = [
+        Frame("<built-in>", None, "item", False),
+        Frame("opacus/accountants/rdp.py", 80, "get_epsilon", False),
+        Frame("opacus/privacy_engine.py", 600, "get_epsilon", False),
+        user,
+    ]
+    assert catalogue.library_frames(own) == [
+        ("<built-in>", "item"),
+        ("opacus/accountants/rdp.py", "get_epsilon"),
+        ("opacus/privacy_engine.py", "get_epsilon"),
+    ]

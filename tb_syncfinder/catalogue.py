@@ -2278,6 +2278,33 @@ _PML_REDUCER_ADVICE = Advice(
     after="loss_func = losses.TripletMarginLoss(margin=0.2, reducer=reducers.MeanReducer())\n",
 )
 
+# Hugging Face ``evaluate``'s ``add_batch`` converts what it is given to Python and NumPy
+# (``datasets``' ``_cast_to_python_objects``: ``.detach().cpu().numpy()`` of each tensor),
+# two copies to the host an evaluation batch in accelerate's examples (a walk).
+_EVALUATE_ADD_BATCH_ADVICE = Advice(
+    title="Keep the predictions on the device; give add_batch the whole pass at once",
+    text=(
+        "`metric.add_batch(predictions=..., references=...)` converts each tensor it is "
+        "given to NumPy: a copy to the host per tensor per batch, each waiting for the "
+        "GPU's queue. Collect the batches' predictions and references on the device and "
+        "hand them to `add_batch` once after the loop (one copy each for the pass), or use "
+        "a metric that accumulates on the device (torchmetrics)."
+    ),
+    before=(
+        "for batch in eval_dataloader:\n"
+        "    predictions = model(**batch).logits.argmax(dim=-1)\n"
+        '    metric.add_batch(predictions=predictions, references=batch["labels"])\n'
+    ),
+    after=(
+        "predictions, references = [], []\n"
+        "for batch in eval_dataloader:\n"
+        "    predictions.append(model(**batch).logits.argmax(dim=-1))\n"
+        '    references.append(batch["labels"])\n'
+        "metric.add_batch(predictions=torch.cat(predictions), references=torch.cat(references))\n"
+    ),
+    removes="every batch's copies but one for the pass",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2422,6 +2449,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "pytorch_metric_learning/reducers/threshold_reducer.py",
         frozenset({"element_reduction_helper"}),
         _PML_REDUCER_ADVICE,
+    ),
+    LibraryAdvice(
+        "evaluate/module.py", frozenset({"add_batch", "add"}), _EVALUATE_ADD_BATCH_ADVICE
     ),
     *(
         LibraryAdvice(
@@ -3737,11 +3767,25 @@ _TORCH_LOGGER = "torch/utils/tensorboard/"
 
 
 def converts_a_logged_value(frames: Iterable[tuple[str, str]]) -> bool:
-    """Whether a copy's frames run through a logger's conversion."""
+    """Whether a copy's frames run through a logger's conversion, or a metric's of what the
+    user's line gave it to accumulate (``METRIC_CONVERSIONS``)."""
     return any(
-        _TORCH_LOGGER in path.replace("\\", "/") or package_of(path) in LOGGING_LIBRARIES
-        for path, _func in frames
+        _TORCH_LOGGER in path.replace("\\", "/")
+        or package_of(path) in LOGGING_LIBRARIES
+        or any(_frame_matches(path, func, file, funcs) for file, funcs in METRIC_CONVERSIONS)
+        for path, func in frames
     )
+
+
+# Metrics that take the user's tensors and convert them to Python or NumPy there:
+# Hugging Face ``evaluate``'s ``metric.add_batch(predictions=..., references=...)``, through
+# ``datasets``' ``_cast_to_python_objects`` (``obj.detach().cpu().numpy()`` of each). A
+# walk of accelerate's examples: every evaluation batch's two copies were left to the
+# footnote of library copies, none listed, though they copy the user's device tensors.
+METRIC_CONVERSIONS = (
+    ("evaluate/module.py", frozenset({"add_batch", "add"})),
+    ("datasets/features/features.py", frozenset({"_cast_to_python_objects"})),
+)
 
 
 # Logging calls of libraries that are more than loggers (Lightning Fabric's ``fabric.log``,

@@ -1097,3 +1097,24 @@ def test_a_librarys_tensor_like_forwarding_the_users_read_is_no_edit_of_the_libr
         ("opacus/accountants/rdp.py", "get_epsilon"),
         ("opacus/privacy_engine.py", "get_epsilon"),
     ]
+
+
+def test_an_evaluate_metrics_copies_of_the_users_tensors_are_the_users_with_a_fix() -> None:
+    """A walk of accelerate's examples: ``metric.add_batch(predictions=..., references=...)``
+    of device tensors copied each to the host through ``datasets``' conversion, and the
+    copies were left to the footnote of library copies, no site listed."""
+    frames = [
+        ("<built-in>", "cpu"),
+        ("datasets/features/features.py", "_cast_to_python_objects"),
+        ("datasets/features/features.py", "cast_to_python_objects"),
+        ("evaluate/module.py", "add_batch"),
+    ]
+    assert catalogue.converts_a_logged_value(frames)
+    advice = catalogue.advice_for(
+        "device_to_host_copy", ["aten::to", "aten::_to_copy"], frames=frames
+    )
+    assert advice["title"].startswith("Keep the predictions on the device")
+    assert "library_code" not in advice
+    assert not catalogue.converts_a_logged_value(
+        [("<built-in>", "cpu"), ("transformers/trainer_pt_utils.py", "nested_numpify")]
+    )

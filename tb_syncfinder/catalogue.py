@@ -2305,6 +2305,33 @@ _EVALUATE_ADD_BATCH_ADVICE = Advice(
     removes="every batch's copies but one for the pass",
 )
 
+# accelerate's ``check_trigger()`` all-reduces a flag on the device and reads it back
+# (``flag_tensor.item()``): the read is the call's purpose, and how often it runs is the
+# user's (a walk: ``if accelerator.check_trigger(): break`` every batch of its
+# early_stopping example was told to edit accelerate).
+_ACCELERATE_TRIGGER_ADVICE = Advice(
+    title="Check the trigger every N steps: if step % N == 0 and accelerator.check_trigger()",
+    text=(
+        "`accelerator.check_trigger()` reduces the trigger flag over the processes on the "
+        "device and reads it back: one wait for the GPU's queue a call. Calling it every N "
+        "steps (at the same steps on every process, as it reduces over them), or once an "
+        "epoch, stops a little later at most and waits N times less often."
+    ),
+    before=(
+        "for step, batch in enumerate(train_dataloader):\n"
+        "    ...\n"
+        "    if accelerator.check_trigger():\n"
+        "        break\n"
+    ),
+    after=(
+        "for step, batch in enumerate(train_dataloader):\n"
+        "    ...\n"
+        "    if step % 50 == 0 and accelerator.check_trigger():   # every process alike\n"
+        "        break\n"
+    ),
+    removes="every check's read but one in N",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2452,6 +2479,9 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     ),
     LibraryAdvice(
         "evaluate/module.py", frozenset({"add_batch", "add"}), _EVALUATE_ADD_BATCH_ADVICE
+    ),
+    LibraryAdvice(
+        "accelerate/accelerator.py", frozenset({"check_trigger"}), _ACCELERATE_TRIGGER_ADVICE
     ),
     *(
         LibraryAdvice(

@@ -216,6 +216,8 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "lightning/fabric/",
                 "lightning_fabric/",
                 "pykeen/",
+                "evaluate/",
+                "accelerate/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1118,3 +1120,14 @@ def test_an_evaluate_metrics_copies_of_the_users_tensors_are_the_users_with_a_fi
     assert not catalogue.converts_a_logged_value(
         [("<built-in>", "cpu"), ("transformers/trainer_pt_utils.py", "nested_numpify")]
     )
+
+
+def test_accelerates_trigger_check_is_told_to_run_every_n_steps() -> None:
+    """A walk: ``if accelerator.check_trigger(): break`` every batch was told "an edit of
+    accelerate's own code: no setting of it is known"; how often it runs is the user's."""
+    frames = [("<built-in>", "item"), ("accelerate/accelerator.py", "check_trigger")]
+    advice = catalogue.advice_for(
+        "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+    )
+    assert advice["title"].startswith("Check the trigger every N steps")
+    assert "library_code" not in advice

@@ -3818,6 +3818,11 @@ METRIC_CONVERSIONS = (
 )
 
 
+# Libraries that write checkpoints, whose copies to the host in a CPU trace's unrun code
+# (safetensors' ``tensor.to('cpu')`` of each tensor off the host, under accelerate's
+# ``save_state``) are a checkpoint's own: it has to reach the host.
+CHECKPOINT_WRITERS = frozenset({"safetensors"})
+
 # Logging calls of libraries that are more than loggers (Lightning Fabric's ``fabric.log``,
 # ``log_dict``): what they read is a value the user's line gave them.
 LOGGING_CALLS = tuple(

@@ -1753,3 +1753,27 @@ def test_a_size_a_librarys_line_reads_gets_the_size_fix(tmp_path, monkeypatch):
     (site,) = report.latent_sites
     assert site.library is not None and (site.library.line, site.library.line_exact) == (3, True)
     assert site.advice["title"].startswith("This read sets a size")
+
+
+def test_a_checkpoint_writers_unrun_copies_are_told_to_save_less_often() -> None:
+    """A walk of accelerate's ``save_state`` every N steps: safetensors' ``tensor.to('cpu')``
+    of each tensor off the host, unrun on the CPU, was told "an edit of the library's own
+    code: no setting of it is known"; how often a checkpoint is saved is the user's."""
+    from tb_syncfinder.outputs.text import unrun_syncs_text
+
+    unrun = {
+        "file": "safetensors/torch.py",
+        "line": 479,
+        "func": "_to_ndarray",
+        "code": "tensor.to('cpu')",
+        "guard": "tensor.device.type != 'cpu'",
+        "library": "safetensors",
+        "calls": 8,
+    }
+    text = unrun_syncs_text([{"steps": 5, "unrun_syncs": [unrun]}])
+    assert text is not None and "save less often" in text
+    assert "no setting of it is known" not in text
+    other = {**unrun, "file": "ultralytics/algo.py", "library": "ultralytics"}
+    assert "no setting of it is known" in (
+        unrun_syncs_text([{"steps": 5, "unrun_syncs": [other]}]) or ""
+    )

@@ -23,6 +23,7 @@ import msgspec
 
 from tb_syncfinder.aggregate import key_library
 from tb_syncfinder.catalogue import (
+    CHECKPOINT_WRITERS,
     EXPLICIT_SYNC,
     NPU_LEVEL_ADVICE,
     NPU_NOT_REPLAYED,
@@ -2379,7 +2380,9 @@ def unrun_syncs_text(traces: Sequence[dict[str, Any]], most: int = 5) -> str | N
     more = f"; and {len(found) - most} more" if len(found) > most else ""
     libraries = [unrun for unrun in found.values() if unrun.get("library")]
     own = [unrun for unrun in found.values() if not unrun.get("library")]
-    if not own:
+    if not own and all(unrun.get("library") in CHECKPOINT_WRITERS for unrun in libraries):
+        fix = UNRUN_CHECKPOINT_FIX
+    elif not own:
         fix = "an edit of the library's own code: no setting of it is known to avoid them."
     else:
         # A copy under a test of the tensor's device (``if x.device != cpu: x = x.cpu()``)
@@ -2469,6 +2472,15 @@ UNRUN_SYNC_FIX = (
 UNRUN_COPY_FIX = (
     "keep the values on the device and copy them back once, after the loop or every N "
     "steps (one torch.stack(...).cpu() for several)."
+)
+
+
+# What to do about a checkpoint writer's unrun copies (``catalogue.CHECKPOINT_WRITERS``): a checkpoint has to reach the host (a walk: "no setting of it is
+# known" for copies whose frequency is the user's ``checkpointing_steps``).
+UNRUN_CHECKPOINT_FIX = (
+    "a checkpoint has to reach the host, so each save copies every tensor and waits for the "
+    "GPU: save less often (a larger checkpoint interval, accelerate's checkpointing_steps), "
+    "or only at the end."
 )
 
 

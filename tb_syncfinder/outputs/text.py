@@ -2475,8 +2475,9 @@ UNRUN_COPY_FIX = (
 )
 
 
-# What to do about a checkpoint writer's unrun copies (``catalogue.CHECKPOINT_WRITERS``): a checkpoint has to reach the host (a walk: "no setting of it is
-# known" for copies whose frequency is the user's ``checkpointing_steps``).
+# What to do about a checkpoint writer's unrun copies (``catalogue.CHECKPOINT_WRITERS``):
+# a checkpoint has to reach the host (a walk: "no setting of it is known" for copies whose
+# frequency is the user's ``checkpointing_steps``).
 UNRUN_CHECKPOINT_FIX = (
     "a checkpoint has to reach the host, so each save copies every tensor and waits for the "
     "GPU: save less often (a larger checkpoint interval, accelerate's checkpointing_steps), "

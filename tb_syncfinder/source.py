@@ -1515,8 +1515,17 @@ def _after_a_stepping_loop(scope: ast.AST, line: int, profilers: frozenset[str])
     the tool itself gives, was told not to print inside the step). None: the innermost loop
     around ``line`` that steps a profiler steps it beside ``line`` (each pass is a step),
     or none does."""
-    if not profilers:
-        return None
+    if profilers and any(_steps_a_profiler(node, profilers) for node in _own_statements(scope)):
+
+        def steps(code: ast.AST) -> bool:
+            return _steps_a_profiler(code, profilers)
+
+    else:
+        # The profiler stepped where this code does not say (a hook on the optimizer's
+        # step, a driver running the script): the loop that runs an optimizer's step is
+        # the loop of training steps (a walk of lightly's examples, each one's epoch print
+        # told not to print inside the step).
+        steps = _runs_an_optimizer_step
     loops = [
         node
         for node in _nodes_holding(scope, line)
@@ -1526,19 +1535,32 @@ def _after_a_stepping_loop(scope: ast.AST, line: int, profilers: frozenset[str])
     ]
     for loop in reversed(loops):  # the innermost first
         holding = [s for s in loop.body if s.lineno <= line <= (s.end_lineno or s.lineno)]
-        if any(_steps_a_profiler(s, profilers) for s in holding):
+        if any(steps(s) for s in holding):
             return None  # the line is beside the step, or inside what steps it
-        steppers = [s for s in loop.body if s not in holding and _steps_a_profiler(s, profilers)]
+        steppers = [s for s in loop.body if s not in holding and steps(s)]
         if steppers:
             inner_loops_step = all(
-                any(
-                    isinstance(node, _LOOPS) and _steps_a_profiler(node, profilers)
-                    for node in ast.walk(stepper)
-                )
+                any(isinstance(node, _LOOPS) and steps(node) for node in ast.walk(stepper))
                 for stepper in steppers
             )
             return loop_header(loop) if inner_loops_step else None
     return None
+
+
+def _own_statements(scope: ast.AST) -> list[ast.stmt]:
+    """``scope``'s statements (a module's, a function's body)."""
+    return list(getattr(scope, "body", ()))
+
+
+def _runs_an_optimizer_step(code: ast.AST) -> bool:
+    """Whether code calls an optimizer's ``step()`` (a receiver named like one:
+    ``optimizer``, ``opt``, ``self.optim``, ``d_optimizer``)."""
+    for node in ast.walk(code):
+        if isinstance(node, ast.Call) and _call_name(node) == "step" and not node.args:
+            receiver = _receiver_name(node)
+            if receiver is not None and (receiver == "opt" or "optim" in receiver.lower()):
+                return True
+    return False
 
 
 def _every_n_decorator(scope: ast.AST) -> str | None:

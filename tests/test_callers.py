@@ -754,3 +754,53 @@ def test_an_epochs_read_is_every_step_where_the_epoch_loop_steps_the_profiler(tm
     (site,) = report.latent_sites
     assert (site.line, site.periodic_guard) == (18, None)
     assert not site.advice["title"].startswith("Read every N steps already")
+
+
+@pytest.mark.parametrize(
+    ("code", "profilers", "guard"),
+    [
+        # The profiler stepped by a hook the code does not show: the loop that runs the
+        # optimizer's step is the loop of steps (lightly's examples under a driver).
+        (
+            "def f(epochs, data, model, optimizer):\n"
+            "    for epoch in range(epochs):\n"
+            "        total = 0\n"
+            "        for x in data:\n"
+            "            loss = model(x)\n"
+            "            total += loss.detach()\n"
+            "            optimizer.step()\n"
+            "        print(f'{total / len(data):.5f}')\n",
+            frozenset(),
+            "for epoch in range(epochs):",
+        ),
+        # A loop that runs no optimizer's step holds no steps.
+        (
+            "def f(epochs, layers, x):\n"
+            "    for epoch in range(epochs):\n"
+            "        for layer in layers:\n"
+            "            x = layer(x)\n"
+            "        print(f'{x.sum():.5f}')\n",
+            frozenset(),
+            None,
+        ),
+        # The profiler stepped by the epoch loop itself: a step a pass, said by no test.
+        (
+            "def f(epochs, data, optimizer, prof):\n"
+            "    for epoch in range(epochs):\n"
+            "        for x in data:\n"
+            "            optimizer.step()\n"
+            "        print(f'{x.sum():.5f}')\n"
+            "        prof.step()\n",
+            frozenset({"prof"}),
+            None,
+        ),
+    ],
+)
+def test_an_epochs_read_is_every_n_steps_after_the_loop_of_steps(code, profilers, guard):
+    import ast
+
+    from tb_syncfinder.source import periodic_guard
+
+    scope = ast.parse(code).body[0]
+    line = next(n for n, text in enumerate(code.splitlines(), 1) if "print(" in text)
+    assert periodic_guard(scope, line, profilers) == guard

@@ -430,8 +430,8 @@ export function spreadText(site) {
   const steps = perStep > 0 ? Math.round((site.count || 0) / perStep) : 0;
   // nanoGPT's log_interval = 1: the test lets the read through on every step.
   if (guard && steps > 0 && withSyncs >= steps) {
-    // A pass of the loop for each step: the line ran in every one.
-    if (guard.endsWith(":")) return `${guardPhrase(guard)}, one step a pass`;
+    // A pass of the loop for each step: the line ran in every one, nothing to say.
+    if (guard.endsWith(":")) return "";
     return `under ${guardStatement(guard)}, true in every profiled step`;
   }
   if (!(withSyncs > 0 && withSyncs < steps)) return already;

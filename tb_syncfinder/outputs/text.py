@@ -880,8 +880,8 @@ def spread_text(site: dict[str, Any], step_count: int) -> str:
     with_syncs = int(site.get("steps_with_syncs") or 0)
     if guard and with_syncs >= step_count > 0:
         # nanoGPT's ``log_interval = 1``: the test lets the read through on every step.
-        if guard.endswith(":"):  # a pass of the loop for each step
-            return f"{guard_phrase(guard)}, one step a pass"
+        if guard.endswith(":"):  # a pass of the loop for each step: nothing to say
+            return ""
         return f"under `{guard_statement(guard)}`, true in every profiled step"
     if not 0 < with_syncs < step_count:
         return already

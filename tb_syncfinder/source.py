@@ -2074,6 +2074,42 @@ def read_as_size(
                 return True
             for child in ast.iter_child_nodes(node):
                 stack.append((child, in_size or _is_size_position(node, child)))
+    return _bound_read_used_as_size(scope, line)
+
+
+def _bound_read_used_as_size(scope: ast.AST, line: int) -> bool:
+    """Whether ``line`` binds a name to a read (``ptr = int(self.bank_ptr)``) that a later
+    line, before the name is bound again, uses as a slice bound or a size (``self.bank[ptr :
+    ptr + batch_size] = ...``): a walk of lightly's memory bank, whose queue pointer was told
+    to stay on the device, though each step's slice needs it on the host."""
+    statements = _statements_at(scope, line)
+    if len(statements) != 1 or not isinstance(statements[0], ast.Assign):
+        return False
+    assign = statements[0]
+    if not (
+        len(assign.targets) == 1
+        and isinstance(assign.targets[0], ast.Name)
+        and _reads_a_value(assign.value, False)
+    ):
+        return False
+    name = assign.targets[0].id
+    rebound = min(
+        (at for at, _value in _bindings(scope, name) if at > line), default=_AFTER_EVERY_LINE
+    )
+    stack: list[tuple[ast.AST, bool]] = [(scope, False)]
+    while stack:
+        node, in_size = stack.pop()
+        if isinstance(node, _NESTED_SCOPES) and node is not scope:
+            continue
+        if (
+            in_size
+            and isinstance(node, ast.Name)
+            and node.id == name
+            and line < node.lineno < rebound
+        ):
+            return True
+        for child in ast.iter_child_nodes(node):
+            stack.append((child, in_size or _is_size_position(node, child)))
     return False
 
 

@@ -143,3 +143,35 @@ def test_a_size_that_is_a_modules_number_is_no_read_of_the_line():
     f, g = module.body[1], module.body[2]
     assert not read_as_size(f, 4, frameless=True, module=module)
     assert read_as_size(g, 6, frameless=True, module=module)
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "size"),
+    [
+        # lightly's memory bank: the pointer read into a name, then slice bounds.
+        (
+            "def f(self, batch):\n"
+            "    n = batch.shape[0]\n"
+            "    ptr = int(self.bank_ptr)\n"
+            "    self.bank[ptr : ptr + n] = batch\n",
+            3,
+            True,
+        ),
+        (
+            "def f(t):\n    k = t.sum().item()\n    return torch.zeros(k)\n",
+            2,
+            True,
+        ),
+        # Used as a number, or bound again before a slice: no size.
+        ("def f(t, x):\n    v = t.item()\n    return x * v\n", 2, False),
+        (
+            "def f(t, x):\n    v = t.item()\n    v = 3\n    return x[:v]\n",
+            2,
+            False,
+        ),
+    ],
+)
+def test_a_read_bound_to_a_name_then_used_as_a_bound_sets_a_size(code, line, size):
+    import ast
+
+    assert read_as_size(ast.parse(code).body[0], line) is size

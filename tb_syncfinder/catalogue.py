@@ -1864,6 +1864,9 @@ class LibraryAdvice(msgspec.Struct, frozen=True):
     model_callers: str | None = None
     # Frames around the model's that are its library's decorators of its ``forward``.
     model_wrappers: str | None = None
+    # The fix of the library's own formatting of a tensor (a print's): it takes the place
+    # of a print's fix, which every other entry leaves to the print.
+    formats: bool = False
 
 
 # Hugging Face Transformers checks whether an attention mask masks anything before SDPA
@@ -1987,6 +1990,25 @@ _HF_GENERATE_STOP_ADVICE = Advice(
         "out = model.generate(**batch, max_new_tokens=64)   # one read per token for all\n"
     ),
     removes="reads per prompt: one read per token serves the whole batch",
+)
+
+# Lightning's ``ModelCheckpoint`` formats its file name from its monitor candidates when it
+# saves (``_format_checkpoint_name``: ``filename.format(...)``): ``epoch`` and ``step`` are
+# tensors it makes on the host (``torch.tensor(trainer.current_epoch)``), a metric named in
+# ``filename=`` is the logged tensor. A walk of lightly's Lightning MoCo: its default name,
+# read once an epoch, was told "Do not print device tensors inside the step".
+_LIGHTNING_CHECKPOINT_NAME_ADVICE = Advice(
+    title="Lightning's checkpoint name: epoch and step are read on the host, once a save",
+    text=(
+        "`ModelCheckpoint` formats its file name (`{epoch}-{step}` by default) each time it "
+        "saves. `epoch` and `step` are tensors Lightning makes on the host: their reads wait "
+        "for no GPU, and a CPU trace cannot tell them from a metric's. A metric named in "
+        "`filename=` (`{val_loss:.2f}`) is read where it was logged, once a save: save less "
+        "often (`every_n_epochs`, `every_n_train_steps`), or leave it out of the name."
+    ),
+    before='ModelCheckpoint(filename="{epoch}-{val_loss:.2f}", every_n_train_steps=1)\n',
+    after='ModelCheckpoint(filename="{epoch}-{step}", every_n_train_steps=1000)\n',
+    removes="a metric's read at every save",
 )
 
 # Lightning turns every tensor logged with ``prog_bar=True`` into a number each training
@@ -2614,6 +2636,15 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "trainer/connectors/logger_connector/result.py",
         frozenset({"metrics"}),
         _LIGHTNING_PROGRESS_BAR_ADVICE,
+    ),
+    *(
+        LibraryAdvice(
+            f"{package}/callbacks/model_checkpoint.py",
+            frozenset({"_format_checkpoint_name"}),
+            _LIGHTNING_CHECKPOINT_NAME_ADVICE,
+            formats=True,
+        )
+        for package in ("pytorch_lightning", "lightning/pytorch")
     ),
     LibraryAdvice(
         "trainer/connectors/logger_connector/logger_connector.py",
@@ -3631,7 +3662,11 @@ def advice_for(
     # A print, then a library's own fix (its code is not the user's to change), then an
     # operator's own fix for its copies inside (ctc_loss), then what was copied, then the
     # operators.
-    refinement = TENSOR_TEXT_ADVICE if TENSOR_TEXT_OP in ops else library_advice(frames, ops)
+    found = library_fix(frames, ops)
+    if TENSOR_TEXT_OP in ops:
+        refinement = found[0].advice if found and found[0].formats else TENSOR_TEXT_ADVICE
+    else:
+        refinement = found[0].advice if found else None
     if refinement is TENSOR_TEXT_ADVICE and host_use == "logging":
         # A logger's message formatted in the call: the logger's own arguments make no
         # read while its level is off, and one only when the message is shown.

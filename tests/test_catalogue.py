@@ -218,6 +218,8 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "pykeen/",
                 "evaluate/",
                 "accelerate/",
+                "pytorch_lightning/",
+                "lightning/pytorch/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1131,3 +1133,22 @@ def test_accelerates_trigger_check_is_told_to_run_every_n_steps() -> None:
     )
     assert advice["title"].startswith("Check the trigger every N steps")
     assert "library_code" not in advice
+
+
+def test_lightnings_checkpoint_name_gets_its_own_fix_not_a_prints() -> None:
+    """A walk of lightly's Lightning MoCo: ``ModelCheckpoint``'s file name, formatted from
+    the host tensors ``epoch`` and ``step`` once a save, was told "Do not print device
+    tensors inside the step"; the user prints nothing."""
+    ops = [catalogue.TENSOR_TEXT_OP, "aten::item", "aten::_local_scalar_dense"]
+    frames = [
+        ("torch/_tensor.py", "__format__"),
+        ("pytorch_lightning/callbacks/model_checkpoint.py", "_format_checkpoint_name"),
+        ("pytorch_lightning/callbacks/model_checkpoint.py", "format_checkpoint_name"),
+    ]
+    advice = catalogue.advice_for("scalar_readback", ops, frames=frames)
+    assert advice["title"].startswith("Lightning's checkpoint name")
+    # Another library's print keeps the print's fix.
+    other = [("torch/_tensor.py", "__format__"), ("mylib/report.py", "show")]
+    assert catalogue.advice_for("scalar_readback", ops, frames=other)["title"] == (
+        "Do not print device tensors inside the step"
+    )

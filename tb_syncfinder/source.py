@@ -2277,12 +2277,30 @@ def reads_sample(scope: ast.AST, line: int) -> bool:
     roots = _statements_at(scope, line)
     reads = _read_receivers(roots, line)
     copies = _read_receivers(roots, line, _copy_receiver)
+    listed = _read_receivers(roots, line, _tolist_receiver)
+    if listed and not all(_sampled(scope, r, line, _DRAWING_CALLS) for r in listed):
+        # One ``.tolist()`` of greedy picks reads a whole batch's at once, as often for an
+        # evaluation or a library's targets as for actions (a Captum walk's ``model(x)
+        # .argmax(1).tolist()`` targets were told to "choose for many at once").
+        return False
     # A copy of a greedy pick is an evaluation's as often as not (``preds.append(out.argmax
     # (1).cpu())``): only a drawn sample's copy is needed at once.
     return bool(reads or copies) and (
         all(_sampled(scope, r, line) for r in reads)
         and all(_sampled(scope, r, line, _DRAWING_CALLS) for r in copies)
     )
+
+
+def _tolist_receiver(node: ast.AST) -> ast.expr | None:
+    """The tensor a ``.tolist()`` call reads, else None."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "tolist"
+        and not node.args
+    ):
+        return node.func.value
+    return None
 
 
 def _copy_receiver(node: ast.AST) -> ast.expr | None:

@@ -220,6 +220,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "accelerate/",
                 "pytorch_lightning/",
                 "lightning/pytorch/",
+                "captum/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1152,3 +1153,14 @@ def test_lightnings_checkpoint_name_gets_its_own_fix_not_a_prints() -> None:
     assert catalogue.advice_for("scalar_readback", ops, frames=other)["title"] == (
         "Do not print device tensors inside the step"
     )
+
+
+def test_captums_reads_of_a_one_element_target_are_told_to_pass_an_int() -> None:
+    """A Captum walk: ``target=model(x).argmax(1)`` for one example is read with ``.item()``
+    twice a forward in ``_select_targets``, told "an edit of captum's own code"."""
+    frames = [("<built-in>", "item"), ("captum/_utils/common.py", "_select_targets")]
+    advice = catalogue.advice_for(
+        "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+    )
+    assert advice["title"].startswith("Give Captum a one-element target as an int")
+    assert "library_code" not in advice

@@ -47,6 +47,9 @@ torch = pytest.importorskip("torch")
             True,
         ),
         ("def f(m):\n    return m.sample().tolist()\n", 2, True),
+        # A batch's greedy picks read with one ``.tolist()`` (Captum's targets): many at once
+        # already.
+        ("def f(net, x):\n    target = net(x).argmax(1).tolist()\n", 2, False),
         ("def f(logits):\n    return logits.cpu().numpy()\n", 2, False),
         # An evaluation's greedy picks copied (a review): not needed at once.
         ("def f(out, preds):\n    preds.append(out.argmax(1).cpu())\n", 2, False),

@@ -2250,7 +2250,35 @@ def _element_of_a_loop(
         if None in kinds:
             return None
         return "element" if "element" in kinds else "plain"
+    reduced = _reduced(expr)
+    if reduced is not None and _element_of_a_loop(reduced, iterables, filled) == "element":
+        # A reduction of an element, a tensor of a list (Captum's ``sum(torch.sum(mask)
+        # .item() for mask in masks)``): a read each, where one ``torch.stack`` reads all.
+        return "element"
     return None
+
+
+# Reductions of one tensor to a value, read one per element of a list of tensors.
+_ELEMENT_REDUCTIONS = frozenset(
+    {"sum", "max", "min", "mean", "prod", "norm", "amax", "amin", "count_nonzero", "any", "all"}
+)
+
+
+def _reduced(expr: ast.expr) -> ast.expr | None:
+    """What ``expr`` reduces, where it is a reduction with constant arguments of one tensor:
+    ``m.sum()``, ``torch.max(m)``; None otherwise."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)):
+        return None
+    if expr.func.attr not in _ELEMENT_REDUCTIONS or expr.keywords:
+        return None
+    receiver = expr.func.value
+    if isinstance(receiver, ast.Name) and receiver.id == "torch":
+        if not expr.args or not all(isinstance(a, ast.Constant) for a in expr.args[1:]):
+            return None
+        return expr.args[0]
+    if not all(isinstance(a, ast.Constant) for a in expr.args):
+        return None
+    return receiver
 
 
 def _names_a_range_target(expr: ast.expr, iterables: dict[str, ast.expr]) -> bool:
@@ -5671,6 +5699,8 @@ class SourceResolver:
                 ),
                 host_use=None if recorded_line is not None else self._shared_host_use(scope, lines),
             )
+        if recorded_line is None and _on_one_line(scope) and not query.in_compiled_graph:
+            return self._one_line_scope(frame, scope, def_line, resolved, parsed)
         return Source(
             frame.file,
             line,
@@ -5680,6 +5710,28 @@ class SourceResolver:
             resolved,
             recorded_line=recorded_line,
             compiled=compiled,
+        )
+
+    def _one_line_scope(
+        self, frame: Frame, scope: ast.AST, def_line: int | None, resolved: str, parsed: Any
+    ) -> Source:
+        """The exact line of a call in a comprehension or lambda on one line, whatever the
+        calls' alignment: every call it makes is there (Captum's ``sum(torch.sum(m).item()
+        for m in masks)``, marked at its def line where no name of the read was found)."""
+        return Source(
+            frame.file,
+            scope.lineno,  # type: ignore[attr-defined]
+            def_line,
+            frame.func,
+            True,
+            resolved,
+            **self._line_facts(
+                scope,
+                scope.lineno,  # type: ignore[attr-defined]
+                False,
+                parsed.profiler_names or parsed.named_profilers,
+                parsed.tree,
+            ),
         )
 
     def _shared_guard(

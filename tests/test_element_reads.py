@@ -24,6 +24,12 @@ torch = pytest.importorskip("torch")
         ("def f(y):\n    s = ''.join([itos[int(i)] for i in y])\n", 2, True),
         ("def f(y):\n    for i in y:\n        print(i.item())\n", 3, True),
         ("def f(ys):\n    return [float(v) for v in ys]\n", 2, True),
+        # A reduction of each tensor of a list, read one by one (Captum's ``sum(torch.sum(m)
+        # .item() for m in masks)``); not one of a tensor the loop does not give.
+        ("def f(ms):\n    return sum(torch.sum(m).item() for m in ms)\n", 2, True),
+        ("def f(ms):\n    return max(m.max().item() for m in ms)\n", 2, True),
+        ("def f(ms, t):\n    return [t.sum().item() for m in ms]\n", 2, False),
+        ("def f(ms):\n    return [m.sum(dim).item() for m in ms]\n", 2, False),
         # An element indexed by a ``range()`` loop's target is one too (a CRNN decode's
         # ``for i in range(length): if t[i] != 0 and ...``: 1,248 reads told not to branch),
         # read by a call, a truth test or an index; the index itself reads nothing.
@@ -175,3 +181,35 @@ def test_a_read_bound_to_a_name_then_used_as_a_bound_sets_a_size(code, line, siz
     import ast
 
     assert read_as_size(ast.parse(code).body[0], line) is size
+
+
+def test_a_read_in_a_generator_expression_on_one_line_is_exact(tmp_path):
+    """A Captum walk: ``sum(torch.sum(m).item() for m in y)`` was marked at its def line (the
+    ``<genexpr>`` frame's calls did not align); one line runs every call it makes."""
+    import runpy
+
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import torch\n"
+        "masks = [torch.ones(3) for _ in range(4)]\n"
+        "prof = torch.profiler.profile(\n"
+        "    activities=[torch.profiler.ProfilerActivity.CPU],\n"
+        "    with_stack=True,\n"
+        "    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),\n"
+        "    on_trace_ready=torch.profiler.tensorboard_trace_handler(LOGDIR),\n"
+        ")\n"
+        "prof.start()\n"
+        "for i in range(5):\n"
+        "    y = [m * (i + 1) for m in masks]\n"
+        "    total = sum(torch.sum(m).item() for m in y)\n"
+        "    prof.step()\n"
+        "prof.stop()\n"
+    )
+    logdir = tmp_path / "logs"
+    runpy.run_path(str(script), init_globals={"LOGDIR": str(logdir)})
+    from tb_syncfinder import analyze
+
+    report = analyze(str(logdir), source_roots=[str(tmp_path)])
+    (site,) = report.latent_sites
+    assert (site.line, site.line_exact, site.count) == (12, True, 12)
+    assert site.advice["title"] == "Convert the tensor once, not each element"

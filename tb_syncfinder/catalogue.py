@@ -1597,7 +1597,10 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "`(a == b).all()` back to the host and waits. `(a == b).all()` is the same "
                 "answer as a device tensor: keep it there, combine it with `torch.where`, or "
                 "read it only when you log. Where the shapes may differ, compare them first "
-                "(`a.shape == b.shape` reads nothing)."
+                "(`a.shape == b.shape` reads nothing). Where the answer picks a branch or "
+                "raises (`if torch.equal(x1, x2):`, a check), `(a == b).all()` has to be read "
+                "back as well: decide it without the values (`x1 is x2`, a flag the caller "
+                "passes), compute both outcomes with `torch.where`, or check every N steps."
             ),
             before="if not torch.equal(pred, target):\n    mismatches += 1\n",
             after="mismatches += (pred != target).any()  # a device tensor (same shapes)\n",
@@ -2379,6 +2382,26 @@ _CAPTUM_TARGET_ADVICE = Advice(
     removes="every forward's reads of the target but one",
 )
 
+# BoTorch checks a model's training data in its constructor (``validate_input_scaling``:
+# ``check_no_nans``, ``check_min_max_scaling``, ``check_standardization``), reading each
+# result back; ``settings.validate_input_scaling(False)`` skips them all (a walk of its closed
+# loop, checked without the profiler: 6 reads a BO iteration, none with the setting).
+_BOTORCH_INPUT_CHECKS_ADVICE = Advice(
+    title="Skip BoTorch's input checks: with settings.validate_input_scaling(False)",
+    text=(
+        "A BoTorch model checks its training data when it is built (NaNs, inputs scaled to "
+        "the unit cube, standardized outcomes), each check read back on the host. Once the "
+        "data are known to be clean and scaled, build the model under "
+        "`botorch.settings.validate_input_scaling(False)`: no check, no read."
+    ),
+    before="model = SingleTaskGP(train_x, train_y)\n",
+    after=(
+        "with botorch.settings.validate_input_scaling(False):\n"
+        "    model = SingleTaskGP(train_x, train_y)\n"
+    ),
+    removes="the model's input checks' reads",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2529,6 +2552,11 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     ),
     LibraryAdvice(
         "accelerate/accelerator.py", frozenset({"check_trigger"}), _ACCELERATE_TRIGGER_ADVICE
+    ),
+    LibraryAdvice(
+        "botorch/models/utils/assorted.py",
+        frozenset({"check_no_nans", "check_min_max_scaling", "check_standardization"}),
+        _BOTORCH_INPUT_CHECKS_ADVICE,
     ),
     LibraryAdvice(
         "captum/_utils/common.py",
@@ -3842,15 +3870,13 @@ def edited_library(frames: Sequence[tuple[str, str]]) -> str | None:
         # own library that code runs is its own again (transformers' mask check under
         # sentence-transformers' loss).
         return packages[0]
-    if known is not None:
-        return known
-    # The innermost package the catalogue does not know (its line reads), else the
-    # outermost known one: a known library's operators read by their nature (torchvision's
-    # NMS), and the fix is in how the package around them calls them (ultralytics').
-    unknown = [package for package in packages if package not in LIBRARY_PACKAGES]
-    if unknown:
-        return unknown[0]
-    return packages[-1] if packages else None
+    # The innermost package, whose line reads, whichever the user's line called: a BoTorch
+    # walk's reads in gpytorch's ``kernel.py`` and linear_operator's ``cholesky.py`` were
+    # "an edit of botorch's own code" under ``optimize_acqf(...)`` and gpytorch's under
+    # ``mll(...)``, one read with two owners. A known library's operator that reads by its
+    # nature, through a one-op wrapper (torchvision's NMS), is not its line: the package
+    # calling it is (ultralytics').
+    return packages[0] if packages else known
 
 
 _STDLIB_MODULES = frozenset(sys.stdlib_module_names)
@@ -4120,6 +4146,9 @@ LIBRARY_PACKAGES = frozenset(
         "opacus",
         # Captum (interpretability): its attributions' forwards and perturbations.
         "captum",
+        # BoTorch (Bayesian optimisation, on GPyTorch): its fits, acquisition functions and
+        # their optimisation, under the user's ``optimize_acqf(...)``.
+        "botorch",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

@@ -221,6 +221,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "pytorch_lightning/",
                 "lightning/pytorch/",
                 "captum/",
+                "botorch/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -800,8 +801,10 @@ def test_torchrls_tanh_normal_bounds_check_gets_python_number_bounds() -> None:
 def test_a_fix_in_a_library_another_library_called_edits_the_one_whose_line_reads():
     """denoising-diffusion-pytorch's Trainer calls ema_pytorch's ``EMA.update``, which
     reads its step counter: the fix was "an edit of denoising_diffusion_pytorch's own
-    code" beside "synced in ema_pytorch/ema_pytorch.py:280" (a walk). The known library
-    the user called still comes first, and a torch frame between is passed over."""
+    code" beside "synced in ema_pytorch/ema_pytorch.py:280" (a walk). A known library the
+    user called does not come first either (a BoTorch walk: gpytorch's and linear_operator's
+    reads named botorch's under one call, gpytorch's under another), and a torch frame
+    between is passed over."""
     from tb_syncfinder.catalogue import edited_library
 
     site = "/venv/lib/python3.11/site-packages"
@@ -815,7 +818,14 @@ def test_a_fix_in_a_library_another_library_called_edits_the_one_whose_line_read
         "ema_pytorch"
     )
     known = [*frames[:2], (f"{site}/ultralytics/engine/trainer.py", "train")]
-    assert edited_library(known) == "ultralytics"
+    assert edited_library(known) == "ema_pytorch"
+    botorch = [
+        (f"{site}/linear_operator/utils/cholesky.py", "psd_safe_cholesky"),
+        (f"{site}/gpytorch/distributions/multivariate_normal.py", "rsample"),
+        (f"{site}/botorch/optim/optimize.py", "optimize_acqf"),
+    ]
+    assert edited_library(botorch) == "linear_operator"
+    assert edited_library(botorch[1:]) == "gpytorch"
 
 
 def test_a_known_librarys_operator_read_is_an_edit_of_the_package_calling_it():
@@ -1164,3 +1174,19 @@ def test_captums_reads_of_a_one_element_target_are_told_to_pass_an_int() -> None
     )
     assert advice["title"].startswith("Give Captum a one-element target as an int")
     assert "library_code" not in advice
+
+
+def test_botorchs_input_checks_get_their_setting() -> None:
+    """A BoTorch walk: a model built each iteration checks its data (``check_no_nans``,
+    ``check_standardization``), told "an edit of botorch's own code: no setting of it is
+    known"; ``validate_input_scaling(False)`` skips them."""
+    for func in ("check_no_nans", "check_min_max_scaling", "check_standardization"):
+        frames = [
+            ("<built-in>", "item"),
+            ("botorch/models/utils/assorted.py", func),
+            ("botorch/models/utils/assorted.py", "validate_input_scaling"),
+        ]
+        advice = catalogue.advice_for(
+            "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+        )
+        assert advice["title"].startswith("Skip BoTorch's input checks"), func

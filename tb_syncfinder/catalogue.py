@@ -3805,8 +3805,10 @@ def advice_for(
 
 
 # Packages whose functions a user's code calls directly, with the fixes written for such
-# calls (torch's own; numpy's).
-_FRAMEWORK_PACKAGES = frozenset({"torch", "functorch", "triton", "numpy", "torch_npu"})
+# calls (torch's own; numpy's; scipy's, which convert what they are given as numpy does: a
+# BoTorch walk's reads of its bounds in scipy's ``old_bound_to_new`` were "an edit of
+# scipy's own code", where the caller handing it tensors is the one to change).
+_FRAMEWORK_PACKAGES = frozenset({"torch", "functorch", "triton", "numpy", "torch_npu", "scipy"})
 
 
 def called_library(frames: Sequence[tuple[str, str]]) -> str | None:

@@ -1190,3 +1190,18 @@ def test_botorchs_input_checks_get_their_setting() -> None:
             "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
         )
         assert advice["title"].startswith("Skip BoTorch's input checks"), func
+
+
+def test_scipys_conversion_of_what_it_is_given_is_no_edit_of_scipy() -> None:
+    """A BoTorch walk: scipy's L-BFGS-B converts its bounds with ``float()`` of each
+    element it is given (``old_bound_to_new``), told "an edit of scipy's own code"; as with
+    numpy, the caller handing it tensors is the one to change."""
+    frames = [
+        ("<built-in>", "item"),
+        ("scipy/optimize/_constraints.py", "<listcomp>"),
+        ("scipy/optimize/_constraints.py", "old_bound_to_new"),
+        ("scipy/optimize/_minimize.py", "minimize"),
+        ("botorch/optim/utils/timeout.py", "minimize_with_timeout"),
+    ]
+    assert catalogue.edited_library(frames) == "botorch"
+    assert catalogue.edited_library(frames[:4]) is None

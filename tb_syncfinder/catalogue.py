@@ -1340,7 +1340,9 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "multiply by the mask keeps a NaN or inf from a masked position). "
                 "`torch.nonzero_static(mask, size=K)` has a fixed shape too, but pads with "
                 "`fill_value` (-1 by default, which indexes the last element: mask those rows "
-                "out) and silently drops matches beyond K."
+                "out) and silently drops matches beyond K. Where only their number is used "
+                "(`torch.where(m)[0].numel()`, `len(m.nonzero())`), `m.sum()` counts them on "
+                "the device."
             ),
             before=(
                 "idx = torch.nonzero(target != ignore)\n"
@@ -2402,6 +2404,42 @@ _BOTORCH_INPUT_CHECKS_ADVICE = Advice(
     removes="the model's input checks' reads",
 )
 
+# torchtune's default loss for its recipes, ``LinearCrossEntropyLoss``, gathers the rows of
+# valid tokens (``mask_inputs``: ``torch.where(target != ignore_index)[0]``) where
+# ``mask_ignored_tokens=True`` (its default), and counts them on the host in ``forward``
+# (``torch.where(...)[0].numel()``). A walk of its single-device recipes, checked without
+# the profiler: ``loss.mask_ignored_tokens=False`` removes the gather's read,
+# ``CEWithChunkedOutputLoss`` (which counts with ``(labels != ignore_index).sum()``) both.
+_TORCHTUNE_MASK_ADVICE = Advice(
+    title="Set mask_ignored_tokens=False on torchtune's LinearCrossEntropyLoss",
+    text=(
+        "With `mask_ignored_tokens=True`, its default, `LinearCrossEntropyLoss` gathers the "
+        "rows of the tokens that are not ignored before the output projection: their number "
+        "is read back on the host each step. With `False` the cross-entropy runs over every "
+        "token, the ignored ones masked by `ignore_index`: the same loss, no read. In a "
+        "recipe's config: `loss.mask_ignored_tokens=False`."
+    ),
+    before="loss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n",
+    after=(
+        "loss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n"
+        "  mask_ignored_tokens: False\n"
+    ),
+    removes="the gather's read of the valid tokens",
+)
+_TORCHTUNE_COUNT_ADVICE = Advice(
+    title="Use CEWithChunkedOutputLoss: it counts the valid tokens on the device",
+    text=(
+        "`LinearCrossEntropyLoss` counts the valid tokens on the host "
+        "(`torch.where(targets != ignore_index)[0].numel()`) to normalise the loss, each "
+        "step. torchtune's `CEWithChunkedOutputLoss` counts them on the device "
+        "(`(labels != ignore_index).sum()`): in a recipe's config, "
+        "`loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss`."
+    ),
+    before="loss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n",
+    after="loss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n",
+    removes="the count's read (and the gather's)",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2552,6 +2590,18 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
     ),
     LibraryAdvice(
         "accelerate/accelerator.py", frozenset({"check_trigger"}), _ACCELERATE_TRIGGER_ADVICE
+    ),
+    LibraryAdvice(
+        "torchtune/modules/loss/cross_entropy_loss.py",
+        frozenset({"mask_inputs"}),
+        _TORCHTUNE_MASK_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "torchtune/modules/loss/cross_entropy_loss.py",
+        frozenset({"forward"}),
+        _TORCHTUNE_COUNT_ADVICE,
+        innermost=True,
     ),
     LibraryAdvice(
         "botorch/models/utils/assorted.py",
@@ -3896,7 +3946,10 @@ def converts_a_logged_value(frames: Iterable[tuple[str, str]]) -> bool:
     return any(
         _TORCH_LOGGER in path.replace("\\", "/")
         or package_of(path) in LOGGING_LIBRARIES
-        or any(_frame_matches(path, func, file, funcs) for file, funcs in METRIC_CONVERSIONS)
+        or any(
+            _frame_matches(path, func, file, funcs)
+            for file, funcs in (*METRIC_CONVERSIONS, *LOGGING_CALLS)
+        )
         for path, func in frames
     )
 
@@ -3919,9 +3972,15 @@ CHECKPOINT_WRITERS = frozenset({"safetensors"})
 
 # Logging calls of libraries that are more than loggers (Lightning Fabric's ``fabric.log``,
 # ``log_dict``): what they read is a value the user's line gave them.
-LOGGING_CALLS = tuple(
-    (f"{package}/fabric.py", frozenset({"log", "log_dict"}))
-    for package in ("lightning/fabric", "lightning_fabric")
+LOGGING_CALLS = (
+    *(
+        (f"{package}/fabric.py", frozenset({"log", "log_dict"}))
+        for package in ("lightning/fabric", "lightning_fabric")
+    ),
+    # torchtune's metric loggers (a recipe's ``self._metric_logger.log_dict(...)``): its
+    # ``DiskLogger`` writes a tensor with ``.tolist()`` (a walk: the recipe's tokens per
+    # second and gradient norm, left to the footnote of library copies, none listed).
+    ("torchtune/training/metric_logging.py", frozenset()),
 )
 # Loggers and progress bars: what they read is a value the user's line gave them.
 LOGGING_LIBRARIES = frozenset(

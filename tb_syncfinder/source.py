@@ -1491,6 +1491,10 @@ def periodic_guard(
             and _in_body(node, line)
             and _takes_a_remainder(scope, node.test)
             and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
+            # Gradient accumulation's test (``if (batch_count + 1) % accum_steps == 0:``
+            # around ``optimizer.step()``): it marks each training step, not a logging
+            # interval (a torchtune walk, its profiler stepped per micro-batch).
+            and not any(_runs_an_optimizer_step(n) for n in node.body)
         ):
             found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
     return found or _every_n_decorator(scope) or _after_a_stepping_loop(scope, line, profilers)

@@ -797,6 +797,41 @@ def test_an_epochs_read_is_every_step_where_the_epoch_loop_steps_the_profiler(tm
     ],
 )
 def test_an_epochs_read_is_every_n_steps_after_the_loop_of_steps(code, profilers, guard):
+    _assert_guard_of_the_print(code, profilers, guard)
+
+
+@pytest.mark.parametrize(
+    ("code", "guard"),
+    [
+        # Gradient accumulation's test marks each training step (a torchtune walk, its
+        # profiler stepped per micro-batch): no interval of reads.
+        (
+            "def f(data, model, optimizer, accum):\n"
+            "    for i, x in enumerate(data):\n"
+            "        loss = model(x)\n"
+            "        if (i + 1) % accum == 0:\n"
+            "            optimizer.step()\n"
+            "            print(f'{loss.item():.3f}')\n",
+            None,
+        ),
+        # A logging test inside it still is one.
+        (
+            "def f(data, model, optimizer, accum, step, log_every):\n"
+            "    for i, x in enumerate(data):\n"
+            "        loss = model(x)\n"
+            "        if (i + 1) % accum == 0:\n"
+            "            optimizer.step()\n"
+            "            if step % log_every == 0:\n"
+            "                print(f'{loss.item():.3f}')\n",
+            "step % log_every == 0",
+        ),
+    ],
+)
+def test_gradient_accumulations_test_is_no_interval_of_reads(code, guard):
+    _assert_guard_of_the_print(code, frozenset(), guard)
+
+
+def _assert_guard_of_the_print(code, profilers, guard):
     import ast
 
     from tb_syncfinder.source import periodic_guard

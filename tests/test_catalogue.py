@@ -222,6 +222,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "lightning/pytorch/",
                 "captum/",
                 "botorch/",
+                "torchtune/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1205,3 +1206,36 @@ def test_scipys_conversion_of_what_it_is_given_is_no_edit_of_scipy() -> None:
     ]
     assert catalogue.edited_library(frames) == "botorch"
     assert catalogue.edited_library(frames[:4]) is None
+
+
+@pytest.mark.parametrize(
+    ("func", "title"),
+    [
+        ("mask_inputs", "Set mask_ignored_tokens=False"),
+        ("forward", "Use CEWithChunkedOutputLoss"),
+    ],
+)
+def test_torchtunes_linear_cross_entropy_reads_get_its_settings(func, title) -> None:
+    """A torchtune walk: its default loss's gather and count of the valid tokens were told
+    "an edit of torchtune's own code: no setting of it is known", the count a gather's fix."""
+    frames = [
+        ("<built-in>", "nonzero_numpy"),
+        ("torchtune/modules/loss/cross_entropy_loss.py", func),
+        ("torchtune/modules/loss/cross_entropy_loss.py", "forward"),
+    ]
+    advice = catalogue.advice_for("dynamic_shape", ["aten::nonzero"], frames=frames)
+    assert advice["title"].startswith(title)
+    assert "library_code" not in advice
+
+
+def test_a_torchtune_loggers_conversion_is_the_users_read() -> None:
+    """A torchtune walk: its ``DiskLogger`` writes the recipe's tensors with ``.tolist()``,
+    left to the footnote of library copies where its stdout logger's were listed."""
+    frames = [
+        ("<built-in>", "tolist"),
+        ("torchtune/training/metric_logging.py", "<lambda>"),
+        ("json/encoder.py", "iterencode"),
+        ("torchtune/training/metric_logging.py", "log_dict"),
+    ]
+    assert catalogue.converts_a_logged_value(frames)
+    assert catalogue.edited_library(frames) is None

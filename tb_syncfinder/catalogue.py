@@ -3389,26 +3389,27 @@ TENSOR_TEXT_ADVICE = Advice(
 # A print of a tensor in a logger's message built in the call (``source.host_use`` of
 # ``"logging"``): the f-string runs, and reads, whether or not the logger's level is on.
 LAZY_LOG_ADVICE = Advice(
-    title="Give the tensor to the logger as an argument: logger.info('loss %s', loss)",
+    title="Give the tensor to the logger as an argument, and log it every N steps",
     text=(
         "An f-string (or `.format`, or `%`) in a logger's call formats the tensor before the "
         "logger looks at its level: each call reads the tensor back and waits for every "
         "queued kernel, even where the message is never shown. Passed as an argument, the "
         "logger formats it only when it shows the message: no read at all while that level "
-        "is off. Where it is shown, it still reads once a call: log a Python number every "
-        "N steps there."
+        "is off. Where it is shown (the trace cannot tell which level was on), it still "
+        "reads once a call: log it every N steps."
     ),
     before=(
         "for step, (x, y) in enumerate(loader):\n"
         "    loss = criterion(model(x), y)\n"
-        '    logger.debug(f"step {step} loss {loss}")   # reads the GPU tensor, shown or not\n'
+        '    logger.info(f"step {step} loss {loss}")   # reads the GPU tensor, shown or not\n'
     ),
     after=(
         "for step, (x, y) in enumerate(loader):\n"
         "    loss = criterion(model(x), y)\n"
-        '    logger.debug("step %d loss %s", step, loss)   # read only when DEBUG is on\n'
+        "    if step % 100 == 0:   # read only when INFO is on, every 100 steps\n"
+        '        logger.info("step %d loss %s", step, loss)\n'
     ),
-    removes="every read while the logger's level is off",
+    removes="every read while the logger's level is off, and all but one in N where it is on",
 )
 
 

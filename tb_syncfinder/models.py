@@ -721,7 +721,8 @@ class Site(msgspec.Struct):
     # runs a library function's several reads, each its own line (``ppo.py`` reads four
     # losses with ``.item()``); ``library`` is the first of them. Empty otherwise.
     library_lines: list[LineCount] = field(default_factory=list)
-    # In a run whose traces are the ranks of one job (two or more; ``job_ranks`` of them):
+    # In a run whose traces are the ranks of one job (two or more traced; ``job_ranks`` of
+    # them, the ranks traced, which may be fewer than the job's world size):
     # its syncs on each rank that had any, by rank. ``per_step`` is over every rank's steps,
     # so a read on rank 0 alone in each step of a two-rank job is 0.5 a step there; these
     # say it is 1.0 a step on rank 0 and none on rank 1. Empty / 0 otherwise.

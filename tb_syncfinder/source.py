@@ -1493,8 +1493,10 @@ def periodic_guard(
             and not (profilers and any(_steps_a_profiler(n, profilers) for n in node.body))
             # Gradient accumulation's test (``if (batch_count + 1) % accum_steps == 0:``
             # around ``optimizer.step()``): it marks each training step, not a logging
-            # interval (a torchtune walk, its profiler stepped per micro-batch).
-            and not any(_runs_an_optimizer_step(n) for n in node.body)
+            # interval (a torchtune walk, its profiler stepped per micro-batch). Not a test
+            # around one optimizer's step of two (a WGAN's generator every ``n_critic``
+            # steps, its critic's every step: a review).
+            and not _accumulates_gradients(scope, node, line)
         ):
             found = ast.unparse(node.test)  # the walk goes inwards: the innermost last
     return found or _every_n_decorator(scope) or _after_a_stepping_loop(scope, line, profilers)
@@ -1537,17 +1539,20 @@ def _after_a_stepping_loop(scope: ast.AST, line: int, profilers: frozenset[str])
         and node.body
         and node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)
     ]
-    for loop in reversed(loops):  # the innermost first
-        holding = [s for s in loop.body if s.lineno <= line <= (s.end_lineno or s.lineno)]
-        if any(steps(s) for s in holding):
-            return None  # the line is beside the step, or inside what steps it
-        steppers = [s for s in loop.body if s not in holding and steps(s)]
-        if steppers:
-            inner_loops_step = all(
-                any(isinstance(node, _LOOPS) and steps(node) for node in ast.walk(stepper))
-                for stepper in steppers
-            )
-            return loop_header(loop) if inner_loops_step else None
+    if not loops:
+        return None
+    # The innermost loop around the line only: a line in a loop of its own beside the loop
+    # of steps (a validation loop's reads, 20 a pass) runs many times a pass (a review).
+    loop = loops[-1]
+    holding = [s for s in loop.body if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    if any(steps(s) for s in holding):
+        return None  # the line is beside the step, or inside what steps it
+    steppers = [s for s in loop.body if s not in holding and steps(s)]
+    if steppers and all(
+        any(isinstance(node, _LOOPS) and steps(node) for node in ast.walk(stepper))
+        for stepper in steppers
+    ):
+        return loop_header(loop)
     return None
 
 
@@ -1565,6 +1570,23 @@ def _runs_an_optimizer_step(code: ast.AST) -> bool:
             if receiver is not None and (receiver == "opt" or "optim" in receiver.lower()):
                 return True
     return False
+
+
+def _accumulates_gradients(scope: ast.AST, test: ast.If, line: int) -> bool:
+    """Whether an ``if`` is gradient accumulation's: its body runs an optimizer's step, and
+    the innermost loop around it runs no optimizer's step outside it."""
+    if not any(_runs_an_optimizer_step(n) for n in test.body):
+        return False
+    loops = [n for n in _nodes_holding(scope, line) if isinstance(n, _LOOPS)]
+    around = next((n for n in reversed(loops) if n.lineno < test.lineno), None)
+    body = around.body if around is not None else _own_statements(scope)
+    inside = {id(n) for n in ast.walk(test)}
+    return not any(
+        _runs_an_optimizer_step(node) and id(node) not in inside
+        for statement in body
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Call)
+    )
 
 
 def _every_n_decorator(scope: ast.AST) -> str | None:
@@ -2310,16 +2332,60 @@ def reads_sample(scope: ast.AST, line: int) -> bool:
     reads = _read_receivers(roots, line)
     copies = _read_receivers(roots, line, _copy_receiver)
     listed = _read_receivers(roots, line, _tolist_receiver)
-    if listed and not all(_sampled(scope, r, line, _DRAWING_CALLS) for r in listed):
-        # One ``.tolist()`` of greedy picks reads a whole batch's at once, as often for an
-        # evaluation or a library's targets as for actions (a Captum walk's ``model(x)
-        # .argmax(1).tolist()`` targets were told to "choose for many at once").
+    # Greedy picks given to an environment's ``step`` (a DQN's ``envs.step(actions)``) are
+    # needed at once as drawn ones are; elsewhere a batch's copy or ``.tolist()`` of them is
+    # an evaluation's or a library's targets as often as not (``preds.append(out.argmax(1)
+    # .cpu())``; a Captum walk's ``model(x).argmax(1).tolist()`` told to "choose for many
+    # at once"): only a drawn sample's is.
+    stepped = _given_to_a_step(scope, roots, line)
+    if listed and not stepped and not all(_sampled(scope, r, line, _DRAWING_CALLS) for r in listed):
         return False
-    # A copy of a greedy pick is an evaluation's as often as not (``preds.append(out.argmax
-    # (1).cpu())``): only a drawn sample's copy is needed at once.
     return bool(reads or copies) and (
         all(_sampled(scope, r, line) for r in reads)
-        and all(_sampled(scope, r, line, _DRAWING_CALLS) for r in copies)
+        and all(
+            _sampled(scope, r, line, _SAMPLING_CALLS if stepped else _DRAWING_CALLS) for r in copies
+        )
+    )
+
+
+def _given_to_a_step(scope: ast.AST, roots: Sequence[ast.AST], line: int) -> bool:
+    """Whether what ``line`` reads goes to an environment's ``step`` (a call of ``step``
+    on anything but an optimizer, a scheduler or a profiler): on the line (``envs.step(
+    action.cpu().numpy())``), or through the name the line binds, on a later line
+    (``actions = q.argmax(1).tolist()`` then ``envs.step(actions)``)."""
+
+    def steps_with(node: ast.AST, names: set[str] | None) -> bool:
+        for call in ast.walk(node):
+            if not (isinstance(call, ast.Call) and _call_name(call) == "step" and call.args):
+                continue
+            receiver = (_receiver_name(call) or "").lower()
+            if "optim" in receiver or "sched" in receiver or "prof" in receiver:
+                continue
+            if receiver in ("opt", "scaler", "lr"):
+                continue
+            if names is None or any(
+                isinstance(n, ast.Name) and n.id in names
+                for arg in call.args
+                for n in ast.walk(arg)
+            ):
+                return True
+        return False
+
+    if any(steps_with(root, None) for root in roots if getattr(root, "lineno", 0) == line):
+        return True
+    bound = {
+        name
+        for root in roots
+        if isinstance(root, ast.Assign)
+        for target in root.targets
+        for name in _names_bound_by(target)
+    }
+    if not bound:
+        return False
+    # The statements of the next few lines (an agent's step reads its actions, then steps).
+    return any(
+        isinstance(node, ast.stmt) and line < node.lineno <= line + 5 and steps_with(node, bound)
+        for node in ast.walk(scope)
     )
 
 
@@ -2975,7 +3041,10 @@ def _host_made(
         # the batch, where it moves a part of it and not this one.
         return (
             _moves_to_a_device(expr.loop, expr.name)
-            or _moves_a_part_of_its_batch(expr.loop, expr.name)
+            or (
+                _moves_a_part_of_its_batch(expr.loop, expr.name)
+                and not _made_from_device_tensors(scope, expr.loop.iter, expr.loop.lineno, module)
+            )
             or _host_made(scope, expr.value, line, depth, module)
         )
     if isinstance(expr, ast.UnaryOp):
@@ -3239,6 +3308,38 @@ def _moves_a_part_of_its_batch(loop: ast.For | ast.AsyncFor, name: str) -> bool:
         isinstance(part, ast.Name) and part.id != name and _moves_to_a_device(loop, part.id)
         for part in batch.elts
     )
+
+
+def _made_from_device_tensors(
+    scope: ast.AST, expr: ast.expr, line: int, module: ast.AST | None, depth: int = 0
+) -> bool:
+    """Whether ``expr`` (a loop's iterable) is made, through the names it is bound from, of
+    something moved to a device: a data set of tensors moved there (``TensorDataset(X.to(
+    device), Y.to(device))``), whose every part stays there (a review: the labels of such a
+    loader, beside its moved inputs, were taken for the host's)."""
+    if depth > 3:
+        return False
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _DEVICE_MOVE_CALLS and node.func.attr != "to":
+                return True
+            if node.func.attr == "to":
+                device = _to_device(node)
+                if device is not None and not _names_the_host(device) and not _is_dtype(device):
+                    return True
+        if isinstance(node, ast.keyword) and node.arg == "device":
+            if not _names_the_host(node.value):
+                return True
+        if isinstance(node, ast.Name) and not (isinstance(node.ctx, ast.Store)):
+            values = _reaching_values(scope, node.id, line)
+            if not values and module is not None and scope is not module:
+                values = _reaching_values(module, node.id, _AFTER_EVERY_LINE)
+            for value in values:
+                if value is not None and not isinstance(value, _LoopElement):
+                    at = getattr(value, "lineno", line)
+                    if _made_from_device_tensors(scope, value, at, module, depth + 1):
+                        return True
+    return False
 
 
 def _iterates(iterable: ast.expr, name: str) -> bool:

@@ -773,6 +773,18 @@ def test_an_epochs_read_is_every_step_where_the_epoch_loop_steps_the_profiler(tm
             frozenset(),
             "for epoch in range(epochs):",
         ),
+        # A loop of its own beside the loop of steps (a validation loop): its reads run
+        # many times a pass (a review).
+        (
+            "def f(epochs, data, val, model, optimizer):\n"
+            "    for epoch in range(epochs):\n"
+            "        for x in data:\n"
+            "            optimizer.step()\n"
+            "        for v in val:\n"
+            "            print(f'{model(v).sum():.5f}')\n",
+            frozenset(),
+            None,
+        ),
         # A loop that runs no optimizer's step holds no steps.
         (
             "def f(epochs, layers, x):\n"
@@ -813,6 +825,17 @@ def test_an_epochs_read_is_every_n_steps_after_the_loop_of_steps(code, profilers
             "            optimizer.step()\n"
             "            print(f'{loss.item():.3f}')\n",
             None,
+        ),
+        # One optimizer's step of two (a WGAN's generator every ``n_critic`` steps): an
+        # interval of the loop's steps (a review).
+        (
+            "def f(data, d_opt, g_opt, n_critic):\n"
+            "    for i, x in enumerate(data):\n"
+            "        d_opt.step()\n"
+            "        if i % n_critic == 0:\n"
+            "            g_opt.step()\n"
+            "            print(f'{x.sum().item():.3f}')\n",
+            "i % n_critic == 0",
         ),
         # A logging test inside it still is one.
         (

@@ -531,7 +531,7 @@ def test_a_read_on_one_rank_alone_is_said_per_step_of_that_rank_not_of_the_job(t
     assert site["job_ranks"] == 2
     assert site["ranks"] == [{"rank": 0, "count": 5, "steps": 5, "steps_with_syncs": 5}]
     text = render_report(report, width=200)
-    assert "on rank 0 only, of the job's 2 ranks: 1.0 a step there" in text
+    assert "on rank 0 only, of the 2 ranks traced: 1.0 a step there" in text
     assert "in 5 of 10 steps" not in text
     rows = list(csv.DictReader(io.StringIO(to_csv(report))))
     assert next(r for r in rows if r["line"] == str(ITEM_LINE))["ranks"] == "0:5/5"
@@ -548,7 +548,7 @@ def test_a_read_in_some_steps_of_some_ranks_names_each_ranks_own_steps(tmp_path)
         (3, 2, 2),
     ]
     assert ranks_text(site) == (
-        "on 2 of the job's 4 ranks: rank 1: 0.5 a step, in 2 of its 4 steps; "
+        "on 2 of the 4 ranks traced: rank 1: 0.5 a step, in 2 of its 4 steps; "
         "rank 3: 0.5 a step, in 2 of its 4 steps"
     )
 
@@ -575,7 +575,7 @@ def test_a_guarded_read_on_one_rank_says_its_rank_and_its_guard():
         "ranks": [{"rank": 0, "count": 5, "steps": 5, "steps_with_syncs": 5}],
     }
     assert spread_text(site, 10) == (
-        "on rank 0 only, of the job's 2 ranks: 1.0 a step there: "
+        "on rank 0 only, of the 2 ranks traced: 1.0 a step there: "
         "already every N steps (under `if step % 10 == 0:`)"
     )
 

@@ -494,6 +494,14 @@ def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) ->
             4,
             False,
         ),
+        # A loader over tensors moved to the device keeps every part there (a review).
+        (
+            "def f(X, Y, dev):\n"
+            "    loader = DataLoader(TensorDataset(X.to(dev), Y.to(dev)), batch_size=32)\n"
+            "    for xb, yb in loader:\n        xb = xb.to(dev)\n        yb.sum().item()\n",
+            5,
+            False,
+        ),
         (
             "def f(loader):\n    for data, labels in loader:\n        labels.sum().item()\n",
             3,

@@ -50,6 +50,16 @@ torch = pytest.importorskip("torch")
         # A batch's greedy picks read with one ``.tolist()`` (Captum's targets): many at once
         # already.
         ("def f(net, x):\n    target = net(x).argmax(1).tolist()\n", 2, False),
+        # ... but given to an environment's step, they are actions (a review: a DQN on vector
+        # environments), and so is a greedy pick's copy.
+        (
+            "def f(q, envs):\n    actions = q.argmax(dim=1).tolist()\n"
+            "    obs, r, d, i = envs.step(actions)\n",
+            2,
+            True,
+        ),
+        ("def f(q, envs):\n    envs.step(q.argmax(1).cpu().numpy())\n", 2, True),
+        ("def f(q, opt):\n    a = q.argmax(1).tolist()\n    opt.step(a)\n", 2, False),
         ("def f(logits):\n    return logits.cpu().numpy()\n", 2, False),
         # An evaluation's greedy picks copied (a review): not needed at once.
         ("def f(out, preds):\n    preds.append(out.argmax(1).cpu())\n", 2, False),

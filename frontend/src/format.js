@@ -375,8 +375,8 @@ const RANKS_NAMED = 4;
 
 /**
  * Where a job's site does not sync alike on every rank (the engine's `ranks`, `job_ranks`):
- * on which ranks, and how often on each one's own steps ("on rank 0 only, of the job's 2
- * ranks: 1.0 a step there"). Its per-step figure is over every rank's steps. Empty where it
+ * on which ranks, and how often on each one's own steps ("on rank 0 only, of the 2
+ * ranks traced: 1.0 a step there"). Its per-step figure is over every rank's steps. Empty where it
  * is alike on every rank, or the run is no job. As the text report's `ranks_text`.
  * @param {any} site
  */
@@ -397,11 +397,11 @@ export function ranksText(site) {
   if (ranks.length >= jobRanks && rates.size === 1) return "";
   if (ranks.length === 1) {
     const [rate, within] = onItsSteps(ranks[0]);
-    return `on rank ${ranks[0].rank} only, of the job's ${jobRanks} ranks: ${rate} there${within}`;
+    return `on rank ${ranks[0].rank} only, of the ${jobRanks} ranks traced: ${rate} there${within}`;
   }
   const where = ranks.length < jobRanks
-    ? `on ${ranks.length} of the job's ${jobRanks} ranks`
-    : `on each of the job's ${jobRanks} ranks, unlike`;
+    ? `on ${ranks.length} of the ${jobRanks} ranks traced`
+    : `on each of the ${jobRanks} ranks traced, unlike`;
   const parts = ranks.slice(0, RANKS_NAMED).map((/** @type {any} */ e) => {
     const [rate, within] = onItsSteps(e);
     return `rank ${e.rank}: ${rate}${within}`;

@@ -186,14 +186,14 @@ test("a job's site read on some ranks alone says so per rank's own steps, as the
   const { spreadText, ranksText } = await import("../src/format.js");
   // Rank 0 alone logs its loss each step: 0.5 a step over both ranks' steps, not every second step.
   const rankZero = { count: 5, per_step: 0.5, steps_with_syncs: 5, max_per_step: 1, job_ranks: 2, ranks: [{ rank: 0, count: 5, steps: 5, steps_with_syncs: 5 }] };
-  assert.equal(spreadText(rankZero), "on rank 0 only, of the job's 2 ranks: 1.0 a step there");
+  assert.equal(spreadText(rankZero), "on rank 0 only, of the 2 ranks traced: 1.0 a step there");
   const some = { count: 4, per_step: 0.25, steps_with_syncs: 4, max_per_step: 1, job_ranks: 4, ranks: [{ rank: 1, count: 2, steps: 4, steps_with_syncs: 2 }, { rank: 3, count: 2, steps: 4, steps_with_syncs: 2 }] };
-  assert.equal(ranksText(some), "on 2 of the job's 4 ranks: rank 1: 0.5 a step, in 2 of its 4 steps; rank 3: 0.5 a step, in 2 of its 4 steps");
+  assert.equal(ranksText(some), "on 2 of the 4 ranks traced: rank 1: 0.5 a step, in 2 of its 4 steps; rank 3: 0.5 a step, in 2 of its 4 steps");
   // Alike on every rank: nothing by rank; the steps' spread as before.
   const alike = { count: 6, per_step: 1, steps_with_syncs: 6, max_per_step: 1, job_ranks: 2, ranks: [{ rank: 0, count: 3, steps: 3, steps_with_syncs: 3 }, { rank: 1, count: 3, steps: 3, steps_with_syncs: 3 }] };
   assert.equal(spreadText(alike), "");
   const guarded = { ...rankZero, periodic_guard: "step % 10 == 0" };
-  assert.equal(spreadText(guarded), "on rank 0 only, of the job's 2 ranks: 1.0 a step there: already every N steps (under if step % 10 == 0:)");
+  assert.equal(spreadText(guarded), "on rank 0 only, of the 2 ranks traced: 1.0 a step there: already every N steps (under if step % 10 == 0:)");
 });
 
 test("a helper's read called under a periodic test is already every N steps, as the CLI says", async () => {

@@ -827,7 +827,7 @@ RANKS_NAMED = 4
 
 def ranks_text(site: dict[str, Any]) -> str:
     """Where a job's site does not sync alike on every rank (``Site.ranks``): on which
-    ranks, and how often on each of its own steps (``on rank 0 only, of the job's 2 ranks:
+    ranks, and how often on each of its own steps (``on rank 0 only, of the 2 ranks traced:
     1.0 a step there``). Its /step figure is over every rank's steps: a read of rank 0's
     alone, in each step of two ranks, is 0.5 there. Empty where it is alike on every rank,
     or the run is no job."""
@@ -852,13 +852,13 @@ def ranks_text(site: dict[str, Any]) -> str:
     if len(ranks) == 1:
         rate, within = on_its_steps(ranks[0])
         return (
-            f"on rank {ranks[0].get('rank')} only, of the job's {job_ranks} ranks: "
+            f"on rank {ranks[0].get('rank')} only, of the {job_ranks} ranks traced: "
             f"{rate} there{within}"
         )
     where = (
-        f"on {len(ranks)} of the job's {job_ranks} ranks"
+        f"on {len(ranks)} of the {job_ranks} ranks traced"
         if len(ranks) < job_ranks
-        else f"on each of the job's {job_ranks} ranks, unlike"
+        else f"on each of the {job_ranks} ranks traced, unlike"
     )
     parts = ["rank {}: {}{}".format(e.get("rank"), *on_its_steps(e)) for e in ranks[:RANKS_NAMED]]
     if len(ranks) > RANKS_NAMED:

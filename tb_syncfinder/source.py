@@ -3120,6 +3120,10 @@ def _host_made(
     values = [
         v for v in values if not (isinstance(v, _AugmentedValue) and v.lineno == line)
     ] or values
+    # ``x = x[n:]`` in a loop keeps ``x`` where its other bindings put it (an index keeps
+    # its device): nothing to check, where another binding says where (a flair walk's
+    # ``scores_batch = scores_batch[n:]`` after ``scores_batch, _ = torch.max(copy, 1)``).
+    values = [v for v in values if not _indexes_itself(v, expr.id)] or values
     # Each value where it is evaluated: ``returns = torch.tensor(returns)`` reads the list
     # the name held on that line, not what it holds at the read.
     # A list bound to a name may have anything appended to it later (``ls.append(loss)``).
@@ -3129,6 +3133,15 @@ def _host_made(
         and _host_made(scope, value, getattr(value, "lineno", line), depth + 1, module)
         for value in values
     )
+
+
+def _indexes_itself(value: ast.expr | None, name: str) -> bool:
+    """Whether ``value`` is ``name`` indexed (``name[n:]``, ``name[i][0]``)."""
+    if not isinstance(value, ast.Subscript):
+        return False
+    while isinstance(value, ast.Subscript):
+        value = value.value
+    return isinstance(value, ast.Name) and value.id == name
 
 
 def _operands(expr: ast.expr) -> list[ast.expr]:
@@ -3721,6 +3734,25 @@ def _names_the_host(node: ast.expr) -> bool:
     )
 
 
+# torch's legacy constructors of CPU tensors (``torch.cuda.LongTensor`` is the GPU's): a
+# flair walk's ``lengths = torch.LongTensor(lengths)`` of a list, read as a GPU tensor's 379
+# times in 5 steps, where ``torch.tensor(lengths)`` was known to be the host's.
+_LEGACY_CONSTRUCTORS = frozenset(
+    {
+        "Tensor",
+        "LongTensor",
+        "FloatTensor",
+        "IntTensor",
+        "BoolTensor",
+        "DoubleTensor",
+        "HalfTensor",
+        "ByteTensor",
+        "ShortTensor",
+        "CharTensor",
+    }
+)
+
+
 def _is_host_factory(call: ast.Call, scope: ast.AST | None = None, line: int = 0) -> bool:
     """``torch.tensor(data)`` and the like without a device, of Python data: a display, a
     comprehension, a constant or ``list(...)``, or a name ``scope`` binds only to those
@@ -3730,7 +3762,7 @@ def _is_host_factory(call: ast.Call, scope: ast.AST | None = None, line: int = 0
     func = call.func
     if not (
         isinstance(func, ast.Attribute)
-        and func.attr in HOST_TENSOR_FACTORIES | HOST_SHAPE_FACTORIES
+        and func.attr in HOST_TENSOR_FACTORIES | HOST_SHAPE_FACTORIES | _LEGACY_CONSTRUCTORS
         and isinstance(func.value, ast.Name)
         and func.value.id == "torch"
         and call.args
@@ -3789,12 +3821,44 @@ def _assigned_before(scope: ast.AST, name: str, line: int) -> list[ast.expr | No
     return values + [value if at < line else None for at, value in _bindings(scope, name)]
 
 
+# torch's operators (and methods) that return a tuple of tensors, each where the input is.
+_TUPLE_RESULTS = frozenset(
+    {
+        "max",
+        "min",
+        "sort",
+        "topk",
+        "median",
+        "mode",
+        "kthvalue",
+        "aminmax",
+        "std_mean",
+        "var_mean",
+        "split",
+        "chunk",
+        "unbind",
+    }
+)
+
+
 def _paired_value(node: ast.Assign, name: str) -> ast.expr | None:
-    """The element of ``a, b = x, y`` bound to ``name``; None where the assignment is not
-    of a display of as many elements to plain names, or does not bind ``name``."""
+    """The element of ``a, b = x, y`` bound to ``name`` (of ``v, i = t.max(1)``, the call:
+    each part lives where its result does); None where the assignment is not of a display
+    of as many elements to plain names, or does not bind ``name``."""
     if len(node.targets) != 1:
         return None
     target, value = node.targets[0], node.value
+    if (
+        isinstance(target, (ast.Tuple, ast.List))
+        and all(isinstance(t, ast.Name) for t in target.elts)
+        and any(t.id == name for t in target.elts)  # type: ignore[attr-defined]
+        and isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in _TUPLE_RESULTS
+    ):
+        # A part of a tensor operator's tuple of results lives where the result does, on
+        # the device of its input (a flair walk: ``v, i = torch.max(host_copy, dim=1)``).
+        return value
     if not (
         isinstance(target, (ast.Tuple, ast.List))
         and isinstance(value, (ast.Tuple, ast.List))

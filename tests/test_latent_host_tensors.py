@@ -543,6 +543,33 @@ def test_a_copy_to_a_device_named_by_a_host_binding_is_listed(tmp_path: Path) ->
             5,
             False,
         ),
+        # A legacy constructor of Python data (flair's ``torch.LongTensor(lengths)``), a part of
+        # a tuple of results of a host copy (``torch.max(copy, dim=1)``), and a name sliced from
+        # itself in a loop: the host's.
+        (
+            "def f(xs):\n    n = torch.LongTensor([len(x) for x in xs])\n"
+            "    return n.max().item()\n",
+            3,
+            True,
+        ),
+        (
+            "def f(xs):\n    n = torch.cuda.LongTensor([len(x) for x in xs])\n"
+            "    return n.max().item()\n",
+            3,
+            False,
+        ),
+        (
+            "import torch\ndef f(x, ns):\n    h = x.cpu()\n    v, i = torch.max(h, dim=1)\n"
+            "    for n in ns:\n        s = v[:n].sum().item()\n        v = v[n:]\n",
+            6,
+            True,
+        ),
+        (
+            "def f(x, ns, dev):\n    v = x.cpu()\n"
+            "    for n in ns:\n        s = v[:n].sum().item()\n        v = v.to(dev)\n",
+            4,
+            False,
+        ),
         # A name a `while` loop rebinds after the read reaches the read next pass.
         (
             "def f(gpu):\n    x = torch.zeros(1)\n    while True:\n        x.item()\n"

@@ -2155,6 +2155,11 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
             continue
         if node.lineno <= line <= (node.end_lineno or node.lineno):
             iterables.update((t.id, i) for t, i in pairs if isinstance(t, ast.Name))
+            # ``for tag, conf in zip(tags, confs)`` (flair's decoding, a walk): each name an
+            # element of its own iterable.
+            for target, iterable in pairs:
+                if isinstance(target, (ast.Tuple, ast.List)):
+                    iterables.update(_zipped_names(target, iterable))
             if isinstance(node, (ast.For, ast.AsyncFor)):
                 filled.update(_filled_by_element(node))
     roots = [scope] if isinstance(scope, _COMPREHENSIONS) else _statements_at(scope, line)
@@ -2234,6 +2239,37 @@ def _filled_by_element(loop: ast.For | ast.AsyncFor) -> set[str]:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 names.add(target.value.id)
     return names
+
+
+def _zipped_names(target: ast.Tuple | ast.List, iterable: ast.expr) -> dict[str, ast.expr]:
+    """Each plain name of a loop's tuple target over ``zip(a, b, ...)`` (through ``list(...)``
+    and a slice of it, ``list(zip(a, b))[:n]``), with the iterable it is an element of."""
+    while True:
+        if isinstance(iterable, ast.Subscript) and isinstance(iterable.slice, ast.Slice):
+            iterable = iterable.value
+        elif (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id in ("list", "tuple")
+            and len(iterable.args) == 1
+        ):
+            iterable = iterable.args[0]
+        else:
+            break
+    if not (
+        isinstance(iterable, ast.Call)
+        and isinstance(iterable.func, ast.Name)
+        and iterable.func.id == "zip"
+        and not iterable.keywords
+        and len(iterable.args) == len(target.elts)
+        and not any(isinstance(a, ast.Starred) for a in iterable.args)
+    ):
+        return {}
+    return {
+        part.id: source
+        for part, source in zip(target.elts, iterable.args, strict=True)
+        if isinstance(part, ast.Name)
+    }
 
 
 def _element_of_a_loop(

@@ -29,6 +29,21 @@ torch = pytest.importorskip("torch")
         ("def f(ms):\n    return sum(torch.sum(m).item() for m in ms)\n", 2, True),
         ("def f(ms):\n    return max(m.max().item() for m in ms)\n", 2, True),
         ("def f(ms, t):\n    return [t.sum().item() for m in ms]\n", 2, False),
+        # Names of a tuple target over ``zip(...)``, through ``list(...)[:n]`` (flair's
+        # decoding, a walk); not over ``zip`` of a range.
+        (
+            "def f(ts, cs, n):\n"
+            "    return [(names[t], c.item()) for t, c in list(zip(ts, cs))[:n]]\n",
+            2,
+            True,
+        ),
+        (
+            "def f(points, conf, idx):\n    for p, c, i in zip(points, conf, idx):\n"
+            "        v = names[i.item()]\n",
+            3,
+            True,
+        ),
+        ("def f(n, cs):\n    for i, c in zip(range(n), cs):\n        print(i)\n", 3, False),
         ("def f(ms):\n    return [m.sum(dim).item() for m in ms]\n", 2, False),
         # An element indexed by a ``range()`` loop's target is one too (a CRNN decode's
         # ``for i in range(length): if t[i] != 0 and ...``: 1,248 reads told not to branch),

@@ -1602,7 +1602,8 @@ OP_ADVICE: tuple[OpAdvice, ...] = (
                 "(`a.shape == b.shape` reads nothing). Where the answer picks a branch or "
                 "raises (`if torch.equal(x1, x2):`, a check), `(a == b).all()` has to be read "
                 "back as well: decide it without the values (`x1 is x2`, a flag the caller "
-                "passes), compute both outcomes with `torch.where`, or check every N steps."
+                "passes), compute both outcomes with `torch.where`, or check every N steps; "
+                "an `assert` of it, a library's too, is skipped under `python -O`."
             ),
             before="if not torch.equal(pred, target):\n    mismatches += 1\n",
             after="mismatches += (pred != target).any()  # a device tensor (same shapes)\n",

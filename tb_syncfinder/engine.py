@@ -622,6 +622,12 @@ def _latent_copies_by_line(
                 and episode.kind == SCALAR_READBACK
                 and resolver.reads_host_made(source, by_factory=True)
             )
+            # Or a print of host values only (a ``.cpu()`` copy made on the line: the copy
+            # is the read, its own episode).
+            or (
+                formats_tensor((frame.file, frame.func) for frame in attribution.stack)
+                and resolver.prints_host_values(source)
+            )
             # Or anything on a line that reads host values only (a mask or a library's
             # read on a loader's batch before its ``.to(device)``: PyG's ``to_undirected
             # (data.edge_index)``, 30 of a run's 70 latent syncs).

@@ -2827,6 +2827,41 @@ _GPU_DEFAULT_SET = re.compile(
 )
 
 
+# Calls that turn their arguments into text (a tensor's through its ``__format__``/``__str__``).
+_TEXT_CALLS = frozenset({"print", "str", "repr", "format"})
+
+
+def prints_host_values(scope: ast.AST, line: int, module: ast.AST | None = None) -> bool:
+    """Whether every value the statement at ``line`` turns into text (the arguments of
+    ``print``, ``str``, ``repr``, ``format``, an f-string's values, ``"...".format(...)``'s)
+    is a host value (``_host_made``): a print of a ``.cpu()`` copy made on the line
+    (TransformerLens' demo, ``print(..., x.detach().cpu().round(3))``: 21 reads a step a
+    walk listed) waits for no GPU; only the copy does."""
+    statements = _statements_at(scope, line)
+    if not statements and isinstance(scope, (*_COMPREHENSIONS, ast.Lambda)):
+        statements = [scope]
+    printed: list[ast.expr] = []
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.JoinedStr):
+                printed += [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id in _TEXT_CALLS:
+                    printed += [a for a in node.args if not isinstance(a, ast.JoinedStr)]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "format"
+                and isinstance(node.func.value, ast.Constant)
+            ):
+                printed += list(node.args)
+    return bool(printed) and all(
+        isinstance(value, ast.Constant)  # a label printed beside it
+        or (not isinstance(value, ast.Starred) and _host_made(scope, value, line, module=module))
+        for value in printed
+    )
+
+
 def reads_host_made_tensor(
     scope: ast.AST, line: int, module: ast.AST | None = None, by_factory: bool = False
 ) -> bool:
@@ -5265,6 +5300,11 @@ class SourceResolver:
             return reads_host_made_tensor(scope, line, module, by_factory)
 
         return self._holds_on_its_lines(source, ("reads", by_factory), check)
+
+    def prints_host_values(self, source: Source | None) -> bool:
+        """Whether a source's line turns only host values into text (``prints_host_values``),
+        on its exact line or every candidate line."""
+        return self._holds_on_its_lines(source, ("prints",), prints_host_values)
 
     def runs_on_the_host_only(self, source: Source | None) -> bool:
         """Whether a source's line runs only where its tensor is on the host

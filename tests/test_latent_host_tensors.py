@@ -839,3 +839,28 @@ def test_a_default_device_that_may_be_a_gpu_is_told_from_meta_and_the_cpu(text, 
     from tb_syncfinder.source import _GPU_DEFAULT_SET
 
     assert (_GPU_DEFAULT_SET.search(text) is not None) is gpu
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "host"),
+    [
+        # TransformerLens' demo: a print of the `.cpu()` copy the line makes (the copy is
+        # the read, its own site), on one line and across several.
+        ("def f(x):\n    print('A:', x.sum(0).detach().cpu().round(decimals=3))\n", 2, True),
+        (
+            "def f(x):\n    print(\n        'B:',\n        x.cpu()\n        .round(3),\n    )\n",
+            4,
+            True,
+        ),
+        ("def f(x):\n    h = x.cpu()\n    print(f'{h.sum():.3f}')\n", 3, True),
+        # A device tensor printed: a read.
+        ("def f(x):\n    print('A:', x.round(3))\n", 2, False),
+        ("def f(x):\n    print(f'{x.sum():.3f}')\n", 2, False),
+        ("def f(x):\n    s = str(x.cpu()) + str(x)\n", 2, False),
+    ],
+)
+def test_a_print_of_host_values_only_is_told_from_a_print_of_a_device_tensor(code, line, host):
+    from tb_syncfinder.source import prints_host_values
+
+    scope = ast.parse(code).body[0]
+    assert prints_host_values(scope, line) is host

@@ -2441,6 +2441,37 @@ _TORCHTUNE_COUNT_ADVICE = Advice(
     removes="the count's read (and the gather's)",
 )
 
+# Avalanche's training metrics: each of ``minibatch=True`` and ``epoch=True`` in an
+# ``EvaluationPlugin``'s ``accuracy_metrics``/``loss_metrics`` reads the iteration's value
+# back (``float(...)``) in ``after_training_iteration``. A walk (avalanche-lib 0.6.0),
+# checked without the profiler: 2.0 + 2.0 reads an iteration; 1.0 + 1.0 with
+# ``minibatch=False``; none with ``epoch=False`` too (the experience and stream metrics are
+# computed in eval).
+_AVALANCHE_METRICS_ADVICE = Advice(
+    title="Drop Avalanche's per-iteration metrics: minibatch=False, epoch=False",
+    text=(
+        "Each training metric of the `EvaluationPlugin` built with `minibatch=True` or "
+        "`epoch=True` (`accuracy_metrics`, `loss_metrics`, ...) reads its value back on the "
+        "host in every training iteration, one wait for the GPU's queue each. A minibatch "
+        "metric has to be read every iteration; without it and the epoch one "
+        "(`minibatch=False, epoch=False`) the experience and stream metrics, computed in "
+        "evaluation, remain and the iterations read nothing."
+    ),
+    before=(
+        "EvaluationPlugin(\n"
+        "    accuracy_metrics(minibatch=True, epoch=True, experience=True, stream=True),\n"
+        "    loss_metrics(minibatch=True, epoch=True, experience=True, stream=True),\n"
+        ")\n"
+    ),
+    after=(
+        "EvaluationPlugin(\n"
+        "    accuracy_metrics(experience=True, stream=True),\n"
+        "    loss_metrics(experience=True, stream=True),\n"
+        ")\n"
+    ),
+    removes="the training metrics' reads of every iteration",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2603,6 +2634,11 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         frozenset({"forward"}),
         _TORCHTUNE_COUNT_ADVICE,
         innermost=True,
+    ),
+    LibraryAdvice(
+        "avalanche/evaluation/metric_definitions.py",
+        frozenset({"after_training_iteration"}),
+        _AVALANCHE_METRICS_ADVICE,
     ),
     LibraryAdvice(
         "botorch/models/utils/assorted.py",
@@ -4212,6 +4248,9 @@ LIBRARY_PACKAGES = frozenset(
         # BoTorch (Bayesian optimisation, on GPyTorch): its fits, acquisition functions and
         # their optimisation, under the user's ``optimize_acqf(...)``.
         "botorch",
+        # Avalanche (continual learning): its strategies, plugins and metrics, under the
+        # user's ``strategy.train(experience)``.
+        "avalanche",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

@@ -223,6 +223,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "captum/",
                 "botorch/",
                 "torchtune/",
+                "avalanche/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1239,3 +1240,20 @@ def test_a_torchtune_loggers_conversion_is_the_users_read() -> None:
     ]
     assert catalogue.converts_a_logged_value(frames)
     assert catalogue.edited_library(frames) is None
+
+
+def test_avalanches_training_metrics_reads_get_their_arguments() -> None:
+    """An Avalanche walk: its minibatch and epoch metrics read each iteration's value in
+    ``after_training_iteration``, told "an edit of avalanche's own code: no setting"."""
+    frames = [
+        ("<built-in>", "__float__"),
+        ("avalanche/evaluation/metrics/accuracy.py", "update"),
+        ("avalanche/evaluation/metric_definitions.py", "update"),
+        ("avalanche/evaluation/metric_definitions.py", "after_training_iteration"),
+        ("avalanche/training/templates/base_sgd.py", "_after_training_iteration"),
+        ("avalanche/training/templates/base.py", "train"),
+    ]
+    advice = catalogue.advice_for(
+        "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+    )
+    assert advice["title"].startswith("Drop Avalanche's per-iteration metrics")

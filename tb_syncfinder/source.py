@@ -1589,6 +1589,53 @@ def _accumulates_gradients(scope: ast.AST, test: ast.If, line: int) -> bool:
     )
 
 
+def setting_guard(scope: ast.AST, line: int) -> str | None:
+    """The test (as Python prints it) of the innermost ``if`` or ``while`` of ``scope`` that
+    runs ``line`` only where a setting holds: its body holds the line, or its test is the
+    line and starts ``setting and ...``, and the test reads a parameter of the function or
+    an attribute of ``self`` (TransformerLens' ``if stop_at_eos and finished.all():``,
+    ``if freq_penalty > 0:``; pytorch-metric-learning's ``if self.collect_stats:``). In a
+    library's code, the caller's argument or the object's setting may turn the read off
+    (a walk: each such read was told "no setting of it is known"). None: none."""
+    params = _parameter_names(scope)
+    found: str | None = None
+    for node in _nodes_holding(scope, line):
+        if not isinstance(node, (ast.If, ast.While)):
+            continue
+        test = node.test
+        if _in_body(node, line) and _reads_a_setting(test, params):  # type: ignore[arg-type]
+            found = ast.unparse(test)
+        elif (
+            test.lineno == line
+            and isinstance(test, ast.BoolOp)
+            and isinstance(test.op, ast.And)
+            and _reads_a_setting(test.values[0], params)
+            and not any(isinstance(n, ast.Call) for n in ast.walk(test.values[0]))
+        ):
+            found = ast.unparse(test)
+    return found
+
+
+def _parameter_names(scope: ast.AST) -> frozenset[str]:
+    args = getattr(scope, "args", None)
+    if not isinstance(args, ast.arguments):
+        return frozenset()
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    return frozenset(a.arg for a in every if a.arg not in ("self", "cls"))
+
+
+def _reads_a_setting(test: ast.expr, params: frozenset[str]) -> bool:
+    """Whether a test reads a parameter or an attribute of ``self``, calls nothing (``x.sum()
+    > 0`` of a tensor parameter computes a value) and takes no remainder."""
+    if _has_remainder(test) or any(isinstance(n, ast.Call) for n in ast.walk(test)):
+        return False
+    return any(
+        (isinstance(n, ast.Name) and n.id in params)
+        or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self")
+        for n in ast.walk(test)
+    )
+
+
 def _every_n_decorator(scope: ast.AST) -> str | None:
     """``@`` and the decorator of ``scope`` that runs it on every N-th event, as Python
     prints it: PyTorch-Ignite's ``@trainer.on(Events.ITERATION_COMPLETED(every=100))``, a
@@ -6023,6 +6070,7 @@ class SourceResolver:
                 "reads_sample": reads_sample(scope, line),
                 "host_use": host_use(scope, line),
                 "periodic_guard": periodic_guard(scope, line, profilers),
+                "setting_guard": setting_guard(scope, line),
             }
         return facts
 

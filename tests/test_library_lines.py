@@ -1777,3 +1777,59 @@ def test_a_checkpoint_writers_unrun_copies_are_told_to_save_less_often() -> None
     assert "no setting of it is known" in (
         unrun_syncs_text([{"steps": 5, "unrun_syncs": [other]}]) or ""
     )
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "guard"),
+    [
+        # TransformerLens' generate and sampling: the read only where the caller's argument
+        # holds, in the test itself or under it.
+        (
+            "def generate(self, stop_at_eos=True):\n"
+            "    if stop_at_eos and finished.all():\n"
+            "        return\n",
+            2,
+            "stop_at_eos and finished.all()",
+        ),
+        (
+            "def sample(logits, freq_penalty=0.0):\n"
+            "    if freq_penalty > 0:\n"
+            "        counts = torch.bincount(tokens)\n",
+            3,
+            "freq_penalty > 0",
+        ),
+        # pytorch-metric-learning's statistics: an attribute of the object.
+        (
+            "def set_stats(self, d):\n    if self.collect_stats:\n"
+            "        self.m = d.mean().item()\n",
+            3,
+            "self.collect_stats",
+        ),
+        # A test of computed values, or a remainder's: no setting.
+        ("def f(x):\n    if x.sum() > 0:\n        y = x.item()\n", 3, None),
+        ("def f(x, n):\n    if n % 10 == 0:\n        y = x.item()\n", 3, None),
+        ("def f(x):\n    if x.any():\n        return\n", 2, None),
+    ],
+)
+def test_a_librarys_read_under_a_test_of_its_arguments_names_that_test(code, line, guard):
+    """A TransformerLens walk: reads under ``if freq_penalty > 0:`` and in ``if stop_at_eos
+    and finished.all():`` were told "an edit of transformer_lens' own code: no setting of it
+    is known"; the caller's argument turns them off."""
+    import ast
+
+    from tb_syncfinder.source import setting_guard
+
+    assert setting_guard(ast.parse(code).body[0], line) == guard
+
+
+def test_the_setting_behind_a_librarys_read_is_said_in_its_fix() -> None:
+    from tb_syncfinder.outputs.text import library_code_text
+
+    site = {
+        "advice": {"library_code": "transformer_lens"},
+        "library": {"setting_guard": "freq_penalty > 0"},
+    }
+    assert library_code_text(site) == (
+        "(an edit of transformer_lens' own code, which reads it only where `freq_penalty > 0` "
+        "holds: the argument or setting of transformer_lens behind that test may avoid it)"
+    )

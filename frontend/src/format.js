@@ -456,5 +456,11 @@ export function libraryCodeText(advice, site = null) {
     // Its own test says how often: a setting of the library is likely behind it.
     return `An edit of ${owner} own code, which reads it only under ${guardStatement(guard)} the setting of ${pkg} behind that test reads it less often.`;
   }
+  const setting = site?.library?.setting_guard;
+  if (setting) {
+    // A test of its function's parameter or its object's attribute: the caller's argument,
+    // or the object's setting, may turn the read off.
+    return `An edit of ${owner} own code, which reads it only where ${setting} holds: the argument or setting of ${pkg} behind that test may avoid it.`;
+  }
   return `An edit of ${owner} own code: no setting of it is known to avoid this.`;
 }

@@ -285,3 +285,13 @@ test("a library's own every-N-steps test is said, and its fix points at the sett
   // The site's own test comes first.
   assert.equal(spreadText({ ...site, periodic_guard: "step % 10 == 0" }), "in 3 of 5 steps: already every N steps (under if step % 10 == 0:)");
 });
+
+test("a library's read under a test of its arguments names that test, as the CLI does", async () => {
+  const { libraryCodeText } = await import("../src/format.js");
+  const advice = { library_code: "transformer_lens" };
+  assert.equal(
+    libraryCodeText(advice, { library: { setting_guard: "freq_penalty > 0" } }),
+    "An edit of transformer_lens' own code, which reads it only where freq_penalty > 0 holds: the argument or setting of transformer_lens behind that test may avoid it.",
+  );
+  assert.equal(libraryCodeText(advice, { library: {} }), "An edit of transformer_lens' own code: no setting of it is known to avoid this.");
+});

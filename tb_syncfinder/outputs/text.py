@@ -605,6 +605,14 @@ def library_code_text(site: dict[str, Any]) -> str:
             f"`{guard_statement(guard)}`: the setting of {package} behind that test reads it "
             "less often)"
         )
+    setting = (site.get("library") or {}).get("setting_guard")
+    if setting:
+        # A test of its function's parameter or its object's attribute: the caller's
+        # argument, or the object's setting, may turn the read off.
+        return (
+            f"(an edit of {owner} own code, which reads it only where `{setting}` holds: the "
+            f"argument or setting of {package} behind that test may avoid it)"
+        )
     return f"(an edit of {owner} own code: no setting of it is known to avoid this)"
 
 

@@ -1463,7 +1463,11 @@ class Attributor:
                 owner = self._forward_thread_of(args.fwd_thread_id)
                 candidates = [(t, j) for t, j in candidates if (t.pid, t.tid) == owner]
             if not candidates:
-                return None
+                # No forward op of that number (autograd's ``CopySlices``, wrapping an
+                # in-place write to a view, ``out[mask, :n] = v``): the node it wraps has
+                # one (its ``IndexPutBackward0``). An Avalanche walk: the backward was
+                # named at torch's autograd runner, no line of the user's.
+                continue
             wanted = _forward_name(thread.nodes[i].name)
             named = [
                 (t, j)

@@ -395,7 +395,7 @@ def detect_latent(tl: Timeline) -> list[Episode]:
         return []
     episodes: list[Episode] = []
     for thread in tl.threads.values():
-        by_outer: dict[int, Episode] = {}
+        by_outer: dict[int, list[Episode]] = {}
         closures: dict[int, bool] = {}  # optimizer span -> whether a closure ran in it
         nodes = thread.nodes
         kinds = thread.kinds
@@ -437,17 +437,25 @@ def detect_latent(tl: Timeline) -> list[Episode]:
             ):
                 continue
             outer = _outermost_op(thread, i)
-            episode = by_outer.get(outer)
-            if episode is not None:
-                # One finding per outermost operator invocation; its trigger is the deepest
-                # triggering op (aten::item -> aten::_local_scalar_dense).
-                if episode.trigger in thread.ancestors(i):
-                    episode.trigger = episode.anchor = i
-                continue
-            episode = by_outer[outer] = Episode(thread, [], i, outer, latent=True, trigger=i)
+            found = by_outer.get(outer)
+            if found is not None:
+                ancestors = thread.ancestors(i)
+                nested = next((e for e in found if e.trigger in ancestors), None)
+                if nested is not None:
+                    # One finding per outermost operator invocation; its trigger is the
+                    # deepest triggering op (aten::item -> aten::_local_scalar_dense).
+                    nested.trigger = nested.anchor = i
+                    continue
+                if not nodes[outer].name.startswith(BACKWARD_OP_PREFIX):
+                    continue
+                # A backward node's operators apart (autograd's ``CopySlices`` running an
+                # ``index`` and an ``index_put`` with one mask): each waits on a GPU. An
+                # Avalanche walk: 3 ``nonzero`` a step counted as 2.
+            episode = Episode(thread, [], i, outer, latent=True, trigger=i)
+            by_outer.setdefault(outer, []).append(episode)
             episode.after_cpu = _item_after_cpu(thread, outer)
             episodes.append(episode)
-        for episode in by_outer.values():
+        for episode in (e for found in by_outer.values() for e in found):
             names = [nodes[j].name for j in op_chain(thread, episode.trigger)]
             episode.kind = classify(names, [])
             ctc = next(

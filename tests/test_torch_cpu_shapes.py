@@ -155,6 +155,56 @@ def test_mask_backward_is_attributed_to_the_forward_line_and_run_by_backward(tmp
     assert all(s.source.run_by is None and s.forward_op is None for s in forward)
 
 
+MULTI_HEAD = textwrap.dedent(
+    """\
+    import torch
+
+
+    def forward(feat, heads, x, task_labels):
+        h = feat(x)
+        out = torch.zeros(h.shape[0], 4)
+        for t in (0, 1):
+            task_mask = task_labels == t
+            out[task_mask, :3] = heads[t](h[task_mask])
+        return out
+    """
+)
+WRITE_LINE = 9
+
+
+def test_a_masked_write_to_a_views_backward_is_its_lines_and_each_of_its_reads_counts(tmp_path):
+    """Avalanche's multi-head routing, ``out[task_mask, :n] = head(x[task_mask])``: the
+    write to a view makes autograd's ``CopySlices`` node, whose number no forward op has
+    (the backward was named at torch's autograd runner), and whose backward runs the
+    mask twice, an ``index`` and an ``index_put`` (3 ``nonzero`` a step were counted 2)."""
+    (tmp_path / "multihead.py").write_text(MULTI_HEAD)
+    module = _load(tmp_path / "multihead.py", "multihead")
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    feat = torch.nn.Linear(8, 8)
+    heads = [torch.nn.Linear(8, 3), torch.nn.Linear(8, 3)]
+    logdir = tmp_path / "logs"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
+        for _ in range(3):
+            out = module.forward(feat, heads, torch.randn(16, 8), torch.arange(16) % 2)
+            out.square().mean().backward()
+            prof.step()
+    sys.modules.pop("multihead", None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    (copy_slices,) = [s for s in report.latent_sites if any("CopySlices" in o for o in s.ops)]
+    assert (copy_slices.line, copy_slices.line_exact, copy_slices.backward) == (
+        WRITE_LINE,
+        True,
+        True,
+    )
+    assert copy_slices.count == 3 * 2  # 2 steps: the first head's 1, the second's 2
+
+
 # -- shape 4: chained and implicit calls inside a step function ----------------------------
 
 STEP_METHOD = textwrap.dedent(

@@ -1556,9 +1556,11 @@ def _after_a_stepping_loop(scope: ast.AST, line: int, profilers: frozenset[str])
     return None
 
 
-def _own_statements(scope: ast.AST) -> list[ast.stmt]:
-    """``scope``'s statements (a module's, a function's body)."""
-    return list(getattr(scope, "body", ()))
+def _own_statements(scope: ast.AST) -> list[ast.AST]:
+    """``scope``'s statements (a module's, a function's body); a lambda's or a
+    comprehension's frame, whose body is an expression, itself."""
+    body = getattr(scope, "body", None)
+    return list(body) if isinstance(body, list) else [scope]
 
 
 def _runs_an_optimizer_step(code: ast.AST) -> bool:

@@ -862,3 +862,19 @@ def _assert_guard_of_the_print(code, profilers, guard):
     scope = ast.parse(code).body[0]
     line = next(n for n, text in enumerate(code.splitlines(), 1) if "print(" in text)
     assert periodic_guard(scope, line, profilers) == guard
+
+
+def test_the_guards_of_a_lambdas_or_a_comprehensions_own_line_are_read_without_statements():
+    """A comprehension or lambda on one line is resolved exact with its line's facts: its
+    frame's body is an expression, not statements (every GPU shape failed to analyse)."""
+    import ast
+
+    from tb_syncfinder.source import periodic_guard, setting_guard
+
+    module = ast.parse("f = lambda x: x.item()\ng = [t.item() for t in ts]\n")
+    lam = module.body[0].value
+    comp = module.body[1].value
+    for scope, line in ((lam, 1), (comp, 2)):
+        assert periodic_guard(scope, line, frozenset()) is None
+        assert periodic_guard(scope, line, frozenset({"prof"})) is None
+        assert setting_guard(scope, line) is None

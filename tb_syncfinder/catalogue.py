@@ -3814,7 +3814,11 @@ def advice_for(
         refinement = found[0].advice if found and found[0].formats else TENSOR_TEXT_ADVICE
     else:
         refinement = found[0].advice if found else None
-    if refinement is TENSOR_TEXT_ADVICE and host_use == "logging":
+    if refinement is TENSOR_TEXT_ADVICE and per_element and kind_name == SCALAR_READBACK:
+        # Each element of a tensor formatted one at a time (a label a loop's element makes,
+        # TransformerLens' ``f"L{layer}H{head}"`` of ``for head in heads``): one conversion.
+        refinement = ELEMENT_READ_ADVICE
+    elif refinement is TENSOR_TEXT_ADVICE and host_use == "logging":
         # A logger's message formatted in the call: the logger's own arguments make no
         # read while its level is off, and one only when the message is shown.
         refinement = LAZY_LOG_ADVICE

@@ -2216,7 +2216,8 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
     if not receivers:
         # No call reads: a truth test or an index reads the elements (a CRNN decode's
         # ``[alphabet[i - 1] for i in t]`` and ``for i in range(n): if t[i] != 0:``, 84 %
-        # of a walk's reads, were told to read every N steps and not to branch).
+        # of a walk's reads, were told to read every N steps and not to branch), or an
+        # f-string formats them (TransformerLens' demo's ``f"L{layer}H{head}"``).
         receivers = (
             [
                 statement.test
@@ -2226,7 +2227,12 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
             ]
             + _subscript_operands(roots, line)
             + _constructor_elements(roots, line)
+            + _formatted_values(roots, line)
         )
+    # Names the loop's body binds before the line from its elements (``layer = head //
+    # n_heads``), as what they are bound to.
+    derived = _loop_body_bindings(scope, line, iterables)
+    receivers = [_through(r, derived) for r in receivers]
     # An index that is a Python number (``t[i]`` of a ``range()`` loop's ``i``) reads nothing.
     # A tensor the loop fills as it goes (a decoder's ``tokens[t] = out.argmax()`` then ``if
     # tokens[t] == eos:``) cannot be converted before it: not an element read.
@@ -2288,6 +2294,59 @@ def _filled_by_element(loop: ast.For | ast.AsyncFor) -> set[str]:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 names.add(target.value.id)
     return names
+
+
+def _formatted_values(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
+    """The values an f-string on ``line`` formats."""
+    return [
+        value.value
+        for root in roots
+        for node in ast.walk(root)
+        if isinstance(node, ast.JoinedStr) and getattr(node, "lineno", None) == line
+        for value in node.values
+        if isinstance(value, ast.FormattedValue)
+    ]
+
+
+def _loop_body_bindings(
+    scope: ast.AST, line: int, iterables: Mapping[str, ast.expr]
+) -> dict[str, ast.expr]:
+    """The plain ``name = value`` of the ``for`` loops' bodies around ``line``, before it,
+    of names the loops do not bind themselves: the one binding of each (none where bound
+    twice)."""
+    found: dict[str, ast.expr] = {}
+    twice: set[str] = set()
+    for node, _ in _scope_walk(scope):
+        if not (
+            isinstance(node, (ast.For, ast.AsyncFor))
+            and node.lineno < line <= (node.end_lineno or node.lineno)
+        ):
+            continue
+        for statement in node.body:
+            if statement.lineno >= line:
+                break
+            if (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+            ):
+                name = statement.targets[0].id
+                if name in iterables:
+                    continue
+                if name in found:
+                    twice.add(name)
+                found[name] = statement.value
+    return {name: value for name, value in found.items() if name not in twice}
+
+
+def _through(expr: ast.expr, derived: Mapping[str, ast.expr]) -> ast.expr:
+    """``expr`` with the names of ``derived`` replaced by what they are bound to (one level
+    of each, in names and arithmetic)."""
+    if isinstance(expr, ast.Name) and expr.id in derived:
+        return derived[expr.id]
+    if isinstance(expr, ast.BinOp):
+        return ast.BinOp(_through(expr.left, derived), expr.op, _through(expr.right, derived))
+    return expr
 
 
 def _zipped_names(target: ast.Tuple | ast.List, iterable: ast.expr) -> dict[str, ast.expr]:
@@ -2358,6 +2417,10 @@ def _element_of_a_loop(
         else:
             parts = list(expr.values)
         kinds = [_element_of_a_loop(part, iterables, filled) for part in parts]
+        if "element" in kinds and isinstance(expr, ast.BinOp):
+            # An element with another operand (``head // n_heads``): a read of each element
+            # still, converted once as ``(heads // n_heads).tolist()``.
+            return "element"
         if None in kinds:
             return None
         return "element" if "element" in kinds else "plain"

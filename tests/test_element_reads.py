@@ -11,7 +11,7 @@ import runpy
 import pytest
 
 from tb_syncfinder import analyze
-from tb_syncfinder.catalogue import SCALAR_READBACK, advice_for
+from tb_syncfinder.catalogue import SCALAR_READBACK, TENSOR_TEXT_OP, advice_for
 from tb_syncfinder.source import read_as_size, reads_elements
 from tests.test_callers import _COMPREHENSION_SCRIPT
 
@@ -44,6 +44,28 @@ torch = pytest.importorskip("torch")
             True,
         ),
         ("def f(n, cs):\n    for i, c in zip(range(n), cs):\n        print(i)\n", 3, False),
+        # Names the loop's body binds from an element, formatted or indexing (TransformerLens'
+        # demo: ``layer = head // n_heads`` then ``f"L{layer}H{head_index}"``).
+        (
+            "def f(heads, n, labels, attn):\n    for head in heads:\n"
+            "        layer = head // n\n        index = head % n\n"
+            "        labels.append(f'L{layer}H{index}')\n",
+            5,
+            True,
+        ),
+        (
+            "def f(heads, n, attn):\n    for head in heads:\n"
+            "        layer = head // n\n        p = attn[layer][0]\n",
+            4,
+            True,
+        ),
+        # A name bound from something else: no element.
+        (
+            "def f(heads, loss, labels):\n    for head in heads:\n"
+            "        v = loss * 2\n        labels.append(f'{v}')\n",
+            4,
+            False,
+        ),
         ("def f(ms):\n    return [m.sum(dim).item() for m in ms]\n", 2, False),
         # An element indexed by a ``range()`` loop's target is one too (a CRNN decode's
         # ``for i in range(length): if t[i] != 0 and ...``: 1,248 reads told not to branch),
@@ -228,3 +250,12 @@ def test_a_read_in_a_generator_expression_on_one_line_is_exact(tmp_path):
     (site,) = report.latent_sites
     assert (site.line, site.line_exact, site.count) == (12, True, 12)
     assert site.advice["title"] == "Convert the tensor once, not each element"
+
+
+def test_an_element_formatted_one_at_a_time_gets_the_conversion_fix():
+    advice = advice_for(
+        SCALAR_READBACK,
+        [TENSOR_TEXT_OP, "aten::item", "aten::_local_scalar_dense"],
+        per_element=True,
+    )
+    assert advice["title"] == "Convert the tensor once, not each element"

@@ -2441,21 +2441,25 @@ _TORCHTUNE_COUNT_ADVICE = Advice(
     removes="the count's read (and the gather's)",
 )
 
-# Avalanche's training metrics: each of ``minibatch=True`` and ``epoch=True`` in an
+# Avalanche's training metrics: each of ``minibatch=True``, ``epoch=True`` and
+# ``epoch_running=True`` (a review: avalanche-lib 0.6.0 updates every train-mode metric) in an
 # ``EvaluationPlugin``'s ``accuracy_metrics``/``loss_metrics`` reads the iteration's value
 # back (``float(...)``) in ``after_training_iteration``. A walk (avalanche-lib 0.6.0),
 # checked without the profiler: 2.0 + 2.0 reads an iteration; 1.0 + 1.0 with
 # ``minibatch=False``; none with ``epoch=False`` too (the experience and stream metrics are
 # computed in eval).
 _AVALANCHE_METRICS_ADVICE = Advice(
-    title="Drop Avalanche's per-iteration metrics: minibatch=False, epoch=False",
+    title=(
+        "Drop Avalanche's per-iteration metrics: minibatch=False, epoch=False, epoch_running=False"
+    ),
     text=(
-        "Each training metric of the `EvaluationPlugin` built with `minibatch=True` or "
-        "`epoch=True` (`accuracy_metrics`, `loss_metrics`, ...) reads its value back on the "
-        "host in every training iteration, one wait for the GPU's queue each. A minibatch "
-        "metric has to be read every iteration; without it and the epoch one "
-        "(`minibatch=False, epoch=False`) the experience and stream metrics, computed in "
-        "evaluation, remain and the iterations read nothing."
+        "Each training metric of the `EvaluationPlugin` built with `minibatch=True`, "
+        "`epoch=True` or `epoch_running=True` (`accuracy_metrics`, `loss_metrics`, ...) "
+        "reads its value back on the host in every training iteration, one wait for the "
+        "GPU's queue each. A minibatch or running metric has to be read every iteration; "
+        "without the three (`minibatch=False, epoch=False, epoch_running=False`) the "
+        "experience and stream metrics, computed in evaluation, remain and the iterations "
+        "read nothing."
     ),
     before=(
         "EvaluationPlugin(\n"

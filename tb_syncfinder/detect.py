@@ -383,6 +383,17 @@ def detect_syncs(tl: Timeline) -> list[Episode]:
     return episodes
 
 
+def _first_aten_op(thread: HostThread, index: int, outer: int) -> int:
+    """The outermost ``aten::`` operator between ``outer`` and ``index`` (``index`` itself
+    where there is none)."""
+    chain = thread.ancestors(index)  # innermost first
+    inside = chain[: chain.index(outer)] if outer in chain else chain
+    for j in reversed(inside):
+        if thread.nodes[j].name.startswith("aten::"):
+            return j
+    return index
+
+
 def detect_latent(tl: Timeline) -> list[Episode]:
     """Operators that would sync on a GPU, in a trace with no GPU at all (zero cost).
 
@@ -448,9 +459,14 @@ def detect_latent(tl: Timeline) -> list[Episode]:
                     continue
                 if not nodes[outer].name.startswith(BACKWARD_OP_PREFIX):
                     continue
-                # A backward node's operators apart (autograd's ``CopySlices`` running an
-                # ``index`` and an ``index_put`` with one mask): each waits on a GPU. An
-                # Avalanche walk: 3 ``nonzero`` a step counted as 2.
+                # A backward node's aten operators apart (autograd's ``CopySlices`` running
+                # an ``index`` and an ``index_put`` with one mask): each waits on a GPU (an
+                # Avalanche walk: 3 ``nonzero`` a step counted as 2). Not reads inside one
+                # operator's CPU kernel (``matrix_exp``'s backward: 6 ``nonzero`` on the CPU,
+                # one copy to the host on CUDA: a review).
+                operator = _first_aten_op(thread, i, outer)
+                if any(_first_aten_op(thread, e.trigger, outer) == operator for e in found):
+                    continue
             episode = Episode(thread, [], i, outer, latent=True, trigger=i)
             by_outer.setdefault(outer, []).append(episode)
             episode.after_cpu = _item_after_cpu(thread, outer)

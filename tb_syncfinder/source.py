@@ -1594,48 +1594,69 @@ def _accumulates_gradients(scope: ast.AST, test: ast.If, line: int) -> bool:
 def setting_guard(scope: ast.AST, line: int) -> str | None:
     """The test (as Python prints it) of the innermost ``if`` or ``while`` of ``scope`` that
     runs ``line`` only where a setting holds: its body holds the line, or its test is the
-    line and starts ``setting and ...``, and the test reads a parameter of the function or
-    an attribute of ``self`` (TransformerLens' ``if stop_at_eos and finished.all():``,
-    ``if freq_penalty > 0:``; pytorch-metric-learning's ``if self.collect_stats:``). In a
-    library's code, the caller's argument or the object's setting may turn the read off
-    (a walk: each such read was told "no setting of it is known"). None: none."""
-    params = _parameter_names(scope)
+    line and starts ``setting and ...``. A setting is a parameter of the function or an
+    attribute of ``self`` tested for truth (``if stop_at_eos and finished.all():``,
+    pytorch-metric-learning's ``if self.collect_stats:``), or a parameter whose default is a
+    number compared with a number (TransformerLens' ``if freq_penalty > 0:``). In a
+    library's code, the caller's argument or the object's setting may turn the read off (a
+    walk: each such read was told "no setting of it is known"). Not a comparison of tensors
+    (``if loss < self.best:``, ``if x[0] > 0:``: a review). None: none."""
+    settings = _setting_parameters(scope)
     found: str | None = None
     for node in _nodes_holding(scope, line):
         if not isinstance(node, (ast.If, ast.While)):
             continue
         test = node.test
-        if _in_body(node, line) and _reads_a_setting(test, params):  # type: ignore[arg-type]
+        if _in_body(node, line) and _is_a_setting_test(test, settings):  # type: ignore[arg-type]
             found = ast.unparse(test)
         elif (
             test.lineno == line
             and isinstance(test, ast.BoolOp)
             and isinstance(test.op, ast.And)
-            and _reads_a_setting(test.values[0], params)
-            and not any(isinstance(n, ast.Call) for n in ast.walk(test.values[0]))
+            and _is_a_setting_test(test.values[0], settings)
         ):
             found = ast.unparse(test)
     return found
 
 
-def _parameter_names(scope: ast.AST) -> frozenset[str]:
+def _setting_parameters(scope: ast.AST) -> dict[str, ast.expr | None]:
+    """The parameters of a function (but ``self``/``cls``), each with its default (None:
+    none)."""
     args = getattr(scope, "args", None)
     if not isinstance(args, ast.arguments):
-        return frozenset()
-    every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-    return frozenset(a.arg for a in every if a.arg not in ("self", "cls"))
+        return {}
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
+    defaults += list(args.defaults)
+    found = dict(zip((a.arg for a in positional), defaults, strict=True))
+    found.update(zip((a.arg for a in args.kwonlyargs), args.kw_defaults, strict=True))
+    found.pop("self", None)
+    found.pop("cls", None)
+    return found
 
 
-def _reads_a_setting(test: ast.expr, params: frozenset[str]) -> bool:
-    """Whether a test reads a parameter or an attribute of ``self``, calls nothing (``x.sum()
-    > 0`` of a tensor parameter computes a value) and takes no remainder."""
-    if _has_remainder(test) or any(isinstance(n, ast.Call) for n in ast.walk(test)):
-        return False
-    return any(
-        (isinstance(n, ast.Name) and n.id in params)
-        or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self")
-        for n in ast.walk(test)
-    )
+def _is_a_setting_test(test: ast.expr, settings: Mapping[str, ast.expr | None]) -> bool:
+    """Whether a test is a setting's: a parameter or ``self``'s attribute tested for truth
+    (or its ``not``), or a parameter defaulting to a number compared with a number."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Name):
+        return test.id in settings
+    if isinstance(test, ast.Attribute):
+        return isinstance(test.value, ast.Name) and test.value.id == "self"
+    if isinstance(test, ast.Compare) and len(test.comparators) == 1:
+        left, right = test.left, test.comparators[0]
+        if isinstance(left, ast.Constant):
+            left, right = right, left
+        default = settings.get(left.id) if isinstance(left, ast.Name) else None
+        return (
+            isinstance(right, ast.Constant)
+            and isinstance(right.value, (int, float))
+            and isinstance(default, ast.Constant)
+            and isinstance(default.value, (int, float))
+            and not isinstance(default.value, bool)
+        )
+    return False
 
 
 def _every_n_decorator(scope: ast.AST) -> str | None:
@@ -2231,12 +2252,12 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
         )
     # Names the loop's body binds before the line from its elements (``layer = head //
     # n_heads``), as what they are bound to.
-    derived = _loop_body_bindings(scope, line, iterables)
+    derived, loop_bound = _loop_body_bindings(scope, line, iterables)
     receivers = [_through(r, derived) for r in receivers]
     # An index that is a Python number (``t[i]`` of a ``range()`` loop's ``i``) reads nothing.
     # A tensor the loop fills as it goes (a decoder's ``tokens[t] = out.argmax()`` then ``if
     # tokens[t] == eos:``) cannot be converted before it: not an element read.
-    kinds = [_element_of_a_loop(r, iterables, filled) for r in receivers]
+    kinds = [_element_of_a_loop(r, iterables, filled, loop_bound) for r in receivers]
     kinds = [kind for kind in kinds if kind != "plain"]
     return bool(kinds) and all(kind == "element" for kind in kinds)
 
@@ -2310,18 +2331,23 @@ def _formatted_values(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
 
 def _loop_body_bindings(
     scope: ast.AST, line: int, iterables: Mapping[str, ast.expr]
-) -> dict[str, ast.expr]:
+) -> tuple[dict[str, ast.expr], set[str]]:
     """The plain ``name = value`` of the ``for`` loops' bodies around ``line``, before it,
     of names the loops do not bind themselves: the one binding of each (none where bound
-    twice)."""
+    twice); and every name those bodies bind, anyhow (what a pass computes)."""
     found: dict[str, ast.expr] = {}
     twice: set[str] = set()
+    bound: set[str] = set()
     for node, _ in _scope_walk(scope):
         if not (
             isinstance(node, (ast.For, ast.AsyncFor))
             and node.lineno < line <= (node.end_lineno or node.lineno)
         ):
             continue
+        for inner in node.body:
+            for sub in ast.walk(inner):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    bound.add(sub.id)
         for statement in node.body:
             if statement.lineno >= line:
                 break
@@ -2336,7 +2362,7 @@ def _loop_body_bindings(
                 if name in found:
                     twice.add(name)
                 found[name] = statement.value
-    return {name: value for name, value in found.items() if name not in twice}
+    return {name: value for name, value in found.items() if name not in twice}, bound
 
 
 def _through(expr: ast.expr, derived: Mapping[str, ast.expr]) -> ast.expr:
@@ -2380,8 +2406,18 @@ def _zipped_names(target: ast.Tuple | ast.List, iterable: ast.expr) -> dict[str,
     }
 
 
+def _bound_outside(expr: ast.expr, loop_bound: Collection[str]) -> bool:
+    """Whether ``expr`` is a name (or an attribute of one) the loops around do not bind."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name) and expr.id not in loop_bound
+
+
 def _element_of_a_loop(
-    expr: ast.expr, iterables: dict[str, ast.expr], filled: Collection[str] = ()
+    expr: ast.expr,
+    iterables: dict[str, ast.expr],
+    filled: Collection[str] = (),
+    loop_bound: Collection[str] = (),
 ) -> str | None:
     """ "element" where ``expr`` is an element of what a loop around iterates, or arithmetic
     and tests of such elements with Python numbers: the target of a loop over anything but
@@ -2398,12 +2434,12 @@ def _element_of_a_loop(
     if isinstance(expr, ast.Subscript):
         if isinstance(expr.value, ast.Name) and expr.value.id in filled:
             return None
-        index = _element_of_a_loop(expr.slice, iterables, filled)
+        index = _element_of_a_loop(expr.slice, iterables, filled, loop_bound)
         if index == "plain" and _names_a_range_target(expr.slice, iterables):
             return "element"
         # A part of an element by a constant index (``topi[i][0]``, ``row[0]``).
         if isinstance(expr.slice, ast.Constant) and (
-            _element_of_a_loop(expr.value, iterables, filled) == "element"
+            _element_of_a_loop(expr.value, iterables, filled, loop_bound) == "element"
         ):
             return "element"
         return None
@@ -2416,16 +2452,27 @@ def _element_of_a_loop(
             parts = [expr.left, *expr.comparators]
         else:
             parts = list(expr.values)
-        kinds = [_element_of_a_loop(part, iterables, filled) for part in parts]
-        if "element" in kinds and isinstance(expr, ast.BinOp):
-            # An element with another operand (``head // n_heads``): a read of each element
-            # still, converted once as ``(heads // n_heads).tolist()``.
+        kinds = [_element_of_a_loop(part, iterables, filled, loop_bound) for part in parts]
+        if (
+            "element" in kinds
+            and isinstance(expr, ast.BinOp)
+            and all(
+                kind is not None or _bound_outside(part, loop_bound)
+                for part, kind in zip(parts, kinds, strict=True)
+            )
+        ):
+            # An element with an operand the loop does not make (``head // n_heads``): a
+            # read of each element still, converted once as ``(heads // n_heads).tolist()``.
+            # Not one the pass computes (``y - model(x)``, an RNN's hidden state: a review).
             return "element"
         if None in kinds:
             return None
         return "element" if "element" in kinds else "plain"
     reduced = _reduced(expr)
-    if reduced is not None and _element_of_a_loop(reduced, iterables, filled) == "element":
+    if (
+        reduced is not None
+        and _element_of_a_loop(reduced, iterables, filled, loop_bound) == "element"
+    ):
         # A reduction of an element, a tensor of a list (Captum's ``sum(torch.sum(mask)
         # .item() for mask in masks)``): a read each, where one ``torch.stack`` reads all.
         return "element"

@@ -1809,6 +1809,14 @@ def test_a_checkpoint_writers_unrun_copies_are_told_to_save_less_often() -> None
         ("def f(x):\n    if x.sum() > 0:\n        y = x.item()\n", 3, None),
         ("def f(x, n):\n    if n % 10 == 0:\n        y = x.item()\n", 3, None),
         ("def f(x):\n    if x.any():\n        return\n", 2, None),
+        # Comparisons of tensors (a review): a parameter, an element, a buffer.
+        (
+            "def f(self, loss):\n    if loss < self.best:\n        self.v = loss.item()\n",
+            3,
+            None,
+        ),
+        ("def f(x):\n    if x[0] > 0:\n        y = x.item()\n", 3, None),
+        ("def f(self, x):\n    if self.count > 100:\n        y = x.item()\n", 3, None),
     ],
 )
 def test_a_librarys_read_under_a_test_of_its_arguments_names_that_test(code, line, guard):

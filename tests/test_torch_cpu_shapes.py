@@ -205,6 +205,35 @@ def test_a_masked_write_to_a_views_backward_is_its_lines_and_each_of_its_reads_c
     assert copy_slices.count == 3 * 2  # 2 steps: the first head's 1, the second's 2
 
 
+def test_reads_inside_one_operators_cpu_kernel_in_a_backward_are_one_finding(tmp_path):
+    """A review: ``matrix_exp``'s backward runs 6 ``nonzero`` and a ``unique_consecutive`` in
+    its CPU kernel, one copy to the host on CUDA; counting a backward node's operators apart
+    (for ``CopySlices``) counted them 7 a step."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    (tmp_path / "rot.py").write_text(
+        "import torch\n\n\ndef rotate(S, x):\n    return x @ torch.linalg.matrix_exp(S - S.T)\n"
+    )
+    module = _load(tmp_path / "rot.py", "rot")
+    S = torch.nn.Parameter(torch.randn(8, 8) * 0.1)
+    logdir = tmp_path / "logs"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        schedule=schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=tensorboard_trace_handler(str(logdir)),
+    ) as prof:
+        for _ in range(3):
+            module.rotate(S, torch.randn(16, 8)).square().mean().backward()
+            prof.step()
+    sys.modules.pop("rot", None)
+    report = analyze(logdir, source_roots=[str(tmp_path)])
+    assert sorted((s.line, s.backward, s.count) for s in report.latent_sites) == [
+        (5, False, 2),
+        (5, True, 2),
+    ]
+
+
 # -- shape 4: chained and implicit calls inside a step function ----------------------------
 
 STEP_METHOD = textwrap.dedent(

@@ -2584,28 +2584,26 @@ def _given_to_a_step(scope: ast.AST, roots: Sequence[ast.AST], line: int) -> boo
     )
 
 
-def _tolist_receiver(node: ast.AST) -> ast.expr | None:
-    """The tensor a ``.tolist()`` call reads, else None."""
+def _method_receiver(node: ast.AST, method: str) -> ast.expr | None:
+    """What a call of ``method`` without arguments is called on, else None."""
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "tolist"
+        and node.func.attr == method
         and not node.args
     ):
         return node.func.value
     return None
+
+
+def _tolist_receiver(node: ast.AST) -> ast.expr | None:
+    """The tensor a ``.tolist()`` call reads, else None."""
+    return _method_receiver(node, "tolist")
 
 
 def _copy_receiver(node: ast.AST) -> ast.expr | None:
     """The tensor a ``.cpu()`` call copies to the host, else None."""
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "cpu"
-        and not node.args
-    ):
-        return node.func.value
-    return None
+    return _method_receiver(node, "cpu")
 
 
 def _sampled(

@@ -118,13 +118,10 @@ MASKED = textwrap.dedent(
 MASK_LINE, BACKWARD_LINE = 6, 12
 
 
-def test_mask_backward_is_attributed_to_the_forward_line_and_run_by_backward(tmp_path):
-    (tmp_path / "masked.py").write_text(MASKED)
-    module = _load(tmp_path / "masked.py", "masked")
+def _profile_three_steps(logdir: Path, step) -> None:
+    """Three steps of ``step()`` profiled with stacks, the last two recorded."""
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    model = torch.nn.Linear(8, 5)
-    logdir = tmp_path / "logs"
     with profile(
         activities=[ProfilerActivity.CPU],
         with_stack=True,
@@ -132,8 +129,19 @@ def test_mask_backward_is_attributed_to_the_forward_line_and_run_by_backward(tmp
         on_trace_ready=tensorboard_trace_handler(str(logdir)),
     ) as prof:
         for _ in range(3):
-            module.train_step(model, torch.randn(16, 8), torch.randint(0, 3, (16,)))
+            step()
             prof.step()
+
+
+def test_mask_backward_is_attributed_to_the_forward_line_and_run_by_backward(tmp_path):
+    (tmp_path / "masked.py").write_text(MASKED)
+    module = _load(tmp_path / "masked.py", "masked")
+    model = torch.nn.Linear(8, 5)
+    logdir = tmp_path / "logs"
+    _profile_three_steps(
+        logdir,
+        lambda: module.train_step(model, torch.randn(16, 8), torch.randint(0, 3, (16,))),
+    )
     sys.modules.pop("masked", None)
     report = analyze(logdir, source_roots=[str(tmp_path)])
     assert (
@@ -179,21 +187,15 @@ def test_a_masked_write_to_a_views_backward_is_its_lines_and_each_of_its_reads_c
     mask twice, an ``index`` and an ``index_put`` (3 ``nonzero`` a step were counted 2)."""
     (tmp_path / "multihead.py").write_text(MULTI_HEAD)
     module = _load(tmp_path / "multihead.py", "multihead")
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
     feat = torch.nn.Linear(8, 8)
     heads = [torch.nn.Linear(8, 3), torch.nn.Linear(8, 3)]
     logdir = tmp_path / "logs"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=schedule(wait=0, warmup=1, active=2),
-        on_trace_ready=tensorboard_trace_handler(str(logdir)),
-    ) as prof:
-        for _ in range(3):
-            out = module.forward(feat, heads, torch.randn(16, 8), torch.arange(16) % 2)
-            out.square().mean().backward()
-            prof.step()
+
+    def step() -> None:
+        out = module.forward(feat, heads, torch.randn(16, 8), torch.arange(16) % 2)
+        out.square().mean().backward()
+
+    _profile_three_steps(logdir, step)
     sys.modules.pop("multihead", None)
     report = analyze(logdir, source_roots=[str(tmp_path)])
     (copy_slices,) = [s for s in report.latent_sites if any("CopySlices" in o for o in s.ops)]
@@ -209,23 +211,15 @@ def test_reads_inside_one_operators_cpu_kernel_in_a_backward_are_one_finding(tmp
     """A review: ``matrix_exp``'s backward runs 6 ``nonzero`` and a ``unique_consecutive`` in
     its CPU kernel, one copy to the host on CUDA; counting a backward node's operators apart
     (for ``CopySlices``) counted them 7 a step."""
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
     (tmp_path / "rot.py").write_text(
         "import torch\n\n\ndef rotate(S, x):\n    return x @ torch.linalg.matrix_exp(S - S.T)\n"
     )
     module = _load(tmp_path / "rot.py", "rot")
     S = torch.nn.Parameter(torch.randn(8, 8) * 0.1)
     logdir = tmp_path / "logs"
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        with_stack=True,
-        schedule=schedule(wait=0, warmup=1, active=2),
-        on_trace_ready=tensorboard_trace_handler(str(logdir)),
-    ) as prof:
-        for _ in range(3):
-            module.rotate(S, torch.randn(16, 8)).square().mean().backward()
-            prof.step()
+    _profile_three_steps(
+        logdir, lambda: module.rotate(S, torch.randn(16, 8)).square().mean().backward()
+    )
     sys.modules.pop("rot", None)
     report = analyze(logdir, source_roots=[str(tmp_path)])
     assert sorted((s.line, s.backward, s.count) for s in report.latent_sites) == [

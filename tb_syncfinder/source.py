@@ -2262,11 +2262,11 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
     return bool(kinds) and all(kind == "element" for kind in kinds)
 
 
-# Calls that make a tensor from Python data, reading each tensor element given to them.
-_TENSOR_CONSTRUCTORS = frozenset(
+# torch's legacy constructors of CPU tensors (``torch.cuda.LongTensor`` is the GPU's): a
+# flair walk's ``lengths = torch.LongTensor(lengths)`` of a list, read as a GPU tensor's 379
+# times in 5 steps, where ``torch.tensor(lengths)`` was known to be the host's.
+_LEGACY_CONSTRUCTORS = frozenset(
     {
-        "tensor",
-        "as_tensor",
         "Tensor",
         "LongTensor",
         "FloatTensor",
@@ -2274,8 +2274,13 @@ _TENSOR_CONSTRUCTORS = frozenset(
         "BoolTensor",
         "DoubleTensor",
         "HalfTensor",
+        "ByteTensor",
+        "ShortTensor",
+        "CharTensor",
     }
 )
+# Calls that make a tensor from Python data, reading each tensor element given to them.
+_TENSOR_CONSTRUCTORS = frozenset({"tensor", "as_tensor"}) | _LEGACY_CONSTRUCTORS
 
 
 def _constructor_elements(roots: Sequence[ast.AST], line: int) -> list[ast.expr]:
@@ -3960,25 +3965,6 @@ def _names_the_host(node: ast.expr) -> bool:
         and isinstance(node.args[0], ast.Constant)
         and node.args[0].value == "cpu"
     )
-
-
-# torch's legacy constructors of CPU tensors (``torch.cuda.LongTensor`` is the GPU's): a
-# flair walk's ``lengths = torch.LongTensor(lengths)`` of a list, read as a GPU tensor's 379
-# times in 5 steps, where ``torch.tensor(lengths)`` was known to be the host's.
-_LEGACY_CONSTRUCTORS = frozenset(
-    {
-        "Tensor",
-        "LongTensor",
-        "FloatTensor",
-        "IntTensor",
-        "BoolTensor",
-        "DoubleTensor",
-        "HalfTensor",
-        "ByteTensor",
-        "ShortTensor",
-        "CharTensor",
-    }
-)
 
 
 def _is_host_factory(call: ast.Call, scope: ast.AST | None = None, line: int = 0) -> bool:

@@ -2476,6 +2476,37 @@ _AVALANCHE_METRICS_ADVICE = Advice(
     removes="the training metrics' reads of every iteration",
 )
 
+# TransformerLens: ``model.to_single_token(" w")`` tokenizes a string and reads the token with
+# ``.item()``, each call (a walk: twice per activation patch, inside the demos' metric); and an
+# ``ActivationCache`` looked up with a tensor layer (``cache["attn", layer]`` of a loop over a
+# tensor) compares it (``if key[1] < 0:``) each lookup.
+_TLENS_SINGLE_TOKEN_ADVICE = Advice(
+    title="Look the token up once, before the loop: tok = model.to_single_token(' w')",
+    text=(
+        "`to_single_token` tokenizes its string and reads the token's id back with "
+        "`.item()` each call. A token of a fixed string is a constant: take it once before "
+        "the loop (or the metric's closure) and use the int."
+    ),
+    before=("def metric(logits):\n    return logits[0, -1, model.to_single_token(' Mary')]\n"),
+    after=(
+        "mary = model.to_single_token(' Mary')   # once\n"
+        "def metric(logits):\n"
+        "    return logits[0, -1, mary]\n"
+    ),
+    removes="every call's read of the token",
+)
+_TLENS_CACHE_KEY_ADVICE = Advice(
+    title="Look the cache up with a Python int: cache['attn', int(layer)]",
+    text=(
+        "An `ActivationCache` lookup checks its layer (`if key[1] < 0:`): a layer given as "
+        "a tensor (an element of a loop over a tensor) is read back there, each lookup. "
+        "Give it a Python int: convert the tensor once (`for layer in layers.tolist():`)."
+    ),
+    before="for layer in top_layers:   # a tensor\n    pattern = cache['attn', layer]\n",
+    after="for layer in top_layers.tolist():\n    pattern = cache['attn', layer]\n",
+    removes="each lookup's read of the layer",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2637,6 +2668,18 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         "torchtune/modules/loss/cross_entropy_loss.py",
         frozenset({"forward"}),
         _TORCHTUNE_COUNT_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "transformer_lens/HookedTransformer.py",
+        frozenset({"to_single_token"}),
+        _TLENS_SINGLE_TOKEN_ADVICE,
+        innermost=True,
+    ),
+    LibraryAdvice(
+        "transformer_lens/ActivationCache.py",
+        frozenset({"__getitem__"}),
+        _TLENS_CACHE_KEY_ADVICE,
         innermost=True,
     ),
     LibraryAdvice(
@@ -4259,6 +4302,8 @@ LIBRARY_PACKAGES = frozenset(
         # Avalanche (continual learning): its strategies, plugins and metrics, under the
         # user's ``strategy.train(experience)``.
         "avalanche",
+        # TransformerLens (interpretability): its hooked models, caches and utilities.
+        "transformer_lens",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

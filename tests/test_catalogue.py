@@ -224,6 +224,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "botorch/",
                 "torchtune/",
                 "avalanche/",
+                "transformer_lens/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1257,3 +1258,26 @@ def test_avalanches_training_metrics_reads_get_their_arguments() -> None:
         "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
     )
     assert advice["title"].startswith("Drop Avalanche's per-iteration metrics")
+
+
+@pytest.mark.parametrize(
+    ("frames", "title"),
+    [
+        (
+            [("<built-in>", "item"), ("transformer_lens/HookedTransformer.py", "to_single_token")],
+            "Look the token up once",
+        ),
+        (
+            [("<built-in>", "__bool__"), ("transformer_lens/ActivationCache.py", "__getitem__")],
+            "Look the cache up with a Python int",
+        ),
+    ],
+)
+def test_transformer_lens_reads_the_caller_can_avoid_get_their_fix(frames, title) -> None:
+    """A TransformerLens walk: a token looked up in a metric each patch, and a cache looked
+    up with a tensor layer, were told "an edit of transformer_lens' own code"."""
+    advice = catalogue.advice_for(
+        "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+    )
+    assert advice["title"].startswith(title)
+    assert "library_code" not in advice

@@ -2495,6 +2495,18 @@ _TLENS_SINGLE_TOKEN_ADVICE = Advice(
     ),
     removes="every call's read of the token",
 )
+_TLENS_TEST_PROMPT_ADVICE = Advice(
+    title="Call test_prompt once, outside the loop: it prints each top token it reads",
+    text=(
+        "TransformerLens' `test_prompt` is a utility for looking at one prompt: it ranks the "
+        "answer and prints the top tokens with their probabilities, reading each back with "
+        "`.item()`. In a loop it reads them at every pass: call it once on the prompt you "
+        "look at, or with `print_details=False`, and keep the loop's metric on the device."
+    ),
+    before="for prompt in prompts:\n    utils.test_prompt(prompt, answer, model)\n",
+    after="utils.test_prompt(prompts[0], answer, model)   # once, to look\n",
+    removes="the loop's reads of the printed tokens",
+)
 _TLENS_CACHE_KEY_ADVICE = Advice(
     title="Look the cache up with a Python int: cache['attn', int(layer)]",
     text=(
@@ -2675,6 +2687,13 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         frozenset({"to_single_token"}),
         _TLENS_SINGLE_TOKEN_ADVICE,
         innermost=True,
+    ),
+    *(
+        LibraryAdvice(file, frozenset({"test_prompt"}), _TLENS_TEST_PROMPT_ADVICE)
+        for file in (
+            "transformer_lens/utilities/exploratory_utils.py",
+            "transformer_lens/utils.py",
+        )
     ),
     LibraryAdvice(
         "transformer_lens/ActivationCache.py",

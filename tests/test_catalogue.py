@@ -1271,6 +1271,13 @@ def test_avalanches_training_metrics_reads_get_their_arguments() -> None:
             [("<built-in>", "__bool__"), ("transformer_lens/ActivationCache.py", "__getitem__")],
             "Look the cache up with a Python int",
         ),
+        (
+            [
+                ("<built-in>", "item"),
+                ("transformer_lens/utilities/exploratory_utils.py", "test_prompt"),
+            ],
+            "Call test_prompt once",
+        ),
     ],
 )
 def test_transformer_lens_reads_the_caller_can_avoid_get_their_fix(frames, title) -> None:

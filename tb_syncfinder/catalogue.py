@@ -2296,11 +2296,13 @@ _GPYTORCH_CHOLESKY_ADVICE = Advice(
 _PML_REDUCER_ADVICE = Advice(
     title="Average every loss: reducer=reducers.MeanReducer()",
     text=(
-        "The loss's default reducer keeps only the losses above zero (a boolean mask, read "
-        "back to size its result, in the forward and again in the backward) and averages "
-        "those. `MeanReducer()` averages every pair's or triplet's loss, zeros included: no "
-        "mask, no read. It changes the loss's scale as training goes on (easy triplets "
-        "count as zeros): check that the learning rate still suits it."
+        "The loss's reducer (`AvgNonZeroReducer`, the default of most losses, or a "
+        "`ThresholdReducer` given) keeps only the losses above zero or its threshold (a "
+        "boolean mask, read back to size its result, in the forward and again in the "
+        "backward) and averages those. `MeanReducer()`, given to whichever loss you use, "
+        "averages every pair's or triplet's loss, zeros included: no mask, no read. It "
+        "changes the loss's scale as training goes on (easy triplets count as zeros): check "
+        "that the learning rate still suits it."
     ),
     before="loss_func = losses.TripletMarginLoss(margin=0.2)\n",
     after="loss_func = losses.TripletMarginLoss(margin=0.2, reducer=reducers.MeanReducer())\n",

@@ -4325,6 +4325,9 @@ LIBRARY_PACKAGES = frozenset(
         "avalanche",
         # TransformerLens (interpretability): its hooked models, caches and utilities.
         "transformer_lens",
+        # skrl (reinforcement learning): its agents, memories and trainers, under the
+        # user's ``trainer.train()``.
+        "skrl",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

@@ -1648,15 +1648,30 @@ def _is_a_setting_test(test: ast.expr, settings: Mapping[str, ast.expr | None]) 
         left, right = test.left, test.comparators[0]
         if isinstance(left, ast.Constant):
             left, right = right, left
+        if not (isinstance(right, ast.Constant) and isinstance(right.value, (int, float))):
+            return False
+        if (
+            isinstance(left, ast.Attribute)
+            and isinstance(left.value, ast.Name)
+            and left.value.id == "self"
+        ):
+            # An attribute named as a setting (skrl's ``if self.write_interval > 0:``, a
+            # walk), not any attribute: a buffer's count (``self.count > 100``) is a tensor.
+            return _SETTING_NAME.search(left.attr) is not None
         default = settings.get(left.id) if isinstance(left, ast.Name) else None
         return (
-            isinstance(right, ast.Constant)
-            and isinstance(right.value, (int, float))
-            and isinstance(default, ast.Constant)
+            isinstance(default, ast.Constant)
             and isinstance(default.value, (int, float))
             and not isinstance(default.value, bool)
         )
     return False
+
+
+# Names of settings an object keeps (how often it logs, writes, checks; how verbose).
+_SETTING_NAME = re.compile(
+    r"interval|every|freq|period|verbos|debug|log|level|enable|stats|print|write|track|check",
+    re.IGNORECASE,
+)
 
 
 def _every_n_decorator(scope: ast.AST) -> str | None:

@@ -1817,6 +1817,12 @@ def test_a_checkpoint_writers_unrun_copies_are_told_to_save_less_often() -> None
         ),
         ("def f(x):\n    if x[0] > 0:\n        y = x.item()\n", 3, None),
         ("def f(self, x):\n    if self.count > 100:\n        y = x.item()\n", 3, None),
+        # An attribute named as a setting (skrl's tracking, a walk).
+        (
+            "def f(self, x):\n    if self.write_interval > 0:\n        y = x.item()\n",
+            3,
+            "self.write_interval > 0",
+        ),
     ],
 )
 def test_a_librarys_read_under_a_test_of_its_arguments_names_that_test(code, line, guard):

@@ -2244,7 +2244,7 @@ def reads_elements(scope: ast.AST, line: int) -> bool:
             # element of its own iterable.
             for target, iterable in pairs:
                 if isinstance(target, (ast.Tuple, ast.List)):
-                    iterables.update(_zipped_names(target, iterable))
+                    iterables.update(_zipped_names(target, iterable, _varargs(scope)))
             if isinstance(node, (ast.For, ast.AsyncFor)):
                 filled.update(_filled_by_element(node))
     roots = [scope] if isinstance(scope, _COMPREHENSIONS) else _statements_at(scope, line)
@@ -2395,9 +2395,21 @@ def _through(expr: ast.expr, derived: Mapping[str, ast.expr]) -> ast.expr:
     return expr
 
 
-def _zipped_names(target: ast.Tuple | ast.List, iterable: ast.expr) -> dict[str, ast.expr]:
+def _varargs(scope: ast.AST) -> frozenset[str]:
+    """The names of a function's ``*args`` and ``**kwargs``: tuples of its arguments."""
+    args = getattr(scope, "args", None)
+    if not isinstance(args, ast.arguments):
+        return frozenset()
+    return frozenset(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+
+
+def _zipped_names(
+    target: ast.Tuple | ast.List, iterable: ast.expr, varargs: Collection[str] = ()
+) -> dict[str, ast.expr]:
     """Each plain name of a loop's tuple target over ``zip(a, b, ...)`` (through ``list(...)``
-    and a slice of it, ``list(zip(a, b))[:n]``), with the iterable it is an element of."""
+    and a slice of it, ``list(zip(a, b))[:n]``), with the iterable it is an element of; not
+    over a function's ``*args`` (d2l's ``Accumulator.add``: ``[a + float(b) for a, b in
+    zip(self.data, args)]`` reads one value an argument, a walk)."""
     while True:
         if isinstance(iterable, ast.Subscript) and isinstance(iterable.slice, ast.Slice):
             iterable = iterable.value
@@ -2423,6 +2435,7 @@ def _zipped_names(target: ast.Tuple | ast.List, iterable: ast.expr) -> dict[str,
         part.id: source
         for part, source in zip(target.elts, iterable.args, strict=True)
         if isinstance(part, ast.Name)
+        and not (isinstance(source, ast.Name) and source.id in varargs)
     }
 
 

@@ -44,6 +44,13 @@ torch = pytest.importorskip("torch")
             True,
         ),
         ("def f(n, cs):\n    for i, c in zip(range(n), cs):\n        print(i)\n", 3, False),
+        # d2l's ``Accumulator.add``: one value an argument, not elements of a tensor.
+        (
+            "def add(self, *args):\n"
+            "    self.data = [a + float(b) for a, b in zip(self.data, args)]\n",
+            2,
+            False,
+        ),
         # Names the loop's body binds from an element, formatted or indexing (TransformerLens'
         # demo: ``layer = head // n_heads`` then ``f"L{layer}H{head_index}"``).
         (

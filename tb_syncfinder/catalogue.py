@@ -2521,6 +2521,35 @@ _TLENS_CACHE_KEY_ADVICE = Advice(
     removes="each lookup's read of the layer",
 )
 
+# sbi's posteriors reject samples outside the prior's support in a loop
+# (``accept_reject_sample``), reading how many each pass accepted; ``log_prob`` estimates the
+# leakage so for each new observation. A walk (sbi 0.27.0, NPE), checked without the
+# profiler: ``reject_outside_prior=False`` and ``set_default_x`` took a sampling loop's reads
+# from 20 a step to 1.
+_SBI_REJECTION_ADVICE = Advice(
+    title="Sample without rejection and fix the observation: reject_outside_prior=False",
+    text=(
+        "sbi's posterior rejects samples outside the prior's support in a loop, reading back "
+        "how many each pass accepted (the loop's own test needs the number); `log_prob` "
+        "runs such a loop to normalise for each new observation. Where the estimator's "
+        "support fits the prior, `sample(..., reject_outside_prior=False)` skips the loop; "
+        "`posterior.set_default_x(x_o)` normalises once for that observation, and "
+        "`log_prob(..., norm_posterior=False)` not at all."
+    ),
+    before=(
+        "for step in range(n):\n"
+        "    theta = posterior.sample((200,), x=x_o)\n"
+        "    lp = posterior.log_prob(theta, x=x_o)\n"
+    ),
+    after=(
+        "posterior.set_default_x(x_o)\n"
+        "for step in range(n):\n"
+        "    theta = posterior.sample((200,), reject_outside_prior=False)\n"
+        "    lp = posterior.log_prob(theta)\n"
+    ),
+    removes="the rejection loop's reads",
+)
+
 # pytorch-metric-learning's statistics: its miners, losses, reducers, regularizers and
 # distances read a mean or a count back with ``.item()`` in these functions, each only under
 # ``if self.collect_stats:`` (False unless passed, or set for all with
@@ -2702,6 +2731,11 @@ LIBRARY_ADVICE: tuple[LibraryAdvice, ...] = (
         frozenset({"__getitem__"}),
         _TLENS_CACHE_KEY_ADVICE,
         innermost=True,
+    ),
+    LibraryAdvice(
+        "sbi/samplers/rejection/rejection.py",
+        frozenset({"accept_reject_sample"}),
+        _SBI_REJECTION_ADVICE,
     ),
     LibraryAdvice(
         "avalanche/evaluation/metric_definitions.py",
@@ -4328,6 +4362,9 @@ LIBRARY_PACKAGES = frozenset(
         # skrl (reinforcement learning): its agents, memories and trainers, under the
         # user's ``trainer.train()``.
         "skrl",
+        # sbi (simulation-based inference) and the flows it trains.
+        "sbi",
+        "nflows",
         # fastai's own: its callbacks run through fastcore's dispatch (``basics.py``'s
         # ``__call__``), which a report where fastai is not installed named as the user's.
         "fastcore",

@@ -225,6 +225,7 @@ def test_a_library_fix_needs_its_frame_and_where_it_says_so_its_operators() -> N
                 "torchtune/",
                 "avalanche/",
                 "transformer_lens/",
+                "sbi/",
             )
         ) and entry.file.endswith(".py")
         assert all(op.startswith("aten::") for op in entry.ops)
@@ -1288,3 +1289,18 @@ def test_transformer_lens_reads_the_caller_can_avoid_get_their_fix(frames, title
     )
     assert advice["title"].startswith(title)
     assert "library_code" not in advice
+
+
+def test_sbis_rejection_loop_gets_its_arguments() -> None:
+    """An sbi walk: the posterior's rejection loop read its acceptance counts each pass,
+    told "an edit of sbi's own code: no setting"; ``reject_outside_prior=False`` and
+    ``set_default_x`` took them from 20 a step to 1."""
+    frames = [
+        ("<built-in>", "item"),
+        ("sbi/samplers/rejection/rejection.py", "accept_reject_sample"),
+        ("sbi/inference/posteriors/direct_posterior.py", "sample"),
+    ]
+    advice = catalogue.advice_for(
+        "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
+    )
+    assert advice["title"].startswith("Sample without rejection")

@@ -3314,7 +3314,32 @@ def fix_frames(stack: Sequence[Any], forward_stack: Sequence[Any] = ()) -> list[
         # ``loss.backward()``), and a setting of the forward's library removes both reads:
         # the forward row's fix (a reducer's mask, a walk) is the backward row's.
         return forward
+    if _only_calls_backward(own) and edited_library(forward) is not None:
+        # The library only called ``backward()`` (sbi's training loop): the operation whose
+        # gradient reads is the forward's library's (an sbi walk: nflows' masks' backward
+        # was "an edit of sbi's own code", its forward nflows').
+        return forward
     return own
+
+
+def _only_calls_backward(frames: Sequence[tuple[str, str]]) -> bool:
+    """Whether a backward's library frames (innermost first) reach their first library
+    frame through torch's own alone: the library called ``backward()``, ran no code of its
+    own in the pass."""
+    for path, _func in frames:
+        if path == BUILTIN_FRAME or passes_through(path):
+            continue
+        if is_framework_file(path):
+            continue
+        return _called_torchs_backward(frames)
+    return False
+
+
+def _called_torchs_backward(frames: Sequence[tuple[str, str]]) -> bool:
+    return any(
+        func in ("backward", "_engine_run_backward") and is_framework_file(path)
+        for path, func in frames
+    )
 
 
 def library_frames(stack: Iterable[Any]) -> list[tuple[str, str]]:

@@ -1304,3 +1304,25 @@ def test_sbis_rejection_loop_gets_its_arguments() -> None:
         "scalar_readback", ["aten::item", "aten::_local_scalar_dense"], frames=frames
     )
     assert advice["title"].startswith("Sample without rejection")
+
+
+def test_a_backward_a_library_only_called_is_its_forwards_librarys_edit() -> None:
+    """An sbi walk: nflows' boolean masks' backward, run by sbi's training loop calling
+    ``loss.backward()``, was "an edit of sbi's own code", where its forward named nflows."""
+    from tb_syncfinder.models import Frame
+
+    user = Frame("train.py", 30, "<module>", True)
+    backward = [
+        Frame("torch/autograd/graph.py", 829, "_engine_run_backward", False),
+        Frame("torch/autograd/__init__.py", 347, "backward", False),
+        Frame("torch/_tensor.py", 625, "backward", False),
+        Frame("sbi/inference/trainers/npe/npe_base.py", 400, "train", False),
+        user,
+    ]
+    forward = [
+        Frame("nflows/transforms/splines/rational_quadratic.py", 37, "unconstrained_rqs", False),
+        Frame("sbi/inference/trainers/npe/npe_base.py", 390, "train", False),
+        user,
+    ]
+    frames = catalogue.fix_frames(backward, forward)
+    assert catalogue.edited_library(frames) == "nflows"

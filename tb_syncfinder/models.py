@@ -324,10 +324,12 @@ class Source(msgspec.Struct):
     # copy cannot be deferred or kept on the device, only made once for many. ``logging``:
     # a line that builds a logger's message (``logger.info(f"{loss}")``), read shown or not.
     host_use: str | None = None
-    # An exact line run only where a test of a parameter of its function or of an attribute
-    # of ``self`` holds (``if stop_at_eos and finished.all():``, ``if self.collect_stats:``;
-    # ``source.setting_guard``): that test, as Python prints it. On a library's line, the
-    # caller's argument or the object's setting behind it may turn the read off.
+    # An exact line run only where a setting holds (``source.setting_guard``): a parameter
+    # or an attribute of ``self`` tested for truth (``if stop_at_eos and finished.all():``,
+    # ``if self.collect_stats:``), or compared with a number where it is one
+    # (``if freq_penalty > 0:``, ``if self.write_interval > 0:``): that test, as Python prints
+    # it. On a library's line, the caller's argument or the object's setting behind it may
+    # turn the read off.
     setting_guard: str | None = None
     # An exact line run only when a test with a ``%`` holds (``if step % log_every == 0:``,
     # ``source.periodic_guard``): that test, as Python prints it; its reads are already made every

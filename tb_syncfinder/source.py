@@ -1566,12 +1566,18 @@ def _own_statements(scope: ast.AST) -> list[ast.AST]:
 def _runs_an_optimizer_step(code: ast.AST) -> bool:
     """Whether code calls an optimizer's ``step()`` (a receiver named like one:
     ``optimizer``, ``opt``, ``self.optim``, ``d_optimizer``)."""
-    for node in ast.walk(code):
-        if isinstance(node, ast.Call) and _call_name(node) == "step" and not node.args:
-            receiver = _receiver_name(node)
-            if receiver is not None and (receiver == "opt" or "optim" in receiver.lower()):
-                return True
-    return False
+    return any(
+        isinstance(node, ast.Call)
+        and _call_name(node) == "step"
+        and not node.args
+        and _names_an_optimizer(_receiver_name(node))
+        for node in ast.walk(code)
+    )
+
+
+def _names_an_optimizer(receiver: str | None) -> bool:
+    """Whether a receiver's name is an optimizer's (``optimizer``, ``opt``, ``d_optim``)."""
+    return receiver is not None and (receiver == "opt" or "optim" in receiver.lower())
 
 
 def _accumulates_gradients(scope: ast.AST, test: ast.If, line: int) -> bool:
@@ -1667,9 +1673,11 @@ def _is_a_setting_test(test: ast.expr, settings: Mapping[str, ast.expr | None]) 
     return False
 
 
-# Names of settings an object keeps (how often it logs, writes, checks; how verbose).
+# Names of settings an object keeps (how often it logs, writes, checks; how verbose), as
+# parts of its name between underscores (``write_interval``, ``log_every``; not ``logits``).
 _SETTING_NAME = re.compile(
-    r"interval|every|freq|period|verbos|debug|log|level|enable|stats|print|write|track|check",
+    r"(?:^|_)(?:interval|every|freq|frequency|period|verbose|verbosity|debug|log|logging|level"
+    r"|enable|enabled|stats|print|write|track|tracking|check)(?:_|$)",
     re.IGNORECASE,
 )
 
@@ -2586,11 +2594,12 @@ def _given_to_a_step(scope: ast.AST, roots: Sequence[ast.AST], line: int) -> boo
         for call in ast.walk(node):
             if not (isinstance(call, ast.Call) and _call_name(call) == "step" and call.args):
                 continue
-            receiver = (_receiver_name(call) or "").lower()
-            if "optim" in receiver or "sched" in receiver or "prof" in receiver:
+            receiver = _receiver_name(call)
+            if _names_an_optimizer(receiver):
                 continue
-            if receiver in ("opt", "scaler", "lr"):
-                continue
+            name = (receiver or "").lower()
+            if "sched" in name or "prof" in name or name in ("scaler", "lr"):
+                continue  # a scheduler's, a profiler's, a grad scaler's step
             if names is None or any(
                 isinstance(n, ast.Name) and n.id in names
                 for arg in call.args
@@ -3539,21 +3548,27 @@ def _moves_to_a_device(loop: ast.For | ast.AsyncFor, name: str) -> bool:
             for generator in node.generators:
                 if _iterates(generator.iter, name):
                     movers |= _bound_names(generator.target)
-    for node, _ in _scope_walk(body):
-        if not (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _DEVICE_MOVE_CALLS
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id in movers
-        ):
-            continue
-        if node.func.attr != "to":
-            return True
-        device = _to_device(node)
-        if device is not None and not _names_the_host(device) and not _is_dtype(device):
-            return True
-    return False
+    return any(
+        _moves_off_the_host(node)
+        and isinstance(node.func.value, ast.Name)  # type: ignore[attr-defined]
+        and node.func.value.id in movers  # type: ignore[attr-defined]
+        for node, _ in _scope_walk(body)
+    )
+
+
+def _moves_off_the_host(node: ast.AST) -> bool:
+    """Whether ``node`` is a call moving its receiver to a device: ``.cuda()``, ``.to(device)``;
+    not ``.to(torch.float16)``, a dtype, nor ``.to("cpu")``."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _DEVICE_MOVE_CALLS
+    ):
+        return False
+    if node.func.attr != "to":
+        return True
+    device = _to_device(node)
+    return device is not None and not _names_the_host(device) and not _is_dtype(device)
 
 
 def _moves_a_part_of_its_batch(loop: ast.For | ast.AsyncFor, name: str) -> bool:
@@ -3594,13 +3609,8 @@ def _made_from_device_tensors(
     if depth > 3:
         return False
     for node in ast.walk(expr):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in _DEVICE_MOVE_CALLS and node.func.attr != "to":
-                return True
-            if node.func.attr == "to":
-                device = _to_device(node)
-                if device is not None and not _names_the_host(device) and not _is_dtype(device):
-                    return True
+        if _moves_off_the_host(node):
+            return True
         if isinstance(node, ast.keyword) and node.arg == "device":
             if not _names_the_host(node.value):
                 return True

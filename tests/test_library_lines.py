@@ -1823,6 +1823,8 @@ def test_a_checkpoint_writers_unrun_copies_are_told_to_save_less_often() -> None
             3,
             "self.write_interval > 0",
         ),
+        # ... as a part of its name: ``logit_scale`` is no logging setting.
+        ("def f(self, x):\n    if self.logit_scale > 0:\n        y = x.item()\n", 3, None),
     ],
 )
 def test_a_librarys_read_under_a_test_of_its_arguments_names_that_test(code, line, guard):
